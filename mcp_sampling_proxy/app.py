@@ -1,0 +1,191 @@
+"""Run one proxy session: host stdio on one side, the upstream on the other, until either ends.
+
+Lifecycle rules: host EOF, SIGTERM or SIGINT stop the upstream gracefully (stdin closed, then
+SIGTERM, then SIGKILL of its process group) and exit 0; when the upstream ends on its own,
+every open host request gets an error naming the exit status and the proxy exits non-zero.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import anyio
+
+from mcp_sampling_proxy import capabilities, jsonrpc
+from mcp_sampling_proxy.approval import Approver
+from mcp_sampling_proxy.audit import AuditLog
+from mcp_sampling_proxy.config import Settings
+from mcp_sampling_proxy.llm.base import ProviderConfig
+from mcp_sampling_proxy.log import get_logger
+from mcp_sampling_proxy.relay import Relay, Session
+from mcp_sampling_proxy.sampling import AdapterPool, SamplingService
+from mcp_sampling_proxy.terminal import Terminal
+from mcp_sampling_proxy.upstream_stdio import describe_exit, exit_status_for
+from mcp_sampling_proxy.wire import DEFAULT_MAX_LINE, LineReader, open_line_reader, open_line_writer
+
+log = get_logger("mcp_sampling_proxy")
+
+SAMPLING_METHOD = "sampling/createMessage"
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    name: str | None = None
+    use_terminal: bool = True
+    max_message_bytes: int = DEFAULT_MAX_LINE
+
+
+class Upstream(Protocol):
+    label: str
+    reader: Any
+    writer: Any
+
+    async def attach(self, on_line: Any, on_eof: Any) -> None: ...
+    def send(self, line: bytes) -> None: ...
+    async def wait(self, timeout: float) -> int | None: ...
+    async def stop(self, grace: float) -> int | None: ...
+
+
+class ProxyHooks:
+    """Connects the relay to the sampling service and the capability rewriting."""
+
+    def __init__(self, sampling: SamplingService, offer: dict[str, Any] | None, route: str):
+        self._sampling = sampling
+        self._offer = offer
+        self._route = route
+
+    def rewrite_host_request(self, message: dict[str, Any], session: Session) -> bool:
+        return capabilities.rewrite_request(message, self._offer, self._route)
+
+    def serves(self, method: str) -> bool:
+        return method == SAMPLING_METHOD
+
+    async def serve(self, message: dict[str, Any], relay: Relay) -> dict[str, Any]:
+        return await self._sampling.serve(message, relay)
+
+
+def claim_stdio() -> tuple[int, int]:
+    """Keep private copies of the protocol fds and point 0/1 at /dev/null and stderr, so a
+    stray print or a library reading stdin can never corrupt the wire."""
+    in_fd, out_fd = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)
+    return in_fd, out_fd
+
+
+def build_adapters(settings: Settings, terminal: Terminal | None) -> AdapterPool:
+    providers = list(settings.providers)
+    if not providers and terminal is not None:
+        providers = [ProviderConfig(name="console", type="console", models=())]
+        log.info("no LLM provider configured: sampling replies are typed at this terminal (console provider)")
+    elif not providers:
+        log.warning("no LLM provider configured and no terminal: sampling requests will get an error",
+                    fix="set OPENAI_API_KEY or ANTHROPIC_API_KEY, or add llm.providers to the policy file")
+    for provider in providers:
+        key_missing = provider.api_key_env and not os.environ.get(provider.api_key_env)
+        log.info("LLM provider", provider=provider.name, type=provider.type,
+                 base_url=provider.base_url, models=[m.name for m in provider.models],
+                 source=settings.source)
+        if key_missing:
+            log.warning(f"{provider.api_key_env} is not set; provider '{provider.name}' will likely be refused",
+                        provider=provider.name)
+    return AdapterPool(providers, terminal)
+
+
+async def run_session(upstream: Upstream, settings: Settings, options: RunOptions) -> int:
+    in_fd, out_fd = claim_stdio()
+    terminal = Terminal.open() if options.use_terminal else None
+    adapters = build_adapters(settings, terminal)
+    offer = capabilities.offered_sampling(
+        route=settings.sampling.route,
+        tools=settings.sampling.advertise_tools and adapters.can_use_tools,
+    )
+    audit = AuditLog(settings.audit_path)
+    service = SamplingService(settings, adapters, Approver(terminal), audit)
+    hooks = ProxyHooks(service, offer, settings.sampling.route)
+    host_out = await open_line_writer(out_fd)
+
+    ended: list[str] = []
+    wake = anyio.Event()
+
+    def end(reason: str) -> None:
+        if not ended:
+            ended.append(reason)
+        wake.set()
+
+    def oversize(size: int) -> None:
+        log.error("host sent a message larger than the limit; dropped", size=size, limit=options.max_message_bytes)
+        host_out.write_line(jsonrpc.error_response(
+            None, jsonrpc.INVALID_REQUEST,
+            f"message of {size} bytes exceeds the proxy's limit of {options.max_message_bytes} bytes "
+            "(--max-message-bytes)"))
+
+    exit_code = 0
+    async with anyio.create_task_group() as tg:
+        relay = Relay(host_out.write_line, upstream.send, hooks, tg, Session(name_override=options.name))
+        host_reader = LineReader(relay.from_host, lambda: end("host closed stdin"),
+                                 max_line=options.max_message_bytes, on_oversize=oversize)
+        await upstream.attach(relay.from_upstream, lambda: end("upstream"))
+        await open_line_reader(in_fd, host_reader)
+        _wire_backpressure(host_out, host_reader, upstream)
+        host_out.closed.add_done_callback(lambda _: end("host closed stdout"))
+        loop = _asyncio_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, end, signal.Signals(sig).name)
+
+        await wake.wait()
+        reason = ended[0]
+        if reason == "upstream":
+            code = await upstream.wait(2.0)
+            description = describe_exit(code)
+            log.error(f"upstream server {description}", exit_code=code)
+            relay.upstream_gone(description)
+            exit_code = exit_status_for(code)
+            await upstream.stop(0)
+        else:
+            log.info("shutting down", reason=reason)
+            host_reader.pause()
+            relay.cancel_all()
+            code = await upstream.stop(settings.shutdown_timeout)
+            log.info("upstream stopped", exit_code=code)
+        with anyio.move_on_after(2.0):
+            await host_out.close()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        tg.cancel_scope.cancel()
+    await adapters.aclose()
+    audit.close()
+    if terminal is not None:
+        terminal.close()
+    return exit_code
+
+
+def _wire_backpressure(host_out: Any, host_reader: LineReader, upstream: Upstream) -> None:
+    """A slow reader on one side pauses the source on the other, instead of buffering forever."""
+    if upstream.reader is not None:
+        host_out.on_pause = upstream.reader.pause
+        host_out.on_resume = upstream.reader.resume
+    if upstream.writer is not None:
+        upstream.writer.on_pause = host_reader.pause
+        upstream.writer.on_resume = host_reader.resume
+
+
+def _asyncio_loop() -> Any:
+    import asyncio
+
+    return asyncio.get_running_loop()
+
+
+def run(upstream: Upstream, settings: Settings, options: RunOptions) -> int:
+    try:
+        return anyio.run(run_session, upstream, settings, options, backend="asyncio")
+    except KeyboardInterrupt:  # pragma: no cover - signals are handled inside
+        return 130
+    finally:
+        sys.stderr.flush()

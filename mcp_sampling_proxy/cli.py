@@ -1,0 +1,155 @@
+"""Command line: `mcp-sampling-proxy [OPTIONS] -- COMMAND...` and its helper subcommands.
+
+Start-up order matters for hosts that measure it: parse arguments and read the policy (cheap),
+spawn the upstream, and only then import the runtime (anyio, structlog, the relay), so the
+server's own start-up overlaps ours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+from collections.abc import Sequence
+
+from mcp_sampling_proxy import __version__
+
+SUBCOMMANDS = ("try",)
+
+EPILOG = """\
+examples:
+  # wrap a stdio server (what a host config runs)
+  mcp-sampling-proxy --policy ~/.config/mcp-sampling-proxy/policy.yaml -- npx -y @acme/mcp-server
+
+  # a Streamable HTTP server
+  mcp-sampling-proxy --policy policy.yaml --url https://mcp.example.com/mcp \\
+      --header 'Authorization: Bearer ${EXAMPLE_TOKEN}'
+
+  # exercise a sampling server without any host
+  mcp-sampling-proxy try --tool summarize --args '{"text": "..."}' -- python examples/servers/summarizer.py
+
+host config entry (Claude Desktop, Cursor, Claude Code: "mcpServers"):
+  "summarizer": {
+    "command": "/absolute/path/to/mcp-sampling-proxy",
+    "args": ["--policy", "/absolute/path/to/policy.yaml", "--", "python", "/path/to/server.py"],
+    "env": {"OPENAI_API_KEY": "sk-..."}
+  }
+
+Without --policy, the LLM comes from OPENAI_API_KEY (+ OPENAI_BASE_URL, OPENAI_MODEL) or
+ANTHROPIC_API_KEY (+ ANTHROPIC_MODEL); with neither, replies are typed at the terminal when there
+is one. Sampling with no matching rule needs approval (prompt); with no terminal to ask, it is
+denied with a message saying how to allow it. Logs go to stderr, never stdout.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mcp-sampling-proxy",
+        description="A stdio MCP proxy: the host starts it instead of the real server; it relays every "
+        "message and answers the server's sampling/createMessage requests under a YAML policy.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_common_options(parser)
+    parser.add_argument("--url", help="connect to a Streamable HTTP MCP server instead of starting a command")
+    parser.add_argument(
+        "--header", action="append", default=[], metavar="'K: V'",
+        help="HTTP header for --url (repeatable); ${VAR} in the value is taken from the environment",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("command", nargs=argparse.REMAINDER,
+                        help="the real server's command line, after '--'")
+    return parser
+
+
+def add_common_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--policy", metavar="FILE", help="policy file (YAML): providers, rules, audit")
+    parser.add_argument("--name", help="server name for policy rules and logs (default: the server's own name)")
+    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
+                        help="stderr log level (default: info)")
+    parser.add_argument("--log-format", choices=("json", "console"),
+                        help="stderr log format (default: console on a terminal, json otherwise)")
+    parser.add_argument("--no-terminal", action="store_true",
+                        help="never use the controlling terminal for approvals or typed replies")
+    parser.add_argument("--max-message-bytes", type=int, default=64 * 1024 * 1024, metavar="N",
+                        help="largest message accepted from the host (default: 64 MiB)")
+
+
+def fail(message: str, code: int = 2) -> int:
+    print(f"mcp-sampling-proxy: error: {message}", file=sys.stderr)
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list and args_list[0] in SUBCOMMANDS:
+        from mcp_sampling_proxy.try_cmd import main as try_main
+
+        return try_main(args_list[1:])
+    args = build_parser().parse_args(args_list)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if bool(command) == bool(args.url):
+        return fail("give the server either as '-- COMMAND [ARGS...]' or with --url URL (see --help)")
+
+    from mcp_sampling_proxy.config import load_settings
+    from mcp_sampling_proxy.yamlnodes import PolicyError
+
+    try:
+        settings = load_settings(args.policy)
+    except PolicyError as exc:
+        return fail(str(exc))
+    if args.no_terminal:
+        os.environ["MCP_SAMPLING_PROXY_NO_TERMINAL"] = "1"
+
+    if command:
+        from mcp_sampling_proxy.upstream_stdio import SpawnError, child_environment, spawn
+
+        env = child_environment(os.environ, settings.secret_env_vars())
+        env.pop("MCP_SAMPLING_PROXY_NO_TERMINAL", None)
+        try:
+            process = spawn(command, env)
+        except SpawnError as exc:
+            return fail(str(exc), exc.exit_code)
+        _warm_up_imports()
+        upstream = _stdio_upstream(process, args.name or os.path.basename(command[0]))
+    else:
+        from mcp_sampling_proxy.upstream_http import HttpUpstream, parse_headers
+
+        try:
+            headers = parse_headers(args.header, os.environ)
+        except ValueError as exc:
+            return fail(str(exc))
+        upstream = HttpUpstream(args.url, headers)
+
+    from mcp_sampling_proxy.log import configure
+
+    configure(args.log_level, args.log_format)
+    from mcp_sampling_proxy.app import RunOptions, run
+
+    options = RunOptions(name=args.name, use_terminal=not args.no_terminal,
+                         max_message_bytes=args.max_message_bytes)
+    return run(upstream, settings, options)
+
+
+def _stdio_upstream(process, label: str):
+    from mcp_sampling_proxy.upstream_stdio import StdioUpstream
+
+    return StdioUpstream(process, label)
+
+
+def _warm_up_imports() -> None:
+    """Import what the first sampling request needs while the upstream starts, off the main thread."""
+
+    def work() -> None:
+        try:
+            import httpx  # noqa: F401
+            import mcp_types  # noqa: F401
+        except Exception:  # pragma: no cover - the real import later reports it
+            pass
+
+    threading.Thread(target=work, name="warm-up", daemon=True).start()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,87 @@
+"""Provider-neutral types shared by every LLM adapter.
+
+Adapters receive the sampling request as the wire dict (camelCase keys, already validated
+with the SDK's models by the caller) and return a `Completion` holding MCP content blocks,
+so they never depend on a transport or on the SDK's session machinery.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+# JSON-RPC error codes the proxy uses when a sampling request cannot be fulfilled.
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A configured model and optional 0..1 ratings (higher is better: cheaper, faster, smarter)."""
+
+    name: str
+    cost: float | None = None
+    speed: float | None = None
+    intelligence: float | None = None
+
+
+@dataclass(frozen=True)
+class ProviderConfig:
+    """One `llm.providers.NAME` entry of the policy file (or one derived from the environment)."""
+
+    name: str
+    type: str  # "openai" | "anthropic" | "console"
+    base_url: str | None = None
+    api_key_env: str | None = None
+    models: tuple[ModelSpec, ...] = ()
+    connect_timeout: float = 10.0
+    read_timeout: float = 120.0
+    max_attempts: int = 3  # total attempts, including the first
+    backoff_base: float = 0.5  # seconds; doubled per attempt, with jitter
+    backoff_max: float = 30.0  # also caps how long a Retry-After is honoured
+    supports_tools: bool = True
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Completion:
+    """What a provider answered, already mapped to MCP terms."""
+
+    content: list[dict[str, Any]]  # MCP content blocks: text / tool_use
+    model: str  # the model name the provider reports
+    stop_reason: str  # endTurn | stopSequence | maxTokens | toolUse | provider's own value
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+
+class LLMError(Exception):
+    """A sampling request the provider could not fulfil; `message` is safe to show the server."""
+
+    code = INTERNAL_ERROR
+
+    def __init__(self, message: str, *, provider: str | None = None, status: int | None = None):
+        super().__init__(message)
+        self.message = message
+        self.provider = provider
+        self.status = status
+
+
+class UnsupportedContentError(LLMError):
+    """The request carries something this provider cannot take (never dropped silently)."""
+
+    code = INVALID_PARAMS
+
+
+class Adapter(Protocol):
+    """What the sampling service needs from a provider."""
+
+    config: ProviderConfig
+
+    @property
+    def supports_tools(self) -> bool: ...
+
+    async def complete(self, params: dict[str, Any], model: str) -> Completion:
+        """Fulfil one `sampling/createMessage` (params as on the wire) with `model`."""
+        ...
+
+    async def aclose(self) -> None: ...

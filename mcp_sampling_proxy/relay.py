@@ -1,0 +1,271 @@
+"""The relay: every message passes between host and upstream as the original bytes.
+
+It parses each line only to route it, keeps per-direction order (lines are handled
+synchronously as they arrive), and steps in at three points, all delegated to `Hooks`:
+host requests it may rewrite (capabilities), server requests it serves itself (sampling),
+and responses to requests it sent on its own. It knows nothing about LLMs or policy.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import anyio
+import anyio.abc
+
+from mcp_sampling_proxy import jsonrpc
+from mcp_sampling_proxy.jsonrpc import RpcError
+from mcp_sampling_proxy.log import get_logger
+
+log = get_logger("mcp_sampling_proxy.relay")
+
+Send = Callable[[bytes], None]
+
+
+@dataclass
+class HostRequest:
+    method: str
+    tool: str | None  # the tool name for tools/call
+    started: float
+
+
+@dataclass
+class Session:
+    """What the relay has learned about both peers; read by hooks for routing and policy."""
+
+    name_override: str | None = None
+    host_info: dict[str, Any] = field(default_factory=dict)
+    host_capabilities: dict[str, Any] = field(default_factory=dict)
+    server_info: dict[str, Any] = field(default_factory=dict)
+    protocol_version: str | None = None
+    inflight: dict[Any, HostRequest] = field(default_factory=dict)
+
+    @property
+    def server_name(self) -> str:
+        return self.name_override or str(self.server_info.get("name") or "upstream")
+
+    @property
+    def host_name(self) -> str:
+        return str(self.host_info.get("name") or "")
+
+    def tools_in_flight(self) -> tuple[str, ...]:
+        return tuple(r.tool for r in self.inflight.values() if r.tool)
+
+
+class Hooks(Protocol):
+    def rewrite_host_request(self, message: dict[str, Any], session: Session) -> bool:
+        """Change a host request in place before it goes upstream; True when changed."""
+        ...
+
+    def serves(self, method: str) -> bool:
+        """True for server-to-client methods the proxy answers itself."""
+        ...
+
+    async def serve(self, message: dict[str, Any], relay: Relay) -> dict[str, Any]:
+        """Answer a server request; return the result object or raise RpcError."""
+        ...
+
+
+@dataclass
+class _Served:
+    scope: anyio.CancelScope
+    at_host: bool = False  # forwarded to the host, which must hear about a cancellation
+
+
+class Relay:
+    def __init__(
+        self,
+        to_host: Send,
+        to_upstream: Send,
+        hooks: Hooks,
+        task_group: anyio.abc.TaskGroup,
+        session: Session | None = None,
+    ):
+        self._to_host = to_host
+        self._to_upstream = to_upstream
+        self._hooks = hooks
+        self._tg = task_group
+        self.session = session or Session()
+        self._served: dict[Any, _Served] = {}
+        self._awaiting_host: dict[Any, Callable[[dict[str, Any]], None]] = {}
+        self.closed = False
+
+    # -- host -> upstream ------------------------------------------------------------------
+    def from_host(self, line: bytes) -> None:
+        try:
+            msg = json.loads(line)
+        except ValueError as exc:
+            log.warning("host sent a line that is not JSON", error=str(exc), size=len(line))
+            self._to_host(jsonrpc.error_response(None, jsonrpc.PARSE_ERROR, f"Parse error: {exc}"))
+            return
+        if not isinstance(msg, dict):
+            if isinstance(msg, list):  # a JSON-RPC batch (2025-03-26): relay as is
+                self._to_upstream(line)
+                return
+            self._to_host(
+                jsonrpc.error_response(None, jsonrpc.INVALID_REQUEST, "Invalid Request: expected a JSON object")
+            )
+            return
+        method = msg.get("method")
+        if method is None:  # a response to a server request (or to one of ours)
+            waiter = self._awaiting_host.pop(msg.get("id"), None) if "id" in msg else None
+            if waiter is not None:
+                waiter(msg)
+            else:
+                self._to_upstream(line)
+            return
+        if "id" in msg:
+            self._note_host_request(msg)
+            if self._hooks.rewrite_host_request(msg, self.session):
+                line = jsonrpc.dumps(msg)
+        elif method == "notifications/cancelled":
+            params = msg.get("params")
+            if isinstance(params, dict):
+                self.session.inflight.pop(params.get("requestId"), None)
+        self._to_upstream(line)
+
+    def _note_host_request(self, msg: dict[str, Any]) -> None:
+        method = msg["method"]
+        params = msg.get("params") if isinstance(msg.get("params"), dict) else {}
+        tool = params.get("name") if method == "tools/call" else None
+        self.session.inflight[msg["id"]] = HostRequest(method, tool if isinstance(tool, str) else None,
+                                                       time.monotonic())
+        if method == "initialize":
+            self.session.host_info = _dict(params.get("clientInfo"))
+            self.session.host_capabilities = _dict(params.get("capabilities"))
+            self.session.protocol_version = params.get("protocolVersion")
+        else:
+            meta = _dict(params.get("_meta"))
+            version = meta.get("io.modelcontextprotocol/protocolVersion")
+            if version:  # 2026-07-28 era: everything travels per request
+                self.session.protocol_version = version
+                self.session.host_info = _dict(meta.get("io.modelcontextprotocol/clientInfo")) or \
+                    self.session.host_info
+                caps = meta.get("io.modelcontextprotocol/clientCapabilities")
+                if isinstance(caps, dict):
+                    self.session.host_capabilities = caps
+
+    # -- upstream -> host ------------------------------------------------------------------
+    def from_upstream(self, line: bytes) -> None:
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            log.warning("upstream wrote a line that is not JSON; dropped", size=len(line),
+                        start=line[:80].decode("utf-8", "replace"))
+            return
+        if not isinstance(msg, dict):
+            self._to_host(line)
+            return
+        method = msg.get("method")
+        if method is None:
+            request = self.session.inflight.pop(msg.get("id"), None)
+            if request is not None and request.method in ("initialize", "server/discover"):
+                self._note_server(msg)
+            self._to_host(line)
+            return
+        if "id" in msg:
+            if self._hooks.serves(method):
+                self._start_serving(msg)
+                return
+        elif method == "notifications/cancelled" and self._cancel_served(msg):
+            return
+        self._to_host(line)
+
+    def _note_server(self, msg: dict[str, Any]) -> None:
+        result = _dict(msg.get("result"))
+        self.session.server_info = _dict(result.get("serverInfo")) or self.session.server_info
+        version = result.get("protocolVersion")
+        if isinstance(version, str):
+            self.session.protocol_version = version
+        log.info("upstream ready", server=self.session.server_name, protocol=self.session.protocol_version,
+                 host=self.session.host_name or None)
+
+    def _cancel_served(self, msg: dict[str, Any]) -> bool:
+        params = _dict(msg.get("params"))
+        served = self._served.get(params.get("requestId"))
+        if served is None:
+            return False
+        served.scope.cancel()
+        if served.at_host:
+            self._to_host(jsonrpc.dumps(msg))
+        log.info("server cancelled a request the proxy was serving", request_id=params.get("requestId"))
+        return True
+
+    # -- serving server requests -------------------------------------------------------------
+    def _start_serving(self, msg: dict[str, Any]) -> None:
+        request_id = msg["id"]
+        served = _Served(anyio.CancelScope())
+        self._served[request_id] = served
+        self._tg.start_soon(self._serve, msg, served)
+
+    async def _serve(self, msg: dict[str, Any], served: _Served) -> None:
+        request_id = msg["id"]
+        reply: bytes | None = None
+        try:
+            with served.scope:
+                try:
+                    result = await self._hooks.serve(msg, self)
+                    reply = jsonrpc.response(request_id, result)
+                except RpcError as exc:
+                    reply = jsonrpc.error_response(request_id, exc.code, exc.message, exc.data)
+                except Exception as exc:
+                    log.exception("failed to serve server request", method=msg.get("method"))
+                    reply = jsonrpc.error_response(
+                        request_id, jsonrpc.INTERNAL_ERROR, f"mcp-sampling-proxy failed: {exc}"
+                    )
+        finally:
+            self._served.pop(request_id, None)
+            self._awaiting_host.pop(request_id, None)
+        if reply is not None and not served.scope.cancel_called and not self.closed:
+            self._to_upstream(reply)
+
+    async def forward_to_host(self, msg: dict[str, Any], raw: bytes | None = None) -> dict[str, Any]:
+        """Send a server request to the host under its own id; return the host's response."""
+        request_id = msg["id"]
+        done = anyio.Event()
+        answer: dict[str, Any] = {}
+
+        def resolve(response: dict[str, Any]) -> None:
+            answer.update(response)
+            done.set()
+
+        self._awaiting_host[request_id] = resolve
+        served = self._served.get(request_id)
+        if served is not None:
+            served.at_host = True
+        self._to_host(raw if raw is not None else jsonrpc.dumps(msg))
+        try:
+            await done.wait()
+        finally:
+            self._awaiting_host.pop(request_id, None)
+            if served is not None:
+                served.at_host = False
+        return answer
+
+    # -- end of session ------------------------------------------------------------------------
+    def upstream_gone(self, description: str) -> None:
+        """Answer every open host request with an error that says the server is gone."""
+        self.closed = True
+        for request_id, request in list(self.session.inflight.items()):
+            self._to_host(
+                jsonrpc.error_response(
+                    request_id,
+                    jsonrpc.UPSTREAM_EXITED,
+                    f"upstream server '{self.session.server_name}' {description} before answering "
+                    f"{request.method}",
+                )
+            )
+        self.session.inflight.clear()
+        self.cancel_all()
+
+    def cancel_all(self) -> None:
+        for served in list(self._served.values()):
+            served.scope.cancel()
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}

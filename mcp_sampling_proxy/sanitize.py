@@ -1,0 +1,37 @@
+"""Make server-controlled text safe to show on a terminal.
+
+A malicious prompt must not be able to move the cursor, recolour or redraw the screen, set
+the window title or talk to the terminal in any other way, so every escape sequence and
+control character is removed before text reaches a console (newlines and tabs survive).
+"""
+
+from __future__ import annotations
+
+import re
+
+# CSI (ESC [ ... final), OSC (ESC ] ... BEL/ST), DCS/SOS/PM/APC strings, other two-byte ESC
+# sequences, and the 8-bit C1 forms of CSI/OSC/DCS.
+_ESCAPES = re.compile(
+    r"""
+    (?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]            # CSI
+    | (?:\x1b\]|\x9d).*?(?:\x07|\x1b\\|\x9c|$)    # OSC ... BEL or ST
+    | (?:\x1b[PX^_]|[\x90\x98\x9e\x9f]).*?(?:\x1b\\|\x9c|$)  # DCS, SOS, PM, APC
+    | \x1b[ -/]*[0-~]?                          # any other ESC sequence (or a lone ESC)
+    """,
+    re.VERBOSE | re.DOTALL,
+)
+# C0 controls except \t and \n, DEL, C1 controls, and Unicode bidi overrides that can
+# visually reorder text (Trojan Source).
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def strip_controls(text: str) -> str:
+    """Remove escape sequences and control characters; keep newlines and tabs."""
+    text = text.replace("\r\n", "\n")
+    return _CONTROLS.sub("", _ESCAPES.sub("", text))
+
+
+def one_line(text: str, limit: int = 200) -> str:
+    """A sanitised single-line excerpt, for log fields and summaries."""
+    flat = " ".join(strip_controls(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"

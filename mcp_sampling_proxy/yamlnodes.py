@@ -1,0 +1,158 @@
+"""Read YAML while keeping line and column of every value, so a typo is reported where it is.
+
+The policy loader walks `yaml.compose` nodes through `Node`, which turns every mistake into
+`PolicyError("FILE:LINE:COL: what is wrong, what is allowed")`.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterator
+from typing import Any
+
+import yaml
+
+
+class PolicyError(Exception):
+    """A policy file that cannot be used; the message names file, line, column and the fix."""
+
+
+class Node:
+    """A YAML node with its position; accessors validate type and report errors in place."""
+
+    def __init__(self, node: yaml.Node, path: str, where: str):
+        self.node = node
+        self.path = path  # dotted path for messages, e.g. "llm.providers.openai"
+        self.where = where  # file name
+
+    # -- position and errors -------------------------------------------------------------
+    def error(self, message: str) -> PolicyError:
+        mark = self.node.start_mark
+        return PolicyError(f"{self.where}:{mark.line + 1}:{mark.column + 1}: {message}")
+
+    # -- scalars --------------------------------------------------------------------------
+    def value(self) -> Any:
+        """The plain Python value (constructed with the safe loader's rules)."""
+        return _construct(self.node)
+
+    def str(self) -> str:
+        v = self.value()
+        if not isinstance(v, str) or not v:
+            raise self.error(f"{self.path} must be a non-empty string, got {_show(v)}")
+        return v
+
+    def choice(self, allowed: tuple[str, ...]) -> str:
+        v = self.value()
+        if v not in allowed:
+            hint = _did_you_mean(str(v), allowed)
+            raise self.error(f"{self.path} {_show(v)} is not one of {', '.join(allowed)}{hint}")
+        return v
+
+    def bool(self) -> bool:
+        v = self.value()
+        if not isinstance(v, bool):
+            raise self.error(f"{self.path} must be true or false, got {_show(v)}")
+        return v
+
+    def number(self, *, minimum: float | None = None, maximum: float | None = None) -> float:
+        v = self.value()
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise self.error(f"{self.path} must be a number, got {_show(v)}")
+        if (minimum is not None and v < minimum) or (maximum is not None and v > maximum):
+            lo = "-inf" if minimum is None else minimum
+            hi = "inf" if maximum is None else maximum
+            raise self.error(f"{self.path} must be between {lo} and {hi}, got {v}")
+        return v
+
+    def int(self, *, minimum: int | None = None) -> int:
+        v = self.value()
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise self.error(f"{self.path} must be a whole number, got {_show(v)}")
+        if minimum is not None and v < minimum:
+            raise self.error(f"{self.path} must be at least {minimum}, got {v}")
+        return v
+
+    # -- collections ---------------------------------------------------------------------
+    def is_mapping(self) -> bool:
+        return isinstance(self.node, yaml.MappingNode)
+
+    def is_sequence(self) -> bool:
+        return isinstance(self.node, yaml.SequenceNode)
+
+    def mapping(self, allowed: tuple[str, ...] | None = None) -> dict[str, Node]:
+        """Children by key; unknown keys are an error when `allowed` is given."""
+        if not isinstance(self.node, yaml.MappingNode):
+            raise self.error(f"{self.path} must be a mapping (key: value lines), got {_kind(self.node)}")
+        out: dict[str, Node] = {}
+        for key_node, value_node in self.node.value:
+            key = _construct(key_node)
+            key_at = Node(key_node, self.path, self.where)
+            if not isinstance(key, str):
+                raise key_at.error(f"keys in {self.path} must be strings, got {_show(key)}")
+            if allowed is not None and key not in allowed:
+                hint = _did_you_mean(key, allowed)
+                raise key_at.error(
+                    f"unknown key '{key}' in {self.path}{hint}; allowed: {', '.join(allowed)}"
+                )
+            if key in out:
+                raise key_at.error(f"key '{key}' appears twice in {self.path}")
+            out[key] = Node(value_node, f"{self.path}.{key}" if self.path else key, self.where)
+        return out
+
+    def sequence(self) -> list[Node]:
+        if not isinstance(self.node, yaml.SequenceNode):
+            raise self.error(f"{self.path} must be a list (lines starting with '- '), got {_kind(self.node)}")
+        return [Node(n, f"{self.path}[{i}]", self.where) for i, n in enumerate(self.node.value)]
+
+    def strings(self) -> list[str]:
+        """A list of strings; a single string is accepted as a one-item list."""
+        if isinstance(self.node, yaml.ScalarNode):
+            return [self.str()]
+        return [item.str() for item in self.sequence()]
+
+    def __iter__(self) -> Iterator[Node]:
+        return iter(self.sequence())
+
+
+def load(text: str, where: str) -> Node | None:
+    """Compose YAML text into a `Node` (None for an empty document)."""
+    try:
+        root = yaml.compose(text, Loader=_Loader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        pos = f"{mark.line + 1}:{mark.column + 1}" if mark else "1:1"
+        problem = exc.problem or exc.context or "not valid YAML"
+        raise PolicyError(f"{where}:{pos}: not valid YAML: {problem}") from None
+    except yaml.YAMLError as exc:
+        raise PolicyError(f"{where}: not valid YAML: {exc}") from None
+    return None if root is None else Node(root, "", where)
+
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _construct(node: yaml.Node) -> Any:
+    loader = yaml.SafeLoader("")
+    try:
+        return loader.construct_object(node, deep=True)
+    finally:
+        loader.dispose()
+
+
+def _kind(node: yaml.Node) -> str:
+    if isinstance(node, yaml.MappingNode):
+        return "a mapping"
+    if isinstance(node, yaml.SequenceNode):
+        return "a list"
+    return _show(_construct(node))
+
+
+def _show(v: Any) -> str:
+    if v is None:
+        return "nothing"
+    return repr(v) if isinstance(v, str) else str(v)
+
+
+def _did_you_mean(word: str, allowed: tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(word, allowed, n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
