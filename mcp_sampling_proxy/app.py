@@ -24,7 +24,7 @@ from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.relay import Relay, Session
 from mcp_sampling_proxy.sampling import AdapterPool, SamplingService
 from mcp_sampling_proxy.terminal import Terminal
-from mcp_sampling_proxy.upstream_stdio import describe_exit, exit_status_for
+from mcp_sampling_proxy.upstream_stdio import exit_status_for
 from mcp_sampling_proxy.wire import DEFAULT_MAX_LINE, LineReader, open_line_reader, open_line_writer
 
 log = get_logger("mcp_sampling_proxy")
@@ -48,6 +48,7 @@ class Upstream(Protocol):
     def send(self, line: bytes) -> None: ...
     async def wait(self, timeout: float) -> int | None: ...
     async def stop(self, grace: float) -> int | None: ...
+    def describe_end(self, code: int | None) -> str: ...
 
 
 class ProxyHooks:
@@ -143,7 +144,7 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
         reason = ended[0]
         if reason == "upstream":
             code = await upstream.wait(2.0)
-            description = describe_exit(code)
+            description = upstream.describe_end(code)
             log.error(f"upstream server {description}", exit_code=code)
             relay.upstream_gone(description)
             exit_code = exit_status_for(code)

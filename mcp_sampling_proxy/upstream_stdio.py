@@ -103,6 +103,9 @@ class StdioUpstream:
                 await anyio.sleep(0.01)
         return self.process.poll()
 
+    def describe_end(self, code: int | None) -> str:
+        return describe_exit(code)
+
     async def stop(self, grace: float) -> int | None:
         """Close stdin and wait; then SIGTERM, then SIGKILL the child's process group."""
         if self._writer is not None:
