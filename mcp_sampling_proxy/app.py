@@ -54,10 +54,23 @@ class Upstream(Protocol):
 class ProxyHooks:
     """Connects the relay to the sampling service and the capability rewriting."""
 
-    def __init__(self, sampling: SamplingService, offer: dict[str, Any] | None, route: str):
+    def __init__(self, sampling: SamplingService, offer: dict[str, Any] | None, route: str, era: str):
         self._sampling = sampling
         self._offer = offer
         self._route = route
+        self._pin_handshake = era == "handshake" and offer is not None
+
+    def answer_host_request(self, message: dict[str, Any], session: Session) -> bytes | None:
+        # In the 2026-07-28 era a server cannot send sampling requests, and SDK servers switch to it
+        # when a host probes server/discover. "Method not found" makes such hosts fall back to the
+        # initialize handshake, where the proxy can serve sampling.
+        if self._pin_handshake and message.get("method") == "server/discover":
+            return jsonrpc.error_response(
+                message["id"], jsonrpc.METHOD_NOT_FOUND,
+                "Method not found: mcp-sampling-proxy keeps this connection in the initialize handshake era "
+                "(upstream.era: handshake) so the server can send sampling requests",
+            )
+        return None
 
     def rewrite_host_request(self, message: dict[str, Any], session: Session) -> bool:
         return capabilities.rewrite_request(message, self._offer, self._route)
@@ -109,7 +122,7 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
     )
     audit = AuditLog(settings.audit_path)
     service = SamplingService(settings, adapters, Approver(terminal), audit)
-    hooks = ProxyHooks(service, offer, settings.sampling.route)
+    hooks = ProxyHooks(service, offer, settings.sampling.route, settings.era)
     host_out = await open_line_writer(out_fd)
 
     ended: list[str] = []

@@ -106,7 +106,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         from mcp_sampling_proxy.upstream_stdio import SpawnError, child_environment, spawn
 
         env = child_environment(os.environ, settings.secret_env_vars())
-        env.pop("MCP_SAMPLING_PROXY_NO_TERMINAL", None)
         try:
             process = spawn(command, env)
         except SpawnError as exc:

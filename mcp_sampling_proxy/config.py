@@ -18,6 +18,7 @@ PROVIDER_TYPES = ("openai", "anthropic", "console")
 ROUTES = ("auto", "proxy", "host")
 ACTIONS = ("allow", "deny", "prompt")
 METHODS = ("sampling", "elicitation")
+ERAS = ("handshake", "any")
 
 DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
 DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-5"
@@ -55,6 +56,7 @@ class Settings:
     audit_path: str | None = None
     pass_env: tuple[str, ...] = ()
     shutdown_timeout: float = 5.0
+    era: str = "handshake"  # handshake: answer server/discover so hosts fall back to initialize
     source: str = "environment"  # the policy file path, or "environment"
 
     def secret_env_vars(self) -> set[str]:
@@ -75,7 +77,10 @@ def load_settings(path: str | None, environ: dict[str, str] | None = None) -> Se
         raise PolicyError(f"{path}: policy file not found") from None
     except OSError as exc:
         raise PolicyError(f"{path}: cannot read policy file: {exc.strerror}") from None
-    return parse_settings(text, path)
+    settings = parse_settings(text, path)
+    if not settings.providers:  # a policy without llm: keep the environment's providers
+        settings.providers = settings_from_environment(environ).providers
+    return settings
 
 
 def settings_from_environment(environ: dict[str, str]) -> Settings:
@@ -124,7 +129,9 @@ def parse_settings(text: str, where: str) -> Settings:
         if "path" in audit:
             settings.audit_path = os.path.expanduser(audit["path"].str())
     if "upstream" in top:
-        upstream = top["upstream"].mapping(("pass_env", "shutdown_timeout"))
+        upstream = top["upstream"].mapping(("pass_env", "shutdown_timeout", "era"))
+        if "era" in upstream:
+            settings.era = upstream["era"].choice(ERAS)
         if "pass_env" in upstream:
             settings.pass_env = tuple(upstream["pass_env"].strings())
         if "shutdown_timeout" in upstream:

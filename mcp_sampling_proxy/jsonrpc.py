@@ -7,6 +7,7 @@ from typing import Any
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 USER_REJECTED = -1  # MCP: the user (or policy) rejected a sampling request

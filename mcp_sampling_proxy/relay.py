@@ -61,6 +61,10 @@ class Hooks(Protocol):
         """Change a host request in place before it goes upstream; True when changed."""
         ...
 
+    def answer_host_request(self, message: dict[str, Any], session: Session) -> bytes | None:
+        """A response the proxy gives the host itself instead of forwarding; None to forward."""
+        ...
+
     def serves(self, method: str) -> bool:
         """True for server-to-client methods the proxy answers itself."""
         ...
@@ -119,6 +123,10 @@ class Relay:
                 self._to_upstream(line)
             return
         if "id" in msg:
+            answer = self._hooks.answer_host_request(msg, self.session)
+            if answer is not None:
+                self._to_host(answer)
+                return
             self._note_host_request(msg)
             if self._hooks.rewrite_host_request(msg, self.session):
                 line = jsonrpc.dumps(msg)

@@ -16,6 +16,9 @@ import anyio
 from mcp_sampling_proxy.sanitize import strip_controls
 
 DISABLE_ENV = "MCP_SAMPLING_PROXY_NO_TERMINAL"
+# A terminal device to use instead of /dev/tty: `try` sets it, because the SDK starts the proxy
+# in a new session, which has no controlling terminal.
+DEVICE_ENV = "MCP_SAMPLING_PROXY_TTY"
 
 
 class Terminal:
@@ -29,9 +32,13 @@ class Terminal:
         """The controlling terminal, or None when there is none (or it is disabled)."""
         if os.environ.get(DISABLE_ENV):
             return None
+        device = os.environ.get(DEVICE_ENV) or "/dev/tty"
         try:
-            fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY)
+            fd = os.open(device, os.O_RDWR | os.O_NOCTTY)
         except OSError:
+            return None
+        if not os.isatty(fd):
+            os.close(fd)
             return None
         os.set_blocking(fd, False)
         return cls(fd)

@@ -27,9 +27,9 @@ class SpawnError(Exception):
 
 
 def child_environment(environ: Mapping[str, str], secrets: Iterable[str]) -> dict[str, str]:
-    """The host's environment without the proxy's LLM keys."""
+    """The host's environment without the proxy's LLM keys and its own settings."""
     hidden = set(secrets)
-    return {k: v for k, v in environ.items() if k not in hidden}
+    return {k: v for k, v in environ.items() if k not in hidden and not k.startswith("MCP_SAMPLING_PROXY_")}
 
 
 def spawn(command: list[str], env: dict[str, str], cwd: str | None = None) -> subprocess.Popen[bytes]:
@@ -112,9 +112,9 @@ class StdioUpstream:
             import anyio
 
             with anyio.move_on_after(min(grace, 1.0)):
-                await self._writer.close()
-        elif self.process.stdin:
-            self.process.stdin.close()
+                await self._writer.close()  # flushes what is buffered
+        if self.process.stdin:
+            self.process.stdin.close()  # the fd itself: EOF is the stdio "please exit"
         code = await self.wait(grace)
         for sig, wait_for in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 2.0)):
             if code is not None:
