@@ -31,10 +31,10 @@ def parse_headers(specs: list[str], environ: Mapping[str, str]) -> dict[str, str
         if not sep or not name.strip():
             raise ValueError(f"--header {spec!r} is not 'Name: value'")
 
-        def expand(match: re.Match[str]) -> str:
+        def expand(match: re.Match[str], header: str = name.strip()) -> str:
             var = match.group(1)
             if var not in environ:
-                raise ValueError(f"--header {name.strip()!r} uses ${{{var}}}, which is not set in the environment")
+                raise ValueError(f"--header {header!r} uses ${{{var}}}, which is not set in the environment")
             return environ[var]
 
         headers[name.strip()] = _ENV_REF.sub(expand, value.strip())
