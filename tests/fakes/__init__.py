@@ -1,0 +1,1 @@
+"""In-process fakes (real sockets, no mocks) for the test suite and benchmarks."""

@@ -1,0 +1,398 @@
+"""A real loopback HTTP server speaking the OpenAI Chat Completions or Anthropic Messages wire format.
+
+Tests drive the adapters over actual sockets (timeouts, refused connections, keep-alive and
+cancellation behave as in production) without any network access or API key. Only the stdlib
+is used so the file also runs as a standalone process:
+
+    python tests/fakes/llm_server.py --kind openai --port 0    # first stdout line: base_url
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import signal
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+Body = dict[str, Any] | Callable[["RecordedRequest"], dict[str, Any]] | None
+
+
+@dataclass
+class RecordedRequest:
+    method: str
+    path: str
+    headers: dict[str, str]  # lower-case names
+    body: Any  # parsed JSON, or None
+
+
+@dataclass
+class ScriptedReply:
+    status: int = 200
+    body: Body = None  # None: the default echo reply when status is 200, else an empty body
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+    raw: bytes | None = None  # a non-JSON body, sent as is
+
+
+class FakeLLMServer:
+    """`FakeLLMServer(kind="openai"|"anthropic")`: serving from construction until `close()`."""
+
+    def __init__(
+        self,
+        kind: str = "openai",
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        models: tuple[str, ...] | None = None,
+        api_key: str | None = None,
+    ):
+        if kind not in ("openai", "anthropic"):
+            raise ValueError(f"kind must be 'openai' or 'anthropic', not {kind!r}")
+        self.kind = kind
+        self.models = models or (("fake-gpt-4o-mini",) if kind == "openai" else ("fake-claude-sonnet",))
+        self.api_key = api_key  # when set, requests without it get a 401 in the provider's format
+        self.requests: list[RecordedRequest] = []
+        self._queue: deque[ScriptedReply] = deque()
+        self._lock = threading.Lock()
+        self._closing = threading.Event()
+        self._sockets: set[socket.socket] = set()
+        self._httpd = _Server((host, port), _Handler)
+        self._httpd.owner = self
+        self.port = self._httpd.server_address[1]
+        root = f"http://{host}:{self.port}"
+        self.base_url = f"{root}/v1" if kind == "openai" else root
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, name="fake-llm", daemon=True
+        )
+        self._thread.start()
+
+    # -- scripting -----------------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        status: int = 200,
+        body: Body = None,
+        headers: dict[str, str] | None = None,
+        delay: float = 0.0,
+        *,
+        raw: bytes | None = None,
+    ) -> None:
+        """Answer the next completion request exactly like this (FIFO)."""
+        with self._lock:
+            self._queue.append(ScriptedReply(status, body, dict(headers or {}), delay, raw))
+
+    def reply_text(
+        self,
+        text: str,
+        *,
+        model: str | None = None,
+        finish: str | None = None,
+        usage: tuple[int, int] | None = (11, 7),
+        delay: float = 0.0,
+    ) -> None:
+        """A plain text answer; `finish` is the provider's own finish/stop reason."""
+        self.enqueue(body=lambda req: self._text_body(req, text, model, finish, usage), delay=delay)
+
+    def reply_tool_call(
+        self,
+        name: str,
+        arguments: dict[str, Any] | str,
+        *,
+        id: str = "call_1",
+        text: str | None = None,
+        model: str | None = None,
+        finish: str | None = None,
+    ) -> None:
+        """A tool call (OpenAI `arguments` may be a raw string, to test bad JSON)."""
+        self.enqueue(body=lambda req: self._tool_body(req, name, arguments, id, text, model, finish))
+
+    def reply_error(self, status: int, message: str, retry_after: float | str | None = None) -> None:
+        """An error in the provider's JSON error format, optionally with Retry-After."""
+        headers = {"retry-after": str(retry_after)} if retry_after is not None else {}
+        self.enqueue(status=status, body=self._error_body(status, message), headers=headers)
+
+    @property
+    def last(self) -> RecordedRequest:
+        return self.requests[-1]
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop promptly: cut scripted delays short and drop open keep-alive connections."""
+        self._closing.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        with self._lock:
+            sockets = list(self._sockets)
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> FakeLLMServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- wire formats --------------------------------------------------------------------------
+
+    def _model(self, request: RecordedRequest, model: str | None) -> str:
+        if model:
+            return model
+        asked = request.body.get("model") if isinstance(request.body, dict) else None
+        return asked or self.models[0]
+
+    def _text_body(
+        self,
+        request: RecordedRequest,
+        text: str,
+        model: str | None,
+        finish: str | None,
+        usage: tuple[int, int] | None,
+    ) -> dict[str, Any]:
+        model = self._model(request, model)
+        if self.kind == "openai":
+            body: dict[str, Any] = {
+                "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": text, "refusal": None},
+                        "logprobs": None,
+                        "finish_reason": finish or "stop",
+                    }
+                ],
+                "system_fingerprint": "fp_fake",
+            }
+            if usage:
+                body["usage"] = {
+                    "prompt_tokens": usage[0],
+                    "completion_tokens": usage[1],
+                    "total_tokens": usage[0] + usage[1],
+                }
+            return body
+        body = {
+            "id": f"msg_{uuid.uuid4().hex[:24]}",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": finish or "end_turn",
+            "stop_sequence": None,
+        }
+        if usage:
+            body["usage"] = {"input_tokens": usage[0], "output_tokens": usage[1]}
+        return body
+
+    def _tool_body(
+        self,
+        request: RecordedRequest,
+        name: str,
+        arguments: dict[str, Any] | str,
+        call_id: str,
+        text: str | None,
+        model: str | None,
+        finish: str | None,
+    ) -> dict[str, Any]:
+        body = self._text_body(request, text or "", model, finish, (20, 9))
+        if self.kind == "openai":
+            args = arguments if isinstance(arguments, str) else json.dumps(arguments)
+            message = body["choices"][0]["message"]
+            message["content"] = text
+            message["tool_calls"] = [{"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}]
+            body["choices"][0]["finish_reason"] = finish or "tool_calls"
+        else:
+            blocks = [{"type": "text", "text": text}] if text else []
+            blocks.append({"type": "tool_use", "id": call_id, "name": name, "input": arguments})
+            body["content"] = blocks
+            body["stop_reason"] = finish or "tool_use"
+        return body
+
+    def _error_body(self, status: int, message: str) -> dict[str, Any]:
+        if self.kind == "openai":
+            kind = {401: "invalid_request_error", 429: "requests", 404: "invalid_request_error"}
+            error = {
+                "message": message,
+                "type": kind.get(status, "server_error"),
+                "param": None,
+                "code": None,
+            }
+            return {"error": error}
+        kind = {
+            400: "invalid_request_error",
+            401: "authentication_error",
+            403: "permission_error",
+            404: "not_found_error",
+            413: "request_too_large",
+            429: "rate_limit_error",
+            529: "overloaded_error",
+        }
+        return {"type": "error", "error": {"type": kind.get(status, "api_error"), "message": message}}
+
+    def _default_reply(self, request: RecordedRequest) -> dict[str, Any]:
+        """Echo the last user text, so tests and benchmarks get a deterministic answer."""
+        text = _last_user_text(request.body)
+        words = sum(len(str(m.get("content", "")).split()) for m in _messages(request.body))
+        return self._text_body(request, f"echo: {text}", None, None, (max(1, words), 2 + len(text.split())))
+
+    def _models_body(self) -> dict[str, Any]:
+        if self.kind == "openai":
+            data = [{"id": m, "object": "model", "created": 1700000000, "owned_by": "fake"} for m in self.models]
+            return {"object": "list", "data": data}
+        data = [
+            {"type": "model", "id": m, "display_name": m, "created_at": "2025-01-01T00:00:00Z"} for m in self.models
+        ]
+        return {"data": data, "has_more": False, "first_id": self.models[0], "last_id": self.models[-1]}
+
+    # -- request handling (runs on the server's threads) --------------------------------------
+
+    def _handle(self, handler: _Handler, method: str) -> None:
+        length = int(handler.headers.get("content-length") or 0)
+        raw = handler.rfile.read(length) if length else b""
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        path = handler.path.split("?", 1)[0]
+        request = RecordedRequest(method, path, {k.lower(): v for k, v in handler.headers.items()}, body)
+        with self._lock:
+            self.requests.append(request)
+        completion_path = "/v1/chat/completions" if self.kind == "openai" else "/v1/messages"
+        if self.api_key and not self._authorized(request):
+            reply = ScriptedReply(401, self._error_body(401, "invalid api key"))
+        elif method == "GET" and path == "/v1/models":
+            reply = ScriptedReply(200, self._models_body())
+        elif method == "POST" and path == completion_path:
+            with self._lock:
+                reply = self._queue.popleft() if self._queue else ScriptedReply()
+        else:
+            reply = ScriptedReply(404, self._error_body(404, f"no route for {method} {path}"))
+        if reply.delay and self._closing.wait(reply.delay):
+            handler.close_connection = True
+            return  # closing: drop the request unanswered
+        self._send(handler, request, reply)
+
+    def _authorized(self, request: RecordedRequest) -> bool:
+        if self.kind == "openai":
+            return request.headers.get("authorization") == f"Bearer {self.api_key}"
+        return request.headers.get("x-api-key") == self.api_key
+
+    def _send(self, handler: _Handler, request: RecordedRequest, reply: ScriptedReply) -> None:
+        if reply.raw is not None:
+            payload, ctype = reply.raw, "text/plain; charset=utf-8"
+        else:
+            body = reply.body
+            if callable(body):
+                body = body(request)
+            elif body is None and reply.status == 200:
+                body = self._default_reply(request)
+            payload, ctype = (json.dumps(body).encode() if body is not None else b""), "application/json"
+        handler.send_response(reply.status)
+        handler.send_header("content-type", ctype)
+        handler.send_header("content-length", str(len(payload)))
+        for name, value in reply.headers.items():
+            handler.send_header(name, value)
+        handler.end_headers()
+        handler.wfile.write(payload)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    owner: FakeLLMServer
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # clients hanging up mid-answer (timeouts, cancellation) are expected here
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as real providers do
+    disable_nagle_algorithm = True  # headers and body go out separately; avoid 40 ms delayed-ACK stalls
+    server: _Server
+
+    def setup(self) -> None:
+        super().setup()
+        owner = self.server.owner
+        with owner._lock:
+            owner._sockets.add(self.connection)
+
+    def finish(self) -> None:
+        owner = self.server.owner
+        with owner._lock:
+            owner._sockets.discard(self.connection)
+        with contextlib.suppress(OSError):
+            super().finish()
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def _dispatch(self, method: str) -> None:
+        try:
+            self.server.owner._handle(self, method)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def _messages(body: Any) -> list[dict[str, Any]]:
+    messages = body.get("messages") if isinstance(body, dict) else None
+    return [m for m in messages if isinstance(m, dict)] if isinstance(messages, list) else []
+
+
+def _last_user_text(body: Any) -> str:
+    for message in reversed(_messages(body)):
+        if message.get("role") != "user":
+            continue
+        content = message.get("content")
+        if isinstance(content, str):
+            return content
+        if isinstance(content, list):
+            texts = [b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text"]
+            if texts:
+                return "\n".join(texts)
+    return ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kind", choices=("openai", "anthropic"), default="openai")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--model", action="append", help="model id to report (repeatable)")
+    parser.add_argument("--api-key", help="answer 401 unless this key is sent")
+    args = parser.parse_args(argv)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    server = FakeLLMServer(
+        args.kind, port=args.port, models=tuple(args.model) if args.model else None, api_key=args.api_key
+    )
+    print(server.base_url, flush=True)
+    try:
+        while not stop.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
