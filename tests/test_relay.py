@@ -1,0 +1,222 @@
+"""The relay: everything passes unchanged, bad input is answered, and the lifecycle is clean."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from support import KITCHEN_SINK, PY, RawHost, alive, children_of, proxy_command, proxy_env, write_policy
+
+SCRIPT = [
+    ("tools/list", {}),
+    ("tools/call", {"name": "echo", "arguments": {"text": "héllo \u2028 world"}}),
+    ("tools/call", {"name": "progress", "arguments": {"steps": 3}, "_meta": {"progressToken": "tok-1"}}),
+    ("logging/setLevel", {"level": "debug"}),
+    ("tools/call", {"name": "log", "arguments": {"message": "a log line", "level": "warning"}}),
+    ("tools/call", {"name": "notify_changes", "arguments": {}}),
+    ("resources/list", {}),
+    ("resources/read", {"uri": "test://hello"}),
+    ("prompts/get", {"name": "greet", "arguments": {"name": "Ada"}}),
+    ("ping", None),
+    ("no/such_method", {"x": 1}),
+    ("tools/call", {"name": "echo", "arguments": {"text": "x"}, "_meta": {"custom/key": {"deep": [1, 2]}}}),
+]
+
+
+def run_script(command: list[str], env: dict[str, str], tmp_path: Path) -> list[dict]:
+    """Run SCRIPT (with string and integer ids) and return every message received."""
+    with RawHost(command, env, tmp_path / "stderr.log") as host:
+        host.initialize()
+        for index, (method, params) in enumerate(SCRIPT):
+            request_id = f"req-{index}" if index % 2 else index + 100
+            message = {"jsonrpc": "2.0", "id": request_id, "method": method}
+            if params is not None:
+                message["params"] = params
+            host.send(message)
+            host.wait_for(lambda m, rid=request_id: m.get("id") == rid and "method" not in m)
+        host.close_stdin()
+        assert host.wait() == 0
+        return [json.loads(line) for line in host.raw_received]
+
+
+def normalise(messages: list[dict]) -> list[dict]:
+    """Drop what legitimately differs between runs (the capabilities the proxy adds)."""
+    for message in messages:
+        result = message.get("result")
+        if isinstance(result, dict) and "serverInfo" in result:
+            result.pop("serverInfo", None)
+    return messages
+
+
+def test_every_message_matches_a_direct_connection(tmp_path: Path) -> None:
+    direct = run_script([PY, KITCHEN_SINK], proxy_env(), tmp_path)
+    proxied = run_script(proxy_command(), proxy_env(), tmp_path)
+    assert normalise(proxied) == normalise(direct)
+    methods = [m.get("method") for m in proxied if "method" in m]
+    # the script provoked each notification kind; the comparison above proves they all arrived in order
+    for expected in ("notifications/progress", "notifications/message", "notifications/tools/list_changed",
+                     "notifications/resources/updated"):
+        assert expected in methods
+    unknown = next(m for m in proxied if m.get("id") == 110)
+    assert unknown["error"]["code"] == -32601
+
+
+def test_stdout_carries_protocol_messages_only(tmp_path: Path) -> None:
+    with RawHost(proxy_command(), proxy_env(), tmp_path / "stderr.log") as host:
+        host.initialize()
+        host.request("tools/call", {"name": "log", "arguments": {"message": "noise"}})
+        host.close_stdin()
+        host.wait()
+    for line in host.raw_received:
+        assert json.loads(line)["jsonrpc"] == "2.0"
+    assert (tmp_path / "stderr.log").read_bytes(), "logs belong on stderr"
+
+
+def test_upstream_sees_sampling_capability_added_to_the_hosts(tmp_path: Path) -> None:
+    with RawHost(proxy_command(), proxy_env(), tmp_path / "stderr.log") as host:
+        host.initialize({"roots": {"listChanged": True}, "experimental": {"x": {}}})
+        caps = json.loads(host.request("tools/call", {"name": "caps", "arguments": {}})["result"]["content"][0]["text"])
+    assert caps["roots"] == {"listChanged": True}
+    assert caps["experimental"] == {"x": {}}
+    assert "sampling" in caps
+
+
+def test_malformed_line_gets_parse_error_and_relay_goes_on(tmp_path: Path) -> None:
+    with RawHost(proxy_command(), proxy_env(), tmp_path / "stderr.log") as host:
+        host.initialize()
+        host.send_raw(b"{this is not json\n")
+        error = host.recv()
+        assert error == {"jsonrpc": "2.0", "id": None, "error": error["error"]}
+        assert error["error"]["code"] == -32700
+        host.send_raw(b"[1, 2\n")
+        assert host.recv()["error"]["code"] == -32700
+        host.send_raw(b"42\n")
+        assert host.recv()["error"]["code"] == -32600
+        response = host.request("tools/call", {"name": "echo", "arguments": {"text": "still here"}})
+        assert response["result"]["content"][0]["text"] == "still here"
+
+
+def test_oversized_message_is_refused_with_the_limit_named(tmp_path: Path) -> None:
+    command = proxy_command(None, "--max-message-bytes", "1000")
+    with RawHost(command, proxy_env(), tmp_path / "stderr.log") as host:
+        host.initialize()
+        big = {"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+               "params": {"name": "echo", "arguments": {"text": "x" * 5000}}}
+        host.send(big)
+        error = host.recv()
+        assert error["error"]["code"] == -32600
+        assert "1000" in error["error"]["message"]
+        ok = host.request("tools/call", {"name": "echo", "arguments": {"text": "small"}})
+        assert ok["result"]["content"][0]["text"] == "small"
+
+
+def test_upstream_crash_answers_inflight_requests_and_exits_nonzero(tmp_path: Path) -> None:
+    with RawHost(proxy_command(), proxy_env(), tmp_path / "stderr.log") as host:
+        host.initialize()
+        host.send({"jsonrpc": "2.0", "id": 77, "method": "tools/call",
+                   "params": {"name": "slow", "arguments": {"seconds": 30}}})
+        host.send({"jsonrpc": "2.0", "id": 78, "method": "tools/call",
+                   "params": {"name": "crash", "arguments": {"code": 3}}})
+        answers = {}
+        for _ in range(2):
+            message = host.recv()
+            answers[message["id"]] = message
+        assert set(answers) == {77, 78}
+        for message in answers.values():
+            assert message["error"]["code"] == -32000
+            assert "exited with code 3" in message["error"]["message"]
+            assert "kitchen-sink" in message["error"]["message"]
+        assert host.wait() == 3
+        assert host.recv() is None
+
+
+@pytest.mark.parametrize("how", ["eof", "sigterm", "sigint"])
+def test_shutdown_leaves_no_orphan_or_zombie(tmp_path: Path, how: str) -> None:
+    with RawHost(proxy_command(), proxy_env(), tmp_path / "stderr.log") as host:
+        host.initialize()
+        children = children_of(host.proc.pid)
+        assert len(children) == 1
+        child = children[0]
+        started = time.monotonic()
+        if how == "eof":
+            host.close_stdin()
+        else:
+            host.proc.send_signal(signal.SIGTERM if how == "sigterm" else signal.SIGINT)
+        assert host.wait() == 0
+        assert time.monotonic() - started < 10
+        deadline = time.monotonic() + 5
+        while alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive(child)
+
+
+STUBBORN = """
+import signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+for line in sys.stdin:
+    pass
+while True:
+    time.sleep(1)
+"""
+
+
+def test_stuck_upstream_is_killed_without_hanging(tmp_path: Path) -> None:
+    policy = write_policy(tmp_path, "upstream:\n  shutdown_timeout: 0.5\n")
+    command = proxy_command(policy, upstream=[PY, "-c", STUBBORN])
+    with RawHost(command, proxy_env(), tmp_path / "stderr.log") as host:
+        time.sleep(0.5)
+        child = children_of(host.proc.pid)[0]
+        started = time.monotonic()
+        host.close_stdin()
+        assert host.wait() == 0
+        assert time.monotonic() - started < 8
+        time.sleep(0.2)
+        assert not alive(child)
+
+
+def test_upstream_stderr_is_tagged_on_proxy_stderr_and_keys_are_not_inherited(tmp_path: Path) -> None:
+    script = ("import os, sys\nsys.stderr.write('env:' + ','.join(sorted(os.environ)) + '\\n')\n"
+              "sys.stderr.flush()\nsys.stdin.read()\n")
+    env = proxy_env(OPENAI_API_KEY="sk-secret-openai", ANTHROPIC_API_KEY="sk-ant-secret",
+                    CUSTOM_KEY="sk-custom-secret", SOME_SETTING="kept")
+    policy = write_policy(tmp_path, "llm:\n  providers:\n    p:\n      type: openai\n      api_key_env: CUSTOM_KEY\n"
+                                    "      models: [m]\n")
+    with RawHost(proxy_command(policy, upstream=[PY, "-c", script]), env, tmp_path / "stderr.log") as host:
+        time.sleep(1.0)
+        host.close_stdin()
+        host.wait()
+    stderr = (tmp_path / "stderr.log").read_text()
+    tagged = next(line for line in stderr.splitlines() if "env:" in line)
+    assert tagged.startswith("[upstream ")
+    names = tagged.split("env:", 1)[1].split(",")
+    assert "SOME_SETTING" in names
+    for secret in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "CUSTOM_KEY"):
+        assert secret not in names
+    assert "sk-" not in stderr
+
+
+def test_missing_command_gets_a_clear_error(tmp_path: Path) -> None:
+    import subprocess
+
+    result = subprocess.run(proxy_command(upstream=["no-such-server-binary"]), env=proxy_env(),
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 127
+    assert "'no-such-server-binary' not found" in result.stderr
+    assert result.stdout == ""
+
+
+def test_help_explains_options_with_a_host_config_example() -> None:
+    import subprocess
+
+    result = subprocess.run([PY, "-m", "mcp_sampling_proxy", "--help"], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0
+    for needle in ("--policy", "--url", "--header", "--name", "--log-level", "--log-format", "mcpServers"):
+        assert needle in result.stdout
+
+
+if sys.platform != "linux":  # pragma: no cover
+    pytestmark = pytest.mark.skip("process-tree checks use /proc")
