@@ -19,7 +19,7 @@ from mcp_sampling_proxy import capabilities, jsonrpc
 from mcp_sampling_proxy.approval import Approver
 from mcp_sampling_proxy.audit import AuditLog
 from mcp_sampling_proxy.config import Settings
-from mcp_sampling_proxy.llm.base import ProviderConfig
+from mcp_sampling_proxy.llm.base import ModelSpec, ProviderConfig
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.relay import Relay, Session
 from mcp_sampling_proxy.sampling import AdapterPool, SamplingService
@@ -96,7 +96,7 @@ def claim_stdio() -> tuple[int, int]:
 def build_adapters(settings: Settings, terminal: Terminal | None) -> AdapterPool:
     providers = list(settings.providers)
     if not providers and terminal is not None:
-        providers = [ProviderConfig(name="console", type="console", models=())]
+        providers = [ProviderConfig(name="console", type="console", models=(ModelSpec("console"),))]
         log.info("no LLM provider configured: sampling replies are typed at this terminal (console provider)")
     elif not providers:
         log.warning("no LLM provider configured and no terminal: sampling requests will get an error",

@@ -1,0 +1,125 @@
+"""The terminal as a person uses it: `try` under a pseudo-terminal, typed replies, y/n approval.
+
+The proxy runs in a new session (as the SDK starts servers), so it reaches the user's terminal
+through the device `try` hands it. Server text shown there must arrive without escape sequences.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from fakes.llm_server import FakeLLMServer
+from support import EXAMPLES, KITCHEN_SINK, PY, openai_policy, proxy_env, write_policy
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="needs a Linux pty")
+
+
+class PtySession:
+    """Runs a command with a pseudo-terminal as its controlling terminal."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]):
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:  # child
+            os.execve(argv[0], argv, env)
+        self.output = b""
+
+    def read_until(self, needle: bytes, timeout: float = 30.0) -> bytes:
+        deadline = time.monotonic() + timeout
+        while needle not in self.output:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AssertionError(f"{needle!r} not shown; terminal so far:\n{self.output.decode(errors='replace')}")
+            if not self._read(remaining):
+                raise AssertionError(f"{needle!r} never shown:\n{self.output.decode(errors='replace')}")
+        return self.output
+
+    def _read(self, timeout: float) -> bool:
+        ready, _, _ = select.select([self.fd], [], [], timeout)
+        if not ready:
+            return True
+        try:
+            chunk = os.read(self.fd, 65536)
+        except OSError:
+            return False
+        self.output += chunk
+        return bool(chunk)
+
+    def type(self, text: str) -> None:
+        os.write(self.fd, text.encode())
+
+    def finish(self, timeout: float = 30.0) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self._read(0.2):
+            done, status = os.waitpid(self.pid, os.WNOHANG)
+            if done:
+                while self._read(0.1):
+                    pass
+                return os.waitstatus_to_exitcode(status)
+        _, status = os.waitpid(self.pid, 0)
+        return os.waitstatus_to_exitcode(status)
+
+
+def try_argv(*args: str) -> list[str]:
+    return [PY, "-m", "mcp_sampling_proxy", "try", *args]
+
+
+def terminal_env(**extra: str) -> dict[str, str]:
+    env = proxy_env(**extra)
+    env.pop("MCP_SAMPLING_PROXY_NO_TERMINAL")
+    return env
+
+
+def test_console_provider_reply_typed_at_the_terminal(tmp_path: Path) -> None:
+    policy = write_policy(tmp_path, "rules:\n  - name: all\n    action: allow\n")
+    session = PtySession(try_argv("--policy", policy, "--tool", "summarize", "--args",
+                                  json.dumps({"text": "The quick brown fox."}),
+                                  "--", PY, str(EXAMPLES / "summarizer.py")), terminal_env())
+    screen = session.read_until(b"finish with a line holding only '.'")
+    assert b"Server 'summarizer' asks for an LLM completion" in screen
+    assert b"The quick brown fox." in screen
+    session.type("A fox, quickly.\n.\n")
+    assert session.finish() == 0
+    assert b"result:" in session.output
+    assert b"A fox, quickly." in session.output.split(b"result:")[1]
+
+
+def test_server_text_is_stripped_of_escape_sequences_on_the_terminal(tmp_path: Path) -> None:
+    policy = write_policy(tmp_path, "rules:\n  - name: all\n    action: allow\n")
+    evil = "hello\x1b[2J\x1b[H\x1b]0;pwned\x07\x1b[31mRED\x9b5A end"
+    session = PtySession(try_argv("--policy", policy, "--tool", "sample", "--args", json.dumps({"prompt": evil}),
+                                  "--", PY, KITCHEN_SINK), terminal_env())
+    screen = session.read_until(b"finish with a line holding only '.'")
+    session.type(".\n")
+    session.finish()
+    assert b"hellopwnedRED end" not in screen  # the OSC payload is removed with its sequence
+    assert b"helloRED end" in screen
+    for forbidden in (b"\x1b[2J", b"\x1b]0;", b"\x1b[31m", b"\x9b", "\x9b".encode()):
+        assert forbidden not in session.output
+
+
+@pytest.mark.parametrize(("answer", "approved"), [("y", True), ("n", False)])
+def test_prompt_rule_asks_at_the_terminal(tmp_path: Path, answer: str, approved: bool) -> None:
+    with FakeLLMServer("openai") as llm:
+        llm.reply_text("approved answer")
+        policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=(
+            "rules:\n  - name: ask-me\n    action: prompt\n")))
+        session = PtySession(try_argv("--policy", policy, "--tool", "sample", "--args", '{"prompt": "may I?"}',
+                                      "--", PY, KITCHEN_SINK), terminal_env(TEST_LLM_KEY="k"))
+        screen = session.read_until(b"Allow this request? [y/N]")
+        assert b"may I?" in screen
+        assert b"during tool call 'sample'" in screen
+        session.type(answer + "\n")
+        session.finish()
+        if approved:
+            assert b"approved answer" in session.output
+            assert len(llm.requests) == 1
+        else:
+            assert b"rejected at the terminal" in session.output
+            assert llm.requests == []
