@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from mcp_sampling_proxy import __version__
 
-SUBCOMMANDS = ("try",)
+SUBCOMMANDS = ("try", "policy")
 
 EPILOG = """\
 examples:
@@ -25,6 +25,9 @@ examples:
   # a Streamable HTTP server
   mcp-sampling-proxy --policy policy.yaml --url https://mcp.example.com/mcp \\
       --header 'Authorization: Bearer ${EXAMPLE_TOKEN}'
+
+  # validate a policy file (exit 0/1)
+  mcp-sampling-proxy policy check policy.yaml
 
   # exercise a sampling server without any host
   mcp-sampling-proxy try --tool summarize --args '{"text": "..."}' -- python examples/servers/summarizer.py
@@ -83,10 +86,14 @@ def fail(message: str, code: int = 2) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
-    if args_list and args_list[0] in SUBCOMMANDS:
+    if args_list and args_list[0] == "try":
         from mcp_sampling_proxy.try_cmd import main as try_main
 
         return try_main(args_list[1:])
+    if args_list and args_list[0] == "policy":
+        from mcp_sampling_proxy.policy_cmd import main as policy_main
+
+        return policy_main(args_list[1:])
     args = build_parser().parse_args(args_list)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if bool(command) == bool(args.url):
