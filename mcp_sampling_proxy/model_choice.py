@@ -53,9 +53,11 @@ def choose_model(
         for key, attr in _PRIORITIES
         if isinstance(preferences.get(key), int | float) and preferences[key] > 0
     }
-    rated = [(p, m) for p, m in candidates if any(getattr(m, attr) is not None for attr in weights)]
+    # Scoring applies once any model is rated on a weighted axis; then every model competes, with
+    # its unrated axes neutral, so a model rated low never beats an unrated one on that axis.
+    rated = any(getattr(m, attr) is not None for _, m in candidates for attr in weights)
     if weights and rated:
-        provider, model = max(rated, key=lambda pm: _score(pm[1], weights))
+        provider, model = max(candidates, key=lambda pm: _score(pm[1], weights))  # ties: configured order
         shown = ", ".join(f"{attr}={w:g}" for attr, w in weights.items())
         return Choice(provider, model.name, f"best score {_score(model, weights):.2f} for priorities {shown}")
     provider_config = next((p for p in providers if p.name == default_provider), providers[0])

@@ -25,6 +25,11 @@ class Node:
         self.path = path  # dotted path for messages, e.g. "llm.providers.openai"
         self.where = where  # file name
 
+    @property
+    def label(self) -> str:
+        """How messages name this node: its dotted path, or the top level for the root."""
+        return self.path or "the top level of the policy"
+
     # -- position and errors -------------------------------------------------------------
     def error(self, message: str) -> PolicyError:
         mark = self.node.start_mark
@@ -38,38 +43,38 @@ class Node:
     def str(self) -> str:
         v = self.value()
         if not isinstance(v, str) or not v:
-            raise self.error(f"{self.path} must be a non-empty string, got {_show(v)}")
+            raise self.error(f"{self.label} must be a non-empty string, got {_show(v)}")
         return v
 
     def choice(self, allowed: tuple[str, ...]) -> str:
         v = self.value()
         if v not in allowed:
             hint = _did_you_mean(str(v), allowed)
-            raise self.error(f"{self.path} {_show(v)} is not one of {', '.join(allowed)}{hint}")
+            raise self.error(f"{self.label} {_show(v)} is not one of {', '.join(allowed)}{hint}")
         return v
 
     def bool(self) -> bool:
         v = self.value()
         if not isinstance(v, bool):
-            raise self.error(f"{self.path} must be true or false, got {_show(v)}")
+            raise self.error(f"{self.label} must be true or false, got {_show(v)}")
         return v
 
     def number(self, *, minimum: float | None = None, maximum: float | None = None) -> float:
         v = self.value()
         if isinstance(v, bool) or not isinstance(v, int | float):
-            raise self.error(f"{self.path} must be a number, got {_show(v)}")
+            raise self.error(f"{self.label} must be a number, got {_show(v)}")
         if (minimum is not None and v < minimum) or (maximum is not None and v > maximum):
             lo = "-inf" if minimum is None else minimum
             hi = "inf" if maximum is None else maximum
-            raise self.error(f"{self.path} must be between {lo} and {hi}, got {v}")
+            raise self.error(f"{self.label} must be between {lo} and {hi}, got {v}")
         return v
 
     def int(self, *, minimum: int | None = None) -> int:
         v = self.value()
         if isinstance(v, bool) or not isinstance(v, int):
-            raise self.error(f"{self.path} must be a whole number, got {_show(v)}")
+            raise self.error(f"{self.label} must be a whole number, got {_show(v)}")
         if minimum is not None and v < minimum:
-            raise self.error(f"{self.path} must be at least {minimum}, got {v}")
+            raise self.error(f"{self.label} must be at least {minimum}, got {v}")
         return v
 
     # -- collections ---------------------------------------------------------------------
@@ -82,26 +87,26 @@ class Node:
     def mapping(self, allowed: tuple[str, ...] | None = None) -> dict[str, Node]:
         """Children by key; unknown keys are an error when `allowed` is given."""
         if not isinstance(self.node, yaml.MappingNode):
-            raise self.error(f"{self.path} must be a mapping (key: value lines), got {_kind(self.node)}")
+            raise self.error(f"{self.label} must be a mapping (key: value lines), got {_kind(self.node)}")
         out: dict[str, Node] = {}
         for key_node, value_node in self.node.value:
             key = _construct(key_node)
             key_at = Node(key_node, self.path, self.where)
             if not isinstance(key, str):
-                raise key_at.error(f"keys in {self.path} must be strings, got {_show(key)}")
+                raise key_at.error(f"keys in {self.label} must be strings, got {_show(key)}")
             if allowed is not None and key not in allowed:
                 hint = _did_you_mean(key, allowed)
                 raise key_at.error(
-                    f"unknown key '{key}' in {self.path}{hint}; allowed: {', '.join(allowed)}"
+                    f"unknown key '{key}' in {self.label}{hint}; allowed: {', '.join(allowed)}"
                 )
             if key in out:
-                raise key_at.error(f"key '{key}' appears twice in {self.path}")
+                raise key_at.error(f"key '{key}' appears twice in {self.label}")
             out[key] = Node(value_node, f"{self.path}.{key}" if self.path else key, self.where)
         return out
 
     def sequence(self) -> list[Node]:
         if not isinstance(self.node, yaml.SequenceNode):
-            raise self.error(f"{self.path} must be a list (lines starting with '- '), got {_kind(self.node)}")
+            raise self.error(f"{self.label} must be a list (lines starting with '- '), got {_kind(self.node)}")
         return [Node(n, f"{self.path}[{i}]", self.where) for i, n in enumerate(self.node.value)]
 
     def strings(self) -> list[str]:
