@@ -123,3 +123,18 @@ def test_prompt_rule_asks_at_the_terminal(tmp_path: Path, answer: str, approved:
         else:
             assert b"rejected at the terminal" in session.output
             assert llm.requests == []
+
+
+def test_readme_quickstart_without_policy_or_key(tmp_path: Path) -> None:
+    """The README's first command: approve at the terminal, then type the reply."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    assert "mcp-sampling-proxy try --tool summarize" in readme
+    session = PtySession(try_argv("--tool", "summarize", "--args",
+                                  '{"text": "MCP servers can ask the client for LLM completions."}',
+                                  "--", PY, str(EXAMPLES / "summarizer.py")), terminal_env())
+    session.read_until(b"Allow this request? [y/N]")
+    session.type("y\n")
+    session.read_until(b"finish with a line holding only '.'")
+    session.type("Servers borrow the client's model.\n.\n")
+    assert session.finish() == 0
+    assert b"Servers borrow the client's model." in session.output.split(b"result:")[1]
