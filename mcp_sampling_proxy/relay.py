@@ -24,6 +24,7 @@ from mcp_sampling_proxy.log import get_logger
 log = get_logger("mcp_sampling_proxy.relay")
 
 Send = Callable[[bytes], None]
+SERVER_INFO_META = "io.modelcontextprotocol/serverInfo"
 
 
 @dataclass
@@ -173,6 +174,8 @@ class Relay:
             request = self.session.inflight.pop(msg.get("id"), None)
             if request is not None and request.method in ("initialize", "server/discover"):
                 self._note_server(msg)
+            elif not self.session.server_info:
+                self._note_modern_server(msg)
             self._to_host(line)
             return
         if "id" in msg:
@@ -191,6 +194,12 @@ class Relay:
             self.session.protocol_version = version
         log.info("upstream ready", server=self.session.server_name, protocol=self.session.protocol_version,
                  host=self.session.host_name or None)
+
+    def _note_modern_server(self, msg: dict[str, Any]) -> None:
+        """2026-era servers name themselves in each result's _meta, not in an initialize result."""
+        info = _dict(_dict(_dict(msg.get("result")).get("_meta")).get(SERVER_INFO_META))
+        if info:
+            self.session.server_info = info
 
     def _cancel_served(self, msg: dict[str, Any]) -> bool:
         params = _dict(msg.get("params"))

@@ -220,3 +220,15 @@ def test_help_explains_options_with_a_host_config_example() -> None:
 
 if sys.platform != "linux":  # pragma: no cover
     pytestmark = pytest.mark.skip("process-tree checks use /proc")
+
+
+def test_2026_era_requests_get_sampling_in_their_meta_capabilities(tmp_path: Path) -> None:
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"roots": {}},
+            "io.modelcontextprotocol/clientInfo": {"name": "modern-host", "version": "1"}}
+    with RawHost(proxy_command(), proxy_env(), tmp_path / "stderr.log") as host:
+        response = host.request("tools/call", {"name": "caps", "arguments": {}, "_meta": meta})
+        discover = host.request("server/discover", {"_meta": meta})
+    assert json.loads(response["result"]["content"][0]["text"]) == {"roots": {}, "sampling": {}}
+    assert discover["error"]["code"] == -32601
+    assert "handshake era" in discover["error"]["message"]
