@@ -317,3 +317,24 @@ async def test_cancelled_tool_call_aborts_the_llm_request(tmp_path: Path, openai
 async def test_handshake_era_is_kept_for_auto_mode_hosts(tmp_path: Path, openai_llm: FakeLLMServer) -> None:
     result = await call(tmp_path, openai_policy(openai_llm.base_url), "sample", {"prompt": "auto host"}, mode="auto")
     assert tool_json(result)["content"]["text"] == "echo: auto host"
+
+
+@pytest.mark.anyio
+async def test_audit_record_per_decision_without_the_key(tmp_path: Path, openai_llm: FakeLLMServer) -> None:
+    audit = tmp_path / "audit.jsonl"
+    rules = ("rules:\n  - name: no-big\n    when: {server: nobody}\n    action: deny\n"
+             "  - name: ok\n    action: allow\n")
+    policy = openai_policy(openai_llm.base_url, rules=rules) + f"audit:\n  path: {audit}\n"
+    openai_llm.reply_text("audited", usage=(21, 4))
+    await call(tmp_path, policy, "sample", {"prompt": "x"})
+    text = audit.read_text()
+    assert KEY not in text
+    (record,) = [json.loads(line) for line in text.splitlines()]
+    assert record["decision"] == "allow"
+    assert record["rule"] == "ok"
+    assert record["server"] == "kitchen-sink"
+    assert record["tool"] == "sample"
+    assert record["provider"] == "fake"
+    assert (record["input_tokens"], record["output_tokens"]) == (21, 4)
+    assert record["stop_reason"] == "endTurn"
+    assert oct(audit.stat().st_mode & 0o777) == "0o600"
