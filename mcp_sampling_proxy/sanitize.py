@@ -14,11 +14,11 @@ import re
 _ESCAPES = re.compile(
     r"""
     (?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]            # CSI
-    | (?:\x1b\]|\x9d).*?(?:\x07|\x1b\\|\x9c|$)    # OSC ... BEL or ST
-    | (?:\x1b[PX^_]|[\x90\x98\x9e\x9f]).*?(?:\x1b\\|\x9c|$)  # DCS, SOS, PM, APC
+    | (?:\x1b\]|\x9d).*?(?:\x07|\x1b\\|\x9c|(?=\n)|\Z)    # OSC ... BEL or ST (or end of line)
+    | (?:\x1b[PX^_]|[\x90\x98\x9e\x9f]).*?(?:\x1b\\|\x9c|(?=\n)|\Z)  # DCS, SOS, PM, APC
     | \x1b[ -/]*[0-~]?                          # any other ESC sequence (or a lone ESC)
     """,
-    re.VERBOSE | re.DOTALL,
+    re.VERBOSE,  # no DOTALL: an unterminated string sequence ends at the newline, hiding nothing after it
 )
 # C0 controls except \t and \n, DEL, C1 controls, and Unicode bidi overrides that can
 # visually reorder text (Trojan Source).

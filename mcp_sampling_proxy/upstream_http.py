@@ -57,11 +57,14 @@ class HttpUpstream:
         self._failure: str | None = None
 
     async def attach(self, on_line: Callable[[bytes], None], on_eof: Callable[[], None]) -> None:
+        import asyncio
+
         self._on_line = on_line
         self._on_eof = on_eof
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
-        self._tg.start_soon(self._run)
+        self._scope = anyio.CancelScope()  # created here: anyio needs the running loop
+        # A task of its own (the proxy runs on asyncio): a task group entered here and left in
+        # stop() would sit on the caller's cancel-scope stack in between and break its nesting.
+        self._task = asyncio.get_running_loop().create_task(self._run())
 
     def send(self, line: bytes) -> None:
         try:
@@ -75,26 +78,31 @@ class HttpUpstream:
         from mcp.shared._httpx_utils import create_mcp_http_client
 
         try:
-            async with (
-                create_mcp_http_client(headers=self._headers) as client,
-                streamable_http_client(self.url, http_client=client) as (read_stream, write_stream),
-                anyio.create_task_group() as tg,
-            ):
-                tg.start_soon(self._pump_out, write_stream)
-                async for item in read_stream:
-                    if isinstance(item, Exception):
-                        log.warning("upstream HTTP transport error", error=str(item))
-                        continue
-                    line = item.message.model_dump_json(by_alias=True, exclude_unset=True).encode()
-                    self._note_version(line)
-                    self._on_line(line)
-                tg.cancel_scope.cancel()
-        except (httpx2.HTTPError, OSError) as exc:
-            self._failure = f"could not be reached at {self.url} ({exc})"
-            log.error("upstream HTTP server unreachable", url=self.url, error=str(exc))
+            with self._scope:
+                async with (
+                    create_mcp_http_client(headers=self._headers) as client,
+                    streamable_http_client(self.url, http_client=client) as (read_stream, write_stream),
+                    anyio.create_task_group() as tg,
+                ):
+                    tg.start_soon(self._pump_out, write_stream, tg.cancel_scope)
+                    async for item in read_stream:
+                        if isinstance(item, Exception):
+                            log.warning("upstream HTTP transport error", error=str(item))
+                            continue
+                        line = item.message.model_dump_json(by_alias=True, exclude_unset=True).encode()
+                        self._note_version(line)
+                        self._on_line(line)
+                    tg.cancel_scope.cancel()
         except Exception as exc:
-            self._failure = f"failed ({exc})"
-            log.exception("upstream HTTP transport failed", url=self.url)
+            # The SDK's transport fails inside task groups: look through the exception groups.
+            cause = _first_leaf(exc)
+            if isinstance(cause, httpx2.HTTPError | OSError):
+                self._failure = f"could not be reached at {self.url} ({_describe(cause)})"
+                log.error("upstream HTTP server unreachable", url=self.url, error=_describe(cause))
+            else:
+                self._failure = f"failed ({_describe(cause)})"
+                log.error("upstream HTTP transport failed", url=self.url, error=_describe(cause),
+                          exc_info=cause)
         finally:
             self._closed.set()
             self._on_eof()
@@ -109,7 +117,7 @@ class HttpUpstream:
     def describe_end(self, code: int | None) -> str:
         return self._failure or "closed the connection"
 
-    async def _pump_out(self, write_stream: Any) -> None:
+    async def _pump_out(self, write_stream: Any, session_scope: anyio.CancelScope) -> None:
         from mcp.shared.message import ClientMessageMetadata, SessionMessage
         from mcp_types import jsonrpc_message_adapter
 
@@ -121,6 +129,9 @@ class HttpUpstream:
                 continue
             headers = self._stamp(json.loads(line))
             await write_stream.send(SessionMessage(message, metadata=ClientMessageMetadata(headers=headers)))
+        # stop() closed the outbox: everything queued is sent, so end the session now (the
+        # transport then terminates it with a DELETE) instead of waiting out the grace period.
+        session_scope.cancel()
 
     def _stamp(self, msg: Any) -> dict[str, str] | None:
         """Per-message headers the Streamable HTTP transport needs but cannot derive."""
@@ -159,7 +170,18 @@ class HttpUpstream:
         self._outbox_send.close()
         with anyio.move_on_after(max(grace, 0.1)):
             await self._closed.wait()
-        self._tg.cancel_scope.cancel()
-        with anyio.CancelScope(shield=True):
-            await self._tg.__aexit__(None, None, None)
-        return 0
+        self._scope.cancel()
+        with anyio.move_on_after(2.0):
+            await self._closed.wait()
+        return 1 if self._failure else 0
+
+
+def _first_leaf(exc: BaseException) -> BaseException:
+    """The first non-group exception inside (possibly nested) exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _describe(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__

@@ -1,0 +1,220 @@
+"""`--url`: the proxy in front of a Streamable HTTP server, end to end.
+
+The kitchen-sink server runs over Streamable HTTP in a subprocess (tests/fixtures/http_server.py, on a
+free loopback port); the proxy is a real process started by the SDK's `Client` (or by `RawHost` where
+exit codes and raw errors matter); sampling is fulfilled by the loopback `FakeLLMServer`.
+"""
+
+from __future__ import annotations
+
+import json
+import selectors
+import socket
+import subprocess
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+from fakes.llm_server import FakeLLMServer
+from mcp.shared.exceptions import MCPDeprecationWarning
+from support import PROXY, PY, ROOT, RawHost, openai_policy, proxy_env, sdk_host, tool_json, tool_text, write_policy
+
+HTTP_SERVER = str(ROOT / "tests" / "fixtures" / "http_server.py")
+
+
+@pytest.fixture(autouse=True)
+def _quiet_deprecations() -> None:
+    warnings.filterwarnings("ignore", category=MCPDeprecationWarning)
+
+
+class HttpServer:
+    """The fixture server as a subprocess; `url` is its MCP endpoint once the port accepts connections."""
+
+    def __init__(self, log_path: Path):
+        self._log = open(log_path, "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen([PY, HTTP_SERVER], stdout=subprocess.PIPE, stderr=self._log,
+                                     stdin=subprocess.DEVNULL)
+        self.port = self._read_port(timeout=20)
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        _wait_for_port(self.port, timeout=20)
+
+    def _read_port(self, timeout: float) -> int:
+        assert self.proc.stdout
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.proc.stdout, selectors.EVENT_READ)
+            if not sel.select(timeout):
+                self.close()
+                raise TimeoutError("the HTTP fixture server did not print its port")
+        line = self.proc.stdout.readline()
+        if not line.strip():
+            self.close()
+            raise RuntimeError(f"the HTTP fixture server exited early ({self.proc.poll()})")
+        return int(line)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+        if self.proc.stdout:
+            self.proc.stdout.close()
+        self._log.close()
+
+
+def _wait_for_port(port: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def _free_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServer]:
+    server = HttpServer(tmp_path_factory.mktemp("http") / "server.log")
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def url_command(url: str, policy: str | None = None, *options: str) -> list[str]:
+    cmd = [*PROXY, "--log-format", "json"]
+    if policy:
+        cmd += ["--policy", policy]
+    return [*cmd, "--url", url, *options]
+
+
+@pytest.mark.anyio
+async def test_tools_list_and_echo_through_the_proxy(http_server: HttpServer, tmp_path: Path) -> None:
+    with anyio.fail_after(30):
+        async with sdk_host(url_command(http_server.url), proxy_env(), tmp_path / "proxy.log") as client:
+            assert client.server_info is not None and client.server_info.name == "kitchen-sink"
+            names = {tool.name for tool in (await client.list_tools()).tools}
+            assert {"echo", "sample", "caps", "request_header"} <= names
+            result = await client.call_tool("echo", {"text": "héllo over HTTP \u2028 ✓"})
+            assert tool_text(result) == "héllo over HTTP \u2028 ✓"
+            # the proxy added sampling to the host's capabilities on the way upstream
+            assert "sampling" in tool_json(await client.call_tool("caps", {}))
+            # every request after initialize carries the negotiated version as a header
+            version = await client.call_tool("request_header", {"name": "MCP-Protocol-Version"})
+            assert tool_text(version) == tool_json(await client.call_tool("client_info", {}))["protocolVersion"]
+
+
+@pytest.mark.anyio
+async def test_sampling_is_fulfilled_by_the_proxy_llm(http_server: HttpServer, tmp_path: Path) -> None:
+    with FakeLLMServer("openai") as llm:
+        llm.reply_text("The exact text, with ünïcode and\nnewlines.")
+        policy = write_policy(tmp_path, openai_policy(llm.base_url, model="gpt-http"))
+        env = proxy_env(TEST_LLM_KEY="sk-test-key")
+        with anyio.fail_after(30):
+            async with sdk_host(url_command(http_server.url, policy), env, tmp_path / "proxy.log") as client:
+                result = await client.call_tool("sample", {"prompt": "Say the thing", "max_tokens": 42})
+        [request] = [r for r in llm.requests if r.path == "/v1/chat/completions"]
+    answer = tool_json(result)
+    assert not result.is_error
+    assert answer == {
+        "content": {"type": "text", "text": "The exact text, with ünïcode and\nnewlines."},
+        "model": "gpt-http",
+        "stopReason": "endTurn",
+    }
+    assert request.body["model"] == "gpt-http"
+    assert request.body["max_tokens"] == 42
+    assert request.body["messages"] == [{"role": "user", "content": "Say the thing"}]
+    assert request.headers["authorization"] == "Bearer sk-test-key"
+
+
+@pytest.mark.anyio
+async def test_header_values_are_expanded_from_the_environment(http_server: HttpServer, tmp_path: Path) -> None:
+    command = url_command(http_server.url, None, "--header", "X-Test: ${SOME_ENV}",
+                          "--header", "Authorization: Bearer ${TEST_TOKEN}-suffix")
+    env = proxy_env(SOME_ENV="value from env", TEST_TOKEN="tok123")
+    with anyio.fail_after(30):
+        async with sdk_host(command, env, tmp_path / "proxy.log") as client:
+            assert tool_text(await client.call_tool("request_header", {"name": "X-Test"})) == "value from env"
+            auth = await client.call_tool("request_header", {"name": "authorization"})
+            assert tool_text(auth) == "Bearer tok123-suffix"
+            absent = await client.call_tool("request_header", {"name": "X-Not-Sent"})
+            assert tool_text(absent) == "<absent>"
+
+
+def test_header_with_an_unset_variable_exits_2_naming_it() -> None:
+    command = url_command("http://127.0.0.1:9/mcp", None, "--header", "X-Test: ${MCP_TEST_UNSET_VAR}")
+    result = subprocess.run(command, env=proxy_env(), capture_output=True, text=True, timeout=30,
+                            stdin=subprocess.DEVNULL)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert "${MCP_TEST_UNSET_VAR}" in result.stderr
+    assert "'X-Test'" in result.stderr
+    assert "not set in the environment" in result.stderr
+
+
+def test_malformed_header_exits_2() -> None:
+    result = subprocess.run(url_command("http://127.0.0.1:9/mcp", None, "--header", "no colon here"),
+                            env=proxy_env(), capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    assert result.returncode == 2
+    assert "'no colon here' is not 'Name: value'" in result.stderr
+
+
+def test_url_and_command_together_are_refused() -> None:
+    result = subprocess.run([*url_command("http://127.0.0.1:9/mcp"), "--", PY, "x.py"], env=proxy_env(),
+                            capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    assert result.returncode == 2
+    assert "either as '-- COMMAND [ARGS...]' or with --url URL" in result.stderr
+
+
+def test_unreachable_url_answers_the_host_and_exits_nonzero(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{_free_port()}/mcp"
+    with RawHost(url_command(url), proxy_env(), tmp_path / "stderr.log") as host:
+        response = host.request("initialize", {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"},
+        })
+        assert host.wait() == 1
+        assert host.recv() is None
+    error = response["error"]
+    assert error["code"] == -32000
+    assert f"could not be reached at {url}" in error["message"]
+    assert "before answering initialize" in error["message"]
+    stderr = (tmp_path / "stderr.log").read_text()
+    records = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+    assert any(r["event"] == "upstream HTTP server unreachable" and r["url"] == url for r in records)
+    assert "Traceback" not in stderr
+
+
+def test_server_going_away_mid_session_fails_requests_and_exits_nonzero(tmp_path: Path) -> None:
+    server = HttpServer(tmp_path / "server.log")
+    try:
+        with RawHost(url_command(server.url), proxy_env(), tmp_path / "stderr.log") as host:
+            host.initialize()
+            assert host.request("tools/call", {"name": "echo", "arguments": {"text": "up"}})["result"]
+            server.close()
+            response = host.request("tools/call", {"name": "echo", "arguments": {"text": "down"}})
+            assert response["error"]["code"] == -32000
+            assert "could not be reached" in response["error"]["message"]
+            assert host.wait() == 1
+    finally:
+        server.close()
+
+
+def test_host_eof_ends_the_http_session_promptly(http_server: HttpServer, tmp_path: Path) -> None:
+    with RawHost(url_command(http_server.url), proxy_env(), tmp_path / "stderr.log") as host:
+        host.initialize()
+        assert host.request("tools/call", {"name": "echo", "arguments": {"text": "x"}})["result"]
+        started = time.monotonic()
+        host.close_stdin()
+        assert host.wait() == 0
+        assert time.monotonic() - started < 4  # not the 5 s shutdown grace: the session is closed at once
+    assert "Traceback" not in (tmp_path / "stderr.log").read_text()
