@@ -8,14 +8,11 @@ and tool_result blocks having to lead their user message.
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
-import httpx
-
-from .base import Completion, LLMError, ProviderConfig
+from .base import Completion, LLMError
 from .errors import unsupported, unsupported_role
-from .retry import post_json
+from .http_adapter import HttpAdapter
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
@@ -28,34 +25,23 @@ STOP_REASONS = {
 TOOL_CHOICE = {"auto": "auto", "required": "any", "none": "none"}
 
 
-class AnthropicAdapter:
+class AnthropicAdapter(HttpAdapter):
     """Fulfils sampling requests through `POST {base_url}/v1/messages`."""
 
-    def __init__(self, config: ProviderConfig, *, transport: httpx.AsyncBaseTransport | None = None):
-        self.config = config
-        base = (config.base_url or DEFAULT_BASE_URL).rstrip("/")
-        self.base_url = base.removesuffix("/v1")  # tolerate an OpenAI-style base_url
-        headers = {"content-type": "application/json", "anthropic-version": API_VERSION, **config.headers}
-        key = os.environ.get(config.api_key_env) if config.api_key_env else None
-        if key:
-            headers["x-api-key"] = key  # kept only inside the client
-        self._client = httpx.AsyncClient(
-            headers=headers,
-            timeout=httpx.Timeout(config.read_timeout, connect=config.connect_timeout),
-            transport=transport,
-        )
+    default_base_url = DEFAULT_BASE_URL
+
+    def normalise_base_url(self, base_url: str) -> str:
+        return base_url.removesuffix("/v1")  # tolerate an OpenAI-style base_url
+
+    def fixed_headers(self) -> dict[str, str]:
+        return {"anthropic-version": API_VERSION}
+
+    def auth_headers(self, key: str) -> dict[str, str]:
+        return {"x-api-key": key}
 
     @property
-    def supports_tools(self) -> bool:
-        return self.config.supports_tools
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
-
-    async def complete(self, params: dict[str, Any], model: str) -> Completion:
-        payload = self.build_request(params, model)
-        data = await post_json(self._client, f"{self.base_url}/v1/messages", payload, self.config, model=model)
-        return self.parse_response(data, model)
+    def endpoint(self) -> str:
+        return f"{self.base_url}/v1/messages"
 
     # -- MCP -> Anthropic ----------------------------------------------------------------------
 

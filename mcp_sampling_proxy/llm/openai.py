@@ -8,14 +8,11 @@ provider-specific fields, and `metadata` from the request is never forwarded.
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
-import httpx
-
-from .base import Completion, LLMError, ProviderConfig
+from .base import Completion, LLMError
 from .errors import unsupported, unsupported_role
-from .retry import post_json
+from .http_adapter import HttpAdapter
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 AUDIO_FORMATS = {"audio/wav": "wav", "audio/x-wav": "wav", "audio/mpeg": "mp3", "audio/mp3": "mp3"}
@@ -27,33 +24,17 @@ FINISH_REASONS = {
 }
 
 
-class OpenAIAdapter:
+class OpenAIAdapter(HttpAdapter):
     """Fulfils sampling requests through `POST {base_url}/chat/completions`."""
 
-    def __init__(self, config: ProviderConfig, *, transport: httpx.AsyncBaseTransport | None = None):
-        self.config = config
-        self.base_url = (config.base_url or DEFAULT_BASE_URL).rstrip("/")
-        headers = {"content-type": "application/json", **config.headers}
-        key = os.environ.get(config.api_key_env) if config.api_key_env else None
-        if key:
-            headers["authorization"] = f"Bearer {key}"  # kept only inside the client
-        self._client = httpx.AsyncClient(
-            headers=headers,
-            timeout=httpx.Timeout(config.read_timeout, connect=config.connect_timeout),
-            transport=transport,
-        )
+    default_base_url = DEFAULT_BASE_URL
+
+    def auth_headers(self, key: str) -> dict[str, str]:
+        return {"authorization": f"Bearer {key}"}
 
     @property
-    def supports_tools(self) -> bool:
-        return self.config.supports_tools
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
-
-    async def complete(self, params: dict[str, Any], model: str) -> Completion:
-        payload = self.build_request(params, model)
-        data = await post_json(self._client, f"{self.base_url}/chat/completions", payload, self.config, model=model)
-        return self.parse_response(data, model)
+    def endpoint(self) -> str:
+        return f"{self.base_url}/chat/completions"
 
     # -- MCP -> OpenAI -------------------------------------------------------------------------
 
