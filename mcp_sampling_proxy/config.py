@@ -83,31 +83,28 @@ def load_settings(path: str | None, environ: dict[str, str] | None = None) -> Se
     return settings
 
 
+# (provider name and type, key variable, base URL variable, model variable, default model)
+_ENV_PROVIDERS = (
+    ("openai", "OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL", DEFAULT_OPENAI_MODEL),
+    ("anthropic", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "ANTHROPIC_MODEL", DEFAULT_ANTHROPIC_MODEL),
+)
+
+
 def settings_from_environment(environ: dict[str, str]) -> Settings:
-    """Providers from well-known variables, in order: OpenAI-compatible first, then Anthropic."""
+    """Providers from well-known variables, in order: OpenAI-compatible first, then Anthropic.
+
+    An OpenAI base URL alone is enough (local servers such as Ollama need no key)."""
     providers: list[ProviderConfig] = []
-    if environ.get("OPENAI_API_KEY") or environ.get("OPENAI_BASE_URL"):
-        model = environ.get("OPENAI_MODEL", DEFAULT_OPENAI_MODEL)
-        providers.append(
-            ProviderConfig(
-                name="openai",
-                type="openai",
-                base_url=environ.get("OPENAI_BASE_URL") or None,
-                api_key_env="OPENAI_API_KEY",
-                models=(ModelSpec(model),),
-            )
-        )
-    if environ.get("ANTHROPIC_API_KEY"):
-        model = environ.get("ANTHROPIC_MODEL", DEFAULT_ANTHROPIC_MODEL)
-        providers.append(
-            ProviderConfig(
-                name="anthropic",
-                type="anthropic",
-                base_url=environ.get("ANTHROPIC_BASE_URL") or None,
-                api_key_env="ANTHROPIC_API_KEY",
-                models=(ModelSpec(model),),
-            )
-        )
+    for name, key_var, url_var, model_var, default_model in _ENV_PROVIDERS:
+        if not (environ.get(key_var) or (name == "openai" and environ.get(url_var))):
+            continue
+        providers.append(ProviderConfig(
+            name=name,
+            type=name,
+            base_url=environ.get(url_var) or None,
+            api_key_env=key_var,
+            models=(ModelSpec(environ.get(model_var, default_model)),),
+        ))
     return Settings(providers=providers)
 
 
