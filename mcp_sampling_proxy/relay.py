@@ -9,6 +9,7 @@ and responses to requests it sent on its own. It knows nothing about LLMs or pol
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ log = get_logger("mcp_sampling_proxy.relay")
 
 Send = Callable[[bytes], None]
 SERVER_INFO_META = "io.modelcontextprotocol/serverInfo"
+NEGOTIATION = ("initialize", "server/discover")
 
 
 @dataclass
@@ -160,6 +162,13 @@ class Relay:
 
     # -- upstream -> host ------------------------------------------------------------------
     def from_upstream(self, line: bytes) -> None:
+        if len(line) > LARGE_MESSAGE:
+            found, response_id = peek_response_id(line)
+            request = self.session.inflight.get(response_id) if found else None
+            if request is not None and request.method not in NEGOTIATION:
+                del self.session.inflight[response_id]
+                self._to_host(line)
+                return
         try:
             msg = json.loads(line)
         except ValueError:
@@ -172,7 +181,7 @@ class Relay:
         method = msg.get("method")
         if method is None:
             request = self.session.inflight.pop(msg.get("id"), None)
-            if request is not None and request.method in ("initialize", "server/discover"):
+            if request is not None and request.method in NEGOTIATION:
                 self._note_server(msg)
             elif not self.session.server_info:
                 self._note_modern_server(msg)
@@ -282,6 +291,30 @@ class Relay:
     def cancel_all(self) -> None:
         for served in list(self._served.values()):
             served.scope.cancel()
+
+
+# Large results (a 5 MB file read, say) are routed from their envelope alone: parsing them
+# just to learn the id costs more than the rest of the relay.
+LARGE_MESSAGE = 256 * 1024
+_RESPONSE_HEAD = re.compile(
+    rb'\A\s*\{\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")\s*,\s*"(?:result|error)"\s*:')
+_RESULT_FIRST = re.compile(rb'\A\s*\{\s*"(?:result|error)"\s*:')
+_ID_LAST = re.compile(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")\s*\}\s*\Z')
+
+
+def peek_response_id(line: bytes) -> tuple[bool, Any]:
+    """(True, id) when the envelope alone proves `line` is a response, else (False, None).
+
+    Matches the two layouts SDKs write: id before the result (Python) or after it (TypeScript,
+    where the final `"id": X}` closes the top-level object)."""
+    head = _RESPONSE_HEAD.match(line, 0, 512)
+    if head is not None:
+        return True, json.loads(head.group(1))
+    if _RESULT_FIRST.match(line, 0, 64):
+        tail = _ID_LAST.search(line, len(line) - 256)
+        if tail is not None:
+            return True, json.loads(tail.group(1))
+    return False, None
 
 
 def _dict(value: Any) -> dict[str, Any]:

@@ -97,7 +97,7 @@ class RawHost:
         self._stderr_file = open(stderr_path, "wb") if stderr_path else subprocess.DEVNULL  # noqa: SIM115
         self.proc = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr_file,
-            env=env, start_new_session=new_session, bufsize=0,
+            env=env, start_new_session=new_session,
         )
         self.lines: queue.Queue[bytes | None] = queue.Queue()
         self.raw_received: list[bytes] = []

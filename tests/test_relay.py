@@ -232,3 +232,24 @@ def test_2026_era_requests_get_sampling_in_their_meta_capabilities(tmp_path: Pat
     assert json.loads(response["result"]["content"][0]["text"]) == {"roots": {}, "sampling": {}}
     assert discover["error"]["code"] == -32601
     assert "handshake era" in discover["error"]["message"]
+
+
+def test_large_responses_are_routed_by_their_envelope() -> None:
+    from mcp_sampling_proxy.relay import peek_response_id
+
+    assert peek_response_id(b'{"jsonrpc":"2.0","id":5,"result":{"x":1}}') == (True, 5)
+    assert peek_response_id(b'{"jsonrpc": "2.0", "id": "a\\"b", "error": {}}') == (True, 'a"b')
+    # TypeScript SDK layout: the id closes the top-level object
+    assert peek_response_id(b'{"result":{"x":{"id":3}},"jsonrpc":"2.0","id":7}') == (True, 7)
+    # a nested id must not be mistaken for the top-level one
+    assert peek_response_id(b'{"result":{"x":{"id":3}}}') == (False, None)
+    assert peek_response_id(b'{"jsonrpc":"2.0","method":"x","id":5}') == (False, None)
+
+
+def test_big_result_passes_intact(tmp_path: Path) -> None:
+    with RawHost(proxy_command(), proxy_env(), tmp_path / "stderr.log") as host:
+        host.initialize()
+        response = host.request("tools/call", {"name": "big", "arguments": {"size": 3_000_000}})
+        follow_up = host.request("tools/call", {"name": "echo", "arguments": {"text": "after"}})
+    assert len(response["result"]["content"][0]["text"]) == 3_000_000
+    assert follow_up["result"]["content"][0]["text"] == "after"
