@@ -16,9 +16,10 @@ from typing import Any, Protocol
 import anyio
 
 from mcp_sampling_proxy import capabilities, jsonrpc
-from mcp_sampling_proxy.approval import Approver
+from mcp_sampling_proxy.approval import DEFAULT_CHANNELS, DEFAULT_TIMEOUT, ApprovalMemory, Approver, build_channels
 from mcp_sampling_proxy.audit import AuditLog
 from mcp_sampling_proxy.config import Settings
+from mcp_sampling_proxy.console_server import ConsoleServer
 from mcp_sampling_proxy.llm.base import ModelSpec, ProviderConfig
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.relay import Relay, Session
@@ -121,7 +122,11 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
         tools=settings.sampling.advertise_tools and adapters.can_use_tools,
     )
     audit = AuditLog(settings.audit_path)
-    service = SamplingService(settings, adapters, Approver(terminal), audit)
+    session = Session(name_override=options.name)
+    console = ConsoleServer(lambda: session.server_name, lambda: session.host_name)
+    approver = Approver(build_channels(DEFAULT_CHANNELS, terminal, console), timeout=DEFAULT_TIMEOUT,
+                        memory=ApprovalMemory(store=_approvals_store()))
+    service = SamplingService(settings, adapters, approver, audit)
     hooks = ProxyHooks(service, offer, settings.sampling.route, settings.era)
     host_out = await open_line_writer(out_fd)
 
@@ -142,7 +147,8 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
 
     exit_code = 0
     async with anyio.create_task_group() as tg:
-        relay = Relay(host_out.write_line, upstream.send, hooks, tg, Session(name_override=options.name))
+        relay = Relay(host_out.write_line, upstream.send, hooks, tg, session)
+        await tg.start(console.serve)
         host_reader = LineReader(relay.from_host, lambda: end("host closed stdin"),
                                  max_line=options.max_message_bytes, on_oversize=oversize)
         await upstream.attach(relay.from_upstream, lambda: end("upstream"))
@@ -178,6 +184,17 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
     if terminal is not None:
         terminal.close()
     return exit_code
+
+
+def _approvals_store() -> Any:
+    """`always` approvals, shared by the user's proxies (None when the state dir is unusable)."""
+    from mcp_sampling_proxy.state import JsonStateFile, state_dir
+
+    try:
+        return JsonStateFile(state_dir() / "approvals.json")
+    except OSError as exc:
+        log.warning("cannot use the state directory; 'always' approvals last for this session only", error=str(exc))
+        return None
 
 
 def _wire_backpressure(host_out: Any, host_reader: LineReader, upstream: Upstream) -> None:

@@ -1,60 +1,293 @@
 """Human approval for `prompt` decisions, failing closed.
 
-Channels are tried in order; today that is the controlling terminal. When no channel can be
-reached, or nobody answers within the timeout, the request is denied with a message that says
-why and how to configure the proxy so the server author and the user both know what to do.
+Channels are tried in the configured order (default: the controlling terminal, the companion
+console, the host through `elicitation/create`); the first one that can reach a human asks.
+When none can, or nobody answers within the timeout, the request is denied with a message that
+says why and how to set up a channel. "Approve for this session" lasts as long as the proxy;
+"always" is remembered per server and tool in the user's state directory.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import copy
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
+from mcp_sampling_proxy.log import get_logger
+from mcp_sampling_proxy.sanitize import strip_controls
 from mcp_sampling_proxy.terminal import Terminal
 
+if TYPE_CHECKING:
+    from mcp_sampling_proxy.console_server import ConsoleServer
+    from mcp_sampling_proxy.relay import Relay
+
+log = get_logger("mcp_sampling_proxy.approval")
+
 DEFAULT_TIMEOUT = 120.0
+DEFAULT_CHANNELS = ("terminal", "console", "host")
 
 NO_CHANNEL_HINT = (
-    "no approval channel is available (the proxy has no terminal; hosts such as Claude Desktop start it "
-    "without one). Add a rule with 'action: allow' for this server to the policy file (--policy), "
-    "or run the host from a terminal"
+    "no approval channel is available (the proxy has no terminal, no companion console is attached, and "
+    "the host does not support elicitation). Run `mcp-sampling-proxy console` in a terminal to approve "
+    "requests, or add a rule with 'action: allow' for this server to the policy file (--policy)"
 )
+
+
+@dataclass(frozen=True)
+class ApprovalRequest:
+    server: str
+    host: str
+    tool: str | None
+    rule: str
+    params: dict[str, Any]  # server-controlled: sanitise before showing
+    summary: str  # already sanitised
 
 
 @dataclass(frozen=True)
 class Approval:
     approved: bool
-    channel: str | None  # "terminal", or None when nobody was asked
+    channel: str | None  # terminal | console | host | remembered, or None when nobody was asked
     reason: str
     outcome: str = ""  # approved | rejected | timeout | unavailable (for the audit record)
+    scope: str = "once"  # once | session | always
+    params: dict[str, Any] | None = None  # the request as edited by the operator
+
+
+@dataclass(frozen=True)
+class Review:
+    accepted: bool
+    result: dict[str, Any]  # the (possibly edited) sampling result
+    channel: str
+
+
+class Channel(Protocol):
+    name: str
+
+    def available(self, relay: Relay) -> bool: ...
+
+    async def ask(self, request: ApprovalRequest, relay: Relay) -> Approval: ...
+
+    async def review(self, request: ApprovalRequest, result: dict[str, Any], relay: Relay) -> Review: ...
+
+
+@dataclass
+class ApprovalMemory:
+    """Approvals that outlive one request: this session's, and `always` ones in a state file."""
+
+    session: set[tuple[str, str]] = field(default_factory=set)
+    store: Any = None  # a JsonStateFile, or None to keep `always` in memory only
+
+    def remembers(self, server: str, tool: str | None) -> str | None:
+        key = (server, tool or "")
+        if key in self.session:
+            return "session"
+        if self.store is not None:
+            entries = self.store.update(lambda data: list(data.get("always", [])))
+            if [server, tool or ""] in entries:
+                return "always"
+        return None
+
+    def remember(self, server: str, tool: str | None, scope: str) -> None:
+        key = (server, tool or "")
+        self.session.add(key)
+        if scope == "always" and self.store is not None:
+            def add(data: dict[str, Any]) -> None:
+                entries = data.setdefault("always", [])
+                if list(key) not in entries:
+                    entries.append(list(key))
+            self.store.update(add)
 
 
 class Approver:
-    def __init__(self, terminal: Terminal | None, timeout: float = DEFAULT_TIMEOUT):
-        self._terminal = terminal
+    def __init__(self, channels: list[Channel], *, timeout: float = DEFAULT_TIMEOUT,
+                 memory: ApprovalMemory | None = None):
+        self._channels = channels
         self._timeout = timeout
+        self._memory = memory or ApprovalMemory()
 
-    @property
-    def available(self) -> bool:
+    def _channel(self, relay: Relay) -> Channel | None:
+        return next((c for c in self._channels if c.available(relay)), None)
+
+    async def ask(self, request: ApprovalRequest, relay: Relay) -> Approval:
+        remembered = self._memory.remembers(request.server, request.tool)
+        if remembered:
+            return Approval(True, "remembered", f"approved earlier for this {remembered}", "approved", remembered)
+        channel = self._channel(relay)
+        if channel is None:
+            return Approval(False, None, f"approval required by policy rule '{request.rule}' but {NO_CHANNEL_HINT}",
+                            "unavailable")
+        with anyio.move_on_after(self._timeout):
+            answer = await channel.ask(request, relay)
+            if answer.approved and answer.scope in ("session", "always"):
+                self._memory.remember(request.server, request.tool, answer.scope)
+            return answer
+        return Approval(False, channel.name,
+                        f"nobody answered the approval request on the {channel.name} within {self._timeout:g} s; "
+                        "denied (raise approval.timeout, or add an allow rule for this server)", "timeout")
+
+    async def review(self, request: ApprovalRequest, result: dict[str, Any], relay: Relay) -> Review:
+        """Let a human check (and edit) the LLM's answer before the server gets it."""
+        channel = self._channel(relay)
+        if channel is None:
+            return Review(False, result, "none")
+        with anyio.move_on_after(self._timeout):
+            return await channel.review(request, result, relay)
+        return Review(False, result, channel.name)
+
+
+def result_text(result: dict[str, Any]) -> str:
+    content = result.get("content")
+    blocks = content if isinstance(content, list) else [content]
+    return "\n".join(str(b.get("text", f"[{b.get('type')}]")) for b in blocks if isinstance(b, dict))
+
+
+def with_text(result: dict[str, Any], text: str) -> dict[str, Any]:
+    """The result with its text replaced by an operator's edit."""
+    edited = copy.deepcopy(result)
+    block = {"type": "text", "text": text}
+    edited["content"] = [block] if isinstance(result.get("content"), list) else block
+    return edited
+
+
+def with_prompt(params: dict[str, Any], text: str) -> dict[str, Any]:
+    """The request with its last user message replaced by an operator's edit."""
+    edited = copy.deepcopy(params)
+    for message in reversed(edited.get("messages", [])):
+        if message.get("role") == "user":
+            message["content"] = {"type": "text", "text": text}
+            break
+    return edited
+
+
+class TerminalChannel:
+    name = "terminal"
+
+    def __init__(self, terminal: Terminal | None):
+        self._terminal = terminal
+
+    def available(self, relay: Relay) -> bool:
         return self._terminal is not None
 
-    async def ask(self, summary: str, rule: str) -> Approval:
-        """Show the (already sanitised) summary and wait for yes/no."""
+    async def ask(self, request: ApprovalRequest, relay: Relay) -> Approval:
         terminal = self._terminal
-        if terminal is None:
-            return Approval(
-                False, None, f"approval required by policy rule '{rule}' but {NO_CHANNEL_HINT}", "unavailable"
-            )
-        with anyio.move_on_after(self._timeout):
-            async with terminal.lock:
-                terminal.write("\n" + summary + "\nAllow this request? [y/N] ")
-                answer = await terminal.readline()
-            if answer is not None and answer.strip().lower() in ("y", "yes"):
-                return Approval(True, "terminal", "approved at the terminal", "approved")
-            return Approval(False, "terminal", "rejected at the terminal", "rejected")
-        terminal.write("\n(no answer: request denied)\n")
-        return Approval(
-            False, "terminal", f"nobody answered the approval prompt within {self._timeout:g} s; denied",
-            "timeout",
-        )
+        assert terminal is not None
+        async with terminal.lock:
+            try:
+                terminal.write("\n" + request.summary +
+                               "\nAllow this request? [y]es once, [s]ession, [a]lways, [e]dit, [N]o: ")
+                answer = (await terminal.readline() or "").strip().lower()
+                if answer == "e":
+                    terminal.write("New text for the last user message; end with a line holding only '.':\n")
+                    text = await _read_block(terminal)
+                    return Approval(True, self.name, "approved with an edited prompt at the terminal", "approved",
+                                    params=with_prompt(request.params, text))
+            except BaseException:
+                terminal.write("\n(request withdrawn or timed out: denied)\n")
+                raise
+        scope = {"y": "once", "yes": "once", "s": "session", "a": "always"}.get(answer)
+        if scope is None:
+            return Approval(False, self.name, "rejected at the terminal", "rejected")
+        return Approval(True, self.name, "approved at the terminal", "approved", scope)
+
+    async def review(self, request: ApprovalRequest, result: dict[str, Any], relay: Relay) -> Review:
+        terminal = self._terminal
+        assert terminal is not None
+        async with terminal.lock:
+            terminal.write("\nThe LLM answered:\n" + strip_controls(result_text(result)) +
+                           "\nSend this answer to the server? [Y]es, [e]dit, [n]o: ")
+            answer = (await terminal.readline() or "").strip().lower()
+            if answer == "e":
+                terminal.write("Replacement answer; end with a line holding only '.':\n")
+                return Review(True, with_text(result, await _read_block(terminal)), self.name)
+        return Review(answer in ("", "y", "yes"), result, self.name)
+
+
+async def _read_block(terminal: Terminal) -> str:
+    lines: list[str] = []
+    while (line := await terminal.readline()) not in (None, "."):
+        lines.append(line)
+    return "\n".join(lines)
+
+
+class ConsoleChannel:
+    name = "console"
+
+    def __init__(self, server: ConsoleServer):
+        self._server = server
+
+    def available(self, relay: Relay) -> bool:
+        return self._server.available
+
+    async def ask(self, request: ApprovalRequest, relay: Relay) -> Approval:
+        answer = await self._server.ask({
+            "type": "pending", "server": request.server, "host": request.host, "tool": request.tool,
+            "rule": request.rule, "summary": request.summary, "params": request.params,
+        })
+        if not answer.get("approve"):
+            return Approval(False, self.name, "rejected at the companion console", "rejected")
+        scope = answer.get("scope") if answer.get("scope") in ("once", "session", "always") else "once"
+        edited = answer.get("params") if isinstance(answer.get("params"), dict) else None
+        return Approval(True, self.name, "approved at the companion console", "approved", scope, edited)
+
+    async def review(self, request: ApprovalRequest, result: dict[str, Any], relay: Relay) -> Review:
+        answer = await self._server.ask({
+            "type": "review", "server": request.server, "tool": request.tool, "summary": request.summary,
+            "result": result,
+        })
+        edited = answer.get("result") if isinstance(answer.get("result"), dict) else result
+        return Review(bool(answer.get("accept")), edited, self.name)
+
+
+class HostChannel:
+    """Ask the user through the host's own UI with a yes/no elicitation form."""
+
+    name = "host"
+
+    def available(self, relay: Relay) -> bool:
+        caps = relay.session.host_capabilities.get("elicitation")
+        return isinstance(caps, dict) and (not caps or "form" in caps)  # {} means form mode (2025-06-18)
+
+    async def ask(self, request: ApprovalRequest, relay: Relay) -> Approval:
+        tool = f" during tool call '{strip_controls(request.tool)}'" if request.tool else ""
+        response = await relay.request_host("elicitation/create", {
+            "message": f"mcp-sampling-proxy: server '{strip_controls(request.server)}' asks to use an LLM{tool}.\n\n"
+                       f"{request.summary}",
+            "requestedSchema": {
+                "type": "object",
+                "properties": {
+                    "approve": {"type": "boolean", "title": "Allow this LLM request?", "default": False},
+                    "remember": {"type": "boolean", "title": "Allow this server's tool for the rest of the session",
+                                 "default": False},
+                },
+                "required": ["approve"],
+            },
+        })
+        result = response.get("result") if isinstance(response.get("result"), dict) else {}
+        content = result.get("content") if isinstance(result.get("content"), dict) else {}
+        if result.get("action") == "accept" and content.get("approve") is True:
+            scope = "session" if content.get("remember") is True else "once"
+            return Approval(True, self.name, "approved in the host", "approved", scope)
+        why = response.get("error", {}).get("message") if "error" in response else result.get("action", "no answer")
+        return Approval(False, self.name, f"rejected in the host ({why})", "rejected")
+
+    async def review(self, request: ApprovalRequest, result: dict[str, Any], relay: Relay) -> Review:
+        response = await relay.request_host("elicitation/create", {
+            "message": f"mcp-sampling-proxy: the LLM answered server '{strip_controls(request.server)}':\n\n"
+                       f"{strip_controls(result_text(result))}",
+            "requestedSchema": {"type": "object", "properties": {
+                "send": {"type": "boolean", "title": "Send this answer to the server?", "default": True}},
+                "required": ["send"]},
+        })
+        answer = response.get("result") if isinstance(response.get("result"), dict) else {}
+        content = answer.get("content") if isinstance(answer.get("content"), dict) else {}
+        return Review(answer.get("action") == "accept" and content.get("send") is True, result, self.name)
+
+
+def build_channels(order: tuple[str, ...], terminal: Terminal | None, console: ConsoleServer | None) -> list[Channel]:
+    by_name: dict[str, Channel] = {"terminal": TerminalChannel(terminal), "host": HostChannel()}
+    if console is not None:
+        by_name["console"] = ConsoleChannel(console)
+    return [by_name[name] for name in order if name in by_name]
+

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from mcp_sampling_proxy import __version__
 
-SUBCOMMANDS = ("try", "policy")
+SUBCOMMANDS = ("try", "policy", "console")
 
 EPILOG = """\
 examples:
@@ -28,6 +28,9 @@ examples:
 
   # validate a policy file (exit 0/1)
   mcp-sampling-proxy policy check policy.yaml
+
+  # approve requests of every running proxy (hosts such as Claude Desktop give it no terminal)
+  mcp-sampling-proxy console
 
   # exercise a sampling server without any host
   mcp-sampling-proxy try --tool summarize --args '{"text": "..."}' -- python examples/servers/summarizer.py
@@ -90,6 +93,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from mcp_sampling_proxy.try_cmd import main as try_main
 
         return try_main(args_list[1:])
+    if args_list and args_list[0] == "console":
+        from mcp_sampling_proxy.console_cmd import main as console_main
+
+        return console_main(args_list[1:])
     if args_list and args_list[0] == "policy":
         from mcp_sampling_proxy.policy_cmd import main as policy_main
 

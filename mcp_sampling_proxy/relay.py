@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -99,6 +100,8 @@ class Relay:
         self.session = session or Session()
         self._served: dict[Any, _Served] = {}
         self._awaiting_host: dict[Any, Callable[[dict[str, Any]], None]] = {}
+        self._id_prefix = f"mcp-sampling-proxy:{secrets.token_hex(4)}:"
+        self._own_ids = 0
         self.closed = False
 
     # -- host -> upstream ------------------------------------------------------------------
@@ -251,7 +254,31 @@ class Relay:
 
     async def forward_to_host(self, msg: dict[str, Any], raw: bytes | None = None) -> dict[str, Any]:
         """Send a server request to the host under its own id; return the host's response."""
-        request_id = msg["id"]
+        served = self._served.get(msg["id"])
+        if served is not None:
+            served.at_host = True
+        try:
+            return await self._ask_host(msg["id"], raw if raw is not None else jsonrpc.dumps(msg))
+        finally:
+            if served is not None:
+                served.at_host = False
+
+    async def request_host(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """A request the proxy itself sends to the host (e.g. an approval form).
+
+        Its id comes from a private, non-numeric id space, so it can never collide with the
+        server's ids, and its response is consumed here: it never reaches the upstream."""
+        self._own_ids += 1
+        request_id = f"{self._id_prefix}{self._own_ids}"
+        line = jsonrpc.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+        try:
+            return await self._ask_host(request_id, line)
+        except anyio.get_cancelled_exc_class():
+            self._to_host(jsonrpc.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                         "params": {"requestId": request_id, "reason": "no longer needed"}}))
+            raise
+
+    async def _ask_host(self, request_id: Any, line: bytes) -> dict[str, Any]:
         done = anyio.Event()
         answer: dict[str, Any] = {}
 
@@ -260,16 +287,11 @@ class Relay:
             done.set()
 
         self._awaiting_host[request_id] = resolve
-        served = self._served.get(request_id)
-        if served is not None:
-            served.at_host = True
-        self._to_host(raw if raw is not None else jsonrpc.dumps(msg))
+        self._to_host(line)
         try:
             await done.wait()
         finally:
             self._awaiting_host.pop(request_id, None)
-            if served is not None:
-                served.at_host = False
         return answer
 
     # -- end of session ------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from mcp_sampling_proxy import jsonrpc
-from mcp_sampling_proxy.approval import Approver
+from mcp_sampling_proxy.approval import ApprovalRequest, Approver
 from mcp_sampling_proxy.audit import AuditLog, elapsed_ms
 from mcp_sampling_proxy.config import Settings
 from mcp_sampling_proxy.jsonrpc import RpcError
@@ -68,15 +68,19 @@ class SamplingService:
             reason = decision.message or f"sampling denied by policy rule '{decision.rule}'"
             self._audit.record(**audit, decision="deny", reason=reason, approver=None)
             raise RpcError(jsonrpc.USER_REJECTED, reason)
+        approval_request = ApprovalRequest(session.server_name, session.host_name, tool, decision.rule, params,
+                                           describe(params, server=session.server_name, tool=tool))
         if decision.action == "prompt":
-            approval = await self._approver.ask(describe(params, server=session.server_name, tool=tool),
-                                                decision.rule)
+            approval = await self._approver.ask(approval_request, relay)
             if not approval.approved:
                 kind = "timeout" if approval.outcome == "timeout" else "rejected"
                 self._audit.record(**audit, decision=kind, reason=approval.reason, approver=approval.channel)
                 log.warning("sampling not approved", reason=approval.reason)
                 raise RpcError(jsonrpc.USER_REJECTED, approval.reason)
             approver_channel = approval.channel
+            if approval.params is not None:  # the operator edited the prompt: check it like the original
+                params = validate(approval.params)
+                message = {**message, "params": params}
         outcome = "approved" if approver_channel else "allow"
         audit.update(decision=outcome, reason=decision.reason, approver=approver_channel)
 

@@ -112,7 +112,7 @@ def test_prompt_rule_asks_at_the_terminal(tmp_path: Path, answer: str, approved:
             "rules:\n  - name: ask-me\n    action: prompt\n")))
         session = PtySession(try_argv("--policy", policy, "--tool", "sample", "--args", '{"prompt": "may I?"}',
                                       "--", PY, KITCHEN_SINK), terminal_env(TEST_LLM_KEY="k"))
-        screen = session.read_until(b"Allow this request? [y/N]")
+        screen = session.read_until(b"Allow this request?")
         assert b"may I?" in screen
         assert b"during tool call 'sample'" in screen
         session.type(answer + "\n")
@@ -132,7 +132,7 @@ def test_readme_quickstart_without_policy_or_key(tmp_path: Path) -> None:
     session = PtySession(try_argv("--tool", "summarize", "--args",
                                   '{"text": "MCP servers can ask the client for LLM completions."}',
                                   "--", PY, str(EXAMPLES / "summarizer.py")), terminal_env())
-    session.read_until(b"Allow this request? [y/N]")
+    session.read_until(b"Allow this request?")
     session.type("y\n")
     session.read_until(b"finish with a line holding only '.'")
     session.type("Servers borrow the client's model.\n.\n")

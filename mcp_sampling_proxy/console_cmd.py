@@ -1,0 +1,159 @@
+"""`mcp-sampling-proxy console`: approve sampling requests of every running proxy from one terminal.
+
+Attaches to each proxy's socket in the user's runtime dir (and to proxies started later), shows
+each pending request (server, tool call, messages, system prompt, preferences, tools) and asks:
+approve once, for this session, always for this server and tool, edit the prompt, or deny.
+Everything shown came from a server, so it is stripped of escape sequences first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import deque
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from mcp_sampling_proxy.approval import result_text, with_prompt, with_text
+from mcp_sampling_proxy.sanitize import strip_controls
+
+PROMPT = "Allow? [y]es once, [s]ession, [a]lways for this server+tool, [e]dit prompt, [n]o: "
+SCOPES = {"y": "once", "yes": "once", "s": "session", "a": "always"}
+
+
+class Console:
+    def __init__(self, directory: Path, out: Any = sys.stdout):
+        self._dir = directory
+        self._out = out
+        self._streams: dict[Path, anyio.abc.SocketStream] = {}
+        self._queue: deque[tuple[Path, dict[str, Any]]] = deque()
+        self._ready = anyio.Event()
+        self._resolved: set[tuple[Path, str]] = set()
+
+    def say(self, text: str) -> None:
+        self._out.write(text + "\n")
+        self._out.flush()
+
+    async def run(self, tg: anyio.abc.TaskGroup) -> None:
+        self.say(f"mcp-sampling-proxy console: watching {self._dir} for proxies (Ctrl-C to quit)")
+        tg.start_soon(self._scan, tg)
+        while True:
+            while not self._queue:
+                self._ready = anyio.Event()
+                await self._ready.wait()
+            path, message = self._queue.popleft()
+            if (path, message["id"]) in self._resolved:
+                continue
+            await self._answer(path, message)
+
+    async def _scan(self, tg: anyio.abc.TaskGroup) -> None:
+        while True:
+            for sock in sorted(self._dir.glob("*.sock")):
+                if sock not in self._streams:
+                    try:
+                        stream = await anyio.connect_unix(sock)
+                    except OSError:
+                        continue  # a proxy that is gone (or not ready yet)
+                    self._streams[sock] = stream
+                    tg.start_soon(self._listen, sock, stream)
+            await anyio.sleep(0.5)
+
+    async def _listen(self, path: Path, stream: anyio.abc.SocketStream) -> None:
+        buffer = b""
+        try:
+            async for chunk in stream:
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    self._receive(path, json.loads(line))
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError, ValueError):
+            pass
+        self._streams.pop(path, None)
+        self.say(f"[proxy {path.stem}] detached")
+
+    def _receive(self, path: Path, message: dict[str, Any]) -> None:
+        kind = message.get("type")
+        if kind == "hello":
+            self.say(f"[proxy {message.get('pid')}] attached: server '{_clean(message.get('server'))}', "
+                     f"host '{_clean(message.get('host'))}'")
+        elif kind in ("pending", "review"):
+            self._queue.append((path, message))
+            self._ready.set()
+        elif kind == "resolved":
+            self._resolved.add((path, str(message.get("id"))))
+
+    async def _answer(self, path: Path, message: dict[str, Any]) -> None:
+        stream = self._streams.get(path)
+        if stream is None:
+            return
+        self.say("")
+        self.say(f"[proxy {path.stem}] " + strip_controls(str(message.get("summary", ""))))
+        if message["type"] == "review":
+            self.say("The LLM answered:\n" + strip_controls(result_text(message.get("result") or {})))
+            choice = (await _ask("Send this answer to the server? [Y]es, [e]dit, [n]o: ")).lower()
+            reply: dict[str, Any] = {"type": "review", "id": message["id"], "accept": choice in ("", "y", "yes")}
+            if choice == "e":
+                reply.update(accept=True, result=with_text(message.get("result") or {}, await _ask_block()))
+        else:
+            self.say(f"(rule '{_clean(message.get('rule'))}')")
+            choice = (await _ask(PROMPT)).lower()
+            reply = {"type": "decision", "id": message["id"], "approve": choice in SCOPES or choice == "e",
+                     "scope": SCOPES.get(choice, "once")}
+            if choice == "e":
+                reply["params"] = with_prompt(message.get("params") or {}, await _ask_block())
+        if (path, message["id"]) in self._resolved:
+            self.say("(answered elsewhere or timed out meanwhile; your answer was not used)")
+            return
+        try:
+            await stream.send(json.dumps(reply).encode() + b"\n")
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            self.say("(the proxy is gone)")
+
+
+def _clean(value: Any) -> str:
+    return strip_controls(str(value or ""))
+
+
+async def _ask(prompt: str) -> str:
+    sys.stdout.write(prompt)
+    sys.stdout.flush()
+    line = await anyio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
+    if not line:
+        raise EOFError
+    return line.strip()
+
+
+async def _ask_block() -> str:
+    sys.stdout.write("New text for the last user message; end with a line holding only '.':\n")
+    lines: list[str] = []
+    while True:
+        line = await anyio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
+        if not line or line.rstrip("\n") == ".":
+            return "\n".join(lines)
+        lines.append(line.rstrip("\n"))
+
+
+def main(argv: Sequence[str]) -> int:
+    from mcp_sampling_proxy.console_server import runtime_dir
+
+    parser = argparse.ArgumentParser(
+        prog="mcp-sampling-proxy console",
+        description="Approve the sampling requests of every running mcp-sampling-proxy of this user from this "
+        "terminal (for hosts such as Claude Desktop that start the proxy without one).")
+    parser.parse_args(list(argv))
+    directory = runtime_dir()
+
+    async def run() -> None:
+        async with anyio.create_task_group() as tg:
+            await Console(directory).run(tg)
+
+    try:
+        anyio.run(run)
+    except (KeyboardInterrupt, EOFError):
+        return 0
+    return 0
