@@ -7,18 +7,40 @@ environment (OPENAI_API_KEY / OPENAI_BASE_URL, ANTHROPIC_API_KEY / ANTHROPIC_BAS
 
 from __future__ import annotations
 
+import math
 import os
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from mcp_sampling_proxy.llm.base import ModelSpec, ProviderConfig
-from mcp_sampling_proxy.yamlnodes import Node, PolicyError, load
+from mcp_sampling_proxy.policy import (
+    ALWAYS,
+    All,
+    AnyOf,
+    Condition,
+    ContentHas,
+    HostMatches,
+    IncludeContextIs,
+    MethodIs,
+    ModelMatches,
+    Not,
+    Over,
+    ServerMatches,
+    TextMatches,
+    ToolMatches,
+)
+from mcp_sampling_proxy.yamlnodes import Node, PolicyError, _did_you_mean, _show, load
 
 PROVIDER_TYPES = ("openai", "anthropic", "console")
 ROUTES = ("auto", "proxy", "host")
 ACTIONS = ("allow", "deny", "prompt")
 METHODS = ("sampling", "elicitation")
 ERAS = ("handshake", "any")
+CONTENT_TYPES = ("text", "image", "audio", "tool_use", "tool_result", "tools")
+INCLUDE_CONTEXT = ("none", "thisServer", "allServers")
+APPROVAL_CHANNELS = ("terminal", "console", "host")
+MAX_TOKENS_ACTIONS = ("clamp", "deny")
 
 DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
 DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-5"
@@ -26,15 +48,84 @@ DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-5"
 WELL_KNOWN_KEY_VARS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
 
 
+KIB = 1024
+MIB = 1024 * KIB
+
+
+@dataclass(frozen=True)
+class SizeLimits:
+    """Caps on one sampling request (top-level `limits:`; a rule's `limits:` overrides key by key)."""
+
+    max_messages: int = 256
+    max_text_bytes: int = 1 * MIB
+    max_media_bytes: int = 8 * MIB
+    max_request_bytes: int = 16 * MIB
+    max_tokens: int | None = None  # None: no cap
+    max_tokens_action: str = "clamp"  # clamp | deny, when the request's maxTokens is over max_tokens
+    max_tools: int = 128
+
+
+@dataclass(frozen=True)
+class RuleLimits:
+    """A rule's `limits:`; None means "as the top-level limits say"."""
+
+    max_messages: int | None = None
+    max_text_bytes: int | None = None
+    max_media_bytes: int | None = None
+    max_request_bytes: int | None = None
+    max_tokens: int | None = None
+    max_tokens_action: str | None = None
+    max_tools: int | None = None
+
+
+def effective_limits(base: SizeLimits, override: RuleLimits | None) -> SizeLimits:
+    """The top-level limits with the rule's keys (those it sets) put over them."""
+    if override is None:
+        return base
+    changes = {f.name: getattr(override, f.name) for f in fields(override) if getattr(override, f.name) is not None}
+    return replace(base, **changes)
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """A rule's `rate_limit:` -- `requests` per `per` seconds (both or neither), and/or `concurrent`."""
+
+    requests: int | None = None
+    per: float | None = None  # seconds
+    concurrent: int | None = None
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A rule's `budget:` -- at most `tokens` (input + output) per `per` seconds."""
+
+    tokens: int
+    per: float  # seconds
+
+
+@dataclass(frozen=True)
+class ApprovalSettings:
+    """The top-level `approval:` section."""
+
+    channels: tuple[str, ...] = APPROVAL_CHANNELS  # tried in this order
+    timeout: float = 120.0  # seconds
+    review_response: bool = False  # let the approver check the LLM's answer before the server gets it
+
+
 @dataclass(frozen=True)
 class Rule:
-    """One `rules[]` entry. `when` holds the conditions (all must match); empty matches all."""
+    """One `rules[]` entry. `when` is a condition tree (an `All`, empty: matches everything)."""
 
     name: str
     action: str
-    when: dict[str, object] = field(default_factory=dict)
+    when: Condition = ALWAYS
     message: str | None = None
     line: int = 0  # where the rule starts in the file, for explanations
+    rate_limit: RateLimit | None = None
+    budget: Budget | None = None
+    limits: RuleLimits | None = None
+    provider: str | None = None  # answer with this provider
+    model: str | None = None  # ... and/or this model (an alias is resolved to its model)
 
 
 @dataclass(frozen=True)
@@ -53,6 +144,8 @@ class Settings:
     aliases: dict[str, str] = field(default_factory=dict)
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
     rules: list[Rule] = field(default_factory=list)
+    limits: SizeLimits = field(default_factory=SizeLimits)
+    approval: ApprovalSettings = field(default_factory=ApprovalSettings)
     audit_path: str | None = None
     pass_env: tuple[str, ...] = ()
     shutdown_timeout: float = 5.0
@@ -114,13 +207,17 @@ def parse_settings(text: str, where: str) -> Settings:
     settings = Settings(source=where)
     if root is None:
         return settings
-    top = root.mapping(("llm", "sampling", "rules", "audit", "upstream"))
+    top = root.mapping(("llm", "sampling", "rules", "limits", "approval", "audit", "upstream"))
     if "llm" in top:
         _parse_llm(top["llm"], settings)
     if "sampling" in top:
         settings.sampling = _parse_sampling(top["sampling"])
+    if "limits" in top:
+        settings.limits = SizeLimits(**_parse_limits(top["limits"]))
+    if "approval" in top:
+        settings.approval = _parse_approval(top["approval"])
     if "rules" in top:
-        settings.rules = [_parse_rule(node, i) for i, node in enumerate(top["rules"].sequence())]
+        _parse_rules(top["rules"], settings)
     if "audit" in top:
         audit = top["audit"].mapping(("path",))
         if "path" in audit:
@@ -232,21 +329,308 @@ def _parse_sampling(node: Node) -> SamplingSettings:
     )
 
 
-_WHEN_KEYS = ("server", "method")
+# -- sizes and durations ----------------------------------------------------------------------------
+
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3,
+               "kib": KIB, "mib": MIB, "gib": 1024 * MIB}
+_SIZE_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", re.IGNORECASE)
+SIZE_FORMS = "a number of bytes or a string such as 512KiB, 1MiB, 16MB (units B, KB, MB, GB, KiB, MiB, GiB)"
+
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhd])\s*")
+DURATION_FORMS = "a number of seconds or a string such as 30s, 90s, 1m, 2h, 1d (units s, m, h, d)"
 
 
-def _parse_rule(node: Node, index: int) -> Rule:
-    fields = node.mapping(("name", "when", "action", "message"))
-    if "action" not in fields:
+def parse_size(value: object) -> int:
+    """Bytes from an integer or a string such as '512KiB', '1MiB', '16MB'; ValueError otherwise."""
+    if isinstance(value, bool):
+        raise ValueError("not a size")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError("a size cannot be negative")
+        return value
+    if isinstance(value, str):
+        found = _SIZE_RE.fullmatch(value)
+        if found and found.group(2).lower() in _SIZE_UNITS:
+            return int(float(found.group(1)) * _SIZE_UNITS[found.group(2).lower()])
+        if value.strip().startswith("-"):
+            raise ValueError("a size cannot be negative")
+    raise ValueError("not a size")
+
+
+def parse_duration(value: object) -> float:
+    """Seconds from a positive number or a string such as '30s', '1m', '2h', '1d'; ValueError otherwise."""
+    if isinstance(value, bool):
+        raise ValueError("not a duration")
+    seconds: float | None = None
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str) and (found := _DURATION_RE.fullmatch(value)):
+        seconds = float(found.group(1)) * _DURATION_UNITS[found.group(2)]
+    if seconds is None or not math.isfinite(seconds):
+        raise ValueError("not a duration")
+    if seconds <= 0:
+        raise ValueError("a duration must be longer than 0 seconds")
+    return seconds
+
+
+def format_size(size: int) -> str:
+    """'1 MiB', '512 KiB', '1500 bytes'."""
+    for unit, scale in (("GiB", 1024 * MIB), ("MiB", MIB), ("KiB", KIB)):
+        if size >= scale and size % scale == 0:
+            return f"{size // scale} {unit}"
+    return f"{size} bytes"
+
+
+def format_duration(seconds: float) -> str:
+    """'1d', '2h', '90s', '1.5s'."""
+    for unit, scale in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= scale and seconds % scale == 0:
+            return f"{int(seconds // scale)}{unit}"
+    return f"{seconds:g}s"
+
+
+def _size(node: Node) -> int:
+    try:
+        return parse_size(node.value())
+    except ValueError as exc:
+        if "negative" in str(exc):
+            raise node.error(f"{node.label} cannot be negative, got {_show(node.value())}") from None
+        raise node.error(f"{node.label} must be a size: {SIZE_FORMS}; got {_show(node.value())}") from None
+
+
+def _duration(node: Node) -> float:
+    try:
+        return parse_duration(node.value())
+    except ValueError as exc:
+        if "longer" in str(exc):
+            raise node.error(f"{node.label} must be longer than 0 seconds, got {_show(node.value())}") from None
+        raise node.error(f"{node.label} must be a duration: {DURATION_FORMS}; got {_show(node.value())}") from None
+
+
+# -- limits and approval ----------------------------------------------------------------------------
+
+_LIMIT_KEYS = tuple(f.name for f in fields(SizeLimits))
+_SIZE_KEYS = ("max_text_bytes", "max_media_bytes", "max_request_bytes")
+_LIMIT_MINIMUM = {"max_messages": 1, "max_tokens": 1, "max_tools": 0}
+
+
+def _parse_limits(node: Node) -> dict[str, object]:
+    """The keys a `limits:` mapping sets (top level or a rule's), validated."""
+    given = node.mapping(_LIMIT_KEYS)
+    out: dict[str, object] = {}
+    for key, value in given.items():
+        if key in _SIZE_KEYS:
+            out[key] = _size(value)
+        elif key == "max_tokens_action":
+            out[key] = value.choice(MAX_TOKENS_ACTIONS)
+        else:
+            out[key] = value.int(minimum=_LIMIT_MINIMUM[key])
+    return out
+
+
+def _parse_approval(node: Node) -> ApprovalSettings:
+    fields_ = node.mapping(("channels", "timeout", "review_response"))
+    settings = ApprovalSettings()
+    if "channels" in fields_:
+        cnode = fields_["channels"]
+        items = [cnode] if not cnode.is_sequence() else cnode.sequence()
+        channels: list[str] = []
+        for item in items:
+            name = item.choice(APPROVAL_CHANNELS)
+            if name in channels:
+                raise item.error(f"{cnode.label} lists '{name}' twice")
+            channels.append(name)
+        if not channels:
+            raise cnode.error(
+                f"{cnode.label} needs at least one of {', '.join(APPROVAL_CHANNELS)} (in the order to try them); "
+                "to never ask anyone, end the rules with one that has action: deny"
+            )
+        settings = replace(settings, channels=tuple(channels))
+    if "timeout" in fields_:
+        settings = replace(settings, timeout=_duration(fields_["timeout"]))
+    if "review_response" in fields_:
+        settings = replace(settings, review_response=fields_["review_response"].bool())
+    return settings
+
+
+# -- rules --------------------------------------------------------------------------------------------
+
+RULE_KEYS = ("name", "when", "action", "message", "rate_limit", "budget", "limits", "provider", "model")
+WHEN_KEYS = (
+    "server", "method", "tool", "host", "model", "max_tokens_over", "messages_over", "content",
+    "include_context", "text_matches", "any", "not",
+)
+_ENV_PROVIDER_NAMES = tuple(entry[0] for entry in _ENV_PROVIDERS)
+
+
+def _parse_rules(node: Node, settings: Settings) -> None:
+    seen: dict[str, int] = {}
+    for index, rnode in enumerate(node.sequence()):
+        rule = _parse_rule(rnode, index, settings)
+        if rule.name in seen:
+            where = rnode.mapping().get("name", rnode)
+            raise where.error(
+                f"rule name '{rule.name}' is already used by the rule at line {seen[rule.name]}; "
+                "names must be unique (audit records and rate limits go by name)"
+            )
+        seen[rule.name] = rule.line
+        settings.rules.append(rule)
+
+
+def _parse_rule(node: Node, index: int, settings: Settings) -> Rule:
+    fields_ = node.mapping(RULE_KEYS)
+    if "action" not in fields_:
         raise node.error(f"rule {index + 1} needs an action: one of {', '.join(ACTIONS)}")
-    action = fields["action"].choice(ACTIONS)
-    name = fields["name"].str() if "name" in fields else f"rule-{index + 1}"
-    when: dict[str, object] = {}
-    if "when" in fields and fields["when"].value() is not None:
-        for key, cond in fields["when"].mapping(_WHEN_KEYS).items():
-            if key == "method":
-                when[key] = cond.choice(METHODS)
-            else:
-                when[key] = cond.str()
-    message = fields["message"].str() if "message" in fields else None
-    return Rule(name=name, action=action, when=when, message=message, line=node.node.start_mark.line + 1)
+    action = fields_["action"].choice(ACTIONS)
+    name = fields_["name"].str() if "name" in fields_ else f"rule-{index + 1}"
+    when: Condition = ALWAYS
+    if "when" in fields_ and fields_["when"].value() is not None:
+        when = _parse_when(fields_["when"])
+    message = fields_["message"].str() if "message" in fields_ else None
+    provider = _rule_provider(fields_["provider"], settings) if "provider" in fields_ else None
+    return Rule(
+        name=name,
+        action=action,
+        when=when,
+        message=message,
+        line=node.node.start_mark.line + 1,
+        rate_limit=_parse_rate_limit(fields_["rate_limit"]) if "rate_limit" in fields_ else None,
+        budget=_parse_budget(fields_["budget"]) if "budget" in fields_ else None,
+        limits=RuleLimits(**_parse_limits(fields_["limits"])) if "limits" in fields_ else None,  # type: ignore[arg-type]
+        provider=provider,
+        model=_rule_model(fields_["model"], provider, settings) if "model" in fields_ else None,
+    )
+
+
+def _parse_when(node: Node, *, nested: bool = False) -> All:
+    given = node.mapping(WHEN_KEYS)
+    if nested and not given:
+        raise node.error(f"{node.label} is empty: give at least one condition ({', '.join(WHEN_KEYS)})")
+    return All(tuple(_parse_condition(key, value) for key, value in given.items()))
+
+
+def _parse_condition(key: str, node: Node) -> Condition:
+    if key == "server":
+        return ServerMatches(_globs(node))
+    if key == "host":
+        return HostMatches(_globs(node))
+    if key == "model":
+        return ModelMatches(_globs(node))
+    if key == "tool":
+        return ToolMatches(_globs(node, "; the literal none means no host request in flight"))
+    if key == "method":
+        return MethodIs(node.choice(METHODS))
+    if key == "max_tokens_over":
+        return Over("max_tokens", node.int(minimum=0))
+    if key == "messages_over":
+        return Over("messages", node.int(minimum=0))
+    if key == "content":
+        return ContentHas(_choices(node, CONTENT_TYPES))
+    if key == "include_context":
+        return IncludeContextIs(_choices(node, INCLUDE_CONTEXT))
+    if key == "text_matches":
+        return TextMatches(_regex(node))
+    if key == "any":
+        alternatives = node.sequence()
+        if not alternatives:
+            raise node.error(f"{node.label} needs at least one condition mapping: any: [{{...}}, {{...}}]")
+        return AnyOf(tuple(_parse_when(alt, nested=True) for alt in alternatives))
+    if key == "not":
+        return Not(_parse_when(node, nested=True))
+    raise node.error(f"unknown condition '{key}'")  # pragma: no cover - mapping() rejects unknown keys
+
+
+def _globs(node: Node, note: str = "") -> tuple[str, ...]:
+    """A glob or a list of globs (non-empty strings)."""
+    items = [node] if not node.is_sequence() else node.sequence()
+    if not items:
+        raise node.error(f"{node.label} needs at least one glob{note}")
+    out = []
+    for item in items:
+        v = item.value()
+        if not isinstance(v, str) or not v:
+            what = "a glob or a list of globs" if item is node else "a glob"
+            raise item.error(f"{item.label} must be {what} (a non-empty string){note}, got {_show(v)}")
+        out.append(v)
+    return tuple(out)
+
+
+def _choices(node: Node, allowed: tuple[str, ...]) -> tuple[str, ...]:
+    """One of `allowed`, or a non-empty list of them."""
+    if not node.is_sequence():
+        return (node.choice(allowed),)
+    items = node.sequence()
+    if not items:
+        raise node.error(f"{node.label} needs at least one of {', '.join(allowed)}")
+    return tuple(dict.fromkeys(item.choice(allowed) for item in items))
+
+
+def _regex(node: Node) -> re.Pattern[str]:
+    pattern = node.str()
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        where = f" at position {exc.pos}" if exc.pos is not None else ""
+        raise node.error(
+            f"{node.label} /{pattern}/ is not a valid regular expression: {exc.msg}{where} "
+            "(Python re syntax; quote the pattern in YAML when it holds : # [ ] { } or starts with *)"
+        ) from None
+
+
+def _parse_rate_limit(node: Node) -> RateLimit:
+    given = node.mapping(("requests", "per", "concurrent"))
+    example = "e.g. rate_limit: {requests: 10, per: 1m, concurrent: 2}"
+    if not given:
+        raise node.error(f"{node.label} needs requests and per, or concurrent ({example})")
+    if ("requests" in given) != ("per" in given):
+        has, lacks = ("requests", "per") if "requests" in given else ("per", "requests")
+        raise node.error(f"{node.label} has {has} but no {lacks}: give both ({example}); concurrent alone is fine")
+    return RateLimit(
+        requests=given["requests"].int(minimum=1) if "requests" in given else None,
+        per=_duration(given["per"]) if "per" in given else None,
+        concurrent=given["concurrent"].int(minimum=1) if "concurrent" in given else None,
+    )
+
+
+def _parse_budget(node: Node) -> Budget:
+    given = node.mapping(("tokens", "per"))
+    missing = [key for key in ("tokens", "per") if key not in given]
+    if missing:
+        raise node.error(f"{node.label} needs {' and '.join(missing)} (e.g. budget: {{tokens: 100000, per: 1d}})")
+    return Budget(tokens=given["tokens"].int(minimum=1), per=_duration(given["per"]))
+
+
+def _rule_provider(node: Node, settings: Settings) -> str:
+    name = node.str()
+    configured = tuple(p.name for p in settings.providers)
+    if configured:
+        if name not in configured:
+            raise node.error(
+                f"{node.label} '{name}' is not a configured provider{_did_you_mean(name, configured)}; "
+                f"configured: {', '.join(configured)}"
+            )
+    elif name not in _ENV_PROVIDER_NAMES:
+        raise node.error(
+            f"{node.label} '{name}' is not a provider: this policy has no llm.providers, so providers come from "
+            f"the environment and can be {' or '.join(_ENV_PROVIDER_NAMES)}"
+        )
+    return name
+
+
+def _rule_model(node: Node, provider: str | None, settings: Settings) -> str:
+    """A configured model (of `provider` when given); an alias resolves to its model."""
+    name = node.str()
+    if not settings.providers:  # providers from the environment: their models are known only at run time
+        return name
+    pool = [p for p in settings.providers if provider is None or p.name == provider]
+    models = tuple(dict.fromkeys(m.name for p in pool for m in p.models))
+    if name in models:
+        return name
+    target = settings.aliases.get(name.lower())
+    if target is not None and target in models:
+        return target
+    owner = f"a model of provider '{provider}'" if provider else "a configured model"
+    raise node.error(
+        f"{node.label} '{name}' is not {owner}{_did_you_mean(name, models)}; models: {', '.join(models)}"
+    )

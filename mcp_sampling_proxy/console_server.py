@@ -122,7 +122,8 @@ class ConsoleServer:
         if not isinstance(message, dict):
             return
         pending = self._pending.get(str(message.get("id")))
-        if pending is None or pending.done.is_set() or message.get("type") != pending.message["type"]:
+        expected = "decision" if pending is not None and pending.message["type"] == "pending" else "review"
+        if pending is None or pending.done.is_set() or message.get("type") != expected:
             return
         pending.answer = message
         pending.done.set()

@@ -19,6 +19,7 @@ from mcp_sampling_proxy.config import (
     settings_from_environment,
 )
 from mcp_sampling_proxy.llm.base import ModelSpec, ProviderConfig
+from mcp_sampling_proxy.policy import ALWAYS, All, MethodIs, ServerMatches
 from mcp_sampling_proxy.yamlnodes import PolicyError
 
 F = "policy.yaml"
@@ -47,7 +48,7 @@ def test_unknown_top_level_key() -> None:
     message = error_of("rule:\n  - action: allow\n")
     assert message.startswith("policy.yaml:1:1: unknown key 'rule' in the top level of the policy")
     assert "did you mean 'rules'" in message
-    assert "allowed: llm, sampling, rules, audit, upstream" in message
+    assert "allowed: llm, sampling, rules, limits, approval, audit, upstream" in message
 
 
 def test_unknown_top_level_key_after_valid_ones_points_at_its_line() -> None:
@@ -286,9 +287,9 @@ def test_full_file_round_trip() -> None:
     assert settings.aliases == {"fast": "claude-haiku", "local": "llama3"}
     assert settings.sampling == SamplingSettings(route="proxy", fallback_on_host_error=True, advertise_tools=False)
     assert settings.rules == [
-        Rule(name="deny-untrusted", action="deny", when={"server": "untrusted-*", "method": "sampling"},
+        Rule(name="deny-untrusted", action="deny", when=All((ServerMatches(("untrusted-*",)), MethodIs("sampling"))),
              message="not for you", line=34),
-        Rule(name="rule-2", action="allow", when={}, message=None, line=40),
+        Rule(name="rule-2", action="allow", when=ALWAYS, message=None, line=40),
     ]
     assert settings.audit_path == os.path.expanduser("~/audit.jsonl")
     assert settings.pass_env == ("LOCAL_KEY",)
@@ -302,7 +303,7 @@ def test_defaults_for_an_empty_file_and_empty_when() -> None:
     assert empty.sampling == SamplingSettings()
     assert empty.era == "handshake"
     settings = parse_settings("rules:\n  - action: prompt\n    when:\n", F)
-    assert settings.rules[0].when == {}
+    assert settings.rules[0].when == ALWAYS
     assert parse_settings("upstream:\n  pass_env: ONE\n", F).pass_env == ("ONE",)
 
 

@@ -9,7 +9,16 @@ import pytest
 from mcp_sampling_proxy.config import Rule, parse_settings
 from mcp_sampling_proxy.llm.base import ModelSpec, ProviderConfig
 from mcp_sampling_proxy.model_choice import Choice, choose_model
-from mcp_sampling_proxy.policy import DEFAULT_RULE, Decision, Facts, decide, why_not
+from mcp_sampling_proxy.policy import (
+    DEFAULT_RULE,
+    All,
+    Decision,
+    Facts,
+    MethodIs,
+    ServerMatches,
+    decide,
+    why_not,
+)
 
 # -- policy.decide --------------------------------------------------------------------------------
 
@@ -18,9 +27,13 @@ def facts(server: str = "notes", method: str = "sampling") -> Facts:
     return Facts(method=method, server=server, host="test-host")
 
 
+def server_is(pattern: str) -> All:
+    return All((ServerMatches((pattern,)),))
+
+
 def test_first_matching_rule_wins() -> None:
     rules = [
-        Rule("deny-notes", "deny", {"server": "notes"}, message="no notes"),
+        Rule("deny-notes", "deny", server_is("notes"), message="no notes"),
         Rule("allow-all", "allow"),
         Rule("deny-all", "deny"),
     ]
@@ -52,7 +65,7 @@ def test_rule_without_when_matches_everything() -> None:
     ],
 )
 def test_server_condition_is_a_case_insensitive_glob(pattern: str, server: str, matches: bool) -> None:
-    rule = Rule("r", "allow", {"server": pattern})
+    rule = Rule("r", "allow", server_is(pattern))
     decision = decide([rule], facts(server))
     assert (decision.rule == "r") is matches
     if not matches:
@@ -60,14 +73,15 @@ def test_server_condition_is_a_case_insensitive_glob(pattern: str, server: str, 
 
 
 def test_method_condition() -> None:
-    rules = [Rule("elicit-ok", "allow", {"method": "elicitation"}), Rule("sampling-no", "deny", {"method": "sampling"})]
+    rules = [Rule("elicit-ok", "allow", All((MethodIs("elicitation"),))),
+             Rule("sampling-no", "deny", All((MethodIs("sampling"),)))]
     assert decide(rules, facts(method="elicitation")).action == "allow"
     assert decide(rules, facts(method="sampling")).rule == "sampling-no"
     assert why_not(rules[0], facts(method="sampling")) == "method is sampling, not elicitation"
 
 
 def test_all_conditions_must_match() -> None:
-    rule = Rule("both", "allow", {"server": "notes*", "method": "sampling"})
+    rule = Rule("both", "allow", All((ServerMatches(("notes*",)), MethodIs("sampling"))))
     assert decide([rule], facts("notes-app", "sampling")).action == "allow"
     assert decide([rule], facts("notes-app", "elicitation")).rule == DEFAULT_RULE
     assert decide([rule], facts("mail", "sampling")).rule == DEFAULT_RULE
@@ -75,7 +89,7 @@ def test_all_conditions_must_match() -> None:
 
 def test_default_is_prompt_when_nothing_matches() -> None:
     assert decide([], facts()) == Decision("prompt", DEFAULT_RULE, "no rule matched; the default is prompt")
-    only_other = [Rule("other", "allow", {"server": "other"})]
+    only_other = [Rule("other", "allow", server_is("other"))]
     decision = decide(only_other, facts("notes"))
     assert (decision.action, decision.rule, decision.message) == ("prompt", "default", None)
 

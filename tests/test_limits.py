@@ -1,0 +1,398 @@
+"""Rate limits, concurrency limits, token budgets and the shared state file."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from structlog.testing import capture_logs
+
+from mcp_sampling_proxy.limits import (
+    ConcurrencyLimiter,
+    RateLimiter,
+    Refusal,
+    Reservation,
+    TokenBudget,
+    estimate_worst_case,
+    format_period,
+    format_wait,
+    limit_key,
+)
+from mcp_sampling_proxy.state import STATE_DIR_ENV, JsonStateFile, state_dir
+
+DAY = 86400.0
+T0 = 1_750_000_000.0 - 1_750_000_000.0 % DAY  # a UTC midnight: the start of a 1d budget window
+
+
+@pytest.fixture
+def state(tmp_path, monkeypatch) -> Path:
+    directory = tmp_path / "state"
+    monkeypatch.setenv(STATE_DIR_ENV, str(directory))
+    return directory
+
+
+# --- state directory and JSON store ---------------------------------------------------------
+
+
+def test_state_dir_precedence(tmp_path, monkeypatch):
+    monkeypatch.setattr(Path, "home", lambda: tmp_path / "home")
+    assert state_dir({STATE_DIR_ENV: str(tmp_path / "s"), "XDG_STATE_HOME": "/x"}) == tmp_path / "s"
+    assert state_dir({"XDG_STATE_HOME": str(tmp_path / "xdg")}) == tmp_path / "xdg" / "mcp-sampling-proxy"
+    fallback = state_dir({"XDG_STATE_HOME": "relative/ignored"}, create=False)
+    if sys.platform == "darwin":
+        assert fallback == tmp_path / "home" / "Library" / "Application Support" / "mcp-sampling-proxy"
+    else:
+        assert fallback == tmp_path / "home" / ".local" / "state" / "mcp-sampling-proxy"
+
+
+def test_state_dir_and_budget_file_are_private(state):
+    budget = TokenBudget()
+    assert budget.store.path == state / "budgets.json"
+    budget.settle(Reservation("k", "r", 5, DAY, T0 + 900), None, now=T0)
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    assert stat.S_IMODE((state / "budgets.json").stat().st_mode) == 0o600
+    assert stat.S_IMODE((state / "budgets.json.lock").stat().st_mode) == 0o600
+
+
+def test_json_state_file_update_returns_and_persists(tmp_path):
+    store = JsonStateFile(tmp_path / "s.json")
+    assert store.update(lambda data: data.setdefault("n", 41) + 1) == 42
+    assert json.loads((tmp_path / "s.json").read_text()) == {"n": 41}
+    assert JsonStateFile(tmp_path / "s.json").read() == {"n": 41}
+
+
+def test_json_state_file_writes_nothing_when_fn_raises(tmp_path):
+    store = JsonStateFile(tmp_path / "s.json")
+    store.update(lambda data: data.update(n=1))
+
+    def boom(data):
+        data["n"] = 2
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        store.update(boom)
+    assert store.read() == {"n": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.json", "s.json.lock"]  # no temp files left
+
+
+@pytest.mark.parametrize("content", ["{not json", "[1, 2]", "\xff\xfe", "   \n"])
+def test_json_state_file_corrupt_starts_empty_with_a_warning(tmp_path, content):
+    path = tmp_path / "s.json"
+    path.write_bytes(content.encode("latin-1"))
+    with capture_logs() as logs:
+        assert JsonStateFile(path).update(lambda data: dict(data)) == {}
+    assert any(entry["log_level"] == "warning" for entry in logs)
+    assert json.loads(path.read_text()) == {}  # repaired
+    if content.strip():
+        assert (tmp_path / "s.json.corrupt").read_bytes() == content.encode("latin-1")
+
+
+# --- rate limits ----------------------------------------------------------------------------
+
+
+def test_rate_limit_third_request_in_window_is_refused_then_allowed_after_it():
+    limiter = RateLimiter()
+    key = limit_key("trusted", "summarizer")
+    assert limiter.try_acquire(key, 2, 60, now=1000.0, rule="trusted") is None
+    assert limiter.try_acquire(key, 2, 60, now=1001.0, rule="trusted") is None
+    refusal = limiter.try_acquire(key, 2, 60, now=1019.0, rule="trusted")
+    assert refusal == Refusal(
+        "rate_limit", 41.0, "rate limit of rule 'trusted' exceeded: 2 requests per 1m; retry in 41 s", key
+    )
+    refusal = limiter.try_acquire(key, 2, 60, now=1059.5, rule="trusted")
+    assert isinstance(refusal, Refusal) and refusal.retry_after == pytest.approx(0.5)
+    assert refusal.message.endswith("retry in 1 s")
+    assert limiter.try_acquire(key, 2, 60, now=1060.0, rule="trusted") is None  # the first one left the window
+    refusal = limiter.try_acquire(key, 2, 60, now=1060.5, rule="trusted")
+    assert isinstance(refusal, Refusal) and refusal.retry_after == pytest.approx(0.5)
+    assert limiter.try_acquire(key, 2, 60, now=1061.0, rule="trusted") is None
+
+
+def test_rate_limit_keys_are_independent_and_refusals_do_not_count():
+    limiter = RateLimiter()
+    assert limiter.try_acquire("a", 1, 10, now=0.0) is None
+    assert limiter.try_acquire("b", 1, 10, now=0.0) is None
+    for t in range(1, 10):
+        refusal = limiter.try_acquire("a", 1, 10, now=float(t))
+        assert refusal is not None and refusal.message == (
+            f"rate limit 'a' exceeded: 1 request per 10s; retry in {10 - t} s"
+        )
+    assert limiter.try_acquire("a", 1, 10, now=10.0) is None
+
+
+def test_rate_limit_is_exact_over_any_window():
+    limiter = RateLimiter()
+    rng = random.Random(7)
+    admitted = []
+    t = 0.0
+    for _ in range(2000):
+        t += rng.expovariate(1.0)
+        if limiter.try_acquire("k", 5, 30, now=t) is None:
+            admitted.append(t)
+    # at most 5 admissions in any half-open interval of 30 s, and the limiter kept only 5 timestamps
+    assert all(admitted[i + 5] - admitted[i] >= 30 for i in range(len(admitted) - 5))
+    assert len(limiter._log["k"]) <= 5
+    assert len(admitted) > 300  # and it did admit: roughly 5 per 30 s over ~2000 s
+
+
+# --- concurrency ----------------------------------------------------------------------------
+
+
+def test_concurrency_limit():
+    limiter = ConcurrencyLimiter()
+    assert limiter.acquire("k", 2, rule="busy") is None
+    assert limiter.acquire("k", 2, rule="busy") is None
+    refusal = limiter.acquire("k", 2, rule="busy")
+    assert refusal == Refusal(
+        "concurrent", 0.0,
+        "concurrency limit of rule 'busy' reached: 2 requests are already in progress (concurrent: 2); "
+        "retry when one finishes",
+        "k",
+    )
+    assert limiter.acquire("other", 2) is None
+    limiter.release("k")
+    assert limiter.in_use("k") == 1
+    assert limiter.acquire("k", 2) is None
+
+
+def test_concurrency_hold_releases_on_error_and_never_goes_negative():
+    limiter = ConcurrencyLimiter()
+    with pytest.raises(RuntimeError), limiter.hold("k", 1) as refusal:
+        assert refusal is None and limiter.in_use("k") == 1
+        with limiter.hold("k", 1) as second:
+            assert second is not None  # refused, and leaving this block must not release our slot
+        assert limiter.in_use("k") == 1
+        raise RuntimeError
+    assert limiter.in_use("k") == 0
+    with capture_logs() as logs:
+        limiter.release("k")
+    assert limiter.in_use("k") == 0 and logs[0]["log_level"] == "warning"
+
+
+# --- token budgets --------------------------------------------------------------------------
+
+
+def test_budget_reserve_settle_cancel(state):
+    budget = TokenBudget()
+    first = budget.reserve("k", 10_000, DAY, 1_000, now=T0 + 10)
+    assert isinstance(first, Reservation) and first.tokens == 1_000
+    assert budget.status("k", DAY, now=T0 + 11).reserved == 1_000
+    budget.settle(first, 300, now=T0 + 20)
+    status = budget.status("k", DAY, now=T0 + 21)
+    assert (status.used, status.reserved, status.window_start, status.resets_at) == (300, 0, T0, T0 + DAY)
+
+    second = budget.reserve("k", 10_000, DAY, 2_000, now=T0 + 30)
+    assert isinstance(second, Reservation)
+    budget.settle(second, None, now=T0 + 40)  # provider reported no usage: the worst case is charged
+    assert budget.status("k", DAY, now=T0 + 41).used == 2_300
+
+    third = budget.reserve("k", 10_000, DAY, 5_000, now=T0 + 50)
+    assert isinstance(third, Reservation)
+    budget.cancel(third, now=T0 + 60)
+    assert (budget.status("k", DAY, now=T0 + 61).used, budget.status("k", DAY, now=T0 + 61).reserved) == (2_300, 0)
+
+
+def test_budget_refusal_says_which_budget_what_is_left_and_when_it_resets(state):
+    budget = TokenBudget()
+    spent = budget.reserve("x@srv", 10_000, DAY, 9_800, now=T0 + 100)
+    assert isinstance(spent, Reservation)
+    budget.settle(spent, 9_800, now=T0 + 200)
+    now = T0 + DAY - (3 * 3600 + 12 * 60)
+    refusal = budget.reserve("x@srv", 10_000, DAY, 1_200, now=now, rule="x")
+    assert refusal == Refusal(
+        "budget", 3 * 3600 + 12 * 60,
+        "token budget of rule 'x' exhausted: 9,800 of 10,000 tokens used in this 1d window; 200 left and this "
+        "request may need up to 1,200; resets in 3 h 12 min",
+        "x@srv",
+    )
+    assert isinstance(budget.reserve("x@srv", 10_000, DAY, 200, now=now), Reservation)  # exactly what is left
+
+
+def test_budget_counts_reservations_in_progress(state):
+    budget = TokenBudget()
+    held = budget.reserve("k", 1_000, 3600, 600, now=T0)
+    assert isinstance(held, Reservation)
+    refusal = budget.reserve("k", 1_000, 3600, 500, now=T0 + 60, rule="r")
+    assert isinstance(refusal, Refusal)
+    assert refusal.message == (
+        "token budget of rule 'r' exhausted: 0 of 1,000 tokens used and 600 reserved by requests in progress in "
+        "this 1h window; 400 left and this request may need up to 500; resets in 59 min"
+    )
+    budget.settle(held, 100, now=T0 + 120)
+    assert isinstance(budget.reserve("k", 1_000, 3600, 500, now=T0 + 130), Reservation)
+
+
+def test_budget_larger_than_the_whole_limit_is_refused_for_good(state):
+    refusal = TokenBudget().reserve("k", 1_000, DAY, 1_001, now=T0, rule="tiny")
+    assert isinstance(refusal, Refusal) and refusal.permanent and refusal.retry_after == 0
+    assert refusal.message == (
+        "token budget of rule 'tiny' is too small for this request: it may need up to 1,001 tokens (input estimate "
+        "plus maxTokens) and the budget is 1,000 tokens per 1d; lower maxTokens or raise the budget"
+    )
+
+
+def test_budget_window_resets_on_the_epoch_aligned_boundary(state):
+    budget = TokenBudget()
+    spent = budget.reserve("k", 1_000, DAY, 1_000, now=T0 + DAY - 1)
+    assert isinstance(spent, Reservation)
+    budget.settle(spent, 1_000, now=T0 + DAY - 1)
+    assert isinstance(budget.reserve("k", 1_000, DAY, 1, now=T0 + DAY - 0.5), Refusal)
+    fresh = budget.reserve("k", 1_000, DAY, 1_000, now=T0 + DAY)  # 00:00 UTC: a new window
+    assert isinstance(fresh, Reservation)
+    assert budget.status("k", DAY, now=T0 + DAY).window_start == T0 + DAY
+
+
+def test_budget_usage_survives_a_restart(state):
+    spent = TokenBudget().reserve("k", 10_000, DAY, 4_000, now=T0)
+    assert isinstance(spent, Reservation)
+    TokenBudget().settle(spent, 3_500, now=T0 + 1)  # settled by a new instance: reservations are in the file
+    again = TokenBudget()  # a restarted proxy
+    assert again.status("k", DAY, now=T0 + 2).used == 3_500
+    refusal = again.reserve("k", 10_000, DAY, 7_000, now=T0 + 3, rule="k")
+    assert isinstance(refusal, Refusal) and "3,500 of 10,000 tokens used" in refusal.message
+
+
+def test_stale_reservations_of_a_crashed_proxy_expire(state):
+    crashed = TokenBudget(reservation_ttl=900)
+    assert isinstance(crashed.reserve("k", 1_000, DAY, 900, now=T0), Reservation)  # never settled
+    other = TokenBudget(reservation_ttl=900)
+    assert isinstance(other.reserve("k", 1_000, DAY, 200, now=T0 + 899), Refusal)
+    with capture_logs() as logs:
+        assert isinstance(other.reserve("k", 1_000, DAY, 200, now=T0 + 900), Reservation)
+    assert any("expired token reservation" in entry["event"] for entry in logs)
+    data = json.loads((state / "budgets.json").read_text())
+    assert [r["tokens"] for r in data["budgets"]["k"]["reservations"].values()] == [200]
+
+
+def test_settling_an_expired_reservation_still_charges_it(state):
+    budget = TokenBudget(reservation_ttl=60)
+    slow = budget.reserve("k", 1_000, DAY, 500, now=T0)
+    assert isinstance(slow, Reservation)
+    assert budget.status("k", DAY, now=T0 + 61).reserved == 0
+    budget.settle(slow, 400, now=T0 + 120)
+    assert budget.status("k", DAY, now=T0 + 121).used == 400
+
+
+def test_idle_keys_are_removed_from_the_file(state):
+    budget = TokenBudget()
+    used = budget.reserve("old", 1_000, 3600, 10, now=T0)
+    assert isinstance(used, Reservation)
+    budget.settle(used, 10, now=T0)
+    budget.reserve("new", 1_000, 3600, 10_000, now=T0 + 7200)  # refused; still tidies the file
+    assert json.loads((state / "budgets.json").read_text())["budgets"] == {}
+
+
+def test_malformed_budget_entries_are_dropped(state):
+    state.mkdir(mode=0o700)
+    (state / "budgets.json").write_text(json.dumps({"version": 1, "budgets": {
+        "bad": {"per": "1d"}, "good": {"per": DAY, "window": T0, "used": 5, "reservations": {}}}}))
+    budget = TokenBudget()
+    assert budget.status("good", DAY, now=T0 + 1).used == 5
+    assert "bad" not in json.loads((state / "budgets.json").read_text())["budgets"]
+
+
+WORKER = r"""
+import sys, time, os
+from mcp_sampling_proxy.limits import Reservation, TokenBudget
+
+now, go_file, rounds = float(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+budget = TokenBudget()
+print("ready", flush=True)
+while not os.path.exists(go_file):
+    time.sleep(0.002)
+granted = 0
+for _ in range(rounds):
+    loose = budget.reserve("loose", 10**9, 86400, 10, now=now)
+    assert isinstance(loose, Reservation), loose
+    budget.settle(loose, 7, now=now)
+    tight = budget.reserve("tight", 1000, 86400, 10, now=now)
+    if isinstance(tight, Reservation):
+        granted += 1
+        budget.settle(tight, None, now=now)
+print(granted, flush=True)
+"""
+
+
+def test_budget_is_exact_across_processes(state, tmp_path):
+    """4 processes x 50 rounds: reserve 10 + settle 7 on one key (1,400 exactly), and on a key
+    with a 1,000 budget, reserve 10 + settle the worst case: exactly 100 granted, never more."""
+    go = tmp_path / "go"
+    env = {**os.environ, STATE_DIR_ENV: str(state)}
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WORKER, str(T0 + 5), str(go), "50"], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]
+    try:
+        for proc in procs:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        started = time.monotonic()
+        go.touch()  # all start hammering together
+        outputs = [proc.communicate(timeout=60) for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    elapsed = time.monotonic() - started
+    assert [proc.returncode for proc in procs] == [0, 0, 0, 0], [err for _, err in outputs]
+    granted = sum(int(out.split()[-1]) for out, _ in outputs)  # the last line (logs, if any, come first)
+    budget = TokenBudget()
+    loose = budget.status("loose", DAY, now=T0 + 6)
+    tight = budget.status("tight", DAY, now=T0 + 6)
+    assert (loose.used, loose.reserved) == (4 * 50 * 7, 0)
+    assert (granted, tight.used, tight.reserved) == (100, 1_000, 0)
+    assert elapsed < 30
+
+
+# --- worst case and formatting --------------------------------------------------------------
+
+
+def test_estimate_worst_case_counts_text_images_and_max_tokens():
+    params = {
+        "systemPrompt": "abc",  # 3 bytes
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "héllo"},  # 6 bytes
+                                         {"type": "image", "data": "AAAA", "mimeType": "image/png"}]},
+            {"role": "assistant", "content": {"type": "text", "text": "ok"}},  # 2 bytes
+        ],
+        "maxTokens": 100,
+    }
+    assert estimate_worst_case(params) == 3 + 85 + 100  # ceil(11 / 4) = 3
+
+
+def test_estimate_worst_case_includes_tool_results_and_tools():
+    tools = [{"name": "fetch", "inputSchema": {"type": "object"}}]
+    params = {
+        "messages": [
+            {"role": "user", "content": {"type": "text", "text": "a" * 8}},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "c1", "name": "fetch", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "toolUseId": "c1", "content": [
+                {"type": "text", "text": "b" * 40}, {"type": "image", "data": "AAAA", "mimeType": "image/png"}]}]},
+        ],
+        "tools": tools,
+        "maxTokens": 1000,
+    }
+    text_bytes = 8 + (len("{}") + len("fetch")) + 40 + len(json.dumps(tools, separators=(",", ":")))
+    assert estimate_worst_case(params) == -(-text_bytes // 4) + 85 + 1000
+
+
+@pytest.mark.parametrize(("seconds", "shown"), [
+    (0, "0 s"), (0.2, "1 s"), (41, "41 s"), (41.0000001, "41 s"), (59.5, "1 min"), (125, "2 min 5 s"),
+    (3600, "1 h"), (3 * 3600 + 11 * 60 + 1, "3 h 12 min"), (DAY - 1, "1 d"), (2 * DAY + 4 * 3600, "2 d 4 h"),
+])
+def test_format_wait(seconds, shown):
+    assert format_wait(seconds) == shown
+
+
+@pytest.mark.parametrize(("seconds", "shown"), [
+    (60, "1m"), (86400, "1d"), (3600.0, "1h"), (5400, "90m"), (90, "90s"), (1.5, "1.5s"), (7 * 86400, "7d"),
+])
+def test_format_period(seconds, shown):
+    assert format_period(seconds) == shown

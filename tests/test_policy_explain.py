@@ -1,0 +1,189 @@
+"""`mcp-sampling-proxy policy explain FILE --request REQUEST.json`, run as a subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import PY, proxy_env, write_policy
+
+POLICY = """\
+llm:
+  providers:
+    openai:
+      type: openai
+      models: [gpt-4o-mini, gpt-4o]
+limits:
+  max_tokens: 4000
+  max_text_bytes: 512KiB
+rules:
+  - name: no-images
+    when: {content: image}
+    action: deny
+    message: no images, please
+  - name: notes-summaries
+    when:
+      server: "notes*"
+      tool: ["summ*", none]
+      not: {text_matches: "(?i)password"}
+    action: allow
+    rate_limit: {requests: 10, per: 1m, concurrent: 2}
+    budget: {tokens: 100000, per: 1d}
+    limits: {max_tokens: 1000, max_tokens_action: deny, max_media_bytes: 2MiB}
+    model: gpt-4o
+  - name: big
+    when: {max_tokens_over: 2000}
+    action: deny
+"""
+
+PARAMS = {
+    "messages": [{"role": "user", "content": {"type": "text", "text": "summarise my notes"}}],
+    "maxTokens": 500,
+    "modelPreferences": {"hints": [{"name": "claude"}]},
+}
+
+
+def explain(tmp_path: Path, *args: str, policy: str = POLICY, request: Any = PARAMS,
+            raw: str | None = None) -> subprocess.CompletedProcess[str]:
+    policy_path = write_policy(tmp_path, policy)
+    request_path = tmp_path / "request.json"
+    request_path.write_text(raw if raw is not None else json.dumps(request), encoding="utf-8")
+    return subprocess.run(
+        [PY, "-m", "mcp_sampling_proxy", "policy", "explain", policy_path, "--request", str(request_path), *args],
+        env=proxy_env(), capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )
+
+
+def test_a_matching_rule_with_its_limits(tmp_path: Path) -> None:
+    result = explain(tmp_path, "--server", "notes-app", "--tool", "summarize", "--host", "claude-ai")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert result.stdout == f"""\
+policy: {tmp_path / "policy.yaml"} (3 rules)
+request: sampling from server 'notes-app', host 'claude-ai', during tool call 'summarize'
+  model hints: claude; max_tokens: 500; messages: 1; content: text; include_context: none
+rule 'no-images' (line 10): skipped: content has no image (it has text)
+rule 'notes-summaries' (line 14): MATCHES -> allow
+  because server 'notes-app' matches 'notes*' and tool 'summarize' matches 'summ*' and text does not match \
+/(?i)password/
+limits that apply:
+  max_messages: 256
+  max_text_bytes: 512 KiB
+  max_media_bytes: 2 MiB (rule 'notes-summaries')
+  max_request_bytes: 16 MiB
+  max_tokens: 1000 (over it: deny) (rule 'notes-summaries')
+  max_tools: 128
+  rate_limit: 10 requests per 1m, at most 2 at a time
+  budget: 100000 tokens per 1d
+  provider/model: model 'gpt-4o' (set by rule 'notes-summaries')
+"""
+
+
+def test_no_rule_matches_so_prompt_with_the_top_level_limits(tmp_path: Path) -> None:
+    # the whole JSON-RPC request works as well as its params
+    request = {"jsonrpc": "2.0", "id": 7, "method": "sampling/createMessage", "params": PARAMS}
+    result = explain(tmp_path, "--server", "mail", "--tool", "send", request=request)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[1] == "request: sampling from server 'mail', host '' (no --host given), during tool call 'send'"
+    assert lines[3:] == [
+        "rule 'no-images' (line 10): skipped: content has no image (it has text)",
+        "rule 'notes-summaries' (line 14): skipped: server 'mail' does not match 'notes*'",
+        "rule 'big' (line 24): skipped: max_tokens 500 is not over 2000",
+        "no rule matched -> prompt (default)",
+        "limits that apply:",
+        "  max_messages: 256",
+        "  max_text_bytes: 512 KiB",
+        "  max_media_bytes: 8 MiB",
+        "  max_request_bytes: 16 MiB",
+        "  max_tokens: 4000 (over it: clamp)",
+        "  max_tools: 128",
+        "  rate_limit: none",
+        "  budget: none",
+        "  provider/model: chosen from the request's model preferences (no rule override)",
+    ]
+
+
+def test_a_deny_stops_at_the_rule_and_shows_the_message(tmp_path: Path) -> None:
+    params = {**PARAMS, "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "what is this?"},
+        {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"},
+    ]}]}
+    result = explain(tmp_path, "--server", "notes", request=params)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[2:] == [
+        "  model hints: claude; max_tokens: 500; messages: 1; content: image, text; include_context: none",
+        "rule 'no-images' (line 10): MATCHES -> deny",
+        "  because content has image",
+        "  the server is told: no images, please",
+        "limits: none apply (the request is denied)",
+    ]
+
+
+@pytest.mark.parametrize(("args", "params", "expected"), [
+    pytest.param([], PARAMS, "rule 'notes-summaries' (line 14): skipped: server '' does not match 'notes*'",
+                 id="no-server-given"),
+    pytest.param(["--server", "notes", "--tool", "delete"], PARAMS,
+                 "rule 'notes-summaries' (line 14): skipped: tool 'delete' does not match 'summ*' or none",
+                 id="other-tool"),
+    pytest.param(["--server", "notes"], {**PARAMS, "systemPrompt": "the PASSWORD is hunter2"},
+                 "rule 'notes-summaries' (line 14): skipped: text matches /(?i)password/ ('PASSWORD'), "
+                 "which 'not' excludes",
+                 id="not-excludes"),
+    pytest.param(["--server", "notes"], PARAMS, "rule 'notes-summaries' (line 14): MATCHES -> allow",
+                 id="background-request-allowed"),
+    pytest.param(["--server", "mail"], {**PARAMS, "maxTokens": 3000}, "rule 'big' (line 24): MATCHES -> deny",
+                 id="big"),
+])
+def test_explanations(tmp_path: Path, args: list[str], params: dict[str, Any], expected: str) -> None:
+    result = explain(tmp_path, *args, request=params)
+    assert result.returncode == 0, result.stderr
+    assert expected in result.stdout.splitlines()
+
+
+def test_an_empty_policy_prompts(tmp_path: Path) -> None:
+    result = explain(tmp_path, policy="")
+    assert result.returncode == 0, result.stderr
+    assert "no rule matched -> prompt (default)" in result.stdout.splitlines()
+    assert "  max_tokens: no cap" in result.stdout.splitlines()
+
+
+@pytest.mark.parametrize(("kwargs", "expected"), [
+    pytest.param({"raw": '{"messages": [}'}, "request.json:1:15: not valid JSON: Expecting value", id="bad-json"),
+    pytest.param({"raw": "[1, 2]"}, "request.json: must hold a JSON object", id="not-an-object"),
+    pytest.param({"request": {"jsonrpc": "2.0", "id": 1, "method": "elicitation/create", "params": {}}},
+                 "request.json: the request's method is 'elicitation/create'; explain takes sampling/createMessage",
+                 id="other-method"),
+    pytest.param({"request": {"messages": []}},
+                 "request.json: Invalid params for sampling/createMessage: maxTokens: Field required", id="invalid"),
+    pytest.param({"policy": "rules:\n  - action: allow\n    when: {tool: summ*, text_match: x}\n"},
+                 "policy.yaml:3:25: unknown key 'text_match' in rules[0].when (did you mean 'text_matches'?)",
+                 id="invalid-policy"),
+])
+def test_bad_input_exits_2_with_a_clear_message(tmp_path: Path, kwargs: dict[str, Any], expected: str) -> None:
+    result = explain(tmp_path, **kwargs)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.startswith("mcp-sampling-proxy policy explain: error: ")
+    assert expected in result.stderr
+
+
+def test_missing_files_exit_2(tmp_path: Path) -> None:
+    policy = write_policy(tmp_path, POLICY)
+    base = [PY, "-m", "mcp_sampling_proxy", "policy", "explain"]
+    run = {"env": proxy_env(), "capture_output": True, "text": True, "timeout": 60}
+    missing = str(tmp_path / "nope.json")
+    result = subprocess.run([*base, policy, "--request", missing], **run)  # type: ignore[call-overload]
+    assert (result.returncode, result.stdout) == (2, "")
+    assert f"{missing}: request file not found" in result.stderr
+    (tmp_path / "r.json").write_text(json.dumps(PARAMS))
+    no_policy = str(tmp_path / "nope.yaml")
+    result = subprocess.run([*base, no_policy, "--request", str(tmp_path / "r.json")], **run)  # type: ignore[call-overload]
+    assert (result.returncode, result.stdout) == (2, "")
+    assert f"{no_policy}: policy file not found" in result.stderr
+    result = subprocess.run([*base, policy], **run)  # type: ignore[call-overload]
+    assert result.returncode == 2
+    assert "--request" in result.stderr
