@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import anyio
 
 from mcp_sampling_proxy import capabilities, jsonrpc
-from mcp_sampling_proxy.approval import DEFAULT_CHANNELS, DEFAULT_TIMEOUT, ApprovalMemory, Approver, build_channels
+from mcp_sampling_proxy.approval import ApprovalMemory, Approver, build_channels
 from mcp_sampling_proxy.audit import AuditLog
 from mcp_sampling_proxy.config import Settings
 from mcp_sampling_proxy.console_server import ConsoleServer
@@ -124,8 +124,8 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
     audit = AuditLog(settings.audit_path)
     session = Session(name_override=options.name)
     console = ConsoleServer(lambda: session.server_name, lambda: session.host_name)
-    approver = Approver(build_channels(DEFAULT_CHANNELS, terminal, console), timeout=DEFAULT_TIMEOUT,
-                        memory=ApprovalMemory(store=_approvals_store()))
+    approver = Approver(build_channels(settings.approval.channels, terminal, console),
+                        timeout=settings.approval.timeout, memory=ApprovalMemory(store=_approvals_store()))
     service = SamplingService(settings, adapters, approver, audit)
     hooks = ProxyHooks(service, offer, settings.sampling.route, settings.era)
     host_out = await open_line_writer(out_fd)

@@ -1,24 +1,38 @@
-"""Serve `sampling/createMessage`: validate, decide, approve, route, fulfil, audit.
+"""Serve `sampling/createMessage`: caps, validate, decide, limit, approve, route, fulfil, audit.
 
-One request flows through: SDK-model validation (-32602 naming the field), the pure policy
-engine, human approval for `prompt`, then routing (the host when it can sample, else our own
-adapter), and an audit record for every outcome.
+One request flows through: size caps (before anything else looks at it), SDK-model validation
+(-32602 naming the field), the pure policy engine, the matched rule's caps, rate limit,
+concurrency and token budget (reserved at the worst case, settled with the provider's usage),
+human approval for `prompt`, then routing (the host when it can sample, else our own adapter),
+an optional human review of the answer, and an audit record for every outcome.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from mcp_sampling_proxy import jsonrpc
 from mcp_sampling_proxy.approval import ApprovalRequest, Approver
 from mcp_sampling_proxy.audit import AuditLog, elapsed_ms
-from mcp_sampling_proxy.config import Settings
+from mcp_sampling_proxy.caps import check_caps
+from mcp_sampling_proxy.config import Rule, Settings, effective_limits
 from mcp_sampling_proxy.jsonrpc import RpcError
-from mcp_sampling_proxy.llm.base import Adapter, LLMError, ProviderConfig
+from mcp_sampling_proxy.limits import (
+    ConcurrencyLimiter,
+    RateLimiter,
+    Refusal,
+    Reservation,
+    TokenBudget,
+    estimate_worst_case,
+    limit_key,
+)
+from mcp_sampling_proxy.llm.base import Adapter, Completion, LLMError, ProviderConfig
 from mcp_sampling_proxy.log import get_logger
-from mcp_sampling_proxy.model_choice import choose_model
-from mcp_sampling_proxy.policy import Facts, decide
+from mcp_sampling_proxy.model_choice import Choice, choose_model
+from mcp_sampling_proxy.policy import Decision, decide, facts_for_sampling
 from mcp_sampling_proxy.sampling_request import REQUEST_ORIGIN, describe, validate
 
 if TYPE_CHECKING:
@@ -34,57 +48,91 @@ NO_PROVIDER_HINT = (
 
 
 class SamplingService:
-    def __init__(self, settings: Settings, adapters: AdapterPool, approver: Approver, audit: AuditLog):
+    def __init__(self, settings: Settings, adapters: AdapterPool, approver: Approver, audit: AuditLog,
+                 limiters: Limiters | None = None):
         self._settings = settings
         self._adapters = adapters
         self._approver = approver
         self._audit = audit
+        self._limiters = limiters or Limiters()
 
     async def serve(self, message: dict[str, Any], relay: Relay) -> dict[str, Any]:
         started = time.monotonic()
         session = relay.session
         in_flight = session.tools_in_flight()
         tool = in_flight[-1] if in_flight else None
-        base = {
-            "server": session.server_name,
-            "host": session.host_name or None,
-            "method": "sampling/createMessage",
-            "request_id": message.get("id"),
-            "tool": tool,
-            "protocol_version": session.protocol_version,
+        audit: dict[str, Any] = {
+            "server": session.server_name, "host": session.host_name or None, "method": "sampling/createMessage",
+            "request_id": message.get("id"), "tool": tool, "protocol_version": session.protocol_version,
+            "rule": None,
         }
-        try:
-            params = validate(message.get("params"))
+
+        def refuse(decision: str, exc: RpcError, **extra: Any) -> RpcError:
+            self._audit.record(**audit, decision=decision, reason=exc.message, **extra)
+            log.warning("sampling refused", decision=decision, reason=exc.message)
+            return exc
+
+        try:  # global size caps first: nothing, not even a regex rule, looks at an oversized request
+            params = check_caps(message.get("params") or {}, self._settings.limits).params
+            params = validate(params)
         except RpcError as exc:
-            self._audit.record(**base, decision="error", rule=None, reason=exc.message)
-            raise
-        decision = decide(self._settings.rules,
-                          Facts("sampling", session.server_name, session.host_name, in_flight))
+            raise refuse("error", exc) from None
+        decision = decide(self._settings.rules, facts_for_sampling(
+            params, server=session.server_name, host=session.host_name, tools_in_flight=in_flight))
+        rule = decision.matched
+        audit["rule"] = decision.rule
         log.info("sampling request", server=session.server_name, tool=tool, rule=decision.rule,
                  action=decision.action)
-        audit = {**base, "rule": decision.rule}
-        approver_channel = None
         if decision.action == "deny":
             reason = decision.message or f"sampling denied by policy rule '{decision.rule}'"
-            self._audit.record(**audit, decision="deny", reason=reason, approver=None)
-            raise RpcError(jsonrpc.USER_REJECTED, reason)
-        approval_request = ApprovalRequest(session.server_name, session.host_name, tool, decision.rule, params,
-                                           describe(params, server=session.server_name, tool=tool))
+            raise refuse("deny", RpcError(jsonrpc.USER_REJECTED, reason), approver=None)
+        caps = effective_limits(self._settings.limits, rule.limits if rule else None)
+        try:
+            checked = check_caps(params, caps)
+        except RpcError as exc:
+            raise refuse("error", exc) from None
+        params = checked.params
+        for note in checked.notes:
+            log.info("request adjusted", note=note)
+
+        key = limit_key(decision.rule, session.server_name)
+        with self._limiters.hold(rule, key) as refusal:
+            if refusal is not None:
+                raise refuse("deny", _limit_error(refusal), limit=refusal.limit)
+            reservation = self._limiters.reserve(rule, key, params)
+            if isinstance(reservation, Refusal):
+                raise refuse("deny", _limit_error(reservation), limit=reservation.limit)
+            spent: list[int | None] = [None]
+            try:
+                return await self._approve_and_fulfil(message, params, decision, relay, tool, audit, started,
+                                                      spent, refuse)
+            finally:
+                self._limiters.settle(reservation, spent[0])
+
+    async def _approve_and_fulfil(self, message: dict[str, Any], params: dict[str, Any], decision: Decision,
+                                  relay: Relay, tool: str | None, audit: dict[str, Any], started: float,
+                                  spent: list[int | None], refuse: Any) -> dict[str, Any]:
+        session = relay.session
+        request = ApprovalRequest(session.server_name, session.host_name, tool, decision.rule, params,
+                                  describe(params, server=session.server_name, tool=tool))
+        approver_channel = None
         if decision.action == "prompt":
-            approval = await self._approver.ask(approval_request, relay)
+            approval = await self._approver.ask(request, relay)
             if not approval.approved:
                 kind = "timeout" if approval.outcome == "timeout" else "rejected"
-                self._audit.record(**audit, decision=kind, reason=approval.reason, approver=approval.channel)
-                log.warning("sampling not approved", reason=approval.reason)
-                raise RpcError(jsonrpc.USER_REJECTED, approval.reason)
+                raise refuse(kind, RpcError(jsonrpc.USER_REJECTED, approval.reason), approver=approval.channel)
             approver_channel = approval.channel
             if approval.params is not None:  # the operator edited the prompt: check it like the original
-                params = validate(approval.params)
+                try:
+                    params = check_caps(validate(approval.params), self._settings.limits).params
+                except RpcError as exc:
+                    raise refuse("error", exc, approver=approver_channel) from None
                 message = {**message, "params": params}
-        outcome = "approved" if approver_channel else "allow"
-        audit.update(decision=outcome, reason=decision.reason, approver=approver_channel)
+        audit.update(decision="approved" if approver_channel else "allow", reason=decision.reason,
+                     approver=approver_channel)
 
         if self._route(params, session) == "host":
+            spent[0] = 0  # the host's tokens, not ours
             response = await relay.forward_to_host(message)
             error = response.get("error")
             if error is None:
@@ -99,7 +147,17 @@ class SamplingService:
                                error.get("data"))
             log.info("host refused sampling; fulfilling locally (fallback_on_host_error)",
                      host_error=error.get("message"))
-        return await self._fulfil(params, session, tool, audit, started)
+            spent[0] = None
+        result, completion = await self._fulfil(params, decision, session, tool, audit, started)
+        spent[0] = _tokens(completion)
+        if self._settings.approval.review_response:
+            review = await self._approver.review(request, result, relay)
+            if not review.accepted:
+                raise refuse("rejected", RpcError(
+                    jsonrpc.USER_REJECTED, f"the LLM's answer was not approved for the server ({review.channel})"),
+                    approver=review.channel)
+            result = review.result
+        return result
 
     def _route(self, params: dict[str, Any], session: Session) -> str:
         route = self._settings.sampling.route
@@ -112,19 +170,37 @@ class SamplingService:
             return "proxy"
         return "host"
 
-    async def _fulfil(
-        self, params: dict[str, Any], session: Session, tool: str | None, audit: dict[str, Any], started: float
-    ) -> dict[str, Any]:
+    def _choose(self, params: dict[str, Any], decision: Decision) -> Choice:
         wants_tools = bool(params.get("tools"))
         providers = self._adapters.usable(tools=wants_tools)
+        rule = decision.matched
+        if rule is not None and (rule.provider or rule.model):
+            pinned = [p for p in providers if (rule.provider is None or p.name == rule.provider)
+                      and (rule.model is None or any(m.name == rule.model for m in p.models))]
+            if pinned:
+                model = rule.model or choose_model(pinned, params.get("modelPreferences"),
+                                                   aliases=self._settings.aliases).model
+                return Choice(pinned[0].name, model, f"rule '{rule.name}' sets provider/model")
+            providers = []
         if not providers:
-            reason = NO_PROVIDER_HINT if not self._adapters.any_configured else (
-                "the request offers tools, and no configured provider can use tools (tools: false)"
-            )
-            self._audit.record(**audit, error=reason)
-            raise RpcError(jsonrpc.INTERNAL_ERROR if not wants_tools else jsonrpc.INVALID_PARAMS, reason)
-        choice = choose_model(providers, params.get("modelPreferences"), aliases=self._settings.aliases,
-                              default_provider=self._settings.default_provider)
+            if not self._adapters.any_configured:
+                raise RpcError(jsonrpc.INTERNAL_ERROR, NO_PROVIDER_HINT)
+            if rule is not None and (rule.provider or rule.model):
+                raise RpcError(jsonrpc.INTERNAL_ERROR, f"rule '{rule.name}' names provider/model "
+                               f"{rule.provider or '*'}/{rule.model or '*'}, which is not configured"
+                               + (" with tools" if wants_tools else ""))
+            raise RpcError(jsonrpc.INVALID_PARAMS,
+                           "the request offers tools, and no configured provider can use tools (tools: false)")
+        return choose_model(providers, params.get("modelPreferences"), aliases=self._settings.aliases,
+                            default_provider=self._settings.default_provider)
+
+    async def _fulfil(self, params: dict[str, Any], decision: Decision, session: Session, tool: str | None,
+                      audit: dict[str, Any], started: float) -> tuple[dict[str, Any], Completion]:
+        try:
+            choice = self._choose(params, decision)
+        except RpcError as exc:
+            self._audit.record(**audit, error=exc.message)
+            raise
         log.info("model chosen", provider=choice.provider, model=choice.model, why=choice.reason)
         adapter = self._adapters.get(choice.provider)
         token = REQUEST_ORIGIN.set((session.server_name, tool))
@@ -138,15 +214,66 @@ class SamplingService:
         finally:
             REQUEST_ORIGIN.reset(token)
         content: Any = completion.content
-        if not wants_tools and len(content) == 1:
+        if not params.get("tools") and len(content) == 1:
             content = content[0]
         self._audit.record(**audit, provider=choice.provider, model=completion.model,
                            input_tokens=completion.input_tokens, output_tokens=completion.output_tokens,
                            stop_reason=completion.stop_reason, latency_ms=elapsed_ms(started))
         log.info("sampling fulfilled", provider=choice.provider, model=completion.model,
                  stop_reason=completion.stop_reason, latency_ms=elapsed_ms(started))
-        return {"role": "assistant", "content": content, "model": completion.model,
-                "stopReason": completion.stop_reason}
+        result = {"role": "assistant", "content": content, "model": completion.model,
+                  "stopReason": completion.stop_reason}
+        return result, completion
+
+
+def _tokens(completion: Completion) -> int | None:
+    if completion.input_tokens is None or completion.output_tokens is None:
+        return None
+    return completion.input_tokens + completion.output_tokens
+
+
+def _limit_error(refusal: Refusal) -> RpcError:
+    data = {"limit": refusal.limit, "retryAfter": round(refusal.retry_after, 1)} if refusal.retry_after else None
+    return RpcError(jsonrpc.USER_REJECTED, refusal.message, data)
+
+
+class Limiters:
+    """The per-rule rate limits, concurrency limits and token budgets of one proxy."""
+
+    def __init__(self, budget: TokenBudget | None = None):
+        self.rate = RateLimiter()
+        self.concurrency = ConcurrencyLimiter()
+        self._budget = budget
+
+    @contextmanager
+    def hold(self, rule: Rule | None, key: str) -> Iterator[Refusal | None]:
+        """Rate limit and concurrency slot for the duration of one request."""
+        limit = rule.rate_limit if rule else None
+        if limit is not None and limit.requests is not None and limit.per is not None:
+            refusal = self.rate.try_acquire(key, limit.requests, limit.per, rule=rule.name)
+            if refusal is not None:
+                yield refusal
+                return
+        if limit is not None and limit.concurrent is not None:
+            with self.concurrency.hold(key, limit.concurrent, rule=rule.name) as refusal:
+                yield refusal
+            return
+        yield None
+
+    def reserve(self, rule: Rule | None, key: str, params: dict[str, Any]) -> Reservation | Refusal | None:
+        if rule is None or rule.budget is None:
+            return None
+        if self._budget is None:
+            self._budget = TokenBudget()
+        return self._budget.reserve(key, rule.budget.tokens, rule.budget.per, estimate_worst_case(params),
+                                    rule=rule.name)
+
+    def settle(self, reservation: Reservation | Refusal | None, tokens: int | None) -> None:
+        if isinstance(reservation, Reservation) and self._budget is not None:
+            if tokens == 0:
+                self._budget.cancel(reservation)
+            else:
+                self._budget.settle(reservation, tokens)
 
 
 class AdapterPool:
