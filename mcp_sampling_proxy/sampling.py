@@ -68,7 +68,7 @@ class SamplingService:
         }
 
         def refuse(decision: str, exc: RpcError, **extra: Any) -> RpcError:
-            self._audit.record(**audit, decision=decision, reason=exc.message, **extra)
+            self._audit.record(**{**audit, "decision": decision, "reason": exc.message, **extra})
             log.warning("sampling refused", decision=decision, reason=exc.message)
             return exc
 

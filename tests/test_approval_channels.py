@@ -182,3 +182,23 @@ async def test_always_approval_survives_a_restart(tmp_path: Path, dirs: dict[str
         result = await client.call_tool("sample", {"prompt": "again"})
     assert tool_json(result)["content"]["text"] == "echo: again"
     assert os.path.exists(Path(dirs["MCP_SAMPLING_PROXY_STATE_DIR"]) / "approvals.json")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("accept", [True, False])
+async def test_console_reviews_and_edits_the_answer(tmp_path: Path, dirs: dict[str, str], llm: FakeLLMServer,
+                                                    accept: bool) -> None:
+    async def decide(console: SocketConsole) -> None:
+        review = await console.receive()
+        assert review["type"] == "review"
+        assert review["result"]["content"]["text"] == "echo: ask me"
+        edited = {**review["result"], "content": {"type": "text", "text": "reviewed answer"}}
+        await console.send({"type": "review", "id": review["id"], "accept": accept, "result": edited})
+
+    policy = openai_policy(llm.base_url) + "approval:\n  review_response: true\n"
+    (result,) = await sample_with_console(tmp_path, dirs, policy, decide)
+    if accept:
+        assert tool_json(result)["content"]["text"] == "reviewed answer"
+    else:
+        assert tool_json(result)["error"]["code"] == -1
+        assert "not approved" in tool_json(result)["error"]["message"]
