@@ -84,7 +84,11 @@ class ApprovalMemory:
         if key in self.session:
             return "session"
         if self.store is not None:
-            entries = self.store.update(lambda data: list(data.get("always", [])))
+            try:
+                entries = self.store.read().get("always", [])
+            except OSError as exc:
+                log.warning("cannot read remembered approvals", error=str(exc))
+                return None
             if [server, tool or ""] in entries:
                 return "always"
         return None
@@ -97,7 +101,10 @@ class ApprovalMemory:
                 entries = data.setdefault("always", [])
                 if list(key) not in entries:
                     entries.append(list(key))
-            self.store.update(add)
+            try:
+                self.store.update(add)
+            except OSError as exc:
+                log.warning("cannot remember the approval beyond this session", error=str(exc))
 
 
 class Approver:

@@ -140,6 +140,9 @@ async def _ask_block() -> str:
 
 def main(argv: Sequence[str]) -> int:
     from mcp_sampling_proxy.console_server import runtime_dir
+    from mcp_sampling_proxy.log import configure
+
+    configure("warning", "console")  # stdout is the conversation with the user; logs go to stderr
 
     parser = argparse.ArgumentParser(
         prog="mcp-sampling-proxy console",

@@ -138,3 +138,28 @@ def test_readme_quickstart_without_policy_or_key(tmp_path: Path) -> None:
     session.type("Servers borrow the client's model.\n.\n")
     assert session.finish() == 0
     assert b"Servers borrow the client's model." in session.output.split(b"result:")[1]
+
+
+def test_console_command_approves_a_proxy_without_terminal(tmp_path: Path) -> None:
+    """A proxy started like Claude Desktop starts it (no terminal); the user runs `console` elsewhere."""
+    from support import RawHost, proxy_command
+
+    dirs = {"MCP_SAMPLING_PROXY_RUNTIME_DIR": str(tmp_path / "run"),
+            "MCP_SAMPLING_PROXY_STATE_DIR": str(tmp_path / "state")}
+    with FakeLLMServer("openai") as llm:
+        rules = "rules:\n  - name: ask\n    action: prompt\n"
+        policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=rules))
+        console = PtySession([PY, "-m", "mcp_sampling_proxy", "console"], terminal_env(**dirs))
+        with RawHost(proxy_command(policy), proxy_env(TEST_LLM_KEY="k", **dirs), tmp_path / "stderr.log") as host:
+            host.initialize()
+            console.read_until(b"attached")
+            host.send({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                       "params": {"name": "sample", "arguments": {"prompt": "evil\x1b[2J prompt"}}})
+            console.read_until(b"Allow? [y]es once")
+            console.type("y\n")
+            response = host.wait_for(lambda m: m.get("id") == 5)
+        os.kill(console.pid, 2)
+        console.finish()
+    assert json.loads(response["result"]["content"][0]["text"])["content"]["text"] == "echo: evil\x1b[2J prompt"
+    assert b"evil prompt" in console.output
+    assert b"\x1b[2J" not in console.output
