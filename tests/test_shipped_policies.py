@@ -29,3 +29,12 @@ def test_policy_check_names_line_column_and_the_fix(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert f"{bad}:3:13: rules[0].action 'alow' is not one of allow, deny, prompt (did you mean 'allow'?)" \
         in result.stderr
+
+
+def test_readme_policy_reference_is_a_valid_policy(tmp_path: Path) -> None:
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("## Policy file", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    policy = tmp_path / "readme.yaml"
+    policy.write_text(block)
+    result = policy_check(str(policy))
+    assert result.returncode == 0, result.stderr
