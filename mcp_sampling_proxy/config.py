@@ -135,6 +135,14 @@ class SamplingSettings:
     advertise_tools: bool = True  # offer `sampling.tools` upstream when the adapter can use tools
 
 
+@dataclass(frozen=True)
+class ElicitationSettings:
+    route: str = "auto"  # auto | console | host | decline
+    url_mode: bool = False  # serve URL-mode elicitation on the console (show the URL, open it on consent)
+    sensitive_form: str = "decline"  # decline | cancel | allow: forms that ask for secrets
+    non_interactive: str = "decline"  # decline | cancel | accept_defaults: nobody to ask
+
+
 @dataclass
 class Settings:
     """Everything the proxy needs from the policy file (or the environment)."""
@@ -143,6 +151,7 @@ class Settings:
     default_provider: str | None = None
     aliases: dict[str, str] = field(default_factory=dict)
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
+    elicitation: ElicitationSettings = field(default_factory=ElicitationSettings)
     rules: list[Rule] = field(default_factory=list)
     limits: SizeLimits = field(default_factory=SizeLimits)
     approval: ApprovalSettings = field(default_factory=ApprovalSettings)
@@ -207,11 +216,13 @@ def parse_settings(text: str, where: str) -> Settings:
     settings = Settings(source=where)
     if root is None:
         return settings
-    top = root.mapping(("llm", "sampling", "rules", "limits", "approval", "audit", "upstream"))
+    top = root.mapping(("llm", "sampling", "elicitation", "rules", "limits", "approval", "audit", "upstream"))
     if "llm" in top:
         _parse_llm(top["llm"], settings)
     if "sampling" in top:
         settings.sampling = _parse_sampling(top["sampling"])
+    if "elicitation" in top:
+        settings.elicitation = _parse_elicitation(top["elicitation"])
     if "limits" in top:
         settings.limits = SizeLimits(**_parse_limits(top["limits"]))
     if "approval" in top:
@@ -326,6 +337,19 @@ def _parse_sampling(node: Node) -> SamplingSettings:
         if "fallback_on_host_error" in fields
         else False,
         advertise_tools=fields["tools"].bool() if "tools" in fields else True,
+    )
+
+
+def _parse_elicitation(node: Node) -> ElicitationSettings:
+    fields = node.mapping(("route", "url_mode", "sensitive_form", "non_interactive"))
+    defaults = ElicitationSettings()
+    return ElicitationSettings(
+        route=fields["route"].choice(("auto", "console", "host", "decline")) if "route" in fields else defaults.route,
+        url_mode=fields["url_mode"].bool() if "url_mode" in fields else defaults.url_mode,
+        sensitive_form=fields["sensitive_form"].choice(("decline", "cancel", "allow"))
+        if "sensitive_form" in fields else defaults.sensitive_form,
+        non_interactive=fields["non_interactive"].choice(("decline", "cancel", "accept_defaults"))
+        if "non_interactive" in fields else defaults.non_interactive,
     )
 
 
