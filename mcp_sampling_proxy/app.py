@@ -20,10 +20,12 @@ from mcp_sampling_proxy.approval import ApprovalMemory, Approver, build_channels
 from mcp_sampling_proxy.audit import AuditLog
 from mcp_sampling_proxy.config import Settings
 from mcp_sampling_proxy.console_server import ConsoleServer
+from mcp_sampling_proxy.elicitation import ElicitationService
+from mcp_sampling_proxy.elicitation_console import ElicitationConsoles
 from mcp_sampling_proxy.llm.base import ModelSpec, ProviderConfig
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.relay import Relay, Session
-from mcp_sampling_proxy.sampling import AdapterPool, SamplingService
+from mcp_sampling_proxy.sampling import AdapterPool, Limiters, SamplingService
 from mcp_sampling_proxy.terminal import Terminal
 from mcp_sampling_proxy.upstream_stdio import exit_status_for
 from mcp_sampling_proxy.wire import DEFAULT_MAX_LINE, LineReader, open_line_reader, open_line_writer
@@ -31,6 +33,8 @@ from mcp_sampling_proxy.wire import DEFAULT_MAX_LINE, LineReader, open_line_read
 log = get_logger("mcp_sampling_proxy")
 
 SAMPLING_METHOD = "sampling/createMessage"
+ELICITATION_METHOD = "elicitation/create"
+ELICITATION_COMPLETE = "notifications/elicitation/complete"
 
 
 @dataclass(frozen=True)
@@ -53,13 +57,15 @@ class Upstream(Protocol):
 
 
 class ProxyHooks:
-    """Connects the relay to the sampling service and the capability rewriting."""
+    """Connects the relay to the services that answer server requests and to capability rewriting."""
 
-    def __init__(self, sampling: SamplingService, offer: dict[str, Any] | None, route: str, era: str):
-        self._sampling = sampling
-        self._offer = offer
-        self._route = route
-        self._pin_handshake = era == "handshake" and offer is not None
+    def __init__(self, sampling: SamplingService, elicitation: ElicitationService, settings: Settings,
+                 offered: capabilities.Offers):
+        self._services: dict[str, Any] = {SAMPLING_METHOD: sampling, ELICITATION_METHOD: elicitation}
+        self._elicitation = elicitation
+        self._offered = offered
+        self._routes = {"sampling": settings.sampling.route, "elicitation": settings.elicitation.route}
+        self._pin_handshake = settings.era == "handshake" and "sampling" in offered
 
     def answer_host_request(self, message: dict[str, Any], session: Session) -> bytes | None:
         # In the 2026-07-28 era a server cannot send sampling requests, and SDK servers switch to it
@@ -74,13 +80,18 @@ class ProxyHooks:
         return None
 
     def rewrite_host_request(self, message: dict[str, Any], session: Session) -> bool:
-        return capabilities.rewrite_request(message, self._offer, self._route)
+        return capabilities.rewrite_request(message, self._offered, self._routes)
 
     def serves(self, method: str) -> bool:
-        return method == SAMPLING_METHOD
+        return method in self._services
 
     async def serve(self, message: dict[str, Any], relay: Relay) -> dict[str, Any]:
-        return await self._sampling.serve(message, relay)
+        return await self._services[message["method"]].serve(message, relay)
+
+    watched_notifications = frozenset({ELICITATION_COMPLETE})
+
+    def forward_server_notification(self, message: dict[str, Any]) -> bool:
+        return self._elicitation.forward_notification(message)
 
 
 def claim_stdio() -> tuple[int, int]:
@@ -117,17 +128,21 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
     in_fd, out_fd = claim_stdio()
     terminal = Terminal.open() if options.use_terminal else None
     adapters = build_adapters(settings, terminal)
-    offer = capabilities.offered_sampling(
-        route=settings.sampling.route,
-        tools=settings.sampling.advertise_tools and adapters.can_use_tools,
+    offered = capabilities.offers(
+        capabilities.offered_sampling(route=settings.sampling.route,
+                                      tools=settings.sampling.advertise_tools and adapters.can_use_tools),
+        capabilities.offered_elicitation(route=settings.elicitation.route, url_mode=settings.elicitation.url_mode),
     )
     audit = AuditLog(settings.audit_path)
     session = Session(name_override=options.name)
     console = ConsoleServer(lambda: session.server_name, lambda: session.host_name)
     approver = Approver(build_channels(settings.approval.channels, terminal, console),
                         timeout=settings.approval.timeout, memory=ApprovalMemory(store=_approvals_store()))
-    service = SamplingService(settings, adapters, approver, audit)
-    hooks = ProxyHooks(service, offer, settings.sampling.route, settings.era)
+    limiters = Limiters()
+    sampling = SamplingService(settings, adapters, approver, audit, limiters)
+    elicitation = ElicitationService(settings, ElicitationConsoles(settings.approval.channels, terminal, console),
+                                     audit, limiters)
+    hooks = ProxyHooks(sampling, elicitation, settings, offered)
     host_out = await open_line_writer(out_fd)
 
     ended: list[str] = []

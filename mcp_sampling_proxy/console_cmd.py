@@ -81,7 +81,7 @@ class Console:
         if kind == "hello":
             self.say(f"[proxy {message.get('pid')}] attached: server '{_clean(message.get('server'))}', "
                      f"host '{_clean(message.get('host'))}'")
-        elif kind in ("pending", "review"):
+        elif kind in ("pending", "review", "elicit"):
             self._queue.append((path, message))
             self._ready.set()
         elif kind == "resolved":
@@ -92,14 +92,18 @@ class Console:
         if stream is None:
             return
         self.say("")
-        self.say(f"[proxy {path.stem}] " + strip_controls(str(message.get("summary", ""))))
-        if message["type"] == "review":
+        reply: dict[str, Any]
+        if message["type"] == "elicit":
+            reply = {**await _elicit(message, self.say), "type": "elicit", "id": message["id"]}
+        elif message["type"] == "review":
+            self.say(f"[proxy {path.stem}] " + strip_controls(str(message.get("summary", ""))))
             self.say("The LLM answered:\n" + strip_controls(result_text(message.get("result") or {})))
             choice = (await _ask("Send this answer to the server? [Y]es, [e]dit, [n]o: ")).lower()
-            reply: dict[str, Any] = {"type": "review", "id": message["id"], "accept": choice in ("", "y", "yes")}
+            reply = {"type": "review", "id": message["id"], "accept": choice in ("", "y", "yes")}
             if choice == "e":
                 reply.update(accept=True, result=with_text(message.get("result") or {}, await _ask_block()))
         else:
+            self.say(f"[proxy {path.stem}] " + strip_controls(str(message.get("summary", ""))))
             self.say(f"(rule '{_clean(message.get('rule'))}')")
             choice = (await _ask(PROMPT)).lower()
             reply = {"type": "decision", "id": message["id"], "approve": choice in SCOPES or choice == "e",
@@ -113,6 +117,49 @@ class Console:
             await stream.send(json.dumps(reply).encode() + b"\n")
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             self.say("(the proxy is gone)")
+
+
+async def _elicit(message: dict[str, Any], say: Any) -> dict[str, Any]:
+    """Render an elicitation (form or URL) on this terminal; the answer goes back to the proxy."""
+    from mcp_sampling_proxy.elicitation import open_url
+    from mcp_sampling_proxy.elicitation_console import ACTIONS, fill_form, heading, url_lines
+    from mcp_sampling_proxy.forms import FormError, parse_form
+    from mcp_sampling_proxy.url_safety import analyze_url
+
+    origin = (str(message.get("server", "")), message.get("tool"))
+    say(heading(message, origin).rstrip("\n"))
+    if message.get("mode") == "url":
+        url = str(message.get("url", ""))
+        for line in url_lines(url):
+            say(line)
+        choice = (await _ask("[o]pen it in your browser, [d]ecline, [c]ancel: ")).lower()[:1]
+        if choice != "o":
+            return {"action": ACTIONS.get(choice, "cancel")}
+        if not analyze_url(url).ok:
+            say("(this URL is not safe to open; declined)")
+            return {"action": "decline"}
+        open_url(url)
+        return {"action": "accept"}
+    try:
+        form = parse_form(message.get("schema") or {})
+    except FormError as exc:
+        say(f"(cannot show this form: {strip_controls(str(exc))}; declined)")
+        return {"action": "decline"}
+    choice = (await _ask("[a]nswer the form, [d]ecline, [c]ancel: ")).lower()[:1]
+    if choice != "a":
+        return {"action": ACTIONS.get(choice, "cancel")}
+    say("(press Enter for the default; !d declines, !c cancels)")
+
+    async def ask(prompt: str) -> str | None:
+        try:
+            return await _ask(prompt)
+        except EOFError:
+            return None
+
+    content = await fill_form(form, ask, say)
+    if isinstance(content, str):
+        return {"action": content}
+    return {"action": "accept", "content": content}
 
 
 def _clean(value: Any) -> str:

@@ -7,10 +7,12 @@ dir (mode 0700 directory, 0600 socket) and speaks newline-delimited JSON:
 proxy -> console   {"type": "hello", "pid", "server", "host"}
                    {"type": "pending", "id", "server", "tool", "host", "rule", "summary", "params"}
                    {"type": "review", "id", "server", "tool", "summary", "result"}
+                   {"type": "elicit", "id", "mode": "form|url", "server", "tool", "message", "schema"|"url"}
                    {"type": "resolved", "id", "by"}           (another console or a timeout answered)
 console -> proxy   {"type": "decision", "id", "approve": bool, "scope": "once|session|always",
                     "params": {...}?}                           (params: the edited request)
                    {"type": "review", "id", "accept": bool, "result": {...}?}   (result: edited answer)
+                   {"type": "elicit", "id", "action": "accept|decline|cancel", "content": {...}?}
 """
 
 from __future__ import annotations
@@ -122,7 +124,7 @@ class ConsoleServer:
         if not isinstance(message, dict):
             return
         pending = self._pending.get(str(message.get("id")))
-        expected = "decision" if pending is not None and pending.message["type"] == "pending" else "review"
+        expected = {"pending": "decision"}.get(pending.message["type"], pending.message["type"]) if pending else ""
         if pending is None or pending.done.is_set() or message.get("type") != expected:
             return
         pending.answer = message

@@ -73,6 +73,12 @@ class Hooks(Protocol):
         """True for server-to-client methods the proxy answers itself."""
         ...
 
+    watched_notifications: frozenset[str]  # server notifications the hooks may hold back
+
+    def forward_server_notification(self, message: dict[str, Any]) -> bool:
+        """False to swallow a watched server notification (e.g. for a request the proxy served)."""
+        ...
+
     async def serve(self, message: dict[str, Any], relay: Relay) -> dict[str, Any]:
         """Answer a server request; return the result object or raise RpcError."""
         ...
@@ -194,7 +200,10 @@ class Relay:
             if self._hooks.serves(method):
                 self._start_serving(msg)
                 return
-        elif method == "notifications/cancelled" and self._cancel_served(msg):
+        elif method == "notifications/cancelled":
+            if self._cancel_served(msg):
+                return
+        elif method in self._hooks.watched_notifications and not self._hooks.forward_server_notification(msg):
             return
         self._to_host(line)
 

@@ -229,7 +229,8 @@ def test_2026_era_requests_get_sampling_in_their_meta_capabilities(tmp_path: Pat
     with RawHost(proxy_command(), proxy_env(), tmp_path / "stderr.log") as host:
         response = host.request("tools/call", {"name": "caps", "arguments": {}, "_meta": meta})
         discover = host.request("server/discover", {"_meta": meta})
-    assert json.loads(response["result"]["content"][0]["text"]) == {"roots": {}, "sampling": {}}
+    caps = json.loads(response["result"]["content"][0]["text"])
+    assert caps == {"roots": {}, "sampling": {}, "elicitation": {"form": {}}}
     assert discover["error"]["code"] == -32601
     assert "handshake era" in discover["error"]["message"]
 

@@ -1,0 +1,191 @@
+"""Serve `elicitation/create` for hosts that can't, and govern it for hosts that can.
+
+Routing (`elicitation.route`): `auto` forwards to the host when it declared the requested mode,
+else asks on a console (the terminal, else the companion console), else answers by policy
+(`non_interactive`: decline, cancel or accept_defaults). Rules with `method: elicitation` apply:
+deny answers `{"action": "decline"}` (never an error), rate limits refuse the same way. Forms
+that ask for secrets (which the spec forbids in form mode) get the `sensitive_form` action.
+URLs are never fetched: they are shown with their host highlighted and warnings, and opened in
+the user's browser only after consent.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from mcp_sampling_proxy import jsonrpc
+from mcp_sampling_proxy.audit import AuditLog, elapsed_ms
+from mcp_sampling_proxy.config import Settings
+from mcp_sampling_proxy.jsonrpc import RpcError
+from mcp_sampling_proxy.log import get_logger
+from mcp_sampling_proxy.policy import Facts, decide
+from mcp_sampling_proxy.sanitize import strip_controls
+
+if TYPE_CHECKING:
+    from mcp_sampling_proxy.elicitation_console import ElicitationConsoles
+    from mcp_sampling_proxy.relay import Relay, Session
+    from mcp_sampling_proxy.sampling import Limiters
+
+log = get_logger("mcp_sampling_proxy.elicitation")
+
+METHOD = "elicitation/create"
+COMPLETE = "notifications/elicitation/complete"
+OPENER_ENV = "MCP_SAMPLING_PROXY_URL_OPENER"  # a command run with the URL (tests; custom browsers)
+
+
+def open_url(url: str) -> bool:
+    """Open a URL in the user's browser (never fetched by the proxy itself)."""
+    command = os.environ.get(OPENER_ENV)
+    if command:
+        return subprocess.run([*shlex.split(command), url], check=False).returncode == 0
+    import webbrowser
+
+    return webbrowser.open(url)
+
+
+def request_mode(params: dict[str, Any]) -> str:
+    return "url" if params.get("mode") == "url" or ("url" in params and "requestedSchema" not in params) else "form"
+
+
+class ElicitationService:
+    def __init__(self, settings: Settings, consoles: ElicitationConsoles, audit: AuditLog, limiters: Limiters,
+                 opener: Callable[[str], bool] = open_url):
+        self._settings = settings.elicitation
+        self._rules = settings.rules
+        self._consoles = consoles
+        self._audit = audit
+        self._limiters = limiters
+        self._opener = opener
+        self._at_host: set[str] = set()  # URL elicitation ids the host saw (their completions go there)
+
+    def forward_notification(self, message: dict[str, Any]) -> bool:
+        """`notifications/elicitation/complete` goes to whoever saw the elicitation."""
+        params = message.get("params") if isinstance(message.get("params"), dict) else {}
+        elicitation_id = params.get("elicitationId")
+        if elicitation_id in self._at_host:
+            self._at_host.discard(elicitation_id)
+            return True
+        log.info("elicitation completed", elicitation_id=elicitation_id)
+        return False
+
+    async def serve(self, message: dict[str, Any], relay: Relay) -> dict[str, Any]:
+        started = time.monotonic()
+        session = relay.session
+        params = _validate(message.get("params"))
+        mode = request_mode(params)
+        in_flight = session.tools_in_flight()
+        tool = in_flight[-1] if in_flight else None
+        audit: dict[str, Any] = {
+            "server": session.server_name, "host": session.host_name or None, "method": METHOD,
+            "request_id": message.get("id"), "tool": tool, "protocol_version": session.protocol_version,
+            "mode": mode,
+        }
+
+        def answer(action: str, why: str, decision: str, content: dict[str, Any] | None = None,
+                   **extra: Any) -> dict[str, Any]:
+            self._audit.record(**audit, decision=decision, reason=why, latency_ms=elapsed_ms(started),
+                               action=action, **extra)
+            log.info("elicitation answered", action=action, why=why)
+            return {"action": action, "content": content} if content is not None else {"action": action}
+
+        decision = decide(self._rules, Facts("elicitation", session.server_name, session.host_name, in_flight,
+                                             text=str(params.get("message", ""))))
+        audit["rule"] = decision.rule
+        if decision.action == "deny":
+            return answer("decline", decision.message or f"declined by policy rule '{decision.rule}'", "deny")
+        from mcp_sampling_proxy.limits import limit_key
+
+        with self._limiters.hold(decision.matched, limit_key(decision.rule, session.server_name)) as refusal:
+            if refusal is not None:
+                return answer("decline", refusal.message, "deny", limit=refusal.limit)
+            route = self._route(mode, params, session)
+            if route == "host":
+                if mode == "url" and params.get("elicitationId"):
+                    self._at_host.add(params["elicitationId"])
+                response = await relay.forward_to_host(message)
+                self._audit.record(**audit, decision="allow", reason="forwarded to the host", approver="host",
+                                   action=(response.get("result") or {}).get("action"),
+                                   latency_ms=elapsed_ms(started))
+                if "error" in response:
+                    error = response["error"]
+                    raise RpcError(error.get("code", jsonrpc.INTERNAL_ERROR), str(error.get("message", "")),
+                                   error.get("data"))
+                return response.get("result") or {}
+            if mode == "form":
+                from mcp_sampling_proxy.forms import FormError, parse_form, sensitive_fields
+
+                try:
+                    form = parse_form(params.get("requestedSchema") or {})
+                except FormError as exc:
+                    return answer("decline", f"unsupported form: {exc}", "error")
+                secrets = sensitive_fields(form)
+                if secrets and self._settings.sensitive_form != "allow":
+                    log.warning("form asks for secrets, which MCP forbids in form mode", fields=secrets,
+                                server=session.server_name)
+                    return answer(self._settings.sensitive_form,
+                                  f"the form asks for secrets ({', '.join(secrets)}); elicitation.sensitive_form",
+                                  "deny")
+            console = self._consoles.available() if route == "console" else None
+            if console is None:
+                return self._non_interactive(params, mode, answer, route)
+            origin = (session.server_name, tool)
+            if mode == "url":
+                result = await console.ask_url(params, origin, self._opener)
+            else:
+                result = await console.ask_form(params, form, origin)
+            self._audit.record(**audit, decision="approved" if result["action"] == "accept" else "rejected",
+                               reason=f"answered on the {console.name}", approver=console.name,
+                               action=result["action"], latency_ms=elapsed_ms(started))
+            return result
+
+    def _route(self, mode: str, params: dict[str, Any], session: Session) -> str:
+        route = self._settings.route
+        if route == "decline":
+            return "decline"
+        host = session.host_capabilities.get("elicitation")
+        host_modes = set(host) if isinstance(host, dict) and host else ({"form"} if isinstance(host, dict) else set())
+        if route == "host" or (route == "auto" and mode in host_modes):
+            return "host"
+        if mode == "url" and not self._settings.url_mode:
+            return "decline"
+        return "console"
+
+    def _non_interactive(self, params: dict[str, Any], mode: str, answer: Any, route: str) -> dict[str, Any]:
+        action = self._settings.non_interactive
+        why = "nobody can be asked (no terminal or companion console)" if route == "console" else \
+            f"elicitation route is {self._settings.route}" if route == "decline" else "URL mode is not enabled"
+        if action == "accept_defaults" and mode == "form":
+            from mcp_sampling_proxy.forms import apply_defaults, parse_form
+
+            content = apply_defaults(parse_form(params.get("requestedSchema") or {}))
+            if content is not None:
+                return answer("accept", f"{why}; accepted the defaults", "allow", content)
+            action = "decline"
+        return answer("cancel" if action == "cancel" else "decline", why, "deny")
+
+
+def _validate(params: Any) -> dict[str, Any]:
+    if not isinstance(params, dict):
+        raise RpcError(jsonrpc.INVALID_PARAMS, "Invalid params for elicitation/create: params must be an object")
+    from mcp_types import ElicitRequestFormParams, ElicitRequestURLParams
+    from pydantic import ValidationError
+
+    model = ElicitRequestURLParams if request_mode(params) == "url" else ElicitRequestFormParams
+    try:
+        model.model_validate(params)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "params"
+        message = f"Invalid params for elicitation/create: {where}: {err['msg']}"
+        raise RpcError(jsonrpc.INVALID_PARAMS, message) from None
+    return params
+
+
+def describe_origin(server: str, tool: str | None) -> str:
+    call = f" (during tool call '{strip_controls(tool)}')" if tool else " (no host request in flight)"
+    return f"Server '{strip_controls(server)}' asks{call}"

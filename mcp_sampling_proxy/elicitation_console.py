@@ -1,0 +1,159 @@
+"""Elicitation on a console: forms field by field, URLs with their host shown plainly.
+
+Two consoles: the proxy's terminal, and the companion console (`mcp-sampling-proxy console`),
+which renders the same form on its side and sends the content back; the proxy validates it
+again. Accept, decline and cancel are always one keystroke away. Server text is sanitised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from mcp_sampling_proxy.sanitize import strip_controls
+
+if TYPE_CHECKING:
+    from mcp_sampling_proxy.console_server import ConsoleServer
+    from mcp_sampling_proxy.terminal import Terminal
+
+Origin = tuple[str, str | None]  # (server, tool call)
+ACTIONS = {"a": "accept", "d": "decline", "c": "cancel"}
+
+
+class Elicitor(Protocol):
+    name: str
+
+    async def ask_form(self, params: dict[str, Any], form: Any, origin: Origin) -> dict[str, Any]: ...
+
+    async def ask_url(self, params: dict[str, Any], origin: Origin, opener: Callable[[str], bool]) -> dict[str, Any]:
+        ...
+
+
+def heading(params: dict[str, Any], origin: Origin) -> str:
+    server, tool = origin
+    call = f" during tool call '{strip_controls(tool)}'" if tool else " (no host request in flight)"
+    return f"\nServer '{strip_controls(server)}' asks{call}:\n  {strip_controls(str(params.get('message', '')))}\n"
+
+
+def url_lines(url: str) -> list[str]:
+    from mcp_sampling_proxy.url_safety import analyze_url
+
+    report = analyze_url(url)
+    lines = [f"  URL:  {strip_controls(report.url)}",
+             f"  host: >>> {strip_controls(report.host or '?')} <<<"]
+    lines += [f"  WARNING: {strip_controls(w)}" for w in report.warnings]
+    return lines
+
+
+async def fill_form(form: Any, ask: Callable[[str], Any], say: Callable[[str], None]) -> dict[str, Any] | str:
+    """Ask each field until its answer is valid; returns the content, or 'decline'/'cancel'.
+
+    `ask(prompt)` returns the typed line (None at end of input). Typing `!d` or `!c` at any field
+    declines or cancels the whole form."""
+    from mcp_sampling_proxy.forms import FieldError, parse_answer
+
+    content: dict[str, Any] = {}
+    for field in form.fields:
+        while True:
+            line = await ask(field.prompt_text() + ": ")
+            if line is None:
+                return "cancel"
+            if line.strip() in ("!d", "!c"):
+                return ACTIONS[line.strip()[1]]
+            try:
+                value = parse_answer(field, line)
+            except FieldError as exc:
+                say(f"  ! {strip_controls(str(exc))}")
+                continue
+            if value is not None:
+                content[field.name] = value
+            break
+    return content
+
+
+class TerminalElicitor:
+    name = "terminal"
+
+    def __init__(self, terminal: Terminal):
+        self._terminal = terminal
+
+    async def _ask(self, prompt: str) -> str | None:
+        self._terminal.write(prompt)
+        return await self._terminal.readline()
+
+    async def ask_form(self, params: dict[str, Any], form: Any, origin: Origin) -> dict[str, Any]:
+        terminal = self._terminal
+        async with terminal.lock:
+            terminal.write(heading(params, origin))
+            choice = ((await self._ask("[a]nswer the form, [d]ecline, [c]ancel: ")) or "c").strip().lower()[:1]
+            if choice != "a":
+                return {"action": ACTIONS.get(choice, "cancel")}
+            terminal.write("(press Enter for the default; !d declines, !c cancels)\n")
+            content = await fill_form(form, self._ask, lambda text: terminal.write(text + "\n"))
+        if isinstance(content, str):
+            return {"action": content}
+        return {"action": "accept", "content": content}
+
+    async def ask_url(self, params: dict[str, Any], origin: Origin, opener: Callable[[str], bool]) -> dict[str, Any]:
+        terminal = self._terminal
+        async with terminal.lock:
+            terminal.write(heading(params, origin) + "\n".join(url_lines(str(params.get("url", "")))) + "\n")
+            choice = ((await self._ask("[o]pen it in your browser, [d]ecline, [c]ancel: ")) or "c").strip().lower()
+        return open_on_consent(choice[:1], str(params.get("url", "")), opener)
+
+
+def open_on_consent(choice: str, url: str, opener: Callable[[str], bool]) -> dict[str, Any]:
+    from mcp_sampling_proxy.url_safety import analyze_url
+
+    if choice != "o":
+        return {"action": ACTIONS.get(choice, "cancel")}
+    if not analyze_url(url).ok:
+        return {"action": "decline"}
+    opener(url)
+    return {"action": "accept"}
+
+
+class CompanionElicitor:
+    name = "console"
+
+    def __init__(self, server: ConsoleServer):
+        self._server = server
+
+    async def ask_form(self, params: dict[str, Any], form: Any, origin: Origin) -> dict[str, Any]:
+        from mcp_sampling_proxy.forms import validate_content
+
+        answer = await self._server.ask({"type": "elicit", "mode": "form", "server": origin[0], "tool": origin[1],
+                                         "message": params.get("message"), "schema": params.get("requestedSchema")})
+        action = answer.get("action") if answer.get("action") in ("accept", "decline", "cancel") else "cancel"
+        if action != "accept":
+            return {"action": action}
+        content = answer.get("content") if isinstance(answer.get("content"), dict) else {}
+        if validate_content(form, content):
+            return {"action": "decline"}  # the console validates per field; a bad answer here is refused
+        return {"action": "accept", "content": content}
+
+    async def ask_url(self, params: dict[str, Any], origin: Origin, opener: Callable[[str], bool]) -> dict[str, Any]:
+        # The companion console runs on the user's side and opens the URL there, after consent.
+        answer = await self._server.ask({"type": "elicit", "mode": "url", "server": origin[0], "tool": origin[1],
+                                         "message": params.get("message"), "url": params.get("url")})
+        action = answer.get("action") if answer.get("action") in ("accept", "decline", "cancel") else "cancel"
+        return {"action": action}
+
+
+class ElicitationConsoles:
+    """The consoles in the order of `approval.channels` (terminal, console)."""
+
+    def __init__(self, order: tuple[str, ...], terminal: Terminal | None, server: ConsoleServer | None):
+        self._order = order
+        self._terminal = TerminalElicitor(terminal) if terminal is not None else None
+        self._server = server
+        self._companion = CompanionElicitor(server) if server is not None else None
+
+    def available(self) -> Elicitor | None:
+        for name in self._order:
+            if name == "terminal" and self._terminal is not None:
+                return self._terminal
+            if name == "console" and self._companion is not None and self._server is not None \
+                    and self._server.available:
+                return self._companion
+        return None

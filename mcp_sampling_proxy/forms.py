@@ -1,0 +1,700 @@
+"""Elicitation forms: a server's `requestedSchema` as fields a console can ask for one at a time.
+
+Pure (no I/O). `parse_form` turns the restricted JSON Schema of an `elicitation/create` form
+request (2025-11-25: a flat object of string / number / integer / boolean properties and the
+enum shapes — legacy `enum` + `enumNames`, titled `oneOf: [{const, title}]`, and multi-select
+`type: array` with `items: {enum}` or `items: {anyOf: [{const, title}]}`) into `Field`s, and
+raises `FormError` for anything else, so the caller declines the request rather than guessing.
+
+Every string a server provides for display (titles, descriptions, option labels, values and
+defaults when shown) is passed through `sanitize.strip_controls` and flattened to one line
+where it is shown inline. Values themselves are kept exactly as sent, because they go back.
+
+A console drives a field with `prompt_text()` and `parse_answer()`; an answer that arrives
+whole (the companion console, a policy) is checked with `validate_content()`; a policy that
+accepts defaults uses `apply_defaults()`; `sensitive_fields()` names fields that look like
+secrets, which the spec says servers must not ask for in a form.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from datetime import date, datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+from mcp_sampling_proxy.sanitize import strip_controls
+
+KINDS = ("string", "number", "integer", "boolean", "enum", "multi")
+FORMATS = ("email", "uri", "date", "date-time")
+# A form is asked for field by field on a console: beyond these it is abuse, not a form.
+MAX_FIELDS = 100
+MAX_OPTIONS = 500
+
+_DEFAULT_SHOWN = 60  # characters of a string default shown in a prompt
+
+
+class FormError(ValueError):
+    """The requested schema is not a form this proxy can ask for; decline the request."""
+
+
+class FieldError(ValueError):
+    """A value for one field is not acceptable; `message` says what is expected."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Option:
+    value: str  # exactly as the server sent it: this is what goes back
+    label: str  # sanitised, one line: what the user sees
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str  # the property name, exactly as sent (the key of the answer)
+    kind: str  # one of KINDS
+    title: str | None = None  # sanitised, one line
+    description: str | None = None  # sanitised (newlines kept)
+    required: bool = False
+    default: Any = None  # None when absent or when the server's default was not a valid value
+    options: list[Option] | None = None  # enum and multi only, in the server's order
+    multi: bool = False  # kind == "multi"
+    minimum: int | float | None = None
+    maximum: int | float | None = None
+    min_length: int | None = None
+    max_length: int | None = None
+    format: str | None = None  # as sent; only FORMATS are checked
+    min_items: int | None = None
+    max_items: int | None = None
+
+    @property
+    def label(self) -> str:
+        """The name to show: the title, else the property name (sanitised, one line)."""
+        return _line(self.title) or _line(self.name) or "(unnamed)"
+
+    def prompt_text(self) -> str:
+        """One human line: label, '*' if required, what to type, numbered options, default."""
+        text = self.label + ("*" if self.required else "")
+        hint = self._hint()
+        if hint:
+            text += f" ({hint})"
+        if self.options is not None:
+            text += ": " + "  ".join(f"{i}) {_line(o.label)}" for i, o in enumerate(self.options, 1))
+        if self.default is not None:
+            text += f" [default: {self.show(self.default)}]"
+        return text
+
+    def expected(self) -> str:
+        """What an acceptable answer looks like, for error messages."""
+        if self.kind == "boolean":
+            return "yes or no (y/n)"
+        if self.kind in ("number", "integer"):
+            what = "a whole number" if self.kind == "integer" else "a number"
+            if self.minimum is not None and self.maximum is not None:
+                return f"{what} from {_num(self.minimum)} to {_num(self.maximum)}"
+            span = _range(self.minimum, self.maximum)
+            return f"{what} {span}" if span else what
+        if self.kind == "enum":
+            return f"one of {self._numbered()} (its number, value or name)"
+        if self.kind == "multi":
+            count = _count(self.min_items, self.max_items)
+            return f"{count} of {self._numbered()}, separated by commas (numbers, values or names)"
+        what = {
+            "email": "an email address like name@example.com",
+            "uri": "a URL like https://example.com/",
+            "date": "a date like 2025-03-01",
+            "date-time": "a date and time with offset like 2025-03-01T14:30:00Z",
+        }.get(self.format or "", "text")
+        length = _length(self.min_length, self.max_length)
+        return f"{what} of {length}" if length else what
+
+    def show(self, value: Any) -> str:
+        """A value of this field as the user would recognise it (labels, yes/no), sanitised."""
+        if isinstance(value, bool):
+            return "yes" if value else "no"
+        if self.options is not None:
+            labels = {o.value: o.label for o in self.options}
+            values = value if isinstance(value, list) else [value]
+            return ", ".join(_line(labels.get(v, str(v))) for v in values)
+        if isinstance(value, int | float):
+            return _num(value)
+        return _excerpt(str(value), _DEFAULT_SHOWN)
+
+    def _hint(self) -> str:
+        if self.kind == "boolean":
+            return "y/n"
+        if self.kind in ("number", "integer"):
+            what = "whole number" if self.kind == "integer" else "number"
+            span = _range(self.minimum, self.maximum)
+            return f"{what}, {span}" if span else what
+        if self.kind == "enum":
+            return "pick one"
+        if self.kind == "multi":
+            return f"pick {_count(self.min_items, self.max_items)}, comma-separated"
+        parts = [self.format if self.format in FORMATS else "text"]
+        length = _length(self.min_length, self.max_length)
+        if length:
+            parts.append(length)
+        return ", ".join(parts)
+
+    def _numbered(self) -> str:
+        return ", ".join(f"{i}) {_line(o.label)}" for i, o in enumerate(self.options or [], 1))
+
+
+@dataclass(frozen=True)
+class Form:
+    fields: list[Field]
+
+    def __iter__(self) -> Iterator[Field]:
+        return iter(self.fields)
+
+    def __len__(self) -> int:
+        return len(self.fields)
+
+    def field(self, name: str) -> Field:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+    @property
+    def names(self) -> list[str]:
+        return [f.name for f in self.fields]
+
+
+# -- parsing the schema -----------------------------------------------------------------------
+
+
+def parse_form(schema: Any) -> Form:
+    """The fields of a flat object schema; `FormError` for anything this proxy cannot ask."""
+    if not isinstance(schema, dict):
+        raise FormError("the requested schema is not an object")
+    if "$ref" in schema:
+        raise FormError("the requested schema uses $ref, which is not supported")
+    if schema.get("type", "object") != "object":
+        raise FormError(f"the requested schema must be of type 'object', not {_quote(schema.get('type'))}")
+    properties = schema.get("properties", {})
+    if not isinstance(properties, dict):
+        raise FormError("the requested schema's 'properties' is not an object")
+    if len(properties) > MAX_FIELDS:
+        raise FormError(f"the form has {len(properties)} fields; at most {MAX_FIELDS} are supported")
+    required = schema.get("required", [])
+    if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+        raise FormError("the requested schema's 'required' is not a list of names")
+    for name in required:
+        if name not in properties:
+            raise FormError(f"required field {_quote(name)} is not defined in 'properties'")
+    return Form([_parse_field(name, prop, name in required) for name, prop in properties.items()])
+
+
+def _parse_field(name: str, prop: Any, required: bool) -> Field:
+    where = f"field {_quote(name)}"
+    if not isinstance(prop, dict):
+        raise FormError(f"{where}: its schema is not an object")
+    if "$ref" in prop:
+        raise FormError(f"{where}: $ref is not supported")
+    kind_of = prop.get("type")
+    if kind_of == "object" or "properties" in prop:
+        raise FormError(f"{where}: nested objects are not supported")
+    for key in ("anyOf", "allOf", "not", "if"):
+        if key in prop:
+            raise FormError(f"{where}: '{key}' is not supported in a form field")
+    if kind_of is None and ("enum" in prop or "oneOf" in prop):
+        kind_of = "string"
+    common: dict[str, Any] = {
+        "name": name,
+        "title": _text(prop.get("title"), where, "title", one_line=True),
+        "description": _text(prop.get("description"), where, "description", one_line=False),
+        "required": required,
+    }
+    if kind_of == "string" and ("enum" in prop or "oneOf" in prop):
+        field = Field(kind="enum", options=_single_options(prop, where), **common)
+    elif kind_of == "string":
+        fmt = prop.get("format")
+        if fmt is not None and not isinstance(fmt, str):
+            raise FormError(f"{where}: 'format' is not a string")
+        field = Field(
+            kind="string",
+            format=fmt,
+            min_length=_count_kw(prop, "minLength", where),
+            max_length=_count_kw(prop, "maxLength", where),
+            **common,
+        )
+        _check_order(field.min_length, field.max_length, where, "minLength", "maxLength")
+    elif kind_of in ("number", "integer"):
+        field = Field(
+            kind=kind_of,
+            minimum=_number_kw(prop, "minimum", where),
+            maximum=_number_kw(prop, "maximum", where),
+            **common,
+        )
+        _check_order(field.minimum, field.maximum, where, "minimum", "maximum")
+        low, high = field.minimum, field.maximum
+        if kind_of == "integer" and low is not None and high is not None and math.ceil(low) > math.floor(high):
+            raise FormError(f"{where}: no whole number lies between minimum and maximum")
+    elif kind_of == "boolean":
+        field = Field(kind="boolean", **common)
+    elif kind_of == "array":
+        options = _multi_options(prop.get("items"), where)
+        field = Field(
+            kind="multi",
+            multi=True,
+            options=options,
+            min_items=_count_kw(prop, "minItems", where),
+            max_items=_count_kw(prop, "maxItems", where),
+            **common,
+        )
+        _check_order(field.min_items, field.max_items, where, "minItems", "maxItems")
+        if field.min_items is not None and field.min_items > len(options):
+            raise FormError(f"{where}: minItems is {field.min_items} but there are only {len(options)} options")
+    elif kind_of is None:
+        raise FormError(f"{where}: has no 'type'")
+    else:
+        raise FormError(f"{where}: type {_quote(kind_of)} is not supported")
+    if "default" in prop:
+        try:
+            validate_value(field, prop["default"])
+        except FieldError:
+            pass  # a default that is not a valid value is ignored: the user is asked instead
+        else:
+            default = prop["default"]
+            field = replace(field, default=list(default) if isinstance(default, list) else default)
+    return field
+
+
+def _single_options(prop: dict[str, Any], where: str) -> list[Option]:
+    if "enum" in prop:
+        values = _string_list(prop["enum"], where, "enum")
+        names = prop.get("enumNames")
+        if isinstance(names, list) and len(names) == len(values) and all(isinstance(n, str) for n in names):
+            labels = names
+        else:
+            labels = values  # missing or malformed enumNames: show the values, never misaligned names
+        return _options(list(zip(values, labels, strict=True)), where)
+    return _options(_const_titles(prop["oneOf"], where, "oneOf"), where)
+
+
+def _multi_options(items: Any, where: str) -> list[Option]:
+    if not isinstance(items, dict):
+        raise FormError(f"{where}: arrays are only supported as multi-select enums ('items' with 'enum' or 'anyOf')")
+    if items.get("type", "string") != "string" and "anyOf" not in items:
+        raise FormError(f"{where}: arrays are only supported as multi-select enums of strings")
+    if "enum" in items:
+        values = _string_list(items["enum"], where, "items.enum")
+        return _options([(v, v) for v in values], where)
+    if "anyOf" in items:
+        return _options(_const_titles(items["anyOf"], where, "items.anyOf"), where)
+    raise FormError(f"{where}: arrays are only supported as multi-select enums ('items' with 'enum' or 'anyOf')")
+
+
+def _string_list(values: Any, where: str, key: str) -> list[str]:
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise FormError(f"{where}: '{key}' must be a list of strings")
+    return values
+
+
+def _const_titles(entries: Any, where: str, key: str) -> list[tuple[str, str]]:
+    if not isinstance(entries, list):
+        raise FormError(f"{where}: '{key}' must be a list of {{const, title}} options")
+    pairs = []
+    for entry in entries:
+        if not isinstance(entry, dict) or not isinstance(entry.get("const"), str):
+            raise FormError(f"{where}: every '{key}' entry must be an object with a string 'const'")
+        title = entry.get("title")
+        pairs.append((entry["const"], title if isinstance(title, str) else entry["const"]))
+    return pairs
+
+
+def _options(pairs: list[tuple[str, str]], where: str) -> list[Option]:
+    if not pairs:
+        raise FormError(f"{where}: has no options to choose from")
+    if len(pairs) > MAX_OPTIONS:
+        raise FormError(f"{where}: has {len(pairs)} options; at most {MAX_OPTIONS} are supported")
+    values = [v for v, _ in pairs]
+    if len(set(values)) != len(values):
+        raise FormError(f"{where}: lists the same option value twice")
+    return [Option(v, _line(label) or _line(v) or "(blank)") for v, label in pairs]
+
+
+def _text(value: Any, where: str, key: str, *, one_line: bool) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise FormError(f"{where}: '{key}' is not a string")
+    return _line(value) if one_line else strip_controls(value).strip()
+
+
+def _count_kw(prop: dict[str, Any], key: str, where: str) -> int | None:
+    value = prop.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise FormError(f"{where}: '{key}' must be a non-negative integer")
+    return value
+
+
+def _number_kw(prop: dict[str, Any], key: str, where: str) -> int | float | None:
+    value = prop.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise FormError(f"{where}: '{key}' must be a number")
+    return value
+
+
+def _check_order(low: float | None, high: float | None, where: str, low_key: str, high_key: str) -> None:
+    if low is not None and high is not None and low > high:
+        raise FormError(f"{where}: {low_key} is greater than {high_key}")
+
+
+# -- answers ----------------------------------------------------------------------------------
+
+
+def parse_answer(field: Field, text: str) -> Any:
+    """The value of what the user typed for a field; `FieldError` says what is expected instead.
+
+    Surrounding whitespace is ignored. An empty answer means the default, else None (no value)
+    for an optional field; for a required field without a default it is an error.
+    """
+    text = text.strip()
+    if not text:
+        if field.default is not None:
+            return list(field.default) if isinstance(field.default, list) else field.default
+        if not field.required:
+            return None
+        raise FieldError(f"required; expected {field.expected()}")
+    if field.kind == "boolean":
+        value: Any = _parse_bool(text, field)
+    elif field.kind in ("number", "integer"):
+        value = _parse_number(text, field)
+    elif field.kind == "enum":
+        value = _pick(field, text)
+    elif field.kind == "multi":
+        value = _parse_multi(text, field)
+    else:
+        value = text
+    validate_value(field, value)
+    return value
+
+
+def validate_value(field: Field, value: Any) -> None:
+    """Check one (typed) value against its field; `FieldError` if it does not fit."""
+    expected = field.expected()
+    if field.kind == "boolean":
+        if not isinstance(value, bool):
+            raise FieldError(f"not a boolean; expected {expected}")
+    elif field.kind in ("number", "integer"):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise FieldError(f"not a number; expected {expected}")
+        if field.kind == "integer" and not (isinstance(value, int) or value.is_integer()):
+            raise FieldError(f"not a whole number; expected {expected}")
+        if field.minimum is not None and value < field.minimum:
+            raise FieldError(f"too small; expected {expected}")
+        if field.maximum is not None and value > field.maximum:
+            raise FieldError(f"too large; expected {expected}")
+    elif field.kind == "enum":
+        if not isinstance(value, str) or value not in _values(field):
+            raise FieldError(f"not one of the options; expected {expected}")
+    elif field.kind == "multi":
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise FieldError(f"not a list of choices; expected {expected}")
+        unknown = [v for v in value if v not in _values(field)]
+        if unknown:
+            raise FieldError(f"{_quote(unknown[0])} is not one of the options; expected {expected}")
+        if len(set(value)) != len(value):
+            raise FieldError(f"an option is chosen twice; expected {expected}")
+        if field.min_items is not None and len(value) < field.min_items:
+            raise FieldError(f"too few chosen; expected {expected}")
+        if field.max_items is not None and len(value) > field.max_items:
+            raise FieldError(f"too many chosen; expected {expected}")
+    else:
+        if not isinstance(value, str):
+            raise FieldError(f"not text; expected {expected}")
+        if field.min_length is not None and len(value) < field.min_length:
+            raise FieldError(f"too short; expected {expected}")
+        if field.max_length is not None and len(value) > field.max_length:
+            raise FieldError(f"too long; expected {expected}")
+        if field.format in FORMATS and not _FORMAT_CHECKS[field.format](value):
+            raise FieldError(f"not a valid {field.format}; expected {expected}")
+
+
+def validate_content(form: Form, content: Any) -> list[str]:
+    """Problems with a complete answer (empty when it is acceptable), one line each.
+
+    A None value counts as absent. Keys the form does not define are problems too.
+    """
+    if not isinstance(content, dict):
+        return ["the answer is not an object"]
+    problems = []
+    known = set(form.names)
+    for key in content:
+        if key not in known:
+            problems.append(f"{_quote(key)}: not a field of this form")
+    for field in form:
+        value = content.get(field.name)
+        if value is None:
+            if field.required:
+                problems.append(f"{_quote(field.name)}: required; expected {field.expected()}")
+            continue
+        try:
+            validate_value(field, value)
+        except FieldError as error:
+            problems.append(f"{_quote(field.name)}: {error.message}")
+    return problems
+
+
+def apply_defaults(form: Form) -> dict[str, Any] | None:
+    """The answer made of defaults alone (optional fields without one are left out);
+    None when a required field has no default."""
+    content: dict[str, Any] = {}
+    for field in form:
+        if field.default is None:
+            if field.required:
+                return None
+            continue
+        content[field.name] = list(field.default) if isinstance(field.default, list) else field.default
+    return content
+
+
+_TRUE = {"y", "yes", "true", "1"}
+_FALSE = {"n", "no", "false", "0"}
+
+
+def _parse_bool(text: str, field: Field) -> bool:
+    word = text.casefold()
+    if word in _TRUE:
+        return True
+    if word in _FALSE:
+        return False
+    raise FieldError(f"not yes or no; expected {field.expected()}")
+
+
+def _parse_number(text: str, field: Field) -> int | float:
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        raise FieldError(f"not a number; expected {field.expected()}") from None
+    if not math.isfinite(value):
+        raise FieldError(f"not a finite number; expected {field.expected()}")
+    if field.kind == "integer":
+        if not value.is_integer():
+            raise FieldError(f"not a whole number; expected {field.expected()}")
+        return int(value)
+    return value
+
+
+def _pick(field: Field, text: str) -> str:
+    """One option from its shown number, its exact value, or (case-insensitively) its value or label.
+
+    The shown number wins: options whose values are themselves numbers can always be chosen by
+    the number printed beside them.
+    """
+    options = field.options or []
+    if re.fullmatch(r"[0-9]+", text) and 1 <= int(text) <= len(options):
+        return options[int(text) - 1].value
+    for option in options:
+        if option.value == text:
+            return option.value
+    folded = text.casefold()
+    for matches in (
+        [o for o in options if o.value.casefold() == folded],
+        [o for o in options if o.label.casefold() == folded],
+    ):
+        if len(matches) == 1:
+            return matches[0].value
+        if matches:
+            raise FieldError(f"{_quote(text)} matches several options; type its number; expected {field.expected()}")
+    raise FieldError(f"{_quote(text)} is not one of the options; expected {field.expected()}")
+
+
+def _parse_multi(text: str, field: Field) -> list[str]:
+    # A value that itself contains a comma can still be typed whole (or by number).
+    try:
+        return [_pick(field, text)]
+    except FieldError:
+        pass
+    chosen: list[str] = []
+    for token in text.split(","):
+        token = token.strip()
+        if not token:
+            continue
+        value = _pick(field, token)
+        if value not in chosen:
+            chosen.append(value)
+    return chosen
+
+
+def _values(field: Field) -> set[str]:
+    return {o.value for o in field.options or []}
+
+
+# -- string formats ---------------------------------------------------------------------------
+
+# local@domain: no leading, trailing or doubled dots; a dotted domain whose last label is letters.
+_EMAIL = re.compile(
+    r"(?!\.)(?!.*\.\.)[\w.!#$%&'*+/=?^`{|}~-]{1,64}(?<!\.)"
+    r"@(?:[^\W_](?:[\w-]{0,61}[^\W_])?\.)+[^\W\d_]{2,63}"
+)
+# RFC 3339 date-time: full date, 'T', full time with seconds, and an offset (Z or ±hh:mm).
+_DATE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[Zz]|[+-]\d{2}:\d{2})")
+
+
+def _is_email(text: str) -> bool:
+    return len(text) <= 254 and _EMAIL.fullmatch(text) is not None
+
+
+def _is_uri(text: str) -> bool:
+    if any(c.isspace() for c in text):
+        return False
+    try:
+        parts = urlsplit(text)
+    except ValueError:
+        return False
+    return bool(parts.scheme and parts.netloc)
+
+
+def _is_date(text: str) -> bool:
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+        return False
+    try:
+        date.fromisoformat(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_date_time(text: str) -> bool:
+    if not _DATE_TIME.fullmatch(text):
+        return False
+    try:
+        datetime.fromisoformat(re.sub(r"[Zz]$", "+00:00", text))
+    except ValueError:
+        return False
+    return True
+
+
+_FORMAT_CHECKS = {"email": _is_email, "uri": _is_uri, "date": _is_date, "date-time": _is_date_time}
+
+
+# -- secrets ----------------------------------------------------------------------------------
+
+_SECRET_WORDS = {
+    "password", "passwd", "passcode", "passphrase", "pin", "secret", "token", "credential",
+    "apikey", "cvv", "cvc", "iban", "ssn",
+}  # fmt: skip
+_SECRET_PHRASES = {
+    ("api", "key"), ("access", "key"), ("private", "key"), ("client", "secret"), ("credit", "card"),
+    ("card", "number"), ("social", "security"), ("security", "code"),
+}  # fmt: skip
+_SECRET_WORDS |= {"".join(phrase) for phrase in _SECRET_PHRASES}  # "apiKey" splits; "apikey" does not
+_VOCABULARY = _SECRET_WORDS | {word for phrase in _SECRET_PHRASES for word in phrase}
+# "max_tokens", "token count": a number of tokens, not a token.
+_TOKEN_COUNTS = {"max", "min", "maximum", "minimum", "num", "number", "count", "limit", "budget", "usage"}
+# Words: runs of lower case, capitalised words, all-caps runs (APIKey -> API, Key), digits.
+_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+|[^\W\d_A-Za-z]+")
+
+
+def _words(text: str) -> list[str]:
+    words = []
+    for match in _WORD.findall(text):
+        word = match.casefold()
+        if word.endswith("s") and word[:-1] in _VOCABULARY:  # plurals: passwords, tokens, keys
+            word = word[:-1]
+        words.append(word)
+    return words
+
+
+def _looks_secret(text: str) -> bool:
+    words = _words(text)
+    for i, word in enumerate(words):
+        if word in _SECRET_WORDS:
+            neighbours = set(words[max(i - 1, 0) : i] + words[i + 1 : i + 2])
+            if word == "token" and neighbours & _TOKEN_COUNTS:
+                continue
+            return True
+    return any(pair in _SECRET_PHRASES for pair in itertools.pairwise(words))
+
+
+def sensitive_fields(form: Form) -> list[str]:
+    """Names of fields that look like they ask for a secret.
+
+    Only fields the user types into (string, number, integer) are considered: a yes/no or a
+    choice from a list cannot carry a secret. A field is sensitive when its format is
+    "password", or its name, title or description contains a secret word or phrase. Matching
+    is on whole words — names are split at case changes, digits and punctuation (apiKey,
+    api_key, API-KEY, APIKey all give "api key"), plurals count — so "tokenizer", "pinned" or
+    "secretary" do not match, and "max_tokens" / "token count" (a number of tokens) do not.
+    """
+    found = []
+    for field in form:
+        if field.kind not in ("string", "number", "integer"):
+            continue
+        if (field.format or "").casefold() == "password" or any(
+            _looks_secret(text) for text in (field.name, field.title or "", field.description or "")
+        ):
+            found.append(field.name)
+    return found
+
+
+# -- small helpers ----------------------------------------------------------------------------
+
+
+def _line(text: str | None) -> str:
+    return " ".join(strip_controls(text).split()) if text else ""
+
+
+def _excerpt(text: str, limit: int) -> str:
+    flat = _line(text)
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _quote(value: Any) -> str:
+    return repr(_excerpt(str(value), 60))
+
+
+def _num(value: float) -> str:
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return str(value)
+
+
+def _range(low: float | None, high: float | None) -> str:
+    if low is not None and high is not None:
+        joiner = " to " if low < 0 or high < 0 else "-"
+        return f"{_num(low)}{joiner}{_num(high)}"
+    if low is not None:
+        return f"at least {_num(low)}"
+    if high is not None:
+        return f"at most {_num(high)}"
+    return ""
+
+
+def _length(low: int | None, high: int | None) -> str:
+    if low and high is not None:
+        return f"{low}-{high} characters"
+    if low:
+        return f"at least {low} characters"
+    if high is not None:
+        return f"at most {high} characters"
+    return ""
+
+
+def _count(low: int | None, high: int | None) -> str:
+    if low and high is not None:
+        return f"{low}" if low == high else f"{low}-{high}"
+    if low:
+        return f"at least {low}"
+    if high is not None:
+        return f"up to {high}"
+    return "any"
