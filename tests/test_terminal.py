@@ -163,3 +163,84 @@ def test_console_command_approves_a_proxy_without_terminal(tmp_path: Path) -> No
     assert json.loads(response["result"]["content"][0]["text"])["content"]["text"] == "echo: evil\x1b[2J prompt"
     assert b"evil prompt" in console.output
     assert b"\x1b[2J" not in console.output
+
+
+def test_form_on_the_terminal_every_field_type_and_re_asking(tmp_path: Path) -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "title": "Your name", "minLength": 2},
+            "age": {"type": "integer", "minimum": 0, "maximum": 150, "default": 30},
+            "email": {"type": "string", "format": "email"},
+            "born": {"type": "string", "format": "date"},
+            "newsletter": {"type": "boolean", "default": False},
+            "color": {"type": "string", "oneOf": [{"const": "r", "title": "Red"}, {"const": "g", "title": "Green"}]},
+            "legacy": {"type": "string", "enum": ["x", "y"], "enumNames": ["Ex", "Why"]},
+            "sizes": {"type": "array", "items": {"enum": ["s", "m", "l"]}, "minItems": 1},
+            "score": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.5},
+        },
+        "required": ["name", "age"],
+    }
+    session = PtySession(try_argv("--tool", "elicit_form", "--args", json.dumps({"schema_json": json.dumps(schema)}),
+                                  "--", PY, KITCHEN_SINK), terminal_env())
+    session.read_until(b"[a]nswer the form")
+    assert b"Server 'kitchen-sink' asks during tool call 'elicit_form'" in session.output
+    session.type("a\n")
+    answers = [
+        (b"Your name", "A"),          # too short: re-asked
+        (b"at least 2", "Ada"),
+        (b"age", "200"),              # out of range: re-asked
+        (b"150", ""),                 # Enter: the default (30)
+        (b"email", "not-an-email"),   # re-asked
+        (b"email", "ada@example.com"),
+        (b"born", "1815-12-10"),
+        (b"newsletter", "y"),
+        (b"color", "2"),              # by number: Green
+        (b"legacy", "Why"),           # by label
+        (b"sizes", "1, 3"),
+        (b"score", ""),
+    ]
+    for prompt, text in answers:
+        session.read_until(prompt)
+        session.type(text + "\n")
+    assert session.finish() == 0
+    result = json.loads(session.output.split(b"result:")[1].strip().decode())
+    assert result == {"action": "accept", "data": {
+        "name": "Ada", "age": 30, "email": "ada@example.com", "born": "1815-12-10", "newsletter": True,
+        "color": "g", "legacy": "y", "sizes": ["s", "l"], "score": 0.5}}
+
+
+@pytest.mark.parametrize(("key", "action"), [("d", "decline"), ("c", "cancel")])
+def test_form_decline_and_cancel_are_one_keystroke(tmp_path: Path, key: str, action: str) -> None:
+    schema = {"type": "object", "properties": {"name": {"type": "string"}}}
+    session = PtySession(try_argv("--tool", "elicit_form", "--args", json.dumps({"schema_json": json.dumps(schema)}),
+                                  "--", PY, KITCHEN_SINK), terminal_env())
+    session.read_until(b"[a]nswer the form")
+    session.type(key + "\n")
+    session.finish()
+    assert f'"action": "{action}"'.encode() in session.output
+
+
+@pytest.mark.parametrize(("key", "opened"), [("o", True), ("d", False)])
+def test_url_mode_on_the_terminal_shows_the_host_and_opens_only_on_consent(tmp_path: Path, key: str,
+                                                                          opened: bool) -> None:
+    script = tmp_path / "opener.py"
+    script.write_text("import sys, pathlib\npathlib.Path(sys.argv[1]).write_text(sys.argv[2])\n")
+    record = tmp_path / "opened.txt"
+    policy = write_policy(tmp_path, "elicitation: {url_mode: true}\n")
+    url = "https://xn--pple-43d.com/login?next=%2F"
+    env = terminal_env(MCP_SAMPLING_PROXY_URL_OPENER=f"{PY} {script} {record}")
+    session = PtySession(try_argv("--policy", policy, "--tool", "elicit_url", "--args", json.dumps({"url": url}),
+                                  "--", PY, KITCHEN_SINK), env)
+    screen = session.read_until(b"[o]pen it in your browser")
+    assert url.encode() in screen
+    assert b">>> xn--pple-43d.com <<<" in screen
+    assert b"WARNING" in screen
+    session.type(key + "\n")
+    session.finish()
+    assert record.exists() is opened
+    if opened:
+        assert record.read_text() == url
+        assert b'"action": "accept"' in session.output
+    else:
+        assert b'"action": "decline"' in session.output
