@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -162,7 +163,7 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
 
     exit_code = 0
     async with anyio.create_task_group() as tg:
-        relay = Relay(host_out.write_line, upstream.send, hooks, tg, session)
+        relay = Relay(host_out.write_line, upstream.send, hooks, tg, session, on_ready=warm_up_imports)
         await tg.start(console.serve)
         host_reader = LineReader(relay.from_host, lambda: end("host closed stdin"),
                                  max_line=options.max_message_bytes, on_oversize=oversize)
@@ -199,6 +200,20 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
     if terminal is not None:
         terminal.close()
     return exit_code
+
+
+def warm_up_imports() -> None:
+    """Import what the first sampling request needs, off the main thread, once the upstream has
+    answered initialize: doing it earlier competes with the server's own start-up for the CPU."""
+
+    def work() -> None:
+        try:
+            import httpx  # noqa: F401
+            import mcp_types  # noqa: F401
+        except Exception:  # pragma: no cover - the real import later reports it
+            pass
+
+    threading.Thread(target=work, name="warm-up", daemon=True).start()
 
 
 def _approvals_store() -> Any:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import threading
 from collections.abc import Sequence
 
 from mcp_sampling_proxy import __version__
@@ -124,7 +123,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             process = spawn(command, env)
         except SpawnError as exc:
             return fail(str(exc), exc.exit_code)
-        _warm_up_imports()
         upstream = _stdio_upstream(process, args.name or os.path.basename(command[0]))
     else:
         from mcp_sampling_proxy.upstream_http import HttpUpstream, parse_headers
@@ -149,19 +147,6 @@ def _stdio_upstream(process, label: str):
     from mcp_sampling_proxy.upstream_stdio import StdioUpstream
 
     return StdioUpstream(process, label)
-
-
-def _warm_up_imports() -> None:
-    """Import what the first sampling request needs while the upstream starts, off the main thread."""
-
-    def work() -> None:
-        try:
-            import httpx  # noqa: F401
-            import mcp_types  # noqa: F401
-        except Exception:  # pragma: no cover - the real import later reports it
-            pass
-
-    threading.Thread(target=work, name="warm-up", daemon=True).start()
 
 
 if __name__ == "__main__":

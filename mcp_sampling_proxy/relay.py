@@ -98,12 +98,14 @@ class Relay:
         hooks: Hooks,
         task_group: anyio.abc.TaskGroup,
         session: Session | None = None,
+        on_ready: Callable[[], None] | None = None,
     ):
         self._to_host = to_host
         self._to_upstream = to_upstream
         self._hooks = hooks
         self._tg = task_group
         self.session = session or Session()
+        self._on_ready = on_ready  # called once, when the upstream has answered initialize
         self._served: dict[Any, _Served] = {}
         self._awaiting_host: dict[Any, Callable[[dict[str, Any]], None]] = {}
         self._id_prefix = f"mcp-sampling-proxy:{secrets.token_hex(4)}:"
@@ -215,6 +217,9 @@ class Relay:
             self.session.protocol_version = version
         log.info("upstream ready", server=self.session.server_name, protocol=self.session.protocol_version,
                  host=self.session.host_name or None)
+        if self._on_ready is not None:
+            on_ready, self._on_ready = self._on_ready, None
+            on_ready()
 
     def _note_modern_server(self, msg: dict[str, Any]) -> None:
         """2026-era servers name themselves in each result's _meta, not in an initialize result."""
