@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -142,8 +143,11 @@ def test_url_mode_on_the_console_opens_only_after_consent_and_swallows_completio
     env = {**env, "MCP_SAMPLING_PROXY_URL_OPENER": opener_script(tmp_path)}
     policy = write_policy(tmp_path, "elicitation: {url_mode: true}\n")
 
+    attached = threading.Event()
+
     async def run() -> None:
         console = await SocketConsole.attach(tmp_path / "run")
+        attached.set()
         for answer in ("decline", "accept"):
             request = await console.receive()
             assert request["type"] == "elicit"
@@ -156,6 +160,7 @@ def test_url_mode_on_the_console_opens_only_after_consent_and_swallows_completio
         host.initialize()
         with anyio.from_thread.start_blocking_portal() as portal:
             future = portal.start_task_soon(run)
+            assert attached.wait(30), "the console never attached"
             declined = host.request("tools/call", {"name": "elicit_url",
                                                    "arguments": {"url": "https://login.example.com/auth?x=1"}})
             accepted = host.request("tools/call", {"name": "elicit_url",
