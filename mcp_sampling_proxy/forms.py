@@ -198,6 +198,7 @@ def _parse_field(name: str, prop: Any, required: bool) -> Field:
     where = f"field {_quote(name)}"
     if not isinstance(prop, dict):
         raise FormError(f"{where}: its schema is not an object")
+    prop = _unwrap_nullable(prop)
     if "$ref" in prop:
         raise FormError(f"{where}: $ref is not supported")
     kind_of = prop.get("type")
@@ -267,6 +268,19 @@ def _parse_field(name: str, prop: Any, required: bool) -> Field:
             default = prop["default"]
             field = replace(field, default=list(default) if isinstance(default, list) else default)
     return field
+
+
+def _unwrap_nullable(prop: dict[str, Any]) -> dict[str, Any]:
+    """`anyOf: [X, {type: null}]` (how some SDKs write an optional field) as X itself.
+
+    Optional is already expressed by `required`; the outer keys (title, default...) win."""
+    any_of = prop.get("anyOf")
+    if not isinstance(any_of, list) or len(any_of) != 2 or {"type": "null"} not in any_of:
+        return prop
+    other = any_of[1] if any_of[0] == {"type": "null"} else any_of[0]
+    if not isinstance(other, dict) or other == {"type": "null"}:
+        return prop
+    return {**other, **{key: value for key, value in prop.items() if key != "anyOf"}}
 
 
 def _single_options(prop: dict[str, Any], where: str) -> list[Option]:
@@ -684,9 +698,9 @@ def _length(low: int | None, high: int | None) -> str:
     if low and high is not None:
         return f"{low}-{high} characters"
     if low:
-        return f"at least {low} characters"
+        return f"at least {low} character{'s' if low > 1 else ''}"
     if high is not None:
-        return f"at most {high} characters"
+        return f"at most {high} character{'s' if high != 1 else ''}"
     return ""
 
 

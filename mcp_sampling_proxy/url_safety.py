@@ -105,6 +105,8 @@ def analyze_url(url: str, *, max_display: int = MAX_DISPLAY) -> UrlReport:
         before = clean[:netloc_start] + userinfo + at
         after = colon + port
     after += clean[netloc_end:]
+    if raw_host.endswith(".") and not hostport.startswith("["):
+        after = "." * (len(raw_host) - len(raw_host.rstrip("."))) + after  # the root dot: shown, not part of host
     try:
         parts.port  # noqa: B018 - raises ValueError for a port that is not a number in range
     except ValueError:
