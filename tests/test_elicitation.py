@@ -191,3 +191,18 @@ def test_url_mode_host_that_supports_it_sees_request_and_completion(tmp_path: Pa
 
 if sys.platform != "linux":  # pragma: no cover
     pytestmark = pytest.mark.skip("uses Unix sockets")
+
+
+@pytest.mark.anyio
+async def test_rate_limit_applies_to_elicitation(tmp_path: Path, env: dict[str, str]) -> None:
+    policy = ("elicitation: {non_interactive: accept_defaults}\n"
+              "rules:\n  - name: forms\n    when: {method: elicitation}\n    action: allow\n"
+              "    rate_limit: {requests: 1, per: 1h}\n")
+    path = write_policy(tmp_path, policy)
+    async with sdk_host(proxy_command(path), env, tmp_path / "stderr.log") as host:
+        args = {"schema_json": json.dumps(DEFAULTS_ONLY)}
+        first = tool_json(await host.call_tool("elicit_form", args))
+        second = tool_json(await host.call_tool("elicit_form", args))
+    assert first == {"action": "accept", "data": {"age": 30, "ok": True}}
+    assert second == {"action": "decline", "data": None}
+    assert "rate limit of rule 'forms'" in (tmp_path / "stderr.log").read_text()
