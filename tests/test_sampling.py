@@ -338,3 +338,15 @@ async def test_audit_record_per_decision_without_the_key(tmp_path: Path, openai_
     assert (record["input_tokens"], record["output_tokens"]) == (21, 4)
     assert record["stop_reason"] == "endTurn"
     assert oct(audit.stat().st_mode & 0o777) == "0o600"
+
+
+@pytest.mark.anyio
+async def test_resolve_sample_tool_works_for_an_auto_mode_host(tmp_path: Path, openai_llm: FakeLLMServer) -> None:
+    from support import PY, ROOT
+
+    server = [PY, str(ROOT / "tests" / "fixtures" / "resolve_server.py")]
+    policy = write_policy(tmp_path, openai_policy(openai_llm.base_url))
+    async with sdk_host(proxy_command(policy, upstream=server), proxy_env(TEST_LLM_KEY=KEY),
+                        tmp_path / "stderr.log", mode="auto") as client:
+        result = await client.call_tool("one_liner", {"topic": "otters"})
+    assert result.content[0].text == "gpt-test: echo: One line about otters"
