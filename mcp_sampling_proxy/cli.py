@@ -14,7 +14,11 @@ from collections.abc import Sequence
 
 from mcp_sampling_proxy import __version__
 
-SUBCOMMANDS = ("try", "policy", "console")
+# subcommand -> the module whose main() runs it (imported only when used: start-up stays light)
+SUBCOMMANDS = {
+    "try": "try_cmd", "policy": "policy_cmd", "console": "console_cmd", "audit": "audit_cmd",
+    "wrap": "wrap_cmd", "unwrap": "wrap_cmd", "doctor": "doctor_cmd",
+}
 
 EPILOG = """\
 examples:
@@ -28,8 +32,18 @@ examples:
   # validate a policy file (exit 0/1)
   mcp-sampling-proxy policy check policy.yaml
 
+  # check the audit log's hash chain (rotated files oldest first); also: audit tail -f, audit summary
+  mcp-sampling-proxy audit verify audit.jsonl.1 audit.jsonl
+
   # approve requests of every running proxy (hosts such as Claude Desktop give it no terminal)
   mcp-sampling-proxy console
+
+  # put the proxy in front of every server of a host (backup first; `unwrap` restores them)
+  mcp-sampling-proxy wrap --host claude-desktop --all --policy ~/.config/mcp-sampling-proxy/policy.yaml
+  mcp-sampling-proxy wrap --list
+
+  # check the policy, providers, approval channels and audit/state dirs
+  mcp-sampling-proxy doctor --policy policy.yaml
 
   # exercise a sampling server without any host
   mcp-sampling-proxy try --tool summarize --args '{"text": "..."}' -- python examples/servers/summarizer.py
@@ -88,18 +102,13 @@ def fail(message: str, code: int = 2) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
-    if args_list and args_list[0] == "try":
-        from mcp_sampling_proxy.try_cmd import main as try_main
+    if args_list and args_list[0] in SUBCOMMANDS:
+        import importlib
 
-        return try_main(args_list[1:])
-    if args_list and args_list[0] == "console":
-        from mcp_sampling_proxy.console_cmd import main as console_main
-
-        return console_main(args_list[1:])
-    if args_list and args_list[0] == "policy":
-        from mcp_sampling_proxy.policy_cmd import main as policy_main
-
-        return policy_main(args_list[1:])
+        module = importlib.import_module(f"mcp_sampling_proxy.{SUBCOMMANDS[args_list[0]]}")
+        if args_list[0] in ("wrap", "unwrap"):
+            return module.main(args_list[1:], args_list[0])
+        return module.main(args_list[1:])
     args = build_parser().parse_args(args_list)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if bool(command) == bool(args.url):

@@ -1,0 +1,270 @@
+"""`mcp-sampling-proxy doctor`: live and dead providers, keys, approval channels, audit and state dirs."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+from fakes.llm_server import FakeLLMServer
+from support import PY, anthropic_policy, openai_policy, proxy_env, write_policy
+
+from mcp_sampling_proxy.cli import main as cli_main
+
+FIXTURES = Path(__file__).parent / "fixtures" / "host_configs"
+KEY = "sk-test-doctor-0123456789"
+
+
+@pytest.fixture(autouse=True)
+def environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """No real keys, no terminal, and home/state/runtime dirs of the test's own."""
+    for name in list(os.environ):
+        if name.startswith(("OPENAI_", "ANTHROPIC_", "MCP_SAMPLING_PROXY_", "TEST_LLM_")):
+            monkeypatch.delenv(name)
+    for name in ("XDG_CONFIG_HOME", "XDG_STATE_HOME", "CODEX_HOME", "CLAUDE_CONFIG_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("MCP_SAMPLING_PROXY_NO_TERMINAL", "1")
+    monkeypatch.setenv("MCP_SAMPLING_PROXY_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("MCP_SAMPLING_PROXY_RUNTIME_DIR", str(tmp_path / "run"))
+    monkeypatch.chdir(tmp_path)
+    return home
+
+
+def doctor(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    code = cli_main(["doctor", *argv])
+    out, err = capsys.readouterr()
+    assert not err
+    return code, out
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def openai_llm() -> Iterator[FakeLLMServer]:
+    with FakeLLMServer("openai") as server:
+        yield server
+
+
+def test_live_providers_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                             openai_llm: FakeLLMServer) -> None:
+    with FakeLLMServer("anthropic", api_key=KEY) as claude:
+        text = openai_policy(openai_llm.base_url, model="fake-gpt-4o-mini", rules="")
+        text = text.replace("llm:\n  providers:\n", "llm:\n  providers:\n" + anthropic_policy(
+            claude.base_url, model="fake-claude-sonnet", rules="").split("providers:\n", 1)[1])
+        text += f"audit:\n  path: {tmp_path / 'logs' / 'audit.jsonl'}\n"
+        policy = write_policy(tmp_path, text)
+        monkeypatch.setenv("TEST_LLM_KEY", KEY)
+        started = time.monotonic()
+        code, out = doctor(capsys, "--policy", policy)
+    assert code == 0, out
+    assert time.monotonic() - started < 5
+    assert f"✓ {policy}: valid (0 rules; providers: claude, fake)" in out
+    assert f"✓ 'fake' (openai) at {openai_llm.base_url}: GET /models answered 200 (1 model); TEST_LLM_KEY is set" \
+        in out
+    assert f"✓ 'claude' (anthropic) at {claude.base_url}: GET /v1/models answered 200 (1 model)" in out
+    assert f"✓ audit log {tmp_path / 'logs' / 'audit.jsonl'}: writable" in out
+    assert f"✓ state directory {tmp_path / 'state'}: writable (created on use)" in out
+    assert "everything checked is in order" in out
+    assert KEY not in out
+    assert openai_llm.last.headers["authorization"] == f"Bearer {KEY}"
+    assert claude.last.headers["x-api-key"] == KEY and claude.last.path == "/v1/models"
+    assert not (tmp_path / "state").exists() and not (tmp_path / "logs").exists(), "doctor creates nothing"
+
+
+def test_a_dead_provider_fails_fast_with_a_hint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    port = closed_port()
+    policy = write_policy(tmp_path, openai_policy(f"http://127.0.0.1:{port}/v1"))
+    started = time.monotonic()
+    code, out = doctor(capsys, "--policy", policy)
+    assert code == 1
+    assert time.monotonic() - started < 5
+    assert f"✗ 'fake' (openai) at http://127.0.0.1:{port}/v1: connection refused (TEST_LLM_KEY is not set)" in out
+    assert f"fix: nothing listens at http://127.0.0.1:{port}/v1: start the server" in out
+    assert out.rstrip().endswith("1 problem, 0 warnings")
+
+
+@pytest.mark.parametrize("key", [None, "sk-wrong-key-0000000000"])
+def test_a_refused_key_names_its_variable_never_its_value(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch, key: str | None) -> None:
+    with FakeLLMServer("openai", api_key=KEY) as llm:
+        policy = write_policy(tmp_path, openai_policy(llm.base_url, model="fake-gpt-4o-mini"))
+        if key:
+            monkeypatch.setenv("TEST_LLM_KEY", key)
+        code, out = doctor(capsys, "--policy", policy)
+    assert code == 1
+    assert "GET /models: provider 'fake' answered 401" in out
+    if key:
+        assert "check TEST_LLM_KEY" in out and "(TEST_LLM_KEY is set)" in out
+        assert "fix: the key in TEST_LLM_KEY was refused" in out
+        assert key not in out
+    else:
+        assert "TEST_LLM_KEY is not set" in out
+        assert "fix: set TEST_LLM_KEY (in the host config's env" in out
+
+
+def test_a_model_the_provider_does_not_list_is_a_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                         openai_llm: FakeLLMServer) -> None:
+    text = openai_policy(openai_llm.base_url, model="fake-gpt-4o-mini").replace(
+        "models: [fake-gpt-4o-mini]", "models: [fake-gpt-4o-mini, gpt-9]")
+    code, out = doctor(capsys, "--policy", write_policy(tmp_path, text))
+    assert code == 0
+    assert "! 'fake' (openai): gpt-9 not among the models it lists" in out
+    assert "0 problems, 1 warning" in out
+
+
+class _NoModelsList(BaseHTTPRequestHandler):
+    """An OpenAI-compatible server without GET /models (some proxies and gateways)."""
+
+    protocol_version = "HTTP/1.1"
+    completions: ClassVar[list[dict]] = []
+
+    def do_GET(self) -> None:
+        self._send(404, {"error": "not found"})
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        type(self).completions.append(body)
+        self._send(200, {"model": body["model"], "choices": [
+            {"message": {"role": "assistant", "content": "p"}, "finish_reason": "length"}]})
+
+    def _send(self, status: int, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_without_a_models_list_a_one_token_completion_decides(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _NoModelsList)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        code, out = doctor(capsys, "--policy", write_policy(tmp_path, openai_policy(base, model="tiny")))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert code == 0, out
+    assert "no models list (GET /models: 404), but a 1-token completion with tiny worked" in out
+    assert _NoModelsList.completions[-1]["max_tokens"] == 1
+
+
+def test_a_provider_that_never_answers_times_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as listener:  # accepts connections (backlog) and never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        base = f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+        started = time.monotonic()
+        code, out = doctor(capsys, "--policy", write_policy(tmp_path, openai_policy(base)), "--timeout", "0.5")
+    assert code == 1
+    assert time.monotonic() - started < 3
+    assert "no answer within 0.5 s" in out
+
+
+def test_a_broken_policy_is_reported_with_its_position(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    policy = write_policy(tmp_path, "rules:\n  - name: x\n    action: alow\n")
+    code, out = doctor(capsys, "--policy", policy)
+    assert code == 1
+    assert f"✗ {policy}:3:13: rules[0].action 'alow' is not one of allow, deny, prompt" in out
+    assert "`mcp-sampling-proxy policy check FILE`" in out
+    assert "not checked: the policy did not load" in out
+
+
+def test_without_a_policy_or_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = doctor(capsys)
+    assert code == 0
+    assert "no --policy: providers come from the environment" in out
+    assert "! no LLM provider configured" in out
+    assert "audit log: off" in out
+
+
+def test_unwritable_audit_and_state_dirs_fail(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                              monkeypatch: pytest.MonkeyPatch, openai_llm: FakeLLMServer) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("MCP_SAMPLING_PROXY_STATE_DIR", str(blocker / "state"))
+    text = openai_policy(openai_llm.base_url, model="fake-gpt-4o-mini") + f"audit:\n  path: {blocker}/audit.jsonl\n"
+    code, out = doctor(capsys, "--policy", write_policy(tmp_path, text))
+    assert code == 1
+    assert f"✗ audit log {blocker}/audit.jsonl: {blocker} is not a directory" in out
+    assert f"✗ state directory {blocker}/state: {blocker} is not a directory" in out
+    assert "fix: make it writable by you, or set MCP_SAMPLING_PROXY_STATE_DIR" in out
+    assert "2 problems" in out
+
+
+def test_console_socket_directory_and_attached_consoles(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(run / f"{os.getpid()}.sock"))
+    listener.listen(4)
+    try:
+        code, out = doctor(capsys)
+        assert code == 0
+        assert "! console: 1 proxy running, no console attached" in out
+        assert "fix: run `mcp-sampling-proxy console` in a terminal" in out
+        client = socket.socket(socket.AF_UNIX)
+        client.connect(str(run / f"{os.getpid()}.sock"))
+        accepted, _ = listener.accept()
+        try:
+            code, out = doctor(capsys)
+        finally:
+            client.close()
+            accepted.close()
+        assert "✓ console: 1 proxy running, 1 console attached" in out
+    finally:
+        listener.close()
+    assert "host: Cursor, VS Code, Codex can ask in their own UI (elicitation)" in out
+
+
+def test_an_unsafe_console_directory_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "run"
+    run.mkdir(mode=0o777)
+    run.chmod(0o777)
+    code, out = doctor(capsys)
+    assert code == 1
+    assert f"✗ console: socket directory unusable: {run} must be owned by you and private (chmod 700)" in out
+
+
+def test_host_configs_are_summarised(environment: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (environment / ".cursor").mkdir()
+    shutil.copyfile(FIXTURES / "cursor.mcp.json", environment / ".cursor" / "mcp.json")
+    (environment / ".gemini").mkdir()
+    (environment / ".gemini" / "settings.json").write_text("{ broken")
+    code, out = doctor(capsys)
+    assert f"· Cursor (user) {environment}/.cursor/mcp.json: 0 of 2 servers wrapped" in out
+    assert f"! Gemini CLI (user) {environment}/.gemini/settings.json: " in out
+    assert code == 0
+
+
+def test_exit_codes_from_the_command_line(tmp_path: Path, openai_llm: FakeLLMServer) -> None:
+    env = proxy_env(HOME=str(tmp_path / "home"), MCP_SAMPLING_PROXY_STATE_DIR=str(tmp_path / "state"),
+                    MCP_SAMPLING_PROXY_RUNTIME_DIR=str(tmp_path / "run"), TEST_LLM_KEY="k")
+    good = write_policy(tmp_path, openai_policy(openai_llm.base_url, model="fake-gpt-4o-mini"), "good.yaml")
+    dead = write_policy(tmp_path, openai_policy(f"http://127.0.0.1:{closed_port()}/v1"), "dead.yaml")
+    for policy, expected in ((good, 0), (dead, 1)):
+        result = subprocess.run([PY, "-m", "mcp_sampling_proxy", "doctor", "--policy", policy], env=env,
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == expected, result.stdout + result.stderr

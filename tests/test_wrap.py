@@ -1,0 +1,515 @@
+"""`wrap` / `unwrap` / `wrap --list` on real-looking config files of every host format."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import EXAMPLES, PY, proxy_env, sdk_host, write_policy
+
+from mcp_sampling_proxy import wrap_cmd
+from mcp_sampling_proxy.cli import main as cli_main
+from mcp_sampling_proxy.hostconfig import (
+    SIDECAR_NAME,
+    ConfigDoc,
+    ConfigError,
+    classify,
+    config_path,
+    is_wrapped,
+    parse_jsonc,
+    parse_proxy_args,
+)
+from mcp_sampling_proxy.wrap_cmd import Invocation, proxy_invocation
+
+FIXTURES = Path(__file__).parent / "fixtures" / "host_configs"
+CASES = [
+    ("claude-desktop", "claude_desktop_config.json"),
+    ("claude-code", "claude_code.mcp.json"),
+    ("claude-code", "claude_code.claude.json"),
+    ("cursor", "cursor.mcp.json"),
+    ("vscode", "vscode.mcp.json"),
+    ("windsurf", "windsurf.mcp_config.json"),
+    ("gemini", "gemini.settings.json"),
+    ("codex", "codex.config.toml"),
+]
+SERVERS_KEY = {"vscode": "servers", "codex": "mcp_servers"}
+
+
+@pytest.fixture
+def policy(tmp_path: Path) -> str:
+    return write_policy(tmp_path, "rules:\n  - name: all\n    action: allow\n")
+
+
+def copy_fixture(tmp_path: Path, name: str) -> Path:
+    target = tmp_path / "cfg" / name
+    target.parent.mkdir(exist_ok=True)
+    shutil.copyfile(FIXTURES / name, target)
+    return target
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli_main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def servers_of(host: str, path: Path) -> dict[str, Any]:
+    return ConfigDoc.load(path, host).servers((SERVERS_KEY.get(host, "mcpServers"),))
+
+
+def backups(path: Path) -> list[Path]:
+    return sorted(path.parent.glob(path.name + ".bak-*"))
+
+
+# -- round trips -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("host", "fixture"), CASES)
+def test_wrap_wrap_unwrap_round_trip_is_byte_exact(tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str,
+                                                  host: str, fixture: str) -> None:
+    path = copy_fixture(tmp_path, fixture)
+    original = path.read_bytes()
+    before = servers_of(host, path)
+    key = SERVERS_KEY.get(host, "mcpServers")
+    other_before = {k: v for k, v in ConfigDoc.load(path, host).data.items() if k != key}
+
+    code, out, err = run(capsys, "wrap", "--host", host, "--config", str(path), "--all", "--policy", policy)
+    assert code == 0, err
+    assert "backup:" in out
+    wrapped_bytes = path.read_bytes()
+    assert wrapped_bytes != original
+    [first_backup] = backups(path)
+    assert re.search(r"\.bak-\d{8}T\d{6}$", first_backup.name)
+    assert first_backup.read_bytes() == original
+    sidecar = path.parent / SIDECAR_NAME
+    assert stat.S_IMODE(sidecar.stat().st_mode) == 0o600
+
+    doc = ConfigDoc.load(path, host)
+    assert {k: v for k, v in doc.data.items() if k != key} == other_before
+    after = servers_of(host, path)
+    assert list(after) == list(before)
+    proxy = proxy_invocation().command
+    for name, entry in before.items():
+        kind = classify(host, entry)
+        if kind.kind == "sse":
+            assert after[name] == entry, "SSE entries cannot be wrapped and stay as they were"
+            continue
+        new = after[name]
+        assert is_wrapped(new) and new["command"] == proxy and os.path.isabs(proxy)
+        parsed = parse_proxy_args(new["args"])
+        assert parsed.options["--policy"] == policy
+        if kind.kind == "stdio":
+            assert parsed.command == [entry["command"], *entry.get("args", [])]
+            assert {k: v for k, v in new.items() if k not in ("command", "args")} == \
+                {k: v for k, v in entry.items() if k not in ("command", "args")}
+        else:
+            assert parsed.options["--url"] == kind.remote.url
+            assert parsed.headers == [f"{k}: {v}" for k, v in kind.remote.headers.items()]
+
+    code, out, _ = run(capsys, "wrap", "--host", host, "--config", str(path), "--all", "--policy", policy)
+    assert code == 0 and "nothing to change" in out and "already wrapped" in out
+    assert path.read_bytes() == wrapped_bytes
+    assert len(backups(path)) == 1, "a wrap that changes nothing writes no backup"
+
+    code, out, err = run(capsys, "unwrap", "--host", host, "--config", str(path), "--all")
+    assert code == 0, err
+    assert "restored exactly" in out
+    assert path.read_bytes() == original
+    assert not sidecar.exists()
+
+
+def test_dry_run_prints_a_diff_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                  policy: str) -> None:
+    path = copy_fixture(tmp_path, "claude_desktop_config.json")
+    original = path.read_bytes()
+    code, out, _ = run(capsys, "wrap", "--host", "claude-desktop", "--config", str(path), "--all",
+                       "--policy", policy, "--dry-run")
+    assert code == 0
+    assert f"--- {path}" in out and f"+++ {path} (after)" in out
+    assert '-      "command": "/usr/bin/python3",' in out
+    assert f'+      "command": "{proxy_invocation().command}",' in out
+    assert "dry run: nothing written" in out
+    assert path.read_bytes() == original
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
+
+
+# -- failures leave the file alone -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("host", "fixture", "position"), [
+    ("cursor", "broken.json", "broken.json:4:5: expected ',' or '}' after an object member"),
+    ("codex", "broken.toml", "broken.toml:4:1: Unclosed array"),
+])
+def test_a_broken_file_is_left_untouched(tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str,
+                                         host: str, fixture: str, position: str) -> None:
+    path = copy_fixture(tmp_path, fixture)
+    original = path.read_bytes()
+    code, _, err = run(capsys, "wrap", "--host", host, "--config", str(path), "--all", "--policy", policy)
+    assert code == 1
+    assert position in err and "nothing written" in err
+    assert path.read_bytes() == original
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
+
+
+def test_a_missing_file_is_an_error_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nope" / "mcp.json"
+    code, _, err = run(capsys, "wrap", "--host", "cursor", "--config", str(missing), "--all")
+    assert code == 1
+    assert f"{missing}: file not found" in err
+
+
+def test_a_missing_default_file_says_where_it_looked(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    code, _, err = run(capsys, "wrap", "--host", "windsurf", "--all")
+    assert code == 1
+    assert f"{tmp_path}/.codeium/windsurf/mcp_config.json: file not found" in err
+    assert "--config PATH" in err
+
+
+def test_an_invalid_policy_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = copy_fixture(tmp_path, "claude_desktop_config.json")
+    original = path.read_bytes()
+    bad = write_policy(tmp_path, "rules:\n  - action: alow\n", "bad.yaml")
+    code, _, err = run(capsys, "wrap", "--host", "claude-desktop", "--config", str(path), "--all", "--policy", bad)
+    assert code == 1
+    assert "bad.yaml:2:13" in err and "nothing written" in err
+    assert path.read_bytes() == original
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('{"a": 1,, }', "1:9: expected a string key"),
+    ('{\n  "a": "x\ny"\n}', "2:10: a control character"),
+    ('{"a": 1 /* open', "1:9: unterminated /* comment"),
+    ('{"a": tru}', "1:7: unexpected 't': expected a value"),
+    ('{"a": 1}\n{"b": 2}', "2:1: unexpected '{' after the end of the JSON document"),
+    ("", "1:1: unexpected end of file: expected a value"),
+])
+def test_jsonc_errors_give_line_and_column(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_jsonc(text, "f.json")
+    assert str(info.value).startswith(f"f.json:{message}")
+
+
+def test_jsonc_reads_comments_and_trailing_commas() -> None:
+    node = parse_jsonc('// c\n{"a": [1, 2,], /* x */ "b": {"c": "d",},}')
+    assert node.value == {"a": [1, 2], "b": {"c": "d"}}
+
+
+# -- choosing servers --------------------------------------------------------------------------------
+
+
+def test_server_changes_only_that_entry(tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str) -> None:
+    path = copy_fixture(tmp_path, "claude_desktop_config.json")
+    original = path.read_text()
+    doc = ConfigDoc.load(path, "claude-desktop")
+    start, end = doc.entry_span(("mcpServers",), "filesystem")
+    code, out, _ = run(capsys, "wrap", "--host", "claude-desktop", "--config", str(path), "--server", "filesystem",
+                       "--policy", policy)
+    assert code == 0 and "filesystem" in out and "summarizer" not in out
+    text = path.read_text()
+    tail = len(original) - end
+    assert text[:start] == original[:start] and text[len(text) - tail:] == original[end:]
+    after = servers_of("claude-desktop", path)
+    assert is_wrapped(after["filesystem"]) and not is_wrapped(after["summarizer"])
+
+    code, _, _ = run(capsys, "wrap", "--host", "claude-desktop", "--config", str(path), "--all", "--policy", policy)
+    assert code == 0
+    assert all(is_wrapped(e) for e in servers_of("claude-desktop", path).values())
+    code, out, _ = run(capsys, "unwrap", "--host", "claude-desktop", "--config", str(path), "--server", "summarizer")
+    assert code == 0
+    after = servers_of("claude-desktop", path)
+    assert not is_wrapped(after["summarizer"]) and is_wrapped(after["filesystem"])
+    code, _, _ = run(capsys, "unwrap", "--host", "claude-desktop", "--config", str(path), "--all")
+    assert code == 0 and path.read_text() == original
+
+
+def test_an_unknown_server_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = copy_fixture(tmp_path, "claude_desktop_config.json")
+    original = path.read_bytes()
+    code, _, err = run(capsys, "wrap", "--host", "claude-desktop", "--config", str(path), "--server", "summarizr")
+    assert code == 1
+    assert "no server named 'summarizr' (servers: summarizer, filesystem, plain-binary)" in err
+    assert path.read_bytes() == original
+
+
+def test_server_or_all_is_required(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli_main(["wrap", "--host", "cursor"])
+    assert info.value.code == 2
+    assert "--server NAME ... or --all" in capsys.readouterr().err
+
+
+def test_an_sse_server_named_explicitly_is_an_error_and_all_skips_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str) -> None:
+    path = copy_fixture(tmp_path, "vscode.mcp.json")
+    original = path.read_bytes()
+    code, out, err = run(capsys, "wrap", "--host", "vscode", "--config", str(path), "--server", "summarizer",
+                         "old-sse", "--policy", policy)
+    assert code == 1 and "SSE transport" in out and "nothing written" in err
+    assert path.read_bytes() == original
+    code, out, _ = run(capsys, "wrap", "--host", "vscode", "--config", str(path), "--all", "--policy", policy)
+    assert code == 0 and "(skipped)" in out
+
+
+def test_claude_code_local_scope_edits_the_project_entry(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                         policy: str) -> None:
+    path = copy_fixture(tmp_path, "claude_code.claude.json")
+    original = path.read_bytes()
+    code, _, err = run(capsys, "wrap", "--host", "claude-code", "--config", str(path), "--server", "summarizer")
+    assert code == 1 and "local scope of project /home/me/work/app" in err
+    code, _, err = run(capsys, "wrap", "--host", "claude-code", "--config", str(path), "--scope", "local",
+                         "--project-dir", "/home/me/work/app", "--all", "--policy", policy, "--name-from-key")
+    assert code == 0, err
+    data = ConfigDoc.load(path, "claude-code").data
+    entry = data["projects"]["/home/me/work/app"]["mcpServers"]["summarizer"]
+    assert parse_proxy_args(entry["args"]).options["--name"] == "summarizer"
+    assert not is_wrapped(data["mcpServers"]["memory"])
+    code, _, _ = run(capsys, "unwrap", "--host", "claude-code", "--config", str(path), "--scope", "local",
+                     "--project-dir", "/home/me/work/app", "--all")
+    assert code == 0 and path.read_bytes() == original
+
+
+# -- entry shapes ------------------------------------------------------------------------------------
+
+
+def test_url_entries_become_stdio_entries_with_headers(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                       policy: str) -> None:
+    vscode = copy_fixture(tmp_path, "vscode.mcp.json")
+    assert run(capsys, "wrap", "--host", "vscode", "--config", str(vscode), "--server", "github")[0] == 0
+    github = servers_of("vscode", vscode)["github"]
+    assert github["type"] == "stdio" and "url" not in github and "headers" not in github
+    assert github["args"] == ["--url", "https://api.githubcopilot.com/mcp/",
+                              "--header", "Authorization: Bearer ${input:github-token}"]
+
+    gemini = copy_fixture(tmp_path, "gemini.settings.json")
+    assert run(capsys, "wrap", "--host", "gemini", "--config", str(gemini), "--server", "streamed")[0] == 0
+    streamed = servers_of("gemini", gemini)["streamed"]
+    assert streamed == {"command": proxy_invocation().command,
+                        "args": ["--url", "https://stream.example.com/mcp",
+                                 "--header", "Authorization: Bearer $STREAM_TOKEN"],
+                        "timeout": 5000}
+
+    codex = copy_fixture(tmp_path, "codex.config.toml")
+    assert run(capsys, "wrap", "--host", "codex", "--config", str(codex), "--server", "docs server",
+               "--policy", policy)[0] == 0
+    docs = tomllib.loads(codex.read_text())["mcp_servers"]["docs server"]
+    assert docs["args"] == ["--policy", policy, "--url", "https://docs.example.com/mcp",
+                            "--header", "X-Team: platform", "--header", "Authorization: Bearer ${DOCS_TOKEN}"]
+    assert docs["env_vars"] == ["DOCS_TOKEN"] and docs["enabled"] is True
+    assert not {"url", "bearer_token_env_var", "http_headers"} & set(docs)
+
+
+def test_comments_and_formatting_survive(tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str) -> None:
+    vscode = copy_fixture(tmp_path, "vscode.mcp.json")
+    original = vscode.read_text()
+    assert run(capsys, "wrap", "--host", "vscode", "--config", str(vscode), "--all", "--policy", policy)[0] == 0
+    text = vscode.read_text()
+    for line in ("// VS Code reads this file as JSONC: comments and trailing commas are fine.",
+                 "    /* a local server */", '      "password": true,', '    "old-sse": {"type": "sse", '
+                 '"url": "http://localhost:3001/sse"},', '      "envFile": "${workspaceFolder}/.env",'):
+        assert line in original and line in text
+    assert "// the example" in text
+
+    codex = copy_fixture(tmp_path, "codex.config.toml")
+    assert run(capsys, "wrap", "--host", "codex", "--config", str(codex), "--all", "--policy", policy)[0] == 0
+    text = codex.read_text()
+    for line in ("# Codex configuration", "# the example summarizer", "[mcp_servers.summarizer.env]",
+                 'LOG_LEVEL = "debug"', "[profiles.fast]", 'model = "gpt-5-mini"'):
+        assert line in text
+    assert text.startswith('# Codex configuration\nmodel = "gpt-5-codex"\n')
+    assert '  "--verbose",\n]' in text, "a multi-line array stays multi-line"
+
+
+def test_windows_line_endings_are_kept(tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str) -> None:
+    path = tmp_path / "claude_desktop_config.json"
+    original = (FIXTURES / "claude_desktop_config.json").read_bytes().replace(b"\n", b"\r\n")
+    path.write_bytes(original)
+    assert run(capsys, "wrap", "--host", "claude-desktop", "--config", str(path), "--all", "--policy", policy)[0] == 0
+    assert b"\n" not in path.read_bytes().replace(b"\r\n", b"")
+    assert run(capsys, "unwrap", "--host", "claude-desktop", "--config", str(path), "--all")[0] == 0
+    assert path.read_bytes() == original
+
+
+def test_toml_inline_table_entries(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "config.toml"
+    original = '[mcp_servers]\nweather = { command = "weather-mcp", args = ["--units", "metric"] }  # inline\n'
+    path.write_text(original)
+    assert run(capsys, "wrap", "--host", "codex", "--config", str(path), "--all")[0] == 0
+    entry = tomllib.loads(path.read_text())["mcp_servers"]["weather"]
+    assert parse_proxy_args(entry["args"]).command == ["weather-mcp", "--units", "metric"]
+    assert path.read_text().endswith("  # inline\n")
+    assert run(capsys, "unwrap", "--host", "codex", "--config", str(path), "--all")[0] == 0
+    assert path.read_text() == original
+
+
+def test_a_symlinked_config_stays_a_symlink(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    real = copy_fixture(tmp_path, "cursor.mcp.json")
+    link = tmp_path / "mcp.json"
+    link.symlink_to(real)
+    assert run(capsys, "wrap", "--host", "cursor", "--config", str(link), "--all")[0] == 0
+    assert link.is_symlink() and is_wrapped(servers_of("cursor", real)["summarizer"])
+
+
+# -- unwrap without an exact record ------------------------------------------------------------------
+
+
+def test_unwrap_without_the_record_rebuilds_from_the_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                               policy: str) -> None:
+    for host, fixture in (("claude-desktop", "claude_desktop_config.json"), ("cursor", "cursor.mcp.json")):
+        path = copy_fixture(tmp_path, fixture)
+        before = servers_of(host, path)
+        assert run(capsys, "wrap", "--host", host, "--config", str(path), "--all", "--policy", policy)[0] == 0
+        (path.parent / SIDECAR_NAME).unlink()
+        code, out, _ = run(capsys, "unwrap", "--host", host, "--config", str(path), "--all")
+        assert code == 0 and "no record of the original" in out
+        assert servers_of(host, path) == before
+
+
+def test_unwrap_after_reformatting_restores_the_values(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        policy: str) -> None:
+    path = copy_fixture(tmp_path, "claude_code.mcp.json")
+    before = servers_of("claude-code", path)
+    assert run(capsys, "wrap", "--host", "claude-code", "--config", str(path), "--all", "--policy", policy)[0] == 0
+    path.write_text(json.dumps(json.loads(path.read_text()), indent=4))  # the host rewrote the file its own way
+    code, out, _ = run(capsys, "unwrap", "--host", "claude-code", "--config", str(path), "--all")
+    assert code == 0 and "formatting had changed" in out
+    assert servers_of("claude-code", path) == before
+
+
+def test_unwrap_keeps_edits_made_while_wrapped(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                               policy: str) -> None:
+    path = copy_fixture(tmp_path, "claude_desktop_config.json")
+    before = servers_of("claude-desktop", path)
+    assert run(capsys, "wrap", "--host", "claude-desktop", "--config", str(path), "--all", "--policy", policy)[0] == 0
+    data = json.loads(path.read_text())
+    data["mcpServers"]["summarizer"]["env"]["LOG_LEVEL"] = "info"
+    path.write_text(json.dumps(data, indent=2))
+    code, out, _ = run(capsys, "unwrap", "--host", "claude-desktop", "--config", str(path), "--all")
+    assert code == 0 and "edited since wrap" in out
+    after = servers_of("claude-desktop", path)
+    assert after["summarizer"] == {**before["summarizer"], "env": {"LOG_LEVEL": "info"}}
+    assert after["filesystem"] == before["filesystem"]
+
+
+# -- listing -------------------------------------------------------------------------------------------
+
+
+def test_list_shows_which_servers_are_wrapped(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                              policy: str) -> None:
+    path = copy_fixture(tmp_path, "claude_desktop_config.json")
+    assert run(capsys, "wrap", "--host", "claude-desktop", "--config", str(path), "--server", "summarizer",
+               "--policy", policy)[0] == 0
+    code, out, _ = run(capsys, "wrap", "--list", "--host", "claude-desktop", "--config", str(path))
+    assert code == 0
+    assert f"{path}: 1 of 3 servers wrapped" in out
+    assert re.search(r"summarizer\s+wrapped\s+/usr/bin/python3 /home/me/servers/summarizer.py --verbose "
+                     rf"\(policy: {re.escape(policy)}\)", out)
+    assert re.search(r"filesystem\s+not wrapped\s+npx -y", out)
+
+
+def test_list_looks_in_every_hosts_default_places(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    home, project = tmp_path / "home", tmp_path / "project"
+    for relative, fixture in ((".cursor/mcp.json", "cursor.mcp.json"), (".codex/config.toml", "codex.config.toml"),
+                              (".config/Claude/claude_desktop_config.json", "claude_desktop_config.json")):
+        (home / relative).parent.mkdir(parents=True)
+        shutil.copyfile(FIXTURES / fixture, home / relative)
+    (project / ".vscode").mkdir(parents=True)
+    shutil.copyfile(FIXTURES / "vscode.mcp.json", project / ".vscode" / "mcp.json")
+    monkeypatch.setenv("HOME", str(home))
+    for var in ("XDG_CONFIG_HOME", "CODEX_HOME", "CLAUDE_CONFIG_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.chdir(project)
+    code, out, _ = run(capsys, "wrap", "--list")
+    assert code == 0
+    assert f"Cursor (user): {home}/.cursor/mcp.json: 0 of 2 servers wrapped" in out
+    assert f"Codex (user): {home}/.codex/config.toml: 0 of 3 servers wrapped" in out
+    assert f"Claude Desktop (user): {home}/.config/Claude/claude_desktop_config.json: 0 of 3" in out
+    assert f"VS Code (project): {project}/.vscode/mcp.json: 0 of 3 servers wrapped" in out
+    assert "cannot be wrapped" in out  # the SSE entry
+    assert "no config file for: Claude Code (user)" in out
+
+
+# -- where files are, and how the proxy is started ------------------------------------------------------
+
+
+@pytest.mark.parametrize(("host", "scope", "platform", "expected"), [
+    ("claude-desktop", "user", "darwin", "/Users/me/Library/Application Support/Claude/claude_desktop_config.json"),
+    ("claude-desktop", "user", "win32", r"C:\Users\me\AppData\Roaming\Claude\claude_desktop_config.json"),
+    ("claude-desktop", "user", "linux", "/Users/me/.config/Claude/claude_desktop_config.json"),
+    ("claude-code", "user", "linux", "/Users/me/.claude.json"),
+    ("claude-code", "project", "linux", "/work/app/.mcp.json"),
+    ("claude-code", "local", "darwin", "/Users/me/.claude.json"),
+    ("cursor", "user", "win32", r"C:\Users\me\.cursor\mcp.json"),
+    ("cursor", "project", "darwin", "/work/app/.cursor/mcp.json"),
+    ("vscode", "user", "darwin", "/Users/me/Library/Application Support/Code/User/mcp.json"),
+    ("vscode", "user", "win32", r"C:\Users\me\AppData\Roaming\Code\User\mcp.json"),
+    ("vscode", "user", "linux", "/Users/me/.config/Code/User/mcp.json"),
+    ("vscode", "project", "linux", "/work/app/.vscode/mcp.json"),
+    ("windsurf", "user", "darwin", "/Users/me/.codeium/windsurf/mcp_config.json"),
+    ("gemini", "user", "linux", "/Users/me/.gemini/settings.json"),
+    ("gemini", "project", "linux", "/work/app/.gemini/settings.json"),
+    ("codex", "user", "linux", "/Users/me/.codex/config.toml"),
+    ("codex", "user", "win32", r"C:\Users\me\.codex\config.toml"),
+])
+def test_default_locations(host: str, scope: str, platform: str, expected: str) -> None:
+    windows = platform == "win32"
+    environ = {"APPDATA": r"C:\Users\me\AppData\Roaming", "USERPROFILE": r"C:\Users\me"} if windows else {}
+    got = config_path(host, scope, project_dir=r"C:\work\app" if windows else "/work/app", environ=environ,
+                      platform=platform, home=None if windows else "/Users/me")
+    assert str(got) == expected
+
+
+def test_default_locations_follow_the_hosts_variables() -> None:
+    env = {"XDG_CONFIG_HOME": "/x", "CODEX_HOME": "/c", "CLAUDE_CONFIG_DIR": "/cc"}
+    assert str(config_path("claude-desktop", environ=env, platform="linux", home="/h")) == \
+        "/x/Claude/claude_desktop_config.json"
+    assert str(config_path("codex", environ=env, platform="linux", home="/h")) == "/c/config.toml"
+    assert str(config_path("claude-code", environ=env, platform="linux", home="/h")) == "/cc/.claude.json"
+
+
+def test_without_the_script_the_proxy_runs_as_a_module(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    assert proxy_invocation() == Invocation(str(Path(PY).parent / "mcp-sampling-proxy"))
+    fake_python = tmp_path / "bin" / "python3"
+    fake_python.parent.mkdir()
+    fake_python.touch()
+    monkeypatch.setattr(sys, "executable", str(fake_python))
+    monkeypatch.setattr(wrap_cmd.shutil, "which", lambda name: None)
+    assert proxy_invocation() == Invocation(str(fake_python), ("-m", "mcp_sampling_proxy"))
+    path = copy_fixture(tmp_path, "cursor.mcp.json")
+    original = path.read_bytes()
+    assert run(capsys, "wrap", "--host", "cursor", "--config", str(path), "--server", "summarizer")[0] == 0
+    entry = servers_of("cursor", path)["summarizer"]
+    assert entry["command"] == str(fake_python)
+    assert entry["args"] == ["-m", "mcp_sampling_proxy", "--", "uvx", "summarizer-mcp"]
+    assert is_wrapped(entry)
+    assert run(capsys, "unwrap", "--host", "cursor", "--config", str(path), "--all")[0] == 0
+    assert path.read_bytes() == original
+
+
+# -- the wrapped entry really runs ----------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_wrapped_claude_desktop_entry_starts_the_server(tmp_path: Path, policy: str) -> None:
+    path = tmp_path / "claude_desktop_config.json"
+    path.write_text(json.dumps({"mcpServers": {"summarizer": {
+        "command": PY, "args": [str(EXAMPLES / "summarizer.py")], "env": {"EXAMPLE": "1"}}}}, indent=2))
+    assert cli_main(["wrap", "--host", "claude-desktop", "--config", str(path), "--all", "--policy", policy]) == 0
+    entry = json.loads(path.read_text())["mcpServers"]["summarizer"]
+    assert entry["command"].endswith("mcp-sampling-proxy") and os.path.isabs(entry["command"])
+    env = {**proxy_env(), **entry["env"]}
+    async with sdk_host([entry["command"], *entry["args"]], env, tmp_path / "stderr.log") as client:
+        tools = await client.list_tools()
+    assert "summarize" in {tool.name for tool in tools.tools}
