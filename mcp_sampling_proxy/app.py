@@ -134,7 +134,7 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
                                       tools=settings.sampling.advertise_tools and adapters.can_use_tools),
         capabilities.offered_elicitation(route=settings.elicitation.route, url_mode=settings.elicitation.url_mode),
     )
-    audit = AuditLog(settings.audit_path)
+    audit = AuditLog.from_settings(settings)
     session = Session(name_override=options.name)
     console = ConsoleServer(lambda: session.server_name, lambda: session.host_name)
     approver = Approver(build_channels(settings.approval.channels, terminal, console),

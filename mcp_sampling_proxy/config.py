@@ -41,6 +41,8 @@ CONTENT_TYPES = ("text", "image", "audio", "tool_use", "tool_result", "tools")
 INCLUDE_CONTEXT = ("none", "thisServer", "allServers")
 APPROVAL_CHANNELS = ("terminal", "console", "host")
 MAX_TOKENS_ACTIONS = ("clamp", "deny")
+AUDIT_CONTENT_MODES = ("none", "redacted", "full")
+AUDIT_KEYS = ("path", "content", "redact", "fsync", "max_bytes")
 
 DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
 DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-5"
@@ -50,6 +52,7 @@ WELL_KNOWN_KEY_VARS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
 
 KIB = 1024
 MIB = 1024 * KIB
+DEFAULT_AUDIT_MAX_BYTES = 64 * MIB
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,17 @@ class ElicitationSettings:
     non_interactive: str = "decline"  # decline | cancel | accept_defaults: nobody to ask
 
 
+@dataclass(frozen=True)
+class AuditSettings:
+    """The top-level `audit:` section (no path: no audit log)."""
+
+    path: str | None = None
+    content: str = "none"  # none | redacted | full
+    redact: tuple[re.Pattern[str], ...] = ()  # the user's own patterns, on top of the built-in ones
+    fsync: bool = True  # fsync each record before the server gets its answer
+    max_bytes: int = DEFAULT_AUDIT_MAX_BYTES  # rotate when the file would grow past this; 0: never
+
+
 @dataclass
 class Settings:
     """Everything the proxy needs from the policy file (or the environment)."""
@@ -155,11 +169,20 @@ class Settings:
     rules: list[Rule] = field(default_factory=list)
     limits: SizeLimits = field(default_factory=SizeLimits)
     approval: ApprovalSettings = field(default_factory=ApprovalSettings)
-    audit_path: str | None = None
+    audit: AuditSettings = field(default_factory=AuditSettings)
     pass_env: tuple[str, ...] = ()
     shutdown_timeout: float = 5.0
     era: str = "handshake"  # handshake: answer server/discover so hosts fall back to initialize
     source: str = "environment"  # the policy file path, or "environment"
+
+    @property
+    def audit_path(self) -> str | None:
+        """The audit log file (None: no audit log)."""
+        return self.audit.path
+
+    @audit_path.setter
+    def audit_path(self, path: str | None) -> None:
+        self.audit = replace(self.audit, path=path)
 
     def secret_env_vars(self) -> set[str]:
         """Names of environment variables holding the proxy's own LLM keys."""
@@ -230,9 +253,7 @@ def parse_settings(text: str, where: str) -> Settings:
     if "rules" in top:
         _parse_rules(top["rules"], settings)
     if "audit" in top:
-        audit = top["audit"].mapping(("path",))
-        if "path" in audit:
-            settings.audit_path = os.path.expanduser(audit["path"].str())
+        settings.audit = _parse_audit(top["audit"], where)
     if "upstream" in top:
         upstream = top["upstream"].mapping(("pass_env", "shutdown_timeout", "era"))
         if "era" in upstream:
@@ -475,6 +496,39 @@ def _parse_approval(node: Node) -> ApprovalSettings:
         settings = replace(settings, timeout=_duration(fields_["timeout"]))
     if "review_response" in fields_:
         settings = replace(settings, review_response=fields_["review_response"].bool())
+    return settings
+
+
+# -- audit ------------------------------------------------------------------------------------------
+
+def _parse_audit(node: Node, where: str) -> AuditSettings:
+    given = node.mapping(AUDIT_KEYS)
+    if "path" not in given:
+        if given:
+            raise node.error(f"{node.label} sets {', '.join(given)} but no path: give path: FILE "
+                             "(e.g. ~/.local/state/mcp-sampling-proxy/audit.jsonl), or remove the audit section")
+        return AuditSettings()
+    path = os.path.expanduser(given["path"].str())
+    if not os.path.isabs(path):  # hosts start the proxy in any directory: relative to the policy file
+        path = os.path.join(os.path.dirname(os.path.abspath(where)), path)
+    settings = AuditSettings(path=os.path.normpath(path))
+    if "content" in given:
+        settings = replace(settings, content=given["content"].choice(AUDIT_CONTENT_MODES))
+    if "redact" in given:
+        rnode = given["redact"]
+        items = [rnode] if not rnode.is_sequence() else rnode.sequence()
+        patterns = []
+        for item in items:
+            pattern = _regex(item)
+            if pattern.search(""):
+                raise item.error(f"{item.label} /{pattern.pattern}/ matches the empty string, so it would mask "
+                                 "between every character; make it match the secret itself")
+            patterns.append(pattern)
+        settings = replace(settings, redact=tuple(patterns))
+    if "fsync" in given:
+        settings = replace(settings, fsync=given["fsync"].bool())
+    if "max_bytes" in given:
+        settings = replace(settings, max_bytes=_size(given["max_bytes"]))
     return settings
 
 

@@ -68,7 +68,8 @@ class SamplingService:
         }
 
         def refuse(decision: str, exc: RpcError, **extra: Any) -> RpcError:
-            self._audit.record(**{**audit, "decision": decision, "reason": exc.message, **extra})
+            self._audit.record(params=message.get("params"),
+                               **{**audit, "decision": decision, "reason": exc.message, **extra})
             log.warning("sampling refused", decision=decision, reason=exc.message)
             return exc
 
@@ -137,11 +138,11 @@ class SamplingService:
             error = response.get("error")
             if error is None:
                 result = response.get("result") or {}
-                self._audit.record(**audit, provider="host", model=result.get("model"),
+                self._audit.record(**audit, params=params, result=result, provider="host", model=result.get("model"),
                                    stop_reason=result.get("stopReason"), latency_ms=elapsed_ms(started))
                 return result
             if not self._settings.sampling.fallback_on_host_error:
-                self._audit.record(**audit, provider="host", error=str(error.get("message")),
+                self._audit.record(**audit, params=params, provider="host", error=str(error.get("message")),
                                    latency_ms=elapsed_ms(started))
                 raise RpcError(error.get("code", jsonrpc.INTERNAL_ERROR), str(error.get("message", "")),
                                error.get("data"))
@@ -199,7 +200,7 @@ class SamplingService:
         try:
             choice = self._choose(params, decision)
         except RpcError as exc:
-            self._audit.record(**audit, error=exc.message)
+            self._audit.record(**audit, params=params, error=exc.message)
             raise
         log.info("model chosen", provider=choice.provider, model=choice.model, why=choice.reason)
         adapter = self._adapters.get(choice.provider)
@@ -207,7 +208,7 @@ class SamplingService:
         try:
             completion = await adapter.complete(params, choice.model)
         except LLMError as exc:
-            self._audit.record(**audit, provider=choice.provider, model=choice.model, error=exc.message,
+            self._audit.record(**audit, params=params, provider=choice.provider, model=choice.model, error=exc.message,
                                latency_ms=elapsed_ms(started))
             log.warning("sampling failed", provider=choice.provider, error=exc.message)
             raise RpcError(exc.code, exc.message) from None
@@ -216,13 +217,13 @@ class SamplingService:
         content: Any = completion.content
         if not params.get("tools") and len(content) == 1:
             content = content[0]
-        self._audit.record(**audit, provider=choice.provider, model=completion.model,
+        result = {"role": "assistant", "content": content, "model": completion.model,
+                  "stopReason": completion.stop_reason}
+        self._audit.record(**audit, params=params, result=result, provider=choice.provider, model=completion.model,
                            input_tokens=completion.input_tokens, output_tokens=completion.output_tokens,
                            stop_reason=completion.stop_reason, latency_ms=elapsed_ms(started))
         log.info("sampling fulfilled", provider=choice.provider, model=completion.model,
                  stop_reason=completion.stop_reason, latency_ms=elapsed_ms(started))
-        result = {"role": "assistant", "content": content, "model": completion.model,
-                  "stopReason": completion.stop_reason}
         return result, completion
 
 

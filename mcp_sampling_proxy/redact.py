@@ -1,0 +1,161 @@
+"""Mask secrets in text before it is written to the audit log.
+
+Two layers, applied by `Redactor`:
+
+- `scrub`: the values of the proxy's own configured API keys (exact strings) are replaced by
+  `[REDACTED:configured-key]` wherever they occur. The audit log applies it to every string it
+  writes, in every content mode, so a key never reaches the file, whatever a server sends.
+- `redact`: secret *shapes* -- provider API keys, bearer tokens, JWTs, PEM private keys, email
+  addresses, payment card numbers (Luhn-checked) -- and the user's own regexes are replaced by
+  `[REDACTED:KIND]`. The audit log applies it to content in `audit.content: redacted` mode and to
+  the free-text `reason` and `error` fields always.
+
+A pattern with a named group `secret` masks only that group (e.g. the token after "Bearer ");
+otherwise the whole match is masked.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+CONFIGURED_KEY = "configured-key"
+# Shorter values are not API keys (e.g. the "ollama" placeholder local servers accept) and
+# scrubbing them would mask ordinary words everywhere.
+MIN_SECRET_LENGTH = 8
+MEDIA_TYPES = ("image", "audio")
+
+
+def mask(kind: str) -> str:
+    return f"[REDACTED:{kind}]"
+
+
+@dataclass(frozen=True)
+class Pattern:
+    kind: str  # the label in the mask, e.g. "openai-key"
+    regex: re.Pattern[str]
+    check: Callable[[str], bool] | None = None  # an extra test of the match (Luhn for cards)
+
+
+def luhn_ok(text: str) -> bool:
+    """True when the digits of `text` (13 to 19 of them) pass the Luhn checksum."""
+    digits = [int(c) for c in text if c.isdigit()]
+    if not 13 <= len(digits) <= 19:
+        return False
+    total = 0
+    for index, digit in enumerate(reversed(digits)):
+        if index % 2 == 1:
+            digit *= 2
+            if digit > 9:
+                digit -= 9
+        total += digit
+    return total % 10 == 0
+
+
+def _p(kind: str, regex: str, check: Callable[[str], bool] | None = None, flags: int = 0) -> Pattern:
+    return Pattern(kind, re.compile(regex, flags), check)
+
+
+# Order matters: the multi-line and composite shapes first, so that e.g. a JWT inside a bearer
+# header is masked as a JWT and an Anthropic key is not taken for an OpenAI one.
+BUILTIN_PATTERNS: tuple[Pattern, ...] = (
+    _p("private-key", r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
+       r"[\s\S]*?(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\Z)"),
+    _p("jwt", r"\beyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"),
+    _p("anthropic-key", r"\bsk-ant-[A-Za-z0-9]{2,10}-[A-Za-z0-9_-]{20,}"),
+    _p("openai-key", r"\bsk-(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_-]{20,}"),
+    _p("google-key", r"\bAIza[0-9A-Za-z_-]{35}"),
+    _p("google-oauth-token", r"\bya29\.[0-9A-Za-z_-]{20,}"),
+    _p("aws-access-key-id", r"\b(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[0-9A-Z]{16}\b"),
+    _p("aws-secret-key", r"(?i)aws.{0,20}?(?:secret|private)?.{0,20}?(?:key|token)[\"']?\s*[:=]\s*[\"']?"
+       r"(?P<secret>[A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])"),
+    _p("github-token", r"\b(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})"),
+    _p("slack-token", r"\bxox[abposre]-[A-Za-z0-9-]{10,}"),
+    _p("slack-webhook", r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/+-]{20,}"),
+    _p("stripe-key", r"\b(?:sk|rk|pk)_(?:live|test)_[0-9A-Za-z]{16,}|\bwhsec_[0-9A-Za-z]{24,}"),
+    _p("bearer-token", r"(?i)\bbearer\s+(?P<secret>[A-Za-z0-9._~+/=-]{8,})"),
+    _p("email", r"(?<![\w.+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b"),
+    _p("card-number", r"(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d-])", luhn_ok),
+)
+
+
+class Redactor:
+    """Masks configured key values (`scrub`) and secret shapes (`redact`) in text and JSON values."""
+
+    def __init__(self, secrets: Iterable[str] = (), patterns: Iterable[re.Pattern[str] | str] = ()):
+        # Longest first, so a key is masked whole before any value that is a part of it.
+        self.secrets = tuple(sorted({s for s in secrets if len(s) >= MIN_SECRET_LENGTH}, key=len, reverse=True))
+        user = tuple(Pattern("custom", re.compile(p) if isinstance(p, str) else p) for p in patterns)
+        self.patterns = BUILTIN_PATTERNS + user
+
+    # -- text ---------------------------------------------------------------------------------
+    def scrub(self, text: str) -> str:
+        """Replace every configured key value."""
+        for secret in self.secrets:
+            if secret in text:
+                text = text.replace(secret, mask(CONFIGURED_KEY))
+        return text
+
+    def redact(self, text: str) -> tuple[str, int]:
+        """Mask every secret shape and configured key; return the text and how many were masked."""
+        count = 0
+        for secret in self.secrets:
+            found = text.count(secret)
+            if found:
+                text = text.replace(secret, mask(CONFIGURED_KEY))
+                count += found
+        for pattern in self.patterns:
+            text, n = _apply(pattern, text)
+            count += n
+        return text, count
+
+    # -- JSON values --------------------------------------------------------------------------
+    def scrub_value(self, value: Any) -> Any:
+        """`value` with every string in it (keys too) scrubbed of configured keys."""
+        return _walk(value, self.scrub)
+
+    def redact_value(self, value: Any) -> tuple[Any, int]:
+        """`value` with every string in it (keys too) redacted, except the base64 `data` of image and
+        audio blocks (configured keys are scrubbed from those too, by `scrub_value`); and the number of masks."""
+        count = 0
+
+        def one(text: str) -> str:
+            nonlocal count
+            text, n = self.redact(text)
+            count += n
+            return text
+
+        return _walk(value, one, skip_media=True), count
+
+
+def _apply(pattern: Pattern, text: str) -> tuple[str, int]:
+    count = 0
+
+    def replace(match: re.Match[str]) -> str:
+        nonlocal count
+        whole = match.group(0)
+        if pattern.check is not None and not pattern.check(whole):
+            return whole
+        count += 1
+        if "secret" in pattern.regex.groupindex and match.group("secret") is not None:
+            start, end = match.span("secret")
+            offset = match.start()
+            return whole[: start - offset] + mask(pattern.kind) + whole[end - offset:]
+        return mask(pattern.kind)
+
+    return pattern.regex.sub(replace, text), count
+
+
+def _walk(value: Any, fn: Callable[[str], str], skip_media: bool = False) -> Any:
+    if isinstance(value, str):
+        return fn(value)
+    if isinstance(value, dict):
+        # Base64 media is not text: a pattern found in it is noise, and masking would corrupt it.
+        media = skip_media and value.get("type") in MEDIA_TYPES
+        return {fn(k) if isinstance(k, str) else k: v if media and k == "data" else _walk(v, fn, skip_media)
+                for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_walk(v, fn, skip_media) for v in value]
+    return value

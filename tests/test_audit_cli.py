@@ -1,0 +1,160 @@
+"""`audit summary` numbers against a known run, and `audit tail` (escapes stripped, -n, --json, -f)."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import PY, ROOT
+
+from mcp_sampling_proxy import audit_cmd
+from mcp_sampling_proxy.audit import AuditLog
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    capsys.readouterr()  # drop what the writers logged
+    code = audit_cmd.main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def known_run(path: Path) -> None:
+    log = AuditLog(str(path), fsync=False)
+
+    def rec(server: str, request_id: int, decision: str, **fields: Any) -> None:
+        log.record(server=server, request_id=request_id, decision=decision, method="sampling/createMessage",
+                   **fields)
+
+    def fulfilled(server: str, request_id: int, tokens_in: int, tokens_out: int, latency: int,
+                  decision: str = "allow") -> None:
+        rec(server, request_id, decision, provider="p", model="m", input_tokens=tokens_in, output_tokens=tokens_out,
+            latency_ms=latency, stop_reason="endTurn")
+
+    fulfilled("alpha", 1, 10, 2, 100)
+    fulfilled("alpha", 2, 20, 4, 300)
+    fulfilled("alpha", 3, 30, 6, 200)
+    rec("alpha", 4, "deny", rule="no", reason="denied by rule")
+    rec("alpha", 5, "allow", provider="p", model="m", error="provider 'p' answered 500", latency_ms=50)
+    fulfilled("alpha", 6, 5, 1, 400)  # ... and then its answer is rejected on review:
+    rec("alpha", 6, "rejected", approver="console", reason="the LLM's answer was not approved")
+    rec("beta", 1, "timeout", approver=None, reason="nobody answered")
+    fulfilled("beta", 2, 7, 3, 1000, decision="approved")
+
+
+def test_summary_numbers_of_a_known_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "audit.jsonl"
+    known_run(path)
+    code, out, _ = run(capsys, "summary", "--json", str(path))
+    assert code == 0
+    data = json.loads(out)
+    assert data["servers"] == {
+        "alpha": {"requests": 6, "allowed": 3, "denied": 2, "errors": 1, "input_tokens": 65, "output_tokens": 13,
+                  "p50_latency_ms": 250},
+        "beta": {"requests": 2, "allowed": 1, "denied": 1, "errors": 0, "input_tokens": 7, "output_tokens": 3,
+                 "p50_latency_ms": 1000},
+    }
+    assert data["total"] == {"requests": 8, "allowed": 4, "denied": 3, "errors": 1, "input_tokens": 72,
+                             "output_tokens": 16, "p50_latency_ms": 300}
+    code, out, _ = run(capsys, "summary", str(path))
+    assert code == 0
+    assert out.splitlines() == [
+        "server  requests  allowed  denied  errors  tokens in  tokens out  p50 latency",
+        "alpha          6        3       2       1         65          13       250 ms",
+        "beta           2        1       1       0          7           3      1000 ms",
+        "total          8        4       3       1         72          16       300 ms",
+    ]
+
+
+def test_summary_since_and_several_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    recent = tmp_path / "audit.jsonl"
+    known_run(recent)
+    old = tmp_path / "old.jsonl"
+    old.write_text(json.dumps({"ts": "2020-01-01T00:00:00.000Z", "event": "decision", "server": "alpha",
+                               "decision": "allow", "request_id": 99, "input_tokens": 1000, "output_tokens": 1000,
+                               "latency_ms": 5, "provider": "p", "error": None}) + "\n")
+    code, out, _ = run(capsys, "summary", "--json", str(old), str(recent))
+    assert json.loads(out)["servers"]["alpha"]["requests"] == 7
+    code, out, _ = run(capsys, "summary", "--json", "--since", "1d", str(old), str(recent))
+    assert json.loads(out)["servers"]["alpha"]["input_tokens"] == 65
+    code, out, _ = run(capsys, "summary", "--json", "--since", "2019-12-31T00:00:00Z", str(old))
+    assert json.loads(out)["total"]["requests"] == 1
+    code, _, err = run(capsys, "summary", "--since", "yesterday", str(old))
+    assert code == 2
+    assert "--since 'yesterday' is neither a duration" in err
+    code, _, err = run(capsys, "summary", str(tmp_path / "missing.jsonl"))
+    assert code == 2 and "no such file" in err
+
+
+def test_tail_prints_the_last_records_without_escape_sequences(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "audit.jsonl"
+    known_run(path)
+    AuditLog(str(path), fsync=False).record(server="\x1b]0;pwned\x07evil\x1b[31m-server", tool="t\x1b[2Jool",
+                                            decision="deny", rule="r", reason="bad\x1b[1A\rwords\u202e")
+    code, out, _ = run(capsys, "tail", "-n", "3", str(path))
+    assert code == 0
+    lines = out.splitlines()
+    assert len(lines) == 3
+    assert "beta" in lines[0] and "timeout" in lines[0] and "reason: nobody answered" in lines[0]
+    assert "beta  approved (rule" not in lines[1]
+    assert "approved" in lines[1] and "p/m" in lines[1] and "7+3 tokens" in lines[1] and "1000 ms" in lines[1]
+    assert "evil-server" in lines[2] and "tool=tool" in lines[2] and "deny (rule r)" in lines[2]
+    assert "reason: badwords" in lines[2]
+    assert not any(ch in out for ch in "\x1b\x07\r\u202e")
+
+
+def test_tail_json_is_one_escaped_json_object_per_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "audit.jsonl"
+    known_run(path)
+    AuditLog(str(path), fsync=False).record(server="\x1b[31mred\u202e", decision="deny")
+    code, out, _ = run(capsys, "tail", "--json", "-n", "100", str(path))
+    assert code == 0
+    records = [json.loads(line) for line in out.splitlines()]
+    assert len(records) == 10  # the 9 decisions of the known run, and the last record
+    assert records[-1]["server"] == "\x1b[31mred\u202e"
+    assert out.isascii() and "\x1b" not in out
+
+
+def test_tail_shows_seals_and_unreadable_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "audit.jsonl"
+    known_run(path)
+    with open(path, "ab") as f:
+        f.write(b'{"torn')
+    AuditLog(str(path), fsync=False).record(server="s", decision="allow")
+    _code, out, _ = run(capsys, "tail", "-n", "100", str(path))
+    lines = out.splitlines()
+    assert "alpha" in lines[0] and "allow" in lines[0] and "10+2 tokens" in lines[0] and "100 ms" in lines[0]
+    assert "?? a line that is not a record" in lines[-3]
+    assert "-- seal: 7 bytes after the last record sealed" in lines[-2]
+
+
+def test_tail_follow_prints_new_records_across_rotation(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog(str(path), fsync=False, max_bytes=3000)
+    log.record(server="before", decision="allow")
+    proc = subprocess.Popen([PY, "-m", "mcp_sampling_proxy", "audit", "tail", "-f", "-n", "1", str(path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()  # type: ignore[union-attr]
+    try:
+        assert "before" in lines.get(timeout=15)
+        for index in range(8):  # about 500 bytes each: rotates at least once
+            log.record(server=f"after-{index}", decision="allow")
+        servers: list[str] = []
+        while len(servers) < 8:
+            line = lines.get(timeout=15)
+            if "after-" in line:
+                servers.append(line)
+        assert [s.split()[1] for s in servers] == [f"after-{i}" for i in range(8)]
+        assert Path(f"{path}.1").exists()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(10) == 0
