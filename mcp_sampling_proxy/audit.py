@@ -174,6 +174,13 @@ class AuditLog:
         """The seq of the last record this writer wrote (0 before any)."""
         return self._file.seq if self._file else 0
 
+    def check_usable(self) -> None:
+        """Raise AuditError now when the log could not be opened, before any LLM call is made:
+        no tokens are spent on an answer that could not be recorded."""
+        if self._file is not None and self._file.unusable:
+            raise AuditError(f"the proxy's audit log cannot be written ({self._file.unusable}); the request is "
+                             "not answered without an audit record")
+
     def record(self, *, params: Any = _NOT_GIVEN, result: Any = None, **fields: Any) -> None:
         """Append one decision record; `params`/`result` are the request params and the result
         the server gets (for the content digests or payload). Raises AuditError when it cannot."""
@@ -372,6 +379,11 @@ class _ChainFile:
             if fd is not None:
                 os.close(fd)
         self._fd = self._lock_fd = None
+
+    @property
+    def unusable(self) -> str | None:
+        """Why the file could not be opened at start, or None."""
+        return (self._problem or "closed") if self._lock_fd is None else None
 
     # -- the structlog logger method ----------------------------------------------------------
     def append(self, **record: Any) -> None:

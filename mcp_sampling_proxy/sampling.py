@@ -73,6 +73,7 @@ class SamplingService:
             log.warning("sampling refused", decision=decision, reason=exc.message)
             return exc
 
+        self._audit.check_usable()
         try:  # global size caps first: nothing, not even a regex rule, looks at an oversized request
             params = check_caps(message.get("params") or {}, self._settings.limits).params
             params = validate(params)

@@ -87,3 +87,4 @@ async def test_an_unwritable_audit_log_refuses_sampling_instead_of_answering_unr
     assert "audit log cannot be written" in error["message"]
     assert "still relaying" in json.dumps(echo.model_dump(mode="json"))
     assert "audit log unusable" in (tmp_path / "stderr.log").read_text()
+    assert llm.requests == []  # refused before the LLM: no tokens spent on an answer nobody may see
