@@ -17,6 +17,7 @@ import stat
 import sys
 import threading
 from collections.abc import Callable
+from typing import Any
 
 DEFAULT_MAX_LINE = 64 * 1024 * 1024
 PIPE_SIZE = 1024 * 1024  # Linux's default cap for unprivileged processes (fs.pipe-max-size)
@@ -173,11 +174,18 @@ async def open_line_reader(fd: int, reader: LineReader) -> None:
         enlarge_pipe(fd)
     if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode):
         try:
-            await loop.connect_read_pipe(lambda: reader, os.fdopen(fd, "rb", buffering=0, closefd=False))
+            await loop.connect_read_pipe(lambda: reader, _own_copy(fd, "rb"))
             return
         except (OSError, ValueError):
             pass  # e.g. /dev/null cannot be polled: fall back to a reading thread
     _read_in_thread(fd, reader, loop)
+
+
+def _own_copy(fd: int, mode: str) -> Any:
+    """A duplicate of fd for a transport to own and close. Event loops differ in whether closing a
+    transport closes the descriptor (uvloop does); with its own copy the caller's fd is never closed
+    twice, and the caller closes its own when it chooses (e.g. the child's stdin, to signal EOF)."""
+    return os.fdopen(os.dup(fd), mode, buffering=0, closefd=True)
 
 
 def _read_in_thread(fd: int, reader: LineReader, loop: asyncio.AbstractEventLoop) -> None:
@@ -204,7 +212,7 @@ async def open_line_writer(fd: int) -> LineWriter:
         enlarge_pipe(fd)
     if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode):
         try:
-            await loop.connect_write_pipe(lambda: writer, os.fdopen(fd, "wb", buffering=0, closefd=False))
+            await loop.connect_write_pipe(lambda: writer, _own_copy(fd, "wb"))
             return writer
         except (OSError, ValueError):
             pass
