@@ -88,7 +88,7 @@ class ElicitationService:
 
         def answer(action: str, why: str, decision: str, content: dict[str, Any] | None = None,
                    **extra: Any) -> dict[str, Any]:
-            self._audit.record(**audit, decision=decision, reason=why, latency_ms=elapsed_ms(started),
+            self._audit.record(**audit, params=params, decision=decision, reason=why, latency_ms=elapsed_ms(started),
                                action=action, **extra)
             log.info("elicitation answered", action=action, why=why)
             return {"action": action, "content": content} if content is not None else {"action": action}
@@ -108,7 +108,8 @@ class ElicitationService:
                 if mode == "url" and params.get("elicitationId"):
                     self._at_host.add(params["elicitationId"])
                 response = await relay.forward_to_host(message)
-                self._audit.record(**audit, decision="allow", reason="forwarded to the host", approver="host",
+                self._audit.record(**audit, params=params, result=response.get("result"), decision="allow",
+                                   reason="forwarded to the host", approver="host",
                                    action=(response.get("result") or {}).get("action"),
                                    latency_ms=elapsed_ms(started))
                 if "error" in response:
@@ -138,7 +139,8 @@ class ElicitationService:
                 result = await console.ask_url(params, origin, self._opener)
             else:
                 result = await console.ask_form(params, form, origin)
-            self._audit.record(**audit, decision="approved" if result["action"] == "accept" else "rejected",
+            self._audit.record(**audit, params=params, result=result,
+                               decision="approved" if result["action"] == "accept" else "rejected",
                                reason=f"answered on the {console.name}", approver=console.name,
                                action=result["action"], latency_ms=elapsed_ms(started))
             return result

@@ -206,3 +206,18 @@ async def test_rate_limit_applies_to_elicitation(tmp_path: Path, env: dict[str, 
     assert first == {"action": "accept", "data": {"age": 30, "ok": True}}
     assert second == {"action": "decline", "data": None}
     assert "rate limit of rule 'forms'" in (tmp_path / "stderr.log").read_text()
+
+
+@pytest.mark.anyio
+async def test_elicitation_decisions_are_audited(tmp_path: Path, env: dict[str, str]) -> None:
+    from mcp_sampling_proxy import audit_cmd
+
+    log = tmp_path / "audit.jsonl"
+    policy = f"elicitation: {{non_interactive: accept_defaults}}\naudit:\n  path: {log}\n"
+    await elicit(tmp_path, env, policy, "elicit_form", {"schema_json": json.dumps(DEFAULTS_ONLY)})
+    (record,) = [json.loads(line) for line in log.read_text().splitlines()]
+    assert record["method"] == "elicitation/create"
+    assert record["decision"] == "allow"
+    assert record["tool"] == "elicit_form"
+    assert record["content"]["request"]["sha256"]
+    assert audit_cmd.main(["verify", str(log)]) == 0
