@@ -23,6 +23,7 @@ from mcp_sampling_proxy.config import Settings
 from mcp_sampling_proxy.console_server import ConsoleServer
 from mcp_sampling_proxy.elicitation import ElicitationService
 from mcp_sampling_proxy.elicitation_console import ElicitationConsoles
+from mcp_sampling_proxy.input_required import InputResolver
 from mcp_sampling_proxy.llm.base import ModelSpec, ProviderConfig
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.relay import Relay, Session
@@ -64,6 +65,7 @@ class ProxyHooks:
                  offered: capabilities.Offers):
         self._services: dict[str, Any] = {SAMPLING_METHOD: sampling, ELICITATION_METHOD: elicitation}
         self._elicitation = elicitation
+        self._inputs = InputResolver(sampling, elicitation, settings.max_input_rounds)
         self._offered = offered
         self._routes = {"sampling": settings.sampling.route, "elicitation": settings.elicitation.route}
         self._pin_handshake = settings.era == "handshake" and "sampling" in offered
@@ -88,6 +90,13 @@ class ProxyHooks:
 
     async def serve(self, message: dict[str, Any], relay: Relay) -> dict[str, Any]:
         return await self._services[message["method"]].serve(message, relay)
+
+    def owns_input_requests(self, result: dict[str, Any], session: Session) -> bool:
+        return self._inputs.owns(result, session)
+
+    async def resolve_input_required(self, message: dict[str, Any], result: dict[str, Any], relay: Relay,
+                                     resolving: Any) -> dict[str, Any]:
+        return await self._inputs.resolve(message, result, relay, resolving)
 
     watched_notifications = frozenset({ELICITATION_COMPLETE})
 

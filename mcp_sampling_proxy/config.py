@@ -173,6 +173,7 @@ class Settings:
     pass_env: tuple[str, ...] = ()
     shutdown_timeout: float = 5.0
     era: str = "handshake"  # handshake: answer server/discover so hosts fall back to initialize
+    max_input_rounds: int = 8  # input_required rounds the proxy answers before giving up
     source: str = "environment"  # the policy file path, or "environment"
 
     @property
@@ -255,7 +256,9 @@ def parse_settings(text: str, where: str) -> Settings:
     if "audit" in top:
         settings.audit = _parse_audit(top["audit"], where)
     if "upstream" in top:
-        upstream = top["upstream"].mapping(("pass_env", "shutdown_timeout", "era"))
+        upstream = top["upstream"].mapping(("pass_env", "shutdown_timeout", "era", "max_input_rounds"))
+        if "max_input_rounds" in upstream:
+            settings.max_input_rounds = upstream["max_input_rounds"].int(minimum=1)
         if "era" in upstream:
             settings.era = upstream["era"].choice(ERAS)
         if "pass_env" in upstream:

@@ -145,6 +145,10 @@ class ElicitationService:
                                action=result["action"], latency_ms=elapsed_ms(started))
             return result
 
+    def route_for(self, params: dict[str, Any], session: Session) -> str:
+        """host | console | decline for this request."""
+        return self._route(request_mode(params), params, session)
+
     def _route(self, mode: str, params: dict[str, Any], session: Session) -> str:
         route = self._settings.route
         if route == "decline":

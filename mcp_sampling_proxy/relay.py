@@ -28,6 +28,7 @@ log = get_logger("mcp_sampling_proxy.relay")
 Send = Callable[[bytes], None]
 SERVER_INFO_META = "io.modelcontextprotocol/serverInfo"
 NEGOTIATION = ("initialize", "server/discover")
+RETRYABLE = ("tools/call", "prompts/get", "resources/read")  # may get `input_required` (2026-07-28)
 
 
 @dataclass
@@ -35,6 +36,7 @@ class HostRequest:
     method: str
     tool: str | None  # the tool name for tools/call
     started: float
+    message: dict[str, Any] | None = None  # kept for methods a 2026-era server may answer with input_required
 
 
 @dataclass
@@ -73,6 +75,15 @@ class Hooks(Protocol):
         """True for server-to-client methods the proxy answers itself."""
         ...
 
+    def owns_input_requests(self, result: dict[str, Any], session: Session) -> bool:
+        """True when the proxy answers every request of this `input_required` result itself."""
+        ...
+
+    async def resolve_input_required(self, message: dict[str, Any], result: dict[str, Any], relay: Relay,
+                                     resolving: Any) -> dict[str, Any]:
+        """Answer the input requests and retry until the final response: {"result": ...} or {"error": ...}."""
+        ...
+
     watched_notifications: frozenset[str]  # server notifications the hooks may hold back
 
     def forward_server_notification(self, message: dict[str, Any]) -> bool:
@@ -82,6 +93,12 @@ class Hooks(Protocol):
     async def serve(self, message: dict[str, Any], relay: Relay) -> dict[str, Any]:
         """Answer a server request; return the result object or raise RpcError."""
         ...
+
+
+@dataclass
+class _Resolving:
+    scope: anyio.CancelScope
+    current_id: Any = None  # the private id of the retry now at the server
 
 
 @dataclass
@@ -108,6 +125,8 @@ class Relay:
         self._on_ready = on_ready  # called once, when the upstream has answered initialize
         self._served: dict[Any, _Served] = {}
         self._awaiting_host: dict[Any, Callable[[dict[str, Any]], None]] = {}
+        self._awaiting_upstream: dict[Any, Callable[[dict[str, Any]], None]] = {}
+        self._resolving: dict[Any, _Resolving] = {}
         self._id_prefix = f"mcp-sampling-proxy:{secrets.token_hex(4)}:"
         self._own_ids = 0
         self.closed = False
@@ -148,6 +167,13 @@ class Relay:
             params = msg.get("params")
             if isinstance(params, dict):
                 self.session.inflight.pop(params.get("requestId"), None)
+                resolving = self._resolving.pop(params.get("requestId"), None)
+                if resolving is not None:  # translate to the retry's id, which is what the server knows
+                    resolving.scope.cancel()
+                    if resolving.current_id is not None:
+                        self._to_upstream(jsonrpc.dumps({**msg, "params": {**params,
+                                                                           "requestId": resolving.current_id}}))
+                    return
         self._to_upstream(line)
 
     def _note_host_request(self, msg: dict[str, Any]) -> None:
@@ -155,7 +181,8 @@ class Relay:
         params = msg.get("params") if isinstance(msg.get("params"), dict) else {}
         tool = params.get("name") if method == "tools/call" else None
         self.session.inflight[msg["id"]] = HostRequest(method, tool if isinstance(tool, str) else None,
-                                                       time.monotonic())
+                                                       time.monotonic(),
+                                                       msg if method in RETRYABLE else None)
         if method == "initialize":
             self.session.host_info = _dict(params.get("clientInfo"))
             self.session.host_capabilities = _dict(params.get("capabilities"))
@@ -191,7 +218,14 @@ class Relay:
             return
         method = msg.get("method")
         if method is None:
-            request = self.session.inflight.pop(msg.get("id"), None)
+            waiter = self._awaiting_upstream.pop(msg.get("id"), None) if "id" in msg else None
+            if waiter is not None:
+                waiter(msg)
+                return
+            request = self.session.inflight.get(msg.get("id"))
+            if request is not None and request.message is not None and self._resolve_input(msg, request):
+                return
+            self.session.inflight.pop(msg.get("id"), None)
             if request is not None and request.method in NEGOTIATION:
                 self._note_server(msg)
             elif not self.session.server_info:
@@ -308,6 +342,58 @@ class Relay:
             self._awaiting_host.pop(request_id, None)
         return answer
 
+    # -- 2026-07-28: input_required results -------------------------------------------------------
+    def _resolve_input(self, msg: dict[str, Any], request: HostRequest) -> bool:
+        """Take over an `input_required` result whose requests the proxy answers itself."""
+        result = msg.get("result")
+        if not isinstance(result, dict) or result.get("resultType") != "input_required":
+            return False
+        if not self._hooks.owns_input_requests(result, self.session):
+            return False
+        host_id = msg["id"]
+        resolving = _Resolving(anyio.CancelScope())
+        self._resolving[host_id] = resolving
+        self._tg.start_soon(self._resolve, host_id, request, result, resolving)
+        return True
+
+    async def _resolve(self, host_id: Any, request: HostRequest, result: dict[str, Any],
+                       resolving: _Resolving) -> None:
+        reply: dict[str, Any] | None = None
+        with resolving.scope:
+            try:
+                reply = await self._hooks.resolve_input_required(request.message or {}, result, self, resolving)
+            except RpcError as exc:
+                reply = {"error": exc.to_dict()}
+            except Exception as exc:
+                log.exception("failed to resolve input_required")
+                reply = {"error": {"code": jsonrpc.INTERNAL_ERROR, "message": f"mcp-sampling-proxy failed: {exc}"}}
+        self._resolving.pop(host_id, None)
+        if reply is not None and not resolving.scope.cancel_called and not self.closed:
+            self.session.inflight.pop(host_id, None)
+            self._to_host(jsonrpc.dumps({"jsonrpc": "2.0", "id": host_id, **reply}))
+
+    async def retry_upstream(self, message: dict[str, Any], params: dict[str, Any],
+                             resolving: _Resolving) -> dict[str, Any]:
+        """Send the original request again under a new private id; return the server's response."""
+        self._own_ids += 1
+        request_id = f"{self._id_prefix}{self._own_ids}"
+        resolving.current_id = request_id
+        done = anyio.Event()
+        answer: dict[str, Any] = {}
+
+        def resolve(response: dict[str, Any]) -> None:
+            answer.update(response)
+            done.set()
+
+        self._awaiting_upstream[request_id] = resolve
+        self._to_upstream(jsonrpc.dumps({"jsonrpc": "2.0", "id": request_id, "method": message["method"],
+                                         "params": params}))
+        try:
+            await done.wait()
+        finally:
+            self._awaiting_upstream.pop(request_id, None)
+        return answer
+
     # -- end of session ------------------------------------------------------------------------
     def upstream_gone(self, description: str) -> None:
         """Answer every open host request with an error that says the server is gone."""
@@ -327,6 +413,8 @@ class Relay:
     def cancel_all(self) -> None:
         for served in list(self._served.values()):
             served.scope.cancel()
+        for resolving in list(self._resolving.values()):
+            resolving.scope.cancel()
 
 
 # Large results (a 5 MB file read, say) are routed from their envelope alone: parsing them

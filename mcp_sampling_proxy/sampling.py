@@ -133,7 +133,7 @@ class SamplingService:
         audit.update(decision="approved" if approver_channel else "allow", reason=decision.reason,
                      approver=approver_channel)
 
-        if self._route(params, session) == "host":
+        if self.route(params, session) == "host":
             spent[0] = 0  # the host's tokens, not ours
             response = await relay.forward_to_host(message)
             error = response.get("error")
@@ -161,7 +161,8 @@ class SamplingService:
             result = review.result
         return result
 
-    def _route(self, params: dict[str, Any], session: Session) -> str:
+    def route(self, params: dict[str, Any], session: Session) -> str:
+        """'host' when the host answers this request itself, else 'proxy'."""
         route = self._settings.sampling.route
         if route != "auto":
             return "host" if route == "host" else "proxy"

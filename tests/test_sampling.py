@@ -350,3 +350,20 @@ async def test_resolve_sample_tool_works_for_an_auto_mode_host(tmp_path: Path, o
                         tmp_path / "stderr.log", mode="auto") as client:
         result = await client.call_tool("one_liner", {"topic": "otters"})
     assert result.content[0].text == "gpt-test: echo: One line about otters"
+
+
+@pytest.mark.anyio
+async def test_2026_host_gets_input_required_resolved_by_the_proxy(tmp_path: Path,
+                                                                   openai_llm: FakeLLMServer) -> None:
+    from support import PY, ROOT
+
+    server = [PY, str(ROOT / "tests" / "fixtures" / "resolve_server.py")]
+    openai_llm.reply_text("Otters hold hands while sleeping.")
+    policy = write_policy(tmp_path, openai_policy(openai_llm.base_url) + "upstream:\n  era: any\n")
+    stderr = tmp_path / "stderr.log"
+    async with sdk_host(proxy_command(policy, upstream=server), proxy_env(TEST_LLM_KEY=KEY), stderr,
+                        mode="2026-07-28") as client:
+        result = await client.call_tool("one_liner", {"topic": "otters"})
+    assert result.content[0].text == "gpt-test: Otters hold hands while sleeping."
+    assert "retrying with input responses" in stderr.read_text()
+    assert openai_llm.requests[0].body["messages"][-1]["content"] == "One line about otters"
