@@ -1,0 +1,76 @@
+"""2026-07-28 era through the proxy: input_required rounds, state echo, limits, cancellation."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes.llm_server import FakeLLMServer
+from support import PY, ROOT, RawHost, openai_policy, proxy_command, proxy_env, write_policy
+
+SERVER = [PY, str(ROOT / "tests" / "fixtures" / "modern_raw_server.py")]
+META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "modern-host", "version": "1"}}
+
+
+@pytest.fixture
+def llm():
+    with FakeLLMServer("openai") as server:
+        yield server
+
+
+def host(tmp_path: Path, llm: FakeLLMServer, extra: str = "") -> RawHost:
+    policy = write_policy(tmp_path, openai_policy(llm.base_url) + "upstream:\n  era: any\n" + extra)
+    return RawHost(proxy_command(policy, upstream=SERVER), proxy_env(TEST_LLM_KEY="k"), tmp_path / "stderr.log")
+
+
+def call(name: str) -> dict[str, Any]:
+    return {"name": name, "arguments": {}, "_meta": META}
+
+
+def test_answers_are_sent_back_with_the_state_echoed_exactly(tmp_path: Path, llm: FakeLLMServer) -> None:
+    llm.reply_text("sampled")
+    with host(tmp_path, llm) as h:
+        response = h.request("tools/call", call("echo_state"))
+    assert response["id"] == 1  # the host's own id, though the server answered a retry
+    body = json.loads(response["result"]["content"][0]["text"])
+    assert body["state_ok"] is True
+    assert body["answers"]["s"]["content"] == {"type": "text", "text": "sampled"}
+    assert body["answers"]["s"]["model"] == "gpt-test"
+    assert body["id"].startswith("mcp-sampling-proxy:")  # the retry used a private id
+
+
+def test_a_server_that_keeps_asking_gets_stopped(tmp_path: Path, llm: FakeLLMServer) -> None:
+    with host(tmp_path, llm, "  max_input_rounds: 3\n") as h:
+        response = h.request("tools/call", call("forever"))
+    assert "kept asking for input after 3 rounds" in response["error"]["message"]
+    assert len(llm.requests) == 3
+
+
+def test_requests_the_host_must_answer_reach_it_unchanged(tmp_path: Path, llm: FakeLLMServer) -> None:
+    with host(tmp_path, llm) as h:
+        response = h.request("tools/call", call("mixed"))
+    assert response["result"]["resultType"] == "input_required"
+    assert set(response["result"]["inputRequests"]) == {"s", "r"}
+    assert llm.requests == []
+
+
+def test_host_cancellation_reaches_the_retry(tmp_path: Path, llm: FakeLLMServer) -> None:
+    with host(tmp_path, llm) as h:
+        h.send({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": call("slow")})
+        deadline = time.monotonic() + 15
+        while not llm.requests and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # the retry is now at the server
+        h.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7}})
+        stderr = tmp_path / "stderr.log"
+        while "cancelled mcp-sampling-proxy:" not in stderr.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        h.close_stdin()
+        h.wait()
+    assert "cancelled mcp-sampling-proxy:" in stderr.read_text()
+    assert not any(json.loads(line).get("id") == 7 for line in h.raw_received)
