@@ -91,8 +91,11 @@ class ProxyHooks:
     async def serve(self, message: dict[str, Any], relay: Relay) -> dict[str, Any]:
         return await self._services[message["method"]].serve(message, relay)
 
-    def owns_input_requests(self, result: dict[str, Any], session: Session) -> bool:
-        return self._inputs.owns(result, session)
+    def owned_input_keys(self, result: dict[str, Any], session: Session) -> set[str] | None:
+        return self._inputs.owned_keys(result, session)
+
+    async def answer_input(self, key: str, entry: dict[str, Any], relay: Relay) -> dict[str, Any]:
+        return await self._inputs.answer(key, entry, relay)
 
     async def resolve_input_required(self, message: dict[str, Any], result: dict[str, Any], relay: Relay,
                                      resolving: Any) -> dict[str, Any]:

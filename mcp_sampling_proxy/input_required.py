@@ -6,8 +6,9 @@ proxy owns every one of them (sampling it serves itself, elicitation it routes t
 policy), it answers them through the same policy, approval, fulfilment and audit path as
 handshake-era requests, then retries the original request under a new private id with the answers
 in `inputResponses` and `requestState` echoed exactly, until the server gives a final result. A
-result with requests only the host can answer (roots, or sampling the host does itself) goes to
-the host unchanged, and the host retries it as usual.
+result that also holds requests only the host can answer (roots, or sampling the host does itself)
+is split: the host gets its own requests, the proxy answers the rest meanwhile and merges its
+answers into the host's retry, which it recognises by the echoed `requestState`.
 """
 
 from __future__ import annotations
@@ -35,34 +36,34 @@ class InputResolver:
         self._elicitation = elicitation
         self._max_rounds = max_rounds
 
-    def owns(self, result: dict[str, Any], session: Session) -> bool:
+    def owned_keys(self, result: dict[str, Any], session: Session) -> set[str] | None:
+        """The keys of the requests the proxy answers itself; None when the result is malformed."""
         requests = result.get("inputRequests")
         if requests is not None and not isinstance(requests, dict):
-            return False
-        for entry in (requests or {}).values():
+            return None
+        owned: set[str] = set()
+        for key, entry in (requests or {}).items():
             params = entry.get("params") if isinstance(entry, dict) else None
             if not isinstance(params, dict):
-                return False
+                return None
             method = entry.get("method")
-            if method == SAMPLING:
-                if self._sampling.route(params, session) == "host":
-                    return False
-            elif method == ELICITATION:
-                if self._elicitation.route_for(params, session) == "host":
-                    return False
-            else:
-                return False  # roots/list and anything new: the host's to answer
-        return True
+            if (method == SAMPLING and self._sampling.route(params, session) != "host") or (
+                    method == ELICITATION and self._elicitation.route_for(params, session) != "host"):
+                owned.add(key)
+            # roots/list, sampling or elicitation the host does itself, anything new: the host's
+        return owned
+
+    async def answer(self, key: str, entry: dict[str, Any], relay: Relay) -> dict[str, Any]:
+        service = self._sampling if entry["method"] == SAMPLING else self._elicitation
+        request = {"jsonrpc": "2.0", "id": f"input:{key}", "method": entry["method"], "params": entry["params"]}
+        return await service.serve(request, relay)
 
     async def resolve(self, message: dict[str, Any], result: dict[str, Any], relay: Relay,
                       resolving: Any) -> dict[str, Any]:
         for _round in range(self._max_rounds):
             responses: dict[str, Any] = {}
             for key, entry in (result.get("inputRequests") or {}).items():
-                service = self._sampling if entry["method"] == SAMPLING else self._elicitation
-                request = {"jsonrpc": "2.0", "id": f"input:{key}", "method": entry["method"],
-                           "params": entry["params"]}
-                responses[key] = await service.serve(request, relay)
+                responses[key] = await self.answer(key, entry, relay)
             params = dict(message.get("params") or {})
             params.pop("inputResponses", None)
             params.pop("requestState", None)
@@ -75,8 +76,9 @@ class InputResolver:
             if "error" in response:
                 return {"error": response["error"]}
             result = response.get("result") if isinstance(response.get("result"), dict) else {}
-            if result.get("resultType") != "input_required" or not self.owns(result, relay.session):
-                return {"result": result}
+            requests = result.get("inputRequests") or {}
+            if result.get("resultType") != "input_required" or self.owned_keys(result, relay.session) != set(requests):
+                return {"result": result}  # final, or the host's turn (it retries the original request)
         raise RpcError(jsonrpc.INTERNAL_ERROR,
                        f"the server kept asking for input after {self._max_rounds} rounds; giving up "
                        "(upstream.max_input_rounds)")

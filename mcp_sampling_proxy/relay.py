@@ -75,8 +75,12 @@ class Hooks(Protocol):
         """True for server-to-client methods the proxy answers itself."""
         ...
 
-    def owns_input_requests(self, result: dict[str, Any], session: Session) -> bool:
-        """True when the proxy answers every request of this `input_required` result itself."""
+    def owned_input_keys(self, result: dict[str, Any], session: Session) -> set[str] | None:
+        """Keys of an `input_required` result's requests that the proxy answers itself (None: leave it)."""
+        ...
+
+    async def answer_input(self, key: str, entry: dict[str, Any], relay: Relay) -> dict[str, Any]:
+        """Answer one embedded input request (result, or RpcError)."""
         ...
 
     async def resolve_input_required(self, message: dict[str, Any], result: dict[str, Any], relay: Relay,
@@ -93,6 +97,13 @@ class Hooks(Protocol):
     async def serve(self, message: dict[str, Any], relay: Relay) -> dict[str, Any]:
         """Answer a server request; return the result object or raise RpcError."""
         ...
+
+
+@dataclass
+class _Stash:
+    done: anyio.Event = field(default_factory=anyio.Event)
+    answers: dict[str, Any] = field(default_factory=dict)
+    error: dict[str, Any] | None = None
 
 
 @dataclass
@@ -127,6 +138,7 @@ class Relay:
         self._awaiting_host: dict[Any, Callable[[dict[str, Any]], None]] = {}
         self._awaiting_upstream: dict[Any, Callable[[dict[str, Any]], None]] = {}
         self._resolving: dict[Any, _Resolving] = {}
+        self._stash: dict[str, _Stash] = {}  # requestState -> the proxy's answers for a split request
         self._id_prefix = f"mcp-sampling-proxy:{secrets.token_hex(4)}:"
         self._own_ids = 0
         self.closed = False
@@ -160,6 +172,10 @@ class Relay:
             if answer is not None:
                 self._to_host(answer)
                 return
+            params = msg.get("params")
+            if self._stash and isinstance(params, dict) and params.get("requestState") in self._stash:
+                self._tg.start_soon(self._merge_and_forward, msg, self._stash.pop(params["requestState"]))
+                return
             self._note_host_request(msg)
             if self._hooks.rewrite_host_request(msg, self.session):
                 line = jsonrpc.dumps(msg)
@@ -175,6 +191,11 @@ class Relay:
                                                                            "requestId": resolving.current_id}}))
                     return
         self._to_upstream(line)
+
+    def _forward_host_request(self, msg: dict[str, Any]) -> None:
+        self._note_host_request(msg)
+        self._hooks.rewrite_host_request(msg, self.session)
+        self._to_upstream(jsonrpc.dumps(msg))
 
     def _note_host_request(self, msg: dict[str, Any]) -> None:
         method = msg["method"]
@@ -348,13 +369,55 @@ class Relay:
         result = msg.get("result")
         if not isinstance(result, dict) or result.get("resultType") != "input_required":
             return False
-        if not self._hooks.owns_input_requests(result, self.session):
+        keys = self._hooks.owned_input_keys(result, self.session)
+        requests = result.get("inputRequests") or {}
+        if keys is None or not isinstance(requests, dict):
             return False
+        if keys != set(requests):
+            return bool(keys) and self._split_input(msg, result, requests, keys)
         host_id = msg["id"]
         resolving = _Resolving(anyio.CancelScope())
         self._resolving[host_id] = resolving
         self._tg.start_soon(self._resolve, host_id, request, result, resolving)
         return True
+
+    def _split_input(self, msg: dict[str, Any], result: dict[str, Any], requests: dict[str, Any],
+                     keys: set[str]) -> bool:
+        """Mixed requests: the host gets only its own; the proxy answers the rest meanwhile and
+        merges them into the host's retry, which it recognises by the echoed requestState."""
+        state = result.get("requestState")
+        if not isinstance(state, str):
+            return False  # no way to recognise the retry: let the host see everything
+        stash = _Stash()
+        self._stash[state] = stash
+        self._tg.start_soon(self._answer_owned, requests, keys, stash)
+        self.session.inflight.pop(msg["id"], None)
+        filtered = {**result, "inputRequests": {k: v for k, v in requests.items() if k not in keys}}
+        self._to_host(jsonrpc.dumps({**msg, "result": filtered}))
+        return True
+
+    async def _answer_owned(self, requests: dict[str, Any], keys: set[str], stash: _Stash) -> None:
+        try:
+            for key in sorted(keys):
+                stash.answers[key] = await self._hooks.answer_input(key, requests[key], self)
+        except RpcError as exc:
+            stash.error = exc.to_dict()
+        except Exception as exc:
+            log.exception("failed to answer an input request")
+            stash.error = {"code": jsonrpc.INTERNAL_ERROR, "message": f"mcp-sampling-proxy failed: {exc}"}
+        finally:
+            stash.done.set()
+
+    async def _merge_and_forward(self, msg: dict[str, Any], stash: _Stash) -> None:
+        """The host's retry of a split request: add the proxy's answers, then send it on."""
+        await stash.done.wait()
+        if stash.error is not None:
+            self._to_host(jsonrpc.dumps({"jsonrpc": "2.0", "id": msg["id"], "error": stash.error}))
+            return
+        params = msg["params"]
+        answers = params.get("inputResponses") if isinstance(params.get("inputResponses"), dict) else {}
+        params["inputResponses"] = {**answers, **stash.answers}
+        self._forward_host_request(msg)
 
     async def _resolve(self, host_id: Any, request: HostRequest, result: dict[str, Any],
                        resolving: _Resolving) -> None:

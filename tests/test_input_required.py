@@ -51,12 +51,19 @@ def test_a_server_that_keeps_asking_gets_stopped(tmp_path: Path, llm: FakeLLMSer
     assert len(llm.requests) == 3
 
 
-def test_requests_the_host_must_answer_reach_it_unchanged(tmp_path: Path, llm: FakeLLMServer) -> None:
+def test_mixed_requests_split_between_host_and_proxy_and_merged(tmp_path: Path, llm: FakeLLMServer) -> None:
+    llm.reply_text("from the proxy")
     with host(tmp_path, llm) as h:
-        response = h.request("tools/call", call("mixed"))
-    assert response["result"]["resultType"] == "input_required"
-    assert set(response["result"]["inputRequests"]) == {"s", "r"}
-    assert llm.requests == []
+        first = h.request("tools/call", call("mixed"))
+        # the host sees only what it must answer itself
+        assert first["result"]["resultType"] == "input_required"
+        assert set(first["result"]["inputRequests"]) == {"r"}
+        retry = {**call("mixed"), "inputResponses": {"r": {"roots": []}},
+                 "requestState": first["result"]["requestState"]}
+        final = h.request("tools/call", retry)
+    answers = json.loads(final["result"]["content"][0]["text"])["answers"]
+    assert answers["r"] == {"roots": []}
+    assert answers["s"]["content"]["text"] == "from the proxy"
 
 
 def test_host_cancellation_reaches_the_retry(tmp_path: Path, llm: FakeLLMServer) -> None:
