@@ -218,3 +218,19 @@ def test_host_eof_ends_the_http_session_promptly(http_server: HttpServer, tmp_pa
         assert host.wait() == 0
         assert time.monotonic() - started < 4  # not the 5 s shutdown grace: the session is closed at once
     assert "Traceback" not in (tmp_path / "stderr.log").read_text()
+
+
+@pytest.mark.anyio
+async def test_2026_host_over_http_gets_the_per_request_headers(http_server: HttpServer, tmp_path: Path) -> None:
+    """A 2026-07-28 host: the server rejects requests whose Mcp-Method/Mcp-Name headers do not match."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("upstream:\n  era: any\n")
+    with anyio.fail_after(30):
+        async with sdk_host(url_command(http_server.url, str(policy)), proxy_env(), tmp_path / "proxy.log",
+                            mode="2026-07-28") as client:
+            result = await client.call_tool("echo", {"text": "modern"})
+            assert tool_text(result) == "modern"
+            method = await client.call_tool("request_header", {"name": "Mcp-Method"})
+            assert tool_text(method) == "tools/call"
+            name = await client.call_tool("request_header", {"name": "Mcp-Name"})
+            assert tool_text(name) == "request_header"
