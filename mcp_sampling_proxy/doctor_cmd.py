@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import socket
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -25,6 +24,7 @@ from typing import Any
 import anyio
 import httpx
 
+from mcp_sampling_proxy.llm.retry import connect_reason
 from mcp_sampling_proxy.sanitize import one_line
 
 PROG = "mcp-sampling-proxy doctor"
@@ -71,19 +71,6 @@ def check_policy(path: str | None) -> tuple[Any, Section]:
 
 
 # -- providers ----------------------------------------------------------------------------------------
-
-
-def _connect_reason(exc: BaseException) -> str:
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, ConnectionRefusedError):
-            return "connection refused"
-        if isinstance(seen, socket.gaierror):
-            return "host name not found"
-        if isinstance(seen, OSError) and seen.strerror:
-            return seen.strerror.lower()
-        seen = seen.__cause__ or seen.__context__
-    return one_line(str(exc), 120) or type(exc).__name__
 
 
 def _status_fix(status: int, key_var: str | None, url: str) -> str:
@@ -145,7 +132,7 @@ async def probe_provider(provider: Any, timeout: float) -> list[Check]:
         return [Check("fail", f"{label}: unusable base_url ({one_line(str(exc), 120)})",
                       "base_url must start with http:// or https://")]
     except httpx.TransportError as exc:
-        reason = _connect_reason(exc)
+        reason = connect_reason(exc)
         if reason == "connection refused":
             fix = f"nothing listens at {shown}: start the server (Ollama: `ollama serve`) or correct base_url"
         elif reason == "host name not found":

@@ -65,11 +65,11 @@ def describe_transport_error(config: ProviderConfig, exc: httpx.TransportError, 
         }.get(type(exc), ("read timeout", config.read_timeout))
         return f"provider '{name}' timed out after {tries} ({kind} {limit}s)"
     if isinstance(exc, httpx.ConnectError):
-        return f"provider '{name}' unreachable at {url}: {_connect_reason(exc)} after {tries}"
+        return f"provider '{name}' unreachable at {url}: {connect_reason(exc)} after {tries}"
     return f"provider '{name}' failed at {url} after {tries}: {_short(exc)}"
 
 
-def _connect_reason(exc: httpx.ConnectError) -> str:
+def connect_reason(exc: BaseException) -> str:
     """Dig the OS-level cause out of httpx's wrapping ("All connection attempts failed")."""
     seen: BaseException | None = exc
     while seen is not None:
@@ -80,7 +80,7 @@ def _connect_reason(exc: httpx.ConnectError) -> str:
         if isinstance(seen, OSError) and seen.strerror:
             return seen.strerror.lower()
         seen = seen.__cause__ or seen.__context__
-    return _short(exc)
+    return _short(exc)  # type: ignore[arg-type]
 
 
 def _short(exc: Exception) -> str:
