@@ -24,7 +24,8 @@ def llm():
 
 
 def host(tmp_path: Path, llm: FakeLLMServer, extra: str = "") -> RawHost:
-    policy = write_policy(tmp_path, openai_policy(llm.base_url) + "upstream:\n  era: any\n" + extra)
+    policy = write_policy(tmp_path, openai_policy(llm.base_url) + "elicitation: {non_interactive: accept_defaults}\n"
+                          "upstream:\n  era: any\n" + extra)
     return RawHost(proxy_command(policy, upstream=SERVER), proxy_env(TEST_LLM_KEY="k"), tmp_path / "stderr.log")
 
 
@@ -34,8 +35,12 @@ def call(name: str) -> dict[str, Any]:
 
 def test_answers_are_sent_back_with_the_state_echoed_exactly(tmp_path: Path, llm: FakeLLMServer) -> None:
     llm.reply_text("sampled")
+    params = call("echo_state")
+    params["_meta"] = {**META, "progressToken": "p-1"}
     with host(tmp_path, llm) as h:
-        response = h.request("tools/call", call("echo_state"))
+        response = h.request("tools/call", params)
+    progress = [json.loads(line) for line in h.raw_received if b"notifications/progress" in line]
+    assert progress and progress[0]["params"]["progressToken"] == "p-1"  # the token survives the retry
     assert response["id"] == 1  # the host's own id, though the server answered a retry
     body = json.loads(response["result"]["content"][0]["text"])
     assert body["state_ok"] is True
@@ -64,6 +69,7 @@ def test_mixed_requests_split_between_host_and_proxy_and_merged(tmp_path: Path, 
     answers = json.loads(final["result"]["content"][0]["text"])["answers"]
     assert answers["r"] == {"roots": []}
     assert answers["s"]["content"]["text"] == "from the proxy"
+    assert answers["e"] == {"action": "accept", "content": {"name": "Ada"}}  # elicitation.non_interactive
 
 
 def test_host_cancellation_reaches_the_retry(tmp_path: Path, llm: FakeLLMServer) -> None:
