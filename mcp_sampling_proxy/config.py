@@ -422,22 +422,6 @@ def parse_duration(value: object) -> float:
     return seconds
 
 
-def format_size(size: int) -> str:
-    """'1 MiB', '512 KiB', '1500 bytes'."""
-    for unit, scale in (("GiB", 1024 * MIB), ("MiB", MIB), ("KiB", KIB)):
-        if size >= scale and size % scale == 0:
-            return f"{size // scale} {unit}"
-    return f"{size} bytes"
-
-
-def format_duration(seconds: float) -> str:
-    """'1d', '2h', '90s', '1.5s'."""
-    for unit, scale in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= scale and seconds % scale == 0:
-            return f"{int(seconds // scale)}{unit}"
-    return f"{seconds:g}s"
-
-
 def _size(node: Node) -> int:
     try:
         return parse_size(node.value())

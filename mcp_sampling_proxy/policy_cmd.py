@@ -12,15 +12,15 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from mcp_sampling_proxy.caps import format_bytes as format_size
 from mcp_sampling_proxy.config import (
     Rule,
     Settings,
     SizeLimits,
     effective_limits,
-    format_duration,
-    format_size,
     load_settings,
 )
+from mcp_sampling_proxy.limits import format_period as format_duration
 from mcp_sampling_proxy.policy import Facts, decide, facts_for_sampling, why
 from mcp_sampling_proxy.yamlnodes import PolicyError
 

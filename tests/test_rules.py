@@ -17,8 +17,6 @@ from mcp_sampling_proxy.config import (
     RuleLimits,
     SizeLimits,
     effective_limits,
-    format_duration,
-    format_size,
     parse_duration,
     parse_settings,
     parse_size,
@@ -409,8 +407,11 @@ def test_parse_duration_rejects(value: object) -> None:
 
 
 def test_formatting_sizes_and_durations() -> None:
-    assert [format_size(n) for n in (1024**2, 65536, 1500, 0)] == ["1 MiB", "64 KiB", "1500 bytes", "0 bytes"]
-    assert [format_duration(s) for s in (86400, 7200, 90, 60, 1.5)] == ["1d", "2h", "90s", "1m", "1.5s"]
+    from mcp_sampling_proxy.caps import format_bytes
+    from mcp_sampling_proxy.limits import format_period
+
+    assert [format_bytes(n) for n in (1024**2, 65536, 1500, 0)] == ["1 MiB", "64 KiB", "1,500 bytes", "0 bytes"]
+    assert [format_period(s) for s in (86400, 7200, 90, 60, 1.5)] == ["1d", "2h", "90s", "1m", "1.5s"]
 
 
 # -- mistakes, each with its position -------------------------------------------------------------
