@@ -12,8 +12,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-CLIENT_CAPS_META = "io.modelcontextprotocol/clientCapabilities"
-PROTOCOL_VERSION_META = "io.modelcontextprotocol/protocolVersion"
+from mcp_sampling_proxy.protocol import CLIENT_CAPS_META, PROTOCOL_VERSION_META
 
 Offers = dict[str, dict[str, Any]]  # capability name -> what the proxy adds under it
 

@@ -22,11 +22,11 @@ import anyio.abc
 from mcp_sampling_proxy import jsonrpc
 from mcp_sampling_proxy.jsonrpc import RpcError
 from mcp_sampling_proxy.log import get_logger
+from mcp_sampling_proxy.protocol import CLIENT_CAPS_META, CLIENT_INFO_META, PROTOCOL_VERSION_META, SERVER_INFO_META
 
 log = get_logger("mcp_sampling_proxy.relay")
 
 Send = Callable[[bytes], None]
-SERVER_INFO_META = "io.modelcontextprotocol/serverInfo"
 NEGOTIATION = ("initialize", "server/discover")
 RETRYABLE = ("tools/call", "prompts/get", "resources/read")  # may get `input_required` (2026-07-28)
 
@@ -210,12 +210,12 @@ class Relay:
             self.session.protocol_version = params.get("protocolVersion")
         else:
             meta = _dict(params.get("_meta"))
-            version = meta.get("io.modelcontextprotocol/protocolVersion")
+            version = meta.get(PROTOCOL_VERSION_META)
             if version:  # 2026-07-28 era: everything travels per request
                 self.session.protocol_version = version
-                self.session.host_info = _dict(meta.get("io.modelcontextprotocol/clientInfo")) or \
+                self.session.host_info = _dict(meta.get(CLIENT_INFO_META)) or \
                     self.session.host_info
-                caps = meta.get("io.modelcontextprotocol/clientCapabilities")
+                caps = meta.get(CLIENT_CAPS_META)
                 if isinstance(caps, dict):
                     self.session.host_capabilities = caps
 
@@ -337,8 +337,7 @@ class Relay:
 
         Its id comes from a private, non-numeric id space, so it can never collide with the
         server's ids, and its response is consumed here: it never reaches the upstream."""
-        self._own_ids += 1
-        request_id = f"{self._id_prefix}{self._own_ids}"
+        request_id = self._new_id()
         line = jsonrpc.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
         try:
             return await self._ask_host(request_id, line)
@@ -348,20 +347,11 @@ class Relay:
             raise
 
     async def _ask_host(self, request_id: Any, line: bytes) -> dict[str, Any]:
-        done = anyio.Event()
-        answer: dict[str, Any] = {}
+        return await _exchange(self._awaiting_host, request_id, self._to_host, line)
 
-        def resolve(response: dict[str, Any]) -> None:
-            answer.update(response)
-            done.set()
-
-        self._awaiting_host[request_id] = resolve
-        self._to_host(line)
-        try:
-            await done.wait()
-        finally:
-            self._awaiting_host.pop(request_id, None)
-        return answer
+    def _new_id(self) -> str:
+        self._own_ids += 1
+        return f"{self._id_prefix}{self._own_ids}"
 
     # -- 2026-07-28: input_required results -------------------------------------------------------
     def _resolve_input(self, msg: dict[str, Any], request: HostRequest) -> bool:
@@ -438,24 +428,9 @@ class Relay:
     async def retry_upstream(self, message: dict[str, Any], params: dict[str, Any],
                              resolving: _Resolving) -> dict[str, Any]:
         """Send the original request again under a new private id; return the server's response."""
-        self._own_ids += 1
-        request_id = f"{self._id_prefix}{self._own_ids}"
-        resolving.current_id = request_id
-        done = anyio.Event()
-        answer: dict[str, Any] = {}
-
-        def resolve(response: dict[str, Any]) -> None:
-            answer.update(response)
-            done.set()
-
-        self._awaiting_upstream[request_id] = resolve
-        self._to_upstream(jsonrpc.dumps({"jsonrpc": "2.0", "id": request_id, "method": message["method"],
-                                         "params": params}))
-        try:
-            await done.wait()
-        finally:
-            self._awaiting_upstream.pop(request_id, None)
-        return answer
+        request_id = resolving.current_id = self._new_id()
+        line = jsonrpc.dumps({"jsonrpc": "2.0", "id": request_id, "method": message["method"], "params": params})
+        return await _exchange(self._awaiting_upstream, request_id, self._to_upstream, line)
 
     # -- end of session ------------------------------------------------------------------------
     def upstream_gone(self, description: str) -> None:
@@ -502,6 +477,25 @@ def peek_response_id(line: bytes) -> tuple[bool, Any]:
         if tail is not None:
             return True, json.loads(tail.group(1))
     return False, None
+
+
+async def _exchange(waiters: dict[Any, Callable[[dict[str, Any]], None]], request_id: Any, send: Send,
+                    line: bytes) -> dict[str, Any]:
+    """Send a request and wait for its response, which the reader hands over through `waiters`."""
+    done = anyio.Event()
+    answer: dict[str, Any] = {}
+
+    def resolve(response: dict[str, Any]) -> None:
+        answer.update(response)
+        done.set()
+
+    waiters[request_id] = resolve
+    send(line)
+    try:
+        await done.wait()
+    finally:
+        waiters.pop(request_id, None)
+    return answer
 
 
 def _dict(value: Any) -> dict[str, Any]:

@@ -16,11 +16,11 @@ from typing import Any
 import anyio
 
 from mcp_sampling_proxy.log import get_logger
+from mcp_sampling_proxy.protocol import PROTOCOL_VERSION_META
 
 log = get_logger("mcp_sampling_proxy.upstream")
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_PROTOCOL_VERSION_META = "io.modelcontextprotocol/protocolVersion"
 
 
 def parse_headers(specs: list[str], environ: Mapping[str, str]) -> dict[str, str]:
@@ -145,7 +145,7 @@ class HttpUpstream:
             self._version = params.get("protocolVersion") or self._version
             return None
         meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
-        modern = meta.get(_PROTOCOL_VERSION_META)
+        modern = meta.get(PROTOCOL_VERSION_META)
         version = modern or self._version
         if not version:
             return None
