@@ -129,6 +129,12 @@ def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def request_fields(session: Any, message: dict[str, Any], tool: str | None, **extra: Any) -> dict[str, Any]:
+    """The fields every record of one server request shares (who asked, in which tool call, which era)."""
+    return {"server": session.server_name, "host": session.host_name or None, "method": message.get("method"),
+            "request_id": message.get("id"), "tool": tool, "protocol_version": session.protocol_version, **extra}
+
+
 def elapsed_ms(started: float) -> int:
     return int((time.monotonic() - started) * 1000)
 

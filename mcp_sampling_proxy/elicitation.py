@@ -18,13 +18,12 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from mcp_sampling_proxy import jsonrpc
-from mcp_sampling_proxy.audit import AuditLog, elapsed_ms
+from mcp_sampling_proxy.audit import AuditLog, elapsed_ms, request_fields
 from mcp_sampling_proxy.config import Settings
 from mcp_sampling_proxy.jsonrpc import RpcError
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.policy import Facts, decide
-from mcp_sampling_proxy.sanitize import strip_controls
+from mcp_sampling_proxy.sampling_request import validate_params
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.elicitation_console import ElicitationConsoles
@@ -80,11 +79,7 @@ class ElicitationService:
         mode = request_mode(params)
         in_flight = session.tools_in_flight()
         tool = in_flight[-1] if in_flight else None
-        audit: dict[str, Any] = {
-            "server": session.server_name, "host": session.host_name or None, "method": METHOD,
-            "request_id": message.get("id"), "tool": tool, "protocol_version": session.protocol_version,
-            "mode": mode,
-        }
+        audit = request_fields(session, message, tool, mode=mode)
 
         def answer(action: str, why: str, decision: str, content: dict[str, Any] | None = None,
                    **extra: Any) -> dict[str, Any]:
@@ -113,9 +108,7 @@ class ElicitationService:
                                    action=(response.get("result") or {}).get("action"),
                                    latency_ms=elapsed_ms(started))
                 if "error" in response:
-                    error = response["error"]
-                    raise RpcError(error.get("code", jsonrpc.INTERNAL_ERROR), str(error.get("message", "")),
-                                   error.get("data"))
+                    raise RpcError.from_error(response["error"])
                 return response.get("result") or {}
             if mode == "form":
                 from mcp_sampling_proxy.forms import FormError, parse_form, sensitive_fields
@@ -176,22 +169,7 @@ class ElicitationService:
 
 
 def _validate(params: Any) -> dict[str, Any]:
-    if not isinstance(params, dict):
-        raise RpcError(jsonrpc.INVALID_PARAMS, "Invalid params for elicitation/create: params must be an object")
     from mcp_types import ElicitRequestFormParams, ElicitRequestURLParams
-    from pydantic import ValidationError
 
-    model = ElicitRequestURLParams if request_mode(params) == "url" else ElicitRequestFormParams
-    try:
-        model.model_validate(params)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "params"
-        message = f"Invalid params for elicitation/create: {where}: {err['msg']}"
-        raise RpcError(jsonrpc.INVALID_PARAMS, message) from None
-    return params
-
-
-def describe_origin(server: str, tool: str | None) -> str:
-    call = f" (during tool call '{strip_controls(tool)}')" if tool else " (no host request in flight)"
-    return f"Server '{strip_controls(server)}' asks{call}"
+    url = isinstance(params, dict) and request_mode(params) == "url"
+    return validate_params(ElicitRequestURLParams if url else ElicitRequestFormParams, params, METHOD)

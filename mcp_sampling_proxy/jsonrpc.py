@@ -23,6 +23,12 @@ class RpcError(Exception):
         self.message = message
         self.data = data
 
+    @classmethod
+    def from_error(cls, error: Any) -> RpcError:
+        """The same error, from a peer's JSON-RPC error object (to pass on unchanged)."""
+        error = error if isinstance(error, dict) else {}
+        return cls(error.get("code", INTERNAL_ERROR), str(error.get("message", "")), error.get("data"))
+
     def to_dict(self) -> dict[str, Any]:
         err: dict[str, Any] = {"code": self.code, "message": self.message}
         if self.data is not None:

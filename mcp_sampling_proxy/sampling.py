@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from mcp_sampling_proxy import jsonrpc
 from mcp_sampling_proxy.approval import ApprovalRequest, Approver
-from mcp_sampling_proxy.audit import AuditLog, elapsed_ms
+from mcp_sampling_proxy.audit import AuditLog, elapsed_ms, request_fields
 from mcp_sampling_proxy.caps import check_caps
 from mcp_sampling_proxy.config import Rule, Settings, effective_limits
 from mcp_sampling_proxy.jsonrpc import RpcError
@@ -61,11 +61,7 @@ class SamplingService:
         session = relay.session
         in_flight = session.tools_in_flight()
         tool = in_flight[-1] if in_flight else None
-        audit: dict[str, Any] = {
-            "server": session.server_name, "host": session.host_name or None, "method": "sampling/createMessage",
-            "request_id": message.get("id"), "tool": tool, "protocol_version": session.protocol_version,
-            "rule": None,
-        }
+        audit = request_fields(session, message, tool, rule=None)
 
         def refuse(decision: str, exc: RpcError, **extra: Any) -> RpcError:
             self._audit.record(params=message.get("params"),
@@ -145,8 +141,7 @@ class SamplingService:
             if not self._settings.sampling.fallback_on_host_error:
                 self._audit.record(**audit, params=params, provider="host", error=str(error.get("message")),
                                    latency_ms=elapsed_ms(started))
-                raise RpcError(error.get("code", jsonrpc.INTERNAL_ERROR), str(error.get("message", "")),
-                               error.get("data"))
+                raise RpcError.from_error(error)
             log.info("host refused sampling; fulfilling locally (fallback_on_host_error)",
                      host_error=error.get("message"))
             spent[0] = None

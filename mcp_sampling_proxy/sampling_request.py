@@ -17,21 +17,28 @@ from mcp_sampling_proxy.sanitize import strip_controls
 REQUEST_ORIGIN: ContextVar[tuple[str, str | None]] = ContextVar("request_origin", default=("server", None))
 
 
-def validate(params: Any) -> dict[str, Any]:
-    """Return params when valid; raise RpcError(-32602) naming the offending field."""
+def validate_params(model: Any, params: Any, method: str) -> dict[str, Any]:
+    """Check wire params against one of the SDK's models; raise RpcError(-32602) naming the field."""
     if not isinstance(params, dict):
-        raise RpcError(INVALID_PARAMS, "Invalid params for sampling/createMessage: params must be an object")
-    from mcp_types import CreateMessageRequestParams
+        raise RpcError(INVALID_PARAMS, f"Invalid params for {method}: params must be an object")
     from pydantic import ValidationError
 
     try:
-        CreateMessageRequestParams.model_validate(params)
+        model.model_validate(params)
     except ValidationError as exc:
         problems = []
         for err in exc.errors()[:3]:
             where = ".".join(str(part) for part in err["loc"] if not _is_union_tag(part)) or "params"
             problems.append(f"{where}: {err['msg']}")
-        raise RpcError(INVALID_PARAMS, "Invalid params for sampling/createMessage: " + "; ".join(problems)) from None
+        raise RpcError(INVALID_PARAMS, f"Invalid params for {method}: " + "; ".join(problems)) from None
+    return params
+
+
+def validate(params: Any) -> dict[str, Any]:
+    """A valid `sampling/createMessage` params dict, tool_use/tool_result pairing included."""
+    from mcp_types import CreateMessageRequestParams
+
+    validate_params(CreateMessageRequestParams, params, "sampling/createMessage")
     check_tool_pairing(params["messages"])
     return params
 
