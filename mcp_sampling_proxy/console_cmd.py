@@ -122,44 +122,27 @@ class Console:
 async def _elicit(message: dict[str, Any], say: Any) -> dict[str, Any]:
     """Render an elicitation (form or URL) on this terminal; the answer goes back to the proxy."""
     from mcp_sampling_proxy.elicitation import open_url
-    from mcp_sampling_proxy.elicitation_console import ACTIONS, fill_form, heading, url_lines
+    from mcp_sampling_proxy.elicitation_console import converse
     from mcp_sampling_proxy.forms import FormError, parse_form
-    from mcp_sampling_proxy.url_safety import analyze_url
 
     origin = (str(message.get("server", "")), message.get("tool"))
-    say(heading(message, origin).rstrip("\n"))
+    text = str(message.get("message", ""))
     if message.get("mode") == "url":
-        url = str(message.get("url", ""))
-        for line in url_lines(url):
-            say(line)
-        choice = (await _ask("[o]pen it in your browser, [d]ecline, [c]ancel: ")).lower()[:1]
-        if choice != "o":
-            return {"action": ACTIONS.get(choice, "cancel")}
-        if not analyze_url(url).ok:
-            say("(this URL is not safe to open; declined)")
-            return {"action": "decline"}
-        open_url(url)
-        return {"action": "accept"}
+        return await converse(text, origin, url=str(message.get("url", "")), ask=_ask_or_none, say=say,
+                              opener=open_url)
     try:
         form = parse_form(message.get("schema") or {})
     except FormError as exc:
         say(f"(cannot show this form: {strip_controls(str(exc))}; declined)")
         return {"action": "decline"}
-    choice = (await _ask("[a]nswer the form, [d]ecline, [c]ancel: ")).lower()[:1]
-    if choice != "a":
-        return {"action": ACTIONS.get(choice, "cancel")}
-    say("(press Enter for the default; !d declines, !c cancels)")
+    return await converse(text, origin, form=form, ask=_ask_or_none, say=say, opener=open_url)
 
-    async def ask(prompt: str) -> str | None:
-        try:
-            return await _ask(prompt)
-        except EOFError:
-            return None
 
-    content = await fill_form(form, ask, say)
-    if isinstance(content, str):
-        return {"action": content}
-    return {"action": "accept", "content": content}
+async def _ask_or_none(prompt: str) -> str | None:
+    try:
+        return await _ask(prompt)
+    except EOFError:
+        return None
 
 
 def _clean(value: Any) -> str:

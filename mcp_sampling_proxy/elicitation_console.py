@@ -29,10 +29,10 @@ class Elicitor(Protocol):
         ...
 
 
-def heading(params: dict[str, Any], origin: Origin) -> str:
+def heading(message: str, origin: Origin) -> str:
     server, tool = origin
     call = f" during tool call '{strip_controls(tool)}'" if tool else " (no host request in flight)"
-    return f"\nServer '{strip_controls(server)}' asks{call}:\n  {strip_controls(str(params.get('message', '')))}\n"
+    return f"\nServer '{strip_controls(server)}' asks{call}:\n  {strip_controls(message)}"
 
 
 def url_lines(url: str) -> list[str]:
@@ -71,6 +71,37 @@ async def fill_form(form: Any, ask: Callable[[str], Any], say: Callable[[str], N
     return content
 
 
+async def converse(message: str, origin: Origin, *, form: Any = None, url: str | None = None,
+                   ask: Callable[[str], Any], say: Callable[[str], None],
+                   opener: Callable[[str], bool]) -> dict[str, Any]:
+    """The whole elicitation dialogue, wherever it runs (the proxy's terminal or the companion
+    console): the question, then the form field by field, or the URL and consent to open it.
+
+    `ask(prompt)` returns the typed line (None at end of input); `say(text)` shows one line."""
+    say(heading(message, origin))
+    if url is not None:
+        from mcp_sampling_proxy.url_safety import analyze_url
+
+        for line in url_lines(url):
+            say(line)
+        choice = ((await ask("[o]pen it in your browser, [d]ecline, [c]ancel: ")) or "c").strip().lower()[:1]
+        if choice != "o":
+            return {"action": ACTIONS.get(choice, "cancel")}
+        if not analyze_url(url).ok:
+            say("(this URL is not safe to open; declined)")
+            return {"action": "decline"}
+        opener(url)
+        return {"action": "accept"}
+    choice = ((await ask("[a]nswer the form, [d]ecline, [c]ancel: ")) or "c").strip().lower()[:1]
+    if choice != "a":
+        return {"action": ACTIONS.get(choice, "cancel")}
+    say("(press Enter for the default; !d declines, !c cancels)")
+    content = await fill_form(form, ask, say)
+    if isinstance(content, str):
+        return {"action": content}
+    return {"action": "accept", "content": content}
+
+
 class TerminalElicitor:
     name = "terminal"
 
@@ -81,36 +112,18 @@ class TerminalElicitor:
         self._terminal.write(prompt)
         return await self._terminal.readline()
 
+    def _say(self, text: str) -> None:
+        self._terminal.write(text + "\n")
+
     async def ask_form(self, params: dict[str, Any], form: Any, origin: Origin) -> dict[str, Any]:
-        terminal = self._terminal
-        async with terminal.lock:
-            terminal.write(heading(params, origin))
-            choice = ((await self._ask("[a]nswer the form, [d]ecline, [c]ancel: ")) or "c").strip().lower()[:1]
-            if choice != "a":
-                return {"action": ACTIONS.get(choice, "cancel")}
-            terminal.write("(press Enter for the default; !d declines, !c cancels)\n")
-            content = await fill_form(form, self._ask, lambda text: terminal.write(text + "\n"))
-        if isinstance(content, str):
-            return {"action": content}
-        return {"action": "accept", "content": content}
+        async with self._terminal.lock:
+            return await converse(str(params.get("message", "")), origin, form=form, ask=self._ask, say=self._say,
+                                  opener=lambda _url: False)
 
     async def ask_url(self, params: dict[str, Any], origin: Origin, opener: Callable[[str], bool]) -> dict[str, Any]:
-        terminal = self._terminal
-        async with terminal.lock:
-            terminal.write(heading(params, origin) + "\n".join(url_lines(str(params.get("url", "")))) + "\n")
-            choice = ((await self._ask("[o]pen it in your browser, [d]ecline, [c]ancel: ")) or "c").strip().lower()
-        return open_on_consent(choice[:1], str(params.get("url", "")), opener)
-
-
-def open_on_consent(choice: str, url: str, opener: Callable[[str], bool]) -> dict[str, Any]:
-    from mcp_sampling_proxy.url_safety import analyze_url
-
-    if choice != "o":
-        return {"action": ACTIONS.get(choice, "cancel")}
-    if not analyze_url(url).ok:
-        return {"action": "decline"}
-    opener(url)
-    return {"action": "accept"}
+        async with self._terminal.lock:
+            return await converse(str(params.get("message", "")), origin, url=str(params.get("url", "")),
+                                  ask=self._ask, say=self._say, opener=opener)
 
 
 class CompanionElicitor:

@@ -244,3 +244,27 @@ def test_url_mode_on_the_terminal_shows_the_host_and_opens_only_on_consent(tmp_p
         assert b'"action": "accept"' in session.output
     else:
         assert b'"action": "decline"' in session.output
+
+
+def test_console_command_fills_an_elicitation_form(tmp_path: Path) -> None:
+    from support import RawHost, proxy_command
+
+    dirs = {"MCP_SAMPLING_PROXY_RUNTIME_DIR": str(tmp_path / "run"),
+            "MCP_SAMPLING_PROXY_STATE_DIR": str(tmp_path / "state")}
+    schema = {"type": "object", "properties": {"age": {"type": "integer", "minimum": 0}}, "required": ["age"]}
+    console = PtySession([PY, "-m", "mcp_sampling_proxy", "console"], terminal_env(**dirs))
+    with RawHost(proxy_command(), proxy_env(**dirs), tmp_path / "stderr.log") as host:
+        host.initialize()
+        console.read_until(b"attached")
+        host.send({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                   "params": {"name": "elicit_form", "arguments": {"schema_json": json.dumps(schema)}}})
+        console.read_until(b"[a]nswer the form")
+        console.type("a\n")
+        console.read_until(b"age")
+        console.type("-4\n")  # below the minimum: asked again
+        console.read_until(b"too small")
+        console.type("42\n")
+        response = host.wait_for(lambda m: m.get("id") == 3)
+    os.kill(console.pid, 2)
+    console.finish()
+    assert json.loads(response["result"]["content"][0]["text"]) == {"action": "accept", "data": {"age": 42}}
