@@ -168,6 +168,38 @@ def with_prompt(params: dict[str, Any], text: str) -> dict[str, Any]:
     return edited
 
 
+SCOPES = {"y": "once", "yes": "once", "s": "session", "a": "always"}
+APPROVE_PROMPT = "Allow this request? [y]es once, [s]ession, [a]lways for this server+tool, [e]dit prompt, [N]o: "
+
+
+async def approval_dialogue(params: dict[str, Any], ask: Any, say: Any) -> tuple[str | None, dict[str, Any] | None]:
+    """Ask yes/session/always/edit/no, wherever the human is (the proxy's terminal or the companion
+    console). Returns (scope or None when refused, the edited request or None)."""
+    answer = ((await ask(APPROVE_PROMPT)) or "").strip().lower()
+    if answer == "e":
+        say("New text for the last user message; end with a line holding only '.':")
+        return "once", with_prompt(params, await read_block(ask))
+    return SCOPES.get(answer), None
+
+
+async def review_dialogue(result: dict[str, Any], ask: Any, say: Any) -> tuple[bool, dict[str, Any]]:
+    """Show the LLM's answer; returns (send it?, the answer as possibly edited)."""
+    say("The LLM answered:\n" + strip_controls(result_text(result)))
+    answer = ((await ask("Send this answer to the server? [Y]es, [e]dit, [n]o: ")) or "").strip().lower()
+    if answer == "e":
+        say("Replacement answer; end with a line holding only '.':")
+        return True, with_text(result, await read_block(ask))
+    return answer in ("", "y", "yes"), result
+
+
+async def read_block(ask: Any) -> str:
+    """Lines up to one holding only '.' (or the end of input)."""
+    lines: list[str] = []
+    while (line := await ask("")) not in (None, "."):
+        lines.append(line)
+    return "\n".join(lines)
+
+
 class TerminalChannel:
     name = "terminal"
 
@@ -177,45 +209,38 @@ class TerminalChannel:
     def available(self, relay: Relay) -> bool:
         return self._terminal is not None
 
+    async def _ask(self, prompt: str) -> str | None:
+        assert self._terminal is not None
+        self._terminal.write(prompt)
+        return await self._terminal.readline()
+
+    def _say(self, text: str) -> None:
+        assert self._terminal is not None
+        self._terminal.write(text + "\n")
+
     async def ask(self, request: ApprovalRequest, relay: Relay) -> Approval:
         terminal = self._terminal
         assert terminal is not None
         async with terminal.lock:
             try:
-                terminal.write("\n" + request.summary +
-                               "\nAllow this request? [y]es once, [s]ession, [a]lways, [e]dit, [N]o: ")
-                answer = (await terminal.readline() or "").strip().lower()
-                if answer == "e":
-                    terminal.write("New text for the last user message; end with a line holding only '.':\n")
-                    text = await _read_block(terminal)
-                    return Approval(True, self.name, "approved with an edited prompt at the terminal", "approved",
-                                    params=with_prompt(request.params, text))
+                terminal.write("\n" + request.summary + "\n")
+                scope, edited = await approval_dialogue(request.params, self._ask, self._say)
             except BaseException:
                 terminal.write("\n(request withdrawn or timed out: denied)\n")
                 raise
-        scope = {"y": "once", "yes": "once", "s": "session", "a": "always"}.get(answer)
         if scope is None:
             return Approval(False, self.name, "rejected at the terminal", "rejected")
+        if edited is not None:
+            return Approval(True, self.name, "approved with an edited prompt at the terminal", "approved",
+                            params=edited)
         return Approval(True, self.name, "approved at the terminal", "approved", scope)
 
     async def review(self, request: ApprovalRequest, result: dict[str, Any], relay: Relay) -> Review:
-        terminal = self._terminal
-        assert terminal is not None
-        async with terminal.lock:
-            terminal.write("\nThe LLM answered:\n" + strip_controls(result_text(result)) +
-                           "\nSend this answer to the server? [Y]es, [e]dit, [n]o: ")
-            answer = (await terminal.readline() or "").strip().lower()
-            if answer == "e":
-                terminal.write("Replacement answer; end with a line holding only '.':\n")
-                return Review(True, with_text(result, await _read_block(terminal)), self.name)
-        return Review(answer in ("", "y", "yes"), result, self.name)
-
-
-async def _read_block(terminal: Terminal) -> str:
-    lines: list[str] = []
-    while (line := await terminal.readline()) not in (None, "."):
-        lines.append(line)
-    return "\n".join(lines)
+        assert self._terminal is not None
+        async with self._terminal.lock:
+            self._say("")
+            accepted, reviewed = await review_dialogue(result, self._ask, self._say)
+        return Review(accepted, reviewed, self.name)
 
 
 class ConsoleChannel:

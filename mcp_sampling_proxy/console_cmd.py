@@ -19,11 +19,8 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from mcp_sampling_proxy.approval import result_text, with_prompt, with_text
+from mcp_sampling_proxy.approval import approval_dialogue, review_dialogue
 from mcp_sampling_proxy.sanitize import strip_controls
-
-PROMPT = "Allow? [y]es once, [s]ession, [a]lways for this server+tool, [e]dit prompt, [n]o: "
-SCOPES = {"y": "once", "yes": "once", "s": "session", "a": "always"}
 
 
 class Console:
@@ -97,19 +94,17 @@ class Console:
             reply = {**await _elicit(message, self.say), "type": "elicit", "id": message["id"]}
         elif message["type"] == "review":
             self.say(f"[proxy {path.stem}] " + strip_controls(str(message.get("summary", ""))))
-            self.say("The LLM answered:\n" + strip_controls(result_text(message.get("result") or {})))
-            choice = (await _ask("Send this answer to the server? [Y]es, [e]dit, [n]o: ")).lower()
-            reply = {"type": "review", "id": message["id"], "accept": choice in ("", "y", "yes")}
-            if choice == "e":
-                reply.update(accept=True, result=with_text(message.get("result") or {}, await _ask_block()))
+            accepted, reviewed = await review_dialogue(message.get("result") or {}, _ask_or_none, self.say)
+            reply = {"type": "review", "id": message["id"], "accept": accepted}
+            if reviewed != message.get("result"):
+                reply["result"] = reviewed
         else:
             self.say(f"[proxy {path.stem}] " + strip_controls(str(message.get("summary", ""))))
             self.say(f"(rule '{_clean(message.get('rule'))}')")
-            choice = (await _ask(PROMPT)).lower()
-            reply = {"type": "decision", "id": message["id"], "approve": choice in SCOPES or choice == "e",
-                     "scope": SCOPES.get(choice, "once")}
-            if choice == "e":
-                reply["params"] = with_prompt(message.get("params") or {}, await _ask_block())
+            scope, edited = await approval_dialogue(message.get("params") or {}, _ask_or_none, self.say)
+            reply = {"type": "decision", "id": message["id"], "approve": scope is not None, "scope": scope or "once"}
+            if edited is not None:
+                reply["params"] = edited
         if (path, message["id"]) in self._resolved:
             self.say("(answered elsewhere or timed out meanwhile; your answer was not used)")
             return
@@ -156,16 +151,6 @@ async def _ask(prompt: str) -> str:
     if not line:
         raise EOFError
     return line.strip()
-
-
-async def _ask_block() -> str:
-    sys.stdout.write("New text for the last user message; end with a line holding only '.':\n")
-    lines: list[str] = []
-    while True:
-        line = await anyio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
-        if not line or line.rstrip("\n") == ".":
-            return "\n".join(lines)
-        lines.append(line.rstrip("\n"))
 
 
 def main(argv: Sequence[str]) -> int:

@@ -155,7 +155,7 @@ def test_console_command_approves_a_proxy_without_terminal(tmp_path: Path) -> No
             console.read_until(b"attached")
             host.send({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
                        "params": {"name": "sample", "arguments": {"prompt": "evil\x1b[2J prompt"}}})
-            console.read_until(b"Allow? [y]es once")
+            console.read_until(b"Allow this request? [y]es once")
             console.type("y\n")
             response = host.wait_for(lambda m: m.get("id") == 5)
         os.kill(console.pid, 2)
@@ -268,3 +268,18 @@ def test_console_command_fills_an_elicitation_form(tmp_path: Path) -> None:
     os.kill(console.pid, 2)
     console.finish()
     assert json.loads(response["result"]["content"][0]["text"]) == {"action": "accept", "data": {"age": 42}}
+
+
+def test_review_at_the_terminal_can_edit_the_answer(tmp_path: Path) -> None:
+    with FakeLLMServer("openai") as llm:
+        llm.reply_text("the model's draft")
+        policy = write_policy(tmp_path, openai_policy(llm.base_url) + "approval:\n  review_response: true\n")
+        session = PtySession(try_argv("--policy", policy, "--tool", "sample", "--args", '{"prompt": "x"}',
+                                      "--", PY, KITCHEN_SINK), terminal_env(TEST_LLM_KEY="k"))
+        screen = session.read_until(b"Send this answer to the server?")
+        assert b"the model's draft" in screen
+        session.type("e\n")
+        session.read_until(b"Replacement answer")
+        session.type("the operator's answer\n.\n")
+        assert session.finish() == 0
+    assert b'"text": "the operator\'s answer"' in session.output.split(b"result:")[1]
