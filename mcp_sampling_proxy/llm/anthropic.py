@@ -8,7 +8,7 @@ and tool_result blocks having to lead their user message.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, ClassVar
 
 from .base import Completion, LLMError
 from .errors import unsupported, unsupported_role
@@ -29,6 +29,11 @@ class AnthropicAdapter(HttpAdapter):
     """Fulfils sampling requests through `POST {base_url}/v1/messages`."""
 
     default_base_url = DEFAULT_BASE_URL
+    stop_key = "stop_sequences"
+    tool_choices: ClassVar[dict[str, Any]] = {mode: {"type": kind} for mode, kind in TOOL_CHOICE.items()}
+
+    def tool_spec(self, tool: dict[str, Any]) -> dict[str, Any]:
+        return _tool(tool)
 
     def normalise_base_url(self, base_url: str) -> str:
         return base_url.removesuffix("/v1")  # tolerate an OpenAI-style base_url
@@ -51,21 +56,7 @@ class AnthropicAdapter(HttpAdapter):
         if params.get("systemPrompt"):
             payload["system"] = params["systemPrompt"]
         payload["messages"] = [self._message(m, i) for i, m in enumerate(params.get("messages") or [])]
-        if params.get("temperature") is not None:
-            payload["temperature"] = params["temperature"]
-        if params.get("stopSequences"):
-            payload["stop_sequences"] = list(params["stopSequences"])
-        tools = params.get("tools")
-        if tools:
-            if not self.config.supports_tools:
-                raise unsupported(self.config, "tools", "the request", "tool use is disabled for this provider")
-            payload["tools"] = [_tool(tool) for tool in tools]
-            mode = (params.get("toolChoice") or {}).get("mode")
-            if mode in TOOL_CHOICE:
-                payload["tool_choice"] = {"type": TOOL_CHOICE[mode]}
-            elif mode:
-                raise unsupported(self.config, f"toolChoice mode '{mode}'", "the request")
-        return payload
+        return self.add_options(payload, params)
 
     def _message(self, message: dict[str, Any], index: int) -> dict[str, Any]:
         role = message.get("role")

@@ -7,16 +7,19 @@ response; connection reuse, timeouts, retries and errors are the same for all of
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 
 from .base import Completion, ProviderConfig
+from .errors import unsupported
 from .retry import post_json
 
 
 class HttpAdapter:
     default_base_url = ""
+    stop_key = "stop"  # where the provider wants `stopSequences`
+    tool_choices: ClassVar[dict[str, Any]] = {}  # MCP toolChoice mode -> the provider's value
 
     def __init__(self, config: ProviderConfig, *, transport: httpx.AsyncBaseTransport | None = None):
         self.config = config
@@ -50,6 +53,29 @@ class HttpAdapter:
 
     def parse_response(self, data: dict[str, Any], model: str) -> Completion:
         raise NotImplementedError
+
+    def tool_spec(self, tool: dict[str, Any]) -> dict[str, Any]:
+        """One MCP tool definition in the provider's format."""
+        raise NotImplementedError
+
+    def add_options(self, payload: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+        """temperature, stop sequences, tools and tool choice: the same MCP fields for every
+        provider, only their names and shapes differ."""
+        if params.get("temperature") is not None:
+            payload["temperature"] = params["temperature"]
+        if params.get("stopSequences"):
+            payload[self.stop_key] = list(params["stopSequences"])
+        tools = params.get("tools")
+        if tools:
+            if not self.config.supports_tools:
+                raise unsupported(self.config, "tools", "the request", "tool use is disabled for this provider")
+            payload["tools"] = [self.tool_spec(tool) for tool in tools]
+            mode = (params.get("toolChoice") or {}).get("mode")
+            if mode in self.tool_choices:
+                payload["tool_choice"] = self.tool_choices[mode]
+            elif mode:
+                raise unsupported(self.config, f"toolChoice mode '{mode}'", "the request")
+        return payload
 
     # -- shared --------------------------------------------------------------------------------
     @property

@@ -8,7 +8,7 @@ provider-specific fields, and `metadata` from the request is never forwarded.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, ClassVar
 
 from .base import Completion, LLMError
 from .errors import unsupported, unsupported_role
@@ -28,6 +28,11 @@ class OpenAIAdapter(HttpAdapter):
     """Fulfils sampling requests through `POST {base_url}/chat/completions`."""
 
     default_base_url = DEFAULT_BASE_URL
+    # the same three words as MCP
+    tool_choices: ClassVar[dict[str, Any]] = {"auto": "auto", "required": "required", "none": "none"}
+
+    def tool_spec(self, tool: dict[str, Any]) -> dict[str, Any]:
+        return _tool(tool)
 
     def auth_headers(self, key: str) -> dict[str, str]:
         return {"authorization": f"Bearer {key}"}
@@ -48,21 +53,7 @@ class OpenAIAdapter(HttpAdapter):
         payload: dict[str, Any] = {"model": model, "messages": messages}
         if params.get("maxTokens") is not None:
             payload["max_tokens"] = params["maxTokens"]
-        if params.get("temperature") is not None:
-            payload["temperature"] = params["temperature"]
-        if params.get("stopSequences"):
-            payload["stop"] = list(params["stopSequences"])
-        tools = params.get("tools")
-        if tools:
-            if not self.config.supports_tools:
-                raise unsupported(self.config, "tools", "the request", "tool use is disabled for this provider")
-            payload["tools"] = [_tool(tool) for tool in tools]
-            mode = (params.get("toolChoice") or {}).get("mode")
-            if mode in ("auto", "required", "none"):
-                payload["tool_choice"] = mode  # the same three words in both APIs
-            elif mode:
-                raise unsupported(self.config, f"toolChoice mode '{mode}'", "the request")
-        return payload
+        return self.add_options(payload, params)
 
     def _message(self, message: dict[str, Any], index: int) -> list[dict[str, Any]]:
         """One MCP message; tool results become separate `tool` messages placed first, since
