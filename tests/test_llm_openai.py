@@ -10,8 +10,9 @@ from typing import Any
 import anyio
 import pytest
 from fakes.llm_server import FakeLLMServer
+from llm_support import IMAGE, TOOL, fast_config, user
 
-from mcp_sampling_proxy.llm.base import LLMError, ModelSpec, ProviderConfig, UnsupportedContentError
+from mcp_sampling_proxy.llm.base import LLMError, ProviderConfig, UnsupportedContentError
 from mcp_sampling_proxy.llm.openai import OpenAIAdapter
 
 pytestmark = pytest.mark.anyio
@@ -21,20 +22,7 @@ ENV = "FAKE_OPENAI_KEY"
 
 
 def config(base_url: str, **overrides: Any) -> ProviderConfig:
-    values: dict[str, Any] = {
-        "name": "openai",
-        "type": "openai",
-        "base_url": base_url,
-        "api_key_env": ENV,
-        "models": (ModelSpec("gpt-test"),),
-        "connect_timeout": 1.0,
-        "read_timeout": 2.0,
-        "max_attempts": 3,
-        "backoff_base": 0.01,
-        "backoff_max": 0.05,
-    }
-    values.update(overrides)
-    return ProviderConfig(**values)
+    return fast_config(base_url, name="openai", kind="openai", env=ENV, model="gpt-test", **overrides)
 
 
 @pytest.fixture
@@ -51,24 +39,8 @@ async def adapter(server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch) -> Asy
     await a.aclose()
 
 
-def user(content: Any) -> dict[str, Any]:
-    """A user message; a bare string is shorthand for one text block."""
-    return {
-        "role": "user",
-        "content": {"type": "text", "text": content} if isinstance(content, str) else content,
-    }
-
-
 def params(*messages: dict[str, Any], **extra: Any) -> dict[str, Any]:
     return {"messages": list(messages), "maxTokens": 100, **extra}
-
-
-IMAGE = {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"}
-TOOL = {
-    "name": "get_weather",
-    "description": "Current weather for a city",
-    "inputSchema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-}
 
 
 # -- MCP -> OpenAI --------------------------------------------------------------------------------
