@@ -24,10 +24,11 @@ from mcp_sampling_proxy.console_server import ConsoleServer
 from mcp_sampling_proxy.elicitation import ElicitationService
 from mcp_sampling_proxy.elicitation_console import ElicitationConsoles
 from mcp_sampling_proxy.input_required import InputResolver
+from mcp_sampling_proxy.limits import Limiters
 from mcp_sampling_proxy.llm.base import ModelSpec, ProviderConfig
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.relay import Relay, Session
-from mcp_sampling_proxy.sampling import AdapterPool, Limiters, SamplingService
+from mcp_sampling_proxy.sampling import AdapterPool, SamplingService
 from mcp_sampling_proxy.terminal import Terminal
 from mcp_sampling_proxy.upstream_stdio import exit_status_for
 from mcp_sampling_proxy.wire import DEFAULT_MAX_LINE, LineReader, open_line_reader, open_line_writer

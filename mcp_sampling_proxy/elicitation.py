@@ -21,14 +21,15 @@ from typing import TYPE_CHECKING, Any
 from mcp_sampling_proxy.audit import AuditLog, elapsed_ms, request_fields
 from mcp_sampling_proxy.config import Settings
 from mcp_sampling_proxy.jsonrpc import RpcError
+from mcp_sampling_proxy.limits import limit_key
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.policy import Facts, decide
 from mcp_sampling_proxy.sampling_request import validate_params
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.elicitation_console import ElicitationConsoles
+    from mcp_sampling_proxy.limits import Limiters
     from mcp_sampling_proxy.relay import Relay, Session
-    from mcp_sampling_proxy.sampling import Limiters
 
 log = get_logger("mcp_sampling_proxy.elicitation")
 
@@ -93,8 +94,6 @@ class ElicitationService:
         audit["rule"] = decision.rule
         if decision.action == "deny":
             return answer("decline", decision.message or f"declined by policy rule '{decision.rule}'", "deny")
-        from mcp_sampling_proxy.limits import limit_key
-
         with self._limiters.hold(decision.matched, limit_key(decision.rule, session.server_name)) as refusal:
             if refusal is not None:
                 return answer("decline", refusal.message, "deny", limit=refusal.limit)

@@ -27,11 +27,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcp_sampling_proxy.caps import b64_decoded_size, iter_blocks, serialized_size, text_bytes
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.state import JsonStateFile, state_dir
+
+if TYPE_CHECKING:
+    from mcp_sampling_proxy.config import Rule
 
 log = get_logger("mcp_sampling_proxy.limits")
 
@@ -411,3 +414,43 @@ def format_wait(seconds: float) -> str:
     hours = math.ceil(minutes / 60)
     days, rest = divmod(hours, 24)
     return f"{days} d" + (f" {rest} h" if rest else "")
+
+
+class Limiters:
+    """A rule's rate limit, concurrency limit and token budget, applied to one proxy's requests
+    (sampling and elicitation alike)."""
+
+    def __init__(self, budget: TokenBudget | None = None):
+        self.rate = RateLimiter()
+        self.concurrency = ConcurrencyLimiter()
+        self._budget = budget
+
+    @contextmanager
+    def hold(self, rule: Rule | None, key: str) -> Iterator[Refusal | None]:
+        """Rate limit and concurrency slot for the duration of one request."""
+        limit = rule.rate_limit if rule else None
+        if limit is not None and limit.requests is not None and limit.per is not None:
+            refusal = self.rate.try_acquire(key, limit.requests, limit.per, rule=rule.name)
+            if refusal is not None:
+                yield refusal
+                return
+        if limit is not None and limit.concurrent is not None:
+            with self.concurrency.hold(key, limit.concurrent, rule=rule.name) as refusal:
+                yield refusal
+            return
+        yield None
+
+    def reserve(self, rule: Rule | None, key: str, params: dict[str, Any]) -> Reservation | Refusal | None:
+        if rule is None or rule.budget is None:
+            return None
+        if self._budget is None:
+            self._budget = TokenBudget()
+        return self._budget.reserve(key, rule.budget.tokens, rule.budget.per, estimate_worst_case(params),
+                                    rule=rule.name)
+
+    def settle(self, reservation: Reservation | Refusal | None, tokens: int | None) -> None:
+        if isinstance(reservation, Reservation) and self._budget is not None:
+            if tokens == 0:
+                self._budget.cancel(reservation)
+            else:
+                self._budget.settle(reservation, tokens)

@@ -10,25 +10,15 @@ an optional human review of the answer, and an audit record for every outcome.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from mcp_sampling_proxy import jsonrpc
 from mcp_sampling_proxy.approval import ApprovalRequest, Approver
 from mcp_sampling_proxy.audit import AuditLog, elapsed_ms, request_fields
 from mcp_sampling_proxy.caps import check_caps
-from mcp_sampling_proxy.config import Rule, Settings, effective_limits
+from mcp_sampling_proxy.config import Settings, effective_limits
 from mcp_sampling_proxy.jsonrpc import RpcError
-from mcp_sampling_proxy.limits import (
-    ConcurrencyLimiter,
-    RateLimiter,
-    Refusal,
-    Reservation,
-    TokenBudget,
-    estimate_worst_case,
-    limit_key,
-)
+from mcp_sampling_proxy.limits import Limiters, Refusal, limit_key
 from mcp_sampling_proxy.llm.base import Adapter, Completion, LLMError, ProviderConfig
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.model_choice import Choice, choose_model
@@ -233,45 +223,6 @@ def _tokens(completion: Completion) -> int | None:
 def _limit_error(refusal: Refusal) -> RpcError:
     data = {"limit": refusal.limit, "retryAfter": round(refusal.retry_after, 1)} if refusal.retry_after else None
     return RpcError(jsonrpc.USER_REJECTED, refusal.message, data)
-
-
-class Limiters:
-    """The per-rule rate limits, concurrency limits and token budgets of one proxy."""
-
-    def __init__(self, budget: TokenBudget | None = None):
-        self.rate = RateLimiter()
-        self.concurrency = ConcurrencyLimiter()
-        self._budget = budget
-
-    @contextmanager
-    def hold(self, rule: Rule | None, key: str) -> Iterator[Refusal | None]:
-        """Rate limit and concurrency slot for the duration of one request."""
-        limit = rule.rate_limit if rule else None
-        if limit is not None and limit.requests is not None and limit.per is not None:
-            refusal = self.rate.try_acquire(key, limit.requests, limit.per, rule=rule.name)
-            if refusal is not None:
-                yield refusal
-                return
-        if limit is not None and limit.concurrent is not None:
-            with self.concurrency.hold(key, limit.concurrent, rule=rule.name) as refusal:
-                yield refusal
-            return
-        yield None
-
-    def reserve(self, rule: Rule | None, key: str, params: dict[str, Any]) -> Reservation | Refusal | None:
-        if rule is None or rule.budget is None:
-            return None
-        if self._budget is None:
-            self._budget = TokenBudget()
-        return self._budget.reserve(key, rule.budget.tokens, rule.budget.per, estimate_worst_case(params),
-                                    rule=rule.name)
-
-    def settle(self, reservation: Reservation | Refusal | None, tokens: int | None) -> None:
-        if isinstance(reservation, Reservation) and self._budget is not None:
-            if tokens == 0:
-                self._budget.cancel(reservation)
-            else:
-                self._budget.settle(reservation, tokens)
 
 
 class AdapterPool:
