@@ -169,16 +169,22 @@ def enlarge_pipe(fd: int) -> None:
 async def open_line_reader(fd: int, reader: LineReader) -> None:
     """Attach `reader` to a readable fd (pipe, socket, tty; regular files via a thread)."""
     loop = asyncio.get_running_loop()
-    mode = os.fstat(fd).st_mode
-    if stat.S_ISFIFO(mode):
-        enlarge_pipe(fd)
-    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode):
+    if _pollable(fd):
         try:
             await loop.connect_read_pipe(lambda: reader, _own_copy(fd, "rb"))
             return
         except (OSError, ValueError):
             pass  # e.g. /dev/null cannot be polled: fall back to a reading thread
     _read_in_thread(fd, reader, loop)
+
+
+def _pollable(fd: int) -> bool:
+    """True when the event loop can watch fd (pipes, sockets, terminals); pipes are enlarged first."""
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISFIFO(mode):
+        enlarge_pipe(fd)
+        return True
+    return stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
 
 
 def _own_copy(fd: int, mode: str) -> Any:
@@ -207,10 +213,7 @@ async def open_line_writer(fd: int) -> LineWriter:
     """A `LineWriter` on a writable fd (pipe, socket, tty, or a regular file)."""
     loop = asyncio.get_running_loop()
     writer = LineWriter()
-    mode = os.fstat(fd).st_mode
-    if stat.S_ISFIFO(mode):
-        enlarge_pipe(fd)
-    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode):
+    if _pollable(fd):
         try:
             await loop.connect_write_pipe(lambda: writer, _own_copy(fd, "wb"))
             return writer
