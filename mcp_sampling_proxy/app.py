@@ -257,7 +257,7 @@ def _asyncio_loop() -> Any:
 
 
 def _has_uvloop() -> bool:
-    """uvloop halves the event loop's cost per message, which is most of what the relay adds."""
+    """uvloop cuts the event loop's cost per message, which is most of what the relay adds."""
     if os.environ.get("MCP_SAMPLING_PROXY_NO_UVLOOP"):
         return False
     try:
