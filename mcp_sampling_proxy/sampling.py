@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from mcp_sampling_proxy import jsonrpc
 from mcp_sampling_proxy.approval import ApprovalRequest, Approver
 from mcp_sampling_proxy.audit import AuditLog, elapsed_ms, request_fields
-from mcp_sampling_proxy.caps import check_caps
+from mcp_sampling_proxy.caps import check_caps, serialized_size
 from mcp_sampling_proxy.config import Settings, effective_limits
 from mcp_sampling_proxy.jsonrpc import RpcError
 from mcp_sampling_proxy.limits import Limiters, Refusal, limit_key
@@ -60,9 +60,11 @@ class SamplingService:
             return exc
 
         self._audit.check_usable()
+        raw = message.get("params") or {}
+        size = serialized_size(raw)  # measured once, for both passes of the caps
         try:  # global size caps first: nothing, not even a regex rule, looks at an oversized request
-            params = check_caps(message.get("params") or {}, self._settings.limits).params
-            params = validate(params)
+            checked = check_caps(raw, self._settings.limits, request_bytes=size)
+            params = validate(checked.params)
         except RpcError as exc:
             raise refuse("error", exc) from None
         decision = decide(self._settings.rules, facts_for_sampling(
@@ -74,12 +76,13 @@ class SamplingService:
         if decision.action == "deny":
             reason = decision.message or f"sampling denied by policy rule '{decision.rule}'"
             raise refuse("deny", RpcError(jsonrpc.USER_REJECTED, reason), approver=None)
-        caps = effective_limits(self._settings.limits, rule.limits if rule else None)
-        try:
-            checked = check_caps(params, caps)
-        except RpcError as exc:
-            raise refuse("error", exc) from None
-        params = checked.params
+        if rule is not None and rule.limits is not None:  # the rule's own caps over the global ones
+            try:
+                checked = check_caps(params, effective_limits(self._settings.limits, rule.limits),
+                                     request_bytes=size)
+            except RpcError as exc:
+                raise refuse("error", exc) from None
+            params = checked.params
         for note in checked.notes:
             log.info("request adjusted", note=note)
 
