@@ -101,6 +101,10 @@ def fail(message: str, code: int = 2) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # First act: a same-user server must not read our keys from /proc/PID/environ (see hardening)
+    from mcp_sampling_proxy.hardening import harden_process
+
+    hardening_problems = harden_process()
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list and args_list[0] in SUBCOMMANDS:
         import importlib
@@ -125,8 +129,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ["MCP_SAMPLING_PROXY_NO_TERMINAL"] = "1"
 
     if command:
+        from mcp_sampling_proxy.hardening import become_subreaper
         from mcp_sampling_proxy.upstream_stdio import SpawnError, child_environment, spawn
 
+        become_subreaper()  # whatever the server starts stays below us, where the console socket can tell
         env = child_environment(os.environ, settings.secret_env_vars())
         try:
             process = spawn(command, env)
@@ -145,6 +151,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from mcp_sampling_proxy.log import configure
 
     configure(args.log_level, args.log_format)
+    if hardening_problems:
+        from mcp_sampling_proxy.log import get_logger
+
+        get_logger("mcp_sampling_proxy").warning("process hardening incomplete", problems=hardening_problems)
     from mcp_sampling_proxy.app import RunOptions, run
 
     options = RunOptions(name=args.name, use_terminal=not args.no_terminal,
