@@ -23,6 +23,7 @@ from mcp_sampling_proxy.config import Settings
 from mcp_sampling_proxy.console_server import ConsoleServer
 from mcp_sampling_proxy.elicitation import ElicitationService
 from mcp_sampling_proxy.elicitation_console import ElicitationConsoles
+from mcp_sampling_proxy.hardening import reap_orphans_forever
 from mcp_sampling_proxy.input_required import InputResolver
 from mcp_sampling_proxy.limits import Limiters
 from mcp_sampling_proxy.llm.base import ModelSpec, ProviderConfig
@@ -178,6 +179,7 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
     async with anyio.create_task_group() as tg:
         relay = Relay(host_out.write_line, upstream.send, hooks, tg, session, on_ready=warm_up_imports)
         await tg.start(console.serve)
+        tg.start_soon(reap_orphans_forever, _own_children(upstream))
         host_reader = LineReader(relay.from_host, lambda: end("host closed stdin"),
                                  max_line=options.max_message_bytes, on_oversize=oversize)
         await upstream.attach(relay.from_upstream, lambda: end("upstream"))
@@ -238,6 +240,12 @@ def _approvals_store() -> Any:
     except OSError as exc:
         log.warning("cannot use the state directory; 'always' approvals last for this session only", error=str(exc))
         return None
+
+
+def _own_children(upstream: Upstream) -> set[int]:
+    """Children the orphan reaper must leave alone: the upstream is waited for by its Popen."""
+    process = getattr(upstream, "process", None)
+    return {process.pid} if process is not None else set()
 
 
 def _wire_backpressure(host_out: Any, host_reader: LineReader, upstream: Upstream) -> None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anyio
 
 from mcp_sampling_proxy.log import get_logger
-from mcp_sampling_proxy.sanitize import strip_controls
+from mcp_sampling_proxy.sanitize import one_line, quote, strip_controls
 from mcp_sampling_proxy.terminal import Terminal
 
 if TYPE_CHECKING:
@@ -184,7 +184,7 @@ async def approval_dialogue(params: dict[str, Any], ask: Any, say: Any) -> tuple
 
 async def review_dialogue(result: dict[str, Any], ask: Any, say: Any) -> tuple[bool, dict[str, Any]]:
     """Show the LLM's answer; returns (send it?, the answer as possibly edited)."""
-    say("The LLM answered:\n" + strip_controls(result_text(result)))
+    say("The LLM answered:\n" + quote(result_text(result)))
     answer = ((await ask("Send this answer to the server? [Y]es, [e]dit, [n]o: ")) or "").strip().lower()
     if answer == "e":
         say("Replacement answer; end with a line holding only '.':")
@@ -223,7 +223,8 @@ class TerminalChannel:
         assert terminal is not None
         async with terminal.lock:
             try:
-                terminal.write("\n" + request.summary + "\n")
+                terminal.write(f"\nmcp-sampling-proxy: approval needed for server '{one_line(request.server, 120)}' "
+                               f"(rule '{one_line(request.rule, 120)}'):\n" + quote(request.summary) + "\n")
                 scope, edited = await approval_dialogue(request.params, self._ask, self._say)
             except BaseException:
                 terminal.write("\n(request withdrawn or timed out: denied)\n")
@@ -257,7 +258,7 @@ class ConsoleChannel:
             "type": "pending", "server": request.server, "host": request.host, "tool": request.tool,
             "rule": request.rule, "summary": request.summary, "params": request.params,
         })
-        if not answer.get("approve"):
+        if answer.get("approve") is not True:  # a peer's "false" string must not approve
             return Approval(False, self.name, "rejected at the companion console", "rejected")
         scope = answer.get("scope") if answer.get("scope") in ("once", "session", "always") else "once"
         edited = answer.get("params") if isinstance(answer.get("params"), dict) else None

@@ -128,6 +128,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.no_terminal:
         os.environ["MCP_SAMPLING_PROXY_NO_TERMINAL"] = "1"
 
+    from mcp_sampling_proxy.hardening import mark_relay
+
+    mark_relay()  # a named relay: console sockets refuse whatever runs below it (hardening.refusal)
     if command:
         from mcp_sampling_proxy.hardening import become_subreaper
         from mcp_sampling_proxy.upstream_stdio import SpawnError, child_environment, spawn

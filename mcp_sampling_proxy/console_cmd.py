@@ -3,12 +3,16 @@
 Attaches to each proxy's socket in the user's runtime dir (and to proxies started later), shows
 each pending request (server, tool call, messages, system prompt, preferences, tools) and asks:
 approve once, for this session, always for this server and tool, edit the prompt, or deny.
-Everything shown came from a server, so it is stripped of escape sequences first.
+Everything shown came from a server, so it is validated (console_messages), stripped of escape
+and format characters, and shown quoted. A socket is used only when the process serving it has
+the pid its name says and does not run below a proxy: a governed server could plant a socket of
+its own to phish the user.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections import deque
@@ -20,7 +24,11 @@ import anyio
 import anyio.abc
 
 from mcp_sampling_proxy.approval import approval_dialogue, review_dialogue
-from mcp_sampling_proxy.sanitize import strip_controls
+from mcp_sampling_proxy.console_messages import MAX_LINE, BadMessage, validate
+from mcp_sampling_proxy.log import get_logger
+from mcp_sampling_proxy.sanitize import one_line, quote, strip_controls
+
+log = get_logger("mcp_sampling_proxy.console")
 
 
 class Console:
@@ -31,6 +39,7 @@ class Console:
         self._queue: deque[tuple[Path, dict[str, Any]]] = deque()
         self._ready = anyio.Event()
         self._resolved: set[tuple[Path, str]] = set()
+        self._refused: set[tuple[Path, int]] = set()
 
     def say(self, text: str) -> None:
         self._out.write(text + "\n")
@@ -49,16 +58,39 @@ class Console:
             await self._answer(path, message)
 
     async def _scan(self, tg: anyio.abc.TaskGroup) -> None:
+        from mcp_sampling_proxy.console_server import is_stale
+
         while True:
             for sock in sorted(self._dir.glob("*.sock")):
-                if sock not in self._streams:
-                    try:
-                        stream = await anyio.connect_unix(sock)
-                    except OSError:
-                        continue  # a proxy that is gone (or not ready yet)
-                    self._streams[sock] = stream
-                    tg.start_soon(self._listen, sock, stream)
+                if sock in self._streams or self._known_refused(sock):
+                    continue
+                try:
+                    stream = await anyio.connect_unix(sock)
+                except OSError:
+                    if is_stale(sock):  # left by a proxy that was killed
+                        with contextlib.suppress(OSError):
+                            sock.unlink()
+                    continue  # a proxy that is gone (or not ready yet)
+                why = _refusal(sock, stream)
+                if why:
+                    self._refuse(sock, why)
+                    await stream.aclose()
+                    continue
+                self._streams[sock] = stream
+                tg.start_soon(self._listen, sock, stream)
             await anyio.sleep(0.5)
+
+    def _known_refused(self, sock: Path) -> bool:
+        try:
+            return (sock, sock.lstat().st_ino) in self._refused
+        except OSError:
+            return True
+
+    def _refuse(self, sock: Path, why: str) -> None:
+        with contextlib.suppress(OSError):
+            self._refused.add((sock, sock.lstat().st_ino))
+        log.warning("refused a console socket", path=str(sock), reason=why)
+        self.say(f"[!] ignoring {one_line(str(sock))}: {why}")
 
     async def _listen(self, path: Path, stream: anyio.abc.SocketStream) -> None:
         buffer = b""
@@ -67,22 +99,33 @@ class Console:
                 buffer += chunk
                 while b"\n" in buffer:
                     line, buffer = buffer.split(b"\n", 1)
-                    self._receive(path, json.loads(line))
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError, ValueError):
+                    try:
+                        self._receive(path, validate(json.loads(line)))
+                    except (ValueError, BadMessage) as exc:  # BadMessage is a ValueError too
+                        log.warning("dropped a malformed message from a proxy", path=str(path),
+                                    error=one_line(str(exc)))
+                if len(buffer) > MAX_LINE:
+                    log.warning("a proxy sent an oversized message; disconnected", path=str(path))
+                    break
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             pass
         self._streams.pop(path, None)
+        with contextlib.suppress(OSError, anyio.BrokenResourceError):
+            await stream.aclose()
         self.say(f"[proxy {path.stem}] detached")
 
     def _receive(self, path: Path, message: dict[str, Any]) -> None:
-        kind = message.get("type")
+        kind = message["type"]
         if kind == "hello":
-            self.say(f"[proxy {message.get('pid')}] attached: server '{_clean(message.get('server'))}', "
+            if str(message["pid"]) != path.stem:
+                raise BadMessage(f"hello names pid {message['pid']}, the socket is {path.name}")
+            self.say(f"[proxy {message['pid']}] attached: server '{_clean(message.get('server'))}', "
                      f"host '{_clean(message.get('host'))}'")
         elif kind in ("pending", "review", "elicit"):
             self._queue.append((path, message))
             self._ready.set()
         elif kind == "resolved":
-            self._resolved.add((path, str(message.get("id"))))
+            self._resolved.add((path, message["id"]))
 
     async def _answer(self, path: Path, message: dict[str, Any]) -> None:
         stream = self._streams.get(path)
@@ -93,14 +136,17 @@ class Console:
         if message["type"] == "elicit":
             reply = {**await _elicit(message, self.say), "type": "elicit", "id": message["id"]}
         elif message["type"] == "review":
-            self.say(f"[proxy {path.stem}] " + strip_controls(str(message.get("summary", ""))))
+            self.say(f"[proxy {path.stem}] the LLM's answer for server '{_clean(message.get('server'))}' "
+                     "needs your review:")
+            self.say(quote(message.get("summary") or ""))
             accepted, reviewed = await review_dialogue(message.get("result") or {}, _ask_or_none, self.say)
             reply = {"type": "review", "id": message["id"], "accept": accepted}
             if reviewed != message.get("result"):
                 reply["result"] = reviewed
         else:
-            self.say(f"[proxy {path.stem}] " + strip_controls(str(message.get("summary", ""))))
-            self.say(f"(rule '{_clean(message.get('rule'))}')")
+            self.say(f"[proxy {path.stem}] sampling request from server '{_clean(message.get('server'))}' "
+                     f"(rule '{_clean(message.get('rule'))}'):")
+            self.say(quote(message["summary"]))
             scope, edited = await approval_dialogue(message.get("params") or {}, _ask_or_none, self.say)
             reply = {"type": "decision", "id": message["id"], "approve": scope is not None, "scope": scope or "once"}
             if edited is not None:
@@ -120,10 +166,10 @@ async def _elicit(message: dict[str, Any], say: Any) -> dict[str, Any]:
     from mcp_sampling_proxy.elicitation_console import converse
     from mcp_sampling_proxy.forms import FormError, parse_form
 
-    origin = (str(message.get("server", "")), message.get("tool"))
-    text = str(message.get("message", ""))
+    origin = (message.get("server") or "", message.get("tool"))
+    text = message.get("message") or ""
     if message.get("mode") == "url":
-        return await converse(text, origin, url=str(message.get("url", "")), ask=_ask_or_none, say=say,
+        return await converse(text, origin, url=message.get("url") or "", ask=_ask_or_none, say=say,
                               opener=open_url)
     try:
         form = parse_form(message.get("schema") or {})
@@ -141,7 +187,22 @@ async def _ask_or_none(prompt: str) -> str | None:
 
 
 def _clean(value: Any) -> str:
-    return strip_controls(str(value or ""))
+    """A name from a server, on one line (a newline could forge a line of ours)."""
+    return one_line(str(value or ""), 120)
+
+
+def _refusal(sock: Path, stream: anyio.abc.SocketStream) -> str | None:
+    """Why a socket must not be trusted: its server's pid is not the one in its name, or the
+    server runs below a proxy (a governed server planting a fake proxy socket)."""
+    from mcp_sampling_proxy.hardening import peer_pid, refusal
+
+    try:
+        pid = peer_pid(stream.extra(anyio.abc.SocketAttribute.raw_socket))
+    except (OSError, anyio.TypedAttributeLookupError):
+        pid = None
+    if pid is None or str(pid) != sock.stem:
+        return f"it is served by process {pid}, not by the proxy its name claims"
+    return refusal(pid)
 
 
 async def _ask(prompt: str) -> str:
@@ -154,7 +215,7 @@ async def _ask(prompt: str) -> str:
 
 
 def main(argv: Sequence[str]) -> int:
-    from mcp_sampling_proxy.console_server import runtime_dir
+    from mcp_sampling_proxy.console_server import RuntimeDirError, runtime_dir
     from mcp_sampling_proxy.log import configure
 
     configure("warning", "console")  # stdout is the conversation with the user; logs go to stderr
@@ -164,7 +225,11 @@ def main(argv: Sequence[str]) -> int:
         description="Approve the sampling requests of every running mcp-sampling-proxy of this user from this "
         "terminal (for hosts such as Claude Desktop that start the proxy without one).")
     parser.parse_args(list(argv))
-    directory = runtime_dir()
+    try:
+        directory = runtime_dir()
+    except RuntimeDirError as exc:
+        print(f"mcp-sampling-proxy console: error: {exc}", file=sys.stderr)
+        return 1
 
     async def run() -> None:
         async with anyio.create_task_group() as tg:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import stat
 import tempfile
 from dataclasses import dataclass, field
@@ -29,15 +30,26 @@ from typing import Any
 import anyio
 import anyio.abc
 
+from mcp_sampling_proxy.hardening import cmdline, is_relay, peer_pid, refusal, relay_subcommands
 from mcp_sampling_proxy.log import get_logger
+from mcp_sampling_proxy.sanitize import one_line
 
 log = get_logger("mcp_sampling_proxy.console")
 
 RUNTIME_ENV = "MCP_SAMPLING_PROXY_RUNTIME_DIR"
+MAX_LINE = 16 * 1024 * 1024  # an edited request can be large; a peer sending more is cut off
+
+
+class RuntimeDirError(OSError):
+    """The runtime dir is unsafe to use; the message names the path and what to do."""
 
 
 def runtime_dir() -> Path:
-    """Per-user directory for console sockets: private to the user, created 0700."""
+    """Per-user directory for console sockets: private to the user, created 0700.
+
+    Refused (RuntimeDirError): a symlink or a non-directory in its place, a directory owned by
+    someone else (in /tmp another user can create it first and intercept approvals), and one
+    that others can enter."""
     base = os.environ.get(RUNTIME_ENV)
     if base:
         path = Path(base)
@@ -45,11 +57,84 @@ def runtime_dir() -> Path:
         path = Path(os.environ["XDG_RUNTIME_DIR"]) / "mcp-sampling-proxy"
     else:
         path = Path(tempfile.gettempdir()) / f"mcp-sampling-proxy-{os.getuid()}"
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    info = path.stat()
-    if info.st_uid != os.getuid() or stat.S_IMODE(info.st_mode) & 0o077:
-        raise PermissionError(f"{path} must be owned by you and private (chmod 700)")
+    elsewhere = f"or set {RUNTIME_ENV} to a private directory of yours"
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            path.mkdir(mode=0o700)
+        info = path.lstat()
+    except OSError as exc:
+        raise RuntimeDirError(f"cannot create the console runtime dir {path}: {exc.strerror or exc}; "
+                              f"fix its parent's permissions {elsewhere}") from None
+    if stat.S_ISLNK(info.st_mode):
+        raise RuntimeDirError(f"the console runtime dir {path} is a symbolic link, which could lead "
+                              f"elsewhere; remove it (rm {path}) {elsewhere}")
+    if not stat.S_ISDIR(info.st_mode):
+        raise RuntimeDirError(f"the console runtime dir {path} is not a directory; remove it (rm {path}) {elsewhere}")
+    if info.st_uid != os.getuid():
+        raise RuntimeDirError(f"the console runtime dir {path} belongs to uid {info.st_uid}, not to you "
+                              f"(uid {os.getuid()}): another user may be trying to intercept approvals; "
+                              f"have it removed (by its owner or root) {elsewhere}")
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        raise RuntimeDirError(f"the console runtime dir {path} is open to other users "
+                              f"(mode {stat.S_IMODE(info.st_mode):o}); run: chmod 700 {path}")
     return path
+
+
+def clean_stale_sockets(directory: Path, own_pid: int | None = None) -> list[Path]:
+    """Remove sockets of proxies that are gone (SIGKILLed, crashed): nobody listens on them and
+    their pid is not a running proxy. Only sockets are touched, never other files."""
+    removed: list[Path] = []
+    for path in directory.glob("*.sock"):
+        if path.stem == str(own_pid) or not is_stale(path):
+            continue
+        with contextlib.suppress(OSError):
+            path.unlink()
+            removed.append(path)
+    return removed
+
+
+def is_stale(path: Path) -> bool:
+    """A socket nobody listens on whose pid is not a running proxy (SIGKILLed, crashed)."""
+    pid = int(path.stem) if path.stem.isdigit() else None
+    if pid is not None and _running(pid) and is_relay(pid, relay_subcommands()):
+        return False
+    try:
+        return stat.S_ISSOCK(path.lstat().st_mode) and not _listening(path)
+    except OSError:
+        return False
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return _signalable(pid)
+    return state != b"Z"
+
+
+def _signalable(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _listening(path: Path) -> bool:
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(str(path))
+    except (ConnectionRefusedError, FileNotFoundError):
+        return False
+    except OSError:
+        return True  # busy or unknown: leave it
+    finally:
+        probe.close()
+    return True
 
 
 @dataclass
@@ -75,8 +160,11 @@ class ConsoleServer:
         return bool(self._clients)
 
     async def serve(self, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        own: tuple[int, int] | None = None
         try:
-            self.path = runtime_dir() / f"{os.getpid()}.sock"
+            directory = runtime_dir()
+            clean_stale_sockets(directory, os.getpid())
+            self.path = directory / f"{os.getpid()}.sock"
             with contextlib.suppress(FileNotFoundError):
                 self.path.unlink()
             old_umask = os.umask(0o177)
@@ -84,8 +172,11 @@ class ConsoleServer:
                 listener = await anyio.create_unix_listener(self.path)
             finally:
                 os.umask(old_umask)
+            info = self.path.lstat()
+            own = (info.st_dev, info.st_ino)
         except OSError as exc:
-            log.warning("companion console unavailable", error=str(exc))
+            log.warning("companion console unavailable; approvals can use the terminal or the host only",
+                        error=str(exc))
             task_status.started()
             return
         log.debug("companion console socket ready", path=str(self.path))
@@ -94,10 +185,12 @@ class ConsoleServer:
             async with listener:
                 await listener.serve(self._handle)
         finally:
-            with contextlib.suppress(OSError):
-                self.path.unlink()
+            remove_socket(self.path, own)
 
     async def _handle(self, stream: anyio.abc.SocketStream) -> None:
+        if not self._admit(stream):
+            await stream.aclose()
+            return
         self._clients.add(stream)
         try:
             await self._send(stream, {"type": "hello", "pid": os.getpid(), "server": self._server_name(),
@@ -111,17 +204,37 @@ class ConsoleServer:
                 while b"\n" in buffer:
                     line, buffer = buffer.split(b"\n", 1)
                     self._receive(line)
+                if len(buffer) > MAX_LINE:
+                    log.warning("companion console sent an oversized message; disconnected", size=len(buffer))
+                    break
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             pass
         finally:
             self._clients.discard(stream)
+            await stream.aclose()
+
+    def _admit(self, stream: anyio.abc.SocketStream) -> bool:
+        """Only a console outside every proxy's process tree may answer: never our upstream or
+        anything it started, never a process below another proxy (see hardening.refusal)."""
+        try:
+            pid = peer_pid(stream.extra(anyio.abc.SocketAttribute.raw_socket))
+        except (OSError, anyio.TypedAttributeLookupError):
+            pid = None
+        why = refusal(pid, own_pid=os.getpid())
+        if why is None:
+            return True
+        log.warning("refused a companion console connection", reason=why, peer_pid=pid,
+                    peer_command=one_line(" ".join(cmdline(pid)), 300) if pid else "")
+        return False
 
     def _receive(self, line: bytes) -> None:
         try:
             message = json.loads(line)
         except ValueError:
+            log.warning("companion console sent a line that is not JSON; ignored")
             return
-        if not isinstance(message, dict):
+        if not isinstance(message, dict) or not isinstance(message.get("id"), str):
+            log.warning("companion console sent a malformed message; ignored")
             return
         pending = self._pending.get(str(message.get("id")))
         expected = {"pending": "decision"}.get(pending.message["type"], pending.message["type"]) if pending else ""
@@ -156,3 +269,13 @@ class ConsoleServer:
     @staticmethod
     async def _send(stream: anyio.abc.SocketStream, message: dict[str, Any]) -> None:
         await stream.send(json.dumps(message, ensure_ascii=False).encode("utf-8") + b"\n")
+
+
+def remove_socket(path: Path | None, own: tuple[int, int] | None) -> None:
+    """Unlink our socket, but not a file someone put in its place meanwhile."""
+    if path is None or own is None:
+        return
+    with contextlib.suppress(OSError):
+        info = path.lstat()
+        if (info.st_dev, info.st_ino) == own:
+            path.unlink()

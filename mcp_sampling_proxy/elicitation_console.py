@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from mcp_sampling_proxy.sanitize import strip_controls
+from mcp_sampling_proxy.sanitize import one_line, quote, strip_controls
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.console_server import ConsoleServer
@@ -31,8 +31,8 @@ class Elicitor(Protocol):
 
 def heading(message: str, origin: Origin) -> str:
     server, tool = origin
-    call = f" during tool call '{strip_controls(tool)}'" if tool else " (no host request in flight)"
-    return f"\nServer '{strip_controls(server)}' asks{call}:\n  {strip_controls(message)}"
+    call = f" during tool call '{one_line(tool, 120)}'" if tool else " (no host request in flight)"
+    return f"\nServer '{one_line(server, 120)}' asks{call}:\n{quote(message)}"
 
 
 def url_lines(url: str) -> list[str]:

@@ -121,3 +121,124 @@ def cmdline(pid: int) -> list[str]:
 
 def proc_available() -> bool:
     return (_PROC / str(os.getpid()) / "stat").exists()
+
+
+# --- recognising proxy relay processes ------------------------------------------------------------
+# A relay marks itself with this process name (prctl PR_SET_NAME). Linux lets only a thread of the
+# same process write /proc/PID/comm, and a non-dumpable process cannot be ptraced or have its
+# memory (argv) rewritten by a same-user process, so a server below a relay can neither remove the
+# mark nor rewrite the relay's command line to hide it. A process may put the mark on itself, but
+# that only makes its own descendants refused.
+RELAY_COMM = "mcp-sp-relay"
+PR_SET_NAME = 15
+_ENTRY_POINTS = ("mcp-sampling-proxy", "mcp_sampling_proxy")
+
+
+def mark_relay() -> bool:
+    """Name this process RELAY_COMM so approval sockets can tell its descendants apart."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        return int(ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NAME, ctypes.c_char_p(RELAY_COMM.encode()),
+                                                           0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def comm(pid: int) -> str | None:
+    try:
+        return (_PROC / str(pid) / "comm").read_text(encoding="utf-8", errors="replace").rstrip("\n")
+    except OSError:
+        return None
+
+
+def is_relay(pid: int, subcommands: frozenset[str] = frozenset()) -> bool:
+    """True for a running proxy relay: marked by name, or started as `mcp-sampling-proxy [OPTIONS] ...`
+    (any command line naming the entry point whose next word is not a helper subcommand)."""
+    if comm(pid) == RELAY_COMM:
+        return True
+    argv = cmdline(pid)
+    for index, word in enumerate(argv):
+        base = os.path.basename(word.rstrip("/"))
+        if base in _ENTRY_POINTS or (base == "__main__.py" and os.path.basename(os.path.dirname(word))
+                                     in _ENTRY_POINTS):
+            following = argv[index + 1] if index + 1 < len(argv) else ""
+            return following not in subcommands
+    return False
+
+
+def relay_subcommands() -> frozenset[str]:
+    from mcp_sampling_proxy.cli import SUBCOMMANDS
+
+    return frozenset(SUBCOMMANDS)
+
+
+def refusal(pid: int | None, *, own_pid: int | None = None) -> str | None:
+    """Why a peer process must not answer approvals (None when it may).
+
+    Refused: an unknown peer, one whose ancestry cannot be read, one below `own_pid` (our upstream
+    and anything it started: the subreaper keeps double-forked daemons below us), and one below
+    any other proxy relay (a server under proxy A must not approve proxy B's requests)."""
+    if pid is None:
+        return "the peer's process id is unknown (no SO_PEERCRED)"
+    chain = ancestry(pid)
+    if chain is None:
+        return "the peer's process ancestry cannot be read"
+    if own_pid is not None and own_pid in chain[1:]:
+        return "the peer is a descendant of this proxy (the governed server or a process it started)"
+    subcommands = relay_subcommands()
+    for ancestor in chain[1:]:
+        if is_relay(ancestor, subcommands):
+            return f"the peer runs below proxy process {ancestor} (a governed server or a process it started)"
+    return None
+
+
+# --- reaping orphans ------------------------------------------------------------------------------
+def children(pid: int | None = None) -> list[int] | None:
+    """Direct children of a process (None when /proc cannot tell)."""
+    pid = pid or os.getpid()
+    found: list[int] = []
+    try:
+        tasks = list((_PROC / str(pid) / "task").iterdir())
+        for task in tasks:
+            found += [int(p) for p in (task / "children").read_text().split()]
+    except (OSError, ValueError):
+        return None
+    return found
+
+
+def reap_orphans(keep: set[int]) -> list[int]:
+    """Collect exited orphans the subreaper inherited; return their pids.
+
+    Only children in another session than ours are touched, and never those in `keep`: the
+    upstream runs in its own session and is waited for by its Popen (reaping it here would steal
+    its exit status), and processes we start ourselves (a URL opener) share our session. Orphans
+    from the upstream's tree can never be in our session (a process cannot join another session)."""
+    reaped: list[int] = []
+    own_session = os.getsid(0)
+    for child in children() or []:
+        if child in keep:
+            continue
+        try:
+            if os.getsid(child) == own_session:
+                continue
+            done, _status = os.waitpid(child, os.WNOHANG)
+        except (ProcessLookupError, ChildProcessError, PermissionError):
+            continue
+        if done:
+            reaped.append(done)
+    return reaped
+
+
+async def reap_orphans_forever(keep: set[int], interval: float = 1.0) -> None:
+    """Reap inherited orphans every `interval` seconds, so no zombies pile up below us.
+
+    Polled rather than driven by SIGCHLD: uvloop reserves that signal for itself, and one read of
+    /proc/self/task/*/children a second costs next to nothing."""
+    import anyio
+
+    if not sys.platform.startswith("linux"):
+        return
+    while True:
+        reap_orphans(keep)
+        await anyio.sleep(interval)

@@ -2,12 +2,16 @@
 
 A malicious prompt must not be able to move the cursor, recolour or redraw the screen, set
 the window title or talk to the terminal in any other way, so every escape sequence and
-control character is removed before text reaches a console (newlines and tabs survive).
+control character is removed before text reaches a console (newlines and tabs survive), and
+so is every invisible format character (Unicode category Cf: zero-width spaces, word joiner, BOM,
+bidi marks and overrides, tag characters; ZWJ and ZWNJ stay), which can hide or reorder text. Text
+that could be mistaken for the proxy's own lines is shown quoted (`quote`).
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 
 # CSI (ESC [ ... final), OSC (ESC ] ... BEL/ST), DCS/SOS/PM/APC strings, other two-byte ESC
 # sequences, and the 8-bit C1 forms of CSI/OSC/DCS.
@@ -25,10 +29,25 @@ _ESCAPES = re.compile(
 _CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
+_LINE_BREAKS = re.compile("[\u2028\u2029]")  # line and paragraph separators: real line breaks
+# ZWJ builds emoji sequences and ZWNJ is spelling in Persian and Indic scripts: shown as they are
+_JOINERS = frozenset("\u200c\u200d")
+QUOTE = "  \u2502 "  # "  │ ": every line of server text starts with it, so none looks like ours
+
+
 def strip_controls(text: str) -> str:
-    """Remove escape sequences and control characters; keep newlines and tabs."""
-    text = text.replace("\r\n", "\n")
-    return _CONTROLS.sub("", _ESCAPES.sub("", text))
+    """Remove escape sequences, control and format characters; keep newlines and tabs."""
+    text = _LINE_BREAKS.sub("\n", text.replace("\r\n", "\n"))
+    text = _CONTROLS.sub("", _ESCAPES.sub("", text))
+    if text.isascii():
+        return text
+    return "".join(c for c in text if c.isascii() or c in _JOINERS or unicodedata.category(c) != "Cf")
+
+
+def quote(text: str, prefix: str = QUOTE) -> str:
+    """Server text as an indented block: sanitised, every line prefixed, so a newline in a prompt
+    cannot start a line that looks like the proxy's own (a forged "Server ... asks" header)."""
+    return "\n".join(prefix + line for line in strip_controls(text).split("\n"))
 
 
 def one_line(text: str, limit: int = 200) -> str:

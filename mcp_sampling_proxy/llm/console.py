@@ -10,6 +10,7 @@ from typing import Any
 
 from mcp_sampling_proxy.llm.base import Completion, LLMError, ProviderConfig
 from mcp_sampling_proxy.sampling_request import REQUEST_ORIGIN, describe
+from mcp_sampling_proxy.sanitize import quote
 from mcp_sampling_proxy.terminal import Terminal
 
 
@@ -31,7 +32,7 @@ class ConsoleAdapter:
             )
         async with terminal.lock:
             server, tool = REQUEST_ORIGIN.get()
-            terminal.write("\n" + describe(params, server=server, tool=tool))
+            terminal.write("\n" + quote(describe(params, server=server, tool=tool)))
             terminal.write("\nType the reply; finish with a line holding only '.' (or Ctrl-D):\n")
             lines: list[str] = []
             while True:

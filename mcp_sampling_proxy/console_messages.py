@@ -1,0 +1,61 @@
+"""What a companion console accepts from a proxy socket: every field checked for type and size.
+
+Anything on a socket may come from a hostile peer (a planted socket, a confused process), so a
+message that does not fit is dropped with a log line instead of crashing the console, and no
+field reaches the screen or the dialogue without passing through here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MAX_LINE = 16 * 1024 * 1024
+_NAME = 512  # server, host, tool and rule names
+_ID = 64
+_TEXT = 1024 * 1024  # summaries and messages (the proxy clips what it composes)
+_URL = 16 * 1024
+
+# per type: field -> (accepted types, required, size limit for strings)
+_FIELDS: dict[str, dict[str, tuple[tuple[type, ...], bool, int]]] = {
+    "hello": {"pid": ((int,), True, 0), "server": ((str, type(None)), False, _NAME),
+              "host": ((str, type(None)), False, _NAME)},
+    "pending": {"id": ((str,), True, _ID), "server": ((str, type(None)), False, _NAME),
+                "host": ((str, type(None)), False, _NAME), "tool": ((str, type(None)), False, _NAME),
+                "rule": ((str, type(None)), False, _NAME), "summary": ((str,), True, _TEXT),
+                "params": ((dict,), True, 0)},
+    "review": {"id": ((str,), True, _ID), "server": ((str, type(None)), False, _NAME),
+               "tool": ((str, type(None)), False, _NAME), "summary": ((str,), False, _TEXT),
+               "result": ((dict,), True, 0)},
+    "elicit": {"id": ((str,), True, _ID), "mode": ((str,), True, 8), "server": ((str, type(None)), False, _NAME),
+               "tool": ((str, type(None)), False, _NAME), "message": ((str, type(None)), False, _TEXT),
+               "schema": ((dict, type(None)), False, 0), "url": ((str, type(None)), False, _URL)},
+    "resolved": {"id": ((str,), True, _ID)},
+}
+
+
+class BadMessage(ValueError):
+    """Why a message from a proxy socket was dropped (safe to log: no raw server text)."""
+
+
+def validate(message: Any) -> dict[str, Any]:
+    """The message if every field has the expected type and size; BadMessage otherwise."""
+    if not isinstance(message, dict):
+        raise BadMessage(f"expected a JSON object, got {type(message).__name__}")
+    kind = message.get("type")
+    if not isinstance(kind, str) or kind not in _FIELDS:
+        raise BadMessage("unknown message type")
+    for name, (types, required, limit) in _FIELDS[kind].items():
+        if name not in message:
+            if required:
+                raise BadMessage(f"{kind}: missing '{name}'")
+            continue
+        value = message[name]
+        if isinstance(value, bool) or not isinstance(value, types):
+            raise BadMessage(f"{kind}: '{name}' has the wrong type ({type(value).__name__})")
+        if isinstance(value, str) and limit and len(value) > limit:
+            raise BadMessage(f"{kind}: '{name}' is too long ({len(value)} characters)")
+    if kind == "elicit" and message["mode"] not in ("form", "url"):
+        raise BadMessage("elicit: unknown mode")
+    if kind == "hello" and message["pid"] <= 0:
+        raise BadMessage("hello: bad pid")
+    return message
