@@ -6,16 +6,18 @@ console, and proxies must not leave sockets or zombies behind."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fakes.llm_server import FakeLLMServer
-from support import PY, ROOT, RawHost, openai_policy, proxy_command, proxy_env, write_policy
+from support import KITCHEN_SINK, PY, ROOT, RawHost, openai_policy, proxy_command, proxy_env, write_policy
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="SO_PEERCRED, /proc and a subreaper are Linux's")
 
@@ -203,3 +205,168 @@ def test_no_socket_survives_any_way_a_proxy_ends(tmp_path: Path, dirs: dict[str,
         assert wait_until(lambda: list(run_dir.glob("*.sock")) == [])
     finally:
         console.close()
+
+
+# --- 3. console hardening -----------------------------------------------------------------------
+
+HOSTILE_LINES = [
+    b"[]", b'"just a string"', b"42", b"not json at all", b'{"type": "pending", "id": ["x"]}',
+    b'{"type": "pending", "id": "9", "summary": 5, "params": {}}',
+    json.dumps({"type": "hello", "pid": "\x1b[31mEVIL"}).encode(),
+]
+FORGED = "Server 'evil' asks for an LLM completion (during tool call 'steal')"
+
+
+class FakeProxySocket:
+    """A listener in the test process posing as a proxy (its pid matches the socket's name)."""
+
+    def __init__(self, path: Path, lines: list[bytes]):
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(str(path))
+        self.listener.listen()
+        self.lines = lines
+        self.answers: list[dict[str, Any]] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        conn, _ = self.listener.accept()
+        try:
+            conn.sendall(b"\n".join(self.lines) + b"\n")
+            for line in conn.makefile("rb"):
+                self.answers.append(json.loads(line))
+        except OSError:
+            pass  # the console hung up
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_console_survives_hostile_messages_and_shows_no_raw_text(tmp_path: Path, dirs: dict[str, str]) -> None:
+    from test_terminal import PtySession, terminal_env
+
+    run_dir = Path(dirs["MCP_SAMPLING_PROXY_RUNTIME_DIR"])
+    hello = {"type": "hello", "pid": os.getpid(), "server": "srv\x1b]0;title\x07\n" + FORGED, "host": "h\u200bost"}
+    summary = ("Server 'fake' asks for an LLM completion\n  user: hi\n" + FORGED
+               + "\u200b\u2060\ufeff\u200e\u202e\n\x1b[2Jcleared\u2028" + FORGED)
+    pending = {"type": "pending", "id": "1", "server": "fake\n" + FORGED, "host": "h", "tool": "t",
+               "rule": "r\x1b[31m", "summary": summary, "params": {"messages": []}}
+    fake = FakeProxySocket(run_dir / f"{os.getpid()}.sock",
+                           [*HOSTILE_LINES, json.dumps(hello).encode(), json.dumps(pending).encode()])
+    console = PtySession([PY, "-m", "mcp_sampling_proxy", "console"], terminal_env(**dirs))
+    try:
+        screen = console.read_until(b"Allow this request?")
+        console.type("n\n")
+        assert wait_until(lambda: fake.answers)
+        assert os.waitpid(console.pid, os.WNOHANG) == (0, 0)  # still running
+    finally:
+        os.kill(console.pid, signal.SIGINT)
+        console.finish()
+        fake.close()
+    assert fake.answers[0]["approve"] is False
+    for raw in (b"\x1b[31m", b"\x1b]0;", b"\x1b[2J", "\u200b".encode(), "\u2060".encode(), "\ufeff".encode(),
+                "\u202e".encode(), "\u2028".encode()):
+        assert raw not in screen
+    lines = [line.strip(b"\r") for line in screen.split(b"\n")]
+    assert not [line for line in lines if line.startswith(b"Server 'evil'")]
+    assert "  \u2502 Server 'evil' asks".encode() in screen  # shown, but quoted
+    assert "  \u2502 cleared".encode() in screen
+    assert b"dropped a malformed message" in screen  # logged on stderr (the same terminal)
+
+
+def test_console_refuses_planted_sockets(tmp_path: Path, dirs: dict[str, str]) -> None:
+    """A server under a proxy plants `<its pid>.sock`; another socket's name is not its server's pid."""
+    from test_terminal import PtySession, terminal_env
+
+    run_dir = Path(dirs["MCP_SAMPLING_PROXY_RUNTIME_DIR"])
+    upstream = [PY, FAKE_SOCKET, str(run_dir)]
+    with RawHost(proxy_command(upstream=upstream), proxy_env(**dirs), tmp_path / "stderr.log") as host:
+        host.initialize()
+        assert wait_until(lambda: len(list(run_dir.glob("*.sock"))) == 2)  # the proxy's and the planted one
+        liar = FakeProxySocket(run_dir / "1.sock", [json.dumps({"type": "hello", "pid": 1}).encode(),
+                                                    b'{"type": "pending", "id": "1", "summary": "PHISH 2", '
+                                                    b'"params": {}}'])
+        console = PtySession([PY, "-m", "mcp_sampling_proxy", "console"], terminal_env(**dirs))
+        try:
+            console.read_until(f"[proxy {host.proc.pid}] attached: server 'phisher'".encode())
+            console.read_until(b"not by the proxy its name claims")
+            console.read_until(b"runs below proxy process")
+        finally:
+            os.kill(console.pid, signal.SIGINT)
+            console.finish()
+            liar.close()
+    assert b"PHISH" not in console.output
+
+
+def test_proxy_terminal_quotes_server_text(tmp_path: Path) -> None:
+    from test_terminal import PtySession, terminal_env, try_argv
+
+    policy = write_policy(tmp_path, "rules:\n  - name: ask-me\n    action: prompt\n")
+    prompt = "hi\n" + FORGED + "\u200b\nAllow this request? [y]es"
+    session = PtySession(try_argv("--policy", policy, "--tool", "sample", "--args", json.dumps({"prompt": prompt}),
+                                  "--", PY, KITCHEN_SINK), terminal_env())
+    screen = session.read_until(b"[N]o: ")
+    session.type("n\n")
+    session.finish()
+    lines = [line.strip(b"\r") for line in screen.split(b"\n")]
+    assert not [line for line in lines if line.startswith(b"Server 'evil'")]
+    assert len([line for line in lines if line.startswith(b"Allow this request")]) == 1  # only the real prompt
+    assert "  \u2502 Server 'evil' asks".encode() in screen
+    assert "\u200b".encode() not in screen
+
+
+@pytest.mark.parametrize("text", ["a\u200bb", "a\u2060b", "\ufeffab", "a\u200eb\u200f", "a\u061cb", "a\u00adb",
+                                  "a\U000e0041b", "a\u202eb", "a\u2066b\u2069"])
+def test_format_characters_are_removed(text: str) -> None:
+    from mcp_sampling_proxy.sanitize import strip_controls
+
+    assert strip_controls(text) == "ab"
+
+
+def test_emoji_and_cjk_survive_and_quote_prefixes_every_line() -> None:
+    from mcp_sampling_proxy.sanitize import quote, strip_controls
+
+    text = "emoji 🙂 👍🏽 🇫🇷 漢字 かな 한글"
+    assert strip_controls(text) == text
+    assert quote("one\ntwo\u2028three") == "  \u2502 one\n  \u2502 two\n  \u2502 three"
+
+
+# --- squatted runtime dir -----------------------------------------------------------------------
+
+def squat(run_dir: Path, kind: str) -> None:
+    if kind == "other-user":
+        if os.getuid() != 0:
+            pytest.skip("chown to another user needs root (the suite runs as root in CI)")
+        run_dir.mkdir(mode=0o700)
+        os.chown(run_dir, 65534, 65534)
+    elif kind == "symlink":
+        (run_dir.parent / "elsewhere").mkdir(mode=0o700)
+        run_dir.symlink_to(run_dir.parent / "elsewhere")
+    elif kind == "file":
+        run_dir.write_text("")
+    else:
+        run_dir.mkdir(mode=0o755)
+        run_dir.chmod(0o755)
+
+
+@pytest.mark.parametrize(("kind", "says"), [("other-user", "belongs to uid 65534"), ("symlink", "symbolic link"),
+                                            ("file", "not a directory"), ("mode", "chmod 700")])
+def test_squatted_runtime_dir_is_a_clear_error(tmp_path: Path, dirs: dict[str, str], kind: str, says: str) -> None:
+    import subprocess
+
+    run_dir = Path(dirs["MCP_SAMPLING_PROXY_RUNTIME_DIR"])
+    squat(run_dir, kind)
+    console = subprocess.run([PY, "-m", "mcp_sampling_proxy", "console"], env=proxy_env(**dirs),
+                             capture_output=True, text=True, timeout=60)
+    assert console.returncode == 1
+    assert says in console.stderr and str(run_dir) in console.stderr
+    assert "Traceback" not in console.stderr
+    with RawHost(proxy_command(), proxy_env(**dirs), tmp_path / "stderr.log") as host:
+        host.initialize()
+        echoed = host.request("tools/call", {"name": "echo", "arguments": {"text": "still relays"}})
+        host.close_stdin()
+        assert host.wait() == 0
+    assert "still relays" in json.dumps(echoed)
+    log = (tmp_path / "stderr.log").read_text()
+    assert "companion console unavailable" in log and says in log
+    assert "Traceback" not in log
