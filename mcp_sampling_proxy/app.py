@@ -1,6 +1,6 @@
 """Run one proxy session: host stdio on one side, the upstream on the other, until either ends.
 
-Lifecycle rules: host EOF, SIGTERM or SIGINT stop the upstream gracefully (stdin closed, then
+Lifecycle rules: host EOF, SIGTERM, SIGINT or SIGHUP stop the upstream gracefully (stdin closed, then
 SIGTERM, then SIGKILL of its process group) and exit 0; when the upstream ends on its own,
 every open host request gets an error naming the exit status and the proxy exits non-zero.
 """
@@ -187,7 +187,7 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
         _wire_backpressure(host_out, host_reader, upstream)
         host_out.closed.add_done_callback(lambda _: end("host closed stdout"))
         loop = _asyncio_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.add_signal_handler(sig, end, signal.Signals(sig).name)
 
         await wake.wait()
@@ -207,7 +207,7 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
             log.info("upstream stopped", exit_code=code)
         with anyio.move_on_after(2.0):
             await host_out.close()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(sig)
         tg.cancel_scope.cancel()
     await adapters.aclose()

@@ -181,7 +181,7 @@ def test_no_socket_survives_any_way_a_proxy_ends(tmp_path: Path, dirs: dict[str,
     with started() as host:  # host EOF
         host.close_stdin()
         assert host.wait() == 0
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         with started() as host:
             host.proc.send_signal(sig)
             assert host.wait() == 0
