@@ -89,8 +89,9 @@ class Console:
     def _refuse(self, sock: Path, why: str) -> None:
         with contextlib.suppress(OSError):
             self._refused.add((sock, sock.lstat().st_ino))
-        log.warning("refused a console socket", path=str(sock), reason=why)
-        self.say(f"[!] ignoring {one_line(str(sock))}: {why}")
+        shown = one_line(str(sock))  # a planted file's name is chosen by the attacker
+        log.warning("refused a console socket", path=shown, reason=why)
+        self.say(f"[!] ignoring {shown}: {why}")
 
     async def _listen(self, path: Path, stream: anyio.abc.SocketStream) -> None:
         buffer = b""
