@@ -153,15 +153,16 @@ def comm(pid: int) -> str | None:
 
 
 def is_relay(pid: int, subcommands: frozenset[str] = frozenset()) -> bool:
-    """True for a running proxy relay: marked by name, or started as `mcp-sampling-proxy [OPTIONS] ...`
-    (any command line naming the entry point whose next word is not a helper subcommand)."""
+    """True for a running proxy relay: marked by name, or started as `mcp-sampling-proxy ...`,
+    `python .../mcp-sampling-proxy ...` or `python -m mcp_sampling_proxy ...` with no helper
+    subcommand next. Only those positions count, so a path that merely mentions the project
+    (`uv run --directory ~/src/mcp-sampling-proxy pytest`) does not make a process a relay."""
     if comm(pid) == RELAY_COMM:
         return True
     argv = cmdline(pid)
-    for index, word in enumerate(argv):
-        base = os.path.basename(word.rstrip("/"))
-        if base in _ENTRY_POINTS or (base == "__main__.py" and os.path.basename(os.path.dirname(word))
-                                     in _ENTRY_POINTS):
+    for index, word in enumerate(argv[:16]):
+        entry = index <= 1 or argv[index - 1] == "-m"
+        if entry and os.path.basename(word.rstrip("/")) in _ENTRY_POINTS:
             following = argv[index + 1] if index + 1 < len(argv) else ""
             return following not in subcommands
     return False

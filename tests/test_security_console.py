@@ -370,3 +370,21 @@ def test_squatted_runtime_dir_is_a_clear_error(tmp_path: Path, dirs: dict[str, s
     log = (tmp_path / "stderr.log").read_text()
     assert "companion console unavailable" in log and says in log
     assert "Traceback" not in log
+
+
+@pytest.mark.parametrize(("argv", "relay"), [
+    (["mcp-sampling-proxy", "-c", "import time; time.sleep(30)", "--", "server"], True),
+    (["python", "-c", "import time; time.sleep(30)", "--directory", "/src/mcp-sampling-proxy", "pytest"], False),
+])
+def test_relay_recognised_by_its_command_line_only_where_the_entry_point_stands(argv: list[str], relay: bool) -> None:
+    import subprocess
+
+    from mcp_sampling_proxy.hardening import is_relay, relay_subcommands
+
+    process = subprocess.Popen(argv, executable=PY)
+    try:
+        assert wait_until(lambda: Path(f"/proc/{process.pid}/cmdline").read_bytes().split(b"\0")[0] == argv[0].encode())
+        assert is_relay(process.pid, relay_subcommands()) is relay
+    finally:
+        process.kill()
+        process.wait()
