@@ -245,7 +245,7 @@ def test_an_unsafe_console_directory_fails(tmp_path: Path, capsys: pytest.Captur
     run.chmod(0o777)
     code, out = doctor(capsys)
     assert code == 1
-    assert f"✗ console: socket directory unusable: {run} must be owned by you and private (chmod 700)" in out
+    assert f"✗ console: socket directory unusable: the console runtime dir {run} is open to other users" in out
 
 
 def test_host_configs_are_summarised(environment: Path, capsys: pytest.CaptureFixture[str]) -> None:
