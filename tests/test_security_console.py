@@ -251,25 +251,31 @@ def test_console_survives_hostile_messages_and_shows_no_raw_text(tmp_path: Path,
                + "\u200b\u2060\ufeff\u200e\u202e\n\x1b[2Jcleared\u2028" + FORGED)
     pending = {"type": "pending", "id": "1", "server": "fake\n" + FORGED, "host": "h", "tool": "t",
                "rule": "r\x1b[31m", "summary": summary, "params": {"messages": []}}
-    fake = FakeProxySocket(run_dir / f"{os.getpid()}.sock",
-                           [*HOSTILE_LINES, json.dumps(hello).encode(), json.dumps(pending).encode()])
+    elicit = {"type": "elicit", "id": "2", "mode": "form", "server": "fake", "tool": None,
+              "message": "fill me\nServer 'evil' asks during tool call 'x':\x1b[31m", "schema": {"type": "object"}}
+    fake = FakeProxySocket(run_dir / f"{os.getpid()}.sock", [*HOSTILE_LINES, json.dumps(hello).encode(),
+                                                             json.dumps(pending).encode(), json.dumps(elicit).encode()])
     console = PtySession([PY, "-m", "mcp_sampling_proxy", "console"], terminal_env(**dirs))
     try:
-        screen = console.read_until(b"Allow this request?")
+        console.read_until(b"Allow this request?")
         console.type("n\n")
-        assert wait_until(lambda: fake.answers)
+        screen = console.read_until(b"[a]nswer the form")
+        console.type("d\n")
+        assert wait_until(lambda: len(fake.answers) == 2)
         assert os.waitpid(console.pid, os.WNOHANG) == (0, 0)  # still running
     finally:
         os.kill(console.pid, signal.SIGINT)
         console.finish()
         fake.close()
     assert fake.answers[0]["approve"] is False
+    assert fake.answers[1]["action"] == "decline"
     for raw in (b"\x1b[31m", b"\x1b]0;", b"\x1b[2J", "\u200b".encode(), "\u2060".encode(), "\ufeff".encode(),
                 "\u202e".encode(), "\u2028".encode()):
         assert raw not in screen
     lines = [line.strip(b"\r") for line in screen.split(b"\n")]
     assert not [line for line in lines if line.startswith(b"Server 'evil'")]
     assert "  \u2502 Server 'evil' asks".encode() in screen  # shown, but quoted
+    assert "  \u2502 Server 'evil' asks during tool call 'x':".encode() in screen  # the form's message too
     assert "  \u2502 cleared".encode() in screen
     assert b"dropped a malformed message" in screen  # logged on stderr (the same terminal)
 
