@@ -28,7 +28,7 @@ from mcp_sampling_proxy.input_required import InputResolver
 from mcp_sampling_proxy.limits import Limiters
 from mcp_sampling_proxy.llm.base import ModelSpec, ProviderConfig
 from mcp_sampling_proxy.log import get_logger
-from mcp_sampling_proxy.relay import Relay, Session
+from mcp_sampling_proxy.relay import Relay, Session, peek_id
 from mcp_sampling_proxy.sampling import AdapterPool, SamplingService
 from mcp_sampling_proxy.terminal import Terminal
 from mcp_sampling_proxy.upstream_stdio import exit_status_for
@@ -53,7 +53,7 @@ class Upstream(Protocol):
     reader: Any
     writer: Any
 
-    async def attach(self, on_line: Any, on_eof: Any) -> None: ...
+    async def attach(self, on_line: Any, on_eof: Any, *, max_line: int = ..., on_oversize: Any = None) -> None: ...
     def send(self, line: bytes) -> None: ...
     async def wait(self, timeout: float) -> int | None: ...
     async def stop(self, grace: float) -> int | None: ...
@@ -168,10 +168,12 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
             ended.append(reason)
         wake.set()
 
-    def oversize(size: int) -> None:
-        log.error("host sent a message larger than the limit; dropped", size=size, limit=options.max_message_bytes)
+    def oversize(size: int, head: bytes, tail: bytes) -> None:
+        found, request_id = peek_id(head, tail)
+        log.error("host sent a message larger than the limit; dropped", size=size, limit=options.max_message_bytes,
+                  request_id=request_id)
         host_out.write_line(jsonrpc.error_response(
-            None, jsonrpc.INVALID_REQUEST,
+            request_id if found else None, jsonrpc.INVALID_REQUEST,
             f"message of {size} bytes exceeds the proxy's limit of {options.max_message_bytes} bytes "
             "(--max-message-bytes)"))
 
@@ -182,7 +184,9 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
         tg.start_soon(reap_orphans_forever, _own_children(upstream))
         host_reader = LineReader(relay.from_host, lambda: end("host closed stdin"),
                                  max_line=options.max_message_bytes, on_oversize=oversize)
-        await upstream.attach(relay.from_upstream, lambda: end("upstream"))
+        await upstream.attach(relay.from_upstream, lambda: end("upstream"), max_line=options.max_message_bytes,
+                              on_oversize=lambda size, head, tail: relay.upstream_oversize(
+                                  size, head, tail, options.max_message_bytes))
         await open_line_reader(in_fd, host_reader)
         _wire_backpressure(host_out, host_reader, upstream)
         host_out.closed.add_done_callback(lambda _: end("host closed stdout"))

@@ -92,7 +92,8 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-terminal", action="store_true",
                         help="never use the controlling terminal for approvals or typed replies")
     parser.add_argument("--max-message-bytes", type=int, default=64 * 1024 * 1024, metavar="N",
-                        help="largest message accepted from the host (default: 64 MiB)")
+                        help="largest message accepted from the host or the server (default: 64 MiB); a larger one "
+                        "is dropped and its request answered with an error")
 
 
 def fail(message: str, code: int = 2) -> int:

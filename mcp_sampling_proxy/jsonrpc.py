@@ -1,9 +1,12 @@
-"""Small JSON-RPC helpers: encoding, error objects, and the error codes the proxy uses."""
+"""Small JSON-RPC helpers: strict parsing, encoding, error objects, and the error codes the proxy uses."""
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
+
+import orjson
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -36,9 +39,41 @@ class RpcError(Exception):
         return err
 
 
+def parse(line: bytes) -> Any:
+    """Parse one line as strict JSON; ValueError when it is not.
+
+    Every line from either peer is hostile input. orjson refuses what Python's `json` lets through
+    and a peer may choke on (NaN and Infinity, lone surrogates, invalid UTF-8), and it stops at
+    1024 levels of nesting with an error instead of a RecursionError. It is also several times
+    faster, which is what lets the relay parse every message, large results included."""
+    return orjson.loads(line)
+
+
+_LONG_INTEGER = re.compile(rb"\d{19,}")
+
+
+def parse_exact(line: bytes) -> Any:
+    """Parse a line for re-encoding: orjson reads integers beyond 64 bits as floats, so a line
+    with long digit runs is read again by `json`, which keeps them exact (the line was already
+    validated by `parse`)."""
+    return json.loads(line) if _LONG_INTEGER.search(line) else orjson.loads(line)
+
+
+def usable_id(value: Any) -> bool:
+    """JSON-RPC ids are strings or integers. Others (objects, arrays, booleans, fractions, null)
+    cannot be answered by id and, unhashable, would break every id table."""
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
 def dumps(obj: Any) -> bytes:
-    """Compact JSON bytes for one message (no newline)."""
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    """Compact JSON bytes for one message (no newline).
+
+    A lone surrogate (which a peer's `\\ud800` escape or an LLM's answer can carry) cannot be
+    UTF-8 encoded: such a message is written with ASCII escapes instead, which keeps it exact."""
+    try:
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(obj, separators=(",", ":")).encode("ascii")
 
 
 def response(request_id: Any, result: dict[str, Any]) -> bytes:

@@ -8,7 +8,6 @@ and responses to requests it sent on its own. It knows nothing about LLMs or pol
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 import time
@@ -23,6 +22,7 @@ from mcp_sampling_proxy import jsonrpc
 from mcp_sampling_proxy.jsonrpc import RpcError
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import CLIENT_CAPS_META, CLIENT_INFO_META, PROTOCOL_VERSION_META, SERVER_INFO_META
+from mcp_sampling_proxy.sanitize import one_line
 
 log = get_logger("mcp_sampling_proxy.relay")
 
@@ -145,23 +145,49 @@ class Relay:
 
     # -- host -> upstream ------------------------------------------------------------------
     def from_host(self, line: bytes) -> None:
+        """One line from the host. Whatever it holds, the relay keeps running: a line that is not
+        a JSON-RPC message gets an error (when it has an id to answer) or is dropped with a log line."""
         try:
-            msg = json.loads(line)
+            msg = jsonrpc.parse(line)
         except ValueError as exc:
             log.warning("host sent a line that is not JSON", error=str(exc), size=len(line))
-            self._to_host(jsonrpc.error_response(None, jsonrpc.PARSE_ERROR, f"Parse error: {exc}"))
+            found, request_id = peek_id(line[:1024], line[-256:])
+            self._to_host(jsonrpc.error_response(request_id if found else None, jsonrpc.PARSE_ERROR,
+                                                 f"Parse error: {exc}"))
             return
-        if not isinstance(msg, dict):
-            if isinstance(msg, list):  # a JSON-RPC batch (2025-03-26): relay as is
-                self._to_upstream(line)
-                return
-            self._to_host(
-                jsonrpc.error_response(None, jsonrpc.INVALID_REQUEST, "Invalid Request: expected a JSON object")
-            )
+        if isinstance(msg, list):  # a JSON-RPC batch (2025-03-26 only): each member on its own
+            if not msg:
+                self._to_host(jsonrpc.error_response(None, jsonrpc.INVALID_REQUEST, "Invalid Request: empty batch"))
+            for member in msg:
+                self._guarded(self._host_message, member, None)
             return
+        self._guarded(self._host_message, msg, line)
+
+    def _guarded(self, handle: Callable[[Any, bytes | None], None], msg: Any, line: bytes | None) -> None:
+        """Contain a failure to one message: log it, answer its request if it had one, go on."""
+        try:
+            handle(msg, line)
+        except Exception as exc:
+            log.exception("failed to relay a message; it was dropped", error=str(exc))
+            request_id = msg.get("id") if isinstance(msg, dict) else None
+            if isinstance(msg, dict) and isinstance(msg.get("method"), str) and jsonrpc.usable_id(request_id):
+                reply = jsonrpc.error_response(request_id, jsonrpc.INTERNAL_ERROR, f"mcp-sampling-proxy failed: {exc}")
+                (self._to_host if handle == self._host_message else self._to_upstream)(reply)
+
+    def _host_message(self, msg: Any, line: bytes | None) -> None:
+        problem = envelope_problem(msg)
+        if problem is not None:
+            log.warning("host sent an invalid JSON-RPC message", problem=problem)
+            if not isinstance(msg, dict) or not ("result" in msg or "error" in msg):  # not a response: say so
+                request_id = msg.get("id") if isinstance(msg, dict) and jsonrpc.usable_id(msg.get("id")) else None
+                self._to_host(jsonrpc.error_response(request_id, jsonrpc.INVALID_REQUEST,
+                                                     f"Invalid Request: {problem}"))
+            return
+        if line is None:
+            line = jsonrpc.dumps(msg)
         method = msg.get("method")
         if method is None:  # a response to a server request (or to one of ours)
-            waiter = self._awaiting_host.pop(msg.get("id"), None) if "id" in msg else None
+            waiter = self._awaiting_host.pop(msg["id"], None)
             if waiter is not None:
                 waiter(msg)
             else:
@@ -173,17 +199,21 @@ class Relay:
                 self._to_host(answer)
                 return
             params = msg.get("params")
-            if self._stash and isinstance(params, dict) and params.get("requestState") in self._stash:
-                self._tg.start_soon(self._merge_and_forward, msg, self._stash.pop(params["requestState"]))
+            state = params.get("requestState") if isinstance(params, dict) else None
+            if self._stash and isinstance(state, str) and state in self._stash:
+                self._tg.start_soon(self._merge_and_forward, msg, self._stash.pop(state))
                 return
             self._note_host_request(msg)
             if self._hooks.rewrite_host_request(msg, self.session):
-                line = jsonrpc.dumps(msg)
+                exact = jsonrpc.parse_exact(line)  # integers past 64 bits stay exact in the rewritten line
+                self._hooks.rewrite_host_request(exact, self.session)
+                line = jsonrpc.dumps(exact)
         elif method == "notifications/cancelled":
             params = msg.get("params")
-            if isinstance(params, dict):
-                self.session.inflight.pop(params.get("requestId"), None)
-                resolving = self._resolving.pop(params.get("requestId"), None)
+            request_id = params.get("requestId") if isinstance(params, dict) else None
+            if jsonrpc.usable_id(request_id):
+                self.session.inflight.pop(request_id, None)
+                resolving = self._resolving.pop(request_id, None)
                 if resolving is not None:  # translate to the retry's id, which is what the server knows
                     resolving.scope.cancel()
                     if resolving.current_id is not None:
@@ -221,32 +251,44 @@ class Relay:
 
     # -- upstream -> host ------------------------------------------------------------------
     def from_upstream(self, line: bytes) -> None:
-        if len(line) > LARGE_MESSAGE:
-            found, response_id = peek_response_id(line)
-            request = self.session.inflight.get(response_id) if found else None
-            if request is not None and request.method not in NEGOTIATION:
-                del self.session.inflight[response_id]
-                self._to_host(line)
-                return
+        """One line from the server. Every line is parsed (there is no envelope shortcut: a line
+        that looked like a response could carry a method), and only JSON-RPC objects go on."""
         try:
-            msg = json.loads(line)
-        except ValueError:
-            log.warning("upstream wrote a line that is not JSON; dropped", size=len(line),
-                        start=line[:80].decode("utf-8", "replace"))
+            msg = jsonrpc.parse(line)
+        except ValueError as exc:
+            log.warning("upstream wrote a line that is not JSON; dropped", size=len(line), error=str(exc),
+                        start=one_line(line[:80].decode("utf-8", "replace"), 80))
+            self._undeliverable(line[:1024], line[-256:], jsonrpc.PARSE_ERROR,
+                                f"upstream server '{self.session.server_name}' sent a message that is not "
+                                f"valid JSON ({exc})")
             return
-        if not isinstance(msg, dict):
-            self._to_host(line)
+        if isinstance(msg, list):  # a batch (2025-03-26 only): each member is routed (and inspected) alone
+            for member in msg:
+                self._guarded(self._upstream_message, member, None)
             return
+        self._guarded(self._upstream_message, msg, line)
+
+    def _upstream_message(self, msg: Any, line: bytes | None) -> None:
+        problem = envelope_problem(msg)
+        if problem is not None:
+            log.warning("upstream sent an invalid JSON-RPC message; dropped", problem=problem)
+            if isinstance(msg, dict) and "method" in msg and "id" in msg:  # a request: tell the server
+                request_id = msg.get("id") if jsonrpc.usable_id(msg.get("id")) else None
+                self._to_upstream(jsonrpc.error_response(request_id, jsonrpc.INVALID_REQUEST,
+                                                         f"Invalid Request: {problem}"))
+            return
+        if line is None:
+            line = jsonrpc.dumps(msg)
         method = msg.get("method")
         if method is None:
-            waiter = self._awaiting_upstream.pop(msg.get("id"), None) if "id" in msg else None
+            waiter = self._awaiting_upstream.pop(msg["id"], None)
             if waiter is not None:
                 waiter(msg)
                 return
-            request = self.session.inflight.get(msg.get("id"))
+            request = self.session.inflight.get(msg["id"])
             if request is not None and request.message is not None and self._resolve_input(msg, request):
                 return
-            self.session.inflight.pop(msg.get("id"), None)
+            self.session.inflight.pop(msg["id"], None)
             if request is not None and request.method in NEGOTIATION:
                 self._note_server(msg)
             elif not self.session.server_info:
@@ -263,6 +305,24 @@ class Relay:
         elif method in self._hooks.watched_notifications and not self._hooks.forward_server_notification(msg):
             return
         self._to_host(line)
+
+    def upstream_oversize(self, size: int, head: bytes, tail: bytes, limit: int) -> None:
+        """The server wrote a line over the size limit (dropped unread): answer whoever waits for it."""
+        log.error("upstream sent a message larger than the limit; dropped", size=size, limit=limit)
+        self._undeliverable(head, tail, jsonrpc.INVALID_REQUEST,
+                            f"upstream server '{self.session.server_name}' sent a message of {size} bytes, over "
+                            f"the proxy's limit of {limit} bytes (--max-message-bytes)")
+
+    def _undeliverable(self, head: bytes, tail: bytes, code: int, text: str) -> None:
+        """A server line the relay cannot pass on: whoever waits for it gets an error instead of silence
+        (the host, when it answers a host request; the server, when it is a request of the server's)."""
+        found, message_id = peek_id(head, tail)
+        if not found:
+            return
+        if b'"method"' in head:
+            self._to_upstream(jsonrpc.error_response(message_id, code, text))
+        elif self.session.inflight.pop(message_id, None) is not None:
+            self._to_host(jsonrpc.error_response(message_id, jsonrpc.INTERNAL_ERROR, text))
 
     def _note_server(self, msg: dict[str, Any]) -> None:
         result = _dict(msg.get("result"))
@@ -455,28 +515,44 @@ class Relay:
             resolving.scope.cancel()
 
 
-# Large results (a 5 MB file read, say) are routed from their envelope alone: parsing them
-# just to learn the id costs more than the rest of the relay.
-LARGE_MESSAGE = 256 * 1024
-_RESPONSE_HEAD = re.compile(
-    rb'\A\s*\{\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")\s*,\s*"(?:result|error)"\s*:')
-_RESULT_FIRST = re.compile(rb'\A\s*\{\s*"(?:result|error)"\s*:')
-_ID_LAST = re.compile(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")\s*\}\s*\Z')
+# When a line is too large to keep, only its ends are: enough to find the id it answers.
+_HEAD_ID = re.compile(rb'\A\s*\{(?:\s*"(?:jsonrpc|method)"\s*:\s*"(?:[^"\\]|\\.)*"\s*,)*\s*"id"\s*:\s*'
+                      rb'(-?\d+|"(?:[^"\\]|\\.)*")\s*[,}]')
+_TAIL_ID = re.compile(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")\s*\}\s*\Z')
 
 
-def peek_response_id(line: bytes) -> tuple[bool, Any]:
-    """(True, id) when the envelope alone proves `line` is a response, else (False, None).
+def peek_id(head: bytes, tail: bytes) -> tuple[bool, Any]:
+    """(True, id) when the first or last bytes of an (oversized) message name its id, else (False, None).
 
-    Matches the two layouts SDKs write: id before the result (Python) or after it (TypeScript,
-    where the final `"id": X}` closes the top-level object)."""
-    head = _RESPONSE_HEAD.match(line, 0, 512)
-    if head is not None:
-        return True, json.loads(head.group(1))
-    if _RESULT_FIRST.match(line, 0, 64):
-        tail = _ID_LAST.search(line, len(line) - 256)
-        if tail is not None:
-            return True, json.loads(tail.group(1))
+    Matches the two layouts SDKs write: id near the start (Python) or as the final key
+    (TypeScript, where `"id": X}` closes the top-level object)."""
+    for pattern, part in ((_HEAD_ID, head), (_TAIL_ID, tail)):
+        found = pattern.search(part)
+        if found is not None:
+            try:
+                value = jsonrpc.parse(found.group(1))
+            except ValueError:
+                continue
+            if jsonrpc.usable_id(value):
+                return True, value
     return False, None
+
+
+def envelope_problem(msg: Any) -> str | None:
+    """What makes `msg` unroutable as a JSON-RPC 2.0 message, or None when it is fine."""
+    if not isinstance(msg, dict):
+        return f"expected a JSON object, got {type(msg).__name__}"
+    if "method" in msg:
+        if not isinstance(msg["method"], str):
+            return "method must be a string"
+        if "id" in msg and not jsonrpc.usable_id(msg["id"]):
+            return "id must be a string or an integer"
+        return None
+    if "id" not in msg or not (jsonrpc.usable_id(msg["id"]) or (msg["id"] is None and "error" in msg)):
+        return "a response needs a string or integer id"  # (null only for an error about an unreadable request)
+    if "result" not in msg and "error" not in msg:
+        return "a message needs a method, a result or an error"
+    return None
 
 
 async def _exchange(waiters: dict[Any, Callable[[dict[str, Any]], None]], request_id: Any, send: Send,

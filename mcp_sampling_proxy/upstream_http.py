@@ -56,7 +56,9 @@ class HttpUpstream:
         self._version: str | None = None
         self._failure: str | None = None
 
-    async def attach(self, on_line: Callable[[bytes], None], on_eof: Callable[[], None]) -> None:
+    async def attach(self, on_line: Callable[[bytes], None], on_eof: Callable[[], None], *,
+                     max_line: int | None = None, on_oversize: Any = None) -> None:
+        """(The HTTP transport enforces its own message limits; max_line/on_oversize are for pipes.)"""
         import asyncio
 
         self._on_line = on_line

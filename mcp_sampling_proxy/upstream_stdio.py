@@ -69,12 +69,14 @@ class StdioUpstream:
         self._writer = None
         self.reader = None
 
-    async def attach(self, on_line: Callable[[bytes], None], on_eof: Callable[[], None]) -> None:
-        from mcp_sampling_proxy.wire import LineReader, open_line_reader, open_line_writer
+    async def attach(self, on_line: Callable[[bytes], None], on_eof: Callable[[], None], *,
+                     max_line: int | None = None, on_oversize: Callable[[int, bytes, bytes], None] | None = None,
+                     ) -> None:
+        from mcp_sampling_proxy.wire import DEFAULT_MAX_LINE, LineReader, open_line_reader, open_line_writer
 
         assert self.process.stdin and self.process.stdout and self.process.stderr
         self._writer = await open_line_writer(self.process.stdin.fileno())
-        self.reader = LineReader(on_line, on_eof)
+        self.reader = LineReader(on_line, on_eof, max_line=max_line or DEFAULT_MAX_LINE, on_oversize=on_oversize)
         await open_line_reader(self.process.stdout.fileno(), self.reader)
         await open_line_reader(self.process.stderr.fileno(), LineReader(self._stderr_line, lambda: None))
 

@@ -26,8 +26,16 @@ _F_SETPIPE_SZ = 1031
 LineHandler = Callable[[bytes], None]
 
 
+OversizeHandler = Callable[[int, bytes, bytes], None]  # (size, first bytes, last bytes) of a dropped line
+HEAD_KEPT = 1024  # of an oversized line, enough of each end to find its id
+TAIL_KEPT = 256
+
+
 class LineReader(asyncio.Protocol):
-    """Splits a byte stream into lines; calls `on_line` per line and `on_eof` once at the end."""
+    """Splits a byte stream into lines; calls `on_line` per line and `on_eof` once at the end.
+
+    A line over `max_line` is dropped as it streams in (never buffered whole); `on_oversize` then
+    gets its size and its first and last bytes, so the caller can answer the id it carries."""
 
     def __init__(
         self,
@@ -35,7 +43,7 @@ class LineReader(asyncio.Protocol):
         on_eof: Callable[[], None],
         *,
         max_line: int = DEFAULT_MAX_LINE,
-        on_oversize: Callable[[int], None] | None = None,
+        on_oversize: OversizeHandler | None = None,
     ):
         self._on_line = on_line
         self._on_eof = on_eof
@@ -44,6 +52,9 @@ class LineReader(asyncio.Protocol):
         self._pending: list[bytes] = []
         self._pending_size = 0
         self._discarding = False  # inside an oversized line: drop until its newline
+        self._dropped_size = 0
+        self._dropped_head = b""
+        self._dropped_tail = b""
         self.transport: asyncio.ReadTransport | None = None
         self._eof_sent = False
 
@@ -57,6 +68,12 @@ class LineReader(asyncio.Protocol):
             nl = find(b"\n", start)
             if nl < 0:
                 break
+            if self._discarding:
+                self._discarding = False
+                self._drop(data[start:nl])
+                self._oversize()
+                start = nl + 1
+                continue
             if self._pending:
                 self._pending.append(data[start:nl])
                 line = b"".join(self._pending)
@@ -65,28 +82,41 @@ class LineReader(asyncio.Protocol):
             else:
                 line = data[start:nl]
             start = nl + 1
-            if self._discarding:
-                self._discarding = False
-                continue
             if len(line) > self._max_line:
-                self._oversize(len(line))
+                self._start_dropping(line)
+                self._oversize()
                 continue
             if line.strip():
                 self._on_line(line)
-        if start < len(data) and not self._discarding:
-            rest = data[start:] if start else data
-            self._pending.append(rest)
-            self._pending_size += len(rest)
-            if self._pending_size > self._max_line:
-                size = self._pending_size
-                self._pending.clear()
-                self._pending_size = 0
-                self._discarding = True
-                self._oversize(size)
+        if start >= len(data):
+            return
+        rest = data[start:] if start else data
+        if self._discarding:
+            self._drop(rest)
+            return
+        self._pending.append(rest)
+        self._pending_size += len(rest)
+        if self._pending_size > self._max_line:
+            self._dropped_size = self._pending_size
+            self._dropped_head = _ends(self._pending, HEAD_KEPT, first=True)
+            self._dropped_tail = _ends(self._pending, TAIL_KEPT, first=False)
+            self._pending.clear()
+            self._pending_size = 0
+            self._discarding = True
 
-    def _oversize(self, size: int) -> None:
+    def _start_dropping(self, line: bytes) -> None:
+        self._dropped_size = len(line)
+        self._dropped_head = line[:HEAD_KEPT]
+        self._dropped_tail = line[-TAIL_KEPT:]
+
+    def _drop(self, piece: bytes) -> None:
+        self._dropped_size += len(piece)
+        self._dropped_tail = (self._dropped_tail + piece[-TAIL_KEPT:])[-TAIL_KEPT:]
+
+    def _oversize(self) -> None:
         if self._on_oversize is not None:
-            self._on_oversize(size)
+            self._on_oversize(self._dropped_size, self._dropped_head, self._dropped_tail)
+        self._dropped_head = self._dropped_tail = b""
 
     def eof_received(self) -> bool:
         self._finish()
@@ -99,7 +129,10 @@ class LineReader(asyncio.Protocol):
         if self._eof_sent:
             return
         self._eof_sent = True
-        if self._pending and not self._discarding:
+        if self._discarding:
+            self._discarding = False
+            self._oversize()
+        if self._pending:
             line = b"".join(self._pending)
             self._pending.clear()
             if line.strip():
@@ -156,6 +189,18 @@ class LineWriter(asyncio.Protocol):
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
         await self.closed
+
+
+def _ends(pieces: list[bytes], size: int, *, first: bool) -> bytes:
+    """The first (or last) `size` bytes of the concatenated pieces, without joining them all."""
+    kept: list[bytes] = []
+    total = 0
+    for piece in pieces if first else reversed(pieces):
+        kept.append(piece)
+        total += len(piece)
+        if total >= size:
+            break
+    return b"".join(kept)[:size] if first else b"".join(reversed(kept))[-size:]
 
 
 def enlarge_pipe(fd: int) -> None:

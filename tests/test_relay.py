@@ -235,16 +235,20 @@ def test_2026_era_requests_get_sampling_in_their_meta_capabilities(tmp_path: Pat
     assert "handshake era" in discover["error"]["message"]
 
 
-def test_large_responses_are_routed_by_their_envelope() -> None:
-    from mcp_sampling_proxy.relay import peek_response_id
+def test_the_id_of_an_oversized_message_is_found_from_its_ends() -> None:
+    from mcp_sampling_proxy.relay import peek_id
 
-    assert peek_response_id(b'{"jsonrpc":"2.0","id":5,"result":{"x":1}}') == (True, 5)
-    assert peek_response_id(b'{"jsonrpc": "2.0", "id": "a\\"b", "error": {}}') == (True, 'a"b')
+    def peek(line: bytes) -> tuple[bool, object]:
+        return peek_id(line[:1024], line[-256:])
+
+    assert peek(b'{"jsonrpc":"2.0","id":5,"result":{"x":1}}') == (True, 5)
+    assert peek(b'{"jsonrpc": "2.0", "id": "a\\"b", "error": {}}') == (True, 'a"b')
+    assert peek(b'{"jsonrpc":"2.0","method":"tools/call","id":9,"params":{}}') == (True, 9)
     # TypeScript SDK layout: the id closes the top-level object
-    assert peek_response_id(b'{"result":{"x":{"id":3}},"jsonrpc":"2.0","id":7}') == (True, 7)
-    # a nested id must not be mistaken for the top-level one
-    assert peek_response_id(b'{"result":{"x":{"id":3}}}') == (False, None)
-    assert peek_response_id(b'{"jsonrpc":"2.0","method":"x","id":5}') == (False, None)
+    assert peek(b'{"result":{"x":{"id":3}},"jsonrpc":"2.0","id":7}') == (True, 7)
+    # a nested id must not be mistaken for the top-level one, nor an id that is not usable
+    assert peek(b'{"result":{"x":{"id":3}}}') == (False, None)
+    assert peek(b'{"jsonrpc":"2.0","id":[1],"result":{}}') == (False, None)
 
 
 def test_big_result_passes_intact(tmp_path: Path) -> None:
