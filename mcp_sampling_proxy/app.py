@@ -109,6 +109,18 @@ class ProxyHooks:
         return self._elicitation.forward_notification(message)
 
 
+def build_hooks(settings: Settings, adapters: AdapterPool, audit: AuditLog, terminal: Terminal | None,
+                console: ConsoleServer, offered: capabilities.Offers, approvals_store: Any = None) -> ProxyHooks:
+    """The services behind the relay's hooks, wired as the proxy runs them (tests run the same wiring)."""
+    approver = Approver(build_channels(settings.approval.channels, terminal, console),
+                        timeout=settings.approval.timeout, memory=ApprovalMemory(store=approvals_store))
+    limiters = Limiters()
+    sampling = SamplingService(settings, adapters, approver, audit, limiters)
+    elicitation = ElicitationService(settings, ElicitationConsoles(settings.approval.channels, terminal, console),
+                                     audit, limiters)
+    return ProxyHooks(sampling, elicitation, settings, offered)
+
+
 def claim_stdio() -> tuple[int, int]:
     """Keep private copies of the protocol fds and point 0/1 at /dev/null and stderr, so a
     stray print or a library reading stdin can never corrupt the wire."""
@@ -151,13 +163,7 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
     audit = AuditLog.from_settings(settings)
     session = Session(name_override=options.name)
     console = ConsoleServer(lambda: session.server_name, lambda: session.host_name)
-    approver = Approver(build_channels(settings.approval.channels, terminal, console),
-                        timeout=settings.approval.timeout, memory=ApprovalMemory(store=_approvals_store()))
-    limiters = Limiters()
-    sampling = SamplingService(settings, adapters, approver, audit, limiters)
-    elicitation = ElicitationService(settings, ElicitationConsoles(settings.approval.channels, terminal, console),
-                                     audit, limiters)
-    hooks = ProxyHooks(sampling, elicitation, settings, offered)
+    hooks = build_hooks(settings, adapters, audit, terminal, console, offered, approvals_store=_approvals_store())
     host_out = await open_line_writer(out_fd)
 
     ended: list[str] = []
@@ -178,42 +184,49 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
             "(--max-message-bytes)"))
 
     exit_code = 0
-    async with anyio.create_task_group() as tg:
-        relay = Relay(host_out.write_line, upstream.send, hooks, tg, session, on_ready=warm_up_imports)
-        await tg.start(console.serve)
-        tg.start_soon(reap_orphans_forever, _own_children(upstream))
-        host_reader = LineReader(relay.from_host, lambda: end("host closed stdin"),
-                                 max_line=options.max_message_bytes, on_oversize=oversize)
-        await upstream.attach(relay.from_upstream, lambda: end("upstream"), max_line=options.max_message_bytes,
-                              on_oversize=lambda size, head, tail: relay.upstream_oversize(
-                                  size, head, tail, options.max_message_bytes))
-        await open_line_reader(in_fd, host_reader)
-        _wire_backpressure(host_out, host_reader, upstream)
-        host_out.closed.add_done_callback(lambda _: end("host closed stdout"))
-        loop = _asyncio_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            loop.add_signal_handler(sig, end, signal.Signals(sig).name)
+    try:
+        async with anyio.create_task_group() as tg:
+            relay = Relay(host_out.write_line, upstream.send, hooks, tg, session, on_ready=warm_up_imports)
+            await tg.start(console.serve)
+            tg.start_soon(reap_orphans_forever, _own_children(upstream))
+            host_reader = LineReader(relay.from_host, lambda: end("host closed stdin"),
+                                     max_line=options.max_message_bytes, on_oversize=oversize)
+            await upstream.attach(relay.from_upstream, lambda: end("upstream"), max_line=options.max_message_bytes,
+                                  on_oversize=lambda size, head, tail: relay.upstream_oversize(
+                                      size, head, tail, options.max_message_bytes))
+            await open_line_reader(in_fd, host_reader)
+            _wire_backpressure(host_out, host_reader, upstream)
+            host_out.closed.add_done_callback(lambda _: end("host closed stdout"))
+            loop = _asyncio_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                loop.add_signal_handler(sig, end, signal.Signals(sig).name)
 
-        await wake.wait()
-        reason = ended[0]
-        if reason == "upstream":
-            code = await upstream.wait(2.0)
-            description = upstream.describe_end(code)
-            log.error(f"upstream server {description}", exit_code=code)
-            relay.upstream_gone(description)
-            exit_code = exit_status_for(code)
-            await upstream.stop(0)
-        else:
-            log.info("shutting down", reason=reason)
-            host_reader.pause()
-            relay.cancel_all()
-            code = await upstream.stop(settings.shutdown_timeout)
-            log.info("upstream stopped", exit_code=code)
-        with anyio.move_on_after(2.0):
-            await host_out.close()
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            loop.remove_signal_handler(sig)
-        tg.cancel_scope.cancel()
+            await wake.wait()
+            reason = ended[0]
+            if reason == "upstream":
+                code = await upstream.wait(2.0)
+                description = upstream.describe_end(code)
+                log.error(f"upstream server {description}", exit_code=code)
+                relay.upstream_gone(description)
+                exit_code = exit_status_for(code)
+                await upstream.stop(0)
+            else:
+                log.info("shutting down", reason=reason)
+                host_reader.pause()
+                relay.cancel_all()
+                code = await upstream.stop(settings.shutdown_timeout)
+                log.info("upstream stopped", exit_code=code)
+            with anyio.move_on_after(2.0):
+                await host_out.close()
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                loop.remove_signal_handler(sig)
+            tg.cancel_scope.cancel()
+    except BaseException:
+        # A bug must not leave the server running (one that ignores EOF would outlive us): stop it.
+        log.exception("proxy failed; stopping the upstream server")
+        with anyio.CancelScope(shield=True):
+            await upstream.stop(1.0)
+        raise
     await adapters.aclose()
     audit.close()
     if terminal is not None:

@@ -135,6 +135,19 @@ def request_fields(session: Any, message: dict[str, Any], tool: str | None, **ex
             "request_id": message.get("id"), "tool": tool, "protocol_version": session.protocol_version, **extra}
 
 
+def internal_failure(audit: AuditLog, session: Any, message: dict[str, Any], exc: Exception) -> jsonrpc.RpcError:
+    """A request that ended in a bug: log it, record it like any other ending, and say so to the server."""
+    log.exception("failed to serve server request", method=message.get("method"))
+    tools = session.tools_in_flight()
+    reason = f"mcp-sampling-proxy failed: {type(exc).__name__}: {exc}"
+    try:
+        audit.record(**request_fields(session, message, tools[-1] if tools else None), decision="error",
+                     reason=reason, params=message.get("params"))
+    except Exception:  # the record itself failed (the params are what broke us): keep the ending
+        log.exception("could not write the audit record of a failed request")
+    return jsonrpc.RpcError(jsonrpc.INTERNAL_ERROR, reason)
+
+
 def elapsed_ms(started: float) -> int:
     return int((time.monotonic() - started) * 1000)
 
@@ -206,7 +219,10 @@ class AuditLog:
         for key in DECISION_FIELDS:
             record[key] = event.pop(key, None)
         record.update(event)  # extra facts, e.g. `limit`
-        record["content"] = None if params is _NOT_GIVEN else content_record(params, result, self.content)
+        try:
+            record["content"] = None if params is _NOT_GIVEN else content_record(params, result, self.content)
+        except (RecursionError, ValueError, TypeError) as exc:  # hostile params (too deep to encode): say so
+            record["content"] = {"mode": self.content, "unrecordable": f"{type(exc).__name__}: {exc}"}
         return record
 
     def _mask(self, _logger: Any, _method: str, record: dict[str, Any]) -> dict[str, Any]:

@@ -157,7 +157,10 @@ def b64_decoded_size(data: str) -> int | None:
 
 def serialized_size(params: Any) -> int:
     """Bytes of params as compact JSON (as jsonrpc.dumps writes them)."""
-    text = json.dumps(params, separators=(",", ":"), ensure_ascii=False)
+    try:
+        text = json.dumps(params, separators=(",", ":"), ensure_ascii=False)
+    except RecursionError:
+        raise RpcError(INVALID_PARAMS, "Invalid params: nested too deeply") from None
     return len(text.encode("utf-8", "surrogatepass"))
 
 

@@ -18,7 +18,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from mcp_sampling_proxy.audit import AuditLog, elapsed_ms, request_fields
+from mcp_sampling_proxy import jsonrpc
+from mcp_sampling_proxy.audit import AuditLog, elapsed_ms, internal_failure, request_fields
 from mcp_sampling_proxy.config import Settings
 from mcp_sampling_proxy.jsonrpc import RpcError
 from mcp_sampling_proxy.limits import limit_key
@@ -67,16 +68,31 @@ class ElicitationService:
         """`notifications/elicitation/complete` goes to whoever saw the elicitation."""
         params = message.get("params") if isinstance(message.get("params"), dict) else {}
         elicitation_id = params.get("elicitationId")
-        if elicitation_id in self._at_host:
+        if isinstance(elicitation_id, str) and elicitation_id in self._at_host:
             self._at_host.discard(elicitation_id)
             return True
         log.info("elicitation completed", elicitation_id=elicitation_id)
         return False
 
     async def serve(self, message: dict[str, Any], relay: Relay) -> dict[str, Any]:
+        """Serve one request; every ending, an invalid request or a bug included, leaves an audit record."""
+        try:
+            params = _validate(message.get("params"))
+        except RpcError as exc:
+            tools = relay.session.tools_in_flight()
+            self._audit.record(**request_fields(relay.session, message, tools[-1] if tools else None),
+                               params=message.get("params"), decision="error", reason=exc.message)
+            raise
+        try:
+            return await self._serve(message, params, relay)
+        except RpcError:
+            raise
+        except Exception as exc:
+            raise internal_failure(self._audit, relay.session, message, exc) from None
+
+    async def _serve(self, message: dict[str, Any], params: dict[str, Any], relay: Relay) -> dict[str, Any]:
         started = time.monotonic()
         session = relay.session
-        params = _validate(message.get("params"))
         mode = request_mode(params)
         in_flight = session.tools_in_flight()
         tool = in_flight[-1] if in_flight else None
@@ -102,13 +118,18 @@ class ElicitationService:
                 if mode == "url" and params.get("elicitationId"):
                     self._at_host.add(params["elicitationId"])
                 response = await relay.forward_to_host(message)
-                self._audit.record(**audit, params=params, result=response.get("result"), decision="allow",
+                result = response.get("result")
+                self._audit.record(**audit, params=params, result=result, decision="allow",
                                    reason="forwarded to the host", approver="host",
-                                   action=(response.get("result") or {}).get("action"),
-                                   latency_ms=elapsed_ms(started))
+                                   action=result.get("action") if isinstance(result, dict) else None,
+                                   error=None if isinstance(result, dict) or "error" in response
+                                   else "the host's result is not an object", latency_ms=elapsed_ms(started))
                 if "error" in response:
                     raise RpcError.from_error(response["error"])
-                return response.get("result") or {}
+                if not isinstance(result, dict):
+                    raise RpcError(jsonrpc.INTERNAL_ERROR, "the host answered elicitation/create with a result "
+                                   "that is not an object")
+                return result
             if mode == "form":
                 from mcp_sampling_proxy.forms import FormError, parse_form, sensitive_fields
 

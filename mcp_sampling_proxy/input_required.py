@@ -64,7 +64,7 @@ class InputResolver:
             responses: dict[str, Any] = {}
             for key, entry in (result.get("inputRequests") or {}).items():
                 responses[key] = await self.answer(key, entry, relay)
-            params = dict(message.get("params") or {})
+            params = dict(message["params"]) if isinstance(message.get("params"), dict) else {}
             params.pop("inputResponses", None)
             params.pop("requestState", None)
             if responses:

@@ -115,6 +115,7 @@ class _Resolving:
 @dataclass
 class _Served:
     scope: anyio.CancelScope
+    raw: bytes = b""  # the request as the server sent it: what the host gets when it is forwarded
     at_host: bool = False  # forwarded to the host, which must hear about a cancellation
 
 
@@ -183,8 +184,10 @@ class Relay:
                 self._to_host(jsonrpc.error_response(request_id, jsonrpc.INVALID_REQUEST,
                                                      f"Invalid Request: {problem}"))
             return
-        if line is None:
-            line = jsonrpc.dumps(msg)
+        if line is None and (line := _encode(msg)) is None:
+            self._to_host(jsonrpc.error_response(msg.get("id") if "method" in msg else None, jsonrpc.INVALID_REQUEST,
+                                                 "Invalid Request: nested too deeply to forward"))
+            return
         method = msg.get("method")
         if method is None:  # a response to a server request (or to one of ours)
             waiter = self._awaiting_host.pop(msg["id"], None)
@@ -207,7 +210,11 @@ class Relay:
             if self._hooks.rewrite_host_request(msg, self.session):
                 exact = jsonrpc.parse_exact(line)  # integers past 64 bits stay exact in the rewritten line
                 self._hooks.rewrite_host_request(exact, self.session)
-                line = jsonrpc.dumps(exact)
+                if (line := _encode(exact)) is None:
+                    self.session.inflight.pop(msg["id"], None)
+                    self._to_host(jsonrpc.error_response(msg["id"], jsonrpc.INVALID_REQUEST,
+                                                         "Invalid Request: nested too deeply to forward"))
+                    return
         elif method == "notifications/cancelled":
             params = msg.get("params")
             request_id = params.get("requestId") if isinstance(params, dict) else None
@@ -277,8 +284,9 @@ class Relay:
                 self._to_upstream(jsonrpc.error_response(request_id, jsonrpc.INVALID_REQUEST,
                                                          f"Invalid Request: {problem}"))
             return
-        if line is None:
-            line = jsonrpc.dumps(msg)
+        if line is None and (line := _encode(msg)) is None:
+            log.warning("upstream sent a batch member nested too deeply to forward; dropped")
+            return
         method = msg.get("method")
         if method is None:
             waiter = self._awaiting_upstream.pop(msg["id"], None)
@@ -297,7 +305,7 @@ class Relay:
             return
         if "id" in msg:
             if self._hooks.serves(method):
-                self._start_serving(msg)
+                self._start_serving(msg, line)
                 return
         elif method == "notifications/cancelled":
             if self._cancel_served(msg):
@@ -344,7 +352,8 @@ class Relay:
 
     def _cancel_served(self, msg: dict[str, Any]) -> bool:
         params = _dict(msg.get("params"))
-        served = self._served.get(params.get("requestId"))
+        request_id = params.get("requestId")
+        served = self._served.get(request_id) if jsonrpc.usable_id(request_id) else None
         if served is None:
             return False
         served.scope.cancel()
@@ -354,9 +363,9 @@ class Relay:
         return True
 
     # -- serving server requests -------------------------------------------------------------
-    def _start_serving(self, msg: dict[str, Any]) -> None:
+    def _start_serving(self, msg: dict[str, Any], line: bytes) -> None:
         request_id = msg["id"]
-        served = _Served(anyio.CancelScope())
+        served = _Served(anyio.CancelScope(), raw=line)
         self._served[request_id] = served
         self._tg.start_soon(self._serve, msg, served)
 
@@ -386,8 +395,11 @@ class Relay:
         served = self._served.get(msg["id"])
         if served is not None:
             served.at_host = True
+            raw = raw if raw is not None else served.raw or None
+        if raw is None and (raw := _encode(msg)) is None:
+            raise RpcError(jsonrpc.INVALID_PARAMS, "Invalid params: nested too deeply to forward to the host")
         try:
-            return await self._ask_host(msg["id"], raw if raw is not None else jsonrpc.dumps(msg))
+            return await self._ask_host(msg["id"], raw)
         finally:
             if served is not None:
                 served.at_host = False
@@ -542,6 +554,8 @@ def envelope_problem(msg: Any) -> str | None:
     """What makes `msg` unroutable as a JSON-RPC 2.0 message, or None when it is fine."""
     if not isinstance(msg, dict):
         return f"expected a JSON object, got {type(msg).__name__}"
+    if msg.get("jsonrpc") != "2.0":
+        return 'jsonrpc must be "2.0"'
     if "method" in msg:
         if not isinstance(msg["method"], str):
             return "method must be a string"
@@ -572,6 +586,15 @@ async def _exchange(waiters: dict[Any, Callable[[dict[str, Any]], None]], reques
     finally:
         waiters.pop(request_id, None)
     return answer
+
+
+def _encode(msg: Any) -> bytes | None:
+    """A parsed message as bytes again (batch members, rewritten requests); None when it is nested
+    deeper than the encoder can go (strict JSON allows 1024 levels, the encoder fewer)."""
+    try:
+        return jsonrpc.dumps(msg)
+    except RecursionError:
+        return None
 
 
 def _dict(value: Any) -> dict[str, Any]:

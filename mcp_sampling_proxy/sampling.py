@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from mcp_sampling_proxy import jsonrpc
 from mcp_sampling_proxy.approval import ApprovalRequest, Approver
-from mcp_sampling_proxy.audit import AuditLog, elapsed_ms, request_fields
+from mcp_sampling_proxy.audit import AuditLog, elapsed_ms, internal_failure, request_fields
 from mcp_sampling_proxy.caps import check_caps, serialized_size
 from mcp_sampling_proxy.config import Settings, effective_limits
 from mcp_sampling_proxy.jsonrpc import RpcError
@@ -47,6 +47,15 @@ class SamplingService:
         self._limiters = limiters or Limiters()
 
     async def serve(self, message: dict[str, Any], relay: Relay) -> dict[str, Any]:
+        """Serve one request; every ending, a bug included, leaves an audit record."""
+        try:
+            return await self._serve(message, relay)
+        except RpcError:
+            raise
+        except Exception as exc:
+            raise internal_failure(self._audit, relay.session, message, exc) from None
+
+    async def _serve(self, message: dict[str, Any], relay: Relay) -> dict[str, Any]:
         started = time.monotonic()
         session = relay.session
         in_flight = session.tools_in_flight()
@@ -61,8 +70,11 @@ class SamplingService:
 
         self._audit.check_usable()
         raw = message.get("params") or {}
-        size = serialized_size(raw)  # measured once, for both passes of the caps
         try:  # global size caps first: nothing, not even a regex rule, looks at an oversized request
+            if not isinstance(raw, dict):
+                raise RpcError(jsonrpc.INVALID_PARAMS, f"Invalid params for {message.get('method')}: "
+                               f"params must be an object, not {type(raw).__name__}")
+            size = serialized_size(raw)  # measured once, for both passes of the caps
             checked = check_caps(raw, self._settings.limits, request_bytes=size)
             params = validate(checked.params)
         except RpcError as exc:

@@ -19,6 +19,8 @@ from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 KITCHEN_SINK = str(ROOT / "tests" / "fixtures" / "kitchen_sink_server.py")
@@ -122,7 +124,7 @@ class RawHost:
     def recv(self, timeout: float = 15.0) -> dict[str, Any] | None:
         """The next message (None at EOF); fails the test on timeout."""
         line = self.lines.get(timeout=timeout)
-        return None if line is None else json.loads(line)
+        return None if line is None else orjson.loads(line)  # strict JSON, and up to 1024 levels deep
 
     def request(self, method: str, params: dict[str, Any] | None = None, timeout: float = 15.0) -> dict[str, Any]:
         """Send a request and return its response; other messages on the way are kept in `.seen`."""
@@ -178,17 +180,19 @@ class RawHost:
 
 
 def children_of(pid: int) -> list[int]:
-    """Direct children of a process (Linux /proc)."""
+    """Direct children of a process, from each process's /proc/N/stat (readable even when the parent
+    is non-dumpable, as the proxy is; its /proc/PID/task/*/children is not without CAP_SYS_PTRACE)."""
     found: list[int] = []
-    task_dir = Path(f"/proc/{pid}/task")
-    if not task_dir.exists():
-        return found
-    for task in task_dir.iterdir():
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
         try:
-            found += [int(p) for p in (task / "children").read_text().split()]
+            stat = (entry / "stat").read_text()
         except OSError:
             continue
-    return found
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry.name))
+    return sorted(found)
 
 
 def alive(pid: int) -> bool:
