@@ -625,6 +625,8 @@ _ABOUT_A_SECRET = {
 # A negation before a secret word in the same clause: "do not enter your password", "no API key needed".
 _NEGATIONS = {"not", "no", "never", "without", "nor", "dont", "don't", "don’t"}
 _CONTRAST = {"but", "instead", "however", "except"}  # ends a negation: "no account needed, but your PIN"
+# "Don't forget your PIN", "never lose your passphrase": a negated verb that still asks for it.
+_STILL_ASKS = {"forget", "worry", "hesitate", "lose", "miss", "skip"}
 # Words: runs of lower case, capitalised words, all-caps runs (APIKey -> API, Key), digits.
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+|[^\W\d_A-Za-z]+")
 # Tokens of running text: words (with a contraction: "don't", "isn't"), commas, clause ends.
@@ -666,7 +668,8 @@ def _negation_marks(text: str) -> list[tuple[str, bool]]:
         if lower in _CONTRAST:
             negated = False
         if lower in _NEGATIONS or lower.endswith(("n't", "n’t")):
-            negated = True
+            following = tokens[i + 1].casefold() if i + 1 < len(tokens) else ""
+            negated = following not in _STILL_ASKS
             continue
         marked.extend((word, negated) for word in _words(token))
     return marked

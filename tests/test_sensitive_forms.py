@@ -61,6 +61,8 @@ CASES: list[tuple[str, str, dict[str, Any], str | None]] = [
     ("contrast-ends-negation", "No account needed, but enter your API key", value(), 'message: "api key"'),
     ("comma-ends-negation", "Don't worry, just type your password below", value(), 'message: "password"'),
     ("secret-after-negation", "Enter a PIN, not your password", value(), 'message: "pin"'),
+    ("dont-forget", "Don't forget your 2FA code", value(), 'message: "2 fa"'),
+    ("never-lose", "Type it carefully", one("phrase", description="Never lose your SSH passphrase"), '"passphrase"'),
     # -- not secret -----------------------------------------------------------------------
     ("server-everything", EVERYTHING_MESSAGE, EVERYTHING_SCHEMA, None),
     ("do-not-enter-password", "Do not enter your password here", one("nickname"), None),
@@ -102,7 +104,8 @@ def env(tmp_path: Path) -> dict[str, str]:
 async def _elicit(tmp_path: Path, env: dict[str, str], message: str, schema: dict[str, Any]) -> Any:
     # No console, a host without elicitation: a form that is not secret goes to non_interactive
     # (accept_defaults here, so it visibly got through); a secret form gets sensitive_form (cancel).
-    policy = "elicitation: {route: console, sensitive_form: cancel, non_interactive: accept_defaults}\n"
+    policy = ("elicitation: {route: console, sensitive_form: cancel, non_interactive: accept_defaults}\n"
+              f"audit:\n  path: {tmp_path / 'audit.jsonl'}\n")
     path = write_policy(tmp_path, policy)
     async with sdk_host(proxy_command(path), env, tmp_path / "stderr.log") as host:
         return tool_json(await host.call_tool("elicit_form", {"schema_json": json.dumps(schema), "message": message}))
@@ -126,3 +129,6 @@ async def test_fastmcp_password_form_gets_the_sensitive_form_action(tmp_path: Pa
     log = (tmp_path / "stderr.log").read_text()
     assert "forbids in form mode" in log
     assert 'message: \\"password\\"' in log or 'message: "password"' in log
+    records = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    reasons = [record.get("reason", "") for record in records]
+    assert any('asks for secrets (message: "password")' in reason for reason in reasons), reasons
