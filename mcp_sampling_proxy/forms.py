@@ -629,6 +629,7 @@ _CONTRAST = {"but", "instead", "however", "except"}  # ends a negation: "no acco
 _STILL_ASKS = {"forget", "worry", "hesitate", "lose", "miss", "skip"}
 # Words: runs of lower case, capitalised words, all-caps runs (APIKey -> API, Key), digits.
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+|[^\W\d_A-Za-z]+")
+_CLAUSE_ENDS = set(".;:!?()[]\n")  # a negation never reaches past these
 # Tokens of running text: words (with a contraction: "don't", "isn't"), commas, clause ends.
 _TOKEN = re.compile(r"[^\W_]+(?:['’][^\W_]+)?|,|[.;:!?()\[\]\n]")
 
@@ -657,12 +658,11 @@ def _negation_marks(text: str) -> list[tuple[str, bool]]:
     for i, token in enumerate(tokens):
         lower = token.casefold()
         if token == ",":
-            rest = list(itertools.takewhile(lambda t: t not in {",", ".", ";", ":", "!", "?", "(", ")", "[", "]", "\n"},
-                                            tokens[i + 1 :]))
+            rest = list(itertools.takewhile(lambda t: t != "," and t not in _CLAUSE_ENDS, tokens[i + 1 :]))
             if not (len(rest) <= 2 or (rest and rest[0].casefold() in {"or", "and", "nor"})):
                 negated = False
             continue
-        if not token[0].isalnum() and token[0] != "_":
+        if token in _CLAUSE_ENDS:
             negated = False
             continue
         if lower in _CONTRAST:
