@@ -131,18 +131,18 @@ class ElicitationService:
                                    "that is not an object")
                 return result
             if mode == "form":
-                from mcp_sampling_proxy.forms import FormError, parse_form, sensitive_fields
+                from mcp_sampling_proxy.forms import FormError, parse_form, secret_reasons
 
                 try:
                     form = parse_form(params.get("requestedSchema") or {})
                 except FormError as exc:
                     return answer("decline", f"unsupported form: {exc}", "error")
-                secrets = sensitive_fields(form)
+                secrets = secret_reasons(form, str(params.get("message", "")))
                 if secrets and self._settings.sensitive_form != "allow":
-                    log.warning("form asks for secrets, which MCP forbids in form mode", fields=secrets,
+                    log.warning("form asks for secrets, which MCP forbids in form mode", triggered_by=secrets,
                                 server=session.server_name)
                     return answer(self._settings.sensitive_form,
-                                  f"the form asks for secrets ({', '.join(secrets)}); elicitation.sensitive_form",
+                                  f"the form asks for secrets ({'; '.join(secrets)}); elicitation.sensitive_form",
                                   "deny")
             console = self._consoles.available() if route == "console" else None
             if console is None:

@@ -605,18 +605,33 @@ _FORMAT_CHECKS = {"email": _is_email, "uri": _is_uri, "date": _is_date, "date-ti
 
 _SECRET_WORDS = {
     "password", "passwd", "passcode", "passphrase", "pin", "secret", "token", "credential",
-    "apikey", "cvv", "cvc", "iban", "ssn",
+    "apikey", "cvv", "cvc", "iban", "ssn", "otp", "totp", "mfa", "mnemonic",
 }  # fmt: skip
 _SECRET_PHRASES = {
     ("api", "key"), ("access", "key"), ("private", "key"), ("client", "secret"), ("credit", "card"),
-    ("card", "number"), ("social", "security"), ("security", "code"),
+    ("card", "number"), ("social", "security"), ("security", "code"), ("2", "fa"), ("verification", "code"),
+    ("seed", "phrase"), ("recovery", "phrase"), ("recovery", "code"), ("backup", "code"), ("bank", "account"),
+    ("connection", "string"),
 }  # fmt: skip
 _SECRET_WORDS |= {"".join(phrase) for phrase in _SECRET_PHRASES}  # "apiKey" splits; "apikey" does not
 _VOCABULARY = _SECRET_WORDS | {word for phrase in _SECRET_PHRASES for word in phrase}
 # "max_tokens", "token count": a number of tokens, not a token.
 _TOKEN_COUNTS = {"max", "min", "maximum", "minimum", "num", "number", "count", "limit", "budget", "usage"}
+# "password policy", "token name", "secret santa": something about a secret, not the secret itself.
+_ABOUT_A_SECRET = {
+    "policy", "length", "strength", "hint", "manager", "rule", "requirement", "reset", "expiry", "expiration",
+    "type", "name", "santa", "scope", "permission",
+}  # fmt: skip
+# A negation before a secret word in the same clause: "do not enter your password", "no API key needed".
+_NEGATIONS = {"not", "no", "never", "without", "nor", "dont", "don't", "don’t"}
+_CONTRAST = {"but", "instead", "however", "except"}  # ends a negation: "no account needed, but your PIN"
+# "Don't forget your PIN", "never lose your passphrase": a negated verb that still asks for it.
+_STILL_ASKS = {"forget", "worry", "hesitate", "lose", "miss", "skip"}
 # Words: runs of lower case, capitalised words, all-caps runs (APIKey -> API, Key), digits.
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+|[^\W\d_A-Za-z]+")
+_CLAUSE_ENDS = set(".;:!?()[]\n")  # a negation never reaches past these
+# Tokens of running text: words (with a contraction: "don't", "isn't"), commas, clause ends.
+_TOKEN = re.compile(r"[^\W_]+(?:['’][^\W_]+)?|,|[.;:!?()\[\]\n]")
 
 
 def _words(text: str) -> list[str]:
@@ -629,36 +644,114 @@ def _words(text: str) -> list[str]:
     return words
 
 
+def _negation_marks(text: str) -> list[tuple[str, bool]]:
+    """Each word of `text` (split as `_words` does) with whether a negation governs it.
+
+    A negation ("not", "no", "never", "without", "don't", any "-n't") holds to the end of its
+    clause: up to . ; : ! ? or brackets, a "but"/"instead", or a comma followed by more than a
+    short list item ("do not give us your phone number, pin, or other info" stays negated;
+    "don't worry, enter your password" does not).
+    """
+    tokens = _TOKEN.findall(text)
+    marked: list[tuple[str, bool]] = []
+    negated = False
+    for i, token in enumerate(tokens):
+        lower = token.casefold()
+        if token == ",":
+            rest = list(itertools.takewhile(lambda t: t != "," and t not in _CLAUSE_ENDS, tokens[i + 1 :]))
+            if not (len(rest) <= 2 or (rest and rest[0].casefold() in {"or", "and", "nor"})):
+                negated = False
+            continue
+        if token in _CLAUSE_ENDS:
+            negated = False
+            continue
+        if lower in _CONTRAST:
+            negated = False
+        if lower in _NEGATIONS or lower.endswith(("n't", "n’t")):
+            following = tokens[i + 1].casefold() if i + 1 < len(tokens) else ""
+            negated = following not in _STILL_ASKS
+            continue
+        marked.extend((word, negated) for word in _words(token))
+    return marked
+
+
+def secret_phrase(text: str) -> str | None:
+    """The words of `text` that ask for a secret ("password", "api key"), or None.
+
+    Whole words only (names split at case changes, digits and punctuation; plurals count), so
+    "tokenizer", "pinned", "keyboard" or "secretary" do not match. Not a secret: a negated
+    mention ("never share your PIN"), a number of tokens ("max tokens", "token count"), and
+    something about a secret rather than the secret ("password policy", "secret santa").
+    """
+    marked = _negation_marks(text)
+    words = [word for word, _ in marked]
+    for i, (word, negated) in enumerate(marked):
+        after = words[i + 1] if i + 1 < len(words) else ""
+        pair = (word, after)
+        if pair in _SECRET_PHRASES:
+            hit, end = " ".join(pair), i + 1
+        elif word in _SECRET_WORDS:
+            hit, end = word, i
+        else:
+            continue
+        if negated:
+            continue
+        neighbours = set(words[max(i - 1, 0) : i] + words[i + 1 : i + 2])
+        if hit == "token" and neighbours & _TOKEN_COUNTS:
+            continue
+        if end + 1 < len(words) and words[end + 1] in _ABOUT_A_SECRET:
+            continue
+        return hit
+    return None
+
+
 def _looks_secret(text: str) -> bool:
-    words = _words(text)
-    for i, word in enumerate(words):
-        if word in _SECRET_WORDS:
-            neighbours = set(words[max(i - 1, 0) : i] + words[i + 1 : i + 2])
-            if word == "token" and neighbours & _TOKEN_COUNTS:
-                continue
-            return True
-    return any(pair in _SECRET_PHRASES for pair in itertools.pairwise(words))
+    return secret_phrase(text) is not None
+
+
+def _typed_fields(form: Form) -> list[Field]:
+    """Fields the user types into: a yes/no or a choice from a list cannot carry a secret."""
+    return [field for field in form if field.kind in ("string", "number", "integer")]
+
+
+def secret_reasons(form: Form, message: str = "") -> list[str]:
+    """Why this form looks like it asks for a secret (empty when it does not), one per cause.
+
+    Each names what triggered it, for the log, the audit reason and the console warning:
+    `field 'value' (format password)`, `field 'pin' (title): "pin code"`, `message: "password"`.
+    The request message counts too ("Enter your database password" with one field named
+    `value`), but only when the form has a field the user types into.
+    """
+    reasons = []
+    typed = _typed_fields(form)
+    phrase = secret_phrase(message) if typed else None
+    if phrase is not None:
+        reasons.append(f'message: "{phrase}"')
+    for field in typed:
+        reason = _field_reason(field)
+        if reason is not None:
+            reasons.append(f"field {_quote(field.name)} {reason}")
+    return reasons
+
+
+def _field_reason(field: Field) -> str | None:
+    if (field.format or "").casefold() == "password":
+        return "(format password)"
+    for part, text in (("name", field.name), ("title", field.title), ("description", field.description)):
+        phrase = secret_phrase(text or "")
+        if phrase is not None:
+            return f'({part}): "{phrase}"'
+    return None
 
 
 def sensitive_fields(form: Form) -> list[str]:
-    """Names of fields that look like they ask for a secret.
+    """Names of fields that look like they ask for a secret (see `secret_reasons`).
 
-    Only fields the user types into (string, number, integer) are considered: a yes/no or a
-    choice from a list cannot carry a secret. A field is sensitive when its format is
-    "password", or its name, title or description contains a secret word or phrase. Matching
-    is on whole words — names are split at case changes, digits and punctuation (apiKey,
-    api_key, API-KEY, APIKey all give "api key"), plurals count — so "tokenizer", "pinned" or
-    "secretary" do not match, and "max_tokens" / "token count" (a number of tokens) do not.
+    Only fields the user types into (string, number, integer) are considered. A field is
+    sensitive when its format is "password", or its name, title or description asks for a
+    secret word or phrase (`secret_phrase`).
     """
-    found = []
-    for field in form:
-        if field.kind not in ("string", "number", "integer"):
-            continue
-        if (field.format or "").casefold() == "password" or any(
-            _looks_secret(text) for text in (field.name, field.title or "", field.description or "")
-        ):
-            found.append(field.name)
-    return found
+    return [field.name for field in _typed_fields(form) if _field_reason(field) is not None]
 
 
 # -- small helpers ----------------------------------------------------------------------------
