@@ -134,7 +134,8 @@ class FileReport:
 
 
 class Verifier:
-    """Checks files in order as one chain; raises Broken at the first bad line."""
+    """Checks files in order, raising Broken at the first bad line. A file whose first record
+    `continues` another must link to the file given before it; a new log starts its own chain."""
 
     def __init__(self) -> None:
         self.head: str | None = None  # the hash the next record must link to (None: before any file)
@@ -194,19 +195,25 @@ class Verifier:
     def _check_start_link(self, path: str, number: int, record: dict[str, Any], report: FileReport) -> None:
         prev = record.get("prev_hash")
         continues = record.get("continues")
-        if self.head is not None:  # an earlier file was given: this one must continue it
+        if not continues:  # a new log starts its own chain, whatever file was given before it
+            if prev != GENESIS:
+                raise Broken(path, number, "the first record says this is a new log (continues: null), but its "
+                             "prev_hash is not the genesis value")
+            writer = record.get("proxy_id")
+            if self.head is not None and writer in self.last_seq:
+                raise Broken(path, number, f"prev_hash is the genesis value (a new log), but its writer (proxy "
+                             f"{writer}) also wrote the file given before it: files are out of order (give them "
+                             "oldest first)")
+            report.notes.append("the chain starts here (genesis)" if self.head is None else
+                                "a new log: its chain starts here (genesis), independent of the file before it")
+        elif self.head is not None:  # a rotated file was given before: this one must continue it
             if prev != self.head:
                 raise Broken(path, number, f"prev_hash {str(prev)[:16]}… does not match the last hash of the file "
                              f"given before it ({self.head[:16]}…): a file is missing in between, files are out of "
                              "order (give them oldest first), or records were deleted at the end of the previous file")
-        elif prev == GENESIS:
-            report.notes.append("the chain starts here (genesis)")
-        elif continues:
+        else:
             report.notes.append(f"continues the chain of {predecessor(path)} (last hash {str(prev)[:16]}…), not "
                                 "given: give the rotated files first, oldest first, to check the link")
-        else:
-            raise Broken(path, number, "the first record says this is a new log (continues: null), but its "
-                         "prev_hash is not the genesis value")
 
     def _check_seal(self, path: str, number: int, record: dict[str, Any], pending: _Pending, report: FileReport,
                     first: bool) -> None:
@@ -347,6 +354,9 @@ def format_record(record: dict[str, Any]) -> str:
     parts = [ts, _s(record.get("server") or "?", 40)]
     if record.get("tool"):
         parts.append(f"tool={_s(record['tool'], 40)}")
+    if record.get("method") == "elicitation/create":
+        parts.append(elicitation_outcome(record))
+        return "  ".join(parts)
     decision = _s(record.get("decision") or "?", 20)
     if record.get("approver") and decision in ("approved", "rejected", "timeout"):
         decision += f" by {_s(record['approver'], 20)}"
@@ -366,6 +376,29 @@ def format_record(record: dict[str, Any]) -> str:
     elif record.get("decision") in (*DENIED, "error") and record.get("reason"):
         parts.append(f"reason: {_s(record['reason'], 200)}")
     return "  ".join(parts)
+
+
+ELICITATION_ACTIONS = {"accept": "accepted", "decline": "declined", "cancel": "cancelled"}
+
+
+def elicitation_outcome(record: dict[str, Any]) -> str:
+    """What the server was answered and who or what decided it. An elicitation's `decision` says
+    how the policy ended (a non-interactive decline is `deny` even under an allow rule), so the
+    answer (`action`) and the reason are what tell the story: "declined (nobody can be asked ...)"."""
+    action = record.get("action")
+    approver = record.get("approver")
+    if action is None:
+        text = f"no answer from {_s(approver, 20)}" if approver else "no answer"
+    else:
+        text = ELICITATION_ACTIONS.get(action, _s(action, 20))
+        if approver:
+            text += f" by {_s(approver, 20)}"
+    details = []
+    if not approver and record.get("reason"):
+        details.append(_s(record["reason"], 200))
+    if record.get("rule"):
+        details.append(f"rule {_s(record['rule'], 40)}")
+    return f"{text} ({'; '.join(details)})" if details else text
 
 
 def _render(record: dict[str, Any], as_json: bool) -> str:

@@ -344,13 +344,14 @@ def _parse_provider(name: str, node: Node) -> ProviderConfig:
 def _parse_model(node: Node) -> ModelSpec:
     if not node.is_mapping():
         return ModelSpec(node.str())
-    fields = node.mapping(("name", "cost", "speed", "intelligence"))
+    fields = node.mapping(("name", "cost", "speed", "intelligence", "reasoning"))
     if "name" not in fields:
         raise node.error("a model entry written as a mapping needs name: MODEL")
     ratings = {
         key: fields[key].number(minimum=0, maximum=1) for key in ("cost", "speed", "intelligence") if key in fields
     }
-    return ModelSpec(fields["name"].str(), **ratings)
+    reasoning = fields["reasoning"].bool() if "reasoning" in fields else None
+    return ModelSpec(fields["name"].str(), **ratings, reasoning=reasoning)
 
 
 def _parse_sampling(node: Node) -> SamplingSettings:

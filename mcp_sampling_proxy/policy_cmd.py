@@ -74,7 +74,7 @@ def explain_main(policy: str, request: str, *, server: str, tool: str | None, ho
         print(f"{PROG} explain: error: {exc}", file=sys.stderr)
         return 2
     facts = facts_for_sampling(params, server=server, host=host, tools_in_flight=(tool,) if tool else ())
-    print("\n".join(explain(settings, facts)))
+    print("\n".join(explain(settings, facts, preferences=params.get("modelPreferences"))))
     return 0
 
 
@@ -108,7 +108,7 @@ def read_request(path: str) -> dict[str, Any]:
                          "consulting the policy)") from None
 
 
-def explain(settings: Settings, facts: Facts) -> list[str]:
+def explain(settings: Settings, facts: Facts, preferences: Any = None) -> list[str]:
     """The explanation's lines: the request, each rule up to the match, the limits that then apply."""
     lines = [f"policy: {settings.source} ({len(settings.rules)} rules)", *describe_facts(facts)]
     decision = decide(settings.rules, facts)
@@ -125,8 +125,19 @@ def explain(settings: Settings, facts: Facts) -> list[str]:
     if decision.action == "deny":
         lines.append("limits: none apply (the request is denied)")
     else:
-        lines.extend(describe_limits(settings.limits, decision.matched))
+        lines.extend(describe_limits(settings.limits, decision.matched, model_line=model_reason(settings, preferences)))
     return lines
+
+
+def model_reason(settings: Settings, preferences: Any) -> str:
+    """Which model the proxy would pick without a rule override, and each step of why."""
+    if not settings.providers:
+        return "chosen at run time from the providers in the environment (none in the policy)"
+    from mcp_sampling_proxy.model_choice import choose_model
+
+    choice = choose_model(settings.providers, preferences, aliases=settings.aliases,
+                          default_provider=settings.default_provider)
+    return f"{choice.provider}/{choice.model}: {choice.reason}"
 
 
 def describe_facts(facts: Facts) -> list[str]:
@@ -143,7 +154,7 @@ def describe_facts(facts: Facts) -> list[str]:
     ]
 
 
-def describe_limits(base: SizeLimits, rule: Rule | None) -> list[str]:
+def describe_limits(base: SizeLimits, rule: Rule | None, model_line: str | None = None) -> list[str]:
     limits = effective_limits(base, rule.limits if rule else None)
     overridden = {k for k, v in vars(rule.limits).items() if v is not None} if rule and rule.limits else set()
 
@@ -178,5 +189,6 @@ def describe_limits(base: SizeLimits, rule: Rule | None) -> list[str]:
         chosen = ", ".join(f"{k} '{v}'" for k, v in (("provider", rule.provider), ("model", rule.model)) if v)
         lines.append(f"  provider/model: {chosen} (set by rule '{rule.name}')")
     else:
-        lines.append("  provider/model: chosen from the request's model preferences (no rule override)")
+        lines.append(f"  provider/model: {model_line}" if model_line else
+                     "  provider/model: chosen from the request's model preferences (no rule override)")
     return lines

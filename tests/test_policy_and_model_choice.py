@@ -125,17 +125,20 @@ def hints(*names: Any, **priorities: float) -> dict[str, Any]:
 
 def test_first_matching_hint_wins_even_if_a_later_hint_matches_an_earlier_model() -> None:
     choice = choose_model(BOTH, hints("claude", "gpt"))
-    assert choice == Choice("anthropic", "claude-sonnet-4-5", "hint 'claude' matches model 'claude-sonnet-4-5'")
+    assert (choice.provider, choice.model) == ("anthropic", "claude-sonnet-4-5")
+    assert choice.reason.startswith("hint 'claude' matched by prefix 'anthropic/claude-sonnet-4-5'")
     assert choose_model(BOTH, hints("gpt", "claude")).model == "gpt-4o-mini"
 
 
 def test_unmatched_hints_are_skipped_in_order() -> None:
     choice = choose_model(BOTH, hints("gemini", "mistral", "haiku"))
-    assert choice == Choice("anthropic", "claude-haiku-4-5", "hint 'haiku' matches model 'claude-haiku-4-5'")
+    assert choice == Choice("anthropic", "claude-haiku-4-5", "hint 'gemini' matched no model; hint 'mistral' matched "
+                            "no model; hint 'haiku' matched as a substring 'anthropic/claude-haiku-4-5'")
 
 
 def test_hint_is_a_case_insensitive_substring() -> None:
-    assert choose_model(BOTH, hints("GPT-4O")).model == "gpt-4o-mini"  # first configured model containing it
+    assert choose_model(BOTH, hints("GPT-4O")).model == "gpt-4o"  # an exact match beats gpt-4o-mini (issue #11)
+    assert choose_model(BOTH, hints("4O")).model == "gpt-4o-mini"  # first configured model containing it
     assert choose_model(BOTH, hints("Sonnet")).model == "claude-sonnet-4-5"
     assert choose_model(BOTH, hints("O3")).model == "o3-mini"
 
@@ -143,19 +146,19 @@ def test_hint_is_a_case_insensitive_substring() -> None:
 def test_a_claude_hint_selects_the_anthropic_provider_even_when_openai_is_default() -> None:
     choice = choose_model(BOTH, hints("claude-3-5-sonnet", "claude"), default_provider="openai")
     assert (choice.provider, choice.model) == ("anthropic", "claude-sonnet-4-5")
-    assert choice.reason == "hint 'claude' matches model 'claude-sonnet-4-5'"
+    assert choice.reason.startswith("hint 'claude-3-5-sonnet' matched no model; hint 'claude' matched by prefix")
 
 
 def test_alias_map_applies_per_hint_in_order() -> None:
     aliases = {"fast": "claude-haiku-4-5", "smart": "gpt-4o"}
     # the alias of the first hint beats a substring hit of the second
     choice = choose_model(BOTH, hints("fast", "gpt"), aliases=aliases)
-    assert choice == Choice("anthropic", "claude-haiku-4-5", "hint 'fast' is an alias for 'claude-haiku-4-5'")
+    assert choice == Choice("anthropic", "claude-haiku-4-5", "hint 'fast' is an alias for 'anthropic/claude-haiku-4-5'")
     # a substring hit for the first hint beats an alias of the second
     assert choose_model(BOTH, hints("sonnet", "smart"), aliases=aliases).model == "claude-sonnet-4-5"
     # alias lookup is case-insensitive on the hint (the policy loader stores alias keys lower-cased)
     assert choose_model(BOTH, hints("SMART"), aliases=aliases) == Choice(
-        "openai", "gpt-4o", "hint 'SMART' is an alias for 'gpt-4o'"
+        "openai", "gpt-4o", "hint 'SMART' is an alias for 'openai/gpt-4o'"
     )
 
 
@@ -231,7 +234,7 @@ def test_zero_or_missing_priorities_and_unrated_models_fall_back_to_the_default(
 
 def test_a_matching_hint_beats_priorities() -> None:
     choice = choose_model(RATED, hints("mid", costPriority=1))
-    assert (choice.model, choice.reason) == ("mid", "hint 'mid' matches model 'mid'")
+    assert (choice.model, choice.reason) == ("mid", "hint 'mid' matched exactly 'anthropic/mid'")
 
 
 def test_default_provider_and_first_model_otherwise() -> None:
@@ -240,7 +243,7 @@ def test_default_provider_and_first_model_otherwise() -> None:
         "anthropic", "claude-sonnet-4-5", "default model of provider 'anthropic'"
     )
     assert choose_model(BOTH, hints("gemini"), default_provider="anthropic") == Choice(
-        "anthropic", "claude-sonnet-4-5", "default model of provider 'anthropic' (no hint matched)"
+        "anthropic", "claude-sonnet-4-5", "hint 'gemini' matched no model; default model of provider 'anthropic'"
     )
     # an unknown default (never produced by the loader) still answers with the first provider
     assert choose_model(BOTH, None, default_provider="missing").provider == "openai"

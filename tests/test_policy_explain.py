@@ -103,7 +103,7 @@ def test_no_rule_matches_so_prompt_with_the_top_level_limits(tmp_path: Path) -> 
         "  max_tools: 128",
         "  rate_limit: none",
         "  budget: none",
-        "  provider/model: chosen from the request's model preferences (no rule override)",
+        "  provider/model: openai/gpt-4o-mini: hint 'claude' matched no model; default model of provider 'openai'",
     ]
 
 

@@ -23,6 +23,8 @@ class ModelSpec:
     cost: float | None = None
     speed: float | None = None
     intelligence: float | None = None
+    # OpenAI reasoning model (o-series, GPT-5): max_completion_tokens, no temperature; None: by name
+    reasoning: bool | None = None
 
 
 @dataclass(frozen=True)

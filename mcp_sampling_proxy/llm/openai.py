@@ -8,9 +8,12 @@ provider-specific fields, and `metadata` from the request is never forwarded.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, ClassVar
 
-from .base import Completion, LLMError
+import structlog
+
+from .base import Completion, LLMError, ProviderConfig
 from .errors import unsupported, unsupported_role
 from .http_adapter import HttpAdapter
 
@@ -22,6 +25,18 @@ FINISH_REASONS = {
     "tool_calls": "toolUse",
     "function_call": "toolUse",
 }
+# OpenAI's reasoning models (o1, o3, o4-mini, GPT-5 ...) take max_completion_tokens and only the default
+# temperature; a model entry's `reasoning:` overrides this guess by name (after any `vendor/` prefix).
+REASONING_NAMES = re.compile(r"^(o[1-9]|gpt-5)", re.IGNORECASE)
+log = structlog.get_logger("mcp_sampling_proxy.llm")
+
+
+def is_reasoning_model(config: ProviderConfig, model: str) -> bool:
+    """The model entry's `reasoning:` when set, else a guess from the model's name."""
+    spec = next((m for m in config.models if m.name == model), None)
+    if spec is not None and spec.reasoning is not None:
+        return spec.reasoning
+    return bool(REASONING_NAMES.match(model.rsplit("/", 1)[-1]))
 
 
 class OpenAIAdapter(HttpAdapter):
@@ -51,9 +66,16 @@ class OpenAIAdapter(HttpAdapter):
         for index, message in enumerate(params.get("messages") or []):
             messages.extend(self._message(message, index))
         payload: dict[str, Any] = {"model": model, "messages": messages}
+        reasoning = is_reasoning_model(self.config, model)
         if params.get("maxTokens") is not None:
-            payload["max_tokens"] = params["maxTokens"]
-        return self.add_options(payload, params)
+            payload["max_completion_tokens" if reasoning else "max_tokens"] = params["maxTokens"]
+        payload = self.add_options(payload, params)
+        if reasoning and "temperature" in payload:
+            # the API refuses any temperature but its default for these models: the server asked for
+            # something the model cannot do, which is worth a note but not a failed request
+            log.info("temperature dropped: a reasoning model takes only its default", provider=self.config.name,
+                     model=model, temperature=payload.pop("temperature"))
+        return payload
 
     def _message(self, message: dict[str, Any], index: int) -> list[dict[str, Any]]:
         """One MCP message; tool results become separate `tool` messages placed first, since

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
 import signal
 import socket
 import sys
@@ -23,6 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+# model names the real OpenAI API treats as reasoning models (see _unsupported)
+REASONING_MODEL = re.compile(r"^(o[1-9]|gpt-5)", re.IGNORECASE)
 
 Body = dict[str, Any] | Callable[["RecordedRequest"], dict[str, Any]] | None
 
@@ -276,6 +280,8 @@ class FakeLLMServer:
             reply = ScriptedReply(401, self._error_body(401, "invalid api key"))
         elif method == "GET" and path == "/v1/models":
             reply = ScriptedReply(200, self._models_body())
+        elif method == "POST" and path == completion_path and (refusal := self._unsupported(request)):
+            reply = refusal
         elif method == "POST" and path == completion_path:
             with self._lock:
                 reply = self._queue.popleft() if self._queue else ScriptedReply()
@@ -285,6 +291,24 @@ class FakeLLMServer:
             handler.close_connection = True
             return  # closing: drop the request unanswered
         self._send(handler, request, reply)
+
+    def _unsupported(self, request: RecordedRequest) -> ScriptedReply | None:
+        """What OpenAI answers when a reasoning model (o1, o3, o4-mini, gpt-5...) gets `max_tokens` or
+        a temperature other than its default 1: a 400 with the real messages and codes."""
+        body = request.body if isinstance(request.body, dict) else {}
+        if self.kind != "openai" or not REASONING_MODEL.match(str(body.get("model", "")).rsplit("/", 1)[-1]):
+            return None
+        if "max_tokens" in body:
+            error = {"message": "Unsupported parameter: 'max_tokens' is not supported with this model. "
+                                "Use 'max_completion_tokens' instead.",
+                     "type": "invalid_request_error", "param": "max_tokens", "code": "unsupported_parameter"}
+        elif "temperature" in body and body["temperature"] != 1:
+            error = {"message": f"Unsupported value: 'temperature' does not support {body['temperature']} with "
+                                "this model. Only the default (1) value is supported.",
+                     "type": "invalid_request_error", "param": "temperature", "code": "unsupported_value"}
+        else:
+            return None
+        return ScriptedReply(400, {"error": error})
 
     def _authorized(self, request: RecordedRequest) -> bool:
         if self.kind == "openai":
