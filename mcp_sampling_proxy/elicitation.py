@@ -76,11 +76,20 @@ class ElicitationService:
     async def serve(self, message: dict[str, Any], relay: Relay) -> dict[str, Any]:
         started = time.monotonic()
         session = relay.session
+        in_flight = session.tools_in_flight()
+        tool = in_flight[-1] if in_flight else None
+        raw = message.get("params")
+        audit = request_fields(session, message, tool, mode=request_mode(raw) if isinstance(raw, dict) else None)
+        with self._audit.every_ending(audit, raw):
+            return await self._serve(message, relay, audit, started)
+
+    async def _serve(self, message: dict[str, Any], relay: Relay, audit: dict[str, Any],
+                     started: float) -> dict[str, Any]:
+        session = relay.session
         params = _validate(message.get("params"))
         mode = request_mode(params)
         in_flight = session.tools_in_flight()
-        tool = in_flight[-1] if in_flight else None
-        audit = request_fields(session, message, tool, mode=mode)
+        tool = audit["tool"]
 
         def answer(action: str, why: str, decision: str, content: dict[str, Any] | None = None,
                    **extra: Any) -> dict[str, Any]:

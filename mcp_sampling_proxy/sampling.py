@@ -52,6 +52,14 @@ class SamplingService:
         in_flight = session.tools_in_flight()
         tool = in_flight[-1] if in_flight else None
         audit = request_fields(session, message, tool, rule=None)
+        with self._audit.every_ending(audit, message.get("params")):
+            return await self._serve(message, relay, audit, started)
+
+    async def _serve(self, message: dict[str, Any], relay: Relay, audit: dict[str, Any],
+                     started: float) -> dict[str, Any]:
+        session = relay.session
+        in_flight = session.tools_in_flight()
+        tool = audit["tool"]
 
         def refuse(decision: str, exc: RpcError, **extra: Any) -> RpcError:
             self._audit.record(params=message.get("params"),

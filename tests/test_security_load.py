@@ -1,0 +1,89 @@
+"""Issue #10, the load slice: a hostile server (or a slow LLM) must not hang, freeze or overspend
+the proxy, and every way a request can end leaves an audit record.
+
+Each test runs the real proxy process in front of a hostile raw server
+(tests/fixtures/hostile/sampling_flood.py) and the loopback fake LLM.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes.llm_server import FakeLLMServer
+from support import PROXY, PY, ROOT, RawHost, openai_policy, proxy_command, proxy_env, write_policy
+
+FLOOD = str(ROOT / "tests" / "fixtures" / "hostile" / "sampling_flood.py")
+HANG = 60.0  # only stops a hang; no test asserts a timing
+
+
+@pytest.fixture
+def llm():
+    with FakeLLMServer("openai") as server:
+        yield server
+
+
+def start(tmp_path: Path, policy: str, *, capabilities: dict[str, Any] | None = None, name: str = "proxy") -> RawHost:
+    path = write_policy(tmp_path, policy, f"{name}.yaml")
+    env = proxy_env(TEST_LLM_KEY="k", MCP_SAMPLING_PROXY_STATE_DIR=str(tmp_path / "state"),
+                    MCP_SAMPLING_PROXY_RUNTIME_DIR=str(tmp_path / "run"))
+    host = RawHost(proxy_command(path, upstream=[PY, FLOOD]), env, tmp_path / f"{name}.stderr.log")
+    host.initialize(capabilities)
+    return host
+
+
+def call(host: RawHost, tool: str, arguments: dict[str, Any], timeout: float = HANG) -> Any:
+    response = host.request("tools/call", {"name": tool, "arguments": arguments}, timeout=timeout)
+    return json.loads(response["result"]["content"][0]["text"])
+
+
+def records(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def verify(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*PROXY, "audit", "verify", str(path)], capture_output=True, text=True, timeout=HANG)
+
+
+SAMPLE = {"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}], "maxTokens": 20}
+
+
+# -- every ending is audited ---------------------------------------------------------------------------
+
+def test_requests_that_end_in_an_internal_error_are_audited(tmp_path: Path, llm: FakeLLMServer) -> None:
+    audit = tmp_path / "audit.jsonl"
+    host = start(tmp_path, openai_policy(llm.base_url, extra=f"audit:\n  path: {audit}\n"))
+    with host:
+        sampling = call(host, "raw", {"method": "sampling/createMessage", "params": "x"})
+        elicitation = call(host, "raw", {"method": "elicitation/create", "params": "x"})
+    assert "error" in sampling and "error" in elicitation
+    written = records(audit)
+    assert [(r["method"], r["decision"]) for r in written] == [
+        ("sampling/createMessage", "error"), ("elicitation/create", "error")]
+    assert all(r["reason"] for r in written)
+    assert verify(audit).returncode == 0
+    assert llm.requests == []
+
+
+def test_a_host_approval_answer_of_the_wrong_type_is_audited(tmp_path: Path, llm: FakeLLMServer) -> None:
+    audit = tmp_path / "audit.jsonl"
+    policy = openai_policy(llm.base_url, extra=f"approval:\n  channels: [host]\naudit:\n  path: {audit}\n",
+                           rules="rules:\n  - name: ask\n    action: prompt\n")
+    host = start(tmp_path, policy, capabilities={"elicitation": {}})
+    with host:
+        host.send({"jsonrpc": "2.0", "id": "c1", "method": "tools/call",
+                   "params": {"name": "raw", "arguments": {"method": "sampling/createMessage", "params": SAMPLE}}})
+        ask = host.wait_for(lambda m: m.get("method") == "elicitation/create", HANG)
+        host.send({"jsonrpc": "2.0", "id": ask["id"], "error": "not an error object"})
+        response = host.wait_for(lambda m: m.get("id") == "c1", HANG)
+    answer = json.loads(response["result"]["content"][0]["text"])
+    assert "error" in answer
+    written = records(audit)
+    assert len(written) == 1
+    assert written[0]["decision"] in ("error", "rejected")
+    assert written[0]["rule"] == "ask"
+    assert verify(audit).returncode == 0
+    assert llm.requests == []
