@@ -325,11 +325,13 @@ def _parse_provider(name: str, node: Node) -> ProviderConfig:
     if "timeout" in fields:
         tnode = fields["timeout"]
         if tnode.is_mapping():
-            t = tnode.mapping(("connect", "read"))
+            t = tnode.mapping(("connect", "read", "total"))
             if "connect" in t:
                 kwargs["connect_timeout"] = t["connect"].number(minimum=0.1)
             if "read" in t:
                 kwargs["read_timeout"] = t["read"].number(minimum=0.1)
+            if "total" in t:
+                kwargs["total_timeout"] = _duration(t["total"])
         else:
             kwargs["read_timeout"] = tnode.number(minimum=0.1)
     if "max_attempts" in fields:

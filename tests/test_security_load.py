@@ -87,3 +87,23 @@ def test_a_host_approval_answer_of_the_wrong_type_is_audited(tmp_path: Path, llm
     assert written[0]["rule"] == "ask"
     assert verify(audit).returncode == 0
     assert llm.requests == []
+
+
+# -- a slow LLM ---------------------------------------------------------------------------------------
+
+def test_an_llm_that_drips_bytes_is_cut_off_at_the_deadline(tmp_path: Path, llm: FakeLLMServer) -> None:
+    audit = tmp_path / "audit.jsonl"
+    provider = "      timeout: {read: 5, total: 1}\n      max_attempts: 2\n"
+    llm.reply_text("a long answer " * 20, drip=0.2)  # every read gets a byte well within 5 s
+    host = start(tmp_path, openai_policy(llm.base_url, extra=provider + f"audit:\n  path: {audit}\n"))
+    with host:
+        answer = call(host, "raw", {"method": "sampling/createMessage", "params": SAMPLE}, timeout=30)
+        error = answer["error"]
+        assert "provider 'fake'" in error["message"]
+        assert "1 s deadline" in error["message"]
+        assert "timeout.total" in error["message"]
+        # the proxy goes on serving: the next request is answered normally
+        assert call(host, "raw", {"method": "sampling/createMessage", "params": SAMPLE})["result"]["content"]
+    written = records(audit)
+    assert "1 s deadline" in written[0]["error"]
+    assert written[0]["provider"] == "fake"
