@@ -23,11 +23,13 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import anyio
 
 from mcp_sampling_proxy.caps import b64_decoded_size, iter_blocks, serialized_size, text_bytes
 from mcp_sampling_proxy.log import get_logger
@@ -159,6 +161,47 @@ class ConcurrencyLimiter:
     def in_use(self, key: str) -> int:
         with self._lock:
             return self._active.get(key, 0)
+
+
+class SamplingGate:
+    """At most `max_concurrent` LLM calls of one proxy at once, and at most `max_queued` waiting.
+
+    A server can send a thousand sampling requests in one burst; without this every one of them
+    opens a provider connection at once, the HTTP pool's bookkeeping grows faster than linearly
+    and the relay (pings, every other message) stalls behind it. Waiting requests cost a task
+    each; past the queue bound a request is refused at once, which the server can retry."""
+
+    def __init__(self, max_concurrent: int, max_queued: int):
+        if max_concurrent < 1 or max_queued < 0:
+            raise ValueError(f"need max_concurrent >= 1 and max_queued >= 0, got {max_concurrent}, {max_queued}")
+        self.max_concurrent = max_concurrent
+        self.max_queued = max_queued
+        self._slots = anyio.Semaphore(max_concurrent)
+        self.waiting = 0
+
+    @asynccontextmanager
+    async def slot(self) -> AsyncIterator[Refusal | None]:
+        """`async with gate.slot() as refusal:` -- None once a slot is held (released on exit,
+        also on error or cancellation), else the Refusal of a full queue, without waiting."""
+        try:
+            self._slots.acquire_nowait()
+        except anyio.WouldBlock:
+            if self.waiting >= self.max_queued:
+                yield Refusal(
+                    "queue", 0.0,
+                    f"the proxy is busy: {self.max_concurrent} LLM calls are in progress (sampling.max_concurrent) "
+                    f"and {self.waiting} more are waiting (sampling.max_queued: {self.max_queued}); retry later",
+                )
+                return
+            self.waiting += 1
+            try:
+                await self._slots.acquire()
+            finally:
+                self.waiting -= 1
+        try:
+            yield None
+        finally:
+            self._slots.release()
 
 
 @dataclass(frozen=True)

@@ -107,3 +107,51 @@ def test_an_llm_that_drips_bytes_is_cut_off_at_the_deadline(tmp_path: Path, llm:
     written = records(audit)
     assert "1 s deadline" in written[0]["error"]
     assert written[0]["provider"] == "fake"
+
+
+# -- one server cannot freeze the relay ----------------------------------------------------------------
+
+def flood_with_pings(host: RawHost, count: int, pings: int = 5) -> tuple[Any, list[dict[str, Any]]]:
+    """Start a flood of `count` sampling requests, ping while it runs, return (summary, ping answers)."""
+    host.send({"jsonrpc": "2.0", "id": "flood", "method": "tools/call",
+               "params": {"name": "flood", "arguments": {"count": count, "params": SAMPLE}}})
+    answers = []
+    for n in range(pings):
+        host.send({"jsonrpc": "2.0", "id": f"ping-{n}", "method": "ping"})
+        answers.append(host.wait_for(lambda m, n=n: m.get("id") == f"ping-{n}", HANG))
+    done = host.wait_for(lambda m: m.get("id") == "flood", HANG * 3)
+    return json.loads(done["result"]["content"][0]["text"]), answers
+
+
+def test_a_thousand_sampling_requests_run_at_most_max_concurrent_at_a_time(tmp_path: Path,
+                                                                           llm: FakeLLMServer) -> None:
+    llm.default_delay = 0.01
+    host = start(tmp_path, openai_policy(llm.base_url))  # defaults: 8 at once, 256 queued
+    with host:
+        summary, pings = flood_with_pings(host, 1000)
+        answered_during = summary  # the flood's answer came after the pings were answered
+    assert all(p.get("result") == {} for p in pings)
+    assert answered_during["ok"] + sum(answered_during["codes"].values()) == 1000
+    assert set(answered_during["codes"]) <= {"-1"}
+    assert all("sampling.max_queued" in m for m in answered_during["messages"])
+    assert answered_during["ok"] >= 8 + 256  # what the queue holds always gets served
+    assert 1 <= llm.max_open <= 8
+
+
+def test_past_the_queue_bound_requests_are_refused_and_audited(tmp_path: Path, llm: FakeLLMServer) -> None:
+    audit = tmp_path / "audit.jsonl"
+    llm.default_delay = 3.0  # the first call holds its slot while the rest arrive
+    extra = f"sampling:\n  max_concurrent: 1\n  max_queued: 1\naudit:\n  path: {audit}\n"
+    host = start(tmp_path, openai_policy(llm.base_url, extra=extra))
+    with host:
+        summary, pings = flood_with_pings(host, 6, pings=2)
+    assert all(p.get("result") == {} for p in pings)
+    assert summary["ok"] == 2 and summary["codes"] == {"-1": 4}
+    message = next(iter(summary["messages"]))
+    assert "the proxy is busy" in message and "sampling.max_queued: 1" in message
+    written = records(audit)
+    assert len(written) == 6
+    assert sorted(r["decision"] for r in written) == ["allow"] * 2 + ["deny"] * 4
+    assert {r["limit"] for r in written if r["decision"] == "deny"} == {"queue"}
+    assert verify(audit).returncode == 0
+    assert llm.max_open == 1
