@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from mcp_sampling_proxy.caps import b64_decoded_size, iter_blocks, serialized_size, text_bytes
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.state import JsonStateFile, state_dir
+from mcp_sampling_proxy.token_bound import worst_case_tokens
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.config import Rule
@@ -42,9 +42,6 @@ log = get_logger("mcp_sampling_proxy.limits")
 
 BUDGETS_FILE = "budgets.json"
 RESERVATION_TTL = 15 * 60.0  # seconds a reservation counts before it is presumed abandoned
-BYTES_PER_TOKEN = 4  # input estimate: bytes of text / 4, rounded up
-TOKENS_PER_IMAGE = 85
-AUDIO_BYTES_PER_TOKEN = 500  # ~32 tokens per second of 128 kbit/s audio; a rough guess, settled later
 
 
 @dataclass(frozen=True)
@@ -391,41 +388,10 @@ def _drop_if_idle(budgets: dict[str, Any], key: str) -> None:
 
 
 def estimate_worst_case(params: dict[str, Any]) -> int:
-    """Tokens a sampling request may use at most: estimated input plus maxTokens.
-
-    Input: every byte of text the model reads / 4, rounded up (system prompt, text blocks,
-    also inside tool_result, tool_use inputs and tool definitions as JSON), plus 85 tokens per
-    image and decoded audio bytes / 500. A deliberately simple over-estimate for common text,
-    corrected by `settle` with the provider's reported usage (images in high detail can cost
-    more than 85)."""
-    text = 0
-    images = 0
-    audio = 0
-    system = params.get("systemPrompt")
-    if isinstance(system, str):
-        text += text_bytes(system)
-    for _, block in iter_blocks(params):
-        kind = block.get("type")
-        if kind == "text" and isinstance(block.get("text"), str):
-            text += text_bytes(block["text"])
-        elif kind == "image":
-            images += 1
-        elif kind == "audio" and isinstance(block.get("data"), str):
-            audio += b64_decoded_size(block["data"]) or 0
-        elif kind == "tool_use":
-            text += serialized_size(block.get("input", {})) + len(str(block.get("name", "")))
-        elif kind == "resource" and isinstance(block.get("resource"), dict):
-            resource = block["resource"]
-            for field_name in ("text", "blob"):
-                if isinstance(resource.get(field_name), str):
-                    text += text_bytes(resource[field_name])
-    tools = params.get("tools")
-    if isinstance(tools, list):
-        text += serialized_size(tools)
-    max_tokens = params.get("maxTokens")
-    output = max_tokens if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens > 0 else 0
-    return (-(-text // BYTES_PER_TOKEN) + images * TOKENS_PER_IMAGE + -(-audio // AUDIO_BYTES_PER_TOKEN)
-            + output)
+    """Tokens a sampling request may use at most: a true upper bound of its input plus maxTokens
+    (see `token_bound`), so reservations of requests running at once never sum to less than
+    what they settle to."""
+    return worst_case_tokens(params)
 
 
 # Human-friendly durations

@@ -155,3 +155,50 @@ def test_past_the_queue_bound_requests_are_refused_and_audited(tmp_path: Path, l
     assert {r["limit"] for r in written if r["decision"] == "deny"} == {"queue"}
     assert verify(audit).returncode == 0
     assert llm.max_open == 1
+
+
+# -- budgets hold under concurrent CJK requests --------------------------------------------------------
+
+def test_concurrent_cjk_requests_never_settle_over_a_shared_budget(tmp_path: Path, llm: FakeLLMServer) -> None:
+    llm.usage_mode = "chars"  # one token per CJK character (3 UTF-8 bytes): what real tokenizers do
+    llm.default_delay = 0.3  # requests overlap, so their reservations are what keeps the budget
+    budget = 1500
+    rules = f"rules:\n  - name: shared\n    action: allow\n    budget: {{tokens: {budget}, per: 1d}}\n"
+    params = {"messages": [{"role": "user", "content": {"type": "text", "text": "漢字" * 50}}], "maxTokens": 50}
+    hosts = [start(tmp_path, openai_policy(llm.base_url, rules=rules), name=f"proxy{n}") for n in range(2)]
+    try:
+        for n, host in enumerate(hosts):
+            host.send({"jsonrpc": "2.0", "id": f"flood-{n}", "method": "tools/call",
+                       "params": {"name": "flood", "arguments": {"count": 12, "params": params}}})
+        summaries = [json.loads(host.wait_for(lambda m, n=n: m.get("id") == f"flood-{n}", HANG * 2)
+                                ["result"]["content"][0]["text"]) for n, host in enumerate(hosts)]
+    finally:
+        for host in hosts:
+            host.close()
+    served = sum(s["ok"] for s in summaries)
+    assert served >= 1
+    assert all("token budget of rule 'shared'" in m for s in summaries for m in s["messages"])
+    state = json.loads((tmp_path / "state" / "budgets.json").read_text())
+    entry = state["budgets"]["shared@hostile-flood"]
+    assert entry["reservations"] == {}
+    assert entry["used"] == served * 150  # what the fake LLM reported: 100 characters + 50 output
+    assert entry["used"] <= budget
+
+
+def test_image_reservations_follow_the_size_in_the_header() -> None:
+    import base64
+    import struct
+
+    from mcp_sampling_proxy.token_bound import IMAGE_MAX_TOKENS, block_tokens
+
+    def image(data: bytes) -> dict[str, Any]:
+        return {"type": "image", "data": base64.b64encode(data).decode(), "mimeType": "image/x"}
+
+    png = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + struct.pack(">II", 100, 100) + b"\x08\x06\x00\x00\x00"
+    gif = b"GIF89a" + struct.pack("<HH", 640, 480) + b"\x00" * 8
+    frame = b"\xff\xc0\x00\x11\x08" + struct.pack(">HH", 480, 640) + b"\x00" * 9  # SOF0: height, width
+    jpeg = b"\xff\xd8\xff\xe0\x00\x10" + b"J" * 14 + frame
+    assert block_tokens(image(png)) == 85 + 170  # one OpenAI tile beats Anthropic's 100*100/750 = 14
+    assert block_tokens(image(gif)) == 85 + 170 * 2  # 2 x 1 tiles; Anthropic: 640*480/750 = 410
+    assert block_tokens(image(jpeg)) == block_tokens(image(gif))  # the same 640x480, from a JPEG frame header
+    assert block_tokens(image(b"not an image")) == IMAGE_MAX_TOKENS
