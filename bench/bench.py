@@ -45,6 +45,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER_SCRIPT = "tests/fixtures/kitchen_sink_server.py"
+FLOOD_SCRIPT = "tests/fixtures/hostile/sampling_flood.py"
 PROTOCOL_VERSION = "2025-11-25"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 CHUNK = 50  # sequential calls per alternation block
@@ -398,6 +399,57 @@ def big_call(conn: Conn, size: int, timeout: float, validate: bool) -> float:
     return elapsed
 
 
+def sampling_flood(args: argparse.Namespace, proxy_prefix: list[str], env: dict[str, str], workdir: Path,
+                   conns: list[Conn]) -> dict[str, Any]:
+    """A hostile server sends `--flood` sampling requests at once (the proxy fulfils them with the
+    loopback fake LLM); meanwhile the host pings back to back. Host ping latency while they are in
+    flight, and the proxy's CPU from the flood's start to its last answer."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from fakes.llm_server import FakeLLMServer
+
+    with FakeLLMServer("openai") as llm:
+        policy = workdir / "flood-policy.yaml"
+        policy.write_text("llm:\n  providers:\n    fake:\n      type: openai\n"
+                          f"      base_url: {llm.base_url}\n      models: [gpt-bench]\n"
+                          "rules:\n  - name: allow-all\n    action: allow\n", encoding="utf-8")
+        conn = Conn("flood", [*proxy_prefix, "--policy", str(policy), "--", args.python, FLOOD_SCRIPT],
+                    {**env, "MCP_SAMPLING_PROXY_STATE_DIR": str(workdir / "state")}, workdir / "flood.stderr.log")
+        conns.append(conn)
+        conn.initialize(timeout=args.timeout * 2)
+        wait_for_threads(conn.proc.pid, 1, 5.0)
+        params = {"messages": [{"role": "user", "content": {"type": "text", "text": "hello"}}], "maxTokens": 16}
+        flood_id = conn.new_id()
+        meter = CpuMeter(conn.proc.pid)
+        meter.start()
+        started = time.perf_counter()
+        deadline = started + args.timeout * 10
+        conn.write(json.dumps({"jsonrpc": "2.0", "id": flood_id, "method": "tools/call", "params": {
+            "name": "flood", "arguments": {"count": args.flood, "params": params}}}).encode() + b"\n", deadline)
+        pings: list[float] = []
+        summary: dict[str, Any] | None = None
+        while summary is None:
+            ping_id = conn.new_id()
+            sent = time.perf_counter()
+            conn.write(ping_line(ping_id), deadline)
+            while True:
+                line = conn.read_line(deadline)
+                got = _response_id(line)
+                if got == flood_id:
+                    summary = json.loads(json.loads(line)["result"]["content"][0]["text"])
+                elif got == ping_id:
+                    pings.append((time.perf_counter() - sent) * 1000)
+                    break
+        wall = time.perf_counter() - started
+        meter.stop()
+        conn.close(grace=args.timeout)
+        conns.remove(conn)
+    cpu_s = (meter.ns / 1e9) if meter.ns is not None else meter.ticks / CLK_TCK
+    return {"requests": args.flood, "ok": summary["ok"], "refused": sum(summary["codes"].values()),
+            "pings": len(pings), "ping_p50_ms": pct(pings, 50), "ping_p99_ms": pct(pings, 99),
+            "ping_max_ms": max(pings) if pings else None, "wall_ms": wall * 1000, "proxy_cpu_s": cpu_s,
+            "llm_max_open": llm.max_open}
+
+
 def pct(values: list[float], p: float) -> float:
     """Percentile (nearest rank with linear interpolation)."""
     data = sorted(values)
@@ -455,7 +507,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "stderr_logs": str(workdir),
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "clk_tck": CLK_TCK,
                     "loadavg_1m_start": os.getloadavg()[0]},
-        "settings": {k: getattr(args, k) for k in ("runs", "calls", "warmup", "concurrency", "big_size")},
+        "settings": {k: getattr(args, k) for k in ("runs", "calls", "warmup", "concurrency", "big_size", "flood")},
         "targets": TARGETS,
     }
     modes = ("direct", "proxied")
@@ -596,7 +648,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if proxied_server_pid else None,
         }
 
-        # 7. graceful end (a profiled proxy writes its profile on a clean exit)
+        # 7. a hostile server's sampling flood against the loopback fake LLM
+        if args.flood:
+            log(args, f"sampling flood: {args.flood} requests, pinging meanwhile")
+            result["flood"] = sampling_flood(args, proxy_prefix, env, workdir, conns)
+
+        # 8. graceful end (a profiled proxy writes its profile on a clean exit)
         for mode in modes:
             code = sessions[mode].close(grace=args.timeout)
             conns.remove(sessions[mode])
@@ -679,6 +736,12 @@ def render(r: dict[str, Any]) -> str:
             f"{psrv}; proxy {sched:.1f} us" if sched is not None else psrv,
             (f"{sched:.1f} us; " if sched is not None else "")
             + f"{proxy['ticks_us_per_call']:.0f} us (ticks{sys_share})", target, ok)
+    f = r.get("flood")
+    if f:
+        row(f"ping while {f['requests']} sampling requests run", "",
+            f"p50 {f['ping_p50_ms']:.2f} ms, p99 {f['ping_p99_ms']:.2f} ms",
+            f"proxy CPU {f['proxy_cpu_s']:.2f} s; {f['ok']} ok, {f['refused']} refused; "
+            f"LLM max open {f['llm_max_open']}")
     m = r["memory"]
     row("peak RSS (VmHWM) after big results", f"server {m['direct_server_vmhwm_mb']:.1f} MB",
         f"proxy {m['proxy_vmhwm_mb']:.1f} MB", f"before big: {m['proxy_vmhwm_mb_before_big']:.1f} MB",
@@ -716,6 +779,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=100, help="warm-up round trips per mode (default 100)")
     parser.add_argument("--concurrency", type=int, default=500, help="requests per concurrent burst (default 500)")
     parser.add_argument("--big-size", type=int, default=5_000_000, help="bytes of the big tool result (default 5e6)")
+    parser.add_argument("--flood", type=int, default=1000,
+                        help="sampling requests a hostile server sends at once, while the host pings (default "
+                             "1000; 0 skips)")
     parser.add_argument("--proxy-cmd", help="replace 'PYTHON -m mcp_sampling_proxy --no-terminal' (shell-split; "
                                             "'-- SERVER...' is appended). Its first process must be the proxy.")
     parser.add_argument("--server-cmd", help="a different MCP server for both modes (default: PYTHON "

@@ -53,7 +53,9 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -67,6 +69,7 @@ from mcp_sampling_proxy.config import WELL_KNOWN_KEY_VARS
 from mcp_sampling_proxy.jsonrpc import RpcError
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.redact import Redactor
+from mcp_sampling_proxy.sanitize import one_line
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.config import Settings
@@ -86,6 +89,8 @@ _TEXT_FIELDS = ("reason", "error")  # free text: secret shapes are masked in eve
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _NOT_GIVEN: Any = object()
 _READ_CHUNK = 64 * 1024
+# Records written by the request being served in this task (see `AuditLog.every_ending`).
+_RECORDS: ContextVar[list[int] | None] = ContextVar("audit_records", default=None)
 
 
 class AuditError(RpcError):
@@ -133,19 +138,6 @@ def request_fields(session: Any, message: dict[str, Any], tool: str | None, **ex
     """The fields every record of one server request shares (who asked, in which tool call, which era)."""
     return {"server": session.server_name, "host": session.host_name or None, "method": message.get("method"),
             "request_id": message.get("id"), "tool": tool, "protocol_version": session.protocol_version, **extra}
-
-
-def internal_failure(audit: AuditLog, session: Any, message: dict[str, Any], exc: Exception) -> jsonrpc.RpcError:
-    """A request that ended in a bug: log it, record it like any other ending, and say so to the server."""
-    log.exception("failed to serve server request", method=message.get("method"))
-    tools = session.tools_in_flight()
-    reason = f"mcp-sampling-proxy failed: {type(exc).__name__}: {exc}"
-    try:
-        audit.record(**request_fields(session, message, tools[-1] if tools else None), decision="error",
-                     reason=reason, params=message.get("params"))
-    except Exception:  # the record itself failed (the params are what broke us): keep the ending
-        log.exception("could not write the audit record of a failed request")
-    return jsonrpc.RpcError(jsonrpc.INTERNAL_ERROR, reason)
 
 
 def elapsed_ms(started: float) -> int:
@@ -203,9 +195,37 @@ class AuditLog:
     def record(self, *, params: Any = _NOT_GIVEN, result: Any = None, **fields: Any) -> None:
         """Append one decision record; `params`/`result` are the request params and the result
         the server gets (for the content digests or payload). Raises AuditError when it cannot."""
+        counter = _RECORDS.get()
+        if counter is not None:
+            counter[0] += 1
         if self._file is None:
             return
         self._log.append("decision", _params=params, _result=result, **fields)
+
+    @contextmanager
+    def every_ending(self, fields: dict[str, Any], params: Any) -> Iterator[None]:
+        """Serve one request inside this block: if it ends in an exception before any record was
+        written (a malformed request that trips a bug, a peer's answer of the wrong type), an
+        `error` record is written for it, so a hostile server cannot make requests that leave no
+        trace. `fields` is read when the exception happens (the rule may be known by then).
+        Unexpected exceptions come out as an RpcError the server can be shown."""
+        counter = [0]
+        token = _RECORDS.set(counter)
+        try:
+            yield
+        except AuditError:
+            raise  # the record itself could not be written: nothing more to try
+        except Exception as exc:
+            error = exc if isinstance(exc, RpcError) else RpcError(
+                jsonrpc.INTERNAL_ERROR, f"mcp-sampling-proxy failed: {type(exc).__name__}: {one_line(str(exc))}")
+            if counter[0] == 0:
+                log.warning("request ended in an error before it was audited; recording it", error=error.message)
+                self.record(params=params, **{**fields, "decision": "error", "reason": error.message})
+            if error is exc:
+                raise
+            raise error from exc
+        finally:
+            _RECORDS.reset(token)
 
     def close(self) -> None:
         if self._file is not None:

@@ -136,6 +136,8 @@ class SamplingSettings:
     route: str = "auto"
     fallback_on_host_error: bool = False
     advertise_tools: bool = True  # offer `sampling.tools` upstream when the adapter can use tools
+    max_concurrent: int = 8  # LLM calls this proxy makes at once; more wait in a queue ...
+    max_queued: int = 256  # ... of at most this many; past it a request is refused (-1)
 
 
 @dataclass(frozen=True)
@@ -325,11 +327,13 @@ def _parse_provider(name: str, node: Node) -> ProviderConfig:
     if "timeout" in fields:
         tnode = fields["timeout"]
         if tnode.is_mapping():
-            t = tnode.mapping(("connect", "read"))
+            t = tnode.mapping(("connect", "read", "total"))
             if "connect" in t:
                 kwargs["connect_timeout"] = t["connect"].number(minimum=0.1)
             if "read" in t:
                 kwargs["read_timeout"] = t["read"].number(minimum=0.1)
+            if "total" in t:
+                kwargs["total_timeout"] = _duration(t["total"])
         else:
             kwargs["read_timeout"] = tnode.number(minimum=0.1)
     if "max_attempts" in fields:
@@ -355,8 +359,12 @@ def _parse_model(node: Node) -> ModelSpec:
 
 
 def _parse_sampling(node: Node) -> SamplingSettings:
-    fields = node.mapping(("route", "fallback_on_host_error", "tools"))
+    fields = node.mapping(("route", "fallback_on_host_error", "tools", "max_concurrent", "max_queued"))
+    defaults = SamplingSettings()
     return SamplingSettings(
+        max_concurrent=fields["max_concurrent"].int(minimum=1) if "max_concurrent" in fields
+        else defaults.max_concurrent,
+        max_queued=fields["max_queued"].int(minimum=0) if "max_queued" in fields else defaults.max_queued,
         route=fields["route"].choice(ROUTES) if "route" in fields else "auto",
         fallback_on_host_error=fields["fallback_on_host_error"].bool()
         if "fallback_on_host_error" in fields

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from mcp_sampling_proxy import jsonrpc
-from mcp_sampling_proxy.audit import AuditLog, elapsed_ms, internal_failure, request_fields
+from mcp_sampling_proxy.audit import AuditLog, elapsed_ms, request_fields
 from mcp_sampling_proxy.config import Settings
 from mcp_sampling_proxy.jsonrpc import RpcError
 from mcp_sampling_proxy.limits import limit_key
@@ -75,28 +75,22 @@ class ElicitationService:
         return False
 
     async def serve(self, message: dict[str, Any], relay: Relay) -> dict[str, Any]:
-        """Serve one request; every ending, an invalid request or a bug included, leaves an audit record."""
-        try:
-            params = _validate(message.get("params"))
-        except RpcError as exc:
-            tools = relay.session.tools_in_flight()
-            self._audit.record(**request_fields(relay.session, message, tools[-1] if tools else None),
-                               params=message.get("params"), decision="error", reason=exc.message)
-            raise
-        try:
-            return await self._serve(message, params, relay)
-        except RpcError:
-            raise
-        except Exception as exc:
-            raise internal_failure(self._audit, relay.session, message, exc) from None
-
-    async def _serve(self, message: dict[str, Any], params: dict[str, Any], relay: Relay) -> dict[str, Any]:
         started = time.monotonic()
         session = relay.session
-        mode = request_mode(params)
         in_flight = session.tools_in_flight()
         tool = in_flight[-1] if in_flight else None
-        audit = request_fields(session, message, tool, mode=mode)
+        raw = message.get("params")
+        audit = request_fields(session, message, tool, mode=request_mode(raw) if isinstance(raw, dict) else None)
+        with self._audit.every_ending(audit, raw):
+            return await self._serve(message, relay, audit, started)
+
+    async def _serve(self, message: dict[str, Any], relay: Relay, audit: dict[str, Any],
+                     started: float) -> dict[str, Any]:
+        session = relay.session
+        params = _validate(message.get("params"))
+        mode = request_mode(params)
+        in_flight = session.tools_in_flight()
+        tool = audit["tool"]
 
         def answer(action: str, why: str, decision: str, content: dict[str, Any] | None = None,
                    **extra: Any) -> dict[str, Any]:

@@ -23,15 +23,17 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mcp_sampling_proxy.caps import b64_decoded_size, iter_blocks, serialized_size, text_bytes
+import anyio
+
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.state import JsonStateFile, state_dir
+from mcp_sampling_proxy.token_bound import worst_case_tokens
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.config import Rule
@@ -40,9 +42,6 @@ log = get_logger("mcp_sampling_proxy.limits")
 
 BUDGETS_FILE = "budgets.json"
 RESERVATION_TTL = 15 * 60.0  # seconds a reservation counts before it is presumed abandoned
-BYTES_PER_TOKEN = 4  # input estimate: bytes of text / 4, rounded up
-TOKENS_PER_IMAGE = 85
-AUDIO_BYTES_PER_TOKEN = 500  # ~32 tokens per second of 128 kbit/s audio; a rough guess, settled later
 
 
 @dataclass(frozen=True)
@@ -159,6 +158,47 @@ class ConcurrencyLimiter:
     def in_use(self, key: str) -> int:
         with self._lock:
             return self._active.get(key, 0)
+
+
+class SamplingGate:
+    """At most `max_concurrent` LLM calls of one proxy at once, and at most `max_queued` waiting.
+
+    A server can send a thousand sampling requests in one burst; without this every one of them
+    opens a provider connection at once, the HTTP pool's bookkeeping grows faster than linearly
+    and the relay (pings, every other message) stalls behind it. Waiting requests cost a task
+    each; past the queue bound a request is refused at once, which the server can retry."""
+
+    def __init__(self, max_concurrent: int, max_queued: int):
+        if max_concurrent < 1 or max_queued < 0:
+            raise ValueError(f"need max_concurrent >= 1 and max_queued >= 0, got {max_concurrent}, {max_queued}")
+        self.max_concurrent = max_concurrent
+        self.max_queued = max_queued
+        self._slots = anyio.Semaphore(max_concurrent)
+        self.waiting = 0
+
+    @asynccontextmanager
+    async def slot(self) -> AsyncIterator[Refusal | None]:
+        """`async with gate.slot() as refusal:` -- None once a slot is held (released on exit,
+        also on error or cancellation), else the Refusal of a full queue, without waiting."""
+        try:
+            self._slots.acquire_nowait()
+        except anyio.WouldBlock:
+            if self.waiting >= self.max_queued:
+                yield Refusal(
+                    "queue", 0.0,
+                    f"the proxy is busy: {self.max_concurrent} LLM calls are in progress (sampling.max_concurrent) "
+                    f"and {self.waiting} more are waiting (sampling.max_queued: {self.max_queued}); retry later",
+                )
+                return
+            self.waiting += 1
+            try:
+                await self._slots.acquire()
+            finally:
+                self.waiting -= 1
+        try:
+            yield None
+        finally:
+            self._slots.release()
 
 
 @dataclass(frozen=True)
@@ -348,41 +388,10 @@ def _drop_if_idle(budgets: dict[str, Any], key: str) -> None:
 
 
 def estimate_worst_case(params: dict[str, Any]) -> int:
-    """Tokens a sampling request may use at most: estimated input plus maxTokens.
-
-    Input: every byte of text the model reads / 4, rounded up (system prompt, text blocks,
-    also inside tool_result, tool_use inputs and tool definitions as JSON), plus 85 tokens per
-    image and decoded audio bytes / 500. A deliberately simple over-estimate for common text,
-    corrected by `settle` with the provider's reported usage (images in high detail can cost
-    more than 85)."""
-    text = 0
-    images = 0
-    audio = 0
-    system = params.get("systemPrompt")
-    if isinstance(system, str):
-        text += text_bytes(system)
-    for _, block in iter_blocks(params):
-        kind = block.get("type")
-        if kind == "text" and isinstance(block.get("text"), str):
-            text += text_bytes(block["text"])
-        elif kind == "image":
-            images += 1
-        elif kind == "audio" and isinstance(block.get("data"), str):
-            audio += b64_decoded_size(block["data"]) or 0
-        elif kind == "tool_use":
-            text += serialized_size(block.get("input", {})) + len(str(block.get("name", "")))
-        elif kind == "resource" and isinstance(block.get("resource"), dict):
-            resource = block["resource"]
-            for field_name in ("text", "blob"):
-                if isinstance(resource.get(field_name), str):
-                    text += text_bytes(resource[field_name])
-    tools = params.get("tools")
-    if isinstance(tools, list):
-        text += serialized_size(tools)
-    max_tokens = params.get("maxTokens")
-    output = max_tokens if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens > 0 else 0
-    return (-(-text // BYTES_PER_TOKEN) + images * TOKENS_PER_IMAGE + -(-audio // AUDIO_BYTES_PER_TOKEN)
-            + output)
+    """Tokens a sampling request may use at most: a true upper bound of its input plus maxTokens
+    (see `token_bound`), so reservations of requests running at once never sum to less than
+    what they settle to."""
+    return worst_case_tokens(params)
 
 
 # Human-friendly durations

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from mcp_sampling_proxy import jsonrpc
 from mcp_sampling_proxy.approval import ApprovalRequest, Approver
-from mcp_sampling_proxy.audit import AuditLog, elapsed_ms, internal_failure, request_fields
+from mcp_sampling_proxy.audit import AuditLog, elapsed_ms, request_fields
 from mcp_sampling_proxy.caps import check_caps, serialized_size
 from mcp_sampling_proxy.config import Settings, effective_limits
 from mcp_sampling_proxy.jsonrpc import RpcError
-from mcp_sampling_proxy.limits import Limiters, Refusal, limit_key
+from mcp_sampling_proxy.limits import Limiters, Refusal, SamplingGate, limit_key
 from mcp_sampling_proxy.llm.base import Adapter, Completion, LLMError, ProviderConfig
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.model_choice import Choice, choose_model
@@ -45,22 +45,22 @@ class SamplingService:
         self._approver = approver
         self._audit = audit
         self._limiters = limiters or Limiters()
+        self._gate = SamplingGate(settings.sampling.max_concurrent, settings.sampling.max_queued)
 
     async def serve(self, message: dict[str, Any], relay: Relay) -> dict[str, Any]:
-        """Serve one request; every ending, a bug included, leaves an audit record."""
-        try:
-            return await self._serve(message, relay)
-        except RpcError:
-            raise
-        except Exception as exc:
-            raise internal_failure(self._audit, relay.session, message, exc) from None
-
-    async def _serve(self, message: dict[str, Any], relay: Relay) -> dict[str, Any]:
         started = time.monotonic()
         session = relay.session
         in_flight = session.tools_in_flight()
         tool = in_flight[-1] if in_flight else None
         audit = request_fields(session, message, tool, rule=None)
+        with self._audit.every_ending(audit, message.get("params")):
+            return await self._serve(message, relay, audit, started)
+
+    async def _serve(self, message: dict[str, Any], relay: Relay, audit: dict[str, Any],
+                     started: float) -> dict[str, Any]:
+        session = relay.session
+        in_flight = session.tools_in_flight()
+        tool = audit["tool"]
 
         def refuse(decision: str, exc: RpcError, **extra: Any) -> RpcError:
             self._audit.record(params=message.get("params"),
@@ -150,7 +150,11 @@ class SamplingService:
             log.info("host refused sampling; fulfilling locally (fallback_on_host_error)",
                      host_error=error.get("message"))
             spent[0] = None
-        result, completion = await self._fulfil(params, decision, session, tool, audit, started)
+        async with self._gate.slot() as busy:  # bounds this proxy's LLM calls, whoever asks
+            if busy is not None:
+                spent[0] = 0  # never reached the LLM: release the budget reservation
+                raise refuse("deny", _limit_error(busy), limit=busy.limit)
+            result, completion = await self._fulfil(params, decision, session, tool, audit, started)
         spent[0] = _tokens(completion)
         if self._settings.approval.review_response:
             review = await self._approver.review(request, result, relay)

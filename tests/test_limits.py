@@ -26,6 +26,13 @@ from mcp_sampling_proxy.limits import (
     limit_key,
 )
 from mcp_sampling_proxy.state import STATE_DIR_ENV, JsonStateFile, state_dir
+from mcp_sampling_proxy.token_bound import (
+    BLOCK_OVERHEAD,
+    IMAGE_MAX_TOKENS,
+    MESSAGE_OVERHEAD,
+    REQUEST_OVERHEAD,
+    TOOLS_OVERHEAD,
+)
 
 DAY = 86400.0
 T0 = 1_750_000_000.0 - 1_750_000_000.0 % DAY  # a UTC midnight: the start of a 1d budget window
@@ -364,7 +371,10 @@ def test_estimate_worst_case_counts_text_images_and_max_tokens():
         ],
         "maxTokens": 100,
     }
-    assert estimate_worst_case(params) == 3 + 85 + 100  # ceil(11 / 4) = 3
+    # every UTF-8 byte may be a token (a true bound, also for CJK); an unreadable image counts as the
+    # most any image costs; fixed overheads per request, message and block; then maxTokens
+    assert estimate_worst_case(params) == (REQUEST_OVERHEAD + 2 * MESSAGE_OVERHEAD + 3 * BLOCK_OVERHEAD
+                                           + 11 + IMAGE_MAX_TOKENS + 100)
 
 
 def test_estimate_worst_case_includes_tool_results_and_tools():
@@ -380,7 +390,9 @@ def test_estimate_worst_case_includes_tool_results_and_tools():
         "maxTokens": 1000,
     }
     text_bytes = 8 + (len("{}") + len("fetch")) + 40 + len(json.dumps(tools, separators=(",", ":")))
-    assert estimate_worst_case(params) == -(-text_bytes // 4) + 85 + 1000
+    blocks = 5  # text, tool_use, tool_result, and the text and image inside it
+    assert estimate_worst_case(params) == (REQUEST_OVERHEAD + 3 * MESSAGE_OVERHEAD + blocks * BLOCK_OVERHEAD
+                                           + text_bytes + TOOLS_OVERHEAD + IMAGE_MAX_TOKENS + 1000)
 
 
 @pytest.mark.parametrize(("seconds", "shown"), [

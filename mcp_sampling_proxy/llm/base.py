@@ -38,6 +38,7 @@ class ProviderConfig:
     models: tuple[ModelSpec, ...] = ()
     connect_timeout: float = 10.0
     read_timeout: float = 120.0
+    total_timeout: float = 300.0  # the whole call, retries and backoff included (a drip-feeding LLM)
     max_attempts: int = 3  # total attempts, including the first
     backoff_base: float = 0.5  # seconds; doubled per attempt, with jitter
     backoff_max: float = 30.0  # also caps how long a Retry-After is honoured

@@ -9,11 +9,17 @@ from __future__ import annotations
 import os
 from typing import Any, ClassVar
 
+import anyio
 import httpx
 
-from .base import Completion, ProviderConfig
+from .base import Completion, LLMError, ProviderConfig
 from .errors import unsupported
 from .retry import post_json
+
+# Connections per provider. The sampling gate (`sampling.max_concurrent`) already bounds the calls
+# in flight; this bound keeps a flood from opening sockets without limit when it is set high (a call
+# waiting for a connection still counts against its deadline).
+POOL_LIMITS = httpx.Limits(max_connections=16, max_keepalive_connections=8)
 
 
 class HttpAdapter:
@@ -30,7 +36,8 @@ class HttpAdapter:
             headers.update(self.auth_headers(key))  # kept only inside the client
         self._client = httpx.AsyncClient(
             headers=headers,
-            timeout=httpx.Timeout(config.read_timeout, connect=config.connect_timeout),
+            timeout=httpx.Timeout(config.read_timeout, connect=config.connect_timeout, pool=config.total_timeout),
+            limits=POOL_LIMITS,
             transport=transport,
         )
 
@@ -87,5 +94,19 @@ class HttpAdapter:
 
     async def complete(self, params: dict[str, Any], model: str) -> Completion:
         payload = self.build_request(params, model)
-        data = await post_json(self._client, self.endpoint, payload, self.config, model=model)
+        # httpx's read timeout is per read: an LLM that sends one byte a second never trips it.
+        # The deadline covers the whole call, retries and their backoff included.
+        with anyio.move_on_after(self.config.total_timeout) as deadline:
+            data = await post_json(self._client, self.endpoint, payload, self.config, model=model)
+        if deadline.cancelled_caught:
+            raise deadline_error(self.config)
         return self.parse_response(data, model)
+
+
+def deadline_error(config: ProviderConfig) -> LLMError:
+    """The call ran past `timeout.total`; says which provider and which setting to change."""
+    return LLMError(
+        f"provider '{config.name}' did not answer within its {config.total_timeout:g} s deadline "
+        f"(retries included); raise llm.providers.{config.name}.timeout.total or use a faster model",
+        provider=config.name,
+    )

@@ -61,7 +61,7 @@ def describe_transport_error(config: ProviderConfig, exc: httpx.TransportError, 
         kind, limit = {
             httpx.ConnectTimeout: ("connect timeout", config.connect_timeout),
             httpx.WriteTimeout: ("write timeout", config.read_timeout),
-            httpx.PoolTimeout: ("pool timeout", config.read_timeout),
+            httpx.PoolTimeout: ("pool timeout", config.total_timeout),
         }.get(type(exc), ("read timeout", config.read_timeout))
         return f"provider '{name}' timed out after {tries} ({kind} {limit}s)"
     if isinstance(exc, httpx.ConnectError):

@@ -46,6 +46,7 @@ class ScriptedReply:
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
     raw: bytes | None = None  # a non-JSON body, sent as is
+    drip: float = 0.0  # > 0: send the body one byte every `drip` seconds (a provider that never stalls a read)
 
 
 class FakeLLMServer:
@@ -66,6 +67,12 @@ class FakeLLMServer:
         self.models = models or (("fake-gpt-4o-mini",) if kind == "openai" else ("fake-claude-sonnet",))
         self.api_key = api_key  # when set, requests without it get a 401 in the provider's format
         self.requests: list[RecordedRequest] = []
+        self.default_delay = 0.0  # seconds before each unscripted completion answer
+        # "echo" (default: word counts) | "chars": prompt tokens = characters of all text read, output
+        # tokens = max_tokens; a realistic bound for CJK text (about one token per character)
+        self.usage_mode = "echo"
+        self.open_now = 0  # completion requests being answered right now
+        self.max_open = 0  # the most ever answered at once
         self._queue: deque[ScriptedReply] = deque()
         self._lock = threading.Lock()
         self._closing = threading.Event()
@@ -90,10 +97,11 @@ class FakeLLMServer:
         delay: float = 0.0,
         *,
         raw: bytes | None = None,
+        drip: float = 0.0,
     ) -> None:
         """Answer the next completion request exactly like this (FIFO)."""
         with self._lock:
-            self._queue.append(ScriptedReply(status, body, dict(headers or {}), delay, raw))
+            self._queue.append(ScriptedReply(status, body, dict(headers or {}), delay, raw, drip))
 
     def reply_text(
         self,
@@ -103,9 +111,10 @@ class FakeLLMServer:
         finish: str | None = None,
         usage: tuple[int, int] | None = (11, 7),
         delay: float = 0.0,
+        drip: float = 0.0,
     ) -> None:
         """A plain text answer; `finish` is the provider's own finish/stop reason."""
-        self.enqueue(body=lambda req: self._text_body(req, text, model, finish, usage), delay=delay)
+        self.enqueue(body=lambda req: self._text_body(req, text, model, finish, usage), delay=delay, drip=drip)
 
     def reply_tool_call(
         self,
@@ -250,6 +259,11 @@ class FakeLLMServer:
     def _default_reply(self, request: RecordedRequest) -> dict[str, Any]:
         """Echo the last user text, so tests and benchmarks get a deterministic answer."""
         text = _last_user_text(request.body)
+        if self.usage_mode == "chars":
+            body = request.body if isinstance(request.body, dict) else {}
+            read = sum(len(_text_of(m.get("content"))) for m in _messages(body)) + len(str(body.get("system") or ""))
+            out = body.get("max_tokens") or body.get("max_completion_tokens") or 1
+            return self._text_body(request, f"echo: {text}", None, None, (read, int(out)))
         words = sum(len(str(m.get("content", "")).split()) for m in _messages(request.body))
         return self._text_body(request, f"echo: {text}", None, None, (max(1, words), 2 + len(text.split())))
 
@@ -284,9 +298,20 @@ class FakeLLMServer:
             reply = refusal
         elif method == "POST" and path == completion_path:
             with self._lock:
-                reply = self._queue.popleft() if self._queue else ScriptedReply()
+                reply = self._queue.popleft() if self._queue else ScriptedReply(delay=self.default_delay)
+                self.open_now += 1
+                self.max_open = max(self.max_open, self.open_now)
+            try:
+                self._answer(handler, request, reply)
+            finally:
+                with self._lock:
+                    self.open_now -= 1
+            return
         else:
             reply = ScriptedReply(404, self._error_body(404, f"no route for {method} {path}"))
+        self._answer(handler, request, reply)
+
+    def _answer(self, handler: _Handler, request: RecordedRequest, reply: ScriptedReply) -> None:
         if reply.delay and self._closing.wait(reply.delay):
             handler.close_connection = True
             return  # closing: drop the request unanswered
@@ -331,7 +356,16 @@ class FakeLLMServer:
         for name, value in reply.headers.items():
             handler.send_header(name, value)
         handler.end_headers()
-        handler.wfile.write(payload)
+        if not reply.drip:
+            handler.wfile.write(payload)
+            return
+        handler.wfile.flush()
+        for index in range(len(payload)):  # a slow-loris answer: every read gets a byte in time
+            if self._closing.wait(reply.drip):
+                handler.close_connection = True
+                return
+            handler.wfile.write(payload[index:index + 1])
+            handler.wfile.flush()
 
 
 class _Server(ThreadingHTTPServer):
@@ -379,6 +413,14 @@ class _Handler(BaseHTTPRequestHandler):
 def _messages(body: Any) -> list[dict[str, Any]]:
     messages = body.get("messages") if isinstance(body, dict) else None
     return [m for m in messages if isinstance(m, dict)] if isinstance(messages, list) else []
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(b.get("text", "")) for b in content if isinstance(b, dict))
+    return ""
 
 
 def _last_user_text(body: Any) -> str:
