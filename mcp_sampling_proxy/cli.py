@@ -127,6 +127,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail(str(exc))
     if args.no_terminal:
         os.environ["MCP_SAMPLING_PROXY_NO_TERMINAL"] = "1"
+    from mcp_sampling_proxy.keys import KeySourceError, resolve_keys
+
+    try:  # api_key_file / api_key_command: once, before the upstream exists
+        settings.providers = resolve_keys(settings.providers)
+    except KeySourceError as exc:
+        return fail(str(exc))
+    from mcp_sampling_proxy.audit import configured_secrets
+    from mcp_sampling_proxy.log import set_secrets
+
+    set_secrets(configured_secrets(settings, os.environ))
 
     if command:
         from mcp_sampling_proxy.hardening import become_subreaper
