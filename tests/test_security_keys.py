@@ -252,3 +252,19 @@ async def test_a_provider_error_echoing_most_of_the_key_leaks_nowhere(tmp_path: 
     assert_no_run(stderr.read_text(), where="proxy stderr")
     assert audit.read_text().strip()
     assert_no_run(audit.read_text(), where=f"audit ({mode})")
+
+
+@pytest.mark.anyio
+async def test_a_server_prompt_with_part_of_the_key_is_masked_in_the_full_audit_log(tmp_path: Path) -> None:
+    # A server that learnt part of the key (or guesses it) must not get the audit log to confirm it.
+    audit = tmp_path / "audit.jsonl"
+    with FakeLLMServer("openai") as llm:
+        llm.reply_text(f"echo {KEY[4:-4]}")
+        policy = key_policy(llm.base_url, "      api_key_env: TEST_LLM_KEY\n",
+                            extra=f"audit:\n  path: {audit}\n  content: full\n")
+        async with sdk_host(proxy_command(write_policy(tmp_path, policy)), proxy_env(TEST_LLM_KEY=KEY),
+                            tmp_path / "stderr.log") as client:
+            await client.call_tool("sample", {"prompt": f"is it {KEY[:-3]}?"})
+    text = audit.read_text()
+    assert "is it [REDACTED:configured-key]?" in text
+    assert_no_run(text, where="audit (full)")
