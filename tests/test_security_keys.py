@@ -268,3 +268,16 @@ async def test_a_server_prompt_with_part_of_the_key_is_masked_in_the_full_audit_
     text = audit.read_text()
     assert "is it [REDACTED:configured-key]?" in text
     assert_no_run(text, where="audit (full)")
+
+
+def test_a_server_name_with_part_of_the_key_is_masked_in_the_proxy_log(tmp_path: Path) -> None:
+    stderr = tmp_path / "stderr.log"
+    policy = write_policy(tmp_path, key_policy("http://127.0.0.1:9/v1", "      api_key_env: TEST_LLM_KEY\n"))
+    upstream = [PY, str(HOSTILE / "keys_name_echo_server.py"), KEY[:-3]]
+    with RawHost(proxy_command(policy, upstream=upstream), proxy_env(TEST_LLM_KEY=KEY), stderr) as host:
+        host.initialize()
+        host.close_stdin()
+        host.wait()
+    text = stderr.read_text()
+    assert "upstream ready" in text and "[REDACTED:configured-key]" in text
+    assert_no_run(text, where="proxy stderr")
