@@ -135,7 +135,10 @@ class KeyRuns:
 
     def __init__(self, secrets: Iterable[str]):
         n = MIN_SECRET_LENGTH
-        self.windows = {s[i:i + n] for s in secrets for i in range(len(s) - n + 1)}
+        # Split on whitespace: a header value "Bearer KEY" must mask the key, not eat the space
+        # before an echoed key (no API key contains whitespace).
+        pieces = {piece for s in secrets for piece in s.split()}
+        self.windows = {p[i:i + n] for p in pieces for i in range(len(p) - n + 1)}
         self.blocks = {w[i:i + n // 2] for w in self.windows for i in range(n // 2 + 1)}
 
     def spans(self, text: str) -> list[tuple[int, int]]:
