@@ -128,6 +128,8 @@ def _secrets(provider: ProviderConfig, response: httpx.Response) -> list[str]:
 
 
 def _scrub(text: str, secrets: list[str]) -> str:
+    for secret in secrets:
+        text = text.replace(secret, REDACTED)
     # Any 8-character run of a key, not just the whole key: providers echo keys minus a few characters.
     text = KeyRuns(secrets).scrub(text)[0].replace(mask(CONFIGURED_KEY), REDACTED)
     return _KEY_LIKE.sub(REDACTED, text)
