@@ -133,10 +133,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings.providers = resolve_keys(settings.providers)
     except KeySourceError as exc:
         return fail(str(exc))
-    from mcp_sampling_proxy.audit import configured_secrets
-    from mcp_sampling_proxy.log import set_secrets
-
-    set_secrets(configured_secrets(settings, os.environ))
 
     if command:
         from mcp_sampling_proxy.hardening import become_subreaper
@@ -158,8 +154,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return fail(str(exc))
         upstream = HttpUpstream(args.url, headers)
 
-    from mcp_sampling_proxy.log import configure
+    from mcp_sampling_proxy.audit import configured_secrets
+    from mcp_sampling_proxy.log import configure, set_secrets
 
+    set_secrets(configured_secrets(settings, os.environ))  # after the spawn: importing audit is slow
     configure(args.log_level, args.log_format)
     if hardening_problems:
         from mcp_sampling_proxy.log import get_logger
