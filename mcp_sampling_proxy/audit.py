@@ -274,6 +274,7 @@ def configured_secrets(settings: Settings, environ: Mapping[str, str]) -> list[s
     names = set(settings.secret_env_vars()) | set(WELL_KNOWN_KEY_VARS)
     names |= {p.api_key_env for p in settings.providers if p.api_key_env}
     found = [environ[name] for name in sorted(names) if environ.get(name)]
+    found += [p.api_key for p in settings.providers if p.api_key]  # from api_key_file / api_key_command
     for provider in settings.providers:
         for value in provider.headers.values():
             found.append(value)

@@ -128,6 +128,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail(str(exc))
     if args.no_terminal:
         os.environ["MCP_SAMPLING_PROXY_NO_TERMINAL"] = "1"
+    from mcp_sampling_proxy.keys import KeySourceError, resolve_keys
+
+    try:  # api_key_file / api_key_command: once, before the upstream exists
+        settings.providers = resolve_keys(settings.providers)
+    except KeySourceError as exc:
+        return fail(str(exc))
 
     from mcp_sampling_proxy.hardening import mark_relay
 
@@ -152,8 +158,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return fail(str(exc))
         upstream = HttpUpstream(args.url, headers)
 
-    from mcp_sampling_proxy.log import configure
+    from mcp_sampling_proxy.audit import configured_secrets
+    from mcp_sampling_proxy.log import configure, set_secrets
 
+    set_secrets(configured_secrets(settings, os.environ))  # after the spawn: importing audit is slow
     configure(args.log_level, args.log_format)
     if hardening_problems:
         from mcp_sampling_proxy.log import get_logger

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import shlex
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
@@ -296,6 +297,7 @@ def _parse_llm(node: Node, settings: Settings) -> None:
 
 _PROVIDER_KEYS = (
     "type", "base_url", "api_key_env", "models", "timeout", "max_attempts", "tools", "headers",
+    "api_key_file", "api_key_command",
 )
 
 
@@ -324,6 +326,7 @@ def _parse_provider(name: str, node: Node) -> ProviderConfig:
                 "api_key_env names the environment variable that holds the key, not the key itself"
             )
         kwargs["api_key_env"] = env
+    kwargs.update(_parse_key_source(name, node, fields))
     if "timeout" in fields:
         tnode = fields["timeout"]
         if tnode.is_mapping():
@@ -343,6 +346,29 @@ def _parse_provider(name: str, node: Node) -> ProviderConfig:
     if "headers" in fields:
         kwargs["headers"] = {k: v.str() for k, v in fields["headers"].mapping().items()}
     return ProviderConfig(name=name, type=ptype, models=tuple(models), **kwargs)  # type: ignore[arg-type]
+
+
+def _parse_key_source(name: str, node: Node, fields: dict[str, Node]) -> dict[str, object]:
+    """api_key_file / api_key_command: keys that never sit in an environment (see keys.py).
+    Only parsed here: the file is read and the command run at start, never by `policy check`."""
+    sources = [k for k in ("api_key_env", "api_key_file", "api_key_command") if k in fields]
+    if len(sources) > 1:
+        raise fields[sources[1]].error(
+            f"provider '{name}' has both {sources[0]} and {sources[1]}: give exactly one key source")
+    kwargs: dict[str, object] = {}
+    if "api_key_file" in fields:
+        path = fields["api_key_file"].str()
+        if not path.strip():
+            raise fields["api_key_file"].error("api_key_file needs the path of a file holding only the key")
+        kwargs["api_key_file"] = os.path.expanduser(path)
+    if "api_key_command" in fields:
+        cnode = fields["api_key_command"]
+        # A list is run as is; a string is split like a shell would (shlex), but never run by one.
+        argv = list(cnode.strings()) if cnode.is_sequence() else shlex.split(cnode.str())
+        if not argv or not argv[0]:
+            raise cnode.error('api_key_command needs a command that prints the key, e.g. ["pass", "show", "openai"]')
+        kwargs["api_key_command"] = tuple(argv)
+    return kwargs
 
 
 def _parse_model(node: Node) -> ModelSpec:

@@ -106,6 +106,14 @@ async def probe_provider(provider: Any, timeout: float) -> list[Check]:
     key_var = provider.api_key_env
     key = os.environ.get(key_var) if key_var else None
     key_note = f"{key_var} is set" if key else (f"{key_var} is not set" if key_var else "no api_key_env")
+    if provider.api_key_file or provider.api_key_command:  # doctor runs the command, as the proxy would
+        from mcp_sampling_proxy.keys import KeySourceError, key_source, resolve_key
+
+        try:
+            provider = resolve_key(provider)
+        except KeySourceError as exc:
+            return [Check("fail", f"{name}: {exc}", "fix the key source; the proxy refuses to start without it")]
+        key, key_note = provider.api_key, f"{key_source(provider)} gave a key"
     if provider.type == "anthropic":
         base = (provider.base_url or ANTHROPIC_URL).rstrip("/").removesuffix("/v1")
         url = f"{base}/v1/models"

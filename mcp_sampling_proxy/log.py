@@ -1,13 +1,35 @@
-"""structlog set-up: everything goes to stderr, never stdout (stdout carries the protocol)."""
+"""structlog set-up: everything goes to stderr, never stdout (stdout carries the protocol).
+
+Every event passes `scrub_secrets` before it is rendered: any 8-character run of a configured
+API key is masked, so a provider error that echoes (part of) a key never reaches stderr."""
 
 from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Iterable
+from typing import Any
 
 import structlog
 
+from .redact import Redactor
+
 LEVELS = ("debug", "info", "warning", "error")
+
+_redactor = Redactor()
+
+
+def set_secrets(secrets: Iterable[str]) -> None:
+    """The key values to mask in every log line from now on (call once keys are known)."""
+    global _redactor
+    _redactor = Redactor(secrets)
+
+
+def scrub_secrets(_logger: Any, _method: str, event: dict[str, Any]) -> dict[str, Any]:
+    if not _redactor.secrets:
+        return event
+    return {k: _redactor.scrub_value(v) if isinstance(v, str | dict | list | tuple) else
+            _redactor.scrub(str(v)) if isinstance(v, BaseException) else v for k, v in event.items()}
 
 
 def configure(level: str = "info", fmt: str | None = None) -> None:
@@ -25,6 +47,7 @@ def configure(level: str = "info", fmt: str | None = None) -> None:
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
+            scrub_secrets,  # after format_exc_info: a traceback may quote a key too
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[level.upper()]),

@@ -89,23 +89,17 @@ class Redactor:
         self.secrets = tuple(sorted({s for s in secrets if len(s) >= MIN_SECRET_LENGTH}, key=len, reverse=True))
         user = tuple(Pattern("custom", re.compile(p) if isinstance(p, str) else p) for p in patterns)
         self.patterns = BUILTIN_PATTERNS + user
+        self._runs = KeyRuns(self.secrets)
 
     # -- text ---------------------------------------------------------------------------------
     def scrub(self, text: str) -> str:
-        """Replace every configured key value."""
-        for secret in self.secrets:
-            if secret in text:
-                text = text.replace(secret, mask(CONFIGURED_KEY))
-        return text
+        """Replace every run of 8+ characters of a configured key (a provider error that echoes
+        the key minus a few characters is as good as the key)."""
+        return self._runs.scrub(text)[0]
 
     def redact(self, text: str) -> tuple[str, int]:
         """Mask every secret shape and configured key; return the text and how many were masked."""
-        count = 0
-        for secret in self.secrets:
-            found = text.count(secret)
-            if found:
-                text = text.replace(secret, mask(CONFIGURED_KEY))
-                count += found
+        text, count = self._runs.scrub(text)
         for pattern in self.patterns:
             text, n = _apply(pattern, text)
             count += n
@@ -128,6 +122,58 @@ class Redactor:
             return text
 
         return _walk(value, one, skip_media=True), count
+
+
+class KeyRuns:
+    """Finds every run of `MIN_SECRET_LENGTH`+ consecutive characters of any key in a text.
+
+    WHY this shape: providers echo keys partly ("Incorrect API key provided: sk-abc...xyz12"), so
+    exact matching is not enough. All 8-character windows of every key go into a set; the text
+    is probed at every 4th position with a 4-character block (any 8-run contains an aligned
+    block), and only around a hit are 8-windows checked and extended both ways. Linear in the
+    text, with one set look-up per 4 characters on text that holds no key."""
+
+    def __init__(self, secrets: Iterable[str]):
+        n = MIN_SECRET_LENGTH
+        # Split on whitespace: a header value "Bearer KEY" must mask the key, not eat the space
+        # before an echoed key (no API key contains whitespace).
+        pieces = {piece for s in secrets for piece in s.split()}
+        self.windows = {p[i:i + n] for p in pieces for i in range(len(p) - n + 1)}
+        self.blocks = {w[i:i + n // 2] for w in self.windows for i in range(n // 2 + 1)}
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        n, half = MIN_SECRET_LENGTH, MIN_SECRET_LENGTH // 2
+        windows, blocks = self.windows, self.blocks
+        spans: list[tuple[int, int]] = []
+        covered = 0  # text before this index is already inside a span
+        for j in range(0, len(text) - half + 1, half):
+            if j + half <= covered or text[j:j + half] not in blocks:
+                continue
+            for i in range(max(j - half, covered, 0), j + 1):
+                if text[i:i + n] in windows:
+                    start, end = i, i + n
+                    while start > covered and text[start - 1:start - 1 + n] in windows:
+                        start -= 1
+                    while end < len(text) and text[end - n + 1:end + 1] in windows:
+                        end += 1
+                    spans.append((start, end))
+                    covered = end
+                    break
+        return spans
+
+    def scrub(self, text: str) -> tuple[str, int]:
+        """`text` with each run masked as a configured key, and how many runs were masked."""
+        if not self.windows or len(text) < MIN_SECRET_LENGTH:
+            return text, 0
+        spans = self.spans(text)
+        if not spans:
+            return text, 0
+        parts, last = [], 0
+        for start, end in spans:
+            parts += [text[last:start], mask(CONFIGURED_KEY)]
+            last = end
+        parts.append(text[last:])
+        return "".join(parts), len(spans)
 
 
 def _apply(pattern: Pattern, text: str) -> tuple[str, int]:

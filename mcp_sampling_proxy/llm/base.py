@@ -35,6 +35,10 @@ class ProviderConfig:
     type: str  # "openai" | "anthropic" | "console"
     base_url: str | None = None
     api_key_env: str | None = None
+    api_key_file: str | None = None  # exactly one of the three key sources
+    api_key_command: tuple[str, ...] | None = None
+    # The key read from api_key_file / api_key_command at start (see keys.py): memory only, no repr.
+    api_key: str | None = field(default=None, repr=False, compare=False)
     models: tuple[ModelSpec, ...] = ()
     connect_timeout: float = 10.0
     read_timeout: float = 120.0

@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from ..redact import CONFIGURED_KEY, KeyRuns, mask
 from ..sanitize import one_line
 from .base import LLMError, ProviderConfig, UnsupportedContentError
 
@@ -61,6 +62,8 @@ def http_error(provider: ProviderConfig, response: httpx.Response, *, model: str
 def _hint(provider: ProviderConfig, response: httpx.Response, status: int, model: str | None) -> str:
     env = provider.api_key_env
     if status == 401:
+        if provider.api_key_file or provider.api_key_command:
+            return "check the key from " + ("api_key_file" if provider.api_key_file else "api_key_command")
         if not env:
             return "no api_key_env configured for this provider"
         return f"check {env}" if os.environ.get(env) else f"{env} is not set"
@@ -109,6 +112,8 @@ def _secrets(provider: ProviderConfig, response: httpx.Response) -> list[str]:
     found = []
     if provider.api_key_env and os.environ.get(provider.api_key_env):
         found.append(os.environ[provider.api_key_env])
+    if provider.api_key:  # from api_key_file / api_key_command
+        found.append(provider.api_key)
     found += [v for v in provider.headers.values() if v]
     request = _request(response)
     if request is not None:
@@ -125,6 +130,8 @@ def _secrets(provider: ProviderConfig, response: httpx.Response) -> list[str]:
 def _scrub(text: str, secrets: list[str]) -> str:
     for secret in secrets:
         text = text.replace(secret, REDACTED)
+    # Any 8-character run of a key, not just the whole key: providers echo keys minus a few characters.
+    text = KeyRuns(secrets).scrub(text)[0].replace(mask(CONFIGURED_KEY), REDACTED)
     return _KEY_LIKE.sub(REDACTED, text)
 
 

@@ -6,12 +6,12 @@ response; connection reuse, timeouts, retries and errors are the same for all of
 
 from __future__ import annotations
 
-import os
 from typing import Any, ClassVar
 
 import anyio
 import httpx
 
+from ..keys import provider_key
 from .base import Completion, LLMError, ProviderConfig
 from .errors import unsupported
 from .retry import post_json
@@ -31,7 +31,7 @@ class HttpAdapter:
         self.config = config
         self.base_url = self.normalise_base_url((config.base_url or self.default_base_url).rstrip("/"))
         headers = {"content-type": "application/json", **self.fixed_headers(), **config.headers}
-        key = os.environ.get(config.api_key_env) if config.api_key_env else None
+        key = provider_key(config)
         if key:
             headers.update(self.auth_headers(key))  # kept only inside the client
         self._client = httpx.AsyncClient(

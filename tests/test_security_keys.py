@@ -1,0 +1,283 @@
+"""Issue #10, keys slice: the governed server is the adversary and wants the proxy's LLM keys.
+
+- it runs as the same user and reads /proc/<proxy>/environ and /proc/<proxy>/mem;
+- keys can come from a 0600 file or a command instead of any environment;
+- a provider error that echoes most of the key must not carry it to the server, stderr or audit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fakes.llm_server import FakeLLMServer
+from support import PY, ROOT, RawHost, proxy_command, proxy_env, sdk_host, tool_text, write_policy
+
+HOSTILE = ROOT / "tests" / "fixtures" / "hostile"
+# Matches none of the built-in secret shapes: only configured-key scrubbing can catch it.
+KEY = "unpatterned-Key-Zq9xW3vB7nM2pL5kR8tY1uE4oI6a"
+
+
+def runs_of(key: str, n: int = 8) -> list[str]:
+    return [key[i:i + n] for i in range(len(key) - n + 1)]
+
+
+def assert_no_run(text: str, key: str = KEY, where: str = "") -> None:
+    leaked = [run for run in runs_of(key) if run in text]
+    assert not leaked, f"{where}: 8-character runs of the key leaked: {leaked[:3]}"
+
+
+def key_policy(base_url: str, source: str, extra: str = "") -> str:
+    return ("llm:\n  providers:\n    fake:\n      type: openai\n"
+            f"      base_url: {base_url}\n{source}      models: [gpt-test]\n"
+            f"{extra}rules:\n  - name: allow-all\n    action: allow\n")
+
+
+# -- 1. /proc: a same-user server reading the proxy's environment and memory ---------------------------
+
+
+def _unprivileged_python() -> tuple[list[str], dict[str, str]]:
+    """A command prefix that runs this Python as `nobody`, and the PYTHONPATH it needs; skip if none."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to drop to an ordinary user (as root, /proc reads are not refused)")
+    setpriv = shutil.which("setpriv")
+    if not setpriv:
+        pytest.skip("setpriv (util-linux) is not installed")
+    drop = [setpriv, "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+    paths = [str(ROOT), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    env = {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
+    major, minor = sys.version_info[:2]
+    for python in (sys.executable, f"/usr/bin/python{major}.{minor}", f"/usr/local/bin/python{major}.{minor}"):
+        probe = subprocess.run([*drop, python, "-c", "import os, sys, mcp_sampling_proxy.cli, httpx, mcp; "
+                                "sys.exit(not os.access(sys.executable, os.X_OK))"],
+                               env={**os.environ, **env}, capture_output=True, timeout=60, check=False)
+        if probe.returncode == 0:
+            return [*drop, python], env
+    pytest.skip(f"no Python {major}.{minor} that user nobody can run with this project importable "
+                "(the venv's interpreter may sit under a private home directory)")
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A temporary directory the unprivileged proxy and its server can write."""
+    path = Path(tempfile.mkdtemp(prefix="keys-proc-"))
+    path.chmod(0o777)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def test_a_same_user_server_cannot_read_the_key_from_proc(shared_dir: Path) -> None:
+    prefix, pythonpath = _unprivileged_python()
+    report = shared_dir / "report.json"
+    with FakeLLMServer("openai") as llm:
+        policy = write_policy(shared_dir, key_policy(llm.base_url, "      api_key_env: TEST_LLM_KEY\n"))
+        os.chmod(policy, 0o644)
+        command = [*prefix, "-m", "mcp_sampling_proxy", "--policy", policy, "--log-format", "json",
+                   "--", prefix[-1], str(HOSTILE / "keys_proc_reader.py"), str(report)]
+        with RawHost(command, proxy_env(TEST_LLM_KEY=KEY, **pythonpath), shared_dir / "stderr.log") as host:
+            host.initialize()
+            deadline = time.monotonic() + 20
+            while not report.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert report.exists(), (shared_dir / "stderr.log").read_text()
+            host.close_stdin()
+            host.wait()
+    stolen = json.loads(report.read_text())
+    assert stolen["uid"] == 65534  # the server really ran as the same ordinary user as the proxy
+    found = stolen["found"]
+    assert "mcp_sampling_proxy" in found["cmdline"]  # it did find its parent, the proxy
+    for name, text in found.items():
+        assert_no_run(text, where=f"/proc/PPID/{name}")
+    assert found["environ"].startswith("ERROR PermissionError"), "environ must be refused, not merely empty"
+    assert found["mem"].startswith("ERROR PermissionError")
+
+
+# -- 2. api_key_file and api_key_command ----------------------------------------------------------------
+
+
+async def _sample(tmp_path: Path, policy_text: str, llm: FakeLLMServer, env: dict[str, str] | None = None) -> str:
+    stderr = tmp_path / "stderr.log"
+    async with sdk_host(proxy_command(write_policy(tmp_path, policy_text)), env or proxy_env(), stderr) as client:
+        result = await client.call_tool("sample", {"prompt": "hello"})
+    return tool_text(result)
+
+
+@pytest.mark.anyio
+async def test_the_key_from_api_key_file_reaches_the_llm_and_not_the_server(tmp_path: Path) -> None:
+    key_file = tmp_path / "openai.key"
+    key_file.write_text(KEY + "\n")
+    key_file.chmod(0o600)
+    with FakeLLMServer("openai", api_key=KEY) as llm:
+        llm.reply_text("hi from the file key")
+        text = await _sample(tmp_path, key_policy(llm.base_url, f"      api_key_file: {key_file}\n"), llm)
+    assert "hi from the file key" in text
+    assert llm.requests[-1].headers["authorization"] == f"Bearer {KEY}"  # one newline stripped, no more
+
+
+@pytest.mark.anyio
+async def test_the_key_from_api_key_command_reaches_the_llm(tmp_path: Path) -> None:
+    with FakeLLMServer("openai", api_key=KEY) as llm:
+        llm.reply_text("hi from the command key")
+        source = f"      api_key_command: [{PY}, -c, 'print(\"  {KEY}  \")']\n"
+        text = await _sample(tmp_path, key_policy(llm.base_url, source), llm)
+    assert "hi from the command key" in text
+    assert llm.requests[-1].headers["authorization"] == f"Bearer {KEY}"
+
+
+@pytest.mark.anyio
+async def test_a_string_api_key_command_is_split_without_a_shell(tmp_path: Path) -> None:
+    marker = tmp_path / "shell-ran"
+    with FakeLLMServer("openai", api_key=KEY) as llm:
+        llm.reply_text("ok")
+        # With a shell, '; touch' would run; split by shlex it is only an argument to Python.
+        source = (f"      api_key_command: \"{PY} -c 'import sys; print(\\\"{KEY}\\\")' ; touch {marker}\"\n")
+        text = await _sample(tmp_path, key_policy(llm.base_url, source), llm)
+    assert "ok" in text
+    assert llm.requests[-1].headers["authorization"] == f"Bearer {KEY}"
+    assert not marker.exists()
+
+
+def _start_fails(tmp_path: Path, policy_text: str) -> str:
+    """Run the proxy with a policy whose key source is broken: it must exit before spawning anything."""
+    marker = tmp_path / "upstream-started"
+    policy = write_policy(tmp_path, policy_text)
+    done = subprocess.run(proxy_command(policy, upstream=[PY, "-c", f"open({str(marker)!r}, 'w')"]),
+                          env=proxy_env(), stdin=subprocess.DEVNULL, capture_output=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert done.stdout == b""  # stdout is the protocol's
+    assert not marker.exists(), "the upstream was spawned before the key was known"
+    return done.stderr.decode()
+
+
+def test_a_group_or_world_readable_key_file_is_refused(tmp_path: Path) -> None:
+    key_file = tmp_path / "openai.key"
+    key_file.write_text(KEY)
+    key_file.chmod(0o644)
+    err = _start_fails(tmp_path, key_policy("http://127.0.0.1:9/v1", f"      api_key_file: {key_file}\n"))
+    assert str(key_file) in err and "chmod 600" in err and "'fake'" in err
+    assert_no_run(err)
+
+
+def test_a_symlinked_or_missing_key_file_is_refused(tmp_path: Path) -> None:
+    target = tmp_path / "real.key"
+    target.write_text(KEY)
+    target.chmod(0o600)
+    link = tmp_path / "link.key"
+    link.symlink_to(target)
+    err = _start_fails(tmp_path, key_policy("http://127.0.0.1:9/v1", f"      api_key_file: {link}\n"))
+    assert str(link) in err and "symlink" in err
+    err = _start_fails(tmp_path, key_policy("http://127.0.0.1:9/v1", f"      api_key_file: {tmp_path / 'nope'}\n"))
+    assert "no such file" in err
+
+
+def test_a_failing_api_key_command_names_the_provider_and_command_but_not_its_output(tmp_path: Path) -> None:
+    script = tmp_path / "leaky.py"  # the key is in what it prints, not in its command line
+    script.write_text(f"import sys; print('{KEY}'); print('{KEY}', file=sys.stderr); sys.exit(3)")
+    source = f"      api_key_command: [{PY}, {script}]\n"
+    err = _start_fails(tmp_path, key_policy("http://127.0.0.1:9/v1", source))
+    assert "provider 'fake'" in err and "api_key_command" in err and "status 3" in err
+    assert_no_run(err)
+
+
+def test_an_api_key_command_that_prints_nothing_is_an_error(tmp_path: Path) -> None:
+    source = f"      api_key_command: [{PY}, -c, 'pass']\n"
+    err = _start_fails(tmp_path, key_policy("http://127.0.0.1:9/v1", source))
+    assert "provider 'fake'" in err and "printed nothing" in err
+
+
+def test_two_key_sources_or_a_typo_are_policy_errors_with_a_position(tmp_path: Path) -> None:
+    both = key_policy("http://127.0.0.1:9/v1", "      api_key_env: X\n      api_key_file: /k\n")
+    err = _start_fails(tmp_path, both)
+    assert "policy.yaml:7:" in err and "exactly one key source" in err
+    typo = key_policy("http://127.0.0.1:9/v1", "      api_key_fil: /k\n")
+    err = _start_fails(tmp_path, typo)
+    assert "policy.yaml:6:" in err and "api_key_fil" in err
+
+
+def test_policy_check_does_not_run_api_key_command(tmp_path: Path) -> None:
+    marker = tmp_path / "command-ran"
+    source = f"      api_key_command: [{PY}, -c, \"open('{marker}', 'w'); print('k' * 20)\"]\n"
+    policy = write_policy(tmp_path, key_policy("http://127.0.0.1:9/v1", source))
+    done = subprocess.run([PY, "-m", "mcp_sampling_proxy", "policy", "check", policy], env=proxy_env(),
+                          capture_output=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert not marker.exists()
+
+
+def test_doctor_reports_the_key_source_and_never_the_key(tmp_path: Path) -> None:
+    key_file = tmp_path / "openai.key"
+    key_file.write_text(KEY)
+    key_file.chmod(0o600)
+    with FakeLLMServer("openai", api_key=KEY) as llm:
+        policy = write_policy(tmp_path, key_policy(llm.base_url, f"      api_key_file: {key_file}\n"))
+        done = subprocess.run([PY, "-m", "mcp_sampling_proxy", "doctor", "--policy", policy], env=proxy_env(),
+                              capture_output=True, timeout=60, check=False)
+        authorizations = [r.headers.get("authorization") for r in llm.requests]
+    out = done.stdout.decode() + done.stderr.decode()
+    assert f"api_key_file {key_file}" in out
+    assert f"Bearer {KEY}" in authorizations  # doctor probed with the file's key
+    assert_no_run(out)
+
+
+# -- 3. partial key echoes ---------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["none", "redacted", "full"])
+async def test_a_provider_error_echoing_most_of_the_key_leaks_nowhere(tmp_path: Path, mode: str) -> None:
+    audit = tmp_path / "audit.jsonl"
+    stderr = tmp_path / "stderr.log"
+    echo = f"Incorrect API key provided: {KEY[:-3]}. You can find your API key at https://example.invalid"
+    with FakeLLMServer("openai") as llm:
+        llm.reply_error(401, echo)
+        policy = key_policy(llm.base_url, "      api_key_env: TEST_LLM_KEY\n",
+                            extra=f"audit:\n  path: {audit}\n  content: {mode}\n")
+        async with sdk_host(proxy_command(write_policy(tmp_path, policy), "--log-level", "debug"),
+                            proxy_env(TEST_LLM_KEY=KEY), stderr) as client:
+            result = await client.call_tool("sample", {"prompt": "hello"})
+    server_saw = tool_text(result)
+    assert "401" in server_saw and "Incorrect API key provided" in server_saw  # the error itself arrives
+    assert_no_run(server_saw, where="error returned to the server")
+    assert_no_run(stderr.read_text(), where="proxy stderr")
+    assert audit.read_text().strip()
+    assert_no_run(audit.read_text(), where=f"audit ({mode})")
+
+
+@pytest.mark.anyio
+async def test_a_server_prompt_with_part_of_the_key_is_masked_in_the_full_audit_log(tmp_path: Path) -> None:
+    # A server that learnt part of the key (or guesses it) must not get the audit log to confirm it.
+    audit = tmp_path / "audit.jsonl"
+    with FakeLLMServer("openai") as llm:
+        llm.reply_text(f"echo {KEY[4:-4]}")
+        policy = key_policy(llm.base_url, "      api_key_env: TEST_LLM_KEY\n",
+                            extra=f"audit:\n  path: {audit}\n  content: full\n")
+        async with sdk_host(proxy_command(write_policy(tmp_path, policy)), proxy_env(TEST_LLM_KEY=KEY),
+                            tmp_path / "stderr.log") as client:
+            await client.call_tool("sample", {"prompt": f"is it {KEY[:-3]}?"})
+    text = audit.read_text()
+    assert "is it [REDACTED:configured-key]?" in text
+    assert_no_run(text, where="audit (full)")
+
+
+def test_a_server_name_with_part_of_the_key_is_masked_in_the_proxy_log(tmp_path: Path) -> None:
+    stderr = tmp_path / "stderr.log"
+    policy = write_policy(tmp_path, key_policy("http://127.0.0.1:9/v1", "      api_key_env: TEST_LLM_KEY\n"))
+    upstream = [PY, str(HOSTILE / "keys_name_echo_server.py"), KEY[:-3]]
+    with RawHost(proxy_command(policy, upstream=upstream), proxy_env(TEST_LLM_KEY=KEY), stderr) as host:
+        host.initialize()
+        host.close_stdin()
+        host.wait()
+    text = stderr.read_text()
+    assert "upstream ready" in text and "[REDACTED:configured-key]" in text
+    assert_no_run(text, where="proxy stderr")
