@@ -302,7 +302,7 @@ def test_url_entries_become_stdio_entries_with_headers(tmp_path: Path, capsys: p
     assert run(capsys, "wrap", "--host", "codex", "--config", str(codex), "--server", "docs server",
                "--policy", policy)[0] == 0
     docs = tomllib.loads(codex.read_text())["mcp_servers"]["docs server"]
-    assert docs["args"] == ["--policy", policy, "--url", "https://docs.example.com/mcp",
+    assert docs["args"] == ["--policy", policy, "--name", "docs server", "--url", "https://docs.example.com/mcp",
                             "--header", "X-Team: platform", "--header", "Authorization: Bearer ${DOCS_TOKEN}"]
     assert docs["env_vars"] == ["DOCS_TOKEN"] and docs["enabled"] is True
     assert not {"url", "bearer_token_env_var", "http_headers"} & set(docs)
