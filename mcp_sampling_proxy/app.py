@@ -96,8 +96,9 @@ class ProxyHooks:
     def owned_input_keys(self, result: dict[str, Any], session: Session) -> set[str] | None:
         return self._inputs.owned_keys(result, session)
 
-    async def answer_input(self, key: str, entry: dict[str, Any], relay: Relay) -> dict[str, Any]:
-        return await self._inputs.answer(key, entry, relay)
+    async def answer_input(self, key: str, entry: dict[str, Any], relay: Relay,
+                           origin: dict[str, Any] | None = None) -> dict[str, Any]:
+        return await self._inputs.answer(key, entry, relay, origin)
 
     async def resolve_input_required(self, message: dict[str, Any], result: dict[str, Any], relay: Relay,
                                      resolving: Any) -> dict[str, Any]:

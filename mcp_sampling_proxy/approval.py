@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
+from mcp_sampling_proxy.identity import normalise
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.sanitize import one_line, quote, strip_controls
 from mcp_sampling_proxy.terminal import Terminal
@@ -80,7 +81,7 @@ class ApprovalMemory:
     store: Any = None  # a JsonStateFile, or None to keep `always` in memory only
 
     def remembers(self, server: str, tool: str | None) -> str | None:
-        key = (server, tool or "")
+        key = _key(server, tool)
         if key in self.session:
             return "session"
         if self.store is not None:
@@ -89,12 +90,12 @@ class ApprovalMemory:
             except OSError as exc:
                 log.warning("cannot read remembered approvals", error=str(exc))
                 return None
-            if [server, tool or ""] in entries:
+            if list(key) in entries:
                 return "always"
         return None
 
     def remember(self, server: str, tool: str | None, scope: str) -> None:
-        key = (server, tool or "")
+        key = _key(server, tool)
         self.session.add(key)
         if scope == "always" and self.store is not None:
             def add(data: dict[str, Any]) -> None:
@@ -105,6 +106,12 @@ class ApprovalMemory:
                 self.store.update(add)
             except OSError as exc:
                 log.warning("cannot remember the approval beyond this session", error=str(exc))
+
+
+def _key(server: str, tool: str | None) -> tuple[str, str]:
+    """Remembered approvals are keyed by the operator's name for the server (never the name it
+    reports, which it could borrow), normalised as `server:` rules compare it."""
+    return normalise(server), tool or ""
 
 
 class Approver:

@@ -84,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", metavar="FILE", help="policy file (YAML): providers, rules, audit")
-    parser.add_argument("--name", help="server name for policy rules and logs (default: the server's own name)")
+    parser.add_argument("--name", help="server name for `server:` rules, remembered approvals and logs (default: "
+                        "derived from the command or URL, never the server's own name, which it could borrow)")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
                         help="stderr log level (default: info)")
     parser.add_argument("--log-format", choices=("json", "console"),
@@ -118,6 +119,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if bool(command) == bool(args.url):
         return fail("give the server either as '-- COMMAND [ARGS...]' or with --url URL (see --help)")
+    from mcp_sampling_proxy.identity import bad_character, derive_from_command, derive_from_url
+
+    if args.name is not None:
+        bad = bad_character(args.name)
+        if bad is not None or not args.name.strip():
+            why = f"holds a control or invisible character, {bad}" if bad else "is empty"
+            return fail(f"--name {why}: give the server a name of visible characters, as `server:` rules spell it")
+    name = args.name.strip() if args.name else (derive_from_command(command) if command else derive_from_url(args.url))
 
     from mcp_sampling_proxy.config import load_settings
     from mcp_sampling_proxy.yamlnodes import PolicyError
@@ -148,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             process = spawn(command, env)
         except SpawnError as exc:
             return fail(str(exc), exc.exit_code)
-        upstream = _stdio_upstream(process, args.name or os.path.basename(command[0]))
+        upstream = _stdio_upstream(process, name)
     else:
         from mcp_sampling_proxy.upstream_http import HttpUpstream, parse_headers
 
@@ -169,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         get_logger("mcp_sampling_proxy").warning("process hardening incomplete", problems=hardening_problems)
     from mcp_sampling_proxy.app import RunOptions, run
 
-    options = RunOptions(name=args.name, use_terminal=not args.no_terminal,
+    options = RunOptions(name=name, use_terminal=not args.no_terminal,
                          max_message_bytes=args.max_message_bytes)
     return run(upstream, settings, options)
 

@@ -14,6 +14,7 @@ import shlex
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
+from mcp_sampling_proxy.identity import bad_character
 from mcp_sampling_proxy.llm.base import ModelSpec, ProviderConfig
 from mcp_sampling_proxy.policy import (
     ALWAYS,
@@ -28,6 +29,7 @@ from mcp_sampling_proxy.policy import (
     Not,
     Over,
     ServerMatches,
+    ServerReportedMatches,
     TextMatches,
     ToolMatches,
 )
@@ -558,7 +560,7 @@ def _parse_audit(node: Node, where: str) -> AuditSettings:
 
 RULE_KEYS = ("name", "when", "action", "message", "rate_limit", "budget", "limits", "provider", "model")
 WHEN_KEYS = (
-    "server", "method", "tool", "host", "model", "max_tokens_over", "messages_over", "content",
+    "server", "server_reported", "method", "tool", "host", "model", "max_tokens_over", "messages_over", "content",
     "include_context", "text_matches", "any", "not",
 )
 _ENV_PROVIDER_NAMES = tuple(entry[0] for entry in _ENV_PROVIDERS)
@@ -612,7 +614,9 @@ def _parse_when(node: Node, *, nested: bool = False) -> All:
 
 def _parse_condition(key: str, node: Node) -> Condition:
     if key == "server":
-        return ServerMatches(_globs(node))
+        return ServerMatches(_name_globs(node))
+    if key == "server_reported":
+        return ServerReportedMatches(_name_globs(node))
     if key == "host":
         return HostMatches(_globs(node))
     if key == "model":
@@ -654,6 +658,19 @@ def _globs(node: Node, note: str = "") -> tuple[str, ...]:
             raise item.error(f"{item.label} must be {what} (a non-empty string){note}, got {_show(v)}")
         out.append(v)
     return tuple(out)
+
+
+def _name_globs(node: Node) -> tuple[str, ...]:
+    """Globs over server names: refused when they hold control or invisible characters, which
+    would make a rule look as if it named one server while it names another."""
+    globs = _globs(node)
+    items = [node] if not node.is_sequence() else node.sequence()
+    for item, glob in zip(items, globs, strict=True):
+        bad = bad_character(glob)
+        if bad is not None:
+            raise item.error(f"{item.label} holds a control or invisible character, {bad}: "
+                             "retype the server name with visible characters only")
+    return globs
 
 
 def _choices(node: Node, allowed: tuple[str, ...]) -> tuple[str, ...]:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from mcp_sampling_proxy import jsonrpc
 from mcp_sampling_proxy.audit import AuditLog, elapsed_ms, request_fields
 from mcp_sampling_proxy.config import Settings
+from mcp_sampling_proxy.identity import attribution_fields
 from mcp_sampling_proxy.jsonrpc import RpcError
 from mcp_sampling_proxy.limits import limit_key
 from mcp_sampling_proxy.log import get_logger
@@ -77,10 +78,11 @@ class ElicitationService:
     async def serve(self, message: dict[str, Any], relay: Relay) -> dict[str, Any]:
         started = time.monotonic()
         session = relay.session
-        in_flight = session.tools_in_flight()
+        in_flight = session.tool_candidates()  # every call that could own this request (policy.decide)
         tool = in_flight[-1] if in_flight else None
         raw = message.get("params")
-        audit = request_fields(session, message, tool, mode=request_mode(raw) if isinstance(raw, dict) else None)
+        audit = request_fields(session, message, tool, mode=request_mode(raw) if isinstance(raw, dict) else None,
+                               **attribution_fields(session, in_flight))
         with self._audit.every_ending(audit, raw):
             return await self._serve(message, relay, audit, started)
 
@@ -89,7 +91,7 @@ class ElicitationService:
         session = relay.session
         params = _validate(message.get("params"))
         mode = request_mode(params)
-        in_flight = session.tools_in_flight()
+        in_flight = session.tool_candidates()
         tool = audit["tool"]
 
         def answer(action: str, why: str, decision: str, content: dict[str, Any] | None = None,
@@ -100,7 +102,9 @@ class ElicitationService:
             return {"action": action, "content": content} if content is not None else {"action": action}
 
         decision = decide(self._rules, Facts("elicitation", session.server_name, session.host_name, in_flight,
-                                             text=str(params.get("message", ""))))
+                                             text=str(params.get("message", "")),
+                                             server_reported=session.server_reported))
+        tool = audit["tool"] = decision.tool or tool  # the candidate the strictest outcome was reached for
         audit["rule"] = decision.rule
         if decision.action == "deny":
             return answer("decline", decision.message or f"declined by policy rule '{decision.rule}'", "deny")
@@ -141,7 +145,7 @@ class ElicitationService:
             console = self._consoles.available() if route == "console" else None
             if console is None:
                 return self._non_interactive(params, mode, answer, route)
-            origin = (session.server_name, tool)
+            origin = (session.server_label, tool)
             if mode == "url":
                 result = await console.ask_url(params, origin, self._opener)
             else:

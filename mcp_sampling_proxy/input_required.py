@@ -13,6 +13,7 @@ answers into the host's retry, which it recognises by the echoed `requestState`.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from mcp_sampling_proxy import jsonrpc
@@ -28,6 +29,18 @@ log = get_logger("mcp_sampling_proxy.input_required")
 
 SAMPLING = "sampling/createMessage"
 ELICITATION = "elicitation/create"
+
+# The tools that could own the embedded request being answered: in the 2026 era exactly the
+# retried request's tool (none for prompts/get and resources/read), whatever else is in flight.
+# Session.tool_candidates reads it; None outside an input_required round.
+ORIGIN_TOOLS: ContextVar[tuple[str, ...] | None] = ContextVar("origin_tools", default=None)
+
+
+def origin_tools(origin: dict[str, Any] | None) -> tuple[str, ...]:
+    """The tool of the host request an input_required round belongs to, as a candidate tuple."""
+    params = origin.get("params") if isinstance(origin, dict) else None
+    name = params.get("name") if isinstance(params, dict) and origin.get("method") == "tools/call" else None
+    return (name,) if isinstance(name, str) and name else ()
 
 
 class InputResolver:
@@ -53,17 +66,23 @@ class InputResolver:
             # roots/list, sampling or elicitation the host does itself, anything new: the host's
         return owned
 
-    async def answer(self, key: str, entry: dict[str, Any], relay: Relay) -> dict[str, Any]:
+    async def answer(self, key: str, entry: dict[str, Any], relay: Relay,
+                     origin: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Answer one embedded request; `origin` is the host request whose retry carries it."""
         service = self._sampling if entry["method"] == SAMPLING else self._elicitation
         request = {"jsonrpc": "2.0", "id": f"input:{key}", "method": entry["method"], "params": entry["params"]}
-        return await service.serve(request, relay)
+        token = ORIGIN_TOOLS.set(origin_tools(origin))
+        try:
+            return await service.serve(request, relay)
+        finally:
+            ORIGIN_TOOLS.reset(token)
 
     async def resolve(self, message: dict[str, Any], result: dict[str, Any], relay: Relay,
                       resolving: Any) -> dict[str, Any]:
         for _round in range(self._max_rounds):
             responses: dict[str, Any] = {}
             for key, entry in (result.get("inputRequests") or {}).items():
-                responses[key] = await self.answer(key, entry, relay)
+                responses[key] = await self.answer(key, entry, relay, message)
             params = dict(message["params"]) if isinstance(message.get("params"), dict) else {}
             params.pop("inputResponses", None)
             params.pop("requestState", None)

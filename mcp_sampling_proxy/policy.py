@@ -15,8 +15,10 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
+
+from mcp_sampling_proxy.identity import bad_character, normalise
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.config import Rule
@@ -33,7 +35,7 @@ class Facts:
     `tools_in_flight` (and `tools_in_flight` to `(tool,)`), so either may be given."""
 
     method: str  # "sampling" | "elicitation"
-    server: str  # upstream serverInfo name, or --name
+    server: str  # the operator's name for the server (--name, or derived from its command or URL)
     host: str = ""  # the host's clientInfo name
     tools_in_flight: tuple[str, ...] = ()  # names of the host's tools/call requests now open, oldest first
     tool: str | None = None  # the in-flight tools/call name; None when none is in flight (SEP-2260)
@@ -44,6 +46,7 @@ class Facts:
     include_context: str = "none"  # none | thisServer | allServers
     text: str = ""  # system prompt, text blocks and tool_result text, joined with newlines
     extra: dict[str, object] = field(default_factory=dict)
+    server_reported: str | None = None  # the server's own serverInfo.name: untrusted, see ServerReportedMatches
 
     def __post_init__(self) -> None:
         if self.tool is None and self.tools_in_flight:
@@ -53,7 +56,8 @@ class Facts:
 
 
 def facts_for_sampling(
-    params: Mapping[str, Any], *, server: str, host: str, tools_in_flight: tuple[str, ...]
+    params: Mapping[str, Any], *, server: str, host: str, tools_in_flight: tuple[str, ...],
+    server_reported: str | None = None,
 ) -> Facts:
     """The facts of a `sampling/createMessage` request (`params` is the wire dict, camelCase).
 
@@ -96,6 +100,7 @@ def facts_for_sampling(
         content_types=frozenset(types),
         include_context=include_context if isinstance(include_context, str) and include_context else "none",
         text="\n".join(texts),
+        server_reported=server_reported,
     )
 
 
@@ -130,17 +135,45 @@ def _glob_hit(value: str, patterns: Sequence[str]) -> str | None:
     return next((p for p in patterns if fnmatch.fnmatchcase(folded, p.lower())), None)
 
 
+def _name_hit(value: str, patterns: Sequence[str]) -> str | None:
+    """The first pattern matching the name `value`, both compared normalised (NFKC, casefold, trim)."""
+    folded = normalise(value)
+    return next((p for p in patterns if fnmatch.fnmatchcase(folded, normalise(p))), None)
+
+
 @dataclass(frozen=True)
 class ServerMatches:
-    """`server: GLOB` (or a list): the upstream server's name, case-insensitive."""
+    """`server: GLOB` (or a list): the operator's name for the server (`--name`, or derived from
+    its command or URL), never the name the server reports, which it could choose to borrow."""
 
     patterns: tuple[str, ...]
 
     def test(self, facts: Facts) -> tuple[bool, str]:
-        hit = _glob_hit(facts.server, self.patterns)
+        hit = _name_hit(facts.server, self.patterns)
         if hit is None:
             return False, f"server '{facts.server}' does not match {_quoted(self.patterns)}"
         return True, f"server '{facts.server}' matches '{hit}'"
+
+
+@dataclass(frozen=True)
+class ServerReportedMatches:
+    """`server_reported: GLOB` (or a list): the name the server reports for itself (serverInfo.name).
+
+    Untrusted: any server can report any name, so use it only to narrow a rule, never to grant.
+    A reported name holding control or invisible characters never matches."""
+
+    patterns: tuple[str, ...]
+
+    def test(self, facts: Facts) -> tuple[bool, str]:
+        reported = facts.server_reported
+        if reported is None:
+            return False, f"the server reported no name, so it does not match {_quoted(self.patterns)}"
+        if bad_character(reported) is not None:
+            return False, "the server's reported name holds control or invisible characters, so it matches nothing"
+        hit = _name_hit(reported, self.patterns)
+        if hit is None:
+            return False, f"reported server name '{reported}' does not match {_quoted(self.patterns)}"
+        return True, f"reported server name '{reported}' matches '{hit}'"
 
 
 @dataclass(frozen=True)
@@ -333,14 +366,40 @@ class Decision:
     message: str | None = None  # shown to the server on deny
     # the matching rule itself (its rate_limit, budget, limits, provider, model), None for the default
     matched: Rule | None = field(default=None, compare=False, repr=False)
+    # the candidate tool this decision was reached for (the one charged), when several were in flight
+    tool: str | None = field(default=None, compare=False)
+
+
+STRICTNESS = {"allow": 0, "prompt": 1, "deny": 2}
 
 
 def decide(rules: Sequence[Rule], facts: Facts) -> Decision:
-    """First matching rule wins; nothing matched means prompt."""
+    """First matching rule wins; nothing matched means prompt.
+
+    When more than one host tools/call is in flight, any of them could own the request and the
+    server alone knows which, so the rules are evaluated once per candidate tool and the strictest
+    outcome wins (deny > prompt > allow); among equally strict outcomes, the one whose rule comes
+    first in the file (the default last), then the oldest candidate. A harmless call in flight can
+    then never launder a request fired by a denied one."""
+    candidates = tuple(dict.fromkeys(facts.tools_in_flight))
+    if len(candidates) <= 1:
+        return _decide_one(rules, facts)
+    order = {rule.name: index for index, rule in enumerate(rules)}
+    outcomes = [_decide_one(rules, replace(facts, tool=tool)) for tool in candidates]
+    index = max(range(len(outcomes)), key=lambda i: (STRICTNESS.get(outcomes[i].action, 1),
+                                                     -order.get(outcomes[i].rule, len(rules)), -i))
+    chosen = outcomes[index]
+    shown = ", ".join(f"'{t}'" for t in candidates)
+    why = (f"{chosen.reason} for tool '{candidates[index]}', the strictest outcome of the {len(candidates)} "
+           f"tool calls in flight ({shown}), any of which could have sent the request")
+    return replace(chosen, reason=why, tool=candidates[index])
+
+
+def _decide_one(rules: Sequence[Rule], facts: Facts) -> Decision:
     for rule in rules:
         if why_not(rule, facts) is None:
-            return Decision(rule.action, rule.name, f"rule '{rule.name}' matched", rule.message, rule)
-    return Decision("prompt", DEFAULT_RULE, "no rule matched; the default is prompt")
+            return Decision(rule.action, rule.name, f"rule '{rule.name}' matched", rule.message, rule, facts.tool)
+    return Decision("prompt", DEFAULT_RULE, "no rule matched; the default is prompt", tool=facts.tool)
 
 
 def why_not(rule: Rule, facts: Facts) -> str | None:

@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from mcp_sampling_proxy.caps import format_bytes as format_size
@@ -20,8 +21,10 @@ from mcp_sampling_proxy.config import (
     effective_limits,
     load_settings,
 )
+from mcp_sampling_proxy.identity import shown
 from mcp_sampling_proxy.limits import format_period as format_duration
 from mcp_sampling_proxy.policy import Facts, decide, facts_for_sampling, why
+from mcp_sampling_proxy.sanitize import strip_controls
 from mcp_sampling_proxy.yamlnodes import PolicyError
 
 PROG = "mcp-sampling-proxy policy"
@@ -43,12 +46,16 @@ def main(argv: Sequence[str]) -> int:
     explain.add_argument("--request", required=True, metavar="REQUEST.json",
                          help="a sampling/createMessage JSON-RPC request, or its params")
     explain.add_argument("--server", default="", metavar="NAME", help="the server's name (as rules see it)")
-    explain.add_argument("--tool", metavar="NAME",
-                         help="the host's tools/call in flight (default: none, a request outside any tool call)")
+    explain.add_argument("--tool", metavar="NAME", action="append",
+                         help="the host's tools/call in flight (default: none, a request outside any tool call); "
+                         "repeat it for several calls in flight: the strictest outcome over them wins, as in the proxy")
+    explain.add_argument("--server-reported", metavar="NAME",
+                         help="the name the server reports for itself (untrusted; for server_reported: rules)")
     explain.add_argument("--host", default="", metavar="NAME", help="the host's clientInfo name")
     args = parser.parse_args(list(argv))
     if args.action == "explain":
-        return explain_main(args.file, args.request, server=args.server, tool=args.tool, host=args.host)
+        return explain_main(args.file, args.request, server=args.server, tool=args.tool, host=args.host,
+                            server_reported=args.server_reported)
     failed = 0
     for path in args.files:
         try:
@@ -66,14 +73,17 @@ class InputError(Exception):
     """Bad input for `explain`: exit 2 with this message."""
 
 
-def explain_main(policy: str, request: str, *, server: str, tool: str | None, host: str) -> int:
+def explain_main(policy: str, request: str, *, server: str, tool: str | Sequence[str] | None, host: str,
+                 server_reported: str | None = None) -> int:
     try:
         params = read_request(request)
         settings = load_settings(policy, environ={})
     except (InputError, PolicyError) as exc:
         print(f"{PROG} explain: error: {exc}", file=sys.stderr)
         return 2
-    facts = facts_for_sampling(params, server=server, host=host, tools_in_flight=(tool,) if tool else ())
+    tools = (tool,) if isinstance(tool, str) else tuple(tool or ())
+    facts = facts_for_sampling(params, server=server, host=host, tools_in_flight=tools,
+                               server_reported=server_reported)
     print("\n".join(explain(settings, facts, preferences=params.get("modelPreferences"))))
     return 0
 
@@ -112,6 +122,11 @@ def explain(settings: Settings, facts: Facts, preferences: Any = None) -> list[s
     """The explanation's lines: the request, each rule up to the match, the limits that then apply."""
     lines = [f"policy: {settings.source} ({len(settings.rules)} rules)", *describe_facts(facts)]
     decision = decide(settings.rules, facts)
+    candidates = tuple(dict.fromkeys(facts.tools_in_flight))
+    if len(candidates) > 1:  # the rules as they were walked for the candidate whose outcome won
+        lines.append(f"{len(candidates)} tool calls in flight could own the request; the strictest outcome wins "
+                     f"(deny > prompt > allow): {decision.action}, for tool '{decision.tool}'")
+        facts = replace(facts, tool=decision.tool)
     for rule in settings.rules:
         if rule is decision.matched:
             lines.append(f"rule '{rule.name}' (line {rule.line}): MATCHES -> {rule.action}")
@@ -143,7 +158,12 @@ def model_reason(settings: Settings, preferences: Any) -> str:
 def describe_facts(facts: Facts) -> list[str]:
     server = f"'{facts.server}'" if facts.server else "'' (no --server given)"
     host = f"'{facts.host}'" if facts.host else "'' (no --host given)"
-    tool = f"during tool call '{facts.tool}'" if facts.tool else "no host tool call in flight (tool: none)"
+    if len(set(facts.tools_in_flight)) > 1:
+        tool = "during tool calls " + ", ".join(f"'{t}'" for t in dict.fromkeys(facts.tools_in_flight))
+    else:
+        tool = f"during tool call '{facts.tool}'" if facts.tool else "no host tool call in flight (tool: none)"
+    if facts.server_reported is not None:
+        server += f" (reports itself as '{strip_controls(shown(facts.server_reported))}', untrusted)"
     hints = ", ".join(facts.model_hints) or "none"
     max_tokens = "not given" if facts.max_tokens is None else str(facts.max_tokens)
     content = ", ".join(sorted(facts.content_types)) or "none"

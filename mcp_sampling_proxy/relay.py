@@ -52,7 +52,41 @@ class Session:
 
     @property
     def server_name(self) -> str:
-        return self.name_override or str(self.server_info.get("name") or "upstream")
+        """The operator's name for the server (`--name`, or derived from its command or URL).
+
+        Never the server's own serverInfo.name: the server is untrusted and could borrow another's."""
+        return self.name_override or "upstream"
+
+    @property
+    def server_reported(self) -> str | None:
+        """The name the server reports for itself (untrusted), None when it gave none."""
+        name = self.server_info.get("name")
+        return name if isinstance(name, str) else None
+
+    @property
+    def server_reported_if_different(self) -> str | None:
+        """The reported name made printable, for logs and prompts, when it differs from ours."""
+        from mcp_sampling_proxy.identity import normalise, shown
+        from mcp_sampling_proxy.sanitize import strip_controls
+
+        reported = self.server_reported
+        if reported is None or normalise(reported) == normalise(self.server_name):
+            return None
+        return strip_controls(shown(reported))[:200]
+
+    @property
+    def server_label(self) -> str:
+        """The operator's name, plus the reported one when different: what a human is shown."""
+        reported = self.server_reported_if_different
+        return self.server_name if reported is None else f"{self.server_name} (reports itself as '{reported}')"
+
+    def tool_candidates(self) -> tuple[str, ...]:
+        """The host tools/calls that could own a server request now: the one whose retry carries
+        it (2026 era, see input_required), else every tools/call in flight, oldest first."""
+        from mcp_sampling_proxy.input_required import ORIGIN_TOOLS
+
+        fixed = ORIGIN_TOOLS.get()
+        return fixed if fixed is not None else self.tools_in_flight()
 
     @property
     def host_name(self) -> str:
@@ -79,8 +113,9 @@ class Hooks(Protocol):
         """Keys of an `input_required` result's requests that the proxy answers itself (None: leave it)."""
         ...
 
-    async def answer_input(self, key: str, entry: dict[str, Any], relay: Relay) -> dict[str, Any]:
-        """Answer one embedded input request (result, or RpcError)."""
+    async def answer_input(self, key: str, entry: dict[str, Any], relay: Relay,
+                           origin: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Answer one embedded input request (result, or RpcError); `origin` is the host request it belongs to."""
         ...
 
     async def resolve_input_required(self, message: dict[str, Any], result: dict[str, Any], relay: Relay,
@@ -338,7 +373,8 @@ class Relay:
         version = result.get("protocolVersion")
         if isinstance(version, str):
             self.session.protocol_version = version
-        log.info("upstream ready", server=self.session.server_name, protocol=self.session.protocol_version,
+        log.info("upstream ready", server=self.session.server_name,
+                 server_reported=self.session.server_reported_if_different, protocol=self.session.protocol_version,
                  host=self.session.host_name or None)
         if self._on_ready is not None:
             on_ready, self._on_ready = self._on_ready, None
@@ -436,7 +472,7 @@ class Relay:
         if keys is None or not isinstance(requests, dict):
             return False
         if keys != set(requests):
-            return bool(keys) and self._split_input(msg, result, requests, keys)
+            return bool(keys) and self._split_input(msg, result, requests, keys, request.message)
         host_id = msg["id"]
         resolving = _Resolving(anyio.CancelScope())
         self._resolving[host_id] = resolving
@@ -444,7 +480,7 @@ class Relay:
         return True
 
     def _split_input(self, msg: dict[str, Any], result: dict[str, Any], requests: dict[str, Any],
-                     keys: set[str]) -> bool:
+                     keys: set[str], origin: dict[str, Any] | None = None) -> bool:
         """Mixed requests: the host gets only its own; the proxy answers the rest meanwhile and
         merges them into the host's retry, which it recognises by the echoed requestState."""
         state = result.get("requestState")
@@ -452,16 +488,17 @@ class Relay:
             return False  # no way to recognise the retry: let the host see everything
         stash = _Stash()
         self._stash[state] = stash
-        self._tg.start_soon(self._answer_owned, requests, keys, stash)
+        self._tg.start_soon(self._answer_owned, requests, keys, stash, origin)
         self.session.inflight.pop(msg["id"], None)
         filtered = {**result, "inputRequests": {k: v for k, v in requests.items() if k not in keys}}
         self._to_host(jsonrpc.dumps({**msg, "result": filtered}))
         return True
 
-    async def _answer_owned(self, requests: dict[str, Any], keys: set[str], stash: _Stash) -> None:
+    async def _answer_owned(self, requests: dict[str, Any], keys: set[str], stash: _Stash,
+                            origin: dict[str, Any] | None = None) -> None:
         try:
             for key in sorted(keys):
-                stash.answers[key] = await self._hooks.answer_input(key, requests[key], self)
+                stash.answers[key] = await self._hooks.answer_input(key, requests[key], self, origin)
         except RpcError as exc:
             stash.error = exc.to_dict()
         except Exception as exc:

@@ -17,6 +17,7 @@ from mcp_sampling_proxy.approval import ApprovalRequest, Approver
 from mcp_sampling_proxy.audit import AuditLog, elapsed_ms, request_fields
 from mcp_sampling_proxy.caps import check_caps, serialized_size
 from mcp_sampling_proxy.config import Settings, effective_limits
+from mcp_sampling_proxy.identity import attribution_fields
 from mcp_sampling_proxy.jsonrpc import RpcError
 from mcp_sampling_proxy.limits import Limiters, Refusal, SamplingGate, limit_key
 from mcp_sampling_proxy.llm.base import Adapter, Completion, LLMError, ProviderConfig
@@ -50,16 +51,16 @@ class SamplingService:
     async def serve(self, message: dict[str, Any], relay: Relay) -> dict[str, Any]:
         started = time.monotonic()
         session = relay.session
-        in_flight = session.tools_in_flight()
+        in_flight = session.tool_candidates()  # every call that could own this request (policy.decide)
         tool = in_flight[-1] if in_flight else None
-        audit = request_fields(session, message, tool, rule=None)
+        audit = request_fields(session, message, tool, rule=None, **attribution_fields(session, in_flight))
         with self._audit.every_ending(audit, message.get("params")):
             return await self._serve(message, relay, audit, started)
 
     async def _serve(self, message: dict[str, Any], relay: Relay, audit: dict[str, Any],
                      started: float) -> dict[str, Any]:
         session = relay.session
-        in_flight = session.tools_in_flight()
+        in_flight = session.tool_candidates()
         tool = audit["tool"]
 
         def refuse(decision: str, exc: RpcError, **extra: Any) -> RpcError:
@@ -80,11 +81,13 @@ class SamplingService:
         except RpcError as exc:
             raise refuse("error", exc) from None
         decision = decide(self._settings.rules, facts_for_sampling(
-            params, server=session.server_name, host=session.host_name, tools_in_flight=in_flight))
+            params, server=session.server_name, host=session.host_name, tools_in_flight=in_flight,
+            server_reported=session.server_reported))
         rule = decision.matched
+        tool = audit["tool"] = decision.tool or tool  # the candidate the strictest outcome was reached for
         audit["rule"] = decision.rule
-        log.info("sampling request", server=session.server_name, tool=tool, rule=decision.rule,
-                 action=decision.action)
+        log.info("sampling request", server=session.server_name, server_reported=session.server_reported_if_different,
+                 tool=tool, tool_candidates=audit.get("tool_candidates"), rule=decision.rule, action=decision.action)
         if decision.action == "deny":
             reason = decision.message or f"sampling denied by policy rule '{decision.rule}'"
             raise refuse("deny", RpcError(jsonrpc.USER_REJECTED, reason), approver=None)
@@ -117,7 +120,7 @@ class SamplingService:
                                   spent: list[int | None], refuse: Any) -> dict[str, Any]:
         session = relay.session
         request = ApprovalRequest(session.server_name, session.host_name, tool, decision.rule, params,
-                                  describe(params, server=session.server_name, tool=tool))
+                                  describe(params, server=session.server_label, tool=tool))
         approver_channel = None
         if decision.action == "prompt":
             approval = await self._approver.ask(request, relay)
@@ -289,3 +292,4 @@ def make_adapter(config: ProviderConfig, terminal: Any = None) -> Adapter:
     from mcp_sampling_proxy.llm.console import ConsoleAdapter
 
     return ConsoleAdapter(config, terminal)
+

@@ -269,8 +269,10 @@ def build_parser(action: str) -> argparse.ArgumentParser:
         select.add_argument("--list", action="store_true",
                             help="show which servers of which host are wrapped (all hosts unless --host)")
         parser.add_argument("--policy", metavar="FILE", help="the policy file the proxy uses (checked, made absolute)")
-        parser.add_argument("--name-from-key", action="store_true",
-                            help="pass each entry's key as --name (what policy rules' server: matches)")
+        parser.add_argument("--name-from-key", action=argparse.BooleanOptionalAction, default=True,
+                            help="pass each entry's key as --name, what policy rules' server: matches (the default: "
+                            "a server's own reported name is never trusted; with --no-name-from-key the proxy "
+                            "derives the name from the command or URL)")
     parser.add_argument("--dry-run", action="store_true", help="print the change as a diff and write nothing")
     return parser
 
@@ -392,6 +394,13 @@ def _wrap_one(plan: Plan, host: str, table: tuple[str, ...], name: str, invocati
         if policy and current != policy:
             note = (f" (its policy is {current or 'none'}; to use {policy}, unwrap and wrap again)")
         plan.outcomes.append(Outcome(name, f"already wrapped, unchanged{note}"))
+        return
+    from mcp_sampling_proxy.identity import bad_character
+
+    bad = bad_character(name) if name_from_key else None
+    if bad is not None:
+        plan.outcomes.append(Outcome(name.encode("unicode_escape").decode(), f"cannot wrap: the entry's key holds a "
+                                     f"control or invisible character, {bad}; rename the entry", error=True))
         return
     try:
         new = wrapped_entry(host, name, entry, invocation, policy, name if name_from_key else None)

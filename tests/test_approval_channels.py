@@ -82,7 +82,7 @@ async def test_console_approves(tmp_path: Path, dirs: dict[str, str], llm: FakeL
     async def decide(console: SocketConsole) -> None:
         pending = await console.receive()
         assert pending["type"] == "pending"
-        assert pending["server"] == "kitchen-sink"
+        assert pending["server"] == "kitchen_sink_server"
         assert pending["tool"] == "sample"
         assert pending["params"]["messages"][0]["content"]["text"] == "ask me"
         await console.send({"type": "decision", "id": pending["id"], "approve": True, "scope": "once"})

@@ -129,7 +129,7 @@ def test_upstream_crash_answers_inflight_requests_and_exits_nonzero(tmp_path: Pa
         for message in answers.values():
             assert message["error"]["code"] == -32000
             assert "exited with code 3" in message["error"]["message"]
-            assert "kitchen-sink" in message["error"]["message"]
+            assert "kitchen_sink_server" in message["error"]["message"]
         assert host.wait() == 3
         assert host.recv() is None
 

@@ -428,8 +428,8 @@ R = "rules:\n  - name: r\n    action: allow\n"  # what follows starts on line 4
 ERRORS = [
     # when: unknown keys, with did-you-mean
     P(R + "    when: {servr: x}\n", "policy.yaml:4:12: unknown key 'servr' in rules[0].when (did you mean 'server'?); "
-      "allowed: server, method, tool, host, model, max_tokens_over, messages_over, content, include_context, "
-      "text_matches, any, not", id="unknown-condition"),
+      "allowed: server, server_reported, method, tool, host, model, max_tokens_over, messages_over, content, "
+      "include_context, text_matches, any, not", id="unknown-condition"),
     P(R + "    when:\n      any:\n        - {tool: x}\n        - {tols: y}\n",
       "policy.yaml:7:12: unknown key 'tols' in rules[0].when.any[1] (did you mean 'tool'?)", id="unknown-in-any"),
     P(R + "    when: {not: {max_tokens_ovr: 3}}\n",

@@ -287,14 +287,14 @@ def test_url_entries_become_stdio_entries_with_headers(tmp_path: Path, capsys: p
     assert run(capsys, "wrap", "--host", "vscode", "--config", str(vscode), "--server", "github")[0] == 0
     github = servers_of("vscode", vscode)["github"]
     assert github["type"] == "stdio" and "url" not in github and "headers" not in github
-    assert github["args"] == ["--url", "https://api.githubcopilot.com/mcp/",
+    assert github["args"] == ["--name", "github", "--url", "https://api.githubcopilot.com/mcp/",
                               "--header", "Authorization: Bearer ${input:github-token}"]
 
     gemini = copy_fixture(tmp_path, "gemini.settings.json")
     assert run(capsys, "wrap", "--host", "gemini", "--config", str(gemini), "--server", "streamed")[0] == 0
     streamed = servers_of("gemini", gemini)["streamed"]
     assert streamed == {"command": proxy_invocation().command,
-                        "args": ["--url", "https://stream.example.com/mcp",
+                        "args": ["--name", "streamed", "--url", "https://stream.example.com/mcp",
                                  "--header", "Authorization: Bearer $STREAM_TOKEN"],
                         "timeout": 5000}
 
@@ -302,7 +302,7 @@ def test_url_entries_become_stdio_entries_with_headers(tmp_path: Path, capsys: p
     assert run(capsys, "wrap", "--host", "codex", "--config", str(codex), "--server", "docs server",
                "--policy", policy)[0] == 0
     docs = tomllib.loads(codex.read_text())["mcp_servers"]["docs server"]
-    assert docs["args"] == ["--policy", policy, "--url", "https://docs.example.com/mcp",
+    assert docs["args"] == ["--policy", policy, "--name", "docs server", "--url", "https://docs.example.com/mcp",
                             "--header", "X-Team: platform", "--header", "Authorization: Bearer ${DOCS_TOKEN}"]
     assert docs["env_vars"] == ["DOCS_TOKEN"] and docs["enabled"] is True
     assert not {"url", "bearer_token_env_var", "http_headers"} & set(docs)
@@ -492,7 +492,7 @@ def test_without_the_script_the_proxy_runs_as_a_module(tmp_path: Path, capsys: p
     assert run(capsys, "wrap", "--host", "cursor", "--config", str(path), "--server", "summarizer")[0] == 0
     entry = servers_of("cursor", path)["summarizer"]
     assert entry["command"] == str(fake_python)
-    assert entry["args"] == ["-m", "mcp_sampling_proxy", "--", "uvx", "summarizer-mcp"]
+    assert entry["args"] == ["-m", "mcp_sampling_proxy", "--name", "summarizer", "--", "uvx", "summarizer-mcp"]
     assert is_wrapped(entry)
     assert run(capsys, "unwrap", "--host", "cursor", "--config", str(path), "--all")[0] == 0
     assert path.read_bytes() == original
