@@ -171,7 +171,7 @@ async def test_unanswered_tool_use_is_invalid(tmp_path: Path, openai_llm: FakeLL
 @pytest.mark.anyio
 async def test_deny_rule_refuses_with_code_minus_one_and_its_message(tmp_path: Path,
                                                                      openai_llm: FakeLLMServer) -> None:
-    rules = ("rules:\n  - name: no-sinks\n    when: {server: kitchen-*}\n    action: deny\n"
+    rules = ("rules:\n  - name: no-sinks\n    when: {server: kitchen*}\n    action: deny\n"
              "    message: kitchen servers may not sample\n  - name: rest\n    action: allow\n")
     result = await call(tmp_path, openai_policy(openai_llm.base_url, rules=rules), "sample", {"prompt": "x"})
     error = tool_json(result)["error"]
@@ -332,7 +332,7 @@ async def test_audit_record_per_decision_without_the_key(tmp_path: Path, openai_
     (record,) = [json.loads(line) for line in text.splitlines()]
     assert record["decision"] == "allow"
     assert record["rule"] == "ok"
-    assert record["server"] == "kitchen-sink"
+    assert record["server"] == "kitchen_sink_server"
     assert record["tool"] == "sample"
     assert record["provider"] == "fake"
     assert (record["input_tokens"], record["output_tokens"]) == (21, 4)

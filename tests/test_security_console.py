@@ -143,7 +143,7 @@ def test_genuine_console_still_approves_always(tmp_path: Path, dirs: dict[str, s
         result = host.wait_for(lambda m: m.get("id") == 2, 30)
         console.close()
     assert json.loads(result["result"]["content"][0]["text"])["content"]["text"] == "echo: mine"
-    assert remembered(dirs) == [["kitchen-sink", "sample"]]
+    assert remembered(dirs) == [["kitchen_sink_server", "sample"]]
 
 
 def test_orphans_are_reaped_and_the_upstream_exit_status_kept(tmp_path: Path, dirs: dict[str, str]) -> None:
@@ -294,7 +294,7 @@ def test_console_refuses_planted_sockets(tmp_path: Path, dirs: dict[str, str]) -
                                                     b'"params": {}}'])
         console = PtySession([PY, "-m", "mcp_sampling_proxy", "console"], terminal_env(**dirs))
         try:
-            console.read_until(f"[proxy {host.proc.pid}] attached: server 'phisher'".encode())
+            console.read_until(f"[proxy {host.proc.pid}] attached: server 'fake_console_socket'".encode())
             console.read_until(b"not by the proxy its name claims")
             console.read_until(b"runs below proxy process")
         finally:

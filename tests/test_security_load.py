@@ -179,7 +179,7 @@ def test_concurrent_cjk_requests_never_settle_over_a_shared_budget(tmp_path: Pat
     assert served >= 1
     assert all("token budget of rule 'shared'" in m for s in summaries for m in s["messages"])
     state = json.loads((tmp_path / "state" / "budgets.json").read_text())
-    entry = state["budgets"]["shared@hostile-flood"]
+    entry = state["budgets"]["shared@sampling_flood"]
     assert entry["reservations"] == {}
     assert entry["used"] == served * 150  # what the fake LLM reported: 100 characters + 50 output
     assert entry["used"] <= budget
