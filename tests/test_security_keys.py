@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -62,8 +63,25 @@ def _unprivileged_python() -> tuple[list[str], dict[str, str]]:
                                env={**os.environ, **env}, capture_output=True, timeout=60, check=False)
         if probe.returncode == 0:
             return [*drop, python], env
-    pytest.skip(f"no Python {major}.{minor} that user nobody can run with this project importable "
-                "(the venv's interpreter may sit under a private home directory)")
+    # The checkout or the venv sits where nobody cannot read (a private home): copy what the proxy
+    # imports to a readable place and run it with the system's interpreter of the same version.
+    readable = Path(tempfile.mkdtemp(prefix="keys-proc-lib-"))
+    readable.chmod(0o755)
+    atexit.register(shutil.rmtree, readable, True)
+    for source in dict.fromkeys([str(ROOT / "mcp_sampling_proxy"), *paths[1:]]):
+        if source.endswith("mcp_sampling_proxy"):
+            shutil.copytree(source, readable / "mcp_sampling_proxy", dirs_exist_ok=True)
+        else:
+            shutil.copytree(source, readable, dirs_exist_ok=True, symlinks=True,
+                            ignore=shutil.ignore_patterns("__editable__*", "*.pth", "_pytest", "pytest*"))
+    env = {"PYTHONPATH": str(readable)}
+    for python in (f"/usr/bin/python{major}.{minor}", f"/usr/local/bin/python{major}.{minor}"):
+        probe = subprocess.run([*drop, python, "-c", "import mcp_sampling_proxy.cli, httpx, mcp"],
+                               env={**os.environ, **env}, capture_output=True, timeout=60, check=False)
+        if probe.returncode == 0:
+            return [*drop, python], env
+    pytest.skip(f"no Python {major}.{minor} that user nobody can run (the venv's interpreter sits under a "
+                "private home directory and the system has no python{major}.{minor})")
 
 
 @pytest.fixture
