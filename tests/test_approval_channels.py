@@ -16,18 +16,6 @@ from support import openai_policy, proxy_command, proxy_env, sdk_host, tool_json
 PROMPT_RULES = "rules:\n  - name: ask\n    action: prompt\n"
 
 
-@pytest.fixture
-def llm():
-    with FakeLLMServer("openai") as server:
-        yield server
-
-
-@pytest.fixture
-def dirs(tmp_path: Path) -> dict[str, str]:
-    run = tmp_path / "run"
-    state = tmp_path / "state"
-    return {"MCP_SAMPLING_PROXY_RUNTIME_DIR": str(run), "MCP_SAMPLING_PROXY_STATE_DIR": str(state),
-            "TEST_LLM_KEY": "k"}
 
 
 class SocketConsole:

@@ -11,12 +11,6 @@ from fakes.llm_server import FakeLLMServer
 from support import EXAMPLES, PY, openai_policy, proxy_command, proxy_env, sdk_host, tool_text, write_policy
 
 
-@pytest.fixture
-def llm():
-    with FakeLLMServer("openai") as server:
-        yield server
-
-
 @pytest.mark.anyio
 async def test_tool_loop_runs_tools_through_sampling_with_tools(tmp_path: Path, llm: FakeLLMServer) -> None:
     llm.reply_tool_call("get_weather", {"city": "Paris"}, id="call_1")

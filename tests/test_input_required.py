@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 from fakes.llm_server import FakeLLMServer
 from support import PY, ROOT, RawHost, openai_policy, proxy_command, proxy_env, write_policy
 
@@ -16,11 +15,6 @@ META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": {},
         "io.modelcontextprotocol/clientInfo": {"name": "modern-host", "version": "1"}}
 
-
-@pytest.fixture
-def llm():
-    with FakeLLMServer("openai") as server:
-        yield server
 
 
 def host(tmp_path: Path, llm: FakeLLMServer, extra: str = "") -> RawHost:

@@ -13,11 +13,6 @@ from support import proxy_command, proxy_env, sdk_host, tool_json, write_policy
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
 
 
-@pytest.fixture
-def llm():
-    with FakeLLMServer("openai") as server:
-        yield server
-
 
 def policy_text(base_url: str, rules: str, extra: str = "") -> str:
     return ("llm:\n  providers:\n    fake:\n      type: openai\n"

@@ -18,12 +18,6 @@ from mcp_sampling_proxy.config import parse_settings
 from mcp_sampling_proxy.llm.base import ModelSpec, ProviderConfig
 
 
-@pytest.fixture
-def llm():
-    with FakeLLMServer("openai") as server:
-        yield server
-
-
 async def sample(tmp_path: Path, base_url: str, models: str, calls: list[dict[str, Any]]) -> tuple[list[Any], str]:
     policy = ("llm:\n  providers:\n    openai:\n      type: openai\n"
               f"      base_url: {base_url}\n      api_key_env: TEST_LLM_KEY\n      models: {models}\n"

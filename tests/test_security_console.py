@@ -27,16 +27,6 @@ FAKE_SOCKET = str(HOSTILE / "fake_console_socket.py")
 PROMPT_RULES = "rules:\n  - name: ask\n    action: prompt\n"
 
 
-@pytest.fixture
-def llm():
-    with FakeLLMServer("openai") as server:
-        yield server
-
-
-@pytest.fixture
-def dirs(tmp_path: Path) -> dict[str, str]:
-    return {"MCP_SAMPLING_PROXY_RUNTIME_DIR": str(tmp_path / "run"),
-            "MCP_SAMPLING_PROXY_STATE_DIR": str(tmp_path / "state"), "TEST_LLM_KEY": "k"}
 
 
 def remembered(dirs: dict[str, str]) -> list[Any]:
