@@ -60,6 +60,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import structlog
 
 from mcp_sampling_proxy import jsonrpc
@@ -77,7 +78,7 @@ if TYPE_CHECKING:
 log = get_logger("mcp_sampling_proxy.audit")
 
 GENESIS = "0" * 64  # the prev_hash of the first record of a new log
-DECISIONS = ("allow", "deny", "approved", "rejected", "timeout", "error")
+DECISIONS = ("allow", "deny", "approved", "rejected", "timeout", "error", "cancelled")
 
 # The keys of every decision record, in the order they are written.
 DECISION_FIELDS = (
@@ -224,6 +225,14 @@ class AuditLog:
             if error is exc:
                 raise
             raise error from exc
+        except BaseException as exc:
+            # Cancelled (the server's notifications/cancelled, or the proxy shutting down while the LLM
+            # was answering): an allowed request may already have reached a provider, so it is recorded.
+            if counter[0] == 0 and isinstance(exc, anyio.get_cancelled_exc_class()):
+                self.record(params=params, **{**fields, "decision": "cancelled",
+                                              "reason": "cancelled before it ended: the server cancelled the "
+                                                        "request or the proxy shut down"})
+            raise
         finally:
             _RECORDS.reset(token)
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 from fakes.llm_server import FakeLLMServer
-from support import openai_policy, proxy_command, proxy_env, sdk_host, tool_json, write_policy
+from support import PROXY, RawHost, openai_policy, proxy_command, proxy_env, sdk_host, tool_json, write_policy
 
 from mcp_sampling_proxy import audit_cmd
 from mcp_sampling_proxy.audit import DECISION_FIELDS
@@ -88,3 +90,27 @@ async def test_an_unwritable_audit_log_refuses_sampling_instead_of_answering_unr
     assert "still relaying" in json.dumps(echo.model_dump(mode="json"))
     assert "audit log unusable" in (tmp_path / "stderr.log").read_text()
     assert llm.requests == []  # refused before the LLM: no tokens spent on an answer nobody may see
+
+
+def test_a_sampling_call_cut_off_by_shutdown_leaves_a_cancelled_record(tmp_path: Path) -> None:
+    """The host closes stdin while the LLM is answering an allowed request: the decision still has
+    its record (issue #11, defect 5), and the chain verifies."""
+    audit = tmp_path / "audit.jsonl"
+    with FakeLLMServer("openai") as llm:
+        llm.enqueue(delay=30.0)
+        policy = write_policy(tmp_path, openai_policy(llm.base_url) + f"audit:\n  path: {audit}\n")
+        with RawHost(proxy_command(policy), proxy_env(TEST_LLM_KEY="k"), tmp_path / "stderr.log") as host:
+            host.initialize()
+            host.send({"jsonrpc": "2.0", "id": 50, "method": "tools/call",
+                       "params": {"name": "sample", "arguments": {"prompt": "cut me off"}}})
+            deadline = time.monotonic() + 15
+            while not llm.requests and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert llm.requests, "the LLM never saw the request"
+            host.close_stdin()
+            assert host.wait() == 0
+    records = [json.loads(line) for line in audit.read_text().splitlines()]
+    assert [(r["decision"], r["rule"], r["tool"]) for r in records] == [("cancelled", "allow-all", "sample")]
+    assert "proxy shut down" in records[0]["reason"]
+    verify = subprocess.run([*PROXY, "audit", "verify", str(audit)], capture_output=True, text=True, check=False)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
