@@ -179,14 +179,40 @@ SCOPES = {"y": "once", "yes": "once", "s": "session", "a": "always"}
 APPROVE_PROMPT = "Allow this request? [y]es once, [s]ession, [a]lways for this server+tool, [e]dit prompt, [N]o: "
 
 
-async def approval_dialogue(params: dict[str, Any], ask: Any, say: Any) -> tuple[str | None, dict[str, Any] | None]:
+REFUSALS = ("", "n", "no")
+
+
+async def approval_dialogue(params: dict[str, Any], ask: Any, say: Any,
+                            discard_typeahead: Any = None) -> tuple[str | None, dict[str, Any] | None]:
     """Ask yes/session/always/edit/no, wherever the human is (the proxy's terminal or the companion
-    console). Returns (scope or None when refused, the edited request or None)."""
-    answer = ((await ask(APPROVE_PROMPT)) or "").strip().lower()
-    if answer == "e":
-        say("New text for the last user message; end with a line holding only '.':")
-        return "once", with_prompt(params, await read_block(ask))
-    return SCOPES.get(answer), None
+    console). Returns (scope or None when refused, the edited request or None).
+
+    Keys typed before the question was shown are thrown away first (`discard_typeahead`): a `y`
+    typed while the console sat idle must not approve a request nobody has seen. An answer that is
+    not one of the choices asks again instead of counting as No, and the outcome is said."""
+    if discard_typeahead is not None:
+        discard_typeahead()
+    while True:
+        answer = await ask(APPROVE_PROMPT)
+        if answer is None:
+            say("-> denied (end of input)")
+            return None, None
+        answer = answer.strip().lower()
+        if answer == "e":
+            say("New text for the last user message; end with a line holding only '.':")
+            edited = with_prompt(params, await read_block(ask))
+            say("-> approved once, with your edited prompt")
+            return "once", edited
+        if answer in SCOPES:
+            say(f"-> approved ({SCOPE_WORDS[SCOPES[answer]]})")
+            return SCOPES[answer], None
+        if answer in REFUSALS:
+            say("-> denied")
+            return None, None
+        say(f"'{strip_controls(answer)[:20]}' is not one of the choices: answer y, s, a, e or n")
+
+
+SCOPE_WORDS = {"once": "once", "session": "for this session", "always": "always, for this server and tool"}
 
 
 async def review_dialogue(result: dict[str, Any], ask: Any, say: Any) -> tuple[bool, dict[str, Any]]:
@@ -232,7 +258,8 @@ class TerminalChannel:
             try:
                 terminal.write(f"\nmcp-sampling-proxy: approval needed for server '{one_line(request.server, 120)}' "
                                f"(rule '{one_line(request.rule, 120)}'):\n" + quote(request.summary) + "\n")
-                scope, edited = await approval_dialogue(request.params, self._ask, self._say)
+                scope, edited = await approval_dialogue(request.params, self._ask, self._say,
+                                                        self._terminal.discard_typeahead)
             except BaseException:
                 terminal.write("\n(request withdrawn or timed out: denied)\n")
                 raise

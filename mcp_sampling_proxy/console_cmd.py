@@ -27,6 +27,7 @@ from mcp_sampling_proxy.approval import approval_dialogue, review_dialogue
 from mcp_sampling_proxy.console_messages import MAX_LINE, BadMessage, validate
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.sanitize import one_line, quote, strip_controls
+from mcp_sampling_proxy.terminal import discard_typeahead
 
 log = get_logger("mcp_sampling_proxy.console")
 
@@ -145,10 +146,12 @@ class Console:
             if reviewed != message.get("result"):
                 reply["result"] = reviewed
         else:
-            self.say(f"[proxy {path.stem}] sampling request from server '{_clean(message.get('server'))}' "
+            host = f", host '{_clean(message.get('host'))}'" if message.get("host") else ""
+            self.say(f"[proxy {path.stem}] sampling request from server '{_clean(message.get('server'))}'{host} "
                      f"(rule '{_clean(message.get('rule'))}'):")
             self.say(quote(message["summary"]))
-            scope, edited = await approval_dialogue(message.get("params") or {}, _ask_or_none, self.say)
+            scope, edited = await approval_dialogue(message.get("params") or {}, _ask_or_none, self.say,
+                                                    lambda: discard_typeahead(sys.stdin.fileno()))
             reply = {"type": "decision", "id": message["id"], "approve": scope is not None, "scope": scope or "once"}
             if edited is not None:
                 reply["params"] = edited

@@ -72,6 +72,21 @@ class Terminal:
         line, _, self._buffer = self._buffer.partition(b"\n")
         return line.decode("utf-8", "replace").rstrip("\r")
 
+    def discard_typeahead(self) -> None:
+        """Forget what was typed before a question was shown (it answered nothing the user saw)."""
+        self._buffer = b""
+        discard_typeahead(self._fd)
+
     def close(self) -> None:
         with contextlib.suppress(OSError):
             os.close(self._fd)
+
+
+def discard_typeahead(fd: int) -> None:
+    """Drop input waiting on a terminal: keys typed while nothing was asked must not answer the
+    next question (a `y` typed at an idle console would approve a request nobody saw)."""
+    import termios
+
+    with contextlib.suppress(OSError, termios.error):
+        if os.isatty(fd):
+            termios.tcflush(fd, termios.TCIFLUSH)

@@ -284,3 +284,37 @@ def test_review_at_the_terminal_can_edit_the_answer(tmp_path: Path) -> None:
         session.type("the operator's answer\n.\n")
         assert session.finish() == 0
     assert b'"text": "the operator\'s answer"' in session.output.split(b"result:")[1]
+
+
+def test_console_ignores_type_ahead_and_re_asks_on_an_unknown_answer(tmp_path: Path) -> None:
+    """A `y` typed while the console sat idle must not approve the next request (issue #11, defect 2):
+    input typed before the question is discarded, an answer that is not a choice asks again, the
+    outcome is shown, and the prompt names the host too."""
+    from support import RawHost, proxy_command
+
+    dirs = {"MCP_SAMPLING_PROXY_RUNTIME_DIR": str(tmp_path / "run"),
+            "MCP_SAMPLING_PROXY_STATE_DIR": str(tmp_path / "state")}
+    with FakeLLMServer("openai") as llm:
+        rules = "rules:\n  - name: ask\n    action: prompt\n"
+        policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=rules))
+        console = PtySession([PY, "-m", "mcp_sampling_proxy", "console"], terminal_env(**dirs))
+        with RawHost(proxy_command(policy), proxy_env(TEST_LLM_KEY="k", **dirs), tmp_path / "stderr.log") as host:
+            host.initialize(name="typeahead-host")
+            console.read_until(b"attached")
+            console.type("y\n")  # typed while nothing is asked
+            time.sleep(0.5)
+            host.send({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                       "params": {"name": "sample", "arguments": {"prompt": "nobody saw me"}}})
+            screen = console.read_until(b"Allow this request? [y]es once")
+            assert b"host 'typeahead-host'" in screen
+            time.sleep(1.0)
+            assert llm.requests == []  # the type-ahead `y` approved nothing
+            console.type("maybe\n")
+            console.read_until(b"is not one of the choices")
+            console.type("n\n")
+            console.read_until(b"-> denied")
+            response = host.wait_for(lambda m: m.get("id") == 5)
+        os.kill(console.pid, 2)
+        console.finish()
+    assert json.loads(response["result"]["content"][0]["text"])["error"]["code"] == -1
+    assert llm.requests == []
