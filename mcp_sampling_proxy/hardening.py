@@ -21,15 +21,14 @@ import sys
 from pathlib import Path
 
 PR_SET_DUMPABLE = 4
-PR_GET_DUMPABLE = 3
 PR_SET_CHILD_SUBREAPER = 36
-PR_GET_CHILD_SUBREAPER = 37
 _PROC = Path("/proc")
 
 
-def _prctl(option: int, arg: int = 0) -> int:
+def _prctl(option: int, arg: int | bytes = 0) -> int:
     libc = ctypes.CDLL(None, use_errno=True)
-    return int(libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0))
+    value = ctypes.c_char_p(arg) if isinstance(arg, bytes) else ctypes.c_ulong(arg)
+    return int(libc.prctl(option, value, 0, 0, 0))
 
 
 def harden_process() -> list[str]:
@@ -45,16 +44,6 @@ def harden_process() -> list[str]:
         except (OSError, AttributeError) as exc:  # no libc prctl (unusual libc)
             problems.append(f"prctl unavailable: {exc}")
     return problems
-
-
-def is_dumpable() -> bool | None:
-    """The process's dumpable flag (None where it cannot be read)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return _prctl(PR_GET_DUMPABLE) != 0
-    except (OSError, AttributeError):
-        return None
 
 
 def become_subreaper() -> bool:
@@ -119,10 +108,6 @@ def cmdline(pid: int) -> list[str]:
     return [part.decode("utf-8", "replace") for part in raw.split(b"\0") if part]
 
 
-def proc_available() -> bool:
-    return (_PROC / str(os.getpid()) / "stat").exists()
-
-
 # --- recognising proxy relay processes ------------------------------------------------------------
 # A relay marks itself with this process name (prctl PR_SET_NAME). Linux lets only a thread of the
 # same process write /proc/PID/comm, and a non-dumpable process cannot be ptraced or have its
@@ -139,8 +124,7 @@ def mark_relay() -> bool:
     if not sys.platform.startswith("linux"):
         return False
     try:
-        return int(ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NAME, ctypes.c_char_p(RELAY_COMM.encode()),
-                                                           0, 0, 0)) == 0
+        return _prctl(PR_SET_NAME, RELAY_COMM.encode()) == 0
     except (OSError, AttributeError):
         return False
 

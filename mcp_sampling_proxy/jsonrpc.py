@@ -52,11 +52,15 @@ def parse(line: bytes) -> Any:
 _LONG_INTEGER = re.compile(rb"\d{19,}")
 
 
+def has_long_integers(line: bytes) -> bool:
+    """True when a line may hold integers beyond 64 bits, which `parse` reads as floats: a line
+    that is re-encoded (a rewritten request) must then be read again with `parse_exact`."""
+    return _LONG_INTEGER.search(line) is not None
+
+
 def parse_exact(line: bytes) -> Any:
-    """Parse a line for re-encoding: orjson reads integers beyond 64 bits as floats, so a line
-    with long digit runs is read again by `json`, which keeps them exact (the line was already
-    validated by `parse`)."""
-    return json.loads(line) if _LONG_INTEGER.search(line) else orjson.loads(line)
+    """Parse an already validated line keeping every integer exact (`json` reads them as ints)."""
+    return json.loads(line)
 
 
 def usable_id(value: Any) -> bool:

@@ -195,20 +195,21 @@ class Relay:
             if not msg:
                 self._to_host(jsonrpc.error_response(None, jsonrpc.INVALID_REQUEST, "Invalid Request: empty batch"))
             for member in msg:
-                self._guarded(self._host_message, member, None)
+                self._guarded(self._host_message, member, None, self._to_host)
             return
-        self._guarded(self._host_message, msg, line)
+        self._guarded(self._host_message, msg, line, self._to_host)
 
-    def _guarded(self, handle: Callable[[Any, bytes | None], None], msg: Any, line: bytes | None) -> None:
-        """Contain a failure to one message: log it, answer its request if it had one, go on."""
+    def _guarded(self, handle: Callable[[Any, bytes | None], None], msg: Any, line: bytes | None,
+                 reply_to: Send) -> None:
+        """Contain a failure to one message: log it, answer its request (to its sender) if it had one, go on."""
         try:
             handle(msg, line)
         except Exception as exc:
             log.exception("failed to relay a message; it was dropped", error=str(exc))
             request_id = msg.get("id") if isinstance(msg, dict) else None
             if isinstance(msg, dict) and isinstance(msg.get("method"), str) and jsonrpc.usable_id(request_id):
-                reply = jsonrpc.error_response(request_id, jsonrpc.INTERNAL_ERROR, f"mcp-sampling-proxy failed: {exc}")
-                (self._to_host if handle == self._host_message else self._to_upstream)(reply)
+                reply_to(jsonrpc.error_response(request_id, jsonrpc.INTERNAL_ERROR,
+                                                f"mcp-sampling-proxy failed: {exc}"))
 
     def _host_message(self, msg: Any, line: bytes | None) -> None:
         problem = envelope_problem(msg)
@@ -243,9 +244,11 @@ class Relay:
                 return
             self._note_host_request(msg)
             if self._hooks.rewrite_host_request(msg, self.session):
-                exact = jsonrpc.parse_exact(line)  # integers past 64 bits stay exact in the rewritten line
-                self._hooks.rewrite_host_request(exact, self.session)
-                if (line := _encode(exact)) is None:
+                rewritten = msg
+                if jsonrpc.has_long_integers(line):  # read as floats: rewrite an exact reading instead
+                    rewritten = jsonrpc.parse_exact(line)
+                    self._hooks.rewrite_host_request(rewritten, self.session)
+                if (line := _encode(rewritten)) is None:
                     self.session.inflight.pop(msg["id"], None)
                     self._to_host(jsonrpc.error_response(msg["id"], jsonrpc.INVALID_REQUEST,
                                                          "Invalid Request: nested too deeply to forward"))
@@ -306,9 +309,9 @@ class Relay:
             return
         if isinstance(msg, list):  # a batch (2025-03-26 only): each member is routed (and inspected) alone
             for member in msg:
-                self._guarded(self._upstream_message, member, None)
+                self._guarded(self._upstream_message, member, None, self._to_upstream)
             return
-        self._guarded(self._upstream_message, msg, line)
+        self._guarded(self._upstream_message, msg, line, self._to_upstream)
 
     def _upstream_message(self, msg: Any, line: bytes | None) -> None:
         problem = envelope_problem(msg)
@@ -362,10 +365,12 @@ class Relay:
         found, message_id = peek_id(head, tail)
         if not found:
             return
+        # Both checks, not either: a result may mention "method" in its first bytes, and a host request
+        # waiting for this id must not be left without an answer because of it.
+        if self.session.inflight.pop(message_id, None) is not None:
+            self._to_host(jsonrpc.error_response(message_id, jsonrpc.INTERNAL_ERROR, text))
         if b'"method"' in head:
             self._to_upstream(jsonrpc.error_response(message_id, code, text))
-        elif self.session.inflight.pop(message_id, None) is not None:
-            self._to_host(jsonrpc.error_response(message_id, jsonrpc.INTERNAL_ERROR, text))
 
     def _note_server(self, msg: dict[str, Any]) -> None:
         result = _dict(msg.get("result"))

@@ -194,3 +194,17 @@ def test_the_proxy_stops_a_server_that_ignores_eof_after_the_host_leaves(tmp_pat
         assert not alive(server_pid)
     finally:
         host.close()
+
+
+def test_a_rewritten_request_keeps_integers_beyond_64_bits_exact(tmp_path: Path) -> None:
+    """2026-era requests are rewritten (capabilities added to _meta); a huge integer in them must
+    reach the server as written, not as the float a fast parser reads it as."""
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}}
+    with start(tmp_path) as host:
+        arguments = b'"arguments":{"n":123456789012345678901234567890},"_meta":' + json.dumps(meta).encode()
+        host.send_raw(b'{"jsonrpc":"2.0","id":41,"method":"tools/call","params":{"name":"echo_request",'
+                      + arguments + b"}}\n")
+        host.wait_for(lambda m: m.get("id") == 41)
+    answer = next(raw for raw in host.raw_received if b'"id":41' in raw.replace(b" ", b""))
+    assert b"123456789012345678901234567890" in answer
