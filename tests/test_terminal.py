@@ -13,6 +13,7 @@ import select
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fakes.llm_server import FakeLLMServer
@@ -140,17 +141,22 @@ def test_readme_quickstart_without_policy_or_key(tmp_path: Path) -> None:
     assert b"Servers borrow the client's model." in session.output.split(b"result:")[1]
 
 
-def test_console_command_approves_a_proxy_without_terminal(tmp_path: Path) -> None:
-    """A proxy started like Claude Desktop starts it (no terminal); the user runs `console` elsewhere."""
+def console_beside_a_proxy(tmp_path: Path, dirs: dict[str, str], llm_url: str) -> tuple[PtySession, Any]:
+    """`mcp-sampling-proxy console` on a pty, and a proxy started as Claude Desktop starts it (no
+    terminal, a policy that asks) for a raw host: the two share the runtime and state dirs."""
     from support import RawHost, proxy_command
 
-    dirs = {"MCP_SAMPLING_PROXY_RUNTIME_DIR": str(tmp_path / "run"),
-            "MCP_SAMPLING_PROXY_STATE_DIR": str(tmp_path / "state")}
+    rules = "rules:\n  - name: ask\n    action: prompt\n"
+    policy = write_policy(tmp_path, openai_policy(llm_url, rules=rules))
+    console = PtySession([PY, "-m", "mcp_sampling_proxy", "console"], terminal_env(**dirs))
+    return console, RawHost(proxy_command(policy), proxy_env(**dirs), tmp_path / "stderr.log")
+
+
+def test_console_command_approves_a_proxy_without_terminal(tmp_path: Path, dirs: dict[str, str]) -> None:
+    """A proxy started like Claude Desktop starts it (no terminal); the user runs `console` elsewhere."""
     with FakeLLMServer("openai") as llm:
-        rules = "rules:\n  - name: ask\n    action: prompt\n"
-        policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=rules))
-        console = PtySession([PY, "-m", "mcp_sampling_proxy", "console"], terminal_env(**dirs))
-        with RawHost(proxy_command(policy), proxy_env(TEST_LLM_KEY="k", **dirs), tmp_path / "stderr.log") as host:
+        console, proxy = console_beside_a_proxy(tmp_path, dirs, llm.base_url)
+        with proxy as host:
             host.initialize()
             console.read_until(b"attached")
             host.send({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
@@ -286,19 +292,13 @@ def test_review_at_the_terminal_can_edit_the_answer(tmp_path: Path) -> None:
     assert b'"text": "the operator\'s answer"' in session.output.split(b"result:")[1]
 
 
-def test_console_ignores_type_ahead_and_re_asks_on_an_unknown_answer(tmp_path: Path) -> None:
+def test_console_ignores_type_ahead_and_re_asks_on_an_unknown_answer(tmp_path: Path, dirs: dict[str, str]) -> None:
     """A `y` typed while the console sat idle must not approve the next request (issue #11, defect 2):
     input typed before the question is discarded, an answer that is not a choice asks again, the
     outcome is shown, and the prompt names the host too."""
-    from support import RawHost, proxy_command
-
-    dirs = {"MCP_SAMPLING_PROXY_RUNTIME_DIR": str(tmp_path / "run"),
-            "MCP_SAMPLING_PROXY_STATE_DIR": str(tmp_path / "state")}
     with FakeLLMServer("openai") as llm:
-        rules = "rules:\n  - name: ask\n    action: prompt\n"
-        policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=rules))
-        console = PtySession([PY, "-m", "mcp_sampling_proxy", "console"], terminal_env(**dirs))
-        with RawHost(proxy_command(policy), proxy_env(TEST_LLM_KEY="k", **dirs), tmp_path / "stderr.log") as host:
+        console, proxy = console_beside_a_proxy(tmp_path, dirs, llm.base_url)
+        with proxy as host:
             host.initialize(name="typeahead-host")
             console.read_until(b"attached")
             console.type("y\n")  # typed while nothing is asked
