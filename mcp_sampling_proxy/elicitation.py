@@ -84,14 +84,13 @@ class ElicitationService:
         audit = request_fields(session, message, tool, mode=request_mode(raw) if isinstance(raw, dict) else None,
                                **attribution_fields(session, in_flight))
         with self._audit.every_ending(audit, raw):
-            return await self._serve(message, relay, audit, started)
+            return await self._serve(message, relay, audit, started, in_flight)
 
     async def _serve(self, message: dict[str, Any], relay: Relay, audit: dict[str, Any],
-                     started: float) -> dict[str, Any]:
+                     started: float, in_flight: tuple[str, ...]) -> dict[str, Any]:
         session = relay.session
         params = _validate(message.get("params"))
         mode = request_mode(params)
-        in_flight = session.tool_candidates()
         tool = audit["tool"]
 
         def answer(action: str, why: str, decision: str, content: dict[str, Any] | None = None,

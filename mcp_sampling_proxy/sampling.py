@@ -55,12 +55,11 @@ class SamplingService:
         tool = in_flight[-1] if in_flight else None
         audit = request_fields(session, message, tool, rule=None, **attribution_fields(session, in_flight))
         with self._audit.every_ending(audit, message.get("params")):
-            return await self._serve(message, relay, audit, started)
+            return await self._serve(message, relay, audit, started, in_flight)
 
     async def _serve(self, message: dict[str, Any], relay: Relay, audit: dict[str, Any],
-                     started: float) -> dict[str, Any]:
+                     started: float, in_flight: tuple[str, ...]) -> dict[str, Any]:
         session = relay.session
-        in_flight = session.tool_candidates()
         tool = audit["tool"]
 
         def refuse(decision: str, exc: RpcError, **extra: Any) -> RpcError:
