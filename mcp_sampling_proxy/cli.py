@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from mcp_sampling_proxy import __version__
+from mcp_sampling_proxy.child_env import child_environment, hidden_names_guess
 
 # subcommand -> the module whose main() runs it (imported only when used: start-up stays light)
 SUBCOMMANDS = {
@@ -119,53 +120,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if bool(command) == bool(args.url):
         return fail("give the server either as '-- COMMAND [ARGS...]' or with --url URL (see --help)")
-    from mcp_sampling_proxy.identity import bad_character, derive_from_command, derive_from_url
-
-    if args.name is not None:
-        bad = bad_character(args.name)
-        if bad is not None or not args.name.strip():
-            why = f"holds a control or invisible character, {bad}" if bad else "is empty"
-            return fail(f"--name {why}: give the server a name of visible characters, as `server:` rules spell it")
-    name = args.name.strip() if args.name else (derive_from_command(command) if command else derive_from_url(args.url))
-
-    from mcp_sampling_proxy.config import load_settings
-    from mcp_sampling_proxy.yamlnodes import PolicyError
-
-    try:
-        settings = load_settings(args.policy)
-    except PolicyError as exc:
-        return fail(str(exc))
     if args.no_terminal:
         os.environ["MCP_SAMPLING_PROXY_NO_TERMINAL"] = "1"
-    from mcp_sampling_proxy.keys import KeySourceError, resolve_keys
-
-    try:  # api_key_file / api_key_command: once, before the upstream exists
-        settings.providers = resolve_keys(settings.providers)
-    except KeySourceError as exc:
-        return fail(str(exc))
-
-    from mcp_sampling_proxy.hardening import mark_relay
+    from mcp_sampling_proxy.hardening import become_subreaper, mark_relay
 
     mark_relay()  # a named relay: console sockets refuse whatever runs below it (hardening.refusal)
-    if command:
-        from mcp_sampling_proxy.hardening import become_subreaper
-        from mcp_sampling_proxy.upstream_stdio import SpawnError, child_environment, spawn
-
+    early = None
+    if command:  # start the server first, so its start-up overlaps ours (see child_env)
         become_subreaper()  # whatever the server starts stays below us, where the console socket can tell
-        env = child_environment(os.environ, settings.secret_env_vars())
-        try:
-            process = spawn(command, env)
-        except SpawnError as exc:
-            return fail(str(exc), exc.exit_code)
-        upstream = _stdio_upstream(process, name)
-    else:
-        from mcp_sampling_proxy.upstream_http import HttpUpstream, parse_headers
-
-        try:
-            headers = parse_headers(args.header, os.environ)
-        except ValueError as exc:
-            return fail(str(exc))
-        upstream = HttpUpstream(args.url, headers)
+        hidden = hidden_names_guess(_policy_text(args.policy), os.environ)
+        if hidden is not None:
+            try:
+                early = _spawn(command, hidden)
+            except _StartupFailure as exc:
+                return fail(exc.message, exc.code)
+    try:
+        settings, name, upstream = _prepare(args, command, early)
+    except _StartupFailure as exc:
+        if early is not None:
+            _stop_unused(early[0])
+        return fail(exc.message, exc.code)
 
     from mcp_sampling_proxy.audit import configured_secrets
     from mcp_sampling_proxy.log import configure, set_secrets
@@ -183,10 +157,83 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run(upstream, settings, options)
 
 
-def _stdio_upstream(process, label: str):
+class _StartupFailure(Exception):
+    def __init__(self, message: str, code: int = 2):
+        super().__init__(message)
+        self.message, self.code = message, code
+
+
+def _policy_text(path: str | None) -> str | None:
+    """The policy's text for the early guess; "\\" (never guessed) when it cannot be read,
+    so the full load reports the problem before anything starts."""
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except (OSError, UnicodeDecodeError):
+        return "\\"
+
+
+def _spawn(command: list[str], hidden: set[str]):
+    """Start the server without the hidden variables; returns (process, hidden)."""
+    from mcp_sampling_proxy.upstream_stdio import SpawnError, spawn
+
+    try:
+        return spawn(command, child_environment(os.environ, hidden)), hidden
+    except SpawnError as exc:
+        raise _StartupFailure(str(exc), exc.exit_code) from None
+
+
+def _stop_unused(process) -> None:
+    """Stop a server that was started early but will not be used (it was never sent a byte)."""
+    from mcp_sampling_proxy.upstream_stdio import stop_process
+
+    stop_process(process)
+
+
+def _prepare(args: argparse.Namespace, command: list[str], early):
+    """Validate the name, load the policy and the keys, and make the upstream: everything that
+    may fail after an early spawn, so the caller can stop that server."""
+    from mcp_sampling_proxy.identity import bad_character, derive_from_command, derive_from_url
+
+    if args.name is not None:
+        bad = bad_character(args.name)
+        if bad is not None or not args.name.strip():
+            why = f"holds a control or invisible character, {bad}" if bad else "is empty"
+            raise _StartupFailure(
+                f"--name {why}: give the server a name of visible characters, as `server:` rules spell it")
+    name = args.name.strip() if args.name else (derive_from_command(command) if command else derive_from_url(args.url))
+
+    from mcp_sampling_proxy.config import load_settings
+    from mcp_sampling_proxy.keys import KeySourceError, resolve_keys
+    from mcp_sampling_proxy.yamlnodes import PolicyError
+
+    try:
+        settings = load_settings(args.policy)
+        settings.providers = resolve_keys(settings.providers)  # api_key_file / api_key_command, once
+    except (PolicyError, KeySourceError) as exc:
+        raise _StartupFailure(str(exc)) from None
+    if not command:
+        from mcp_sampling_proxy.upstream_http import HttpUpstream, parse_headers
+
+        try:
+            headers = parse_headers(args.header, os.environ)
+        except ValueError as exc:
+            raise _StartupFailure(str(exc)) from None
+        return settings, name, HttpUpstream(args.url, headers)
+
     from mcp_sampling_proxy.upstream_stdio import StdioUpstream
 
-    return StdioUpstream(process, label)
+    exact = settings.secret_env_vars()
+    if early is None:
+        process, _ = _spawn(command, exact)
+    else:
+        process, hidden = early
+        if child_environment(os.environ, hidden) != child_environment(os.environ, exact):
+            _stop_unused(process)  # the guess hid a variable the server may need: start it again
+            process, _ = _spawn(command, exact)
+    return settings, name, StdioUpstream(process, name)
 
 
 if __name__ == "__main__":

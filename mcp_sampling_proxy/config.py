@@ -14,6 +14,7 @@ import shlex
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
+from mcp_sampling_proxy.child_env import WELL_KNOWN_KEY_VARS
 from mcp_sampling_proxy.identity import bad_character
 from mcp_sampling_proxy.llm.base import ModelSpec, ProviderConfig
 from mcp_sampling_proxy.policy import (
@@ -49,8 +50,6 @@ AUDIT_KEYS = ("path", "content", "redact", "fsync", "max_bytes")
 
 DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
 DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-5"
-# Environment variables the proxy reads as LLM secrets; never passed to the upstream child.
-WELL_KNOWN_KEY_VARS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
 
 
 KIB = 1024

@@ -13,7 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 
 STDERR_TAG_LIMIT = 32
 
@@ -24,12 +24,6 @@ class SpawnError(Exception):
     def __init__(self, message: str, exit_code: int):
         super().__init__(message)
         self.exit_code = exit_code
-
-
-def child_environment(environ: Mapping[str, str], secrets: Iterable[str]) -> dict[str, str]:
-    """The host's environment without the proxy's LLM keys and its own settings."""
-    hidden = set(secrets)
-    return {k: v for k, v in environ.items() if k not in hidden and not k.startswith("MCP_SAMPLING_PROXY_")}
 
 
 def spawn(command: list[str], env: dict[str, str], cwd: str | None = None) -> subprocess.Popen[bytes]:
@@ -58,6 +52,23 @@ def spawn(command: list[str], env: dict[str, str], cwd: str | None = None) -> su
         raise SpawnError(f"cannot start upstream: '{executable}' is not executable", 126) from None
     except OSError as exc:
         raise SpawnError(f"cannot start upstream '{executable}': {exc.strerror}", 126) from None
+
+
+def stop_process(process: subprocess.Popen[bytes], grace: float = 2.0) -> None:
+    """Stop a server the proxy started but will not use: end of input, then SIGTERM to its
+    process group, then SIGKILL if it is still there after `grace` seconds."""
+    for pipe in (process.stdin, process.stdout, process.stderr):
+        with contextlib.suppress(OSError):
+            if pipe is not None:
+                pipe.close()
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(OSError):
+            os.killpg(process.pid, sig)
+        try:
+            process.wait(grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 class StdioUpstream:

@@ -178,25 +178,69 @@ def test_stuck_upstream_is_killed_without_hanging(tmp_path: Path) -> None:
         assert not alive(child)
 
 
-def test_upstream_stderr_is_tagged_on_proxy_stderr_and_keys_are_not_inherited(tmp_path: Path) -> None:
-    script = ("import os, sys\nsys.stderr.write('env:' + ','.join(sorted(os.environ)) + '\\n')\n"
+ENV_SCRIPT = ("import os, sys\nsys.stderr.write(f'env:{os.getpid()}:' + ','.join(sorted(os.environ)) + '\\n')\n"
               "sys.stderr.flush()\nsys.stdin.read()\n")
-    env = proxy_env(OPENAI_API_KEY="sk-secret-openai", ANTHROPIC_API_KEY="sk-ant-secret",
-                    CUSTOM_KEY="sk-custom-secret", SOME_SETTING="kept")
-    policy = write_policy(tmp_path, "llm:\n  providers:\n    p:\n      type: openai\n      api_key_env: CUSTOM_KEY\n"
-                                    "      models: [m]\n")
-    with RawHost(proxy_command(policy, upstream=[PY, "-c", script]), env, tmp_path / "stderr.log") as host:
+PROVIDER_POLICIES = {
+    # the server starts before the policy is parsed (child_env guesses from the text)
+    "block": "llm:\n  providers:\n    p:\n      type: openai\n      api_key_env: CUSTOM_KEY\n      models: [m]\n",
+    "flow": "llm: {providers: {p: {type: openai, api_key_env: 'CUSTOM_KEY', models: [m]}}}\n",
+    "alias": "llm:\n  providers:\n    p: {type: openai, api_key_env: &k CUSTOM_KEY, models: [m]}\n"
+             "    q: {type: openai, api_key_env: *k, models: [n]}\n",
+    # the policy is parsed first: an escape, or pass_env
+    "escaped": 'llm:\n  providers:\n    p: {type: openai, api_key_env: "CUSTOM\\x5fKEY", models: [m]}\n',
+    "pass_env": "llm:\n  providers:\n    p: {type: openai, api_key_env: CUSTOM_KEY, models: [m]}\n"
+                "upstream: {pass_env: [ANTHROPIC_API_KEY]}\n",
+}
+
+
+def upstream_env_lines(policy: Path, env: dict[str, str], tmp_path: Path) -> list[tuple[int, list[str]]]:
+    """Start the proxy on a server that prints its pid and environment names; (pid, names) per server."""
+    with RawHost(proxy_command(policy, upstream=[PY, "-c", ENV_SCRIPT]), env, tmp_path / "stderr.log") as host:
         time.sleep(1.0)
         host.close_stdin()
         host.wait()
     stderr = (tmp_path / "stderr.log").read_text()
-    tagged = next(line for line in stderr.splitlines() if "env:" in line)
-    assert tagged.startswith("[upstream ")
-    names = tagged.split("env:", 1)[1].split(",")
-    assert "SOME_SETTING" in names
-    for secret in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "CUSTOM_KEY"):
-        assert secret not in names
     assert "sk-" not in stderr
+    lines = [line for line in stderr.splitlines() if "env:" in line]
+    assert all(line.startswith("[upstream ") for line in lines)
+    return [(int(line.split("env:")[1].split(":")[0]), line.split("env:")[1].split(":", 1)[1].split(","))
+            for line in lines]
+
+
+@pytest.mark.parametrize("style", list(PROVIDER_POLICIES))
+def test_upstream_stderr_is_tagged_on_proxy_stderr_and_keys_are_not_inherited(tmp_path: Path, style: str) -> None:
+    env = proxy_env(OPENAI_API_KEY="sk-secret-openai", ANTHROPIC_API_KEY="sk-ant-secret",
+                    CUSTOM_KEY="sk-custom-secret", SOME_SETTING="kept")
+    servers = upstream_env_lines(write_policy(tmp_path, PROVIDER_POLICIES[style]), env, tmp_path)
+    assert len(servers) == 1  # no second start: the early guess was exact, or there was none
+    names = servers[0][1]
+    assert "SOME_SETTING" in names
+    assert "CUSTOM_KEY" not in names and "OPENAI_API_KEY" not in names
+    assert ("ANTHROPIC_API_KEY" in names) == (style == "pass_env")
+
+
+def test_a_server_started_early_without_a_variable_it_needs_is_started_again_with_it(tmp_path: Path) -> None:
+    # the comment names SOME_SETTING, so the early guess hides it; the parsed policy does not
+    policy = write_policy(tmp_path, "# SOME_SETTING is read by the server\n" + PROVIDER_POLICIES["block"])
+    env = proxy_env(CUSTOM_KEY="sk-custom-secret", SOME_SETTING="kept")
+    servers = upstream_env_lines(policy, env, tmp_path)
+    assert "SOME_SETTING" in servers[-1][1] and "CUSTOM_KEY" not in servers[-1][1]
+    assert all(not alive(pid) for pid, _ in servers)
+    assert all("CUSTOM_KEY" not in names for _, names in servers)
+
+
+def test_a_policy_error_stops_a_server_started_early(tmp_path: Path) -> None:
+    import subprocess
+
+    marker = tmp_path / "started"
+    script = f"import pathlib, sys, os\npathlib.Path({str(marker)!r}).write_text(str(os.getpid()))\nsys.stdin.read()\n"
+    policy = write_policy(tmp_path, "rules:\n  - name: x\n    actoin: allow\n")
+    result = subprocess.run(proxy_command(policy, upstream=[PY, "-c", script]), env=proxy_env(),
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2 and "actoin" in result.stderr
+    assert result.stdout == ""
+    if marker.exists():  # started early: it must be gone
+        assert not alive(int(marker.read_text()))
 
 
 def test_missing_command_gets_a_clear_error(tmp_path: Path) -> None:
