@@ -19,13 +19,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from mcp_sampling_proxy import jsonrpc
+from mcp_sampling_proxy.assess import Origin, judge_elicitation
 from mcp_sampling_proxy.audit import AuditLog, elapsed_ms, request_fields
 from mcp_sampling_proxy.config import Settings
 from mcp_sampling_proxy.identity import attribution_fields
 from mcp_sampling_proxy.jsonrpc import RpcError
 from mcp_sampling_proxy.limits import limit_key
 from mcp_sampling_proxy.log import get_logger
-from mcp_sampling_proxy.policy import Facts, decide
 from mcp_sampling_proxy.sampling_request import validate_params
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ class ElicitationService:
     def __init__(self, settings: Settings, consoles: ElicitationConsoles, audit: AuditLog, limiters: Limiters,
                  opener: Callable[[str], bool] = open_url):
         self._settings = settings.elicitation
-        self._rules = settings.rules
+        self._policy = settings
         self._consoles = consoles
         self._audit = audit
         self._limiters = limiters
@@ -89,7 +89,7 @@ class ElicitationService:
     async def _serve(self, message: dict[str, Any], relay: Relay, audit: dict[str, Any],
                      started: float, in_flight: tuple[str, ...]) -> dict[str, Any]:
         session = relay.session
-        params = _validate(message.get("params"))
+        params = validate_elicitation(message.get("params"))
         mode = request_mode(params)
         tool = audit["tool"]
 
@@ -100,9 +100,8 @@ class ElicitationService:
             log.info("elicitation answered", action=action, why=why)
             return {"action": action, "content": content} if content is not None else {"action": action}
 
-        decision = decide(self._rules, Facts("elicitation", session.server_name, session.host_name, in_flight,
-                                             text=str(params.get("message", "")),
-                                             server_reported=session.server_reported))
+        decision = judge_elicitation(self._policy, params, Origin(
+            session.server_name, session.host_name, in_flight, session.server_reported)).decision
         tool = audit["tool"] = decision.tool or tool  # the candidate the strictest outcome was reached for
         audit["rule"] = decision.rule
         if decision.action == "deny":
@@ -185,7 +184,7 @@ class ElicitationService:
         return answer("cancel" if action == "cancel" else "decline", why, "deny")
 
 
-def _validate(params: Any) -> dict[str, Any]:
+def validate_elicitation(params: Any) -> dict[str, Any]:
     from mcp_types import ElicitRequestFormParams, ElicitRequestURLParams
 
     url = isinstance(params, dict) and request_mode(params) == "url"

@@ -14,29 +14,22 @@ from typing import TYPE_CHECKING, Any
 
 from mcp_sampling_proxy import jsonrpc
 from mcp_sampling_proxy.approval import ApprovalRequest, Approver
+from mcp_sampling_proxy.assess import Origin, Refused, choose_provider, judge_sampling, usable_providers
 from mcp_sampling_proxy.audit import AuditLog, elapsed_ms, request_fields
-from mcp_sampling_proxy.caps import check_caps, serialized_size
-from mcp_sampling_proxy.config import Settings, effective_limits
+from mcp_sampling_proxy.caps import check_caps
+from mcp_sampling_proxy.config import Settings
 from mcp_sampling_proxy.identity import attribution_fields
 from mcp_sampling_proxy.jsonrpc import RpcError
 from mcp_sampling_proxy.limits import Limiters, Refusal, SamplingGate, limit_key
 from mcp_sampling_proxy.llm.base import Adapter, Completion, LLMError, ProviderConfig
 from mcp_sampling_proxy.log import get_logger
-from mcp_sampling_proxy.model_choice import Choice, choose_model
-from mcp_sampling_proxy.policy import Decision, decide, facts_for_sampling
+from mcp_sampling_proxy.policy import Decision
 from mcp_sampling_proxy.sampling_request import REQUEST_ORIGIN, describe, validate
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.relay import Relay, Session
 
 log = get_logger("mcp_sampling_proxy.sampling")
-
-NO_PROVIDER_HINT = (
-    "no LLM provider is configured and the proxy has no terminal to type a reply: set OPENAI_API_KEY "
-    "(and OPENAI_BASE_URL for a local server such as Ollama) or ANTHROPIC_API_KEY in the proxy's "
-    "environment, or add llm.providers to the policy file (--policy)"
-)
-
 
 class SamplingService:
     def __init__(self, settings: Settings, adapters: AdapterPool, approver: Approver, audit: AuditLog,
@@ -69,35 +62,23 @@ class SamplingService:
             return exc
 
         self._audit.check_usable()
-        raw = message.get("params") or {}
-        try:  # global size caps first: nothing, not even a regex rule, looks at an oversized request
-            if not isinstance(raw, dict):
-                raise RpcError(jsonrpc.INVALID_PARAMS, f"Invalid params for {message.get('method')}: "
-                               f"params must be an object, not {type(raw).__name__}")
-            size = serialized_size(raw)  # measured once, for both passes of the caps
-            checked = check_caps(raw, self._settings.limits, request_bytes=size)
-            params = validate(checked.params)
-        except RpcError as exc:
-            raise refuse("error", exc) from None
-        decision = decide(self._settings.rules, facts_for_sampling(
-            params, server=session.server_name, host=session.host_name, tools_in_flight=in_flight,
-            server_reported=session.server_reported))
+        origin = Origin(session.server_name, session.host_name, in_flight, session.server_reported)
+        try:
+            judged = judge_sampling(self._settings, message.get("params") or {}, origin,
+                                    method=str(message.get("method")))
+        except Refused as refused:
+            if refused.decision is not None:
+                audit["rule"] = refused.decision.rule
+                audit["tool"] = refused.decision.tool or tool
+            extra = {"approver": None} if refused.outcome == "deny" else {}
+            raise refuse(refused.outcome, refused.error, **extra) from None
+        decision, params = judged.decision, judged.params
         rule = decision.matched
         tool = audit["tool"] = decision.tool or tool  # the candidate the strictest outcome was reached for
         audit["rule"] = decision.rule
         log.info("sampling request", server=session.server_name, server_reported=session.server_reported_if_different,
                  tool=tool, tool_candidates=audit.get("tool_candidates"), rule=decision.rule, action=decision.action)
-        if decision.action == "deny":
-            reason = decision.message or f"sampling denied by policy rule '{decision.rule}'"
-            raise refuse("deny", RpcError(jsonrpc.USER_REJECTED, reason), approver=None)
-        if rule is not None and rule.limits is not None:  # the rule's own caps over the global ones
-            try:
-                checked = check_caps(params, effective_limits(self._settings.limits, rule.limits),
-                                     request_bytes=size)
-            except RpcError as exc:
-                raise refuse("error", exc) from None
-            params = checked.params
-        for note in checked.notes:
+        for note in judged.notes:
             log.info("request adjusted", note=note)
 
         key = limit_key(decision.rule, session.server_name)
@@ -179,34 +160,10 @@ class SamplingService:
             return "proxy"
         return "host"
 
-    def _choose(self, params: dict[str, Any], decision: Decision) -> Choice:
-        wants_tools = bool(params.get("tools"))
-        providers = self._adapters.usable(tools=wants_tools)
-        rule = decision.matched
-        if rule is not None and (rule.provider or rule.model):
-            pinned = [p for p in providers if (rule.provider is None or p.name == rule.provider)
-                      and (rule.model is None or any(m.name == rule.model for m in p.models))]
-            if pinned:
-                model = rule.model or choose_model(pinned, params.get("modelPreferences"),
-                                                   aliases=self._settings.aliases).model
-                return Choice(pinned[0].name, model, f"rule '{rule.name}' sets provider/model")
-            providers = []
-        if not providers:
-            if not self._adapters.any_configured:
-                raise RpcError(jsonrpc.INTERNAL_ERROR, NO_PROVIDER_HINT)
-            if rule is not None and (rule.provider or rule.model):
-                raise RpcError(jsonrpc.INTERNAL_ERROR, f"rule '{rule.name}' names provider/model "
-                               f"{rule.provider or '*'}/{rule.model or '*'}, which is not configured"
-                               + (" with tools" if wants_tools else ""))
-            raise RpcError(jsonrpc.INVALID_PARAMS,
-                           "the request offers tools, and no configured provider can use tools (tools: false)")
-        return choose_model(providers, params.get("modelPreferences"), aliases=self._settings.aliases,
-                            default_provider=self._settings.default_provider)
-
     async def _fulfil(self, params: dict[str, Any], decision: Decision, session: Session, tool: str | None,
                       audit: dict[str, Any], started: float) -> tuple[dict[str, Any], Completion]:
         try:
-            choice = self._choose(params, decision)
+            choice = choose_provider(self._settings, self._adapters.configs, params, decision)
         except RpcError as exc:
             self._audit.record(**audit, params=params, error=exc.message)
             raise
@@ -255,18 +212,12 @@ class AdapterPool:
         self._adapters: dict[str, Adapter] = {}
 
     @property
-    def any_configured(self) -> bool:
-        return bool(self._configs)
-
-    def usable(self, *, tools: bool) -> list[ProviderConfig]:
-        configs = list(self._configs.values())
-        if tools:
-            configs = [c for c in configs if c.supports_tools and c.type != "console"]
-        return configs
+    def configs(self) -> list[ProviderConfig]:
+        return list(self._configs.values())
 
     @property
     def can_use_tools(self) -> bool:
-        return bool(self.usable(tools=True))
+        return bool(usable_providers(self.configs, tools=True))
 
     def get(self, name: str) -> Adapter:
         adapter = self._adapters.get(name)

@@ -78,7 +78,7 @@ limits that apply:
   max_tools: 128
   rate_limit: 10 requests per 1m, at most 2 at a time
   budget: 100000 tokens per 1d
-  provider/model: model 'gpt-4o' (set by rule 'notes-summaries')
+  provider/model: openai/gpt-4o: rule 'notes-summaries' sets provider/model
 """
 
 
@@ -154,9 +154,11 @@ def test_an_empty_policy_prompts(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("kwargs", "expected"), [
     pytest.param({"raw": '{"messages": [}'}, "request.json:1:15: not valid JSON: Expecting value", id="bad-json"),
     pytest.param({"raw": "[1, 2]"}, "request.json: must hold a JSON object", id="not-an-object"),
+    pytest.param({"request": {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {}}},
+                 "request.json: the request's method is 'tools/call'; explain takes sampling/createMessage and "
+                 "elicitation/create requests", id="other-method"),
     pytest.param({"request": {"jsonrpc": "2.0", "id": 1, "method": "elicitation/create", "params": {}}},
-                 "request.json: the request's method is 'elicitation/create'; explain takes sampling/createMessage",
-                 id="other-method"),
+                 "request.json: Invalid params for elicitation/create: message: Field required", id="invalid-form"),
     pytest.param({"request": {"messages": []}},
                  "request.json: Invalid params for sampling/createMessage: maxTokens: Field required", id="invalid"),
     pytest.param({"policy": "rules:\n  - action: allow\n    when: {tool: summ*, text_match: x}\n"},
@@ -187,3 +189,65 @@ def test_missing_files_exit_2(tmp_path: Path) -> None:
     result = subprocess.run([*base, policy], **run)  # type: ignore[call-overload]
     assert result.returncode == 2
     assert "--request" in result.stderr
+
+
+def test_a_rule_about_max_tokens_sees_the_size_the_server_asked_for(tmp_path: Path) -> None:
+    policy = ("limits: {max_tokens: 1000, max_tokens_action: clamp}\n"
+              "rules:\n  - name: no-huge\n    when: {max_tokens_over: 5000}\n    action: deny\n"
+              "  - name: rest\n    action: allow\n")
+    huge = explain(tmp_path, policy=policy, request={**PARAMS, "maxTokens": 6000}).stdout.splitlines()
+    assert "rule 'no-huge' (line 3): MATCHES -> deny" in huge
+    fair = explain(tmp_path, policy=policy, request={**PARAMS, "maxTokens": 3000}).stdout.splitlines()
+    assert "rule 'rest' (line 6): MATCHES -> allow" in fair
+    assert "  the request goes on with maxTokens 3,000 lowered to 1,000 (limits.max_tokens)" in fair
+
+
+def test_an_oversized_request_is_refused_before_the_policy(tmp_path: Path) -> None:
+    params = {**PARAMS, "messages": [{"role": "user", "content": {"type": "text", "text": "x" * 600_000}}]}
+    result = explain(tmp_path, request=params)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[1].startswith("refused before the policy is consulted: request refused: "
+                                                    "messages[0].content text block is 600,000 bytes")
+
+
+ELICITATION_POLICY = """\
+elicitation: {non_interactive: decline, sensitive_form: decline}
+rules:
+  - name: no-mail-forms
+    when: {server: mail, method: elicitation}
+    action: deny
+  - name: forms
+    when: {method: elicitation}
+    action: allow
+    rate_limit: {requests: 5, per: 1m}
+"""
+FORM = {"message": "Which folder?", "requestedSchema": {"type": "object", "properties": {
+    "folder": {"type": "string", "title": "Folder"}}}}
+
+
+def test_an_elicitation_request_is_explained_with_its_route(tmp_path: Path) -> None:
+    request = {"jsonrpc": "2.0", "id": 3, "method": "elicitation/create", "params": FORM}
+    result = explain(tmp_path, "--server", "notes", policy=ELICITATION_POLICY, request=request)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[1:] == [
+        "request: elicitation from server 'notes', host '' (no --host given), no host tool call in flight (tool: none)",
+        "  mode: form; message: 'Which folder?'",
+        "rule 'no-mail-forms' (line 3): skipped: server 'notes' does not match 'mail'",
+        "rule 'forms' (line 6): MATCHES -> allow",
+        "  because method is elicitation",
+        "rate_limit: 5 requests per 1m",
+        "route: auto: forwarded to the host when it declared elicitation (form mode); otherwise:",
+        "  asked on the proxy's terminal, else on the companion console (mcp-sampling-proxy console)",
+        "  when nobody can be asked: decline (elicitation.non_interactive)",
+    ]
+    denied = explain(tmp_path, "--server", "mail", policy=ELICITATION_POLICY, request=FORM).stdout.splitlines()
+    assert denied[-2:] == ["  because server 'mail' matches 'mail' and method is elicitation",
+                           '  the server is told: {"action": "decline"}']
+
+
+def test_an_elicitation_form_asking_for_a_secret_is_explained(tmp_path: Path) -> None:
+    form = {"message": "Enter your database password", "requestedSchema": {"type": "object", "properties": {
+        "value": {"type": "string"}}}}
+    lines = explain(tmp_path, policy=ELICITATION_POLICY, request=form).stdout.splitlines()
+    assert lines[-1].startswith("  the form asks for secrets (")
+    assert lines[-1].endswith('the server gets {"action": "decline"} (elicitation.sensitive_form)')
