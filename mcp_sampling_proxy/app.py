@@ -93,8 +93,15 @@ class ProxyHooks:
     async def serve(self, message: dict[str, Any], relay: Relay) -> dict[str, Any]:
         return await self._services[message["method"]].serve(message, relay)
 
-    def owned_input_keys(self, result: dict[str, Any], session: Session) -> set[str] | None:
-        return self._inputs.owned_keys(result, session)
+    def owned_input_keys(self, result: dict[str, Any], session: Session,
+                         origin: dict[str, Any] | None = None) -> set[str] | None:
+        return self._inputs.owned_keys(result, session, origin)
+
+    def host_input_requests(self, result: dict[str, Any], origin: dict[str, Any] | None, session: Session) -> None:
+        self._inputs.host_asked(result, origin, session)
+
+    def host_input_responses(self, params: dict[str, Any], session: Session) -> None:
+        self._inputs.host_answered(params, session)
 
     async def answer_input(self, key: str, entry: dict[str, Any], relay: Relay,
                            origin: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -13,6 +13,7 @@ answers into the host's retry, which it recognises by the echoed `requestState`.
 
 from __future__ import annotations
 
+import time
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 
 log = get_logger("mcp_sampling_proxy.input_required")
 
+MAX_REMEMBERED = 1024  # host-answered sampling requests awaiting the host's retry
 SAMPLING = "sampling/createMessage"
 ELICITATION = "elicitation/create"
 
@@ -48,9 +50,16 @@ class InputResolver:
         self._sampling = sampling
         self._elicitation = elicitation
         self._max_rounds = max_rounds
+        # sampling requests shown to the host, by (requestState, key): (params, origin tools, asked at)
+        self._host_sampling: dict[tuple[str | None, str], tuple[dict[str, Any], tuple[str, ...], float]] = {}
 
-    def owned_keys(self, result: dict[str, Any], session: Session) -> set[str] | None:
-        """The keys of the requests the proxy answers itself; None when the result is malformed."""
+    def owned_keys(self, result: dict[str, Any], session: Session,
+                   origin: dict[str, Any] | None = None) -> set[str] | None:
+        """The keys of the requests the proxy answers itself; None when the result is malformed.
+
+        Sampling the host could do itself is still the proxy's when the policy refuses it (as in
+        the handshake era, where the policy judges a request before it is forwarded to the host):
+        the proxy then answers it with the refusal, audited, and the host never sees it."""
         requests = result.get("inputRequests")
         if requests is not None and not isinstance(requests, dict):
             return None
@@ -60,11 +69,35 @@ class InputResolver:
             if not isinstance(params, dict):
                 return None
             method = entry.get("method")
-            if (method == SAMPLING and self._sampling.route(params, session) != "host") or (
+            if (method == SAMPLING and (self._sampling.route(params, session) != "host" or self._sampling.refuses(
+                    params, session, origin_tools(origin)))) or (
                     method == ELICITATION and self._elicitation.route_for(params, session) != "host"):
                 owned.add(key)
             # roots/list, sampling or elicitation the host does itself, anything new: the host's
         return owned
+
+    def host_asked(self, result: dict[str, Any], origin: dict[str, Any] | None, session: Session) -> None:
+        """The host is about to see these input requests: remember its sampling ones, so its
+        answers (in the retry's inputResponses) get an audit record like any other sampling."""
+        state = result.get("requestState")
+        for key, entry in (result.get("inputRequests") or {}).items():
+            if isinstance(entry, dict) and entry.get("method") == SAMPLING and isinstance(entry.get("params"), dict):
+                self._host_sampling[(state if isinstance(state, str) else None, key)] = (
+                    entry["params"], origin_tools(origin), time.monotonic())
+        while len(self._host_sampling) > MAX_REMEMBERED:  # a host that never retries: forget the oldest
+            self._host_sampling.pop(next(iter(self._host_sampling)))
+
+    def host_answered(self, params: dict[str, Any], session: Session) -> None:
+        """A host request carrying inputResponses: audit the answers to sampling the host was asked."""
+        responses = params.get("inputResponses")
+        if not isinstance(responses, dict) or not self._host_sampling:
+            return
+        state = params.get("requestState")
+        for key, response in responses.items():
+            asked = self._host_sampling.pop((state if isinstance(state, str) else None, key), None)
+            if asked is not None:
+                request, tools, started = asked
+                self._sampling.record_host_answer(request, response, session, tools, started)
 
     async def answer(self, key: str, entry: dict[str, Any], relay: Relay,
                      origin: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -96,8 +129,13 @@ class InputResolver:
                 return {"error": response["error"]}
             result = response.get("result") if isinstance(response.get("result"), dict) else {}
             requests = result.get("inputRequests") or {}
-            if result.get("resultType") != "input_required" or self.owned_keys(result, relay.session) != set(requests):
-                return {"result": result}  # final, or the host's turn (it retries the original request)
+            if result.get("resultType") != "input_required":
+                return {"result": result}
+            owned = self.owned_keys(result, relay.session, message)
+            if owned != set(requests):  # the host's turn: it retries the original request
+                self.host_asked({**result, "inputRequests": {k: v for k, v in requests.items()
+                                                             if k not in (owned or set())}}, message, relay.session)
+                return {"result": result}
         raise RpcError(jsonrpc.INTERNAL_ERROR,
                        f"the server kept asking for input after {self._max_rounds} rounds; giving up "
                        "(upstream.max_input_rounds)")

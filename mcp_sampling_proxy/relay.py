@@ -109,8 +109,17 @@ class Hooks(Protocol):
         """True for server-to-client methods the proxy answers itself."""
         ...
 
-    def owned_input_keys(self, result: dict[str, Any], session: Session) -> set[str] | None:
+    def owned_input_keys(self, result: dict[str, Any], session: Session,
+                         origin: dict[str, Any] | None = None) -> set[str] | None:
         """Keys of an `input_required` result's requests that the proxy answers itself (None: leave it)."""
+        ...
+
+    def host_input_requests(self, result: dict[str, Any], origin: dict[str, Any] | None, session: Session) -> None:
+        """An `input_required` result (only the host's requests) is about to reach the host."""
+        ...
+
+    def host_input_responses(self, params: dict[str, Any], session: Session) -> None:
+        """A host request carries `inputResponses`: the host's answers to such requests."""
         ...
 
     async def answer_input(self, key: str, entry: dict[str, Any], relay: Relay,
@@ -238,6 +247,8 @@ class Relay:
                 self._to_host(answer)
                 return
             params = msg.get("params")
+            if isinstance(params, dict) and "inputResponses" in params:
+                self._hooks.host_input_responses(params, self.session)
             state = params.get("requestState") if isinstance(params, dict) else None
             if self._stash and isinstance(state, str) and state in self._stash:
                 self._tg.start_soon(self._merge_and_forward, msg, self._stash.pop(state))
@@ -472,12 +483,15 @@ class Relay:
         result = msg.get("result")
         if not isinstance(result, dict) or result.get("resultType") != "input_required":
             return False
-        keys = self._hooks.owned_input_keys(result, self.session)
+        keys = self._hooks.owned_input_keys(result, self.session, request.message)
         requests = result.get("inputRequests") or {}
         if keys is None or not isinstance(requests, dict):
             return False
         if keys != set(requests):
-            return bool(keys) and self._split_input(msg, result, requests, keys, request.message)
+            if keys and self._split_input(msg, result, requests, keys, request.message):
+                return True
+            self._hooks.host_input_requests(result, request.message, self.session)
+            return False
         host_id = msg["id"]
         resolving = _Resolving(anyio.CancelScope())
         self._resolving[host_id] = resolving
@@ -496,6 +510,7 @@ class Relay:
         self._tg.start_soon(self._answer_owned, requests, keys, stash, origin)
         self.session.inflight.pop(msg["id"], None)
         filtered = {**result, "inputRequests": {k: v for k, v in requests.items() if k not in keys}}
+        self._hooks.host_input_requests(filtered, origin, self.session)
         self._to_host(jsonrpc.dumps({**msg, "result": filtered}))
         return True
 

@@ -148,6 +148,35 @@ class SamplingService:
             result = review.result
         return result
 
+    def refuses(self, params: dict[str, Any], session: Session, tools: tuple[str, ...]) -> bool:
+        """True when the caps or the policy refuse the request (it must then not reach the host)."""
+        origin = Origin(session.server_name, session.host_name, tools, session.server_reported)
+        try:
+            judge_sampling(self._settings, params, origin)
+        except Refused:
+            return True
+        return False
+
+    def record_host_answer(self, params: dict[str, Any], response: Any, session: Session,
+                           tools: tuple[str, ...], started: float) -> None:
+        """Audit sampling the host answered itself in a 2026-07-28 input_required round (the proxy
+        only sees the answer when the host retries), with the tool of the call being retried."""
+        origin = Origin(session.server_name, session.host_name, tools, session.server_reported)
+        try:  # refused requests never reach the host (InputResolver.owned_keys), but the host may be sent
+            decision: Decision | None = judge_sampling(self._settings, params, origin).decision  # malformed rounds
+        except Refused as refused:
+            decision = refused.decision
+        tool = (decision.tool if decision else None) or (tools[-1] if tools else None)
+        audit = request_fields(session, {"method": "sampling/createMessage", "params": params}, tool,
+                               rule=decision.rule if decision else None, **attribution_fields(session, tools))
+        result = response if isinstance(response, dict) else {}
+        self._audit.record(**audit, params=params, result=result, provider="host", model=result.get("model"),
+                           stop_reason=result.get("stopReason"), decision="allow", approver="host",
+                           reason=f"{decision.reason if decision else 'not judged'}; answered by the host "
+                                  "(2026-07-28 input_required)",
+                           error=None if isinstance(response, dict) else "the host's answer is not an object",
+                           latency_ms=elapsed_ms(started))
+
     def route(self, params: dict[str, Any], session: Session) -> str:
         """'host' when the host answers this request itself, else 'proxy'."""
         route = self._settings.sampling.route

@@ -18,7 +18,9 @@ from pathlib import Path
 import anyio
 import orjson
 import pytest
+from fuzzing import HOST_SEEDS, UPSTREAM_SEEDS, encode, mutate
 from structlog.testing import capture_logs
+from support import PY, ROOT, RawHost, proxy_command, proxy_env, write_policy
 
 from mcp_sampling_proxy import capabilities
 from mcp_sampling_proxy.app import build_hooks
@@ -27,8 +29,6 @@ from mcp_sampling_proxy.config import parse_settings
 from mcp_sampling_proxy.console_server import ConsoleServer
 from mcp_sampling_proxy.relay import Relay, Session
 from mcp_sampling_proxy.sampling import AdapterPool
-from tests.fuzzing import HOST_SEEDS, UPSTREAM_SEEDS, encode, mutate
-from tests.support import PY, ROOT, RawHost, proxy_command, proxy_env, write_policy
 
 ITERATIONS = int(os.environ.get("FUZZ_ITERATIONS", "100000"))
 SEED = int(os.environ.get("FUZZ_SEED", "20261122"))

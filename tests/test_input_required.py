@@ -17,9 +17,9 @@ META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
 
 
 
-def host(tmp_path: Path, llm: FakeLLMServer, extra: str = "") -> RawHost:
-    policy = write_policy(tmp_path, openai_policy(llm.base_url) + "elicitation: {non_interactive: accept_defaults}\n"
-                          "upstream:\n  era: any\n" + extra)
+def host(tmp_path: Path, llm: FakeLLMServer, extra: str = "", rules: str | None = None) -> RawHost:
+    policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=rules) +
+                          "elicitation: {non_interactive: accept_defaults}\nupstream:\n  era: any\n" + extra)
     return RawHost(proxy_command(policy, upstream=SERVER), proxy_env(TEST_LLM_KEY="k"), tmp_path / "stderr.log")
 
 
@@ -81,3 +81,48 @@ def test_host_cancellation_reaches_the_retry(tmp_path: Path, llm: FakeLLMServer)
         h.wait()
     assert "cancelled mcp-sampling-proxy:" in stderr.read_text()
     assert not any(json.loads(line).get("id") == 7 for line in h.raw_received)
+
+
+SAMPLING_HOST_META = {**META, "io.modelcontextprotocol/clientCapabilities": {"sampling": {}}}
+HOST_SAMPLING_ANSWER = {"role": "assistant", "content": {"type": "text", "text": "from the host"},
+                        "model": "host-model", "stopReason": "endTurn"}
+
+
+def audit_records(tmp_path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+
+
+def test_sampling_the_host_answers_is_audited_with_the_retried_tool(tmp_path: Path, llm: FakeLLMServer) -> None:
+    # issue #11, defect 4: the shipped trusted-autoapprove has a `tool: none` rule; the round's
+    # requests belong to the tools/call being retried, here `mixed`
+    rules = ("audit: {path: %s, content: full}\nrules:\n  - name: stray\n    when: {tool: none}\n    action: deny\n"
+             "  - name: mixed-ok\n    when: {tool: mixed}\n    action: allow\n" % (tmp_path / "audit.jsonl"))
+    with host(tmp_path, llm, rules=rules) as h:
+        first = h.request("tools/call", {**call("mixed"), "_meta": SAMPLING_HOST_META})
+        assert set(first["result"]["inputRequests"]) == {"s", "r"}  # the host samples itself; e is the proxy's
+        retry = {**call("mixed"), "_meta": SAMPLING_HOST_META, "requestState": first["result"]["requestState"],
+                 "inputResponses": {"s": HOST_SAMPLING_ANSWER, "r": {"roots": []}}}
+        final = h.request("tools/call", retry)
+    answers = json.loads(final["result"]["content"][0]["text"])["answers"]
+    assert answers["s"]["content"]["text"] == "from the host"
+    records = {r["method"]: r for r in audit_records(tmp_path) if r.get("method")}
+    sampled = records["sampling/createMessage"]
+    assert (sampled["tool"], sampled["rule"], sampled["provider"], sampled["model"]) == \
+        ("mixed", "mixed-ok", "host", "host-model")
+    assert sampled["decision"] == "allow"
+    assert sampled["content"]["response"]["result"]["content"]["text"] == "from the host"
+    assert (records["elicitation/create"]["tool"], records["elicitation/create"]["rule"]) == ("mixed", "mixed-ok")
+
+
+def test_sampling_the_policy_denies_never_reaches_a_host_that_could_sample(tmp_path: Path, llm: FakeLLMServer) -> None:
+    rules = ("audit: {path: %s}\nrules:\n  - name: no-mixed-sampling\n    when: {tool: mixed, method: sampling}\n"
+             "    action: deny\n  - name: rest\n    action: allow\n" % (tmp_path / "audit.jsonl"))
+    with host(tmp_path, llm, rules=rules) as h:
+        first = h.request("tools/call", {**call("mixed"), "_meta": SAMPLING_HOST_META})
+        assert set(first["result"]["inputRequests"]) == {"r"}  # the denied sampling is not shown to the host
+        retry = {**call("mixed"), "_meta": SAMPLING_HOST_META, "requestState": first["result"]["requestState"],
+                 "inputResponses": {"r": {"roots": []}}}
+        final = h.request("tools/call", retry)
+    assert "sampling denied by policy rule 'no-mixed-sampling'" in final["error"]["message"]
+    denied = [r for r in audit_records(tmp_path) if r.get("method") == "sampling/createMessage"]
+    assert [(r["decision"], r["tool"], r["rule"]) for r in denied] == [("deny", "mixed", "no-mixed-sampling")]

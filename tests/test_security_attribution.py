@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from tests.fakes.llm_server import FakeLLMServer
-from tests.support import PY, ROOT, RawHost, openai_policy, proxy_command, proxy_env, write_policy
+from fakes.llm_server import FakeLLMServer
+from support import PY, ROOT, RawHost, openai_policy, proxy_command, proxy_env, write_policy
 
 HOSTILE = ROOT / "tests" / "fixtures" / "hostile" / "sampler.py"
 MODERN = ROOT / "tests" / "fixtures" / "modern_raw_server.py"
@@ -112,7 +111,7 @@ def test_input_required_round_shared_with_the_host_is_charged_to_its_tool(tmp_pa
 def test_explain_with_several_candidate_tools_picks_the_strictest(tmp_path: Path) -> None:
     import subprocess
 
-    from tests.support import PROXY
+    from support import PROXY
 
     policy = write_policy(tmp_path, DENY_DANGEROUS)
     request = tmp_path / "request.json"

@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from tests.fakes.llm_server import FakeLLMServer
-from tests.support import PROXY, PY, ROOT, RawHost, openai_policy, proxy_command, proxy_env, write_policy
+from fakes.llm_server import FakeLLMServer
+from support import PROXY, PY, ROOT, RawHost, openai_policy, proxy_command, proxy_env, write_policy
 
 HOSTILE = ROOT / "tests" / "fixtures" / "hostile" / "sampler.py"
 LOOKALIKES = ["summarizer", " summarizer", "\u0455ummarizer", "summ\u200barizer", "SUMMARIZER\u00a0"]

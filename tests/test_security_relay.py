@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.support import PY, ROOT, RawHost, alive, children_of, proxy_command, proxy_env, write_policy
+from support import PY, ROOT, RawHost, alive, children_of, proxy_command, proxy_env, write_policy
 
 HOSTILE = str(ROOT / "tests" / "fixtures" / "hostile" / "relay_attacks_server.py")
 DENY_ALL = "rules:\n  - name: no-sampling\n    action: deny\naudit:\n  path: {audit}\n"
