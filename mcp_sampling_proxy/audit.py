@@ -2,9 +2,9 @@
 
 Record format (README "Audit log" has the full reference). Every line is one JSON object:
 
-- decision records (`"event": "decision"`), one per outcome of a `sampling/createMessage`
-  request (refused, or fulfilled / failed after it was allowed or approved; a response a human
-  rejected on review adds a `rejected` record). Every decision record carries every key of
+- decision records (`"event": "decision"`), exactly one per `sampling/createMessage` or
+  `elicitation/create` request, whatever its ending (refused, fulfilled, failed, rejected on review,
+  cancelled, or an internal error). Every decision record carries every key of
   `DECISION_FIELDS` (null when it does not apply), then any extra facts (`limit`), then
   `content`: digests of what was sent and answered, and the text itself in `redacted`/`full` mode.
   One record per outcome rather than one per event (received, decided, approved, fulfilled): each
@@ -36,16 +36,21 @@ The lock keeps the chain linear across processes and lines from interleaving, wh
 size; the single write means a crash leaves at most a torn last line, which the next writer (or
 the next proxy start) seals.
 
-`record()` is synchronous: the sampling service calls it before it answers the server, so the
-record is on disk before the server sees the result. When the record cannot be written, it
-raises `AuditError` (a JSON-RPC internal error) and the server gets that instead of the result:
-an audited proxy does not answer what it could not record.
+One record per request, written once, off the event loop. A request is served inside
+`every_ending`; each stage's `record(...)` fills in that request's one record (later fields
+override earlier ones: a review that rejects the LLM's answer turns a fulfilled record into a
+rejected one, keeping its provider, model and tokens), and when the request ends, whatever the
+ending, the record is written in a worker thread (the flock and the fsync never stall the relay)
+and awaited, so it is on disk before the server sees the answer. When it cannot be written,
+`AuditError` (a JSON-RPC internal error) replaces the answer: an audited proxy does not answer
+what it could not record. A `record()` outside any request is written at once.
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -53,8 +58,8 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -91,7 +96,23 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 _NOT_GIVEN: Any = object()
 _READ_CHUNK = 64 * 1024
 # Records written by the request being served in this task (see `AuditLog.every_ending`).
-_RECORDS: ContextVar[list[int] | None] = ContextVar("audit_records", default=None)
+class PendingRecord:
+    """The one record of the request being served, filled in as it moves through the stages."""
+
+    def __init__(self) -> None:
+        self.fields: dict[str, Any] | None = None  # None until a stage records an outcome
+        self.params: Any = _NOT_GIVEN
+        self.result: Any = None
+
+    def fill(self, params: Any, result: Any, fields: dict[str, Any]) -> None:
+        self.fields = {**(self.fields or {}), **fields}
+        if params is not _NOT_GIVEN:
+            self.params = params
+        if result is not _NOT_GIVEN:
+            self.result = result
+
+
+_PENDING: ContextVar[PendingRecord | None] = ContextVar("audit_pending", default=None)
 
 
 class AuditError(RpcError):
@@ -193,48 +214,66 @@ class AuditLog:
             raise AuditError(f"the proxy's audit log cannot be written ({self._file.unusable}); the request is "
                              "not answered without an audit record")
 
-    def record(self, *, params: Any = _NOT_GIVEN, result: Any = None, **fields: Any) -> None:
-        """Append one decision record; `params`/`result` are the request params and the result
-        the server gets (for the content digests or payload). Raises AuditError when it cannot."""
-        counter = _RECORDS.get()
-        if counter is not None:
-            counter[0] += 1
-        if self._file is None:
+    def record(self, *, params: Any = _NOT_GIVEN, result: Any = _NOT_GIVEN, **fields: Any) -> None:
+        """Record the outcome of the request being served (`params`/`result`: the request params
+        and the result the server gets, for the content digests or payload). Inside `every_ending`
+        it fills the request's one record, written when the request ends; elsewhere it writes at
+        once. Raises AuditError when it cannot."""
+        pending = _PENDING.get()
+        if pending is not None:
+            pending.fill(params, result, fields)
             return
-        self._log.append("decision", _params=params, _result=result, **fields)
+        if self._file is not None:
+            self._log.append("decision", _params=params, _result=None if result is _NOT_GIVEN else result, **fields)
 
-    @contextmanager
-    def every_ending(self, fields: dict[str, Any], params: Any) -> Iterator[None]:
-        """Serve one request inside this block: if it ends in an exception before any record was
-        written (a malformed request that trips a bug, a peer's answer of the wrong type), an
-        `error` record is written for it, so a hostile server cannot make requests that leave no
-        trace. `fields` is read when the exception happens (the rule may be known by then).
-        Unexpected exceptions come out as an RpcError the server can be shown."""
-        counter = [0]
-        token = _RECORDS.set(counter)
+    async def _write(self, pending: PendingRecord) -> None:
+        if self._file is None or pending.fields is None:
+            return
+        await anyio.to_thread.run_sync(functools.partial(
+            self._log.append, "decision", _params=pending.params, _result=pending.result, **pending.fields))
+
+    @asynccontextmanager
+    async def every_ending(self, fields: dict[str, Any], params: Any) -> AsyncIterator[PendingRecord]:
+        """Serve one request inside this block; its one record is written when the block ends,
+        before the server is answered. If it ends in an exception before any stage recorded an
+        outcome (a malformed request that trips a bug, a peer's answer of the wrong type), the
+        record says `error`; if it is cancelled (the server's notifications/cancelled, or the proxy
+        shutting down while the LLM was answering), `cancelled`: a hostile server cannot make
+        requests that leave no trace. `fields` is read when the request ends (the rule may be known
+        by then). Unexpected exceptions come out as an RpcError the server can be shown."""
+        pending = PendingRecord()
+        token = _PENDING.set(pending)
         try:
-            yield
+            yield pending
         except AuditError:
             raise  # the record itself could not be written: nothing more to try
         except Exception as exc:
             error = exc if isinstance(exc, RpcError) else RpcError(
                 jsonrpc.INTERNAL_ERROR, f"mcp-sampling-proxy failed: {type(exc).__name__}: {one_line(str(exc))}")
-            if counter[0] == 0:
+            if pending.fields is None:
                 log.warning("request ended in an error before it was audited; recording it", error=error.message)
-                self.record(params=params, **{**fields, "decision": "error", "reason": error.message})
+                pending.fill(params, _NOT_GIVEN, {**fields, "decision": "error", "reason": error.message})
+            _PENDING.reset(token)
+            token = None
+            await self._write(pending)
             if error is exc:
                 raise
             raise error from exc
         except BaseException as exc:
-            # Cancelled (the server's notifications/cancelled, or the proxy shutting down while the LLM
-            # was answering): an allowed request may already have reached a provider, so it is recorded.
-            if counter[0] == 0 and isinstance(exc, anyio.get_cancelled_exc_class()):
-                self.record(params=params, **{**fields, "decision": "cancelled",
-                                              "reason": "cancelled before it ended: the server cancelled the "
-                                                        "request or the proxy shut down"})
+            if pending.fields is None and isinstance(exc, anyio.get_cancelled_exc_class()):
+                pending.fill(params, _NOT_GIVEN, {**fields, "decision": "cancelled",
+                                                  "reason": "cancelled before it ended: the server cancelled the "
+                                                            "request or the proxy shut down"})
+            with anyio.CancelScope(shield=True):
+                await self._write(pending)
             raise
+        else:
+            _PENDING.reset(token)
+            token = None
+            await self._write(pending)
         finally:
-            _RECORDS.reset(token)
+            if token is not None:
+                _PENDING.reset(token)
 
     def close(self) -> None:
         if self._file is not None:

@@ -83,7 +83,7 @@ class ElicitationService:
         raw = message.get("params")
         audit = request_fields(session, message, tool, mode=request_mode(raw) if isinstance(raw, dict) else None,
                                **attribution_fields(session, in_flight))
-        with self._audit.every_ending(audit, raw):
+        async with self._audit.every_ending(audit, raw):
             return await self._serve(message, relay, audit, started, in_flight)
 
     async def _serve(self, message: dict[str, Any], relay: Relay, audit: dict[str, Any],

@@ -47,7 +47,7 @@ class SamplingService:
         in_flight = session.tool_candidates()  # every call that could own this request (policy.decide)
         tool = in_flight[-1] if in_flight else None
         audit = request_fields(session, message, tool, rule=None, **attribution_fields(session, in_flight))
-        with self._audit.every_ending(audit, message.get("params")):
+        async with self._audit.every_ending(audit, message.get("params")):
             return await self._serve(message, relay, audit, started, in_flight)
 
     async def _serve(self, message: dict[str, Any], relay: Relay, audit: dict[str, Any],
@@ -56,7 +56,7 @@ class SamplingService:
         tool = audit["tool"]
 
         def refuse(decision: str, exc: RpcError, **extra: Any) -> RpcError:
-            self._audit.record(params=message.get("params"),
+            self._audit.record(params=message.get("params"), result=None,  # the server gets no result
                                **{**audit, "decision": decision, "reason": exc.message, **extra})
             log.warning("sampling refused", decision=decision, reason=exc.message)
             return exc

@@ -145,3 +145,40 @@ def test_each_record_is_fsynced_unless_turned_off(tmp_path: Path, monkeypatch: p
     log.record(server="s", decision="allow")
     log.record(server="s", decision="deny")
     assert len(calls) == (2 if fsync else 0)
+
+
+def test_a_slow_audit_write_holds_only_its_own_request(tmp_path: Path) -> None:
+    """The audit write (flock + fsync) runs off the event loop: while another process holds the
+    log's lock, the host's pings are answered, and the sampling answer waits until its record is
+    on disk."""
+    import fcntl
+
+    from fakes.llm_server import FakeLLMServer
+    from support import KITCHEN_SINK, PY, RawHost, openai_policy, proxy_command, proxy_env, write_policy
+
+    audit = tmp_path / "audit.jsonl"
+    with FakeLLMServer("openai") as llm:
+        policy = write_policy(tmp_path, openai_policy(llm.base_url, extra=f"audit: {{path: {audit}}}\n"))
+        with RawHost(proxy_command(policy, upstream=[PY, KITCHEN_SINK]), proxy_env(TEST_LLM_KEY="k"),
+                     tmp_path / "stderr.log") as host:
+            host.initialize()
+            lock = os.open(str(audit) + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+            fcntl.flock(lock, fcntl.LOCK_EX)  # another writer holds the log
+            try:
+                host.send({"jsonrpc": "2.0", "id": "call", "method": "tools/call",
+                           "params": {"name": "sample", "arguments": {"prompt": "hi"}}})
+                deadline = time.monotonic() + 15
+                while not llm.requests and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                assert llm.requests, "the LLM was never called"
+                for _ in range(5):  # the relay is not stalled by the blocked write
+                    assert "result" in host.request("ping", timeout=10)
+                assert not any(b'"call"' in line for line in host.raw_received)  # not answered before recorded
+                assert not audit.exists() or "sampling/createMessage" not in audit.read_text()
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+                os.close(lock)
+            answer = host.wait_for(lambda m: m.get("id") == "call", timeout=15)
+    assert "result" in answer and not answer["result"].get("isError")
+    records = [json.loads(line) for line in audit.read_text().splitlines()]
+    assert [r["decision"] for r in records if r.get("method") == "sampling/createMessage"] == ["allow"]
