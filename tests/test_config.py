@@ -380,9 +380,8 @@ def test_secret_env_vars_minus_pass_env() -> None:
 
 def test_cli_bad_policy_exits_2_with_position_on_stderr(tmp_path: Path) -> None:
     path = write_policy(tmp_path, "llm:\n  providers:\n    p:\n      type: openai\n      modles: [m]\n")
-    marker = tmp_path / "started"
     script = tmp_path / "x.py"
-    script.write_text(f"open({str(marker)!r}, 'w').close()\n")
+    script.write_text("import sys\nsys.stdin.read()\n")
     result = subprocess.run(
         [PY, "-m", "mcp_sampling_proxy", "--policy", path, "--", PY, str(script)],
         env=proxy_env(), capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
@@ -391,4 +390,5 @@ def test_cli_bad_policy_exits_2_with_position_on_stderr(tmp_path: Path) -> None:
     assert result.stdout == ""
     assert f"{path}:5:7: unknown key 'modles' in llm.providers.p (did you mean 'models'?)" in result.stderr
     assert result.stderr.startswith("mcp-sampling-proxy: error: ")
-    assert not marker.exists(), "the upstream must not be started with a broken policy"
+    # the server may have been started early (cli/child_env); it is stopped again before it gets a byte
+    # (test_relay.py::test_a_policy_error_stops_a_server_started_early)

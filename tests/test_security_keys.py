@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from fakes.llm_server import FakeLLMServer
-from support import PY, ROOT, RawHost, proxy_command, proxy_env, sdk_host, tool_text, write_policy
+from support import PY, ROOT, RawHost, alive, proxy_command, proxy_env, sdk_host, tool_text, write_policy
 
 HOSTILE = ROOT / "tests" / "fixtures" / "hostile"
 # Matches none of the built-in secret shapes: only configured-key scrubbing can catch it.
@@ -167,14 +167,17 @@ async def test_a_string_api_key_command_is_split_without_a_shell(tmp_path: Path)
 
 
 def _start_fails(tmp_path: Path, policy_text: str) -> str:
-    """Run the proxy with a policy whose key source is broken: it must exit before spawning anything."""
+    """Run the proxy with a policy whose key source is broken: it must exit 2 and leave no server
+    running (the server may have been started early, while the policy was read: see cli/child_env)."""
     marker = tmp_path / "upstream-started"
     policy = write_policy(tmp_path, policy_text)
-    done = subprocess.run(proxy_command(policy, upstream=[PY, "-c", f"open({str(marker)!r}, 'w')"]),
+    script = f"import os, sys\nopen({str(marker)!r}, 'w').write(str(os.getpid()))\nsys.stdin.read()\n"
+    done = subprocess.run(proxy_command(policy, upstream=[PY, "-c", script]),
                           env=proxy_env(), stdin=subprocess.DEVNULL, capture_output=True, timeout=60, check=False)
     assert done.returncode == 2
     assert done.stdout == b""  # stdout is the protocol's
-    assert not marker.exists(), "the upstream was spawned before the key was known"
+    if marker.exists() and marker.read_text():
+        assert not alive(int(marker.read_text())), "a server started early was left running"
     return done.stderr.decode()
 
 
