@@ -67,6 +67,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import structlog
+from structlog.typing import EventDict
 
 from mcp_sampling_proxy import jsonrpc
 from mcp_sampling_proxy.config import AUDIT_CONTENT_MODES as CONTENT_MODES
@@ -253,8 +254,6 @@ class AuditLog:
             if pending.fields is None:
                 log.warning("request ended in an error before it was audited; recording it", error=error.message)
                 pending.fill(params, _NOT_GIVEN, {**fields, "decision": "error", "reason": error.message})
-            _PENDING.reset(token)
-            token = None
             await self._write(pending)
             if error is exc:
                 raise
@@ -268,19 +267,16 @@ class AuditLog:
                 await self._write(pending)
             raise
         else:
-            _PENDING.reset(token)
-            token = None
             await self._write(pending)
         finally:
-            if token is not None:
-                _PENDING.reset(token)
+            _PENDING.reset(token)
 
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
 
     # -- structlog processors -----------------------------------------------------------------
-    def _shape(self, _logger: Any, _method: str, event: dict[str, Any]) -> dict[str, Any]:
+    def _shape(self, _logger: Any, _method: str, event: EventDict) -> EventDict:
         params = event.pop("_params", _NOT_GIVEN)
         result = event.pop("_result", None)
         record: dict[str, Any] = {"event": event.pop("event")}
@@ -293,7 +289,7 @@ class AuditLog:
             record["content"] = {"mode": self.content, "unrecordable": f"{type(exc).__name__}: {exc}"}
         return record
 
-    def _mask(self, _logger: Any, _method: str, record: dict[str, Any]) -> dict[str, Any]:
+    def _mask(self, _logger: Any, _method: str, record: EventDict) -> EventDict:
         for key in _TEXT_FIELDS:
             if isinstance(record.get(key), str):
                 record[key] = self._redactor.redact(record[key])[0]
@@ -310,7 +306,7 @@ class AuditLog:
             content["redactions"] = count
         return record
 
-    def _scrub(self, _logger: Any, _method: str, record: dict[str, Any]) -> dict[str, Any]:
+    def _scrub(self, _logger: Any, _method: str, record: EventDict) -> EventDict:
         return self._redactor.scrub_value(_fix_surrogates(record))
 
 

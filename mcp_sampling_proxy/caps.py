@@ -98,7 +98,7 @@ def check_caps(params: dict[str, Any], caps: SizeCapsLike, *, request_bytes: int
     notes: list[str] = []
     max_tokens = params.get("maxTokens")
     cap = caps.max_tokens
-    if cap is not None and _is_int(max_tokens) and max_tokens > cap:
+    if cap is not None and isinstance(max_tokens, int) and _is_int(max_tokens) and max_tokens > cap:
         if caps.max_tokens_action == "clamp":
             params = {**params, "maxTokens": cap}
             notes.append(f"maxTokens {max_tokens:,} lowered to {cap:,} (limits.max_tokens)")

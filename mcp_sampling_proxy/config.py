@@ -13,6 +13,7 @@ import re
 import shlex
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any
 
 from mcp_sampling_proxy.child_env import WELL_KNOWN_KEY_VARS
 from mcp_sampling_proxy.identity import bad_character
@@ -483,10 +484,10 @@ _SIZE_KEYS = ("max_text_bytes", "max_media_bytes", "max_request_bytes")
 _LIMIT_MINIMUM = {"max_messages": 1, "max_tokens": 1, "max_tools": 0}
 
 
-def _parse_limits(node: Node) -> dict[str, object]:
+def _parse_limits(node: Node) -> dict[str, Any]:
     """The keys a `limits:` mapping sets (top level or a rule's), validated."""
     given = node.mapping(_LIMIT_KEYS)
-    out: dict[str, object] = {}
+    out: dict[str, Any] = {}
     for key, value in given.items():
         if key in _SIZE_KEYS:
             out[key] = _size(value)

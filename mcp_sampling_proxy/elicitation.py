@@ -67,7 +67,7 @@ class ElicitationService:
 
     def forward_notification(self, message: dict[str, Any]) -> bool:
         """`notifications/elicitation/complete` goes to whoever saw the elicitation."""
-        params = message.get("params") if isinstance(message.get("params"), dict) else {}
+        params = jsonrpc.as_object(message.get("params"))
         elicitation_id = params.get("elicitationId")
         if isinstance(elicitation_id, str) and elicitation_id in self._at_host:
             self._at_host.discard(elicitation_id)

@@ -232,7 +232,7 @@ def is_wrapped(entry: Any) -> bool:
     if not isinstance(entry, dict) or not isinstance(entry.get("command"), str):
         return False
     base = re.split(r"[\\/]", entry["command"])[-1].lower()
-    args = entry.get("args") if isinstance(entry.get("args"), list) else []
+    args: list[Any] = entry["args"] if isinstance(entry.get("args"), list) else []
     return base in PROXY_NAMES or args[:2] == ["-m", PROXY_MODULE]
 
 
@@ -803,7 +803,7 @@ class ConfigDoc:
     def tables(self) -> list[tuple[str, ...]]:
         """The tables of server entries this file holds (Claude Code's user file: also per project)."""
         spec = HOSTS[self.host]
-        found = [(spec.servers_key,)]
+        found: list[tuple[str, ...]] = [(spec.servers_key,)]
         if self.host == "claude-code" and isinstance(self.data.get("projects"), dict):
             for project, settings in self.data["projects"].items():
                 if isinstance(settings, dict) and isinstance(settings.get(spec.servers_key), dict) \

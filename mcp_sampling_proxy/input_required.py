@@ -40,8 +40,9 @@ ORIGIN_TOOLS: ContextVar[tuple[str, ...] | None] = ContextVar("origin_tools", de
 
 def origin_tools(origin: dict[str, Any] | None) -> tuple[str, ...]:
     """The tool of the host request an input_required round belongs to, as a candidate tuple."""
-    params = origin.get("params") if isinstance(origin, dict) else None
-    name = params.get("name") if isinstance(params, dict) and origin.get("method") == "tools/call" else None
+    if not isinstance(origin, dict) or origin.get("method") != "tools/call":
+        return ()
+    name = jsonrpc.as_object(origin.get("params")).get("name")
     return (name,) if isinstance(name, str) and name else ()
 
 
@@ -127,7 +128,7 @@ class InputResolver:
             response = await relay.retry_upstream(message, params, resolving)
             if "error" in response:
                 return {"error": response["error"]}
-            result = response.get("result") if isinstance(response.get("result"), dict) else {}
+            result = jsonrpc.as_object(response.get("result"))
             requests = result.get("inputRequests") or {}
             if result.get("resultType") != "input_required":
                 return {"result": result}

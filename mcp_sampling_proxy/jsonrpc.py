@@ -63,6 +63,12 @@ def parse_exact(line: bytes) -> Any:
     return json.loads(line)
 
 
+def as_object(value: Any) -> dict[str, Any]:
+    """`value` when it is a JSON object, else an empty one: for reading optional parts of a peer's
+    message (params, _meta, result) without a check at every step."""
+    return value if isinstance(value, dict) else {}
+
+
 def usable_id(value: Any) -> bool:
     """JSON-RPC ids are strings or integers. Others (objects, arrays, booleans, fractions, null)
     cannot be answered by id and, unhashable, would break every id table."""

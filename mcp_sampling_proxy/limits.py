@@ -438,12 +438,15 @@ class Limiters:
     def hold(self, rule: Rule | None, key: str) -> Iterator[Refusal | None]:
         """Rate limit and concurrency slot for the duration of one request."""
         limit = rule.rate_limit if rule else None
-        if limit is not None and limit.requests is not None and limit.per is not None:
+        if rule is None or limit is None:
+            yield None
+            return
+        if limit.requests is not None and limit.per is not None:
             refusal = self.rate.try_acquire(key, limit.requests, limit.per, rule=rule.name)
             if refusal is not None:
                 yield refusal
                 return
-        if limit is not None and limit.concurrent is not None:
+        if limit.concurrent is not None:
             with self.concurrency.hold(key, limit.concurrent, rule=rule.name) as refusal:
                 yield refusal
             return

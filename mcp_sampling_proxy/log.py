@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import structlog
+from structlog.typing import EventDict
 
 from .redact import Redactor
 
@@ -25,7 +26,7 @@ def set_secrets(secrets: Iterable[str]) -> None:
     _redactor = Redactor(secrets)
 
 
-def scrub_secrets(_logger: Any, _method: str, event: dict[str, Any]) -> dict[str, Any]:
+def scrub_secrets(_logger: Any, _method: str, event: EventDict) -> EventDict:
     if not _redactor.secrets:
         return event
     return {k: _redactor.scrub_value(v) if isinstance(v, str | dict | list | tuple) else

@@ -126,7 +126,7 @@ def read_request(path: str) -> tuple[str, dict[str, Any]]:
         raise InputError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}") from None
     if not isinstance(data, dict):
         raise InputError(f"{path}: must hold a JSON object: a {SAMPLING} or {ELICITATION} request, or its params")
-    method = SAMPLING
+    method: Any = SAMPLING
     if "method" in data or "jsonrpc" in data:
         method = data.get("method")
         if method not in (SAMPLING, ELICITATION):

@@ -285,21 +285,21 @@ class Relay:
 
     def _note_host_request(self, msg: dict[str, Any]) -> None:
         method = msg["method"]
-        params = msg.get("params") if isinstance(msg.get("params"), dict) else {}
+        params = jsonrpc.as_object(msg.get("params"))
         tool = params.get("name") if method == "tools/call" else None
         self.session.inflight[msg["id"]] = HostRequest(method, tool if isinstance(tool, str) else None,
                                                        time.monotonic(),
                                                        msg if method in RETRYABLE else None)
         if method == "initialize":
-            self.session.host_info = _dict(params.get("clientInfo"))
-            self.session.host_capabilities = _dict(params.get("capabilities"))
+            self.session.host_info = jsonrpc.as_object(params.get("clientInfo"))
+            self.session.host_capabilities = jsonrpc.as_object(params.get("capabilities"))
             self.session.protocol_version = params.get("protocolVersion")
         else:
-            meta = _dict(params.get("_meta"))
+            meta = jsonrpc.as_object(params.get("_meta"))
             version = meta.get(PROTOCOL_VERSION_META)
             if version:  # 2026-07-28 era: everything travels per request
                 self.session.protocol_version = version
-                self.session.host_info = _dict(meta.get(CLIENT_INFO_META)) or \
+                self.session.host_info = jsonrpc.as_object(meta.get(CLIENT_INFO_META)) or \
                     self.session.host_info
                 caps = meta.get(CLIENT_CAPS_META)
                 if isinstance(caps, dict):
@@ -384,8 +384,8 @@ class Relay:
             self._to_upstream(jsonrpc.error_response(message_id, code, text))
 
     def _note_server(self, msg: dict[str, Any]) -> None:
-        result = _dict(msg.get("result"))
-        self.session.server_info = _dict(result.get("serverInfo")) or self.session.server_info
+        result = jsonrpc.as_object(msg.get("result"))
+        self.session.server_info = jsonrpc.as_object(result.get("serverInfo")) or self.session.server_info
         version = result.get("protocolVersion")
         if isinstance(version, str):
             self.session.protocol_version = version
@@ -398,12 +398,13 @@ class Relay:
 
     def _note_modern_server(self, msg: dict[str, Any]) -> None:
         """2026-era servers name themselves in each result's _meta, not in an initialize result."""
-        info = _dict(_dict(_dict(msg.get("result")).get("_meta")).get(SERVER_INFO_META))
+        meta = jsonrpc.as_object(jsonrpc.as_object(msg.get("result")).get("_meta"))
+        info = jsonrpc.as_object(meta.get(SERVER_INFO_META))
         if info:
             self.session.server_info = info
 
     def _cancel_served(self, msg: dict[str, Any]) -> bool:
-        params = _dict(msg.get("params"))
+        params = jsonrpc.as_object(msg.get("params"))
         request_id = params.get("requestId")
         served = self._served.get(request_id) if jsonrpc.usable_id(request_id) else None
         if served is None:
@@ -534,7 +535,7 @@ class Relay:
             self._to_host(jsonrpc.dumps({"jsonrpc": "2.0", "id": msg["id"], "error": stash.error}))
             return
         params = msg["params"]
-        answers = params.get("inputResponses") if isinstance(params.get("inputResponses"), dict) else {}
+        answers = jsonrpc.as_object(params.get("inputResponses"))
         params["inputResponses"] = {**answers, **stash.answers}
         self._forward_host_request(msg)
 
@@ -652,7 +653,3 @@ def _encode(msg: Any) -> bytes | None:
         return jsonrpc.dumps(msg)
     except RecursionError:
         return None
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}

@@ -101,7 +101,7 @@ def describe(params: dict[str, Any], *, server: str, tool: str | None, max_text:
     lines = [f"Server '{strip_controls(server)}' asks for an LLM completion"
              + (f" (during tool call '{strip_controls(tool)}')" if tool else " (no host request in flight)")]
     prefs = params.get("modelPreferences") or {}
-    hints = [h.get("name") for h in prefs.get("hints") or [] if isinstance(h, dict) and h.get("name")]
+    hints = [str(h["name"]) for h in prefs.get("hints") or [] if isinstance(h, dict) and h.get("name")]
     if hints:
         lines.append(f"  model hints: {strip_controls(', '.join(hints))}")
     lines.append(f"  max tokens: {params.get('maxTokens')}")

@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 
+from mcp_sampling_proxy import jsonrpc
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import PROTOCOL_VERSION_META
 
@@ -142,11 +143,11 @@ class HttpUpstream:
         if not isinstance(msg, dict):
             return None
         method = msg.get("method")
-        params = msg.get("params") if isinstance(msg.get("params"), dict) else {}
+        params = jsonrpc.as_object(msg.get("params"))
         if method == "initialize":
             self._version = params.get("protocolVersion") or self._version
             return None
-        meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
+        meta = jsonrpc.as_object(params.get("_meta"))
         modern = meta.get(PROTOCOL_VERSION_META)
         version = modern or self._version
         if not version:

@@ -14,6 +14,10 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mcp_sampling_proxy.wire import LineReader, LineWriter
 
 STDERR_TAG_LIMIT = 32
 
@@ -77,8 +81,8 @@ class StdioUpstream:
     def __init__(self, process: subprocess.Popen[bytes], label: str):
         self.process = process
         self.label = label
-        self._writer = None
-        self.reader = None
+        self._writer: LineWriter | None = None
+        self.reader: LineReader | None = None
 
     async def attach(self, on_line: Callable[[bytes], None], on_eof: Callable[[], None], *,
                      max_line: int | None = None, on_oversize: Callable[[int, bytes, bytes], None] | None = None,
@@ -87,8 +91,9 @@ class StdioUpstream:
 
         assert self.process.stdin and self.process.stdout and self.process.stderr
         self._writer = await open_line_writer(self.process.stdin.fileno())
-        self.reader = LineReader(on_line, on_eof, max_line=max_line or DEFAULT_MAX_LINE, on_oversize=on_oversize)
-        await open_line_reader(self.process.stdout.fileno(), self.reader)
+        self.reader = reader = LineReader(on_line, on_eof, max_line=max_line or DEFAULT_MAX_LINE,
+                                          on_oversize=on_oversize)
+        await open_line_reader(self.process.stdout.fileno(), reader)
         await open_line_reader(self.process.stderr.fileno(), LineReader(self._stderr_line, lambda: None))
 
     @property

@@ -119,7 +119,7 @@ def wrapped_entry(host: str, key: str, entry: dict[str, Any], invocation: Invoca
         elif k not in drop:
             new[k] = v
     if host == "codex" and remote.env_vars:  # Codex passes only listed variables to a server
-        existing = entry.get("env_vars") if isinstance(entry.get("env_vars"), list) else []
+        existing: list[Any] = entry["env_vars"] if isinstance(entry.get("env_vars"), list) else []
         new["env_vars"] = list(dict.fromkeys([*existing, *remote.env_vars]))
     return new
 

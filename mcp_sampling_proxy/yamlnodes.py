@@ -6,6 +6,7 @@ The policy loader walks `yaml.compose` nodes through `Node`, which turns every m
 
 from __future__ import annotations
 
+import builtins
 import difflib
 from collections.abc import Iterator
 from typing import Any
@@ -40,20 +41,20 @@ class Node:
         """The plain Python value (constructed with the safe loader's rules)."""
         return _construct(self.node)
 
-    def str(self) -> str:
+    def str(self) -> builtins.str:
         v = self.value()
         if not isinstance(v, str) or not v:
             raise self.error(f"{self.label} must be a non-empty string, got {_show(v)}")
         return v
 
-    def choice(self, allowed: tuple[str, ...]) -> str:
+    def choice(self, allowed: tuple[builtins.str, ...]) -> builtins.str:
         v = self.value()
         if v not in allowed:
             hint = _did_you_mean(str(v), allowed)
             raise self.error(f"{self.label} {_show(v)} is not one of {', '.join(allowed)}{hint}")
         return v
 
-    def bool(self) -> bool:
+    def bool(self) -> builtins.bool:
         v = self.value()
         if not isinstance(v, bool):
             raise self.error(f"{self.label} must be true or false, got {_show(v)}")
@@ -78,13 +79,13 @@ class Node:
         return v
 
     # -- collections ---------------------------------------------------------------------
-    def is_mapping(self) -> bool:
+    def is_mapping(self) -> builtins.bool:
         return isinstance(self.node, yaml.MappingNode)
 
-    def is_sequence(self) -> bool:
+    def is_sequence(self) -> builtins.bool:
         return isinstance(self.node, yaml.SequenceNode)
 
-    def mapping(self, allowed: tuple[str, ...] | None = None) -> dict[str, Node]:
+    def mapping(self, allowed: tuple[builtins.str, ...] | None = None) -> dict[builtins.str, Node]:
         """Children by key; unknown keys are an error when `allowed` is given."""
         if not isinstance(self.node, yaml.MappingNode):
             raise self.error(f"{self.label} must be a mapping (key: value lines), got {_kind(self.node)}")
@@ -109,7 +110,7 @@ class Node:
             raise self.error(f"{self.label} must be a list (lines starting with '- '), got {_kind(self.node)}")
         return [Node(n, f"{self.path}[{i}]", self.where) for i, n in enumerate(self.node.value)]
 
-    def strings(self) -> list[str]:
+    def strings(self) -> list[builtins.str]:
         """A list of strings; a single string is accepted as a one-item list."""
         if isinstance(self.node, yaml.ScalarNode):
             return [self.str()]
