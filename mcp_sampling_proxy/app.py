@@ -28,6 +28,7 @@ from mcp_sampling_proxy.input_required import InputResolver
 from mcp_sampling_proxy.limits import Limiters
 from mcp_sampling_proxy.llm.base import ModelSpec, ProviderConfig
 from mcp_sampling_proxy.log import get_logger
+from mcp_sampling_proxy.protocol import ELICITATION_COMPLETE, ELICITATION_CREATE, SAMPLING_CREATE
 from mcp_sampling_proxy.relay import Relay, Session, peek_id
 from mcp_sampling_proxy.sampling import AdapterPool, SamplingService
 from mcp_sampling_proxy.terminal import Terminal
@@ -36,9 +37,8 @@ from mcp_sampling_proxy.wire import DEFAULT_MAX_LINE, LineReader, open_line_read
 
 log = get_logger("mcp_sampling_proxy")
 
-SAMPLING_METHOD = "sampling/createMessage"
-ELICITATION_METHOD = "elicitation/create"
-ELICITATION_COMPLETE = "notifications/elicitation/complete"
+SAMPLING_METHOD = SAMPLING_CREATE
+ELICITATION_METHOD = ELICITATION_CREATE
 
 
 @dataclass(frozen=True)

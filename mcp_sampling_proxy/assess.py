@@ -23,6 +23,7 @@ from mcp_sampling_proxy.jsonrpc import RpcError
 from mcp_sampling_proxy.llm.base import ProviderConfig
 from mcp_sampling_proxy.model_choice import Choice, choose_model
 from mcp_sampling_proxy.policy import Decision, Facts, decide, facts_for_sampling
+from mcp_sampling_proxy.protocol import SAMPLING_CREATE
 
 NO_PROVIDER_HINT = (
     "no LLM provider is configured and the proxy has no terminal to type a reply: set OPENAI_API_KEY "
@@ -72,7 +73,7 @@ class Refused(Exception):
         self.facts = facts
 
 
-def judge_sampling(settings: Settings, raw: Any, origin: Origin, *, method: str = "sampling/createMessage",
+def judge_sampling(settings: Settings, raw: Any, origin: Origin, *, method: str = SAMPLING_CREATE,
                    request_bytes: int | None = None) -> SamplingJudgement:
     """Caps, validation, the policy and the caps that apply; raises Refused where the request ends."""
     from mcp_sampling_proxy.sampling_request import validate

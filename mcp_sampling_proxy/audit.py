@@ -77,6 +77,7 @@ from mcp_sampling_proxy.jsonrpc import RpcError
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.redact import Redactor
 from mcp_sampling_proxy.sanitize import one_line
+from mcp_sampling_proxy.vocabulary import OUTCOMES
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.config import Settings
@@ -84,7 +85,7 @@ if TYPE_CHECKING:
 log = get_logger("mcp_sampling_proxy.audit")
 
 GENESIS = "0" * 64  # the prev_hash of the first record of a new log
-DECISIONS = ("allow", "deny", "approved", "rejected", "timeout", "error", "cancelled")
+DECISIONS = OUTCOMES
 
 # The keys of every decision record, in the order they are written.
 DECISION_FIELDS = (

@@ -28,10 +28,11 @@ from typing import Any
 from mcp_sampling_proxy.audit import GENESIS, parse_record, record_hash, rotated_name
 from mcp_sampling_proxy.config import DURATION_FORMS, parse_duration
 from mcp_sampling_proxy.sanitize import one_line
+from mcp_sampling_proxy.vocabulary import ALLOWED_OUTCOMES, REFUSED_OUTCOMES
 
 PROG = "mcp-sampling-proxy audit"
-ALLOWED = ("allow", "approved")
-DENIED = ("deny", "rejected", "timeout")
+ALLOWED = ALLOWED_OUTCOMES
+DENIED = REFUSED_OUTCOMES
 
 
 def main(argv: Sequence[str]) -> int:

@@ -15,17 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from mcp_sampling_proxy.jsonrpc import INVALID_PARAMS, RpcError
-
-KiB = 1024
-MiB = 1024 * KiB
-GiB = 1024 * MiB
+from mcp_sampling_proxy.vocabulary import GiB, KiB, MiB
 
 DEFAULT_MAX_MESSAGES = 256
 DEFAULT_MAX_TEXT_BYTES = 1 * MiB
 DEFAULT_MAX_MEDIA_BYTES = 8 * MiB
 DEFAULT_MAX_REQUEST_BYTES = 16 * MiB
 DEFAULT_MAX_TOOLS = 128
-MAX_TOKENS_ACTIONS = ("clamp", "deny")
 
 MEDIA_TYPES = ("image", "audio")
 

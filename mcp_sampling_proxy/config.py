@@ -13,7 +13,7 @@ import re
 import shlex
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from mcp_sampling_proxy.child_env import WELL_KNOWN_KEY_VARS
 from mcp_sampling_proxy.identity import bad_character
@@ -35,17 +35,16 @@ from mcp_sampling_proxy.policy import (
     TextMatches,
     ToolMatches,
 )
+from mcp_sampling_proxy.vocabulary import ACTIONS, MAX_TOKENS_ACTIONS, Action, GiB, KiB, MaxTokensAction, MiB
 from mcp_sampling_proxy.yamlnodes import Node, PolicyError, _did_you_mean, _show, load
 
 PROVIDER_TYPES = ("openai", "anthropic", "console")
 ROUTES = ("auto", "proxy", "host")
-ACTIONS = ("allow", "deny", "prompt")
 METHODS = ("sampling", "elicitation")
 ERAS = ("handshake", "any")
 CONTENT_TYPES = ("text", "image", "audio", "tool_use", "tool_result", "tools")
 INCLUDE_CONTEXT = ("none", "thisServer", "allServers")
 APPROVAL_CHANNELS = ("terminal", "console", "host")
-MAX_TOKENS_ACTIONS = ("clamp", "deny")
 AUDIT_CONTENT_MODES = ("none", "redacted", "full")
 AUDIT_KEYS = ("path", "content", "redact", "fsync", "max_bytes")
 
@@ -53,9 +52,7 @@ DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
 DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-5"
 
 
-KIB = 1024
-MIB = 1024 * KIB
-DEFAULT_AUDIT_MAX_BYTES = 64 * MIB
+DEFAULT_AUDIT_MAX_BYTES = 64 * MiB
 
 
 @dataclass(frozen=True)
@@ -63,11 +60,11 @@ class SizeLimits:
     """Caps on one sampling request (top-level `limits:`; a rule's `limits:` overrides key by key)."""
 
     max_messages: int = 256
-    max_text_bytes: int = 1 * MIB
-    max_media_bytes: int = 8 * MIB
-    max_request_bytes: int = 16 * MIB
+    max_text_bytes: int = 1 * MiB
+    max_media_bytes: int = 8 * MiB
+    max_request_bytes: int = 16 * MiB
     max_tokens: int | None = None  # None: no cap
-    max_tokens_action: str = "clamp"  # clamp | deny, when the request's maxTokens is over max_tokens
+    max_tokens_action: MaxTokensAction = "clamp"  # when the request's maxTokens is over max_tokens
     max_tools: int = 128
 
 
@@ -80,7 +77,7 @@ class RuleLimits:
     max_media_bytes: int | None = None
     max_request_bytes: int | None = None
     max_tokens: int | None = None
-    max_tokens_action: str | None = None
+    max_tokens_action: MaxTokensAction | None = None
     max_tools: int | None = None
 
 
@@ -123,7 +120,7 @@ class Rule:
     """One `rules[]` entry. `when` is a condition tree (an `All`, empty: matches everything)."""
 
     name: str
-    action: str
+    action: Action
     when: Condition = ALWAYS
     message: str | None = None
     line: int = 0  # where the rule starts in the file, for explanations
@@ -417,7 +414,7 @@ def _parse_elicitation(node: Node) -> ElicitationSettings:
 # -- sizes and durations ----------------------------------------------------------------------------
 
 _SIZE_UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3,
-               "kib": KIB, "mib": MIB, "gib": 1024 * MIB}
+               "kib": KiB, "mib": MiB, "gib": GiB}
 _SIZE_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", re.IGNORECASE)
 SIZE_FORMS = "a number of bytes or a string such as 512KiB, 1MiB, 16MB (units B, KB, MB, GB, KiB, MiB, GiB)"
 
@@ -584,7 +581,7 @@ def _parse_rule(node: Node, index: int, settings: Settings) -> Rule:
     fields_ = node.mapping(RULE_KEYS)
     if "action" not in fields_:
         raise node.error(f"rule {index + 1} needs an action: one of {', '.join(ACTIONS)}")
-    action = fields_["action"].choice(ACTIONS)
+    action = cast(Action, fields_["action"].choice(ACTIONS))
     name = fields_["name"].str() if "name" in fields_ else f"rule-{index + 1}"
     when: Condition = ALWAYS
     if "when" in fields_ and fields_["when"].value() is not None:

@@ -26,6 +26,7 @@ from mcp_sampling_proxy.identity import attribution_fields
 from mcp_sampling_proxy.jsonrpc import RpcError
 from mcp_sampling_proxy.limits import limit_key
 from mcp_sampling_proxy.log import get_logger
+from mcp_sampling_proxy.protocol import ELICITATION_COMPLETE, ELICITATION_CREATE
 from mcp_sampling_proxy.sampling_request import validate_params
 
 if TYPE_CHECKING:
@@ -35,8 +36,8 @@ if TYPE_CHECKING:
 
 log = get_logger("mcp_sampling_proxy.elicitation")
 
-METHOD = "elicitation/create"
-COMPLETE = "notifications/elicitation/complete"
+METHOD = ELICITATION_CREATE
+COMPLETE = ELICITATION_COMPLETE
 OPENER_ENV = "MCP_SAMPLING_PROXY_URL_OPENER"  # a command run with the URL (tests; custom browsers)
 
 

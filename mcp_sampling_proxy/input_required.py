@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from mcp_sampling_proxy import jsonrpc
 from mcp_sampling_proxy.jsonrpc import RpcError
 from mcp_sampling_proxy.log import get_logger
+from mcp_sampling_proxy.protocol import ELICITATION_CREATE, SAMPLING_CREATE
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.elicitation import ElicitationService
@@ -29,8 +30,8 @@ if TYPE_CHECKING:
 log = get_logger("mcp_sampling_proxy.input_required")
 
 MAX_REMEMBERED = 1024  # host-answered sampling requests awaiting the host's retry
-SAMPLING = "sampling/createMessage"
-ELICITATION = "elicitation/create"
+SAMPLING = SAMPLING_CREATE
+ELICITATION = ELICITATION_CREATE
 
 # The tools that could own the embedded request being answered: in the 2026 era exactly the
 # retried request's tool (none for prompts/get and resources/read), whatever else is in flight.

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mcp_sampling_proxy.identity import bad_character, normalise
+from mcp_sampling_proxy.vocabulary import Action
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.config import Rule
@@ -360,7 +361,7 @@ ALWAYS = All()
 
 @dataclass(frozen=True)
 class Decision:
-    action: str  # allow | deny | prompt
+    action: Action
     rule: str  # the matching rule's name, or "default"
     reason: str
     message: str | None = None  # shown to the server on deny

@@ -37,6 +37,7 @@ from mcp_sampling_proxy.identity import shown
 from mcp_sampling_proxy.jsonrpc import RpcError
 from mcp_sampling_proxy.limits import format_period as format_duration
 from mcp_sampling_proxy.policy import Decision, Facts, why
+from mcp_sampling_proxy.protocol import ELICITATION_CREATE, SAMPLING_CREATE
 from mcp_sampling_proxy.sanitize import one_line, strip_controls
 from mcp_sampling_proxy.yamlnodes import PolicyError
 
@@ -107,8 +108,8 @@ def explain_main(policy: str, request: str, *, server: str, tool: str | Sequence
     return 0
 
 
-SAMPLING = "sampling/createMessage"
-ELICITATION = "elicitation/create"
+SAMPLING = SAMPLING_CREATE
+ELICITATION = ELICITATION_CREATE
 
 
 def read_request(path: str) -> tuple[str, dict[str, Any]]:

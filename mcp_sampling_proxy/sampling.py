@@ -24,6 +24,7 @@ from mcp_sampling_proxy.limits import Limiters, Refusal, SamplingGate, limit_key
 from mcp_sampling_proxy.llm.base import Adapter, Completion, LLMError, ProviderConfig
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.policy import Decision
+from mcp_sampling_proxy.protocol import SAMPLING_CREATE
 from mcp_sampling_proxy.sampling_request import REQUEST_ORIGIN, describe, validate
 
 if TYPE_CHECKING:
@@ -167,7 +168,7 @@ class SamplingService:
         except Refused as refused:
             decision = refused.decision
         tool = (decision.tool if decision else None) or (tools[-1] if tools else None)
-        audit = request_fields(session, {"method": "sampling/createMessage", "params": params}, tool,
+        audit = request_fields(session, {"method": SAMPLING_CREATE, "params": params}, tool,
                                rule=decision.rule if decision else None, **attribution_fields(session, tools))
         result = response if isinstance(response, dict) else {}
         self._audit.record(**audit, params=params, result=result, provider="host", model=result.get("model"),

@@ -1,0 +1,29 @@
+"""Words defined once: what a rule says, how a request ended, and size units.
+
+Each vocabulary is a `Literal` type (mypy checks every place that produces a value) and the tuple
+of its values (for validation and messages), derived from the type so the two cannot drift.
+Protocol method names live in `protocol`, JSON-RPC error codes in `jsonrpc`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+# What a rule decides (`action:`); with no matching rule, `prompt`.
+Action = Literal["allow", "deny", "prompt"]
+ACTIONS: tuple[Action, ...] = get_args(Action)
+
+# What a size cap on maxTokens does to a request over it (`limits.max_tokens_action`).
+MaxTokensAction = Literal["clamp", "deny"]
+MAX_TOKENS_ACTIONS: tuple[MaxTokensAction, ...] = get_args(MaxTokensAction)
+
+# How a request ended: an audit record's `decision`.
+Outcome = Literal["allow", "deny", "approved", "rejected", "timeout", "error", "cancelled"]
+OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
+ALLOWED_OUTCOMES: tuple[Outcome, ...] = ("allow", "approved")
+REFUSED_OUTCOMES: tuple[Outcome, ...] = ("deny", "rejected", "timeout")
+
+# Size units, as the policy file spells them (`512KiB`, `1MiB`; `KB`/`MB` are powers of 1000).
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
