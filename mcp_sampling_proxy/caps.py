@@ -10,10 +10,10 @@ request): shapes it does not recognise are left for validation to reject.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from mcp_sampling_proxy.content import walk_blocks
 from mcp_sampling_proxy.jsonrpc import INVALID_PARAMS, RpcError
 from mcp_sampling_proxy.vocabulary import GiB, KiB, MiB
 
@@ -78,7 +78,7 @@ def check_caps(params: dict[str, Any], caps: SizeCapsLike, *, request_bytes: int
     system = params.get("systemPrompt")
     if isinstance(system, str):
         _check_text("systemPrompt", system, caps)
-    for where, block in iter_blocks(params):
+    for where, block in walk_blocks(params):
         kind = block.get("type")
         if kind == "text" and isinstance(block.get("text"), str):
             _check_text(f"{where} text block", block["text"], caps)
@@ -101,36 +101,6 @@ def check_caps(params: dict[str, Any], caps: SizeCapsLike, *, request_bytes: int
         else:
             _refuse(f"maxTokens is {max_tokens:,}; the limit is {cap:,}", "max_tokens")
     return CapsOutcome(params, notes)
-
-
-def iter_blocks(params: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Every content block of every message, with where it is, in document order, including
-    the blocks inside tool_result blocks (which follow their tool_result).
-
-    Paths look like `messages[3].content[1]`, `messages[0].content` (a single block, not a
-    list) and `messages[2].content[0].content[1]` (inside a tool_result).
-    """
-    messages = params.get("messages")
-    if not isinstance(messages, list):
-        return
-    for index, message in enumerate(messages):
-        if isinstance(message, dict):
-            yield from _blocks_of(message.get("content"), f"messages[{index}].content", depth=0)
-
-
-def _blocks_of(content: Any, where: str, depth: int) -> Iterator[tuple[str, dict[str, Any]]]:
-    if isinstance(content, dict):
-        items: list[tuple[str, Any]] = [(where, content)]
-    elif isinstance(content, list):
-        items = [(f"{where}[{i}]", block) for i, block in enumerate(content)]
-    else:
-        return
-    for path, block in items:
-        if not isinstance(block, dict):
-            continue
-        yield path, block
-        if block.get("type") == "tool_result" and depth < 4:  # nesting is one level in the spec; stay bounded
-            yield from _blocks_of(block.get("content"), f"{path}.content", depth + 1)
 
 
 def text_bytes(text: str) -> int:

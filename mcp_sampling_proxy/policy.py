@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
+from mcp_sampling_proxy.content import walk_blocks
 from mcp_sampling_proxy.identity import bad_character, normalise
 from mcp_sampling_proxy.vocabulary import Action
 
@@ -81,13 +82,12 @@ def facts_for_sampling(
     system = params.get("systemPrompt")
     if isinstance(system, str) and system:
         texts.append(system)
-    for message in messages:
-        for block in _walk_blocks(message.get("content") if isinstance(message, Mapping) else None):
-            kind = block.get("type")
-            if isinstance(kind, str):
-                types.add(kind)
-            if kind == "text" and isinstance(block.get("text"), str):
-                texts.append(block["text"])
+    for _, block in walk_blocks(params):
+        kind = block.get("type")
+        if isinstance(kind, str):
+            types.add(kind)
+        if kind == "text" and isinstance(block.get("text"), str):
+            texts.append(block["text"])
     if params.get("tools"):
         types.add("tools")
     return Facts(
@@ -103,17 +103,6 @@ def facts_for_sampling(
         text="\n".join(texts),
         server_reported=server_reported,
     )
-
-
-def _walk_blocks(content: Any) -> Iterator[Mapping[str, Any]]:
-    """A message's content blocks (one block or a list), and the blocks inside tool results."""
-    items = content if isinstance(content, list) else [content]
-    for block in items:
-        if not isinstance(block, Mapping):
-            continue
-        yield block
-        if block.get("type") == "tool_result":
-            yield from _walk_blocks(block.get("content"))
 
 
 # -- conditions -----------------------------------------------------------------------------------

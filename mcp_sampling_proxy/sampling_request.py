@@ -10,6 +10,7 @@ from __future__ import annotations
 from contextvars import ContextVar
 from typing import Any
 
+from mcp_sampling_proxy.content import as_blocks
 from mcp_sampling_proxy.jsonrpc import INVALID_PARAMS, RpcError
 from mcp_sampling_proxy.sanitize import strip_controls
 
@@ -50,10 +51,7 @@ def _is_union_tag(part: Any) -> bool:
 
 def blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
     """A message's content as a list (the spec allows a single block or a list)."""
-    content = message.get("content")
-    if isinstance(content, list):
-        return content
-    return [content] if isinstance(content, dict) else []
+    return [block for block in as_blocks(message.get("content")) if isinstance(block, dict)]
 
 
 def check_tool_pairing(messages: list[dict[str, Any]]) -> None:

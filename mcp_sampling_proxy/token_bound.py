@@ -29,7 +29,8 @@ import json
 import math
 from typing import Any
 
-from mcp_sampling_proxy.caps import b64_decoded_size, iter_blocks, text_bytes
+from mcp_sampling_proxy.caps import b64_decoded_size, text_bytes
+from mcp_sampling_proxy.content import walk_blocks
 
 REQUEST_OVERHEAD = 32  # tokens the chat template adds once (priming, system role)
 MESSAGE_OVERHEAD = 8  # per message (role markers, separators)
@@ -48,7 +49,7 @@ def worst_case_tokens(params: dict[str, Any]) -> int:
         total += text_bytes(system)
     messages = params.get("messages")
     total += MESSAGE_OVERHEAD * (len(messages) if isinstance(messages, list) else 0)
-    for _, block in iter_blocks(params):
+    for _, block in walk_blocks(params):
         total += BLOCK_OVERHEAD + block_tokens(block)
     tools = params.get("tools")
     if isinstance(tools, list) and tools:

@@ -14,9 +14,9 @@ from mcp_sampling_proxy.caps import (
     b64_decoded_size,
     check_caps,
     format_bytes,
-    iter_blocks,
     serialized_size,
 )
+from mcp_sampling_proxy.content import walk_blocks
 from mcp_sampling_proxy.jsonrpc import INVALID_PARAMS, RpcError, dumps
 
 MiB = 1024 * 1024
@@ -247,9 +247,9 @@ def test_malformed_shapes_are_left_for_validation():
         assert check_caps(params, Caps(max_tokens=1)).params is params
 
 
-def test_iter_blocks_paths():
+def test_walk_blocks_paths():
     params = request({"role": "user", "content": text("a")}, user(text("b")), *tool_turn(text("c")))
-    assert [path for path, _ in iter_blocks(params)] == [
+    assert [path for path, _ in walk_blocks(params)] == [
         "messages[0].content",
         "messages[1].content[0]",
         "messages[2].content[0]",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
+from ..content import as_blocks
 from .base import Completion, LLMError
 from .errors import unsupported, unsupported_role
 from .http_adapter import HttpAdapter
@@ -63,8 +64,7 @@ class AnthropicAdapter(HttpAdapter):
         where = f"messages[{index}]"
         if role not in ("user", "assistant"):
             raise unsupported_role(self.config, role, where)
-        content = message.get("content")
-        blocks = [] if content is None else content if isinstance(content, list) else [content]
+        blocks = as_blocks(message.get("content"))
         results, others = [], []
         for block in blocks:
             if not isinstance(block, dict):

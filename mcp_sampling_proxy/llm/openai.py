@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 import structlog
 
+from ..content import as_blocks
 from .base import Completion, LLMError, ProviderConfig
 from .errors import unsupported, unsupported_role
 from .http_adapter import HttpAdapter
@@ -87,7 +88,7 @@ class OpenAIAdapter(HttpAdapter):
         tool_messages: list[dict[str, Any]] = []
         parts: list[dict[str, Any]] = []
         tool_calls: list[dict[str, Any]] = []
-        for block in _blocks(message.get("content")):
+        for block in as_blocks(message.get("content")):
             if not isinstance(block, dict):
                 raise unsupported(self.config, type(block).__name__, where)
             kind = block.get("type")
@@ -196,12 +197,6 @@ class OpenAIAdapter(HttpAdapter):
                 provider=self.config.name,
             )
         return {"type": "tool_use", "id": call.get("id"), "name": name, "input": arguments}
-
-
-def _blocks(content: Any) -> list[dict[str, Any]]:
-    if content is None:
-        return []
-    return content if isinstance(content, list) else [content]
 
 
 def _resource_text(block: dict[str, Any]) -> str | None:
