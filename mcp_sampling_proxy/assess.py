@@ -18,12 +18,14 @@ from typing import Any, Literal
 
 from mcp_sampling_proxy import jsonrpc
 from mcp_sampling_proxy.caps import check_caps, serialized_size
-from mcp_sampling_proxy.config import Settings, SizeLimits, effective_limits
+from mcp_sampling_proxy.conditions import Facts, facts_for_sampling
+from mcp_sampling_proxy.config import Settings
 from mcp_sampling_proxy.jsonrpc import RpcError
 from mcp_sampling_proxy.llm.base import ProviderConfig
 from mcp_sampling_proxy.model_choice import Choice, choose_model
-from mcp_sampling_proxy.policy import Decision, Facts, decide, facts_for_sampling
+from mcp_sampling_proxy.policy import Decision, decide
 from mcp_sampling_proxy.protocol import SAMPLING_CREATE
+from mcp_sampling_proxy.rules import SizeLimits, effective_limits
 
 NO_PROVIDER_HINT = (
     "no LLM provider is configured and the proxy has no terminal to type a reply: set OPENAI_API_KEY "

@@ -36,7 +36,7 @@ from mcp_sampling_proxy.state import JsonStateFile, state_dir
 from mcp_sampling_proxy.token_bound import worst_case_tokens
 
 if TYPE_CHECKING:
-    from mcp_sampling_proxy.config import Rule
+    from mcp_sampling_proxy.rules import Rule
 
 log = get_logger("mcp_sampling_proxy.limits")
 

@@ -24,20 +24,14 @@ from mcp_sampling_proxy.assess import (
     judge_sampling,
 )
 from mcp_sampling_proxy.caps import format_bytes as format_size
-from mcp_sampling_proxy.config import (
-    RateLimit,
-    Rule,
-    Settings,
-    SizeLimits,
-    effective_limits,
-    load_settings,
-    settings_from_environment,
-)
+from mcp_sampling_proxy.conditions import Facts
+from mcp_sampling_proxy.config import Settings, load_settings, settings_from_environment
 from mcp_sampling_proxy.identity import shown
 from mcp_sampling_proxy.jsonrpc import RpcError
 from mcp_sampling_proxy.limits import format_period as format_duration
-from mcp_sampling_proxy.policy import Decision, Facts, why
+from mcp_sampling_proxy.policy import Decision, why
 from mcp_sampling_proxy.protocol import ELICITATION_CREATE, SAMPLING_CREATE
+from mcp_sampling_proxy.rules import RateLimit, Rule, SizeLimits, effective_limits
 from mcp_sampling_proxy.sanitize import one_line, strip_controls
 from mcp_sampling_proxy.yamlnodes import PolicyError
 

@@ -9,17 +9,17 @@ from pathlib import Path
 import pytest
 from support import PY, proxy_env, write_policy
 
+from mcp_sampling_proxy.conditions import ALWAYS, All, MethodIs, ServerMatches
 from mcp_sampling_proxy.config import (
     DEFAULT_ANTHROPIC_MODEL,
     DEFAULT_OPENAI_MODEL,
-    Rule,
     SamplingSettings,
     load_settings,
     parse_settings,
     settings_from_environment,
 )
 from mcp_sampling_proxy.llm.base import ModelSpec, ProviderConfig
-from mcp_sampling_proxy.policy import ALWAYS, All, MethodIs, ServerMatches
+from mcp_sampling_proxy.rules import Rule
 from mcp_sampling_proxy.yamlnodes import PolicyError
 
 F = "policy.yaml"

@@ -10,34 +10,21 @@ from typing import Any
 
 import pytest
 
-from mcp_sampling_proxy.config import (
-    ApprovalSettings,
-    Budget,
-    RateLimit,
-    RuleLimits,
-    SizeLimits,
-    effective_limits,
-    parse_duration,
-    parse_settings,
-    parse_size,
-)
-from mcp_sampling_proxy.policy import (
-    DEFAULT_RULE,
+from mcp_sampling_proxy.conditions import (
     All,
     AnyOf,
     ContentHas,
-    Decision,
     Facts,
     Not,
     Over,
     ServerMatches,
     TextMatches,
     ToolMatches,
-    decide,
     facts_for_sampling,
-    why,
-    why_not,
 )
+from mcp_sampling_proxy.config import ApprovalSettings, parse_duration, parse_settings, parse_size
+from mcp_sampling_proxy.policy import DEFAULT_RULE, Decision, decide, why, why_not
+from mcp_sampling_proxy.rules import Budget, RateLimit, RuleLimits, SizeLimits, effective_limits
 from mcp_sampling_proxy.yamlnodes import PolicyError
 
 F = "policy.yaml"
