@@ -44,6 +44,7 @@ class ApprovalRequest:
     rule: str
     params: dict[str, Any]  # server-controlled: sanitise before showing
     summary: str  # already sanitised
+    prompt_edited_by: str | None = None  # the channel whose human edited the prompt (for the review)
 
 
 @dataclass(frozen=True)
@@ -157,21 +158,73 @@ def result_text(result: dict[str, Any]) -> str:
     return "\n".join(str(b.get("text", f"[{b.get('type')}]")) for b in blocks if isinstance(b, dict))
 
 
-def with_text(result: dict[str, Any], text: str) -> dict[str, Any]:
-    """The result with its text replaced by an operator's edit."""
-    edited = copy.deepcopy(result)
+def text_of(content: Any) -> str | None:
+    """The text blocks of a message's or a result's content, joined (None when it has none)."""
+    blocks = content if isinstance(content, list) else [content]
+    texts = [str(b.get("text", "")) for b in blocks if isinstance(b, dict) and b.get("type") == "text"]
+    return "\n".join(texts) if texts else None
+
+
+def replace_text(content: Any, text: str) -> Any:
+    """`content` (one block or a list) with its text replaced by `text` and every other block kept
+    in place: one text block where the first one was (first, when there was none). An image sent
+    with the prompt, a tool call in an answer: an edit of the words must not drop them."""
     block = {"type": "text", "text": text}
-    edited["content"] = [block] if isinstance(result.get("content"), list) else block
+    if isinstance(content, dict) and content.get("type") == "text":
+        return block
+    blocks = copy.deepcopy(content if isinstance(content, list) else [content] if isinstance(content, dict) else [])
+    first = next((i for i, b in enumerate(blocks) if isinstance(b, dict) and b.get("type") == "text"), 0)
+    kept = [b for b in blocks if not (isinstance(b, dict) and b.get("type") == "text")]
+    kept.insert(min(first, len(kept)), block)
+    return kept
+
+
+def with_text(result: dict[str, Any], text: str) -> dict[str, Any]:
+    """The result with its text replaced by an operator's edit (its other blocks kept)."""
+    edited = copy.deepcopy(result)
+    edited["content"] = replace_text(result.get("content"), text)
     return edited
 
 
+def _last_user(params: dict[str, Any]) -> int | None:
+    messages = params.get("messages")
+    if not isinstance(messages, list):
+        return None
+    return next((i for i in range(len(messages) - 1, -1, -1)
+                 if isinstance(messages[i], dict) and messages[i].get("role") == "user"), None)
+
+
+def prompt_not_editable(params: dict[str, Any]) -> str | None:
+    """Why the prompt of this request cannot be edited, or None when it can."""
+    index = _last_user(params)
+    if index is None:
+        return "the request has no user message"
+    content = params["messages"][index].get("content")
+    blocks = content if isinstance(content, list) else [content]
+    if any(isinstance(b, dict) and b.get("type") == "tool_result" for b in blocks):
+        return "its last user message holds tool results, which may not be mixed with text"
+    return None
+
+
+def kept_blocks(params: dict[str, Any]) -> list[str]:
+    """The types of the non-text blocks an edit of the prompt keeps ("image", "audio", ...)."""
+    index = _last_user(params)
+    content = params["messages"][index].get("content") if index is not None else None
+    blocks = content if isinstance(content, list) else [content]
+    return [strip_controls(str(b.get("type"))) for b in blocks if isinstance(b, dict) and b.get("type") != "text"]
+
+
 def with_prompt(params: dict[str, Any], text: str) -> dict[str, Any]:
-    """The request with its last user message replaced by an operator's edit."""
+    """The request with the text of its last user message replaced by an operator's edit; the
+    message's images, audio and other blocks stay where they were. ValueError when the prompt
+    cannot be edited (`prompt_not_editable`)."""
+    why = prompt_not_editable(params)
+    index = _last_user(params)
+    if why is not None or index is None:
+        raise ValueError(f"the prompt cannot be edited: {why}")
     edited = copy.deepcopy(params)
-    for message in reversed(edited.get("messages", [])):
-        if message.get("role") == "user":
-            message["content"] = {"type": "text", "text": text}
-            break
+    message = edited["messages"][index]
+    message["content"] = replace_text(message.get("content"), text)
     return edited
 
 
@@ -183,9 +236,10 @@ REFUSALS = ("", "n", "no")
 
 
 async def approval_dialogue(params: dict[str, Any], ask: Any, say: Any,
-                            discard_typeahead: Any = None) -> tuple[str | None, dict[str, Any] | None]:
+                            discard_typeahead: Any = None) -> tuple[str | None, str | None]:
     """Ask yes/session/always/edit/no, wherever the human is (the proxy's terminal or the companion
-    console). Returns (scope or None when refused, the edited request or None).
+    console). Returns (scope or None when refused, the new text of the last user message or None);
+    the caller applies the text with `with_prompt`, which keeps the message's other blocks.
 
     Keys typed before the question was shown are thrown away first (`discard_typeahead`): a `y`
     typed while the console sat idle must not approve a request nobody has seen. An answer that is
@@ -199,10 +253,18 @@ async def approval_dialogue(params: dict[str, Any], ask: Any, say: Any,
             return None, None
         answer = answer.strip().lower()
         if answer == "e":
-            say("New text for the last user message; end with a line holding only '.':")
-            edited = with_prompt(params, await read_block(ask))
+            why = prompt_not_editable(params)
+            if why is not None:
+                say(f"This prompt cannot be edited: {why}. Answer y, s, a or n")
+                continue
+            kept = kept_blocks(params)
+            keeps = ""
+            if kept:
+                keeps = f" (its {', '.join(kept)} block{'s are' if len(kept) > 1 else ' is'} kept)"
+            say(f"New text for the last user message{keeps}; end with a line holding only '.':")
+            text = await read_block(ask)
             say("-> approved once, with your edited prompt")
-            return "once", edited
+            return "once", text
         if answer in SCOPES:
             say(f"-> approved ({SCOPE_WORDS[SCOPES[answer]]})")
             return SCOPES[answer], None
@@ -215,14 +277,25 @@ async def approval_dialogue(params: dict[str, Any], ask: Any, say: Any,
 SCOPE_WORDS = {"once": "once", "session": "for this session", "always": "always, for this server and tool"}
 
 
-async def review_dialogue(result: dict[str, Any], ask: Any, say: Any) -> tuple[bool, dict[str, Any]]:
-    """Show the LLM's answer; returns (send it?, the answer as possibly edited)."""
+EDITORS = {"terminal": "at the terminal", "console": "at the companion console"}
+
+
+async def review_dialogue(result: dict[str, Any], ask: Any, say: Any, *, prompt: str | None = None,
+                          prompt_edited_by: str | None = None) -> tuple[bool, str | None]:
+    """Show the prompt as it was sent to the LLM (`prompt`, a sanitised summary; marked when a human
+    edited it) and the LLM's answer. Returns (send it?, the replacement text or None); the caller
+    applies the text with `with_text`, which keeps the answer's other blocks."""
+    if prompt:
+        edited = ""
+        if prompt_edited_by:
+            edited = f" (edited {EDITORS.get(prompt_edited_by, 'by ' + one_line(prompt_edited_by, 40))})"
+        say(f"The prompt as sent to the LLM{edited}:\n" + quote(prompt))
     say("The LLM answered:\n" + quote(result_text(result)))
     answer = ((await ask("Send this answer to the server? [Y]es, [e]dit, [n]o: ")) or "").strip().lower()
     if answer == "e":
         say("Replacement answer; end with a line holding only '.':")
-        return True, with_text(result, await read_block(ask))
-    return answer in ("", "y", "yes"), result
+        return True, await read_block(ask)
+    return answer in ("", "y", "yes"), None
 
 
 async def read_block(ask: Any) -> str:
@@ -258,24 +331,25 @@ class TerminalChannel:
             try:
                 terminal.write(f"\nmcp-sampling-proxy: approval needed for server '{one_line(request.server, 120)}' "
                                f"(rule '{one_line(request.rule, 120)}'):\n" + quote(request.summary) + "\n")
-                scope, edited = await approval_dialogue(request.params, self._ask, self._say,
-                                                        self._terminal.discard_typeahead)
+                scope, text = await approval_dialogue(request.params, self._ask, self._say,
+                                                      self._terminal.discard_typeahead)
             except BaseException:
                 terminal.write("\n(request withdrawn or timed out: denied)\n")
                 raise
         if scope is None:
             return Approval(False, self.name, "rejected at the terminal", "rejected")
-        if edited is not None:
+        if text is not None:
             return Approval(True, self.name, "approved with an edited prompt at the terminal", "approved",
-                            params=edited)
+                            params=with_prompt(request.params, text))
         return Approval(True, self.name, "approved at the terminal", "approved", scope)
 
     async def review(self, request: ApprovalRequest, result: dict[str, Any], relay: Relay) -> Review:
         assert self._terminal is not None
         async with self._terminal.lock:
             self._say("")
-            accepted, reviewed = await review_dialogue(result, self._ask, self._say)
-        return Review(accepted, reviewed, self.name)
+            accepted, text = await review_dialogue(result, self._ask, self._say, prompt=request.summary,
+                                                   prompt_edited_by=request.prompt_edited_by)
+        return Review(accepted, result if text is None else with_text(result, text), self.name)
 
 
 class ConsoleChannel:
@@ -288,23 +362,44 @@ class ConsoleChannel:
         return self._server.available
 
     async def ask(self, request: ApprovalRequest, relay: Relay) -> Approval:
+        # "edit": "prompt": answer an edit with the new text only (`prompt`); the proxy applies it.
         answer = await self._server.ask({
             "type": "pending", "server": request.server, "host": request.host, "tool": request.tool,
-            "rule": request.rule, "summary": request.summary, "params": request.params,
+            "rule": request.rule, "summary": request.summary, "params": request.params, "edit": "prompt",
         })
         if answer.get("approve") is not True:  # a peer's "false" string must not approve
             return Approval(False, self.name, "rejected at the companion console", "rejected")
         scope = answer.get("scope") if answer.get("scope") in ("once", "session", "always") else "once"
-        edited = answer.get("params") if isinstance(answer.get("params"), dict) else None
-        return Approval(True, self.name, "approved at the companion console", "approved", scope, edited)
+        text = answer.get("prompt")
+        if not isinstance(text, str) and isinstance(answer.get("params"), dict):
+            # A console from before "edit": "prompt" sends the whole edited request: only its text is taken,
+            # so a console can neither drop the request's images nor change anything else in it.
+            index = _last_user(answer["params"])
+            text = None if index is None else text_of(answer["params"]["messages"][index].get("content"))
+            if text is None:
+                return Approval(False, self.name, "the companion console sent an edited request without text; "
+                                "denied", "rejected")
+        if not isinstance(text, str):
+            return Approval(True, self.name, "approved at the companion console", "approved", scope)
+        try:
+            edited = with_prompt(request.params, text)
+        except ValueError as exc:
+            return Approval(False, self.name, f"the companion console's edit was not applied ({exc}); denied",
+                            "rejected")
+        return Approval(True, self.name, "approved with an edited prompt at the companion console", "approved",
+                        scope, edited)
 
     async def review(self, request: ApprovalRequest, result: dict[str, Any], relay: Relay) -> Review:
+        # "edit": "text": a replaced answer comes back as its new text only (`text`); the proxy applies it.
         answer = await self._server.ask({
             "type": "review", "server": request.server, "tool": request.tool, "summary": request.summary,
-            "result": result,
+            "prompt_edited_by": request.prompt_edited_by, "result": result, "edit": "text",
         })
-        edited = answer.get("result") if isinstance(answer.get("result"), dict) else result
-        return Review(bool(answer.get("accept")), edited, self.name)
+        text = answer.get("text")
+        if not isinstance(text, str) and isinstance(answer.get("result"), dict):
+            text = text_of(answer["result"].get("content"))  # a console from before "edit": "text"
+        edited = with_text(result, text) if isinstance(text, str) else result
+        return Review(answer.get("accept") is True, edited, self.name)
 
 
 class HostChannel:

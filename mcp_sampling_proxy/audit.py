@@ -5,7 +5,9 @@ Record format (README "Audit log" has the full reference). Every line is one JSO
 - decision records (`"event": "decision"`), exactly one per `sampling/createMessage` or
   `elicitation/create` request, whatever its ending (refused, fulfilled, failed, rejected on review,
   cancelled, or an internal error). Every decision record carries every key of
-  `DECISION_FIELDS` (null when it does not apply), then any extra facts (`limit`), then
+  `DECISION_FIELDS` (null when it does not apply), then any extra facts (`limit`; `prompt_edited_by`
+  when a human edited the prompt; `answer_edited_by` and `original_answer_sha256`, the digest of
+  the LLM's own result, when a reviewer replaced the answer the server got), then
   `content`: digests of what was sent and answered, and the text itself in `redacted`/`full` mode.
   One record per outcome rather than one per event (received, decided, approved, fulfilled): each
   line tells a request's whole story, readers need no joins, and there is no half-recorded request.

@@ -364,6 +364,9 @@ def format_record(record: dict[str, Any]) -> str:
     if record.get("rule"):
         decision += f" (rule {_s(record['rule'], 40)})"
     parts.append(decision)
+    for key, what in (("prompt_edited_by", "prompt"), ("answer_edited_by", "answer")):
+        if record.get(key):
+            parts.append(f"{what} edited by {_s(record[key], 20)}")
     if record.get("provider") or record.get("model"):
         parts.append(f"{_s(record.get('provider') or '?', 30)}/{_s(record.get('model') or '?', 60)}")
     if record.get("input_tokens") is not None or record.get("output_tokens") is not None:

@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from mcp_sampling_proxy.approval import approval_dialogue, review_dialogue
+from mcp_sampling_proxy.approval import approval_dialogue, review_dialogue, with_prompt, with_text
 from mcp_sampling_proxy.console_messages import MAX_LINE, BadMessage, validate
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.sanitize import one_line, quote, strip_controls
@@ -140,21 +140,24 @@ class Console:
         elif message["type"] == "review":
             self.say(f"[proxy {path.stem}] the LLM's answer for server '{_clean(message.get('server'))}' "
                      "needs your review:")
-            self.say(quote(message.get("summary") or ""))
-            accepted, reviewed = await review_dialogue(message.get("result") or {}, _ask_or_none, self.say)
+            result = message.get("result") or {}
+            accepted, text = await review_dialogue(result, _ask_or_none, self.say, prompt=message.get("summary"),
+                                                   prompt_edited_by=message.get("prompt_edited_by"))
             reply = {"type": "review", "id": message["id"], "accept": accepted}
-            if reviewed != message.get("result"):
-                reply["result"] = reviewed
+            if text is not None:  # the new text only, which the proxy applies; a proxy before "edit" takes `result`
+                reply.update({"text": text} if message.get("edit") == "text" else {"result": with_text(result, text)})
         else:
             host = f", host '{_clean(message.get('host'))}'" if message.get("host") else ""
             self.say(f"[proxy {path.stem}] sampling request from server '{_clean(message.get('server'))}'{host} "
                      f"(rule '{_clean(message.get('rule'))}'):")
             self.say(quote(message["summary"]))
-            scope, edited = await approval_dialogue(message.get("params") or {}, _ask_or_none, self.say,
-                                                    lambda: discard_typeahead(sys.stdin.fileno()))
+            params = message.get("params") or {}
+            scope, text = await approval_dialogue(params, _ask_or_none, self.say,
+                                                  lambda: discard_typeahead(sys.stdin.fileno()))
             reply = {"type": "decision", "id": message["id"], "approve": scope is not None, "scope": scope or "once"}
-            if edited is not None:
-                reply["params"] = edited
+            if text is not None:  # the new text only, which the proxy applies; a proxy before "edit" takes `params`
+                reply.update({"prompt": text} if message.get("edit") == "prompt"
+                             else {"params": with_prompt(params, text)})
         if (path, message["id"]) in self._resolved:
             self.say("(answered elsewhere or timed out meanwhile; your answer was not used)")
             return

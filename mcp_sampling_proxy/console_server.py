@@ -5,14 +5,21 @@ terminal; it attaches to every running proxy of the user. The socket lives in th
 dir (mode 0700 directory, 0600 socket) and speaks newline-delimited JSON:
 
 proxy -> console   {"type": "hello", "pid", "server", "host"}
-                   {"type": "pending", "id", "server", "tool", "host", "rule", "summary", "params"}
-                   {"type": "review", "id", "server", "tool", "summary", "result"}
+                   {"type": "pending", "id", "server", "tool", "host", "rule", "summary", "params", "edit": "prompt"}
+                   {"type": "review", "id", "server", "tool", "summary", "prompt_edited_by", "result", "edit": "text"}
                    {"type": "elicit", "id", "mode": "form|url", "server", "tool", "message", "schema"|"url"}
                    {"type": "resolved", "id", "by"}           (another console or a timeout answered)
 console -> proxy   {"type": "decision", "id", "approve": bool, "scope": "once|session|always",
-                    "params": {...}?}                           (params: the edited request)
-                   {"type": "review", "id", "accept": bool, "result": {...}?}   (result: edited answer)
+                    "prompt": str?}                  (prompt: the new text of the last user message)
+                   {"type": "review", "id", "accept": bool, "text": str?}       (text: the new answer text)
                    {"type": "elicit", "id", "action": "accept|decline|cancel", "content": {...}?}
+
+An edit travels as text only and the proxy applies it (`approval.with_prompt`, `with_text`): it
+replaces the text blocks and keeps every other block (an image in the prompt, a tool call in the
+answer), and a console cannot change anything else in the request or the answer. `summary` of a
+review describes the prompt as it was sent to the LLM, edited or not. A console from before the
+`edit` keys sends the whole edited request (`params`) or answer (`result`): the proxy takes only
+their text; and a console that finds no `edit` key answers an older proxy that way.
 """
 
 from __future__ import annotations

@@ -10,12 +10,15 @@ an optional human review of the answer, and an audit record for every outcome.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
+
+import anyio
 
 from mcp_sampling_proxy import jsonrpc
 from mcp_sampling_proxy.approval import ApprovalRequest, Approver
 from mcp_sampling_proxy.assess import Origin, Refused, choose_provider, judge_sampling, usable_providers
-from mcp_sampling_proxy.audit import AuditLog, elapsed_ms, request_fields
+from mcp_sampling_proxy.audit import AuditLog, digest, elapsed_ms, request_fields
 from mcp_sampling_proxy.caps import check_caps
 from mcp_sampling_proxy.config import Settings
 from mcp_sampling_proxy.identity import attribution_fields
@@ -110,11 +113,14 @@ class SamplingService:
                 raise refuse(kind, RpcError(jsonrpc.USER_REJECTED, approval.reason), approver=approval.channel)
             approver_channel = approval.channel
             if approval.params is not None:  # the operator edited the prompt: check it like the original
+                audit["prompt_edited_by"] = approver_channel  # in every record of this request from here on
                 try:
                     params = check_caps(validate(approval.params), self._settings.limits).params
                 except RpcError as exc:
                     raise refuse("error", exc, approver=approver_channel) from None
                 message = {**message, "params": params}
+                request = replace(request, params=params, prompt_edited_by=approver_channel,
+                                  summary=describe(params, server=session.server_label, tool=tool))
         audit.update(decision="approved" if approver_channel else "allow", reason=decision.reason,
                      approver=approver_channel)
 
@@ -138,16 +144,31 @@ class SamplingService:
             if busy is not None:
                 spent[0] = 0  # never reached the LLM: release the budget reservation
                 raise refuse("deny", _limit_error(busy), limit=busy.limit)
-            result, completion = await self._fulfil(params, decision, session, tool, audit, started)
+            reviewing = self._settings.approval.review_response
+            result, completion, fulfilled = await self._fulfil(params, decision, session, tool, audit, started,
+                                                               record=not reviewing)
         spent[0] = _tokens(completion)
-        if self._settings.approval.review_response:
+        if not reviewing:
+            return result
+        # Reviewed: the record waits for the review, so that it holds the answer the server gets.
+        try:
             review = await self._approver.review(request, result, relay)
-            if not review.accepted:
-                raise refuse("rejected", RpcError(
-                    jsonrpc.USER_REJECTED, f"the LLM's answer was not approved for the server ({review.channel})"),
-                    approver=review.channel)
-            result = review.result
-        return result
+        except BaseException as exc:  # the LLM was called all the same: its record says how it ended
+            cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
+            self._audit.record(**{**fulfilled, "decision": "cancelled" if cancelled else "error",
+                                  "reason": "cancelled while the answer was under review" if cancelled else
+                                  f"the review failed: {type(exc).__name__}"})
+            raise
+        if not review.accepted:  # one record, `rejected`, with the provider, model and a digest of the answer
+            self._audit.record(**fulfilled, original_answer_sha256=digest(result)["sha256"])
+            raise refuse("rejected", RpcError(
+                jsonrpc.USER_REJECTED, f"the LLM's answer was not approved for the server ({review.channel})"),
+                approver=review.channel)
+        if review.result != result:  # the reviewer replaced the answer: record what the server gets
+            fulfilled.update(result=review.result, answer_edited_by=review.channel,
+                             original_answer_sha256=digest(result)["sha256"])
+        self._audit.record(**fulfilled)
+        return review.result
 
     def refuses(self, params: dict[str, Any], session: Session, tools: tuple[str, ...]) -> bool:
         """True when the caps or the policy refuse the request (it must then not reach the host)."""
@@ -191,7 +212,10 @@ class SamplingService:
         return "host"
 
     async def _fulfil(self, params: dict[str, Any], decision: Decision, session: Session, tool: str | None,
-                      audit: dict[str, Any], started: float) -> tuple[dict[str, Any], Completion]:
+                      audit: dict[str, Any], started: float, *, record: bool = True
+                      ) -> tuple[dict[str, Any], Completion, dict[str, Any]]:
+        """The LLM's result, its completion, and the fields of its audit record (written here unless
+        `record` is false: the caller writes it once a human has reviewed the answer)."""
         try:
             choice = choose_provider(self._settings, self._adapters.configs, params, decision)
         except RpcError as exc:
@@ -214,12 +238,15 @@ class SamplingService:
             content = content[0]
         result = {"role": "assistant", "content": content, "model": completion.model,
                   "stopReason": completion.stop_reason}
-        self._audit.record(**audit, params=params, result=result, provider=choice.provider, model=completion.model,
-                           input_tokens=completion.input_tokens, output_tokens=completion.output_tokens,
-                           stop_reason=completion.stop_reason, latency_ms=elapsed_ms(started))
+        fulfilled = {**audit, "params": params, "result": result, "provider": choice.provider,
+                     "model": completion.model, "input_tokens": completion.input_tokens,
+                     "output_tokens": completion.output_tokens, "stop_reason": completion.stop_reason,
+                     "latency_ms": elapsed_ms(started)}
+        if record:
+            self._audit.record(**fulfilled)
         log.info("sampling fulfilled", provider=choice.provider, model=completion.model,
                  stop_reason=completion.stop_reason, latency_ms=elapsed_ms(started))
-        return result, completion
+        return result, completion, fulfilled
 
 
 def _tokens(completion: Completion) -> int | None:
