@@ -452,17 +452,40 @@ class Limiters:
             return
         yield None
 
-    def reserve(self, rule: Rule | None, key: str, params: dict[str, Any]) -> Reservation | Refusal | None:
+    @contextmanager
+    def budget(self, rule: Rule | None, key: str, params: dict[str, Any]) -> Iterator[BudgetHold | Refusal]:
+        """`with limiters.budget(rule, key, params) as hold:` reserves the request's worst case under
+        the rule's budget (a Refusal when it does not fit) and settles it when the block ends with
+        what `hold` says was spent: nothing unless an LLM call was made."""
+        hold = BudgetHold()
         if rule is None or rule.budget is None:
-            return None
+            yield hold
+            return
         if self._budget is None:
             self._budget = TokenBudget()
-        return self._budget.reserve(key, rule.budget.tokens, rule.budget.per, estimate_worst_case(params),
-                                    rule=rule.name)
-
-    def settle(self, reservation: Reservation | Refusal | None, tokens: int | None) -> None:
-        if isinstance(reservation, Reservation) and self._budget is not None:
-            if tokens == 0:
+        reservation = self._budget.reserve(key, rule.budget.tokens, rule.budget.per, estimate_worst_case(params),
+                                           rule=rule.name)
+        if isinstance(reservation, Refusal):
+            yield reservation
+            return
+        try:
+            yield hold
+        finally:
+            if hold.tokens == 0:
                 self._budget.cancel(reservation)
             else:
-                self._budget.settle(reservation, tokens)
+                self._budget.settle(reservation, hold.tokens)
+
+
+class BudgetHold:
+    """What one request has cost its budget: 0 until an LLM call starts, then unknown (charged at
+    the reserved worst case) until the provider reports its usage."""
+
+    def __init__(self) -> None:
+        self.tokens: int | None = 0
+
+    def calling(self) -> None:
+        self.tokens = None
+
+    def spent(self, tokens: int | None) -> None:
+        self.tokens = tokens

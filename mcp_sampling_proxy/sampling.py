@@ -10,25 +10,33 @@ an optional human review of the answer, and an audit record for every outcome.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from mcp_sampling_proxy import jsonrpc
 from mcp_sampling_proxy.approval import ApprovalRequest, Approver
-from mcp_sampling_proxy.assess import Origin, Refused, choose_provider, judge_sampling, usable_providers
+from mcp_sampling_proxy.assess import (
+    Origin,
+    Refused,
+    SamplingJudgement,
+    choose_provider,
+    judge_sampling,
+    usable_providers,
+)
 from mcp_sampling_proxy.audit import AuditLog, digest, elapsed_ms, request_fields
 from mcp_sampling_proxy.caps import check_caps
 from mcp_sampling_proxy.config import Settings
 from mcp_sampling_proxy.identity import attribution_fields
 from mcp_sampling_proxy.jsonrpc import RpcError
-from mcp_sampling_proxy.limits import Limiters, Refusal, SamplingGate, limit_key
+from mcp_sampling_proxy.limits import BudgetHold, Limiters, Refusal, SamplingGate, limit_key
 from mcp_sampling_proxy.llm.base import Adapter, Completion, LLMError, ProviderConfig
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.policy import Decision
 from mcp_sampling_proxy.protocol import SAMPLING_CREATE
 from mcp_sampling_proxy.sampling_request import REQUEST_ORIGIN, describe, validate
+from mcp_sampling_proxy.vocabulary import Outcome
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.relay import Relay, Session
@@ -56,16 +64,37 @@ class SamplingService:
 
     async def _serve(self, message: dict[str, Any], relay: Relay, audit: dict[str, Any],
                      started: float, in_flight: tuple[str, ...]) -> dict[str, Any]:
+        """The stages in order: judge (caps, validation, policy), quotas, approval, then the host
+        or our own LLM. A stage that ends the request raises `_Ended`; its record is written here."""
         session = relay.session
-        tool = audit["tool"]
-
-        def refuse(decision: str, exc: RpcError, **extra: Any) -> RpcError:
-            self._audit.record(params=message.get("params"), result=None,  # the server gets no result
-                               **{**audit, "decision": decision, "reason": exc.message, **extra})
-            log.warning("sampling refused", decision=decision, reason=exc.message)
-            return exc
-
         self._audit.check_usable()
+        try:
+            judged = self._judge(message, session, audit, in_flight)
+            decision, params = judged.decision, judged.params
+            key = limit_key(decision.rule, session.server_name)
+            with self._limiters.hold(decision.matched, key) as refusal:
+                if refusal is not None:
+                    raise _Ended("deny", _limit_error(refusal), limit=refusal.limit)
+                with self._limiters.budget(decision.matched, key, params) as budget:
+                    if isinstance(budget, Refusal):
+                        raise _Ended("deny", _limit_error(budget), limit=budget.limit)
+                    request = await self._approve(message, params, decision, relay, audit)
+                    audit.update(decision="approved" if request.approver else "allow", reason=decision.reason,
+                                 approver=request.approver)
+                    if self.route(request.params, session) == "host":
+                        result = await self._at_host(request, relay, audit, started)
+                        if result is not None:
+                            return result
+                    return await self._fulfil_here(request, decision, relay, audit, started, budget)
+        except _Ended as ended:
+            self._audit.record(params=message.get("params"), result=None,  # the server gets no result
+                               **{**audit, "decision": ended.outcome, "reason": ended.error.message, **ended.fields})
+            log.warning("sampling refused", decision=ended.outcome, reason=ended.error.message)
+            raise ended.error from None
+
+    def _judge(self, message: dict[str, Any], session: Session, audit: dict[str, Any],
+               in_flight: tuple[str, ...]) -> SamplingJudgement:
+        """Caps, validation and the policy (assess.judge_sampling, which `policy explain` runs too)."""
         origin = Origin(session.server_name, session.host_name, in_flight, session.server_reported)
         try:
             judged = judge_sampling(self._settings, message.get("params") or {}, origin,
@@ -73,86 +102,78 @@ class SamplingService:
         except Refused as refused:
             if refused.decision is not None:
                 audit["rule"] = refused.decision.rule
-                audit["tool"] = refused.decision.tool or tool
-            extra = {"approver": None} if refused.outcome == "deny" else {}
-            raise refuse(refused.outcome, refused.error, **extra) from None
-        decision, params = judged.decision, judged.params
-        rule = decision.matched
-        tool = audit["tool"] = decision.tool or tool  # the candidate the strictest outcome was reached for
+                audit["tool"] = refused.decision.tool or audit["tool"]
+            raise _Ended(refused.outcome, refused.error,
+                         **({"approver": None} if refused.outcome == "deny" else {})) from None
+        decision = judged.decision
+        audit["tool"] = decision.tool or audit["tool"]  # the candidate the strictest outcome was reached for
         audit["rule"] = decision.rule
         log.info("sampling request", server=session.server_name, server_reported=session.server_reported_if_different,
-                 tool=tool, tool_candidates=audit.get("tool_candidates"), rule=decision.rule, action=decision.action)
+                 tool=audit["tool"], tool_candidates=audit.get("tool_candidates"), rule=decision.rule,
+                 action=decision.action)
         for note in judged.notes:
             log.info("request adjusted", note=note)
+        return judged
 
-        key = limit_key(decision.rule, session.server_name)
-        with self._limiters.hold(rule, key) as refusal:
-            if refusal is not None:
-                raise refuse("deny", _limit_error(refusal), limit=refusal.limit)
-            reservation = self._limiters.reserve(rule, key, params)
-            if isinstance(reservation, Refusal):
-                raise refuse("deny", _limit_error(reservation), limit=reservation.limit)
-            spent: list[int | None] = [None]
-            try:
-                return await self._approve_and_fulfil(message, params, decision, relay, tool, audit, started,
-                                                      spent, refuse)
-            finally:
-                self._limiters.settle(reservation, spent[0])
-
-    async def _approve_and_fulfil(self, message: dict[str, Any], params: dict[str, Any], decision: Decision,
-                                  relay: Relay, tool: str | None, audit: dict[str, Any], started: float,
-                                  spent: list[int | None], refuse: Any) -> dict[str, Any]:
-        session = relay.session
+    async def _approve(self, message: dict[str, Any], params: dict[str, Any], decision: Decision, relay: Relay,
+                       audit: dict[str, Any]) -> _Approved:
+        """Ask a human when the rule says prompt; an edited prompt is checked like the original."""
+        session, tool = relay.session, audit["tool"]
         request = ApprovalRequest(session.server_name, session.host_name, tool, decision.rule, params,
                                   describe(params, server=session.server_label, tool=tool))
-        approver_channel = None
-        if decision.action == "prompt":
-            approval = await self._approver.ask(request, relay)
-            if not approval.approved:
-                kind = "timeout" if approval.outcome == "timeout" else "rejected"
-                raise refuse(kind, RpcError(jsonrpc.USER_REJECTED, approval.reason), approver=approval.channel)
-            approver_channel = approval.channel
-            if approval.params is not None:  # the operator edited the prompt: check it like the original
-                audit["prompt_edited_by"] = approver_channel  # in every record of this request from here on
-                try:
-                    params = check_caps(validate(approval.params), self._settings.limits).params
-                except RpcError as exc:
-                    raise refuse("error", exc, approver=approver_channel) from None
-                message = {**message, "params": params}
-                request = replace(request, params=params, prompt_edited_by=approver_channel,
-                                  summary=describe(params, server=session.server_label, tool=tool))
-        audit.update(decision="approved" if approver_channel else "allow", reason=decision.reason,
-                     approver=approver_channel)
+        if decision.action != "prompt":
+            return _Approved(message, params, request, None)
+        approval = await self._approver.ask(request, relay)
+        if not approval.approved:
+            raise _Ended("timeout" if approval.outcome == "timeout" else "rejected",
+                         RpcError(jsonrpc.USER_REJECTED, approval.reason), approver=approval.channel)
+        if approval.params is None:
+            return _Approved(message, params, request, approval.channel)
+        audit["prompt_edited_by"] = approval.channel
+        try:
+            params = check_caps(validate(approval.params), self._settings.limits).params
+        except RpcError as exc:
+            raise _Ended("error", exc, approver=approval.channel) from None
+        request = replace(request, params=params, prompt_edited_by=approval.channel,
+                          summary=describe(params, server=session.server_label, tool=tool))
+        return _Approved({**message, "params": params}, params, request, approval.channel)
 
-        if self.route(params, session) == "host":
-            spent[0] = 0  # the host's tokens, not ours
-            response = await relay.forward_to_host(message)
-            error = response.get("error")
-            if error is None:
-                result = response.get("result") or {}
-                self._audit.record(**audit, params=params, result=result, provider="host", model=result.get("model"),
-                                   stop_reason=result.get("stopReason"), latency_ms=elapsed_ms(started))
-                return result
-            if not self._settings.sampling.fallback_on_host_error:
-                self._audit.record(**audit, params=params, provider="host", error=str(error.get("message")),
-                                   latency_ms=elapsed_ms(started))
-                raise RpcError.from_error(error)
-            log.info("host refused sampling; fulfilling locally (fallback_on_host_error)",
-                     host_error=error.get("message"))
-            spent[0] = None
+    async def _at_host(self, request: _Approved, relay: Relay, audit: dict[str, Any],
+                       started: float) -> dict[str, Any] | None:
+        """The host samples (its tokens, not our budget); None when it refused and the policy says
+        to fall back to our own LLM."""
+        response = await relay.forward_to_host(request.message)
+        error = response.get("error")
+        if error is None:
+            result = jsonrpc.as_object(response.get("result"))
+            self._audit.record(**audit, params=request.params, result=result, provider="host",
+                               model=result.get("model"), stop_reason=result.get("stopReason"),
+                               latency_ms=elapsed_ms(started))
+            return result
+        if not self._settings.sampling.fallback_on_host_error:
+            self._audit.record(**audit, params=request.params, provider="host", error=str(error.get("message")),
+                               latency_ms=elapsed_ms(started))
+            raise RpcError.from_error(error)
+        log.info("host refused sampling; fulfilling locally (fallback_on_host_error)", host_error=error.get("message"))
+        return None
+
+    async def _fulfil_here(self, request: _Approved, decision: Decision, relay: Relay, audit: dict[str, Any],
+                           started: float, budget: BudgetHold) -> dict[str, Any]:
+        """Our own LLM, within the proxy's concurrency gate, then the human review when configured."""
+        session = relay.session
         async with self._gate.slot() as busy:  # bounds this proxy's LLM calls, whoever asks
             if busy is not None:
-                spent[0] = 0  # never reached the LLM: release the budget reservation
-                raise refuse("deny", _limit_error(busy), limit=busy.limit)
-            reviewing = self._settings.approval.review_response
-            result, completion, fulfilled = await self._fulfil(params, decision, session, tool, audit, started,
-                                                               record=not reviewing)
-        spent[0] = _tokens(completion)
-        if not reviewing:
+                raise _Ended("deny", _limit_error(busy), limit=busy.limit)
+            budget.calling()
+            result, completion, fulfilled = await self._fulfil(request.params, decision, session, audit["tool"],
+                                                               audit, started)
+        budget.spent(_tokens(completion))
+        if not self._settings.approval.review_response:
+            self._audit.record(**fulfilled)
             return result
         # Reviewed: the record waits for the review, so that it holds the answer the server gets.
         try:
-            review = await self._approver.review(request, result, relay)
+            review = await self._approver.review(request.request, result, relay)
         except BaseException as exc:  # the LLM was called all the same: its record says how it ended
             cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
             self._audit.record(**{**fulfilled, "decision": "cancelled" if cancelled else "error",
@@ -161,7 +182,7 @@ class SamplingService:
             raise
         if not review.accepted:  # one record, `rejected`, with the provider, model and a digest of the answer
             self._audit.record(**fulfilled, original_answer_sha256=digest(result)["sha256"])
-            raise refuse("rejected", RpcError(
+            raise _Ended("rejected", RpcError(
                 jsonrpc.USER_REJECTED, f"the LLM's answer was not approved for the server ({review.channel})"),
                 approver=review.channel)
         if review.result != result:  # the reviewer replaced the answer: record what the server gets
@@ -212,10 +233,9 @@ class SamplingService:
         return "host"
 
     async def _fulfil(self, params: dict[str, Any], decision: Decision, session: Session, tool: str | None,
-                      audit: dict[str, Any], started: float, *, record: bool = True
-                      ) -> tuple[dict[str, Any], Completion, dict[str, Any]]:
-        """The LLM's result, its completion, and the fields of its audit record (written here unless
-        `record` is false: the caller writes it once a human has reviewed the answer)."""
+                      audit: dict[str, Any], started: float) -> tuple[dict[str, Any], Completion, dict[str, Any]]:
+        """The LLM's result, its completion, and the fields of its audit record (the caller records
+        them, after the review when there is one)."""
         try:
             choice = choose_provider(self._settings, self._adapters.configs, params, decision)
         except RpcError as exc:
@@ -242,11 +262,31 @@ class SamplingService:
                      "model": completion.model, "input_tokens": completion.input_tokens,
                      "output_tokens": completion.output_tokens, "stop_reason": completion.stop_reason,
                      "latency_ms": elapsed_ms(started)}
-        if record:
-            self._audit.record(**fulfilled)
         log.info("sampling fulfilled", provider=choice.provider, model=completion.model,
                  stop_reason=completion.stop_reason, latency_ms=elapsed_ms(started))
         return result, completion, fulfilled
+
+
+class _Ended(Exception):
+    """A stage ended the request: how (an audit outcome), the error the server gets, and extra
+    audit fields (the approver, the limit)."""
+
+    def __init__(self, outcome: Outcome, error: RpcError, **fields: Any):
+        super().__init__(error.message)
+        self.outcome = outcome
+        self.error = error
+        self.fields = fields
+
+
+@dataclass(frozen=True)
+class _Approved:
+    """A request cleared to go on: the message and params to send (edited or not), the approval
+    request (for the review), and who approved it (None: the policy allowed it)."""
+
+    message: dict[str, Any]
+    params: dict[str, Any]
+    request: ApprovalRequest
+    approver: str | None
 
 
 def _tokens(completion: Completion) -> int | None:

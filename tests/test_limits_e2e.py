@@ -96,3 +96,17 @@ async def test_tool_none_matches_requests_outside_a_tool_call(tmp_path: Path, ll
              "  - name: in-tool\n    when: {tool: 'sam*'}\n    action: allow\n")
     results = await calls(tmp_path, policy_text(llm.base_url, rules), [("sample", {"prompt": "x"})])
     assert results[0]["content"]["text"] == "echo: x"
+
+
+@pytest.mark.anyio
+async def test_a_refused_approval_costs_no_budget(tmp_path: Path, llm: FakeLLMServer) -> None:
+    # nobody can be asked (no terminal, console or host form), so the request is refused before any
+    # LLM call; its worst-case reservation must be released, not charged
+    asking = "  - name: budgeted\n    action: prompt\n    budget: {tokens: 300, per: 1d}\n"
+    request = [("sample", {"prompt": "a", "max_tokens": 150})]
+    refused = await calls(tmp_path, policy_text(llm.base_url, asking), request)
+    assert "no approval channel is available" in refused[0]["error"]["message"]
+    allowing = "  - name: budgeted\n    action: allow\n    budget: {tokens: 300, per: 1d}\n"
+    llm.reply_text("fits", usage=(10, 10))
+    allowed = await calls(tmp_path, policy_text(llm.base_url, allowing), request)
+    assert allowed[0]["content"]["text"] == "fits"  # 0 of 300 used, so 1 + 150 fits
