@@ -10,11 +10,13 @@ says why and how to set up a channel. "Approve for this session" lasts as long a
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
+from mcp_sampling_proxy.console_server import ConsoleGone
 from mcp_sampling_proxy.identity import normalise
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.sanitize import one_line, quote, strip_controls
@@ -122,22 +124,31 @@ class Approver:
         self._timeout = timeout
         self._memory = memory or ApprovalMemory()
 
-    def _channel(self, relay: Relay) -> Channel | None:
-        return next((c for c in self._channels if c.available(relay)), None)
+    def _channel(self, relay: Relay, skip: Sequence[str] = ()) -> Channel | None:
+        return next((c for c in self._channels if c.name not in skip and c.available(relay)), None)
 
     async def ask(self, request: ApprovalRequest, relay: Relay) -> Approval:
         remembered = self._memory.remembers(request.server, request.tool)
         if remembered:
             return Approval(True, "remembered", f"approved earlier for this {remembered}", "approved", remembered)
-        channel = self._channel(relay)
-        if channel is None:
-            return Approval(False, None, f"approval required by policy rule '{request.rule}' but {NO_CHANNEL_HINT}",
-                            "unavailable")
+        gone: list[str] = []  # channels whose human went away before answering (a console quit)
         with anyio.move_on_after(self._timeout):
-            answer = await channel.ask(request, relay)
-            if answer.approved and answer.scope in ("session", "always"):
-                self._memory.remember(request.server, request.tool, answer.scope)
-            return answer
+            while (channel := self._channel(relay, skip=gone)) is not None:
+                try:
+                    answer = await channel.ask(request, relay)
+                except ConsoleGone:
+                    log.info("the companion console went away before answering; trying the next channel")
+                    gone.append(channel.name)
+                    continue
+                if answer.approved and answer.scope in ("session", "always"):
+                    self._memory.remember(request.server, request.tool, answer.scope)
+                return answer
+            why = (f"the {' and the '.join(gone)} went away before answering, and no other approval channel is "
+                   "available; denied") if gone else NO_CHANNEL_HINT
+            return Approval(False, gone[-1] if gone else None,
+                            f"approval required by policy rule '{request.rule}' but {why}",
+                            "rejected" if gone else "unavailable")
+        channel = self._channel(relay, skip=gone) or next(c for c in self._channels if c.name == gone[-1])
         return Approval(False, channel.name,
                         f"nobody answered the approval request on the {channel.name} within {self._timeout:g} s; "
                         "denied (raise approval.timeout, or add an allow rule for this server)", "timeout")
@@ -148,7 +159,10 @@ class Approver:
         if channel is None:
             return Review(False, result, "none")
         with anyio.move_on_after(self._timeout):
-            return await channel.review(request, result, relay)
+            try:
+                return await channel.review(request, result, relay)
+            except ConsoleGone:  # the reviewer went away: the answer was not approved for the server
+                return Review(False, result, channel.name)
         return Review(False, result, channel.name)
 
 

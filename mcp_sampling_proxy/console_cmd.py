@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 from collections import deque
 from collections.abc import Sequence
@@ -245,5 +246,12 @@ def main(argv: Sequence[str]) -> int:
     try:
         anyio.run(run)
     except (KeyboardInterrupt, EOFError):
-        return 0
+        # one Ctrl-C (or Ctrl-D) quits, also at a prompt: each proxy sees its console go and sends the
+        # question to its next approval channel, or denies it
+        print("\nconsole closed: pending requests go to each proxy's next approval channel, or are denied",
+              flush=True)
+        sys.stderr.flush()
+        # A prompt's reader thread may still be blocked in stdin.readline(), holding stdin's lock, and
+        # the interpreter's shutdown would wait for that lock (a second Ctrl-C): leave at once instead.
+        os._exit(0)
     return 0

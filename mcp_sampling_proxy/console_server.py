@@ -144,6 +144,10 @@ def _listening(path: Path) -> bool:
     return True
 
 
+class ConsoleGone(Exception):
+    """Every companion console went away (quit with Ctrl-C, closed) before answering."""
+
+
 @dataclass
 class _Pending:
     message: dict[str, Any]
@@ -219,6 +223,9 @@ class ConsoleServer:
         finally:
             self._clients.discard(stream)
             await stream.aclose()
+            if not self._clients:  # nobody is left to answer what is pending: end those questions now
+                for pending in self._pending.values():
+                    pending.done.set()
 
     def _admit(self, stream: anyio.abc.SocketStream) -> bool:
         """Only a console outside every proxy's process tree may answer: never our upstream or
@@ -251,15 +258,19 @@ class ConsoleServer:
         pending.done.set()
 
     async def ask(self, message: dict[str, Any]) -> dict[str, Any]:
-        """Send a question to every attached console; return the first answer."""
+        """Send a question to every attached console; return the first answer. Raises ConsoleGone
+        when the last console goes away before anyone answered."""
         self._counter += 1
         request_id = str(self._counter)
         pending = _Pending({**message, "id": request_id})
         self._pending[request_id] = pending
         try:
             await self._broadcast(pending.message)
+            if not self._clients:
+                raise ConsoleGone
             await pending.done.wait()
-            assert pending.answer is not None
+            if pending.answer is None:
+                raise ConsoleGone
             return pending.answer
         finally:
             self._pending.pop(request_id, None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from mcp_sampling_proxy.console_server import ConsoleGone
 from mcp_sampling_proxy.sanitize import one_line, quote, strip_controls
 
 if TYPE_CHECKING:
@@ -135,8 +136,11 @@ class CompanionElicitor:
     async def ask_form(self, params: dict[str, Any], form: Any, origin: Origin) -> dict[str, Any]:
         from mcp_sampling_proxy.forms import validate_content
 
-        answer = await self._server.ask({"type": "elicit", "mode": "form", "server": origin[0], "tool": origin[1],
-                                         "message": params.get("message"), "schema": params.get("requestedSchema")})
+        try:
+            answer = await self._server.ask({"type": "elicit", "mode": "form", "server": origin[0], "tool": origin[1],
+                                             "message": params.get("message"), "schema": params.get("requestedSchema")})
+        except ConsoleGone:  # the user quit the console: as if the form was dismissed
+            return {"action": "cancel"}
         action = answer.get("action") if answer.get("action") in ("accept", "decline", "cancel") else "cancel"
         if action != "accept":
             return {"action": action}
@@ -147,8 +151,11 @@ class CompanionElicitor:
 
     async def ask_url(self, params: dict[str, Any], origin: Origin, opener: Callable[[str], bool]) -> dict[str, Any]:
         # The companion console runs on the user's side and opens the URL there, after consent.
-        answer = await self._server.ask({"type": "elicit", "mode": "url", "server": origin[0], "tool": origin[1],
-                                         "message": params.get("message"), "url": params.get("url")})
+        try:
+            answer = await self._server.ask({"type": "elicit", "mode": "url", "server": origin[0], "tool": origin[1],
+                                             "message": params.get("message"), "url": params.get("url")})
+        except ConsoleGone:
+            return {"action": "cancel"}
         action = answer.get("action") if answer.get("action") in ("accept", "decline", "cancel") else "cancel"
         return {"action": action}
 

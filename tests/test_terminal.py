@@ -318,3 +318,53 @@ def test_console_ignores_type_ahead_and_re_asks_on_an_unknown_answer(tmp_path: P
         console.finish()
     assert json.loads(response["result"]["content"][0]["text"])["error"]["code"] == -1
     assert llm.requests == []
+
+
+def test_one_ctrl_c_at_a_console_prompt_quits_and_the_request_is_refused(tmp_path: Path, dirs: dict[str, str]) -> None:
+    """Issue #11, defect 2: the first Ctrl-C at a prompt quits the console; the proxy sees it go and
+    refuses the request (no other channel), audits that, and keeps serving."""
+    with FakeLLMServer("openai") as llm:
+        console, proxy = console_beside_a_proxy(tmp_path, dirs, llm.base_url)
+        with proxy as host:
+            host.initialize()
+            console.read_until(b"attached")
+            host.send({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                       "params": {"name": "sample", "arguments": {"prompt": "hello"}}})
+            console.read_until(b"Allow this request? [y]es once")
+            console.type("\x03")
+            deadline = time.monotonic() + 10
+            while (ended := os.waitpid(console.pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+                console._read(0.1)
+            if ended[0] == 0:
+                os.kill(console.pid, 9)
+                raise AssertionError("one Ctrl-C did not quit the console:\n" + console.output.decode(errors="replace"))
+            code = os.waitstatus_to_exitcode(ended[1])
+            response = host.wait_for(lambda m: m.get("id") == 5)
+            assert "result" in host.request("ping")  # the proxy goes on
+    assert code in (0, 130)
+    assert b"Traceback" not in console.output
+    assert b"console closed" in console.output
+    body = json.loads(response["result"]["content"][0]["text"])
+    assert "approval" in body["error"]["message"] and not llm.requests
+
+
+def test_after_ctrl_c_at_the_console_the_host_is_asked_next(tmp_path: Path, dirs: dict[str, str]) -> None:
+    from support import RawHost, proxy_command
+
+    with FakeLLMServer("openai") as llm:
+        rules = "approval: {channels: [console, host]}\nrules:\n  - name: ask\n    action: prompt\n"
+        policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=rules))
+        console = PtySession([PY, "-m", "mcp_sampling_proxy", "console"], terminal_env(**dirs))
+        with RawHost(proxy_command(policy), proxy_env(**dirs), tmp_path / "stderr.log") as host:
+            host.initialize({"elicitation": {}})
+            console.read_until(b"attached")
+            host.send({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                       "params": {"name": "sample", "arguments": {"prompt": "hello"}}})
+            console.read_until(b"Allow this request? [y]es once")
+            console.type("\x03")
+            asked = host.wait_for(lambda m: m.get("method") == "elicitation/create")
+            host.send({"jsonrpc": "2.0", "id": asked["id"],
+                       "result": {"action": "accept", "content": {"approve": True}}})
+            response = host.wait_for(lambda m: m.get("id") == 5)
+        console.finish(timeout=10)
+    assert json.loads(response["result"]["content"][0]["text"])["content"]["text"] == "echo: hello"
