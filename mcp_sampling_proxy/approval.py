@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
+from mcp_sampling_proxy import jsonrpc
 from mcp_sampling_proxy.console_server import ConsoleGone
 from mcp_sampling_proxy.identity import normalise
 from mcp_sampling_proxy.log import get_logger
@@ -346,7 +347,7 @@ class TerminalChannel:
                 terminal.write(f"\nmcp-sampling-proxy: approval needed for server '{one_line(request.server, 120)}' "
                                f"(rule '{one_line(request.rule, 120)}'):\n" + quote(request.summary) + "\n")
                 scope, text = await approval_dialogue(request.params, self._ask, self._say,
-                                                      self._terminal.discard_typeahead)
+                                                      terminal.discard_typeahead)
             except BaseException:
                 terminal.write("\n(request withdrawn or timed out: denied)\n")
                 raise
@@ -383,7 +384,7 @@ class ConsoleChannel:
         })
         if answer.get("approve") is not True:  # a peer's "false" string must not approve
             return Approval(False, self.name, "rejected at the companion console", "rejected")
-        scope = answer.get("scope") if answer.get("scope") in ("once", "session", "always") else "once"
+        scope = str(answer["scope"]) if answer.get("scope") in ("once", "session", "always") else "once"
         text = answer.get("prompt")
         if not isinstance(text, str) and isinstance(answer.get("params"), dict):
             # A console from before "edit": "prompt" sends the whole edited request: only its text is taken,
@@ -440,12 +441,14 @@ class HostChannel:
                 "required": ["approve"],
             },
         })
-        result = response.get("result") if isinstance(response.get("result"), dict) else {}
-        content = result.get("content") if isinstance(result.get("content"), dict) else {}
+        result = jsonrpc.as_object(response.get("result"))
+        content = jsonrpc.as_object(result.get("content"))
         if result.get("action") == "accept" and content.get("approve") is True:
             scope = "session" if content.get("remember") is True else "once"
             return Approval(True, self.name, "approved in the host", "approved", scope)
-        why = response.get("error", {}).get("message") if "error" in response else result.get("action", "no answer")
+        error = response.get("error")
+        why = (jsonrpc.as_object(error).get("message") or one_line(str(error), 200)) if "error" in response \
+            else result.get("action", "no answer")
         return Approval(False, self.name, f"rejected in the host ({why})", "rejected")
 
     async def review(self, request: ApprovalRequest, result: dict[str, Any], relay: Relay) -> Review:
@@ -456,8 +459,8 @@ class HostChannel:
                 "send": {"type": "boolean", "title": "Send this answer to the server?", "default": True}},
                 "required": ["send"]},
         })
-        answer = response.get("result") if isinstance(response.get("result"), dict) else {}
-        content = answer.get("content") if isinstance(answer.get("content"), dict) else {}
+        answer = jsonrpc.as_object(response.get("result"))
+        content = jsonrpc.as_object(answer.get("content"))
         return Review(answer.get("action") == "accept" and content.get("send") is True, result, self.name)
 
 

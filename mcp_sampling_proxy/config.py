@@ -530,7 +530,7 @@ def _parse_rule(node: Node, index: int, settings: Settings) -> Rule:
         line=node.node.start_mark.line + 1,
         rate_limit=_parse_rate_limit(fields_["rate_limit"]) if "rate_limit" in fields_ else None,
         budget=_parse_budget(fields_["budget"]) if "budget" in fields_ else None,
-        limits=RuleLimits(**_parse_limits(fields_["limits"])) if "limits" in fields_ else None,  # type: ignore[arg-type]
+        limits=RuleLimits(**_parse_limits(fields_["limits"])) if "limits" in fields_ else None,
         provider=provider,
         model=_rule_model(fields_["model"], provider, settings) if "model" in fields_ else None,
     )
