@@ -21,7 +21,7 @@ SMALL = 256 * 1024
 
 
 def patch_coalesce() -> None:
-    from mcp_sampling_proxy import wire
+    from mcp_sampling_proxy.transport import framing as wire
 
     writers: list[wire.LineWriter] = []
     original_init = wire.LineWriter.__init__
@@ -69,7 +69,7 @@ def main() -> int:
     flags = set()
     while argv and argv[0] in ("--no-warmup", "--coalesce"):
         flags.add(argv.pop(0))
-    from mcp_sampling_proxy import cli
+    from mcp_sampling_proxy.commands import cli
 
     if "--no-warmup" in flags:
         cli._warm_up_imports = lambda: None  # type: ignore[assignment]

@@ -13,7 +13,7 @@ from typing import Any
 import structlog
 from structlog.typing import EventDict
 
-from .redact import Redactor
+from mcp_sampling_proxy.audit.redact import Redactor
 
 LEVELS = ("debug", "info", "warning", "error")
 

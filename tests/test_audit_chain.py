@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from support import PY
 
-from mcp_sampling_proxy import audit_cmd
-from mcp_sampling_proxy.audit import DECISION_FIELDS, GENESIS, AuditError, AuditLog, canonical, record_hash
+from mcp_sampling_proxy.audit.log import DECISION_FIELDS, GENESIS, AuditError, AuditLog, canonical, record_hash
+from mcp_sampling_proxy.commands import audit as audit_cmd
 
 PARAMS = {"messages": [{"role": "user", "content": {"type": "text", "text": "Capital of France?"}}],
           "systemPrompt": "Be brief.", "maxTokens": 20}

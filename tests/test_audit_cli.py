@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from support import PY, ROOT
 
-from mcp_sampling_proxy import audit_cmd
-from mcp_sampling_proxy.audit import AuditLog
+from mcp_sampling_proxy.audit.log import AuditLog
+from mcp_sampling_proxy.commands import audit as audit_cmd
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from support import PY, ROOT
 
-from mcp_sampling_proxy import audit_cmd
-from mcp_sampling_proxy.audit import AuditLog
+from mcp_sampling_proxy.audit.log import AuditLog
+from mcp_sampling_proxy.commands import audit as audit_cmd
 
 WRITER = """
 import os, sys, time
 sys.path.insert(0, ROOT)
-from mcp_sampling_proxy.audit import AuditLog
+from mcp_sampling_proxy.audit.log import AuditLog
 
 path, count, size, max_bytes, go = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 log = AuditLog(path, content="full", fsync=False, max_bytes=max_bytes)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from support import proxy_command, proxy_env, sdk_host, tool_json, write_policy
 
-from mcp_sampling_proxy import audit_cmd
+from mcp_sampling_proxy.commands import audit as audit_cmd
 
 FORM = json.dumps({"type": "object", "properties": {"age": {"type": "integer", "default": 30}}, "required": ["age"]})
 

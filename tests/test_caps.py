@@ -1,4 +1,4 @@
-"""Size caps on sampling requests (mcp_sampling_proxy.caps): pure, checked before approval."""
+"""Size caps on sampling requests (mcp_sampling_proxy.policy.size_caps): pure, checked before approval."""
 
 from __future__ import annotations
 
@@ -8,16 +8,16 @@ from dataclasses import dataclass
 
 import pytest
 
-from mcp_sampling_proxy import caps as caps_module
-from mcp_sampling_proxy.caps import (
+from mcp_sampling_proxy.policy import size_caps as caps_module
+from mcp_sampling_proxy.policy.size_caps import (
     CapsOutcome,
     b64_decoded_size,
     check_caps,
     format_bytes,
     serialized_size,
 )
-from mcp_sampling_proxy.content import walk_blocks
-from mcp_sampling_proxy.jsonrpc import INVALID_PARAMS, RpcError, dumps
+from mcp_sampling_proxy.protocol.content import walk_blocks
+from mcp_sampling_proxy.protocol.jsonrpc import INVALID_PARAMS, RpcError, dumps
 
 MiB = 1024 * 1024
 

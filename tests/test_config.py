@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 from support import PY, proxy_env, write_policy
 
-from mcp_sampling_proxy.conditions import ALWAYS, All, MethodIs, ServerMatches
-from mcp_sampling_proxy.config import (
+from mcp_sampling_proxy.config.settings import (
     DEFAULT_ANTHROPIC_MODEL,
     DEFAULT_OPENAI_MODEL,
     SamplingSettings,
@@ -18,9 +17,10 @@ from mcp_sampling_proxy.config import (
     parse_settings,
     settings_from_environment,
 )
-from mcp_sampling_proxy.llm.base import ModelSpec, ProviderConfig
-from mcp_sampling_proxy.rules import Rule
-from mcp_sampling_proxy.yamlnodes import PolicyError
+from mcp_sampling_proxy.config.yamlnodes import PolicyError
+from mcp_sampling_proxy.fulfil.base import ModelSpec, ProviderConfig
+from mcp_sampling_proxy.policy.conditions import ALWAYS, All, MethodIs, ServerMatches
+from mcp_sampling_proxy.policy.rules import Rule
 
 F = "policy.yaml"
 

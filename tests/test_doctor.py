@@ -18,7 +18,7 @@ import pytest
 from fakes.llm_server import FakeLLMServer
 from support import PY, anthropic_policy, openai_policy, proxy_env, write_policy
 
-from mcp_sampling_proxy.cli import main as cli_main
+from mcp_sampling_proxy.commands.cli import main as cli_main
 
 FIXTURES = Path(__file__).parent / "fixtures" / "host_configs"
 KEY = "sk-test-doctor-0123456789"

@@ -33,9 +33,9 @@ from support import (
 from test_approval_channels import SocketConsole
 from test_terminal import PtySession, terminal_env, try_argv
 
-from mcp_sampling_proxy import audit_cmd
-from mcp_sampling_proxy.approval import approval_dialogue, with_prompt, with_text
-from mcp_sampling_proxy.audit import digest
+from mcp_sampling_proxy.approval.channels import approval_dialogue, with_prompt, with_text
+from mcp_sampling_proxy.audit.log import digest
+from mcp_sampling_proxy.commands import audit as audit_cmd
 
 IMAGE = {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"}
 IMAGE_URL = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}

@@ -210,7 +210,7 @@ async def test_rate_limit_applies_to_elicitation(tmp_path: Path, env: dict[str, 
 
 @pytest.mark.anyio
 async def test_elicitation_decisions_are_audited(tmp_path: Path, env: dict[str, str]) -> None:
-    from mcp_sampling_proxy import audit_cmd
+    from mcp_sampling_proxy.commands import audit as audit_cmd
 
     log = tmp_path / "audit.jsonl"
     policy = f"elicitation: {{non_interactive: accept_defaults}}\naudit:\n  path: {log}\n"

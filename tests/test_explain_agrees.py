@@ -19,9 +19,9 @@ import yaml
 from fakes.llm_server import FakeLLMServer
 from support import KITCHEN_SINK, PY, ROOT, proxy_command, proxy_env, sdk_host, tool_text
 
-from mcp_sampling_proxy.assess import Origin
-from mcp_sampling_proxy.config import load_settings, settings_from_environment
-from mcp_sampling_proxy.policy_cmd import explain
+from mcp_sampling_proxy.commands.policy import explain
+from mcp_sampling_proxy.config.settings import load_settings, settings_from_environment
+from mcp_sampling_proxy.policy.assess import Origin
 
 pytestmark = pytest.mark.anyio
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from mcp_sampling_proxy.forms import (
+from mcp_sampling_proxy.approval.forms import (
     MAX_FIELDS,
     Field,
     FieldError,

@@ -22,13 +22,13 @@ from fuzzing import HOST_SEEDS, UPSTREAM_SEEDS, encode, mutate
 from structlog.testing import capture_logs
 from support import PY, ROOT, RawHost, proxy_command, proxy_env, write_policy
 
-from mcp_sampling_proxy import capabilities
-from mcp_sampling_proxy.app import build_hooks
-from mcp_sampling_proxy.audit import AuditLog
-from mcp_sampling_proxy.config import parse_settings
-from mcp_sampling_proxy.console_server import ConsoleServer
-from mcp_sampling_proxy.relay import Relay, Session
-from mcp_sampling_proxy.sampling import AdapterPool
+from mcp_sampling_proxy.approval.console_server import ConsoleServer
+from mcp_sampling_proxy.audit.log import AuditLog
+from mcp_sampling_proxy.config.settings import parse_settings
+from mcp_sampling_proxy.protocol import capabilities
+from mcp_sampling_proxy.relay.core import Relay, Session
+from mcp_sampling_proxy.runtime import build_hooks
+from mcp_sampling_proxy.serve.sampling import AdapterPool
 
 ITERATIONS = int(os.environ.get("FUZZ_ITERATIONS", "100000"))
 SEED = int(os.environ.get("FUZZ_SEED", "20261122"))

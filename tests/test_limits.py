@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from mcp_sampling_proxy.limits import (
+from mcp_sampling_proxy.quotas.limiters import (
     ConcurrencyLimiter,
     RateLimiter,
     Refusal,
@@ -25,8 +25,8 @@ from mcp_sampling_proxy.limits import (
     format_wait,
     limit_key,
 )
-from mcp_sampling_proxy.state import STATE_DIR_ENV, JsonStateFile, state_dir
-from mcp_sampling_proxy.token_bound import (
+from mcp_sampling_proxy.quotas.state import STATE_DIR_ENV, JsonStateFile, state_dir
+from mcp_sampling_proxy.quotas.token_bound import (
     BLOCK_OVERHEAD,
     IMAGE_MAX_TOKENS,
     MESSAGE_OVERHEAD,
@@ -307,7 +307,7 @@ def test_malformed_budget_entries_are_dropped(state):
 
 WORKER = r"""
 import sys, time, os
-from mcp_sampling_proxy.limits import Reservation, TokenBudget
+from mcp_sampling_proxy.quotas.limiters import Reservation, TokenBudget
 
 now, go_file, rounds = float(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 budget = TokenBudget()

@@ -12,8 +12,8 @@ import pytest
 from fakes.llm_server import FakeLLMServer
 from llm_support import IMAGE, TOOL, fast_config, user
 
-from mcp_sampling_proxy.llm.base import LLMError, ProviderConfig, UnsupportedContentError
-from mcp_sampling_proxy.llm.openai import OpenAIAdapter
+from mcp_sampling_proxy.fulfil.base import LLMError, ProviderConfig, UnsupportedContentError
+from mcp_sampling_proxy.fulfil.openai import OpenAIAdapter
 
 pytestmark = pytest.mark.anyio
 

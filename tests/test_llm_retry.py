@@ -13,9 +13,9 @@ import pytest
 from fakes.llm_server import FakeLLMServer
 from structlog.testing import capture_logs
 
-from mcp_sampling_proxy.llm.base import LLMError, ProviderConfig
-from mcp_sampling_proxy.llm.errors import http_error
-from mcp_sampling_proxy.llm.retry import RETRY_STATUSES, backoff_delay, send_with_retries
+from mcp_sampling_proxy.fulfil.base import LLMError, ProviderConfig
+from mcp_sampling_proxy.fulfil.errors import http_error
+from mcp_sampling_proxy.fulfil.retry import RETRY_STATUSES, backoff_delay, send_with_retries
 
 pytestmark = pytest.mark.anyio
 

@@ -15,9 +15,9 @@ import pytest
 from fakes.llm_server import FakeLLMServer
 from support import proxy_command, proxy_env, sdk_host, tool_json, write_policy
 
-from mcp_sampling_proxy.cli import main
-from mcp_sampling_proxy.llm.base import ModelSpec, ProviderConfig
-from mcp_sampling_proxy.model_choice import choose_model
+from mcp_sampling_proxy.commands.cli import main
+from mcp_sampling_proxy.fulfil.base import ModelSpec, ProviderConfig
+from mcp_sampling_proxy.policy.model_choice import choose_model
 
 OPENAI = ProviderConfig(name="openai", type="openai", models=(
     ModelSpec("gpt-4o-mini", cost=0.9, speed=0.9, intelligence=0.4),

@@ -14,8 +14,8 @@ import pytest
 from fakes.llm_server import FakeLLMServer
 from support import proxy_command, proxy_env, sdk_host, tool_json, write_policy
 
-from mcp_sampling_proxy.config import parse_settings
-from mcp_sampling_proxy.llm.base import ModelSpec, ProviderConfig
+from mcp_sampling_proxy.config.settings import parse_settings
+from mcp_sampling_proxy.fulfil.base import ModelSpec, ProviderConfig
 
 
 async def sample(tmp_path: Path, base_url: str, models: str, calls: list[dict[str, Any]]) -> tuple[list[Any], str]:
@@ -74,7 +74,7 @@ def test_the_fake_refuses_max_tokens_like_the_real_api(llm: FakeLLMServer) -> No
     ("gpt-5-chat", False, False), ("my-deployment", True, True),
 ])
 def test_default_by_name_and_override(name: str, setting: bool | None, expected: bool) -> None:
-    from mcp_sampling_proxy.llm.openai import is_reasoning_model
+    from mcp_sampling_proxy.fulfil.openai import is_reasoning_model
 
     config = ProviderConfig(name="p", type="openai", models=(ModelSpec(name, reasoning=setting),))
     assert is_reasoning_model(config, name) is expected

@@ -280,7 +280,7 @@ def test_2026_era_requests_get_sampling_in_their_meta_capabilities(tmp_path: Pat
 
 
 def test_the_id_of_an_oversized_message_is_found_from_its_ends() -> None:
-    from mcp_sampling_proxy.relay import peek_id
+    from mcp_sampling_proxy.relay.core import peek_id
 
     def peek(line: bytes) -> tuple[bool, object]:
         return peek_id(line[:1024], line[-256:])

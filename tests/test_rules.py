@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
-from mcp_sampling_proxy.conditions import (
+from mcp_sampling_proxy.config.settings import ApprovalSettings, parse_duration, parse_settings, parse_size
+from mcp_sampling_proxy.config.yamlnodes import PolicyError
+from mcp_sampling_proxy.policy.conditions import (
     All,
     AnyOf,
     ContentHas,
@@ -22,10 +24,8 @@ from mcp_sampling_proxy.conditions import (
     ToolMatches,
     facts_for_sampling,
 )
-from mcp_sampling_proxy.config import ApprovalSettings, parse_duration, parse_settings, parse_size
-from mcp_sampling_proxy.policy import DEFAULT_RULE, Decision, decide, why, why_not
-from mcp_sampling_proxy.rules import Budget, RateLimit, RuleLimits, SizeLimits, effective_limits
-from mcp_sampling_proxy.yamlnodes import PolicyError
+from mcp_sampling_proxy.policy.engine import DEFAULT_RULE, Decision, decide, why, why_not
+from mcp_sampling_proxy.policy.rules import Budget, RateLimit, RuleLimits, SizeLimits, effective_limits
 
 F = "policy.yaml"
 PROVIDERS = (
@@ -394,8 +394,8 @@ def test_parse_duration_rejects(value: object) -> None:
 
 
 def test_formatting_sizes_and_durations() -> None:
-    from mcp_sampling_proxy.caps import format_bytes
-    from mcp_sampling_proxy.limits import format_period
+    from mcp_sampling_proxy.policy.size_caps import format_bytes
+    from mcp_sampling_proxy.quotas.limiters import format_period
 
     assert [format_bytes(n) for n in (1024**2, 65536, 1500, 0)] == ["1 MiB", "64 KiB", "1,500 bytes", "0 bytes"]
     assert [format_period(s) for s in (86400, 7200, 90, 60, 1.5)] == ["1d", "2h", "90s", "1m", "1.5s"]

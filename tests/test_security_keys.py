@@ -58,7 +58,7 @@ def _unprivileged_python() -> tuple[list[str], dict[str, str]]:
     env = {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
     major, minor = sys.version_info[:2]
     for python in (sys.executable, f"/usr/bin/python{major}.{minor}", f"/usr/local/bin/python{major}.{minor}"):
-        probe = subprocess.run([*drop, python, "-c", "import os, sys, mcp_sampling_proxy.cli, httpx, mcp; "
+        probe = subprocess.run([*drop, python, "-c", "import os, sys, mcp_sampling_proxy.commands.cli, httpx, mcp; "
                                 "sys.exit(not os.access(sys.executable, os.X_OK))"],
                                env={**os.environ, **env}, capture_output=True, timeout=60, check=False)
         if probe.returncode == 0:
@@ -76,7 +76,7 @@ def _unprivileged_python() -> tuple[list[str], dict[str, str]]:
                             ignore=shutil.ignore_patterns("__editable__*", "*.pth", "_pytest", "pytest*"))
     env = {"PYTHONPATH": str(readable)}
     for python in (f"/usr/bin/python{major}.{minor}", f"/usr/local/bin/python{major}.{minor}"):
-        probe = subprocess.run([*drop, python, "-c", "import mcp_sampling_proxy.cli, httpx, mcp"],
+        probe = subprocess.run([*drop, python, "-c", "import mcp_sampling_proxy.commands.cli, httpx, mcp"],
                                env={**os.environ, **env}, capture_output=True, timeout=60, check=False)
         if probe.returncode == 0:
             return [*drop, python], env

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from support import proxy_command, proxy_env, sdk_host, tool_json, write_policy
 
-from mcp_sampling_proxy.forms import parse_form, secret_reasons
+from mcp_sampling_proxy.approval.forms import parse_form, secret_reasons
 
 # @modelcontextprotocol/server-everything 2026.8.31, tool "trigger-elicitation-request"
 # (dist/tools/trigger-elicitation-request.js): the params exactly as it sends them.

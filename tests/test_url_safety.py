@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mcp_sampling_proxy.url_safety import HOST_END, HOST_START, MAX_DISPLAY, UrlReport, analyze_url
+from mcp_sampling_proxy.approval.url_safety import HOST_END, HOST_START, MAX_DISPLAY, UrlReport, analyze_url
 
 
 def warned(report: UrlReport, fragment: str) -> bool:

@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 from support import EXAMPLES, PY, proxy_env, sdk_host, write_policy
 
-from mcp_sampling_proxy import wrap_cmd
-from mcp_sampling_proxy.cli import main as cli_main
-from mcp_sampling_proxy.hostconfig import (
+from mcp_sampling_proxy.commands import wrap as wrap_cmd
+from mcp_sampling_proxy.commands.cli import main as cli_main
+from mcp_sampling_proxy.commands.wrap import Invocation, proxy_invocation
+from mcp_sampling_proxy.hosts.config_files import (
     SIDECAR_NAME,
     ConfigDoc,
     ConfigError,
@@ -27,7 +28,6 @@ from mcp_sampling_proxy.hostconfig import (
     parse_jsonc,
     parse_proxy_args,
 )
-from mcp_sampling_proxy.wrap_cmd import Invocation, proxy_invocation
 
 FIXTURES = Path(__file__).parent / "fixtures" / "host_configs"
 CASES = [

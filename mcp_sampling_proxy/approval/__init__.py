@@ -1,0 +1,1 @@
+"""Asking humans: terminal, companion console, host forms, URL safety."""

@@ -1,0 +1,179 @@
+"""Elicitation on a console: forms field by field, URLs with their host shown plainly.
+
+Two consoles: the proxy's terminal, and the companion console (`mcp-sampling-proxy console`),
+which renders the same form on its side and sends the content back; the proxy validates it
+again. Accept, decline and cancel are always one keystroke away. Server text is sanitised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from mcp_sampling_proxy.approval.console_server import ConsoleGone
+from mcp_sampling_proxy.sanitize import one_line, quote, strip_controls
+
+if TYPE_CHECKING:
+    from mcp_sampling_proxy.approval.console_server import ConsoleServer
+    from mcp_sampling_proxy.approval.terminal import Terminal
+
+Origin = tuple[str, str | None]  # (server, tool call)
+ACTIONS = {"a": "accept", "d": "decline", "c": "cancel"}
+
+
+class Elicitor(Protocol):
+    name: str
+
+    async def ask_form(self, params: dict[str, Any], form: Any, origin: Origin) -> dict[str, Any]: ...
+
+    async def ask_url(self, params: dict[str, Any], origin: Origin, opener: Callable[[str], bool]) -> dict[str, Any]:
+        ...
+
+
+def heading(message: str, origin: Origin) -> str:
+    server, tool = origin
+    call = f" during tool call '{one_line(tool, 120)}'" if tool else " (no host request in flight)"
+    return f"\nServer '{one_line(server, 120)}' asks{call}:\n{quote(message)}"
+
+
+def url_lines(url: str) -> list[str]:
+    from mcp_sampling_proxy.approval.url_safety import analyze_url
+
+    report = analyze_url(url)
+    lines = [f"  URL:  {strip_controls(report.url)}",
+             f"  host: >>> {strip_controls(report.host or '?')} <<<"]
+    lines += [f"  WARNING: {strip_controls(w)}" for w in report.warnings]
+    return lines
+
+
+async def fill_form(form: Any, ask: Callable[[str], Any], say: Callable[[str], None]) -> dict[str, Any] | str:
+    """Ask each field until its answer is valid; returns the content, or 'decline'/'cancel'.
+
+    `ask(prompt)` returns the typed line (None at end of input). Typing `!d` or `!c` at any field
+    declines or cancels the whole form."""
+    from mcp_sampling_proxy.approval.forms import FieldError, parse_answer
+
+    content: dict[str, Any] = {}
+    for field in form.fields:
+        while True:
+            line = await ask(field.prompt_text() + ": ")
+            if line is None:
+                return "cancel"
+            if line.strip() in ("!d", "!c"):
+                return ACTIONS[line.strip()[1]]
+            try:
+                value = parse_answer(field, line)
+            except FieldError as exc:
+                say(f"  ! {strip_controls(str(exc))}")
+                continue
+            if value is not None:
+                content[field.name] = value
+            break
+    return content
+
+
+async def converse(message: str, origin: Origin, *, form: Any = None, url: str | None = None,
+                   ask: Callable[[str], Any], say: Callable[[str], None],
+                   opener: Callable[[str], bool]) -> dict[str, Any]:
+    """The whole elicitation dialogue, wherever it runs (the proxy's terminal or the companion
+    console): the question, then the form field by field, or the URL and consent to open it.
+
+    `ask(prompt)` returns the typed line (None at end of input); `say(text)` shows one line."""
+    say(heading(message, origin))
+    if url is not None:
+        from mcp_sampling_proxy.approval.url_safety import analyze_url
+
+        for line in url_lines(url):
+            say(line)
+        choice = ((await ask("[o]pen it in your browser, [d]ecline, [c]ancel: ")) or "c").strip().lower()[:1]
+        if choice != "o":
+            return {"action": ACTIONS.get(choice, "cancel")}
+        if not analyze_url(url).ok:
+            say("(this URL is not safe to open; declined)")
+            return {"action": "decline"}
+        opener(url)
+        return {"action": "accept"}
+    choice = ((await ask("[a]nswer the form, [d]ecline, [c]ancel: ")) or "c").strip().lower()[:1]
+    if choice != "a":
+        return {"action": ACTIONS.get(choice, "cancel")}
+    say("(press Enter for the default; !d declines, !c cancels)")
+    content = await fill_form(form, ask, say)
+    if isinstance(content, str):
+        return {"action": content}
+    return {"action": "accept", "content": content}
+
+
+class TerminalElicitor:
+    name = "terminal"
+
+    def __init__(self, terminal: Terminal):
+        self._terminal = terminal
+
+    async def _ask(self, prompt: str) -> str | None:
+        self._terminal.write(prompt)
+        return await self._terminal.readline()
+
+    def _say(self, text: str) -> None:
+        self._terminal.write(text + "\n")
+
+    async def ask_form(self, params: dict[str, Any], form: Any, origin: Origin) -> dict[str, Any]:
+        async with self._terminal.lock:
+            return await converse(str(params.get("message", "")), origin, form=form, ask=self._ask, say=self._say,
+                                  opener=lambda _url: False)
+
+    async def ask_url(self, params: dict[str, Any], origin: Origin, opener: Callable[[str], bool]) -> dict[str, Any]:
+        async with self._terminal.lock:
+            return await converse(str(params.get("message", "")), origin, url=str(params.get("url", "")),
+                                  ask=self._ask, say=self._say, opener=opener)
+
+
+class CompanionElicitor:
+    name = "console"
+
+    def __init__(self, server: ConsoleServer):
+        self._server = server
+
+    async def ask_form(self, params: dict[str, Any], form: Any, origin: Origin) -> dict[str, Any]:
+        from mcp_sampling_proxy.approval.forms import validate_content
+
+        try:
+            answer = await self._server.ask({"type": "elicit", "mode": "form", "server": origin[0], "tool": origin[1],
+                                             "message": params.get("message"), "schema": params.get("requestedSchema")})
+        except ConsoleGone:  # the user quit the console: as if the form was dismissed
+            return {"action": "cancel"}
+        action = answer.get("action") if answer.get("action") in ("accept", "decline", "cancel") else "cancel"
+        if action != "accept":
+            return {"action": action}
+        content = answer.get("content") if isinstance(answer.get("content"), dict) else {}
+        if validate_content(form, content):
+            return {"action": "decline"}  # the console validates per field; a bad answer here is refused
+        return {"action": "accept", "content": content}
+
+    async def ask_url(self, params: dict[str, Any], origin: Origin, opener: Callable[[str], bool]) -> dict[str, Any]:
+        # The companion console runs on the user's side and opens the URL there, after consent.
+        try:
+            answer = await self._server.ask({"type": "elicit", "mode": "url", "server": origin[0], "tool": origin[1],
+                                             "message": params.get("message"), "url": params.get("url")})
+        except ConsoleGone:
+            return {"action": "cancel"}
+        action = answer.get("action") if answer.get("action") in ("accept", "decline", "cancel") else "cancel"
+        return {"action": action}
+
+
+class ElicitationConsoles:
+    """The consoles in the order of `approval.channels` (terminal, console)."""
+
+    def __init__(self, order: tuple[str, ...], terminal: Terminal | None, server: ConsoleServer | None):
+        self._order = order
+        self._terminal = TerminalElicitor(terminal) if terminal is not None else None
+        self._server = server
+        self._companion = CompanionElicitor(server) if server is not None else None
+
+    def available(self) -> Elicitor | None:
+        for name in self._order:
+            if name == "terminal" and self._terminal is not None:
+                return self._terminal
+            if name == "console" and self._companion is not None and self._server is not None \
+                    and self._server.available:
+                return self._companion
+        return None

@@ -1,0 +1,1 @@
+"""The hash-chained audit log and the redaction of what it records."""

@@ -1,0 +1,627 @@
+"""The audit log: one hash-chained JSON line per sampling decision, in a file of its own.
+
+Record format (README "Audit log" has the full reference). Every line is one JSON object:
+
+- decision records (`"event": "decision"`), exactly one per `sampling/createMessage` or
+  `elicitation/create` request, whatever its ending (refused, fulfilled, failed, rejected on review,
+  cancelled, or an internal error). Every decision record carries every key of
+  `DECISION_FIELDS` (null when it does not apply), then any extra facts (`limit`; `prompt_edited_by`
+  when a human edited the prompt; `answer_edited_by` and `original_answer_sha256`, the digest of
+  the LLM's own result, when a reviewer replaced the answer the server got), then
+  `content`: digests of what was sent and answered, and the text itself in `redacted`/`full` mode.
+  One record per outcome rather than one per event (received, decided, approved, fulfilled): each
+  line tells a request's whole story, readers need no joins, and there is no half-recorded request.
+- the first record of every file (whatever its event) has the key `continues`: null and
+  `prev_hash` = `GENESIS` in a new log; after a rotation, the rotated file's name as it was then
+  (later rotations shift the numbers) and `prev_hash` = that file's last hash. No other record has
+  it, so lines deleted from the start of a file show.
+- `"event": "seal"`: written when a writer finds bytes after the last good record (a write torn
+  by a crash or a full disk, or lines that are not records). It names how many bytes it covers
+  (`torn_bytes`, their `torn_sha256`) and links to the last good record, so the chain goes on
+  and `verify` can tell a sealed crash from tampering.
+
+Every record has `ts` (UTC ISO 8601, ms), `seq` (per writer, from 1, no gaps), `proxy_id` (the
+writer), `prev_hash` and `hash`: SHA-256 (hex) of the record's canonical JSON without `hash`
+(`canonical()`: sorted keys, compact separators, UTF-8). `prev_hash` is the previous line's
+`hash`, so editing, deleting or reordering lines breaks the chain.
+
+How it is written. structlog formats: each `AuditLog` has a dedicated structlog logger (its own
+processor chain, independent of the stderr logging configuration) whose processors shape the
+record (every field, content digests or payload), mask secrets and scrub the configured API keys.
+Its "logger" is `_ChainFile`, which does what a structlog renderer cannot: under an exclusive
+`fcntl.flock` on the sidecar `FILE.lock` (shared by every proxy writing the file, and not moved
+by rotation), it reads the current last hash from the file's tail (another proxy may have
+appended since), seals a torn tail, rotates when the file would grow past `max_bytes`, sets
+`seq`, `prev_hash` and `hash`, and appends the line with a single `os.write` on an `O_APPEND`
+descriptor (file created 0600), then `fsync`s it (unless `audit.fsync: false`) before returning.
+The lock keeps the chain linear across processes and lines from interleaving, whatever their
+size; the single write means a crash leaves at most a torn last line, which the next writer (or
+the next proxy start) seals.
+
+One record per request, written once, off the event loop. A request is served inside
+`every_ending`; each stage's `record(...)` fills in that request's one record (later fields
+override earlier ones: a review that rejects the LLM's answer turns a fulfilled record into a
+rejected one, keeping its provider, model and tokens), and when the request ends, whatever the
+ending, the record is written in a worker thread (the flock and the fsync never stall the relay)
+and awaited, so it is on disk before the server sees the answer. When it cannot be written,
+`AuditError` (a JSON-RPC internal error) replaces the answer: an audited proxy does not answer
+what it could not record. A `record()` outside any request is written at once.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import functools
+import hashlib
+import json
+import os
+import re
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import asynccontextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import structlog
+from structlog.typing import EventDict
+
+from mcp_sampling_proxy.audit.redact import Redactor
+from mcp_sampling_proxy.config.settings import AUDIT_CONTENT_MODES as CONTENT_MODES
+from mcp_sampling_proxy.config.settings import DEFAULT_AUDIT_MAX_BYTES as DEFAULT_MAX_BYTES
+from mcp_sampling_proxy.config.settings import WELL_KNOWN_KEY_VARS
+from mcp_sampling_proxy.log import get_logger
+from mcp_sampling_proxy.protocol import jsonrpc
+from mcp_sampling_proxy.protocol.jsonrpc import RpcError
+from mcp_sampling_proxy.sanitize import one_line
+from mcp_sampling_proxy.vocabulary import OUTCOMES
+
+if TYPE_CHECKING:
+    from mcp_sampling_proxy.config.settings import Settings
+
+log = get_logger("mcp_sampling_proxy.audit.log")
+
+GENESIS = "0" * 64  # the prev_hash of the first record of a new log
+DECISIONS = OUTCOMES
+
+# The keys of every decision record, in the order they are written.
+DECISION_FIELDS = (
+    "server", "host", "method", "request_id", "tool", "protocol_version",
+    "decision", "rule", "reason", "approver",
+    "provider", "model", "input_tokens", "output_tokens", "latency_ms", "stop_reason", "error",
+)
+_TEXT_FIELDS = ("reason", "error")  # free text: secret shapes are masked in every content mode
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_NOT_GIVEN: Any = object()
+_READ_CHUNK = 64 * 1024
+# Records written by the request being served in this task (see `AuditLog.every_ending`).
+class PendingRecord:
+    """The one record of the request being served, filled in as it moves through the stages."""
+
+    def __init__(self) -> None:
+        self.fields: dict[str, Any] | None = None  # None until a stage records an outcome
+        self.params: Any = _NOT_GIVEN
+        self.result: Any = None
+
+    def fill(self, params: Any, result: Any, fields: dict[str, Any]) -> None:
+        self.fields = {**(self.fields or {}), **fields}
+        if params is not _NOT_GIVEN:
+            self.params = params
+        if result is not _NOT_GIVEN:
+            self.result = result
+
+
+_PENDING: ContextVar[PendingRecord | None] = ContextVar("audit_pending", default=None)
+
+
+class AuditError(RpcError):
+    """The audit record could not be written; the request is answered with this instead."""
+
+    def __init__(self, message: str):
+        super().__init__(jsonrpc.INTERNAL_ERROR, message)
+
+
+# -- canonical form and digests ------------------------------------------------------------------
+
+def canonical(value: Any) -> bytes:
+    """The bytes hashed for the chain and for content digests: sorted keys, compact, UTF-8."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return text.encode("utf-8", "surrogatepass")
+
+
+def record_hash(record: Mapping[str, Any]) -> str:
+    """SHA-256 of the record without its `hash` key (it does include `prev_hash`)."""
+    return hashlib.sha256(canonical({k: v for k, v in record.items() if k != "hash"})).hexdigest()
+
+
+def digest(value: Any) -> dict[str, Any]:
+    """Size and SHA-256 of a JSON value's canonical form (of the UTF-8 text for a string)."""
+    data = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else canonical(value)
+    return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def parse_record(line: bytes) -> dict[str, Any] | None:
+    """A chained record (a JSON object with a well-formed `hash`), or None."""
+    try:
+        value = json.loads(line)
+    except ValueError:  # includes UnicodeDecodeError
+        return None
+    if isinstance(value, dict) and isinstance(value.get("hash"), str) and _HEX64.fullmatch(value["hash"]):
+        return value
+    return None
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def request_fields(session: Any, message: dict[str, Any], tool: str | None, **extra: Any) -> dict[str, Any]:
+    """The fields every record of one server request shares (who asked, in which tool call, which era)."""
+    return {"server": session.server_name, "host": session.host_name or None, "method": message.get("method"),
+            "request_id": message.get("id"), "tool": tool, "protocol_version": session.protocol_version, **extra}
+
+
+def elapsed_ms(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)
+
+
+def rotated_name(path: str, index: int) -> str:
+    return f"{path}.{index}"
+
+
+# -- the log ----------------------------------------------------------------------------------------
+
+class AuditLog:
+    """Writes decision records to `path` (nothing at all when path is None)."""
+
+    def __init__(self, path: str | None, *, content: str = "none", redact: Iterable[re.Pattern[str] | str] = (),
+                 fsync: bool = True, max_bytes: int = DEFAULT_MAX_BYTES, secrets: Iterable[str] = (),
+                 proxy_id: str | None = None):
+        if content not in CONTENT_MODES:
+            raise ValueError(f"content must be one of {', '.join(CONTENT_MODES)}, not {content!r}")
+        self.path = path
+        self.proxy_id = proxy_id or uuid.uuid4().hex[:12]
+        self.content = content
+        self._redactor = Redactor(secrets, redact)
+        self._file: _ChainFile | None = None
+        if path:
+            self._file = _ChainFile(path, self.proxy_id, fsync=fsync, max_bytes=max_bytes)
+            self._file.start()
+            # A structlog logger of its own: these processors, whatever `log.configure` set for stderr.
+            self._log = structlog.wrap_logger(
+                self._file, processors=[self._shape, self._mask, self._scrub],
+                wrapper_class=structlog.BoundLogger, cache_logger_on_first_use=False,
+            ).bind()
+
+    @classmethod
+    def from_settings(cls, settings: Settings, environ: Mapping[str, str] | None = None) -> AuditLog:
+        """The log `settings.audit` describes, scrubbing the values of the proxy's configured keys."""
+        environ = os.environ if environ is None else environ
+        audit = settings.audit
+        return cls(audit.path, content=audit.content, redact=audit.redact, fsync=audit.fsync,
+                   max_bytes=audit.max_bytes, secrets=configured_secrets(settings, environ))
+
+    @property
+    def seq(self) -> int:
+        """The seq of the last record this writer wrote (0 before any)."""
+        return self._file.seq if self._file else 0
+
+    def check_usable(self) -> None:
+        """Raise AuditError now when the log could not be opened, before any LLM call is made:
+        no tokens are spent on an answer that could not be recorded."""
+        if self._file is not None and self._file.unusable:
+            raise AuditError(f"the proxy's audit log cannot be written ({self._file.unusable}); the request is "
+                             "not answered without an audit record")
+
+    def record(self, *, params: Any = _NOT_GIVEN, result: Any = _NOT_GIVEN, **fields: Any) -> None:
+        """Record the outcome of the request being served (`params`/`result`: the request params
+        and the result the server gets, for the content digests or payload). Inside `every_ending`
+        it fills the request's one record, written when the request ends; elsewhere it writes at
+        once. Raises AuditError when it cannot."""
+        pending = _PENDING.get()
+        if pending is not None:
+            pending.fill(params, result, fields)
+            return
+        if self._file is not None:
+            self._log.append("decision", _params=params, _result=None if result is _NOT_GIVEN else result, **fields)
+
+    async def _write(self, pending: PendingRecord) -> None:
+        if self._file is None or pending.fields is None:
+            return
+        await anyio.to_thread.run_sync(functools.partial(
+            self._log.append, "decision", _params=pending.params, _result=pending.result, **pending.fields))
+
+    @asynccontextmanager
+    async def every_ending(self, fields: dict[str, Any], params: Any) -> AsyncIterator[PendingRecord]:
+        """Serve one request inside this block; its one record is written when the block ends,
+        before the server is answered. If it ends in an exception before any stage recorded an
+        outcome (a malformed request that trips a bug, a peer's answer of the wrong type), the
+        record says `error`; if it is cancelled (the server's notifications/cancelled, or the proxy
+        shutting down while the LLM was answering), `cancelled`: a hostile server cannot make
+        requests that leave no trace. `fields` is read when the request ends (the rule may be known
+        by then). Unexpected exceptions come out as an RpcError the server can be shown."""
+        pending = PendingRecord()
+        token = _PENDING.set(pending)
+        try:
+            yield pending
+        except AuditError:
+            raise  # the record itself could not be written: nothing more to try
+        except Exception as exc:
+            error = exc if isinstance(exc, RpcError) else RpcError(
+                jsonrpc.INTERNAL_ERROR, f"mcp-sampling-proxy failed: {type(exc).__name__}: {one_line(str(exc))}")
+            if pending.fields is None:
+                log.warning("request ended in an error before it was audited; recording it", error=error.message)
+                pending.fill(params, _NOT_GIVEN, {**fields, "decision": "error", "reason": error.message})
+            await self._write(pending)
+            if error is exc:
+                raise
+            raise error from exc
+        except BaseException as exc:
+            if pending.fields is None and isinstance(exc, anyio.get_cancelled_exc_class()):
+                pending.fill(params, _NOT_GIVEN, {**fields, "decision": "cancelled",
+                                                  "reason": "cancelled before it ended: the server cancelled the "
+                                                            "request or the proxy shut down"})
+            with anyio.CancelScope(shield=True):
+                await self._write(pending)
+            raise
+        else:
+            await self._write(pending)
+        finally:
+            _PENDING.reset(token)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+    # -- structlog processors -----------------------------------------------------------------
+    def _shape(self, _logger: Any, _method: str, event: EventDict) -> EventDict:
+        params = event.pop("_params", _NOT_GIVEN)
+        result = event.pop("_result", None)
+        record: dict[str, Any] = {"event": event.pop("event")}
+        for key in DECISION_FIELDS:
+            record[key] = event.pop(key, None)
+        record.update(event)  # extra facts, e.g. `limit`
+        try:
+            record["content"] = None if params is _NOT_GIVEN else content_record(params, result, self.content)
+        except (RecursionError, ValueError, TypeError) as exc:  # hostile params (too deep to encode): say so
+            record["content"] = {"mode": self.content, "unrecordable": f"{type(exc).__name__}: {exc}"}
+        return record
+
+    def _mask(self, _logger: Any, _method: str, record: EventDict) -> EventDict:
+        for key in _TEXT_FIELDS:
+            if isinstance(record.get(key), str):
+                record[key] = self._redactor.redact(record[key])[0]
+        content = record.get("content")
+        if self.content == "redacted" and isinstance(content, dict):
+            count = 0
+            # Only the payloads: a digest's hex could look like a card number.
+            parts = [(content.get("system"), "text"), (content.get("tools"), "tools"),
+                     (content.get("response"), "result"), *((m, "message") for m in content.get("messages") or [])]
+            for part, key in parts:
+                if isinstance(part, dict) and key in part:
+                    part[key], n = self._redactor.redact_value(part[key])
+                    count += n
+            content["redactions"] = count
+        return record
+
+    def _scrub(self, _logger: Any, _method: str, record: EventDict) -> EventDict:
+        return self._redactor.scrub_value(_fix_surrogates(record))
+
+
+def configured_secrets(settings: Settings, environ: Mapping[str, str]) -> list[str]:
+    """The values of the proxy's configured API keys: every provider's `api_key_env`, the
+    well-known key variables, the variables `secret_env_vars()` names, and provider header
+    values (they may hold tokens). Also those in `upstream.pass_env`: passing a key to the
+    server does not make it fit for the audit log."""
+    names = set(settings.secret_env_vars()) | set(WELL_KNOWN_KEY_VARS)
+    names |= {p.api_key_env for p in settings.providers if p.api_key_env}
+    found = [environ[name] for name in sorted(names) if environ.get(name)]
+    found += [p.api_key for p in settings.providers if p.api_key]  # from api_key_file / api_key_command
+    for provider in settings.providers:
+        for value in provider.headers.values():
+            found.append(value)
+            if value.lower().startswith("bearer "):
+                found.append(value[7:].strip())
+    return found
+
+
+def content_record(params: Any, result: Any, mode: str) -> dict[str, Any]:
+    """What the `content` key holds: digests always; the content itself in redacted/full mode.
+
+    `request` is the digest of the whole params object; `system` of the system prompt's text;
+    each of `messages` of one message object (role and content); `tools` of the tools list;
+    `response` of the result object the server was given (null when there was none)."""
+    keep = mode != "none"
+    messages_out: list[dict[str, Any]] = []
+    out: dict[str, Any] = {"mode": mode, "request": digest(params), "system": None, "messages": messages_out,
+                           "tools": None, "response": None}
+    if isinstance(params, dict):
+        system = params.get("systemPrompt")
+        if isinstance(system, str):
+            out["system"] = {**digest(system), **({"text": system} if keep else {})}
+        messages = params.get("messages")
+        for message in messages if isinstance(messages, list) else []:
+            role = message.get("role") if isinstance(message, dict) else None
+            messages_out.append({"role": role, **digest(message), **({"message": message} if keep else {})})
+        tools = params.get("tools")
+        if tools is not None:
+            out["tools"] = {**digest(tools), **({"tools": tools} if keep else {})}
+    if result is not None:
+        out["response"] = {**digest(result), **({"result": result} if keep else {})}
+    return out
+
+
+def _fix_surrogates(value: Any) -> Any:
+    """Lone surrogates (legal in JSON escapes, not in UTF-8) become U+FFFD."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+            return value
+        except UnicodeEncodeError:
+            return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, dict):
+        return {_fix_surrogates(k): _fix_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_fix_surrogates(v) for v in value]
+    return value
+
+
+# -- the file ---------------------------------------------------------------------------------------
+
+@dataclass
+class Tail:
+    """What the end of an audit file holds."""
+
+    last_hash: str | None  # hash of the last good record (None: no good record in the file)
+    good_end: int  # offset just after that record's line (0 when none)
+    size: int
+    needs_newline: bool = False  # the last record is complete but its newline is missing
+
+
+def read_tail(fd: int, size: int) -> Tail:
+    """Find the last good record of the file open at `fd` (`size` bytes), reading backwards."""
+    if size == 0:
+        return Tail(None, 0, 0)
+    buf = b""
+    start = size  # buf holds file[start:size]
+
+    def more() -> bool:
+        nonlocal buf, start
+        if start == 0:
+            return False
+        step = min(start, max(_READ_CHUNK, len(buf)))
+        start -= step
+        buf = os.pread(fd, step, start) + buf
+        return True
+
+    more()
+    end = size
+    if not buf.endswith(b"\n"):  # a final line without newline: a complete record, or torn
+        while b"\n" not in buf and more():
+            pass
+        line_start = start + buf.rfind(b"\n") + 1
+        last = parse_record(buf[line_start - start:])
+        if last is not None:
+            return Tail(last["hash"], size, size, needs_newline=True)
+        end = line_start
+    while end > 0:  # file[end - 1] is a newline: look at the line it ends
+        while buf.rfind(b"\n", 0, end - 1 - start) < 0 and more():
+            pass
+        line_start = start + buf.rfind(b"\n", 0, end - 1 - start) + 1
+        record = parse_record(buf[line_start - start:end - start])
+        if record is not None:
+            return Tail(record["hash"], end, size)
+        end = line_start
+    return Tail(None, 0, size)
+
+
+def _file_hash(path: str) -> str | None:
+    """The last good hash in the file at `path` (None when missing or without records)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        return read_tail(fd, os.fstat(fd).st_size).last_hash
+    finally:
+        os.close(fd)
+
+
+class _ChainFile:
+    """The structlog "logger" of an AuditLog: appends chained lines to one file, safely shared."""
+
+    def __init__(self, path: str, proxy_id: str, *, fsync: bool, max_bytes: int):
+        self.path = os.path.abspath(path)
+        self.proxy_id = proxy_id
+        self.fsync = fsync
+        self.max_bytes = max_bytes
+        self.seq = 0
+        self._fd: int | None = None
+        self._lock_fd: int | None = None
+        self._known: tuple[int, int, str] | None = None  # (inode, size, last hash) after our own write
+        self._thread_lock = threading.Lock()  # flock does not exclude threads sharing the descriptor
+        self._problem: str | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Open (creating 0600) and seal a torn tail left by a crash. Problems are logged, and every
+        record then raises AuditError: the proxy still relays, but answers no sampling it cannot audit."""
+        try:
+            directory = os.path.dirname(self.path)
+            if not os.path.isdir(directory):
+                os.makedirs(directory, mode=0o700, exist_ok=True)
+            self._lock_fd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            with self._locked():
+                fd = self._open()
+                self._repair(fd, os.fstat(fd).st_size)
+        except OSError as exc:
+            self._problem = _describe(exc)
+            log.error("audit log unusable: sampling requests will be refused until it is fixed",
+                      path=self.path, error=self._problem)
+
+    def close(self) -> None:
+        for fd in (self._fd, self._lock_fd):
+            if fd is not None:
+                os.close(fd)
+        self._fd = self._lock_fd = None
+
+    @property
+    def unusable(self) -> str | None:
+        """Why the file could not be opened at start, or None."""
+        return (self._problem or "closed") if self._lock_fd is None else None
+
+    # -- the structlog logger method ----------------------------------------------------------
+    def append(self, **record: Any) -> None:
+        with self._thread_lock:
+            if self._lock_fd is None:
+                raise AuditError(f"the proxy's audit log cannot be written ({self._problem or 'closed'}); "
+                                 "the request is not answered without an audit record")
+            try:
+                with self._locked():
+                    self._append(record)
+            except OSError as exc:
+                problem = _describe(exc)
+                log.error("audit record not written; the request gets an error", path=self.path, error=problem)
+                raise AuditError(f"the proxy's audit log cannot be written ({problem}); the request is not "
+                                 "answered without an audit record") from None
+
+    def _append(self, record: dict[str, Any]) -> None:
+        fd = self._open()
+        head = self._repair(fd, os.fstat(fd).st_size)
+        size = os.fstat(fd).st_size
+        line, last_hash = self._finish(record, head or GENESIS, self.seq + 1)
+        if self.max_bytes and size > 0 and size + len(line) > self.max_bytes:
+            fd = self._rotate()
+            size = 0
+        if size > 0:
+            self._write(fd, line, self.seq + 1, last_hash)
+            return
+        line, last_hash = self._finish(record, *self._start_of_file())
+        self._write(fd, line, self.seq + 1, last_hash)
+
+    def _start_of_file(self) -> tuple[str, int, str | None]:
+        """(prev_hash, seq, continues) of the first record of a new file: it links to the rotated file."""
+        previous = rotated_name(self.path, 1)
+        link = _file_hash(previous)
+        return link or GENESIS, self.seq + 1, os.path.basename(previous) if link else None
+
+    def _finish(self, record: dict[str, Any], prev_hash: str, seq: int, continues: Any = _NOT_GIVEN
+                ) -> tuple[bytes, str]:
+        chain = {"ts": utc_now(), "seq": seq, "proxy_id": self.proxy_id}
+        entry = {**chain, **record, **chain}  # the chain's keys first, and never a caller's value for them
+        for key in ("continues", "prev_hash", "hash"):
+            entry.pop(key, None)
+        if continues is not _NOT_GIVEN:  # the first record of a file
+            entry = {**{k: v for k, v in entry.items() if k in chain or k == "event"}, "continues": continues,
+                     **entry}
+        entry["prev_hash"] = prev_hash
+        entry["hash"] = record_hash(entry)
+        text = json.dumps(entry, separators=(",", ":"), ensure_ascii=False, default=str)
+        return text.encode("utf-8", "surrogatepass") + b"\n", entry["hash"]
+
+    def _write(self, fd: int, data: bytes, seq: int, last_hash: str) -> None:
+        written = os.write(fd, data)
+        while written < len(data):  # a short write (e.g. a full disk): finish it or raise, under the lock
+            written += os.write(fd, data[written:])
+        if self.fsync:
+            os.fsync(fd)
+        self.seq = seq
+        st = os.fstat(fd)
+        self._known = (st.st_ino, st.st_size, last_hash)
+
+    def _repair(self, fd: int, size: int) -> str | None:
+        """The hash to chain from; first seals bytes after the last good record (a torn write)."""
+        ino = os.fstat(fd).st_ino
+        if self._known is not None and self._known[:2] == (ino, size):
+            return self._known[2]
+        tail = read_tail(fd, size)
+        if tail.needs_newline:
+            self._write_raw(fd, b"\n")
+            return tail.last_hash
+        if tail.good_end == size:
+            return tail.last_hash
+        torn = os.pread(fd, size - tail.good_end, tail.good_end)
+        newline = b"" if torn.endswith(b"\n") else b"\n"
+        torn += newline
+        reason = ("the last line was incomplete: a write was cut short (crash or full disk)" if b"\n" not in torn[:-1]
+                  else "the bytes after the last record are not chained records")
+        seal = {"event": "seal", "torn_offset": tail.good_end, "torn_bytes": len(torn),
+                "torn_sha256": hashlib.sha256(torn).hexdigest(), "newline_added": bool(newline), "reason": reason}
+        if tail.last_hash is None:  # nothing good in the file: the seal is its first record
+            line, seal_hash = self._finish(seal, *self._start_of_file())
+        else:
+            line, seal_hash = self._finish(seal, tail.last_hash, self.seq + 1)
+        self._write(fd, newline + line, self.seq + 1, seal_hash)
+        log.warning("audit log had a torn or foreign tail; sealed it", path=self.path, torn_bytes=len(torn),
+                    offset=tail.good_end)
+        return seal_hash
+
+    def _write_raw(self, fd: int, data: bytes) -> None:
+        os.write(fd, data)
+        if self.fsync:
+            os.fsync(fd)
+
+    def _rotate(self) -> int:
+        """FILE.N -> FILE.N+1 ..., FILE -> FILE.1; a new FILE. Nothing is ever deleted."""
+        count = 1
+        while os.path.exists(rotated_name(self.path, count)):
+            count += 1
+        for index in range(count - 1, 0, -1):
+            os.rename(rotated_name(self.path, index), rotated_name(self.path, index + 1))
+        os.rename(self.path, rotated_name(self.path, 1))
+        self._sync_directory()
+        log.info("audit log rotated", path=self.path, rotated_to=rotated_name(self.path, 1))
+        return self._open()
+
+    def _open(self) -> int:
+        """The descriptor of the file now at `path` (reopened after another proxy rotated it)."""
+        if self._fd is not None:
+            try:
+                if os.stat(self.path).st_ino == os.fstat(self._fd).st_ino:
+                    return self._fd
+            except FileNotFoundError:
+                pass
+            os.close(self._fd)
+            self._fd = None
+        created = not os.path.exists(self.path)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        if created:
+            self._sync_directory()
+        return self._fd
+
+    def _sync_directory(self) -> None:
+        if not self.fsync:
+            return
+        dir_fd = os.open(os.path.dirname(self.path), os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.fsync(dir_fd)
+        except OSError as exc:  # some file systems cannot fsync a directory
+            if exc.errno not in (errno.EINVAL, errno.EBADF):
+                raise
+        finally:
+            os.close(dir_fd)
+
+    def _locked(self) -> _Flock:
+        assert self._lock_fd is not None
+        return _Flock(self._lock_fd)
+
+
+class _Flock:
+    def __init__(self, fd: int):
+        self._fd = fd
+
+    def __enter__(self) -> None:
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc: object) -> None:
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+
+def _describe(exc: OSError) -> str:
+    where = f": {exc.filename}" if exc.filename else ""
+    return f"{exc.strerror or exc}{where}"

@@ -1,0 +1,1 @@
+"""The command line: the proxy itself and its subcommands."""

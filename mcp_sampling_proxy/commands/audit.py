@@ -1,0 +1,607 @@
+"""`mcp-sampling-proxy audit verify|tail|summary`: check and read audit logs.
+
+- `verify FILE...` walks the hash chain (give rotated files oldest first: FILE.2 FILE.1 FILE)
+  and exits 0 when it is intact, 1 at the first bad line (named, with what is wrong: edited,
+  deleted, reordered, torn, not a record), 2 when a file cannot be read.
+- `tail [-f] [-n N] [--json] FILE` prints the last records, one line each, escape sequences
+  stripped (everything in a record may come from a server); `-f` follows the file, across
+  rotations.
+- `summary [--since 1d] [--json] FILE...`: per server, requests, allowed, denied, errors,
+  tokens in/out, and median (p50) latency of fulfilled requests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from mcp_sampling_proxy.audit.log import GENESIS, parse_record, record_hash, rotated_name
+from mcp_sampling_proxy.config.settings import DURATION_FORMS, parse_duration
+from mcp_sampling_proxy.sanitize import one_line
+from mcp_sampling_proxy.vocabulary import ALLOWED_OUTCOMES, REFUSED_OUTCOMES
+
+PROG = "mcp-sampling-proxy audit"
+ALLOWED = ALLOWED_OUTCOMES
+DENIED = REFUSED_OUTCOMES
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog=PROG, description="Check and read audit logs (audit.path in the policy).")
+    sub = parser.add_subparsers(dest="action", required=True)
+    verify = sub.add_parser(
+        "verify", help="check the hash chain; exit 0 when intact, 1 at the first bad line, 2 on unreadable files",
+        description="Check the hash chain of audit log files. Give rotated files oldest first "
+        "(FILE.2 FILE.1 FILE) to check the links between them. Exit 0 when intact, 1 at the first bad line "
+        "(named, with what is wrong), 2 when a file cannot be read.")
+    verify.add_argument("files", nargs="+", metavar="FILE")
+    tail = sub.add_parser("tail", help="print the last records, one line each",
+                          description="Print the last records of an audit log, one line each (escape sequences "
+                          "stripped).")
+    tail.add_argument("file", metavar="FILE")
+    tail.add_argument("-n", "--lines", type=int, default=10, metavar="N", help="how many records (default 10)")
+    tail.add_argument("-f", "--follow", action="store_true", help="keep printing new records (Ctrl-C to stop)")
+    tail.add_argument("--json", action="store_true", help="print the records as JSON lines")
+    summary = sub.add_parser("summary", help="per server: requests, allowed, denied, tokens, p50 latency",
+                             description="Per server: requests, allowed, denied, errors, input/output tokens, "
+                             "median latency of fulfilled requests.")
+    summary.add_argument("files", nargs="+", metavar="FILE")
+    summary.add_argument("--since", metavar="WHEN",
+                         help="only records of the last WHEN (30m, 12h, 1d, ...) or since an ISO 8601 time")
+    summary.add_argument("--json", action="store_true", help="print JSON")
+    args = parser.parse_args(list(argv))
+    try:
+        if args.action == "verify":
+            return verify_main(args.files)
+        if args.action == "tail":
+            if args.lines < 0:
+                parser.error("-n must be 0 or more")
+            return tail_main(args.file, args.lines, follow=args.follow, as_json=args.json)
+        since = parse_since(args.since) if args.since else None
+        return summary_main(args.files, since, as_json=args.json)
+    except InputError as exc:
+        print(f"{PROG} {args.action}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+class InputError(Exception):
+    """A file that cannot be read, or a bad argument: exit 2."""
+
+
+def _open(path: str) -> Any:
+    try:
+        return open(path, "rb")  # the caller closes it
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def _lines(path: str) -> Iterator[tuple[int, int, bytes]]:
+    """(line number, offset, raw bytes with their newline) of each line of the file."""
+    with _open(path) as f:
+        offset = 0
+        for number, raw in enumerate(f, 1):
+            yield number, offset, raw
+            offset += len(raw)
+
+
+# -- verify ---------------------------------------------------------------------------------------
+
+class Broken(Exception):
+    """The chain is broken at `line` of `path`."""
+
+    def __init__(self, path: str, line: int, message: str):
+        super().__init__(f"{path}:{line}: {message}")
+        self.path = path
+        self.line = line
+
+
+@dataclass
+class _Pending:
+    """Lines after the last good record that are not records (torn, garbage), until a seal."""
+
+    first_line: int = 0
+    first_problem: str = ""
+    lines: int = 0
+    size: int = 0
+    sha: Any = field(default_factory=hashlib.sha256)
+
+    def add(self, number: int, raw: bytes, problem: str) -> None:
+        if not self.lines:
+            self.first_line, self.first_problem = number, problem
+        self.lines += 1
+        self.size += len(raw)
+        self.sha.update(raw)
+
+
+@dataclass
+class FileReport:
+    path: str
+    records: int = 0
+    decisions: int = 0
+    seals: int = 0
+    notes: list[str] = field(default_factory=list)
+    last_hash: str | None = None
+
+
+class Verifier:
+    """Checks files in order, raising Broken at the first bad line. A file whose first record
+    `continues` another must link to the file given before it; a new log starts its own chain."""
+
+    def __init__(self) -> None:
+        self.head: str | None = None  # the hash the next record must link to (None: before any file)
+        self.last_seq: dict[str, int] = {}
+
+    def verify(self, path: str) -> FileReport:
+        report = FileReport(path)
+        pending = _Pending()
+        seen: dict[str, int] = {}  # hash -> line, in this file
+        previous_line = 0
+        total_lines = 0
+        for number, offset, raw in _lines(path):
+            total_lines = number
+            record, problem = _classify(raw)
+            if record is None:
+                pending.add(number, raw, problem)
+                continue
+            expected = record_hash(record)
+            if expected != record["hash"]:
+                raise Broken(path, number, "edited: the record's hash does not match its content (recomputed "
+                             f"{expected[:16]}…, the line says {record['hash'][:16]}…)")
+            event = record.get("event")
+            first = report.records == 0
+            if pending.lines:
+                self._check_seal(path, number, record, pending, report, first)
+                pending = _Pending()
+            elif event == "seal":
+                raise Broken(path, number, f"a seal covering {record.get('torn_bytes')} torn bytes, but no torn "
+                             "bytes precede it: the torn lines were deleted")
+            elif first:
+                self._check_file_start(path, number, record, report)
+            elif "continues" in record:
+                raise Broken(path, number, "the first record of a file (it has 'continues') in the middle of one: "
+                             "files were joined or lines moved")
+            else:
+                self._check_link(path, number, record, seen, previous_line, offset + len(raw))
+            self._check_seq(path, number, record)
+            self.head = record["hash"]
+            seen[record["hash"]] = number
+            previous_line = number
+            report.records += 1
+            report.decisions += event == "decision" or (event is None and "decision" in record)
+            report.seals += event == "seal"
+        if pending.lines:
+            if pending.first_line == total_lines and pending.first_problem.startswith("torn"):
+                raise Broken(path, pending.first_line, pending.first_problem + "; the next proxy start seals it")
+            raise Broken(path, pending.first_line, pending.first_problem)
+        report.last_hash = self.head if report.records else None
+        return report
+
+    def _check_file_start(self, path: str, number: int, record: dict[str, Any], report: FileReport) -> None:
+        if "continues" not in record:
+            raise Broken(path, number, "the first record does not start a file (it has no 'continues' key): lines "
+                         "were deleted from the start of the file, or it was not written by mcp-sampling-proxy")
+        self._check_start_link(path, number, record, report)
+
+    def _check_start_link(self, path: str, number: int, record: dict[str, Any], report: FileReport) -> None:
+        prev = record.get("prev_hash")
+        continues = record.get("continues")
+        if not continues:  # a new log starts its own chain, whatever file was given before it
+            if prev != GENESIS:
+                raise Broken(path, number, "the first record says this is a new log (continues: null), but its "
+                             "prev_hash is not the genesis value")
+            writer = record.get("proxy_id")
+            if self.head is not None and writer in self.last_seq:
+                raise Broken(path, number, f"prev_hash is the genesis value (a new log), but its writer (proxy "
+                             f"{writer}) also wrote the file given before it: files are out of order (give them "
+                             "oldest first)")
+            report.notes.append("the chain starts here (genesis)" if self.head is None else
+                                "a new log: its chain starts here (genesis), independent of the file before it")
+        elif self.head is not None:  # a rotated file was given before: this one must continue it
+            if prev != self.head:
+                raise Broken(path, number, f"prev_hash {str(prev)[:16]}… does not match the last hash of the file "
+                             f"given before it ({self.head[:16]}…): a file is missing in between, files are out of "
+                             "order (give them oldest first), or records were deleted at the end of the previous file")
+        else:
+            report.notes.append(f"continues the chain of {predecessor(path)} (last hash {str(prev)[:16]}…), not "
+                                "given: give the rotated files first, oldest first, to check the link")
+
+    def _check_seal(self, path: str, number: int, record: dict[str, Any], pending: _Pending, report: FileReport,
+                    first: bool) -> None:
+        last = pending.first_line + pending.lines - 1
+        where = f"line {pending.first_line}" + (f"-{last}" if last > pending.first_line else "")
+        if record.get("event") != "seal":
+            raise Broken(path, pending.first_line, pending.first_problem + " (and no seal record follows it)")
+        if record.get("torn_bytes") != pending.size or record.get("torn_sha256") != pending.sha.hexdigest():
+            raise Broken(path, number, f"the seal does not match the {pending.size} bytes at {where} it follows "
+                         f"(it covers {record.get('torn_bytes')} bytes): they were changed after sealing")
+        if first:
+            self._check_file_start(path, number, record, report)
+        elif "continues" in record:
+            raise Broken(path, number, "the first record of a file (it has 'continues') in the middle of one: "
+                         "files were joined or lines moved")
+        elif record.get("prev_hash") != self.head:
+            raise Broken(path, number, "the seal does not link to the record before the torn bytes: records "
+                         "were deleted or moved")
+        report.notes.append(f"{where}: {pending.size} bytes that are not records (a write cut short by a crash, "
+                            f"or foreign lines), sealed by line {number}")
+
+    def _check_link(self, path: str, number: int, record: dict[str, Any], seen: dict[str, int], previous: int,
+                    after: int) -> None:
+        prev = record.get("prev_hash")
+        if prev == self.head:
+            return
+        if isinstance(prev, str) and prev in seen:
+            raise Broken(path, number, f"reordered or deleted: this record follows line {seen[prev]}, not line "
+                         f"{previous} (prev_hash mismatch)")
+        later = _find_hash(path, after, prev) if isinstance(prev, str) else None
+        if later is not None:
+            raise Broken(path, number, f"reordered: this record follows line {later}, which comes after it "
+                         "(prev_hash mismatch)")
+        raise Broken(path, number, f"deleted or edited: the record this one follows (hash {str(prev)[:16]}…) is "
+                     f"not in the file (deleted, or edited and re-hashed); expected prev_hash {str(self.head)[:16]}… "
+                     f"of the record before it (line {previous})")
+
+    def _check_seq(self, path: str, number: int, record: dict[str, Any]) -> None:
+        proxy, seq = record.get("proxy_id"), record.get("seq")
+        if not isinstance(proxy, str) or not isinstance(seq, int):
+            raise Broken(path, number, "the record has no proxy_id/seq")
+        last = self.last_seq.get(proxy)
+        if last is not None and seq != last + 1:
+            kind = "records deleted" if seq > last + 1 else "records reordered or duplicated"
+            raise Broken(path, number, f"{kind}: seq of proxy {proxy} goes from {last} to {seq}")
+        self.last_seq[proxy] = seq
+
+
+def predecessor(path: str) -> str:
+    """The name of the file rotated before `path`: FILE -> FILE.1, FILE.1 -> FILE.2."""
+    base, dot, number = os.path.basename(path).rpartition(".")
+    return f"{base}.{int(number) + 1}" if dot and number.isdigit() else os.path.basename(rotated_name(path, 1))
+
+
+def _classify(raw: bytes) -> tuple[dict[str, Any] | None, str]:
+    """(record, "") for a good line, else (None, what is wrong with it)."""
+    complete = raw.endswith(b"\n")
+    record = parse_record(raw)
+    if record is not None and complete:
+        return record, ""
+    if not complete:
+        return None, ("torn: the last line has no newline at its end (a write cut short by a crash or a full "
+                      "disk)")
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None, "not JSON: garbage, or a torn write"
+    if not isinstance(value, dict):
+        return None, "not a record: a JSON value that is not an object"
+    return None, "not a chained record: no valid hash"
+
+
+def _find_hash(path: str, offset: int, wanted: str) -> int | None:
+    """The line number of a later record with hash `wanted`, or None."""
+    for number, start, raw in _lines(path):
+        if start < offset:
+            continue
+        record = parse_record(raw)
+        if record is not None and record.get("hash") == wanted:
+            return number
+    return None
+
+
+def verify_main(paths: Sequence[str]) -> int:
+    verifier = Verifier()
+    for path in paths:
+        try:
+            report = verifier.verify(path)
+        except Broken as exc:
+            print(f"{exc} -- verification stopped at the first problem", file=sys.stderr)
+            return 1
+        if report.records == 0 and not report.notes:
+            print(f"{path}: ok: empty")
+            continue
+        print(f"{path}: ok: {report.records} records ({report.decisions} decisions, {report.seals} seals); "
+              f"last hash {report.last_hash}")
+        for note in report.notes:
+            print(f"  note: {note}")
+    if len(paths) == 1 and os.path.exists(rotated_name(paths[0], 1)):
+        print(f"  note: {rotated_name(paths[0], 1)} exists: verify FILE.N ... FILE.1 FILE to check across rotations")
+    print("note: a hash chain shows edits, deletions and reordering inside the log, not records removed from its "
+          "end; keep the last hash elsewhere to check that")
+    return 0
+
+
+# -- reading records ----------------------------------------------------------------------------
+
+def read_records(path: str) -> Iterator[dict[str, Any]]:
+    """Every complete JSON object line of the file (torn or foreign lines are skipped)."""
+    for _number, _offset, raw in _lines(path):
+        if not raw.endswith(b"\n"):
+            continue
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            yield value
+
+
+def is_decision(record: dict[str, Any]) -> bool:
+    return record.get("event", "decision") == "decision" and "decision" in record
+
+
+def _s(value: Any, limit: int = 120) -> str:
+    return one_line(str(value), limit)
+
+
+def format_record(record: dict[str, Any]) -> str:
+    """One human-readable line; everything from the record is stripped of control characters."""
+    ts = _s(record.get("ts", "?"), 40)
+    event = record.get("event", "decision")
+    if event == "seal":
+        return (f"{ts}  -- seal: {_s(record.get('torn_bytes'))} bytes after the last record sealed "
+                f"({_s(record.get('reason', ''))}; proxy {_s(record.get('proxy_id'))})")
+    if not is_decision(record):
+        return f"{ts}  -- {_s(event)} record"
+    parts = [ts, _s(record.get("server") or "?", 40)]
+    if record.get("tool"):
+        parts.append(f"tool={_s(record['tool'], 40)}")
+    if record.get("method") == "elicitation/create":
+        parts.append(elicitation_outcome(record))
+        return "  ".join(parts)
+    decision = _s(record.get("decision") or "?", 20)
+    if record.get("approver") and decision in ("approved", "rejected", "timeout"):
+        decision += f" by {_s(record['approver'], 20)}"
+    if record.get("rule"):
+        decision += f" (rule {_s(record['rule'], 40)})"
+    parts.append(decision)
+    for key, what in (("prompt_edited_by", "prompt"), ("answer_edited_by", "answer")):
+        if record.get(key):
+            parts.append(f"{what} edited by {_s(record[key], 20)}")
+    if record.get("provider") or record.get("model"):
+        parts.append(f"{_s(record.get('provider') or '?', 30)}/{_s(record.get('model') or '?', 60)}")
+    if record.get("input_tokens") is not None or record.get("output_tokens") is not None:
+        parts.append(f"{_s(record.get('input_tokens'))}+{_s(record.get('output_tokens'))} tokens")
+    if record.get("latency_ms") is not None:
+        parts.append(f"{_s(record['latency_ms'])} ms")
+    if record.get("stop_reason"):
+        parts.append(_s(record["stop_reason"], 30))
+    if record.get("error"):
+        parts.append(f"error: {_s(record['error'], 200)}")
+    elif record.get("decision") in (*DENIED, "error") and record.get("reason"):
+        parts.append(f"reason: {_s(record['reason'], 200)}")
+    return "  ".join(parts)
+
+
+ELICITATION_ACTIONS = {"accept": "accepted", "decline": "declined", "cancel": "cancelled"}
+
+
+def elicitation_outcome(record: dict[str, Any]) -> str:
+    """What the server was answered and who or what decided it. An elicitation's `decision` says
+    how the policy ended (a non-interactive decline is `deny` even under an allow rule), so the
+    answer (`action`) and the reason are what tell the story: "declined (nobody can be asked ...)"."""
+    action = record.get("action")
+    approver = record.get("approver")
+    if action is None:
+        text = f"no answer from {_s(approver, 20)}" if approver else "no answer"
+    else:
+        text = ELICITATION_ACTIONS.get(action, _s(action, 20))
+        if approver:
+            text += f" by {_s(approver, 20)}"
+    details = []
+    if not approver and record.get("reason"):
+        details.append(_s(record["reason"], 200))
+    if record.get("rule"):
+        details.append(f"rule {_s(record['rule'], 40)}")
+    return f"{text} ({'; '.join(details)})" if details else text
+
+
+def _render(record: dict[str, Any], as_json: bool) -> str:
+    # ensure_ascii escapes every control and non-ASCII character: safe for any terminal
+    return json.dumps(record, ensure_ascii=True) if as_json else format_record(record)
+
+
+# -- tail -------------------------------------------------------------------------------------------
+
+def last_lines(f: Any, count: int) -> tuple[list[bytes], int]:
+    """The last `count` complete lines of the open file, and the offset after the last complete line."""
+    size = os.fstat(f.fileno()).st_size
+    data = b""
+    start = size
+    while start > 0 and data.count(b"\n") <= count:
+        step = min(start, max(64 * 1024, len(data)))
+        start -= step
+        f.seek(start)
+        data = f.read(step) + data
+    end = data.rfind(b"\n") + 1  # leave out an incomplete last line
+    lines = data[:end].splitlines(keepends=True)
+    if start > 0:
+        lines = lines[1:]  # the first may be cut
+    return (lines[-count:] if count else []), start + end
+
+
+def tail_main(path: str, count: int, *, follow: bool, as_json: bool, poll: float = 0.2) -> int:
+    f = _open(path)
+    try:
+        lines, offset = last_lines(f, count)
+        for raw in lines:
+            _print_line(raw, as_json)
+        if not follow:
+            return 0
+        f.seek(offset)
+        buffer = b""
+        while True:
+            chunk = f.read()
+            if chunk:
+                buffer += chunk
+                *complete, buffer = buffer.split(b"\n")
+                for raw in complete:
+                    _print_line(raw + b"\n", as_json)
+                continue
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                st = None
+            if st is not None and st.st_ino != os.fstat(f.fileno()).st_ino:
+                # Rotated. Writes to the old file came before the rename we just saw: read them, then go
+                # on with the new file from its start.
+                buffer += f.read()
+                *complete, buffer = buffer.split(b"\n")
+                for raw in complete:
+                    _print_line(raw + b"\n", as_json)
+                f.close()
+                f = _open(path)
+                buffer = b""
+                continue
+            if st is not None and st.st_size < f.tell():  # truncated
+                f.seek(0)
+                buffer = b""
+            time.sleep(poll)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        f.close()
+
+
+def _print_line(raw: bytes, as_json: bool) -> None:
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = None
+    if isinstance(value, dict):
+        text = _render(value, as_json)
+    else:
+        text = (json.dumps({"unreadable_line_bytes": len(raw)}) if as_json
+                else f"?? a line that is not a record ({len(raw)} bytes)")
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:  # `audit tail | head`
+        with contextlib.suppress(OSError):
+            sys.stdout.close()
+        raise SystemExit(0) from None
+
+
+# -- summary ----------------------------------------------------------------------------------------
+
+def parse_since(text: str, now: datetime | None = None) -> datetime:
+    now = now or datetime.now(UTC)
+    try:
+        return now - timedelta(seconds=parse_duration(text))
+    except ValueError:
+        pass
+    when = parse_ts(text)
+    if when is None:
+        raise InputError(f"--since {text!r} is neither a duration ({DURATION_FORMS}) nor an ISO 8601 time")
+    return when
+
+
+def parse_ts(text: Any) -> datetime | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+@dataclass
+class ServerStats:
+    requests: int = 0
+    allowed: int = 0
+    denied: int = 0
+    errors: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    latencies: list[int] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"requests": self.requests, "allowed": self.allowed, "denied": self.denied, "errors": self.errors,
+                "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+                "p50_latency_ms": p50(self.latencies)}
+
+
+def p50(values: list[int]) -> float | None:
+    """The median (average of the middle two for an even count), None without values."""
+    return statistics.median(values) if values else None
+
+
+def summarize(records: Sequence[dict[str, Any]], since: datetime | None = None) -> dict[str, ServerStats]:
+    """Per-server numbers. A request is counted once (by proxy_id and request_id) with the outcome
+    of its last record (a response rejected on review follows its `allow` record); tokens add up
+    over all records; latency is that of fulfilled requests (no error)."""
+    stats: dict[str, ServerStats] = {}
+    outcome: dict[tuple[Any, ...], tuple[str, dict[str, Any]]] = {}
+    for index, record in enumerate(records):
+        if not is_decision(record):
+            continue
+        if since is not None:
+            when = parse_ts(record.get("ts"))
+            if when is None or when < since:
+                continue
+        server = str(record.get("server") or "?")
+        entry = stats.setdefault(server, ServerStats())
+        entry.input_tokens += _int(record.get("input_tokens"))
+        entry.output_tokens += _int(record.get("output_tokens"))
+        if record.get("latency_ms") is not None and record.get("error") is None and record.get("provider"):
+            entry.latencies.append(_int(record["latency_ms"]))
+        request_id = record.get("request_id")
+        key = (server, record.get("proxy_id"), json.dumps(request_id)) if request_id is not None else (index,)
+        outcome[key] = (server, record)
+    for server, record in outcome.values():
+        entry = stats[server]
+        entry.requests += 1
+        decision = record.get("decision")
+        if decision in DENIED:
+            entry.denied += 1
+        elif decision in ALLOWED and record.get("error") is None:
+            entry.allowed += 1
+        else:
+            entry.errors += 1
+    return dict(sorted(stats.items()))
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def summary_main(paths: Sequence[str], since: datetime | None, *, as_json: bool) -> int:
+    records = [record for path in paths for record in read_records(path)]
+    stats = summarize(records, since)
+    total = ServerStats()
+    for entry in stats.values():
+        for name in ("requests", "allowed", "denied", "errors", "input_tokens", "output_tokens"):
+            setattr(total, name, getattr(total, name) + getattr(entry, name))
+        total.latencies += entry.latencies
+    if as_json:
+        print(json.dumps({
+            "since": since.isoformat().replace("+00:00", "Z") if since else None,
+            "servers": {server: entry.as_dict() for server, entry in stats.items()},
+            "total": total.as_dict(),
+        }, ensure_ascii=True, indent=2))
+        return 0
+    header = ("server", "requests", "allowed", "denied", "errors", "tokens in", "tokens out", "p50 latency")
+    rows = [[_s(server, 40), *_numbers(entry)] for server, entry in stats.items()]
+    rows.append(["total", *_numbers(total)])
+    widths = [max(len(str(row[i])) for row in [list(header), *rows]) for i in range(len(header))]
+    if since:
+        print(f"since {since.isoformat(timespec='seconds').replace('+00:00', 'Z')}")
+    for row in [list(header), *rows]:
+        print("  ".join(str(cell).ljust(widths[0]) if i == 0 else str(cell).rjust(widths[i])
+                        for i, cell in enumerate(row)).rstrip())
+    return 0
+
+
+def _numbers(entry: ServerStats) -> list[str]:
+    latency = p50(entry.latencies)
+    return [str(entry.requests), str(entry.allowed), str(entry.denied), str(entry.errors),
+            f"{entry.input_tokens:,}", f"{entry.output_tokens:,}", "-" if latency is None else f"{latency:g} ms"]

@@ -1,0 +1,240 @@
+"""Command line: `mcp-sampling-proxy [OPTIONS] -- COMMAND...` and its helper subcommands.
+
+Start-up order matters for hosts that measure it: parse arguments and read the policy (cheap),
+spawn the upstream, and only then import the runtime (anyio, structlog, the relay), so the
+server's own start-up overlaps ours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from mcp_sampling_proxy import __version__
+from mcp_sampling_proxy.config.child_env import child_environment, hidden_names_guess
+
+# subcommand -> the module whose main() runs it (imported only when used: start-up stays light)
+SUBCOMMANDS = {
+    "try": "try_sampling", "policy": "policy", "console": "console", "audit": "audit",
+    "wrap": "wrap", "unwrap": "wrap", "doctor": "doctor",
+}
+
+EPILOG = """\
+examples:
+  # wrap a stdio server (what a host config runs)
+  mcp-sampling-proxy --policy ~/.config/mcp-sampling-proxy/policy.yaml -- npx -y @acme/mcp-server
+
+  # a Streamable HTTP server
+  mcp-sampling-proxy --policy policy.yaml --url https://mcp.example.com/mcp \\
+      --header 'Authorization: Bearer ${EXAMPLE_TOKEN}'
+
+  # validate a policy file (exit 0/1)
+  mcp-sampling-proxy policy check policy.yaml
+
+  # check the audit log's hash chain (rotated files oldest first); also: audit tail -f, audit summary
+  mcp-sampling-proxy audit verify audit.jsonl.1 audit.jsonl
+
+  # approve requests of every running proxy (hosts such as Claude Desktop give it no terminal)
+  mcp-sampling-proxy console
+
+  # put the proxy in front of every server of a host (backup first; `unwrap` restores them)
+  mcp-sampling-proxy wrap --host claude-desktop --all --policy ~/.config/mcp-sampling-proxy/policy.yaml
+  mcp-sampling-proxy wrap --list
+
+  # check the policy, providers, approval channels and audit/state dirs
+  mcp-sampling-proxy doctor --policy policy.yaml
+
+  # exercise a sampling server without any host
+  mcp-sampling-proxy try --tool summarize --args '{"text": "..."}' -- python examples/servers/summarizer.py
+
+host config entry (Claude Desktop, Cursor, Claude Code: "mcpServers"):
+  "summarizer": {
+    "command": "/absolute/path/to/mcp-sampling-proxy",
+    "args": ["--policy", "/absolute/path/to/policy.yaml", "--", "python", "/path/to/server.py"],
+    "env": {"OPENAI_API_KEY": "sk-..."}
+  }
+
+Without --policy, the LLM comes from OPENAI_API_KEY (+ OPENAI_BASE_URL, OPENAI_MODEL) or
+ANTHROPIC_API_KEY (+ ANTHROPIC_MODEL); with neither, replies are typed at the terminal when there
+is one. Sampling with no matching rule needs approval (prompt); with no terminal to ask, it is
+denied with a message saying how to allow it. Logs go to stderr, never stdout.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mcp-sampling-proxy",
+        description="A stdio MCP proxy: the host starts it instead of the real server; it relays every "
+        "message and answers the server's sampling/createMessage requests under a YAML policy.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_common_options(parser)
+    parser.add_argument("--url", help="connect to a Streamable HTTP MCP server instead of starting a command")
+    parser.add_argument(
+        "--header", action="append", default=[], metavar="'K: V'",
+        help="HTTP header for --url (repeatable); ${VAR} in the value is taken from the environment",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("command", nargs=argparse.REMAINDER,
+                        help="the real server's command line, after '--'")
+    return parser
+
+
+def add_common_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--policy", metavar="FILE", help="policy file (YAML): providers, rules, audit")
+    parser.add_argument("--name", help="server name for `server:` rules, remembered approvals and logs (default: "
+                        "derived from the command or URL, never the server's own name, which it could borrow)")
+    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
+                        help="stderr log level (default: info)")
+    parser.add_argument("--log-format", choices=("json", "console"),
+                        help="stderr log format (default: console on a terminal, json otherwise)")
+    parser.add_argument("--no-terminal", action="store_true",
+                        help="never use the controlling terminal for approvals or typed replies")
+    parser.add_argument("--max-message-bytes", type=int, default=64 * 1024 * 1024, metavar="N",
+                        help="largest message accepted from the host or the server (default: 64 MiB); a larger one "
+                        "is dropped and its request answered with an error")
+
+
+def fail(message: str, code: int = 2) -> int:
+    print(f"mcp-sampling-proxy: error: {message}", file=sys.stderr)
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    # First act: a same-user server must not read our keys from /proc/PID/environ (see hardening)
+    from mcp_sampling_proxy.hardening import harden_process
+
+    hardening_problems = harden_process()
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list and args_list[0] in SUBCOMMANDS:
+        import importlib
+
+        module = importlib.import_module(f"mcp_sampling_proxy.commands.{SUBCOMMANDS[args_list[0]]}")
+        if args_list[0] in ("wrap", "unwrap"):
+            return module.main(args_list[1:], args_list[0])
+        return module.main(args_list[1:])
+    args = build_parser().parse_args(args_list)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if bool(command) == bool(args.url):
+        return fail("give the server either as '-- COMMAND [ARGS...]' or with --url URL (see --help)")
+    if args.no_terminal:
+        os.environ["MCP_SAMPLING_PROXY_NO_TERMINAL"] = "1"
+    from mcp_sampling_proxy.hardening import become_subreaper, mark_relay
+
+    mark_relay()  # a named relay: console sockets refuse whatever runs below it (hardening.refusal)
+    early = None
+    if command:  # start the server first, so its start-up overlaps ours (see child_env)
+        become_subreaper()  # whatever the server starts stays below us, where the console socket can tell
+        hidden = hidden_names_guess(_policy_text(args.policy), os.environ)
+        if hidden is not None:
+            try:
+                early = _spawn(command, hidden)
+            except _StartupFailure as exc:
+                return fail(exc.message, exc.code)
+    try:
+        settings, name, upstream = _prepare(args, command, early)
+    except _StartupFailure as exc:
+        if early is not None:
+            _stop_unused(early[0])
+        return fail(exc.message, exc.code)
+
+    from mcp_sampling_proxy.audit.log import configured_secrets
+    from mcp_sampling_proxy.log import configure, set_secrets
+
+    set_secrets(configured_secrets(settings, os.environ))  # after the spawn: importing audit is slow
+    configure(args.log_level, args.log_format)
+    if hardening_problems:
+        from mcp_sampling_proxy.log import get_logger
+
+        get_logger("mcp_sampling_proxy").warning("process hardening incomplete", problems=hardening_problems)
+    from mcp_sampling_proxy.runtime import RunOptions, run
+
+    options = RunOptions(name=name, use_terminal=not args.no_terminal,
+                         max_message_bytes=args.max_message_bytes)
+    return run(upstream, settings, options)
+
+
+class _StartupFailure(Exception):
+    def __init__(self, message: str, code: int = 2):
+        super().__init__(message)
+        self.message, self.code = message, code
+
+
+def _policy_text(path: str | None) -> str | None:
+    """The policy's text for the early guess; "\\" (never guessed) when it cannot be read,
+    so the full load reports the problem before anything starts."""
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except (OSError, UnicodeDecodeError):
+        return "\\"
+
+
+def _spawn(command: list[str], hidden: set[str]):
+    """Start the server without the hidden variables; returns (process, hidden)."""
+    from mcp_sampling_proxy.transport.stdio import SpawnError, spawn
+
+    try:
+        return spawn(command, child_environment(os.environ, hidden)), hidden
+    except SpawnError as exc:
+        raise _StartupFailure(str(exc), exc.exit_code) from None
+
+
+def _stop_unused(process) -> None:
+    """Stop a server that was started early but will not be used (it was never sent a byte)."""
+    from mcp_sampling_proxy.transport.stdio import stop_process
+
+    stop_process(process)
+
+
+def _prepare(args: argparse.Namespace, command: list[str], early):
+    """Validate the name, load the policy and the keys, and make the upstream: everything that
+    may fail after an early spawn, so the caller can stop that server."""
+    from mcp_sampling_proxy.policy.identity import bad_character, derive_from_command, derive_from_url
+
+    if args.name is not None:
+        bad = bad_character(args.name)
+        if bad is not None or not args.name.strip():
+            why = f"holds a control or invisible character, {bad}" if bad else "is empty"
+            raise _StartupFailure(
+                f"--name {why}: give the server a name of visible characters, as `server:` rules spell it")
+    name = args.name.strip() if args.name else (derive_from_command(command) if command else derive_from_url(args.url))
+
+    from mcp_sampling_proxy.config.keys import KeySourceError, resolve_keys
+    from mcp_sampling_proxy.config.settings import load_settings
+    from mcp_sampling_proxy.config.yamlnodes import PolicyError
+
+    try:
+        settings = load_settings(args.policy)
+        settings.providers = resolve_keys(settings.providers)  # api_key_file / api_key_command, once
+    except (PolicyError, KeySourceError) as exc:
+        raise _StartupFailure(str(exc)) from None
+    if not command:
+        from mcp_sampling_proxy.transport.http import HttpUpstream, parse_headers
+
+        try:
+            headers = parse_headers(args.header, os.environ)
+        except ValueError as exc:
+            raise _StartupFailure(str(exc)) from None
+        return settings, name, HttpUpstream(args.url, headers)
+
+    from mcp_sampling_proxy.transport.stdio import StdioUpstream
+
+    exact = settings.secret_env_vars()
+    if early is None:
+        process, _ = _spawn(command, exact)
+    else:
+        process, hidden = early
+        if child_environment(os.environ, hidden) != child_environment(os.environ, exact):
+            _stop_unused(process)  # the guess hid a variable the server may need: start it again
+            process, _ = _spawn(command, exact)
+    return settings, name, StdioUpstream(process, name)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

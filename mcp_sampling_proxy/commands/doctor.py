@@ -1,0 +1,441 @@
+"""`mcp-sampling-proxy doctor [--policy FILE]`: check the setup the proxy depends on and say what to fix.
+
+Checks, in order: the policy file (loaded exactly as the proxy loads it), each LLM provider (its
+models list, or a 1-token completion when it has none; the status it got and whether the key
+variable is set, never the key), the approval channels (this terminal, the companion console's
+socket directory and who is attached, which hosts answer elicitation), the audit log's directory
+and the state directory. Prints a checklist and exits 1 when something is broken; warnings (a
+missing console, a model the provider does not list) do not fail it. Provider checks run in
+parallel with a short timeout, so a dead provider costs seconds, not minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+
+from mcp_sampling_proxy.fulfil.retry import connect_reason
+from mcp_sampling_proxy.sanitize import one_line
+
+PROG = "mcp-sampling-proxy doctor"
+DEFAULT_TIMEOUT = 5.0
+
+
+@dataclass
+class Check:
+    status: str  # ok | fail | warn | info
+    text: str
+    fix: str = ""
+
+
+@dataclass
+class Section:
+    title: str
+    checks: list[Check] = field(default_factory=list)
+
+    def add(self, status: str, text: str, fix: str = "") -> None:
+        self.checks.append(Check(status, text, fix))
+
+
+# -- policy ---------------------------------------------------------------------------------------------
+
+
+def check_policy(path: str | None) -> tuple[Any, Section]:
+    from mcp_sampling_proxy.config.settings import load_settings
+    from mcp_sampling_proxy.config.yamlnodes import PolicyError
+
+    section = Section("policy")
+    try:
+        settings = load_settings(path)
+    except PolicyError as exc:
+        section.add("fail", one_line(str(exc), 400),
+                    "fix the file at that line; `mcp-sampling-proxy policy check FILE` checks it again")
+        return None, section
+    if path is None:
+        section.add("info", "no --policy: providers come from the environment and every request needs approval")
+    else:
+        rules = len(settings.rules)
+        providers = ", ".join(p.name for p in settings.providers) or "from the environment"
+        section.add("ok", f"{path}: valid ({rules} rule{'s' if rules != 1 else ''}; providers: {providers})")
+    return settings, section
+
+
+# -- providers ----------------------------------------------------------------------------------------
+
+
+def _status_fix(status: int, key_var: str | None, url: str) -> str:
+    if status == 401:
+        if not key_var:
+            return "the provider wants a key: set api_key_env in the policy to the variable holding it"
+        if os.environ.get(key_var):
+            return f"the key in {key_var} was refused: check it belongs to this provider and is still valid"
+        return f"set {key_var} (in the host config's env, and in this shell to check again)"
+    if status == 403:
+        return f"the key{f' in {key_var}' if key_var else ''} lacks access to this API or model"
+    if status == 404:
+        return f"nothing answers at {url}: check base_url (OpenAI-compatible servers usually end in /v1)"
+    if status == 429:
+        return "rate limited or out of quota: try again later, or check the account's limits"
+    if status >= 500:
+        return "the provider has a problem right now: try again later"
+    return "check the provider's base_url and key"
+
+
+async def probe_provider(provider: Any, timeout: float) -> list[Check]:
+    """One provider: GET its models list (and a 1-token completion when it has none)."""
+    from mcp_sampling_proxy.fulfil.anthropic import API_VERSION, AnthropicAdapter
+    from mcp_sampling_proxy.fulfil.anthropic import DEFAULT_BASE_URL as ANTHROPIC_URL
+    from mcp_sampling_proxy.fulfil.base import LLMError
+    from mcp_sampling_proxy.fulfil.errors import http_error, safe_url
+    from mcp_sampling_proxy.fulfil.openai import DEFAULT_BASE_URL as OPENAI_URL
+    from mcp_sampling_proxy.fulfil.openai import OpenAIAdapter
+
+    name = f"'{provider.name}' ({provider.type})"
+    if provider.type == "console":
+        return [Check("info", f"{name}: you type the replies; needs a terminal, so not for hosts without one")]
+    key_var = provider.api_key_env
+    key = os.environ.get(key_var) if key_var else None
+    key_note = f"{key_var} is set" if key else (f"{key_var} is not set" if key_var else "no api_key_env")
+    if provider.api_key_file or provider.api_key_command:  # doctor runs the command, as the proxy would
+        from mcp_sampling_proxy.config.keys import KeySourceError, key_source, resolve_key
+
+        try:
+            provider = resolve_key(provider)
+        except KeySourceError as exc:
+            return [Check("fail", f"{name}: {exc}", "fix the key source; the proxy refuses to start without it")]
+        key, key_note = provider.api_key, f"{key_source(provider)} gave a key"
+    if provider.type == "anthropic":
+        base = (provider.base_url or ANTHROPIC_URL).rstrip("/").removesuffix("/v1")
+        url = f"{base}/v1/models"
+        headers = {"anthropic-version": API_VERSION, **({"x-api-key": key} if key else {})}
+    else:
+        base = (provider.base_url or OPENAI_URL).rstrip("/")
+        url = f"{base}/models"
+        headers = {"authorization": f"Bearer {key}"} if key else {}
+    headers.update(provider.headers)
+    try:
+        shown = safe_url(base)
+    except Exception:  # a base_url httpx cannot parse is shown as given
+        shown = one_line(base, 80)
+    label = f"{name} at {shown}"
+    limits = httpx.Timeout(timeout, connect=min(timeout, provider.connect_timeout))
+    try:
+        async with httpx.AsyncClient(timeout=limits) as client:
+            response = await client.get(url, headers=headers)
+            await response.aread()
+    except httpx.TimeoutException:
+        return [Check("fail", f"{label}: no answer within {timeout:g} s ({key_note})",
+                      "check that the server is up and base_url points at it")]
+    except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+        return [Check("fail", f"{label}: unusable base_url ({one_line(str(exc), 120)})",
+                      "base_url must start with http:// or https://")]
+    except httpx.TransportError as exc:
+        reason = connect_reason(exc)
+        if reason == "connection refused":
+            fix = f"nothing listens at {shown}: start the server (Ollama: `ollama serve`) or correct base_url"
+        elif reason == "host name not found":
+            fix = "the host name in base_url does not resolve: check it (and your network)"
+        else:
+            fix = "check base_url and your network"
+        return [Check("fail", f"{label}: {reason} ({key_note})", fix)]
+    path = url[len(base):]
+    if response.is_success:
+        try:
+            listed = [m.get("id") for m in response.json().get("data", []) if isinstance(m, dict)]
+        except (ValueError, AttributeError):
+            listed = []
+        checks = [Check("ok", f"{label}: GET {path} answered {response.status_code} "
+                              f"({len(listed)} model{'s' if len(listed) != 1 else ''}); {key_note}")]
+        missing = [m.name for m in provider.models if listed and m.name not in listed]
+        if missing:
+            checks.append(Check("warn", f"{name}: {', '.join(missing)} not among the models it lists",
+                                "check the model names under llm.providers in the policy"))
+        return checks
+    if response.status_code in (404, 405) and provider.models:  # no models list: try a 1-token completion
+        model = provider.models[0].name
+        adapter_class = AnthropicAdapter if provider.type == "anthropic" else OpenAIAdapter
+        adapter = adapter_class(replace(provider, max_attempts=1, read_timeout=timeout,
+                                        connect_timeout=min(timeout, provider.connect_timeout)))
+        params = {"messages": [{"role": "user", "content": {"type": "text", "text": "ping"}}], "maxTokens": 1}
+        try:
+            with anyio.fail_after(timeout + 1):
+                await adapter.complete(params, model)
+        except LLMError as exc:
+            fix = _status_fix(exc.status, key_var, shown) if exc.status else "check base_url and the model name"
+            return [Check("fail", f"{label}: no models list, and a 1-token completion with {model} failed: "
+                                  f"{one_line(exc.message, 300)} ({key_note})", fix)]
+        except TimeoutError:
+            return [Check("fail", f"{label}: a 1-token completion with {model} got no answer within {timeout:g} s",
+                          "check that the server is up and base_url points at it")]
+        finally:
+            await adapter.aclose()
+        return [Check("ok", f"{label}: no models list (GET {path}: {response.status_code}), but a 1-token "
+                            f"completion with {model} worked; {key_note}")]
+    message = http_error(provider, response).message
+    return [Check("fail", f"{label}: GET {path}: {one_line(message, 300)} ({key_note})",
+                  _status_fix(response.status_code, key_var, shown))]
+
+
+async def _probe_all(providers: list[Any], timeout: float) -> list[list[Check]]:
+    results: list[list[Check]] = [[] for _ in providers]
+
+    async def run(index: int, provider: Any) -> None:
+        try:
+            results[index] = await probe_provider(provider, timeout)
+        except Exception as exc:  # one odd provider must not hide the others
+            results[index] = [Check("fail", f"'{provider.name}': the check itself failed: "
+                                             f"{type(exc).__name__}: {one_line(str(exc), 200)}")]
+
+    async with anyio.create_task_group() as tg:
+        for index, provider in enumerate(providers):
+            tg.start_soon(run, index, provider)
+    return results
+
+
+def check_providers(settings: Any, timeout: float) -> Section:
+    section = Section("LLM providers")
+    if settings is None:
+        section.add("info", "not checked: the policy did not load")
+        return section
+    if not settings.providers:
+        section.add("warn", "no LLM provider configured",
+                    "set OPENAI_API_KEY (or OPENAI_BASE_URL for a local server) or ANTHROPIC_API_KEY in the host "
+                    "config's env, or add llm.providers to the policy; without one, replies can only be typed at a "
+                    "terminal")
+        return section
+    for checks in anyio.run(_probe_all, list(settings.providers), timeout):
+        section.checks += checks
+    return section
+
+
+# -- approval -------------------------------------------------------------------------------------------
+
+
+def may_prompt(settings: Any) -> bool:
+    """Can a request end up asking a human? (a `prompt` rule, or no catch-all rule before the end)"""
+    for rule in settings.rules:
+        if rule.action == "prompt":
+            return True
+        if not getattr(rule.when, "conditions", True):
+            return False
+    return True
+
+
+def _unix_sockets() -> dict[str, list[tuple[int, str]]] | None:
+    """Path -> [(flags, state)] of the Unix sockets on this machine (Linux), or None when unknown."""
+    try:
+        lines = Path("/proc/net/unix").read_text(encoding="utf-8", errors="replace").splitlines()[1:]
+    except OSError:
+        return None
+    found: dict[str, list[tuple[int, str]]] = {}
+    for line in lines:
+        parts = line.split(None, 7)
+        if len(parts) == 8:
+            with contextlib.suppress(ValueError):
+                found.setdefault(parts[7], []).append((int(parts[3], 16), parts[5]))
+    return found
+
+
+def console_status(directory: Path) -> tuple[int, int | None]:
+    """(proxies listening in `directory`, consoles attached to them; None when this OS cannot tell)."""
+    sockets = sorted(directory.glob("*.sock"))
+    table = _unix_sockets()
+    if table is None:
+        live = 0
+        for sock in sockets:
+            with contextlib.suppress(ValueError, ProcessLookupError, PermissionError):
+                os.kill(int(sock.stem), 0)
+                live += 1
+        return live, None
+    live, consoles = 0, 0
+    for sock in sockets:
+        entries = table.get(str(sock), []) + ([] if str(sock) == os.path.abspath(sock)
+                                              else table.get(os.path.abspath(sock), []))
+        if any(flags & 0x10000 for flags, _ in entries):  # __SO_ACCEPTCON: a listening socket
+            live += 1
+            consoles = max(consoles, sum(1 for flags, state in entries if state == "03" and not flags & 0x10000))
+    return live, consoles
+
+
+def check_approval(settings: Any) -> Section:
+    from mcp_sampling_proxy.approval.console_server import runtime_dir
+    from mcp_sampling_proxy.approval.terminal import DISABLE_ENV, Terminal
+    from mcp_sampling_proxy.hosts.config_files import HOST_SUPPORT_NOTE, HOSTS
+
+    section = Section("approval")
+    asks = settings is None or may_prompt(settings)
+    if settings is not None:
+        channels = ", ".join(settings.approval.channels)
+        why = "" if asks else "; the rules never ask (a catch-all allow/deny comes first)"
+        section.add("info", f"channels, in order: {channels} (timeout {settings.approval.timeout:g} s){why}")
+    terminal = Terminal.open()
+    if terminal is not None:
+        terminal.close()
+        section.add("ok", "terminal: this shell has one; proxies started from a terminal (or by `try`) ask there, "
+                          "but hosts such as Claude Desktop start them without one")
+    elif os.environ.get(DISABLE_ENV):
+        section.add("info", f"terminal: turned off by {DISABLE_ENV}")
+    else:
+        section.add("info", "terminal: none here (normal for proxies a host starts)")
+    try:
+        directory = runtime_dir()
+    except OSError as exc:
+        section.add("fail", f"console: socket directory unusable: {one_line(str(exc), 200)}",
+                    "make it yours and private (chmod 700), or set MCP_SAMPLING_PROXY_RUNTIME_DIR to another directory")
+    else:
+        probe = None
+        try:
+            probe = tempfile.NamedTemporaryFile(dir=directory, prefix=".doctor-")  # noqa: SIM115
+        except OSError as exc:
+            section.add("fail", f"console: cannot create sockets in {directory}: {exc.strerror}",
+                        "make the directory writable, or set MCP_SAMPLING_PROXY_RUNTIME_DIR to another directory")
+        finally:
+            if probe is not None:
+                probe.close()
+        if probe is not None:
+            proxies, consoles = console_status(directory)
+            running = f"{proxies} prox{'ies' if proxies != 1 else 'y'} running"
+            if consoles is None:
+                section.add("ok", f"console: socket directory {directory} is usable; {running}")
+            elif proxies == 0:
+                section.add("ok", f"console: socket directory {directory} is usable; no proxy running now")
+            elif consoles:
+                section.add("ok", f"console: {running}, {consoles} console{'s' if consoles != 1 else ''} attached")
+            elif asks:
+                section.add("warn", f"console: {running}, no console attached",
+                            "run `mcp-sampling-proxy console` in a terminal to approve requests from hosts that "
+                            "give the proxy no terminal")
+            else:
+                section.add("info", f"console: {running}, no console attached (the rules never ask)")
+    answer = [h.title for h in HOSTS.values() if h.elicitation == "yes"]
+    silent = [h.title for h in HOSTS.values() if h.elicitation != "yes"]
+    section.add("info", f"host: {', '.join(answer)} can ask in their own UI (elicitation); {', '.join(silent)} "
+                        f"cannot, so use the console there ({HOST_SUPPORT_NOTE})")
+    return section
+
+
+# -- files ----------------------------------------------------------------------------------------------
+
+
+def _writable_dir(directory: Path) -> str | None:
+    """None when files can be created in `directory` (or it can be created); else why not."""
+    probe = directory
+    while not probe.exists():
+        if probe.parent == probe:
+            return "no existing parent directory"
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is not a directory"
+    if probe != directory:
+        return None if os.access(probe, os.W_OK | os.X_OK) else f"cannot create it: {probe} is not writable"
+    try:
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".doctor-"):
+            pass
+    except OSError as exc:
+        return f"cannot write there: {exc.strerror}"
+    return None
+
+
+def check_files(settings: Any) -> Section:
+    from mcp_sampling_proxy.quotas.state import state_dir
+
+    section = Section("files")
+    audit = getattr(settings, "audit_path", None) if settings is not None else None
+    if settings is None:
+        section.add("info", "audit log: not checked (the policy did not load)")
+    elif not audit:
+        section.add("info", "audit log: off (set audit.path in the policy to record every decision)")
+    else:
+        path = Path(audit)
+        problem = _writable_dir(path.parent)
+        if problem is None and path.exists() and not os.access(path, os.W_OK):
+            problem = "the file is not writable"
+        if problem is None and path.is_dir():
+            problem = "it is a directory"
+        if problem:
+            section.add("fail", f"audit log {path}: {problem}",
+                        "make the directory writable by you, or point audit.path elsewhere")
+        else:
+            section.add("ok", f"audit log {path}: writable")
+    directory = state_dir(create=False)
+    problem = _writable_dir(directory)
+    if problem:
+        section.add("fail", f"state directory {directory}: {problem} (budgets and remembered approvals live there)",
+                    "make it writable by you, or set MCP_SAMPLING_PROXY_STATE_DIR to another directory")
+    else:
+        section.add("ok", f"state directory {directory}: writable{'' if directory.exists() else ' (created on use)'}")
+    return section
+
+
+def check_hosts() -> Section:
+    from mcp_sampling_proxy.commands.wrap import survey
+    from mcp_sampling_proxy.hosts.config_files import HOSTS
+
+    section = Section("host configs")
+    found = False
+    for host in HOSTS:
+        for status in survey(host):
+            if not status.exists:
+                continue
+            found = True
+            title = f"{HOSTS[host].title} ({status.scope}) {status.path}"
+            if status.error:
+                section.add("warn", f"{title}: {one_line(status.error, 200)}", "fix the file; the host cannot read it")
+                continue
+            wrapped = sum(s.wrapped for s in status.servers)
+            section.add("info", f"{title}: {wrapped} of {len(status.servers)} servers wrapped")
+    if not found:
+        section.add("info", "no host config found in the usual places (`mcp-sampling-proxy wrap --list` shows them)")
+    return section
+
+
+# -- output ---------------------------------------------------------------------------------------------
+
+
+def _marks() -> dict[str, str]:
+    marks = {"ok": "✓", "fail": "✗", "warn": "!", "info": "·"}
+    encoding = getattr(sys.stdout, "encoding", None) or "ascii"
+    try:
+        "".join(marks.values()).encode(encoding)
+    except (UnicodeEncodeError, LookupError):
+        marks = {"ok": "ok", "fail": "XX", "warn": "!", "info": "-"}
+    return marks
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Check the policy file, the LLM providers, the approval channels, the audit log and the "
+                    "state directory; print what to fix. Exit 1 when something is broken.",
+        epilog="Checks use this shell's environment; a host starts the proxy with the environment its config gives.",
+    )
+    parser.add_argument("--policy", metavar="FILE", help="the policy file the proxy runs with")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                        help=f"per provider (default {DEFAULT_TIMEOUT:g})")
+    args = parser.parse_args(list(argv))
+    settings, policy = check_policy(args.policy)
+    sections = [policy, check_providers(settings, args.timeout), check_approval(settings), check_files(settings),
+                check_hosts()]
+    marks = _marks()
+    print(f"{PROG}: checks use this shell's environment; a host starts the proxy with the env its config gives")
+    for section in sections:
+        print(f"\n{section.title}")
+        for check in section.checks:
+            print(f"  {marks[check.status]} {check.text}")
+            if check.fix and check.status in ("fail", "warn"):
+                print(f"      fix: {check.fix}")
+    failures = sum(c.status == "fail" for s in sections for c in s.checks)
+    warnings = sum(c.status == "warn" for s in sections for c in s.checks)
+    summary = f"{failures} problem{'s' if failures != 1 else ''}, {warnings} warning{'s' if warnings != 1 else ''}"
+    print(f"\n{summary}" if failures or warnings else "\neverything checked is in order")
+    return 1 if failures else 0

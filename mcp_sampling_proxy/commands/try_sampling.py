@@ -1,0 +1,148 @@
+"""`mcp-sampling-proxy try`: play a host that cannot sample, to exercise a server without one.
+
+It starts the server behind a real proxy process (the same code a host would run), lists the
+tools, calls one, and prints the result and what the proxy decided, read from the proxy's
+JSON log. Server authors use it to test sampling without Claude Desktop or an API key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from typing import Any
+
+from mcp_sampling_proxy.approval.terminal import DEVICE_ENV
+from mcp_sampling_proxy.sanitize import strip_controls
+
+DECISION_EVENTS = {
+    "sampling request": "request",
+    "model chosen": "model",
+    "sampling fulfilled": "fulfilled",
+    "sampling failed": "failed",
+    "sampling not approved": "not approved",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mcp-sampling-proxy try",
+        description="Start a server behind the proxy, as a host without sampling would, call one tool, "
+        "and show the result and the proxy's decisions.",
+        epilog="example:\n  mcp-sampling-proxy try --tool summarize --args '{\"text\": \"MCP is a protocol...\"}' "
+        "-- python examples/servers/summarizer.py",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--policy", metavar="FILE", help="policy file for the proxy")
+    parser.add_argument("--name", help="server name for policy rules")
+    parser.add_argument("--tool", help="tool to call (omit to only list the tools)")
+    parser.add_argument("--args", default="{}", metavar="JSON", help="tool arguments as a JSON object")
+    parser.add_argument("--no-terminal", action="store_true", help="do not use this terminal for prompts")
+    parser.add_argument("--logs", action="store_true", help="also print the proxy's and the server's stderr")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the tool (default 300)")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="the server command, after '--'")
+    return parser
+
+
+def main(argv: Sequence[str]) -> int:
+    args = build_parser().parse_args(list(argv))
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        print("mcp-sampling-proxy try: error: give the server command after '--'", file=sys.stderr)
+        return 2
+    try:
+        tool_args = json.loads(args.args)
+    except ValueError as exc:
+        print(f"mcp-sampling-proxy try: error: --args is not JSON: {exc}", file=sys.stderr)
+        return 2
+    if not isinstance(tool_args, dict):
+        print("mcp-sampling-proxy try: error: --args must be a JSON object", file=sys.stderr)
+        return 2
+
+    proxy = [sys.executable, "-m", "mcp_sampling_proxy", "--log-format", "json"]
+    if args.policy:
+        proxy += ["--policy", args.policy]
+    if args.name:
+        proxy += ["--name", args.name]
+    if args.no_terminal:
+        proxy.append("--no-terminal")
+    env = dict(os.environ)
+    device = _terminal_device()
+    if device and not args.no_terminal:
+        env[DEVICE_ENV] = device
+
+    import anyio
+
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as errlog:
+        try:
+            outcome = anyio.run(_session, [*proxy, "--", *command], env, args.tool, tool_args, errlog, args.timeout)
+        except Exception as exc:
+            outcome = (1, f"error: {_describe_exception(exc)}")
+        errlog.seek(0)
+        _print_proxy_log(errlog.read(), verbose=args.logs or outcome[0] != 0)
+    sys.stderr.flush()
+    print(outcome[1], flush=True)
+    return outcome[0]
+
+
+async def _session(
+    command: list[str], env: dict[str, str], tool: str | None, tool_args: dict[str, Any], errlog: Any, timeout: float
+) -> tuple[int, str]:
+    import anyio
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    params = StdioServerParameters(command=command[0], args=command[1:], env=env)
+    with anyio.fail_after(timeout):
+        async with Client(stdio_client(params, errlog=errlog), mode="legacy") as client:
+            tools = (await client.list_tools()).tools
+            print("tools: " + ", ".join(t.name for t in tools), flush=True)
+            if tool is None:
+                return 0, "(no --tool given: nothing called)"
+            if tool not in {t.name for t in tools}:
+                return 2, f"error: the server has no tool '{tool}'"
+            result = await client.call_tool(tool, tool_args)
+    texts = [strip_controls(getattr(block, "text", f"[{block.type} content]")) for block in result.content]
+    label = "tool error" if result.is_error else "result"
+    return (1 if result.is_error else 0), f"{label}:\n" + "\n".join(texts)
+
+
+def _print_proxy_log(text: str, *, verbose: bool) -> None:
+    """Summarise the proxy's decisions; with verbose, every stderr line too."""
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if not isinstance(record, dict):
+            if verbose:
+                print("  " + strip_controls(line), file=sys.stderr)
+            continue
+        event = record.get("event", "")
+        label = DECISION_EVENTS.get(event)
+        if label is None and not (verbose or record.get("level") in ("warning", "error")):
+            continue
+        details = ", ".join(
+            f"{k}={strip_controls(str(v))}" for k, v in record.items() if k not in ("event", "level", "timestamp")
+        )
+        print(f"proxy: {label or event}" + (f" ({details})" if details else ""), file=sys.stderr)
+
+
+def _terminal_device() -> str | None:
+    for stream in (sys.stdin, sys.stderr, sys.stdout):
+        try:
+            if stream.isatty():
+                return os.ttyname(stream.fileno())
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def _describe_exception(exc: BaseException) -> str:
+    """Unwrap task-group exception groups into the first real cause."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return strip_controls(str(exc) or type(exc).__name__)

@@ -1,0 +1,527 @@
+"""`mcp-sampling-proxy wrap` / `unwrap`: put the proxy in front of a host's MCP servers, and take it out.
+
+`wrap` rewrites the chosen entries of a host's config so the host starts the proxy, which starts the
+real server: a stdio entry keeps its env, cwd and every other key, and its command line moves after
+`--`; a Streamable HTTP entry becomes a stdio entry running `--url URL --header 'K: V'`. The proxy is
+named by absolute path (hosts start servers with a minimal PATH). Nothing else in the file changes
+(see `hostconfig` for how), a timestamped backup is written first, and the original text of each
+entry goes into the sidecar file so `unwrap` can put it back byte for byte. `wrap --list` shows
+which servers of which host are wrapped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import shutil
+import sys
+import textwrap
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mcp_sampling_proxy.hosts.config_files import (
+    CODEX_HTTP_KEYS,
+    HOSTS,
+    ConfigDoc,
+    ConfigError,
+    Sidecar,
+    _same,
+    backup,
+    classify,
+    config_path,
+    is_wrapped,
+    parse_proxy_args,
+    servers_table,
+    table_label,
+    write_atomic,
+)
+from mcp_sampling_proxy.sanitize import one_line
+
+SCOPES = ("user", "project", "local")
+
+
+# -- how the host should start the proxy ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Invocation:
+    command: str
+    prefix: tuple[str, ...] = ()  # arguments before the proxy's own (`-m mcp_sampling_proxy`)
+
+
+def proxy_invocation() -> Invocation:
+    """The installed console script by absolute path, else this interpreter with `-m`.
+
+    The script next to `sys.executable` comes first (the same installation as the running code);
+    `sys.executable` is not resolved, since a venv's python is a symlink that must stay one."""
+    python = os.path.abspath(sys.executable)
+    names = ("mcp-sampling-proxy.exe",) if os.name == "nt" else ("mcp-sampling-proxy",)
+    folder = Path(python).parent
+    for candidate in (folder / name for name in names):
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return Invocation(str(candidate))
+    if os.name == "nt":
+        for candidate in (folder / "Scripts" / name for name in names):
+            if candidate.is_file():
+                return Invocation(str(candidate))
+    found = shutil.which("mcp-sampling-proxy")
+    if found:
+        return Invocation(os.path.abspath(found))
+    return Invocation(python, ("-m", "mcp_sampling_proxy"))
+
+
+# -- entries ----------------------------------------------------------------------------------------------
+
+
+class Skip(Exception):
+    """This entry cannot be wrapped (the reason is the message)."""
+
+
+def wrapped_entry(host: str, key: str, entry: dict[str, Any], invocation: Invocation, policy: str | None,
+                  name: str | None) -> dict[str, Any]:
+    """The entry with the proxy in front; key order and unrelated keys are kept."""
+    kind = classify(host, entry)
+    if kind.kind == "invalid":
+        raise Skip(f"cannot wrap: {kind.problem}")
+    if kind.kind == "sse":
+        raise Skip("cannot wrap: it uses the SSE transport, and the proxy reaches remote servers over "
+                   "Streamable HTTP only")
+    args = list(invocation.prefix)
+    if policy:
+        args += ["--policy", policy]
+    if name:
+        args += ["--name", name]
+    new: dict[str, Any] = {}
+    if kind.kind == "stdio":
+        args += ["--", entry["command"], *entry.get("args", [])]
+        for k, v in entry.items():
+            if k == "command":
+                new["command"] = invocation.command
+                new["args"] = args
+            elif k != "args":
+                new[k] = v
+        return new
+    remote = kind.remote
+    assert remote is not None
+    args += ["--url", remote.url]
+    for header, value in remote.headers.items():
+        args += ["--header", f"{header}: {value}"]
+    drop = set(HOSTS[host].url_keys) | {"headers"} | (set(CODEX_HTTP_KEYS) if host == "codex" else set())
+    for k, v in entry.items():
+        if k == remote.url_key:
+            new["command"] = invocation.command
+            new["args"] = args
+        elif k == "type":
+            new[k] = "stdio"
+        elif k not in drop:
+            new[k] = v
+    if host == "codex" and remote.env_vars:  # Codex passes only listed variables to a server
+        existing: list[Any] = entry["env_vars"] if isinstance(entry.get("env_vars"), list) else []
+        new["env_vars"] = list(dict.fromkeys([*existing, *remote.env_vars]))
+    return new
+
+
+def _upstream(host: str, entry: Any) -> tuple[Any, ...] | None:
+    """What an unwrapped entry connects to: ("stdio", argv) or ("http", url, headers)."""
+    kind = classify(host, entry)
+    if kind.kind == "stdio":
+        return "stdio", [entry["command"], *entry.get("args", [])]
+    if kind.remote is not None:
+        return "http", kind.remote.url, kind.remote.headers
+    return None
+
+
+def _transport_keys(host: str) -> set[str]:
+    keys = {"command", "args", "type", "headers", *HOSTS[host].url_keys}
+    return keys | set(CODEX_HTTP_KEYS) if host == "codex" else keys
+
+
+def derived_entry(host: str, entry: dict[str, Any], original: dict[str, Any] | None) -> dict[str, Any] | None:
+    """An unwrapped entry rebuilt from the proxy's arguments (the record is gone, or the entry was edited
+    since): the upstream comes from the arguments, every other key from the entry as it is now. When the
+    upstream is still the recorded original's, that original's form of it is used."""
+    parsed = parse_proxy_args(entry.get("args") or [])
+    upstream: tuple[Any, ...]
+    if parsed.command:
+        upstream = ("stdio", parsed.command)
+    elif "--url" in parsed.options:
+        headers = {}
+        for spec in parsed.headers:
+            header, _, value = spec.partition(":")
+            headers[header.strip()] = value.strip()
+        upstream = ("http", parsed.options["--url"], headers)
+    else:
+        return None
+    transport_keys = _transport_keys(host)
+    others = {k: v for k, v in entry.items() if k not in transport_keys}
+    if original is not None and _same(list(_upstream(host, original) or ()), list(upstream)):
+        transport = {k: v for k, v in original.items() if k in transport_keys}
+        order = list(original)
+    else:
+        transport = _transport_for(host, upstream, had_type="type" in entry)
+        keys = list(entry)
+        position = len([k for k in keys[:keys.index("command")] if k != "args"])
+        order = [k for k in keys if k not in ("command", "args")]
+        order[position:position] = [k for k in transport if k != "type"]
+    out = {}
+    for k in order:
+        if k in transport:
+            out[k] = transport[k]
+        elif k in others:
+            out[k] = others[k]
+    for k, v in {**transport, **others}.items():
+        out.setdefault(k, v)
+    return out
+
+
+def _transport_for(host: str, upstream: tuple[Any, ...], *, had_type: bool) -> dict[str, Any]:
+    if upstream[0] == "stdio":
+        command = upstream[1]
+        out: dict[str, Any] = {"command": command[0]}
+        if command[1:]:
+            out["args"] = command[1:]
+        if had_type:
+            out["type"] = "stdio"
+        return out
+    _, url, headers = upstream
+    url_key = {"gemini": "httpUrl", "windsurf": "serverUrl"}.get(host, "url")
+    out = {url_key: url}
+    if headers:
+        out["http_headers" if host == "codex" else "headers"] = headers
+    if had_type:
+        out["type"] = "http"
+    return out
+
+
+def describe_upstream(host: str, entry: Any) -> str:
+    """A short, terminal-safe description of what an entry runs or reaches."""
+    if is_wrapped(entry):
+        parsed = parse_proxy_args(entry.get("args") or [])
+        target = " ".join(parsed.command) if parsed.command else f"--url {parsed.options.get('--url', '?')}"
+        policy = parsed.options.get("--policy")
+        return one_line(f"{target}  (policy: {policy or 'none, from the environment'})", 160)
+    kind = classify(host, entry)
+    if kind.kind == "stdio":
+        return one_line(" ".join([entry["command"], *entry.get("args", [])]), 120)
+    if kind.remote is not None:
+        what = "SSE, cannot be wrapped" if kind.kind == "sse" else "Streamable HTTP"
+        return one_line(f"{kind.remote.url} ({what})", 120)
+    return one_line(f"cannot be wrapped: {kind.problem}", 120)
+
+
+# -- the command ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    server: str
+    message: str
+    changed: bool = False
+    error: bool = False
+
+
+@dataclass
+class Plan:
+    doc: ConfigDoc
+    sidecar: Sidecar
+    outcomes: list[Outcome] = field(default_factory=list)
+
+
+def build_parser(action: str) -> argparse.ArgumentParser:
+    wrap = action == "wrap"
+    hosts = ", ".join(HOSTS)
+    parser = argparse.ArgumentParser(
+        prog=f"mcp-sampling-proxy {action}",
+        description=textwrap.fill(
+            "Rewrite a host's MCP config so the chosen servers start through mcp-sampling-proxy. A backup "
+            "(FILE.bak-TIMESTAMP) is written first; the originals are recorded in .mcp-sampling-proxy.json "
+            "beside the config for `unwrap`. Wrapping a wrapped server changes nothing."
+            if wrap else
+            "Restore the chosen servers of a host's MCP config as they were before `wrap` (exactly, from the "
+            "record wrap left beside the config; without it, rebuilt from the proxy's arguments).",
+            100,
+        ),
+        epilog=(
+            "examples:\n"
+            f"  mcp-sampling-proxy {action} --host claude-desktop --all"
+            + (" --policy ~/.config/mcp-sampling-proxy/policy.yaml" if wrap else "") + "\n"
+            f"  mcp-sampling-proxy {action} --host vscode --scope project --server github --dry-run\n"
+            f"  mcp-sampling-proxy {action} --host codex --config ~/.codex/config.toml --server docs\n"
+            + ("  mcp-sampling-proxy wrap --list\n" if wrap else "")
+            + f"\nhosts: {hosts}\n"
+            "scopes: user (the per-user file, default), project (the file in --project-dir), local (Claude Code's "
+            "per-project servers in ~/.claude.json)"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--host", choices=list(HOSTS), metavar="HOST", help=f"the host: {hosts}")
+    parser.add_argument("--config", metavar="PATH", help="the config file (default: where HOST keeps it for --scope)")
+    parser.add_argument("--scope", choices=SCOPES, help="which of the host's files: user (default), project, local")
+    parser.add_argument("--project-dir", metavar="DIR", help="the project for --scope project/local (default: .)")
+    select = parser.add_mutually_exclusive_group()
+    select.add_argument("--server", dest="servers", metavar="NAME", nargs="+", action="extend", default=[],
+                        help="the server entries to change (repeatable)")
+    select.add_argument("--all", action="store_true", help="every server entry in the file")
+    if wrap:
+        select.add_argument("--list", action="store_true",
+                            help="show which servers of which host are wrapped (all hosts unless --host)")
+        parser.add_argument("--policy", metavar="FILE", help="the policy file the proxy uses (checked, made absolute)")
+        parser.add_argument("--name-from-key", action=argparse.BooleanOptionalAction, default=True,
+                            help="pass each entry's key as --name, what policy rules' server: matches (the default: "
+                            "a server's own reported name is never trusted; with --no-name-from-key the proxy "
+                            "derives the name from the command or URL)")
+    parser.add_argument("--dry-run", action="store_true", help="print the change as a diff and write nothing")
+    return parser
+
+
+def main(argv: Sequence[str], action: str = "wrap") -> int:
+    parser = build_parser(action)
+    args = parser.parse_args(list(argv))
+    prog = parser.prog
+    if getattr(args, "list", False):
+        return list_main(args, prog)
+    if not args.host:
+        parser.error(f"--host is required (one of {', '.join(HOSTS)})")
+    if not (args.servers or args.all):
+        parser.error("choose the servers: --server NAME ... or --all")
+    spec = HOSTS[args.host]
+    scope = args.scope or "user"
+    if scope not in spec.scopes and not (args.config and scope != "local"):
+        parser.error(f"{spec.title} has no {scope} scope (its scopes: {', '.join(spec.scopes)})")
+
+    def fail(message: str) -> int:
+        print(f"{prog}: error: {message}", file=sys.stderr)
+        return 1
+
+    try:
+        path = Path(os.path.expanduser(args.config)) if args.config else Path(
+            str(config_path(args.host, scope, project_dir=args.project_dir)))
+        table = servers_table(args.host, scope, args.project_dir)
+        doc = ConfigDoc.load(path, args.host)
+        sidecar = Sidecar(path)
+        servers = doc.servers(table)
+    except ConfigError as exc:
+        hint = ""
+        if not args.config and "file not found" in str(exc):
+            hint = f" (where {spec.title} keeps its {scope} config; give --config PATH if yours is elsewhere)"
+        return fail(f"{exc}{hint}; nothing written")
+    where = f"{path} ({table_label(table)})" if len(table) > 1 else str(path)
+    names = list(servers) if args.all else list(dict.fromkeys(args.servers))
+    unknown = [n for n in names if n not in servers]
+    if unknown:
+        known = ", ".join(servers) or "none"
+        elsewhere = [f"{n!r} is in the {table_label(t)}" for t in doc.tables() if t != table
+                     for n in unknown if n in doc.servers(t)]
+        hint = f"; {', '.join(elsewhere)}: use --scope local --project-dir DIR" if elsewhere else ""
+        return fail(f"{where}: no server named {', '.join(repr(n) for n in unknown)} (servers: {known}){hint}; "
+                    "nothing written")
+    if not names:
+        print(f"{where}: no servers, nothing to do")
+        return 0
+
+    policy = None
+    if action == "wrap" and args.policy:
+        policy = os.path.abspath(os.path.expanduser(args.policy))
+        from mcp_sampling_proxy.config.settings import load_settings
+        from mcp_sampling_proxy.config.yamlnodes import PolicyError
+
+        try:
+            load_settings(policy, environ={})
+        except PolicyError as exc:
+            return fail(f"{exc}; nothing written")
+
+    plan = Plan(doc, sidecar)
+    invocation = proxy_invocation()
+    for name in names:
+        try:
+            if action == "wrap":
+                _wrap_one(plan, args.host, table, name, invocation, policy, args.name_from_key, explicit=not args.all)
+            else:
+                _unwrap_one(plan, args.host, table, name)
+        except ConfigError as exc:
+            plan.outcomes.append(Outcome(name, str(exc), error=True))
+
+    print(f"{spec.title}: {where}")
+    width = max(len(o.server) for o in plan.outcomes)
+    for outcome in plan.outcomes:
+        print(f"  {one_line(outcome.server, 60):<{width}}  {outcome.message}")
+    if any(o.error for o in plan.outcomes):
+        return fail("nothing written")
+    if not any(o.changed for o in plan.outcomes):
+        print("nothing to change")
+        return 0
+    before, after = doc.text, plan.doc.text
+    if args.dry_run:
+        sys.stdout.writelines(_diff(before, after, str(path)))
+        print(f"dry run: nothing written (a real run backs up {path.name} first and "
+              f"{'records the originals in' if action == 'wrap' else 'updates'} {sidecar.path.name})")
+        return 0
+    try:
+        original_bytes = Path(os.path.realpath(path)).read_bytes()
+        if original_bytes != doc.encode(before):
+            return fail(f"{path} changed while this command ran; nothing written, run it again")
+        saved = backup(path, original_bytes)
+        if action == "wrap":  # the record exists before the entry changes, and outlives it on unwrap
+            sidecar.save()
+        write_atomic(path, plan.doc.encode(after))
+        if action == "unwrap":
+            sidecar.save()
+    except OSError as exc:
+        return fail(f"cannot write {exc.filename or path}: {exc.strerror}")
+    print(f"backup: {saved}")
+    if action == "wrap":
+        print(f"originals recorded in {sidecar.path} (for `mcp-sampling-proxy unwrap`)")
+        if policy is None:
+            print("no --policy: the proxy takes its LLM from OPENAI_API_KEY / ANTHROPIC_API_KEY in the host's "
+                  "environment and asks before every request")
+        if args.host == "codex":
+            print("Codex gives servers only the variables listed in env_vars (or set in env): add your LLM key "
+                  "variable there")
+    print(f"next: {spec.reload}")
+    return 0
+
+
+def _wrap_one(plan: Plan, host: str, table: tuple[str, ...], name: str, invocation: Invocation,
+              policy: str | None, name_from_key: bool, *, explicit: bool) -> None:
+    doc = plan.doc
+    entry = doc.servers(table)[name]
+    if is_wrapped(entry):
+        current = parse_proxy_args(entry.get("args") or []).options.get("--policy")
+        note = ""
+        if policy and current != policy:
+            note = (f" (its policy is {current or 'none'}; to use {policy}, unwrap and wrap again)")
+        plan.outcomes.append(Outcome(name, f"already wrapped, unchanged{note}"))
+        return
+    from mcp_sampling_proxy.policy.identity import bad_character
+
+    bad = bad_character(name) if name_from_key else None
+    if bad is not None:
+        plan.outcomes.append(Outcome(name.encode("unicode_escape").decode(), f"cannot wrap: the entry's key holds a "
+                                     f"control or invisible character, {bad}; rename the entry", error=True))
+        return
+    try:
+        new = wrapped_entry(host, name, entry, invocation, policy, name if name_from_key else None)
+    except Skip as exc:
+        plan.outcomes.append(Outcome(name, f"{exc}" + ("" if explicit else " (skipped)"), error=explicit))
+        return
+    original_text = doc.entry_text(table, name)
+    wrapped_doc = doc.with_text(doc.replace_entry(table, name, new))
+    plan.sidecar.put(host, table, name, original=entry, original_text=original_text,
+                     wrapped=new, wrapped_text=wrapped_doc.entry_text(table, name))
+    plan.doc = wrapped_doc
+    plan.outcomes.append(Outcome(name, f"wrapped: {describe_upstream(host, entry)}", changed=True))
+
+
+def _unwrap_one(plan: Plan, host: str, table: tuple[str, ...], name: str) -> None:
+    doc = plan.doc
+    entry = doc.servers(table)[name]
+    if not is_wrapped(entry):
+        plan.outcomes.append(Outcome(name, "not wrapped, unchanged"))
+        return
+    record = plan.sidecar.find(host, table, name)
+    if record is not None and record.get("wrapped_text") == doc.entry_text(table, name):
+        text = doc.restore_entry_text(table, name, record["original_text"], record["original"])
+        how = "restored exactly"
+    elif record is not None and _same(entry, record.get("wrapped")):
+        text = doc.replace_entry(table, name, record["original"])
+        how = "restored (its formatting had changed since wrap)"
+    else:
+        target = derived_entry(host, entry, record.get("original") if record else None)
+        if target is None:
+            raise ConfigError("cannot tell what it ran before: its arguments have neither '-- COMMAND' nor --url")
+        text = doc.replace_entry(table, name, target)
+        how = ("rebuilt from the proxy's arguments (edited since wrap; other keys kept as they are now)"
+               if record else "rebuilt from the proxy's arguments (no record of the original)")
+    plan.doc = doc.with_text(text)
+    plan.sidecar.remove(host, table, name)
+    plan.outcomes.append(Outcome(name, f"{how}: {describe_upstream(host, plan.doc.servers(table)[name])}",
+                                 changed=True))
+
+
+def _diff(before: str, after: str, label: str) -> list[str]:
+    lines = list(difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
+                                      fromfile=label, tofile=f"{label} (after)"))
+    return [line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines]
+
+
+# -- wrap --list --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ServerStatus:
+    name: str
+    table: tuple[str, ...]
+    wrapped: bool
+    kind: str  # stdio | http | sse | invalid
+    detail: str
+
+
+@dataclass
+class FileStatus:
+    host: str
+    scope: str
+    path: Path
+    exists: bool
+    error: str | None = None
+    servers: list[ServerStatus] = field(default_factory=list)
+
+
+def survey(host: str, scope: str | None = None, config: str | None = None,
+           project_dir: str | None = None) -> list[FileStatus]:
+    """The host's config files (or `config`) and the state of each server entry in them."""
+    spec = HOSTS[host]
+    if config:
+        files = [("given", Path(os.path.expanduser(config)))]
+    else:
+        scopes = [scope] if scope else [s for s in spec.scopes if s != "local"]
+        files = [(s, Path(str(config_path(host, s, project_dir=project_dir)))) for s in scopes]
+    out = []
+    for scope_name, path in dict((str(p), (s, p)) for s, p in files).values():
+        status = FileStatus(host, scope_name, path, path.is_file())
+        out.append(status)
+        if not status.exists:
+            continue
+        try:
+            doc = ConfigDoc.load(path, host)
+            for table in doc.tables():
+                for name, entry in doc.servers(table).items():
+                    status.servers.append(ServerStatus(name, table, is_wrapped(entry), classify(host, entry).kind,
+                                                       describe_upstream(host, entry)))
+        except ConfigError as exc:
+            status.error = str(exc)
+    return out
+
+
+def list_main(args: argparse.Namespace, prog: str) -> int:
+    if args.config and not args.host:
+        print(f"{prog}: error: --config needs --host (the file's format depends on it)", file=sys.stderr)
+        return 2
+    hosts = [args.host] if args.host else list(HOSTS)
+    rc = 0
+    missing: list[str] = []
+    for host in hosts:
+        for status in survey(host, args.scope, args.config, args.project_dir):
+            title = f"{HOSTS[host].title} ({status.scope})"
+            if not status.exists:
+                if args.host:
+                    print(f"{title}: {status.path}: no such file")
+                else:
+                    missing.append(f"{HOSTS[host].title} ({status.scope})")
+                continue
+            if status.error:
+                print(f"{title}: {status.error}")
+                rc = 1
+                continue
+            wrapped = sum(s.wrapped for s in status.servers)
+            print(f"{title}: {status.path}: {wrapped} of {len(status.servers)} servers wrapped")
+            width = max((len(s.name) for s in status.servers), default=0)
+            for server in status.servers:
+                state = "wrapped    " if server.wrapped else "not wrapped"
+                where = f" [{table_label(server.table)}]" if len(server.table) > 1 else ""
+                print(f"  {one_line(server.name, 60):<{width}}  {state}  {server.detail}{where}")
+    if missing:
+        print(f"no config file for: {', '.join(missing)}")
+    return rc

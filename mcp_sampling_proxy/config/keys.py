@@ -1,0 +1,107 @@
+"""Provider API keys from a file or a command, so they never sit in the host config or any
+environment a same-user server could read.
+
+`resolve_keys` runs once at start, before the upstream is spawned; the values live only in the
+returned `ProviderConfig.api_key` (never logged: the field has no repr) and in the scrubbers.
+`policy check` never calls it, so checking a policy never runs `api_key_command`.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from dataclasses import replace
+
+from mcp_sampling_proxy.fulfil.base import ProviderConfig
+
+COMMAND_TIMEOUT = 30.0  # seconds; a password manager may ask to be unlocked
+
+
+class KeySourceError(Exception):
+    """A key source that did not give a key; the message says what to do, never the key."""
+
+
+def provider_key(provider: ProviderConfig) -> str | None:
+    """The key an adapter sends: from a file or command (resolved), else from `api_key_env`."""
+    if provider.api_key is not None:
+        return provider.api_key
+    if provider.api_key_env:
+        return os.environ.get(provider.api_key_env) or None
+    return None
+
+
+def key_source(provider: ProviderConfig) -> str:
+    """Where the key comes from, for messages (never the value)."""
+    if provider.api_key_file:
+        return f"api_key_file {provider.api_key_file}"
+    if provider.api_key_command:
+        return f"api_key_command {' '.join(provider.api_key_command)}"
+    if provider.api_key_env:
+        return f"api_key_env {provider.api_key_env}"
+    return "no key configured"
+
+
+def read_key_file(provider: ProviderConfig) -> str:
+    path = provider.api_key_file or ""
+    where = f"provider '{provider.name}': api_key_file {path}"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise KeySourceError(f"{where}: no such file") from None
+    except OSError as exc:
+        raise KeySourceError(f"{where}: cannot open it ({exc.strerror}); it must be a regular file, "
+                             "not a symlink") from None
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(file.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise KeySourceError(f"{where}: not a regular file")
+        if info.st_uid != os.getuid():
+            raise KeySourceError(f"{where}: owned by uid {info.st_uid}, not by you (uid {os.getuid()}); "
+                                 f"chown it to yourself and chmod 600 {path}")
+        if info.st_mode & 0o077:
+            raise KeySourceError(f"{where}: readable by others (mode {stat.S_IMODE(info.st_mode):04o}); "
+                                 f"run: chmod 600 {path}")
+        data = file.read(64 * 1024 + 1)
+    if len(data) > 64 * 1024:
+        raise KeySourceError(f"{where}: larger than 64 KiB, that is not an API key")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise KeySourceError(f"{where}: not UTF-8 text") from None
+    text = text.removesuffix("\n").removesuffix("\r")
+    if not text.strip():
+        raise KeySourceError(f"{where}: the file is empty")
+    return text
+
+
+def run_key_command(provider: ProviderConfig, timeout: float = COMMAND_TIMEOUT) -> str:
+    argv = list(provider.api_key_command or ())
+    where = f"provider '{provider.name}': api_key_command {' '.join(argv)}"
+    try:
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, check=False)
+    except FileNotFoundError:
+        raise KeySourceError(f"{where}: command not found") from None
+    except subprocess.TimeoutExpired:
+        raise KeySourceError(f"{where}: no answer within {timeout:g} s") from None
+    except OSError as exc:
+        raise KeySourceError(f"{where}: cannot run it ({exc.strerror})") from None
+    if done.returncode != 0:  # its output may hold the key or part of it: never shown
+        raise KeySourceError(f"{where}: exited with status {done.returncode}; run it yourself to see why")
+    key = done.stdout.decode("utf-8", "replace").strip()
+    if not key:
+        raise KeySourceError(f"{where}: printed nothing on stdout; it must print the key")
+    return key
+
+
+def resolve_key(provider: ProviderConfig) -> ProviderConfig:
+    """`provider` with the key from its file or command held in `api_key` (others unchanged)."""
+    if provider.api_key_file:
+        return replace(provider, api_key=read_key_file(provider))
+    if provider.api_key_command:
+        return replace(provider, api_key=run_key_command(provider))
+    return provider
+
+
+def resolve_keys(providers: list[ProviderConfig]) -> list[ProviderConfig]:
+    return [resolve_key(p) for p in providers]

@@ -1,0 +1,684 @@
+"""The policy file: load, validate, and derive the settings the proxy runs with.
+
+Everything is validated at start, with the position of the mistake, so the proxy never
+discovers a typo in the middle of a session. Without a policy file, providers come from the
+environment (OPENAI_API_KEY / OPENAI_BASE_URL, ANTHROPIC_API_KEY / ANTHROPIC_BASE_URL).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shlex
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, cast
+
+from mcp_sampling_proxy.config.child_env import WELL_KNOWN_KEY_VARS
+from mcp_sampling_proxy.config.yamlnodes import Node, PolicyError, _did_you_mean, _show, load
+from mcp_sampling_proxy.fulfil.base import ModelSpec, ProviderConfig
+from mcp_sampling_proxy.policy.conditions import (
+    ALWAYS,
+    All,
+    AnyOf,
+    Condition,
+    ContentHas,
+    HostMatches,
+    IncludeContextIs,
+    MethodIs,
+    ModelMatches,
+    Not,
+    Over,
+    ServerMatches,
+    ServerReportedMatches,
+    TextMatches,
+    ToolMatches,
+)
+from mcp_sampling_proxy.policy.identity import bad_character
+from mcp_sampling_proxy.policy.rules import Budget, RateLimit, Rule, RuleLimits, SizeLimits
+from mcp_sampling_proxy.vocabulary import ACTIONS, MAX_TOKENS_ACTIONS, Action, GiB, KiB, MiB
+
+PROVIDER_TYPES = ("openai", "anthropic", "console")
+ROUTES = ("auto", "proxy", "host")
+METHODS = ("sampling", "elicitation")
+ERAS = ("handshake", "any")
+CONTENT_TYPES = ("text", "image", "audio", "tool_use", "tool_result", "tools")
+INCLUDE_CONTEXT = ("none", "thisServer", "allServers")
+APPROVAL_CHANNELS = ("terminal", "console", "host")
+AUDIT_CONTENT_MODES = ("none", "redacted", "full")
+AUDIT_KEYS = ("path", "content", "redact", "fsync", "max_bytes")
+
+DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
+DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-5"
+
+
+DEFAULT_AUDIT_MAX_BYTES = 64 * MiB
+
+
+@dataclass(frozen=True)
+class ApprovalSettings:
+    """The top-level `approval:` section."""
+
+    channels: tuple[str, ...] = APPROVAL_CHANNELS  # tried in this order
+    timeout: float = 120.0  # seconds
+    review_response: bool = False  # let the approver check the LLM's answer before the server gets it
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    route: str = "auto"
+    fallback_on_host_error: bool = False
+    advertise_tools: bool = True  # offer `sampling.tools` upstream when the adapter can use tools
+    max_concurrent: int = 8  # LLM calls this proxy makes at once; more wait in a queue ...
+    max_queued: int = 256  # ... of at most this many; past it a request is refused (-1)
+
+
+@dataclass(frozen=True)
+class ElicitationSettings:
+    route: str = "auto"  # auto | console | host | decline
+    url_mode: bool = False  # serve URL-mode elicitation on the console (show the URL, open it on consent)
+    sensitive_form: str = "decline"  # decline | cancel | allow: forms that ask for secrets
+    non_interactive: str = "decline"  # decline | cancel | accept_defaults: nobody to ask
+
+
+@dataclass(frozen=True)
+class AuditSettings:
+    """The top-level `audit:` section (no path: no audit log)."""
+
+    path: str | None = None
+    content: str = "none"  # none | redacted | full
+    redact: tuple[re.Pattern[str], ...] = ()  # the user's own patterns, on top of the built-in ones
+    fsync: bool = True  # fsync each record before the server gets its answer
+    max_bytes: int = DEFAULT_AUDIT_MAX_BYTES  # rotate when the file would grow past this; 0: never
+
+
+@dataclass
+class Settings:
+    """Everything the proxy needs from the policy file (or the environment)."""
+
+    providers: list[ProviderConfig] = field(default_factory=list)
+    default_provider: str | None = None
+    aliases: dict[str, str] = field(default_factory=dict)
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)
+    elicitation: ElicitationSettings = field(default_factory=ElicitationSettings)
+    rules: list[Rule] = field(default_factory=list)
+    limits: SizeLimits = field(default_factory=SizeLimits)
+    approval: ApprovalSettings = field(default_factory=ApprovalSettings)
+    audit: AuditSettings = field(default_factory=AuditSettings)
+    pass_env: tuple[str, ...] = ()
+    shutdown_timeout: float = 5.0
+    era: str = "handshake"  # handshake: answer server/discover so hosts fall back to initialize
+    max_input_rounds: int = 8  # input_required rounds the proxy answers before giving up
+    source: str = "environment"  # the policy file path, or "environment"
+
+    @property
+    def audit_path(self) -> str | None:
+        """The audit log file (None: no audit log)."""
+        return self.audit.path
+
+    @audit_path.setter
+    def audit_path(self, path: str | None) -> None:
+        self.audit = replace(self.audit, path=path)
+
+    def secret_env_vars(self) -> set[str]:
+        """Names of environment variables holding the proxy's own LLM keys."""
+        names = {p.api_key_env for p in self.providers if p.api_key_env}
+        names.update(WELL_KNOWN_KEY_VARS)
+        return names - set(self.pass_env)
+
+
+def load_settings(path: str | None, environ: dict[str, str] | None = None) -> Settings:
+    """Load the policy file at `path`, or derive settings from the environment."""
+    environ = dict(os.environ) if environ is None else environ
+    if path is None:
+        return settings_from_environment(environ)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise PolicyError(f"{path}: policy file not found") from None
+    except OSError as exc:
+        raise PolicyError(f"{path}: cannot read policy file: {exc.strerror}") from None
+    settings = parse_settings(text, path)
+    if not settings.providers:  # a policy without llm: keep the environment's providers
+        settings.providers = settings_from_environment(environ).providers
+    return settings
+
+
+# (provider name and type, key variable, base URL variable, model variable, default model)
+_ENV_PROVIDERS = (
+    ("openai", "OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL", DEFAULT_OPENAI_MODEL),
+    ("anthropic", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "ANTHROPIC_MODEL", DEFAULT_ANTHROPIC_MODEL),
+)
+
+
+def settings_from_environment(environ: dict[str, str]) -> Settings:
+    """Providers from well-known variables, in order: OpenAI-compatible first, then Anthropic.
+
+    An OpenAI base URL alone is enough (local servers such as Ollama need no key)."""
+    providers: list[ProviderConfig] = []
+    for name, key_var, url_var, model_var, default_model in _ENV_PROVIDERS:
+        if not (environ.get(key_var) or (name == "openai" and environ.get(url_var))):
+            continue
+        providers.append(ProviderConfig(
+            name=name,
+            type=name,
+            base_url=environ.get(url_var) or None,
+            api_key_env=key_var,
+            models=(ModelSpec(environ.get(model_var, default_model)),),
+        ))
+    return Settings(providers=providers)
+
+
+def parse_settings(text: str, where: str) -> Settings:
+    """Validate a policy document; raises PolicyError naming FILE:LINE:COL."""
+    root = load(text, where)
+    settings = Settings(source=where)
+    if root is None:
+        return settings
+    top = root.mapping(("llm", "sampling", "elicitation", "rules", "limits", "approval", "audit", "upstream"))
+    if "llm" in top:
+        _parse_llm(top["llm"], settings)
+    if "sampling" in top:
+        settings.sampling = _parse_sampling(top["sampling"])
+    if "elicitation" in top:
+        settings.elicitation = _parse_elicitation(top["elicitation"])
+    if "limits" in top:
+        settings.limits = SizeLimits(**_parse_limits(top["limits"]))
+    if "approval" in top:
+        settings.approval = _parse_approval(top["approval"])
+    if "rules" in top:
+        _parse_rules(top["rules"], settings)
+    if "audit" in top:
+        settings.audit = _parse_audit(top["audit"], where)
+    if "upstream" in top:
+        upstream = top["upstream"].mapping(("pass_env", "shutdown_timeout", "era", "max_input_rounds"))
+        if "max_input_rounds" in upstream:
+            settings.max_input_rounds = upstream["max_input_rounds"].int(minimum=1)
+        if "era" in upstream:
+            settings.era = upstream["era"].choice(ERAS)
+        if "pass_env" in upstream:
+            settings.pass_env = tuple(upstream["pass_env"].strings())
+        if "shutdown_timeout" in upstream:
+            settings.shutdown_timeout = upstream["shutdown_timeout"].number(minimum=0)
+    return settings
+
+
+def _parse_llm(node: Node, settings: Settings) -> None:
+    llm = node.mapping(("providers", "default", "aliases"))
+    if "providers" in llm:
+        for name, pnode in llm["providers"].mapping().items():
+            settings.providers.append(_parse_provider(name, pnode))
+    names = [p.name for p in settings.providers]
+    if "default" in llm:
+        default = llm["default"].str()
+        if default not in names:
+            raise llm["default"].error(
+                f"llm.default '{default}' is not a configured provider; configured: {', '.join(names) or 'none'}"
+            )
+        settings.default_provider = default
+    if "aliases" in llm:
+        known = {m.name for p in settings.providers for m in p.models}
+        for hint, target in llm["aliases"].mapping().items():
+            model = target.str()
+            if model not in known:
+                raise target.error(
+                    f"alias '{hint}' points at model '{model}', which no provider lists in models"
+                )
+            settings.aliases[hint.lower()] = model
+
+
+_PROVIDER_KEYS = (
+    "type", "base_url", "api_key_env", "models", "timeout", "max_attempts", "tools", "headers",
+    "api_key_file", "api_key_command",
+)
+
+
+def _parse_provider(name: str, node: Node) -> ProviderConfig:
+    fields = node.mapping(_PROVIDER_KEYS)
+    if "type" not in fields:
+        raise node.error(f"provider '{name}' needs a type: one of {', '.join(PROVIDER_TYPES)}")
+    ptype = fields["type"].choice(PROVIDER_TYPES)
+    models: list[ModelSpec] = []
+    if "models" in fields:
+        models = [_parse_model(m) for m in fields["models"].sequence()]
+    if not models and ptype != "console":
+        raise node.error(f"provider '{name}' needs models: [MODEL, ...] (the first is the default)")
+    if ptype == "console" and not models:
+        models = [ModelSpec("console")]
+    kwargs: dict[str, object] = {}
+    if "base_url" in fields:
+        url = fields["base_url"].str()
+        if not url.startswith(("http://", "https://")):
+            raise fields["base_url"].error(f"base_url must start with http:// or https://, got '{url}'")
+        kwargs["base_url"] = url.rstrip("/")
+    if "api_key_env" in fields:
+        env = fields["api_key_env"].str()
+        if env.startswith(("sk-", "sk_")) or len(env) > 64:
+            raise fields["api_key_env"].error(
+                "api_key_env names the environment variable that holds the key, not the key itself"
+            )
+        kwargs["api_key_env"] = env
+    kwargs.update(_parse_key_source(name, node, fields))
+    if "timeout" in fields:
+        tnode = fields["timeout"]
+        if tnode.is_mapping():
+            t = tnode.mapping(("connect", "read", "total"))
+            if "connect" in t:
+                kwargs["connect_timeout"] = t["connect"].number(minimum=0.1)
+            if "read" in t:
+                kwargs["read_timeout"] = t["read"].number(minimum=0.1)
+            if "total" in t:
+                kwargs["total_timeout"] = _duration(t["total"])
+        else:
+            kwargs["read_timeout"] = tnode.number(minimum=0.1)
+    if "max_attempts" in fields:
+        kwargs["max_attempts"] = fields["max_attempts"].int(minimum=1)
+    if "tools" in fields:
+        kwargs["supports_tools"] = fields["tools"].bool()
+    if "headers" in fields:
+        kwargs["headers"] = {k: v.str() for k, v in fields["headers"].mapping().items()}
+    return ProviderConfig(name=name, type=ptype, models=tuple(models), **kwargs)  # type: ignore[arg-type]
+
+
+def _parse_key_source(name: str, node: Node, fields: dict[str, Node]) -> dict[str, object]:
+    """api_key_file / api_key_command: keys that never sit in an environment (see keys.py).
+    Only parsed here: the file is read and the command run at start, never by `policy check`."""
+    sources = [k for k in ("api_key_env", "api_key_file", "api_key_command") if k in fields]
+    if len(sources) > 1:
+        raise fields[sources[1]].error(
+            f"provider '{name}' has both {sources[0]} and {sources[1]}: give exactly one key source")
+    kwargs: dict[str, object] = {}
+    if "api_key_file" in fields:
+        path = fields["api_key_file"].str()
+        if not path.strip():
+            raise fields["api_key_file"].error("api_key_file needs the path of a file holding only the key")
+        kwargs["api_key_file"] = os.path.expanduser(path)
+    if "api_key_command" in fields:
+        cnode = fields["api_key_command"]
+        # A list is run as is; a string is split like a shell would (shlex), but never run by one.
+        argv = list(cnode.strings()) if cnode.is_sequence() else shlex.split(cnode.str())
+        if not argv or not argv[0]:
+            raise cnode.error('api_key_command needs a command that prints the key, e.g. ["pass", "show", "openai"]')
+        kwargs["api_key_command"] = tuple(argv)
+    return kwargs
+
+
+def _parse_model(node: Node) -> ModelSpec:
+    if not node.is_mapping():
+        return ModelSpec(node.str())
+    fields = node.mapping(("name", "cost", "speed", "intelligence", "reasoning"))
+    if "name" not in fields:
+        raise node.error("a model entry written as a mapping needs name: MODEL")
+    ratings = {
+        key: fields[key].number(minimum=0, maximum=1) for key in ("cost", "speed", "intelligence") if key in fields
+    }
+    reasoning = fields["reasoning"].bool() if "reasoning" in fields else None
+    return ModelSpec(fields["name"].str(), **ratings, reasoning=reasoning)
+
+
+def _parse_sampling(node: Node) -> SamplingSettings:
+    fields = node.mapping(("route", "fallback_on_host_error", "tools", "max_concurrent", "max_queued"))
+    defaults = SamplingSettings()
+    return SamplingSettings(
+        max_concurrent=fields["max_concurrent"].int(minimum=1) if "max_concurrent" in fields
+        else defaults.max_concurrent,
+        max_queued=fields["max_queued"].int(minimum=0) if "max_queued" in fields else defaults.max_queued,
+        route=fields["route"].choice(ROUTES) if "route" in fields else "auto",
+        fallback_on_host_error=fields["fallback_on_host_error"].bool()
+        if "fallback_on_host_error" in fields
+        else False,
+        advertise_tools=fields["tools"].bool() if "tools" in fields else True,
+    )
+
+
+def _parse_elicitation(node: Node) -> ElicitationSettings:
+    fields = node.mapping(("route", "url_mode", "sensitive_form", "non_interactive"))
+    defaults = ElicitationSettings()
+    return ElicitationSettings(
+        route=fields["route"].choice(("auto", "console", "host", "decline")) if "route" in fields else defaults.route,
+        url_mode=fields["url_mode"].bool() if "url_mode" in fields else defaults.url_mode,
+        sensitive_form=fields["sensitive_form"].choice(("decline", "cancel", "allow"))
+        if "sensitive_form" in fields else defaults.sensitive_form,
+        non_interactive=fields["non_interactive"].choice(("decline", "cancel", "accept_defaults"))
+        if "non_interactive" in fields else defaults.non_interactive,
+    )
+
+
+# -- sizes and durations ----------------------------------------------------------------------------
+
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3,
+               "kib": KiB, "mib": MiB, "gib": GiB}
+_SIZE_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", re.IGNORECASE)
+SIZE_FORMS = "a number of bytes or a string such as 512KiB, 1MiB, 16MB (units B, KB, MB, GB, KiB, MiB, GiB)"
+
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhd])\s*")
+DURATION_FORMS = "a number of seconds or a string such as 30s, 90s, 1m, 2h, 1d (units s, m, h, d)"
+
+
+def parse_size(value: object) -> int:
+    """Bytes from an integer or a string such as '512KiB', '1MiB', '16MB'; ValueError otherwise."""
+    if isinstance(value, bool):
+        raise ValueError("not a size")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError("a size cannot be negative")
+        return value
+    if isinstance(value, str):
+        found = _SIZE_RE.fullmatch(value)
+        if found and found.group(2).lower() in _SIZE_UNITS:
+            return int(float(found.group(1)) * _SIZE_UNITS[found.group(2).lower()])
+        if value.strip().startswith("-"):
+            raise ValueError("a size cannot be negative")
+    raise ValueError("not a size")
+
+
+def parse_duration(value: object) -> float:
+    """Seconds from a positive number or a string such as '30s', '1m', '2h', '1d'; ValueError otherwise."""
+    if isinstance(value, bool):
+        raise ValueError("not a duration")
+    seconds: float | None = None
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str) and (found := _DURATION_RE.fullmatch(value)):
+        seconds = float(found.group(1)) * _DURATION_UNITS[found.group(2)]
+    if seconds is None or not math.isfinite(seconds):
+        raise ValueError("not a duration")
+    if seconds <= 0:
+        raise ValueError("a duration must be longer than 0 seconds")
+    return seconds
+
+
+def _size(node: Node) -> int:
+    try:
+        return parse_size(node.value())
+    except ValueError as exc:
+        if "negative" in str(exc):
+            raise node.error(f"{node.label} cannot be negative, got {_show(node.value())}") from None
+        raise node.error(f"{node.label} must be a size: {SIZE_FORMS}; got {_show(node.value())}") from None
+
+
+def _duration(node: Node) -> float:
+    try:
+        return parse_duration(node.value())
+    except ValueError as exc:
+        if "longer" in str(exc):
+            raise node.error(f"{node.label} must be longer than 0 seconds, got {_show(node.value())}") from None
+        raise node.error(f"{node.label} must be a duration: {DURATION_FORMS}; got {_show(node.value())}") from None
+
+
+# -- limits and approval ----------------------------------------------------------------------------
+
+_LIMIT_KEYS = tuple(f.name for f in fields(SizeLimits))
+_SIZE_KEYS = ("max_text_bytes", "max_media_bytes", "max_request_bytes")
+_LIMIT_MINIMUM = {"max_messages": 1, "max_tokens": 1, "max_tools": 0}
+
+
+def _parse_limits(node: Node) -> dict[str, Any]:
+    """The keys a `limits:` mapping sets (top level or a rule's), validated."""
+    given = node.mapping(_LIMIT_KEYS)
+    out: dict[str, Any] = {}
+    for key, value in given.items():
+        if key in _SIZE_KEYS:
+            out[key] = _size(value)
+        elif key == "max_tokens_action":
+            out[key] = value.choice(MAX_TOKENS_ACTIONS)
+        else:
+            out[key] = value.int(minimum=_LIMIT_MINIMUM[key])
+    return out
+
+
+def _parse_approval(node: Node) -> ApprovalSettings:
+    fields_ = node.mapping(("channels", "timeout", "review_response"))
+    settings = ApprovalSettings()
+    if "channels" in fields_:
+        cnode = fields_["channels"]
+        items = [cnode] if not cnode.is_sequence() else cnode.sequence()
+        channels: list[str] = []
+        for item in items:
+            name = item.choice(APPROVAL_CHANNELS)
+            if name in channels:
+                raise item.error(f"{cnode.label} lists '{name}' twice")
+            channels.append(name)
+        if not channels:
+            raise cnode.error(
+                f"{cnode.label} needs at least one of {', '.join(APPROVAL_CHANNELS)} (in the order to try them); "
+                "to never ask anyone, end the rules with one that has action: deny"
+            )
+        settings = replace(settings, channels=tuple(channels))
+    if "timeout" in fields_:
+        settings = replace(settings, timeout=_duration(fields_["timeout"]))
+    if "review_response" in fields_:
+        settings = replace(settings, review_response=fields_["review_response"].bool())
+    return settings
+
+
+# -- audit ------------------------------------------------------------------------------------------
+
+def _parse_audit(node: Node, where: str) -> AuditSettings:
+    given = node.mapping(AUDIT_KEYS)
+    if "path" not in given:
+        if given:
+            raise node.error(f"{node.label} sets {', '.join(given)} but no path: give path: FILE "
+                             "(e.g. ~/.local/state/mcp-sampling-proxy/audit.jsonl), or remove the audit section")
+        return AuditSettings()
+    path = os.path.expanduser(given["path"].str())
+    if not os.path.isabs(path):  # hosts start the proxy in any directory: relative to the policy file
+        path = os.path.join(os.path.dirname(os.path.abspath(where)), path)
+    settings = AuditSettings(path=os.path.normpath(path))
+    if "content" in given:
+        settings = replace(settings, content=given["content"].choice(AUDIT_CONTENT_MODES))
+    if "redact" in given:
+        rnode = given["redact"]
+        items = [rnode] if not rnode.is_sequence() else rnode.sequence()
+        patterns = []
+        for item in items:
+            pattern = _regex(item)
+            if pattern.search(""):
+                raise item.error(f"{item.label} /{pattern.pattern}/ matches the empty string, so it would mask "
+                                 "between every character; make it match the secret itself")
+            patterns.append(pattern)
+        settings = replace(settings, redact=tuple(patterns))
+    if "fsync" in given:
+        settings = replace(settings, fsync=given["fsync"].bool())
+    if "max_bytes" in given:
+        settings = replace(settings, max_bytes=_size(given["max_bytes"]))
+    return settings
+
+
+# -- rules --------------------------------------------------------------------------------------------
+
+RULE_KEYS = ("name", "when", "action", "message", "rate_limit", "budget", "limits", "provider", "model")
+WHEN_KEYS = (
+    "server", "server_reported", "method", "tool", "host", "model", "max_tokens_over", "messages_over", "content",
+    "include_context", "text_matches", "any", "not",
+)
+_ENV_PROVIDER_NAMES = tuple(entry[0] for entry in _ENV_PROVIDERS)
+
+
+def _parse_rules(node: Node, settings: Settings) -> None:
+    seen: dict[str, int] = {}
+    for index, rnode in enumerate(node.sequence()):
+        rule = _parse_rule(rnode, index, settings)
+        if rule.name in seen:
+            where = rnode.mapping().get("name", rnode)
+            raise where.error(
+                f"rule name '{rule.name}' is already used by the rule at line {seen[rule.name]}; "
+                "names must be unique (audit records and rate limits go by name)"
+            )
+        seen[rule.name] = rule.line
+        settings.rules.append(rule)
+
+
+def _parse_rule(node: Node, index: int, settings: Settings) -> Rule:
+    fields_ = node.mapping(RULE_KEYS)
+    if "action" not in fields_:
+        raise node.error(f"rule {index + 1} needs an action: one of {', '.join(ACTIONS)}")
+    action = cast(Action, fields_["action"].choice(ACTIONS))
+    name = fields_["name"].str() if "name" in fields_ else f"rule-{index + 1}"
+    when: Condition = ALWAYS
+    if "when" in fields_ and fields_["when"].value() is not None:
+        when = _parse_when(fields_["when"])
+    message = fields_["message"].str() if "message" in fields_ else None
+    provider = _rule_provider(fields_["provider"], settings) if "provider" in fields_ else None
+    return Rule(
+        name=name,
+        action=action,
+        when=when,
+        message=message,
+        line=node.node.start_mark.line + 1,
+        rate_limit=_parse_rate_limit(fields_["rate_limit"]) if "rate_limit" in fields_ else None,
+        budget=_parse_budget(fields_["budget"]) if "budget" in fields_ else None,
+        limits=RuleLimits(**_parse_limits(fields_["limits"])) if "limits" in fields_ else None,
+        provider=provider,
+        model=_rule_model(fields_["model"], provider, settings) if "model" in fields_ else None,
+    )
+
+
+def _parse_when(node: Node, *, nested: bool = False) -> All:
+    given = node.mapping(WHEN_KEYS)
+    if nested and not given:
+        raise node.error(f"{node.label} is empty: give at least one condition ({', '.join(WHEN_KEYS)})")
+    return All(tuple(_parse_condition(key, value) for key, value in given.items()))
+
+
+def _parse_condition(key: str, node: Node) -> Condition:
+    if key == "server":
+        return ServerMatches(_name_globs(node))
+    if key == "server_reported":
+        return ServerReportedMatches(_name_globs(node))
+    if key == "host":
+        return HostMatches(_globs(node))
+    if key == "model":
+        return ModelMatches(_globs(node))
+    if key == "tool":
+        return ToolMatches(_globs(node, "; the literal none means no host request in flight"))
+    if key == "method":
+        return MethodIs(node.choice(METHODS))
+    if key == "max_tokens_over":
+        return Over("max_tokens", node.int(minimum=0))
+    if key == "messages_over":
+        return Over("messages", node.int(minimum=0))
+    if key == "content":
+        return ContentHas(_choices(node, CONTENT_TYPES))
+    if key == "include_context":
+        return IncludeContextIs(_choices(node, INCLUDE_CONTEXT))
+    if key == "text_matches":
+        return TextMatches(_regex(node))
+    if key == "any":
+        alternatives = node.sequence()
+        if not alternatives:
+            raise node.error(f"{node.label} needs at least one condition mapping: any: [{{...}}, {{...}}]")
+        return AnyOf(tuple(_parse_when(alt, nested=True) for alt in alternatives))
+    if key == "not":
+        return Not(_parse_when(node, nested=True))
+    raise node.error(f"unknown condition '{key}'")  # pragma: no cover - mapping() rejects unknown keys
+
+
+def _globs(node: Node, note: str = "") -> tuple[str, ...]:
+    """A glob or a list of globs (non-empty strings)."""
+    items = [node] if not node.is_sequence() else node.sequence()
+    if not items:
+        raise node.error(f"{node.label} needs at least one glob{note}")
+    out = []
+    for item in items:
+        v = item.value()
+        if not isinstance(v, str) or not v:
+            what = "a glob or a list of globs" if item is node else "a glob"
+            raise item.error(f"{item.label} must be {what} (a non-empty string){note}, got {_show(v)}")
+        out.append(v)
+    return tuple(out)
+
+
+def _name_globs(node: Node) -> tuple[str, ...]:
+    """Globs over server names: refused when they hold control or invisible characters, which
+    would make a rule look as if it named one server while it names another."""
+    globs = _globs(node)
+    items = [node] if not node.is_sequence() else node.sequence()
+    for item, glob in zip(items, globs, strict=True):
+        bad = bad_character(glob)
+        if bad is not None:
+            raise item.error(f"{item.label} holds a control or invisible character, {bad}: "
+                             "retype the server name with visible characters only")
+    return globs
+
+
+def _choices(node: Node, allowed: tuple[str, ...]) -> tuple[str, ...]:
+    """One of `allowed`, or a non-empty list of them."""
+    if not node.is_sequence():
+        return (node.choice(allowed),)
+    items = node.sequence()
+    if not items:
+        raise node.error(f"{node.label} needs at least one of {', '.join(allowed)}")
+    return tuple(dict.fromkeys(item.choice(allowed) for item in items))
+
+
+def _regex(node: Node) -> re.Pattern[str]:
+    pattern = node.str()
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        where = f" at position {exc.pos}" if exc.pos is not None else ""
+        raise node.error(
+            f"{node.label} /{pattern}/ is not a valid regular expression: {exc.msg}{where} "
+            "(Python re syntax; quote the pattern in YAML when it holds : # [ ] { } or starts with *)"
+        ) from None
+
+
+def _parse_rate_limit(node: Node) -> RateLimit:
+    given = node.mapping(("requests", "per", "concurrent"))
+    example = "e.g. rate_limit: {requests: 10, per: 1m, concurrent: 2}"
+    if not given:
+        raise node.error(f"{node.label} needs requests and per, or concurrent ({example})")
+    if ("requests" in given) != ("per" in given):
+        has, lacks = ("requests", "per") if "requests" in given else ("per", "requests")
+        raise node.error(f"{node.label} has {has} but no {lacks}: give both ({example}); concurrent alone is fine")
+    return RateLimit(
+        requests=given["requests"].int(minimum=1) if "requests" in given else None,
+        per=_duration(given["per"]) if "per" in given else None,
+        concurrent=given["concurrent"].int(minimum=1) if "concurrent" in given else None,
+    )
+
+
+def _parse_budget(node: Node) -> Budget:
+    given = node.mapping(("tokens", "per"))
+    missing = [key for key in ("tokens", "per") if key not in given]
+    if missing:
+        raise node.error(f"{node.label} needs {' and '.join(missing)} (e.g. budget: {{tokens: 100000, per: 1d}})")
+    return Budget(tokens=given["tokens"].int(minimum=1), per=_duration(given["per"]))
+
+
+def _rule_provider(node: Node, settings: Settings) -> str:
+    name = node.str()
+    configured = tuple(p.name for p in settings.providers)
+    if configured:
+        if name not in configured:
+            raise node.error(
+                f"{node.label} '{name}' is not a configured provider{_did_you_mean(name, configured)}; "
+                f"configured: {', '.join(configured)}"
+            )
+    elif name not in _ENV_PROVIDER_NAMES:
+        raise node.error(
+            f"{node.label} '{name}' is not a provider: this policy has no llm.providers, so providers come from "
+            f"the environment and can be {' or '.join(_ENV_PROVIDER_NAMES)}"
+        )
+    return name
+
+
+def _rule_model(node: Node, provider: str | None, settings: Settings) -> str:
+    """A configured model (of `provider` when given); an alias resolves to its model."""
+    name = node.str()
+    if not settings.providers:  # providers from the environment: their models are known only at run time
+        return name
+    pool = [p for p in settings.providers if provider is None or p.name == provider]
+    models = tuple(dict.fromkeys(m.name for p in pool for m in p.models))
+    if name in models:
+        return name
+    target = settings.aliases.get(name.lower())
+    if target is not None and target in models:
+        return target
+    owner = f"a model of provider '{provider}'" if provider else "a configured model"
+    raise node.error(
+        f"{node.label} '{name}' is not {owner}{_did_you_mean(name, models)}; models: {', '.join(models)}"
+    )

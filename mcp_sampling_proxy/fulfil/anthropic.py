@@ -1,0 +1,164 @@
+"""Anthropic Messages adapter.
+
+MCP sampling was modelled on the Messages API, so the mapping is close to one to one; the
+differences handled here are snake_case names, the image `source` wrapper, no audio input,
+and tool_result blocks having to lead their user message.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar
+
+from mcp_sampling_proxy.fulfil.base import Completion, LLMError
+from mcp_sampling_proxy.fulfil.errors import unsupported, unsupported_role
+from mcp_sampling_proxy.fulfil.http_adapter import HttpAdapter
+from mcp_sampling_proxy.protocol.content import as_blocks
+
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+API_VERSION = "2023-06-01"
+STOP_REASONS = {
+    "end_turn": "endTurn",
+    "max_tokens": "maxTokens",
+    "stop_sequence": "stopSequence",
+    "tool_use": "toolUse",
+}
+TOOL_CHOICE = {"auto": "auto", "required": "any", "none": "none"}
+
+
+class AnthropicAdapter(HttpAdapter):
+    """Fulfils sampling requests through `POST {base_url}/v1/messages`."""
+
+    default_base_url = DEFAULT_BASE_URL
+    stop_key = "stop_sequences"
+    tool_choices: ClassVar[dict[str, Any]] = {mode: {"type": kind} for mode, kind in TOOL_CHOICE.items()}
+
+    def tool_spec(self, tool: dict[str, Any]) -> dict[str, Any]:
+        return _tool(tool)
+
+    def normalise_base_url(self, base_url: str) -> str:
+        return base_url.removesuffix("/v1")  # tolerate an OpenAI-style base_url
+
+    def fixed_headers(self) -> dict[str, str]:
+        return {"anthropic-version": API_VERSION}
+
+    def auth_headers(self, key: str) -> dict[str, str]:
+        return {"x-api-key": key}
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.base_url}/v1/messages"
+
+    # -- MCP -> Anthropic ----------------------------------------------------------------------
+
+    def build_request(self, params: dict[str, Any], model: str) -> dict[str, Any]:
+        """The Messages API body for a `sampling/createMessage` params dict."""
+        payload: dict[str, Any] = {"model": model, "max_tokens": params.get("maxTokens")}
+        if params.get("systemPrompt"):
+            payload["system"] = params["systemPrompt"]
+        payload["messages"] = [self._message(m, i) for i, m in enumerate(params.get("messages") or [])]
+        return self.add_options(payload, params)
+
+    def _message(self, message: dict[str, Any], index: int) -> dict[str, Any]:
+        role = message.get("role")
+        where = f"messages[{index}]"
+        if role not in ("user", "assistant"):
+            raise unsupported_role(self.config, role, where)
+        blocks = as_blocks(message.get("content"))
+        results, others = [], []
+        for block in blocks:
+            if not isinstance(block, dict):
+                raise unsupported(self.config, type(block).__name__, where)
+            kind = block.get("type")
+            if kind == "tool_result" and role == "user":
+                results.append(self._tool_result(block, where))
+            elif kind == "tool_use" and role == "assistant":
+                others.append(
+                    {
+                        "type": "tool_use",
+                        "id": block.get("id"),
+                        "name": block.get("name"),
+                        "input": block.get("input") or {},
+                    }
+                )
+            elif kind in ("tool_use", "tool_result"):
+                raise unsupported(self.config, kind, where, f"not allowed in a {role} message")
+            elif kind == "image" and role == "assistant":
+                raise unsupported(self.config, kind, where, "assistant messages take text and tool calls only")
+            else:
+                others.append(self._block(block, where))
+        # The API rejects a user message whose tool_result blocks do not come first.
+        return {"role": role, "content": results + others}
+
+    def _block(self, block: dict[str, Any], where: str) -> dict[str, Any]:
+        """A text or image block (the only kinds Anthropic takes in messages and tool results)."""
+        kind = block.get("type")
+        if kind == "text":
+            return {"type": "text", "text": block.get("text", "")}
+        if kind == "image":
+            return {
+                "type": "image",
+                "source": {
+                    "type": "base64",
+                    "media_type": block.get("mimeType"),
+                    "data": block.get("data", ""),
+                },
+            }
+        if kind == "resource":
+            resource = block.get("resource") or {}
+            if isinstance(resource.get("text"), str):
+                return {"type": "text", "text": resource["text"]}
+        raise unsupported(self.config, str(kind), where)
+
+    def _tool_result(self, block: dict[str, Any], where: str) -> dict[str, Any]:
+        inner = [self._block(b, f"a tool_result in {where}") for b in block.get("content") or []]
+        if not inner and block.get("structuredContent") is not None:
+            inner.append({"type": "text", "text": json.dumps(block["structuredContent"])})
+        return {
+            "type": "tool_result",
+            "tool_use_id": block.get("toolUseId"),
+            "content": inner,
+            "is_error": bool(block.get("isError")),
+        }
+
+    # -- Anthropic -> MCP ----------------------------------------------------------------------
+
+    def parse_response(self, data: dict[str, Any], model: str) -> Completion:
+        """A Completion from a Messages API answer; thinking and server-tool blocks are dropped."""
+        blocks = data.get("content")
+        if not isinstance(blocks, list):
+            raise LLMError(f"provider '{self.config.name}' answered without content", provider=self.config.name)
+        content: list[dict[str, Any]] = []
+        for block in blocks:
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "text":
+                content.append({"type": "text", "text": block.get("text", "")})
+            elif block.get("type") == "tool_use":
+                content.append(
+                    {
+                        "type": "tool_use",
+                        "id": block.get("id"),
+                        "name": block.get("name"),
+                        "input": block.get("input") or {},
+                    }
+                )
+        if not content:
+            content.append({"type": "text", "text": ""})
+        stop = data.get("stop_reason")
+        usage = data.get("usage") or {}
+        return Completion(
+            content=content,
+            model=data.get("model") or model,
+            stop_reason=STOP_REASONS.get(stop, str(stop)) if stop else "endTurn",
+            input_tokens=usage.get("input_tokens"),
+            output_tokens=usage.get("output_tokens"),
+        )
+
+
+def _tool(tool: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": tool.get("name")}
+    if tool.get("description"):
+        out["description"] = tool["description"]
+    out["input_schema"] = tool.get("inputSchema") or {"type": "object", "properties": {}}
+    return out

@@ -1,0 +1,46 @@
+"""The `console` provider: the operator types the reply at the terminal.
+
+The offline default when no LLM is configured and a terminal exists, like the MCP Inspector's
+manual sampling: useful to exercise a sampling server with no API key at all.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcp_sampling_proxy.approval.terminal import Terminal
+from mcp_sampling_proxy.fulfil.base import Completion, LLMError, ProviderConfig
+from mcp_sampling_proxy.protocol.sampling_request import REQUEST_ORIGIN, describe
+from mcp_sampling_proxy.sanitize import quote
+
+
+class ConsoleAdapter:
+    def __init__(self, config: ProviderConfig, terminal: Terminal | None):
+        self.config = config
+        self._terminal = terminal
+
+    @property
+    def supports_tools(self) -> bool:
+        return False
+
+    async def complete(self, params: dict[str, Any], model: str) -> Completion:
+        terminal = self._terminal
+        if terminal is None:
+            raise LLMError(
+                f"provider '{self.config.name}' (console) needs a terminal, and the proxy has none",
+                provider=self.config.name,
+            )
+        async with terminal.lock:
+            server, tool = REQUEST_ORIGIN.get()
+            terminal.write("\n" + quote(describe(params, server=server, tool=tool)))
+            terminal.write("\nType the reply; finish with a line holding only '.' (or Ctrl-D):\n")
+            lines: list[str] = []
+            while True:
+                line = await terminal.readline()
+                if line is None or line == ".":
+                    break
+                lines.append(line)
+        return Completion(content=[{"type": "text", "text": "\n".join(lines)}], model=model, stop_reason="endTurn")
+
+    async def aclose(self) -> None:
+        return None

@@ -1,0 +1,160 @@
+"""Turn provider failures into messages a server author can act on.
+
+The text travels back to the MCP server (an untrusted party) and into logs, so it is short,
+free of control characters, and never contains the API key even when the provider echoes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any
+
+import httpx
+
+from mcp_sampling_proxy.audit.redact import CONFIGURED_KEY, KeyRuns, mask
+from mcp_sampling_proxy.fulfil.base import LLMError, ProviderConfig, UnsupportedContentError
+from mcp_sampling_proxy.sanitize import one_line
+
+DETAIL_LIMIT = 300
+REDACTED = "[redacted]"
+_SECRET_HEADERS = ("authorization", "x-api-key", "api-key", "x-goog-api-key")
+# Key-shaped tokens (sk-..., sk-ant-..., sk-proj-...), even partially masked ones.
+_KEY_LIKE = re.compile(r"\b(?:sk|rk|pk)-[A-Za-z0-9_*.\-]{8,}")
+
+
+def safe_url(url: httpx.URL | str) -> str:
+    """The URL without user-info, query or fragment (either may carry a credential)."""
+    u = httpx.URL(str(url))
+    host = f"[{u.host}]" if ":" in u.host else u.host
+    port = f":{u.port}" if u.port else ""
+    return f"{u.scheme}://{host}{port}{u.path}".rstrip("/")
+
+
+def unsupported(config: ProviderConfig, content_type: str, where: str, why: str = "") -> UnsupportedContentError:
+    """The request holds something this provider cannot take; we refuse rather than drop it."""
+    message = f"provider '{config.name}' ({config.type}) cannot take content type '{content_type}' in {where}"
+    return UnsupportedContentError(f"{message}: {why}" if why else message, provider=config.name)
+
+
+def unsupported_role(config: ProviderConfig, role: Any, where: str) -> UnsupportedContentError:
+    return UnsupportedContentError(
+        f"provider '{config.name}' ({config.type}) cannot take role '{role}' in {where}", provider=config.name
+    )
+
+
+def http_error(provider: ProviderConfig, response: httpx.Response, *, model: str | None = None) -> LLMError:
+    """An LLMError for a non-2xx answer: status, a hint for the usual causes, the provider's words."""
+    status = response.status_code
+    hint = _hint(provider, response, status, model)
+    secrets = _secrets(provider, response)
+    # Scrub before and after flattening: removing control characters could re-join a key.
+    detail = _scrub(one_line(_scrub(_provider_message(response), secrets), DETAIL_LIMIT), secrets)
+    message = f"provider '{provider.name}' answered {status}"
+    if hint:
+        message += f": {hint}"
+    if detail:
+        message += f" ({detail})"
+    return LLMError(message, provider=provider.name, status=status)
+
+
+def _hint(provider: ProviderConfig, response: httpx.Response, status: int, model: str | None) -> str:
+    env = provider.api_key_env
+    if status == 401:
+        if provider.api_key_file or provider.api_key_command:
+            return "check the key from " + ("api_key_file" if provider.api_key_file else "api_key_command")
+        if not env:
+            return "no api_key_env configured for this provider"
+        return f"check {env}" if os.environ.get(env) else f"{env} is not set"
+    if status == 403:
+        return f"access denied, check {env} and its permissions" if env else "access denied"
+    if status == 404:
+        model = model or _requested_model(response)
+        what = f"model '{one_line(model, 100)}' or endpoint" if model else "endpoint"
+        return f"{what} {_request_url(response, provider)} not found, check the model name and base_url"
+    if status == 429:
+        return "rate limited, retries exhausted"
+    if status == 529:
+        return "overloaded, retries exhausted"
+    if status in (500, 502, 503, 504):
+        return "provider error, retries exhausted"
+    if status == 413:
+        return "request too large"
+    return ""
+
+
+def _provider_message(response: httpx.Response) -> str:
+    """The provider's own explanation from the usual JSON error shapes, else short plain text."""
+    try:
+        body: Any = response.json()
+    except (ValueError, UnicodeDecodeError):
+        text = response.text.strip()
+        return "" if text.startswith("<") else text  # HTML error pages are noise
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, str):
+            return err  # Ollama / llama.cpp: {"error": "..."}
+        if isinstance(err, dict):
+            message = err.get("message") or err.get("detail") or ""
+            if isinstance(message, str) and message:
+                kind = err.get("type") if body.get("type") == "error" else None  # Anthropic
+                return f"{kind}: {message}" if isinstance(kind, str) and kind else message
+        detail = body.get("detail")  # FastAPI-based servers (vLLM)
+        if isinstance(detail, str):
+            return detail
+        if detail is not None:
+            return json.dumps(detail)
+    return ""
+
+
+def _secrets(provider: ProviderConfig, response: httpx.Response) -> list[str]:
+    found = []
+    if provider.api_key_env and os.environ.get(provider.api_key_env):
+        found.append(os.environ[provider.api_key_env])
+    if provider.api_key:  # from api_key_file / api_key_command
+        found.append(provider.api_key)
+    found += [v for v in provider.headers.values() if v]
+    request = _request(response)
+    if request is not None:
+        for name in _SECRET_HEADERS:
+            value = request.headers.get(name)
+            if value:
+                found.append(value)
+                if value.lower().startswith("bearer "):
+                    found.append(value[7:].strip())
+    # Longest first so a key is removed whole before any prefix of it.
+    return sorted({s for s in found if s.strip()}, key=len, reverse=True)
+
+
+def _scrub(text: str, secrets: list[str]) -> str:
+    for secret in secrets:
+        text = text.replace(secret, REDACTED)
+    # Any 8-character run of a key, not just the whole key: providers echo keys minus a few characters.
+    text = KeyRuns(secrets).scrub(text)[0].replace(mask(CONFIGURED_KEY), REDACTED)
+    return _KEY_LIKE.sub(REDACTED, text)
+
+
+def _request(response: httpx.Response) -> httpx.Request | None:
+    try:
+        return response.request
+    except RuntimeError:
+        return None
+
+
+def _requested_model(response: httpx.Response) -> str | None:
+    request = _request(response)
+    if request is None:
+        return None
+    try:
+        model = json.loads(request.content or b"{}").get("model")
+    except (ValueError, AttributeError, httpx.RequestNotRead):
+        return None
+    return model if isinstance(model, str) else None
+
+
+def _request_url(response: httpx.Response, provider: ProviderConfig) -> str:
+    request = _request(response)
+    if request is not None:
+        return safe_url(request.url)
+    return safe_url(provider.base_url) if provider.base_url else "(unknown)"

@@ -1,0 +1,112 @@
+"""What every HTTP adapter shares: one client per provider, the key kept inside it, one endpoint.
+
+Subclasses say where the endpoint is, how the key is sent, and how to map a request and a
+response; connection reuse, timeouts, retries and errors are the same for all of them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import anyio
+import httpx
+
+from mcp_sampling_proxy.config.keys import provider_key
+from mcp_sampling_proxy.fulfil.base import Completion, LLMError, ProviderConfig
+from mcp_sampling_proxy.fulfil.errors import unsupported
+from mcp_sampling_proxy.fulfil.retry import post_json
+
+# Connections per provider. The sampling gate (`sampling.max_concurrent`) already bounds the calls
+# in flight; this bound keeps a flood from opening sockets without limit when it is set high (a call
+# waiting for a connection still counts against its deadline).
+POOL_LIMITS = httpx.Limits(max_connections=16, max_keepalive_connections=8)
+
+
+class HttpAdapter:
+    default_base_url = ""
+    stop_key = "stop"  # where the provider wants `stopSequences`
+    tool_choices: ClassVar[dict[str, Any]] = {}  # MCP toolChoice mode -> the provider's value
+
+    def __init__(self, config: ProviderConfig, *, transport: httpx.AsyncBaseTransport | None = None):
+        self.config = config
+        self.base_url = self.normalise_base_url((config.base_url or self.default_base_url).rstrip("/"))
+        headers = {"content-type": "application/json", **self.fixed_headers(), **config.headers}
+        key = provider_key(config)
+        if key:
+            headers.update(self.auth_headers(key))  # kept only inside the client
+        self._client = httpx.AsyncClient(
+            headers=headers,
+            timeout=httpx.Timeout(config.read_timeout, connect=config.connect_timeout, pool=config.total_timeout),
+            limits=POOL_LIMITS,
+            transport=transport,
+        )
+
+    # -- what a provider defines ---------------------------------------------------------------
+    def normalise_base_url(self, base_url: str) -> str:
+        return base_url
+
+    def fixed_headers(self) -> dict[str, str]:
+        return {}
+
+    def auth_headers(self, key: str) -> dict[str, str]:
+        raise NotImplementedError
+
+    @property
+    def endpoint(self) -> str:
+        raise NotImplementedError
+
+    def build_request(self, params: dict[str, Any], model: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def parse_response(self, data: dict[str, Any], model: str) -> Completion:
+        raise NotImplementedError
+
+    def tool_spec(self, tool: dict[str, Any]) -> dict[str, Any]:
+        """One MCP tool definition in the provider's format."""
+        raise NotImplementedError
+
+    def add_options(self, payload: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+        """temperature, stop sequences, tools and tool choice: the same MCP fields for every
+        provider, only their names and shapes differ."""
+        if params.get("temperature") is not None:
+            payload["temperature"] = params["temperature"]
+        if params.get("stopSequences"):
+            payload[self.stop_key] = list(params["stopSequences"])
+        tools = params.get("tools")
+        if tools:
+            if not self.config.supports_tools:
+                raise unsupported(self.config, "tools", "the request", "tool use is disabled for this provider")
+            payload["tools"] = [self.tool_spec(tool) for tool in tools]
+            mode = (params.get("toolChoice") or {}).get("mode")
+            if mode in self.tool_choices:
+                payload["tool_choice"] = self.tool_choices[mode]
+            elif mode:
+                raise unsupported(self.config, f"toolChoice mode '{mode}'", "the request")
+        return payload
+
+    # -- shared --------------------------------------------------------------------------------
+    @property
+    def supports_tools(self) -> bool:
+        return self.config.supports_tools
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def complete(self, params: dict[str, Any], model: str) -> Completion:
+        payload = self.build_request(params, model)
+        # httpx's read timeout is per read: an LLM that sends one byte a second never trips it.
+        # The deadline covers the whole call, retries and their backoff included.
+        with anyio.move_on_after(self.config.total_timeout) as deadline:
+            data = await post_json(self._client, self.endpoint, payload, self.config, model=model)
+        if deadline.cancelled_caught:
+            raise deadline_error(self.config)
+        return self.parse_response(data, model)
+
+
+def deadline_error(config: ProviderConfig) -> LLMError:
+    """The call ran past `timeout.total`; says which provider and which setting to change."""
+    return LLMError(
+        f"provider '{config.name}' did not answer within its {config.total_timeout:g} s deadline "
+        f"(retries included); raise llm.providers.{config.name}.timeout.total or use a faster model",
+        provider=config.name,
+    )

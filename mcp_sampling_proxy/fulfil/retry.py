@@ -1,0 +1,171 @@
+"""Retrying provider calls: transient failures (rate limits, overload, network) are retried with
+capped exponential backoff so one hiccup does not fail a server's sampling request, while the
+attempt budget keeps a dead provider from stalling it for long.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import anyio
+import httpx
+import structlog
+
+from mcp_sampling_proxy.fulfil.base import LLMError, ProviderConfig
+from mcp_sampling_proxy.fulfil.errors import http_error, safe_url
+
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504, 529})
+
+Sleep = Callable[[float], Awaitable[Any]]
+
+
+def backoff_delay(config: ProviderConfig, attempt: int, rng: Callable[[], float] = random.random) -> float:
+    """Equal jitter: half the exponential step is guaranteed, half is random, so retries from
+    many sessions spread out without ever retrying immediately. `attempt` counts from 0."""
+    step = min(config.backoff_max, config.backoff_base * 2**attempt)
+    return step / 2 + rng() * step / 2
+
+
+def retry_after(response: httpx.Response, *, now: float | None = None) -> float | None:
+    """Seconds the provider asked us to wait (`retry-after-ms`, `Retry-After` seconds or
+    HTTP-date), or None when it did not say (or said something unparseable)."""
+    millis = response.headers.get("retry-after-ms")
+    if millis:
+        try:
+            return max(0.0, float(millis) / 1000)
+        except ValueError:
+            pass
+    value = response.headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def describe_transport_error(config: ProviderConfig, exc: httpx.TransportError, attempts: int, url: str) -> str:
+    """A message a server author can act on; never includes headers (they carry the key)."""
+    name, tries = config.name, f"{attempts} attempt{'s' if attempts != 1 else ''}"
+    if isinstance(exc, httpx.TimeoutException):
+        kind, limit = {
+            httpx.ConnectTimeout: ("connect timeout", config.connect_timeout),
+            httpx.WriteTimeout: ("write timeout", config.read_timeout),
+            httpx.PoolTimeout: ("pool timeout", config.total_timeout),
+        }.get(type(exc), ("read timeout", config.read_timeout))
+        return f"provider '{name}' timed out after {tries} ({kind} {limit}s)"
+    if isinstance(exc, httpx.ConnectError):
+        return f"provider '{name}' unreachable at {url}: {connect_reason(exc)} after {tries}"
+    return f"provider '{name}' failed at {url} after {tries}: {_short(exc)}"
+
+
+def connect_reason(exc: BaseException) -> str:
+    """Dig the OS-level cause out of httpx's wrapping ("All connection attempts failed")."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(seen, socket.gaierror):
+            return "host name not found"
+        if isinstance(seen, OSError) and seen.strerror:
+            return seen.strerror.lower()
+        seen = seen.__cause__ or seen.__context__
+    return _short(exc)  # type: ignore[arg-type]
+
+
+def _short(exc: Exception) -> str:
+    text = " ".join(str(exc).split())[:200]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+async def send_with_retries(
+    send: Callable[[], Awaitable[httpx.Response]],
+    config: ProviderConfig,
+    *,
+    sleep: Sleep = anyio.sleep,
+    rng: Callable[[], float] = random.random,
+    url: str | None = None,
+) -> httpx.Response:
+    """Call `send` until it yields a non-retryable response or `config.max_attempts` is used up.
+
+    Returns the last response when attempts run out on an HTTP status (the caller turns it into
+    an error with `http_error`); raises LLMError when they run out on a network error or timeout.
+    `url` names the endpoint in that error (defaults to `config.base_url`). Deterministic
+    failures (a URL without http(s)://, a request httpx refuses to send) are not retried.
+    """
+    attempts = max(1, config.max_attempts)
+    for attempt in range(attempts):
+        last = attempt + 1 >= attempts
+        try:
+            response = await send()
+        except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+            raise LLMError(
+                f"provider '{config.name}' has an unusable base_url: {_short(exc)}", provider=config.name
+            ) from exc
+        except httpx.TransportError as exc:
+            if last or isinstance(exc, httpx.LocalProtocolError):
+                where = _where(url or config.base_url, exc)
+                tried = attempt + 1
+                raise LLMError(describe_transport_error(config, exc, tried, where), provider=config.name) from exc
+            delay = backoff_delay(config, attempt, rng)
+            _log_retry(config, attempt + 1, attempts, delay, error=type(exc).__name__)
+            await sleep(delay)
+            continue
+        if response.status_code not in RETRY_STATUSES or last:
+            return response
+        asked = retry_after(response)
+        delay = min(config.backoff_max, asked) if asked is not None else backoff_delay(config, attempt, rng)
+        await response.aclose()
+        _log_retry(config, attempt + 1, attempts, delay, status=response.status_code)
+        await sleep(delay)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def post_json(
+    client: httpx.AsyncClient, url: str, payload: dict[str, Any], config: ProviderConfig, *, model: str
+) -> dict[str, Any]:
+    """POST with retries; a non-2xx or non-JSON answer becomes an LLMError."""
+    response = await send_with_retries(lambda: client.post(url, json=payload), config, url=safe_url(url))
+    if not response.is_success:
+        raise http_error(config, response, model=model)
+    try:
+        data = response.json()
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        raise LLMError(
+            f"provider '{config.name}' answered {response.status_code} with a body that is not a JSON object",
+            provider=config.name,
+            status=response.status_code,
+        )
+    return data
+
+
+def _where(url: str | None, exc: httpx.TransportError) -> str:
+    if url:
+        return safe_url(url)
+    try:
+        return safe_url(exc.request.url)
+    except RuntimeError:  # httpx attaches no request to errors raised outside a client
+        return "(unknown url)"
+
+
+def _log_retry(config: ProviderConfig, attempt: int, attempts: int, delay: float, **why: Any) -> None:
+    structlog.get_logger("mcp_sampling_proxy.fulfil").warning(
+        "llm_retry",
+        provider=config.name,
+        attempt=attempt,
+        max_attempts=attempts,
+        delay=round(delay, 3),
+        **why,
+    )

@@ -1,0 +1,1 @@
+"""Reading and writing MCP host config files (wrap, unwrap, doctor)."""

@@ -1,0 +1,1 @@
+"""Pure judging, no I/O: rules and conditions, size caps, model choice, the judging pipeline."""

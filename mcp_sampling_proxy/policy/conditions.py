@@ -1,0 +1,336 @@
+"""Facts about a request and the conditions a rule's `when:` tests them with.
+
+A rule's `when:` is parsed (in `config`) into a small tree of the condition objects defined here:
+`All` (the conditions of one mapping, all must hold), `AnyOf`, `Not`, and one leaf class per
+condition key. Every condition answers `test(facts) -> (matched, reason)`, where the reason says in
+words why it matched or why not; `policy explain` shows it. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from mcp_sampling_proxy.policy.identity import bad_character, normalise
+from mcp_sampling_proxy.protocol.content import walk_blocks
+
+NO_TOOL = "none"  # `tool: none` matches when no host tools/call is in flight
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What is known about one intercepted request when the policy is consulted.
+
+    Build it from a request with `facts_for_sampling`. `tool` defaults to the most recent of
+    `tools_in_flight` (and `tools_in_flight` to `(tool,)`), so either may be given."""
+
+    method: str  # "sampling" | "elicitation"
+    server: str  # the operator's name for the server (--name, or derived from its command or URL)
+    host: str = ""  # the host's clientInfo name
+    tools_in_flight: tuple[str, ...] = ()  # names of the host's tools/call requests now open, oldest first
+    tool: str | None = None  # the in-flight tools/call name; None when none is in flight (SEP-2260)
+    model_hints: tuple[str, ...] = ()  # modelPreferences.hints[].name, in order
+    max_tokens: int | None = None
+    message_count: int = 0
+    content_types: frozenset[str] = frozenset()  # text, image, audio, tool_use, tool_result; tools if offered
+    include_context: str = "none"  # none | thisServer | allServers
+    text: str = ""  # system prompt, text blocks and tool_result text, joined with newlines
+    extra: dict[str, object] = field(default_factory=dict)
+    server_reported: str | None = None  # the server's own serverInfo.name: untrusted, see ServerReportedMatches
+
+    def __post_init__(self) -> None:
+        if self.tool is None and self.tools_in_flight:
+            object.__setattr__(self, "tool", self.tools_in_flight[-1])
+        elif self.tool is not None and not self.tools_in_flight:
+            object.__setattr__(self, "tools_in_flight", (self.tool,))
+
+
+def facts_for_sampling(
+    params: Mapping[str, Any], *, server: str, host: str, tools_in_flight: tuple[str, ...],
+    server_reported: str | None = None,
+) -> Facts:
+    """The facts of a `sampling/createMessage` request (`params` is the wire dict, camelCase).
+
+    Never raises: malformed parts (which validation rejects anyway) are skipped."""
+    params = params if isinstance(params, Mapping) else {}
+    messages = params.get("messages")
+    messages = messages if isinstance(messages, list) else []
+    prefs = params.get("modelPreferences")
+    hints = prefs.get("hints") if isinstance(prefs, Mapping) else None
+    hint_names = tuple(
+        h["name"] for h in (hints if isinstance(hints, list) else [])
+        if isinstance(h, Mapping) and isinstance(h.get("name"), str) and h["name"]
+    )
+    max_tokens = params.get("maxTokens")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
+        max_tokens = None
+    include_context = params.get("includeContext")
+    types: set[str] = set()
+    texts: list[str] = []
+    system = params.get("systemPrompt")
+    if isinstance(system, str) and system:
+        texts.append(system)
+    for _, block in walk_blocks(params):
+        kind = block.get("type")
+        if isinstance(kind, str):
+            types.add(kind)
+        if kind == "text" and isinstance(block.get("text"), str):
+            texts.append(block["text"])
+    if params.get("tools"):
+        types.add("tools")
+    return Facts(
+        method="sampling",
+        server=server,
+        host=host,
+        tools_in_flight=tuple(tools_in_flight),
+        model_hints=hint_names,
+        max_tokens=max_tokens,
+        message_count=len(messages),
+        content_types=frozenset(types),
+        include_context=include_context if isinstance(include_context, str) and include_context else "none",
+        text="\n".join(texts),
+        server_reported=server_reported,
+    )
+
+
+# -- conditions -----------------------------------------------------------------------------------
+
+
+class Condition(Protocol):
+    def test(self, facts: Facts) -> tuple[bool, str]:
+        """(matched, why): the reason says why it matched, or why not."""
+        ...
+
+
+def _quoted(patterns: Sequence[str]) -> str:
+    shown = ", ".join(f"'{p}'" for p in patterns)
+    return shown if len(patterns) == 1 else f"any of {shown}"
+
+
+def _glob_hit(value: str, patterns: Sequence[str]) -> str | None:
+    """The first pattern matching `value` (case-insensitive glob), or None."""
+    folded = value.lower()
+    return next((p for p in patterns if fnmatch.fnmatchcase(folded, p.lower())), None)
+
+
+def _name_hit(value: str, patterns: Sequence[str]) -> str | None:
+    """The first pattern matching the name `value`, both compared normalised (NFKC, casefold, trim)."""
+    folded = normalise(value)
+    return next((p for p in patterns if fnmatch.fnmatchcase(folded, normalise(p))), None)
+
+
+@dataclass(frozen=True)
+class ServerMatches:
+    """`server: GLOB` (or a list): the operator's name for the server (`--name`, or derived from
+    its command or URL), never the name the server reports, which it could choose to borrow."""
+
+    patterns: tuple[str, ...]
+
+    def test(self, facts: Facts) -> tuple[bool, str]:
+        hit = _name_hit(facts.server, self.patterns)
+        if hit is None:
+            return False, f"server '{facts.server}' does not match {_quoted(self.patterns)}"
+        return True, f"server '{facts.server}' matches '{hit}'"
+
+
+@dataclass(frozen=True)
+class ServerReportedMatches:
+    """`server_reported: GLOB` (or a list): the name the server reports for itself (serverInfo.name).
+
+    Untrusted: any server can report any name, so use it only to narrow a rule, never to grant.
+    A reported name holding control or invisible characters never matches."""
+
+    patterns: tuple[str, ...]
+
+    def test(self, facts: Facts) -> tuple[bool, str]:
+        reported = facts.server_reported
+        if reported is None:
+            return False, f"the server reported no name, so it does not match {_quoted(self.patterns)}"
+        if bad_character(reported) is not None:
+            return False, "the server's reported name holds control or invisible characters, so it matches nothing"
+        hit = _name_hit(reported, self.patterns)
+        if hit is None:
+            return False, f"reported server name '{reported}' does not match {_quoted(self.patterns)}"
+        return True, f"reported server name '{reported}' matches '{hit}'"
+
+
+@dataclass(frozen=True)
+class HostMatches:
+    """`host: GLOB` (or a list): the host's clientInfo name, case-insensitive."""
+
+    patterns: tuple[str, ...]
+
+    def test(self, facts: Facts) -> tuple[bool, str]:
+        hit = _glob_hit(facts.host, self.patterns)
+        if hit is None:
+            return False, f"host '{facts.host}' does not match {_quoted(self.patterns)}"
+        return True, f"host '{facts.host}' matches '{hit}'"
+
+
+@dataclass(frozen=True)
+class ToolMatches:
+    """`tool: GLOB` (or a list): the in-flight host tools/call, case-insensitive.
+
+    The literal `none` matches only when no host request is in flight (never a tool that is
+    itself called "none"), and a glob only when one is (`*` means "during any tool call")."""
+
+    patterns: tuple[str, ...]
+
+    def test(self, facts: Facts) -> tuple[bool, str]:
+        globs = [p for p in self.patterns if p.lower() != NO_TOOL]
+        wants_none = len(globs) != len(self.patterns)
+        if facts.tool is None:
+            if wants_none:
+                return True, "no host tool call is in flight (tool: none)"
+            return False, f"no host tool call is in flight, so tool does not match {_quoted(globs)}"
+        hit = _glob_hit(facts.tool, globs)
+        if hit is None:
+            if not globs:
+                return False, f"tool call '{facts.tool}' is in flight, so tool is not none"
+            return False, f"tool '{facts.tool}' does not match {_quoted(globs)}" + (" or none" if wants_none else "")
+        return True, f"tool '{facts.tool}' matches '{hit}'"
+
+
+@dataclass(frozen=True)
+class MethodIs:
+    """`method: sampling | elicitation`."""
+
+    method: str
+
+    def test(self, facts: Facts) -> tuple[bool, str]:
+        if facts.method != self.method:
+            return False, f"method is {facts.method}, not {self.method}"
+        return True, f"method is {self.method}"
+
+
+@dataclass(frozen=True)
+class ModelMatches:
+    """`model: GLOB` (or a list): true when any model hint matches any glob, case-insensitive."""
+
+    patterns: tuple[str, ...]
+
+    def test(self, facts: Facts) -> tuple[bool, str]:
+        for hint in facts.model_hints:
+            hit = _glob_hit(hint, self.patterns)
+            if hit is not None:
+                return True, f"model hint '{hint}' matches '{hit}'"
+        if not facts.model_hints:
+            return False, f"the request has no model hints, so none matches {_quoted(self.patterns)}"
+        shown = ", ".join(f"'{h}'" for h in facts.model_hints)
+        return False, f"no model hint ({shown}) matches {_quoted(self.patterns)}"
+
+
+@dataclass(frozen=True)
+class Over:
+    """`max_tokens_over: N` / `messages_over: N`: the request's value is greater than N."""
+
+    subject: str  # "max_tokens" | "messages"
+    limit: int
+
+    def test(self, facts: Facts) -> tuple[bool, str]:
+        value = facts.max_tokens if self.subject == "max_tokens" else facts.message_count
+        label = "max_tokens" if self.subject == "max_tokens" else "message count"
+        if value is None:
+            return False, f"{label} is not given, so it is not over {self.limit}"
+        if value > self.limit:
+            return True, f"{label} {value} is over {self.limit}"
+        return False, f"{label} {value} is not over {self.limit}"
+
+
+@dataclass(frozen=True)
+class ContentHas:
+    """`content: TYPE` or a list: any of the listed content types is present."""
+
+    types: tuple[str, ...]
+
+    def test(self, facts: Facts) -> tuple[bool, str]:
+        present = [t for t in self.types if t in facts.content_types]
+        if present:
+            return True, f"content has {', '.join(present)}"
+        has = ", ".join(sorted(facts.content_types)) or "no content"
+        if len(self.types) == 1:
+            return False, f"content has no {self.types[0]} (it has {has})"
+        return False, f"content has none of {', '.join(self.types)} (it has {has})"
+
+
+@dataclass(frozen=True)
+class IncludeContextIs:
+    """`include_context: none | thisServer | allServers` or a list."""
+
+    values: tuple[str, ...]
+
+    def test(self, facts: Facts) -> tuple[bool, str]:
+        if facts.include_context in self.values:
+            return True, f"include_context is {facts.include_context}"
+        expected = self.values[0] if len(self.values) == 1 else f"one of {', '.join(self.values)}"
+        return False, f"include_context is {facts.include_context}, not {expected}"
+
+
+@dataclass(frozen=True)
+class TextMatches:
+    """`text_matches: REGEX`: `re.search` over the request's text (system prompt and text blocks)."""
+
+    regex: re.Pattern[str]
+
+    def test(self, facts: Facts) -> tuple[bool, str]:
+        found = self.regex.search(facts.text)
+        if found is None:
+            return False, f"text does not match /{self.regex.pattern}/"
+        return True, f"text matches /{self.regex.pattern}/ ({_clip(found.group(0))!r})"
+
+
+def _clip(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+@dataclass(frozen=True)
+class All:
+    """One `when:` mapping: every condition must hold (an empty one matches everything)."""
+
+    conditions: tuple[Condition, ...] = ()
+
+    def test(self, facts: Facts) -> tuple[bool, str]:
+        reasons = []
+        for condition in self.conditions:
+            matched, reason = condition.test(facts)
+            if not matched:
+                return False, reason
+            reasons.append(reason)
+        return True, " and ".join(reasons) if reasons else "the rule has no conditions"
+
+
+@dataclass(frozen=True)
+class AnyOf:
+    """`any: [WHEN, ...]`: at least one of the mappings matches."""
+
+    alternatives: tuple[All, ...]
+
+    def test(self, facts: Facts) -> tuple[bool, str]:
+        misses = []
+        for alternative in self.alternatives:
+            matched, reason = alternative.test(facts)
+            if matched:
+                return True, reason
+            misses.append(reason)
+        if len(misses) == 1:
+            return False, misses[0]
+        return False, "no alternative of any matches: " + "; ".join(f"({i}) {r}" for i, r in enumerate(misses, 1))
+
+
+@dataclass(frozen=True)
+class Not:
+    """`not: WHEN`: the mapping does not match."""
+
+    condition: All
+
+    def test(self, facts: Facts) -> tuple[bool, str]:
+        matched, reason = self.condition.test(facts)
+        if matched:
+            return False, f"{reason}, which 'not' excludes"
+        return True, reason
+
+
+ALWAYS = All()

@@ -1,0 +1,1 @@
+"""What MCP and JSON-RPC define: message shapes, method and _meta names, capabilities."""

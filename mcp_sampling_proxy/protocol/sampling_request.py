@@ -1,0 +1,133 @@
+"""Validate a `sampling/createMessage` request and describe it for humans.
+
+Validation uses the SDK's typed models (imported lazily: they cost ~0.3 s and most sessions
+never sample) plus the tool_use/tool_result pairing rules of 2025-11-25. The original dict is
+what travels on; the model only tells us the request is well-formed.
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from typing import Any
+
+from mcp_sampling_proxy.protocol.content import as_blocks
+from mcp_sampling_proxy.protocol.jsonrpc import INVALID_PARAMS, RpcError
+from mcp_sampling_proxy.sanitize import strip_controls
+
+# (server name, tool call) of the sampling request being served, for consoles that show it.
+REQUEST_ORIGIN: ContextVar[tuple[str, str | None]] = ContextVar("request_origin", default=("server", None))
+
+
+def validate_params(model: Any, params: Any, method: str) -> dict[str, Any]:
+    """Check wire params against one of the SDK's models; raise RpcError(-32602) naming the field."""
+    if not isinstance(params, dict):
+        raise RpcError(INVALID_PARAMS, f"Invalid params for {method}: params must be an object")
+    from pydantic import ValidationError
+
+    try:
+        model.model_validate(params)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors()[:3]:
+            where = ".".join(str(part) for part in err["loc"] if not _is_union_tag(part)) or "params"
+            problems.append(f"{where}: {err['msg']}")
+        raise RpcError(INVALID_PARAMS, f"Invalid params for {method}: " + "; ".join(problems)) from None
+    return params
+
+
+def validate(params: Any) -> dict[str, Any]:
+    """A valid `sampling/createMessage` params dict, tool_use/tool_result pairing included."""
+    from mcp_types import CreateMessageRequestParams
+
+    validate_params(CreateMessageRequestParams, params, "sampling/createMessage")
+    check_tool_pairing(params["messages"])
+    return params
+
+
+def _is_union_tag(part: Any) -> bool:
+    """pydantic puts the union member's name into locations (e.g. 'TextContent'); hide it."""
+    return isinstance(part, str) and part[:1].isupper()
+
+
+def blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """A message's content as a list (the spec allows a single block or a list)."""
+    return [block for block in as_blocks(message.get("content")) if isinstance(block, dict)]
+
+
+def check_tool_pairing(messages: list[dict[str, Any]]) -> None:
+    """Every tool_use is answered by a matching tool_result in the next message, which holds
+    only tool results (else -32602, as the spec requires)."""
+    for index, message in enumerate(messages):
+        content = blocks(message)
+        results = [b for b in content if b.get("type") == "tool_result"]
+        if results and len(results) != len(content):
+            raise RpcError(
+                INVALID_PARAMS,
+                f"Invalid params for sampling/createMessage: messages.{index} mixes tool_result with other "
+                "content; a tool-result message may hold only tool_result blocks",
+            )
+        uses = {b.get("id") for b in content if b.get("type") == "tool_use"}
+        if not uses:
+            continue
+        following = blocks(messages[index + 1]) if index + 1 < len(messages) else []
+        answered = {b.get("toolUseId") for b in following if b.get("type") == "tool_result"}
+        if answered != uses:
+            missing = sorted(str(u) for u in uses - answered)
+            raise RpcError(
+                INVALID_PARAMS,
+                f"Invalid params for sampling/createMessage: tool_use {', '.join(missing) or '(ids)'} in "
+                f"messages.{index} is not answered by matching tool_result blocks in messages.{index + 1}",
+            )
+    first = blocks(messages[0]) if messages else []
+    if any(b.get("type") == "tool_result" for b in first):
+        raise RpcError(
+            INVALID_PARAMS,
+            "Invalid params for sampling/createMessage: messages.0 holds tool_result without a preceding tool_use",
+        )
+
+
+def content_types(params: dict[str, Any]) -> set[str]:
+    """Content types present in the request, plus 'tools' when tools are offered."""
+    found = {b.get("type", "?") for m in params.get("messages", []) for b in blocks(m)}
+    if params.get("tools"):
+        found.add("tools")
+    return found
+
+
+def describe(params: dict[str, Any], *, server: str, tool: str | None, max_text: int = 2000) -> str:
+    """A sanitised, human-readable summary for a console (approval or manual reply)."""
+    lines = [f"Server '{strip_controls(server)}' asks for an LLM completion"
+             + (f" (during tool call '{strip_controls(tool)}')" if tool else " (no host request in flight)")]
+    prefs = params.get("modelPreferences") or {}
+    hints = [str(h["name"]) for h in prefs.get("hints") or [] if isinstance(h, dict) and h.get("name")]
+    if hints:
+        lines.append(f"  model hints: {strip_controls(', '.join(hints))}")
+    lines.append(f"  max tokens: {params.get('maxTokens')}")
+    if params.get("tools"):
+        names = ", ".join(strip_controls(str(t.get("name"))) for t in params["tools"])
+        lines.append(f"  tools offered to the model: {names}")
+    if params.get("systemPrompt"):
+        lines.append("  system: " + _clip(strip_controls(params["systemPrompt"]), max_text))
+    for message in params.get("messages", []):
+        for block in blocks(message):
+            lines.append(f"  {message.get('role', '?')}: " + _clip(_render_block(block), max_text))
+    return "\n".join(lines)
+
+
+def _render_block(block: dict[str, Any]) -> str:
+    kind = block.get("type")
+    if kind == "text":
+        return strip_controls(str(block.get("text", "")))
+    if kind in ("image", "audio"):
+        size = len(str(block.get("data", ""))) * 3 // 4
+        return f"[{kind} {strip_controls(str(block.get('mimeType', '?')))}, {size} bytes]"
+    if kind == "tool_use":
+        return f"[tool_use {strip_controls(str(block.get('name')))} {strip_controls(str(block.get('input')))}]"
+    if kind == "tool_result":
+        inner = " ".join(_render_block(b) for b in block.get("content") or [])
+        return f"[tool_result {strip_controls(str(block.get('toolUseId')))}: {inner}]"
+    return f"[{strip_controls(str(kind))} block]"
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + f"… ({len(text) - limit} more characters)"

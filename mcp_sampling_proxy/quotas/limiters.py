@@ -1,0 +1,491 @@
+"""Rate limits, concurrency limits and token budgets for sampling requests.
+
+The caller builds each limit's key (`limit_key(rule, server)`) and passes the limit's
+numbers and the current time (`now`, seconds since the epoch; default `time.time()`), so
+everything here is deterministic under test. Refusals come back as values, not exceptions:
+the caller decides the JSON-RPC error and the audit record.
+
+- `RateLimiter`: N requests per `per` seconds, a sliding window log (exact: at most N
+  admitted in any interval of length `per`; memory is at most N timestamps per key). In memory,
+  so per proxy process: two proxies of the same server each allow N.
+- `ConcurrencyLimiter`: at most N requests of a key in progress at once, per proxy process.
+- `TokenBudget`: tokens per fixed window (`per` seconds, aligned to the Unix epoch, so a `1d`
+  budget resets at 00:00 UTC), persisted in `state_dir()/budgets.json` and shared by every
+  proxy of the user on this machine. A request reserves its worst case before the LLM call
+  and settles to the real usage after it. Reservations expire (default 15 min) so a crashed
+  proxy's reservations stop counting; expired ones are dropped, not charged.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from mcp_sampling_proxy.log import get_logger
+from mcp_sampling_proxy.quotas.state import JsonStateFile, state_dir
+from mcp_sampling_proxy.quotas.token_bound import worst_case_tokens
+
+if TYPE_CHECKING:
+    from mcp_sampling_proxy.policy.rules import Rule
+
+log = get_logger("mcp_sampling_proxy.quotas.limiters")
+
+BUDGETS_FILE = "budgets.json"
+RESERVATION_TTL = 15 * 60.0  # seconds a reservation counts before it is presumed abandoned
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A request a limit turned away."""
+
+    limit: str  # which limit, as the rule writes it: "rate_limit" | "concurrent" | "budget"
+    retry_after: float  # seconds until a retry can succeed; 0 when unknown or never (see permanent)
+    message: str  # for the server: names the rule, the limit and when to retry
+    key: str = ""
+    permanent: bool = False  # the request can never pass this limit as it is (budget smaller than it)
+
+
+def limit_key(rule: str, server: str) -> str:
+    """The key of a rule's limits for one server. Budget keys are shared through the state file,
+    so every proxy must build them the same way: use this."""
+    return f"{rule}@{server}"
+
+
+def _now(now: float | None) -> float:
+    return time.time() if now is None else now
+
+
+def _label(kind: str, key: str, rule: str | None) -> str:
+    return f"{kind} of rule '{rule}'" if rule is not None else f"{kind} '{key}'"
+
+
+class RateLimiter:
+    """N requests per `per` seconds per key; a sliding window log, in memory (per proxy)."""
+
+    def __init__(self) -> None:
+        self._log: dict[str, deque[float]] = {}
+        self._lock = threading.Lock()
+
+    def try_acquire(
+        self, key: str, requests: int, per: float, now: float | None = None, *, rule: str | None = None
+    ) -> Refusal | None:
+        """Admit one request (None) or refuse it. A request at time t counts until t + per."""
+        if requests < 1 or per <= 0:
+            raise ValueError(f"rate limit needs requests >= 1 and per > 0, got {requests} per {per}")
+        now = _now(now)
+        with self._lock:
+            window = self._log.setdefault(key, deque())
+            while window and window[0] <= now - per:
+                window.popleft()
+            if len(window) >= requests:
+                # the request that makes room is the one N places from the newest
+                retry_after = max(0.0, min(per, window[len(window) - requests] + per - now))
+                noun = "request" if requests == 1 else "requests"
+                return Refusal(
+                    "rate_limit", retry_after,
+                    f"{_label('rate limit', key, rule)} exceeded: {requests} {noun} per {format_period(per)}; "
+                    f"retry in {format_wait(retry_after)}",
+                    key,
+                )
+            window.append(now)
+            while len(window) > requests:  # only the newest N can ever decide; bounded memory
+                window.popleft()
+            return None
+
+    def reset(self, key: str | None = None) -> None:
+        with self._lock:
+            if key is None:
+                self._log.clear()
+            else:
+                self._log.pop(key, None)
+
+
+class ConcurrencyLimiter:
+    """At most N requests of a key in progress at once, in memory (per proxy)."""
+
+    def __init__(self) -> None:
+        self._active: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def acquire(self, key: str, limit: int, *, rule: str | None = None) -> Refusal | None:
+        """Take a slot (None; call `release` when done) or refuse."""
+        if limit < 1:
+            raise ValueError(f"concurrency limit needs limit >= 1, got {limit}")
+        with self._lock:
+            active = self._active.get(key, 0)
+            if active >= limit:
+                noun = "request is" if active == 1 else "requests are"
+                return Refusal(
+                    "concurrent", 0.0,
+                    f"{_label('concurrency limit', key, rule)} reached: {active} {noun} already in progress "
+                    f"(concurrent: {limit}); retry when one finishes",
+                    key,
+                )
+            self._active[key] = active + 1
+            return None
+
+    def release(self, key: str) -> None:
+        with self._lock:
+            active = self._active.get(key, 0)
+            if active <= 1:
+                self._active.pop(key, None)
+                if active == 0:
+                    log.warning("concurrency slot released that was not held", key=key)
+            else:
+                self._active[key] = active - 1
+
+    @contextmanager
+    def hold(self, key: str, limit: int, *, rule: str | None = None) -> Iterator[Refusal | None]:
+        """`with limiter.hold(key, n) as refusal:` — refusal is None when a slot is held for the
+        block (released on exit, also on error or cancellation), else the Refusal."""
+        refusal = self.acquire(key, limit, rule=rule)
+        try:
+            yield refusal
+        finally:
+            if refusal is None:
+                self.release(key)
+
+    def in_use(self, key: str) -> int:
+        with self._lock:
+            return self._active.get(key, 0)
+
+
+class SamplingGate:
+    """At most `max_concurrent` LLM calls of one proxy at once, and at most `max_queued` waiting.
+
+    A server can send a thousand sampling requests in one burst; without this every one of them
+    opens a provider connection at once, the HTTP pool's bookkeeping grows faster than linearly
+    and the relay (pings, every other message) stalls behind it. Waiting requests cost a task
+    each; past the queue bound a request is refused at once, which the server can retry."""
+
+    def __init__(self, max_concurrent: int, max_queued: int):
+        if max_concurrent < 1 or max_queued < 0:
+            raise ValueError(f"need max_concurrent >= 1 and max_queued >= 0, got {max_concurrent}, {max_queued}")
+        self.max_concurrent = max_concurrent
+        self.max_queued = max_queued
+        self._slots = anyio.Semaphore(max_concurrent)
+        self.waiting = 0
+
+    @asynccontextmanager
+    async def slot(self) -> AsyncIterator[Refusal | None]:
+        """`async with gate.slot() as refusal:` -- None once a slot is held (released on exit,
+        also on error or cancellation), else the Refusal of a full queue, without waiting."""
+        try:
+            self._slots.acquire_nowait()
+        except anyio.WouldBlock:
+            if self.waiting >= self.max_queued:
+                yield Refusal(
+                    "queue", 0.0,
+                    f"the proxy is busy: {self.max_concurrent} LLM calls are in progress (sampling.max_concurrent) "
+                    f"and {self.waiting} more are waiting (sampling.max_queued: {self.max_queued}); retry later",
+                )
+                return
+            self.waiting += 1
+            try:
+                await self._slots.acquire()
+            finally:
+                self.waiting -= 1
+        try:
+            yield None
+        finally:
+            self._slots.release()
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """Tokens set aside for one request in progress; settle or cancel it exactly once."""
+
+    key: str
+    id: str
+    tokens: int
+    per: float
+    expires: float
+
+
+@dataclass(frozen=True)
+class BudgetStatus:
+    used: int
+    reserved: int
+    window_start: float
+    resets_at: float
+
+
+class TokenBudget:
+    """Token budgets per key in fixed windows, persisted and shared across proxy processes.
+
+    Every call is one locked read-modify-write of the JSON file (see `state.JsonStateFile`),
+    which also drops expired reservations and finished windows of every key.
+    """
+
+    def __init__(self, path: str | Path | None = None, *, reservation_ttl: float = RESERVATION_TTL,
+                 durable: bool = True):
+        self.store = JsonStateFile(path if path is not None else state_dir() / BUDGETS_FILE, durable=durable)
+        self.reservation_ttl = reservation_ttl
+
+    def reserve(
+        self, key: str, limit_tokens: int, per_seconds: float, worst_case_tokens: int, now: float | None = None,
+        *, rule: str | None = None,
+    ) -> Reservation | Refusal:
+        """Set aside worst_case_tokens in the current window, unless used + reserved + worst case
+        would exceed limit_tokens."""
+        if per_seconds <= 0:
+            raise ValueError(f"budget window must be > 0 seconds, got {per_seconds}")
+        now = _now(now)
+        worst = max(0, int(worst_case_tokens))
+        name = _label("token budget", key, rule)
+
+        def change(data: dict[str, Any]) -> Reservation | Refusal:
+            budgets = _budgets(data, now)
+            entry = _current(budgets, key, per_seconds, now)
+            used, reserved = entry["used"], _reserved(entry)
+            resets_in = max(0.0, entry["window"] + per_seconds - now)
+            if worst > limit_tokens:
+                _drop_if_idle(budgets, key)
+                return Refusal(
+                    "budget", 0.0,
+                    f"{name} is too small for this request: it may need up to {worst:,} tokens (input estimate "
+                    f"plus maxTokens) and the budget is {limit_tokens:,} tokens per {format_period(per_seconds)}; "
+                    "lower maxTokens or raise the budget",
+                    key, permanent=True,
+                )
+            if used + reserved + worst > limit_tokens:
+                _drop_if_idle(budgets, key)
+                held = f" and {reserved:,} reserved by requests in progress" if reserved else ""
+                left = max(0, limit_tokens - used - reserved)
+                return Refusal(
+                    "budget", resets_in,
+                    f"{name} exhausted: {used:,} of {limit_tokens:,} tokens used{held} in this "
+                    f"{format_period(per_seconds)} window; {left:,} left and this request may need up to "
+                    f"{worst:,}; resets in {format_wait(resets_in)}",
+                    key,
+                )
+            reservation = Reservation(key, uuid.uuid4().hex[:16], worst, float(per_seconds),
+                                      now + self.reservation_ttl)
+            entry["reservations"][reservation.id] = {"tokens": worst, "expires": reservation.expires}
+            return reservation
+
+        return self.store.update(change)
+
+    def settle(self, reservation: Reservation, actual_tokens: int | None, now: float | None = None) -> None:
+        """Replace the reservation with the real usage (None: charge the worst case reserved).
+
+        Usage is charged to the window current at settle time, when the tokens were spent; it is
+        charged even when the reservation had already expired (a very slow request)."""
+        now = _now(now)
+        charge = reservation.tokens if actual_tokens is None else max(0, int(actual_tokens))
+
+        def change(data: dict[str, Any]) -> None:
+            budgets = _budgets(data, now)
+            entry = _current(budgets, reservation.key, reservation.per, now)
+            if entry["reservations"].pop(reservation.id, None) is None:
+                log.info("settling a reservation that had expired", key=reservation.key, tokens=charge)
+            entry["used"] += charge
+            _drop_if_idle(budgets, reservation.key)
+
+        self.store.update(change)
+
+    def cancel(self, reservation: Reservation, now: float | None = None) -> None:
+        """Release the reservation without charging anything (the request never reached the LLM)."""
+        now = _now(now)
+
+        def change(data: dict[str, Any]) -> None:
+            budgets = _budgets(data, now)
+            entry = budgets.get(reservation.key)
+            if entry is not None:
+                entry["reservations"].pop(reservation.id, None)
+                _drop_if_idle(budgets, reservation.key)
+
+        self.store.update(change)
+
+    def status(self, key: str, per_seconds: float, now: float | None = None) -> BudgetStatus:
+        """Usage of key in the current window (also tidies the file, like every call)."""
+        now = _now(now)
+
+        def change(data: dict[str, Any]) -> BudgetStatus:
+            budgets = _budgets(data, now)
+            entry = _current(budgets, key, per_seconds, now)
+            status = BudgetStatus(entry["used"], _reserved(entry), entry["window"], entry["window"] + per_seconds)
+            _drop_if_idle(budgets, key)
+            return status
+
+        return self.store.update(change)
+
+
+# The file: {"version": 1, "budgets": {KEY: {"per": S, "window": START, "used": N,
+#                                            "reservations": {ID: {"tokens": N, "expires": T}}}}}
+
+def _window_start(now: float, per: float) -> float:
+    return math.floor(now / per) * per
+
+
+def _budgets(data: dict[str, Any], now: float) -> dict[str, Any]:
+    """The budgets mapping, with malformed entries, expired reservations and idle finished
+    windows removed."""
+    data.setdefault("version", 1)
+    budgets = data.get("budgets")
+    if not isinstance(budgets, dict):
+        budgets = data["budgets"] = {}
+    for key in list(budgets):
+        entry = budgets[key]
+        if not _well_formed(entry):
+            log.warning("dropping malformed budget entry", key=key)
+            del budgets[key]
+            continue
+        for rid, res in list(entry["reservations"].items()):
+            if res["expires"] <= now:
+                log.warning("dropping an expired token reservation (its proxy crashed or stalled)",
+                            key=key, tokens=res["tokens"])
+                del entry["reservations"][rid]
+        if entry["window"] + entry["per"] <= now:
+            entry["used"] = 0
+        _drop_if_idle(budgets, key)
+    return budgets
+
+
+def _well_formed(entry: Any) -> bool:
+    if not isinstance(entry, dict):
+        return False
+    number = (int, float)
+    if not (isinstance(entry.get("per"), number) and entry["per"] > 0 and isinstance(entry.get("window"), number)
+            and isinstance(entry.get("used"), int) and isinstance(entry.get("reservations"), dict)):
+        return False
+    return all(
+        isinstance(r, dict) and isinstance(r.get("tokens"), int) and isinstance(r.get("expires"), number)
+        for r in entry["reservations"].values()
+    )
+
+
+def _current(budgets: dict[str, Any], key: str, per: float, now: float) -> dict[str, Any]:
+    """key's entry, moved to the window containing now (usage reset when the window or the
+    configured period changed; reservations carry over: they are requests still in progress)."""
+    start = _window_start(now, per)
+    entry = budgets.get(key)
+    if entry is None:
+        entry = budgets[key] = {"per": per, "window": start, "used": 0, "reservations": {}}
+    elif entry["per"] != per or entry["window"] < start:
+        entry.update(per=per, window=start, used=0)
+    return entry
+
+
+def _reserved(entry: dict[str, Any]) -> int:
+    return sum(r["tokens"] for r in entry["reservations"].values())
+
+
+def _drop_if_idle(budgets: dict[str, Any], key: str) -> None:
+    entry = budgets.get(key)
+    if entry is not None and not entry["used"] and not entry["reservations"]:
+        del budgets[key]
+
+
+def estimate_worst_case(params: dict[str, Any]) -> int:
+    """Tokens a sampling request may use at most: a true upper bound of its input plus maxTokens
+    (see `token_bound`), so reservations of requests running at once never sum to less than
+    what they settle to."""
+    return worst_case_tokens(params)
+
+
+# Human-friendly durations
+
+
+def format_period(seconds: float) -> str:
+    """A limit's period as a policy would write it: '1d', '12h', '1m', '90s'."""
+    if seconds == int(seconds):
+        whole = int(seconds)
+        for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+            if whole >= size and whole % size == 0:
+                return f"{whole // size}{unit}"
+        return f"{whole}s"
+    return f"{seconds:g}s"
+
+
+def format_wait(seconds: float) -> str:
+    """A wait, rounded up, in its two largest units: '41 s', '2 min 5 s', '3 h 12 min', '2 d 4 h'."""
+    secs = max(0, math.ceil(round(seconds, 6)))
+    if secs < 60:
+        return f"{secs} s"
+    if secs < 3600:
+        minutes, rest = divmod(secs, 60)
+        return f"{minutes} min" + (f" {rest} s" if rest else "")
+    minutes = math.ceil(secs / 60)
+    if minutes < 24 * 60:
+        hours, rest = divmod(minutes, 60)
+        return f"{hours} h" + (f" {rest} min" if rest else "")
+    hours = math.ceil(minutes / 60)
+    days, rest = divmod(hours, 24)
+    return f"{days} d" + (f" {rest} h" if rest else "")
+
+
+class Limiters:
+    """A rule's rate limit, concurrency limit and token budget, applied to one proxy's requests
+    (sampling and elicitation alike)."""
+
+    def __init__(self, budget: TokenBudget | None = None):
+        self.rate = RateLimiter()
+        self.concurrency = ConcurrencyLimiter()
+        self._budget = budget
+
+    @contextmanager
+    def hold(self, rule: Rule | None, key: str) -> Iterator[Refusal | None]:
+        """Rate limit and concurrency slot for the duration of one request."""
+        limit = rule.rate_limit if rule else None
+        if rule is None or limit is None:
+            yield None
+            return
+        if limit.requests is not None and limit.per is not None:
+            refusal = self.rate.try_acquire(key, limit.requests, limit.per, rule=rule.name)
+            if refusal is not None:
+                yield refusal
+                return
+        if limit.concurrent is not None:
+            with self.concurrency.hold(key, limit.concurrent, rule=rule.name) as refusal:
+                yield refusal
+            return
+        yield None
+
+    @contextmanager
+    def budget(self, rule: Rule | None, key: str, params: dict[str, Any]) -> Iterator[BudgetHold | Refusal]:
+        """`with limiters.budget(rule, key, params) as hold:` reserves the request's worst case under
+        the rule's budget (a Refusal when it does not fit) and settles it when the block ends with
+        what `hold` says was spent: nothing unless an LLM call was made."""
+        hold = BudgetHold()
+        if rule is None or rule.budget is None:
+            yield hold
+            return
+        if self._budget is None:
+            self._budget = TokenBudget()
+        reservation = self._budget.reserve(key, rule.budget.tokens, rule.budget.per, estimate_worst_case(params),
+                                           rule=rule.name)
+        if isinstance(reservation, Refusal):
+            yield reservation
+            return
+        try:
+            yield hold
+        finally:
+            if hold.tokens == 0:
+                self._budget.cancel(reservation)
+            else:
+                self._budget.settle(reservation, hold.tokens)
+
+
+class BudgetHold:
+    """What one request has cost its budget: 0 until an LLM call starts, then unknown (charged at
+    the reserved worst case) until the provider reports its usage."""
+
+    def __init__(self) -> None:
+        self.tokens: int | None = 0
+
+    def calling(self) -> None:
+        self.tokens = None
+
+    def spent(self, tokens: int | None) -> None:
+        self.tokens = tokens

@@ -1,0 +1,145 @@
+"""Per-user state on this machine, and a small JSON file that several proxies update safely.
+
+Every proxy the user runs (one per MCP server, often several hosts at once) shares the same
+state directory, so anything that must hold across proxies and restarts (token budgets) lives
+in a `JsonStateFile` there.
+
+Locking and atomicity: each update takes an exclusive `fcntl.flock` on a sidecar `NAME.lock`
+file (created once, never removed), reads the JSON, lets the caller change it, writes the new
+text to a temporary file in the same directory, fsyncs it and `os.replace`s it over the data
+file, then releases the lock. The sidecar is what makes this correct: a lock on the data file
+itself would be left on the old inode by `os.replace`, and a process already waiting on that
+inode would then read stale data. With the lock on a file whose inode never changes,
+read-modify-write is serialised across processes (and across threads of one process: every
+update opens its own descriptor, and flock locks conflict between descriptions), while the
+rename means a reader (or a proxy that crashes mid-write) only ever sees a complete old or a
+complete new file. Truncate-and-write in place would be correct under the lock too, but a
+crash between the truncate and the write would lose every budget.
+
+Updates block the calling thread for as long as another proxy holds the lock (well under a
+millisecond of work per update, plus the fsync); from async code call them directly for the
+rare case, or through `anyio.to_thread.run_sync` when that pause matters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from mcp_sampling_proxy.log import get_logger
+
+log = get_logger("mcp_sampling_proxy.quotas.state")
+
+APP_DIR = "mcp-sampling-proxy"
+STATE_DIR_ENV = "MCP_SAMPLING_PROXY_STATE_DIR"
+
+T = TypeVar("T")
+
+
+def state_dir(environ: Mapping[str, str] | None = None, *, create: bool = True) -> Path:
+    """The directory for this user's persistent proxy state, created 0700 when missing.
+
+    `$MCP_SAMPLING_PROXY_STATE_DIR` if set, else `$XDG_STATE_HOME/mcp-sampling-proxy` (an
+    absolute XDG path only, as the XDG spec asks), else `~/Library/Application Support/
+    mcp-sampling-proxy` on macOS and `~/.local/state/mcp-sampling-proxy` elsewhere. An existing
+    directory keeps its mode: the proxy never chmods a directory it did not create.
+    """
+    environ = os.environ if environ is None else environ
+    explicit = environ.get(STATE_DIR_ENV)
+    xdg = environ.get("XDG_STATE_HOME")
+    if explicit:
+        path = Path(explicit).expanduser()
+    elif xdg and os.path.isabs(xdg):
+        path = Path(xdg) / APP_DIR
+    elif sys.platform == "darwin":
+        path = Path.home() / "Library" / "Application Support" / APP_DIR
+    else:
+        path = Path.home() / ".local" / "state" / APP_DIR
+    if create:
+        # mode applies to the leaf only; parents (e.g. ~/.local/state) get the usual default
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+class JsonStateFile:
+    """A JSON object in a file, changed only through `update`, safe across processes."""
+
+    def __init__(self, path: str | os.PathLike[str], *, durable: bool = True):
+        self.path = Path(path)
+        self.lock_path = self.path.with_name(self.path.name + ".lock")
+        self.durable = durable  # fsync the new file before the rename
+
+    def update(self, fn: Callable[[dict[str, Any]], T]) -> T:
+        """Run fn(data) under the file's exclusive lock and store what it leaves in data.
+
+        fn may mutate `data` (a plain dict decoded from the file; {} when the file is missing,
+        empty or unreadable) and its return value is returned. When fn raises, nothing is written.
+        The file is rewritten only when the data changed.
+        """
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        lock_fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX)
+            data, before = self._read()
+            result = fn(data)
+            after = _encode(data)
+            if after != before:
+                self._write(after)
+            return result
+        finally:
+            os.close(lock_fd)  # closing the last descriptor releases the flock
+
+    def read(self) -> dict[str, Any]:
+        """A snapshot of the data (under the lock, so never a half-applied update)."""
+        return self.update(lambda data: json.loads(_encode(data)))
+
+    def _read(self) -> tuple[dict[str, Any], str]:
+        """The data and its text as read ("" when it must be rewritten). Other OS errors
+        (permissions, I/O) propagate: overwriting a file we could not read would lose it."""
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return {}, _encode({})
+        if not raw.strip():
+            if raw:
+                log.warning("state file is blank; starting from empty state", path=str(self.path))
+            return {}, ""
+        try:
+            text = raw.decode("utf-8")
+            data = json.loads(text)
+            problem = None if isinstance(data, dict) else f"holds a JSON {type(data).__name__}, not an object"
+        except ValueError as exc:
+            problem = f"is not valid JSON ({exc})"
+        if problem is None:
+            return data, text
+        saved = self.path.with_name(self.path.name + ".corrupt")
+        with contextlib.suppress(OSError):
+            os.replace(self.path, saved)
+        log.warning("state file unusable; starting from empty state (old content kept beside it)",
+                    path=str(self.path), problem=problem, kept=str(saved))
+        return {}, ""
+
+    def _write(self, text: str) -> None:
+        fd, tmp = tempfile.mkstemp(prefix=self.path.name + ".", suffix=".tmp", dir=self.path.parent)  # 0600
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+                if self.durable:
+                    f.flush()
+                    os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+
+def _encode(data: dict[str, Any]) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

@@ -1,0 +1,1 @@
+"""Routes every message between host and server; knows nothing about LLMs."""

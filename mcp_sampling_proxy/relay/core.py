@@ -1,0 +1,660 @@
+"""The relay: every message passes between host and upstream as the original bytes.
+
+It parses each line only to route it, keeps per-direction order (lines are handled
+synchronously as they arrive), and steps in at three points, all delegated to `Hooks`:
+host requests it may rewrite (capabilities), server requests it serves itself (sampling),
+and responses to requests it sent on its own. It knows nothing about LLMs or policy.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import anyio
+import anyio.abc
+
+from mcp_sampling_proxy.log import get_logger
+from mcp_sampling_proxy.protocol import jsonrpc
+from mcp_sampling_proxy.protocol.jsonrpc import RpcError
+from mcp_sampling_proxy.protocol.names import (
+    CLIENT_CAPS_META,
+    CLIENT_INFO_META,
+    PROTOCOL_VERSION_META,
+    SERVER_INFO_META,
+)
+from mcp_sampling_proxy.sanitize import one_line
+
+log = get_logger("mcp_sampling_proxy.relay.core")
+
+Send = Callable[[bytes], None]
+NEGOTIATION = ("initialize", "server/discover")
+RETRYABLE = ("tools/call", "prompts/get", "resources/read")  # may get `input_required` (2026-07-28)
+
+
+@dataclass
+class HostRequest:
+    method: str
+    tool: str | None  # the tool name for tools/call
+    started: float
+    message: dict[str, Any] | None = None  # kept for methods a 2026-era server may answer with input_required
+
+
+@dataclass
+class Session:
+    """What the relay has learned about both peers; read by hooks for routing and policy."""
+
+    name_override: str | None = None
+    host_info: dict[str, Any] = field(default_factory=dict)
+    host_capabilities: dict[str, Any] = field(default_factory=dict)
+    server_info: dict[str, Any] = field(default_factory=dict)
+    protocol_version: str | None = None
+    inflight: dict[Any, HostRequest] = field(default_factory=dict)
+
+    @property
+    def server_name(self) -> str:
+        """The operator's name for the server (`--name`, or derived from its command or URL).
+
+        Never the server's own serverInfo.name: the server is untrusted and could borrow another's."""
+        return self.name_override or "upstream"
+
+    @property
+    def server_reported(self) -> str | None:
+        """The name the server reports for itself (untrusted), None when it gave none."""
+        name = self.server_info.get("name")
+        return name if isinstance(name, str) else None
+
+    @property
+    def server_reported_if_different(self) -> str | None:
+        """The reported name made printable, for logs and prompts, when it differs from ours."""
+        from mcp_sampling_proxy.policy.identity import normalise, shown
+        from mcp_sampling_proxy.sanitize import strip_controls
+
+        reported = self.server_reported
+        if reported is None or normalise(reported) == normalise(self.server_name):
+            return None
+        return strip_controls(shown(reported))[:200]
+
+    @property
+    def server_label(self) -> str:
+        """The operator's name, plus the reported one when different: what a human is shown."""
+        reported = self.server_reported_if_different
+        return self.server_name if reported is None else f"{self.server_name} (reports itself as '{reported}')"
+
+    def tool_candidates(self) -> tuple[str, ...]:
+        """The host tools/calls that could own a server request now: the one whose retry carries
+        it (2026 era, see input_required), else every tools/call in flight, oldest first."""
+        from mcp_sampling_proxy.serve.input_required import ORIGIN_TOOLS
+
+        fixed = ORIGIN_TOOLS.get()
+        return fixed if fixed is not None else self.tools_in_flight()
+
+    @property
+    def host_name(self) -> str:
+        return str(self.host_info.get("name") or "")
+
+    def tools_in_flight(self) -> tuple[str, ...]:
+        return tuple(r.tool for r in self.inflight.values() if r.tool)
+
+
+class Hooks(Protocol):
+    def rewrite_host_request(self, message: dict[str, Any], session: Session) -> bool:
+        """Change a host request in place before it goes upstream; True when changed."""
+        ...
+
+    def answer_host_request(self, message: dict[str, Any], session: Session) -> bytes | None:
+        """A response the proxy gives the host itself instead of forwarding; None to forward."""
+        ...
+
+    def serves(self, method: str) -> bool:
+        """True for server-to-client methods the proxy answers itself."""
+        ...
+
+    def owned_input_keys(self, result: dict[str, Any], session: Session,
+                         origin: dict[str, Any] | None = None) -> set[str] | None:
+        """Keys of an `input_required` result's requests that the proxy answers itself (None: leave it)."""
+        ...
+
+    def host_input_requests(self, result: dict[str, Any], origin: dict[str, Any] | None, session: Session) -> None:
+        """An `input_required` result (only the host's requests) is about to reach the host."""
+        ...
+
+    def host_input_responses(self, params: dict[str, Any], session: Session) -> None:
+        """A host request carries `inputResponses`: the host's answers to such requests."""
+        ...
+
+    async def answer_input(self, key: str, entry: dict[str, Any], relay: Relay,
+                           origin: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Answer one embedded input request (result, or RpcError); `origin` is the host request it belongs to."""
+        ...
+
+    async def resolve_input_required(self, message: dict[str, Any], result: dict[str, Any], relay: Relay,
+                                     resolving: Any) -> dict[str, Any]:
+        """Answer the input requests and retry until the final response: {"result": ...} or {"error": ...}."""
+        ...
+
+    watched_notifications: frozenset[str]  # server notifications the hooks may hold back
+
+    def forward_server_notification(self, message: dict[str, Any]) -> bool:
+        """False to swallow a watched server notification (e.g. for a request the proxy served)."""
+        ...
+
+    async def serve(self, message: dict[str, Any], relay: Relay) -> dict[str, Any]:
+        """Answer a server request; return the result object or raise RpcError."""
+        ...
+
+
+@dataclass
+class _Stash:
+    done: anyio.Event = field(default_factory=anyio.Event)
+    answers: dict[str, Any] = field(default_factory=dict)
+    error: dict[str, Any] | None = None
+
+
+@dataclass
+class _Resolving:
+    scope: anyio.CancelScope
+    current_id: Any = None  # the private id of the retry now at the server
+
+
+@dataclass
+class _Served:
+    scope: anyio.CancelScope
+    raw: bytes = b""  # the request as the server sent it: what the host gets when it is forwarded
+    at_host: bool = False  # forwarded to the host, which must hear about a cancellation
+
+
+class Relay:
+    def __init__(
+        self,
+        to_host: Send,
+        to_upstream: Send,
+        hooks: Hooks,
+        task_group: anyio.abc.TaskGroup,
+        session: Session | None = None,
+        on_ready: Callable[[], None] | None = None,
+    ):
+        self._to_host = to_host
+        self._to_upstream = to_upstream
+        self._hooks = hooks
+        self._tg = task_group
+        self.session = session or Session()
+        self._on_ready = on_ready  # called once, when the upstream has answered initialize
+        self._served: dict[Any, _Served] = {}
+        self._awaiting_host: dict[Any, Callable[[dict[str, Any]], None]] = {}
+        self._awaiting_upstream: dict[Any, Callable[[dict[str, Any]], None]] = {}
+        self._resolving: dict[Any, _Resolving] = {}
+        self._stash: dict[str, _Stash] = {}  # requestState -> the proxy's answers for a split request
+        self._id_prefix = f"mcp-sampling-proxy:{secrets.token_hex(4)}:"
+        self._own_ids = 0
+        self.closed = False
+
+    # -- host -> upstream ------------------------------------------------------------------
+    def from_host(self, line: bytes) -> None:
+        """One line from the host. Whatever it holds, the relay keeps running: a line that is not
+        a JSON-RPC message gets an error (when it has an id to answer) or is dropped with a log line."""
+        try:
+            msg = jsonrpc.parse(line)
+        except ValueError as exc:
+            log.warning("host sent a line that is not JSON", error=str(exc), size=len(line))
+            found, request_id = peek_id(line[:1024], line[-256:])
+            self._to_host(jsonrpc.error_response(request_id if found else None, jsonrpc.PARSE_ERROR,
+                                                 f"Parse error: {exc}"))
+            return
+        if isinstance(msg, list):  # a JSON-RPC batch (2025-03-26 only): each member on its own
+            if not msg:
+                self._to_host(jsonrpc.error_response(None, jsonrpc.INVALID_REQUEST, "Invalid Request: empty batch"))
+            for member in msg:
+                self._guarded(self._host_message, member, None, self._to_host)
+            return
+        self._guarded(self._host_message, msg, line, self._to_host)
+
+    def _guarded(self, handle: Callable[[Any, bytes | None], None], msg: Any, line: bytes | None,
+                 reply_to: Send) -> None:
+        """Contain a failure to one message: log it, answer its request (to its sender) if it had one, go on."""
+        try:
+            handle(msg, line)
+        except Exception as exc:
+            log.exception("failed to relay a message; it was dropped", error=str(exc))
+            request_id = msg.get("id") if isinstance(msg, dict) else None
+            if isinstance(msg, dict) and isinstance(msg.get("method"), str) and jsonrpc.usable_id(request_id):
+                reply_to(jsonrpc.error_response(request_id, jsonrpc.INTERNAL_ERROR,
+                                                f"mcp-sampling-proxy failed: {exc}"))
+
+    def _host_message(self, msg: Any, line: bytes | None) -> None:
+        problem = envelope_problem(msg)
+        if problem is not None:
+            log.warning("host sent an invalid JSON-RPC message", problem=problem)
+            if not isinstance(msg, dict) or not ("result" in msg or "error" in msg):  # not a response: say so
+                request_id = msg.get("id") if isinstance(msg, dict) and jsonrpc.usable_id(msg.get("id")) else None
+                self._to_host(jsonrpc.error_response(request_id, jsonrpc.INVALID_REQUEST,
+                                                     f"Invalid Request: {problem}"))
+            return
+        if line is None and (line := _encode(msg)) is None:
+            self._to_host(jsonrpc.error_response(msg.get("id") if "method" in msg else None, jsonrpc.INVALID_REQUEST,
+                                                 "Invalid Request: nested too deeply to forward"))
+            return
+        method = msg.get("method")
+        if method is None:  # a response to a server request (or to one of ours)
+            waiter = self._awaiting_host.pop(msg["id"], None)
+            if waiter is not None:
+                waiter(msg)
+            else:
+                self._to_upstream(line)
+            return
+        if "id" in msg:
+            answer = self._hooks.answer_host_request(msg, self.session)
+            if answer is not None:
+                self._to_host(answer)
+                return
+            params = msg.get("params")
+            if isinstance(params, dict) and "inputResponses" in params:
+                self._hooks.host_input_responses(params, self.session)
+            state = params.get("requestState") if isinstance(params, dict) else None
+            if self._stash and isinstance(state, str) and state in self._stash:
+                self._tg.start_soon(self._merge_and_forward, msg, self._stash.pop(state))
+                return
+            self._note_host_request(msg)
+            if self._hooks.rewrite_host_request(msg, self.session):
+                rewritten = msg
+                if jsonrpc.has_long_integers(line):  # read as floats: rewrite an exact reading instead
+                    rewritten = jsonrpc.parse_exact(line)
+                    self._hooks.rewrite_host_request(rewritten, self.session)
+                if (line := _encode(rewritten)) is None:
+                    self.session.inflight.pop(msg["id"], None)
+                    self._to_host(jsonrpc.error_response(msg["id"], jsonrpc.INVALID_REQUEST,
+                                                         "Invalid Request: nested too deeply to forward"))
+                    return
+        elif method == "notifications/cancelled":
+            params = msg.get("params")
+            request_id = params.get("requestId") if isinstance(params, dict) else None
+            if jsonrpc.usable_id(request_id):
+                self.session.inflight.pop(request_id, None)
+                resolving = self._resolving.pop(request_id, None)
+                if resolving is not None:  # translate to the retry's id, which is what the server knows
+                    resolving.scope.cancel()
+                    if resolving.current_id is not None:
+                        self._to_upstream(jsonrpc.dumps({**msg, "params": {**params,
+                                                                           "requestId": resolving.current_id}}))
+                    return
+        self._to_upstream(line)
+
+    def _forward_host_request(self, msg: dict[str, Any]) -> None:
+        self._note_host_request(msg)
+        self._hooks.rewrite_host_request(msg, self.session)
+        self._to_upstream(jsonrpc.dumps(msg))
+
+    def _note_host_request(self, msg: dict[str, Any]) -> None:
+        method = msg["method"]
+        params = jsonrpc.as_object(msg.get("params"))
+        tool = params.get("name") if method == "tools/call" else None
+        self.session.inflight[msg["id"]] = HostRequest(method, tool if isinstance(tool, str) else None,
+                                                       time.monotonic(),
+                                                       msg if method in RETRYABLE else None)
+        if method == "initialize":
+            self.session.host_info = jsonrpc.as_object(params.get("clientInfo"))
+            self.session.host_capabilities = jsonrpc.as_object(params.get("capabilities"))
+            self.session.protocol_version = params.get("protocolVersion")
+        else:
+            meta = jsonrpc.as_object(params.get("_meta"))
+            version = meta.get(PROTOCOL_VERSION_META)
+            if version:  # 2026-07-28 era: everything travels per request
+                self.session.protocol_version = version
+                self.session.host_info = jsonrpc.as_object(meta.get(CLIENT_INFO_META)) or \
+                    self.session.host_info
+                caps = meta.get(CLIENT_CAPS_META)
+                if isinstance(caps, dict):
+                    self.session.host_capabilities = caps
+
+    # -- upstream -> host ------------------------------------------------------------------
+    def from_upstream(self, line: bytes) -> None:
+        """One line from the server. Every line is parsed (there is no envelope shortcut: a line
+        that looked like a response could carry a method), and only JSON-RPC objects go on."""
+        try:
+            msg = jsonrpc.parse(line)
+        except ValueError as exc:
+            log.warning("upstream wrote a line that is not JSON; dropped", size=len(line), error=str(exc),
+                        start=one_line(line[:80].decode("utf-8", "replace"), 80))
+            self._undeliverable(line[:1024], line[-256:], jsonrpc.PARSE_ERROR,
+                                f"upstream server '{self.session.server_name}' sent a message that is not "
+                                f"valid JSON ({exc})")
+            return
+        if isinstance(msg, list):  # a batch (2025-03-26 only): each member is routed (and inspected) alone
+            for member in msg:
+                self._guarded(self._upstream_message, member, None, self._to_upstream)
+            return
+        self._guarded(self._upstream_message, msg, line, self._to_upstream)
+
+    def _upstream_message(self, msg: Any, line: bytes | None) -> None:
+        problem = envelope_problem(msg)
+        if problem is not None:
+            log.warning("upstream sent an invalid JSON-RPC message; dropped", problem=problem)
+            if isinstance(msg, dict) and "method" in msg and "id" in msg:  # a request: tell the server
+                request_id = msg.get("id") if jsonrpc.usable_id(msg.get("id")) else None
+                self._to_upstream(jsonrpc.error_response(request_id, jsonrpc.INVALID_REQUEST,
+                                                         f"Invalid Request: {problem}"))
+            return
+        if line is None and (line := _encode(msg)) is None:
+            log.warning("upstream sent a batch member nested too deeply to forward; dropped")
+            return
+        method = msg.get("method")
+        if method is None:
+            waiter = self._awaiting_upstream.pop(msg["id"], None)
+            if waiter is not None:
+                waiter(msg)
+                return
+            request = self.session.inflight.get(msg["id"])
+            if request is not None and request.message is not None and self._resolve_input(msg, request):
+                return
+            self.session.inflight.pop(msg["id"], None)
+            if request is not None and request.method in NEGOTIATION:
+                self._note_server(msg)
+            elif not self.session.server_info:
+                self._note_modern_server(msg)
+            self._to_host(line)
+            return
+        if "id" in msg:
+            if self._hooks.serves(method):
+                self._start_serving(msg, line)
+                return
+        elif method == "notifications/cancelled":
+            if self._cancel_served(msg):
+                return
+        elif method in self._hooks.watched_notifications and not self._hooks.forward_server_notification(msg):
+            return
+        self._to_host(line)
+
+    def upstream_oversize(self, size: int, head: bytes, tail: bytes, limit: int) -> None:
+        """The server wrote a line over the size limit (dropped unread): answer whoever waits for it."""
+        log.error("upstream sent a message larger than the limit; dropped", size=size, limit=limit)
+        self._undeliverable(head, tail, jsonrpc.INVALID_REQUEST,
+                            f"upstream server '{self.session.server_name}' sent a message of {size} bytes, over "
+                            f"the proxy's limit of {limit} bytes (--max-message-bytes)")
+
+    def _undeliverable(self, head: bytes, tail: bytes, code: int, text: str) -> None:
+        """A server line the relay cannot pass on: whoever waits for it gets an error instead of silence
+        (the host, when it answers a host request; the server, when it is a request of the server's)."""
+        found, message_id = peek_id(head, tail)
+        if not found:
+            return
+        # Both checks, not either: a result may mention "method" in its first bytes, and a host request
+        # waiting for this id must not be left without an answer because of it.
+        if self.session.inflight.pop(message_id, None) is not None:
+            self._to_host(jsonrpc.error_response(message_id, jsonrpc.INTERNAL_ERROR, text))
+        if b'"method"' in head:
+            self._to_upstream(jsonrpc.error_response(message_id, code, text))
+
+    def _note_server(self, msg: dict[str, Any]) -> None:
+        result = jsonrpc.as_object(msg.get("result"))
+        self.session.server_info = jsonrpc.as_object(result.get("serverInfo")) or self.session.server_info
+        version = result.get("protocolVersion")
+        if isinstance(version, str):
+            self.session.protocol_version = version
+        log.info("upstream ready", server=self.session.server_name,
+                 server_reported=self.session.server_reported_if_different, protocol=self.session.protocol_version,
+                 host=self.session.host_name or None)
+        if self._on_ready is not None:
+            on_ready, self._on_ready = self._on_ready, None
+            on_ready()
+
+    def _note_modern_server(self, msg: dict[str, Any]) -> None:
+        """2026-era servers name themselves in each result's _meta, not in an initialize result."""
+        meta = jsonrpc.as_object(jsonrpc.as_object(msg.get("result")).get("_meta"))
+        info = jsonrpc.as_object(meta.get(SERVER_INFO_META))
+        if info:
+            self.session.server_info = info
+
+    def _cancel_served(self, msg: dict[str, Any]) -> bool:
+        params = jsonrpc.as_object(msg.get("params"))
+        request_id = params.get("requestId")
+        served = self._served.get(request_id) if jsonrpc.usable_id(request_id) else None
+        if served is None:
+            return False
+        served.scope.cancel()
+        if served.at_host:
+            self._to_host(jsonrpc.dumps(msg))
+        log.info("server cancelled a request the proxy was serving", request_id=params.get("requestId"))
+        return True
+
+    # -- serving server requests -------------------------------------------------------------
+    def _start_serving(self, msg: dict[str, Any], line: bytes) -> None:
+        request_id = msg["id"]
+        served = _Served(anyio.CancelScope(), raw=line)
+        self._served[request_id] = served
+        self._tg.start_soon(self._serve, msg, served)
+
+    async def _serve(self, msg: dict[str, Any], served: _Served) -> None:
+        request_id = msg["id"]
+        reply: bytes | None = None
+        try:
+            with served.scope:
+                try:
+                    result = await self._hooks.serve(msg, self)
+                    reply = jsonrpc.response(request_id, result)
+                except RpcError as exc:
+                    reply = jsonrpc.error_response(request_id, exc.code, exc.message, exc.data)
+                except Exception as exc:
+                    log.exception("failed to serve server request", method=msg.get("method"))
+                    reply = jsonrpc.error_response(
+                        request_id, jsonrpc.INTERNAL_ERROR, f"mcp-sampling-proxy failed: {exc}"
+                    )
+        finally:
+            self._served.pop(request_id, None)
+            self._awaiting_host.pop(request_id, None)
+        if reply is not None and not served.scope.cancel_called and not self.closed:
+            self._to_upstream(reply)
+
+    async def forward_to_host(self, msg: dict[str, Any], raw: bytes | None = None) -> dict[str, Any]:
+        """Send a server request to the host under its own id; return the host's response."""
+        served = self._served.get(msg["id"])
+        if served is not None:
+            served.at_host = True
+            raw = raw if raw is not None else served.raw or None
+        if raw is None and (raw := _encode(msg)) is None:
+            raise RpcError(jsonrpc.INVALID_PARAMS, "Invalid params: nested too deeply to forward to the host")
+        try:
+            return await self._ask_host(msg["id"], raw)
+        finally:
+            if served is not None:
+                served.at_host = False
+
+    async def request_host(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """A request the proxy itself sends to the host (e.g. an approval form).
+
+        Its id comes from a private, non-numeric id space, so it can never collide with the
+        server's ids, and its response is consumed here: it never reaches the upstream."""
+        request_id = self._new_id()
+        line = jsonrpc.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+        try:
+            return await self._ask_host(request_id, line)
+        except anyio.get_cancelled_exc_class():
+            self._to_host(jsonrpc.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                         "params": {"requestId": request_id, "reason": "no longer needed"}}))
+            raise
+
+    async def _ask_host(self, request_id: Any, line: bytes) -> dict[str, Any]:
+        return await _exchange(self._awaiting_host, request_id, self._to_host, line)
+
+    def _new_id(self) -> str:
+        self._own_ids += 1
+        return f"{self._id_prefix}{self._own_ids}"
+
+    # -- 2026-07-28: input_required results -------------------------------------------------------
+    def _resolve_input(self, msg: dict[str, Any], request: HostRequest) -> bool:
+        """Take over an `input_required` result whose requests the proxy answers itself."""
+        result = msg.get("result")
+        if not isinstance(result, dict) or result.get("resultType") != "input_required":
+            return False
+        keys = self._hooks.owned_input_keys(result, self.session, request.message)
+        requests = result.get("inputRequests") or {}
+        if keys is None or not isinstance(requests, dict):
+            return False
+        if keys != set(requests):
+            if keys and self._split_input(msg, result, requests, keys, request.message):
+                return True
+            self._hooks.host_input_requests(result, request.message, self.session)
+            return False
+        host_id = msg["id"]
+        resolving = _Resolving(anyio.CancelScope())
+        self._resolving[host_id] = resolving
+        self._tg.start_soon(self._resolve, host_id, request, result, resolving)
+        return True
+
+    def _split_input(self, msg: dict[str, Any], result: dict[str, Any], requests: dict[str, Any],
+                     keys: set[str], origin: dict[str, Any] | None = None) -> bool:
+        """Mixed requests: the host gets only its own; the proxy answers the rest meanwhile and
+        merges them into the host's retry, which it recognises by the echoed requestState."""
+        state = result.get("requestState")
+        if not isinstance(state, str):
+            return False  # no way to recognise the retry: let the host see everything
+        stash = _Stash()
+        self._stash[state] = stash
+        self._tg.start_soon(self._answer_owned, requests, keys, stash, origin)
+        self.session.inflight.pop(msg["id"], None)
+        filtered = {**result, "inputRequests": {k: v for k, v in requests.items() if k not in keys}}
+        self._hooks.host_input_requests(filtered, origin, self.session)
+        self._to_host(jsonrpc.dumps({**msg, "result": filtered}))
+        return True
+
+    async def _answer_owned(self, requests: dict[str, Any], keys: set[str], stash: _Stash,
+                            origin: dict[str, Any] | None = None) -> None:
+        try:
+            for key in sorted(keys):
+                stash.answers[key] = await self._hooks.answer_input(key, requests[key], self, origin)
+        except RpcError as exc:
+            stash.error = exc.to_dict()
+        except Exception as exc:
+            log.exception("failed to answer an input request")
+            stash.error = {"code": jsonrpc.INTERNAL_ERROR, "message": f"mcp-sampling-proxy failed: {exc}"}
+        finally:
+            stash.done.set()
+
+    async def _merge_and_forward(self, msg: dict[str, Any], stash: _Stash) -> None:
+        """The host's retry of a split request: add the proxy's answers, then send it on."""
+        await stash.done.wait()
+        if stash.error is not None:
+            self._to_host(jsonrpc.dumps({"jsonrpc": "2.0", "id": msg["id"], "error": stash.error}))
+            return
+        params = msg["params"]
+        answers = jsonrpc.as_object(params.get("inputResponses"))
+        params["inputResponses"] = {**answers, **stash.answers}
+        self._forward_host_request(msg)
+
+    async def _resolve(self, host_id: Any, request: HostRequest, result: dict[str, Any],
+                       resolving: _Resolving) -> None:
+        reply: dict[str, Any] | None = None
+        with resolving.scope:
+            try:
+                reply = await self._hooks.resolve_input_required(request.message or {}, result, self, resolving)
+            except RpcError as exc:
+                reply = {"error": exc.to_dict()}
+            except Exception as exc:
+                log.exception("failed to resolve input_required")
+                reply = {"error": {"code": jsonrpc.INTERNAL_ERROR, "message": f"mcp-sampling-proxy failed: {exc}"}}
+        self._resolving.pop(host_id, None)
+        if reply is not None and not resolving.scope.cancel_called and not self.closed:
+            self.session.inflight.pop(host_id, None)
+            self._to_host(jsonrpc.dumps({"jsonrpc": "2.0", "id": host_id, **reply}))
+
+    async def retry_upstream(self, message: dict[str, Any], params: dict[str, Any],
+                             resolving: _Resolving) -> dict[str, Any]:
+        """Send the original request again under a new private id; return the server's response."""
+        request_id = resolving.current_id = self._new_id()
+        line = jsonrpc.dumps({"jsonrpc": "2.0", "id": request_id, "method": message["method"], "params": params})
+        return await _exchange(self._awaiting_upstream, request_id, self._to_upstream, line)
+
+    # -- end of session ------------------------------------------------------------------------
+    def upstream_gone(self, description: str) -> None:
+        """Answer every open host request with an error that says the server is gone."""
+        self.closed = True
+        for request_id, request in list(self.session.inflight.items()):
+            self._to_host(
+                jsonrpc.error_response(
+                    request_id,
+                    jsonrpc.UPSTREAM_EXITED,
+                    f"upstream server '{self.session.server_name}' {description} before answering "
+                    f"{request.method}",
+                )
+            )
+        self.session.inflight.clear()
+        self.cancel_all()
+
+    def cancel_all(self) -> None:
+        for served in list(self._served.values()):
+            served.scope.cancel()
+        for resolving in list(self._resolving.values()):
+            resolving.scope.cancel()
+
+
+# When a line is too large to keep, only its ends are: enough to find the id it answers.
+_HEAD_ID = re.compile(rb'\A\s*\{(?:\s*"(?:jsonrpc|method)"\s*:\s*"(?:[^"\\]|\\.)*"\s*,)*\s*"id"\s*:\s*'
+                      rb'(-?\d+|"(?:[^"\\]|\\.)*")\s*[,}]')
+_TAIL_ID = re.compile(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")\s*\}\s*\Z')
+
+
+def peek_id(head: bytes, tail: bytes) -> tuple[bool, Any]:
+    """(True, id) when the first or last bytes of an (oversized) message name its id, else (False, None).
+
+    Matches the two layouts SDKs write: id near the start (Python) or as the final key
+    (TypeScript, where `"id": X}` closes the top-level object)."""
+    for pattern, part in ((_HEAD_ID, head), (_TAIL_ID, tail)):
+        found = pattern.search(part)
+        if found is not None:
+            try:
+                value = jsonrpc.parse(found.group(1))
+            except ValueError:
+                continue
+            if jsonrpc.usable_id(value):
+                return True, value
+    return False, None
+
+
+def envelope_problem(msg: Any) -> str | None:
+    """What makes `msg` unroutable as a JSON-RPC 2.0 message, or None when it is fine."""
+    if not isinstance(msg, dict):
+        return f"expected a JSON object, got {type(msg).__name__}"
+    if msg.get("jsonrpc") != "2.0":
+        return 'jsonrpc must be "2.0"'
+    if "method" in msg:
+        if not isinstance(msg["method"], str):
+            return "method must be a string"
+        if "id" in msg and not jsonrpc.usable_id(msg["id"]):
+            return "id must be a string or an integer"
+        return None
+    if "id" not in msg or not (jsonrpc.usable_id(msg["id"]) or (msg["id"] is None and "error" in msg)):
+        return "a response needs a string or integer id"  # (null only for an error about an unreadable request)
+    if "result" not in msg and "error" not in msg:
+        return "a message needs a method, a result or an error"
+    return None
+
+
+async def _exchange(waiters: dict[Any, Callable[[dict[str, Any]], None]], request_id: Any, send: Send,
+                    line: bytes) -> dict[str, Any]:
+    """Send a request and wait for its response, which the reader hands over through `waiters`."""
+    done = anyio.Event()
+    answer: dict[str, Any] = {}
+
+    def resolve(response: dict[str, Any]) -> None:
+        answer.update(response)
+        done.set()
+
+    waiters[request_id] = resolve
+    send(line)
+    try:
+        await done.wait()
+    finally:
+        waiters.pop(request_id, None)
+    return answer
+
+
+def _encode(msg: Any) -> bytes | None:
+    """A parsed message as bytes again (batch members, rewritten requests); None when it is nested
+    deeper than the encoder can go (strict JSON allows 1024 levels, the encoder fewer)."""
+    try:
+        return jsonrpc.dumps(msg)
+    except RecursionError:
+        return None

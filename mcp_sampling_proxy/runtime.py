@@ -1,0 +1,310 @@
+"""Run one proxy session: host stdio on one side, the upstream on the other, until either ends.
+
+Lifecycle rules: host EOF, SIGTERM, SIGINT or SIGHUP stop the upstream gracefully (stdin closed, then
+SIGTERM, then SIGKILL of its process group) and exit 0; when the upstream ends on its own,
+every open host request gets an error naming the exit status and the proxy exits non-zero.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import anyio
+
+from mcp_sampling_proxy.approval.channels import ApprovalMemory, Approver, build_channels
+from mcp_sampling_proxy.approval.console_server import ConsoleServer
+from mcp_sampling_proxy.approval.elicitation_console import ElicitationConsoles
+from mcp_sampling_proxy.approval.terminal import Terminal
+from mcp_sampling_proxy.audit.log import AuditLog
+from mcp_sampling_proxy.config.settings import Settings
+from mcp_sampling_proxy.fulfil.base import ModelSpec, ProviderConfig
+from mcp_sampling_proxy.hardening import reap_orphans_forever
+from mcp_sampling_proxy.log import get_logger
+from mcp_sampling_proxy.protocol import capabilities, jsonrpc
+from mcp_sampling_proxy.protocol.names import ELICITATION_COMPLETE, ELICITATION_CREATE, SAMPLING_CREATE
+from mcp_sampling_proxy.quotas.limiters import Limiters
+from mcp_sampling_proxy.relay.core import Relay, Session, peek_id
+from mcp_sampling_proxy.serve.elicitation import ElicitationService
+from mcp_sampling_proxy.serve.input_required import InputResolver
+from mcp_sampling_proxy.serve.sampling import AdapterPool, SamplingService
+from mcp_sampling_proxy.transport.framing import DEFAULT_MAX_LINE, LineReader, open_line_reader, open_line_writer
+from mcp_sampling_proxy.transport.stdio import exit_status_for
+
+log = get_logger("mcp_sampling_proxy")
+
+SAMPLING_METHOD = SAMPLING_CREATE
+ELICITATION_METHOD = ELICITATION_CREATE
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    name: str | None = None
+    use_terminal: bool = True
+    max_message_bytes: int = DEFAULT_MAX_LINE
+
+
+class Upstream(Protocol):
+    label: str
+    reader: Any
+    writer: Any
+
+    async def attach(self, on_line: Any, on_eof: Any, *, max_line: int = ..., on_oversize: Any = None) -> None: ...
+    def send(self, line: bytes) -> None: ...
+    async def wait(self, timeout: float) -> int | None: ...
+    async def stop(self, grace: float) -> int | None: ...
+    def describe_end(self, code: int | None) -> str: ...
+
+
+class ProxyHooks:
+    """Connects the relay to the services that answer server requests and to capability rewriting."""
+
+    def __init__(self, sampling: SamplingService, elicitation: ElicitationService, settings: Settings,
+                 offered: capabilities.Offers):
+        self._services: dict[str, Any] = {SAMPLING_METHOD: sampling, ELICITATION_METHOD: elicitation}
+        self._elicitation = elicitation
+        self._inputs = InputResolver(sampling, elicitation, settings.max_input_rounds)
+        self._offered = offered
+        self._routes = {"sampling": settings.sampling.route, "elicitation": settings.elicitation.route}
+        self._pin_handshake = settings.era == "handshake" and "sampling" in offered
+
+    def answer_host_request(self, message: dict[str, Any], session: Session) -> bytes | None:
+        # In the 2026-07-28 era a server cannot send sampling requests, and SDK servers switch to it
+        # when a host probes server/discover. "Method not found" makes such hosts fall back to the
+        # initialize handshake, where the proxy can serve sampling.
+        if self._pin_handshake and message.get("method") == "server/discover":
+            return jsonrpc.error_response(
+                message["id"], jsonrpc.METHOD_NOT_FOUND,
+                "Method not found: mcp-sampling-proxy keeps this connection in the initialize handshake era "
+                "(upstream.era: handshake) so the server can send sampling requests",
+            )
+        return None
+
+    def rewrite_host_request(self, message: dict[str, Any], session: Session) -> bool:
+        return capabilities.rewrite_request(message, self._offered, self._routes)
+
+    def serves(self, method: str) -> bool:
+        return method in self._services
+
+    async def serve(self, message: dict[str, Any], relay: Relay) -> dict[str, Any]:
+        return await self._services[message["method"]].serve(message, relay)
+
+    def owned_input_keys(self, result: dict[str, Any], session: Session,
+                         origin: dict[str, Any] | None = None) -> set[str] | None:
+        return self._inputs.owned_keys(result, session, origin)
+
+    def host_input_requests(self, result: dict[str, Any], origin: dict[str, Any] | None, session: Session) -> None:
+        self._inputs.host_asked(result, origin, session)
+
+    def host_input_responses(self, params: dict[str, Any], session: Session) -> None:
+        self._inputs.host_answered(params, session)
+
+    async def answer_input(self, key: str, entry: dict[str, Any], relay: Relay,
+                           origin: dict[str, Any] | None = None) -> dict[str, Any]:
+        return await self._inputs.answer(key, entry, relay, origin)
+
+    async def resolve_input_required(self, message: dict[str, Any], result: dict[str, Any], relay: Relay,
+                                     resolving: Any) -> dict[str, Any]:
+        return await self._inputs.resolve(message, result, relay, resolving)
+
+    watched_notifications = frozenset({ELICITATION_COMPLETE})
+
+    def forward_server_notification(self, message: dict[str, Any]) -> bool:
+        return self._elicitation.forward_notification(message)
+
+
+def build_hooks(settings: Settings, adapters: AdapterPool, audit: AuditLog, terminal: Terminal | None,
+                console: ConsoleServer, offered: capabilities.Offers, approvals_store: Any = None) -> ProxyHooks:
+    """The services behind the relay's hooks, wired as the proxy runs them (tests run the same wiring)."""
+    approver = Approver(build_channels(settings.approval.channels, terminal, console),
+                        timeout=settings.approval.timeout, memory=ApprovalMemory(store=approvals_store))
+    limiters = Limiters()
+    sampling = SamplingService(settings, adapters, approver, audit, limiters)
+    elicitation = ElicitationService(settings, ElicitationConsoles(settings.approval.channels, terminal, console),
+                                     audit, limiters)
+    return ProxyHooks(sampling, elicitation, settings, offered)
+
+
+def claim_stdio() -> tuple[int, int]:
+    """Keep private copies of the protocol fds and point 0/1 at /dev/null and stderr, so a
+    stray print or a library reading stdin can never corrupt the wire."""
+    in_fd, out_fd = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)
+    return in_fd, out_fd
+
+
+def build_adapters(settings: Settings, terminal: Terminal | None) -> AdapterPool:
+    providers = list(settings.providers)
+    if not providers and terminal is not None:
+        providers = [ProviderConfig(name="console", type="console", models=(ModelSpec("console"),))]
+        log.info("no LLM provider configured: sampling replies are typed at this terminal (console provider)")
+    elif not providers:
+        log.warning("no LLM provider configured and no terminal: sampling requests will get an error",
+                    fix="set OPENAI_API_KEY or ANTHROPIC_API_KEY, or add llm.providers to the policy file")
+    for provider in providers:
+        key_missing = provider.api_key_env and not os.environ.get(provider.api_key_env)
+        log.info("LLM provider", provider=provider.name, type=provider.type,
+                 base_url=provider.base_url, models=[m.name for m in provider.models],
+                 source=settings.source)
+        if key_missing:
+            log.warning(f"{provider.api_key_env} is not set; provider '{provider.name}' will likely be refused",
+                        provider=provider.name)
+    return AdapterPool(providers, terminal)
+
+
+async def run_session(upstream: Upstream, settings: Settings, options: RunOptions) -> int:
+    in_fd, out_fd = claim_stdio()
+    terminal = Terminal.open() if options.use_terminal else None
+    adapters = build_adapters(settings, terminal)
+    offered = capabilities.offers(
+        capabilities.offered_sampling(route=settings.sampling.route,
+                                      tools=settings.sampling.advertise_tools and adapters.can_use_tools),
+        capabilities.offered_elicitation(route=settings.elicitation.route, url_mode=settings.elicitation.url_mode),
+    )
+    audit = AuditLog.from_settings(settings)
+    session = Session(name_override=options.name)
+    console = ConsoleServer(lambda: session.server_name, lambda: session.host_name)
+    hooks = build_hooks(settings, adapters, audit, terminal, console, offered, approvals_store=_approvals_store())
+    host_out = await open_line_writer(out_fd)
+
+    ended: list[str] = []
+    wake = anyio.Event()
+
+    def end(reason: str) -> None:
+        if not ended:
+            ended.append(reason)
+        wake.set()
+
+    def oversize(size: int, head: bytes, tail: bytes) -> None:
+        found, request_id = peek_id(head, tail)
+        log.error("host sent a message larger than the limit; dropped", size=size, limit=options.max_message_bytes,
+                  request_id=request_id)
+        host_out.write_line(jsonrpc.error_response(
+            request_id if found else None, jsonrpc.INVALID_REQUEST,
+            f"message of {size} bytes exceeds the proxy's limit of {options.max_message_bytes} bytes "
+            "(--max-message-bytes)"))
+
+    exit_code = 0
+    try:
+        async with anyio.create_task_group() as tg:
+            relay = Relay(host_out.write_line, upstream.send, hooks, tg, session, on_ready=warm_up_imports)
+            await tg.start(console.serve)
+            tg.start_soon(reap_orphans_forever, _own_children(upstream))
+            host_reader = LineReader(relay.from_host, lambda: end("host closed stdin"),
+                                     max_line=options.max_message_bytes, on_oversize=oversize)
+            await upstream.attach(relay.from_upstream, lambda: end("upstream"), max_line=options.max_message_bytes,
+                                  on_oversize=lambda size, head, tail: relay.upstream_oversize(
+                                      size, head, tail, options.max_message_bytes))
+            await open_line_reader(in_fd, host_reader)
+            _wire_backpressure(host_out, host_reader, upstream)
+            host_out.closed.add_done_callback(lambda _: end("host closed stdout"))
+            loop = _asyncio_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                loop.add_signal_handler(sig, end, signal.Signals(sig).name)
+
+            await wake.wait()
+            reason = ended[0]
+            if reason == "upstream":
+                code = await upstream.wait(2.0)
+                description = upstream.describe_end(code)
+                log.error(f"upstream server {description}", exit_code=code)
+                relay.upstream_gone(description)
+                exit_code = exit_status_for(code)
+                await upstream.stop(0)
+            else:
+                log.info("shutting down", reason=reason)
+                host_reader.pause()
+                relay.cancel_all()
+                code = await upstream.stop(settings.shutdown_timeout)
+                log.info("upstream stopped", exit_code=code)
+            with anyio.move_on_after(2.0):
+                await host_out.close()
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                loop.remove_signal_handler(sig)
+            tg.cancel_scope.cancel()
+    except BaseException:
+        # A bug must not leave the server running (one that ignores EOF would outlive us): stop it.
+        log.exception("proxy failed; stopping the upstream server")
+        with anyio.CancelScope(shield=True):
+            await upstream.stop(1.0)
+        raise
+    await adapters.aclose()
+    audit.close()
+    if terminal is not None:
+        terminal.close()
+    return exit_code
+
+
+def warm_up_imports() -> None:
+    """Import what the first sampling request needs, off the main thread, once the upstream has
+    answered initialize: doing it earlier competes with the server's own start-up for the CPU."""
+
+    def work() -> None:
+        try:
+            import httpx  # noqa: F401
+            import mcp_types  # noqa: F401
+        except Exception:  # pragma: no cover - the real import later reports it
+            pass
+
+    threading.Thread(target=work, name="warm-up", daemon=True).start()
+
+
+def _approvals_store() -> Any:
+    """`always` approvals, shared by the user's proxies (None when the state dir is unusable)."""
+    from mcp_sampling_proxy.quotas.state import JsonStateFile, state_dir
+
+    try:
+        return JsonStateFile(state_dir() / "approvals.json")
+    except OSError as exc:
+        log.warning("cannot use the state directory; 'always' approvals last for this session only", error=str(exc))
+        return None
+
+
+def _own_children(upstream: Upstream) -> set[int]:
+    """Children the orphan reaper must leave alone: the upstream is waited for by its Popen."""
+    process = getattr(upstream, "process", None)
+    return {process.pid} if process is not None else set()
+
+
+def _wire_backpressure(host_out: Any, host_reader: LineReader, upstream: Upstream) -> None:
+    """A slow reader on one side pauses the source on the other, instead of buffering forever."""
+    if upstream.reader is not None:
+        host_out.on_pause = upstream.reader.pause
+        host_out.on_resume = upstream.reader.resume
+    if upstream.writer is not None:
+        upstream.writer.on_pause = host_reader.pause
+        upstream.writer.on_resume = host_reader.resume
+
+
+def _asyncio_loop() -> Any:
+    import asyncio
+
+    return asyncio.get_running_loop()
+
+
+def _has_uvloop() -> bool:
+    """uvloop cuts the event loop's cost per message, which is most of what the relay adds."""
+    if os.environ.get("MCP_SAMPLING_PROXY_NO_UVLOOP"):
+        return False
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def run(upstream: Upstream, settings: Settings, options: RunOptions) -> int:
+    try:
+        return anyio.run(run_session, upstream, settings, options, backend="asyncio",
+                         backend_options={"use_uvloop": _has_uvloop()})
+    except KeyboardInterrupt:  # pragma: no cover - signals are handled inside
+        return 130
+    finally:
+        sys.stderr.flush()

@@ -1,0 +1,192 @@
+"""Serve `elicitation/create` for hosts that can't, and govern it for hosts that can.
+
+Routing (`elicitation.route`): `auto` forwards to the host when it declared the requested mode,
+else asks on a console (the terminal, else the companion console), else answers by policy
+(`non_interactive`: decline, cancel or accept_defaults). Rules with `method: elicitation` apply:
+deny answers `{"action": "decline"}` (never an error), rate limits refuse the same way. Forms
+that ask for secrets (which the spec forbids in form mode) get the `sensitive_form` action.
+URLs are never fetched: they are shown with their host highlighted and warnings, and opened in
+the user's browser only after consent.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from mcp_sampling_proxy.audit.log import AuditLog, elapsed_ms, request_fields
+from mcp_sampling_proxy.config.settings import Settings
+from mcp_sampling_proxy.log import get_logger
+from mcp_sampling_proxy.policy.assess import Origin, judge_elicitation
+from mcp_sampling_proxy.policy.identity import attribution_fields
+from mcp_sampling_proxy.protocol import jsonrpc
+from mcp_sampling_proxy.protocol.jsonrpc import RpcError
+from mcp_sampling_proxy.protocol.names import ELICITATION_COMPLETE, ELICITATION_CREATE
+from mcp_sampling_proxy.protocol.sampling_request import validate_params
+from mcp_sampling_proxy.quotas.limiters import limit_key
+
+if TYPE_CHECKING:
+    from mcp_sampling_proxy.approval.elicitation_console import ElicitationConsoles
+    from mcp_sampling_proxy.quotas.limiters import Limiters
+    from mcp_sampling_proxy.relay.core import Relay, Session
+
+log = get_logger("mcp_sampling_proxy.serve.elicitation")
+
+METHOD = ELICITATION_CREATE
+COMPLETE = ELICITATION_COMPLETE
+OPENER_ENV = "MCP_SAMPLING_PROXY_URL_OPENER"  # a command run with the URL (tests; custom browsers)
+
+
+def open_url(url: str) -> bool:
+    """Open a URL in the user's browser (never fetched by the proxy itself)."""
+    command = os.environ.get(OPENER_ENV)
+    if command:
+        return subprocess.run([*shlex.split(command), url], check=False).returncode == 0
+    import webbrowser
+
+    return webbrowser.open(url)
+
+
+def request_mode(params: dict[str, Any]) -> str:
+    return "url" if params.get("mode") == "url" or ("url" in params and "requestedSchema" not in params) else "form"
+
+
+class ElicitationService:
+    def __init__(self, settings: Settings, consoles: ElicitationConsoles, audit: AuditLog, limiters: Limiters,
+                 opener: Callable[[str], bool] = open_url):
+        self._settings = settings.elicitation
+        self._policy = settings
+        self._consoles = consoles
+        self._audit = audit
+        self._limiters = limiters
+        self._opener = opener
+        self._at_host: set[str] = set()  # URL elicitation ids the host saw (their completions go there)
+
+    def forward_notification(self, message: dict[str, Any]) -> bool:
+        """`notifications/elicitation/complete` goes to whoever saw the elicitation."""
+        params = jsonrpc.as_object(message.get("params"))
+        elicitation_id = params.get("elicitationId")
+        if isinstance(elicitation_id, str) and elicitation_id in self._at_host:
+            self._at_host.discard(elicitation_id)
+            return True
+        log.info("elicitation completed", elicitation_id=elicitation_id)
+        return False
+
+    async def serve(self, message: dict[str, Any], relay: Relay) -> dict[str, Any]:
+        started = time.monotonic()
+        session = relay.session
+        in_flight = session.tool_candidates()  # every call that could own this request (policy.decide)
+        tool = in_flight[-1] if in_flight else None
+        raw = message.get("params")
+        audit = request_fields(session, message, tool, mode=request_mode(raw) if isinstance(raw, dict) else None,
+                               **attribution_fields(session, in_flight))
+        async with self._audit.every_ending(audit, raw):
+            return await self._serve(message, relay, audit, started, in_flight)
+
+    async def _serve(self, message: dict[str, Any], relay: Relay, audit: dict[str, Any],
+                     started: float, in_flight: tuple[str, ...]) -> dict[str, Any]:
+        session = relay.session
+        params = validate_elicitation(message.get("params"))
+        mode = request_mode(params)
+        tool = audit["tool"]
+
+        def answer(action: str, why: str, decision: str, content: dict[str, Any] | None = None,
+                   **extra: Any) -> dict[str, Any]:
+            self._audit.record(**audit, params=params, decision=decision, reason=why, latency_ms=elapsed_ms(started),
+                               action=action, **extra)
+            log.info("elicitation answered", action=action, why=why)
+            return {"action": action, "content": content} if content is not None else {"action": action}
+
+        decision = judge_elicitation(self._policy, params, Origin(
+            session.server_name, session.host_name, in_flight, session.server_reported)).decision
+        tool = audit["tool"] = decision.tool or tool  # the candidate the strictest outcome was reached for
+        audit["rule"] = decision.rule
+        if decision.action == "deny":
+            return answer("decline", decision.message or f"declined by policy rule '{decision.rule}'", "deny")
+        with self._limiters.hold(decision.matched, limit_key(decision.rule, session.server_name)) as refusal:
+            if refusal is not None:
+                return answer("decline", refusal.message, "deny", limit=refusal.limit)
+            route = self._route(mode, params, session)
+            if route == "host":
+                if mode == "url" and params.get("elicitationId"):
+                    self._at_host.add(params["elicitationId"])
+                response = await relay.forward_to_host(message)
+                result = response.get("result")
+                self._audit.record(**audit, params=params, result=result, decision="allow",
+                                   reason="forwarded to the host", approver="host",
+                                   action=result.get("action") if isinstance(result, dict) else None,
+                                   error=None if isinstance(result, dict) or "error" in response
+                                   else "the host's result is not an object", latency_ms=elapsed_ms(started))
+                if "error" in response:
+                    raise RpcError.from_error(response["error"])
+                if not isinstance(result, dict):
+                    raise RpcError(jsonrpc.INTERNAL_ERROR, "the host answered elicitation/create with a result "
+                                   "that is not an object")
+                return result
+            if mode == "form":
+                from mcp_sampling_proxy.approval.forms import FormError, parse_form, secret_reasons
+
+                try:
+                    form = parse_form(params.get("requestedSchema") or {})
+                except FormError as exc:
+                    return answer("decline", f"unsupported form: {exc}", "error")
+                secrets = secret_reasons(form, str(params.get("message", "")))
+                if secrets and self._settings.sensitive_form != "allow":
+                    log.warning("form asks for secrets, which MCP forbids in form mode", triggered_by=secrets,
+                                server=session.server_name)
+                    return answer(self._settings.sensitive_form,
+                                  f"the form asks for secrets ({'; '.join(secrets)}); elicitation.sensitive_form",
+                                  "deny")
+            console = self._consoles.available() if route == "console" else None
+            if console is None:
+                return self._non_interactive(params, mode, answer, route)
+            origin = (session.server_label, tool)
+            if mode == "url":
+                result = await console.ask_url(params, origin, self._opener)
+            else:
+                result = await console.ask_form(params, form, origin)
+            self._audit.record(**audit, params=params, result=result,
+                               decision="approved" if result["action"] == "accept" else "rejected",
+                               reason=f"answered on the {console.name}", approver=console.name,
+                               action=result["action"], latency_ms=elapsed_ms(started))
+            return result
+
+    def route_for(self, params: dict[str, Any], session: Session) -> str:
+        """host | console | decline for this request."""
+        return self._route(request_mode(params), params, session)
+
+    def _route(self, mode: str, params: dict[str, Any], session: Session) -> str:
+        route = self._settings.route
+        if route == "decline":
+            return "decline"
+        host = session.host_capabilities.get("elicitation")
+        host_modes = set(host) if isinstance(host, dict) and host else ({"form"} if isinstance(host, dict) else set())
+        if route == "host" or (route == "auto" and mode in host_modes):
+            return "host"
+        if mode == "url" and not self._settings.url_mode:
+            return "decline"
+        return "console"
+
+    def _non_interactive(self, params: dict[str, Any], mode: str, answer: Any, route: str) -> dict[str, Any]:
+        action = self._settings.non_interactive
+        why = "nobody can be asked (no terminal or companion console)" if route == "console" else \
+            f"elicitation route is {self._settings.route}" if route == "decline" else "URL mode is not enabled"
+        if action == "accept_defaults" and mode == "form":
+            from mcp_sampling_proxy.approval.forms import apply_defaults, parse_form
+
+            content = apply_defaults(parse_form(params.get("requestedSchema") or {}))
+            if content is not None:
+                return answer("accept", f"{why}; accepted the defaults", "allow", content)
+            action = "decline"
+        return answer("cancel" if action == "cancel" else "decline", why, "deny")
+
+
+def validate_elicitation(params: Any) -> dict[str, Any]:
+    from mcp_types import ElicitRequestFormParams, ElicitRequestURLParams
+
+    url = isinstance(params, dict) and request_mode(params) == "url"
+    return validate_params(ElicitRequestURLParams if url else ElicitRequestFormParams, params, METHOD)

@@ -1,0 +1,143 @@
+"""2026-07-28 era: answer a server's `input_required` results for hosts that can't.
+
+A 2026 server cannot send requests to the client; a `tools/call`, `prompts/get` or
+`resources/read` returns `resultType: "input_required"` with `inputRequests` instead. When the
+proxy owns every one of them (sampling it serves itself, elicitation it routes to a console or
+policy), it answers them through the same policy, approval, fulfilment and audit path as
+handshake-era requests, then retries the original request under a new private id with the answers
+in `inputResponses` and `requestState` echoed exactly, until the server gives a final result. A
+result that also holds requests only the host can answer (roots, or sampling the host does itself)
+is split: the host gets its own requests, the proxy answers the rest meanwhile and merges its
+answers into the host's retry, which it recognises by the echoed `requestState`.
+"""
+
+from __future__ import annotations
+
+import time
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
+
+from mcp_sampling_proxy.log import get_logger
+from mcp_sampling_proxy.protocol import jsonrpc
+from mcp_sampling_proxy.protocol.jsonrpc import RpcError
+from mcp_sampling_proxy.protocol.names import ELICITATION_CREATE, SAMPLING_CREATE
+
+if TYPE_CHECKING:
+    from mcp_sampling_proxy.relay.core import Relay, Session
+    from mcp_sampling_proxy.serve.elicitation import ElicitationService
+    from mcp_sampling_proxy.serve.sampling import SamplingService
+
+log = get_logger("mcp_sampling_proxy.serve.input_required")
+
+MAX_REMEMBERED = 1024  # host-answered sampling requests awaiting the host's retry
+SAMPLING = SAMPLING_CREATE
+ELICITATION = ELICITATION_CREATE
+
+# The tools that could own the embedded request being answered: in the 2026 era exactly the
+# retried request's tool (none for prompts/get and resources/read), whatever else is in flight.
+# Session.tool_candidates reads it; None outside an input_required round.
+ORIGIN_TOOLS: ContextVar[tuple[str, ...] | None] = ContextVar("origin_tools", default=None)
+
+
+def origin_tools(origin: dict[str, Any] | None) -> tuple[str, ...]:
+    """The tool of the host request an input_required round belongs to, as a candidate tuple."""
+    if not isinstance(origin, dict) or origin.get("method") != "tools/call":
+        return ()
+    name = jsonrpc.as_object(origin.get("params")).get("name")
+    return (name,) if isinstance(name, str) and name else ()
+
+
+class InputResolver:
+    def __init__(self, sampling: SamplingService, elicitation: ElicitationService, max_rounds: int):
+        self._sampling = sampling
+        self._elicitation = elicitation
+        self._max_rounds = max_rounds
+        # sampling requests shown to the host, by (requestState, key): (params, origin tools, asked at)
+        self._host_sampling: dict[tuple[str | None, str], tuple[dict[str, Any], tuple[str, ...], float]] = {}
+
+    def owned_keys(self, result: dict[str, Any], session: Session,
+                   origin: dict[str, Any] | None = None) -> set[str] | None:
+        """The keys of the requests the proxy answers itself; None when the result is malformed.
+
+        Sampling the host could do itself is still the proxy's when the policy refuses it (as in
+        the handshake era, where the policy judges a request before it is forwarded to the host):
+        the proxy then answers it with the refusal, audited, and the host never sees it."""
+        requests = result.get("inputRequests")
+        if requests is not None and not isinstance(requests, dict):
+            return None
+        owned: set[str] = set()
+        for key, entry in (requests or {}).items():
+            params = entry.get("params") if isinstance(entry, dict) else None
+            if not isinstance(params, dict):
+                return None
+            method = entry.get("method")
+            if (method == SAMPLING and (self._sampling.route(params, session) != "host" or self._sampling.refuses(
+                    params, session, origin_tools(origin)))) or (
+                    method == ELICITATION and self._elicitation.route_for(params, session) != "host"):
+                owned.add(key)
+            # roots/list, sampling or elicitation the host does itself, anything new: the host's
+        return owned
+
+    def host_asked(self, result: dict[str, Any], origin: dict[str, Any] | None, session: Session) -> None:
+        """The host is about to see these input requests: remember its sampling ones, so its
+        answers (in the retry's inputResponses) get an audit record like any other sampling."""
+        state = result.get("requestState")
+        for key, entry in (result.get("inputRequests") or {}).items():
+            if isinstance(entry, dict) and entry.get("method") == SAMPLING and isinstance(entry.get("params"), dict):
+                self._host_sampling[(state if isinstance(state, str) else None, key)] = (
+                    entry["params"], origin_tools(origin), time.monotonic())
+        while len(self._host_sampling) > MAX_REMEMBERED:  # a host that never retries: forget the oldest
+            self._host_sampling.pop(next(iter(self._host_sampling)))
+
+    def host_answered(self, params: dict[str, Any], session: Session) -> None:
+        """A host request carrying inputResponses: audit the answers to sampling the host was asked."""
+        responses = params.get("inputResponses")
+        if not isinstance(responses, dict) or not self._host_sampling:
+            return
+        state = params.get("requestState")
+        for key, response in responses.items():
+            asked = self._host_sampling.pop((state if isinstance(state, str) else None, key), None)
+            if asked is not None:
+                request, tools, started = asked
+                self._sampling.record_host_answer(request, response, session, tools, started)
+
+    async def answer(self, key: str, entry: dict[str, Any], relay: Relay,
+                     origin: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Answer one embedded request; `origin` is the host request whose retry carries it."""
+        service = self._sampling if entry["method"] == SAMPLING else self._elicitation
+        request = {"jsonrpc": "2.0", "id": f"input:{key}", "method": entry["method"], "params": entry["params"]}
+        token = ORIGIN_TOOLS.set(origin_tools(origin))
+        try:
+            return await service.serve(request, relay)
+        finally:
+            ORIGIN_TOOLS.reset(token)
+
+    async def resolve(self, message: dict[str, Any], result: dict[str, Any], relay: Relay,
+                      resolving: Any) -> dict[str, Any]:
+        for _round in range(self._max_rounds):
+            responses: dict[str, Any] = {}
+            for key, entry in (result.get("inputRequests") or {}).items():
+                responses[key] = await self.answer(key, entry, relay, message)
+            params = dict(message["params"]) if isinstance(message.get("params"), dict) else {}
+            params.pop("inputResponses", None)
+            params.pop("requestState", None)
+            if responses:
+                params["inputResponses"] = responses
+            if "requestState" in result:
+                params["requestState"] = result["requestState"]
+            log.info("retrying with input responses", method=message.get("method"), answered=sorted(responses))
+            response = await relay.retry_upstream(message, params, resolving)
+            if "error" in response:
+                return {"error": response["error"]}
+            result = jsonrpc.as_object(response.get("result"))
+            requests = result.get("inputRequests") or {}
+            if result.get("resultType") != "input_required":
+                return {"result": result}
+            owned = self.owned_keys(result, relay.session, message)
+            if owned != set(requests):  # the host's turn: it retries the original request
+                self.host_asked({**result, "inputRequests": {k: v for k, v in requests.items()
+                                                             if k not in (owned or set())}}, message, relay.session)
+                return {"result": result}
+        raise RpcError(jsonrpc.INTERNAL_ERROR,
+                       f"the server kept asking for input after {self._max_rounds} rounds; giving up "
+                       "(upstream.max_input_rounds)")

@@ -1,0 +1,342 @@
+"""Serve `sampling/createMessage`: caps, validate, decide, limit, approve, route, fulfil, audit.
+
+One request flows through: size caps (before anything else looks at it), SDK-model validation
+(-32602 naming the field), the pure policy engine, the matched rule's caps, rate limit,
+concurrency and token budget (reserved at the worst case, settled with the provider's usage),
+human approval for `prompt`, then routing (the host when it can sample, else our own adapter),
+an optional human review of the answer, and an audit record for every outcome.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from mcp_sampling_proxy.approval.channels import ApprovalRequest, Approver
+from mcp_sampling_proxy.audit.log import AuditLog, digest, elapsed_ms, request_fields
+from mcp_sampling_proxy.config.settings import Settings
+from mcp_sampling_proxy.fulfil.base import Adapter, Completion, LLMError, ProviderConfig
+from mcp_sampling_proxy.log import get_logger
+from mcp_sampling_proxy.policy.assess import (
+    Origin,
+    Refused,
+    SamplingJudgement,
+    choose_provider,
+    judge_sampling,
+    usable_providers,
+)
+from mcp_sampling_proxy.policy.engine import Decision
+from mcp_sampling_proxy.policy.identity import attribution_fields
+from mcp_sampling_proxy.policy.size_caps import check_caps
+from mcp_sampling_proxy.protocol import jsonrpc
+from mcp_sampling_proxy.protocol.jsonrpc import RpcError
+from mcp_sampling_proxy.protocol.names import SAMPLING_CREATE
+from mcp_sampling_proxy.protocol.sampling_request import REQUEST_ORIGIN, describe, validate
+from mcp_sampling_proxy.quotas.limiters import BudgetHold, Limiters, Refusal, SamplingGate, limit_key
+from mcp_sampling_proxy.vocabulary import Outcome
+
+if TYPE_CHECKING:
+    from mcp_sampling_proxy.relay.core import Relay, Session
+
+log = get_logger("mcp_sampling_proxy.serve.sampling")
+
+class SamplingService:
+    def __init__(self, settings: Settings, adapters: AdapterPool, approver: Approver, audit: AuditLog,
+                 limiters: Limiters | None = None):
+        self._settings = settings
+        self._adapters = adapters
+        self._approver = approver
+        self._audit = audit
+        self._limiters = limiters or Limiters()
+        self._gate = SamplingGate(settings.sampling.max_concurrent, settings.sampling.max_queued)
+
+    async def serve(self, message: dict[str, Any], relay: Relay) -> dict[str, Any]:
+        started = time.monotonic()
+        session = relay.session
+        in_flight = session.tool_candidates()  # every call that could own this request (policy.decide)
+        tool = in_flight[-1] if in_flight else None
+        audit = request_fields(session, message, tool, rule=None, **attribution_fields(session, in_flight))
+        async with self._audit.every_ending(audit, message.get("params")):
+            return await self._serve(message, relay, audit, started, in_flight)
+
+    async def _serve(self, message: dict[str, Any], relay: Relay, audit: dict[str, Any],
+                     started: float, in_flight: tuple[str, ...]) -> dict[str, Any]:
+        """The stages in order: judge (caps, validation, policy), quotas, approval, then the host
+        or our own LLM. A stage that ends the request raises `_Ended`; its record is written here."""
+        session = relay.session
+        self._audit.check_usable()
+        try:
+            judged = self._judge(message, session, audit, in_flight)
+            decision, params = judged.decision, judged.params
+            key = limit_key(decision.rule, session.server_name)
+            with self._limiters.hold(decision.matched, key) as refusal:
+                if refusal is not None:
+                    raise _Ended("deny", _limit_error(refusal), limit=refusal.limit)
+                with self._limiters.budget(decision.matched, key, params) as budget:
+                    if isinstance(budget, Refusal):
+                        raise _Ended("deny", _limit_error(budget), limit=budget.limit)
+                    request = await self._approve(message, params, decision, relay, audit)
+                    audit.update(decision="approved" if request.approver else "allow", reason=decision.reason,
+                                 approver=request.approver)
+                    if self.route(request.params, session) == "host":
+                        result = await self._at_host(request, relay, audit, started)
+                        if result is not None:
+                            return result
+                    return await self._fulfil_here(request, decision, relay, audit, started, budget)
+        except _Ended as ended:
+            self._audit.record(params=message.get("params"), result=None,  # the server gets no result
+                               **{**audit, "decision": ended.outcome, "reason": ended.error.message, **ended.fields})
+            log.warning("sampling refused", decision=ended.outcome, reason=ended.error.message)
+            raise ended.error from None
+
+    def _judge(self, message: dict[str, Any], session: Session, audit: dict[str, Any],
+               in_flight: tuple[str, ...]) -> SamplingJudgement:
+        """Caps, validation and the policy (assess.judge_sampling, which `policy explain` runs too)."""
+        origin = Origin(session.server_name, session.host_name, in_flight, session.server_reported)
+        try:
+            judged = judge_sampling(self._settings, message.get("params") or {}, origin,
+                                    method=str(message.get("method")))
+        except Refused as refused:
+            if refused.decision is not None:
+                audit["rule"] = refused.decision.rule
+                audit["tool"] = refused.decision.tool or audit["tool"]
+            raise _Ended(refused.outcome, refused.error,
+                         **({"approver": None} if refused.outcome == "deny" else {})) from None
+        decision = judged.decision
+        audit["tool"] = decision.tool or audit["tool"]  # the candidate the strictest outcome was reached for
+        audit["rule"] = decision.rule
+        log.info("sampling request", server=session.server_name, server_reported=session.server_reported_if_different,
+                 tool=audit["tool"], tool_candidates=audit.get("tool_candidates"), rule=decision.rule,
+                 action=decision.action)
+        for note in judged.notes:
+            log.info("request adjusted", note=note)
+        return judged
+
+    async def _approve(self, message: dict[str, Any], params: dict[str, Any], decision: Decision, relay: Relay,
+                       audit: dict[str, Any]) -> _Approved:
+        """Ask a human when the rule says prompt; an edited prompt is checked like the original."""
+        session, tool = relay.session, audit["tool"]
+        request = ApprovalRequest(session.server_name, session.host_name, tool, decision.rule, params,
+                                  describe(params, server=session.server_label, tool=tool))
+        if decision.action != "prompt":
+            return _Approved(message, params, request, None)
+        approval = await self._approver.ask(request, relay)
+        if not approval.approved:
+            raise _Ended("timeout" if approval.outcome == "timeout" else "rejected",
+                         RpcError(jsonrpc.USER_REJECTED, approval.reason), approver=approval.channel)
+        if approval.params is None:
+            return _Approved(message, params, request, approval.channel)
+        audit["prompt_edited_by"] = approval.channel
+        try:
+            params = check_caps(validate(approval.params), self._settings.limits).params
+        except RpcError as exc:
+            raise _Ended("error", exc, approver=approval.channel) from None
+        request = replace(request, params=params, prompt_edited_by=approval.channel,
+                          summary=describe(params, server=session.server_label, tool=tool))
+        return _Approved({**message, "params": params}, params, request, approval.channel)
+
+    async def _at_host(self, request: _Approved, relay: Relay, audit: dict[str, Any],
+                       started: float) -> dict[str, Any] | None:
+        """The host samples (its tokens, not our budget); None when it refused and the policy says
+        to fall back to our own LLM."""
+        response = await relay.forward_to_host(request.message)
+        error = response.get("error")
+        if error is None:
+            result = jsonrpc.as_object(response.get("result"))
+            self._audit.record(**audit, params=request.params, result=result, provider="host",
+                               model=result.get("model"), stop_reason=result.get("stopReason"),
+                               latency_ms=elapsed_ms(started))
+            return result
+        if not self._settings.sampling.fallback_on_host_error:
+            self._audit.record(**audit, params=request.params, provider="host", error=str(error.get("message")),
+                               latency_ms=elapsed_ms(started))
+            raise RpcError.from_error(error)
+        log.info("host refused sampling; fulfilling locally (fallback_on_host_error)", host_error=error.get("message"))
+        return None
+
+    async def _fulfil_here(self, request: _Approved, decision: Decision, relay: Relay, audit: dict[str, Any],
+                           started: float, budget: BudgetHold) -> dict[str, Any]:
+        """Our own LLM, within the proxy's concurrency gate, then the human review when configured."""
+        session = relay.session
+        async with self._gate.slot() as busy:  # bounds this proxy's LLM calls, whoever asks
+            if busy is not None:
+                raise _Ended("deny", _limit_error(busy), limit=busy.limit)
+            budget.calling()
+            result, completion, fulfilled = await self._fulfil(request.params, decision, session, audit["tool"],
+                                                               audit, started)
+        budget.spent(_tokens(completion))
+        if not self._settings.approval.review_response:
+            self._audit.record(**fulfilled)
+            return result
+        # Reviewed: the record waits for the review, so that it holds the answer the server gets.
+        try:
+            review = await self._approver.review(request.request, result, relay)
+        except BaseException as exc:  # the LLM was called all the same: its record says how it ended
+            cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
+            self._audit.record(**{**fulfilled, "decision": "cancelled" if cancelled else "error",
+                                  "reason": "cancelled while the answer was under review" if cancelled else
+                                  f"the review failed: {type(exc).__name__}"})
+            raise
+        if not review.accepted:  # one record, `rejected`, with the provider, model and a digest of the answer
+            self._audit.record(**fulfilled, original_answer_sha256=digest(result)["sha256"])
+            raise _Ended("rejected", RpcError(
+                jsonrpc.USER_REJECTED, f"the LLM's answer was not approved for the server ({review.channel})"),
+                approver=review.channel)
+        if review.result != result:  # the reviewer replaced the answer: record what the server gets
+            fulfilled.update(result=review.result, answer_edited_by=review.channel,
+                             original_answer_sha256=digest(result)["sha256"])
+        self._audit.record(**fulfilled)
+        return review.result
+
+    def refuses(self, params: dict[str, Any], session: Session, tools: tuple[str, ...]) -> bool:
+        """True when the caps or the policy refuse the request (it must then not reach the host)."""
+        origin = Origin(session.server_name, session.host_name, tools, session.server_reported)
+        try:
+            judge_sampling(self._settings, params, origin)
+        except Refused:
+            return True
+        return False
+
+    def record_host_answer(self, params: dict[str, Any], response: Any, session: Session,
+                           tools: tuple[str, ...], started: float) -> None:
+        """Audit sampling the host answered itself in a 2026-07-28 input_required round (the proxy
+        only sees the answer when the host retries), with the tool of the call being retried."""
+        origin = Origin(session.server_name, session.host_name, tools, session.server_reported)
+        try:  # refused requests never reach the host (InputResolver.owned_keys), but the host may be sent
+            decision: Decision | None = judge_sampling(self._settings, params, origin).decision  # malformed rounds
+        except Refused as refused:
+            decision = refused.decision
+        tool = (decision.tool if decision else None) or (tools[-1] if tools else None)
+        audit = request_fields(session, {"method": SAMPLING_CREATE, "params": params}, tool,
+                               rule=decision.rule if decision else None, **attribution_fields(session, tools))
+        result = response if isinstance(response, dict) else {}
+        self._audit.record(**audit, params=params, result=result, provider="host", model=result.get("model"),
+                           stop_reason=result.get("stopReason"), decision="allow", approver="host",
+                           reason=f"{decision.reason if decision else 'not judged'}; answered by the host "
+                                  "(2026-07-28 input_required)",
+                           error=None if isinstance(response, dict) else "the host's answer is not an object",
+                           latency_ms=elapsed_ms(started))
+
+    def route(self, params: dict[str, Any], session: Session) -> str:
+        """'host' when the host answers this request itself, else 'proxy'."""
+        route = self._settings.sampling.route
+        if route != "auto":
+            return "host" if route == "host" else "proxy"
+        host_sampling = session.host_capabilities.get("sampling")
+        if not isinstance(host_sampling, dict):
+            return "proxy"
+        if (params.get("tools") or params.get("toolChoice")) and "tools" not in host_sampling:
+            return "proxy"
+        return "host"
+
+    async def _fulfil(self, params: dict[str, Any], decision: Decision, session: Session, tool: str | None,
+                      audit: dict[str, Any], started: float) -> tuple[dict[str, Any], Completion, dict[str, Any]]:
+        """The LLM's result, its completion, and the fields of its audit record (the caller records
+        them, after the review when there is one)."""
+        try:
+            choice = choose_provider(self._settings, self._adapters.configs, params, decision)
+        except RpcError as exc:
+            self._audit.record(**audit, params=params, error=exc.message)
+            raise
+        log.info("model chosen", provider=choice.provider, model=choice.model, why=choice.reason)
+        adapter = self._adapters.get(choice.provider)
+        token = REQUEST_ORIGIN.set((session.server_name, tool))
+        try:
+            completion = await adapter.complete(params, choice.model)
+        except LLMError as exc:
+            self._audit.record(**audit, params=params, provider=choice.provider, model=choice.model, error=exc.message,
+                               latency_ms=elapsed_ms(started))
+            log.warning("sampling failed", provider=choice.provider, error=exc.message)
+            raise RpcError(exc.code, exc.message) from None
+        finally:
+            REQUEST_ORIGIN.reset(token)
+        content: Any = completion.content
+        if not params.get("tools") and len(content) == 1:
+            content = content[0]
+        result = {"role": "assistant", "content": content, "model": completion.model,
+                  "stopReason": completion.stop_reason}
+        fulfilled = {**audit, "params": params, "result": result, "provider": choice.provider,
+                     "model": completion.model, "input_tokens": completion.input_tokens,
+                     "output_tokens": completion.output_tokens, "stop_reason": completion.stop_reason,
+                     "latency_ms": elapsed_ms(started)}
+        log.info("sampling fulfilled", provider=choice.provider, model=completion.model,
+                 stop_reason=completion.stop_reason, latency_ms=elapsed_ms(started))
+        return result, completion, fulfilled
+
+
+class _Ended(Exception):
+    """A stage ended the request: how (an audit outcome), the error the server gets, and extra
+    audit fields (the approver, the limit)."""
+
+    def __init__(self, outcome: Outcome, error: RpcError, **fields: Any):
+        super().__init__(error.message)
+        self.outcome = outcome
+        self.error = error
+        self.fields = fields
+
+
+@dataclass(frozen=True)
+class _Approved:
+    """A request cleared to go on: the message and params to send (edited or not), the approval
+    request (for the review), and who approved it (None: the policy allowed it)."""
+
+    message: dict[str, Any]
+    params: dict[str, Any]
+    request: ApprovalRequest
+    approver: str | None
+
+
+def _tokens(completion: Completion) -> int | None:
+    if completion.input_tokens is None or completion.output_tokens is None:
+        return None
+    return completion.input_tokens + completion.output_tokens
+
+
+def _limit_error(refusal: Refusal) -> RpcError:
+    data = {"limit": refusal.limit, "retryAfter": round(refusal.retry_after, 1)} if refusal.retry_after else None
+    return RpcError(jsonrpc.USER_REJECTED, refusal.message, data)
+
+
+class AdapterPool:
+    """Adapters by provider name, created on first use (httpx is imported only then)."""
+
+    def __init__(self, providers: list[ProviderConfig], terminal: Any = None):
+        self._configs = {p.name: p for p in providers}
+        self._terminal = terminal
+        self._adapters: dict[str, Adapter] = {}
+
+    @property
+    def configs(self) -> list[ProviderConfig]:
+        return list(self._configs.values())
+
+    @property
+    def can_use_tools(self) -> bool:
+        return bool(usable_providers(self.configs, tools=True))
+
+    def get(self, name: str) -> Adapter:
+        adapter = self._adapters.get(name)
+        if adapter is None:
+            adapter = self._adapters[name] = make_adapter(self._configs[name], self._terminal)
+        return adapter
+
+    async def aclose(self) -> None:
+        for adapter in self._adapters.values():
+            await adapter.aclose()
+
+
+def make_adapter(config: ProviderConfig, terminal: Any = None) -> Adapter:
+    if config.type == "openai":
+        from mcp_sampling_proxy.fulfil.openai import OpenAIAdapter
+
+        return OpenAIAdapter(config)
+    if config.type == "anthropic":
+        from mcp_sampling_proxy.fulfil.anthropic import AnthropicAdapter
+
+        return AnthropicAdapter(config)
+    from mcp_sampling_proxy.fulfil.console import ConsoleAdapter
+
+    return ConsoleAdapter(config, terminal)
+

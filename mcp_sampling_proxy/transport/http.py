@@ -1,0 +1,190 @@
+"""The real server at a Streamable HTTP URL, through the SDK's client transport.
+
+The transport speaks in parsed messages, so lines are validated on the way in and dumped on
+the way out (unknown envelope keys do not survive this hop; that is the SDK's limit). The
+transport does not know the negotiated protocol version, so every message is stamped with
+`MCP-Protocol-Version`, and 2026-era requests also with `Mcp-Method`/`Mcp-Name`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import anyio
+
+from mcp_sampling_proxy.log import get_logger
+from mcp_sampling_proxy.protocol import jsonrpc
+from mcp_sampling_proxy.protocol.names import PROTOCOL_VERSION_META
+
+log = get_logger("mcp_sampling_proxy.upstream")
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def parse_headers(specs: list[str], environ: Mapping[str, str]) -> dict[str, str]:
+    """'K: V' strings to a dict, with ${VAR} expanded from the environment."""
+    headers: dict[str, str] = {}
+    for spec in specs:
+        name, sep, value = spec.partition(":")
+        if not sep or not name.strip():
+            raise ValueError(f"--header {spec!r} is not 'Name: value'")
+
+        def expand(match: re.Match[str], header: str = name.strip()) -> str:
+            var = match.group(1)
+            if var not in environ:
+                raise ValueError(f"--header {header!r} uses ${{{var}}}, which is not set in the environment")
+            return environ[var]
+
+        headers[name.strip()] = _ENV_REF.sub(expand, value.strip())
+    return headers
+
+
+class HttpUpstream:
+    """Same surface as StdioUpstream: attach, send, wait, stop."""
+
+    reader = None
+    writer = None
+
+    def __init__(self, url: str, headers: dict[str, str]):
+        self.url = url
+        self.label = url
+        self._headers = headers
+        self._outbox_send, self._outbox_recv = anyio.create_memory_object_stream[bytes](1024)
+        self._closed = anyio.Event()
+        self._version: str | None = None
+        self._failure: str | None = None
+
+    async def attach(self, on_line: Callable[[bytes], None], on_eof: Callable[[], None], *,
+                     max_line: int | None = None, on_oversize: Any = None) -> None:
+        """(The HTTP transport enforces its own message limits; max_line/on_oversize are for pipes.)"""
+        import asyncio
+
+        self._on_line = on_line
+        self._on_eof = on_eof
+        self._scope = anyio.CancelScope()  # created here: anyio needs the running loop
+        # A task of its own (the proxy runs on asyncio): a task group entered here and left in
+        # stop() would sit on the caller's cancel-scope stack in between and break its nesting.
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def send(self, line: bytes) -> None:
+        try:
+            self._outbox_send.send_nowait(line)
+        except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            log.warning("upstream outbox full or closed; message dropped", size=len(line))
+
+    async def _run(self) -> None:
+        import httpx2
+        from mcp.client.streamable_http import streamable_http_client
+        from mcp.shared._httpx_utils import create_mcp_http_client
+
+        try:
+            with self._scope:
+                async with (
+                    create_mcp_http_client(headers=self._headers) as client,
+                    streamable_http_client(self.url, http_client=client) as (read_stream, write_stream),
+                    anyio.create_task_group() as tg,
+                ):
+                    tg.start_soon(self._pump_out, write_stream, tg.cancel_scope)
+                    async for item in read_stream:
+                        if isinstance(item, Exception):
+                            log.warning("upstream HTTP transport error", error=str(item))
+                            continue
+                        line = item.message.model_dump_json(by_alias=True, exclude_unset=True).encode()
+                        self._note_version(line)
+                        self._on_line(line)
+                    tg.cancel_scope.cancel()
+        except Exception as exc:
+            # The SDK's transport fails inside task groups: look through the exception groups.
+            cause = _first_leaf(exc)
+            if isinstance(cause, httpx2.HTTPError | OSError):
+                self._failure = f"could not be reached at {self.url} ({_describe(cause)})"
+                log.error("upstream HTTP server unreachable", url=self.url, error=_describe(cause))
+            else:
+                self._failure = f"failed ({_describe(cause)})"
+                log.error("upstream HTTP transport failed", url=self.url, error=_describe(cause),
+                          exc_info=cause)
+        finally:
+            self._closed.set()
+            self._on_eof()
+
+    def _note_version(self, line: bytes) -> None:
+        """The negotiated version comes from the initialize result, not the request."""
+        if b'"protocolVersion"' in line and b'"serverInfo"' in line:
+            result = json.loads(line).get("result")
+            if isinstance(result, dict) and isinstance(result.get("protocolVersion"), str):
+                self._version = result["protocolVersion"]
+
+    def describe_end(self, code: int | None) -> str:
+        return self._failure or "closed the connection"
+
+    async def _pump_out(self, write_stream: Any, session_scope: anyio.CancelScope) -> None:
+        from mcp.shared.message import ClientMessageMetadata, SessionMessage
+        from mcp_types import jsonrpc_message_adapter
+
+        async for line in self._outbox_recv:
+            try:
+                message = jsonrpc_message_adapter.validate_json(line, by_name=False)
+            except ValueError as exc:
+                log.warning("message for the HTTP upstream is not valid JSON-RPC; dropped", error=str(exc))
+                continue
+            headers = self._stamp(json.loads(line))
+            await write_stream.send(SessionMessage(message, metadata=ClientMessageMetadata(headers=headers)))
+        # stop() closed the outbox: everything queued is sent, so end the session now (the
+        # transport then terminates it with a DELETE) instead of waiting out the grace period.
+        session_scope.cancel()
+
+    def _stamp(self, msg: Any) -> dict[str, str] | None:
+        """Per-message headers the Streamable HTTP transport needs but cannot derive."""
+        from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_NAME_HEADER, NAME_BEARING_METHODS, encode_header_value
+
+        if not isinstance(msg, dict):
+            return None
+        method = msg.get("method")
+        params = jsonrpc.as_object(msg.get("params"))
+        if method == "initialize":
+            self._version = params.get("protocolVersion") or self._version
+            return None
+        meta = jsonrpc.as_object(params.get("_meta"))
+        modern = meta.get(PROTOCOL_VERSION_META)
+        version = modern or self._version
+        if not version:
+            return None
+        headers = {"MCP-Protocol-Version": version}
+        if modern and method and "id" in msg:
+            headers[MCP_METHOD_HEADER] = method
+            key = NAME_BEARING_METHODS.get(method)
+            if key and isinstance(params.get(key), str):
+                headers[MCP_NAME_HEADER] = encode_header_value(params[key])
+        return headers
+
+    async def wait(self, timeout: float) -> int | None:
+        with anyio.move_on_after(timeout):
+            await self._closed.wait()
+        return 1 if self._failure else 0
+
+    @property
+    def failure(self) -> str | None:
+        return self._failure
+
+    async def stop(self, grace: float) -> int | None:
+        self._outbox_send.close()
+        with anyio.move_on_after(max(grace, 0.1)):
+            await self._closed.wait()
+        self._scope.cancel()
+        with anyio.move_on_after(2.0):
+            await self._closed.wait()
+        return 1 if self._failure else 0
+
+
+def _first_leaf(exc: BaseException) -> BaseException:
+    """The first non-group exception inside (possibly nested) exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _describe(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__

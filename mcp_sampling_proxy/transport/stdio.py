@@ -1,0 +1,177 @@
+"""The real server as a child process over stdio.
+
+Spawned before anything heavy is imported, so its start-up overlaps ours. It gets the host's
+environment minus the proxy's own LLM keys, runs in its own process group (so a stuck server
+and its children can be stopped together), and its stderr reaches ours line by line with a tag.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mcp_sampling_proxy.transport.framing import LineReader, LineWriter
+
+STDERR_TAG_LIMIT = 32
+
+
+class SpawnError(Exception):
+    """The upstream command could not be started; the message says why and what to check."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def spawn(command: list[str], env: dict[str, str], cwd: str | None = None) -> subprocess.Popen[bytes]:
+    """Start the upstream; raise SpawnError with a helpful message when that is impossible."""
+    executable = command[0]
+    if os.sep not in executable and shutil.which(executable, path=env.get("PATH")) is None:
+        raise SpawnError(
+            f"cannot start upstream: command '{executable}' not found on PATH "
+            f"({env.get('PATH', '')!r}); use an absolute path in the host config",
+            127,
+        )
+    try:
+        return subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+            bufsize=0,
+        )
+    except FileNotFoundError:
+        raise SpawnError(f"cannot start upstream: '{executable}' does not exist", 127) from None
+    except PermissionError:
+        raise SpawnError(f"cannot start upstream: '{executable}' is not executable", 126) from None
+    except OSError as exc:
+        raise SpawnError(f"cannot start upstream '{executable}': {exc.strerror}", 126) from None
+
+
+def stop_process(process: subprocess.Popen[bytes], grace: float = 2.0) -> None:
+    """Stop a server the proxy started but will not use: end of input, then SIGTERM to its
+    process group, then SIGKILL if it is still there after `grace` seconds."""
+    for pipe in (process.stdin, process.stdout, process.stderr):
+        with contextlib.suppress(OSError):
+            if pipe is not None:
+                pipe.close()
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(OSError):
+            os.killpg(process.pid, sig)
+        try:
+            process.wait(grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+class StdioUpstream:
+    """Async side of the child: line I/O on its pipes, exit status, and a graceful stop."""
+
+    def __init__(self, process: subprocess.Popen[bytes], label: str):
+        self.process = process
+        self.label = label
+        self._writer: LineWriter | None = None
+        self.reader: LineReader | None = None
+
+    async def attach(self, on_line: Callable[[bytes], None], on_eof: Callable[[], None], *,
+                     max_line: int | None = None, on_oversize: Callable[[int, bytes, bytes], None] | None = None,
+                     ) -> None:
+        from mcp_sampling_proxy.transport.framing import (
+            DEFAULT_MAX_LINE,
+            LineReader,
+            open_line_reader,
+            open_line_writer,
+        )
+
+        assert self.process.stdin and self.process.stdout and self.process.stderr
+        self._writer = await open_line_writer(self.process.stdin.fileno())
+        self.reader = reader = LineReader(on_line, on_eof, max_line=max_line or DEFAULT_MAX_LINE,
+                                          on_oversize=on_oversize)
+        await open_line_reader(self.process.stdout.fileno(), reader)
+        await open_line_reader(self.process.stderr.fileno(), LineReader(self._stderr_line, lambda: None))
+
+    @property
+    def writer(self):
+        return self._writer
+
+    def send(self, line: bytes) -> None:
+        if self._writer is not None:
+            self._writer.write_line(line)
+
+    def _stderr_line(self, line: bytes) -> None:
+        with contextlib.suppress(OSError):
+            os.write(2, b"[upstream " + self.label.encode("utf-8", "replace") + b"] " + line + b"\n")
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.poll()
+
+    async def wait(self, timeout: float) -> int | None:
+        """The exit code, or None if the child is still running after `timeout` seconds."""
+        import anyio
+
+        with anyio.move_on_after(timeout):
+            while self.process.poll() is None:
+                await anyio.sleep(0.01)
+        return self.process.poll()
+
+    def describe_end(self, code: int | None) -> str:
+        return describe_exit(code)
+
+    async def stop(self, grace: float) -> int | None:
+        """Close stdin and wait; then SIGTERM, then SIGKILL the child's process group."""
+        if self._writer is not None:
+            import anyio
+
+            with anyio.move_on_after(min(grace, 1.0)):
+                await self._writer.close()  # flushes what is buffered
+        if self.process.stdin:
+            self.process.stdin.close()  # the fd itself: EOF is the stdio "please exit"
+        code = await self.wait(grace)
+        for sig, wait_for in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 2.0)):
+            if code is not None:
+                break
+            self._signal_group(sig)
+            code = await self.wait(wait_for)
+        self._signal_group(signal.SIGKILL)  # leftovers in the group (grandchildren) must not outlive us
+        return code
+
+    def _signal_group(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, sig)
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "stopped responding"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"was killed by {name}"
+    return f"exited with code {code}"
+
+
+def exit_status_for(code: int | None) -> int:
+    """The proxy's own exit status when the upstream ended on its own (never 0)."""
+    if code is None:
+        return 1
+    if code < 0:
+        return 128 - code
+    return code or 1
+
+
+if sys.platform == "win32":  # pragma: no cover
+    raise ImportError("mcp-sampling-proxy's stdio upstream needs a POSIX system")
