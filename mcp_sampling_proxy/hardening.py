@@ -15,9 +15,11 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import signal
 import socket
 import struct
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 PR_SET_DUMPABLE = 4
@@ -55,6 +57,28 @@ def become_subreaper() -> bool:
         return _prctl(PR_SET_CHILD_SUBREAPER, 1) == 0
     except (OSError, AttributeError):
         return False
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """For the upstream's `preexec_fn`: it gets SIGKILL when the proxy dies, however the proxy
+    dies. A proxy killed outright (a host force-quitting it, SIGKILL) runs no clean-up, and a server
+    that ignores EOF and SIGTERM would otherwise run on with nobody to stop it. None off Linux."""
+    if not sys.platform.startswith("linux"):
+        return None
+    parent = os.getpid()
+
+    def arm() -> None:  # runs in the child between fork and exec
+        try:
+            _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        except (OSError, AttributeError):
+            return
+        if os.getppid() != parent:  # the proxy died before the signal was armed
+            os._exit(1)
+
+    return arm
 
 
 def peer_pid(sock: socket.socket) -> int | None:

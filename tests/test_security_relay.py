@@ -208,3 +208,20 @@ def test_a_rewritten_request_keeps_integers_beyond_64_bits_exact(tmp_path: Path)
         host.wait_for(lambda m: m.get("id") == 41)
     answer = next(raw for raw in host.raw_received if b'"id":41' in raw.replace(b" ", b""))
     assert b"123456789012345678901234567890" in answer
+
+
+def test_a_server_that_ignores_eof_dies_with_a_proxy_killed_outright(tmp_path: Path) -> None:
+    """A host that force-quits the proxy (SIGKILL) gives it no chance to stop its server; the
+    server (which ignores EOF and SIGTERM alike here) must not run on with nobody to stop it."""
+    host = start(tmp_path)
+    try:
+        payload = call(host, "scalars")
+        server_pid = int(payload["result"]["content"][0]["text"].split("pid=")[1])
+        os.kill(host.proc.pid, signal.SIGKILL)
+        host.proc.wait(10)
+        deadline = time.monotonic() + 10
+        while alive(server_pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive(server_pid)
+    finally:
+        host.close()

@@ -16,6 +16,8 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from mcp_sampling_proxy.hardening import die_with_parent
+
 if TYPE_CHECKING:
     from mcp_sampling_proxy.transport.framing import LineReader, LineWriter
 
@@ -49,6 +51,7 @@ def spawn(command: list[str], env: dict[str, str], cwd: str | None = None) -> su
             cwd=cwd,
             start_new_session=True,
             bufsize=0,
+            preexec_fn=die_with_parent(),  # spawned before any thread exists (commands.cli)
         )
     except FileNotFoundError:
         raise SpawnError(f"cannot start upstream: '{executable}' does not exist", 127) from None
