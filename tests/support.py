@@ -103,6 +103,7 @@ class RawHost:
         )
         self.lines: queue.Queue[bytes | None] = queue.Queue()
         self.raw_received: list[bytes] = []
+        self.seen: list[dict[str, Any]] = []  # messages wait_for read past
         self._next_id = 1
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -147,6 +148,7 @@ class RawHost:
                 raise EOFError("the proxy closed stdout")
             if predicate(message):
                 return message
+            self.seen.append(message)
 
     def initialize(self, capabilities: dict[str, Any] | None = None, name: str = "raw-host") -> dict[str, Any]:
         response = self.request("initialize", {
