@@ -176,6 +176,38 @@ async def test_console_edits_send_only_text_and_keep_the_image(tmp_path: Path, d
 
 
 @pytest.mark.anyio
+async def test_a_prompt_edited_on_the_console_is_what_a_sampling_host_gets(tmp_path: Path,
+                                                                          dirs: dict[str, str]) -> None:
+    """When the host samples, it is sent the edited request, not the bytes the server sent
+    (they used to go on unchanged, so the host answered the prompt the human had replaced)."""
+    from mcp_types import CreateMessageResult, TextContent
+
+    seen: list[Any] = []
+
+    async def host_sampling(context: Any, params: Any) -> CreateMessageResult:
+        seen.append(params)
+        return CreateMessageResult(role="assistant", content=TextContent(text="host answer"), model="host-model")
+
+    audit = tmp_path / "audit.jsonl"
+    with FakeLLMServer("openai") as llm:
+        policy = write_policy(tmp_path, audit_policy(llm, audit))
+        async with sdk_host(proxy_command(policy), proxy_env(**dirs), tmp_path / "stderr.log",
+                            sampling_callback=host_sampling) as client:
+            console = await SocketConsole.attach(Path(dirs["MCP_SAMPLING_PROXY_RUNTIME_DIR"]))
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(client.call_tool, "sample_raw", {"params_json": json.dumps(PARAMS)})
+                pending = await console.receive()
+                await console.send({"type": "decision", "id": pending["id"], "approve": True, "scope": "once",
+                                    "prompt": "from the console"})
+        assert llm.requests == []
+    content = seen[0].messages[0].content
+    assert [block.type for block in content] == ["text", "image"]
+    assert content[0].text == "from the console"
+    (record,) = records(audit)
+    assert (record["provider"], record["prompt_edited_by"]) == ("host", "console")
+
+
+@pytest.mark.anyio
 async def test_an_older_consoles_whole_request_changes_only_the_text(tmp_path: Path, dirs: dict[str, str]) -> None:
     """A console from before this change answers with the whole edited request (`params`): the proxy
     takes only its text, so neither a dropped image nor any other change to the request gets through."""

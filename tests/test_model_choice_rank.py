@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 from fakes.llm_server import FakeLLMServer
+from mcp_types import ModelPreferences
 from support import proxy_command, proxy_env, sdk_host, tool_json, write_policy
 
 from mcp_sampling_proxy.commands.cli import main
@@ -33,8 +33,9 @@ ALL = [OPENAI, ANTHROPIC, ROUTER]
 ALIASES = {"claude-3-opus": "gpt-4o", "gpt": "claude-haiku-4-5"}
 
 
-def prefs(*names: str, **priorities: float) -> dict[str, Any]:
-    return {"hints": [{"name": n} for n in names], **priorities}
+def prefs(*names: str, **priorities: float) -> ModelPreferences:
+    """The SDK's model of a request's preferences (wire names: costPriority, ...)."""
+    return ModelPreferences.model_validate({"hints": [{"name": n} for n in names], **priorities})
 
 
 CASES = [

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from mcp_types import ModelPreferences
 
 from mcp_sampling_proxy.config.settings import parse_settings
 from mcp_sampling_proxy.fulfil.base import ModelSpec, ProviderConfig
@@ -112,8 +113,9 @@ ANTHROPIC = ProviderConfig(name="anthropic", type="anthropic",
 BOTH = [OPENAI, ANTHROPIC]
 
 
-def hints(*names: Any, **priorities: float) -> dict[str, Any]:
-    return {"hints": [{"name": n} for n in names], **priorities}
+def hints(*names: Any, **priorities: float) -> ModelPreferences:
+    """The SDK's model of a request's preferences (wire names: costPriority, ...)."""
+    return ModelPreferences.model_validate({"hints": [{"name": n} for n in names], **priorities})
 
 
 def test_first_matching_hint_wins_even_if_a_later_hint_matches_an_earlier_model() -> None:
@@ -165,8 +167,8 @@ def test_aliases_from_the_policy_file() -> None:
     assert (choice.provider, choice.model) == ("openai", "gpt-4o")
 
 
-def test_malformed_hints_are_ignored() -> None:
-    prefs = {"hints": [None, "gpt", {}, {"name": None}, {"name": ""}, {"name": "haiku"}]}
+def test_hints_without_a_name_are_skipped() -> None:
+    prefs = ModelPreferences.model_validate({"hints": [{}, {"name": None}, {"name": ""}, {"name": "haiku"}]})
     assert choose_model(BOTH, prefs).model == "claude-haiku-4-5"
 
 
@@ -194,7 +196,7 @@ RATED = [
     ],
 )
 def test_priorities_pick_the_best_weighted_score(priorities: dict[str, float], expected: tuple[str, str]) -> None:
-    choice = choose_model(RATED, priorities)
+    choice = choose_model(RATED, ModelPreferences.model_validate(priorities))
     assert (choice.provider, choice.model) == expected
     assert choice.reason.startswith("best score ")
     for key, weight in priorities.items():
@@ -202,7 +204,7 @@ def test_priorities_pick_the_best_weighted_score(priorities: dict[str, float], e
 
 
 def test_priority_reason_shows_score_and_weights() -> None:
-    choice = choose_model(RATED, {"costPriority": 0.5, "intelligencePriority": 0.5})
+    choice = choose_model(RATED, ModelPreferences.model_validate({"costPriority": 0.5, "intelligencePriority": 0.5}))
     assert choice.reason == "best score 0.65 for priorities cost=0.5, intelligence=0.5"
 
 
@@ -212,15 +214,15 @@ def test_unrated_axis_counts_as_neutral() -> None:
         ModelSpec("dull", speed=0.2, intelligence=0.4),
     ))]
     # fast-only: .8 + .5 = 1.3 ; dull: .2 + .4 = .6
-    choice = choose_model(providers, {"speedPriority": 1, "intelligencePriority": 1})
+    choice = choose_model(providers, ModelPreferences.model_validate({"speedPriority": 1, "intelligencePriority": 1}))
     assert choice == Choice("p", "fast-only", "best score 1.30 for priorities speed=1, intelligence=1")
     # on intelligence alone the neutral 0.5 beats a rated 0.4
-    assert choose_model(providers, {"intelligencePriority": 1}).model == "fast-only"
+    assert choose_model(providers, ModelPreferences.model_validate({"intelligencePriority": 1})).model == "fast-only"
 
 
 def test_zero_or_missing_priorities_and_unrated_models_fall_back_to_the_default() -> None:
-    assert choose_model(RATED, {"costPriority": 0, "speedPriority": 0}).model == "mini"
-    assert choose_model(BOTH, {"intelligencePriority": 1}) == Choice(
+    assert choose_model(RATED, ModelPreferences.model_validate({"costPriority": 0, "speedPriority": 0})).model == "mini"
+    assert choose_model(BOTH, ModelPreferences.model_validate({"intelligencePriority": 1})) == Choice(
         "openai", "gpt-4o-mini", "default model of provider 'openai'"
     )
 
@@ -232,7 +234,7 @@ def test_a_matching_hint_beats_priorities() -> None:
 
 def test_default_provider_and_first_model_otherwise() -> None:
     assert choose_model(BOTH, None) == Choice("openai", "gpt-4o-mini", "default model of provider 'openai'")
-    assert choose_model(BOTH, {}, default_provider="anthropic") == Choice(
+    assert choose_model(BOTH, ModelPreferences.model_validate({}), default_provider="anthropic") == Choice(
         "anthropic", "claude-sonnet-4-5", "default model of provider 'anthropic'"
     )
     assert choose_model(BOTH, hints("gemini"), default_provider="anthropic") == Choice(

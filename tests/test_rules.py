@@ -26,6 +26,8 @@ from mcp_sampling_proxy.policy.conditions import (
 )
 from mcp_sampling_proxy.policy.engine import DEFAULT_RULE, Decision, decide, why, why_not
 from mcp_sampling_proxy.policy.rules import Budget, RateLimit, RuleLimits, SizeLimits, effective_limits
+from mcp_sampling_proxy.protocol.jsonrpc import INVALID_PARAMS, RpcError
+from mcp_sampling_proxy.protocol.sampling_request import validate
 
 F = "policy.yaml"
 PROVIDERS = (
@@ -78,7 +80,7 @@ TOOL_LOOP = {
 
 def facts_of(params: dict[str, Any], *, server: str = "notes", host: str = "claude-ai",
              tool: str | None = "summarize") -> Facts:
-    return facts_for_sampling(params, server=server, host=host, tools_in_flight=(tool,) if tool else ())
+    return facts_for_sampling(validate(params), server=server, host=host, tools_in_flight=(tool,) if tool else ())
 
 
 def rules_of(text_: str) -> list[Any]:
@@ -94,7 +96,7 @@ def one_rule(when: str) -> Any:
 
 
 def test_facts_of_a_plain_request() -> None:
-    f = facts_for_sampling(request(text("hi")), server="notes", host="claude-ai", tools_in_flight=())
+    f = facts_for_sampling(validate(request(text("hi"))), server="notes", host="claude-ai", tools_in_flight=())
     assert f == Facts(method="sampling", server="notes", host="claude-ai", tools_in_flight=(), tool=None,
                       model_hints=(), max_tokens=100, message_count=1, content_types=frozenset({"text"}),
                       include_context="none", text="hi")
@@ -103,7 +105,7 @@ def test_facts_of_a_plain_request() -> None:
 def test_facts_of_a_rich_request() -> None:
     params = request(text("one"), PNG, WAV, text("two"), system="be brief", hints=("claude-3", "gpt"),
                      max_tokens=5000, tools=True, include_context="thisServer", extra_messages=2)
-    f = facts_for_sampling(params, server="s", host="h", tools_in_flight=("a", "b"))
+    f = facts_for_sampling(validate(params), server="s", host="h", tools_in_flight=("a", "b"))
     assert f.tool == "b" and f.tools_in_flight == ("a", "b")  # the most recent call
     assert f.model_hints == ("claude-3", "gpt")
     assert (f.max_tokens, f.message_count, f.include_context) == (5000, 3, "thisServer")
@@ -119,13 +121,18 @@ def test_facts_of_a_tool_loop_include_tool_result_text_and_nested_types() -> Non
 
 
 @pytest.mark.parametrize("params", [
-    {}, {"messages": "x"}, {"messages": [None, {"content": 3}, {"content": [None, {"type": 5}]}]},
-    {"messages": [], "maxTokens": True, "modelPreferences": {"hints": ["gpt", {"name": 3}, {}]},
-     "systemPrompt": 7, "includeContext": ""},
-], ids=["empty", "messages-not-a-list", "junk-blocks", "junk-fields"])
-def test_facts_never_raise_on_malformed_params(params: dict[str, Any]) -> None:
-    f = facts_of(params)
-    assert f.max_tokens is None and f.model_hints == () and f.text == "" and f.include_context == "none"
+    {}, {"messages": "x", "maxTokens": 5}, {"messages": [None], "maxTokens": 5},
+    {"messages": [], "maxTokens": True}, {"messages": [], "maxTokens": "6000"},
+    {"messages": [], "maxTokens": 5, "modelPreferences": {"hints": ["gpt"]}},
+    {"messages": [], "maxTokens": 5, "systemPrompt": 7},
+], ids=["empty", "messages-not-a-list", "junk-message", "bool-max-tokens", "string-max-tokens", "junk-hint",
+        "junk-system-prompt"])
+def test_facts_come_only_from_a_validated_request(params: dict[str, Any]) -> None:
+    """The policy's facts are built from a SamplingRequest, which only validation makes: a
+    malformed request is refused (-32602) before any rule looks at it."""
+    with pytest.raises(RpcError) as refused:
+        validate(params)
+    assert refused.value.code == INVALID_PARAMS
 
 
 def test_facts_tool_and_tools_in_flight_fill_each_other() -> None:

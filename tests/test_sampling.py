@@ -272,6 +272,26 @@ async def test_host_with_sampling_gets_the_request_and_the_llm_is_not_called(
 
 
 @pytest.mark.anyio
+async def test_a_clamped_max_tokens_applies_when_the_host_samples_too(tmp_path: Path,
+                                                                       openai_llm: FakeLLMServer) -> None:
+    """`max_tokens_action: clamp` lowers the request whoever answers it: the host is sent the
+    clamped request, as our own LLM would be (it used to get the server's original maxTokens)."""
+    from mcp_types import CreateMessageResult, TextContent
+
+    seen: list[Any] = []
+
+    async def host_sampling(context: Any, params: Any) -> CreateMessageResult:
+        seen.append(params)
+        return CreateMessageResult(role="assistant", content=TextContent(text="ok"), model="host-model")
+
+    policy = openai_policy(openai_llm.base_url, extra="limits: {max_tokens: 1000, max_tokens_action: clamp}\n")
+    await call(tmp_path, policy, "sample", {"prompt": "long please", "max_tokens": 6000},
+               sampling_callback=host_sampling)
+    assert seen[0].max_tokens == 1000
+    assert openai_llm.requests == []
+
+
+@pytest.mark.anyio
 async def test_route_proxy_and_fallback_on_host_error(tmp_path: Path, openai_llm: FakeLLMServer) -> None:
     from mcp_types import ErrorData
 

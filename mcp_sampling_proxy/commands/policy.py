@@ -246,7 +246,7 @@ def _non_interactive(action: str, mode: str) -> str:
 def model_reason(settings: Settings, judged: SamplingJudgement) -> str:
     """Which provider and model the proxy picks (the proxy's own choice code), and each step of why."""
     try:
-        choice = choose_provider(settings, settings.providers, judged.params, judged.decision)
+        choice = choose_provider(settings, settings.providers, judged.request, judged.decision)
     except RpcError as exc:
         if not settings.providers:
             return ("no provider in the policy or the environment: replies are typed at the proxy's terminal "

@@ -26,6 +26,7 @@ from mcp_sampling_proxy.policy.size_caps import check_caps, serialized_size
 from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 from mcp_sampling_proxy.protocol.names import SAMPLING_CREATE
+from mcp_sampling_proxy.protocol.sampling_request import SamplingRequest, validate
 
 NO_PROVIDER_HINT = (
     "no LLM provider is configured and the proxy has no terminal to type a reply: set OPENAI_API_KEY "
@@ -48,8 +49,8 @@ class Origin:
 
 @dataclass(frozen=True)
 class SamplingJudgement:
-    asked: dict[str, Any]  # the validated params as the server sent them (what the rules saw)
-    params: dict[str, Any]  # after the caps: what goes on to the approver and the LLM
+    asked: SamplingRequest  # the request as the server sent it (what the rules saw)
+    request: SamplingRequest  # after the caps: what goes on to the approver and the LLM
     facts: Facts
     decision: Decision
     caps: SizeLimits  # the caps that applied: the global ones, with the matched rule's over them
@@ -78,8 +79,6 @@ class Refused(Exception):
 def judge_sampling(settings: Settings, raw: Any, origin: Origin, *, method: str = SAMPLING_CREATE,
                    request_bytes: int | None = None) -> SamplingJudgement:
     """Caps, validation, the policy and the caps that apply; raises Refused where the request ends."""
-    from mcp_sampling_proxy.protocol.sampling_request import validate
-
     try:
         if not isinstance(raw, dict):
             raise RpcError(jsonrpc.INVALID_PARAMS, f"Invalid params for {method}: "
@@ -100,11 +99,11 @@ def judge_sampling(settings: Settings, raw: Any, origin: Origin, *, method: str 
     if rule is not None and rule.limits is not None:  # the rule's caps over the global ones, on the asked request
         caps = effective_limits(settings.limits, rule.limits)
         try:
-            checked = check_caps(asked, caps, request_bytes=size)
+            checked = check_caps(asked.wire, caps, request_bytes=size)
         except RpcError as exc:
             raise Refused("error", exc, decision, facts) from None
-    params = {**asked, "maxTokens": checked.params["maxTokens"]} if "maxTokens" in asked else asked
-    return SamplingJudgement(asked, params, facts, decision, caps, tuple(checked.notes))
+    request = asked.with_max_tokens(checked.params["maxTokens"])
+    return SamplingJudgement(asked, request, facts, decision, caps, tuple(checked.notes))
 
 
 def judge_elicitation(settings: Settings, params: dict[str, Any], origin: Origin) -> ElicitationJudgement:
@@ -121,18 +120,19 @@ def usable_providers(providers: Sequence[ProviderConfig], *, tools: bool) -> lis
     return list(providers)
 
 
-def choose_provider(settings: Settings, providers: Sequence[ProviderConfig], params: dict[str, Any],
+def choose_provider(settings: Settings, providers: Sequence[ProviderConfig], request: SamplingRequest,
                     decision: Decision) -> Choice:
     """The provider and model for an allowed request: the matched rule's pin, else the request's
     model preferences. Raises RpcError naming what is missing when nothing can serve it."""
-    wants_tools = bool(params.get("tools"))
+    wants_tools = bool(request.typed.tools)
+    preferences = request.typed.model_preferences
     usable = usable_providers(providers, tools=wants_tools)
     rule = decision.matched
     if rule is not None and (rule.provider or rule.model):
         pinned = [p for p in usable if (rule.provider is None or p.name == rule.provider)
                   and (rule.model is None or any(m.name == rule.model for m in p.models))]
         if pinned:
-            model = rule.model or choose_model(pinned, params.get("modelPreferences"), aliases=settings.aliases).model
+            model = rule.model or choose_model(pinned, preferences, aliases=settings.aliases).model
             return Choice(pinned[0].name, model, f"rule '{rule.name}' sets provider/model")
         if providers:
             raise RpcError(jsonrpc.INTERNAL_ERROR, f"rule '{rule.name}' names provider/model "
@@ -143,5 +143,5 @@ def choose_provider(settings: Settings, providers: Sequence[ProviderConfig], par
             raise RpcError(jsonrpc.INTERNAL_ERROR, NO_PROVIDER_HINT)
         raise RpcError(jsonrpc.INVALID_PARAMS,
                        "the request offers tools, and no configured provider can use tools (tools: false)")
-    return choose_model(usable, params.get("modelPreferences"), aliases=settings.aliases,
+    return choose_model(usable, preferences, aliases=settings.aliases,
                         default_provider=settings.default_provider)

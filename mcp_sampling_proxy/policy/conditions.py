@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from mcp_sampling_proxy.policy.identity import bad_character, normalise
 from mcp_sampling_proxy.protocol.content import walk_blocks
+
+if TYPE_CHECKING:
+    from mcp_sampling_proxy.protocol.sampling_request import SamplingRequest
 
 NO_TOOL = "none"  # `tool: none` matches when no host tools/call is in flight
 
@@ -49,48 +52,32 @@ class Facts:
 
 
 def facts_for_sampling(
-    params: Mapping[str, Any], *, server: str, host: str, tools_in_flight: tuple[str, ...],
+    request: SamplingRequest, *, server: str, host: str, tools_in_flight: tuple[str, ...],
     server_reported: str | None = None,
 ) -> Facts:
-    """The facts of a `sampling/createMessage` request (`params` is the wire dict, camelCase).
-
-    Never raises: malformed parts (which validation rejects anyway) are skipped."""
-    params = params if isinstance(params, Mapping) else {}
-    messages = params.get("messages")
-    messages = messages if isinstance(messages, list) else []
-    prefs = params.get("modelPreferences")
-    hints = prefs.get("hints") if isinstance(prefs, Mapping) else None
-    hint_names = tuple(
-        h["name"] for h in (hints if isinstance(hints, list) else [])
-        if isinstance(h, Mapping) and isinstance(h.get("name"), str) and h["name"]
-    )
-    max_tokens = params.get("maxTokens")
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
-        max_tokens = None
-    include_context = params.get("includeContext")
+    """The facts of a validated `sampling/createMessage` request: scalars from the SDK's model,
+    content blocks through the one walker (over the validated wire form)."""
+    typed = request.typed
     types: set[str] = set()
-    texts: list[str] = []
-    system = params.get("systemPrompt")
-    if isinstance(system, str) and system:
-        texts.append(system)
-    for _, block in walk_blocks(params):
+    texts: list[str] = [typed.system_prompt] if typed.system_prompt else []
+    for _, block in walk_blocks(request.wire):
         kind = block.get("type")
         if isinstance(kind, str):
             types.add(kind)
         if kind == "text" and isinstance(block.get("text"), str):
             texts.append(block["text"])
-    if params.get("tools"):
+    if typed.tools:
         types.add("tools")
     return Facts(
         method="sampling",
         server=server,
         host=host,
         tools_in_flight=tuple(tools_in_flight),
-        model_hints=hint_names,
-        max_tokens=max_tokens,
-        message_count=len(messages),
+        model_hints=request.hint_names,
+        max_tokens=typed.max_tokens,
+        message_count=len(typed.messages),
         content_types=frozenset(types),
-        include_context=include_context if isinstance(include_context, str) and include_context else "none",
+        include_context=typed.include_context or "none",
         text="\n".join(texts),
         server_reported=server_reported,
     )

@@ -16,11 +16,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from mcp_sampling_proxy.fulfil.base import ModelSpec, ProviderConfig
 
-_PRIORITIES = (("costPriority", "cost"), ("speedPriority", "speed"), ("intelligencePriority", "intelligence"))
+if TYPE_CHECKING:
+    from mcp_types import ModelPreferences
+
+# (the SDK model's field, the policy's rating axis)
+_PRIORITIES = (("cost_priority", "cost"), ("speed_priority", "speed"), ("intelligence_priority", "intelligence"))
 # match grades within one hint, best first (index = rank)
 _GRADES = ("exactly", "as an alias", "by prefix", "as a substring")
 
@@ -36,20 +40,19 @@ class Choice:
 
 def choose_model(
     providers: Sequence[ProviderConfig],
-    preferences: Mapping[str, Any] | None,
+    preferences: ModelPreferences | None,
     *,
     aliases: Mapping[str, str] | None = None,
     default_provider: str | None = None,
 ) -> Choice:
     """Resolve preferences against the configured models; providers must not be empty."""
     candidates = [(p.name, m) for p in providers for m in p.models]
-    preferences = preferences or {}
     aliases = aliases or {}
     weights = _weights(preferences)
     steps: list[str] = []
-    for hint in preferences.get("hints") or []:
-        name = (hint or {}).get("name") if isinstance(hint, Mapping) else None
-        if not name or not isinstance(name, str):
+    for hint in (preferences.hints if preferences else None) or []:
+        name = hint.name
+        if not name:
             continue
         graded = [(g, c) for c in candidates if (g := _grade(name, c[1].name, aliases)) is not None]
         if not graded:
@@ -93,13 +96,12 @@ def _grade(hint: str, model: str, aliases: Mapping[str, str]) -> int | None:
     return None
 
 
-def _weights(preferences: Mapping[str, Any]) -> dict[str, float]:
-    return {
-        attr: float(preferences[key])
-        for key, attr in _PRIORITIES
-        if isinstance(preferences.get(key), int | float) and not isinstance(preferences.get(key), bool)
-        and preferences[key] > 0
-    }
+def _weights(preferences: ModelPreferences | None) -> dict[str, float]:
+    """The request's priorities above zero, by rating axis (the SDK's model checked they are numbers)."""
+    if preferences is None:
+        return {}
+    return {attr: float(value) for field, attr in _PRIORITIES if (value := getattr(preferences, field)) is not None
+            and value > 0}
 
 
 def _best(candidates: Sequence[Candidate], weights: Mapping[str, float]) -> Candidate:

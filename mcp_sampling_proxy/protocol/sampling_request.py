@@ -1,14 +1,21 @@
-"""Validate a `sampling/createMessage` request and describe it for humans.
+"""Validate a `sampling/createMessage` request into a typed `SamplingRequest`, and describe it.
 
 Validation uses the SDK's typed models (imported lazily: they cost ~0.3 s and most sessions
-never sample) plus the tool_use/tool_result pairing rules of 2025-11-25. The original dict is
-what travels on; the model only tells us the request is well-formed.
+never sample) plus the tool_use/tool_result pairing rules of 2025-11-25. What travels on through
+the pipeline is a `SamplingRequest`: the SDK's model, which every decision reads (the policy's
+facts, the caps' clamp, the model choice, the route), and the wire dict it was validated from,
+which is what gets sent (forwarding to the host stays byte-exact; the adapters translate from
+it through the one content walker).
 """
 
 from __future__ import annotations
 
 from contextvars import ContextVar
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mcp_types import CreateMessageRequestParams
 
 from mcp_sampling_proxy.protocol.content import as_blocks
 from mcp_sampling_proxy.protocol.jsonrpc import INVALID_PARAMS, RpcError
@@ -18,30 +25,64 @@ from mcp_sampling_proxy.sanitize import strip_controls
 REQUEST_ORIGIN: ContextVar[tuple[str, str | None]] = ContextVar("request_origin", default=("server", None))
 
 
-def validate_params(model: Any, params: Any, method: str) -> dict[str, Any]:
-    """Check wire params against one of the SDK's models; raise RpcError(-32602) naming the field."""
+def validate_params(model: Any, params: Any, method: str, *, strict: bool = False) -> Any:
+    """Wire params as one of the SDK's models; raise RpcError(-32602) naming the field.
+
+    `strict` refuses what pydantic would otherwise coerce (`"maxTokens": "5"` or `true`), so
+    that the model and the wire dict say the same thing."""
     if not isinstance(params, dict):
         raise RpcError(INVALID_PARAMS, f"Invalid params for {method}: params must be an object")
     from pydantic import ValidationError
 
     try:
-        model.model_validate(params)
+        return model.model_validate(params, strict=strict)
     except ValidationError as exc:
         problems = []
         for err in exc.errors()[:3]:
             where = ".".join(str(part) for part in err["loc"] if not _is_union_tag(part)) or "params"
             problems.append(f"{where}: {err['msg']}")
         raise RpcError(INVALID_PARAMS, f"Invalid params for {method}: " + "; ".join(problems)) from None
-    return params
 
 
-def validate(params: Any) -> dict[str, Any]:
-    """A valid `sampling/createMessage` params dict, tool_use/tool_result pairing included."""
+@dataclass(frozen=True)
+class SamplingRequest:
+    """A validated `sampling/createMessage` request. Only `validate` makes one, so holding one
+    means the request is well-formed."""
+
+    typed: CreateMessageRequestParams  # the SDK's model: what decisions read
+    wire: dict[str, Any]  # the params as the server sent them: what is sent on
+
+    @property
+    def max_tokens(self) -> int:
+        return self.typed.max_tokens
+
+    @property
+    def hint_names(self) -> tuple[str, ...]:
+        """modelPreferences.hints[].name, in order, empty names left out."""
+        prefs = self.typed.model_preferences
+        return tuple(h.name for h in (prefs.hints or []) if h.name) if prefs else ()
+
+    @property
+    def offers_tools(self) -> bool:
+        """True when the request hands the LLM tools (or a tool choice) to use."""
+        return bool(self.typed.tools) or self.typed.tool_choice is not None
+
+    def with_max_tokens(self, max_tokens: int) -> SamplingRequest:
+        """The same request asking for `max_tokens` (a cap lowered it)."""
+        if max_tokens == self.typed.max_tokens:
+            return self
+        return SamplingRequest(self.typed.model_copy(update={"max_tokens": max_tokens}),
+                               {**self.wire, "maxTokens": max_tokens})
+
+
+def validate(params: Any) -> SamplingRequest:
+    """A valid `sampling/createMessage` request, tool_use/tool_result pairing included; raises
+    RpcError(-32602) naming the field otherwise."""
     from mcp_types import CreateMessageRequestParams
 
-    validate_params(CreateMessageRequestParams, params, "sampling/createMessage")
+    typed = validate_params(CreateMessageRequestParams, params, "sampling/createMessage", strict=True)
     check_tool_pairing(params["messages"])
-    return params
+    return SamplingRequest(typed, params)
 
 
 def _is_union_tag(part: Any) -> bool:

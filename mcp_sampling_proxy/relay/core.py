@@ -448,12 +448,16 @@ class Relay:
         if reply is not None and not served.scope.cancel_called and not self.closed:
             self._to_upstream(reply)
 
-    async def forward_to_host(self, msg: dict[str, Any], raw: bytes | None = None) -> dict[str, Any]:
-        """Send a server request to the host under its own id; return the host's response."""
+    async def forward_to_host(self, msg: dict[str, Any], *, as_received: bool = True) -> dict[str, Any]:
+        """Send a server request to the host under its own id; return the host's response.
+
+        `as_received`: `msg` is the request as the server sent it, so its bytes go on untouched;
+        False when the proxy changed it (a clamped maxTokens, an edited prompt): `msg` is sent."""
         served = self._served.get(msg["id"])
+        raw = None
         if served is not None:
             served.at_host = True
-            raw = raw if raw is not None else served.raw or None
+            raw = served.raw if as_received else None
         if raw is None and (raw := _encode(msg)) is None:
             raise RpcError(jsonrpc.INVALID_PARAMS, "Invalid params: nested too deeply to forward to the host")
         try:

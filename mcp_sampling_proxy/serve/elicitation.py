@@ -186,7 +186,9 @@ class ElicitationService:
 
 
 def validate_elicitation(params: Any) -> dict[str, Any]:
+    """The params of a valid `elicitation/create` (form or URL mode); RpcError(-32602) otherwise."""
     from mcp_types import ElicitRequestFormParams, ElicitRequestURLParams
 
     url = isinstance(params, dict) and request_mode(params) == "url"
-    return validate_params(ElicitRequestURLParams if url else ElicitRequestFormParams, params, METHOD)
+    validate_params(ElicitRequestURLParams if url else ElicitRequestFormParams, params, METHOD)
+    return dict(params)

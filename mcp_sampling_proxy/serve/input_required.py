@@ -71,8 +71,7 @@ class InputResolver:
             if not isinstance(params, dict):
                 return None
             method = entry.get("method")
-            if (method == SAMPLING and (self._sampling.route(params, session) != "host" or self._sampling.refuses(
-                    params, session, origin_tools(origin)))) or (
+            if (method == SAMPLING and not self._sampling.host_may_answer(params, session, origin_tools(origin))) or (
                     method == ELICITATION and self._elicitation.route_for(params, session) != "host"):
                 owned.add(key)
             # roots/list, sampling or elicitation the host does itself, anything new: the host's

@@ -34,7 +34,7 @@ from mcp_sampling_proxy.policy.size_caps import check_caps
 from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 from mcp_sampling_proxy.protocol.names import SAMPLING_CREATE
-from mcp_sampling_proxy.protocol.sampling_request import REQUEST_ORIGIN, describe, validate
+from mcp_sampling_proxy.protocol.sampling_request import REQUEST_ORIGIN, SamplingRequest, describe, validate
 from mcp_sampling_proxy.quotas.limiters import BudgetHold, Limiters, Refusal, SamplingGate, limit_key
 from mcp_sampling_proxy.vocabulary import Outcome
 
@@ -70,22 +70,22 @@ class SamplingService:
         self._audit.check_usable()
         try:
             judged = self._judge(message, session, audit, in_flight)
-            decision, params = judged.decision, judged.params
+            decision = judged.decision
             key = limit_key(decision.rule, session.server_name)
             with self._limiters.hold(decision.matched, key) as refusal:
                 if refusal is not None:
                     raise _Ended("deny", _limit_error(refusal), limit=refusal.limit)
-                with self._limiters.budget(decision.matched, key, params) as budget:
+                with self._limiters.budget(decision.matched, key, judged.request.wire) as budget:
                     if isinstance(budget, Refusal):
                         raise _Ended("deny", _limit_error(budget), limit=budget.limit)
-                    request = await self._approve(message, params, decision, relay, audit)
-                    audit.update(decision="approved" if request.approver else "allow", reason=decision.reason,
-                                 approver=request.approver)
-                    if self.route(request.params, session) == "host":
-                        result = await self._at_host(request, relay, audit, started)
+                    approved = await self._approve(message, judged.request, decision, relay, audit)
+                    audit.update(decision="approved" if approved.approver else "allow", reason=decision.reason,
+                                 approver=approved.approver)
+                    if self.route(approved.request, session) == "host":
+                        result = await self._at_host(approved, relay, audit, started)
                         if result is not None:
                             return result
-                    return await self._fulfil_here(request, decision, relay, audit, started, budget)
+                    return await self._fulfil_here(approved, decision, relay, audit, started, budget)
         except _Ended as ended:
             self._audit.record(params=message.get("params"), result=None,  # the server gets no result
                                **{**audit, "decision": ended.outcome, "reason": ended.error.message, **ended.fields})
@@ -115,49 +115,50 @@ class SamplingService:
             log.info("request adjusted", note=note)
         return judged
 
-    async def _approve(self, message: dict[str, Any], params: dict[str, Any], decision: Decision, relay: Relay,
+    async def _approve(self, message: dict[str, Any], request: SamplingRequest, decision: Decision, relay: Relay,
                        audit: dict[str, Any]) -> _Approved:
         """Ask a human when the rule says prompt; an edited prompt is checked like the original."""
         session, tool = relay.session, audit["tool"]
-        request = ApprovalRequest(session.server_name, session.host_name, tool, decision.rule, params,
-                                  describe(params, server=session.server_label, tool=tool))
+        asked = ApprovalRequest(session.server_name, session.host_name, tool, decision.rule, request.wire,
+                                describe(request.wire, server=session.server_label, tool=tool))
         if decision.action != "prompt":
-            return _Approved(message, params, request, None)
-        approval = await self._approver.ask(request, relay)
+            return _Approved.of(message, request, asked, None)
+        approval = await self._approver.ask(asked, relay)
         if not approval.approved:
             raise _Ended("timeout" if approval.outcome == "timeout" else "rejected",
                          RpcError(jsonrpc.USER_REJECTED, approval.reason), approver=approval.channel)
         if approval.params is None:
-            return _Approved(message, params, request, approval.channel)
+            return _Approved.of(message, request, asked, approval.channel)
         audit["prompt_edited_by"] = approval.channel
         try:
-            params = check_caps(validate(approval.params), self._settings.limits).params
+            edited = validate(approval.params)
+            edited = edited.with_max_tokens(check_caps(edited.wire, self._settings.limits).params["maxTokens"])
         except RpcError as exc:
             raise _Ended("error", exc, approver=approval.channel) from None
-        request = replace(request, params=params, prompt_edited_by=approval.channel,
-                          summary=describe(params, server=session.server_label, tool=tool))
-        return _Approved({**message, "params": params}, params, request, approval.channel)
+        asked = replace(asked, params=edited.wire, prompt_edited_by=approval.channel,
+                        summary=describe(edited.wire, server=session.server_label, tool=tool))
+        return _Approved.of(message, edited, asked, approval.channel)
 
-    async def _at_host(self, request: _Approved, relay: Relay, audit: dict[str, Any],
+    async def _at_host(self, approved: _Approved, relay: Relay, audit: dict[str, Any],
                        started: float) -> dict[str, Any] | None:
         """The host samples (its tokens, not our budget); None when it refused and the policy says
         to fall back to our own LLM."""
-        response = await relay.forward_to_host(request.message)
+        response = await relay.forward_to_host(approved.message, as_received=approved.as_received)
         error = response.get("error")
         if error is None:
             result = jsonrpc.as_object(response.get("result"))
-            self._audit.record(**audit, params=request.params, result=result, provider="host",
+            self._audit.record(**audit, params=approved.request.wire, result=result, provider="host",
                                model=result.get("model"), stop_reason=result.get("stopReason"),
                                latency_ms=elapsed_ms(started))
             return result
         if not self._settings.sampling.fallback_on_host_error:
-            self._audit.record(**audit, params=request.params, provider="host", error=str(error.get("message")),
+            self._audit.record(**audit, params=approved.request.wire, provider="host", error=str(error.get("message")),
                                latency_ms=elapsed_ms(started))
             raise RpcError.from_error(error)
         log.info("host refused sampling; fulfilling locally (fallback_on_host_error)", host_error=error.get("message"))
         return None
 
-    async def _fulfil_here(self, request: _Approved, decision: Decision, relay: Relay, audit: dict[str, Any],
+    async def _fulfil_here(self, approved: _Approved, decision: Decision, relay: Relay, audit: dict[str, Any],
                            started: float, budget: BudgetHold) -> dict[str, Any]:
         """Our own LLM, within the proxy's concurrency gate, then the human review when configured."""
         session = relay.session
@@ -165,7 +166,7 @@ class SamplingService:
             if busy is not None:
                 raise _Ended("deny", _limit_error(busy), limit=busy.limit)
             budget.calling()
-            result, completion, fulfilled = await self._fulfil(request.params, decision, session, audit["tool"],
+            result, completion, fulfilled = await self._fulfil(approved.request, decision, session, audit["tool"],
                                                                audit, started)
         budget.spent(_tokens(completion))
         if not self._settings.approval.review_response:
@@ -173,7 +174,7 @@ class SamplingService:
             return result
         # Reviewed: the record waits for the review, so that it holds the answer the server gets.
         try:
-            review = await self._approver.review(request.request, result, relay)
+            review = await self._approver.review(approved.asked, result, relay)
         except BaseException as exc:  # the LLM was called all the same: its record says how it ended
             cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
             self._audit.record(**{**fulfilled, "decision": "cancelled" if cancelled else "error",
@@ -191,14 +192,15 @@ class SamplingService:
         self._audit.record(**fulfilled)
         return review.result
 
-    def refuses(self, params: dict[str, Any], session: Session, tools: tuple[str, ...]) -> bool:
-        """True when the caps or the policy refuse the request (it must then not reach the host)."""
+    def host_may_answer(self, params: dict[str, Any], session: Session, tools: tuple[str, ...]) -> bool:
+        """True when a 2026-07-28 round's sampling request is left to the host: it is routed there
+        and the caps and the policy let it through (a refused request must not reach the host)."""
         origin = Origin(session.server_name, session.host_name, tools, session.server_reported)
         try:
-            judge_sampling(self._settings, params, origin)
+            judged = judge_sampling(self._settings, params, origin)
         except Refused:
-            return True
-        return False
+            return False
+        return self.route(judged.request, session) == "host"
 
     def record_host_answer(self, params: dict[str, Any], response: Any, session: Session,
                            tools: tuple[str, ...], started: float) -> None:
@@ -220,7 +222,7 @@ class SamplingService:
                            error=None if isinstance(response, dict) else "the host's answer is not an object",
                            latency_ms=elapsed_ms(started))
 
-    def route(self, params: dict[str, Any], session: Session) -> str:
+    def route(self, request: SamplingRequest, session: Session) -> str:
         """'host' when the host answers this request itself, else 'proxy'."""
         route = self._settings.sampling.route
         if route != "auto":
@@ -228,16 +230,17 @@ class SamplingService:
         host_sampling = session.host_capabilities.get("sampling")
         if not isinstance(host_sampling, dict):
             return "proxy"
-        if (params.get("tools") or params.get("toolChoice")) and "tools" not in host_sampling:
+        if request.offers_tools and "tools" not in host_sampling:
             return "proxy"
         return "host"
 
-    async def _fulfil(self, params: dict[str, Any], decision: Decision, session: Session, tool: str | None,
+    async def _fulfil(self, request: SamplingRequest, decision: Decision, session: Session, tool: str | None,
                       audit: dict[str, Any], started: float) -> tuple[dict[str, Any], Completion, dict[str, Any]]:
         """The LLM's result, its completion, and the fields of its audit record (the caller records
         them, after the review when there is one)."""
+        params = request.wire  # the adapters translate the wire form through the one content walker
         try:
-            choice = choose_provider(self._settings, self._adapters.configs, params, decision)
+            choice = choose_provider(self._settings, self._adapters.configs, request, decision)
         except RpcError as exc:
             self._audit.record(**audit, params=params, error=exc.message)
             raise
@@ -254,7 +257,7 @@ class SamplingService:
         finally:
             REQUEST_ORIGIN.reset(token)
         content: Any = completion.content
-        if not params.get("tools") and len(content) == 1:
+        if not request.typed.tools and len(content) == 1:
             content = content[0]
         result = {"role": "assistant", "content": content, "model": completion.model,
                   "stopReason": completion.stop_reason}
@@ -280,13 +283,21 @@ class _Ended(Exception):
 
 @dataclass(frozen=True)
 class _Approved:
-    """A request cleared to go on: the message and params to send (edited or not), the approval
-    request (for the review), and who approved it (None: the policy allowed it)."""
+    """A request cleared to go on: the message to forward and the request (edited or not), what
+    the human was asked (for the review), and who approved it (None: the policy allowed it)."""
 
     message: dict[str, Any]
-    params: dict[str, Any]
-    request: ApprovalRequest
+    request: SamplingRequest
+    asked: ApprovalRequest
     approver: str | None
+    as_received: bool  # False when a cap or an editor changed the request: its bytes may not be reused
+
+    @classmethod
+    def of(cls, message: dict[str, Any], request: SamplingRequest, asked: ApprovalRequest,
+           approver: str | None) -> _Approved:
+        as_received = request.wire is message.get("params")
+        return cls(message if as_received else {**message, "params": request.wire}, request, asked, approver,
+                   as_received)
 
 
 def _tokens(completion: Completion) -> int | None:
