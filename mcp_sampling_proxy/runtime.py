@@ -27,7 +27,7 @@ from mcp_sampling_proxy.hardening import reap_orphans_forever
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import capabilities, jsonrpc
 from mcp_sampling_proxy.protocol.names import ELICITATION_COMPLETE, ELICITATION_CREATE, SAMPLING_CREATE
-from mcp_sampling_proxy.quotas.limiters import Limiters
+from mcp_sampling_proxy.quotas.limiters import Limiters, shared_state
 from mcp_sampling_proxy.relay.core import Relay, Session, peek_id
 from mcp_sampling_proxy.serve.elicitation import ElicitationService
 from mcp_sampling_proxy.serve.input_required import InputResolver
@@ -64,7 +64,8 @@ class ProxyHooks:
     """Connects the relay to the services that answer server requests and to capability rewriting."""
 
     def __init__(self, sampling: SamplingService, elicitation: ElicitationService, settings: Settings,
-                 offered: capabilities.Offers):
+                 offered: capabilities.Offers, limiters: Limiters | None = None):
+        self.limiters = limiters or Limiters()
         self._services: dict[str, Any] = {SAMPLING_METHOD: sampling, ELICITATION_METHOD: elicitation}
         self._elicitation = elicitation
         self._inputs = InputResolver(sampling, elicitation, settings.max_input_rounds)
@@ -122,11 +123,11 @@ def build_hooks(settings: Settings, adapters: AdapterPool, audit: AuditLog, term
     """The services behind the relay's hooks, wired as the proxy runs them (tests run the same wiring)."""
     approver = Approver(build_channels(settings.approval.channels, terminal, console),
                         timeout=settings.approval.timeout, memory=ApprovalMemory(store=approvals_store))
-    limiters = Limiters()
+    limiters = Limiters(shared=shared_state(settings.state))
     sampling = SamplingService(settings, adapters, approver, audit, limiters)
     elicitation = ElicitationService(settings, ElicitationConsoles(settings.approval.channels, terminal, console),
                                      audit, limiters)
-    return ProxyHooks(sampling, elicitation, settings, offered)
+    return ProxyHooks(sampling, elicitation, settings, offered, limiters)
 
 
 def claim_stdio() -> tuple[int, int]:
@@ -236,6 +237,7 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
             await upstream.stop(1.0)
         raise
     await adapters.aclose()
+    await hooks.limiters.aclose()
     audit.close()
     if terminal is not None:
         terminal.close()

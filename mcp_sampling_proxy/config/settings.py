@@ -11,6 +11,7 @@ import math
 import os
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, cast
@@ -48,6 +49,10 @@ INCLUDE_CONTEXT = ("none", "thisServer", "allServers")
 APPROVAL_CHANNELS = ("terminal", "console", "host")
 AUDIT_CONTENT_MODES = ("none", "redacted", "full")
 AUDIT_KEYS = ("path", "content", "redact", "fsync", "max_bytes")
+
+STATE_BACKENDS = ("file", "redis")
+ON_STATE_ERROR = ("deny", "allow_local")
+STATE_KEYS = ("backend", "url", "url_env", "prefix", "on_state_error")
 
 DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
 DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-5"
@@ -93,6 +98,21 @@ class AuditSettings:
     max_bytes: int = DEFAULT_AUDIT_MAX_BYTES  # rotate when the file would grow past this; 0: never
 
 
+@dataclass(frozen=True)
+class StateSettings:
+    """The top-level `state:` section: where rate limits, concurrency limits and token budgets live.
+
+    `file` (the default): rate and concurrency limits per proxy in memory, budgets in the user's
+    state file, shared by the proxies of this machine. `redis`: all three shared by every proxy
+    pointing at the same Redis and prefix."""
+
+    backend: str = "file"
+    url: str | None = None  # redis://HOST:6379/0 (given, or read from url_env at start)
+    url_env: str | None = None  # the variable holding the URL, to keep a password out of the file
+    prefix: str = "mcp-sampling-proxy:"
+    on_state_error: str = "deny"  # deny | allow_local: Redis unreachable
+
+
 @dataclass
 class Settings:
     """Everything the proxy needs from the policy file (or the environment)."""
@@ -106,6 +126,7 @@ class Settings:
     limits: SizeLimits = field(default_factory=SizeLimits)
     approval: ApprovalSettings = field(default_factory=ApprovalSettings)
     audit: AuditSettings = field(default_factory=AuditSettings)
+    state: StateSettings = field(default_factory=StateSettings)
     pass_env: tuple[str, ...] = ()
     shutdown_timeout: float = 5.0
     era: str = "handshake"  # handshake: answer server/discover so hosts fall back to initialize
@@ -125,6 +146,8 @@ class Settings:
         """Names of environment variables holding the proxy's own LLM keys."""
         names = {p.api_key_env for p in self.providers if p.api_key_env}
         names.update(WELL_KNOWN_KEY_VARS)
+        if self.state.url_env:  # a Redis URL may hold a password
+            names.add(self.state.url_env)
         return names - set(self.pass_env)
 
 
@@ -176,7 +199,8 @@ def parse_settings(text: str, where: str) -> Settings:
     settings = Settings(source=where)
     if root is None:
         return settings
-    top = root.mapping(("llm", "sampling", "elicitation", "rules", "limits", "approval", "audit", "upstream"))
+    top = root.mapping(("llm", "sampling", "elicitation", "rules", "limits", "approval", "audit", "state",
+                        "upstream"))
     if "llm" in top:
         _parse_llm(top["llm"], settings)
     if "sampling" in top:
@@ -191,6 +215,8 @@ def parse_settings(text: str, where: str) -> Settings:
         _parse_rules(top["rules"], settings)
     if "audit" in top:
         settings.audit = _parse_audit(top["audit"], where)
+    if "state" in top:
+        settings.state = _parse_state(top["state"])
     if "upstream" in top:
         upstream = top["upstream"].mapping(("pass_env", "shutdown_timeout", "era", "max_input_rounds"))
         if "max_input_rounds" in upstream:
@@ -485,6 +511,55 @@ def _parse_audit(node: Node, where: str) -> AuditSettings:
     if "max_bytes" in given:
         settings = replace(settings, max_bytes=_size(given["max_bytes"]))
     return settings
+
+
+# -- state --------------------------------------------------------------------------------------------
+
+def _parse_state(node: Node) -> StateSettings:
+    given = node.mapping(STATE_KEYS)
+    backend = given["backend"].choice(STATE_BACKENDS) if "backend" in given else "file"
+    settings = StateSettings(backend=backend)
+    if backend == "file":
+        extra = [k for k in given if k != "backend"]
+        if extra:
+            raise given[extra[0]].error(f"{given[extra[0]].label} applies to backend: redis only; this state "
+                                        "section uses the local file store (backend: file, the default)")
+        return settings
+    if ("url" in given) == ("url_env" in given):
+        raise node.error(f"{node.label} with backend: redis needs exactly one of url: redis://HOST:6379/0 or "
+                         "url_env: VARIABLE (a variable holding the URL, to keep a password out of this file)")
+    if "url" in given:
+        url = given["url"].str()
+        if not url.startswith(("redis://", "rediss://", "unix://")):
+            raise given["url"].error(f"{given['url'].label} must start with redis://, rediss:// or unix://, "
+                                     f"got {url!r}")
+        settings = replace(settings, url=url)
+    else:
+        settings = replace(settings, url_env=given["url_env"].str())
+    if "prefix" in given:
+        settings = replace(settings, prefix=given["prefix"].str())
+    if "on_state_error" in given:
+        settings = replace(settings, on_state_error=given["on_state_error"].choice(ON_STATE_ERROR))
+    return settings
+
+
+def resolve_state(state: StateSettings, environ: Mapping[str, str]) -> StateSettings:
+    """The state settings with the Redis URL read from `url_env`; PolicyError when it cannot be."""
+    if state.backend != "redis":
+        return state
+    import importlib.util
+
+    if importlib.util.find_spec("redis") is None:
+        raise PolicyError("state.backend: redis needs the redis package, which is not installed: "
+                          "pip install 'mcp-sampling-proxy[redis]' (or use backend: file)")
+    if state.url or not state.url_env:
+        return state
+    url = environ.get(state.url_env, "")
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        problem = "is not set" if not url else "does not hold a redis://, rediss:// or unix:// URL"
+        raise PolicyError(f"state.url_env: {state.url_env} {problem} in the proxy's environment; set it to "
+                          "the Redis URL, e.g. redis://HOST:6379/0")
+    return replace(state, url=url)
 
 
 # -- rules --------------------------------------------------------------------------------------------

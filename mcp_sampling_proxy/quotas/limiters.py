@@ -36,6 +36,7 @@ from mcp_sampling_proxy.quotas.state import JsonStateFile, state_dir
 from mcp_sampling_proxy.quotas.token_bound import worst_case_tokens
 
 if TYPE_CHECKING:
+    from mcp_sampling_proxy.config.settings import StateSettings
     from mcp_sampling_proxy.policy.rules import Rule
 
 log = get_logger("mcp_sampling_proxy.quotas.limiters")
@@ -90,13 +91,7 @@ class RateLimiter:
             if len(window) >= requests:
                 # the request that makes room is the one N places from the newest
                 retry_after = max(0.0, min(per, window[len(window) - requests] + per - now))
-                noun = "request" if requests == 1 else "requests"
-                return Refusal(
-                    "rate_limit", retry_after,
-                    f"{_label('rate limit', key, rule)} exceeded: {requests} {noun} per {format_period(per)}; "
-                    f"retry in {format_wait(retry_after)}",
-                    key,
-                )
+                return rate_refusal(key, requests, per, retry_after, rule)
             window.append(now)
             while len(window) > requests:  # only the newest N can ever decide; bounded memory
                 window.popleft()
@@ -124,13 +119,7 @@ class ConcurrencyLimiter:
         with self._lock:
             active = self._active.get(key, 0)
             if active >= limit:
-                noun = "request is" if active == 1 else "requests are"
-                return Refusal(
-                    "concurrent", 0.0,
-                    f"{_label('concurrency limit', key, rule)} reached: {active} {noun} already in progress "
-                    f"(concurrent: {limit}); retry when one finishes",
-                    key,
-                )
+                return concurrency_refusal(key, limit, active, rule)
             self._active[key] = active + 1
             return None
 
@@ -242,33 +231,16 @@ class TokenBudget:
             raise ValueError(f"budget window must be > 0 seconds, got {per_seconds}")
         now = _now(now)
         worst = max(0, int(worst_case_tokens))
-        name = _label("token budget", key, rule)
 
         def change(data: dict[str, Any]) -> Reservation | Refusal:
             budgets = _budgets(data, now)
             entry = _current(budgets, key, per_seconds, now)
             used, reserved = entry["used"], _reserved(entry)
             resets_in = max(0.0, entry["window"] + per_seconds - now)
-            if worst > limit_tokens:
+            if worst > limit_tokens or used + reserved + worst > limit_tokens:
                 _drop_if_idle(budgets, key)
-                return Refusal(
-                    "budget", 0.0,
-                    f"{name} is too small for this request: it may need up to {worst:,} tokens (input estimate "
-                    f"plus maxTokens) and the budget is {limit_tokens:,} tokens per {format_period(per_seconds)}; "
-                    "lower maxTokens or raise the budget",
-                    key, permanent=True,
-                )
-            if used + reserved + worst > limit_tokens:
-                _drop_if_idle(budgets, key)
-                held = f" and {reserved:,} reserved by requests in progress" if reserved else ""
-                left = max(0, limit_tokens - used - reserved)
-                return Refusal(
-                    "budget", resets_in,
-                    f"{name} exhausted: {used:,} of {limit_tokens:,} tokens used{held} in this "
-                    f"{format_period(per_seconds)} window; {left:,} left and this request may need up to "
-                    f"{worst:,}; resets in {format_wait(resets_in)}",
-                    key,
-                )
+                return budget_refusal(key, limit_tokens, per_seconds, worst, used, reserved, resets_in, rule,
+                                      too_small=worst > limit_tokens)
             reservation = Reservation(key, uuid.uuid4().hex[:16], worst, float(per_seconds),
                                       now + self.reservation_ttl)
             entry["reservations"][reservation.id] = {"tokens": worst, "expires": reservation.expires}
@@ -323,6 +295,50 @@ class TokenBudget:
 
 # The file: {"version": 1, "budgets": {KEY: {"per": S, "window": START, "used": N,
 #                                            "reservations": {ID: {"tokens": N, "expires": T}}}}}
+
+def rate_refusal(key: str, requests: int, per: float, retry_after: float, rule: str | None) -> Refusal:
+    noun = "request" if requests == 1 else "requests"
+    return Refusal(
+        "rate_limit", retry_after,
+        f"{_label('rate limit', key, rule)} exceeded: {requests} {noun} per {format_period(per)}; "
+        f"retry in {format_wait(retry_after)}",
+        key,
+    )
+
+
+def concurrency_refusal(key: str, limit: int, active: int, rule: str | None) -> Refusal:
+    noun = "request is" if active == 1 else "requests are"
+    return Refusal(
+        "concurrent", 0.0,
+        f"{_label('concurrency limit', key, rule)} reached: {active} {noun} already in progress "
+        f"(concurrent: {limit}); retry when one finishes",
+        key,
+    )
+
+
+def budget_refusal(key: str, limit: int, per: float, worst: int, used: int, reserved: int, resets_in: float,
+                   rule: str | None, *, too_small: bool) -> Refusal:
+    """A budget's refusal: too small for the request ever, or exhausted until the window resets."""
+    name = _label("token budget", key, rule)
+    if too_small:
+        return Refusal(
+            "budget", 0.0,
+            f"{name} is too small for this request: it may need up to {worst:,} tokens (input estimate "
+            f"plus maxTokens) and the budget is {limit:,} tokens per {format_period(per)}; "
+            "lower maxTokens or raise the budget",
+            key, permanent=True,
+        )
+    held = f" and {reserved:,} reserved by requests in progress" if reserved else ""
+    left = max(0, limit - used - reserved)
+    resets_in = max(0.0, resets_in)
+    return Refusal(
+        "budget", resets_in,
+        f"{name} exhausted: {used:,} of {limit:,} tokens used{held} in this "
+        f"{format_period(per)} window; {left:,} left and this request may need up to "
+        f"{worst:,}; resets in {format_wait(resets_in)}",
+        key,
+    )
+
 
 def _window_start(now: float, per: float) -> float:
     return math.floor(now / per) * per
@@ -425,56 +441,163 @@ def format_wait(seconds: float) -> str:
     return f"{days} d" + (f" {rest} h" if rest else "")
 
 
+class SharedState:
+    """Limits shared with other proxies (a `RedisQuotas`), and what to do when they cannot be
+    reached: `deny` refuses the request with an error naming the store, `allow_local` falls back
+    to this proxy's own limits (rate and concurrency in memory, budgets in the local state file)."""
+
+    def __init__(self, store: Any, on_error: str, where: str):
+        self.store = store
+        self.on_error = on_error
+        self.where = where  # the store's URL without its password
+
+    def refusal(self, error: Exception) -> Refusal:
+        return Refusal(
+            "state", 0.0,
+            f"the shared limits store {self.where} could not be used ({error}); the request is refused "
+            "(state.on_state_error: deny). Check that Redis is running and reachable, or set "
+            "state.on_state_error: allow_local to fall back to this proxy's own limits",
+        )
+
+    def falls_back(self, error: Exception) -> bool:
+        """True when the caller should use the local limits; logs either way."""
+        log.warning("shared limits store unavailable", store=self.where, error=str(error), on_state_error=self.on_error)
+        return self.on_error == "allow_local"
+
+
+def shared_state(settings: StateSettings) -> SharedState | None:
+    """The Redis store the policy's `state:` section names, or None for the local store."""
+    if settings.backend != "redis":
+        return None
+    if not settings.url:
+        raise ValueError("state.url_env has not been resolved (config.settings.resolve_state)")
+    from mcp_sampling_proxy.quotas.redis_store import RedisQuotas, shown_url
+
+    return SharedState(RedisQuotas(settings.url, settings.prefix), settings.on_state_error, shown_url(settings.url))
+
+
 class Limiters:
     """A rule's rate limit, concurrency limit and token budget, applied to one proxy's requests
-    (sampling and elicitation alike)."""
+    (sampling and elicitation alike): on this machine, or shared on Redis (`shared`)."""
 
-    def __init__(self, budget: TokenBudget | None = None):
+    def __init__(self, budget: TokenBudget | None = None, shared: SharedState | None = None):
         self.rate = RateLimiter()
         self.concurrency = ConcurrencyLimiter()
         self._budget = budget
+        self.shared = shared
 
-    @contextmanager
-    def hold(self, rule: Rule | None, key: str) -> Iterator[Refusal | None]:
+    @asynccontextmanager
+    async def hold(self, rule: Rule | None, key: str) -> AsyncIterator[Refusal | None]:
         """Rate limit and concurrency slot for the duration of one request."""
         limit = rule.rate_limit if rule else None
         if rule is None or limit is None:
             yield None
             return
         if limit.requests is not None and limit.per is not None:
-            refusal = self.rate.try_acquire(key, limit.requests, limit.per, rule=rule.name)
+            refusal = await self._rate(key, limit.requests, limit.per, rule.name)
             if refusal is not None:
                 yield refusal
                 return
-        if limit.concurrent is not None:
+        if limit.concurrent is None:
+            yield None
+            return
+        lease = await self._shared_slot(key, limit.concurrent, rule.name)
+        if isinstance(lease, Refusal):
+            yield lease
+        elif lease is not None:
+            try:
+                yield None
+            finally:
+                assert self.shared is not None
+                with anyio.CancelScope(shield=True):
+                    await self.shared.store.release_slot(key, lease)
+        else:
             with self.concurrency.hold(key, limit.concurrent, rule=rule.name) as refusal:
                 yield refusal
-            return
-        yield None
 
-    @contextmanager
-    def budget(self, rule: Rule | None, key: str, params: dict[str, Any]) -> Iterator[BudgetHold | Refusal]:
-        """`with limiters.budget(rule, key, params) as hold:` reserves the request's worst case under
-        the rule's budget (a Refusal when it does not fit) and settles it when the block ends with
-        what `hold` says was spent: nothing unless an LLM call was made."""
+    async def _rate(self, key: str, requests: int, per: float, rule: str) -> Refusal | None:
+        if self.shared is not None:
+            from mcp_sampling_proxy.quotas.redis_store import StateUnavailable
+
+            try:
+                refusal: Refusal | None = await self.shared.store.try_rate(key, requests, per, rule=rule)
+                return refusal
+            except StateUnavailable as exc:
+                if not self.shared.falls_back(exc):
+                    return self.shared.refusal(exc)
+        return self.rate.try_acquire(key, requests, per, rule=rule)
+
+    async def _shared_slot(self, key: str, limit: int, rule: str) -> str | Refusal | None:
+        """A shared slot's lease, a Refusal, or None: use the local limiter."""
+        if self.shared is None:
+            return None
+        from mcp_sampling_proxy.quotas.redis_store import StateUnavailable
+
+        try:
+            lease: str | Refusal = await self.shared.store.take_slot(key, limit, rule=rule)
+            return lease
+        except StateUnavailable as exc:
+            return None if self.shared.falls_back(exc) else self.shared.refusal(exc)
+
+    @asynccontextmanager
+    async def budget(self, rule: Rule | None, key: str, params: dict[str, Any]) -> AsyncIterator[BudgetHold | Refusal]:
+        """`async with limiters.budget(rule, key, params) as hold:` reserves the request's worst case
+        under the rule's budget (a Refusal when it does not fit) and settles it when the block ends
+        with what `hold` says was spent: nothing unless an LLM call was made."""
         hold = BudgetHold()
         if rule is None or rule.budget is None:
             yield hold
             return
+        tokens, per, worst = rule.budget.tokens, rule.budget.per, estimate_worst_case(params)
+        if self.shared is not None:
+            from mcp_sampling_proxy.quotas.redis_store import StateUnavailable
+
+            try:
+                reservation = await self.shared.store.reserve(key, tokens, per, worst, rule=rule.name)
+            except StateUnavailable as exc:
+                if not self.shared.falls_back(exc):
+                    yield self.shared.refusal(exc)
+                    return
+            else:
+                if isinstance(reservation, Refusal):
+                    yield reservation
+                    return
+                try:
+                    yield hold
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await self._settle_shared(reservation, hold)
+                return
         if self._budget is None:
             self._budget = TokenBudget()
-        reservation = self._budget.reserve(key, rule.budget.tokens, rule.budget.per, estimate_worst_case(params),
-                                           rule=rule.name)
-        if isinstance(reservation, Refusal):
-            yield reservation
+        local = self._budget.reserve(key, tokens, per, worst, rule=rule.name)
+        if isinstance(local, Refusal):
+            yield local
             return
         try:
             yield hold
         finally:
             if hold.tokens == 0:
-                self._budget.cancel(reservation)
+                self._budget.cancel(local)
             else:
-                self._budget.settle(reservation, hold.tokens)
+                self._budget.settle(local, hold.tokens)
+
+    async def _settle_shared(self, reservation: Reservation, hold: BudgetHold) -> None:
+        from mcp_sampling_proxy.quotas.redis_store import StateUnavailable
+
+        assert self.shared is not None
+        try:
+            if hold.tokens == 0:
+                await self.shared.store.cancel(reservation)
+            else:
+                await self.shared.store.settle(reservation, hold.tokens)
+        except StateUnavailable as exc:  # the reservation expires by itself; the usage is not charged
+            log.error("could not settle a shared token reservation; it expires by itself and this request's "
+                      "usage is not charged", store=self.shared.where, key=reservation.key, error=str(exc))
+
+    async def aclose(self) -> None:
+        if self.shared is not None:
+            await self.shared.store.aclose()
 
 
 class BudgetHold:

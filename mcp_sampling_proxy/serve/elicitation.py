@@ -107,7 +107,7 @@ class ElicitationService:
         audit["rule"] = decision.rule
         if decision.action == "deny":
             return answer("decline", decision.message or f"declined by policy rule '{decision.rule}'", "deny")
-        with self._limiters.hold(decision.matched, limit_key(decision.rule, session.server_name)) as refusal:
+        async with self._limiters.hold(decision.matched, limit_key(decision.rule, session.server_name)) as refusal:
             if refusal is not None:
                 return answer("decline", refusal.message, "deny", limit=refusal.limit)
             route = self._route(mode, params, session)

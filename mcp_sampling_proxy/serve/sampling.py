@@ -72,10 +72,10 @@ class SamplingService:
             judged = self._judge(message, session, audit, in_flight)
             decision = judged.decision
             key = limit_key(decision.rule, session.server_name)
-            with self._limiters.hold(decision.matched, key) as refusal:
+            async with self._limiters.hold(decision.matched, key) as refusal:
                 if refusal is not None:
                     raise _Ended("deny", _limit_error(refusal), limit=refusal.limit)
-                with self._limiters.budget(decision.matched, key, judged.request.wire) as budget:
+                async with self._limiters.budget(decision.matched, key, judged.request.wire) as budget:
                     if isinstance(budget, Refusal):
                         raise _Ended("deny", _limit_error(budget), limit=budget.limit)
                     approved = await self._approve(message, judged.request, decision, relay, audit)
