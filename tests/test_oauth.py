@@ -10,7 +10,6 @@ through MCP_SAMPLING_PROXY_URL_OPENER, as it would open the user's browser.
 from __future__ import annotations
 
 import json
-import os
 import selectors
 import stat
 import subprocess
@@ -239,11 +238,11 @@ def test_doctor_shows_each_remotes_login_state(servers: OAuthServers, tmp_path: 
         return out.stdout
 
     text = doctor()
-    assert f"protected {servers.url}: not logged in: run `mcp-sampling-proxy login --url {servers.url}`" in text
+    login_line = f"✗ protected {servers.url}: needs an OAuth login: run `mcp-sampling-proxy login --url {servers.url}`"
+    assert login_line in text
     assert "plain http://127.0.0.1:9/mcp: not logged in (server unreachable" in text
-    servers.control("/test/config", {"lifetime": 1})
+    servers.control("/test/config", {"lifetime": 4})
     assert login(servers, tmp_path / "state").returncode == 0
-    assert f"protected {servers.url}: logged in (file, token valid for" in doctor()
-    time.sleep(2.1)
+    assert f"✓ protected {servers.url}: logged in (file, token valid for" in doctor()
+    time.sleep(4.1)
     assert f"protected {servers.url}: token expired but refreshable" in doctor()
-    os.environ.get("PATH")  # (keeps the linter quiet about os on platforms without it)

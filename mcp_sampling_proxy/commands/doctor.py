@@ -399,6 +399,25 @@ def check_hosts() -> Section:
     return section
 
 
+def check_remote_logins() -> Section:
+    """Each remote server's OAuth login state: a host-spawned proxy cannot log in by itself."""
+    from mcp_sampling_proxy.commands.remotes import remote_entries
+    from mcp_sampling_proxy.transport.oauth import describe_login
+
+    section = Section("remote servers (OAuth login)")
+    marks = {"logged-in": "ok", "refreshable": "ok", "none-needed": "ok", "expired": "fail", "needs-login": "fail"}
+    for remote in remote_entries():
+        if remote.static_auth:
+            section.add("info", f"{remote.name} {remote.url}: sends its own Authorization header (no OAuth login)")
+            continue
+        state, text = describe_login(remote.url, probe_timeout=3.0)
+        section.add(marks.get(state, "info"), f"{remote.name} {remote.url}: {text}",
+                    f"mcp-sampling-proxy login --url {remote.url}")
+    if not section.checks:
+        section.add("info", "no remote (--url) servers in the hosts' configs")
+    return section
+
+
 # -- output ---------------------------------------------------------------------------------------------
 
 
@@ -425,7 +444,7 @@ def main(argv: Sequence[str]) -> int:
     args = parser.parse_args(list(argv))
     settings, policy = check_policy(args.policy)
     sections = [policy, check_providers(settings, args.timeout), check_approval(settings), check_files(settings),
-                check_hosts()]
+                check_hosts(), check_remote_logins()]
     marks = _marks()
     print(f"{PROG}: checks use this shell's environment; a host starts the proxy with the env its config gives")
     for section in sections:

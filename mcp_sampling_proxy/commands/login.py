@@ -54,7 +54,7 @@ class _Callback(BaseHTTPRequestHandler):
 
     results: queue.Queue[dict[str, str]]
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         parsed = urlparse(self.path)
         if parsed.path != CALLBACK_PATH:
             self.send_error(404)
@@ -72,7 +72,7 @@ class _Callback(BaseHTTPRequestHandler):
         self.wfile.write(data)
         self.results.put(params)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet: the query holds the code
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 

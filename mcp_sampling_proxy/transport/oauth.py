@@ -119,11 +119,11 @@ class HeadlessOAuth(OAuthClientProvider):
                 self._add_auth_header(request)
             response = yield request
             # A token the server no longer takes (revoked, or its clock disagrees): one refresh, one retry.
-            if response.status_code == 401 and not refreshed and self.context.can_refresh_token():
-                if await self._handle_refresh_response((yield await self._refresh_token())):
-                    self._note_secrets()
-                    self._add_auth_header(request)
-                    response = yield request
+            if (response.status_code == 401 and not refreshed and self.context.can_refresh_token()
+                    and await self._handle_refresh_response((yield await self._refresh_token()))):
+                self._note_secrets()
+                self._add_auth_header(request)
+                response = yield request
             if response.status_code == 401 or _insufficient_scope(response):
                 self._refuse(request, response, had_login=self.context.storage is not None
                              and bool(getattr(self.context.storage, "record", {}).get("tokens")))
@@ -192,18 +192,35 @@ INITIALIZE = {
 MCP_POST_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
-def probe(url: str, headers: dict[str, str] | None = None, timeout: float = 5.0) -> str | None:
-    """Does the server at `url` want an OAuth login? Sends an unauthenticated initialize; returns the
-    resource-metadata URL ("" if not named) on a 401 Bearer challenge, None otherwise (or unreachable)."""
+def probe(url: str, headers: dict[str, str] | None = None, timeout: float = 5.0) -> tuple[str, str]:
+    """Does the server at `url` want an OAuth login? One unauthenticated initialize. Returns
+    ("oauth", resource-metadata URL or ""), ("open", "HTTP status") or ("unreachable", why)."""
     try:
         with httpx2.Client(timeout=timeout, follow_redirects=False) as client:
             response = client.post(url, json=INITIALIZE, headers={**MCP_POST_HEADERS, **(headers or {})})
             session = response.headers.get("mcp-session-id")
             if response.is_success and session:
                 client.delete(url, headers={"mcp-session-id": session})
-            return oauth_challenge(response)
-    except (httpx2.HTTPError, OSError, ValueError):
-        return None
+            challenge = oauth_challenge(response)
+            if challenge is not None:
+                return "oauth", challenge
+            return "open", f"HTTP {response.status_code}"
+    except (httpx2.HTTPError, OSError, ValueError) as exc:
+        return "unreachable", str(exc) or type(exc).__name__
+
+
+def describe_login(url: str, probe_timeout: float = 5.0) -> tuple[str, str]:
+    """(state, sentence) for `wrap` and `doctor`: the stored login, else whether the server wants one.
+    state: logged-in | refreshable | expired | needs-login | none-needed | unknown."""
+    state, text = oauth_store.login_state(url)
+    if state != "none":
+        return state, text
+    kind, detail = probe(url, timeout=probe_timeout)
+    if kind == "oauth":
+        return "needs-login", f"needs an OAuth login: run `{login_command(url)}` once in a terminal"
+    if kind == "open":
+        return "none-needed", "no OAuth login needed (the server answers without one)"
+    return "unknown", f"not logged in (server unreachable, cannot tell whether it needs a login: {detail})"
 
 
 class LoginFailed(Exception):
