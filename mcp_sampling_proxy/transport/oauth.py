@@ -124,9 +124,10 @@ class HeadlessOAuth(OAuthClientProvider):
                 self._note_secrets()
                 self._add_auth_header(request)
                 response = yield request
-            if response.status_code == 401 or _insufficient_scope(response):
-                self._refuse(request, response, had_login=self.context.storage is not None
-                             and bool(getattr(self.context.storage, "record", {}).get("tokens")))
+            had_login = bool(getattr(self.context.storage, "record", {}).get("tokens"))
+            if _insufficient_scope(response) or (response.status_code == 401 and (
+                    had_login or oauth_challenge(response) is not None)):  # a 401 of another kind is not ours
+                self._refuse(request, response, had_login=had_login)
             else:
                 self.refusal = None
 
