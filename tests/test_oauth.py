@@ -81,7 +81,9 @@ def _token_lifetime(servers: OAuthServers) -> Iterator[None]:
 
 
 def env_for(state: Path, **extra: str) -> dict[str, str]:
-    return proxy_env(MCP_SAMPLING_PROXY_STATE_DIR=str(state), MCP_SAMPLING_PROXY_URL_OPENER=BROWSER, **extra)
+    """The proxy's environment: its own state dir, the scripted browser, and never the user's keyring."""
+    return proxy_env(**{"MCP_SAMPLING_PROXY_STATE_DIR": str(state), "MCP_SAMPLING_PROXY_URL_OPENER": BROWSER,
+                        "PYTHON_KEYRING_BACKEND": "keyring.backends.fail.Keyring", **extra})
 
 
 def login(servers: OAuthServers, state: Path, *options: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -172,6 +174,28 @@ def test_without_a_login_the_host_gets_an_error_naming_login(servers: OAuthServe
     assert not (tmp_path / "state" / "oauth").exists() or not list((tmp_path / "state" / "oauth").iterdir())
 
 
+@pytest.mark.anyio
+async def test_a_token_the_server_no_longer_takes_is_refreshed_mid_session(servers: OAuthServers,
+                                                                         tmp_path: Path) -> None:
+    assert login(servers, tmp_path / "state").returncode == 0
+    with anyio.fail_after(30):
+        async with sdk_host(url_command(servers.url), env_for(tmp_path / "state"), tmp_path / "proxy.log") as client:
+            assert tool_text(await client.call_tool("echo", {"text": "one"})) == "one"
+            refreshes = servers.control("/test/stats")["refresh_grants"]
+            servers.control("/test/revoke-access")  # still "valid" by its expiry: only the 401 tells
+            assert tool_text(await client.call_tool("echo", {"text": "two"})) == "two"
+    assert servers.control("/test/stats")["refresh_grants"] == refreshes + 1
+
+
+def test_a_login_made_while_the_proxy_runs_is_picked_up(servers: OAuthServers, tmp_path: Path) -> None:
+    with RawHost(url_command(servers.url), env_for(tmp_path / "state"), tmp_path / "proxy.log") as host:
+        assert "login --url" in host.initialize()["error"]["message"]
+        assert login(servers, tmp_path / "state").returncode == 0
+        assert host.initialize()["result"]["serverInfo"]["name"] == "oauth-protected"
+        called = host.request("tools/call", {"name": "echo", "arguments": {"text": "now"}})
+        assert called["result"]["content"][0]["text"] == "now"
+
+
 def test_a_login_whose_refresh_fails_gets_an_error_naming_login(servers: OAuthServers, tmp_path: Path) -> None:
     servers.control("/test/config", {"lifetime": 1})
     assert login(servers, tmp_path / "state").returncode == 0
@@ -200,6 +224,28 @@ def test_a_pre_registered_client_id_is_used_instead_of_registration(servers: OAu
     assert servers.control("/test/stats")["registrations"] == before
     _, record = stored(tmp_path / "state")
     assert record["client_info"]["client_id"] == "pre-registered-proxy"
+
+
+@pytest.mark.anyio
+async def test_with_a_working_keyring_the_login_lives_there(servers: OAuthServers, tmp_path: Path) -> None:
+    secrets_file = tmp_path / "keyring.json"
+    keyring_env = {"PYTHON_KEYRING_BACKEND": "file_keyring.FileKeyring", "TEST_KEYRING_FILE": str(secrets_file),
+                   "PYTHONPATH": str(ROOT / "tests" / "fixtures")}
+    done = login(servers, tmp_path / "state", **keyring_env)
+    assert done.returncode == 0, done.stderr
+    assert "the OS keyring" in done.stdout
+    assert not list((tmp_path / "state").glob("oauth/*.json"))  # no file copy
+    [(key, text)] = json.loads(secrets_file.read_text()).items()
+    assert key == f"mcp-sampling-proxy-oauth\0{servers.url}"
+    assert json.loads(text)["tokens"]["access_token"]
+    with anyio.fail_after(30):
+        async with sdk_host(url_command(servers.url), env_for(tmp_path / "state", **keyring_env),
+                            tmp_path / "proxy.log") as client:
+            assert tool_text(await client.call_tool("echo", {"text": "keyring"})) == "keyring"
+    out = subprocess.run([*PROXY, "logout", "--url", servers.url], env=env_for(tmp_path / "state", **keyring_env),
+                         capture_output=True, text=True, timeout=30)
+    assert "the OS keyring" in out.stdout
+    assert json.loads(secrets_file.read_text()) == {}
 
 
 def test_logout_forgets_the_login(servers: OAuthServers, tmp_path: Path) -> None:
