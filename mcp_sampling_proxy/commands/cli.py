@@ -206,13 +206,14 @@ def _prepare(args: argparse.Namespace, command: list[str], early):
     name = args.name.strip() if args.name else (derive_from_command(command) if command else derive_from_url(args.url))
 
     from mcp_sampling_proxy.config.keys import KeySourceError, resolve_keys
-    from mcp_sampling_proxy.config.settings import load_settings, resolve_state
+    from mcp_sampling_proxy.config.settings import check_telemetry, load_settings, resolve_state
     from mcp_sampling_proxy.config.yamlnodes import PolicyError
 
     try:
         settings = load_settings(args.policy)
         settings.providers = resolve_keys(settings.providers)  # api_key_file / api_key_command, once
         settings.state = resolve_state(settings.state, os.environ)  # the Redis URL from url_env
+        check_telemetry(settings.telemetry)
     except (PolicyError, KeySourceError) as exc:
         raise _StartupFailure(str(exc)) from None
     if not command:
