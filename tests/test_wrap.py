@@ -43,6 +43,13 @@ CASES = [
 SERVERS_KEY = {"vscode": "servers", "codex": "mcp_servers"}
 
 
+@pytest.fixture(autouse=True)
+def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Backups go to the state dir: the test's own."""
+    monkeypatch.setenv("MCP_SAMPLING_PROXY_STATE_DIR", str(tmp_path / "state"))
+    return tmp_path / "state"
+
+
 @pytest.fixture
 def policy(tmp_path: Path) -> str:
     return write_policy(tmp_path, "rules:\n  - name: all\n    action: allow\n")
@@ -66,7 +73,12 @@ def servers_of(host: str, path: Path) -> dict[str, Any]:
 
 
 def backups(path: Path) -> list[Path]:
-    return sorted(path.parent.glob(path.name + ".bak-*"))
+    """The backups taken of `path` (in the state dir, never beside it)."""
+    found = []
+    for meta in sorted((path.parent.parent / "state" / "backups").glob("*.meta")):
+        if json.loads(meta.read_text())["path"] == str(path.absolute()):
+            found.append(meta.with_suffix(""))
+    return found
 
 
 # -- round trips -------------------------------------------------------------------------------------
@@ -87,7 +99,9 @@ def test_wrap_wrap_unwrap_round_trip_is_byte_exact(tmp_path: Path, capsys: pytes
     wrapped_bytes = path.read_bytes()
     assert wrapped_bytes != original
     [first_backup] = backups(path)
-    assert re.search(r"\.bak-\d{8}T\d{6}$", first_backup.name)
+    assert re.fullmatch(rf"\d{{8}}T\d{{6}}-{host}-{re.escape(path.name)}", first_backup.name)
+    assert stat.S_IMODE(first_backup.stat().st_mode) == 0o600
+    assert not list(path.parent.glob("*.bak-*"))
     assert first_backup.read_bytes() == original
     sidecar = path.parent / SIDECAR_NAME
     assert stat.S_IMODE(sidecar.stat().st_mode) == 0o600
@@ -513,3 +527,47 @@ async def test_a_wrapped_claude_desktop_entry_starts_the_server(tmp_path: Path, 
     async with sdk_host([entry["command"], *entry["args"]], env, tmp_path / "stderr.log") as client:
         tools = await client.list_tools()
     assert "summarize" in {tool.name for tool in tools.tools}
+
+
+# -- backups -------------------------------------------------------------------------------------------
+
+
+def test_backups_go_to_the_state_dir_and_from_backup_restores_one(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str, state: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    project = tmp_path / "project"
+    (project / ".vscode").mkdir(parents=True)
+    path = project / ".vscode" / "mcp.json"
+    shutil.copyfile(FIXTURES / "vscode.mcp.json", path)
+    original = path.read_bytes()
+    monkeypatch.chdir(project)
+    code, out, err = run(capsys, "wrap", "--host", "vscode", "--scope", "project", "--all", "--policy", policy)
+    assert code == 0, err
+    wrapped = path.read_bytes()
+    assert sorted(p.name for p in (project / ".vscode").iterdir()) == [SIDECAR_NAME, "mcp.json"]
+    [wrap_backup] = re.findall(r"backup: (\S+) in ", out)
+    assert (state / "backups" / wrap_backup).read_bytes() == original
+    assert stat.S_IMODE((state / "backups").stat().st_mode) == 0o700
+
+    code, out, _ = run(capsys, "unwrap", "--list-backups")
+    assert code == 0
+    assert re.search(rf"{re.escape(wrap_backup)}\s+\S+\s+before wrap\s+VS Code: {re.escape(str(path))}", out)
+
+    path.write_text("{ broken by hand")
+    code, out, err = run(capsys, "unwrap", "--from-backup", wrap_backup)
+    assert code == 0, err
+    assert path.read_bytes() == original
+    [saved] = re.findall(r"the file as it was: backup (\S+)", out)
+    assert (state / "backups" / saved).read_text() == "{ broken by hand"
+    code, out, _ = run(capsys, "unwrap", "--list-backups")
+    assert "before from-backup" in out
+
+    code, _, err = run(capsys, "unwrap", "--from-backup", "19990101T000000")
+    assert code == 1 and "no backup '19990101T000000'" in err and "--list-backups" in err
+    assert path.read_bytes() == original
+    assert wrapped != original
+
+
+def test_list_backups_when_there_are_none(capsys: pytest.CaptureFixture[str], state: Path) -> None:
+    code, out, _ = run(capsys, "unwrap", "--list-backups")
+    assert code == 0 and f"no backups in {state / 'backups'}" in out

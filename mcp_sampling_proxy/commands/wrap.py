@@ -4,9 +4,10 @@
 real server: a stdio entry keeps its env, cwd and every other key, and its command line moves after
 `--`; a Streamable HTTP entry becomes a stdio entry running `--url URL --header 'K: V'`. The proxy is
 named by absolute path (hosts start servers with a minimal PATH). Nothing else in the file changes
-(see `hostconfig` for how), a timestamped backup is written first, and the original text of each
-entry goes into the sidecar file so `unwrap` can put it back byte for byte. `wrap --list` shows
-which servers of which host are wrapped.
+(see `hosts.config_files` for how), a backup goes to the state dir first (`hosts.backups`), and the
+original text of each entry goes into the sidecar file so `unwrap` can put it back byte for byte.
+`wrap --list` shows which servers of which host are wrapped; `unwrap --list-backups` lists the
+backups and `unwrap --from-backup ID` restores one.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mcp_sampling_proxy.hosts import backups
 from mcp_sampling_proxy.hosts.config_files import (
     CODEX_HTTP_KEYS,
     HOSTS,
@@ -29,7 +31,6 @@ from mcp_sampling_proxy.hosts.config_files import (
     ConfigError,
     Sidecar,
     _same,
-    backup,
     classify,
     config_path,
     is_wrapped,
@@ -237,11 +238,12 @@ def build_parser(action: str) -> argparse.ArgumentParser:
         prog=f"mcp-sampling-proxy {action}",
         description=textwrap.fill(
             "Rewrite a host's MCP config so the chosen servers start through mcp-sampling-proxy. A backup "
-            "(FILE.bak-TIMESTAMP) is written first; the originals are recorded in .mcp-sampling-proxy.json "
-            "beside the config for `unwrap`. Wrapping a wrapped server changes nothing."
+            "of the file goes to the state dir first (`unwrap --list-backups`); the originals are recorded in "
+            ".mcp-sampling-proxy.json beside the config for `unwrap`. Wrapping a wrapped server changes nothing."
             if wrap else
             "Restore the chosen servers of a host's MCP config as they were before `wrap` (exactly, from the "
-            "record wrap left beside the config; without it, rebuilt from the proxy's arguments).",
+            "record wrap left beside the config; without it, rebuilt from the proxy's arguments). "
+            "--list-backups lists the backups wrap and unwrap took; --from-backup ID puts one back whole.",
             100,
         ),
         epilog=(
@@ -250,7 +252,9 @@ def build_parser(action: str) -> argparse.ArgumentParser:
             + (" --policy ~/.config/mcp-sampling-proxy/policy.yaml" if wrap else "") + "\n"
             f"  mcp-sampling-proxy {action} --host vscode --scope project --server github --dry-run\n"
             f"  mcp-sampling-proxy {action} --host codex --config ~/.codex/config.toml --server docs\n"
-            + ("  mcp-sampling-proxy wrap --list\n" if wrap else "")
+            + ("  mcp-sampling-proxy wrap --list\n" if wrap else
+               "  mcp-sampling-proxy unwrap --list-backups\n"
+               "  mcp-sampling-proxy unwrap --from-backup 20250101T120000-vscode-mcp.json\n")
             + f"\nhosts: {hosts}\n"
             "scopes: user (the per-user file, default), project (the file in --project-dir), local (Claude Code's "
             "per-project servers in ~/.claude.json)"
@@ -268,6 +272,13 @@ def build_parser(action: str) -> argparse.ArgumentParser:
     if wrap:
         select.add_argument("--list", action="store_true",
                             help="show which servers of which host are wrapped (all hosts unless --host)")
+    else:
+        select.add_argument("--list-backups", action="store_true",
+                            help="list the backups wrap and unwrap took (in the state dir), newest last")
+        select.add_argument("--from-backup", metavar="ID",
+                            help="put the backup ID back over the file it was taken from (the file as it is "
+                            "now is backed up first)")
+    if wrap:
         parser.add_argument("--policy", metavar="FILE", help="the policy file the proxy uses (checked, made absolute)")
         parser.add_argument("--name-from-key", action=argparse.BooleanOptionalAction, default=True,
                             help="pass each entry's key as --name, what policy rules' server: matches (the default: "
@@ -283,6 +294,10 @@ def main(argv: Sequence[str], action: str = "wrap") -> int:
     prog = parser.prog
     if getattr(args, "list", False):
         return list_main(args, prog)
+    if getattr(args, "list_backups", False):
+        return list_backups_main()
+    if getattr(args, "from_backup", None):
+        return from_backup_main(args.from_backup, prog, dry_run=args.dry_run)
     if not args.host:
         parser.error(f"--host is required (one of {', '.join(HOSTS)})")
     if not (args.servers or args.all):
@@ -356,14 +371,14 @@ def main(argv: Sequence[str], action: str = "wrap") -> int:
     before, after = doc.text, plan.doc.text
     if args.dry_run:
         sys.stdout.writelines(_diff(before, after, str(path)))
-        print(f"dry run: nothing written (a real run backs up {path.name} first and "
+        print(f"dry run: nothing written (a real run backs up {path.name} to the state dir first and "
               f"{'records the originals in' if action == 'wrap' else 'updates'} {sidecar.path.name})")
         return 0
     try:
         original_bytes = Path(os.path.realpath(path)).read_bytes()
         if original_bytes != doc.encode(before):
             return fail(f"{path} changed while this command ran; nothing written, run it again")
-        saved = backup(path, original_bytes)
+        saved = backups.take(args.host, path, original_bytes, action)
         if action == "wrap":  # the record exists before the entry changes, and outlives it on unwrap
             sidecar.save()
         write_atomic(path, plan.doc.encode(after))
@@ -371,7 +386,8 @@ def main(argv: Sequence[str], action: str = "wrap") -> int:
             sidecar.save()
     except OSError as exc:
         return fail(f"cannot write {exc.filename or path}: {exc.strerror}")
-    print(f"backup: {saved}")
+    print(f"backup: {saved.id} in {saved.file.parent} (`mcp-sampling-proxy unwrap --from-backup {saved.id}` "
+          "puts it back)")
     if action == "wrap":
         print(f"originals recorded in {sidecar.path} (for `mcp-sampling-proxy unwrap`)")
         if policy is None:
@@ -525,3 +541,64 @@ def list_main(args: argparse.Namespace, prog: str) -> int:
     if missing:
         print(f"no config file for: {', '.join(missing)}")
     return rc
+
+
+# -- backups ------------------------------------------------------------------------------------------------
+
+
+def list_backups_main() -> int:
+    try:
+        found = backups.listing()
+        folder = backups.backup_dir()
+    except OSError as exc:
+        print(f"mcp-sampling-proxy unwrap: error: cannot read the backups: {exc}", file=sys.stderr)
+        return 1
+    if not found:
+        print(f"no backups in {folder}")
+        return 0
+    print(f"backups in {folder} (oldest first):")
+    width = max(len(b.id) for b in found)
+    for item in found:
+        title = HOSTS[item.host].title if item.host in HOSTS else item.host
+        print(f"  {item.id:<{width}}  {item.taken}  before {item.reason:<6}  {title}: {one_line(item.path, 200)}")
+    print("restore one with `mcp-sampling-proxy unwrap --from-backup ID`")
+    return 0
+
+
+def from_backup_main(ident: str, prog: str, *, dry_run: bool) -> int:
+    """Put a backup back over its file, backing up what is there now first (so this too can be undone)."""
+    try:
+        item = backups.find(ident)
+        data = item.file.read_bytes()
+    except (ConfigError, OSError) as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 1
+    target = Path(item.path)
+    try:
+        current: bytes | None = Path(os.path.realpath(target)).read_bytes()
+    except FileNotFoundError:
+        current = None
+    except OSError as exc:
+        print(f"{prog}: error: cannot read {target}: {exc.strerror}; nothing written", file=sys.stderr)
+        return 1
+    if current == data:
+        print(f"{target} is already as backup {item.id} holds it; nothing to change")
+        return 0
+    if dry_run:
+        before = "" if current is None else current.decode("utf-8", "replace")
+        sys.stdout.writelines(_diff(before, data.decode("utf-8", "replace"), str(target)))
+        print(f"dry run: nothing written (a real run backs up {target.name} first)")
+        return 0
+    try:
+        saved = backups.take(item.host, target, current, "from-backup") if current is not None else None
+        write_atomic(target, data)
+    except OSError as exc:
+        print(f"{prog}: error: cannot write {exc.filename or target}: {exc.strerror}", file=sys.stderr)
+        return 1
+    print(f"restored {target} from backup {item.id} (taken {item.taken}, before {item.reason})")
+    if saved is not None:
+        print(f"the file as it was: backup {saved.id}")
+    spec = HOSTS.get(item.host)
+    if spec is not None:
+        print(f"next: {spec.reload}")
+    return 0

@@ -1035,24 +1035,6 @@ def write_atomic(path: Path, data: bytes, *, mode: int | None = None) -> None:
         raise
 
 
-def backup(path: Path, data: bytes, now: datetime | None = None) -> Path:
-    """Write `data` (the file as it was) to `FILE.bak-YYYYMMDDTHHMMSS`, never over an older backup."""
-    stamp = (now or datetime.now()).strftime("%Y%m%dT%H%M%S")
-    target = path.with_name(f"{path.name}.bak-{stamp}")
-    counter = 1
-    while target.exists():
-        target = path.with_name(f"{path.name}.bak-{stamp}-{counter}")
-        counter += 1
-    try:
-        mode = path.stat().st_mode & 0o777
-    except OSError:
-        mode = 0o600
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    return target
-
-
 # -- the sidecar --------------------------------------------------------------------------------------
 
 SIDECAR_NAME = ".mcp-sampling-proxy.json"
