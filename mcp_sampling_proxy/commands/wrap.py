@@ -473,6 +473,7 @@ class ServerStatus:
     wrapped: bool
     kind: str  # stdio | http | sse | invalid
     detail: str
+    entry: Any = None  # the entry as the file holds it (what `doctor` checks)
 
 
 @dataclass
@@ -505,7 +506,7 @@ def survey(host: str, scope: str | None = None, config: str | None = None,
             for table in doc.tables():
                 for name, entry in doc.servers(table).items():
                     status.servers.append(ServerStatus(name, table, is_wrapped(entry), classify(host, entry).kind,
-                                                       describe_upstream(host, entry)))
+                                                       describe_upstream(host, entry), entry))
         except ConfigError as exc:
             status.error = str(exc)
     return out
