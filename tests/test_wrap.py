@@ -39,8 +39,12 @@ CASES = [
     ("windsurf", "windsurf.mcp_config.json"),
     ("gemini", "gemini.settings.json"),
     ("codex", "codex.config.toml"),
+    ("zed", "zed.settings.json"),
+    ("cline", "cline_mcp_settings.json"),
+    ("lmstudio", "lmstudio.mcp.json"),
+    ("vscode", "vscode.settings.json"),
 ]
-SERVERS_KEY = {"vscode": "servers", "codex": "mcp_servers"}
+SERVERS_KEY = {"vscode": "servers", "codex": "mcp_servers", "zed": "context_servers"}
 
 
 @pytest.fixture(autouse=True)
@@ -69,7 +73,9 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 
 def servers_of(host: str, path: Path) -> dict[str, Any]:
-    return ConfigDoc.load(path, host).servers((SERVERS_KEY.get(host, "mcpServers"),))
+    doc = ConfigDoc.load(path, host)
+    return doc.servers(doc.tables()[0] if path.name.endswith("settings.json") and host == "vscode"
+                       else (SERVERS_KEY.get(host, "mcpServers"),))
 
 
 def backups(path: Path) -> list[Path]:
@@ -90,7 +96,7 @@ def test_wrap_wrap_unwrap_round_trip_is_byte_exact(tmp_path: Path, capsys: pytes
     path = copy_fixture(tmp_path, fixture)
     original = path.read_bytes()
     before = servers_of(host, path)
-    key = SERVERS_KEY.get(host, "mcpServers")
+    key = ConfigDoc.load(path, host).tables()[0][0]
     other_before = {k: v for k, v in ConfigDoc.load(path, host).data.items() if k != key}
 
     code, out, err = run(capsys, "wrap", "--host", host, "--config", str(path), "--all", "--policy", policy)
@@ -475,6 +481,17 @@ def test_list_looks_in_every_hosts_default_places(tmp_path: Path, capsys: pytest
     ("gemini", "project", "linux", "/work/app/.gemini/settings.json"),
     ("codex", "user", "linux", "/Users/me/.codex/config.toml"),
     ("codex", "user", "win32", r"C:\Users\me\.codex\config.toml"),
+    ("vscode", "settings", "linux", "/Users/me/.config/Code/User/settings.json"),
+    ("zed", "user", "linux", "/Users/me/.config/zed/settings.json"),
+    ("zed", "user", "darwin", "/Users/me/.config/zed/settings.json"),
+    ("zed", "user", "win32", r"C:\Users\me\AppData\Roaming\Zed\settings.json"),
+    ("zed", "project", "linux", "/work/app/.zed/settings.json"),
+    ("cline", "user", "linux",
+     "/Users/me/.config/Code/User/globalStorage/saoudrizwan.claude-dev/settings/cline_mcp_settings.json"),
+    ("cline", "user", "darwin", "/Users/me/Library/Application Support/Code/User/globalStorage/"
+     "saoudrizwan.claude-dev/settings/cline_mcp_settings.json"),
+    ("lmstudio", "user", "darwin", "/Users/me/.lmstudio/mcp.json"),
+    ("lmstudio", "user", "win32", r"C:\Users\me\.lmstudio\mcp.json"),
 ])
 def test_default_locations(host: str, scope: str, platform: str, expected: str) -> None:
     windows = platform == "win32"
@@ -571,3 +588,46 @@ def test_backups_go_to_the_state_dir_and_from_backup_restores_one(
 def test_list_backups_when_there_are_none(capsys: pytest.CaptureFixture[str], state: Path) -> None:
     code, out, _ = run(capsys, "unwrap", "--list-backups")
     assert code == 0 and f"no backups in {state / 'backups'}" in out
+
+
+def test_new_hosts_and_vscode_locations_are_found_by_list(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch, policy: str) -> None:
+    home = tmp_path / "home"
+    user = home / ".config" / "Code" / "User"
+    for relative, fixture in (
+            (".config/zed/settings.json", "zed.settings.json"),
+            (".lmstudio/mcp.json", "lmstudio.mcp.json"),
+            (".config/Code/User/globalStorage/saoudrizwan.claude-dev/settings/cline_mcp_settings.json",
+             "cline_mcp_settings.json"),
+            (".config/Code/User/settings.json", "vscode.settings.json"),
+            (".config/Code/User/profiles/-6a1b2c3d/mcp.json", "vscode.mcp.json")):
+        (home / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(FIXTURES / fixture, home / relative)
+    monkeypatch.setenv("HOME", str(home))
+    for var in ("XDG_CONFIG_HOME", "CODEX_HOME", "CLAUDE_CONFIG_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run(capsys, "wrap", "--list")
+    assert code == 0
+    assert f"Zed (user): {home}/.config/zed/settings.json: 0 of 3 servers wrapped" in out
+    assert f"LM Studio (user): {home}/.lmstudio/mcp.json: 0 of 2 servers wrapped" in out
+    assert f"Cline (user): {user}/globalStorage/saoudrizwan.claude-dev/settings/cline_mcp_settings.json: 0 of 3" in out
+    assert f"VS Code (settings): {user}/settings.json: 0 of 2 servers wrapped" in out
+    assert f"VS Code (profile -6a1b2c3d): {user}/profiles/-6a1b2c3d/mcp.json: 0 of 3 servers wrapped" in out
+
+    settings = user / "settings.json"
+    original = settings.read_bytes()
+    code, out, err = run(capsys, "wrap", "--host", "vscode", "--scope", "settings", "--server", "memory",
+                         "--policy", policy)
+    assert code == 0, err
+    assert f"VS Code: {settings} (mcp.servers)" in out
+    text = settings.read_bytes()
+    assert b"\r\n\t// servers from before VS Code 1.102 kept MCP in settings.json\r\n" in text
+    assert b'"editor.tabSize": 4,\r\n}\r\n' in text
+    entry = ConfigDoc.load(settings, "vscode").data["mcp"]["servers"]["memory"]
+    assert parse_proxy_args(entry["args"]).command == ["npx", "-y", "@modelcontextprotocol/server-memory"]
+    code, out, _ = run(capsys, "wrap", "--list", "--host", "vscode")
+    assert f"VS Code (settings): {settings}: 1 of 2 servers wrapped" in out
+    assert run(capsys, "unwrap", "--host", "vscode", "--scope", "settings", "--all")[0] == 0
+    assert settings.read_bytes() == original

@@ -27,6 +27,7 @@ from mcp_sampling_proxy.hosts import backups
 from mcp_sampling_proxy.hosts.config_files import (
     CODEX_HTTP_KEYS,
     HOSTS,
+    VSCODE_SETTINGS_TABLE,
     ConfigDoc,
     ConfigError,
     Sidecar,
@@ -41,7 +42,7 @@ from mcp_sampling_proxy.hosts.config_files import (
 )
 from mcp_sampling_proxy.sanitize import one_line
 
-SCOPES = ("user", "project", "local")
+SCOPES = ("user", "project", "local", "settings")
 
 
 # -- how the host should start the proxy ----------------------------------------------------------------
@@ -115,7 +116,7 @@ def wrapped_entry(host: str, key: str, entry: dict[str, Any], invocation: Invoca
         if k == remote.url_key:
             new["command"] = invocation.command
             new["args"] = args
-        elif k == "type":
+        elif k in ("type", "transportType"):  # transportType: Cline's older spelling
             new[k] = "stdio"
         elif k not in drop:
             new[k] = v
@@ -136,7 +137,7 @@ def _upstream(host: str, entry: Any) -> tuple[Any, ...] | None:
 
 
 def _transport_keys(host: str) -> set[str]:
-    keys = {"command", "args", "type", "headers", *HOSTS[host].url_keys}
+    keys = {"command", "args", "type", "transportType", "headers", *HOSTS[host].url_keys}
     return keys | set(CODEX_HTTP_KEYS) if host == "codex" else keys
 
 
@@ -257,13 +258,16 @@ def build_parser(action: str) -> argparse.ArgumentParser:
                "  mcp-sampling-proxy unwrap --from-backup 20250101T120000-vscode-mcp.json\n")
             + f"\nhosts: {hosts}\n"
             "scopes: user (the per-user file, default), project (the file in --project-dir), local (Claude Code's "
-            "per-project servers in ~/.claude.json)"
+            "per-project servers in ~/.claude.json), settings (VS Code's user settings.json, mcp.servers:\n"
+            "before 1.102)\n"
+            "a VS Code profile's mcp.json (User/profiles/ID/mcp.json, shown by --list): --host vscode --config PATH"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--host", choices=list(HOSTS), metavar="HOST", help=f"the host: {hosts}")
     parser.add_argument("--config", metavar="PATH", help="the config file (default: where HOST keeps it for --scope)")
-    parser.add_argument("--scope", choices=SCOPES, help="which of the host's files: user (default), project, local")
+    parser.add_argument("--scope", choices=SCOPES, help="which of the host's files: user (default), project, "
+                        "local (Claude Code), settings (VS Code's user settings.json, mcp.servers)")
     parser.add_argument("--project-dir", metavar="DIR", help="the project for --scope project/local (default: .)")
     select = parser.add_mutually_exclusive_group()
     select.add_argument("--server", dest="servers", metavar="NAME", nargs="+", action="extend", default=[],
@@ -317,6 +321,9 @@ def main(argv: Sequence[str], action: str = "wrap") -> int:
         table = servers_table(args.host, scope, args.project_dir)
         doc = ConfigDoc.load(path, args.host)
         sidecar = Sidecar(path)
+        if args.host == "vscode" and not args.scope and table != VSCODE_SETTINGS_TABLE \
+                and not doc.servers(table) and doc.servers(VSCODE_SETTINGS_TABLE):
+            table = VSCODE_SETTINGS_TABLE  # --config names a settings.json: its mcp.servers
         servers = doc.servers(table)
     except ConfigError as exc:
         hint = ""
@@ -486,6 +493,14 @@ class FileStatus:
     servers: list[ServerStatus] = field(default_factory=list)
 
 
+def _has_vscode_settings_servers(path: Path) -> bool:
+    try:
+        doc = ConfigDoc.load(path, "vscode")
+    except ConfigError:
+        return path.is_file()  # a broken settings.json is worth reporting
+    return bool(doc.servers(VSCODE_SETTINGS_TABLE))
+
+
 def survey(host: str, scope: str | None = None, config: str | None = None,
            project_dir: str | None = None) -> list[FileStatus]:
     """The host's config files (or `config`) and the state of each server entry in them."""
@@ -495,8 +510,13 @@ def survey(host: str, scope: str | None = None, config: str | None = None,
     else:
         scopes = [scope] if scope else [s for s in spec.scopes if s != "local"]
         files = [(s, Path(str(config_path(host, s, project_dir=project_dir)))) for s in scopes]
+        if host == "vscode" and scope in (None, "user"):  # each VS Code profile has its own mcp.json
+            profiles = Path(str(config_path(host, "user"))).parent / "profiles"
+            files += [(f"profile {p.parent.name}", p) for p in sorted(profiles.glob("*/mcp.json"))]
     out = []
     for scope_name, path in dict((str(p), (s, p)) for s, p in files).values():
+        if scope_name == "settings" and not config and not _has_vscode_settings_servers(path):
+            continue  # settings.json is there for every VS Code user; only list it when it holds servers
         status = FileStatus(host, scope_name, path, path.is_file())
         out.append(status)
         if not status.exists:

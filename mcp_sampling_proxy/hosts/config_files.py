@@ -64,7 +64,8 @@ HOSTS: dict[str, Host] = {h.name: h for h in (
          "no", "no", "start a new claude session (check with /mcp)"),
     Host("cursor", "Cursor", "json", "mcpServers", ("user", "project"), "JSON", ("url",),
          "yes", "no", "turn the server off and on in Cursor Settings > MCP"),
-    Host("vscode", "VS Code", "json", "servers", ("user", "project"), "JSONC (comments, trailing commas)", ("url",),
+    Host("vscode", "VS Code", "json", "servers", ("user", "project", "settings"), "JSONC (comments, trailing commas)",
+         ("url",),
          "yes", "yes", "restart the server (command palette: MCP: List Servers)"),
     Host("windsurf", "Windsurf", "json", "mcpServers", ("user",), "JSON", ("serverUrl", "url"),
          "no", "no", "press refresh in Windsurf's MCP settings"),
@@ -72,7 +73,22 @@ HOSTS: dict[str, Host] = {h.name: h for h in (
          ("httpUrl", "url"), "no", "no", "run /mcp refresh, or start gemini again"),
     Host("codex", "Codex", "toml", "mcp_servers", ("user", "project"), "TOML", ("url",),
          "yes", "no", "start a new codex session"),
+    # https://zed.dev/docs/ai/mcp: `context_servers` in settings.json (JSONC), {command, args, env} or
+    # {url, headers}; "Tools and Prompts" only, so no elicitation or sampling.
+    Host("zed", "Zed", "json", "context_servers", ("user", "project"), "JSONC (comments, trailing commas)", ("url",),
+         "no", "no", "Zed restarts a context server when its settings change (else: agent panel > settings, "
+         "toggle the server)"),
+    # https://docs.cline.bot/mcp/configuring-mcp-servers: cline_mcp_settings.json in the VS Code extension's
+    # global storage, `mcpServers` with Cline's own keys (disabled, autoApprove, timeout, type/transportType).
+    Host("cline", "Cline", "json", "mcpServers", ("user",), "JSON", ("url",),
+         "no", "no", "Cline reloads the file when it changes (else: MCP Servers > Installed > Restart Server)"),
+    # https://lmstudio.ai/docs/app/mcp: ~/.lmstudio/mcp.json, "Cursor's mcp.json notation" (`mcpServers`).
+    Host("lmstudio", "LM Studio", "json", "mcpServers", ("user",), "JSON", ("url",),
+         "no", "no", "save mcp.json in LM Studio's editor, or restart LM Studio"),
 )}
+# VS Code before 1.102 kept servers in settings.json under "mcp": {"servers": ...} (it moves them to
+# mcp.json itself since); `--scope settings` edits that table in the user settings.json.
+VSCODE_SETTINGS_TABLE = ("mcp", "servers")
 # Where the elicitation/sampling columns come from: the capabilities each host declares in its
 # `initialize` request (public records of them, late 2025). The proxy itself goes by what the
 # host really declares at run time; this table only helps choose approval channels up front.
@@ -121,7 +137,21 @@ def config_path(host: str, scope: str = "user", *, project_dir: str | os.PathLik
     if host == "vscode":
         if scope == "project":
             return project / ".vscode" / "mcp.json"
+        if scope == "settings":
+            return app_config_dir() / "Code" / "User" / "settings.json"
         return app_config_dir() / "Code" / "User" / "mcp.json"
+    if host == "zed":  # ~/.config/zed on macOS too (zed.dev/docs/configuring-zed)
+        if scope == "project":
+            return project / ".zed" / "settings.json"
+        if windows:
+            return app_config_dir() / "Zed" / "settings.json"
+        xdg = environ.get("XDG_CONFIG_HOME")
+        return (pure(xdg) if xdg and pure(xdg).is_absolute() else home_path / ".config") / "zed" / "settings.json"
+    if host == "cline":
+        return (app_config_dir() / "Code" / "User" / "globalStorage" / "saoudrizwan.claude-dev" / "settings"
+                / "cline_mcp_settings.json")
+    if host == "lmstudio":
+        return home_path / ".lmstudio" / "mcp.json"
     if host == "windsurf":
         return home_path / ".codeium" / "windsurf" / "mcp_config.json"
     if host == "gemini":
@@ -138,13 +168,15 @@ def servers_table(host: str, scope: str = "user", project_dir: str | os.PathLike
     if host == "claude-code" and scope == "local":
         return ("projects", os.path.abspath(project_dir if project_dir is not None else os.getcwd()),
                 HOSTS[host].servers_key)
+    if host == "vscode" and scope == "settings":
+        return VSCODE_SETTINGS_TABLE
     return (HOSTS[host].servers_key,)
 
 
 def table_label(table: tuple[str, ...]) -> str:
     if len(table) == 3 and table[0] == "projects":
         return f"local scope of project {table[1]}"
-    return table[-1]
+    return ".".join(table)
 
 
 # -- what an entry is -------------------------------------------------------------------------------
@@ -208,7 +240,7 @@ def classify(host: str, entry: Any) -> Kind:
         if not isinstance(raw, dict):
             return Kind("invalid", problem="its headers are not an object")
         headers = dict(raw)
-        declared = str(entry.get("type") or entry.get("transport") or "").lower()
+        declared = str(entry.get("type") or entry.get("transport") or entry.get("transportType") or "").lower()
         if host == "gemini":
             transport = "http" if url_key == "httpUrl" else "sse"
         elif declared in ("sse",):
@@ -804,6 +836,8 @@ class ConfigDoc:
         """The tables of server entries this file holds (Claude Code's user file: also per project)."""
         spec = HOSTS[self.host]
         found: list[tuple[str, ...]] = [(spec.servers_key,)]
+        if self.host == "vscode" and isinstance(_get(self.data, VSCODE_SETTINGS_TABLE), dict):
+            found = [VSCODE_SETTINGS_TABLE]
         if self.host == "claude-code" and isinstance(self.data.get("projects"), dict):
             for project, settings in self.data["projects"].items():
                 if isinstance(settings, dict) and isinstance(settings.get(spec.servers_key), dict) \
