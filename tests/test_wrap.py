@@ -346,7 +346,9 @@ def test_comments_and_formatting_survive(tmp_path: Path, capsys: pytest.CaptureF
                  'LOG_LEVEL = "debug"', "[profiles.fast]", 'model = "gpt-5-mini"'):
         assert line in text
     assert text.startswith('# Codex configuration\nmodel = "gpt-5-codex"\n')
-    assert '  "--verbose",\n]' in text, "a multi-line array stays multi-line"
+    assert 'args = [\n  "--policy",\n' in text and '  "--verbose",\n]' in text, \
+        "a multi-line array stays multi-line, with the file's indentation"
+    assert 'command = "' + proxy_invocation().command + '"   # the interpreter\n' in text, "a comment stays"
 
 
 def test_windows_line_endings_are_kept(tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str) -> None:
@@ -631,3 +633,15 @@ def test_new_hosts_and_vscode_locations_are_found_by_list(tmp_path: Path, capsys
     assert f"VS Code (settings): {settings}: 1 of 2 servers wrapped" in out
     assert run(capsys, "unwrap", "--host", "vscode", "--scope", "settings", "--all")[0] == 0
     assert settings.read_bytes() == original
+
+
+def test_codex_unwrap_after_an_edit_elsewhere_in_the_table_keeps_the_edit(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str) -> None:
+    path = copy_fixture(tmp_path, "codex.config.toml")
+    original = path.read_text()
+    assert run(capsys, "wrap", "--host", "codex", "--config", str(path), "--all", "--policy", policy)[0] == 0
+    slow = ("startup_timeout_sec = 20\n", "startup_timeout_sec = 20  # slow start\n")
+    path.write_text(path.read_text().replace(*slow))
+    code, out, _ = run(capsys, "unwrap", "--host", "codex", "--config", str(path), "--all")
+    assert code == 0 and "formatting had changed" in out
+    assert path.read_text() == original.replace(*slow)
