@@ -39,7 +39,7 @@ examples:
   # approve requests of every running proxy (hosts such as Claude Desktop give it no terminal)
   mcp-sampling-proxy console
 
-  # put the proxy in front of every server of a host (backup first; `unwrap` restores them)
+  # put the proxy in front of every server of a host (backup in the state dir first; `unwrap` restores them)
   mcp-sampling-proxy wrap --host claude-desktop --all --policy ~/.config/mcp-sampling-proxy/policy.yaml
   mcp-sampling-proxy wrap --list
 
