@@ -27,6 +27,7 @@ from mcp_sampling_proxy.hosts.config_files import (
     is_wrapped,
     parse_jsonc,
     parse_proxy_args,
+    record_path,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "host_configs"
@@ -109,7 +110,8 @@ def test_wrap_wrap_unwrap_round_trip_is_byte_exact(tmp_path: Path, capsys: pytes
     assert stat.S_IMODE(first_backup.stat().st_mode) == 0o600
     assert not list(path.parent.glob("*.bak-*"))
     assert first_backup.read_bytes() == original
-    sidecar = path.parent / SIDECAR_NAME
+    assert not (path.parent / SIDECAR_NAME).exists()  # nothing of ours beside the config
+    sidecar = record_path(path)
     assert stat.S_IMODE(sidecar.stat().st_mode) == 0o600
 
     doc = ConfigDoc.load(path, host)
@@ -390,10 +392,23 @@ def test_unwrap_without_the_record_rebuilds_from_the_arguments(tmp_path: Path, c
         path = copy_fixture(tmp_path, fixture)
         before = servers_of(host, path)
         assert run(capsys, "wrap", "--host", host, "--config", str(path), "--all", "--policy", policy)[0] == 0
-        (path.parent / SIDECAR_NAME).unlink()
+        record_path(path).unlink()
         code, out, _ = run(capsys, "unwrap", "--host", host, "--config", str(path), "--all")
         assert code == 0 and "no record of the original" in out
         assert servers_of(host, path) == before
+
+
+def test_a_record_an_older_version_left_beside_the_config_is_used_and_moved(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str) -> None:
+    path = copy_fixture(tmp_path, "claude_desktop_config.json")
+    original = path.read_bytes()
+    assert run(capsys, "wrap", "--host", "claude-desktop", "--config", str(path), "--all", "--policy", policy)[0] == 0
+    legacy = path.parent / SIDECAR_NAME
+    record_path(path).rename(legacy)  # where versions before 0.2 kept it
+    code, _, err = run(capsys, "unwrap", "--host", "claude-desktop", "--config", str(path), "--all")
+    assert code == 0, err
+    assert path.read_bytes() == original  # restored byte for byte from the old record
+    assert not legacy.exists()
 
 
 def test_unwrap_after_reformatting_restores_the_values(tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -563,7 +578,7 @@ def test_backups_go_to_the_state_dir_and_from_backup_restores_one(
     code, out, err = run(capsys, "wrap", "--host", "vscode", "--scope", "project", "--all", "--policy", policy)
     assert code == 0, err
     wrapped = path.read_bytes()
-    assert sorted(p.name for p in (project / ".vscode").iterdir()) == [SIDECAR_NAME, "mcp.json"]
+    assert sorted(p.name for p in (project / ".vscode").iterdir()) == ["mcp.json"]
     [wrap_backup] = re.findall(r"backup: (\S+) in ", out)
     assert (state / "backups" / wrap_backup).read_bytes() == original
     assert stat.S_IMODE((state / "backups").stat().st_mode) == 0o700

@@ -240,7 +240,7 @@ def build_parser(action: str) -> argparse.ArgumentParser:
         description=textwrap.fill(
             "Rewrite a host's MCP config so the chosen servers start through mcp-sampling-proxy. A backup "
             "of the file goes to the state dir first (`unwrap --list-backups`); the originals are recorded in "
-            ".mcp-sampling-proxy.json beside the config for `unwrap`. Wrapping a wrapped server changes nothing."
+            "the state dir for `unwrap`. Wrapping a wrapped server changes nothing."
             if wrap else
             "Restore the chosen servers of a host's MCP config as they were before `wrap` (exactly, from the "
             "record wrap left beside the config; without it, rebuilt from the proxy's arguments). "

@@ -12,18 +12,19 @@ Codex's TOML is read with `tomllib` and edited with `tomlkit`, which keeps comme
 layout. After every edit the new text is parsed again and must equal the expected document
 exactly, or nothing is written.
 
-Restoring exactly. What `unwrap` needs to restore an entry byte for byte is kept in a sidecar file
-beside the config (`.mcp-sampling-proxy.json`, mode 0600, one record per host, file, table and
-server), not in the entry itself: hosts validate their entries (VS Code's `mcp.json` schema has
-`additionalProperties: false`, Codex's TOML schema denies unknown fields), so an extra marker key
-would be flagged or rejected. Whether an entry is wrapped is read from the entry (its command is
-the proxy), so a lost sidecar only costs exactness: `unwrap` then rebuilds the entry from the
-proxy's arguments.
+Restoring exactly. What `unwrap` needs to restore an entry byte for byte is kept in a record file
+in the state dir (`STATE_DIR/wrapped/HASH-FILENAME.json`, mode 0600, one record per host, file,
+table and server; older versions kept it beside the config), not in the entry itself: hosts
+validate their entries (VS Code's `mcp.json` schema has `additionalProperties: false`, Codex's TOML
+schema denies unknown fields), so an extra marker key would be flagged or rejected. Whether an
+entry is wrapped is read from the entry (its command is the proxy), so a lost record only costs
+exactness: `unwrap` then rebuilds the entry from the proxy's arguments.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -843,31 +844,53 @@ def write_atomic(path: Path, data: bytes, *, mode: int | None = None) -> None:
 
 # -- the sidecar --------------------------------------------------------------------------------------
 
-SIDECAR_NAME = ".mcp-sampling-proxy.json"
+SIDECAR_NAME = ".mcp-sampling-proxy.json"  # where older versions kept the record: beside the config
+
+
+def record_path(config: Path) -> Path:
+    """`STATE_DIR/wrapped/HASH-FILENAME.json`: the record of one config file (HASH of its absolute
+    path). Not beside the config: in a project folder such as `.vscode/` it would end up in version
+    control, and it may hold secrets copied from the config's `env`."""
+    from mcp_sampling_proxy.quotas.state import state_dir
+
+    folder = state_dir() / "wrapped"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    absolute = os.path.abspath(config)
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", config.name)
+    return folder / f"{hashlib.sha256(absolute.encode()).hexdigest()[:16]}-{name}.json"
 
 
 class Sidecar:
-    """`.mcp-sampling-proxy.json` beside a config: the original text of each entry `wrap` changed."""
+    """The record of one config: the original text of each entry `wrap` changed, so `unwrap` can
+    restore it exactly. Kept in the state dir (`record_path`); a record an older version left
+    beside the config is read, and moved there on the next save."""
 
     def __init__(self, config: Path):
         self.config = config
-        self.path = config.with_name(SIDECAR_NAME)
+        self.path = record_path(config)
+        self.legacy = config.with_name(SIDECAR_NAME)
         self.records: list[dict[str, Any]] = []
-        try:
-            raw = self.path.read_text(encoding="utf-8")
-        except FileNotFoundError:
+        for candidate in (self.path, self.legacy):
+            try:
+                raw = candidate.read_text(encoding="utf-8")
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise ConfigError(f"{candidate}: cannot read: {exc.strerror}") from None
+            self.records = self._parse(candidate, raw)
             return
-        except OSError as exc:
-            raise ConfigError(f"{self.path}: cannot read: {exc.strerror}") from None
+
+    @staticmethod
+    def _parse(path: Path, raw: str) -> list[dict[str, Any]]:
         try:
             data = json.loads(raw)
             records = data["records"]
             if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
                 raise TypeError
         except (ValueError, KeyError, TypeError):
-            raise ConfigError(f"{self.path}: not a record file written by mcp-sampling-proxy wrap; move it "
+            raise ConfigError(f"{path}: not a record file written by mcp-sampling-proxy wrap; move it "
                               "away and try again") from None
-        self.records = records
+        return records
 
     def _key(self, host: str, table: tuple[str, ...], server: str) -> tuple[Any, ...]:
         return host, self.config.name, list(table), server
@@ -890,6 +913,8 @@ class Sidecar:
                         if (r.get("host"), r.get("file"), r.get("table"), r.get("server")) != key]
 
     def save(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.legacy.unlink()  # moved to the state dir (or no longer needed)
         if not self.records:
             with contextlib.suppress(FileNotFoundError):
                 self.path.unlink()
@@ -898,6 +923,7 @@ class Sidecar:
             "note": "written by `mcp-sampling-proxy wrap`: the original text of each server entry it changed, so "
                     "`mcp-sampling-proxy unwrap` can restore it exactly; may hold secrets from the config",
             "version": 1,
+            "config": os.path.abspath(self.config),
             "records": self.records,
         }
         text = json.dumps(document, indent=2, ensure_ascii=False, default=str) + "\n"
