@@ -170,6 +170,7 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
         capabilities.offered_elicitation(route=settings.elicitation.route, url_mode=settings.elicitation.url_mode),
     )
     audit = AuditLog.from_settings(settings)
+    telemetry = _start_telemetry(settings, audit)
     session = Session(name_override=options.name)
     console = ConsoleServer(lambda: session.server_name, lambda: session.host_name)
     hooks = build_hooks(settings, adapters, audit, terminal, console, offered, approvals_store=_approvals_store())
@@ -239,9 +240,24 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
     await adapters.aclose()
     await hooks.limiters.aclose()
     audit.close()
+    if telemetry is not None:
+        await anyio.to_thread.run_sync(telemetry.shutdown)
     if terminal is not None:
         terminal.close()
     return exit_code
+
+
+def _start_telemetry(settings: Settings, audit: AuditLog) -> Any:
+    """OpenTelemetry export of every audit record, when the policy or OTEL_* variables ask for it."""
+    if not settings.telemetry.configured and not any(k.startswith("OTEL_EXPORTER_OTLP") for k in os.environ):
+        return None  # the common case: nothing to import
+    from mcp_sampling_proxy import __version__
+    from mcp_sampling_proxy.telemetry import start_telemetry
+
+    telemetry = start_telemetry(settings.telemetry, os.environ, __version__)
+    if telemetry is not None:
+        audit.add_observer(telemetry.observe)
+    return telemetry
 
 
 def warm_up_imports() -> None:

@@ -48,7 +48,7 @@ def test_unknown_top_level_key() -> None:
     message = error_of("rule:\n  - action: allow\n")
     assert message.startswith("policy.yaml:1:1: unknown key 'rule' in the top level of the policy")
     assert "did you mean 'rules'" in message
-    assert "allowed: llm, sampling, elicitation, rules, limits, approval, audit, upstream" in message
+    assert "allowed: llm, sampling, elicitation, rules, limits, approval, audit, state, telemetry, upstream" in message
 
 
 def test_unknown_top_level_key_after_valid_ones_points_at_its_line() -> None:

@@ -60,7 +60,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -107,6 +107,8 @@ class PendingRecord:
         self.fields: dict[str, Any] | None = None  # None until a stage records an outcome
         self.params: Any = _NOT_GIVEN
         self.result: Any = None
+        self.started_ns = time.time_ns()
+        self.notes: dict[str, Any] = {}  # for observers (telemetry), never written to the log
 
     def fill(self, params: Any, result: Any, fields: dict[str, Any]) -> None:
         self.fields = {**(self.fields or {}), **fields}
@@ -117,6 +119,18 @@ class PendingRecord:
 
 
 _PENDING: ContextVar[PendingRecord | None] = ContextVar("audit_pending", default=None)
+
+# An observer sees each record as written (shaped, masked, scrubbed: content only as the audit's
+# content mode allows), with when its request started and the notes its stages made.
+Observer = Callable[[dict[str, Any], int, dict[str, Any]], None]
+
+
+def note(**facts: Any) -> None:
+    """Tell the observers a fact about the request being served that the log does not keep
+    (e.g. when the LLM call started and ended, and the model asked for)."""
+    pending = _PENDING.get()
+    if pending is not None:
+        pending.notes.update(facts)
 
 
 class AuditError(RpcError):
@@ -192,11 +206,16 @@ class AuditLog:
         if path:
             self._file = _ChainFile(path, self.proxy_id, fsync=fsync, max_bytes=max_bytes)
             self._file.start()
-            # A structlog logger of its own: these processors, whatever `log.configure` set for stderr.
-            self._log = structlog.wrap_logger(
-                self._file, processors=[self._shape, self._mask, self._scrub],
-                wrapper_class=structlog.BoundLogger, cache_logger_on_first_use=False,
-            ).bind()
+        self._sink = _Sink(self._file)
+        # A structlog logger of its own: these processors, whatever `log.configure` set for stderr.
+        self._log = structlog.wrap_logger(
+            self._sink, processors=[self._shape, self._mask, self._scrub],
+            wrapper_class=structlog.BoundLogger, cache_logger_on_first_use=False,
+        ).bind()
+
+    def add_observer(self, observer: Observer) -> None:
+        """Call `observer` with every record from now on (also without a log file)."""
+        self._sink.observers.append(observer)
 
     @classmethod
     def from_settings(cls, settings: Settings, environ: Mapping[str, str] | None = None) -> AuditLog:
@@ -227,14 +246,16 @@ class AuditLog:
         if pending is not None:
             pending.fill(params, result, fields)
             return
-        if self._file is not None:
-            self._log.append("decision", _params=params, _result=None if result is _NOT_GIVEN else result, **fields)
+        if self._sink.active:
+            self._log.append("decision", _params=params, _result=None if result is _NOT_GIVEN else result,
+                             _observed=(time.time_ns(), {}), **fields)
 
     async def _write(self, pending: PendingRecord) -> None:
-        if self._file is None or pending.fields is None:
+        if not self._sink.active or pending.fields is None:
             return
         await anyio.to_thread.run_sync(functools.partial(
-            self._log.append, "decision", _params=pending.params, _result=pending.result, **pending.fields))
+            self._log.append, "decision", _params=pending.params, _result=pending.result,
+            _observed=(pending.started_ns, pending.notes), **pending.fields))
 
     @asynccontextmanager
     async def every_ending(self, fields: dict[str, Any], params: Any) -> AsyncIterator[PendingRecord]:
@@ -282,6 +303,7 @@ class AuditLog:
     def _shape(self, _logger: Any, _method: str, event: EventDict) -> EventDict:
         params = event.pop("_params", _NOT_GIVEN)
         result = event.pop("_result", None)
+        observed = event.pop("_observed", None)
         record: dict[str, Any] = {"event": event.pop("event")}
         for key in DECISION_FIELDS:
             record[key] = event.pop(key, None)
@@ -290,6 +312,8 @@ class AuditLog:
             record["content"] = None if params is _NOT_GIVEN else content_record(params, result, self.content)
         except (RecursionError, ValueError, TypeError) as exc:  # hostile params (too deep to encode): say so
             record["content"] = {"mode": self.content, "unrecordable": f"{type(exc).__name__}: {exc}"}
+        if observed is not None:
+            record[_OBSERVED] = observed
         return record
 
     def _mask(self, _logger: Any, _method: str, record: EventDict) -> EventDict:
@@ -310,7 +334,38 @@ class AuditLog:
         return record
 
     def _scrub(self, _logger: Any, _method: str, record: EventDict) -> EventDict:
-        return self._redactor.scrub_value(_fix_surrogates(record))
+        observed = record.pop(_OBSERVED, None)
+        scrubbed = self._redactor.scrub_value(_fix_surrogates(record))
+        if observed is not None:
+            scrubbed[_OBSERVED] = observed
+        return scrubbed
+
+
+_OBSERVED = "\x00observed"  # (started_ns, notes) on their way to the observers; never written
+
+
+class _Sink:
+    """Where a finished record goes: the chained file (when there is one), then each observer.
+    An observer's failure is logged, never the request's: telemetry is not the record of truth."""
+
+    def __init__(self, file: _ChainFile | None):
+        self.file = file
+        self.observers: list[Observer] = []
+
+    @property
+    def active(self) -> bool:
+        return self.file is not None or bool(self.observers)
+
+    def append(self, **record: Any) -> None:
+        started_ns, notes = record.pop(_OBSERVED, (time.time_ns(), {}))
+        if self.file is not None:
+            self.file.append(**record)
+        for observer in self.observers:
+            try:
+                observer(record, started_ns, notes)
+            except Exception as exc:  # see the docstring
+                log.warning("an audit observer failed", observer=getattr(observer, "__qualname__", "?"),
+                            error=f"{type(exc).__name__}: {exc}")
 
 
 def configured_secrets(settings: Settings, environ: Mapping[str, str]) -> list[str]:

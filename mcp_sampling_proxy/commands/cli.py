@@ -39,7 +39,7 @@ examples:
   # approve requests of every running proxy (hosts such as Claude Desktop give it no terminal)
   mcp-sampling-proxy console
 
-  # put the proxy in front of every server of a host (backup first; `unwrap` restores them)
+  # put the proxy in front of every server of a host (backup in the state dir first; `unwrap` restores them)
   mcp-sampling-proxy wrap --host claude-desktop --all --policy ~/.config/mcp-sampling-proxy/policy.yaml
   mcp-sampling-proxy wrap --list
 
@@ -209,13 +209,14 @@ def _prepare(args: argparse.Namespace, command: list[str], early):
     name = args.name.strip() if args.name else (derive_from_command(command) if command else derive_from_url(args.url))
 
     from mcp_sampling_proxy.config.keys import KeySourceError, resolve_keys
-    from mcp_sampling_proxy.config.settings import load_settings, resolve_state
+    from mcp_sampling_proxy.config.settings import check_telemetry, load_settings, resolve_state
     from mcp_sampling_proxy.config.yamlnodes import PolicyError
 
     try:
         settings = load_settings(args.policy)
         settings.providers = resolve_keys(settings.providers)  # api_key_file / api_key_command, once
         settings.state = resolve_state(settings.state, os.environ)  # the Redis URL from url_env
+        check_telemetry(settings.telemetry)
     except (PolicyError, KeySourceError) as exc:
         raise _StartupFailure(str(exc)) from None
     if not command:

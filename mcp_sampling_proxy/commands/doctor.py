@@ -4,7 +4,9 @@ Checks, in order: the policy file (loaded exactly as the proxy loads it), each L
 models list, or a 1-token completion when it has none; the status it got and whether the key
 variable is set, never the key), the approval channels (this terminal, the companion console's
 socket directory and who is attached, which hosts answer elicitation), the audit log's directory
-and the state directory. Prints a checklist and exits 1 when something is broken; warnings (a
+and the state directory, every host config in the usual places, and each wrapped server entry as
+its host will start it (proxy, server command on its PATH, policy, key variables: doctor_entries).
+Prints a checklist and exits 1 when something is broken; warnings (a
 missing console, a model the provider does not list) do not fail it. Provider checks run in
 parallel with a short timeout, so a dead provider costs seconds, not minutes.
 """
@@ -377,25 +379,41 @@ def check_files(settings: Any) -> Section:
     return section
 
 
-def check_hosts() -> Section:
+def host_configs() -> list[Any]:
+    """Every host's config files in the usual places (`wrap.survey`), read once for both sections."""
     from mcp_sampling_proxy.commands.wrap import survey
     from mcp_sampling_proxy.hosts.config_files import HOSTS
 
+    return [status for host in HOSTS for status in survey(host) if status.exists]
+
+
+def check_hosts(statuses: list[Any] | None = None) -> Section:
+    from mcp_sampling_proxy.hosts.config_files import HOSTS
+
     section = Section("host configs")
-    found = False
-    for host in HOSTS:
-        for status in survey(host):
-            if not status.exists:
-                continue
-            found = True
-            title = f"{HOSTS[host].title} ({status.scope}) {status.path}"
-            if status.error:
-                section.add("warn", f"{title}: {one_line(status.error, 200)}", "fix the file; the host cannot read it")
-                continue
-            wrapped = sum(s.wrapped for s in status.servers)
-            section.add("info", f"{title}: {wrapped} of {len(status.servers)} servers wrapped")
-    if not found:
+    statuses = host_configs() if statuses is None else statuses
+    for status in statuses:
+        title = f"{HOSTS[status.host].title} ({status.scope}) {status.path}"
+        if status.error:
+            section.add("warn", f"{title}: {one_line(status.error, 200)}", "fix the file; the host cannot read it")
+            continue
+        wrapped = sum(s.wrapped for s in status.servers)
+        section.add("info", f"{title}: {wrapped} of {len(status.servers)} servers wrapped")
+    if not statuses:
         section.add("info", "no host config found in the usual places (`mcp-sampling-proxy wrap --list` shows them)")
+    return section
+
+
+def check_wrapped_servers(statuses: list[Any]) -> Section:
+    """Each wrapped entry as its host will start it (see doctor_entries: one function per check)."""
+    from mcp_sampling_proxy.commands.doctor_entries import check_entry, entries_from
+
+    section = Section("wrapped servers")
+    entries = entries_from(statuses)
+    for entry in entries:
+        section.checks += check_entry(entry)
+    if not entries:
+        section.add("info", "no wrapped server found (`mcp-sampling-proxy wrap --host HOST --all` wraps them)")
     return section
 
 
@@ -434,8 +452,9 @@ def _marks() -> dict[str, str]:
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="Check the policy file, the LLM providers, the approval channels, the audit log and the "
-                    "state directory; print what to fix. Exit 1 when something is broken.",
+        description="Check the policy file, the LLM providers, the approval channels, the audit log, the "
+                    "state directory and every wrapped server in the hosts' configs (proxy, server command, policy, "
+                    "key variables); print what to fix. Exit 1 when something is broken, 0 when all is well.",
         epilog="Checks use this shell's environment; a host starts the proxy with the environment its config gives.",
     )
     parser.add_argument("--policy", metavar="FILE", help="the policy file the proxy runs with")
@@ -443,8 +462,9 @@ def main(argv: Sequence[str]) -> int:
                         help=f"per provider (default {DEFAULT_TIMEOUT:g})")
     args = parser.parse_args(list(argv))
     settings, policy = check_policy(args.policy)
+    statuses = host_configs()
     sections = [policy, check_providers(settings, args.timeout), check_approval(settings), check_files(settings),
-                check_hosts(), check_remote_logins()]
+                check_hosts(statuses), check_wrapped_servers(statuses), check_remote_logins()]
     marks = _marks()
     print(f"{PROG}: checks use this shell's environment; a host starts the proxy with the env its config gives")
     for section in sections:

@@ -113,6 +113,19 @@ class StateSettings:
     on_state_error: str = "deny"  # deny | allow_local: Redis unreachable
 
 
+@dataclass(frozen=True)
+class TelemetrySettings:
+    """The top-level `telemetry:` section: OpenTelemetry export of decisions and LLM calls.
+
+    Without the section, the standard OTEL_EXPORTER_OTLP_ENDPOINT (or ..._TRACES_ENDPOINT)
+    variable turns it on; `enabled: false` keeps it off whatever the environment says."""
+
+    configured: bool = False  # the policy has a telemetry section
+    enabled: bool = True
+    otlp_endpoint: str | None = None  # http://collector:4318 (OTLP over HTTP; /v1/traces etc. are added)
+    service_name: str = "mcp-sampling-proxy"
+
+
 @dataclass
 class Settings:
     """Everything the proxy needs from the policy file (or the environment)."""
@@ -127,6 +140,7 @@ class Settings:
     approval: ApprovalSettings = field(default_factory=ApprovalSettings)
     audit: AuditSettings = field(default_factory=AuditSettings)
     state: StateSettings = field(default_factory=StateSettings)
+    telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
     pass_env: tuple[str, ...] = ()
     shutdown_timeout: float = 5.0
     era: str = "handshake"  # handshake: answer server/discover so hosts fall back to initialize
@@ -200,7 +214,7 @@ def parse_settings(text: str, where: str) -> Settings:
     if root is None:
         return settings
     top = root.mapping(("llm", "sampling", "elicitation", "rules", "limits", "approval", "audit", "state",
-                        "upstream"))
+                        "telemetry", "upstream"))
     if "llm" in top:
         _parse_llm(top["llm"], settings)
     if "sampling" in top:
@@ -217,6 +231,8 @@ def parse_settings(text: str, where: str) -> Settings:
         settings.audit = _parse_audit(top["audit"], where)
     if "state" in top:
         settings.state = _parse_state(top["state"])
+    if "telemetry" in top:
+        settings.telemetry = _parse_telemetry(top["telemetry"])
     if "upstream" in top:
         upstream = top["upstream"].mapping(("pass_env", "shutdown_timeout", "era", "max_input_rounds"))
         if "max_input_rounds" in upstream:
@@ -543,13 +559,54 @@ def _parse_state(node: Node) -> StateSettings:
     return settings
 
 
+def installed(module: str) -> bool:
+    """True when `module` (dotted names too) can be imported, without importing it."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
+
+
+def _parse_telemetry(node: Node) -> TelemetrySettings:
+    given = node.mapping(("enabled", "otlp_endpoint", "service_name"))
+    settings = TelemetrySettings(configured=True)
+    if "enabled" in given:
+        settings = replace(settings, enabled=given["enabled"].bool())
+    if "otlp_endpoint" in given:
+        endpoint = given["otlp_endpoint"].str()
+        if not endpoint.startswith(("http://", "https://")):
+            raise given["otlp_endpoint"].error(f"{given['otlp_endpoint'].label} must be an http:// or https:// URL "
+                                               "of an OTLP/HTTP receiver, e.g. http://localhost:4318")
+        settings = replace(settings, otlp_endpoint=endpoint.rstrip("/"))
+    if "service_name" in given:
+        settings = replace(settings, service_name=given["service_name"].str())
+    if settings.enabled and "otlp_endpoint" not in given:
+        raise node.error(f"{node.label} needs otlp_endpoint: http://HOST:4318 (or leave the section out and set "
+                         "OTEL_EXPORTER_OTLP_ENDPOINT), or enabled: false")
+    return settings
+
+
+def telemetry_wanted(telemetry: TelemetrySettings, environ: Mapping[str, str]) -> bool:
+    """True when decisions should be exported: the policy says so, or the standard variables do."""
+    if telemetry.configured:
+        return telemetry.enabled
+    return bool(environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+
+
+def check_telemetry(telemetry: TelemetrySettings) -> None:
+    """PolicyError when the policy asks for telemetry and the OpenTelemetry packages are missing."""
+    if telemetry.configured and telemetry.enabled and not installed("opentelemetry.exporter.otlp.proto.http"):
+        raise PolicyError("telemetry: needs the OpenTelemetry SDK and OTLP/HTTP exporter, which are not installed: "
+                          "pip install 'mcp-sampling-proxy[otel]' (or remove the telemetry section)")
+
+
 def resolve_state(state: StateSettings, environ: Mapping[str, str]) -> StateSettings:
     """The state settings with the Redis URL read from `url_env`; PolicyError when it cannot be."""
     if state.backend != "redis":
         return state
-    import importlib.util
-
-    if importlib.util.find_spec("redis") is None:
+    if not installed("redis"):
         raise PolicyError("state.backend: redis needs the redis package, which is not installed: "
                           "pip install 'mcp-sampling-proxy[redis]' (or use backend: file)")
     if state.url or not state.url_env:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from mcp_sampling_proxy.approval.channels import ApprovalRequest, Approver
-from mcp_sampling_proxy.audit.log import AuditLog, digest, elapsed_ms, request_fields
+from mcp_sampling_proxy.audit.log import AuditLog, digest, elapsed_ms, note, request_fields
 from mcp_sampling_proxy.config.settings import Settings
 from mcp_sampling_proxy.fulfil.base import Adapter, Completion, LLMError, ProviderConfig
 from mcp_sampling_proxy.log import get_logger
@@ -111,8 +111,8 @@ class SamplingService:
         log.info("sampling request", server=session.server_name, server_reported=session.server_reported_if_different,
                  tool=audit["tool"], tool_candidates=audit.get("tool_candidates"), rule=decision.rule,
                  action=decision.action)
-        for note in judged.notes:
-            log.info("request adjusted", note=note)
+        for adjustment in judged.notes:
+            log.info("request adjusted", note=adjustment)
         return judged
 
     async def _approve(self, message: dict[str, Any], request: SamplingRequest, decision: Decision, relay: Relay,
@@ -247,6 +247,7 @@ class SamplingService:
         log.info("model chosen", provider=choice.provider, model=choice.model, why=choice.reason)
         adapter = self._adapters.get(choice.provider)
         token = REQUEST_ORIGIN.set((session.server_name, tool))
+        call_started = time.time_ns()
         try:
             completion = await adapter.complete(params, choice.model)
         except LLMError as exc:
@@ -256,6 +257,9 @@ class SamplingService:
             raise RpcError(exc.code, exc.message) from None
         finally:
             REQUEST_ORIGIN.reset(token)
+            note(llm_call=(call_started, time.time_ns()), request_model=choice.model,
+                 provider_type=self._adapters.configs_by_name[choice.provider].type,
+                 llm_url=getattr(adapter, "base_url", None))
         content: Any = completion.content
         if not request.typed.tools and len(content) == 1:
             content = content[0]
@@ -322,6 +326,10 @@ class AdapterPool:
     @property
     def configs(self) -> list[ProviderConfig]:
         return list(self._configs.values())
+
+    @property
+    def configs_by_name(self) -> dict[str, ProviderConfig]:
+        return self._configs
 
     @property
     def can_use_tools(self) -> bool:
