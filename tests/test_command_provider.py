@@ -307,3 +307,12 @@ async def test_doctor_checks_the_program_without_running_it(tmp_path: Path, monk
     (missing,) = await probe_provider(parse_settings(provider("g", "preset: gemini"), "p.yaml").providers[0], 2)
     assert missing.status == "fail" and "'gemini' not found on PATH" in missing.text
     assert runs(tmp_path / "runs.jsonl") == []
+
+
+def test_the_readme_provider_examples_are_valid_policies() -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme.split("### LLM providers", 1)[1].split("### Rules", 1)[0]
+    blocks = [part.split("```", 1)[0] for part in section.split("```yaml\n")[1:]]
+    assert len(blocks) == 2
+    for block in blocks:
+        assert parse_settings(block, "README.md").providers
