@@ -105,6 +105,15 @@ async def probe_provider(provider: Any, timeout: float) -> list[Check]:
     name = f"'{provider.name}' ({provider.type})"
     if provider.type == "console":
         return [Check("info", f"{name}: you type the replies; needs a terminal, so not for hosts without one")]
+    if provider.type == "command":
+        from mcp_sampling_proxy.fulfil.command import program_of
+
+        program, found = program_of(provider)
+        if found is None:
+            return [Check("fail", f"{name}: '{program}' not found on PATH",
+                          "install it, or give its absolute path in command: (hosts often start servers with a "
+                          "short PATH)")]
+        return [Check("ok", f"{name}: runs {found} (not called: a check would spend your quota)")]
     key_var = provider.api_key_env
     key = os.environ.get(key_var) if key_var else None
     key_note = f"{key_var} is set" if key else (f"{key_var} is not set" if key_var else "no api_key_env")
