@@ -233,7 +233,7 @@ async def test_tools_are_refused_and_not_advertised(tmp_path: Path) -> None:
     result = await call(tmp_path, policy, "sample_raw", {"params_json": json.dumps(params)})
     error = tool_json(result)["error"]
     assert error["code"] == -32602
-    assert "tools" in error["message"]
+    assert "provider 'claude' (command): command providers cannot use tools" in error["message"]
     assert runs(tmp_path / "runs.jsonl") == []  # the CLI never ran
 
 
