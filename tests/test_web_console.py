@@ -340,3 +340,24 @@ def test_quitting_the_web_console_hands_the_question_on(setup: dict[str, Any]) -
         response = result_of(host, 2)
     assert "went away before answering" in json.loads(response["result"]["content"][0]["text"])["error"]["message"]
     assert os.path.exists(setup["policy"])
+
+
+@needs_browser
+def test_review_the_answer_and_replace_it(setup: dict[str, Any], browser: Any) -> None:
+    llm = setup["llm"]
+    llm.reply_text("the model's draft")
+    policy = write_policy(setup["tmp"], openai_policy(llm.base_url) + "approval:\n  review_response: true\n",
+                          name="review.yaml")
+    page = open_page(browser, setup["web"])
+    with proxy(setup, policy=policy) as host:
+        host.initialize()
+        attached(page)
+        call(host, 2, "sample", {"prompt": "x"})
+        card = page.locator("article.review")
+        card.wait_for(timeout=15000)
+        assert "the model's draft" in card.inner_text()
+        page.get_by_role("button", name="Edit answer…").click()
+        page.get_by_label("replacement answer").fill("the operator's answer")
+        page.get_by_role("button", name="Send this answer").click()
+        response = result_of(host, 2)
+    assert json.loads(response["result"]["content"][0]["text"])["content"]["text"] == "the operator's answer"
