@@ -5,12 +5,16 @@ on it when nobody set XDG_RUNTIME_DIR. Through the real proxy and console proces
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,12 +29,24 @@ UID = os.getuid()
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
+def short() -> Iterator[Path]:
+    """A directory with a short path: a socket's path must fit in 108 bytes, and pytest's tmp_path
+    under xdist is too long for `.../mcp-sampling-proxy/PID.sock` below it."""
+    path = Path(tempfile.mkdtemp(prefix="msp-", dir="/tmp"))
+    yield path
+    for child in path.rglob("*"):  # a squatted dir was chowned away: take it back to remove it
+        with contextlib.suppress(OSError):
+            os.lchown(child, UID, -1)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def env(short: Path) -> dict[str, str]:
     """A proxy environment with its own home and temporary dir, and no XDG variable."""
-    (tmp_path / "home").mkdir()
-    (tmp_path / "tmp").mkdir()
+    (short / "home").mkdir()
+    (short / "tmp").mkdir()
     env = {k: v for k, v in proxy_env().items() if not k.startswith("XDG_")}
-    return {**env, "HOME": str(tmp_path / "home"), "TMPDIR": str(tmp_path / "tmp"), "TEST_LLM_KEY": "k"}
+    return {**env, "HOME": str(short / "home"), "TMPDIR": str(short / "tmp"), "TEST_LLM_KEY": "k"}
 
 
 def wait_for_socket(directory: Path, timeout: float = 20.0) -> Path:
@@ -86,9 +102,9 @@ def test_policy_error_suggests_an_audit_path_in_this_users_state_dir(tmp_path: P
     assert f"(e.g. {tmp_path / 'xdg' / 'mcp-sampling-proxy' / 'audit.jsonl'})" in checked.stdout + checked.stderr
 
 
-def test_budgets_live_in_xdg_state_home(tmp_path: Path, env: dict[str, str]) -> None:
-    env = {**env, "XDG_STATE_HOME": str(tmp_path / "xdg-state"), "XDG_RUNTIME_DIR": str(tmp_path / "xdg-run")}
-    (tmp_path / "xdg-run").mkdir(mode=0o700)
+def test_budgets_live_in_xdg_state_home(tmp_path: Path, short: Path, env: dict[str, str]) -> None:
+    env = {**env, "XDG_STATE_HOME": str(tmp_path / "xdg-state"), "XDG_RUNTIME_DIR": str(short / "run")}
+    (short / "run").mkdir(mode=0o700)
     rules = "rules:\n  - name: budgeted\n    action: allow\n    budget: {tokens: 300, per: 1d}\n"
     with FakeLLMServer("openai") as llm:
         policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=rules))
@@ -102,12 +118,12 @@ def test_budgets_live_in_xdg_state_home(tmp_path: Path, env: dict[str, str]) -> 
     assert not (Path(env["HOME"]) / ".local").exists()
 
 
-def test_console_socket_goes_in_xdg_runtime_dir(tmp_path: Path, env: dict[str, str]) -> None:
-    (tmp_path / "xdg-run").mkdir(mode=0o700)
-    env = {**env, "XDG_RUNTIME_DIR": str(tmp_path / "xdg-run")}
+def test_console_socket_goes_in_xdg_runtime_dir(tmp_path: Path, short: Path, env: dict[str, str]) -> None:
+    (short / "run").mkdir(mode=0o700)
+    env = {**env, "XDG_RUNTIME_DIR": str(short / "run")}
     with RawHost(proxy_command(), env, tmp_path / "stderr.log") as host:
         host.initialize()
-        socket = wait_for_socket(tmp_path / "xdg-run" / "mcp-sampling-proxy")
+        socket = wait_for_socket(short / "run" / "mcp-sampling-proxy")
         assert socket.name == f"{host.proc.pid}.sock"
         assert stat.S_IMODE(socket.parent.stat().st_mode) == 0o700
         assert stat.S_IMODE(socket.stat().st_mode) == 0o600
@@ -140,8 +156,9 @@ def test_without_xdg_runtime_dir_the_proxy_and_the_console_still_meet(tmp_path: 
     assert json.loads(response["result"]["content"][0]["text"]) == {"action": "accept", "data": {"age": 7}}
 
 
-def test_an_xdg_runtime_dir_open_to_others_is_passed_over_with_a_warning(tmp_path: Path, env: dict[str, str]) -> None:
-    shared = tmp_path / "shared-run"
+def test_an_xdg_runtime_dir_open_to_others_is_passed_over_with_a_warning(tmp_path: Path, short: Path,
+                                                                         env: dict[str, str]) -> None:
+    shared = short / "shared-run"
     shared.mkdir()
     shared.chmod(0o755)  # the XDG spec: the runtime dir MUST be 0700 and the user's own
     env = {**env, "XDG_RUNTIME_DIR": str(shared)}
@@ -154,14 +171,14 @@ def test_an_xdg_runtime_dir_open_to_others_is_passed_over_with_a_warning(tmp_pat
 
 
 @pytest.mark.parametrize("where", ["xdg", "fallback"])
-def test_a_squatted_runtime_dir_is_a_clear_error(tmp_path: Path, env: dict[str, str], where: str) -> None:
+def test_a_squatted_runtime_dir_is_a_clear_error(tmp_path: Path, short: Path, env: dict[str, str], where: str) -> None:
     """Another user created the directory first (in /tmp anyone can): refused, naming it and the way out."""
     if UID != 0:
         pytest.skip("chown to another user needs root (the suite runs as root in CI)")
     if where == "xdg":
-        (tmp_path / "xdg-run").mkdir(mode=0o700)
-        env = {**env, "XDG_RUNTIME_DIR": str(tmp_path / "xdg-run")}
-        squatted = tmp_path / "xdg-run" / "mcp-sampling-proxy"
+        (short / "run").mkdir(mode=0o700)
+        env = {**env, "XDG_RUNTIME_DIR": str(short / "run")}
+        squatted = short / "run" / "mcp-sampling-proxy"
     else:
         if private_dir_of_mine(Path(f"/run/user/{UID}")):
             pytest.skip("/run/user/UID exists here: the temporary-directory fallback is not used")
