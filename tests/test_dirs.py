@@ -196,3 +196,14 @@ def test_a_squatted_runtime_dir_is_a_clear_error(tmp_path: Path, short: Path, en
     assert "still relays" in json.dumps(echoed)
     log = (tmp_path / "stderr.log").read_text()
     assert "companion console unavailable" in log and str(squatted) in log
+
+
+def test_web_console_default_policy_is_in_the_config_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mcp_sampling_proxy.commands.web_console import default_policy
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    assert default_policy() is None  # none written yet
+    policy = tmp_path / "config" / "mcp-sampling-proxy" / "policy.yaml"
+    policy.parent.mkdir(parents=True)
+    policy.write_text("rules: []\n")
+    assert default_policy() == str(policy)
