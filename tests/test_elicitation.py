@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -221,3 +222,87 @@ async def test_elicitation_decisions_are_audited(tmp_path: Path, env: dict[str, 
     assert record["tool"] == "elicit_form"
     assert record["content"]["request"]["sha256"]
     assert audit_cmd.main(["verify", str(log)]) == 0
+
+
+# -- format checks (jsonschema's FormatChecker) through the real proxy ----------------------------
+
+FORMATTED = {
+    "type": "object",
+    "properties": {
+        "email": {"type": "string", "format": "email", "title": "Email"},
+        "born": {"type": "string", "format": "date", "title": "Birthday"},
+        "when": {"type": "string", "format": "date-time", "title": "Meeting"},
+        "site": {"type": "string", "format": "uri", "title": "Homepage"},
+    },
+    "required": ["email", "born"],
+}
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="needs a Linux pty")
+def test_terminal_form_re_asks_a_bad_email_date_date_time_and_url(tmp_path: Path) -> None:
+    from support import KITCHEN_SINK
+    from test_terminal import PtySession, terminal_env, try_argv
+
+    session = PtySession(try_argv("--tool", "elicit_form", "--args", json.dumps({"schema_json": json.dumps(FORMATTED)}),
+                                  "--", PY, KITCHEN_SINK), terminal_env())
+    session.read_until(b"[a]nswer the form")
+    session.type("a\n")
+    steps = [
+        (b"Email* (email)", "ada@example", b"not a valid email; expected an email address like name@example.com"),
+        (b"Email* (email)", "ada@example.com", None),
+        (b"Birthday* (date)", "2023-02-29", b"not a valid date; expected a date like 2025-03-01"),
+        (b"Birthday* (date)", "1815-12-10", None),
+        (b"Meeting (date-time)", "1815-12-10 08:00", b"not a valid date-time; expected a date and time with offset"),
+        (b"Meeting (date-time)", "1815-12-10T08:00:00+01:00", None),
+        (b"Homepage (uri)", "example.com", b"not a valid uri; expected a URL like https://example.com/"),
+        (b"Homepage (uri)", "https://example.com/ada", None),
+    ]
+    for prompt, text, complaint in steps:
+        session.read_until(prompt)
+        asked = session.output.count(prompt)
+        session.type(text + "\n")
+        if complaint is not None:
+            session.read_until(complaint)
+            deadline = time.monotonic() + 30
+            while session.output.count(prompt) == asked and time.monotonic() < deadline:
+                session._read(0.5)
+            assert session.output.count(prompt) == asked + 1  # the same field, asked again
+    assert session.finish() == 0
+    result = json.loads(session.output.split(b"result:")[1].strip().decode())
+    assert result == {"action": "accept", "data": {"email": "ada@example.com", "born": "1815-12-10",
+                                                   "when": "1815-12-10T08:00:00+01:00",
+                                                   "site": "https://example.com/ada"}}
+
+
+@pytest.mark.anyio
+async def test_companion_console_answer_with_a_bad_format_is_refused(tmp_path: Path, env: dict[str, str]) -> None:
+    answers: list[Any] = []
+    good = {"email": "ada@example.com", "born": "1815-12-10"}
+    async with sdk_host(proxy_command(write_policy(tmp_path, "")), env, tmp_path / "stderr.log") as host:
+        console = await SocketConsole.attach(Path(env["MCP_SAMPLING_PROXY_RUNTIME_DIR"]))
+        async with anyio.create_task_group() as tg:
+            async def call() -> None:
+                for _ in range(3):
+                    answers.append(tool_json(await host.call_tool("elicit_form",
+                                                                  {"schema_json": json.dumps(FORMATTED)})))
+            tg.start_soon(call)
+            for content in ({**good, "email": "ada@"}, {**good, "born": "1815-13-10"}, good):
+                request = await console.receive()
+                await console.send({"type": "elicit", "id": request["id"], "action": "accept", "content": content})
+                assert (await console.receive())["type"] == "resolved"
+    assert [a["action"] for a in answers] == ["decline", "decline", "accept"]
+    assert answers[2]["data"] == good
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("default", "expected"), [
+    ("ada@example.com", {"action": "accept", "data": {"email": "ada@example.com"}}),
+    ("ada at example.com", {"action": "decline", "data": None}),  # not an email: no default, nobody to ask
+])
+async def test_accept_defaults_ignores_a_default_of_the_wrong_format(tmp_path: Path, env: dict[str, str],
+                                                                     default: str, expected: dict) -> None:
+    schema = {"type": "object", "properties": {"email": {"type": "string", "format": "email", "default": default}},
+              "required": ["email"]}
+    result = await elicit(tmp_path, env, "elicitation: {non_interactive: accept_defaults}\n", "elicit_form",
+                          {"schema_json": json.dumps(schema)})
+    assert result == expected

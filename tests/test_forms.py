@@ -508,6 +508,84 @@ def test_validate_content_needs_an_object(content: Any) -> None:
     assert validate_content(form(BIG), content) == ["the answer is not an object"]
 
 
+# -- formats and the schema jsonschema checks against ------------------------------------------
+
+FORMATTED = {
+    "email": {"type": "string", "format": "email"},
+    "born": {"type": "string", "format": "date"},
+    "when": {"type": "string", "format": "date-time"},
+    "site": {"type": "string", "format": "uri"},
+}
+
+
+def test_whole_answer_with_bad_formats_names_each_field() -> None:
+    bad = {"email": "a@b", "born": "2023-02-29", "when": "2025-03-01T25:00:00Z", "site": "mailto:x@example.com"}
+    assert validate_content(form(FORMATTED), bad) == [
+        "'email': not a valid email; expected an email address like name@example.com",
+        "'born': not a valid date; expected a date like 2025-03-01",
+        "'when': not a valid date-time; expected a date and time with offset like 2025-03-01T14:30:00Z",
+        "'site': not a valid uri; expected a URL like https://example.com/",
+    ]
+    good = {"email": "ada@example.com", "born": "1815-12-10", "when": "1815-12-10T08:00:00+01:00",
+            "site": "https://example.com/ada"}
+    assert validate_content(form(FORMATTED), good) == []
+
+
+@pytest.mark.parametrize("text", ["https://example.com/<b>", "https://例え.jp/", "https://exa^mple.com/", "https://"])
+def test_uri_is_rfc_3986_with_a_host(text: str) -> None:
+    """JSON Schema's `uri` is RFC 3986 (ASCII; `iri` is the Unicode one): what a server's own validator expects."""
+    with pytest.raises(FieldError) as info:
+        parse_answer(one({"type": "string", "format": "uri"}), text)
+    assert info.value.message.startswith("not a valid uri;")
+
+
+def test_a_value_with_several_problems_is_told_the_most_basic_one() -> None:
+    field = one({"type": "string", "format": "email", "minLength": 5})
+    with pytest.raises(FieldError) as info:
+        validate_value(field, "a@b")
+    assert info.value.message.startswith("too short;")  # then, once longer, the format
+    with pytest.raises(FieldError) as info:
+        validate_value(field, 12345)
+    assert info.value.message.startswith("not text;")
+
+
+@pytest.mark.parametrize(
+    ("prop", "schema"),
+    [
+        ({"type": "string", "format": "date", "maxLength": 10}, {"type": "string", "format": "date", "maxLength": 10}),
+        ({"type": "integer", "minimum": 1}, {"type": "integer", "minimum": 1}),
+        ({"type": "boolean", "title": "OK?"}, {"type": "boolean"}),
+        (COLOR_LEGACY, {"type": "string", "enum": ["r", "g", "b"]}),
+        (COLOR_TITLED, {"type": "string", "enum": ["r", "g", "b"]}),
+        (
+            TOPPINGS_TITLED,
+            {"type": "array", "items": {"type": "string", "enum": ["h", "c", "o"]}, "uniqueItems": True,
+             "minItems": 1, "maxItems": 2},
+        ),
+    ],
+)
+def test_field_json_schema_is_the_plain_form_of_each_shape(prop: dict[str, Any], schema: dict[str, Any]) -> None:
+    assert one(prop).json_schema() == schema
+
+
+def test_jsonschema_is_imported_only_when_a_value_is_checked() -> None:
+    """It costs tens of milliseconds; a form without defaults is parsed (and its secrets looked for) without it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from mcp_sampling_proxy.approval.forms import parse_form, secret_reasons, validate_content\n"
+        "form = parse_form({'type': 'object', 'properties': {'e': {'type': 'string', 'format': 'email'}}})\n"
+        "secret_reasons(form, 'hello')\n"
+        "before = 'jsonschema' in sys.modules\n"
+        "problems = validate_content(form, {'e': 'nope'})\n"
+        "print(before, 'jsonschema' in sys.modules, len(problems))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "True", "1"]
+
+
 # -- apply_defaults ---------------------------------------------------------------------------
 
 

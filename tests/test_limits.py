@@ -49,10 +49,14 @@ def state(tmp_path, monkeypatch) -> Path:
 
 
 def test_state_dir_precedence(tmp_path, monkeypatch):
-    monkeypatch.setattr(Path, "home", lambda: tmp_path / "home")
-    assert state_dir({STATE_DIR_ENV: str(tmp_path / "s"), "XDG_STATE_HOME": "/x"}) == tmp_path / "s"
-    assert state_dir({"XDG_STATE_HOME": str(tmp_path / "xdg")}) == tmp_path / "xdg" / "mcp-sampling-proxy"
-    fallback = state_dir({"XDG_STATE_HOME": "relative/ignored"}, create=False)
+    # the XDG variables and the home come from the process environment (platformdirs reads them)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_STATE_HOME", "/x")
+    assert state_dir({STATE_DIR_ENV: str(tmp_path / "s")}) == tmp_path / "s"
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    assert state_dir({}) == tmp_path / "xdg" / "mcp-sampling-proxy"
+    monkeypatch.setenv("XDG_STATE_HOME", "relative/ignored")
+    fallback = state_dir({}, create=False)
     if sys.platform == "darwin":
         assert fallback == tmp_path / "home" / "Library" / "Application Support" / "mcp-sampling-proxy"
     else:

@@ -29,7 +29,6 @@ import json
 import os
 import socket
 import stat
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,17 +53,26 @@ class RuntimeDirError(OSError):
 def runtime_dir() -> Path:
     """Per-user directory for console sockets: private to the user, created 0700.
 
-    Refused (RuntimeDirError): a symlink or a non-directory in its place, a directory owned by
-    someone else (in /tmp another user can create it first and intercept approvals), and one
-    that others can enter."""
+    `$MCP_SAMPLING_PROXY_RUNTIME_DIR`, else `mcp-sampling-proxy` in the user's runtime dir as
+    platformdirs finds and vets it (`config.dirs.runtime_base`: `$XDG_RUNTIME_DIR`, else
+    `/run/user/UID`, else `$TMPDIR/runtime-UID` on Linux). The proxy and the console must
+    agree on it, which is why the fallback is the same `/run/user/UID` a login session's
+    `XDG_RUNTIME_DIR` names. Refused (RuntimeDirError): a symlink or a non-directory in its
+    place, a directory owned by someone else (in /tmp another user can create it first and
+    intercept approvals), and one that others can enter."""
+    elsewhere = f"or set {RUNTIME_ENV} to a private directory of yours"
     base = os.environ.get(RUNTIME_ENV)
     if base:
         path = Path(base)
-    elif os.environ.get("XDG_RUNTIME_DIR"):
-        path = Path(os.environ["XDG_RUNTIME_DIR"]) / "mcp-sampling-proxy"
     else:
-        path = Path(tempfile.gettempdir()) / f"mcp-sampling-proxy-{os.getuid()}"
-    elsewhere = f"or set {RUNTIME_ENV} to a private directory of yours"
+        from mcp_sampling_proxy.config.dirs import APP_DIR, runtime_base
+
+        try:
+            path = runtime_base() / APP_DIR
+        except (PermissionError, RuntimeError) as exc:  # even the /tmp fallback is another user's
+            raise RuntimeDirError(f"no private runtime dir for the console: {exc}; have it removed (by its owner "
+                                  f"or root), set XDG_RUNTIME_DIR to a directory of yours (mode 700) "
+                                  f"{elsewhere}") from None
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         with contextlib.suppress(FileExistsError):

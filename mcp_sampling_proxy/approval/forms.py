@@ -11,19 +11,23 @@ defaults when shown) is passed through `sanitize.strip_controls` and flattened t
 where it is shown inline. Values themselves are kept exactly as sent, because they go back.
 
 A console drives a field with `prompt_text()` and `parse_answer()`; an answer that arrives
-whole (the companion console, a policy) is checked with `validate_content()`; a policy that
+whole (the companion console, a policy) is checked with `validate_content()`. Values are
+checked by `jsonschema` (Draft 2020-12 and its FormatChecker for email, uri, date, date-time)
+against each field's plain schema (`Field.json_schema()`), imported only when a value is
+checked; this module turns its errors into one short line that says what is expected. The
+MCP restrictions above are ours: jsonschema would accept any schema. A policy that
 accepts defaults uses `apply_defaults()`; `sensitive_fields()` names fields that look like
 secrets, which the spec says servers must not ask for in a form.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from datetime import date, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -78,6 +82,26 @@ class Field:
     def label(self) -> str:
         """The name to show: the title, else the property name (sanitised, one line)."""
         return _line(self.title) or _line(self.name) or "(unnamed)"
+
+    def json_schema(self) -> dict[str, Any]:
+        """The field as plain JSON Schema: what a value is checked against (`validate_value`).
+
+        Built from the parsed field, not the server's text, so every enum shape becomes one `enum`
+        of values and a multi-select also refuses an option chosen twice."""
+        schema: dict[str, Any]
+        if self.kind == "boolean":
+            schema = {"type": "boolean"}
+        elif self.kind in ("number", "integer"):
+            schema = {"type": self.kind, "minimum": self.minimum, "maximum": self.maximum}
+        elif self.kind == "enum":
+            schema = {"type": "string", "enum": [o.value for o in self.options or []]}
+        elif self.kind == "multi":
+            schema = {"type": "array", "items": {"type": "string", "enum": [o.value for o in self.options or []]},
+                      "uniqueItems": True, "minItems": self.min_items, "maxItems": self.max_items}
+        else:
+            schema = {"type": "string", "minLength": self.min_length, "maxLength": self.max_length,
+                      "format": self.format}
+        return {key: value for key, value in schema.items() if value is not None}
 
     def prompt_text(self) -> str:
         """One human line: label, '*' if required, what to type, numbered options, default."""
@@ -399,44 +423,19 @@ def parse_answer(field: Field, text: str) -> Any:
 
 
 def validate_value(field: Field, value: Any) -> None:
-    """Check one (typed) value against its field; `FieldError` if it does not fit."""
-    expected = field.expected()
-    if field.kind == "boolean":
-        if not isinstance(value, bool):
-            raise FieldError(f"not a boolean; expected {expected}")
-    elif field.kind in ("number", "integer"):
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            raise FieldError(f"not a number; expected {expected}")
-        if field.kind == "integer" and not (isinstance(value, int) or value.is_integer()):
-            raise FieldError(f"not a whole number; expected {expected}")
-        if field.minimum is not None and value < field.minimum:
-            raise FieldError(f"too small; expected {expected}")
-        if field.maximum is not None and value > field.maximum:
-            raise FieldError(f"too large; expected {expected}")
-    elif field.kind == "enum":
-        if not isinstance(value, str) or value not in _values(field):
-            raise FieldError(f"not one of the options; expected {expected}")
-    elif field.kind == "multi":
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise FieldError(f"not a list of choices; expected {expected}")
-        unknown = [v for v in value if v not in _values(field)]
-        if unknown:
-            raise FieldError(f"{_quote(unknown[0])} is not one of the options; expected {expected}")
-        if len(set(value)) != len(value):
-            raise FieldError(f"an option is chosen twice; expected {expected}")
-        if field.min_items is not None and len(value) < field.min_items:
-            raise FieldError(f"too few chosen; expected {expected}")
-        if field.max_items is not None and len(value) > field.max_items:
-            raise FieldError(f"too many chosen; expected {expected}")
-    else:
-        if not isinstance(value, str):
-            raise FieldError(f"not text; expected {expected}")
-        if field.min_length is not None and len(value) < field.min_length:
-            raise FieldError(f"too short; expected {expected}")
-        if field.max_length is not None and len(value) > field.max_length:
-            raise FieldError(f"too long; expected {expected}")
-        if field.format in FORMATS and not _FORMAT_CHECKS[field.format](value):
-            raise FieldError(f"not a valid {field.format}; expected {expected}")
+    """Check one (typed) value against its field; `FieldError` if it does not fit.
+
+    The checking is jsonschema's (Draft 2020-12 with its format checker) against the field's
+    schema (`Field.json_schema`); this only puts what went wrong in words a user understands,
+    one problem at a time, the most basic first (a wrong type before a range or a format).
+    """
+    if field.kind in ("number", "integer") and isinstance(value, float) and not math.isfinite(value):
+        # JSON has no NaN or Infinity, but Python's json.loads reads them and to jsonschema NaN is a number.
+        raise FieldError(f"not a number; expected {field.expected()}")
+    errors = list(_validator(field).iter_errors(value))
+    if errors:
+        first = min(errors, key=lambda e: (_RANK.get(str(e.validator), len(_RANK)), list(e.absolute_path)))
+        raise FieldError(f"{_problem(field, value, first)}; expected {field.expected()}")
 
 
 def validate_content(form: Form, content: Any) -> list[str]:
@@ -446,11 +445,8 @@ def validate_content(form: Form, content: Any) -> list[str]:
     """
     if not isinstance(content, dict):
         return ["the answer is not an object"]
-    problems = []
     known = set(form.names)
-    for key in content:
-        if key not in known:
-            problems.append(f"{_quote(key)}: not a field of this form")
+    problems = [f"{_quote(key)}: not a field of this form" for key in content if key not in known]
     for field in form:
         value = content.get(field.name)
         if value is None:
@@ -553,52 +549,84 @@ def _values(field: Field) -> set[str]:
     return {o.value for o in field.options or []}
 
 
-# -- string formats ---------------------------------------------------------------------------
+# -- checking values: jsonschema ------------------------------------------------------------
+
+# Which of several problems with one value is told first: the most basic one.
+_RANK = {"type": 0, "enum": 1, "uniqueItems": 2, "minItems": 3, "minLength": 3, "minimum": 3,
+         "maxItems": 4, "maxLength": 4, "maximum": 4, "format": 5}  # fmt: skip
+_WORDS = {
+    "uniqueItems": "an option is chosen twice", "minItems": "too few chosen", "maxItems": "too many chosen",
+    "minLength": "too short", "maxLength": "too long", "minimum": "too small", "maximum": "too large",
+}  # fmt: skip
+
+
+def _validator(field: Field) -> Any:
+    """A Draft 2020-12 validator for the field's schema (jsonschema is imported here, on first use:
+    it costs tens of milliseconds that a proxy which never sees a form should not pay at start)."""
+    from jsonschema import Draft202012Validator
+
+    return Draft202012Validator(field.json_schema(), format_checker=_format_checker())
+
+
+@functools.cache
+def _format_checker() -> Any:
+    """jsonschema's checks for the formats MCP forms may use (others are not checked, as the spec allows).
+
+    `date` is jsonschema's own; `date-time` is RFC 3339 (rfc3339-validator) and `uri` RFC 3986
+    (rfc3986-validator), which jsonschema uses when they are installed; both are dependencies.
+    Two are stricter than the library, on purpose: a `uri` must also name a host (the user is asked
+    for "a URL like https://example.com/", and `https://` or `mailto:x` are not that), and an
+    `email` is checked by `_is_email`, because jsonschema only looks for an "@" ("a@b" passes).
+    """
+    from jsonschema import FormatChecker
+
+    try:
+        checker = FormatChecker(formats=("date", "date-time", "uri"))
+    except KeyError as missing:
+        raise RuntimeError(f"jsonschema cannot check the {missing} format: reinstall mcp-sampling-proxy with its "
+                           "dependencies (rfc3339-validator, rfc3986-validator)") from None
+    rfc3986, _ = checker.checkers["uri"]
+    checker.checks("uri")(lambda text: not isinstance(text, str) or (rfc3986(text) and _has_host(text)))
+    checker.checks("email")(lambda text: not isinstance(text, str) or _is_email(text))
+    return checker
+
+
+def _problem(field: Field, value: Any, error: Any) -> str:
+    """One jsonschema `ValidationError` about a field's value, in the user's words."""
+    keyword = str(error.validator)
+    if keyword == "type":
+        if field.kind == "boolean":
+            return "not a boolean"
+        if field.kind == "integer" and isinstance(value, int | float) and not isinstance(value, bool):
+            return "not a whole number"
+        if field.kind in ("number", "integer"):
+            return "not a number"
+        if field.kind == "enum":
+            return "not one of the options"
+        return "not a list of choices" if field.multi else "not text"
+    if keyword == "enum":
+        return f"{_quote(error.instance)} is not one of the options" if field.multi else "not one of the options"
+    if keyword == "format":
+        return f"not a valid {field.format}"
+    return _WORDS.get(keyword) or _excerpt(str(error.message), 100)
+
 
 # local@domain: no leading, trailing or doubled dots; a dotted domain whose last label is letters.
 _EMAIL = re.compile(
     r"(?!\.)(?!.*\.\.)[\w.!#$%&'*+/=?^`{|}~-]{1,64}(?<!\.)"
     r"@(?:[^\W_](?:[\w-]{0,61}[^\W_])?\.)+[^\W\d_]{2,63}"
 )
-# RFC 3339 date-time: full date, 'T', full time with seconds, and an offset (Z or ±hh:mm).
-_DATE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[Zz]|[+-]\d{2}:\d{2})")
 
 
 def _is_email(text: str) -> bool:
     return len(text) <= 254 and _EMAIL.fullmatch(text) is not None
 
 
-def _is_uri(text: str) -> bool:
-    if any(c.isspace() for c in text):
-        return False
+def _has_host(text: str) -> bool:
     try:
-        parts = urlsplit(text)
+        return bool(urlsplit(text).netloc)
     except ValueError:
         return False
-    return bool(parts.scheme and parts.netloc)
-
-
-def _is_date(text: str) -> bool:
-    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
-        return False
-    try:
-        date.fromisoformat(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _is_date_time(text: str) -> bool:
-    if not _DATE_TIME.fullmatch(text):
-        return False
-    try:
-        datetime.fromisoformat(re.sub(r"[Zz]$", "+00:00", text))
-    except ValueError:
-        return False
-    return True
-
-
-_FORMAT_CHECKS = {"email": _is_email, "uri": _is_uri, "date": _is_date, "date-time": _is_date_time}
 
 
 # -- secrets ----------------------------------------------------------------------------------

@@ -433,9 +433,11 @@ _SECURITY_HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "
 
 
 def default_policy() -> str | None:
-    """The user's policy when it sits where the README suggests (~/.config/mcp-sampling-proxy/policy.yaml)."""
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    path = Path(base) / "mcp-sampling-proxy" / "policy.yaml"
+    """The user's policy when it sits where the README suggests (`policy.yaml` in the config dir,
+    ~/.config/mcp-sampling-proxy/ on Linux: see "Where files live")."""
+    from mcp_sampling_proxy.config.dirs import config_dir
+
+    path = config_dir() / "policy.yaml"
     return str(path) if path.is_file() else None
 
 

@@ -603,8 +603,11 @@ def _parse_audit(node: Node, where: str) -> AuditSettings:
     given = node.mapping(AUDIT_KEYS)
     if "path" not in given:
         if given:
+            from mcp_sampling_proxy.config.dirs import home_relative, state_dir
+
+            example = home_relative(state_dir(create=False) / "audit.jsonl")  # this OS's place for it
             raise node.error(f"{node.label} sets {', '.join(given)} but no path: give path: FILE "
-                             "(e.g. ~/.local/state/mcp-sampling-proxy/audit.jsonl), or remove the audit section")
+                             f"(e.g. {example}), or remove the audit section")
         return AuditSettings()
     path = os.path.expanduser(given["path"].str())
     if not os.path.isabs(path):  # hosts start the proxy in any directory: relative to the policy file

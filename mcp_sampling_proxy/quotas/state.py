@@ -1,8 +1,8 @@
 """Per-user state on this machine, and a small JSON file that several proxies update safely.
 
 Every proxy the user runs (one per MCP server, often several hosts at once) shares the same
-state directory, so anything that must hold across proxies and restarts (token budgets) lives
-in a `JsonStateFile` there.
+state directory (`state_dir`, from `config.dirs`), so anything that must hold across proxies
+and restarts (token budgets) lives in a `JsonStateFile` there.
 
 Locking and atomicity: each update takes an exclusive `fcntl.flock` on a sidecar `NAME.lock`
 file (created once, never removed), reads the JSON, lets the caller change it, writes the new
@@ -27,45 +27,19 @@ import contextlib
 import fcntl
 import json
 import os
-import sys
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from mcp_sampling_proxy.config.dirs import APP_DIR, STATE_DIR_ENV, state_dir
 from mcp_sampling_proxy.log import get_logger
 
 log = get_logger("mcp_sampling_proxy.quotas.state")
 
-APP_DIR = "mcp-sampling-proxy"
-STATE_DIR_ENV = "MCP_SAMPLING_PROXY_STATE_DIR"
+__all__ = ["APP_DIR", "STATE_DIR_ENV", "JsonStateFile", "state_dir"]  # the directory itself: config.dirs
 
 T = TypeVar("T")
-
-
-def state_dir(environ: Mapping[str, str] | None = None, *, create: bool = True) -> Path:
-    """The directory for this user's persistent proxy state, created 0700 when missing.
-
-    `$MCP_SAMPLING_PROXY_STATE_DIR` if set, else `$XDG_STATE_HOME/mcp-sampling-proxy` (an
-    absolute XDG path only, as the XDG spec asks), else `~/Library/Application Support/
-    mcp-sampling-proxy` on macOS and `~/.local/state/mcp-sampling-proxy` elsewhere. An existing
-    directory keeps its mode: the proxy never chmods a directory it did not create.
-    """
-    environ = os.environ if environ is None else environ
-    explicit = environ.get(STATE_DIR_ENV)
-    xdg = environ.get("XDG_STATE_HOME")
-    if explicit:
-        path = Path(explicit).expanduser()
-    elif xdg and os.path.isabs(xdg):
-        path = Path(xdg) / APP_DIR
-    elif sys.platform == "darwin":
-        path = Path.home() / "Library" / "Application Support" / APP_DIR
-    else:
-        path = Path.home() / ".local" / "state" / APP_DIR
-    if create:
-        # mode applies to the leaf only; parents (e.g. ~/.local/state) get the usual default
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return path
 
 
 class JsonStateFile:

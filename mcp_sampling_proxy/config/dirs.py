@@ -1,0 +1,92 @@
+"""Where the proxy keeps things for this user: state, console sockets, configuration.
+
+`platformdirs` decides per OS; our own variables win over it. On Linux that is the XDG Base
+Directory spec, with its rules (only absolute `XDG_*` values count; a runtime dir must be the
+user's own with mode 0700, or the next candidate is used):
+
+- state (budgets, remembered approvals, backups): `$MCP_SAMPLING_PROXY_STATE_DIR`, else
+  `$XDG_STATE_HOME/mcp-sampling-proxy`, else `~/.local/state/mcp-sampling-proxy`;
+  macOS `~/Library/Application Support/mcp-sampling-proxy`, Windows `%LOCALAPPDATA%\\mcp-sampling-proxy`.
+- runtime (console sockets; `approval.console_server.runtime_dir` adds its checks on the last
+  part): `$MCP_SAMPLING_PROXY_RUNTIME_DIR`, else `mcp-sampling-proxy` in `$XDG_RUNTIME_DIR`,
+  else in `/run/user/UID`, else in `$TMPDIR/runtime-UID`; macOS `~/Library/Caches/TemporaryItems`.
+- configuration (the policy file `init` writes): `$XDG_CONFIG_HOME/mcp-sampling-proxy`, else
+  `~/.config/mcp-sampling-proxy`; macOS `~/Library/Application Support/mcp-sampling-proxy`,
+  Windows `%LOCALAPPDATA%\\mcp-sampling-proxy`.
+
+On macOS the `XDG_*` variables are honoured too, as platformdirs does. platformdirs is imported
+on first use (a few milliseconds), not when this module is.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from mcp_sampling_proxy.log import get_logger
+
+log = get_logger("mcp_sampling_proxy.config.dirs")
+
+APP_DIR = "mcp-sampling-proxy"
+STATE_DIR_ENV = "MCP_SAMPLING_PROXY_STATE_DIR"
+
+
+def _platform(*, ensure_exists: bool = False, app: bool = True) -> Any:
+    from platformdirs import PlatformDirs
+
+    # appauthor=False: no vendor folder on Windows; no version: the layout is shared by every release
+    return PlatformDirs(APP_DIR if app else None, appauthor=False, ensure_exists=ensure_exists)
+
+
+def state_dir(environ: Mapping[str, str] | None = None, *, create: bool = True) -> Path:
+    """The directory for this user's persistent proxy state, created 0700 when missing.
+
+    `environ` is looked at for `$MCP_SAMPLING_PROXY_STATE_DIR` only; the `XDG_*` variables and
+    the home directory are the process's own (platformdirs reads them). An existing directory
+    keeps its mode: the proxy never chmods a directory it did not create.
+    """
+    environ = os.environ if environ is None else environ
+    explicit = environ.get(STATE_DIR_ENV)
+    path = Path(explicit).expanduser() if explicit else Path(_platform().user_state_dir)
+    if create:
+        # mode applies to the leaf only; parents (e.g. ~/.local/state) get the usual default
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+def config_dir() -> Path:
+    """Where this user's configuration (the default policy file) lives; not created here."""
+    return Path(_platform().user_config_dir)
+
+
+def runtime_base() -> Path:
+    """This user's runtime directory (without our part), as platformdirs vets it: owned by the
+    user, mode 0700, under parents nobody else can replace; created (0700) when it is the
+    temporary-directory fallback. `PermissionError` when even that fallback is another user's.
+
+    Why a candidate was passed over goes to the log: at debug level when `XDG_RUNTIME_DIR` is
+    simply unset (common over ssh and in containers), as a warning when it is unusable.
+    """
+    from platformdirs import RuntimeDirWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RuntimeDirWarning)
+        path = Path(_platform(ensure_exists=True, app=False).user_runtime_dir)
+    for warning in caught:
+        message = str(warning.message)
+        if not issubclass(warning.category, RuntimeDirWarning):  # another thread's, caught meanwhile: pass it on
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+        elif "XDG_RUNTIME_DIR is not set" in message:
+            log.debug("runtime dir", reason=message)
+        else:
+            log.warning("XDG_RUNTIME_DIR is not used for console sockets", reason=message)
+    return path
+
+
+def home_relative(path: Path) -> str:
+    """`path` with the home directory shown as `~`, for messages and docs."""
+    home = Path.home()
+    return f"~{os.sep}{path.relative_to(home)}" if path.is_relative_to(home) and path != home else str(path)
