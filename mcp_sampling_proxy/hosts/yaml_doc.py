@@ -120,7 +120,7 @@ class YamlDoc(ConfigDoc):
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc)
         context = getattr(exc, "context", None)
-        message = f"{problem} ({context})" if context else str(problem)
+        message = f"{context}, {problem}" if context else str(problem)
         if mark is None:
             return ConfigError(f"{self.path}: {message}")
         return ConfigError(f"{self.path}:{mark.line + 1}:{mark.column + 1}: {message}")
