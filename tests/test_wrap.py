@@ -766,8 +766,10 @@ def test_continue_project_scope_handles_every_file_in_the_folder(
     code, out, _ = run(capsys, "wrap", "--list", "--host", "continue")
     assert f"Continue (project): {claude_style}: 2 of 2 servers wrapped" in out
     assert f"Continue (project): {block}: 1 of 1 servers wrapped" in out
+    code, out, _ = run(capsys, "wrap", "--list", "--host", "continue", "--config", str(folder))
+    assert f"Continue (given): {claude_style}: 2 of 2" in out and f"Continue (given): {block}: 1 of 1" in out
 
-    code, out, err = run(capsys, "unwrap", "--host", "continue", "--scope", "project", "--all")
+    code, out, err = run(capsys, "unwrap", "--host", "continue", "--config", str(folder), "--all")
     assert code == 0, err
     assert out.count("restored exactly") == 3
     assert {p: p.read_bytes() for p in originals} == originals

@@ -277,12 +277,15 @@ def build_parser(action: str) -> argparse.ArgumentParser:
             "scopes: user (the per-user file, default), project (the file in --project-dir), local (Claude Code's "
             "per-project servers in ~/.claude.json), settings (VS Code's user settings.json, mcp.servers:\n"
             "before 1.102)\n"
-            "a VS Code profile's mcp.json (User/profiles/ID/mcp.json, shown by --list): --host vscode --config PATH"
+            "a VS Code profile's mcp.json (User/profiles/ID/mcp.json, shown by --list): --host vscode --config PATH\n"
+            "Continue: --scope project handles every .yaml/.yml/.json file in .continue/mcpServers/; entries are "
+            "found by their name:"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--host", choices=list(HOSTS), metavar="HOST", help=f"the host: {hosts}")
-    parser.add_argument("--config", metavar="PATH", help="the config file (default: where HOST keeps it for --scope)")
+    parser.add_argument("--config", metavar="PATH", help="the config file (default: where HOST keeps it for --scope; "
+                        "for Continue also a folder of server files)")
     parser.add_argument("--scope", choices=SCOPES, help="which of the host's files: user (default), project, "
                         "local (Claude Code), settings (VS Code's user settings.json, mcp.servers)")
     parser.add_argument("--project-dir", metavar="DIR", help="the project for --scope project/local (default: .)")
