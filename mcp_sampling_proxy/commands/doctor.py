@@ -105,6 +105,15 @@ async def probe_provider(provider: Any, timeout: float) -> list[Check]:
     name = f"'{provider.name}' ({provider.type})"
     if provider.type == "console":
         return [Check("info", f"{name}: you type the replies; needs a terminal, so not for hosts without one")]
+    if provider.type == "command":
+        from mcp_sampling_proxy.fulfil.command import program_of
+
+        program, found = program_of(provider)
+        if found is None:
+            return [Check("fail", f"{name}: '{program}' not found on PATH",
+                          "install it, or give its absolute path in command: (hosts often start servers with a "
+                          "short PATH)")]
+        return [Check("ok", f"{name}: runs {found} (not called: a check would spend your quota)")]
     key_var = provider.api_key_env
     key = os.environ.get(key_var) if key_var else None
     key_note = f"{key_var} is set" if key else (f"{key_var} is not set" if key_var else "no api_key_env")
@@ -417,6 +426,25 @@ def check_wrapped_servers(statuses: list[Any]) -> Section:
     return section
 
 
+def check_remote_logins() -> Section:
+    """Each remote server's OAuth login state: a host-spawned proxy cannot log in by itself."""
+    from mcp_sampling_proxy.commands.remotes import remote_entries
+    from mcp_sampling_proxy.transport.oauth import describe_login
+
+    section = Section("remote servers (OAuth login)")
+    marks = {"logged-in": "ok", "refreshable": "ok", "none-needed": "ok", "expired": "fail", "needs-login": "fail"}
+    for remote in remote_entries():
+        if remote.static_auth:
+            section.add("info", f"{remote.name} {remote.url}: sends its own Authorization header (no OAuth login)")
+            continue
+        state, text = describe_login(remote.url, probe_timeout=3.0)
+        section.add(marks.get(state, "info"), f"{remote.name} {remote.url}: {text}",
+                    f"mcp-sampling-proxy login --url {remote.url}")
+    if not section.checks:
+        section.add("info", "no remote (--url) servers in the hosts' configs")
+    return section
+
+
 # -- output ---------------------------------------------------------------------------------------------
 
 
@@ -445,7 +473,7 @@ def main(argv: Sequence[str]) -> int:
     settings, policy = check_policy(args.policy)
     statuses = host_configs()
     sections = [policy, check_providers(settings, args.timeout), check_approval(settings), check_files(settings),
-                check_hosts(statuses), check_wrapped_servers(statuses)]
+                check_hosts(statuses), check_wrapped_servers(statuses), check_remote_logins()]
     marks = _marks()
     print(f"{PROG}: checks use this shell's environment; a host starts the proxy with the env its config gives")
     for section in sections:

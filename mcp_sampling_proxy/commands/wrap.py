@@ -510,7 +510,21 @@ def _wrap_one(plan: Plan, host: str, table: tuple[str, ...], name: str, invocati
     plan.sidecar.put(host, table, name, original=entry, original_text=original_text,
                      wrapped=new, wrapped_text=wrapped_doc.entry_text(table, name))
     plan.doc = wrapped_doc
-    plan.outcomes.append(Outcome(name, f"wrapped: {describe_upstream(host, entry)}", changed=True))
+    plan.outcomes.append(Outcome(name, f"wrapped: {describe_upstream(host, entry)}{_oauth_note(host, entry)}",
+                                 changed=True))
+
+
+def _oauth_note(host: str, entry: Any) -> str:
+    """A remote that wants an OAuth login needs `login` once: the proxy a host spawns cannot show a browser."""
+    upstream = _upstream(host, entry)
+    if upstream is None or upstream[0] != "http" or any(k.lower() == "authorization" for k in upstream[2]):
+        return ""
+    from mcp_sampling_proxy.transport.oauth import describe_login
+
+    state, text = describe_login(upstream[1], probe_timeout=3.0)
+    if state in ("none-needed", "unknown"):
+        return ""
+    return f"; {text}" if state == "needs-login" else f"; OAuth: {text}"
 
 
 def _unwrap_one(plan: Plan, host: str, table: tuple[str, ...], name: str) -> None:
