@@ -334,3 +334,39 @@ def test_doctor_exits_0_when_every_wrapped_entry_is_sound(environment: Path, tmp
     assert code == 0, out
     assert f"✓ Cursor 'summarizer': upstream {PY}" in out
     assert "· Cursor 'summarizer': no --policy" in out
+
+
+def test_doctor_checks_wrapped_continue_entries_as_continue_starts_them(
+        environment: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Continue gives a server only HOME, USER, PATH and the like besides its env: a key in the shell
+    is not enough, unlike for other hosts."""
+    good = write_policy(tmp_path, openai_policy("http://127.0.0.1:9/v1"), "good.yaml")
+    config = environment / ".continue" / "config.yaml"
+    config.parent.mkdir()
+    config.write_text("name: mine\nversion: 0.0.1\nschema: v1\nmcpServers:\n"
+                      f"  - name: keyed   # has the key\n    command: {json.dumps(PY)}\n    args: [-V]\n"
+                      "    env:\n      TEST_LLM_KEY: k\n"
+                      f"  - name: unkeyed\n    command: {json.dumps(PY)}\n    args: [-V]\n")
+    block = tmp_path / ".continue" / "mcpServers" / "tools.yaml"
+    block.parent.mkdir(parents=True)
+    block.write_text(f"name: tools\nversion: 0.0.1\nschema: v1\nmcpServers:\n- name: gone\n  command: {PY}\n"
+                     "  args:\n  - -V\n")
+    assert cli_main(["wrap", "--host", "continue", "--all", "--policy", good]) == 0
+    assert cli_main(["wrap", "--host", "continue", "--scope", "project", "--all", "--policy", good]) == 0
+    block.write_text(block.read_text().replace(f'"--", "{PY}"', '"--", "not-installed-mcp"').replace(
+        f'- "{PY}"', '- "not-installed-mcp"'))
+    capsys.readouterr()
+    monkeypatch.setenv("TEST_LLM_KEY", "k")  # in this shell, but Continue does not pass it on
+
+    code, out = doctor(capsys)
+    assert code == 1
+    assert f"Continue (user) {config}: 2 of 2 servers wrapped" in out
+    assert f"Continue (project) {block}: 1 of 1 servers wrapped" in out
+    wrapped = out.split("\nwrapped servers\n", 1)[1]
+    assert "✓ Continue 'keyed': TEST_LLM_KEY set" in wrapped
+    assert "✗ Continue 'unkeyed': TEST_LLM_KEY (for provider 'fake') is not set in the entry's env (Continue " \
+        "passes a server no other variables" in wrapped
+    assert f"fix: add TEST_LLM_KEY to the entry's env in {config}" in wrapped
+    assert "✗ Continue 'gone': the server command 'not-installed-mcp' is not found" in wrapped
+    assert f"✓ Continue 'keyed': upstream {PY}" in wrapped

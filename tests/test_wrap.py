@@ -44,6 +44,9 @@ CASES = [
     ("cline", "cline_mcp_settings.json"),
     ("lmstudio", "lmstudio.mcp.json"),
     ("vscode", "vscode.settings.json"),
+    ("continue", "continue.config.yaml"),
+    ("continue", "continue.block.yaml"),
+    ("continue", "continue.mcp.json"),
 ]
 SERVERS_KEY = {"vscode": "servers", "codex": "mcp_servers", "zed": "context_servers"}
 
@@ -509,6 +512,10 @@ def test_list_looks_in_every_hosts_default_places(tmp_path: Path, capsys: pytest
      "saoudrizwan.claude-dev/settings/cline_mcp_settings.json"),
     ("lmstudio", "user", "darwin", "/Users/me/.lmstudio/mcp.json"),
     ("lmstudio", "user", "win32", r"C:\Users\me\.lmstudio\mcp.json"),
+    ("continue", "user", "darwin", "/Users/me/.continue/config.yaml"),
+    ("continue", "user", "win32", r"C:\Users\me\.continue\config.yaml"),
+    ("continue", "project", "linux", "/work/app/.continue/mcpServers"),
+    ("continue", "project", "win32", r"C:\work\app\.continue\mcpServers"),
 ])
 def test_default_locations(host: str, scope: str, platform: str, expected: str) -> None:
     windows = platform == "win32"
@@ -519,11 +526,12 @@ def test_default_locations(host: str, scope: str, platform: str, expected: str) 
 
 
 def test_default_locations_follow_the_hosts_variables() -> None:
-    env = {"XDG_CONFIG_HOME": "/x", "CODEX_HOME": "/c", "CLAUDE_CONFIG_DIR": "/cc"}
+    env = {"XDG_CONFIG_HOME": "/x", "CODEX_HOME": "/c", "CLAUDE_CONFIG_DIR": "/cc", "CONTINUE_GLOBAL_DIR": "/co"}
     assert str(config_path("claude-desktop", environ=env, platform="linux", home="/h")) == \
         "/x/Claude/claude_desktop_config.json"
     assert str(config_path("codex", environ=env, platform="linux", home="/h")) == "/c/config.toml"
     assert str(config_path("claude-code", environ=env, platform="linux", home="/h")) == "/cc/.claude.json"
+    assert str(config_path("continue", environ=env, platform="linux", home="/h")) == "/co/config.yaml"
 
 
 def test_without_the_script_the_proxy_runs_as_a_module(tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -660,3 +668,260 @@ def test_codex_unwrap_after_an_edit_elsewhere_in_the_table_keeps_the_edit(
     code, out, _ = run(capsys, "unwrap", "--host", "codex", "--config", str(path), "--all")
     assert code == 0 and "formatting had changed" in out
     assert path.read_text() == original.replace(*slow)
+
+
+# -- Continue: YAML lists of named entries, one file or a folder of them ------------------------------------
+
+
+def continue_project(tmp_path: Path) -> tuple[Path, Path]:
+    """A workspace with a YAML block file and a Claude-style JSON file in .continue/mcpServers/."""
+    project = tmp_path / "project"
+    folder = project / ".continue" / "mcpServers"
+    folder.mkdir(parents=True)
+    shutil.copyfile(FIXTURES / "continue.block.yaml", folder / "playwright-mcp.yaml")
+    shutil.copyfile(FIXTURES / "continue.mcp.json", folder / "mcp.json")
+    (folder / "notes.txt").write_text("not a server file")
+    return project, folder
+
+
+def test_continue_yaml_keeps_comments_and_layout(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                 policy: str) -> None:
+    path = copy_fixture(tmp_path, "continue.config.yaml")
+    original = path.read_text()
+    code, out, err = run(capsys, "wrap", "--host", "continue", "--config", str(path), "--all", "--policy", policy)
+    assert code == 0, err
+    assert re.search(r"old events\s+cannot wrap: it uses the SSE transport", out)
+    assert "put your LLM key variable (and any ${VAR} a --header names) in the entry's env" in out
+    text = path.read_text()
+    proxy = proxy_invocation().command
+    for line in ("# Continue's global config (~/.continue/config.yaml)\n",
+                 "name: My local config   # shown in the config picker\n",
+                 "    apiKey: ${{ secrets.ANTHROPIC_API_KEY }}\n",
+                 "  # the example summarizer, run from a checkout\n",
+                 "  # a remote one, its token from Continue's secrets\n",
+                 "  - name: old events\n    type: sse\n    url: http://localhost:3001/sse\n",
+                 "  - uses: anthropic/github-mcp     # a hub block: nothing local to wrap\n",
+                 "context:\n  - provider: code\n  - provider: diff\n# end of file\n"):
+        assert line in original and line in text, line
+    # a block list gains the proxy's arguments as lines of its own; its items and their comments stay
+    assert (f'    command: "{proxy}"   # the interpreter\n    args:\n      - "--policy"\n      - "{policy}"\n'
+            '      - "--name"\n      - "summarizer"\n      - "--"\n      - "/usr/bin/python3"\n'
+            '      - /home/me/servers/summarizer.py\n      - "--verbose"     # chatty logs\n\n'
+            "    env:\n      LOG_LEVEL: debug\n") in text
+    # a flow list stays one flow list; an entry written as a flow mapping stays one
+    assert f'    args: ["--policy", "{policy}", "--name", "SQLite MCP", "--", "npx", "-y", "mcp-sqlite", ' in text
+    assert f'  - {{name: memory, command: "{proxy}", args: ["--policy", ' in text
+    # args are added right after command, before the comment that followed it
+    assert f'    command: "{proxy}"\n    args: ["--policy", "{policy}", "--name", "plain-binary", "--", ' \
+        '"weather-mcp"]\n    # no arguments\n' in text
+    docs = servers_of("continue", path)["docs"]
+    assert docs == {"name": "docs", "type": "stdio", "command": proxy,
+                    "args": ["--policy", policy, "--name", "docs", "--url", "https://docs.example.com/mcp",
+                             "--header", "Authorization: Bearer ${{ secrets.DOCS_TOKEN }}",
+                             "--header", "X-Team: platform"]}
+    assert run(capsys, "unwrap", "--host", "continue", "--config", str(path), "--all")[0] == 0
+    assert path.read_text() == original
+
+
+def test_continue_block_file_with_indentless_lists(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = copy_fixture(tmp_path, "continue.block.yaml")
+    original = path.read_bytes()
+    assert run(capsys, "wrap", "--host", "continue", "--config", str(path), "--all")[0] == 0
+    assert path.read_text() == (
+        "name: Browser tools   # a workspace block\nversion: 0.0.1\nschema: v1\nmcpServers:\n"
+        f'- name: Browser search\n  command: "{proxy_invocation().command}"\n  args:\n'
+        '  - "--name"\n  - "Browser search"\n  - "--"\n  - "npx"\n'
+        '  - "@playwright/mcp@latest"\n  - --headless\n  env:\n    DISPLAY: ":0"\n')
+    assert run(capsys, "unwrap", "--host", "continue", "--config", str(path), "--all")[0] == 0
+    assert path.read_bytes() == original
+
+
+def test_continue_project_scope_handles_every_file_in_the_folder(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    project, folder = continue_project(tmp_path)
+    block, claude_style = folder / "playwright-mcp.yaml", folder / "mcp.json"
+    originals = {p: p.read_bytes() for p in (block, claude_style)}
+    monkeypatch.chdir(project)
+
+    code, _, err = run(capsys, "wrap", "--host", "continue", "--scope", "project", "--server", "nope")
+    assert code == 1
+    assert f"{folder} (2 files): no server named 'nope' (servers: filesystem, tickets, Browser search)" in err
+
+    code, out, err = run(capsys, "wrap", "--host", "continue", "--scope", "project", "--server", "Browser search",
+                         "--policy", policy)
+    assert code == 0, err
+    assert f"Continue: {block}" in out and str(claude_style) not in out
+    assert claude_style.read_bytes() == originals[claude_style]
+    assert is_wrapped(servers_of("continue", block)["Browser search"])
+
+    code, out, err = run(capsys, "wrap", "--host", "continue", "--scope", "project", "--all", "--policy", policy)
+    assert code == 0, err
+    assert re.search(r"Browser search\s+already wrapped", out) and out.count("backup: ") == 1
+    json_servers = servers_of("continue", claude_style)
+    assert all(is_wrapped(e) for e in json_servers.values())
+    assert json_servers["tickets"]["type"] == "stdio" and "headers" not in json_servers["tickets"]
+    assert parse_proxy_args(json_servers["tickets"]["args"]).headers == ["Authorization: Bearer ${TICKETS_TOKEN}"]
+    assert sorted(p.name for p in folder.iterdir()) == ["mcp.json", "notes.txt", "playwright-mcp.yaml"]
+
+    code, out, _ = run(capsys, "wrap", "--list", "--host", "continue")
+    assert f"Continue (project): {claude_style}: 2 of 2 servers wrapped" in out
+    assert f"Continue (project): {block}: 1 of 1 servers wrapped" in out
+    code, out, _ = run(capsys, "wrap", "--list", "--host", "continue", "--config", str(folder))
+    assert f"Continue (given): {claude_style}: 2 of 2" in out and f"Continue (given): {block}: 1 of 1" in out
+
+    code, out, err = run(capsys, "unwrap", "--host", "continue", "--config", str(folder), "--all")
+    assert code == 0, err
+    assert out.count("restored exactly") == 3
+    assert {p: p.read_bytes() for p in originals} == originals
+
+
+def test_continue_project_scope_without_server_files(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / ".continue" / "mcpServers").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(capsys, "wrap", "--host", "continue", "--scope", "project", "--all")
+    assert code == 1
+    assert f"{tmp_path}/.continue/mcpServers: no server files in this folder (*.yaml, *.yml, *.json)" in err
+
+
+def test_continue_files_are_found_by_list(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    (home / ".continue").mkdir(parents=True)
+    shutil.copyfile(FIXTURES / "continue.config.yaml", home / ".continue" / "config.yaml")
+    project, folder = continue_project(tmp_path)
+    monkeypatch.setenv("HOME", str(home))
+    for var in ("XDG_CONFIG_HOME", "CODEX_HOME", "CLAUDE_CONFIG_DIR", "CONTINUE_GLOBAL_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.chdir(project)
+    code, out, _ = run(capsys, "wrap", "--list")
+    assert code == 0
+    assert f"Continue (user): {home}/.continue/config.yaml: 0 of 6 servers wrapped" in out
+    assert f"Continue (project): {folder}/mcp.json: 0 of 2 servers wrapped" in out
+    assert f"Continue (project): {folder}/playwright-mcp.yaml: 0 of 1 servers wrapped" in out
+    assert re.search(r"SQLite MCP\s+not wrapped\s+npx -y mcp-sqlite /home/me/data/app.db", out)
+    assert re.search(r"old events\s+not wrapped\s+http://localhost:3001/sse \(SSE, cannot be wrapped\)", out)
+
+    monkeypatch.setenv("CONTINUE_GLOBAL_DIR", str(tmp_path / "elsewhere"))
+    code, out, _ = run(capsys, "wrap", "--list", "--host", "continue")
+    assert f"Continue (user): {tmp_path}/elsewhere/config.yaml: no such file" in out
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("mcpServers:\n  - &base\n    name: a\n    command: x\n  - name: b\n    command: *base\n",
+     "x.yaml:2: mcpServers uses a YAML anchor or alias (&base / *base)"),
+    ("defaults: &env {A: '1'}\nmcpServers:\n  - name: a\n    command: x\n    env: *env\n",
+     "x.yaml:5: mcpServers uses a YAML anchor or alias"),
+    ("mcpServers:\n  - name: a\n    command: x\n  - name: a\n    command: y\n",
+     "x.yaml:4: a second server named 'a' (the first is at line 2)"),
+    ("mcpServers:\n  - command: x\n", "x.yaml:2: an entry of mcpServers has no name"),
+    ("mcpServers:\n  - name: a\n    command: x\n    command: y\n", "x.yaml:2: the key 'command' appears twice"),
+    ("mcpServers:\n  - name: 7\n    command: x\n", "x.yaml:2: the entry's name 7 is not a string; quote it"),
+    ("mcpServers:\n  a:\n    command: x\n", "x.yaml:2: mcpServers is not a list of server entries"),
+    ("mcpServers:\n  - name: a\n    command: [x\n", "x.yaml:4:1: while parsing a flow sequence, expected ',' or ']'"),
+    ("name: a\n---\nname: b\n", "x.yaml:2:1: expected a single document in the stream, but found another document"),
+])
+def test_continue_yaml_it_cannot_edit_safely_is_refused_with_file_and_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, message: str) -> None:
+    path = tmp_path / "x.yaml"
+    path.write_text(text)
+    code, _, err = run(capsys, "wrap", "--host", "continue", "--config", str(path), "--all")
+    assert code == 1
+    assert f"{tmp_path}/{message}" in err and "nothing written" in err
+    assert path.read_text() == text
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "state") == ["x.yaml"]
+
+
+def test_continue_remote_with_request_options_the_proxy_would_drop_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "config.yaml"
+    text = ("mcpServers:\n  - name: internal\n    type: streamable-http\n    url: https://10.0.0.5/mcp\n"
+            "    requestOptions:\n      verifySsl: false\n")
+    path.write_text(text)
+    code, out, _ = run(capsys, "wrap", "--host", "continue", "--config", str(path), "--server", "internal")
+    assert code == 1
+    assert "cannot wrap: its requestOptions has verifySsl, which the proxy would not apply" in out
+    assert path.read_text() == text
+
+
+def test_continue_single_server_json_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "playwright.json"
+    path.write_text('{"command": "npx", "args": ["@playwright/mcp@latest"]}\n')
+    code, _, err = run(capsys, "wrap", "--host", "continue", "--config", str(path), "--all")
+    assert code == 1
+    assert f"{path}: holds one server without a name (Continue's single-server JSON)" in err
+    assert '{"mcpServers": {"NAME": {...}}}' in err
+
+
+def test_continue_unwrap_after_edits_keeps_the_layout(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                      policy: str) -> None:
+    path = copy_fixture(tmp_path, "continue.config.yaml")
+    original = path.read_text()
+    before = servers_of("continue", path)
+    assert run(capsys, "wrap", "--host", "continue", "--config", str(path), "--all", "--policy", policy)[0] == 0
+    # a comment added inside an entry: the record no longer matches its text, the values are restored
+    edited = path.read_text().replace("    env:\n      LOG_LEVEL: debug\n",
+                                      "    env:   # set by hand\n      LOG_LEVEL: debug\n")
+    # and a value changed while wrapped: kept, the rest rebuilt from the proxy's arguments
+    edited = edited.replace("    connectionTimeout: 30000\n", "    connectionTimeout: 60000\n")
+    path.write_text(edited)
+    code, out, err = run(capsys, "unwrap", "--host", "continue", "--config", str(path), "--all")
+    assert code == 0, err
+    assert re.search(r"summarizer\s+restored \(its formatting had changed since wrap\)", out)
+    assert re.search(r"SQLite MCP\s+rebuilt from the proxy's arguments \(edited since wrap", out)
+    assert servers_of("continue", path) == {**before, "SQLite MCP": {**before["SQLite MCP"],
+                                                                      "connectionTimeout": 60000}}
+    # only the changed values' text differs: a command comes back as a JSON-style quoted string, the
+    # block list of arguments loses the proxy's lines and keeps its own, comments stay
+    expected = original
+    for before_text, after_text in (
+            ("    command: /usr/bin/python3   # the interpreter\n",
+             '    command: "/usr/bin/python3"   # the interpreter\n'),
+            ("    env:\n      LOG_LEVEL: debug\n", "    env:   # set by hand\n      LOG_LEVEL: debug\n"),
+            ("    type: stdio\n    command: npx\n", '    type: stdio\n    command: "npx"\n'),
+            ("    connectionTimeout: 30000\n", "    connectionTimeout: 60000\n")):
+        assert before_text in expected
+        expected = expected.replace(before_text, after_text)
+    assert path.read_text() == expected
+
+
+def test_continue_unwrap_without_the_record_rebuilds_a_remote_entry_in_continues_form(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str) -> None:
+    path = copy_fixture(tmp_path, "continue.config.yaml")
+    before = servers_of("continue", path)
+    assert run(capsys, "wrap", "--host", "continue", "--config", str(path), "--all", "--policy", policy)[0] == 0
+    record_path(path).unlink()
+    code, out, _ = run(capsys, "unwrap", "--host", "continue", "--config", str(path), "--all")
+    assert code == 0 and out.count("no record of the original") == 5
+    after = servers_of("continue", path)
+    assert after["docs"] == {"name": "docs", "type": "streamable-http", "url": "https://docs.example.com/mcp",
+                             "requestOptions": {"headers": before["docs"]["requestOptions"]["headers"]}}
+    assert {k: v for k, v in after.items() if k != "docs"} == {k: v for k, v in before.items() if k != "docs"}
+    assert "# the example summarizer, run from a checkout\n" in path.read_text()
+
+
+def test_continue_windows_line_endings_are_kept(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                policy: str) -> None:
+    path = tmp_path / "config.yaml"
+    original = (FIXTURES / "continue.config.yaml").read_bytes().replace(b"\n", b"\r\n")
+    path.write_bytes(original)
+    assert run(capsys, "wrap", "--host", "continue", "--config", str(path), "--all", "--policy", policy)[0] == 0
+    assert b"\n" not in path.read_bytes().replace(b"\r\n", b"")
+    assert run(capsys, "unwrap", "--host", "continue", "--config", str(path), "--all")[0] == 0
+    assert path.read_bytes() == original
+
+
+@pytest.mark.anyio
+async def test_a_wrapped_continue_entry_starts_the_server(tmp_path: Path, policy: str) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text("name: test\nversion: 0.0.1\nschema: v1\nmcpServers:\n  - name: summarizer  # example\n"
+                    f"    command: {json.dumps(PY)}\n    args:\n      - {json.dumps(str(EXAMPLES / 'summarizer.py'))}\n"
+                    "    env:\n      EXAMPLE: '1'\n")
+    assert cli_main(["wrap", "--host", "continue", "--config", str(path), "--all", "--policy", policy]) == 0
+    entry = servers_of("continue", path)["summarizer"]
+    assert entry["command"].endswith("mcp-sampling-proxy") and os.path.isabs(entry["command"])
+    env = {**proxy_env(), **entry["env"]}
+    async with sdk_host([entry["command"], *entry["args"]], env, tmp_path / "stderr.log") as client:
+        tools = await client.list_tools()
+    assert "summarize" in {tool.name for tool in tools.tools}

@@ -5,7 +5,8 @@ or uninstalled, the server's command is not on the PATH the host gives it, the p
 in `--policy` has an error, or the key variable the policy names is not in the entry's env. Each
 check below is one function returning `Check`s, so a new check (or another worker's) is one more
 function in `ENTRY_CHECKS`. What the host gives the proxy: the entry's `env` over the host's own
-environment (taken to be this shell's; Codex passes only the variables listed in `env_vars`).
+environment (taken to be this shell's; Codex passes only the variables listed in `env_vars`, Continue
+only HOME, USER, USERPROFILE, LOGNAME, USERNAME and PATH).
 """
 
 from __future__ import annotations
@@ -50,12 +51,19 @@ class WrappedEntry:
             listed = self.entry.get("env_vars")
             if not (isinstance(listed, list) and name in listed) and name not in CODEX_DEFAULT_VARS:
                 return None
+        if self.host == "continue" and name not in CONTINUE_DEFAULT_VARS:
+            return None
         return os.environ.get(name)
 
 
 # Variables Codex passes to every server without env_vars (its default allow-list, Unix).
 CODEX_DEFAULT_VARS = ("HOME", "LOGNAME", "PATH", "SHELL", "USER", "__CF_USER_TEXT_ENCODING", "LANG", "LC_ALL",
                       "TERM", "TMPDIR", "TZ")
+
+
+# What Continue gives a stdio server besides its env: core/context/mcp/MCPConnection.ts (COMMONS_ENV_VARS and
+# PATH, the latter from the user's login shell).
+CONTINUE_DEFAULT_VARS = ("HOME", "USER", "USERPROFILE", "LOGNAME", "USERNAME", "PATH")
 
 
 def wrapped_entry(host: str, path: Path, scope: str, name: str, entry: dict[str, Any]) -> WrappedEntry:
@@ -152,8 +160,10 @@ def check_policy_variables(entry: WrappedEntry) -> list[Check]:
         value = entry.variable(name)
         if value:
             continue
-        where = ("the entry's env or its env_vars list" if entry.host == "codex"
-                 else "the entry's env or the host's environment (here: this shell's)")
+        where = {"codex": "the entry's env or its env_vars list",
+                 "continue": "the entry's env (Continue passes a server no other variables but HOME, USER, PATH "
+                             "and the like)"}.get(entry.host, "the entry's env or the host's environment (here: "
+                                                              "this shell's)")
         checks.append(Check("fail", f"{entry.label}: {name} (for {who}) is not set in {where}",
                             f"add {name} to the entry's env in {entry.path}"
                             + (" (or its name to env_vars)" if entry.host == "codex" else "")))

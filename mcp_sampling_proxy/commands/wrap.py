@@ -33,6 +33,7 @@ from mcp_sampling_proxy.hosts.config_files import (
     Sidecar,
     _same,
     classify,
+    config_files,
     config_path,
     is_wrapped,
     parse_proxy_args,
@@ -108,10 +109,19 @@ def wrapped_entry(host: str, key: str, entry: dict[str, Any], invocation: Invoca
         return new
     remote = kind.remote
     assert remote is not None
+    options = entry.get("requestOptions") if host == "continue" else None
+    unsupported = sorted(k for k in options if k != "headers") if isinstance(options, dict) else []
+    if unsupported:
+        raise Skip(f"cannot wrap: its requestOptions has {', '.join(unsupported)}, which the proxy would not "
+                   "apply to the remote server (only headers)")
     args += ["--url", remote.url]
     for header, value in remote.headers.items():
         args += ["--header", f"{header}: {value}"]
-    drop = set(HOSTS[host].url_keys) | {"headers"} | (set(CODEX_HTTP_KEYS) if host == "codex" else set())
+    drop = set(HOSTS[host].url_keys) | {"headers"}
+    if host == "codex":
+        drop |= set(CODEX_HTTP_KEYS)
+    if host == "continue":  # Continue's YAML keeps headers in requestOptions
+        drop.add("requestOptions")
     for k, v in entry.items():
         if k == remote.url_key:
             new["command"] = invocation.command
@@ -138,10 +148,13 @@ def _upstream(host: str, entry: Any) -> tuple[Any, ...] | None:
 
 def _transport_keys(host: str) -> set[str]:
     keys = {"command", "args", "type", "transportType", "headers", *HOSTS[host].url_keys}
+    if host == "continue":
+        keys.add("requestOptions")
     return keys | set(CODEX_HTTP_KEYS) if host == "codex" else keys
 
 
-def derived_entry(host: str, entry: dict[str, Any], original: dict[str, Any] | None) -> dict[str, Any] | None:
+def derived_entry(host: str, entry: dict[str, Any], original: dict[str, Any] | None, *,
+                  yaml: bool = False) -> dict[str, Any] | None:
     """An unwrapped entry rebuilt from the proxy's arguments (the record is gone, or the entry was edited
     since): the upstream comes from the arguments, every other key from the entry as it is now. When the
     upstream is still the recorded original's, that original's form of it is used."""
@@ -163,7 +176,7 @@ def derived_entry(host: str, entry: dict[str, Any], original: dict[str, Any] | N
         transport = {k: v for k, v in original.items() if k in transport_keys}
         order = list(original)
     else:
-        transport = _transport_for(host, upstream, had_type="type" in entry)
+        transport = _transport_for(host, upstream, had_type="type" in entry, yaml=yaml)
         keys = list(entry)
         position = len([k for k in keys[:keys.index("command")] if k != "args"])
         order = [k for k in keys if k not in ("command", "args")]
@@ -179,7 +192,9 @@ def derived_entry(host: str, entry: dict[str, Any], original: dict[str, Any] | N
     return out
 
 
-def _transport_for(host: str, upstream: tuple[Any, ...], *, had_type: bool) -> dict[str, Any]:
+def _transport_for(host: str, upstream: tuple[Any, ...], *, had_type: bool, yaml: bool = False) -> dict[str, Any]:
+    """The keys that make `upstream` in the host's own form (`yaml`: Continue's YAML, with its
+    requestOptions.headers and type streamable-http)."""
     if upstream[0] == "stdio":
         command = upstream[1]
         out: dict[str, Any] = {"command": command[0]}
@@ -191,10 +206,12 @@ def _transport_for(host: str, upstream: tuple[Any, ...], *, had_type: bool) -> d
     _, url, headers = upstream
     url_key = {"gemini": "httpUrl", "windsurf": "serverUrl"}.get(host, "url")
     out = {url_key: url}
-    if headers:
+    if headers and yaml:
+        out["requestOptions"] = {"headers": headers}
+    elif headers:
         out["http_headers" if host == "codex" else "headers"] = headers
     if had_type:
-        out["type"] = "http"
+        out["type"] = "streamable-http" if yaml else "http"
     return out
 
 
@@ -260,12 +277,15 @@ def build_parser(action: str) -> argparse.ArgumentParser:
             "scopes: user (the per-user file, default), project (the file in --project-dir), local (Claude Code's "
             "per-project servers in ~/.claude.json), settings (VS Code's user settings.json, mcp.servers:\n"
             "before 1.102)\n"
-            "a VS Code profile's mcp.json (User/profiles/ID/mcp.json, shown by --list): --host vscode --config PATH"
+            "a VS Code profile's mcp.json (User/profiles/ID/mcp.json, shown by --list): --host vscode --config PATH\n"
+            "Continue: --scope project handles every .yaml/.yml/.json file in .continue/mcpServers/; entries are "
+            "found by their name:"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--host", choices=list(HOSTS), metavar="HOST", help=f"the host: {hosts}")
-    parser.add_argument("--config", metavar="PATH", help="the config file (default: where HOST keeps it for --scope)")
+    parser.add_argument("--config", metavar="PATH", help="the config file (default: where HOST keeps it for --scope; "
+                        "for Continue also a folder of server files)")
     parser.add_argument("--scope", choices=SCOPES, help="which of the host's files: user (default), project, "
                         "local (Claude Code), settings (VS Code's user settings.json, mcp.servers)")
     parser.add_argument("--project-dir", metavar="DIR", help="the project for --scope project/local (default: .)")
@@ -292,6 +312,39 @@ def build_parser(action: str) -> argparse.ArgumentParser:
     return parser
 
 
+@dataclass
+class Target:
+    """One config file a command edits (Continue's project scope: each file in .continue/mcpServers/)."""
+
+    path: Path
+    doc: ConfigDoc
+    sidecar: Sidecar
+    table: tuple[str, ...]
+    servers: dict[str, Any]
+
+    @property
+    def where(self) -> str:
+        return f"{self.path} ({table_label(self.table)})" if len(self.table) > 1 else str(self.path)
+
+
+def _targets(host: str, args: argparse.Namespace, scope: str) -> list[Target]:
+    base = Path(os.path.expanduser(args.config)) if args.config else Path(
+        str(config_path(host, scope, project_dir=args.project_dir)))
+    paths = config_files(base) if host == "continue" else [base]
+    if not paths:
+        raise ConfigError(f"{base}: no server files in this folder (*.yaml, *.yml, *.json)")
+    targets = []
+    for path in paths:
+        table = servers_table(host, scope, args.project_dir)
+        doc = ConfigDoc.load(path, host)
+        sidecar = Sidecar(path)
+        if host == "vscode" and not args.scope and table != VSCODE_SETTINGS_TABLE \
+                and not doc.servers(table) and doc.servers(VSCODE_SETTINGS_TABLE):
+            table = VSCODE_SETTINGS_TABLE  # --config names a settings.json: its mcp.servers
+        targets.append(Target(path, doc, sidecar, table, doc.servers(table)))
+    return targets
+
+
 def main(argv: Sequence[str], action: str = "wrap") -> int:
     parser = build_parser(action)
     args = parser.parse_args(list(argv))
@@ -316,33 +369,24 @@ def main(argv: Sequence[str], action: str = "wrap") -> int:
         return 1
 
     try:
-        path = Path(os.path.expanduser(args.config)) if args.config else Path(
-            str(config_path(args.host, scope, project_dir=args.project_dir)))
-        table = servers_table(args.host, scope, args.project_dir)
-        doc = ConfigDoc.load(path, args.host)
-        sidecar = Sidecar(path)
-        if args.host == "vscode" and not args.scope and table != VSCODE_SETTINGS_TABLE \
-                and not doc.servers(table) and doc.servers(VSCODE_SETTINGS_TABLE):
-            table = VSCODE_SETTINGS_TABLE  # --config names a settings.json: its mcp.servers
-        servers = doc.servers(table)
+        targets = _targets(args.host, args, scope)
     except ConfigError as exc:
         hint = ""
         if not args.config and "file not found" in str(exc):
             hint = f" (where {spec.title} keeps its {scope} config; give --config PATH if yours is elsewhere)"
         return fail(f"{exc}{hint}; nothing written")
-    where = f"{path} ({table_label(table)})" if len(table) > 1 else str(path)
-    names = list(servers) if args.all else list(dict.fromkeys(args.servers))
-    unknown = [n for n in names if n not in servers]
+    everywhere = [name for t in targets for name in t.servers]
+    names = list(dict.fromkeys(everywhere if args.all else args.servers))
+    unknown = [n for n in names if n not in everywhere]
     if unknown:
-        known = ", ".join(servers) or "none"
-        elsewhere = [f"{n!r} is in the {table_label(t)}" for t in doc.tables() if t != table
+        known = ", ".join(dict.fromkeys(everywhere)) or "none"
+        where = targets[0].where if len(targets) == 1 else f"{targets[0].path.parent} ({len(targets)} files)"
+        doc = targets[0].doc
+        elsewhere = [f"{n!r} is in the {table_label(t)}" for t in doc.tables() if t != targets[0].table
                      for n in unknown if n in doc.servers(t)]
         hint = f"; {', '.join(elsewhere)}: use --scope local --project-dir DIR" if elsewhere else ""
         return fail(f"{where}: no server named {', '.join(repr(n) for n in unknown)} (servers: {known}){hint}; "
                     "nothing written")
-    if not names:
-        print(f"{where}: no servers, nothing to do")
-        return 0
 
     policy = None
     if action == "wrap" and args.policy:
@@ -355,28 +399,63 @@ def main(argv: Sequence[str], action: str = "wrap") -> int:
         except PolicyError as exc:
             return fail(f"{exc}; nothing written")
 
-    plan = Plan(doc, sidecar)
     invocation = proxy_invocation()
-    for name in names:
-        try:
-            if action == "wrap":
-                _wrap_one(plan, args.host, table, name, invocation, policy, args.name_from_key, explicit=not args.all)
-            else:
-                _unwrap_one(plan, args.host, table, name)
-        except ConfigError as exc:
-            plan.outcomes.append(Outcome(name, str(exc), error=True))
-
-    print(f"{spec.title}: {where}")
-    width = max(len(o.server) for o in plan.outcomes)
-    for outcome in plan.outcomes:
-        print(f"  {one_line(outcome.server, 60):<{width}}  {outcome.message}")
-    if any(o.error for o in plan.outcomes):
+    plans: list[tuple[Target, Plan]] = []
+    for target in targets:
+        chosen = [n for n in names if n in target.servers]
+        if not chosen:
+            if args.all:
+                print(f"{target.where}: no servers, nothing to do")
+            continue
+        plan = Plan(target.doc, target.sidecar)
+        for name in chosen:
+            try:
+                if action == "wrap":
+                    _wrap_one(plan, args.host, target.table, name, invocation, policy, args.name_from_key,
+                              explicit=not args.all)
+                else:
+                    _unwrap_one(plan, args.host, target.table, name)
+            except ConfigError as exc:
+                plan.outcomes.append(Outcome(name, str(exc), error=True))
+        print(f"{spec.title}: {target.where}")
+        width = max(len(o.server) for o in plan.outcomes)
+        for outcome in plan.outcomes:
+            print(f"  {one_line(outcome.server, 60):<{width}}  {outcome.message}")
+        plans.append((target, plan))
+    if not plans:
+        return 0
+    if any(o.error for _, plan in plans for o in plan.outcomes):
         return fail("nothing written")
-    if not any(o.changed for o in plan.outcomes):
+    changed = [(t, p) for t, p in plans if any(o.changed for o in p.outcomes)]
+    if not changed:
         print("nothing to change")
         return 0
-    before, after = doc.text, plan.doc.text
+    for target, plan in changed:
+        code = _write(prog, action, args.host, target, plan, dry_run=args.dry_run)
+        if code:
+            return code
     if args.dry_run:
+        return 0
+    if action == "wrap":
+        if policy is None:
+            print("no --policy: the proxy takes its LLM from OPENAI_API_KEY / ANTHROPIC_API_KEY in the host's "
+                  "environment and asks before every request")
+        if args.host == "codex":
+            print("Codex gives servers only the variables listed in env_vars (or set in env): add your LLM key "
+                  "variable there")
+        if args.host == "continue":
+            print("Continue gives servers only HOME, USER, PATH and the like besides the entry's env: put your LLM key "
+                  "variable (and any ${VAR} a --header names) in the entry's env, e.g. "
+                  "OPENAI_API_KEY: ${{ secrets.OPENAI_API_KEY }}")
+    print(f"next: {spec.reload}")
+    return 0
+
+
+def _write(prog: str, action: str, host: str, target: Target, plan: Plan, *, dry_run: bool) -> int:
+    """Write one edited file: its backup first, and the record (before the edit on wrap, after on unwrap)."""
+    path, doc, sidecar = target.path, target.doc, target.sidecar
+    before, after = doc.text, plan.doc.text
+    if dry_run:
         sys.stdout.writelines(_diff(before, after, str(path)))
         print(f"dry run: nothing written (a real run backs up {path.name} to the state dir first and "
               f"{'records the originals in' if action == 'wrap' else 'updates'} {sidecar.path.name})")
@@ -384,26 +463,22 @@ def main(argv: Sequence[str], action: str = "wrap") -> int:
     try:
         original_bytes = Path(os.path.realpath(path)).read_bytes()
         if original_bytes != doc.encode(before):
-            return fail(f"{path} changed while this command ran; nothing written, run it again")
-        saved = backups.take(args.host, path, original_bytes, action)
+            print(f"{prog}: error: {path} changed while this command ran; nothing written to it, run it again",
+                  file=sys.stderr)
+            return 1
+        saved = backups.take(host, path, original_bytes, action)
         if action == "wrap":  # the record exists before the entry changes, and outlives it on unwrap
             sidecar.save()
         write_atomic(path, plan.doc.encode(after))
         if action == "unwrap":
             sidecar.save()
     except OSError as exc:
-        return fail(f"cannot write {exc.filename or path}: {exc.strerror}")
+        print(f"{prog}: error: cannot write {exc.filename or path}: {exc.strerror}", file=sys.stderr)
+        return 1
     print(f"backup: {saved.id} in {saved.file.parent} (`mcp-sampling-proxy unwrap --from-backup {saved.id}` "
           "puts it back)")
     if action == "wrap":
         print(f"originals recorded in {sidecar.path} (for `mcp-sampling-proxy unwrap`)")
-        if policy is None:
-            print("no --policy: the proxy takes its LLM from OPENAI_API_KEY / ANTHROPIC_API_KEY in the host's "
-                  "environment and asks before every request")
-        if args.host == "codex":
-            print("Codex gives servers only the variables listed in env_vars (or set in env): add your LLM key "
-                  "variable there")
-    print(f"next: {spec.reload}")
     return 0
 
 
@@ -466,7 +541,8 @@ def _unwrap_one(plan: Plan, host: str, table: tuple[str, ...], name: str) -> Non
         text = doc.replace_entry(table, name, record["original"])
         how = "restored (its formatting had changed since wrap)"
     else:
-        target = derived_entry(host, entry, record.get("original") if record else None)
+        target = derived_entry(host, entry, record.get("original") if record else None,
+                               yaml=HOSTS[host].format == "yaml" and doc.path.suffix.lower() != ".json")
         if target is None:
             raise ConfigError("cannot tell what it ran before: its arguments have neither '-- COMMAND' nor --url")
         text = doc.replace_entry(table, name, target)
@@ -527,6 +603,8 @@ def survey(host: str, scope: str | None = None, config: str | None = None,
         if host == "vscode" and scope in (None, "user"):  # each VS Code profile has its own mcp.json
             profiles = Path(str(config_path(host, "user"))).parent / "profiles"
             files += [(f"profile {p.parent.name}", p) for p in sorted(profiles.glob("*/mcp.json"))]
+    if host == "continue":  # the project's folder of server files: each file
+        files = [(s, f) for s, p in files for f in (config_files(p) if p.is_dir() else [p])]
     out = []
     for scope_name, path in dict((str(p), (s, p)) for s, p in files).values():
         if scope_name == "settings" and not config and not _has_vscode_settings_servers(path):

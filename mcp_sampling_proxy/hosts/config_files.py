@@ -9,7 +9,8 @@ were; what it writes follows the file's own style (indent unit, line endings, on
 multi-line values). The JSONC editor is our own on purpose: no Python library round-trips JSON
 with comments and trailing commas (json5/commentjson-style parsers drop the comments on writing).
 Codex's TOML is read with `tomllib` and edited with `tomlkit`, which keeps comments, quoting and
-layout. After every edit the new text is parsed again and must equal the expected document
+layout. Continue's YAML is spliced the same way as JSONC, at the positions PyYAML reports
+(`hosts.yaml_doc`). After every edit the new text is parsed again and must equal the expected document
 exactly, or nothing is written.
 
 Restoring exactly. What `unwrap` needs to restore an entry byte for byte is kept in a record file
@@ -53,7 +54,7 @@ class ConfigError(Exception):
 class Host:
     name: str
     title: str
-    format: str  # "json" | "toml"
+    format: str  # "json" | "toml" | "yaml" (Continue: its JSON files go through the JSON editor)
     servers_key: str  # the table holding the server entries
     scopes: tuple[str, ...]  # user: per-user file; project: file in the project; local: Claude Code's per-project
     syntax: str  # what the host's own parser accepts
@@ -91,6 +92,14 @@ HOSTS: dict[str, Host] = {h.name: h for h in (
     # https://lmstudio.ai/docs/app/mcp: ~/.lmstudio/mcp.json, "Cursor's mcp.json notation" (`mcpServers`).
     Host("lmstudio", "LM Studio", "json", "mcpServers", ("user",), "JSON", ("url",),
          "no", "no", "save mcp.json in LM Studio's editor, or restart LM Studio"),
+    # https://docs.continue.dev/reference (config.yaml) and /customize/deep-dives/mcp: `mcpServers:` is a
+    # LIST of {name, command, args, env, cwd, type: stdio|sse|streamable-http, url, requestOptions: {headers}}
+    # in ~/.continue/config.yaml; a workspace has block files .continue/mcpServers/*.yaml (name, version,
+    # schema, mcpServers) and Claude-style JSON files there. Its MCP client declares no capabilities
+    # (core/context/mcp/MCPConnection.ts: `capabilities: {}`).
+    Host("continue", "Continue", "yaml", "mcpServers", ("user", "project"),
+         "YAML (JSON files in .continue/mcpServers/)", ("url",),
+         "no", "no", "Continue reloads its config when a file changes (else: command palette, Continue: Reload)"),
 )}
 # VS Code before 1.102 kept servers in settings.json under "mcp": {"servers": ...} (it moves them to
 # mcp.json itself since); `--scope settings` edits that table in the user settings.json.
@@ -158,6 +167,11 @@ def config_path(host: str, scope: str = "user", *, project_dir: str | os.PathLik
                 / "cline_mcp_settings.json")
     if host == "lmstudio":
         return home_path / ".lmstudio" / "mcp.json"
+    if host == "continue":  # project: the folder of block files (`config_files` lists them)
+        if scope == "project":
+            return project / CONTINUE_BLOCKS
+        base = environ.get("CONTINUE_GLOBAL_DIR")
+        return (pure(base) if base and pure(base).is_absolute() else home_path / ".continue") / "config.yaml"
     if host == "windsurf":
         return home_path / ".codeium" / "windsurf" / "mcp_config.json"
     if host == "gemini":
@@ -167,6 +181,19 @@ def config_path(host: str, scope: str = "user", *, project_dir: str | os.PathLik
         return project / ".codex" / "config.toml"
     base = environ.get("CODEX_HOME")
     return (pure(base) if base else home_path / ".codex") / "config.toml"
+
+
+# Continue's workspace folder of server files (each .yaml/.yml block or Claude-style .json)
+CONTINUE_BLOCKS = PurePosixPath(".continue", "mcpServers")
+CONTINUE_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def config_files(path: Path) -> list[Path]:
+    """The config files `path` stands for: itself, or for a folder (Continue's `.continue/mcpServers/`)
+    the server files in it, by name."""
+    if not path.is_dir():
+        return [path]
+    return sorted(p for p in path.iterdir() if p.suffix.lower() in CONTINUE_SUFFIXES and p.is_file())
 
 
 def servers_table(host: str, scope: str = "user", project_dir: str | os.PathLike[str] | None = None) -> tuple[str, ...]:
@@ -243,6 +270,11 @@ def classify(host: str, entry: Any) -> Kind:
             headers["Authorization"] = f"Bearer {entry['bearer_token']}"
     else:
         raw = entry.get("headers") or {}
+        options = entry.get("requestOptions")
+        if host == "continue" and options is not None:  # Continue's YAML: requestOptions.headers
+            if not isinstance(options, dict):
+                return Kind("invalid", problem="its requestOptions is not a mapping")
+            raw = options.get("headers") or raw
         if not isinstance(raw, dict):
             return Kind("invalid", problem="its headers are not an object")
         headers = dict(raw)
@@ -589,6 +621,10 @@ class ConfigDoc:
         except UnicodeDecodeError as exc:
             raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
         cls: type[ConfigDoc] = TomlDoc if HOSTS[host].format == "toml" else JsonDoc
+        if HOSTS[host].format == "yaml" and path.suffix.lower() != ".json":
+            from mcp_sampling_proxy.hosts.yaml_doc import YamlDoc
+
+            cls = YamlDoc
         return cls(path, host, text)
 
     def encode(self, text: str) -> bytes:
@@ -629,6 +665,10 @@ class ConfigDoc:
     def _parse(self, text: str) -> dict[str, Any]:
         raise NotImplementedError
 
+    def _expected(self, table: tuple[str, ...], name: str, value: Any) -> dict[str, Any]:
+        """The data once the entry is `value`."""
+        return _with_value(self.data, (*table, name), value)
+
     # shared
     def entry_text(self, table: tuple[str, ...], name: str) -> str:
         start, end = self.entry_span(table, name)
@@ -650,7 +690,7 @@ class ConfigDoc:
             got = self._parse(text)
         except ConfigError as exc:
             raise ConfigError(f"{self.path}: editing '{name}' would break the file ({exc}); nothing written") from None
-        if not _same(got, _with_value(self.data, (*table, name), value)):
+        if not _same(got, self._expected(table, name, value)):
             raise ConfigError(f"{self.path}: editing '{name}' in place did not give the expected result "
                               "(an unusual layout?); nothing written")
         return text
@@ -666,6 +706,13 @@ class JsonDoc(ConfigDoc):
 
     def _parse(self, text: str) -> dict[str, Any]:
         return parse_jsonc(text, str(self.path)).value
+
+    def servers(self, table: tuple[str, ...]) -> dict[str, Any]:
+        if self.host == "continue" and table == ("mcpServers",) and "mcpServers" not in self.data \
+                and ("command" in self.data or "url" in self.data):
+            raise ConfigError(f"{self.path}: holds one server without a name (Continue's single-server JSON), which "
+                              'this tool does not edit; write it as {"mcpServers": {"NAME": {...}}}')
+        return super().servers(table)
 
     def _member(self, path: tuple[str, ...]) -> JMember:
         node, member = self.root, None
