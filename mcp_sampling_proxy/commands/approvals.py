@@ -75,14 +75,14 @@ def list_approvals(as_json: bool) -> int:
     if not rows:
         print(f"no remembered approvals ({path})")
         return 0
-    table = [("#", "server", "tool", "rule", "when", "by")] + [
-        (str(n), *(one_line(str(v), 60) for v in (
+    table: list[list[str]] = [["#", "server", "tool", "rule", "when", "by"]] + [
+        [str(n), *(one_line(str(v), 60) for v in (
             r["server"], r["tool"] or "(no tool call)", r["rule"] or "-", r["at"] or "(before it was recorded)",
-            r["channel"] or "-")))
+            r["channel"] or "-"))]
         for n, r in enumerate(rows, 1)]
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    for row in table:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
+    for line in table:
+        print("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip())
     print(f"\n{path}; revoke with: {PROG} revoke N (or --server NAME, or --all)")
     return 0
 
