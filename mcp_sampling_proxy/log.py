@@ -26,6 +26,13 @@ def set_secrets(secrets: Iterable[str]) -> None:
     _redactor = Redactor(secrets)
 
 
+def add_secret(value: str) -> None:
+    """One more value to mask (OAuth tokens, learned and refreshed while the proxy runs)."""
+    global _redactor
+    if value and value not in _redactor.secrets:
+        _redactor = Redactor((*_redactor.secrets, value))
+
+
 def scrub_secrets(_logger: Any, _method: str, event: EventDict) -> EventDict:
     if not _redactor.secrets:
         return event

@@ -66,7 +66,7 @@ def test_unknown_provider_key_suggests_the_right_one() -> None:
 
 def test_provider_without_type() -> None:
     message = error_of("llm:\n  providers:\n    p:\n      models: [m]\n")
-    assert message == "policy.yaml:4:7: provider 'p' needs a type: one of openai, anthropic, console"
+    assert message == "policy.yaml:4:7: provider 'p' needs a type: one of openai, anthropic, console, command"
 
 
 def test_provider_without_models() -> None:
@@ -87,7 +87,7 @@ def test_console_provider_needs_no_models() -> None:
 def test_bad_provider_type() -> None:
     message = error_of("llm:\n  providers:\n    p:\n      type: openia\n      models: [m]\n")
     assert message == (
-        "policy.yaml:4:13: llm.providers.p.type 'openia' is not one of openai, anthropic, console "
+        "policy.yaml:4:13: llm.providers.p.type 'openia' is not one of openai, anthropic, console, command "
         "(did you mean 'openai'?)"
     )
 

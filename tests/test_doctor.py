@@ -268,3 +268,69 @@ def test_exit_codes_from_the_command_line(tmp_path: Path, openai_llm: FakeLLMSer
         result = subprocess.run([PY, "-m", "mcp_sampling_proxy", "doctor", "--policy", policy], env=env,
                                 capture_output=True, text=True, timeout=60)
         assert result.returncode == expected, result.stdout + result.stderr
+
+
+def test_four_broken_wrapped_entries_are_four_problems(environment: Path, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each entry is broken in one way the host would hit only when it starts the server."""
+    proxy = str(Path(PY).parent / "mcp-sampling-proxy")
+    good = write_policy(tmp_path, openai_policy("http://127.0.0.1:9/v1"), "good.yaml")
+    bad = write_policy(tmp_path, "rules:\n  - action: alow\n", "bad.yaml")
+    empty_bin = tmp_path / "empty-bin"
+    empty_bin.mkdir()
+
+    def entry(command: str, policy: str, server: list[str], env: dict[str, str]) -> dict[str, object]:
+        return {"command": command, "args": ["--policy", policy, "--", *server], "env": env}
+
+    servers = {
+        "moved-proxy": entry(str(tmp_path / "old-venv" / "bin" / "mcp-sampling-proxy"), good, [PY, "-V"],
+                             {"TEST_LLM_KEY": "k"}),
+        "lost-server": entry(proxy, good, ["summarizer-mcp-not-installed"],
+                             {"TEST_LLM_KEY": "k", "PATH": str(empty_bin)}),
+        "bad-policy": entry(proxy, bad, [PY, "-V"], {"TEST_LLM_KEY": "k"}),
+        "no-key": entry(proxy, good, [PY, "-V"], {}),
+        "fine": entry(proxy, good, ["python3", "-V"], {"TEST_LLM_KEY": "k", "PATH": str(Path(PY).parent)}),
+    }
+    config = environment / ".cursor" / "mcp.json"
+    config.parent.mkdir()
+    config.write_text(json.dumps({"mcpServers": servers}, indent=2))
+    monkeypatch.delenv("TEST_LLM_KEY", raising=False)
+
+    code, out = doctor(capsys)
+    assert code == 1
+    wrapped = out.split("\nwrapped servers\n", 1)[1]
+    problems = [line.strip() for line in wrapped.splitlines() if line.strip().startswith("✗")]
+    assert len(problems) == 4, wrapped
+    assert f"✗ Cursor 'moved-proxy': the proxy command {tmp_path}/old-venv/bin/mcp-sampling-proxy is not an " \
+        "executable file" in wrapped
+    assert f"✗ Cursor 'lost-server': the server command 'summarizer-mcp-not-installed' is not found " \
+        f"(PATH={empty_bin}, from the entry's env)" in wrapped
+    assert "✗ Cursor 'bad-policy': its policy is invalid: " in wrapped and "bad.yaml:2:13" in wrapped
+    assert "✗ Cursor 'no-key': TEST_LLM_KEY (for provider 'fake') is not set in the entry's env" in wrapped
+    fixes = [line.strip() for line in wrapped.splitlines() if line.strip().startswith("fix:")]
+    assert len(fixes) == 4
+    assert "fix: reinstall mcp-sampling-proxy, or run `mcp-sampling-proxy unwrap --host cursor" in wrapped
+    assert "fix: write the command's absolute path in the entry (`which summarizer-mcp-not-installed`)" in wrapped
+    assert f"fix: fix the file; `mcp-sampling-proxy policy check {bad}` checks it again" in wrapped
+    assert f"fix: add TEST_LLM_KEY to the entry's env in {config}" in wrapped
+    assert "✗ Cursor 'fine'" not in wrapped and f"✓ Cursor 'fine': upstream {Path(PY).parent}/python3" in wrapped
+    assert "\n4 problems, " in out
+
+    # the key in the host's environment is enough for the entry without one; the others are still broken
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    code, out = doctor(capsys)
+    assert "'no-key': TEST_LLM_KEY set" in out and out.count("✗ Cursor") == 3
+
+
+def test_doctor_exits_0_when_every_wrapped_entry_is_sound(environment: Path, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    config = environment / ".cursor" / "mcp.json"
+    config.parent.mkdir()
+    config.write_text(json.dumps({"mcpServers": {"summarizer": {"command": PY, "args": ["-V"]}}}, indent=2))
+    assert cli_main(["wrap", "--host", "cursor", "--all"]) == 0
+    capsys.readouterr()
+    code, out = doctor(capsys)
+    assert code == 0, out
+    assert f"✓ Cursor 'summarizer': upstream {PY}" in out
+    assert "· Cursor 'summarizer': no --policy" in out

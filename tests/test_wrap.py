@@ -27,6 +27,7 @@ from mcp_sampling_proxy.hosts.config_files import (
     is_wrapped,
     parse_jsonc,
     parse_proxy_args,
+    record_path,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "host_configs"
@@ -39,8 +40,19 @@ CASES = [
     ("windsurf", "windsurf.mcp_config.json"),
     ("gemini", "gemini.settings.json"),
     ("codex", "codex.config.toml"),
+    ("zed", "zed.settings.json"),
+    ("cline", "cline_mcp_settings.json"),
+    ("lmstudio", "lmstudio.mcp.json"),
+    ("vscode", "vscode.settings.json"),
 ]
-SERVERS_KEY = {"vscode": "servers", "codex": "mcp_servers"}
+SERVERS_KEY = {"vscode": "servers", "codex": "mcp_servers", "zed": "context_servers"}
+
+
+@pytest.fixture(autouse=True)
+def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Backups go to the state dir: the test's own."""
+    monkeypatch.setenv("MCP_SAMPLING_PROXY_STATE_DIR", str(tmp_path / "state"))
+    return tmp_path / "state"
 
 
 @pytest.fixture
@@ -62,11 +74,18 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 
 def servers_of(host: str, path: Path) -> dict[str, Any]:
-    return ConfigDoc.load(path, host).servers((SERVERS_KEY.get(host, "mcpServers"),))
+    doc = ConfigDoc.load(path, host)
+    return doc.servers(doc.tables()[0] if path.name.endswith("settings.json") and host == "vscode"
+                       else (SERVERS_KEY.get(host, "mcpServers"),))
 
 
 def backups(path: Path) -> list[Path]:
-    return sorted(path.parent.glob(path.name + ".bak-*"))
+    """The backups taken of `path` (in the state dir, never beside it)."""
+    found = []
+    for meta in sorted((path.parent.parent / "state" / "backups").glob("*.meta")):
+        if json.loads(meta.read_text())["path"] == str(path.absolute()):
+            found.append(meta.with_suffix(""))
+    return found
 
 
 # -- round trips -------------------------------------------------------------------------------------
@@ -78,7 +97,7 @@ def test_wrap_wrap_unwrap_round_trip_is_byte_exact(tmp_path: Path, capsys: pytes
     path = copy_fixture(tmp_path, fixture)
     original = path.read_bytes()
     before = servers_of(host, path)
-    key = SERVERS_KEY.get(host, "mcpServers")
+    key = ConfigDoc.load(path, host).tables()[0][0]
     other_before = {k: v for k, v in ConfigDoc.load(path, host).data.items() if k != key}
 
     code, out, err = run(capsys, "wrap", "--host", host, "--config", str(path), "--all", "--policy", policy)
@@ -87,9 +106,12 @@ def test_wrap_wrap_unwrap_round_trip_is_byte_exact(tmp_path: Path, capsys: pytes
     wrapped_bytes = path.read_bytes()
     assert wrapped_bytes != original
     [first_backup] = backups(path)
-    assert re.search(r"\.bak-\d{8}T\d{6}$", first_backup.name)
+    assert re.fullmatch(rf"\d{{8}}T\d{{6}}-{host}-{re.escape(path.name)}", first_backup.name)
+    assert stat.S_IMODE(first_backup.stat().st_mode) == 0o600
+    assert not list(path.parent.glob("*.bak-*"))
     assert first_backup.read_bytes() == original
-    sidecar = path.parent / SIDECAR_NAME
+    assert not (path.parent / SIDECAR_NAME).exists()  # nothing of ours beside the config
+    sidecar = record_path(path)
     assert stat.S_IMODE(sidecar.stat().st_mode) == 0o600
 
     doc = ConfigDoc.load(path, host)
@@ -326,7 +348,9 @@ def test_comments_and_formatting_survive(tmp_path: Path, capsys: pytest.CaptureF
                  'LOG_LEVEL = "debug"', "[profiles.fast]", 'model = "gpt-5-mini"'):
         assert line in text
     assert text.startswith('# Codex configuration\nmodel = "gpt-5-codex"\n')
-    assert '  "--verbose",\n]' in text, "a multi-line array stays multi-line"
+    assert 'args = [\n  "--policy",\n' in text and '  "--verbose",\n]' in text, \
+        "a multi-line array stays multi-line, with the file's indentation"
+    assert 'command = "' + proxy_invocation().command + '"   # the interpreter\n' in text, "a comment stays"
 
 
 def test_windows_line_endings_are_kept(tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str) -> None:
@@ -368,10 +392,23 @@ def test_unwrap_without_the_record_rebuilds_from_the_arguments(tmp_path: Path, c
         path = copy_fixture(tmp_path, fixture)
         before = servers_of(host, path)
         assert run(capsys, "wrap", "--host", host, "--config", str(path), "--all", "--policy", policy)[0] == 0
-        (path.parent / SIDECAR_NAME).unlink()
+        record_path(path).unlink()
         code, out, _ = run(capsys, "unwrap", "--host", host, "--config", str(path), "--all")
         assert code == 0 and "no record of the original" in out
         assert servers_of(host, path) == before
+
+
+def test_a_record_an_older_version_left_beside_the_config_is_used_and_moved(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str) -> None:
+    path = copy_fixture(tmp_path, "claude_desktop_config.json")
+    original = path.read_bytes()
+    assert run(capsys, "wrap", "--host", "claude-desktop", "--config", str(path), "--all", "--policy", policy)[0] == 0
+    legacy = path.parent / SIDECAR_NAME
+    record_path(path).rename(legacy)  # where versions before 0.2 kept it
+    code, _, err = run(capsys, "unwrap", "--host", "claude-desktop", "--config", str(path), "--all")
+    assert code == 0, err
+    assert path.read_bytes() == original  # restored byte for byte from the old record
+    assert not legacy.exists()
 
 
 def test_unwrap_after_reformatting_restores_the_values(tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -461,6 +498,17 @@ def test_list_looks_in_every_hosts_default_places(tmp_path: Path, capsys: pytest
     ("gemini", "project", "linux", "/work/app/.gemini/settings.json"),
     ("codex", "user", "linux", "/Users/me/.codex/config.toml"),
     ("codex", "user", "win32", r"C:\Users\me\.codex\config.toml"),
+    ("vscode", "settings", "linux", "/Users/me/.config/Code/User/settings.json"),
+    ("zed", "user", "linux", "/Users/me/.config/zed/settings.json"),
+    ("zed", "user", "darwin", "/Users/me/.config/zed/settings.json"),
+    ("zed", "user", "win32", r"C:\Users\me\AppData\Roaming\Zed\settings.json"),
+    ("zed", "project", "linux", "/work/app/.zed/settings.json"),
+    ("cline", "user", "linux",
+     "/Users/me/.config/Code/User/globalStorage/saoudrizwan.claude-dev/settings/cline_mcp_settings.json"),
+    ("cline", "user", "darwin", "/Users/me/Library/Application Support/Code/User/globalStorage/"
+     "saoudrizwan.claude-dev/settings/cline_mcp_settings.json"),
+    ("lmstudio", "user", "darwin", "/Users/me/.lmstudio/mcp.json"),
+    ("lmstudio", "user", "win32", r"C:\Users\me\.lmstudio\mcp.json"),
 ])
 def test_default_locations(host: str, scope: str, platform: str, expected: str) -> None:
     windows = platform == "win32"
@@ -513,3 +561,102 @@ async def test_a_wrapped_claude_desktop_entry_starts_the_server(tmp_path: Path, 
     async with sdk_host([entry["command"], *entry["args"]], env, tmp_path / "stderr.log") as client:
         tools = await client.list_tools()
     assert "summarize" in {tool.name for tool in tools.tools}
+
+
+# -- backups -------------------------------------------------------------------------------------------
+
+
+def test_backups_go_to_the_state_dir_and_from_backup_restores_one(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str, state: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    project = tmp_path / "project"
+    (project / ".vscode").mkdir(parents=True)
+    path = project / ".vscode" / "mcp.json"
+    shutil.copyfile(FIXTURES / "vscode.mcp.json", path)
+    original = path.read_bytes()
+    monkeypatch.chdir(project)
+    code, out, err = run(capsys, "wrap", "--host", "vscode", "--scope", "project", "--all", "--policy", policy)
+    assert code == 0, err
+    wrapped = path.read_bytes()
+    assert sorted(p.name for p in (project / ".vscode").iterdir()) == ["mcp.json"]
+    [wrap_backup] = re.findall(r"backup: (\S+) in ", out)
+    assert (state / "backups" / wrap_backup).read_bytes() == original
+    assert stat.S_IMODE((state / "backups").stat().st_mode) == 0o700
+
+    code, out, _ = run(capsys, "unwrap", "--list-backups")
+    assert code == 0
+    assert re.search(rf"{re.escape(wrap_backup)}\s+\S+\s+before wrap\s+VS Code: {re.escape(str(path))}", out)
+
+    path.write_text("{ broken by hand")
+    code, out, err = run(capsys, "unwrap", "--from-backup", wrap_backup)
+    assert code == 0, err
+    assert path.read_bytes() == original
+    [saved] = re.findall(r"the file as it was: backup (\S+)", out)
+    assert (state / "backups" / saved).read_text() == "{ broken by hand"
+    code, out, _ = run(capsys, "unwrap", "--list-backups")
+    assert "before from-backup" in out
+
+    code, _, err = run(capsys, "unwrap", "--from-backup", "19990101T000000")
+    assert code == 1 and "no backup '19990101T000000'" in err and "--list-backups" in err
+    assert path.read_bytes() == original
+    assert wrapped != original
+
+
+def test_list_backups_when_there_are_none(capsys: pytest.CaptureFixture[str], state: Path) -> None:
+    code, out, _ = run(capsys, "unwrap", "--list-backups")
+    assert code == 0 and f"no backups in {state / 'backups'}" in out
+
+
+def test_new_hosts_and_vscode_locations_are_found_by_list(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch, policy: str) -> None:
+    home = tmp_path / "home"
+    user = home / ".config" / "Code" / "User"
+    for relative, fixture in (
+            (".config/zed/settings.json", "zed.settings.json"),
+            (".lmstudio/mcp.json", "lmstudio.mcp.json"),
+            (".config/Code/User/globalStorage/saoudrizwan.claude-dev/settings/cline_mcp_settings.json",
+             "cline_mcp_settings.json"),
+            (".config/Code/User/settings.json", "vscode.settings.json"),
+            (".config/Code/User/profiles/-6a1b2c3d/mcp.json", "vscode.mcp.json")):
+        (home / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(FIXTURES / fixture, home / relative)
+    monkeypatch.setenv("HOME", str(home))
+    for var in ("XDG_CONFIG_HOME", "CODEX_HOME", "CLAUDE_CONFIG_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run(capsys, "wrap", "--list")
+    assert code == 0
+    assert f"Zed (user): {home}/.config/zed/settings.json: 0 of 3 servers wrapped" in out
+    assert f"LM Studio (user): {home}/.lmstudio/mcp.json: 0 of 2 servers wrapped" in out
+    assert f"Cline (user): {user}/globalStorage/saoudrizwan.claude-dev/settings/cline_mcp_settings.json: 0 of 3" in out
+    assert f"VS Code (settings): {user}/settings.json: 0 of 2 servers wrapped" in out
+    assert f"VS Code (profile -6a1b2c3d): {user}/profiles/-6a1b2c3d/mcp.json: 0 of 3 servers wrapped" in out
+
+    settings = user / "settings.json"
+    original = settings.read_bytes()
+    code, out, err = run(capsys, "wrap", "--host", "vscode", "--scope", "settings", "--server", "memory",
+                         "--policy", policy)
+    assert code == 0, err
+    assert f"VS Code: {settings} (mcp.servers)" in out
+    text = settings.read_bytes()
+    assert b"\r\n\t// servers from before VS Code 1.102 kept MCP in settings.json\r\n" in text
+    assert b'"editor.tabSize": 4,\r\n}\r\n' in text
+    entry = ConfigDoc.load(settings, "vscode").data["mcp"]["servers"]["memory"]
+    assert parse_proxy_args(entry["args"]).command == ["npx", "-y", "@modelcontextprotocol/server-memory"]
+    code, out, _ = run(capsys, "wrap", "--list", "--host", "vscode")
+    assert f"VS Code (settings): {settings}: 1 of 2 servers wrapped" in out
+    assert run(capsys, "unwrap", "--host", "vscode", "--scope", "settings", "--all")[0] == 0
+    assert settings.read_bytes() == original
+
+
+def test_codex_unwrap_after_an_edit_elsewhere_in_the_table_keeps_the_edit(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str) -> None:
+    path = copy_fixture(tmp_path, "codex.config.toml")
+    original = path.read_text()
+    assert run(capsys, "wrap", "--host", "codex", "--config", str(path), "--all", "--policy", policy)[0] == 0
+    slow = ("startup_timeout_sec = 20\n", "startup_timeout_sec = 20  # slow start\n")
+    path.write_text(path.read_text().replace(*slow))
+    code, out, _ = run(capsys, "unwrap", "--host", "codex", "--config", str(path), "--all")
+    assert code == 0 and "formatting had changed" in out
+    assert path.read_text() == original.replace(*slow)

@@ -18,7 +18,8 @@ from mcp_sampling_proxy.config.child_env import child_environment, hidden_names_
 # subcommand -> the module whose main() runs it (imported only when used: start-up stays light)
 SUBCOMMANDS = {
     "try": "try_sampling", "policy": "policy", "console": "console", "audit": "audit",
-    "wrap": "wrap", "unwrap": "wrap", "doctor": "doctor", "init": "init", "approvals": "approvals",
+    "wrap": "wrap", "unwrap": "wrap", "doctor": "doctor", "login": "login", "logout": "login",
+    "init": "init", "approvals": "approvals",
 }
 
 EPILOG = """\
@@ -42,9 +43,12 @@ examples:
   # approve requests of every running proxy (hosts such as Claude Desktop give it no terminal)
   mcp-sampling-proxy console
 
-  # put the proxy in front of every server of a host (backup first; `unwrap` restores them)
+  # put the proxy in front of every server of a host (backup in the state dir first; `unwrap` restores them)
   mcp-sampling-proxy wrap --host claude-desktop --all --policy ~/.config/mcp-sampling-proxy/policy.yaml
   mcp-sampling-proxy wrap --list
+
+  # an OAuth-protected remote: log in once from a terminal (browser), the proxy then refreshes the tokens
+  mcp-sampling-proxy login --url https://mcp.example.com/mcp
 
   # check the policy, providers, approval channels and audit/state dirs
   mcp-sampling-proxy doctor --policy policy.yaml
@@ -122,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         import importlib
 
         module = importlib.import_module(f"mcp_sampling_proxy.commands.{SUBCOMMANDS[args_list[0]]}")
-        if args_list[0] in ("wrap", "unwrap"):
+        if args_list[0] in ("wrap", "unwrap", "login", "logout"):
             return module.main(args_list[1:], args_list[0])
         return module.main(args_list[1:])
     args = build_parser().parse_args(args_list)

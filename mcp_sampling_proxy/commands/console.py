@@ -12,8 +12,6 @@ its own to phish the user.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import os
 import sys
 from collections import deque
@@ -24,8 +22,8 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from mcp_sampling_proxy.approval.channels import approval_dialogue, review_dialogue, with_prompt, with_text
-from mcp_sampling_proxy.approval.console_messages import MAX_LINE, BadMessage, validate
+from mcp_sampling_proxy.approval.channels import approval_dialogue, review_dialogue
+from mcp_sampling_proxy.approval.console_client import ConsoleClient, Event, decision_reply, elicit_reply, review_reply
 from mcp_sampling_proxy.approval.terminal import discard_typeahead
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.sanitize import one_line, quote, strip_controls
@@ -34,14 +32,14 @@ log = get_logger("mcp_sampling_proxy.console")
 
 
 class Console:
+    """The terminal console: questions are asked one at a time, in the order they arrived."""
+
     def __init__(self, directory: Path, out: Any = sys.stdout):
         self._dir = directory
         self._out = out
-        self._streams: dict[Path, anyio.abc.SocketStream] = {}
+        self._client = ConsoleClient(directory, self._on_event)
         self._queue: deque[tuple[Path, dict[str, Any]]] = deque()
         self._ready = anyio.Event()
-        self._resolved: set[tuple[Path, str]] = set()
-        self._refused: set[tuple[Path, int]] = set()
 
     def say(self, text: str) -> None:
         self._out.write(text + "\n")
@@ -49,104 +47,43 @@ class Console:
 
     async def run(self, tg: anyio.abc.TaskGroup) -> None:
         self.say(f"mcp-sampling-proxy console: watching {self._dir} for proxies (Ctrl-C to quit)")
-        tg.start_soon(self._scan, tg)
+        tg.start_soon(self._client.run)
         while True:
             while not self._queue:
                 self._ready = anyio.Event()
                 await self._ready.wait()
             path, message = self._queue.popleft()
-            if (path, message["id"]) in self._resolved:
+            if self._client.is_resolved(path, message["id"]):
                 continue
             await self._answer(path, message)
 
-    async def _scan(self, tg: anyio.abc.TaskGroup) -> None:
-        from mcp_sampling_proxy.approval.console_server import is_stale
-
-        while True:
-            for sock in sorted(self._dir.glob("*.sock")):
-                if sock in self._streams or self._known_refused(sock):
-                    continue
-                try:
-                    stream = await anyio.connect_unix(sock)
-                except OSError:
-                    if is_stale(sock):  # left by a proxy that was killed
-                        with contextlib.suppress(OSError):
-                            sock.unlink()
-                    continue  # a proxy that is gone (or not ready yet)
-                why = _refusal(sock, stream)
-                if why:
-                    self._refuse(sock, why)
-                    await stream.aclose()
-                    continue
-                self._streams[sock] = stream
-                tg.start_soon(self._listen, sock, stream)
-            await anyio.sleep(0.5)
-
-    def _known_refused(self, sock: Path) -> bool:
-        try:
-            return (sock, sock.lstat().st_ino) in self._refused
-        except OSError:
-            return True
-
-    def _refuse(self, sock: Path, why: str) -> None:
-        with contextlib.suppress(OSError):
-            self._refused.add((sock, sock.lstat().st_ino))
-        shown = one_line(str(sock))  # a planted file's name is chosen by the attacker
-        log.warning("refused a console socket", path=shown, reason=why)
-        self.say(f"[!] ignoring {shown}: {why}")
-
-    async def _listen(self, path: Path, stream: anyio.abc.SocketStream) -> None:
-        buffer = b""
-        try:
-            async for chunk in stream:
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    try:
-                        self._receive(path, validate(json.loads(line)))
-                    except (ValueError, BadMessage) as exc:  # BadMessage is a ValueError too
-                        log.warning("dropped a malformed message from a proxy", path=str(path),
-                                    error=one_line(str(exc)))
-                if len(buffer) > MAX_LINE:
-                    log.warning("a proxy sent an oversized message; disconnected", path=str(path))
-                    break
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-            pass
-        self._streams.pop(path, None)
-        with contextlib.suppress(OSError, anyio.BrokenResourceError):
-            await stream.aclose()
-        self.say(f"[proxy {path.stem}] detached")
-
-    def _receive(self, path: Path, message: dict[str, Any]) -> None:
-        kind = message["type"]
-        if kind == "hello":
-            if str(message["pid"]) != path.stem:
-                raise BadMessage(f"hello names pid {message['pid']}, the socket is {path.name}")
+    def _on_event(self, event: Event) -> None:
+        if event.kind == "attached":
+            message = event.message
             self.say(f"[proxy {message['pid']}] attached: server '{_clean(message.get('server'))}', "
                      f"host '{_clean(message.get('host'))}'")
-        elif kind in ("pending", "review", "elicit"):
-            self._queue.append((path, message))
+        elif event.kind == "question":
+            self._queue.append((event.path, event.message))
             self._ready.set()
-        elif kind == "resolved":
-            self._resolved.add((path, message["id"]))
+        elif event.kind == "detached":
+            self.say(f"[proxy {event.path.stem}] detached")
+        elif event.kind == "refused":
+            self.say(f"[!] ignoring {one_line(str(event.path))}: {event.why}")  # a planted name is the attacker's
 
     async def _answer(self, path: Path, message: dict[str, Any]) -> None:
-        stream = self._streams.get(path)
-        if stream is None:
+        if not self._client.attached(path):
             return
         self.say("")
         reply: dict[str, Any]
         if message["type"] == "elicit":
-            reply = {**await _elicit(message, self.say), "type": "elicit", "id": message["id"]}
+            reply = elicit_reply(message, await _elicit(message, self.say))
         elif message["type"] == "review":
             self.say(f"[proxy {path.stem}] the LLM's answer for server '{_clean(message.get('server'))}' "
                      "needs your review:")
             result = message.get("result") or {}
             accepted, text = await review_dialogue(result, _ask_or_none, self.say, prompt=message.get("summary"),
                                                    prompt_edited_by=message.get("prompt_edited_by"))
-            reply = {"type": "review", "id": message["id"], "accept": accepted}
-            if text is not None:  # the new text only, which the proxy applies; a proxy before "edit" takes `result`
-                reply.update({"text": text} if message.get("edit") == "text" else {"result": with_text(result, text)})
+            reply = review_reply(message, accepted, text)
         else:
             host = f", host '{_clean(message.get('host'))}'" if message.get("host") else ""
             self.say(f"[proxy {path.stem}] sampling request from server '{_clean(message.get('server'))}'{host} "
@@ -155,16 +92,11 @@ class Console:
             params = message.get("params") or {}
             scope, text = await approval_dialogue(params, _ask_or_none, self.say,
                                                   lambda: discard_typeahead(sys.stdin.fileno()))
-            reply = {"type": "decision", "id": message["id"], "approve": scope is not None, "scope": scope or "once"}
-            if text is not None:  # the new text only, which the proxy applies; a proxy before "edit" takes `params`
-                reply.update({"prompt": text} if message.get("edit") == "prompt"
-                             else {"params": with_prompt(params, text)})
-        if (path, message["id"]) in self._resolved:
+            reply = decision_reply(message, scope, text)
+        if self._client.is_resolved(path, message["id"]):
             self.say("(answered elsewhere or timed out meanwhile; your answer was not used)")
             return
-        try:
-            await stream.send(json.dumps(reply).encode() + b"\n")
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+        if not await self._client.send(path, reply):
             self.say("(the proxy is gone)")
 
 
@@ -199,20 +131,6 @@ def _clean(value: Any) -> str:
     return one_line(str(value or ""), 120)
 
 
-def _refusal(sock: Path, stream: anyio.abc.SocketStream) -> str | None:
-    """Why a socket must not be trusted: its server's pid is not the one in its name, or the
-    server runs below a proxy (a governed server planting a fake proxy socket)."""
-    from mcp_sampling_proxy.hardening import peer_pid, refusal
-
-    try:
-        pid = peer_pid(stream.extra(anyio.abc.SocketAttribute.raw_socket))
-    except (OSError, anyio.TypedAttributeLookupError):
-        pid = None
-    if pid is None or str(pid) != sock.stem:
-        return f"it is served by process {pid}, not by the proxy its name claims"
-    return refusal(pid)
-
-
 async def _ask(prompt: str) -> str:
     sys.stdout.write(prompt)
     sys.stdout.flush()
@@ -232,12 +150,28 @@ def main(argv: Sequence[str]) -> int:
         prog="mcp-sampling-proxy console",
         description="Approve the sampling requests of every running mcp-sampling-proxy of this user from this "
         "terminal (for hosts such as Claude Desktop that start the proxy without one).")
-    parser.parse_args(list(argv))
+    web = parser.add_argument_group("in a browser")
+    web.add_argument("--web", action="store_true",
+                     help="serve the console as a page on 127.0.0.1 instead: the first line printed is its URL, "
+                     "with a secret token")
+    web.add_argument("--port", type=int, default=0, help="port for --web (default: a free one)")
+    web.add_argument("--no-open", action="store_true", help="with --web: print the URL, do not open a browser")
+    web.add_argument("--audit", metavar="FILE", help="with --web: the audit log to tail (default: the policy's "
+                     "audit.path)")
+    web.add_argument("--policy", metavar="FILE", help="with --web: the policy whose budgets and limits to show "
+                     "(default: ~/.config/mcp-sampling-proxy/policy.yaml when it exists)")
+    args = parser.parse_args(list(argv))
+    if not args.web and (args.port or args.no_open or args.audit or args.policy):
+        parser.error("--port, --no-open, --audit and --policy go with --web")
     try:
         directory = runtime_dir()
     except RuntimeDirError as exc:
         print(f"mcp-sampling-proxy console: error: {exc}", file=sys.stderr)
         return 1
+    if args.web:
+        from mcp_sampling_proxy.commands.web_console import serve
+
+        return serve(directory, port=args.port, open_browser=not args.no_open, policy=args.policy, audit=args.audit)
 
     async def run() -> None:
         async with anyio.create_task_group() as tg:

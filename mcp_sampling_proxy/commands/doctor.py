@@ -4,7 +4,9 @@ Checks, in order: the policy file (loaded exactly as the proxy loads it), each L
 models list, or a 1-token completion when it has none; the status it got and whether the key
 variable is set, never the key), the approval channels (this terminal, the companion console's
 socket directory and who is attached, which hosts answer elicitation), the audit log's directory
-and the state directory. Prints a checklist and exits 1 when something is broken; warnings (a
+and the state directory, every host config in the usual places, and each wrapped server entry as
+its host will start it (proxy, server command on its PATH, policy, key variables: doctor_entries).
+Prints a checklist and exits 1 when something is broken; warnings (a
 missing console, a model the provider does not list) do not fail it. Provider checks run in
 parallel with a short timeout, so a dead provider costs seconds, not minutes.
 """
@@ -103,6 +105,15 @@ async def probe_provider(provider: Any, timeout: float) -> list[Check]:
     name = f"'{provider.name}' ({provider.type})"
     if provider.type == "console":
         return [Check("info", f"{name}: you type the replies; needs a terminal, so not for hosts without one")]
+    if provider.type == "command":
+        from mcp_sampling_proxy.fulfil.command import program_of
+
+        program, found = program_of(provider)
+        if found is None:
+            return [Check("fail", f"{name}: '{program}' not found on PATH",
+                          "install it, or give its absolute path in command: (hosts often start servers with a "
+                          "short PATH)")]
+        return [Check("ok", f"{name}: runs {found} (not called: a check would spend your quota)")]
     key_var = provider.api_key_env
     key = os.environ.get(key_var) if key_var else None
     key_note = f"{key_var} is set" if key else (f"{key_var} is not set" if key_var else "no api_key_env")
@@ -377,25 +388,60 @@ def check_files(settings: Any) -> Section:
     return section
 
 
-def check_hosts() -> Section:
+def host_configs() -> list[Any]:
+    """Every host's config files in the usual places (`wrap.survey`), read once for both sections."""
     from mcp_sampling_proxy.commands.wrap import survey
     from mcp_sampling_proxy.hosts.config_files import HOSTS
 
+    return [status for host in HOSTS for status in survey(host) if status.exists]
+
+
+def check_hosts(statuses: list[Any] | None = None) -> Section:
+    from mcp_sampling_proxy.hosts.config_files import HOSTS
+
     section = Section("host configs")
-    found = False
-    for host in HOSTS:
-        for status in survey(host):
-            if not status.exists:
-                continue
-            found = True
-            title = f"{HOSTS[host].title} ({status.scope}) {status.path}"
-            if status.error:
-                section.add("warn", f"{title}: {one_line(status.error, 200)}", "fix the file; the host cannot read it")
-                continue
-            wrapped = sum(s.wrapped for s in status.servers)
-            section.add("info", f"{title}: {wrapped} of {len(status.servers)} servers wrapped")
-    if not found:
+    statuses = host_configs() if statuses is None else statuses
+    for status in statuses:
+        title = f"{HOSTS[status.host].title} ({status.scope}) {status.path}"
+        if status.error:
+            section.add("warn", f"{title}: {one_line(status.error, 200)}", "fix the file; the host cannot read it")
+            continue
+        wrapped = sum(s.wrapped for s in status.servers)
+        section.add("info", f"{title}: {wrapped} of {len(status.servers)} servers wrapped")
+    if not statuses:
         section.add("info", "no host config found in the usual places (`mcp-sampling-proxy wrap --list` shows them)")
+    return section
+
+
+def check_wrapped_servers(statuses: list[Any]) -> Section:
+    """Each wrapped entry as its host will start it (see doctor_entries: one function per check)."""
+    from mcp_sampling_proxy.commands.doctor_entries import check_entry, entries_from
+
+    section = Section("wrapped servers")
+    entries = entries_from(statuses)
+    for entry in entries:
+        section.checks += check_entry(entry)
+    if not entries:
+        section.add("info", "no wrapped server found (`mcp-sampling-proxy wrap --host HOST --all` wraps them)")
+    return section
+
+
+def check_remote_logins() -> Section:
+    """Each remote server's OAuth login state: a host-spawned proxy cannot log in by itself."""
+    from mcp_sampling_proxy.commands.remotes import remote_entries
+    from mcp_sampling_proxy.transport.oauth import describe_login
+
+    section = Section("remote servers (OAuth login)")
+    marks = {"logged-in": "ok", "refreshable": "ok", "none-needed": "ok", "expired": "fail", "needs-login": "fail"}
+    for remote in remote_entries():
+        if remote.static_auth:
+            section.add("info", f"{remote.name} {remote.url}: sends its own Authorization header (no OAuth login)")
+            continue
+        state, text = describe_login(remote.url, probe_timeout=3.0)
+        section.add(marks.get(state, "info"), f"{remote.name} {remote.url}: {text}",
+                    f"mcp-sampling-proxy login --url {remote.url}")
+    if not section.checks:
+        section.add("info", "no remote (--url) servers in the hosts' configs")
     return section
 
 
@@ -415,8 +461,9 @@ def _marks() -> dict[str, str]:
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="Check the policy file, the LLM providers, the approval channels, the audit log and the "
-                    "state directory; print what to fix. Exit 1 when something is broken.",
+        description="Check the policy file, the LLM providers, the approval channels, the audit log, the "
+                    "state directory and every wrapped server in the hosts' configs (proxy, server command, policy, "
+                    "key variables); print what to fix. Exit 1 when something is broken, 0 when all is well.",
         epilog="Checks use this shell's environment; a host starts the proxy with the environment its config gives.",
     )
     parser.add_argument("--policy", metavar="FILE", help="the policy file the proxy runs with (default: the one "
@@ -428,10 +475,11 @@ def main(argv: Sequence[str]) -> int:
 
     path, is_default = policy_or_default(args.policy)
     settings, policy = check_policy(path)
+    statuses = host_configs()
     if is_default:
         policy.add("info", f"no --policy: using the default policy file {path}, as the proxy does")
     sections = [policy, check_providers(settings, args.timeout), check_approval(settings), check_files(settings),
-                check_hosts()]
+                check_hosts(statuses), check_wrapped_servers(statuses), check_remote_logins()]
     marks = _marks()
     print(f"{PROG}: checks use this shell's environment; a host starts the proxy with the env its config gives")
     for section in sections:

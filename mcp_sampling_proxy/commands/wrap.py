@@ -4,9 +4,10 @@
 real server: a stdio entry keeps its env, cwd and every other key, and its command line moves after
 `--`; a Streamable HTTP entry becomes a stdio entry running `--url URL --header 'K: V'`. The proxy is
 named by absolute path (hosts start servers with a minimal PATH). Nothing else in the file changes
-(see `hostconfig` for how), a timestamped backup is written first, and the original text of each
-entry goes into the sidecar file so `unwrap` can put it back byte for byte. `wrap --list` shows
-which servers of which host are wrapped.
+(see `hosts.config_files` for how), a backup goes to the state dir first (`hosts.backups`), and the
+original text of each entry goes into the sidecar file so `unwrap` can put it back byte for byte.
+`wrap --list` shows which servers of which host are wrapped; `unwrap --list-backups` lists the
+backups and `unwrap --from-backup ID` restores one.
 """
 
 from __future__ import annotations
@@ -22,14 +23,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mcp_sampling_proxy.hosts import backups
 from mcp_sampling_proxy.hosts.config_files import (
     CODEX_HTTP_KEYS,
     HOSTS,
+    VSCODE_SETTINGS_TABLE,
     ConfigDoc,
     ConfigError,
     Sidecar,
     _same,
-    backup,
     classify,
     config_path,
     is_wrapped,
@@ -40,7 +42,7 @@ from mcp_sampling_proxy.hosts.config_files import (
 )
 from mcp_sampling_proxy.sanitize import one_line
 
-SCOPES = ("user", "project", "local")
+SCOPES = ("user", "project", "local", "settings")
 
 
 # -- how the host should start the proxy ----------------------------------------------------------------
@@ -114,7 +116,7 @@ def wrapped_entry(host: str, key: str, entry: dict[str, Any], invocation: Invoca
         if k == remote.url_key:
             new["command"] = invocation.command
             new["args"] = args
-        elif k == "type":
+        elif k in ("type", "transportType"):  # transportType: Cline's older spelling
             new[k] = "stdio"
         elif k not in drop:
             new[k] = v
@@ -135,7 +137,7 @@ def _upstream(host: str, entry: Any) -> tuple[Any, ...] | None:
 
 
 def _transport_keys(host: str) -> set[str]:
-    keys = {"command", "args", "type", "headers", *HOSTS[host].url_keys}
+    keys = {"command", "args", "type", "transportType", "headers", *HOSTS[host].url_keys}
     return keys | set(CODEX_HTTP_KEYS) if host == "codex" else keys
 
 
@@ -237,11 +239,12 @@ def build_parser(action: str) -> argparse.ArgumentParser:
         prog=f"mcp-sampling-proxy {action}",
         description=textwrap.fill(
             "Rewrite a host's MCP config so the chosen servers start through mcp-sampling-proxy. A backup "
-            "(FILE.bak-TIMESTAMP) is written first; the originals are recorded in .mcp-sampling-proxy.json "
-            "beside the config for `unwrap`. Wrapping a wrapped server changes nothing."
+            "of the file goes to the state dir first (`unwrap --list-backups`); the originals are recorded in "
+            "the state dir for `unwrap`. Wrapping a wrapped server changes nothing."
             if wrap else
             "Restore the chosen servers of a host's MCP config as they were before `wrap` (exactly, from the "
-            "record wrap left beside the config; without it, rebuilt from the proxy's arguments).",
+            "record wrap left beside the config; without it, rebuilt from the proxy's arguments). "
+            "--list-backups lists the backups wrap and unwrap took; --from-backup ID puts one back whole.",
             100,
         ),
         epilog=(
@@ -250,16 +253,21 @@ def build_parser(action: str) -> argparse.ArgumentParser:
             + (" --policy ~/.config/mcp-sampling-proxy/policy.yaml" if wrap else "") + "\n"
             f"  mcp-sampling-proxy {action} --host vscode --scope project --server github --dry-run\n"
             f"  mcp-sampling-proxy {action} --host codex --config ~/.codex/config.toml --server docs\n"
-            + ("  mcp-sampling-proxy wrap --list\n" if wrap else "")
+            + ("  mcp-sampling-proxy wrap --list\n" if wrap else
+               "  mcp-sampling-proxy unwrap --list-backups\n"
+               "  mcp-sampling-proxy unwrap --from-backup 20250101T120000-vscode-mcp.json\n")
             + f"\nhosts: {hosts}\n"
             "scopes: user (the per-user file, default), project (the file in --project-dir), local (Claude Code's "
-            "per-project servers in ~/.claude.json)"
+            "per-project servers in ~/.claude.json), settings (VS Code's user settings.json, mcp.servers:\n"
+            "before 1.102)\n"
+            "a VS Code profile's mcp.json (User/profiles/ID/mcp.json, shown by --list): --host vscode --config PATH"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--host", choices=list(HOSTS), metavar="HOST", help=f"the host: {hosts}")
     parser.add_argument("--config", metavar="PATH", help="the config file (default: where HOST keeps it for --scope)")
-    parser.add_argument("--scope", choices=SCOPES, help="which of the host's files: user (default), project, local")
+    parser.add_argument("--scope", choices=SCOPES, help="which of the host's files: user (default), project, "
+                        "local (Claude Code), settings (VS Code's user settings.json, mcp.servers)")
     parser.add_argument("--project-dir", metavar="DIR", help="the project for --scope project/local (default: .)")
     select = parser.add_mutually_exclusive_group()
     select.add_argument("--server", dest="servers", metavar="NAME", nargs="+", action="extend", default=[],
@@ -268,6 +276,13 @@ def build_parser(action: str) -> argparse.ArgumentParser:
     if wrap:
         select.add_argument("--list", action="store_true",
                             help="show which servers of which host are wrapped (all hosts unless --host)")
+    else:
+        select.add_argument("--list-backups", action="store_true",
+                            help="list the backups wrap and unwrap took (in the state dir), newest last")
+        select.add_argument("--from-backup", metavar="ID",
+                            help="put the backup ID back over the file it was taken from (the file as it is "
+                            "now is backed up first)")
+    if wrap:
         parser.add_argument("--policy", metavar="FILE", help="the policy file the proxy uses (checked, made absolute)")
         parser.add_argument("--name-from-key", action=argparse.BooleanOptionalAction, default=True,
                             help="pass each entry's key as --name, what policy rules' server: matches (the default: "
@@ -283,6 +298,10 @@ def main(argv: Sequence[str], action: str = "wrap") -> int:
     prog = parser.prog
     if getattr(args, "list", False):
         return list_main(args, prog)
+    if getattr(args, "list_backups", False):
+        return list_backups_main()
+    if getattr(args, "from_backup", None):
+        return from_backup_main(args.from_backup, prog, dry_run=args.dry_run)
     if not args.host:
         parser.error(f"--host is required (one of {', '.join(HOSTS)})")
     if not (args.servers or args.all):
@@ -302,6 +321,9 @@ def main(argv: Sequence[str], action: str = "wrap") -> int:
         table = servers_table(args.host, scope, args.project_dir)
         doc = ConfigDoc.load(path, args.host)
         sidecar = Sidecar(path)
+        if args.host == "vscode" and not args.scope and table != VSCODE_SETTINGS_TABLE \
+                and not doc.servers(table) and doc.servers(VSCODE_SETTINGS_TABLE):
+            table = VSCODE_SETTINGS_TABLE  # --config names a settings.json: its mcp.servers
         servers = doc.servers(table)
     except ConfigError as exc:
         hint = ""
@@ -356,14 +378,14 @@ def main(argv: Sequence[str], action: str = "wrap") -> int:
     before, after = doc.text, plan.doc.text
     if args.dry_run:
         sys.stdout.writelines(_diff(before, after, str(path)))
-        print(f"dry run: nothing written (a real run backs up {path.name} first and "
+        print(f"dry run: nothing written (a real run backs up {path.name} to the state dir first and "
               f"{'records the originals in' if action == 'wrap' else 'updates'} {sidecar.path.name})")
         return 0
     try:
         original_bytes = Path(os.path.realpath(path)).read_bytes()
         if original_bytes != doc.encode(before):
             return fail(f"{path} changed while this command ran; nothing written, run it again")
-        saved = backup(path, original_bytes)
+        saved = backups.take(args.host, path, original_bytes, action)
         if action == "wrap":  # the record exists before the entry changes, and outlives it on unwrap
             sidecar.save()
         write_atomic(path, plan.doc.encode(after))
@@ -371,7 +393,8 @@ def main(argv: Sequence[str], action: str = "wrap") -> int:
             sidecar.save()
     except OSError as exc:
         return fail(f"cannot write {exc.filename or path}: {exc.strerror}")
-    print(f"backup: {saved}")
+    print(f"backup: {saved.id} in {saved.file.parent} (`mcp-sampling-proxy unwrap --from-backup {saved.id}` "
+          "puts it back)")
     if action == "wrap":
         print(f"originals recorded in {sidecar.path} (for `mcp-sampling-proxy unwrap`)")
         if policy is None:
@@ -412,7 +435,21 @@ def _wrap_one(plan: Plan, host: str, table: tuple[str, ...], name: str, invocati
     plan.sidecar.put(host, table, name, original=entry, original_text=original_text,
                      wrapped=new, wrapped_text=wrapped_doc.entry_text(table, name))
     plan.doc = wrapped_doc
-    plan.outcomes.append(Outcome(name, f"wrapped: {describe_upstream(host, entry)}", changed=True))
+    plan.outcomes.append(Outcome(name, f"wrapped: {describe_upstream(host, entry)}{_oauth_note(host, entry)}",
+                                 changed=True))
+
+
+def _oauth_note(host: str, entry: Any) -> str:
+    """A remote that wants an OAuth login needs `login` once: the proxy a host spawns cannot show a browser."""
+    upstream = _upstream(host, entry)
+    if upstream is None or upstream[0] != "http" or any(k.lower() == "authorization" for k in upstream[2]):
+        return ""
+    from mcp_sampling_proxy.transport.oauth import describe_login
+
+    state, text = describe_login(upstream[1], probe_timeout=3.0)
+    if state in ("none-needed", "unknown"):
+        return ""
+    return f"; {text}" if state == "needs-login" else f"; OAuth: {text}"
 
 
 def _unwrap_one(plan: Plan, host: str, table: tuple[str, ...], name: str) -> None:
@@ -457,6 +494,7 @@ class ServerStatus:
     wrapped: bool
     kind: str  # stdio | http | sse | invalid
     detail: str
+    entry: Any = None  # the entry as the file holds it (what `doctor` checks)
 
 
 @dataclass
@@ -469,6 +507,14 @@ class FileStatus:
     servers: list[ServerStatus] = field(default_factory=list)
 
 
+def _has_vscode_settings_servers(path: Path) -> bool:
+    try:
+        doc = ConfigDoc.load(path, "vscode")
+    except ConfigError:
+        return path.is_file()  # a broken settings.json is worth reporting
+    return bool(doc.servers(VSCODE_SETTINGS_TABLE))
+
+
 def survey(host: str, scope: str | None = None, config: str | None = None,
            project_dir: str | None = None) -> list[FileStatus]:
     """The host's config files (or `config`) and the state of each server entry in them."""
@@ -478,8 +524,13 @@ def survey(host: str, scope: str | None = None, config: str | None = None,
     else:
         scopes = [scope] if scope else [s for s in spec.scopes if s != "local"]
         files = [(s, Path(str(config_path(host, s, project_dir=project_dir)))) for s in scopes]
+        if host == "vscode" and scope in (None, "user"):  # each VS Code profile has its own mcp.json
+            profiles = Path(str(config_path(host, "user"))).parent / "profiles"
+            files += [(f"profile {p.parent.name}", p) for p in sorted(profiles.glob("*/mcp.json"))]
     out = []
     for scope_name, path in dict((str(p), (s, p)) for s, p in files).values():
+        if scope_name == "settings" and not config and not _has_vscode_settings_servers(path):
+            continue  # settings.json is there for every VS Code user; only list it when it holds servers
         status = FileStatus(host, scope_name, path, path.is_file())
         out.append(status)
         if not status.exists:
@@ -489,7 +540,7 @@ def survey(host: str, scope: str | None = None, config: str | None = None,
             for table in doc.tables():
                 for name, entry in doc.servers(table).items():
                     status.servers.append(ServerStatus(name, table, is_wrapped(entry), classify(host, entry).kind,
-                                                       describe_upstream(host, entry)))
+                                                       describe_upstream(host, entry), entry))
         except ConfigError as exc:
             status.error = str(exc)
     return out
@@ -525,3 +576,64 @@ def list_main(args: argparse.Namespace, prog: str) -> int:
     if missing:
         print(f"no config file for: {', '.join(missing)}")
     return rc
+
+
+# -- backups ------------------------------------------------------------------------------------------------
+
+
+def list_backups_main() -> int:
+    try:
+        found = backups.listing()
+        folder = backups.backup_dir()
+    except OSError as exc:
+        print(f"mcp-sampling-proxy unwrap: error: cannot read the backups: {exc}", file=sys.stderr)
+        return 1
+    if not found:
+        print(f"no backups in {folder}")
+        return 0
+    print(f"backups in {folder} (oldest first):")
+    width = max(len(b.id) for b in found)
+    for item in found:
+        title = HOSTS[item.host].title if item.host in HOSTS else item.host
+        print(f"  {item.id:<{width}}  {item.taken}  before {item.reason:<6}  {title}: {one_line(item.path, 200)}")
+    print("restore one with `mcp-sampling-proxy unwrap --from-backup ID`")
+    return 0
+
+
+def from_backup_main(ident: str, prog: str, *, dry_run: bool) -> int:
+    """Put a backup back over its file, backing up what is there now first (so this too can be undone)."""
+    try:
+        item = backups.find(ident)
+        data = item.file.read_bytes()
+    except (ConfigError, OSError) as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 1
+    target = Path(item.path)
+    try:
+        current: bytes | None = Path(os.path.realpath(target)).read_bytes()
+    except FileNotFoundError:
+        current = None
+    except OSError as exc:
+        print(f"{prog}: error: cannot read {target}: {exc.strerror}; nothing written", file=sys.stderr)
+        return 1
+    if current == data:
+        print(f"{target} is already as backup {item.id} holds it; nothing to change")
+        return 0
+    if dry_run:
+        before = "" if current is None else current.decode("utf-8", "replace")
+        sys.stdout.writelines(_diff(before, data.decode("utf-8", "replace"), str(target)))
+        print(f"dry run: nothing written (a real run backs up {target.name} first)")
+        return 0
+    try:
+        saved = backups.take(item.host, target, current, "from-backup") if current is not None else None
+        write_atomic(target, data)
+    except OSError as exc:
+        print(f"{prog}: error: cannot write {exc.filename or target}: {exc.strerror}", file=sys.stderr)
+        return 1
+    print(f"restored {target} from backup {item.id} (taken {item.taken}, before {item.reason})")
+    if saved is not None:
+        print(f"the file as it was: backup {saved.id}")
+    spec = HOSTS.get(item.host)
+    if spec is not None:
+        print(f"next: {spec.reload}")
+    return 0

@@ -18,7 +18,14 @@ from typing import Any, cast
 
 from mcp_sampling_proxy.config.child_env import WELL_KNOWN_KEY_VARS
 from mcp_sampling_proxy.config.yamlnodes import Node, PolicyError, _did_you_mean, _show, load
-from mcp_sampling_proxy.fulfil.base import ModelSpec, ProviderConfig
+from mcp_sampling_proxy.fulfil.base import (
+    COMMAND_DEFAULT_MODEL,
+    COMMAND_PRESETS,
+    AzureSpec,
+    CommandSpec,
+    ModelSpec,
+    ProviderConfig,
+)
 from mcp_sampling_proxy.policy.conditions import (
     ALWAYS,
     All,
@@ -40,7 +47,7 @@ from mcp_sampling_proxy.policy.identity import bad_character
 from mcp_sampling_proxy.policy.rules import Budget, RateLimit, Rule, RuleLimits, SizeLimits
 from mcp_sampling_proxy.vocabulary import ACTIONS, MAX_TOKENS_ACTIONS, Action, GiB, KiB, MiB
 
-PROVIDER_TYPES = ("openai", "anthropic", "console")
+PROVIDER_TYPES = ("openai", "anthropic", "console", "command")
 ROUTES = ("auto", "proxy", "host")
 METHODS = ("sampling", "elicitation")
 ERAS = ("handshake", "any")
@@ -273,8 +280,14 @@ def _parse_llm(node: Node, settings: Settings) -> None:
 
 _PROVIDER_KEYS = (
     "type", "base_url", "api_key_env", "models", "timeout", "max_attempts", "tools", "headers",
-    "api_key_file", "api_key_command",
+    "api_key_file", "api_key_command", "api_key_header", "azure",
+    "preset", "command", "args", "output", "json", "prompt",
 )
+_COMMAND_KEYS = ("preset", "command", "args", "output", "json", "prompt")
+# Keys of HTTP providers that mean nothing to a command (it brings its own login and endpoint).
+_HTTP_KEYS = ("base_url", "api_key_env", "api_key_file", "api_key_command", "api_key_header", "azure", "headers",
+              "max_attempts")
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
 
 def _parse_provider(name: str, node: Node) -> ProviderConfig:
@@ -282,13 +295,20 @@ def _parse_provider(name: str, node: Node) -> ProviderConfig:
     if "type" not in fields:
         raise node.error(f"provider '{name}' needs a type: one of {', '.join(PROVIDER_TYPES)}")
     ptype = fields["type"].choice(PROVIDER_TYPES)
+    misplaced = [k for k in (_HTTP_KEYS if ptype == "command" else _COMMAND_KEYS) if k in fields]
+    if misplaced:
+        why = ("a command brings its own login and endpoint" if ptype == "command"
+               else "it applies to type: command only")
+        raise fields[misplaced[0]].error(f"provider '{name}': {misplaced[0]} does not apply to type: {ptype} ({why})")
     models: list[ModelSpec] = []
     if "models" in fields:
         models = [_parse_model(m) for m in fields["models"].sequence()]
-    if not models and ptype != "console":
+    if not models and ptype not in ("console", "command"):
         raise node.error(f"provider '{name}' needs models: [MODEL, ...] (the first is the default)")
     if ptype == "console" and not models:
         models = [ModelSpec("console")]
+    if ptype == "command":
+        return _parse_command_provider(name, node, fields, models)
     kwargs: dict[str, object] = {}
     if "base_url" in fields:
         url = fields["base_url"].str()
@@ -321,7 +341,88 @@ def _parse_provider(name: str, node: Node) -> ProviderConfig:
         kwargs["supports_tools"] = fields["tools"].bool()
     if "headers" in fields:
         kwargs["headers"] = {k: v.str() for k, v in fields["headers"].mapping().items()}
+    if "api_key_header" in fields:
+        header = fields["api_key_header"].str()
+        if not _HEADER_NAME.match(header):
+            raise fields["api_key_header"].error(f"api_key_header must be an HTTP header name, got '{header}'")
+        kwargs["api_key_header"] = header.lower()
+    if "azure" in fields:
+        if ptype != "openai":
+            raise fields["azure"].error(f"provider '{name}': azure: applies to type: openai only")
+        kwargs["azure"] = _parse_azure(name, node, fields)
     return ProviderConfig(name=name, type=ptype, models=tuple(models), **kwargs)  # type: ignore[arg-type]
+
+
+def _parse_azure(name: str, node: Node, fields: dict[str, Node]) -> AzureSpec:
+    """Azure OpenAI: base_url is the resource endpoint; the deployment (default: the model's name)
+    and api-version make the URL."""
+    azure = fields["azure"].mapping(("api_version", "deployment"))
+    if "api_version" not in azure:
+        raise fields["azure"].error(
+            f"provider '{name}': azure needs api_version (e.g. 2024-10-21, from Azure's API version list)")
+    if "base_url" not in fields:
+        raise node.error(f"provider '{name}': azure needs base_url: https://RESOURCE.openai.azure.com")
+    return AzureSpec(api_version=azure["api_version"].str(),
+                     deployment=azure["deployment"].str() if "deployment" in azure else None)
+
+
+def _parse_command_provider(name: str, node: Node, fields: dict[str, Node], models: list[ModelSpec]) -> ProviderConfig:
+    """`type: command`: a preset (claude, codex, gemini, llm) or a custom argv; never tools."""
+    has_preset, has_command = "preset" in fields, "command" in fields
+    if has_preset == has_command:
+        raise node.error(f"provider '{name}' (command) needs exactly one of preset: ({', '.join(COMMAND_PRESETS)}) "
+                         "or command: [PROGRAM, ARGS...]")
+    spec: dict[str, Any] = {}
+    if has_preset:
+        spec["preset"] = fields["preset"].choice(COMMAND_PRESETS)
+        for key in ("output", "json", "prompt"):
+            if key in fields:
+                raise fields[key].error(f"provider '{name}': {key} is set by preset {spec['preset']}; "
+                                        "use command: for your own")
+        if "args" in fields:
+            spec["argv"] = tuple(_command_args(fields["args"]))
+    else:
+        if "args" in fields:
+            raise fields["args"].error(f"provider '{name}': args: goes with preset:; put them in command:")
+        argv = _command_args(fields["command"])
+        if not argv or not argv[0]:
+            raise fields["command"].error(f"provider '{name}': command needs a program: [PROGRAM, ARGS...]")
+        spec["argv"] = tuple(argv)
+        spec["output"] = fields["output"].choice(("text", "json")) if "output" in fields else "text"
+        spec["prompt"] = fields["prompt"].choice(("stdin", "arg")) if "prompt" in fields else "stdin"
+        if "json" in fields:
+            if spec["output"] != "json":
+                raise fields["json"].error(f"provider '{name}': json: goes with output: json")
+            paths = fields["json"].mapping(("text", "input_tokens", "output_tokens", "stop_reason"))
+            for key, pnode in paths.items():
+                spec[f"{key}_path"] = pnode.str()
+        if spec["output"] == "json" and "text_path" not in spec:
+            raise node.error(f"provider '{name}': output: json needs json: {{text: PATH}}, the dotted path "
+                             "to the answer (e.g. choices.0.message.content)")
+    kwargs: dict[str, object] = {}
+    if "timeout" in fields:  # the whole run: a command has no connect or read phase
+        tnode = fields["timeout"]
+        if tnode.is_mapping():
+            raise tnode.error(f"provider '{name}': a command's timeout is one duration for the whole run "
+                              "(e.g. timeout: 300 or 5m)")
+        kwargs["total_timeout"] = _duration(tnode)
+    if "tools" in fields and fields["tools"].bool():
+        raise fields["tools"].error(f"provider '{name}': command providers cannot use tools (tools: false)")
+    return ProviderConfig(name=name, type="command", models=tuple(models or [ModelSpec(COMMAND_DEFAULT_MODEL)]),
+                          supports_tools=False, command=CommandSpec(**spec), **kwargs)  # type: ignore[arg-type]
+
+
+def _command_args(node: Node) -> list[str]:
+    """An argv list (empty strings allowed: `--tools ""`), or a string split like a shell would."""
+    if not node.is_sequence():
+        return shlex.split(node.str())
+    out = []
+    for item in node.sequence():
+        value = item.value()
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise item.error(f"{item.label} must be a string, got {_show(value)}")
+        out.append(str(value))
+    return out
 
 
 def _parse_key_source(name: str, node: Node, fields: dict[str, Node]) -> dict[str, object]:

@@ -32,8 +32,8 @@ class HttpAdapter:
         self.base_url = self.normalise_base_url((config.base_url or self.default_base_url).rstrip("/"))
         headers = {"content-type": "application/json", **self.fixed_headers(), **config.headers}
         key = provider_key(config)
-        if key:
-            headers.update(self.auth_headers(key))  # kept only inside the client
+        if key:  # kept only inside the client
+            headers.update({config.api_key_header: key} if config.api_key_header else self.auth_headers(key))
         self._client = httpx.AsyncClient(
             headers=headers,
             timeout=httpx.Timeout(config.read_timeout, connect=config.connect_timeout, pool=config.total_timeout),
@@ -54,6 +54,11 @@ class HttpAdapter:
     @property
     def endpoint(self) -> str:
         raise NotImplementedError
+
+    def endpoint_for(self, model: str) -> str:
+        """Where a request for `model` goes; the same endpoint for every model unless a provider
+        puts the model in the URL (Azure OpenAI deployments)."""
+        return self.endpoint
 
     def build_request(self, params: dict[str, Any], model: str) -> dict[str, Any]:
         raise NotImplementedError
@@ -97,7 +102,7 @@ class HttpAdapter:
         # httpx's read timeout is per read: an LLM that sends one byte a second never trips it.
         # The deadline covers the whole call, retries and their backoff included.
         with anyio.move_on_after(self.config.total_timeout) as deadline:
-            data = await post_json(self._client, self.endpoint, payload, self.config, model=model)
+            data = await post_json(self._client, self.endpoint_for(model), payload, self.config, model=model)
         if deadline.cancelled_caught:
             raise deadline_error(self.config)
         return self.parse_response(data, model)

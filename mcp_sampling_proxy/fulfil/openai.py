@@ -2,7 +2,9 @@
 
 Chat Completions is the lingua franca of hosted and local LLM servers (OpenAI, OpenRouter,
 Ollama, LM Studio, vLLM, llama.cpp), so this adapter only uses its common core: no
-provider-specific fields, and `metadata` from the request is never forwarded.
+provider-specific fields, and `metadata` from the request is never forwarded. The endpoints
+differ only outside the body: OpenRouter's attribution headers come from the provider's
+`headers:`, and Azure OpenAI's deployment URL, `api-version` and `api-key` header from `azure:`.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 from typing import Any, ClassVar
+from urllib.parse import quote
 
 import structlog
 
@@ -51,11 +54,27 @@ class OpenAIAdapter(HttpAdapter):
         return _tool(tool)
 
     def auth_headers(self, key: str) -> dict[str, str]:
+        if self.config.azure is not None:
+            return {"api-key": key}  # Azure OpenAI's key header (Entra ID tokens would be Bearer)
         return {"authorization": f"Bearer {key}"}
+
+    def normalise_base_url(self, base_url: str) -> str:
+        if self.config.azure is not None:  # the resource endpoint; `/openai/...` is added per call
+            return base_url.removesuffix("/openai")
+        return base_url
 
     @property
     def endpoint(self) -> str:
         return f"{self.base_url}/chat/completions"
+
+    def endpoint_for(self, model: str) -> str:
+        """Azure OpenAI routes by deployment in the path and wants `api-version` in the query."""
+        azure = self.config.azure
+        if azure is None:
+            return self.endpoint
+        deployment = quote(azure.deployment or model, safe="")
+        return (f"{self.base_url}/openai/deployments/{deployment}/chat/completions"
+                f"?api-version={quote(azure.api_version, safe='')}")
 
     # -- MCP -> OpenAI -------------------------------------------------------------------------
 

@@ -6,23 +6,25 @@ accepted: VS Code's `mcp.json` allows both, Gemini CLI strips comments) that rec
 value sits in the text. An edit replaces only the text of the values that change, inside the one
 server entry, so comments, indentation, key order and everything else in the file stay as they
 were; what it writes follows the file's own style (indent unit, line endings, one-line vs
-multi-line values). Codex's TOML is read with `tomllib` and edited the same way, with a small
-scanner that finds the spans of tables and key/value pairs (no dependency: `tomlkit` would round
-trip too, but it is not needed for edits this narrow). After every edit the new text is parsed
-again and must equal the expected document exactly, or nothing is written.
+multi-line values). The JSONC editor is our own on purpose: no Python library round-trips JSON
+with comments and trailing commas (json5/commentjson-style parsers drop the comments on writing).
+Codex's TOML is read with `tomllib` and edited with `tomlkit`, which keeps comments, quoting and
+layout. After every edit the new text is parsed again and must equal the expected document
+exactly, or nothing is written.
 
-Restoring exactly. What `unwrap` needs to restore an entry byte for byte is kept in a sidecar file
-beside the config (`.mcp-sampling-proxy.json`, mode 0600, one record per host, file, table and
-server), not in the entry itself: hosts validate their entries (VS Code's `mcp.json` schema has
-`additionalProperties: false`, Codex's TOML schema denies unknown fields), so an extra marker key
-would be flagged or rejected. Whether an entry is wrapped is read from the entry (its command is
-the proxy), so a lost sidecar only costs exactness: `unwrap` then rebuilds the entry from the
-proxy's arguments.
+Restoring exactly. What `unwrap` needs to restore an entry byte for byte is kept in a record file
+in the state dir (`STATE_DIR/wrapped/HASH-FILENAME.json`, mode 0600, one record per host, file,
+table and server; older versions kept it beside the config), not in the entry itself: hosts
+validate their entries (VS Code's `mcp.json` schema has `additionalProperties: false`, Codex's TOML
+schema denies unknown fields), so an extra marker key would be flagged or rejected. Whether an
+entry is wrapped is read from the entry (its command is the proxy), so a lost record only costs
+exactness: `unwrap` then rebuilds the entry from the proxy's arguments.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -31,9 +33,13 @@ import sys
 import tempfile
 import tomllib
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, time
+from datetime import UTC, datetime
 from pathlib import Path, PurePath, PurePosixPath, PureWindowsPath
 from typing import Any
+
+import tomlkit
+import tomlkit.exceptions
+import tomlkit.items
 
 
 class ConfigError(Exception):
@@ -64,7 +70,8 @@ HOSTS: dict[str, Host] = {h.name: h for h in (
          "no", "no", "start a new claude session (check with /mcp)"),
     Host("cursor", "Cursor", "json", "mcpServers", ("user", "project"), "JSON", ("url",),
          "yes", "no", "turn the server off and on in Cursor Settings > MCP"),
-    Host("vscode", "VS Code", "json", "servers", ("user", "project"), "JSONC (comments, trailing commas)", ("url",),
+    Host("vscode", "VS Code", "json", "servers", ("user", "project", "settings"), "JSONC (comments, trailing commas)",
+         ("url",),
          "yes", "yes", "restart the server (command palette: MCP: List Servers)"),
     Host("windsurf", "Windsurf", "json", "mcpServers", ("user",), "JSON", ("serverUrl", "url"),
          "no", "no", "press refresh in Windsurf's MCP settings"),
@@ -72,7 +79,22 @@ HOSTS: dict[str, Host] = {h.name: h for h in (
          ("httpUrl", "url"), "no", "no", "run /mcp refresh, or start gemini again"),
     Host("codex", "Codex", "toml", "mcp_servers", ("user", "project"), "TOML", ("url",),
          "yes", "no", "start a new codex session"),
+    # https://zed.dev/docs/ai/mcp: `context_servers` in settings.json (JSONC), {command, args, env} or
+    # {url, headers}; "Tools and Prompts" only, so no elicitation or sampling.
+    Host("zed", "Zed", "json", "context_servers", ("user", "project"), "JSONC (comments, trailing commas)", ("url",),
+         "no", "no", "Zed restarts a context server when its settings change (else: agent panel > settings, "
+         "toggle the server)"),
+    # https://docs.cline.bot/mcp/configuring-mcp-servers: cline_mcp_settings.json in the VS Code extension's
+    # global storage, `mcpServers` with Cline's own keys (disabled, autoApprove, timeout, type/transportType).
+    Host("cline", "Cline", "json", "mcpServers", ("user",), "JSON", ("url",),
+         "no", "no", "Cline reloads the file when it changes (else: MCP Servers > Installed > Restart Server)"),
+    # https://lmstudio.ai/docs/app/mcp: ~/.lmstudio/mcp.json, "Cursor's mcp.json notation" (`mcpServers`).
+    Host("lmstudio", "LM Studio", "json", "mcpServers", ("user",), "JSON", ("url",),
+         "no", "no", "save mcp.json in LM Studio's editor, or restart LM Studio"),
 )}
+# VS Code before 1.102 kept servers in settings.json under "mcp": {"servers": ...} (it moves them to
+# mcp.json itself since); `--scope settings` edits that table in the user settings.json.
+VSCODE_SETTINGS_TABLE = ("mcp", "servers")
 # Where the elicitation/sampling columns come from: the capabilities each host declares in its
 # `initialize` request (public records of them, late 2025). The proxy itself goes by what the
 # host really declares at run time; this table only helps choose approval channels up front.
@@ -121,7 +143,21 @@ def config_path(host: str, scope: str = "user", *, project_dir: str | os.PathLik
     if host == "vscode":
         if scope == "project":
             return project / ".vscode" / "mcp.json"
+        if scope == "settings":
+            return app_config_dir() / "Code" / "User" / "settings.json"
         return app_config_dir() / "Code" / "User" / "mcp.json"
+    if host == "zed":  # ~/.config/zed on macOS too (zed.dev/docs/configuring-zed)
+        if scope == "project":
+            return project / ".zed" / "settings.json"
+        if windows:
+            return app_config_dir() / "Zed" / "settings.json"
+        xdg = environ.get("XDG_CONFIG_HOME")
+        return (pure(xdg) if xdg and pure(xdg).is_absolute() else home_path / ".config") / "zed" / "settings.json"
+    if host == "cline":
+        return (app_config_dir() / "Code" / "User" / "globalStorage" / "saoudrizwan.claude-dev" / "settings"
+                / "cline_mcp_settings.json")
+    if host == "lmstudio":
+        return home_path / ".lmstudio" / "mcp.json"
     if host == "windsurf":
         return home_path / ".codeium" / "windsurf" / "mcp_config.json"
     if host == "gemini":
@@ -138,13 +174,15 @@ def servers_table(host: str, scope: str = "user", project_dir: str | os.PathLike
     if host == "claude-code" and scope == "local":
         return ("projects", os.path.abspath(project_dir if project_dir is not None else os.getcwd()),
                 HOSTS[host].servers_key)
+    if host == "vscode" and scope == "settings":
+        return VSCODE_SETTINGS_TABLE
     return (HOSTS[host].servers_key,)
 
 
 def table_label(table: tuple[str, ...]) -> str:
     if len(table) == 3 and table[0] == "projects":
         return f"local scope of project {table[1]}"
-    return table[-1]
+    return ".".join(table)
 
 
 # -- what an entry is -------------------------------------------------------------------------------
@@ -208,7 +246,7 @@ def classify(host: str, entry: Any) -> Kind:
         if not isinstance(raw, dict):
             return Kind("invalid", problem="its headers are not an object")
         headers = dict(raw)
-        declared = str(entry.get("type") or entry.get("transport") or "").lower()
+        declared = str(entry.get("type") or entry.get("transport") or entry.get("transportType") or "").lower()
         if host == "gemini":
             transport = "http" if url_key == "httpUrl" else "sse"
         elif declared in ("sse",):
@@ -479,238 +517,6 @@ def render_json(value: Any, *, unit: str, base: str, newline: str, multiline: bo
     return json.dumps(value, ensure_ascii=False, indent=unit).replace("\n", newline + base)
 
 
-_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
-
-
-def toml_key(key: str) -> str:
-    return key if _BARE_KEY.fullmatch(key) else toml_string(key)
-
-
-def toml_string(value: str) -> str:
-    out = ['"']
-    for ch in value:
-        code = ord(ch)
-        if ch == '"':
-            out.append('\\"')
-        elif ch == "\\":
-            out.append("\\\\")
-        elif ch in "\b\t\n\f\r":
-            out.append({"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}[ch])
-        elif code < 0x20 or code == 0x7F:
-            out.append(f"\\u{code:04X}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
-
-
-def toml_value(value: Any, *, unit: str = "  ", base: str = "", newline: str = "\n", multiline: bool = False) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return toml_string(value)
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "nan"
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        return repr(value)
-    if isinstance(value, datetime | date | time):
-        return value.isoformat()
-    if isinstance(value, list):
-        if multiline and value:
-            inner = "".join(f"{newline}{base}{unit}{toml_value(v)}," for v in value)
-            return f"[{inner}{newline}{base}]"
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        if not value:
-            return "{}"
-        return "{ " + ", ".join(f"{toml_key(k)} = {toml_value(v)}" for k, v in value.items()) + " }"
-    raise ConfigError(f"cannot write a {type(value).__name__} value in TOML")
-
-
-# -- TOML spans ---------------------------------------------------------------------------------------
-
-
-@dataclass
-class TomlHeader:
-    path: tuple[str, ...]
-    array: bool
-    start: int  # start of the header's line
-    end: int  # after the header line (and its newline)
-
-
-@dataclass
-class TomlKeyValue:
-    path: tuple[str, ...]  # full path: the table's path and the (dotted) key
-    section: int  # index of the header it sits under (-1: the root table)
-    start: int  # start of its line
-    value_start: int
-    value_end: int
-    end: int  # after its line (and the newline)
-
-
-class _Toml:
-    """Finds where tables and key/value pairs are; the document was already validated by tomllib."""
-
-    def __init__(self, text: str):
-        self.text = text
-        self.pos = 0
-        self.headers: list[TomlHeader] = []
-        self.values: list[TomlKeyValue] = []
-
-    def fail(self, problem: str) -> ConfigError:
-        line, col = _line_col(self.text, self.pos)
-        return ConfigError(f"line {line}, column {col}: {problem}")
-
-    def skip_blank(self) -> None:
-        text, n = self.text, len(self.text)
-        while self.pos < n:
-            c = text[self.pos]
-            if c in " \t\r\n":
-                self.pos += 1
-            elif c == "#":
-                newline = text.find("\n", self.pos)
-                self.pos = n if newline < 0 else newline + 1
-            else:
-                return
-
-    def skip_spaces(self) -> None:
-        while self.pos < len(self.text) and self.text[self.pos] in " \t":
-            self.pos += 1
-
-    def end_of_line(self) -> int:
-        self.skip_spaces()
-        if self.pos < len(self.text) and self.text[self.pos] == "#":
-            newline = self.text.find("\n", self.pos)
-            self.pos = len(self.text) if newline < 0 else newline
-        if self.text.startswith("\r\n", self.pos):
-            self.pos += 2
-        elif self.text.startswith("\n", self.pos):
-            self.pos += 1
-        elif self.pos < len(self.text):
-            raise self.fail("expected the end of the line")
-        return self.pos
-
-    def scan(self) -> _Toml:
-        section = -1
-        table: tuple[str, ...] = ()
-        while True:
-            self.skip_blank()
-            if self.pos >= len(self.text):
-                return self
-            start = self.text.rfind("\n", 0, self.pos) + 1
-            if self.text[self.pos] == "[":
-                array = self.text.startswith("[[", self.pos)
-                self.pos += 2 if array else 1
-                self.skip_spaces()
-                path = self.key()
-                self.skip_spaces()
-                closing = "]]" if array else "]"
-                if not self.text.startswith(closing, self.pos):
-                    raise self.fail(f"expected '{closing}'")
-                self.pos += len(closing)
-                self.headers.append(TomlHeader(path, array, start, self.end_of_line()))
-                section, table = len(self.headers) - 1, path
-                continue
-            path = self.key()
-            self.skip_spaces()
-            if not self.text.startswith("=", self.pos):
-                raise self.fail("expected '='")
-            self.pos += 1
-            self.skip_spaces()
-            value_start = self.pos
-            self.value()
-            value_end = self.pos
-            self.values.append(TomlKeyValue(table + path, section, start, value_start, value_end, self.end_of_line()))
-
-    def key(self) -> tuple[str, ...]:
-        parts = []
-        while True:
-            self.skip_spaces()
-            text = self.text
-            if text.startswith('"', self.pos):
-                start = self.pos
-                self.basic_string()
-                parts.append(tomllib.loads(f"k = {text[start:self.pos]}")["k"])
-            elif text.startswith("'", self.pos):
-                end = text.find("'", self.pos + 1)
-                parts.append(text[self.pos + 1:end])
-                self.pos = end + 1
-            else:
-                match = _BARE_KEY.match(text, self.pos)
-                if not match:
-                    raise self.fail("expected a key")
-                parts.append(match.group())
-                self.pos = match.end()
-            self.skip_spaces()
-            if not text.startswith(".", self.pos):
-                return tuple(parts)
-            self.pos += 1
-
-    def basic_string(self) -> None:
-        self.pos += 1
-        while True:
-            c = self.text[self.pos]
-            if c == "\\":
-                self.pos += 2
-            elif c == '"':
-                self.pos += 1
-                return
-            else:
-                self.pos += 1
-
-    def value(self) -> None:
-        text = self.text
-        if text.startswith('"""', self.pos):
-            self.pos += 3
-            while not text.startswith('"""', self.pos):
-                self.pos += 2 if text[self.pos] == "\\" else 1
-            self.pos += 3
-            while text.startswith('"', self.pos):  # up to two quotes may end the content
-                self.pos += 1
-        elif text.startswith("'''", self.pos):
-            self.pos = text.index("'''", self.pos + 3) + 3
-            while text.startswith("'", self.pos):
-                self.pos += 1
-        elif text.startswith('"', self.pos):
-            self.basic_string()
-        elif text.startswith("'", self.pos):
-            self.pos = text.index("'", self.pos + 1) + 1
-        elif text.startswith("[", self.pos):
-            self.pos += 1
-            while True:
-                self.skip_blank()
-                if text.startswith("]", self.pos):
-                    self.pos += 1
-                    return
-                self.value()
-                self.skip_blank()
-                if text.startswith(",", self.pos):
-                    self.pos += 1
-        elif text.startswith("{", self.pos):
-            self.pos += 1
-            while True:
-                self.skip_blank()
-                if text.startswith("}", self.pos):
-                    self.pos += 1
-                    return
-                self.key()
-                self.skip_spaces()
-                self.pos += 1  # '='
-                self.skip_spaces()
-                self.value()
-                self.skip_blank()
-                if text.startswith(",", self.pos):
-                    self.pos += 1
-        else:
-            match = re.compile(r"[^,\]}#\r\n]*").match(text, self.pos)
-            assert match is not None
-            self.pos = match.start() + len(match.group().rstrip(" \t"))
-
-
 # -- documents ----------------------------------------------------------------------------------------
 
 
@@ -804,6 +610,8 @@ class ConfigDoc:
         """The tables of server entries this file holds (Claude Code's user file: also per project)."""
         spec = HOSTS[self.host]
         found: list[tuple[str, ...]] = [(spec.servers_key,)]
+        if self.host == "vscode" and isinstance(_get(self.data, VSCODE_SETTINGS_TABLE), dict):
+            found = [VSCODE_SETTINGS_TABLE]
         if self.host == "claude-code" and isinstance(self.data.get("projects"), dict):
             for project, settings in self.data["projects"].items():
                 if isinstance(settings, dict) and isinstance(settings.get(spec.servers_key), dict) \
@@ -906,10 +714,12 @@ class JsonDoc(ConfigDoc):
 
 
 class TomlDoc(ConfigDoc):
+    """Codex's config.toml, edited with tomlkit (style-preserving: comments, key order, quoting, the
+    layout of values it does not touch); tomllib reads the data and checks every edit."""
+
     def __init__(self, path: Path, host: str, text: str):
         super().__init__(path, host, text)
         self.data = self._parse(self.text)
-        self._scan: _Toml | None = None
 
     def _parse(self, text: str) -> dict[str, Any]:
         try:
@@ -926,88 +736,85 @@ class TomlDoc(ConfigDoc):
                 raise ConfigError(f"{self.path}:{line}:1: {message[:match.start()]} (at the end)") from None
             raise ConfigError(f"{self.path}: {message}") from None
 
-    @property
-    def layout(self) -> _Toml:
-        if self._scan is None:
-            try:
-                self._scan = _Toml(self.text).scan()
-            except (ConfigError, ValueError, IndexError) as exc:
-                raise ConfigError(f"{self.path}: cannot find my way around this TOML ({exc})") from None
-        return self._scan
+    def _document(self) -> tomlkit.TOMLDocument:
+        try:
+            document = tomlkit.parse(self.text)
+        except tomlkit.exceptions.TOMLKitError as exc:  # tomllib accepted it: a tomlkit limitation
+            raise ConfigError(f"{self.path}: cannot edit this TOML in place ({exc})") from None
+        if document.as_string() != self.text:
+            raise ConfigError(f"{self.path}: this TOML does not survive a round trip through tomlkit; nothing written")
+        return document
 
-    def _locate(self, table: tuple[str, ...], name: str) -> tuple[str, int, int, int]:
-        """("table", header index, span start, span end) or ("inline", key/value index, start, end)."""
-        path = (*table, name)
-        layout = self.layout
-        for index, kv in enumerate(layout.values):
-            if kv.path == path:
-                return "inline", index, kv.value_start, kv.value_end
-        own = [i for i, h in enumerate(layout.headers) if h.path == path and not h.array]
-        if not own:
-            raise ConfigError(f"{self.path}: server '{name}' is not written as a [{'.'.join(path)}] table or an "
-                              "inline table, which is all this tool edits; move it into its own table")
-        first = own[0]
-        last = first
-        while last + 1 < len(layout.headers) and layout.headers[last + 1].path[:len(path)] == path:
-            last += 1
-        sections = set(range(first, last + 1))
-        end = layout.headers[last].end
-        for kv in layout.values:
-            if kv.section in sections:
-                end = max(end, kv.end)
-        return "table", first, layout.headers[first].start, end
+    def _item(self, document: tomlkit.TOMLDocument, table: tuple[str, ...], name: str) -> Any:
+        node: Any = document
+        for key in (*table, name):
+            node = node[key]
+        if not isinstance(node, tomlkit.items.Table | tomlkit.items.InlineTable):
+            raise ConfigError(f"{self.path}: server '{name}' is not written as a [{'.'.join((*table, name))}] table "
+                              "or an inline table, which is all this tool edits; move it into its own table")
+        return node
+
+    def entry_text(self, table: tuple[str, ...], name: str) -> str:
+        """The entry's text as the file holds it: a table's body (below its header) or an inline table."""
+        return str(self._item(self._document(), table, name).as_string())
 
     def entry_span(self, table: tuple[str, ...], name: str) -> tuple[int, int]:
-        _, _, start, end = self._locate(table, name)
-        return start, end
-
-    def _scattered(self, table: tuple[str, ...], name: str, first: int) -> bool:
-        """Are parts of the entry defined outside its table block (dotted keys elsewhere, later tables)?"""
-        path = (*table, name)
-        layout = self.layout
-        last = first
-        while last + 1 < len(layout.headers) and layout.headers[last + 1].path[:len(path)] == path:
-            last += 1
-        block = set(range(first, last + 1))
-        return any(h.path[:len(path)] == path for i, h in enumerate(layout.headers) if i not in block) or any(
-            kv.path[:len(path)] == path and kv.section not in block for kv in layout.values)
+        body = self.entry_text(table, name)
+        start = self.text.find(body)
+        if start < 0 or self.text.find(body, start + 1) >= 0:
+            raise ConfigError(f"{self.path}: cannot tell where server '{name}' is written (its text is not in one "
+                              "place, or appears twice)")
+        return start, start + len(body)
 
     def _replace(self, table: tuple[str, ...], name: str, old: dict[str, Any], new: dict[str, Any]) -> str:
-        text = self.text
-        newline, unit = _newline(text), _indent_unit(text)
-        form, index, start, end = self._locate(table, name)
-        if form == "inline":
-            return text[:start] + toml_value(new) + text[end:]
-        path = (*table, name)
-        direct = {kv.path[-1]: kv for kv in self.layout.values if kv.section == index and len(kv.path) == len(path) + 1}
+        document = self._document()
+        item = self._item(document, table, name)
         added = [k for k in new if k not in old]
-        in_place = all(k in new for k in old) and set(added) <= {"args"} and (not added or "command" in direct) \
-            and list(new) == _order_after_insert(list(old), added) \
-            and all(k in direct for k in old if not _same(new[k], old[k]))
+        in_place = all(k in new for k in old) and set(added) <= {"args"} and (not added or "command" in old) \
+            and list(new) == _order_after_insert(list(old), added)
         if in_place:
-            edits: list[tuple[int, int, str]] = []
-            for key, kv in direct.items():
-                if key in new and not _same(new[key], old.get(key)):
-                    multiline = "\n" in text[kv.value_start:kv.value_end]
-                    base = _line_indent(text, kv.value_start)
-                    edits.append((kv.value_start, kv.value_end,
-                                  toml_value(new[key], unit=unit, base=base, newline=newline, multiline=multiline)))
+            for key in old:
+                if _same(new[key], old[key]):
+                    continue
+                if not _reshape_array(item[key], old[key], new[key]):
+                    item[key] = _toml_like(new[key], item[key])
             if added:
-                command = direct["command"]
-                base = re.match(r"[ \t]*", text[command.start:]).group()  # type: ignore[union-attr]
-                lead = "" if text[:command.end].endswith("\n") else newline
-                edits.append((command.end, command.end, f"{lead}{base}args = {toml_value(new['args'])}{newline}"))
-            for s, e, replacement in sorted(edits, reverse=True):
-                text = text[:s] + replacement + text[e:]
-            return text
-        if self._scattered(table, name, index):
-            raise ConfigError(f"{self.path}: parts of server '{name}' are defined outside its [{'.'.join(path)}] "
-                              "table; gather them under it to let this tool rewrite the entry")
-        header = self.layout.headers[index]
-        lines = [text[header.start:header.end].rstrip("\r\n")]
-        lines += [f"{toml_key(k)} = {toml_value(v)}" for k, v in new.items()]
-        rendered = newline.join(lines) + newline
-        return text[:start] + rendered + text[end:]
+                container = item.value if isinstance(item, tomlkit.items.Table) else item
+                container._insert_after("command", "args", _toml_like(new["args"], None))
+        else:  # the entry's shape changes: its keys are written anew, in order, under the same header
+            for key in list(item.keys()):
+                del item[key]
+            for key, value in new.items():
+                item[key] = value
+        return str(document.as_string())
+
+
+def _reshape_array(array: Any, old: Any, new: Any) -> bool:
+    """Turn the array `old` into `new` in place when one ends with the other (wrap puts the proxy's
+    arguments in front, unwrap takes them off), so its items keep their layout and indentation."""
+    if not (isinstance(array, tomlkit.items.Array) and isinstance(old, list) and isinstance(new, list)):
+        return False
+    if len(new) >= len(old) and _same(new[len(new) - len(old):], old):
+        for value in reversed(new[:len(new) - len(old)]):
+            array.insert(0, value)
+        return True
+    if len(new) < len(old) and _same(old[len(old) - len(new):], new):
+        for _ in range(len(old) - len(new)):
+            array.pop(0)
+        return True
+    return False
+
+
+def _toml_like(value: Any, old: Any) -> Any:
+    """`value` as a tomlkit item; a list replacing a multi-line array stays multi-line."""
+    if isinstance(value, list):
+        array = tomlkit.array()
+        array.extend(value)
+        text = old.as_string() if isinstance(old, tomlkit.items.Array) else ""
+        if "\n" in text:
+            array.multiline(True)
+        return array
+    return value
 
 
 # -- writing ------------------------------------------------------------------------------------------
@@ -1035,51 +842,55 @@ def write_atomic(path: Path, data: bytes, *, mode: int | None = None) -> None:
         raise
 
 
-def backup(path: Path, data: bytes, now: datetime | None = None) -> Path:
-    """Write `data` (the file as it was) to `FILE.bak-YYYYMMDDTHHMMSS`, never over an older backup."""
-    stamp = (now or datetime.now()).strftime("%Y%m%dT%H%M%S")
-    target = path.with_name(f"{path.name}.bak-{stamp}")
-    counter = 1
-    while target.exists():
-        target = path.with_name(f"{path.name}.bak-{stamp}-{counter}")
-        counter += 1
-    try:
-        mode = path.stat().st_mode & 0o777
-    except OSError:
-        mode = 0o600
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    return target
-
-
 # -- the sidecar --------------------------------------------------------------------------------------
 
-SIDECAR_NAME = ".mcp-sampling-proxy.json"
+SIDECAR_NAME = ".mcp-sampling-proxy.json"  # where older versions kept the record: beside the config
+
+
+def record_path(config: Path) -> Path:
+    """`STATE_DIR/wrapped/HASH-FILENAME.json`: the record of one config file (HASH of its absolute
+    path). Not beside the config: in a project folder such as `.vscode/` it would end up in version
+    control, and it may hold secrets copied from the config's `env`."""
+    from mcp_sampling_proxy.quotas.state import state_dir
+
+    folder = state_dir() / "wrapped"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    absolute = os.path.abspath(config)
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", config.name)
+    return folder / f"{hashlib.sha256(absolute.encode()).hexdigest()[:16]}-{name}.json"
 
 
 class Sidecar:
-    """`.mcp-sampling-proxy.json` beside a config: the original text of each entry `wrap` changed."""
+    """The record of one config: the original text of each entry `wrap` changed, so `unwrap` can
+    restore it exactly. Kept in the state dir (`record_path`); a record an older version left
+    beside the config is read, and moved there on the next save."""
 
     def __init__(self, config: Path):
         self.config = config
-        self.path = config.with_name(SIDECAR_NAME)
+        self.path = record_path(config)
+        self.legacy = config.with_name(SIDECAR_NAME)
         self.records: list[dict[str, Any]] = []
-        try:
-            raw = self.path.read_text(encoding="utf-8")
-        except FileNotFoundError:
+        for candidate in (self.path, self.legacy):
+            try:
+                raw = candidate.read_text(encoding="utf-8")
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise ConfigError(f"{candidate}: cannot read: {exc.strerror}") from None
+            self.records = self._parse(candidate, raw)
             return
-        except OSError as exc:
-            raise ConfigError(f"{self.path}: cannot read: {exc.strerror}") from None
+
+    @staticmethod
+    def _parse(path: Path, raw: str) -> list[dict[str, Any]]:
         try:
             data = json.loads(raw)
             records = data["records"]
             if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
                 raise TypeError
         except (ValueError, KeyError, TypeError):
-            raise ConfigError(f"{self.path}: not a record file written by mcp-sampling-proxy wrap; move it "
+            raise ConfigError(f"{path}: not a record file written by mcp-sampling-proxy wrap; move it "
                               "away and try again") from None
-        self.records = records
+        return records
 
     def _key(self, host: str, table: tuple[str, ...], server: str) -> tuple[Any, ...]:
         return host, self.config.name, list(table), server
@@ -1102,6 +913,8 @@ class Sidecar:
                         if (r.get("host"), r.get("file"), r.get("table"), r.get("server")) != key]
 
     def save(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.legacy.unlink()  # moved to the state dir (or no longer needed)
         if not self.records:
             with contextlib.suppress(FileNotFoundError):
                 self.path.unlink()
@@ -1110,6 +923,7 @@ class Sidecar:
             "note": "written by `mcp-sampling-proxy wrap`: the original text of each server entry it changed, so "
                     "`mcp-sampling-proxy unwrap` can restore it exactly; may hold secrets from the config",
             "version": 1,
+            "config": os.path.abspath(self.config),
             "records": self.records,
         }
         text = json.dumps(document, indent=2, ensure_ascii=False, default=str) + "\n"

@@ -141,7 +141,11 @@ def choose_provider(settings: Settings, providers: Sequence[ProviderConfig], req
     if not usable:
         if not providers:
             raise RpcError(jsonrpc.INTERNAL_ERROR, NO_PROVIDER_HINT)
+        why = "; ".join(f"provider '{p.name}' ({p.type}): "
+                        + ("command providers cannot use tools" if p.type == "command"
+                           else "the console cannot use tools" if p.type == "console" else "tools: false")
+                        for p in providers)
         raise RpcError(jsonrpc.INVALID_PARAMS,
-                       "the request offers tools, and no configured provider can use tools (tools: false)")
+                       f"the request offers tools, and no configured provider can use them: {why}")
     return choose_model(usable, preferences, aliases=settings.aliases,
                         default_provider=settings.default_provider)

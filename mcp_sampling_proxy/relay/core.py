@@ -359,8 +359,12 @@ class Relay:
             if request is not None and request.message is not None and self._resolve_input(msg, request):
                 return
             self.session.inflight.pop(msg["id"], None)
-            if request is not None and request.method in NEGOTIATION:
+            if request is not None and request.method in NEGOTIATION and "result" in msg:
                 self._note_server(msg)
+            elif request is not None and request.method in NEGOTIATION:  # not ready: say why, not "ready"
+                (log.warning if request.method == "initialize" else log.info)(
+                    "upstream answered the handshake with an error", method=request.method,
+                    error=jsonrpc.as_object(msg.get("error")).get("message"))
             elif not self.session.server_info:
                 self._note_modern_server(msg)
             self._to_host(line)

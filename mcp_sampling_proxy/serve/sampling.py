@@ -360,6 +360,10 @@ def make_adapter(config: ProviderConfig, terminal: Any = None) -> Adapter:
         from mcp_sampling_proxy.fulfil.anthropic import AnthropicAdapter
 
         return AnthropicAdapter(config)
+    if config.type == "command":
+        from mcp_sampling_proxy.fulfil.command import CommandAdapter
+
+        return CommandAdapter(config)
     from mcp_sampling_proxy.fulfil.console import ConsoleAdapter
 
     return ConsoleAdapter(config, terminal)

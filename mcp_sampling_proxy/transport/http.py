@@ -21,6 +21,17 @@ from mcp_sampling_proxy.protocol.names import PROTOCOL_VERSION_META
 
 log = get_logger("mcp_sampling_proxy.upstream")
 
+
+def oauth_login_command(url: str) -> str:
+    return f"mcp-sampling-proxy login --url {url}"
+
+
+def add_secret(value: str) -> None:
+    """OAuth tokens join the values every log line is scrubbed of."""
+    from mcp_sampling_proxy import log as logmod
+
+    logmod.add_secret(value)
+
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -48,10 +59,14 @@ class HttpUpstream:
     reader = None
     writer = None
 
-    def __init__(self, url: str, headers: dict[str, str]):
+    def __init__(self, url: str, headers: dict[str, str], oauth: bool = True):
         self.url = url
         self.label = url
         self._headers = headers
+        # OAuth only when the user gave no Authorization header of their own (a static token wins)
+        self._oauth = oauth and not any(k.lower() == "authorization" for k in headers)
+        self._auth: Any = None
+        self._refusal_logged: str | None = None
         self._outbox_send, self._outbox_recv = anyio.create_memory_object_stream[bytes](1024)
         self._closed = anyio.Event()
         self._version: str | None = None
@@ -80,10 +95,14 @@ class HttpUpstream:
         from mcp.client.streamable_http import streamable_http_client
         from mcp.shared._httpx_utils import create_mcp_http_client
 
+        if self._oauth:
+            from mcp_sampling_proxy.transport.oauth import HeadlessOAuth
+
+            self._auth = HeadlessOAuth(self.url, on_secret=add_secret)
         try:
             with self._scope:
                 async with (
-                    create_mcp_http_client(headers=self._headers) as client,
+                    create_mcp_http_client(headers=self._headers, auth=self._auth) as client,
                     streamable_http_client(self.url, http_client=client) as (read_stream, write_stream),
                     anyio.create_task_group() as tg,
                 ):
@@ -92,7 +111,8 @@ class HttpUpstream:
                         if isinstance(item, Exception):
                             log.warning("upstream HTTP transport error", error=str(item))
                             continue
-                        line = item.message.model_dump_json(by_alias=True, exclude_unset=True).encode()
+                        line = self._login_error(item.message) or item.message.model_dump_json(
+                            by_alias=True, exclude_unset=True).encode()
                         self._note_version(line)
                         self._on_line(line)
                     tg.cancel_scope.cancel()
@@ -109,6 +129,22 @@ class HttpUpstream:
         finally:
             self._closed.set()
             self._on_eof()
+
+    def _login_error(self, message: Any) -> bytes | None:
+        """The transport's bare "-32603 Server returned an error response" for a request the server
+        refused for lack of an OAuth login becomes an error that says how to log in."""
+        auth = self._auth
+        if auth is None or not auth.refused_ids or getattr(message, "error", None) is None:
+            return None
+        if message.id not in auth.refused_ids:
+            return None
+        auth.refused_ids.discard(message.id)
+        why = auth.refusal or f"{self.url} needs an OAuth login"
+        if why != self._refusal_logged:
+            self._refusal_logged = why
+            log.error("upstream needs an OAuth login; requests get an error until then", url=self.url, why=why)
+        return jsonrpc.error_response(message.id, jsonrpc.INTERNAL_ERROR, why,
+                                      data={"login": oauth_login_command(self.url)})
 
     def _note_version(self, line: bytes) -> None:
         """The negotiated version comes from the initialize result, not the request."""

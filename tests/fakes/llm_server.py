@@ -27,6 +27,7 @@ from typing import Any
 
 # model names the real OpenAI API treats as reasoning models (see _unsupported)
 REASONING_MODEL = re.compile(r"^(o[1-9]|gpt-5)", re.IGNORECASE)
+_AZURE_DEPLOYMENT_PATH = re.compile(r"^/openai/deployments/[^/]+/chat/completions$")
 
 Body = dict[str, Any] | Callable[["RecordedRequest"], dict[str, Any]] | None
 
@@ -37,6 +38,7 @@ class RecordedRequest:
     path: str
     headers: dict[str, str]  # lower-case names
     body: Any  # parsed JSON, or None
+    query: str = ""  # the raw query string (Azure's api-version)
 
 
 @dataclass
@@ -285,11 +287,13 @@ class FakeLLMServer:
             body = json.loads(raw) if raw else None
         except ValueError:
             body = None
-        path = handler.path.split("?", 1)[0]
-        request = RecordedRequest(method, path, {k.lower(): v for k, v in handler.headers.items()}, body)
+        path, _, query = handler.path.partition("?")
+        request = RecordedRequest(method, path, {k.lower(): v for k, v in handler.headers.items()}, body, query)
         with self._lock:
             self.requests.append(request)
         completion_path = "/v1/chat/completions" if self.kind == "openai" else "/v1/messages"
+        if self.kind == "openai" and _AZURE_DEPLOYMENT_PATH.match(path):
+            completion_path = path  # Azure OpenAI: /openai/deployments/NAME/chat/completions?api-version=...
         if self.api_key and not self._authorized(request):
             reply = ScriptedReply(401, self._error_body(401, "invalid api key"))
         elif method == "GET" and path == "/v1/models":
@@ -337,7 +341,8 @@ class FakeLLMServer:
 
     def _authorized(self, request: RecordedRequest) -> bool:
         if self.kind == "openai":
-            return request.headers.get("authorization") == f"Bearer {self.api_key}"
+            return (request.headers.get("authorization") == f"Bearer {self.api_key}"
+                    or request.headers.get("api-key") == self.api_key)  # Azure OpenAI's key header
         return request.headers.get("x-api-key") == self.api_key
 
     def _send(self, handler: _Handler, request: RecordedRequest, reply: ScriptedReply) -> None:

@@ -1,0 +1,183 @@
+"""`doctor`'s checks of wrapped host entries, each as the host will run it.
+
+A wrapped entry can look fine and still fail the moment the host starts it: the proxy was moved
+or uninstalled, the server's command is not on the PATH the host gives it, the policy file named
+in `--policy` has an error, or the key variable the policy names is not in the entry's env. Each
+check below is one function returning `Check`s, so a new check (or another worker's) is one more
+function in `ENTRY_CHECKS`. What the host gives the proxy: the entry's `env` over the host's own
+environment (taken to be this shell's; Codex passes only the variables listed in `env_vars`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mcp_sampling_proxy.commands.doctor import Check
+from mcp_sampling_proxy.hosts.config_files import HOSTS, PROXY_MODULE, parse_proxy_args
+from mcp_sampling_proxy.sanitize import one_line
+
+
+@dataclass
+class WrappedEntry:
+    """One wrapped server entry and what the host will start it with."""
+
+    host: str
+    path: Path  # the config file
+    scope: str
+    name: str
+    entry: dict[str, Any]
+    settings: Any = None  # the policy, once `check_policy_file` loaded it
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return f"{HOSTS[self.host].title} '{one_line(self.name, 60)}'"
+
+    @property
+    def unwrap_hint(self) -> str:
+        return f"`mcp-sampling-proxy unwrap --host {self.host} --config {self.path} --server {self.name}`"
+
+    def variable(self, name: str) -> str | None:
+        """The value the proxy will see for `name` (None: unset), as the host passes the environment."""
+        if name in self.env:
+            return self.env[name]
+        if self.host == "codex":
+            listed = self.entry.get("env_vars")
+            if not (isinstance(listed, list) and name in listed) and name not in CODEX_DEFAULT_VARS:
+                return None
+        return os.environ.get(name)
+
+
+# Variables Codex passes to every server without env_vars (its default allow-list, Unix).
+CODEX_DEFAULT_VARS = ("HOME", "LOGNAME", "PATH", "SHELL", "USER", "__CF_USER_TEXT_ENCODING", "LANG", "LC_ALL",
+                      "TERM", "TMPDIR", "TZ")
+
+
+def wrapped_entry(host: str, path: Path, scope: str, name: str, entry: dict[str, Any]) -> WrappedEntry:
+    raw = entry.get("env")
+    env = {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
+    return WrappedEntry(host, path, scope, name, entry, env=env)
+
+
+def _uses_host_variables(text: str) -> bool:
+    return "${" in text
+
+
+def _resolve(command: str, entry: WrappedEntry) -> tuple[str | None, str]:
+    """(the executable's path or None, where it was looked for)."""
+    if os.sep in command or (os.altsep and os.altsep in command):
+        candidate = Path(os.path.expanduser(command))
+        cwd = entry.entry.get("cwd")
+        if not candidate.is_absolute() and isinstance(cwd, str) and not _uses_host_variables(cwd):
+            candidate = Path(cwd) / candidate
+        ok = candidate.is_file() and os.access(candidate, os.X_OK)
+        return (str(candidate) if ok else None), str(candidate)
+    search = entry.variable("PATH") or os.defpath
+    return shutil.which(command, path=search), f"PATH={one_line(search, 200)}"
+
+
+def check_proxy(entry: WrappedEntry) -> list[Check]:
+    """The proxy's own command (the script, or python with `-m mcp_sampling_proxy`) exists and runs."""
+    command = str(entry.entry.get("command", ""))
+    found, where = _resolve(command, entry)
+    if found is None:
+        return [Check("fail", f"{entry.label}: the proxy command {one_line(command, 200)} is not an executable "
+                              f"file ({where})",
+                      f"reinstall mcp-sampling-proxy, or run {entry.unwrap_hint} and wrap again from the "
+                      "installation you use")]
+    args = entry.entry.get("args") or []
+    if args[:2] == ["-m", PROXY_MODULE]:
+        return [Check("ok", f"{entry.label}: proxy {found} -m {PROXY_MODULE}")]
+    return [Check("ok", f"{entry.label}: proxy {found}")]
+
+
+def check_upstream(entry: WrappedEntry) -> list[Check]:
+    """The server's command (after `--`) resolves on the PATH the host gives the proxy."""
+    parsed = parse_proxy_args(entry.entry.get("args") or [])
+    if not parsed.command:
+        url = parsed.options.get("--url")
+        if url:
+            return [Check("info", f"{entry.label}: upstream {one_line(url, 200)} (remote; not contacted)")]
+        return [Check("fail", f"{entry.label}: its arguments name no server (neither '-- COMMAND' nor --url)",
+                      f"run {entry.unwrap_hint}, fix the entry, and wrap it again")]
+    command = parsed.command[0]
+    if _uses_host_variables(command):
+        return [Check("info", f"{entry.label}: upstream {one_line(command, 200)} uses a host variable; not checked")]
+    found, where = _resolve(command, entry)
+    if found is None:
+        in_env = "the entry's env" if "PATH" in entry.env else "the host's environment (here: this shell's)"
+        return [Check("fail", f"{entry.label}: the server command '{one_line(command, 120)}' is not found "
+                              f"({where}, from {in_env})",
+                      f"write the command's absolute path in the entry (`which {one_line(command, 60)}`), or add "
+                      "its directory to PATH in the entry's env")]
+    return [Check("ok", f"{entry.label}: upstream {found}")]
+
+
+def check_policy_file(entry: WrappedEntry) -> list[Check]:
+    """The --policy file loads, with the same checks as `mcp-sampling-proxy policy check`."""
+    from mcp_sampling_proxy.config.settings import load_settings
+    from mcp_sampling_proxy.config.yamlnodes import PolicyError
+
+    policy = parse_proxy_args(entry.entry.get("args") or []).options.get("--policy")
+    if policy is None:
+        return [Check("info", f"{entry.label}: no --policy (providers from the environment; every request asks)")]
+    if not os.path.isabs(os.path.expanduser(policy)):
+        return [Check("fail", f"{entry.label}: --policy {one_line(policy, 200)} is a relative path, read from "
+                              "whatever directory the host starts the proxy in",
+                      "write the policy's absolute path in the entry")]
+    try:
+        entry.settings = load_settings(os.path.expanduser(policy), environ={})
+    except PolicyError as exc:
+        return [Check("fail", f"{entry.label}: its policy is invalid: {one_line(str(exc), 400)}",
+                      f"fix the file; `mcp-sampling-proxy policy check {policy}` checks it again")]
+    return [Check("ok", f"{entry.label}: policy {policy} is valid")]
+
+
+def check_policy_variables(entry: WrappedEntry) -> list[Check]:
+    """The variables the policy names (api_key_env, state url_env) reach the proxy."""
+    settings = entry.settings
+    if settings is None:
+        return []
+    needed: list[tuple[str, str]] = [(p.api_key_env, f"provider '{p.name}'") for p in settings.providers
+                                     if p.api_key_env]
+    if getattr(settings.state, "url_env", None):
+        needed.append((settings.state.url_env, "the Redis state"))
+    checks = []
+    for name, who in needed:
+        value = entry.variable(name)
+        if value:
+            continue
+        where = ("the entry's env or its env_vars list" if entry.host == "codex"
+                 else "the entry's env or the host's environment (here: this shell's)")
+        checks.append(Check("fail", f"{entry.label}: {name} (for {who}) is not set in {where}",
+                            f"add {name} to the entry's env in {entry.path}"
+                            + (" (or its name to env_vars)" if entry.host == "codex" else "")))
+    if needed and not checks:
+        checks.append(Check("ok", f"{entry.label}: {', '.join(n for n, _ in needed)} set"))
+    return checks
+
+
+ENTRY_CHECKS: tuple[Callable[[WrappedEntry], list[Check]], ...] = (
+    check_proxy, check_upstream, check_policy_file, check_policy_variables)
+
+
+def check_entry(entry: WrappedEntry) -> list[Check]:
+    checks: list[Check] = []
+    for check in ENTRY_CHECKS:
+        checks += check(entry)
+    return checks
+
+
+def entries_from(statuses: list[Any]) -> list[WrappedEntry]:
+    """The wrapped entries in `wrap.survey`'s results."""
+    found = []
+    for status in statuses:
+        for server in status.servers:
+            if server.wrapped and isinstance(server.entry, dict):
+                found.append(wrapped_entry(status.host, status.path, status.scope, server.name, server.entry))
+    return found

@@ -1,0 +1,254 @@
+"""What the web console's page is shown: questions, audit lines, token use and budgets as plain data.
+
+Everything a server chose (prompts, names, form titles) passes `strip_controls` here and is put
+into the page with `textContent` only, never as HTML. Images reach the page only as data URLs of
+raster types whose bytes start like that type (no SVG: it can carry script), so a server cannot
+get markup or a remote fetch into the page.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mcp_sampling_proxy.approval.channels import kept_blocks, prompt_not_editable, result_text, text_of
+from mcp_sampling_proxy.sanitize import one_line, strip_controls
+
+# raster types a browser decodes without running anything, and how their bytes start
+IMAGE_MAGIC: dict[str, tuple[bytes, ...]] = {
+    "image/png": (b"\x89PNG\r\n\x1a\n",),
+    "image/jpeg": (b"\xff\xd8\xff",),
+    "image/gif": (b"GIF87a", b"GIF89a"),
+    "image/webp": (b"RIFF",),
+}
+MAX_IMAGE_BYTES = 8 * 1024 * 1024
+_TEXT = 200_000  # characters of one text block shown
+
+
+@dataclass
+class PolicyFacts:
+    """What the policy says about limits, when a policy file was found (else empty)."""
+
+    budgets: dict[str, tuple[int, float]] = field(default_factory=dict)  # rule -> (tokens, per seconds)
+    rate_limits: dict[str, str] = field(default_factory=dict)  # rule -> "30 requests per 1m, 4 at once"
+    max_tokens: int | None = None  # the top-level cap
+    source: str | None = None
+
+
+def policy_facts(settings: Any) -> PolicyFacts:
+    from mcp_sampling_proxy.quotas.limiters import format_period
+
+    facts = PolicyFacts(max_tokens=settings.limits.max_tokens, source=settings.source)
+    for rule in settings.rules:
+        if rule.budget is not None:
+            facts.budgets[rule.name] = (rule.budget.tokens, rule.budget.per)
+        if rule.rate_limit is not None:
+            parts = []
+            if rule.rate_limit.requests is not None and rule.rate_limit.per is not None:
+                parts.append(f"{rule.rate_limit.requests} requests per {format_period(rule.rate_limit.per)}")
+            if rule.rate_limit.concurrent is not None:
+                parts.append(f"{rule.rate_limit.concurrent} at once")
+            facts.rate_limits[rule.name] = ", ".join(parts) + " (counted per proxy)"
+    return facts
+
+
+def _s(value: Any, limit: int = 512) -> str:
+    return one_line(str(value if value is not None else ""), limit)
+
+
+def _t(value: Any) -> str:
+    text = strip_controls(str(value if value is not None else ""))
+    return text if len(text) <= _TEXT else text[:_TEXT] + f"\n… ({len(text) - _TEXT:,} more characters)"
+
+
+def image_view(block: dict[str, Any]) -> dict[str, Any]:
+    """An image block the page may show as a data URL, or why it is not shown."""
+    mime = block.get("mimeType")
+    data = block.get("data")
+    if not isinstance(mime, str) or mime.lower() not in IMAGE_MAGIC:
+        return {"type": "image", "refused": f"image of type '{_s(mime, 60)}' not shown (only PNG, JPEG, GIF, WebP)"}
+    if not isinstance(data, str) or len(data) > MAX_IMAGE_BYTES * 4 // 3 + 4:
+        return {"type": "image", "refused": "image too large or without data"}
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        return {"type": "image", "refused": "image data is not valid base64"}
+    if not raw.startswith(IMAGE_MAGIC[mime.lower()]) or (mime.lower() == "image/webp" and raw[8:12] != b"WEBP"):
+        return {"type": "image", "refused": f"image data is not {mime.lower()}"}
+    return {"type": "image", "mimeType": mime.lower(), "data": data, "bytes": len(raw)}
+
+
+def block_view(block: Any) -> dict[str, Any]:
+    if not isinstance(block, dict):
+        return {"type": "other", "text": _t(json.dumps(block)[:2000])}
+    kind = block.get("type")
+    if kind == "text":
+        return {"type": "text", "text": _t(block.get("text"))}
+    if kind == "image":
+        return image_view(block)
+    if kind == "audio":
+        return {"type": "other", "text": f"[audio {_s(block.get('mimeType'), 60)}, "
+                                         f"{len(str(block.get('data') or '')) * 3 // 4:,} bytes]"}
+    if kind == "tool_use":
+        return {"type": "tool_use", "text": f"calls tool '{_s(block.get('name'), 120)}' with "
+                                            + _t(json.dumps(block.get("input"), ensure_ascii=False)[:4000])}
+    if kind == "tool_result":
+        inner = block.get("content")
+        return {"type": "tool_result", "text": "tool result: " + _t(text_of(inner) or json.dumps(inner)[:4000])}
+    return {"type": "other", "text": f"[{_s(kind, 60)} block]"}
+
+
+def request_view(params: dict[str, Any]) -> dict[str, Any]:
+    """A sampling request in full, for the page: messages with their blocks, system prompt, model
+    preferences, limits asked for, tools."""
+    messages = []
+    for message in params.get("messages") or []:
+        if not isinstance(message, dict):
+            continue
+        content = message.get("content")
+        blocks = content if isinstance(content, list) else [content]
+        messages.append({"role": _s(message.get("role"), 20), "blocks": [block_view(b) for b in blocks]})
+    prefs: dict[str, Any] = params["modelPreferences"] if isinstance(params.get("modelPreferences"), dict) else {}
+    hints = [_s(h.get("name"), 120) for h in prefs.get("hints") or [] if isinstance(h, dict)]
+    priorities = {k: prefs[k] for k in ("costPriority", "speedPriority", "intelligencePriority")
+                  if isinstance(prefs.get(k), int | float) and not isinstance(prefs.get(k), bool)}
+    tools = [{"name": _s(t.get("name"), 120), "description": _t(t.get("description") or "")[:2000]}
+             for t in params.get("tools") or [] if isinstance(t, dict)]
+    why = prompt_not_editable(params)
+    user = next((m for m in reversed(params.get("messages") or [])
+                 if isinstance(m, dict) and m.get("role") == "user"), None)
+    return {
+        "messages": messages, "system": _t(params["systemPrompt"]) if params.get("systemPrompt") else None,
+        "hints": hints, "priorities": priorities, "max_tokens": params.get("maxTokens"),
+        "temperature": params.get("temperature"), "stop": [_s(s, 120) for s in params.get("stopSequences") or []],
+        "include_context": _s(params.get("includeContext"), 30) if params.get("includeContext") else None,
+        "tools": tools, "tool_choice": _s(json.dumps(params.get("toolChoice")), 200) if params.get("toolChoice")
+        else None,
+        "editable": why is None, "not_editable": why, "kept": kept_blocks(params) if why is None else [],
+        "prompt_text": _t(text_of(user.get("content")) or "") if user and why is None else "",
+    }
+
+
+def form_view(schema: Any) -> dict[str, Any]:
+    """The fields of an elicitation form, or why it cannot be shown."""
+    from mcp_sampling_proxy.approval.forms import FormError, parse_form
+
+    try:
+        form = parse_form(schema or {})
+    except FormError as exc:
+        return {"error": _s(exc, 300)}
+    fields = []
+    for f in form:
+        fields.append({
+            "name": f.name, "kind": f.kind, "label": f.label, "description": _t(f.description or ""),
+            "required": f.required, "default": f.default, "expected": f.expected(),
+            "options": [{"value": o.value, "label": _s(o.label, 200)} for o in f.options or []],
+            "minimum": f.minimum, "maximum": f.maximum, "format": f.format,
+        })
+    return {"fields": fields}
+
+
+def url_view(url: str) -> dict[str, Any]:
+    from mcp_sampling_proxy.approval.url_safety import analyze_url
+
+    report = analyze_url(url)
+    return {"before": report.before, "host": report.host, "after": report.after, "full": _s(report.url, 4000),
+            "warnings": [_s(w, 300) for w in report.warnings], "ok": report.ok}
+
+
+def question_view(key: str, proxy: str, message: dict[str, Any], limits: dict[str, Any]) -> dict[str, Any]:
+    """One pending question of a proxy as the page shows it."""
+    view: dict[str, Any] = {"key": key, "proxy": proxy, "type": message["type"],
+                            "server": _s(message.get("server"), 120), "host": _s(message.get("host"), 120),
+                            "tool": _s(message.get("tool"), 120), "rule": _s(message.get("rule"), 120)}
+    if message["type"] == "pending":
+        view["request"] = request_view(message.get("params") or {})
+        view["limits"] = limits
+    elif message["type"] == "review":
+        view["prompt"] = _t(message.get("summary") or "")
+        view["prompt_edited_by"] = _s(message.get("prompt_edited_by"), 40) if message.get("prompt_edited_by") else None
+        view["answer"] = _t(result_text(message.get("result") or {}))
+    else:
+        view["mode"] = message["mode"]
+        view["message"] = _t(message.get("message") or "")
+        if message["mode"] == "url":
+            view["url"] = url_view(message.get("url") or "")
+        else:
+            view["form"] = form_view(message.get("schema"))
+    return view
+
+
+# -- budgets -------------------------------------------------------------------------------------
+
+def read_budgets(path: Path, now: float | None = None) -> dict[str, dict[str, Any]]:
+    """The budgets file's current windows: KEY -> used, reserved, resets_at (read only; never locked
+    or rewritten here: the proxies own the file)."""
+    now = time.time() if now is None else now
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    found: dict[str, dict[str, Any]] = {}
+    budgets = data.get("budgets") if isinstance(data, dict) else None
+    for key, entry in (budgets or {}).items():
+        if not isinstance(entry, dict):
+            continue
+        per, window, used = entry.get("per"), entry.get("window"), entry.get("used")
+        if not (_number(per) and _number(window) and _number(used)):
+            continue
+        assert isinstance(per, int | float) and isinstance(window, int | float) and isinstance(used, int | float)
+        reservations: dict[str, Any] = entry["reservations"] if isinstance(entry.get("reservations"), dict) else {}
+        reserved = sum(int(r["tokens"]) for r in reservations.values()
+                       if isinstance(r, dict) and _number(r.get("tokens")) and _number(r.get("expires"))
+                       and r["expires"] > now)
+        expired = window + per <= now
+        found[str(key)] = {"used": 0 if expired else int(used), "reserved": reserved, "per": per,
+                           "resets_at": None if expired else window + per}
+    return found
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def budget_rows(budgets: dict[str, dict[str, Any]], facts: PolicyFacts) -> list[dict[str, Any]]:
+    """One row per rule@server budget in the file, with the policy's limit when known."""
+    from mcp_sampling_proxy.quotas.limiters import format_period
+
+    rows = []
+    for key, entry in sorted(budgets.items()):
+        rule, _, server = key.partition("@")
+        for name in facts.budgets:  # rule names may hold '@': take the policy's own
+            if key.startswith(name + "@"):
+                rule, server = name, key[len(name) + 1:]
+        limit = facts.budgets.get(rule, (None, 0.0))[0]
+        rows.append({"server": _s(server, 120), "rule": _s(rule, 120), "used": entry["used"],
+                     "reserved": entry["reserved"], "limit": limit, "per": format_period(entry["per"]),
+                     "left": None if limit is None else max(0, limit - entry["used"] - entry["reserved"]),
+                     "resets_at": entry["resets_at"]})
+    return rows
+
+
+def request_limits(message: dict[str, Any], facts: PolicyFacts, budgets: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The limits that apply to a pending request, as far as this console can know them."""
+    from mcp_sampling_proxy.quotas.limiters import format_period, limit_key
+
+    rule, server = str(message.get("rule") or ""), str(message.get("server") or "")
+    limits: dict[str, Any] = {"policy": facts.source}
+    if rule in facts.budgets:
+        tokens, per = facts.budgets[rule]
+        entry = budgets.get(limit_key(rule, server), {"used": 0, "reserved": 0, "resets_at": None})
+        limits["budget"] = {"limit": tokens, "per": format_period(per), "used": entry["used"],
+                            "reserved": entry["reserved"],
+                            "left": max(0, tokens - entry["used"] - entry["reserved"]),
+                            "resets_at": entry["resets_at"]}
+    if rule in facts.rate_limits:
+        limits["rate_limit"] = facts.rate_limits[rule]
+    if facts.max_tokens is not None:
+        limits["max_tokens_cap"] = facts.max_tokens
+    return limits
