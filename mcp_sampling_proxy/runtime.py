@@ -196,7 +196,8 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
     exit_code = 0
     try:
         async with anyio.create_task_group() as tg:
-            relay = Relay(host_out.write_line, upstream.send, hooks, tg, session, on_ready=warm_up_imports)
+            relay = Relay(host_out.write_line, upstream.send, hooks, tg, session, on_ready=warm_up_imports,
+                          keepalive_seconds=settings.sampling.keepalive_seconds)
             await tg.start(console.serve)
             tg.start_soon(reap_orphans_forever, _own_children(upstream))
             host_reader = LineReader(relay.from_host, lambda: end("host closed stdin"),

@@ -34,6 +34,7 @@ def proxy_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("OPENAI_", "ANTHROPIC_", "MCP_SAMPLING_PROXY_"))}
     env["MCP_SAMPLING_PROXY_NO_TERMINAL"] = "1"
+    env["MCP_SAMPLING_PROXY_CONFIG_DIR"] = "/nonexistent/mcp-sampling-proxy-tests"  # never the user's own policy
     env.update(extra)
     return env
 

@@ -133,7 +133,8 @@ def test_genuine_console_still_approves_always(tmp_path: Path, dirs: dict[str, s
         result = host.wait_for(lambda m: m.get("id") == 2, 30)
         console.close()
     assert json.loads(result["result"]["content"][0]["text"])["content"]["text"] == "echo: mine"
-    assert remembered(dirs) == [["kitchen_sink_server", "sample"]]
+    assert [(e["server"], e["tool"], e["rule"], e["channel"]) for e in remembered(dirs)] == [
+        ("kitchen_sink_server", "sample", "ask", "console")]
 
 
 def test_orphans_are_reaped_and_the_upstream_exit_status_kept(tmp_path: Path, dirs: dict[str, str]) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
@@ -88,28 +89,46 @@ class ApprovalMemory:
         key = _key(server, tool)
         if key in self.session:
             return "session"
-        if self.store is not None:
+        if self.store is not None:  # read every time: `approvals revoke` takes effect in running proxies
             try:
                 entries = self.store.read().get("always", [])
             except OSError as exc:
                 log.warning("cannot read remembered approvals", error=str(exc))
                 return None
-            if list(key) in entries:
+            if any(always_key(entry) == key for entry in entries):
                 return "always"
         return None
 
-    def remember(self, server: str, tool: str | None, scope: str) -> None:
+    def remember(self, server: str, tool: str | None, scope: str, rule: str | None = None,
+                 channel: str | None = None) -> None:
+        """`always` goes to the store only (so a revoke reaches this proxy too), with the rule that
+        asked, when and on which channel, for `mcp-sampling-proxy approvals list`."""
         key = _key(server, tool)
-        self.session.add(key)
         if scope == "always" and self.store is not None:
+            entry = {"server": key[0], "tool": key[1], "rule": rule, "channel": channel,
+                     "at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")}
+
             def add(data: dict[str, Any]) -> None:
                 entries = data.setdefault("always", [])
-                if list(key) not in entries:
-                    entries.append(list(key))
+                if not any(always_key(old) == key for old in entries):
+                    entries.append(entry)
             try:
                 self.store.update(add)
+                return
             except OSError as exc:
                 log.warning("cannot remember the approval beyond this session", error=str(exc))
+        self.session.add(key)
+
+
+def always_key(entry: Any) -> tuple[str, str] | None:
+    """(server, tool) of a stored `always` approval: {"server", "tool", ...}, or an older [server, tool]."""
+    if isinstance(entry, dict):
+        server, tool = entry.get("server"), entry.get("tool")
+    elif isinstance(entry, list) and len(entry) == 2:
+        server, tool = entry
+    else:
+        return None
+    return (server, tool) if isinstance(server, str) and isinstance(tool, str) else None
 
 
 def _key(server: str, tool: str | None) -> tuple[str, str]:
@@ -142,7 +161,7 @@ class Approver:
                     gone.append(channel.name)
                     continue
                 if answer.approved and answer.scope in ("session", "always"):
-                    self._memory.remember(request.server, request.tool, answer.scope)
+                    self._memory.remember(request.server, request.tool, answer.scope, request.rule, answer.channel)
                 return answer
             why = (f"the {' and the '.join(gone)} went away before answering, and no other approval channel is "
                    "available; denied") if gone else NO_CHANNEL_HINT

@@ -19,10 +19,14 @@ from mcp_sampling_proxy.config.child_env import child_environment, hidden_names_
 SUBCOMMANDS = {
     "try": "try_sampling", "policy": "policy", "console": "console", "audit": "audit",
     "wrap": "wrap", "unwrap": "wrap", "doctor": "doctor", "login": "login", "logout": "login",
+    "init": "init", "approvals": "approvals",
 }
 
 EPILOG = """\
 examples:
+  # write a commented policy file at ~/.config/mcp-sampling-proxy/policy.yaml (the default --policy)
+  mcp-sampling-proxy init
+
   # wrap a stdio server (what a host config runs)
   mcp-sampling-proxy --policy ~/.config/mcp-sampling-proxy/policy.yaml -- npx -y @acme/mcp-server
 
@@ -49,6 +53,10 @@ examples:
   # check the policy, providers, approval channels and audit/state dirs
   mcp-sampling-proxy doctor --policy policy.yaml
 
+  # remembered "always" approvals: list them, forget one
+  mcp-sampling-proxy approvals list
+  mcp-sampling-proxy approvals revoke 1
+
   # exercise a sampling server without any host
   mcp-sampling-proxy try --tool summarize --args '{"text": "..."}' -- python examples/servers/summarizer.py
 
@@ -59,7 +67,7 @@ host config entry (Claude Desktop, Cursor, Claude Code: "mcpServers"):
     "env": {"OPENAI_API_KEY": "sk-..."}
   }
 
-Without --policy, the LLM comes from OPENAI_API_KEY (+ OPENAI_BASE_URL, OPENAI_MODEL) or
+Without --policy (and no default policy file), the LLM comes from OPENAI_API_KEY (+ OPENAI_BASE_URL, OPENAI_MODEL) or
 ANTHROPIC_API_KEY (+ ANTHROPIC_MODEL); with neither, replies are typed at the terminal when there
 is one. Sampling with no matching rule needs approval (prompt); with no terminal to ask, it is
 denied with a message saying how to allow it. Logs go to stderr, never stdout.
@@ -87,7 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_common_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--policy", metavar="FILE", help="policy file (YAML): providers, rules, audit")
+    parser.add_argument("--policy", metavar="FILE", help="policy file (YAML): providers, rules, audit (default: "
+                        "$XDG_CONFIG_HOME/mcp-sampling-proxy/policy.yaml, ~/.config/... when unset, if it exists; "
+                        "`mcp-sampling-proxy init` writes it)")
     parser.add_argument("--name", help="server name for `server:` rules, remembered approvals and logs (default: "
                         "derived from the command or URL, never the server's own name, which it could borrow)")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
@@ -125,6 +135,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail("give the server either as '-- COMMAND [ARGS...]' or with --url URL (see --help)")
     if args.no_terminal:
         os.environ["MCP_SAMPLING_PROXY_NO_TERMINAL"] = "1"
+    from mcp_sampling_proxy.config.paths import policy_or_default
+
+    args.policy, policy_is_default = policy_or_default(args.policy)
     from mcp_sampling_proxy.hardening import become_subreaper, mark_relay
 
     mark_relay()  # a named relay: console sockets refuse whatever runs below it (hardening.refusal)
@@ -149,9 +162,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     set_secrets(configured_secrets(settings, os.environ))  # after the spawn: importing audit is slow
     configure(args.log_level, args.log_format)
-    if hardening_problems:
-        from mcp_sampling_proxy.log import get_logger
+    from mcp_sampling_proxy.log import get_logger
 
+    get_logger("mcp_sampling_proxy").info(
+        "policy", file=args.policy or "none: providers from the environment, every request asked",
+        default=policy_is_default or None)
+    if hardening_problems:
         get_logger("mcp_sampling_proxy").warning("process hardening incomplete", problems=hardening_problems)
     from mcp_sampling_proxy.runtime import RunOptions, run
 

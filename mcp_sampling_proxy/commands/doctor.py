@@ -466,12 +466,18 @@ def main(argv: Sequence[str]) -> int:
                     "key variables); print what to fix. Exit 1 when something is broken, 0 when all is well.",
         epilog="Checks use this shell's environment; a host starts the proxy with the environment its config gives.",
     )
-    parser.add_argument("--policy", metavar="FILE", help="the policy file the proxy runs with")
+    parser.add_argument("--policy", metavar="FILE", help="the policy file the proxy runs with (default: the one "
+                        "`init` writes, ~/.config/mcp-sampling-proxy/policy.yaml, when it exists)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                         help=f"per provider (default {DEFAULT_TIMEOUT:g})")
     args = parser.parse_args(list(argv))
-    settings, policy = check_policy(args.policy)
+    from mcp_sampling_proxy.config.paths import policy_or_default
+
+    path, is_default = policy_or_default(args.policy)
+    settings, policy = check_policy(path)
     statuses = host_configs()
+    if is_default:
+        policy.add("info", f"no --policy: using the default policy file {path}, as the proxy does")
     sections = [policy, check_providers(settings, args.timeout), check_approval(settings), check_files(settings),
                 check_hosts(statuses), check_wrapped_servers(statuses), check_remote_logins()]
     marks = _marks()

@@ -36,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
         "-- python examples/servers/summarizer.py",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--policy", metavar="FILE", help="policy file for the proxy")
+    parser.add_argument("--policy", metavar="FILE", help="policy file for the proxy (default: as the proxy's, the "
+                        "file `init` writes when it exists)")
     parser.add_argument("--name", help="server name for policy rules")
     parser.add_argument("--tool", help="tool to call (omit to only list the tools)")
     parser.add_argument("--args", default="{}", metavar="JSON", help="tool arguments as a JSON object")

@@ -433,12 +433,10 @@ _SECURITY_HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "
 
 
 def default_policy() -> str | None:
-    """The user's policy when it sits where the README suggests (`policy.yaml` in the config dir,
-    ~/.config/mcp-sampling-proxy/ on Linux: see "Where files live")."""
-    from mcp_sampling_proxy.config.dirs import config_dir
+    """The user's policy when it sits where `init` writes it (see config.paths)."""
+    from mcp_sampling_proxy.config.paths import policy_or_default
 
-    path = config_dir() / "policy.yaml"
-    return str(path) if path.is_file() else None
+    return policy_or_default(None)[0]
 
 
 def serve(directory: Path, *, port: int, open_browser: bool, policy: str | None, audit: str | None) -> int:

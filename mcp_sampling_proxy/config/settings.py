@@ -84,6 +84,7 @@ class SamplingSettings:
     advertise_tools: bool = True  # offer `sampling.tools` upstream when the adapter can use tools
     max_concurrent: int = 8  # LLM calls this proxy makes at once; more wait in a queue ...
     max_queued: int = 256  # ... of at most this many; past it a request is refused (-1)
+    keepalive_seconds: float = 5.0  # progress to the host's tools/call while a request waits; 0: never
 
 
 @dataclass(frozen=True)
@@ -461,9 +462,12 @@ def _parse_model(node: Node) -> ModelSpec:
 
 
 def _parse_sampling(node: Node) -> SamplingSettings:
-    fields = node.mapping(("route", "fallback_on_host_error", "tools", "max_concurrent", "max_queued"))
+    fields = node.mapping(("route", "fallback_on_host_error", "tools", "max_concurrent", "max_queued",
+                           "keepalive_seconds"))
     defaults = SamplingSettings()
     return SamplingSettings(
+        keepalive_seconds=fields["keepalive_seconds"].number(minimum=0) if "keepalive_seconds" in fields
+        else defaults.keepalive_seconds,
         max_concurrent=fields["max_concurrent"].int(minimum=1) if "max_concurrent" in fields
         else defaults.max_concurrent,
         max_queued=fields["max_queued"].int(minimum=0) if "max_queued" in fields else defaults.max_queued,

@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -27,6 +28,7 @@ from mcp_sampling_proxy.protocol.names import (
     PROTOCOL_VERSION_META,
     SERVER_INFO_META,
 )
+from mcp_sampling_proxy.relay.keepalive import Progress, Waiting, same_token, serving, usable_token
 from mcp_sampling_proxy.sanitize import one_line
 
 log = get_logger("mcp_sampling_proxy.relay.core")
@@ -34,6 +36,7 @@ log = get_logger("mcp_sampling_proxy.relay.core")
 Send = Callable[[bytes], None]
 NEGOTIATION = ("initialize", "server/discover")
 RETRYABLE = ("tools/call", "prompts/get", "resources/read")  # may get `input_required` (2026-07-28)
+_WAITING_FOR = {"sampling/createMessage": "waiting for sampling", "elicitation/create": "waiting for an answer"}
 
 
 @dataclass
@@ -42,6 +45,7 @@ class HostRequest:
     tool: str | None  # the tool name for tools/call
     started: float
     message: dict[str, Any] | None = None  # kept for methods a 2026-era server may answer with input_required
+    progress: Progress | None = None  # its `_meta.progressToken` and what the host was sent on it (keep-alive)
 
 
 @dataclass
@@ -177,6 +181,7 @@ class Relay:
         task_group: anyio.abc.TaskGroup,
         session: Session | None = None,
         on_ready: Callable[[], None] | None = None,
+        keepalive_seconds: float = 0.0,
     ):
         self._to_host = to_host
         self._to_upstream = to_upstream
@@ -184,6 +189,7 @@ class Relay:
         self._tg = task_group
         self.session = session or Session()
         self._on_ready = on_ready  # called once, when the upstream has answered initialize
+        self._keepalive_seconds = keepalive_seconds  # progress to the host while a served request waits; 0: off
         self._served: dict[Any, _Served] = {}
         self._awaiting_host: dict[Any, Callable[[dict[str, Any]], None]] = {}
         self._awaiting_upstream: dict[Any, Callable[[dict[str, Any]], None]] = {}
@@ -292,15 +298,17 @@ class Relay:
         method = msg["method"]
         params = jsonrpc.as_object(msg.get("params"))
         tool = params.get("name") if method == "tools/call" else None
+        meta = jsonrpc.as_object(params.get("_meta"))
+        token = meta.get("progressToken")
         self.session.inflight[msg["id"]] = HostRequest(method, tool if isinstance(tool, str) else None,
                                                        time.monotonic(),
-                                                       msg if method in RETRYABLE else None)
+                                                       msg if method in RETRYABLE else None,
+                                                       Progress(token) if usable_token(token) else None)
         if method == "initialize":
             self.session.host_info = jsonrpc.as_object(params.get("clientInfo"))
             self.session.host_capabilities = jsonrpc.as_object(params.get("capabilities"))
             self.session.protocol_version = params.get("protocolVersion")
         else:
-            meta = jsonrpc.as_object(params.get("_meta"))
             version = meta.get(PROTOCOL_VERSION_META)
             if version:  # 2026-07-28 era: everything travels per request
                 self.session.protocol_version = version
@@ -368,6 +376,8 @@ class Relay:
         elif method == "notifications/cancelled":
             if self._cancel_served(msg):
                 return
+        elif method == "notifications/progress":
+            line = self._server_progress(msg, line)
         elif method in self._hooks.watched_notifications and not self._hooks.forward_server_notification(msg):
             return
         self._to_host(line)
@@ -434,8 +444,12 @@ class Relay:
     async def _serve(self, msg: dict[str, Any], served: _Served) -> None:
         request_id = msg["id"]
         reply: bytes | None = None
+        # Handshake era: the request belongs to one of the tools/calls in flight now (which one, the
+        # wire does not say): each of them that asked for progress is kept alive while it waits.
+        owners = [host_id for host_id, request in self.session.inflight.items()
+                  if request.method == "tools/call" and request.progress is not None]
         try:
-            with served.scope:
+            with served.scope, self._keeping_alive(owners, _WAITING_FOR.get(str(msg.get("method")), "waiting")):
                 try:
                     result = await self._hooks.serve(msg, self)
                     reply = jsonrpc.response(request_id, result)
@@ -555,7 +569,9 @@ class Relay:
     async def _resolve(self, host_id: Any, request: HostRequest, result: dict[str, Any],
                        resolving: _Resolving) -> None:
         reply: dict[str, Any] | None = None
-        with resolving.scope:
+        # Kept alive only while the proxy answers the input requests (InputResolver sets the status),
+        # not while the server works on the retry: a hung server must still time out.
+        with resolving.scope, self._keeping_alive([host_id] if request.progress is not None else [], None):
             try:
                 reply = await self._hooks.resolve_input_required(request.message or {}, result, self, resolving)
             except RpcError as exc:
@@ -574,6 +590,51 @@ class Relay:
         request_id = resolving.current_id = self._new_id()
         line = jsonrpc.dumps({"jsonrpc": "2.0", "id": request_id, "method": message["method"], "params": params})
         return await _exchange(self._awaiting_upstream, request_id, self._to_upstream, line)
+
+    # -- progress keep-alive (see relay/keepalive.py) ---------------------------------------------
+    @contextmanager
+    def _keeping_alive(self, owners: list[Any], status: str | None) -> Iterator[None]:
+        """While the block runs, send the owners' progress tokens a notification every
+        `keepalive_seconds` (while a status is set), for as long as each owner is in flight."""
+        if not owners or self._keepalive_seconds <= 0:
+            yield
+            return
+        with serving(status) as waiting:
+            scope = anyio.CancelScope()
+            self._tg.start_soon(self._keep_alive, owners, waiting, scope)
+            try:
+                yield
+            finally:
+                scope.cancel()
+
+    async def _keep_alive(self, owners: list[Any], waiting: Waiting, scope: anyio.CancelScope) -> None:
+        with scope:
+            while True:
+                await anyio.sleep(self._keepalive_seconds)
+                if self.closed:
+                    return
+                status = waiting.status
+                if status is None:
+                    continue
+                for host_id in owners:
+                    request = self.session.inflight.get(host_id)
+                    if request is not None and request.progress is not None:
+                        self._to_host(jsonrpc.dumps({"jsonrpc": "2.0", "method": "notifications/progress",
+                                                     "params": request.progress.keepalive(status)}))
+
+    def _server_progress(self, msg: dict[str, Any], line: bytes) -> bytes:
+        """Note the server's progress on a host token; raise it when it would fall below a keep-alive."""
+        params = jsonrpc.as_object(msg.get("params"))
+        token = params.get("progressToken")
+        for request in self.session.inflight.values():
+            if request.progress is not None and same_token(request.progress.token, token):
+                raised = request.progress.from_server(params)
+                if raised is None:
+                    return line
+                log.debug("server progress raised above the proxy's keep-alive", value=params.get("progress"),
+                          raised_to=raised)
+                return jsonrpc.dumps({**msg, "params": {**params, "progress": raised}})
+        return line
 
     # -- end of session ------------------------------------------------------------------------
     def upstream_gone(self, description: str) -> None:

@@ -28,6 +28,7 @@ from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 from mcp_sampling_proxy.protocol.names import ELICITATION_COMPLETE, ELICITATION_CREATE
 from mcp_sampling_proxy.protocol.sampling_request import validate_params
 from mcp_sampling_proxy.quotas.limiters import limit_key
+from mcp_sampling_proxy.relay.keepalive import waiting_for
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.approval.elicitation_console import ElicitationConsoles
@@ -114,7 +115,8 @@ class ElicitationService:
             if route == "host":
                 if mode == "url" and params.get("elicitationId"):
                     self._at_host.add(params["elicitationId"])
-                response = await relay.forward_to_host(message)
+                with waiting_for("waiting for your answer in the host's form"):
+                    response = await relay.forward_to_host(message)
                 result = response.get("result")
                 self._audit.record(**audit, params=params, result=result, decision="allow",
                                    reason="forwarded to the host", approver="host",
@@ -145,10 +147,11 @@ class ElicitationService:
             if console is None:
                 return self._non_interactive(params, mode, answer, route)
             origin = (session.server_label, tool)
-            if mode == "url":
-                result = await console.ask_url(params, origin, self._opener)
-            else:
-                result = await console.ask_form(params, form, origin)
+            with waiting_for(f"waiting for your answer on the {console.name}"):
+                if mode == "url":
+                    result = await console.ask_url(params, origin, self._opener)
+                else:
+                    result = await console.ask_form(params, form, origin)
             self._audit.record(**audit, params=params, result=result,
                                decision="approved" if result["action"] == "accept" else "rejected",
                                reason=f"answered on the {console.name}", approver=console.name,

@@ -21,6 +21,7 @@ from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 from mcp_sampling_proxy.protocol.names import ELICITATION_CREATE, SAMPLING_CREATE
+from mcp_sampling_proxy.relay.keepalive import waiting_for
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.relay.core import Relay, Session
@@ -107,7 +108,8 @@ class InputResolver:
         request = {"jsonrpc": "2.0", "id": f"input:{key}", "method": entry["method"], "params": entry["params"]}
         token = ORIGIN_TOOLS.set(origin_tools(origin))
         try:
-            return await service.serve(request, relay)
+            with waiting_for("waiting for sampling" if service is self._sampling else "waiting for an answer"):
+                return await service.serve(request, relay)
         finally:
             ORIGIN_TOOLS.reset(token)
 

@@ -36,6 +36,7 @@ from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 from mcp_sampling_proxy.protocol.names import SAMPLING_CREATE
 from mcp_sampling_proxy.protocol.sampling_request import REQUEST_ORIGIN, SamplingRequest, describe, validate
 from mcp_sampling_proxy.quotas.limiters import BudgetHold, Limiters, Refusal, SamplingGate, limit_key
+from mcp_sampling_proxy.relay.keepalive import waiting_for
 from mcp_sampling_proxy.vocabulary import Outcome
 
 if TYPE_CHECKING:
@@ -123,7 +124,8 @@ class SamplingService:
                                 describe(request.wire, server=session.server_label, tool=tool))
         if decision.action != "prompt":
             return _Approved.of(message, request, asked, None)
-        approval = await self._approver.ask(asked, relay)
+        with waiting_for("waiting for approval"):  # progress keep-alive to the host (relay/keepalive.py)
+            approval = await self._approver.ask(asked, relay)
         if not approval.approved:
             raise _Ended("timeout" if approval.outcome == "timeout" else "rejected",
                          RpcError(jsonrpc.USER_REJECTED, approval.reason), approver=approval.channel)
@@ -143,7 +145,8 @@ class SamplingService:
                        started: float) -> dict[str, Any] | None:
         """The host samples (its tokens, not our budget); None when it refused and the policy says
         to fall back to our own LLM."""
-        response = await relay.forward_to_host(approved.message, as_received=approved.as_received)
+        with waiting_for("waiting for the host's LLM"):  # progress keep-alive (relay/keepalive.py)
+            response = await relay.forward_to_host(approved.message, as_received=approved.as_received)
         error = response.get("error")
         if error is None:
             result = jsonrpc.as_object(response.get("result"))
@@ -174,7 +177,8 @@ class SamplingService:
             return result
         # Reviewed: the record waits for the review, so that it holds the answer the server gets.
         try:
-            review = await self._approver.review(approved.asked, result, relay)
+            with waiting_for("waiting for review of the answer"):  # progress keep-alive (relay/keepalive.py)
+                review = await self._approver.review(approved.asked, result, relay)
         except BaseException as exc:  # the LLM was called all the same: its record says how it ended
             cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
             self._audit.record(**{**fulfilled, "decision": "cancelled" if cancelled else "error",
@@ -249,7 +253,8 @@ class SamplingService:
         token = REQUEST_ORIGIN.set((session.server_name, tool))
         call_started = time.time_ns()
         try:
-            completion = await adapter.complete(params, choice.model)
+            with waiting_for("waiting for the LLM"):  # progress keep-alive (relay/keepalive.py)
+                completion = await adapter.complete(params, choice.model)
         except LLMError as exc:
             self._audit.record(**audit, params=params, provider=choice.provider, model=choice.model, error=exc.message,
                                latency_ms=elapsed_ms(started))

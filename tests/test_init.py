@@ -1,0 +1,161 @@
+"""`mcp-sampling-proxy init` as a user runs it: in a terminal (tmux), or with --yes, against a loopback LLM;
+then the proxy, started without --policy, runs with the file it wrote."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from fakes.llm_server import FakeLLMServer
+from support import PROXY, PY, proxy_command, proxy_env, sdk_host, tool_json
+
+from mcp_sampling_proxy.config.settings import load_settings
+
+
+def init_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """XDG_CONFIG_HOME and HOME under tmp_path, so `init` writes its documented default path there."""
+    env = proxy_env(HOME=str(tmp_path / "home"), XDG_CONFIG_HOME=str(tmp_path / "config"),
+                    XDG_STATE_HOME=str(tmp_path / "state"), **extra)
+    env.pop("MCP_SAMPLING_PROXY_CONFIG_DIR")  # the real lookup, not the tests' override
+    return env
+
+
+def run_init(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*PROXY, "init", *args], env=env, capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+
+
+def test_yes_writes_the_default_path_checks_the_llm_and_the_proxy_uses_it(tmp_path: Path) -> None:
+    env = init_env(tmp_path)
+    with FakeLLMServer("openai", models=("local-model",)) as llm:
+        done = run_init(env, "--yes", "--from", "local-llm", "--llm", "ollama", "--base-url", llm.base_url)
+        assert done.returncode == 0, done.stderr
+        policy = tmp_path / "config" / "mcp-sampling-proxy" / "policy.yaml"
+        assert f"wrote {policy}" in done.stdout
+        assert "LLM check: ollama answered" in done.stdout
+        assert llm.requests[-1].body["model"] == "local-model"  # the server's own listed model, not a guess
+        text = policy.read_text()
+        assert text.startswith("# mcp-sampling-proxy policy, written by `mcp-sampling-proxy init`")
+        assert "# local-llm.yaml:" in text  # the shipped comments are kept
+        assert policy.stat().st_mode & 0o777 == 0o600
+        settings = load_settings(str(policy), {})
+        assert [p.name for p in settings.providers] == ["ollama"]
+        assert settings.providers[0].base_url == llm.base_url
+        audit = tmp_path / "state" / "mcp-sampling-proxy" / "audit.jsonl"
+        assert settings.audit.path == str(audit)
+        assert audit.exists()  # every path the README names exists after init
+
+        # the proxy, with no --policy, runs with that file: the loopback LLM answers, the audit log records it
+        async def sample() -> str:
+            async with sdk_host(proxy_command(None), env, tmp_path / "stderr.log") as client:
+                return tool_json(await client.call_tool("sample", {"prompt": "hi"}))["content"]["text"]
+
+        import anyio
+
+        assert anyio.run(sample) == "echo: hi"
+    assert '"default": true' in (tmp_path / "stderr.log").read_text()  # the log says which policy, and why
+    assert str(policy) in (tmp_path / "stderr.log").read_text()
+    assert audit.read_text().count('"event":"decision"') == 1
+
+
+def test_refuses_to_overwrite_without_force_and_path_writes_elsewhere(tmp_path: Path) -> None:
+    env = init_env(tmp_path)
+    assert run_init(env, "--yes").returncode == 0
+    policy = tmp_path / "config" / "mcp-sampling-proxy" / "policy.yaml"
+    policy.write_text("# mine\nrules: []\n")
+    again = run_init(env, "--yes", "--from", "strict")
+    assert again.returncode == 1
+    assert "already exists; nothing written" in again.stderr and "--force" in again.stderr
+    assert policy.read_text() == "# mine\nrules: []\n"
+    assert run_init(env, "--yes", "--from", "strict", "--force").returncode == 0
+    assert "'strict.yaml'" in policy.read_text()
+    doctor = subprocess.run([*PROXY, "doctor"], env=env, capture_output=True, text=True, timeout=60)
+    assert f"using the default policy file {policy}" in doctor.stdout
+    elsewhere = tmp_path / "other" / "p.yaml"
+    assert run_init(env, "--yes", "--path", str(elsewhere)).returncode == 0
+    assert elsewhere.is_file()
+
+
+def test_an_llm_that_does_not_answer_writes_nothing(tmp_path: Path) -> None:
+    env = init_env(tmp_path)
+    with FakeLLMServer("openai") as llm:
+        llm.enqueue(status=401, body={"error": {"message": "bad key"}})
+        done = run_init(env, "--yes", "--llm", "openai", "--base-url", llm.base_url, "--model", "m",
+                        "--key-env", "TEST_LLM_KEY")
+    assert "TEST_LLM_KEY is not set" in done.stdout
+    assert done.returncode == 1 and "nothing written" in done.stderr
+    assert not (tmp_path / "config" / "mcp-sampling-proxy" / "policy.yaml").exists()
+    with FakeLLMServer("openai") as llm:
+        for _ in range(3):
+            llm.enqueue(status=401, body={"error": {"message": "bad key"}})
+        done = run_init({**env, "TEST_LLM_KEY": "sk-wrong"}, "--yes", "--llm", "openai", "--base-url",
+                        llm.base_url, "--model", "m", "--key-env", "TEST_LLM_KEY")
+    assert "LLM check failed" in done.stdout and "401" in done.stdout
+    assert "sk-wrong" not in done.stdout + done.stderr
+    assert done.returncode == 1
+    assert not (tmp_path / "config" / "mcp-sampling-proxy" / "policy.yaml").exists()
+
+
+def test_without_a_terminal_it_asks_for_yes(tmp_path: Path) -> None:
+    done = run_init(init_env(tmp_path))
+    assert done.returncode == 2
+    assert "--yes" in done.stderr
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+def test_interactive_in_a_terminal(tmp_path: Path) -> None:
+    """The questions as a user sees them in tmux: pick a policy and an LLM, see the check, confirm."""
+    session = f"init-{uuid.uuid4().hex[:8]}"
+    socket = str(tmp_path / "tmux.sock")
+    with FakeLLMServer("openai", models=("qwen-local", "llama-local")) as llm:
+        env = init_env(tmp_path)
+        exports = " ".join(f"{k}='{v}'" for k, v in env.items() if k in (
+            "HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "PATH", "PYTHONPATH"))
+        command = f"env -i {exports} {PY} -m mcp_sampling_proxy init; echo EXIT=$?; sleep 30"
+        tmux = ["tmux", "-S", socket]
+        subprocess.run([*tmux, "new-session", "-d", "-s", session, "-x", "200", "-y", "50", command], check=True)
+        try:
+            def screen() -> str:
+                return subprocess.run([*tmux, "capture-pane", "-p", "-t", session, "-S", "-200"],
+                                      capture_output=True, text=True, check=True).stdout
+
+            def wait_for(text: str, timeout: float = 30.0) -> str:
+                deadline = time.monotonic() + timeout
+                while time.monotonic() < deadline:
+                    shown = screen()
+                    if text in shown:
+                        return shown
+                    time.sleep(0.1)
+                raise AssertionError(f"{text!r} not shown:\n{screen()}")
+
+            def answer(text: str) -> None:
+                subprocess.run([*tmux, "send-keys", "-t", session, text, "Enter"], check=True)
+
+            shown = wait_for("Start from which shipped policy?")
+            assert "trusted-autoapprove" in shown and "Choice [1]:" in shown
+            answer("9")  # not a choice: asked again
+            wait_for("'9' is not one of 1-4")
+            answer("2")  # local-llm
+            wait_for("Which LLM answers sampling requests?")
+            answer("3")  # an OpenAI-compatible server on this machine
+            wait_for("Base URL [http://127.0.0.1:11434/v1]:")
+            answer(llm.base_url)
+            shown = wait_for("Model [qwen-local]:")
+            assert "models at" in shown and "llama-local" in shown
+            answer("llama-local")
+            shown = wait_for("Write ")
+            assert "LLM check: ollama answered" in shown
+            answer("")  # Enter: yes
+            shown = wait_for("EXIT=")
+        finally:
+            subprocess.run([*tmux, "kill-server"], check=False)
+    assert "EXIT=0" in shown
+    policy = tmp_path / "config" / "mcp-sampling-proxy" / "policy.yaml"
+    settings = load_settings(str(policy), {})
+    assert settings.providers[0].models[0].name == "llama-local"
+    assert settings.rules[0].action == "allow"  # local-llm.yaml's rule
+    assert llm.requests[-1].body["model"] == "llama-local"
