@@ -154,6 +154,37 @@ def test_approve_once_shows_the_request_in_full_and_the_audit_line_appears(setup
 
 
 @needs_browser
+def test_a_desktop_notification_says_which_server_asks(setup: dict[str, Any], browser: Any) -> None:
+    """With notifications allowed, a new request raises one naming its server (Chromium's own
+    Notification is recorded: headless Chromium has no desktop to show it on)."""
+    web = setup["web"]
+    context = browser.new_context()
+    context.grant_permissions(["notifications"], origin=f"http://127.0.0.1:{web.port}")
+    context.add_init_script("""
+        window.__shown = [];
+        const Real = window.Notification;
+        class Recorded { constructor(title, options) { window.__shown.push({title, body: options.body}); }
+                         close() {} static get permission() { return Real.permission; }
+                         static requestPermission() { return Real.requestPermission(); } }
+        window.Notification = Recorded;
+    """)
+    page = context.new_page()
+    page.goto(web.url)
+    assert page.evaluate("Notification.permission") == "granted"
+    with proxy(setup) as host:
+        host.initialize()
+        attached(page)
+        call(host, 2, "sample", {"prompt": "please"})
+        page.locator("article.pending").wait_for(timeout=15000)
+        page.wait_for_function("window.__shown.length > 0", timeout=10000)
+        shown = page.evaluate("window.__shown")
+        assert shown == [{"title": "mcp-sampling-proxy", "body": "Server 'kitchen_sink_server' asks to use an LLM"}]
+        page.get_by_role("button", name="Deny").click()
+        result_of(host, 2)
+    context.close()
+
+
+@needs_browser
 def test_deny_refuses_the_request(setup: dict[str, Any], browser: Any) -> None:
     from playwright.sync_api import expect
 
