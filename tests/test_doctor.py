@@ -370,3 +370,28 @@ def test_doctor_checks_wrapped_continue_entries_as_continue_starts_them(
     assert f"fix: add TEST_LLM_KEY to the entry's env in {config}" in wrapped
     assert "✗ Continue 'gone': the server command 'not-installed-mcp' is not found" in wrapped
     assert f"✓ Continue 'keyed': upstream {PY}" in wrapped
+
+
+def test_an_azure_provider_is_probed_the_azure_way(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                   openai_llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The resource's /openai/models with api-version and the api-key header (not /models with a
+    Bearer token, which Azure answers 404/401); a deployment name missing from the list is no warning."""
+    monkeypatch.setenv("AZURE_OPENAI_API_KEY", KEY)
+    root = openai_llm.base_url.removesuffix("/v1")
+    policy = write_policy(tmp_path, f"""llm:
+  providers:
+    azure:
+      type: openai
+      base_url: {root}
+      api_key_env: AZURE_OPENAI_API_KEY
+      azure: {{api_version: "2024-10-21"}}
+      models: [my-deployment]
+""")
+    code, out = doctor(capsys, "--policy", policy)
+    probes = [r for r in openai_llm.requests if "models" in r.path or "chat/completions" in r.path]
+    first = probes[0]
+    assert first.path == "/openai/models" and first.query == "api-version=2024-10-21"
+    assert first.headers.get("api-key") == KEY and "authorization" not in first.headers
+    assert code == 0, out
+    assert "not among the models it lists" not in out
+    assert KEY not in out

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 import httpx
@@ -129,10 +130,16 @@ async def probe_provider(provider: Any, timeout: float) -> list[Check]:
         base = (provider.base_url or ANTHROPIC_URL).rstrip("/").removesuffix("/v1")
         url = f"{base}/v1/models"
         headers = {"anthropic-version": API_VERSION, **({"x-api-key": key} if key else {})}
+    elif provider.azure is not None:  # Azure OpenAI: the resource's models list, its api-version and api-key
+        base = (provider.base_url or OPENAI_URL).rstrip("/").removesuffix("/openai")
+        url = f"{base}/openai/models?api-version={quote(provider.azure.api_version, safe='')}"
+        headers = {"api-key": key} if key else {}
     else:
         base = (provider.base_url or OPENAI_URL).rstrip("/")
         url = f"{base}/models"
         headers = {"authorization": f"Bearer {key}"} if key else {}
+    if key and provider.api_key_header:
+        headers = {provider.api_key_header: key}
     headers.update(provider.headers)
     try:
         shown = safe_url(base)
@@ -167,7 +174,8 @@ async def probe_provider(provider: Any, timeout: float) -> list[Check]:
             listed = []
         checks = [Check("ok", f"{label}: GET {path} answered {response.status_code} "
                               f"({len(listed)} model{'s' if len(listed) != 1 else ''}); {key_note}")]
-        missing = [m.name for m in provider.models if listed and m.name not in listed]
+        # Azure lists base models, not the deployments the policy names
+        missing = [m.name for m in provider.models if listed and m.name not in listed and provider.azure is None]
         if missing:
             checks.append(Check("warn", f"{name}: {', '.join(missing)} not among the models it lists",
                                 "check the model names under llm.providers in the policy"))
