@@ -295,12 +295,16 @@ class Bench:
             for mode in MODES:
                 sessions[mode] = await self.open(mode, self.commands[mode], f"steady-{mode}")
             pids = {m: s.pid for m, s in sessions.items()}
+            hop: dict[str, int] = {}  # the relay's and the proxy's own pids, for /proc
             for m in ("relay", "proxy"):
-                if pids[m] is None:
+                pid = pids[m]
+                if pid is None:
                     raise self.fail(sessions[m], "could not tell which child process is the relay/proxy")
+                hop[m] = pid
             await asyncio.sleep(args.settle)
-            rss_idle = {m: status_mb(pids[m], "VmRSS") for m in ("relay", "proxy")}  # type: ignore[arg-type]
-            self.log(f"idle RSS after {args.settle:g} s: " + ", ".join(f"{m} {x or 0:.1f} MB" for m, x in rss_idle.items()))
+            rss_idle = {m: status_mb(pid, "VmRSS") for m, pid in hop.items()}
+            self.log(f"idle RSS after {args.settle:g} s: "
+                     + ", ".join(f"{m} {x or 0:.1f} MB" for m, x in rss_idle.items()))
 
             for s in sessions.values():
                 await self.echo(s, args.warmup, [], check=True)
@@ -341,7 +345,7 @@ class Bench:
                 got = len(getattr(result.content[0], "text", "")) if result.content else 0
                 if got != args.big_size:
                     raise self.fail(sessions[m], f"big({args.big_size}) returned {got} characters")
-            rss_peak = {m: status_mb(pids[m], "VmHWM") for m in ("relay", "proxy")}  # type: ignore[arg-type]
+            rss_peak = {m: status_mb(pid, "VmHWM") for m, pid in hop.items()}
             memory = {m: {"idle_mb": rss_idle[m], "peak_mb": rss_peak[m]} for m in ("relay", "proxy")}
             return {"echo": echo, "concurrent": concurrent, "memory": memory, "pids": pids}
         finally:
