@@ -114,6 +114,13 @@ def children(pid: int) -> set[int]:
     return found
 
 
+def leaf(exc: BaseException) -> BaseException:
+    """The first real error inside (nested) task-group exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
 def rotated(items: tuple[str, ...], i: int) -> tuple[str, ...]:
     """The modes in a different order each round, so none always goes first (or last)."""
     k = i % len(items)
@@ -222,7 +229,7 @@ class Bench:
             client = await stack.enter_async_context(Client(stdio_client(params, errlog=log_file), mode="legacy"))
         except Exception as exc:
             await stack.aclose()
-            why = "no initialize response in time" if timed_out else f"initialize failed: {exc!r}"
+            why = "no initialize response in time" if timed_out else f"initialize failed: {leaf(exc)!r}"
             raise BenchError(f"{mode} ({shlex.join(command)}): {why}; stderr ({errlog}) ends:\n"
                              f"{errlog.read_text(errors='replace')[-1500:]}") from None
         finally:
