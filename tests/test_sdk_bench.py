@@ -67,3 +67,14 @@ def test_quick_run_reports_every_row_with_its_target() -> None:
         assert line is not None, f"no row {label!r} in:\n{table}"
         assert "PASS" in line or "FAIL" in line, line
     assert "load average" in table and "overall:" in table
+
+
+def test_direct_sampling_calls_send_the_body_the_proxy_sends() -> None:
+    """The sampling row compares like with like: the direct httpx calls post exactly the Chat
+    Completions body the proxy's OpenAI adapter builds from the server's sampling request."""
+    from mcp_sampling_proxy.fulfil.base import ProviderConfig
+    from mcp_sampling_proxy.fulfil.openai import OpenAIAdapter
+
+    bench = load_module()
+    adapter = OpenAIAdapter(ProviderConfig(name="fake", type="openai", base_url="http://127.0.0.1:9/v1"))
+    assert adapter.build_request(bench.SAMPLING_PARAMS, bench.LLM_MODEL) == bench.DIRECT_BODY
