@@ -180,7 +180,6 @@ class Relay:
         hooks: Hooks,
         task_group: anyio.abc.TaskGroup,
         session: Session | None = None,
-        on_ready: Callable[[], None] | None = None,
         keepalive_seconds: float = 0.0,
     ):
         self._to_host = to_host
@@ -188,7 +187,6 @@ class Relay:
         self._hooks = hooks
         self._tg = task_group
         self.session = session or Session()
-        self._on_ready = on_ready  # called once, when the upstream has answered initialize
         self._keepalive_seconds = keepalive_seconds  # progress to the host while a served request waits; 0: off
         self._served: dict[Any, _Served] = {}
         self._awaiting_host: dict[Any, Callable[[dict[str, Any]], None]] = {}
@@ -411,9 +409,6 @@ class Relay:
         log.info("upstream ready", server=self.session.server_name,
                  server_reported=self.session.server_reported_if_different, protocol=self.session.protocol_version,
                  host=self.session.host_name or None)
-        if self._on_ready is not None:
-            on_ready, self._on_ready = self._on_ready, None
-            on_ready()
 
     def _note_modern_server(self, msg: dict[str, Any]) -> None:
         """2026-era servers name themselves in each result's _meta, not in an initialize result."""
