@@ -1,10 +1,15 @@
 """Shared pytest configuration and fixtures."""
 
+import shutil
+import socket
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fakes.llm_server import FakeLLMServer
+from support import free_port
 
 
 @pytest.fixture
@@ -25,3 +30,31 @@ def dirs(tmp_path: Path) -> dict[str, str]:
     """Private runtime (console sockets) and state (approvals, budgets) dirs, and a test key."""
     return {"MCP_SAMPLING_PROXY_RUNTIME_DIR": str(tmp_path / "run"),
             "MCP_SAMPLING_PROXY_STATE_DIR": str(tmp_path / "state"), "TEST_LLM_KEY": "k"}
+
+
+@pytest.fixture
+def redis_url(tmp_path: Path) -> Iterator[str]:
+    """A private redis-server on a free loopback port (the Debian package; .ci/run installs it)."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not installed (.ci/run installs the Debian package redis-server)")
+    port = free_port()
+    server = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
+                               "no", "--dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5) as conn:
+                    conn.sendall(b"PING\r\n")
+                    if conn.recv(16).startswith(b"+PONG"):
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline or server.poll() is not None:
+                pytest.fail("redis-server did not start")
+            time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        server.terminate()
+        server.wait(10)

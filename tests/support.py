@@ -205,3 +205,12 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def free_port() -> int:
+    """A loopback TCP port nothing listens on (free when this returns)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

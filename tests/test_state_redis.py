@@ -10,62 +10,18 @@ and everything else is still relayed.
 from __future__ import annotations
 
 import json
-import shutil
-import socket
 import subprocess
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
-import pytest
 from fakes.llm_server import FakeLLMServer
-from support import PROXY, PY, ROOT, RawHost, openai_policy, proxy_command, proxy_env, write_policy
+from support import PROXY, PY, ROOT, RawHost, free_port, openai_policy, proxy_command, proxy_env, write_policy
 
 FLOOD = str(ROOT / "tests" / "fixtures" / "hostile" / "sampling_flood.py")
 HANG = 120.0  # only stops a hang; no test asserts a timing
 SAMPLE = {"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}], "maxTokens": 20}
 GATE = "sampling:\n  max_concurrent: 16\n  max_queued: 512\n"  # the per-proxy queue must not refuse first
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture
-def redis_url(tmp_path: Path) -> Iterator[str]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("redis-server is not installed (.ci/run installs the Debian package redis-server)")
-    port = free_port()
-    server = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
-                               "no", "--dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5) as conn:
-                    conn.sendall(b"PING\r\n")
-                    if conn.recv(16).startswith(b"+PONG"):
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline or server.poll() is not None:
-                pytest.fail("redis-server did not start")
-            time.sleep(0.05)
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        server.terminate()
-        server.wait(10)
-
-
-@pytest.fixture
-def llm() -> Iterator[FakeLLMServer]:
-    with FakeLLMServer("openai") as server:
-        yield server
 
 
 def state(url: str, on_error: str = "deny") -> str:

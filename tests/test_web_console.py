@@ -185,6 +185,36 @@ def test_a_desktop_notification_says_which_server_asks(setup: dict[str, Any], br
 
 
 @needs_browser
+def test_budgets_shared_on_redis_are_shown(tmp_path: Path, dirs: dict[str, str], llm: FakeLLMServer,
+                                           redis_url: str, browser: Any) -> None:
+    """With `state: {backend: redis}` the page shows the budget every proxy shares (read from Redis),
+    not the local budgets file: the pending request's own reservation is already counted."""
+    state = f"state:\n  backend: redis\n  url: {redis_url}\n  prefix: 'web:'\n"
+    policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=RULES) + state)
+    web = WebConsole(dirs, "--policy", policy, stderr=tmp_path / "web.log")
+    try:
+        page = open_page(browser, web)
+        with RawHost(proxy_command(policy), proxy_env(**dirs), tmp_path / "proxy.log") as host:
+            host.initialize()
+            attached(page)
+            call(host, 2, "sample", {"prompt": "please"})
+            card = page.locator("article.pending")
+            card.wait_for(timeout=15000)
+            assert re.search(r"budget left 49,\d{3} of 50,000 tokens per 1d \(\d+ reserved", card.inner_text()), \
+                card.inner_text()
+            page.get_by_role("button", name="Allow once").click()
+            result_of(host, 2)
+        assert not (Path(dirs["MCP_SAMPLING_PROXY_STATE_DIR"]) / "budgets.json").exists()  # all of it on Redis
+        page.reload()  # the budgets table, read again from Redis
+        row = page.locator("#budgets tbody tr").first
+        row.wait_for(timeout=15000)
+        cells = row.inner_text()
+        assert "kitchen_sink_server" in cells and "ask" in cells and "50,000" in cells, cells
+    finally:
+        web.close()
+
+
+@needs_browser
 def test_deny_refuses_the_request(setup: dict[str, Any], browser: Any) -> None:
     from playwright.sync_api import expect
 

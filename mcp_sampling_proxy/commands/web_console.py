@@ -18,6 +18,7 @@ Content-Security-Policy: scripts and styles from this origin only, images only a
 from __future__ import annotations
 
 import contextlib
+import functools
 import hmac
 import json
 import os
@@ -25,7 +26,7 @@ import secrets
 import sys
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from pathlib import Path
@@ -60,9 +61,10 @@ SCOPES = ("once", "session", "always")
 class WebState:
     """What the page shows, shared between the event loop (proxies) and the request threads."""
 
-    def __init__(self, facts: web_view.PolicyFacts, budgets_path: Path, audit_path: str | None):
+    def __init__(self, facts: web_view.PolicyFacts, read_budgets: Callable[[], dict[str, dict[str, Any]]],
+                 audit_path: str | None):
         self.facts = facts
-        self.budgets_path = budgets_path
+        self.read_budgets = read_budgets  # the local budgets file, or the shared ones on Redis
         self.audit_path = audit_path
         self.changed = threading.Condition()
         self.version = 0
@@ -103,7 +105,7 @@ class WebState:
             return found
 
     def snapshot(self) -> dict[str, Any]:
-        budgets = web_view.read_budgets(self.budgets_path)
+        budgets = self.read_budgets()
         with self.changed:
             questions = list(self.questions.items())
             proxies = sorted(self.proxies.values(), key=lambda p: p["pid"])
@@ -206,7 +208,7 @@ def usage_view(state: WebState, query: dict[str, list[str]]) -> dict[str, Any]:
     with state.changed:
         records = list(state.records)
     servers = [{"server": one_line(name, 120), **stats.as_dict()} for name, stats in summarize(records, since).items()]
-    return {"servers": servers, "budgets": web_view.budget_rows(web_view.read_budgets(state.budgets_path), state.facts),
+    return {"servers": servers, "budgets": web_view.budget_rows(state.read_budgets(), state.facts),
             "policy": state.facts.source}
 
 
@@ -441,21 +443,28 @@ def default_policy() -> str | None:
 
 def serve(directory: Path, *, port: int, open_browser: bool, policy: str | None, audit: str | None) -> int:
     """Run the web console until Ctrl-C; the first line on stdout is the URL with its token."""
-    from mcp_sampling_proxy.config.settings import PolicyError, load_settings
+    from mcp_sampling_proxy.config.settings import PolicyError, load_settings, resolve_state
     from mcp_sampling_proxy.quotas.limiters import BUDGETS_FILE
     from mcp_sampling_proxy.quotas.state import state_dir
 
     facts = web_view.PolicyFacts()
+    budgets_file = state_dir() / BUDGETS_FILE
+    read_budgets: Callable[[], dict[str, dict[str, Any]]] = functools.partial(web_view.read_budgets, budgets_file)
     policy = policy or default_policy()
     if policy:
         try:
             settings = load_settings(policy)
+            shared = resolve_state(settings.state, os.environ)
         except PolicyError as exc:
             print(f"mcp-sampling-proxy console: error: {exc}", file=sys.stderr)
             return 2
         facts = web_view.policy_facts(settings)
         audit = audit or settings.audit_path
-    state = WebState(facts, state_dir() / BUDGETS_FILE, audit)
+        if shared.backend == "redis" and shared.url:  # the budgets every proxy shares on Redis
+            from mcp_sampling_proxy.quotas import redis_store
+
+            read_budgets = functools.partial(redis_store.read_budgets, shared.url, shared.prefix)
+    state = WebState(facts, read_budgets, audit)
     stop = threading.Event()
 
     async def run() -> None:

@@ -207,3 +207,37 @@ class RedisQuotas:
     async def aclose(self) -> None:
         await self._redis.aclose()
         await self._pool.disconnect()
+
+
+def read_budgets(url: str, prefix: str, *, timeout: float = 2.0) -> dict[str, dict[str, Any]]:
+    """The shared budgets' current windows, for a console to show (read only, never changed here):
+    KEY -> used, reserved (reservations not yet expired), per, resets_at (None once the window ended).
+    Empty when Redis cannot be reached: a display must not fail for it."""
+    from redis import Redis
+    from redis.exceptions import RedisError
+
+    # Any: redis-py's sync stubs type every reply as a union of what any command could return
+    client: Any = Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout, decode_responses=True)
+    found: dict[str, dict[str, Any]] = {}
+    head = f"{prefix}{{budget:"
+    pattern = "".join(f"\\{c}" if c in "*?[]\\" else c for c in head) + "*}"
+    try:
+        seconds, micros = client.time()
+        now = seconds + micros / 1_000_000
+        for base in client.scan_iter(match=pattern, count=500):
+            per, window, used = client.hmget(base, "per", "window", "used")
+            try:
+                per_s, window_s, used_n = float(per), float(window), int(used or 0)
+            except (TypeError, ValueError):
+                continue
+            live = client.zrangebyscore(base + ":res", f"({now}", "+inf")
+            reserved = sum(int(t) for t in client.hmget(base + ":tok", live) if t) if live else 0
+            ended = window_s + per_s <= now
+            found[base[len(head):-1]] = {"used": 0 if ended else used_n, "reserved": reserved, "per": per_s,
+                                         "resets_at": None if ended else window_s + per_s}
+    except (RedisError, OSError) as exc:
+        log.warning("could not read the shared budgets", store=shown_url(url), error=f"{type(exc).__name__}: {exc}")
+        return {}
+    finally:
+        client.close()
+    return found
