@@ -15,7 +15,8 @@ user's own with mode 0700, or the next candidate is used):
   Windows `%LOCALAPPDATA%\\mcp-sampling-proxy`.
 
 On macOS the `XDG_*` variables are honoured too, as platformdirs does. platformdirs is imported
-on first use (a few milliseconds), not when this module is.
+on first use (a few milliseconds), not when this module is; so is the logger (structlog costs
+~40 ms, and the command line asks for `config_dir` before it starts the server).
 """
 
 from __future__ import annotations
@@ -25,10 +26,6 @@ import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-
-from mcp_sampling_proxy.log import get_logger
-
-log = get_logger("mcp_sampling_proxy.config.dirs")
 
 APP_DIR = "mcp-sampling-proxy"
 STATE_DIR_ENV = "MCP_SAMPLING_PROXY_STATE_DIR"
@@ -75,6 +72,9 @@ def runtime_base() -> Path:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RuntimeDirWarning)
         path = Path(_platform(ensure_exists=True, app=False).user_runtime_dir)
+    from mcp_sampling_proxy.log import get_logger
+
+    log = get_logger("mcp_sampling_proxy.config.dirs")
     for warning in caught:
         message = str(warning.message)
         if not issubclass(warning.category, RuntimeDirWarning):  # another thread's, caught meanwhile: pass it on

@@ -10,7 +10,6 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-APP_DIR = "mcp-sampling-proxy"
 CONFIG_DIR_ENV = "MCP_SAMPLING_PROXY_CONFIG_DIR"  # overrides the XDG lookup (tests; several setups side by side)
 POLICY_FILE = "policy.yaml"
 
