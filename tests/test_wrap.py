@@ -414,6 +414,31 @@ def test_a_record_an_older_version_left_beside_the_config_is_used_and_moved(
     assert not legacy.exists()
 
 
+def test_an_older_shared_record_file_keeps_the_other_configs_records(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str) -> None:
+    """Older versions kept one record file per folder, for every config in it: moving one config's
+    records to the state dir leaves the others' where they are, and nothing is lost."""
+    first = copy_fixture(tmp_path, "claude_desktop_config.json")
+    second = first.with_name("second.json")
+    shutil.copyfile(first, second)
+    originals = {first: first.read_bytes(), second: second.read_bytes()}
+    legacy = first.parent / SIDECAR_NAME
+    merged: list[Any] = []
+    for path in (first, second):
+        assert run(capsys, "wrap", "--host", "claude-desktop", "--config", str(path), "--all", "--policy",
+                   policy)[0] == 0
+        merged += json.loads(record_path(path).read_text())["records"]
+        record_path(path).unlink()
+    legacy.write_text(json.dumps({"version": 1, "records": merged}))  # as versions before 0.2 wrote it
+    assert run(capsys, "unwrap", "--host", "claude-desktop", "--config", str(first), "--all")[0] == 0
+    assert first.read_bytes() == originals[first]
+    left = json.loads(legacy.read_text())["records"]
+    assert left and {r["file"] for r in left} == {"second.json"}  # the other config's records stay
+    assert run(capsys, "unwrap", "--host", "claude-desktop", "--config", str(second), "--all")[0] == 0
+    assert second.read_bytes() == originals[second]  # restored byte for byte from them
+    assert not legacy.exists()
+
+
 def test_unwrap_after_reformatting_restores_the_values(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                         policy: str) -> None:
     path = copy_fixture(tmp_path, "claude_code.mcp.json")

@@ -898,10 +898,9 @@ def record_path(config: Path) -> Path:
     """`STATE_DIR/wrapped/HASH-FILENAME.json`: the record of one config file (HASH of its absolute
     path). Not beside the config: in a project folder such as `.vscode/` it would end up in version
     control, and it may hold secrets copied from the config's `env`."""
-    from mcp_sampling_proxy.quotas.state import state_dir
+    from mcp_sampling_proxy.config.dirs import state_dir
 
-    folder = state_dir() / "wrapped"
-    folder.mkdir(mode=0o700, exist_ok=True)
+    folder = state_dir(create=False) / "wrapped"  # made when a record is saved (not by --dry-run)
     absolute = os.path.abspath(config)
     name = re.sub(r"[^A-Za-z0-9._-]+", "_", config.name)
     return folder / f"{hashlib.sha256(absolute.encode()).hexdigest()[:16]}-{name}.json"
@@ -910,22 +909,35 @@ def record_path(config: Path) -> Path:
 class Sidecar:
     """The record of one config: the original text of each entry `wrap` changed, so `unwrap` can
     restore it exactly. Kept in the state dir (`record_path`); a record an older version left
-    beside the config is read, and moved there on the next save."""
+    beside the config is read, and this config's records are moved there on the next save (that
+    file holds the records of every config in its folder: the others stay in it)."""
 
     def __init__(self, config: Path):
         self.config = config
         self.path = record_path(config)
         self.legacy = config.with_name(SIDECAR_NAME)
-        self.records: list[dict[str, Any]] = []
-        for candidate in (self.path, self.legacy):
-            try:
-                raw = candidate.read_text(encoding="utf-8")
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                raise ConfigError(f"{candidate}: cannot read: {exc.strerror}") from None
-            self.records = self._parse(candidate, raw)
-            return
+        self.records = self._read(self.path)
+        legacy = self._read(self.legacy)
+        self._legacy_others = [r for r in legacy if r.get("file") != config.name]
+        self._from_legacy = len(legacy) != len(self._legacy_others)
+        held = {self._record_key(r) for r in self.records}
+        self.records += [r for r in legacy if r.get("file") == config.name and self._record_key(r) not in held]
+
+    @classmethod
+    def _read(cls, path: Path) -> list[dict[str, Any]]:
+        try:
+            raw = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+        return cls._parse(path, raw)
+
+    @staticmethod
+    def _record_key(record: dict[str, Any]) -> tuple[Any, ...]:
+        table = record.get("table")
+        return (record.get("host"), record.get("file"), tuple(table) if isinstance(table, list) else table,
+                record.get("server"))
 
     @staticmethod
     def _parse(path: Path, raw: str) -> list[dict[str, Any]]:
@@ -940,14 +952,11 @@ class Sidecar:
         return records
 
     def _key(self, host: str, table: tuple[str, ...], server: str) -> tuple[Any, ...]:
-        return host, self.config.name, list(table), server
+        return host, self.config.name, tuple(table), server
 
     def find(self, host: str, table: tuple[str, ...], server: str) -> dict[str, Any] | None:
         key = self._key(host, table, server)
-        for record in self.records:
-            if (record.get("host"), record.get("file"), record.get("table"), record.get("server")) == key:
-                return record
-        return None
+        return next((record for record in self.records if self._record_key(record) == key), None)
 
     def put(self, host: str, table: tuple[str, ...], server: str, **fields: Any) -> None:
         self.remove(host, table, server)
@@ -956,22 +965,31 @@ class Sidecar:
 
     def remove(self, host: str, table: tuple[str, ...], server: str) -> None:
         key = self._key(host, table, server)
-        self.records = [r for r in self.records
-                        if (r.get("host"), r.get("file"), r.get("table"), r.get("server")) != key]
+        self.records = [r for r in self.records if self._record_key(r) != key]
 
     def save(self) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            self.legacy.unlink()  # moved to the state dir (or no longer needed)
-        if not self.records:
+        """Write this config's records (first, so a failure loses nothing), then take them out of
+        an older version's shared file beside the config."""
+        from mcp_sampling_proxy.config.dirs import state_dir
+
+        if self.records:
+            state_dir()  # created 0700 when missing
+        self._write(self.path, self.records, config=os.path.abspath(self.config))
+        if self._from_legacy:
+            self._write(self.legacy, self._legacy_others)
+            self._from_legacy = False
+
+    @staticmethod
+    def _write(path: Path, records: list[dict[str, Any]], **extra: Any) -> None:
+        if not records:
             with contextlib.suppress(FileNotFoundError):
-                self.path.unlink()
+                path.unlink()
             return
         document = {
             "note": "written by `mcp-sampling-proxy wrap`: the original text of each server entry it changed, so "
                     "`mcp-sampling-proxy unwrap` can restore it exactly; may hold secrets from the config",
-            "version": 1,
-            "config": os.path.abspath(self.config),
-            "records": self.records,
+            "version": 1, **extra, "records": records,
         }
         text = json.dumps(document, indent=2, ensure_ascii=False, default=str) + "\n"
-        write_atomic(self.path, text.encode("utf-8"), mode=0o600)
+        path.parent.mkdir(mode=0o700, exist_ok=True)
+        write_atomic(path, text.encode("utf-8"), mode=0o600)
