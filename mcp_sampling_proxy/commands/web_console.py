@@ -267,10 +267,14 @@ class WebConsole:
         if found is None:
             raise Refused(409, "this request is no longer pending (answered elsewhere, withdrawn or timed out)")
         path, message = found
-        reply = self._reply(message, body)
-        if self.client.is_resolved(path, message["id"]):
+        reply = self._reply(message, body)  # checks the answer; no side effect yet
+        # Claim the question once: of two answers racing (two tabs), only the first is sent.
+        if self.client.is_resolved(path, message["id"]) or self.state.take(key) is None:
             raise Refused(409, "answered elsewhere or timed out meanwhile; your answer was not used")
-        self.state.take(key)
+        if message["type"] == "elicit" and message.get("mode") == "url" and reply.get("action") == "accept":
+            from mcp_sampling_proxy.serve.elicitation import open_url
+
+            open_url(message.get("url") or "")  # only for the answer that was used
         if not self.portal.call(self.client.send, path, reply):
             raise Refused(410, "the proxy is gone")
         return {"ok": True}
@@ -302,8 +306,6 @@ class WebConsole:
     def _elicitation(message: dict[str, Any], action: Any, content: Any) -> dict[str, Any]:
         from mcp_sampling_proxy.approval.forms import FormError, parse_form, validate_content
         from mcp_sampling_proxy.approval.url_safety import analyze_url
-        from mcp_sampling_proxy.serve.elicitation import open_url
-
         if action in ("decline", "cancel"):
             return {"action": action}
         if message["mode"] == "url":
@@ -312,8 +314,7 @@ class WebConsole:
             url = message.get("url") or ""
             if not analyze_url(url).ok:
                 raise Refused(400, "this URL is not safe to open; decline it")
-            open_url(url)
-            return {"action": "accept"}
+            return {"action": "accept"}  # opened by `answer` once the question is claimed
         if action != "accept":
             raise Refused(400, "answer a form with action accept (with content), decline or cancel")
         try:
