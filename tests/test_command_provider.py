@@ -166,6 +166,20 @@ async def test_custom_text_command_with_the_prompt_as_an_argument(tmp_path: Path
     assert run["stdin"] == ""  # stdin is /dev/null when the prompt is an argument
 
 
+async def test_a_prompt_that_looks_like_an_option_never_becomes_one(tmp_path: Path) -> None:
+    """With `prompt: arg` the server's text is a command-line argument: one starting with '-' would
+    be read as a flag (`-f ~/.ssh/id_rsa`), so it is refused unless `--` ends the options."""
+    body = 'command: ["my-text-llm", "--model", "{model}"]\nprompt: arg\nmodels: [m1]'
+    result = await call(tmp_path, provider("mine", body) + ALLOW, "sample", {"prompt": "-f/home/me/.ssh/id_rsa"})
+    error = tool_json(result)["error"]
+    assert error["code"] == -32602 and "would read as an option" in error["message"]
+    assert runs(tmp_path / "runs.jsonl") == []  # the command never ran
+    guarded = 'command: ["my-text-llm", "--model", "{model}", "--"]\nprompt: arg\nmodels: [m1]'
+    await call(tmp_path, provider("mine", guarded) + ALLOW, "sample", {"prompt": "-f/home/me/.ssh/id_rsa"})
+    (run,) = runs(tmp_path / "runs.jsonl")
+    assert run["argv"] == ["--model", "m1", "--", "-f/home/me/.ssh/id_rsa"]
+
+
 async def test_json_without_the_text_path_says_which_path(tmp_path: Path) -> None:
     body = "command: [my-json-llm]\noutput: json\njson: {text: choices.0.text}"
     result = await call(tmp_path, provider("mine", body) + ALLOW, "sample", {"prompt": "x"})

@@ -208,7 +208,20 @@ class CommandAdapter:
         argv = [_fill(arg, values) for arg in self.spec.argv]
         if via_arg and not any("{prompt}" in arg for arg in self.spec.argv):
             argv.append(prompt)
+        if via_arg and prompt.startswith("-") and not self._prompt_after_dashes():
+            raise UnsupportedContentError(
+                f"{self.label}: the prompt starts with '-', which the command would read as an option (a server "
+                "could pass it any flag this way); use prompt: stdin, or put '--' before {prompt} in command:",
+                provider=self.config.name)
         return argv, None if via_arg else prompt.encode("utf-8")
+
+    def _prompt_after_dashes(self) -> bool:
+        """True when `{prompt}` is part of a larger argument, or follows a `--` (end of options)."""
+        argv = self.spec.argv
+        where = next((i for i, arg in enumerate(argv) if "{prompt}" in arg), None)
+        if where is None:  # appended at the end
+            return "--" in argv
+        return argv[where] != "{prompt}" or "--" in argv[:where]
 
     def _images(self, params: dict[str, Any]) -> list[dict[str, Any]]:
         """Image blocks of user messages, when this CLI takes image files (Codex's --image)."""
