@@ -295,3 +295,20 @@ def test_doctor_shows_each_remotes_login_state(servers: OAuthServers, tmp_path: 
     assert login(servers, tmp_path / "state").returncode == 0
     time.sleep(1.5)
     assert f"protected {servers.url}: token expired but refreshable" in doctor()
+
+
+def test_the_login_hints_are_safe_to_paste_into_a_shell() -> None:
+    """The scope in a login hint comes from the remote server's WWW-Authenticate header: only an
+    RFC 6749 scope is repeated, and the URL and scope are quoted for a shell."""
+    import shlex
+
+    from mcp_sampling_proxy.transport.oauth import _SCOPE
+    from mcp_sampling_proxy.transport.oauth_store import login_command
+
+    assert _SCOPE.fullmatch("repo read:org")
+    for malformed in ("a\nb", "a\x1b[2Jb", "a  b", "x" * 5000):  # control characters, padding, floods
+        assert not _SCOPE.fullmatch(malformed)
+    hostile = "x' ; rm -rf ~ ; '"  # legal scope characters, so only quoting keeps it one argument
+    command = login_command("https://mcp.example.com/mcp?a=1&b=2", scope=hostile)
+    assert shlex.split(command) == ["mcp-sampling-proxy", "login", "--url", "https://mcp.example.com/mcp?a=1&b=2",
+                                    "--scope", hostile]

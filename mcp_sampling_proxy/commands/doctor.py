@@ -438,6 +438,7 @@ def check_remote_logins() -> Section:
     """Each remote server's OAuth login state: a host-spawned proxy cannot log in by itself."""
     from mcp_sampling_proxy.commands.remotes import remote_entries
     from mcp_sampling_proxy.transport.oauth import describe_login
+    from mcp_sampling_proxy.transport.oauth_store import login_command
 
     section = Section("remote servers (OAuth login)")
     marks = {"logged-in": "ok", "refreshable": "ok", "none-needed": "ok", "expired": "fail", "needs-login": "fail"}
@@ -447,7 +448,7 @@ def check_remote_logins() -> Section:
             continue
         state, text = describe_login(remote.url, probe_timeout=3.0)
         section.add(marks.get(state, "info"), f"{remote.name} {remote.url}: {text}",
-                    f"mcp-sampling-proxy login --url {remote.url}")
+                    login_command(remote.url))
     if not section.checks:
         section.add("info", "no remote (--url) servers in the hosts' configs")
     return section

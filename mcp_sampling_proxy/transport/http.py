@@ -22,10 +22,6 @@ from mcp_sampling_proxy.protocol.names import PROTOCOL_VERSION_META
 log = get_logger("mcp_sampling_proxy.upstream")
 
 
-def oauth_login_command(url: str) -> str:
-    return f"mcp-sampling-proxy login --url {url}"
-
-
 def add_secret(value: str) -> None:
     """OAuth tokens join the values every log line is scrubbed of."""
     from mcp_sampling_proxy import log as logmod
@@ -138,13 +134,15 @@ class HttpUpstream:
             return None
         if message.id not in auth.refused_ids:
             return None
+        from mcp_sampling_proxy.transport.oauth_store import login_command
+
         auth.refused_ids.discard(message.id)
         why = auth.refusal or f"{self.url} needs an OAuth login"
         if why != self._refusal_logged:
             self._refusal_logged = why
             log.error("upstream needs an OAuth login; requests get an error until then", url=self.url, why=why)
         return jsonrpc.error_response(message.id, jsonrpc.INTERNAL_ERROR, why,
-                                      data={"login": oauth_login_command(self.url)})
+                                      data={"login": login_command(self.url)})
 
     def _note_version(self, line: bytes) -> None:
         """The negotiated version comes from the initialize result, not the request."""

@@ -13,6 +13,7 @@ Tokens are secrets: they go in the Authorization header and the store, nowhere e
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
@@ -36,6 +37,9 @@ from mcp_sampling_proxy.transport.oauth_store import StoreKind, login_command
 CLIENT_NAME = "mcp-sampling-proxy"
 PLACEHOLDER_REDIRECT = "http://127.0.0.1/callback"  # the headless proxy never redirects anywhere
 
+
+# RFC 6749 section 3.3: scope tokens of %x21 / %x23-5B / %x5D-7E, separated by single spaces
+_SCOPE = re.compile(r"[\x21\x23-\x5b\x5d-\x7e]{1,200}(?: [\x21\x23-\x5b\x5d-\x7e]{1,200}){0,31}")
 
 class RecordStorage:
     """The SDK's TokenStorage over one stored record; `persist` says whether to write changes back."""
@@ -140,9 +144,13 @@ class HeadlessOAuth(OAuthClientProvider):
 
     def _refuse(self, request: httpx2.Request, response: httpx2.Response, *, had_login: bool) -> None:
         if _insufficient_scope(response):
-            scope = extract_field_from_www_auth(response, "scope") or "more"
-            why = (f"{self.url} needs OAuth scope {scope!r}, which the stored login lacks: run "
-                   f"`{login_command(self.url)} --scope '{scope}'` in a terminal")
+            scope = extract_field_from_www_auth(response, "scope")  # the server's text: a hint only if well-formed
+            if scope and _SCOPE.fullmatch(scope):
+                why = (f"{self.url} needs OAuth scope {scope!r}, which the stored login lacks: run "
+                       f"`{login_command(self.url, scope=scope)}` in a terminal")
+            else:
+                why = (f"{self.url} needs an OAuth scope the stored login lacks: run "
+                       f"`{login_command(self.url)} --scope SCOPE` in a terminal with the scope it needs")
         elif had_login:
             why = (f"the OAuth login for {self.url} has expired and could not be refreshed: run "
                    f"`{login_command(self.url)}` in a terminal, then restart this server in your host")

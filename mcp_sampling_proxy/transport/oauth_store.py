@@ -29,8 +29,11 @@ def canonical_url(url: str) -> str:
     return resource_url_from_server_url(url)
 
 
-def login_command(url: str) -> str:
-    return f"mcp-sampling-proxy login --url {url}"
+def login_command(url: str, *, scope: str | None = None) -> str:
+    """The command that logs in to `url`, quoted for a shell (a URL may hold `&`)."""
+    import shlex
+
+    return shlex.join(["mcp-sampling-proxy", "login", "--url", url, *(["--scope", scope] if scope else [])])
 
 
 def _oauth_dir(create: bool) -> Path:
