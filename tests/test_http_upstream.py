@@ -234,3 +234,19 @@ async def test_2026_host_over_http_gets_the_per_request_headers(http_server: Htt
             assert tool_text(method) == "tools/call"
             name = await client.call_tool("request_header", {"name": "Mcp-Name"})
             assert tool_text(name) == "request_header"
+
+
+@pytest.mark.anyio
+async def test_a_server_that_needs_no_login_costs_no_login_lookups_per_message(http_server: HttpServer,
+                                                                              tmp_path: Path) -> None:
+    """The OAuth store (a file, then the OS keyring) is read when the proxy starts and after the
+    server refuses it, not before every message: with a real keyring that is a D-Bus call each."""
+    lookups = tmp_path / "lookups.log"
+    env = proxy_env(MCP_SAMPLING_PROXY_STATE_DIR=str(tmp_path / "state"),
+                    PYTHON_KEYRING_BACKEND="file_keyring.FileKeyring", TEST_KEYRING_FILE=str(tmp_path / "kr.json"),
+                    TEST_KEYRING_LOG=str(lookups), PYTHONPATH=str(ROOT / "tests" / "fixtures"))
+    async with sdk_host(url_command(http_server.url), env, tmp_path / "proxy.log") as client:
+        for _ in range(20):
+            await client.list_tools()
+    # one read of the store at start: the backend's probe and the lookup (it was 2 per message)
+    assert len(lookups.read_text().splitlines()) <= 2

@@ -108,8 +108,8 @@ class HeadlessOAuth(OAuthClientProvider):
 
     async def _auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
         async with self.context.lock:
-            if not self._initialized or self.context.current_tokens is None:
-                await self._initialize()  # a `login` run since the last request is picked up
+            if not self._initialized:  # first use, or the server refused us: a `login` run since is picked up
+                await self._initialize()
             self.context.protocol_version = request.headers.get(MCP_PROTOCOL_VERSION_HEADER)
             refreshed = False
             if self.context.current_tokens is not None and not self.context.is_token_valid():
@@ -143,6 +143,9 @@ class HeadlessOAuth(OAuthClientProvider):
             self.context.clear_tokens()
 
     def _refuse(self, request: httpx2.Request, response: httpx2.Response, *, had_login: bool) -> None:
+        # Read the store again before the next request (not before every request: for a server that
+        # needs no login that was file and keyring I/O on each message).
+        self._initialized = False
         if _insufficient_scope(response):
             scope = extract_field_from_www_auth(response, "scope")  # the server's text: a hint only if well-formed
             if scope and _SCOPE.fullmatch(scope):
