@@ -505,6 +505,23 @@ def test_list_looks_in_every_hosts_default_places(tmp_path: Path, capsys: pytest
     assert "no config file for: Claude Code (user)" in out
 
 
+def test_a_project_config_nested_too_deeply_is_reported_not_a_crash(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """`wrap --list` (and doctor) read the project configs of the current directory: a checked-out
+    repository's `.vscode/mcp.json` of 50,000 nested brackets, or a Continue YAML file like it, is
+    one problem in the listing, not a traceback that ends the command."""
+    home, project = tmp_path / "home", tmp_path / "project"
+    home.mkdir()
+    (project / ".vscode").mkdir(parents=True)
+    (project / ".vscode" / "mcp.json").write_text("[" * 50_000 + "]" * 50_000)
+    (project / ".continue" / "mcpServers").mkdir(parents=True)
+    (project / ".continue" / "mcpServers" / "deep.yaml").write_text("a: " + "[" * 50_000 + "]" * 50_000 + "\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(project)
+    _, out, err = run(capsys, "wrap", "--list")  # raised RecursionError before
+    assert out.count("nested too deeply to read as an MCP config") == 2, out + err
+
+
 # -- where files are, and how the proxy is started ------------------------------------------------------
 
 

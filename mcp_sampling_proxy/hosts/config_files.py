@@ -520,6 +520,8 @@ def parse_jsonc(text: str, where: str = "<text>") -> JNode:
     except _SyntaxProblem as exc:
         line, col = _line_col(text, exc.pos)
         raise ConfigError(f"{where}:{line}:{col}: {exc.problem}") from None
+    except RecursionError:  # a config nested thousands deep (any checked-out project may hold one)
+        raise ConfigError(f"{where}: nested too deeply to read as an MCP config") from None
 
 
 # -- rendering values in a file's own style ------------------------------------------------------------

@@ -112,6 +112,8 @@ class YamlDoc(ConfigDoc):
             self.root = yaml.compose(self.text, Loader=yaml.SafeLoader)
         except yaml.YAMLError as exc:  # _parse read it: not expected
             raise self._error(exc) from None
+        except RecursionError:
+            raise ConfigError(f"{self.path}: nested too deeply to read as an MCP config") from None
         self._items: dict[str, tuple[MappingNode, int]] | None = None
 
     # -- reading --------------------------------------------------------------------------------------
@@ -130,6 +132,8 @@ class YamlDoc(ConfigDoc):
             data = yaml.safe_load(text)
         except yaml.YAMLError as exc:
             raise self._error(exc) from None
+        except RecursionError:  # a file nested thousands deep (any checked-out project may hold one)
+            raise ConfigError(f"{self.path}: nested too deeply to read as an MCP config") from None
         if data is None:
             return {}
         if not isinstance(data, dict):
