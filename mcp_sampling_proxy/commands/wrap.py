@@ -260,7 +260,7 @@ def build_parser(action: str) -> argparse.ArgumentParser:
             "the state dir for `unwrap`. Wrapping a wrapped server changes nothing."
             if wrap else
             "Restore the chosen servers of a host's MCP config as they were before `wrap` (exactly, from the "
-            "record wrap left beside the config; without it, rebuilt from the proxy's arguments). "
+            "record wrap kept in the state dir; without it, rebuilt from the proxy's arguments). "
             "--list-backups lists the backups wrap and unwrap took; --from-backup ID puts one back whole.",
             100,
         ),
