@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+import anyio
+
 from mcp_sampling_proxy.approval.console_server import ConsoleGone
 from mcp_sampling_proxy.sanitize import one_line, quote, strip_controls
 
@@ -51,8 +53,9 @@ async def fill_form(form: Any, ask: Callable[[str], Any], say: Callable[[str], N
 
     `ask(prompt)` returns the typed line (None at end of input). Typing `!d` or `!c` at any field
     declines or cancels the whole form."""
-    from mcp_sampling_proxy.approval.forms import FieldError, parse_answer
+    from mcp_sampling_proxy.approval.forms import FieldError, parse_answer, prepare
 
+    await anyio.to_thread.run_sync(prepare)  # the checks' first import, off the event loop
     content: dict[str, Any] = {}
     for field in form.fields:
         while True:
@@ -134,8 +137,9 @@ class CompanionElicitor:
         self._server = server
 
     async def ask_form(self, params: dict[str, Any], form: Any, origin: Origin) -> dict[str, Any]:
-        from mcp_sampling_proxy.approval.forms import validate_content
+        from mcp_sampling_proxy.approval.forms import prepare, validate_content
 
+        await anyio.to_thread.run_sync(prepare)  # the checks' first import, off the event loop
         try:
             answer = await self._server.ask({"type": "elicit", "mode": "form", "server": origin[0], "tool": origin[1],
                                              "message": params.get("message"), "schema": params.get("requestedSchema")})

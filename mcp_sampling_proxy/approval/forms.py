@@ -560,6 +560,15 @@ _WORDS = {
 }  # fmt: skip
 
 
+def prepare() -> None:
+    """Import jsonschema and build the format checker (~60 ms of CPU the first time); callers on the
+    event loop run it in a thread (`anyio.to_thread.run_sync(prepare)`) before a form is checked,
+    so the relay does not stall while it loads."""
+    from jsonschema import Draft202012Validator  # noqa: F401
+
+    _format_checker()
+
+
 def _validator(field: Field) -> Any:
     """A Draft 2020-12 validator for the field's schema (jsonschema is imported here, on first use:
     it costs tens of milliseconds that a proxy which never sees a form should not pay at start)."""

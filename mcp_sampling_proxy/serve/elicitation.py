@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
 from mcp_sampling_proxy.audit.log import AuditLog, elapsed_ms, request_fields
 from mcp_sampling_proxy.config.settings import Settings
 from mcp_sampling_proxy.log import get_logger
@@ -145,6 +147,10 @@ class ElicitationService:
                                   "deny")
             console = self._consoles.available() if route == "console" else None
             if console is None:
+                if self._settings.non_interactive == "accept_defaults" and mode == "form":
+                    from mcp_sampling_proxy.approval.forms import prepare
+
+                    await anyio.to_thread.run_sync(prepare)  # the defaults are checked: load that off the loop
                 return self._non_interactive(params, mode, answer, route)
             origin = (session.server_label, tool)
             with waiting_for(f"waiting for your answer on the {console.name}"):
