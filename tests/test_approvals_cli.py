@@ -89,3 +89,18 @@ def test_revoke_by_server_all_and_bad_numbers(tmp_path: Path, dirs: dict[str, st
     assert approvals(dirs, "revoke", "--all").returncode == 0
     assert json.loads((state / "approvals.json").read_text()) == {"always": []}
     assert approvals(dirs, "revoke", "--all").returncode == 1  # nothing left to match
+
+
+def test_a_damaged_approvals_file_is_not_a_crash(tmp_path: Path) -> None:
+    """`always` holding something other than a list (an edit by hand, another program) means no
+    remembered approvals; remembering one replaces it. It used to raise TypeError on every request."""
+    from mcp_sampling_proxy.approval.channels import ApprovalMemory
+    from mcp_sampling_proxy.quotas.state import JsonStateFile
+
+    path = tmp_path / "approvals.json"
+    path.write_text(json.dumps({"always": {"server": "notes"}}))
+    memory = ApprovalMemory(store=JsonStateFile(path))
+    assert memory.remembers("notes", "summarize") is None
+    memory.remember("notes", "summarize", "always", rule="ask", channel="console")
+    assert memory.remembers("notes", "summarize") == "always"
+    assert [e["server"] for e in json.loads(path.read_text())["always"]] == ["notes"]

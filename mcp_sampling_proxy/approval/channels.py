@@ -91,7 +91,7 @@ class ApprovalMemory:
             return "session"
         if self.store is not None:  # read every time: `approvals revoke` takes effect in running proxies
             try:
-                entries = self.store.read().get("always", [])
+                entries = always_entries(self.store.read())
             except OSError as exc:
                 log.warning("cannot read remembered approvals", error=str(exc))
                 return None
@@ -109,7 +109,7 @@ class ApprovalMemory:
                      "at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")}
 
             def add(data: dict[str, Any]) -> None:
-                entries = data.setdefault("always", [])
+                entries = data["always"] = always_entries(data)  # a damaged value is replaced, not crashed on
                 if not any(always_key(old) == key for old in entries):
                     entries.append(entry)
             try:
@@ -118,6 +118,12 @@ class ApprovalMemory:
             except OSError as exc:
                 log.warning("cannot remember the approval beyond this session", error=str(exc))
         self.session.add(key)
+
+
+def always_entries(data: dict[str, Any]) -> list[Any]:
+    """The stored `always` approvals; none when the file holds something else there."""
+    entries = data.get("always")
+    return entries if isinstance(entries, list) else []
 
 
 def always_key(entry: Any) -> tuple[str, str] | None:

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from mcp_sampling_proxy.approval.channels import always_key
+from mcp_sampling_proxy.approval.channels import always_entries, always_key
 from mcp_sampling_proxy.policy.identity import normalise
 from mcp_sampling_proxy.quotas.state import JsonStateFile, state_dir
 from mcp_sampling_proxy.sanitize import one_line
@@ -52,11 +52,6 @@ def main(argv: Sequence[str]) -> int:
         return 2
 
 
-def _entries(data: dict[str, Any]) -> list[Any]:
-    entries = data.get("always")
-    return entries if isinstance(entries, list) else []
-
-
 def _row(entry: Any) -> dict[str, Any]:
     key = always_key(entry)
     server, tool = key if key is not None else ("?", "?")
@@ -67,7 +62,7 @@ def _row(entry: Any) -> dict[str, Any]:
 
 def list_approvals(as_json: bool) -> int:
     path = store().path
-    rows = [_row(e) for e in _entries(store().read())] if path.exists() else []
+    rows = [_row(e) for e in always_entries(store().read())] if path.exists() else []
     if as_json:
         for number, row in enumerate(rows, 1):
             print(json.dumps({"n": number, **row}))
@@ -99,7 +94,7 @@ def revoke(args: argparse.Namespace) -> int:
     problem: list[str] = []
 
     def drop(data: dict[str, Any]) -> list[Any]:
-        entries = _entries(data)
+        entries = always_entries(data)
         if args.numbers:
             bad = [n for n in args.numbers if not 1 <= n <= len(entries)]
             if bad:
