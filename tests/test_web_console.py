@@ -313,7 +313,7 @@ def request(web: WebConsole, method: str, path: str, headers: dict[str, str] | N
         conn.putrequest(method, path, skip_host=True)
         sent = {"Host": f"127.0.0.1:{web.port}", **(headers or {})}
         if body is not None:
-            sent["Content-Length"] = str(len(body))
+            sent.setdefault("Content-Length", str(len(body)))
         for name, value in sent.items():
             conn.putheader(name, value)
         conn.endheaders(body)
@@ -349,6 +349,9 @@ def test_the_server_refuses_without_the_token_from_other_origins_and_rebinding_h
     status, body = request(web, "POST", f"/{web.token}/api/answer",
                            {**json_type, "Origin": f"http://127.0.0.1:{web.port}"}, answer)
     assert status == 409 and b"no longer pending" in body
+    # malformed numbers get an HTTP error, not a dropped connection (int() of '²' or 'x' used to raise)
+    assert request(web, "GET", f"/{web.token}/api/audit?n=%C2%B2")[0] == 200
+    assert request(web, "POST", f"/{web.token}/api/answer", {**json_type, "Content-Length": "x"}, b"")[0] == 413
     # the event stream needs the token too
     assert request(web, "GET", "/api/events")[0] == 403
     status, _ = request(web, "GET", ok)

@@ -167,7 +167,7 @@ def audit_view(state: WebState, query: dict[str, list[str]]) -> dict[str, Any]:
         return (query.get(name) or [""])[0].strip()
 
     server, tool, decision, since_text = arg("server"), arg("tool"), arg("decision"), arg("since")
-    count = min(int(arg("n")) if arg("n").isdigit() else 200, 2000)
+    count = min(int(arg("n")) if arg("n").isascii() and arg("n").isdigit() else 200, 2000)
     since = None
     if since_text:
         try:
@@ -354,7 +354,7 @@ def _handler(console: WebConsole) -> type[BaseHTTPRequestHandler]:
         sys_version = ""
 
         def log_message(self, format: str, *args: Any) -> None:
-            log.debug("web console request", line=one_line(format % args, 300))
+            pass  # the request line holds the URL's token: never logged
 
         def _send(self, status: int, body: bytes, content_type: str, extra: dict[str, str] | None = None) -> None:
             self.send_response(status)
@@ -409,7 +409,8 @@ def _handler(console: WebConsole) -> type[BaseHTTPRequestHandler]:
                 rest = console.check("POST", self.path, self.headers)
                 if rest != "api/answer":
                     raise Refused(404, "not found")
-                length = int(self.headers.get("Content-Length") or 0)
+                declared = self.headers.get("Content-Length") or "0"
+                length = int(declared) if declared.isascii() and declared.isdigit() else -1
                 if not 0 < length <= MAX_BODY:
                     raise Refused(413, f"the body must be 1 to {MAX_BODY} bytes")
                 try:

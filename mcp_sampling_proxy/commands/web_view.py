@@ -223,9 +223,10 @@ def budget_rows(budgets: dict[str, dict[str, Any]], facts: PolicyFacts) -> list[
     rows = []
     for key, entry in sorted(budgets.items()):
         rule, _, server = key.partition("@")
-        for name in facts.budgets:  # rule names may hold '@': take the policy's own
-            if key.startswith(name + "@"):
-                rule, server = name, key[len(name) + 1:]
+        # rule names may hold '@': the policy's longest name that the key starts with
+        named = max((n for n in facts.budgets if key.startswith(n + "@")), key=len, default=None)
+        if named is not None:
+            rule, server = named, key[len(named) + 1:]
         limit = facts.budgets.get(rule, (None, 0.0))[0]
         rows.append({"server": _s(server, 120), "rule": _s(rule, 120), "used": entry["used"],
                      "reserved": entry["reserved"], "limit": limit, "per": format_period(entry["per"]),
