@@ -159,3 +159,16 @@ def test_interactive_in_a_terminal(tmp_path: Path) -> None:
     assert settings.providers[0].models[0].name == "llama-local"
     assert settings.rules[0].action == "allow"  # local-llm.yaml's rule
     assert llm.requests[-1].body["model"] == "llama-local"
+
+
+def test_values_from_the_user_or_the_llm_server_are_quoted_in_the_policy() -> None:
+    """A model name from a server's GET /models (picked with --yes) or a typed base URL cannot
+    change the file's meaning: `a, b` stays one model, `#` does not cut the line."""
+    from mcp_sampling_proxy.commands.policy_template import LLMChoice, render, shipped_text
+    from mcp_sampling_proxy.config.settings import parse_settings
+
+    llm = LLMChoice(name="local", type="openai", base_url="http://127.0.0.1:1/v1#x", key_env=None, model="a, b]# c")
+    settings = parse_settings(render(shipped_text("local-llm"), "local-llm", llm, "/tmp/audit.jsonl"), "policy.yaml")
+    provider = next(p for p in settings.providers if p.name == "local")
+    assert provider.base_url == "http://127.0.0.1:1/v1#x"
+    assert provider.models[0].name == "a, b]# c"

@@ -106,15 +106,18 @@ def _drop_provider(section: list[str], providers: int, name: str) -> list[str]:
 
 
 def _provider_block(llm: LLMChoice, shipped_models: tuple[ModelSpec, ...]) -> list[str]:
-    chosen = next((_model_text(m) for m in shipped_models if m.name == llm.model), llm.model)  # keep its ratings
+    from mcp_sampling_proxy.hosts.yaml_doc import yaml_string  # values typed or listed by a server: quoted
+
+    chosen = next((_model_text(m) for m in shipped_models if m.name == llm.model),
+                  yaml_string(llm.model))  # keep its ratings
     models = [chosen] + [_model_text(m) for m in shipped_models if m.name != llm.model]
-    key = (f"      api_key_env: {llm.key_env}            # the variable holding the key (the host config's env); "
-           "never the key itself" if llm.key_env else
+    key = (f"      api_key_env: {yaml_string(llm.key_env)}            # the variable holding the key (the host "
+           "config's env); never the key itself" if llm.key_env else
            "      # no key: a local server (add api_key_env: VAR if yours wants one)")
     return [
         f"    {llm.name}:                         # chosen at init; checked with a tiny request",
         f"      type: {llm.type}",
-        f"      base_url: {llm.base_url}",
+        f"      base_url: {yaml_string(llm.base_url)}",
         key,
         f"      models: [{', '.join(models)}]   # the first is the default",
     ]
