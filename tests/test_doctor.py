@@ -336,6 +336,24 @@ def test_doctor_exits_0_when_every_wrapped_entry_is_sound(environment: Path, tmp
     assert "· Cursor 'summarizer': no --policy" in out
 
 
+def test_an_entry_without_policy_is_checked_against_the_default_policy_file(
+        environment: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --policy the proxy reads the default policy file when it exists (what `init` writes):
+    doctor checks that file instead of saying there is no policy."""
+    config_dir = tmp_path / "config"
+    config_dir.mkdir()
+    (config_dir / "policy.yaml").write_text("rules:\n  - action: alow\n")
+    monkeypatch.setenv("MCP_SAMPLING_PROXY_CONFIG_DIR", str(config_dir))
+    config = environment / ".cursor" / "mcp.json"
+    config.parent.mkdir()
+    config.write_text(json.dumps({"mcpServers": {"summarizer": {"command": PY, "args": ["-V"]}}}, indent=2))
+    assert cli_main(["wrap", "--host", "cursor", "--all"]) == 0
+    assert f"the proxy reads {config_dir / 'policy.yaml'}" in capsys.readouterr().out
+    code, out = doctor(capsys)
+    assert code == 1, out
+    assert "✗ Cursor 'summarizer': its policy is invalid" in out and "alow" in out
+
+
 def test_doctor_checks_wrapped_continue_entries_as_continue_starts_them(
         environment: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:

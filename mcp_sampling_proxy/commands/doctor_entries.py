@@ -128,12 +128,15 @@ def check_upstream(entry: WrappedEntry) -> list[Check]:
 
 def check_policy_file(entry: WrappedEntry) -> list[Check]:
     """The --policy file loads, with the same checks as `mcp-sampling-proxy policy check`."""
+    from mcp_sampling_proxy.config.paths import policy_or_default
     from mcp_sampling_proxy.config.settings import load_settings
     from mcp_sampling_proxy.config.yamlnodes import PolicyError
 
-    policy = parse_proxy_args(entry.entry.get("args") or []).options.get("--policy")
+    given = parse_proxy_args(entry.entry.get("args") or []).options.get("--policy")
+    policy, is_default = policy_or_default(given, {**os.environ, **entry.env})  # what the proxy will read
     if policy is None:
-        return [Check("info", f"{entry.label}: no --policy (providers from the environment; every request asks)")]
+        return [Check("info", f"{entry.label}: no --policy and no default policy file (providers from the "
+                              "environment; every request asks)")]
     if not os.path.isabs(os.path.expanduser(policy)):
         return [Check("fail", f"{entry.label}: --policy {one_line(policy, 200)} is a relative path, read from "
                               "whatever directory the host starts the proxy in",
@@ -143,7 +146,8 @@ def check_policy_file(entry: WrappedEntry) -> list[Check]:
     except PolicyError as exc:
         return [Check("fail", f"{entry.label}: its policy is invalid: {one_line(str(exc), 400)}",
                       f"fix the file; `mcp-sampling-proxy policy check {policy}` checks it again")]
-    return [Check("ok", f"{entry.label}: policy {policy} is valid")]
+    which = "the default policy file (no --policy)" if is_default else "policy"
+    return [Check("ok", f"{entry.label}: {which} {policy} is valid")]
 
 
 def check_policy_variables(entry: WrappedEntry) -> list[Check]:

@@ -221,7 +221,7 @@ def describe_upstream(host: str, entry: Any) -> str:
         parsed = parse_proxy_args(entry.get("args") or [])
         target = " ".join(parsed.command) if parsed.command else f"--url {parsed.options.get('--url', '?')}"
         policy = parsed.options.get("--policy")
-        return one_line(f"{target}  (policy: {policy or 'none, from the environment'})", 160)
+        return one_line(f"{target}  (policy: {policy or 'the default policy file, if any'})", 160)
     kind = classify(host, entry)
     if kind.kind == "stdio":
         return one_line(" ".join([entry["command"], *entry.get("args", [])]), 120)
@@ -438,8 +438,12 @@ def main(argv: Sequence[str], action: str = "wrap") -> int:
         return 0
     if action == "wrap":
         if policy is None:
-            print("no --policy: the proxy takes its LLM from OPENAI_API_KEY / ANTHROPIC_API_KEY in the host's "
-                  "environment and asks before every request")
+            from mcp_sampling_proxy.config.paths import default_policy_path
+
+            default = default_policy_path()
+            print(f"no --policy: the proxy reads {default} (the default policy file; `mcp-sampling-proxy init` "
+                  "writes it) when it exists, else takes its LLM from OPENAI_API_KEY / ANTHROPIC_API_KEY in the "
+                  "host's environment and asks before every request")
         if args.host == "codex":
             print("Codex gives servers only the variables listed in env_vars (or set in env): add your LLM key "
                   "variable there")
