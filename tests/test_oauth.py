@@ -312,3 +312,14 @@ def test_the_login_hints_are_safe_to_paste_into_a_shell() -> None:
     command = login_command("https://mcp.example.com/mcp?a=1&b=2", scope=hostile)
     assert shlex.split(command) == ["mcp-sampling-proxy", "login", "--url", "https://mcp.example.com/mcp?a=1&b=2",
                                     "--scope", hostile]
+
+
+def test_a_code_sent_to_the_redirect_address_by_someone_else_is_ignored(servers: OAuthServers,
+                                                                       tmp_path: Path) -> None:
+    """Another program (or a page) that finds the login's loopback port and sends it a code first
+    cannot end the login: an answer without this login's state is ignored, the real one is used."""
+    done = login(servers, tmp_path / "state", BROWSER_FORGE_FIRST="1")
+    assert done.returncode == 0, done.stderr
+    assert "ignored a request to the redirect address" in done.stderr
+    _, record = stored(tmp_path / "state")
+    assert record["tokens"]["access_token"]

@@ -160,9 +160,15 @@ async def _authorize(args: argparse.Namespace, redirect_uri: str, results: queue
     import anyio
     from mcp.shared.auth import AuthorizationCodeResult
 
+    from mcp_sampling_proxy.sanitize import one_line
     from mcp_sampling_proxy.transport.oauth import LoginFailed, authorize
 
+    expected: dict[str, str | None] = {"state": None}
+
     async def show(url: str) -> None:
+        from urllib.parse import parse_qs
+
+        expected["state"] = (parse_qs(urlparse(url).query).get("state") or [""])[0] or None
         print(f"open this URL in your browser to log in to {urlparse(args.url).netloc}:\n\n  {url}\n",
               file=sys.stderr, flush=True)
         if not args.no_open:
@@ -180,9 +186,14 @@ async def _authorize(args: argparse.Namespace, redirect_uri: str, results: queue
                 except queue.Empty:
                     await anyio.sleep(0.1)
                     continue
+                if expected["state"] is not None and params.get("state") != expected["state"]:
+                    # not the answer to our request (another program or page found the port): keep waiting
+                    print("ignored a request to the redirect address that does not carry this login's state",
+                          file=sys.stderr, flush=True)
+                    continue
                 if "code" not in params:
-                    raise LoginFailed(f"the authorization server refused: {params.get('error', 'no code')} "
-                                      f"{params.get('error_description', '')}".strip())
+                    why = f"{params.get('error', 'no code')} {params.get('error_description', '')}".strip()
+                    raise LoginFailed(f"the authorization server refused: {one_line(why, 300)}")
                 return AuthorizationCodeResult(code=params["code"], state=params.get("state"), iss=params.get("iss"))
         raise LoginFailed(f"the browser did not come back within {args.timeout:g} s (--timeout)")
 
