@@ -425,3 +425,22 @@ def test_review_the_answer_and_replace_it(setup: dict[str, Any], browser: Any) -
         page.get_by_role("button", name="Send this answer").click()
         response = result_of(host, 2)
     assert json.loads(response["result"]["content"][0]["text"])["content"]["text"] == "the operator's answer"
+
+
+def test_a_broken_default_policy_does_not_keep_the_console_from_starting(tmp_path: Path,
+                                                                         dirs: dict[str, str]) -> None:
+    """The default policy only feeds the budgets shown: the console starts without them and says
+    why; a policy named with --policy is still an error naming its line."""
+    config = tmp_path / "config"
+    config.mkdir()
+    (config / "policy.yaml").write_text("rules:\n  - action: alow\n")
+    web = WebConsole({**dirs, "MCP_SAMPLING_PROXY_CONFIG_DIR": str(config)}, stderr=tmp_path / "web.log")
+    try:
+        assert request(web, "GET", f"/{web.token}/api/state")[0] == 200
+    finally:
+        web.close()
+    assert "the default policy cannot be read" in (tmp_path / "web.log").read_text()
+    named = subprocess.run([PY, "-m", "mcp_sampling_proxy", "console", "--web", "--no-open", "--policy",
+                            str(config / "policy.yaml")], env=proxy_env(**dirs), capture_output=True, text=True,
+                           timeout=60, stdin=subprocess.DEVNULL)
+    assert named.returncode == 2 and "policy.yaml:2" in named.stderr and named.stdout == ""

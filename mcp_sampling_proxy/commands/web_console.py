@@ -452,17 +452,28 @@ def serve(directory: Path, *, port: int, open_browser: bool, policy: str | None,
     facts = web_view.PolicyFacts()
     budgets_file = state_dir() / BUDGETS_FILE
     read_budgets: Callable[[], dict[str, dict[str, Any]]] = functools.partial(web_view.read_budgets, budgets_file)
+    given = policy
     policy = policy or default_policy()
+    settings = None
     if policy:
         try:
             settings = load_settings(policy)
-            shared = resolve_state(settings.state, os.environ)
         except PolicyError as exc:
-            print(f"mcp-sampling-proxy console: error: {exc}", file=sys.stderr)
-            return 2
+            if given:  # the file the user named: say what is wrong with it
+                print(f"mcp-sampling-proxy console: error: {exc}", file=sys.stderr)
+                return 2
+            # the default policy only feeds the budgets shown: approvals must not wait for a fix
+            print(f"mcp-sampling-proxy console: warning: the default policy cannot be read, so no budgets or "
+                  f"limits are shown: {exc}", file=sys.stderr)
+    if settings is not None:
         facts = web_view.policy_facts(settings)
         audit = audit or settings.audit_path
-        if shared.backend == "redis" and shared.url:  # the budgets every proxy shares on Redis
+        try:
+            shared = resolve_state(settings.state, os.environ)
+        except PolicyError as exc:  # e.g. url_env is the proxies' variable, not set in this shell
+            print(f"mcp-sampling-proxy console: warning: the shared budgets cannot be shown: {exc}", file=sys.stderr)
+            shared = None
+        if shared is not None and shared.backend == "redis" and shared.url:  # what every proxy shares on Redis
             from mcp_sampling_proxy.quotas import redis_store
 
             read_budgets = functools.partial(redis_store.read_budgets, shared.url, shared.prefix)
