@@ -471,10 +471,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     ok = False
     try:
-        if args.runs:
+        if args.runs and "spawn" in args.only:
             result.update(await bench.spawns())
-        result.update(await bench.steady())
-        if args.sampling:
+        if "steady" in args.only:
+            result.update(await bench.steady())
+        if args.sampling and "sampling" in args.only:
             bench.log(f"sampling: {args.sampling} requests per mode, proxy (audit fsync) vs httpx ...")
             result["sampling"] = await bench.sampling()
         ok = True
@@ -494,11 +495,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 def verdict(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
     values: dict[str, float | None] = {
         "spawn_added_ms": r["spawn"]["proxy"]["added_ms"] if "spawn" in r else None,
-        "echo_p50_added_ms": r["echo"]["proxy"]["added_p50_ms"],
+        "echo_p50_added_ms": r["echo"]["proxy"]["added_p50_ms"] if "echo" in r else None,
         "first_p99_ratio": r["first"]["proxy"]["ratio"] if "first" in r else None,
-        "concurrent_ratio": r["concurrent"]["proxy"]["ratio"],
-        "rss_idle_mb": r["memory"]["proxy"]["idle_mb"],
-        "rss_peak_mb": r["memory"]["proxy"]["peak_mb"],
+        "concurrent_ratio": r["concurrent"]["proxy"]["ratio"] if "concurrent" in r else None,
+        "rss_idle_mb": r["memory"]["proxy"]["idle_mb"] if "memory" in r else None,
+        "rss_peak_mb": r["memory"]["proxy"]["peak_mb"] if "memory" in r else None,
         "sampling_added_ms": r["sampling"]["added_ms"] if "sampling" in r else None,
     }
     return {k: {"value": v, "target": TARGETS[k], "pass": None if v is None else v <= TARGETS[k]}
@@ -529,11 +530,12 @@ def render(r: dict[str, Any]) -> str:
                      f"{ms(sp['proxy']['median_ms'], 0)} ({sp['proxy']['added_ms']:+.0f})",
                      f"{sp['proxy']['added_ms']:+.1f} ms (paired {sp['proxy']['paired_added_ms']:+.1f})",
                      "<= +50 ms", mark(v["spawn_added_ms"]["pass"])))
-    e = r["echo"]
-    rows.append((f"sequential echo p50 (n={e['direct']['n']})", ms(e["direct"]["p50_ms"], 3),
-                 f"{ms(e['relay']['p50_ms'], 3)} ({e['relay']['added_p50_ms']:+.3f})",
-                 f"{ms(e['proxy']['p50_ms'], 3)} ({e['proxy']['added_p50_ms']:+.3f})",
-                 f"{e['proxy']['added_p50_ms']:+.3f} ms", "<= +0.06 ms", mark(v["echo_p50_added_ms"]["pass"])))
+    e = r.get("echo")
+    if e is not None:
+        rows.append((f"sequential echo p50 (n={e['direct']['n']})", ms(e["direct"]["p50_ms"], 3),
+                     f"{ms(e['relay']['p50_ms'], 3)} ({e['relay']['added_p50_ms']:+.3f})",
+                     f"{ms(e['proxy']['p50_ms'], 3)} ({e['proxy']['added_p50_ms']:+.3f})",
+                     f"{e['proxy']['added_p50_ms']:+.3f} ms", "<= +0.06 ms", mark(v["echo_p50_added_ms"]["pass"])))
     if "first" in r:
         f = r["first"]
         rows.append((f"echo p99, first {s['first_calls']} calls after start (median of {s['runs']})",
@@ -541,21 +543,25 @@ def render(r: dict[str, Any]) -> str:
                      f"{ms(f['proxy']['p99_ms'], 2)} (x{f['proxy']['ratio']:.2f})",
                      f"x{f['proxy']['ratio']:.2f} ({f['proxy']['p99_ms'] - f['direct']['p99_ms']:+.2f} ms)",
                      "<= x1.3", mark(v["first_p99_ratio"]["pass"])))
-    c = r["concurrent"]
-    rows.append((f"{s['concurrency']} concurrent calls (median of {max(1, s['runs'])})",
-                 ms(c["direct"]["median_ms"], 0), f"{ms(c['relay']['median_ms'], 0)} (x{c['relay']['ratio']:.3f})",
-                 f"{ms(c['proxy']['median_ms'], 0)} (x{c['proxy']['ratio']:.3f})", f"x{c['proxy']['ratio']:.3f}",
-                 "<= x1.02", mark(v["concurrent_ratio"]["pass"])))
-    mem = r["memory"]
+    c = r.get("concurrent")
+    if c is not None:
+        rows.append((f"{s['concurrency']} concurrent calls (median of {max(1, s['runs'])})",
+                     ms(c["direct"]["median_ms"], 0),
+                     f"{ms(c['relay']['median_ms'], 0)} (x{c['relay']['ratio']:.3f})",
+                     f"{ms(c['proxy']['median_ms'], 0)} (x{c['proxy']['ratio']:.3f})", f"x{c['proxy']['ratio']:.3f}",
+                     "<= x1.02", mark(v["concurrent_ratio"]["pass"])))
+    mem = r.get("memory")
 
     def mb(m: str) -> str:
+        assert mem is not None
         idle, peak = mem[m]["idle_mb"], mem[m]["peak_mb"]
         return f"{idle:.1f} / {peak:.1f} MB" if idle is not None and peak is not None else "?"
 
-    rss_ok = None if v["rss_idle_mb"]["pass"] is None or v["rss_peak_mb"]["pass"] is None else (
-        v["rss_idle_mb"]["pass"] and v["rss_peak_mb"]["pass"])
-    rows.append((f"RSS idle / peak after a {s['big_size'] / 1e6:g} MB result", "-", mb("relay"), mb("proxy"),
-                 mb("proxy"), "<= 28 / 45 MB", mark(rss_ok)))
+    if mem is not None:
+        rss_ok = None if v["rss_idle_mb"]["pass"] is None or v["rss_peak_mb"]["pass"] is None else (
+            v["rss_idle_mb"]["pass"] and v["rss_peak_mb"]["pass"])
+        rows.append((f"RSS idle / peak after a {s['big_size'] / 1e6:g} MB result", "-", mb("relay"), mb("proxy"),
+                     mb("proxy"), "<= 28 / 45 MB", mark(rss_ok)))
     if "sampling" in r:
         sm = r["sampling"]
         rows.append((f"sampling round trip over the LLM call (median of {sm['n']})",
@@ -568,7 +574,7 @@ def render(r: dict[str, Any]) -> str:
              "  ".join("-" * w for w in widths)]
     lines += ["  ".join(col.ljust(w) for col, w in zip(x, widths, strict=True)).rstrip() for x in rows]
     lines.append("")
-    for m in ("relay", "proxy"):
+    for m in ("relay", "proxy") if e is not None else ():
         blk = e[m]["blocks_added_p50_ms"]
         lines.append(f"{LABELS[m]}: added echo p50 per block of {CHUNK} calls: median {blk['median']:+.3f} ms, "
                      f"IQR [{blk['q25']:+.3f}, {blk['q75']:+.3f}] ms over {blk['blocks']} blocks")
@@ -592,6 +598,7 @@ def render(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+PARTS = frozenset({"spawn", "steady", "sampling"})
 QUICK = {"runs": 1, "first_calls": 10, "calls": 10, "warmup": 3, "concurrency": 10, "big_size": 100_000,
          "settle": 0.1, "sampling": 4}
 
@@ -609,6 +616,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--big-size", type=int, default=5_000_000, help="bytes of the big result (default 5e6)")
     parser.add_argument("--settle", type=float, default=1.0, help="seconds after initialize before idle RSS (1)")
     parser.add_argument("--sampling", type=int, default=200, help="sampling requests per mode (default 200; 0 skips)")
+    parser.add_argument("--only", type=lambda x: {p.strip() for p in x.split(",") if p.strip()}, default=PARTS,
+                        metavar="PARTS", help="comma-separated parts to run: spawn (spawn time, first calls), steady "
+                        "(echo p50, concurrent calls, RSS), sampling (default: all three)")
     parser.add_argument("--quick", action="store_true",
                         help="tiny sizes, every row once (a smoke test: the figures mean nothing)")
     parser.add_argument("--server-cmd", help="another MCP server for the three modes (shell-split; default: "
@@ -626,6 +636,9 @@ def main(argv: list[str] | None = None) -> int:
             setattr(args, key, value)
     if min(args.first_calls, args.calls, args.concurrency, args.big_size) < 1 or args.runs < 0 or args.sampling < 0:
         parser.error("--first-calls, --calls, --concurrency and --big-size must be >= 1; --runs, --sampling >= 0")
+    if args.only - PARTS or not args.only:
+        parser.error(f"--only takes a comma-separated list of {', '.join(sorted(PARTS))}; got "
+                     f"{', '.join(sorted(args.only)) or 'nothing'}")
     if not args.json:
         for mode in MODES:
             cmd = shlex.join(Bench(args, Path("/nonexistent")).commands[mode])
