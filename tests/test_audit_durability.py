@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -135,16 +136,60 @@ def test_four_writers_with_rotation_keep_one_chain(tmp_path: Path, writer: Path,
     assert all(f.stat().st_size <= 64 * 1024 for f in [*rotated, path])
 
 
-@pytest.mark.parametrize("fsync", [True, False])
+@pytest.mark.parametrize("fsync", [True, "before_answer", False])
 def test_each_record_is_fsynced_unless_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                  fsync: bool) -> None:
-    log = AuditLog(str(tmp_path / "audit.jsonl"), fsync=fsync)
-    calls: list[int] = []
+                                                  fsync: bool | str) -> None:
+    """`before_answer`: each write returns after its fsync. true: a thread of its own fsyncs soon
+    after, and whatever was written is fsync'd by the time the log is closed (the proxy exits)."""
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog(str(path), fsync=fsync)
+    calls: list[tuple[str, int]] = []  # (thread, file size the fsync covered)
     real = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real(fd)))
+
+    def fsync_spy(fd: int) -> None:
+        calls.append((threading.current_thread().name, os.fstat(fd).st_size))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync_spy)
     log.record(server="s", decision="allow")
     log.record(server="s", decision="deny")
-    assert len(calls) == (2 if fsync else 0)
+    if fsync == "before_answer":
+        assert calls == [(threading.current_thread().name, size) for size in
+                         (len(path.read_text().splitlines()[0]) + 1, path.stat().st_size)]
+    log.close()
+    if fsync is False:
+        assert calls == []
+    elif fsync is True:
+        assert calls and {thread for thread, _ in calls} == {"audit-fsync"}
+        assert calls[-1][1] == path.stat().st_size  # the last fsync covered every record
+
+
+def test_a_failed_background_fsync_makes_the_log_refuse_later_requests(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A disk that fails its fsync (EIO) is a log that cannot be trusted to keep records: the
+    record already answered stays written, and every later request gets the audit error."""
+    import errno
+
+    from mcp_sampling_proxy.audit.log import AuditError
+
+    log = AuditLog(str(tmp_path / "audit.jsonl"), fsync=True)
+
+    def broken_fsync(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", broken_fsync)
+    log.record(server="s", decision="allow")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            log.check_usable()
+        except AuditError as exc:
+            assert "fsync failed: Input/output error" in exc.message
+            break
+        time.sleep(0.01)
+    else:
+        pytest.fail("a failed fsync left the log usable")
+    log.close()
 
 
 def test_a_slow_audit_write_holds_only_its_own_request(tmp_path: Path) -> None:

@@ -195,7 +195,9 @@ def test_audit_defaults() -> None:
     ("audit:\n  path: a\n  max_bytes: lots\n",
      "policy.yaml:3:14: audit.max_bytes must be a size: a number of bytes or a string such as 512KiB"),
     ("audit:\n  path: a\n  max_bytes: -1\n", "policy.yaml:3:14: audit.max_bytes cannot be negative, got -1"),
-    ("audit:\n  path: a\n  fsync: sometimes\n", "policy.yaml:3:10: audit.fsync must be true or false, got 'sometimes'"),
+    ("audit:\n  path: a\n  fsync: sometimes\n",
+     "policy.yaml:3:10: audit.fsync must be true (each record is fsync'd right after it is written, while the "
+     "answer goes out), before_answer (the answer waits for the fsync too) or false (never fsync'd), got 'sometimes'"),
     ("audit:\n  path: a\n  redact: ['(unclosed']\n",
      "policy.yaml:3:12: audit.redact[0] /(unclosed/ is not a valid regular expression: missing ), unterminated "
      "subpattern at position 0"),

@@ -105,6 +105,16 @@ class Redactor:
             count += n
         return text, count
 
+    def may_hold_key_json(self, encoded: bytes) -> bool:
+        """False when the JSON text `encoded` cannot hold a run of a configured key in any string
+        of it, so `scrub_value` of the value it encodes would change nothing. A quick test of one
+        text instead of a walk over every string; True when unsure (a key holding a character
+        JSON escapes, so its runs need not appear verbatim)."""
+        runs = self._runs
+        if not runs.windows:
+            return False
+        return not runs.verbatim_in_json or bool(runs.spans(encoded.decode("utf-8")))
+
     # -- JSON values --------------------------------------------------------------------------
     def scrub_value(self, value: Any) -> Any:
         """`value` with every string in it (keys too) scrubbed of configured keys."""
@@ -140,6 +150,9 @@ class KeyRuns:
         pieces = {piece for s in secrets for piece in s.split()}
         self.windows = {p[i:i + n] for p in pieces for i in range(len(p) - n + 1)}
         self.blocks = {w[i:i + n // 2] for w in self.windows for i in range(n // 2 + 1)}
+        # JSON text escapes only '"', '\\' and control characters: without them, a run in a string is
+        # a run in its JSON text too
+        self.verbatim_in_json = not any(c in '"\\' or c < " " for p in pieces for c in p)
 
     def spans(self, text: str) -> list[tuple[int, int]]:
         n, half = MIN_SECRET_LENGTH, MIN_SECRET_LENGTH // 2

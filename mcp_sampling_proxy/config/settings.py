@@ -56,6 +56,7 @@ INCLUDE_CONTEXT = ("none", "thisServer", "allServers")
 APPROVAL_CHANNELS = ("terminal", "console", "host")
 AUDIT_CONTENT_MODES = ("none", "redacted", "full")
 AUDIT_KEYS = ("path", "content", "redact", "fsync", "max_bytes")
+FSYNC_BEFORE_ANSWER = "before_answer"  # audit.fsync: the answer waits for the record's fsync
 
 STATE_BACKENDS = ("file", "redis")
 ON_STATE_ERROR = ("deny", "allow_local")
@@ -102,7 +103,9 @@ class AuditSettings:
     path: str | None = None
     content: str = "none"  # none | redacted | full
     redact: tuple[re.Pattern[str], ...] = ()  # the user's own patterns, on top of the built-in ones
-    fsync: bool = True  # fsync each record before the server gets its answer
+    # True: each record is written before the server gets its answer and fsync'd right after, while the
+    # answer is on its way; "before_answer": fsync'd before the answer too; False: never fsync'd
+    fsync: bool | str = True
     max_bytes: int = DEFAULT_AUDIT_MAX_BYTES  # rotate when the file would grow past this; 0: never
 
 
@@ -631,7 +634,15 @@ def _parse_audit(node: Node, where: str) -> AuditSettings:
             patterns.append(pattern)
         settings = replace(settings, redact=tuple(patterns))
     if "fsync" in given:
-        settings = replace(settings, fsync=given["fsync"].bool())
+        node = given["fsync"]
+        if node.value() == FSYNC_BEFORE_ANSWER:
+            settings = replace(settings, fsync=FSYNC_BEFORE_ANSWER)
+        elif not isinstance(node.value(), bool):
+            raise node.error(f"{node.label} must be true (each record is fsync'd right after it is written, while "
+                             f"the answer goes out), {FSYNC_BEFORE_ANSWER} (the answer waits for the fsync too) "
+                             f"or false (never fsync'd), got {node.value()!r}")
+        else:
+            settings = replace(settings, fsync=node.bool())
     if "max_bytes" in given:
         settings = replace(settings, max_bytes=_size(given["max_bytes"]))
     return settings
