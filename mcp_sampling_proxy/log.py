@@ -5,11 +5,13 @@ API key is masked, so a provider error that echoes (part of) a key never reaches
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from collections.abc import Iterable
 from typing import Any
 
+import orjson
 import structlog
 from structlog.typing import EventDict
 
@@ -46,7 +48,7 @@ def configure(level: str = "info", fmt: str | None = None) -> None:
         fmt = "console" if sys.stderr.isatty() else "json"
     renderer: structlog.typing.Processor
     if fmt == "json":
-        renderer = structlog.processors.JSONRenderer()
+        renderer = structlog.processors.JSONRenderer(serializer=_json_line)
     else:
         renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
     structlog.configure(
@@ -62,6 +64,14 @@ def configure(level: str = "info", fmt: str | None = None) -> None:
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
+
+
+def _json_line(event: Any, **_: Any) -> str:
+    """orjson for the stderr lines: a third of the stdlib's time per line (every request logs one)."""
+    try:
+        return orjson.dumps(event, default=repr).decode()
+    except TypeError:  # a lone surrogate or a huge int: the stdlib writes those
+        return json.dumps(event, default=repr)
 
 
 def get_logger(name: str = "mcp_sampling_proxy") -> structlog.typing.FilteringBoundLogger:

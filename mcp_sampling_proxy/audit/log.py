@@ -651,8 +651,11 @@ class _ChainFile:
                      **entry}
         entry["prev_hash"] = prev_hash
         entry["hash"] = record_hash(entry)
-        text = json.dumps(entry, separators=(",", ":"), ensure_ascii=False, default=str)
-        return text.encode("utf-8", "surrogatepass") + b"\n", entry["hash"]
+        try:  # the line is only parsed back (verify re-hashes the values), so orjson's spelling is as good
+            return orjson.dumps(entry, default=str, option=orjson.OPT_APPEND_NEWLINE), entry["hash"]
+        except TypeError:  # what orjson does not write (a lone surrogate, nesting past 254, a huge int)
+            text = json.dumps(entry, separators=(",", ":"), ensure_ascii=False, default=str)
+            return text.encode("utf-8", "surrogatepass") + b"\n", entry["hash"]
 
     def _write(self, fd: int, data: bytes, seq: int, last_hash: str) -> None:
         written = os.write(fd, data)
@@ -788,6 +791,8 @@ class _Syncer:
 
     def request(self) -> None:
         with self._wake:
+            if self._dirty:  # an fsync is already due: it will cover this write too (no wake-up, no GIL hand-over)
+                return
             self._dirty = True
             if self._thread is None and not self._stopping:
                 self._thread = threading.Thread(target=self._run, name="audit-fsync", daemon=True)

@@ -135,7 +135,8 @@ async def post_json(
     client: httpx.AsyncClient, url: str, payload: dict[str, Any], config: ProviderConfig, *, model: str
 ) -> dict[str, Any]:
     """POST with retries; a non-2xx or non-JSON answer becomes an LLMError."""
-    response = await send_with_retries(lambda: client.post(url, json=payload), config, url=safe_url(url))
+    # `url` as given: it is made safe (no user-info, query) only when an error names it
+    response = await send_with_retries(lambda: client.post(url, json=payload), config, url=url)
     if not response.is_success:
         raise http_error(config, response, model=model)
     try:
