@@ -162,7 +162,7 @@ def build_adapters(settings: Settings, terminal: Terminal | None) -> AdapterPool
 
 async def run_session(upstream: Upstream, settings: Settings, options: RunOptions) -> int:
     in_fd, out_fd = claim_stdio()
-    warm_up_imports()  # while the server starts: the host's first calls find it done (see there)
+    warm_up_imports(settings)  # while the server starts: the host's first calls find it done (see there)
     terminal = Terminal.open() if options.use_terminal else None
     adapters = build_adapters(settings, terminal)
     offered = capabilities.offers(
@@ -263,22 +263,26 @@ def _start_telemetry(settings: Settings, audit: AuditLog) -> Any:
 
 
 WARM_UP_SWITCH_INTERVAL = 0.0005  # s; while the warm-up imports, the relay waits at most this for the GIL
+HTTP_PROVIDER_TYPES = frozenset({"openai", "anthropic"})
 
 
-def warm_up_imports() -> None:
-    """Import what the first sampling request needs (pydantic via the SDK's types, httpx; about
-    150 ms of CPU), off the main thread, while the server starts: most servers take far longer
-    than that to answer initialize, so the host's first calls find the work done. (It used to run
-    after initialize, and the host's first 500 calls then had a p99 of 11 ms instead of 1.5 ms:
-    the thread held the interpreter while they waited.) For a server that answers at once, the
-    calls that overlap the imports wait at most the lowered switch interval for the interpreter."""
+def warm_up_imports(settings: Settings) -> None:
+    """Import httpx (~45 ms of CPU), which the first sampling request needs when an LLM provider
+    speaks HTTP, off the main thread, while the server starts: most servers take far longer than
+    that to answer initialize, so the host's first calls find the work done. (It used to run after
+    initialize, and the host's first 500 calls then had a p99 of 11 ms instead of 1.5 ms: the thread
+    held the interpreter while they waited.) For a server that answers at once, the calls that
+    overlap the import wait at most the lowered switch interval for the interpreter. Nothing else
+    is warmed: requests are checked without pydantic (protocol/wire_checks.py), and a proxy without
+    an HTTP provider never loads httpx at all (~5 MB)."""
+    if not any(p.type in HTTP_PROVIDER_TYPES for p in settings.providers):
+        return
 
     def work() -> None:
         switch = sys.getswitchinterval()
         sys.setswitchinterval(WARM_UP_SWITCH_INTERVAL)
         try:
             import httpx  # noqa: F401
-            import mcp_types  # noqa: F401
         except Exception:  # pragma: no cover - the real import later reports it
             pass
         finally:

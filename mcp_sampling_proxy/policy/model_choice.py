@@ -16,14 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from mcp_sampling_proxy.fulfil.base import ModelSpec, ProviderConfig
+from mcp_sampling_proxy.protocol.sampling_request import ModelPreferences
 
-if TYPE_CHECKING:
-    from mcp_types import ModelPreferences
-
-# (the SDK model's field, the policy's rating axis)
+# (the request's field, the policy's rating axis)
 _PRIORITIES = (("cost_priority", "cost"), ("speed_priority", "speed"), ("intelligence_priority", "intelligence"))
 # match grades within one hint, best first (index = rank)
 _GRADES = ("exactly", "as an alias", "by prefix", "as a substring")
@@ -97,7 +94,7 @@ def _grade(hint: str, model: str, aliases: Mapping[str, str]) -> int | None:
 
 
 def _weights(preferences: ModelPreferences | None) -> dict[str, float]:
-    """The request's priorities above zero, by rating axis (the SDK's model checked they are numbers)."""
+    """The request's priorities above zero, by rating axis (validation checked they are numbers)."""
     if preferences is None:
         return {}
     return {attr: float(value) for field, attr in _PRIORITIES if (value := getattr(preferences, field)) is not None

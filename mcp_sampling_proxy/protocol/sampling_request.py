@@ -1,22 +1,20 @@
 """Validate a `sampling/createMessage` request into a typed `SamplingRequest`, and describe it.
 
-Validation uses the SDK's typed models (imported lazily: they cost ~0.3 s and most sessions
-never sample) plus the tool_use/tool_result pairing rules of 2025-11-25. What travels on through
-the pipeline is a `SamplingRequest`: the SDK's model, which every decision reads (the policy's
-facts, the caps' clamp, the model choice, the route), and the wire dict it was validated from,
-which is what gets sent (forwarding to the host stays byte-exact; the adapters translate from
-it through the one content walker).
+Validation is `wire_checks` (strict: what the SDK's models accept in strict mode, without loading
+pydantic) plus the tool_use/tool_result pairing rules of 2025-11-25. What travels on through the
+pipeline is a `SamplingRequest`: typed fields, which every decision reads (the policy's facts,
+the caps' clamp, the model choice, the route), and the wire dict they were read from, which is
+what gets sent (forwarding to the host stays byte-exact; the adapters translate from it through
+the one content walker).
 """
 
 from __future__ import annotations
 
 from contextvars import ContextVar
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, replace
+from typing import Any
 
-if TYPE_CHECKING:
-    from mcp_types import CreateMessageRequestParams
-
+from mcp_sampling_proxy.protocol import wire_checks
 from mcp_sampling_proxy.protocol.content import as_blocks
 from mcp_sampling_proxy.protocol.jsonrpc import INVALID_PARAMS, RpcError
 from mcp_sampling_proxy.sanitize import strip_controls
@@ -25,23 +23,62 @@ from mcp_sampling_proxy.sanitize import strip_controls
 REQUEST_ORIGIN: ContextVar[tuple[str, str | None]] = ContextVar("request_origin", default=("server", None))
 
 
-def validate_params(model: Any, params: Any, method: str, *, strict: bool = False) -> Any:
-    """Wire params as one of the SDK's models; raise RpcError(-32602) naming the field.
-
-    `strict` refuses what pydantic would otherwise coerce (`"maxTokens": "5"` or `true`), so
-    that the model and the wire dict say the same thing."""
+def check_params(check: wire_checks.Check, params: Any, method: str) -> dict[str, Any]:
+    """`params` when `check` passes; else RpcError(-32602) naming the field."""
     if not isinstance(params, dict):
         raise RpcError(INVALID_PARAMS, f"Invalid params for {method}: params must be an object")
-    from pydantic import ValidationError
-
     try:
-        return model.model_validate(params, strict=strict)
-    except ValidationError as exc:
-        problems = []
-        for err in exc.errors()[:3]:
-            where = ".".join(str(part) for part in err["loc"] if not _is_union_tag(part)) or "params"
-            problems.append(f"{where}: {err['msg']}")
-        raise RpcError(INVALID_PARAMS, f"Invalid params for {method}: " + "; ".join(problems)) from None
+        check(params, "")
+    except wire_checks.Invalid as exc:
+        raise RpcError(INVALID_PARAMS, f"Invalid params for {method}: {exc.where or 'params'}: {exc.message}") from None
+    except RecursionError:
+        raise RpcError(INVALID_PARAMS, f"Invalid params for {method}: nested too deeply") from None
+    return params
+
+
+@dataclass(frozen=True)
+class ModelHint:
+    name: str | None
+
+
+@dataclass(frozen=True)
+class ModelPreferences:
+    """The request's `modelPreferences`, checked (priorities are numbers, hint names strings)."""
+
+    hints: tuple[ModelHint, ...] | None = None
+    cost_priority: float | None = None
+    speed_priority: float | None = None
+    intelligence_priority: float | None = None
+
+    @classmethod
+    def from_wire(cls, prefs: dict[str, Any] | None) -> ModelPreferences | None:
+        if prefs is None:
+            return None
+        hints = prefs.get("hints")
+        return cls(None if hints is None else tuple(ModelHint(h.get("name")) for h in hints),
+                   prefs.get("costPriority"), prefs.get("speedPriority"), prefs.get("intelligencePriority"))
+
+
+@dataclass(frozen=True)
+class CreateMessage:
+    """The typed fields of a checked request that decisions read (names as in the SDK's model)."""
+
+    messages: list[dict[str, Any]]
+    max_tokens: int
+    model_preferences: ModelPreferences | None = None
+    system_prompt: str | None = None
+    include_context: str | None = None
+    temperature: float | None = None
+    stop_sequences: list[str] | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: dict[str, Any] | None = None
+
+    @classmethod
+    def from_wire(cls, params: dict[str, Any]) -> CreateMessage:
+        """From params `wire_checks.CREATE_MESSAGE` passed."""
+        return cls(params["messages"], params["maxTokens"], ModelPreferences.from_wire(params.get("modelPreferences")),
+                   params.get("systemPrompt"), params.get("includeContext"), params.get("temperature"),
+                   params.get("stopSequences"), params.get("tools"), params.get("toolChoice"))
 
 
 @dataclass(frozen=True)
@@ -49,7 +86,7 @@ class SamplingRequest:
     """A validated `sampling/createMessage` request. Only `validate` makes one, so holding one
     means the request is well-formed."""
 
-    typed: CreateMessageRequestParams  # the SDK's model: what decisions read
+    typed: CreateMessage  # what decisions read
     wire: dict[str, Any]  # the params as the server sent them: what is sent on
 
     @property
@@ -60,7 +97,7 @@ class SamplingRequest:
     def hint_names(self) -> tuple[str, ...]:
         """modelPreferences.hints[].name, in order, empty names left out."""
         prefs = self.typed.model_preferences
-        return tuple(h.name for h in (prefs.hints or []) if h.name) if prefs else ()
+        return tuple(h.name for h in (prefs.hints or ()) if h.name) if prefs else ()
 
     @property
     def offers_tools(self) -> bool:
@@ -71,23 +108,15 @@ class SamplingRequest:
         """The same request asking for `max_tokens` (a cap lowered it)."""
         if max_tokens == self.typed.max_tokens:
             return self
-        return SamplingRequest(self.typed.model_copy(update={"max_tokens": max_tokens}),
-                               {**self.wire, "maxTokens": max_tokens})
+        return SamplingRequest(replace(self.typed, max_tokens=max_tokens), {**self.wire, "maxTokens": max_tokens})
 
 
 def validate(params: Any) -> SamplingRequest:
     """A valid `sampling/createMessage` request, tool_use/tool_result pairing included; raises
     RpcError(-32602) naming the field otherwise."""
-    from mcp_types import CreateMessageRequestParams
-
-    typed = validate_params(CreateMessageRequestParams, params, "sampling/createMessage", strict=True)
+    check_params(wire_checks.CREATE_MESSAGE, params, "sampling/createMessage")
     check_tool_pairing(params["messages"])
-    return SamplingRequest(typed, params)
-
-
-def _is_union_tag(part: Any) -> bool:
-    """pydantic puts the union member's name into locations (e.g. 'TextContent'); hide it."""
-    return isinstance(part, str) and part[:1].isupper()
+    return SamplingRequest(CreateMessage.from_wire(params), params)
 
 
 def blocks(message: dict[str, Any]) -> list[dict[str, Any]]:

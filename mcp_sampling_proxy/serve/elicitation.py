@@ -25,10 +25,10 @@ from mcp_sampling_proxy.config.settings import Settings
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.policy.assess import Origin, judge_elicitation
 from mcp_sampling_proxy.policy.identity import attribution_fields
-from mcp_sampling_proxy.protocol import jsonrpc
+from mcp_sampling_proxy.protocol import jsonrpc, wire_checks
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 from mcp_sampling_proxy.protocol.names import ELICITATION_COMPLETE, ELICITATION_CREATE
-from mcp_sampling_proxy.protocol.sampling_request import validate_params
+from mcp_sampling_proxy.protocol.sampling_request import check_params
 from mcp_sampling_proxy.quotas.limiters import limit_key
 from mcp_sampling_proxy.relay.keepalive import waiting_for
 
@@ -196,8 +196,5 @@ class ElicitationService:
 
 def validate_elicitation(params: Any) -> dict[str, Any]:
     """The params of a valid `elicitation/create` (form or URL mode); RpcError(-32602) otherwise."""
-    from mcp_types import ElicitRequestFormParams, ElicitRequestURLParams
-
     url = isinstance(params, dict) and request_mode(params) == "url"
-    validate_params(ElicitRequestURLParams if url else ElicitRequestFormParams, params, METHOD)
-    return dict(params)
+    return dict(check_params(wire_checks.ELICIT_URL if url else wire_checks.ELICIT_FORM, params, METHOD))
