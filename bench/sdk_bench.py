@@ -337,13 +337,19 @@ class Bench:
             for s in sessions.values():
                 await self.burst(s, args.concurrency)  # warm-up
             bursts: dict[str, list[float]] = {m: [] for m in MODES}
-            for i in range(max(1, args.runs)):
+            for i in range(args.bursts):
                 for mode in rotated(MODES, i):
                     bursts[mode].append(await self.burst(sessions[mode], args.concurrency) * 1e3)
             concurrent: dict[str, Any] = {m: {"median_ms": statistics.median(v), "runs_ms": v}
                                           for m, v in bursts.items()}
             for m in ("relay", "proxy"):
-                concurrent[m]["ratio"] = concurrent[m]["median_ms"] / concurrent["direct"]["median_ms"]
+                # Each round's bursts run back to back, so a round's ratio cancels the machine's drift
+                # (here direct bursts alone ranged 277-483 ms in one afternoon): the median of the
+                # rounds' ratios is the figure; the ratio of the medians is shown beside it.
+                paired = [x / d for x, d in zip(bursts[m], bursts["direct"], strict=True)]
+                concurrent[m]["ratio"] = statistics.median(paired)
+                concurrent[m]["ratio_iqr"] = [pct(paired, 25), pct(paired, 75)]
+                concurrent[m]["ratio_of_medians"] = concurrent[m]["median_ms"] / concurrent["direct"]["median_ms"]
 
             self.log(f"big result: {args.big_size} bytes through relay and proxy ...")
             for m in ("relay", "proxy"):
@@ -465,7 +471,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0],
                     "loadavg_start": list(os.getloadavg())},
         "settings": {k: getattr(args, k) for k in ("runs", "first_calls", "calls", "warmup", "concurrency",
-                                                   "big_size", "settle", "sampling")},
+                                                   "bursts", "big_size", "settle", "sampling")},
         "targets": TARGETS,
     }
     started = time.perf_counter()
@@ -545,7 +551,7 @@ def render(r: dict[str, Any]) -> str:
                      "<= x1.3", mark(v["first_p99_ratio"]["pass"])))
     c = r.get("concurrent")
     if c is not None:
-        rows.append((f"{s['concurrency']} concurrent calls (median of {max(1, s['runs'])})",
+        rows.append((f"{s['concurrency']} concurrent calls (paired median of {s['bursts']})",
                      ms(c["direct"]["median_ms"], 0),
                      f"{ms(c['relay']['median_ms'], 0)} (x{c['relay']['ratio']:.3f})",
                      f"{ms(c['proxy']['median_ms'], 0)} (x{c['proxy']['ratio']:.3f})", f"x{c['proxy']['ratio']:.3f}",
@@ -578,6 +584,10 @@ def render(r: dict[str, Any]) -> str:
         blk = e[m]["blocks_added_p50_ms"]
         lines.append(f"{LABELS[m]}: added echo p50 per block of {CHUNK} calls: median {blk['median']:+.3f} ms, "
                      f"IQR [{blk['q25']:+.3f}, {blk['q75']:+.3f}] ms over {blk['blocks']} blocks")
+    if c is not None:
+        lines.append("concurrent calls: " + "; ".join(
+            f"{LABELS[m]} ratio of medians x{c[m]['ratio_of_medians']:.3f}, rounds' ratios IQR "
+            f"[x{c[m]['ratio_iqr'][0]:.3f}, x{c[m]['ratio_iqr'][1]:.3f}]" for m in ("relay", "proxy")))
     if "first" in r:
         f = r["first"]
         lines.append("slowest of the first calls, per run: " + "; ".join(
@@ -599,7 +609,7 @@ def render(r: dict[str, Any]) -> str:
 
 
 PARTS = frozenset({"spawn", "steady", "sampling"})
-QUICK = {"runs": 1, "first_calls": 10, "calls": 10, "warmup": 3, "concurrency": 10, "big_size": 100_000,
+QUICK = {"runs": 1, "first_calls": 10, "calls": 10, "warmup": 3, "concurrency": 10, "bursts": 1, "big_size": 100_000,
          "settle": 0.1, "sampling": 4}
 
 
@@ -613,6 +623,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=500, help="sequential calls per mode on warm sessions (500)")
     parser.add_argument("--warmup", type=int, default=100, help="warm-up calls per warm session (default 100)")
     parser.add_argument("--concurrency", type=int, default=500, help="calls per concurrent burst (default 500)")
+    parser.add_argument("--bursts", type=int, default=15, help="concurrent bursts per mode, interleaved (default 15)")
     parser.add_argument("--big-size", type=int, default=5_000_000, help="bytes of the big result (default 5e6)")
     parser.add_argument("--settle", type=float, default=1.0, help="seconds after initialize before idle RSS (1)")
     parser.add_argument("--sampling", type=int, default=200, help="sampling requests per mode (default 200; 0 skips)")
@@ -634,8 +645,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         for key, value in QUICK.items():
             setattr(args, key, value)
-    if min(args.first_calls, args.calls, args.concurrency, args.big_size) < 1 or args.runs < 0 or args.sampling < 0:
-        parser.error("--first-calls, --calls, --concurrency and --big-size must be >= 1; --runs, --sampling >= 0")
+    if min(args.first_calls, args.calls, args.concurrency, args.bursts, args.big_size) < 1 or args.runs < 0 \
+            or args.sampling < 0:
+        parser.error("--first-calls, --calls, --concurrency, --bursts and --big-size must be >= 1; --runs, --sampling "
+                     ">= 0")
     if args.only - PARTS or not args.only:
         parser.error(f"--only takes a comma-separated list of {', '.join(sorted(PARTS))}; got "
                      f"{', '.join(sorted(args.only)) or 'nothing'}")
