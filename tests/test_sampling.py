@@ -318,7 +318,8 @@ async def test_cancelled_tool_call_aborts_the_llm_request(tmp_path: Path, openai
     openai_llm.enqueue(delay=20.0)
     policy = write_policy(tmp_path, openai_policy(openai_llm.base_url))
     stderr = tmp_path / "stderr.log"
-    async with sdk_host(proxy_command(policy), proxy_env(TEST_LLM_KEY=KEY), stderr) as client:
+    # debug: "sampling fulfilled" is logged at debug level, and must not appear
+    async with sdk_host(proxy_command(policy, "--log-level", "debug"), proxy_env(TEST_LLM_KEY=KEY), stderr) as client:
         with anyio.move_on_after(2.0):
             await client.call_tool("sample", {"prompt": "never answered"})
         for _ in range(50):

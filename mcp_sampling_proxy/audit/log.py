@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -216,6 +217,8 @@ class AuditLog:
             self._file = _ChainFile(path, self.proxy_id, fsync=fsync, max_bytes=max_bytes)
             self._file.start()
         self._sink = _Sink(self._file)
+        # Reasons repeat (one per rule and outcome): ~15 patterns per text are run once per distinct text
+        self._redacted_text = functools.lru_cache(maxsize=512)(lambda text: self._redactor.redact(text)[0])
         # A structlog logger of its own: these processors, whatever `log.configure` set for stderr.
         self._log = structlog.wrap_logger(
             self._sink, processors=[self._shape, self._mask, self._scrub],
@@ -335,7 +338,7 @@ class AuditLog:
     def _mask(self, _logger: Any, _method: str, record: EventDict) -> EventDict:
         for key in _TEXT_FIELDS:
             if isinstance(record.get(key), str):
-                record[key] = self._redactor.redact(record[key])[0]
+                record[key] = self._redacted_text(record[key])
         content = record.get("content")
         if self.content == "redacted" and isinstance(content, dict):
             count = 0
@@ -561,7 +564,8 @@ class _ChainFile:
             self._lock_fd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             with self._locked():
                 fd = self._open()
-                self._repair(fd, os.fstat(fd).st_size)
+                st = os.fstat(fd)
+                self._repair(fd, st.st_size, st.st_ino)
         except OSError as exc:
             self._problem = _describe(exc)
             log.error("audit log unusable: sampling requests will be refused until it is fixed",
@@ -622,8 +626,10 @@ class _ChainFile:
 
     def _append(self, record: dict[str, Any]) -> None:
         fd = self._open()
-        head = self._repair(fd, os.fstat(fd).st_size)
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        head = self._repair(fd, st.st_size, st.st_ino)
+        unchanged = self._known is not None and self._known[:2] == (st.st_ino, st.st_size)
+        size = st.st_size if unchanged else os.fstat(fd).st_size  # a seal was written: look again
         line, last_hash = self._finish(record, head or GENESIS, self.seq + 1)
         if self.max_bytes and size > 0 and size + len(line) > self.max_bytes:
             fd = self._rotate()
@@ -666,9 +672,9 @@ class _ChainFile:
         st = os.fstat(fd)
         self._known = (st.st_ino, st.st_size, last_hash)
 
-    def _repair(self, fd: int, size: int) -> str | None:
-        """The hash to chain from; first seals bytes after the last good record (a torn write)."""
-        ino = os.fstat(fd).st_ino
+    def _repair(self, fd: int, size: int, ino: int) -> str | None:
+        """The hash to chain from; first seals bytes after the last good record (a torn write).
+        `size` and `ino`: the file's, from the caller's fstat."""
         if self._known is not None and self._known[:2] == (ino, size):
             return self._known[2]
         tail = read_tail(fd, size)

@@ -109,8 +109,8 @@ class SamplingService:
         decision = judged.decision
         audit["tool"] = decision.tool or audit["tool"]  # the candidate the strictest outcome was reached for
         audit["rule"] = decision.rule
-        # One info line per request: its outcome (fulfilled, refused) says the rest. A request that
-        # waits for a human is announced now; the others at debug level (a line costs ~25 us).
+        # A request that waits for a human is announced; the others are logged at debug level, as
+        # their fulfilment is (see _fulfil)
         (log.info if decision.action == "prompt" else log.debug)(
             "sampling request", server=session.server_name, server_reported=session.server_reported_if_different,
             tool=audit["tool"], tool_candidates=audit.get("tool_candidates"), rule=decision.rule,
@@ -123,10 +123,10 @@ class SamplingService:
                        audit: dict[str, Any]) -> _Approved:
         """Ask a human when the rule says prompt; an edited prompt is checked like the original."""
         session, tool = relay.session, audit["tool"]
-        asked = ApprovalRequest(session.server_name, session.host_name, tool, decision.rule, request.wire,
-                                describe(request.wire, server=session.server_label, tool=tool))
-        if decision.action != "prompt":
-            return _Approved.of(message, request, asked, None)
+        if decision.action != "prompt":  # what a human would be shown is needed only for a review
+            return _Approved.of(message, request, self._asked(request, session, tool, decision)
+                                if self._settings.approval.review_response else None, None)
+        asked = self._asked(request, session, tool, decision)
         with waiting_for("waiting for approval"):  # progress keep-alive to the host (relay/keepalive.py)
             approval = await self._approver.ask(asked, relay)
         if not approval.approved:
@@ -143,6 +143,11 @@ class SamplingService:
         asked = replace(asked, params=edited.wire, prompt_edited_by=approval.channel,
                         summary=describe(edited.wire, server=session.server_label, tool=tool))
         return _Approved.of(message, edited, asked, approval.channel)
+
+    @staticmethod
+    def _asked(request: SamplingRequest, session: Session, tool: str | None, decision: Decision) -> ApprovalRequest:
+        return ApprovalRequest(session.server_name, session.host_name, tool, decision.rule, request.wire,
+                               describe(request.wire, server=session.server_label, tool=tool))
 
     async def _at_host(self, approved: _Approved, relay: Relay, audit: dict[str, Any],
                        started: float) -> dict[str, Any] | None:
@@ -180,6 +185,7 @@ class SamplingService:
             return result
         # Reviewed: the record waits for the review, so that it holds the answer the server gets.
         try:
+            assert approved.asked is not None  # made whenever review_response is on
             with waiting_for("waiting for review of the answer"):  # progress keep-alive (relay/keepalive.py)
                 review = await self._approver.review(approved.asked, result, relay)
         except BaseException as exc:  # the LLM was called all the same: its record says how it ended
@@ -277,7 +283,10 @@ class SamplingService:
                      "model": completion.model, "input_tokens": completion.input_tokens,
                      "output_tokens": completion.output_tokens, "stop_reason": completion.stop_reason,
                      "latency_ms": elapsed_ms(started)}
-        log.info("sampling fulfilled", server=session.server_name, tool=tool, rule=decision.rule,
+        # debug, like the request's arrival: the audit log records every request, and a line per request
+        # on stderr (which hosts keep in their logs) costs ~20 us of the request's time; refusals and
+        # failures are warnings
+        log.debug("sampling fulfilled", server=session.server_name, tool=tool, rule=decision.rule,
                  provider=choice.provider, model=completion.model, stop_reason=completion.stop_reason,
                  latency_ms=elapsed_ms(started))
         return result, completion, fulfilled
@@ -301,12 +310,12 @@ class _Approved:
 
     message: dict[str, Any]
     request: SamplingRequest
-    asked: ApprovalRequest
+    asked: ApprovalRequest | None  # None when nobody will be shown it (no prompt, no review)
     approver: str | None
     as_received: bool  # False when a cap or an editor changed the request: its bytes may not be reused
 
     @classmethod
-    def of(cls, message: dict[str, Any], request: SamplingRequest, asked: ApprovalRequest,
+    def of(cls, message: dict[str, Any], request: SamplingRequest, asked: ApprovalRequest | None,
            approver: str | None) -> _Approved:
         as_received = request.wire is message.get("params")
         return cls(message if as_received else {**message, "params": request.wire}, request, asked, approver,
