@@ -114,6 +114,16 @@ def children(pid: int) -> set[int]:
     return found
 
 
+def threads_cpu_ns(pid: int) -> int:
+    """On-CPU time of a process's live threads (/proc/PID/task/*/schedstat), in ns."""
+    total = 0
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError, ValueError):
+                total += int((task / "schedstat").read_text().split()[0])
+    return total
+
+
 def leaf(exc: BaseException) -> BaseException:
     """The first real error inside (nested) task-group exception groups."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
@@ -393,10 +403,14 @@ class Bench:
             command = [*self.proxy_prefix, "--policy", str(policy), "--", args.python, SAMPLING_SERVER]
             session = await self.open("proxy", command, "sampling-proxy")
 
+            cpu_ns = {"proxy": 0, "direct": 0}  # the proxy's own threads; this process, for the direct calls
+
             async def through_proxy(count: int) -> list[float]:
-                assert session is not None
+                assert session is not None and session.pid is not None
+                before = threads_cpu_ns(session.pid)
                 result = await self.timed(session, "tools/call sample", session.client.call_tool(
                     "sample", {"count": count, "params": SAMPLING_PARAMS}), args.timeout * 4)
+                cpu_ns["proxy"] += threads_cpu_ns(session.pid) - before
                 summary = json.loads(getattr(result.content[0], "text", "{}"))
                 if result.is_error or summary.get("errors"):
                     raise self.fail(session, f"sampling through the proxy failed: {summary}"[:800])
@@ -408,17 +422,20 @@ class Bench:
 
                 async def direct(count: int) -> list[float]:
                     out: list[float] = []
+                    before = time.thread_time_ns()
                     for _ in range(count):
                         t0 = time.perf_counter()
                         response = await http.post("/chat/completions", json=DIRECT_BODY)
                         response.raise_for_status()
                         response.json()
                         out.append((time.perf_counter() - t0) * 1e3)
+                    cpu_ns["direct"] += time.thread_time_ns() - before
                     return out
 
                 warm = min(20, max(2, args.sampling // 10))
                 await direct(warm)
                 await through_proxy(warm)
+                cpu_ns.update(proxy=0, direct=0)
                 times: dict[str, list[float]] = {"direct": [], "proxy": []}
                 runners: dict[str, Callable[[int], Awaitable[list[float]]]] = {"direct": direct,
                                                                                 "proxy": through_proxy}
@@ -445,7 +462,8 @@ class Bench:
                     "proxy": {"median_ms": med["proxy"], "p90_ms": pct(times["proxy"], 90), "ms": times["proxy"]},
                     "added_ms": statistics.median(blocks), "added_iqr_ms": [pct(blocks, 25), pct(blocks, 75)],
                     "added_of_medians_ms": med["proxy"] - med["direct"], "n": args.sampling,
-                    "first_request_ms": first, "audit_records": records, "audit_fsync": True}
+                    "first_request_ms": first, "audit_records": records, "audit_fsync": True,
+                    "cpu_us_per_request": {m: cpu_ns[m] / args.sampling / 1e3 for m in cpu_ns}}
         finally:
             if session is not None:
                 with contextlib.suppress(Exception):
@@ -603,6 +621,10 @@ def render(r: dict[str, Any]) -> str:
         lines.append(f"sampling: added per block of {SAMPLING_BLOCK}: median {sm['added_ms']:+.3f} ms (the figure), "
                      f"IQR [{sm['added_iqr_ms'][0]:+.3f}, {sm['added_iqr_ms'][1]:+.3f}] ms; difference of the medians "
                      f"{sm['added_of_medians_ms']:+.3f} ms")
+        cpu = sm["cpu_us_per_request"]
+        lines.append(f"sampling: CPU per request: proxy {cpu['proxy']:.0f} us (all its work, its LLM call included), "
+                     f"the benchmark's direct httpx call {cpu['direct']:.0f} us: the proxy's own work is about "
+                     f"{cpu['proxy'] - cpu['direct']:.0f} us (steadier than the latencies on a busy machine)")
         lines.append(f"sampling: first request after start {sm['first_request_ms']:.1f} ms; p90 direct "
                      f"{sm['direct']['p90_ms']:.2f} ms, proxy {sm['proxy']['p90_ms']:.2f} ms; "
                      f"{sm['audit_records']} audit records written with fsync")
