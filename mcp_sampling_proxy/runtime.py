@@ -162,9 +162,9 @@ def build_adapters(settings: Settings, terminal: Terminal | None) -> AdapterPool
 
 async def run_session(upstream: Upstream, settings: Settings, options: RunOptions) -> int:
     in_fd, out_fd = claim_stdio()
-    warm_up_imports(settings)  # while the server starts: the host's first calls find it done (see there)
     terminal = Terminal.open() if options.use_terminal else None
     adapters = build_adapters(settings, terminal)
+    warm_up(adapters)  # while the server starts: the host's first calls find it done (see there)
     offered = capabilities.offers(
         capabilities.offered_sampling(route=settings.sampling.route,
                                       tools=settings.sampling.advertise_tools and adapters.can_use_tools),
@@ -266,24 +266,26 @@ WARM_UP_SWITCH_INTERVAL = 0.0005  # s; while the warm-up imports, the relay wait
 HTTP_PROVIDER_TYPES = frozenset({"openai", "anthropic"})
 
 
-def warm_up_imports(settings: Settings) -> None:
-    """Import httpx (~45 ms of CPU), which the first sampling request needs when an LLM provider
-    speaks HTTP, off the main thread, while the server starts: most servers take far longer than
-    that to answer initialize, so the host's first calls find the work done. (It used to run after
-    initialize, and the host's first 500 calls then had a p99 of 11 ms instead of 1.5 ms: the thread
-    held the interpreter while they waited.) For a server that answers at once, the calls that
-    overlap the import wait at most the lowered switch interval for the interpreter. Nothing else
-    is warmed: requests are checked without pydantic (protocol/wire_checks.py), and a proxy without
-    an HTTP provider never loads httpx at all (~5 MB)."""
-    if not any(p.type in HTTP_PROVIDER_TYPES for p in settings.providers):
+def warm_up(adapters: AdapterPool) -> None:
+    """Make the HTTP providers' adapters (importing httpx and building an SSL context: ~90 ms of
+    CPU, which the first sampling request otherwise waits for) off the main thread, while the
+    server starts: most servers take far longer than that to answer initialize, so the host's first
+    calls find the work done. (It used to run after initialize, and the host's first 500 calls then
+    had a p99 of 11 ms instead of 1.5 ms: the thread held the interpreter while they waited.) For a
+    server that answers at once, the calls that overlap it wait at most the lowered switch interval
+    for the interpreter. Nothing else is warmed: requests are checked without pydantic
+    (protocol/wire_checks.py), and a proxy without an HTTP provider never loads httpx (~5 MB)."""
+    names = [p.name for p in adapters.configs if p.type in HTTP_PROVIDER_TYPES]
+    if not names:
         return
 
     def work() -> None:
         switch = sys.getswitchinterval()
         sys.setswitchinterval(WARM_UP_SWITCH_INTERVAL)
         try:
-            import httpx  # noqa: F401
-        except Exception:  # pragma: no cover - the real import later reports it
+            for name in names:
+                adapters.get(name)
+        except Exception:  # pragma: no cover - the first request makes it again and reports the problem
             pass
         finally:
             sys.setswitchinterval(switch)

@@ -9,6 +9,7 @@ an optional human review of the answer, and an audit record for every outcome.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -340,6 +341,7 @@ class AdapterPool:
         self._configs = {p.name: p for p in providers}
         self._terminal = terminal
         self._adapters: dict[str, Adapter] = {}
+        self._making = threading.Lock()  # the start-up warm-up (runtime.warm_up) makes them in a thread
 
     @property
     def configs(self) -> list[ProviderConfig]:
@@ -356,7 +358,10 @@ class AdapterPool:
     def get(self, name: str) -> Adapter:
         adapter = self._adapters.get(name)
         if adapter is None:
-            adapter = self._adapters[name] = make_adapter(self._configs[name], self._terminal)
+            with self._making:
+                adapter = self._adapters.get(name)
+                if adapter is None:
+                    adapter = self._adapters[name] = make_adapter(self._configs[name], self._terminal)
         return adapter
 
     async def aclose(self) -> None:
