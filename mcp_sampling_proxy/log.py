@@ -28,6 +28,12 @@ def set_secrets(secrets: Iterable[str]) -> None:
     _redactor = Redactor(secrets)
 
 
+def known_secrets() -> tuple[str, ...]:
+    """The configured key values every log line is scrubbed of (for error texts that leave the
+    proxy some other way, e.g. to the server)."""
+    return _redactor.secrets
+
+
 def add_secret(value: str) -> None:
     """One more value to mask (OAuth tokens, learned and refreshed while the proxy runs)."""
     global _redactor

@@ -72,7 +72,8 @@ def misbehave(prompt):
     mode = os.environ.get("STANDIN_MODE", "")
     if mode == "fail":
         record(stdin=prompt)
-        sys.stderr.write("starting...\nError: quota exhausted for key sk-proj-ABCDEFGHIJKLMNOPQRSTUVWXYZ012345\n")
+        sys.stderr.write("starting...\nError: " + os.environ.get(
+            "STANDIN_ERROR", "quota exhausted for key sk-proj-ABCDEFGHIJKLMNOPQRSTUVWXYZ012345") + "\n")
         sys.exit(1)
     if mode == "hang":
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -126,6 +127,8 @@ out = (values.get("--output-last-message") or values.get("-o") or [None])[0]
 if out:
     with open(out, "w", encoding="utf-8") as f:
         f.write(ANSWER)
+        if os.environ.get("STANDIN_MODE") == "huge-file":  # a runaway CLI: 20 MiB more in the answer file
+            f.write("x" * (20 * 1024 * 1024))
 print(ANSWER)
 '''
 

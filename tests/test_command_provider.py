@@ -201,6 +201,30 @@ async def test_failing_command_reports_its_stderr_without_the_key(tmp_path: Path
     assert "sk-proj-ABCDEFGHIJKLMNOPQRSTUVWXYZ012345" not in (tmp_path / "stderr.log").read_text()
 
 
+async def test_a_key_from_a_key_file_is_masked_in_a_commands_error(tmp_path: Path) -> None:
+    """The error text goes to the server: a key the proxy holds only from an api_key_file (in no
+    environment variable, in no known key shape) is masked in it too, not only in the logs."""
+    secret = "zq81-Unshaped-Secret-Value-7734"
+    (tmp_path / "key.txt").write_text(secret + "\n")
+    (tmp_path / "key.txt").chmod(0o600)
+    other = ("    other:\n      type: openai\n      base_url: http://127.0.0.1:9/v1\n"
+             f"      api_key_file: {tmp_path / 'key.txt'}\n      models: [gpt-4o-mini]\n")
+    policy = provider("llm", "preset: llm").replace("llm:\n  providers:\n", "llm:\n  providers:\n" + other) + \
+        "  default: llm\n" + ALLOW
+    result = await call(tmp_path, policy, "sample", {"prompt": "x"}, STANDIN_MODE="fail",
+                        STANDIN_ERROR=f"cannot use {secret} here")
+    error = tool_json(result)["error"]
+    assert "exited with status 1" in error["message"] and "cannot use" in error["message"]
+    assert secret not in error["message"] and secret[:12] not in error["message"]
+
+
+async def test_an_answer_file_past_the_limit_is_refused_unread(tmp_path: Path) -> None:
+    result = await call(tmp_path, provider("codex", "preset: codex") + ALLOW, "sample", {"prompt": "x"},
+                        STANDIN_MODE="huge-file")
+    error = tool_json(result)["error"]
+    assert "wrote more than 16 MiB to its answer file" in error["message"]
+
+
 async def test_missing_command_says_it_is_not_on_path(tmp_path: Path) -> None:
     body = "command: [no-such-llm-cli]"
     result = await call(tmp_path, provider("mine", body) + ALLOW, "sample", {"prompt": "x"})

@@ -49,6 +49,7 @@ from mcp_sampling_proxy.fulfil.base import (
     UnsupportedContentError,
 )
 from mcp_sampling_proxy.fulfil.errors import unsupported, unsupported_role
+from mcp_sampling_proxy.log import known_secrets
 from mcp_sampling_proxy.protocol.content import as_blocks
 from mcp_sampling_proxy.sanitize import one_line
 
@@ -170,9 +171,12 @@ class CommandAdapter:
             image_files = _write_images(self.config, images, Path(workdir))
             argv, stdin = self._argv(model, prompt, output_file, image_files)
             status, stdout, stderr = await self._run(argv, stdin, workdir)
-            written = _read_if_exists(output_file)
+            written = _read_if_exists(output_file, MAX_STDOUT)
         if status != 0:
             raise LLMError(self._failure(status, stdout, stderr), provider=self.config.name)
+        if len(written) > MAX_STDOUT:  # read no further: a runaway CLI must not take the proxy's memory
+            raise LLMError(f"{self.label} wrote more than {MAX_STDOUT // (1024 * 1024)} MiB to its answer file",
+                           provider=self.config.name)
         uses_file = (self.preset is not None and self.preset.output_file_flag is not None) or (
             self.preset is None and any("{output_file}" in a for a in self.spec.argv))
         out = self._parse(written if uses_file and written else stdout)
@@ -459,9 +463,11 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
-def _read_if_exists(path: str) -> bytes:
+def _read_if_exists(path: str, limit: int) -> bytes:
+    """The file's bytes (none when it is missing); at most `limit` + 1, so a caller can tell it was more."""
     try:
-        return Path(path).read_bytes()
+        with open(path, "rb") as file:
+            return file.read(limit + 1)
     except OSError:
         return b""
 
@@ -520,8 +526,10 @@ def _str(value: Any) -> str | None:
 
 
 def _scrub(text: str) -> str:
-    """Key shapes, and the values of secret-looking environment variables, masked."""
+    """Key shapes, the values of secret-looking environment variables and every key the proxy was
+    configured with (api_key_file, api_key_command, headers: not in the environment) masked: the
+    text goes to the server in the error."""
     secrets = [v for k, v in os.environ.items() if _SECRET_NAME.search(k) and len(v) >= 8]
-    return Redactor(secrets).redact(text)[0]
+    return Redactor([*secrets, *known_secrets()]).redact(text)[0]
 
 
