@@ -158,3 +158,56 @@ def test_tail_follow_prints_new_records_across_rotation(tmp_path: Path) -> None:
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(10) == 0
+
+
+def test_tail_follow_skips_a_runaway_line_with_bounded_memory(tmp_path: Path) -> None:
+    """Anyone running as the user (the governed server too) can append to the log: 100 MB without
+    a newline must not make `audit tail -f` hold 100 MB. It reports the line by its size and goes
+    on with the records after it."""
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog(str(path), fsync=False)
+    log.record(server="before", decision="allow")
+    proc = subprocess.Popen([PY, "-m", "mcp_sampling_proxy", "audit", "tail", "-f", "--json", "-n", "1", str(path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()  # type: ignore[union-attr]
+    junk = 100 * 1024 * 1024
+    try:
+        assert "before" in lines.get(timeout=15)
+        with open(path, "ab") as f:
+            for _ in range(junk // (4 * 1024 * 1024)):
+                f.write(b"x" * (4 * 1024 * 1024))
+                f.flush()
+            f.write(b"\n")
+        log.record(server="after", decision="allow")
+        assert json.loads(lines.get(timeout=30)) == {"unreadable_line_bytes": junk + 1}
+        seal = json.loads(lines.get(timeout=15))  # the writer sealed the foreign bytes before its record
+        assert seal["event"] == "seal" and seal["torn_bytes"] == junk + 1
+        assert json.loads(lines.get(timeout=15))["server"] == "after"
+        peak_kb = next(int(line.split()[1]) for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+                       if line.startswith("VmHWM:"))
+        assert peak_kb < 100 * 1024, f"tail -f held {peak_kb // 1024} MB for a {junk // 2**20} MB line"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(10) == 0
+
+
+def test_the_web_consoles_reader_starts_at_the_end_and_skips_a_runaway_line(tmp_path: Path) -> None:
+    """The web console shows the last records and follows the file through audit/follow.py: it
+    starts from the end (not by reading the whole file) and passes over a line too long to keep."""
+    from mcp_sampling_proxy.audit.follow import Follower
+
+    path = tmp_path / "audit.jsonl"
+    lines = [json.dumps({"n": i}).encode() + b"\n" for i in range(50_000)]
+    path.write_bytes(b"".join(lines))
+    follower = Follower(str(path), last=20_000, max_line=1024 * 1024)
+    first = follower.read()
+    assert len(first) == 20_000 and json.loads(first[0]) == {"n": 30_000} and json.loads(first[-1]) == {"n": 49_999}
+    with open(path, "ab") as f:
+        f.write(b"y" * (3 * 1024 * 1024))  # no newline yet: held back, then skipped, never gathered whole
+    assert follower.read() == []
+    with open(path, "ab") as f:
+        f.write(b"\n" + json.dumps({"n": "after"}).encode() + b"\n")
+    assert follower.read() == [3 * 1024 * 1024 + 1, b'{"n": "after"}\n']
+    follower.close()

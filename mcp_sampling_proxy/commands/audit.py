@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from mcp_sampling_proxy.audit.follow import Follower
 from mcp_sampling_proxy.audit.log import GENESIS, parse_record, record_hash, rotated_name
 from mcp_sampling_proxy.config.settings import DURATION_FORMS, parse_duration
 from mcp_sampling_proxy.sanitize import one_line
@@ -412,76 +413,40 @@ def _render(record: dict[str, Any], as_json: bool) -> str:
 
 # -- tail -------------------------------------------------------------------------------------------
 
-def last_lines(f: Any, count: int) -> tuple[list[bytes], int]:
-    """The last `count` complete lines of the open file, and the offset after the last complete line."""
-    size = os.fstat(f.fileno()).st_size
-    data = b""
-    start = size
-    while start > 0 and data.count(b"\n") <= count:
-        step = min(start, max(64 * 1024, len(data)))
-        start -= step
-        f.seek(start)
-        data = f.read(step) + data
-    end = data.rfind(b"\n") + 1  # leave out an incomplete last line
-    lines = data[:end].splitlines(keepends=True)
-    if start > 0:
-        lines = lines[1:]  # the first may be cut
-    return (lines[-count:] if count else []), start + end
-
-
 def tail_main(path: str, count: int, *, follow: bool, as_json: bool, poll: float = 0.2) -> int:
-    f = _open(path)
+    follower = Follower(path, last=count)
     try:
-        lines, offset = last_lines(f, count)
+        try:
+            lines = follower.read()
+        except FileNotFoundError:
+            raise InputError(f"{path}: no such file") from None
+        except OSError as exc:
+            raise InputError(f"{path}: cannot read: {exc.strerror}") from None
         for raw in lines:
             _print_line(raw, as_json)
-        if not follow:
-            return 0
-        f.seek(offset)
-        buffer = b""
-        while True:
-            chunk = f.read()
-            if chunk:
-                buffer += chunk
-                *complete, buffer = buffer.split(b"\n")
-                for raw in complete:
-                    _print_line(raw + b"\n", as_json)
-                continue
-            try:
-                st = os.stat(path)
-            except FileNotFoundError:
-                st = None
-            if st is not None and st.st_ino != os.fstat(f.fileno()).st_ino:
-                # Rotated. Writes to the old file came before the rename we just saw: read them, then go
-                # on with the new file from its start.
-                buffer += f.read()
-                *complete, buffer = buffer.split(b"\n")
-                for raw in complete:
-                    _print_line(raw + b"\n", as_json)
-                f.close()
-                f = _open(path)
-                buffer = b""
-                continue
-            if st is not None and st.st_size < f.tell():  # truncated
-                f.seek(0)
-                buffer = b""
+        while follow:
             time.sleep(poll)
+            for raw in follower.read():
+                _print_line(raw, as_json)
+        return 0
     except KeyboardInterrupt:
         return 0
     finally:
-        f.close()
+        follower.close()
 
 
-def _print_line(raw: bytes, as_json: bool) -> None:
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        value = None
+def _print_line(raw: bytes | int, as_json: bool) -> None:
+    """One line of the file (an int: the size of a line too long to read, see audit/follow.py)."""
+    value = None
+    if isinstance(raw, bytes):
+        with contextlib.suppress(ValueError):
+            value = json.loads(raw)
     if isinstance(value, dict):
         text = _render(value, as_json)
     else:
-        text = (json.dumps({"unreadable_line_bytes": len(raw)}) if as_json
-                else f"?? a line that is not a record ({len(raw)} bytes)")
+        size = raw if isinstance(raw, int) else len(raw)
+        text = (json.dumps({"unreadable_line_bytes": size}) if as_json
+                else f"?? a line that is not a record ({size} bytes)")
     try:
         print(text, flush=True)
     except BrokenPipeError:  # `audit tail | head`

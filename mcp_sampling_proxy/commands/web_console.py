@@ -128,35 +128,30 @@ class WebState:
 
 
 def follow_audit(state: WebState, path: str, stop: threading.Event, poll: float = 0.5) -> None:
-    """Read the audit log and every line appended to it (following rotation: a new file in its place)."""
-    identity: tuple[int, int] | None = None
-    offset = 0
-    partial = b""
-    while not stop.is_set():
-        error = None
-        records: list[dict[str, Any]] = []
-        try:
-            info = os.stat(path)
-            if identity != (info.st_dev, info.st_ino) or info.st_size < offset:
-                identity, offset, partial = (info.st_dev, info.st_ino), 0, b""
-            if info.st_size > offset:
-                with open(path, "rb") as f:
-                    f.seek(offset)
-                    chunk = f.read(info.st_size - offset)
-                offset += len(chunk)
-                lines = (partial + chunk).split(b"\n")
-                partial = lines.pop()
-                for line in lines:
-                    with contextlib.suppress(ValueError):
-                        record = json.loads(line)
-                        if isinstance(record, dict):
-                            records.append(record)
-        except FileNotFoundError:
-            error = f"{path} does not exist yet (it appears with the first decision)"
-        except OSError as exc:
-            error = f"cannot read {path}: {exc.strerror or exc}"
-        state.add_records(records, error)
-        stop.wait(poll)
+    """The audit log's last records, then every record appended (audit/follow.py: rotation,
+    truncation, bounded memory whatever the file holds)."""
+    from mcp_sampling_proxy.audit.follow import Follower
+
+    follower = Follower(path, last=KEEP_RECORDS)
+    try:
+        while not stop.is_set():
+            error = None
+            records: list[dict[str, Any]] = []
+            try:
+                for line in follower.read():
+                    if isinstance(line, bytes):
+                        with contextlib.suppress(ValueError):
+                            record = json.loads(line)
+                            if isinstance(record, dict):
+                                records.append(record)
+            except FileNotFoundError:
+                error = f"{path} does not exist yet (it appears with the first decision)"
+            except OSError as exc:
+                error = f"cannot read {path}: {exc.strerror or exc}"
+            state.add_records(records, error)
+            stop.wait(poll)
+    finally:
+        follower.close()
 
 
 def audit_view(state: WebState, query: dict[str, list[str]]) -> dict[str, Any]:
