@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -444,3 +445,24 @@ def test_a_broken_default_policy_does_not_keep_the_console_from_starting(tmp_pat
                             str(config / "policy.yaml")], env=proxy_env(**dirs), capture_output=True, text=True,
                            timeout=60, stdin=subprocess.DEVNULL)
     assert named.returncode == 2 and "policy.yaml:2" in named.stderr and named.stdout == ""
+
+
+def test_a_silent_connection_is_closed_after_the_socket_timeout() -> None:
+    """A peer that connects and sends nothing gets its connection closed, so a few hundred of them
+    cannot hold the console's threads for ever (the real server on a real socket, timeout shortened)."""
+    import socket
+
+    from mcp_sampling_proxy.commands.web_console import WebConsole, WebState
+    from mcp_sampling_proxy.commands.web_view import PolicyFacts
+
+    console = WebConsole(WebState(PolicyFacts(), dict, None), client=None, portal=None,  # type: ignore[arg-type]
+                         socket_timeout=0.5)
+    threading.Thread(target=console.httpd.serve_forever, daemon=True).start()
+    try:
+        with socket.create_connection(("127.0.0.1", console.port), timeout=10) as peer:
+            started = time.monotonic()
+            assert peer.recv(1024) == b""  # closed by the console, not by our 10 s wait
+            assert time.monotonic() - started < 5
+    finally:
+        console.httpd.shutdown()
+        console.httpd.server_close()

@@ -55,6 +55,7 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src data:; 
        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 MAX_BODY = 4 * 1024 * 1024
 KEEP_RECORDS = 20_000
+SOCKET_TIMEOUT = 60.0  # s; longer than the event stream's 15 s keep-alive
 SCOPES = ("once", "session", "always")
 
 
@@ -217,11 +218,12 @@ class WebConsole:
     """The HTTP side: checks every request, serves the page and the API, sends answers to proxies."""
 
     def __init__(self, state: WebState, client: ConsoleClient, portal: anyio.from_thread.BlockingPortal,
-                 port: int = 0, token: str | None = None):
+                 port: int = 0, token: str | None = None, socket_timeout: float = SOCKET_TIMEOUT):
         self.state = state
         self.client = client
         self.portal = portal
         self.token = token or secrets.token_urlsafe(32)
+        self.socket_timeout = socket_timeout
         self.httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
@@ -347,6 +349,9 @@ def _handler(console: WebConsole) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "mcp-sampling-proxy"
         sys_version = ""
+        # A peer that connects and sends nothing (or stops reading the event stream) gives its
+        # thread back after this long, instead of holding it for ever
+        timeout = console.socket_timeout
 
         def log_message(self, format: str, *args: Any) -> None:
             pass  # the request line holds the URL's token: never logged
