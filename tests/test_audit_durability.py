@@ -227,3 +227,27 @@ def test_a_slow_audit_write_holds_only_its_own_request(tmp_path: Path) -> None:
     assert "result" in answer and not answer["result"].get("isError")
     records = [json.loads(line) for line in audit.read_text().splitlines()]
     assert [r["decision"] for r in records if r.get("method") == "sampling/createMessage"] == ["allow"]
+
+
+def test_a_record_outside_a_request_never_waits_for_another_writers_lock(tmp_path: Path) -> None:
+    """`record()` outside a request (a 2026-era answer the host gave, seen when it retries) runs
+    on the event loop: while another proxy holds the log's lock it returns at once, and the record
+    is written when the lock is free (closing the log waits for it)."""
+    import fcntl
+
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog(str(path), fsync=False)
+    other = os.open(str(path) + ".lock", os.O_RDWR)
+    fcntl.flock(other, fcntl.LOCK_EX)  # another writer holds the log
+    try:
+        started = time.monotonic()
+        log.record(server="s", decision="allow", approver="host")
+        assert time.monotonic() - started < 1.0
+        time.sleep(0.3)
+        assert "approver" not in path.read_text()  # not written past the lock
+    finally:
+        fcntl.flock(other, fcntl.LOCK_UN)
+        os.close(other)
+    log.close()
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r.get("approver") for r in records if r.get("event") == "decision"] == ["host"]

@@ -56,6 +56,7 @@ at once.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import functools
@@ -217,6 +218,7 @@ class AuditLog:
             self._file = _ChainFile(path, self.proxy_id, fsync=fsync, max_bytes=max_bytes)
             self._file.start()
         self._sink = _Sink(self._file)
+        self._late_writers: list[threading.Thread] = []
         # Reasons repeat (one per rule and outcome): ~15 patterns per text are run once per distinct text
         self._redacted_text = functools.lru_cache(maxsize=512)(lambda text: self._redactor.redact(text)[0])
         # A structlog logger of its own: these processors, whatever `log.configure` set for stderr.
@@ -253,14 +255,28 @@ class AuditLog:
         """Record the outcome of the request being served (`params`/`result`: the request params
         and the result the server gets, for the content digests or payload). Inside `every_ending`
         it fills the request's one record, written when the request ends; elsewhere it writes at
-        once. Raises AuditError when it cannot."""
+        once (raising AuditError when it cannot), or, when another writer holds the log's lock, in a
+        thread of its own, so the event loop never waits for the lock (a failure is then logged)."""
         pending = _PENDING.get()
         if pending is not None:
             pending.fill(params, result, fields)
             return
-        if self._sink.active:
-            self._log.append("decision", _params=params, _result=None if result is _NOT_GIVEN else result,
-                             _observed=(time.time_ns(), {}), **fields)
+        if not self._sink.active:
+            return
+        token = _NOWAIT.set(True)
+        try:
+            deferred = self._log.append("decision", _params=params, _result=None if result is _NOT_GIVEN else result,
+                                        _observed=(time.time_ns(), {}), **fields)
+        finally:
+            _NOWAIT.reset(token)
+        if deferred is not None:
+            writer = threading.Thread(target=self._finish_quietly, args=(deferred,), name="audit-write", daemon=True)
+            self._late_writers.append(writer)
+            writer.start()
+
+    def _finish_quietly(self, deferred: _Deferred) -> None:
+        with contextlib.suppress(AuditError):  # _ChainFile logged it; nobody waits for this record
+            self._sink.finish(deferred)
 
     async def _write(self, pending: PendingRecord) -> None:
         """Append the request's record on the event loop when the locks are free, else in a
@@ -315,6 +331,8 @@ class AuditLog:
             _PENDING.reset(token)
 
     def close(self) -> None:
+        for writer in self._late_writers:  # records written outside a request, waiting for the lock
+            writer.join(timeout=10)
         if self._file is not None:
             self._file.close()
 
