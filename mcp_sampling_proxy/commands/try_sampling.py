@@ -63,7 +63,8 @@ def main(argv: Sequence[str]) -> int:
         print("mcp-sampling-proxy try: error: --args must be a JSON object", file=sys.stderr)
         return 2
 
-    proxy = [sys.executable, "-m", "mcp_sampling_proxy", "--log-format", "json"]
+    # debug: the request, the model chosen and the fulfilment are debug lines (info only logs what a human sees)
+    proxy = [sys.executable, "-m", "mcp_sampling_proxy", "--log-format", "json", "--log-level", "debug"]
     if args.policy:
         proxy += ["--policy", args.policy]
     if args.name:
