@@ -126,3 +126,21 @@ def test_sampling_the_policy_denies_never_reaches_a_host_that_could_sample(tmp_p
     assert "sampling denied by policy rule 'no-mixed-sampling'" in final["error"]["message"]
     denied = [r for r in audit_records(tmp_path) if r.get("method") == "sampling/createMessage"]
     assert [(r["decision"], r["tool"], r["rule"]) for r in denied] == [("deny", "mixed", "no-mixed-sampling")]
+
+
+def test_the_rate_limit_counts_sampling_the_host_answers(tmp_path: Path, llm: FakeLLMServer) -> None:
+    """A rule's rate limit holds in the 2026-07-28 era too when the host does the sampling: past
+    the limit the request is not shown to the host, and the proxy refuses it with the limit's error."""
+    rules = ("audit: {path: %s}\nrules:\n  - name: two-a-minute\n    when: {tool: mixed, method: sampling}\n"
+             "    action: allow\n    rate_limit: {requests: 2, per: 1m}\n  - name: rest\n    action: allow\n"
+             % (tmp_path / "audit.jsonl"))
+    with host(tmp_path, llm, rules=rules) as h:
+        rounds = [h.request("tools/call", {**call("mixed"), "_meta": SAMPLING_HOST_META}) for _ in range(3)]
+        shown = ["s" in r["result"]["inputRequests"] for r in rounds]
+        assert shown == [True, True, False]  # the third is past 2 a minute: the host never sees it
+        retry = {**call("mixed"), "_meta": SAMPLING_HOST_META, "requestState": rounds[2]["result"]["requestState"],
+                 "inputResponses": {"r": {"roots": []}}}
+        final = h.request("tools/call", retry)
+    assert "rate limit" in final["error"]["message"]
+    refused = [r for r in audit_records(tmp_path) if r.get("method") == "sampling/createMessage"]
+    assert [(r["decision"], r.get("limit")) for r in refused] == [("deny", "rate_limit")]

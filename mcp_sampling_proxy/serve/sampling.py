@@ -207,14 +207,25 @@ class SamplingService:
         return review.result
 
     def host_may_answer(self, params: dict[str, Any], session: Session, tools: tuple[str, ...]) -> bool:
-        """True when a 2026-07-28 round's sampling request is left to the host: it is routed there
-        and the caps and the policy let it through (a refused request must not reach the host)."""
+        """True when a 2026-07-28 round's sampling request is left to the host: it is routed there,
+        the caps and the policy let it through, and the rule's rate limit admits it (a refused
+        request must not reach the host; the proxy answers it with the refusal). The admission
+        counts against the limit, as a host-routed request does in the handshake era. The window is
+        this proxy's own, also with `state: redis` (this check cannot wait for the store)."""
         origin = Origin(session.server_name, session.host_name, tools, session.server_reported)
         try:
             judged = judge_sampling(self._settings, params, origin)
         except Refused:
             return False
-        return self.route(judged.request, session) == "host"
+        if self.route(judged.request, session) != "host":
+            return False
+        rule = judged.decision.matched
+        limit = rule.rate_limit if rule is not None else None
+        if rule is not None and limit is not None and limit.requests is not None and limit.per is not None:
+            key = limit_key(judged.decision.rule, session.server_name)
+            if self._limiters.rate.try_acquire(key, limit.requests, limit.per, rule=rule.name) is not None:
+                return False  # the proxy serves it: its own rate check refuses it, with the limit's error
+        return True
 
     def record_host_answer(self, params: dict[str, Any], response: Any, session: Session,
                            tools: tuple[str, ...], started: float) -> None:
