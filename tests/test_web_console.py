@@ -466,3 +466,45 @@ def test_a_silent_connection_is_closed_after_the_socket_timeout() -> None:
     finally:
         console.httpd.shutdown()
         console.httpd.server_close()
+
+
+def test_a_flood_of_audit_records_costs_one_snapshot_per_state_change_for_all_pages() -> None:
+    """A server that floods the proxy fills the audit log: each new record used to rebuild every
+    open page's state (budgets read, pending images checked) once per page. Now records are only
+    a count for the pages, a state change is rebuilt once for all of them, and a page gets at most
+    one event per 0.1 s. The real state and event stream, three pages reading it."""
+    from mcp_sampling_proxy.approval.console_client import Event
+    from mcp_sampling_proxy.commands.web_console import WebConsole, WebState
+    from mcp_sampling_proxy.commands.web_view import PolicyFacts
+
+    reads: list[float] = []
+
+    def budgets() -> dict[str, Any]:
+        reads.append(time.monotonic())
+        return {}
+
+    state = WebState(PolicyFacts(), budgets, None)
+    console = WebConsole(state, client=None, portal=None)  # type: ignore[arg-type]
+    last_count: dict[int, int] = {}
+
+    def page(index: int) -> None:
+        for chunk in console.events():
+            if chunk.startswith(b"event: audit"):
+                last_count[index] = json.loads(chunk.split(b"data: ", 1)[1])["count"]
+
+    try:
+        for index in range(3):
+            threading.Thread(target=page, args=(index,), daemon=True).start()
+        time.sleep(0.3)
+        for i in range(1000):  # over about 2 s, as a flooding server's refusals arrive
+            state.add_records([{"event": "decision", "n": i}], None)
+            time.sleep(0.002)
+            if i % 250 == 0:  # now and then a real change of state: a proxy's notice
+                state.on_event(Event("refused", Path(f"/run/{i}.sock"), why="not ours"))
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and last_count != {0: 1000, 1: 1000, 2: 1000}:
+            time.sleep(0.05)
+        assert last_count == {0: 1000, 1: 1000, 2: 1000}  # every page saw the final count
+        assert len(reads) <= 6, f"{len(reads)} snapshots for 4 state changes and 1000 records"
+    finally:
+        console.httpd.server_close()

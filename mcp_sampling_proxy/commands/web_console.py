@@ -25,6 +25,7 @@ import os
 import secrets
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -55,6 +56,7 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src data:; 
        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 MAX_BODY = 4 * 1024 * 1024
 KEEP_RECORDS = 20_000
+EVENT_INTERVAL = 0.1  # s; the least time between two events to one page
 SOCKET_TIMEOUT = 60.0  # s; longer than the event stream's 15 s keep-alive
 SCOPES = ("once", "session", "always")
 
@@ -75,6 +77,8 @@ class WebState:
         self.records: deque[dict[str, Any]] = deque(maxlen=KEEP_RECORDS)
         self.audit_count = 0
         self.audit_error: str | None = None
+        self._snapshot: tuple[int, dict[str, Any]] | None = None  # (version, what snapshot() made for it)
+        self._snapshotting = threading.Lock()
 
     def _bump(self) -> None:
         self.version += 1
@@ -106,26 +110,41 @@ class WebState:
             return found
 
     def snapshot(self) -> dict[str, Any]:
-        budgets = self.read_budgets()
-        with self.changed:
-            questions = list(self.questions.items())
-            proxies = sorted(self.proxies.values(), key=lambda p: p["pid"])
-            notices = list(self.notices)
-            version = self.version
-        return {"version": version, "proxies": proxies, "notices": notices,
-                "questions": [web_view.question_view(key, path.stem, message,
-                                                     web_view.request_limits(message, self.facts, budgets)
-                                                     if message["type"] == "pending" else {})
-                              for key, (path, message) in questions],
-                "audit": {"path": self.audit_path, "error": self.audit_error}}
+        """What the page shows now; made once per state version, whatever the number of pages
+        (a flooding server changes the state often: each change costs one snapshot, not one per page)."""
+        with self._snapshotting:
+            with self.changed:
+                version = self.version
+            cached = self._snapshot
+            if cached is not None and cached[0] == version:
+                return cached[1]
+            budgets = self.read_budgets()
+            with self.changed:
+                questions = list(self.questions.items())
+                proxies = sorted(self.proxies.values(), key=lambda p: p["pid"])
+                notices = list(self.notices)
+                version = self.version
+                audit = {"path": self.audit_path, "error": self.audit_error}
+            made = {"version": version, "proxies": proxies, "notices": notices,
+                    "questions": [web_view.question_view(key, path.stem, message,
+                                                         web_view.request_limits(message, self.facts, budgets)
+                                                         if message["type"] == "pending" else {})
+                                  for key, (path, message) in questions],
+                    "audit": audit}
+            self._snapshot = (version, made)
+            return made
 
     def add_records(self, records: list[dict[str, Any]], error: str | None) -> None:
+        """New audit records are a count for the pages (they fetch the lines they show); only a
+        change of the log's error changes the state."""
         with self.changed:
             self.records.extend(records)
-            if records or error != self.audit_error:
-                self.audit_count += len(records)
+            self.audit_count += len(records)
+            if error != self.audit_error:
                 self.audit_error = error
                 self._bump()
+            elif records:
+                self.changed.notify_all()
 
 
 def follow_audit(state: WebState, path: str, stop: threading.Event, poll: float = 0.5) -> None:
@@ -332,17 +351,19 @@ class WebConsole:
         audit = -1
         while True:
             with self.state.changed:
-                if self.state.version == seen:
+                if (self.state.version, self.state.audit_count) == (seen, audit):
                     self.state.changed.wait(15.0)
                 version, count = self.state.version, self.state.audit_count
-            if version == seen:
+            if (version, count) == (seen, audit):
                 yield b": keep-alive\n\n"
                 continue
-            seen = version
-            yield b"event: state\ndata: " + json.dumps(self.state.snapshot()).encode() + b"\n\n"
+            if version != seen:
+                seen = version
+                yield b"event: state\ndata: " + json.dumps(self.state.snapshot()).encode() + b"\n\n"
             if count != audit:
                 audit = count
                 yield b"event: audit\ndata: " + json.dumps({"count": count}).encode() + b"\n\n"
+            time.sleep(EVENT_INTERVAL)  # a burst of changes becomes one event per interval, not one per change
 
 
 def _handler(console: WebConsole) -> type[BaseHTTPRequestHandler]:
