@@ -508,3 +508,17 @@ def test_a_flood_of_audit_records_costs_one_snapshot_per_state_change_for_all_pa
         assert len(reads) <= 6, f"{len(reads)} snapshots for 4 state changes and 1000 records"
     finally:
         console.httpd.server_close()
+
+
+def test_usage_says_which_records_its_counts_cover() -> None:
+    """The usage table counts the records the console holds (the last 20,000), not the whole
+    log: the answer says how many and since when, so the page can say so."""
+    from mcp_sampling_proxy.commands.web_console import KEEP_RECORDS, WebState, usage_view
+    from mcp_sampling_proxy.commands.web_view import PolicyFacts
+
+    state = WebState(PolicyFacts(), dict, None)
+    state.add_records([{"event": "decision", "ts": f"2026-11-23T10:0{i}:00.000Z", "server": "s", "decision": "allow",
+                        "input_tokens": 10, "output_tokens": 5} for i in range(3)], None)
+    usage = usage_view(state, {})
+    assert usage["covers"] == {"records": 3, "since": "2026-11-23T10:00:00.000Z", "kept": KEEP_RECORDS}
+    assert [(s["server"], s["input_tokens"]) for s in usage["servers"]] == [("s", 30)]

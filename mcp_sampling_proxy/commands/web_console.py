@@ -223,8 +223,11 @@ def usage_view(state: WebState, query: dict[str, list[str]]) -> dict[str, Any]:
     with state.changed:
         records = list(state.records)
     servers = [{"server": one_line(name, 120), **stats.as_dict()} for name, stats in summarize(records, since).items()]
+    oldest = next((r.get("ts") for r in records if isinstance(r.get("ts"), str)), None)
+    # The page says what the counts cover: the console keeps the last KEEP_RECORDS records, not the whole log
+    covers = {"records": len(records), "since": one_line(oldest, 40) if oldest else None, "kept": KEEP_RECORDS}
     return {"servers": servers, "budgets": web_view.budget_rows(state.read_budgets(), state.facts),
-            "policy": state.facts.source}
+            "policy": state.facts.source, "covers": covers}
 
 
 class Refused(Exception):

@@ -273,7 +273,9 @@ async function refreshAudit() {
   const body = document.querySelector("#usage tbody");
   body.replaceChildren(...(usage.servers || []).map((s) => el("tr", {}, el("td", {}, s.server),
     [s.requests, s.allowed, s.denied, s.errors, s.input_tokens, s.output_tokens].map((n) => el("td", {class: "num"}, fmt(n))))));
-  document.getElementById("usage-note").textContent = usage.error || (usage.policy ? `budgets of ${usage.policy}` : "");
+  const covers = usage.covers && usage.covers.records ? `counts from the ${fmt(usage.covers.records)} records since ${usage.covers.since || "?"}` +
+    (usage.covers.records >= usage.covers.kept ? ` (the console keeps the last ${fmt(usage.covers.kept)}; for the whole log: mcp-sampling-proxy audit summary)` : "") : "";
+  document.getElementById("usage-note").textContent = usage.error || [covers, usage.policy ? `budgets of ${usage.policy}` : ""].filter(Boolean).join("; ");
   document.querySelector("#budgets tbody").replaceChildren(...(usage.budgets || []).map((b) => el("tr", {},
     el("td", {}, b.server), el("td", {}, b.rule), el("td", {class: "num"}, fmt(b.used)), el("td", {class: "num"}, fmt(b.reserved)),
     el("td", {class: "num"}, b.limit === null ? "?" : `${fmt(b.limit)} / ${b.per}`), el("td", {class: "num"}, b.left === null ? "?" : fmt(b.left)),
