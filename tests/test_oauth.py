@@ -323,3 +323,24 @@ def test_a_code_sent_to_the_redirect_address_by_someone_else_is_ignored(servers:
     assert "ignored a request to the redirect address" in done.stderr
     _, record = stored(tmp_path / "state")
     assert record["tokens"]["access_token"]
+
+
+def test_the_sdk_still_has_what_the_headless_flow_builds_on() -> None:
+    """HeadlessOAuth (transport/oauth.py) overrides the SDK's private `_auth_flow` and calls private
+    helpers of OAuthClientProvider and its context. An `mcp` release that renames one would break
+    refresh in the field without failing anything else here: this names what to look at."""
+    import inspect
+
+    from mcp.client.auth import OAuthClientProvider
+    from mcp.client.auth.oauth2 import OAuthContext
+
+    for name in ("_auth_flow", "_refresh_token", "_handle_refresh_response", "_add_auth_header", "_initialize"):
+        assert callable(getattr(OAuthClientProvider, name, None)), f"OAuthClientProvider.{name} is gone"
+    assert inspect.isasyncgenfunction(OAuthClientProvider._auth_flow)
+    assert "_initialized" in inspect.getsource(OAuthClientProvider.__init__)
+    for name in ("can_refresh_token", "clear_tokens", "is_token_valid"):
+        assert callable(getattr(OAuthContext, name, None)), f"OAuthContext.{name} is gone"
+    fields = set(inspect.signature(OAuthContext).parameters) | set(getattr(OAuthContext, "__dataclass_fields__", {}))
+    for name in ("storage", "current_tokens", "client_info", "token_expiry_time", "oauth_metadata",
+                 "protected_resource_metadata", "protocol_version", "lock"):
+        assert name in fields, f"OAuthContext.{name} is gone"
