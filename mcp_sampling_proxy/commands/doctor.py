@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import anyio
 import httpx
@@ -96,11 +95,7 @@ def _status_fix(status: int, key_var: str | None, url: str) -> str:
 
 async def probe_provider(provider: Any, timeout: float) -> list[Check]:
     """One provider: GET its models list (and a 1-token completion when it has none)."""
-    from mcp_sampling_proxy.fulfil.anthropic import API_VERSION, AnthropicAdapter
-    from mcp_sampling_proxy.fulfil.anthropic import DEFAULT_BASE_URL as ANTHROPIC_URL
-    from mcp_sampling_proxy.fulfil.base import LLMError
-    from mcp_sampling_proxy.fulfil.errors import http_error, safe_url
-    from mcp_sampling_proxy.fulfil.openai import DEFAULT_BASE_URL as OPENAI_URL
+    from mcp_sampling_proxy.fulfil.anthropic import AnthropicAdapter
     from mcp_sampling_proxy.fulfil.openai import OpenAIAdapter
 
     name = f"'{provider.name}' ({provider.type})"
@@ -126,31 +121,29 @@ async def probe_provider(provider: Any, timeout: float) -> list[Check]:
         except KeySourceError as exc:
             return [Check("fail", f"{name}: {exc}", "fix the key source; the proxy refuses to start without it")]
         key, key_note = provider.api_key, f"{key_source(provider)} gave a key"
-    if provider.type == "anthropic":
-        base = (provider.base_url or ANTHROPIC_URL).rstrip("/").removesuffix("/v1")
-        url = f"{base}/v1/models"
-        headers = {"anthropic-version": API_VERSION, **({"x-api-key": key} if key else {})}
-    elif provider.azure is not None:  # Azure OpenAI: the resource's models list, its api-version and api-key
-        base = (provider.base_url or OPENAI_URL).rstrip("/").removesuffix("/openai")
-        url = f"{base}/openai/models?api-version={quote(provider.azure.api_version, safe='')}"
-        headers = {"api-key": key} if key else {}
-    else:
-        base = (provider.base_url or OPENAI_URL).rstrip("/")
-        url = f"{base}/models"
-        headers = {"authorization": f"Bearer {key}"} if key else {}
-    if key and provider.api_key_header:
-        headers = {provider.api_key_header: key}
-    headers.update(provider.headers)
+    # The adapter the proxy would use: its URLs and headers (key, api-version, extra headers), one try
+    adapter_class = AnthropicAdapter if provider.type == "anthropic" else OpenAIAdapter
+    adapter = adapter_class(replace(provider, max_attempts=1, read_timeout=timeout,
+                                    connect_timeout=min(timeout, provider.connect_timeout)))
+    try:
+        return await _probe_with(adapter, provider, name, key_var, key_note, timeout)
+    finally:
+        await adapter.aclose()
+
+
+async def _probe_with(adapter: Any, provider: Any, name: str, key_var: str | None, key_note: str,
+                      timeout: float) -> list[Check]:
+    from mcp_sampling_proxy.fulfil.base import LLMError
+    from mcp_sampling_proxy.fulfil.errors import http_error, safe_url
+
+    base, url = adapter.base_url, adapter.models_url()
     try:
         shown = safe_url(base)
     except Exception:  # a base_url httpx cannot parse is shown as given
         shown = one_line(base, 80)
     label = f"{name} at {shown}"
-    limits = httpx.Timeout(timeout, connect=min(timeout, provider.connect_timeout))
     try:
-        async with httpx.AsyncClient(timeout=limits) as client:
-            response = await client.get(url, headers=headers)
-            await response.aread()
+        response = await adapter.list_models()
     except httpx.TimeoutException:
         return [Check("fail", f"{label}: no answer within {timeout:g} s ({key_note})",
                       "check that the server is up and base_url points at it")]
@@ -182,9 +175,6 @@ async def probe_provider(provider: Any, timeout: float) -> list[Check]:
         return checks
     if response.status_code in (404, 405) and provider.models:  # no models list: try a 1-token completion
         model = provider.models[0].name
-        adapter_class = AnthropicAdapter if provider.type == "anthropic" else OpenAIAdapter
-        adapter = adapter_class(replace(provider, max_attempts=1, read_timeout=timeout,
-                                        connect_timeout=min(timeout, provider.connect_timeout)))
         params = {"messages": [{"role": "user", "content": {"type": "text", "text": "ping"}}], "maxTokens": 1}
         try:
             with anyio.fail_after(timeout + 1):
@@ -196,8 +186,6 @@ async def probe_provider(provider: Any, timeout: float) -> list[Check]:
         except TimeoutError:
             return [Check("fail", f"{label}: a 1-token completion with {model} got no answer within {timeout:g} s",
                           "check that the server is up and base_url points at it")]
-        finally:
-            await adapter.aclose()
         return [Check("ok", f"{label}: no models list (GET {path}: {response.status_code}), but a 1-token "
                             f"completion with {model} worked; {key_note}")]
     message = http_error(provider, response).message

@@ -49,6 +49,9 @@ class AnthropicAdapter(HttpAdapter):
     def endpoint(self) -> str:
         return f"{self.base_url}/v1/messages"
 
+    def models_url(self) -> str:
+        return f"{self.base_url}/v1/models"
+
     # -- MCP -> Anthropic ----------------------------------------------------------------------
 
     def build_request(self, params: dict[str, Any], model: str) -> dict[str, Any]:

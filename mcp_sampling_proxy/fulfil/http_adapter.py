@@ -55,6 +55,16 @@ class HttpAdapter:
     def endpoint(self) -> str:
         raise NotImplementedError
 
+    def models_url(self) -> str:
+        """The provider's list of models (what `doctor` asks to check the URL and the key)."""
+        raise NotImplementedError
+
+    async def list_models(self) -> httpx.Response:
+        """GET the models list with this adapter's headers (key, api-version, extra headers)."""
+        response = await self._client.get(self.models_url())
+        await response.aread()
+        return response
+
     def endpoint_for(self, model: str) -> str:
         """Where a request for `model` goes; the same endpoint for every model unless a provider
         puts the model in the URL (Azure OpenAI deployments)."""

@@ -67,6 +67,11 @@ class OpenAIAdapter(HttpAdapter):
     def endpoint(self) -> str:
         return f"{self.base_url}/chat/completions"
 
+    def models_url(self) -> str:
+        if self.config.azure is not None:  # the resource's models list wants its api-version too
+            return f"{self.base_url}/openai/models?api-version={quote(self.config.azure.api_version, safe='')}"
+        return f"{self.base_url}/models"
+
     def endpoint_for(self, model: str) -> str:
         """Azure OpenAI routes by deployment in the path and wants `api-version` in the query."""
         azure = self.config.azure
