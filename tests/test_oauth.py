@@ -13,6 +13,7 @@ import json
 import selectors
 import stat
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -344,3 +345,52 @@ def test_the_sdk_still_has_what_the_headless_flow_builds_on() -> None:
     for name in ("storage", "current_tokens", "client_info", "token_expiry_time", "oauth_metadata",
                  "protected_resource_metadata", "protocol_version", "lock"):
         assert name in fields, f"OAuthContext.{name} is gone"
+
+
+def test_doctor_probes_remote_servers_at_the_same_time(tmp_path: Path) -> None:
+    """Four remote servers that accept a connection and never answer: each probe waits its 3 s.
+    doctor probes them together: their connections are open at the same time (one after another,
+    never more than one was, and doctor took 12 s and more)."""
+    import select
+    import socket
+
+    listeners = []
+    for _ in range(4):
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(16)
+        listeners.append(sock)
+    most_open = 0
+    stop = threading.Event()
+
+    def watch() -> None:  # accept, read and drop nothing, note how many connections are open at once
+        nonlocal most_open
+        open_conns: list[socket.socket] = []
+        while not stop.is_set():
+            ready, _, _ = select.select([*listeners, *open_conns], [], [], 0.05)
+            for sock in ready:
+                if sock in listeners:
+                    open_conns.append(sock.accept()[0])
+                elif not sock.recv(65536):
+                    open_conns.remove(sock)
+                    sock.close()
+            most_open = max(most_open, len(open_conns))
+        for conn in open_conns:
+            conn.close()
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    home = tmp_path / "home"
+    (home / ".cursor").mkdir(parents=True)
+    (home / ".cursor" / "mcp.json").write_text(json.dumps({"mcpServers": {
+        f"silent-{i}": {"url": f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"} for i, sock in enumerate(listeners)}}))
+    env = env_for(tmp_path / "state", HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"))
+    try:
+        out = subprocess.run([*PROXY, "doctor"], env=env, capture_output=True, text=True, timeout=120)
+    finally:
+        stop.set()
+        watcher.join(5)
+        for sock in listeners:
+            sock.close()
+    assert all(f"silent-{i} http://127.0.0.1:" in out.stdout for i in range(4)), out.stdout
+    assert most_open >= 2, f"at most {most_open} probe connection open at a time: the probes ran one after another"

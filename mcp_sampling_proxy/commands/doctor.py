@@ -422,19 +422,27 @@ def check_wrapped_servers(statuses: list[Any]) -> Section:
     return section
 
 
-def check_remote_logins() -> Section:
-    """Each remote server's OAuth login state: a host-spawned proxy cannot log in by itself."""
+def check_remote_logins(statuses: list[Any] | None = None) -> Section:
+    """Each remote server's OAuth login state: a host-spawned proxy cannot log in by itself. The
+    servers are probed at the same time (a few seconds each at worst), from the configs already read."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from mcp_sampling_proxy.commands.remotes import remote_entries
     from mcp_sampling_proxy.transport.oauth import describe_login
     from mcp_sampling_proxy.transport.oauth_store import login_command
 
     section = Section("remote servers (OAuth login)")
     marks = {"logged-in": "ok", "refreshable": "ok", "none-needed": "ok", "expired": "fail", "needs-login": "fail"}
-    for remote in remote_entries():
+    remotes = remote_entries(statuses)
+    probed = [r for r in remotes if not r.static_auth]
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(probed)))) as pool:
+        states = dict(zip([r.url for r in probed],
+                          pool.map(lambda r: describe_login(r.url, probe_timeout=3.0), probed), strict=True))
+    for remote in remotes:
         if remote.static_auth:
             section.add("info", f"{remote.name} {remote.url}: sends its own Authorization header (no OAuth login)")
             continue
-        state, text = describe_login(remote.url, probe_timeout=3.0)
+        state, text = states[remote.url]
         section.add(marks.get(state, "info"), f"{remote.name} {remote.url}: {text}",
                     login_command(remote.url))
     if not section.checks:
@@ -476,7 +484,7 @@ def main(argv: Sequence[str]) -> int:
     if is_default:
         policy.add("info", f"no --policy: using the default policy file {path}, as the proxy does")
     sections = [policy, check_providers(settings, args.timeout), check_approval(settings), check_files(settings),
-                check_hosts(statuses), check_wrapped_servers(statuses), check_remote_logins()]
+                check_hosts(statuses), check_wrapped_servers(statuses), check_remote_logins(statuses)]
     marks = _marks()
     print(f"{PROG}: checks use this shell's environment; a host starts the proxy with the env its config gives")
     for section in sections:

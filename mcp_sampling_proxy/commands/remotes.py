@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from mcp_sampling_proxy.hosts.config_files import HOSTS, ConfigDoc, ConfigError, classify, is_wrapped, parse_proxy_args
+from mcp_sampling_proxy.hosts.config_files import HOSTS, classify, is_wrapped, parse_proxy_args
+
+if TYPE_CHECKING:
+    from mcp_sampling_proxy.commands.wrap import FileStatus
 
 
 @dataclass(frozen=True)
@@ -15,23 +20,21 @@ class RemoteEntry:
     static_auth: bool  # an Authorization header of its own: OAuth does not apply
 
 
-def remote_entries() -> list[RemoteEntry]:
+def remote_entries(statuses: Sequence[FileStatus] | None = None) -> list[RemoteEntry]:
+    """The remote servers of the host configs `statuses` describe (`wrap.survey`; every host's by
+    default), from the entries the survey read: the files are not read again."""
     from mcp_sampling_proxy.commands.wrap import survey
 
+    if statuses is None:
+        statuses = [status for host in HOSTS for status in survey(host)]
     found: dict[tuple[str, str], RemoteEntry] = {}
-    for host in HOSTS:
-        for status in survey(host):
-            if not status.exists or status.error:
-                continue
-            try:
-                doc = ConfigDoc.load(status.path, host)
-            except ConfigError:
-                continue
-            for table in doc.tables():
-                for name, entry in doc.servers(table).items():
-                    remote = _remote(host, entry)
-                    if remote is not None:
-                        found.setdefault((name, remote[0]), RemoteEntry(host, name, *remote))
+    for status in statuses:
+        if not status.exists or status.error:
+            continue
+        for server in status.servers:
+            remote = _remote(status.host, server.entry)
+            if remote is not None:
+                found.setdefault((server.name, remote[0]), RemoteEntry(status.host, server.name, *remote))
     return list(found.values())
 
 
