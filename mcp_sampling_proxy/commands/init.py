@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from mcp_sampling_proxy.commands.policy_template import SHIPPED, LLMChoice, render, shipped_summary, shipped_text
+from mcp_sampling_proxy.config.dirs import home_relative
 from mcp_sampling_proxy.config.paths import default_policy_path
 
 PROG = "mcp-sampling-proxy init"
@@ -103,7 +104,7 @@ def run(args: argparse.Namespace, ask: Callable[[str, str], str], environ: Mappi
     shipped = parse_settings(template, f"{source}.yaml")
     same_name = next((p.models for p in shipped.providers if llm is not None and p.name == llm.name), ())
     audit = state_dir(environ, create=False) / "audit.jsonl"
-    text = render(template, source, llm, _tilde(audit), same_name)
+    text = render(template, source, llm, home_relative(audit), same_name)
     try:
         parse_settings(text, str(path))
     except PolicyError as exc:  # a bug of ours: never write a file the proxy refuses
@@ -226,17 +227,9 @@ def _ask(question: str, default: str) -> str:
 
 def _write(path: Path, text: str, audit: Path) -> None:
     """The policy (0600: it may come to hold header values), and the state dir and audit log it names."""
+    from mcp_sampling_proxy.config.atomic import write_atomic
+
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + ".tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(temporary, path)
+    write_atomic(path, text.encode("utf-8"), mode=0o600)
     audit.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.close(os.open(audit, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
-
-
-def _tilde(path: Path) -> str:
-    home = str(Path.home())
-    text = str(path)
-    return "~" + text[len(home):] if text == home or text.startswith(home + os.sep) else text

@@ -31,7 +31,6 @@ import math
 import os
 import re
 import sys
-import tempfile
 import tomllib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -41,6 +40,8 @@ from typing import Any
 import tomlkit
 import tomlkit.exceptions
 import tomlkit.items
+
+from mcp_sampling_proxy.config.atomic import write_atomic
 
 
 class ConfigError(Exception):
@@ -867,28 +868,6 @@ def _toml_like(value: Any, old: Any) -> Any:
 
 
 # -- writing ------------------------------------------------------------------------------------------
-
-
-def write_atomic(path: Path, data: bytes, *, mode: int | None = None) -> None:
-    """Replace `path`'s content in one step (a symlinked config keeps its link), keeping its mode."""
-    real = Path(os.path.realpath(path))
-    if mode is None:
-        try:
-            mode = real.stat().st_mode & 0o777
-        except FileNotFoundError:
-            mode = 0o600
-    fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".tmp", dir=real.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, real)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 # -- the sidecar --------------------------------------------------------------------------------------

@@ -13,10 +13,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any, Literal
+
+from mcp_sampling_proxy.config.atomic import write_atomic
 
 KEYRING_SERVICE = "mcp-sampling-proxy-oauth"
 StoreKind = Literal["file", "keyring"]
@@ -106,11 +107,7 @@ def save(url: str, record: dict[str, Any], kind: StoreKind) -> str:
             file_path(url).unlink()  # one copy only: a stale file would be read first
         return f"the OS keyring (service {KEYRING_SERVICE})"
     path = file_path(url, create=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
+    write_atomic(path, text.encode("utf-8"), mode=0o600)
     return str(path)
 
 
