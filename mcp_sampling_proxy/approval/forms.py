@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
-from mcp_sampling_proxy.sanitize import strip_controls
+from mcp_sampling_proxy.sanitize import one_line, strip_controls
 
 KINDS = ("string", "number", "integer", "boolean", "enum", "multi")
 FORMATS = ("email", "uri", "date", "date-time")
@@ -795,7 +795,7 @@ def sensitive_fields(form: Form) -> list[str]:
 
 
 def _line(text: str | None) -> str:
-    return " ".join(strip_controls(text).split()) if text else ""
+    return one_line(text, len(text)) if text else ""
 
 
 def _excerpt(text: str, limit: int) -> str:

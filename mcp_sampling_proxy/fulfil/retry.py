@@ -18,6 +18,7 @@ import structlog
 
 from mcp_sampling_proxy.fulfil.base import LLMError, ProviderConfig
 from mcp_sampling_proxy.fulfil.errors import http_error, safe_url
+from mcp_sampling_proxy.sanitize import one_line
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504, 529})
 
@@ -84,7 +85,7 @@ def connect_reason(exc: BaseException) -> str:
 
 
 def _short(exc: Exception) -> str:
-    text = " ".join(str(exc).split())[:200]
+    text = one_line(str(exc), 200)  # the error reaches the server: no control characters either
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
