@@ -19,6 +19,7 @@ import signal
 import socket
 import struct
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -60,6 +61,83 @@ def become_subreaper() -> bool:
 
 
 PR_SET_PDEATHSIG = 1
+GUARD_GRACE = 2.0  # s between SIGTERM and SIGKILL to the server's process group
+_STAND_DOWN = b"x"
+
+
+class GroupGuard:
+    """A small process that stops the server's whole process group if the proxy dies without
+    doing so (SIGKILL, a crash). PDEATHSIG reaches only the server itself; what it started (npx's
+    node, a worker pool) would run on. The guard waits on a pipe only the proxy holds: end of file
+    means the proxy is gone, and the group gets SIGTERM, then SIGKILL. A proxy that stopped its
+    server itself stands the guard down first (`stand_down`), so a group id used again later is
+    never signalled. Linux only (elsewhere `start` returns None)."""
+
+    def __init__(self, pid: int, write_fd: int):
+        self.pid = pid
+        self._fd: int | None = write_fd
+
+    @classmethod
+    def start(cls, pgid: int) -> GroupGuard | None:
+        """Fork the guard for process group `pgid`. Call before any thread exists (as spawn does)."""
+        if not sys.platform.startswith("linux"):
+            return None
+        read_fd, write_fd = os.pipe()  # not inherited by anything exec'd later
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(read_fd)
+            os.close(write_fd)
+            return None
+        if pid == 0:  # the guard: touches nothing of the proxy's but the pipe
+            try:
+                _guard(pgid, read_fd, write_fd)
+            finally:
+                os._exit(0)
+        os.close(read_fd)
+        return cls(pid, write_fd)
+
+    def stand_down(self) -> None:
+        """The proxy stopped the group itself: the guard exits without signalling anything."""
+        if self._fd is None:
+            return
+        with contextlib.suppress(OSError):
+            os.write(self._fd, _STAND_DOWN)
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+        self._fd = None
+        with contextlib.suppress(ChildProcessError, OSError):  # it exits at once: collect it
+            os.waitpid(self.pid, 0)
+
+
+def _guard(pgid: int, read_fd: int, write_fd: int) -> None:
+    os.close(write_fd)
+    with contextlib.suppress(OSError, AttributeError):
+        _prctl(PR_SET_NAME, b"mcp-proxy-guard")  # what `ps` shows for it
+    os.setsid()  # out of the host's process group: a host that signals the proxy's group leaves the guard be
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):  # never hold the host's pipes (it waits for their end) or the server's
+        os.dup2(devnull, fd)
+    os.closerange(3, read_fd)
+    os.closerange(read_fd + 1, os.sysconf("SC_OPEN_MAX"))
+    try:
+        said = os.read(read_fd, 1)
+    except OSError:
+        said = b""
+    if said == _STAND_DOWN:
+        return
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        deadline = time.monotonic() + GUARD_GRACE
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pgid, 0)
+            except (ProcessLookupError, PermissionError):
+                return
+            time.sleep(0.05)
 
 
 def die_with_parent() -> Callable[[], None] | None:

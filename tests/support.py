@@ -198,6 +198,21 @@ def children_of(pid: int) -> list[int]:
     return sorted(found)
 
 
+GUARD_COMM = "mcp-proxy-guard"  # hardening.GroupGuard: the proxy's other child, besides the server
+
+
+def server_children(pid: int) -> list[int]:
+    """The proxy's children other than its group guard: the server it started."""
+    found = []
+    for child in children_of(pid):
+        try:
+            if Path(f"/proc/{child}/comm").read_text().strip() != GUARD_COMM:
+                found.append(child)
+        except OSError:
+            continue
+    return found
+
+
 def alive(pid: int) -> bool:
     """True while the process exists and is not a zombie."""
     try:

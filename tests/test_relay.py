@@ -9,7 +9,17 @@ import time
 from pathlib import Path
 
 import pytest
-from support import KITCHEN_SINK, PY, RawHost, alive, children_of, proxy_command, proxy_env, write_policy
+from support import (
+    KITCHEN_SINK,
+    PY,
+    RawHost,
+    alive,
+    children_of,
+    proxy_command,
+    proxy_env,
+    server_children,
+    write_policy,
+)
 
 SCRIPT = [
     ("tools/list", {}),
@@ -139,8 +149,8 @@ def test_shutdown_leaves_no_orphan_or_zombie(tmp_path: Path, how: str) -> None:
     with RawHost(proxy_command(), proxy_env(), tmp_path / "stderr.log") as host:
         host.initialize()
         children = children_of(host.proc.pid)
-        assert len(children) == 1
-        child = children[0]
+        # the server, and the guard that would stop its group if the proxy were killed outright
+        assert len(server_children(host.proc.pid)) == 1 and len(children) == 2, children
         started = time.monotonic()
         if how == "eof":
             host.close_stdin()
@@ -149,9 +159,9 @@ def test_shutdown_leaves_no_orphan_or_zombie(tmp_path: Path, how: str) -> None:
         assert host.wait() == 0
         assert time.monotonic() - started < 10
         deadline = time.monotonic() + 5
-        while alive(child) and time.monotonic() < deadline:
+        while any(alive(child) for child in children) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not alive(child)
+        assert not any(alive(child) for child in children)  # neither left running nor a zombie
 
 
 STUBBORN = """
@@ -169,7 +179,7 @@ def test_stuck_upstream_is_killed_without_hanging(tmp_path: Path) -> None:
     command = proxy_command(policy, upstream=[PY, "-c", STUBBORN])
     with RawHost(command, proxy_env(), tmp_path / "stderr.log") as host:
         time.sleep(0.5)
-        child = children_of(host.proc.pid)[0]
+        child = server_children(host.proc.pid)[0]
         started = time.monotonic()
         host.close_stdin()
         assert host.wait() == 0

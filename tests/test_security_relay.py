@@ -15,7 +15,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from support import PY, ROOT, RawHost, alive, children_of, proxy_command, proxy_env, write_policy
+from support import (
+    PY,
+    ROOT,
+    RawHost,
+    alive,
+    children_of,
+    proxy_command,
+    proxy_env,
+    server_children,
+    write_policy,
+)
 
 HOSTILE = str(ROOT / "tests" / "fixtures" / "hostile" / "relay_attacks_server.py")
 DENY_ALL = "rules:\n  - name: no-sampling\n    action: deny\naudit:\n  path: {audit}\n"
@@ -227,3 +237,52 @@ def test_a_server_that_ignores_eof_dies_with_a_proxy_killed_outright(tmp_path: P
         assert not alive(server_pid)
     finally:
         host.close()
+
+
+def test_what_the_server_started_dies_with_a_proxy_killed_outright(tmp_path: Path) -> None:
+    """PDEATHSIG reaches only the server: a worker it started (npx's node, a pool) used to run on
+    after a host force-quit the proxy. The proxy's guard stops the server's whole group: the
+    worker, which ignores SIGTERM, is gone within its grace period."""
+    pid_file = tmp_path / "worker.pid"
+    policy = write_policy(tmp_path, DENY_ALL.format(audit=tmp_path / "audit.jsonl"))
+    host = RawHost(proxy_command(policy, upstream=[PY, str(ROOT / "tests" / "fixtures" / "hostile" /
+                                                          "worker_spawner.py")]),
+                   proxy_env(WORKER_PID_FILE=str(pid_file)), tmp_path / "stderr.log")
+    worker = None
+    try:
+        host.initialize()
+        worker = int(pid_file.read_text())
+        assert alive(worker)
+        os.kill(host.proc.pid, signal.SIGKILL)
+        host.proc.wait(10)
+        deadline = time.monotonic() + 15
+        while alive(worker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive(worker), "the server's worker outlived the proxy"
+    finally:
+        if worker is not None and alive(worker):
+            os.kill(worker, signal.SIGKILL)
+        host.close()
+
+
+def test_a_proxy_that_stops_its_server_stands_its_guard_down(tmp_path: Path) -> None:
+    """The usual end (the host closes stdin): the proxy stops the group itself and its guard exits
+    at once, leaving no process behind (the guard must never signal a group id used again later)."""
+    pid_file = tmp_path / "worker.pid"
+    policy = write_policy(tmp_path, DENY_ALL.format(audit=tmp_path / "audit.jsonl"))
+    host = RawHost(proxy_command(policy, upstream=[PY, str(ROOT / "tests" / "fixtures" / "hostile" /
+                                                          "worker_spawner.py")]),
+                   proxy_env(WORKER_PID_FILE=str(pid_file)), tmp_path / "stderr.log")
+    host.initialize()
+    guards = [pid for pid in children_of(host.proc.pid) if pid not in server_children(host.proc.pid)]
+    assert len(guards) == 1
+    worker = int(pid_file.read_text())
+    try:
+        host.close_stdin()
+        assert host.wait(30) == 0
+    finally:
+        host.close()
+    deadline = time.monotonic() + 10
+    while (alive(worker) or alive(guards[0])) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(worker) and not alive(guards[0])

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from mcp_sampling_proxy.hardening import die_with_parent
+from mcp_sampling_proxy.hardening import GroupGuard, die_with_parent
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.transport.framing import LineReader, LineWriter
@@ -42,7 +42,7 @@ def spawn(command: list[str], env: dict[str, str], cwd: str | None = None) -> su
             127,
         )
     try:
-        return subprocess.Popen(
+        process = subprocess.Popen(
             command,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -59,6 +59,18 @@ def spawn(command: list[str], env: dict[str, str], cwd: str | None = None) -> su
         raise SpawnError(f"cannot start upstream: '{executable}' is not executable", 126) from None
     except OSError as exc:
         raise SpawnError(f"cannot start upstream '{executable}': {exc.strerror}", 126) from None
+    _GUARDS[process.pid] = GroupGuard.start(process.pid)  # its group dies with us, however we die
+    return process
+
+
+_GUARDS: dict[int, GroupGuard | None] = {}  # by the server's pid (its process group's id)
+
+
+def stand_down_guard(process: subprocess.Popen[bytes]) -> None:
+    """The proxy has stopped the server's group itself: its guard need not (see GroupGuard)."""
+    guard = _GUARDS.pop(process.pid, None)
+    if guard is not None:
+        guard.stand_down()
 
 
 def stop_process(process: subprocess.Popen[bytes], grace: float = 2.0) -> None:
@@ -73,9 +85,10 @@ def stop_process(process: subprocess.Popen[bytes], grace: float = 2.0) -> None:
             os.killpg(process.pid, sig)
         try:
             process.wait(grace)
-            return
+            break
         except subprocess.TimeoutExpired:
             continue
+    stand_down_guard(process)
 
 
 class StdioUpstream:
@@ -148,6 +161,7 @@ class StdioUpstream:
             self._signal_group(sig)
             code = await self.wait(wait_for)
         self._signal_group(signal.SIGKILL)  # leftovers in the group (grandchildren) must not outlive us
+        stand_down_guard(self.process)
         return code
 
     def _signal_group(self, sig: int) -> None:
