@@ -62,6 +62,7 @@ def become_subreaper() -> bool:
 
 PR_SET_PDEATHSIG = 1
 GUARD_GRACE = 2.0  # s between SIGTERM and SIGKILL to the server's process group
+GUARD_COMM = "mcp-proxy-guard"
 _STAND_DOWN = b"x"
 
 
@@ -112,8 +113,8 @@ class GroupGuard:
 
 def _guard(pgid: int, read_fd: int, write_fd: int) -> None:
     os.close(write_fd)
-    with contextlib.suppress(OSError, AttributeError):
-        _prctl(PR_SET_NAME, b"mcp-proxy-guard")  # what `ps` shows for it
+    with contextlib.suppress(OSError), open("/proc/self/comm", "w") as comm_file:  # what `ps` shows
+        comm_file.write(GUARD_COMM)  # (not prctl through ctypes: no dlopen in a forked child)
     os.setsid()  # out of the host's process group: a host that signals the proxy's group leaves the guard be
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):  # never hold the host's pipes (it waits for their end) or the server's
