@@ -394,3 +394,34 @@ def test_doctor_probes_remote_servers_at_the_same_time(tmp_path: Path) -> None:
             sock.close()
     assert all(f"silent-{i} http://127.0.0.1:" in out.stdout for i in range(4)), out.stdout
     assert most_open >= 2, f"at most {most_open} probe connection open at a time: the probes ran one after another"
+
+
+def test_proxies_refreshing_one_login_at_once_all_go_on(servers: OAuthServers, tmp_path: Path) -> None:
+    """Four hosts start their proxies for one remote at the same moment, after the access token
+    expired. The server rotates refresh tokens (each works once): the proxies take turns, the
+    first refreshes and the others use what it stored, so every one of them connects."""
+    servers.control("/test/config", {"lifetime": 1})
+    assert login(servers, tmp_path / "state").returncode == 0
+    time.sleep(2.1)
+    servers.control("/test/config", {"lifetime": 3600, "refresh_delay": 1.0})  # all four are refreshing at once
+    before = servers.control("/test/stats")["refresh_grants"]
+    hosts = [RawHost(url_command(servers.url), env_for(tmp_path / "state"), tmp_path / f"proxy{i}.log")
+             for i in range(4)]
+    try:
+        answers: list[dict[str, Any]] = [{} for _ in hosts]
+
+        def start(index: int) -> None:
+            answers[index] = hosts[index].initialize()
+
+        threads = [threading.Thread(target=start, args=(i,)) for i in range(len(hosts))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert [a.get("result", {}).get("serverInfo", {}).get("name") for a in answers] == ["oauth-protected"] * 4, \
+            [a.get("error") for a in answers]
+        assert servers.control("/test/stats")["refresh_grants"] == before + 1
+    finally:
+        servers.control("/test/config", {"refresh_delay": 0})
+        for host in hosts:
+            host.close()

@@ -114,11 +114,13 @@ class HeadlessOAuth(OAuthClientProvider):
             refreshed = False
             if self.context.current_tokens is not None and not self.context.is_token_valid():
                 refreshed = True
-                if self.context.can_refresh_token():
-                    ok = await self._handle_refresh_response((yield await self._refresh_token()))
-                    self._note_secrets()
-                    if not ok:
-                        await self._adopt_newer_login()
+                async with oauth_store.refresh_turn(self.url):  # one proxy at a time (rotating refresh tokens)
+                    await self._initialize()  # another proxy may have refreshed while this one waited
+                    if not self.context.is_token_valid() and self.context.can_refresh_token():
+                        ok = await self._handle_refresh_response((yield await self._refresh_token()))
+                        self._note_secrets()
+                        if not ok:
+                            await self._adopt_newer_login()
             if self.context.is_token_valid():
                 self._add_auth_header(request)
             response = yield request

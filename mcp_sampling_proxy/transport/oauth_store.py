@@ -13,7 +13,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -49,6 +52,37 @@ def _oauth_dir(create: bool) -> Path:
 def file_path(url: str, *, create: bool = False) -> Path:
     digest = hashlib.sha256(canonical_url(url).encode()).hexdigest()[:32]
     return _oauth_dir(create) / f"{digest}.json"
+
+
+REFRESH_TURN_WAIT = 30.0  # s a proxy waits for another one's refresh of the same login
+
+
+@asynccontextmanager
+async def refresh_turn(url: str) -> AsyncIterator[None]:
+    """One proxy at a time refreshes a login: servers rotate refresh tokens (each works once), so
+    two proxies refreshing at the same moment would leave one with a spent token. The turn is an
+    exclusive lock on a file beside the login's; the one who waited reads the store again first.
+    After `REFRESH_TURN_WAIT` without the turn the refresh goes ahead anyway (a stuck peer must not
+    stop this proxy for good)."""
+    import fcntl
+
+    import anyio
+
+    path = file_path(url, create=True).with_suffix(".lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        deadline = time.monotonic() + REFRESH_TURN_WAIT
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    break
+                await anyio.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _keyring() -> Any | None:
