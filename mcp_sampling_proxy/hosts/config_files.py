@@ -699,6 +699,15 @@ class ConfigDoc:
         return text
 
 
+def in_place_edit(old: dict[str, Any], new: dict[str, Any], *, has_command: bool) -> tuple[list[str], bool]:
+    """The keys `new` adds, and whether the entry can be edited value by value (what wrap and unwrap
+    do: values change, `args` may be added after `command`, the order stays) instead of written anew."""
+    added = [k for k in new if k not in old]
+    in_place = all(k in new for k in old) and set(added) <= {"args"} and (not added or has_command) \
+        and list(new) == _order_after_insert(list(old), added)
+    return added, in_place
+
+
 class JsonDoc(ConfigDoc):
     def __init__(self, path: Path, host: str, text: str):
         super().__init__(path, host, text)
@@ -737,9 +746,7 @@ class JsonDoc(ConfigDoc):
         members = entry.node.members or {}
         newline, unit = _newline(text), _indent_unit(text)
         entry_multiline = "\n" in text[entry.node.start:entry.node.end]
-        added = [k for k in new if k not in old]
-        in_place = all(k in new for k in old) and set(added) <= {"args"} and (not added or "command" in members) \
-            and list(new) == _order_after_insert(list(old), added)
+        added, in_place = in_place_edit(old, new, has_command="command" in members)
         if not in_place:  # the entry's shape changes: write it anew in the file's style
             base = _line_indent(text, entry.key_start)
             rendered = render_json(new, unit=unit, base=base, newline=newline, multiline=entry_multiline)
@@ -819,9 +826,7 @@ class TomlDoc(ConfigDoc):
     def _replace(self, table: tuple[str, ...], name: str, old: dict[str, Any], new: dict[str, Any]) -> str:
         document = self._document()
         item = self._item(document, table, name)
-        added = [k for k in new if k not in old]
-        in_place = all(k in new for k in old) and set(added) <= {"args"} and (not added or "command" in old) \
-            and list(new) == _order_after_insert(list(old), added)
+        added, in_place = in_place_edit(old, new, has_command="command" in old)
         if in_place:
             for key in old:
                 if _same(new[key], old[key]):

@@ -31,8 +31,8 @@ from mcp_sampling_proxy.hosts.config_files import (
     ConfigDoc,
     ConfigError,
     _newline,
-    _order_after_insert,
     _same,
+    in_place_edit,
 )
 
 SERVERS_KEY = "mcpServers"
@@ -245,9 +245,7 @@ class YamlDoc(ConfigDoc):
         newline = _newline(text)
         members = {key.value: (key, value) for key, value in item.value}
         indent = " " * item.start_mark.column
-        added = [k for k in new if k not in old]
-        in_place = all(k in new for k in old) and set(added) <= {"args"} and (not added or "command" in members) \
-            and list(new) == _order_after_insert(list(old), added)
+        added, in_place = in_place_edit(old, new, has_command="command" in members)
         edits: list[tuple[int, int, str]] = []
         if in_place:
             for key, (_, node) in members.items():
