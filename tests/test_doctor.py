@@ -413,3 +413,29 @@ def test_an_azure_provider_is_probed_the_azure_way(tmp_path: Path, capsys: pytes
     assert code == 0, out
     assert "not among the models it lists" not in out
     assert KEY not in out
+
+
+def test_codex_env_vars_in_either_form_pass_the_key(environment: Path, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Codex passes a stdio server only its default variables and those its env_vars lists, as
+    names or (newer Codex) as tables with a name; a table with source "remote" is read on a remote
+    executor, not here. doctor says which entries will see the key."""
+    proxy = str(Path(PY).parent / "mcp-sampling-proxy")
+    policy = write_policy(tmp_path, openai_policy("http://127.0.0.1:9/v1"), "good.yaml")
+    args = json.dumps(["--policy", policy, "--", PY, "-V"])
+    config = environment / ".codex" / "config.toml"
+    config.parent.mkdir()
+    config.write_text(
+        f'[mcp_servers.named]\ncommand = "{proxy}"\nargs = {args}\nenv_vars = ["TEST_LLM_KEY"]\n\n'
+        f'[mcp_servers.table]\ncommand = "{proxy}"\nargs = {args}\nenv_vars = [{{ name = "TEST_LLM_KEY" }}]\n\n'
+        f'[mcp_servers.remote]\ncommand = "{proxy}"\nargs = {args}\n'
+        'env_vars = [{ name = "TEST_LLM_KEY", source = "remote" }]\n\n'
+        f'[mcp_servers.none]\ncommand = "{proxy}"\nargs = {args}\n')
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    _, out = doctor(capsys)
+    wrapped = out.split("\nwrapped servers\n", 1)[1]
+    assert "'named': TEST_LLM_KEY set" in wrapped and "'table': TEST_LLM_KEY set" in wrapped, wrapped
+    assert "'remote': TEST_LLM_KEY (for provider 'fake') is not set in the entry's env or its env_vars list" \
+        in wrapped
+    assert "'none': TEST_LLM_KEY (for provider 'fake') is not set" in wrapped

@@ -47,18 +47,30 @@ class WrappedEntry:
         """The value the proxy will see for `name` (None: unset), as the host passes the environment."""
         if name in self.env:
             return self.env[name]
-        if self.host == "codex":
-            listed = self.entry.get("env_vars")
-            if not (isinstance(listed, list) and name in listed) and name not in CODEX_DEFAULT_VARS:
-                return None
+        if self.host == "codex" and name not in CODEX_DEFAULT_VARS and name not in codex_env_vars(self.entry):
+            return None
         if self.host == "continue" and name not in CONTINUE_DEFAULT_VARS:
             return None
         return os.environ.get(name)
 
 
-# Variables Codex passes to every server without env_vars (its default allow-list, Unix).
+# Variables Codex passes to every stdio server without env_vars: its Unix allow-list, DEFAULT_ENV_VARS in
+# codex-rs/rmcp-client/src/utils.rs (checked against openai/codex in November 2026).
 CODEX_DEFAULT_VARS = ("HOME", "LOGNAME", "PATH", "SHELL", "USER", "__CF_USER_TEXT_ENCODING", "LANG", "LC_ALL",
                       "TERM", "TMPDIR", "TZ")
+
+
+def codex_env_vars(entry: dict[str, Any]) -> set[str]:
+    """The names an entry's `env_vars` adds: strings, or tables with a `name` (newer Codex; those with
+    `source = "remote"` come from a remote executor, not this machine, and are left out)."""
+    listed = entry.get("env_vars")
+    names: set[str] = set()
+    for item in listed if isinstance(listed, list) else []:
+        if isinstance(item, str):
+            names.add(item)
+        elif isinstance(item, dict) and isinstance(item.get("name"), str) and item.get("source") != "remote":
+            names.add(item["name"])
+    return names
 
 
 # What Continue gives a stdio server besides its env: core/context/mcp/MCPConnection.ts (COMMONS_ENV_VARS and
