@@ -302,3 +302,24 @@ def test_a_server_name_with_part_of_the_key_is_masked_in_the_proxy_log(tmp_path:
     text = stderr.read_text()
     assert "upstream ready" in text and "[REDACTED:configured-key]" in text
     assert_no_run(text, where="proxy stderr")
+
+
+@pytest.mark.anyio
+async def test_an_llm_error_echoing_another_providers_key_does_not_reach_the_server(tmp_path: Path) -> None:
+    """A provider's error text goes to the server in the error it gets. One that echoes a key the
+    proxy holds for another provider (from an api_key_file: in no environment variable, in no
+    known key shape) has it masked, as it has its own key masked."""
+    other = "zq81-Unshaped-Other-Provider-Key-5521"
+    key_file = tmp_path / "other.key"
+    key_file.write_text(other + "\n")
+    key_file.chmod(0o600)
+    with FakeLLMServer("openai") as llm:
+        llm.reply_error(400, f"bad request; did you mean to send {other}?")
+        policy = ("llm:\n  default: fake\n  providers:\n"
+                  f"    fake:\n      type: openai\n      base_url: {llm.base_url}\n      models: [gpt-test]\n"
+                  "    other:\n      type: openai\n      base_url: http://127.0.0.1:9/v1\n"
+                  f"      api_key_file: {key_file}\n      models: [gpt-other]\n"
+                  "rules:\n  - name: allow-all\n    action: allow\n")
+        text = await _sample(tmp_path, policy, llm)
+    assert "answered 400" in text
+    assert other not in text and other[:12] not in text

@@ -109,7 +109,9 @@ def _provider_message(response: httpx.Response) -> str:
 
 
 def _secrets(provider: ProviderConfig, response: httpx.Response) -> list[str]:
-    found = []
+    from mcp_sampling_proxy.log import known_secrets
+
+    found = list(known_secrets())  # every key the proxy holds: the error text goes to the server
     if provider.api_key_env and os.environ.get(provider.api_key_env):
         found.append(os.environ[provider.api_key_env])
     if provider.api_key:  # from api_key_file / api_key_command
