@@ -34,8 +34,9 @@ by rotation), it reads the current last hash from the file's tail (another proxy
 appended since), seals a torn tail, rotates when the file would grow past `max_bytes`, sets
 `seq`, `prev_hash` and `hash`, and appends the line with a single `os.write` on an `O_APPEND`
 descriptor (file created 0600). With `audit.fsync: true` (the default) a thread of its own then
-`fsync`s the file while the answer is on its way (writes that land during one fsync share the
-next); with `before_answer` the write returns only after its fsync; `false` never fsyncs.
+`fsync`s the file while the answer is on its way, at most every 10 ms (records written in a busy
+stretch share one fsync); with `before_answer` the write returns only after its fsync; `false`
+never fsyncs.
 The lock keeps the chain linear across processes and lines from interleaving, whatever their
 size; the single write means a crash leaves at most a torn last line, which the next writer (or
 the next proxy start) seals.
@@ -47,11 +48,12 @@ rejected one, keeping its provider, model and tokens), and when the request ends
 ending, the record is written before the server sees the answer. When the log's locks are free
 (the common case: no other proxy is writing) the write happens at once on the event loop: a
 worker thread's round trip costs more than the write itself (~0.15 ms against ~0.02 ms). When
-another writer holds the lock, the write waits in a worker thread, so the relay never stalls.
+another writer holds the lock, the write waits in a worker thread, so the relay does not stall
+on another proxy (it would on a write into a stalled network file system).
 When it cannot be written, `AuditError` (a JSON-RPC internal error) replaces the answer: an
 audited proxy does not answer what it could not record. If a background fsync fails, the log is
 marked unusable and later requests get that error. A `record()` outside any request is written
-at once.
+at once, or by a thread of its own when another writer holds the lock.
 """
 
 from __future__ import annotations
