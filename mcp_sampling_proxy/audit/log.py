@@ -273,7 +273,7 @@ class AuditLog:
             _NOWAIT.reset(token)
         if deferred is not None:
             writer = threading.Thread(target=self._finish_quietly, args=(deferred,), name="audit-write", daemon=True)
-            self._late_writers.append(writer)
+            self._late_writers = [w for w in self._late_writers if w.is_alive()] + [writer]  # close() waits for these
             writer.start()
 
     def _finish_quietly(self, deferred: _Deferred) -> None:
