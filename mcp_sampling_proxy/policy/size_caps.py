@@ -3,7 +3,7 @@
 Pure: no I/O, no clock, no configuration loading. `check_caps` either returns the params
 (possibly a copy with `maxTokens` clamped, plus notes saying so) or raises
 `RpcError(INVALID_PARAMS, ...)` naming the cap and the offending value. It is written to run on
-unvalidated input too (before the SDK-model validation, which is the expensive part for a huge
+unvalidated input too (before the strict validation, which walks every block of a huge
 request): shapes it does not recognise are left for validation to reject.
 """
 

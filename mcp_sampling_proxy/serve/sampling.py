@@ -1,6 +1,6 @@
 """Serve `sampling/createMessage`: caps, validate, decide, limit, approve, route, fulfil, audit.
 
-One request flows through: size caps (before anything else looks at it), SDK-model validation
+One request flows through: size caps (before anything else looks at it), strict validation (protocol/wire_checks.py)
 (-32602 naming the field), the pure policy engine, the matched rule's caps, rate limit,
 concurrency and token budget (reserved at the worst case, settled with the provider's usage),
 human approval for `prompt`, then routing (the host when it can sample, else our own adapter),
