@@ -80,7 +80,9 @@ class GroupGuard:
 
     @classmethod
     def start(cls, pgid: int) -> GroupGuard | None:
-        """Fork the guard for process group `pgid`. Call before any thread exists (as spawn does)."""
+        """Fork the guard for process group `pgid`. Call before any thread exists (as spawn does),
+        and after `harden_process`: the guard holds the proxy's memory (its keys in the environment
+        included) and is only as closed to a same-user server as the non-dumpable flag it inherits."""
         if not sys.platform.startswith("linux"):
             return None
         read_fd, write_fd = os.pipe()  # not inherited by anything exec'd later

@@ -119,6 +119,13 @@ def test_a_same_user_server_cannot_read_the_key_from_proc(shared_dir: Path) -> N
         assert_no_run(text, where=f"/proc/PPID/{name}")
     assert found["environ"].startswith("ERROR PermissionError"), "environ must be refused, not merely empty"
     assert found["mem"].startswith("ERROR PermissionError")
+    # the proxy's guard (hardening.GroupGuard) is a fork of it, holding the same memory: as closed
+    assert stolen["siblings"], "the server found no guard beside it"
+    for pid, sibling in stolen["siblings"].items():
+        for name, text in sibling.items():
+            assert_no_run(text, where=f"/proc/{pid}/{name} (the guard)")
+        assert sibling["environ"].startswith("ERROR PermissionError")
+        assert sibling["mem"].startswith("ERROR PermissionError")
 
 
 # -- 2. api_key_file and api_key_command ----------------------------------------------------------------
