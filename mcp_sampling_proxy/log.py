@@ -73,7 +73,7 @@ def configure(level: str = "info", fmt: str | None = None) -> None:
 
 
 def _json_line(event: Any, **_: Any) -> str:
-    """orjson for the stderr lines: a third of the stdlib's time per line (every request logs one)."""
+    """orjson for the stderr lines: a third of the stdlib's time per line."""
     try:
         return orjson.dumps(event, default=repr).decode()
     except TypeError:  # a lone surrogate or a huge int: the stdlib writes those

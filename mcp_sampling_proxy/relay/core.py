@@ -8,6 +8,7 @@ and responses to requests it sent on its own. It knows nothing about LLMs or pol
 
 from __future__ import annotations
 
+import functools
 import re
 import secrets
 import time
@@ -37,6 +38,18 @@ Send = Callable[[bytes], None]
 NEGOTIATION = ("initialize", "server/discover")
 RETRYABLE = ("tools/call", "prompts/get", "resources/read")  # may get `input_required` (2026-07-28)
 _WAITING_FOR = {"sampling/createMessage": "waiting for sampling", "elicitation/create": "waiting for an answer"}
+
+
+@functools.lru_cache(maxsize=2)  # the current name (and the last): names are server-sized
+def _shown_if_different(reported: str, ours: str) -> str | None:
+    """Worked out once per name: every sampling request's audit record and log line asks (and a
+    server chooses how long its name is)."""
+    from mcp_sampling_proxy.policy.identity import normalise, shown
+    from mcp_sampling_proxy.sanitize import strip_controls
+
+    if normalise(reported) == normalise(ours):
+        return None
+    return strip_controls(shown(reported))[:200]
 
 
 @dataclass
@@ -75,13 +88,8 @@ class Session:
     @property
     def server_reported_if_different(self) -> str | None:
         """The reported name made printable, for logs and prompts, when it differs from ours."""
-        from mcp_sampling_proxy.policy.identity import normalise, shown
-        from mcp_sampling_proxy.sanitize import strip_controls
-
         reported = self.server_reported
-        if reported is None or normalise(reported) == normalise(self.server_name):
-            return None
-        return strip_controls(shown(reported))[:200]
+        return None if reported is None else _shown_if_different(reported, self.server_name)
 
     @property
     def server_label(self) -> str:
