@@ -265,12 +265,7 @@ class AuditLog:
             return
         if not self._sink.active:
             return
-        token = _NOWAIT.set(True)
-        try:
-            deferred = self._log.append("decision", _params=params, _result=None if result is _NOT_GIVEN else result,
-                                        _observed=(time.time_ns(), {}), **fields)
-        finally:
-            _NOWAIT.reset(token)
+        deferred = self._append_now(params, None if result is _NOT_GIVEN else result, (time.time_ns(), {}), fields)
         if deferred is not None:
             writer = threading.Thread(target=self._finish_quietly, args=(deferred,), name="audit-write", daemon=True)
             self._late_writers = [w for w in self._late_writers if w.is_alive()] + [writer]  # close() waits for these
@@ -285,14 +280,22 @@ class AuditLog:
         worker thread (see the module docstring)."""
         if not self._sink.active or pending.fields is None:
             return
-        token = _NOWAIT.set(True)
-        try:
-            deferred = self._log.append("decision", _params=pending.params, _result=pending.result,
-                                        _observed=(pending.started_ns, pending.notes), **pending.fields)
-        finally:
-            _NOWAIT.reset(token)
+        deferred = self._append_now(pending.params, pending.result, (pending.started_ns, pending.notes),
+                                    pending.fields)
         if deferred is not None:
             await anyio.to_thread.run_sync(self._sink.finish, deferred)
+
+    def _append_now(self, params: Any, result: Any, observed: tuple[int, dict[str, Any]],
+                    fields: dict[str, Any]) -> _Deferred | None:
+        """Shape and write the record without waiting for the file's locks; the record, finished
+        but unwritten, when another writer holds them."""
+        token = _NOWAIT.set(True)
+        try:
+            deferred: _Deferred | None = self._log.append("decision", _params=params, _result=result,
+                                                          _observed=observed, **fields)
+        finally:
+            _NOWAIT.reset(token)
+        return deferred
 
     @asynccontextmanager
     async def every_ending(self, fields: dict[str, Any], params: Any) -> AsyncIterator[PendingRecord]:
