@@ -515,6 +515,15 @@ class Limiters:
             with self.concurrency.hold(key, limit.concurrent, rule=rule.name) as refusal:
                 yield refusal
 
+    def admit_now(self, rule: Rule | None, key: str) -> Refusal | None:
+        """The rule's rate limit for a request that is not held here (sampling the host answers in a
+        2026-07-28 round): counted in this proxy's own window at once, as the check cannot wait for
+        a shared store. None when admitted (or the rule has no rate limit)."""
+        limit = rule.rate_limit if rule else None
+        if rule is None or limit is None or limit.requests is None or limit.per is None:
+            return None
+        return self.rate.try_acquire(key, limit.requests, limit.per, rule=rule.name)
+
     async def _rate(self, key: str, requests: int, per: float, rule: str) -> Refusal | None:
         if self.shared is not None:
             from mcp_sampling_proxy.quotas.redis_store import StateUnavailable

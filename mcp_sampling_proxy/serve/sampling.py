@@ -219,13 +219,9 @@ class SamplingService:
             return False
         if self.route(judged.request, session) != "host":
             return False
-        rule = judged.decision.matched
-        limit = rule.rate_limit if rule is not None else None
-        if rule is not None and limit is not None and limit.requests is not None and limit.per is not None:
-            key = limit_key(judged.decision.rule, session.server_name)
-            if self._limiters.rate.try_acquire(key, limit.requests, limit.per, rule=rule.name) is not None:
-                return False  # the proxy serves it: its own rate check refuses it, with the limit's error
-        return True
+        # past the limit the proxy serves it: its own rate check refuses it, with the limit's error
+        decision = judged.decision
+        return self._limiters.admit_now(decision.matched, limit_key(decision.rule, session.server_name)) is None
 
     def record_host_answer(self, params: dict[str, Any], response: Any, session: Session,
                            tools: tuple[str, ...], started: float) -> None:
