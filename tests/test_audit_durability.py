@@ -11,6 +11,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support import PY, ROOT
@@ -233,21 +234,60 @@ def test_a_record_outside_a_request_never_waits_for_another_writers_lock(tmp_pat
     """`record()` outside a request (a 2026-era answer the host gave, seen when it retries) runs
     on the event loop: while another proxy holds the log's lock it returns at once, and the record
     is written when the lock is free (closing the log waits for it)."""
+    import asyncio
     import fcntl
 
     path = tmp_path / "audit.jsonl"
     log = AuditLog(str(path), fsync=False)
     other = os.open(str(path) + ".lock", os.O_RDWR)
     fcntl.flock(other, fcntl.LOCK_EX)  # another writer holds the log
-    try:
+
+    async def on_the_loop() -> None:
         started = time.monotonic()
         log.record(server="s", decision="allow", approver="host")
         assert time.monotonic() - started < 1.0
-        time.sleep(0.3)
+        await asyncio.sleep(0.3)
         assert "approver" not in path.read_text()  # not written past the lock
+
+    try:
+        asyncio.run(on_the_loop())
     finally:
         fcntl.flock(other, fcntl.LOCK_UN)
         os.close(other)
     log.close()
     records = [json.loads(line) for line in path.read_text().splitlines()]
     assert [r.get("approver") for r in records if r.get("event") == "decision"] == ["host"]
+
+
+def test_a_tail_another_writer_left_is_read_back_off_the_event_loop(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whoever runs as the user can append to the log (the governed server too), and a torn or
+    foreign tail is read back (and sealed) before the next record: as large as they chose. The
+    request's write does that in a worker thread, not on the event loop that relays messages."""
+    import asyncio
+
+    from mcp_sampling_proxy.audit import log as audit_log
+
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog(str(path), fsync=False)
+    log.record(server="s", decision="allow")
+    with open(path, "ab") as f:
+        f.write(b"x" * 4_000_000)  # foreign bytes, no newline
+    readers: list[str] = []
+    real = audit_log.read_tail
+
+    def spy(fd: int, size: int) -> Any:
+        readers.append(threading.current_thread().name)
+        return real(fd, size)
+
+    monkeypatch.setattr(audit_log, "read_tail", spy)
+
+    async def request() -> None:
+        async with log.every_ending({"server": "s", "method": "sampling/createMessage"}, {}):
+            log.record(decision="allow", reason="served")
+
+    asyncio.run(request())
+    log.close()
+    assert readers and threading.main_thread().name not in readers, readers
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")]
+    assert [r["event"] for r in records][-2:] == ["seal", "decision"]

@@ -46,18 +46,21 @@ One record per request, written once, without stalling the relay. A request is s
 override earlier ones: a review that rejects the LLM's answer turns a fulfilled record into a
 rejected one, keeping its provider, model and tokens), and when the request ends, whatever the
 ending, the record is written before the server sees the answer. When the log's locks are free
-(the common case: no other proxy is writing) the write happens at once on the event loop: a
-worker thread's round trip costs more than the write itself (~0.15 ms against ~0.02 ms). When
-another writer holds the lock, the write waits in a worker thread, so the relay does not stall
-on another proxy (it would on a write into a stalled network file system).
+and the file is as this writer left it (the common case: no other proxy writes to it) the write
+happens at once on the event loop: a worker thread's round trip costs more than the write itself
+(~0.15 ms against ~0.02 ms). When another writer holds the lock, or wrote since (its tail must be
+read back, and a foreign or torn one can be as large as whoever wrote it chose), the write is
+done in a worker thread, so the relay does not stall on it (it would on a write into a stalled
+network file system).
 When it cannot be written, `AuditError` (a JSON-RPC internal error) replaces the answer: an
 audited proxy does not answer what it could not record. If a background fsync fails, the log is
 marked unusable and later requests get that error. A `record()` outside any request is written
-at once, or by a thread of its own when another writer holds the lock.
+at once; on the event loop, by a thread of its own when the write would have to wait.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import fcntl
@@ -257,15 +260,20 @@ class AuditLog:
         """Record the outcome of the request being served (`params`/`result`: the request params
         and the result the server gets, for the content digests or payload). Inside `every_ending`
         it fills the request's one record, written when the request ends; elsewhere it writes at
-        once (raising AuditError when it cannot), or, when another writer holds the log's lock, in a
-        thread of its own, so the event loop never waits for the lock (a failure is then logged)."""
+        once (raising AuditError when it cannot); on the event loop, when the write would have to
+        wait (another writer holds the lock, or wrote since), in a thread of its own, so the relay
+        never waits for it (a failure is then logged)."""
         pending = _PENDING.get()
         if pending is not None:
             pending.fill(params, result, fields)
             return
         if not self._sink.active:
             return
-        deferred = self._append_now(params, None if result is _NOT_GIVEN else result, (time.time_ns(), {}), fields)
+        result = None if result is _NOT_GIVEN else result
+        if not _on_event_loop():  # a command, a test: waiting for the lock stalls nobody
+            self._log.append("decision", _params=params, _result=result, _observed=(time.time_ns(), {}), **fields)
+            return
+        deferred = self._append_now(params, result, (time.time_ns(), {}), fields)
         if deferred is not None:
             writer = threading.Thread(target=self._finish_quietly, args=(deferred,), name="audit-write", daemon=True)
             self._late_writers = [w for w in self._late_writers if w.is_alive()] + [writer]  # close() waits for these
@@ -389,6 +397,14 @@ class AuditLog:
 
 
 _OBSERVED = "\x00observed"  # (started_ns, notes) on their way to the observers; never written
+
+
+def _on_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 @dataclass
@@ -572,7 +588,7 @@ class _ChainFile:
         self.seq = 0
         self._fd: int | None = None
         self._lock_fd: int | None = None
-        self._known: tuple[int, int, str] | None = None  # (inode, size, last hash) after our own write
+        self._known: tuple[int, int, str | None] | None = None  # (inode, size, last hash) as this writer left it
         self._thread_lock = threading.Lock()  # flock does not exclude threads sharing the descriptor
         self._problem: str | None = None
 
@@ -588,7 +604,9 @@ class _ChainFile:
             with self._locked():
                 fd = self._open()
                 st = os.fstat(fd)
-                self._repair(fd, st.st_size, st.st_ino)
+                head = self._repair(fd, st.st_size, st.st_ino)
+                st = os.fstat(fd)
+                self._known = (st.st_ino, st.st_size, head)  # as this writer leaves it (see _as_left)
         except OSError as exc:
             self._problem = _describe(exc)
             log.error("audit log unusable: sampling requests will be refused until it is fixed",
@@ -632,7 +650,10 @@ class _ChainFile:
             if not _flock(self._lock_fd, blocking):
                 return False
             try:
-                self._append(record)
+                left = self._as_left() if not blocking else None
+                if not blocking and left is None:
+                    return False  # someone else wrote: reading their tail back is the worker thread's job
+                self._append(record, left)
             finally:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
         except OSError as exc:
@@ -642,14 +663,32 @@ class _ChainFile:
                              "answered without an audit record") from None
         return True
 
+    def _as_left(self) -> os.stat_result | None:
+        """The file's stat when it is as this writer left it (no other proxy wrote, nobody rotated or
+        appended foreign bytes): then the append needs no tail to be read back, and may run on the
+        event loop. Anything else (a torn or foreign tail can be as large as whoever wrote it chose)
+        is done by the blocking path in a worker thread: None."""
+        if self._fd is None or self._known is None:
+            return None
+        try:
+            st = os.fstat(self._fd)
+            same = self._known[:2] == (st.st_ino, st.st_size) and os.stat(self.path).st_ino == st.st_ino
+        except OSError:
+            return None
+        return st if same else None
+
     def dup_fd(self) -> int | None:
         """A duplicate of the current descriptor, for the fsync thread (the writer may swap the original)."""
         with self._thread_lock:
             return os.dup(self._fd) if self._fd is not None else None
 
-    def _append(self, record: dict[str, Any]) -> None:
-        fd = self._open()
-        st = os.fstat(fd)
+    def _append(self, record: dict[str, Any], left: os.stat_result | None = None) -> None:
+        """`left`: the file's stat, when `_as_left` just found it as this writer left it."""
+        if left is not None and self._fd is not None:
+            fd, st = self._fd, left
+        else:
+            fd = self._open()
+            st = os.fstat(fd)
         head = self._repair(fd, st.st_size, st.st_ino)
         unchanged = self._known is not None and self._known[:2] == (st.st_ino, st.st_size)
         size = st.st_size if unchanged else os.fstat(fd).st_size  # a seal was written: look again
