@@ -147,6 +147,37 @@ def bench_env(workdir: Path) -> dict[str, str]:
     return env
 
 
+# What any proxy built on the required stack holds before a line of its own: the interpreter, anyio
+# running its event loop, structlog logging a line, PyYAML imported (the policy's parser).
+STACK_FLOOR_SCRIPT = """
+import json, sys
+import anyio, structlog, yaml
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=sys.stderr))
+structlog.get_logger().info("floor")
+async def measure():
+    await anyio.sleep(0.05)
+    print(json.dumps(rss()))
+anyio.run(measure, backend_options={"use_uvloop": sys.argv[1] == "uvloop"})
+"""
+
+
+def stack_floor_mb(python: str) -> dict[str, float | None]:
+    """Idle RSS of the required stack alone, on asyncio's loop and on uvloop (the proxy's)."""
+    floor: dict[str, float | None] = {}
+    for loop in ("asyncio", "uvloop"):
+        try:
+            out = subprocess.run([python, "-c", STACK_FLOOR_SCRIPT, loop], capture_output=True, text=True,
+                                 timeout=60, check=True).stdout
+            floor[loop] = float(json.loads(out))
+        except (OSError, subprocess.SubprocessError, ValueError):
+            floor[loop] = None
+    return floor
+
+
 def compile_bytecode(python: str) -> None:
     """Write the proxy's bytecode first, as `pip install` does (PYTHONDONTWRITEBYTECODE=1 would make
     every start from a checkout compile from source, which no installed copy pays)."""
@@ -259,6 +290,15 @@ class Bench:
             if check and i == 0 and (result.is_error or getattr(result.content[0], "text", None) != "hello"):
                 raise self.fail(session, f"unexpected echo result: {result!r}"[:500])
 
+    def server_of(self, pid: int) -> int | None:
+        """The relay's or proxy's server process (the proxy has another child: its guard)."""
+        script = self.commands["direct"][-1].encode()
+        for child in children(pid):
+            with contextlib.suppress(OSError):
+                if script in Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0"):
+                    return child
+        return None
+
     async def burst(self, session: Session, n: int) -> float:
         calls = [session.client.call_tool("echo", {"text": f"c{i}"}) for i in range(n)]
         t0 = time.perf_counter()
@@ -347,11 +387,22 @@ class Bench:
             for s in sessions.values():
                 await self.burst(s, args.concurrency)  # warm-up
             bursts: dict[str, list[float]] = {m: [] for m in MODES}
+            # CPU of each process in the bursts: the hop's share of the work, steadier than wall time
+            servers = {"direct": pids["direct"], **{m: self.server_of(hop[m]) for m in hop}}
+            watched = {f"{m} server": pid for m, pid in servers.items() if pid is not None}
+            watched.update({m: pid for m, pid in hop.items()})
+            cpu_ns = dict.fromkeys(watched, 0)
             for i in range(args.bursts):
                 for mode in rotated(MODES, i):
+                    mine = {k: pid for k, pid in watched.items() if k.split()[0] == mode}
+                    before = {k: threads_cpu_ns(pid) for k, pid in mine.items()}
                     bursts[mode].append(await self.burst(sessions[mode], args.concurrency) * 1e3)
+                    for k, pid in mine.items():
+                        cpu_ns[k] += threads_cpu_ns(pid) - before[k]
             concurrent: dict[str, Any] = {m: {"median_ms": statistics.median(v), "runs_ms": v}
                                           for m, v in bursts.items()}
+            calls = args.bursts * args.concurrency
+            concurrent["cpu_us_per_call"] = {k: ns / 1e3 / calls for k, ns in cpu_ns.items()}
             for m in ("relay", "proxy"):
                 # Each round's bursts run back to back, so a round's ratio cancels the machine's drift
                 # (here direct bursts alone ranged 277-483 ms in one afternoon): the median of the
@@ -369,7 +420,8 @@ class Bench:
                 if got != args.big_size:
                     raise self.fail(sessions[m], f"big({args.big_size}) returned {got} characters")
             rss_peak = {m: status_mb(pid, "VmHWM") for m, pid in hop.items()}
-            memory = {m: {"idle_mb": rss_idle[m], "peak_mb": rss_peak[m]} for m in ("relay", "proxy")}
+            memory: dict[str, Any] = {m: {"idle_mb": rss_idle[m], "peak_mb": rss_peak[m]} for m in ("relay", "proxy")}
+            memory["stack_floor_mb"] = stack_floor_mb(args.python)
             return {"echo": echo, "concurrent": concurrent, "memory": memory, "pids": pids}
         finally:
             for s in reversed(sessions.values()):  # last opened, first closed: their task groups nest
@@ -608,6 +660,15 @@ def render(r: dict[str, Any]) -> str:
         blk = e[m]["blocks_added_p50_ms"]
         lines.append(f"{LABELS[m]}: added echo p50 per block of {CHUNK} calls: median {blk['median']:+.3f} ms, "
                      f"IQR [{blk['q25']:+.3f}, {blk['q75']:+.3f}] ms over {blk['blocks']} blocks")
+    if mem is not None and mem.get("stack_floor_mb"):
+        floor = mem["stack_floor_mb"]
+        lines.append("RSS floor of the required stack alone (interpreter, anyio's loop running, structlog, PyYAML; "
+                     "no proxy code): " + ", ".join(f"on {k} {x:.1f} MB" if x is not None else f"on {k} ?"
+                                                    for k, x in floor.items()))
+    if c is not None and "cpu_us_per_call" in c:
+        cpu = c["cpu_us_per_call"]
+        lines.append("concurrent calls, CPU per call: " + ", ".join(f"{k} {v:.0f} us" for k, v in cpu.items())
+                     + " (the SDK client's own work, in this process, is not counted)")
     if c is not None:
         lines.append("concurrent calls: " + "; ".join(
             f"{LABELS[m]} ratio of medians x{c[m]['ratio_of_medians']:.3f}, rounds' ratios IQR "
