@@ -442,3 +442,99 @@ def test_verify_names_the_predecessor_by_its_current_name(tmp_path: Path, capsys
     code, out, _ = verify(capsys, Path(f"{path}.1"))
     assert code == 0
     assert "continues the chain of audit.jsonl.2" in out
+
+
+# -- a foreign tail: whoever runs as the user can append to the log ------------------------------------
+
+# Writes one record to the log at argv[1] (reading back and sealing whatever is at its end), or with
+# argv[2] == "verify" runs `audit verify` on it; prints the process's peak RSS in MB last on stderr.
+_PEAK_SCRIPT = """
+import sys
+from mcp_sampling_proxy import log as logging_setup
+from mcp_sampling_proxy.audit.log import AuditLog
+logging_setup.configure("info", "json")
+from mcp_sampling_proxy.commands import audit
+if sys.argv[2:] == ["verify"]:
+    code = audit.main(["verify", sys.argv[1]])
+else:
+    log = AuditLog(sys.argv[1], fsync=False, max_bytes=0)  # never rotated for its size here
+    log.record(server="after", decision="allow")
+    log.close()
+    code = 0
+peak_kb = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+print(peak_kb // 1024, file=sys.stderr)  # VmHWM, not ru_maxrss: that one keeps the forking parent's peak
+sys.exit(code)
+"""
+
+
+def run_peak(path: Path, *extra: str) -> tuple[int, str, str, int]:
+    """(exit code, stdout, stderr without the last line, peak RSS in MB) of _PEAK_SCRIPT on `path`."""
+    proc = subprocess.run([PY, "-c", _PEAK_SCRIPT, str(path), *extra], capture_output=True, text=True, timeout=300)
+    *err, peak = proc.stderr.rstrip("\n").split("\n")
+    return proc.returncode, proc.stdout, "\n".join(err), int(peak)
+
+
+def test_a_huge_foreign_tail_is_sealed_and_verified_in_bounded_memory(tmp_path: Path) -> None:
+    """200 MB appended to the log by another program (many short lines, then one line without an end):
+    the next record seals it without holding it (the tail used to be read whole, twice), and `audit
+    verify` checks the seal without holding the long line either (it used to read it whole and parse it)."""
+    path = tmp_path / "audit.jsonl"
+    write_log(path, 3).close()
+    junk_lines = b"x\n" * 100_000
+    long_line = 200 * 1024 * 1024
+    with open(path, "ab") as f:
+        f.write(junk_lines)
+        for _ in range(long_line // (8 * 1024 * 1024)):
+            f.write(b"y" * (8 * 1024 * 1024))
+    code, _, err, peak = run_peak(path)
+    assert code == 0, err
+    assert peak < 120, f"sealing a {long_line // 2**20} MB foreign tail took {peak} MB"
+    records = [json.loads(line) for line in lines_of(path)[-2:]]
+    seal, after = records
+    assert seal["event"] == "seal" and seal["torn_bytes"] == len(junk_lines) + long_line + 1  # + the newline added
+    assert seal["newline_added"] is True and "not chained records" in seal["reason"]
+    assert after["server"] == "after" and after["prev_hash"] == seal["hash"]
+
+    code, out, err, peak = run_peak(path, "verify")
+    assert code == 0, err
+    assert f"line 4-100004: {seal['torn_bytes']} bytes that are not records" in out and "sealed by line 100005" in out
+    assert peak < 120, f"verify held {peak} MB"
+
+
+def test_a_log_whose_end_holds_no_record_within_reach_is_moved_aside(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Past 1,000 lines that look like records but are not, the writer stops looking for the last
+    record (each is parsed; a foreign tail can hold millions): it cannot link a seal, so the file is
+    rotated away untouched and a new chain starts, and `verify` on the old file shows where."""
+    path = tmp_path / "audit.jsonl"
+    write_log(path, 3).close()
+    with open(path, "ab") as f:
+        f.write(b'{"not": "a record"}\n' * 1_001)
+    before = path.read_bytes()
+    code, _, err, _ = run_peak(path)
+    assert code == 0, err
+    assert "moved it aside and started a new chain" in err
+    moved = tmp_path / "audit.jsonl.1"
+    assert moved.read_bytes() == before
+    first = json.loads(lines_of(path)[0])
+    assert first["server"] == "after" and first["continues"] is None and first["prev_hash"] == GENESIS
+    code, _, err = verify(capsys, path)
+    assert code == 0, err
+    code, _, err = verify(capsys, moved)
+    assert code == 1 and f"{moved}:4: not a chained record: no valid hash" in err
+
+
+def test_a_record_too_long_to_read_back_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A record longer than read_tail takes for one would be sealed as foreign by the next writer:
+    it is refused with an error that says what to change, and nothing is written."""
+    from mcp_sampling_proxy.audit import log as audit_log
+
+    monkeypatch.setattr(audit_log, "MAX_RECORD_BYTES", 4096)
+    path = tmp_path / "audit.jsonl"
+    log = write_log(path, 1, content="full")
+    size = path.stat().st_size
+    big = {**PARAMS, "messages": [{"role": "user", "content": {"type": "text", "text": "z" * 8000}}]}
+    with pytest.raises(AuditError, match=r"over the audit log.s limit of 4,096 .*audit.content to none"):
+        log.record(params=big, server="srv", decision="allow")
+    assert path.stat().st_size == size
+    log.close()

@@ -111,6 +111,7 @@ DECISION_FIELDS = (
 _TEXT_FIELDS = ("reason", "error")  # free text: secret shapes are masked in every content mode
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _NOT_GIVEN: Any = object()
+_MOVED_ASIDE: Any = object()  # what _repair says when the file's tail held no record within bounds
 _READ_CHUNK = 64 * 1024
 SYNC_INTERVAL = 0.01  # s; audit.fsync: true fsyncs at most this often, a record at most this long after its write
 # Records written by the request being served in this task (see `AuditLog.every_ending`).
@@ -516,6 +517,15 @@ def _fix_surrogates(value: Any) -> Any:
 
 # -- the file ---------------------------------------------------------------------------------------
 
+# Reading back what another writer left. Anyone running as the user (a governed server too) can
+# append to the log, so a tail is read within bounds: memory stays within one record, and the search
+# for the last record gives up rather than read gigabytes.
+MAX_RECORD_BYTES = 256 * 1024 * 1024  # the longest line taken for a record (a longer one is never read whole)
+TAIL_SEARCH_BYTES = 4 * MAX_RECORD_BYTES  # how far from the end the last record is looked for
+TAIL_SEARCH_LINES = 1000  # lines that start like a record but are not one, tried before giving up
+_LINE_CHUNK = 1024 * 1024
+
+
 @dataclass
 class Tail:
     """What the end of an audit file holds."""
@@ -524,43 +534,103 @@ class Tail:
     good_end: int  # offset just after that record's line (0 when none)
     size: int
     needs_newline: bool = False  # the last record is complete but its newline is missing
+    searched_all: bool = True  # False: no record within the search's bounds (the file's start not reached)
 
 
 def read_tail(fd: int, size: int) -> Tail:
-    """Find the last good record of the file open at `fd` (`size` bytes), reading backwards."""
+    """Find the last good record of the file open at `fd` (`size` bytes), searching backwards.
+
+    Only lines that start with "{" can be records (every record does), and only lines up to
+    MAX_RECORD_BYTES are read, so a foreign tail costs at most one record's memory. The search gives
+    up after TAIL_SEARCH_LINES lines that look like records but are not, or past TAIL_SEARCH_BYTES
+    from the end: then `searched_all` is False (and `good_end` is where it stopped)."""
     if size == 0:
         return Tail(None, 0, 0)
-    buf = b""
-    start = size  # buf holds file[start:size]
-
-    def more() -> bool:
-        nonlocal buf, start
-        if start == 0:
-            return False
-        step = min(start, max(_READ_CHUNK, len(buf)))
-        start -= step
-        buf = os.pread(fd, step, start) + buf
-        return True
-
-    more()
-    end = size
-    if not buf.endswith(b"\n"):  # a final line without newline: a complete record, or torn
-        while b"\n" not in buf and more():
-            pass
-        line_start = start + buf.rfind(b"\n") + 1
-        last = parse_record(buf[line_start - start:])
-        if last is not None:
-            return Tail(last["hash"], size, size, needs_newline=True)
-        end = line_start
-    while end > 0:  # file[end - 1] is a newline: look at the line it ends
-        while buf.rfind(b"\n", 0, end - 1 - start) < 0 and more():
-            pass
-        line_start = start + buf.rfind(b"\n", 0, end - 1 - start) + 1
-        record = parse_record(buf[line_start - start:end - start])
+    floor = max(0, size - TAIL_SEARCH_BYTES)
+    before = size  # the next candidate line starts before this offset
+    tried = 0
+    while before > 0:
+        newline = _rfind(fd, b"\n{", floor, before)
+        if newline >= 0:
+            start = newline + 1
+        elif floor == 0 and os.pread(fd, 1, 0) == b"{":
+            start = 0
+        else:
+            return Tail(None, floor, size, searched_all=floor == 0)
+        if tried >= TAIL_SEARCH_LINES:
+            return Tail(None, start, size, searched_all=False)
+        line, end = _line_at(fd, start, size)
+        record = parse_record(line) if line is not None else None
         if record is not None:
-            return Tail(record["hash"], end, size)
-        end = line_start
+            if end == size:  # a complete last record whose newline is missing
+                return Tail(record["hash"], size, size, needs_newline=True)
+            return Tail(record["hash"], end + 1, size)
+        tried += 1
+        before = max(start - 1, 0)
     return Tail(None, 0, size)
+
+
+def _rfind(fd: int, pattern: bytes, start: int, end: int) -> int:
+    """The offset of the last `pattern` wholly inside file[start:end], or -1 (read backwards in chunks)."""
+    high = end
+    while high > start:
+        low = max(start, high - _READ_CHUNK)
+        chunk = os.pread(fd, min(end, high + len(pattern) - 1) - low, low)
+        found = chunk.rfind(pattern)
+        if found >= 0:
+            return low + found
+        high = low
+    return -1
+
+
+def _line_at(fd: int, start: int, size: int) -> tuple[bytes | None, int]:
+    """(the line at `start` without its newline, the newline's offset or `size` when it runs to the end).
+    The line is None when it is longer than MAX_RECORD_BYTES: it is then not read whole."""
+    pieces: list[bytes] = []
+    pos = start
+    while pos < size:
+        chunk = os.pread(fd, min(_LINE_CHUNK, size - pos), pos)
+        if not chunk:
+            break
+        newline = chunk.find(b"\n")
+        if newline >= 0:
+            chunk = chunk[:newline]
+        if pos - start + len(chunk) > MAX_RECORD_BYTES:
+            end = pos + newline if newline >= 0 else _find_newline(fd, pos + len(chunk), size)
+            return None, end
+        pieces.append(chunk)
+        if newline >= 0:
+            return b"".join(pieces), pos + newline
+        pos += len(chunk)
+    return b"".join(pieces), size
+
+
+def _find_newline(fd: int, pos: int, size: int) -> int:
+    """The offset of the next newline at or after `pos`, or `size`."""
+    while pos < size:
+        chunk = os.pread(fd, min(_LINE_CHUNK, size - pos), pos)
+        if not chunk:
+            break
+        found = chunk.find(b"\n")
+        if found >= 0:
+            return pos + found
+        pos += len(chunk)
+    return size
+
+
+def _digest_range(fd: int, start: int, end: int) -> tuple[Any, bool]:
+    """(a sha256 of file[start:end], whether those bytes hold a newline), read in chunks."""
+    sha = hashlib.sha256()
+    has_newline = False
+    pos = start
+    while pos < end:
+        chunk = os.pread(fd, min(_LINE_CHUNK, end - pos), pos)
+        if not chunk:
+            break
+        sha.update(chunk)
+        has_newline = has_newline or b"\n" in chunk
+        pos += len(chunk)
+    return sha, has_newline
 
 
 def _file_hash(path: str) -> str | None:
@@ -605,6 +675,8 @@ class _ChainFile:
                 fd = self._open()
                 st = os.fstat(fd)
                 head = self._repair(fd, st.st_size, st.st_ino)
+                if head is _MOVED_ASIDE:
+                    fd, head = self._move_aside(), None
                 st = os.fstat(fd)
                 self._known = (st.st_ino, st.st_size, head)  # as this writer leaves it (see _as_left)
         except OSError as exc:
@@ -690,8 +762,11 @@ class _ChainFile:
             fd = self._open()
             st = os.fstat(fd)
         head = self._repair(fd, st.st_size, st.st_ino)
-        unchanged = self._known is not None and self._known[:2] == (st.st_ino, st.st_size)
-        size = st.st_size if unchanged else os.fstat(fd).st_size  # a seal was written: look again
+        if head is _MOVED_ASIDE:
+            fd, head, size = self._move_aside(), None, 0
+        else:
+            unchanged = self._known is not None and self._known[:2] == (st.st_ino, st.st_size)
+            size = st.st_size if unchanged else os.fstat(fd).st_size  # a seal was written: look again
         line, last_hash = self._finish(record, head or GENESIS, self.seq + 1)
         if self.max_bytes and size > 0 and size + len(line) > self.max_bytes:
             fd = self._rotate()
@@ -720,10 +795,15 @@ class _ChainFile:
         entry["prev_hash"] = prev_hash
         entry["hash"] = record_hash(entry)
         try:  # the line is only parsed back (verify re-hashes the values), so orjson's spelling is as good
-            return orjson.dumps(entry, default=str, option=orjson.OPT_APPEND_NEWLINE), entry["hash"]
+            line = orjson.dumps(entry, default=str, option=orjson.OPT_APPEND_NEWLINE)
         except TypeError:  # what orjson does not write (a lone surrogate, nesting past 254, a huge int)
             text = json.dumps(entry, separators=(",", ":"), ensure_ascii=False, default=str)
-            return text.encode("utf-8", "surrogatepass") + b"\n", entry["hash"]
+            line = text.encode("utf-8", "surrogatepass") + b"\n"
+        if len(line) > MAX_RECORD_BYTES:  # it could not be read back as a record
+            raise AuditError(f"the audit record would be {len(line):,} bytes, over the audit log's limit of "
+                             f"{MAX_RECORD_BYTES:,} (set audit.content to none, or lower the size caps); the "
+                             "request is not answered without an audit record")
+        return line, entry["hash"]
 
     def _write(self, fd: int, data: bytes, seq: int, last_hash: str) -> None:
         written = os.write(fd, data)
@@ -740,26 +820,44 @@ class _ChainFile:
         if self._known is not None and self._known[:2] == (ino, size):
             return self._known[2]
         tail = read_tail(fd, size)
+        if not tail.searched_all:
+            return _MOVED_ASIDE
         if tail.needs_newline:
             self._write_raw(fd, b"\n")
             return tail.last_hash
         if tail.good_end == size:
             return tail.last_hash
-        torn = os.pread(fd, size - tail.good_end, tail.good_end)
-        newline = b"" if torn.endswith(b"\n") else b"\n"
-        torn += newline
-        reason = ("the last line was incomplete: a write was cut short (crash or full disk)" if b"\n" not in torn[:-1]
+        ends_line = os.pread(fd, 1, size - 1) == b"\n"
+        newline = b"" if ends_line else b"\n"
+        # what is sealed is the bytes after the last record plus the newline added, hashed as read
+        sha, inner_newline = _digest_range(fd, tail.good_end, size - 1 if ends_line else size)
+        if ends_line:
+            sha.update(b"\n")
+        sha.update(newline)
+        torn_bytes = size - tail.good_end + len(newline)
+        reason = ("the last line was incomplete: a write was cut short (crash or full disk)" if not inner_newline
                   else "the bytes after the last record are not chained records")
-        seal = {"event": "seal", "torn_offset": tail.good_end, "torn_bytes": len(torn),
-                "torn_sha256": hashlib.sha256(torn).hexdigest(), "newline_added": bool(newline), "reason": reason}
+        seal = {"event": "seal", "torn_offset": tail.good_end, "torn_bytes": torn_bytes,
+                "torn_sha256": sha.hexdigest(), "newline_added": bool(newline), "reason": reason}
         if tail.last_hash is None:  # nothing good in the file: the seal is its first record
             line, seal_hash = self._finish(seal, *self._start_of_file())
         else:
             line, seal_hash = self._finish(seal, tail.last_hash, self.seq + 1)
         self._write(fd, newline + line, self.seq + 1, seal_hash)
-        log.warning("audit log had a torn or foreign tail; sealed it", path=self.path, torn_bytes=len(torn),
+        log.warning("audit log had a torn or foreign tail; sealed it", path=self.path, torn_bytes=torn_bytes,
                     offset=tail.good_end)
         return seal_hash
+
+    def _move_aside(self) -> int:
+        """The file's tail held no record within read_tail's bounds (bytes some other program appended):
+        it cannot be sealed without knowing the hash to link to, so the file is rotated away as it is
+        (nothing is deleted; `audit verify` on it shows where the foreign bytes start) and a new chain
+        begins. Returns the new file's descriptor."""
+        log.error("the audit log's end holds no record this proxy can link to (bytes written by another "
+                  "program running as this user?); moved it aside and started a new chain", path=self.path,
+                  moved_to=rotated_name(self.path, 1), searched_bytes=TAIL_SEARCH_BYTES,
+                  searched_lines=TAIL_SEARCH_LINES)
+        return self._rotate()
 
     def _write_raw(self, fd: int, data: bytes) -> None:
         os.write(fd, data)

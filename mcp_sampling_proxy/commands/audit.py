@@ -26,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from mcp_sampling_proxy.audit.follow import Follower
-from mcp_sampling_proxy.audit.log import GENESIS, parse_record, record_hash, rotated_name
+from mcp_sampling_proxy.audit.log import GENESIS, MAX_RECORD_BYTES, parse_record, record_hash, rotated_name
 from mcp_sampling_proxy.config.settings import DURATION_FORMS, parse_duration
 from mcp_sampling_proxy.sanitize import one_line
 from mcp_sampling_proxy.vocabulary import ALLOWED_OUTCOMES, REFUSED_OUTCOMES
@@ -87,11 +87,61 @@ def _open(path: str) -> Any:
         raise InputError(f"{path}: cannot read: {exc.strerror}") from None
 
 
-def _lines(path: str) -> Iterator[tuple[int, int, bytes]]:
-    """(line number, offset, raw bytes with their newline) of each line of the file."""
+_SHORT_LINE = 64 * 1024  # a line read whole at once; a longer one only when it may be a record
+
+
+class LongLine:
+    """A line that cannot be a record and is read in pieces, never held whole: longer than any record
+    (MAX_RECORD_BYTES), or long and not starting with "{" as every record does. Anyone running as
+    the user can append to the log, so a line is as long as they chose."""
+
+    def __init__(self, f: Any, first: bytes, problem: str):
+        self._f = f
+        self._first: bytes | None = first
+        self.problem = problem
+        self.size = 0
+        self._done = False
+
+    def pieces(self) -> Iterator[bytes]:
+        """The line's bytes (with its newline, when it has one), once, in order."""
+        if self._first is not None:
+            first, self._first = self._first, None
+            self.size += len(first)
+            yield first
+        while not self._done:
+            piece = self._f.readline(1 << 20)
+            self.size += len(piece)
+            self._done = not piece or piece.endswith(b"\n")
+            if piece:
+                yield piece
+
+    def drain(self) -> None:
+        for _ in self.pieces():
+            pass
+
+
+def _lines(path: str) -> Iterator[tuple[int, int, bytes | LongLine]]:
+    """(line number, offset, raw bytes with their newline) of each line of the file; a line over
+    MAX_RECORD_BYTES comes as a LongLine (read its pieces or not: the next line is found either way)."""
     with _open(path) as f:
         offset = 0
-        for number, raw in enumerate(f, 1):
+        number = 0
+        while raw := f.readline(_SHORT_LINE):
+            number += 1
+            long: LongLine | None = None
+            if len(raw) == _SHORT_LINE and not raw.endswith(b"\n"):
+                if not raw.startswith(b"{"):
+                    long = LongLine(f, raw, "not a record: a line that does not start with '{' as records do")
+                else:
+                    raw += f.readline(MAX_RECORD_BYTES + 1 - len(raw))
+                    if len(raw) > MAX_RECORD_BYTES and not raw.endswith(b"\n"):
+                        long = LongLine(f, raw, f"not a record: a line longer than any record (over "
+                                                f"{MAX_RECORD_BYTES:,} bytes)")
+            if long is not None:
+                yield number, offset, long
+                long.drain()
+                offset += long.size
+                continue
             yield number, offset, raw
             offset += len(raw)
 
@@ -117,12 +167,13 @@ class _Pending:
     size: int = 0
     sha: Any = field(default_factory=hashlib.sha256)
 
-    def add(self, number: int, raw: bytes, problem: str) -> None:
+    def add(self, number: int, raw: bytes | LongLine, problem: str) -> None:
         if not self.lines:
             self.first_line, self.first_problem = number, problem
         self.lines += 1
-        self.size += len(raw)
-        self.sha.update(raw)
+        for piece in raw.pieces() if isinstance(raw, LongLine) else (raw,):
+            self.size += len(piece)
+            self.sha.update(piece)
 
 
 @dataclass
@@ -152,7 +203,7 @@ class Verifier:
         for number, offset, raw in _lines(path):
             total_lines = number
             record, problem = _classify(raw)
-            if record is None:
+            if record is None or isinstance(raw, LongLine):
                 pending.add(number, raw, problem)
                 continue
             expected = record_hash(record)
@@ -270,8 +321,10 @@ def predecessor(path: str) -> str:
     return f"{base}.{int(number) + 1}" if dot and number.isdigit() else os.path.basename(rotated_name(path, 1))
 
 
-def _classify(raw: bytes) -> tuple[dict[str, Any] | None, str]:
+def _classify(raw: bytes | LongLine) -> tuple[dict[str, Any] | None, str]:
     """(record, "") for a good line, else (None, what is wrong with it)."""
+    if isinstance(raw, LongLine):
+        return None, raw.problem
     complete = raw.endswith(b"\n")
     record = parse_record(raw)
     if record is not None and complete:
@@ -291,7 +344,7 @@ def _classify(raw: bytes) -> tuple[dict[str, Any] | None, str]:
 def _find_hash(path: str, offset: int, wanted: str) -> int | None:
     """The line number of a later record with hash `wanted`, or None."""
     for number, start, raw in _lines(path):
-        if start < offset:
+        if start < offset or isinstance(raw, LongLine):
             continue
         record = parse_record(raw)
         if record is not None and record.get("hash") == wanted:
@@ -326,7 +379,7 @@ def verify_main(paths: Sequence[str]) -> int:
 def read_records(path: str) -> Iterator[dict[str, Any]]:
     """Every complete JSON object line of the file (torn or foreign lines are skipped)."""
     for _number, _offset, raw in _lines(path):
-        if not raw.endswith(b"\n"):
+        if isinstance(raw, LongLine) or not raw.endswith(b"\n"):
             continue
         try:
             value = json.loads(raw)
