@@ -99,6 +99,21 @@ class ApprovalMemory:
                 return "always"
         return None
 
+    async def recall(self, server: str, tool: str | None) -> str | None:
+        """`remembers`, with the shared file read in a worker thread: its lock is shared with the
+        user's other proxies (and within the server's reach), and the event loop must not wait on it."""
+        if self.store is None or _key(server, tool) in self.session:
+            return self.remembers(server, tool)
+        return await anyio.to_thread.run_sync(self.remembers, server, tool)
+
+    async def keep(self, server: str, tool: str | None, scope: str, rule: str | None = None,
+                   channel: str | None = None) -> None:
+        """`remember`, off the event loop when it writes the shared file."""
+        if scope == "always" and self.store is not None:
+            await anyio.to_thread.run_sync(self.remember, server, tool, scope, rule, channel)
+        else:
+            self.remember(server, tool, scope, rule, channel)
+
     def remember(self, server: str, tool: str | None, scope: str, rule: str | None = None,
                  channel: str | None = None) -> None:
         """`always` goes to the store only (so a revoke reaches this proxy too), with the rule that
@@ -154,7 +169,7 @@ class Approver:
         return next((c for c in self._channels if c.name not in skip and c.available(relay)), None)
 
     async def ask(self, request: ApprovalRequest, relay: Relay) -> Approval:
-        remembered = self._memory.remembers(request.server, request.tool)
+        remembered = await self._memory.recall(request.server, request.tool)
         if remembered:
             return Approval(True, "remembered", f"approved earlier for this {remembered}", "approved", remembered)
         gone: list[str] = []  # channels whose human went away before answering (a console quit)
@@ -167,7 +182,7 @@ class Approver:
                     gone.append(channel.name)
                     continue
                 if answer.approved and answer.scope in ("session", "always"):
-                    self._memory.remember(request.server, request.tool, answer.scope, request.rule, answer.channel)
+                    await self._memory.keep(request.server, request.tool, answer.scope, request.rule, answer.channel)
                 return answer
             why = (f"the {' and the '.join(gone)} went away before answering, and no other approval channel is "
                    "available; denied") if gone else NO_CHANNEL_HINT

@@ -18,6 +18,7 @@ the caller decides the JSON-RPC error and the audit record.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import time
@@ -306,6 +307,16 @@ def rate_refusal(key: str, requests: int, per: float, retry_after: float, rule: 
     )
 
 
+def state_file_refusal(path: Path, error: OSError, key: str) -> Refusal:
+    return Refusal(
+        "state", 0.0,
+        f"the token budget's state file {path} could not be used ({error}); the request is refused rather "
+        "than run past its budget. Check the state directory (`mcp-sampling-proxy doctor`), or look for a "
+        "process holding the file's lock",
+        key=key,
+    )
+
+
 def concurrency_refusal(key: str, limit: int, active: int, rule: str | None) -> Refusal:
     noun = "request is" if active == 1 else "requests are"
     return Refusal(
@@ -579,17 +590,31 @@ class Limiters:
                 return
         if self._budget is None:
             self._budget = TokenBudget()
-        local = self._budget.reserve(key, tokens, per, worst, rule=rule.name)
+        budget = self._budget
+        # The state file is shared with the user's other proxies (and reachable by the server): its lock
+        # and fsync are waited for in a worker thread, never on the event loop that relays messages.
+        try:
+            local = await anyio.to_thread.run_sync(
+                functools.partial(budget.reserve, key, tokens, per, worst, rule=rule.name))
+        except OSError as exc:
+            yield state_file_refusal(budget.store.path, exc, key)
+            return
         if isinstance(local, Refusal):
             yield local
             return
         try:
             yield hold
         finally:
-            if hold.tokens == 0:
-                self._budget.cancel(local)
-            else:
-                self._budget.settle(local, hold.tokens)
+            with anyio.CancelScope(shield=True):
+                try:
+                    if hold.tokens == 0:
+                        await anyio.to_thread.run_sync(budget.cancel, local)
+                    else:
+                        await anyio.to_thread.run_sync(budget.settle, local, hold.tokens)
+                except OSError as exc:  # the reservation expires by itself (RESERVATION_TTL)
+                    log.error("could not settle a token reservation in the state file; it expires by itself "
+                              "and this request's usage is not charged", path=str(budget.store.path), key=key,
+                              error=str(exc))
 
     async def _settle_shared(self, reservation: Reservation, hold: BudgetHold) -> None:
         from mcp_sampling_proxy.quotas.redis_store import StateUnavailable

@@ -16,9 +16,13 @@ rename means a reader (or a proxy that crashes mid-write) only ever sees a compl
 complete new file. Truncate-and-write in place would be correct under the lock too, but a
 crash between the truncate and the write would lose every budget.
 
-Updates block the calling thread for as long as another proxy holds the lock (well under a
-millisecond of work per update, plus the fsync); from async code call them directly for the
-rare case, or through `anyio.to_thread.run_sync` when that pause matters.
+Updates block the calling thread while another proxy holds the lock (well under a millisecond
+of work per update, plus the fsync), so the proxy makes them in a worker thread, never on the
+event loop that relays messages. Anyone running as the user (a governed server too) can hold the
+lock or put something else at the file's path, so both are bounded: the lock is waited for at most
+LOCK_WAIT seconds (then TimeoutError, an OSError), and only a regular file of at most
+MAX_STATE_BYTES is read (a FIFO would block the read forever, /dev/zero would never end); anything
+else is moved aside like a corrupt file.
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ import contextlib
 import fcntl
 import json
 import os
+import stat
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -40,6 +46,9 @@ log = get_logger("mcp_sampling_proxy.quotas.state")
 __all__ = ["APP_DIR", "STATE_DIR_ENV", "JsonStateFile", "state_dir"]  # the directory itself: config.dirs
 
 T = TypeVar("T")
+
+LOCK_WAIT = 5.0  # seconds an update waits for another process's lock before giving up
+MAX_STATE_BYTES = 16 * 1024 * 1024  # a state file past this is not read (budgets and approvals are small)
 
 
 class JsonStateFile:
@@ -60,7 +69,7 @@ class JsonStateFile:
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         lock_fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
-            fcntl.flock(lock_fd, fcntl.LOCK_EX)
+            _lock(lock_fd, self.lock_path)
             data, before = self._read()
             result = fn(data)
             after = _encode(data)
@@ -78,9 +87,11 @@ class JsonStateFile:
         """The data and its text as read ("" when it must be rewritten). Other OS errors
         (permissions, I/O) propagate: overwriting a file we could not read would lose it."""
         try:
-            raw = self.path.read_bytes()
+            raw = _read_regular(self.path)
         except FileNotFoundError:
             return {}, _encode({})
+        except _NotAStateFile as exc:
+            return self._set_aside(str(exc))
         if not raw.strip():
             if raw:
                 log.warning("state file is blank; starting from empty state", path=str(self.path))
@@ -93,6 +104,9 @@ class JsonStateFile:
             problem = f"is not valid JSON ({exc})"
         if problem is None:
             return data, text
+        return self._set_aside(problem)
+
+    def _set_aside(self, problem: str) -> tuple[dict[str, Any], str]:
         saved = self.path.with_name(self.path.name + ".corrupt")
         with contextlib.suppress(OSError):
             os.replace(self.path, saved)
@@ -113,6 +127,45 @@ class JsonStateFile:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
+
+
+class _NotAStateFile(Exception):
+    """What is at the path is not a regular file of a sane size."""
+
+
+def _read_regular(path: Path) -> bytes:
+    """The file's bytes, when it is a regular file of at most MAX_STATE_BYTES (else _NotAStateFile).
+    O_NONBLOCK: opening a FIFO must not wait for a writer."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _NotAStateFile("it is not a regular file")
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.read(fd, 1 << 20):
+            size += len(chunk)
+            if size > MAX_STATE_BYTES:
+                raise _NotAStateFile(f"it is over {MAX_STATE_BYTES:,} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _lock(fd: int, path: Path) -> None:
+    """An exclusive flock on fd, waiting at most LOCK_WAIT seconds (TimeoutError after that)."""
+    deadline = time.monotonic() + LOCK_WAIT
+    delay = 0.001
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"{path} has been locked by another process for over {LOCK_WAIT:g} s") from None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
 
 
 def _encode(data: dict[str, Any]) -> str:

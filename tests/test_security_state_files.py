@@ -1,0 +1,105 @@
+"""The state directory is shared by the user's proxies and reachable by every server they govern (it
+runs as the same user). A server that holds a state file's lock, or puts a FIFO or a device where the
+file was, must not freeze the relay of any proxy, nor make it read without end."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+import anyio
+import pytest
+from fakes.llm_server import FakeLLMServer
+from support import proxy_command, proxy_env, sdk_host, tool_json, write_policy
+
+from mcp_sampling_proxy.quotas import state as state_module
+from mcp_sampling_proxy.quotas.state import JsonStateFile
+
+pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")  # ping: legacy era
+
+
+def policy_text(base_url: str, rules: str) -> str:
+    return ("llm:\n  providers:\n    fake:\n      type: openai\n"
+            f"      base_url: {base_url}\n      api_key_env: TEST_LLM_KEY\n      models: [gpt-small]\n"
+            "rules:\n" + rules)
+
+
+def proxy_setup(tmp_path: Path, policy: str) -> tuple[list[str], dict[str, str], Path]:
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    env = proxy_env(TEST_LLM_KEY="k", MCP_SAMPLING_PROXY_STATE_DIR=str(state),
+                    MCP_SAMPLING_PROXY_RUNTIME_DIR=str(tmp_path / "run"))
+    return proxy_command(write_policy(tmp_path, policy)), env, state
+
+
+@pytest.mark.anyio
+async def test_a_held_budget_lock_refuses_the_request_and_the_relay_keeps_going(tmp_path: Path,
+                                                                                llm: FakeLLMServer) -> None:
+    """Another process (the server can) takes budgets.json's lock and keeps it. The request waits for
+    it in a worker thread, so pings are answered meanwhile, and after the lock wait it is refused with
+    an error that names the file; nothing reached the LLM. (The wait was on the event loop, without
+    end: every message of the session stopped.)"""
+    command, env, state = proxy_setup(tmp_path, policy_text(
+        llm.base_url, "  - name: budgeted\n    action: allow\n    budget: {tokens: 10000, per: 1d}\n"))
+    lock = os.open(state / "budgets.json.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    order: list[str] = []
+    result: dict[str, object] = {}
+    try:
+        with anyio.fail_after(60):
+            async with sdk_host(command, env, tmp_path / "stderr.log") as client:
+                async def sample() -> None:
+                    result.update(tool_json(await client.call_tool("sample", {"prompt": "hi"})))
+                    order.append("sample answered")
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(sample)
+                    await anyio.sleep(0.5)  # the request is waiting for the lock by now
+                    await client.send_ping()
+                    order.append("ping answered")
+                    await client.call_tool("echo", {"text": "still relaying"})
+                    order.append("echo answered")
+    finally:
+        os.close(lock)
+    assert order == ["ping answered", "echo answered", "sample answered"]
+    error = result["error"]
+    assert isinstance(error, dict)
+    assert "budgets.json.lock has been locked by another process" in error["message"]
+    assert "the request is refused" in error["message"]
+    assert llm.requests == []
+
+
+@pytest.mark.anyio
+async def test_a_fifo_in_place_of_the_approvals_file_is_moved_aside(tmp_path: Path, llm: FakeLLMServer) -> None:
+    """approvals.json replaced by a FIFO: opening it to read would wait for a writer forever, on the
+    event loop. It is moved aside as unusable and the request goes on to be asked (here nobody can be,
+    so it is refused, as without a remembered approval)."""
+    command, env, state = proxy_setup(tmp_path, policy_text(llm.base_url, "  - name: ask\n    action: prompt\n"))
+    os.mkfifo(state / "approvals.json", 0o600)
+    with anyio.fail_after(60):
+        async with sdk_host(command, env, tmp_path / "stderr.log") as client:
+            result = tool_json(await client.call_tool("sample", {"prompt": "hi"}))
+            await client.send_ping()
+    assert "no approval channel is available" in result["error"]["message"]
+    assert (state / "approvals.json.corrupt").is_fifo()
+    assert "state file unusable" in (tmp_path / "stderr.log").read_text()
+    assert llm.requests == []
+
+
+@pytest.mark.parametrize("plant", ["device", "oversized"])
+def test_a_state_file_that_would_never_end_is_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       plant: str) -> None:
+    """A symlink to /dev/zero (a read without end) or a file past the size limit is set aside, and
+    the update starts from empty state, as for a corrupt file."""
+    path = tmp_path / "budgets.json"
+    if plant == "device":
+        path.symlink_to("/dev/zero")
+    else:
+        monkeypatch.setattr(state_module, "MAX_STATE_BYTES", 1024)
+        path.write_text('{"budgets": {}, "padding": "' + "x" * 2048 + '"}')
+    store = JsonStateFile(path, durable=False)
+    assert store.update(lambda data: dict(data)) == {}
+    assert (tmp_path / "budgets.json.corrupt").exists() or (tmp_path / "budgets.json.corrupt").is_symlink()
+    store.update(lambda data: data.update(ok=True))
+    assert store.read() == {"ok": True}
