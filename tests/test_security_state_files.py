@@ -103,3 +103,39 @@ def test_a_state_file_that_would_never_end_is_not_read(tmp_path: Path, monkeypat
     assert (tmp_path / "budgets.json.corrupt").exists() or (tmp_path / "budgets.json.corrupt").is_symlink()
     store.update(lambda data: data.update(ok=True))
     assert store.read() == {"ok": True}
+
+
+def test_a_held_audit_lock_fails_the_write_instead_of_hanging_it(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The audit log's lock held for good by someone else: a write gives up after LOCK_WAIT with the
+    audit error (the request is refused, as for any write that fails) instead of waiting forever."""
+    import threading
+
+    from mcp_sampling_proxy.audit import log as audit_log
+
+    monkeypatch.setattr(audit_log, "LOCK_WAIT", 0.5)
+    path = tmp_path / "audit.jsonl"
+    log = audit_log.AuditLog(str(path), fsync=False)
+    log.record(server="s", decision="allow")
+    holder = os.open(str(path) + ".lock", os.O_RDWR)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            log.record(server="s", decision="allow")
+        except BaseException as exc:  # noqa: BLE001 - what the writer raised is the point
+            errors.append(exc)
+
+    try:
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
+        writer.join(20)
+        assert not writer.is_alive(), "the audit write is still waiting for the lock"
+    finally:
+        os.close(holder)
+    assert len(errors) == 1 and isinstance(errors[0], audit_log.AuditError)
+    assert "audit.jsonl.lock has been locked by another process for over 0.5 s" in str(errors[0])
+    log.record(server="s", decision="allow")  # the lock is free again: writing works
+    log.close()
+    assert len(path.read_text().splitlines()) == 2

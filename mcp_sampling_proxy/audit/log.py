@@ -88,6 +88,7 @@ from mcp_sampling_proxy.audit.redact import Redactor
 from mcp_sampling_proxy.config.settings import AUDIT_CONTENT_MODES as CONTENT_MODES
 from mcp_sampling_proxy.config.settings import DEFAULT_AUDIT_MAX_BYTES as DEFAULT_MAX_BYTES
 from mcp_sampling_proxy.config.settings import FSYNC_BEFORE_ANSWER, WELL_KNOWN_KEY_VARS
+from mcp_sampling_proxy.flock import lock_within
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
@@ -113,6 +114,7 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 _NOT_GIVEN: Any = object()
 _MOVED_ASIDE: Any = object()  # what _repair says when the file's tail held no record within bounds
 _READ_CHUNK = 64 * 1024
+LOCK_WAIT = 30.0  # s a write waits for another writer's lock (sealing a large foreign tail takes seconds)
 SYNC_INTERVAL = 0.01  # s; audit.fsync: true fsyncs at most this often, a record at most this long after its write
 # Records written by the request being served in this task (see `AuditLog.every_ending`).
 class PendingRecord:
@@ -719,7 +721,7 @@ class _ChainFile:
             raise AuditError(f"the proxy's audit log cannot be written ({self._problem or 'closed'}); "
                              "the request is not answered without an audit record")
         try:
-            if not _flock(self._lock_fd, blocking):
+            if not _flock(self._lock_fd, blocking, self.path + ".lock"):
                 return False
             try:
                 left = self._as_left() if not blocking else None
@@ -916,24 +918,29 @@ class _ChainFile:
 
     def _locked(self) -> _Flock:
         assert self._lock_fd is not None
-        return _Flock(self._lock_fd)
+        return _Flock(self._lock_fd, self.path + ".lock")
 
 
 class _Flock:
-    def __init__(self, fd: int):
+    def __init__(self, fd: int, path: str):
         self._fd = fd
+        self._path = path
 
     def __enter__(self) -> None:
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        lock_within(self._fd, LOCK_WAIT, self._path)
 
     def __exit__(self, *exc: object) -> None:
         fcntl.flock(self._fd, fcntl.LOCK_UN)
 
 
-def _flock(fd: int, blocking: bool) -> bool:
-    """Take the exclusive lock; without `blocking`, False when another process holds it."""
+def _flock(fd: int, blocking: bool, path: str) -> bool:
+    """Take the exclusive lock; without `blocking`, False when another process holds it. Blocking,
+    it waits at most LOCK_WAIT (TimeoutError): anyone running as the user can hold it."""
+    if blocking:
+        lock_within(fd, LOCK_WAIT, path)
+        return True
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX if blocking else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return False
     return True

@@ -28,17 +28,16 @@ else is moved aside like a corrupt file.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import stat
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from mcp_sampling_proxy.config.dirs import APP_DIR, STATE_DIR_ENV, state_dir
+from mcp_sampling_proxy.flock import lock_within
 from mcp_sampling_proxy.log import get_logger
 
 log = get_logger("mcp_sampling_proxy.quotas.state")
@@ -69,7 +68,7 @@ class JsonStateFile:
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         lock_fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
-            _lock(lock_fd, self.lock_path)
+            lock_within(lock_fd, LOCK_WAIT, self.lock_path)
             data, before = self._read()
             result = fn(data)
             after = _encode(data)
@@ -151,21 +150,6 @@ def _read_regular(path: Path) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
-
-
-def _lock(fd: int, path: Path) -> None:
-    """An exclusive flock on fd, waiting at most LOCK_WAIT seconds (TimeoutError after that)."""
-    deadline = time.monotonic() + LOCK_WAIT
-    delay = 0.001
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"{path} has been locked by another process for over {LOCK_WAIT:g} s") from None
-            time.sleep(delay)
-            delay = min(delay * 2, 0.05)
 
 
 def _encode(data: dict[str, Any]) -> str:
