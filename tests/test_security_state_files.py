@@ -139,3 +139,27 @@ def test_a_held_audit_lock_fails_the_write_instead_of_hanging_it(tmp_path: Path,
     log.record(server="s", decision="allow")  # the lock is free again: writing works
     log.close()
     assert len(path.read_text().splitlines()) == 2
+
+
+def test_a_proxy_starting_while_the_audit_lock_is_held_still_writes_once_it_is_free(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Start-up gives up on the lock after LOCK_WAIT and says so, without calling the log unusable
+    (nothing is refused for it): the first record takes the lock (and checks the file's end) when it
+    is free again."""
+    from mcp_sampling_proxy.audit import log as audit_log
+
+    monkeypatch.setattr(audit_log, "LOCK_WAIT", 0.2)
+    path = tmp_path / "audit.jsonl"
+    holder = os.open(str(path) + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    try:
+        log = audit_log.AuditLog(str(path), fsync=False)
+    finally:
+        os.close(holder)
+    said = capsys.readouterr()
+    assert "another process holds the audit log's lock" in said.out + said.err
+    assert "unusable" not in said.out + said.err
+    log.check_usable()
+    log.record(server="s", decision="allow")
+    log.close()
+    assert '"server":"s"' in path.read_text()

@@ -681,6 +681,9 @@ class _ChainFile:
                     fd, head = self._move_aside(), None
                 st = os.fstat(fd)
                 self._known = (st.st_ino, st.st_size, head)  # as this writer leaves it (see _as_left)
+        except TimeoutError as exc:  # the first record takes the lock (and seals) instead
+            log.warning("another process holds the audit log's lock; the first record will check its end",
+                        path=self.path, error=str(exc))
         except OSError as exc:
             self._problem = _describe(exc)
             log.error("audit log unusable: sampling requests will be refused until it is fixed",
