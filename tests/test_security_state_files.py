@@ -163,3 +163,26 @@ def test_a_proxy_starting_while_the_audit_lock_is_held_still_writes_once_it_is_f
     log.record(server="s", decision="allow")
     log.close()
     assert '"server":"s"' in path.read_text()
+
+
+def test_a_fifo_in_place_of_a_stored_login_reads_as_no_login(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A remote server's stored OAuth login replaced by a FIFO (by a local server another proxy
+    governs): loading it must not wait for a writer forever (the proxy would never start)."""
+    import threading
+
+    from mcp_sampling_proxy.transport import oauth_store
+
+    monkeypatch.setenv("MCP_SAMPLING_PROXY_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setattr(oauth_store, "_keyring", lambda: None)
+    url = "https://mcp.example.com/mcp"
+    path = oauth_store.file_path(url, create=True)
+    os.mkfifo(path, 0o600)
+    loaded: list[object] = []
+    reader = threading.Thread(target=lambda: loaded.append(oauth_store.load(url)), daemon=True)
+    reader.start()
+    reader.join(10)
+    if reader.is_alive():  # let the stuck open finish, then fail
+        with open(path, "wb"):
+            pass
+        pytest.fail("loading the stored login waited on the FIFO")
+    assert loaded == [None]

@@ -30,15 +30,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from mcp_sampling_proxy.config.dirs import APP_DIR, STATE_DIR_ENV, state_dir
-from mcp_sampling_proxy.flock import lock_within
 from mcp_sampling_proxy.log import get_logger
+from mcp_sampling_proxy.shared_files import NotARegularFile, lock_within, read_regular
 
 log = get_logger("mcp_sampling_proxy.quotas.state")
 
@@ -86,10 +85,10 @@ class JsonStateFile:
         """The data and its text as read ("" when it must be rewritten). Other OS errors
         (permissions, I/O) propagate: overwriting a file we could not read would lose it."""
         try:
-            raw = _read_regular(self.path)
+            raw = read_regular(self.path, MAX_STATE_BYTES)
         except FileNotFoundError:
             return {}, _encode({})
-        except _NotAStateFile as exc:
+        except NotARegularFile as exc:
             return self._set_aside(str(exc))
         if not raw.strip():
             if raw:
@@ -126,30 +125,6 @@ class JsonStateFile:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
-
-
-class _NotAStateFile(Exception):
-    """What is at the path is not a regular file of a sane size."""
-
-
-def _read_regular(path: Path) -> bytes:
-    """The file's bytes, when it is a regular file of at most MAX_STATE_BYTES (else _NotAStateFile).
-    O_NONBLOCK: opening a FIFO must not wait for a writer."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise _NotAStateFile("it is not a regular file")
-        chunks: list[bytes] = []
-        size = 0
-        while chunk := os.read(fd, 1 << 20):
-            size += len(chunk)
-            if size > MAX_STATE_BYTES:
-                raise _NotAStateFile(f"it is over {MAX_STATE_BYTES:,} bytes")
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
 
 
 def _encode(data: dict[str, Any]) -> str:

@@ -21,8 +21,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mcp_sampling_proxy.config.atomic import write_atomic
+from mcp_sampling_proxy.shared_files import read_regular
 
 KEYRING_SERVICE = "mcp-sampling-proxy-oauth"
+MAX_LOGIN_BYTES = 1024 * 1024  # a stored login is a few KiB; anything past this is not read
 StoreKind = Literal["file", "keyring"]
 
 
@@ -110,7 +112,7 @@ def load(url: str) -> tuple[dict[str, Any], StoreKind] | None:
     """The stored record for `url` and where it lives, or None when nobody logged in."""
     path = file_path(url)
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
+        record = json.loads(read_regular(path, MAX_LOGIN_BYTES).decode("utf-8"))
         if isinstance(record, dict):
             return record, "file"
     except FileNotFoundError:
