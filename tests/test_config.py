@@ -216,6 +216,28 @@ def test_missing_policy_file(tmp_path: Path) -> None:
     assert str(info.value) == f"{path}: policy file not found"
 
 
+def test_a_policy_that_is_not_utf8_names_the_line_and_column(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_bytes(b"rules:\n  - name: caf\xe9\n    action: allow\n")
+    result = subprocess.run([PY, "-m", "mcp_sampling_proxy", "policy", "check", str(path)],
+                            capture_output=True, text=True, env=proxy_env(), timeout=60)
+    assert result.returncode == 1
+    assert result.stderr.strip() == f"{path}:2:14: not UTF-8 text (byte 0xe9); save the file as UTF-8"
+    assert "Traceback" not in result.stderr
+
+
+def test_a_fifo_given_as_the_policy_stops_the_proxy_with_an_error(tmp_path: Path) -> None:
+    """A FIFO (or a device) where the policy should be: reading it would wait for a writer for good,
+    before the proxy answered anything. The proxy stops at once and says what is wrong."""
+    path = tmp_path / "policy.yaml"
+    os.mkfifo(path)
+    result = subprocess.run([PY, "-m", "mcp_sampling_proxy", "--policy", str(path), "--", PY, "-c", "pass"],
+                            capture_output=True, text=True, env=proxy_env(), timeout=60, stdin=subprocess.DEVNULL)
+    assert result.returncode == 2
+    assert f"{path} is not a regular file: a policy must be a YAML file" in result.stderr
+    assert result.stdout == ""
+
+
 # -- a valid file ---------------------------------------------------------------------------------
 
 FULL = """\

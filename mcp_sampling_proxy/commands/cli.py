@@ -187,10 +187,12 @@ def _policy_text(path: str | None) -> str | None:
     so the full load reports the problem before anything starts."""
     if path is None:
         return None
+    from mcp_sampling_proxy.config.settings import read_policy_text
+    from mcp_sampling_proxy.config.yamlnodes import PolicyError
+
     try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except (OSError, UnicodeDecodeError):
+        return read_policy_text(path)
+    except PolicyError:
         return "\\"
 
 
