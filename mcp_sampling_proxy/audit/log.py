@@ -72,7 +72,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -585,38 +585,39 @@ def _rfind(fd: int, pattern: bytes, start: int, end: int) -> int:
     return -1
 
 
+def _chunks(fd: int, start: int, end: int) -> Iterator[tuple[int, bytes]]:
+    """(offset, bytes) of file[start:end], a chunk at a time (fewer when the file is shorter)."""
+    pos = start
+    while pos < end:
+        chunk = os.pread(fd, min(_LINE_CHUNK, end - pos), pos)
+        if not chunk:
+            return
+        yield pos, chunk
+        pos += len(chunk)
+
+
 def _line_at(fd: int, start: int, size: int) -> tuple[bytes | None, int]:
     """(the line at `start` without its newline, the newline's offset or `size` when it runs to the end).
     The line is None when it is longer than MAX_RECORD_BYTES: it is then not read whole."""
     pieces: list[bytes] = []
-    pos = start
-    while pos < size:
-        chunk = os.pread(fd, min(_LINE_CHUNK, size - pos), pos)
-        if not chunk:
-            break
+    for pos, chunk in _chunks(fd, start, size):
         newline = chunk.find(b"\n")
         if newline >= 0:
             chunk = chunk[:newline]
         if pos - start + len(chunk) > MAX_RECORD_BYTES:
-            end = pos + newline if newline >= 0 else _find_newline(fd, pos + len(chunk), size)
-            return None, end
+            return None, pos + newline if newline >= 0 else _find_newline(fd, pos + len(chunk), size)
         pieces.append(chunk)
         if newline >= 0:
             return b"".join(pieces), pos + newline
-        pos += len(chunk)
     return b"".join(pieces), size
 
 
 def _find_newline(fd: int, pos: int, size: int) -> int:
     """The offset of the next newline at or after `pos`, or `size`."""
-    while pos < size:
-        chunk = os.pread(fd, min(_LINE_CHUNK, size - pos), pos)
-        if not chunk:
-            break
+    for at, chunk in _chunks(fd, pos, size):
         found = chunk.find(b"\n")
         if found >= 0:
-            return pos + found
-        pos += len(chunk)
+            return at + found
     return size
 
 
@@ -624,14 +625,9 @@ def _digest_range(fd: int, start: int, end: int) -> tuple[Any, bool]:
     """(a sha256 of file[start:end], whether those bytes hold a newline), read in chunks."""
     sha = hashlib.sha256()
     has_newline = False
-    pos = start
-    while pos < end:
-        chunk = os.pread(fd, min(_LINE_CHUNK, end - pos), pos)
-        if not chunk:
-            break
+    for _pos, chunk in _chunks(fd, start, end):
         sha.update(chunk)
         has_newline = has_newline or b"\n" in chunk
-        pos += len(chunk)
     return sha, has_newline
 
 
