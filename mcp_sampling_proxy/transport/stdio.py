@@ -126,8 +126,17 @@ class StdioUpstream:
             self._writer.write_line(line)
 
     def _stderr_line(self, line: bytes) -> None:
+        """A line of the server's stderr, tagged, on ours: without escape sequences and control
+        characters (they would reach the terminal of whoever runs the proxy, or reads its log, with
+        `try` or a host's log tail: a server could set the title, write the clipboard, hide text),
+        and on one line (a carriage return or a Unicode line separator could forge a line of ours)."""
+        from mcp_sampling_proxy.sanitize import strip_controls
+
+        text = line.decode("utf-8", "replace")
+        if not text.isascii() or not text.isprintable():
+            text = strip_controls(text).replace("\n", " ")
         with contextlib.suppress(OSError):
-            os.write(2, b"[upstream " + self.label.encode("utf-8", "replace") + b"] " + line + b"\n")
+            os.write(2, b"[upstream " + self.label.encode("utf-8", "replace") + b"] " + text.encode() + b"\n")
 
     @property
     def returncode(self) -> int | None:
