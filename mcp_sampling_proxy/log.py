@@ -48,15 +48,29 @@ def scrub_secrets(_logger: Any, _method: str, event: EventDict) -> EventDict:
             _redactor.scrub(str(v)) if isinstance(v, BaseException) else v for k, v in event.items()}
 
 
+def terminal_safe(_logger: Any, _method: str, event: EventDict) -> EventDict:
+    """Every string of the event without escape sequences and control characters, on one line
+    (a traceback keeps its lines): fields often carry a server's text (an error it sent, a method name)."""
+    from mcp_sampling_proxy.sanitize import strip_controls
+
+    def clean(key: str, value: Any) -> Any:
+        if not isinstance(value, str) or (value.isascii() and value.isprintable()):
+            return value
+        value = strip_controls(value)
+        return value if key == "exception" else value.replace("\n", " ")
+
+    return {k: clean(k, v) for k, v in event.items()}
+
+
 def configure(level: str = "info", fmt: str | None = None) -> None:
     """Log to stderr as JSON (for hosts that collect it) or as readable lines on a terminal."""
     if fmt is None:
         fmt = "console" if sys.stderr.isatty() else "json"
-    renderer: structlog.typing.Processor
-    if fmt == "json":
-        renderer = structlog.processors.JSONRenderer(serializer=_json_line)
-    else:
-        renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+    renderers: list[structlog.typing.Processor]
+    if fmt == "json":  # JSON escapes every control character
+        renderers = [structlog.processors.JSONRenderer(serializer=_json_line)]
+    else:  # the console renderer writes strings as they are: a server's text must not reach a terminal so
+        renderers = [terminal_safe, structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())]
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -64,7 +78,7 @@ def configure(level: str = "info", fmt: str | None = None) -> None:
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
             scrub_secrets,  # after format_exc_info: a traceback may quote a key too
-            renderer,
+            *renderers,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[level.upper()]),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),

@@ -63,3 +63,28 @@ def test_on_a_terminal_the_server_cannot_set_its_title(tmp_path: Path) -> None:
         subprocess.run([*tmux, "kill-server"], check=False)
     assert "[upstream loud] hello red[mcp-sampling-proxy] forged second tab" in shown, shown
     assert "PWNED" not in title, f"the server set the terminal's title to {title!r}"
+
+
+ERROR_SERVER = ("import json, sys\n"
+                "request = json.loads(sys.stdin.readline())\n"
+                "message = 'bad\\x1b]0;PWNED-TITLE\\x07\\x1b[2Jforged'\n"
+                "print(json.dumps({'jsonrpc': '2.0', 'id': request['id'], 'error': {'code': -32603, "
+                "'message': message}}), flush=True)\n"
+                "sys.stdin.read()\n")
+
+
+def test_the_proxys_own_lines_on_a_terminal_lose_a_servers_escape_sequences(tmp_path: Path) -> None:
+    """The proxy logs a server's error text (here its answer to initialize). Readable console lines
+    (`--log-format console`, a terminal's default) print a string without spaces, quotes or line
+    breaks as it is: the server's escape sequences went straight to the terminal; now they are removed."""
+    command = [*PROXY, "--log-format", "console", "--name", "loud", "--", PY, "-c", ERROR_SERVER]
+    with RawHost(command, proxy_env(), tmp_path / "stderr.log") as host:
+        answer = host.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                             "clientInfo": {"name": "t", "version": "1"}})
+        host.close_stdin()
+        host.wait()
+    assert answer["error"]["message"].startswith("bad\x1b]0;")  # the host still gets it untouched
+    raw = (tmp_path / "stderr.log").read_bytes()
+    assert b"upstream answered the handshake with an error" in raw
+    assert b"\x1b" not in raw and b"\x07" not in raw and b"\r" not in raw
+    assert b"error=badforged" in raw
