@@ -250,3 +250,129 @@ async def test_a_server_that_needs_no_login_costs_no_login_lookups_per_message(h
             await client.list_tools()
     # one read of the store at start: the backend's probe and the lookup (it was 2 per message)
     assert len(lookups.read_text().splitlines()) <= 2
+
+
+@pytest.mark.anyio
+async def test_a_5_mb_result_over_sse_arrives_whole(http_server: HttpServer, tmp_path: Path) -> None:
+    """The SDK's HTTP client refuses SSE events over 1 MiB unless told otherwise; the proxy's limit
+    for a message is --max-message-bytes (64 MiB), over HTTP as over stdio, so a 5 MB tool result
+    (the fixture server answers in SSE) reaches the host as it does directly."""
+    with anyio.fail_after(60):
+        async with sdk_host(url_command(http_server.url), proxy_env(), tmp_path / "proxy.log") as client:
+            result = await client.call_tool("big", {"size": 5_000_000})
+            assert not result.is_error, tool_text(result)[:300]
+            assert len(tool_text(result)) == 5_000_000
+
+
+class _HugeJsonServer:
+    """A hostile Streamable HTTP server (raw http.server, in a thread): it answers tools/call with a
+    JSON body of `size` bytes, streamed, so it costs the server nothing and the client everything."""
+
+    def __init__(self, size: int):
+        import http.server
+        import threading
+
+        outer = self
+        self.size = size
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _json(self, payload: dict[str, object]) -> None:
+                body = json.dumps(payload).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Mcp-Session-Id", "s1")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's names
+                self.send_response(405)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def do_DELETE(self) -> None:  # noqa: N802
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def do_POST(self) -> None:  # noqa: N802
+                message = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                method, request_id = message.get("method"), message.get("id")
+                if request_id is None:
+                    self.send_response(202)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                elif method == "initialize":
+                    self._json({"jsonrpc": "2.0", "id": request_id, "result": {
+                        "protocolVersion": message["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                        "serverInfo": {"name": "huge", "version": "1"}}})
+                elif method == "tools/call":
+                    head = b'{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"' % (
+                        json.dumps(request_id).encode())
+                    tail = b'"}]}}'
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(head) + outer.size + len(tail)))
+                    self.end_headers()
+                    chunk = b"x" * (1 << 20)
+                    try:
+                        self.wfile.write(head)
+                        for _ in range(outer.size >> 20):
+                            self.wfile.write(chunk)
+                        self.wfile.write(tail)
+                    except OSError:  # the client stopped reading: as it should
+                        pass
+                else:
+                    self._json({"jsonrpc": "2.0", "id": request_id, "result": {"tools": [
+                        {"name": "huge", "inputSchema": {"type": "object"}}]} if method == "tools/list" else {}})
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/mcp"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _proxy_peak_mb() -> float:
+    """VmHWM of the proxy this test process started (its child running mcp_sampling_proxy)."""
+    import os
+
+    from support import children_of
+
+    for pid in children_of(os.getpid()):
+        try:
+            if b"mcp_sampling_proxy" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                status = Path(f"/proc/{pid}/status").read_text()
+                return next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")) / 1024
+        except OSError:
+            continue
+    raise AssertionError("the proxy process was not found")
+
+
+@pytest.mark.anyio
+async def test_a_json_answer_over_the_message_limit_is_cut_off_and_the_session_goes_on(tmp_path: Path) -> None:
+    """A server answering with a 200 MB JSON body: the SDK reads a JSON body whole, so the proxy
+    cuts it off at --max-message-bytes (here 8 MiB) and the host's request gets an error naming the
+    limit, as a line over the limit does over stdio; the session goes on. The body used to be read,
+    parsed and passed on whole."""
+    from mcp.shared.exceptions import MCPError
+
+    server = _HugeJsonServer(200 << 20)
+    try:
+        with anyio.fail_after(60):
+            command = url_command(server.url, None, "--max-message-bytes", str(8 << 20))
+            async with sdk_host(command, proxy_env(), tmp_path / "proxy.log") as client:
+                with pytest.raises(MCPError, match=r"over the proxy's limit of 8,388,608 bytes \(--max-message-bytes\)"):
+                    await client.call_tool("huge", {})
+                assert [tool.name for tool in (await client.list_tools()).tools] == ["huge"]
+                peak = _proxy_peak_mb()
+    finally:
+        server.close()
+    assert peak < 120, f"the proxy held {peak:.0f} MB for a 200 MB answer"

@@ -8,16 +8,19 @@ transport does not know the negotiated protocol version, so every message is sta
 
 from __future__ import annotations
 
+import functools
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import anyio
+import httpx2  # the SDK's HTTP client (this module is imported for --url and login only)
 
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.names import PROTOCOL_VERSION_META
+from mcp_sampling_proxy.transport.framing import DEFAULT_MAX_LINE
 
 log = get_logger("mcp_sampling_proxy.upstream")
 
@@ -70,11 +73,14 @@ class HttpUpstream:
 
     async def attach(self, on_line: Callable[[bytes], None], on_eof: Callable[[], None], *,
                      max_line: int | None = None, on_oversize: Any = None) -> None:
-        """(The HTTP transport enforces its own message limits; max_line/on_oversize are for pipes.)"""
+        """`max_line` bounds a message from the server here too: an SSE event (the SDK's limit, 1 MiB
+        by default, refused results a direct host gets) and a JSON response body. Past it the waiting
+        request gets an error from the transport; `on_oversize` is for pipes."""
         import asyncio
 
         self._on_line = on_line
         self._on_eof = on_eof
+        self._max_message = max_line or DEFAULT_MAX_LINE
         self._scope = anyio.CancelScope()  # created here: anyio needs the running loop
         # A task of its own (the proxy runs on asyncio): a task group entered here and left in
         # stop() would sit on the caller's cancel-scope stack in between and break its nesting.
@@ -87,7 +93,6 @@ class HttpUpstream:
             log.warning("upstream outbox full or closed; message dropped", size=len(line))
 
     async def _run(self) -> None:
-        import httpx2
         from mcp.client.streamable_http import streamable_http_client
         from mcp.shared._httpx_utils import create_mcp_http_client
 
@@ -96,10 +101,13 @@ class HttpUpstream:
 
             self._auth = HeadlessOAuth(self.url, on_secret=add_secret)
         try:
+            client = create_mcp_http_client(headers=self._headers, auth=self._auth)
+            client.event_hooks["response"].append(functools.partial(_cap_json_body, limit=self._max_message))
             with self._scope:
                 async with (
-                    create_mcp_http_client(headers=self._headers, auth=self._auth) as client,
-                    streamable_http_client(self.url, http_client=client) as (read_stream, write_stream),
+                    client,
+                    streamable_http_client(self.url, http_client=client, max_sse_event_size=self._max_message) as (
+                        read_stream, write_stream),
                     anyio.create_task_group() as tg,
                 ):
                     tg.start_soon(self._pump_out, write_stream, tg.cancel_scope)
@@ -211,6 +219,33 @@ class HttpUpstream:
         with anyio.move_on_after(2.0):
             await self._closed.wait()
         return 1 if self._failure else 0
+
+
+async def _cap_json_body(response: Any, *, limit: int) -> None:
+    """A response hook: a JSON body is read whole by the SDK, so it is cut off past `limit` bytes
+    (the SDK then answers the request with an error). SSE streams have the SDK's per-event limit."""
+    if response.headers.get("content-type", "").lower().startswith("application/json"):
+        response.stream = _CappedBody(response.stream, limit)
+
+
+class _CappedBody(httpx2.AsyncByteStream):
+    """A response byte stream that raises past `limit` bytes instead of growing without end."""
+
+    def __init__(self, inner: Any, limit: int):
+        self._inner = inner
+        self._limit = limit
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        seen = 0
+        async for chunk in self._inner:
+            seen += len(chunk)
+            if seen > self._limit:
+                raise httpx2.StreamError(f"the server's response is over the proxy's limit of {self._limit:,} "
+                                         "bytes (--max-message-bytes)")
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
 def _first_leaf(exc: BaseException) -> BaseException:
