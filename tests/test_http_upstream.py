@@ -290,17 +290,17 @@ class _HugeJsonServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def do_GET(self) -> None:  # noqa: N802 - http.server's names
+            def do_GET(self) -> None:
                 self.send_response(405)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
-            def do_DELETE(self) -> None:  # noqa: N802
+            def do_DELETE(self) -> None:
                 self.send_response(200)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 message = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 method, request_id = message.get("method"), message.get("id")
                 if request_id is None:
@@ -369,7 +369,8 @@ async def test_a_json_answer_over_the_message_limit_is_cut_off_and_the_session_g
         with anyio.fail_after(60):
             command = url_command(server.url, None, "--max-message-bytes", str(8 << 20))
             async with sdk_host(command, proxy_env(), tmp_path / "proxy.log") as client:
-                with pytest.raises(MCPError, match=r"over the proxy's limit of 8,388,608 bytes \(--max-message-bytes\)"):
+                limit = r"over the proxy's limit of 8,388,608 bytes \(--max-message-bytes\)"
+                with pytest.raises(MCPError, match=limit):
                     await client.call_tool("huge", {})
                 assert [tool.name for tool in (await client.list_tools()).tools] == ["huge"]
                 peak = _proxy_peak_mb()
