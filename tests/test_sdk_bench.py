@@ -78,3 +78,12 @@ def test_direct_sampling_calls_send_the_body_the_proxy_sends() -> None:
     bench = load_module()
     adapter = OpenAIAdapter(ProviderConfig(name="fake", type="openai", base_url="http://127.0.0.1:9/v1"))
     assert adapter.build_request(bench.SAMPLING_PARAMS, bench.LLM_MODEL) == bench.DIRECT_BODY
+
+
+def test_relay_micro_runs_the_real_relay_and_reports_its_cost() -> None:
+    """bench/relay_micro.py (the relay's own work per message, in-process) passes every message on
+    (it exits non-zero otherwise) and prints the figure."""
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "relay_micro.py"), "--pairs", "500"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("relay logic: ") and "us per request+response (450 pairs)" in done.stdout
