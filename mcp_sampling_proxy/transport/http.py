@@ -117,7 +117,7 @@ class HttpUpstream:
                             continue
                         line = self._login_error(item.message) or item.message.model_dump_json(
                             by_alias=True, exclude_unset=True).encode()
-                        self._note_version(line)
+                        self._note_version(item.message)
                         self._on_line(line)
                     tg.cancel_scope.cancel()
         except Exception as exc:
@@ -152,12 +152,12 @@ class HttpUpstream:
         return jsonrpc.error_response(message.id, jsonrpc.INTERNAL_ERROR, why,
                                       data={"login": login_command(self.url)})
 
-    def _note_version(self, line: bytes) -> None:
-        """The negotiated version comes from the initialize result, not the request."""
-        if b'"protocolVersion"' in line and b'"serverInfo"' in line:
-            result = json.loads(line).get("result")
-            if isinstance(result, dict) and isinstance(result.get("protocolVersion"), str):
-                self._version = result["protocolVersion"]
+    def _note_version(self, message: Any) -> None:
+        """The negotiated version comes from the initialize result, not the request (read from the
+        parsed message: a large result that quotes both names is not parsed a second time)."""
+        result = getattr(message, "result", None)
+        if isinstance(result, dict) and "serverInfo" in result and isinstance(result.get("protocolVersion"), str):
+            self._version = result["protocolVersion"]
 
     def describe_end(self, code: int | None) -> str:
         return self._failure or "closed the connection"
