@@ -291,3 +291,34 @@ def test_a_tail_another_writer_left_is_read_back_off_the_event_loop(tmp_path: Pa
     assert readers and threading.main_thread().name not in readers, readers
     records = [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")]
     assert [r["event"] for r in records][-2:] == ["seal", "decision"]
+
+
+def test_a_rotation_is_done_off_the_event_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request's record that takes the file past audit.max_bytes starts a rotation: renames, an
+    fsync of the old file and a read of its tail for the link. The request's write does that in a
+    worker thread, not on the event loop that relays messages (the fast path there only appends)."""
+    import asyncio
+
+    from mcp_sampling_proxy.audit import log as audit_log
+
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog(str(path), fsync=True, max_bytes=2000)
+    log.record(server="s", decision="allow", reason="x" * 1200)
+    rotations: list[str] = []
+    real = audit_log._ChainFile._rotate
+
+    def spy(self: Any) -> int:
+        rotations.append(threading.current_thread().name)
+        return real(self)
+
+    monkeypatch.setattr(audit_log._ChainFile, "_rotate", spy)
+
+    async def request() -> None:
+        async with log.every_ending({"server": "s", "method": "sampling/createMessage"}, {}):
+            log.record(decision="allow", reason="y" * 1200)
+
+    asyncio.run(request())
+    log.close()
+    assert len(rotations) == 1 and rotations[0] != threading.main_thread().name, rotations
+    first = json.loads((tmp_path / "audit.jsonl").read_text().splitlines()[0])
+    assert first["continues"] == "audit.jsonl.1" and first["reason"] == "y" * 1200

@@ -726,7 +726,8 @@ class _ChainFile:
                 left = self._as_left() if not blocking else None
                 if not blocking and left is None:
                     return False  # someone else wrote: reading their tail back is the worker thread's job
-                self._append(record, left)
+                if not self._append(record, left):
+                    return False
             finally:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
         except OSError as exc:
@@ -755,8 +756,10 @@ class _ChainFile:
         with self._thread_lock:
             return os.dup(self._fd) if self._fd is not None else None
 
-    def _append(self, record: dict[str, Any], left: os.stat_result | None = None) -> None:
-        """`left`: the file's stat, when `_as_left` just found it as this writer left it."""
+    def _append(self, record: dict[str, Any], left: os.stat_result | None = None) -> bool:
+        """`left`: the file's stat, when `_as_left` just found it as this writer left it (on the event
+        loop). False, with nothing written, when the record would start a rotation there: renames, an
+        fsync and reading the rotated file's tail are the worker thread's job."""
         if left is not None and self._fd is not None:
             fd, st = self._fd, left
         else:
@@ -770,13 +773,18 @@ class _ChainFile:
             size = st.st_size if unchanged else os.fstat(fd).st_size  # a seal was written: look again
         line, last_hash = self._finish(record, head or GENESIS, self.seq + 1)
         if self.max_bytes and size > 0 and size + len(line) > self.max_bytes:
+            if left is not None:
+                return False
             fd = self._rotate()
             size = 0
         if size > 0:
             self._write(fd, line, self.seq + 1, last_hash)
-            return
+            return True
+        if left is not None:  # a new file's first record links to the rotated one: its tail is read
+            return False
         line, last_hash = self._finish(record, *self._start_of_file())
         self._write(fd, line, self.seq + 1, last_hash)
+        return True
 
     def _start_of_file(self) -> tuple[str, int, str | None]:
         """(prev_hash, seq, continues) of the first record of a new file: it links to the rotated file."""
