@@ -121,8 +121,9 @@ class LongLine:
 
 
 def _lines(path: str) -> Iterator[tuple[int, int, bytes | LongLine]]:
-    """(line number, offset, raw bytes with their newline) of each line of the file; a line over
-    MAX_RECORD_BYTES comes as a LongLine (read its pieces or not: the next line is found either way)."""
+    """(line number, offset, raw bytes with their newline) of each line of the file; a line that
+    cannot be a record (over MAX_RECORD_BYTES, or over 64 KiB without a leading "{") comes as a
+    LongLine (read its pieces or not: the next line is found either way)."""
     with _open(path) as f:
         offset = 0
         number = 0
