@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,11 @@ from support import PROXY, PY, ROOT, RawHost, free_port, openai_policy, proxy_co
 FLOOD = str(ROOT / "tests" / "fixtures" / "hostile" / "sampling_flood.py")
 HANG = 120.0  # only stops a hang; no test asserts a timing
 SAMPLE = {"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}], "maxTokens": 20}
+# a 2026-07-28 era host that can sample (tests/fixtures/modern_raw_server.py asks for input in rounds)
+MODERN_SERVER = [PY, str(ROOT / "tests" / "fixtures" / "modern_raw_server.py")]
+MODERN_META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+               "io.modelcontextprotocol/clientCapabilities": {"sampling": {}},
+               "io.modelcontextprotocol/clientInfo": {"name": "modern-host", "version": "1"}}
 GATE = "sampling:\n  max_concurrent: 16\n  max_queued: 512\n"  # the per-proxy queue must not refuse first
 
 
@@ -178,3 +184,52 @@ def test_a_missing_url_env_stops_the_proxy_with_what_to_set(tmp_path: Path) -> N
     assert done.returncode == 2
     assert "TEAM_REDIS_URL is not set" in done.stderr and "redis://HOST:6379/0" in done.stderr
     assert done.stdout == ""
+
+
+def test_sampling_hosts_answer_counts_in_the_shared_rate_window(tmp_path: Path, llm: FakeLLMServer,
+                                                                 redis_url: str) -> None:
+    """With `state: redis`, sampling a 2026-era host answers is admitted by the proxy's own window
+    (that check cannot wait for Redis) and then counted in the shared one, so the fleet's limit sees
+    it: another proxy for the same server (handshake era, the proxy's own LLM) finds the window full."""
+    from support import sdk_host, tool_json
+
+    rules = ("rules:\n  - name: two-a-minute\n    when: {method: sampling}\n    action: allow\n"
+             "    rate_limit: {requests: 2, per: 1m}\n")
+    state = f"state:\n  backend: redis\n  url: {redis_url}\n  prefix: 'fleet:'\n"
+    modern = tmp_path / "modern"
+    modern.mkdir()
+    modern_policy = write_policy(modern, openai_policy(llm.base_url, rules=rules) + state +
+                                 "elicitation: {non_interactive: accept_defaults}\nupstream:\n  era: any\n")
+    modern_env = proxy_env(TEST_LLM_KEY="k", MCP_SAMPLING_PROXY_STATE_DIR=str(modern / "state"))
+    with RawHost(proxy_command(modern_policy, "--name", "shared", upstream=MODERN_SERVER), modern_env,
+                 modern / "stderr.log") as h:
+        rounds = [h.request("tools/call", {"name": "mixed", "arguments": {}, "_meta": MODERN_META}) for _ in range(2)]
+        h.close_stdin()  # a clean end: the counts still on their way to Redis are waited for
+        assert h.wait() == 0
+    assert all("s" in r["result"]["inputRequests"] for r in rounds)  # both shown to the host
+    assert redis_cli(redis_url, "ZCARD", "fleet:{rate:two-a-minute@shared}") == "2"
+
+    classic = tmp_path / "classic"
+    classic.mkdir()
+    policy = write_policy(classic, openai_policy(llm.base_url, rules=rules) + state)
+    env = proxy_env(TEST_LLM_KEY="k", MCP_SAMPLING_PROXY_STATE_DIR=str(classic / "state"))
+
+    async def sample() -> Any:
+        async with sdk_host(proxy_command(policy, "--name", "shared"), env, classic / "stderr.log") as client:
+            return tool_json(await client.call_tool("sample", {"prompt": "hi"}))
+
+    result = anyio.run(sample)
+    assert "rate limit of rule 'two-a-minute' exceeded" in result["error"]["message"]
+    assert llm.requests == []
+
+    # A new proxy whose own window is empty: it lets the host answer one (its check cannot wait for
+    # Redis), learns from the count that the shared window is full, and admits no more until it has room.
+    again = modern / "again.log"
+    with RawHost(proxy_command(modern_policy, "--name", "shared", upstream=MODERN_SERVER), modern_env, again) as h:
+        first = h.request("tools/call", {"name": "mixed", "arguments": {}, "_meta": MODERN_META})
+        deadline = time.monotonic() + 10
+        while "the shared rate window was full" not in again.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        second = h.request("tools/call", {"name": "mixed", "arguments": {}, "_meta": MODERN_META})
+    assert "s" in first["result"]["inputRequests"]
+    assert "s" not in second["result"]["inputRequests"]  # the proxy kept it, and refuses it with the limit

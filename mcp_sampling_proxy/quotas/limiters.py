@@ -496,6 +496,8 @@ class Limiters:
         self.concurrency = ConcurrencyLimiter()
         self._budget = budget
         self.shared = shared
+        self._shared_full_until: dict[str, float] = {}  # key -> when the shared window said it has room again
+        self._counting: set[Any] = set()  # tasks counting host-answered admissions in the shared window
 
     @asynccontextmanager
     async def hold(self, rule: Rule | None, key: str) -> AsyncIterator[Refusal | None]:
@@ -528,12 +530,45 @@ class Limiters:
 
     def admit_now(self, rule: Rule | None, key: str) -> Refusal | None:
         """The rule's rate limit for a request that is not held here (sampling the host answers in a
-        2026-07-28 round): counted in this proxy's own window at once, as the check cannot wait for
-        a shared store. None when admitted (or the rule has no rate limit)."""
+        2026-07-28 round): decided in this proxy's own window at once, as the check cannot wait for
+        a shared store. With one, the admission is then counted there too (other proxies' checks see
+        it), and while the shared window last said it is full, nothing is admitted here: the proxy
+        serves the request and its own shared check refuses it. None when admitted (or no limit)."""
         limit = rule.rate_limit if rule else None
         if rule is None or limit is None or limit.requests is None or limit.per is None:
             return None
-        return self.rate.try_acquire(key, limit.requests, limit.per, rule=rule.name)
+        if self.shared is not None and time.monotonic() < self._shared_full_until.get(key, 0.0):
+            return rate_refusal(key, limit.requests, limit.per, self._shared_full_until[key] - time.monotonic(),
+                                rule.name)
+        refusal = self.rate.try_acquire(key, limit.requests, limit.per, rule=rule.name)
+        if refusal is None and self.shared is not None:
+            self._count_shared(key, limit.requests, limit.per, rule.name)
+        return refusal
+
+    def _count_shared(self, key: str, requests: int, per: float, rule: str) -> None:
+        """Count an admission made without the shared store in it, once the store answers."""
+        import asyncio
+
+        from mcp_sampling_proxy.quotas.redis_store import StateUnavailable
+
+        assert self.shared is not None
+        shared = self.shared
+
+        async def count() -> None:
+            try:
+                refusal = await shared.store.try_rate(key, requests, per, rule=rule)
+            except StateUnavailable as exc:
+                log.warning("could not count sampling the host answered in the shared rate window", key=key,
+                            store=shared.where, error=str(exc))
+                return
+            if refusal is not None:  # others filled it: admit nothing more here until it has room
+                self._shared_full_until[key] = time.monotonic() + refusal.retry_after
+                log.warning("the shared rate window was full when this proxy let the host answer a request",
+                            key=key, rule=rule, retry_after=round(refusal.retry_after, 1))
+
+        task = asyncio.get_running_loop().create_task(count())
+        self._counting.add(task)
+        task.add_done_callback(self._counting.discard)
 
     async def _rate(self, key: str, requests: int, per: float, rule: str) -> Refusal | None:
         if self.shared is not None:
@@ -631,6 +666,10 @@ class Limiters:
 
     async def aclose(self) -> None:
         if self.shared is not None:
+            if self._counting:  # admissions still being counted in the shared window
+                import asyncio
+
+                await asyncio.wait(self._counting, timeout=2.0)
             await self.shared.store.aclose()
 
 

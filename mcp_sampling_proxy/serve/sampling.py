@@ -210,8 +210,9 @@ class SamplingService:
         """True when a 2026-07-28 round's sampling request is left to the host: it is routed there,
         the caps and the policy let it through, and the rule's rate limit admits it (a refused
         request must not reach the host; the proxy answers it with the refusal). The admission
-        counts against the limit, as a host-routed request does in the handshake era. The window is
-        this proxy's own, also with `state: redis` (this check cannot wait for the store)."""
+        counts against the limit, as a host-routed request does in the handshake era. It is decided in
+        this proxy's own window (this check cannot wait for a shared store) and then counted in the
+        shared one (`Limiters.admit_now`)."""
         origin = Origin(session.server_name, session.host_name, tools, session.server_reported)
         try:
             judged = judge_sampling(self._settings, params, origin)
