@@ -101,7 +101,7 @@ async def _session(
     with anyio.fail_after(timeout):
         async with Client(stdio_client(params, errlog=errlog), mode="legacy") as client:
             tools = (await client.list_tools()).tools
-            print("tools: " + ", ".join(t.name for t in tools), flush=True)
+            print("tools: " + ", ".join(strip_controls(t.name) for t in tools), flush=True)  # the server's names
             if tool is None:
                 return 0, "(no --tool given: nothing called)"
             if tool not in {t.name for t in tools}:
