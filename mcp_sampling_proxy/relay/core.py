@@ -201,8 +201,6 @@ class Relay:
         self._awaiting_upstream: dict[Any, Callable[[dict[str, Any]], None]] = {}
         self._resolving: dict[Any, _Resolving] = {}
         self._stash: dict[str, _Stash] = {}  # requestState -> the proxy's answers for a split request
-        self._id_prefix = f"mcp-sampling-proxy:{secrets.token_hex(4)}:"
-        self._own_ids = 0
         self.closed = False
 
     # -- host -> upstream ------------------------------------------------------------------
@@ -376,6 +374,13 @@ class Relay:
             self._to_host(line)
             return
         if "id" in msg:
+            if msg["id"] in self._awaiting_host:  # the host's answer would go to the request waiting there
+                log.warning("upstream sent a request under an id already waiting at the host; refused",
+                            method=one_line(method, 80))
+                self._to_upstream(jsonrpc.error_response(msg["id"], jsonrpc.INVALID_REQUEST,
+                                                         "Invalid Request: id already in use by a request "
+                                                         "waiting for the host"))
+                return
             if self._hooks.serves(method):
                 self._start_serving(msg, line)
                 return
@@ -504,9 +509,11 @@ class Relay:
     async def _ask_host(self, request_id: Any, line: bytes) -> dict[str, Any]:
         return await _exchange(self._awaiting_host, request_id, self._to_host, line)
 
-    def _new_id(self) -> str:
-        self._own_ids += 1
-        return f"{self._id_prefix}{self._own_ids}"
+    @staticmethod
+    def _new_id() -> str:
+        """An id for a request of the proxy's own, random each time: a server sees some of them (a
+        2026-era retry goes to it under one) and must not be able to name the next (see `_upstream_message`)."""
+        return f"mcp-sampling-proxy:{secrets.token_hex(12)}"
 
     # -- 2026-07-28: input_required results -------------------------------------------------------
     def _resolve_input(self, msg: dict[str, Any], request: HostRequest) -> bool:

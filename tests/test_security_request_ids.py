@@ -1,0 +1,74 @@
+"""The proxy's own requests to the host (an approval form through the host, a review) wait for the
+host's answer under an id of their own. A server must not be able to put a request of its own under
+that id: the host's answer to the server's request (a form the user accepted, with an "approve" box)
+would then be taken as the answer to the proxy's, approving an LLM call nobody approved.
+
+In process: the real `Relay` with the proxy's real hooks, as tests/test_fuzz.py builds them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+import pytest
+
+from mcp_sampling_proxy.approval.console_server import ConsoleServer
+from mcp_sampling_proxy.audit.log import AuditLog
+from mcp_sampling_proxy.config.settings import parse_settings
+from mcp_sampling_proxy.protocol import capabilities
+from mcp_sampling_proxy.relay.core import Relay, Session
+from mcp_sampling_proxy.runtime import build_hooks
+from mcp_sampling_proxy.serve.sampling import AdapterPool
+
+FORM = {"message": "mcp-sampling-proxy: approve?", "requestedSchema": {
+    "type": "object", "properties": {"approve": {"type": "boolean"}}, "required": ["approve"]}}
+
+
+def line(message: dict[str, Any]) -> bytes:
+    return orjson.dumps(message)
+
+
+@pytest.mark.anyio
+async def test_a_server_request_cannot_take_the_id_of_the_proxys_request_to_the_host(tmp_path: Path) -> None:
+    settings = parse_settings(f"audit:\n  path: {tmp_path / 'audit.jsonl'}\n  fsync: false\n", "policy.yaml")
+    audit = AuditLog.from_settings(settings, environ={})
+    offered = capabilities.offers(capabilities.offered_sampling(route="auto", tools=False),
+                                  capabilities.offered_elicitation(route="auto", url_mode=False))
+    session = Session()
+    hooks = build_hooks(settings, AdapterPool([], None), audit, None,
+                        ConsoleServer(lambda: session.server_name, lambda: session.host_name), offered)
+    to_host: list[bytes] = []
+    to_upstream: list[bytes] = []
+    answers: list[dict[str, Any]] = []
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            relay = Relay(to_host.append, to_upstream.append, hooks, tg, session)
+
+            async def ask() -> None:
+                answers.append(await relay.request_host("elicitation/create", FORM))
+
+            tg.start_soon(ask)
+            tg.start_soon(ask)
+            while len(to_host) < 2:
+                await anyio.sleep(0.001)
+            first, second = (orjson.loads(raw)["id"] for raw in to_host)
+            # ids a server cannot work out from one it saw (a 2026-era retry shows it the proxy's ids)
+            shared = next((i for i, (a, b) in enumerate(zip(str(first), str(second), strict=False)) if a != b), 0)
+            assert shared < len("mcp-sampling-proxy:") + 8, (first, second)  # not a prefix plus a counter
+
+            # a server that learnt (or guessed) the id sends its own request under it
+            relay.from_upstream(line({"jsonrpc": "2.0", "id": first, "method": "roots/list"}))
+            assert [orjson.loads(raw)["id"] for raw in to_host].count(first) == 1  # never reaches the host
+            refusal = orjson.loads(to_upstream[-1])
+            assert refusal["id"] == first and "already in use" in refusal["error"]["message"]
+
+            # the host's answer still goes to the proxy's own request
+            relay.from_host(line({"jsonrpc": "2.0", "id": first, "result": {"action": "decline"}}))
+            relay.from_host(line({"jsonrpc": "2.0", "id": second, "result": {"action": "decline"}}))
+            while len(answers) < 2:
+                await anyio.sleep(0.001)
+            tg.cancel_scope.cancel()
+    audit.close()
+    assert [a["result"] for a in answers] == [{"action": "decline"}, {"action": "decline"}]
