@@ -374,12 +374,13 @@ class Relay:
             self._to_host(line)
             return
         if "id" in msg:
-            if msg["id"] in self._awaiting_host:  # the host's answer would go to the request waiting there
-                log.warning("upstream sent a request under an id already waiting at the host; refused",
-                            method=one_line(method, 80))
+            if msg["id"] in self._awaiting_host or msg["id"] in self._served:
+                # the host's answer would go to the request waiting there (a proxy approval form's, or the
+                # server's own earlier one), and the earlier one's end would drop the later one's waiter
+                log.warning("upstream sent a request under an id already in use; refused", method=one_line(method, 80))
                 self._to_upstream(jsonrpc.error_response(msg["id"], jsonrpc.INVALID_REQUEST,
                                                          "Invalid Request: id already in use by a request "
-                                                         "waiting for the host"))
+                                                         "the proxy or the host is still answering"))
                 return
             if self._hooks.serves(method):
                 self._start_serving(msg, line)
