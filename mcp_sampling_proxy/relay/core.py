@@ -496,8 +496,8 @@ class Relay:
     async def request_host(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         """A request the proxy itself sends to the host (e.g. an approval form).
 
-        Its id comes from a private, non-numeric id space, so it can never collide with the
-        server's ids, and its response is consumed here: it never reaches the upstream."""
+        Its id is random (`_new_id`), and a server request under an id waiting here is refused
+        (`_upstream_message`), so the host's answer is this request's; it never reaches the upstream."""
         request_id = self._new_id()
         line = jsonrpc.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
         try:
