@@ -439,3 +439,22 @@ def test_codex_env_vars_in_either_form_pass_the_key(environment: Path, tmp_path:
     assert "'remote': TEST_LLM_KEY (for provider 'fake') is not set in the entry's env or its env_vars list" \
         in wrapped
     assert "'none': TEST_LLM_KEY (for provider 'fake') is not set" in wrapped
+
+
+def test_a_state_file_set_aside_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A budgets file that could not be used (here a FIFO put in its place) is moved aside by the
+    next proxy, which starts over from empty budgets: doctor says so, so the user learns of it."""
+    import os
+
+    from mcp_sampling_proxy.quotas.state import JsonStateFile
+
+    state = tmp_path / "state"
+    state.mkdir()
+    monkeypatch.setenv("MCP_SAMPLING_PROXY_STATE_DIR", str(state))
+    os.mkfifo(state / "budgets.json")
+    JsonStateFile(state / "budgets.json", durable=False).update(lambda data: None)  # as a proxy's next update
+    code, out = doctor(capsys)
+    assert code == 0
+    assert "! budgets.json.corrupt in the state directory: budgets.json could not be used and was set aside" in out
+    assert f"fix: look at {state / 'budgets.json.corrupt'}" in out

@@ -20,6 +20,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -381,6 +382,11 @@ def check_files(settings: Any) -> Section:
                     "make it writable by you, or set MCP_SAMPLING_PROXY_STATE_DIR to another directory")
     else:
         section.add("ok", f"state directory {directory}: writable{'' if directory.exists() else ' (created on use)'}")
+    for aside in sorted(directory.glob("*.corrupt")) if directory.is_dir() else ():
+        when = datetime.fromtimestamp(aside.lstat().st_mtime).strftime("%Y-%m-%d %H:%M")
+        section.add("warn", f"{aside.name} in the state directory: {aside.name.removesuffix('.corrupt')} could not be "
+                    f"used and was set aside (last changed {when}); the proxies started again from empty state",
+                    f"look at {aside} (not JSON, not a file, or too large: written by something else?), then delete it")
     return section
 
 
