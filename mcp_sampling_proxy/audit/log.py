@@ -522,7 +522,10 @@ def _fix_surrogates(value: Any) -> Any:
 # Reading back what another writer left. Anyone running as the user (a governed server too) can
 # append to the log, so a tail is read within bounds: memory stays within one record, and the search
 # for the last record gives up rather than read gigabytes.
-MAX_RECORD_BYTES = 256 * 1024 * 1024  # the longest line taken for a record (a longer one is never read whole)
+# The longest line taken for a record (a longer one is never read whole): twice the default message
+# limit, so a record holding a whole request in `audit.content: full` fits; it is also the most a
+# foreign line can make a writer hold (plus its parse).
+MAX_RECORD_BYTES = 128 * 1024 * 1024
 TAIL_SEARCH_BYTES = 4 * MAX_RECORD_BYTES  # how far from the end the last record is looked for
 TAIL_SEARCH_LINES = 1000  # lines that start like a record but are not one, tried before giving up
 _LINE_CHUNK = 1024 * 1024
@@ -598,18 +601,12 @@ def _chunks(fd: int, start: int, end: int) -> Iterator[tuple[int, bytes]]:
 
 def _line_at(fd: int, start: int, size: int) -> tuple[bytes | None, int]:
     """(the line at `start` without its newline, the newline's offset or `size` when it runs to the end).
-    The line is None when it is longer than MAX_RECORD_BYTES: it is then not read whole."""
-    pieces: list[bytes] = []
-    for pos, chunk in _chunks(fd, start, size):
-        newline = chunk.find(b"\n")
-        if newline >= 0:
-            chunk = chunk[:newline]
-        if pos - start + len(chunk) > MAX_RECORD_BYTES:
-            return None, pos + newline if newline >= 0 else _find_newline(fd, pos + len(chunk), size)
-        pieces.append(chunk)
-        if newline >= 0:
-            return b"".join(pieces), pos + newline
-    return b"".join(pieces), size
+    The line is None when it is longer than MAX_RECORD_BYTES: it is then not read whole. Its end is
+    found first, so a line is held once (not as chunks and their join)."""
+    end = _find_newline(fd, start, min(size, start + MAX_RECORD_BYTES + 1))
+    if end - start > MAX_RECORD_BYTES:
+        return None, _find_newline(fd, end, size)
+    return os.pread(fd, end - start, start), end
 
 
 def _find_newline(fd: int, pos: int, size: int) -> int:
