@@ -538,3 +538,32 @@ def test_a_record_too_long_to_read_back_is_refused(tmp_path: Path, monkeypatch: 
         log.record(params=big, server="srv", decision="allow")
     assert path.stat().st_size == size
     log.close()
+
+
+def test_a_long_line_that_starts_like_a_record_is_not_read_whole(tmp_path: Path) -> None:
+    """100 MB that start with '{' but do not end as every record does (`"hash":"..."}`): the next
+    writer seals them without reading them whole (it read and parsed them: ~300 MB). A long record
+    of the proxy's own (a full-content one) is still found behind a torn tail."""
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog(str(path), fsync=False, content="full")
+    big = {**PARAMS, "messages": [{"role": "user", "content": {"type": "text", "text": "w" * 300_000}}]}
+    log.record(params=big, server="srv", decision="allow")
+    log.close()
+    long_record = json.loads(lines_of(path)[-1])
+    with open(path, "ab") as f:
+        f.write(b'{"torn":"')  # a write cut short
+    AuditLog(str(path), fsync=False, max_bytes=0).close()  # the start seals the torn tail
+    seal = json.loads(lines_of(path)[-1])
+    assert seal["event"] == "seal" and seal["prev_hash"] == long_record["hash"]
+
+    junk = 100 * 1024 * 1024
+    with open(path, "ab") as f:
+        f.write(b'{"x":"')
+        for _ in range(junk // (4 * 1024 * 1024)):
+            f.write(b"y" * (4 * 1024 * 1024))
+        f.write(b'"}\n')
+    code, _, err, peak = run_peak(path)
+    assert code == 0, err
+    assert peak < 120, f"sealing a {junk // 2**20} MB line that starts like a record took {peak} MB"
+    seal, after = (json.loads(line) for line in lines_of(path)[-2:])
+    assert seal["event"] == "seal" and seal["torn_bytes"] == junk + 9 and after["prev_hash"] == seal["hash"]

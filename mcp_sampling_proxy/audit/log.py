@@ -111,6 +111,7 @@ DECISION_FIELDS = (
 )
 _TEXT_FIELDS = ("reason", "error")  # free text: secret shapes are masked in every content mode
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+_RECORD_END = re.compile(rb'"hash"\s*:\s*"[0-9a-f]{64}"\s*\}\s*\Z')  # the writer puts `hash` last
 _NOT_GIVEN: Any = object()
 _MOVED_ASIDE: Any = object()  # what _repair says when the file's tail held no record within bounds
 _READ_CHUNK = 64 * 1024
@@ -606,6 +607,8 @@ def _line_at(fd: int, start: int, size: int) -> tuple[bytes | None, int]:
     end = _find_newline(fd, start, min(size, start + MAX_RECORD_BYTES + 1))
     if end - start > MAX_RECORD_BYTES:
         return None, _find_newline(fd, end, size)
+    if end - start > _READ_CHUNK and not _RECORD_END.search(os.pread(fd, 160, max(start, end - 160))):
+        return None, end  # a long line that does not end as every record does: not read whole
     return os.pread(fd, end - start, start), end
 
 
