@@ -291,10 +291,13 @@ class Bench:
                 raise self.fail(session, f"unexpected echo result: {result!r}"[:500])
 
     def server_of(self, pid: int) -> int | None:
-        """The relay's or proxy's server process (the proxy has another child: its guard)."""
+        """The relay's or proxy's server process. The proxy has another child, its guard: a fork of
+        the proxy, so its command line names the server too; it is told apart by its process name."""
         script = self.commands["direct"][-1].encode()
         for child in children(pid):
             with contextlib.suppress(OSError):
+                if Path(f"/proc/{child}/comm").read_text().strip() == "mcp-proxy-guard":
+                    continue
                 if script in Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0"):
                     return child
         return None
