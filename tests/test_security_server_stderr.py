@@ -16,9 +16,9 @@ from support import PROXY, PY, RawHost, proxy_env
 
 HOSTILE = ("\x1b]0;PWNED-TITLE\x07hello \x1b[31mred\x1b[0m\r[mcp-sampling-proxy] forged\u2028second "
            "\x1b]52;c;cHduZWQ=\x07tab\there\n")
-SERVER = ("import sys, time\n"
+SERVER = ("import sys\n"
           f"sys.stderr.write({HOSTILE!r}); sys.stderr.flush()\n"
-          "time.sleep(30)\n")
+          "sys.stdin.read()\n")  # until the proxy closes its stdin
 
 
 def test_a_servers_stderr_loses_escape_sequences_and_stays_on_its_line(tmp_path: Path) -> None:
@@ -88,3 +88,22 @@ def test_the_proxys_own_lines_on_a_terminal_lose_a_servers_escape_sequences(tmp_
     assert b"upstream answered the handshake with an error" in raw
     assert b"\x1b" not in raw and b"\x07" not in raw and b"\r" not in raw
     assert b"error=badforged" in raw
+
+
+def test_a_huge_stderr_line_is_passed_on_shortened(tmp_path: Path) -> None:
+    """10 MB on one stderr line: the proxy's stderr (a host's log file) gets its start and its size,
+    not 10 MB, and the proxy never holds it whole."""
+    server = ("import sys\n"
+              "sys.stderr.write('start ' + 'z' * 10_000_000 + '\\n'); sys.stderr.flush()\n"
+              "sys.stderr.write('after\\n'); sys.stderr.flush()\n"
+              "sys.stdin.read()\n")
+    with RawHost([*PROXY, "--name", "loud", "--", PY, "-c", server], proxy_env(), tmp_path / "stderr.log") as host:
+        deadline = time.monotonic() + 30
+        while "[upstream loud] after" not in (tmp_path / "stderr.log").read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        host.close_stdin()
+        host.wait()
+    log = (tmp_path / "stderr.log").read_text()
+    assert "[upstream loud] start zzz" in log and "... (a line of 10,000,006 bytes, shortened)" in log
+    assert "[upstream loud] after" in log
+    assert len(log) < 100_000

@@ -91,6 +91,9 @@ def stop_process(process: subprocess.Popen[bytes], grace: float = 2.0) -> None:
     stand_down_guard(process)
 
 
+STDERR_MAX_LINE = 1024 * 1024  # a server's stderr line past this is passed on shortened (never held whole)
+
+
 class StdioUpstream:
     """Async side of the child: line I/O on its pipes, exit status, and a graceful stop."""
 
@@ -115,7 +118,8 @@ class StdioUpstream:
         self.reader = reader = LineReader(on_line, on_eof, max_line=max_line or DEFAULT_MAX_LINE,
                                           on_oversize=on_oversize)
         await open_line_reader(self.process.stdout.fileno(), reader)
-        await open_line_reader(self.process.stderr.fileno(), LineReader(self._stderr_line, lambda: None))
+        await open_line_reader(self.process.stderr.fileno(), LineReader(
+            self._stderr_line, lambda: None, max_line=STDERR_MAX_LINE, on_oversize=self._stderr_oversize))
 
     @property
     def writer(self):
@@ -124,6 +128,10 @@ class StdioUpstream:
     def send(self, line: bytes) -> None:
         if self._writer is not None:
             self._writer.write_line(line)
+
+    def _stderr_oversize(self, size: int, head: bytes, _tail: bytes) -> None:
+        """A stderr line over STDERR_MAX_LINE: its start, and its size (a log line, not a dump)."""
+        self._stderr_line(head + f" ... (a line of {size:,} bytes, shortened)".encode())
 
     def _stderr_line(self, line: bytes) -> None:
         """A line of the server's stderr, tagged, on ours: without escape sequences and control
