@@ -123,7 +123,8 @@ def build_hooks(settings: Settings, adapters: AdapterPool, audit: AuditLog, term
     """The services behind the relay's hooks, wired as the proxy runs them (tests run the same wiring)."""
     approver = Approver(build_channels(settings.approval.channels, terminal, console),
                         timeout=settings.approval.timeout, memory=ApprovalMemory(store=approvals_store))
-    limiters = Limiters(shared=shared_state(settings.state))
+    limiters = Limiters(shared=shared_state(settings.state),
+                        max_in_hand=2 * (settings.sampling.max_concurrent + settings.sampling.max_queued))
     sampling = SamplingService(settings, adapters, approver, audit, limiters)
     elicitation = ElicitationService(settings, ElicitationConsoles(settings.approval.channels, terminal, console),
                                      audit, limiters)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -202,3 +203,35 @@ def test_image_reservations_follow_the_size_in_the_header() -> None:
     assert block_tokens(image(gif)) == 85 + 170 * 2  # 2 x 1 tiles; Anthropic: 640*480/750 = 410
     assert block_tokens(image(jpeg)) == block_tokens(image(gif))  # the same 640x480, from a JPEG frame header
     assert block_tokens(image(b"not an image")) == IMAGE_MAX_TOKENS
+
+
+def test_requests_waiting_for_approval_are_bounded_too(tmp_path: Path, llm: FakeLLMServer) -> None:
+    """A flood under a `prompt` rule: every request waits for a human before the LLM gate, so the gate
+    alone bounded nothing (each held a task, its params and an approval form at the host). The proxy
+    holds at most twice (max_concurrent + max_queued) requests at once; the rest are refused at once
+    and audited, and the host is shown only the forms of those it holds."""
+    audit = tmp_path / "audit.jsonl"
+    extra = (f"sampling:\n  max_concurrent: 1\n  max_queued: 1\napproval:\n  channels: [host]\n"
+             f"audit:\n  path: {audit}\n")
+    rules = "rules:\n  - name: ask\n    action: prompt\n"
+    host = start(tmp_path, openai_policy(llm.base_url, extra=extra, rules=rules), capabilities={"elicitation": {}})
+    with host:
+        host.send({"jsonrpc": "2.0", "id": "flood", "method": "tools/call",
+                   "params": {"name": "flood", "arguments": {"count": 50, "params": SAMPLE}}})
+        forms = [host.wait_for(lambda m: m.get("method") == "elicitation/create", HANG) for _ in range(4)]
+        time.sleep(0.5)  # any form past the bound would have arrived by now
+        host.send({"jsonrpc": "2.0", "id": "ping", "method": "ping"})
+        assert host.wait_for(lambda m: m.get("id") == "ping", HANG).get("result") == {}
+        shown = [m for m in map(json.loads, host.raw_received) if m.get("method") == "elicitation/create"]
+        for form in forms:  # the human declines the four it was asked about
+            host.send({"jsonrpc": "2.0", "id": form["id"], "result": {"action": "decline"}})
+        done = host.wait_for(lambda m: m.get("id") == "flood", HANG)
+    assert len(shown) == 4
+    summary = json.loads(done["result"]["content"][0]["text"])
+    assert summary["ok"] == 0 and sum(summary["codes"].values()) == 50
+    assert any("it holds 4 requests of this server already" in m for m in summary["messages"])
+    written = records(audit)
+    assert len(written) == 50
+    assert sum(1 for r in written if r.get("limit") == "queue") == 46
+    assert sum(1 for r in written if r["decision"] == "rejected") == 4
+    assert llm.requests == []

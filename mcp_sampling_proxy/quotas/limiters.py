@@ -491,7 +491,10 @@ class Limiters:
     """A rule's rate limit, concurrency limit and token budget, applied to one proxy's requests
     (sampling and elicitation alike): on this machine, or shared on Redis (`shared`)."""
 
-    def __init__(self, budget: TokenBudget | None = None, shared: SharedState | None = None):
+    def __init__(self, budget: TokenBudget | None = None, shared: SharedState | None = None,
+                 max_in_hand: int | None = None):
+        self.max_in_hand = max_in_hand  # server requests the proxy holds at once, whatever they wait for
+        self.in_hand = 0
         self.rate = RateLimiter()
         self.concurrency = ConcurrencyLimiter()
         self._budget = budget
@@ -527,6 +530,23 @@ class Limiters:
         else:
             with self.concurrency.hold(key, limit.concurrent, rule=rule.name) as refusal:
                 yield refusal
+
+    @contextmanager
+    def holding(self) -> Iterator[Refusal | None]:
+        """`with limiters.holding() as refusal:` for the whole life of one served request (sampling or
+        elicitation): None while it counts against `max_in_hand`, else the Refusal of a full hand. The
+        sampling gate bounds LLM calls; this bounds what waits before them (a human's approval, the
+        host's answer), which a flood of requests under a `prompt` rule would otherwise pile up."""
+        if self.max_in_hand is not None and self.in_hand >= self.max_in_hand:
+            yield Refusal("queue", 0.0, f"the proxy is busy: it holds {self.in_hand} requests of this server "
+                                        "already (waiting for approval, the host or the LLM: twice "
+                                        "sampling.max_concurrent + sampling.max_queued); retry later")
+            return
+        self.in_hand += 1
+        try:
+            yield None
+        finally:
+            self.in_hand -= 1
 
     def admit_now(self, rule: Rule | None, key: str) -> Refusal | None:
         """The rule's rate limit for a request that is not held here (sampling the host answers in a

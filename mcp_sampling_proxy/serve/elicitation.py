@@ -29,7 +29,7 @@ from mcp_sampling_proxy.protocol import jsonrpc, wire_checks
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 from mcp_sampling_proxy.protocol.names import ELICITATION_COMPLETE, ELICITATION_CREATE
 from mcp_sampling_proxy.protocol.sampling_request import check_params
-from mcp_sampling_proxy.quotas.limiters import limit_key
+from mcp_sampling_proxy.quotas.limiters import Refusal, limit_key
 from mcp_sampling_proxy.relay.keepalive import waiting_for
 
 if TYPE_CHECKING:
@@ -88,10 +88,11 @@ class ElicitationService:
         audit = request_fields(session, message, tool, mode=request_mode(raw) if isinstance(raw, dict) else None,
                                **attribution_fields(session, in_flight))
         async with self._audit.every_ending(audit, raw):
-            return await self._serve(message, relay, audit, started, in_flight)
+            with self._limiters.holding() as busy:
+                return await self._serve(message, relay, audit, started, in_flight, busy)
 
     async def _serve(self, message: dict[str, Any], relay: Relay, audit: dict[str, Any],
-                     started: float, in_flight: tuple[str, ...]) -> dict[str, Any]:
+                     started: float, in_flight: tuple[str, ...], busy: Refusal | None = None) -> dict[str, Any]:
         session = relay.session
         params = validate_elicitation(message.get("params"))
         mode = request_mode(params)
@@ -104,6 +105,8 @@ class ElicitationService:
             log.info("elicitation answered", action=action, why=why)
             return {"action": action, "content": content} if content is not None else {"action": action}
 
+        if busy is not None:  # the proxy holds too many requests already (Limiters.holding)
+            return answer("decline", busy.message, "deny", limit=busy.limit)
         decision = judge_elicitation(self._policy, params, Origin(
             session.server_name, session.host_name, in_flight, session.server_reported)).decision
         tool = audit["tool"] = decision.tool or tool  # the candidate the strictest outcome was reached for

@@ -62,15 +62,19 @@ class SamplingService:
         tool = in_flight[-1] if in_flight else None
         audit = request_fields(session, message, tool, rule=None, **attribution_fields(session, in_flight))
         async with self._audit.every_ending(audit, message.get("params")):
-            return await self._serve(message, relay, audit, started, in_flight)
+            with self._limiters.holding() as busy:
+                return await self._serve(message, relay, audit, started, in_flight, busy)
 
     async def _serve(self, message: dict[str, Any], relay: Relay, audit: dict[str, Any],
-                     started: float, in_flight: tuple[str, ...]) -> dict[str, Any]:
+                     started: float, in_flight: tuple[str, ...], busy: Refusal | None) -> dict[str, Any]:
         """The stages in order: judge (caps, validation, policy), quotas, approval, then the host
-        or our own LLM. A stage that ends the request raises `_Ended`; its record is written here."""
+        or our own LLM. A stage that ends the request raises `_Ended`; its record is written here.
+        `busy`: the proxy holds too many requests already (`Limiters.holding`)."""
         session = relay.session
         self._audit.check_usable()
         try:
+            if busy is not None:
+                raise _Ended("deny", _limit_error(busy), limit=busy.limit)
             judged = self._judge(message, session, audit, in_flight)
             decision = judged.decision
             key = limit_key(decision.rule, session.server_name)
