@@ -141,17 +141,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     from mcp_sampling_proxy.hardening import become_subreaper, mark_relay
 
     mark_relay()  # a named relay: console sockets refuse whatever runs below it (hardening.refusal)
+    from mcp_sampling_proxy.config.policy_file import PolicyError, read_policy_text
+
+    try:  # read once: the early guess below and the load in _prepare see the same text
+        policy_text = read_policy_text(args.policy) if args.policy is not None else None
+    except PolicyError as exc:
+        return fail(str(exc), 2)
     early = None
     if command:  # start the server first, so its start-up overlaps ours (see child_env)
         become_subreaper()  # whatever the server starts stays below us, where the console socket can tell
-        hidden = hidden_names_guess(_policy_text(args.policy), os.environ)
+        hidden = hidden_names_guess(policy_text, os.environ)
         if hidden is not None:
             try:
                 early = _spawn(command, hidden)
             except _StartupFailure as exc:
                 return fail(exc.message, exc.code)
     try:
-        settings, name, upstream = _prepare(args, command, early)
+        settings, name, upstream = _prepare(args, command, early, policy_text)
     except _StartupFailure as exc:
         if early is not None:
             _stop_unused(early[0])
@@ -182,20 +188,6 @@ class _StartupFailure(Exception):
         self.message, self.code = message, code
 
 
-def _policy_text(path: str | None) -> str | None:
-    """The policy's text for the early guess; "\\" (never guessed) when it cannot be read,
-    so the full load reports the problem before anything starts."""
-    if path is None:
-        return None
-    from mcp_sampling_proxy.config.settings import read_policy_text
-    from mcp_sampling_proxy.config.yamlnodes import PolicyError
-
-    try:
-        return read_policy_text(path)
-    except PolicyError:
-        return "\\"
-
-
 def _spawn(command: list[str], hidden: set[str]):
     """Start the server without the hidden variables; returns (process, hidden)."""
     from mcp_sampling_proxy.transport.stdio import SpawnError, spawn
@@ -213,7 +205,7 @@ def _stop_unused(process) -> None:
     stop_process(process)
 
 
-def _prepare(args: argparse.Namespace, command: list[str], early):
+def _prepare(args: argparse.Namespace, command: list[str], early, policy_text: str | None):
     """Validate the name, load the policy and the keys, and make the upstream: everything that
     may fail after an early spawn, so the caller can stop that server."""
     from mcp_sampling_proxy.policy.identity import bad_character, derive_from_command, derive_from_url
@@ -231,7 +223,7 @@ def _prepare(args: argparse.Namespace, command: list[str], early):
     from mcp_sampling_proxy.config.yamlnodes import PolicyError
 
     try:
-        settings = load_settings(args.policy)
+        settings = load_settings(args.policy, text=policy_text)
         settings.providers = resolve_keys(settings.providers)  # api_key_file / api_key_command, once
         settings.state = resolve_state(settings.state, os.environ)  # the Redis URL from url_env
         check_telemetry(settings.telemetry)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, cast
 
 from mcp_sampling_proxy.config.child_env import WELL_KNOWN_KEY_VARS
+from mcp_sampling_proxy.config.policy_file import read_policy_text
 from mcp_sampling_proxy.config.yamlnodes import Node, PolicyError, _did_you_mean, _show, load
 from mcp_sampling_proxy.fulfil.base import (
     COMMAND_DEFAULT_MODEL,
@@ -44,7 +45,6 @@ from mcp_sampling_proxy.policy.conditions import (
 )
 from mcp_sampling_proxy.policy.identity import bad_character
 from mcp_sampling_proxy.policy.rules import Budget, RateLimit, Rule, RuleLimits, SizeLimits
-from mcp_sampling_proxy.shared_files import NotARegularFile, read_regular
 from mcp_sampling_proxy.vocabulary import ACTIONS, MAX_TOKENS_ACTIONS, Action, GiB, KiB, MiB
 
 PROVIDER_TYPES = ("openai", "anthropic", "console", "command")
@@ -176,38 +176,16 @@ class Settings:
         return names - set(self.pass_env)
 
 
-def load_settings(path: str | None, environ: dict[str, str] | None = None) -> Settings:
-    """Load the policy file at `path`, or derive settings from the environment."""
+def load_settings(path: str | None, environ: dict[str, str] | None = None, *, text: str | None = None) -> Settings:
+    """Load the policy file at `path` (`text`: its text, when the caller read it already), or derive
+    settings from the environment."""
     environ = dict(os.environ) if environ is None else environ
     if path is None:
         return settings_from_environment(environ)
-    settings = parse_settings(read_policy_text(path), path)
+    settings = parse_settings(read_policy_text(path) if text is None else text, path)
     if not settings.providers:  # a policy without llm: keep the environment's providers
         settings.providers = settings_from_environment(environ).providers
     return settings
-
-
-MAX_POLICY_BYTES = 16 * 1024 * 1024
-
-
-def read_policy_text(path: str) -> str:
-    """The policy file's text; PolicyError (saying what to do) when it is missing, not a regular file
-    (a FIFO would block the read), over 16 MiB, or not UTF-8 (with the line and column of the bad byte)."""
-    try:
-        data = read_regular(path, MAX_POLICY_BYTES)
-    except FileNotFoundError:
-        raise PolicyError(f"{path}: policy file not found") from None
-    except NotARegularFile as exc:
-        raise PolicyError(f"{exc}: a policy must be a YAML file") from None
-    except OSError as exc:
-        raise PolicyError(f"{path}: cannot read policy file: {exc.strerror}") from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise PolicyError(f"{path}:{line}:{column}: not UTF-8 text (byte 0x{data[exc.start]:02x}); save the "
-                          "file as UTF-8") from None
 
 
 # (provider name and type, key variable, base URL variable, model variable, default model)

@@ -13,9 +13,7 @@ from typing import Any
 
 import yaml
 
-
-class PolicyError(Exception):
-    """A policy file that cannot be used; the message names file, line, column and the fix."""
+from mcp_sampling_proxy.config.policy_file import PolicyError as PolicyError  # raised by every check here
 
 
 class Node:
