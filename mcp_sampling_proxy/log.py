@@ -51,13 +51,12 @@ def scrub_secrets(_logger: Any, _method: str, event: EventDict) -> EventDict:
 def terminal_safe(_logger: Any, _method: str, event: EventDict) -> EventDict:
     """Every string of the event without escape sequences and control characters, on one line
     (a traceback keeps its lines): fields often carry a server's text (an error it sent, a method name)."""
-    from mcp_sampling_proxy.sanitize import strip_controls
+    from mcp_sampling_proxy.sanitize import strip_controls, terminal_line
 
     def clean(key: str, value: Any) -> Any:
-        if not isinstance(value, str) or (value.isascii() and value.isprintable()):
+        if not isinstance(value, str):
             return value
-        value = strip_controls(value)
-        return value if key == "exception" else value.replace("\n", " ")
+        return strip_controls(value) if key == "exception" else terminal_line(value)
 
     return {k: clean(k, v) for k, v in event.items()}
 

@@ -44,6 +44,14 @@ def strip_controls(text: str) -> str:
     return "".join(c for c in text if c.isascii() or c in _JOINERS or unicodedata.category(c) != "Cf")
 
 
+def terminal_line(text: str) -> str:
+    """`strip_controls` on one line (line breaks become spaces), returning plain printable ASCII as it
+    is: for text that reaches a terminal line by line (a server's stderr, log fields)."""
+    if text.isascii() and text.isprintable():
+        return text
+    return strip_controls(text).replace("\n", " ")
+
+
 def quote(text: str, prefix: str = QUOTE) -> str:
     """Server text as an indented block: sanitised, every line prefixed, so a newline in a prompt
     cannot start a line that looks like the proxy's own (a forged "Server ... asks" header)."""

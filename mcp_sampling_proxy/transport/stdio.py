@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from mcp_sampling_proxy.hardening import GroupGuard, die_with_parent
+from mcp_sampling_proxy.sanitize import terminal_line
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.transport.framing import LineReader, LineWriter
@@ -138,11 +139,7 @@ class StdioUpstream:
         characters (they would reach the terminal of whoever runs the proxy, or reads its log, with
         `try` or a host's log tail: a server could set the title, write the clipboard, hide text),
         and on one line (a carriage return or a Unicode line separator could forge a line of ours)."""
-        from mcp_sampling_proxy.sanitize import strip_controls
-
-        text = line.decode("utf-8", "replace")
-        if not text.isascii() or not text.isprintable():
-            text = strip_controls(text).replace("\n", " ")
+        text = terminal_line(line.decode("utf-8", "replace"))
         with contextlib.suppress(OSError):
             os.write(2, b"[upstream " + self.label.encode("utf-8", "replace") + b"] " + text.encode() + b"\n")
 
