@@ -73,7 +73,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -113,7 +113,6 @@ _TEXT_FIELDS = ("reason", "error")  # free text: secret shapes are masked in eve
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _RECORD_END = re.compile(rb'"hash"\s*:\s*"[0-9a-f]{64}"\s*\}\s*\Z')  # the writer puts `hash` last
 _NOT_GIVEN: Any = object()
-_MOVED_ASIDE: Any = object()  # what _repair says when the file's tail held no record within bounds
 _READ_CHUNK = 64 * 1024
 LOCK_WAIT = 30.0  # s a write waits for another writer's lock (sealing a large foreign tail takes seconds)
 SYNC_INTERVAL = 0.01  # s; audit.fsync: true fsyncs at most this often, a record at most this long after its write
@@ -621,14 +620,15 @@ def _find_newline(fd: int, pos: int, size: int) -> int:
     return size
 
 
-def _digest_range(fd: int, start: int, end: int) -> tuple[Any, bool]:
-    """(a sha256 of file[start:end], whether those bytes hold a newline), read in chunks."""
+def _digest_range(fd: int, start: int, end: int) -> tuple[Any, int]:
+    """(a sha256 of file[start:end], the offset of its first newline or -1), read in chunks."""
     sha = hashlib.sha256()
-    has_newline = False
-    for _pos, chunk in _chunks(fd, start, end):
+    first_newline = -1
+    for pos, chunk in _chunks(fd, start, end):
         sha.update(chunk)
-        has_newline = has_newline or b"\n" in chunk
-    return sha, has_newline
+        if first_newline < 0 and (found := chunk.find(b"\n")) >= 0:
+            first_newline = pos + found
+    return sha, first_newline
 
 
 def _file_hash(path: str) -> str | None:
@@ -672,9 +672,7 @@ class _ChainFile:
             with self._locked():
                 fd = self._open()
                 st = os.fstat(fd)
-                head = self._repair(fd, st.st_size, st.st_ino)
-                if head is _MOVED_ASIDE:
-                    fd, head = self._move_aside(), None
+                fd, head = self._repair(fd, st.st_size, st.st_ino)
                 st = os.fstat(fd)
                 self._known = (st.st_ino, st.st_size, head)  # as this writer leaves it (see _as_left)
         except TimeoutError as exc:  # the first record takes the lock (and seals) instead
@@ -765,12 +763,9 @@ class _ChainFile:
         else:
             fd = self._open()
             st = os.fstat(fd)
-        head = self._repair(fd, st.st_size, st.st_ino)
-        if head is _MOVED_ASIDE:
-            fd, head, size = self._move_aside(), None, 0
-        else:
-            unchanged = self._known is not None and self._known[:2] == (st.st_ino, st.st_size)
-            size = st.st_size if unchanged else os.fstat(fd).st_size  # a seal was written: look again
+        fd, head = self._repair(fd, st.st_size, st.st_ino)
+        unchanged = self._known is not None and self._known[:2] == (st.st_ino, st.st_size)
+        size = st.st_size if unchanged else os.fstat(fd).st_size  # sealed, or a new file: look again
         line, last_hash = self._finish(record, head or GENESIS, self.seq + 1)
         if self.max_bytes and size > 0 and size + len(line) > self.max_bytes:
             if left is not None:
@@ -823,29 +818,27 @@ class _ChainFile:
         st = os.fstat(fd)
         self._known = (st.st_ino, st.st_size, last_hash)
 
-    def _repair(self, fd: int, size: int, ino: int) -> str | None:
-        """The hash to chain from; first seals bytes after the last good record (a torn write).
+    def _repair(self, fd: int, size: int, ino: int) -> tuple[int, str | None]:
+        """(the descriptor to write to, the hash to chain from); first seals bytes after the last good
+        record (a torn write), or moves the file aside when no record is within reach (`_move_aside`).
         `size` and `ino`: the file's, from the caller's fstat."""
         if self._known is not None and self._known[:2] == (ino, size):
-            return self._known[2]
+            return fd, self._known[2]
         tail = read_tail(fd, size)
         if not tail.searched_all:
-            return _MOVED_ASIDE
+            return self._move_aside(), None
         if tail.needs_newline:
             self._write_raw(fd, b"\n")
-            return tail.last_hash
+            return fd, tail.last_hash
         if tail.good_end == size:
-            return tail.last_hash
-        ends_line = os.pread(fd, 1, size - 1) == b"\n"
-        newline = b"" if ends_line else b"\n"
+            return fd, tail.last_hash
         # what is sealed is the bytes after the last record plus the newline added, hashed as read
-        sha, inner_newline = _digest_range(fd, tail.good_end, size - 1 if ends_line else size)
-        if ends_line:
-            sha.update(b"\n")
+        sha, first_newline = _digest_range(fd, tail.good_end, size)
+        newline = b"" if os.pread(fd, 1, size - 1) == b"\n" else b"\n"
         sha.update(newline)
         torn_bytes = size - tail.good_end + len(newline)
-        reason = ("the last line was incomplete: a write was cut short (crash or full disk)" if not inner_newline
-                  else "the bytes after the last record are not chained records")
+        reason = ("the last line was incomplete: a write was cut short (crash or full disk)"
+                  if first_newline in (-1, size - 1) else "the bytes after the last record are not chained records")
         seal = {"event": "seal", "torn_offset": tail.good_end, "torn_bytes": torn_bytes,
                 "torn_sha256": sha.hexdigest(), "newline_added": bool(newline), "reason": reason}
         if tail.last_hash is None:  # nothing good in the file: the seal is its first record
@@ -855,7 +848,7 @@ class _ChainFile:
         self._write(fd, newline + line, self.seq + 1, seal_hash)
         log.warning("audit log had a torn or foreign tail; sealed it", path=self.path, torn_bytes=torn_bytes,
                     offset=tail.good_end)
-        return seal_hash
+        return fd, seal_hash
 
     def _move_aside(self) -> int:
         """The file's tail held no record within read_tail's bounds (bytes some other program appended):
@@ -923,21 +916,14 @@ class _ChainFile:
         finally:
             os.close(dir_fd)
 
-    def _locked(self) -> _Flock:
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
         assert self._lock_fd is not None
-        return _Flock(self._lock_fd, self.path + ".lock")
-
-
-class _Flock:
-    def __init__(self, fd: int, path: str):
-        self._fd = fd
-        self._path = path
-
-    def __enter__(self) -> None:
-        lock_within(self._fd, LOCK_WAIT, self._path)
-
-    def __exit__(self, *exc: object) -> None:
-        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        _flock(self._lock_fd, True, self.path + ".lock")
+        try:
+            yield
+        finally:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
 
 def _flock(fd: int, blocking: bool, path: str) -> bool:
