@@ -7,6 +7,7 @@ exit codes and raw errors matter); sampling is fulfilled by the loopback `FakeLL
 
 from __future__ import annotations
 
+import contextlib
 import json
 import selectors
 import socket
@@ -268,12 +269,13 @@ class _HugeJsonServer:
     """A hostile Streamable HTTP server (raw http.server, in a thread): it answers tools/call with a
     JSON body of `size` bytes, streamed, so it costs the server nothing and the client everything."""
 
-    def __init__(self, size: int):
+    def __init__(self, size: int, *, gzipped: bool = False):
         import http.server
         import threading
 
         outer = self
         self.size = size
+        self.gzipped = gzipped  # the body compressed (Content-Encoding: gzip): a few hundred KB on the wire
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -289,6 +291,22 @@ class _HugeJsonServer:
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
+
+            def _gzip_bomb(self, head: bytes, tail: bytes) -> None:
+                import zlib
+
+                packer = zlib.compressobj(9, zlib.DEFLATED, 31)  # 31: the gzip format
+                parts = [packer.compress(head)]
+                chunk = b"x" * (1 << 20)
+                parts += [packer.compress(chunk) for _ in range(outer.size >> 20)]
+                body = b"".join([*parts, packer.compress(tail), packer.flush()])
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Encoding", "gzip")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                with contextlib.suppress(OSError):
+                    self.wfile.write(body)
 
             def do_GET(self) -> None:
                 self.send_response(405)
@@ -315,6 +333,9 @@ class _HugeJsonServer:
                     head = b'{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"' % (
                         json.dumps(request_id).encode())
                     tail = b'"}]}}'
+                    if outer.gzipped:
+                        self._gzip_bomb(head, tail)
+                        return
                     self.send_response(200)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(head) + outer.size + len(tail)))
@@ -377,3 +398,24 @@ async def test_a_json_answer_over_the_message_limit_is_cut_off_and_the_session_g
     finally:
         server.close()
     assert peak < 120, f"the proxy held {peak:.0f} MB for a 200 MB answer"
+
+
+@pytest.mark.anyio
+async def test_a_compressed_answer_cannot_expand_past_the_message_limit(tmp_path: Path) -> None:
+    """The same 200 MB answer gzipped: 200 KB on the wire, under any byte count of the body as it
+    arrives, and the HTTP client inflates it whole. The proxy asks for no compression and refuses a
+    compressed answer, so the request gets an error and the proxy never holds the inflated body."""
+    from mcp.shared.exceptions import MCPError
+
+    server = _HugeJsonServer(200 << 20, gzipped=True)
+    try:
+        with anyio.fail_after(60):
+            command = url_command(server.url, None, "--max-message-bytes", str(8 << 20))
+            async with sdk_host(command, proxy_env(), tmp_path / "proxy.log") as client:
+                with pytest.raises(MCPError, match="content-encoding 'gzip'"):
+                    await client.call_tool("huge", {})
+                assert [tool.name for tool in (await client.list_tools()).tools] == ["huge"]
+                peak = _proxy_peak_mb()
+    finally:
+        server.close()
+    assert peak < 120, f"the proxy held {peak:.0f} MB for a 200 KB compressed answer"

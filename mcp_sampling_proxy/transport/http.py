@@ -20,6 +20,7 @@ import httpx2  # the SDK's HTTP client (this module is imported for --url and lo
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.names import PROTOCOL_VERSION_META
+from mcp_sampling_proxy.sanitize import one_line
 from mcp_sampling_proxy.transport.framing import DEFAULT_MAX_LINE
 
 log = get_logger("mcp_sampling_proxy.upstream")
@@ -101,8 +102,10 @@ class HttpUpstream:
 
             self._auth = HeadlessOAuth(self.url, on_secret=add_secret)
         try:
-            client = create_mcp_http_client(headers=self._headers, auth=self._auth)
-            client.event_hooks["response"].append(functools.partial(_cap_json_body, limit=self._max_message))
+            # no compression: the client inflates a body whole, past any count of the bytes that arrive
+            headers = {"Accept-Encoding": "identity", **self._headers}
+            client = create_mcp_http_client(headers=headers, auth=self._auth)
+            client.event_hooks["response"].append(functools.partial(_bound_body, limit=self._max_message))
             with self._scope:
                 async with (
                     client,
@@ -221,27 +224,35 @@ class HttpUpstream:
         return 1 if self._failure else 0
 
 
-async def _cap_json_body(response: Any, *, limit: int) -> None:
-    """A response hook: a JSON body is read whole by the SDK, so it is cut off past `limit` bytes
-    (the SDK then answers the request with an error). SSE streams have the SDK's per-event limit."""
-    if response.headers.get("content-type", "").lower().startswith("application/json"):
-        response.stream = _CappedBody(response.stream, limit)
+async def _bound_body(response: Any, *, limit: int) -> None:
+    """A response hook. A compressed body is refused before a byte of it is inflated (the client
+    inflates a chunk whole: 200 KB of gzip are 200 MB), whatever its type; the proxy asks for none.
+    A JSON body is read whole by the SDK, so it is cut off past `limit` bytes; SSE streams have the
+    SDK's per-event limit. The SDK answers the waiting request with an error either way."""
+    encoding = response.headers.get("content-encoding", "").strip().lower()
+    if encoding not in ("", "identity"):
+        response.stream = _CappedBody(response.stream, 0, f"the server answered with content-encoding "
+                                      f"{one_line(encoding, 40)!r} although the proxy asks for none (a compressed "
+                                      "body can inflate past --max-message-bytes)")
+    elif response.headers.get("content-type", "").lower().startswith("application/json"):
+        response.stream = _CappedBody(response.stream, limit, f"the server's response is over the proxy's limit "
+                                      f"of {limit:,} bytes (--max-message-bytes)")
 
 
 class _CappedBody(httpx2.AsyncByteStream):
-    """A response byte stream that raises past `limit` bytes instead of growing without end."""
+    """A response byte stream that raises (`refusal`) past `limit` bytes instead of growing without end."""
 
-    def __init__(self, inner: Any, limit: int):
+    def __init__(self, inner: Any, limit: int, refusal: str):
         self._inner = inner
         self._limit = limit
+        self._refusal = refusal
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         seen = 0
         async for chunk in self._inner:
             seen += len(chunk)
             if seen > self._limit:
-                raise httpx2.StreamError(f"the server's response is over the proxy's limit of {self._limit:,} "
-                                         "bytes (--max-message-bytes)")
+                raise httpx2.StreamError(self._refusal)
             yield chunk
 
     async def aclose(self) -> None:
