@@ -567,3 +567,20 @@ def test_a_long_line_that_starts_like_a_record_is_not_read_whole(tmp_path: Path)
     assert peak < 120, f"sealing a {junk // 2**20} MB line that starts like a record took {peak} MB"
     seal, after = (json.loads(line) for line in lines_of(path)[-2:])
     assert seal["event"] == "seal" and seal["torn_bytes"] == junk + 9 and after["prev_hash"] == seal["hash"]
+
+
+def test_a_line_nested_past_the_parser_is_foreign_not_fatal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """5,000 '[' in a line that ends like a record: the stdlib parser raises RecursionError (not a
+    ValueError) on it. It stopped every proxy sharing the log from starting; it is a foreign line."""
+    path = tmp_path / "audit.jsonl"
+    write_log(path, 2).close()
+    with open(path, "ab") as f:
+        f.write(b'{"x":' + b"[" * 5000 + b'"hash":"' + b"0" * 64 + b'"}\n')
+    log = AuditLog(str(path), fsync=False)  # the start seals it
+    log.record(server="srv", decision="allow")
+    log.close()
+    code, out, err = verify(capsys, path)
+    assert code == 0, err
+    assert "line 3: " in out and "sealed by line 4" in out
+    assert audit_cmd.main(["tail", "-n", "5", str(path)]) == 0
+    assert "?? a line that is not a record (5080 bytes)" in capsys.readouterr().out

@@ -178,13 +178,21 @@ def digest(value: Any) -> dict[str, Any]:
     return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
-def parse_record(line: bytes) -> dict[str, Any] | None:
-    """A chained record (a JSON object with a well-formed `hash`), or None."""
+def parse_object(line: bytes) -> dict[str, Any] | None:
+    """A line of the log as a JSON object, or None: anyone running as the user can append to the
+    log, so a line may be garbage, torn, not an object, or nested past what the parser recurses
+    into (RecursionError, which is not a ValueError: 2 KB of '[' stopped proxies from starting)."""
     try:
         value = json.loads(line)
-    except ValueError:  # includes UnicodeDecodeError
+    except (ValueError, RecursionError):  # ValueError includes UnicodeDecodeError
         return None
-    if isinstance(value, dict) and isinstance(value.get("hash"), str) and _HEX64.fullmatch(value["hash"]):
+    return value if isinstance(value, dict) else None
+
+
+def parse_record(line: bytes) -> dict[str, Any] | None:
+    """A chained record (a JSON object with a well-formed `hash`), or None."""
+    value = parse_object(line)
+    if value is not None and isinstance(value.get("hash"), str) and _HEX64.fullmatch(value["hash"]):
         return value
     return None
 

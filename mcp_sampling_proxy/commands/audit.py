@@ -26,7 +26,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from mcp_sampling_proxy.audit.follow import Follower
-from mcp_sampling_proxy.audit.log import GENESIS, MAX_RECORD_BYTES, parse_record, record_hash, rotated_name
+from mcp_sampling_proxy.audit.log import (
+    GENESIS,
+    MAX_RECORD_BYTES,
+    parse_object,
+    parse_record,
+    record_hash,
+    rotated_name,
+)
 from mcp_sampling_proxy.config.settings import DURATION_FORMS, parse_duration
 from mcp_sampling_proxy.sanitize import one_line
 from mcp_sampling_proxy.vocabulary import ALLOWED_OUTCOMES, REFUSED_OUTCOMES
@@ -333,13 +340,13 @@ def _classify(raw: bytes | LongLine) -> tuple[dict[str, Any] | None, str]:
     if not complete:
         return None, ("torn: the last line has no newline at its end (a write cut short by a crash or a full "
                       "disk)")
+    if parse_object(raw) is not None:
+        return None, "not a chained record: no valid hash"
     try:
-        value = json.loads(raw)
-    except ValueError:
+        json.loads(raw)
+    except (ValueError, RecursionError):
         return None, "not JSON: garbage, or a torn write"
-    if not isinstance(value, dict):
-        return None, "not a record: a JSON value that is not an object"
-    return None, "not a chained record: no valid hash"
+    return None, "not a record: a JSON value that is not an object"
 
 
 def _find_hash(path: str, offset: int, wanted: str) -> int | None:
@@ -382,11 +389,7 @@ def read_records(path: str) -> Iterator[dict[str, Any]]:
     for _number, _offset, raw in _lines(path):
         if isinstance(raw, LongLine) or not raw.endswith(b"\n"):
             continue
-        try:
-            value = json.loads(raw)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
+        if (value := parse_object(raw)) is not None:
             yield value
 
 
@@ -491,11 +494,8 @@ def tail_main(path: str, count: int, *, follow: bool, as_json: bool, poll: float
 
 def _print_line(raw: bytes | int, as_json: bool) -> None:
     """One line of the file (an int: the size of a line too long to read, see audit/follow.py)."""
-    value = None
-    if isinstance(raw, bytes):
-        with contextlib.suppress(ValueError):
-            value = json.loads(raw)
-    if isinstance(value, dict):
+    value = parse_object(raw) if isinstance(raw, bytes) else None
+    if value is not None:
         text = _render(value, as_json)
     else:
         size = raw if isinstance(raw, int) else len(raw)

@@ -17,7 +17,6 @@ Content-Security-Policy: scripts and styles from this origin only, images only a
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hmac
 import json
@@ -151,6 +150,7 @@ def follow_audit(state: WebState, path: str, stop: threading.Event, poll: float 
     """The audit log's last records, then every record appended (audit/follow.py: rotation,
     truncation, bounded memory whatever the file holds)."""
     from mcp_sampling_proxy.audit.follow import Follower
+    from mcp_sampling_proxy.audit.log import parse_object
 
     follower = Follower(path, last=KEEP_RECORDS)
     try:
@@ -159,11 +159,8 @@ def follow_audit(state: WebState, path: str, stop: threading.Event, poll: float 
             records: list[dict[str, Any]] = []
             try:
                 for line in follower.read():
-                    if isinstance(line, bytes):
-                        with contextlib.suppress(ValueError):
-                            record = json.loads(line)
-                            if isinstance(record, dict):
-                                records.append(record)
+                    if isinstance(line, bytes) and (record := parse_object(line)) is not None:
+                        records.append(record)
             except FileNotFoundError:
                 error = f"{path} does not exist yet (it appears with the first decision)"
             except OSError as exc:
