@@ -144,3 +144,20 @@ def test_the_rate_limit_counts_sampling_the_host_answers(tmp_path: Path, llm: Fa
     assert "rate limit" in final["error"]["message"]
     refused = [r for r in audit_records(tmp_path) if r.get("method") == "sampling/createMessage"]
     assert [(r["decision"], r.get("limit")) for r in refused] == [("deny", "rate_limit")]
+
+
+def test_sampling_the_policy_refuses_never_reaches_the_host_in_any_round(tmp_path: Path, llm: FakeLLMServer) -> None:
+    """A round that mixes the host's requests with sampling the policy refuses: the host never sees
+    the refused one, whether the round has no requestState to merge answers by (it was shown
+    everything) or comes after a round the proxy answered alone (the later round was passed on whole)."""
+    rules = "rules:\n  - name: no-sampling\n    when: {method: sampling}\n    action: deny\n"
+    with host(tmp_path, llm, rules=rules) as h:
+        stateless = h.request("tools/call", {**call("mixed_stateless"), "_meta": SAMPLING_HOST_META})
+        late = h.request("tools/call", {**call("late_mixed"), "_meta": SAMPLING_HOST_META})
+        retry = {**call("late_mixed"), "_meta": SAMPLING_HOST_META, "requestState": late["result"]["requestState"],
+                 "inputResponses": {"r": {"roots": []}}}
+        final = h.request("tools/call", retry)
+    assert set(stateless["result"]["inputRequests"]) == {"r"}
+    assert late["result"]["requestState"] == "b" and set(late["result"]["inputRequests"]) == {"r"}
+    assert "sampling denied by policy rule 'no-sampling'" in final["error"]["message"]
+    assert llm.requests == []

@@ -146,7 +146,8 @@ class Hooks(Protocol):
 
     async def resolve_input_required(self, message: dict[str, Any], result: dict[str, Any], relay: Relay,
                                      resolving: Any) -> dict[str, Any]:
-        """Answer the input requests and retry until the final response: {"result": ...} or {"error": ...}."""
+        """Answer the input requests and retry until the final response: {"result": ...} or {"error": ...};
+        or, when a later round needs the host, {"result": that round, "owned": the keys the proxy answers}."""
         ...
 
     watched_notifications: frozenset[str]  # server notifications the hooks may hold back
@@ -527,7 +528,8 @@ class Relay:
         if keys is None or not isinstance(requests, dict):
             return False
         if keys != set(requests):
-            if keys and self._split_input(msg, result, requests, keys, request.message):
+            if keys:
+                self._hand_to_host(msg, result, requests, keys, request.message)
                 return True
             self._hooks.host_input_requests(result, request.message, self.session)
             return False
@@ -537,21 +539,22 @@ class Relay:
         self._tg.start_soon(self._resolve, host_id, request, result, resolving)
         return True
 
-    def _split_input(self, msg: dict[str, Any], result: dict[str, Any], requests: dict[str, Any],
-                     keys: set[str], origin: dict[str, Any] | None = None) -> bool:
-        """Mixed requests: the host gets only its own; the proxy answers the rest meanwhile and
-        merges them into the host's retry, which it recognises by the echoed requestState."""
+    def _hand_to_host(self, msg: dict[str, Any], result: dict[str, Any], requests: dict[str, Any],
+                      keys: set[str], origin: dict[str, Any] | None = None) -> None:
+        """A round the host takes part in (the first, or a later one): the host gets only its own
+        requests, never the ones the proxy keeps (sampling the policy or a limit refuses is among
+        them). The proxy answers those meanwhile and merges them into the host's retry, which it
+        recognises by the echoed requestState; without one they are left out, and the server asks
+        for them again (a round the proxy then answers whole)."""
         state = result.get("requestState")
-        if not isinstance(state, str):
-            return False  # no way to recognise the retry: let the host see everything
-        stash = _Stash()
-        self._stash[state] = stash
-        self._tg.start_soon(self._answer_owned, requests, keys, stash, origin)
+        if keys and isinstance(state, str):
+            stash = _Stash()
+            self._stash[state] = stash
+            self._tg.start_soon(self._answer_owned, requests, keys, stash, origin)
         self.session.inflight.pop(msg["id"], None)
         filtered = {**result, "inputRequests": {k: v for k, v in requests.items() if k not in keys}}
         self._hooks.host_input_requests(filtered, origin, self.session)
         self._to_host(jsonrpc.dumps({**msg, "result": filtered}))
-        return True
 
     async def _answer_owned(self, requests: dict[str, Any], keys: set[str], stash: _Stash,
                             origin: dict[str, Any] | None = None) -> None:
@@ -592,6 +595,12 @@ class Relay:
                 reply = {"error": {"code": jsonrpc.INTERNAL_ERROR, "message": f"mcp-sampling-proxy failed: {exc}"}}
         self._resolving.pop(host_id, None)
         if reply is not None and not resolving.scope.cancel_called and not self.closed:
+            owned = reply.pop("owned", None)
+            if owned is not None:  # a later round the host takes part in: split it as the first
+                result = reply["result"]
+                self._hand_to_host({"jsonrpc": "2.0", "id": host_id}, result, result["inputRequests"], owned,
+                                   request.message)
+                return
             self.session.inflight.pop(host_id, None)
             self._to_host(jsonrpc.dumps({"jsonrpc": "2.0", "id": host_id, **reply}))
 

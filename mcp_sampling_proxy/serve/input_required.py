@@ -135,10 +135,10 @@ class InputResolver:
             if result.get("resultType") != "input_required":
                 return {"result": result}
             owned = self.owned_keys(result, relay.session, message)
-            if owned != set(requests):  # the host's turn: it retries the original request
-                self.host_asked({**result, "inputRequests": {k: v for k, v in requests.items()
-                                                             if k not in (owned or set())}}, message, relay.session)
+            if owned is None:  # malformed: passed on as it is, as in the first round
                 return {"result": result}
+            if owned != set(requests):  # the host's turn: the relay hands it only its own requests
+                return {"result": result, "owned": owned}
         raise RpcError(jsonrpc.INTERNAL_ERROR,
                        f"the server kept asking for input after {self._max_rounds} rounds; giving up "
                        "(upstream.max_input_rounds)")
