@@ -63,7 +63,6 @@ def become_subreaper() -> bool:
 PR_SET_PDEATHSIG = 1
 GUARD_GRACE = 2.0  # s between SIGTERM and SIGKILL to the server's process group
 GUARD_COMM = "mcp-proxy-guard"
-_STAND_DOWN = b"x"
 
 
 class GroupGuard:
@@ -101,16 +100,21 @@ class GroupGuard:
         return cls(pid, write_fd)
 
     def stand_down(self) -> None:
-        """The proxy stopped the group itself: the guard exits without signalling anything."""
+        """The proxy stopped the group itself: the guard is killed before the pipe closes, so it signals
+        nothing. SIGKILL rather than a message it reads: a same-user server can SIGSTOP the guard, and
+        collecting a guard that never reads would hold the proxy's shutdown for good. It stays this
+        proxy's child until collected here (the orphan reaper leaves it alone), so the pid is its own."""
         if self._fd is None:
             return
         with contextlib.suppress(OSError):
-            os.write(self._fd, _STAND_DOWN)
+            os.kill(self.pid, signal.SIGKILL)
+        deadline = time.monotonic() + GUARD_GRACE
+        with contextlib.suppress(ChildProcessError, OSError):
+            while os.waitpid(self.pid, os.WNOHANG) == (0, 0) and time.monotonic() < deadline:
+                time.sleep(0.005)
         with contextlib.suppress(OSError):
             os.close(self._fd)
         self._fd = None
-        with contextlib.suppress(ChildProcessError, OSError):  # it exits at once: collect it
-            os.waitpid(self.pid, 0)
 
 
 def _guard(pgid: int, read_fd: int, write_fd: int) -> None:
@@ -123,12 +127,8 @@ def _guard(pgid: int, read_fd: int, write_fd: int) -> None:
         os.dup2(devnull, fd)
     os.closerange(3, read_fd)
     os.closerange(read_fd + 1, os.sysconf("SC_OPEN_MAX"))
-    try:
-        said = os.read(read_fd, 1)
-    except OSError:
-        said = b""
-    if said == _STAND_DOWN:
-        return
+    with contextlib.suppress(OSError):
+        os.read(read_fd, 1)  # returns at end of file: the proxy is gone (a proxy that stops the group kills us)
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(pgid, sig)

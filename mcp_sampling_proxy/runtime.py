@@ -306,9 +306,15 @@ def _approvals_store() -> Any:
 
 
 def _own_children(upstream: Upstream) -> set[int]:
-    """Children the orphan reaper must leave alone: the upstream is waited for by its Popen."""
+    """Children the orphan reaper must leave alone: the upstream is waited for by its Popen, and its
+    group guard by `GroupGuard.stand_down` (which kills it by pid: a pid reaped here could be reused)."""
+    from mcp_sampling_proxy.transport.stdio import guard_pid
+
     process = getattr(upstream, "process", None)
-    return {process.pid} if process is not None else set()
+    if process is None:
+        return set()
+    guard = guard_pid(process)
+    return {process.pid} if guard is None else {process.pid, guard}
 
 
 def _wire_backpressure(host_out: Any, host_reader: LineReader, upstream: Upstream) -> None:

@@ -286,3 +286,36 @@ def test_a_proxy_that_stops_its_server_stands_its_guard_down(tmp_path: Path) -> 
     while (alive(worker) or alive(guards[0])) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not alive(worker) and not alive(guards[0])
+
+
+GUARD_STOPPER = """
+import os, signal, sys
+from pathlib import Path
+parent = os.getppid()
+for entry in Path("/proc").iterdir():
+    try:
+        if (entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == parent
+                and (entry / "comm").read_text().strip() == "mcp-proxy-guard"):
+            os.kill(int(entry.name), signal.SIGSTOP)
+            sys.stderr.write(f"stopped the guard {entry.name}\\n")
+            sys.stderr.flush()
+    except OSError:
+        pass
+sys.stdin.read()
+"""
+
+
+def test_a_server_that_stops_the_guard_cannot_hold_the_proxys_shutdown(tmp_path: Path) -> None:
+    """The server (same user) SIGSTOPs its proxy's guard. Standing the guard down at the end used to
+    write it a byte and wait for it to exit: the proxy then never exited. It is killed now."""
+    host = RawHost(proxy_command(upstream=[PY, "-c", GUARD_STOPPER]), proxy_env(), tmp_path / "stderr.log")
+    try:
+        deadline = time.monotonic() + 30
+        while "stopped the guard" not in (tmp_path / "stderr.log").read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        guard = int((tmp_path / "stderr.log").read_text().split("stopped the guard ")[1].split()[0])
+        host.close_stdin()
+        assert host.wait(30) == 0
+    finally:
+        host.close()
+    assert not alive(guard)

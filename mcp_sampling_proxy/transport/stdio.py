@@ -67,6 +67,12 @@ def spawn(command: list[str], env: dict[str, str], cwd: str | None = None) -> su
 _GUARDS: dict[int, GroupGuard | None] = {}  # by the server's pid (its process group's id)
 
 
+def guard_pid(process: subprocess.Popen[bytes]) -> int | None:
+    """The pid of the server's group guard (the orphan reaper must leave it to `stand_down`)."""
+    guard = _GUARDS.get(process.pid)
+    return guard.pid if guard is not None else None
+
+
 def stand_down_guard(process: subprocess.Popen[bytes]) -> None:
     """The proxy has stopped the server's group itself: its guard need not (see GroupGuard)."""
     guard = _GUARDS.pop(process.pid, None)
