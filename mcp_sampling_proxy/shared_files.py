@@ -18,13 +18,20 @@ class NotARegularFile(OSError):
     """What is at the path is not a regular file of a sane size (the message says which)."""
 
 
-def read_regular(path: str | os.PathLike[str], max_bytes: int) -> bytes:
-    """The bytes of the regular file at `path`, at most `max_bytes` (else NotARegularFile).
-    Symlinks are followed; O_NONBLOCK keeps the open of a FIFO from waiting for a writer."""
+def open_regular(path: str | os.PathLike[str]) -> int:
+    """A read-only descriptor of the regular file at `path` (else NotARegularFile). Symlinks are
+    followed; O_NONBLOCK keeps the open of a FIFO from waiting for a writer."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise NotARegularFile(f"{path} is not a regular file")
+    return fd
+
+
+def read_regular(path: str | os.PathLike[str], max_bytes: int) -> bytes:
+    """The bytes of the regular file at `path`, at most `max_bytes` (else NotARegularFile)."""
+    fd = open_regular(path)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise NotARegularFile(f"{path} is not a regular file")
         chunks: list[bytes] = []
         size = 0
         while chunk := os.read(fd, 1 << 20):

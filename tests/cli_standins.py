@@ -124,7 +124,9 @@ images = values.get("--image", []) + values.get("-i", [])
 record(stdin=prompt, images=[open(p, "rb").read().hex() for p in images])
 sys.stderr.write("OpenAI Codex (research preview)\n--------\nworkdir: " + os.getcwd() + "\n")
 out = (values.get("--output-last-message") or values.get("-o") or [None])[0]
-if out:
+if out and os.environ.get("STANDIN_MODE") == "fifo-file":  # what a same-user server could put there
+    os.mkfifo(out)
+elif out:
     with open(out, "w", encoding="utf-8") as f:
         f.write(ANSWER)
         if os.environ.get("STANDIN_MODE") == "huge-file":  # a runaway CLI: 20 MiB more in the answer file

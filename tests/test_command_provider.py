@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from cli_standins import install, path_with, runs
 from support import proxy_command, proxy_env, sdk_host, tool_json, write_policy
@@ -223,6 +224,16 @@ async def test_an_answer_file_past_the_limit_is_refused_unread(tmp_path: Path) -
                         STANDIN_MODE="huge-file")
     error = tool_json(result)["error"]
     assert "wrote more than 16 MiB to its answer file" in error["message"]
+
+
+async def test_a_fifo_in_place_of_the_answer_file_is_not_read(tmp_path: Path) -> None:
+    """The answer file replaced by a FIFO (its directory is private, but a same-user server can find
+    it): opening it to read waited for a writer, on the event loop, for good. It counts as no file,
+    and the CLI's printed answer is used."""
+    with anyio.fail_after(60):
+        result = await call(tmp_path, provider("codex", "preset: codex") + ALLOW, "sample", {"prompt": "x"},
+                            STANDIN_MODE="fifo-file")
+    assert not result.is_error
 
 
 async def test_missing_command_says_it_is_not_on_path(tmp_path: Path) -> None:

@@ -52,6 +52,7 @@ from mcp_sampling_proxy.fulfil.errors import unsupported, unsupported_role
 from mcp_sampling_proxy.log import known_secrets
 from mcp_sampling_proxy.protocol.content import as_blocks
 from mcp_sampling_proxy.sanitize import one_line
+from mcp_sampling_proxy.shared_files import open_regular
 
 MAX_STDOUT = 16 * 1024 * 1024
 STDERR_KEPT = 64 * 1024
@@ -464,12 +465,15 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
 
 
 def _read_if_exists(path: str, limit: int) -> bytes:
-    """The file's bytes (none when it is missing); at most `limit` + 1, so a caller can tell it was more."""
+    """The file's bytes (none when it is missing or not a regular file: the directory is private, but
+    a same-user server can find it, and a FIFO put there would block the read for good); at most
+    `limit` + 1, so a caller can tell it was more."""
     try:
-        with open(path, "rb") as file:
-            return file.read(limit + 1)
+        fd = open_regular(path)
     except OSError:
         return b""
+    with os.fdopen(fd, "rb") as file:
+        return file.read(limit + 1)
 
 
 # -- JSON -----------------------------------------------------------------------------------------

@@ -95,6 +95,8 @@ def stop_process(process: subprocess.Popen[bytes], grace: float = 2.0) -> None:
             break
         except subprocess.TimeoutExpired:
             continue
+    with contextlib.suppress(OSError):  # leftovers in the group must not outlive it (as in StdioUpstream.stop)
+        os.killpg(process.pid, signal.SIGKILL)
     stand_down_guard(process)
 
 
