@@ -190,6 +190,10 @@ def test_a_failed_background_fsync_makes_the_log_refuse_later_requests(tmp_path:
         time.sleep(0.01)
     else:
         pytest.fail("a failed fsync left the log usable")
+    # every later record is refused too, not only sampling's (which asks check_usable first):
+    # an elicitation's, or one written outside a request
+    with pytest.raises(AuditError, match="fsync failed"):
+        log.record(server="s", method="elicitation/create", decision="allow")
     log.close()
 
 

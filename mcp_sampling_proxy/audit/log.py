@@ -722,11 +722,12 @@ class _ChainFile:
             self._thread_lock.release()
 
     def _append_locked(self, record: dict[str, Any], *, blocking: bool) -> bool:
-        if self._lock_fd is None:
-            raise AuditError(f"the proxy's audit log cannot be written ({self._problem or 'closed'}); "
+        problem, lock_fd = self.unusable, self._lock_fd  # not opened, closed, or an fsync failed
+        if problem is not None or lock_fd is None:
+            raise AuditError(f"the proxy's audit log cannot be written ({problem or 'closed'}); "
                              "the request is not answered without an audit record")
         try:
-            if not _flock(self._lock_fd, blocking, self.path + ".lock"):
+            if not _flock(lock_fd, blocking, self.path + ".lock"):
                 return False
             try:
                 left = self._as_left() if not blocking else None
@@ -735,7 +736,7 @@ class _ChainFile:
                 if not self._append(record, left):
                     return False
             finally:
-                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+                fcntl.flock(lock_fd, fcntl.LOCK_UN)
         except OSError as exc:
             problem = _describe(exc)
             log.error("audit record not written; the request gets an error", path=self.path, error=problem)
