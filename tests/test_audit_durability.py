@@ -326,3 +326,33 @@ def test_a_rotation_is_done_off_the_event_loop(tmp_path: Path, monkeypatch: pyte
     assert len(rotations) == 1 and rotations[0] != threading.main_thread().name, rotations
     first = json.loads((tmp_path / "audit.jsonl").read_text().splitlines()[0])
     assert first["continues"] == "audit.jsonl.1" and first["reason"] == "y" * 1200
+
+
+def test_a_large_requests_record_is_shaped_off_the_event_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A record is shaped (content digests, masks, the key scrub) where it is written. For a small
+    request that is the event loop (cheaper than a thread hop); a large one's (the server chooses the
+    size: 30 MB took 0.2 s in `none` mode and 5.6 s in `redacted`) is shaped in a worker thread."""
+    import asyncio
+
+    from mcp_sampling_proxy.audit import log as audit_log
+
+    log = AuditLog(str(tmp_path / "audit.jsonl"), fsync=False, content="redacted")
+    shaped_in: list[str] = []
+    real = audit_log.content_record
+
+    def spy(*args: Any) -> Any:
+        shaped_in.append(threading.current_thread().name)
+        return real(*args)
+
+    monkeypatch.setattr(audit_log, "content_record", spy)
+
+    async def request(text: str) -> None:
+        params = {"messages": [{"role": "user", "content": {"type": "text", "text": text}}], "maxTokens": 5}
+        async with log.every_ending({"server": "s", "method": "sampling/createMessage"}, params):
+            log.record(params=params, decision="allow", reason="served")
+
+    asyncio.run(request("small"))
+    asyncio.run(request("x" * 200_000))
+    log.close()
+    main = threading.main_thread().name
+    assert len(shaped_in) == 2 and shaped_in[0] == main and shaped_in[1] != main, shaped_in

@@ -299,8 +299,15 @@ class AuditLog:
         worker thread (see the module docstring)."""
         if not self._sink.active or pending.fields is None:
             return
-        deferred = self._append_now(pending.params, pending.result, (pending.started_ns, pending.notes),
-                                    pending.fields)
+        observed = (pending.started_ns, pending.notes)
+        if not (_is_small(pending.params) and _is_small(pending.result)):
+            # shaping the record of a large request (its digests, masks and the key scrub: seconds for
+            # 30 MB, and the server chooses the size) is done with the write, in a worker thread
+            await anyio.to_thread.run_sync(functools.partial(
+                self._log.append, "decision", _params=pending.params, _result=pending.result, _observed=observed,
+                **pending.fields))
+            return
+        deferred = self._append_now(pending.params, pending.result, observed, pending.fields)
         if deferred is not None:
             await anyio.to_thread.run_sync(self._sink.finish, deferred)
 
@@ -465,6 +472,29 @@ class _Sink:
             except Exception as exc:  # see the docstring
                 log.warning("an audit observer failed", observer=getattr(observer, "__qualname__", "?"),
                             error=f"{type(exc).__name__}: {exc}")
+
+
+SMALL_RECORD_TEXT = 64 * 1024  # bytes of text in a request (and its result) whose record is shaped on the loop
+SMALL_RECORD_NODES = 2000
+
+
+def _is_small(value: Any) -> bool:
+    """True when `value` holds under SMALL_RECORD_TEXT bytes of text in under SMALL_RECORD_NODES
+    values: its record is cheap to shape on the event loop. A walk that stops at either bound."""
+    stack, left, nodes = [value], SMALL_RECORD_TEXT, 0
+    while stack:
+        item = stack.pop()
+        nodes += 1
+        if isinstance(item, str):
+            left -= len(item)
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+        if left < 0 or nodes > SMALL_RECORD_NODES:
+            return False
+    return True
 
 
 def configured_secrets(settings: Settings, environ: Mapping[str, str]) -> list[str]:
