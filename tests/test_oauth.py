@@ -425,3 +425,37 @@ def test_proxies_refreshing_one_login_at_once_all_go_on(servers: OAuthServers, t
         servers.control("/test/config", {"refresh_delay": 0})
         for host in hosts:
             host.close()
+
+
+def test_proxies_refused_a_revoked_token_at_once_take_turns_to_refresh(servers: OAuthServers, tmp_path: Path) -> None:
+    """The server revokes the access token four running proxies share (only a 401 tells them; for a
+    token without `expires_in` that is the only refresh there is). Each refreshes after its 401 in
+    turn with the others, as on expiry: one refresh, and every proxy's call goes through. Refreshing
+    at the same moment left all but one with a spent, rotated refresh token."""
+    assert login(servers, tmp_path / "state").returncode == 0
+    hosts = [RawHost(url_command(servers.url), env_for(tmp_path / "state"), tmp_path / f"proxy{i}.log")
+             for i in range(4)]
+    try:
+        for host in hosts:
+            assert host.initialize()["result"]["serverInfo"]["name"] == "oauth-protected"
+        servers.control("/test/revoke-access")
+        servers.control("/test/config", {"refresh_delay": 1.0})  # all four are refreshing at once
+        before = servers.control("/test/stats")["refresh_grants"]
+        answers: list[dict[str, Any]] = [{} for _ in hosts]
+
+        def call(index: int) -> None:
+            answers[index] = hosts[index].request("tools/call", {"name": "echo", "arguments": {"text": str(index)}},
+                                                  timeout=60)
+
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(len(hosts))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(90)
+        assert [a.get("result", {}).get("content", [{}])[0].get("text") for a in answers] == ["0", "1", "2", "3"], \
+            [a.get("error") for a in answers]
+        assert servers.control("/test/stats")["refresh_grants"] == before + 1
+    finally:
+        servers.control("/test/config", {"refresh_delay": 0})
+        for host in hosts:
+            host.close()

@@ -124,12 +124,22 @@ class HeadlessOAuth(OAuthClientProvider):
             if self.context.is_token_valid():
                 self._add_auth_header(request)
             response = yield request
-            # A token the server no longer takes (revoked, or its clock disagrees): one refresh, one retry.
-            if (response.status_code == 401 and not refreshed and self.context.can_refresh_token()
-                    and await self._handle_refresh_response((yield await self._refresh_token()))):
-                self._note_secrets()
-                self._add_auth_header(request)
-                response = yield request
+            # A token the server no longer takes (revoked, or its clock disagrees): one refresh, one retry,
+            # in the same turn as the expiry path (rotating refresh tokens work once: two proxies refreshing
+            # at the same moment would leave one with a spent token). Tokens without `expires_in` are
+            # only ever refreshed here.
+            if response.status_code == 401 and not refreshed and self.context.can_refresh_token():
+                refused = self.context.current_tokens
+                async with oauth_store.refresh_turn(self.url):
+                    await self._initialize()  # another proxy may have refreshed while this one waited
+                    stored = self.context.current_tokens
+                    renewed = stored is not None and refused is not None and stored.access_token != refused.access_token
+                    if not renewed and self.context.can_refresh_token():
+                        renewed = await self._handle_refresh_response((yield await self._refresh_token()))
+                if renewed:
+                    self._note_secrets()
+                    self._add_auth_header(request)
+                    response = yield request
             had_login = bool(getattr(self.context.storage, "record", {}).get("tokens"))
             if _insufficient_scope(response) or (response.status_code == 401 and (
                     had_login or oauth_challenge(response) is not None)):  # a 401 of another kind is not ours
