@@ -442,3 +442,17 @@ async def test_cancellation_aborts_request(server: FakeLLMServer, adapter: OpenA
     assert time.monotonic() - started < 1.0
     result = await adapter.complete(params(user("again")), "gpt-test")  # the client is still usable
     assert result.content == [{"type": "text", "text": "echo: again"}]
+
+
+@pytest.mark.anyio
+async def test_the_adapter_pool_closed_at_shutdown_makes_no_more_adapters() -> None:
+    """The start-up warm-up makes adapters in a thread; one it made after the pool was closed was
+    never closed (its HTTP client left open at exit). A closed pool closes what it has and makes none."""
+    from mcp_sampling_proxy.serve.sampling import AdapterPool
+
+    pool = AdapterPool([fast_config("http://127.0.0.1:9/v1", name="fake", kind="openai", env="NO_KEY", model="m")])
+    made = pool.get("fake")
+    await pool.aclose()
+    assert made._client.is_closed
+    with pytest.raises(RuntimeError, match="shutting down"):
+        pool.get("fake")

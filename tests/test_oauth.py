@@ -396,6 +396,15 @@ def test_doctor_probes_remote_servers_at_the_same_time(tmp_path: Path) -> None:
     assert most_open >= 2, f"at most {most_open} probe connection open at a time: the probes ran one after another"
 
 
+def at_once(work: Any, count: int) -> None:
+    """Run work(0) ... work(count - 1) in threads started together, and wait for them."""
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(90)
+
+
 def test_proxies_refreshing_one_login_at_once_all_go_on(servers: OAuthServers, tmp_path: Path) -> None:
     """Four hosts start their proxies for one remote at the same moment, after the access token
     expired. The server rotates refresh tokens (each works once): the proxies take turns, the
@@ -413,11 +422,7 @@ def test_proxies_refreshing_one_login_at_once_all_go_on(servers: OAuthServers, t
         def start(index: int) -> None:
             answers[index] = hosts[index].initialize()
 
-        threads = [threading.Thread(target=start, args=(i,)) for i in range(len(hosts))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(60)
+        at_once(start, len(hosts))
         assert [a.get("result", {}).get("serverInfo", {}).get("name") for a in answers] == ["oauth-protected"] * 4, \
             [a.get("error") for a in answers]
         assert servers.control("/test/stats")["refresh_grants"] == before + 1
@@ -447,11 +452,7 @@ def test_proxies_refused_a_revoked_token_at_once_take_turns_to_refresh(servers: 
             answers[index] = hosts[index].request("tools/call", {"name": "echo", "arguments": {"text": str(index)}},
                                                   timeout=60)
 
-        threads = [threading.Thread(target=call, args=(i,)) for i in range(len(hosts))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(90)
+        at_once(call, len(hosts))
         assert [a.get("result", {}).get("content", [{}])[0].get("text") for a in answers] == ["0", "1", "2", "3"], \
             [a.get("error") for a in answers]
         assert servers.control("/test/stats")["refresh_grants"] == before + 1

@@ -354,6 +354,7 @@ class AdapterPool:
         self._terminal = terminal
         self._adapters: dict[str, Adapter] = {}
         self._making = threading.Lock()  # the start-up warm-up (runtime.warm_up) makes them in a thread
+        self._closed = False
 
     @property
     def configs(self) -> list[ProviderConfig]:
@@ -371,13 +372,23 @@ class AdapterPool:
         adapter = self._adapters.get(name)
         if adapter is None:
             with self._making:
+                if self._closed:
+                    raise RuntimeError("the proxy is shutting down: no new LLM adapters")
                 adapter = self._adapters.get(name)
                 if adapter is None:
                     adapter = self._adapters[name] = make_adapter(self._configs[name], self._terminal)
         return adapter
 
     async def aclose(self) -> None:
-        for adapter in self._adapters.values():
+        """Close every adapter made, one the warm-up thread is making included (its lock is waited
+        for in a thread), and make no more: one made after the snapshot was never closed."""
+        def take_all() -> list[Adapter]:
+            with self._making:
+                self._closed = True
+                adapters, self._adapters = list(self._adapters.values()), {}
+            return adapters
+
+        for adapter in await anyio.to_thread.run_sync(take_all):
             await adapter.aclose()
 
 
