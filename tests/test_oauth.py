@@ -396,13 +396,30 @@ def test_doctor_probes_remote_servers_at_the_same_time(tmp_path: Path) -> None:
     assert most_open >= 2, f"at most {most_open} probe connection open at a time: the probes ran one after another"
 
 
-def at_once(work: Any, count: int) -> None:
-    """Run work(0) ... work(count - 1) in threads started together, and wait for them."""
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(90)
+def refreshing_together(servers: OAuthServers, tmp_path: Path, prepare: Any, work: Any) -> tuple[list[Any], int]:
+    """Four proxies of one login: `prepare(hosts)`, then `work(host)` on all four at once while the
+    token endpoint answers 1 s late (so their refreshes overlap). (Their answers, refreshes made.)"""
+    hosts = [RawHost(url_command(servers.url), env_for(tmp_path / "state"), tmp_path / f"proxy{i}.log")
+             for i in range(4)]
+    answers: list[Any] = [None] * len(hosts)
+
+    def run(index: int) -> None:
+        answers[index] = work(hosts[index])
+
+    try:
+        prepare(hosts)
+        servers.control("/test/config", {"refresh_delay": 1.0})
+        before = servers.control("/test/stats")["refresh_grants"]
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(hosts))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(90)
+        return answers, servers.control("/test/stats")["refresh_grants"] - before
+    finally:
+        servers.control("/test/config", {"refresh_delay": 0})
+        for host in hosts:
+            host.close()
 
 
 def test_proxies_refreshing_one_login_at_once_all_go_on(servers: OAuthServers, tmp_path: Path) -> None:
@@ -412,24 +429,11 @@ def test_proxies_refreshing_one_login_at_once_all_go_on(servers: OAuthServers, t
     servers.control("/test/config", {"lifetime": 1})
     assert login(servers, tmp_path / "state").returncode == 0
     time.sleep(2.1)
-    servers.control("/test/config", {"lifetime": 3600, "refresh_delay": 1.0})  # all four are refreshing at once
-    before = servers.control("/test/stats")["refresh_grants"]
-    hosts = [RawHost(url_command(servers.url), env_for(tmp_path / "state"), tmp_path / f"proxy{i}.log")
-             for i in range(4)]
-    try:
-        answers: list[dict[str, Any]] = [{} for _ in hosts]
-
-        def start(index: int) -> None:
-            answers[index] = hosts[index].initialize()
-
-        at_once(start, len(hosts))
-        assert [a.get("result", {}).get("serverInfo", {}).get("name") for a in answers] == ["oauth-protected"] * 4, \
-            [a.get("error") for a in answers]
-        assert servers.control("/test/stats")["refresh_grants"] == before + 1
-    finally:
-        servers.control("/test/config", {"refresh_delay": 0})
-        for host in hosts:
-            host.close()
+    servers.control("/test/config", {"lifetime": 3600})
+    answers, refreshes = refreshing_together(servers, tmp_path, lambda hosts: None, lambda host: host.initialize())
+    assert [a.get("result", {}).get("serverInfo", {}).get("name") for a in answers] == ["oauth-protected"] * 4, \
+        [a.get("error") for a in answers]
+    assert refreshes == 1
 
 
 def test_proxies_refused_a_revoked_token_at_once_take_turns_to_refresh(servers: OAuthServers, tmp_path: Path) -> None:
@@ -438,25 +442,14 @@ def test_proxies_refused_a_revoked_token_at_once_take_turns_to_refresh(servers: 
     turn with the others, as on expiry: one refresh, and every proxy's call goes through. Refreshing
     at the same moment left all but one with a spent, rotated refresh token."""
     assert login(servers, tmp_path / "state").returncode == 0
-    hosts = [RawHost(url_command(servers.url), env_for(tmp_path / "state"), tmp_path / f"proxy{i}.log")
-             for i in range(4)]
-    try:
+
+    def connected_then_revoked(hosts: list[RawHost]) -> None:
         for host in hosts:
             assert host.initialize()["result"]["serverInfo"]["name"] == "oauth-protected"
         servers.control("/test/revoke-access")
-        servers.control("/test/config", {"refresh_delay": 1.0})  # all four are refreshing at once
-        before = servers.control("/test/stats")["refresh_grants"]
-        answers: list[dict[str, Any]] = [{} for _ in hosts]
 
-        def call(index: int) -> None:
-            answers[index] = hosts[index].request("tools/call", {"name": "echo", "arguments": {"text": str(index)}},
-                                                  timeout=60)
-
-        at_once(call, len(hosts))
-        assert [a.get("result", {}).get("content", [{}])[0].get("text") for a in answers] == ["0", "1", "2", "3"], \
-            [a.get("error") for a in answers]
-        assert servers.control("/test/stats")["refresh_grants"] == before + 1
-    finally:
-        servers.control("/test/config", {"refresh_delay": 0})
-        for host in hosts:
-            host.close()
+    answers, refreshes = refreshing_together(servers, tmp_path, connected_then_revoked, lambda host: host.request(
+        "tools/call", {"name": "echo", "arguments": {"text": "through"}}, timeout=60))
+    assert [a.get("result", {}).get("content", [{}])[0].get("text") for a in answers] == ["through"] * 4, \
+        [a.get("error") for a in answers]
+    assert refreshes == 1
