@@ -106,12 +106,12 @@ class GroupGuard:
         proxy's child until collected here (the orphan reaper leaves it alone), so the pid is its own."""
         if self._fd is None:
             return
-        with contextlib.suppress(OSError):
-            os.kill(self.pid, signal.SIGKILL)
         deadline = time.monotonic() + GUARD_GRACE
-        with contextlib.suppress(ChildProcessError, OSError):
-            while os.waitpid(self.pid, os.WNOHANG) == (0, 0) and time.monotonic() < deadline:
-                time.sleep(0.005)
+        with contextlib.suppress(ChildProcessError, OSError):  # gone and collected already: nothing to kill
+            if os.waitpid(self.pid, os.WNOHANG) == (0, 0):  # running and uncollected: the pid is still its
+                os.kill(self.pid, signal.SIGKILL)
+                while os.waitpid(self.pid, os.WNOHANG) == (0, 0) and time.monotonic() < deadline:
+                    time.sleep(0.005)
         with contextlib.suppress(OSError):
             os.close(self._fd)
         self._fd = None
