@@ -211,3 +211,29 @@ def test_the_web_consoles_reader_starts_at_the_end_and_skips_a_runaway_line(tmp_
         f.write(b"\n" + json.dumps({"n": "after"}).encode() + b"\n")
     assert follower.read() == [3 * 1024 * 1024 + 1, b'{"n": "after"}\n']
     follower.close()
+
+
+def test_the_follower_survives_a_path_it_cannot_open_and_never_blocks_on_a_fifo(tmp_path: Path) -> None:
+    """The log's path is briefly something else (rotated, then a directory in its place): the read
+    fails, and the next read after the file is back follows it again (it stayed on the closed file
+    and failed for good). A FIFO at the path is refused at once instead of blocking the open."""
+    from mcp_sampling_proxy.audit.follow import Follower
+    from mcp_sampling_proxy.shared_files import NotARegularFile
+
+    path = tmp_path / "audit.jsonl"
+    AuditLog(str(path), fsync=False).record(server="before", decision="allow")
+    follower = Follower(str(path), last=5)
+    assert len(follower.read()) == 1
+    path.rename(tmp_path / "audit.jsonl.1")
+    path.mkdir()
+    with pytest.raises(OSError):
+        follower.read()
+    path.rmdir()
+    AuditLog(str(path), fsync=False).record(server="after", decision="allow")
+    assert [json.loads(line)["server"] for line in follower.read() if isinstance(line, bytes)] == ["after"]
+    follower.close()
+
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(NotARegularFile):
+        Follower(str(fifo), last=5).read()

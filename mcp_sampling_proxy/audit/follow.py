@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 from typing import BinaryIO
 
+from mcp_sampling_proxy.shared_files import open_regular
+
 MAX_LINE = 64 * 1024 * 1024  # a record holding a large image in `content: full` fits
 MAX_START_BYTES = 64 * 1024 * 1024  # the last lines are looked for in at most this much of the file's end
 CHUNK = 1024 * 1024
@@ -57,7 +59,7 @@ class Follower:
         Raises FileNotFoundError while there is no file, OSError when it cannot be read."""
         out: list[Line] = []
         if self._file is None:
-            self._file = open(self.path, "rb")  # noqa: SIM115 - kept open across calls; close() closes it
+            self._file = _open(self.path)
             first, offset = last_lines(self._file, self._last)
             out += first
             self._file.seek(offset)
@@ -70,7 +72,8 @@ class Follower:
             self._drain(out)
             self._end_line(out)
             self._file.close()
-            self._file = open(self.path, "rb")  # noqa: SIM115
+            self._file = None  # an open that fails below leaves the next read to open afresh
+            self._file = _open(self.path)
             self._drain(out)
         elif st.st_size < self._file.tell():  # truncated: from the start again
             self._file.seek(0)
@@ -115,3 +118,9 @@ class Follower:
         elif self._pieces:
             out.append(b"".join(self._pieces))
         self._pieces, self._held, self._skipping = [], 0, 0
+
+
+def _open(path: str) -> BinaryIO:
+    """The log, kept open across reads (close() closes it): a regular file only, opened without
+    blocking (anyone running as the user can put a FIFO or a device at the path)."""
+    return os.fdopen(open_regular(path), "rb")
