@@ -71,18 +71,8 @@ class ProxyHooks:
         self._inputs = InputResolver(sampling, elicitation, settings.max_input_rounds)
         self._offered = offered
         self._routes = {"sampling": settings.sampling.route, "elicitation": settings.elicitation.route}
-        self._pin_handshake = settings.era == "handshake" and "sampling" in offered
 
     def answer_host_request(self, message: dict[str, Any], session: Session) -> bytes | None:
-        # In the 2026-07-28 era a server cannot send sampling requests, and SDK servers switch to it
-        # when a host probes server/discover. "Method not found" makes such hosts fall back to the
-        # initialize handshake, where the proxy can serve sampling.
-        if self._pin_handshake and message.get("method") == "server/discover":
-            return jsonrpc.error_response(
-                message["id"], jsonrpc.METHOD_NOT_FOUND,
-                "Method not found: mcp-sampling-proxy keeps this connection in the initialize handshake era "
-                "(upstream.era: handshake) so the server can send sampling requests",
-            )
         return None
 
     def rewrite_host_request(self, message: dict[str, Any], session: Session) -> bool:
@@ -199,7 +189,7 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
     try:
         async with anyio.create_task_group() as tg:
             relay = Relay(host_out.write_line, upstream.send, hooks, tg, session,
-                          keepalive_seconds=settings.sampling.keepalive_seconds)
+                          keepalive_seconds=settings.sampling.keepalive_seconds, era=settings.era)
             await tg.start(console.serve)
             tg.start_soon(reap_orphans_forever, _own_children(upstream))
             host_reader = LineReader(relay.from_host, lambda: end("host closed stdin"),

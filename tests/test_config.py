@@ -174,8 +174,16 @@ def test_sampling_route_bad_value() -> None:
 
 
 def test_upstream_era_bad_value() -> None:
-    message = error_of("upstream:\n  era: modern\n")
-    assert message == "policy.yaml:2:8: upstream.era 'modern' is not one of handshake, any"
+    message = error_of("upstream:\n  era: modrn\n")
+    assert message == ("policy.yaml:2:8: upstream.era 'modrn' is not one of auto, handshake, modern "
+                       "(did you mean 'modern'?)")
+
+
+@pytest.mark.parametrize(("written", "era"), [("auto", "auto"), ("handshake", "handshake"), ("modern", "modern"),
+                                              ("any", "auto")])
+def test_upstream_era_values(written: str, era: str) -> None:
+    """`any` (the name the default had before the era bridge) still means the default."""
+    assert parse_settings(f"upstream:\n  era: {written}\n", F).era == era
 
 
 def test_rule_without_action_and_bad_method() -> None:
@@ -316,14 +324,14 @@ def test_full_file_round_trip() -> None:
     assert settings.audit_path == os.path.expanduser("~/audit.jsonl")
     assert settings.pass_env == ("LOCAL_KEY",)
     assert settings.shutdown_timeout == 1.5
-    assert settings.era == "any"
+    assert settings.era == "auto"
 
 
 def test_defaults_for_an_empty_file_and_empty_when() -> None:
     empty = parse_settings("", F)
     assert empty.providers == [] and empty.rules == [] and empty.default_provider is None
     assert empty.sampling == SamplingSettings()
-    assert empty.era == "handshake"
+    assert empty.era == "auto"
     settings = parse_settings("rules:\n  - action: prompt\n    when:\n", F)
     assert settings.rules[0].when == ALWAYS
     assert parse_settings("upstream:\n  pass_env: ONE\n", F).pass_env == ("ONE",)

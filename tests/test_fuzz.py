@@ -79,7 +79,7 @@ async def test_relay_in_process_survives_mutated_messages_from_both_sides(tmp_pa
                     await anyio.sleep(0)  # let served requests (sampling, elicitation) run
             with anyio.fail_after(60):  # a request that never ends is a hang
                 to_host_seen = to_upstream_seen = 0
-                while relay._served or relay._resolving:  # requests still waiting for a peer
+                while relay.waiting_on_peers:  # requests still waiting for a peer
                     to_host_seen = answer_requests(relay.from_host, to_host, to_host_seen)
                     to_upstream_seen = answer_requests(relay.from_upstream, to_upstream, to_upstream_seen)
                     await anyio.sleep(0.01)

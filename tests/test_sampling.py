@@ -335,8 +335,16 @@ async def test_cancelled_tool_call_aborts_the_llm_request(tmp_path: Path, openai
 
 
 @pytest.mark.anyio
-async def test_handshake_era_is_kept_for_auto_mode_hosts(tmp_path: Path, openai_llm: FakeLLMServer) -> None:
-    result = await call(tmp_path, openai_policy(openai_llm.base_url), "sample", {"prompt": "auto host"}, mode="auto")
+async def test_handshake_pin_serves_old_style_sampling_for_auto_mode_hosts(tmp_path: Path,
+                                                                           openai_llm: FakeLLMServer) -> None:
+    """The kitchen sink samples the old way (a request of its own), which its SDK allows only in the
+    handshake era. An auto host gets the 2026 era from it by default (as directly, where that tool
+    fails); `upstream.era: handshake` keeps the server leg in the handshake era and bridges the
+    host's 2026 requests to it, so the tool works."""
+    default = await call(tmp_path, openai_policy(openai_llm.base_url), "sample", {"prompt": "auto host"}, mode="auto")
+    assert "content" not in tool_json(default)  # the SDK refuses a server request in the 2026 era
+    pinned = openai_policy(openai_llm.base_url) + "upstream:\n  era: handshake\n"
+    result = await call(tmp_path, pinned, "sample", {"prompt": "auto host"}, mode="auto")
     assert tool_json(result)["content"]["text"] == "echo: auto host"
 
 

@@ -50,7 +50,7 @@ from mcp_sampling_proxy.vocabulary import ACTIONS, MAX_TOKENS_ACTIONS, Action, G
 PROVIDER_TYPES = ("openai", "anthropic", "console", "command")
 ROUTES = ("auto", "proxy", "host")
 METHODS = ("sampling", "elicitation")
-ERAS = ("handshake", "any")
+ERAS = ("auto", "handshake", "modern")
 CONTENT_TYPES = ("text", "image", "audio", "tool_use", "tool_result", "tools")
 INCLUDE_CONTEXT = ("none", "thisServer", "allServers")
 APPROVAL_CHANNELS = ("terminal", "console", "host")
@@ -154,7 +154,7 @@ class Settings:
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
     pass_env: tuple[str, ...] = ()
     shutdown_timeout: float = 5.0
-    era: str = "handshake"  # handshake: answer server/discover so hosts fall back to initialize
+    era: str = "auto"  # the server leg's protocol era: the host's when the server speaks it (relay/bridge.py)
     max_input_rounds: int = 8  # input_required rounds the proxy answers before giving up
     source: str = "environment"  # the policy file path, or "environment"
 
@@ -243,8 +243,9 @@ def parse_settings(text: str, where: str) -> Settings:
         upstream = top["upstream"].mapping(("pass_env", "shutdown_timeout", "era", "max_input_rounds"))
         if "max_input_rounds" in upstream:
             settings.max_input_rounds = upstream["max_input_rounds"].int(minimum=1)
-        if "era" in upstream:
-            settings.era = upstream["era"].choice(ERAS)
+        if "era" in upstream:  # "any" was the name of "auto" before the bridge: it still means that
+            era = upstream["era"]
+            settings.era = "auto" if era.value() == "any" else era.choice(ERAS)
         if "pass_env" in upstream:
             settings.pass_env = tuple(upstream["pass_env"].strings())
         if "shutdown_timeout" in upstream:

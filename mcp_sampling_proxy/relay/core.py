@@ -3,7 +3,9 @@
 It parses each line only to route it, keeps per-direction order (lines are handled
 synchronously as they arrive), and steps in at three points, all delegated to `Hooks`:
 host requests it may rewrite (capabilities), server requests it serves itself (sampling),
-and responses to requests it sent on its own. It knows nothing about LLMs or policy.
+and responses to requests it sent on its own. It knows nothing about LLMs or policy. When the
+two legs speak different protocol eras, the era bridge (relay/bridge.py) translates; when they
+speak the same one, nothing is.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import functools
 import re
 import secrets
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -29,14 +30,17 @@ from mcp_sampling_proxy.protocol.names import (
     PROTOCOL_VERSION_META,
     SERVER_INFO_META,
 )
-from mcp_sampling_proxy.relay.keepalive import Progress, Waiting, same_token, serving, usable_token
+from mcp_sampling_proxy.relay.bridge import CHANGED, DONE, EraBridge
+from mcp_sampling_proxy.relay.calls import CURRENT_CALL, HostRequest, HostRounds
+from mcp_sampling_proxy.relay.keepalive import Waiting, same_token, serving
 from mcp_sampling_proxy.sanitize import one_line
 
 log = get_logger("mcp_sampling_proxy.relay.core")
 
 Send = Callable[[bytes], None]
 NEGOTIATION = ("initialize", "server/discover")
-RETRYABLE = ("tools/call", "prompts/get", "resources/read")  # may get `input_required` (2026-07-28)
+RETRYABLE = frozenset({"tools/call", "prompts/get", "resources/read"})  # may get `input_required` (2026-07-28)
+ROOTS_LIST = "roots/list"
 _WAITING_FOR = {"sampling/createMessage": "waiting for sampling", "elicitation/create": "waiting for an answer"}
 
 
@@ -53,15 +57,6 @@ def _shown_if_different(reported: str, ours: str) -> str | None:
 
 
 @dataclass
-class HostRequest:
-    method: str
-    tool: str | None  # the tool name for tools/call
-    started: float
-    message: dict[str, Any] | None = None  # kept for methods a 2026-era server may answer with input_required
-    progress: Progress | None = None  # its `_meta.progressToken` and what the host was sent on it (keep-alive)
-
-
-@dataclass
 class Session:
     """What the relay has learned about both peers; read by hooks for routing and policy."""
 
@@ -70,7 +65,9 @@ class Session:
     host_capabilities: dict[str, Any] = field(default_factory=dict)
     server_info: dict[str, Any] = field(default_factory=dict)
     protocol_version: str | None = None
-    inflight: dict[Any, HostRequest] = field(default_factory=dict)
+    inflight: dict[Any, HostRequest] = field(default_factory=dict)  # by the id the host waits on
+    host_era: str | None = None  # "handshake" | "modern": what the host speaks (relay/bridge.py)
+    server_era: str | None = None  # what the server leg speaks
 
     @property
     def server_name(self) -> str:
@@ -166,6 +163,7 @@ class _Stash:
     done: anyio.Event = field(default_factory=anyio.Event)
     answers: dict[str, Any] = field(default_factory=dict)
     error: dict[str, Any] | None = None
+    call: HostRequest | None = None  # the host request the split round belongs to
 
 
 @dataclass
@@ -190,6 +188,7 @@ class Relay:
         task_group: anyio.abc.TaskGroup,
         session: Session | None = None,
         keepalive_seconds: float = 0.0,
+        era: str = "auto",
     ):
         self._to_host = to_host
         self._to_upstream = to_upstream
@@ -200,8 +199,11 @@ class Relay:
         self._served: dict[Any, _Served] = {}
         self._awaiting_host: dict[Any, Callable[[dict[str, Any]], None]] = {}
         self._awaiting_upstream: dict[Any, Callable[[dict[str, Any]], None]] = {}
-        self._resolving: dict[Any, _Resolving] = {}
         self._stash: dict[str, _Stash] = {}  # requestState -> the proxy's answers for a split request
+        self._moved: dict[Any, HostRequest] = {}  # upstream id -> a host request whose host id has moved on
+        self._held: list[tuple[Any, bytes | None]] | None = None  # host messages waiting for the eras to settle
+        self.bridge = EraBridge(era, self)
+        self.rounds = HostRounds(self._to_host, self._rekey)
         self.closed = False
 
     # -- host -> upstream ------------------------------------------------------------------
@@ -249,6 +251,9 @@ class Relay:
             self._to_host(jsonrpc.error_response(msg.get("id") if "method" in msg else None, jsonrpc.INVALID_REQUEST,
                                                  "Invalid Request: nested too deeply to forward"))
             return
+        if self._held is not None:  # the eras are being settled: in order, after that
+            self._held.append((msg, line))
+            return
         method = msg.get("method")
         if method is None:  # a response to a server request (or to one of ours)
             waiter = self._awaiting_host.pop(msg["id"], None)
@@ -258,70 +263,209 @@ class Relay:
                 self._to_upstream(line)
             return
         if "id" in msg:
-            answer = self._hooks.answer_host_request(msg, self.session)
-            if answer is not None:
-                self._to_host(answer)
+            if self.bridge.undecided and self.bridge.opens(msg):
+                self._held = []
+                self._tg.start_soon(self._negotiate, msg, line)
                 return
-            params = msg.get("params")
-            if isinstance(params, dict) and "inputResponses" in params:
-                self._hooks.host_input_responses(params, self.session)
-            state = params.get("requestState") if isinstance(params, dict) else None
-            if self._stash and isinstance(state, str) and state in self._stash:
-                self._tg.start_soon(self._merge_and_forward, msg, self._stash.pop(state))
-                return
-            self._note_host_request(msg)
-            if self._hooks.rewrite_host_request(msg, self.session):
-                rewritten = msg
-                if jsonrpc.has_long_integers(line):  # read as floats: rewrite an exact reading instead
-                    rewritten = jsonrpc.parse_exact(line)
-                    self._hooks.rewrite_host_request(rewritten, self.session)
-                if (line := _encode(rewritten)) is None:
-                    self.session.inflight.pop(msg["id"], None)
-                    self._to_host(jsonrpc.error_response(msg["id"], jsonrpc.INVALID_REQUEST,
-                                                         "Invalid Request: nested too deeply to forward"))
-                    return
-        elif method == "notifications/cancelled":
+            self._host_request(msg, line)
+            return
+        if self.bridge.translating and self.bridge.host_notification(msg):
+            return
+        if method == "notifications/cancelled":
             params = msg.get("params")
             request_id = params.get("requestId") if isinstance(params, dict) else None
             if jsonrpc.usable_id(request_id):
-                self.session.inflight.pop(request_id, None)
-                resolving = self._resolving.pop(request_id, None)
+                request = self.session.inflight.pop(request_id, None)
+                if request is not None and request.upstream_id != request_id:
+                    self._moved.pop(request.upstream_id, None)
+                resolving = request.resolving if request is not None else None
                 if resolving is not None:  # translate to the retry's id, which is what the server knows
                     resolving.scope.cancel()
                     if resolving.current_id is not None:
                         self._to_upstream(jsonrpc.dumps({**msg, "params": {**params,
                                                                            "requestId": resolving.current_id}}))
                     return
+                if request is not None and request.upstream_id != request_id:
+                    self._to_upstream(jsonrpc.dumps({**msg, "params": {**params, "requestId": request.upstream_id}}))
+                    return
         self._to_upstream(line)
 
-    def _forward_host_request(self, msg: dict[str, Any]) -> None:
-        self._note_host_request(msg)
-        self._hooks.rewrite_host_request(msg, self.session)
-        self._to_upstream(jsonrpc.dumps(msg))
+    def _host_request(self, msg: dict[str, Any], line: bytes) -> None:
+        answer = self._hooks.answer_host_request(msg, self.session)
+        if answer is not None:
+            self._to_host(answer)
+            return
+        params = msg.get("params")
+        if self.rounds and self.rounds.take_retry(msg):  # the answer to a question of the proxy's
+            return
+        if isinstance(params, dict) and "inputResponses" in params:
+            self._hooks.host_input_responses(params, self.session)
+        state = params.get("requestState") if isinstance(params, dict) else None
+        if self._stash and isinstance(state, str) and state in self._stash:
+            self._tg.start_soon(self._merge_and_forward, msg, self._stash.pop(state))
+            return
+        changed = False
+        if self.bridge.translating:
+            outcome = self.bridge.host_request(msg)
+            if outcome == DONE:
+                return
+            changed = outcome == CHANGED
+        request = self._note_host_request(msg)
+        if self._hooks.rewrite_host_request(msg, self.session) or changed:
+            rewritten = msg
+            if jsonrpc.has_long_integers(line):  # read as floats: rewrite an exact reading instead
+                rewritten = jsonrpc.parse_exact(line)
+                if changed:
+                    self.bridge.host_request(rewritten)
+                self._hooks.rewrite_host_request(rewritten, self.session)
+            if request.upstream_id != msg["id"]:
+                rewritten = {**rewritten, "id": request.upstream_id}
+            encoded = _encode(rewritten)
+            if encoded is None:
+                self._forget(request)
+                self._to_host(jsonrpc.error_response(msg["id"], jsonrpc.INVALID_REQUEST,
+                                                     "Invalid Request: nested too deeply to forward"))
+                return
+            line = encoded
+        elif request.upstream_id != msg["id"]:
+            line = jsonrpc.dumps({**msg, "id": request.upstream_id})
+        self._to_upstream(line)
 
-    def _note_host_request(self, msg: dict[str, Any]) -> None:
+    async def _negotiate(self, msg: dict[str, Any], line: bytes | None) -> None:
+        """Settle the server leg's era for the host request that opened the session, then handle
+        what the host sent meanwhile, in order."""
+        try:
+            handle_first = await self.bridge.negotiate(msg)
+        except Exception as exc:
+            log.exception("failed to settle the protocol era")
+            self.answer_host(msg["id"], error={"code": jsonrpc.INTERNAL_ERROR,
+                                               "message": f"mcp-sampling-proxy failed: {exc}"})
+            handle_first = False
+        self._release([(msg, line)] if handle_first else [])
+
+    def _release(self, first: list[tuple[Any, bytes | None]]) -> None:
+        """Handle the host messages held while the eras were settled, in the order they came."""
+        held, self._held = first + (self._held or []), None
+        for message, raw in held:
+            if self._held is not None:  # settling again: the rest waits, still in order
+                self._held.append((message, raw))
+                continue
+            self._guarded(self._host_message, message, raw, self._to_host)
+
+    def _forward_host_request(self, msg: dict[str, Any]) -> None:
+        request = self._note_host_request(msg)
+        self._hooks.rewrite_host_request(msg, self.session)
+        self._to_upstream(jsonrpc.dumps({**msg, "id": request.upstream_id}))
+
+    def _note_host_request(self, msg: dict[str, Any]) -> HostRequest:
         method = msg["method"]
         params = jsonrpc.as_object(msg.get("params"))
-        tool = params.get("name") if method == "tools/call" else None
-        meta = jsonrpc.as_object(params.get("_meta"))
-        token = meta.get("progressToken")
-        self.session.inflight[msg["id"]] = HostRequest(method, tool if isinstance(tool, str) else None,
-                                                       time.monotonic(),
-                                                       msg if method in RETRYABLE else None,
-                                                       Progress(token) if usable_token(token) else None)
+        request = HostRequest.of(msg, RETRYABLE)
+        if msg["id"] in self._moved:  # the server still knows another request under this id: send it under another
+            request.upstream_id = self.new_id()
+            self._moved[request.upstream_id] = request
+        self.session.inflight[msg["id"]] = request
         if method == "initialize":
-            self.session.host_info = jsonrpc.as_object(params.get("clientInfo"))
-            self.session.host_capabilities = jsonrpc.as_object(params.get("capabilities"))
-            self.session.protocol_version = params.get("protocolVersion")
+            self.note_host_initialize(msg)
         else:
-            version = meta.get(PROTOCOL_VERSION_META)
-            if version:  # 2026-07-28 era: everything travels per request
-                self.session.protocol_version = version
-                self.session.host_info = jsonrpc.as_object(meta.get(CLIENT_INFO_META)) or \
-                    self.session.host_info
-                caps = meta.get(CLIENT_CAPS_META)
-                if isinstance(caps, dict):
-                    self.session.host_capabilities = caps
+            self.note_host_meta(jsonrpc.as_object(params.get("_meta")))
+        return request
+
+    def note_host_meta(self, meta: dict[str, Any]) -> None:
+        """Who the host is and what it can do, from a 2026-era request's `_meta` (it travels per request)."""
+        version = meta.get(PROTOCOL_VERSION_META)
+        if version:
+            self.session.protocol_version = version
+            self.session.host_info = jsonrpc.as_object(meta.get(CLIENT_INFO_META)) or self.session.host_info
+            caps = meta.get(CLIENT_CAPS_META)
+            if isinstance(caps, dict):
+                self.session.host_capabilities = caps
+
+    def note_host_initialize(self, msg: dict[str, Any]) -> None:
+        """Who the host is and what it can do, from its initialize (handshake era)."""
+        params = jsonrpc.as_object(msg.get("params"))
+        self.session.host_info = jsonrpc.as_object(params.get("clientInfo"))
+        self.session.host_capabilities = jsonrpc.as_object(params.get("capabilities"))
+        self.session.protocol_version = params.get("protocolVersion")
+
+    def _rekey(self, request: HostRequest, host_id: Any) -> None:
+        """The host retried one of the proxy's rounds under `host_id`: the request waits there now."""
+        if self.session.inflight.get(request.host_id) is request:
+            del self.session.inflight[request.host_id]
+        self.session.inflight[host_id] = request
+        if request.upstream_id is not None and request.upstream_id != host_id:
+            self._moved[request.upstream_id] = request
+        if request.final is not None:  # the server answered while the round was out
+            final, request.final = request.final, None
+            self._tg.start_soon(self._deliver_final, request, final)
+
+    async def _deliver_final(self, request: HostRequest, response: dict[str, Any]) -> None:
+        await anyio.sleep(0)  # after the retry that moved the request has been handled
+        self._finish(request, response)
+
+    def _forget(self, request: HostRequest) -> None:
+        if self.session.inflight.get(request.host_id) is request:
+            del self.session.inflight[request.host_id]
+        if self._moved.get(request.upstream_id) is request:
+            del self._moved[request.upstream_id]
+
+    def _finish(self, request: HostRequest, response: dict[str, Any]) -> None:
+        """The final answer to a host request: to the id the host waits on now (once it holds one)."""
+        if not request.held:
+            request.final = response
+            return
+        self._forget(request)
+        self._to_host(jsonrpc.dumps({**response, "id": request.host_id}))
+
+    # -- the bridge's own messages (relay/bridge.py) ----------------------------------------------
+    def answer_host(self, host_id: Any, result: dict[str, Any] | None = None,
+                    error: dict[str, Any] | None = None) -> None:
+        """Answer a host request here (the bridge's local answers)."""
+        request = self.session.inflight.get(host_id)
+        if request is not None:
+            self._forget(request)
+        body = {"error": error} if error is not None else {"result": result if result is not None else {}}
+        self._to_host(jsonrpc.dumps({"jsonrpc": "2.0", "id": host_id, **body}))
+
+    def answer_upstream(self, request_id: Any, result: dict[str, Any]) -> None:
+        self._to_upstream(jsonrpc.response(request_id, result))
+
+    def send_host_notification(self, method: str, params: dict[str, Any]) -> None:
+        self._to_host(jsonrpc.dumps({"jsonrpc": "2.0", "method": method, "params": params}))
+
+    def notify_upstream(self, method: str, params: dict[str, Any] | None) -> None:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = params
+        self._to_upstream(jsonrpc.dumps(message))
+
+    async def request_upstream(self, method: str, params: dict[str, Any], timeout: float | None = None
+                               ) -> dict[str, Any]:
+        """A request of the proxy's own to the server; its response ({} when none came in `timeout`)."""
+        request_id = self.new_id()
+        line = jsonrpc.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+        with anyio.move_on_after(timeout if timeout is not None else float("inf")):
+            return await _exchange(self._awaiting_upstream, request_id, self._to_upstream, line)
+        self._awaiting_upstream[request_id] = _ignore  # a late answer is the proxy's, not the host's
+        return {}
+
+    def start_upstream_request(self, method: str, params: dict[str, Any]) -> Any:
+        """Send a request of the proxy's own whose answer nobody waits for; its id."""
+        request_id = self.new_id()
+        self._awaiting_upstream[request_id] = _ignore
+        self._to_upstream(jsonrpc.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}))
+        return request_id
+
+    def rewrite_for_upstream(self, message: dict[str, Any]) -> None:
+        """What the hooks add to a host request (capabilities), applied to one the proxy makes."""
+        self._hooks.rewrite_host_request(message, self.session)
+
+    def note_server_result(self, result: dict[str, Any]) -> None:
+        """The server's initialize result (or one the bridge built): its name, version and protocol."""
+        self._note_server({"result": result})
+
+    def note_modern_server(self, result: dict[str, Any]) -> None:
+        self._note_modern_server({"result": result})
 
     # -- upstream -> host ------------------------------------------------------------------
     def from_upstream(self, line: bytes) -> None:
@@ -356,23 +500,7 @@ class Relay:
             return
         method = msg.get("method")
         if method is None:
-            waiter = self._awaiting_upstream.pop(msg["id"], None)
-            if waiter is not None:
-                waiter(msg)
-                return
-            request = self.session.inflight.get(msg["id"])
-            if request is not None and request.message is not None and self._resolve_input(msg, request):
-                return
-            self.session.inflight.pop(msg["id"], None)
-            if request is not None and request.method in NEGOTIATION and "result" in msg:
-                self._note_server(msg)
-            elif request is not None and request.method in NEGOTIATION:  # not ready: say why, not "ready"
-                (log.warning if request.method == "initialize" else log.info)(
-                    "upstream answered the handshake with an error", method=request.method,
-                    error=jsonrpc.as_object(msg.get("error")).get("message"))
-            elif not self.session.server_info:
-                self._note_modern_server(msg)
-            self._to_host(line)
+            self._upstream_response(msg, line)
             return
         if "id" in msg:
             if msg["id"] in self._awaiting_host or msg["id"] in self._served:
@@ -383,8 +511,15 @@ class Relay:
                                                          "Invalid Request: id already in use by a request "
                                                          "the proxy or the host is still answering"))
                 return
-            if self._hooks.serves(method):
+            if self.bridge.translating and self.bridge.server_request(msg):
+                return
+            if self._hooks.serves(method) or (method == ROOTS_LIST and self.bridge.host_era == "modern"):
                 self._start_serving(msg, line)
+                return
+            if self.bridge.host_era == "modern":  # a 2026 host takes no requests: only rounds of its calls
+                self._to_upstream(jsonrpc.error_response(msg["id"], jsonrpc.METHOD_NOT_FOUND,
+                                                         f"Method not found: {one_line(method, 80)} (the host speaks "
+                                                         "2026-07-28, which has no requests from the server)"))
                 return
         elif method == "notifications/cancelled":
             if self._cancel_served(msg):
@@ -393,7 +528,64 @@ class Relay:
             line = self._server_progress(msg, line)
         elif method in self._hooks.watched_notifications and not self._hooks.forward_server_notification(msg):
             return
+        if self.bridge.translating:
+            instead = self.bridge.server_notification(msg)
+            if instead is not None:
+                for each in instead:
+                    self._to_host(each)
+                return
         self._to_host(line)
+
+    def _upstream_response(self, msg: dict[str, Any], line: bytes) -> None:
+        waiter = self._awaiting_upstream.pop(msg["id"], None)
+        if waiter is not None:
+            waiter(msg)
+            return
+        request = self.session.inflight.get(msg["id"])
+        if request is None or request.upstream_id != msg["id"]:
+            request = self._moved.get(msg["id"])
+        if request is not None and request.message is not None and self._resolve_input(msg, request):
+            return
+        if request is not None and request.method in NEGOTIATION:
+            if "result" in msg:
+                self._note_server(msg)
+            else:  # not ready: say why, not "ready"
+                error = jsonrpc.as_object(msg.get("error"))
+                (log.warning if request.method == "initialize" else log.info)(
+                    "upstream answered the handshake with an error", method=request.method,
+                    error=error.get("message"))
+                if request.method == "initialize" and self.bridge.fallback_pending:
+                    self.bridge.fallback_pending = False
+                    self._held = []
+                    self._tg.start_soon(self._initialize_refused, request, error)
+                    return
+        elif not self.session.server_info:
+            self._note_modern_server(msg)
+        if request is not None and request.method == "initialize":
+            self.bridge.fallback_pending = False
+        if request is None:
+            self._to_host(line)
+            return
+        if self.bridge.translating:
+            completed = self.bridge.server_result(msg, request)
+            if completed is not None:
+                self._finish(request, completed)
+                return
+        if request.host_id == msg["id"] and request.held:
+            self._forget(request)
+            self._to_host(line)
+            return
+        self._finish(request, msg)
+
+    async def _initialize_refused(self, request: HostRequest, error: dict[str, Any]) -> None:
+        try:
+            await self.bridge.initialize_refused(request.host_id, request, error)
+        except Exception as exc:
+            log.exception("failed to bridge to a 2026-only server")
+            self.answer_host(request.host_id, error={"code": jsonrpc.INTERNAL_ERROR,
+                                                     "message": f"mcp-sampling-proxy failed: {exc}"})
+        self._forget(request)
+        self._release([])
 
     def upstream_oversize(self, size: int, head: bytes, tail: bytes, limit: int) -> None:
         """The server wrote a line over the size limit (dropped unread): answer whoever waits for it."""
@@ -410,8 +602,10 @@ class Relay:
             return
         # Both checks, not either: a result may mention "method" in its first bytes, and a host request
         # waiting for this id must not be left without an answer because of it.
-        if self.session.inflight.pop(message_id, None) is not None:
-            self._to_host(jsonrpc.error_response(message_id, jsonrpc.INTERNAL_ERROR, text))
+        request = self._moved.get(message_id) or self.session.inflight.get(message_id)
+        if request is not None:
+            self._finish(request, {"jsonrpc": "2.0", "id": message_id,
+                                   "error": {"code": jsonrpc.INTERNAL_ERROR, "message": text}})
         if b'"method"' in head:
             self._to_upstream(jsonrpc.error_response(message_id, code, text))
 
@@ -439,7 +633,7 @@ class Relay:
         if served is None:
             return False
         served.scope.cancel()
-        if served.at_host:
+        if served.at_host and self.bridge.host_era != "modern":
             self._to_host(jsonrpc.dumps(msg))
         log.info("server cancelled a request the proxy was serving", request_id=params.get("requestId"))
         return True
@@ -451,17 +645,27 @@ class Relay:
         self._served[request_id] = served
         self._tg.start_soon(self._serve, msg, served)
 
+    def _owner(self) -> HostRequest | None:
+        """The host request a server request belongs to in the handshake era, where the wire does not
+        say: the only call in flight, else the oldest (what a 2026 host is asked in)."""
+        calls = [request for request in self.session.inflight.values() if request.method in RETRYABLE]
+        return min(calls, key=lambda request: request.started) if calls else None
+
     async def _serve(self, msg: dict[str, Any], served: _Served) -> None:
         request_id = msg["id"]
         reply: bytes | None = None
         # Handshake era: the request belongs to one of the tools/calls in flight now (which one, the
         # wire does not say): each of them that asked for progress is kept alive while it waits.
-        owners = [host_id for host_id, request in self.session.inflight.items()
+        owners = [request for request in self.session.inflight.values()
                   if request.method == "tools/call" and request.progress is not None]
+        token = CURRENT_CALL.set(self._owner())
         try:
             with served.scope, self._keeping_alive(owners, _WAITING_FOR.get(str(msg.get("method")), "waiting")):
                 try:
-                    result = await self._hooks.serve(msg, self)
+                    if msg.get("method") == ROOTS_LIST and not self._hooks.serves(ROOTS_LIST):
+                        result = await self.roots_from_host(msg)
+                    else:
+                        result = await self._hooks.serve(msg, self)
                     reply = jsonrpc.response(request_id, result)
                 except RpcError as exc:
                     reply = jsonrpc.error_response(request_id, exc.code, exc.message, exc.data)
@@ -471,25 +675,44 @@ class Relay:
                         request_id, jsonrpc.INTERNAL_ERROR, f"mcp-sampling-proxy failed: {exc}"
                     )
         finally:
+            CURRENT_CALL.reset(token)
             self._served.pop(request_id, None)
             self._awaiting_host.pop(request_id, None)
         if reply is not None and not served.scope.cancel_called and not self.closed:
             self._to_upstream(reply)
 
-    async def forward_to_host(self, msg: dict[str, Any], *, as_received: bool = True) -> dict[str, Any]:
-        """Send a server request to the host under its own id; return the host's response.
+    async def roots_from_host(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """roots/list for a server whose host cannot take it as a request (2026) or whose round asks
+        it (the proxy answers 2026 rounds for a handshake host): the host is asked, if it has roots."""
+        if not isinstance(self.session.host_capabilities.get("roots"), dict):
+            raise RpcError(jsonrpc.METHOD_NOT_FOUND, "Method not found: the host does not offer roots")
+        response = await self.forward_to_host(msg)
+        if "error" in response:
+            raise RpcError.from_error(response["error"])
+        return jsonrpc.as_object(response.get("result"))
 
-        `as_received`: `msg` is the request as the server sent it, so its bytes go on untouched;
-        False when the proxy changed it (a clamped maxTokens, an edited prompt): `msg` is sent."""
+    async def forward_to_host(self, msg: dict[str, Any], *, as_received: bool = True) -> dict[str, Any]:
+        """Send a server request to the host; return the host's response.
+
+        A handshake-era host gets it as a request under its own id (`as_received`: `msg` is the
+        request as the server sent it, so its bytes go on untouched; False when the proxy changed
+        it: a clamped maxTokens, an edited prompt). A 2026-era host gets it in an input_required
+        round of the call it belongs to."""
+        if self.bridge.host_era == "modern":
+            return await self._ask_in_call(str(msg["method"]), _for_modern_host(msg))
         served = self._served.get(msg["id"])
         raw = None
         if served is not None:
             served.at_host = True
             raw = served.raw if as_received else None
-        if raw is None and (raw := _encode(msg)) is None:
+        request_id = msg["id"] if served is not None else self.new_id()
+        if self.bridge.server_era == "modern" and msg.get("method") == "elicitation/create":
+            msg = _with_elicitation_id(msg)
+            raw = None
+        if raw is None and (raw := _encode({**msg, "id": request_id})) is None:
             raise RpcError(jsonrpc.INVALID_PARAMS, "Invalid params: nested too deeply to forward to the host")
         try:
-            return await self._ask_host(msg["id"], raw)
+            return await self._ask_host(request_id, raw)
         finally:
             if served is not None:
                 served.at_host = False
@@ -497,9 +720,12 @@ class Relay:
     async def request_host(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         """A request the proxy itself sends to the host (e.g. an approval form).
 
-        Its id is random (`_new_id`), and a server request under an id waiting here is refused
-        (`_upstream_message`), so the host's answer is this request's; it never reaches the upstream."""
-        request_id = self._new_id()
+        Its id is random (`new_id`), and a server request under an id waiting here is refused
+        (`_upstream_message`), so the host's answer is this request's; it never reaches the upstream.
+        A 2026-era host is asked in an input_required round of the call the request belongs to."""
+        if self.bridge.host_era == "modern":
+            return await self._ask_in_call(method, params)
+        request_id = self.new_id()
         line = jsonrpc.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
         try:
             return await self._ask_host(request_id, line)
@@ -508,11 +734,18 @@ class Relay:
                                          "params": {"requestId": request_id, "reason": "no longer needed"}}))
             raise
 
+    async def _ask_in_call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        call = CURRENT_CALL.get()
+        if call is None:
+            raise RpcError(jsonrpc.INTERNAL_ERROR, f"the host speaks 2026-07-28, where it can be asked ({method}) "
+                           "only during one of its own requests, and none is in flight")
+        return await self.rounds.ask(call, method, params)
+
     async def _ask_host(self, request_id: Any, line: bytes) -> dict[str, Any]:
         return await _exchange(self._awaiting_host, request_id, self._to_host, line)
 
     @staticmethod
-    def _new_id() -> str:
+    def new_id() -> str:
         """An id for a request of the proxy's own, random each time: a server sees some of them (a
         2026-era retry goes to it under one) and must not be able to name the next (see `_upstream_message`)."""
         return f"mcp-sampling-proxy:{secrets.token_hex(12)}"
@@ -527,20 +760,19 @@ class Relay:
         requests = result.get("inputRequests") or {}
         if keys is None or not isinstance(requests, dict):
             return False
-        if keys != set(requests):
+        if keys != set(requests) and self.bridge.host_era != "handshake":
             if keys:
-                self._hand_to_host(msg, result, requests, keys, request.message)
+                self._hand_to_host(request, result, requests, keys)
                 return True
             self._hooks.host_input_requests(result, request.message, self.session)
             return False
-        host_id = msg["id"]
         resolving = _Resolving(anyio.CancelScope())
-        self._resolving[host_id] = resolving
-        self._tg.start_soon(self._resolve, host_id, request, result, resolving)
+        request.resolving = resolving
+        self._tg.start_soon(self._resolve, request, result, resolving)
         return True
 
-    def _hand_to_host(self, msg: dict[str, Any], result: dict[str, Any], requests: dict[str, Any],
-                      keys: set[str], origin: dict[str, Any] | None = None) -> None:
+    def _hand_to_host(self, request: HostRequest, result: dict[str, Any], requests: dict[str, Any],
+                      keys: set[str]) -> None:
         """A round the host takes part in (the first, or a later one): the host gets only its own
         requests, never the ones the proxy keeps (sampling the policy or a limit refuses is among
         them). The proxy answers those meanwhile and merges them into the host's retry, which it
@@ -548,72 +780,92 @@ class Relay:
         for them again (a round the proxy then answers whole)."""
         state = result.get("requestState")
         if keys and isinstance(state, str):
-            stash = _Stash()
+            stash = _Stash(call=request)
             self._stash[state] = stash
-            self._tg.start_soon(self._answer_owned, requests, keys, stash, origin)
-        self.session.inflight.pop(msg["id"], None)
+            self._tg.start_soon(self._answer_owned, requests, keys, stash, request)
         filtered = {**result, "inputRequests": {k: v for k, v in requests.items() if k not in keys}}
-        self._hooks.host_input_requests(filtered, origin, self.session)
-        self._to_host(jsonrpc.dumps({**msg, "result": filtered}))
+        self._hooks.host_input_requests(filtered, request.message, self.session)
+        host_id = request.host_id
+        self._forget(request)
+        request.held = False  # until the host retries (_merge_and_forward): a question of ours waits for that
+        self._to_host(jsonrpc.dumps({"jsonrpc": "2.0", "id": host_id, "result": filtered}))
 
     async def _answer_owned(self, requests: dict[str, Any], keys: set[str], stash: _Stash,
-                            origin: dict[str, Any] | None = None) -> None:
+                            request: HostRequest) -> None:
+        token = CURRENT_CALL.set(request)
         try:
             for key in sorted(keys):
-                stash.answers[key] = await self._hooks.answer_input(key, requests[key], self, origin)
+                stash.answers[key] = await self._hooks.answer_input(key, requests[key], self, request.message)
         except RpcError as exc:
             stash.error = exc.to_dict()
         except Exception as exc:
             log.exception("failed to answer an input request")
             stash.error = {"code": jsonrpc.INTERNAL_ERROR, "message": f"mcp-sampling-proxy failed: {exc}"}
         finally:
+            CURRENT_CALL.reset(token)
             stash.done.set()
 
     async def _merge_and_forward(self, msg: dict[str, Any], stash: _Stash) -> None:
-        """The host's retry of a split request: add the proxy's answers, then send it on."""
+        """The host's retry of a split request: add the proxy's answers, then send it on. While the
+        proxy's answers are still being made the retry is the call the host waits on: a question
+        of the proxy's for a 2026 host (an approval form) is asked in it."""
+        call = stash.call
+        if call is not None:
+            call.upstream_id = None
+            self.session.inflight[msg["id"]] = call
+            call.back(msg["id"], jsonrpc.as_object(jsonrpc.as_object(msg.get("params")).get("_meta"))
+                      .get("progressToken"))
         await stash.done.wait()
+        host_id = call.host_id if call is not None else msg["id"]
+        if call is not None:
+            await call.wait_held()
+            host_id = call.host_id
+            self._forget(call)
         if stash.error is not None:
-            self._to_host(jsonrpc.dumps({"jsonrpc": "2.0", "id": msg["id"], "error": stash.error}))
+            self._to_host(jsonrpc.dumps({"jsonrpc": "2.0", "id": host_id, "error": stash.error}))
             return
         params = msg["params"]
         answers = jsonrpc.as_object(params.get("inputResponses"))
         params["inputResponses"] = {**answers, **stash.answers}
-        self._forward_host_request(msg)
+        self._forward_host_request({**msg, "id": host_id} if host_id != msg["id"] else msg)
 
-    async def _resolve(self, host_id: Any, request: HostRequest, result: dict[str, Any],
-                       resolving: _Resolving) -> None:
+    async def _resolve(self, request: HostRequest, result: dict[str, Any], resolving: _Resolving) -> None:
         reply: dict[str, Any] | None = None
         # Kept alive only while the proxy answers the input requests (InputResolver sets the status),
         # not while the server works on the retry: a hung server must still time out.
-        with resolving.scope, self._keeping_alive([host_id] if request.progress is not None else [], None):
-            try:
-                reply = await self._hooks.resolve_input_required(request.message or {}, result, self, resolving)
-            except RpcError as exc:
-                reply = {"error": exc.to_dict()}
-            except Exception as exc:
-                log.exception("failed to resolve input_required")
-                reply = {"error": {"code": jsonrpc.INTERNAL_ERROR, "message": f"mcp-sampling-proxy failed: {exc}"}}
-        self._resolving.pop(host_id, None)
+        token = CURRENT_CALL.set(request)
+        try:
+            with resolving.scope, self._keeping_alive([request] if request.progress is not None else [], None):
+                try:
+                    reply = await self._hooks.resolve_input_required(request.message or {}, result, self, resolving)
+                except RpcError as exc:
+                    reply = {"error": exc.to_dict()}
+                except Exception as exc:
+                    log.exception("failed to resolve input_required")
+                    reply = {"error": {"code": jsonrpc.INTERNAL_ERROR, "message": f"mcp-sampling-proxy failed: {exc}"}}
+        finally:
+            CURRENT_CALL.reset(token)
+        request.resolving = None
         if reply is not None and not resolving.scope.cancel_called and not self.closed:
             owned = reply.pop("owned", None)
             if owned is not None:  # a later round the host takes part in: split it as the first
-                result = reply["result"]
-                self._hand_to_host({"jsonrpc": "2.0", "id": host_id}, result, result["inputRequests"], owned,
-                                   request.message)
+                later = reply["result"]
+                await request.wait_held()
+                self._hand_to_host(request, later, later["inputRequests"], owned)
                 return
-            self.session.inflight.pop(host_id, None)
-            self._to_host(jsonrpc.dumps({"jsonrpc": "2.0", "id": host_id, **reply}))
+            await request.wait_held()
+            self._finish(request, {"jsonrpc": "2.0", "id": request.host_id, **reply})
 
     async def retry_upstream(self, message: dict[str, Any], params: dict[str, Any],
                              resolving: _Resolving) -> dict[str, Any]:
         """Send the original request again under a new private id; return the server's response."""
-        request_id = resolving.current_id = self._new_id()
+        request_id = resolving.current_id = self.new_id()
         line = jsonrpc.dumps({"jsonrpc": "2.0", "id": request_id, "method": message["method"], "params": params})
         return await _exchange(self._awaiting_upstream, request_id, self._to_upstream, line)
 
     # -- progress keep-alive (see relay/keepalive.py) ---------------------------------------------
     @contextmanager
-    def _keeping_alive(self, owners: list[Any], status: str | None) -> Iterator[None]:
+    def _keeping_alive(self, owners: list[HostRequest], status: str | None) -> Iterator[None]:
         """While the block runs, send the owners' progress tokens a notification every
         `keepalive_seconds` (while a status is set), for as long as each owner is in flight."""
         if not owners or self._keepalive_seconds <= 0:
@@ -627,7 +879,7 @@ class Relay:
             finally:
                 scope.cancel()
 
-    async def _keep_alive(self, owners: list[Any], waiting: Waiting, scope: anyio.CancelScope) -> None:
+    async def _keep_alive(self, owners: list[HostRequest], waiting: Waiting, scope: anyio.CancelScope) -> None:
         with scope:
             while True:
                 await anyio.sleep(self._keepalive_seconds)
@@ -636,9 +888,9 @@ class Relay:
                 status = waiting.status
                 if status is None:
                     continue
-                for host_id in owners:
-                    request = self.session.inflight.get(host_id)
-                    if request is not None and request.progress is not None:
+                for request in owners:
+                    if (request.progress is not None and request.held
+                            and self.session.inflight.get(request.host_id) is request):
                         self._to_host(jsonrpc.dumps({"jsonrpc": "2.0", "method": "notifications/progress",
                                                      "params": request.progress.keepalive(status)}))
 
@@ -657,10 +909,18 @@ class Relay:
         return line
 
     # -- end of session ------------------------------------------------------------------------
+    @property
+    def waiting_on_peers(self) -> bool:
+        """True while a request the proxy serves, resolves or negotiates still waits for a peer."""
+        return (bool(self._served) or self._held is not None or bool(self.rounds)
+                or any(r.resolving is not None for r in [*self.session.inflight.values(), *self._moved.values()]))
+
     def upstream_gone(self, description: str) -> None:
         """Answer every open host request with an error that says the server is gone."""
         self.closed = True
         for request_id, request in list(self.session.inflight.items()):
+            if not request.held:  # answered with a round of the proxy's: the host waits on nothing here
+                continue
             self._to_host(
                 jsonrpc.error_response(
                     request_id,
@@ -670,13 +930,37 @@ class Relay:
                 )
             )
         self.session.inflight.clear()
+        self._moved.clear()
         self.cancel_all()
 
     def cancel_all(self) -> None:
         for served in list(self._served.values()):
             served.scope.cancel()
-        for resolving in list(self._resolving.values()):
-            resolving.scope.cancel()
+        for request in list(self.session.inflight.values()) + list(self._moved.values()):
+            if request.resolving is not None:
+                request.resolving.scope.cancel()
+
+
+def _ignore(_response: dict[str, Any]) -> None:
+    """The waiter of a request of the proxy's whose answer does not matter (it must not reach the host)."""
+
+
+def _for_modern_host(msg: dict[str, Any]) -> dict[str, Any]:
+    """A handshake server's request as a 2026 host takes it in a round: a URL elicitation loses its
+    `elicitationId` (the round's retry is its end; the id and its completion notice do not exist)."""
+    params = jsonrpc.as_object(msg.get("params"))
+    if msg.get("method") == "elicitation/create" and "elicitationId" in params:
+        params = {k: v for k, v in params.items() if k != "elicitationId"}
+    return params
+
+
+def _with_elicitation_id(msg: dict[str, Any]) -> dict[str, Any]:
+    """A 2026 server's URL elicitation as a handshake host takes it: with the `elicitationId` URL
+    mode requires there (the retry of the round ends it; no completion notice is sent)."""
+    params = jsonrpc.as_object(msg.get("params"))
+    if params.get("mode") != "url" or "elicitationId" in params:
+        return msg
+    return {**msg, "params": {**params, "elicitationId": secrets.token_hex(16)}}
 
 
 # When a line is too large to keep, only its ends are: enough to find the id it answers.

@@ -22,6 +22,7 @@ from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 from mcp_sampling_proxy.protocol.names import ELICITATION_CREATE, SAMPLING_CREATE
 from mcp_sampling_proxy.relay.keepalive import waiting_for
+from mcp_sampling_proxy.sanitize import one_line
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.relay.core import Relay, Session
@@ -33,6 +34,7 @@ log = get_logger("mcp_sampling_proxy.serve.input_required")
 MAX_REMEMBERED = 1024  # host-answered sampling requests awaiting the host's retry
 SAMPLING = SAMPLING_CREATE
 ELICITATION = ELICITATION_CREATE
+ROOTS = "roots/list"
 
 # The tools that could own the embedded request being answered: in the 2026 era exactly the
 # retried request's tool (none for prompts/get and resources/read), whatever else is in flight.
@@ -67,11 +69,15 @@ class InputResolver:
         if requests is not None and not isinstance(requests, dict):
             return None
         owned: set[str] = set()
+        everything = session.host_era == "handshake"  # a handshake host cannot take a round: all are ours
         for key, entry in (requests or {}).items():
             params = entry.get("params") if isinstance(entry, dict) else None
             if not isinstance(params, dict):
                 return None
             method = entry.get("method")
+            if everything:
+                owned.add(key)
+                continue
             if (method == SAMPLING and not self._sampling.host_may_answer(params, session, origin_tools(origin))) or (
                     method == ELICITATION and self._elicitation.route_for(params, session) != "host"):
                 owned.add(key)
@@ -104,8 +110,15 @@ class InputResolver:
     async def answer(self, key: str, entry: dict[str, Any], relay: Relay,
                      origin: dict[str, Any] | None = None) -> dict[str, Any]:
         """Answer one embedded request; `origin` is the host request whose retry carries it."""
-        service = self._sampling if entry["method"] == SAMPLING else self._elicitation
-        request = {"jsonrpc": "2.0", "id": f"input:{key}", "method": entry["method"], "params": entry["params"]}
+        method = entry.get("method")
+        request = {"jsonrpc": "2.0", "id": relay.new_id(), "method": method, "params": entry["params"]}
+        if method == ROOTS:  # only a handshake host's rounds hold one here: the host is asked, as a request
+            with waiting_for("waiting for the host's roots"):
+                return await relay.roots_from_host(request)
+        if method not in (SAMPLING, ELICITATION):
+            raise RpcError(jsonrpc.METHOD_NOT_FOUND, f"the server's round asks for {one_line(str(method), 80)}, "
+                           "which the proxy cannot answer")
+        service = self._sampling if method == SAMPLING else self._elicitation
         token = ORIGIN_TOOLS.set(origin_tools(origin))
         try:
             with waiting_for("waiting for sampling" if service is self._sampling else "waiting for an answer"):

@@ -1,0 +1,176 @@
+"""The two protocol eras on the wire, and the pure translations the era bridge makes between them.
+
+Handshake era (`initialize`, versions up to 2025-11-25): the client says who it is and what it can
+do once, the server may send requests of its own (sampling, elicitation, roots, ping) during a call.
+2026-07-28: no handshake (`server/discover` is optional), every request carries the protocol
+version, client info and client capabilities in `params._meta`, and a server asks for input by
+answering a call with `resultType: "input_required"`. Nothing here does I/O: the relay's bridge
+(relay/bridge.py) decides when to translate, these functions say how.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from mcp_sampling_proxy.protocol.jsonrpc import as_object
+from mcp_sampling_proxy.protocol.names import (
+    CLIENT_CAPS_META,
+    CLIENT_INFO_META,
+    PROTOCOL_VERSION_META,
+    SERVER_INFO_META,
+)
+
+MODERN = "2026-07-28"
+MODERN_VERSIONS = (MODERN,)
+HANDSHAKE_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+LATEST_HANDSHAKE = HANDSHAKE_VERSIONS[-1]
+LOG_LEVEL_META = "io.modelcontextprotocol/logLevel"
+SUBSCRIPTION_ID_META = "io.modelcontextprotocol/subscriptionId"
+UNSUPPORTED_PROTOCOL_VERSION = -32022
+
+# Results a 2026-07-28 client may cache, which must say for how long and for whom (SEP-2549).
+CACHEABLE = frozenset({"server/discover", "tools/list", "prompts/list", "resources/list",
+                       "resources/templates/list", "resources/read"})
+# 2026-07-28 subscription filter keys, and the server capability each needs (subscriptions/listen).
+LIST_CHANGED = {"toolsListChanged": ("tools", "notifications/tools/list_changed"),
+                "promptsListChanged": ("prompts", "notifications/prompts/list_changed"),
+                "resourcesListChanged": ("resources", "notifications/resources/list_changed")}
+RESOURCE_UPDATED = "notifications/resources/updated"
+PROXY_NAME = "mcp-sampling-proxy"
+
+
+def modern_version(params: Any) -> str | None:
+    """The 2026-era protocol version a request's `_meta` claims, or None for a handshake-era request."""
+    version = as_object(as_object(params).get("_meta")).get(PROTOCOL_VERSION_META)
+    return version if isinstance(version, str) and version not in HANDSHAKE_VERSIONS else None
+
+
+def request_meta(version: str, client_info: dict[str, Any], capabilities: dict[str, Any],
+                 log_level: str | None = None) -> dict[str, Any]:
+    """The per-request `_meta` a 2026-era request carries (client info and capabilities copied)."""
+    meta: dict[str, Any] = {PROTOCOL_VERSION_META: version, CLIENT_CAPS_META: copy.deepcopy(capabilities)}
+    if client_info:
+        meta[CLIENT_INFO_META] = copy.deepcopy(client_info)
+    if log_level is not None:
+        meta[LOG_LEVEL_META] = log_level
+    return meta
+
+
+def stamp_meta(params: dict[str, Any], meta: dict[str, Any]) -> None:
+    """Add the 2026 `_meta` keys to a handshake-era request's params (its own keys, e.g. a progress
+    token, stay; a key it already has wins)."""
+    own = params.get("_meta")
+    params["_meta"] = {**meta, **own} if isinstance(own, dict) else dict(meta)
+
+
+ENVELOPE_KEYS = frozenset({PROTOCOL_VERSION_META, CLIENT_INFO_META, CLIENT_CAPS_META, LOG_LEVEL_META})
+
+
+def handshake_meta(meta: dict[str, Any]) -> dict[str, Any]:
+    """A 2026-era request's `_meta` without the envelope keys, for a handshake server (SDKs refuse a
+    request that carries them on a handshake connection); `meta` itself when it has none."""
+    if not ENVELOPE_KEYS.intersection(meta):
+        return meta
+    return {k: v for k, v in meta.items() if k not in ENVELOPE_KEYS}
+
+
+def supports_modern(discover_result: Any) -> bool:
+    """True when a `server/discover` result offers a 2026-era version this proxy speaks."""
+    versions = as_object(discover_result).get("supportedVersions")
+    return isinstance(versions, list) and any(v in MODERN_VERSIONS for v in versions)
+
+
+def initialize_params(meta: dict[str, Any], version: str = LATEST_HANDSHAKE) -> dict[str, Any]:
+    """An `initialize` request's params built from a 2026-era request's `_meta`: the handshake the
+    proxy opens for a handshake-only server on behalf of a 2026-era host."""
+    info = as_object(meta.get(CLIENT_INFO_META))
+    return {
+        "protocolVersion": version,
+        "capabilities": copy.deepcopy(as_object(meta.get(CLIENT_CAPS_META))),
+        "clientInfo": copy.deepcopy(info) if info.get("name") else {"name": PROXY_NAME, "version": "0"},
+    }
+
+
+def discover_result(initialize_result: dict[str, Any]) -> dict[str, Any]:
+    """A `server/discover` result built from a handshake server's `initialize` result, for a
+    2026-era host: the server's capabilities and instructions, its info in `_meta`."""
+    result: dict[str, Any] = {
+        "resultType": "complete",
+        "supportedVersions": list(MODERN_VERSIONS),
+        "capabilities": copy.deepcopy(as_object(initialize_result.get("capabilities"))),
+        "ttlMs": 0,
+        "cacheScope": "private",
+    }
+    if isinstance(initialize_result.get("instructions"), str):
+        result["instructions"] = initialize_result["instructions"]
+    info = as_object(initialize_result.get("serverInfo"))
+    if info:
+        result["_meta"] = {SERVER_INFO_META: copy.deepcopy(info)}
+    return result
+
+
+def initialize_result(discover: dict[str, Any], requested: Any, fallback_name: str) -> dict[str, Any]:
+    """An `initialize` result built from a 2026-era server's `server/discover` result, for a
+    handshake-era host: the version it asked for (when this proxy knows it), the server's
+    capabilities, info and instructions."""
+    version = requested if requested in HANDSHAKE_VERSIONS else LATEST_HANDSHAKE
+    info = as_object(as_object(discover.get("_meta")).get(SERVER_INFO_META))
+    result: dict[str, Any] = {
+        "protocolVersion": version,
+        "capabilities": copy.deepcopy(as_object(discover.get("capabilities"))),
+        "serverInfo": copy.deepcopy(info) if info.get("name") else {"name": fallback_name, "version": "unknown"},
+    }
+    if isinstance(discover.get("instructions"), str):
+        result["instructions"] = discover["instructions"]
+    return result
+
+
+def complete_result(result: dict[str, Any], method: str | None) -> dict[str, Any] | None:
+    """A handshake server's result as a 2026-era host requires it (`resultType`, and for cacheable
+    methods `ttlMs` and `cacheScope`: nothing may be cached, as the server said nothing about it);
+    None when it already is."""
+    missing: dict[str, Any] = {}
+    if "resultType" not in result:
+        missing["resultType"] = "complete"
+    if method in CACHEABLE:
+        if "ttlMs" not in result:
+            missing["ttlMs"] = 0
+        if "cacheScope" not in result:
+            missing["cacheScope"] = "private"
+    return {**result, **missing} if missing else None
+
+
+def honoured_filter(requested: dict[str, Any], capabilities: dict[str, Any]) -> dict[str, Any]:
+    """The part of a `subscriptions/listen` filter a handshake server's capabilities can honour."""
+    honoured: dict[str, Any] = {}
+    for key, (capability, _method) in LIST_CHANGED.items():
+        if requested.get(key) is True and as_object(capabilities.get(capability)).get("listChanged") is True:
+            honoured[key] = True
+    uris = requested.get("resourceSubscriptions")
+    if isinstance(uris, list) and as_object(capabilities.get("resources")).get("subscribe") is True:
+        honoured["resourceSubscriptions"] = [u for u in uris if isinstance(u, str)]
+    return honoured
+
+
+def listen_filter(capabilities: dict[str, Any], resources: list[str]) -> dict[str, Any]:
+    """The `subscriptions/listen` filter that gives a handshake host what it would get directly: every
+    list change the server announces, and updates of the resources it subscribed to."""
+    wanted: dict[str, Any] = {key: True for key, (capability, _m) in LIST_CHANGED.items()
+                              if as_object(capabilities.get(capability)).get("listChanged") is True}
+    if resources:
+        wanted["resourceSubscriptions"] = list(resources)
+    return wanted
+
+
+def wanted_by(filter_: dict[str, Any], method: str, params: dict[str, Any]) -> bool:
+    """True when a server notification is one a subscription's filter asked for."""
+    if method == RESOURCE_UPDATED:
+        uris = filter_.get("resourceSubscriptions")
+        return isinstance(uris, list) and params.get("uri") in uris
+    return any(filter_.get(key) is True and method == name for key, (_c, name) in LIST_CHANGED.items())
+
+
+def subscription_notifications() -> frozenset[str]:
+    """The server notifications a 2026-era client receives only through `subscriptions/listen`."""
+    return frozenset({name for _c, name in LIST_CHANGED.values()} | {RESOURCE_UPDATED})
