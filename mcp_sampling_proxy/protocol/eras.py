@@ -142,10 +142,12 @@ def complete_result(result: dict[str, Any], method: str | None) -> dict[str, Any
 
 
 def honoured_filter(requested: dict[str, Any], capabilities: dict[str, Any]) -> dict[str, Any]:
-    """The part of a `subscriptions/listen` filter a handshake server's capabilities can honour."""
+    """The part of a `subscriptions/listen` filter a handshake server can honour: list changes of
+    what it offers (a handshake server sends them whatever its `listChanged` says, and a direct host
+    gets them), and resource updates when it offers subscriptions."""
     honoured: dict[str, Any] = {}
     for key, (capability, _method) in LIST_CHANGED.items():
-        if requested.get(key) is True and as_object(capabilities.get(capability)).get("listChanged") is True:
+        if requested.get(key) is True and isinstance(capabilities.get(capability), dict):
             honoured[key] = True
     uris = requested.get("resourceSubscriptions")
     if isinstance(uris, list) and as_object(capabilities.get("resources")).get("subscribe") is True:
@@ -161,6 +163,16 @@ def listen_filter(capabilities: dict[str, Any], resources: list[str]) -> dict[st
     if resources:
         wanted["resourceSubscriptions"] = list(resources)
     return wanted
+
+
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+
+
+def log_wanted(level: Any, threshold: str | None) -> bool:
+    """True when a log message at `level` is at or above the level a 2026 host asked for (None: none)."""
+    if threshold not in LOG_LEVELS:
+        return False
+    return level not in LOG_LEVELS or LOG_LEVELS.index(level) >= LOG_LEVELS.index(threshold)
 
 
 def wanted_by(filter_: dict[str, Any], method: str, params: dict[str, Any]) -> bool:

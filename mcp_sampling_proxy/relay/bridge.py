@@ -62,7 +62,8 @@ class EraBridge:
         # 2026 host, handshake server
         self._initialized: dict[str, Any] = {}  # the server's initialize result
         self._refused: dict[str, Any] | None = None  # the server's refusal of the proxy's server/discover
-        self._server_level: str | None = None
+        self._server_level: str | None = None  # the level the proxy set at the server
+        self._host_level: str | None = None  # the level the host's last request asked for
         self._listens: dict[Any, dict[str, Any]] = {}  # the host's subscriptions/listen ids -> what they honour
         self._subscribed: set[str] = set()  # resources the proxy subscribed to at the server
 
@@ -297,6 +298,7 @@ class EraBridge:
         if not isinstance(meta, dict):
             return PASS
         level = meta.get(eras.LOG_LEVEL_META)
+        self._host_level = level if isinstance(level, str) else None  # logs only for requests that ask
         if isinstance(level, str) and level != self._server_level and "logging" in self._capabilities:
             self._server_level = level
             self._relay.start_upstream_request("logging/setLevel", {"level": level})
@@ -358,6 +360,9 @@ class EraBridge:
             return [] if method == "notifications/subscriptions/acknowledged" else None
         if method == ELICITATION_COMPLETE:  # URL elicitation ends by the host's retry in the 2026 era
             return []
+        if method == "notifications/message":  # a 2026 host gets logs only at the level it asked for
+            level = jsonrpc.as_object(msg.get("params")).get("level")
+            return None if eras.log_wanted(level, self._host_level) else []
         if method not in _SUBSCRIPTION_NOTIFICATIONS:
             return None
         params = jsonrpc.as_object(msg.get("params"))
