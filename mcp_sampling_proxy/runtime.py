@@ -56,7 +56,7 @@ class Upstream(Protocol):
     async def attach(self, on_line: Any, on_eof: Any, *, max_line: int = ..., on_oversize: Any = None) -> None: ...
     def send(self, line: bytes) -> None: ...
     async def wait(self, timeout: float) -> int | None: ...
-    async def stop(self, grace: float) -> int | None: ...
+    async def stop(self, grace: float, term_wait: float = ...) -> int | None: ...
     def describe_end(self, code: int | None) -> str: ...
 
 
@@ -170,11 +170,17 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
 
     ended: list[str] = []
     wake = anyio.Event()
+    hurry = anyio.Event()  # asked again while stopping (an SDK host's SIGTERM after EOF): stop the server now
 
     def end(reason: str) -> None:
         if not ended:
             ended.append(reason)
         wake.set()
+
+    def on_signal(name: str) -> None:
+        if ended:
+            hurry.set()
+        end(name)
 
     def oversize(size: int, head: bytes, tail: bytes) -> None:
         found, request_id = peek_id(head, tail)
@@ -202,7 +208,7 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
             host_out.closed.add_done_callback(lambda _: end("host closed stdout"))
             loop = _asyncio_loop()
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-                loop.add_signal_handler(sig, end, signal.Signals(sig).name)
+                loop.add_signal_handler(sig, on_signal, signal.Signals(sig).name)
 
             await wake.wait()
             reason = ended[0]
@@ -217,7 +223,7 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
                 log.info("shutting down", reason=reason)
                 host_reader.pause()
                 relay.cancel_all()
-                code = await upstream.stop(settings.shutdown_timeout)
+                code = await _stop_upstream(upstream, settings.shutdown_timeout, hurry)
                 log.info("upstream stopped", exit_code=code)
             with anyio.move_on_after(2.0):
                 await host_out.close()
@@ -238,6 +244,32 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
     if terminal is not None:
         terminal.close()
     return exit_code
+
+
+HURRIED_TERM_WAIT = 0.5  # s a server gets after SIGTERM once the host asked twice (SDK hosts SIGKILL at 2 s)
+
+
+async def _stop_upstream(upstream: Upstream, grace: float, hurry: anyio.Event) -> int | None:
+    """Stop the server gracefully (EOF, `grace`, SIGTERM, SIGKILL), unless the host asks again meanwhile:
+    SDK hosts close stdin, wait 2 s, then SIGTERM and 2 s later SIGKILL the proxy. Asked again, the proxy
+    stops waiting and ends the server now, so it exits (and says so) before the host kills it."""
+    stopped: list[int | None] = []
+    async with anyio.create_task_group() as tg:
+
+        async def graceful() -> None:
+            stopped.append(await upstream.stop(grace))
+            tg.cancel_scope.cancel()
+
+        async def hurried() -> None:
+            await hurry.wait()
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(graceful)
+        tg.start_soon(hurried)
+    if stopped:
+        return stopped[0]
+    log.info("asked again to stop: ending the upstream server now")
+    return await upstream.stop(0, term_wait=HURRIED_TERM_WAIT)
 
 
 def _start_telemetry(settings: Settings, audit: AuditLog) -> Any:

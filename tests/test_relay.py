@@ -312,3 +312,24 @@ def test_big_result_passes_intact(tmp_path: Path) -> None:
         follow_up = host.request("tools/call", {"name": "echo", "arguments": {"text": "after"}})
     assert len(response["result"]["content"][0]["text"]) == 3_000_000
     assert follow_up["result"]["content"][0]["text"] == "after"
+
+
+def test_sigterm_while_stopping_after_eof_ends_the_server_now(tmp_path: Path) -> None:
+    """SDK hosts close stdin, wait 2 s, SIGTERM, wait 2 s, SIGKILL. The proxy used to ignore the
+    SIGTERM while it waited out its 5 s grace for the server, so it was killed before it could stop
+    the server and say so; asked again, it now ends the server at once and exits in time."""
+    command = proxy_command(upstream=[PY, "-c", STUBBORN])
+    with RawHost(command, proxy_env(), tmp_path / "stderr.log") as host:
+        time.sleep(0.5)
+        child = server_children(host.proc.pid)[0]
+        host.close_stdin()
+        time.sleep(0.5)
+        host.proc.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        assert host.wait() == 0
+        assert time.monotonic() - signalled < 2.0  # before an SDK host's SIGKILL
+    time.sleep(0.2)
+    assert not alive(child)
+    log = (tmp_path / "stderr.log").read_text()
+    assert "asked again to stop" in log and "upstream stopped" in log
+

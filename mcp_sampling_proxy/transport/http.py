@@ -214,7 +214,7 @@ class HttpUpstream:
     def failure(self) -> str | None:
         return self._failure
 
-    async def stop(self, grace: float) -> int | None:
+    async def stop(self, grace: float, term_wait: float = 2.0) -> int | None:
         self._outbox_send.close()
         with anyio.move_on_after(max(grace, 0.1)):
             await self._closed.wait()

@@ -167,8 +167,8 @@ class StdioUpstream:
     def describe_end(self, code: int | None) -> str:
         return describe_exit(code)
 
-    async def stop(self, grace: float) -> int | None:
-        """Close stdin and wait; then SIGTERM, then SIGKILL the child's process group."""
+    async def stop(self, grace: float, term_wait: float = 2.0) -> int | None:
+        """Close stdin and wait `grace`; then SIGTERM the child's process group, wait `term_wait`, SIGKILL it."""
         if self._writer is not None:
             import anyio
 
@@ -177,7 +177,7 @@ class StdioUpstream:
         if self.process.stdin:
             self.process.stdin.close()  # the fd itself: EOF is the stdio "please exit"
         code = await self.wait(grace)
-        for sig, wait_for in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 2.0)):
+        for sig, wait_for in ((signal.SIGTERM, term_wait), (signal.SIGKILL, 2.0)):
             if code is not None:
                 break
             self._signal_group(sig)
