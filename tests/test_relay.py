@@ -333,3 +333,16 @@ def test_sigterm_while_stopping_after_eof_ends_the_server_now(tmp_path: Path) ->
     log = (tmp_path / "stderr.log").read_text()
     assert "asked again to stop" in log and "upstream stopped" in log
 
+
+def test_stdout_on_dev_null_is_written_without_aborting(tmp_path: Path) -> None:
+    """A character device that is not a terminal cannot be polled: uvloop aborted (SIGABRT, exit 134,
+    no message) when the proxy's stdout was /dev/null."""
+    import subprocess
+
+    hello = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "x", "version": "1"}}})
+    with open("/dev/null", "wb") as devnull:
+        done = subprocess.run(proxy_command(), input=(hello + "\n").encode(), stdout=devnull,
+                              stderr=subprocess.PIPE, env=proxy_env(), timeout=30)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert b"upstream ready" in done.stderr and b"upstream stopped" in done.stderr

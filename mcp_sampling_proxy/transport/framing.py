@@ -224,12 +224,13 @@ async def open_line_reader(fd: int, reader: LineReader) -> None:
 
 
 def _pollable(fd: int) -> bool:
-    """True when the event loop can watch fd (pipes, sockets, terminals); pipes are enlarged first."""
+    """True when the event loop can watch fd (pipes, sockets, terminals); pipes are enlarged first.
+    Other character devices (/dev/null) cannot be polled: epoll refuses them, and uvloop aborts."""
     mode = os.fstat(fd).st_mode
     if stat.S_ISFIFO(mode):
         enlarge_pipe(fd)
         return True
-    return stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
+    return stat.S_ISSOCK(mode) or (stat.S_ISCHR(mode) and os.isatty(fd))
 
 
 def _own_copy(fd: int, mode: str) -> Any:
