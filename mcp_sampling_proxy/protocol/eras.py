@@ -81,6 +81,15 @@ def supports_modern(discover_result: Any) -> bool:
     return isinstance(versions, list) and any(v in MODERN_VERSIONS for v in versions)
 
 
+def retry_at_modern(error: Any) -> bool:
+    """True for an "unsupported protocol version" error (-32022) whose `data.supported` names the
+    2026 version this proxy speaks: a server may refuse a first request that way and take a retry."""
+    error = as_object(error)
+    supported = as_object(error.get("data")).get("supported")
+    return error.get("code") == UNSUPPORTED_PROTOCOL_VERSION and isinstance(supported, list) \
+        and any(v in MODERN_VERSIONS for v in supported)
+
+
 def initialize_params(meta: dict[str, Any], version: str = LATEST_HANDSHAKE) -> dict[str, Any]:
     """An `initialize` request's params built from a 2026-era request's `_meta`: the handshake the
     proxy opens for a handshake-only server on behalf of a 2026-era host."""

@@ -178,6 +178,8 @@ class EraBridge:
     async def _probe(self, meta: dict[str, Any]) -> dict[str, Any]:
         """The server's answer to a server/discover of the proxy's: {"result": a 2026 one} or {"error": ...}."""
         answer = await self._relay.request_upstream("server/discover", {"_meta": meta}, timeout=PROBE_TIMEOUT)
+        if eras.retry_at_modern(answer.get("error")):  # "unsupported version", naming ours: once more, as SDKs do
+            answer = await self._relay.request_upstream("server/discover", {"_meta": meta}, timeout=PROBE_TIMEOUT)
         result = answer.get("result")
         if isinstance(result, dict) and eras.supports_modern(result):
             self._capabilities = jsonrpc.as_object(result.get("capabilities"))
@@ -346,7 +348,9 @@ class EraBridge:
 
     # -- server -> host --------------------------------------------------------------------------
     def server_result(self, msg: dict[str, Any], request: HostRequest | None) -> dict[str, Any] | None:
-        """A handshake server's answer completed as a 2026 host requires it (None: as it is)."""
+        """A server's answer completed as a 2026 host requires it (None: as it is). A handshake server's
+        results lack `resultType` (and the cache fields); a 2026 server may leave out `resultType` too,
+        which clients must read as "complete" but SDKs refuse."""
         if self.host_era != MODERN or "result" not in msg or not isinstance(msg["result"], dict):
             return None
         completed = eras.complete_result(msg["result"], request.method if request is not None else None)

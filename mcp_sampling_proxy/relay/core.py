@@ -566,7 +566,7 @@ class Relay:
         if request is None:
             self._to_host(line)
             return
-        if self.bridge.translating:
+        if self.bridge.host_era == "modern":  # whatever the server speaks: a result as a 2026 host requires it
             completed = self.bridge.server_result(msg, request)
             if completed is not None:
                 self._finish(request, completed)

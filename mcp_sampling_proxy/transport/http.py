@@ -71,6 +71,8 @@ class HttpUpstream:
         self._closed = anyio.Event()
         self._version: str | None = None
         self._failure: str | None = None
+        self._listing: set[Any] = set()  # ids of tools/list requests on their way
+        self._param_headers: dict[str, Any] = {}  # tool name -> its x-mcp-header map (SEP-2243)
 
     async def attach(self, on_line: Callable[[bytes], None], on_eof: Callable[[], None], *,
                      max_line: int | None = None, on_oversize: Any = None) -> None:
@@ -121,6 +123,8 @@ class HttpUpstream:
                         line = self._login_error(item.message) or item.message.model_dump_json(
                             by_alias=True, exclude_unset=True).encode()
                         self._note_version(item.message)
+                        if self._listing:
+                            self._note_tools(item.message)
                         self._on_line(line)
                     tg.cancel_scope.cancel()
         except Exception as exc:
@@ -161,6 +165,25 @@ class HttpUpstream:
         result = getattr(message, "result", None)
         if isinstance(result, dict) and "serverInfo" in result and isinstance(result.get("protocolVersion"), str):
             self._version = result["protocolVersion"]
+
+    def _note_tools(self, message: Any) -> None:
+        """A tools/list result: which arguments each tool wants mirrored as `Mcp-Param-*` headers."""
+        from mcp.shared.inbound import find_invalid_x_mcp_header, x_mcp_header_map
+
+        message_id = getattr(message, "id", None)
+        if message_id not in self._listing:
+            return
+        self._listing.discard(message_id)
+        result = getattr(message, "result", None)
+        tools = result.get("tools") if isinstance(result, dict) else None
+        for tool in tools if isinstance(tools, list) else []:
+            name, schema = (tool.get("name"), tool.get("inputSchema")) if isinstance(tool, dict) else (None, None)
+            if isinstance(name, str) and isinstance(schema, dict) and find_invalid_x_mcp_header(schema) is None:
+                header_map = x_mcp_header_map(schema)
+                if header_map:
+                    self._param_headers[name] = header_map
+                else:
+                    self._param_headers.pop(name, None)
 
     def describe_end(self, code: int | None) -> str:
         return self._failure or "closed the connection"
@@ -203,6 +226,14 @@ class HttpUpstream:
             key = NAME_BEARING_METHODS.get(method)
             if key and isinstance(params.get(key), str):
                 headers[MCP_NAME_HEADER] = encode_header_value(params[key])
+            if method == "tools/list":
+                self._listing.add(msg["id"])
+            elif method == "tools/call" and params.get("name") in self._param_headers:
+                from mcp.shared.inbound import mcp_param_headers
+
+                arguments = params.get("arguments")
+                headers.update(mcp_param_headers(self._param_headers[params["name"]],
+                                                 arguments if isinstance(arguments, dict) else {}))
         return headers
 
     async def wait(self, timeout: float) -> int | None:

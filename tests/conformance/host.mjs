@@ -34,6 +34,15 @@ if (elicitation) {
   client.setRequestHandler(ElicitRequestSchema, async () => ({ action: "accept", content: {} }));
 }
 
+function argumentsFor(schema) {
+  const values = { number: 1, integer: 1, boolean: true, string: "x", array: [], object: {} };
+  const properties = schema?.properties ?? {};
+  return Object.fromEntries((schema?.required ?? []).map((name) => {
+    const field = properties[name] ?? {};
+    return [name, "default" in field ? field.default : field.enum ? field.enum[0] : values[field.type] ?? "x"];
+  }));
+}
+
 const calls = {
   "tools_call": ["add_numbers", { a: 5, b: 3 }],
   "elicitation-sep1034-client-defaults": ["test_client_elicitation_defaults", {}],
@@ -48,6 +57,12 @@ try {
   if (call) {
     const result = await client.callTool({ name: call[0], arguments: call[1] });
     console.log(JSON.stringify(result));
+  } else {
+    // a scenario this host knows nothing of: call each tool, with arguments made from its input schema
+    for (const tool of tools) {
+      const result = await client.callTool({ name: tool.name, arguments: argumentsFor(tool.inputSchema) });
+      console.log(`${tool.name}: ${JSON.stringify(result).slice(0, 500)}`);
+    }
   }
   await client.close();
   process.exit(0);
