@@ -404,3 +404,54 @@ async def test_an_answer_over_the_message_limit_is_refused_and_the_session_goes_
     finally:
         server.close()
     assert peak < 120, f"the proxy held {peak:.0f} MB for a 200 MB answer"
+
+
+def test_a_url_proxy_without_login_does_not_load_the_sdk(http_server: HttpServer, tmp_path: Path) -> None:
+    """The SDK's HTTP client loads the whole `mcp` package (about half a second on every start, paid per
+    call by hosts that open a connection per call); the proxy's own client and a lazy OAuth load none of it."""
+    env = proxy_env(PYTHONPROFILEIMPORTTIME="1", MCP_SAMPLING_PROXY_STATE_DIR=str(tmp_path / "state"))
+    with RawHost(url_command(http_server.url), env, tmp_path / "stderr.log") as host:
+        host.initialize()
+        assert host.request("tools/call", {"name": "echo", "arguments": {"text": "x"}})["result"]
+        host.close_stdin()
+        assert host.wait() == 0
+    imported = [line.rsplit("|", 1)[1].strip() for line in (tmp_path / "stderr.log").read_text().splitlines()
+                if line.startswith("import time:")]
+    assert imported, "no import times were printed"
+    assert [name for name in imported if name in ("mcp", "mcp_types") or name.startswith(("mcp.", "mcp_types."))] == []
+
+
+@pytest.mark.parametrize("value", ["plain", " edge", "ünï", "=?base64?x?=", "tab\there", "", "a" * 300, "x-y_z.1"])
+def test_header_values_are_encoded_as_the_sdk_encodes_them(value: str) -> None:
+    from mcp.shared.inbound import encode_header_value as sdk
+
+    from mcp_sampling_proxy.transport.param_headers import encode_header_value
+
+    assert encode_header_value(value) == sdk(value)
+
+
+SCHEMAS = [
+    {"type": "object", "properties": {"region": {"type": "string", "x-mcp-header": "Region"},
+                                      "n": {"type": "integer", "x-mcp-header": "N"},
+                                      "flag": {"type": "boolean", "x-mcp-header": "Flag"},
+                                      "nested": {"type": "object", "properties": {
+                                          "deep": {"type": "string", "x-mcp-header": "Deep"}}}}},
+    {"type": "object", "properties": {"f": {"type": "number", "x-mcp-header": "F"}}},  # numbers may not be marked
+    {"type": "object", "properties": {"a": {"type": "string", "x-mcp-header": "Same"},
+                                      "b": {"type": "string", "x-mcp-header": "same"}}},  # duplicate, ignoring case
+    {"type": "object", "properties": {"a": {"type": "string", "x-mcp-header": "bad token"}}},
+    {"type": "object", "anyOf": [{"properties": {"a": {"type": "string", "x-mcp-header": "A"}}}]},  # off the chain
+    {"type": "object", "properties": {"a": {"type": "string"}}},
+]
+ARGUMENTS = {"region": "eu-west", "n": 7, "flag": False, "nested": {"deep": "ünï"}, "f": 1.5, "a": "x", "b": "y"}
+
+
+@pytest.mark.parametrize("schema", SCHEMAS)
+def test_param_headers_are_the_sdks(schema: dict[str, object]) -> None:
+    from mcp.shared.inbound import find_invalid_x_mcp_header, mcp_param_headers, x_mcp_header_map
+
+    from mcp_sampling_proxy.transport.param_headers import header_map, param_headers
+
+    expected = {} if find_invalid_x_mcp_header(schema) is not None else \
+        mcp_param_headers(x_mcp_header_map(schema), ARGUMENTS)
+    assert param_headers(header_map(schema), ARGUMENTS) == expected

@@ -29,10 +29,12 @@ StoreKind = Literal["file", "keyring"]
 
 
 def canonical_url(url: str) -> str:
-    """The resource URL tokens belong to (RFC 8707: lower-case scheme and host, no fragment)."""
-    from mcp.shared.auth_utils import resource_url_from_server_url
+    """The resource URL tokens belong to (RFC 8707: lower-case scheme and host, no fragment). The
+    SDK's function does the same; it is not used here because importing it loads the whole SDK."""
+    from urllib.parse import urlsplit, urlunsplit
 
-    return resource_url_from_server_url(url)
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(scheme=parts.scheme.lower(), netloc=parts.netloc.lower(), fragment=""))
 
 
 def login_command(url: str, *, scope: str | None = None) -> str:
