@@ -27,6 +27,10 @@ KITCHEN_SINK = str(ROOT / "tests" / "fixtures" / "kitchen_sink_server.py")
 EXAMPLES = ROOT / "examples" / "servers"
 PROXY = [PY, "-m", "mcp_sampling_proxy"]
 LATEST_HANDSHAKE = "2025-11-25"
+UNCONFINED = "sandbox: off\n"
+"""For tests of the defences that hold without a sandbox (where bubblewrap is missing): the peer checks of
+the console socket, the guard and PDEATHSIG, the proxy's non-dumpable memory. test_containment.py runs
+the same attacks against a sandboxed server."""
 
 
 def proxy_env(**extra: str) -> dict[str, str]:
@@ -208,6 +212,21 @@ def server_children(pid: int) -> list[int]:
         try:
             if Path(f"/proc/{child}/comm").read_text().strip() != GUARD_COMM:
                 found.append(child)
+        except OSError:
+            continue
+    return found
+
+
+def running_with(fragment: str) -> list[int]:
+    """Processes (not zombies) whose command line holds `fragment`: what a server left running, seen from
+    outside its sandbox (inside one, it only knows its own pids, which mean nothing out here)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if fragment.encode() in (entry / "cmdline").read_bytes() and alive(int(entry.name)):
+                found.append(int(entry.name))
         except OSError:
             continue
     return found

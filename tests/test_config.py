@@ -422,3 +422,20 @@ def test_cli_bad_policy_exits_2_with_position_on_stderr(tmp_path: Path) -> None:
     assert result.stderr.startswith("mcp-sampling-proxy: error: ")
     # the server may have been started early (cli/child_env); it is stopped again before it gets a byte
     # (test_relay.py::test_a_policy_error_stops_a_server_started_early)
+
+
+def test_the_sandbox_section() -> None:
+    settings = parse_settings("sandbox:\n  hide: [secrets]\n  read: [~/projects]\n  network: false\n"
+                              "  servers:\n    trusted: off\n    files: {write: [/srv/out]}\n", "/etc/p/policy.yaml")
+    home = os.path.expanduser("~")
+    assert settings.sandbox.mode == "auto" and settings.sandbox.network is False
+    assert settings.sandbox.hide == ("/etc/p/secrets",) and settings.sandbox.read == (f"{home}/projects",)
+    assert settings.sandbox.for_server("trusted").mode == "off"
+    files = settings.sandbox.for_server("files")
+    assert files.write == ("/srv/out",) and files.hide == ("/etc/p/secrets",) and files.network is False
+    assert settings.sandbox.for_server("other") == settings.sandbox
+    # YAML reads a bare off as false: it still means off
+    assert parse_settings("sandbox: off\n", F).sandbox.mode == "off"
+    assert parse_settings("sandbox: required\n", F).sandbox.mode == "required"
+    assert error_of("sandbox:\n  mode: sometimes\n") == (
+        "policy.yaml:2:9: sandbox.mode 'sometimes' is not one of auto, required, off")

@@ -17,7 +17,17 @@ from typing import Any
 
 import pytest
 from fakes.llm_server import FakeLLMServer
-from support import KITCHEN_SINK, PY, ROOT, RawHost, openai_policy, proxy_command, proxy_env, write_policy
+from support import (
+    KITCHEN_SINK,
+    PY,
+    ROOT,
+    UNCONFINED,
+    RawHost,
+    openai_policy,
+    proxy_command,
+    proxy_env,
+    write_policy,
+)
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="SO_PEERCRED, /proc and a subreaper are Linux's")
 
@@ -25,6 +35,8 @@ HOSTILE = ROOT / "tests" / "fixtures" / "hostile"
 SELF_APPROVE = str(HOSTILE / "self_approve_console.py")
 FAKE_SOCKET = str(HOSTILE / "fake_console_socket.py")
 PROMPT_RULES = "rules:\n  - name: ask\n    action: prompt\n"
+# the console socket's peer checks: the defence when there is no sandbox (test_containment.py: with one)
+UNCONFINED_PROMPT = UNCONFINED + PROMPT_RULES
 
 
 
@@ -67,7 +79,7 @@ def tool_call(host: RawHost, request_id: int, name: str, timeout: float = 30.0) 
 def test_server_cannot_approve_its_own_request(tmp_path: Path, dirs: dict[str, str], llm: FakeLLMServer,
                                                daemon: bool) -> None:
     report = tmp_path / "report"
-    policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=PROMPT_RULES))
+    policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=UNCONFINED_PROMPT))
     run_dir = dirs["MCP_SAMPLING_PROXY_RUNTIME_DIR"]
     upstream = [PY, SELF_APPROVE, run_dir, str(report), *(["--daemon"] if daemon else [])]
     with RawHost(proxy_command(policy, upstream=upstream), proxy_env(**dirs), tmp_path / "stderr.log") as host:
@@ -94,7 +106,7 @@ def test_server_cannot_approve_its_own_request(tmp_path: Path, dirs: dict[str, s
 def test_server_below_another_proxy_cannot_approve(tmp_path: Path, dirs: dict[str, str], llm: FakeLLMServer) -> None:
     report = tmp_path / "report"
     run_dir = Path(dirs["MCP_SAMPLING_PROXY_RUNTIME_DIR"])
-    policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=PROMPT_RULES))
+    policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=UNCONFINED_PROMPT))
     with RawHost(proxy_command(policy), proxy_env(**dirs), tmp_path / "a.log") as victim:
         victim.initialize()
         target = run_dir / f"{victim.proc.pid}.sock"
@@ -277,7 +289,8 @@ def test_console_refuses_planted_sockets(tmp_path: Path, dirs: dict[str, str]) -
 
     run_dir = Path(dirs["MCP_SAMPLING_PROXY_RUNTIME_DIR"])
     upstream = [PY, FAKE_SOCKET, str(run_dir)]
-    with RawHost(proxy_command(upstream=upstream), proxy_env(**dirs), tmp_path / "stderr.log") as host:
+    with RawHost(proxy_command(write_policy(tmp_path, UNCONFINED), upstream=upstream), proxy_env(**dirs),
+                 tmp_path / "stderr.log") as host:
         host.initialize()
         assert wait_until(lambda: len(list(run_dir.glob("*.sock"))) == 2)  # the proxy's and the planted one
         liar = FakeProxySocket(run_dir / "1.sock", [json.dumps({"type": "hello", "pid": 1}).encode(),

@@ -21,7 +21,18 @@ from pathlib import Path
 
 import pytest
 from fakes.llm_server import FakeLLMServer
-from support import PY, ROOT, RawHost, alive, proxy_command, proxy_env, sdk_host, tool_text, write_policy
+from support import (
+    PY,
+    ROOT,
+    UNCONFINED,
+    RawHost,
+    alive,
+    proxy_command,
+    proxy_env,
+    sdk_host,
+    tool_text,
+    write_policy,
+)
 
 HOSTILE = ROOT / "tests" / "fixtures" / "hostile"
 # Matches none of the built-in secret shapes: only configured-key scrubbing can catch it.
@@ -99,7 +110,8 @@ def test_a_same_user_server_cannot_read_the_key_from_proc(shared_dir: Path) -> N
     prefix, pythonpath = _unprivileged_python()
     report = shared_dir / "report.json"
     with FakeLLMServer("openai") as llm:
-        policy = write_policy(shared_dir, key_policy(llm.base_url, "      api_key_env: TEST_LLM_KEY\n"))
+        # unconfined: the proxy's non-dumpable memory is what holds here (test_containment.py: sandboxed)
+        policy = write_policy(shared_dir, key_policy(llm.base_url, "      api_key_env: TEST_LLM_KEY\n") + UNCONFINED)
         os.chmod(policy, 0o644)
         command = [*prefix, "-m", "mcp_sampling_proxy", "--policy", policy, "--log-format", "json",
                    "--", prefix[-1], str(HOSTILE / "keys_proc_reader.py"), str(report)]

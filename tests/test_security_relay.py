@@ -18,6 +18,7 @@ from typing import Any
 from support import (
     PY,
     ROOT,
+    UNCONFINED,
     RawHost,
     alive,
     children_of,
@@ -28,7 +29,8 @@ from support import (
 )
 
 HOSTILE = str(ROOT / "tests" / "fixtures" / "hostile" / "relay_attacks_server.py")
-DENY_ALL = "rules:\n  - name: no-sampling\n    action: deny\naudit:\n  path: {audit}\n"
+# unconfined: these attacks are on the relay and on the process tree the proxy keeps without a sandbox
+DENY_ALL = "rules:\n  - name: no-sampling\n    action: deny\naudit:\n  path: {audit}\n" + UNCONFINED
 
 
 def start(tmp_path: Path, *options: str, upstream: list[str] | None = None) -> RawHost:
@@ -308,7 +310,8 @@ sys.stdin.read()
 def test_a_server_that_stops_the_guard_cannot_hold_the_proxys_shutdown(tmp_path: Path) -> None:
     """The server (same user) SIGSTOPs its proxy's guard. Standing the guard down at the end used to
     write it a byte and wait for it to exit: the proxy then never exited. It is killed now."""
-    host = RawHost(proxy_command(upstream=[PY, "-c", GUARD_STOPPER]), proxy_env(), tmp_path / "stderr.log")
+    host = RawHost(proxy_command(write_policy(tmp_path, UNCONFINED), upstream=[PY, "-c", GUARD_STOPPER]),
+                   proxy_env(), tmp_path / "stderr.log")
     try:
         deadline = time.monotonic() + 30
         while "stopped the guard" not in (tmp_path / "stderr.log").read_text() and time.monotonic() < deadline:

@@ -151,13 +151,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command:  # start the server first, so its start-up overlaps ours (see child_env)
         become_subreaper()  # whatever the server starts stays below us, where the console socket can tell
         hidden = hidden_names_guess(policy_text, os.environ)
-        if hidden is not None:
+        if hidden is not None and (policy_text is None or "sandbox" not in policy_text):
+            from mcp_sampling_proxy.config.sandbox_settings import SandboxSettings
+            from mcp_sampling_proxy.transport.sandbox import named_in_text
+
+            guess = _sandbox(SandboxSettings(), args.policy, named_in_text(args.policy, policy_text), command)
             try:
-                early = _spawn(command, hidden)
+                early = _spawn(command, hidden, guess.prefix)
             except _StartupFailure as exc:
                 return fail(exc.message, exc.code)
     try:
-        settings, name, upstream = _prepare(args, command, early, policy_text)
+        settings, name, upstream, sandbox = _prepare(args, command, early, policy_text)
     except _StartupFailure as exc:
         if early is not None:
             _stop_unused(early[0])
@@ -175,6 +179,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=policy_is_default or None)
     if hardening_problems:
         get_logger("mcp_sampling_proxy").warning("process hardening incomplete", problems=hardening_problems)
+    if sandbox is not None:
+        _log_sandbox(sandbox)
     from mcp_sampling_proxy.runtime import RunOptions, run
 
     options = RunOptions(name=name, use_terminal=not args.no_terminal,
@@ -188,14 +194,40 @@ class _StartupFailure(Exception):
         self.message, self.code = message, code
 
 
-def _spawn(command: list[str], hidden: set[str]):
-    """Start the server without the hidden variables; returns (process, hidden)."""
+def _spawn(command: list[str], hidden: set[str], sandbox: tuple[str, ...]):
+    """Start the server without the hidden variables, under the sandbox words; returns
+    (process, hidden, sandbox)."""
     from mcp_sampling_proxy.transport.stdio import SpawnError, spawn
 
     try:
-        return spawn(command, child_environment(os.environ, hidden)), hidden
+        return spawn(command, child_environment(os.environ, hidden), sandbox=sandbox), hidden, sandbox
     except SpawnError as exc:
         raise _StartupFailure(str(exc), exc.exit_code) from None
+
+
+def _sandbox(settings, policy: str | None, named: list[str], command: list[str]):
+    """The sandbox plan for the server (transport/sandbox.py), hiding the proxy's own places."""
+    from mcp_sampling_proxy.transport.sandbox import plan, proxy_paths
+
+    if settings.mode == "off":
+        return plan(settings, [])
+    return plan(settings, proxy_paths(policy, named), command=command)
+
+
+def _log_sandbox(sandbox) -> None:
+    from mcp_sampling_proxy.log import get_logger
+
+    log = get_logger("mcp_sampling_proxy")
+    if sandbox.active:
+        log.info("server sandboxed (bubblewrap): its own process namespace, no terminals, a private /tmp, the "
+                 "proxy's config, state, runtime dirs, policy and audit hidden")
+    elif sandbox.off:
+        log.warning("sandbox: off: the server runs as you, unconfined: it can read this proxy's state and write "
+                    "remembered approvals (they are still checked), open your terminals and outlive the proxy")
+    else:
+        log.warning("the server runs without a sandbox: it can read this proxy's state and write remembered "
+                    "approvals (they are still checked), open your terminals and outlive the proxy",
+                    why=sandbox.unavailable, fix="install bubblewrap, or set sandbox: off to silence this")
 
 
 def _stop_unused(process) -> None:
@@ -236,19 +268,24 @@ def _prepare(args: argparse.Namespace, command: list[str], early, policy_text: s
             headers = parse_headers(args.header, os.environ)
         except ValueError as exc:
             raise _StartupFailure(str(exc)) from None
-        return settings, name, HttpUpstream(args.url, headers)
+        return settings, name, HttpUpstream(args.url, headers), None
 
     from mcp_sampling_proxy.transport.stdio import StdioUpstream
 
     exact = settings.secret_env_vars()
+    contained = settings.sandbox.for_server(name)
+    sandbox = _sandbox(contained, args.policy, settings.named_files(), command)
+    if contained.mode == "required" and not sandbox.active:
+        raise _StartupFailure(f"sandbox: required, but the server cannot be sandboxed here: {sandbox.unavailable}; "
+                              "install bubblewrap, or set sandbox: auto to run it unconfined with a warning")
     if early is None:
-        process, _ = _spawn(command, exact)
+        process, _, _ = _spawn(command, exact, sandbox.prefix)
     else:
-        process, hidden = early
-        if child_environment(os.environ, hidden) != child_environment(os.environ, exact):
-            _stop_unused(process)  # the guess hid a variable the server may need: start it again
-            process, _ = _spawn(command, exact)
-    return settings, name, StdioUpstream(process, name)
+        process, hidden, prefix = early
+        if child_environment(os.environ, hidden) != child_environment(os.environ, exact) or prefix != sandbox.prefix:
+            _stop_unused(process)  # the guess hid a variable the server may need, or hid another path: again
+            process, _, _ = _spawn(command, exact, sandbox.prefix)
+    return settings, name, StdioUpstream(process, name), sandbox
 
 
 if __name__ == "__main__":

@@ -59,6 +59,22 @@ def config_dir() -> Path:
     return Path(_platform().user_config_dir)
 
 
+_HELD: list[warnings.WarningMessage] = []  # why a runtime dir was passed over, before logging was set up
+
+
+def runtime_base_quietly() -> Path:
+    """`runtime_base` without its log lines: for callers that run before logging is set up (a line then
+    would go to stdout, the host's protocol stream). Why a candidate was passed over is kept for the
+    next `runtime_base`, which logs it (platformdirs says each reason only once per process)."""
+    from platformdirs import RuntimeDirWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RuntimeDirWarning)
+        path = Path(_platform(ensure_exists=True, app=False).user_runtime_dir)
+    _HELD.extend(w for w in caught if issubclass(w.category, RuntimeDirWarning))
+    return path
+
+
 def runtime_base() -> Path:
     """This user's runtime directory (without our part), as platformdirs vets it: owned by the
     user, mode 0700, under parents nobody else can replace; created (0700) when it is the
@@ -75,7 +91,8 @@ def runtime_base() -> Path:
     from mcp_sampling_proxy.log import get_logger
 
     log = get_logger("mcp_sampling_proxy.config.dirs")
-    for warning in caught:
+    held, _HELD[:] = list(_HELD), []
+    for warning in [*held, *caught]:
         message = str(warning.message)
         if not issubclass(warning.category, RuntimeDirWarning):  # another thread's, caught meanwhile: pass it on
             warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)

@@ -17,6 +17,7 @@ from typing import Any, cast
 
 from mcp_sampling_proxy.config.child_env import WELL_KNOWN_KEY_VARS
 from mcp_sampling_proxy.config.policy_file import read_policy_text
+from mcp_sampling_proxy.config.sandbox_settings import SandboxSettings
 from mcp_sampling_proxy.config.yamlnodes import Node, PolicyError, _did_you_mean, _show, load
 from mcp_sampling_proxy.fulfil.base import (
     COMMAND_DEFAULT_MODEL,
@@ -154,6 +155,7 @@ class Settings:
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
     pass_env: tuple[str, ...] = ()
     shutdown_timeout: float = 5.0
+    sandbox: SandboxSettings = field(default_factory=SandboxSettings)
     era: str = "auto"  # the server leg's protocol era: the host's when the server speaks it (relay/bridge.py)
     max_input_rounds: int = 8  # input_required rounds the proxy answers before giving up
     source: str = "environment"  # the policy file path, or "environment"
@@ -166,6 +168,11 @@ class Settings:
     @audit_path.setter
     def audit_path(self, path: str | None) -> None:
         self.audit = replace(self.audit, path=path)
+
+    def named_files(self) -> list[str]:
+        """Files this policy names that the governed server must not see: the audit log, key files."""
+        found = [self.audit.path] if self.audit.path else []
+        return found + [p.api_key_file for p in self.providers if p.api_key_file]
 
     def secret_env_vars(self) -> set[str]:
         """Names of environment variables holding the proxy's own LLM keys."""
@@ -220,7 +227,7 @@ def parse_settings(text: str, where: str) -> Settings:
     if root is None:
         return settings
     top = root.mapping(("llm", "sampling", "elicitation", "rules", "limits", "approval", "audit", "state",
-                        "telemetry", "upstream"))
+                        "telemetry", "upstream", "sandbox"))
     if "llm" in top:
         _parse_llm(top["llm"], settings)
     if "sampling" in top:
@@ -239,6 +246,10 @@ def parse_settings(text: str, where: str) -> Settings:
         settings.state = _parse_state(top["state"])
     if "telemetry" in top:
         settings.telemetry = _parse_telemetry(top["telemetry"])
+    if "sandbox" in top:
+        from mcp_sampling_proxy.config.sandbox_settings import parse_sandbox
+
+        settings.sandbox = parse_sandbox(top["sandbox"], where)
     if "upstream" in top:
         upstream = top["upstream"].mapping(("pass_env", "shutdown_timeout", "era", "max_input_rounds"))
         if "max_input_rounds" in upstream:

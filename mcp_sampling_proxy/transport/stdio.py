@@ -33,8 +33,10 @@ class SpawnError(Exception):
         self.exit_code = exit_code
 
 
-def spawn(command: list[str], env: dict[str, str], cwd: str | None = None) -> subprocess.Popen[bytes]:
-    """Start the upstream; raise SpawnError with a helpful message when that is impossible."""
+def spawn(command: list[str], env: dict[str, str], cwd: str | None = None,
+          sandbox: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
+    """Start the upstream (under the `sandbox` words, transport/sandbox.py, when there are any); raise
+    SpawnError with a helpful message when that is impossible."""
     executable = command[0]
     if os.sep not in executable and shutil.which(executable, path=env.get("PATH")) is None:
         raise SpawnError(
@@ -42,9 +44,13 @@ def spawn(command: list[str], env: dict[str, str], cwd: str | None = None) -> su
             f"({env.get('PATH', '')!r}); use an absolute path in the host config",
             127,
         )
+    info_read = info_write = -1
+    if sandbox:  # bwrap says which pid the server has outside its namespace: SIGTERM goes to it
+        info_read, info_write = os.pipe()
+        sandbox = (*sandbox[:-1], "--info-fd", str(info_write), sandbox[-1])
     try:
         process = subprocess.Popen(
-            command,
+            [*sandbox, *command],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -53,6 +59,7 @@ def spawn(command: list[str], env: dict[str, str], cwd: str | None = None) -> su
             start_new_session=True,
             bufsize=0,
             preexec_fn=die_with_parent(),  # spawned before any thread exists (commands.cli)
+            pass_fds=(info_write,) if sandbox else (),
         )
     except FileNotFoundError:
         raise SpawnError(f"cannot start upstream: '{executable}' does not exist", 127) from None
@@ -60,8 +67,46 @@ def spawn(command: list[str], env: dict[str, str], cwd: str | None = None) -> su
         raise SpawnError(f"cannot start upstream: '{executable}' is not executable", 126) from None
     except OSError as exc:
         raise SpawnError(f"cannot start upstream '{executable}': {exc.strerror}", 126) from None
+    finally:
+        if info_write >= 0:
+            os.close(info_write)
+    if info_read >= 0:
+        _SANDBOX_INFO[process.pid] = info_read
     _GUARDS[process.pid] = GroupGuard.start(process.pid)  # its group dies with us, however we die
     return process
+
+
+_SANDBOX_INFO: dict[int, int] = {}  # by bwrap's pid: the read end of its --info-fd
+
+
+def sandboxed_pid(process: subprocess.Popen[bytes]) -> int | None:
+    """The sandboxed server's pid outside its namespace (bwrap's `child-pid`), or None when the
+    server is not sandboxed or bwrap has not said (it writes it once the sandbox is set up)."""
+    fd = _SANDBOX_INFO.get(process.pid)
+    if fd is None:
+        return None
+    import json
+    import select
+
+    if not select.select([fd], [], [], 0)[0]:
+        return None
+    try:
+        info = json.loads(os.read(fd, 4096) or b"{}")
+    except (OSError, ValueError):
+        info = {}
+    os.close(fd)
+    del _SANDBOX_INFO[process.pid]
+    pid = info.get("child-pid") if isinstance(info, dict) else None
+    if isinstance(pid, int):
+        _SANDBOX_INFO_PID[process.pid] = pid
+    return pid if isinstance(pid, int) else None
+
+
+_SANDBOX_INFO_PID: dict[int, int] = {}
+
+
+def _inner_pid(process: subprocess.Popen[bytes]) -> int | None:
+    return _SANDBOX_INFO_PID.get(process.pid) or sandboxed_pid(process)
 
 
 _GUARDS: dict[int, GroupGuard | None] = {}  # by the server's pid (its process group's id)
@@ -180,7 +225,12 @@ class StdioUpstream:
         for sig, wait_for in ((signal.SIGTERM, term_wait), (signal.SIGKILL, 2.0)):
             if code is not None:
                 break
-            self._signal_group(sig)
+            inner = _inner_pid(self.process) if sig == signal.SIGTERM else None
+            if inner is not None:  # sandboxed: bwrap would die of it, and the server be killed unwarned
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(inner, sig)
+            else:
+                self._signal_group(sig)
             code = await self.wait(wait_for)
         self._signal_group(signal.SIGKILL)  # leftovers in the group (grandchildren) must not outlive us
         stand_down_guard(self.process)

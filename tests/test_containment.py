@@ -1,0 +1,180 @@
+"""The governed server in its sandbox: run as an ordinary user, it tries every way out, and finds none.
+
+The hostile server (tests/fixtures/hostile/escape_artist.py) runs as the same user as the proxy, as a
+host would run it, and tries: the environment, command lines and pipes of every process it can see
+(the proxy's CLI provider among them, running while the server waits for its answer), the proxy's
+state (a forged "always" approval, an emptied budget), its console sockets, the policy file, the
+user's terminals, and a daemon that leaves its process group to outlive the proxy. As root the
+tests drop to `nobody` (setpriv), since /proc refuses nothing to root.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fakes.llm_server import FakeLLMServer
+from support import ROOT, RawHost, proxy_env, running_with, write_policy
+from test_security_keys import KEY, _unprivileged_python, assert_no_run
+
+ESCAPE = ROOT / "tests" / "fixtures" / "hostile" / "escape_artist.py"
+CLI = """import sys, time
+sys.stdin.read()
+time.sleep(1.5)  # long enough for the server to look for it
+print("answer from the CLI")
+"""
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed (.ci/run installs "
+                                "the Debian package): the sandbox cannot be tested")
+
+
+@pytest.fixture
+def shared() -> Iterator[Path]:
+    """A directory the unprivileged proxy and the test can both use (the tests' own is root's, 0700)."""
+    path = Path(tempfile.mkdtemp(prefix="containment-"))
+    path.chmod(0o777)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def ordinary_user() -> tuple[list[str], dict[str, str]]:
+    """How to run Python as an ordinary user: this one when not root, else `nobody` (setpriv)."""
+    if os.geteuid() != 0:
+        return [sys.executable], {}
+    return _unprivileged_python()
+
+
+def attack(shared: Path, llm: FakeLLMServer, extra: str = "", *, tool: str = "sample",
+           kill_proxy: bool = False) -> tuple[dict, str, Path]:
+    """Run the escape artist behind the proxy as an ordinary user; (its report, the proxy's stderr, state dir)."""
+    prefix, pythonpath = ordinary_user()
+    out, state, run = shared / "out", shared / "state", shared / "run"
+    for directory in (out, state, run):
+        directory.mkdir(mode=0o777)
+        directory.chmod(0o777)
+    (state / "approvals.json").write_text('{"always": []}')
+    for path in (state / "approvals.json",):
+        path.chmod(0o666)
+    cli = shared / "cli.py"
+    cli.write_text(CLI)
+    cli.chmod(0o755)
+    policy = write_policy(shared, (
+        "llm:\n  providers:\n"
+        f"    cli:\n      type: command\n      command: [{prefix[-1]}, {cli}]\n"
+        f"    api:\n      type: openai\n      base_url: {llm.base_url}\n      api_key_env: TEST_LLM_KEY\n"
+        "      models: [gpt-test]\n"
+        "rules:\n  - name: allow-all\n    action: allow\n" + extra))
+    os.chmod(policy, 0o644)
+    command = [*prefix, "-m", "mcp_sampling_proxy", "--policy", policy, "--log-format", "json", "--no-terminal",
+               "--", prefix[-1], str(ESCAPE), str(out), str(state), str(run), policy]
+    env = proxy_env(TEST_LLM_KEY=KEY, MCP_SAMPLING_PROXY_STATE_DIR=str(state),
+                    MCP_SAMPLING_PROXY_RUNTIME_DIR=str(run), **pythonpath)
+    stderr = shared / "stderr.log"
+    with RawHost(command, env, stderr) as host:
+        host.initialize()
+        deadline = time.monotonic() + 20
+        while not (out / "report.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        host.request("tools/call", {"name": tool, "arguments": {}}, timeout=30)
+        if kill_proxy:
+            os.kill(host.proc.pid, signal.SIGKILL)
+            host.proc.wait(10)
+        else:
+            host.close_stdin()
+            host.wait()
+    report = json.loads((out / "report.json").read_text())
+    return report, stderr.read_text(), state
+
+
+def test_a_sandboxed_server_sees_no_process_of_the_proxys(shared: Path, llm: FakeLLMServer) -> None:
+    report, log, _state = attack(shared, llm)
+    assert "server sandboxed" in log, log
+    assert report["processes"] == {}  # alone in its namespace: not the proxy, its guard or anything it runs
+    assert report["during_sampling"] == {}, "the server saw the CLI provider run"
+    assert "answer from the CLI" in json.dumps(report["sampling"])  # the CLI did run meanwhile
+    assert_no_run(json.dumps(report), where="the server's report")
+
+
+def test_a_sandboxed_server_cannot_touch_the_proxys_state_sockets_policy_or_terminals(shared: Path,
+                                                                                       llm: FakeLLMServer) -> None:
+    master, slave = os.openpty()  # a terminal of the user's, which an unconfined server could open and paint
+    try:
+        if os.geteuid() == 0:  # the server runs as nobody: its user's terminal is nobody's
+            os.chown(os.ttyname(slave), 65534, -1)
+        report, _log, state = attack(shared, llm)
+        os.set_blocking(master, False)
+        try:
+            painted = os.read(master, 65536)
+        except BlockingIOError:
+            painted = b""
+    finally:
+        os.close(master)
+        os.close(slave)
+    # the state directory it saw was an empty one: its writes went nowhere the proxy reads
+    assert report["state"]["listing"] == [], report["state"]
+    assert json.loads((state / "approvals.json").read_text()) == {"always": []}
+    assert not (state / "budgets.json").exists() or (state / "budgets.json").read_text() != "{}"
+    assert report["sockets"] == {}  # no console socket to connect to
+    assert "llm:" not in report["policy"]  # the policy file: empty, or unreadable
+    terminals = report["terminals"]
+    assert [n for n in terminals["pts"] if n.isdigit()] == [], terminals  # none of the user's terminals
+    assert terminals["/dev/tty"].startswith("ERROR")  # and no controlling terminal
+    assert painted == b""
+    assert set(report["tmp"]) <= {shared.name}  # a private /tmp (no tmux or X11 sockets): only what it was given
+
+
+def test_nothing_the_server_starts_outlives_the_proxy(shared: Path, llm: FakeLLMServer) -> None:
+    """A daemon that left the server's process group (setpgid, which the guard's group kill misses)."""
+    _report, _log, _state = attack(shared, llm, tool="daemon", kill_proxy=True)
+    heartbeat = shared / "out" / "heartbeat"
+    time.sleep(0.5)
+    last = heartbeat.stat().st_mtime
+    time.sleep(0.6)
+    assert heartbeat.stat().st_mtime == last, "the daemon is still writing"
+    # the escape artist's processes (the proxy's guard, a fork of the proxy, names it too: it is not one)
+    left = [pid for pid in running_with(str(ESCAPE))
+            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1:2] == [str(ESCAPE).encode()]]
+    assert left == []
+
+
+def test_without_bubblewrap_the_proxy_says_so_and_required_refuses(tmp_path: Path) -> None:
+    import subprocess
+
+    from support import PY, proxy_command
+
+    env = proxy_env(PATH="/nonexistent")  # no bwrap to be found
+    script = tmp_path / "server.py"
+    script.write_text("import sys; sys.stdin.read()\n")
+    hello = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "x", "version": "1"}}}) + "\n"
+    done = subprocess.run(proxy_command(write_policy(tmp_path, "rules: []\n"), upstream=[PY, str(script)]),
+                          input=hello, capture_output=True, text=True, env=env, timeout=30)
+    assert "the server runs without a sandbox" in done.stderr and "bwrap is not installed" in done.stderr
+    required = write_policy(tmp_path, "sandbox: required\n", "required.yaml")
+    done = subprocess.run(proxy_command(required, upstream=[PY, str(script)]), input=hello, capture_output=True,
+                          text=True, env=env, timeout=30)
+    assert done.returncode == 2 and done.stdout == ""
+    assert "sandbox: required, but the server cannot be sandboxed here: bwrap is not installed" in done.stderr
+
+
+def test_sandbox_off_is_said_plainly(tmp_path: Path) -> None:
+    import subprocess
+
+    from support import PY, proxy_command
+
+    script = tmp_path / "server.py"
+    script.write_text("import sys; sys.stdin.read()\n")
+    done = subprocess.run(proxy_command(write_policy(tmp_path, "sandbox: off\n"), upstream=[PY, str(script)]),
+                          input="", capture_output=True, text=True, env=proxy_env(), timeout=30)
+    assert "sandbox: off: the server runs as you, unconfined" in done.stderr
+
