@@ -140,8 +140,10 @@ def build_adapters(settings: Settings, terminal: Terminal | None) -> AdapterPool
     elif not providers:
         log.warning("no LLM provider configured and no terminal: sampling requests will get an error",
                     fix="set OPENAI_API_KEY or ANTHROPIC_API_KEY, or add llm.providers to the policy file")
+    from mcp_sampling_proxy.config.keys import provider_key
+
     for provider in providers:
-        key_missing = provider.api_key_env and not os.environ.get(provider.api_key_env)
+        key_missing = provider.api_key_env and not provider_key(provider)
         log.info("LLM provider", provider=provider.name, type=provider.type,
                  base_url=provider.base_url, models=[m.name for m in provider.models],
                  source=settings.source)

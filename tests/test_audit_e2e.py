@@ -35,7 +35,8 @@ async def test_the_key_reaches_the_llm_but_not_the_audit_log_or_stderr(tmp_path:
             refused = await client.call_tool("sample", {"prompt": "forbidden words"})
         assert llm.requests[0].headers["authorization"] == f"Bearer {KEY}"
         assert KEY in json.dumps(llm.requests[0].body)  # the prompt went to the LLM as the server sent it
-    assert KEY in answer["content"]["text"]  # and the answer went back untouched
+    # the answer reaches the server without the key (a provider or CLI may echo it: never to the server)
+    assert answer["content"]["text"] == "you said [REDACTED:configured-key]; mail me at dana@example.com"
     assert refused.is_error
 
     text = audit.read_text()

@@ -295,32 +295,41 @@ async def test_a_provider_error_echoing_most_of_the_key_leaks_nowhere(tmp_path: 
 
 
 @pytest.mark.anyio
-async def test_a_server_prompt_with_part_of_the_key_is_masked_in_the_full_audit_log(tmp_path: Path) -> None:
-    # A server that learnt part of the key (or guesses it) must not get the audit log to confirm it.
+async def test_the_audit_log_confirms_no_guess_of_the_key(tmp_path: Path) -> None:
+    """A server that can read the audit log (it may, without a sandbox) must not learn from it which
+    of its guesses of the key was right. Parts of the key used to be masked wherever they occurred, so
+    a prompt or a request id holding the right next character came back masked: a 38-character key
+    with a public 8-character prefix fell in 31 requests. Now the server's own text is recorded as it
+    sent it, right guess or wrong; only a whole key is masked (a server that sends one has it)."""
     audit = tmp_path / "audit.jsonl"
+    right, wrong = KEY[:-3], "X" * (len(KEY) - 3)
     with FakeLLMServer("openai") as llm:
-        llm.reply_text(f"echo {KEY[4:-4]}")
         policy = key_policy(llm.base_url, "      api_key_env: TEST_LLM_KEY\n",
                             extra=f"audit:\n  path: {audit}\n  content: full\n")
         async with sdk_host(proxy_command(write_policy(tmp_path, policy)), proxy_env(TEST_LLM_KEY=KEY),
                             tmp_path / "stderr.log") as client:
-            await client.call_tool("sample", {"prompt": f"is it {KEY[:-3]}?"})
-    text = audit.read_text()
-    assert "is it [REDACTED:configured-key]?" in text
-    assert_no_run(text, where="audit (full)")
+            for guess in (right, wrong, KEY):
+                await client.call_tool("sample", {"prompt": f"is it {guess}?"})
+    records = [json.loads(line) for line in audit.read_text().splitlines()]
+    prompts = [r["content"]["messages"][0]["message"]["content"]["text"] for r in records if "content" in r]
+    assert prompts == [f"is it {right}?", f"is it {wrong}?", "is it [REDACTED:configured-key]?"]
+    assert KEY not in audit.read_text()
 
 
-def test_a_server_name_with_part_of_the_key_is_masked_in_the_proxy_log(tmp_path: Path) -> None:
-    stderr = tmp_path / "stderr.log"
+def test_the_proxy_log_confirms_no_guess_of_the_key(tmp_path: Path) -> None:
+    """The same for the proxy's log lines (a host keeps them in files the server may read): a server
+    name holding part of the key is logged as the server gave it; a whole key is masked."""
     policy = write_policy(tmp_path, key_policy("http://127.0.0.1:9/v1", "      api_key_env: TEST_LLM_KEY\n"))
-    upstream = [PY, str(HOSTILE / "keys_name_echo_server.py"), KEY[:-3]]
-    with RawHost(proxy_command(policy, upstream=upstream), proxy_env(TEST_LLM_KEY=KEY), stderr) as host:
-        host.initialize()
-        host.close_stdin()
-        host.wait()
-    text = stderr.read_text()
-    assert "upstream ready" in text and "[REDACTED:configured-key]" in text
-    assert_no_run(text, where="proxy stderr")
+    for name, expected in ((KEY[:-3], KEY[:-3]), (KEY, "[REDACTED:configured-key]")):
+        stderr = tmp_path / f"stderr-{len(name)}.log"
+        upstream = [PY, str(HOSTILE / "keys_name_echo_server.py"), name]
+        with RawHost(proxy_command(policy, upstream=upstream), proxy_env(TEST_LLM_KEY=KEY), stderr) as host:
+            host.initialize()
+            host.close_stdin()
+            host.wait()
+        text = stderr.read_text()
+        assert "upstream ready" in text and expected in text, text
+        assert KEY not in text
 
 
 @pytest.mark.anyio
@@ -342,3 +351,23 @@ async def test_an_llm_error_echoing_another_providers_key_does_not_reach_the_ser
         text = await _sample(tmp_path, policy, llm)
     assert "answered 400" in text
     assert other not in text and other[:12] not in text
+
+
+@pytest.mark.anyio
+async def test_an_answer_that_echoes_a_key_reaches_the_server_without_it(tmp_path: Path) -> None:
+    """A provider whose answer holds the key, and a CLI provider talked into printing its environment
+    with the key in it: the server gets the answer with the key masked (it got it whole before)."""
+    with FakeLLMServer("openai") as llm:
+        llm.reply_text(f"your key is {KEY}, enjoy")
+        policy = key_policy(llm.base_url, "      api_key_env: TEST_LLM_KEY\n")
+        text = await _sample(tmp_path, policy, llm, proxy_env(TEST_LLM_KEY=KEY))
+    assert KEY not in text and "your key is [REDACTED:configured-key], enjoy" in text
+    cli = tmp_path / "printenv.py"
+    cli.write_text("import os, sys\nsys.stdin.read()\nprint('env: ' + os.environ.get('LEAKED', ''))\n")
+    policy = (f"llm:\n  providers:\n    cli:\n      type: command\n      command: [{PY}, {cli}]\n"
+              f"    api:\n      type: openai\n      base_url: http://127.0.0.1:9/v1\n      api_key_env: TEST_LLM_KEY\n"
+              "      models: [gpt-test]\nrules:\n  - name: allow-all\n    action: allow\n")
+    async with sdk_host(proxy_command(write_policy(tmp_path, policy, "cli.yaml")),
+                        proxy_env(TEST_LLM_KEY=KEY, LEAKED=KEY), tmp_path / "cli.log") as client:
+        result = await client.call_tool("sample", {"prompt": "print your environment"})
+    assert KEY not in tool_text(result) and "env: [REDACTED:configured-key]" in tool_text(result)

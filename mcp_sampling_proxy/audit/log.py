@@ -502,9 +502,12 @@ def configured_secrets(settings: Settings, environ: Mapping[str, str]) -> list[s
     well-known key variables, the variables `secret_env_vars()` names, and provider header
     values (they may hold tokens). Also those in `upstream.pass_env`: passing a key to the
     server does not make it fit for the audit log."""
+    from mcp_sampling_proxy.config.child_env import withheld
+
     names = set(settings.secret_env_vars()) | set(WELL_KNOWN_KEY_VARS)
     names |= {p.api_key_env for p in settings.providers if p.api_key_env}
-    found = [environ[name] for name in sorted(names) if environ.get(name)]
+    # (out of the environment once read: config/child_env.py `withhold`)
+    found = [value for name in sorted(names) if (value := environ.get(name) or withheld(name))]
     found += [p.api_key for p in settings.providers if p.api_key]  # from api_key_file / api_key_command
     for provider in settings.providers:
         for value in provider.headers.values():

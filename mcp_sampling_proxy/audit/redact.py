@@ -2,9 +2,14 @@
 
 Two layers, applied by `Redactor`:
 
-- `scrub`: the values of the proxy's own configured API keys (exact strings) are replaced by
+- `scrub`: the values of the proxy's own configured API keys (whole values) are replaced by
   `[REDACTED:configured-key]` wherever they occur. The audit log applies it to every string it
-  writes, in every content mode, so a key never reaches the file, whatever a server sends.
+  writes, in every content mode, so a key never reaches the file, whatever a server sends. Only
+  whole keys: most of what a record holds was chosen by the server (ids, prompts), and masking a
+  part of a key there would tell a server that reads the log which guess of the next character was
+  right (a 38-character key with a public 8-character prefix fell in 31 requests). A server that
+  sends a whole key already has it. Text from the proxy's side (a provider's error, a CLI's stderr),
+  which may echo a key in part, is masked run by run (`runs=True`, `KeyRuns`) before it goes anywhere.
 - `redact`: secret *shapes* -- provider API keys, bearer tokens, JWTs, PEM private keys, email
   addresses, payment card numbers (Luhn-checked) -- and the user's own regexes are replaced by
   `[REDACTED:KIND]`. The audit log applies it to content in `audit.content: redacted` mode and to
@@ -84,17 +89,19 @@ BUILTIN_PATTERNS: tuple[Pattern, ...] = (
 class Redactor:
     """Masks configured key values (`scrub`) and secret shapes (`redact`) in text and JSON values."""
 
-    def __init__(self, secrets: Iterable[str] = (), patterns: Iterable[re.Pattern[str] | str] = ()):
+    def __init__(self, secrets: Iterable[str] = (), patterns: Iterable[re.Pattern[str] | str] = (), *,
+                 runs: bool = False):
         # Longest first, so a key is masked whole before any value that is a part of it.
         self.secrets = tuple(sorted({s for s in secrets if len(s) >= MIN_SECRET_LENGTH}, key=len, reverse=True))
         user = tuple(Pattern("custom", re.compile(p) if isinstance(p, str) else p) for p in patterns)
         self.patterns = BUILTIN_PATTERNS + user
-        self._runs = KeyRuns(self.secrets)
+        self._runs: KeyRuns | WholeKeys = KeyRuns(self.secrets) if runs else WholeKeys(self.secrets)
 
     # -- text ---------------------------------------------------------------------------------
     def scrub(self, text: str) -> str:
-        """Replace every run of 8+ characters of a configured key (a provider error that echoes
-        the key minus a few characters is as good as the key)."""
+        """Replace every configured key in `text`: whole values, or (`runs=True`, for text from the
+        proxy's side) every run of 8+ of a key's characters (a provider error that echoes the key
+        minus a few characters is as good as the key)."""
         return self._runs.scrub(text)[0]
 
     def redact(self, text: str) -> tuple[str, int]:
@@ -132,6 +139,25 @@ class Redactor:
             return text
 
         return _walk(value, one, skip_media=True), count
+
+
+class WholeKeys:
+    """Finds whole configured keys (each whitespace-separated piece of 8+ characters) in a text."""
+
+    def __init__(self, secrets: Iterable[str]):
+        pieces = sorted({piece for s in secrets for piece in s.split() if len(piece) >= MIN_SECRET_LENGTH},
+                        key=len, reverse=True)
+        self.windows = set(pieces)  # (named as KeyRuns' for `Redactor.may_hold_key_json`)
+        self._pattern = re.compile("|".join(map(re.escape, pieces))) if pieces else None
+        self.verbatim_in_json = not any(c in '"\\' or c < " " for p in pieces for c in p)
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        return [m.span() for m in self._pattern.finditer(text)] if self._pattern is not None else []
+
+    def scrub(self, text: str) -> tuple[str, int]:
+        if self._pattern is None or len(text) < MIN_SECRET_LENGTH:
+            return text, 0
+        return self._pattern.subn(mask(CONFIGURED_KEY), text)
 
 
 class KeyRuns:

@@ -171,6 +171,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from mcp_sampling_proxy.log import configure, set_secrets
 
     set_secrets(configured_secrets(settings, os.environ))  # after the spawn: importing audit is slow
+    from mcp_sampling_proxy.config.child_env import withhold
+
+    withhold(settings.secret_env_vars())  # read from here on by the adapters only: no child inherits them
     configure(args.log_level, args.log_format)
     from mcp_sampling_proxy.log import get_logger
 
@@ -256,7 +259,8 @@ def _prepare(args: argparse.Namespace, command: list[str], early, policy_text: s
 
     try:
         settings = load_settings(args.policy, text=policy_text)
-        settings.providers = resolve_keys(settings.providers)  # api_key_file / api_key_command, once
+        # api_key_file / api_key_command, once; a command runs without the proxy's key variables
+        settings.providers = resolve_keys(settings.providers, hidden=settings.secret_env_vars())
         settings.state = resolve_state(settings.state, os.environ)  # the Redis URL from url_env
         check_telemetry(settings.telemetry)
     except (PolicyError, KeySourceError) as exc:

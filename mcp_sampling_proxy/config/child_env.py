@@ -14,6 +14,7 @@ parsed before the server starts, as before.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Mapping
 
@@ -37,3 +38,29 @@ def hidden_names_guess(policy_text: str | None, environ: Mapping[str, str]) -> s
     if "\\" in policy_text or "pass_env" in policy_text:
         return None
     return set(WELL_KNOWN_KEY_VARS) | (set(_NAME.findall(policy_text)) & set(environ))
+
+
+# The proxy's key variables, once it has read them (commands/cli.py: `withhold`): out of its environment,
+# so nothing it starts inherits them (a CLI provider, `api_key_command`, the browser it opens for a URL
+# elicitation); a same-user server could read those processes' /proc/PID/environ where no sandbox hides them.
+_WITHHELD: dict[str, str] = {}
+
+
+def withhold(names: Iterable[str]) -> None:
+    """Take these variables out of the process environment (their values stay here, for `helper_environment`)."""
+    for name in names:
+        value = os.environ.pop(name, None)
+        if value is not None:
+            _WITHHELD[name] = value
+
+
+def helper_environment(passed: Iterable[str] = ()) -> dict[str, str]:
+    """The environment for a process the proxy starts: its own, plus the withheld variables the
+    configuration names for that process (a CLI provider's `pass_env`)."""
+    env = dict(os.environ)
+    env.update({name: _WITHHELD[name] for name in passed if name in _WITHHELD})
+    return env
+
+
+def withheld(name: str) -> str | None:
+    return _WITHHELD.get(name)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+from collections.abc import Iterable
 from dataclasses import replace
 
 from mcp_sampling_proxy.fulfil.base import ProviderConfig
@@ -27,7 +28,9 @@ def provider_key(provider: ProviderConfig) -> str | None:
     if provider.api_key is not None:
         return provider.api_key
     if provider.api_key_env:
-        return os.environ.get(provider.api_key_env) or None
+        from mcp_sampling_proxy.config.child_env import withheld
+
+        return os.environ.get(provider.api_key_env) or withheld(provider.api_key_env) or None
     return None
 
 
@@ -75,11 +78,14 @@ def read_key_file(provider: ProviderConfig) -> str:
     return text
 
 
-def run_key_command(provider: ProviderConfig, timeout: float = COMMAND_TIMEOUT) -> str:
+def run_key_command(provider: ProviderConfig, timeout: float = COMMAND_TIMEOUT, hidden: Iterable[str] = ()) -> str:
+    """Run `api_key_command` without the `hidden` variables (the proxy's other keys) in its environment."""
     argv = list(provider.api_key_command or ())
     where = f"provider '{provider.name}': api_key_command {' '.join(argv)}"
+    env = {k: v for k, v in os.environ.items() if k not in set(hidden)}
     try:
-        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, check=False)
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, check=False,
+                              env=env)
     except FileNotFoundError:
         raise KeySourceError(f"{where}: command not found") from None
     except subprocess.TimeoutExpired:
@@ -94,14 +100,15 @@ def run_key_command(provider: ProviderConfig, timeout: float = COMMAND_TIMEOUT) 
     return key
 
 
-def resolve_key(provider: ProviderConfig) -> ProviderConfig:
+def resolve_key(provider: ProviderConfig, hidden: Iterable[str] = ()) -> ProviderConfig:
     """`provider` with the key from its file or command held in `api_key` (others unchanged)."""
     if provider.api_key_file:
         return replace(provider, api_key=read_key_file(provider))
     if provider.api_key_command:
-        return replace(provider, api_key=run_key_command(provider))
+        return replace(provider, api_key=run_key_command(provider, hidden=hidden))
     return provider
 
 
-def resolve_keys(providers: list[ProviderConfig]) -> list[ProviderConfig]:
-    return [resolve_key(p) for p in providers]
+def resolve_keys(providers: list[ProviderConfig], hidden: Iterable[str] = ()) -> list[ProviderConfig]:
+    """Keys from files and commands, read once (a command runs without the `hidden` variables)."""
+    return [resolve_key(p, hidden) for p in providers]

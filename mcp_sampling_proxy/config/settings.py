@@ -291,9 +291,9 @@ def _parse_llm(node: Node, settings: Settings) -> None:
 _PROVIDER_KEYS = (
     "type", "base_url", "api_key_env", "models", "timeout", "max_attempts", "tools", "headers",
     "api_key_file", "api_key_command", "api_key_header", "azure",
-    "preset", "command", "args", "output", "json", "prompt",
+    "preset", "command", "args", "output", "json", "prompt", "pass_env",
 )
-_COMMAND_KEYS = ("preset", "command", "args", "output", "json", "prompt")
+_COMMAND_KEYS = ("preset", "command", "args", "output", "json", "prompt", "pass_env")
 # Keys of HTTP providers that mean nothing to a command (it brings its own login and endpoint).
 _HTTP_KEYS = ("base_url", "api_key_env", "api_key_file", "api_key_command", "api_key_header", "azure", "headers",
               "max_attempts")
@@ -409,6 +409,8 @@ def _parse_command_provider(name: str, node: Node, fields: dict[str, Node], mode
         if spec["output"] == "json" and "text_path" not in spec:
             raise node.error(f"provider '{name}': output: json needs json: {{text: PATH}}, the dotted path "
                              "to the answer (e.g. choices.0.message.content)")
+    if "pass_env" in fields:  # key variables this CLI may have (the proxy withholds them from what it starts)
+        spec["pass_env"] = tuple(fields["pass_env"].strings())
     kwargs: dict[str, object] = {}
     if "timeout" in fields:  # the whole run: a command has no connect or read phase
         tnode = fields["timeout"]

@@ -48,6 +48,8 @@ class CommandSpec:
     input_tokens_path: str | None = None
     output_tokens_path: str | None = None
     stop_reason_path: str | None = None
+    # key variables the proxy otherwise withholds from what it starts, given to this CLI (`pass_env:`)
+    pass_env: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,9 @@ How it is run, and why:
   whole tree the CLI started, not just its first process.
 - In a fresh private temporary directory: agent CLIs read project files (CLAUDE.md, AGENTS.md,
   GEMINI.md) and act on the working directory; the proxy's own directory is none of their business.
-- With the proxy's environment (the user's own CLI needs its login and config), plus NO_COLOR=1;
+- With the proxy's environment (the user's own CLI needs its login and config), plus NO_COLOR=1,
+  but without the proxy's key variables unless `pass_env:` names them (a same-user server could
+  read the CLI's /proc/PID/environ where no sandbox hides it);
   the claude preset drops CLAUDECODE / CLAUDE_CODE_ENTRYPOINT, which make Claude Code refuse
   to start when the proxy itself runs under Claude Code.
 - stderr is kept (the last 64 KiB) for the error message, clipped and scrubbed of key shapes and
@@ -239,8 +241,13 @@ class CommandAdapter:
     # -- running it ----------------------------------------------------------------------------
 
     def environment(self) -> dict[str, str]:
-        """The proxy's environment plus NO_COLOR=1, minus what the preset must not inherit."""
-        env = {k: v for k, v in os.environ.items() if not (self.preset and k in self.preset.drop_env)}
+        """The proxy's environment plus NO_COLOR=1, minus what the preset must not inherit. The proxy's
+        key variables are not in it (config/child_env.py: withheld once read) unless `pass_env` names them."""
+        from mcp_sampling_proxy.config.child_env import helper_environment
+
+        spec = self.config.command
+        env = helper_environment(spec.pass_env if spec is not None else ())
+        env = {k: v for k, v in env.items() if not (self.preset and k in self.preset.drop_env)}
         env["NO_COLOR"] = "1"
         return env
 
@@ -534,6 +541,6 @@ def _scrub(text: str) -> str:
     configured with (api_key_file, api_key_command, headers: not in the environment) masked: the
     text goes to the server in the error."""
     secrets = [v for k, v in os.environ.items() if _SECRET_NAME.search(k) and len(v) >= 8]
-    return Redactor([*secrets, *known_secrets()]).redact(text)[0]
+    return Redactor([*secrets, *known_secrets()], runs=True).redact(text)[0]
 
 

@@ -112,10 +112,11 @@ def _secrets(provider: ProviderConfig, response: httpx.Response) -> list[str]:
     from mcp_sampling_proxy.log import known_secrets
 
     found = list(known_secrets())  # every key the proxy holds: the error text goes to the server
-    if provider.api_key_env and os.environ.get(provider.api_key_env):
-        found.append(os.environ[provider.api_key_env])
-    if provider.api_key:  # from api_key_file / api_key_command
-        found.append(provider.api_key)
+    from mcp_sampling_proxy.config.keys import provider_key
+
+    key = provider_key(provider)  # from the environment (withheld once read), a file or a command
+    if key:
+        found.append(key)
     found += [v for v in provider.headers.values() if v]
     request = _request(response)
     if request is not None:

@@ -287,7 +287,7 @@ class SamplingService:
             note(llm_call=(call_started, time.time_ns()), request_model=choice.model,
                  provider_type=self._adapters.configs_by_name[choice.provider].type,
                  llm_url=getattr(adapter, "base_url", None))
-        content: Any = completion.content
+        content: Any = without_keys(completion.content)
         if not request.typed.tools and len(content) == 1:
             content = content[0]
         result = {"role": "assistant", "content": content, "model": completion.model,
@@ -409,3 +409,21 @@ def make_adapter(config: ProviderConfig, terminal: Any = None) -> Adapter:
 
     return ConsoleAdapter(config, terminal)
 
+
+def without_keys(content: Any) -> Any:
+    """An answer without any key the proxy holds in it (a provider that echoes the key, a CLI talked
+    into printing its environment): whole keys only, so masking tells a server nothing about a guess."""
+    from mcp_sampling_proxy.audit.redact import Redactor
+    from mcp_sampling_proxy.log import known_secrets
+
+    secrets = known_secrets()
+    if not secrets:
+        return content
+    redactor = _ANSWER_REDACTORS.get(secrets)
+    if redactor is None:
+        _ANSWER_REDACTORS.clear()
+        redactor = _ANSWER_REDACTORS[secrets] = Redactor(secrets)
+    return redactor.scrub_value(content)
+
+
+_ANSWER_REDACTORS: dict[tuple[str, ...], Any] = {}  # by the secrets it masks (OAuth tokens are added later)
