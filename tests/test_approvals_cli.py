@@ -47,11 +47,11 @@ async def test_revoked_always_approval_is_asked_again_by_the_running_proxy(
         listed = approvals(dirs, "list")
         assert listed.returncode == 0, listed.stderr
         header, row = listed.stdout.splitlines()[:2]
-        assert header.split() == ["#", "server", "tool", "rule", "when", "by"]
+        assert header.split() == ["#", "server", "tool", "rule", "when", "by", "trusted"]
         assert row.split()[:4] == ["1", "kitchen_sink_server", "sample", "ask"]
-        assert row.split()[-1] == "console"
+        assert row.split()[-2:] == ["console", "yes"]  # sealed by the proxy that remembered it
         (entry,) = [json.loads(line) for line in approvals(dirs, "list", "--json").stdout.splitlines()]
-        assert entry["server"] == "kitchen_sink_server" and entry["at"].endswith("Z")
+        assert entry["server"] == "kitchen_sink_server" and entry["at"].endswith("Z") and entry["trusted"] is True
 
         second = await call(client, console, "two", None)  # remembered: nobody is asked
         assert tool_json(second)["content"]["text"] == "echo: two"

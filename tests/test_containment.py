@@ -32,8 +32,12 @@ time.sleep(1.5)  # long enough for the server to look for it
 print("answer from the CLI")
 """
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed (.ci/run installs "
-                                "the Debian package): the sandbox cannot be tested")
+pytestmark = [
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed (.ci/run installs the "
+                       "Debian package): the sandbox cannot be tested"),
+    # one worker for all: an unconfined escape artist of one test would paint another test's terminal
+    pytest.mark.xdist_group("containment"),
+]
 
 
 @pytest.fixture
@@ -54,8 +58,11 @@ def ordinary_user() -> tuple[list[str], dict[str, str]]:
     return _unprivileged_python()
 
 
+ALLOW_ALL = "rules:\n  - name: allow-all\n    action: allow\n"
+
+
 def attack(shared: Path, llm: FakeLLMServer, extra: str = "", *, tool: str = "sample",
-           kill_proxy: bool = False) -> tuple[dict, str, Path]:
+           kill_proxy: bool = False, rules: str = ALLOW_ALL) -> tuple[dict, str, Path]:
     """Run the escape artist behind the proxy as an ordinary user; (its report, the proxy's stderr, state dir)."""
     prefix, pythonpath = ordinary_user()
     out, state, run = shared / "out", shared / "state", shared / "run"
@@ -72,8 +79,7 @@ def attack(shared: Path, llm: FakeLLMServer, extra: str = "", *, tool: str = "sa
         "llm:\n  providers:\n"
         f"    cli:\n      type: command\n      command: [{prefix[-1]}, {cli}]\n"
         f"    api:\n      type: openai\n      base_url: {llm.base_url}\n      api_key_env: TEST_LLM_KEY\n"
-        "      models: [gpt-test]\n"
-        "rules:\n  - name: allow-all\n    action: allow\n" + extra))
+        "      models: [gpt-test]\n" + rules + extra))
     os.chmod(policy, 0o644)
     command = [*prefix, "-m", "mcp_sampling_proxy", "--policy", policy, "--log-format", "json", "--no-terminal",
                "--", prefix[-1], str(ESCAPE), str(out), str(state), str(run), policy]
@@ -141,8 +147,8 @@ def test_nothing_the_server_starts_outlives_the_proxy(shared: Path, llm: FakeLLM
     last = heartbeat.stat().st_mtime
     time.sleep(0.6)
     assert heartbeat.stat().st_mtime == last, "the daemon is still writing"
-    # the escape artist's processes (the proxy's guard, a fork of the proxy, names it too: it is not one)
-    left = [pid for pid in running_with(str(ESCAPE))
+    # this test's escape artist (the proxy's guard, a fork of the proxy, names it too: it is not one)
+    left = [pid for pid in running_with(str(shared / "out"))
             if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1:2] == [str(ESCAPE).encode()]]
     assert left == []
 
@@ -178,3 +184,43 @@ def test_sandbox_off_is_said_plainly(tmp_path: Path) -> None:
                           input="", capture_output=True, text=True, env=proxy_env(), timeout=30)
     assert "sandbox: off: the server runs as you, unconfined" in done.stderr
 
+
+# -- without a sandbox (sandbox: off, or no bubblewrap): what still holds ----------------------------------
+
+def test_unconfined_the_proxys_children_hold_no_key(shared: Path, llm: FakeLLMServer) -> None:
+    """The server sees every process of its user; the CLI provider running for it (it used to inherit the
+    proxy's key variables: its /proc/PID/environ gave the key away) now holds none."""
+    report, log, _state = attack(shared, llm, "sandbox: off\n")
+    assert "sandbox: off" in log
+    seen = report["during_sampling"]
+    cli = [entry for entry in seen.values() if "cli.py" in entry["cmdline"]]
+    assert cli, "the server did not see the CLI provider (the test would prove nothing)"
+    assert not cli[0]["environ"].startswith("ERROR")  # it could read the CLI's environment ...
+    # ... and found no key in it (nor in this proxy's other processes: other tests' are not this one's)
+    for seen_at in ("processes", "during_sampling"):
+        report[seen_at] = {pid: entry for pid, entry in report[seen_at].items() if str(shared) in entry["cmdline"]}
+    assert_no_run(json.dumps(report), where="what the unconfined server found")
+
+
+def test_unconfined_a_forged_approval_is_not_believed(shared: Path, llm: FakeLLMServer) -> None:
+    """The server writes {"always": [its server, its tool]} into approvals.json; under a prompt rule its
+    request went straight to the LLM. The entry carries no seal of the proxy's key: ignored, and said so."""
+    audit = shared / "audit.jsonl"
+    report, log, _state = attack(shared, llm, f"sandbox: off\naudit:\n  path: {audit}\n",
+                                rules="rules:\n  - name: ask\n    action: prompt\n")
+    assert report["state"]["approval_written"] is True  # unconfined, it could write the file
+    assert report["sampling"]["error"]["code"] == -1  # nobody to ask: refused, not approved by the forgery
+    assert llm.requests == [] and "answer from the CLI" not in json.dumps(report)
+    assert "a remembered approval was not written by a proxy" in log, log
+    (record,) = [json.loads(line) for line in audit.read_text().splitlines() if '"sampling/createMessage"' in line]
+    assert "was not written by a proxy: ignored" in record["reason"]
+
+
+def test_unconfined_an_emptied_budget_is_refused_not_reset(shared: Path, llm: FakeLLMServer) -> None:
+    """The server empties budgets.json to spend its budget again: the file no longer carries the proxy's
+    seal, so budgeted requests are refused, saying why and how to recover."""
+    budget = "rules:\n  - name: capped\n    action: allow\n    budget: {tokens: 1000, per: 1d}\n"
+    report, _log, _state = attack(shared, llm, "sandbox: off\n", rules=budget)
+    assert report["state"]["budgets_emptied"] is True
+    message = report["sampling"]["error"]["message"]
+    assert "was not written by mcp-sampling-proxy" in message and "remove it" in message

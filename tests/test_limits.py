@@ -278,7 +278,7 @@ def test_stale_reservations_of_a_crashed_proxy_expire(state):
     with capture_logs() as logs:
         assert isinstance(other.reserve("k", 1_000, DAY, 200, now=T0 + 900), Reservation)
     assert any("expired token reservation" in entry["event"] for entry in logs)
-    data = json.loads((state / "budgets.json").read_text())
+    data = budgets_file(state)
     assert [r["tokens"] for r in data["budgets"]["k"]["reservations"].values()] == [200]
 
 
@@ -297,16 +297,22 @@ def test_idle_keys_are_removed_from_the_file(state):
     assert isinstance(used, Reservation)
     budget.settle(used, 10, now=T0)
     budget.reserve("new", 1_000, 3600, 10_000, now=T0 + 7200)  # refused; still tidies the file
-    assert json.loads((state / "budgets.json").read_text())["budgets"] == {}
+    assert budgets_file(state)["budgets"] == {}
 
 
 def test_malformed_budget_entries_are_dropped(state):
+    """Entries a proxy wrote and a later version cannot read (the file's seal is good)."""
     state.mkdir(mode=0o700)
-    (state / "budgets.json").write_text(json.dumps({"version": 1, "budgets": {
+    JsonStateFile(state / "budgets.json", sealed="budgets").update(lambda data: data.update({"version": 1, "budgets": {
         "bad": {"per": "1d"}, "good": {"per": DAY, "window": T0, "used": 5, "reservations": {}}}}))
     budget = TokenBudget()
     assert budget.status("good", DAY, now=T0 + 1).used == 5
-    assert "bad" not in json.loads((state / "budgets.json").read_text())["budgets"]
+    assert "bad" not in budgets_file(state)["budgets"]
+
+
+def budgets_file(state: Path) -> dict:
+    """What budgets.json holds, checked as the proxy checks it (it is sealed)."""
+    return JsonStateFile(state / "budgets.json", sealed="budgets").read()
 
 
 WORKER = r"""

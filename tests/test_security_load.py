@@ -179,7 +179,9 @@ def test_concurrent_cjk_requests_never_settle_over_a_shared_budget(tmp_path: Pat
     served = sum(s["ok"] for s in summaries)
     assert served >= 1
     assert all("token budget of rule 'shared'" in m for s in summaries for m in s["messages"])
-    state = json.loads((tmp_path / "state" / "budgets.json").read_text())
+    from mcp_sampling_proxy.quotas.state import JsonStateFile
+
+    state = JsonStateFile(tmp_path / "state" / "budgets.json", sealed="budgets").read()  # (checked as a proxy does)
     entry = state["budgets"]["shared@sampling_flood"]
     assert entry["reservations"] == {}
     assert entry["used"] == served * 150  # what the fake LLM reported: 100 characters + 50 output

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -84,6 +84,8 @@ class ApprovalMemory:
 
     session: set[tuple[str, str]] = field(default_factory=set)
     store: Any = None  # a JsonStateFile, or None to keep `always` in memory only
+    forged: set[tuple[str, str]] = field(default_factory=set)  # unsealed `always` entries found (ignored)
+    _seal: bytes | None = field(default=None, repr=False)
 
     def remembers(self, server: str, tool: str | None) -> str | None:
         key = _key(server, tool)
@@ -92,12 +94,32 @@ class ApprovalMemory:
         if self.store is not None:  # read every time: `approvals revoke` takes effect in running proxies
             try:
                 entries = always_entries(self.store.read())
+                seal = self._seal_key()
             except OSError as exc:
                 log.warning("cannot read remembered approvals", error=str(exc))
                 return None
-            if any(always_key(entry) == key for entry in entries):
+            matching = [entry for entry in entries if always_key(entry) == key]
+            if any(entry_is_sealed(seal, APPROVAL, entry) for entry in matching):
                 return "always"
+            if matching and key not in self.forged:
+                self.forged.add(key)
+                log.warning("a remembered approval was not written by a proxy (its seal does not match): ignored",
+                            server=key[0], tool=key[1] or None, file=str(self.store.path),
+                            fix="`mcp-sampling-proxy approvals list` shows it; revoke it, and approve again "
+                                "if you meant it")
         return None
+
+    def ignored(self, server: str, tool: str | None) -> bool:
+        """True when a remembered approval for this was found unsealed (and ignored)."""
+        return _key(server, tool) in self.forged
+
+    def _seal_key(self) -> bytes:
+        """The proxy's sealing key (quotas/integrity.py; made at start, before the server runs)."""
+        if self._seal is None:
+            from mcp_sampling_proxy.quotas.integrity import load_key
+
+            self._seal = load_key(self.store.path.parent)
+        return self._seal
 
     async def recall(self, server: str, tool: str | None) -> str | None:
         """`remembers`, with the shared file read in a worker thread: its lock is shared with the
@@ -120,19 +142,32 @@ class ApprovalMemory:
         asked, when and on which channel, for `mcp-sampling-proxy approvals list`."""
         key = _key(server, tool)
         if scope == "always" and self.store is not None:
-            entry = {"server": key[0], "tool": key[1], "rule": rule, "channel": channel,
-                     "at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")}
-
-            def add(data: dict[str, Any]) -> None:
-                entries = data["always"] = always_entries(data)  # a damaged value is replaced, not crashed on
-                if not any(always_key(old) == key for old in entries):
-                    entries.append(entry)
             try:
+                from mcp_sampling_proxy.quotas.integrity import sealed_entry
+
+                entry = sealed_entry(self._seal_key(), APPROVAL, {
+                    "server": key[0], "tool": key[1], "rule": rule, "channel": channel,
+                    "at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")})
+
+                def add(data: dict[str, Any]) -> None:
+                    entries = data["always"] = [old for old in always_entries(data)  # an unsealed one is replaced
+                                                if always_key(old) != key]
+                    entries.append(entry)
                 self.store.update(add)
+                self.forged.discard(key)
                 return
             except OSError as exc:
                 log.warning("cannot remember the approval beyond this session", error=str(exc))
         self.session.add(key)
+
+
+APPROVAL = "approval"  # the seal's kind for a remembered approval (quotas/integrity.py)
+
+
+def entry_is_sealed(key: bytes, kind: str, entry: Any) -> bool:
+    from mcp_sampling_proxy.quotas.integrity import entry_is_sealed as check
+
+    return check(key, kind, entry)
 
 
 def always_entries(data: dict[str, Any]) -> list[Any]:
@@ -183,16 +218,24 @@ class Approver:
                     continue
                 if answer.approved and answer.scope in ("session", "always"):
                     await self._memory.keep(request.server, request.tool, answer.scope, request.rule, answer.channel)
-                return answer
+                return self._noting_forgery(request, answer)
             why = (f"the {' and the '.join(gone)} went away before answering, and no other approval channel is "
                    "available; denied") if gone else NO_CHANNEL_HINT
-            return Approval(False, gone[-1] if gone else None,
-                            f"approval required by policy rule '{request.rule}' but {why}",
-                            "rejected" if gone else "unavailable")
+            refused = Approval(False, gone[-1] if gone else None,
+                               f"approval required by policy rule '{request.rule}' but {why}",
+                               "rejected" if gone else "unavailable")
+            return self._noting_forgery(request, refused)
         channel = self._channel(relay, skip=gone) or next(c for c in self._channels if c.name == gone[-1])
         return Approval(False, channel.name,
                         f"nobody answered the approval request on the {channel.name} within {self._timeout:g} s; "
                         "denied (raise approval.timeout, or add an allow rule for this server)", "timeout")
+
+    def _noting_forgery(self, request: ApprovalRequest, approval: Approval) -> Approval:
+        """The approval, its reason saying (for the audit record) when a forged remembered one was ignored."""
+        if not self._memory.ignored(request.server, request.tool):
+            return approval
+        return replace(approval, reason=f"{approval.reason} (a remembered approval for this in approvals.json was "
+                                        "not written by a proxy: ignored)")
 
     async def review(self, request: ApprovalRequest, result: dict[str, Any], relay: Relay) -> Review:
         """Let a human check (and edit) the LLM's answer before the server gets it."""

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from mcp_sampling_proxy.approval.channels import always_entries, always_key
+from mcp_sampling_proxy.approval.channels import APPROVAL, always_entries, always_key, entry_is_sealed
 from mcp_sampling_proxy.policy.identity import normalise
 from mcp_sampling_proxy.quotas.state import JsonStateFile, state_dir
 from mcp_sampling_proxy.sanitize import one_line
@@ -52,17 +52,32 @@ def main(argv: Sequence[str]) -> int:
         return 2
 
 
-def _row(entry: Any) -> dict[str, Any]:
+def _row(entry: Any, seal: bytes | None) -> dict[str, Any]:
     key = always_key(entry)
     server, tool = key if key is not None else ("?", "?")
     extra = entry if isinstance(entry, dict) else {}
     return {"server": server, "tool": tool or None, "rule": extra.get("rule"), "at": extra.get("at"),
-            "channel": extra.get("channel")}
+            "channel": extra.get("channel"),
+            "trusted": seal is not None and entry_is_sealed(seal, APPROVAL, entry)}
+
+
+def _seal() -> bytes | None:
+    """The proxy's sealing key, when there is one (listing never makes one)."""
+    from mcp_sampling_proxy.quotas.integrity import KEY_FILE, load_key
+
+    directory = store().path.parent
+    if not (directory / KEY_FILE).exists():
+        return None
+    try:
+        return load_key(directory)
+    except OSError:
+        return None
 
 
 def list_approvals(as_json: bool) -> int:
     path = store().path
-    rows = [_row(e) for e in always_entries(store().read())] if path.exists() else []
+    seal = _seal()
+    rows = [_row(e, seal) for e in always_entries(store().read())] if path.exists() else []
     if as_json:
         for number, row in enumerate(rows, 1):
             print(json.dumps({"n": number, **row}))
@@ -70,10 +85,10 @@ def list_approvals(as_json: bool) -> int:
     if not rows:
         print(f"no remembered approvals ({path})")
         return 0
-    table: list[list[str]] = [["#", "server", "tool", "rule", "when", "by"]] + [
+    table: list[list[str]] = [["#", "server", "tool", "rule", "when", "by", "trusted"]] + [
         [str(n), *(one_line(str(v), 60) for v in (
             r["server"], r["tool"] or "(no tool call)", r["rule"] or "-", r["at"] or "(before it was recorded)",
-            r["channel"] or "-"))]
+            r["channel"] or "-", "yes" if r["trusted"] else "NO: not written by a proxy, ignored"))]
         for n, r in enumerate(rows, 1)]
     widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
     for line in table:
@@ -119,7 +134,7 @@ def revoke(args: argparse.Namespace) -> int:
         print(f"{PROG} revoke: nothing matched; nothing revoked (see `{PROG} list`)", file=sys.stderr)
         return 1
     for entry in gone:
-        row = _row(entry)
+        row = _row(entry, None)
         print(f"revoked: {one_line(row['server'], 60)} / {one_line(row['tool'] or '(no tool call)', 60)}"
               f" (rule {row['rule'] or '-'}, {row['at'] or 'date not recorded'})")
     print("the next such request is asked again, also in proxies already running")

@@ -147,6 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         policy_text = read_policy_text(args.policy) if args.policy is not None else None
     except PolicyError as exc:
         return fail(str(exc), 2)
+    new_seal = _prepare_state()
     early = None
     if command:  # start the server first, so its start-up overlaps ours (see child_env)
         become_subreaper()  # whatever the server starts stays below us, where the console socket can tell
@@ -184,11 +185,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         get_logger("mcp_sampling_proxy").warning("process hardening incomplete", problems=hardening_problems)
     if sandbox is not None:
         _log_sandbox(sandbox)
+    if new_seal:
+        _adopt_state()
     from mcp_sampling_proxy.runtime import RunOptions, run
 
     options = RunOptions(name=name, use_terminal=not args.no_terminal,
                          max_message_bytes=args.max_message_bytes)
     return run(upstream, settings, options)
+
+
+def _prepare_state() -> bool:
+    """The sealing key of the state files, made before the server runs (quotas/integrity.py); True when new."""
+    from mcp_sampling_proxy.config.dirs import state_dir
+    from mcp_sampling_proxy.quotas.integrity import prepare
+
+    try:
+        return prepare(state_dir(create=True))
+    except OSError:  # an unusable state dir: the stores say so when they are used
+        return False
+
+
+def _adopt_state() -> None:
+    """The first run of a version that seals the state files: seal what an older version left there."""
+    from mcp_sampling_proxy.config.dirs import state_dir
+    from mcp_sampling_proxy.quotas.integrity import adopt
+
+    try:
+        adopt(state_dir(create=False))
+    except OSError as exc:
+        from mcp_sampling_proxy.log import get_logger
+
+        get_logger("mcp_sampling_proxy").warning("could not seal the state files of an older version", error=str(exc))
 
 
 class _StartupFailure(Exception):

@@ -219,7 +219,8 @@ class TokenBudget:
 
     def __init__(self, path: str | Path | None = None, *, reservation_ttl: float = RESERVATION_TTL,
                  durable: bool = True):
-        self.store = JsonStateFile(path if path is not None else state_dir() / BUDGETS_FILE, durable=durable)
+        self.store = JsonStateFile(path if path is not None else state_dir() / BUDGETS_FILE, durable=durable,
+                                   sealed="budgets")
         self.reservation_ttl = reservation_ttl
 
     def reserve(
@@ -308,6 +309,16 @@ def rate_refusal(key: str, requests: int, per: float, retry_after: float, rule: 
 
 
 def state_file_refusal(path: Path, error: OSError, key: str) -> Refusal:
+    from mcp_sampling_proxy.quotas.state import TamperedState
+
+    if isinstance(error, TamperedState):
+        return Refusal(
+            "state", 0.0,
+            f"the token budget's state file {path} was not written by mcp-sampling-proxy ({error}); budgeted "
+            "requests are refused rather than trust it. If you changed or replaced it yourself, remove it (the "
+            "budgets start again from zero); `mcp-sampling-proxy doctor` checks it",
+            key=key,
+        )
     return Refusal(
         "state", 0.0,
         f"the token budget's state file {path} could not be used ({error}); the request is refused rather "

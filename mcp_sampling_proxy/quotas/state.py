@@ -49,13 +49,25 @@ LOCK_WAIT = 5.0  # seconds an update waits for another process's lock before giv
 MAX_STATE_BYTES = 16 * 1024 * 1024  # a state file past this is not read (budgets and approvals are small)
 
 
-class JsonStateFile:
-    """A JSON object in a file, changed only through `update`, safe across processes."""
+class TamperedState(OSError):
+    """A sealed state file whose seal does not verify: it was not written by a proxy (quotas/integrity.py)."""
 
-    def __init__(self, path: str | os.PathLike[str], *, durable: bool = True):
+
+class JsonStateFile:
+    """A JSON object in a file, changed only through `update`, safe across processes.
+
+    `sealed`: the file holds {"sealed": DATA, "mac": SEAL} with an HMAC of the proxy's key over DATA,
+    and one whose seal does not verify is refused (TamperedState), never read as data; an unsealed
+    file is adopted only when the key is new (the first run of a version that seals)."""
+
+    def __init__(self, path: str | os.PathLike[str], *, durable: bool = True, sealed: str | None = None,
+                 adopt: bool = False):
         self.path = Path(path)
         self.lock_path = self.path.with_name(self.path.name + ".lock")
         self.durable = durable  # fsync the new file before the rename
+        self.sealed = sealed  # the seal's kind ("budgets"), or None for a plain file
+        self._key: bytes | None = None
+        self._adopt = adopt  # an unsealed file is an older version's: take it (integrity.prepare, at start)
 
     def update(self, fn: Callable[[dict[str, Any]], T]) -> T:
         """Run fn(data) under the file's exclusive lock and store what it leaves in data.
@@ -72,10 +84,16 @@ class JsonStateFile:
             result = fn(data)
             after = _encode(data)
             if after != before:
-                self._write(after)
+                self._write(self._sealed_text(data) if self.sealed is not None else after)
             return result
         finally:
             os.close(lock_fd)  # closing the last descriptor releases the flock
+
+    def _sealed_text(self, data: dict[str, Any]) -> str:
+        from mcp_sampling_proxy.quotas.integrity import sealed_entry
+
+        assert self.sealed is not None
+        return _encode(sealed_entry(self._seal_key(), self.sealed, {"sealed": data}))
 
     def read(self) -> dict[str, Any]:
         """A snapshot of the data (under the lock, so never a half-applied update)."""
@@ -91,6 +109,8 @@ class JsonStateFile:
         except NotARegularFile as exc:
             return self._set_aside(str(exc))
         if not raw.strip():
+            if self.sealed is not None and not self._seal_key_is_new():
+                raise TamperedState(f"{self.path} was emptied by something other than a proxy")
             if raw:
                 log.warning("state file is blank; starting from empty state", path=str(self.path))
             return {}, ""
@@ -101,8 +121,39 @@ class JsonStateFile:
         except ValueError as exc:
             problem = f"is not valid JSON ({exc})"
         if problem is None:
-            return data, text
+            if self.sealed is None:
+                return data, text
+            unsealed = self._unseal(data)  # compared unsealed: an update that changes nothing writes nothing
+            return unsealed, _encode(unsealed) if unsealed is not data else ""  # (adopted: sealed now)
+        if self.sealed is not None and not self._seal_key_is_new():
+            raise TamperedState(f"{self.path} {problem}, and a proxy writes it sealed: something else wrote it")
         return self._set_aside(problem)
+
+    def _seal_key(self) -> bytes:
+        if self._key is None:
+            from mcp_sampling_proxy.quotas.integrity import load_key
+
+            self._key = load_key(self.path.parent)
+        return self._key
+
+    def _seal_key_is_new(self) -> bool:
+        self._seal_key()
+        return self._adopt
+
+    def _unseal(self, data: dict[str, Any]) -> dict[str, Any]:
+        from mcp_sampling_proxy.quotas.integrity import MAC_FIELD, entry_is_sealed
+
+        assert self.sealed is not None
+        key = self._seal_key()
+        if set(data) == {"sealed", MAC_FIELD} and isinstance(data["sealed"], dict):
+            if entry_is_sealed(key, self.sealed, {"sealed": data["sealed"], MAC_FIELD: data[MAC_FIELD]}):
+                return data["sealed"]
+            raise TamperedState(f"{self.path} was changed by something other than a proxy (its seal does not "
+                                "match)")
+        if self._adopt:  # written by a version that did not seal: taken once, sealed from now on
+            log.info("state file adopted and sealed from now on", path=str(self.path))
+            return data
+        raise TamperedState(f"{self.path} is not sealed by a proxy: something else wrote it")
 
     def _set_aside(self, problem: str) -> tuple[dict[str, Any], str]:
         saved = self.path.with_name(self.path.name + ".corrupt")
