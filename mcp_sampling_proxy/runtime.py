@@ -88,8 +88,9 @@ class ProxyHooks:
                          origin: dict[str, Any] | None = None) -> set[str] | None:
         return self._inputs.owned_keys(result, session, origin)
 
-    def host_input_requests(self, result: dict[str, Any], origin: dict[str, Any] | None, session: Session) -> None:
-        self._inputs.host_asked(result, origin, session)
+    def host_input_requests(self, result: dict[str, Any], origin: dict[str, Any] | None,
+                            session: Session) -> dict[str, Any]:
+        return self._inputs.host_asked(result, origin, session)
 
     def host_input_responses(self, params: dict[str, Any], session: Session) -> None:
         self._inputs.host_answered(params, session)

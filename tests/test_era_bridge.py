@@ -68,7 +68,8 @@ def test_a_server_elicitation_reaches_the_2026_host_as_a_round_of_its_call(moder
     first = call(modern_host, "elicit_name")["result"]
     assert first["resultType"] == "input_required"
     (key, asked), = first["inputRequests"].items()
-    assert asked["method"] == "elicitation/create" and asked["params"]["message"] == "What is your name?"
+    assert asked["method"] == "elicitation/create" and asked["params"]["message"].endswith("\u2502 What is your name?")
+    assert asked["params"]["message"].startswith("The server 'kitchen_sink_server'")  # marked as the server's
     retry = modern_host.request("tools/call", {
         "name": "elicit_name", "arguments": {}, "_meta": meta(), "requestState": first["requestState"],
         "inputResponses": {key: {"action": "accept", "content": {"name": "Ada"}}}})

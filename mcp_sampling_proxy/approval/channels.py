@@ -510,10 +510,10 @@ class HostChannel:
         return isinstance(caps, dict) and (not caps or "form" in caps)  # {} means form mode (2025-06-18)
 
     async def ask(self, request: ApprovalRequest, relay: Relay) -> Approval:
-        tool = f" during tool call '{strip_controls(request.tool)}'" if request.tool else ""
+        tool = f" during tool call '{one_line(request.tool, 80)}'" if request.tool else ""
         response = await relay.request_host("elicitation/create", {
-            "message": f"mcp-sampling-proxy: server '{strip_controls(request.server)}' asks to use an LLM{tool}.\n\n"
-                       f"{request.summary}",
+            "message": f"mcp-sampling-proxy: server '{one_line(request.server, 80)}' asks to use an LLM{tool}. "
+                       f"What it sent (quoted):\n\n{quote(request.summary)}",
             "requestedSchema": {
                 "type": "object",
                 "properties": {
@@ -536,8 +536,8 @@ class HostChannel:
 
     async def review(self, request: ApprovalRequest, result: dict[str, Any], relay: Relay) -> Review:
         response = await relay.request_host("elicitation/create", {
-            "message": f"mcp-sampling-proxy: the LLM answered server '{strip_controls(request.server)}':\n\n"
-                       f"{strip_controls(result_text(result))}",
+            "message": f"mcp-sampling-proxy: the LLM answered server '{one_line(request.server, 80)}' "
+                       f"(quoted):\n\n{quote(result_text(result))}",
             "requestedSchema": {"type": "object", "properties": {
                 "send": {"type": "boolean", "title": "Send this answer to the server?", "default": True}},
                 "required": ["send"]},

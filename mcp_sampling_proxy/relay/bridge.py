@@ -31,7 +31,8 @@ from mcp_sampling_proxy.protocol.names import CLIENT_CAPS_META, ELICITATION_COMP
 from mcp_sampling_proxy.sanitize import one_line
 
 if TYPE_CHECKING:
-    from mcp_sampling_proxy.relay.core import HostRequest, Relay
+    from mcp_sampling_proxy.relay.calls import HostRequest
+    from mcp_sampling_proxy.relay.core import Relay
 
 log = get_logger("mcp_sampling_proxy.relay.bridge")
 

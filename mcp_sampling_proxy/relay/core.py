@@ -128,8 +128,10 @@ class Hooks(Protocol):
         """Keys of an `input_required` result's requests that the proxy answers itself (None: leave it)."""
         ...
 
-    def host_input_requests(self, result: dict[str, Any], origin: dict[str, Any] | None, session: Session) -> None:
-        """An `input_required` result (only the host's requests) is about to reach the host."""
+    def host_input_requests(self, result: dict[str, Any], origin: dict[str, Any] | None,
+                            session: Session) -> dict[str, Any]:
+        """An `input_required` result (only the host's requests) is about to reach the host: the result
+        as the host gets it (the server's forms marked as the server's)."""
         ...
 
     def host_input_responses(self, params: dict[str, Any], session: Session) -> None:
@@ -764,8 +766,11 @@ class Relay:
             if keys:
                 self._hand_to_host(request, result, requests, keys)
                 return True
-            self._hooks.host_input_requests(result, request.message, self.session)
-            return False
+            shown = self._hooks.host_input_requests(result, request.message, self.session)
+            if shown is result:
+                return False
+            self._finish(request, {**msg, "result": shown})
+            return True
         resolving = _Resolving(anyio.CancelScope())
         request.resolving = resolving
         self._tg.start_soon(self._resolve, request, result, resolving)
@@ -784,7 +789,7 @@ class Relay:
             self._stash[state] = stash
             self._tg.start_soon(self._answer_owned, requests, keys, stash, request)
         filtered = {**result, "inputRequests": {k: v for k, v in requests.items() if k not in keys}}
-        self._hooks.host_input_requests(filtered, request.message, self.session)
+        filtered = self._hooks.host_input_requests(filtered, request.message, self.session)
         host_id = request.host_id
         self._forget(request)
         request.held = False  # until the host retries (_merge_and_forward): a question of ours waits for that

@@ -31,6 +31,7 @@ from mcp_sampling_proxy.protocol.names import ELICITATION_COMPLETE, ELICITATION_
 from mcp_sampling_proxy.protocol.sampling_request import check_params
 from mcp_sampling_proxy.quotas.limiters import Refusal, limit_key
 from mcp_sampling_proxy.relay.keepalive import waiting_for
+from mcp_sampling_proxy.sanitize import one_line, quote
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.approval.elicitation_console import ElicitationConsoles
@@ -52,6 +53,17 @@ def open_url(url: str) -> bool:
     import webbrowser
 
     return webbrowser.open(url)
+
+
+def marked(params: dict[str, Any], session: Session) -> dict[str, Any]:
+    """A server's form as the host shows it: its message quoted under a line that names the server, so a
+    look-alike of the proxy's own approval form ("mcp-sampling-proxy: ... approve?") cannot pass for one."""
+    message = params.get("message")
+    text = message if isinstance(message, str) else ""
+    reported = session.server_reported_if_different
+    calls_itself = f" (it calls itself '{one_line(reported, 80)}')" if reported else ""
+    return {**params, "message": f"The server '{one_line(session.server_name, 120)}'{calls_itself} asks (its words, "
+                                 f"quoted; this is not a question of mcp-sampling-proxy):\n\n{quote(text)}"}
 
 
 def request_mode(params: dict[str, Any]) -> str:
@@ -121,7 +133,8 @@ class ElicitationService:
                 if mode == "url" and params.get("elicitationId"):
                     self._at_host.add(params["elicitationId"])
                 with waiting_for("waiting for your answer in the host's form"):
-                    response = await relay.forward_to_host(message)
+                    response = await relay.forward_to_host({**message, "params": marked(params, session)},
+                                                           as_received=False)
                 result = response.get("result")
                 self._audit.record(**audit, params=params, result=result, decision="allow",
                                    reason="forwarded to the host", approver="host",

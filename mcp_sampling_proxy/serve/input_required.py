@@ -84,16 +84,25 @@ class InputResolver:
             # roots/list, sampling or elicitation the host does itself, anything new: the host's
         return owned
 
-    def host_asked(self, result: dict[str, Any], origin: dict[str, Any] | None, session: Session) -> None:
+    def host_asked(self, result: dict[str, Any], origin: dict[str, Any] | None, session: Session) -> dict[str, Any]:
         """The host is about to see these input requests: remember its sampling ones, so its
-        answers (in the retry's inputResponses) get an audit record like any other sampling."""
+        answers (in the retry's inputResponses) get an audit record like any other sampling; and
+        mark its forms as the server's (serve/elicitation.py: `marked`). The result as the host gets it."""
+        from mcp_sampling_proxy.serve.elicitation import marked
+
         state = result.get("requestState")
-        for key, entry in (result.get("inputRequests") or {}).items():
+        requests = result.get("inputRequests") or {}
+        shown = {}
+        for key, entry in requests.items():
             if isinstance(entry, dict) and entry.get("method") == SAMPLING and isinstance(entry.get("params"), dict):
                 self._host_sampling[(state if isinstance(state, str) else None, key)] = (
                     entry["params"], origin_tools(origin), time.monotonic())
+            if isinstance(entry, dict) and entry.get("method") == ELICITATION and isinstance(entry.get("params"), dict):
+                entry = {**entry, "params": marked(entry["params"], session)}
+            shown[key] = entry
         while len(self._host_sampling) > MAX_REMEMBERED:  # a host that never retries: forget the oldest
             self._host_sampling.pop(next(iter(self._host_sampling)))
+        return {**result, "inputRequests": shown} if shown != requests else result
 
     def host_answered(self, params: dict[str, Any], session: Session) -> None:
         """A host request carrying inputResponses: audit the answers to sampling the host was asked."""
