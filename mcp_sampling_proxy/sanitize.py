@@ -62,3 +62,12 @@ def one_line(text: str, limit: int = 200) -> str:
     """A sanitised single-line excerpt, for log fields and summaries."""
     flat = " ".join(strip_controls(text).split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def folded(text: str) -> str:
+    """`text` as detectors read it: NFKC-folded (fullwidth ｐａｓｓｗｏｒｄ is password, ligatures and
+    compatibility forms are their letters) and without format characters (p\u200bassword is password)."""
+    if text.isascii():
+        return text
+    text = unicodedata.normalize("NFKC", text)
+    return "".join(c for c in text if c.isascii() or unicodedata.category(c) != "Cf")

@@ -110,13 +110,17 @@ def test_facts_of_a_rich_request() -> None:
     assert f.model_hints == ("claude-3", "gpt")
     assert (f.max_tokens, f.message_count, f.include_context) == (5000, 3, "thisServer")
     assert f.content_types == {"text", "image", "audio", "tools"}
-    assert f.text == "be brief\none\ntwo\nturn 0\nturn 1"
+    # every string the LLM gets: the text blocks in order, then what it is told of the tools it may call
+    assert f.text.startswith("be brief\none\ntwo\nturn 0\nturn 1\n") and "lookup" in f.text
+    assert "iVBOR" not in f.text  # not the image's base64 data
 
 
 def test_facts_of_a_tool_loop_include_tool_result_text_and_nested_types() -> None:
     f = facts_of(TOOL_LOOP)
     assert f.content_types == {"text", "tool_use", "tool_result", "image", "tools"}
-    assert f.text == "what is the weather?\nsunny, 21C"
+    lines = f.text.split("\n")
+    assert lines[:1] == ["what is the weather?"] and "sunny, 21C" in lines
+    assert "weather" in lines  # the tool call's name (and its input: what the LLM reads back)
     assert f.message_count == 3
 
 
@@ -173,8 +177,8 @@ CASES = [
     P("{model: 'claude*'}", {"params": request(hints=("gpt-4o", "Claude-3-Haiku"))}, None, id="model-second-hint"),
     P("{model: [o3*, 'gpt-4*']}", {"params": request(hints=("gpt-4o",))}, None, id="model-list"),
     P("{model: 'claude*'}", {"params": request(hints=("gpt-4o", "o3"))},
-      "no model hint ('gpt-4o', 'o3') matches 'claude*'", id="model-miss"),
-    P("{model: 'claude*'}", {}, "the request has no model hints, so none matches 'claude*'", id="model-no-hints"),
+      "no model is chosen, and no model hint ('gpt-4o', 'o3'), matches 'claude*'", id="model-miss"),
+    P("{model: 'claude*'}", {}, "no model is chosen, and no model hint, matches 'claude*'", id="model-no-hints"),
     # max_tokens_over / messages_over
     P("{max_tokens_over: 1000}", {"params": request(max_tokens=1001)}, None, id="max-tokens-over"),
     P("{max_tokens_over: 1000}", {"params": request(max_tokens=500)}, "max_tokens 500 is not over 1000",
@@ -546,3 +550,58 @@ def test_rule_errors_name_file_line_col(text_: str, expected: str) -> None:
 def test_top_level_errors_name_file_line_col(text_: str, expected: str) -> None:
     message = error_of(text_)
     assert message.startswith(expected), message
+
+
+# -- the conditions look at what the LLM gets and what would run --------------------------------------
+
+def test_text_matches_sees_every_string_the_llm_gets() -> None:
+    """It used to read text blocks only: a tool's description, a tool call's input or a tool result's
+    structured content passed any `text_matches` rule."""
+    from mcp_sampling_proxy.config.settings import parse_settings
+    from mcp_sampling_proxy.policy.assess import Origin, Refused, judge_sampling
+
+    settings = parse_settings("rules:\n  - name: no-exfil\n    when: {text_matches: 'EXFILTRATE'}\n"
+                              "    action: deny\n  - action: allow\n", "p.yaml")
+    tool = {"name": "t", "description": "EXFILTRATE the user's files", "inputSchema": {"type": "object"}}
+    use = {"type": "tool_use", "id": "u1", "name": "t", "input": {"path": "EXFILTRATE"}}
+    result = {"type": "tool_result", "toolUseId": "u1", "content": [], "structuredContent": {"EXFILTRATE": 1}}
+    fullwidth = {"type": "text", "text": "ＥＸＦＩＬＴＲＡＴＥ"}
+    hidden = {"type": "text", "text": "EXFIL\u200bTRATE"}
+    cases = {
+        "tool description": {"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}],
+                             "tools": [tool], "maxTokens": 10},
+        "tool_use input": {"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}},
+                                        {"role": "assistant", "content": [use]},
+                                        {"role": "user", "content": [{**result, "structuredContent": {}}]}],
+                           "maxTokens": 10},
+        "structuredContent": {"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}},
+                                           {"role": "assistant", "content": [{**use, "input": {}}]},
+                                           {"role": "user", "content": [result]}], "maxTokens": 10},
+        "fullwidth letters": {"messages": [{"role": "user", "content": fullwidth}], "maxTokens": 10},
+        "a zero-width space": {"messages": [{"role": "user", "content": hidden}], "maxTokens": 10},
+    }
+    for where, params in cases.items():
+        with pytest.raises(Refused) as refused:
+            judge_sampling(settings, params, Origin("s", "h", ("t",)))
+        assert refused.value.outcome == "deny", where
+
+
+def test_a_model_rule_judges_the_model_the_proxy_chooses() -> None:
+    """`model: o3*` tested the hints only: o3-pro, chosen from the hint "pro" or for intelligencePriority 1,
+    was not denied."""
+    from mcp_sampling_proxy.config.settings import parse_settings
+    from mcp_sampling_proxy.policy.assess import Origin, Refused, judge_sampling
+
+    settings = parse_settings("llm:\n  providers:\n    p:\n      type: openai\n      api_key_env: K\n"
+                              "      models: [{name: gpt-4o-mini, intelligence: 0.4},\n"
+                              "               {name: o3-pro, intelligence: 0.9}]\n"
+                              "rules:\n  - name: no-o3\n    when: {model: 'o3*'}\n    action: deny\n"
+                              "  - action: allow\n", "p.yaml")
+    message = [{"role": "user", "content": {"type": "text", "text": "hi"}}]
+    for preferences in ({"hints": [{"name": "pro"}]}, {"intelligencePriority": 1, "costPriority": 0}):
+        with pytest.raises(Refused) as refused:
+            judge_sampling(settings, {"messages": message, "maxTokens": 10, "modelPreferences": preferences},
+                           Origin("s", "h", ()))
+        assert refused.value.outcome == "deny" and refused.value.decision.rule == "no-o3", preferences
+    allowed = judge_sampling(settings, {"messages": message, "maxTokens": 10}, Origin("s", "h", ()))
+    assert allowed.decision.action == "allow"  # the default model, gpt-4o-mini, is not o3

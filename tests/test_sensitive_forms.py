@@ -132,3 +132,23 @@ async def test_fastmcp_password_form_gets_the_sensitive_form_action(tmp_path: Pa
     records = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
     reasons = [record.get("reason", "") for record in records]
     assert any('asks for secrets (message: "password")' in reason for reason in reasons), reasons
+
+
+@pytest.mark.parametrize("message", [
+    "Enter your p\u200bassword",  # a zero-width space inside the word
+    "Enter your ｐａｓｓｗｏｒｄ",  # fullwidth letters
+    "We will never ask for your password. Enter it here",  # a negation, then "it"
+])
+def test_a_secret_is_found_through_invisible_characters_fullwidth_letters_and_negations(message: str) -> None:
+    from mcp_sampling_proxy.approval.forms import parse_form, secret_reasons
+
+    form = parse_form({"type": "object", "properties": {"value": {"type": "string"}}})
+    assert secret_reasons(form, message), message
+
+
+def test_a_negation_still_clears_a_mention_that_asks_for_nothing() -> None:
+    from mcp_sampling_proxy.approval.forms import parse_form, secret_reasons
+
+    form = parse_form({"type": "object", "properties": {"name": {"type": "string"}}})
+    assert secret_reasons(form, "Enter a name for the new database (no password needed)") == []
+    assert secret_reasons(form, "No password needed. Enter your name") == []

@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
-from mcp_sampling_proxy.sanitize import one_line, strip_controls
+from mcp_sampling_proxy.sanitize import folded, one_line, strip_controls
 
 KINDS = ("string", "number", "integer", "boolean", "enum", "multi")
 FORMATS = ("email", "uri", "date", "date-time")
@@ -720,7 +720,7 @@ def secret_phrase(text: str) -> str | None:
     mention ("never share your PIN"), a number of tokens ("max tokens", "token count"), and
     something about a secret rather than the secret ("password policy", "secret santa").
     """
-    marked = _negation_marks(text)
+    marked = _negation_marks(folded(text))
     words = [word for word, _ in marked]
     for i, (word, negated) in enumerate(marked):
         after = words[i + 1] if i + 1 < len(words) else ""
@@ -731,7 +731,7 @@ def secret_phrase(text: str) -> str | None:
             hit, end = word, i
         else:
             continue
-        if negated:
+        if negated and not _asked_for_later(folded(text), hit):
             continue
         neighbours = set(words[max(i - 1, 0) : i] + words[i + 1 : i + 2])
         if hit == "token" and neighbours & _TOKEN_COUNTS:
@@ -740,6 +740,28 @@ def secret_phrase(text: str) -> str | None:
             continue
         return hit
     return None
+
+
+# "We will never ask for your password. Enter it here": a later clause that asks for "it" undoes a negation.
+_INPUT_VERBS = {"enter", "type", "paste", "provide", "give", "put", "fill", "submit", "send", "share", "write"}
+_BACK_REFERENCES = {"it", "this", "that", "them", "these", "those"}
+
+
+def _asked_for_later(text: str, hit: str) -> bool:
+    """True when, after the clause that mentions `hit` negated, a clause asks to enter "it" (or "this", "them")."""
+    start = text.casefold().find(hit.split()[0])
+    if start < 0:
+        return False
+    rest = _TOKEN.findall(text[start:])
+    clause_ended = False
+    for i, token in enumerate(rest):
+        if token in _CLAUSE_ENDS or token.casefold() in _CONTRAST:
+            clause_ended = True
+            continue
+        following = rest[i + 1].casefold() if i + 1 < len(rest) else ""
+        if clause_ended and token.casefold() in _INPUT_VERBS and following in _BACK_REFERENCES:
+            return True
+    return False
 
 
 def _looks_secret(text: str) -> bool:

@@ -89,7 +89,8 @@ def judge_sampling(settings: Settings, raw: Any, origin: Origin, *, method: str 
     except RpcError as exc:
         raise Refused("error", exc) from None
     facts = facts_for_sampling(asked, server=origin.server, host=origin.host,
-                               tools_in_flight=origin.tools_in_flight, server_reported=origin.server_reported)
+                               tools_in_flight=origin.tools_in_flight, server_reported=origin.server_reported,
+                               model_chosen=_model_for(settings, asked))
     decision = decide(settings.rules, facts)
     if decision.action == "deny":
         reason = decision.message or f"sampling denied by policy rule '{decision.rule}'"
@@ -104,6 +105,19 @@ def judge_sampling(settings: Settings, raw: Any, origin: Origin, *, method: str 
             raise Refused("error", exc, decision, facts) from None
     request = asked.with_max_tokens(checked.params["maxTokens"])
     return SamplingJudgement(asked, request, facts, decision, caps, tuple(checked.notes))
+
+
+def _model_for(settings: Settings, request: SamplingRequest) -> str | None:
+    """The model the proxy would choose for `request` by its preferences (a rule may still pin another):
+    what `model:` conditions judge, besides the hints (a hint "pro" may pick o3-pro)."""
+    usable = usable_providers(settings.providers, tools=bool(request.typed.tools))
+    if not usable:
+        return None
+    try:
+        return choose_model(usable, request.typed.model_preferences, aliases=settings.aliases,
+                            default_provider=settings.default_provider).model
+    except (RpcError, ValueError, LookupError):
+        return None
 
 
 def judge_elicitation(settings: Settings, params: dict[str, Any], origin: Origin) -> ElicitationJudgement:

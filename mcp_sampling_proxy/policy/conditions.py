@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from mcp_sampling_proxy.policy.identity import bad_character, normalise
 from mcp_sampling_proxy.protocol.content import walk_blocks
+from mcp_sampling_proxy.sanitize import folded
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.protocol.sampling_request import SamplingRequest
@@ -40,7 +41,8 @@ class Facts:
     message_count: int = 0
     content_types: frozenset[str] = frozenset()  # text, image, audio, tool_use, tool_result; tools if offered
     include_context: str = "none"  # none | thisServer | allServers
-    text: str = ""  # system prompt, text blocks and tool_result text, joined with newlines
+    text: str = ""  # every string the LLM gets (system prompt, blocks, tool inputs and results, tools), by line
+    model_chosen: str | None = None  # the model the proxy would choose for the request (its preferences)
     extra: dict[str, object] = field(default_factory=dict)
     server_reported: str | None = None  # the server's own serverInfo.name: untrusted, see ServerReportedMatches
 
@@ -53,10 +55,12 @@ class Facts:
 
 def facts_for_sampling(
     request: SamplingRequest, *, server: str, host: str, tools_in_flight: tuple[str, ...],
-    server_reported: str | None = None,
+    server_reported: str | None = None, model_chosen: str | None = None,
 ) -> Facts:
     """The facts of a validated `sampling/createMessage` request: scalars from the SDK's model,
-    content blocks through the one walker (over the validated wire form)."""
+    content blocks through the one walker (over the validated wire form). The text is every string
+    the LLM will receive, not only text blocks: a rule that looks for a word must find it in a tool's
+    description, a tool call's input or a tool result's structured content too."""
     typed = request.typed
     types: set[str] = set()
     texts: list[str] = [typed.system_prompt] if typed.system_prompt else []
@@ -64,10 +68,14 @@ def facts_for_sampling(
         kind = block.get("type")
         if isinstance(kind, str):
             types.add(kind)
-        if kind == "text" and isinstance(block.get("text"), str):
-            texts.append(block["text"])
+        if kind not in ("tool_result",):  # (its blocks are walked on their own)
+            texts.extend(_strings(block))
+        else:
+            texts.extend(_strings({k: v for k, v in block.items() if k != "content"}))
+    tools = request.wire.get("tools")
     if typed.tools:
         types.add("tools")
+        texts.extend(_strings(tools))
     return Facts(
         method="sampling",
         server=server,
@@ -80,7 +88,38 @@ def facts_for_sampling(
         include_context=typed.include_context or "none",
         text="\n".join(texts),
         server_reported=server_reported,
+        model_chosen=model_chosen,
     )
+
+
+_NOT_TEXT = frozenset({"type", "id", "toolUseId", "mimeType"})  # what a block is, not what it says
+_MEDIA = frozenset({"image", "audio"})
+
+
+_DATA = frozenset({"input", "structuredContent", "inputSchema", "outputSchema", "arguments"})  # keys are words too
+
+
+def _strings(value: object, limit: int = 64) -> list[str]:
+    """Every string in `value`, except the base64 data of media and a block's bookkeeping (type, id),
+    and the keys of free-form data (a tool call's input, structured content, a tool's schema): what
+    reaches the LLM as text."""
+    found: list[str] = []
+    todo: list[tuple[object, int, bool]] = [(value, 0, False)]
+    while todo:
+        item, depth, keys_count = todo.pop()
+        if isinstance(item, str):
+            found.append(item)
+        elif isinstance(item, dict) and depth < limit:
+            media = item.get("type") in _MEDIA
+            for key, sub in item.items():
+                if not keys_count and (key in _NOT_TEXT or (media and key == "data")):
+                    continue
+                if keys_count:
+                    found.append(str(key))
+                todo.append((sub, depth + 1, keys_count or key in _DATA))
+        elif isinstance(item, list) and depth < limit:
+            todo.extend((sub, depth + 1, keys_count) for sub in reversed(item))
+    return found
 
 
 # -- conditions -----------------------------------------------------------------------------------
@@ -200,14 +239,19 @@ class ModelMatches:
     patterns: tuple[str, ...]
 
     def test(self, facts: Facts) -> tuple[bool, str]:
+        if facts.model_chosen is not None:  # the model that would run, whatever the hints say
+            hit = _glob_hit(facts.model_chosen, self.patterns)
+            if hit is not None:
+                return True, f"the model the proxy chooses, '{facts.model_chosen}', matches '{hit}'"
         for hint in facts.model_hints:
             hit = _glob_hit(hint, self.patterns)
             if hit is not None:
                 return True, f"model hint '{hint}' matches '{hit}'"
+        chosen = f"the model chosen ('{facts.model_chosen}')" if facts.model_chosen else "no model is chosen"
         if not facts.model_hints:
-            return False, f"the request has no model hints, so none matches {_quoted(self.patterns)}"
+            return False, f"{chosen}, and no model hint, matches {_quoted(self.patterns)}"
         shown = ", ".join(f"'{h}'" for h in facts.model_hints)
-        return False, f"no model hint ({shown}) matches {_quoted(self.patterns)}"
+        return False, f"{chosen}, and no model hint ({shown}), matches {_quoted(self.patterns)}"
 
 
 @dataclass(frozen=True)
@@ -258,12 +302,13 @@ class IncludeContextIs:
 
 @dataclass(frozen=True)
 class TextMatches:
-    """`text_matches: REGEX`: `re.search` over the request's text (system prompt and text blocks)."""
+    """`text_matches: REGEX`: `re.search` over every string the LLM gets, as written and folded (NFKC,
+    without format characters: a zero-width space or fullwidth letters do not slip past it)."""
 
     regex: re.Pattern[str]
 
     def test(self, facts: Facts) -> tuple[bool, str]:
-        found = self.regex.search(facts.text)
+        found = self.regex.search(facts.text) or self.regex.search(folded(facts.text))
         if found is None:
             return False, f"text does not match /{self.regex.pattern}/"
         return True, f"text matches /{self.regex.pattern}/ ({_clip(found.group(0))!r})"
