@@ -161,6 +161,24 @@ def test_edited_field(log_file: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert err.startswith(f"{log_file}:3: edited: the record's hash does not match its content")
 
 
+@pytest.mark.parametrize("nested", [False, True])
+def test_a_duplicate_key_is_an_edit(log_file: Path, capsys: pytest.CaptureFixture[str], nested: bool) -> None:
+    """A second "decision" in front: Python's json keeps the last (the hash still matches), a reader
+    that keeps the first (jq --stream, many others) sees "allow" for a refused request."""
+    lines = lines_of(log_file)
+    record = json.loads(lines[2])
+    assert record["decision"] == "allow"
+    if nested:  # inside a nested object too
+        lines[2] = b'{"extra": {"a": 1, "a": 2}, ' + lines[2][1:]
+    else:
+        lines[2] = b'{"decision": "deny", ' + lines[2][1:]
+    log_file.write_bytes(b"".join(lines))
+    code, _, err = verify(capsys, log_file)
+    assert code == 1
+    key = "a" if nested else "decision"
+    assert err.startswith(f"{log_file}:3: edited: the line names the key '{key}' twice"), err
+
+
 def test_edited_and_rehashed_line(log_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
     lines = lines_of(log_file)
     record = json.loads(lines[2])

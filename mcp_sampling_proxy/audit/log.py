@@ -183,10 +183,32 @@ def parse_object(line: bytes) -> dict[str, Any] | None:
     log, so a line may be garbage, torn, not an object, or nested past what the parser recurses
     into (RecursionError, which is not a ValueError: 2 KB of '[' stopped proxies from starting)."""
     try:
-        value = json.loads(line)
-    except (ValueError, RecursionError):  # ValueError includes UnicodeDecodeError
+        value = json.loads(line, object_pairs_hook=unique_keys)
+    except (ValueError, RecursionError):  # ValueError includes UnicodeDecodeError, DuplicateKey
         return None
     return value if isinstance(value, dict) else None
+
+
+class DuplicateKey(ValueError):
+    """An object naming one key twice: parsers disagree on which value counts (Python's json the last,
+    others the first), and the hash covers only the one Python keeps, so an edited line could show a
+    reader `"decision": "allow"` while the chain checks out."""
+
+    def __init__(self, key: str):
+        super().__init__(f"duplicate key {key!r}")
+        self.key = key
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json's object_pairs_hook that refuses an object naming a key twice (DuplicateKey)."""
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKey(key)
+            seen.add(key)
+    return value
 
 
 def parse_record(line: bytes) -> dict[str, Any] | None:

@@ -29,10 +29,12 @@ from mcp_sampling_proxy.audit.follow import Follower
 from mcp_sampling_proxy.audit.log import (
     GENESIS,
     MAX_RECORD_BYTES,
+    DuplicateKey,
     parse_object,
     parse_record,
     record_hash,
     rotated_name,
+    unique_keys,
 )
 from mcp_sampling_proxy.config.settings import DURATION_FORMS, parse_duration
 from mcp_sampling_proxy.sanitize import one_line
@@ -343,7 +345,10 @@ def _classify(raw: bytes | LongLine) -> tuple[dict[str, Any] | None, str]:
     if parse_object(raw) is not None:
         return None, "not a chained record: no valid hash"
     try:
-        json.loads(raw)
+        json.loads(raw, object_pairs_hook=unique_keys)
+    except DuplicateKey as exc:
+        return None, (f"edited: the line names the key '{one_line(exc.key, 60)}' twice (readers disagree on "
+                      "which value counts; the hash covers one of them)")
     except (ValueError, RecursionError):
         return None, "not JSON: garbage, or a torn write"
     return None, "not a record: a JSON value that is not an object"
