@@ -1,13 +1,18 @@
 """structlog set-up: everything goes to stderr, never stdout (stdout carries the protocol).
 
-Every event passes `scrub_secrets` before it is rendered: any 8-character run of a configured
-API key is masked, so a provider error that echoes (part of) a key never reaches stderr."""
+Every event passes `scrub_secrets` before it is rendered: a configured key is masked whole (never
+run by run: masking what matched a guess would tell a server that reads the log which guess was
+right). Text a provider or CLI wrote is scrubbed of key runs before it becomes an event.
+
+`Throttle` keeps a flood of one warning (a process connecting to the console socket in a loop)
+from burying the rest of the log."""
 
 from __future__ import annotations
 
 import json
 import logging
 import sys
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -95,3 +100,30 @@ def _json_line(event: Any, **_: Any) -> str:
 
 def get_logger(name: str = "mcp_sampling_proxy") -> structlog.typing.FilteringBoundLogger:
     return structlog.get_logger(name)
+
+
+class Throttle:
+    """At most `burst` lines of one kind of event per `window` seconds. `admit()` says whether to log
+    this one: None to stay quiet, else how many were left unlogged since the last one logged (0 most
+    of the time; say it in the line). `quieted()` is True exactly once per window, on the first one
+    held back: the moment to say that the rest are being counted."""
+
+    def __init__(self, burst: int = 5, window: float = 60.0):
+        self.burst, self.window = burst, window
+        self._start = -window
+        self._count = 0
+        self._held = 0
+
+    def admit(self) -> int | None:
+        now = time.monotonic()
+        if now - self._start >= self.window:
+            self._start, self._count = now, 0
+        self._count += 1
+        if self._count > self.burst:
+            self._held += 1
+            return None
+        held, self._held = self._held, 0
+        return held
+
+    def quieted(self) -> bool:
+        return self._count == self.burst + 1

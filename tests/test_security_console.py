@@ -126,6 +126,24 @@ def test_server_below_another_proxy_cannot_approve(tmp_path: Path, dirs: dict[st
     assert "refused a companion console connection" in (tmp_path / "a.log").read_text()
 
 
+def test_a_connect_flood_does_not_bury_the_log(tmp_path: Path, dirs: dict[str, str]) -> None:
+    """2,000 connects from the server, each refused: a handful of lines, then a note that the rest are
+    counted; the proxy's log stays readable (it was ~400 bytes a refusal: 11 MB in 8 s)."""
+    policy = write_policy(tmp_path, UNCONFINED_PROMPT)
+    upstream = [PY, str(HOSTILE / "console_flood.py"), dirs["MCP_SAMPLING_PROXY_RUNTIME_DIR"], "2000"]
+    with RawHost(proxy_command(policy, upstream=upstream), proxy_env(**dirs), tmp_path / "stderr.log") as host:
+        host.initialize()
+        connected = int(tool_call(host, 2, "flood", timeout=60)["result"]["content"][0]["text"])
+        host.close_stdin()
+        assert host.wait() == 0
+    assert connected == 2000  # every connect reached the proxy (and was refused)
+    log = (tmp_path / "stderr.log").read_text()
+    assert log.count("refused a companion console connection") == 5
+    assert log.count("refusing many companion console connections: logging at most 5 a minute") == 1
+    assert "console_flood.py" in log  # the lines logged name the process
+    assert len(log) < 20_000
+
+
 def test_genuine_console_still_approves_always(tmp_path: Path, dirs: dict[str, str], llm: FakeLLMServer) -> None:
     run_dir = Path(dirs["MCP_SAMPLING_PROXY_RUNTIME_DIR"])
     policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=PROMPT_RULES))

@@ -37,7 +37,7 @@ import anyio
 import anyio.abc
 
 from mcp_sampling_proxy.hardening import cmdline, is_relay, peer_pid, refusal, relay_subcommands
-from mcp_sampling_proxy.log import get_logger
+from mcp_sampling_proxy.log import Throttle, get_logger
 from mcp_sampling_proxy.sanitize import one_line
 
 log = get_logger("mcp_sampling_proxy.console")
@@ -173,6 +173,7 @@ class ConsoleServer:
         self._pending: dict[str, _Pending] = {}
         self._counter = 0
         self.path: Path | None = None
+        self._refusals = Throttle()  # a connect loop must not bury the log (11 MB in 8 s, unthrottled)
 
     @property
     def available(self) -> bool:
@@ -245,8 +246,15 @@ class ConsoleServer:
         why = refusal(pid, own_pid=os.getpid())
         if why is None:
             return True
-        log.warning("refused a companion console connection", reason=why, peer_pid=pid,
-                    peer_command=one_line(" ".join(cmdline(pid)), 300) if pid else "")
+        held = self._refusals.admit()
+        if held is not None:
+            log.warning("refused a companion console connection", reason=why, peer_pid=pid,
+                        peer_command=one_line(" ".join(cmdline(pid)), 300) if pid else "",
+                        **({"refused_unlogged_before": held} if held else {}))
+        elif self._refusals.quieted():
+            log.warning(f"refusing many companion console connections: logging at most {self._refusals.burst} a "
+                        f"minute (a process of yours connects in a loop; the last one logged names it)",
+                        peer_pid=pid)
         return False
 
     def _receive(self, line: bytes) -> None:
