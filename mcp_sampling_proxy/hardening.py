@@ -22,6 +22,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
@@ -84,6 +85,7 @@ class GroupGuard:
         included) and is only as closed to a same-user server as the non-dumpable flag it inherits."""
         if not sys.platform.startswith("linux"):
             return None
+        name_self = _resolved_prctl()  # looked up here: the forked guard must not dlopen
         read_fd, write_fd = os.pipe()  # not inherited by anything exec'd later
         try:
             pid = os.fork()
@@ -93,7 +95,7 @@ class GroupGuard:
             return None
         if pid == 0:  # the guard: touches nothing of the proxy's but the pipe
             try:
-                _guard(pgid, read_fd, write_fd)
+                _guard(pgid, read_fd, write_fd, name_self)
             finally:
                 os._exit(0)
         os.close(read_fd)
@@ -117,10 +119,22 @@ class GroupGuard:
         self._fd = None
 
 
-def _guard(pgid: int, read_fd: int, write_fd: int) -> None:
+def _resolved_prctl() -> Any:
+    """libc's prctl, resolved in the proxy, for the guard to name itself after the fork."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+def _guard(pgid: int, read_fd: int, write_fd: int, prctl: Any) -> None:
     os.close(write_fd)
-    with contextlib.suppress(OSError), open("/proc/self/comm", "w") as comm_file:  # what `ps` shows
-        comm_file.write(GUARD_COMM)  # (not prctl through ctypes: no dlopen in a forked child)
+    # what `ps` shows (else the relay's name, inherited). prctl: /proc/self/comm is root's in a child of
+    # a non-dumpable process, so writing it works only for root
+    named = prctl is not None and prctl(PR_SET_NAME, ctypes.c_char_p(GUARD_COMM.encode()), 0, 0, 0) == 0
+    if not named:
+        with contextlib.suppress(OSError), open("/proc/self/comm", "w") as comm_file:
+            comm_file.write(GUARD_COMM)
     os.setsid()  # out of the host's process group: a host that signals the proxy's group leaves the guard be
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):  # never hold the host's pipes (it waits for their end) or the server's

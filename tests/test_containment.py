@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from fakes.llm_server import FakeLLMServer
-from support import ROOT, RawHost, proxy_env, running_with, write_policy
+from support import ROOT, RawHost, children_of, proxy_env, running_with, write_policy
 from test_security_keys import KEY, _unprivileged_python, assert_no_run
 
 ESCAPE = ROOT / "tests" / "fixtures" / "hostile" / "escape_artist.py"
@@ -226,3 +226,36 @@ def test_unconfined_an_emptied_budget_is_refused_not_reset(shared: Path, llm: Fa
     assert report["state"]["budgets_emptied"] is True
     message = report["sampling"]["error"]["message"]
     assert "was not written by mcp-sampling-proxy" in message and "remove it" in message
+
+
+MINIMAL_SERVER = """import json, sys
+for line in sys.stdin:
+    message = json.loads(line)
+    if message.get("method") == "initialize":
+        print(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": {"capabilities": {},
+              "protocolVersion": message["params"]["protocolVersion"], "serverInfo": {"name": "s", "version": "1"}}}),
+              flush=True)
+"""
+
+
+def test_as_an_ordinary_user_the_guard_names_itself(shared: Path) -> None:
+    """The proxy's group guard names itself for `ps` and the console's peer checks; as an ordinary user it
+    stayed `mcp-sp-relay` (writing /proc/self/comm of a non-dumpable process's child is root's)."""
+    prefix, pythonpath = ordinary_user()
+    server = shared / "server.py"
+    server.write_text(MINIMAL_SERVER)
+    server.chmod(0o644)
+    policy = write_policy(shared, "sandbox: off\n")
+    os.chmod(policy, 0o644)
+    for name in ("state", "run"):
+        (shared / name).mkdir(mode=0o777)
+        (shared / name).chmod(0o777)
+    env = proxy_env(MCP_SAMPLING_PROXY_STATE_DIR=str(shared / "state"),
+                    MCP_SAMPLING_PROXY_RUNTIME_DIR=str(shared / "run"), **pythonpath)
+    command = [*prefix, "-m", "mcp_sampling_proxy", "--policy", policy, "--", prefix[-1], str(server)]
+    with RawHost(command, env, shared / "stderr.log") as host:
+        host.initialize()
+        names = sorted(Path(f"/proc/{child}/comm").read_text().strip() for child in children_of(host.proc.pid))
+        host.close_stdin()
+        host.wait()
+    assert "mcp-proxy-guard" in names, names
