@@ -1,8 +1,10 @@
 """Shared pytest configuration and fixtures."""
 
+import fcntl
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,6 +12,19 @@ from pathlib import Path
 import pytest
 from fakes.llm_server import FakeLLMServer
 from support import free_port
+
+
+@pytest.fixture
+def alone_as_nobody(testrun_uid: str) -> Iterator[None]:
+    """One such test at a time across the xdist workers: tests that run a hostile server as an ordinary
+    user (unconfined, it reads the pipes and paints the terminals of every process of that user)."""
+    path = Path(tempfile.gettempdir()) / f"mcp-sampling-proxy-tests-{testrun_uid}.nobody.lock"
+    with path.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @pytest.fixture

@@ -35,8 +35,8 @@ print("answer from the CLI")
 pytestmark = [
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed (.ci/run installs the "
                        "Debian package): the sandbox cannot be tested"),
-    # one worker for all: an unconfined escape artist of one test would paint another test's terminal
-    pytest.mark.xdist_group("containment"),
+    # one at a time: an unconfined escape artist of one test would paint another test's terminal
+    pytest.mark.usefixtures("alone_as_nobody"),
 ]
 
 

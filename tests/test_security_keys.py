@@ -106,8 +106,8 @@ def shared_dir() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-# with the containment tests: an unconfined escape artist there, running as the same user, reads every pipe
-@pytest.mark.xdist_group("containment")
+# not beside the containment tests: an unconfined escape artist there, running as the same user, reads every pipe
+@pytest.mark.usefixtures("alone_as_nobody")
 def test_a_same_user_server_cannot_read_the_key_from_proc(shared_dir: Path) -> None:
     prefix, pythonpath = _unprivileged_python()
     report = shared_dir / "report.json"
