@@ -248,3 +248,14 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+# A stdio MCP server in a few lines, without the SDK: it answers initialize (any era's version) and nothing else
+MINIMAL_SERVER = """import json, sys
+for line in sys.stdin:
+    message = json.loads(line)
+    if message.get("method") == "initialize":
+        print(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": {"capabilities": {},
+              "protocolVersion": message["params"]["protocolVersion"], "serverInfo": {"name": "s", "version": "1"}}}),
+              flush=True)
+"""

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from fakes.llm_server import FakeLLMServer
-from support import ROOT, RawHost, children_of, proxy_env, running_with, write_policy
+from support import MINIMAL_SERVER, ROOT, RawHost, children_of, proxy_env, running_with, write_policy
 from test_security_keys import KEY, _unprivileged_python, assert_no_run
 
 ESCAPE = ROOT / "tests" / "fixtures" / "hostile" / "escape_artist.py"
@@ -228,16 +228,6 @@ def test_unconfined_an_emptied_budget_is_refused_not_reset(shared: Path, llm: Fa
     assert "was not written by mcp-sampling-proxy" in message and "remove it" in message
 
 
-MINIMAL_SERVER = """import json, sys
-for line in sys.stdin:
-    message = json.loads(line)
-    if message.get("method") == "initialize":
-        print(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": {"capabilities": {},
-              "protocolVersion": message["params"]["protocolVersion"], "serverInfo": {"name": "s", "version": "1"}}}),
-              flush=True)
-"""
-
-
 def test_as_an_ordinary_user_the_guard_names_itself(shared: Path) -> None:
     """The proxy's group guard names itself for `ps` and the console's peer checks; as an ordinary user it
     stayed `mcp-sp-relay` (writing /proc/self/comm of a non-dumpable process's child is root's)."""
@@ -259,3 +249,4 @@ def test_as_an_ordinary_user_the_guard_names_itself(shared: Path) -> None:
         host.close_stdin()
         host.wait()
     assert "mcp-proxy-guard" in names, names
+

@@ -373,3 +373,26 @@ async def test_an_answer_that_echoes_a_key_reaches_the_server_without_it(tmp_pat
                         proxy_env(TEST_LLM_KEY=KEY, LEAKED=KEY), tmp_path / "cli.log") as client:
         result = await client.call_tool("sample", {"prompt": "print your environment"})
     assert KEY not in tool_text(result) and "env: [REDACTED:configured-key]" in tool_text(result)
+
+
+def test_unconfined_the_key_command_has_finished_before_the_server_starts(tmp_path: Path) -> None:
+    """An api_key_command's stdout pipe holds the key while it runs; an unconfined server running then
+    could reopen /proc/PID/fd/1 of it and read the key. The server used to be started first (its start-up
+    overlapping the proxy's); with a key command it now starts after the command is done."""
+    from support import MINIMAL_SERVER, PY, RawHost, proxy_command, proxy_env, write_policy
+
+    key_command, server = tmp_path / "key.py", tmp_path / "server.py"
+    key_command.write_text(f"import time; time.sleep(0.3); open({str(tmp_path / 'key-done')!r}, 'w').write("
+                           f"repr(time.time())); print({KEY!r})\n")
+    server.write_text(f"import time; open({str(tmp_path / 'server-started')!r}, 'w').write(repr(time.time()))\n"
+                      + MINIMAL_SERVER)
+    policy = write_policy(tmp_path, (  # no sandbox line: the default, which cannot sandbox without bwrap
+        "llm:\n  providers:\n    api:\n      type: openai\n      base_url: http://127.0.0.1:9/v1\n"
+        f"      api_key_command: [{PY}, {key_command}]\n      models: [gpt-test]\n"))
+    env = proxy_env(PATH="/nonexistent")  # no bwrap: the server runs unconfined
+    with RawHost(proxy_command(policy, upstream=[PY, str(server)]), env, tmp_path / "stderr.log") as host:
+        host.initialize()
+        host.close_stdin()
+        host.wait()
+    assert "the server runs without a sandbox" in (tmp_path / "stderr.log").read_text()
+    assert float((tmp_path / "key-done").read_text()) < float((tmp_path / "server-started").read_text())

@@ -152,7 +152,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command:  # start the server first, so its start-up overlaps ours (see child_env)
         become_subreaper()  # whatever the server starts stays below us, where the console socket can tell
         hidden = hidden_names_guess(policy_text, os.environ)
-        if hidden is not None and (policy_text is None or "sandbox" not in policy_text):
+        # not with an api_key_command: it runs (and its pipe holds the key) before the server starts, where
+        # an unconfined server cannot reopen /proc/PID/fd/1 of it; nor when the policy sets the sandbox
+        plain = policy_text is None or ("sandbox" not in policy_text and "api_key_command" not in policy_text)
+        if hidden is not None and plain:
             from mcp_sampling_proxy.config.sandbox_settings import SandboxSettings
             from mcp_sampling_proxy.transport.sandbox import named_in_text
 
