@@ -334,6 +334,52 @@ def reap_orphans(keep: set[int]) -> list[int]:
     return reaped
 
 
+def _strays(keep: set[int]) -> list[int]:
+    """Living children from the server's tree (another session than ours, not in `keep`): what it
+    started and left behind, re-parented to us as its subreaper."""
+    own_session = os.getsid(0)
+    found = []
+    for child in children() or []:
+        if child in keep:
+            continue
+        try:
+            if os.getsid(child) != own_session:
+                found.append(child)
+        except (ProcessLookupError, PermissionError):
+            continue
+    return found
+
+
+async def end_strays(keep: set[int], grace: float = 0.3, limit: float = 3.0) -> int:
+    """At shutdown, after the server's group is stopped: end whatever of its tree is left (a daemon
+    that left the group with setpgid or setsid), SIGTERM and then, after `grace`, SIGKILL, until none
+    is left or `limit` seconds pass; returns how many were ended. Each is our child, not yet collected,
+    so its pid is its own; its grandchildren come to us as it dies, and the next round takes them.
+    (Unconfined only: in the sandbox they die with its PID namespace.)"""
+    import anyio
+
+    if not sys.platform.startswith("linux"):
+        return 0
+    ended: set[int] = set()
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        reap_orphans(keep)
+        strays = _strays(keep)
+        if not strays:
+            break
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in strays:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
+            ended.update(strays)
+            if sig == signal.SIGTERM:
+                await anyio.sleep(grace)
+                reap_orphans(keep)
+                strays = _strays(keep)
+        await anyio.sleep(0.02)
+    return len(ended)
+
+
 async def reap_orphans_forever(keep: set[int], interval: float = 1.0) -> None:
     """Reap inherited orphans every `interval` seconds, so no zombies pile up below us.
 

@@ -23,7 +23,7 @@ from mcp_sampling_proxy.approval.terminal import Terminal
 from mcp_sampling_proxy.audit.log import AuditLog
 from mcp_sampling_proxy.config.settings import Settings
 from mcp_sampling_proxy.fulfil.base import ModelSpec, ProviderConfig
-from mcp_sampling_proxy.hardening import reap_orphans_forever
+from mcp_sampling_proxy.hardening import end_strays, reap_orphans_forever
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import capabilities, jsonrpc
 from mcp_sampling_proxy.protocol.names import ELICITATION_COMPLETE, ELICITATION_CREATE, SAMPLING_CREATE
@@ -228,6 +228,7 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
                 relay.cancel_all()
                 code = await _stop_upstream(upstream, settings.shutdown_timeout, hurry)
                 log.info("upstream stopped", exit_code=code)
+            await _end_strays(upstream)
             with anyio.move_on_after(2.0):
                 await host_out.close()
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -238,6 +239,7 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
         log.exception("proxy failed; stopping the upstream server")
         with anyio.CancelScope(shield=True):
             await upstream.stop(1.0)
+            await _end_strays(upstream)
         raise
     await adapters.aclose()
     await hooks.limiters.aclose()
@@ -328,6 +330,13 @@ def _approvals_store() -> Any:
     except OSError as exc:
         log.warning("cannot use the state directory; 'always' approvals last for this session only", error=str(exc))
         return None
+
+
+async def _end_strays(upstream: Upstream) -> None:
+    """What the server started and left outside its process group ends with the proxy too."""
+    ended = await end_strays(_own_children(upstream))
+    if ended:
+        log.info("ended processes the server left behind (outside its process group)", count=ended)
 
 
 def _own_children(upstream: Upstream) -> set[int]:

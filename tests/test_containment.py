@@ -228,6 +228,20 @@ def test_unconfined_an_emptied_budget_is_refused_not_reset(shared: Path, llm: Fa
     assert "was not written by mcp-sampling-proxy" in message and "remove it" in message
 
 
+def test_unconfined_nothing_the_server_starts_outlives_an_orderly_stop(shared: Path, llm: FakeLLMServer) -> None:
+    """Unconfined, the daemon that left the server's process group (setpgid) used to outlive the proxy
+    even when the host closed stdin; the proxy, its subreaper, now ends what is left of the server's tree.
+    (A proxy killed outright, unconfined, still leaves it: only the sandbox's PID namespace covers that.)"""
+    attack(shared, llm, "sandbox: off\n", tool="daemon")
+    heartbeat = shared / "out" / "heartbeat"
+    last = heartbeat.stat().st_mtime
+    time.sleep(0.6)
+    assert heartbeat.stat().st_mtime == last, "the daemon is still writing"
+    left = [pid for pid in running_with(str(shared / "out"))
+            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1:2] == [str(ESCAPE).encode()]]
+    assert left == []
+
+
 def test_as_an_ordinary_user_the_guard_names_itself(shared: Path) -> None:
     """The proxy's group guard names itself for `ps` and the console's peer checks; as an ordinary user it
     stayed `mcp-sp-relay` (writing /proc/self/comm of a non-dumpable process's child is root's)."""
