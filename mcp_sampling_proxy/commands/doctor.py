@@ -5,7 +5,9 @@ models list, or a 1-token completion when it has none; the status it got and whe
 variable is set, never the key), the approval channels (this terminal, the companion console's
 socket directory and who is attached, which hosts answer elicitation), the audit log's directory
 and the state directory, every host config in the usual places, and each wrapped server entry as
-its host will start it (proxy, server command on its PATH, policy, key variables: doctor_entries).
+its host will start it (proxy, server command on its PATH, policy, key variables: doctor_entries),
+and containment: whether servers run in the sandbox here, and whether the sealed state still verifies
+(a remembered approval or a budgets file something else wrote).
 Prints a checklist and exits 1 when something is broken; warnings (a
 missing console, a model the provider does not list) do not fail it. Provider checks run in
 parallel with a short timeout, so a dead provider costs seconds, not minutes.
@@ -390,6 +392,52 @@ def check_files(settings: Any) -> Section:
     return section
 
 
+def check_containment(settings: Any) -> Section:
+    """The sandbox servers run in, and whether the sealed state (approvals, budgets) still verifies."""
+    from mcp_sampling_proxy.quotas.integrity import report
+    from mcp_sampling_proxy.quotas.state import state_dir
+    from mcp_sampling_proxy.transport.sandbox import unavailable
+
+    section = Section("containment")
+    sandbox = getattr(settings, "sandbox", None)
+    mode = sandbox.mode if sandbox is not None else "auto"
+    why = unavailable() if mode != "off" else None
+    if why is not None and why.startswith("bwrap is not installed"):
+        why = "bwrap is not installed"  # (the fix says how to install it)
+    install = "install bubblewrap (Debian/Ubuntu: apt install bubblewrap; Fedora: dnf install bubblewrap)"
+    if mode == "off":
+        section.add("warn", "sandbox: off in the policy: servers run as you, unconfined (they can read your files, "
+                    "open your terminals and outlive a proxy killed outright)",
+                    "remove `sandbox: off` (or keep it off only for the servers that need it, under sandbox.servers)")
+    elif why is None:
+        section.add("ok", "sandbox: bubblewrap works here; servers run in it (their own process namespace, no "
+                    "terminals, a private /tmp, the proxy's policy, state, runtime dirs and audit hidden)")
+    elif mode == "required":
+        section.add("fail", f"sandbox: required, but {why}: proxies refuse to start", install)
+    else:
+        section.add("warn", f"no sandbox: {why}; servers run unconfined", f"{install}, or set sandbox: off to say "
+                    "you mean it")
+    for name, override in sorted((sandbox.servers if sandbox is not None else {}).items()):
+        if override.mode == "off" and mode != "off":
+            section.add("info", f"server '{one_line(name, 80)}': sandbox off (sandbox.servers)")
+    directory = state_dir(create=False)
+    state = report(directory)
+    if state.key is not None:
+        section.add("info", f"sealed state: {state.key}")
+    elif not state.unsealed_approvals and state.budgets is None:
+        section.add("ok", f"sealed state: remembered approvals and budgets in {directory} verify")
+    for server, tool in state.unsealed_approvals:
+        tool_part = f", tool '{one_line(tool, 80)}'" if tool else ""
+        section.add("warn", f"a remembered approval for server '{one_line(server, 80)}'{tool_part} was not written "
+                    "by a proxy (its seal does not match): proxies ignore it",
+                    "`mcp-sampling-proxy approvals list` shows it; revoke it, and approve again if you meant it "
+                    "(something running as you wrote it: a server without a sandbox?)")
+    if state.budgets is not None:
+        section.add("fail", f"{state.budgets}: budgeted requests are refused",
+                    f"remove {directory / 'budgets.json'} (budgets then start again from zero)")
+    return section
+
+
 def host_configs() -> list[Any]:
     """Every host's config files in the usual places (`wrap.survey`), read once for both sections."""
     from mcp_sampling_proxy.commands.wrap import survey
@@ -473,8 +521,9 @@ def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Check the policy file, the LLM providers, the approval channels, the audit log, the "
-                    "state directory and every wrapped server in the hosts' configs (proxy, server command, policy, "
-                    "key variables); print what to fix. Exit 1 when something is broken, 0 when all is well.",
+                    "state directory, the sandbox and the sealed state, and every wrapped server in the hosts' "
+                    "configs (proxy, server command, policy, key variables); print what to fix. "
+                    "Exit 1 when something is broken, 0 when all is well.",
         epilog="Checks use this shell's environment; a host starts the proxy with the environment its config gives.",
     )
     parser.add_argument("--policy", metavar="FILE", help="the policy file the proxy runs with (default: the one "
@@ -490,7 +539,8 @@ def main(argv: Sequence[str]) -> int:
     if is_default:
         policy.add("info", f"no --policy: using the default policy file {path}, as the proxy does")
     sections = [policy, check_providers(settings, args.timeout), check_approval(settings), check_files(settings),
-                check_hosts(statuses), check_wrapped_servers(statuses), check_remote_logins(statuses)]
+                check_containment(settings), check_hosts(statuses), check_wrapped_servers(statuses),
+                check_remote_logins(statuses)]
     marks = _marks()
     print(f"{PROG}: checks use this shell's environment; a host starts the proxy with the env its config gives")
     for section in sections:

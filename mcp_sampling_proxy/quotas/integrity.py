@@ -22,6 +22,7 @@ import hmac
 import json
 import os
 import secrets
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -122,3 +123,49 @@ def _sealed_approval(key: bytes, entry: Any) -> Any:
     if not isinstance(entry, dict) or entry_is_sealed(key, "approval", entry):
         return entry
     return sealed_entry(key, "approval", entry)
+
+
+@dataclass(frozen=True)
+class StateReport:
+    """What `doctor` says about the sealed state files (read only: it makes no key and seals nothing)."""
+
+    key: str | None  # why the key is unusable or absent (None: it is there and usable)
+    unsealed_approvals: tuple[tuple[str, str], ...] = ()  # (server, tool) of `always` entries a proxy ignores
+    budgets: str | None = None  # why budgets.json is refused (None: sealed, or absent)
+
+
+def report(directory: Path) -> StateReport:
+    """Check the state files against the key without changing anything."""
+    from mcp_sampling_proxy.shared_files import read_regular
+
+    if not (directory / KEY_FILE).exists():
+        return StateReport("no sealing key yet: the first proxy start makes it (and seals what is there then)")
+    try:
+        key = load_key(directory)
+    except OSError as exc:
+        return StateReport(str(exc))
+
+    def parsed(name: str) -> Any:
+        try:
+            return json.loads(read_regular(directory / name, 16 * 1024 * 1024))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            return exc
+
+    approvals = parsed("approvals.json")
+    unsealed: list[tuple[str, str]] = []
+    if isinstance(approvals, dict) and isinstance(approvals.get("always"), list):
+        for entry in approvals["always"]:
+            if not entry_is_sealed(key, "approval", entry):
+                server = entry.get("server") if isinstance(entry, dict) else None
+                tool = entry.get("tool") if isinstance(entry, dict) else None
+                unsealed.append((str(server), str(tool or "")))
+    budgets = parsed("budgets.json")
+    problem = None
+    if isinstance(budgets, Exception):
+        problem = f"budgets.json cannot be read ({budgets})"
+    elif budgets is not None and not (isinstance(budgets, dict) and set(budgets) == {"sealed", MAC_FIELD}
+                                      and entry_is_sealed(key, "budgets", budgets)):
+        problem = "budgets.json was not written by mcp-sampling-proxy (its seal does not match)"
+    return StateReport(None, tuple(unsealed), problem)
