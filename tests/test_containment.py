@@ -153,6 +153,48 @@ def test_nothing_the_server_starts_outlives_the_proxy(shared: Path, llm: FakeLLM
     assert left == []
 
 
+@pytest.mark.parametrize("narrowed", [False, True], ids=["default", "narrowed"])
+def test_a_sandbox_section_narrows_what_the_server_reaches(tmp_path: Path, narrowed: bool) -> None:
+    """By default the server reaches the files and the network as it would directly; `sandbox:` makes a
+    path read-only (with a writable one below it), hides another, and takes the network away."""
+    import socket
+
+    from support import PY, proxy_command
+
+    base = tmp_path / "area"
+    for directory in (base / "out", base / "secret"):
+        directory.mkdir(parents=True)
+    (base / "secret" / "key").write_text("k")
+    (base / "visible").write_text("v")
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    section = (f"sandbox:\n  read: [{base}]\n  write: [{base / 'out'}]\n  hide: [{base / 'secret'}]\n"
+               "  network: false\n") if narrowed else "sandbox: required\n"
+    policy = write_policy(tmp_path, section)
+    command = proxy_command(policy, upstream=[PY, str(ROOT / "tests" / "fixtures" / "hostile" / "sandbox_probe.py"),
+                                              str(base), str(port)])
+    try:
+        with RawHost(command, proxy_env(), tmp_path / "stderr.log") as host:
+            host.initialize()
+            answer = host.request("tools/call", {"name": "probe", "arguments": {}})
+            found = json.loads(answer["result"]["content"][0]["text"])
+            host.close_stdin()
+            host.wait()
+    finally:
+        listener.close()
+    assert "server sandboxed" in (tmp_path / "stderr.log").read_text()
+    assert found["read_visible"] == "ok" and found["write_writable"] == "ok"
+    if narrowed:
+        assert found["write_read_only"].startswith("OSError Read-only file system"), found
+        assert found["read_hidden"].startswith("FileNotFoundError"), found  # an empty directory in its place
+        assert found["network"] != "ok", found
+        assert (base / "secret" / "key").read_text() == "k"  # hidden from the server, untouched for you
+    else:
+        assert found == {"write_read_only": "ok", "write_writable": "ok", "read_hidden": "ok", "read_visible": "ok",
+                         "network": "ok"}
+    assert (base / "out" / "made").exists()  # a write that went through reached the real directory
+
+
 def test_without_bubblewrap_the_proxy_says_so_and_required_refuses(tmp_path: Path) -> None:
     import subprocess
 
