@@ -439,3 +439,7 @@ def test_the_sandbox_section() -> None:
     assert parse_settings("sandbox: required\n", F).sandbox.mode == "required"
     assert error_of("sandbox:\n  mode: sometimes\n") == (
         "policy.yaml:2:9: sandbox.mode 'sometimes' is not one of auto, required, off")
+    # a bare ~ is YAML's null: said plainly, with the fix; quoted, it is the home directory
+    assert error_of("sandbox:\n  read: [~]\n") == (
+        "policy.yaml:2:10: sandbox read: a bare ~ is YAML's null, not your home directory: write \"~\" (quoted) or ~/")
+    assert parse_settings('sandbox:\n  read: ["~"]\n', F).sandbox.read == (home,)

@@ -3,7 +3,7 @@
     sandbox:
       mode: auto            # auto (default: where bubblewrap works) | required (refuse without) | off
       hide: [~/.ssh]        # paths the server does not see, besides the proxy's own (always hidden)
-      read: [~/projects]    # paths the server sees read-only
+      read: [~/projects]    # paths the server sees read-only ("~" quoted for the home directory itself)
       write: [~/projects/out]   # paths it may write under a read-only one (or re-opened from the private /tmp)
       network: true         # false: no network at all
       servers:              # per server (the operator's name: --name, as `server:` rules spell it)
@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+import yaml
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.config.yamlnodes import Node
@@ -91,8 +93,13 @@ def _paths(given: dict[str, Node], key: str, where: str) -> tuple[str, ...]:
     if key not in given:
         return ()
     base = os.path.dirname(os.path.abspath(where)) if where and where != "environment" else os.getcwd()
+    node = given[key]
+    for item in ([node] if isinstance(node.node, yaml.ScalarNode) else node.sequence()):
+        if isinstance(item.node, yaml.ScalarNode) and item.node.value == "~" and not item.node.style:
+            raise item.error(f"sandbox {key}: a bare ~ is YAML's null, not your home directory: write \"~\" "
+                             "(quoted) or ~/")
     found = []
-    for raw in given[key].strings():
+    for raw in node.strings():
         path = os.path.expanduser(raw)
         found.append(path if os.path.isabs(path) else os.path.join(base, path))
     return tuple(found)
