@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Sequence
 
@@ -154,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         hidden = hidden_names_guess(policy_text, os.environ)
         # not with an api_key_command: it runs (and its pipe holds the key) before the server starts, where
         # an unconfined server cannot reopen /proc/PID/fd/1 of it; nor when the policy sets the sandbox
-        plain = policy_text is None or ("sandbox" not in policy_text and "api_key_command" not in policy_text)
+        plain = policy_text is None or _SETS_SANDBOX_OR_KEY_COMMAND.search(policy_text) is None
         if hidden is not None and plain:
             from mcp_sampling_proxy.config.sandbox_settings import SandboxSettings
             from mcp_sampling_proxy.transport.sandbox import named_in_text
@@ -195,6 +196,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = RunOptions(name=name, use_terminal=not args.no_terminal,
                          max_message_bytes=args.max_message_bytes)
     return run(upstream, settings, options)
+
+
+# a `sandbox:` section or an `api_key_command:` (not in a comment): the server then starts after the policy is read
+_SETS_SANDBOX_OR_KEY_COMMAND = re.compile(r"(?m)^(?:sandbox\s*:|[ \t-]*api_key_command\s*:)")
 
 
 def _prepare_state() -> bool:

@@ -55,6 +55,11 @@ def render(template: str, source: str, llm: LLMChoice | None, audit_path: str,
         lines += ["", "audit:                               # one hash-chained line per decision; read it with",
                   f"  path: {audit_path}   # mcp-sampling-proxy audit tail / verify / summary",
                   "  content: none                      # none (sizes and SHA-256 only) | redacted | full"]
+    if not any(line.startswith("sandbox:") for line in lines):
+        lines += ["", "# sandbox:                           # servers run in a bubblewrap sandbox where it works;",
+                  "#   read: [\"~\"]                      # narrow it: your home read-only for servers ...",
+                  "#   write: [~/projects]              # ... but these; docs/sandbox.md has profiles per server",
+                  "#   network: true                    # mode: required refuses to run a server unconfined"]
     header = [
         "# mcp-sampling-proxy policy, written by `mcp-sampling-proxy init` from the shipped policy",
         f"# '{source}.yaml'. The proxy uses this file when it is started without --policy.",
