@@ -8,6 +8,7 @@ import re
 import shutil
 import stat
 import sys
+import textwrap
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -967,3 +968,21 @@ async def test_a_wrapped_continue_entry_starts_the_server(tmp_path: Path, policy
     async with sdk_host([entry["command"], *entry["args"]], env, tmp_path / "stderr.log") as client:
         tools = await client.list_tools()
     assert "summarize" in {tool.name for tool in tools.tools}
+
+
+def test_wrap_suggests_sandbox_profiles_the_policy_accepts(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          policy: str) -> None:
+    """For servers it knows (here the filesystem server), wrap prints the sandbox.servers entry that narrows
+    the sandbox to what the server needs, under the name the proxy will use; pasted, it is a valid policy."""
+    from mcp_sampling_proxy.config.settings import parse_settings
+
+    path = copy_fixture(tmp_path, "claude_desktop_config.json")
+    code, out, _ = run(capsys, "wrap", "--host", "claude-desktop", "--config", str(path), "--all",
+                       "--policy", policy)
+    assert code == 0
+    block = out[out.index("  sandbox:\n"):].split("\nnext:")[0]
+    assert '"filesystem": {read: ["~"], write: ["/home/me/Documents"]}' in block
+    assert "summarizer" not in block and "plain-binary" not in block  # nothing known about those
+    settings = parse_settings(textwrap.dedent(block) + "\n", str(tmp_path / "policy.yaml"))
+    narrowed = settings.sandbox.for_server("filesystem")
+    assert narrowed.read == (os.path.expanduser("~"),) and narrowed.write == ("/home/me/Documents",)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import json
 import os
 import shutil
 import sys
@@ -247,6 +248,7 @@ class Plan:
     doc: ConfigDoc
     sidecar: Sidecar
     outcomes: list[Outcome] = field(default_factory=list)
+    profiles: list[tuple[str, str]] = field(default_factory=list)  # (server name in the policy, sandbox entry)
 
 
 def build_parser(action: str) -> argparse.ArgumentParser:
@@ -434,6 +436,13 @@ def main(argv: Sequence[str], action: str = "wrap") -> int:
         code = _write(prog, action, args.host, target, plan, dry_run=args.dry_run)
         if code:
             return code
+    profiles = [item for _, plan in changed for item in plan.profiles]
+    if profiles:
+        print("sandbox profiles for these servers (the sandbox lets them see your files and network as they "
+              "would directly; to narrow that, add to your policy, see docs/sandbox.md):")
+        print("  sandbox:\n    servers:")
+        for server, suggested in profiles:
+            print(f"      {json.dumps(server)}: {suggested}")
     if args.dry_run:
         return 0
     if action == "wrap":
@@ -516,6 +525,16 @@ def _wrap_one(plan: Plan, host: str, table: tuple[str, ...], name: str, invocati
     plan.doc = wrapped_doc
     plan.outcomes.append(Outcome(name, f"wrapped: {describe_upstream(host, entry)}{_oauth_note(host, entry)}",
                                  changed=True))
+    upstream = _upstream(host, entry)
+    if upstream is not None and upstream[0] == "stdio":
+        from mcp_sampling_proxy.config.sandbox_profiles import profile
+        from mcp_sampling_proxy.policy.identity import derive_from_command
+
+        argv = [str(word) for word in upstream[1]]
+        env = entry.get("env") if isinstance(entry.get("env"), dict) else None
+        suggested = profile(argv, env)
+        if suggested is not None:
+            plan.profiles.append((name if name_from_key else derive_from_command(argv), suggested))
 
 
 def _oauth_note(host: str, entry: Any) -> str:
