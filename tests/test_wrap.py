@@ -981,8 +981,10 @@ def test_wrap_suggests_sandbox_profiles_the_policy_accepts(tmp_path: Path, capsy
                        "--policy", policy)
     assert code == 0
     block = out[out.index("  sandbox:\n"):].split("\nnext:")[0]
-    assert '"filesystem": {read: ["~"], write: ["/home/me/Documents"]}' in block
+    # (npx's cache too: under a read-only home, npx cannot start the server without it)
+    assert '"filesystem": {read: ["~"], write: [~/.npm, "/home/me/Documents"]}' in block
     assert "summarizer" not in block and "plain-binary" not in block  # nothing known about those
     settings = parse_settings(textwrap.dedent(block) + "\n", str(tmp_path / "policy.yaml"))
     narrowed = settings.sandbox.for_server("filesystem")
-    assert narrowed.read == (os.path.expanduser("~"),) and narrowed.write == ("/home/me/Documents",)
+    assert narrowed.read == (os.path.expanduser("~"),)
+    assert narrowed.write == (os.path.expanduser("~/.npm"), "/home/me/Documents")

@@ -24,8 +24,24 @@ def _package(word: str) -> str:
     return word.split("@", 1)[0]
 
 
+# where a package runner keeps its downloads: writable, or it cannot start the server under a read-only home
+RUNNER_CACHES = {"npx": ["~/.npm"], "uvx": ["~/.cache/uv"], "uv": ["~/.cache/uv"], "pipx": ["~/.local/pipx"]}
+
+
 def profile(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str | None:
     """The suggested entry (YAML flow mapping) for the server `argv` starts, or None when none is known."""
+    found = _known(argv, env)
+    if found is None:
+        return None
+    caches = RUNNER_CACHES.get(os.path.basename(argv[0]), []) if argv else []
+    if caches:  # (and the network, to fetch the package)
+        found = found.replace(", network: false", "")
+        found = found.replace("write: [", f"write: [{', '.join(caches)}, ", 1) if "write: [" in found \
+            else found[:-1] + f", write: [{', '.join(caches)}]}}"
+    return found
+
+
+def _known(argv: Sequence[str], env: Mapping[str, str] | None) -> str | None:
     for index, word in enumerate(argv):
         name = _package(os.path.basename(word) if not word.startswith("@") else word)
         rest = [arg for arg in argv[index + 1:] if not arg.startswith("-")]
