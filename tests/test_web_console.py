@@ -522,3 +522,19 @@ def test_usage_says_which_records_its_counts_cover() -> None:
     usage = usage_view(state, {})
     assert usage["covers"] == {"records": 3, "since": "2026-11-23T10:00:00.000Z", "kept": KEEP_RECORDS}
     assert [(s["server"], s["input_tokens"]) for s in usage["servers"]] == [("s", 30)]
+
+
+def test_the_budgets_shown_are_the_ones_a_proxy_sealed(tmp_path: Path) -> None:
+    """The page shows the budgets file only when its seal verifies: a file something else wrote (or an
+    emptied one) is what a proxy refuses, so it is not shown as the budgets either."""
+    from mcp_sampling_proxy.commands.web_view import read_budgets
+    from mcp_sampling_proxy.quotas.integrity import prepare
+    from mcp_sampling_proxy.quotas.limiters import TokenBudget
+
+    prepare(tmp_path)  # the key a proxy makes at start
+    TokenBudget(tmp_path / "budgets.json", durable=False).reserve("ask@x", 1000, 86400, 100)
+    shown = read_budgets(tmp_path / "budgets.json")
+    assert shown["ask@x"]["reserved"] == 100
+    forged = json.loads((tmp_path / "budgets.json").read_text())["sealed"]  # the data without its seal
+    (tmp_path / "budgets.json").write_text(json.dumps(forged))
+    assert read_budgets(tmp_path / "budgets.json") == {}

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp_sampling_proxy.approval.channels import kept_blocks, prompt_not_editable, result_text, text_of
+from mcp_sampling_proxy.quotas.integrity import KEY_FILE, MAC_FIELD, entry_is_sealed, load_key
 from mcp_sampling_proxy.sanitize import one_line, strip_controls
 
 # raster types a browser decodes without running anything, and how their bytes start
@@ -190,7 +191,7 @@ def read_budgets(path: Path, now: float | None = None) -> dict[str, dict[str, An
     or rewritten here: the proxies own the file)."""
     now = time.time() if now is None else now
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = unsealed(json.loads(path.read_text(encoding="utf-8")), path.parent, "budgets")
     except (OSError, ValueError):
         return {}
     found: dict[str, dict[str, Any]] = {}
@@ -210,6 +211,17 @@ def read_budgets(path: Path, now: float | None = None) -> dict[str, dict[str, An
         found[str(key)] = {"used": 0 if expired else int(used), "reserved": reserved, "per": per,
                            "resets_at": None if expired else window + per}
     return found
+
+
+def unsealed(data: Any, directory: Path, kind: str) -> Any:
+    """A sealed state file's data when its seal verifies (quotas/integrity.py), else {}: what a proxy would
+    refuse is not shown as if it were the budgets. Reads the key, never makes one."""
+    if not (isinstance(data, dict) and set(data) == {"sealed", MAC_FIELD}):
+        return {}
+    if not (directory / KEY_FILE).exists():
+        return {}
+    key = load_key(directory)
+    return data["sealed"] if entry_is_sealed(key, kind, data) else {}
 
 
 def _number(value: Any) -> bool:
