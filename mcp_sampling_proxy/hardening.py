@@ -272,7 +272,7 @@ def is_relay(pid: int, subcommands: frozenset[str] = frozenset()) -> bool:
 
 
 def relay_subcommands() -> frozenset[str]:
-    from mcp_sampling_proxy.commands.cli import SUBCOMMANDS
+    from mcp_sampling_proxy.vocabulary import SUBCOMMANDS
 
     return frozenset(SUBCOMMANDS)
 

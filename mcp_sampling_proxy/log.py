@@ -20,7 +20,7 @@ import orjson
 import structlog
 from structlog.typing import EventDict
 
-from mcp_sampling_proxy.audit.redact import Redactor
+from mcp_sampling_proxy.redact import Redactor
 
 LEVELS = ("debug", "info", "warning", "error")
 

@@ -19,10 +19,9 @@ import anyio
 from mcp_sampling_proxy.approval.channels import ApprovalMemory, Approver, build_channels
 from mcp_sampling_proxy.approval.console_server import ConsoleServer
 from mcp_sampling_proxy.approval.elicitation_console import ElicitationConsoles
-from mcp_sampling_proxy.approval.terminal import Terminal
 from mcp_sampling_proxy.audit.log import AuditLog
+from mcp_sampling_proxy.config.providers import ModelSpec, ProviderConfig
 from mcp_sampling_proxy.config.settings import Settings
-from mcp_sampling_proxy.fulfil.base import ModelSpec, ProviderConfig
 from mcp_sampling_proxy.hardening import end_strays, reap_orphans_forever
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import capabilities, jsonrpc
@@ -32,6 +31,7 @@ from mcp_sampling_proxy.relay.core import Relay, Session, peek_id
 from mcp_sampling_proxy.serve.elicitation import ElicitationService
 from mcp_sampling_proxy.serve.input_required import InputResolver
 from mcp_sampling_proxy.serve.sampling import AdapterPool, SamplingService
+from mcp_sampling_proxy.terminal import Terminal
 from mcp_sampling_proxy.transport.framing import DEFAULT_MAX_LINE, LineReader, open_line_reader, open_line_writer
 from mcp_sampling_proxy.transport.stdio import exit_status_for
 

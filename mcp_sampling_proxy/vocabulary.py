@@ -1,4 +1,4 @@
-"""Words defined once: what a rule says, how a request ended, and size units.
+"""Words defined once: what a rule says, how a request ended, size units, the CLI's subcommands.
 
 Each vocabulary is a `Literal` type (mypy checks every place that produces a value) and the tuple
 of its values (for validation and messages), derived from the type so the two cannot drift.
@@ -27,3 +27,12 @@ REFUSED_OUTCOMES: tuple[Outcome, ...] = ("deny", "rejected", "timeout")
 KiB = 1024
 MiB = 1024 * KiB
 GiB = 1024 * MiB
+
+# The command line's helper subcommands -> the module of `mcp_sampling_proxy.commands` that runs each
+# (commands/cli.py imports it when used). Here, not in the CLI, because telling a running relay from a
+# helper (`hardening.is_relay`) needs the names at the bottom layer.
+SUBCOMMANDS = {
+    "try": "try_sampling", "policy": "policy", "console": "console", "audit": "audit",
+    "wrap": "wrap", "unwrap": "wrap", "doctor": "doctor", "login": "login", "logout": "login",
+    "init": "init", "approvals": "approvals",
+}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcp_sampling_proxy.fulfil.base import ModelSpec, ProviderConfig
+from mcp_sampling_proxy.config.providers import ModelSpec, ProviderConfig
 
 IMAGE = {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"}
 TOOL = {

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from support import PY, proxy_env, write_policy
 
+from mcp_sampling_proxy.config.providers import ModelSpec, ProviderConfig
 from mcp_sampling_proxy.config.settings import (
     DEFAULT_ANTHROPIC_MODEL,
     DEFAULT_OPENAI_MODEL,
@@ -18,7 +19,6 @@ from mcp_sampling_proxy.config.settings import (
     settings_from_environment,
 )
 from mcp_sampling_proxy.config.yamlnodes import PolicyError
-from mcp_sampling_proxy.fulfil.base import ModelSpec, ProviderConfig
 from mcp_sampling_proxy.policy.conditions import ALWAYS, All, MethodIs, ServerMatches
 from mcp_sampling_proxy.policy.rules import Rule
 

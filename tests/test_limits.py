@@ -17,14 +17,11 @@ from structlog.testing import capture_logs
 from mcp_sampling_proxy.quotas.limiters import (
     ConcurrencyLimiter,
     RateLimiter,
-    Refusal,
-    Reservation,
     TokenBudget,
     estimate_worst_case,
-    format_period,
-    format_wait,
     limit_key,
 )
+from mcp_sampling_proxy.quotas.refusals import Refusal, Reservation, format_period, format_wait
 from mcp_sampling_proxy.quotas.state import STATE_DIR_ENV, JsonStateFile, state_dir
 from mcp_sampling_proxy.quotas.token_bound import (
     BLOCK_OVERHEAD,
@@ -317,7 +314,8 @@ def budgets_file(state: Path) -> dict:
 
 WORKER = r"""
 import sys, time, os
-from mcp_sampling_proxy.quotas.limiters import Reservation, TokenBudget
+from mcp_sampling_proxy.quotas.limiters import TokenBudget
+from mcp_sampling_proxy.quotas.refusals import Reservation
 
 now, go_file, rounds = float(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 budget = TokenBudget()

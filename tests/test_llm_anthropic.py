@@ -12,8 +12,9 @@ import pytest
 from fakes.llm_server import FakeLLMServer
 from llm_support import IMAGE, TOOL, fast_config, user
 
+from mcp_sampling_proxy.config.providers import ProviderConfig
 from mcp_sampling_proxy.fulfil.anthropic import AnthropicAdapter
-from mcp_sampling_proxy.fulfil.base import LLMError, ProviderConfig, UnsupportedContentError
+from mcp_sampling_proxy.fulfil.base import LLMError, UnsupportedContentError
 
 pytestmark = pytest.mark.anyio
 

@@ -16,8 +16,8 @@ from mcp_types import ModelPreferences
 from support import proxy_command, proxy_env, sdk_host, tool_json, write_policy
 
 from mcp_sampling_proxy.commands.cli import main
-from mcp_sampling_proxy.fulfil.base import ModelSpec, ProviderConfig
-from mcp_sampling_proxy.policy.model_choice import choose_model
+from mcp_sampling_proxy.config.providers import ModelSpec, ProviderConfig
+from mcp_sampling_proxy.fulfil.model_choice import choose_model
 
 OPENAI = ProviderConfig(name="openai", type="openai", models=(
     ModelSpec("gpt-4o-mini", cost=0.9, speed=0.9, intelligence=0.4),

@@ -7,11 +7,11 @@ from typing import Any
 import pytest
 from mcp_types import ModelPreferences
 
+from mcp_sampling_proxy.config.providers import ModelSpec, ProviderConfig
 from mcp_sampling_proxy.config.settings import parse_settings
-from mcp_sampling_proxy.fulfil.base import ModelSpec, ProviderConfig
+from mcp_sampling_proxy.fulfil.model_choice import Choice, choose_model
 from mcp_sampling_proxy.policy.conditions import All, Facts, MethodIs, ServerMatches
 from mcp_sampling_proxy.policy.engine import DEFAULT_RULE, Decision, decide, why_not
-from mcp_sampling_proxy.policy.model_choice import Choice, choose_model
 from mcp_sampling_proxy.policy.rules import Rule
 
 # -- policy.decide --------------------------------------------------------------------------------

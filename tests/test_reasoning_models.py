@@ -14,8 +14,8 @@ import pytest
 from fakes.llm_server import FakeLLMServer
 from support import proxy_command, proxy_env, sdk_host, tool_json, write_policy
 
+from mcp_sampling_proxy.config.providers import ModelSpec, ProviderConfig
 from mcp_sampling_proxy.config.settings import parse_settings
-from mcp_sampling_proxy.fulfil.base import ModelSpec, ProviderConfig
 
 
 async def sample(tmp_path: Path, base_url: str, models: str, calls: list[dict[str, Any]]) -> tuple[list[Any], str]:

@@ -406,7 +406,7 @@ def test_parse_duration_rejects(value: object) -> None:
 
 def test_formatting_sizes_and_durations() -> None:
     from mcp_sampling_proxy.policy.size_caps import format_bytes
-    from mcp_sampling_proxy.quotas.limiters import format_period
+    from mcp_sampling_proxy.quotas.refusals import format_period
 
     assert [format_bytes(n) for n in (1024**2, 65536, 1500, 0)] == ["1 MiB", "64 KiB", "1,500 bytes", "0 bytes"]
     assert [format_period(s) for s in (86400, 7200, 90, 60, 1.5)] == ["1d", "2h", "90s", "1m", "1.5s"]
@@ -558,7 +558,7 @@ def test_text_matches_sees_every_string_the_llm_gets() -> None:
     """It used to read text blocks only: a tool's description, a tool call's input or a tool result's
     structured content passed any `text_matches` rule."""
     from mcp_sampling_proxy.config.settings import parse_settings
-    from mcp_sampling_proxy.policy.assess import Origin, Refused, judge_sampling
+    from mcp_sampling_proxy.serve.assess import Origin, Refused, judge_sampling
 
     settings = parse_settings("rules:\n  - name: no-exfil\n    when: {text_matches: 'EXFILTRATE'}\n"
                               "    action: deny\n  - action: allow\n", "p.yaml")
@@ -590,7 +590,7 @@ def test_a_model_rule_judges_the_model_the_proxy_chooses() -> None:
     """`model: o3*` tested the hints only: o3-pro, chosen from the hint "pro" or for intelligencePriority 1,
     was not denied."""
     from mcp_sampling_proxy.config.settings import parse_settings
-    from mcp_sampling_proxy.policy.assess import Origin, Refused, judge_sampling
+    from mcp_sampling_proxy.serve.assess import Origin, Refused, judge_sampling
 
     settings = parse_settings("llm:\n  providers:\n    p:\n      type: openai\n      api_key_env: K\n"
                               "      models: [{name: gpt-4o-mini, intelligence: 0.4},\n"

@@ -72,7 +72,7 @@ def test_quick_run_reports_every_row_with_its_target() -> None:
 def test_direct_sampling_calls_send_the_body_the_proxy_sends() -> None:
     """The sampling row compares like with like: the direct httpx calls post exactly the Chat
     Completions body the proxy's OpenAI adapter builds from the server's sampling request."""
-    from mcp_sampling_proxy.fulfil.base import ProviderConfig
+    from mcp_sampling_proxy.config.providers import ProviderConfig
     from mcp_sampling_proxy.fulfil.openai import OpenAIAdapter
 
     bench = load_module()

@@ -137,7 +137,7 @@ def test_server_rule_with_invisible_characters_is_refused_with_file_line_col(tmp
     (["/usr/local/bin/foo-mcp", "--stdio"], "foo-mcp"),
 ])
 def test_names_derived_from_the_command(command: list[str], name: str) -> None:
-    from mcp_sampling_proxy.policy.identity import derive_from_command, derive_from_url
+    from mcp_sampling_proxy.identity import derive_from_command, derive_from_url
 
     assert derive_from_command(command) == name
     assert derive_from_url("https://mcp.example.com/tools/mcp/") == "mcp.example.com/tools/mcp"

@@ -147,7 +147,7 @@ def test_a_dead_proxys_reservation_and_slot_expire(redis_url: str) -> None:
     """A proxy that dies mid-call never settles: its reservation and its slot stop counting once
     they expire, so nothing leaks forever."""
     from mcp_sampling_proxy.quotas import redis_store
-    from mcp_sampling_proxy.quotas.limiters import Refusal, Reservation
+    from mcp_sampling_proxy.quotas.refusals import Refusal, Reservation
 
     async def scenario() -> None:
         store = redis_store.RedisQuotas(redis_url, "dead:", reservation_ttl=0.5)

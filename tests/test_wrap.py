@@ -19,17 +19,10 @@ from support import EXAMPLES, PY, proxy_env, sdk_host, write_policy
 from mcp_sampling_proxy.commands import wrap as wrap_cmd
 from mcp_sampling_proxy.commands.cli import main as cli_main
 from mcp_sampling_proxy.commands.wrap import Invocation, proxy_invocation
-from mcp_sampling_proxy.hosts.config_files import (
-    SIDECAR_NAME,
-    ConfigDoc,
-    ConfigError,
-    classify,
-    config_path,
-    is_wrapped,
-    parse_jsonc,
-    parse_proxy_args,
-    record_path,
-)
+from mcp_sampling_proxy.hosts.config_files import SIDECAR_NAME, load_config, record_path
+from mcp_sampling_proxy.hosts.entries import classify, is_wrapped, parse_proxy_args
+from mcp_sampling_proxy.hosts.jsonc import parse_jsonc
+from mcp_sampling_proxy.hosts.registry import ConfigError, config_path
 
 FIXTURES = Path(__file__).parent / "fixtures" / "host_configs"
 CASES = [
@@ -78,7 +71,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 
 def servers_of(host: str, path: Path) -> dict[str, Any]:
-    doc = ConfigDoc.load(path, host)
+    doc = load_config(path, host)
     return doc.servers(doc.tables()[0] if path.name.endswith("settings.json") and host == "vscode"
                        else (SERVERS_KEY.get(host, "mcpServers"),))
 
@@ -101,8 +94,8 @@ def test_wrap_wrap_unwrap_round_trip_is_byte_exact(tmp_path: Path, capsys: pytes
     path = copy_fixture(tmp_path, fixture)
     original = path.read_bytes()
     before = servers_of(host, path)
-    key = ConfigDoc.load(path, host).tables()[0][0]
-    other_before = {k: v for k, v in ConfigDoc.load(path, host).data.items() if k != key}
+    key = load_config(path, host).tables()[0][0]
+    other_before = {k: v for k, v in load_config(path, host).data.items() if k != key}
 
     code, out, err = run(capsys, "wrap", "--host", host, "--config", str(path), "--all", "--policy", policy)
     assert code == 0, err
@@ -118,7 +111,7 @@ def test_wrap_wrap_unwrap_round_trip_is_byte_exact(tmp_path: Path, capsys: pytes
     sidecar = record_path(path)
     assert stat.S_IMODE(sidecar.stat().st_mode) == 0o600
 
-    doc = ConfigDoc.load(path, host)
+    doc = load_config(path, host)
     assert {k: v for k, v in doc.data.items() if k != key} == other_before
     after = servers_of(host, path)
     assert list(after) == list(before)
@@ -236,7 +229,7 @@ def test_jsonc_reads_comments_and_trailing_commas() -> None:
 def test_server_changes_only_that_entry(tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str) -> None:
     path = copy_fixture(tmp_path, "claude_desktop_config.json")
     original = path.read_text()
-    doc = ConfigDoc.load(path, "claude-desktop")
+    doc = load_config(path, "claude-desktop")
     start, end = doc.entry_span(("mcpServers",), "filesystem")
     code, out, _ = run(capsys, "wrap", "--host", "claude-desktop", "--config", str(path), "--server", "filesystem",
                        "--policy", policy)
@@ -295,7 +288,7 @@ def test_claude_code_local_scope_edits_the_project_entry(tmp_path: Path, capsys:
     code, _, err = run(capsys, "wrap", "--host", "claude-code", "--config", str(path), "--scope", "local",
                          "--project-dir", "/home/me/work/app", "--all", "--policy", policy, "--name-from-key")
     assert code == 0, err
-    data = ConfigDoc.load(path, "claude-code").data
+    data = load_config(path, "claude-code").data
     entry = data["projects"]["/home/me/work/app"]["mcpServers"]["summarizer"]
     assert parse_proxy_args(entry["args"]).options["--name"] == "summarizer"
     assert not is_wrapped(data["mcpServers"]["memory"])
@@ -693,7 +686,7 @@ def test_new_hosts_and_vscode_locations_are_found_by_list(tmp_path: Path, capsys
     text = settings.read_bytes()
     assert b"\r\n\t// servers from before VS Code 1.102 kept MCP in settings.json\r\n" in text
     assert b'"editor.tabSize": 4,\r\n}\r\n' in text
-    entry = ConfigDoc.load(settings, "vscode").data["mcp"]["servers"]["memory"]
+    entry = load_config(settings, "vscode").data["mcp"]["servers"]["memory"]
     assert parse_proxy_args(entry["args"]).command == ["npx", "-y", "@modelcontextprotocol/server-memory"]
     code, out, _ = run(capsys, "wrap", "--list", "--host", "vscode")
     assert f"VS Code (settings): {settings}: 1 of 2 servers wrapped" in out

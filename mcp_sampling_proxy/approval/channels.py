@@ -18,17 +18,30 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anyio
 
 from mcp_sampling_proxy.approval.console_server import ConsoleGone
-from mcp_sampling_proxy.approval.terminal import Terminal
+from mcp_sampling_proxy.identity import normalise
 from mcp_sampling_proxy.log import get_logger
-from mcp_sampling_proxy.policy.identity import normalise
 from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.sanitize import one_line, quote, strip_controls
+from mcp_sampling_proxy.terminal import Terminal
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.approval.console_server import ConsoleServer
-    from mcp_sampling_proxy.relay.core import Relay
 
 log = get_logger("mcp_sampling_proxy.approval.channels")
+
+
+class HostSession(Protocol):
+    host_capabilities: dict[str, Any]
+
+
+class Relay(Protocol):
+    """What a channel needs of the relay (relay/core.py's Relay): the host's capabilities, and a way to
+    put a request to the host. Approval sits below the relay and reaches it only through this."""
+
+    @property
+    def session(self) -> HostSession: ...
+
+    async def request_host(self, method: str, params: dict[str, Any]) -> dict[str, Any]: ...
 
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_CHANNELS = ("terminal", "console", "host")

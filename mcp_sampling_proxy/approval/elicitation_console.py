@@ -17,7 +17,7 @@ from mcp_sampling_proxy.sanitize import one_line, quote, strip_controls
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.approval.console_server import ConsoleServer
-    from mcp_sampling_proxy.approval.terminal import Terminal
+    from mcp_sampling_proxy.terminal import Terminal
 
 Origin = tuple[str, str | None]  # (server, tool call)
 ACTIONS = {"a": "accept", "d": "decline", "c": "cancel"}

@@ -1,1 +1,1 @@
-"""The hash-chained audit log and the redaction of what it records."""
+"""The hash-chained audit log: records, the chained file, reading it back (keys are masked by redact.py)."""

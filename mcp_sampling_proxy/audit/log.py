@@ -84,13 +84,13 @@ import orjson
 import structlog
 from structlog.typing import EventDict
 
-from mcp_sampling_proxy.audit.redact import Redactor
 from mcp_sampling_proxy.config.settings import AUDIT_CONTENT_MODES as CONTENT_MODES
 from mcp_sampling_proxy.config.settings import DEFAULT_AUDIT_MAX_BYTES as DEFAULT_MAX_BYTES
 from mcp_sampling_proxy.config.settings import FSYNC_BEFORE_ANSWER, WELL_KNOWN_KEY_VARS
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
+from mcp_sampling_proxy.redact import Redactor
 from mcp_sampling_proxy.sanitize import one_line
 from mcp_sampling_proxy.shared_files import lock_within
 from mcp_sampling_proxy.vocabulary import OUTCOMES

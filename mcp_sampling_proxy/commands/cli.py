@@ -15,13 +15,7 @@ from collections.abc import Sequence
 
 from mcp_sampling_proxy import __version__
 from mcp_sampling_proxy.config.child_env import child_environment, hidden_names_guess
-
-# subcommand -> the module whose main() runs it (imported only when used: start-up stays light)
-SUBCOMMANDS = {
-    "try": "try_sampling", "policy": "policy", "console": "console", "audit": "audit",
-    "wrap": "wrap", "unwrap": "wrap", "doctor": "doctor", "login": "login", "logout": "login",
-    "init": "init", "approvals": "approvals",
-}
+from mcp_sampling_proxy.vocabulary import SUBCOMMANDS  # subcommand -> the module whose main() runs it
 
 EPILOG = """\
 examples:
@@ -216,7 +210,7 @@ def _prepare_state() -> bool:
 def _adopt_state() -> None:
     """The first run of a version that seals the state files: seal what an older version left there."""
     from mcp_sampling_proxy.config.dirs import state_dir
-    from mcp_sampling_proxy.quotas.integrity import adopt
+    from mcp_sampling_proxy.quotas.state import adopt
 
     try:
         adopt(state_dir(create=False))
@@ -278,7 +272,7 @@ def _stop_unused(process) -> None:
 def _prepare(args: argparse.Namespace, command: list[str], early, policy_text: str | None):
     """Validate the name, load the policy and the keys, and make the upstream: everything that
     may fail after an early spawn, so the caller can stop that server."""
-    from mcp_sampling_proxy.policy.identity import bad_character, derive_from_command, derive_from_url
+    from mcp_sampling_proxy.identity import bad_character, derive_from_command, derive_from_url
 
     if args.name is not None:
         bad = bad_character(args.name)

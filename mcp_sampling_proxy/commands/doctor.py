@@ -21,7 +21,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -29,27 +29,13 @@ from typing import Any
 import anyio
 import httpx
 
+from mcp_sampling_proxy.commands.checklist import Check, Section
+from mcp_sampling_proxy.commands.doctor_entries import check_entry, entries_from
 from mcp_sampling_proxy.fulfil.retry import connect_reason
 from mcp_sampling_proxy.sanitize import one_line
 
 PROG = "mcp-sampling-proxy doctor"
 DEFAULT_TIMEOUT = 5.0
-
-
-@dataclass
-class Check:
-    status: str  # ok | fail | warn | info
-    text: str
-    fix: str = ""
-
-
-@dataclass
-class Section:
-    title: str
-    checks: list[Check] = field(default_factory=list)
-
-    def add(self, status: str, text: str, fix: str = "") -> None:
-        self.checks.append(Check(status, text, fix))
 
 
 # -- policy ---------------------------------------------------------------------------------------------
@@ -279,8 +265,8 @@ def console_status(directory: Path) -> tuple[int, int | None]:
 
 def check_approval(settings: Any) -> Section:
     from mcp_sampling_proxy.approval.console_server import runtime_dir
-    from mcp_sampling_proxy.approval.terminal import DISABLE_ENV, Terminal
-    from mcp_sampling_proxy.hosts.config_files import HOST_SUPPORT_NOTE, HOSTS
+    from mcp_sampling_proxy.hosts.registry import HOST_SUPPORT_NOTE, HOSTS
+    from mcp_sampling_proxy.terminal import DISABLE_ENV, Terminal
 
     section = Section("approval")
     asks = settings is None or may_prompt(settings)
@@ -441,13 +427,13 @@ def check_containment(settings: Any) -> Section:
 def host_configs() -> list[Any]:
     """Every host's config files in the usual places (`wrap.survey`), read once for both sections."""
     from mcp_sampling_proxy.commands.wrap import survey
-    from mcp_sampling_proxy.hosts.config_files import HOSTS
+    from mcp_sampling_proxy.hosts.registry import HOSTS
 
     return [status for host in HOSTS for status in survey(host) if status.exists]
 
 
 def check_hosts(statuses: list[Any] | None = None) -> Section:
-    from mcp_sampling_proxy.hosts.config_files import HOSTS
+    from mcp_sampling_proxy.hosts.registry import HOSTS
 
     section = Section("host configs")
     statuses = host_configs() if statuses is None else statuses
@@ -465,8 +451,6 @@ def check_hosts(statuses: list[Any] | None = None) -> Section:
 
 def check_wrapped_servers(statuses: list[Any]) -> Section:
     """Each wrapped entry as its host will start it (see doctor_entries: one function per check)."""
-    from mcp_sampling_proxy.commands.doctor_entries import check_entry, entries_from
-
     section = Section("wrapped servers")
     entries = entries_from(statuses)
     for entry in entries:

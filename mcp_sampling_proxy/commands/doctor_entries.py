@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mcp_sampling_proxy.commands.doctor import Check
-from mcp_sampling_proxy.hosts.config_files import HOSTS, PROXY_MODULE, parse_proxy_args
+from mcp_sampling_proxy.commands.checklist import Check
+from mcp_sampling_proxy.hosts.entries import PROXY_MODULE, parse_proxy_args
+from mcp_sampling_proxy.hosts.registry import HOSTS
 from mcp_sampling_proxy.sanitize import one_line
 
 

@@ -174,7 +174,8 @@ def check_llm(llm: LLMChoice, environ: Mapping[str, str]) -> tuple[bool, str]:
     """Send the LLM a tiny request through the proxy's own adapter: (it answered, what to show)."""
     import anyio
 
-    from mcp_sampling_proxy.fulfil.base import LLMError, ModelSpec, ProviderConfig
+    from mcp_sampling_proxy.config.providers import ModelSpec, ProviderConfig
+    from mcp_sampling_proxy.fulfil.base import LLMError
     from mcp_sampling_proxy.serve.sampling import make_adapter
 
     if llm.key_env and not environ.get(llm.key_env):

@@ -17,7 +17,16 @@ from typing import Any
 
 from mcp_sampling_proxy.config.settings import Settings, load_settings, settings_from_environment
 from mcp_sampling_proxy.config.yamlnodes import PolicyError
-from mcp_sampling_proxy.policy.assess import (
+from mcp_sampling_proxy.identity import shown
+from mcp_sampling_proxy.policy.conditions import Facts
+from mcp_sampling_proxy.policy.engine import Decision, why
+from mcp_sampling_proxy.policy.rules import RateLimit, Rule, SizeLimits, effective_limits
+from mcp_sampling_proxy.policy.size_caps import format_bytes as format_size
+from mcp_sampling_proxy.protocol.jsonrpc import RpcError
+from mcp_sampling_proxy.protocol.names import ELICITATION_CREATE, SAMPLING_CREATE
+from mcp_sampling_proxy.quotas.refusals import format_period as format_duration
+from mcp_sampling_proxy.sanitize import one_line, strip_controls
+from mcp_sampling_proxy.serve.assess import (
     Origin,
     Refused,
     SamplingJudgement,
@@ -25,15 +34,6 @@ from mcp_sampling_proxy.policy.assess import (
     judge_elicitation,
     judge_sampling,
 )
-from mcp_sampling_proxy.policy.conditions import Facts
-from mcp_sampling_proxy.policy.engine import Decision, why
-from mcp_sampling_proxy.policy.identity import shown
-from mcp_sampling_proxy.policy.rules import RateLimit, Rule, SizeLimits, effective_limits
-from mcp_sampling_proxy.policy.size_caps import format_bytes as format_size
-from mcp_sampling_proxy.protocol.jsonrpc import RpcError
-from mcp_sampling_proxy.protocol.names import ELICITATION_CREATE, SAMPLING_CREATE
-from mcp_sampling_proxy.quotas.limiters import format_period as format_duration
-from mcp_sampling_proxy.sanitize import one_line, strip_controls
 
 PROG = "mcp-sampling-proxy policy"
 

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-from mcp_sampling_proxy.fulfil.base import ModelSpec
+from mcp_sampling_proxy.config.providers import ModelSpec
 
 SHIPPED = ("default", "local-llm", "trusted-autoapprove", "strict")
 _TOP_KEY = re.compile(r"^[A-Za-z_][\w-]*:")

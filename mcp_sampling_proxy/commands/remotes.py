@@ -6,7 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from mcp_sampling_proxy.hosts.config_files import HOSTS, classify, is_wrapped, parse_proxy_args
+from mcp_sampling_proxy.hosts.entries import classify, is_wrapped, parse_proxy_args
+from mcp_sampling_proxy.hosts.registry import HOSTS
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.commands.wrap import FileStatus

@@ -15,8 +15,8 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
-from mcp_sampling_proxy.approval.terminal import DEVICE_ENV
 from mcp_sampling_proxy.sanitize import strip_controls
+from mcp_sampling_proxy.terminal import DEVICE_ENV
 
 DECISION_EVENTS = {
     "sampling request": "request",

@@ -42,7 +42,7 @@ class PolicyFacts:
 
 
 def policy_facts(settings: Any) -> PolicyFacts:
-    from mcp_sampling_proxy.quotas.limiters import format_period
+    from mcp_sampling_proxy.quotas.refusals import format_period
 
     facts = PolicyFacts(max_tokens=settings.limits.max_tokens, source=settings.source)
     for rule in settings.rules:
@@ -230,7 +230,7 @@ def _number(value: Any) -> bool:
 
 def budget_rows(budgets: dict[str, dict[str, Any]], facts: PolicyFacts) -> list[dict[str, Any]]:
     """One row per rule@server budget in the file, with the policy's limit when known."""
-    from mcp_sampling_proxy.quotas.limiters import format_period
+    from mcp_sampling_proxy.quotas.refusals import format_period
 
     rows = []
     for key, entry in sorted(budgets.items()):
@@ -249,7 +249,8 @@ def budget_rows(budgets: dict[str, dict[str, Any]], facts: PolicyFacts) -> list[
 
 def request_limits(message: dict[str, Any], facts: PolicyFacts, budgets: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The limits that apply to a pending request, as far as this console can know them."""
-    from mcp_sampling_proxy.quotas.limiters import format_period, limit_key
+    from mcp_sampling_proxy.quotas.limiters import limit_key
+    from mcp_sampling_proxy.quotas.refusals import format_period
 
     rule, server = str(message.get("rule") or ""), str(message.get("server") or "")
     limits: dict[str, Any] = {"policy": facts.source}

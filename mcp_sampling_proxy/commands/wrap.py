@@ -24,23 +24,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mcp_sampling_proxy.config.atomic import write_atomic
 from mcp_sampling_proxy.hosts import backups
-from mcp_sampling_proxy.hosts.config_files import (
+from mcp_sampling_proxy.hosts.config_files import Sidecar, load_config
+from mcp_sampling_proxy.hosts.documents import ConfigDoc, same_data
+from mcp_sampling_proxy.hosts.entries import classify, is_wrapped, parse_proxy_args
+from mcp_sampling_proxy.hosts.registry import (
     CODEX_HTTP_KEYS,
     HOSTS,
     VSCODE_SETTINGS_TABLE,
-    ConfigDoc,
     ConfigError,
-    Sidecar,
-    _same,
-    classify,
     config_files,
     config_path,
-    is_wrapped,
-    parse_proxy_args,
     servers_table,
     table_label,
-    write_atomic,
 )
 from mcp_sampling_proxy.sanitize import one_line
 
@@ -173,7 +170,7 @@ def derived_entry(host: str, entry: dict[str, Any], original: dict[str, Any] | N
         return None
     transport_keys = _transport_keys(host)
     others = {k: v for k, v in entry.items() if k not in transport_keys}
-    if original is not None and _same(list(_upstream(host, original) or ()), list(upstream)):
+    if original is not None and same_data(list(_upstream(host, original) or ()), list(upstream)):
         transport = {k: v for k, v in original.items() if k in transport_keys}
         order = list(original)
     else:
@@ -338,7 +335,7 @@ def _targets(host: str, args: argparse.Namespace, scope: str) -> list[Target]:
     targets = []
     for path in paths:
         table = servers_table(host, scope, args.project_dir)
-        doc = ConfigDoc.load(path, host)
+        doc = load_config(path, host)
         sidecar = Sidecar(path)
         if host == "vscode" and not args.scope and table != VSCODE_SETTINGS_TABLE \
                 and not doc.servers(table) and doc.servers(VSCODE_SETTINGS_TABLE):
@@ -506,7 +503,7 @@ def _wrap_one(plan: Plan, host: str, table: tuple[str, ...], name: str, invocati
             note = (f" (its policy is {current or 'none'}; to use {policy}, unwrap and wrap again)")
         plan.outcomes.append(Outcome(name, f"already wrapped, unchanged{note}"))
         return
-    from mcp_sampling_proxy.policy.identity import bad_character
+    from mcp_sampling_proxy.identity import bad_character
 
     bad = bad_character(name) if name_from_key else None
     if bad is not None:
@@ -528,7 +525,7 @@ def _wrap_one(plan: Plan, host: str, table: tuple[str, ...], name: str, invocati
     upstream = _upstream(host, entry)
     if upstream is not None and upstream[0] == "stdio":
         from mcp_sampling_proxy.config.sandbox_profiles import profile
-        from mcp_sampling_proxy.policy.identity import derive_from_command
+        from mcp_sampling_proxy.identity import derive_from_command
 
         argv = [str(word) for word in upstream[1]]
         env = entry.get("env") if isinstance(entry.get("env"), dict) else None
@@ -560,7 +557,7 @@ def _unwrap_one(plan: Plan, host: str, table: tuple[str, ...], name: str) -> Non
     if record is not None and record.get("wrapped_text") == doc.entry_text(table, name):
         text = doc.restore_entry_text(table, name, record["original_text"], record["original"])
         how = "restored exactly"
-    elif record is not None and _same(entry, record.get("wrapped")):
+    elif record is not None and same_data(entry, record.get("wrapped")):
         text = doc.replace_entry(table, name, record["original"])
         how = "restored (its formatting had changed since wrap)"
     else:
@@ -608,7 +605,7 @@ class FileStatus:
 
 def _has_vscode_settings_servers(path: Path) -> bool:
     try:
-        doc = ConfigDoc.load(path, "vscode")
+        doc = load_config(path, "vscode")
     except ConfigError:
         return path.is_file()  # a broken settings.json is worth reporting
     return bool(doc.servers(VSCODE_SETTINGS_TABLE))
@@ -637,7 +634,7 @@ def survey(host: str, scope: str | None = None, config: str | None = None,
         if not status.exists:
             continue
         try:
-            doc = ConfigDoc.load(path, host)
+            doc = load_config(path, host)
             for table in doc.tables():
                 for name, entry in doc.servers(table).items():
                     status.servers.append(ServerStatus(name, table, is_wrapped(entry), classify(host, entry).kind,

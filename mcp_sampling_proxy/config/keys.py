@@ -14,7 +14,7 @@ import subprocess
 from collections.abc import Iterable
 from dataclasses import replace
 
-from mcp_sampling_proxy.fulfil.base import ProviderConfig
+from mcp_sampling_proxy.config.providers import ProviderConfig
 
 COMMAND_TIMEOUT = 30.0  # seconds; a password manager may ask to be unlocked
 

@@ -41,7 +41,7 @@ class SandboxSettings:
 
     def for_server(self, name: str) -> SandboxSettings:
         """The settings for the server called `name` (a `servers:` entry, else these)."""
-        from mcp_sampling_proxy.policy.identity import normalise
+        from mcp_sampling_proxy.identity import normalise
 
         for key, settings in self.servers.items():
             if normalise(key) == normalise(name):

@@ -17,9 +17,7 @@ from typing import Any, cast
 
 from mcp_sampling_proxy.config.child_env import WELL_KNOWN_KEY_VARS
 from mcp_sampling_proxy.config.policy_file import read_policy_text
-from mcp_sampling_proxy.config.sandbox_settings import SandboxSettings
-from mcp_sampling_proxy.config.yamlnodes import Node, PolicyError, _did_you_mean, _show, load
-from mcp_sampling_proxy.fulfil.base import (
+from mcp_sampling_proxy.config.providers import (
     COMMAND_DEFAULT_MODEL,
     COMMAND_PRESETS,
     AzureSpec,
@@ -27,6 +25,9 @@ from mcp_sampling_proxy.fulfil.base import (
     ModelSpec,
     ProviderConfig,
 )
+from mcp_sampling_proxy.config.sandbox_settings import SandboxSettings
+from mcp_sampling_proxy.config.yamlnodes import Node, PolicyError, _did_you_mean, _show, load
+from mcp_sampling_proxy.identity import bad_character
 from mcp_sampling_proxy.policy.conditions import (
     ALWAYS,
     All,
@@ -44,7 +45,6 @@ from mcp_sampling_proxy.policy.conditions import (
     TextMatches,
     ToolMatches,
 )
-from mcp_sampling_proxy.policy.identity import bad_character
 from mcp_sampling_proxy.policy.rules import Budget, RateLimit, Rule, RuleLimits, SizeLimits
 from mcp_sampling_proxy.vocabulary import ACTIONS, MAX_TOKENS_ACTIONS, Action, GiB, KiB, MiB
 

@@ -1,1 +1,1 @@
-"""LLM adapters: turn an MCP sampling request into a provider call and back. No MCP transport here."""
+"""LLM adapters: choose a provider and model, turn an MCP sampling request into its call and back."""

@@ -7,84 +7,11 @@ so they never depend on a transport or on the SDK's session machinery.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-# JSON-RPC error codes the proxy uses when a sampling request cannot be fulfilled.
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """A configured model and optional 0..1 ratings (higher is better: cheaper, faster, smarter)."""
-
-    name: str
-    cost: float | None = None
-    speed: float | None = None
-    intelligence: float | None = None
-    # OpenAI reasoning model (o-series, GPT-5): max_completion_tokens, no temperature; None: by name
-    reasoning: bool | None = None
-
-
-COMMAND_PRESETS = ("claude", "codex", "gemini", "llm")
-COMMAND_DEFAULT_MODEL = "default"  # a command's model of this name: the CLI's own default, no model flag
-
-
-@dataclass(frozen=True)
-class CommandSpec:
-    """How a `type: command` provider runs its CLI (see fulfil/command.py).
-
-    Either a `preset` (claude, codex, gemini, llm: argv and output format built in) or a custom
-    `argv` whose `{model}`, `{prompt}` and `{output_file}` placeholders are filled in per call.
-    """
-
-    preset: str | None = None
-    argv: tuple[str, ...] = ()  # custom command; for a preset, extra arguments (`args:`)
-    output: str = "text"  # text | json
-    prompt: str = "stdin"  # stdin | arg
-    # output: json: dotted paths (`choices.0.message.content`) to the answer and, optionally, usage
-    text_path: str | None = None
-    input_tokens_path: str | None = None
-    output_tokens_path: str | None = None
-    stop_reason_path: str | None = None
-    # key variables the proxy otherwise withholds from what it starts, given to this CLI (`pass_env:`)
-    pass_env: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class AzureSpec:
-    """Azure OpenAI: the deployment URL and api-version (the key goes in an `api-key` header)."""
-
-    api_version: str
-    deployment: str | None = None  # None: the chosen model's name is the deployment name
-
-
-@dataclass(frozen=True)
-class ProviderConfig:
-    """One `llm.providers.NAME` entry of the policy file (or one derived from the environment)."""
-
-    name: str
-    type: str  # "openai" | "anthropic" | "console" | "command"
-    base_url: str | None = None
-    api_key_env: str | None = None
-    api_key_file: str | None = None  # exactly one of the three key sources
-    api_key_command: tuple[str, ...] | None = None
-    # The key read from api_key_file / api_key_command at start (see keys.py): memory only, no repr.
-    api_key: str | None = field(default=None, repr=False, compare=False)
-    models: tuple[ModelSpec, ...] = ()
-    connect_timeout: float = 10.0
-    read_timeout: float = 120.0
-    total_timeout: float = 300.0  # the whole call, retries and backoff included (a drip-feeding LLM)
-    max_attempts: int = 3  # total attempts, including the first
-    backoff_base: float = 0.5  # seconds; doubled per attempt, with jitter
-    backoff_max: float = 30.0  # also caps how long a Retry-After is honoured
-    supports_tools: bool = True
-    headers: dict[str, str] = field(default_factory=dict)
-    # the header that carries the key as is (Azure: api-key); None: the provider's own (Bearer for OpenAI)
-    api_key_header: str | None = None
-    azure: AzureSpec | None = None
-    command: CommandSpec | None = None  # type: command only
+from mcp_sampling_proxy.config.providers import ProviderConfig
+from mcp_sampling_proxy.protocol.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 
 
 @dataclass

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcp_sampling_proxy.approval.terminal import Terminal
-from mcp_sampling_proxy.fulfil.base import Completion, LLMError, ProviderConfig
+from mcp_sampling_proxy.config.providers import ProviderConfig
+from mcp_sampling_proxy.fulfil.base import Completion, LLMError
 from mcp_sampling_proxy.protocol.sampling_request import REQUEST_ORIGIN, describe
 from mcp_sampling_proxy.sanitize import quote
+from mcp_sampling_proxy.terminal import Terminal
 
 
 class ConsoleAdapter:

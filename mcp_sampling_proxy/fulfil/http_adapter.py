@@ -12,7 +12,8 @@ import anyio
 import httpx
 
 from mcp_sampling_proxy.config.keys import provider_key
-from mcp_sampling_proxy.fulfil.base import Completion, LLMError, ProviderConfig
+from mcp_sampling_proxy.config.providers import ProviderConfig
+from mcp_sampling_proxy.fulfil.base import Completion, LLMError
 from mcp_sampling_proxy.fulfil.errors import unsupported
 from mcp_sampling_proxy.fulfil.retry import post_json
 

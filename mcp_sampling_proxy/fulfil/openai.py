@@ -16,7 +16,8 @@ from urllib.parse import quote
 
 import structlog
 
-from mcp_sampling_proxy.fulfil.base import Completion, LLMError, ProviderConfig
+from mcp_sampling_proxy.config.providers import ProviderConfig
+from mcp_sampling_proxy.fulfil.base import Completion, LLMError
 from mcp_sampling_proxy.fulfil.errors import unsupported, unsupported_role
 from mcp_sampling_proxy.fulfil.http_adapter import HttpAdapter
 from mcp_sampling_proxy.protocol.content import as_blocks

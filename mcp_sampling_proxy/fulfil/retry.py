@@ -16,7 +16,8 @@ import anyio
 import httpx
 import structlog
 
-from mcp_sampling_proxy.fulfil.base import LLMError, ProviderConfig
+from mcp_sampling_proxy.config.providers import ProviderConfig
+from mcp_sampling_proxy.fulfil.base import LLMError
 from mcp_sampling_proxy.fulfil.errors import http_error, safe_url
 from mcp_sampling_proxy.sanitize import one_line
 

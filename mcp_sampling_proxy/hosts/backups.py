@@ -18,7 +18,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from mcp_sampling_proxy.hosts.config_files import ConfigError, write_atomic
+from mcp_sampling_proxy.config.atomic import write_atomic
+from mcp_sampling_proxy.hosts.registry import ConfigError
 
 _ID = re.compile(r"[0-9]{8}T[0-9]{6}(?:-[0-9]+)?-[A-Za-z0-9._-]+")
 

@@ -27,13 +27,9 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from mcp_sampling_proxy.hosts.config_files import (
-    ConfigDoc,
-    ConfigError,
-    _newline,
-    _same,
-    in_place_edit,
-)
+from mcp_sampling_proxy.hosts.documents import ConfigDoc, in_place_edit, same_data
+from mcp_sampling_proxy.hosts.jsonc import newline_of
+from mcp_sampling_proxy.hosts.registry import ConfigError
 
 SERVERS_KEY = "mcpServers"
 # PyYAML (YAML 1.1) reads these plain words as booleans or null: a key spelled so must be quoted
@@ -242,14 +238,14 @@ class YamlDoc(ConfigDoc):
 
     def _replace(self, table: tuple[str, ...], name: str, old: dict[str, Any], new: dict[str, Any]) -> str:
         text, item = self.text, self._item(name)
-        newline = _newline(text)
+        newline = newline_of(text)
         members = {key.value: (key, value) for key, value in item.value}
         indent = " " * item.start_mark.column
         added, in_place = in_place_edit(old, new, has_command="command" in members)
         edits: list[tuple[int, int, str]] = []
         if in_place:
             for key, (_, node) in members.items():
-                if not _same(new[key], old[key]):
+                if not same_data(new[key], old[key]):
                     edits.append(self._value_edit(node, old[key], new[key], newline))
             if added:
                 position = tight_end(text, members["command"][1])
@@ -260,7 +256,7 @@ class YamlDoc(ConfigDoc):
         else:  # the entry's shape changes: its keys are written anew; unchanged pairs keep their text
             lines = []
             for key, value in new.items():
-                if key in members and _same(old.get(key), value):
+                if key in members and same_data(old.get(key), value):
                     key_node, value_node = members[key]
                     lines.append(text[key_node.start_mark.index:tight_end(text, value_node)])
                 else:
@@ -278,10 +274,10 @@ class YamlDoc(ConfigDoc):
                 and isinstance(new, list) and new:
             column = node.start_mark.column
             dash = node.start_mark.index
-            if len(new) > len(old) and _same(new[len(new) - len(old):], old):
+            if len(new) > len(old) and same_data(new[len(new) - len(old):], old):
                 lines = "".join(f"- {yaml_flow(v)}{newline}{' ' * column}" for v in new[:len(new) - len(old)])
                 return dash, dash, lines
-            if len(new) < len(old) and _same(old[len(old) - len(new):], new):
+            if len(new) < len(old) and same_data(old[len(old) - len(new):], new):
                 first_kept = node.value[len(old) - len(new)]
                 line_start = text.rfind("\n", 0, first_kept.start_mark.index) + 1
                 kept_dash = line_start + column

@@ -1,1 +1,1 @@
-"""Pure judging, no I/O: rules and conditions, size caps, model choice, the judging pipeline."""
+"""Pure judging, no I/O: rules and their conditions, the decision, size caps (serve/assess.py applies them)."""

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from mcp_sampling_proxy.policy.identity import bad_character, normalise
+from mcp_sampling_proxy.identity import bad_character, normalise
 from mcp_sampling_proxy.protocol.content import walk_blocks
 from mcp_sampling_proxy.sanitize import folded
 

@@ -91,40 +91,6 @@ def prepare(directory: Path) -> bool:
     return True
 
 
-def adopt(directory: Path) -> None:
-    """The first run of a version that seals: seal what an older version wrote (approvals, budgets), but
-    only files older than the key: one written since (by the server, which started meanwhile) is not."""
-    key = load_key(directory)
-    made = (directory / KEY_FILE).stat().st_mtime
-    from mcp_sampling_proxy.quotas.state import JsonStateFile
-
-    def older(path: Path) -> bool:
-        try:
-            return path.stat().st_mtime <= made
-        except OSError:
-            return False
-
-    approvals = JsonStateFile(directory / "approvals.json")
-    if older(approvals.path):
-        def seal_all(data: dict[str, Any]) -> None:
-            entries = data.get("always")
-            if isinstance(entries, list):
-                data["always"] = [_sealed_approval(key, e) for e in entries]
-        approvals.update(seal_all)
-    budgets = directory / "budgets.json"
-    if older(budgets):
-        JsonStateFile(budgets, sealed="budgets", adopt=True).update(lambda data: None)
-
-
-def _sealed_approval(key: bytes, entry: Any) -> Any:
-    """An older version's remembered approval, sealed: {"server", "tool", ...}, or the oldest [server, tool]."""
-    if isinstance(entry, list) and len(entry) == 2 and all(isinstance(part, str) for part in entry):
-        entry = {"server": entry[0], "tool": entry[1], "rule": None, "channel": None, "at": None}
-    if not isinstance(entry, dict) or entry_is_sealed(key, "approval", entry):
-        return entry
-    return sealed_entry(key, "approval", entry)
-
-
 @dataclass(frozen=True)
 class StateReport:
     """What `doctor` says about the sealed state files (read only: it makes no key and seals nothing)."""

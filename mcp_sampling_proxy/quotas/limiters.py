@@ -33,7 +33,17 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from mcp_sampling_proxy.log import get_logger
-from mcp_sampling_proxy.quotas.state import JsonStateFile, state_dir
+from mcp_sampling_proxy.quotas.redis_store import RedisQuotas, StateUnavailable, shown_url
+from mcp_sampling_proxy.quotas.refusals import (
+    RESERVATION_TTL,
+    Refusal,
+    Reservation,
+    budget_refusal,
+    concurrency_refusal,
+    rate_refusal,
+    state_file_refusal,
+)
+from mcp_sampling_proxy.quotas.state import JsonStateFile, TamperedState, state_dir
 from mcp_sampling_proxy.quotas.token_bound import worst_case_tokens
 
 if TYPE_CHECKING:
@@ -43,18 +53,6 @@ if TYPE_CHECKING:
 log = get_logger("mcp_sampling_proxy.quotas.limiters")
 
 BUDGETS_FILE = "budgets.json"
-RESERVATION_TTL = 15 * 60.0  # seconds a reservation counts before it is presumed abandoned
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """A request a limit turned away."""
-
-    limit: str  # which limit, as the rule writes it: "rate_limit" | "concurrent" | "budget"
-    retry_after: float  # seconds until a retry can succeed; 0 when unknown or never (see permanent)
-    message: str  # for the server: names the rule, the limit and when to retry
-    key: str = ""
-    permanent: bool = False  # the request can never pass this limit as it is (budget smaller than it)
 
 
 def limit_key(rule: str, server: str) -> str:
@@ -65,10 +63,6 @@ def limit_key(rule: str, server: str) -> str:
 
 def _now(now: float | None) -> float:
     return time.time() if now is None else now
-
-
-def _label(kind: str, key: str, rule: str | None) -> str:
-    return f"{kind} of rule '{rule}'" if rule is not None else f"{kind} '{key}'"
 
 
 class RateLimiter:
@@ -192,17 +186,6 @@ class SamplingGate:
 
 
 @dataclass(frozen=True)
-class Reservation:
-    """Tokens set aside for one request in progress; settle or cancel it exactly once."""
-
-    key: str
-    id: str
-    tokens: int
-    per: float
-    expires: float
-
-
-@dataclass(frozen=True)
 class BudgetStatus:
     used: int
     reserved: int
@@ -298,70 +281,6 @@ class TokenBudget:
 # The file: {"version": 1, "budgets": {KEY: {"per": S, "window": START, "used": N,
 #                                            "reservations": {ID: {"tokens": N, "expires": T}}}}}
 
-def rate_refusal(key: str, requests: int, per: float, retry_after: float, rule: str | None) -> Refusal:
-    noun = "request" if requests == 1 else "requests"
-    return Refusal(
-        "rate_limit", retry_after,
-        f"{_label('rate limit', key, rule)} exceeded: {requests} {noun} per {format_period(per)}; "
-        f"retry in {format_wait(retry_after)}",
-        key,
-    )
-
-
-def state_file_refusal(path: Path, error: OSError, key: str) -> Refusal:
-    from mcp_sampling_proxy.quotas.state import TamperedState
-
-    if isinstance(error, TamperedState):
-        return Refusal(
-            "state", 0.0,
-            f"the token budget's state file {path} was not written by mcp-sampling-proxy ({error}); budgeted "
-            "requests are refused rather than trust it. If you changed or replaced it yourself, remove it (the "
-            "budgets start again from zero); `mcp-sampling-proxy doctor` checks it",
-            key=key,
-        )
-    return Refusal(
-        "state", 0.0,
-        f"the token budget's state file {path} could not be used ({error}); the request is refused rather "
-        "than run past its budget. Check the state directory (`mcp-sampling-proxy doctor`), or look for a "
-        "process holding the file's lock",
-        key=key,
-    )
-
-
-def concurrency_refusal(key: str, limit: int, active: int, rule: str | None) -> Refusal:
-    noun = "request is" if active == 1 else "requests are"
-    return Refusal(
-        "concurrent", 0.0,
-        f"{_label('concurrency limit', key, rule)} reached: {active} {noun} already in progress "
-        f"(concurrent: {limit}); retry when one finishes",
-        key,
-    )
-
-
-def budget_refusal(key: str, limit: int, per: float, worst: int, used: int, reserved: int, resets_in: float,
-                   rule: str | None, *, too_small: bool) -> Refusal:
-    """A budget's refusal: too small for the request ever, or exhausted until the window resets."""
-    name = _label("token budget", key, rule)
-    if too_small:
-        return Refusal(
-            "budget", 0.0,
-            f"{name} is too small for this request: it may need up to {worst:,} tokens (input estimate "
-            f"plus maxTokens) and the budget is {limit:,} tokens per {format_period(per)}; "
-            "lower maxTokens or raise the budget",
-            key, permanent=True,
-        )
-    held = f" and {reserved:,} reserved by requests in progress" if reserved else ""
-    left = max(0, limit - used - reserved)
-    resets_in = max(0.0, resets_in)
-    return Refusal(
-        "budget", resets_in,
-        f"{name} exhausted: {used:,} of {limit:,} tokens used{held} in this "
-        f"{format_period(per)} window; {left:,} left and this request may need up to "
-        f"{worst:,}; resets in {format_wait(resets_in)}",
-        key,
-    )
-
-
 def _window_start(now: float, per: float) -> float:
     return math.floor(now / per) * per
 
@@ -435,34 +354,6 @@ def estimate_worst_case(params: dict[str, Any]) -> int:
 # Human-friendly durations
 
 
-def format_period(seconds: float) -> str:
-    """A limit's period as a policy would write it: '1d', '12h', '1m', '90s'."""
-    if seconds == int(seconds):
-        whole = int(seconds)
-        for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-            if whole >= size and whole % size == 0:
-                return f"{whole // size}{unit}"
-        return f"{whole}s"
-    return f"{seconds:g}s"
-
-
-def format_wait(seconds: float) -> str:
-    """A wait, rounded up, in its two largest units: '41 s', '2 min 5 s', '3 h 12 min', '2 d 4 h'."""
-    secs = max(0, math.ceil(round(seconds, 6)))
-    if secs < 60:
-        return f"{secs} s"
-    if secs < 3600:
-        minutes, rest = divmod(secs, 60)
-        return f"{minutes} min" + (f" {rest} s" if rest else "")
-    minutes = math.ceil(secs / 60)
-    if minutes < 24 * 60:
-        hours, rest = divmod(minutes, 60)
-        return f"{hours} h" + (f" {rest} min" if rest else "")
-    hours = math.ceil(minutes / 60)
-    days, rest = divmod(hours, 24)
-    return f"{days} d" + (f" {rest} h" if rest else "")
-
-
 class SharedState:
     """Limits shared with other proxies (a `RedisQuotas`), and what to do when they cannot be
     reached: `deny` refuses the request with an error naming the store, `allow_local` falls back
@@ -493,8 +384,6 @@ def shared_state(settings: StateSettings) -> SharedState | None:
         return None
     if not settings.url:
         raise ValueError("state.url_env has not been resolved (config.settings.resolve_state)")
-    from mcp_sampling_proxy.quotas.redis_store import RedisQuotas, shown_url
-
     return SharedState(RedisQuotas(settings.url, settings.prefix), settings.on_state_error, shown_url(settings.url))
 
 
@@ -580,8 +469,6 @@ class Limiters:
         """Count an admission made without the shared store in it, once the store answers."""
         import asyncio
 
-        from mcp_sampling_proxy.quotas.redis_store import StateUnavailable
-
         assert self.shared is not None
         shared = self.shared
 
@@ -603,8 +490,6 @@ class Limiters:
 
     async def _rate(self, key: str, requests: int, per: float, rule: str) -> Refusal | None:
         if self.shared is not None:
-            from mcp_sampling_proxy.quotas.redis_store import StateUnavailable
-
             try:
                 refusal: Refusal | None = await self.shared.store.try_rate(key, requests, per, rule=rule)
                 return refusal
@@ -617,8 +502,6 @@ class Limiters:
         """A shared slot's lease, a Refusal, or None: use the local limiter."""
         if self.shared is None:
             return None
-        from mcp_sampling_proxy.quotas.redis_store import StateUnavailable
-
         try:
             lease: str | Refusal = await self.shared.store.take_slot(key, limit, rule=rule)
             return lease
@@ -636,8 +519,6 @@ class Limiters:
             return
         tokens, per, worst = rule.budget.tokens, rule.budget.per, estimate_worst_case(params)
         if self.shared is not None:
-            from mcp_sampling_proxy.quotas.redis_store import StateUnavailable
-
             try:
                 reservation = await self.shared.store.reserve(key, tokens, per, worst, rule=rule.name)
             except StateUnavailable as exc:
@@ -663,7 +544,7 @@ class Limiters:
             local = await anyio.to_thread.run_sync(
                 functools.partial(budget.reserve, key, tokens, per, worst, rule=rule.name))
         except OSError as exc:
-            yield state_file_refusal(budget.store.path, exc, key)
+            yield state_file_refusal(budget.store.path, exc, key, tampered=isinstance(exc, TamperedState))
             return
         if isinstance(local, Refusal):
             yield local
@@ -683,8 +564,6 @@ class Limiters:
                               error=str(exc))
 
     async def _settle_shared(self, reservation: Reservation, hold: BudgetHold) -> None:
-        from mcp_sampling_proxy.quotas.redis_store import StateUnavailable
-
         assert self.shared is not None
         try:
             if hold.tokens == 0:

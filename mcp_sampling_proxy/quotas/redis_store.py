@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from mcp_sampling_proxy.log import get_logger
-from mcp_sampling_proxy.quotas.limiters import (
+from mcp_sampling_proxy.quotas.refusals import (
     RESERVATION_TTL,
     Refusal,
     Reservation,

@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 
 from mcp_sampling_proxy.config.dirs import APP_DIR, STATE_DIR_ENV, state_dir
 from mcp_sampling_proxy.log import get_logger
+from mcp_sampling_proxy.quotas.integrity import KEY_FILE, MAC_FIELD, entry_is_sealed, load_key, sealed_entry
 from mcp_sampling_proxy.shared_files import NotARegularFile, lock_within, read_regular
 
 log = get_logger("mcp_sampling_proxy.quotas.state")
@@ -90,8 +91,6 @@ class JsonStateFile:
             os.close(lock_fd)  # closing the last descriptor releases the flock
 
     def _sealed_text(self, data: dict[str, Any]) -> str:
-        from mcp_sampling_proxy.quotas.integrity import sealed_entry
-
         assert self.sealed is not None
         return _encode(sealed_entry(self._seal_key(), self.sealed, {"sealed": data}))
 
@@ -131,8 +130,6 @@ class JsonStateFile:
 
     def _seal_key(self) -> bytes:
         if self._key is None:
-            from mcp_sampling_proxy.quotas.integrity import load_key
-
             self._key = load_key(self.path.parent)
         return self._key
 
@@ -141,8 +138,6 @@ class JsonStateFile:
         return self._adopt
 
     def _unseal(self, data: dict[str, Any]) -> dict[str, Any]:
-        from mcp_sampling_proxy.quotas.integrity import MAC_FIELD, entry_is_sealed
-
         assert self.sealed is not None
         key = self._seal_key()
         if set(data) == {"sealed", MAC_FIELD} and isinstance(data["sealed"], dict):
@@ -180,3 +175,36 @@ class JsonStateFile:
 
 def _encode(data: dict[str, Any]) -> str:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def adopt(directory: Path) -> None:
+    """The first run of a version that seals: seal what an older version wrote (approvals, budgets), but
+    only files older than the key: one written since (by the server, which started meanwhile) is not."""
+    key = load_key(directory)
+    made = (directory / KEY_FILE).stat().st_mtime
+
+    def older(path: Path) -> bool:
+        try:
+            return path.stat().st_mtime <= made
+        except OSError:
+            return False
+
+    approvals = JsonStateFile(directory / "approvals.json")
+    if older(approvals.path):
+        def seal_all(data: dict[str, Any]) -> None:
+            entries = data.get("always")
+            if isinstance(entries, list):
+                data["always"] = [_sealed_approval(key, e) for e in entries]
+        approvals.update(seal_all)
+    budgets = directory / "budgets.json"
+    if older(budgets):
+        JsonStateFile(budgets, sealed="budgets", adopt=True).update(lambda data: None)
+
+
+def _sealed_approval(key: bytes, entry: Any) -> Any:
+    """An older version's remembered approval, sealed: {"server", "tool", ...}, or the oldest [server, tool]."""
+    if isinstance(entry, list) and len(entry) == 2 and all(isinstance(part, str) for part in entry):
+        entry = {"server": entry[0], "tool": entry[1], "rule": None, "channel": None, "at": None}
+    if not isinstance(entry, dict) or entry_is_sealed(key, "approval", entry):
+        return entry
+    return sealed_entry(key, "approval", entry)

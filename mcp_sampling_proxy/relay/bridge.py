@@ -23,7 +23,7 @@ call they belong to (relay/calls.py).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import eras, jsonrpc
@@ -32,7 +32,6 @@ from mcp_sampling_proxy.sanitize import one_line
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.relay.calls import HostRequest
-    from mcp_sampling_proxy.relay.core import Relay
 
 log = get_logger("mcp_sampling_proxy.relay.bridge")
 
@@ -45,10 +44,54 @@ PASS, CHANGED, DONE = 0, 1, 2  # what `host_request` did with a message
 _SUBSCRIPTION_NOTIFICATIONS = eras.subscription_notifications()
 
 
+class EraSession(Protocol):
+    """What the bridge reads and settles of the session (relay/core.py's Session)."""
+
+    host_info: dict[str, Any]
+    host_capabilities: dict[str, Any]
+    host_era: str | None
+    server_era: str | None
+
+    @property
+    def server_name(self) -> str: ...
+
+
+class RelayPort(Protocol):
+    """What the bridge asks of the relay it translates for (relay/core.py's Relay): the bridge sits
+    below the relay, which owns the messages, and reaches it only through these."""
+
+    @property
+    def session(self) -> EraSession: ...
+
+    def answer_host(self, host_id: Any, result: dict[str, Any] | None = None,
+                    error: dict[str, Any] | None = None) -> None: ...
+
+    def answer_upstream(self, request_id: Any, result: dict[str, Any]) -> None: ...
+
+    def send_host_notification(self, method: str, params: dict[str, Any]) -> None: ...
+
+    def notify_upstream(self, method: str, params: dict[str, Any] | None) -> None: ...
+
+    async def request_upstream(self, method: str, params: dict[str, Any],
+                               timeout: float | None = None) -> dict[str, Any]: ...
+
+    def start_upstream_request(self, method: str, params: dict[str, Any]) -> Any: ...
+
+    def rewrite_for_upstream(self, message: dict[str, Any]) -> None: ...
+
+    def note_host_initialize(self, msg: dict[str, Any]) -> None: ...
+
+    def note_host_meta(self, meta: dict[str, Any]) -> None: ...
+
+    def note_server_result(self, result: dict[str, Any]) -> None: ...
+
+    def note_modern_server(self, result: dict[str, Any]) -> None: ...
+
+
 class EraBridge:
     """The protocol era of each leg, how the server leg's is settled, and the translation between them."""
 
-    def __init__(self, setting: str, relay: Relay):
+    def __init__(self, setting: str, relay: RelayPort):
         self.setting = setting
         self._relay = relay
         self.undecided = True  # the host has not settled on an era yet (after a refused discover it may fall back)

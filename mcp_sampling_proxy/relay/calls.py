@@ -25,6 +25,12 @@ from mcp_sampling_proxy.relay.keepalive import Progress, usable_token
 
 ROUND_KEY = "mcp-sampling-proxy"  # the inputRequests key of the proxy's own question in a round
 
+# The tools that could own the embedded request being answered: in the 2026 era exactly the
+# retried request's tool (none for prompts/get and resources/read), whatever else is in flight.
+# serve/input_required.py sets it while it answers a round; Session.tool_candidates reads it (None
+# outside a round).
+ORIGIN_TOOLS: ContextVar[tuple[str, ...] | None] = ContextVar("origin_tools", default=None)
+
 
 @dataclass(eq=False)
 class HostRequest:

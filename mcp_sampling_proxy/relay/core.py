@@ -31,7 +31,7 @@ from mcp_sampling_proxy.protocol.names import (
     SERVER_INFO_META,
 )
 from mcp_sampling_proxy.relay.bridge import CHANGED, DONE, EraBridge
-from mcp_sampling_proxy.relay.calls import CURRENT_CALL, HostRequest, HostRounds
+from mcp_sampling_proxy.relay.calls import CURRENT_CALL, ORIGIN_TOOLS, HostRequest, HostRounds
 from mcp_sampling_proxy.relay.keepalive import Waiting, same_token, serving
 from mcp_sampling_proxy.sanitize import one_line
 
@@ -48,7 +48,7 @@ _WAITING_FOR = {"sampling/createMessage": "waiting for sampling", "elicitation/c
 def _shown_if_different(reported: str, ours: str) -> str | None:
     """Worked out once per name: every sampling request's audit record and log line asks (and a
     server chooses how long its name is)."""
-    from mcp_sampling_proxy.policy.identity import normalise, shown
+    from mcp_sampling_proxy.identity import normalise, shown
     from mcp_sampling_proxy.sanitize import strip_controls
 
     if normalise(reported) == normalise(ours):
@@ -97,8 +97,6 @@ class Session:
     def tool_candidates(self) -> tuple[str, ...]:
         """The host tools/calls that could own a server request now: the one whose retry carries
         it (2026 era, see input_required), else every tools/call in flight, oldest first."""
-        from mcp_sampling_proxy.serve.input_required import ORIGIN_TOOLS
-
         fixed = ORIGIN_TOOLS.get()
         return fixed if fixed is not None else self.tools_in_flight()
 

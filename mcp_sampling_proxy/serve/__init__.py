@@ -1,1 +1,1 @@
-"""The server requests the proxy answers: sampling, elicitation, 2026-era input_required rounds."""
+"""The server requests the proxy answers: judged (assess.py), then sampling, elicitation, input_required rounds."""

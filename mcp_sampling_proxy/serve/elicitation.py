@@ -22,16 +22,17 @@ import anyio
 
 from mcp_sampling_proxy.audit.log import AuditLog, elapsed_ms, request_fields
 from mcp_sampling_proxy.config.settings import Settings
+from mcp_sampling_proxy.identity import attribution_fields
 from mcp_sampling_proxy.log import get_logger
-from mcp_sampling_proxy.policy.assess import Origin, judge_elicitation
-from mcp_sampling_proxy.policy.identity import attribution_fields
 from mcp_sampling_proxy.protocol import jsonrpc, wire_checks
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 from mcp_sampling_proxy.protocol.names import ELICITATION_COMPLETE, ELICITATION_CREATE
 from mcp_sampling_proxy.protocol.sampling_request import check_params
-from mcp_sampling_proxy.quotas.limiters import Refusal, limit_key
+from mcp_sampling_proxy.quotas.limiters import limit_key
+from mcp_sampling_proxy.quotas.refusals import Refusal
 from mcp_sampling_proxy.relay.keepalive import waiting_for
 from mcp_sampling_proxy.sanitize import one_line, quote
+from mcp_sampling_proxy.serve.assess import Origin, judge_elicitation
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.approval.elicitation_console import ElicitationConsoles

@@ -14,13 +14,13 @@ answers into the host's retry, which it recognises by the echoed `requestState`.
 from __future__ import annotations
 
 import time
-from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 from mcp_sampling_proxy.protocol.names import ELICITATION_CREATE, SAMPLING_CREATE
+from mcp_sampling_proxy.relay.calls import ORIGIN_TOOLS
 from mcp_sampling_proxy.relay.keepalive import waiting_for
 from mcp_sampling_proxy.sanitize import one_line
 
@@ -36,10 +36,6 @@ SAMPLING = SAMPLING_CREATE
 ELICITATION = ELICITATION_CREATE
 ROOTS = "roots/list"
 
-# The tools that could own the embedded request being answered: in the 2026 era exactly the
-# retried request's tool (none for prompts/get and resources/read), whatever else is in flight.
-# Session.tool_candidates reads it; None outside an input_required round.
-ORIGIN_TOOLS: ContextVar[tuple[str, ...] | None] = ContextVar("origin_tools", default=None)
 
 
 def origin_tools(origin: dict[str, Any] | None) -> tuple[str, ...]:

@@ -18,10 +18,21 @@ import anyio
 
 from mcp_sampling_proxy.approval.channels import ApprovalRequest, Approver
 from mcp_sampling_proxy.audit.log import AuditLog, digest, elapsed_ms, note, request_fields
+from mcp_sampling_proxy.config.providers import ProviderConfig
 from mcp_sampling_proxy.config.settings import Settings
-from mcp_sampling_proxy.fulfil.base import Adapter, Completion, LLMError, ProviderConfig
+from mcp_sampling_proxy.fulfil.base import Adapter, Completion, LLMError
+from mcp_sampling_proxy.identity import attribution_fields
 from mcp_sampling_proxy.log import get_logger
-from mcp_sampling_proxy.policy.assess import (
+from mcp_sampling_proxy.policy.engine import Decision
+from mcp_sampling_proxy.policy.size_caps import check_caps
+from mcp_sampling_proxy.protocol import jsonrpc
+from mcp_sampling_proxy.protocol.jsonrpc import RpcError
+from mcp_sampling_proxy.protocol.names import SAMPLING_CREATE
+from mcp_sampling_proxy.protocol.sampling_request import REQUEST_ORIGIN, SamplingRequest, describe, validate
+from mcp_sampling_proxy.quotas.limiters import BudgetHold, Limiters, SamplingGate, limit_key
+from mcp_sampling_proxy.quotas.refusals import Refusal
+from mcp_sampling_proxy.relay.keepalive import waiting_for
+from mcp_sampling_proxy.serve.assess import (
     Origin,
     Refused,
     SamplingJudgement,
@@ -29,15 +40,6 @@ from mcp_sampling_proxy.policy.assess import (
     judge_sampling,
     usable_providers,
 )
-from mcp_sampling_proxy.policy.engine import Decision
-from mcp_sampling_proxy.policy.identity import attribution_fields
-from mcp_sampling_proxy.policy.size_caps import check_caps
-from mcp_sampling_proxy.protocol import jsonrpc
-from mcp_sampling_proxy.protocol.jsonrpc import RpcError
-from mcp_sampling_proxy.protocol.names import SAMPLING_CREATE
-from mcp_sampling_proxy.protocol.sampling_request import REQUEST_ORIGIN, SamplingRequest, describe, validate
-from mcp_sampling_proxy.quotas.limiters import BudgetHold, Limiters, Refusal, SamplingGate, limit_key
-from mcp_sampling_proxy.relay.keepalive import waiting_for
 from mcp_sampling_proxy.vocabulary import Outcome
 
 if TYPE_CHECKING:
@@ -413,8 +415,8 @@ def make_adapter(config: ProviderConfig, terminal: Any = None) -> Adapter:
 def without_keys(content: Any) -> Any:
     """An answer without any key the proxy holds in it (a provider that echoes the key, a CLI talked
     into printing its environment): whole keys only, so masking tells a server nothing about a guess."""
-    from mcp_sampling_proxy.audit.redact import Redactor
     from mcp_sampling_proxy.log import known_secrets
+    from mcp_sampling_proxy.redact import Redactor
 
     secrets = known_secrets()
     if not secrets:

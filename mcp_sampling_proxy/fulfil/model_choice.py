@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from mcp_sampling_proxy.fulfil.base import ModelSpec, ProviderConfig
+from mcp_sampling_proxy.config.providers import ModelSpec, ProviderConfig
 from mcp_sampling_proxy.protocol.sampling_request import ModelPreferences
 
 # (the request's field, the policy's rating axis)

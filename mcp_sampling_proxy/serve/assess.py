@@ -16,11 +16,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from mcp_sampling_proxy.config.providers import ProviderConfig
 from mcp_sampling_proxy.config.settings import Settings
-from mcp_sampling_proxy.fulfil.base import ProviderConfig
+from mcp_sampling_proxy.fulfil.model_choice import Choice, choose_model
 from mcp_sampling_proxy.policy.conditions import Facts, facts_for_sampling
 from mcp_sampling_proxy.policy.engine import Decision, decide
-from mcp_sampling_proxy.policy.model_choice import Choice, choose_model
 from mcp_sampling_proxy.policy.rules import SizeLimits, effective_limits
 from mcp_sampling_proxy.policy.size_caps import check_caps, serialized_size
 from mcp_sampling_proxy.protocol import jsonrpc
