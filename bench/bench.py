@@ -188,8 +188,14 @@ class Conn:
         self._stderr = open(stderr_path, "ab")  # noqa: SIM115
         self.t_spawn = time.perf_counter()
         self.proc = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-            env=env, cwd=ROOT, start_new_session=True, bufsize=0,
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=env,
+            cwd=ROOT,
+            start_new_session=True,
+            bufsize=0,
         )
         assert self.proc.stdin and self.proc.stdout
         self.in_fd = self.proc.stdin.fileno()
@@ -290,11 +296,15 @@ class Conn:
     # -- protocol ----------------------------------------------------------------------------
     def initialize(self, timeout: float = 60.0) -> float:
         """Send initialize at once (the pipe holds it until the process reads); seconds since Popen."""
-        self.request("initialize", {
-            "protocolVersion": PROTOCOL_VERSION,
-            "capabilities": {},
-            "clientInfo": {"name": "bench-raw-host", "version": "1.0"},
-        }, timeout=timeout)
+        self.request(
+            "initialize",
+            {
+                "protocolVersion": PROTOCOL_VERSION,
+                "capabilities": {},
+                "clientInfo": {"name": "bench-raw-host", "version": "1.0"},
+            },
+            timeout=timeout,
+        )
         elapsed = time.perf_counter() - self.t_spawn
         self.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n', time.perf_counter() + timeout)
         self._remember_descendants()
@@ -336,8 +346,10 @@ class Conn:
 
 
 def echo_line(request_id: int, text: str = "hello") -> bytes:
-    return (b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{"text":"%s"}}}\n'
-            % (request_id, text.encode()))
+    return b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{"text":"%s"}}}\n' % (
+        request_id,
+        text.encode(),
+    )
 
 
 def ping_line(request_id: int) -> bytes:
@@ -351,8 +363,14 @@ def check_echo(conn: Conn, line: bytearray, text: str = "hello") -> None:
         raise conn._fail(f"unexpected echo response: {bytes(line[:300])!r}")
 
 
-def round_trips(conn: Conn, make_line: Callable[[int], bytes], n: int, out: list[float],
-                check: Callable[[Conn, bytearray], None] | None, timeout: float) -> None:
+def round_trips(
+    conn: Conn,
+    make_line: Callable[[int], bytes],
+    n: int,
+    out: list[float],
+    check: Callable[[Conn, bytearray], None] | None,
+    timeout: float,
+) -> None:
     """n sequential request/response round trips; latency (seconds) of each appended to out."""
     perf = time.perf_counter
     for _ in range(n):
@@ -384,8 +402,10 @@ def burst(conn: Conn, n: int, timeout: float) -> float:
 
 def big_call(conn: Conn, size: int, timeout: float, validate: bool) -> float:
     request_id = conn.new_id()
-    data = (b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"big","arguments":{"size":%d}}}\n'
-            % (request_id, size))
+    data = b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"big","arguments":{"size":%d}}}\n' % (
+        request_id,
+        size,
+    )
     t0 = time.perf_counter()
     deadline = t0 + timeout
     conn.write(data, deadline)
@@ -399,8 +419,9 @@ def big_call(conn: Conn, size: int, timeout: float, validate: bool) -> float:
     return elapsed
 
 
-def sampling_flood(args: argparse.Namespace, proxy_prefix: list[str], env: dict[str, str], workdir: Path,
-                   conns: list[Conn]) -> dict[str, Any]:
+def sampling_flood(
+    args: argparse.Namespace, proxy_prefix: list[str], env: dict[str, str], workdir: Path, conns: list[Conn]
+) -> dict[str, Any]:
     """A hostile server sends `--flood` sampling requests at once (the proxy fulfils them with the
     loopback fake LLM); meanwhile the host pings back to back. Host ping latency while they are in
     flight, and the proxy's CPU from the flood's start to its last answer."""
@@ -409,11 +430,18 @@ def sampling_flood(args: argparse.Namespace, proxy_prefix: list[str], env: dict[
 
     with FakeLLMServer("openai") as llm:
         policy = workdir / "flood-policy.yaml"
-        policy.write_text("llm:\n  providers:\n    fake:\n      type: openai\n"
-                          f"      base_url: {llm.base_url}\n      models: [gpt-bench]\n"
-                          "rules:\n  - name: allow-all\n    action: allow\n", encoding="utf-8")
-        conn = Conn("flood", [*proxy_prefix, "--policy", str(policy), "--", args.python, FLOOD_SCRIPT],
-                    {**env, "MCP_SAMPLING_PROXY_STATE_DIR": str(workdir / "state")}, workdir / "flood.stderr.log")
+        policy.write_text(
+            "llm:\n  providers:\n    fake:\n      type: openai\n"
+            f"      base_url: {llm.base_url}\n      models: [gpt-bench]\n"
+            "rules:\n  - name: allow-all\n    action: allow\n",
+            encoding="utf-8",
+        )
+        conn = Conn(
+            "flood",
+            [*proxy_prefix, "--policy", str(policy), "--", args.python, FLOOD_SCRIPT],
+            {**env, "MCP_SAMPLING_PROXY_STATE_DIR": str(workdir / "state")},
+            workdir / "flood.stderr.log",
+        )
         conns.append(conn)
         conn.initialize(timeout=args.timeout * 2)
         wait_for_threads(conn.proc.pid, 1, 5.0)
@@ -423,8 +451,18 @@ def sampling_flood(args: argparse.Namespace, proxy_prefix: list[str], env: dict[
         meter.start()
         started = time.perf_counter()
         deadline = started + args.timeout * 10
-        conn.write(json.dumps({"jsonrpc": "2.0", "id": flood_id, "method": "tools/call", "params": {
-            "name": "flood", "arguments": {"count": args.flood, "params": params}}}).encode() + b"\n", deadline)
+        conn.write(
+            json.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": flood_id,
+                    "method": "tools/call",
+                    "params": {"name": "flood", "arguments": {"count": args.flood, "params": params}},
+                }
+            ).encode()
+            + b"\n",
+            deadline,
+        )
         pings: list[float] = []
         summary: dict[str, Any] | None = None
         while summary is None:
@@ -444,10 +482,18 @@ def sampling_flood(args: argparse.Namespace, proxy_prefix: list[str], env: dict[
         conn.close(grace=args.timeout)
         conns.remove(conn)
     cpu_s = (meter.ns / 1e9) if meter.ns is not None else meter.ticks / CLK_TCK
-    return {"requests": args.flood, "ok": summary["ok"], "refused": sum(summary["codes"].values()),
-            "pings": len(pings), "ping_p50_ms": pct(pings, 50), "ping_p99_ms": pct(pings, 99),
-            "ping_max_ms": max(pings) if pings else None, "wall_ms": wall * 1000, "proxy_cpu_s": cpu_s,
-            "llm_max_open": llm.max_open}
+    return {
+        "requests": args.flood,
+        "ok": summary["ok"],
+        "refused": sum(summary["codes"].values()),
+        "pings": len(pings),
+        "ping_p50_ms": pct(pings, 50),
+        "ping_p99_ms": pct(pings, 99),
+        "ping_max_ms": max(pings) if pings else None,
+        "wall_ms": wall * 1000,
+        "proxy_cpu_s": cpu_s,
+        "llm_max_open": llm.max_open,
+    }
 
 
 def pct(values: list[float], p: float) -> float:
@@ -468,8 +514,7 @@ def pct(values: list[float], p: float) -> float:
 
 def bench_env() -> dict[str, str]:
     """The environment both modes get: no LLM keys, no proxy settings, no terminal prompts."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("OPENAI_", "ANTHROPIC_", "MCP_SAMPLING_PROXY_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_", "MCP_SAMPLING_PROXY_"))}
     env["MCP_SAMPLING_PROXY_NO_TERMINAL"] = "1"
     env.setdefault("PYTHONUNBUFFERED", "0")
     return env
@@ -506,8 +551,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "commands": {k: shlex.join(v) for k, v in commands.items()},
         "cwd": str(ROOT),
         "stderr_logs": str(workdir),
-        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "clk_tck": CLK_TCK,
-                    "loadavg_1m_start": os.getloadavg()[0]},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": sys.version.split()[0],
+            "clk_tck": CLK_TCK,
+            "loadavg_1m_start": os.getloadavg()[0],
+        },
         "settings": {k: getattr(args, k) for k in ("runs", "calls", "warmup", "concurrency", "big_size", "flood")},
         "targets": TARGETS,
     }
@@ -521,13 +570,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 conn = start(mode)
                 spawn[mode].append(conn.initialize(timeout=args.timeout * 2))
                 stop(conn)
-            log(args, f"spawn run {i + 1}/{args.runs}: direct {spawn['direct'][-1] * 1e3:.1f} ms, "
-                      f"proxied {spawn['proxied'][-1] * 1e3:.1f} ms")
-        result["spawn_ms"] = {m: {"median": statistics.median(v) * 1e3, "runs": [x * 1e3 for x in v]}
-                              for m, v in spawn.items()} if args.runs else None
+            log(
+                args,
+                f"spawn run {i + 1}/{args.runs}: direct {spawn['direct'][-1] * 1e3:.1f} ms, "
+                f"proxied {spawn['proxied'][-1] * 1e3:.1f} ms",
+            )
+        result["spawn_ms"] = (
+            {m: {"median": statistics.median(v) * 1e3, "runs": [x * 1e3 for x in v]} for m, v in spawn.items()}
+            if args.runs
+            else None
+        )
         if args.runs:  # each run's two spawns are adjacent in time: their difference is less load-dependent
             result["spawn_ms"]["paired_added_median"] = statistics.median(
-                (p - d) * 1e3 for p, d in zip(spawn["proxied"], spawn["direct"], strict=True))
+                (p - d) * 1e3 for p, d in zip(spawn["proxied"], spawn["direct"], strict=True)
+            )
 
         # 2. long-lived sessions for everything else.
         sessions = {m: start(m) for m in modes}
@@ -537,8 +593,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         proxy_pid = proxy.proc.pid
         proxied_server_pid = proxy.child_pid()
         server_pids = {"direct": sessions["direct"].proc.pid, "proxied": proxied_server_pid}
-        result["pids"] = {"proxy": proxy_pid, "direct_server": server_pids["direct"],
-                          "proxied_server": proxied_server_pid}
+        result["pids"] = {
+            "proxy": proxy_pid,
+            "direct_server": server_pids["direct"],
+            "proxied_server": proxied_server_pid,
+        }
 
         # warm-up: tools/call and ping on both
         for conn in sessions.values():
@@ -575,17 +634,27 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         def summarize(lat: dict[str, list[float]], meters: dict[str, CpuMeter]) -> dict[str, Any]:
             out: dict[str, Any] = {}
             for mode, values in lat.items():
-                out[mode] = {"p50_ms": pct(values, 50) * 1e3, "p90_ms": pct(values, 90) * 1e3,
-                             "p99_ms": pct(values, 99) * 1e3, "mean_ms": statistics.fmean(values) * 1e3,
-                             "n": len(values)}
+                out[mode] = {
+                    "p50_ms": pct(values, 50) * 1e3,
+                    "p90_ms": pct(values, 90) * 1e3,
+                    "p99_ms": pct(values, 99) * 1e3,
+                    "mean_ms": statistics.fmean(values) * 1e3,
+                    "n": len(values),
+                }
             out["added_p50_ms"] = out["proxied"]["p50_ms"] - out["direct"]["p50_ms"]
             out["added_p99_ms"] = out["proxied"]["p99_ms"] - out["direct"]["p99_ms"]
             # Paired view: the two modes run in alternating blocks of CHUNK calls, adjacent in time, so
             # the spread of per-block p50 differences shows how much of the figure is machine noise.
-            diffs = [pct(lat["proxied"][i:i + CHUNK], 50) - pct(lat["direct"][i:i + CHUNK], 50)
-                     for i in range(0, min(len(lat["direct"]), len(lat["proxied"])), CHUNK)]
-            out["added_p50_blocks_ms"] = {"median": pct(diffs, 50) * 1e3, "q25": pct(diffs, 25) * 1e3,
-                                          "q75": pct(diffs, 75) * 1e3, "blocks": len(diffs)}
+            diffs = [
+                pct(lat["proxied"][i : i + CHUNK], 50) - pct(lat["direct"][i : i + CHUNK], 50)
+                for i in range(0, min(len(lat["direct"]), len(lat["proxied"])), CHUNK)
+            ]
+            out["added_p50_blocks_ms"] = {
+                "median": pct(diffs, 50) * 1e3,
+                "q25": pct(diffs, 25) * 1e3,
+                "q75": pct(diffs, 75) * 1e3,
+                "blocks": len(diffs),
+            }
             out["cpu"] = {}
             for name, meter in meters.items():
                 out["cpu"][name] = {
@@ -608,7 +677,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         bursts: dict[str, list[float]] = {m: [] for m in modes}
         burst_cpu = CpuMeter(proxy_pid)
         for i in range(max(1, args.runs)):
-            for mode in (modes if i % 2 == 0 else modes[::-1]):
+            for mode in modes if i % 2 == 0 else modes[::-1]:
                 if mode == "proxied":
                     burst_cpu.start()
                 bursts[mode].append(burst(sessions[mode], args.concurrency, args.timeout * 4))
@@ -630,7 +699,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             big_call(conn, args.big_size, args.timeout * 4, validate=True)
         bigs: dict[str, list[float]] = {m: [] for m in modes}
         for i in range(max(1, args.runs)):
-            for mode in (modes if i % 2 == 0 else modes[::-1]):
+            for mode in modes if i % 2 == 0 else modes[::-1]:
                 bigs[mode].append(big_call(sessions[mode], args.big_size, args.timeout * 4, validate=False))
         med = {m: statistics.median(v) * 1e3 for m, v in bigs.items()}
         result["big"] = {
@@ -646,7 +715,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "proxy_vmrss_mb": (proc_status_kb(proxy_pid, "VmRSS") or 0) / 1024,
             "direct_server_vmhwm_mb": (proc_status_kb(server_pids["direct"], "VmHWM") or 0) / 1024,
             "proxied_server_vmhwm_mb": (proc_status_kb(proxied_server_pid, "VmHWM") or 0) / 1024
-            if proxied_server_pid else None,
+            if proxied_server_pid
+            else None,
         }
 
         # 7. a hostile server's sampling flood against the loopback fake LLM
@@ -676,15 +746,17 @@ def verdict(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
     cpu_us = cpu["schedstat_us_per_call"] if cpu["schedstat_us_per_call"] is not None else cpu["ticks_us_per_call"]
     values = {
         "spawn_added_ms": (r["spawn_ms"]["proxied"]["median"] - r["spawn_ms"]["direct"]["median"])
-        if r.get("spawn_ms") else None,
+        if r.get("spawn_ms")
+        else None,
         "echo_p50_added_ms": r["echo"]["added_p50_ms"],
         "concurrent_ratio": r["concurrent"]["ratio"],
         "big_added_ms": r["big"]["added_ms"],
         "proxy_cpu_us_per_call": cpu_us,
         "proxy_peak_rss_mb": r["memory"]["proxy_vmhwm_mb"],
     }
-    return {k: {"value": v, "target": TARGETS[k], "pass": None if v is None else v <= TARGETS[k]}
-            for k, v in values.items()}
+    return {
+        k: {"value": v, "target": TARGETS[k], "pass": None if v is None else v <= TARGETS[k]} for k, v in values.items()
+    }
 
 
 def mark(ok: bool | None) -> str:
@@ -700,72 +772,112 @@ def render(r: dict[str, Any]) -> str:
 
     if r.get("spawn_ms"):
         s = r["spawn_ms"]
-        row(f"spawn-to-initialize (median of {len(s['direct']['runs'])})", f"{s['direct']['median']:.1f} ms",
+        row(
+            f"spawn-to-initialize (median of {len(s['direct']['runs'])})",
+            f"{s['direct']['median']:.1f} ms",
             f"{s['proxied']['median']:.1f} ms",
             f"{v['spawn_added_ms']['value']:+.1f} ms (paired {s['paired_added_median']:+.1f})",
-            "<= +150 ms", mark(v["spawn_added_ms"]["pass"]))
+            "<= +150 ms",
+            mark(v["spawn_added_ms"]["pass"]),
+        )
     for key, label in (("echo", "tools/call echo"), ("ping", "ping")):
         e = r[key]
         for p in ("p50", "p99"):
             target, ok = ("", "")
             if key == "echo" and p == "p50":
                 target, ok = "<= +0.100 ms", mark(v["echo_p50_added_ms"]["pass"])
-            row(f"{label} {p} (n={e['direct']['n']})", f"{e['direct'][p + '_ms']:.3f} ms",
-                f"{e['proxied'][p + '_ms']:.3f} ms", f"{e['added_' + p + '_ms']:+.3f} ms", target, ok)
+            row(
+                f"{label} {p} (n={e['direct']['n']})",
+                f"{e['direct'][p + '_ms']:.3f} ms",
+                f"{e['proxied'][p + '_ms']:.3f} ms",
+                f"{e['added_' + p + '_ms']:+.3f} ms",
+                target,
+                ok,
+            )
     c = r["concurrent"]
-    row(f"{r['settings']['concurrency']} concurrent calls (median)", f"{c['direct']['median_ms']:.1f} ms",
-        f"{c['proxied']['median_ms']:.1f} ms", f"x{c['ratio']:.3f} ({c['added_ms']:+.1f} ms)", "<= x1.10",
-        mark(v["concurrent_ratio"]["pass"]))
+    row(
+        f"{r['settings']['concurrency']} concurrent calls (median)",
+        f"{c['direct']['median_ms']:.1f} ms",
+        f"{c['proxied']['median_ms']:.1f} ms",
+        f"x{c['ratio']:.3f} ({c['added_ms']:+.1f} ms)",
+        "<= x1.10",
+        mark(v["concurrent_ratio"]["pass"]),
+    )
     if c.get("proxy_cpu_us_per_call") is not None:
         row("  proxy CPU per call in the bursts", "", f"proxy {c['proxy_cpu_us_per_call']:.1f} us", "", "", "")
     b = r["big"]
-    row(f"{b['size'] / 1e6:g} MB tool result (median)", f"{b['direct']['median_ms']:.1f} ms",
-        f"{b['proxied']['median_ms']:.1f} ms", f"{b['added_ms']:+.1f} ms", "<= +15 ms", mark(v["big_added_ms"]["pass"]))
+    row(
+        f"{b['size'] / 1e6:g} MB tool result (median)",
+        f"{b['direct']['median_ms']:.1f} ms",
+        f"{b['proxied']['median_ms']:.1f} ms",
+        f"{b['added_ms']:+.1f} ms",
+        "<= +15 ms",
+        mark(v["big_added_ms"]["pass"]),
+    )
     for key, label in (("echo", "echo"), ("ping", "ping")):
         cpu = r[key]["cpu"]
         proxy = cpu["proxy"]
         sched = proxy["schedstat_us_per_call"]
         direct_srv = cpu.get("direct_server", {}).get("schedstat_us_per_call")
         proxied_srv = cpu.get("proxied_server", {}).get("schedstat_us_per_call")
-        srv = (f"server {direct_srv:.0f} us" if direct_srv is not None else "")
-        psrv = (f"server {proxied_srv:.0f} us" if proxied_srv is not None else "")
+        srv = f"server {direct_srv:.0f} us" if direct_srv is not None else ""
+        psrv = f"server {proxied_srv:.0f} us" if proxied_srv is not None else ""
         sys_share = f", {proxy['sys_share']:.0%} sys" if proxy["sys_share"] is not None else ""
         target, ok = ("", "")
         if key == "echo":
             target, ok = "<= 150 us", mark(v["proxy_cpu_us_per_call"]["pass"])
-        row(f"proxy CPU per {label} call (schedstat; ticks)", srv,
+        row(
+            f"proxy CPU per {label} call (schedstat; ticks)",
+            srv,
             f"{psrv}; proxy {sched:.1f} us" if sched is not None else psrv,
             (f"{sched:.1f} us; " if sched is not None else "")
-            + f"{proxy['ticks_us_per_call']:.0f} us (ticks{sys_share})", target, ok)
+            + f"{proxy['ticks_us_per_call']:.0f} us (ticks{sys_share})",
+            target,
+            ok,
+        )
     f = r.get("flood")
     if f:
-        row(f"ping while {f['requests']} sampling requests run", "",
+        row(
+            f"ping while {f['requests']} sampling requests run",
+            "",
             f"p50 {f['ping_p50_ms']:.2f} ms, p99 {f['ping_p99_ms']:.2f} ms",
             f"proxy CPU {f['proxy_cpu_s']:.2f} s; {f['ok']} ok, {f['refused']} refused; "
-            f"LLM max open {f['llm_max_open']}")
+            f"LLM max open {f['llm_max_open']}",
+        )
     m = r["memory"]
-    row("peak RSS (VmHWM) after big results", f"server {m['direct_server_vmhwm_mb']:.1f} MB",
-        f"proxy {m['proxy_vmhwm_mb']:.1f} MB", f"before big: {m['proxy_vmhwm_mb_before_big']:.1f} MB",
-        "<= 80 MB", mark(v["proxy_peak_rss_mb"]["pass"]))
+    row(
+        "peak RSS (VmHWM) after big results",
+        f"server {m['direct_server_vmhwm_mb']:.1f} MB",
+        f"proxy {m['proxy_vmhwm_mb']:.1f} MB",
+        f"before big: {m['proxy_vmhwm_mb_before_big']:.1f} MB",
+        "<= 80 MB",
+        mark(v["proxy_peak_rss_mb"]["pass"]),
+    )
 
     header = ("measurement", "DIRECT", "PROXIED", "added / ratio", "target", "")
     widths = [max(len(x[i]) for x in [header, *rows]) for i in range(6)]
     sep = "  "
-    lines = [sep.join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip(),
-             sep.join("-" * w for w in widths)]
+    lines = [
+        sep.join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip(),
+        sep.join("-" * w for w in widths),
+    ]
     lines += [sep.join(c.ljust(w) for c, w in zip(x, widths, strict=True)).rstrip() for x in rows]
     failed = [k for k, x in v.items() if x["pass"] is False]
     lines.append("")
     for key, label in (("echo", "echo"), ("ping", "ping")):
         blk = r[key]["added_p50_blocks_ms"]
-        lines.append(f"{label}: added p50 per block of {CHUNK} calls (D/P alternating): "
-                     f"median {blk['median']:+.3f} ms, "
-                     f"IQR [{blk['q25']:+.3f}, {blk['q75']:+.3f}] ms over {blk['blocks']} blocks")
+        lines.append(
+            f"{label}: added p50 per block of {CHUNK} calls (D/P alternating): "
+            f"median {blk['median']:+.3f} ms, "
+            f"IQR [{blk['q25']:+.3f}, {blk['q75']:+.3f}] ms over {blk['blocks']} blocks"
+        )
     machine = r["machine"]
     busy = machine["loadavg_1m_start"] > 0.5 * (machine["cpus"] or 1)  # the end figure includes this bench
-    lines.append(f"load average (1 min) at start/end: {machine['loadavg_1m_start']:.2f} / "
-                 f"{machine['loadavg_1m_end']:.2f} on {machine['cpus']} CPUs"
-                 + ("  <- other work was running: expect noisy figures" if busy else ""))
+    lines.append(
+        f"load average (1 min) at start/end: {machine['loadavg_1m_start']:.2f} / "
+        f"{machine['loadavg_1m_end']:.2f} on {machine['cpus']} CPUs"
+        + ("  <- other work was running: expect noisy figures" if busy else "")
+    )
     lines.append("overall: " + ("PASS" if not failed else "FAIL (" + ", ".join(failed) + ")"))
     return "\n".join(lines)
 
@@ -774,34 +886,55 @@ def compile_bytecode(args: argparse.Namespace) -> None:
     """Write the proxy's bytecode first, as `pip install` does: from a checkout run with
     PYTHONDONTWRITEBYTECODE=1 every proxy start would compile its modules from source (tens of ms
     that no installed copy pays, while the server's installed packages have their bytecode)."""
-    subprocess.run([args.python, "-m", "compileall", "-q", str(ROOT / "mcp_sampling_proxy")],
-                   env={**os.environ, "PYTHONDONTWRITEBYTECODE": ""}, check=False, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [args.python, "-m", "compileall", "-q", str(ROOT / "mcp_sampling_proxy")],
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": ""},
+        check=False,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=5,
-                        help="fresh spawns per mode for spawn-to-initialize; also repeats of the concurrent "
-                             "burst and the big result (default 5; 0 skips the spawn measurement)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=5,
+        help="fresh spawns per mode for spawn-to-initialize; also repeats of the concurrent "
+        "burst and the big result (default 5; 0 skips the spawn measurement)",
+    )
     parser.add_argument("--calls", type=int, default=500, help="sequential round trips per mode (default 500)")
     parser.add_argument("--warmup", type=int, default=100, help="warm-up round trips per mode (default 100)")
     parser.add_argument("--concurrency", type=int, default=500, help="requests per concurrent burst (default 500)")
     parser.add_argument("--big-size", type=int, default=5_000_000, help="bytes of the big tool result (default 5e6)")
-    parser.add_argument("--flood", type=int, default=1000,
-                        help="sampling requests a hostile server sends at once, while the host pings (default "
-                             "1000; 0 skips)")
-    parser.add_argument("--proxy-cmd", help="replace 'PYTHON -m mcp_sampling_proxy --no-terminal' (shell-split; "
-                                            "'-- SERVER...' is appended). Its first process must be the proxy.")
-    parser.add_argument("--server-cmd", help="a different MCP server for both modes (default: PYTHON "
-                                             f"{SERVER_SCRIPT}); e.g. 'python bench/fast_server.py' for a "
-                                             "low-noise view of the relay alone")
+    parser.add_argument(
+        "--flood",
+        type=int,
+        default=1000,
+        help="sampling requests a hostile server sends at once, while the host pings (default 1000; 0 skips)",
+    )
+    parser.add_argument(
+        "--proxy-cmd",
+        help="replace 'PYTHON -m mcp_sampling_proxy --no-terminal' (shell-split; "
+        "'-- SERVER...' is appended). Its first process must be the proxy.",
+    )
+    parser.add_argument(
+        "--server-cmd",
+        help="a different MCP server for both modes (default: PYTHON "
+        f"{SERVER_SCRIPT}); e.g. 'python bench/fast_server.py' for a "
+        "low-noise view of the relay alone",
+    )
     parser.add_argument("--python", default=sys.executable, help="interpreter for server and proxy (default: this one)")
     parser.add_argument("--timeout", type=float, default=30.0, help="per-operation timeout in seconds (default 30)")
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON instead of the table")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    parser.add_argument("--keep-logs", action="store_true",
-                        help="keep the processes' stderr logs (a temporary directory; kept anyway on failure)")
+    parser.add_argument(
+        "--keep-logs",
+        action="store_true",
+        help="keep the processes' stderr logs (a temporary directory; kept anyway on failure)",
+    )
     args = parser.parse_args(argv)
     if args.calls < 1 or args.concurrency < 1 or args.runs < 0:
         parser.error("--calls and --concurrency must be >= 1, --runs >= 0")

@@ -32,18 +32,26 @@ def handle(msg: dict) -> bytes | None:
     request_id = msg["id"]
     params = msg.get("params") or {}
     if method == "initialize":
-        return result(request_id, {
-            "protocolVersion": params.get("protocolVersion", "2025-11-25"),
-            "capabilities": {"tools": {"listChanged": False}},
-            "serverInfo": {"name": "fast-server", "version": "1.0"},
-        })
+        return result(
+            request_id,
+            {
+                "protocolVersion": params.get("protocolVersion", "2025-11-25"),
+                "capabilities": {"tools": {"listChanged": False}},
+                "serverInfo": {"name": "fast-server", "version": "1.0"},
+            },
+        )
     if method == "ping":
         return result(request_id, {})
     if method == "tools/list":
-        return result(request_id, {"tools": [
-            {"name": "echo", "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}},
-            {"name": "big", "inputSchema": {"type": "object", "properties": {"size": {"type": "integer"}}}},
-        ]})
+        return result(
+            request_id,
+            {
+                "tools": [
+                    {"name": "echo", "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}},
+                    {"name": "big", "inputSchema": {"type": "object", "properties": {"size": {"type": "integer"}}}},
+                ]
+            },
+        )
     if method == "tools/call":
         args = params.get("arguments") or {}
         if params.get("name") == "echo":
@@ -51,14 +59,15 @@ def handle(msg: dict) -> bytes | None:
         if params.get("name") == "big":
             size = int(args.get("size", 0))
             return text_result(request_id, (PATTERN * (size // len(PATTERN) + 1))[:size])
-    return json.dumps({"jsonrpc": "2.0", "id": request_id,
-                       "error": {"code": -32601, "message": f"Method not found: {method}"}}).encode()
+    return json.dumps(
+        {"jsonrpc": "2.0", "id": request_id, "error": {"code": -32601, "message": f"Method not found: {method}"}}
+    ).encode()
 
 
 def write_all(data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(1, view):]
+        view = view[os.write(1, view) :]
 
 
 def main() -> int:

@@ -23,8 +23,12 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
-HELLO = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}}
+HELLO = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}},
+}
 INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 CALL = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "x"}}}
 
@@ -51,8 +55,13 @@ def direct(url: str) -> float:
 
 def proxied(url: str, env: dict[str, str]) -> float:
     started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "mcp_sampling_proxy", "--no-terminal", "--url", url],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mcp_sampling_proxy", "--no-terminal", "--url", url],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
     assert proc.stdin and proc.stdout
     proc.stdin.write((json.dumps(HELLO) + "\n").encode())
     proc.stdin.flush()
@@ -69,8 +78,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
-    server = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fixtures" / "http_server.py")],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "fixtures" / "http_server.py")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         assert server.stdout
         url = f"http://127.0.0.1:{int(server.stdout.readline())}/mcp"
@@ -83,8 +95,10 @@ def main() -> int:
     d = statistics.median(p[0] for p in pairs)
     p = statistics.median(p[1] for p in pairs)
     ratio = statistics.median(b / a for a, b in pairs)
-    print(f"one connection per call, {args.rounds} rounds: direct {d * 1000:.0f} ms, proxied {p * 1000:.0f} ms "
-          f"(+{(p - d) * 1000:.0f} ms, x{ratio:.2f} paired median); load {os.getloadavg()[0]:.2f}")
+    print(
+        f"one connection per call, {args.rounds} rounds: direct {d * 1000:.0f} ms, proxied {p * 1000:.0f} ms "
+        f"(+{(p - d) * 1000:.0f} ms, x{ratio:.2f} paired median); load {os.getloadavg()[0]:.2f}"
+    )
     return 0
 
 

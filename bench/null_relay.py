@@ -42,7 +42,7 @@ def run_select(proc: subprocess.Popen[bytes]) -> int:
                 continue
             view = memoryview(data)
             while view:
-                view = view[os.write(route[fd], view):]
+                view = view[os.write(route[fd], view) :]
     return proc.wait()
 
 

@@ -37,25 +37,73 @@ async def measure(pairs: int, profile: bool) -> None:
     adapters = build_adapters(settings, None)
     offered = capabilities.offers(
         capabilities.offered_sampling(route=settings.sampling.route, tools=False),
-        capabilities.offered_elicitation(route=settings.elicitation.route, url_mode=settings.elicitation.url_mode))
+        capabilities.offered_elicitation(route=settings.elicitation.route, url_mode=settings.elicitation.url_mode),
+    )
     session = Session()
-    hooks = build_hooks(settings, adapters, AuditLog.from_settings(settings), None,
-                        ConsoleServer(lambda: session.server_name, lambda: session.host_name), offered,
-                        approvals_store=None)
+    hooks = build_hooks(
+        settings,
+        adapters,
+        AuditLog.from_settings(settings),
+        None,
+        ConsoleServer(lambda: session.server_name, lambda: session.host_name),
+        offered,
+        approvals_store=None,
+    )
     sent: list[bytes] = []
     async with anyio.create_task_group() as tg:
         relay = Relay(sent.append, sent.append, hooks, tg, session)
-        relay.from_host(orjson.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}}))
-        relay.from_upstream(orjson.dumps({"jsonrpc": "2.0", "id": 0, "result": {
-            "protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
-            "serverInfo": {"name": "bench", "version": "1"}}}))
-        requests = [orjson.dumps({"method": "tools/call", "params": {"name": "echo", "arguments": {"text": "x"},
-                                                                     "_meta": {"progressToken": i}},
-                                  "jsonrpc": "2.0", "id": i}) for i in range(1, pairs + 1)]
-        responses = [orjson.dumps({"jsonrpc": "2.0", "id": i, "result": {
-            "content": [{"type": "text", "text": "x"}], "structuredContent": {"result": "x"}, "isError": False}})
-            for i in range(1, pairs + 1)]
+        relay.from_host(
+            orjson.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 0,
+                    "method": "initialize",
+                    "params": {
+                        "protocolVersion": "2025-11-25",
+                        "capabilities": {},
+                        "clientInfo": {"name": "bench", "version": "1"},
+                    },
+                }
+            )
+        )
+        relay.from_upstream(
+            orjson.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 0,
+                    "result": {
+                        "protocolVersion": "2025-11-25",
+                        "capabilities": {"tools": {}},
+                        "serverInfo": {"name": "bench", "version": "1"},
+                    },
+                }
+            )
+        )
+        requests = [
+            orjson.dumps(
+                {
+                    "method": "tools/call",
+                    "params": {"name": "echo", "arguments": {"text": "x"}, "_meta": {"progressToken": i}},
+                    "jsonrpc": "2.0",
+                    "id": i,
+                }
+            )
+            for i in range(1, pairs + 1)
+        ]
+        responses = [
+            orjson.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": i,
+                    "result": {
+                        "content": [{"type": "text", "text": "x"}],
+                        "structuredContent": {"result": "x"},
+                        "isError": False,
+                    },
+                }
+            )
+            for i in range(1, pairs + 1)
+        ]
 
         def run(first: int, last: int) -> None:
             for i in range(first, last):
@@ -75,8 +123,10 @@ async def measure(pairs: int, profile: bool) -> None:
             pstats.Stats(profiler).sort_stats("tottime").print_stats(15)
         if len(sent) != 2 * pairs + 2:  # a relay that drops messages would look fast
             raise SystemExit(f"the relay passed on {len(sent)} of {2 * pairs + 2} messages")
-        print(f"relay logic: {elapsed / (pairs - warm) * 1e6:.2f} us per request+response "
-              f"({pairs - warm} pairs{', profiled' if profile else ''})")
+        print(
+            f"relay logic: {elapsed / (pairs - warm) * 1e6:.2f} us per request+response "
+            f"({pairs - warm} pairs{', profiled' if profile else ''})"
+        )
         tg.cancel_scope.cancel()
 
 
@@ -86,9 +136,11 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="print the top functions by own time (cProfile)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:  # never the user's config, state or audit log
-        os.environ.update(MCP_SAMPLING_PROXY_CONFIG_DIR=os.path.join(scratch, "config"),
-                          MCP_SAMPLING_PROXY_STATE_DIR=os.path.join(scratch, "state"),
-                          MCP_SAMPLING_PROXY_NO_TERMINAL="1")
+        os.environ.update(
+            MCP_SAMPLING_PROXY_CONFIG_DIR=os.path.join(scratch, "config"),
+            MCP_SAMPLING_PROXY_STATE_DIR=os.path.join(scratch, "state"),
+            MCP_SAMPLING_PROXY_NO_TERMINAL="1",
+        )
         anyio.run(measure, args.pairs, args.profile, backend_options={"use_uvloop": True})
 
 

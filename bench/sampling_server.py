@@ -29,7 +29,7 @@ class Lines:
         while True:
             nl = self._buf.find(b"\n")
             if nl >= 0:
-                line, self._buf = self._buf[:nl], self._buf[nl + 1:]
+                line, self._buf = self._buf[:nl], self._buf[nl + 1 :]
                 if line.strip():
                     message: dict[str, Any] = json.loads(line)
                     return message
@@ -44,7 +44,7 @@ def send(message: dict[str, Any]) -> None:
     data = json.dumps(message, separators=(",", ":")).encode() + b"\n"
     view = memoryview(data)
     while view:
-        view = view[os.write(1, view):]
+        view = view[os.write(1, view) :]
 
 
 def answer_other(message: dict[str, Any]) -> None:

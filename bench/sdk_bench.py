@@ -139,8 +139,7 @@ def rotated(items: tuple[str, ...], i: int) -> tuple[str, ...]:
 
 def bench_env(workdir: Path) -> dict[str, str]:
     """What every mode's process gets: no LLM keys, no user config or policy, no terminal prompts."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("OPENAI_", "ANTHROPIC_", "MCP_SAMPLING_PROXY_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_", "MCP_SAMPLING_PROXY_"))}
     env["MCP_SAMPLING_PROXY_NO_TERMINAL"] = "1"
     env["MCP_SAMPLING_PROXY_CONFIG_DIR"] = str(workdir / "config")  # empty: never the user's default policy
     env["MCP_SAMPLING_PROXY_STATE_DIR"] = str(workdir / "state")
@@ -170,8 +169,9 @@ def stack_floor_mb(python: str) -> dict[str, float | None]:
     floor: dict[str, float | None] = {}
     for loop in ("asyncio", "uvloop"):
         try:
-            out = subprocess.run([python, "-c", STACK_FLOOR_SCRIPT, loop], capture_output=True, text=True,
-                                 timeout=60, check=True).stdout
+            out = subprocess.run(
+                [python, "-c", STACK_FLOOR_SCRIPT, loop], capture_output=True, text=True, timeout=60, check=True
+            ).stdout
             floor[loop] = float(json.loads(out))
         except (OSError, subprocess.SubprocessError, ValueError):
             floor[loop] = None
@@ -181,8 +181,12 @@ def stack_floor_mb(python: str) -> dict[str, float | None]:
 def compile_bytecode(python: str) -> None:
     """Write the proxy's bytecode first, as `pip install` does (PYTHONDONTWRITEBYTECODE=1 would make
     every start from a checkout compile from source, which no installed copy pays)."""
-    subprocess.run([python, "-m", "compileall", "-q", str(ROOT / "mcp_sampling_proxy")],
-                   env={**os.environ, "PYTHONDONTWRITEBYTECODE": ""}, check=False, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [python, "-m", "compileall", "-q", str(ROOT / "mcp_sampling_proxy")],
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": ""},
+        check=False,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -211,8 +215,11 @@ class Bench:
         self.workdir = workdir
         self.env = bench_env(workdir)
         server = shlex.split(args.server_cmd) if args.server_cmd else [args.python, SERVER_SCRIPT]
-        proxy = shlex.split(args.proxy_cmd) if args.proxy_cmd else [
-            args.python, "-m", "mcp_sampling_proxy", "--no-terminal"]
+        proxy = (
+            shlex.split(args.proxy_cmd)
+            if args.proxy_cmd
+            else [args.python, "-m", "mcp_sampling_proxy", "--no-terminal"]
+        )
         self.proxy_prefix = proxy
         self.commands = {
             "direct": server,
@@ -271,8 +278,10 @@ class Bench:
         except Exception as exc:
             await stack.aclose()
             why = "no initialize response in time" if timed_out else f"initialize failed: {leaf(exc)!r}"
-            raise BenchError(f"{mode} ({shlex.join(command)}): {why}; stderr ({errlog}) ends:\n"
-                             f"{errlog.read_text(errors='replace')[-1500:]}") from None
+            raise BenchError(
+                f"{mode} ({shlex.join(command)}): {why}; stderr ({errlog}) ends:\n"
+                f"{errlog.read_text(errors='replace')[-1500:]}"
+            ) from None
         finally:
             timer.cancel()
         spawn_s = time.perf_counter() - t0
@@ -284,8 +293,9 @@ class Bench:
         perf = time.perf_counter
         for i in range(n):
             t0 = perf()
-            result = await self.timed(session, "tools/call echo", session.client.call_tool(
-                "echo", {"text": "hello"}), self.args.timeout)
+            result = await self.timed(
+                session, "tools/call echo", session.client.call_tool("echo", {"text": "hello"}), self.args.timeout
+            )
             out.append(perf() - t0)
             if check and i == 0 and (result.is_error or getattr(result.content[0], "text", None) != "hello"):
                 raise self.fail(session, f"unexpected echo result: {result!r}"[:500])
@@ -332,18 +342,27 @@ class Bench:
                 first_p99[mode].append(pct(lat, 99) * 1e3)
                 first_p50[mode].append(pct(lat, 50) * 1e3)
                 first_max[mode].append(max(lat) * 1e3)
-            self.log(f"spawn run {i + 1}/{args.runs}: " + ", ".join(
-                f"{m} {spawn[m][-1]:.0f} ms (first-{args.first_calls} p99 {first_p99[m][-1]:.2f} ms)" for m in MODES))
+            self.log(
+                f"spawn run {i + 1}/{args.runs}: "
+                + ", ".join(
+                    f"{m} {spawn[m][-1]:.0f} ms (first-{args.first_calls} p99 {first_p99[m][-1]:.2f} ms)" for m in MODES
+                )
+            )
         out: dict[str, Any] = {"spawn": {}, "first": {}}
         for m in MODES:
             out["spawn"][m] = {"median_ms": statistics.median(spawn[m]), "runs_ms": spawn[m]}
-            out["first"][m] = {"p99_ms": statistics.median(first_p99[m]), "runs_p99_ms": first_p99[m],
-                               "runs_p50_ms": first_p50[m], "runs_max_ms": first_max[m]}
+            out["first"][m] = {
+                "p99_ms": statistics.median(first_p99[m]),
+                "runs_p99_ms": first_p99[m],
+                "runs_p50_ms": first_p50[m],
+                "runs_max_ms": first_max[m],
+            }
         for m in ("relay", "proxy"):
             out["spawn"][m]["added_ms"] = out["spawn"][m]["median_ms"] - out["spawn"]["direct"]["median_ms"]
             # each round's spawns are adjacent in time: the median of their differences is steadier
             out["spawn"][m]["paired_added_ms"] = statistics.median(
-                x - d for x, d in zip(spawn[m], spawn["direct"], strict=True))
+                x - d for x, d in zip(spawn[m], spawn["direct"], strict=True)
+            )
             out["first"][m]["ratio"] = out["first"][m]["p99_ms"] / out["first"]["direct"]["p99_ms"]
         return out
 
@@ -363,8 +382,9 @@ class Bench:
                 hop[m] = pid
             await asyncio.sleep(args.settle)
             rss_idle = {m: status_mb(pid, "VmRSS") for m, pid in hop.items()}
-            self.log(f"idle RSS after {args.settle:g} s: "
-                     + ", ".join(f"{m} {x or 0:.1f} MB" for m, x in rss_idle.items()))
+            self.log(
+                f"idle RSS after {args.settle:g} s: " + ", ".join(f"{m} {x or 0:.1f} MB" for m, x in rss_idle.items())
+            )
 
             for s in sessions.values():
                 await self.echo(s, args.warmup, [], check=True)
@@ -377,14 +397,21 @@ class Bench:
                     await self.echo(sessions[mode], n, lat[mode])
                 done += n
                 block += 1
-            echo: dict[str, Any] = {m: {"p50_ms": pct(v, 50) * 1e3, "p99_ms": pct(v, 99) * 1e3, "n": len(v)}
-                                    for m, v in lat.items()}
+            echo: dict[str, Any] = {
+                m: {"p50_ms": pct(v, 50) * 1e3, "p99_ms": pct(v, 99) * 1e3, "n": len(v)} for m, v in lat.items()
+            }
             for m in ("relay", "proxy"):
                 echo[m]["added_p50_ms"] = echo[m]["p50_ms"] - echo["direct"]["p50_ms"]
-                diffs = [pct(lat[m][i:i + CHUNK], 50) - pct(lat["direct"][i:i + CHUNK], 50)
-                         for i in range(0, len(lat["direct"]), CHUNK)]
-                echo[m]["blocks_added_p50_ms"] = {"median": pct(diffs, 50) * 1e3, "q25": pct(diffs, 25) * 1e3,
-                                                  "q75": pct(diffs, 75) * 1e3, "blocks": len(diffs)}
+                diffs = [
+                    pct(lat[m][i : i + CHUNK], 50) - pct(lat["direct"][i : i + CHUNK], 50)
+                    for i in range(0, len(lat["direct"]), CHUNK)
+                ]
+                echo[m]["blocks_added_p50_ms"] = {
+                    "median": pct(diffs, 50) * 1e3,
+                    "q25": pct(diffs, 25) * 1e3,
+                    "q75": pct(diffs, 75) * 1e3,
+                    "blocks": len(diffs),
+                }
 
             self.log(f"concurrent: bursts of {args.concurrency} ...")
             for s in sessions.values():
@@ -402,8 +429,9 @@ class Bench:
                     bursts[mode].append(await self.burst(sessions[mode], args.concurrency) * 1e3)
                     for k, pid in mine.items():
                         cpu_ns[k] += threads_cpu_ns(pid) - before[k]
-            concurrent: dict[str, Any] = {m: {"median_ms": statistics.median(v), "runs_ms": v}
-                                          for m, v in bursts.items()}
+            concurrent: dict[str, Any] = {
+                m: {"median_ms": statistics.median(v), "runs_ms": v} for m, v in bursts.items()
+            }
             calls = args.bursts * args.concurrency
             concurrent["cpu_us_per_call"] = {k: ns / 1e3 / calls for k, ns in cpu_ns.items()}
             for m in ("relay", "proxy"):
@@ -417,8 +445,12 @@ class Bench:
 
             self.log(f"big result: {args.big_size} bytes through relay and proxy ...")
             for m in ("relay", "proxy"):
-                result = await self.timed(sessions[m], "tools/call big", sessions[m].client.call_tool(
-                    "big", {"size": args.big_size}), args.timeout * 4)
+                result = await self.timed(
+                    sessions[m],
+                    "tools/call big",
+                    sessions[m].client.call_tool("big", {"size": args.big_size}),
+                    args.timeout * 4,
+                )
                 got = len(getattr(result.content[0], "text", "")) if result.content else 0
                 if got != args.big_size:
                     raise self.fail(sessions[m], f"big({args.big_size}) returned {got} characters")
@@ -438,13 +470,19 @@ class Bench:
 
         args = self.args
         llm_log = open(self.workdir / "llm.stderr.log", "wb")  # noqa: SIM115
-        llm = subprocess.Popen([args.python, LLM_SERVER, "--kind", "openai", "--port", "0", "--model", LLM_MODEL],
-                               stdout=subprocess.PIPE, stderr=llm_log, start_new_session=True, text=True)
+        llm = subprocess.Popen(
+            [args.python, LLM_SERVER, "--kind", "openai", "--port", "0", "--model", LLM_MODEL],
+            stdout=subprocess.PIPE,
+            stderr=llm_log,
+            start_new_session=True,
+            text=True,
+        )
         session: Session | None = None
         try:
             assert llm.stdout is not None
-            base_url = await self.timed(None, "the loopback LLM's start", asyncio.to_thread(llm.stdout.readline),
-                                        args.timeout)
+            base_url = await self.timed(
+                None, "the loopback LLM's start", asyncio.to_thread(llm.stdout.readline), args.timeout
+            )
             base_url = base_url.strip()
             if not base_url.startswith("http"):
                 raise BenchError(f"the loopback LLM did not start: {base_url!r}")
@@ -454,7 +492,9 @@ class Bench:
                 "llm:\n  providers:\n    fake:\n      type: openai\n"
                 f"      base_url: {base_url}\n      models: [{LLM_MODEL}]\n"
                 "rules:\n  - name: allow-all\n    action: allow\n"
-                f"audit:\n  path: {json.dumps(str(audit))}\n  fsync: true\n", encoding="utf-8")
+                f"audit:\n  path: {json.dumps(str(audit))}\n  fsync: true\n",
+                encoding="utf-8",
+            )
             command = [*self.proxy_prefix, "--policy", str(policy), "--", args.python, SAMPLING_SERVER]
             session = await self.open("proxy", command, "sampling-proxy")
 
@@ -463,8 +503,12 @@ class Bench:
             async def through_proxy(count: int) -> list[float]:
                 assert session is not None and session.pid is not None
                 before = threads_cpu_ns(session.pid)
-                result = await self.timed(session, "tools/call sample", session.client.call_tool(
-                    "sample", {"count": count, "params": SAMPLING_PARAMS}), args.timeout * 4)
+                result = await self.timed(
+                    session,
+                    "tools/call sample",
+                    session.client.call_tool("sample", {"count": count, "params": SAMPLING_PARAMS}),
+                    args.timeout * 4,
+                )
                 cpu_ns["proxy"] += threads_cpu_ns(session.pid) - before
                 summary = json.loads(getattr(result.content[0], "text", "{}"))
                 if result.is_error or summary.get("errors"):
@@ -472,8 +516,9 @@ class Bench:
                 return [float(x) for x in summary["ms"]]
 
             first = (await through_proxy(1))[0]  # the first sampling request after start (start-up work)
-            async with httpx.AsyncClient(base_url=base_url, headers={"content-type": "application/json"},
-                                         timeout=args.timeout) as http:
+            async with httpx.AsyncClient(
+                base_url=base_url, headers={"content-type": "application/json"}, timeout=args.timeout
+            ) as http:
 
                 async def direct(count: int) -> list[float]:
                     out: list[float] = []
@@ -492,8 +537,7 @@ class Bench:
                 await through_proxy(warm)
                 cpu_ns.update(proxy=0, direct=0)
                 times: dict[str, list[float]] = {"direct": [], "proxy": []}
-                runners: dict[str, Callable[[int], Awaitable[list[float]]]] = {"direct": direct,
-                                                                                "proxy": through_proxy}
+                runners: dict[str, Callable[[int], Awaitable[list[float]]]] = {"direct": direct, "proxy": through_proxy}
                 done, block = 0, 0
                 while done < args.sampling:
                     n = min(SAMPLING_BLOCK, args.sampling - done)
@@ -510,15 +554,23 @@ class Bench:
             med = {m: statistics.median(v) for m, v in times.items()}
             # Each block of the two modes runs back to back: the median of the blocks' differences
             # cancels the machine's drift between blocks, as the concurrent row's rounds do.
-            blocks = [statistics.median(times["proxy"][i:i + SAMPLING_BLOCK])
-                      - statistics.median(times["direct"][i:i + SAMPLING_BLOCK])
-                      for i in range(0, len(times["direct"]), SAMPLING_BLOCK)]
-            return {"direct": {"median_ms": med["direct"], "p90_ms": pct(times["direct"], 90), "ms": times["direct"]},
-                    "proxy": {"median_ms": med["proxy"], "p90_ms": pct(times["proxy"], 90), "ms": times["proxy"]},
-                    "added_ms": statistics.median(blocks), "added_iqr_ms": [pct(blocks, 25), pct(blocks, 75)],
-                    "added_of_medians_ms": med["proxy"] - med["direct"], "n": args.sampling,
-                    "first_request_ms": first, "audit_records": records, "audit_fsync": True,
-                    "cpu_us_per_request": {m: cpu_ns[m] / args.sampling / 1e3 for m in cpu_ns}}
+            blocks = [
+                statistics.median(times["proxy"][i : i + SAMPLING_BLOCK])
+                - statistics.median(times["direct"][i : i + SAMPLING_BLOCK])
+                for i in range(0, len(times["direct"]), SAMPLING_BLOCK)
+            ]
+            return {
+                "direct": {"median_ms": med["direct"], "p90_ms": pct(times["direct"], 90), "ms": times["direct"]},
+                "proxy": {"median_ms": med["proxy"], "p90_ms": pct(times["proxy"], 90), "ms": times["proxy"]},
+                "added_ms": statistics.median(blocks),
+                "added_iqr_ms": [pct(blocks, 25), pct(blocks, 75)],
+                "added_of_medians_ms": med["proxy"] - med["direct"],
+                "n": args.sampling,
+                "first_request_ms": first,
+                "audit_records": records,
+                "audit_fsync": True,
+                "cpu_us_per_request": {m: cpu_ns[m] / args.sampling / 1e3 for m in cpu_ns},
+            }
         finally:
             if session is not None:
                 with contextlib.suppress(Exception):
@@ -547,10 +599,21 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     compile_bytecode(args.python)
     result: dict[str, Any] = {
         "commands": {m: shlex.join(c) for m, c in bench.commands.items()},
-        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0],
-                    "loadavg_start": list(os.getloadavg())},
-        "settings": {k: getattr(args, k) for k in ("runs", "first_calls", "calls", "warmup", "concurrency",
-                                                   "bursts", "big_size", "settle", "sampling")},
+        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "loadavg_start": list(os.getloadavg())},
+        "settings": {
+            k: getattr(args, k)
+            for k in (
+                "runs",
+                "first_calls",
+                "calls",
+                "warmup",
+                "concurrency",
+                "bursts",
+                "big_size",
+                "settle",
+                "sampling",
+            )
+        },
         "targets": TARGETS,
     }
     started = time.perf_counter()
@@ -587,8 +650,9 @@ def verdict(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "rss_peak_mb": r["memory"]["proxy"]["peak_mb"] if "memory" in r else None,
         "sampling_added_ms": r["sampling"]["added_ms"] if "sampling" in r else None,
     }
-    return {k: {"value": v, "target": TARGETS[k], "pass": None if v is None else v <= TARGETS[k]}
-            for k, v in values.items()}
+    return {
+        k: {"value": v, "target": TARGETS[k], "pass": None if v is None else v <= TARGETS[k]} for k, v in values.items()
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -610,31 +674,56 @@ def render(r: dict[str, Any]) -> str:
 
     if "spawn" in r:
         sp = r["spawn"]
-        rows.append((f"spawn to initialize (median of {s['runs']})", ms(sp["direct"]["median_ms"], 0),
-                     f"{ms(sp['relay']['median_ms'], 0)} ({sp['relay']['added_ms']:+.0f})",
-                     f"{ms(sp['proxy']['median_ms'], 0)} ({sp['proxy']['added_ms']:+.0f})",
-                     f"{sp['proxy']['added_ms']:+.1f} ms (paired {sp['proxy']['paired_added_ms']:+.1f})",
-                     "<= +50 ms", mark(v["spawn_added_ms"]["pass"])))
+        rows.append(
+            (
+                f"spawn to initialize (median of {s['runs']})",
+                ms(sp["direct"]["median_ms"], 0),
+                f"{ms(sp['relay']['median_ms'], 0)} ({sp['relay']['added_ms']:+.0f})",
+                f"{ms(sp['proxy']['median_ms'], 0)} ({sp['proxy']['added_ms']:+.0f})",
+                f"{sp['proxy']['added_ms']:+.1f} ms (paired {sp['proxy']['paired_added_ms']:+.1f})",
+                "<= +50 ms",
+                mark(v["spawn_added_ms"]["pass"]),
+            )
+        )
     e = r.get("echo")
     if e is not None:
-        rows.append((f"sequential echo p50 (n={e['direct']['n']})", ms(e["direct"]["p50_ms"], 3),
-                     f"{ms(e['relay']['p50_ms'], 3)} ({e['relay']['added_p50_ms']:+.3f})",
-                     f"{ms(e['proxy']['p50_ms'], 3)} ({e['proxy']['added_p50_ms']:+.3f})",
-                     f"{e['proxy']['added_p50_ms']:+.3f} ms", "<= +0.06 ms", mark(v["echo_p50_added_ms"]["pass"])))
+        rows.append(
+            (
+                f"sequential echo p50 (n={e['direct']['n']})",
+                ms(e["direct"]["p50_ms"], 3),
+                f"{ms(e['relay']['p50_ms'], 3)} ({e['relay']['added_p50_ms']:+.3f})",
+                f"{ms(e['proxy']['p50_ms'], 3)} ({e['proxy']['added_p50_ms']:+.3f})",
+                f"{e['proxy']['added_p50_ms']:+.3f} ms",
+                "<= +0.06 ms",
+                mark(v["echo_p50_added_ms"]["pass"]),
+            )
+        )
     if "first" in r:
         f = r["first"]
-        rows.append((f"echo p99, first {s['first_calls']} calls after start (median of {s['runs']})",
-                     ms(f["direct"]["p99_ms"], 2), f"{ms(f['relay']['p99_ms'], 2)} (x{f['relay']['ratio']:.2f})",
-                     f"{ms(f['proxy']['p99_ms'], 2)} (x{f['proxy']['ratio']:.2f})",
-                     f"x{f['proxy']['ratio']:.2f} ({f['proxy']['p99_ms'] - f['direct']['p99_ms']:+.2f} ms)",
-                     "<= x1.3", mark(v["first_p99_ratio"]["pass"])))
+        rows.append(
+            (
+                f"echo p99, first {s['first_calls']} calls after start (median of {s['runs']})",
+                ms(f["direct"]["p99_ms"], 2),
+                f"{ms(f['relay']['p99_ms'], 2)} (x{f['relay']['ratio']:.2f})",
+                f"{ms(f['proxy']['p99_ms'], 2)} (x{f['proxy']['ratio']:.2f})",
+                f"x{f['proxy']['ratio']:.2f} ({f['proxy']['p99_ms'] - f['direct']['p99_ms']:+.2f} ms)",
+                "<= x1.3",
+                mark(v["first_p99_ratio"]["pass"]),
+            )
+        )
     c = r.get("concurrent")
     if c is not None:
-        rows.append((f"{s['concurrency']} concurrent calls (paired median of {s['bursts']})",
-                     ms(c["direct"]["median_ms"], 0),
-                     f"{ms(c['relay']['median_ms'], 0)} (x{c['relay']['ratio']:.3f})",
-                     f"{ms(c['proxy']['median_ms'], 0)} (x{c['proxy']['ratio']:.3f})", f"x{c['proxy']['ratio']:.3f}",
-                     "<= x1.02", mark(v["concurrent_ratio"]["pass"])))
+        rows.append(
+            (
+                f"{s['concurrency']} concurrent calls (paired median of {s['bursts']})",
+                ms(c["direct"]["median_ms"], 0),
+                f"{ms(c['relay']['median_ms'], 0)} (x{c['relay']['ratio']:.3f})",
+                f"{ms(c['proxy']['median_ms'], 0)} (x{c['proxy']['ratio']:.3f})",
+                f"x{c['proxy']['ratio']:.3f}",
+                "<= x1.02",
+                mark(v["concurrent_ratio"]["pass"]),
+            )
+        )
     mem = r.get("memory")
 
     def mb(m: str) -> str:
@@ -643,60 +732,104 @@ def render(r: dict[str, Any]) -> str:
         return f"{idle:.1f} / {peak:.1f} MB" if idle is not None and peak is not None else "?"
 
     if mem is not None:
-        rss_ok = None if v["rss_idle_mb"]["pass"] is None or v["rss_peak_mb"]["pass"] is None else (
-            v["rss_idle_mb"]["pass"] and v["rss_peak_mb"]["pass"])
-        rows.append((f"RSS idle / peak after a {s['big_size'] / 1e6:g} MB result", "-", mb("relay"), mb("proxy"),
-                     mb("proxy"), "<= 28 / 45 MB", mark(rss_ok)))
+        rss_ok = (
+            None
+            if v["rss_idle_mb"]["pass"] is None or v["rss_peak_mb"]["pass"] is None
+            else (v["rss_idle_mb"]["pass"] and v["rss_peak_mb"]["pass"])
+        )
+        rows.append(
+            (
+                f"RSS idle / peak after a {s['big_size'] / 1e6:g} MB result",
+                "-",
+                mb("relay"),
+                mb("proxy"),
+                mb("proxy"),
+                "<= 28 / 45 MB",
+                mark(rss_ok),
+            )
+        )
     if "sampling" in r:
         sm = r["sampling"]
-        rows.append((f"sampling round trip over the LLM call (n={sm['n']}, paired blocks)",
-                     f"{ms(sm['direct']['median_ms'], 2)} (httpx)", "-", ms(sm["proxy"]["median_ms"], 2),
-                     f"{sm['added_ms']:+.3f} ms", "<= +0.3 ms, audit fsync", mark(v["sampling_added_ms"]["pass"])))
+        rows.append(
+            (
+                f"sampling round trip over the LLM call (n={sm['n']}, paired blocks)",
+                f"{ms(sm['direct']['median_ms'], 2)} (httpx)",
+                "-",
+                ms(sm["proxy"]["median_ms"], 2),
+                f"{sm['added_ms']:+.3f} ms",
+                "<= +0.3 ms, audit fsync",
+                mark(v["sampling_added_ms"]["pass"]),
+            )
+        )
 
     header = ("measurement", "direct", "byte relay", "proxy", "added / ratio", "target", "")
     widths = [max(len(x[i]) for x in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip(),
-             "  ".join("-" * w for w in widths)]
+    lines = [
+        "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip(),
+        "  ".join("-" * w for w in widths),
+    ]
     lines += ["  ".join(col.ljust(w) for col, w in zip(x, widths, strict=True)).rstrip() for x in rows]
     lines.append("")
     for m in ("relay", "proxy") if e is not None else ():
         blk = e[m]["blocks_added_p50_ms"]
-        lines.append(f"{LABELS[m]}: added echo p50 per block of {CHUNK} calls: median {blk['median']:+.3f} ms, "
-                     f"IQR [{blk['q25']:+.3f}, {blk['q75']:+.3f}] ms over {blk['blocks']} blocks")
+        lines.append(
+            f"{LABELS[m]}: added echo p50 per block of {CHUNK} calls: median {blk['median']:+.3f} ms, "
+            f"IQR [{blk['q25']:+.3f}, {blk['q75']:+.3f}] ms over {blk['blocks']} blocks"
+        )
     if mem is not None and mem.get("stack_floor_mb"):
         floor = mem["stack_floor_mb"]
-        lines.append("RSS floor of the required stack alone (interpreter, anyio's loop running, structlog, PyYAML; "
-                     "no proxy code): " + ", ".join(f"on {k} {x:.1f} MB" if x is not None else f"on {k} ?"
-                                                    for k, x in floor.items()))
+        lines.append(
+            "RSS floor of the required stack alone (interpreter, anyio's loop running, structlog, PyYAML; "
+            "no proxy code): "
+            + ", ".join(f"on {k} {x:.1f} MB" if x is not None else f"on {k} ?" for k, x in floor.items())
+        )
     if c is not None and "cpu_us_per_call" in c:
         cpu = c["cpu_us_per_call"]
-        lines.append("concurrent calls, CPU per call: " + ", ".join(f"{k} {v:.0f} us" for k, v in cpu.items())
-                     + " (the SDK client's own work, in this process, is not counted)")
+        lines.append(
+            "concurrent calls, CPU per call: "
+            + ", ".join(f"{k} {v:.0f} us" for k, v in cpu.items())
+            + " (the SDK client's own work, in this process, is not counted)"
+        )
     if c is not None:
-        lines.append("concurrent calls: " + "; ".join(
-            f"{LABELS[m]} ratio of medians x{c[m]['ratio_of_medians']:.3f}, rounds' ratios IQR "
-            f"[x{c[m]['ratio_iqr'][0]:.3f}, x{c[m]['ratio_iqr'][1]:.3f}]" for m in ("relay", "proxy")))
+        lines.append(
+            "concurrent calls: "
+            + "; ".join(
+                f"{LABELS[m]} ratio of medians x{c[m]['ratio_of_medians']:.3f}, rounds' ratios IQR "
+                f"[x{c[m]['ratio_iqr'][0]:.3f}, x{c[m]['ratio_iqr'][1]:.3f}]"
+                for m in ("relay", "proxy")
+            )
+        )
     if "first" in r:
         f = r["first"]
-        lines.append("slowest of the first calls, per run: " + "; ".join(
-            f"{LABELS[m]} " + ", ".join(f"{x:.1f}" for x in f[m]["runs_max_ms"]) + " ms" for m in MODES))
+        lines.append(
+            "slowest of the first calls, per run: "
+            + "; ".join(f"{LABELS[m]} " + ", ".join(f"{x:.1f}" for x in f[m]["runs_max_ms"]) + " ms" for m in MODES)
+        )
     if "sampling" in r:
         sm = r["sampling"]
-        lines.append(f"sampling: added per block of {SAMPLING_BLOCK}: median {sm['added_ms']:+.3f} ms (the figure), "
-                     f"IQR [{sm['added_iqr_ms'][0]:+.3f}, {sm['added_iqr_ms'][1]:+.3f}] ms; difference of the medians "
-                     f"{sm['added_of_medians_ms']:+.3f} ms")
+        lines.append(
+            f"sampling: added per block of {SAMPLING_BLOCK}: median {sm['added_ms']:+.3f} ms (the figure), "
+            f"IQR [{sm['added_iqr_ms'][0]:+.3f}, {sm['added_iqr_ms'][1]:+.3f}] ms; difference of the medians "
+            f"{sm['added_of_medians_ms']:+.3f} ms"
+        )
         cpu = sm["cpu_us_per_request"]
-        lines.append(f"sampling: CPU per request: proxy {cpu['proxy']:.0f} us (all its work, its LLM call included), "
-                     f"the benchmark's direct httpx call {cpu['direct']:.0f} us: the proxy's own work is about "
-                     f"{cpu['proxy'] - cpu['direct']:.0f} us (steadier than the latencies on a busy machine)")
-        lines.append(f"sampling: first request after start {sm['first_request_ms']:.1f} ms; p90 direct "
-                     f"{sm['direct']['p90_ms']:.2f} ms, proxy {sm['proxy']['p90_ms']:.2f} ms; "
-                     f"{sm['audit_records']} audit records written with fsync")
+        lines.append(
+            f"sampling: CPU per request: proxy {cpu['proxy']:.0f} us (all its work, its LLM call included), "
+            f"the benchmark's direct httpx call {cpu['direct']:.0f} us: the proxy's own work is about "
+            f"{cpu['proxy'] - cpu['direct']:.0f} us (steadier than the latencies on a busy machine)"
+        )
+        lines.append(
+            f"sampling: first request after start {sm['first_request_ms']:.1f} ms; p90 direct "
+            f"{sm['direct']['p90_ms']:.2f} ms, proxy {sm['proxy']['p90_ms']:.2f} ms; "
+            f"{sm['audit_records']} audit records written with fsync"
+        )
     machine = r["machine"]
     busy = machine["loadavg_start"][0] > 0.5 * (machine["cpus"] or 1)
-    lines.append(f"load average (1/5/15 min) at start: {' '.join(f'{x:.2f}' for x in machine['loadavg_start'])}, "
-                 f"at end: {' '.join(f'{x:.2f}' for x in machine['loadavg_end'])} on {machine['cpus']} CPUs"
-                 + ("  <- other work was running: expect noisy figures" if busy else ""))
+    lines.append(
+        f"load average (1/5/15 min) at start: {' '.join(f'{x:.2f}' for x in machine['loadavg_start'])}, "
+        f"at end: {' '.join(f'{x:.2f}' for x in machine['loadavg_end'])} on {machine['cpus']} CPUs"
+        + ("  <- other work was running: expect noisy figures" if busy else "")
+    )
     lines.append(f"wall time: {r['wall_s']:.0f} s")
     failed = [k for k, x in v.items() if x["pass"] is False]
     lines.append("overall: " + ("PASS" if not failed else "FAIL (" + ", ".join(failed) + ")"))
@@ -704,17 +837,35 @@ def render(r: dict[str, Any]) -> str:
 
 
 PARTS = frozenset({"spawn", "steady", "sampling"})
-QUICK = {"runs": 1, "first_calls": 10, "calls": 10, "warmup": 3, "concurrency": 10, "bursts": 1, "big_size": 100_000,
-         "settle": 0.1, "sampling": 4}
+QUICK = {
+    "runs": 1,
+    "first_calls": 10,
+    "calls": 10,
+    "warmup": 3,
+    "concurrency": 10,
+    "bursts": 1,
+    "big_size": 100_000,
+    "settle": 0.1,
+    "sampling": 4,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=5, help="fresh spawns per mode (spawn time, first calls; 0 "
-                                                            "skips them); also concurrent bursts (default 5)")
-    parser.add_argument("--first-calls", type=int, default=500,
-                        help="sequential calls right after each fresh initialize, for their p99 (default 500)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=5,
+        help="fresh spawns per mode (spawn time, first calls; 0 skips them); also concurrent bursts (default 5)",
+    )
+    parser.add_argument(
+        "--first-calls",
+        type=int,
+        default=500,
+        help="sequential calls right after each fresh initialize, for their p99 (default 500)",
+    )
     parser.add_argument("--calls", type=int, default=500, help="sequential calls per mode on warm sessions (500)")
     parser.add_argument("--warmup", type=int, default=100, help="warm-up calls per warm session (default 100)")
     parser.add_argument("--concurrency", type=int, default=500, help="calls per concurrent burst (default 500)")
@@ -722,15 +873,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--big-size", type=int, default=5_000_000, help="bytes of the big result (default 5e6)")
     parser.add_argument("--settle", type=float, default=1.0, help="seconds after initialize before idle RSS (1)")
     parser.add_argument("--sampling", type=int, default=200, help="sampling requests per mode (default 200; 0 skips)")
-    parser.add_argument("--only", type=lambda x: {p.strip() for p in x.split(",") if p.strip()}, default=PARTS,
-                        metavar="PARTS", help="comma-separated parts to run: spawn (spawn time, first calls), steady "
-                        "(echo p50, concurrent calls, RSS), sampling (default: all three)")
-    parser.add_argument("--quick", action="store_true",
-                        help="tiny sizes, every row once (a smoke test: the figures mean nothing)")
-    parser.add_argument("--server-cmd", help="another MCP server for the three modes (shell-split; default: "
-                                             "PYTHON tests/fixtures/kitchen_sink_server.py; it needs echo and big)")
-    parser.add_argument("--proxy-cmd", help="replace 'PYTHON -m mcp_sampling_proxy --no-terminal' (shell-split; "
-                                            "'-- SERVER' is appended); its first process must be the proxy")
+    parser.add_argument(
+        "--only",
+        type=lambda x: {p.strip() for p in x.split(",") if p.strip()},
+        default=PARTS,
+        metavar="PARTS",
+        help="comma-separated parts to run: spawn (spawn time, first calls), steady "
+        "(echo p50, concurrent calls, RSS), sampling (default: all three)",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="tiny sizes, every row once (a smoke test: the figures mean nothing)"
+    )
+    parser.add_argument(
+        "--server-cmd",
+        help="another MCP server for the three modes (shell-split; default: "
+        "PYTHON tests/fixtures/kitchen_sink_server.py; it needs echo and big)",
+    )
+    parser.add_argument(
+        "--proxy-cmd",
+        help="replace 'PYTHON -m mcp_sampling_proxy --no-terminal' (shell-split; "
+        "'-- SERVER' is appended); its first process must be the proxy",
+    )
     parser.add_argument("--python", default=sys.executable, help="interpreter for servers, relay and proxy")
     parser.add_argument("--timeout", type=float, default=30.0, help="per-operation timeout in seconds (30)")
     parser.add_argument("--json", action="store_true", help="print JSON (every sample) instead of the table")
@@ -740,19 +903,27 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         for key, value in QUICK.items():
             setattr(args, key, value)
-    if min(args.first_calls, args.calls, args.concurrency, args.bursts, args.big_size) < 1 or args.runs < 0 \
-            or args.sampling < 0:
-        parser.error("--first-calls, --calls, --concurrency, --bursts and --big-size must be >= 1; --runs, --sampling "
-                     ">= 0")
+    if (
+        min(args.first_calls, args.calls, args.concurrency, args.bursts, args.big_size) < 1
+        or args.runs < 0
+        or args.sampling < 0
+    ):
+        parser.error(
+            "--first-calls, --calls, --concurrency, --bursts and --big-size must be >= 1; --runs, --sampling >= 0"
+        )
     if args.only - PARTS or not args.only:
-        parser.error(f"--only takes a comma-separated list of {', '.join(sorted(PARTS))}; got "
-                     f"{', '.join(sorted(args.only)) or 'nothing'}")
+        parser.error(
+            f"--only takes a comma-separated list of {', '.join(sorted(PARTS))}; got "
+            f"{', '.join(sorted(args.only)) or 'nothing'}"
+        )
     if not args.json:
         for mode in MODES:
             cmd = shlex.join(Bench(args, Path("/nonexistent")).commands[mode])
             print(f"{LABELS[mode] + ':':12} {cmd}")
-        print(f"host:        mcp SDK Client over stdio; {os.cpu_count()} CPUs, Python {sys.version.split()[0]}",
-              flush=True)
+        print(
+            f"host:        mcp SDK Client over stdio; {os.cpu_count()} CPUs, Python {sys.version.split()[0]}",
+            flush=True,
+        )
     try:
         result = asyncio.run(run(args))
     except BenchError as exc:

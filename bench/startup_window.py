@@ -30,8 +30,14 @@ def window(command: list[str], env: dict[str, str], cwd: str) -> float | None:
     drop = os.geteuid() == 0
     prefix = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"] if drop else []
     started = time.perf_counter()
-    process = subprocess.Popen([*prefix, *command], env=env, cwd=cwd, stdin=subprocess.PIPE,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [*prefix, *command],
+        env=env,
+        cwd=cwd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     environ = f"/proc/{process.pid}/environ"
     ours = False  # as root: wait for setpriv's switch to nobody before watching for root
     found = None
@@ -60,13 +66,27 @@ def main() -> int:
         policy.write_text("sandbox: off\nrules: []\n")
         policy.chmod(0o644)
         path = os.pathsep.join([str(ROOT), *[p for p in sys.path if p.endswith("site-packages")]])
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": path, "HOME": scratch,
-               "EXAMPLE_API_KEY": "sk-" + "x" * 40}
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "PYTHONPATH": path,
+            "HOME": scratch,
+            "EXAMPLE_API_KEY": "sk-" + "x" * 40,
+        }
         cases = {
             "python, prctl first": [python, "-c", PRCTL_FIRST],
             "python -S, prctl first": [python, "-S", "-c", PRCTL_FIRST],
-            "mcp-sampling-proxy": [python, "-m", "mcp_sampling_proxy", "--no-terminal", "--policy", str(policy),
-                                   "--", python, "-c", "import sys; sys.stdin.read()"],
+            "mcp-sampling-proxy": [
+                python,
+                "-m",
+                "mcp_sampling_proxy",
+                "--no-terminal",
+                "--policy",
+                str(policy),
+                "--",
+                python,
+                "-c",
+                "import sys; sys.stdin.read()",
+            ],
         }
         samples: dict[str, list[float]] = {name: [] for name in cases}
         for _ in range(args.rounds):
@@ -79,8 +99,10 @@ def main() -> int:
         if not values:
             print(f"  {name:24s} never turned root's (not Linux, or prctl failed)")
             continue
-        print(f"  {name:24s} median {statistics.median(values) * 1000:6.1f} ms   "
-              f"p90 {sorted(values)[int(len(values) * 0.9)] * 1000:6.1f} ms")
+        print(
+            f"  {name:24s} median {statistics.median(values) * 1000:6.1f} ms   "
+            f"p90 {sorted(values)[int(len(values) * 0.9)] * 1000:6.1f} ms"
+        )
     return 0
 
 

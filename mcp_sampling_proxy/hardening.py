@@ -196,7 +196,7 @@ def parent_pid(pid: int) -> int | None:
     except OSError:
         return None
     # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ')'
-    fields = stat[stat.rfind(b")") + 2:].split()
+    fields = stat[stat.rfind(b")") + 2 :].split()
     try:
         return int(fields[1])
     except (IndexError, ValueError):

@@ -20,8 +20,29 @@ from urllib.parse import urlsplit
 # Cc control, Cf format (zero-width, bidi), Cs/Co/Cn surrogate, private, unassigned,
 # Zl/Zp line and paragraph separators: nothing a reader can see, so nothing a name may hold.
 _INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
-_RUNNERS = frozenset({"npx", "pnpx", "bunx", "uvx", "pipx", "uv", "pnpm", "yarn", "bun", "deno", "node",
-                      "python", "python3", "docker", "podman", "sh", "bash", "env", "npm"})
+_RUNNERS = frozenset(
+    {
+        "npx",
+        "pnpx",
+        "bunx",
+        "uvx",
+        "pipx",
+        "uv",
+        "pnpm",
+        "yarn",
+        "bun",
+        "deno",
+        "node",
+        "python",
+        "python3",
+        "docker",
+        "podman",
+        "sh",
+        "bash",
+        "env",
+        "npm",
+    }
+)
 _RUNNER_WORDS = frozenset({"run", "exec", "dlx", "x", "tool"})  # `uv run`, `pnpm dlx`, `pipx run`, `docker run`
 _SCRIPT_SUFFIX = re.compile(r"\.(py|js|mjs|cjs|ts|sh|exe)$", re.IGNORECASE)
 

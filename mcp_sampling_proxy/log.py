@@ -49,8 +49,14 @@ def add_secret(value: str) -> None:
 def scrub_secrets(_logger: Any, _method: str, event: EventDict) -> EventDict:
     if not _redactor.secrets:
         return event
-    return {k: _redactor.scrub_value(v) if isinstance(v, str | dict | list | tuple) else
-            _redactor.scrub(str(v)) if isinstance(v, BaseException) else v for k, v in event.items()}
+    return {
+        k: _redactor.scrub_value(v)
+        if isinstance(v, str | dict | list | tuple)
+        else _redactor.scrub(str(v))
+        if isinstance(v, BaseException)
+        else v
+        for k, v in event.items()
+    }
 
 
 def terminal_safe(_logger: Any, _method: str, event: EventDict) -> EventDict:

@@ -66,16 +66,22 @@ def _p(kind: str, regex: str, check: Callable[[str], bool] | None = None, flags:
 # Order matters: the multi-line and composite shapes first, so that e.g. a JWT inside a bearer
 # header is masked as a JWT and an Anthropic key is not taken for an OpenAI one.
 BUILTIN_PATTERNS: tuple[Pattern, ...] = (
-    _p("private-key", r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
-       r"[\s\S]*?(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\Z)"),
+    _p(
+        "private-key",
+        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
+        r"[\s\S]*?(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\Z)",
+    ),
     _p("jwt", r"\beyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"),
     _p("anthropic-key", r"\bsk-ant-[A-Za-z0-9]{2,10}-[A-Za-z0-9_-]{20,}"),
     _p("openai-key", r"\bsk-(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_-]{20,}"),
     _p("google-key", r"\bAIza[0-9A-Za-z_-]{35}"),
     _p("google-oauth-token", r"\bya29\.[0-9A-Za-z_-]{20,}"),
     _p("aws-access-key-id", r"\b(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[0-9A-Z]{16}\b"),
-    _p("aws-secret-key", r"(?i)aws.{0,20}?(?:secret|private)?.{0,20}?(?:key|token)[\"']?\s*[:=]\s*[\"']?"
-       r"(?P<secret>[A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])"),
+    _p(
+        "aws-secret-key",
+        r"(?i)aws.{0,20}?(?:secret|private)?.{0,20}?(?:key|token)[\"']?\s*[:=]\s*[\"']?"
+        r"(?P<secret>[A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])",
+    ),
     _p("github-token", r"\b(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})"),
     _p("slack-token", r"\bxox[abposre]-[A-Za-z0-9-]{10,}"),
     _p("slack-webhook", r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/+-]{20,}"),
@@ -89,8 +95,9 @@ BUILTIN_PATTERNS: tuple[Pattern, ...] = (
 class Redactor:
     """Masks configured key values (`scrub`) and secret shapes (`redact`) in text and JSON values."""
 
-    def __init__(self, secrets: Iterable[str] = (), patterns: Iterable[re.Pattern[str] | str] = (), *,
-                 runs: bool = False):
+    def __init__(
+        self, secrets: Iterable[str] = (), patterns: Iterable[re.Pattern[str] | str] = (), *, runs: bool = False
+    ):
         # Longest first, so a key is masked whole before any value that is a part of it.
         self.secrets = tuple(sorted({s for s in secrets if len(s) >= MIN_SECRET_LENGTH}, key=len, reverse=True))
         user = tuple(Pattern("custom", re.compile(p) if isinstance(p, str) else p) for p in patterns)
@@ -145,8 +152,9 @@ class WholeKeys:
     """Finds whole configured keys (each whitespace-separated piece of 8+ characters) in a text."""
 
     def __init__(self, secrets: Iterable[str]):
-        pieces = sorted({piece for s in secrets for piece in s.split() if len(piece) >= MIN_SECRET_LENGTH},
-                        key=len, reverse=True)
+        pieces = sorted(
+            {piece for s in secrets for piece in s.split() if len(piece) >= MIN_SECRET_LENGTH}, key=len, reverse=True
+        )
         self.windows = set(pieces)  # (named as KeyRuns' for `Redactor.may_hold_key_json`)
         self._pattern = re.compile("|".join(map(re.escape, pieces))) if pieces else None
         self.verbatim_in_json = not any(c in '"\\' or c < " " for p in pieces for c in p)
@@ -174,8 +182,8 @@ class KeyRuns:
         # Split on whitespace: a header value "Bearer KEY" must mask the key, not eat the space
         # before an echoed key (no API key contains whitespace).
         pieces = {piece for s in secrets for piece in s.split()}
-        self.windows = {p[i:i + n] for p in pieces for i in range(len(p) - n + 1)}
-        self.blocks = {w[i:i + n // 2] for w in self.windows for i in range(n // 2 + 1)}
+        self.windows = {p[i : i + n] for p in pieces for i in range(len(p) - n + 1)}
+        self.blocks = {w[i : i + n // 2] for w in self.windows for i in range(n // 2 + 1)}
         # JSON text escapes only '"', '\\' and control characters: without them, a run in a string is
         # a run in its JSON text too
         self.verbatim_in_json = not any(c in '"\\' or c < " " for p in pieces for c in p)
@@ -186,14 +194,14 @@ class KeyRuns:
         spans: list[tuple[int, int]] = []
         covered = 0  # text before this index is already inside a span
         for j in range(0, len(text) - half + 1, half):
-            if j + half <= covered or text[j:j + half] not in blocks:
+            if j + half <= covered or text[j : j + half] not in blocks:
                 continue
             for i in range(max(j - half, covered, 0), j + 1):
-                if text[i:i + n] in windows:
+                if text[i : i + n] in windows:
                     start, end = i, i + n
-                    while start > covered and text[start - 1:start - 1 + n] in windows:
+                    while start > covered and text[start - 1 : start - 1 + n] in windows:
                         start -= 1
-                    while end < len(text) and text[end - n + 1:end + 1] in windows:
+                    while end < len(text) and text[end - n + 1 : end + 1] in windows:
                         end += 1
                     spans.append((start, end))
                     covered = end
@@ -227,7 +235,7 @@ def _apply(pattern: Pattern, text: str) -> tuple[str, int]:
         if "secret" in pattern.regex.groupindex and match.group("secret") is not None:
             start, end = match.span("secret")
             offset = match.start()
-            return whole[: start - offset] + mask(pattern.kind) + whole[end - offset:]
+            return whole[: start - offset] + mask(pattern.kind) + whole[end - offset :]
         return mask(pattern.kind)
 
     return pattern.regex.sub(replace, text), count
@@ -239,8 +247,10 @@ def _walk(value: Any, fn: Callable[[str], str], skip_media: bool = False) -> Any
     if isinstance(value, dict):
         # Base64 media is not text: a pattern found in it is noise, and masking would corrupt it.
         media = skip_media and value.get("type") in MEDIA_TYPES
-        return {fn(k) if isinstance(k, str) else k: v if media and k == "data" else _walk(v, fn, skip_media)
-                for k, v in value.items()}
+        return {
+            fn(k) if isinstance(k, str) else k: v if media and k == "data" else _walk(v, fn, skip_media)
+            for k, v in value.items()
+        }
     if isinstance(value, list | tuple):
         return [_walk(v, fn, skip_media) for v in value]
     return value

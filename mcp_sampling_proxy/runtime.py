@@ -63,8 +63,14 @@ class Upstream(Protocol):
 class ProxyHooks:
     """Connects the relay to the services that answer server requests and to capability rewriting."""
 
-    def __init__(self, sampling: SamplingService, elicitation: ElicitationService, settings: Settings,
-                 offered: capabilities.Offers, limiters: Limiters | None = None):
+    def __init__(
+        self,
+        sampling: SamplingService,
+        elicitation: ElicitationService,
+        settings: Settings,
+        offered: capabilities.Offers,
+        limiters: Limiters | None = None,
+    ):
         self.limiters = limiters or Limiters()
         self._services: dict[str, Any] = {SAMPLING_METHOD: sampling, ELICITATION_METHOD: elicitation}
         self._elicitation = elicitation
@@ -84,23 +90,27 @@ class ProxyHooks:
     async def serve(self, message: dict[str, Any], relay: Relay) -> dict[str, Any]:
         return await self._services[message["method"]].serve(message, relay)
 
-    def owned_input_keys(self, result: dict[str, Any], session: Session,
-                         origin: dict[str, Any] | None = None) -> set[str] | None:
+    def owned_input_keys(
+        self, result: dict[str, Any], session: Session, origin: dict[str, Any] | None = None
+    ) -> set[str] | None:
         return self._inputs.owned_keys(result, session, origin)
 
-    def host_input_requests(self, result: dict[str, Any], origin: dict[str, Any] | None,
-                            session: Session) -> dict[str, Any]:
+    def host_input_requests(
+        self, result: dict[str, Any], origin: dict[str, Any] | None, session: Session
+    ) -> dict[str, Any]:
         return self._inputs.host_asked(result, origin, session)
 
     def host_input_responses(self, params: dict[str, Any], session: Session) -> None:
         self._inputs.host_answered(params, session)
 
-    async def answer_input(self, key: str, entry: dict[str, Any], relay: Relay,
-                           origin: dict[str, Any] | None = None) -> dict[str, Any]:
+    async def answer_input(
+        self, key: str, entry: dict[str, Any], relay: Relay, origin: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         return await self._inputs.answer(key, entry, relay, origin)
 
-    async def resolve_input_required(self, message: dict[str, Any], result: dict[str, Any], relay: Relay,
-                                     resolving: Any) -> dict[str, Any]:
+    async def resolve_input_required(
+        self, message: dict[str, Any], result: dict[str, Any], relay: Relay, resolving: Any
+    ) -> dict[str, Any]:
         return await self._inputs.resolve(message, result, relay, resolving)
 
     watched_notifications = frozenset({ELICITATION_COMPLETE})
@@ -109,16 +119,29 @@ class ProxyHooks:
         return self._elicitation.forward_notification(message)
 
 
-def build_hooks(settings: Settings, adapters: AdapterPool, audit: AuditLog, terminal: Terminal | None,
-                console: ConsoleServer, offered: capabilities.Offers, approvals_store: Any = None) -> ProxyHooks:
+def build_hooks(
+    settings: Settings,
+    adapters: AdapterPool,
+    audit: AuditLog,
+    terminal: Terminal | None,
+    console: ConsoleServer,
+    offered: capabilities.Offers,
+    approvals_store: Any = None,
+) -> ProxyHooks:
     """The services behind the relay's hooks, wired as the proxy runs them (tests run the same wiring)."""
-    approver = Approver(build_channels(settings.approval.channels, terminal, console),
-                        timeout=settings.approval.timeout, memory=ApprovalMemory(store=approvals_store))
-    limiters = Limiters(shared=shared_state(settings.state),
-                        max_in_hand=2 * (settings.sampling.max_concurrent + settings.sampling.max_queued))
+    approver = Approver(
+        build_channels(settings.approval.channels, terminal, console),
+        timeout=settings.approval.timeout,
+        memory=ApprovalMemory(store=approvals_store),
+    )
+    limiters = Limiters(
+        shared=shared_state(settings.state),
+        max_in_hand=2 * (settings.sampling.max_concurrent + settings.sampling.max_queued),
+    )
     sampling = SamplingService(settings, adapters, approver, audit, limiters)
-    elicitation = ElicitationService(settings, ElicitationConsoles(settings.approval.channels, terminal, console),
-                                     audit, limiters)
+    elicitation = ElicitationService(
+        settings, ElicitationConsoles(settings.approval.channels, terminal, console), audit, limiters
+    )
     return ProxyHooks(sampling, elicitation, settings, offered, limiters)
 
 
@@ -139,18 +162,27 @@ def build_adapters(settings: Settings, terminal: Terminal | None) -> AdapterPool
         providers = [ProviderConfig(name="console", type="console", models=(ModelSpec("console"),))]
         log.info("no LLM provider configured: sampling replies are typed at this terminal (console provider)")
     elif not providers:
-        log.warning("no LLM provider configured and no terminal: sampling requests will get an error",
-                    fix="set OPENAI_API_KEY or ANTHROPIC_API_KEY, or add llm.providers to the policy file")
+        log.warning(
+            "no LLM provider configured and no terminal: sampling requests will get an error",
+            fix="set OPENAI_API_KEY or ANTHROPIC_API_KEY, or add llm.providers to the policy file",
+        )
     from mcp_sampling_proxy.config.keys import provider_key
 
     for provider in providers:
         key_missing = provider.api_key_env and not provider_key(provider)
-        log.info("LLM provider", provider=provider.name, type=provider.type,
-                 base_url=provider.base_url, models=[m.name for m in provider.models],
-                 source=settings.source)
+        log.info(
+            "LLM provider",
+            provider=provider.name,
+            type=provider.type,
+            base_url=provider.base_url,
+            models=[m.name for m in provider.models],
+            source=settings.source,
+        )
         if key_missing:
-            log.warning(f"{provider.api_key_env} is not set; provider '{provider.name}' will likely be refused",
-                        provider=provider.name)
+            log.warning(
+                f"{provider.api_key_env} is not set; provider '{provider.name}' will likely be refused",
+                provider=provider.name,
+            )
     return AdapterPool(providers, terminal)
 
 
@@ -160,8 +192,9 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
     adapters = build_adapters(settings, terminal)
     warm_up(adapters)  # while the server starts: the host's first calls find it done (see there)
     offered = capabilities.offers(
-        capabilities.offered_sampling(route=settings.sampling.route,
-                                      tools=settings.sampling.advertise_tools and adapters.can_use_tools),
+        capabilities.offered_sampling(
+            route=settings.sampling.route, tools=settings.sampling.advertise_tools and adapters.can_use_tools
+        ),
         capabilities.offered_elicitation(route=settings.elicitation.route, url_mode=settings.elicitation.url_mode),
     )
     audit = AuditLog.from_settings(settings)
@@ -187,25 +220,49 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
 
     def oversize(size: int, head: bytes, tail: bytes) -> None:
         found, request_id = peek_id(head, tail)
-        log.error("host sent a message larger than the limit; dropped", size=size, limit=options.max_message_bytes,
-                  request_id=request_id)
-        host_out.write_line(jsonrpc.error_response(
-            request_id if found else None, jsonrpc.INVALID_REQUEST,
-            f"message of {size} bytes exceeds the proxy's limit of {options.max_message_bytes} bytes "
-            "(--max-message-bytes)"))
+        log.error(
+            "host sent a message larger than the limit; dropped",
+            size=size,
+            limit=options.max_message_bytes,
+            request_id=request_id,
+        )
+        host_out.write_line(
+            jsonrpc.error_response(
+                request_id if found else None,
+                jsonrpc.INVALID_REQUEST,
+                f"message of {size} bytes exceeds the proxy's limit of {options.max_message_bytes} bytes "
+                "(--max-message-bytes)",
+            )
+        )
 
     exit_code = 0
     try:
         async with anyio.create_task_group() as tg:
-            relay = Relay(host_out.write_line, upstream.send, hooks, tg, session,
-                          keepalive_seconds=settings.sampling.keepalive_seconds, era=settings.era)
+            relay = Relay(
+                host_out.write_line,
+                upstream.send,
+                hooks,
+                tg,
+                session,
+                keepalive_seconds=settings.sampling.keepalive_seconds,
+                era=settings.era,
+            )
             await tg.start(console.serve)
             tg.start_soon(reap_orphans_forever, _own_children(upstream))
-            host_reader = LineReader(relay.from_host, lambda: end("host closed stdin"),
-                                     max_line=options.max_message_bytes, on_oversize=oversize)
-            await upstream.attach(relay.from_upstream, lambda: end("upstream"), max_line=options.max_message_bytes,
-                                  on_oversize=lambda size, head, tail: relay.upstream_oversize(
-                                      size, head, tail, options.max_message_bytes))
+            host_reader = LineReader(
+                relay.from_host,
+                lambda: end("host closed stdin"),
+                max_line=options.max_message_bytes,
+                on_oversize=oversize,
+            )
+            await upstream.attach(
+                relay.from_upstream,
+                lambda: end("upstream"),
+                max_line=options.max_message_bytes,
+                on_oversize=lambda size, head, tail: relay.upstream_oversize(
+                    size, head, tail, options.max_message_bytes
+                ),
+            )
             await open_line_reader(in_fd, host_reader)
             _wire_backpressure(host_out, host_reader, upstream)
             host_out.closed.add_done_callback(lambda _: end("host closed stdout"))
@@ -380,8 +437,9 @@ def _has_uvloop() -> bool:
 
 def run(upstream: Upstream, settings: Settings, options: RunOptions) -> int:
     try:
-        return anyio.run(run_session, upstream, settings, options, backend="asyncio",
-                         backend_options={"use_uvloop": _has_uvloop()})
+        return anyio.run(
+            run_session, upstream, settings, options, backend="asyncio", backend_options={"use_uvloop": _has_uvloop()}
+        )
     except KeyboardInterrupt:  # pragma: no cover - signals are handled inside
         return 130
     finally:

@@ -48,21 +48,34 @@ class Telemetry:
         endpoint = settings.otlp_endpoint  # None: the exporters read the OTEL_EXPORTER_OTLP_* variables
         resource = Resource.create({"service.name": settings.service_name, "service.version": version})
         self._tracer_provider = TracerProvider(resource=resource)
-        self._tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(
-            endpoint=f"{endpoint}/v1/traces" if endpoint else None, timeout=EXPORT_TIMEOUT)))
-        self._meter_provider = MeterProvider(resource=resource, metric_readers=[PeriodicExportingMetricReader(
-            OTLPMetricExporter(endpoint=f"{endpoint}/v1/metrics" if endpoint else None, timeout=EXPORT_TIMEOUT),
-            export_interval_millis=30_000)])
+        self._tracer_provider.add_span_processor(
+            BatchSpanProcessor(
+                OTLPSpanExporter(endpoint=f"{endpoint}/v1/traces" if endpoint else None, timeout=EXPORT_TIMEOUT)
+            )
+        )
+        self._meter_provider = MeterProvider(
+            resource=resource,
+            metric_readers=[
+                PeriodicExportingMetricReader(
+                    OTLPMetricExporter(endpoint=f"{endpoint}/v1/metrics" if endpoint else None, timeout=EXPORT_TIMEOUT),
+                    export_interval_millis=30_000,
+                )
+            ],
+        )
         self._tracer = self._tracer_provider.get_tracer(PROXY, version)
         meter = self._meter_provider.get_meter(PROXY, version)
         self._requests = meter.create_counter(
-            f"{PROXY}.requests", unit="{request}", description="sampling and elicitation requests by decision")
+            f"{PROXY}.requests", unit="{request}", description="sampling and elicitation requests by decision"
+        )
         self._request_duration = meter.create_histogram(
-            f"{PROXY}.request.duration", unit="s", description="from the server's request to its answer")
+            f"{PROXY}.request.duration", unit="s", description="from the server's request to its answer"
+        )
         self._tokens = meter.create_histogram(
-            "gen_ai.client.token.usage", unit="{token}", description="tokens per LLM call, by type")
+            "gen_ai.client.token.usage", unit="{token}", description="tokens per LLM call, by type"
+        )
         self._llm_duration = meter.create_histogram(
-            "gen_ai.client.operation.duration", unit="s", description="LLM call duration")
+            "gen_ai.client.operation.duration", unit="s", description="LLM call duration"
+        )
         self.where = endpoint or "the OTEL_EXPORTER_OTLP_* endpoint"
 
     def observe(self, record: dict[str, Any], started_ns: int, notes: dict[str, Any]) -> None:
@@ -73,8 +86,9 @@ class Telemetry:
         decision = str(record.get("decision") or "")
         attributes = _request_attributes(record, notes)
         ended_ns = max(started_ns, _now_ns())
-        span = self._tracer.start_span(method or "request", kind=SpanKind.INTERNAL, start_time=started_ns,
-                                       attributes=attributes)
+        span = self._tracer.start_span(
+            method or "request", kind=SpanKind.INTERNAL, start_time=started_ns, attributes=attributes
+        )
         if record.get("error") or decision in ("error", "timeout"):
             span.set_status(Status(StatusCode.ERROR, str(record.get("error") or record.get("reason") or decision)))
             span.set_attribute("error.type", decision if decision != "allow" else "llm_error")
@@ -82,12 +96,18 @@ class Telemetry:
         if isinstance(llm_call, tuple) and len(llm_call) == 2:
             self._llm_span(span, record, notes, llm_call)
         span.end(end_time=ended_ns)
-        labels = {"mcp.method.name": method, f"{PROXY}.server": str(record.get("server") or ""),
-                  f"{PROXY}.decision": decision}
+        labels = {
+            "mcp.method.name": method,
+            f"{PROXY}.server": str(record.get("server") or ""),
+            f"{PROXY}.decision": decision,
+        }
         self._requests.add(1, labels)
         self._request_duration.record((ended_ns - started_ns) / 1e9, labels)
-        model = {"gen_ai.request.model": str(notes.get("request_model") or record.get("model") or ""),
-                 "gen_ai.provider.name": _provider_name(notes, record), "gen_ai.operation.name": "chat"}
+        model = {
+            "gen_ai.request.model": str(notes.get("request_model") or record.get("model") or ""),
+            "gen_ai.provider.name": _provider_name(notes, record),
+            "gen_ai.operation.name": "chat",
+        }
         for kind, field in (("input", "input_tokens"), ("output", "output_tokens")):
             if isinstance(record.get(field), int):
                 self._tokens.record(record[field], {**model, "gen_ai.token.type": kind})
@@ -98,13 +118,20 @@ class Telemetry:
         from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
 
         request_model = str(notes.get("request_model") or "")
-        attributes: dict[str, Any] = {"gen_ai.operation.name": "chat",
-                                      "gen_ai.provider.name": _provider_name(notes, record),
-                                      "gen_ai.request.model": request_model}
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": _provider_name(notes, record),
+            "gen_ai.request.model": request_model,
+        }
         attributes.update(_response_attributes(record))
         attributes.update(_server_address(notes.get("llm_url")))
-        span = self._tracer.start_span(f"chat {request_model}".strip(), kind=SpanKind.CLIENT, start_time=call[0],
-                                       attributes=attributes, context=set_span_in_context(parent))
+        span = self._tracer.start_span(
+            f"chat {request_model}".strip(),
+            kind=SpanKind.CLIENT,
+            start_time=call[0],
+            attributes=attributes,
+            context=set_span_in_context(parent),
+        )
         if record.get("error"):
             span.set_status(Status(StatusCode.ERROR, str(record["error"])))
             span.set_attribute("error.type", "llm_error")
@@ -124,8 +151,10 @@ def start_telemetry(settings: TelemetrySettings, environ: Mapping[str, str], ver
     if not telemetry_wanted(settings, environ):
         return None
     if not installed("opentelemetry.exporter.otlp.proto.http"):  # only the environment asked (check_telemetry)
-        log.warning("OTEL_EXPORTER_OTLP_ENDPOINT is set but the OpenTelemetry packages are not installed; "
-                    "decisions are not exported (pip install 'mcp-sampling-proxy[otel]')")
+        log.warning(
+            "OTEL_EXPORTER_OTLP_ENDPOINT is set but the OpenTelemetry packages are not installed; "
+            "decisions are not exported (pip install 'mcp-sampling-proxy[otel]')"
+        )
         return None
     telemetry = Telemetry(settings, version)
     log.info("exporting decisions to OpenTelemetry", endpoint=telemetry.where)
@@ -134,8 +163,18 @@ def start_telemetry(settings: TelemetrySettings, environ: Mapping[str, str], ver
 
 def _request_attributes(record: dict[str, Any], notes: dict[str, Any]) -> dict[str, Any]:
     attributes: dict[str, Any] = {"mcp.method.name": str(record.get("method") or "")}
-    for field in ("server", "host", "tool", "rule", "decision", "approver", "reason", "limit",
-                  "prompt_edited_by", "answer_edited_by"):
+    for field in (
+        "server",
+        "host",
+        "tool",
+        "rule",
+        "decision",
+        "approver",
+        "reason",
+        "limit",
+        "prompt_edited_by",
+        "answer_edited_by",
+    ):
         value = record.get(field)
         if value is not None and value != "":
             attributes[f"{PROXY}.{field}"] = str(value)
@@ -195,8 +234,9 @@ def _content_attributes(content: Any) -> dict[str, Any]:
         attributes["gen_ai.input.messages"] = json.dumps(messages, ensure_ascii=False)
     system = content.get("system")
     if isinstance(system, dict) and "text" in system:
-        attributes["gen_ai.system_instructions"] = json.dumps([{"type": "text", "content": system["text"]}],
-                                                              ensure_ascii=False)
+        attributes["gen_ai.system_instructions"] = json.dumps(
+            [{"type": "text", "content": system["text"]}], ensure_ascii=False
+        )
     response = content.get("response")
     if isinstance(response, dict) and "result" in response:
         attributes["gen_ai.output.messages"] = json.dumps([response["result"]], ensure_ascii=False)

@@ -32,7 +32,15 @@ GiB = 1024 * MiB
 # (commands/cli.py imports it when used). Here, not in the CLI, because telling a running relay from a
 # helper (`hardening.is_relay`) needs the names at the bottom layer.
 SUBCOMMANDS = {
-    "try": "try_sampling", "policy": "policy", "console": "console", "audit": "audit",
-    "wrap": "wrap", "unwrap": "wrap", "doctor": "doctor", "login": "login", "logout": "login",
-    "init": "init", "approvals": "approvals",
+    "try": "try_sampling",
+    "policy": "policy",
+    "console": "console",
+    "audit": "audit",
+    "wrap": "wrap",
+    "unwrap": "wrap",
+    "doctor": "doctor",
+    "login": "login",
+    "logout": "login",
+    "init": "init",
+    "approvals": "approvals",
 }

@@ -84,7 +84,9 @@ def misbehave(prompt):
 ANSWER = os.environ.get("STANDIN_ANSWER", "ok")
 '''
 
-CLAUDE = COMMON + r'''
+CLAUDE = (
+    COMMON
+    + r"""
 values, seen, positional = parse({"--output-format", "--tools", "--model", "--max-turns", "--append-system-prompt"},
                                  {"-p", "--print", "--strict-mcp-config", "--verbose"}, 1)
 if os.environ.get("CLAUDECODE"):
@@ -105,9 +107,12 @@ print(json.dumps({
     "modelUsage": {model: {"inputTokens": 3, "outputTokens": 6, "costUSD": 0.0079825}},
     "permission_denials": [],
 }))
-'''
+"""
+)
 
-CODEX = COMMON + r'''
+CODEX = (
+    COMMON
+    + r"""
 if not ARGS or ARGS[0] not in ("exec", "e"):
     sys.stderr.write("this stand-in only knows `codex exec`\n")
     sys.exit(2)
@@ -132,9 +137,12 @@ elif out:
         if os.environ.get("STANDIN_MODE") == "huge-file":  # a runaway CLI: 20 MiB more in the answer file
             f.write("x" * (20 * 1024 * 1024))
 print(ANSWER)
-'''
+"""
+)
 
-GEMINI = COMMON + r'''
+GEMINI = (
+    COMMON
+    + r"""
 values, seen, positional = parse({"--output-format", "-o", "--model", "-m", "--prompt", "-p", "--approval-mode"},
                                  {"--debug", "-d", "--yolo", "-y"}, 1)
 if sys.stdin.isatty():
@@ -162,37 +170,53 @@ print(json.dumps({"session_id": "s-1", "response": ANSWER, "stats": {
                                                     "cached": 0, "thoughts": 0, "tool": 0}}},
     "tools": {"totalCalls": 0, "totalSuccess": 0, "totalFail": 0, "totalDurationMs": 0, "byName": {}},
     "files": {"totalLinesAdded": 0, "totalLinesRemoved": 0}}}, indent=2))
-'''
+"""
+)
 
-LLM = COMMON + r'''
+LLM = (
+    COMMON
+    + r"""
 values, seen, positional = parse({"-m", "--model", "-s", "--system", "-t", "--template", "-o", "--option"},
                                  {"-n", "--no-log", "--no-stream"}, 1)
 prompt = positional[0] if positional else sys.stdin.read()
 misbehave(prompt)
 record(stdin=prompt)
 print(ANSWER)
-'''
+"""
+)
 
 # A custom command of the user's own: prints JSON in a shape of its choosing.
-CUSTOM_JSON = COMMON + r'''
+CUSTOM_JSON = (
+    COMMON
+    + r"""
 prompt = sys.stdin.read()
 misbehave(prompt)
 record(stdin=prompt)
 print(json.dumps({"choices": [{"message": {"content": ANSWER}, "finish_reason": "length"}],
                   "usage": {"prompt_tokens": 21, "completion_tokens": 4}}))
-'''
+"""
+)
 
 # A custom command that takes the prompt as an argument and prints plain text.
-CUSTOM_TEXT = COMMON + r'''
+CUSTOM_TEXT = (
+    COMMON
+    + r"""
 prompt = ARGS[-1] if ARGS else ""
 stdin = sys.stdin.read()
 misbehave(prompt)
 record(stdin=stdin)
 print(ANSWER + "\n")
-'''
+"""
+)
 
-SCRIPTS = {"claude": CLAUDE, "codex": CODEX, "gemini": GEMINI, "llm": LLM, "my-json-llm": CUSTOM_JSON,
-           "my-text-llm": CUSTOM_TEXT}
+SCRIPTS = {
+    "claude": CLAUDE,
+    "codex": CODEX,
+    "gemini": GEMINI,
+    "llm": LLM,
+    "my-json-llm": CUSTOM_JSON,
+    "my-text-llm": CUSTOM_TEXT,
+}
 
 
 def install(directory: Path, *names: str) -> Path:

@@ -43,8 +43,11 @@ def llm() -> Iterator[FakeLLMServer]:
 @pytest.fixture
 def dirs(tmp_path: Path) -> dict[str, str]:
     """Private runtime (console sockets) and state (approvals, budgets) dirs, and a test key."""
-    return {"MCP_SAMPLING_PROXY_RUNTIME_DIR": str(tmp_path / "run"),
-            "MCP_SAMPLING_PROXY_STATE_DIR": str(tmp_path / "state"), "TEST_LLM_KEY": "k"}
+    return {
+        "MCP_SAMPLING_PROXY_RUNTIME_DIR": str(tmp_path / "run"),
+        "MCP_SAMPLING_PROXY_STATE_DIR": str(tmp_path / "state"),
+        "TEST_LLM_KEY": "k",
+    }
 
 
 @pytest.fixture
@@ -54,8 +57,23 @@ def redis_url(tmp_path: Path) -> Iterator[str]:
     if binary is None:
         pytest.skip("redis-server is not installed (.ci/run installs the Debian package redis-server)")
     port = free_port()
-    server = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
-                               "no", "--dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 10
         while True:

@@ -12,60 +12,146 @@ import random
 from typing import Any
 
 PROGRESS = {"progressToken": "p1"}
-SAMPLING_PARAMS = {"messages": [{"role": "user", "content": {"type": "text", "text": "hello"}}], "maxTokens": 20,
-                   "systemPrompt": "be brief", "modelPreferences": {"hints": [{"name": "gpt"}]}}
-META_2026 = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-             "io.modelcontextprotocol/clientCapabilities": {"roots": {}},
-             "io.modelcontextprotocol/clientInfo": {"name": "fuzz-host", "version": "1"}}
+SAMPLING_PARAMS = {
+    "messages": [{"role": "user", "content": {"type": "text", "text": "hello"}}],
+    "maxTokens": 20,
+    "systemPrompt": "be brief",
+    "modelPreferences": {"hints": [{"name": "gpt"}]},
+}
+META_2026 = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {"roots": {}},
+    "io.modelcontextprotocol/clientInfo": {"name": "fuzz-host", "version": "1"},
+}
 
 HOST_SEEDS: list[Any] = [
-    {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-     "params": {"protocolVersion": "2025-11-25", "capabilities": {"sampling": {}, "elicitation": {}},
-                "clientInfo": {"name": "fuzz-host", "version": "1"}}},
+    {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"sampling": {}, "elicitation": {}},
+            "clientInfo": {"name": "fuzz-host", "version": "1"},
+        },
+    },
     {"jsonrpc": "2.0", "method": "notifications/initialized"},
-    {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "x"},
-                                                                   "_meta": PROGRESS}},
-    {"jsonrpc": "2.0", "id": "r3", "method": "tools/call",
-     "params": {"name": "t", "arguments": {}, "_meta": META_2026}},
+    {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"text": "x"}, "_meta": PROGRESS},
+    },
+    {
+        "jsonrpc": "2.0",
+        "id": "r3",
+        "method": "tools/call",
+        "params": {"name": "t", "arguments": {}, "_meta": META_2026},
+    },
     {"jsonrpc": "2.0", "id": 4, "method": "ping"},
     {"jsonrpc": "2.0", "id": 5, "method": "server/discover", "params": {"_meta": META_2026}},
     {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2, "reason": "fuzz"}},
-    {"jsonrpc": "2.0", "id": "s1", "result": {"role": "assistant", "content": {"type": "text", "text": "hi"},
-                                              "model": "m", "stopReason": "endTurn"}},
+    {
+        "jsonrpc": "2.0",
+        "id": "s1",
+        "result": {
+            "role": "assistant",
+            "content": {"type": "text", "text": "hi"},
+            "model": "m",
+            "stopReason": "endTurn",
+        },
+    },
     {"jsonrpc": "2.0", "id": "e1", "result": {"action": "accept", "content": {"name": "x"}}},
     {"jsonrpc": "2.0", "id": 9, "error": {"code": -32601, "message": "nope"}},
-    {"jsonrpc": "2.0", "id": 10, "method": "tools/call",
-     "params": {"name": "t", "arguments": {}, "inputResponses": {"a": {"result": {}}}, "requestState": "st"}},
+    {
+        "jsonrpc": "2.0",
+        "id": 10,
+        "method": "tools/call",
+        "params": {"name": "t", "arguments": {}, "inputResponses": {"a": {"result": {}}}, "requestState": "st"},
+    },
     [{"jsonrpc": "2.0", "id": 11, "method": "ping"}, {"jsonrpc": "2.0", "method": "notifications/initialized"}],
 ]
 
 UPSTREAM_SEEDS: list[Any] = [
-    {"jsonrpc": "2.0", "id": 1, "result": {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
-                                           "serverInfo": {"name": "fuzz-server", "version": "1"}}},
+    {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "result": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "fuzz-server", "version": "1"},
+        },
+    },
     {"jsonrpc": "2.0", "id": 2, "result": {"content": [{"type": "text", "text": "ok"}], "isError": False}},
     {"jsonrpc": "2.0", "id": "s1", "method": "sampling/createMessage", "params": SAMPLING_PARAMS},
-    {"jsonrpc": "2.0", "id": 7, "method": "sampling/createMessage",
-     "params": {**SAMPLING_PARAMS, "tools": [{"name": "f", "inputSchema": {"type": "object"}}],
-                "toolChoice": {"mode": "auto"}}},
-    {"jsonrpc": "2.0", "id": "e1", "method": "elicitation/create",
-     "params": {"message": "Your name?", "requestedSchema": {"type": "object", "properties": {
-         "name": {"type": "string"}}, "required": ["name"]}}},
-    {"jsonrpc": "2.0", "id": "e2", "method": "elicitation/create",
-     "params": {"mode": "url", "message": "Sign in", "url": "https://example.com/x", "elicitationId": "u1"}},
+    {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "sampling/createMessage",
+        "params": {
+            **SAMPLING_PARAMS,
+            "tools": [{"name": "f", "inputSchema": {"type": "object"}}],
+            "toolChoice": {"mode": "auto"},
+        },
+    },
+    {
+        "jsonrpc": "2.0",
+        "id": "e1",
+        "method": "elicitation/create",
+        "params": {
+            "message": "Your name?",
+            "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+        },
+    },
+    {
+        "jsonrpc": "2.0",
+        "id": "e2",
+        "method": "elicitation/create",
+        "params": {"mode": "url", "message": "Sign in", "url": "https://example.com/x", "elicitationId": "u1"},
+    },
     {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": "p1", "progress": 1}},
     {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "log"}},
     {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "s1"}},
     {"jsonrpc": "2.0", "method": "notifications/elicitation/complete", "params": {"elicitationId": "u1"}},
-    {"jsonrpc": "2.0", "id": "r3", "result": {"resultType": "input_required", "requestState": "st", "inputRequests": {
-        "a": {"method": "sampling/createMessage", "params": SAMPLING_PARAMS},
-        "b": {"method": "roots/list", "params": {}}}}},
+    {
+        "jsonrpc": "2.0",
+        "id": "r3",
+        "result": {
+            "resultType": "input_required",
+            "requestState": "st",
+            "inputRequests": {
+                "a": {"method": "sampling/createMessage", "params": SAMPLING_PARAMS},
+                "b": {"method": "roots/list", "params": {}},
+            },
+        },
+    },
     {"jsonrpc": "2.0", "id": 12, "method": "ping"},
     {"jsonrpc": "2.0", "id": 4, "error": {"code": -32603, "message": "boom"}},
 ]
 
 HOSTILE_VALUES: list[Any] = [
-    None, True, False, 0, -1, 1.5, 2**63, 2**80, -(2**70), 1e308, "", "\ud800", "\udfff", "\u202e\u200b",
-    "\x1b[2J", [], {}, [[[]]], {"a": {"b": {}}}, "x" * 300, "sampling/createMessage", "elicitation/create",
+    None,
+    True,
+    False,
+    0,
+    -1,
+    1.5,
+    2**63,
+    2**80,
+    -(2**70),
+    1e308,
+    "",
+    "\ud800",
+    "\udfff",
+    "\u202e\u200b",
+    "\x1b[2J",
+    [],
+    {},
+    [[[]]],
+    {"a": {"b": {}}},
+    "x" * 300,
+    "sampling/createMessage",
+    "elicitation/create",
     "mcp-sampling-proxy:00000000:1",
 ]
 GARBAGE = [b"\xff", b"\xc0\xaf", b"\\ud800", b"NaN", b"Infinity", b"\x00", b"\n", b'"', b"{", b"]", b"\\", b"\x1b"]
@@ -129,7 +215,7 @@ def mutate(rng: random.Random, seeds: list[Any]) -> bytes:
         raw[at:at] = rng.choice(GARBAGE)
     elif kind == 7:  # splice two messages
         other = encode(rng.choice(seeds))
-        raw = raw[: rng.randrange(len(raw) + 1)] + other[rng.randrange(len(other) + 1):]
+        raw = raw[: rng.randrange(len(raw) + 1)] + other[rng.randrange(len(other) + 1) :]
     elif kind == 8:  # duplicate a key with another value
         if isinstance(seed, dict) and seed:
             key = rng.choice(list(seed))

@@ -17,8 +17,16 @@ TOOL = {
 def fast_config(base_url: str, *, name: str, kind: str, env: str, model: str, **overrides: Any) -> ProviderConfig:
     """Short timeouts and backoff, so failure paths take milliseconds."""
     values: dict[str, Any] = {
-        "name": name, "type": kind, "base_url": base_url, "api_key_env": env, "models": (ModelSpec(model),),
-        "connect_timeout": 1.0, "read_timeout": 2.0, "max_attempts": 3, "backoff_base": 0.01, "backoff_max": 0.05,
+        "name": name,
+        "type": kind,
+        "base_url": base_url,
+        "api_key_env": env,
+        "models": (ModelSpec(model),),
+        "connect_timeout": 1.0,
+        "read_timeout": 2.0,
+        "max_attempts": 3,
+        "backoff_base": 0.01,
+        "backoff_max": 0.05,
     }
     values.update(overrides)
     return ProviderConfig(**values)

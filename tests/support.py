@@ -35,8 +35,7 @@ the same attacks against a sandboxed server."""
 
 def proxy_env(**extra: str) -> dict[str, str]:
     """The environment for a proxy under test: no real keys, no terminal, plus `extra`."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("OPENAI_", "ANTHROPIC_", "MCP_SAMPLING_PROXY_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_", "MCP_SAMPLING_PROXY_"))}
     env["MCP_SAMPLING_PROXY_NO_TERMINAL"] = "1"
     env["MCP_SAMPLING_PROXY_CONFIG_DIR"] = "/nonexistent/mcp-sampling-proxy-tests"  # never the user's own policy
     env.update(extra)
@@ -99,12 +98,21 @@ def tool_json(result: Any) -> Any:
 class RawHost:
     """A host that speaks newline-delimited JSON to a process it starts."""
 
-    def __init__(self, command: list[str], env: dict[str, str] | None = None, stderr_path: Path | None = None,
-                 new_session: bool = True):
+    def __init__(
+        self,
+        command: list[str],
+        env: dict[str, str] | None = None,
+        stderr_path: Path | None = None,
+        new_session: bool = True,
+    ):
         self._stderr_file = open(stderr_path, "wb") if stderr_path else subprocess.DEVNULL  # noqa: SIM115
         self.proc = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr_file,
-            env=env, start_new_session=new_session,
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr_file,
+            env=env,
+            start_new_session=new_session,
         )
         self.lines: queue.Queue[bytes | None] = queue.Queue()
         self.raw_received: list[bytes] = []
@@ -156,11 +164,14 @@ class RawHost:
             self.seen.append(message)
 
     def initialize(self, capabilities: dict[str, Any] | None = None, name: str = "raw-host") -> dict[str, Any]:
-        response = self.request("initialize", {
-            "protocolVersion": LATEST_HANDSHAKE,
-            "capabilities": capabilities or {},
-            "clientInfo": {"name": name, "version": "1.0"},
-        })
+        response = self.request(
+            "initialize",
+            {
+                "protocolVersion": LATEST_HANDSHAKE,
+                "capabilities": capabilities or {},
+                "clientInfo": {"name": name, "version": "1.0"},
+            },
+        )
         self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         return response
 

@@ -16,8 +16,6 @@ from support import openai_policy, proxy_command, proxy_env, sdk_host, tool_json
 PROMPT_RULES = "rules:\n  - name: ask\n    action: prompt\n"
 
 
-
-
 class SocketConsole:
     """A test client speaking the companion console protocol on the proxy's socket."""
 
@@ -48,17 +46,20 @@ class SocketConsole:
         await self.stream.send(json.dumps(message).encode() + b"\n")
 
 
-async def sample_with_console(tmp_path: Path, dirs: dict[str, str], policy_text: str,
-                              decide: Any, prompts: tuple[str, ...] = ("ask me",)) -> list[Any]:
+async def sample_with_console(
+    tmp_path: Path, dirs: dict[str, str], policy_text: str, decide: Any, prompts: tuple[str, ...] = ("ask me",)
+) -> list[Any]:
     policy = write_policy(tmp_path, policy_text)
     results: list[Any] = []
     async with sdk_host(proxy_command(policy), proxy_env(**dirs), tmp_path / "stderr.log") as client:
         console = await SocketConsole.attach(Path(dirs["MCP_SAMPLING_PROXY_RUNTIME_DIR"]))
         async with anyio.create_task_group() as tg:
+
             async def run_calls() -> None:
                 for prompt in prompts:
                     results.append(await client.call_tool("sample", {"prompt": prompt}))
                 tg.cancel_scope.cancel()
+
             tg.start_soon(run_calls)
             await decide(console)
             await anyio.sleep_forever()
@@ -112,8 +113,9 @@ async def test_console_session_scope_is_remembered(tmp_path: Path, dirs: dict[st
         await console.send({"type": "decision", "id": pending["id"], "approve": True, "scope": "session"})
         assert (await console.receive())["type"] == "resolved"
 
-    results = await sample_with_console(tmp_path, dirs, openai_policy(llm.base_url, rules=PROMPT_RULES), decide,
-                                        prompts=("first", "second"))
+    results = await sample_with_console(
+        tmp_path, dirs, openai_policy(llm.base_url, rules=PROMPT_RULES), decide, prompts=("first", "second")
+    )
     assert [tool_json(r)["content"]["text"] for r in results] == ["echo: first", "echo: second"]
 
 
@@ -133,8 +135,9 @@ async def test_console_timeout_denies_and_says_so(tmp_path: Path, dirs: dict[str
 
 @pytest.mark.anyio
 @pytest.mark.parametrize(("approve", "expected"), [(True, "echo: host ok"), (False, None)])
-async def test_host_elicitation_approves_or_rejects(tmp_path: Path, dirs: dict[str, str], llm: FakeLLMServer,
-                                                    approve: bool, expected: str | None) -> None:
+async def test_host_elicitation_approves_or_rejects(
+    tmp_path: Path, dirs: dict[str, str], llm: FakeLLMServer, approve: bool, expected: str | None
+) -> None:
     from mcp_types import ElicitResult
 
     asked: list[Any] = []
@@ -144,8 +147,9 @@ async def test_host_elicitation_approves_or_rejects(tmp_path: Path, dirs: dict[s
         return ElicitResult(action="accept", content={"approve": approve})
 
     policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=PROMPT_RULES))
-    async with sdk_host(proxy_command(policy), proxy_env(**dirs), tmp_path / "stderr.log",
-                        elicitation_callback=host_elicitation) as client:
+    async with sdk_host(
+        proxy_command(policy), proxy_env(**dirs), tmp_path / "stderr.log", elicitation_callback=host_elicitation
+    ) as client:
         result = await client.call_tool("sample", {"prompt": "host ok"})
     assert "kitchen-sink" in asked[0].message
     assert "host ok" in asked[0].message
@@ -174,8 +178,9 @@ async def test_always_approval_survives_a_restart(tmp_path: Path, dirs: dict[str
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("accept", [True, False])
-async def test_console_reviews_and_edits_the_answer(tmp_path: Path, dirs: dict[str, str], llm: FakeLLMServer,
-                                                    accept: bool) -> None:
+async def test_console_reviews_and_edits_the_answer(
+    tmp_path: Path, dirs: dict[str, str], llm: FakeLLMServer, accept: bool
+) -> None:
     async def decide(console: SocketConsole) -> None:
         review = await console.receive()
         assert review["type"] == "review"

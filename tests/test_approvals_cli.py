@@ -16,16 +16,19 @@ from test_approval_channels import PROMPT_RULES, SocketConsole
 
 
 def approvals(dirs: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*PROXY, "approvals", *args], env=proxy_env(**dirs), capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(
+        [*PROXY, "approvals", *args], env=proxy_env(**dirs), capture_output=True, text=True, timeout=60
+    )
 
 
 async def call(client: Any, console: SocketConsole, prompt: str, decision: dict[str, Any] | None) -> Any:
     """Call `sample`; when `decision` is given, the console must be asked and answers with it."""
     results: list[Any] = []
     async with anyio.create_task_group() as tg:
+
         async def run() -> None:
             results.append(await client.call_tool("sample", {"prompt": prompt}))
+
         tg.start_soon(run)
         if decision is not None:
             pending = await console.receive()
@@ -37,7 +40,8 @@ async def call(client: Any, console: SocketConsole, prompt: str, decision: dict[
 
 @pytest.mark.anyio
 async def test_revoked_always_approval_is_asked_again_by_the_running_proxy(
-        tmp_path: Path, dirs: dict[str, str], llm: FakeLLMServer) -> None:
+    tmp_path: Path, dirs: dict[str, str], llm: FakeLLMServer
+) -> None:
     policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=PROMPT_RULES))
     async with sdk_host(proxy_command(policy), proxy_env(**dirs), tmp_path / "stderr.log") as client:
         console = await SocketConsole.attach(Path(dirs["MCP_SAMPLING_PROXY_RUNTIME_DIR"]))
@@ -69,10 +73,11 @@ async def test_revoked_always_approval_is_asked_again_by_the_running_proxy(
 def test_revoke_by_server_all_and_bad_numbers(tmp_path: Path, dirs: dict[str, str]) -> None:
     state = Path(dirs["MCP_SAMPLING_PROXY_STATE_DIR"])
     state.mkdir(mode=0o700)
-    entries = [["summarizer", "summarize"],  # written by an older proxy: no rule or time
-               {"server": "summarizer", "tool": "", "rule": "ask", "at": "2026-01-05T10:04:11Z", "channel": "terminal"},
-               {"server": "github", "tool": "search", "rule": "ask", "at": "2026-01-06T09:00:00Z",
-                "channel": "console"}]
+    entries = [
+        ["summarizer", "summarize"],  # written by an older proxy: no rule or time
+        {"server": "summarizer", "tool": "", "rule": "ask", "at": "2026-01-05T10:04:11Z", "channel": "terminal"},
+        {"server": "github", "tool": "search", "rule": "ask", "at": "2026-01-06T09:00:00Z", "channel": "console"},
+    ]
     (state / "approvals.json").write_text(json.dumps({"always": entries}))
     listed = approvals(dirs, "list").stdout
     assert "(before it was recorded)" in listed and "(no tool call)" in listed

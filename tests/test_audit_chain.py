@@ -15,17 +15,33 @@ from support import PY
 from mcp_sampling_proxy.audit.log import DECISION_FIELDS, GENESIS, AuditError, AuditLog, canonical, record_hash
 from mcp_sampling_proxy.commands import audit as audit_cmd
 
-PARAMS = {"messages": [{"role": "user", "content": {"type": "text", "text": "Capital of France?"}}],
-          "systemPrompt": "Be brief.", "maxTokens": 20}
+PARAMS = {
+    "messages": [{"role": "user", "content": {"type": "text", "text": "Capital of France?"}}],
+    "systemPrompt": "Be brief.",
+    "maxTokens": 20,
+}
 RESULT = {"role": "assistant", "content": {"type": "text", "text": "Paris."}, "model": "m", "stopReason": "endTurn"}
 
 
 def write_log(path: Path, count: int = 5, **options: Any) -> AuditLog:
     log = AuditLog(str(path), fsync=False, **options)
     for index in range(count):
-        log.record(params=PARAMS, result=RESULT, server="srv", host="host", method="sampling/createMessage",
-                   request_id=index + 1, decision="allow", rule="ok", provider="p", model="m",
-                   input_tokens=10, output_tokens=2, latency_ms=100 + index, stop_reason="endTurn")
+        log.record(
+            params=PARAMS,
+            result=RESULT,
+            server="srv",
+            host="host",
+            method="sampling/createMessage",
+            request_id=index + 1,
+            decision="allow",
+            rule="ok",
+            provider="p",
+            model="m",
+            input_tokens=10,
+            output_tokens=2,
+            latency_ms=100 + index,
+            stop_reason="endTurn",
+        )
     return log
 
 
@@ -52,6 +68,7 @@ def rehash(lines: list[bytes], start: int) -> list[bytes]:
 
 
 # -- the records ------------------------------------------------------------------------------------
+
 
 def test_every_decision_record_has_every_field_and_the_chain_links(tmp_path: Path) -> None:
     path = tmp_path / "audit.jsonl"
@@ -88,8 +105,9 @@ def test_content_none_holds_sizes_and_digests_only(tmp_path: Path) -> None:
     content = json.loads(lines_of(path)[0])["content"]
     message = PARAMS["messages"][0]
     assert content["mode"] == "none"
-    assert content["messages"] == [{"role": "user", "bytes": len(canonical(message)),
-                                    "sha256": hashlib.sha256(canonical(message)).hexdigest()}]
+    assert content["messages"] == [
+        {"role": "user", "bytes": len(canonical(message)), "sha256": hashlib.sha256(canonical(message)).hexdigest()}
+    ]
     assert content["system"] == {"bytes": 9, "sha256": hashlib.sha256(b"Be brief.").hexdigest()}
     assert content["request"]["sha256"] == hashlib.sha256(canonical(PARAMS)).hexdigest()
     assert content["response"]["sha256"] == hashlib.sha256(canonical(RESULT)).hexdigest()
@@ -123,6 +141,7 @@ def test_an_unwritable_log_refuses_the_record_with_a_json_rpc_error(tmp_path: Pa
 
 # -- verify: intact ---------------------------------------------------------------------------------
 
+
 def test_verify_passes_an_intact_log(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "audit.jsonl"
     write_log(path)
@@ -140,10 +159,16 @@ def test_several_writers_append_one_chain(tmp_path: Path, capsys: pytest.Capture
     assert verify(capsys, path)[0] == 0
     records = [json.loads(line) for line in lines_of(path)]
     assert [(r["proxy_id"] == first.proxy_id, r["seq"]) for r in records] == [
-        (True, 1), (True, 2), (False, 1), (False, 2), (True, 3)]
+        (True, 1),
+        (True, 2),
+        (False, 1),
+        (False, 2),
+        (True, 3),
+    ]
 
 
 # -- verify: every kind of tampering ----------------------------------------------------------------
+
 
 @pytest.fixture
 def log_file(tmp_path: Path) -> Path:
@@ -201,8 +226,9 @@ def test_deleted_line(log_file: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert "(line 2)" in err
 
 
-def test_deleted_line_with_the_chain_recomputed_shows_as_a_seq_gap(log_file: Path,
-                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_deleted_line_with_the_chain_recomputed_shows_as_a_seq_gap(
+    log_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     lines = lines_of(log_file)
     del lines[2]
     log_file.write_bytes(b"".join(rehash(lines, 2)))
@@ -269,12 +295,15 @@ def test_deleted_first_lines(log_file: Path, capsys: pytest.CaptureFixture[str])
     log_file.write_bytes(b"".join(lines[2:]))
     code, _, err = verify(capsys, log_file)
     assert code == 1
-    assert f"{log_file}:1: the first record does not start a file (it has no 'continues' key): lines were deleted " \
+    assert (
+        f"{log_file}:1: the first record does not start a file (it has no 'continues' key): lines were deleted "
         "from the start of the file" in err
+    )
 
 
-def test_deleted_last_line_is_not_detectable_and_verify_says_so(log_file: Path,
-                                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_deleted_last_line_is_not_detectable_and_verify_says_so(
+    log_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     lines = lines_of(log_file)
     log_file.write_bytes(b"".join(lines[:-1]))
     code, out, _ = verify(capsys, log_file)
@@ -284,6 +313,7 @@ def test_deleted_last_line_is_not_detectable_and_verify_says_so(log_file: Path,
 
 
 # -- torn writes and seals --------------------------------------------------------------------------
+
 
 def test_a_torn_tail_is_sealed_at_the_next_start(log_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = log_file.read_bytes()
@@ -303,8 +333,9 @@ def test_a_torn_tail_is_sealed_at_the_next_start(log_file: Path, capsys: pytest.
     assert "1 seals" in out
 
 
-def test_a_complete_last_record_missing_only_its_newline_is_completed(log_file: Path,
-                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_complete_last_record_missing_only_its_newline_is_completed(
+    log_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     data = log_file.read_bytes()
     log_file.write_bytes(data[:-1])
     AuditLog(str(log_file), fsync=False).record(server="srv", decision="deny")
@@ -361,6 +392,7 @@ def test_a_file_from_before_the_chain_is_sealed_whole(tmp_path: Path, capsys: py
 
 # -- rotation ---------------------------------------------------------------------------------------
 
+
 def test_rotation_keeps_the_chain_across_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "audit.jsonl"
     log = write_log(path, 12, max_bytes=4000)
@@ -380,12 +412,14 @@ def test_rotation_keeps_the_chain_across_files(tmp_path: Path, capsys: pytest.Ca
     code, out, err = verify(capsys, *ordered)
     assert code == 0, err
     assert out.count(": ok:") == len(ordered)
-    assert sum(int(part.split(" records")[0].rsplit(" ", 1)[1]) for part in out.splitlines() if ": ok:" in part) \
-        == log.seq
+    assert (
+        sum(int(part.split(" records")[0].rsplit(" ", 1)[1]) for part in out.splitlines() if ": ok:" in part) == log.seq
+    )
 
 
-def test_verify_of_the_newest_file_alone_notes_the_rotated_one(tmp_path: Path,
-                                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_verify_of_the_newest_file_alone_notes_the_rotated_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "audit.jsonl"
     write_log(path, 12, max_bytes=4000)
     code, out, _ = verify(capsys, path)
@@ -423,9 +457,15 @@ def test_max_bytes_zero_never_rotates(tmp_path: Path) -> None:
 
 # -- the command line -------------------------------------------------------------------------------
 
+
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([PY, "-m", "mcp_sampling_proxy", "audit", *args], capture_output=True, text=True,
-                          timeout=60, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    return subprocess.run(
+        [PY, "-m", "mcp_sampling_proxy", "audit", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+    )
 
 
 def test_cli_exit_codes_and_messages(log_file: Path) -> None:
@@ -519,8 +559,9 @@ def test_a_huge_foreign_tail_is_sealed_and_verified_in_bounded_memory(tmp_path: 
     assert peak < 120, f"verify held {peak} MB"
 
 
-def test_a_log_whose_end_holds_no_record_within_reach_is_moved_aside(tmp_path: Path,
-                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_log_whose_end_holds_no_record_within_reach_is_moved_aside(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Past 1,000 lines that look like records but are not, the writer stops looking for the last
     record (each is parsed; a foreign tail can hold millions): it cannot link a seal, so the file is
     rotated away untouched and a new chain starts, and `verify` on the old file shows where."""

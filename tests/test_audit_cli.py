@@ -29,13 +29,22 @@ def known_run(path: Path) -> None:
     log = AuditLog(str(path), fsync=False)
 
     def rec(server: str, request_id: int, decision: str, **fields: Any) -> None:
-        log.record(server=server, request_id=request_id, decision=decision, method="sampling/createMessage",
-                   **fields)
+        log.record(server=server, request_id=request_id, decision=decision, method="sampling/createMessage", **fields)
 
-    def fulfilled(server: str, request_id: int, tokens_in: int, tokens_out: int, latency: int,
-                  decision: str = "allow") -> None:
-        rec(server, request_id, decision, provider="p", model="m", input_tokens=tokens_in, output_tokens=tokens_out,
-            latency_ms=latency, stop_reason="endTurn")
+    def fulfilled(
+        server: str, request_id: int, tokens_in: int, tokens_out: int, latency: int, decision: str = "allow"
+    ) -> None:
+        rec(
+            server,
+            request_id,
+            decision,
+            provider="p",
+            model="m",
+            input_tokens=tokens_in,
+            output_tokens=tokens_out,
+            latency_ms=latency,
+            stop_reason="endTurn",
+        )
 
     fulfilled("alpha", 1, 10, 2, 100)
     fulfilled("alpha", 2, 20, 4, 300)
@@ -55,13 +64,34 @@ def test_summary_numbers_of_a_known_run(tmp_path: Path, capsys: pytest.CaptureFi
     assert code == 0
     data = json.loads(out)
     assert data["servers"] == {
-        "alpha": {"requests": 6, "allowed": 3, "denied": 2, "errors": 1, "input_tokens": 65, "output_tokens": 13,
-                  "p50_latency_ms": 250},
-        "beta": {"requests": 2, "allowed": 1, "denied": 1, "errors": 0, "input_tokens": 7, "output_tokens": 3,
-                 "p50_latency_ms": 1000},
+        "alpha": {
+            "requests": 6,
+            "allowed": 3,
+            "denied": 2,
+            "errors": 1,
+            "input_tokens": 65,
+            "output_tokens": 13,
+            "p50_latency_ms": 250,
+        },
+        "beta": {
+            "requests": 2,
+            "allowed": 1,
+            "denied": 1,
+            "errors": 0,
+            "input_tokens": 7,
+            "output_tokens": 3,
+            "p50_latency_ms": 1000,
+        },
     }
-    assert data["total"] == {"requests": 8, "allowed": 4, "denied": 3, "errors": 1, "input_tokens": 72,
-                             "output_tokens": 16, "p50_latency_ms": 300}
+    assert data["total"] == {
+        "requests": 8,
+        "allowed": 4,
+        "denied": 3,
+        "errors": 1,
+        "input_tokens": 72,
+        "output_tokens": 16,
+        "p50_latency_ms": 300,
+    }
     code, out, _ = run(capsys, "summary", str(path))
     assert code == 0
     assert out.splitlines() == [
@@ -76,9 +106,23 @@ def test_summary_since_and_several_files(tmp_path: Path, capsys: pytest.CaptureF
     recent = tmp_path / "audit.jsonl"
     known_run(recent)
     old = tmp_path / "old.jsonl"
-    old.write_text(json.dumps({"ts": "2020-01-01T00:00:00.000Z", "event": "decision", "server": "alpha",
-                               "decision": "allow", "request_id": 99, "input_tokens": 1000, "output_tokens": 1000,
-                               "latency_ms": 5, "provider": "p", "error": None}) + "\n")
+    old.write_text(
+        json.dumps(
+            {
+                "ts": "2020-01-01T00:00:00.000Z",
+                "event": "decision",
+                "server": "alpha",
+                "decision": "allow",
+                "request_id": 99,
+                "input_tokens": 1000,
+                "output_tokens": 1000,
+                "latency_ms": 5,
+                "provider": "p",
+                "error": None,
+            }
+        )
+        + "\n"
+    )
     code, out, _ = run(capsys, "summary", "--json", str(old), str(recent))
     assert json.loads(out)["servers"]["alpha"]["requests"] == 7
     code, out, _ = run(capsys, "summary", "--json", "--since", "1d", str(old), str(recent))
@@ -92,12 +136,18 @@ def test_summary_since_and_several_files(tmp_path: Path, capsys: pytest.CaptureF
     assert code == 2 and "no such file" in err
 
 
-def test_tail_prints_the_last_records_without_escape_sequences(tmp_path: Path,
-                                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_tail_prints_the_last_records_without_escape_sequences(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "audit.jsonl"
     known_run(path)
-    AuditLog(str(path), fsync=False).record(server="\x1b]0;pwned\x07evil\x1b[31m-server", tool="t\x1b[2Jool",
-                                            decision="deny", rule="r", reason="bad\x1b[1A\rwords\u202e")
+    AuditLog(str(path), fsync=False).record(
+        server="\x1b]0;pwned\x07evil\x1b[31m-server",
+        tool="t\x1b[2Jool",
+        decision="deny",
+        rule="r",
+        reason="bad\x1b[1A\rwords\u202e",
+    )
     code, out, _ = run(capsys, "tail", "-n", "3", str(path))
     assert code == 0
     lines = out.splitlines()
@@ -139,9 +189,13 @@ def test_tail_follow_prints_new_records_across_rotation(tmp_path: Path) -> None:
     path = tmp_path / "audit.jsonl"
     log = AuditLog(str(path), fsync=False, max_bytes=3000)
     log.record(server="before", decision="allow")
-    proc = subprocess.Popen([PY, "-m", "mcp_sampling_proxy", "audit", "tail", "-f", "-n", "1", str(path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.Popen(
+        [PY, "-m", "mcp_sampling_proxy", "audit", "tail", "-f", "-n", "1", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()  # type: ignore[union-attr]
     try:
@@ -167,9 +221,13 @@ def test_tail_follow_skips_a_runaway_line_with_bounded_memory(tmp_path: Path) ->
     path = tmp_path / "audit.jsonl"
     log = AuditLog(str(path), fsync=False)
     log.record(server="before", decision="allow")
-    proc = subprocess.Popen([PY, "-m", "mcp_sampling_proxy", "audit", "tail", "-f", "--json", "-n", "1", str(path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.Popen(
+        [PY, "-m", "mcp_sampling_proxy", "audit", "tail", "-f", "--json", "-n", "1", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()  # type: ignore[union-attr]
     junk = 100 * 1024 * 1024
@@ -185,8 +243,11 @@ def test_tail_follow_skips_a_runaway_line_with_bounded_memory(tmp_path: Path) ->
         seal = json.loads(lines.get(timeout=15))  # the writer sealed the foreign bytes before its record
         assert seal["event"] == "seal" and seal["torn_bytes"] == junk + 1
         assert json.loads(lines.get(timeout=15))["server"] == "after"
-        peak_kb = next(int(line.split()[1]) for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines()
-                       if line.startswith("VmHWM:"))
+        peak_kb = next(
+            int(line.split()[1])
+            for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+            if line.startswith("VmHWM:")
+        )
         assert peak_kb < 100 * 1024, f"tail -f held {peak_kb // 1024} MB for a {junk // 2**20} MB line"
     finally:
         proc.send_signal(signal.SIGINT)

@@ -49,8 +49,12 @@ def writer(tmp_path: Path) -> Path:
 
 
 def start_writer(script: Path, path: Path, count: int, size: int, go: Path, max_bytes: int = 0) -> subprocess.Popen:
-    return subprocess.Popen([PY, str(script), str(path), str(count), str(size), str(max_bytes), str(go)],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    return subprocess.Popen(
+        [PY, str(script), str(path), str(count), str(size), str(max_bytes), str(go)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
 
 
 def verify(capsys: pytest.CaptureFixture[str], *paths: Path) -> tuple[int, str, str]:
@@ -60,7 +64,8 @@ def verify(capsys: pytest.CaptureFixture[str], *paths: Path) -> tuple[int, str, 
 
 
 def test_kill_9_mid_burst_leaves_at_most_a_torn_last_line_that_the_next_start_seals(
-        tmp_path: Path, writer: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, writer: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "audit.jsonl"
     go = tmp_path / "go"
     go.touch()
@@ -118,8 +123,9 @@ def test_four_writers_share_one_file(tmp_path: Path, writer: Path, capsys: pytes
     assert interleaved > 3  # the writers really ran at the same time
 
 
-def test_four_writers_with_rotation_keep_one_chain(tmp_path: Path, writer: Path,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_four_writers_with_rotation_keep_one_chain(
+    tmp_path: Path, writer: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "audit.jsonl"
     go = tmp_path / "go"
     procs = [start_writer(writer, path, 100, 2000, go, max_bytes=64 * 1024) for _ in range(4)]
@@ -138,8 +144,9 @@ def test_four_writers_with_rotation_keep_one_chain(tmp_path: Path, writer: Path,
 
 
 @pytest.mark.parametrize("fsync", [True, "before_answer", False])
-def test_each_record_is_fsynced_unless_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                  fsync: bool | str) -> None:
+def test_each_record_is_fsynced_unless_turned_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fsync: bool | str
+) -> None:
     """`before_answer`: each write returns after its fsync. true: a thread of its own fsyncs soon
     after, and whatever was written is fsync'd by the time the log is closed (the proxy exits)."""
     path = tmp_path / "audit.jsonl"
@@ -155,8 +162,10 @@ def test_each_record_is_fsynced_unless_turned_off(tmp_path: Path, monkeypatch: p
     log.record(server="s", decision="allow")
     log.record(server="s", decision="deny")
     if fsync == "before_answer":
-        assert calls == [(threading.current_thread().name, size) for size in
-                         (len(path.read_text().splitlines()[0]) + 1, path.stat().st_size)]
+        assert calls == [
+            (threading.current_thread().name, size)
+            for size in (len(path.read_text().splitlines()[0]) + 1, path.stat().st_size)
+        ]
     log.close()
     if fsync is False:
         assert calls == []
@@ -165,8 +174,9 @@ def test_each_record_is_fsynced_unless_turned_off(tmp_path: Path, monkeypatch: p
         assert calls[-1][1] == path.stat().st_size  # the last fsync covered every record
 
 
-def test_a_failed_background_fsync_makes_the_log_refuse_later_requests(tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_background_fsync_makes_the_log_refuse_later_requests(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A disk that fails its fsync (EIO) is a log that cannot be trusted to keep records: the
     record already answered stays written, and every later request gets the audit error."""
     import errno
@@ -209,14 +219,21 @@ def test_a_slow_audit_write_holds_only_its_own_request(tmp_path: Path) -> None:
     audit = tmp_path / "audit.jsonl"
     with FakeLLMServer("openai") as llm:
         policy = write_policy(tmp_path, openai_policy(llm.base_url, extra=f"audit: {{path: {audit}}}\n"))
-        with RawHost(proxy_command(policy, upstream=[PY, KITCHEN_SINK]), proxy_env(TEST_LLM_KEY="k"),
-                     tmp_path / "stderr.log") as host:
+        with RawHost(
+            proxy_command(policy, upstream=[PY, KITCHEN_SINK]), proxy_env(TEST_LLM_KEY="k"), tmp_path / "stderr.log"
+        ) as host:
             host.initialize()
             lock = os.open(str(audit) + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
             fcntl.flock(lock, fcntl.LOCK_EX)  # another writer holds the log
             try:
-                host.send({"jsonrpc": "2.0", "id": "call", "method": "tools/call",
-                           "params": {"name": "sample", "arguments": {"prompt": "hi"}}})
+                host.send(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": "call",
+                        "method": "tools/call",
+                        "params": {"name": "sample", "arguments": {"prompt": "hi"}},
+                    }
+                )
                 deadline = time.monotonic() + 15
                 while not llm.requests and time.monotonic() < deadline:
                     time.sleep(0.05)
@@ -263,8 +280,9 @@ def test_a_record_outside_a_request_never_waits_for_another_writers_lock(tmp_pat
     assert [r.get("approver") for r in records if r.get("event") == "decision"] == ["host"]
 
 
-def test_a_tail_another_writer_left_is_read_back_off_the_event_loop(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_tail_another_writer_left_is_read_back_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Whoever runs as the user can append to the log (the governed server too), and a torn or
     foreign tail is read back (and sealed) before the next record: as large as they chose. The
     request's write does that in a worker thread, not on the event loop that relays messages."""

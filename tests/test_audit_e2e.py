@@ -23,15 +23,21 @@ KEY = "unpatterned-Key-value-7f3a9c2e"
 async def test_the_key_reaches_the_llm_but_not_the_audit_log_or_stderr(tmp_path: Path, mode: str) -> None:
     audit = tmp_path / "audit.jsonl"
     stderr = tmp_path / "stderr.log"
-    rules = ("rules:\n  - name: no-secrets\n    when: {text_matches: 'forbidden'}\n    action: deny\n"
-             "  - name: ok\n    action: allow\n")
+    rules = (
+        "rules:\n  - name: no-secrets\n    when: {text_matches: 'forbidden'}\n    action: deny\n"
+        "  - name: ok\n    action: allow\n"
+    )
     with FakeLLMServer("openai") as llm:
         llm.reply_text(f"you said {KEY}; mail me at dana@example.com", usage=(21, 4))
         policy = openai_policy(llm.base_url, rules=rules) + f"audit:\n  path: {audit}\n  content: {mode}\n"
-        async with sdk_host(proxy_command(write_policy(tmp_path, policy)), proxy_env(TEST_LLM_KEY=KEY),
-                            stderr) as client:
-            answer = tool_json(await client.call_tool("sample", {"prompt": f"repeat {KEY} to dana@example.com",
-                                                                 "system": f"system {KEY}"}))
+        async with sdk_host(
+            proxy_command(write_policy(tmp_path, policy)), proxy_env(TEST_LLM_KEY=KEY), stderr
+        ) as client:
+            answer = tool_json(
+                await client.call_tool(
+                    "sample", {"prompt": f"repeat {KEY} to dana@example.com", "system": f"system {KEY}"}
+                )
+            )
             refused = await client.call_tool("sample", {"prompt": "forbidden words"})
         assert llm.requests[0].headers["authorization"] == f"Bearer {KEY}"
         assert KEY in json.dumps(llm.requests[0].body)  # the prompt went to the LLM as the server sent it
@@ -51,7 +57,11 @@ async def test_the_key_reaches_the_llm_but_not_the_audit_log_or_stderr(tmp_path:
         assert record["method"] == "sampling/createMessage" and record["host"]
         assert record["protocol_version"] and record["request_id"] is not None
     assert (allowed["decision"], allowed["rule"], allowed["provider"], allowed["model"]) == (
-        "allow", "ok", "fake", "gpt-test")
+        "allow",
+        "ok",
+        "fake",
+        "gpt-test",
+    )
     assert (allowed["input_tokens"], allowed["output_tokens"], allowed["stop_reason"]) == (21, 4, "endTurn")
     assert isinstance(allowed["latency_ms"], int) and allowed["error"] is None
     assert (denied["decision"], denied["rule"], denied["provider"]) == ("deny", "no-secrets", None)
@@ -62,14 +72,17 @@ async def test_the_key_reaches_the_llm_but_not_the_audit_log_or_stderr(tmp_path:
         assert "repeat" not in text and "dana@" not in text
     elif mode == "redacted":
         assert content["messages"][0]["message"]["content"]["text"] == (
-            "repeat [REDACTED:configured-key] to [REDACTED:email]")
+            "repeat [REDACTED:configured-key] to [REDACTED:email]"
+        )
         assert content["system"]["text"] == "system [REDACTED:configured-key]"
         assert "dana@" not in text
     else:
         assert content["messages"][0]["message"]["content"]["text"] == (
-            "repeat [REDACTED:configured-key] to dana@example.com")
+            "repeat [REDACTED:configured-key] to dana@example.com"
+        )
         assert content["response"]["result"]["content"]["text"] == (
-            "you said [REDACTED:configured-key]; mail me at dana@example.com")
+            "you said [REDACTED:configured-key]; mail me at dana@example.com"
+        )
     assert audit_cmd.main(["verify", str(audit)]) == 0
 
 
@@ -80,8 +93,9 @@ async def test_an_unwritable_audit_log_refuses_sampling_instead_of_answering_unr
     with FakeLLMServer("openai") as llm:
         llm.reply_text("never delivered")
         policy = openai_policy(llm.base_url) + f"audit:\n  path: {blocker / 'audit.jsonl'}\n"
-        async with sdk_host(proxy_command(write_policy(tmp_path, policy)), proxy_env(TEST_LLM_KEY=KEY),
-                            tmp_path / "stderr.log") as client:
+        async with sdk_host(
+            proxy_command(write_policy(tmp_path, policy)), proxy_env(TEST_LLM_KEY=KEY), tmp_path / "stderr.log"
+        ) as client:
             result = await client.call_tool("sample", {"prompt": "hi"})
             echo = await client.call_tool("echo", {"text": "still relaying"})
     assert result.is_error
@@ -102,8 +116,14 @@ def test_a_sampling_call_cut_off_by_shutdown_leaves_a_cancelled_record(tmp_path:
         policy = write_policy(tmp_path, openai_policy(llm.base_url) + f"audit:\n  path: {audit}\n")
         with RawHost(proxy_command(policy), proxy_env(TEST_LLM_KEY="k"), tmp_path / "stderr.log") as host:
             host.initialize()
-            host.send({"jsonrpc": "2.0", "id": 50, "method": "tools/call",
-                       "params": {"name": "sample", "arguments": {"prompt": "cut me off"}}})
+            host.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 50,
+                    "method": "tools/call",
+                    "params": {"name": "sample", "arguments": {"prompt": "cut me off"}},
+                }
+            )
             deadline = time.monotonic() + 15
             while not llm.requests and time.monotonic() < deadline:
                 time.sleep(0.05)

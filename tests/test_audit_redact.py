@@ -66,11 +66,19 @@ def test_a_jwt_in_a_bearer_header_is_masked_as_a_jwt() -> None:
     assert Redactor().redact(f"Bearer {jwt}")[0] == "Bearer [REDACTED:jwt]"
 
 
-@pytest.mark.parametrize(("number", "valid"), [
-    ("4111111111111111", True), ("4111111111111112", False), ("79927398713", False),  # too short for a card
-    ("4012888888881881", True), ("4012888888881882", False), ("378282246310005", True),
-    ("30569309025904", True), ("1234567890123", False),
-])
+@pytest.mark.parametrize(
+    ("number", "valid"),
+    [
+        ("4111111111111111", True),
+        ("4111111111111112", False),
+        ("79927398713", False),  # too short for a card
+        ("4012888888881881", True),
+        ("4012888888881882", False),
+        ("378282246310005", True),
+        ("30569309025904", True),
+        ("1234567890123", False),
+    ],
+)
 def test_luhn(number: str, valid: bool) -> None:
     assert luhn_ok(number) is valid
 
@@ -96,24 +104,36 @@ def test_configured_keys_are_scrubbed_whole_and_short_values_are_not_keys() -> N
     redactor = Redactor(secrets=[KEY, KEY[:12], "ollama"])
     assert redactor.scrub(f"a {KEY} b {KEY[:12]}") == "a [REDACTED:configured-key] b [REDACTED:configured-key]"
     assert redactor.scrub("model: ollama") == "model: ollama"
-    assert redactor.scrub_value({KEY: [KEY, 1, None]}) == {"[REDACTED:configured-key]": ["[REDACTED:configured-key]",
-                                                                                          1, None]}
+    assert redactor.scrub_value({KEY: [KEY, 1, None]}) == {
+        "[REDACTED:configured-key]": ["[REDACTED:configured-key]", 1, None]
+    }
 
 
 # -- the key in every content mode ------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("mode", ["none", "redacted", "full"])
 def test_a_configured_key_never_reaches_the_file(tmp_path: Path, mode: str) -> None:
     path = tmp_path / "audit.jsonl"
     log = AuditLog(str(path), content=mode, fsync=False, secrets=[KEY])
-    params = {"systemPrompt": f"the key is {KEY}",
-              "messages": [{"role": "user", "content": {"type": "text", "text": f"leak {KEY} please"}},
-                           {"role": "assistant", "content": {"type": "tool_use", "id": "t", "name": "x",
-                                                             "input": {KEY: KEY}}}],
-              "tools": [{"name": "x", "description": KEY, "inputSchema": {"type": "object"}}]}
+    params = {
+        "systemPrompt": f"the key is {KEY}",
+        "messages": [
+            {"role": "user", "content": {"type": "text", "text": f"leak {KEY} please"}},
+            {"role": "assistant", "content": {"type": "tool_use", "id": "t", "name": "x", "input": {KEY: KEY}}},
+        ],
+        "tools": [{"name": "x", "description": KEY, "inputSchema": {"type": "object"}}],
+    }
     result = {"role": "assistant", "content": {"type": "text", "text": f"here: {KEY}"}, "model": KEY}
-    log.record(params=params, result=result, server=KEY, decision="allow", reason=f"why {KEY}",
-               error=f"failed {KEY}", model=KEY)
+    log.record(
+        params=params,
+        result=result,
+        server=KEY,
+        decision="allow",
+        reason=f"why {KEY}",
+        error=f"failed {KEY}",
+        model=KEY,
+    )
     text = path.read_text()
     assert KEY not in text
     assert "[REDACTED:configured-key]" in text
@@ -132,7 +152,8 @@ def test_redacted_mode_masks_content_and_counts_but_full_keeps_it(tmp_path: Path
     for mode in ("redacted", "full"):
         path = tmp_path / f"{mode}.jsonl"
         AuditLog(str(path), content=mode, fsync=False, redact=[r"ACME-\d+"]).record(
-            params=params, server="s", decision="allow")
+            params=params, server="s", decision="allow"
+        )
         content = json.loads(path.read_text().splitlines()[0])["content"]
         text = content["messages"][0]["message"]["content"]["text"]
         if mode == "redacted":
@@ -145,8 +166,9 @@ def test_redacted_mode_masks_content_and_counts_but_full_keeps_it(tmp_path: Path
 
 def test_reason_and_error_are_masked_in_every_mode(tmp_path: Path) -> None:
     path = tmp_path / "audit.jsonl"
-    AuditLog(str(path), fsync=False).record(server="s", decision="error", reason="token ghp_" + "x" * 36,
-                                            error="user carol@example.org")
+    AuditLog(str(path), fsync=False).record(
+        server="s", decision="error", reason="token ghp_" + "x" * 36, error="user carol@example.org"
+    )
     record = json.loads(path.read_text().splitlines()[0])
     assert record["reason"] == "token [REDACTED:github-token]"
     assert record["error"] == "user [REDACTED:email]"
@@ -156,7 +178,9 @@ def test_configured_secrets_come_from_key_variables_and_provider_headers() -> No
     settings = parse_settings(
         "llm:\n  providers:\n    p:\n      type: openai\n      api_key_env: MY_KEY\n      models: [m]\n"
         "      headers: {Authorization: Bearer tok-abcdefgh, X-Org: org-1}\n"
-        "upstream:\n  pass_env: [MY_KEY]\n", "policy.yaml")
+        "upstream:\n  pass_env: [MY_KEY]\n",
+        "policy.yaml",
+    )
     found = configured_secrets(settings, {"MY_KEY": KEY, "OPENAI_API_KEY": "sk-env-value-123", "OTHER": "x" * 20})
     assert KEY in found  # even when upstream.pass_env lets the server see it
     assert "sk-env-value-123" in found
@@ -166,11 +190,14 @@ def test_configured_secrets_come_from_key_variables_and_provider_headers() -> No
 
 # -- the audit: section -----------------------------------------------------------------------------
 
+
 def test_audit_section_round_trip(tmp_path: Path) -> None:
     where = str(tmp_path / "conf" / "policy.yaml")
     settings = parse_settings(
         "audit:\n  path: logs/audit.jsonl\n  content: redacted\n  redact: ['ACME-\\d+', 'x(?P<secret>y+)']\n"
-        "  fsync: false\n  max_bytes: 16MiB\n", where)
+        "  fsync: false\n  max_bytes: 16MiB\n",
+        where,
+    )
     assert settings.audit.path == str(tmp_path / "conf" / "logs" / "audit.jsonl")
     assert settings.audit_path == settings.audit.path
     assert settings.audit.content == "redacted"
@@ -181,32 +208,45 @@ def test_audit_section_round_trip(tmp_path: Path) -> None:
 
 def test_audit_defaults() -> None:
     assert parse_settings("audit:\n  path: ~/a.jsonl\n", "p.yaml").audit == AuditSettings(
-        path=os.path.expanduser("~/a.jsonl"), content="none", redact=(), fsync=True, max_bytes=64 * 1024 * 1024)
+        path=os.path.expanduser("~/a.jsonl"), content="none", redact=(), fsync=True, max_bytes=64 * 1024 * 1024
+    )
     assert parse_settings("rules: []\n", "p.yaml").audit == AuditSettings()
     assert parse_settings("audit:\n  path: /x/a.jsonl\n  max_bytes: 0\n", "p.yaml").audit.max_bytes == 0
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("audit:\n  path: a\n  content: ful\n",
-     "policy.yaml:3:12: audit.content 'ful' is not one of none, redacted, full (did you mean 'full'?)"),
-    ("audit:\n  path: a\n  max_byte: 1MiB\n",
-     "policy.yaml:3:3: unknown key 'max_byte' in audit (did you mean 'max_bytes'?); "
-     "allowed: path, content, redact, fsync, max_bytes"),
-    ("audit:\n  path: a\n  max_bytes: lots\n",
-     "policy.yaml:3:14: audit.max_bytes must be a size: a number of bytes or a string such as 512KiB"),
-    ("audit:\n  path: a\n  max_bytes: -1\n", "policy.yaml:3:14: audit.max_bytes cannot be negative, got -1"),
-    ("audit:\n  path: a\n  fsync: sometimes\n",
-     "policy.yaml:3:10: audit.fsync must be true (each record is fsync'd right after it is written, while the "
-     "answer goes out), before_answer (the answer waits for the fsync too) or false (never fsync'd), got 'sometimes'"),
-    ("audit:\n  path: a\n  redact: ['(unclosed']\n",
-     "policy.yaml:3:12: audit.redact[0] /(unclosed/ is not a valid regular expression: missing ), unterminated "
-     "subpattern at position 0"),
-    ("audit:\n  path: a\n  redact: ['a*']\n",
-     "policy.yaml:3:12: audit.redact[0] /a*/ matches the empty string"),
-    ("audit:\n  content: full\n",
-     "policy.yaml:2:3: audit sets content but no path: give path: FILE"),
-    ("audit:\n  path: ''\n", "policy.yaml:2:9: audit.path must be a non-empty string, got ''"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "audit:\n  path: a\n  content: ful\n",
+            "policy.yaml:3:12: audit.content 'ful' is not one of none, redacted, full (did you mean 'full'?)",
+        ),
+        (
+            "audit:\n  path: a\n  max_byte: 1MiB\n",
+            "policy.yaml:3:3: unknown key 'max_byte' in audit (did you mean 'max_bytes'?); "
+            "allowed: path, content, redact, fsync, max_bytes",
+        ),
+        (
+            "audit:\n  path: a\n  max_bytes: lots\n",
+            "policy.yaml:3:14: audit.max_bytes must be a size: a number of bytes or a string such as 512KiB",
+        ),
+        ("audit:\n  path: a\n  max_bytes: -1\n", "policy.yaml:3:14: audit.max_bytes cannot be negative, got -1"),
+        (
+            "audit:\n  path: a\n  fsync: sometimes\n",
+            "policy.yaml:3:10: audit.fsync must be true (each record is fsync'd right after it is written, while the "
+            "answer goes out), before_answer (the answer waits for the fsync too) or false (never fsync'd), "
+            "got 'sometimes'",
+        ),
+        (
+            "audit:\n  path: a\n  redact: ['(unclosed']\n",
+            "policy.yaml:3:12: audit.redact[0] /(unclosed/ is not a valid regular expression: missing ), unterminated "
+            "subpattern at position 0",
+        ),
+        ("audit:\n  path: a\n  redact: ['a*']\n", "policy.yaml:3:12: audit.redact[0] /a*/ matches the empty string"),
+        ("audit:\n  content: full\n", "policy.yaml:2:3: audit sets content but no path: give path: FILE"),
+        ("audit:\n  path: ''\n", "policy.yaml:2:9: audit.path must be a non-empty string, got ''"),
+    ],
+)
 def test_audit_section_mistakes_name_their_position(text: str, message: str) -> None:
     with pytest.raises(PolicyError) as info:
         parse_settings(text, "policy.yaml")
@@ -219,8 +259,7 @@ def test_media_data_is_not_pattern_masked_but_configured_keys_are_scrubbed() -> 
     redacted, count = Redactor().redact_value({"content": [block, {"type": "text", "text": data}]})
     assert redacted["content"][0]["data"] == data
     assert "[REDACTED:" in redacted["content"][1]["text"] and count >= 1
-    assert Redactor(secrets=["AKIAIOSFODNN7EXAMPLE"]).scrub_value(block)["data"].endswith(
-        "[REDACTED:configured-key]")
+    assert Redactor(secrets=["AKIAIOSFODNN7EXAMPLE"]).scrub_value(block)["data"].endswith("[REDACTED:configured-key]")
 
 
 def test_callers_cannot_set_the_chain_keys(tmp_path: Path) -> None:

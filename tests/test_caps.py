@@ -86,8 +86,7 @@ def test_text_block_counts_utf8_bytes_not_characters():
     check_caps(request(user(text("é" * 4))), caps)  # 8 bytes
     check_caps(request(user(text("é" * 5))), caps)  # 10 bytes: at the limit
     assert refused(request(user(text("x"), text("é" * 5 + "a"))), caps) == (
-        "request refused: messages[0].content[1] text block is 11 bytes; the limit is 10 bytes "
-        "(limits.max_text_bytes)"
+        "request refused: messages[0].content[1] text block is 11 bytes; the limit is 10 bytes (limits.max_text_bytes)"
     )
     # 4 characters, 12 bytes: the character count alone would let it through
     assert "is 12 bytes" in refused(request(user(text("€" * 4))), caps)
@@ -97,8 +96,7 @@ def test_text_block_message_names_the_cap_in_mib():
     big = "a" * (1 * MiB + 1)
     params = request(user(text("a")), user(text("b")), user(text("c")), {"role": "user", "content": text(big)})
     assert refused(params, Caps()) == (
-        "request refused: messages[3].content text block is 1,048,577 bytes; the limit is 1 MiB "
-        "(limits.max_text_bytes)"
+        "request refused: messages[3].content text block is 1,048,577 bytes; the limit is 1 MiB (limits.max_text_bytes)"
     )
     check_caps(request(user(text("a" * MiB))), Caps())
 
@@ -176,11 +174,14 @@ def test_decoded_size_matches_real_decoding():
         assert b64_decoded_size(encoded) == size
 
 
-@pytest.mark.parametrize(("data", "why"), [
-    ("QUJDRA", "its length 6 is not a multiple of 4"),
-    ("QUJDR", "its length 5 is not a multiple of 4"),
-    ("Q===", "it ends in ==="),
-])
+@pytest.mark.parametrize(
+    ("data", "why"),
+    [
+        ("QUJDRA", "its length 6 is not a multiple of 4"),
+        ("QUJDR", "its length 5 is not a multiple of 4"),
+        ("Q===", "it ends in ==="),
+    ],
+)
 def test_invalid_base64_length_is_refused(data, why):
     assert refused(request(user(image(data))), Caps()) == (
         f"request refused: messages[0].content[0] image block data is not valid base64: {why}"
@@ -258,9 +259,16 @@ def test_walk_blocks_paths():
     ]
 
 
-@pytest.mark.parametrize(("n", "shown"), [
-    (MiB, "1 MiB"), (2 * 1024 * MiB, "2 GiB"),
-    (16 * MiB, "16 MiB"), (512 * 1024, "512 KiB"), (1_500_000, "1,500,000 bytes"), (10, "10 bytes"),
-])
+@pytest.mark.parametrize(
+    ("n", "shown"),
+    [
+        (MiB, "1 MiB"),
+        (2 * 1024 * MiB, "2 GiB"),
+        (16 * MiB, "16 MiB"),
+        (512 * 1024, "512 KiB"),
+        (1_500_000, "1,500,000 bytes"),
+        (10, "10 bytes"),
+    ],
+)
 def test_format_bytes(n, shown):
     assert format_bytes(n) == shown

@@ -32,8 +32,12 @@ async def call(tmp_path: Path, policy_text: str, tool: str, arguments: dict[str,
     """Call `tool` of the kitchen-sink server through the proxy, stand-ins first on its PATH."""
     bin_dir = install(tmp_path / "bin")
     policy = write_policy(tmp_path, policy_text)
-    environment = proxy_env(PATH=path_with(bin_dir), STANDIN_LOG=str(tmp_path / "runs.jsonl"),
-                            MCP_SAMPLING_PROXY_STATE_DIR=str(tmp_path / "state"), **env)
+    environment = proxy_env(
+        PATH=path_with(bin_dir),
+        STANDIN_LOG=str(tmp_path / "runs.jsonl"),
+        MCP_SAMPLING_PROXY_STATE_DIR=str(tmp_path / "state"),
+        **env,
+    )
     async with sdk_host(proxy_command(policy), environment, tmp_path / "stderr.log") as client:
         return await client.call_tool(tool, arguments)
 
@@ -50,10 +54,20 @@ AUDIT = "audit:\n  path: audit.jsonl\n"
 
 async def test_claude_preset_answers_from_its_json_envelope(tmp_path: Path) -> None:
     policy = provider("claude", "preset: claude\nmodels: [sonnet]") + ALLOW + AUDIT
-    result = await call(tmp_path, policy, "sample", {"prompt": "Capital of France?", "system": "Be brief."},
-                        STANDIN_ANSWER="Paris.", CLAUDECODE="1", CLAUDE_CODE_ENTRYPOINT="cli")
-    assert tool_json(result) == {"content": {"type": "text", "text": "Paris."}, "model": "sonnet",
-                                 "stopReason": "endTurn"}
+    result = await call(
+        tmp_path,
+        policy,
+        "sample",
+        {"prompt": "Capital of France?", "system": "Be brief."},
+        STANDIN_ANSWER="Paris.",
+        CLAUDECODE="1",
+        CLAUDE_CODE_ENTRYPOINT="cli",
+    )
+    assert tool_json(result) == {
+        "content": {"type": "text", "text": "Paris."},
+        "model": "sonnet",
+        "stopReason": "endTurn",
+    }
     (run,) = runs(tmp_path / "runs.jsonl")
     assert run["argv"] == ["-p", "--output-format", "json", "--tools", "", "--strict-mcp-config", "--model", "sonnet"]
     assert run["stdin"] == "System: Be brief.\n\nUser: Capital of France?"
@@ -68,8 +82,9 @@ async def test_claude_preset_answers_from_its_json_envelope(tmp_path: Path) -> N
 
 
 async def test_claude_preset_without_models_uses_the_cli_default(tmp_path: Path) -> None:
-    result = await call(tmp_path, provider("cc", "preset: claude") + ALLOW, "sample", {"prompt": "hi"},
-                        STANDIN_ANSWER="hello")
+    result = await call(
+        tmp_path, provider("cc", "preset: claude") + ALLOW, "sample", {"prompt": "hi"}, STANDIN_ANSWER="hello"
+    )
     (run,) = runs(tmp_path / "runs.jsonl")
     assert "--model" not in run["argv"]
     assert run["stdin"] == "hi"  # one user message and no system prompt: the text alone
@@ -92,11 +107,25 @@ async def test_codex_preset_reads_the_last_message_file(tmp_path: Path) -> None:
 
 
 async def test_codex_preset_takes_images_as_files(tmp_path: Path) -> None:
-    params = {"messages": [{"role": "user", "content": [
-        {"type": "text", "text": "What is this?"}, {"type": "image", "data": PNG, "mimeType": "image/png"}]}],
-        "maxTokens": 50}
-    result = await call(tmp_path, provider("codex", "preset: codex") + ALLOW, "sample_raw",
-                        {"params_json": json.dumps(params)}, STANDIN_ANSWER="A pixel.")
+    params = {
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "What is this?"},
+                    {"type": "image", "data": PNG, "mimeType": "image/png"},
+                ],
+            }
+        ],
+        "maxTokens": 50,
+    }
+    result = await call(
+        tmp_path,
+        provider("codex", "preset: codex") + ALLOW,
+        "sample_raw",
+        {"params_json": json.dumps(params)},
+        STANDIN_ANSWER="A pixel.",
+    )
     assert tool_json(result)["result"]["content"]["text"] == "A pixel."
     (run,) = runs(tmp_path / "runs.jsonl")
     assert run["images"] == [base64.b64decode(PNG).hex()]
@@ -106,8 +135,11 @@ async def test_codex_preset_takes_images_as_files(tmp_path: Path) -> None:
 async def test_gemini_preset_reports_tokens_and_model_from_stats(tmp_path: Path) -> None:
     policy = provider("gemini", "preset: gemini\nmodels: [gemini-2.5-pro]") + ALLOW + AUDIT
     result = await call(tmp_path, policy, "sample", {"prompt": "2+2?"}, STANDIN_ANSWER="4")
-    assert tool_json(result) == {"content": {"type": "text", "text": "4"}, "model": "gemini-2.5-pro",
-                                 "stopReason": "endTurn"}
+    assert tool_json(result) == {
+        "content": {"type": "text", "text": "4"},
+        "model": "gemini-2.5-pro",
+        "stopReason": "endTurn",
+    }
     (run,) = runs(tmp_path / "runs.jsonl")
     assert run["argv"] == ["--output-format", "json", "--model", "gemini-2.5-pro"]
     assert run["stdin"] == "2+2?\n\n"  # Gemini CLI: piped stdin, a blank line, then the (empty) -p question
@@ -116,8 +148,9 @@ async def test_gemini_preset_reports_tokens_and_model_from_stats(tmp_path: Path)
 
 
 async def test_gemini_json_error_is_reported(tmp_path: Path) -> None:
-    result = await call(tmp_path, provider("gemini", "preset: gemini") + ALLOW, "sample", {"prompt": "x"},
-                        STANDIN_MODE="json-error")
+    result = await call(
+        tmp_path, provider("gemini", "preset: gemini") + ALLOW, "sample", {"prompt": "x"}, STANDIN_MODE="json-error"
+    )
     message = tool_json(result)["error"]["message"]
     assert "provider 'gemini' (gemini)" in message and "exited with status 41" in message
     assert "Please set an Auth method" in message
@@ -125,8 +158,7 @@ async def test_gemini_json_error_is_reported(tmp_path: Path) -> None:
 
 async def test_llm_preset_prints_text(tmp_path: Path) -> None:
     policy = provider("llm", "preset: llm\nmodels: [gpt-4o-mini, claude-3.5-haiku]") + ALLOW
-    result = await call(tmp_path, policy, "sample", {"prompt": "Say hi", "hints": ["haiku"]},
-                        STANDIN_ANSWER="Hi there")
+    result = await call(tmp_path, policy, "sample", {"prompt": "Say hi", "hints": ["haiku"]}, STANDIN_ANSWER="Hi there")
     assert tool_json(result)["content"]["text"] == "Hi there"
     assert tool_json(result)["model"] == "claude-3.5-haiku"  # the server's hint chose it
     (run,) = runs(tmp_path / "runs.jsonl")
@@ -147,18 +179,27 @@ json:
   stop_reason: choices.0.finish_reason
 models: [house-model]
 """
-    result = await call(tmp_path, provider("mine", body) + ALLOW + AUDIT, "sample", {"prompt": "x"},
-                        STANDIN_ANSWER="cut sho")
-    assert tool_json(result) == {"content": {"type": "text", "text": "cut sho"}, "model": "house-model",
-                                 "stopReason": "maxTokens"}
+    result = await call(
+        tmp_path, provider("mine", body) + ALLOW + AUDIT, "sample", {"prompt": "x"}, STANDIN_ANSWER="cut sho"
+    )
+    assert tool_json(result) == {
+        "content": {"type": "text", "text": "cut sho"},
+        "model": "house-model",
+        "stopReason": "maxTokens",
+    }
     (record,) = audit_records(tmp_path)
     assert (record["input_tokens"], record["output_tokens"]) == (21, 4)
 
 
 async def test_custom_text_command_with_the_prompt_as_an_argument(tmp_path: Path) -> None:
     body = 'command: ["my-text-llm", "--model", "{model}"]\nprompt: arg\nmodels: [m1]'
-    result = await call(tmp_path, provider("mine", body) + ALLOW, "sample",
-                        {"prompt": "Count: one two", "stop": ["three"]}, STANDIN_ANSWER="one two three four")
+    result = await call(
+        tmp_path,
+        provider("mine", body) + ALLOW,
+        "sample",
+        {"prompt": "Count: one two", "stop": ["three"]},
+        STANDIN_ANSWER="one two three four",
+    )
     # stop sequences are applied to the answer, as the API would have stopped there
     assert tool_json(result)["content"]["text"] == "one two "
     assert tool_json(result)["stopReason"] == "stopSequence"
@@ -192,8 +233,9 @@ async def test_json_without_the_text_path_says_which_path(tmp_path: Path) -> Non
 
 
 async def test_failing_command_reports_its_stderr_without_the_key(tmp_path: Path) -> None:
-    result = await call(tmp_path, provider("llm", "preset: llm") + ALLOW, "sample", {"prompt": "x"},
-                        STANDIN_MODE="fail")
+    result = await call(
+        tmp_path, provider("llm", "preset: llm") + ALLOW, "sample", {"prompt": "x"}, STANDIN_MODE="fail"
+    )
     error = tool_json(result)["error"]
     assert error["code"] == -32603
     assert "provider 'llm' (llm): 'llm' exited with status 1" in error["message"]
@@ -208,20 +250,27 @@ async def test_a_key_from_a_key_file_is_masked_in_a_commands_error(tmp_path: Pat
     secret = "zq81-Unshaped-Secret-Value-7734"
     (tmp_path / "key.txt").write_text(secret + "\n")
     (tmp_path / "key.txt").chmod(0o600)
-    other = ("    other:\n      type: openai\n      base_url: http://127.0.0.1:9/v1\n"
-             f"      api_key_file: {tmp_path / 'key.txt'}\n      models: [gpt-4o-mini]\n")
-    policy = provider("llm", "preset: llm").replace("llm:\n  providers:\n", "llm:\n  providers:\n" + other) + \
-        "  default: llm\n" + ALLOW
-    result = await call(tmp_path, policy, "sample", {"prompt": "x"}, STANDIN_MODE="fail",
-                        STANDIN_ERROR=f"cannot use {secret} here")
+    other = (
+        "    other:\n      type: openai\n      base_url: http://127.0.0.1:9/v1\n"
+        f"      api_key_file: {tmp_path / 'key.txt'}\n      models: [gpt-4o-mini]\n"
+    )
+    policy = (
+        provider("llm", "preset: llm").replace("llm:\n  providers:\n", "llm:\n  providers:\n" + other)
+        + "  default: llm\n"
+        + ALLOW
+    )
+    result = await call(
+        tmp_path, policy, "sample", {"prompt": "x"}, STANDIN_MODE="fail", STANDIN_ERROR=f"cannot use {secret} here"
+    )
     error = tool_json(result)["error"]
     assert "exited with status 1" in error["message"] and "cannot use" in error["message"]
     assert secret not in error["message"] and secret[:12] not in error["message"]
 
 
 async def test_an_answer_file_past_the_limit_is_refused_unread(tmp_path: Path) -> None:
-    result = await call(tmp_path, provider("codex", "preset: codex") + ALLOW, "sample", {"prompt": "x"},
-                        STANDIN_MODE="huge-file")
+    result = await call(
+        tmp_path, provider("codex", "preset: codex") + ALLOW, "sample", {"prompt": "x"}, STANDIN_MODE="huge-file"
+    )
     error = tool_json(result)["error"]
     assert "wrote more than 16 MiB to its answer file" in error["message"]
 
@@ -231,8 +280,9 @@ async def test_a_fifo_in_place_of_the_answer_file_is_not_read(tmp_path: Path) ->
     it): opening it to read waited for a writer, on the event loop, for good. It counts as no file,
     and the CLI's printed answer is used."""
     with anyio.fail_after(60):
-        result = await call(tmp_path, provider("codex", "preset: codex") + ALLOW, "sample", {"prompt": "x"},
-                            STANDIN_MODE="fifo-file")
+        result = await call(
+            tmp_path, provider("codex", "preset: codex") + ALLOW, "sample", {"prompt": "x"}, STANDIN_MODE="fifo-file"
+        )
     assert not result.is_error
 
 
@@ -277,8 +327,11 @@ async def test_tools_are_refused_and_not_advertised(tmp_path: Path) -> None:
     policy = provider("claude", "preset: claude") + ALLOW
     caps = await call(tmp_path, policy, "caps", {})
     assert "tools" not in (tool_json(caps).get("sampling") or {})  # servers are not invited to send tools
-    params = {"messages": [{"role": "user", "content": {"type": "text", "text": "weather?"}}], "maxTokens": 50,
-              "tools": [TOOL]}
+    params = {
+        "messages": [{"role": "user", "content": {"type": "text", "text": "weather?"}}],
+        "maxTokens": 50,
+        "tools": [TOOL],
+    }
     result = await call(tmp_path, policy, "sample_raw", {"params_json": json.dumps(params)})
     error = tool_json(result)["error"]
     assert error["code"] == -32602
@@ -287,10 +340,13 @@ async def test_tools_are_refused_and_not_advertised(tmp_path: Path) -> None:
 
 
 async def test_images_are_refused_where_the_cli_cannot_take_them(tmp_path: Path) -> None:
-    params = {"messages": [{"role": "user", "content": {"type": "image", "data": PNG, "mimeType": "image/png"}}],
-              "maxTokens": 50}
-    result = await call(tmp_path, provider("claude", "preset: claude") + ALLOW, "sample_raw",
-                        {"params_json": json.dumps(params)})
+    params = {
+        "messages": [{"role": "user", "content": {"type": "image", "data": PNG, "mimeType": "image/png"}}],
+        "maxTokens": 50,
+    }
+    result = await call(
+        tmp_path, provider("claude", "preset: claude") + ALLOW, "sample_raw", {"params_json": json.dumps(params)}
+    )
     error = tool_json(result)["error"]
     assert error["code"] == -32602
     assert "provider 'claude' (command) cannot take content type 'image' in messages[0]" in error["message"]
@@ -305,7 +361,8 @@ async def test_the_adapter_names_itself_when_offered_tools() -> None:
     assert config.supports_tools is False
     with pytest.raises(UnsupportedContentError) as caught:
         await CommandAdapter(config).complete(
-            {"messages": [{"role": "user", "content": {"type": "text", "text": "x"}}], "tools": [TOOL]}, "default")
+            {"messages": [{"role": "user", "content": {"type": "text", "text": "x"}}], "tools": [TOOL]}, "default"
+        )
     assert caught.value.code == -32602
     assert "provider 'claude' (command): command providers cannot use tools" in caught.value.message
 
@@ -313,19 +370,22 @@ async def test_the_adapter_names_itself_when_offered_tools() -> None:
 # -- the policy file ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("body", "expected"), [
-    ("preset: claude\ncommand: [x]", "needs exactly one of preset"),
-    ("models: [x]", "needs exactly one of preset"),
-    ("preset: cluade", "'cluade' is not one of claude, codex, gemini, llm (did you mean 'claude'?)"),
-    ("preset: claude\nbase_url: http://x", "base_url does not apply to type: command"),
-    ("preset: claude\napi_key_env: X", "api_key_env does not apply to type: command"),
-    ("preset: claude\noutput: json", "output is set by preset claude"),
-    ("preset: claude\ntools: true", "command providers cannot use tools"),
-    ("command: [x]\noutput: json", "output: json needs json: {text: PATH}"),
-    ("command: [x]\njson: {text: a}", "json: goes with output: json"),
-    ("command: [x]\nprompt: argv", "'argv' is not one of stdin, arg"),
-    ("preset: llm\ntimeout: {read: 3}", "one duration for the whole run"),
-])
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("preset: claude\ncommand: [x]", "needs exactly one of preset"),
+        ("models: [x]", "needs exactly one of preset"),
+        ("preset: cluade", "'cluade' is not one of claude, codex, gemini, llm (did you mean 'claude'?)"),
+        ("preset: claude\nbase_url: http://x", "base_url does not apply to type: command"),
+        ("preset: claude\napi_key_env: X", "api_key_env does not apply to type: command"),
+        ("preset: claude\noutput: json", "output is set by preset claude"),
+        ("preset: claude\ntools: true", "command providers cannot use tools"),
+        ("command: [x]\noutput: json", "output: json needs json: {text: PATH}"),
+        ("command: [x]\njson: {text: a}", "json: goes with output: json"),
+        ("command: [x]\nprompt: argv", "'argv' is not one of stdin, arg"),
+        ("preset: llm\ntimeout: {read: 3}", "one duration for the whole run"),
+    ],
+)
 def test_policy_mistakes_are_caught_at_start(body: str, expected: str) -> None:
     with pytest.raises(PolicyError) as caught:
         parse_settings(provider("p", body), "policy.yaml")

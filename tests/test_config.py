@@ -135,14 +135,13 @@ def test_model_ratings_must_be_between_0_and_1(rating: str, value: str) -> None:
         f"          {rating}: {value}\n"
     )
     col = 13 + len(rating)
-    assert message == (
-        f"policy.yaml:7:{col}: llm.providers.p.models[0].{rating} must be between 0 and 1, got {value}"
-    )
+    assert message == (f"policy.yaml:7:{col}: llm.providers.p.models[0].{rating} must be between 0 and 1, got {value}")
 
 
 def test_model_rating_must_be_a_number() -> None:
-    message = error_of("llm:\n  providers:\n    p:\n      type: openai\n      models:\n        - name: m\n"
-                       "          speed: fast\n")
+    message = error_of(
+        "llm:\n  providers:\n    p:\n      type: openai\n      models:\n        - name: m\n          speed: fast\n"
+    )
     assert message == "policy.yaml:7:18: llm.providers.p.models[0].speed must be a number, got 'fast'"
 
 
@@ -175,12 +174,14 @@ def test_sampling_route_bad_value() -> None:
 
 def test_upstream_era_bad_value() -> None:
     message = error_of("upstream:\n  era: modrn\n")
-    assert message == ("policy.yaml:2:8: upstream.era 'modrn' is not one of auto, handshake, modern "
-                       "(did you mean 'modern'?)")
+    assert message == (
+        "policy.yaml:2:8: upstream.era 'modrn' is not one of auto, handshake, modern (did you mean 'modern'?)"
+    )
 
 
-@pytest.mark.parametrize(("written", "era"), [("auto", "auto"), ("handshake", "handshake"), ("modern", "modern"),
-                                              ("any", "auto")])
+@pytest.mark.parametrize(
+    ("written", "era"), [("auto", "auto"), ("handshake", "handshake"), ("modern", "modern"), ("any", "auto")]
+)
 def test_upstream_era_values(written: str, era: str) -> None:
     """`any` (the name the default had before the era bridge) still means the default."""
     assert parse_settings(f"upstream:\n  era: {written}\n", F).era == era
@@ -227,8 +228,13 @@ def test_missing_policy_file(tmp_path: Path) -> None:
 def test_a_policy_that_is_not_utf8_names_the_line_and_column(tmp_path: Path) -> None:
     path = tmp_path / "policy.yaml"
     path.write_bytes(b"rules:\n  - name: caf\xe9\n    action: allow\n")
-    result = subprocess.run([PY, "-m", "mcp_sampling_proxy", "policy", "check", str(path)],
-                            capture_output=True, text=True, env=proxy_env(), timeout=60)
+    result = subprocess.run(
+        [PY, "-m", "mcp_sampling_proxy", "policy", "check", str(path)],
+        capture_output=True,
+        text=True,
+        env=proxy_env(),
+        timeout=60,
+    )
     assert result.returncode == 1
     assert result.stderr.strip() == f"{path}:2:14: not UTF-8 text (byte 0xe9); save the file as UTF-8"
     assert "Traceback" not in result.stderr
@@ -239,8 +245,14 @@ def test_a_fifo_given_as_the_policy_stops_the_proxy_with_an_error(tmp_path: Path
     before the proxy answered anything. The proxy stops at once and says what is wrong."""
     path = tmp_path / "policy.yaml"
     os.mkfifo(path)
-    result = subprocess.run([PY, "-m", "mcp_sampling_proxy", "--policy", str(path), "--", PY, "-c", "pass"],
-                            capture_output=True, text=True, env=proxy_env(), timeout=60, stdin=subprocess.DEVNULL)
+    result = subprocess.run(
+        [PY, "-m", "mcp_sampling_proxy", "--policy", str(path), "--", PY, "-c", "pass"],
+        capture_output=True,
+        text=True,
+        env=proxy_env(),
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert result.returncode == 2
     assert f"{path} is not a regular file: a policy must be a YAML file" in result.stderr
     assert result.stdout == ""
@@ -303,22 +315,36 @@ def test_full_file_round_trip() -> None:
     assert settings.source == F
     assert settings.providers == [
         ProviderConfig(
-            name="local", type="openai", base_url="http://127.0.0.1:11434/v1", api_key_env="LOCAL_KEY",
-            models=(ModelSpec("llama3"), ModelSpec("qwen2.5")), read_timeout=30, supports_tools=False,
+            name="local",
+            type="openai",
+            base_url="http://127.0.0.1:11434/v1",
+            api_key_env="LOCAL_KEY",
+            models=(ModelSpec("llama3"), ModelSpec("qwen2.5")),
+            read_timeout=30,
+            supports_tools=False,
             headers={"X-Team": "research"},
         ),
         ProviderConfig(
-            name="claude", type="anthropic", api_key_env="MY_ANTHROPIC",
+            name="claude",
+            type="anthropic",
+            api_key_env="MY_ANTHROPIC",
             models=(ModelSpec("claude-haiku"), ModelSpec("claude-opus", cost=0.1, speed=0.3, intelligence=1)),
-            connect_timeout=2.5, read_timeout=90, max_attempts=5,
+            connect_timeout=2.5,
+            read_timeout=90,
+            max_attempts=5,
         ),
     ]
     assert settings.default_provider == "claude"
     assert settings.aliases == {"fast": "claude-haiku", "local": "llama3"}
     assert settings.sampling == SamplingSettings(route="proxy", fallback_on_host_error=True, advertise_tools=False)
     assert settings.rules == [
-        Rule(name="deny-untrusted", action="deny", when=All((ServerMatches(("untrusted-*",)), MethodIs("sampling"))),
-             message="not for you", line=34),
+        Rule(
+            name="deny-untrusted",
+            action="deny",
+            when=All((ServerMatches(("untrusted-*",)), MethodIs("sampling"))),
+            message="not for you",
+            line=34,
+        ),
         Rule(name="rule-2", action="allow", when=ALWAYS, message=None, line=40),
     ]
     assert settings.audit_path == os.path.expanduser("~/audit.jsonl")
@@ -352,8 +378,13 @@ def test_environment_openai_with_base_url_and_model() -> None:
     settings = load_settings(None, environ=env)
     assert settings.source == "environment"
     assert settings.providers == [
-        ProviderConfig(name="openai", type="openai", base_url="http://127.0.0.1:9/v1", api_key_env="OPENAI_API_KEY",
-                       models=(ModelSpec("gpt-x"),)),
+        ProviderConfig(
+            name="openai",
+            type="openai",
+            base_url="http://127.0.0.1:9/v1",
+            api_key_env="OPENAI_API_KEY",
+            models=(ModelSpec("gpt-x"),),
+        ),
     ]
 
 
@@ -367,8 +398,12 @@ def test_environment_openai_defaults_and_base_url_alone() -> None:
 
 def test_environment_anthropic() -> None:
     [provider] = load_settings(None, environ={"ANTHROPIC_API_KEY": "sk-ant-x"}).providers
-    assert provider == ProviderConfig(name="anthropic", type="anthropic", api_key_env="ANTHROPIC_API_KEY",
-                                      models=(ModelSpec(DEFAULT_ANTHROPIC_MODEL),))
+    assert provider == ProviderConfig(
+        name="anthropic",
+        type="anthropic",
+        api_key_env="ANTHROPIC_API_KEY",
+        models=(ModelSpec(DEFAULT_ANTHROPIC_MODEL),),
+    )
     [custom] = settings_from_environment({"ANTHROPIC_API_KEY": "k", "ANTHROPIC_MODEL": "claude-x"}).providers
     assert custom.models == (ModelSpec("claude-x"),)
 
@@ -414,7 +449,11 @@ def test_cli_bad_policy_exits_2_with_position_on_stderr(tmp_path: Path) -> None:
     script.write_text("import sys\nsys.stdin.read()\n")
     result = subprocess.run(
         [PY, "-m", "mcp_sampling_proxy", "--policy", path, "--", PY, str(script)],
-        env=proxy_env(), capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
+        env=proxy_env(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
     )
     assert result.returncode == 2
     assert result.stdout == ""
@@ -425,8 +464,11 @@ def test_cli_bad_policy_exits_2_with_position_on_stderr(tmp_path: Path) -> None:
 
 
 def test_the_sandbox_section() -> None:
-    settings = parse_settings("sandbox:\n  hide: [secrets]\n  read: [~/projects]\n  network: false\n"
-                              "  servers:\n    trusted: off\n    files: {write: [/srv/out]}\n", "/etc/p/policy.yaml")
+    settings = parse_settings(
+        "sandbox:\n  hide: [secrets]\n  read: [~/projects]\n  network: false\n"
+        "  servers:\n    trusted: off\n    files: {write: [/srv/out]}\n",
+        "/etc/p/policy.yaml",
+    )
     home = os.path.expanduser("~")
     assert settings.sandbox.mode == "auto" and settings.sandbox.network is False
     assert settings.sandbox.hide == ("/etc/p/secrets",) and settings.sandbox.read == (f"{home}/projects",)
@@ -438,8 +480,10 @@ def test_the_sandbox_section() -> None:
     assert parse_settings("sandbox: off\n", F).sandbox.mode == "off"
     assert parse_settings("sandbox: required\n", F).sandbox.mode == "required"
     assert error_of("sandbox:\n  mode: sometimes\n") == (
-        "policy.yaml:2:9: sandbox.mode 'sometimes' is not one of auto, required, off")
+        "policy.yaml:2:9: sandbox.mode 'sometimes' is not one of auto, required, off"
+    )
     # a bare ~ is YAML's null: said plainly, with the fix; quoted, it is the home directory
     assert error_of("sandbox:\n  read: [~]\n") == (
-        "policy.yaml:2:10: sandbox read: a bare ~ is YAML's null, not your home directory: write \"~\" (quoted) or ~/")
+        'policy.yaml:2:10: sandbox read: a bare ~ is YAML\'s null, not your home directory: write "~" (quoted) or ~/'
+    )
     assert parse_settings('sandbox:\n  read: ["~"]\n', F).sandbox.read == (home,)

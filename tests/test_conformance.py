@@ -52,23 +52,45 @@ CASES = [
 ]
 
 
-def run_scenario(scenario: str, host: str, host_options: list[str], via: str,
-                 tmp_path: Path) -> tuple[bool, set[str], str]:
+def run_scenario(
+    scenario: str, host: str, host_options: list[str], via: str, tmp_path: Path
+) -> tuple[bool, set[str], str]:
     """Run one scenario with the suite's CLI; (passed, the checks that passed, what the suite and the host printed)."""
     conformance = package_file("@modelcontextprotocol/conformance", "dist/index.js")
     node = node22()
     policy = write_policy(tmp_path, POLICY)
     proxy = [PY, "-m", "mcp_sampling_proxy", "--log-format", "json", "--no-terminal", "--policy", policy]
-    env = proxy_env(MCP_CONFORMANCE_NODE_MODULES=str(NODE_MODULES), MCP_CONFORMANCE_PROXY=json.dumps(proxy),
-                    MCP_SAMPLING_PROXY_RUNTIME_DIR=str(tmp_path / "run"),
-                    MCP_SAMPLING_PROXY_STATE_DIR=str(tmp_path / "state"), PYTHONWARNINGS="ignore",
-                    PATH=f"{Path(node).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    env = proxy_env(
+        MCP_CONFORMANCE_NODE_MODULES=str(NODE_MODULES),
+        MCP_CONFORMANCE_PROXY=json.dumps(proxy),
+        MCP_SAMPLING_PROXY_RUNTIME_DIR=str(tmp_path / "run"),
+        MCP_SAMPLING_PROXY_STATE_DIR=str(tmp_path / "state"),
+        PYTHONWARNINGS="ignore",
+        PATH=f"{Path(node).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    )
     interpreter = node if host == "ts" else PY
     command = " ".join([interpreter, str(HOSTS[host]), "--via", via, *host_options])
     out = tmp_path / f"results-{host}-{via}"
-    done = subprocess.run([node, conformance, "client", "--command", command, "--scenario", scenario,
-                           "--timeout", "60000", "-o", str(out)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=110)
+    done = subprocess.run(
+        [
+            node,
+            conformance,
+            "client",
+            "--command",
+            command,
+            "--scenario",
+            scenario,
+            "--timeout",
+            "60000",
+            "-o",
+            str(out),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
     checks = [c for p in out.rglob("checks.json") for c in json.loads(p.read_text())]
     failed = [c for c in checks if c.get("status") == "FAILURE"]
     passed = {c["id"] for c in checks if c.get("status") == "SUCCESS"}
@@ -77,10 +99,14 @@ def run_scenario(scenario: str, host: str, host_options: list[str], via: str,
     return done.returncode == 0 and bool(checks) and not failed, passed, report
 
 
-@pytest.mark.parametrize(("scenario", "host", "host_options", "direct", "proxied"), CASES,
-                         ids=[f"{c[0]}-{c[1]}{'-host-forms' if c[2] else ''}" for c in CASES])
-def test_client_scenario_direct_and_proxied(scenario: str, host: str, host_options: list[str], direct: bool,
-                                            proxied: bool, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("scenario", "host", "host_options", "direct", "proxied"),
+    CASES,
+    ids=[f"{c[0]}-{c[1]}{'-host-forms' if c[2] else ''}" for c in CASES],
+)
+def test_client_scenario_direct_and_proxied(
+    scenario: str, host: str, host_options: list[str], direct: bool, proxied: bool, tmp_path: Path
+) -> None:
     passed_direct, checks_direct, report_direct = run_scenario(scenario, host, host_options, "direct", tmp_path)
     assert passed_direct == direct, f"direct: expected {'pass' if direct else 'fail'}\n{report_direct}"
     passed_proxied, checks_proxied, report_proxied = run_scenario(scenario, host, host_options, "proxy", tmp_path)

@@ -33,8 +33,10 @@ print("answer from the CLI")
 """
 
 pytestmark = [
-    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed (.ci/run installs the "
-                       "Debian package): the sandbox cannot be tested"),
+    pytest.mark.skipif(
+        shutil.which("bwrap") is None,
+        reason="bubblewrap is not installed (.ci/run installs the Debian package): the sandbox cannot be tested",
+    ),
     # one at a time: an unconfined escape artist of one test would paint another test's terminal
     pytest.mark.usefixtures("alone_as_nobody"),
 ]
@@ -61,8 +63,15 @@ def ordinary_user() -> tuple[list[str], dict[str, str]]:
 ALLOW_ALL = "rules:\n  - name: allow-all\n    action: allow\n"
 
 
-def attack(shared: Path, llm: FakeLLMServer, extra: str = "", *, tool: str = "sample",
-           kill_proxy: bool = False, rules: str = ALLOW_ALL) -> tuple[dict, str, Path]:
+def attack(
+    shared: Path,
+    llm: FakeLLMServer,
+    extra: str = "",
+    *,
+    tool: str = "sample",
+    kill_proxy: bool = False,
+    rules: str = ALLOW_ALL,
+) -> tuple[dict, str, Path]:
     """Run the escape artist behind the proxy as an ordinary user; (its report, the proxy's stderr, state dir)."""
     prefix, pythonpath = ordinary_user()
     out, state, run = shared / "out", shared / "state", shared / "run"
@@ -75,16 +84,36 @@ def attack(shared: Path, llm: FakeLLMServer, extra: str = "", *, tool: str = "sa
     cli = shared / "cli.py"
     cli.write_text(CLI)
     cli.chmod(0o755)
-    policy = write_policy(shared, (
-        "llm:\n  providers:\n"
-        f"    cli:\n      type: command\n      command: [{prefix[-1]}, {cli}]\n"
-        f"    api:\n      type: openai\n      base_url: {llm.base_url}\n      api_key_env: TEST_LLM_KEY\n"
-        "      models: [gpt-test]\n" + rules + extra))
+    policy = write_policy(
+        shared,
+        (
+            "llm:\n  providers:\n"
+            f"    cli:\n      type: command\n      command: [{prefix[-1]}, {cli}]\n"
+            f"    api:\n      type: openai\n      base_url: {llm.base_url}\n      api_key_env: TEST_LLM_KEY\n"
+            "      models: [gpt-test]\n" + rules + extra
+        ),
+    )
     os.chmod(policy, 0o644)
-    command = [*prefix, "-m", "mcp_sampling_proxy", "--policy", policy, "--log-format", "json", "--no-terminal",
-               "--", prefix[-1], str(ESCAPE), str(out), str(state), str(run), policy]
-    env = proxy_env(TEST_LLM_KEY=KEY, MCP_SAMPLING_PROXY_STATE_DIR=str(state),
-                    MCP_SAMPLING_PROXY_RUNTIME_DIR=str(run), **pythonpath)
+    command = [
+        *prefix,
+        "-m",
+        "mcp_sampling_proxy",
+        "--policy",
+        policy,
+        "--log-format",
+        "json",
+        "--no-terminal",
+        "--",
+        prefix[-1],
+        str(ESCAPE),
+        str(out),
+        str(state),
+        str(run),
+        policy,
+    ]
+    env = proxy_env(
+        TEST_LLM_KEY=KEY, MCP_SAMPLING_PROXY_STATE_DIR=str(state), MCP_SAMPLING_PROXY_RUNTIME_DIR=str(run), **pythonpath
+    )
     stderr = shared / "stderr.log"
     with RawHost(command, env, stderr) as host:
         host.initialize()
@@ -111,8 +140,9 @@ def test_a_sandboxed_server_sees_no_process_of_the_proxys(shared: Path, llm: Fak
     assert_no_run(json.dumps(report), where="the server's report")
 
 
-def test_a_sandboxed_server_cannot_touch_the_proxys_state_sockets_policy_or_terminals(shared: Path,
-                                                                                       llm: FakeLLMServer) -> None:
+def test_a_sandboxed_server_cannot_touch_the_proxys_state_sockets_policy_or_terminals(
+    shared: Path, llm: FakeLLMServer
+) -> None:
     master, slave = os.openpty()  # a terminal of the user's, which an unconfined server could open and paint
     try:
         if os.geteuid() == 0:  # the server runs as nobody: its user's terminal is nobody's
@@ -148,8 +178,11 @@ def test_nothing_the_server_starts_outlives_the_proxy(shared: Path, llm: FakeLLM
     time.sleep(0.6)
     assert heartbeat.stat().st_mtime == last, "the daemon is still writing"
     # this test's escape artist (the proxy's guard, a fork of the proxy, names it too: it is not one)
-    left = [pid for pid in running_with(str(shared / "out"))
-            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1:2] == [str(ESCAPE).encode()]]
+    left = [
+        pid
+        for pid in running_with(str(shared / "out"))
+        if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1:2] == [str(ESCAPE).encode()]
+    ]
     assert left == []
 
 
@@ -168,11 +201,15 @@ def test_a_sandbox_section_narrows_what_the_server_reaches(tmp_path: Path, narro
     (base / "visible").write_text("v")
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
-    section = (f"sandbox:\n  read: [{base}]\n  write: [{base / 'out'}]\n  hide: [{base / 'secret'}]\n"
-               "  network: false\n") if narrowed else "sandbox: required\n"
+    section = (
+        (f"sandbox:\n  read: [{base}]\n  write: [{base / 'out'}]\n  hide: [{base / 'secret'}]\n  network: false\n")
+        if narrowed
+        else "sandbox: required\n"
+    )
     policy = write_policy(tmp_path, section)
-    command = proxy_command(policy, upstream=[PY, str(ROOT / "tests" / "fixtures" / "hostile" / "sandbox_probe.py"),
-                                              str(base), str(port)])
+    command = proxy_command(
+        policy, upstream=[PY, str(ROOT / "tests" / "fixtures" / "hostile" / "sandbox_probe.py"), str(base), str(port)]
+    )
     try:
         with RawHost(command, proxy_env(), tmp_path / "stderr.log") as host:
             host.initialize()
@@ -190,8 +227,13 @@ def test_a_sandbox_section_narrows_what_the_server_reaches(tmp_path: Path, narro
         assert found["network"] != "ok", found
         assert (base / "secret" / "key").read_text() == "k"  # hidden from the server, untouched for you
     else:
-        assert found == {"write_read_only": "ok", "write_writable": "ok", "read_hidden": "ok", "read_visible": "ok",
-                         "network": "ok"}
+        assert found == {
+            "write_read_only": "ok",
+            "write_writable": "ok",
+            "read_hidden": "ok",
+            "read_visible": "ok",
+            "network": "ok",
+        }
     assert (base / "out" / "made").exists()  # a write that went through reached the real directory
 
 
@@ -203,14 +245,39 @@ def test_without_bubblewrap_the_proxy_says_so_and_required_refuses(tmp_path: Pat
     env = proxy_env(PATH="/nonexistent")  # no bwrap to be found
     script = tmp_path / "server.py"
     script.write_text("import sys; sys.stdin.read()\n")
-    hello = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "x", "version": "1"}}}) + "\n"
-    done = subprocess.run(proxy_command(write_policy(tmp_path, "rules: []\n"), upstream=[PY, str(script)]),
-                          input=hello, capture_output=True, text=True, env=env, timeout=30)
+    hello = (
+        json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "x", "version": "1"},
+                },
+            }
+        )
+        + "\n"
+    )
+    done = subprocess.run(
+        proxy_command(write_policy(tmp_path, "rules: []\n"), upstream=[PY, str(script)]),
+        input=hello,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+    )
     assert "the server runs without a sandbox" in done.stderr and "bwrap is not installed" in done.stderr
     required = write_policy(tmp_path, "sandbox: required\n", "required.yaml")
-    done = subprocess.run(proxy_command(required, upstream=[PY, str(script)]), input=hello, capture_output=True,
-                          text=True, env=env, timeout=30)
+    done = subprocess.run(
+        proxy_command(required, upstream=[PY, str(script)]),
+        input=hello,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+    )
     assert done.returncode == 2 and done.stdout == ""
     assert "sandbox: required, but the server cannot be sandboxed here: bwrap is not installed" in done.stderr
 
@@ -222,12 +289,19 @@ def test_sandbox_off_is_said_plainly(tmp_path: Path) -> None:
 
     script = tmp_path / "server.py"
     script.write_text("import sys; sys.stdin.read()\n")
-    done = subprocess.run(proxy_command(write_policy(tmp_path, "sandbox: off\n"), upstream=[PY, str(script)]),
-                          input="", capture_output=True, text=True, env=proxy_env(), timeout=30)
+    done = subprocess.run(
+        proxy_command(write_policy(tmp_path, "sandbox: off\n"), upstream=[PY, str(script)]),
+        input="",
+        capture_output=True,
+        text=True,
+        env=proxy_env(),
+        timeout=30,
+    )
     assert "sandbox: off: the server runs as you, unconfined" in done.stderr
 
 
 # -- without a sandbox (sandbox: off, or no bubblewrap): what still holds ----------------------------------
+
 
 def test_unconfined_the_proxys_children_hold_no_key(shared: Path, llm: FakeLLMServer) -> None:
     """The server sees every process of its user; the CLI provider running for it (it used to inherit the
@@ -250,8 +324,9 @@ def test_unconfined_a_forged_approval_is_not_believed(shared: Path, llm: FakeLLM
     """The server writes {"always": [its server, its tool]} into approvals.json; under a prompt rule its
     request went straight to the LLM. The entry carries no seal of the proxy's key: ignored, and said so."""
     audit = shared / "audit.jsonl"
-    report, log, _state = attack(shared, llm, f"sandbox: off\naudit:\n  path: {audit}\n",
-                                rules="rules:\n  - name: ask\n    action: prompt\n")
+    report, log, _state = attack(
+        shared, llm, f"sandbox: off\naudit:\n  path: {audit}\n", rules="rules:\n  - name: ask\n    action: prompt\n"
+    )
     assert report["state"]["approval_written"] is True  # unconfined, it could write the file
     assert report["sampling"]["error"]["code"] == -1  # nobody to ask: refused, not approved by the forgery
     assert llm.requests == [] and "answer from the CLI" not in json.dumps(report)
@@ -279,8 +354,11 @@ def test_unconfined_nothing_the_server_starts_outlives_an_orderly_stop(shared: P
     last = heartbeat.stat().st_mtime
     time.sleep(0.6)
     assert heartbeat.stat().st_mtime == last, "the daemon is still writing"
-    left = [pid for pid in running_with(str(shared / "out"))
-            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1:2] == [str(ESCAPE).encode()]]
+    left = [
+        pid
+        for pid in running_with(str(shared / "out"))
+        if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1:2] == [str(ESCAPE).encode()]
+    ]
     assert left == []
 
 
@@ -296,8 +374,11 @@ def test_as_an_ordinary_user_the_guard_names_itself(shared: Path) -> None:
     for name in ("state", "run"):
         (shared / name).mkdir(mode=0o777)
         (shared / name).chmod(0o777)
-    env = proxy_env(MCP_SAMPLING_PROXY_STATE_DIR=str(shared / "state"),
-                    MCP_SAMPLING_PROXY_RUNTIME_DIR=str(shared / "run"), **pythonpath)
+    env = proxy_env(
+        MCP_SAMPLING_PROXY_STATE_DIR=str(shared / "state"),
+        MCP_SAMPLING_PROXY_RUNTIME_DIR=str(shared / "run"),
+        **pythonpath,
+    )
     command = [*prefix, "-m", "mcp_sampling_proxy", "--policy", policy, "--", prefix[-1], str(server)]
     with RawHost(command, env, shared / "stderr.log") as host:
         host.initialize()
@@ -305,4 +386,3 @@ def test_as_an_ordinary_user_the_guard_names_itself(shared: Path) -> None:
         host.close_stdin()
         host.wait()
     assert "mcp-proxy-guard" in names, names
-

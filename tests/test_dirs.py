@@ -70,8 +70,9 @@ def private_dir_of_mine(path: Path) -> bool:
 def fallback_runtime_dir(env: dict[str, str]) -> Path:
     """Where the README says sockets go without a usable XDG_RUNTIME_DIR."""
     run_user = Path(f"/run/user/{UID}")
-    return (run_user if private_dir_of_mine(run_user) else Path(env["TMPDIR"]) / f"runtime-{UID}") / \
-        "mcp-sampling-proxy"
+    return (
+        run_user if private_dir_of_mine(run_user) else Path(env["TMPDIR"]) / f"runtime-{UID}"
+    ) / "mcp-sampling-proxy"
 
 
 def test_documented_linux_paths_and_xdg_variables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -96,8 +97,13 @@ def test_documented_linux_paths_and_xdg_variables(tmp_path: Path, monkeypatch: p
 
 def test_policy_error_suggests_an_audit_path_in_this_users_state_dir(tmp_path: Path) -> None:
     policy = write_policy(tmp_path, "audit:\n  content: full\n")
-    checked = subprocess.run([PY, "-m", "mcp_sampling_proxy", "policy", "check", policy], capture_output=True,
-                             text=True, timeout=60, env={**proxy_env(), "XDG_STATE_HOME": str(tmp_path / "xdg")})
+    checked = subprocess.run(
+        [PY, "-m", "mcp_sampling_proxy", "policy", "check", policy],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**proxy_env(), "XDG_STATE_HOME": str(tmp_path / "xdg")},
+    )
     assert checked.returncode != 0
     assert f"(e.g. {tmp_path / 'xdg' / 'mcp-sampling-proxy' / 'audit.jsonl'})" in checked.stdout + checked.stderr
 
@@ -134,8 +140,10 @@ def test_without_xdg_runtime_dir_the_proxy_and_the_console_still_meet(tmp_path: 
     fallback must be found by a console run in another environment without it too."""
     expected = fallback_runtime_dir(env)
     schema = {"type": "object", "properties": {"age": {"type": "integer"}}, "required": ["age"]}
-    console = PtySession([PY, "-m", "mcp_sampling_proxy", "console"], {**terminal_env(), **{
-        k: v for k, v in env.items() if k != "MCP_SAMPLING_PROXY_NO_TERMINAL"}})
+    console = PtySession(
+        [PY, "-m", "mcp_sampling_proxy", "console"],
+        {**terminal_env(), **{k: v for k, v in env.items() if k != "MCP_SAMPLING_PROXY_NO_TERMINAL"}},
+    )
     try:
         with RawHost(proxy_command(), env, tmp_path / "stderr.log") as host:
             host.initialize()
@@ -143,8 +151,14 @@ def test_without_xdg_runtime_dir_the_proxy_and_the_console_still_meet(tmp_path: 
             if expected.parent.name == f"runtime-{UID}":
                 assert stat.S_IMODE(expected.parent.stat().st_mode) == 0o700
             console.read_until(b"attached")
-            host.send({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
-                       "params": {"name": "elicit_form", "arguments": {"schema_json": json.dumps(schema)}}})
+            host.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 3,
+                    "method": "tools/call",
+                    "params": {"name": "elicit_form", "arguments": {"schema_json": json.dumps(schema)}},
+                }
+            )
             console.read_until(b"[a]nswer the form")
             console.type("a\n")
             console.read_until(b"age")
@@ -156,8 +170,9 @@ def test_without_xdg_runtime_dir_the_proxy_and_the_console_still_meet(tmp_path: 
     assert json.loads(response["result"]["content"][0]["text"]) == {"action": "accept", "data": {"age": 7}}
 
 
-def test_an_xdg_runtime_dir_open_to_others_is_passed_over_with_a_warning(tmp_path: Path, short: Path,
-                                                                         env: dict[str, str]) -> None:
+def test_an_xdg_runtime_dir_open_to_others_is_passed_over_with_a_warning(
+    tmp_path: Path, short: Path, env: dict[str, str]
+) -> None:
     shared = short / "shared-run"
     shared.mkdir()
     shared.chmod(0o755)  # the XDG spec: the runtime dir MUST be 0700 and the user's own
@@ -185,8 +200,9 @@ def test_a_squatted_runtime_dir_is_a_clear_error(tmp_path: Path, short: Path, en
         squatted = Path(env["TMPDIR"]) / f"runtime-{UID}"
     squatted.mkdir(mode=0o700)
     os.chown(squatted, 65534, 65534)
-    console = subprocess.run([PY, "-m", "mcp_sampling_proxy", "console"], env=env, capture_output=True, text=True,
-                             timeout=60)
+    console = subprocess.run(
+        [PY, "-m", "mcp_sampling_proxy", "console"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert console.returncode == 1
     assert str(squatted) in console.stderr and "65534" in console.stderr
     assert "Traceback" not in console.stderr
@@ -214,8 +230,14 @@ def test_looking_for_the_default_policy_imports_no_logging_before_the_server_sta
     that lookup must not pull in structlog (~40 ms), or every such proxy's server starts later."""
     env = {k: v for k, v in proxy_env().items() if k != "MCP_SAMPLING_PROXY_CONFIG_DIR"}
     env.update(HOME=str(tmp_path), XDG_CONFIG_HOME=str(tmp_path / "config"))
-    done = subprocess.run([PY, "-X", "importtime", "-m", "mcp_sampling_proxy", "--no-terminal", "--", PY, "-c", ""],
-                          env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        [PY, "-X", "importtime", "-m", "mcp_sampling_proxy", "--no-terminal", "--", PY, "-c", ""],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     finished = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")]
     assert "mcp_sampling_proxy.config.dirs" in finished  # the default policy was looked for
     assert finished.index("mcp_sampling_proxy.transport.stdio") < finished.index("structlog")

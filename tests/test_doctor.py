@@ -61,12 +61,16 @@ def openai_llm() -> Iterator[FakeLLMServer]:
         yield server
 
 
-def test_live_providers_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-                             openai_llm: FakeLLMServer) -> None:
+def test_live_providers_pass(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, openai_llm: FakeLLMServer
+) -> None:
     with FakeLLMServer("anthropic", api_key=KEY) as claude:
         text = openai_policy(openai_llm.base_url, model="fake-gpt-4o-mini", rules="")
-        text = text.replace("llm:\n  providers:\n", "llm:\n  providers:\n" + anthropic_policy(
-            claude.base_url, model="fake-claude-sonnet", rules="").split("providers:\n", 1)[1])
+        text = text.replace(
+            "llm:\n  providers:\n",
+            "llm:\n  providers:\n"
+            + anthropic_policy(claude.base_url, model="fake-claude-sonnet", rules="").split("providers:\n", 1)[1],
+        )
         text += f"audit:\n  path: {tmp_path / 'logs' / 'audit.jsonl'}\n"
         policy = write_policy(tmp_path, text)
         monkeypatch.setenv("TEST_LLM_KEY", KEY)
@@ -75,8 +79,7 @@ def test_live_providers_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str],
     assert code == 0, out
     assert time.monotonic() - started < 5
     assert f"✓ {policy}: valid (0 rules; providers: claude, fake)" in out
-    assert f"✓ 'fake' (openai) at {openai_llm.base_url}: GET /models answered 200 (1 model); TEST_LLM_KEY is set" \
-        in out
+    assert f"✓ 'fake' (openai) at {openai_llm.base_url}: GET /models answered 200 (1 model); TEST_LLM_KEY is set" in out
     assert f"✓ 'claude' (anthropic) at {claude.base_url}: GET /v1/models answered 200 (1 model)" in out
     assert f"✓ audit log {tmp_path / 'logs' / 'audit.jsonl'}: writable" in out
     assert f"✓ state directory {tmp_path / 'state'}: writable (created on use)" in out
@@ -100,8 +103,9 @@ def test_a_dead_provider_fails_fast_with_a_hint(tmp_path: Path, capsys: pytest.C
 
 
 @pytest.mark.parametrize("key", [None, "sk-wrong-key-0000000000"])
-def test_a_refused_key_names_its_variable_never_its_value(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                          monkeypatch: pytest.MonkeyPatch, key: str | None) -> None:
+def test_a_refused_key_names_its_variable_never_its_value(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, key: str | None
+) -> None:
     with FakeLLMServer("openai", api_key=KEY) as llm:
         policy = write_policy(tmp_path, openai_policy(llm.base_url, model="fake-gpt-4o-mini"))
         if key:
@@ -118,10 +122,12 @@ def test_a_refused_key_names_its_variable_never_its_value(tmp_path: Path, capsys
         assert "fix: set TEST_LLM_KEY (in the host config's env" in out
 
 
-def test_a_model_the_provider_does_not_list_is_a_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                         openai_llm: FakeLLMServer) -> None:
+def test_a_model_the_provider_does_not_list_is_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], openai_llm: FakeLLMServer
+) -> None:
     text = openai_policy(openai_llm.base_url, model="fake-gpt-4o-mini").replace(
-        "models: [fake-gpt-4o-mini]", "models: [fake-gpt-4o-mini, gpt-9]")
+        "models: [fake-gpt-4o-mini]", "models: [fake-gpt-4o-mini, gpt-9]"
+    )
     code, out = doctor(capsys, "--policy", write_policy(tmp_path, text))
     assert code == 0
     assert "! 'fake' (openai): gpt-9 not among the models it lists" in out
@@ -140,8 +146,13 @@ class _NoModelsList(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["content-length"])))
         type(self).completions.append(body)
-        self._send(200, {"model": body["model"], "choices": [
-            {"message": {"role": "assistant", "content": "p"}, "finish_reason": "length"}]})
+        self._send(
+            200,
+            {
+                "model": body["model"],
+                "choices": [{"message": {"role": "assistant", "content": "p"}, "finish_reason": "length"}],
+            },
+        )
 
     def _send(self, status: int, body: dict) -> None:
         data = json.dumps(body).encode()
@@ -155,8 +166,9 @@ class _NoModelsList(BaseHTTPRequestHandler):
         pass
 
 
-def test_without_a_models_list_a_one_token_completion_decides(tmp_path: Path,
-                                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_without_a_models_list_a_one_token_completion_decides(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _NoModelsList)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -200,8 +212,9 @@ def test_without_a_policy_or_keys(capsys: pytest.CaptureFixture[str]) -> None:
     assert "audit log: off" in out
 
 
-def test_unwritable_audit_and_state_dirs_fail(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                              monkeypatch: pytest.MonkeyPatch, openai_llm: FakeLLMServer) -> None:
+def test_unwritable_audit_and_state_dirs_fail(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, openai_llm: FakeLLMServer
+) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
     monkeypatch.setenv("MCP_SAMPLING_PROXY_STATE_DIR", str(blocker / "state"))
@@ -260,19 +273,28 @@ def test_host_configs_are_summarised(environment: Path, capsys: pytest.CaptureFi
 
 
 def test_exit_codes_from_the_command_line(tmp_path: Path, openai_llm: FakeLLMServer) -> None:
-    env = proxy_env(HOME=str(tmp_path / "home"), MCP_SAMPLING_PROXY_STATE_DIR=str(tmp_path / "state"),
-                    MCP_SAMPLING_PROXY_RUNTIME_DIR=str(tmp_path / "run"), TEST_LLM_KEY="k")
+    env = proxy_env(
+        HOME=str(tmp_path / "home"),
+        MCP_SAMPLING_PROXY_STATE_DIR=str(tmp_path / "state"),
+        MCP_SAMPLING_PROXY_RUNTIME_DIR=str(tmp_path / "run"),
+        TEST_LLM_KEY="k",
+    )
     good = write_policy(tmp_path, openai_policy(openai_llm.base_url, model="fake-gpt-4o-mini"), "good.yaml")
     dead = write_policy(tmp_path, openai_policy(f"http://127.0.0.1:{closed_port()}/v1"), "dead.yaml")
     for policy, expected in ((good, 0), (dead, 1)):
-        result = subprocess.run([PY, "-m", "mcp_sampling_proxy", "doctor", "--policy", policy], env=env,
-                                capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            [PY, "-m", "mcp_sampling_proxy", "doctor", "--policy", policy],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert result.returncode == expected, result.stdout + result.stderr
 
 
-def test_four_broken_wrapped_entries_are_four_problems(environment: Path, tmp_path: Path,
-                                                       capsys: pytest.CaptureFixture[str],
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_four_broken_wrapped_entries_are_four_problems(
+    environment: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Each entry is broken in one way the host would hit only when it starts the server."""
     proxy = str(Path(PY).parent / "mcp-sampling-proxy")
     good = write_policy(tmp_path, openai_policy("http://127.0.0.1:9/v1"), "good.yaml")
@@ -284,10 +306,12 @@ def test_four_broken_wrapped_entries_are_four_problems(environment: Path, tmp_pa
         return {"command": command, "args": ["--policy", policy, "--", *server], "env": env}
 
     servers = {
-        "moved-proxy": entry(str(tmp_path / "old-venv" / "bin" / "mcp-sampling-proxy"), good, [PY, "-V"],
-                             {"TEST_LLM_KEY": "k"}),
-        "lost-server": entry(proxy, good, ["summarizer-mcp-not-installed"],
-                             {"TEST_LLM_KEY": "k", "PATH": str(empty_bin)}),
+        "moved-proxy": entry(
+            str(tmp_path / "old-venv" / "bin" / "mcp-sampling-proxy"), good, [PY, "-V"], {"TEST_LLM_KEY": "k"}
+        ),
+        "lost-server": entry(
+            proxy, good, ["summarizer-mcp-not-installed"], {"TEST_LLM_KEY": "k", "PATH": str(empty_bin)}
+        ),
         "bad-policy": entry(proxy, bad, [PY, "-V"], {"TEST_LLM_KEY": "k"}),
         "no-key": entry(proxy, good, [PY, "-V"], {}),
         "fine": entry(proxy, good, ["python3", "-V"], {"TEST_LLM_KEY": "k", "PATH": str(Path(PY).parent)}),
@@ -302,10 +326,14 @@ def test_four_broken_wrapped_entries_are_four_problems(environment: Path, tmp_pa
     wrapped = out.split("\nwrapped servers\n", 1)[1]
     problems = [line.strip() for line in wrapped.splitlines() if line.strip().startswith("✗")]
     assert len(problems) == 4, wrapped
-    assert f"✗ Cursor 'moved-proxy': the proxy command {tmp_path}/old-venv/bin/mcp-sampling-proxy is not an " \
+    assert (
+        f"✗ Cursor 'moved-proxy': the proxy command {tmp_path}/old-venv/bin/mcp-sampling-proxy is not an "
         "executable file" in wrapped
-    assert f"✗ Cursor 'lost-server': the server command 'summarizer-mcp-not-installed' is not found " \
+    )
+    assert (
+        f"✗ Cursor 'lost-server': the server command 'summarizer-mcp-not-installed' is not found "
         f"(PATH={empty_bin}, from the entry's env)" in wrapped
+    )
     assert "✗ Cursor 'bad-policy': its policy is invalid: " in wrapped and "bad.yaml:2:13" in wrapped
     assert "✗ Cursor 'no-key': TEST_LLM_KEY (for provider 'fake') is not set in the entry's env" in wrapped
     fixes = [line.strip() for line in wrapped.splitlines() if line.strip().startswith("fix:")]
@@ -323,8 +351,9 @@ def test_four_broken_wrapped_entries_are_four_problems(environment: Path, tmp_pa
     assert "'no-key': TEST_LLM_KEY set" in out and out.count("✗ Cursor") == 3
 
 
-def test_doctor_exits_0_when_every_wrapped_entry_is_sound(environment: Path, tmp_path: Path,
-                                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_doctor_exits_0_when_every_wrapped_entry_is_sound(
+    environment: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     config = environment / ".cursor" / "mcp.json"
     config.parent.mkdir()
     config.write_text(json.dumps({"mcpServers": {"summarizer": {"command": PY, "args": ["-V"]}}}, indent=2))
@@ -337,7 +366,8 @@ def test_doctor_exits_0_when_every_wrapped_entry_is_sound(environment: Path, tmp
 
 
 def test_an_entry_without_policy_is_checked_against_the_default_policy_file(
-        environment: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    environment: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Without --policy the proxy reads the default policy file when it exists (what `init` writes):
     doctor checks that file instead of saying there is no policy."""
     config_dir = tmp_path / "config"
@@ -355,25 +385,31 @@ def test_an_entry_without_policy_is_checked_against_the_default_policy_file(
 
 
 def test_doctor_checks_wrapped_continue_entries_as_continue_starts_them(
-        environment: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    environment: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Continue gives a server only HOME, USER, PATH and the like besides its env: a key in the shell
     is not enough, unlike for other hosts."""
     good = write_policy(tmp_path, openai_policy("http://127.0.0.1:9/v1"), "good.yaml")
     config = environment / ".continue" / "config.yaml"
     config.parent.mkdir()
-    config.write_text("name: mine\nversion: 0.0.1\nschema: v1\nmcpServers:\n"
-                      f"  - name: keyed   # has the key\n    command: {json.dumps(PY)}\n    args: [-V]\n"
-                      "    env:\n      TEST_LLM_KEY: k\n"
-                      f"  - name: unkeyed\n    command: {json.dumps(PY)}\n    args: [-V]\n")
+    config.write_text(
+        "name: mine\nversion: 0.0.1\nschema: v1\nmcpServers:\n"
+        f"  - name: keyed   # has the key\n    command: {json.dumps(PY)}\n    args: [-V]\n"
+        "    env:\n      TEST_LLM_KEY: k\n"
+        f"  - name: unkeyed\n    command: {json.dumps(PY)}\n    args: [-V]\n"
+    )
     block = tmp_path / ".continue" / "mcpServers" / "tools.yaml"
     block.parent.mkdir(parents=True)
-    block.write_text(f"name: tools\nversion: 0.0.1\nschema: v1\nmcpServers:\n- name: gone\n  command: {PY}\n"
-                     "  args:\n  - -V\n")
+    block.write_text(
+        f"name: tools\nversion: 0.0.1\nschema: v1\nmcpServers:\n- name: gone\n  command: {PY}\n  args:\n  - -V\n"
+    )
     assert cli_main(["wrap", "--host", "continue", "--all", "--policy", good]) == 0
     assert cli_main(["wrap", "--host", "continue", "--scope", "project", "--all", "--policy", good]) == 0
-    block.write_text(block.read_text().replace(f'"--", "{PY}"', '"--", "not-installed-mcp"').replace(
-        f'- "{PY}"', '- "not-installed-mcp"'))
+    block.write_text(
+        block.read_text()
+        .replace(f'"--", "{PY}"', '"--", "not-installed-mcp"')
+        .replace(f'- "{PY}"', '- "not-installed-mcp"')
+    )
     capsys.readouterr()
     monkeypatch.setenv("TEST_LLM_KEY", "k")  # in this shell, but Continue does not pass it on
 
@@ -383,20 +419,25 @@ def test_doctor_checks_wrapped_continue_entries_as_continue_starts_them(
     assert f"Continue (project) {block}: 1 of 1 servers wrapped" in out
     wrapped = out.split("\nwrapped servers\n", 1)[1]
     assert "✓ Continue 'keyed': TEST_LLM_KEY set" in wrapped
-    assert "✗ Continue 'unkeyed': TEST_LLM_KEY (for provider 'fake') is not set in the entry's env (Continue " \
+    assert (
+        "✗ Continue 'unkeyed': TEST_LLM_KEY (for provider 'fake') is not set in the entry's env (Continue "
         "passes a server no other variables" in wrapped
+    )
     assert f"fix: add TEST_LLM_KEY to the entry's env in {config}" in wrapped
     assert "✗ Continue 'gone': the server command 'not-installed-mcp' is not found" in wrapped
     assert f"✓ Continue 'keyed': upstream {PY}" in wrapped
 
 
-def test_an_azure_provider_is_probed_the_azure_way(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                   openai_llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_azure_provider_is_probed_the_azure_way(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], openai_llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The resource's /openai/models with api-version and the api-key header (not /models with a
     Bearer token, which Azure answers 404/401); a deployment name missing from the list is no warning."""
     monkeypatch.setenv("AZURE_OPENAI_API_KEY", KEY)
     root = openai_llm.base_url.removesuffix("/v1")
-    policy = write_policy(tmp_path, f"""llm:
+    policy = write_policy(
+        tmp_path,
+        f"""llm:
   providers:
     azure:
       type: openai
@@ -404,7 +445,8 @@ def test_an_azure_provider_is_probed_the_azure_way(tmp_path: Path, capsys: pytes
       api_key_env: AZURE_OPENAI_API_KEY
       azure: {{api_version: "2024-10-21"}}
       models: [my-deployment]
-""")
+""",
+    )
     code, out = doctor(capsys, "--policy", policy)
     probes = [r for r in openai_llm.requests if "models" in r.path or "chat/completions" in r.path]
     first = probes[0]
@@ -415,9 +457,9 @@ def test_an_azure_provider_is_probed_the_azure_way(tmp_path: Path, capsys: pytes
     assert KEY not in out
 
 
-def test_codex_env_vars_in_either_form_pass_the_key(environment: Path, tmp_path: Path,
-                                                    capsys: pytest.CaptureFixture[str],
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_codex_env_vars_in_either_form_pass_the_key(
+    environment: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Codex passes a stdio server only its default variables and those its env_vars lists, as
     names or (newer Codex) as tables with a name; a table with source "remote" is read on a remote
     executor, not here. doctor says which entries will see the key."""
@@ -431,18 +473,19 @@ def test_codex_env_vars_in_either_form_pass_the_key(environment: Path, tmp_path:
         f'[mcp_servers.table]\ncommand = "{proxy}"\nargs = {args}\nenv_vars = [{{ name = "TEST_LLM_KEY" }}]\n\n'
         f'[mcp_servers.remote]\ncommand = "{proxy}"\nargs = {args}\n'
         'env_vars = [{ name = "TEST_LLM_KEY", source = "remote" }]\n\n'
-        f'[mcp_servers.none]\ncommand = "{proxy}"\nargs = {args}\n')
+        f'[mcp_servers.none]\ncommand = "{proxy}"\nargs = {args}\n'
+    )
     monkeypatch.setenv("TEST_LLM_KEY", "k")
     _, out = doctor(capsys)
     wrapped = out.split("\nwrapped servers\n", 1)[1]
     assert "'named': TEST_LLM_KEY set" in wrapped and "'table': TEST_LLM_KEY set" in wrapped, wrapped
-    assert "'remote': TEST_LLM_KEY (for provider 'fake') is not set in the entry's env or its env_vars list" \
-        in wrapped
+    assert "'remote': TEST_LLM_KEY (for provider 'fake') is not set in the entry's env or its env_vars list" in wrapped
     assert "'none': TEST_LLM_KEY (for provider 'fake') is not set" in wrapped
 
 
-def test_a_state_file_set_aside_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_state_file_set_aside_is_reported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A budgets file that could not be used (here a FIFO put in its place) is moved aside by the
     next proxy, which starts over from empty budgets: doctor says so, so the user learns of it."""
     import os
@@ -467,8 +510,13 @@ def test_the_sandbox_is_reported_as_it_is(tmp_path: Path) -> None:
     env = proxy_env(MCP_SAMPLING_PROXY_STATE_DIR=str(tmp_path / "state"))
 
     def run(path: str, **extra: str) -> tuple[int, str]:
-        done = subprocess.run([PY, "-m", "mcp_sampling_proxy", "doctor", "--policy", path], capture_output=True,
-                              text=True, env={**env, **extra}, timeout=60)
+        done = subprocess.run(
+            [PY, "-m", "mcp_sampling_proxy", "doctor", "--policy", path],
+            capture_output=True,
+            text=True,
+            env={**env, **extra},
+            timeout=60,
+        )
         return done.returncode, done.stdout
 
     if shutil.which("bwrap") is not None:
@@ -481,17 +529,41 @@ def test_the_sandbox_is_reported_as_it_is(tmp_path: Path) -> None:
     assert "sandbox: required, but bwrap is not installed" in out and "proxies refuse to start" in out
 
 
-def test_forged_approvals_and_a_tampered_budget_are_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                             openai_llm: FakeLLMServer) -> None:
+def test_forged_approvals_and_a_tampered_budget_are_reported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], openai_llm: FakeLLMServer
+) -> None:
     """What a proxy sealed verifies; an approval or a budgets file something else wrote is named, with the fix."""
     state = tmp_path / "state"
-    policy = write_policy(tmp_path, openai_policy(openai_llm.base_url, rules=(
-        "rules:\n  - name: capped\n    action: allow\n    budget: {tokens: 1000, per: 1d}\n")))
-    hello = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "x", "version": "1"}}}) + "\n"
-    subprocess.run([PY, "-m", "mcp_sampling_proxy", "--policy", policy, "--", PY, "-c", "import sys; sys.stdin.read()"],
-                   input=hello, capture_output=True, text=True, timeout=60,
-                   env=proxy_env(MCP_SAMPLING_PROXY_STATE_DIR=str(state)))
+    policy = write_policy(
+        tmp_path,
+        openai_policy(
+            openai_llm.base_url,
+            rules=("rules:\n  - name: capped\n    action: allow\n    budget: {tokens: 1000, per: 1d}\n"),
+        ),
+    )
+    hello = (
+        json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "x", "version": "1"},
+                },
+            }
+        )
+        + "\n"
+    )
+    subprocess.run(
+        [PY, "-m", "mcp_sampling_proxy", "--policy", policy, "--", PY, "-c", "import sys; sys.stdin.read()"],
+        input=hello,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=proxy_env(MCP_SAMPLING_PROXY_STATE_DIR=str(state)),
+    )
     assert (state / "integrity.key").exists()  # the proxy made its key
     from mcp_sampling_proxy.approval.channels import ApprovalMemory
     from mcp_sampling_proxy.quotas.limiters import TokenBudget
@@ -509,6 +581,8 @@ def test_forged_approvals_and_a_tampered_budget_are_reported(tmp_path: Path, cap
     assert code == 1
     assert "a remembered approval for server 'evil', tool 'go' was not written by a proxy" in out
     assert "'docs'" not in out  # the sealed one is not reported
-    assert "budgets.json was not written by mcp-sampling-proxy (its seal does not match): budgeted requests are " \
-           "refused" in out
+    assert (
+        "budgets.json was not written by mcp-sampling-proxy (its seal does not match): budgeted requests are "
+        "refused" in out
+    )
     assert f"fix: remove {state / 'budgets.json'}" in out

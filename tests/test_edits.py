@@ -39,8 +39,10 @@ from mcp_sampling_proxy.commands import audit as audit_cmd
 
 IMAGE = {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"}
 IMAGE_URL = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
-PARAMS = {"messages": [{"role": "user", "content": [{"type": "text", "text": "what is in this picture?"}, IMAGE]}],
-          "maxTokens": 50}
+PARAMS = {
+    "messages": [{"role": "user", "content": [{"type": "text", "text": "what is in this picture?"}, IMAGE]}],
+    "maxTokens": 50,
+}
 ASK = "rules:\n  - name: ask\n    action: prompt\n"
 REVIEW = "approval:\n  review_response: true\n"
 linux_only = pytest.mark.skipif(sys.platform != "linux", reason="needs a Linux pty")
@@ -66,8 +68,9 @@ def sent_user_content(llm: FakeLLMServer) -> list[dict[str, Any]]:
 
 def sha256_of(value: Any) -> str:
     """The README's canonical JSON: sorted keys, compact separators, UTF-8."""
-    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-                          .encode()).hexdigest()
+    return hashlib.sha256(
+        json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    ).hexdigest()
 
 
 def tail(capsys: pytest.CaptureFixture[str], audit: Path) -> str:
@@ -78,11 +81,13 @@ def tail(capsys: pytest.CaptureFixture[str], audit: Path) -> str:
 
 @linux_only
 def test_terminal_edit_keeps_the_image_and_the_record_says_who_edited(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     audit = tmp_path / "audit.jsonl"
     with FakeLLMServer("openai") as llm:
-        session = PtySession(sample_raw(write_policy(tmp_path, audit_policy(llm, audit))),
-                             terminal_env(TEST_LLM_KEY="k"))
+        session = PtySession(
+            sample_raw(write_policy(tmp_path, audit_policy(llm, audit))), terminal_env(TEST_LLM_KEY="k")
+        )
         screen = session.read_until(b"Allow this request?")
         assert b"[image image/png" in screen
         session.type("e\n")
@@ -95,19 +100,23 @@ def test_terminal_edit_keeps_the_image_and_the_record_says_who_edited(
     (record,) = records(audit)
     assert (record["decision"], record["approver"], record["prompt_edited_by"]) == ("approved", "terminal", "terminal")
     assert record["content"]["messages"][0]["message"] == {
-        "role": "user", "content": [{"type": "text", "text": "a new question"}, IMAGE]}
+        "role": "user",
+        "content": [{"type": "text", "text": "a new question"}, IMAGE],
+    }
     assert "answer_edited_by" not in record and "original_answer_sha256" not in record
     assert "prompt edited by terminal" in tail(capsys, audit)
 
 
 @linux_only
 def test_terminal_review_shows_the_edited_prompt_and_the_record_holds_the_answer_the_server_got(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     audit = tmp_path / "audit.jsonl"
     with FakeLLMServer("openai") as llm:
         llm.reply_text("the model's draft")
-        session = PtySession(sample_raw(write_policy(tmp_path, audit_policy(llm, audit, REVIEW))),
-                             terminal_env(TEST_LLM_KEY="k"))
+        session = PtySession(
+            sample_raw(write_policy(tmp_path, audit_policy(llm, audit, REVIEW))), terminal_env(TEST_LLM_KEY="k")
+        )
         session.read_until(b"Allow this request?")
         session.type("e\n")
         session.read_until(b"end with a line holding only '.'")
@@ -130,8 +139,12 @@ def test_terminal_review_shows_the_edited_prompt_and_the_record_holds_the_answer
     assert record["prompt_edited_by"] == "terminal" and record["answer_edited_by"] == "terminal"
     assert record["content"]["response"]["result"] == got
     assert record["content"]["response"]["sha256"] == sha256_of(got)
-    original = {"role": "assistant", "content": {"type": "text", "text": "the model's draft"}, "model": "gpt-test",
-                "stopReason": "endTurn"}
+    original = {
+        "role": "assistant",
+        "content": {"type": "text", "text": "the model's draft"},
+        "model": "gpt-test",
+        "stopReason": "endTurn",
+    }
     assert record["original_answer_sha256"] == sha256_of(original)
     assert audit_cmd.main(["verify", str(audit)]) == 0
     line = tail(capsys, audit)
@@ -151,11 +164,19 @@ async def test_console_edits_send_only_text_and_keep_the_image(tmp_path: Path, d
 
                 async def call() -> None:
                     got.append(tool_json(await client.call_tool("sample_raw", {"params_json": json.dumps(PARAMS)})))
+
                 tg.start_soon(call)
                 pending = await console.receive()
                 assert pending["type"] == "pending" and pending["edit"] == "prompt"
-                await console.send({"type": "decision", "id": pending["id"], "approve": True, "scope": "once",
-                                    "prompt": "from the console"})
+                await console.send(
+                    {
+                        "type": "decision",
+                        "id": pending["id"],
+                        "approve": True,
+                        "scope": "once",
+                        "prompt": "from the console",
+                    }
+                )
                 assert (await console.receive())["type"] == "resolved"
                 review = await console.receive()
                 assert review["type"] == "review" and review["edit"] == "text"
@@ -171,13 +192,19 @@ async def test_console_edits_send_only_text_and_keep_the_image(tmp_path: Path, d
     assert (record["approver"], record["prompt_edited_by"], record["answer_edited_by"]) == ("console",) * 3
     assert record["content"]["response"]["result"] == result
     assert record["original_answer_sha256"] == sha256_of(
-        {"role": "assistant", "content": {"type": "text", "text": "the model's draft"}, "model": "gpt-test",
-         "stopReason": "endTurn"})
+        {
+            "role": "assistant",
+            "content": {"type": "text", "text": "the model's draft"},
+            "model": "gpt-test",
+            "stopReason": "endTurn",
+        }
+    )
 
 
 @pytest.mark.anyio
-async def test_a_prompt_edited_on_the_console_is_what_a_sampling_host_gets(tmp_path: Path,
-                                                                          dirs: dict[str, str]) -> None:
+async def test_a_prompt_edited_on_the_console_is_what_a_sampling_host_gets(
+    tmp_path: Path, dirs: dict[str, str]
+) -> None:
     """When the host samples, it is sent the edited request, not the bytes the server sent
     (they used to go on unchanged, so the host answered the prompt the human had replaced)."""
     from mcp_types import CreateMessageResult, TextContent
@@ -191,14 +218,22 @@ async def test_a_prompt_edited_on_the_console_is_what_a_sampling_host_gets(tmp_p
     audit = tmp_path / "audit.jsonl"
     with FakeLLMServer("openai") as llm:
         policy = write_policy(tmp_path, audit_policy(llm, audit))
-        async with sdk_host(proxy_command(policy), proxy_env(**dirs), tmp_path / "stderr.log",
-                            sampling_callback=host_sampling) as client:
+        async with sdk_host(
+            proxy_command(policy), proxy_env(**dirs), tmp_path / "stderr.log", sampling_callback=host_sampling
+        ) as client:
             console = await SocketConsole.attach(Path(dirs["MCP_SAMPLING_PROXY_RUNTIME_DIR"]))
             async with anyio.create_task_group() as tg:
                 tg.start_soon(client.call_tool, "sample_raw", {"params_json": json.dumps(PARAMS)})
                 pending = await console.receive()
-                await console.send({"type": "decision", "id": pending["id"], "approve": True, "scope": "once",
-                                    "prompt": "from the console"})
+                await console.send(
+                    {
+                        "type": "decision",
+                        "id": pending["id"],
+                        "approve": True,
+                        "scope": "once",
+                        "prompt": "from the console",
+                    }
+                )
         assert llm.requests == []
     content = seen[0].messages[0].content
     assert [block.type for block in content] == ["text", "image"]
@@ -216,16 +251,23 @@ async def test_an_older_consoles_whole_request_changes_only_the_text(tmp_path: P
         async with sdk_host(proxy_command(policy), proxy_env(**dirs), tmp_path / "stderr.log") as client:
             console = await SocketConsole.attach(Path(dirs["MCP_SAMPLING_PROXY_RUNTIME_DIR"]))
             async with anyio.create_task_group() as tg:
+
                 async def call() -> None:
                     await client.call_tool("sample_raw", {"params_json": json.dumps(PARAMS)})
+
                 tg.start_soon(call)
                 pending = await console.receive()
-                legacy = {**pending["params"], "maxTokens": 4000, "systemPrompt": "obey the console",
-                          "messages": [{"role": "user", "content": {"type": "text", "text": "old console text"}}]}
+                legacy = {
+                    **pending["params"],
+                    "maxTokens": 4000,
+                    "systemPrompt": "obey the console",
+                    "messages": [{"role": "user", "content": {"type": "text", "text": "old console text"}}],
+                }
                 await console.send({"type": "decision", "id": pending["id"], "approve": True, "params": legacy})
         (request,) = llm.requests
     assert request.body["messages"] == [
-        {"role": "user", "content": [{"type": "text", "text": "old console text"}, IMAGE_URL]}]
+        {"role": "user", "content": [{"type": "text", "text": "old console text"}, IMAGE_URL]}
+    ]
     assert request.body["max_tokens"] == 50
 
 
@@ -238,8 +280,14 @@ def test_console_command_edit_keeps_the_image(tmp_path: Path, dirs: dict[str, st
         with proxy as host:
             host.initialize()
             console.read_until(b"attached")
-            host.send({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
-                       "params": {"name": "sample_raw", "arguments": {"params_json": json.dumps(PARAMS)}}})
+            host.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 5,
+                    "method": "tools/call",
+                    "params": {"name": "sample_raw", "arguments": {"params_json": json.dumps(PARAMS)}},
+                }
+            )
             console.read_until(b"Allow this request? [y]es once")
             console.type("e\n")
             console.read_until(b"end with a line holding only '.'")
@@ -257,18 +305,23 @@ def test_console_command_edit_keeps_the_image(tmp_path: Path, dirs: dict[str, st
 AUDIO = {"type": "audio", "data": "UklGRg==", "mimeType": "audio/wav"}
 
 
-@pytest.mark.parametrize(("content", "expected"), [
-    ({"type": "text", "text": "old"}, {"type": "text", "text": "new"}),
-    (IMAGE, [{"type": "text", "text": "new"}, IMAGE]),
-    ([IMAGE, {"type": "text", "text": "a"}, AUDIO, {"type": "text", "text": "b"}],
-     [IMAGE, {"type": "text", "text": "new"}, AUDIO]),
-    ([IMAGE, AUDIO], [{"type": "text", "text": "new"}, IMAGE, AUDIO]),
-], ids=["one-text", "one-image", "mixed", "no-text"])
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ({"type": "text", "text": "old"}, {"type": "text", "text": "new"}),
+        (IMAGE, [{"type": "text", "text": "new"}, IMAGE]),
+        (
+            [IMAGE, {"type": "text", "text": "a"}, AUDIO, {"type": "text", "text": "b"}],
+            [IMAGE, {"type": "text", "text": "new"}, AUDIO],
+        ),
+        ([IMAGE, AUDIO], [{"type": "text", "text": "new"}, IMAGE, AUDIO]),
+    ],
+    ids=["one-text", "one-image", "mixed", "no-text"],
+)
 def test_with_prompt_replaces_only_the_text_of_the_last_user_message(content: Any, expected: Any) -> None:
     first = {"role": "user", "content": {"type": "text", "text": "first"}}
     answer = {"role": "assistant", "content": {"type": "text", "text": "an answer"}}
-    params = {"messages": [first, answer, {"role": "user", "content": content}], "maxTokens": 9,
-              "systemPrompt": "s"}
+    params = {"messages": [first, answer, {"role": "user", "content": content}], "maxTokens": 9, "systemPrompt": "s"}
     edited = with_prompt(params, "new")
     assert edited == {**params, "messages": [first, answer, {"role": "user", "content": expected}]}
     assert params["messages"][2]["content"] == content  # the original is untouched
@@ -276,18 +329,25 @@ def test_with_prompt_replaces_only_the_text_of_the_last_user_message(content: An
 
 def test_with_text_keeps_the_tool_calls_of_an_answer() -> None:
     use = {"type": "tool_use", "id": "c1", "name": "get_weather", "input": {"city": "Oslo"}}
-    result = {"role": "assistant", "content": [{"type": "text", "text": "let me look"}, use], "model": "m",
-              "stopReason": "toolUse"}
+    result = {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "let me look"}, use],
+        "model": "m",
+        "stopReason": "toolUse",
+    }
     assert with_text(result, "looking") == {**result, "content": [{"type": "text", "text": "looking"}, use]}
 
 
 @pytest.mark.anyio
 async def test_a_tool_result_message_cannot_be_edited_and_the_question_is_asked_again() -> None:
-    params = {"messages": [
-        {"role": "user", "content": {"type": "text", "text": "weather?"}},
-        {"role": "assistant", "content": [{"type": "tool_use", "id": "c1", "name": "w", "input": {}}]},
-        {"role": "user", "content": [{"type": "tool_result", "toolUseId": "c1", "content": []}]},
-    ], "maxTokens": 9}
+    params = {
+        "messages": [
+            {"role": "user", "content": {"type": "text", "text": "weather?"}},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "c1", "name": "w", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "toolUseId": "c1", "content": []}]},
+        ],
+        "maxTokens": 9,
+    }
     answers = iter(["e", "y"])
     said: list[str] = []
 
@@ -300,7 +360,8 @@ async def test_a_tool_result_message_cannot_be_edited_and_the_question_is_asked_
 
 @pytest.mark.anyio
 async def test_a_rejected_or_cancelled_review_leaves_one_record_of_the_llm_call(
-        tmp_path: Path, dirs: dict[str, str]) -> None:
+    tmp_path: Path, dirs: dict[str, str]
+) -> None:
     """The record waits for the review; a rejection (or the end of the request while under review)
     still records the LLM call: one record per request, saying how it ended."""
     audit = tmp_path / "audit.jsonl"
@@ -320,8 +381,14 @@ async def test_a_rejected_or_cancelled_review_leaves_one_record_of_the_llm_call(
                     await anyio.sleep(0.05)
             console = SocketConsole(await anyio.connect_unix(sock))
             assert (await console.receive())["type"] == "hello"
-            host.send({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
-                       "params": {"name": "sample", "arguments": {"prompt": "second"}}})
+            host.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 9,
+                    "method": "tools/call",
+                    "params": {"name": "sample", "arguments": {"prompt": "second"}},
+                }
+            )
             assert (await console.receive())["type"] == "review"
             host.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 9}})
             with anyio.fail_after(20):
@@ -330,8 +397,17 @@ async def test_a_rejected_or_cancelled_review_leaves_one_record_of_the_llm_call(
     rejected, cancelled = records(audit)
     assert (rejected["decision"], rejected["provider"], rejected["model"]) == ("rejected", "fake", "gpt-test")
     assert rejected["content"]["response"] is None  # the server got no answer
-    assert rejected["original_answer_sha256"] == digest({"role": "assistant", "content": {
-        "type": "text", "text": "echo: first"}, "model": "gpt-test", "stopReason": "endTurn"})["sha256"]
+    assert (
+        rejected["original_answer_sha256"]
+        == digest(
+            {
+                "role": "assistant",
+                "content": {"type": "text", "text": "echo: first"},
+                "model": "gpt-test",
+                "stopReason": "endTurn",
+            }
+        )["sha256"]
+    )
     assert "answer_edited_by" not in rejected
     assert (cancelled["decision"], cancelled["provider"]) == ("cancelled", "fake")
     assert cancelled["content"]["response"]["result"]["content"]["text"] == "echo: second"

@@ -27,19 +27,24 @@ SCHEMA = {
     },
     "required": ["name", "age"],
 }
-DEFAULTS_ONLY = {"type": "object", "properties": {"age": {"type": "integer", "default": 30},
-                                                  "ok": {"type": "boolean", "default": True}}, "required": ["age"]}
+DEFAULTS_ONLY = {
+    "type": "object",
+    "properties": {"age": {"type": "integer", "default": 30}, "ok": {"type": "boolean", "default": True}},
+    "required": ["age"],
+}
 SECRET = {"type": "object", "properties": {"password": {"type": "string", "title": "Your password"}}}
 
 
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
-    return proxy_env(MCP_SAMPLING_PROXY_RUNTIME_DIR=str(tmp_path / "run"),
-                     MCP_SAMPLING_PROXY_STATE_DIR=str(tmp_path / "state"))
+    return proxy_env(
+        MCP_SAMPLING_PROXY_RUNTIME_DIR=str(tmp_path / "run"), MCP_SAMPLING_PROXY_STATE_DIR=str(tmp_path / "state")
+    )
 
 
-async def elicit(tmp_path: Path, env: dict[str, str], policy: str, tool: str, args: dict[str, Any],
-                 **client: Any) -> Any:
+async def elicit(
+    tmp_path: Path, env: dict[str, str], policy: str, tool: str, args: dict[str, Any], **client: Any
+) -> Any:
     path = write_policy(tmp_path, policy)
     async with sdk_host(proxy_command(path), env, tmp_path / "stderr.log", **client) as host:
         return tool_json(await host.call_tool(tool, args))
@@ -57,21 +62,30 @@ async def test_host_with_elicitation_answers_it(tmp_path: Path, env: dict[str, s
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize(("policy", "expected"), [
-    ("", {"action": "decline", "data": None}),
-    ("elicitation: {non_interactive: cancel}\n", {"action": "cancel", "data": None}),
-    ("elicitation: {non_interactive: accept_defaults}\n", {"action": "accept", "data": {"age": 30, "ok": True}}),
-])
-async def test_no_host_support_and_nobody_to_ask(tmp_path: Path, env: dict[str, str], policy: str,
-                                                 expected: dict) -> None:
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [
+        ("", {"action": "decline", "data": None}),
+        ("elicitation: {non_interactive: cancel}\n", {"action": "cancel", "data": None}),
+        ("elicitation: {non_interactive: accept_defaults}\n", {"action": "accept", "data": {"age": 30, "ok": True}}),
+    ],
+)
+async def test_no_host_support_and_nobody_to_ask(
+    tmp_path: Path, env: dict[str, str], policy: str, expected: dict
+) -> None:
     result = await elicit(tmp_path, env, policy, "elicit_form", {"schema_json": json.dumps(DEFAULTS_ONLY)})
     assert result == expected
 
 
 @pytest.mark.anyio
 async def test_accept_defaults_needs_a_default_for_every_required_field(tmp_path: Path, env: dict[str, str]) -> None:
-    result = await elicit(tmp_path, env, "elicitation: {non_interactive: accept_defaults}\n", "elicit_form",
-                          {"schema_json": json.dumps(SCHEMA)})
+    result = await elicit(
+        tmp_path,
+        env,
+        "elicitation: {non_interactive: accept_defaults}\n",
+        "elicit_form",
+        {"schema_json": json.dumps(SCHEMA)},
+    )
     assert result["action"] == "decline"
 
 
@@ -97,8 +111,9 @@ async def test_sensitive_form_is_declined_with_a_warning(tmp_path: Path, env: di
 
 @pytest.mark.anyio
 async def test_upstream_capabilities_advertise_form_and_strip_tasks(tmp_path: Path, env: dict[str, str]) -> None:
-    with RawHost(proxy_command(write_policy(tmp_path, "elicitation: {url_mode: true}\n")), env,
-                 tmp_path / "stderr.log") as host:
+    with RawHost(
+        proxy_command(write_policy(tmp_path, "elicitation: {url_mode: true}\n")), env, tmp_path / "stderr.log"
+    ) as host:
         host.initialize({"tasks": {"requests": {"elicitation": {"create": {}}, "sampling": {"createMessage": {}}}}})
         response = host.request("tools/call", {"name": "caps", "arguments": {}})
     caps = json.loads(response["result"]["content"][0]["text"])
@@ -114,9 +129,11 @@ async def test_companion_console_fills_the_form(tmp_path: Path, env: dict[str, s
     async with sdk_host(proxy_command(path), env, tmp_path / "stderr.log") as host:
         console = await SocketConsole.attach(Path(env["MCP_SAMPLING_PROXY_RUNTIME_DIR"]))
         async with anyio.create_task_group() as tg:
+
             async def call() -> None:
                 answers.append(tool_json(await host.call_tool("elicit_form", {"schema_json": json.dumps(SCHEMA)})))
                 answers.append(tool_json(await host.call_tool("elicit_form", {"schema_json": json.dumps(SCHEMA)})))
+
             tg.start_soon(call)
             first = await console.receive()
             assert first["type"] == "elicit"
@@ -127,8 +144,9 @@ async def test_companion_console_fills_the_form(tmp_path: Path, env: dict[str, s
             await console.send({"type": "elicit", "id": first["id"], "action": "accept", "content": content})
             assert (await console.receive())["type"] == "resolved"
             second = await console.receive()
-            await console.send({"type": "elicit", "id": second["id"], "action": "accept",
-                                "content": {"name": "A", "age": 999}})  # invalid: refused by the proxy
+            await console.send(
+                {"type": "elicit", "id": second["id"], "action": "accept", "content": {"name": "A", "age": 999}}
+            )  # invalid: refused by the proxy
     assert answers[0] == {"action": "accept", "data": content}
     assert answers[1]["action"] == "decline"
 
@@ -139,8 +157,9 @@ def opener_script(tmp_path: Path) -> str:
     return f"{PY} {script} {tmp_path / 'opened.txt'}"
 
 
-def test_url_mode_on_the_console_opens_only_after_consent_and_swallows_completion(tmp_path: Path,
-                                                                                   env: dict[str, str]) -> None:
+def test_url_mode_on_the_console_opens_only_after_consent_and_swallows_completion(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
     env = {**env, "MCP_SAMPLING_PROXY_URL_OPENER": opener_script(tmp_path)}
     policy = write_policy(tmp_path, "elicitation: {url_mode: true}\n")
 
@@ -162,11 +181,16 @@ def test_url_mode_on_the_console_opens_only_after_consent_and_swallows_completio
         with anyio.from_thread.start_blocking_portal() as portal:
             future = portal.start_task_soon(run)
             assert attached.wait(30), "the console never attached"
-            declined = host.request("tools/call", {"name": "elicit_url",
-                                                   "arguments": {"url": "https://login.example.com/auth?x=1"}})
-            accepted = host.request("tools/call", {"name": "elicit_url",
-                                                   "arguments": {"url": "https://login.example.com/auth?x=1",
-                                                                 "elicitation_id": "e-2"}})
+            declined = host.request(
+                "tools/call", {"name": "elicit_url", "arguments": {"url": "https://login.example.com/auth?x=1"}}
+            )
+            accepted = host.request(
+                "tools/call",
+                {
+                    "name": "elicit_url",
+                    "arguments": {"url": "https://login.example.com/auth?x=1", "elicitation_id": "e-2"},
+                },
+            )
             future.result(timeout=20)
         received = [json.loads(line) for line in host.raw_received]
     assert json.loads(declined["result"]["content"][0]["text"]) == {"action": "decline"}
@@ -179,8 +203,14 @@ def test_url_mode_on_the_console_opens_only_after_consent_and_swallows_completio
 def test_url_mode_host_that_supports_it_sees_request_and_completion(tmp_path: Path, env: dict[str, str]) -> None:
     with RawHost(proxy_command(write_policy(tmp_path, "")), env, tmp_path / "stderr.log") as host:
         host.initialize({"elicitation": {"form": {}, "url": {}}})
-        host.send({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
-                   "params": {"name": "elicit_url", "arguments": {"url": "https://example.com/x"}}})
+        host.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 9,
+                "method": "tools/call",
+                "params": {"name": "elicit_url", "arguments": {"url": "https://example.com/x"}},
+            }
+        )
         request = host.wait_for(lambda m: m.get("method") == "elicitation/create")
         assert request["params"]["url"] == "https://example.com/x"
         host.send({"jsonrpc": "2.0", "id": request["id"], "result": {"action": "accept"}})
@@ -196,9 +226,11 @@ if sys.platform != "linux":  # pragma: no cover
 
 @pytest.mark.anyio
 async def test_rate_limit_applies_to_elicitation(tmp_path: Path, env: dict[str, str]) -> None:
-    policy = ("elicitation: {non_interactive: accept_defaults}\n"
-              "rules:\n  - name: forms\n    when: {method: elicitation}\n    action: allow\n"
-              "    rate_limit: {requests: 1, per: 1h}\n")
+    policy = (
+        "elicitation: {non_interactive: accept_defaults}\n"
+        "rules:\n  - name: forms\n    when: {method: elicitation}\n    action: allow\n"
+        "    rate_limit: {requests: 1, per: 1h}\n"
+    )
     path = write_policy(tmp_path, policy)
     async with sdk_host(proxy_command(path), env, tmp_path / "stderr.log") as host:
         args = {"schema_json": json.dumps(DEFAULTS_ONLY)}
@@ -243,8 +275,18 @@ def test_terminal_form_re_asks_a_bad_email_date_date_time_and_url(tmp_path: Path
     from support import KITCHEN_SINK
     from test_terminal import PtySession, terminal_env, try_argv
 
-    session = PtySession(try_argv("--tool", "elicit_form", "--args", json.dumps({"schema_json": json.dumps(FORMATTED)}),
-                                  "--", PY, KITCHEN_SINK), terminal_env())
+    session = PtySession(
+        try_argv(
+            "--tool",
+            "elicit_form",
+            "--args",
+            json.dumps({"schema_json": json.dumps(FORMATTED)}),
+            "--",
+            PY,
+            KITCHEN_SINK,
+        ),
+        terminal_env(),
+    )
     session.read_until(b"[a]nswer the form")
     session.type("a\n")
     steps = [
@@ -269,9 +311,15 @@ def test_terminal_form_re_asks_a_bad_email_date_date_time_and_url(tmp_path: Path
             assert session.output.count(prompt) == asked + 1  # the same field, asked again
     assert session.finish() == 0
     result = json.loads(session.output.split(b"result:")[1].strip().decode())
-    assert result == {"action": "accept", "data": {"email": "ada@example.com", "born": "1815-12-10",
-                                                   "when": "1815-12-10T08:00:00+01:00",
-                                                   "site": "https://example.com/ada"}}
+    assert result == {
+        "action": "accept",
+        "data": {
+            "email": "ada@example.com",
+            "born": "1815-12-10",
+            "when": "1815-12-10T08:00:00+01:00",
+            "site": "https://example.com/ada",
+        },
+    }
 
 
 @pytest.mark.anyio
@@ -281,10 +329,13 @@ async def test_companion_console_answer_with_a_bad_format_is_refused(tmp_path: P
     async with sdk_host(proxy_command(write_policy(tmp_path, "")), env, tmp_path / "stderr.log") as host:
         console = await SocketConsole.attach(Path(env["MCP_SAMPLING_PROXY_RUNTIME_DIR"]))
         async with anyio.create_task_group() as tg:
+
             async def call() -> None:
                 for _ in range(3):
-                    answers.append(tool_json(await host.call_tool("elicit_form",
-                                                                  {"schema_json": json.dumps(FORMATTED)})))
+                    answers.append(
+                        tool_json(await host.call_tool("elicit_form", {"schema_json": json.dumps(FORMATTED)}))
+                    )
+
             tg.start_soon(call)
             for content in ({**good, "email": "ada@"}, {**good, "born": "1815-13-10"}, good):
                 request = await console.receive()
@@ -295,14 +346,26 @@ async def test_companion_console_answer_with_a_bad_format_is_refused(tmp_path: P
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize(("default", "expected"), [
-    ("ada@example.com", {"action": "accept", "data": {"email": "ada@example.com"}}),
-    ("ada at example.com", {"action": "decline", "data": None}),  # not an email: no default, nobody to ask
-])
-async def test_accept_defaults_ignores_a_default_of_the_wrong_format(tmp_path: Path, env: dict[str, str],
-                                                                     default: str, expected: dict) -> None:
-    schema = {"type": "object", "properties": {"email": {"type": "string", "format": "email", "default": default}},
-              "required": ["email"]}
-    result = await elicit(tmp_path, env, "elicitation: {non_interactive: accept_defaults}\n", "elicit_form",
-                          {"schema_json": json.dumps(schema)})
+@pytest.mark.parametrize(
+    ("default", "expected"),
+    [
+        ("ada@example.com", {"action": "accept", "data": {"email": "ada@example.com"}}),
+        ("ada at example.com", {"action": "decline", "data": None}),  # not an email: no default, nobody to ask
+    ],
+)
+async def test_accept_defaults_ignores_a_default_of_the_wrong_format(
+    tmp_path: Path, env: dict[str, str], default: str, expected: dict
+) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"email": {"type": "string", "format": "email", "default": default}},
+        "required": ["email"],
+    }
+    result = await elicit(
+        tmp_path,
+        env,
+        "elicitation: {non_interactive: accept_defaults}\n",
+        "elicit_form",
+        {"schema_json": json.dumps(schema)},
+    )
     assert result == expected

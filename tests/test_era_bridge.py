@@ -22,10 +22,12 @@ MODERN = "2026-07-28"
 
 
 def meta(caps: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
-    return {"io.modelcontextprotocol/protocolVersion": MODERN,
-            "io.modelcontextprotocol/clientInfo": {"name": "modern-host", "version": "2"},
-            "io.modelcontextprotocol/clientCapabilities": caps if caps is not None else {"elicitation": {}},
-            **extra}
+    return {
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientInfo": {"name": "modern-host", "version": "2"},
+        "io.modelcontextprotocol/clientCapabilities": caps if caps is not None else {"elicitation": {}},
+        **extra,
+    }
 
 
 def call(host: RawHost, tool: str, arguments: dict[str, Any] | None = None, **params: Any) -> dict[str, Any]:
@@ -67,12 +69,19 @@ def test_results_are_completed_as_a_2026_host_requires(modern_host: RawHost) -> 
 def test_a_server_elicitation_reaches_the_2026_host_as_a_round_of_its_call(modern_host: RawHost) -> None:
     first = call(modern_host, "elicit_name")["result"]
     assert first["resultType"] == "input_required"
-    (key, asked), = first["inputRequests"].items()
+    ((key, asked),) = first["inputRequests"].items()
     assert asked["method"] == "elicitation/create" and asked["params"]["message"].endswith("\u2502 What is your name?")
     assert asked["params"]["message"].startswith("The server 'kitchen_sink_server'")  # marked as the server's
-    retry = modern_host.request("tools/call", {
-        "name": "elicit_name", "arguments": {}, "_meta": meta(), "requestState": first["requestState"],
-        "inputResponses": {key: {"action": "accept", "content": {"name": "Ada"}}}})
+    retry = modern_host.request(
+        "tools/call",
+        {
+            "name": "elicit_name",
+            "arguments": {},
+            "_meta": meta(),
+            "requestState": first["requestState"],
+            "inputResponses": {key: {"action": "accept", "content": {"name": "Ada"}}},
+        },
+    )
     assert text_of(retry) == {"action": "accept", "data": {"name": "Ada"}}
 
 
@@ -81,21 +90,36 @@ def test_roots_and_url_elicitation_cross_to_the_2026_era(tmp_path: Path, dirs: d
     caps = {"roots": {}, "elicitation": {"form": {}, "url": {}}}
     with RawHost(proxy_command(policy), proxy_env(**dirs), tmp_path / "stderr.log") as host:
         first = host.request("tools/call", {"name": "list_roots", "arguments": {}, "_meta": meta(caps)})["result"]
-        (key, asked), = first["inputRequests"].items()
+        ((key, asked),) = first["inputRequests"].items()
         assert asked["method"] == "roots/list"
-        done = host.request("tools/call", {
-            "name": "list_roots", "arguments": {}, "_meta": meta(caps), "requestState": first["requestState"],
-            "inputResponses": {key: {"roots": [{"uri": "file:///work", "name": "work"}]}}})
+        done = host.request(
+            "tools/call",
+            {
+                "name": "list_roots",
+                "arguments": {},
+                "_meta": meta(caps),
+                "requestState": first["requestState"],
+                "inputResponses": {key: {"roots": [{"uri": "file:///work", "name": "work"}]}},
+            },
+        )
         assert text_of(done) == {"roots": [{"uri": "file:///work", "name": "work"}]}
 
-        first = host.request("tools/call", {"name": "elicit_url", "arguments": {"url": "https://example.com/login"},
-                                            "_meta": meta(caps)})["result"]
-        (key, asked), = first["inputRequests"].items()
+        first = host.request(
+            "tools/call", {"name": "elicit_url", "arguments": {"url": "https://example.com/login"}, "_meta": meta(caps)}
+        )["result"]
+        ((key, asked),) = first["inputRequests"].items()
         # URL mode in the 2026 era has no elicitationId (the retry ends it)
         assert asked["params"]["mode"] == "url" and "elicitationId" not in asked["params"]
-        done = host.request("tools/call", {
-            "name": "elicit_url", "arguments": {"url": "https://example.com/login"}, "_meta": meta(caps),
-            "requestState": first["requestState"], "inputResponses": {key: {"action": "accept"}}})
+        done = host.request(
+            "tools/call",
+            {
+                "name": "elicit_url",
+                "arguments": {"url": "https://example.com/login"},
+                "_meta": meta(caps),
+                "requestState": first["requestState"],
+                "inputResponses": {key: {"action": "accept"}},
+            },
+        )
         assert text_of(done) == {"action": "accept"}
         after = host.request("tools/list", {"_meta": meta(caps)})
         seen = [m.get("method") for m in host.seen]
@@ -107,8 +131,14 @@ def test_roots_and_url_elicitation_cross_to_the_2026_era(tmp_path: Path, dirs: d
 def test_log_level_in_meta_becomes_set_level(modern_host: RawHost) -> None:
     quiet = call(modern_host, "log", {"message": "not asked for", "level": "debug"})
     assert "result" in quiet
-    loud = modern_host.request("tools/call", {"name": "log", "arguments": {"message": "asked for", "level": "debug"},
-                                              "_meta": meta(**{"io.modelcontextprotocol/logLevel": "debug"})})
+    loud = modern_host.request(
+        "tools/call",
+        {
+            "name": "log",
+            "arguments": {"message": "asked for", "level": "debug"},
+            "_meta": meta(**{"io.modelcontextprotocol/logLevel": "debug"}),
+        },
+    )
     assert "result" in loud
     logs = [m["params"]["data"] for m in modern_host.seen if m.get("method") == "notifications/message"]
     assert logs == ["asked for"]
@@ -117,9 +147,21 @@ def test_log_level_in_meta_becomes_set_level(modern_host: RawHost) -> None:
 def test_list_changes_reach_only_subscriptions_that_asked(modern_host: RawHost) -> None:
     call(modern_host, "notify_changes")
     assert not [m for m in modern_host.seen if str(m.get("method", "")).endswith("list_changed")]
-    modern_host.send({"jsonrpc": "2.0", "id": "listen-1", "method": "subscriptions/listen", "params": {
-        "_meta": meta(), "notifications": {"toolsListChanged": True, "promptsListChanged": True,
-                                           "resourceSubscriptions": ["test://hello"]}}})
+    modern_host.send(
+        {
+            "jsonrpc": "2.0",
+            "id": "listen-1",
+            "method": "subscriptions/listen",
+            "params": {
+                "_meta": meta(),
+                "notifications": {
+                    "toolsListChanged": True,
+                    "promptsListChanged": True,
+                    "resourceSubscriptions": ["test://hello"],
+                },
+            },
+        }
+    )
     ack = modern_host.wait_for(lambda m: m.get("method") == "notifications/subscriptions/acknowledged")
     assert ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == "listen-1"
     honoured = ack["params"]["notifications"]
@@ -129,8 +171,10 @@ def test_list_changes_reach_only_subscriptions_that_asked(modern_host: RawHost) 
     got = {m["method"]: m for m in modern_host.seen if m.get("method", "").startswith("notifications/")}
     assert "notifications/tools/list_changed" in got and "notifications/prompts/list_changed" in got
     assert "notifications/resources/list_changed" not in got  # not asked for
-    assert got["notifications/tools/list_changed"]["params"]["_meta"][
-        "io.modelcontextprotocol/subscriptionId"] == "listen-1"
+    assert (
+        got["notifications/tools/list_changed"]["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"]
+        == "listen-1"
+    )
     # ending the subscription stops them
     modern_host.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "listen-1"}})
     modern_host.seen.clear()
@@ -139,8 +183,9 @@ def test_list_changes_reach_only_subscriptions_that_asked(modern_host: RawHost) 
 
 
 def test_a_progress_token_survives_the_round(modern_host: RawHost) -> None:
-    response = modern_host.request("tools/call", {"name": "progress", "arguments": {"steps": 2},
-                                                  "_meta": meta(progressToken="p1")})
+    response = modern_host.request(
+        "tools/call", {"name": "progress", "arguments": {"steps": 2}, "_meta": meta(progressToken="p1")}
+    )
     assert response["result"]["content"][0]["text"] == "done 2 steps"
     tokens = [m["params"]["progressToken"] for m in modern_host.seen if m.get("method") == "notifications/progress"]
     assert tokens == ["p1", "p1"]
@@ -149,11 +194,21 @@ def test_a_progress_token_survives_the_round(modern_host: RawHost) -> None:
 def test_cancelling_the_retry_of_a_round_cancels_the_call_at_the_server(modern_host: RawHost) -> None:
     """After a round the host waits on the retry's id; the server knows the call by the first one."""
     round_ = call(modern_host, "elicit_then_slow", {"seconds": 30})["result"]
-    (key, _asked), = round_["inputRequests"].items()
-    modern_host.send({"jsonrpc": "2.0", "id": 99, "method": "tools/call", "params": {
-        "name": "elicit_then_slow", "arguments": {"seconds": 30}, "_meta": meta(),
-        "requestState": round_["requestState"], "inputResponses": {key: {"action": "accept",
-                                                                         "content": {"name": "Ada"}}}}})
+    ((key, _asked),) = round_["inputRequests"].items()
+    modern_host.send(
+        {
+            "jsonrpc": "2.0",
+            "id": 99,
+            "method": "tools/call",
+            "params": {
+                "name": "elicit_then_slow",
+                "arguments": {"seconds": 30},
+                "_meta": meta(),
+                "requestState": round_["requestState"],
+                "inputResponses": {key: {"action": "accept", "content": {"name": "Ada"}}},
+            },
+        }
+    )
     stats = text_of(call(modern_host, "slow_stats"))
     for _ in range(200):  # the answer reaches the server, which goes on to sleep
         if stats["started"]:
@@ -171,15 +226,31 @@ def test_cancelling_the_retry_of_a_round_cancels_the_call_at_the_server(modern_h
 
 def test_a_reused_id_reaches_the_server_under_another_while_the_first_call_runs(modern_host: RawHost) -> None:
     first = call(modern_host, "elicit_then_slow", {"seconds": 0.5})["result"]
-    (key, _asked), = first["inputRequests"].items()
+    ((key, _asked),) = first["inputRequests"].items()
     first_id = modern_host._next_id - 1
-    modern_host.send({"jsonrpc": "2.0", "id": "retry", "method": "tools/call", "params": {
-        "name": "elicit_then_slow", "arguments": {"seconds": 0.5}, "_meta": meta(),
-        "requestState": first["requestState"], "inputResponses": {key: {"action": "accept",
-                                                                         "content": {"name": "Ada"}}}}})
+    modern_host.send(
+        {
+            "jsonrpc": "2.0",
+            "id": "retry",
+            "method": "tools/call",
+            "params": {
+                "name": "elicit_then_slow",
+                "arguments": {"seconds": 0.5},
+                "_meta": meta(),
+                "requestState": first["requestState"],
+                "inputResponses": {key: {"action": "accept", "content": {"name": "Ada"}}},
+            },
+        }
+    )
     # the host may use the first id again (it was answered); the server still runs that call
-    modern_host.send({"jsonrpc": "2.0", "id": first_id, "method": "tools/call",
-                      "params": {"name": "echo", "arguments": {"text": "reused"}, "_meta": meta()}})
+    modern_host.send(
+        {
+            "jsonrpc": "2.0",
+            "id": first_id,
+            "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": "reused"}, "_meta": meta()},
+        }
+    )
     reused = modern_host.wait_for(lambda m: m.get("id") == first_id)
     done = modern_host.wait_for(lambda m: m.get("id") == "retry")
     assert reused["result"]["content"][0]["text"] == "reused"
@@ -188,8 +259,10 @@ def test_a_reused_id_reaches_the_server_under_another_while_the_first_call_runs(
 
 # -- handshake host -> 2026-only server ---------------------------------------------------------------
 
-def handshake_host(tmp_path: Path, dirs: dict[str, str], extra: str = "",
-                   capabilities: dict[str, Any] | None = None) -> RawHost:
+
+def handshake_host(
+    tmp_path: Path, dirs: dict[str, str], extra: str = "", capabilities: dict[str, Any] | None = None
+) -> RawHost:
     policy = write_policy(tmp_path, "elicitation:\n  route: host\n" + extra)
     host = RawHost(proxy_command(policy, upstream=MODERN_SERVER), proxy_env(**dirs), tmp_path / "stderr.log")
     answer = host.initialize(capabilities if capabilities is not None else {"roots": {}})
@@ -208,8 +281,10 @@ def tool(host: RawHost, name: str) -> Any:
 
 def test_initialize_is_answered_from_the_servers_discover(tmp_path: Path, dirs: dict[str, str]) -> None:
     with handshake_host(tmp_path, dirs) as host:
-        init = host.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                                           "clientInfo": {"name": "again", "version": "1"}})
+        init = host.request(
+            "initialize",
+            {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "again", "version": "1"}},
+        )
         assert init["error"]["code"] == -32600  # one handshake per session, as a server would say
         pong = host.request("ping")
         sent_meta = tool(host, "meta")
@@ -223,8 +298,10 @@ def test_initialize_is_answered_from_the_servers_discover(tmp_path: Path, dirs: 
 def test_the_initialize_result_carries_the_servers_identity(tmp_path: Path, dirs: dict[str, str]) -> None:
     policy = write_policy(tmp_path, "")
     with RawHost(proxy_command(policy, upstream=MODERN_SERVER), proxy_env(**dirs), tmp_path / "stderr.log") as host:
-        answer = host.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                                             "clientInfo": {"name": "old", "version": "1"}})["result"]
+        answer = host.request(
+            "initialize",
+            {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "old", "version": "1"}},
+        )["result"]
     assert answer["protocolVersion"] == "2025-06-18"  # the version the host asked for, which the proxy speaks
     assert answer["serverInfo"] == {"name": "modern-features", "version": "3"}
     assert answer["instructions"] == "hand-written"
@@ -251,8 +328,9 @@ def test_list_changes_and_resource_updates_reach_the_handshake_host(tmp_path: Pa
         assert changes == ["notifications/tools/list_changed"]
         assert host.request("resources/subscribe", {"uri": "test://r"})["result"] == {}
         reopened = tool(host, "listens")
-        assert list(reopened.values()) == [{"toolsListChanged": True, "resourcesListChanged": True,
-                                            "resourceSubscriptions": ["test://r"]}]
+        assert list(reopened.values()) == [
+            {"toolsListChanged": True, "resourcesListChanged": True, "resourceSubscriptions": ["test://r"]}
+        ]
         host.seen.clear()
         tool(host, "change")
         updated = [m for m in host.seen if m.get("method") == "notifications/resources/updated"]
@@ -269,12 +347,22 @@ def test_a_round_asks_the_handshake_host_by_requests(tmp_path: Path, dirs: dict[
     caps = {"roots": {}, "elicitation": {"form": {}, "url": {}}, "sampling": {}}
     with handshake_host(tmp_path, dirs, "  url_mode: true\nrules:\n  - action: allow\n", caps) as host:
         for name, method, answer in (
-                ("roots", "roots/list", {"roots": [{"uri": "file:///w"}]}),
-                ("url", "elicitation/create", {"action": "accept"}),
-                ("sample", "sampling/createMessage", {"role": "assistant", "model": "host-llm",
-                                                      "content": {"type": "text", "text": "from the host"}})):
-            host.send({"jsonrpc": "2.0", "id": f"call-{name}", "method": "tools/call",
-                       "params": {"name": name, "arguments": {}}})
+            ("roots", "roots/list", {"roots": [{"uri": "file:///w"}]}),
+            ("url", "elicitation/create", {"action": "accept"}),
+            (
+                "sample",
+                "sampling/createMessage",
+                {"role": "assistant", "model": "host-llm", "content": {"type": "text", "text": "from the host"}},
+            ),
+        ):
+            host.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": f"call-{name}",
+                    "method": "tools/call",
+                    "params": {"name": name, "arguments": {}},
+                }
+            )
             asked = host.wait_for(lambda m, method=method: m.get("method") == method)
             if name == "url":
                 assert asked["params"]["mode"] == "url" and asked["params"]["elicitationId"]
@@ -293,21 +381,31 @@ def approve_in_round(host: RawHost, call_id: Any, params: dict[str, Any], approv
     host.send({"jsonrpc": "2.0", "id": call_id, "method": "tools/call", "params": params})
     round_ = host.wait_for(lambda m: m.get("id") == call_id)["result"]
     assert round_["resultType"] == "input_required", round_
-    (key, form), = round_["inputRequests"].items()
+    ((key, form),) = round_["inputRequests"].items()
     assert form["method"] == "elicitation/create"
     assert form["params"]["message"].startswith("mcp-sampling-proxy: server ")
     assert "approve" in form["params"]["requestedSchema"]["properties"]
     retry_id = f"{call_id}-retry"
-    host.send({"jsonrpc": "2.0", "id": retry_id, "method": "tools/call", "params": {
-        **params, "requestState": round_["requestState"],
-        "inputResponses": {key: {"action": "accept", "content": {"approve": approve}}}}})
+    host.send(
+        {
+            "jsonrpc": "2.0",
+            "id": retry_id,
+            "method": "tools/call",
+            "params": {
+                **params,
+                "requestState": round_["requestState"],
+                "inputResponses": {key: {"action": "accept", "content": {"approve": approve}}},
+            },
+        }
+    )
     return host.wait_for(lambda m: m.get("id") == retry_id)
 
 
 @pytest.mark.parametrize("upstream", ["2026 server", "handshake server"])
 @pytest.mark.parametrize("approve", [True, False])
-def test_approval_reaches_a_2026_host_in_a_round_of_its_call(upstream: str, approve: bool, tmp_path: Path,
-                                                             dirs: dict[str, str], llm: Any) -> None:
+def test_approval_reaches_a_2026_host_in_a_round_of_its_call(
+    upstream: str, approve: bool, tmp_path: Path, dirs: dict[str, str], llm: Any
+) -> None:
     """The proxy asked a 2026 host with a request of its own, which such a host answers 'Method not
     found' (the sampling was then refused): it now asks in an input_required round of the host's call."""
     from support import openai_policy
@@ -317,8 +415,12 @@ def test_approval_reaches_a_2026_host_in_a_round_of_its_call(upstream: str, appr
     server = MODERN_SERVER if upstream == "2026 server" else None
     arguments = {} if server else {"prompt": "approve me"}
     with RawHost(proxy_command(policy, upstream=server), proxy_env(**dirs), tmp_path / "stderr.log") as host:
-        answer = approve_in_round(host, "call", {"name": "sample", "arguments": arguments,
-                                                 "_meta": meta({"elicitation": {"form": {}}})}, approve)
+        answer = approve_in_round(
+            host,
+            "call",
+            {"name": "sample", "arguments": arguments, "_meta": meta({"elicitation": {"form": {}}})},
+            approve,
+        )
     if approve:  # the fake LLM's answer reached the server, and its result the host
         assert "echo: " in answer["result"]["content"][0]["text"], answer
     elif upstream == "2026 server":  # the proxy answers the round: the refusal ends the call

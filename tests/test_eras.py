@@ -32,10 +32,16 @@ from peers import peer_python
 from support import PY, ROOT, openai_policy, proxy_env, write_policy
 
 ERAS = ROOT / "tests" / "fixtures" / "eras"
-STANDARD = {"plain": ["echo", {"message": "hi"}], "sample": ["summarize", {"text": "the sea"}],
-            "elicit": ["ask_name", {}]}
-EVERYTHING = {"plain": ["echo", {"message": "hi"}], "sample": ["trigger-sampling-request", {"prompt": "the sea"}],
-              "elicit": ["trigger-elicitation-request", {}]}
+STANDARD = {
+    "plain": ["echo", {"message": "hi"}],
+    "sample": ["summarize", {"text": "the sea"}],
+    "elicit": ["ask_name", {}],
+}
+EVERYTHING = {
+    "plain": ["echo", {"message": "hi"}],
+    "sample": ["trigger-sampling-request", {"prompt": "the sea"}],
+    "elicit": ["trigger-elicitation-request", {}],
+}
 HOSTS = ["mcp1", "mcp2-auto", "mcp2-2026", "fastmcp", "ts"]
 SERVERS = ["fastmcp3", "fastmcp4", "modern", "everything"]
 HANDSHAKE_ONLY_HOSTS = {"mcp1", "ts"}
@@ -68,8 +74,14 @@ def server_command(server: str) -> tuple[list[str], dict[str, Any]]:
 
 def run_host(host: str, target: list[str], script: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
     """One host session against `target`; its transcript (tools, and each step's text or error)."""
-    done = subprocess.run([*host_command(host), "--script", json.dumps(script), "--", *target],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=90)
+    done = subprocess.run(
+        [*host_command(host), "--script", json.dumps(script), "--", *target],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=90,
+    )
     lines = done.stdout.strip().splitlines()
     try:
         transcript: dict[str, Any] = json.loads(lines[-1])
@@ -79,15 +91,20 @@ def run_host(host: str, target: list[str], script: dict[str, Any], env: dict[str
     return transcript
 
 
-def direct_and_proxied(host: str, server: str, tmp_path: Path, llm: FakeLLMServer,
-                       extra: str = "") -> tuple[dict[str, Any], dict[str, Any]]:
+def direct_and_proxied(
+    host: str, server: str, tmp_path: Path, llm: FakeLLMServer, extra: str = ""
+) -> tuple[dict[str, Any], dict[str, Any]]:
     command, script = server_command(server)
     policy = write_policy(tmp_path, openai_policy(llm.base_url) + extra)
     proxy = [PY, "-m", "mcp_sampling_proxy", "--log-format", "json", "--policy", policy, "--", *command]
-    env = proxy_env(TEST_LLM_KEY="k", MCP_NODE_MODULES=str(NODE_MODULES), PYTHONWARNINGS="ignore",
-                    MCP_SAMPLING_PROXY_RUNTIME_DIR=str(tmp_path / "run"),
-                    MCP_SAMPLING_PROXY_STATE_DIR=str(tmp_path / "state"),
-                    PATH=f"{Path(node()).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    env = proxy_env(
+        TEST_LLM_KEY="k",
+        MCP_NODE_MODULES=str(NODE_MODULES),
+        PYTHONWARNINGS="ignore",
+        MCP_SAMPLING_PROXY_RUNTIME_DIR=str(tmp_path / "run"),
+        MCP_SAMPLING_PROXY_STATE_DIR=str(tmp_path / "state"),
+        PATH=f"{Path(node()).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    )
     with ThreadPoolExecutor(2) as pool:
         direct = pool.submit(run_host, host, command, script, env)
         proxied = pool.submit(run_host, host, proxy, script, env)
@@ -96,8 +113,12 @@ def direct_and_proxied(host: str, server: str, tmp_path: Path, llm: FakeLLMServe
 
 def works(transcript: dict[str, Any]) -> bool:
     plain = transcript.get("plain") or {}
-    return ("connect_error" not in transcript and isinstance(transcript.get("tools"), list)
-            and "echo" in plain.get("text", "").lower() and not plain.get("is_error"))
+    return (
+        "connect_error" not in transcript
+        and isinstance(transcript.get("tools"), list)
+        and "echo" in plain.get("text", "").lower()
+        and not plain.get("is_error")
+    )
 
 
 def step_text(transcript: dict[str, Any], step: str) -> str:
@@ -129,8 +150,9 @@ def test_era_matrix_direct_and_proxied(host: str, server: str, tmp_path: Path, l
 
 
 @pytest.mark.parametrize("host", sorted(HANDSHAKE_ONLY_HOSTS))
-def test_modern_pin_lets_handshake_hosts_use_a_fastmcp4_servers_sampling(host: str, tmp_path: Path,
-                                                                         llm: FakeLLMServer) -> None:
+def test_modern_pin_lets_handshake_hosts_use_a_fastmcp4_servers_sampling(
+    host: str, tmp_path: Path, llm: FakeLLMServer
+) -> None:
     """`upstream.era: modern`: the proxy speaks 2026-07-28 to the server and bridges the handshake host,
     so FastMCP 4's input_required sampling reaches the proxy's LLM and its elicitation the host."""
     direct, proxied = direct_and_proxied(host, "fastmcp4", tmp_path, llm, "upstream:\n  era: modern\n")

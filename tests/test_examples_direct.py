@@ -113,9 +113,7 @@ async def test_summarizer_returns_sampled_text() -> None:
 
 async def test_tool_loop_executes_tools_then_finishes() -> None:
     sampler = Sampler(
-        tool_use_result(
-            ("call-1", "get_weather", {"city": "Paris"}), ("call-2", "calculate", {"expression": "6*7"})
-        ),
+        tool_use_result(("call-1", "get_weather", {"city": "Paris"}), ("call-2", "calculate", {"expression": "6*7"})),
         text_result("Paris is 14°C and the answer is 42."),
     )
     async with connect(
@@ -235,9 +233,7 @@ async def test_kitchen_sink_basics_and_notifications() -> None:
         assert info["protocolVersion"] == "2025-11-25"
 
     assert progress == [(i, 3, f"step {i}/3") for i in (1, 2, 3)]
-    assert [(entry.level, entry.data, entry.logger) for entry in logs] == [
-        ("warning", "hi there", "kitchen-sink")
-    ]
+    assert [(entry.level, entry.data, entry.logger) for entry in logs] == [("warning", "hi there", "kitchen-sink")]
     methods = [n.method for n in notifications if n.method != "notifications/message"]
     assert methods[-4:] == [
         "notifications/tools/list_changed",
@@ -250,9 +246,7 @@ async def test_kitchen_sink_basics_and_notifications() -> None:
 async def test_kitchen_sink_caps_sample_and_server_requests() -> None:
     sampler = Sampler(text_result("sampled!", stop_reason="stopSequence"))
 
-    async def on_elicit(
-        context: ClientRequestContext, params: types.ElicitRequestParams
-    ) -> types.ElicitResult:
+    async def on_elicit(context: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
         assert isinstance(params, types.ElicitRequestFormParams)
         assert "name" in params.requested_schema["properties"]
         return types.ElicitResult(action="accept", content={"name": "Ada"})
@@ -299,16 +293,10 @@ async def test_kitchen_sink_caps_sample_and_server_requests() -> None:
 
 async def test_kitchen_sink_sample_with_tools_returns_tool_use() -> None:
     sampler = Sampler(tool_use_result(("t1", "get_weather", {"city": "Oslo"})))
-    async with connect(
-        KITCHEN_SINK, sampling_callback=sampler, sampling_capabilities=TOOLS_CAPABILITY
-    ) as client:
-        sampled = json.loads(
-            only_text(await client.call_tool("sample", {"prompt": "weather?", "with_tools": True}))
-        )
+    async with connect(KITCHEN_SINK, sampling_callback=sampler, sampling_capabilities=TOOLS_CAPABILITY) as client:
+        sampled = json.loads(only_text(await client.call_tool("sample", {"prompt": "weather?", "with_tools": True})))
     assert sampled["stopReason"] == "toolUse"
-    assert sampled["content"] == [
-        {"type": "tool_use", "id": "t1", "name": "get_weather", "input": {"city": "Oslo"}}
-    ]
+    assert sampled["content"] == [{"type": "tool_use", "id": "t1", "name": "get_weather", "input": {"city": "Oslo"}}]
     [request] = sampler.requests
     assert request.tools is not None and [tool.name for tool in request.tools] == ["get_weather"]
 

@@ -38,8 +38,7 @@ async def test_image_describer_sends_the_image(tmp_path: Path, llm: FakeLLMServe
         result = await client.call_tool("describe_image", {})
     assert "A red square." in tool_text(result)
     parts = llm.requests[0].body["messages"][-1]["content"]
-    assert any(p["type"] == "image_url" and p["image_url"]["url"].startswith("data:image/png;base64,")
-               for p in parts)
+    assert any(p["type"] == "image_url" and p["image_url"]["url"].startswith("data:image/png;base64,") for p in parts)
 
 
 def test_try_command_summarizes_with_a_local_openai_compatible_server(tmp_path: Path, llm: FakeLLMServer) -> None:
@@ -47,10 +46,25 @@ def test_try_command_summarizes_with_a_local_openai_compatible_server(tmp_path: 
     policy = write_policy(tmp_path, "rules:\n  - name: all\n    action: allow\n")
     env = proxy_env(OPENAI_BASE_URL=llm.base_url, OPENAI_API_KEY="sk-local")
     result = subprocess.run(
-        [PY, "-m", "mcp_sampling_proxy", "try", "--policy", policy, "--tool", "summarize",
-         "--args", json.dumps({"text": "MCP sampling lets servers ask the client for completions."}),
-         "--", PY, str(EXAMPLES / "summarizer.py")],
-        env=env, capture_output=True, text=True, timeout=60,
+        [
+            PY,
+            "-m",
+            "mcp_sampling_proxy",
+            "try",
+            "--policy",
+            policy,
+            "--tool",
+            "summarize",
+            "--args",
+            json.dumps({"text": "MCP sampling lets servers ask the client for completions."}),
+            "--",
+            PY,
+            str(EXAMPLES / "summarizer.py"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 0, result.stderr
     assert "tools: summarize" in result.stdout

@@ -51,10 +51,15 @@ def requests() -> list[tuple[str, dict[str, Any]]]:
     table = []
     for i in range(50):
         text = "summarise these notes" if i % 7 else "the password is hunter2, summarise"
-        content: Any = [{"type": "text", "text": f"{text} #{i}"}, IMAGE] if i % 5 == 2 else \
-            {"type": "text", "text": f"{text} #{i}"}
-        params: dict[str, Any] = {"messages": [{"role": "user", "content": content}],
-                                  "maxTokens": MAX_TOKENS[i % len(MAX_TOKENS)]}
+        content: Any = (
+            [{"type": "text", "text": f"{text} #{i}"}, IMAGE]
+            if i % 5 == 2
+            else {"type": "text", "text": f"{text} #{i}"}
+        )
+        params: dict[str, Any] = {
+            "messages": [{"role": "user", "content": content}],
+            "maxTokens": MAX_TOKENS[i % len(MAX_TOKENS)],
+        }
         preferences: dict[str, Any] = {}
         if HINTS[i % len(HINTS)]:
             preferences["hints"] = [{"name": HINTS[i % len(HINTS)]}]
@@ -100,8 +105,14 @@ def explained(policy: Path, env: dict[str, str], server: str, params: dict[str, 
     return out
 
 
-async def proxied(policy: Path, env: dict[str, str], server: str, table: list[dict[str, Any]], tmp_path: Path,
-                  llms: dict[str, FakeLLMServer]) -> list[dict[str, Any]]:
+async def proxied(
+    policy: Path,
+    env: dict[str, str],
+    server: str,
+    table: list[dict[str, Any]],
+    tmp_path: Path,
+    llms: dict[str, FakeLLMServer],
+) -> list[dict[str, Any]]:
     """What one proxy (named `server`) did with each request: its audit record, what the LLM got."""
     audit = tmp_path / "audit.jsonl"
     outcomes = []
@@ -113,8 +124,12 @@ async def proxied(policy: Path, env: dict[str, str], server: str, table: list[di
             reply = await client.call_tool("sample_raw", {"params_json": json.dumps(params)})
             records = [json.loads(line) for line in audit.read_text().splitlines()[done:]]
             (record,) = [r for r in records if r.get("method") == "sampling/createMessage"]
-            out: dict[str, Any] = {"rule": record["rule"], "max_tokens": None, "model": None,
-                                   "action": {"allow": "allow", "deny": "deny"}.get(record["decision"], "prompt")}
+            out: dict[str, Any] = {
+                "rule": record["rule"],
+                "max_tokens": None,
+                "model": None,
+                "action": {"allow": "allow", "deny": "deny"}.get(record["decision"], "prompt"),
+            }
             called = [kind for kind, llm in llms.items() if len(llm.requests) > seen[kind]]
             if called:
                 body = llms[called[0]].requests[-1].body
@@ -130,10 +145,15 @@ async def test_explain_and_the_proxy_agree_on_every_request(name: str, tmp_path:
     with FakeLLMServer("openai") as openai, FakeLLMServer("anthropic") as anthropic:
         llms = {"openai": openai, "anthropic": anthropic}
         policy = policy_for_test(POLICIES[name], tmp_path, llms)
-        env = proxy_env(OPENAI_API_KEY="sk-Qx7Lm2Vr9Tz4", ANTHROPIC_API_KEY="sk-ant-Hw3Kp8Ny5Bd1",
-                        OPENAI_BASE_URL=openai.base_url, ANTHROPIC_BASE_URL=anthropic.base_url,
-                        XDG_RUNTIME_DIR=str(tmp_path / "run"),
-                        XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"))
+        env = proxy_env(
+            OPENAI_API_KEY="sk-Qx7Lm2Vr9Tz4",
+            ANTHROPIC_API_KEY="sk-ant-Hw3Kp8Ny5Bd1",
+            OPENAI_BASE_URL=openai.base_url,
+            ANTHROPIC_BASE_URL=anthropic.base_url,
+            XDG_RUNTIME_DIR=str(tmp_path / "run"),
+            XDG_STATE_HOME=str(tmp_path / "state"),
+            XDG_CONFIG_HOME=str(tmp_path / "config"),
+        )
         (tmp_path / "run").mkdir(mode=0o700)
         table = requests()
         disagreements = []

@@ -526,8 +526,12 @@ def test_whole_answer_with_bad_formats_names_each_field() -> None:
         "'when': not a valid date-time; expected a date and time with offset like 2025-03-01T14:30:00Z",
         "'site': not a valid uri; expected a URL like https://example.com/",
     ]
-    good = {"email": "ada@example.com", "born": "1815-12-10", "when": "1815-12-10T08:00:00+01:00",
-            "site": "https://example.com/ada"}
+    good = {
+        "email": "ada@example.com",
+        "born": "1815-12-10",
+        "when": "1815-12-10T08:00:00+01:00",
+        "site": "https://example.com/ada",
+    }
     assert validate_content(form(FORMATTED), good) == []
 
 
@@ -559,8 +563,13 @@ def test_a_value_with_several_problems_is_told_the_most_basic_one() -> None:
         (COLOR_TITLED, {"type": "string", "enum": ["r", "g", "b"]}),
         (
             TOPPINGS_TITLED,
-            {"type": "array", "items": {"type": "string", "enum": ["h", "c", "o"]}, "uniqueItems": True,
-             "minItems": 1, "maxItems": 2},
+            {
+                "type": "array",
+                "items": {"type": "string", "enum": ["h", "c", "o"]},
+                "uniqueItems": True,
+                "minItems": 1,
+                "maxItems": 2,
+            },
         ),
     ],
 )

@@ -59,8 +59,10 @@ def assert_json_rpc_objects(lines: list[bytes], side: str) -> None:
 async def test_relay_in_process_survives_mutated_messages_from_both_sides(tmp_path: Path) -> None:
     settings = parse_settings(POLICY.replace("{audit}", str(tmp_path / "audit.jsonl")), "fuzz.yaml")
     audit = AuditLog.from_settings(settings, environ={})
-    offered = capabilities.offers(capabilities.offered_sampling(route="auto", tools=False),
-                                  capabilities.offered_elicitation(route="auto", url_mode=False))
+    offered = capabilities.offers(
+        capabilities.offered_sampling(route="auto", tools=False),
+        capabilities.offered_elicitation(route="auto", url_mode=False),
+    )
     session = Session()
     console = ConsoleServer(lambda: session.server_name, lambda: session.host_name)  # never served: no consoles
     hooks = build_hooks(settings, AdapterPool([], None), audit, None, console, offered)
@@ -99,8 +101,15 @@ def answer_requests(reply: Callable[[bytes], None], sent: list[bytes], start: in
     for line in sent[start:]:
         message = orjson.loads(line)
         if "method" in message and "id" in message:
-            reply(encode({"jsonrpc": "2.0", "id": message["id"],
-                          "error": {"code": -32601, "message": "the fuzz peer declines"}}))
+            reply(
+                encode(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": message["id"],
+                        "error": {"code": -32601, "message": "the fuzz peer declines"},
+                    }
+                )
+            )
     return len(sent)
 
 

@@ -36,8 +36,9 @@ class HttpServer:
 
     def __init__(self, log_path: Path):
         self._log = open(log_path, "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen([PY, HTTP_SERVER], stdout=subprocess.PIPE, stderr=self._log,
-                                     stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [PY, HTTP_SERVER], stdout=subprocess.PIPE, stderr=self._log, stdin=subprocess.DEVNULL
+        )
         self.port = self._read_port(timeout=20)
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         _wait_for_port(self.port, timeout=20)
@@ -140,8 +141,14 @@ async def test_sampling_is_fulfilled_by_the_proxy_llm(http_server: HttpServer, t
 
 @pytest.mark.anyio
 async def test_header_values_are_expanded_from_the_environment(http_server: HttpServer, tmp_path: Path) -> None:
-    command = url_command(http_server.url, None, "--header", "X-Test: ${SOME_ENV}",
-                          "--header", "Authorization: Bearer ${TEST_TOKEN}-suffix")
+    command = url_command(
+        http_server.url,
+        None,
+        "--header",
+        "X-Test: ${SOME_ENV}",
+        "--header",
+        "Authorization: Bearer ${TEST_TOKEN}-suffix",
+    )
     env = proxy_env(SOME_ENV="value from env", TEST_TOKEN="tok123")
     with anyio.fail_after(30):
         async with sdk_host(command, env, tmp_path / "proxy.log") as client:
@@ -154,8 +161,9 @@ async def test_header_values_are_expanded_from_the_environment(http_server: Http
 
 def test_header_with_an_unset_variable_exits_2_naming_it() -> None:
     command = url_command("http://127.0.0.1:9/mcp", None, "--header", "X-Test: ${MCP_TEST_UNSET_VAR}")
-    result = subprocess.run(command, env=proxy_env(), capture_output=True, text=True, timeout=30,
-                            stdin=subprocess.DEVNULL)
+    result = subprocess.run(
+        command, env=proxy_env(), capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL
+    )
     assert result.returncode == 2
     assert result.stdout == ""
     assert "${MCP_TEST_UNSET_VAR}" in result.stderr
@@ -164,15 +172,27 @@ def test_header_with_an_unset_variable_exits_2_naming_it() -> None:
 
 
 def test_malformed_header_exits_2() -> None:
-    result = subprocess.run(url_command("http://127.0.0.1:9/mcp", None, "--header", "no colon here"),
-                            env=proxy_env(), capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    result = subprocess.run(
+        url_command("http://127.0.0.1:9/mcp", None, "--header", "no colon here"),
+        env=proxy_env(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+    )
     assert result.returncode == 2
     assert "'no colon here' is not 'Name: value'" in result.stderr
 
 
 def test_url_and_command_together_are_refused() -> None:
-    result = subprocess.run([*url_command("http://127.0.0.1:9/mcp"), "--", PY, "x.py"], env=proxy_env(),
-                            capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    result = subprocess.run(
+        [*url_command("http://127.0.0.1:9/mcp"), "--", PY, "x.py"],
+        env=proxy_env(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+    )
     assert result.returncode == 2
     assert "either as '-- COMMAND [ARGS...]' or with --url URL" in result.stderr
 
@@ -180,9 +200,14 @@ def test_url_and_command_together_are_refused() -> None:
 def test_unreachable_url_answers_the_host_and_exits_nonzero(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{_free_port()}/mcp"
     with RawHost(url_command(url), proxy_env(), tmp_path / "stderr.log") as host:
-        response = host.request("initialize", {
-            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"},
-        })
+        response = host.request(
+            "initialize",
+            {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "1"},
+            },
+        )
         assert host.wait() == 1
         assert host.recv() is None
     error = response["error"]
@@ -227,8 +252,9 @@ async def test_2026_host_over_http_gets_the_per_request_headers(http_server: Htt
     policy = tmp_path / "policy.yaml"
     policy.write_text("upstream:\n  era: any\n")
     with anyio.fail_after(30):
-        async with sdk_host(url_command(http_server.url, str(policy)), proxy_env(), tmp_path / "proxy.log",
-                            mode="2026-07-28") as client:
+        async with sdk_host(
+            url_command(http_server.url, str(policy)), proxy_env(), tmp_path / "proxy.log", mode="2026-07-28"
+        ) as client:
             result = await client.call_tool("echo", {"text": "modern"})
             assert tool_text(result) == "modern"
             method = await client.call_tool("request_header", {"name": "Mcp-Method"})
@@ -238,14 +264,19 @@ async def test_2026_host_over_http_gets_the_per_request_headers(http_server: Htt
 
 
 @pytest.mark.anyio
-async def test_a_server_that_needs_no_login_costs_no_login_lookups_per_message(http_server: HttpServer,
-                                                                              tmp_path: Path) -> None:
+async def test_a_server_that_needs_no_login_costs_no_login_lookups_per_message(
+    http_server: HttpServer, tmp_path: Path
+) -> None:
     """The OAuth store (a file, then the OS keyring) is read when the proxy starts and after the
     server refuses it, not before every message: with a real keyring that is a D-Bus call each."""
     lookups = tmp_path / "lookups.log"
-    env = proxy_env(MCP_SAMPLING_PROXY_STATE_DIR=str(tmp_path / "state"),
-                    PYTHON_KEYRING_BACKEND="file_keyring.FileKeyring", TEST_KEYRING_FILE=str(tmp_path / "kr.json"),
-                    TEST_KEYRING_LOG=str(lookups), PYTHONPATH=str(ROOT / "tests" / "fixtures"))
+    env = proxy_env(
+        MCP_SAMPLING_PROXY_STATE_DIR=str(tmp_path / "state"),
+        PYTHON_KEYRING_BACKEND="file_keyring.FileKeyring",
+        TEST_KEYRING_FILE=str(tmp_path / "kr.json"),
+        TEST_KEYRING_LOG=str(lookups),
+        PYTHONPATH=str(ROOT / "tests" / "fixtures"),
+    )
     async with sdk_host(url_command(http_server.url), env, tmp_path / "proxy.log") as client:
         for _ in range(20):
             await client.list_tools()
@@ -326,12 +357,21 @@ class _HugeJsonServer:
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                 elif method == "initialize":
-                    self._json({"jsonrpc": "2.0", "id": request_id, "result": {
-                        "protocolVersion": message["params"]["protocolVersion"], "capabilities": {"tools": {}},
-                        "serverInfo": {"name": "huge", "version": "1"}}})
+                    self._json(
+                        {
+                            "jsonrpc": "2.0",
+                            "id": request_id,
+                            "result": {
+                                "protocolVersion": message["params"]["protocolVersion"],
+                                "capabilities": {"tools": {}},
+                                "serverInfo": {"name": "huge", "version": "1"},
+                            },
+                        }
+                    )
                 elif method == "tools/call":
                     head = b'{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"' % (
-                        json.dumps(request_id).encode())
+                        json.dumps(request_id).encode()
+                    )
                     tail = b'"}]}}'
                     if outer.gzipped:
                         self._gzip_bomb(head, tail)
@@ -349,8 +389,15 @@ class _HugeJsonServer:
                     except OSError:  # the client stopped reading: as it should
                         pass
                 else:
-                    self._json({"jsonrpc": "2.0", "id": request_id, "result": {"tools": [
-                        {"name": "huge", "inputSchema": {"type": "object"}}]} if method == "tools/list" else {}})
+                    self._json(
+                        {
+                            "jsonrpc": "2.0",
+                            "id": request_id,
+                            "result": {"tools": [{"name": "huge", "inputSchema": {"type": "object"}}]}
+                            if method == "tools/list"
+                            else {},
+                        }
+                    )
 
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/mcp"
@@ -378,12 +425,16 @@ def _proxy_peak_mb() -> float:
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize(("gzipped", "refusal"), [
-    (False, r"over the proxy's limit of 8,388,608 bytes \(--max-message-bytes\)"),
-    (True, "content-encoding 'gzip'"),
-])
+@pytest.mark.parametrize(
+    ("gzipped", "refusal"),
+    [
+        (False, r"over the proxy's limit of 8,388,608 bytes \(--max-message-bytes\)"),
+        (True, "content-encoding 'gzip'"),
+    ],
+)
 async def test_an_answer_over_the_message_limit_is_refused_and_the_session_goes_on(
-        tmp_path: Path, gzipped: bool, refusal: str) -> None:
+    tmp_path: Path, gzipped: bool, refusal: str
+) -> None:
     """A server answering with a 200 MB JSON body: the SDK reads a JSON body whole, so the proxy
     cuts it off at --max-message-bytes (here 8 MiB) and the host's request gets an error naming the
     limit, as a line over the limit does over stdio; the session goes on. The body used to be read,
@@ -415,8 +466,11 @@ def test_a_url_proxy_without_login_does_not_load_the_sdk(http_server: HttpServer
         assert host.request("tools/call", {"name": "echo", "arguments": {"text": "x"}})["result"]
         host.close_stdin()
         assert host.wait() == 0
-    imported = [line.rsplit("|", 1)[1].strip() for line in (tmp_path / "stderr.log").read_text().splitlines()
-                if line.startswith("import time:")]
+    imported = [
+        line.rsplit("|", 1)[1].strip()
+        for line in (tmp_path / "stderr.log").read_text().splitlines()
+        if line.startswith("import time:")
+    ]
     assert imported, "no import times were printed"
     assert [name for name in imported if name in ("mcp", "mcp_types") or name.startswith(("mcp.", "mcp_types."))] == []
 
@@ -431,14 +485,23 @@ def test_header_values_are_encoded_as_the_sdk_encodes_them(value: str) -> None:
 
 
 SCHEMAS = [
-    {"type": "object", "properties": {"region": {"type": "string", "x-mcp-header": "Region"},
-                                      "n": {"type": "integer", "x-mcp-header": "N"},
-                                      "flag": {"type": "boolean", "x-mcp-header": "Flag"},
-                                      "nested": {"type": "object", "properties": {
-                                          "deep": {"type": "string", "x-mcp-header": "Deep"}}}}},
+    {
+        "type": "object",
+        "properties": {
+            "region": {"type": "string", "x-mcp-header": "Region"},
+            "n": {"type": "integer", "x-mcp-header": "N"},
+            "flag": {"type": "boolean", "x-mcp-header": "Flag"},
+            "nested": {"type": "object", "properties": {"deep": {"type": "string", "x-mcp-header": "Deep"}}},
+        },
+    },
     {"type": "object", "properties": {"f": {"type": "number", "x-mcp-header": "F"}}},  # numbers may not be marked
-    {"type": "object", "properties": {"a": {"type": "string", "x-mcp-header": "Same"},
-                                      "b": {"type": "string", "x-mcp-header": "same"}}},  # duplicate, ignoring case
+    {
+        "type": "object",
+        "properties": {
+            "a": {"type": "string", "x-mcp-header": "Same"},
+            "b": {"type": "string", "x-mcp-header": "same"},
+        },
+    },  # duplicate, ignoring case
     {"type": "object", "properties": {"a": {"type": "string", "x-mcp-header": "bad token"}}},
     {"type": "object", "anyOf": [{"properties": {"a": {"type": "string", "x-mcp-header": "A"}}}]},  # off the chain
     {"type": "object", "properties": {"a": {"type": "string"}}},
@@ -452,6 +515,7 @@ def test_param_headers_are_the_sdks(schema: dict[str, object]) -> None:
 
     from mcp_sampling_proxy.transport.param_headers import header_map, param_headers
 
-    expected = {} if find_invalid_x_mcp_header(schema) is not None else \
-        mcp_param_headers(x_mcp_header_map(schema), ARGUMENTS)
+    expected = (
+        {} if find_invalid_x_mcp_header(schema) is not None else mcp_param_headers(x_mcp_header_map(schema), ARGUMENTS)
+    )
     assert param_headers(header_map(schema), ARGUMENTS) == expected

@@ -19,15 +19,20 @@ from mcp_sampling_proxy.config.settings import load_settings
 
 def init_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """XDG_CONFIG_HOME and HOME under tmp_path, so `init` writes its documented default path there."""
-    env = proxy_env(HOME=str(tmp_path / "home"), XDG_CONFIG_HOME=str(tmp_path / "config"),
-                    XDG_STATE_HOME=str(tmp_path / "state"), **extra)
+    env = proxy_env(
+        HOME=str(tmp_path / "home"),
+        XDG_CONFIG_HOME=str(tmp_path / "config"),
+        XDG_STATE_HOME=str(tmp_path / "state"),
+        **extra,
+    )
     env.pop("MCP_SAMPLING_PROXY_CONFIG_DIR")  # the real lookup, not the tests' override
     return env
 
 
 def run_init(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*PROXY, "init", *args], env=env, capture_output=True, text=True, timeout=60,
-                          stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [*PROXY, "init", *args], env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
+    )
 
 
 def test_yes_writes_the_default_path_checks_the_llm_and_the_proxy_uses_it(tmp_path: Path) -> None:
@@ -86,16 +91,27 @@ def test_an_llm_that_does_not_answer_writes_nothing(tmp_path: Path) -> None:
     env = init_env(tmp_path)
     with FakeLLMServer("openai") as llm:
         llm.enqueue(status=401, body={"error": {"message": "bad key"}})
-        done = run_init(env, "--yes", "--llm", "openai", "--base-url", llm.base_url, "--model", "m",
-                        "--key-env", "TEST_LLM_KEY")
+        done = run_init(
+            env, "--yes", "--llm", "openai", "--base-url", llm.base_url, "--model", "m", "--key-env", "TEST_LLM_KEY"
+        )
     assert "TEST_LLM_KEY is not set" in done.stdout
     assert done.returncode == 1 and "nothing written" in done.stderr
     assert not (tmp_path / "config" / "mcp-sampling-proxy" / "policy.yaml").exists()
     with FakeLLMServer("openai") as llm:
         for _ in range(3):
             llm.enqueue(status=401, body={"error": {"message": "bad key"}})
-        done = run_init({**env, "TEST_LLM_KEY": "sk-wrong"}, "--yes", "--llm", "openai", "--base-url",
-                        llm.base_url, "--model", "m", "--key-env", "TEST_LLM_KEY")
+        done = run_init(
+            {**env, "TEST_LLM_KEY": "sk-wrong"},
+            "--yes",
+            "--llm",
+            "openai",
+            "--base-url",
+            llm.base_url,
+            "--model",
+            "m",
+            "--key-env",
+            "TEST_LLM_KEY",
+        )
     assert "LLM check failed" in done.stdout and "401" in done.stdout
     assert "sk-wrong" not in done.stdout + done.stderr
     assert done.returncode == 1
@@ -115,15 +131,23 @@ def test_interactive_in_a_terminal(tmp_path: Path) -> None:
     socket = str(tmp_path / "tmux.sock")
     with FakeLLMServer("openai", models=("qwen-local", "llama-local")) as llm:
         env = init_env(tmp_path)
-        exports = " ".join(f"{k}='{v}'" for k, v in env.items() if k in (
-            "HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "PATH", "PYTHONPATH"))
+        exports = " ".join(
+            f"{k}='{v}'"
+            for k, v in env.items()
+            if k in ("HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "PATH", "PYTHONPATH")
+        )
         command = f"env -i {exports} {PY} -m mcp_sampling_proxy init; echo EXIT=$?; sleep 30"
         tmux = ["tmux", "-S", socket]
         subprocess.run([*tmux, "new-session", "-d", "-s", session, "-x", "200", "-y", "50", command], check=True)
         try:
+
             def screen() -> str:
-                return subprocess.run([*tmux, "capture-pane", "-p", "-t", session, "-S", "-200"],
-                                      capture_output=True, text=True, check=True).stdout
+                return subprocess.run(
+                    [*tmux, "capture-pane", "-p", "-t", session, "-S", "-200"],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout
 
             def wait_for(text: str, timeout: float = 30.0) -> str:
                 deadline = time.monotonic() + timeout

@@ -11,15 +11,20 @@ from fakes.llm_server import FakeLLMServer
 from support import PY, ROOT, RawHost, openai_policy, proxy_command, proxy_env, write_policy
 
 SERVER = [PY, str(ROOT / "tests" / "fixtures" / "modern_raw_server.py")]
-META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {},
-        "io.modelcontextprotocol/clientInfo": {"name": "modern-host", "version": "1"}}
-
+META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {},
+    "io.modelcontextprotocol/clientInfo": {"name": "modern-host", "version": "1"},
+}
 
 
 def host(tmp_path: Path, llm: FakeLLMServer, extra: str = "", rules: str | None = None) -> RawHost:
-    policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=rules) +
-                          "elicitation: {non_interactive: accept_defaults}\nupstream:\n  era: any\n" + extra)
+    policy = write_policy(
+        tmp_path,
+        openai_policy(llm.base_url, rules=rules)
+        + "elicitation: {non_interactive: accept_defaults}\nupstream:\n  era: any\n"
+        + extra,
+    )
     return RawHost(proxy_command(policy, upstream=SERVER), proxy_env(TEST_LLM_KEY="k"), tmp_path / "stderr.log")
 
 
@@ -57,8 +62,11 @@ def test_mixed_requests_split_between_host_and_proxy_and_merged(tmp_path: Path, 
         # the host sees only what it must answer itself
         assert first["result"]["resultType"] == "input_required"
         assert set(first["result"]["inputRequests"]) == {"r"}
-        retry = {**call("mixed"), "inputResponses": {"r": {"roots": []}},
-                 "requestState": first["result"]["requestState"]}
+        retry = {
+            **call("mixed"),
+            "inputResponses": {"r": {"roots": []}},
+            "requestState": first["result"]["requestState"],
+        }
         final = h.request("tools/call", retry)
     answers = json.loads(final["result"]["content"][0]["text"])["answers"]
     assert answers["r"] == {"roots": []}
@@ -84,8 +92,12 @@ def test_host_cancellation_reaches_the_retry(tmp_path: Path, llm: FakeLLMServer)
 
 
 SAMPLING_HOST_META = {**META, "io.modelcontextprotocol/clientCapabilities": {"sampling": {}}}
-HOST_SAMPLING_ANSWER = {"role": "assistant", "content": {"type": "text", "text": "from the host"},
-                        "model": "host-model", "stopReason": "endTurn"}
+HOST_SAMPLING_ANSWER = {
+    "role": "assistant",
+    "content": {"type": "text", "text": "from the host"},
+    "model": "host-model",
+    "stopReason": "endTurn",
+}
 
 
 def audit_records(tmp_path: Path) -> list[dict[str, Any]]:
@@ -95,33 +107,49 @@ def audit_records(tmp_path: Path) -> list[dict[str, Any]]:
 def test_sampling_the_host_answers_is_audited_with_the_retried_tool(tmp_path: Path, llm: FakeLLMServer) -> None:
     # issue #11, defect 4: the shipped trusted-autoapprove has a `tool: none` rule; the round's
     # requests belong to the tools/call being retried, here `mixed`
-    rules = ("audit: {path: %s, content: full}\nrules:\n  - name: stray\n    when: {tool: none}\n    action: deny\n"
-             "  - name: mixed-ok\n    when: {tool: mixed}\n    action: allow\n" % (tmp_path / "audit.jsonl"))
+    rules = (
+        "audit: {path: %s, content: full}\nrules:\n  - name: stray\n    when: {tool: none}\n    action: deny\n"
+        "  - name: mixed-ok\n    when: {tool: mixed}\n    action: allow\n" % (tmp_path / "audit.jsonl")
+    )
     with host(tmp_path, llm, rules=rules) as h:
         first = h.request("tools/call", {**call("mixed"), "_meta": SAMPLING_HOST_META})
         assert set(first["result"]["inputRequests"]) == {"s", "r"}  # the host samples itself; e is the proxy's
-        retry = {**call("mixed"), "_meta": SAMPLING_HOST_META, "requestState": first["result"]["requestState"],
-                 "inputResponses": {"s": HOST_SAMPLING_ANSWER, "r": {"roots": []}}}
+        retry = {
+            **call("mixed"),
+            "_meta": SAMPLING_HOST_META,
+            "requestState": first["result"]["requestState"],
+            "inputResponses": {"s": HOST_SAMPLING_ANSWER, "r": {"roots": []}},
+        }
         final = h.request("tools/call", retry)
     answers = json.loads(final["result"]["content"][0]["text"])["answers"]
     assert answers["s"]["content"]["text"] == "from the host"
     records = {r["method"]: r for r in audit_records(tmp_path) if r.get("method")}
     sampled = records["sampling/createMessage"]
-    assert (sampled["tool"], sampled["rule"], sampled["provider"], sampled["model"]) == \
-        ("mixed", "mixed-ok", "host", "host-model")
+    assert (sampled["tool"], sampled["rule"], sampled["provider"], sampled["model"]) == (
+        "mixed",
+        "mixed-ok",
+        "host",
+        "host-model",
+    )
     assert sampled["decision"] == "allow"
     assert sampled["content"]["response"]["result"]["content"]["text"] == "from the host"
     assert (records["elicitation/create"]["tool"], records["elicitation/create"]["rule"]) == ("mixed", "mixed-ok")
 
 
 def test_sampling_the_policy_denies_never_reaches_a_host_that_could_sample(tmp_path: Path, llm: FakeLLMServer) -> None:
-    rules = ("audit: {path: %s}\nrules:\n  - name: no-mixed-sampling\n    when: {tool: mixed, method: sampling}\n"
-             "    action: deny\n  - name: rest\n    action: allow\n" % (tmp_path / "audit.jsonl"))
+    rules = (
+        "audit: {path: %s}\nrules:\n  - name: no-mixed-sampling\n    when: {tool: mixed, method: sampling}\n"
+        "    action: deny\n  - name: rest\n    action: allow\n" % (tmp_path / "audit.jsonl")
+    )
     with host(tmp_path, llm, rules=rules) as h:
         first = h.request("tools/call", {**call("mixed"), "_meta": SAMPLING_HOST_META})
         assert set(first["result"]["inputRequests"]) == {"r"}  # the denied sampling is not shown to the host
-        retry = {**call("mixed"), "_meta": SAMPLING_HOST_META, "requestState": first["result"]["requestState"],
-                 "inputResponses": {"r": {"roots": []}}}
+        retry = {
+            **call("mixed"),
+            "_meta": SAMPLING_HOST_META,
+            "requestState": first["result"]["requestState"],
+            "inputResponses": {"r": {"roots": []}},
+        }
         final = h.request("tools/call", retry)
     assert "sampling denied by policy rule 'no-mixed-sampling'" in final["error"]["message"]
     denied = [r for r in audit_records(tmp_path) if r.get("method") == "sampling/createMessage"]
@@ -131,15 +159,21 @@ def test_sampling_the_policy_denies_never_reaches_a_host_that_could_sample(tmp_p
 def test_the_rate_limit_counts_sampling_the_host_answers(tmp_path: Path, llm: FakeLLMServer) -> None:
     """A rule's rate limit holds in the 2026-07-28 era too when the host does the sampling: past
     the limit the request is not shown to the host, and the proxy refuses it with the limit's error."""
-    rules = ("audit: {path: %s}\nrules:\n  - name: two-a-minute\n    when: {tool: mixed, method: sampling}\n"
-             "    action: allow\n    rate_limit: {requests: 2, per: 1m}\n  - name: rest\n    action: allow\n"
-             % (tmp_path / "audit.jsonl"))
+    rules = (
+        "audit: {path: %s}\nrules:\n  - name: two-a-minute\n    when: {tool: mixed, method: sampling}\n"
+        "    action: allow\n    rate_limit: {requests: 2, per: 1m}\n  - name: rest\n    action: allow\n"
+        % (tmp_path / "audit.jsonl")
+    )
     with host(tmp_path, llm, rules=rules) as h:
         rounds = [h.request("tools/call", {**call("mixed"), "_meta": SAMPLING_HOST_META}) for _ in range(3)]
         shown = ["s" in r["result"]["inputRequests"] for r in rounds]
         assert shown == [True, True, False]  # the third is past 2 a minute: the host never sees it
-        retry = {**call("mixed"), "_meta": SAMPLING_HOST_META, "requestState": rounds[2]["result"]["requestState"],
-                 "inputResponses": {"r": {"roots": []}}}
+        retry = {
+            **call("mixed"),
+            "_meta": SAMPLING_HOST_META,
+            "requestState": rounds[2]["result"]["requestState"],
+            "inputResponses": {"r": {"roots": []}},
+        }
         final = h.request("tools/call", retry)
     assert "rate limit" in final["error"]["message"]
     refused = [r for r in audit_records(tmp_path) if r.get("method") == "sampling/createMessage"]
@@ -154,8 +188,12 @@ def test_sampling_the_policy_refuses_never_reaches_the_host_in_any_round(tmp_pat
     with host(tmp_path, llm, rules=rules) as h:
         stateless = h.request("tools/call", {**call("mixed_stateless"), "_meta": SAMPLING_HOST_META})
         late = h.request("tools/call", {**call("late_mixed"), "_meta": SAMPLING_HOST_META})
-        retry = {**call("late_mixed"), "_meta": SAMPLING_HOST_META, "requestState": late["result"]["requestState"],
-                 "inputResponses": {"r": {"roots": []}}}
+        retry = {
+            **call("late_mixed"),
+            "_meta": SAMPLING_HOST_META,
+            "requestState": late["result"]["requestState"],
+            "inputResponses": {"r": {"roots": []}},
+        }
         final = h.request("tools/call", retry)
     assert set(stateless["result"]["inputRequests"]) == {"r"}
     assert late["result"]["requestState"] == "b" and set(late["result"]["inputRequests"]) == {"r"}

@@ -24,8 +24,9 @@ KEEPALIVE = "sampling:\n  keepalive_seconds: 0.25\n"
 PROMPT_RULES = "rules:\n  - name: ask\n    action: prompt\n"
 
 
-async def call_with_resetting_timeout(client: Any, arguments: dict[str, Any], *, with_progress: bool,
-                                      seen: list[tuple[float, float | None, str | None]]) -> Any:
+async def call_with_resetting_timeout(
+    client: Any, arguments: dict[str, Any], *, with_progress: bool, seen: list[tuple[float, float | None, str | None]]
+) -> Any:
     """Call `sample` with a 2 s timeout that each progress notification resets; None when it timed out."""
     with anyio.CancelScope() as scope:
         scope.deadline = anyio.current_time() + HOST_TIMEOUT
@@ -50,8 +51,9 @@ async def test_slow_llm_keeps_the_tool_call_alive(tmp_path: Path) -> None:
             # machine the first sampling request alone can take longer than this host's 2 s timeout
             await client.call_tool("sample", {"prompt": "warm up"})
             started = anyio.current_time()
-            result = await call_with_resetting_timeout(client, {"prompt": "take your time"}, with_progress=True,
-                                                       seen=seen)
+            result = await call_with_resetting_timeout(
+                client, {"prompt": "take your time"}, with_progress=True, seen=seen
+            )
             elapsed = anyio.current_time() - started
             await anyio.sleep(1.0)  # nothing more may arrive for a call that has ended
     assert result is not None, "the host timed the call out despite the keep-alive"
@@ -72,15 +74,17 @@ async def test_without_a_progress_token_the_call_times_out_as_before(tmp_path: P
         llm.reply_text("too late", delay=WAIT)
         policy = write_policy(tmp_path, openai_policy(llm.base_url, extra=KEEPALIVE))
         async with sdk_host(proxy_command(policy), proxy_env(TEST_LLM_KEY="k"), tmp_path / "stderr.log") as client:
-            result = await call_with_resetting_timeout(client, {"prompt": "take your time"}, with_progress=False,
-                                                       seen=seen)
+            result = await call_with_resetting_timeout(
+                client, {"prompt": "take your time"}, with_progress=False, seen=seen
+            )
     assert result is None
     assert seen == []
 
 
 @pytest.mark.anyio
-async def test_slow_host_approval_keeps_the_tool_call_alive(tmp_path: Path, dirs: dict[str, str],
-                                                            llm: FakeLLMServer) -> None:
+async def test_slow_host_approval_keeps_the_tool_call_alive(
+    tmp_path: Path, dirs: dict[str, str], llm: FakeLLMServer
+) -> None:
     """A human takes 6 s to answer the approval form in the host's own UI."""
     from mcp_types import ElicitResult
 
@@ -91,8 +95,9 @@ async def test_slow_host_approval_keeps_the_tool_call_alive(tmp_path: Path, dirs
         return ElicitResult(action="accept", content={"approve": True})
 
     policy = write_policy(tmp_path, openai_policy(llm.base_url, extra=KEEPALIVE, rules=PROMPT_RULES))
-    async with sdk_host(proxy_command(policy), proxy_env(**dirs), tmp_path / "stderr.log",
-                        elicitation_callback=slow_human) as client:
+    async with sdk_host(
+        proxy_command(policy), proxy_env(**dirs), tmp_path / "stderr.log", elicitation_callback=slow_human
+    ) as client:
         result = await call_with_resetting_timeout(client, {"prompt": "approve me"}, with_progress=True, seen=seen)
     assert result is not None, "the host timed the call out despite the keep-alive"
     assert tool_json(result)["content"]["text"] == "echo: approve me"

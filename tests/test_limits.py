@@ -159,7 +159,8 @@ def test_concurrency_limit():
     assert limiter.acquire("k", 2, rule="busy") is None
     refusal = limiter.acquire("k", 2, rule="busy")
     assert refusal == Refusal(
-        "concurrent", 0.0,
+        "concurrent",
+        0.0,
         "concurrency limit of rule 'busy' reached: 2 requests are already in progress (concurrent: 2); "
         "retry when one finishes",
         "k",
@@ -215,7 +216,8 @@ def test_budget_refusal_says_which_budget_what_is_left_and_when_it_resets(state)
     now = T0 + DAY - (3 * 3600 + 12 * 60)
     refusal = budget.reserve("x@srv", 10_000, DAY, 1_200, now=now, rule="x")
     assert refusal == Refusal(
-        "budget", 3 * 3600 + 12 * 60,
+        "budget",
+        3 * 3600 + 12 * 60,
         "token budget of rule 'x' exhausted: 9,800 of 10,000 tokens used in this 1d window; 200 left and this "
         "request may need up to 1,200; resets in 3 h 12 min",
         "x@srv",
@@ -300,8 +302,14 @@ def test_idle_keys_are_removed_from_the_file(state):
 def test_malformed_budget_entries_are_dropped(state):
     """Entries a proxy wrote and a later version cannot read (the file's seal is good)."""
     state.mkdir(mode=0o700)
-    JsonStateFile(state / "budgets.json", sealed="budgets").update(lambda data: data.update({"version": 1, "budgets": {
-        "bad": {"per": "1d"}, "good": {"per": DAY, "window": T0, "used": 5, "reservations": {}}}}))
+    JsonStateFile(state / "budgets.json", sealed="budgets").update(
+        lambda data: data.update(
+            {
+                "version": 1,
+                "budgets": {"bad": {"per": "1d"}, "good": {"per": DAY, "window": T0, "used": 5, "reservations": {}}},
+            }
+        )
+    )
     budget = TokenBudget()
     assert budget.status("good", DAY, now=T0 + 1).used == 5
     assert "bad" not in budgets_file(state)["budgets"]
@@ -341,8 +349,13 @@ def test_budget_is_exact_across_processes(state, tmp_path):
     go = tmp_path / "go"
     env = {**os.environ, STATE_DIR_ENV: str(state)}
     procs = [
-        subprocess.Popen([sys.executable, "-c", WORKER, str(T0 + 5), str(go), "50"], env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, str(T0 + 5), str(go), "50"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for _ in range(4)
     ]
     try:
@@ -373,16 +386,22 @@ def test_estimate_worst_case_counts_text_images_and_max_tokens():
     params = {
         "systemPrompt": "abc",  # 3 bytes
         "messages": [
-            {"role": "user", "content": [{"type": "text", "text": "héllo"},  # 6 bytes
-                                         {"type": "image", "data": "AAAA", "mimeType": "image/png"}]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "héllo"},  # 6 bytes
+                    {"type": "image", "data": "AAAA", "mimeType": "image/png"},
+                ],
+            },
             {"role": "assistant", "content": {"type": "text", "text": "ok"}},  # 2 bytes
         ],
         "maxTokens": 100,
     }
     # every UTF-8 byte may be a token (a true bound, also for CJK); an unreadable image counts as the
     # most any image costs; fixed overheads per request, message and block; then maxTokens
-    assert estimate_worst_case(params) == (REQUEST_OVERHEAD + 2 * MESSAGE_OVERHEAD + 3 * BLOCK_OVERHEAD
-                                           + 11 + IMAGE_MAX_TOKENS + 100)
+    assert estimate_worst_case(params) == (
+        REQUEST_OVERHEAD + 2 * MESSAGE_OVERHEAD + 3 * BLOCK_OVERHEAD + 11 + IMAGE_MAX_TOKENS + 100
+    )
 
 
 def test_estimate_worst_case_includes_tool_results_and_tools():
@@ -391,28 +410,66 @@ def test_estimate_worst_case_includes_tool_results_and_tools():
         "messages": [
             {"role": "user", "content": {"type": "text", "text": "a" * 8}},
             {"role": "assistant", "content": [{"type": "tool_use", "id": "c1", "name": "fetch", "input": {}}]},
-            {"role": "user", "content": [{"type": "tool_result", "toolUseId": "c1", "content": [
-                {"type": "text", "text": "b" * 40}, {"type": "image", "data": "AAAA", "mimeType": "image/png"}]}]},
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "toolUseId": "c1",
+                        "content": [
+                            {"type": "text", "text": "b" * 40},
+                            {"type": "image", "data": "AAAA", "mimeType": "image/png"},
+                        ],
+                    }
+                ],
+            },
         ],
         "tools": tools,
         "maxTokens": 1000,
     }
     text_bytes = 8 + (len("{}") + len("fetch")) + 40 + len(json.dumps(tools, separators=(",", ":")))
     blocks = 5  # text, tool_use, tool_result, and the text and image inside it
-    assert estimate_worst_case(params) == (REQUEST_OVERHEAD + 3 * MESSAGE_OVERHEAD + blocks * BLOCK_OVERHEAD
-                                           + text_bytes + TOOLS_OVERHEAD + IMAGE_MAX_TOKENS + 1000)
+    assert estimate_worst_case(params) == (
+        REQUEST_OVERHEAD
+        + 3 * MESSAGE_OVERHEAD
+        + blocks * BLOCK_OVERHEAD
+        + text_bytes
+        + TOOLS_OVERHEAD
+        + IMAGE_MAX_TOKENS
+        + 1000
+    )
 
 
-@pytest.mark.parametrize(("seconds", "shown"), [
-    (0, "0 s"), (0.2, "1 s"), (41, "41 s"), (41.0000001, "41 s"), (59.5, "1 min"), (125, "2 min 5 s"),
-    (3600, "1 h"), (3 * 3600 + 11 * 60 + 1, "3 h 12 min"), (DAY - 1, "1 d"), (2 * DAY + 4 * 3600, "2 d 4 h"),
-])
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [
+        (0, "0 s"),
+        (0.2, "1 s"),
+        (41, "41 s"),
+        (41.0000001, "41 s"),
+        (59.5, "1 min"),
+        (125, "2 min 5 s"),
+        (3600, "1 h"),
+        (3 * 3600 + 11 * 60 + 1, "3 h 12 min"),
+        (DAY - 1, "1 d"),
+        (2 * DAY + 4 * 3600, "2 d 4 h"),
+    ],
+)
 def test_format_wait(seconds, shown):
     assert format_wait(seconds) == shown
 
 
-@pytest.mark.parametrize(("seconds", "shown"), [
-    (60, "1m"), (86400, "1d"), (3600.0, "1h"), (5400, "90m"), (90, "90s"), (1.5, "1.5s"), (7 * 86400, "7d"),
-])
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [
+        (60, "1m"),
+        (86400, "1d"),
+        (3600.0, "1h"),
+        (5400, "90m"),
+        (90, "90s"),
+        (1.5, "1.5s"),
+        (7 * 86400, "7d"),
+    ],
+)
 def test_format_period(seconds, shown):
     assert format_period(seconds) == shown

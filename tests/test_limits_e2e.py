@@ -13,17 +13,22 @@ from support import proxy_command, proxy_env, sdk_host, tool_json, write_policy
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
 
 
-
 def policy_text(base_url: str, rules: str, extra: str = "") -> str:
-    return ("llm:\n  providers:\n    fake:\n      type: openai\n"
-            f"      base_url: {base_url}\n      api_key_env: TEST_LLM_KEY\n"
-            "      models: [gpt-small, gpt-large]\n" + extra + "rules:\n" + rules)
+    return (
+        "llm:\n  providers:\n    fake:\n      type: openai\n"
+        f"      base_url: {base_url}\n      api_key_env: TEST_LLM_KEY\n"
+        "      models: [gpt-small, gpt-large]\n" + extra + "rules:\n" + rules
+    )
 
 
-async def calls(tmp_path: Path, policy: str, arguments: list[tuple[str, dict[str, Any]]],
-                state: Path | None = None) -> list[Any]:
-    env = proxy_env(TEST_LLM_KEY="k", MCP_SAMPLING_PROXY_STATE_DIR=str(state or tmp_path / "state"),
-                    MCP_SAMPLING_PROXY_RUNTIME_DIR=str(tmp_path / "run"))
+async def calls(
+    tmp_path: Path, policy: str, arguments: list[tuple[str, dict[str, Any]]], state: Path | None = None
+) -> list[Any]:
+    env = proxy_env(
+        TEST_LLM_KEY="k",
+        MCP_SAMPLING_PROXY_STATE_DIR=str(state or tmp_path / "state"),
+        MCP_SAMPLING_PROXY_RUNTIME_DIR=str(tmp_path / "run"),
+    )
     path = write_policy(tmp_path, policy)
     async with sdk_host(proxy_command(path), env, tmp_path / "stderr.log") as client:
         return [tool_json(await client.call_tool(tool, args)) for tool, args in arguments]
@@ -62,10 +67,14 @@ async def test_budget_survives_a_restart(tmp_path: Path, llm: FakeLLMServer) -> 
 async def test_caps_refuse_before_any_llm_call(tmp_path: Path, llm: FakeLLMServer) -> None:
     extra = "limits:\n  max_text_bytes: 1KiB\n  max_tokens: 64\n  max_tokens_action: deny\n"
     rules = "  - name: all\n    action: allow\n"
-    results = await calls(tmp_path, policy_text(llm.base_url, rules, extra), [
-        ("sample", {"prompt": "x" * 2000}),
-        ("sample", {"prompt": "ok", "max_tokens": 100}),
-    ])
+    results = await calls(
+        tmp_path,
+        policy_text(llm.base_url, rules, extra),
+        [
+            ("sample", {"prompt": "x" * 2000}),
+            ("sample", {"prompt": "ok", "max_tokens": 100}),
+        ],
+    )
     assert results[0]["error"]["code"] == -32602
     assert "limits.max_text_bytes" in results[0]["error"]["message"]
     assert "2,000 bytes" in results[0]["error"]["message"]
@@ -76,15 +85,27 @@ async def test_caps_refuse_before_any_llm_call(tmp_path: Path, llm: FakeLLMServe
 
 @pytest.mark.anyio
 async def test_rule_limits_clamp_max_tokens_and_pin_the_model(tmp_path: Path, llm: FakeLLMServer) -> None:
-    rules = ("  - name: images-to-large\n    when: {content: image}\n    action: allow\n    model: gpt-large\n"
-             "  - name: small\n    action: allow\n    limits: {max_tokens: 32}\n")
-    raw = {"messages": [{"role": "user", "content": [{"type": "text", "text": "what?"},
-                                                     {"type": "image", "data": PNG, "mimeType": "image/png"}]}],
-           "maxTokens": 10}
-    await calls(tmp_path, policy_text(llm.base_url, rules), [
-        ("sample", {"prompt": "plain", "max_tokens": 500}),
-        ("sample_raw", {"params_json": json.dumps(raw)}),
-    ])
+    rules = (
+        "  - name: images-to-large\n    when: {content: image}\n    action: allow\n    model: gpt-large\n"
+        "  - name: small\n    action: allow\n    limits: {max_tokens: 32}\n"
+    )
+    raw = {
+        "messages": [
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "what?"}, {"type": "image", "data": PNG, "mimeType": "image/png"}],
+            }
+        ],
+        "maxTokens": 10,
+    }
+    await calls(
+        tmp_path,
+        policy_text(llm.base_url, rules),
+        [
+            ("sample", {"prompt": "plain", "max_tokens": 500}),
+            ("sample_raw", {"params_json": json.dumps(raw)}),
+        ],
+    )
     assert llm.requests[0].body["max_tokens"] == 32
     assert llm.requests[0].body["model"] == "gpt-small"
     assert llm.requests[1].body["model"] == "gpt-large"
@@ -92,8 +113,10 @@ async def test_rule_limits_clamp_max_tokens_and_pin_the_model(tmp_path: Path, ll
 
 @pytest.mark.anyio
 async def test_tool_none_matches_requests_outside_a_tool_call(tmp_path: Path, llm: FakeLLMServer) -> None:
-    rules = ("  - name: stray\n    when: {tool: none}\n    action: deny\n    message: no tool call in flight\n"
-             "  - name: in-tool\n    when: {tool: 'sam*'}\n    action: allow\n")
+    rules = (
+        "  - name: stray\n    when: {tool: none}\n    action: deny\n    message: no tool call in flight\n"
+        "  - name: in-tool\n    when: {tool: 'sam*'}\n    action: allow\n"
+    )
     results = await calls(tmp_path, policy_text(llm.base_url, rules), [("sample", {"prompt": "x"})])
     assert results[0]["content"]["text"] == "echo: x"
 

@@ -19,15 +19,23 @@ from mcp_sampling_proxy.commands.cli import main
 from mcp_sampling_proxy.config.providers import ModelSpec, ProviderConfig
 from mcp_sampling_proxy.fulfil.model_choice import choose_model
 
-OPENAI = ProviderConfig(name="openai", type="openai", models=(
-    ModelSpec("gpt-4o-mini", cost=0.9, speed=0.9, intelligence=0.4),
-    ModelSpec("gpt-4o", cost=0.3, speed=0.5, intelligence=0.8),
-    ModelSpec("o3-mini"),
-))
-ANTHROPIC = ProviderConfig(name="anthropic", type="anthropic", models=(
-    ModelSpec("claude-sonnet-4-5", cost=0.3, intelligence=0.9),
-    ModelSpec("claude-haiku-4-5", cost=0.9, speed=0.9, intelligence=0.5),
-))
+OPENAI = ProviderConfig(
+    name="openai",
+    type="openai",
+    models=(
+        ModelSpec("gpt-4o-mini", cost=0.9, speed=0.9, intelligence=0.4),
+        ModelSpec("gpt-4o", cost=0.3, speed=0.5, intelligence=0.8),
+        ModelSpec("o3-mini"),
+    ),
+)
+ANTHROPIC = ProviderConfig(
+    name="anthropic",
+    type="anthropic",
+    models=(
+        ModelSpec("claude-sonnet-4-5", cost=0.3, intelligence=0.9),
+        ModelSpec("claude-haiku-4-5", cost=0.9, speed=0.9, intelligence=0.5),
+    ),
+)
 ROUTER = ProviderConfig(name="router", type="openai", models=(ModelSpec("meta/llama-3.3-70b"),))
 ALL = [OPENAI, ANTHROPIC, ROUTER]
 ALIASES = {"claude-3-opus": "gpt-4o", "gpt": "claude-haiku-4-5"}
@@ -89,8 +97,15 @@ rules:
 def test_explain_names_the_model_and_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     policy = write_policy(tmp_path, POLICY.format(base_url="http://127.0.0.1:9/v1"))
     request = tmp_path / "req.json"
-    request.write_text(json.dumps({"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}],
-                                   "maxTokens": 10, "modelPreferences": {"hints": [{"name": "gpt-4o"}]}}))
+    request.write_text(
+        json.dumps(
+            {
+                "messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}],
+                "maxTokens": 10,
+                "modelPreferences": {"hints": [{"name": "gpt-4o"}]},
+            }
+        )
+    )
     assert main(["policy", "explain", policy, "--request", str(request)]) == 0
     out = capsys.readouterr().out
     assert "provider/model: openai/gpt-4o: hint 'gpt-4o' matched exactly 'openai/gpt-4o'" in out
@@ -100,8 +115,11 @@ def test_explain_names_the_model_and_why(tmp_path: Path, capsys: pytest.CaptureF
 async def test_through_the_proxy_the_llm_is_asked_for_the_exact_model(tmp_path: Path) -> None:
     with FakeLLMServer("openai") as llm:
         path = write_policy(tmp_path, POLICY.format(base_url=llm.base_url))
-        env = proxy_env(TEST_LLM_KEY="k", MCP_SAMPLING_PROXY_STATE_DIR=str(tmp_path / "state"),
-                        MCP_SAMPLING_PROXY_RUNTIME_DIR=str(tmp_path / "run"))
+        env = proxy_env(
+            TEST_LLM_KEY="k",
+            MCP_SAMPLING_PROXY_STATE_DIR=str(tmp_path / "state"),
+            MCP_SAMPLING_PROXY_RUNTIME_DIR=str(tmp_path / "run"),
+        )
         async with sdk_host(proxy_command(path), env, tmp_path / "stderr.log") as client:
             exact = tool_json(await client.call_tool("sample", {"prompt": "a", "hints": ["gpt-4o"]}))
             prefix = tool_json(await client.call_tool("sample", {"prompt": "b", "hints": ["gpt-4o-2"]}))

@@ -31,8 +31,9 @@ BROWSER = f"{PY} {ROOT / 'tests' / 'fixtures' / 'browser.py'}"
 class OAuthServers:
     def __init__(self, log_path: Path):
         self._log = open(log_path, "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen([PY, OAUTH_SERVER], stdout=subprocess.PIPE, stderr=self._log,
-                                     stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [PY, OAUTH_SERVER], stdout=subprocess.PIPE, stderr=self._log, stdin=subprocess.DEVNULL
+        )
         assert self.proc.stdout
         with selectors.DefaultSelector() as sel:
             sel.register(self.proc.stdout, selectors.EVENT_READ)
@@ -83,13 +84,24 @@ def _token_lifetime(servers: OAuthServers) -> Iterator[None]:
 
 def env_for(state: Path, **extra: str) -> dict[str, str]:
     """The proxy's environment: its own state dir, the scripted browser, and never the user's keyring."""
-    return proxy_env(**{"MCP_SAMPLING_PROXY_STATE_DIR": str(state), "MCP_SAMPLING_PROXY_URL_OPENER": BROWSER,
-                        "PYTHON_KEYRING_BACKEND": "keyring.backends.fail.Keyring", **extra})
+    return proxy_env(
+        **{
+            "MCP_SAMPLING_PROXY_STATE_DIR": str(state),
+            "MCP_SAMPLING_PROXY_URL_OPENER": BROWSER,
+            "PYTHON_KEYRING_BACKEND": "keyring.backends.fail.Keyring",
+            **extra,
+        }
+    )
 
 
 def login(servers: OAuthServers, state: Path, *options: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*PROXY, "login", "--url", servers.url, *options], env=env_for(state, **env),
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [*PROXY, "login", "--url", servers.url, *options],
+        env=env_for(state, **env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def stored(state: Path) -> tuple[Path, dict[str, Any]]:
@@ -103,8 +115,9 @@ def url_command(url: str) -> list[str]:
 
 
 @pytest.mark.anyio
-async def test_login_stores_tokens_0600_and_the_proxy_calls_tools_with_them(servers: OAuthServers,
-                                                                          tmp_path: Path) -> None:
+async def test_login_stores_tokens_0600_and_the_proxy_calls_tools_with_them(
+    servers: OAuthServers, tmp_path: Path
+) -> None:
     before = servers.control("/test/stats")
     visited = tmp_path / "visited.txt"
     done = login(servers, tmp_path / "state", BROWSER_LOG=str(visited))
@@ -176,8 +189,9 @@ def test_without_a_login_the_host_gets_an_error_naming_login(servers: OAuthServe
 
 
 @pytest.mark.anyio
-async def test_a_token_the_server_no_longer_takes_is_refreshed_mid_session(servers: OAuthServers,
-                                                                         tmp_path: Path) -> None:
+async def test_a_token_the_server_no_longer_takes_is_refreshed_mid_session(
+    servers: OAuthServers, tmp_path: Path
+) -> None:
     assert login(servers, tmp_path / "state").returncode == 0
     with anyio.fail_after(30):
         async with sdk_host(url_command(servers.url), env_for(tmp_path / "state"), tmp_path / "proxy.log") as client:
@@ -216,11 +230,26 @@ def test_a_pre_registered_client_id_is_used_instead_of_registration(servers: OAu
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    servers.control("/test/register", {"client_id": "pre-registered-proxy", "client_secret": "s3cret-value-123",
-                                       "redirect_uris": [f"http://127.0.0.1:{port}/callback"]})
+    servers.control(
+        "/test/register",
+        {
+            "client_id": "pre-registered-proxy",
+            "client_secret": "s3cret-value-123",
+            "redirect_uris": [f"http://127.0.0.1:{port}/callback"],
+        },
+    )
     before = servers.control("/test/stats")["registrations"]
-    done = login(servers, tmp_path / "state", "--client-id", "pre-registered-proxy", "--client-secret-env",
-                 "TEST_CLIENT_SECRET", "--port", str(port), TEST_CLIENT_SECRET="s3cret-value-123")
+    done = login(
+        servers,
+        tmp_path / "state",
+        "--client-id",
+        "pre-registered-proxy",
+        "--client-secret-env",
+        "TEST_CLIENT_SECRET",
+        "--port",
+        str(port),
+        TEST_CLIENT_SECRET="s3cret-value-123",
+    )
     assert done.returncode == 0, done.stderr
     assert servers.control("/test/stats")["registrations"] == before
     _, record = stored(tmp_path / "state")
@@ -230,8 +259,11 @@ def test_a_pre_registered_client_id_is_used_instead_of_registration(servers: OAu
 @pytest.mark.anyio
 async def test_with_a_working_keyring_the_login_lives_there(servers: OAuthServers, tmp_path: Path) -> None:
     secrets_file = tmp_path / "keyring.json"
-    keyring_env = {"PYTHON_KEYRING_BACKEND": "file_keyring.FileKeyring", "TEST_KEYRING_FILE": str(secrets_file),
-                   "PYTHONPATH": str(ROOT / "tests" / "fixtures")}
+    keyring_env = {
+        "PYTHON_KEYRING_BACKEND": "file_keyring.FileKeyring",
+        "TEST_KEYRING_FILE": str(secrets_file),
+        "PYTHONPATH": str(ROOT / "tests" / "fixtures"),
+    }
     done = login(servers, tmp_path / "state", **keyring_env)
     assert done.returncode == 0, done.stderr
     assert "the OS keyring" in done.stdout
@@ -240,19 +272,30 @@ async def test_with_a_working_keyring_the_login_lives_there(servers: OAuthServer
     assert key == f"mcp-sampling-proxy-oauth\0{servers.url}"
     assert json.loads(text)["tokens"]["access_token"]
     with anyio.fail_after(30):
-        async with sdk_host(url_command(servers.url), env_for(tmp_path / "state", **keyring_env),
-                            tmp_path / "proxy.log") as client:
+        async with sdk_host(
+            url_command(servers.url), env_for(tmp_path / "state", **keyring_env), tmp_path / "proxy.log"
+        ) as client:
             assert tool_text(await client.call_tool("echo", {"text": "keyring"})) == "keyring"
-    out = subprocess.run([*PROXY, "logout", "--url", servers.url], env=env_for(tmp_path / "state", **keyring_env),
-                         capture_output=True, text=True, timeout=30)
+    out = subprocess.run(
+        [*PROXY, "logout", "--url", servers.url],
+        env=env_for(tmp_path / "state", **keyring_env),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert "the OS keyring" in out.stdout
     assert json.loads(secrets_file.read_text()) == {}
 
 
 def test_logout_forgets_the_login(servers: OAuthServers, tmp_path: Path) -> None:
     assert login(servers, tmp_path / "state").returncode == 0
-    out = subprocess.run([*PROXY, "logout", "--url", servers.url], env=env_for(tmp_path / "state"),
-                         capture_output=True, text=True, timeout=30)
+    out = subprocess.run(
+        [*PROXY, "logout", "--url", servers.url],
+        env=env_for(tmp_path / "state"),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert out.returncode == 0 and "removed the login" in out.stdout
     assert not list((tmp_path / "state" / "oauth").glob("*.json"))
 
@@ -261,23 +304,39 @@ def test_wrap_says_the_remote_needs_login(servers: OAuthServers, tmp_path: Path)
     config = tmp_path / "mcp.json"
     config.write_text(json.dumps({"servers": {"linear-ish": {"type": "http", "url": servers.url}}}))
     env = env_for(tmp_path / "state")
-    out = subprocess.run([*PROXY, "wrap", "--host", "vscode", "--config", str(config), "--all", "--dry-run"],
-                         env=env, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [*PROXY, "wrap", "--host", "vscode", "--config", str(config), "--all", "--dry-run"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     assert f"needs an OAuth login: run `mcp-sampling-proxy login --url {servers.url}`" in out.stdout
     assert login(servers, tmp_path / "state").returncode == 0
-    out = subprocess.run([*PROXY, "wrap", "--host", "vscode", "--config", str(config), "--all", "--dry-run"],
-                         env=env, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [*PROXY, "wrap", "--host", "vscode", "--config", str(config), "--all", "--dry-run"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert "OAuth: logged in" in out.stdout
 
 
 def test_doctor_shows_each_remotes_login_state(servers: OAuthServers, tmp_path: Path) -> None:
     home = tmp_path / "home"
     (home / ".cursor").mkdir(parents=True)
-    (home / ".cursor" / "mcp.json").write_text(json.dumps({"mcpServers": {
-        "protected": {"command": "/usr/bin/mcp-sampling-proxy", "args": ["--url", servers.url]},
-        "plain": {"url": "http://127.0.0.1:9/mcp"},
-    }}))
+    (home / ".cursor" / "mcp.json").write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "protected": {"command": "/usr/bin/mcp-sampling-proxy", "args": ["--url", servers.url]},
+                    "plain": {"url": "http://127.0.0.1:9/mcp"},
+                }
+            }
+        )
+    )
     env = env_for(tmp_path / "state", HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"))
 
     def doctor() -> str:
@@ -311,12 +370,17 @@ def test_the_login_hints_are_safe_to_paste_into_a_shell() -> None:
         assert not _SCOPE.fullmatch(malformed)
     hostile = "x' ; rm -rf ~ ; '"  # legal scope characters, so only quoting keeps it one argument
     command = login_command("https://mcp.example.com/mcp?a=1&b=2", scope=hostile)
-    assert shlex.split(command) == ["mcp-sampling-proxy", "login", "--url", "https://mcp.example.com/mcp?a=1&b=2",
-                                    "--scope", hostile]
+    assert shlex.split(command) == [
+        "mcp-sampling-proxy",
+        "login",
+        "--url",
+        "https://mcp.example.com/mcp?a=1&b=2",
+        "--scope",
+        hostile,
+    ]
 
 
-def test_a_code_sent_to_the_redirect_address_by_someone_else_is_ignored(servers: OAuthServers,
-                                                                       tmp_path: Path) -> None:
+def test_a_code_sent_to_the_redirect_address_by_someone_else_is_ignored(servers: OAuthServers, tmp_path: Path) -> None:
     """Another program (or a page) that finds the login's loopback port and sends it a code first
     cannot end the login: an answer without this login's state is ignored, the real one is used."""
     done = login(servers, tmp_path / "state", BROWSER_FORGE_FIRST="1")
@@ -342,8 +406,16 @@ def test_the_sdk_still_has_what_the_headless_flow_builds_on() -> None:
     for name in ("can_refresh_token", "clear_tokens", "is_token_valid"):
         assert callable(getattr(OAuthContext, name, None)), f"OAuthContext.{name} is gone"
     fields = set(inspect.signature(OAuthContext).parameters) | set(getattr(OAuthContext, "__dataclass_fields__", {}))
-    for name in ("storage", "current_tokens", "client_info", "token_expiry_time", "oauth_metadata",
-                 "protected_resource_metadata", "protocol_version", "lock"):
+    for name in (
+        "storage",
+        "current_tokens",
+        "client_info",
+        "token_expiry_time",
+        "oauth_metadata",
+        "protected_resource_metadata",
+        "protocol_version",
+        "lock",
+    ):
         assert name in fields, f"OAuthContext.{name} is gone"
 
 
@@ -382,8 +454,16 @@ def test_doctor_probes_remote_servers_at_the_same_time(tmp_path: Path) -> None:
     watcher.start()
     home = tmp_path / "home"
     (home / ".cursor").mkdir(parents=True)
-    (home / ".cursor" / "mcp.json").write_text(json.dumps({"mcpServers": {
-        f"silent-{i}": {"url": f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"} for i, sock in enumerate(listeners)}}))
+    (home / ".cursor" / "mcp.json").write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    f"silent-{i}": {"url": f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"}
+                    for i, sock in enumerate(listeners)
+                }
+            }
+        )
+    )
     env = env_for(tmp_path / "state", HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"))
     try:
         out = subprocess.run([*PROXY, "doctor"], env=env, capture_output=True, text=True, timeout=120)
@@ -399,8 +479,9 @@ def test_doctor_probes_remote_servers_at_the_same_time(tmp_path: Path) -> None:
 def refreshing_together(servers: OAuthServers, tmp_path: Path, prepare: Any, work: Any) -> tuple[list[Any], int]:
     """Four proxies of one login: `prepare(hosts)`, then `work(host)` on all four at once while the
     token endpoint answers 1 s late (so their refreshes overlap). (Their answers, refreshes made.)"""
-    hosts = [RawHost(url_command(servers.url), env_for(tmp_path / "state"), tmp_path / f"proxy{i}.log")
-             for i in range(4)]
+    hosts = [
+        RawHost(url_command(servers.url), env_for(tmp_path / "state"), tmp_path / f"proxy{i}.log") for i in range(4)
+    ]
     answers: list[Any] = [None] * len(hosts)
 
     def run(index: int) -> None:
@@ -431,8 +512,9 @@ def test_proxies_refreshing_one_login_at_once_all_go_on(servers: OAuthServers, t
     time.sleep(2.1)
     servers.control("/test/config", {"lifetime": 3600})
     answers, refreshes = refreshing_together(servers, tmp_path, lambda hosts: None, lambda host: host.initialize())
-    assert [a.get("result", {}).get("serverInfo", {}).get("name") for a in answers] == ["oauth-protected"] * 4, \
-        [a.get("error") for a in answers]
+    assert [a.get("result", {}).get("serverInfo", {}).get("name") for a in answers] == ["oauth-protected"] * 4, [
+        a.get("error") for a in answers
+    ]
     assert refreshes == 1
 
 
@@ -448,8 +530,13 @@ def test_proxies_refused_a_revoked_token_at_once_take_turns_to_refresh(servers: 
             assert host.initialize()["result"]["serverInfo"]["name"] == "oauth-protected"
         servers.control("/test/revoke-access")
 
-    answers, refreshes = refreshing_together(servers, tmp_path, connected_then_revoked, lambda host: host.request(
-        "tools/call", {"name": "echo", "arguments": {"text": "through"}}, timeout=60))
-    assert [a.get("result", {}).get("content", [{}])[0].get("text") for a in answers] == ["through"] * 4, \
-        [a.get("error") for a in answers]
+    answers, refreshes = refreshing_together(
+        servers,
+        tmp_path,
+        connected_then_revoked,
+        lambda host: host.request("tools/call", {"name": "echo", "arguments": {"text": "through"}}, timeout=60),
+    )
+    assert [a.get("result", {}).get("content", [{}])[0].get("text") for a in answers] == ["through"] * 4, [
+        a.get("error") for a in answers
+    ]
     assert refreshes == 1

@@ -111,26 +111,33 @@ async def test_api_key_header_names_another_header(tmp_path: Path, llm: FakeLLMS
 async def test_azure_wrong_key_names_the_variable_not_the_key(tmp_path: Path) -> None:
     with FakeLLMServer("openai", api_key="the-right-key-000000") as llm:
         root = llm.base_url.removesuffix("/v1")
-        text = policy(f"base_url: {root}\napi_key_env: AZURE_OPENAI_API_KEY\n"
-                      "azure: {api_version: '2024-10-21'}\nmodels: [dep]\nmax_attempts: 1")
+        text = policy(
+            f"base_url: {root}\napi_key_env: AZURE_OPENAI_API_KEY\n"
+            "azure: {api_version: '2024-10-21'}\nmodels: [dep]\nmax_attempts: 1"
+        )
         answer = await sample(tmp_path, text, AZURE_OPENAI_API_KEY=KEY)
     message = answer["error"]["message"]
     assert "401" in message and "AZURE_OPENAI_API_KEY" in message
     assert KEY not in message
 
 
-@pytest.mark.parametrize(("body", "expected"), [
-    ("base_url: https://x.openai.azure.com\nmodels: [d]\nazure: {deployment: d}", "azure needs api_version"),
-    ("models: [d]\nazure: {api_version: '2024-10-21'}", "azure needs base_url"),
-    ("base_url: https://x\nmodels: [d]\napi_key_header: 'bad header'", "must be an HTTP header name"),
-])
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("base_url: https://x.openai.azure.com\nmodels: [d]\nazure: {deployment: d}", "azure needs api_version"),
+        ("models: [d]\nazure: {api_version: '2024-10-21'}", "azure needs base_url"),
+        ("base_url: https://x\nmodels: [d]\napi_key_header: 'bad header'", "must be an HTTP header name"),
+    ],
+)
 def test_endpoint_settings_mistakes(body: str, expected: str) -> None:
     with pytest.raises(PolicyError, match=expected):
         parse_settings(policy(body), "policy.yaml")
 
 
 def test_azure_applies_to_openai_providers_only() -> None:
-    text = ("llm:\n  providers:\n    a:\n      type: anthropic\n      models: [m]\n"
-            "      azure: {api_version: '2024-10-21'}\n")
+    text = (
+        "llm:\n  providers:\n    a:\n      type: anthropic\n      models: [m]\n"
+        "      azure: {api_version: '2024-10-21'}\n"
+    )
     with pytest.raises(PolicyError, match="azure: applies to type: openai only"):
         parse_settings(text, "policy.yaml")

@@ -67,8 +67,10 @@ def test_server_condition_is_a_case_insensitive_glob(pattern: str, server: str, 
 
 
 def test_method_condition() -> None:
-    rules = [Rule("elicit-ok", "allow", All((MethodIs("elicitation"),))),
-             Rule("sampling-no", "deny", All((MethodIs("sampling"),)))]
+    rules = [
+        Rule("elicit-ok", "allow", All((MethodIs("elicitation"),))),
+        Rule("sampling-no", "deny", All((MethodIs("sampling"),))),
+    ]
     assert decide(rules, facts(method="elicitation")).action == "allow"
     assert decide(rules, facts(method="sampling")).rule == "sampling-no"
     assert why_not(rules[0], facts(method="sampling")) == "method is sampling, not elicitation"
@@ -106,10 +108,12 @@ def test_deny_message_is_carried_from_the_policy_file() -> None:
 
 # -- model_choice.choose_model --------------------------------------------------------------------
 
-OPENAI = ProviderConfig(name="openai", type="openai",
-                        models=(ModelSpec("gpt-4o-mini"), ModelSpec("gpt-4o"), ModelSpec("o3-mini")))
-ANTHROPIC = ProviderConfig(name="anthropic", type="anthropic",
-                           models=(ModelSpec("claude-sonnet-4-5"), ModelSpec("claude-haiku-4-5")))
+OPENAI = ProviderConfig(
+    name="openai", type="openai", models=(ModelSpec("gpt-4o-mini"), ModelSpec("gpt-4o"), ModelSpec("o3-mini"))
+)
+ANTHROPIC = ProviderConfig(
+    name="anthropic", type="anthropic", models=(ModelSpec("claude-sonnet-4-5"), ModelSpec("claude-haiku-4-5"))
+)
 BOTH = [OPENAI, ANTHROPIC]
 
 
@@ -127,8 +131,12 @@ def test_first_matching_hint_wins_even_if_a_later_hint_matches_an_earlier_model(
 
 def test_unmatched_hints_are_skipped_in_order() -> None:
     choice = choose_model(BOTH, hints("gemini", "mistral", "haiku"))
-    assert choice == Choice("anthropic", "claude-haiku-4-5", "hint 'gemini' matched no model; hint 'mistral' matched "
-                            "no model; hint 'haiku' matched as a substring 'anthropic/claude-haiku-4-5'")
+    assert choice == Choice(
+        "anthropic",
+        "claude-haiku-4-5",
+        "hint 'gemini' matched no model; hint 'mistral' matched "
+        "no model; hint 'haiku' matched as a substring 'anthropic/claude-haiku-4-5'",
+    )
 
 
 def test_hint_is_a_case_insensitive_substring() -> None:
@@ -173,13 +181,17 @@ def test_hints_without_a_name_are_skipped() -> None:
 
 
 RATED = [
-    ProviderConfig(name="openai", type="openai", models=(
-        ModelSpec("mini", cost=0.9, speed=0.9, intelligence=0.3),
-        ModelSpec("big", cost=0.2, speed=0.4, intelligence=0.9),
-    )),
-    ProviderConfig(name="anthropic", type="anthropic", models=(
-        ModelSpec("mid", cost=0.6, speed=0.6, intelligence=0.7),
-    )),
+    ProviderConfig(
+        name="openai",
+        type="openai",
+        models=(
+            ModelSpec("mini", cost=0.9, speed=0.9, intelligence=0.3),
+            ModelSpec("big", cost=0.2, speed=0.4, intelligence=0.9),
+        ),
+    ),
+    ProviderConfig(
+        name="anthropic", type="anthropic", models=(ModelSpec("mid", cost=0.6, speed=0.6, intelligence=0.7),)
+    ),
 ]
 
 
@@ -209,10 +221,16 @@ def test_priority_reason_shows_score_and_weights() -> None:
 
 
 def test_unrated_axis_counts_as_neutral() -> None:
-    providers = [ProviderConfig(name="p", type="openai", models=(
-        ModelSpec("fast-only", speed=0.8),  # intelligence unrated: 0.5
-        ModelSpec("dull", speed=0.2, intelligence=0.4),
-    ))]
+    providers = [
+        ProviderConfig(
+            name="p",
+            type="openai",
+            models=(
+                ModelSpec("fast-only", speed=0.8),  # intelligence unrated: 0.5
+                ModelSpec("dull", speed=0.2, intelligence=0.4),
+            ),
+        )
+    ]
     # fast-only: .8 + .5 = 1.3 ; dull: .2 + .4 = .6
     choice = choose_model(providers, ModelPreferences.model_validate({"speedPriority": 1, "intelligencePriority": 1}))
     assert choice == Choice("p", "fast-only", "best score 1.30 for priorities speed=1, intelligence=1")

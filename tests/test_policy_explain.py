@@ -46,14 +46,19 @@ PARAMS = {
 }
 
 
-def explain(tmp_path: Path, *args: str, policy: str = POLICY, request: Any = PARAMS,
-            raw: str | None = None) -> subprocess.CompletedProcess[str]:
+def explain(
+    tmp_path: Path, *args: str, policy: str = POLICY, request: Any = PARAMS, raw: str | None = None
+) -> subprocess.CompletedProcess[str]:
     policy_path = write_policy(tmp_path, policy)
     request_path = tmp_path / "request.json"
     request_path.write_text(raw if raw is not None else json.dumps(request), encoding="utf-8")
     return subprocess.run(
         [PY, "-m", "mcp_sampling_proxy", "policy", "explain", policy_path, "--request", str(request_path), *args],
-        env=proxy_env(), capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+        env=proxy_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
     )
 
 
@@ -61,7 +66,9 @@ def test_a_matching_rule_with_its_limits(tmp_path: Path) -> None:
     result = explain(tmp_path, "--server", "notes-app", "--tool", "summarize", "--host", "claude-ai")
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
-    assert result.stdout == f"""\
+    assert (
+        result.stdout
+        == f"""\
 policy: {tmp_path / "policy.yaml"} (3 rules)
 request: sampling from server 'notes-app', host 'claude-ai', during tool call 'summarize'
   model hints: claude; max_tokens: 500; messages: 1; content: text; include_context: none
@@ -80,6 +87,7 @@ limits that apply:
   budget: 100000 tokens per 1d
   provider/model: openai/gpt-4o: rule 'notes-summaries' sets provider/model
 """
+    )
 
 
 def test_no_rule_matches_so_prompt_with_the_top_level_limits(tmp_path: Path) -> None:
@@ -108,10 +116,18 @@ def test_no_rule_matches_so_prompt_with_the_top_level_limits(tmp_path: Path) -> 
 
 
 def test_a_deny_stops_at_the_rule_and_shows_the_message(tmp_path: Path) -> None:
-    params = {**PARAMS, "messages": [{"role": "user", "content": [
-        {"type": "text", "text": "what is this?"},
-        {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"},
-    ]}]}
+    params = {
+        **PARAMS,
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "what is this?"},
+                    {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"},
+                ],
+            }
+        ],
+    }
     result = explain(tmp_path, "--server", "notes", request=params)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[2:] == [
@@ -123,21 +139,38 @@ def test_a_deny_stops_at_the_rule_and_shows_the_message(tmp_path: Path) -> None:
     ]
 
 
-@pytest.mark.parametrize(("args", "params", "expected"), [
-    pytest.param([], PARAMS, "rule 'notes-summaries' (line 14): skipped: server '' does not match 'notes*'",
-                 id="no-server-given"),
-    pytest.param(["--server", "notes", "--tool", "delete"], PARAMS,
-                 "rule 'notes-summaries' (line 14): skipped: tool 'delete' does not match 'summ*' or none",
-                 id="other-tool"),
-    pytest.param(["--server", "notes"], {**PARAMS, "systemPrompt": "the PASSWORD is hunter2"},
-                 "rule 'notes-summaries' (line 14): skipped: text matches /(?i)password/ ('PASSWORD'), "
-                 "which 'not' excludes",
-                 id="not-excludes"),
-    pytest.param(["--server", "notes"], PARAMS, "rule 'notes-summaries' (line 14): MATCHES -> allow",
-                 id="background-request-allowed"),
-    pytest.param(["--server", "mail"], {**PARAMS, "maxTokens": 3000}, "rule 'big' (line 24): MATCHES -> deny",
-                 id="big"),
-])
+@pytest.mark.parametrize(
+    ("args", "params", "expected"),
+    [
+        pytest.param(
+            [],
+            PARAMS,
+            "rule 'notes-summaries' (line 14): skipped: server '' does not match 'notes*'",
+            id="no-server-given",
+        ),
+        pytest.param(
+            ["--server", "notes", "--tool", "delete"],
+            PARAMS,
+            "rule 'notes-summaries' (line 14): skipped: tool 'delete' does not match 'summ*' or none",
+            id="other-tool",
+        ),
+        pytest.param(
+            ["--server", "notes"],
+            {**PARAMS, "systemPrompt": "the PASSWORD is hunter2"},
+            "rule 'notes-summaries' (line 14): skipped: text matches /(?i)password/ ('PASSWORD'), which 'not' excludes",
+            id="not-excludes",
+        ),
+        pytest.param(
+            ["--server", "notes"],
+            PARAMS,
+            "rule 'notes-summaries' (line 14): MATCHES -> allow",
+            id="background-request-allowed",
+        ),
+        pytest.param(
+            ["--server", "mail"], {**PARAMS, "maxTokens": 3000}, "rule 'big' (line 24): MATCHES -> deny", id="big"
+        ),
+    ],
+)
 def test_explanations(tmp_path: Path, args: list[str], params: dict[str, Any], expected: str) -> None:
     result = explain(tmp_path, *args, request=params)
     assert result.returncode == 0, result.stderr
@@ -151,20 +184,34 @@ def test_an_empty_policy_prompts(tmp_path: Path) -> None:
     assert "  max_tokens: no cap" in result.stdout.splitlines()
 
 
-@pytest.mark.parametrize(("kwargs", "expected"), [
-    pytest.param({"raw": '{"messages": [}'}, "request.json:1:15: not valid JSON: Expecting value", id="bad-json"),
-    pytest.param({"raw": "[1, 2]"}, "request.json: must hold a JSON object", id="not-an-object"),
-    pytest.param({"request": {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {}}},
-                 "request.json: the request's method is 'tools/call'; explain takes sampling/createMessage and "
-                 "elicitation/create requests", id="other-method"),
-    pytest.param({"request": {"jsonrpc": "2.0", "id": 1, "method": "elicitation/create", "params": {}}},
-                 "request.json: Invalid params for elicitation/create: message: Field required", id="invalid-form"),
-    pytest.param({"request": {"messages": []}},
-                 "request.json: Invalid params for sampling/createMessage: maxTokens: Field required", id="invalid"),
-    pytest.param({"policy": "rules:\n  - action: allow\n    when: {tool: summ*, text_match: x}\n"},
-                 "policy.yaml:3:25: unknown key 'text_match' in rules[0].when (did you mean 'text_matches'?)",
-                 id="invalid-policy"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        pytest.param({"raw": '{"messages": [}'}, "request.json:1:15: not valid JSON: Expecting value", id="bad-json"),
+        pytest.param({"raw": "[1, 2]"}, "request.json: must hold a JSON object", id="not-an-object"),
+        pytest.param(
+            {"request": {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {}}},
+            "request.json: the request's method is 'tools/call'; explain takes sampling/createMessage and "
+            "elicitation/create requests",
+            id="other-method",
+        ),
+        pytest.param(
+            {"request": {"jsonrpc": "2.0", "id": 1, "method": "elicitation/create", "params": {}}},
+            "request.json: Invalid params for elicitation/create: message: Field required",
+            id="invalid-form",
+        ),
+        pytest.param(
+            {"request": {"messages": []}},
+            "request.json: Invalid params for sampling/createMessage: maxTokens: Field required",
+            id="invalid",
+        ),
+        pytest.param(
+            {"policy": "rules:\n  - action: allow\n    when: {tool: summ*, text_match: x}\n"},
+            "policy.yaml:3:25: unknown key 'text_match' in rules[0].when (did you mean 'text_matches'?)",
+            id="invalid-policy",
+        ),
+    ],
+)
 def test_bad_input_exits_2_with_a_clear_message(tmp_path: Path, kwargs: dict[str, Any], expected: str) -> None:
     result = explain(tmp_path, **kwargs)
     assert result.returncode == 2
@@ -192,9 +239,11 @@ def test_missing_files_exit_2(tmp_path: Path) -> None:
 
 
 def test_a_rule_about_max_tokens_sees_the_size_the_server_asked_for(tmp_path: Path) -> None:
-    policy = ("limits: {max_tokens: 1000, max_tokens_action: clamp}\n"
-              "rules:\n  - name: no-huge\n    when: {max_tokens_over: 5000}\n    action: deny\n"
-              "  - name: rest\n    action: allow\n")
+    policy = (
+        "limits: {max_tokens: 1000, max_tokens_action: clamp}\n"
+        "rules:\n  - name: no-huge\n    when: {max_tokens_over: 5000}\n    action: deny\n"
+        "  - name: rest\n    action: allow\n"
+    )
     huge = explain(tmp_path, policy=policy, request={**PARAMS, "maxTokens": 6000}).stdout.splitlines()
     assert "rule 'no-huge' (line 3): MATCHES -> deny" in huge
     fair = explain(tmp_path, policy=policy, request={**PARAMS, "maxTokens": 3000}).stdout.splitlines()
@@ -206,8 +255,9 @@ def test_an_oversized_request_is_refused_before_the_policy(tmp_path: Path) -> No
     params = {**PARAMS, "messages": [{"role": "user", "content": {"type": "text", "text": "x" * 600_000}}]}
     result = explain(tmp_path, request=params)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines()[1].startswith("refused before the policy is consulted: request refused: "
-                                                    "messages[0].content text block is 600,000 bytes")
+    assert result.stdout.splitlines()[1].startswith(
+        "refused before the policy is consulted: request refused: messages[0].content text block is 600,000 bytes"
+    )
 
 
 ELICITATION_POLICY = """\
@@ -221,8 +271,10 @@ rules:
     action: allow
     rate_limit: {requests: 5, per: 1m}
 """
-FORM = {"message": "Which folder?", "requestedSchema": {"type": "object", "properties": {
-    "folder": {"type": "string", "title": "Folder"}}}}
+FORM = {
+    "message": "Which folder?",
+    "requestedSchema": {"type": "object", "properties": {"folder": {"type": "string", "title": "Folder"}}},
+}
 
 
 def test_an_elicitation_request_is_explained_with_its_route(tmp_path: Path) -> None:
@@ -241,13 +293,17 @@ def test_an_elicitation_request_is_explained_with_its_route(tmp_path: Path) -> N
         "  when nobody can be asked: decline (elicitation.non_interactive)",
     ]
     denied = explain(tmp_path, "--server", "mail", policy=ELICITATION_POLICY, request=FORM).stdout.splitlines()
-    assert denied[-2:] == ["  because server 'mail' matches 'mail' and method is elicitation",
-                           '  the server is told: {"action": "decline"}']
+    assert denied[-2:] == [
+        "  because server 'mail' matches 'mail' and method is elicitation",
+        '  the server is told: {"action": "decline"}',
+    ]
 
 
 def test_an_elicitation_form_asking_for_a_secret_is_explained(tmp_path: Path) -> None:
-    form = {"message": "Enter your database password", "requestedSchema": {"type": "object", "properties": {
-        "value": {"type": "string"}}}}
+    form = {
+        "message": "Enter your database password",
+        "requestedSchema": {"type": "object", "properties": {"value": {"type": "string"}}},
+    }
     lines = explain(tmp_path, policy=ELICITATION_POLICY, request=form).stdout.splitlines()
     assert lines[-1].startswith("  the form asks for secrets (")
     assert lines[-1].endswith('the server gets {"action": "decline"} (elicitation.sensitive_form)')

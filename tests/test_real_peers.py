@@ -70,15 +70,20 @@ class Peer:
 
 
 @asynccontextmanager
-async def connect(target: Target, via: str, tmp_path: Path, llm: FakeLLMServer,
-                  env: dict[str, str] | None = None) -> AsyncIterator[Peer]:
+async def connect(
+    target: Target, via: str, tmp_path: Path, llm: FakeLLMServer, env: dict[str, str] | None = None
+) -> AsyncIterator[Peer]:
     """The SDK client as a host without sampling or elicitation, direct or through the proxy."""
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
     peer = Peer()
-    run_env = proxy_env(TEST_LLM_KEY="k", MCP_SAMPLING_PROXY_RUNTIME_DIR=str(tmp_path / "run"),
-                        MCP_SAMPLING_PROXY_STATE_DIR=str(tmp_path / "state"), **(env or {}))
+    run_env = proxy_env(
+        TEST_LLM_KEY="k",
+        MCP_SAMPLING_PROXY_RUNTIME_DIR=str(tmp_path / "run"),
+        MCP_SAMPLING_PROXY_STATE_DIR=str(tmp_path / "state"),
+        **(env or {}),
+    )
     server: Any
     if via == "direct":
         server = target if isinstance(target, str) else None
@@ -91,8 +96,9 @@ async def connect(target: Target, via: str, tmp_path: Path, llm: FakeLLMServer,
         if command:
             params = StdioServerParameters(command=command[0], args=command[1:], env=run_env)
             server = stdio_client(params, errlog=errlog)
-        async with Client(server, mode="legacy", logging_callback=peer.on_log,
-                          message_handler=peer.on_message) as client:
+        async with Client(
+            server, mode="legacy", logging_callback=peer.on_log, message_handler=peer.on_message
+        ) as client:
             peer.client = client
             yield peer
 
@@ -133,6 +139,7 @@ async def cancel_mid_call(peer: Peer, name: str, arguments: dict[str, Any]) -> d
 
     started = time.monotonic()
     async with anyio.create_task_group() as tg:
+
         async def long_call() -> None:
             await peer.client.call_tool(name, arguments, progress_callback=on_progress)
 
@@ -166,8 +173,9 @@ async def everything_script(peer: Peer) -> dict[str, Any]:
         "get-sum": await call(client, "get-sum", {"a": 2, "b": 40}),
         "get-tiny-image": await call(client, "get-tiny-image"),
         "get-structured-content": await call(client, "get-structured-content", {"location": "Chicago"}),
-        "get-annotated-message": await call(client, "get-annotated-message",
-                                            {"messageType": "error", "includeImage": True}),
+        "get-annotated-message": await call(
+            client, "get-annotated-message", {"messageType": "error", "includeImage": True}
+        ),
         "get-resource-reference": await call(client, "get-resource-reference", {"resourceId": 2}),
         "get-resource-links": await call(client, "get-resource-links", {"count": 2}),
         "unknown-tool": await call(client, "no-such-tool"),
@@ -176,13 +184,16 @@ async def everything_script(peer: Peer) -> dict[str, Any]:
         "simple": _plain(await client.get_prompt("simple-prompt")),
         "args": _plain(await client.get_prompt("args-prompt", {"city": "Oslo", "state": "Oslo"})),
     }
-    found["read"] = [_plain(await client.read_resource(first_doc)),
-                     _plain(await client.read_resource("demo://resource/dynamic/text/3"))]
+    found["read"] = [
+        _plain(await client.read_resource(first_doc)),
+        _plain(await client.read_resource("demo://resource/dynamic/text/3")),
+    ]
     prompt = types.PromptReference(name="completable-prompt")
     found["complete"] = [
         _plain(await client.complete(prompt, {"name": "department", "value": "S"})),
-        _plain(await client.complete(prompt, {"name": "name", "value": ""},
-                                     context_arguments={"department": "Marketing"})),
+        _plain(
+            await client.complete(prompt, {"name": "name", "value": ""}, context_arguments={"department": "Marketing"})
+        ),
     ]
     found["progress"] = await progress_of(client, "trigger-long-running-operation", {"duration": 0.3, "steps": 3})
 
@@ -209,8 +220,9 @@ async def filesystem_script(peer: Peer, root: Path) -> dict[str, Any]:
         await call(client, "create_directory", {"path": str(root / "notes")}),
         await call(client, "write_file", {"path": note, "content": "alpha\nbeta\n"}),
         await call(client, "read_text_file", {"path": note, "head": 1}),
-        await call(client, "edit_file", {"path": note, "edits": [{"oldText": "beta", "newText": "gamma"}],
-                                         "dryRun": True}),
+        await call(
+            client, "edit_file", {"path": note, "edits": [{"oldText": "beta", "newText": "gamma"}], "dryRun": True}
+        ),
         await call(client, "list_directory", {"path": str(root / "notes")}),
         await call(client, "search_files", {"path": str(root), "pattern": "a.txt"}),
         await call(client, "directory_tree", {"path": str(root / "notes")}),
@@ -223,13 +235,22 @@ async def memory_script(peer: Peer) -> dict[str, Any]:
     client = peer.client
     found = await inventory(client)
     found["calls"] = [
-        await call(client, "create_entities", {"entities": [
-            {"name": "Ada", "entityType": "person", "observations": ["wrote the first program"]},
-            {"name": "Engine", "entityType": "machine", "observations": []}]}),
-        await call(client, "create_relations",
-                   {"relations": [{"from": "Ada", "to": "Engine", "relationType": "programmed"}]}),
-        await call(client, "add_observations",
-                   {"observations": [{"entityName": "Engine", "contents": ["analytical"]}]}),
+        await call(
+            client,
+            "create_entities",
+            {
+                "entities": [
+                    {"name": "Ada", "entityType": "person", "observations": ["wrote the first program"]},
+                    {"name": "Engine", "entityType": "machine", "observations": []},
+                ]
+            },
+        ),
+        await call(
+            client, "create_relations", {"relations": [{"from": "Ada", "to": "Engine", "relationType": "programmed"}]}
+        ),
+        await call(
+            client, "add_observations", {"observations": [{"entityName": "Engine", "contents": ["analytical"]}]}
+        ),
         await call(client, "search_nodes", {"query": "program"}),
         await call(client, "read_graph"),
         await call(client, "open_nodes", {"names": ["Nobody"]}),
@@ -243,8 +264,9 @@ async def fastmcp_script(peer: Peer, label: str) -> dict[str, Any]:
     found["progress"] = await progress_of(client, "count_to", {"n": 3})
     found["prompt"] = _plain(await client.get_prompt("review", {"language": "python", "code": "x = 1"}))
     found["read"] = _plain(await client.read_resource("peer://readme"))
-    found["complete"] = _plain(await client.complete(types.PromptReference(name="review"),
-                                                     {"name": "language", "value": "p"}))
+    found["complete"] = _plain(
+        await client.complete(types.PromptReference(name="review"), {"name": "language", "value": "p"})
+    )
     found["unknown-tool"] = await call(client, "nope")
     found["cancel"] = await cancel_wait(peer, label)
     await peer.wait_for(lambda: len(peer.logs) >= 3)
@@ -269,8 +291,13 @@ async def cancel_wait(peer: Peer, label: str) -> dict[str, Any]:
 # --- the tests -----------------------------------------------------------------------------------------
 
 
-async def both(target: Target, script: Callable[[Peer], Awaitable[dict[str, Any]]], tmp_path: Path,
-               llm: FakeLLMServer, env: dict[str, str] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+async def both(
+    target: Target,
+    script: Callable[[Peer], Awaitable[dict[str, Any]]],
+    tmp_path: Path,
+    llm: FakeLLMServer,
+    env: dict[str, str] | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Run `script` direct, then through the proxy; the two transcripts."""
     results = []
     for via in ("direct", "proxy"):
@@ -314,8 +341,9 @@ def everything_http(tmp_path: Path) -> Any:
                     break
                 except OSError:
                     if proc.poll() is not None or time.monotonic() > deadline:
-                        raise RuntimeError(f"server-everything (HTTP) did not start: "
-                                           f"{(tmp_path / 'everything-http.log').read_text()}") from None
+                        raise RuntimeError(
+                            f"server-everything (HTTP) did not start: {(tmp_path / 'everything-http.log').read_text()}"
+                        ) from None
                     time.sleep(0.1)
             yield f"http://127.0.0.1:{port}/mcp"
         finally:
@@ -324,8 +352,9 @@ def everything_http(tmp_path: Path) -> Any:
 
 
 @pytest.mark.anyio
-async def test_server_everything_http_same_direct_and_proxied(tmp_path: Path, llm: FakeLLMServer,
-                                                             everything_http: str) -> None:
+async def test_server_everything_http_same_direct_and_proxied(
+    tmp_path: Path, llm: FakeLLMServer, everything_http: str
+) -> None:
     direct, proxied = await both(everything_http, everything_script, tmp_path, llm)
     assert split_sampling_tools(direct, proxied) == SAMPLING_ONLY_TOOLS
     assert direct["updated"] and direct["cancel"] == {"ended_early": True}
@@ -366,16 +395,19 @@ async def test_server_memory_same_direct_and_proxied(tmp_path: Path, llm: FakeLL
 
 @pytest.mark.anyio
 async def test_fastmcp_server_same_direct_and_proxied_but_sampling_and_elicitation(
-        tmp_path: Path, llm: FakeLLMServer) -> None:
+    tmp_path: Path, llm: FakeLLMServer
+) -> None:
     llm.reply_text("ok")
     results = []
     for via in ("direct", "proxy"):
         async with connect(FASTMCP_PEER, via, tmp_path, llm) as peer:
             found = await fastmcp_script(peer, "cancel-me")
-            found["ask_llm"] = json.loads((await peer.client.call_tool("ask_llm", {"question": "Define MCP"}))
-                                          .content[0].text)
-            found["ask_user"] = json.loads((await peer.client.call_tool("ask_user", {"topic": "lunch"}))
-                                           .content[0].text)
+            found["ask_llm"] = json.loads(
+                (await peer.client.call_tool("ask_llm", {"question": "Define MCP"})).content[0].text
+            )
+            found["ask_user"] = json.loads(
+                (await peer.client.call_tool("ask_user", {"topic": "lunch"})).content[0].text
+            )
             results.append(found)
     direct, proxied = results
     # the named differences: a direct host without sampling/elicitation gets errors; through the proxy

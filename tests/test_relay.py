@@ -69,8 +69,12 @@ def test_every_message_matches_a_direct_connection(tmp_path: Path) -> None:
     assert normalise(proxied) == normalise(direct)
     methods = [m.get("method") for m in proxied if "method" in m]
     # the script provoked each notification kind; the comparison above proves they all arrived in order
-    for expected in ("notifications/progress", "notifications/message", "notifications/tools/list_changed",
-                     "notifications/resources/updated"):
+    for expected in (
+        "notifications/progress",
+        "notifications/message",
+        "notifications/tools/list_changed",
+        "notifications/resources/updated",
+    ):
         assert expected in methods
     unknown = next(m for m in proxied if m.get("id") == 110)
     assert unknown["error"]["code"] == -32601
@@ -115,8 +119,12 @@ def test_oversized_message_is_refused_with_the_limit_named(tmp_path: Path) -> No
     command = proxy_command(None, "--max-message-bytes", "1000")
     with RawHost(command, proxy_env(), tmp_path / "stderr.log") as host:
         host.initialize()
-        big = {"jsonrpc": "2.0", "id": 9, "method": "tools/call",
-               "params": {"name": "echo", "arguments": {"text": "x" * 5000}}}
+        big = {
+            "jsonrpc": "2.0",
+            "id": 9,
+            "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": "x" * 5000}},
+        }
         host.send(big)
         error = host.recv()
         assert error["error"]["code"] == -32600
@@ -128,10 +136,17 @@ def test_oversized_message_is_refused_with_the_limit_named(tmp_path: Path) -> No
 def test_upstream_crash_answers_inflight_requests_and_exits_nonzero(tmp_path: Path) -> None:
     with RawHost(proxy_command(), proxy_env(), tmp_path / "stderr.log") as host:
         host.initialize()
-        host.send({"jsonrpc": "2.0", "id": 77, "method": "tools/call",
-                   "params": {"name": "slow", "arguments": {"seconds": 30}}})
-        host.send({"jsonrpc": "2.0", "id": 78, "method": "tools/call",
-                   "params": {"name": "crash", "arguments": {"code": 3}}})
+        host.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 77,
+                "method": "tools/call",
+                "params": {"name": "slow", "arguments": {"seconds": 30}},
+            }
+        )
+        host.send(
+            {"jsonrpc": "2.0", "id": 78, "method": "tools/call", "params": {"name": "crash", "arguments": {"code": 3}}}
+        )
         answers = {}
         for _ in range(2):
             message = host.recv()
@@ -189,18 +204,20 @@ def test_stuck_upstream_is_killed_without_hanging(tmp_path: Path) -> None:
         assert not alive(child)
 
 
-ENV_SCRIPT = ("import os, sys\nsys.stderr.write(f'env:{os.getpid()}:' + ','.join(sorted(os.environ)) + '\\n')\n"
-              "sys.stderr.flush()\nsys.stdin.read()\n")
+ENV_SCRIPT = (
+    "import os, sys\nsys.stderr.write(f'env:{os.getpid()}:' + ','.join(sorted(os.environ)) + '\\n')\n"
+    "sys.stderr.flush()\nsys.stdin.read()\n"
+)
 PROVIDER_POLICIES = {
     # the server starts before the policy is parsed (child_env guesses from the text)
     "block": "llm:\n  providers:\n    p:\n      type: openai\n      api_key_env: CUSTOM_KEY\n      models: [m]\n",
     "flow": "llm: {providers: {p: {type: openai, api_key_env: 'CUSTOM_KEY', models: [m]}}}\n",
     "alias": "llm:\n  providers:\n    p: {type: openai, api_key_env: &k CUSTOM_KEY, models: [m]}\n"
-             "    q: {type: openai, api_key_env: *k, models: [n]}\n",
+    "    q: {type: openai, api_key_env: *k, models: [n]}\n",
     # the policy is parsed first: an escape, or pass_env
     "escaped": 'llm:\n  providers:\n    p: {type: openai, api_key_env: "CUSTOM\\x5fKEY", models: [m]}\n',
     "pass_env": "llm:\n  providers:\n    p: {type: openai, api_key_env: CUSTOM_KEY, models: [m]}\n"
-                "upstream: {pass_env: [ANTHROPIC_API_KEY]}\n",
+    "upstream: {pass_env: [ANTHROPIC_API_KEY]}\n",
 }
 
 
@@ -214,14 +231,19 @@ def upstream_env_lines(policy: Path, env: dict[str, str], tmp_path: Path) -> lis
     assert "sk-" not in stderr
     lines = [line for line in stderr.splitlines() if "env:" in line]
     assert all(line.startswith("[upstream ") for line in lines)
-    return [(int(line.split("env:")[1].split(":")[0]), line.split("env:")[1].split(":", 1)[1].split(","))
-            for line in lines]
+    return [
+        (int(line.split("env:")[1].split(":")[0]), line.split("env:")[1].split(":", 1)[1].split(",")) for line in lines
+    ]
 
 
 @pytest.mark.parametrize("style", list(PROVIDER_POLICIES))
 def test_upstream_stderr_is_tagged_on_proxy_stderr_and_keys_are_not_inherited(tmp_path: Path, style: str) -> None:
-    env = proxy_env(OPENAI_API_KEY="sk-secret-openai", ANTHROPIC_API_KEY="sk-ant-secret",
-                    CUSTOM_KEY="sk-custom-secret", SOME_SETTING="kept")
+    env = proxy_env(
+        OPENAI_API_KEY="sk-secret-openai",
+        ANTHROPIC_API_KEY="sk-ant-secret",
+        CUSTOM_KEY="sk-custom-secret",
+        SOME_SETTING="kept",
+    )
     servers = upstream_env_lines(write_policy(tmp_path, PROVIDER_POLICIES[style]), env, tmp_path)
     assert len(servers) == 1  # no second start: the early guess was exact, or there was none
     names = servers[0][1]
@@ -246,8 +268,9 @@ def test_a_policy_error_stops_a_server_started_early(tmp_path: Path) -> None:
     marker = tmp_path / "started"
     script = f"import pathlib, sys, os\npathlib.Path({str(marker)!r}).write_text(str(os.getpid()))\nsys.stdin.read()\n"
     policy = write_policy(tmp_path, "rules:\n  - name: x\n    actoin: allow\n")
-    result = subprocess.run(proxy_command(policy, upstream=[PY, "-c", script]), env=proxy_env(),
-                            capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        proxy_command(policy, upstream=[PY, "-c", script]), env=proxy_env(), capture_output=True, text=True, timeout=30
+    )
     assert result.returncode == 2 and "actoin" in result.stderr
     assert result.stdout == ""
     assert not running_with(str(marker))  # a server started early is gone
@@ -256,8 +279,9 @@ def test_a_policy_error_stops_a_server_started_early(tmp_path: Path) -> None:
 def test_missing_command_gets_a_clear_error(tmp_path: Path) -> None:
     import subprocess
 
-    result = subprocess.run(proxy_command(upstream=["no-such-server-binary"]), env=proxy_env(),
-                            capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        proxy_command(upstream=["no-such-server-binary"]), env=proxy_env(), capture_output=True, text=True, timeout=30
+    )
     assert result.returncode == 127
     assert "'no-such-server-binary' not found" in result.stderr
     assert result.stdout == ""
@@ -277,9 +301,11 @@ if sys.platform != "linux":  # pragma: no cover
 
 
 def test_2026_era_requests_get_sampling_in_their_meta_capabilities(tmp_path: Path) -> None:
-    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {"roots": {}},
-            "io.modelcontextprotocol/clientInfo": {"name": "modern-host", "version": "1"}}
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {"roots": {}},
+        "io.modelcontextprotocol/clientInfo": {"name": "modern-host", "version": "1"},
+    }
     with RawHost(proxy_command(), proxy_env(), tmp_path / "stderr.log") as host:
         response = host.request("tools/call", {"name": "caps", "arguments": {}, "_meta": meta})
         discover = host.request("server/discover", {"_meta": meta})
@@ -339,10 +365,26 @@ def test_stdout_on_dev_null_is_written_without_aborting(tmp_path: Path) -> None:
     no message) when the proxy's stdout was /dev/null."""
     import subprocess
 
-    hello = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "x", "version": "1"}}})
+    hello = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "x", "version": "1"},
+            },
+        }
+    )
     with open("/dev/null", "wb") as devnull:
-        done = subprocess.run(proxy_command(), input=(hello + "\n").encode(), stdout=devnull,
-                              stderr=subprocess.PIPE, env=proxy_env(), timeout=30)
+        done = subprocess.run(
+            proxy_command(),
+            input=(hello + "\n").encode(),
+            stdout=devnull,
+            stderr=subprocess.PIPE,
+            env=proxy_env(),
+            timeout=30,
+        )
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     assert b"upstream ready" in done.stderr and b"upstream stopped" in done.stderr

@@ -35,11 +35,13 @@ def anthropic_llm():
         yield server
 
 
-async def call(tmp_path: Path, policy_text: str | None, tool: str, arguments: dict[str, Any],
-               **client_kwargs: Any) -> Any:
+async def call(
+    tmp_path: Path, policy_text: str | None, tool: str, arguments: dict[str, Any], **client_kwargs: Any
+) -> Any:
     policy = write_policy(tmp_path, policy_text) if policy_text is not None else None
-    async with sdk_host(proxy_command(policy), proxy_env(TEST_LLM_KEY=KEY), tmp_path / "stderr.log",
-                        **client_kwargs) as client:
+    async with sdk_host(
+        proxy_command(policy), proxy_env(TEST_LLM_KEY=KEY), tmp_path / "stderr.log", **client_kwargs
+    ) as client:
         return await client.call_tool(tool, arguments)
 
 
@@ -50,10 +52,19 @@ def raw_params(**params: Any) -> dict[str, str]:
 @pytest.mark.anyio
 async def test_openai_text_round_trip_with_every_parameter(tmp_path: Path, openai_llm: FakeLLMServer) -> None:
     openai_llm.reply_text("Paris.", model="gpt-test-2026-01", finish="stop", usage=(12, 3))
-    result = await call(tmp_path, openai_policy(openai_llm.base_url), "sample", {
-        "prompt": "Capital of France?", "system": "Be brief.", "max_tokens": 42,
-        "temperature": 0.25, "stop": ["\n\n"], "hints": ["gpt"],
-    })
+    result = await call(
+        tmp_path,
+        openai_policy(openai_llm.base_url),
+        "sample",
+        {
+            "prompt": "Capital of France?",
+            "system": "Be brief.",
+            "max_tokens": 42,
+            "temperature": 0.25,
+            "stop": ["\n\n"],
+            "hints": ["gpt"],
+        },
+    )
     body = openai_llm.requests[-1].body
     assert body["model"] == "gpt-test"
     assert body["messages"] == [
@@ -65,8 +76,11 @@ async def test_openai_text_round_trip_with_every_parameter(tmp_path: Path, opena
     assert body["stop"] == ["\n\n"]
     assert openai_llm.requests[-1].headers["authorization"] == f"Bearer {KEY}"
     answer = tool_json(result)
-    assert answer == {"content": {"type": "text", "text": "Paris."}, "model": "gpt-test-2026-01",
-                      "stopReason": "endTurn"}
+    assert answer == {
+        "content": {"type": "text", "text": "Paris."},
+        "model": "gpt-test-2026-01",
+        "stopReason": "endTurn",
+    }
 
 
 @pytest.mark.anyio
@@ -82,25 +96,41 @@ async def test_openai_tools_multiblock_image_and_tool_results(tmp_path: Path, op
     openai_llm.reply_tool_call("get_weather", {"city": "Oslo"}, id="call_9")
     params = {
         "messages": [
-            {"role": "user", "content": [{"type": "text", "text": "Look:"},
-                                         {"type": "image", "data": PNG, "mimeType": "image/png"}]},
-            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "get_weather",
-                                               "input": {"city": "Paris"}}]},
-            {"role": "user", "content": [{"type": "tool_result", "toolUseId": "t1",
-                                          "content": [{"type": "text", "text": "sunny"}]}]},
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "Look:"}, {"type": "image", "data": PNG, "mimeType": "image/png"}],
+            },
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "t1", "name": "get_weather", "input": {"city": "Paris"}}],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "toolUseId": "t1", "content": [{"type": "text", "text": "sunny"}]}],
+            },
         ],
         "maxTokens": 50,
-        "tools": [{"name": "get_weather", "description": "Weather", "inputSchema": {
-            "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}],
+        "tools": [
+            {
+                "name": "get_weather",
+                "description": "Weather",
+                "inputSchema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+            }
+        ],
         "toolChoice": {"mode": "required"},
     }
     result = await call(tmp_path, openai_policy(openai_llm.base_url), "sample_raw", raw_params(**params))
     body = openai_llm.requests[-1].body
-    assert body["messages"][0] == {"role": "user", "content": [
-        {"type": "text", "text": "Look:"},
-        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}}]}
+    assert body["messages"][0] == {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "Look:"},
+            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}},
+        ],
+    }
     assert body["messages"][1]["tool_calls"] == [
-        {"id": "t1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]
+        {"id": "t1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    ]
     assert body["messages"][2] == {"role": "tool", "tool_call_id": "t1", "content": "sunny"}
     assert body["tools"][0]["function"]["name"] == "get_weather"
     assert body["tools"][0]["function"]["parameters"]["required"] == ["city"]
@@ -113,9 +143,17 @@ async def test_openai_tools_multiblock_image_and_tool_results(tmp_path: Path, op
 @pytest.mark.anyio
 async def test_anthropic_round_trip(tmp_path: Path, anthropic_llm: FakeLLMServer) -> None:
     anthropic_llm.reply_text("Bonjour", model="claude-test-20260101", finish="stop_sequence")
-    result = await call(tmp_path, anthropic_policy(anthropic_llm.base_url), "sample", {
-        "prompt": "Say hi in French", "system": "You are terse.", "max_tokens": 64, "stop": ["END"],
-    })
+    result = await call(
+        tmp_path,
+        anthropic_policy(anthropic_llm.base_url),
+        "sample",
+        {
+            "prompt": "Say hi in French",
+            "system": "You are terse.",
+            "max_tokens": 64,
+            "stop": ["END"],
+        },
+    )
     request = anthropic_llm.requests[-1]
     assert request.path == "/v1/messages"
     assert request.headers["x-api-key"] == KEY
@@ -124,15 +162,21 @@ async def test_anthropic_round_trip(tmp_path: Path, anthropic_llm: FakeLLMServer
     assert body["messages"] == [{"role": "user", "content": [{"type": "text", "text": "Say hi in French"}]}]
     assert body["max_tokens"] == 64
     assert body["stop_sequences"] == ["END"]
-    assert tool_json(result) == {"content": {"type": "text", "text": "Bonjour"}, "model": "claude-test-20260101",
-                                 "stopReason": "stopSequence"}
+    assert tool_json(result) == {
+        "content": {"type": "text", "text": "Bonjour"},
+        "model": "claude-test-20260101",
+        "stopReason": "stopSequence",
+    }
 
 
 @pytest.mark.anyio
-async def test_audio_the_provider_cannot_take_is_refused_naming_it(tmp_path: Path,
-                                                                   anthropic_llm: FakeLLMServer) -> None:
-    params = {"messages": [{"role": "user", "content": {"type": "audio", "data": "UklGRg==",
-                                                         "mimeType": "audio/wav"}}], "maxTokens": 10}
+async def test_audio_the_provider_cannot_take_is_refused_naming_it(
+    tmp_path: Path, anthropic_llm: FakeLLMServer
+) -> None:
+    params = {
+        "messages": [{"role": "user", "content": {"type": "audio", "data": "UklGRg==", "mimeType": "audio/wav"}}],
+        "maxTokens": 10,
+    }
     result = await call(tmp_path, anthropic_policy(anthropic_llm.base_url), "sample_raw", raw_params(**params))
     error = tool_json(result)["error"]
     assert error["code"] == -32602
@@ -141,13 +185,17 @@ async def test_audio_the_provider_cannot_take_is_refused_naming_it(tmp_path: Pat
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize(("params", "field"), [
-    ({"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}]}, "maxTokens"),
-    ({"messages": [{"role": "user"}], "maxTokens": 5}, "messages.0.content"),
-    ({"messages": [{"role": "robot", "content": {"type": "text", "text": "hi"}}], "maxTokens": 5}, "role"),
-])
-async def test_invalid_params_get_32602_naming_the_field(tmp_path: Path, openai_llm: FakeLLMServer,
-                                                         params: dict, field: str) -> None:
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}]}, "maxTokens"),
+        ({"messages": [{"role": "user"}], "maxTokens": 5}, "messages.0.content"),
+        ({"messages": [{"role": "robot", "content": {"type": "text", "text": "hi"}}], "maxTokens": 5}, "role"),
+    ],
+)
+async def test_invalid_params_get_32602_naming_the_field(
+    tmp_path: Path, openai_llm: FakeLLMServer, params: dict, field: str
+) -> None:
     result = await call(tmp_path, openai_policy(openai_llm.base_url), "sample_raw", raw_params(**params))
     error = tool_json(result)["error"]
     assert error["code"] == -32602
@@ -157,11 +205,14 @@ async def test_invalid_params_get_32602_naming_the_field(tmp_path: Path, openai_
 
 @pytest.mark.anyio
 async def test_unanswered_tool_use_is_invalid(tmp_path: Path, openai_llm: FakeLLMServer) -> None:
-    params = {"messages": [
-        {"role": "user", "content": {"type": "text", "text": "hi"}},
-        {"role": "assistant", "content": [{"type": "tool_use", "id": "a", "name": "x", "input": {}}]},
-        {"role": "user", "content": {"type": "text", "text": "and?"}},
-    ], "maxTokens": 5}
+    params = {
+        "messages": [
+            {"role": "user", "content": {"type": "text", "text": "hi"}},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "a", "name": "x", "input": {}}]},
+            {"role": "user", "content": {"type": "text", "text": "and?"}},
+        ],
+        "maxTokens": 5,
+    }
     result = await call(tmp_path, openai_policy(openai_llm.base_url), "sample_raw", raw_params(**params))
     error = tool_json(result)["error"]
     assert error["code"] == -32602
@@ -169,10 +220,11 @@ async def test_unanswered_tool_use_is_invalid(tmp_path: Path, openai_llm: FakeLL
 
 
 @pytest.mark.anyio
-async def test_deny_rule_refuses_with_code_minus_one_and_its_message(tmp_path: Path,
-                                                                     openai_llm: FakeLLMServer) -> None:
-    rules = ("rules:\n  - name: no-sinks\n    when: {server: kitchen*}\n    action: deny\n"
-             "    message: kitchen servers may not sample\n  - name: rest\n    action: allow\n")
+async def test_deny_rule_refuses_with_code_minus_one_and_its_message(tmp_path: Path, openai_llm: FakeLLMServer) -> None:
+    rules = (
+        "rules:\n  - name: no-sinks\n    when: {server: kitchen*}\n    action: deny\n"
+        "    message: kitchen servers may not sample\n  - name: rest\n    action: allow\n"
+    )
     result = await call(tmp_path, openai_policy(openai_llm.base_url, rules=rules), "sample", {"prompt": "x"})
     error = tool_json(result)["error"]
     assert error == {"code": -1, "message": "kitchen servers may not sample", "data": None}
@@ -209,8 +261,9 @@ async def test_llm_429_then_success_is_retried(tmp_path: Path, openai_llm: FakeL
 @pytest.mark.anyio
 async def test_llm_500s_become_an_error_naming_provider_and_status(tmp_path: Path, openai_llm: FakeLLMServer) -> None:
     extra = "      max_attempts: 2\n"
-    policy = openai_policy(openai_llm.base_url, extra="").replace("models: [gpt-test]\n",
-                                                                  "models: [gpt-test]\n" + extra)
+    policy = openai_policy(openai_llm.base_url, extra="").replace(
+        "models: [gpt-test]\n", "models: [gpt-test]\n" + extra
+    )
     for _ in range(2):
         openai_llm.reply_error(500, "boom")
     result = await call(tmp_path, policy, "sample", {"prompt": "x"})
@@ -223,7 +276,8 @@ async def test_llm_500s_become_an_error_naming_provider_and_status(tmp_path: Pat
 @pytest.mark.anyio
 async def test_llm_timeout_is_reported(tmp_path: Path, openai_llm: FakeLLMServer) -> None:
     policy = openai_policy(openai_llm.base_url).replace(
-        "models: [gpt-test]\n", "models: [gpt-test]\n      timeout: {read: 0.3}\n      max_attempts: 1\n")
+        "models: [gpt-test]\n", "models: [gpt-test]\n      timeout: {read: 0.3}\n      max_attempts: 1\n"
+    )
     openai_llm.enqueue(delay=3.0)
     result = await call(tmp_path, policy, "sample", {"prompt": "x"})
     error = tool_json(result)["error"]
@@ -260,11 +314,13 @@ async def test_host_with_sampling_gets_the_request_and_the_llm_is_not_called(
 
     async def host_sampling(context: Any, params: Any) -> CreateMessageResult:
         seen.append(params)
-        return CreateMessageResult(role="assistant", content=TextContent(text="from host"), model="host-model",
-                                   stop_reason="endTurn")
+        return CreateMessageResult(
+            role="assistant", content=TextContent(text="from host"), model="host-model", stop_reason="endTurn"
+        )
 
-    result = await call(tmp_path, openai_policy(openai_llm.base_url), "sample", {"prompt": "route me"},
-                        sampling_callback=host_sampling)
+    result = await call(
+        tmp_path, openai_policy(openai_llm.base_url), "sample", {"prompt": "route me"}, sampling_callback=host_sampling
+    )
     assert tool_json(result)["content"]["text"] == "from host"
     assert tool_json(result)["model"] == "host-model"
     assert seen[0].messages[0].content.text == "route me"
@@ -272,8 +328,9 @@ async def test_host_with_sampling_gets_the_request_and_the_llm_is_not_called(
 
 
 @pytest.mark.anyio
-async def test_a_clamped_max_tokens_applies_when_the_host_samples_too(tmp_path: Path,
-                                                                       openai_llm: FakeLLMServer) -> None:
+async def test_a_clamped_max_tokens_applies_when_the_host_samples_too(
+    tmp_path: Path, openai_llm: FakeLLMServer
+) -> None:
     """`max_tokens_action: clamp` lowers the request whoever answers it: the host is sent the
     clamped request, as our own LLM would be (it used to get the server's original maxTokens)."""
     from mcp_types import CreateMessageResult, TextContent
@@ -285,8 +342,9 @@ async def test_a_clamped_max_tokens_applies_when_the_host_samples_too(tmp_path: 
         return CreateMessageResult(role="assistant", content=TextContent(text="ok"), model="host-model")
 
     policy = openai_policy(openai_llm.base_url, extra="limits: {max_tokens: 1000, max_tokens_action: clamp}\n")
-    await call(tmp_path, policy, "sample", {"prompt": "long please", "max_tokens": 6000},
-               sampling_callback=host_sampling)
+    await call(
+        tmp_path, policy, "sample", {"prompt": "long please", "max_tokens": 6000}, sampling_callback=host_sampling
+    )
     assert seen[0].max_tokens == 1000
     assert openai_llm.requests == []
 
@@ -298,8 +356,9 @@ async def test_route_proxy_and_fallback_on_host_error(tmp_path: Path, openai_llm
     async def refusing_host(context: Any, params: Any) -> ErrorData:
         return ErrorData(code=-1, message="user said no")
 
-    result = await call(tmp_path, openai_policy(openai_llm.base_url), "sample", {"prompt": "x"},
-                        sampling_callback=refusing_host)
+    result = await call(
+        tmp_path, openai_policy(openai_llm.base_url), "sample", {"prompt": "x"}, sampling_callback=refusing_host
+    )
     assert tool_json(result)["error"]["message"] == "user said no"
     assert openai_llm.requests == []
 
@@ -335,8 +394,9 @@ async def test_cancelled_tool_call_aborts_the_llm_request(tmp_path: Path, openai
 
 
 @pytest.mark.anyio
-async def test_handshake_pin_serves_old_style_sampling_for_auto_mode_hosts(tmp_path: Path,
-                                                                           openai_llm: FakeLLMServer) -> None:
+async def test_handshake_pin_serves_old_style_sampling_for_auto_mode_hosts(
+    tmp_path: Path, openai_llm: FakeLLMServer
+) -> None:
     """The kitchen sink samples the old way (a request of its own), which its SDK allows only in the
     handshake era. An auto host gets the 2026 era from it by default (as directly, where that tool
     fails); `upstream.era: handshake` keeps the server leg in the handshake era and bridges the
@@ -351,8 +411,7 @@ async def test_handshake_pin_serves_old_style_sampling_for_auto_mode_hosts(tmp_p
 @pytest.mark.anyio
 async def test_audit_record_per_decision_without_the_key(tmp_path: Path, openai_llm: FakeLLMServer) -> None:
     audit = tmp_path / "audit.jsonl"
-    rules = ("rules:\n  - name: no-big\n    when: {server: nobody}\n    action: deny\n"
-             "  - name: ok\n    action: allow\n")
+    rules = "rules:\n  - name: no-big\n    when: {server: nobody}\n    action: deny\n  - name: ok\n    action: allow\n"
     policy = openai_policy(openai_llm.base_url, rules=rules) + f"audit:\n  path: {audit}\n"
     openai_llm.reply_text("audited", usage=(21, 4))
     await call(tmp_path, policy, "sample", {"prompt": "x"})
@@ -375,23 +434,24 @@ async def test_resolve_sample_tool_works_for_an_auto_mode_host(tmp_path: Path, o
 
     server = [PY, str(ROOT / "tests" / "fixtures" / "resolve_server.py")]
     policy = write_policy(tmp_path, openai_policy(openai_llm.base_url))
-    async with sdk_host(proxy_command(policy, upstream=server), proxy_env(TEST_LLM_KEY=KEY),
-                        tmp_path / "stderr.log", mode="auto") as client:
+    async with sdk_host(
+        proxy_command(policy, upstream=server), proxy_env(TEST_LLM_KEY=KEY), tmp_path / "stderr.log", mode="auto"
+    ) as client:
         result = await client.call_tool("one_liner", {"topic": "otters"})
     assert result.content[0].text == "gpt-test: echo: One line about otters"
 
 
 @pytest.mark.anyio
-async def test_2026_host_gets_input_required_resolved_by_the_proxy(tmp_path: Path,
-                                                                   openai_llm: FakeLLMServer) -> None:
+async def test_2026_host_gets_input_required_resolved_by_the_proxy(tmp_path: Path, openai_llm: FakeLLMServer) -> None:
     from support import PY, ROOT
 
     server = [PY, str(ROOT / "tests" / "fixtures" / "resolve_server.py")]
     openai_llm.reply_text("Otters hold hands while sleeping.")
     policy = write_policy(tmp_path, openai_policy(openai_llm.base_url) + "upstream:\n  era: any\n")
     stderr = tmp_path / "stderr.log"
-    async with sdk_host(proxy_command(policy, upstream=server), proxy_env(TEST_LLM_KEY=KEY), stderr,
-                        mode="2026-07-28") as client:
+    async with sdk_host(
+        proxy_command(policy, upstream=server), proxy_env(TEST_LLM_KEY=KEY), stderr, mode="2026-07-28"
+    ) as client:
         result = await client.call_tool("one_liner", {"topic": "otters"})
     assert result.content[0].text == "gpt-test: Otters hold hands while sleeping."
     assert "retrying with input responses" in stderr.read_text()

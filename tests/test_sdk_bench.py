@@ -38,8 +38,13 @@ def load_module():  # the script is not a package module; load it to render the 
 
 
 def test_quick_run_reports_every_row_with_its_target() -> None:
-    done = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--json", "--quiet"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=100)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--json", "--quiet"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
     assert done.returncode in (0, 1), f"exit {done.returncode}; stderr:\n{done.stderr[-3000:]}"
     result = json.loads(done.stdout)
 
@@ -83,7 +88,11 @@ def test_direct_sampling_calls_send_the_body_the_proxy_sends() -> None:
 def test_relay_micro_runs_the_real_relay_and_reports_its_cost() -> None:
     """bench/relay_micro.py (the relay's own work per message, in-process) passes every message on
     (it exits non-zero otherwise) and prints the figure."""
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "relay_micro.py"), "--pairs", "500"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "relay_micro.py"), "--pairs", "500"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("relay logic: ") and "us per request+response (450 pairs)" in done.stdout

@@ -18,8 +18,10 @@ from support import PY, ROOT, RawHost, openai_policy, proxy_command, proxy_env, 
 
 HOSTILE = ROOT / "tests" / "fixtures" / "hostile" / "sampler.py"
 MODERN = ROOT / "tests" / "fixtures" / "modern_raw_server.py"
-DENY_DANGEROUS = ("rules:\n  - name: no-dangerous\n    when: {tool: dangerous}\n    action: deny\n"
-                  "  - name: rest-ok\n    action: allow\n")
+DENY_DANGEROUS = (
+    "rules:\n  - name: no-dangerous\n    when: {tool: dangerous}\n    action: deny\n"
+    "  - name: rest-ok\n    action: allow\n"
+)
 
 
 @pytest.fixture
@@ -35,21 +37,32 @@ def records(path: Path) -> list[dict[str, Any]]:
 def dangerous_while_harmless(tmp_path: Path, llm: FakeLLMServer, kind: str) -> tuple[dict[str, Any], list]:
     """Call `dangerous` then `harmless` concurrently; (what dangerous's request got, audit records)."""
     audit = tmp_path / "audit.jsonl"
-    policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=DENY_DANGEROUS)
-                          + "elicitation: {non_interactive: accept_defaults}\n" + f"audit:\n  path: {audit}\n")
+    policy = write_policy(
+        tmp_path,
+        openai_policy(llm.base_url, rules=DENY_DANGEROUS)
+        + "elicitation: {non_interactive: accept_defaults}\n"
+        + f"audit:\n  path: {audit}\n",
+    )
     command = proxy_command(policy, upstream=[PY, str(HOSTILE), "hostile"])
     with RawHost(command, proxy_env(TEST_LLM_KEY="k"), tmp_path / "stderr.log") as host:
         host.initialize()
-        host.send({"jsonrpc": "2.0", "id": 10, "method": "tools/call",
-                   "params": {"name": "dangerous", "arguments": {"kind": kind}}})
+        host.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 10,
+                "method": "tools/call",
+                "params": {"name": "dangerous", "arguments": {"kind": kind}},
+            }
+        )
         host.send({"jsonrpc": "2.0", "id": 11, "method": "tools/call", "params": {"name": "harmless", "arguments": {}}})
         response = host.wait_for(lambda m: m.get("id") == 10 and "method" not in m)
         host.wait_for(lambda m: m.get("id") == 11 and "method" not in m)
     return json.loads(response["result"]["content"][0]["text"]), records(audit)
 
 
-def test_sampling_from_a_denied_tool_is_denied_while_a_harmless_call_is_in_flight(tmp_path: Path,
-                                                                                 llm: FakeLLMServer) -> None:
+def test_sampling_from_a_denied_tool_is_denied_while_a_harmless_call_is_in_flight(
+    tmp_path: Path, llm: FakeLLMServer
+) -> None:
     llm.reply_text("should not happen")
     answer, audit = dangerous_while_harmless(tmp_path, llm, "sampling")
     assert answer["error"]["code"] == -1
@@ -61,7 +74,8 @@ def test_sampling_from_a_denied_tool_is_denied_while_a_harmless_call_is_in_fligh
 
 
 def test_elicitation_from_a_denied_tool_is_declined_while_a_harmless_call_is_in_flight(
-        tmp_path: Path, llm: FakeLLMServer) -> None:
+    tmp_path: Path, llm: FakeLLMServer
+) -> None:
     answer, audit = dangerous_while_harmless(tmp_path, llm, "elicitation")
     assert answer["result"]["action"] == "decline"
     assert audit[-1]["rule"] == "no-dangerous"
@@ -72,8 +86,9 @@ def test_one_call_in_flight_is_judged_as_before(tmp_path: Path, llm: FakeLLMServ
     audit = tmp_path / "audit.jsonl"
     policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=DENY_DANGEROUS) + f"audit:\n  path: {audit}\n")
     llm.reply_text("ok")
-    with RawHost(proxy_command(policy, upstream=[PY, str(HOSTILE)]), proxy_env(TEST_LLM_KEY="k"),
-                 tmp_path / "stderr.log") as host:
+    with RawHost(
+        proxy_command(policy, upstream=[PY, str(HOSTILE)]), proxy_env(TEST_LLM_KEY="k"), tmp_path / "stderr.log"
+    ) as host:
         host.initialize()
         response = host.request("tools/call", {"name": "sample", "arguments": {}})
     assert json.loads(response["result"]["content"][0]["text"])["result"]["content"]["text"] == "ok"
@@ -81,24 +96,30 @@ def test_one_call_in_flight_is_judged_as_before(tmp_path: Path, llm: FakeLLMServ
     assert "tool_candidates" not in records(audit)[-1]
 
 
-META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {},
-        "io.modelcontextprotocol/clientInfo": {"name": "modern-host", "version": "1"}}
+META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {},
+    "io.modelcontextprotocol/clientInfo": {"name": "modern-host", "version": "1"},
+}
 
 
-def test_input_required_round_shared_with_the_host_is_charged_to_its_tool(tmp_path: Path,
-                                                                          llm: FakeLLMServer) -> None:
+def test_input_required_round_shared_with_the_host_is_charged_to_its_tool(tmp_path: Path, llm: FakeLLMServer) -> None:
     """`mixed` asks for sampling (the proxy's) and roots (the host's): the proxy's part is still `mixed`'s."""
     audit = tmp_path / "audit.jsonl"
-    rules = ("rules:\n  - name: no-mixed\n    when: {tool: mixed}\n    action: deny\n"
-             "  - name: rest-ok\n    action: allow\n")
-    policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=rules)
-                          + "elicitation: {non_interactive: accept_defaults}\nupstream:\n  era: any\n"
-                          + f"audit:\n  path: {audit}\n")
+    rules = (
+        "rules:\n  - name: no-mixed\n    when: {tool: mixed}\n    action: deny\n  - name: rest-ok\n    action: allow\n"
+    )
+    policy = write_policy(
+        tmp_path,
+        openai_policy(llm.base_url, rules=rules)
+        + "elicitation: {non_interactive: accept_defaults}\nupstream:\n  era: any\n"
+        + f"audit:\n  path: {audit}\n",
+    )
     llm.reply_text("should not happen")
     call = {"name": "mixed", "arguments": {}, "_meta": META}
-    with RawHost(proxy_command(policy, upstream=[PY, str(MODERN)]), proxy_env(TEST_LLM_KEY="k"),
-                 tmp_path / "stderr.log") as host:
+    with RawHost(
+        proxy_command(policy, upstream=[PY, str(MODERN)]), proxy_env(TEST_LLM_KEY="k"), tmp_path / "stderr.log"
+    ) as host:
         first = host.request("tools/call", call)
         retry = {**call, "inputResponses": {"r": {"roots": []}}, "requestState": first["result"]["requestState"]}
         final = host.request("tools/call", retry)
@@ -115,11 +136,29 @@ def test_explain_with_several_candidate_tools_picks_the_strictest(tmp_path: Path
 
     policy = write_policy(tmp_path, DENY_DANGEROUS)
     request = tmp_path / "request.json"
-    request.write_text(json.dumps({"messages": [{"role": "user", "content": {"type": "text", "text": "x"}}],
-                                   "maxTokens": 5}))
-    done = subprocess.run([*PROXY, "policy", "explain", policy, "--request", str(request), "--server", "s",
-                           "--tool", "harmless", "--tool", "dangerous"],
-                          capture_output=True, text=True, timeout=30, env=proxy_env())
+    request.write_text(
+        json.dumps({"messages": [{"role": "user", "content": {"type": "text", "text": "x"}}], "maxTokens": 5})
+    )
+    done = subprocess.run(
+        [
+            *PROXY,
+            "policy",
+            "explain",
+            policy,
+            "--request",
+            str(request),
+            "--server",
+            "s",
+            "--tool",
+            "harmless",
+            "--tool",
+            "dangerous",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=proxy_env(),
+    )
     assert done.returncode == 0, done.stderr
     assert "strictest outcome wins (deny > prompt > allow): deny, for tool 'dangerous'" in done.stdout
     assert "rule 'no-dangerous' (line 2): MATCHES -> deny" in done.stdout

@@ -39,8 +39,6 @@ PROMPT_RULES = "rules:\n  - name: ask\n    action: prompt\n"
 UNCONFINED_PROMPT = UNCONFINED + PROMPT_RULES
 
 
-
-
 def remembered(dirs: dict[str, str]) -> list[Any]:
     path = Path(dirs["MCP_SAMPLING_PROXY_STATE_DIR"]) / "approvals.json"
     return json.loads(path.read_text()).get("always", []) if path.exists() else []
@@ -75,9 +73,11 @@ def tool_call(host: RawHost, request_id: int, name: str, timeout: float = 30.0) 
 
 # --- 1. self-approval ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("daemon", [False, True], ids=["thread", "double-forked-daemon"])
-def test_server_cannot_approve_its_own_request(tmp_path: Path, dirs: dict[str, str], llm: FakeLLMServer,
-                                               daemon: bool) -> None:
+def test_server_cannot_approve_its_own_request(
+    tmp_path: Path, dirs: dict[str, str], llm: FakeLLMServer, daemon: bool
+) -> None:
     report = tmp_path / "report"
     policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=UNCONFINED_PROMPT))
     run_dir = dirs["MCP_SAMPLING_PROXY_RUNTIME_DIR"]
@@ -115,8 +115,14 @@ def test_server_below_another_proxy_cannot_approve(tmp_path: Path, dirs: dict[st
         with RawHost(proxy_command(policy, upstream=upstream), proxy_env(**dirs), tmp_path / "b.log") as attacker:
             attacker.initialize()
             tool_call(attacker, 2, "attack")
-            victim.send({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
-                         "params": {"name": "sample", "arguments": {"prompt": "not yours"}}})
+            victim.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 3,
+                    "method": "tools/call",
+                    "params": {"name": "sample", "arguments": {"prompt": "not yours"}},
+                }
+            )
             result = victim.wait_for(lambda m: m.get("id") == 3, 30)
     sampled = json.loads(result["result"]["content"][0]["text"])
     assert "error" in sampled and sampled["error"]["code"] == -1
@@ -155,16 +161,24 @@ def test_genuine_console_still_approves_always(tmp_path: Path, dirs: dict[str, s
         console.connect(str(sock_path))
         lines = console.makefile("rb")
         assert json.loads(lines.readline())["type"] == "hello"
-        host.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-                   "params": {"name": "sample", "arguments": {"prompt": "mine"}}})
+        host.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "sample", "arguments": {"prompt": "mine"}},
+            }
+        )
         pending = json.loads(lines.readline())
-        console.sendall(json.dumps({"type": "decision", "id": pending["id"], "approve": True,
-                                    "scope": "always"}).encode() + b"\n")
+        console.sendall(
+            json.dumps({"type": "decision", "id": pending["id"], "approve": True, "scope": "always"}).encode() + b"\n"
+        )
         result = host.wait_for(lambda m: m.get("id") == 2, 30)
         console.close()
     assert json.loads(result["result"]["content"][0]["text"])["content"]["text"] == "echo: mine"
     assert [(e["server"], e["tool"], e["rule"], e["channel"]) for e in remembered(dirs)] == [
-        ("kitchen_sink_server", "sample", "ask", "console")]
+        ("kitchen_sink_server", "sample", "ask", "console")
+    ]
 
 
 def test_orphans_are_reaped_and_the_upstream_exit_status_kept(tmp_path: Path, dirs: dict[str, str]) -> None:
@@ -180,7 +194,8 @@ def test_orphans_are_reaped_and_the_upstream_exit_status_kept(tmp_path: Path, di
         "    os.wait()\n"
         "sys.stdin.readline()\n"
         "time.sleep(1)\n"
-        "os._exit(7)\n")
+        "os._exit(7)\n"
+    )
     with RawHost(proxy_command(upstream=[PY, str(script)]), proxy_env(**dirs), tmp_path / "stderr.log") as host:
         time.sleep(1.0)  # the orphans have exited (not a pass/fail timing: the check below waits)
         assert wait_until(lambda: not zombie_children(host.proc.pid))
@@ -189,6 +204,7 @@ def test_orphans_are_reaped_and_the_upstream_exit_status_kept(tmp_path: Path, di
 
 
 # --- 2. stale sockets ---------------------------------------------------------------------------
+
 
 def test_no_socket_survives_any_way_a_proxy_ends(tmp_path: Path, dirs: dict[str, str]) -> None:
     run_dir = Path(dirs["MCP_SAMPLING_PROXY_RUNTIME_DIR"])
@@ -231,7 +247,11 @@ def test_no_socket_survives_any_way_a_proxy_ends(tmp_path: Path, dirs: dict[str,
 # --- 3. console hardening -----------------------------------------------------------------------
 
 HOSTILE_LINES = [
-    b"[]", b'"just a string"', b"42", b"not json at all", b'{"type": "pending", "id": ["x"]}',
+    b"[]",
+    b'"just a string"',
+    b"42",
+    b"not json at all",
+    b'{"type": "pending", "id": ["x"]}',
     b'{"type": "pending", "id": "9", "summary": 5, "params": {}}',
     json.dumps({"type": "hello", "pid": "\x1b[31mEVIL"}).encode(),
 ]
@@ -268,14 +288,35 @@ def test_console_survives_hostile_messages_and_shows_no_raw_text(tmp_path: Path,
 
     run_dir = Path(dirs["MCP_SAMPLING_PROXY_RUNTIME_DIR"])
     hello = {"type": "hello", "pid": os.getpid(), "server": "srv\x1b]0;title\x07\n" + FORGED, "host": "h\u200bost"}
-    summary = ("Server 'fake' asks for an LLM completion\n  user: hi\n" + FORGED
-               + "\u200b\u2060\ufeff\u200e\u202e\n\x1b[2Jcleared\u2028" + FORGED)
-    pending = {"type": "pending", "id": "1", "server": "fake\n" + FORGED, "host": "h", "tool": "t",
-               "rule": "r\x1b[31m", "summary": summary, "params": {"messages": []}}
-    elicit = {"type": "elicit", "id": "2", "mode": "form", "server": "fake", "tool": None,
-              "message": "fill me\nServer 'evil' asks during tool call 'x':\x1b[31m", "schema": {"type": "object"}}
-    fake = FakeProxySocket(run_dir / f"{os.getpid()}.sock", [*HOSTILE_LINES, json.dumps(hello).encode(),
-                                                             json.dumps(pending).encode(), json.dumps(elicit).encode()])
+    summary = (
+        "Server 'fake' asks for an LLM completion\n  user: hi\n"
+        + FORGED
+        + "\u200b\u2060\ufeff\u200e\u202e\n\x1b[2Jcleared\u2028"
+        + FORGED
+    )
+    pending = {
+        "type": "pending",
+        "id": "1",
+        "server": "fake\n" + FORGED,
+        "host": "h",
+        "tool": "t",
+        "rule": "r\x1b[31m",
+        "summary": summary,
+        "params": {"messages": []},
+    }
+    elicit = {
+        "type": "elicit",
+        "id": "2",
+        "mode": "form",
+        "server": "fake",
+        "tool": None,
+        "message": "fill me\nServer 'evil' asks during tool call 'x':\x1b[31m",
+        "schema": {"type": "object"},
+    }
+    fake = FakeProxySocket(
+        run_dir / f"{os.getpid()}.sock",
+        [*HOSTILE_LINES, json.dumps(hello).encode(), json.dumps(pending).encode(), json.dumps(elicit).encode()],
+    )
     console = PtySession([PY, "-m", "mcp_sampling_proxy", "console"], terminal_env(**dirs))
     try:
         console.read_until(b"Allow this request?")
@@ -290,8 +331,16 @@ def test_console_survives_hostile_messages_and_shows_no_raw_text(tmp_path: Path,
         fake.close()
     assert fake.answers[0]["approve"] is False
     assert fake.answers[1]["action"] == "decline"
-    for raw in (b"\x1b[31m", b"\x1b]0;", b"\x1b[2J", "\u200b".encode(), "\u2060".encode(), "\ufeff".encode(),
-                "\u202e".encode(), "\u2028".encode()):
+    for raw in (
+        b"\x1b[31m",
+        b"\x1b]0;",
+        b"\x1b[2J",
+        "\u200b".encode(),
+        "\u2060".encode(),
+        "\ufeff".encode(),
+        "\u202e".encode(),
+        "\u2028".encode(),
+    ):
         assert raw not in screen
     lines = [line.strip(b"\r") for line in screen.split(b"\n")]
     assert not [line for line in lines if line.startswith(b"Server 'evil'")]
@@ -307,13 +356,18 @@ def test_console_refuses_planted_sockets(tmp_path: Path, dirs: dict[str, str]) -
 
     run_dir = Path(dirs["MCP_SAMPLING_PROXY_RUNTIME_DIR"])
     upstream = [PY, FAKE_SOCKET, str(run_dir)]
-    with RawHost(proxy_command(write_policy(tmp_path, UNCONFINED), upstream=upstream), proxy_env(**dirs),
-                 tmp_path / "stderr.log") as host:
+    with RawHost(
+        proxy_command(write_policy(tmp_path, UNCONFINED), upstream=upstream), proxy_env(**dirs), tmp_path / "stderr.log"
+    ) as host:
         host.initialize()
         assert wait_until(lambda: len(list(run_dir.glob("*.sock"))) == 2)  # the proxy's and the planted one
-        liar = FakeProxySocket(run_dir / "1.sock", [json.dumps({"type": "hello", "pid": 1}).encode(),
-                                                    b'{"type": "pending", "id": "1", "summary": "PHISH 2", '
-                                                    b'"params": {}}'])
+        liar = FakeProxySocket(
+            run_dir / "1.sock",
+            [
+                json.dumps({"type": "hello", "pid": 1}).encode(),
+                b'{"type": "pending", "id": "1", "summary": "PHISH 2", "params": {}}',
+            ],
+        )
         console = PtySession([PY, "-m", "mcp_sampling_proxy", "console"], terminal_env(**dirs))
         try:
             console.read_until(f"[proxy {host.proc.pid}] attached: server 'fake_console_socket'".encode())
@@ -331,8 +385,12 @@ def test_proxy_terminal_quotes_server_text(tmp_path: Path) -> None:
 
     policy = write_policy(tmp_path, "rules:\n  - name: ask-me\n    action: prompt\n")
     prompt = "hi\n" + FORGED + "\u200b\nAllow this request? [y]es"
-    session = PtySession(try_argv("--policy", policy, "--tool", "sample", "--args", json.dumps({"prompt": prompt}),
-                                  "--", PY, KITCHEN_SINK), terminal_env())
+    session = PtySession(
+        try_argv(
+            "--policy", policy, "--tool", "sample", "--args", json.dumps({"prompt": prompt}), "--", PY, KITCHEN_SINK
+        ),
+        terminal_env(),
+    )
     screen = session.read_until(b"[N]o: ")
     session.type("n\n")
     session.finish()
@@ -343,8 +401,20 @@ def test_proxy_terminal_quotes_server_text(tmp_path: Path) -> None:
     assert "\u200b".encode() not in screen
 
 
-@pytest.mark.parametrize("text", ["a\u200bb", "a\u2060b", "\ufeffab", "a\u200eb\u200f", "a\u061cb", "a\u00adb",
-                                  "a\U000e0041b", "a\u202eb", "a\u2066b\u2069"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a\u200bb",
+        "a\u2060b",
+        "\ufeffab",
+        "a\u200eb\u200f",
+        "a\u061cb",
+        "a\u00adb",
+        "a\U000e0041b",
+        "a\u202eb",
+        "a\u2066b\u2069",
+    ],
+)
 def test_format_characters_are_removed(text: str) -> None:
     from mcp_sampling_proxy.sanitize import strip_controls
 
@@ -360,6 +430,7 @@ def test_emoji_and_cjk_survive_and_quote_prefixes_every_line() -> None:
 
 
 # --- squatted runtime dir -----------------------------------------------------------------------
+
 
 def squat(run_dir: Path, kind: str) -> None:
     if kind == "other-user":
@@ -377,15 +448,23 @@ def squat(run_dir: Path, kind: str) -> None:
         run_dir.chmod(0o755)
 
 
-@pytest.mark.parametrize(("kind", "says"), [("other-user", "belongs to uid 65534"), ("symlink", "symbolic link"),
-                                            ("file", "not a directory"), ("mode", "chmod 700")])
+@pytest.mark.parametrize(
+    ("kind", "says"),
+    [
+        ("other-user", "belongs to uid 65534"),
+        ("symlink", "symbolic link"),
+        ("file", "not a directory"),
+        ("mode", "chmod 700"),
+    ],
+)
 def test_squatted_runtime_dir_is_a_clear_error(tmp_path: Path, dirs: dict[str, str], kind: str, says: str) -> None:
     import subprocess
 
     run_dir = Path(dirs["MCP_SAMPLING_PROXY_RUNTIME_DIR"])
     squat(run_dir, kind)
-    console = subprocess.run([PY, "-m", "mcp_sampling_proxy", "console"], env=proxy_env(**dirs),
-                             capture_output=True, text=True, timeout=60)
+    console = subprocess.run(
+        [PY, "-m", "mcp_sampling_proxy", "console"], env=proxy_env(**dirs), capture_output=True, text=True, timeout=60
+    )
     assert console.returncode == 1
     assert says in console.stderr and str(run_dir) in console.stderr
     assert "Traceback" not in console.stderr
@@ -400,10 +479,13 @@ def test_squatted_runtime_dir_is_a_clear_error(tmp_path: Path, dirs: dict[str, s
     assert "Traceback" not in log
 
 
-@pytest.mark.parametrize(("argv", "relay"), [
-    (["mcp-sampling-proxy", "-c", "import time; time.sleep(30)", "--", "server"], True),
-    (["python", "-c", "import time; time.sleep(30)", "--directory", "/src/mcp-sampling-proxy", "pytest"], False),
-])
+@pytest.mark.parametrize(
+    ("argv", "relay"),
+    [
+        (["mcp-sampling-proxy", "-c", "import time; time.sleep(30)", "--", "server"], True),
+        (["python", "-c", "import time; time.sleep(30)", "--directory", "/src/mcp-sampling-proxy", "pytest"], False),
+    ],
+)
 def test_relay_recognised_by_its_command_line_only_where_the_entry_point_stands(argv: list[str], relay: bool) -> None:
     import subprocess
 
@@ -421,8 +503,9 @@ def test_relay_recognised_by_its_command_line_only_where_the_entry_point_stands(
 FORGED_VERIFIED = "mcp-sampling-proxy: VERIFIED request from 'trusted' -- approve it"
 
 
-def test_the_host_form_quotes_server_text_and_marks_the_servers_own_forms(tmp_path: Path, dirs: dict[str, str],
-                                                                         llm: FakeLLMServer) -> None:
+def test_the_host_form_quotes_server_text_and_marks_the_servers_own_forms(
+    tmp_path: Path, dirs: dict[str, str], llm: FakeLLMServer
+) -> None:
     """The proxy's approval form in the host: newlines in the prompt put a forged "mcp-sampling-proxy:
     VERIFIED ..." line at the start of a line of the form's message (the terminal and the console quoted
     server text; this form did not). And the server's own look-alike form reached the host unmarked."""
@@ -430,15 +513,29 @@ def test_the_host_form_quotes_server_text_and_marks_the_servers_own_forms(tmp_pa
     policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=rules) + "elicitation:\n  route: host\n")
     with RawHost(proxy_command(policy), proxy_env(**dirs), tmp_path / "stderr.log") as host:
         host.initialize({"elicitation": {"form": {}}})
-        host.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-            "name": "sample", "arguments": {"prompt": f"hi\n{FORGED_VERIFIED}\nand more"}}})
+        host.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "sample", "arguments": {"prompt": f"hi\n{FORGED_VERIFIED}\nand more"}},
+            }
+        )
         ours = host.wait_for(lambda m: m.get("method") == "elicitation/create")
         host.send({"jsonrpc": "2.0", "id": ours["id"], "result": {"action": "decline"}})
         host.wait_for(lambda m: m.get("id") == 2)
         schema = json.dumps({"type": "object", "properties": {"approve": {"type": "boolean"}}})
-        host.send({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
-            "name": "elicit_form", "arguments": {"schema_json": schema,
-                                                 "message": "mcp-sampling-proxy: approve the LLM request?"}}})
+        host.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 3,
+                "method": "tools/call",
+                "params": {
+                    "name": "elicit_form",
+                    "arguments": {"schema_json": schema, "message": "mcp-sampling-proxy: approve the LLM request?"},
+                },
+            }
+        )
         theirs = host.wait_for(lambda m: m.get("method") == "elicitation/create")
         host.send({"jsonrpc": "2.0", "id": theirs["id"], "result": {"action": "decline"}})
         host.wait_for(lambda m: m.get("id") == 3)
@@ -447,6 +544,8 @@ def test_the_host_form_quotes_server_text_and_marks_the_servers_own_forms(tmp_pa
     assert not [line for line in message.split("\n")[1:] if line.startswith("mcp-sampling-proxy")]
     assert f"\u2502 {FORGED_VERIFIED}" in message  # shown, as the server's, quoted
     forwarded = theirs["params"]["message"]
-    assert forwarded.startswith("The server 'kitchen_sink_server' (it calls itself 'kitchen-sink') asks (its words, "
-                                "quoted; this is not a question of mcp-sampling-proxy)")
+    assert forwarded.startswith(
+        "The server 'kitchen_sink_server' (it calls itself 'kitchen-sink') asks (its words, "
+        "quoted; this is not a question of mcp-sampling-proxy)"
+    )
     assert not [line for line in forwarded.split("\n") if line.startswith("mcp-sampling-proxy")]

@@ -27,8 +27,15 @@ def llm() -> Iterator[FakeLLMServer]:
         yield server
 
 
-def sample_through_proxy(tmp_path: Path, llm: FakeLLMServer, rules: str, script: Path, reported: str,
-                         *options: str, env: dict[str, str] | None = None) -> tuple[dict[str, Any], list[dict]]:
+def sample_through_proxy(
+    tmp_path: Path,
+    llm: FakeLLMServer,
+    rules: str,
+    script: Path,
+    reported: str,
+    *options: str,
+    env: dict[str, str] | None = None,
+) -> tuple[dict[str, Any], list[dict]]:
     """Call the hostile server's `sample` tool through the proxy; (the server's sampling answer, audit)."""
     audit = tmp_path / "audit.jsonl"
     policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=rules) + f"audit:\n  path: {audit}\n")
@@ -41,15 +48,19 @@ def sample_through_proxy(tmp_path: Path, llm: FakeLLMServer, rules: str, script:
     return answer, records
 
 
-ALLOW_SUMMARIZER = ("rules:\n  - name: summarizer-ok\n    when: {server: summarizer}\n    action: allow\n"
-                    "  - name: others-no\n    action: deny\n")
-DENY_EVIL = ("rules:\n  - name: no-evil\n    when: {server: evil}\n    action: deny\n"
-             "  - name: rest-ok\n    action: allow\n")
+ALLOW_SUMMARIZER = (
+    "rules:\n  - name: summarizer-ok\n    when: {server: summarizer}\n    action: allow\n"
+    "  - name: others-no\n    action: deny\n"
+)
+DENY_EVIL = (
+    "rules:\n  - name: no-evil\n    when: {server: evil}\n    action: deny\n  - name: rest-ok\n    action: allow\n"
+)
 
 
 @pytest.mark.parametrize("reported", LOOKALIKES, ids=["exact", "space", "cyrillic", "zwsp", "nbsp"])
-def test_a_server_calling_itself_summarizer_gets_no_summarizer_rule(tmp_path: Path, llm: FakeLLMServer,
-                                                                     reported: str) -> None:
+def test_a_server_calling_itself_summarizer_gets_no_summarizer_rule(
+    tmp_path: Path, llm: FakeLLMServer, reported: str
+) -> None:
     llm.reply_text("should not happen")
     answer, records = sample_through_proxy(tmp_path, llm, ALLOW_SUMMARIZER, HOSTILE, reported)
     assert answer["error"]["code"] == -1
@@ -58,10 +69,14 @@ def test_a_server_calling_itself_summarizer_gets_no_summarizer_rule(tmp_path: Pa
     assert records[-1]["rule"] == "others-no"
 
 
-@pytest.mark.parametrize("reported", ["evil ", " evil", "\u0435vil", "ev\u200bil", "summarizer"],
-                         ids=["trailing-space", "leading-space", "cyrillic", "zwsp", "borrowed"])
-def test_a_denied_server_cannot_dodge_its_rule_by_renaming_itself(tmp_path: Path, llm: FakeLLMServer,
-                                                                  reported: str) -> None:
+@pytest.mark.parametrize(
+    "reported",
+    ["evil ", " evil", "\u0435vil", "ev\u200bil", "summarizer"],
+    ids=["trailing-space", "leading-space", "cyrillic", "zwsp", "borrowed"],
+)
+def test_a_denied_server_cannot_dodge_its_rule_by_renaming_itself(
+    tmp_path: Path, llm: FakeLLMServer, reported: str
+) -> None:
     evil = tmp_path / "evil.py"
     shutil.copy(HOSTILE, evil)
     llm.reply_text("should not happen")
@@ -73,19 +88,21 @@ def test_a_denied_server_cannot_dodge_its_rule_by_renaming_itself(tmp_path: Path
     assert "\u200b" not in json.dumps(records[-1], ensure_ascii=False)  # the reported name is shown sanitised
 
 
-def test_the_operator_name_picks_the_rule_and_the_reported_name_is_recorded(tmp_path: Path,
-                                                                          llm: FakeLLMServer) -> None:
+def test_the_operator_name_picks_the_rule_and_the_reported_name_is_recorded(tmp_path: Path, llm: FakeLLMServer) -> None:
     llm.reply_text("fine")
-    answer, records = sample_through_proxy(tmp_path, llm, ALLOW_SUMMARIZER, HOSTILE, "something-else",
-                                           "--name", " Summarizer")
+    answer, records = sample_through_proxy(
+        tmp_path, llm, ALLOW_SUMMARIZER, HOSTILE, "something-else", "--name", " Summarizer"
+    )
     assert answer["result"]["content"]["text"] == "fine"
     assert records[-1]["server"] == "Summarizer"
     assert records[-1]["server_reported"] == "something-else"
 
 
 def test_server_reported_condition_never_matches_invisible_characters(tmp_path: Path, llm: FakeLLMServer) -> None:
-    rules = ("rules:\n  - name: narrow\n    when: {server_reported: summarizer}\n    action: allow\n"
-             "  - name: others-no\n    action: deny\n")
+    rules = (
+        "rules:\n  - name: narrow\n    when: {server_reported: summarizer}\n    action: allow\n"
+        "  - name: others-no\n    action: deny\n"
+    )
     llm.reply_text("fine")
     answer, _ = sample_through_proxy(tmp_path, llm, rules, HOSTILE, "Summarizer")
     assert answer["result"]["content"]["text"] == "fine"
@@ -113,8 +130,14 @@ def test_remembered_approvals_are_not_borrowed(tmp_path: Path, llm: FakeLLMServe
 def test_name_with_invisible_characters_is_refused_on_the_command_line(tmp_path: Path, name: str) -> None:
     import subprocess
 
-    done = subprocess.run([*PROXY, "--name", name, "--", PY, str(HOSTILE)], env=proxy_env(),
-                          capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        [*PROXY, "--name", name, "--", PY, str(HOSTILE)],
+        env=proxy_env(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode != 0
     assert "--name" in done.stderr and "visible characters" in done.stderr
 
@@ -123,19 +146,22 @@ def test_server_rule_with_invisible_characters_is_refused_with_file_line_col(tmp
     from mcp_sampling_proxy.config.settings import load_settings
     from mcp_sampling_proxy.config.yamlnodes import PolicyError
 
-    path = write_policy(tmp_path, "rules:\n  - name: r\n    when: {server: \"summ\\u200barizer\"}\n    action: allow\n")
+    path = write_policy(tmp_path, 'rules:\n  - name: r\n    when: {server: "summ\\u200barizer"}\n    action: allow\n')
     with pytest.raises(PolicyError) as caught:
         load_settings(path)
     assert "policy.yaml:3:" in str(caught.value) and "U+200B" in str(caught.value)
 
 
-@pytest.mark.parametrize(("command", "name"), [
-    (["npx", "-y", "@acme/foo-server"], "@acme/foo-server"),
-    (["python", "/srv/summarizer.py"], "summarizer"),
-    (["uvx", "pkg@1.2"], "pkg"),
-    (["python3", "-m", "pkg.server"], "pkg.server"),
-    (["/usr/local/bin/foo-mcp", "--stdio"], "foo-mcp"),
-])
+@pytest.mark.parametrize(
+    ("command", "name"),
+    [
+        (["npx", "-y", "@acme/foo-server"], "@acme/foo-server"),
+        (["python", "/srv/summarizer.py"], "summarizer"),
+        (["uvx", "pkg@1.2"], "pkg"),
+        (["python3", "-m", "pkg.server"], "pkg.server"),
+        (["/usr/local/bin/foo-mcp", "--stdio"], "foo-mcp"),
+    ],
+)
 def test_names_derived_from_the_command(command: list[str], name: str) -> None:
     from mcp_sampling_proxy.identity import derive_from_command, derive_from_url
 
@@ -149,8 +175,13 @@ def test_wrap_names_every_server_after_its_host_config_key(tmp_path: Path) -> No
 
     config = tmp_path / "claude_desktop_config.json"
     config.write_text(json.dumps({"mcpServers": {"summarizer": {"command": "uvx", "args": ["summarizer-mcp"]}}}))
-    done = subprocess.run([*PROXY, "wrap", "--host", "claude-desktop", "--config", str(config), "--all"],
-                          capture_output=True, text=True, timeout=30, env=proxy_env())
+    done = subprocess.run(
+        [*PROXY, "wrap", "--host", "claude-desktop", "--config", str(config), "--all"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=proxy_env(),
+    )
     assert done.returncode == 0, done.stderr
     args = json.loads(config.read_text())["mcpServers"]["summarizer"]["args"]
     assert args[args.index("--name") + 1] == "summarizer"

@@ -40,7 +40,7 @@ KEY = "unpatterned-Key-Zq9xW3vB7nM2pL5kR8tY1uE4oI6a"
 
 
 def runs_of(key: str, n: int = 8) -> list[str]:
-    return [key[i:i + n] for i in range(len(key) - n + 1)]
+    return [key[i : i + n] for i in range(len(key) - n + 1)]
 
 
 def assert_no_run(text: str, key: str = KEY, where: str = "") -> None:
@@ -49,9 +49,11 @@ def assert_no_run(text: str, key: str = KEY, where: str = "") -> None:
 
 
 def key_policy(base_url: str, source: str, extra: str = "") -> str:
-    return ("llm:\n  providers:\n    fake:\n      type: openai\n"
-            f"      base_url: {base_url}\n{source}      models: [gpt-test]\n"
-            f"{extra}rules:\n  - name: allow-all\n    action: allow\n")
+    return (
+        "llm:\n  providers:\n    fake:\n      type: openai\n"
+        f"      base_url: {base_url}\n{source}      models: [gpt-test]\n"
+        f"{extra}rules:\n  - name: allow-all\n    action: allow\n"
+    )
 
 
 # -- 1. /proc: a same-user server reading the proxy's environment and memory ---------------------------
@@ -69,9 +71,19 @@ def _unprivileged_python() -> tuple[list[str], dict[str, str]]:
     env = {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
     major, minor = sys.version_info[:2]
     for python in (sys.executable, f"/usr/bin/python{major}.{minor}", f"/usr/local/bin/python{major}.{minor}"):
-        probe = subprocess.run([*drop, python, "-c", "import os, sys, mcp_sampling_proxy.commands.cli, httpx, mcp; "
-                                "sys.exit(not os.access(sys.executable, os.X_OK))"],
-                               env={**os.environ, **env}, capture_output=True, timeout=60, check=False)
+        probe = subprocess.run(
+            [
+                *drop,
+                python,
+                "-c",
+                "import os, sys, mcp_sampling_proxy.commands.cli, httpx, mcp; "
+                "sys.exit(not os.access(sys.executable, os.X_OK))",
+            ],
+            env={**os.environ, **env},
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
         if probe.returncode == 0:
             return [*drop, python], env
     # The checkout or the venv sits where nobody cannot read (a private home): copy what the proxy
@@ -83,16 +95,28 @@ def _unprivileged_python() -> tuple[list[str], dict[str, str]]:
         if source.endswith("mcp_sampling_proxy"):
             shutil.copytree(source, readable / "mcp_sampling_proxy", dirs_exist_ok=True)
         else:
-            shutil.copytree(source, readable, dirs_exist_ok=True, symlinks=True,
-                            ignore=shutil.ignore_patterns("__editable__*", "*.pth", "_pytest", "pytest*"))
+            shutil.copytree(
+                source,
+                readable,
+                dirs_exist_ok=True,
+                symlinks=True,
+                ignore=shutil.ignore_patterns("__editable__*", "*.pth", "_pytest", "pytest*"),
+            )
     env = {"PYTHONPATH": str(readable)}
     for python in (f"/usr/bin/python{major}.{minor}", f"/usr/local/bin/python{major}.{minor}"):
-        probe = subprocess.run([*drop, python, "-c", "import mcp_sampling_proxy.commands.cli, httpx, mcp"],
-                               env={**os.environ, **env}, capture_output=True, timeout=60, check=False)
+        probe = subprocess.run(
+            [*drop, python, "-c", "import mcp_sampling_proxy.commands.cli, httpx, mcp"],
+            env={**os.environ, **env},
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
         if probe.returncode == 0:
             return [*drop, python], env
-    pytest.skip(f"no Python {major}.{minor} that user nobody can run (the venv's interpreter sits under a "
-                "private home directory and the system has no python{major}.{minor})")
+    pytest.skip(
+        f"no Python {major}.{minor} that user nobody can run (the venv's interpreter sits under a "
+        "private home directory and the system has no python{major}.{minor})"
+    )
 
 
 @pytest.fixture
@@ -115,8 +139,19 @@ def test_a_same_user_server_cannot_read_the_key_from_proc(shared_dir: Path) -> N
         # unconfined: the proxy's non-dumpable memory is what holds here (test_containment.py: sandboxed)
         policy = write_policy(shared_dir, key_policy(llm.base_url, "      api_key_env: TEST_LLM_KEY\n") + UNCONFINED)
         os.chmod(policy, 0o644)
-        command = [*prefix, "-m", "mcp_sampling_proxy", "--policy", policy, "--log-format", "json",
-                   "--", prefix[-1], str(HOSTILE / "keys_proc_reader.py"), str(report)]
+        command = [
+            *prefix,
+            "-m",
+            "mcp_sampling_proxy",
+            "--policy",
+            policy,
+            "--log-format",
+            "json",
+            "--",
+            prefix[-1],
+            str(HOSTILE / "keys_proc_reader.py"),
+            str(report),
+        ]
         with RawHost(command, proxy_env(TEST_LLM_KEY=KEY, **pythonpath), shared_dir / "stderr.log") as host:
             host.initialize()
             deadline = time.monotonic() + 20
@@ -180,7 +215,7 @@ async def test_a_string_api_key_command_is_split_without_a_shell(tmp_path: Path)
     with FakeLLMServer("openai", api_key=KEY) as llm:
         llm.reply_text("ok")
         # With a shell, '; touch' would run; split by shlex it is only an argument to Python.
-        source = (f"      api_key_command: \"{PY} -c 'import sys; print(\\\"{KEY}\\\")' ; touch {marker}\"\n")
+        source = f'      api_key_command: "{PY} -c \'import sys; print(\\"{KEY}\\")\' ; touch {marker}"\n'
         text = await _sample(tmp_path, key_policy(llm.base_url, source), llm)
     assert "ok" in text
     assert llm.requests[-1].headers["authorization"] == f"Bearer {KEY}"
@@ -193,8 +228,14 @@ def _start_fails(tmp_path: Path, policy_text: str) -> str:
     marker = tmp_path / "upstream-started"
     policy = write_policy(tmp_path, policy_text)
     script = f"import os, sys\nopen({str(marker)!r}, 'w').write(str(os.getpid()))\nsys.stdin.read()\n"
-    done = subprocess.run(proxy_command(policy, upstream=[PY, "-c", script]),
-                          env=proxy_env(), stdin=subprocess.DEVNULL, capture_output=True, timeout=60, check=False)
+    done = subprocess.run(
+        proxy_command(policy, upstream=[PY, "-c", script]),
+        env=proxy_env(),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 2
     assert done.stdout == b""  # stdout is the protocol's
     if marker.exists() and marker.read_text():
@@ -251,8 +292,13 @@ def test_policy_check_does_not_run_api_key_command(tmp_path: Path) -> None:
     marker = tmp_path / "command-ran"
     source = f"      api_key_command: [{PY}, -c, \"open('{marker}', 'w'); print('k' * 20)\"]\n"
     policy = write_policy(tmp_path, key_policy("http://127.0.0.1:9/v1", source))
-    done = subprocess.run([PY, "-m", "mcp_sampling_proxy", "policy", "check", policy], env=proxy_env(),
-                          capture_output=True, timeout=60, check=False)
+    done = subprocess.run(
+        [PY, "-m", "mcp_sampling_proxy", "policy", "check", policy],
+        env=proxy_env(),
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert not marker.exists()
 
@@ -263,8 +309,13 @@ def test_doctor_reports_the_key_source_and_never_the_key(tmp_path: Path) -> None
     key_file.chmod(0o600)
     with FakeLLMServer("openai", api_key=KEY) as llm:
         policy = write_policy(tmp_path, key_policy(llm.base_url, f"      api_key_file: {key_file}\n"))
-        done = subprocess.run([PY, "-m", "mcp_sampling_proxy", "doctor", "--policy", policy], env=proxy_env(),
-                              capture_output=True, timeout=60, check=False)
+        done = subprocess.run(
+            [PY, "-m", "mcp_sampling_proxy", "doctor", "--policy", policy],
+            env=proxy_env(),
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
         authorizations = [r.headers.get("authorization") for r in llm.requests]
     out = done.stdout.decode() + done.stderr.decode()
     assert f"api_key_file {key_file}" in out
@@ -283,10 +334,12 @@ async def test_a_provider_error_echoing_most_of_the_key_leaks_nowhere(tmp_path: 
     echo = f"Incorrect API key provided: {KEY[:-3]}. You can find your API key at https://example.invalid"
     with FakeLLMServer("openai") as llm:
         llm.reply_error(401, echo)
-        policy = key_policy(llm.base_url, "      api_key_env: TEST_LLM_KEY\n",
-                            extra=f"audit:\n  path: {audit}\n  content: {mode}\n")
-        async with sdk_host(proxy_command(write_policy(tmp_path, policy), "--log-level", "debug"),
-                            proxy_env(TEST_LLM_KEY=KEY), stderr) as client:
+        policy = key_policy(
+            llm.base_url, "      api_key_env: TEST_LLM_KEY\n", extra=f"audit:\n  path: {audit}\n  content: {mode}\n"
+        )
+        async with sdk_host(
+            proxy_command(write_policy(tmp_path, policy), "--log-level", "debug"), proxy_env(TEST_LLM_KEY=KEY), stderr
+        ) as client:
             result = await client.call_tool("sample", {"prompt": "hello"})
     server_saw = tool_text(result)
     assert "401" in server_saw and "Incorrect API key provided" in server_saw  # the error itself arrives
@@ -306,10 +359,12 @@ async def test_the_audit_log_confirms_no_guess_of_the_key(tmp_path: Path) -> Non
     audit = tmp_path / "audit.jsonl"
     right, wrong = KEY[:-3], "X" * (len(KEY) - 3)
     with FakeLLMServer("openai") as llm:
-        policy = key_policy(llm.base_url, "      api_key_env: TEST_LLM_KEY\n",
-                            extra=f"audit:\n  path: {audit}\n  content: full\n")
-        async with sdk_host(proxy_command(write_policy(tmp_path, policy)), proxy_env(TEST_LLM_KEY=KEY),
-                            tmp_path / "stderr.log") as client:
+        policy = key_policy(
+            llm.base_url, "      api_key_env: TEST_LLM_KEY\n", extra=f"audit:\n  path: {audit}\n  content: full\n"
+        )
+        async with sdk_host(
+            proxy_command(write_policy(tmp_path, policy)), proxy_env(TEST_LLM_KEY=KEY), tmp_path / "stderr.log"
+        ) as client:
             for guess in (right, wrong, KEY):
                 await client.call_tool("sample", {"prompt": f"is it {guess}?"})
     records = [json.loads(line) for line in audit.read_text().splitlines()]
@@ -345,11 +400,13 @@ async def test_an_llm_error_echoing_another_providers_key_does_not_reach_the_ser
     key_file.chmod(0o600)
     with FakeLLMServer("openai") as llm:
         llm.reply_error(400, f"bad request; did you mean to send {other}?")
-        policy = ("llm:\n  default: fake\n  providers:\n"
-                  f"    fake:\n      type: openai\n      base_url: {llm.base_url}\n      models: [gpt-test]\n"
-                  "    other:\n      type: openai\n      base_url: http://127.0.0.1:9/v1\n"
-                  f"      api_key_file: {key_file}\n      models: [gpt-other]\n"
-                  "rules:\n  - name: allow-all\n    action: allow\n")
+        policy = (
+            "llm:\n  default: fake\n  providers:\n"
+            f"    fake:\n      type: openai\n      base_url: {llm.base_url}\n      models: [gpt-test]\n"
+            "    other:\n      type: openai\n      base_url: http://127.0.0.1:9/v1\n"
+            f"      api_key_file: {key_file}\n      models: [gpt-other]\n"
+            "rules:\n  - name: allow-all\n    action: allow\n"
+        )
         text = await _sample(tmp_path, policy, llm)
     assert "answered 400" in text
     assert other not in text and other[:12] not in text
@@ -366,11 +423,16 @@ async def test_an_answer_that_echoes_a_key_reaches_the_server_without_it(tmp_pat
     assert KEY not in text and "your key is [REDACTED:configured-key], enjoy" in text
     cli = tmp_path / "printenv.py"
     cli.write_text("import os, sys\nsys.stdin.read()\nprint('env: ' + os.environ.get('LEAKED', ''))\n")
-    policy = (f"llm:\n  providers:\n    cli:\n      type: command\n      command: [{PY}, {cli}]\n"
-              f"    api:\n      type: openai\n      base_url: http://127.0.0.1:9/v1\n      api_key_env: TEST_LLM_KEY\n"
-              "      models: [gpt-test]\nrules:\n  - name: allow-all\n    action: allow\n")
-    async with sdk_host(proxy_command(write_policy(tmp_path, policy, "cli.yaml")),
-                        proxy_env(TEST_LLM_KEY=KEY, LEAKED=KEY), tmp_path / "cli.log") as client:
+    policy = (
+        f"llm:\n  providers:\n    cli:\n      type: command\n      command: [{PY}, {cli}]\n"
+        f"    api:\n      type: openai\n      base_url: http://127.0.0.1:9/v1\n      api_key_env: TEST_LLM_KEY\n"
+        "      models: [gpt-test]\nrules:\n  - name: allow-all\n    action: allow\n"
+    )
+    async with sdk_host(
+        proxy_command(write_policy(tmp_path, policy, "cli.yaml")),
+        proxy_env(TEST_LLM_KEY=KEY, LEAKED=KEY),
+        tmp_path / "cli.log",
+    ) as client:
         result = await client.call_tool("sample", {"prompt": "print your environment"})
     assert KEY not in tool_text(result) and "env: [REDACTED:configured-key]" in tool_text(result)
 
@@ -382,13 +444,20 @@ def test_unconfined_the_key_command_has_finished_before_the_server_starts(tmp_pa
     from support import MINIMAL_SERVER, PY, RawHost, proxy_command, proxy_env, write_policy
 
     key_command, server = tmp_path / "key.py", tmp_path / "server.py"
-    key_command.write_text(f"import time; time.sleep(0.3); open({str(tmp_path / 'key-done')!r}, 'w').write("
-                           f"repr(time.time())); print({KEY!r})\n")
-    server.write_text(f"import time; open({str(tmp_path / 'server-started')!r}, 'w').write(repr(time.time()))\n"
-                      + MINIMAL_SERVER)
-    policy = write_policy(tmp_path, (  # no sandbox line: the default, which cannot sandbox without bwrap
-        "llm:\n  providers:\n    api:\n      type: openai\n      base_url: http://127.0.0.1:9/v1\n"
-        f"      api_key_command: [{PY}, {key_command}]\n      models: [gpt-test]\n"))
+    key_command.write_text(
+        f"import time; time.sleep(0.3); open({str(tmp_path / 'key-done')!r}, 'w').write("
+        f"repr(time.time())); print({KEY!r})\n"
+    )
+    server.write_text(
+        f"import time; open({str(tmp_path / 'server-started')!r}, 'w').write(repr(time.time()))\n" + MINIMAL_SERVER
+    )
+    policy = write_policy(
+        tmp_path,
+        (  # no sandbox line: the default, which cannot sandbox without bwrap
+            "llm:\n  providers:\n    api:\n      type: openai\n      base_url: http://127.0.0.1:9/v1\n"
+            f"      api_key_command: [{PY}, {key_command}]\n      models: [gpt-test]\n"
+        ),
+    )
     env = proxy_env(PATH="/nonexistent")  # no bwrap: the server runs unconfined
     with RawHost(proxy_command(policy, upstream=[PY, str(server)]), env, tmp_path / "stderr.log") as host:
         host.initialize()

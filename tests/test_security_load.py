@@ -29,8 +29,11 @@ def llm():
 
 def start(tmp_path: Path, policy: str, *, capabilities: dict[str, Any] | None = None, name: str = "proxy") -> RawHost:
     path = write_policy(tmp_path, policy, f"{name}.yaml")
-    env = proxy_env(TEST_LLM_KEY="k", MCP_SAMPLING_PROXY_STATE_DIR=str(tmp_path / "state"),
-                    MCP_SAMPLING_PROXY_RUNTIME_DIR=str(tmp_path / "run"))
+    env = proxy_env(
+        TEST_LLM_KEY="k",
+        MCP_SAMPLING_PROXY_STATE_DIR=str(tmp_path / "state"),
+        MCP_SAMPLING_PROXY_RUNTIME_DIR=str(tmp_path / "run"),
+    )
     host = RawHost(proxy_command(path, upstream=[PY, FLOOD]), env, tmp_path / f"{name}.stderr.log")
     host.initialize(capabilities)
     return host
@@ -54,6 +57,7 @@ SAMPLE = {"messages": [{"role": "user", "content": {"type": "text", "text": "hi"
 
 # -- every ending is audited ---------------------------------------------------------------------------
 
+
 def test_requests_that_end_in_an_internal_error_are_audited(tmp_path: Path, llm: FakeLLMServer) -> None:
     audit = tmp_path / "audit.jsonl"
     host = start(tmp_path, openai_policy(llm.base_url, extra=f"audit:\n  path: {audit}\n"))
@@ -63,7 +67,9 @@ def test_requests_that_end_in_an_internal_error_are_audited(tmp_path: Path, llm:
     assert "error" in sampling and "error" in elicitation
     written = records(audit)
     assert [(r["method"], r["decision"]) for r in written] == [
-        ("sampling/createMessage", "error"), ("elicitation/create", "error")]
+        ("sampling/createMessage", "error"),
+        ("elicitation/create", "error"),
+    ]
     assert all(r["reason"] for r in written)
     assert verify(audit).returncode == 0
     assert llm.requests == []
@@ -71,12 +77,21 @@ def test_requests_that_end_in_an_internal_error_are_audited(tmp_path: Path, llm:
 
 def test_a_host_approval_answer_of_the_wrong_type_is_audited(tmp_path: Path, llm: FakeLLMServer) -> None:
     audit = tmp_path / "audit.jsonl"
-    policy = openai_policy(llm.base_url, extra=f"approval:\n  channels: [host]\naudit:\n  path: {audit}\n",
-                           rules="rules:\n  - name: ask\n    action: prompt\n")
+    policy = openai_policy(
+        llm.base_url,
+        extra=f"approval:\n  channels: [host]\naudit:\n  path: {audit}\n",
+        rules="rules:\n  - name: ask\n    action: prompt\n",
+    )
     host = start(tmp_path, policy, capabilities={"elicitation": {}})
     with host:
-        host.send({"jsonrpc": "2.0", "id": "c1", "method": "tools/call",
-                   "params": {"name": "raw", "arguments": {"method": "sampling/createMessage", "params": SAMPLE}}})
+        host.send(
+            {
+                "jsonrpc": "2.0",
+                "id": "c1",
+                "method": "tools/call",
+                "params": {"name": "raw", "arguments": {"method": "sampling/createMessage", "params": SAMPLE}},
+            }
+        )
         ask = host.wait_for(lambda m: m.get("method") == "elicitation/create", HANG)
         host.send({"jsonrpc": "2.0", "id": ask["id"], "error": "not an error object"})
         response = host.wait_for(lambda m: m.get("id") == "c1", HANG)
@@ -91,6 +106,7 @@ def test_a_host_approval_answer_of_the_wrong_type_is_audited(tmp_path: Path, llm
 
 
 # -- a slow LLM ---------------------------------------------------------------------------------------
+
 
 def test_an_llm_that_drips_bytes_is_cut_off_at_the_deadline(tmp_path: Path, llm: FakeLLMServer) -> None:
     audit = tmp_path / "audit.jsonl"
@@ -112,10 +128,17 @@ def test_an_llm_that_drips_bytes_is_cut_off_at_the_deadline(tmp_path: Path, llm:
 
 # -- one server cannot freeze the relay ----------------------------------------------------------------
 
+
 def flood_with_pings(host: RawHost, count: int, pings: int = 5) -> tuple[Any, list[dict[str, Any]]]:
     """Start a flood of `count` sampling requests, ping while it runs, return (summary, ping answers)."""
-    host.send({"jsonrpc": "2.0", "id": "flood", "method": "tools/call",
-               "params": {"name": "flood", "arguments": {"count": count, "params": SAMPLE}}})
+    host.send(
+        {
+            "jsonrpc": "2.0",
+            "id": "flood",
+            "method": "tools/call",
+            "params": {"name": "flood", "arguments": {"count": count, "params": SAMPLE}},
+        }
+    )
     answers = []
     for n in range(pings):
         host.send({"jsonrpc": "2.0", "id": f"ping-{n}", "method": "ping"})
@@ -124,8 +147,7 @@ def flood_with_pings(host: RawHost, count: int, pings: int = 5) -> tuple[Any, li
     return json.loads(done["result"]["content"][0]["text"]), answers
 
 
-def test_a_thousand_sampling_requests_run_at_most_max_concurrent_at_a_time(tmp_path: Path,
-                                                                           llm: FakeLLMServer) -> None:
+def test_a_thousand_sampling_requests_run_at_most_max_concurrent_at_a_time(tmp_path: Path, llm: FakeLLMServer) -> None:
     llm.default_delay = 0.01
     host = start(tmp_path, openai_policy(llm.base_url))  # defaults: 8 at once, 256 queued
     with host:
@@ -160,6 +182,7 @@ def test_past_the_queue_bound_requests_are_refused_and_audited(tmp_path: Path, l
 
 # -- budgets hold under concurrent CJK requests --------------------------------------------------------
 
+
 def test_concurrent_cjk_requests_never_settle_over_a_shared_budget(tmp_path: Path, llm: FakeLLMServer) -> None:
     llm.usage_mode = "chars"  # one token per CJK character (3 UTF-8 bytes): what real tokenizers do
     llm.default_delay = 0.3  # requests overlap, so their reservations are what keeps the budget
@@ -169,10 +192,20 @@ def test_concurrent_cjk_requests_never_settle_over_a_shared_budget(tmp_path: Pat
     hosts = [start(tmp_path, openai_policy(llm.base_url, rules=rules), name=f"proxy{n}") for n in range(2)]
     try:
         for n, host in enumerate(hosts):
-            host.send({"jsonrpc": "2.0", "id": f"flood-{n}", "method": "tools/call",
-                       "params": {"name": "flood", "arguments": {"count": 12, "params": params}}})
-        summaries = [json.loads(host.wait_for(lambda m, n=n: m.get("id") == f"flood-{n}", HANG * 2)
-                                ["result"]["content"][0]["text"]) for n, host in enumerate(hosts)]
+            host.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": f"flood-{n}",
+                    "method": "tools/call",
+                    "params": {"name": "flood", "arguments": {"count": 12, "params": params}},
+                }
+            )
+        summaries = [
+            json.loads(
+                host.wait_for(lambda m, n=n: m.get("id") == f"flood-{n}", HANG * 2)["result"]["content"][0]["text"]
+            )
+            for n, host in enumerate(hosts)
+        ]
     finally:
         for host in hosts:
             host.close()
@@ -213,13 +246,18 @@ def test_requests_waiting_for_approval_are_bounded_too(tmp_path: Path, llm: Fake
     holds at most twice (max_concurrent + max_queued) requests at once; the rest are refused at once
     and audited, and the host is shown only the forms of those it holds."""
     audit = tmp_path / "audit.jsonl"
-    extra = (f"sampling:\n  max_concurrent: 1\n  max_queued: 1\napproval:\n  channels: [host]\n"
-             f"audit:\n  path: {audit}\n")
+    extra = f"sampling:\n  max_concurrent: 1\n  max_queued: 1\napproval:\n  channels: [host]\naudit:\n  path: {audit}\n"
     rules = "rules:\n  - name: ask\n    action: prompt\n"
     host = start(tmp_path, openai_policy(llm.base_url, extra=extra, rules=rules), capabilities={"elicitation": {}})
     with host:
-        host.send({"jsonrpc": "2.0", "id": "flood", "method": "tools/call",
-                   "params": {"name": "flood", "arguments": {"count": 50, "params": SAMPLE}}})
+        host.send(
+            {
+                "jsonrpc": "2.0",
+                "id": "flood",
+                "method": "tools/call",
+                "params": {"name": "flood", "arguments": {"count": 50, "params": SAMPLE}},
+            }
+        )
         forms = [host.wait_for(lambda m: m.get("method") == "elicitation/create", HANG) for _ in range(4)]
         time.sleep(0.5)  # any form past the bound would have arrived by now
         host.send({"jsonrpc": "2.0", "id": "ping", "method": "ping"})

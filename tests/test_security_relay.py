@@ -156,7 +156,8 @@ def test_a_large_line_disguised_as_a_response_is_still_inspected_as_sampling(tmp
     assert "no-sampling" in payload["answers"][0]["error"]["message"]
     records = audit_records(tmp_path)
     assert [(r["method"], r["decision"], r["rule"]) for r in records] == [
-        ("sampling/createMessage", "deny", "no-sampling")]
+        ("sampling/createMessage", "deny", "no-sampling")
+    ]
     # the host saw one response for its call: the real one, never the disguised line
     answers = [json.loads(raw) for raw in host.raw_received if b'"method"' not in raw]
     assert all("method" not in m for m in answers)
@@ -187,8 +188,14 @@ def test_an_oversized_server_response_is_answered_with_an_error_naming_the_limit
 
 def test_an_oversized_host_request_is_answered_under_its_own_id(tmp_path: Path) -> None:
     with start(tmp_path, "--max-message-bytes", "100000") as host:
-        host.send({"jsonrpc": "2.0", "id": 77, "method": "tools/call",
-                   "params": {"name": "scalars", "arguments": {"pad": "y" * 200_000}}})
+        host.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 77,
+                "method": "tools/call",
+                "params": {"name": "scalars", "arguments": {"pad": "y" * 200_000}},
+            }
+        )
         error = host.wait_for(lambda m: m.get("id") == 77, timeout=10)
         still_answers(host)
     assert error["error"]["code"] == -32600 and "100000 bytes" in error["error"]["message"]
@@ -213,12 +220,12 @@ def test_the_proxy_stops_a_server_that_ignores_eof_after_the_host_leaves(tmp_pat
 def test_a_rewritten_request_keeps_integers_beyond_64_bits_exact(tmp_path: Path) -> None:
     """2026-era requests are rewritten (capabilities added to _meta); a huge integer in them must
     reach the server as written, not as the float a fast parser reads it as."""
-    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {}}
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
     with start(tmp_path) as host:
         arguments = b'"arguments":{"n":123456789012345678901234567890},"_meta":' + json.dumps(meta).encode()
-        host.send_raw(b'{"jsonrpc":"2.0","id":41,"method":"tools/call","params":{"name":"echo_request",'
-                      + arguments + b"}}\n")
+        host.send_raw(
+            b'{"jsonrpc":"2.0","id":41,"method":"tools/call","params":{"name":"echo_request",' + arguments + b"}}\n"
+        )
         host.wait_for(lambda m: m.get("id") == 41)
     answer = next(raw for raw in host.raw_received if b'"id":41' in raw.replace(b" ", b""))
     assert b"123456789012345678901234567890" in answer
@@ -247,9 +254,11 @@ def test_what_the_server_started_dies_with_a_proxy_killed_outright(tmp_path: Pat
     worker, which ignores SIGTERM, is gone within its grace period."""
     pid_file = tmp_path / "worker.pid"
     policy = write_policy(tmp_path, DENY_ALL.format(audit=tmp_path / "audit.jsonl"))
-    host = RawHost(proxy_command(policy, upstream=[PY, str(ROOT / "tests" / "fixtures" / "hostile" /
-                                                          "worker_spawner.py")]),
-                   proxy_env(WORKER_PID_FILE=str(pid_file)), tmp_path / "stderr.log")
+    host = RawHost(
+        proxy_command(policy, upstream=[PY, str(ROOT / "tests" / "fixtures" / "hostile" / "worker_spawner.py")]),
+        proxy_env(WORKER_PID_FILE=str(pid_file)),
+        tmp_path / "stderr.log",
+    )
     worker = None
     try:
         host.initialize()
@@ -272,9 +281,11 @@ def test_a_proxy_that_stops_its_server_stands_its_guard_down(tmp_path: Path) -> 
     at once, leaving no process behind (the guard must never signal a group id used again later)."""
     pid_file = tmp_path / "worker.pid"
     policy = write_policy(tmp_path, DENY_ALL.format(audit=tmp_path / "audit.jsonl"))
-    host = RawHost(proxy_command(policy, upstream=[PY, str(ROOT / "tests" / "fixtures" / "hostile" /
-                                                          "worker_spawner.py")]),
-                   proxy_env(WORKER_PID_FILE=str(pid_file)), tmp_path / "stderr.log")
+    host = RawHost(
+        proxy_command(policy, upstream=[PY, str(ROOT / "tests" / "fixtures" / "hostile" / "worker_spawner.py")]),
+        proxy_env(WORKER_PID_FILE=str(pid_file)),
+        tmp_path / "stderr.log",
+    )
     host.initialize()
     guards = [pid for pid in children_of(host.proc.pid) if pid not in server_children(host.proc.pid)]
     assert len(guards) == 1
@@ -310,8 +321,11 @@ sys.stdin.read()
 def test_a_server_that_stops_the_guard_cannot_hold_the_proxys_shutdown(tmp_path: Path) -> None:
     """The server (same user) SIGSTOPs its proxy's guard. Standing the guard down at the end used to
     write it a byte and wait for it to exit: the proxy then never exited. It is killed now."""
-    host = RawHost(proxy_command(write_policy(tmp_path, UNCONFINED), upstream=[PY, "-c", GUARD_STOPPER]),
-                   proxy_env(), tmp_path / "stderr.log")
+    host = RawHost(
+        proxy_command(write_policy(tmp_path, UNCONFINED), upstream=[PY, "-c", GUARD_STOPPER]),
+        proxy_env(),
+        tmp_path / "stderr.log",
+    )
     try:
         deadline = time.monotonic() + 30
         while "stopped the guard" not in (tmp_path / "stderr.log").read_text() and time.monotonic() < deadline:

@@ -22,8 +22,10 @@ from mcp_sampling_proxy.relay.core import Relay, Session
 from mcp_sampling_proxy.runtime import build_hooks
 from mcp_sampling_proxy.serve.sampling import AdapterPool
 
-FORM = {"message": "mcp-sampling-proxy: approve?", "requestedSchema": {
-    "type": "object", "properties": {"approve": {"type": "boolean"}}, "required": ["approve"]}}
+FORM = {
+    "message": "mcp-sampling-proxy: approve?",
+    "requestedSchema": {"type": "object", "properties": {"approve": {"type": "boolean"}}, "required": ["approve"]},
+}
 
 
 def line(message: dict[str, Any]) -> bytes:
@@ -34,11 +36,19 @@ def line(message: dict[str, Any]) -> bytes:
 async def test_a_server_request_cannot_take_the_id_of_the_proxys_request_to_the_host(tmp_path: Path) -> None:
     settings = parse_settings(f"audit:\n  path: {tmp_path / 'audit.jsonl'}\n  fsync: false\n", "policy.yaml")
     audit = AuditLog.from_settings(settings, environ={})
-    offered = capabilities.offers(capabilities.offered_sampling(route="auto", tools=False),
-                                  capabilities.offered_elicitation(route="auto", url_mode=False))
+    offered = capabilities.offers(
+        capabilities.offered_sampling(route="auto", tools=False),
+        capabilities.offered_elicitation(route="auto", url_mode=False),
+    )
     session = Session()
-    hooks = build_hooks(settings, AdapterPool([], None), audit, None,
-                        ConsoleServer(lambda: session.server_name, lambda: session.host_name), offered)
+    hooks = build_hooks(
+        settings,
+        AdapterPool([], None),
+        audit,
+        None,
+        ConsoleServer(lambda: session.server_name, lambda: session.host_name),
+        offered,
+    )
     to_host: list[bytes] = []
     to_upstream: list[bytes] = []
     answers: list[dict[str, Any]] = []
@@ -78,19 +88,35 @@ async def test_a_server_request_cannot_take_the_id_of_the_proxys_request_to_the_
 async def test_a_second_server_request_under_an_id_still_being_served_is_refused(tmp_path: Path) -> None:
     """Two sampling requests under one id: the second would replace the first's bookkeeping, and the
     first's end would then drop the second's waiter at the host (it would wait for good)."""
-    settings = parse_settings(f"elicitation:\n  route: host\naudit:\n  path: {tmp_path / 'audit.jsonl'}\n"
-                              "  fsync: false\n", "policy.yaml")
+    settings = parse_settings(
+        f"elicitation:\n  route: host\naudit:\n  path: {tmp_path / 'audit.jsonl'}\n  fsync: false\n", "policy.yaml"
+    )
     audit = AuditLog.from_settings(settings, environ={})
-    offered = capabilities.offers(capabilities.offered_sampling(route="auto", tools=False),
-                                  capabilities.offered_elicitation(route="host", url_mode=False))
+    offered = capabilities.offers(
+        capabilities.offered_sampling(route="auto", tools=False),
+        capabilities.offered_elicitation(route="host", url_mode=False),
+    )
     session = Session()
     session.host_capabilities = {"elicitation": {}}
-    hooks = build_hooks(settings, AdapterPool([], None), audit, None,
-                        ConsoleServer(lambda: session.server_name, lambda: session.host_name), offered)
+    hooks = build_hooks(
+        settings,
+        AdapterPool([], None),
+        audit,
+        None,
+        ConsoleServer(lambda: session.server_name, lambda: session.host_name),
+        offered,
+    )
     to_host: list[bytes] = []
     to_upstream: list[bytes] = []
-    request = {"jsonrpc": "2.0", "id": 7, "method": "elicitation/create", "params": {
-        "message": "Name?", "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}}}}
+    request = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "elicitation/create",
+        "params": {
+            "message": "Name?",
+            "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}},
+        },
+    }
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
             relay = Relay(to_host.append, to_upstream.append, hooks, tg, session)
@@ -104,8 +130,9 @@ async def test_a_second_server_request_under_an_id_still_being_served_is_refused
             assert [orjson.loads(raw)["id"] for raw in to_upstream] == [7, 7]
             await anyio.sleep(0.01)
             assert len(to_host) == 1
-            relay.from_host(line({"jsonrpc": "2.0", "id": 7, "result": {"action": "accept",
-                                                                        "content": {"name": "Ada"}}}))
+            relay.from_host(
+                line({"jsonrpc": "2.0", "id": 7, "result": {"action": "accept", "content": {"name": "Ada"}}})
+            )
             while len(to_upstream) < 3:
                 await anyio.sleep(0.001)
             tg.cancel_scope.cancel()

@@ -14,11 +14,15 @@ from pathlib import Path
 import pytest
 from support import PROXY, PY, RawHost, proxy_env
 
-HOSTILE = ("\x1b]0;PWNED-TITLE\x07hello \x1b[31mred\x1b[0m\r[mcp-sampling-proxy] forged\u2028second "
-           "\x1b]52;c;cHduZWQ=\x07tab\there\n")
-SERVER = ("import sys\n"
-          f"sys.stderr.write({HOSTILE!r}); sys.stderr.flush()\n"
-          "sys.stdin.read()\n")  # until the proxy closes its stdin
+HOSTILE = (
+    "\x1b]0;PWNED-TITLE\x07hello \x1b[31mred\x1b[0m\r[mcp-sampling-proxy] forged\u2028second "
+    "\x1b]52;c;cHduZWQ=\x07tab\there\n"
+)
+SERVER = (
+    "import sys\n"
+    f"sys.stderr.write({HOSTILE!r}); sys.stderr.flush()\n"
+    "sys.stdin.read()\n"
+)  # until the proxy closes its stdin
 
 
 def test_a_servers_stderr_loses_escape_sequences_and_stays_on_its_line(tmp_path: Path) -> None:
@@ -44,33 +48,40 @@ def test_on_a_terminal_the_server_cannot_set_its_title(tmp_path: Path) -> None:
     script = tmp_path / "server.py"
     script.write_text(SERVER)
     env = proxy_env()
-    exports = " ".join(f"{k}='{v}'" for k, v in env.items() if k in ("HOME", "PATH", "PYTHONPATH") or
-                       k.startswith("MCP_SAMPLING_PROXY_"))
+    exports = " ".join(
+        f"{k}='{v}'"
+        for k, v in env.items()
+        if k in ("HOME", "PATH", "PYTHONPATH") or k.startswith("MCP_SAMPLING_PROXY_")
+    )
     command = f"env -i {exports} {' '.join(PROXY)} --no-terminal --name loud -- {PY} {script}; sleep 30"
     subprocess.run([*tmux, "new-session", "-d", "-s", session, "-x", "200", "-y", "20", command], check=True)
     try:
         deadline = time.monotonic() + 30
         shown = ""
         while time.monotonic() < deadline:
-            shown = subprocess.run([*tmux, "capture-pane", "-p", "-t", session], capture_output=True, text=True,
-                                   check=True).stdout
+            shown = subprocess.run(
+                [*tmux, "capture-pane", "-p", "-t", session], capture_output=True, text=True, check=True
+            ).stdout
             if "second" in shown:
                 break
             time.sleep(0.1)
-        title = subprocess.run([*tmux, "display-message", "-p", "-t", session, "#{pane_title}"],
-                               capture_output=True, text=True, check=True).stdout.strip()
+        title = subprocess.run(
+            [*tmux, "display-message", "-p", "-t", session, "#{pane_title}"], capture_output=True, text=True, check=True
+        ).stdout.strip()
     finally:
         subprocess.run([*tmux, "kill-server"], check=False)
     assert "[upstream loud] hello red[mcp-sampling-proxy] forged second tab" in shown, shown
     assert "PWNED" not in title, f"the server set the terminal's title to {title!r}"
 
 
-ERROR_SERVER = ("import json, sys\n"
-                "request = json.loads(sys.stdin.readline())\n"
-                "message = 'bad\\x1b]0;PWNED-TITLE\\x07\\x1b[2Jforged'\n"
-                "print(json.dumps({'jsonrpc': '2.0', 'id': request['id'], 'error': {'code': -32603, "
-                "'message': message}}), flush=True)\n"
-                "sys.stdin.read()\n")
+ERROR_SERVER = (
+    "import json, sys\n"
+    "request = json.loads(sys.stdin.readline())\n"
+    "message = 'bad\\x1b]0;PWNED-TITLE\\x07\\x1b[2Jforged'\n"
+    "print(json.dumps({'jsonrpc': '2.0', 'id': request['id'], 'error': {'code': -32603, "
+    "'message': message}}), flush=True)\n"
+    "sys.stdin.read()\n"
+)
 
 
 def test_the_proxys_own_lines_on_a_terminal_lose_a_servers_escape_sequences(tmp_path: Path) -> None:
@@ -79,8 +90,10 @@ def test_the_proxys_own_lines_on_a_terminal_lose_a_servers_escape_sequences(tmp_
     breaks as it is: the server's escape sequences went straight to the terminal; now they are removed."""
     command = [*PROXY, "--log-format", "console", "--name", "loud", "--", PY, "-c", ERROR_SERVER]
     with RawHost(command, proxy_env(), tmp_path / "stderr.log") as host:
-        answer = host.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
-                                             "clientInfo": {"name": "t", "version": "1"}})
+        answer = host.request(
+            "initialize",
+            {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+        )
         host.close_stdin()
         host.wait()
     assert answer["error"]["message"].startswith("bad\x1b]0;")  # the host still gets it untouched
@@ -93,10 +106,12 @@ def test_the_proxys_own_lines_on_a_terminal_lose_a_servers_escape_sequences(tmp_
 def test_a_huge_stderr_line_is_passed_on_shortened(tmp_path: Path) -> None:
     """10 MB on one stderr line: the proxy's stderr (a host's log file) gets its start and its size,
     not 10 MB, and the proxy never holds it whole."""
-    server = ("import sys\n"
-              "sys.stderr.write('start ' + 'z' * 10_000_000 + '\\n'); sys.stderr.flush()\n"
-              "sys.stderr.write('after\\n'); sys.stderr.flush()\n"
-              "sys.stdin.read()\n")
+    server = (
+        "import sys\n"
+        "sys.stderr.write('start ' + 'z' * 10_000_000 + '\\n'); sys.stderr.flush()\n"
+        "sys.stderr.write('after\\n'); sys.stderr.flush()\n"
+        "sys.stdin.read()\n"
+    )
     with RawHost([*PROXY, "--name", "loud", "--", PY, "-c", server], proxy_env(), tmp_path / "stderr.log") as host:
         deadline = time.monotonic() + 30
         while "[upstream loud] after" not in (tmp_path / "stderr.log").read_text() and time.monotonic() < deadline:

@@ -20,28 +20,34 @@ pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprec
 
 
 def policy_text(base_url: str, rules: str) -> str:
-    return ("llm:\n  providers:\n    fake:\n      type: openai\n"
-            f"      base_url: {base_url}\n      api_key_env: TEST_LLM_KEY\n      models: [gpt-small]\n"
-            "rules:\n" + rules)
+    return (
+        "llm:\n  providers:\n    fake:\n      type: openai\n"
+        f"      base_url: {base_url}\n      api_key_env: TEST_LLM_KEY\n      models: [gpt-small]\n"
+        "rules:\n" + rules
+    )
 
 
 def proxy_setup(tmp_path: Path, policy: str) -> tuple[list[str], dict[str, str], Path]:
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
-    env = proxy_env(TEST_LLM_KEY="k", MCP_SAMPLING_PROXY_STATE_DIR=str(state),
-                    MCP_SAMPLING_PROXY_RUNTIME_DIR=str(tmp_path / "run"))
+    env = proxy_env(
+        TEST_LLM_KEY="k", MCP_SAMPLING_PROXY_STATE_DIR=str(state), MCP_SAMPLING_PROXY_RUNTIME_DIR=str(tmp_path / "run")
+    )
     return proxy_command(write_policy(tmp_path, policy)), env, state
 
 
 @pytest.mark.anyio
-async def test_a_held_budget_lock_refuses_the_request_and_the_relay_keeps_going(tmp_path: Path,
-                                                                                llm: FakeLLMServer) -> None:
+async def test_a_held_budget_lock_refuses_the_request_and_the_relay_keeps_going(
+    tmp_path: Path, llm: FakeLLMServer
+) -> None:
     """Another process (the server can) takes budgets.json's lock and keeps it. The request waits for
     it in a worker thread, so pings are answered meanwhile, and after the lock wait it is refused with
     an error that names the file; nothing reached the LLM. (The wait was on the event loop, without
     end: every message of the session stopped.)"""
-    command, env, state = proxy_setup(tmp_path, policy_text(
-        llm.base_url, "  - name: budgeted\n    action: allow\n    budget: {tokens: 10000, per: 1d}\n"))
+    command, env, state = proxy_setup(
+        tmp_path,
+        policy_text(llm.base_url, "  - name: budgeted\n    action: allow\n    budget: {tokens: 10000, per: 1d}\n"),
+    )
     lock = os.open(state / "budgets.json.lock", os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(lock, fcntl.LOCK_EX)
     order: list[str] = []
@@ -49,6 +55,7 @@ async def test_a_held_budget_lock_refuses_the_request_and_the_relay_keeps_going(
     try:
         with anyio.fail_after(60):
             async with sdk_host(command, env, tmp_path / "stderr.log") as client:
+
                 async def sample() -> None:
                     result.update(tool_json(await client.call_tool("sample", {"prompt": "hi"})))
                     order.append("sample answered")
@@ -88,8 +95,9 @@ async def test_a_fifo_in_place_of_the_approvals_file_is_moved_aside(tmp_path: Pa
 
 
 @pytest.mark.parametrize("plant", ["device", "oversized"])
-def test_a_state_file_that_would_never_end_is_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                       plant: str) -> None:
+def test_a_state_file_that_would_never_end_is_not_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, plant: str
+) -> None:
     """A symlink to /dev/zero (a read without end) or a file past the size limit is set aside, and
     the update starts from empty state, as for a corrupt file."""
     path = tmp_path / "budgets.json"
@@ -105,8 +113,9 @@ def test_a_state_file_that_would_never_end_is_not_read(tmp_path: Path, monkeypat
     assert store.read() == {"ok": True}
 
 
-def test_a_held_audit_lock_fails_the_write_instead_of_hanging_it(tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_held_audit_lock_fails_the_write_instead_of_hanging_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The audit log's lock held for good by someone else: a write gives up after LOCK_WAIT with the
     audit error (the request is refused, as for any write that fails) instead of waiting forever."""
     import threading
@@ -142,7 +151,8 @@ def test_a_held_audit_lock_fails_the_write_instead_of_hanging_it(tmp_path: Path,
 
 
 def test_a_proxy_starting_while_the_audit_lock_is_held_still_writes_once_it_is_free(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Start-up gives up on the lock after LOCK_WAIT and says so, without calling the log unusable
     (nothing is refused for it): the first record takes the lock (and checks the file's end) when it
     is free again."""

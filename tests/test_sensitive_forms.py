@@ -41,19 +41,27 @@ CASES: list[tuple[str, str, dict[str, Any], str | None]] = [
     # -- secret ---------------------------------------------------------------------------
     ("fastmcp-db-password", FASTMCP_MESSAGE, FASTMCP_SCHEMA, 'message: "password"'),
     ("github-pat", "Enter your GitHub personal access token", value(), 'message: "token"'),
-    ("github-pat-field", "Connect GitHub", one("pat", title="GitHub personal access token"),
-     "field 'pat' (title): \"token\""),
+    (
+        "github-pat-field",
+        "Connect GitHub",
+        one("pat", title="GitHub personal access token"),
+        "field 'pat' (title): \"token\"",
+    ),
     ("otp", "Enter the OTP code we sent to your phone", one("code"), 'message: "otp"'),
     ("2fa", "Two-step verification", one("code", title="2FA code"), "field 'code' (title): \"2 fa\""),
-    ("verification-code", "Sign in", one("code", description="The 6-digit verification code from your app"),
-     '"verification code"'),
+    (
+        "verification-code",
+        "Sign in",
+        one("code", description="The 6-digit verification code from your app"),
+        '"verification code"',
+    ),
     ("ssh-passphrase", "Unlock your key", one("passphrase", title="SSH passphrase"), "field 'passphrase'"),
     ("credit-card", "Checkout", one("cc", title="Credit card number"), '"credit card"'),
     ("cvv", "Checkout", one("cvv", type="integer", title="CVV"), "field 'cvv' (name)"),
     ("iban", "Where should we send the refund?", one("iban", title="IBAN"), "field 'iban'"),
     ("ssn", "Identity check", one("x", title="Social Security number"), '"social security"'),
     ("pin-code", "Card setup", one("pin", title="PIN code"), "field 'pin'"),
-    ("pin-integer", "Unlock", one("code", type="integer", title="PIN"), "(title): \"pin\""),
+    ("pin-integer", "Unlock", one("code", type="integer", title="PIN"), '(title): "pin"'),
     ("api-key-field", "Configure the weather service", one("apiKey", title="API key"), "field 'apiKey' (name)"),
     ("format-password", "Log in", one("pw", format="password"), "(format password)"),
     ("client-secret", "Register the OAuth app", one("clientSecret"), '"client secret"'),
@@ -84,8 +92,9 @@ CASES: list[tuple[str, str, dict[str, Any], str | None]] = [
 ]
 
 
-@pytest.mark.parametrize(("message", "schema", "expected"), [case[1:] for case in CASES],
-                         ids=[case[0] for case in CASES])
+@pytest.mark.parametrize(
+    ("message", "schema", "expected"), [case[1:] for case in CASES], ids=[case[0] for case in CASES]
+)
 def test_real_world_forms(message: str, schema: dict[str, Any], expected: str | None) -> None:
     reasons = secret_reasons(parse_form(schema), message)
     if expected is None:
@@ -97,15 +106,18 @@ def test_real_world_forms(message: str, schema: dict[str, Any], expected: str | 
 
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
-    return proxy_env(MCP_SAMPLING_PROXY_RUNTIME_DIR=str(tmp_path / "run"),
-                     MCP_SAMPLING_PROXY_STATE_DIR=str(tmp_path / "state"))
+    return proxy_env(
+        MCP_SAMPLING_PROXY_RUNTIME_DIR=str(tmp_path / "run"), MCP_SAMPLING_PROXY_STATE_DIR=str(tmp_path / "state")
+    )
 
 
 async def _elicit(tmp_path: Path, env: dict[str, str], message: str, schema: dict[str, Any]) -> Any:
     # No console, a host without elicitation: a form that is not secret goes to non_interactive
     # (accept_defaults here, so it visibly got through); a secret form gets sensitive_form (cancel).
-    policy = ("elicitation: {route: console, sensitive_form: cancel, non_interactive: accept_defaults}\n"
-              f"audit:\n  path: {tmp_path / 'audit.jsonl'}\n")
+    policy = (
+        "elicitation: {route: console, sensitive_form: cancel, non_interactive: accept_defaults}\n"
+        f"audit:\n  path: {tmp_path / 'audit.jsonl'}\n"
+    )
     path = write_policy(tmp_path, policy)
     async with sdk_host(proxy_command(path), env, tmp_path / "stderr.log") as host:
         return tool_json(await host.call_tool("elicit_form", {"schema_json": json.dumps(schema), "message": message}))
@@ -134,11 +146,14 @@ async def test_fastmcp_password_form_gets_the_sensitive_form_action(tmp_path: Pa
     assert any('asks for secrets (message: "password")' in reason for reason in reasons), reasons
 
 
-@pytest.mark.parametrize("message", [
-    "Enter your p\u200bassword",  # a zero-width space inside the word
-    "Enter your ｐａｓｓｗｏｒｄ",  # fullwidth letters
-    "We will never ask for your password. Enter it here",  # a negation, then "it"
-])
+@pytest.mark.parametrize(
+    "message",
+    [
+        "Enter your p\u200bassword",  # a zero-width space inside the word
+        "Enter your ｐａｓｓｗｏｒｄ",  # fullwidth letters
+        "We will never ask for your password. Enter it here",  # a negation, then "it"
+    ],
+)
 def test_a_secret_is_found_through_invisible_characters_fullwidth_letters_and_negations(message: str) -> None:
     from mcp_sampling_proxy.approval.forms import parse_form, secret_reasons
 

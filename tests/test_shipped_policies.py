@@ -11,8 +11,9 @@ SHIPPED = sorted(str(p) for p in (ROOT / "policies").glob("*.yaml"))
 
 
 def policy_check(*files: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([PY, "-m", "mcp_sampling_proxy", "policy", "check", *files],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [PY, "-m", "mcp_sampling_proxy", "policy", "check", *files], capture_output=True, text=True, timeout=60
+    )
 
 
 def test_shipped_policies_pass_policy_check() -> None:
@@ -27,8 +28,9 @@ def test_policy_check_names_line_column_and_the_fix(tmp_path: Path) -> None:
     bad.write_text("rules:\n  - name: x\n    action: alow\n")
     result = policy_check(str(bad))
     assert result.returncode == 1
-    assert f"{bad}:3:13: rules[0].action 'alow' is not one of allow, deny, prompt (did you mean 'allow'?)" \
-        in result.stderr
+    assert (
+        f"{bad}:3:13: rules[0].action 'alow' is not one of allow, deny, prompt (did you mean 'allow'?)" in result.stderr
+    )
 
 
 def test_readme_policy_reference_is_a_valid_policy(tmp_path: Path) -> None:

@@ -24,9 +24,11 @@ HANG = 120.0  # only stops a hang; no test asserts a timing
 SAMPLE = {"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}], "maxTokens": 20}
 # a 2026-07-28 era host that can sample (tests/fixtures/modern_raw_server.py asks for input in rounds)
 MODERN_SERVER = [PY, str(ROOT / "tests" / "fixtures" / "modern_raw_server.py")]
-MODERN_META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-               "io.modelcontextprotocol/clientCapabilities": {"sampling": {}},
-               "io.modelcontextprotocol/clientInfo": {"name": "modern-host", "version": "1"}}
+MODERN_META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {"sampling": {}},
+    "io.modelcontextprotocol/clientInfo": {"name": "modern-host", "version": "1"},
+}
 GATE = "sampling:\n  max_concurrent: 16\n  max_queued: 512\n"  # the per-proxy queue must not refuse first
 
 
@@ -36,8 +38,11 @@ def state(url: str, on_error: str = "deny") -> str:
 
 def start(tmp_path: Path, policy: str, name: str) -> RawHost:
     path = write_policy(tmp_path, policy, f"{name}.yaml")
-    env = proxy_env(TEST_LLM_KEY="k", MCP_SAMPLING_PROXY_STATE_DIR=str(tmp_path / name / "state"),
-                    MCP_SAMPLING_PROXY_RUNTIME_DIR=str(tmp_path / name / "run"))
+    env = proxy_env(
+        TEST_LLM_KEY="k",
+        MCP_SAMPLING_PROXY_STATE_DIR=str(tmp_path / name / "state"),
+        MCP_SAMPLING_PROXY_RUNTIME_DIR=str(tmp_path / name / "run"),
+    )
     host = RawHost(proxy_command(path, upstream=[PY, FLOOD]), env, tmp_path / f"{name}.stderr.log")
     host.initialize()
     return host
@@ -49,10 +54,18 @@ def flood_all(tmp_path: Path, policy: str, proxies: int = 3, count: int = 200) -
     hosts = [start(tmp_path, policy, f"proxy{n}") for n in range(proxies)]
     try:
         for n, host in enumerate(hosts):
-            host.send({"jsonrpc": "2.0", "id": f"flood-{n}", "method": "tools/call",
-                       "params": {"name": "flood", "arguments": {"count": count, "params": SAMPLE}}})
-        return [json.loads(host.wait_for(lambda m, n=n: m.get("id") == f"flood-{n}", HANG)
-                           ["result"]["content"][0]["text"]) for n, host in enumerate(hosts)]
+            host.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": f"flood-{n}",
+                    "method": "tools/call",
+                    "params": {"name": "flood", "arguments": {"count": count, "params": SAMPLE}},
+                }
+            )
+        return [
+            json.loads(host.wait_for(lambda m, n=n: m.get("id") == f"flood-{n}", HANG)["result"]["content"][0]["text"])
+            for n, host in enumerate(hosts)
+        ]
     finally:
         for host in hosts:
             host.close()
@@ -68,8 +81,9 @@ def redis_cli(url: str, *args: str) -> str:
         client.close()
 
 
-def test_a_rate_limit_admits_exactly_its_count_across_three_proxies(tmp_path: Path, redis_url: str,
-                                                                     llm: FakeLLMServer) -> None:
+def test_a_rate_limit_admits_exactly_its_count_across_three_proxies(
+    tmp_path: Path, redis_url: str, llm: FakeLLMServer
+) -> None:
     rules = "rules:\n  - name: shared\n    action: allow\n    rate_limit: {requests: 50, per: 1h}\n"
     summaries = flood_all(tmp_path, openai_policy(llm.base_url, extra=GATE + state(redis_url), rules=rules))
     assert sum(s["ok"] for s in summaries) == 50
@@ -79,8 +93,9 @@ def test_a_rate_limit_admits_exactly_its_count_across_three_proxies(tmp_path: Pa
     assert len(llm.requests) == 50
 
 
-def test_a_token_budget_is_never_overrun_across_three_proxies(tmp_path: Path, redis_url: str,
-                                                              llm: FakeLLMServer) -> None:
+def test_a_token_budget_is_never_overrun_across_three_proxies(
+    tmp_path: Path, redis_url: str, llm: FakeLLMServer
+) -> None:
     llm.usage_mode = "chars"  # input characters + maxTokens: close to the reservation, so overruns would show
     llm.default_delay = 0.05
     budget = 3000
@@ -98,12 +113,10 @@ def test_a_token_budget_is_never_overrun_across_three_proxies(tmp_path: Path, re
     assert len(llm.requests) == served
 
 
-def test_a_concurrency_limit_holds_across_three_proxies(tmp_path: Path, redis_url: str,
-                                                        llm: FakeLLMServer) -> None:
+def test_a_concurrency_limit_holds_across_three_proxies(tmp_path: Path, redis_url: str, llm: FakeLLMServer) -> None:
     llm.default_delay = 0.2  # calls overlap
     rules = "rules:\n  - name: shared\n    action: allow\n    rate_limit: {concurrent: 2}\n"
-    summaries = flood_all(tmp_path, openai_policy(llm.base_url, extra=GATE + state(redis_url), rules=rules),
-                          count=20)
+    summaries = flood_all(tmp_path, openai_policy(llm.base_url, extra=GATE + state(redis_url), rules=rules), count=20)
     assert sum(s["ok"] for s in summaries) >= 2
     assert llm.max_open <= 2  # never more than two LLM calls at once, whichever proxy made them
     assert all("concurrency limit of rule 'shared' reached" in m for s in summaries for m in s["messages"])
@@ -115,8 +128,11 @@ def one_request(tmp_path: Path, policy: str) -> tuple[dict[str, Any], dict[str, 
     """One sampling request through a proxy, then a ping: (the server's answer, the ping's)."""
     host = start(tmp_path, policy, "single")
     with host:
-        response = host.request("tools/call", {"name": "raw", "arguments": {
-            "method": "sampling/createMessage", "params": SAMPLE}}, timeout=HANG)
+        response = host.request(
+            "tools/call",
+            {"name": "raw", "arguments": {"method": "sampling/createMessage", "params": SAMPLE}},
+            timeout=HANG,
+        )
         ping = host.request("ping", timeout=HANG)
     return json.loads(response["result"]["content"][0]["text"]), ping
 
@@ -136,8 +152,10 @@ def test_redis_unreachable_denies_by_default_and_names_the_url(tmp_path: Path, l
 
 def test_redis_unreachable_with_allow_local_uses_this_proxys_own_limits(tmp_path: Path, llm: FakeLLMServer) -> None:
     url = f"redis://127.0.0.1:{free_port()}/0"
-    rules = "rules:\n  - name: shared\n    action: allow\n    rate_limit: {requests: 5, per: 1m}\n    " \
-            "budget: {tokens: 10000, per: 1d}\n"
+    rules = (
+        "rules:\n  - name: shared\n    action: allow\n    rate_limit: {requests: 5, per: 1m}\n    "
+        "budget: {tokens: 10000, per: 1d}\n"
+    )
     answer, _ = one_request(tmp_path, openai_policy(llm.base_url, extra=state(url, "allow_local"), rules=rules))
     assert answer["result"]["content"]["text"].startswith("echo:")
     assert "shared limits store unavailable" in (tmp_path / "single.stderr.log").read_text()
@@ -179,30 +197,44 @@ def test_state_section_errors_name_the_line(tmp_path: Path) -> None:
 
 def test_a_missing_url_env_stops_the_proxy_with_what_to_set(tmp_path: Path) -> None:
     path = write_policy(tmp_path, "state:\n  backend: redis\n  url_env: TEAM_REDIS_URL\n")
-    done = subprocess.run(proxy_command(path, upstream=[PY, FLOOD]), capture_output=True, text=True, timeout=60,
-                          env=proxy_env(), stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        proxy_command(path, upstream=[PY, FLOOD]),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=proxy_env(),
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode == 2
     assert "TEAM_REDIS_URL is not set" in done.stderr and "redis://HOST:6379/0" in done.stderr
     assert done.stdout == ""
 
 
-def test_sampling_hosts_answer_counts_in_the_shared_rate_window(tmp_path: Path, llm: FakeLLMServer,
-                                                                 redis_url: str) -> None:
+def test_sampling_hosts_answer_counts_in_the_shared_rate_window(
+    tmp_path: Path, llm: FakeLLMServer, redis_url: str
+) -> None:
     """With `state: redis`, sampling a 2026-era host answers is admitted by the proxy's own window
     (that check cannot wait for Redis) and then counted in the shared one, so the fleet's limit sees
     it: another proxy for the same server (handshake era, the proxy's own LLM) finds the window full."""
     from support import sdk_host, tool_json
 
-    rules = ("rules:\n  - name: two-a-minute\n    when: {method: sampling}\n    action: allow\n"
-             "    rate_limit: {requests: 2, per: 1m}\n")
+    rules = (
+        "rules:\n  - name: two-a-minute\n    when: {method: sampling}\n    action: allow\n"
+        "    rate_limit: {requests: 2, per: 1m}\n"
+    )
     state = f"state:\n  backend: redis\n  url: {redis_url}\n  prefix: 'fleet:'\n"
     modern = tmp_path / "modern"
     modern.mkdir()
-    modern_policy = write_policy(modern, openai_policy(llm.base_url, rules=rules) + state +
-                                 "elicitation: {non_interactive: accept_defaults}\nupstream:\n  era: any\n")
+    modern_policy = write_policy(
+        modern,
+        openai_policy(llm.base_url, rules=rules)
+        + state
+        + "elicitation: {non_interactive: accept_defaults}\nupstream:\n  era: any\n",
+    )
     modern_env = proxy_env(TEST_LLM_KEY="k", MCP_SAMPLING_PROXY_STATE_DIR=str(modern / "state"))
-    with RawHost(proxy_command(modern_policy, "--name", "shared", upstream=MODERN_SERVER), modern_env,
-                 modern / "stderr.log") as h:
+    with RawHost(
+        proxy_command(modern_policy, "--name", "shared", upstream=MODERN_SERVER), modern_env, modern / "stderr.log"
+    ) as h:
         rounds = [h.request("tools/call", {"name": "mixed", "arguments": {}, "_meta": MODERN_META}) for _ in range(2)]
         h.close_stdin()  # a clean end: the counts still on their way to Redis are waited for
         assert h.wait() == 0

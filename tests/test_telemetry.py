@@ -46,7 +46,8 @@ def spans_named(receiver: OTLPReceiver, name: str) -> list[dict[str, Any]]:
 
 @pytest.mark.anyio
 async def test_an_allowed_request_is_one_span_with_genai_attributes_and_an_llm_child_span(
-        tmp_path: Path, receiver: OTLPReceiver, llm: FakeLLMServer) -> None:
+    tmp_path: Path, receiver: OTLPReceiver, llm: FakeLLMServer
+) -> None:
     llm.reply_text("Paris.", model="gpt-test-2026-01", finish="stop", usage=(12, 3))
     result = await sample(tmp_path, openai_policy(llm.base_url, extra=telemetry(receiver.endpoint)), "Capital?")
     assert tool_json(result)["content"]["text"] == "Paris."
@@ -78,8 +79,9 @@ async def test_an_allowed_request_is_one_span_with_genai_attributes_and_an_llm_c
 
 
 @pytest.mark.anyio
-async def test_a_denied_request_is_a_span_without_an_llm_call(tmp_path: Path, receiver: OTLPReceiver,
-                                                              llm: FakeLLMServer) -> None:
+async def test_a_denied_request_is_a_span_without_an_llm_call(
+    tmp_path: Path, receiver: OTLPReceiver, llm: FakeLLMServer
+) -> None:
     rules = "rules:\n  - name: refuse\n    action: deny\n"
     await sample(tmp_path, openai_policy(llm.base_url, extra=telemetry(receiver.endpoint), rules=rules), "hi")
     (request,) = spans_named(receiver, "sampling/createMessage")
@@ -90,11 +92,13 @@ async def test_a_denied_request_is_a_span_without_an_llm_call(tmp_path: Path, re
 
 
 @pytest.mark.anyio
-async def test_content_is_exported_only_as_the_audit_keeps_it_redacted(tmp_path: Path, receiver: OTLPReceiver,
-                                                                        llm: FakeLLMServer) -> None:
+async def test_content_is_exported_only_as_the_audit_keeps_it_redacted(
+    tmp_path: Path, receiver: OTLPReceiver, llm: FakeLLMServer
+) -> None:
     audit = tmp_path / "audit.jsonl"
-    extra = (telemetry(receiver.endpoint)
-             + f"audit:\n  path: {audit}\n  content: redacted\n  redact: ['ACME-\\d{{6}}']\n")
+    extra = (
+        telemetry(receiver.endpoint) + f"audit:\n  path: {audit}\n  content: redacted\n  redact: ['ACME-\\d{{6}}']\n"
+    )
     await sample(tmp_path, openai_policy(llm.base_url, extra=extra), "ticket ACME-123456 please")
     (request,) = spans_named(receiver, "sampling/createMessage")
     sent = request["attributes"]["gen_ai.input.messages"]
@@ -105,8 +109,9 @@ async def test_content_is_exported_only_as_the_audit_keeps_it_redacted(tmp_path:
 
 
 @pytest.mark.anyio
-async def test_the_standard_otel_variables_turn_it_on(tmp_path: Path, receiver: OTLPReceiver,
-                                                      llm: FakeLLMServer) -> None:
+async def test_the_standard_otel_variables_turn_it_on(
+    tmp_path: Path, receiver: OTLPReceiver, llm: FakeLLMServer
+) -> None:
     await sample(tmp_path, openai_policy(llm.base_url), "hi", OTEL_EXPORTER_OTLP_ENDPOINT=receiver.endpoint)
     assert len(spans_named(receiver, "sampling/createMessage")) == 1
 

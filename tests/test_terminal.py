@@ -80,9 +80,20 @@ def terminal_env(**extra: str) -> dict[str, str]:
 
 def test_console_provider_reply_typed_at_the_terminal(tmp_path: Path) -> None:
     policy = write_policy(tmp_path, "rules:\n  - name: all\n    action: allow\n")
-    session = PtySession(try_argv("--policy", policy, "--tool", "summarize", "--args",
-                                  json.dumps({"text": "The quick brown fox."}),
-                                  "--", PY, str(EXAMPLES / "summarizer.py")), terminal_env())
+    session = PtySession(
+        try_argv(
+            "--policy",
+            policy,
+            "--tool",
+            "summarize",
+            "--args",
+            json.dumps({"text": "The quick brown fox."}),
+            "--",
+            PY,
+            str(EXAMPLES / "summarizer.py"),
+        ),
+        terminal_env(),
+    )
     screen = session.read_until(b"finish with a line holding only '.'")
     assert b"Server 'summarizer' asks for an LLM completion" in screen
     assert b"The quick brown fox." in screen
@@ -95,8 +106,12 @@ def test_console_provider_reply_typed_at_the_terminal(tmp_path: Path) -> None:
 def test_server_text_is_stripped_of_escape_sequences_on_the_terminal(tmp_path: Path) -> None:
     policy = write_policy(tmp_path, "rules:\n  - name: all\n    action: allow\n")
     evil = "hello\x1b[2J\x1b[H\x1b]0;pwned\x07\x1b[31mRED\x9b5A end"
-    session = PtySession(try_argv("--policy", policy, "--tool", "sample", "--args", json.dumps({"prompt": evil}),
-                                  "--", PY, KITCHEN_SINK), terminal_env())
+    session = PtySession(
+        try_argv(
+            "--policy", policy, "--tool", "sample", "--args", json.dumps({"prompt": evil}), "--", PY, KITCHEN_SINK
+        ),
+        terminal_env(),
+    )
     screen = session.read_until(b"finish with a line holding only '.'")
     session.type(".\n")
     session.finish()
@@ -110,10 +125,13 @@ def test_server_text_is_stripped_of_escape_sequences_on_the_terminal(tmp_path: P
 def test_prompt_rule_asks_at_the_terminal(tmp_path: Path, answer: str, approved: bool) -> None:
     with FakeLLMServer("openai") as llm:
         llm.reply_text("approved answer")
-        policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=(
-            "rules:\n  - name: ask-me\n    action: prompt\n")))
-        session = PtySession(try_argv("--policy", policy, "--tool", "sample", "--args", '{"prompt": "may I?"}',
-                                      "--", PY, KITCHEN_SINK), terminal_env(TEST_LLM_KEY="k"))
+        policy = write_policy(
+            tmp_path, openai_policy(llm.base_url, rules=("rules:\n  - name: ask-me\n    action: prompt\n"))
+        )
+        session = PtySession(
+            try_argv("--policy", policy, "--tool", "sample", "--args", '{"prompt": "may I?"}', "--", PY, KITCHEN_SINK),
+            terminal_env(TEST_LLM_KEY="k"),
+        )
         screen = session.read_until(b"Allow this request?")
         assert b"may I?" in screen
         assert b"during tool call 'sample'" in screen
@@ -131,9 +149,18 @@ def test_readme_quickstart_without_policy_or_key(tmp_path: Path) -> None:
     """The README's first command: approve at the terminal, then type the reply."""
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     assert "mcp-sampling-proxy try --tool summarize" in readme
-    session = PtySession(try_argv("--tool", "summarize", "--args",
-                                  '{"text": "MCP servers can ask the client for LLM completions."}',
-                                  "--", PY, str(EXAMPLES / "summarizer.py")), terminal_env())
+    session = PtySession(
+        try_argv(
+            "--tool",
+            "summarize",
+            "--args",
+            '{"text": "MCP servers can ask the client for LLM completions."}',
+            "--",
+            PY,
+            str(EXAMPLES / "summarizer.py"),
+        ),
+        terminal_env(),
+    )
     session.read_until(b"Allow this request?")
     session.type("y\n")
     session.read_until(b"finish with a line holding only '.'")
@@ -160,8 +187,14 @@ def test_console_command_approves_a_proxy_without_terminal(tmp_path: Path, dirs:
         with proxy as host:
             host.initialize()
             console.read_until(b"attached")
-            host.send({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
-                       "params": {"name": "sample", "arguments": {"prompt": "evil\x1b[2J prompt"}}})
+            host.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 5,
+                    "method": "tools/call",
+                    "params": {"name": "sample", "arguments": {"prompt": "evil\x1b[2J prompt"}},
+                }
+            )
             console.read_until(b"Allow this request? [y]es once")
             console.type("y\n")
             response = host.wait_for(lambda m: m.get("id") == 5)
@@ -188,23 +221,27 @@ def test_form_on_the_terminal_every_field_type_and_re_asking(tmp_path: Path) -> 
         },
         "required": ["name", "age"],
     }
-    session = PtySession(try_argv("--tool", "elicit_form", "--args", json.dumps({"schema_json": json.dumps(schema)}),
-                                  "--", PY, KITCHEN_SINK), terminal_env())
+    session = PtySession(
+        try_argv(
+            "--tool", "elicit_form", "--args", json.dumps({"schema_json": json.dumps(schema)}), "--", PY, KITCHEN_SINK
+        ),
+        terminal_env(),
+    )
     session.read_until(b"[a]nswer the form")
     assert b"Server 'kitchen_sink_server (reports itself as 'kitchen-sink')'" in session.output
     assert b"asks during tool call 'elicit_form'" in session.output
     session.type("a\n")
     answers = [
-        (b"Your name", "A"),          # too short: re-asked
+        (b"Your name", "A"),  # too short: re-asked
         (b"at least 2", "Ada"),
-        (b"age", "200"),              # out of range: re-asked
-        (b"150", ""),                 # Enter: the default (30)
-        (b"email", "not-an-email"),   # re-asked
+        (b"age", "200"),  # out of range: re-asked
+        (b"150", ""),  # Enter: the default (30)
+        (b"email", "not-an-email"),  # re-asked
         (b"email", "ada@example.com"),
         (b"born", "1815-12-10"),
         (b"newsletter", "y"),
-        (b"color", "2"),              # by number: Green
-        (b"legacy", "Why"),           # by label
+        (b"color", "2"),  # by number: Green
+        (b"legacy", "Why"),  # by label
         (b"sizes", "1, 3"),
         (b"score", ""),
     ]
@@ -213,16 +250,31 @@ def test_form_on_the_terminal_every_field_type_and_re_asking(tmp_path: Path) -> 
         session.type(text + "\n")
     assert session.finish() == 0
     result = json.loads(session.output.split(b"result:")[1].strip().decode())
-    assert result == {"action": "accept", "data": {
-        "name": "Ada", "age": 30, "email": "ada@example.com", "born": "1815-12-10", "newsletter": True,
-        "color": "g", "legacy": "y", "sizes": ["s", "l"], "score": 0.5}}
+    assert result == {
+        "action": "accept",
+        "data": {
+            "name": "Ada",
+            "age": 30,
+            "email": "ada@example.com",
+            "born": "1815-12-10",
+            "newsletter": True,
+            "color": "g",
+            "legacy": "y",
+            "sizes": ["s", "l"],
+            "score": 0.5,
+        },
+    }
 
 
 @pytest.mark.parametrize(("key", "action"), [("d", "decline"), ("c", "cancel")])
 def test_form_decline_and_cancel_are_one_keystroke(tmp_path: Path, key: str, action: str) -> None:
     schema = {"type": "object", "properties": {"name": {"type": "string"}}}
-    session = PtySession(try_argv("--tool", "elicit_form", "--args", json.dumps({"schema_json": json.dumps(schema)}),
-                                  "--", PY, KITCHEN_SINK), terminal_env())
+    session = PtySession(
+        try_argv(
+            "--tool", "elicit_form", "--args", json.dumps({"schema_json": json.dumps(schema)}), "--", PY, KITCHEN_SINK
+        ),
+        terminal_env(),
+    )
     session.read_until(b"[a]nswer the form")
     session.type(key + "\n")
     session.finish()
@@ -230,16 +282,21 @@ def test_form_decline_and_cancel_are_one_keystroke(tmp_path: Path, key: str, act
 
 
 @pytest.mark.parametrize(("key", "opened"), [("o", True), ("d", False)])
-def test_url_mode_on_the_terminal_shows_the_host_and_opens_only_on_consent(tmp_path: Path, key: str,
-                                                                          opened: bool) -> None:
+def test_url_mode_on_the_terminal_shows_the_host_and_opens_only_on_consent(
+    tmp_path: Path, key: str, opened: bool
+) -> None:
     script = tmp_path / "opener.py"
     script.write_text("import sys, pathlib\npathlib.Path(sys.argv[1]).write_text(sys.argv[2])\n")
     record = tmp_path / "opened.txt"
     policy = write_policy(tmp_path, "elicitation: {url_mode: true}\n")
     url = "https://xn--pple-43d.com/login?next=%2F"
     env = terminal_env(MCP_SAMPLING_PROXY_URL_OPENER=f"{PY} {script} {record}")
-    session = PtySession(try_argv("--policy", policy, "--tool", "elicit_url", "--args", json.dumps({"url": url}),
-                                  "--", PY, KITCHEN_SINK), env)
+    session = PtySession(
+        try_argv(
+            "--policy", policy, "--tool", "elicit_url", "--args", json.dumps({"url": url}), "--", PY, KITCHEN_SINK
+        ),
+        env,
+    )
     screen = session.read_until(b"[o]pen it in your browser")
     assert url.encode() in screen
     assert b">>> xn--pple-43d.com <<<" in screen
@@ -257,15 +314,23 @@ def test_url_mode_on_the_terminal_shows_the_host_and_opens_only_on_consent(tmp_p
 def test_console_command_fills_an_elicitation_form(tmp_path: Path) -> None:
     from support import RawHost, proxy_command
 
-    dirs = {"MCP_SAMPLING_PROXY_RUNTIME_DIR": str(tmp_path / "run"),
-            "MCP_SAMPLING_PROXY_STATE_DIR": str(tmp_path / "state")}
+    dirs = {
+        "MCP_SAMPLING_PROXY_RUNTIME_DIR": str(tmp_path / "run"),
+        "MCP_SAMPLING_PROXY_STATE_DIR": str(tmp_path / "state"),
+    }
     schema = {"type": "object", "properties": {"age": {"type": "integer", "minimum": 0}}, "required": ["age"]}
     console = PtySession([PY, "-m", "mcp_sampling_proxy", "console"], terminal_env(**dirs))
     with RawHost(proxy_command(), proxy_env(**dirs), tmp_path / "stderr.log") as host:
         host.initialize()
         console.read_until(b"attached")
-        host.send({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
-                   "params": {"name": "elicit_form", "arguments": {"schema_json": json.dumps(schema)}}})
+        host.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 3,
+                "method": "tools/call",
+                "params": {"name": "elicit_form", "arguments": {"schema_json": json.dumps(schema)}},
+            }
+        )
         console.read_until(b"[a]nswer the form")
         console.type("a\n")
         console.read_until(b"age")
@@ -282,8 +347,10 @@ def test_review_at_the_terminal_can_edit_the_answer(tmp_path: Path) -> None:
     with FakeLLMServer("openai") as llm:
         llm.reply_text("the model's draft")
         policy = write_policy(tmp_path, openai_policy(llm.base_url) + "approval:\n  review_response: true\n")
-        session = PtySession(try_argv("--policy", policy, "--tool", "sample", "--args", '{"prompt": "x"}',
-                                      "--", PY, KITCHEN_SINK), terminal_env(TEST_LLM_KEY="k"))
+        session = PtySession(
+            try_argv("--policy", policy, "--tool", "sample", "--args", '{"prompt": "x"}', "--", PY, KITCHEN_SINK),
+            terminal_env(TEST_LLM_KEY="k"),
+        )
         screen = session.read_until(b"Send this answer to the server?")
         assert b"the model's draft" in screen
         session.type("e\n")
@@ -304,8 +371,14 @@ def test_console_ignores_type_ahead_and_re_asks_on_an_unknown_answer(tmp_path: P
             console.read_until(b"attached")
             console.type("y\n")  # typed while nothing is asked
             time.sleep(0.5)
-            host.send({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
-                       "params": {"name": "sample", "arguments": {"prompt": "nobody saw me"}}})
+            host.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 5,
+                    "method": "tools/call",
+                    "params": {"name": "sample", "arguments": {"prompt": "nobody saw me"}},
+                }
+            )
             screen = console.read_until(b"Allow this request? [y]es once")
             assert b"host 'typeahead-host'" in screen
             time.sleep(1.0)
@@ -329,8 +402,14 @@ def test_one_ctrl_c_at_a_console_prompt_quits_and_the_request_is_refused(tmp_pat
         with proxy as host:
             host.initialize()
             console.read_until(b"attached")
-            host.send({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
-                       "params": {"name": "sample", "arguments": {"prompt": "hello"}}})
+            host.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 5,
+                    "method": "tools/call",
+                    "params": {"name": "sample", "arguments": {"prompt": "hello"}},
+                }
+            )
             console.read_until(b"Allow this request? [y]es once")
             console.type("\x03")
             deadline = time.monotonic() + 10
@@ -359,13 +438,20 @@ def test_after_ctrl_c_at_the_console_the_host_is_asked_next(tmp_path: Path, dirs
         with RawHost(proxy_command(policy), proxy_env(**dirs), tmp_path / "stderr.log") as host:
             host.initialize({"elicitation": {}})
             console.read_until(b"attached")
-            host.send({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
-                       "params": {"name": "sample", "arguments": {"prompt": "hello"}}})
+            host.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 5,
+                    "method": "tools/call",
+                    "params": {"name": "sample", "arguments": {"prompt": "hello"}},
+                }
+            )
             console.read_until(b"Allow this request? [y]es once")
             console.type("\x03")
             asked = host.wait_for(lambda m: m.get("method") == "elicitation/create")
-            host.send({"jsonrpc": "2.0", "id": asked["id"],
-                       "result": {"action": "accept", "content": {"approve": True}}})
+            host.send(
+                {"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept", "content": {"approve": True}}}
+            )
             response = host.wait_for(lambda m: m.get("id") == 5)
         console.finish(timeout=10)
     assert json.loads(response["result"]["content"][0]["text"])["content"]["text"] == "echo: hello"
@@ -390,8 +476,13 @@ for line in sys.stdin:
 
 def test_try_lists_a_servers_tool_names_without_their_escape_sequences(tmp_path: Path) -> None:
     """`try` prints the server's tool names on the terminal: a name is the server's text like any other."""
-    done = subprocess.run(try_argv("--", PY, "-c", RAW_EVIL_TOOLS), capture_output=True, env=proxy_env(),
-                          timeout=60, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        try_argv("--", PY, "-c", RAW_EVIL_TOOLS),
+        capture_output=True,
+        env=proxy_env(),
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
     assert b"tools: evilname\n" in done.stdout
     assert b"\x1b" not in done.stdout and b"\x07" not in done.stdout

@@ -28,23 +28,32 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="console sockets
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_browser = pytest.mark.skipif(
-    CHROMIUM is None, reason="no chromium on PATH: install the Debian package (apt-get install -y chromium; .ci/run "
-    "does) to drive the web console in a real browser")
+    CHROMIUM is None,
+    reason="no chromium on PATH: install the Debian package (apt-get install -y chromium; .ci/run "
+    "does) to drive the web console in a real browser",
+)
 
 RULES = "rules:\n  - name: ask\n    action: prompt\n    budget: {tokens: 50000, per: 1d}\n"
 # the smallest PNG: one red pixel
-PNG = base64.b64encode(bytes.fromhex(
-    "89504e470d0a1a0a0000000d4948445200000001000000010802000000907753de0000000c4944415408d763f8cfc000000301010018dd8db0"
-    "0000000049454e44ae426082")).decode()
+PNG = base64.b64encode(
+    bytes.fromhex(
+        "89504e470d0a1a0a0000000d4948445200000001000000010802000000907753de0000000c4944415408d763f8cfc000000301010018dd8db0"
+        "0000000049454e44ae426082"
+    )
+).decode()
 
 
 class WebConsole:
     """`console --web --no-open` as a process; `url` is the first line it prints."""
 
     def __init__(self, dirs: dict[str, str], *options: str, stderr: Path):
-        self.proc = subprocess.Popen([PY, "-m", "mcp_sampling_proxy", "console", "--web", "--no-open", *options],
-                                     env=proxy_env(**dirs), stdout=subprocess.PIPE, stderr=stderr.open("wb"),
-                                     stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [PY, "-m", "mcp_sampling_proxy", "console", "--web", "--no-open", *options],
+            env=proxy_env(**dirs),
+            stdout=subprocess.PIPE,
+            stderr=stderr.open("wb"),
+            stdin=subprocess.DEVNULL,
+        )
         assert self.proc.stdout is not None
         self.url = self.proc.stdout.readline().decode().strip()
         assert self.url.startswith("http://127.0.0.1:"), f"first line is not the URL: {self.url!r}"
@@ -102,8 +111,9 @@ def proxy(setup: dict[str, Any], policy: str | None = "") -> RawHost:
 
 
 def call(host: RawHost, request_id: int, name: str, arguments: dict[str, Any]) -> None:
-    host.send({"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
-               "params": {"name": name, "arguments": arguments}})
+    host.send(
+        {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {"name": name, "arguments": arguments}}
+    )
 
 
 def result_of(host: RawHost, request_id: int) -> dict[str, Any]:
@@ -122,10 +132,17 @@ def test_approve_once_shows_the_request_in_full_and_the_audit_line_appears(setup
         host.initialize()
         attached(page)
         image = {"type": "image", "data": PNG, "mimeType": "image/png"}
-        params = {"messages": [{"role": "user", "content": [
-                      {"type": "text", "text": "<b>describe</b> this <img src=x onerror=alert(1)>"}, image]}],
-                  "systemPrompt": "You are terse.", "maxTokens": 120,
-                  "modelPreferences": {"hints": [{"name": "gpt-test"}]}}
+        params = {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [{"type": "text", "text": "<b>describe</b> this <img src=x onerror=alert(1)>"}, image],
+                }
+            ],
+            "systemPrompt": "You are terse.",
+            "maxTokens": 120,
+            "modelPreferences": {"hints": [{"name": "gpt-test"}]},
+        }
         call(host, 2, "sample_raw", {"params_json": json.dumps(params)})
         card = page.locator("article.pending")
         card.wait_for(timeout=15000)
@@ -186,8 +203,9 @@ def test_a_desktop_notification_says_which_server_asks(setup: dict[str, Any], br
 
 
 @needs_browser
-def test_budgets_shared_on_redis_are_shown(tmp_path: Path, dirs: dict[str, str], llm: FakeLLMServer,
-                                           redis_url: str, browser: Any) -> None:
+def test_budgets_shared_on_redis_are_shown(
+    tmp_path: Path, dirs: dict[str, str], llm: FakeLLMServer, redis_url: str, browser: Any
+) -> None:
     """With `state: {backend: redis}` the page shows the budget every proxy shares (read from Redis),
     not the local budgets file: the pending request's own reservation is already counted."""
     state = f"state:\n  backend: redis\n  url: {redis_url}\n  prefix: 'web:'\n"
@@ -201,8 +219,9 @@ def test_budgets_shared_on_redis_are_shown(tmp_path: Path, dirs: dict[str, str],
             call(host, 2, "sample", {"prompt": "please"})
             card = page.locator("article.pending")
             card.wait_for(timeout=15000)
-            assert re.search(r"budget left 49,\d{3} of 50,000 tokens per 1d \(\d+ reserved", card.inner_text()), \
+            assert re.search(r"budget left 49,\d{3} of 50,000 tokens per 1d \(\d+ reserved", card.inner_text()), (
                 card.inner_text()
+            )
             page.get_by_role("button", name="Allow once").click()
             result_of(host, 2)
         assert not (Path(dirs["MCP_SAMPLING_PROXY_STATE_DIR"]) / "budgets.json").exists()  # all of it on Redis
@@ -261,10 +280,15 @@ def test_edit_the_prompt_then_approve(setup: dict[str, Any], browser: Any) -> No
 def test_fill_an_elicitation_form(setup: dict[str, Any], browser: Any) -> None:
     from playwright.sync_api import expect
 
-    schema = {"type": "object", "properties": {
-        "age": {"type": "integer", "minimum": 0, "title": "Age"},
-        "color": {"type": "string", "enum": ["r", "g"], "enumNames": ["Red", "Green"], "title": "Colour"},
-        "news": {"type": "boolean", "title": "Newsletter", "default": False}}, "required": ["age"]}
+    schema = {
+        "type": "object",
+        "properties": {
+            "age": {"type": "integer", "minimum": 0, "title": "Age"},
+            "color": {"type": "string", "enum": ["r", "g"], "enumNames": ["Red", "Green"], "title": "Colour"},
+            "news": {"type": "boolean", "title": "Newsletter", "default": False},
+        },
+        "required": ["age"],
+    }
     page = open_page(browser, setup["web"])
     with proxy(setup, policy=None) as host:
         host.initialize()
@@ -282,7 +306,9 @@ def test_fill_an_elicitation_form(setup: dict[str, Any], browser: Any) -> None:
         page.get_by_role("button", name="Submit").click()
         response = result_of(host, 3)
     assert json.loads(response["result"]["content"][0]["text"]) == {
-        "action": "accept", "data": {"age": 42, "color": "g", "news": True}}
+        "action": "accept",
+        "data": {"age": 42, "color": "g", "news": True},
+    }
 
 
 @needs_browser
@@ -292,9 +318,18 @@ def test_an_svg_image_is_not_rendered(setup: dict[str, Any], browser: Any) -> No
     with proxy(setup) as host:
         host.initialize()
         attached(page)
-        params = {"messages": [{"role": "user", "content": [
-            {"type": "image", "data": svg, "mimeType": "image/svg+xml"},
-            {"type": "image", "data": svg, "mimeType": "image/png"}]}], "maxTokens": 10}
+        params = {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image", "data": svg, "mimeType": "image/svg+xml"},
+                        {"type": "image", "data": svg, "mimeType": "image/png"},
+                    ],
+                }
+            ],
+            "maxTokens": 10,
+        }
         call(host, 2, "sample_raw", {"params_json": json.dumps(params)})
         card = page.locator("article.pending")
         card.wait_for(timeout=15000)
@@ -307,8 +342,10 @@ def test_an_svg_image_is_not_rendered(setup: dict[str, Any], browser: Any) -> No
 
 # --- the same server, plain HTTP: what it refuses ---------------------------------------------------
 
-def request(web: WebConsole, method: str, path: str, headers: dict[str, str] | None = None,
-            body: bytes | None = None) -> tuple[int, bytes]:
+
+def request(
+    web: WebConsole, method: str, path: str, headers: dict[str, str] | None = None, body: bytes | None = None
+) -> tuple[int, bytes]:
     conn = http.client.HTTPConnection("127.0.0.1", web.port, timeout=10)
     try:
         conn.putrequest(method, path, skip_host=True)
@@ -347,8 +384,9 @@ def test_the_server_refuses_without_the_token_from_other_origins_and_rebinding_h
     assert request(web, "POST", f"/{web.token}/api/answer", {"Content-Type": "text/plain"}, answer)[0] == 415
     assert request(web, "GET", f"/{web.token}/api/answer?key=1:1&action=approve")[0] == 404
     # the right token and headers reach the answer endpoint (nothing is pending)
-    status, body = request(web, "POST", f"/{web.token}/api/answer",
-                           {**json_type, "Origin": f"http://127.0.0.1:{web.port}"}, answer)
+    status, body = request(
+        web, "POST", f"/{web.token}/api/answer", {**json_type, "Origin": f"http://127.0.0.1:{web.port}"}, answer
+    )
     assert status == 409 and b"no longer pending" in body
     # malformed numbers get an HTTP error, not a dropped connection (int() of '²' or 'x' used to raise)
     assert request(web, "GET", f"/{web.token}/api/audit?n=%C2%B2")[0] == 200
@@ -381,8 +419,13 @@ def test_listens_on_loopback_only(setup: dict[str, Any]) -> None:
 
 
 def test_options_without_web_are_an_error(tmp_path: Path, dirs: dict[str, str]) -> None:
-    done = subprocess.run([PY, "-m", "mcp_sampling_proxy", "console", "--no-open"], env=proxy_env(**dirs),
-                          capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        [PY, "-m", "mcp_sampling_proxy", "console", "--no-open"],
+        env=proxy_env(**dirs),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert done.returncode == 2 and "go with --web" in done.stderr
 
 
@@ -398,8 +441,10 @@ def test_quitting_the_web_console_hands_the_question_on(setup: dict[str, Any]) -
                 break
             time.sleep(0.1)
         call(host, 2, "sample", {"prompt": "x"})
-        while time.monotonic() < deadline and not json.loads(request(web, "GET", f"/{web.token}/api/state")[1])[
-                "questions"]:
+        while (
+            time.monotonic() < deadline
+            and not json.loads(request(web, "GET", f"/{web.token}/api/state")[1])["questions"]
+        ):
             time.sleep(0.1)
         web.close()
         response = result_of(host, 2)
@@ -411,8 +456,9 @@ def test_quitting_the_web_console_hands_the_question_on(setup: dict[str, Any]) -
 def test_review_the_answer_and_replace_it(setup: dict[str, Any], browser: Any) -> None:
     llm = setup["llm"]
     llm.reply_text("the model's draft")
-    policy = write_policy(setup["tmp"], openai_policy(llm.base_url) + "approval:\n  review_response: true\n",
-                          name="review.yaml")
+    policy = write_policy(
+        setup["tmp"], openai_policy(llm.base_url) + "approval:\n  review_response: true\n", name="review.yaml"
+    )
     page = open_page(browser, setup["web"])
     with proxy(setup, policy=policy) as host:
         host.initialize()
@@ -428,8 +474,7 @@ def test_review_the_answer_and_replace_it(setup: dict[str, Any], browser: Any) -
     assert json.loads(response["result"]["content"][0]["text"])["content"]["text"] == "the operator's answer"
 
 
-def test_a_broken_default_policy_does_not_keep_the_console_from_starting(tmp_path: Path,
-                                                                         dirs: dict[str, str]) -> None:
+def test_a_broken_default_policy_does_not_keep_the_console_from_starting(tmp_path: Path, dirs: dict[str, str]) -> None:
     """The default policy only feeds the budgets shown: the console starts without them and says
     why; a policy named with --policy is still an error naming its line."""
     config = tmp_path / "config"
@@ -441,9 +486,14 @@ def test_a_broken_default_policy_does_not_keep_the_console_from_starting(tmp_pat
     finally:
         web.close()
     assert "the default policy cannot be read" in (tmp_path / "web.log").read_text()
-    named = subprocess.run([PY, "-m", "mcp_sampling_proxy", "console", "--web", "--no-open", "--policy",
-                            str(config / "policy.yaml")], env=proxy_env(**dirs), capture_output=True, text=True,
-                           timeout=60, stdin=subprocess.DEVNULL)
+    named = subprocess.run(
+        [PY, "-m", "mcp_sampling_proxy", "console", "--web", "--no-open", "--policy", str(config / "policy.yaml")],
+        env=proxy_env(**dirs),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert named.returncode == 2 and "policy.yaml:2" in named.stderr and named.stdout == ""
 
 
@@ -455,8 +505,12 @@ def test_a_silent_connection_is_closed_after_the_socket_timeout() -> None:
     from mcp_sampling_proxy.commands.web_console import WebConsole, WebState
     from mcp_sampling_proxy.commands.web_view import PolicyFacts
 
-    console = WebConsole(WebState(PolicyFacts(), dict, None), client=None, portal=None,  # type: ignore[arg-type]
-                         socket_timeout=0.5)
+    console = WebConsole(
+        WebState(PolicyFacts(), dict, None),
+        client=None,
+        portal=None,  # type: ignore[arg-type]
+        socket_timeout=0.5,
+    )
     threading.Thread(target=console.httpd.serve_forever, daemon=True).start()
     try:
         with socket.create_connection(("127.0.0.1", console.port), timeout=10) as peer:
@@ -517,8 +571,20 @@ def test_usage_says_which_records_its_counts_cover() -> None:
     from mcp_sampling_proxy.commands.web_view import PolicyFacts
 
     state = WebState(PolicyFacts(), dict, None)
-    state.add_records([{"event": "decision", "ts": f"2026-11-23T10:0{i}:00.000Z", "server": "s", "decision": "allow",
-                        "input_tokens": 10, "output_tokens": 5} for i in range(3)], None)
+    state.add_records(
+        [
+            {
+                "event": "decision",
+                "ts": f"2026-11-23T10:0{i}:00.000Z",
+                "server": "s",
+                "decision": "allow",
+                "input_tokens": 10,
+                "output_tokens": 5,
+            }
+            for i in range(3)
+        ],
+        None,
+    )
     usage = usage_view(state, {})
     assert usage["covers"] == {"records": 3, "since": "2026-11-23T10:00:00.000Z", "kept": KEEP_RECORDS}
     assert [(s["server"], s["input_tokens"]) for s in usage["servers"]] == [("s", 30)]

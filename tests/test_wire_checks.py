@@ -26,35 +26,91 @@ ANNOTATIONS = {"audience": ["user", "assistant"], "priority": 0.5, "lastModified
 SAMPLING = {
     "messages": [
         {"role": "user", "content": {"type": "text", "text": "hi", "annotations": ANNOTATIONS, "_meta": {"k": 1}}},
-        {"role": "assistant", "content": [
-            {"type": "tool_use", "name": "lookup", "id": "t1", "input": {"q": "x"}, "_meta": {}},
-        ]},
-        {"role": "user", "content": [
-            {"type": "tool_result", "toolUseId": "t1", "isError": False, "structuredContent": {"n": 1}, "content": [
-                {"type": "text", "text": "found"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "name": "lookup", "id": "t1", "input": {"q": "x"}, "_meta": {}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "toolUseId": "t1",
+                    "isError": False,
+                    "structuredContent": {"n": 1},
+                    "content": [
+                        {"type": "text", "text": "found"},
+                        {"type": "image", "data": "aGk=", "mimeType": "image/png"},
+                        {"type": "audio", "data": "aGk=", "mimeType": "audio/wav"},
+                        {
+                            "type": "resource_link",
+                            "name": "r",
+                            "uri": "file:///r",
+                            "title": "R",
+                            "description": "d",
+                            "mimeType": "text/plain",
+                            "size": 3,
+                            "icons": [ICON],
+                            "annotations": ANNOTATIONS,
+                        },
+                        {"type": "resource", "resource": {"uri": "file:///a", "mimeType": "text/plain", "text": "a"}},
+                        {"type": "resource", "resource": {"uri": "file:///b", "blob": "Yg=="}},
+                    ],
+                },
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
                 {"type": "image", "data": "aGk=", "mimeType": "image/png"},
                 {"type": "audio", "data": "aGk=", "mimeType": "audio/wav"},
-                {"type": "resource_link", "name": "r", "uri": "file:///r", "title": "R", "description": "d",
-                 "mimeType": "text/plain", "size": 3, "icons": [ICON], "annotations": ANNOTATIONS},
-                {"type": "resource", "resource": {"uri": "file:///a", "mimeType": "text/plain", "text": "a"}},
-                {"type": "resource", "resource": {"uri": "file:///b", "blob": "Yg=="}},
-            ]},
-        ]},
-        {"role": "user", "content": [{"type": "image", "data": "aGk=", "mimeType": "image/png"},
-                                     {"type": "audio", "data": "aGk=", "mimeType": "audio/wav"}]},
+            ],
+        },
     ],
-    "modelPreferences": {"hints": [{"name": "claude"}, {}], "costPriority": 0.2, "speedPriority": 1,
-                         "intelligencePriority": 0.9},
-    "systemPrompt": "be brief", "includeContext": "thisServer", "temperature": 0.7, "maxTokens": 100,
-    "stopSequences": ["END"], "metadata": {"a": 1},
-    "tools": [{"name": "lookup", "title": "Lookup", "description": "d", "inputSchema": {"type": "object"},
-               "outputSchema": {"type": "object"}, "icons": [ICON], "execution": {"taskSupport": "optional"},
-               "annotations": {"title": "L", "readOnlyHint": True, "destructiveHint": False,
-                               "idempotentHint": True, "openWorldHint": False}, "_meta": {}}],
-    "toolChoice": {"mode": "auto"}, "task": {"ttl": 1000}, "_meta": {"progressToken": "p1"},
+    "modelPreferences": {
+        "hints": [{"name": "claude"}, {}],
+        "costPriority": 0.2,
+        "speedPriority": 1,
+        "intelligencePriority": 0.9,
+    },
+    "systemPrompt": "be brief",
+    "includeContext": "thisServer",
+    "temperature": 0.7,
+    "maxTokens": 100,
+    "stopSequences": ["END"],
+    "metadata": {"a": 1},
+    "tools": [
+        {
+            "name": "lookup",
+            "title": "Lookup",
+            "description": "d",
+            "inputSchema": {"type": "object"},
+            "outputSchema": {"type": "object"},
+            "icons": [ICON],
+            "execution": {"taskSupport": "optional"},
+            "annotations": {
+                "title": "L",
+                "readOnlyHint": True,
+                "destructiveHint": False,
+                "idempotentHint": True,
+                "openWorldHint": False,
+            },
+            "_meta": {},
+        }
+    ],
+    "toolChoice": {"mode": "auto"},
+    "task": {"ttl": 1000},
+    "_meta": {"progressToken": "p1"},
 }
-FORM = {"mode": "form", "message": "Your name?", "requestedSchema": {"type": "object", "properties": {}},
-        "task": {"ttl": 5}, "_meta": {"progressToken": 7}}
+FORM = {
+    "mode": "form",
+    "message": "Your name?",
+    "requestedSchema": {"type": "object", "properties": {}},
+    "task": {"ttl": 5},
+    "_meta": {"progressToken": 7},
+}
 URL = {"mode": "url", "message": "Log in", "url": "https://example.com/login", "elicitationId": "e1"}
 # One value of each JSON type (and the shapes strict mode treats specially)
 SUBSTITUTES: list[Any] = [None, True, 0, 7, 1.5, -1.0, 2.0, "s", "", [], ["s"], {}, {"type": "text"}]
@@ -104,13 +160,17 @@ def ours_accepts(check: wire_checks.Check, params: dict[str, Any]) -> bool:
     return True
 
 
-@pytest.mark.parametrize(("name", "check", "model", "base"), [
-    ("sampling", wire_checks.CREATE_MESSAGE, CreateMessageRequestParams, SAMPLING),
-    ("elicitation form", wire_checks.ELICIT_FORM, ElicitRequestFormParams, FORM),
-    ("elicitation url", wire_checks.ELICIT_URL, ElicitRequestURLParams, URL),
-])
-def test_the_checks_agree_with_the_sdks_strict_models(name: str, check: wire_checks.Check, model: Any,
-                                                      base: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    ("name", "check", "model", "base"),
+    [
+        ("sampling", wire_checks.CREATE_MESSAGE, CreateMessageRequestParams, SAMPLING),
+        ("elicitation form", wire_checks.ELICIT_FORM, ElicitRequestFormParams, FORM),
+        ("elicitation url", wire_checks.ELICIT_URL, ElicitRequestURLParams, URL),
+    ],
+)
+def test_the_checks_agree_with_the_sdks_strict_models(
+    name: str, check: wire_checks.Check, model: Any, base: dict[str, Any]
+) -> None:
     assert sdk_accepts(model, base) and ours_accepts(check, base)
     disagreements = []
     tried = 0
@@ -120,7 +180,8 @@ def test_the_checks_agree_with_the_sdks_strict_models(name: str, check: wire_che
             disagreements.append(f"{label}: sdk {sdk_accepts(model, params)}, ours {ours_accepts(check, params)}")
     assert tried > 40
     assert not disagreements, f"{len(disagreements)} of {tried} {name} mutations disagree:\n" + "\n".join(
-        disagreements[:40])
+        disagreements[:40]
+    )
 
 
 def test_a_block_must_say_its_type_and_fields_go_by_their_wire_names() -> None:
@@ -135,17 +196,26 @@ def test_a_block_must_say_its_type_and_fields_go_by_their_wire_names() -> None:
         validate(snake)
 
 
-@pytest.mark.parametrize(("params", "message"), [
-    ({"messages": [], "maxTokens": "6000"}, "maxTokens: Input should be a valid integer"),
-    ({"messages": [], "maxTokens": True}, "maxTokens: Input should be a valid integer"),
-    ({"messages": [{"role": "system", "content": {"type": "text", "text": "x"}}], "maxTokens": 5},
-     "messages.0.role: Input should be 'user' or 'assistant'"),
-    ({"messages": [{"role": "user", "content": {"type": "video", "data": "x"}}], "maxTokens": 5},
-     "messages.0.content.type: Input should be 'text', 'image', 'audio', 'tool_use' or 'tool_result'"),
-    ({"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}], "maxTokens": 5},
-     "messages.0.content.0.text: Input should be a valid string"),
-    ("not an object", "params must be an object"),
-])
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"messages": [], "maxTokens": "6000"}, "maxTokens: Input should be a valid integer"),
+        ({"messages": [], "maxTokens": True}, "maxTokens: Input should be a valid integer"),
+        (
+            {"messages": [{"role": "system", "content": {"type": "text", "text": "x"}}], "maxTokens": 5},
+            "messages.0.role: Input should be 'user' or 'assistant'",
+        ),
+        (
+            {"messages": [{"role": "user", "content": {"type": "video", "data": "x"}}], "maxTokens": 5},
+            "messages.0.content.type: Input should be 'text', 'image', 'audio', 'tool_use' or 'tool_result'",
+        ),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}], "maxTokens": 5},
+            "messages.0.content.0.text: Input should be a valid string",
+        ),
+        ("not an object", "params must be an object"),
+    ],
+)
 def test_errors_name_the_field(params: Any, message: str) -> None:
     with pytest.raises(RpcError) as caught:
         validate(params)

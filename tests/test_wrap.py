@@ -72,8 +72,11 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 def servers_of(host: str, path: Path) -> dict[str, Any]:
     doc = load_config(path, host)
-    return doc.servers(doc.tables()[0] if path.name.endswith("settings.json") and host == "vscode"
-                       else (SERVERS_KEY.get(host, "mcpServers"),))
+    return doc.servers(
+        doc.tables()[0]
+        if path.name.endswith("settings.json") and host == "vscode"
+        else (SERVERS_KEY.get(host, "mcpServers"),)
+    )
 
 
 def backups(path: Path) -> list[Path]:
@@ -89,8 +92,9 @@ def backups(path: Path) -> list[Path]:
 
 
 @pytest.mark.parametrize(("host", "fixture"), CASES)
-def test_wrap_wrap_unwrap_round_trip_is_byte_exact(tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str,
-                                                  host: str, fixture: str) -> None:
+def test_wrap_wrap_unwrap_round_trip_is_byte_exact(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str, host: str, fixture: str
+) -> None:
     path = copy_fixture(tmp_path, fixture)
     original = path.read_bytes()
     before = servers_of(host, path)
@@ -127,8 +131,9 @@ def test_wrap_wrap_unwrap_round_trip_is_byte_exact(tmp_path: Path, capsys: pytes
         assert parsed.options["--policy"] == policy
         if kind.kind == "stdio":
             assert parsed.command == [entry["command"], *entry.get("args", [])]
-            assert {k: v for k, v in new.items() if k not in ("command", "args")} == \
-                {k: v for k, v in entry.items() if k not in ("command", "args")}
+            assert {k: v for k, v in new.items() if k not in ("command", "args")} == {
+                k: v for k, v in entry.items() if k not in ("command", "args")
+            }
         else:
             assert parsed.options["--url"] == kind.remote.url
             assert parsed.headers == [f"{k}: {v}" for k, v in kind.remote.headers.items()]
@@ -145,12 +150,14 @@ def test_wrap_wrap_unwrap_round_trip_is_byte_exact(tmp_path: Path, capsys: pytes
     assert not sidecar.exists()
 
 
-def test_dry_run_prints_a_diff_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                  policy: str) -> None:
+def test_dry_run_prints_a_diff_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str
+) -> None:
     path = copy_fixture(tmp_path, "claude_desktop_config.json")
     original = path.read_bytes()
-    code, out, _ = run(capsys, "wrap", "--host", "claude-desktop", "--config", str(path), "--all",
-                       "--policy", policy, "--dry-run")
+    code, out, _ = run(
+        capsys, "wrap", "--host", "claude-desktop", "--config", str(path), "--all", "--policy", policy, "--dry-run"
+    )
     assert code == 0
     assert f"--- {path}" in out and f"+++ {path} (after)" in out
     assert '-      "command": "/usr/bin/python3",' in out
@@ -163,12 +170,16 @@ def test_dry_run_prints_a_diff_and_writes_nothing(tmp_path: Path, capsys: pytest
 # -- failures leave the file alone -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("host", "fixture", "position"), [
-    ("cursor", "broken.json", "broken.json:4:5: expected ',' or '}' after an object member"),
-    ("codex", "broken.toml", "broken.toml:4:1: Unclosed array"),
-])
-def test_a_broken_file_is_left_untouched(tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str,
-                                         host: str, fixture: str, position: str) -> None:
+@pytest.mark.parametrize(
+    ("host", "fixture", "position"),
+    [
+        ("cursor", "broken.json", "broken.json:4:5: expected ',' or '}' after an object member"),
+        ("codex", "broken.toml", "broken.toml:4:1: Unclosed array"),
+    ],
+)
+def test_a_broken_file_is_left_untouched(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str, host: str, fixture: str, position: str
+) -> None:
     path = copy_fixture(tmp_path, fixture)
     original = path.read_bytes()
     code, _, err = run(capsys, "wrap", "--host", host, "--config", str(path), "--all", "--policy", policy)
@@ -185,8 +196,9 @@ def test_a_missing_file_is_an_error_naming_it(tmp_path: Path, capsys: pytest.Cap
     assert f"{missing}: file not found" in err
 
 
-def test_a_missing_default_file_says_where_it_looked(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_missing_default_file_says_where_it_looked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))
     code, _, err = run(capsys, "wrap", "--host", "windsurf", "--all")
     assert code == 1
@@ -204,14 +216,17 @@ def test_an_invalid_policy_writes_nothing(tmp_path: Path, capsys: pytest.Capture
     assert path.read_bytes() == original
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ('{"a": 1,, }', "1:9: expected a string key"),
-    ('{\n  "a": "x\ny"\n}', "2:10: a control character"),
-    ('{"a": 1 /* open', "1:9: unterminated /* comment"),
-    ('{"a": tru}', "1:7: unexpected 't': expected a value"),
-    ('{"a": 1}\n{"b": 2}', "2:1: unexpected '{' after the end of the JSON document"),
-    ("", "1:1: unexpected end of file: expected a value"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"a": 1,, }', "1:9: expected a string key"),
+        ('{\n  "a": "x\ny"\n}', "2:10: a control character"),
+        ('{"a": 1 /* open', "1:9: unterminated /* comment"),
+        ('{"a": tru}', "1:7: unexpected 't': expected a value"),
+        ('{"a": 1}\n{"b": 2}', "2:1: unexpected '{' after the end of the JSON document"),
+        ("", "1:1: unexpected end of file: expected a value"),
+    ],
+)
 def test_jsonc_errors_give_line_and_column(text: str, message: str) -> None:
     with pytest.raises(ConfigError) as info:
         parse_jsonc(text, "f.json")
@@ -231,12 +246,13 @@ def test_server_changes_only_that_entry(tmp_path: Path, capsys: pytest.CaptureFi
     original = path.read_text()
     doc = load_config(path, "claude-desktop")
     start, end = doc.entry_span(("mcpServers",), "filesystem")
-    code, out, _ = run(capsys, "wrap", "--host", "claude-desktop", "--config", str(path), "--server", "filesystem",
-                       "--policy", policy)
+    code, out, _ = run(
+        capsys, "wrap", "--host", "claude-desktop", "--config", str(path), "--server", "filesystem", "--policy", policy
+    )
     assert code == 0 and "filesystem" in out and "summarizer" not in out
     text = path.read_text()
     tail = len(original) - end
-    assert text[:start] == original[:start] and text[len(text) - tail:] == original[end:]
+    assert text[:start] == original[:start] and text[len(text) - tail :] == original[end:]
     after = servers_of("claude-desktop", path)
     assert is_wrapped(after["filesystem"]) and not is_wrapped(after["summarizer"])
 
@@ -268,61 +284,126 @@ def test_server_or_all_is_required(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_an_sse_server_named_explicitly_is_an_error_and_all_skips_it(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str
+) -> None:
     path = copy_fixture(tmp_path, "vscode.mcp.json")
     original = path.read_bytes()
-    code, out, err = run(capsys, "wrap", "--host", "vscode", "--config", str(path), "--server", "summarizer",
-                         "old-sse", "--policy", policy)
+    code, out, err = run(
+        capsys,
+        "wrap",
+        "--host",
+        "vscode",
+        "--config",
+        str(path),
+        "--server",
+        "summarizer",
+        "old-sse",
+        "--policy",
+        policy,
+    )
     assert code == 1 and "SSE transport" in out and "nothing written" in err
     assert path.read_bytes() == original
     code, out, _ = run(capsys, "wrap", "--host", "vscode", "--config", str(path), "--all", "--policy", policy)
     assert code == 0 and "(skipped)" in out
 
 
-def test_claude_code_local_scope_edits_the_project_entry(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                         policy: str) -> None:
+def test_claude_code_local_scope_edits_the_project_entry(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str
+) -> None:
     path = copy_fixture(tmp_path, "claude_code.claude.json")
     original = path.read_bytes()
     code, _, err = run(capsys, "wrap", "--host", "claude-code", "--config", str(path), "--server", "summarizer")
     assert code == 1 and "local scope of project /home/me/work/app" in err
-    code, _, err = run(capsys, "wrap", "--host", "claude-code", "--config", str(path), "--scope", "local",
-                         "--project-dir", "/home/me/work/app", "--all", "--policy", policy, "--name-from-key")
+    code, _, err = run(
+        capsys,
+        "wrap",
+        "--host",
+        "claude-code",
+        "--config",
+        str(path),
+        "--scope",
+        "local",
+        "--project-dir",
+        "/home/me/work/app",
+        "--all",
+        "--policy",
+        policy,
+        "--name-from-key",
+    )
     assert code == 0, err
     data = load_config(path, "claude-code").data
     entry = data["projects"]["/home/me/work/app"]["mcpServers"]["summarizer"]
     assert parse_proxy_args(entry["args"]).options["--name"] == "summarizer"
     assert not is_wrapped(data["mcpServers"]["memory"])
-    code, _, _ = run(capsys, "unwrap", "--host", "claude-code", "--config", str(path), "--scope", "local",
-                     "--project-dir", "/home/me/work/app", "--all")
+    code, _, _ = run(
+        capsys,
+        "unwrap",
+        "--host",
+        "claude-code",
+        "--config",
+        str(path),
+        "--scope",
+        "local",
+        "--project-dir",
+        "/home/me/work/app",
+        "--all",
+    )
     assert code == 0 and path.read_bytes() == original
 
 
 # -- entry shapes ------------------------------------------------------------------------------------
 
 
-def test_url_entries_become_stdio_entries_with_headers(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                       policy: str) -> None:
+def test_url_entries_become_stdio_entries_with_headers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str
+) -> None:
     vscode = copy_fixture(tmp_path, "vscode.mcp.json")
     assert run(capsys, "wrap", "--host", "vscode", "--config", str(vscode), "--server", "github")[0] == 0
     github = servers_of("vscode", vscode)["github"]
     assert github["type"] == "stdio" and "url" not in github and "headers" not in github
-    assert github["args"] == ["--name", "github", "--url", "https://api.githubcopilot.com/mcp/",
-                              "--header", "Authorization: Bearer ${input:github-token}"]
+    assert github["args"] == [
+        "--name",
+        "github",
+        "--url",
+        "https://api.githubcopilot.com/mcp/",
+        "--header",
+        "Authorization: Bearer ${input:github-token}",
+    ]
 
     gemini = copy_fixture(tmp_path, "gemini.settings.json")
     assert run(capsys, "wrap", "--host", "gemini", "--config", str(gemini), "--server", "streamed")[0] == 0
     streamed = servers_of("gemini", gemini)["streamed"]
-    assert streamed == {"command": proxy_invocation().command,
-                        "args": ["--name", "streamed", "--url", "https://stream.example.com/mcp",
-                                 "--header", "Authorization: Bearer $STREAM_TOKEN"],
-                        "timeout": 5000}
+    assert streamed == {
+        "command": proxy_invocation().command,
+        "args": [
+            "--name",
+            "streamed",
+            "--url",
+            "https://stream.example.com/mcp",
+            "--header",
+            "Authorization: Bearer $STREAM_TOKEN",
+        ],
+        "timeout": 5000,
+    }
 
     codex = copy_fixture(tmp_path, "codex.config.toml")
-    assert run(capsys, "wrap", "--host", "codex", "--config", str(codex), "--server", "docs server",
-               "--policy", policy)[0] == 0
+    assert (
+        run(capsys, "wrap", "--host", "codex", "--config", str(codex), "--server", "docs server", "--policy", policy)[0]
+        == 0
+    )
     docs = tomllib.loads(codex.read_text())["mcp_servers"]["docs server"]
-    assert docs["args"] == ["--policy", policy, "--name", "docs server", "--url", "https://docs.example.com/mcp",
-                            "--header", "X-Team: platform", "--header", "Authorization: Bearer ${DOCS_TOKEN}"]
+    assert docs["args"] == [
+        "--policy",
+        policy,
+        "--name",
+        "docs server",
+        "--url",
+        "https://docs.example.com/mcp",
+        "--header",
+        "X-Team: platform",
+        "--header",
+        "Authorization: Bearer ${DOCS_TOKEN}",
+    ]
     assert docs["env_vars"] == ["DOCS_TOKEN"] and docs["enabled"] is True
     assert not {"url", "bearer_token_env_var", "http_headers"} & set(docs)
 
@@ -332,21 +413,32 @@ def test_comments_and_formatting_survive(tmp_path: Path, capsys: pytest.CaptureF
     original = vscode.read_text()
     assert run(capsys, "wrap", "--host", "vscode", "--config", str(vscode), "--all", "--policy", policy)[0] == 0
     text = vscode.read_text()
-    for line in ("// VS Code reads this file as JSONC: comments and trailing commas are fine.",
-                 "    /* a local server */", '      "password": true,', '    "old-sse": {"type": "sse", '
-                 '"url": "http://localhost:3001/sse"},', '      "envFile": "${workspaceFolder}/.env",'):
+    for line in (
+        "// VS Code reads this file as JSONC: comments and trailing commas are fine.",
+        "    /* a local server */",
+        '      "password": true,',
+        '    "old-sse": {"type": "sse", "url": "http://localhost:3001/sse"},',
+        '      "envFile": "${workspaceFolder}/.env",',
+    ):
         assert line in original and line in text
     assert "// the example" in text
 
     codex = copy_fixture(tmp_path, "codex.config.toml")
     assert run(capsys, "wrap", "--host", "codex", "--config", str(codex), "--all", "--policy", policy)[0] == 0
     text = codex.read_text()
-    for line in ("# Codex configuration", "# the example summarizer", "[mcp_servers.summarizer.env]",
-                 'LOG_LEVEL = "debug"', "[profiles.fast]", 'model = "gpt-5-mini"'):
+    for line in (
+        "# Codex configuration",
+        "# the example summarizer",
+        "[mcp_servers.summarizer.env]",
+        'LOG_LEVEL = "debug"',
+        "[profiles.fast]",
+        'model = "gpt-5-mini"',
+    ):
         assert line in text
     assert text.startswith('# Codex configuration\nmodel = "gpt-5-codex"\n')
-    assert 'args = [\n  "--policy",\n' in text and '  "--verbose",\n]' in text, \
+    assert 'args = [\n  "--policy",\n' in text and '  "--verbose",\n]' in text, (
         "a multi-line array stays multi-line, with the file's indentation"
+    )
     assert 'command = "' + proxy_invocation().command + '"   # the interpreter\n' in text, "a comment stays"
 
 
@@ -383,8 +475,9 @@ def test_a_symlinked_config_stays_a_symlink(tmp_path: Path, capsys: pytest.Captu
 # -- unwrap without an exact record ------------------------------------------------------------------
 
 
-def test_unwrap_without_the_record_rebuilds_from_the_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                               policy: str) -> None:
+def test_unwrap_without_the_record_rebuilds_from_the_arguments(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str
+) -> None:
     for host, fixture in (("claude-desktop", "claude_desktop_config.json"), ("cursor", "cursor.mcp.json")):
         path = copy_fixture(tmp_path, fixture)
         before = servers_of(host, path)
@@ -396,7 +489,8 @@ def test_unwrap_without_the_record_rebuilds_from_the_arguments(tmp_path: Path, c
 
 
 def test_a_record_an_older_version_left_beside_the_config_is_used_and_moved(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str
+) -> None:
     path = copy_fixture(tmp_path, "claude_desktop_config.json")
     original = path.read_bytes()
     assert run(capsys, "wrap", "--host", "claude-desktop", "--config", str(path), "--all", "--policy", policy)[0] == 0
@@ -409,7 +503,8 @@ def test_a_record_an_older_version_left_beside_the_config_is_used_and_moved(
 
 
 def test_an_older_shared_record_file_keeps_the_other_configs_records(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str
+) -> None:
     """Older versions kept one record file per folder, for every config in it: moving one config's
     records to the state dir leaves the others' where they are, and nothing is lost."""
     first = copy_fixture(tmp_path, "claude_desktop_config.json")
@@ -419,8 +514,9 @@ def test_an_older_shared_record_file_keeps_the_other_configs_records(
     legacy = first.parent / SIDECAR_NAME
     merged: list[Any] = []
     for path in (first, second):
-        assert run(capsys, "wrap", "--host", "claude-desktop", "--config", str(path), "--all", "--policy",
-                   policy)[0] == 0
+        assert (
+            run(capsys, "wrap", "--host", "claude-desktop", "--config", str(path), "--all", "--policy", policy)[0] == 0
+        )
         merged += json.loads(record_path(path).read_text())["records"]
         record_path(path).unlink()
     legacy.write_text(json.dumps({"version": 1, "records": merged}))  # as versions before 0.2 wrote it
@@ -433,8 +529,9 @@ def test_an_older_shared_record_file_keeps_the_other_configs_records(
     assert not legacy.exists()
 
 
-def test_unwrap_after_reformatting_restores_the_values(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                        policy: str) -> None:
+def test_unwrap_after_reformatting_restores_the_values(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str
+) -> None:
     path = copy_fixture(tmp_path, "claude_code.mcp.json")
     before = servers_of("claude-code", path)
     assert run(capsys, "wrap", "--host", "claude-code", "--config", str(path), "--all", "--policy", policy)[0] == 0
@@ -444,8 +541,7 @@ def test_unwrap_after_reformatting_restores_the_values(tmp_path: Path, capsys: p
     assert servers_of("claude-code", path) == before
 
 
-def test_unwrap_keeps_edits_made_while_wrapped(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                               policy: str) -> None:
+def test_unwrap_keeps_edits_made_while_wrapped(tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str) -> None:
     path = copy_fixture(tmp_path, "claude_desktop_config.json")
     before = servers_of("claude-desktop", path)
     assert run(capsys, "wrap", "--host", "claude-desktop", "--config", str(path), "--all", "--policy", policy)[0] == 0
@@ -462,24 +558,43 @@ def test_unwrap_keeps_edits_made_while_wrapped(tmp_path: Path, capsys: pytest.Ca
 # -- listing -------------------------------------------------------------------------------------------
 
 
-def test_list_shows_which_servers_are_wrapped(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                              policy: str) -> None:
+def test_list_shows_which_servers_are_wrapped(tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str) -> None:
     path = copy_fixture(tmp_path, "claude_desktop_config.json")
-    assert run(capsys, "wrap", "--host", "claude-desktop", "--config", str(path), "--server", "summarizer",
-               "--policy", policy)[0] == 0
+    assert (
+        run(
+            capsys,
+            "wrap",
+            "--host",
+            "claude-desktop",
+            "--config",
+            str(path),
+            "--server",
+            "summarizer",
+            "--policy",
+            policy,
+        )[0]
+        == 0
+    )
     code, out, _ = run(capsys, "wrap", "--list", "--host", "claude-desktop", "--config", str(path))
     assert code == 0
     assert f"{path}: 1 of 3 servers wrapped" in out
-    assert re.search(r"summarizer\s+wrapped\s+/usr/bin/python3 /home/me/servers/summarizer.py --verbose "
-                     rf"\(policy: {re.escape(policy)}\)", out)
+    assert re.search(
+        r"summarizer\s+wrapped\s+/usr/bin/python3 /home/me/servers/summarizer.py --verbose "
+        rf"\(policy: {re.escape(policy)}\)",
+        out,
+    )
     assert re.search(r"filesystem\s+not wrapped\s+npx -y", out)
 
 
-def test_list_looks_in_every_hosts_default_places(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_list_looks_in_every_hosts_default_places(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     home, project = tmp_path / "home", tmp_path / "project"
-    for relative, fixture in ((".cursor/mcp.json", "cursor.mcp.json"), (".codex/config.toml", "codex.config.toml"),
-                              (".config/Claude/claude_desktop_config.json", "claude_desktop_config.json")):
+    for relative, fixture in (
+        (".cursor/mcp.json", "cursor.mcp.json"),
+        (".codex/config.toml", "codex.config.toml"),
+        (".config/Claude/claude_desktop_config.json", "claude_desktop_config.json"),
+    ):
         (home / relative).parent.mkdir(parents=True)
         shutil.copyfile(FIXTURES / fixture, home / relative)
     (project / ".vscode").mkdir(parents=True)
@@ -499,8 +614,9 @@ def test_list_looks_in_every_hosts_default_places(tmp_path: Path, capsys: pytest
     assert "no config file for: Claude Code (user)" in out
 
 
-def test_a_project_config_nested_too_deeply_is_reported_not_a_crash(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_project_config_nested_too_deeply_is_reported_not_a_crash(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`wrap --list` (and doctor) read the project configs of the current directory: a checked-out
     repository's `.vscode/mcp.json` of 50,000 nested brackets, or a Continue YAML file like it, is
     one problem in the listing, not a traceback that ends the command."""
@@ -519,59 +635,80 @@ def test_a_project_config_nested_too_deeply_is_reported_not_a_crash(tmp_path: Pa
 # -- where files are, and how the proxy is started ------------------------------------------------------
 
 
-@pytest.mark.parametrize(("host", "scope", "platform", "expected"), [
-    ("claude-desktop", "user", "darwin", "/Users/me/Library/Application Support/Claude/claude_desktop_config.json"),
-    ("claude-desktop", "user", "win32", r"C:\Users\me\AppData\Roaming\Claude\claude_desktop_config.json"),
-    ("claude-desktop", "user", "linux", "/Users/me/.config/Claude/claude_desktop_config.json"),
-    ("claude-code", "user", "linux", "/Users/me/.claude.json"),
-    ("claude-code", "project", "linux", "/work/app/.mcp.json"),
-    ("claude-code", "local", "darwin", "/Users/me/.claude.json"),
-    ("cursor", "user", "win32", r"C:\Users\me\.cursor\mcp.json"),
-    ("cursor", "project", "darwin", "/work/app/.cursor/mcp.json"),
-    ("vscode", "user", "darwin", "/Users/me/Library/Application Support/Code/User/mcp.json"),
-    ("vscode", "user", "win32", r"C:\Users\me\AppData\Roaming\Code\User\mcp.json"),
-    ("vscode", "user", "linux", "/Users/me/.config/Code/User/mcp.json"),
-    ("vscode", "project", "linux", "/work/app/.vscode/mcp.json"),
-    ("windsurf", "user", "darwin", "/Users/me/.codeium/windsurf/mcp_config.json"),
-    ("gemini", "user", "linux", "/Users/me/.gemini/settings.json"),
-    ("gemini", "project", "linux", "/work/app/.gemini/settings.json"),
-    ("codex", "user", "linux", "/Users/me/.codex/config.toml"),
-    ("codex", "user", "win32", r"C:\Users\me\.codex\config.toml"),
-    ("vscode", "settings", "linux", "/Users/me/.config/Code/User/settings.json"),
-    ("zed", "user", "linux", "/Users/me/.config/zed/settings.json"),
-    ("zed", "user", "darwin", "/Users/me/.config/zed/settings.json"),
-    ("zed", "user", "win32", r"C:\Users\me\AppData\Roaming\Zed\settings.json"),
-    ("zed", "project", "linux", "/work/app/.zed/settings.json"),
-    ("cline", "user", "linux",
-     "/Users/me/.config/Code/User/globalStorage/saoudrizwan.claude-dev/settings/cline_mcp_settings.json"),
-    ("cline", "user", "darwin", "/Users/me/Library/Application Support/Code/User/globalStorage/"
-     "saoudrizwan.claude-dev/settings/cline_mcp_settings.json"),
-    ("lmstudio", "user", "darwin", "/Users/me/.lmstudio/mcp.json"),
-    ("lmstudio", "user", "win32", r"C:\Users\me\.lmstudio\mcp.json"),
-    ("continue", "user", "darwin", "/Users/me/.continue/config.yaml"),
-    ("continue", "user", "win32", r"C:\Users\me\.continue\config.yaml"),
-    ("continue", "project", "linux", "/work/app/.continue/mcpServers"),
-    ("continue", "project", "win32", r"C:\work\app\.continue\mcpServers"),
-])
+@pytest.mark.parametrize(
+    ("host", "scope", "platform", "expected"),
+    [
+        ("claude-desktop", "user", "darwin", "/Users/me/Library/Application Support/Claude/claude_desktop_config.json"),
+        ("claude-desktop", "user", "win32", r"C:\Users\me\AppData\Roaming\Claude\claude_desktop_config.json"),
+        ("claude-desktop", "user", "linux", "/Users/me/.config/Claude/claude_desktop_config.json"),
+        ("claude-code", "user", "linux", "/Users/me/.claude.json"),
+        ("claude-code", "project", "linux", "/work/app/.mcp.json"),
+        ("claude-code", "local", "darwin", "/Users/me/.claude.json"),
+        ("cursor", "user", "win32", r"C:\Users\me\.cursor\mcp.json"),
+        ("cursor", "project", "darwin", "/work/app/.cursor/mcp.json"),
+        ("vscode", "user", "darwin", "/Users/me/Library/Application Support/Code/User/mcp.json"),
+        ("vscode", "user", "win32", r"C:\Users\me\AppData\Roaming\Code\User\mcp.json"),
+        ("vscode", "user", "linux", "/Users/me/.config/Code/User/mcp.json"),
+        ("vscode", "project", "linux", "/work/app/.vscode/mcp.json"),
+        ("windsurf", "user", "darwin", "/Users/me/.codeium/windsurf/mcp_config.json"),
+        ("gemini", "user", "linux", "/Users/me/.gemini/settings.json"),
+        ("gemini", "project", "linux", "/work/app/.gemini/settings.json"),
+        ("codex", "user", "linux", "/Users/me/.codex/config.toml"),
+        ("codex", "user", "win32", r"C:\Users\me\.codex\config.toml"),
+        ("vscode", "settings", "linux", "/Users/me/.config/Code/User/settings.json"),
+        ("zed", "user", "linux", "/Users/me/.config/zed/settings.json"),
+        ("zed", "user", "darwin", "/Users/me/.config/zed/settings.json"),
+        ("zed", "user", "win32", r"C:\Users\me\AppData\Roaming\Zed\settings.json"),
+        ("zed", "project", "linux", "/work/app/.zed/settings.json"),
+        (
+            "cline",
+            "user",
+            "linux",
+            "/Users/me/.config/Code/User/globalStorage/saoudrizwan.claude-dev/settings/cline_mcp_settings.json",
+        ),
+        (
+            "cline",
+            "user",
+            "darwin",
+            "/Users/me/Library/Application Support/Code/User/globalStorage/"
+            "saoudrizwan.claude-dev/settings/cline_mcp_settings.json",
+        ),
+        ("lmstudio", "user", "darwin", "/Users/me/.lmstudio/mcp.json"),
+        ("lmstudio", "user", "win32", r"C:\Users\me\.lmstudio\mcp.json"),
+        ("continue", "user", "darwin", "/Users/me/.continue/config.yaml"),
+        ("continue", "user", "win32", r"C:\Users\me\.continue\config.yaml"),
+        ("continue", "project", "linux", "/work/app/.continue/mcpServers"),
+        ("continue", "project", "win32", r"C:\work\app\.continue\mcpServers"),
+    ],
+)
 def test_default_locations(host: str, scope: str, platform: str, expected: str) -> None:
     windows = platform == "win32"
     environ = {"APPDATA": r"C:\Users\me\AppData\Roaming", "USERPROFILE": r"C:\Users\me"} if windows else {}
-    got = config_path(host, scope, project_dir=r"C:\work\app" if windows else "/work/app", environ=environ,
-                      platform=platform, home=None if windows else "/Users/me")
+    got = config_path(
+        host,
+        scope,
+        project_dir=r"C:\work\app" if windows else "/work/app",
+        environ=environ,
+        platform=platform,
+        home=None if windows else "/Users/me",
+    )
     assert str(got) == expected
 
 
 def test_default_locations_follow_the_hosts_variables() -> None:
     env = {"XDG_CONFIG_HOME": "/x", "CODEX_HOME": "/c", "CLAUDE_CONFIG_DIR": "/cc", "CONTINUE_GLOBAL_DIR": "/co"}
-    assert str(config_path("claude-desktop", environ=env, platform="linux", home="/h")) == \
-        "/x/Claude/claude_desktop_config.json"
+    assert (
+        str(config_path("claude-desktop", environ=env, platform="linux", home="/h"))
+        == "/x/Claude/claude_desktop_config.json"
+    )
     assert str(config_path("codex", environ=env, platform="linux", home="/h")) == "/c/config.toml"
     assert str(config_path("claude-code", environ=env, platform="linux", home="/h")) == "/cc/.claude.json"
     assert str(config_path("continue", environ=env, platform="linux", home="/h")) == "/co/config.yaml"
 
 
-def test_without_the_script_the_proxy_runs_as_a_module(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_the_script_the_proxy_runs_as_a_module(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert proxy_invocation() == Invocation(str(Path(PY).parent / "mcp-sampling-proxy"))
     fake_python = tmp_path / "bin" / "python3"
     fake_python.parent.mkdir()
@@ -596,8 +733,16 @@ def test_without_the_script_the_proxy_runs_as_a_module(tmp_path: Path, capsys: p
 @pytest.mark.anyio
 async def test_a_wrapped_claude_desktop_entry_starts_the_server(tmp_path: Path, policy: str) -> None:
     path = tmp_path / "claude_desktop_config.json"
-    path.write_text(json.dumps({"mcpServers": {"summarizer": {
-        "command": PY, "args": [str(EXAMPLES / "summarizer.py")], "env": {"EXAMPLE": "1"}}}}, indent=2))
+    path.write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "summarizer": {"command": PY, "args": [str(EXAMPLES / "summarizer.py")], "env": {"EXAMPLE": "1"}}
+                }
+            },
+            indent=2,
+        )
+    )
     assert cli_main(["wrap", "--host", "claude-desktop", "--config", str(path), "--all", "--policy", policy]) == 0
     entry = json.loads(path.read_text())["mcpServers"]["summarizer"]
     assert entry["command"].endswith("mcp-sampling-proxy") and os.path.isabs(entry["command"])
@@ -611,8 +756,8 @@ async def test_a_wrapped_claude_desktop_entry_starts_the_server(tmp_path: Path, 
 
 
 def test_backups_go_to_the_state_dir_and_from_backup_restores_one(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str, state: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str, state: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     project = tmp_path / "project"
     (project / ".vscode").mkdir(parents=True)
     path = project / ".vscode" / "mcp.json"
@@ -651,17 +796,21 @@ def test_list_backups_when_there_are_none(capsys: pytest.CaptureFixture[str], st
     assert code == 0 and f"no backups in {state / 'backups'}" in out
 
 
-def test_new_hosts_and_vscode_locations_are_found_by_list(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                          monkeypatch: pytest.MonkeyPatch, policy: str) -> None:
+def test_new_hosts_and_vscode_locations_are_found_by_list(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, policy: str
+) -> None:
     home = tmp_path / "home"
     user = home / ".config" / "Code" / "User"
     for relative, fixture in (
-            (".config/zed/settings.json", "zed.settings.json"),
-            (".lmstudio/mcp.json", "lmstudio.mcp.json"),
-            (".config/Code/User/globalStorage/saoudrizwan.claude-dev/settings/cline_mcp_settings.json",
-             "cline_mcp_settings.json"),
-            (".config/Code/User/settings.json", "vscode.settings.json"),
-            (".config/Code/User/profiles/-6a1b2c3d/mcp.json", "vscode.mcp.json")):
+        (".config/zed/settings.json", "zed.settings.json"),
+        (".lmstudio/mcp.json", "lmstudio.mcp.json"),
+        (
+            ".config/Code/User/globalStorage/saoudrizwan.claude-dev/settings/cline_mcp_settings.json",
+            "cline_mcp_settings.json",
+        ),
+        (".config/Code/User/settings.json", "vscode.settings.json"),
+        (".config/Code/User/profiles/-6a1b2c3d/mcp.json", "vscode.mcp.json"),
+    ):
         (home / relative).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(FIXTURES / fixture, home / relative)
     monkeypatch.setenv("HOME", str(home))
@@ -679,8 +828,9 @@ def test_new_hosts_and_vscode_locations_are_found_by_list(tmp_path: Path, capsys
 
     settings = user / "settings.json"
     original = settings.read_bytes()
-    code, out, err = run(capsys, "wrap", "--host", "vscode", "--scope", "settings", "--server", "memory",
-                         "--policy", policy)
+    code, out, err = run(
+        capsys, "wrap", "--host", "vscode", "--scope", "settings", "--server", "memory", "--policy", policy
+    )
     assert code == 0, err
     assert f"VS Code: {settings} (mcp.servers)" in out
     text = settings.read_bytes()
@@ -695,7 +845,8 @@ def test_new_hosts_and_vscode_locations_are_found_by_list(tmp_path: Path, capsys
 
 
 def test_codex_unwrap_after_an_edit_elsewhere_in_the_table_keeps_the_edit(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str
+) -> None:
     path = copy_fixture(tmp_path, "codex.config.toml")
     original = path.read_text()
     assert run(capsys, "wrap", "--host", "codex", "--config", str(path), "--all", "--policy", policy)[0] == 0
@@ -720,8 +871,9 @@ def continue_project(tmp_path: Path) -> tuple[Path, Path]:
     return project, folder
 
 
-def test_continue_yaml_keeps_comments_and_layout(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                 policy: str) -> None:
+def test_continue_yaml_keeps_comments_and_layout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str
+) -> None:
     path = copy_fixture(tmp_path, "continue.config.yaml")
     original = path.read_text()
     code, out, err = run(capsys, "wrap", "--host", "continue", "--config", str(path), "--all", "--policy", policy)
@@ -730,31 +882,50 @@ def test_continue_yaml_keeps_comments_and_layout(tmp_path: Path, capsys: pytest.
     assert "put your LLM key variable (and any ${VAR} a --header names) in the entry's env" in out
     text = path.read_text()
     proxy = proxy_invocation().command
-    for line in ("# Continue's global config (~/.continue/config.yaml)\n",
-                 "name: My local config   # shown in the config picker\n",
-                 "    apiKey: ${{ secrets.ANTHROPIC_API_KEY }}\n",
-                 "  # the example summarizer, run from a checkout\n",
-                 "  # a remote one, its token from Continue's secrets\n",
-                 "  - name: old events\n    type: sse\n    url: http://localhost:3001/sse\n",
-                 "  - uses: anthropic/github-mcp     # a hub block: nothing local to wrap\n",
-                 "context:\n  - provider: code\n  - provider: diff\n# end of file\n"):
+    for line in (
+        "# Continue's global config (~/.continue/config.yaml)\n",
+        "name: My local config   # shown in the config picker\n",
+        "    apiKey: ${{ secrets.ANTHROPIC_API_KEY }}\n",
+        "  # the example summarizer, run from a checkout\n",
+        "  # a remote one, its token from Continue's secrets\n",
+        "  - name: old events\n    type: sse\n    url: http://localhost:3001/sse\n",
+        "  - uses: anthropic/github-mcp     # a hub block: nothing local to wrap\n",
+        "context:\n  - provider: code\n  - provider: diff\n# end of file\n",
+    ):
         assert line in original and line in text, line
     # a block list gains the proxy's arguments as lines of its own; its items and their comments stay
-    assert (f'    command: "{proxy}"   # the interpreter\n    args:\n      - "--policy"\n      - "{policy}"\n'
-            '      - "--name"\n      - "summarizer"\n      - "--"\n      - "/usr/bin/python3"\n'
-            '      - /home/me/servers/summarizer.py\n      - "--verbose"     # chatty logs\n\n'
-            "    env:\n      LOG_LEVEL: debug\n") in text
+    assert (
+        f'    command: "{proxy}"   # the interpreter\n    args:\n      - "--policy"\n      - "{policy}"\n'
+        '      - "--name"\n      - "summarizer"\n      - "--"\n      - "/usr/bin/python3"\n'
+        '      - /home/me/servers/summarizer.py\n      - "--verbose"     # chatty logs\n\n'
+        "    env:\n      LOG_LEVEL: debug\n"
+    ) in text
     # a flow list stays one flow list; an entry written as a flow mapping stays one
     assert f'    args: ["--policy", "{policy}", "--name", "SQLite MCP", "--", "npx", "-y", "mcp-sqlite", ' in text
     assert f'  - {{name: memory, command: "{proxy}", args: ["--policy", ' in text
     # args are added right after command, before the comment that followed it
-    assert f'    command: "{proxy}"\n    args: ["--policy", "{policy}", "--name", "plain-binary", "--", ' \
+    assert (
+        f'    command: "{proxy}"\n    args: ["--policy", "{policy}", "--name", "plain-binary", "--", '
         '"weather-mcp"]\n    # no arguments\n' in text
+    )
     docs = servers_of("continue", path)["docs"]
-    assert docs == {"name": "docs", "type": "stdio", "command": proxy,
-                    "args": ["--policy", policy, "--name", "docs", "--url", "https://docs.example.com/mcp",
-                             "--header", "Authorization: Bearer ${{ secrets.DOCS_TOKEN }}",
-                             "--header", "X-Team: platform"]}
+    assert docs == {
+        "name": "docs",
+        "type": "stdio",
+        "command": proxy,
+        "args": [
+            "--policy",
+            policy,
+            "--name",
+            "docs",
+            "--url",
+            "https://docs.example.com/mcp",
+            "--header",
+            "Authorization: Bearer ${{ secrets.DOCS_TOKEN }}",
+            "--header",
+            "X-Team: platform",
+        ],
+    }
     assert run(capsys, "unwrap", "--host", "continue", "--config", str(path), "--all")[0] == 0
     assert path.read_text() == original
 
@@ -767,13 +938,15 @@ def test_continue_block_file_with_indentless_lists(tmp_path: Path, capsys: pytes
         "name: Browser tools   # a workspace block\nversion: 0.0.1\nschema: v1\nmcpServers:\n"
         f'- name: Browser search\n  command: "{proxy_invocation().command}"\n  args:\n'
         '  - "--name"\n  - "Browser search"\n  - "--"\n  - "npx"\n'
-        '  - "@playwright/mcp@latest"\n  - --headless\n  env:\n    DISPLAY: ":0"\n')
+        '  - "@playwright/mcp@latest"\n  - --headless\n  env:\n    DISPLAY: ":0"\n'
+    )
     assert run(capsys, "unwrap", "--host", "continue", "--config", str(path), "--all")[0] == 0
     assert path.read_bytes() == original
 
 
 def test_continue_project_scope_handles_every_file_in_the_folder(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     project, folder = continue_project(tmp_path)
     block, claude_style = folder / "playwright-mcp.yaml", folder / "mcp.json"
     originals = {p: p.read_bytes() for p in (block, claude_style)}
@@ -783,8 +956,9 @@ def test_continue_project_scope_handles_every_file_in_the_folder(
     assert code == 1
     assert f"{folder} (2 files): no server named 'nope' (servers: filesystem, tickets, Browser search)" in err
 
-    code, out, err = run(capsys, "wrap", "--host", "continue", "--scope", "project", "--server", "Browser search",
-                         "--policy", policy)
+    code, out, err = run(
+        capsys, "wrap", "--host", "continue", "--scope", "project", "--server", "Browser search", "--policy", policy
+    )
     assert code == 0, err
     assert f"Continue: {block}" in out and str(claude_style) not in out
     assert claude_style.read_bytes() == originals[claude_style]
@@ -811,8 +985,9 @@ def test_continue_project_scope_handles_every_file_in_the_folder(
     assert {p: p.read_bytes() for p in originals} == originals
 
 
-def test_continue_project_scope_without_server_files(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_continue_project_scope_without_server_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / ".continue" / "mcpServers").mkdir(parents=True)
     monkeypatch.chdir(tmp_path)
     code, _, err = run(capsys, "wrap", "--host", "continue", "--scope", "project", "--all")
@@ -820,8 +995,9 @@ def test_continue_project_scope_without_server_files(tmp_path: Path, capsys: pyt
     assert f"{tmp_path}/.continue/mcpServers: no server files in this folder (*.yaml, *.yml, *.json)" in err
 
 
-def test_continue_files_are_found_by_list(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_continue_files_are_found_by_list(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     home = tmp_path / "home"
     (home / ".continue").mkdir(parents=True)
     shutil.copyfile(FIXTURES / "continue.config.yaml", home / ".continue" / "config.yaml")
@@ -844,22 +1020,35 @@ def test_continue_files_are_found_by_list(tmp_path: Path, capsys: pytest.Capture
     assert f"Continue (user): {tmp_path}/elsewhere/config.yaml: no such file" in out
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("mcpServers:\n  - &base\n    name: a\n    command: x\n  - name: b\n    command: *base\n",
-     "x.yaml:2: mcpServers uses a YAML anchor or alias (&base / *base)"),
-    ("defaults: &env {A: '1'}\nmcpServers:\n  - name: a\n    command: x\n    env: *env\n",
-     "x.yaml:5: mcpServers uses a YAML anchor or alias"),
-    ("mcpServers:\n  - name: a\n    command: x\n  - name: a\n    command: y\n",
-     "x.yaml:4: a second server named 'a' (the first is at line 2)"),
-    ("mcpServers:\n  - command: x\n", "x.yaml:2: an entry of mcpServers has no name"),
-    ("mcpServers:\n  - name: a\n    command: x\n    command: y\n", "x.yaml:2: the key 'command' appears twice"),
-    ("mcpServers:\n  - name: 7\n    command: x\n", "x.yaml:2: the entry's name 7 is not a string; quote it"),
-    ("mcpServers:\n  a:\n    command: x\n", "x.yaml:2: mcpServers is not a list of server entries"),
-    ("mcpServers:\n  - name: a\n    command: [x\n", "x.yaml:4:1: while parsing a flow sequence, expected ',' or ']'"),
-    ("name: a\n---\nname: b\n", "x.yaml:2:1: expected a single document in the stream, but found another document"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "mcpServers:\n  - &base\n    name: a\n    command: x\n  - name: b\n    command: *base\n",
+            "x.yaml:2: mcpServers uses a YAML anchor or alias (&base / *base)",
+        ),
+        (
+            "defaults: &env {A: '1'}\nmcpServers:\n  - name: a\n    command: x\n    env: *env\n",
+            "x.yaml:5: mcpServers uses a YAML anchor or alias",
+        ),
+        (
+            "mcpServers:\n  - name: a\n    command: x\n  - name: a\n    command: y\n",
+            "x.yaml:4: a second server named 'a' (the first is at line 2)",
+        ),
+        ("mcpServers:\n  - command: x\n", "x.yaml:2: an entry of mcpServers has no name"),
+        ("mcpServers:\n  - name: a\n    command: x\n    command: y\n", "x.yaml:2: the key 'command' appears twice"),
+        ("mcpServers:\n  - name: 7\n    command: x\n", "x.yaml:2: the entry's name 7 is not a string; quote it"),
+        ("mcpServers:\n  a:\n    command: x\n", "x.yaml:2: mcpServers is not a list of server entries"),
+        (
+            "mcpServers:\n  - name: a\n    command: [x\n",
+            "x.yaml:4:1: while parsing a flow sequence, expected ',' or ']'",
+        ),
+        ("name: a\n---\nname: b\n", "x.yaml:2:1: expected a single document in the stream, but found another document"),
+    ],
+)
 def test_continue_yaml_it_cannot_edit_safely_is_refused_with_file_and_line(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, message: str) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, message: str
+) -> None:
     path = tmp_path / "x.yaml"
     path.write_text(text)
     code, _, err = run(capsys, "wrap", "--host", "continue", "--config", str(path), "--all")
@@ -870,10 +1059,13 @@ def test_continue_yaml_it_cannot_edit_safely_is_refused_with_file_and_line(
 
 
 def test_continue_remote_with_request_options_the_proxy_would_drop_is_refused(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "config.yaml"
-    text = ("mcpServers:\n  - name: internal\n    type: streamable-http\n    url: https://10.0.0.5/mcp\n"
-            "    requestOptions:\n      verifySsl: false\n")
+    text = (
+        "mcpServers:\n  - name: internal\n    type: streamable-http\n    url: https://10.0.0.5/mcp\n"
+        "    requestOptions:\n      verifySsl: false\n"
+    )
     path.write_text(text)
     code, out, _ = run(capsys, "wrap", "--host", "continue", "--config", str(path), "--server", "internal")
     assert code == 1
@@ -890,15 +1082,17 @@ def test_continue_single_server_json_is_refused(tmp_path: Path, capsys: pytest.C
     assert '{"mcpServers": {"NAME": {...}}}' in err
 
 
-def test_continue_unwrap_after_edits_keeps_the_layout(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                      policy: str) -> None:
+def test_continue_unwrap_after_edits_keeps_the_layout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str
+) -> None:
     path = copy_fixture(tmp_path, "continue.config.yaml")
     original = path.read_text()
     before = servers_of("continue", path)
     assert run(capsys, "wrap", "--host", "continue", "--config", str(path), "--all", "--policy", policy)[0] == 0
     # a comment added inside an entry: the record no longer matches its text, the values are restored
-    edited = path.read_text().replace("    env:\n      LOG_LEVEL: debug\n",
-                                      "    env:   # set by hand\n      LOG_LEVEL: debug\n")
+    edited = path.read_text().replace(
+        "    env:\n      LOG_LEVEL: debug\n", "    env:   # set by hand\n      LOG_LEVEL: debug\n"
+    )
     # and a value changed while wrapped: kept, the rest rebuilt from the proxy's arguments
     edited = edited.replace("    connectionTimeout: 30000\n", "    connectionTimeout: 60000\n")
     path.write_text(edited)
@@ -906,24 +1100,30 @@ def test_continue_unwrap_after_edits_keeps_the_layout(tmp_path: Path, capsys: py
     assert code == 0, err
     assert re.search(r"summarizer\s+restored \(its formatting had changed since wrap\)", out)
     assert re.search(r"SQLite MCP\s+rebuilt from the proxy's arguments \(edited since wrap", out)
-    assert servers_of("continue", path) == {**before, "SQLite MCP": {**before["SQLite MCP"],
-                                                                      "connectionTimeout": 60000}}
+    assert servers_of("continue", path) == {
+        **before,
+        "SQLite MCP": {**before["SQLite MCP"], "connectionTimeout": 60000},
+    }
     # only the changed values' text differs: a command comes back as a JSON-style quoted string, the
     # block list of arguments loses the proxy's lines and keeps its own, comments stay
     expected = original
     for before_text, after_text in (
-            ("    command: /usr/bin/python3   # the interpreter\n",
-             '    command: "/usr/bin/python3"   # the interpreter\n'),
-            ("    env:\n      LOG_LEVEL: debug\n", "    env:   # set by hand\n      LOG_LEVEL: debug\n"),
-            ("    type: stdio\n    command: npx\n", '    type: stdio\n    command: "npx"\n'),
-            ("    connectionTimeout: 30000\n", "    connectionTimeout: 60000\n")):
+        (
+            "    command: /usr/bin/python3   # the interpreter\n",
+            '    command: "/usr/bin/python3"   # the interpreter\n',
+        ),
+        ("    env:\n      LOG_LEVEL: debug\n", "    env:   # set by hand\n      LOG_LEVEL: debug\n"),
+        ("    type: stdio\n    command: npx\n", '    type: stdio\n    command: "npx"\n'),
+        ("    connectionTimeout: 30000\n", "    connectionTimeout: 60000\n"),
+    ):
         assert before_text in expected
         expected = expected.replace(before_text, after_text)
     assert path.read_text() == expected
 
 
 def test_continue_unwrap_without_the_record_rebuilds_a_remote_entry_in_continues_form(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str
+) -> None:
     path = copy_fixture(tmp_path, "continue.config.yaml")
     before = servers_of("continue", path)
     assert run(capsys, "wrap", "--host", "continue", "--config", str(path), "--all", "--policy", policy)[0] == 0
@@ -931,14 +1131,19 @@ def test_continue_unwrap_without_the_record_rebuilds_a_remote_entry_in_continues
     code, out, _ = run(capsys, "unwrap", "--host", "continue", "--config", str(path), "--all")
     assert code == 0 and out.count("no record of the original") == 5
     after = servers_of("continue", path)
-    assert after["docs"] == {"name": "docs", "type": "streamable-http", "url": "https://docs.example.com/mcp",
-                             "requestOptions": {"headers": before["docs"]["requestOptions"]["headers"]}}
+    assert after["docs"] == {
+        "name": "docs",
+        "type": "streamable-http",
+        "url": "https://docs.example.com/mcp",
+        "requestOptions": {"headers": before["docs"]["requestOptions"]["headers"]},
+    }
     assert {k: v for k, v in after.items() if k != "docs"} == {k: v for k, v in before.items() if k != "docs"}
     assert "# the example summarizer, run from a checkout\n" in path.read_text()
 
 
-def test_continue_windows_line_endings_are_kept(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                policy: str) -> None:
+def test_continue_windows_line_endings_are_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str
+) -> None:
     path = tmp_path / "config.yaml"
     original = (FIXTURES / "continue.config.yaml").read_bytes().replace(b"\n", b"\r\n")
     path.write_bytes(original)
@@ -951,9 +1156,11 @@ def test_continue_windows_line_endings_are_kept(tmp_path: Path, capsys: pytest.C
 @pytest.mark.anyio
 async def test_a_wrapped_continue_entry_starts_the_server(tmp_path: Path, policy: str) -> None:
     path = tmp_path / "config.yaml"
-    path.write_text("name: test\nversion: 0.0.1\nschema: v1\nmcpServers:\n  - name: summarizer  # example\n"
-                    f"    command: {json.dumps(PY)}\n    args:\n      - {json.dumps(str(EXAMPLES / 'summarizer.py'))}\n"
-                    "    env:\n      EXAMPLE: '1'\n")
+    path.write_text(
+        "name: test\nversion: 0.0.1\nschema: v1\nmcpServers:\n  - name: summarizer  # example\n"
+        f"    command: {json.dumps(PY)}\n    args:\n      - {json.dumps(str(EXAMPLES / 'summarizer.py'))}\n"
+        "    env:\n      EXAMPLE: '1'\n"
+    )
     assert cli_main(["wrap", "--host", "continue", "--config", str(path), "--all", "--policy", policy]) == 0
     entry = servers_of("continue", path)["summarizer"]
     assert entry["command"].endswith("mcp-sampling-proxy") and os.path.isabs(entry["command"])
@@ -963,17 +1170,17 @@ async def test_a_wrapped_continue_entry_starts_the_server(tmp_path: Path, policy
     assert "summarize" in {tool.name for tool in tools.tools}
 
 
-def test_wrap_suggests_sandbox_profiles_the_policy_accepts(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                          policy: str) -> None:
+def test_wrap_suggests_sandbox_profiles_the_policy_accepts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str
+) -> None:
     """For servers it knows (here the filesystem server), wrap prints the sandbox.servers entry that narrows
     the sandbox to what the server needs, under the name the proxy will use; pasted, it is a valid policy."""
     from mcp_sampling_proxy.config.settings import parse_settings
 
     path = copy_fixture(tmp_path, "claude_desktop_config.json")
-    code, out, _ = run(capsys, "wrap", "--host", "claude-desktop", "--config", str(path), "--all",
-                       "--policy", policy)
+    code, out, _ = run(capsys, "wrap", "--host", "claude-desktop", "--config", str(path), "--all", "--policy", policy)
     assert code == 0
-    block = out[out.index("  sandbox:\n"):].split("\nnext:")[0]
+    block = out[out.index("  sandbox:\n") :].split("\nnext:")[0]
     # (npx's cache too: under a read-only home, npx cannot start the server without it)
     assert '"filesystem": {read: ["~"], write: [~/.npm, "/home/me/Documents"]}' in block
     assert "summarizer" not in block and "plain-binary" not in block  # nothing known about those

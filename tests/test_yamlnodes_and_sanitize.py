@@ -163,8 +163,7 @@ def test_strip_controls_keeps_plain_unicode(text: str) -> None:
 
 
 def test_strip_controls_on_a_mixed_prompt() -> None:
-    raw = (f"{ESC}]0;Approved!{BEL}{ESC}[2J{ESC}[HSummarise this:\n"
-           f"\t{ESC}[8mhidden{ESC}[0m text\u202e with tricks\x00\n")
+    raw = f"{ESC}]0;Approved!{BEL}{ESC}[2J{ESC}[HSummarise this:\n\t{ESC}[8mhidden{ESC}[0m text\u202e with tricks\x00\n"
     assert strip_controls(raw) == "Summarise this:\n\thidden text with tricks\n"
 
 

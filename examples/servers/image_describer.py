@@ -25,9 +25,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 # Sampling is deprecated in the 2026-07-28 spec but is exactly what this example demonstrates.
 warnings.filterwarnings("ignore", category=MCPDeprecationWarning)
 
-mcp = MCPServer(
-    "image-describer", instructions="Describes images using the client's vision LLM via MCP sampling."
-)
+mcp = MCPServer("image-describer", instructions="Describes images using the client's vision LLM via MCP sampling.")
 
 MAX_IMAGE_BYTES = 5 * 1024 * 1024
 """Refuse larger files: providers cap inline images at a few MB and the whole request rides one JSON line."""
@@ -45,12 +43,7 @@ def make_png(width: int = 2, height: int = 2, rgb: tuple[int, int, int] = (255, 
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
     # Every scanline starts with filter byte 0 ("None"), followed by the raw RGB pixels.
     raw = b"".join(b"\x00" + bytes(rgb) * width for _ in range(height))
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(raw))
-        + chunk(b"IEND", b"")
-    )
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
 
 
 BUILTIN_PNG = make_png()

@@ -53,9 +53,7 @@ async def summarize(text: str, ctx: Context, max_words: int = 50) -> str:
             [
                 types.SamplingMessage(
                     role="user",
-                    content=types.TextContent(
-                        text=f"Summarize the following in at most {max_words} words:\n\n{text}"
-                    ),
+                    content=types.TextContent(text=f"Summarize the following in at most {max_words} words:\n\n{text}"),
                 )
             ],
             max_tokens=300,

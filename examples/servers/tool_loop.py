@@ -26,9 +26,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 # Sampling is deprecated in the 2026-07-28 spec but is exactly what this example demonstrates.
 warnings.filterwarnings("ignore", category=MCPDeprecationWarning)
 
-mcp = MCPServer(
-    "tool-loop", instructions="Answers questions with an LLM (via MCP sampling) that can call local tools."
-)
+mcp = MCPServer("tool-loop", instructions="Answers questions with an LLM (via MCP sampling) that can call local tools.")
 
 SYSTEM_PROMPT = (
     "You are a research assistant. Use the provided tools whenever they help: get_weather for current "

@@ -43,6 +43,7 @@ class Relay(Protocol):
 
     async def request_host(self, method: str, params: dict[str, Any]) -> dict[str, Any]: ...
 
+
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_CHANNELS = ("terminal", "console", "host")
 
@@ -116,10 +117,13 @@ class ApprovalMemory:
                 return "always"
             if matching and key not in self.forged:
                 self.forged.add(key)
-                log.warning("a remembered approval was not written by a proxy (its seal does not match): ignored",
-                            server=key[0], tool=key[1] or None, file=str(self.store.path),
-                            fix="`mcp-sampling-proxy approvals list` shows it; revoke it, and approve again "
-                                "if you meant it")
+                log.warning(
+                    "a remembered approval was not written by a proxy (its seal does not match): ignored",
+                    server=key[0],
+                    tool=key[1] or None,
+                    file=str(self.store.path),
+                    fix="`mcp-sampling-proxy approvals list` shows it; revoke it, and approve again if you meant it",
+                )
         return None
 
     def ignored(self, server: str, tool: str | None) -> bool:
@@ -141,16 +145,18 @@ class ApprovalMemory:
             return self.remembers(server, tool)
         return await anyio.to_thread.run_sync(self.remembers, server, tool)
 
-    async def keep(self, server: str, tool: str | None, scope: str, rule: str | None = None,
-                   channel: str | None = None) -> None:
+    async def keep(
+        self, server: str, tool: str | None, scope: str, rule: str | None = None, channel: str | None = None
+    ) -> None:
         """`remember`, off the event loop when it writes the shared file."""
         if scope == "always" and self.store is not None:
             await anyio.to_thread.run_sync(self.remember, server, tool, scope, rule, channel)
         else:
             self.remember(server, tool, scope, rule, channel)
 
-    def remember(self, server: str, tool: str | None, scope: str, rule: str | None = None,
-                 channel: str | None = None) -> None:
+    def remember(
+        self, server: str, tool: str | None, scope: str, rule: str | None = None, channel: str | None = None
+    ) -> None:
         """`always` goes to the store only (so a revoke reaches this proxy too), with the rule that
         asked, when and on which channel, for `mcp-sampling-proxy approvals list`."""
         key = _key(server, tool)
@@ -158,14 +164,26 @@ class ApprovalMemory:
             try:
                 from mcp_sampling_proxy.quotas.integrity import sealed_entry
 
-                entry = sealed_entry(self._seal_key(), APPROVAL, {
-                    "server": key[0], "tool": key[1], "rule": rule, "channel": channel,
-                    "at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")})
+                entry = sealed_entry(
+                    self._seal_key(),
+                    APPROVAL,
+                    {
+                        "server": key[0],
+                        "tool": key[1],
+                        "rule": rule,
+                        "channel": channel,
+                        "at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+                    },
+                )
 
                 def add(data: dict[str, Any]) -> None:
-                    entries = data["always"] = [old for old in always_entries(data)  # an unsealed one is replaced
-                                                if always_key(old) != key]
+                    entries = data["always"] = [
+                        old
+                        for old in always_entries(data)  # an unsealed one is replaced
+                        if always_key(old) != key
+                    ]
                     entries.append(entry)
+
                 self.store.update(add)
                 self.forged.discard(key)
                 return
@@ -207,8 +225,9 @@ def _key(server: str, tool: str | None) -> tuple[str, str]:
 
 
 class Approver:
-    def __init__(self, channels: list[Channel], *, timeout: float = DEFAULT_TIMEOUT,
-                 memory: ApprovalMemory | None = None):
+    def __init__(
+        self, channels: list[Channel], *, timeout: float = DEFAULT_TIMEOUT, memory: ApprovalMemory | None = None
+    ):
         self._channels = channels
         self._timeout = timeout
         self._memory = memory or ApprovalMemory()
@@ -232,23 +251,39 @@ class Approver:
                 if answer.approved and answer.scope in ("session", "always"):
                     await self._memory.keep(request.server, request.tool, answer.scope, request.rule, answer.channel)
                 return self._noting_forgery(request, answer)
-            why = (f"the {' and the '.join(gone)} went away before answering, and no other approval channel is "
-                   "available; denied") if gone else NO_CHANNEL_HINT
-            refused = Approval(False, gone[-1] if gone else None,
-                               f"approval required by policy rule '{request.rule}' but {why}",
-                               "rejected" if gone else "unavailable")
+            why = (
+                (
+                    f"the {' and the '.join(gone)} went away before answering, and no other approval channel is "
+                    "available; denied"
+                )
+                if gone
+                else NO_CHANNEL_HINT
+            )
+            refused = Approval(
+                False,
+                gone[-1] if gone else None,
+                f"approval required by policy rule '{request.rule}' but {why}",
+                "rejected" if gone else "unavailable",
+            )
             return self._noting_forgery(request, refused)
         channel = self._channel(relay, skip=gone) or next(c for c in self._channels if c.name == gone[-1])
-        return Approval(False, channel.name,
-                        f"nobody answered the approval request on the {channel.name} within {self._timeout:g} s; "
-                        "denied (raise approval.timeout, or add an allow rule for this server)", "timeout")
+        return Approval(
+            False,
+            channel.name,
+            f"nobody answered the approval request on the {channel.name} within {self._timeout:g} s; "
+            "denied (raise approval.timeout, or add an allow rule for this server)",
+            "timeout",
+        )
 
     def _noting_forgery(self, request: ApprovalRequest, approval: Approval) -> Approval:
         """The approval, its reason saying (for the audit record) when a forged remembered one was ignored."""
         if not self._memory.ignored(request.server, request.tool):
             return approval
-        return replace(approval, reason=f"{approval.reason} (a remembered approval for this in approvals.json was "
-                                        "not written by a proxy: ignored)")
+        return replace(
+            approval,
+            reason=f"{approval.reason} (a remembered approval for this in approvals.json was "
+            "not written by a proxy: ignored)",
+        )
 
     async def review(self, request: ApprovalRequest, result: dict[str, Any], relay: Relay) -> Review:
         """Let a human check (and edit) the LLM's answer before the server gets it."""
@@ -301,8 +336,14 @@ def _last_user(params: dict[str, Any]) -> int | None:
     messages = params.get("messages")
     if not isinstance(messages, list):
         return None
-    return next((i for i in range(len(messages) - 1, -1, -1)
-                 if isinstance(messages[i], dict) and messages[i].get("role") == "user"), None)
+    return next(
+        (
+            i
+            for i in range(len(messages) - 1, -1, -1)
+            if isinstance(messages[i], dict) and messages[i].get("role") == "user"
+        ),
+        None,
+    )
 
 
 def prompt_not_editable(params: dict[str, Any]) -> str | None:
@@ -346,8 +387,9 @@ APPROVE_PROMPT = "Allow this request? [y]es once, [s]ession, [a]lways for this s
 REFUSALS = ("", "n", "no")
 
 
-async def approval_dialogue(params: dict[str, Any], ask: Any, say: Any,
-                            discard_typeahead: Any = None) -> tuple[str | None, str | None]:
+async def approval_dialogue(
+    params: dict[str, Any], ask: Any, say: Any, discard_typeahead: Any = None
+) -> tuple[str | None, str | None]:
     """Ask yes/session/always/edit/no, wherever the human is (the proxy's terminal or the companion
     console). Returns (scope or None when refused, the new text of the last user message or None);
     the caller applies the text with `with_prompt`, which keeps the message's other blocks.
@@ -391,8 +433,9 @@ SCOPE_WORDS = {"once": "once", "session": "for this session", "always": "always,
 EDITORS = {"terminal": "at the terminal", "console": "at the companion console"}
 
 
-async def review_dialogue(result: dict[str, Any], ask: Any, say: Any, *, prompt: str | None = None,
-                          prompt_edited_by: str | None = None) -> tuple[bool, str | None]:
+async def review_dialogue(
+    result: dict[str, Any], ask: Any, say: Any, *, prompt: str | None = None, prompt_edited_by: str | None = None
+) -> tuple[bool, str | None]:
     """Show the prompt as it was sent to the LLM (`prompt`, a sanitised summary; marked when a human
     edited it) and the LLM's answer. Returns (send it?, the replacement text or None); the caller
     applies the text with `with_text`, which keeps the answer's other blocks."""
@@ -440,26 +483,33 @@ class TerminalChannel:
         assert terminal is not None
         async with terminal.lock:
             try:
-                terminal.write(f"\nmcp-sampling-proxy: approval needed for server '{one_line(request.server, 120)}' "
-                               f"(rule '{one_line(request.rule, 120)}'):\n" + quote(request.summary) + "\n")
-                scope, text = await approval_dialogue(request.params, self._ask, self._say,
-                                                      terminal.discard_typeahead)
+                terminal.write(
+                    f"\nmcp-sampling-proxy: approval needed for server '{one_line(request.server, 120)}' "
+                    f"(rule '{one_line(request.rule, 120)}'):\n" + quote(request.summary) + "\n"
+                )
+                scope, text = await approval_dialogue(request.params, self._ask, self._say, terminal.discard_typeahead)
             except BaseException:
                 terminal.write("\n(request withdrawn or timed out: denied)\n")
                 raise
         if scope is None:
             return Approval(False, self.name, "rejected at the terminal", "rejected")
         if text is not None:
-            return Approval(True, self.name, "approved with an edited prompt at the terminal", "approved",
-                            params=with_prompt(request.params, text))
+            return Approval(
+                True,
+                self.name,
+                "approved with an edited prompt at the terminal",
+                "approved",
+                params=with_prompt(request.params, text),
+            )
         return Approval(True, self.name, "approved at the terminal", "approved", scope)
 
     async def review(self, request: ApprovalRequest, result: dict[str, Any], relay: Relay) -> Review:
         assert self._terminal is not None
         async with self._terminal.lock:
             self._say("")
-            accepted, text = await review_dialogue(result, self._ask, self._say, prompt=request.summary,
-                                                   prompt_edited_by=request.prompt_edited_by)
+            accepted, text = await review_dialogue(
+                result, self._ask, self._say, prompt=request.summary, prompt_edited_by=request.prompt_edited_by
+            )
         return Review(accepted, result if text is None else with_text(result, text), self.name)
 
 
@@ -474,10 +524,18 @@ class ConsoleChannel:
 
     async def ask(self, request: ApprovalRequest, relay: Relay) -> Approval:
         # "edit": "prompt": answer an edit with the new text only (`prompt`); the proxy applies it.
-        answer = await self._server.ask({
-            "type": "pending", "server": request.server, "host": request.host, "tool": request.tool,
-            "rule": request.rule, "summary": request.summary, "params": request.params, "edit": "prompt",
-        })
+        answer = await self._server.ask(
+            {
+                "type": "pending",
+                "server": request.server,
+                "host": request.host,
+                "tool": request.tool,
+                "rule": request.rule,
+                "summary": request.summary,
+                "params": request.params,
+                "edit": "prompt",
+            }
+        )
         if answer.get("approve") is not True:  # a peer's "false" string must not approve
             return Approval(False, self.name, "rejected at the companion console", "rejected")
         scope = str(answer["scope"]) if answer.get("scope") in ("once", "session", "always") else "once"
@@ -488,24 +546,34 @@ class ConsoleChannel:
             index = _last_user(answer["params"])
             text = None if index is None else text_of(answer["params"]["messages"][index].get("content"))
             if text is None:
-                return Approval(False, self.name, "the companion console sent an edited request without text; "
-                                "denied", "rejected")
+                return Approval(
+                    False, self.name, "the companion console sent an edited request without text; denied", "rejected"
+                )
         if not isinstance(text, str):
             return Approval(True, self.name, "approved at the companion console", "approved", scope)
         try:
             edited = with_prompt(request.params, text)
         except ValueError as exc:
-            return Approval(False, self.name, f"the companion console's edit was not applied ({exc}); denied",
-                            "rejected")
-        return Approval(True, self.name, "approved with an edited prompt at the companion console", "approved",
-                        scope, edited)
+            return Approval(
+                False, self.name, f"the companion console's edit was not applied ({exc}); denied", "rejected"
+            )
+        return Approval(
+            True, self.name, "approved with an edited prompt at the companion console", "approved", scope, edited
+        )
 
     async def review(self, request: ApprovalRequest, result: dict[str, Any], relay: Relay) -> Review:
         # "edit": "text": a replaced answer comes back as its new text only (`text`); the proxy applies it.
-        answer = await self._server.ask({
-            "type": "review", "server": request.server, "tool": request.tool, "summary": request.summary,
-            "prompt_edited_by": request.prompt_edited_by, "result": result, "edit": "text",
-        })
+        answer = await self._server.ask(
+            {
+                "type": "review",
+                "server": request.server,
+                "tool": request.tool,
+                "summary": request.summary,
+                "prompt_edited_by": request.prompt_edited_by,
+                "result": result,
+                "edit": "text",
+            }
+        )
         text = answer.get("text")
         if not isinstance(text, str) and isinstance(answer.get("result"), dict):
             text = text_of(answer["result"].get("content"))  # a console from before "edit": "text"
@@ -524,37 +592,53 @@ class HostChannel:
 
     async def ask(self, request: ApprovalRequest, relay: Relay) -> Approval:
         tool = f" during tool call '{one_line(request.tool, 80)}'" if request.tool else ""
-        response = await relay.request_host("elicitation/create", {
-            "message": f"mcp-sampling-proxy: server '{one_line(request.server, 80)}' asks to use an LLM{tool}. "
-                       f"What it sent (quoted):\n\n{quote(request.summary)}",
-            "requestedSchema": {
-                "type": "object",
-                "properties": {
-                    "approve": {"type": "boolean", "title": "Allow this LLM request?", "default": False},
-                    "remember": {"type": "boolean", "title": "Allow this server's tool for the rest of the session",
-                                 "default": False},
+        response = await relay.request_host(
+            "elicitation/create",
+            {
+                "message": f"mcp-sampling-proxy: server '{one_line(request.server, 80)}' asks to use an LLM{tool}. "
+                f"What it sent (quoted):\n\n{quote(request.summary)}",
+                "requestedSchema": {
+                    "type": "object",
+                    "properties": {
+                        "approve": {"type": "boolean", "title": "Allow this LLM request?", "default": False},
+                        "remember": {
+                            "type": "boolean",
+                            "title": "Allow this server's tool for the rest of the session",
+                            "default": False,
+                        },
+                    },
+                    "required": ["approve"],
                 },
-                "required": ["approve"],
             },
-        })
+        )
         result = jsonrpc.as_object(response.get("result"))
         content = jsonrpc.as_object(result.get("content"))
         if result.get("action") == "accept" and content.get("approve") is True:
             scope = "session" if content.get("remember") is True else "once"
             return Approval(True, self.name, "approved in the host", "approved", scope)
         error = response.get("error")
-        why = (jsonrpc.as_object(error).get("message") or one_line(str(error), 200)) if "error" in response \
+        why = (
+            (jsonrpc.as_object(error).get("message") or one_line(str(error), 200))
+            if "error" in response
             else result.get("action", "no answer")
+        )
         return Approval(False, self.name, f"rejected in the host ({why})", "rejected")
 
     async def review(self, request: ApprovalRequest, result: dict[str, Any], relay: Relay) -> Review:
-        response = await relay.request_host("elicitation/create", {
-            "message": f"mcp-sampling-proxy: the LLM answered server '{one_line(request.server, 80)}' "
-                       f"(quoted):\n\n{quote(result_text(result))}",
-            "requestedSchema": {"type": "object", "properties": {
-                "send": {"type": "boolean", "title": "Send this answer to the server?", "default": True}},
-                "required": ["send"]},
-        })
+        response = await relay.request_host(
+            "elicitation/create",
+            {
+                "message": f"mcp-sampling-proxy: the LLM answered server '{one_line(request.server, 80)}' "
+                f"(quoted):\n\n{quote(result_text(result))}",
+                "requestedSchema": {
+                    "type": "object",
+                    "properties": {
+                        "send": {"type": "boolean", "title": "Send this answer to the server?", "default": True}
+                    },
+                    "required": ["send"],
+                },
+            },
+        )
         answer = jsonrpc.as_object(response.get("result"))
         content = jsonrpc.as_object(answer.get("content"))
         return Review(answer.get("action") == "accept" and content.get("send") is True, result, self.name)
@@ -565,4 +649,3 @@ def build_channels(order: tuple[str, ...], terminal: Terminal | None, console: C
     if console is not None:
         by_name["console"] = ConsoleChannel(console)
     return [by_name[name] for name in order if name in by_name]
-

@@ -120,8 +120,9 @@ class ConsoleClient:
                     try:
                         self._receive(path, validate(json.loads(line)))
                     except (ValueError, BadMessage) as exc:  # BadMessage is a ValueError too
-                        log.warning("dropped a malformed message from a proxy", path=str(path),
-                                    error=one_line(str(exc)))
+                        log.warning(
+                            "dropped a malformed message from a proxy", path=str(path), error=one_line(str(exc))
+                        )
                 if len(buffer) > MAX_LINE:
                     log.warning("a proxy sent an oversized message; disconnected", path=str(path))
                     break
@@ -149,11 +150,18 @@ def decision_reply(message: dict[str, Any], scope: str | None, text: str | None)
     """The answer to a `pending` question: approved with `scope` (None: denied), and the new text of
     the last user message when the human edited it (the proxy applies it; a proxy from before the
     `edit` key takes the whole edited request)."""
-    reply: dict[str, Any] = {"type": "decision", "id": message["id"], "approve": scope is not None,
-                             "scope": scope or "once"}
+    reply: dict[str, Any] = {
+        "type": "decision",
+        "id": message["id"],
+        "approve": scope is not None,
+        "scope": scope or "once",
+    }
     if text is not None:
-        reply.update({"prompt": text} if message.get("edit") == "prompt"
-                     else {"params": with_prompt(message.get("params") or {}, text)})
+        reply.update(
+            {"prompt": text}
+            if message.get("edit") == "prompt"
+            else {"params": with_prompt(message.get("params") or {}, text)}
+        )
     return reply
 
 
@@ -161,8 +169,11 @@ def review_reply(message: dict[str, Any], accept: bool, text: str | None) -> dic
     """The answer to a `review` question: send the LLM's answer or not, with a replacement text."""
     reply: dict[str, Any] = {"type": "review", "id": message["id"], "accept": accept}
     if text is not None:
-        reply.update({"text": text} if message.get("edit") == "text"
-                     else {"result": with_text(message.get("result") or {}, text)})
+        reply.update(
+            {"text": text}
+            if message.get("edit") == "text"
+            else {"result": with_text(message.get("result") or {}, text)}
+        )
     return reply
 
 

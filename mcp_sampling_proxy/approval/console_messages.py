@@ -17,19 +17,39 @@ _URL = 16 * 1024
 
 # per type: field -> (accepted types, required, size limit for strings)
 _FIELDS: dict[str, dict[str, tuple[tuple[type, ...], bool, int]]] = {
-    "hello": {"pid": ((int,), True, 0), "server": ((str, type(None)), False, _NAME),
-              "host": ((str, type(None)), False, _NAME)},
-    "pending": {"id": ((str,), True, _ID), "server": ((str, type(None)), False, _NAME),
-                "host": ((str, type(None)), False, _NAME), "tool": ((str, type(None)), False, _NAME),
-                "rule": ((str, type(None)), False, _NAME), "summary": ((str,), True, _TEXT),
-                "params": ((dict,), True, 0), "edit": ((str, type(None)), False, 16)},
-    "review": {"id": ((str,), True, _ID), "server": ((str, type(None)), False, _NAME),
-               "tool": ((str, type(None)), False, _NAME), "summary": ((str,), False, _TEXT),
-               "prompt_edited_by": ((str, type(None)), False, _NAME), "result": ((dict,), True, 0),
-               "edit": ((str, type(None)), False, 16)},
-    "elicit": {"id": ((str,), True, _ID), "mode": ((str,), True, 8), "server": ((str, type(None)), False, _NAME),
-               "tool": ((str, type(None)), False, _NAME), "message": ((str, type(None)), False, _TEXT),
-               "schema": ((dict, type(None)), False, 0), "url": ((str, type(None)), False, _URL)},
+    "hello": {
+        "pid": ((int,), True, 0),
+        "server": ((str, type(None)), False, _NAME),
+        "host": ((str, type(None)), False, _NAME),
+    },
+    "pending": {
+        "id": ((str,), True, _ID),
+        "server": ((str, type(None)), False, _NAME),
+        "host": ((str, type(None)), False, _NAME),
+        "tool": ((str, type(None)), False, _NAME),
+        "rule": ((str, type(None)), False, _NAME),
+        "summary": ((str,), True, _TEXT),
+        "params": ((dict,), True, 0),
+        "edit": ((str, type(None)), False, 16),
+    },
+    "review": {
+        "id": ((str,), True, _ID),
+        "server": ((str, type(None)), False, _NAME),
+        "tool": ((str, type(None)), False, _NAME),
+        "summary": ((str,), False, _TEXT),
+        "prompt_edited_by": ((str, type(None)), False, _NAME),
+        "result": ((dict,), True, 0),
+        "edit": ((str, type(None)), False, 16),
+    },
+    "elicit": {
+        "id": ((str,), True, _ID),
+        "mode": ((str,), True, 8),
+        "server": ((str, type(None)), False, _NAME),
+        "tool": ((str, type(None)), False, _NAME),
+        "message": ((str, type(None)), False, _TEXT),
+        "schema": ((dict, type(None)), False, 0),
+        "url": ((str, type(None)), False, _URL),
+    },
     "resolved": {"id": ((str,), True, _ID)},
 }
 

@@ -70,29 +70,39 @@ def runtime_dir() -> Path:
         try:
             path = runtime_base() / APP_DIR
         except (PermissionError, RuntimeError) as exc:  # even the /tmp fallback is another user's
-            raise RuntimeDirError(f"no private runtime dir for the console: {exc}; have it removed (by its owner "
-                                  f"or root), set XDG_RUNTIME_DIR to a directory of yours (mode 700) "
-                                  f"{elsewhere}") from None
+            raise RuntimeDirError(
+                f"no private runtime dir for the console: {exc}; have it removed (by its owner "
+                f"or root), set XDG_RUNTIME_DIR to a directory of yours (mode 700) "
+                f"{elsewhere}"
+            ) from None
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         with contextlib.suppress(FileExistsError):
             path.mkdir(mode=0o700)
         info = path.lstat()
     except OSError as exc:
-        raise RuntimeDirError(f"cannot create the console runtime dir {path}: {exc.strerror or exc}; "
-                              f"fix its parent's permissions {elsewhere}") from None
+        raise RuntimeDirError(
+            f"cannot create the console runtime dir {path}: {exc.strerror or exc}; "
+            f"fix its parent's permissions {elsewhere}"
+        ) from None
     if stat.S_ISLNK(info.st_mode):
-        raise RuntimeDirError(f"the console runtime dir {path} is a symbolic link, which could lead "
-                              f"elsewhere; remove it (rm {path}) {elsewhere}")
+        raise RuntimeDirError(
+            f"the console runtime dir {path} is a symbolic link, which could lead "
+            f"elsewhere; remove it (rm {path}) {elsewhere}"
+        )
     if not stat.S_ISDIR(info.st_mode):
         raise RuntimeDirError(f"the console runtime dir {path} is not a directory; remove it (rm {path}) {elsewhere}")
     if info.st_uid != os.getuid():
-        raise RuntimeDirError(f"the console runtime dir {path} belongs to uid {info.st_uid}, not to you "
-                              f"(uid {os.getuid()}): another user may be trying to intercept approvals; "
-                              f"have it removed (by its owner or root) {elsewhere}")
+        raise RuntimeDirError(
+            f"the console runtime dir {path} belongs to uid {info.st_uid}, not to you "
+            f"(uid {os.getuid()}): another user may be trying to intercept approvals; "
+            f"have it removed (by its owner or root) {elsewhere}"
+        )
     if stat.S_IMODE(info.st_mode) & 0o077:
-        raise RuntimeDirError(f"the console runtime dir {path} is open to other users "
-                              f"(mode {stat.S_IMODE(info.st_mode):o}); run: chmod 700 {path}")
+        raise RuntimeDirError(
+            f"the console runtime dir {path} is open to other users "
+            f"(mode {stat.S_IMODE(info.st_mode):o}); run: chmod 700 {path}"
+        )
     return path
 
 
@@ -195,8 +205,9 @@ class ConsoleServer:
             info = self.path.lstat()
             own = (info.st_dev, info.st_ino)
         except OSError as exc:
-            log.warning("companion console unavailable; approvals can use the terminal or the host only",
-                        error=str(exc))
+            log.warning(
+                "companion console unavailable; approvals can use the terminal or the host only", error=str(exc)
+            )
             task_status.started()
             return
         log.debug("companion console socket ready", path=str(self.path))
@@ -213,8 +224,9 @@ class ConsoleServer:
             return
         self._clients.add(stream)
         try:
-            await self._send(stream, {"type": "hello", "pid": os.getpid(), "server": self._server_name(),
-                                      "host": self._host_name()})
+            await self._send(
+                stream, {"type": "hello", "pid": os.getpid(), "server": self._server_name(), "host": self._host_name()}
+            )
             for pending in list(self._pending.values()):
                 if not pending.done.is_set():
                     await self._send(stream, pending.message)
@@ -248,13 +260,19 @@ class ConsoleServer:
             return True
         held = self._refusals.admit()
         if held is not None:
-            log.warning("refused a companion console connection", reason=why, peer_pid=pid,
-                        peer_command=one_line(" ".join(cmdline(pid)), 300) if pid else "",
-                        **({"refused_unlogged_before": held} if held else {}))
+            log.warning(
+                "refused a companion console connection",
+                reason=why,
+                peer_pid=pid,
+                peer_command=one_line(" ".join(cmdline(pid)), 300) if pid else "",
+                **({"refused_unlogged_before": held} if held else {}),
+            )
         elif self._refusals.quieted():
-            log.warning(f"refusing many companion console connections: logging at most {self._refusals.burst} a "
-                        f"minute (a process of yours connects in a loop; the last one logged names it)",
-                        peer_pid=pid)
+            log.warning(
+                f"refusing many companion console connections: logging at most {self._refusals.burst} a "
+                f"minute (a process of yours connects in a loop; the last one logged names it)",
+                peer_pid=pid,
+            )
         return False
 
     def _receive(self, line: bytes) -> None:

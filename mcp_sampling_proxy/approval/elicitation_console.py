@@ -28,8 +28,9 @@ class Elicitor(Protocol):
 
     async def ask_form(self, params: dict[str, Any], form: Any, origin: Origin) -> dict[str, Any]: ...
 
-    async def ask_url(self, params: dict[str, Any], origin: Origin, opener: Callable[[str], bool]) -> dict[str, Any]:
-        ...
+    async def ask_url(
+        self, params: dict[str, Any], origin: Origin, opener: Callable[[str], bool]
+    ) -> dict[str, Any]: ...
 
 
 def heading(message: str, origin: Origin) -> str:
@@ -42,8 +43,7 @@ def url_lines(url: str) -> list[str]:
     from mcp_sampling_proxy.approval.url_safety import analyze_url
 
     report = analyze_url(url)
-    lines = [f"  URL:  {strip_controls(report.url)}",
-             f"  host: >>> {strip_controls(report.host or '?')} <<<"]
+    lines = [f"  URL:  {strip_controls(report.url)}", f"  host: >>> {strip_controls(report.host or '?')} <<<"]
     lines += [f"  WARNING: {strip_controls(w)}" for w in report.warnings]
     return lines
 
@@ -75,9 +75,16 @@ async def fill_form(form: Any, ask: Callable[[str], Any], say: Callable[[str], N
     return content
 
 
-async def converse(message: str, origin: Origin, *, form: Any = None, url: str | None = None,
-                   ask: Callable[[str], Any], say: Callable[[str], None],
-                   opener: Callable[[str], bool]) -> dict[str, Any]:
+async def converse(
+    message: str,
+    origin: Origin,
+    *,
+    form: Any = None,
+    url: str | None = None,
+    ask: Callable[[str], Any],
+    say: Callable[[str], None],
+    opener: Callable[[str], bool],
+) -> dict[str, Any]:
     """The whole elicitation dialogue, wherever it runs (the proxy's terminal or the companion
     console): the question, then the form field by field, or the URL and consent to open it.
 
@@ -121,13 +128,25 @@ class TerminalElicitor:
 
     async def ask_form(self, params: dict[str, Any], form: Any, origin: Origin) -> dict[str, Any]:
         async with self._terminal.lock:
-            return await converse(str(params.get("message", "")), origin, form=form, ask=self._ask, say=self._say,
-                                  opener=lambda _url: False)
+            return await converse(
+                str(params.get("message", "")),
+                origin,
+                form=form,
+                ask=self._ask,
+                say=self._say,
+                opener=lambda _url: False,
+            )
 
     async def ask_url(self, params: dict[str, Any], origin: Origin, opener: Callable[[str], bool]) -> dict[str, Any]:
         async with self._terminal.lock:
-            return await converse(str(params.get("message", "")), origin, url=str(params.get("url", "")),
-                                  ask=self._ask, say=self._say, opener=opener)
+            return await converse(
+                str(params.get("message", "")),
+                origin,
+                url=str(params.get("url", "")),
+                ask=self._ask,
+                say=self._say,
+                opener=opener,
+            )
 
 
 class CompanionElicitor:
@@ -141,8 +160,16 @@ class CompanionElicitor:
 
         await anyio.to_thread.run_sync(prepare)  # the checks' first import, off the event loop
         try:
-            answer = await self._server.ask({"type": "elicit", "mode": "form", "server": origin[0], "tool": origin[1],
-                                             "message": params.get("message"), "schema": params.get("requestedSchema")})
+            answer = await self._server.ask(
+                {
+                    "type": "elicit",
+                    "mode": "form",
+                    "server": origin[0],
+                    "tool": origin[1],
+                    "message": params.get("message"),
+                    "schema": params.get("requestedSchema"),
+                }
+            )
         except ConsoleGone:  # the user quit the console: as if the form was dismissed
             return {"action": "cancel"}
         action = answer.get("action") if answer.get("action") in ("accept", "decline", "cancel") else "cancel"
@@ -156,8 +183,16 @@ class CompanionElicitor:
     async def ask_url(self, params: dict[str, Any], origin: Origin, opener: Callable[[str], bool]) -> dict[str, Any]:
         # The companion console runs on the user's side and opens the URL there, after consent.
         try:
-            answer = await self._server.ask({"type": "elicit", "mode": "url", "server": origin[0], "tool": origin[1],
-                                             "message": params.get("message"), "url": params.get("url")})
+            answer = await self._server.ask(
+                {
+                    "type": "elicit",
+                    "mode": "url",
+                    "server": origin[0],
+                    "tool": origin[1],
+                    "message": params.get("message"),
+                    "url": params.get("url"),
+                }
+            )
         except ConsoleGone:
             return {"action": "cancel"}
         action = answer.get("action") if answer.get("action") in ("accept", "decline", "cancel") else "cancel"
@@ -177,7 +212,11 @@ class ElicitationConsoles:
         for name in self._order:
             if name == "terminal" and self._terminal is not None:
                 return self._terminal
-            if name == "console" and self._companion is not None and self._server is not None \
-                    and self._server.available:
+            if (
+                name == "console"
+                and self._companion is not None
+                and self._server is not None
+                and self._server.available
+            ):
                 return self._companion
         return None

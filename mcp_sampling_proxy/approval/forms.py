@@ -96,11 +96,20 @@ class Field:
         elif self.kind == "enum":
             schema = {"type": "string", "enum": [o.value for o in self.options or []]}
         elif self.kind == "multi":
-            schema = {"type": "array", "items": {"type": "string", "enum": [o.value for o in self.options or []]},
-                      "uniqueItems": True, "minItems": self.min_items, "maxItems": self.max_items}
+            schema = {
+                "type": "array",
+                "items": {"type": "string", "enum": [o.value for o in self.options or []]},
+                "uniqueItems": True,
+                "minItems": self.min_items,
+                "maxItems": self.max_items,
+            }
         else:
-            schema = {"type": "string", "minLength": self.min_length, "maxLength": self.max_length,
-                      "format": self.format}
+            schema = {
+                "type": "string",
+                "minLength": self.min_length,
+                "maxLength": self.max_length,
+                "format": self.format,
+            }
         return {key: value for key, value in schema.items() if value is not None}
 
     def prompt_text(self) -> str:
@@ -592,8 +601,10 @@ def _format_checker() -> Any:
     try:
         checker = FormatChecker(formats=("date", "date-time", "uri"))
     except KeyError as missing:
-        raise RuntimeError(f"jsonschema cannot check the {missing} format: reinstall mcp-sampling-proxy with its "
-                           "dependencies (rfc3339-validator, rfc3986-validator)") from None
+        raise RuntimeError(
+            f"jsonschema cannot check the {missing} format: reinstall mcp-sampling-proxy with its "
+            "dependencies (rfc3339-validator, rfc3986-validator)"
+        ) from None
     rfc3986, _ = checker.checkers["uri"]
     checker.checks("uri")(lambda text: not isinstance(text, str) or (rfc3986(text) and _has_host(text)))
     checker.checks("email")(lambda text: not isinstance(text, str) or _is_email(text))

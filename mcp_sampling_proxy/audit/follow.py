@@ -98,7 +98,7 @@ class Follower:
                 out.append(self._skipping + nl - start + 1)
                 self._skipping = 0
             else:
-                out.append(b"".join([*self._pieces, chunk[start:nl + 1]]))
+                out.append(b"".join([*self._pieces, chunk[start : nl + 1]]))
                 self._pieces, self._held = [], 0
             start = nl + 1
         rest = chunk[start:]

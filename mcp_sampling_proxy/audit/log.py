@@ -105,9 +105,23 @@ DECISIONS = OUTCOMES
 
 # The keys of every decision record, in the order they are written.
 DECISION_FIELDS = (
-    "server", "host", "method", "request_id", "tool", "protocol_version",
-    "decision", "rule", "reason", "approver",
-    "provider", "model", "input_tokens", "output_tokens", "latency_ms", "stop_reason", "error",
+    "server",
+    "host",
+    "method",
+    "request_id",
+    "tool",
+    "protocol_version",
+    "decision",
+    "rule",
+    "reason",
+    "approver",
+    "provider",
+    "model",
+    "input_tokens",
+    "output_tokens",
+    "latency_ms",
+    "stop_reason",
+    "error",
 )
 _TEXT_FIELDS = ("reason", "error")  # free text: secret shapes are masked in every content mode
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -116,6 +130,8 @@ _NOT_GIVEN: Any = object()
 _READ_CHUNK = 64 * 1024
 LOCK_WAIT = 30.0  # s a write waits for another writer's lock (sealing a large foreign tail takes seconds)
 SYNC_INTERVAL = 0.01  # s; audit.fsync: true fsyncs at most this often, a record at most this long after its write
+
+
 # Records written by the request being served in this task (see `AuditLog.every_ending`).
 class PendingRecord:
     """The one record of the request being served, filled in as it moves through the stages."""
@@ -160,6 +176,7 @@ class AuditError(RpcError):
 
 
 # -- canonical form and digests ------------------------------------------------------------------
+
 
 def canonical(value: Any) -> bytes:
     """The bytes hashed for the chain and for content digests: sorted keys, compact, UTF-8."""
@@ -225,8 +242,15 @@ def utc_now() -> str:
 
 def request_fields(session: Any, message: dict[str, Any], tool: str | None, **extra: Any) -> dict[str, Any]:
     """The fields every record of one server request shares (who asked, in which tool call, which era)."""
-    return {"server": session.server_name, "host": session.host_name or None, "method": message.get("method"),
-            "request_id": message.get("id"), "tool": tool, "protocol_version": session.protocol_version, **extra}
+    return {
+        "server": session.server_name,
+        "host": session.host_name or None,
+        "method": message.get("method"),
+        "request_id": message.get("id"),
+        "tool": tool,
+        "protocol_version": session.protocol_version,
+        **extra,
+    }
 
 
 def elapsed_ms(started: float) -> int:
@@ -239,12 +263,21 @@ def rotated_name(path: str, index: int) -> str:
 
 # -- the log ----------------------------------------------------------------------------------------
 
+
 class AuditLog:
     """Writes decision records to `path` (nothing at all when path is None)."""
 
-    def __init__(self, path: str | None, *, content: str = "none", redact: Iterable[re.Pattern[str] | str] = (),
-                 fsync: bool | str = True, max_bytes: int = DEFAULT_MAX_BYTES, secrets: Iterable[str] = (),
-                 proxy_id: str | None = None):
+    def __init__(
+        self,
+        path: str | None,
+        *,
+        content: str = "none",
+        redact: Iterable[re.Pattern[str] | str] = (),
+        fsync: bool | str = True,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        secrets: Iterable[str] = (),
+        proxy_id: str | None = None,
+    ):
         if content not in CONTENT_MODES:
             raise ValueError(f"content must be one of {', '.join(CONTENT_MODES)}, not {content!r}")
         self.path = path
@@ -261,8 +294,10 @@ class AuditLog:
         self._redacted_text = functools.lru_cache(maxsize=512)(lambda text: self._redactor.redact(text)[0])
         # A structlog logger of its own: these processors, whatever `log.configure` set for stderr.
         self._log = structlog.wrap_logger(
-            self._sink, processors=[self._shape, self._mask, self._scrub],
-            wrapper_class=structlog.BoundLogger, cache_logger_on_first_use=False,
+            self._sink,
+            processors=[self._shape, self._mask, self._scrub],
+            wrapper_class=structlog.BoundLogger,
+            cache_logger_on_first_use=False,
         ).bind()
 
     def add_observer(self, observer: Observer) -> None:
@@ -274,8 +309,14 @@ class AuditLog:
         """The log `settings.audit` describes, scrubbing the values of the proxy's configured keys."""
         environ = os.environ if environ is None else environ
         audit = settings.audit
-        return cls(audit.path, content=audit.content, redact=audit.redact, fsync=audit.fsync,
-                   max_bytes=audit.max_bytes, secrets=configured_secrets(settings, environ))
+        return cls(
+            audit.path,
+            content=audit.content,
+            redact=audit.redact,
+            fsync=audit.fsync,
+            max_bytes=audit.max_bytes,
+            secrets=configured_secrets(settings, environ),
+        )
 
     @property
     def seq(self) -> int:
@@ -286,8 +327,10 @@ class AuditLog:
         """Raise AuditError now when the log could not be opened, before any LLM call is made:
         no tokens are spent on an answer that could not be recorded."""
         if self._file is not None and self._file.unusable:
-            raise AuditError(f"the proxy's audit log cannot be written ({self._file.unusable}); the request is "
-                             "not answered without an audit record")
+            raise AuditError(
+                f"the proxy's audit log cannot be written ({self._file.unusable}); the request is "
+                "not answered without an audit record"
+            )
 
     def record(self, *, params: Any = _NOT_GIVEN, result: Any = _NOT_GIVEN, **fields: Any) -> None:
         """Record the outcome of the request being served (`params`/`result`: the request params
@@ -325,22 +368,31 @@ class AuditLog:
         if not (_is_small(pending.params) and _is_small(pending.result)):
             # shaping the record of a large request (its digests, masks and the key scrub: seconds for
             # 30 MB, and the server chooses the size) is done with the write, in a worker thread
-            await anyio.to_thread.run_sync(functools.partial(
-                self._log.append, "decision", _params=pending.params, _result=pending.result, _observed=observed,
-                **pending.fields))
+            await anyio.to_thread.run_sync(
+                functools.partial(
+                    self._log.append,
+                    "decision",
+                    _params=pending.params,
+                    _result=pending.result,
+                    _observed=observed,
+                    **pending.fields,
+                )
+            )
             return
         deferred = self._append_now(pending.params, pending.result, observed, pending.fields)
         if deferred is not None:
             await anyio.to_thread.run_sync(self._sink.finish, deferred)
 
-    def _append_now(self, params: Any, result: Any, observed: tuple[int, dict[str, Any]],
-                    fields: dict[str, Any]) -> _Deferred | None:
+    def _append_now(
+        self, params: Any, result: Any, observed: tuple[int, dict[str, Any]], fields: dict[str, Any]
+    ) -> _Deferred | None:
         """Shape and write the record without waiting for the file's locks; the record, finished
         but unwritten, when another writer holds them."""
         token = _NOWAIT.set(True)
         try:
-            deferred: _Deferred | None = self._log.append("decision", _params=params, _result=result,
-                                                          _observed=observed, **fields)
+            deferred: _Deferred | None = self._log.append(
+                "decision", _params=params, _result=result, _observed=observed, **fields
+            )
         finally:
             _NOWAIT.reset(token)
         return deferred
@@ -361,8 +413,13 @@ class AuditLog:
         except AuditError:
             raise  # the record itself could not be written: nothing more to try
         except Exception as exc:
-            error = exc if isinstance(exc, RpcError) else RpcError(
-                jsonrpc.INTERNAL_ERROR, f"mcp-sampling-proxy failed: {type(exc).__name__}: {one_line(str(exc))}")
+            error = (
+                exc
+                if isinstance(exc, RpcError)
+                else RpcError(
+                    jsonrpc.INTERNAL_ERROR, f"mcp-sampling-proxy failed: {type(exc).__name__}: {one_line(str(exc))}"
+                )
+            )
             if pending.fields is None:
                 log.warning("request ended in an error before it was audited; recording it", error=error.message)
                 pending.fill(params, _NOT_GIVEN, {**fields, "decision": "error", "reason": error.message})
@@ -372,9 +429,15 @@ class AuditLog:
             raise error from exc
         except BaseException as exc:
             if pending.fields is None and isinstance(exc, anyio.get_cancelled_exc_class()):
-                pending.fill(params, _NOT_GIVEN, {**fields, "decision": "cancelled",
-                                                  "reason": "cancelled before it ended: the server cancelled the "
-                                                            "request or the proxy shut down"})
+                pending.fill(
+                    params,
+                    _NOT_GIVEN,
+                    {
+                        **fields,
+                        "decision": "cancelled",
+                        "reason": "cancelled before it ended: the server cancelled the request or the proxy shut down",
+                    },
+                )
             with anyio.CancelScope(shield=True):
                 await self._write(pending)
             raise
@@ -414,8 +477,12 @@ class AuditLog:
         if self.content == "redacted" and isinstance(content, dict):
             count = 0
             # Only the payloads: a digest's hex could look like a card number.
-            parts = [(content.get("system"), "text"), (content.get("tools"), "tools"),
-                     (content.get("response"), "result"), *((m, "message") for m in content.get("messages") or [])]
+            parts = [
+                (content.get("system"), "text"),
+                (content.get("tools"), "tools"),
+                (content.get("response"), "result"),
+                *((m, "message") for m in content.get("messages") or []),
+            ]
             for part, key in parts:
                 if isinstance(part, dict) and key in part:
                     part[key], n = self._redactor.redact_value(part[key])
@@ -492,8 +559,11 @@ class _Sink:
             try:
                 observer(record, started_ns, notes)
             except Exception as exc:  # see the docstring
-                log.warning("an audit observer failed", observer=getattr(observer, "__qualname__", "?"),
-                            error=f"{type(exc).__name__}: {exc}")
+                log.warning(
+                    "an audit observer failed",
+                    observer=getattr(observer, "__qualname__", "?"),
+                    error=f"{type(exc).__name__}: {exc}",
+                )
 
 
 SMALL_RECORD_TEXT = 64 * 1024  # bytes of text in a request (and its result) whose record is shaped on the loop
@@ -547,8 +617,14 @@ def content_record(params: Any, result: Any, mode: str) -> dict[str, Any]:
     `response` of the result object the server was given (null when there was none)."""
     keep = mode != "none"
     messages_out: list[dict[str, Any]] = []
-    out: dict[str, Any] = {"mode": mode, "request": digest(params), "system": None, "messages": messages_out,
-                           "tools": None, "response": None}
+    out: dict[str, Any] = {
+        "mode": mode,
+        "request": digest(params),
+        "system": None,
+        "messages": messages_out,
+        "tools": None,
+        "response": None,
+    }
     if isinstance(params, dict):
         system = params.get("systemPrompt")
         if isinstance(system, str):
@@ -739,12 +815,18 @@ class _ChainFile:
                 st = os.fstat(fd)
                 self._known = (st.st_ino, st.st_size, head)  # as this writer leaves it (see _as_left)
         except TimeoutError as exc:  # the first record takes the lock (and seals) instead
-            log.warning("another process holds the audit log's lock; the first record will check its end",
-                        path=self.path, error=str(exc))
+            log.warning(
+                "another process holds the audit log's lock; the first record will check its end",
+                path=self.path,
+                error=str(exc),
+            )
         except OSError as exc:
             self._problem = _describe(exc)
-            log.error("audit log unusable: sampling requests will be refused until it is fixed",
-                      path=self.path, error=self._problem)
+            log.error(
+                "audit log unusable: sampling requests will be refused until it is fixed",
+                path=self.path,
+                error=self._problem,
+            )
 
     def close(self) -> None:
         if self._syncer is not None:
@@ -779,8 +861,10 @@ class _ChainFile:
     def _append_locked(self, record: dict[str, Any], *, blocking: bool) -> bool:
         problem, lock_fd = self.unusable, self._lock_fd  # not opened, closed, or an fsync failed
         if problem is not None or lock_fd is None:
-            raise AuditError(f"the proxy's audit log cannot be written ({problem or 'closed'}); "
-                             "the request is not answered without an audit record")
+            raise AuditError(
+                f"the proxy's audit log cannot be written ({problem or 'closed'}); "
+                "the request is not answered without an audit record"
+            )
         try:
             if not _flock(lock_fd, blocking, self.path + ".lock"):
                 return False
@@ -795,8 +879,10 @@ class _ChainFile:
         except OSError as exc:
             problem = _describe(exc)
             log.error("audit record not written; the request gets an error", path=self.path, error=problem)
-            raise AuditError(f"the proxy's audit log cannot be written ({problem}); the request is not "
-                             "answered without an audit record") from None
+            raise AuditError(
+                f"the proxy's audit log cannot be written ({problem}); the request is not "
+                "answered without an audit record"
+            ) from None
         return True
 
     def _as_left(self) -> os.stat_result | None:
@@ -851,15 +937,15 @@ class _ChainFile:
         link = _file_hash(previous)
         return link or GENESIS, self.seq + 1, os.path.basename(previous) if link else None
 
-    def _finish(self, record: dict[str, Any], prev_hash: str, seq: int, continues: Any = _NOT_GIVEN
-                ) -> tuple[bytes, str]:
+    def _finish(
+        self, record: dict[str, Any], prev_hash: str, seq: int, continues: Any = _NOT_GIVEN
+    ) -> tuple[bytes, str]:
         chain = {"ts": utc_now(), "seq": seq, "proxy_id": self.proxy_id}
         entry = {**chain, **record, **chain}  # the chain's keys first, and never a caller's value for them
         for key in ("continues", "prev_hash", "hash"):
             entry.pop(key, None)
         if continues is not _NOT_GIVEN:  # the first record of a file
-            entry = {**{k: v for k, v in entry.items() if k in chain or k == "event"}, "continues": continues,
-                     **entry}
+            entry = {**{k: v for k, v in entry.items() if k in chain or k == "event"}, "continues": continues, **entry}
         entry["prev_hash"] = prev_hash
         entry["hash"] = record_hash(entry)
         try:  # the line is only parsed back (verify re-hashes the values), so orjson's spelling is as good
@@ -868,9 +954,11 @@ class _ChainFile:
             text = json.dumps(entry, separators=(",", ":"), ensure_ascii=False, default=str)
             line = text.encode("utf-8", "surrogatepass") + b"\n"
         if len(line) > MAX_RECORD_BYTES:  # it could not be read back as a record
-            raise AuditError(f"the audit record would be {len(line):,} bytes, over the audit log's limit of "
-                             f"{MAX_RECORD_BYTES:,} (set audit.content to none, or lower the size caps); the "
-                             "request is not answered without an audit record")
+            raise AuditError(
+                f"the audit record would be {len(line):,} bytes, over the audit log's limit of "
+                f"{MAX_RECORD_BYTES:,} (set audit.content to none, or lower the size caps); the "
+                "request is not answered without an audit record"
+            )
         return line, entry["hash"]
 
     def _write(self, fd: int, data: bytes, seq: int, last_hash: str) -> None:
@@ -901,17 +989,30 @@ class _ChainFile:
         newline = b"" if os.pread(fd, 1, size - 1) == b"\n" else b"\n"
         sha.update(newline)
         torn_bytes = size - tail.good_end + len(newline)
-        reason = ("the last line was incomplete: a write was cut short (crash or full disk)"
-                  if first_newline in (-1, size - 1) else "the bytes after the last record are not chained records")
-        seal = {"event": "seal", "torn_offset": tail.good_end, "torn_bytes": torn_bytes,
-                "torn_sha256": sha.hexdigest(), "newline_added": bool(newline), "reason": reason}
+        reason = (
+            "the last line was incomplete: a write was cut short (crash or full disk)"
+            if first_newline in (-1, size - 1)
+            else "the bytes after the last record are not chained records"
+        )
+        seal = {
+            "event": "seal",
+            "torn_offset": tail.good_end,
+            "torn_bytes": torn_bytes,
+            "torn_sha256": sha.hexdigest(),
+            "newline_added": bool(newline),
+            "reason": reason,
+        }
         if tail.last_hash is None:  # nothing good in the file: the seal is its first record
             line, seal_hash = self._finish(seal, *self._start_of_file())
         else:
             line, seal_hash = self._finish(seal, tail.last_hash, self.seq + 1)
         self._write(fd, newline + line, self.seq + 1, seal_hash)
-        log.warning("audit log had a torn or foreign tail; sealed it", path=self.path, torn_bytes=torn_bytes,
-                    offset=tail.good_end)
+        log.warning(
+            "audit log had a torn or foreign tail; sealed it",
+            path=self.path,
+            torn_bytes=torn_bytes,
+            offset=tail.good_end,
+        )
         return fd, seal_hash
 
     def _move_aside(self) -> int:
@@ -919,10 +1020,14 @@ class _ChainFile:
         it cannot be sealed without knowing the hash to link to, so the file is rotated away as it is
         (nothing is deleted; `audit verify` on it shows where the foreign bytes start) and a new chain
         begins. Returns the new file's descriptor."""
-        log.error("the audit log's end holds no record this proxy can link to (bytes written by another "
-                  "program running as this user?); moved it aside and started a new chain", path=self.path,
-                  moved_to=rotated_name(self.path, 1), searched_bytes=TAIL_SEARCH_BYTES,
-                  searched_lines=TAIL_SEARCH_LINES)
+        log.error(
+            "the audit log's end holds no record this proxy can link to (bytes written by another "
+            "program running as this user?); moved it aside and started a new chain",
+            path=self.path,
+            moved_to=rotated_name(self.path, 1),
+            searched_bytes=TAIL_SEARCH_BYTES,
+            searched_lines=TAIL_SEARCH_LINES,
+        )
         return self._rotate()
 
     def _write_raw(self, fd: int, data: bytes) -> None:
@@ -1062,9 +1167,12 @@ class _Syncer:
             os.fsync(fd)
         except OSError as exc:
             self.problem = f"fsync failed: {_describe(exc)}"
-            log.error("audit log could not be flushed to disk: the last records may be lost on a power failure; "
-                      "sampling requests will be refused until the proxy is restarted", path=self._file.path,
-                      error=self.problem)
+            log.error(
+                "audit log could not be flushed to disk: the last records may be lost on a power failure; "
+                "sampling requests will be refused until the proxy is restarted",
+                path=self._file.path,
+                error=self.problem,
+            )
         finally:
             os.close(fd)
 

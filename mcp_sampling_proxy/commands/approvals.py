@@ -26,14 +26,19 @@ def store() -> JsonStateFile:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description="List or revoke the approvals remembered with "
-                                     "'always' (per server and tool, shared by all your proxies).")
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="List or revoke the approvals remembered with "
+        "'always' (per server and tool, shared by all your proxies).",
+    )
     sub = parser.add_subparsers(dest="action", required=True)
     listing = sub.add_parser("list", help="show them, numbered")
     listing.add_argument("--json", action="store_true", help="one JSON object per line")
-    revoke = sub.add_parser("revoke", help="forget some: by number (as `list` shows), or by server, or all",
-                            epilog="the next request of that server and tool is asked again, also in proxies "
-                                   "already running")
+    revoke = sub.add_parser(
+        "revoke",
+        help="forget some: by number (as `list` shows), or by server, or all",
+        epilog="the next request of that server and tool is asked again, also in proxies already running",
+    )
     revoke.add_argument("numbers", nargs="*", type=int, metavar="N", help="numbers from `approvals list`")
     revoke.add_argument("--server", help="every approval of this server (its name as `list` shows it)")
     revoke.add_argument("--tool", help="with --server: only this tool's")
@@ -56,9 +61,14 @@ def _row(entry: Any, seal: bytes | None) -> dict[str, Any]:
     key = always_key(entry)
     server, tool = key if key is not None else ("?", "?")
     extra = entry if isinstance(entry, dict) else {}
-    return {"server": server, "tool": tool or None, "rule": extra.get("rule"), "at": extra.get("at"),
-            "channel": extra.get("channel"),
-            "trusted": seal is not None and entry_is_sealed(seal, APPROVAL, entry)}
+    return {
+        "server": server,
+        "tool": tool or None,
+        "rule": extra.get("rule"),
+        "at": extra.get("at"),
+        "channel": extra.get("channel"),
+        "trusted": seal is not None and entry_is_sealed(seal, APPROVAL, entry),
+    }
 
 
 def _seal() -> bytes | None:
@@ -86,10 +96,22 @@ def list_approvals(as_json: bool) -> int:
         print(f"no remembered approvals ({path})")
         return 0
     table: list[list[str]] = [["#", "server", "tool", "rule", "when", "by", "trusted"]] + [
-        [str(n), *(one_line(str(v), 60) for v in (
-            r["server"], r["tool"] or "(no tool call)", r["rule"] or "-", r["at"] or "(before it was recorded)",
-            r["channel"] or "-", "yes" if r["trusted"] else "NO: not written by a proxy, ignored"))]
-        for n, r in enumerate(rows, 1)]
+        [
+            str(n),
+            *(
+                one_line(str(v), 60)
+                for v in (
+                    r["server"],
+                    r["tool"] or "(no tool call)",
+                    r["rule"] or "-",
+                    r["at"] or "(before it was recorded)",
+                    r["channel"] or "-",
+                    "yes" if r["trusted"] else "NO: not written by a proxy, ignored",
+                )
+            ),
+        ]
+        for n, r in enumerate(rows, 1)
+    ]
     widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
     for line in table:
         print("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip())
@@ -100,8 +122,10 @@ def list_approvals(as_json: bool) -> int:
 def revoke(args: argparse.Namespace) -> int:
     chosen = sum(bool(x) for x in (args.numbers, args.server, args.all))
     if chosen != 1 or (args.tool and not args.server):
-        print(f"{PROG} revoke: give approval numbers (from `approvals list`), or --server NAME [--tool NAME], or "
-              "--all", file=sys.stderr)
+        print(
+            f"{PROG} revoke: give approval numbers (from `approvals list`), or --server NAME [--tool NAME], or --all",
+            file=sys.stderr,
+        )
         return 2
     if not store().path.exists():
         print(f"{PROG} revoke: no remembered approvals ({store().path})", file=sys.stderr)
@@ -113,14 +137,18 @@ def revoke(args: argparse.Namespace) -> int:
         if args.numbers:
             bad = [n for n in args.numbers if not 1 <= n <= len(entries)]
             if bad:
-                problem.append(f"no approval numbered {', '.join(map(str, bad))} (there are {len(entries)}; "
-                               f"see `{PROG} list`)")
+                problem.append(
+                    f"no approval numbered {', '.join(map(str, bad))} (there are {len(entries)}; see `{PROG} list`)"
+                )
                 return []
             gone = [entries[n - 1] for n in sorted(set(args.numbers))]
         elif args.server:
             server, tool = normalise(args.server), args.tool
-            gone = [e for e in entries if (key := always_key(e)) is not None and key[0] == server
-                    and (tool is None or key[1] == tool)]
+            gone = [
+                e
+                for e in entries
+                if (key := always_key(e)) is not None and key[0] == server and (tool is None or key[1] == tool)
+            ]
         else:
             gone = list(entries)
         data["always"] = [e for e in entries if not any(e is g for g in gone)]
@@ -135,7 +163,9 @@ def revoke(args: argparse.Namespace) -> int:
         return 1
     for entry in gone:
         row = _row(entry, None)
-        print(f"revoked: {one_line(row['server'], 60)} / {one_line(row['tool'] or '(no tool call)', 60)}"
-              f" (rule {row['rule'] or '-'}, {row['at'] or 'date not recorded'})")
+        print(
+            f"revoked: {one_line(row['server'], 60)} / {one_line(row['tool'] or '(no tool call)', 60)}"
+            f" (rule {row['rule'] or '-'}, {row['at'] or 'date not recorded'})"
+        )
     print("the next such request is asked again, also in proxies already running")
     return 0

@@ -49,24 +49,32 @@ def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog=PROG, description="Check and read audit logs (audit.path in the policy).")
     sub = parser.add_subparsers(dest="action", required=True)
     verify = sub.add_parser(
-        "verify", help="check the hash chain; exit 0 when intact, 1 at the first bad line, 2 on unreadable files",
+        "verify",
+        help="check the hash chain; exit 0 when intact, 1 at the first bad line, 2 on unreadable files",
         description="Check the hash chain of audit log files. Give rotated files oldest first "
         "(FILE.2 FILE.1 FILE) to check the links between them. Exit 0 when intact, 1 at the first bad line "
-        "(named, with what is wrong), 2 when a file cannot be read.")
+        "(named, with what is wrong), 2 when a file cannot be read.",
+    )
     verify.add_argument("files", nargs="+", metavar="FILE")
-    tail = sub.add_parser("tail", help="print the last records, one line each",
-                          description="Print the last records of an audit log, one line each (escape sequences "
-                          "stripped).")
+    tail = sub.add_parser(
+        "tail",
+        help="print the last records, one line each",
+        description="Print the last records of an audit log, one line each (escape sequences stripped).",
+    )
     tail.add_argument("file", metavar="FILE")
     tail.add_argument("-n", "--lines", type=int, default=10, metavar="N", help="how many records (default 10)")
     tail.add_argument("-f", "--follow", action="store_true", help="keep printing new records (Ctrl-C to stop)")
     tail.add_argument("--json", action="store_true", help="print the records as JSON lines")
-    summary = sub.add_parser("summary", help="per server: requests, allowed, denied, tokens, p50 latency",
-                             description="Per server: requests, allowed, denied, errors, input/output tokens, "
-                             "median latency of fulfilled requests.")
+    summary = sub.add_parser(
+        "summary",
+        help="per server: requests, allowed, denied, tokens, p50 latency",
+        description="Per server: requests, allowed, denied, errors, input/output tokens, "
+        "median latency of fulfilled requests.",
+    )
     summary.add_argument("files", nargs="+", metavar="FILE")
-    summary.add_argument("--since", metavar="WHEN",
-                         help="only records of the last WHEN (30m, 12h, 1d, ...) or since an ISO 8601 time")
+    summary.add_argument(
+        "--since", metavar="WHEN", help="only records of the last WHEN (30m, 12h, 1d, ...) or since an ISO 8601 time"
+    )
     summary.add_argument("--json", action="store_true", help="print JSON")
     args = parser.parse_args(list(argv))
     try:
@@ -145,8 +153,9 @@ def _lines(path: str) -> Iterator[tuple[int, int, bytes | LongLine]]:
                 else:
                     raw += f.readline(MAX_RECORD_BYTES + 1 - len(raw))
                     if len(raw) > MAX_RECORD_BYTES and not raw.endswith(b"\n"):
-                        long = LongLine(f, raw, f"not a record: a line longer than any record (over "
-                                                f"{MAX_RECORD_BYTES:,} bytes)")
+                        long = LongLine(
+                            f, raw, f"not a record: a line longer than any record (over {MAX_RECORD_BYTES:,} bytes)"
+                        )
             if long is not None:
                 yield number, offset, long
                 long.drain()
@@ -157,6 +166,7 @@ def _lines(path: str) -> Iterator[tuple[int, int, bytes | LongLine]]:
 
 
 # -- verify ---------------------------------------------------------------------------------------
+
 
 class Broken(Exception):
     """The chain is broken at `line` of `path`."""
@@ -218,21 +228,33 @@ class Verifier:
                 continue
             expected = record_hash(record)
             if expected != record["hash"]:
-                raise Broken(path, number, "edited: the record's hash does not match its content (recomputed "
-                             f"{expected[:16]}…, the line says {record['hash'][:16]}…)")
+                raise Broken(
+                    path,
+                    number,
+                    "edited: the record's hash does not match its content (recomputed "
+                    f"{expected[:16]}…, the line says {record['hash'][:16]}…)",
+                )
             event = record.get("event")
             first = report.records == 0
             if pending.lines:
                 self._check_seal(path, number, record, pending, report, first)
                 pending = _Pending()
             elif event == "seal":
-                raise Broken(path, number, f"a seal covering {record.get('torn_bytes')} torn bytes, but no torn "
-                             "bytes precede it: the torn lines were deleted")
+                raise Broken(
+                    path,
+                    number,
+                    f"a seal covering {record.get('torn_bytes')} torn bytes, but no torn "
+                    "bytes precede it: the torn lines were deleted",
+                )
             elif first:
                 self._check_file_start(path, number, record, report)
             elif "continues" in record:
-                raise Broken(path, number, "the first record of a file (it has 'continues') in the middle of one: "
-                             "files were joined or lines moved")
+                raise Broken(
+                    path,
+                    number,
+                    "the first record of a file (it has 'continues') in the middle of one: "
+                    "files were joined or lines moved",
+                )
             else:
                 self._check_link(path, number, record, seen, previous_line, offset + len(raw))
             self._check_seq(path, number, record)
@@ -251,8 +273,12 @@ class Verifier:
 
     def _check_file_start(self, path: str, number: int, record: dict[str, Any], report: FileReport) -> None:
         if "continues" not in record:
-            raise Broken(path, number, "the first record does not start a file (it has no 'continues' key): lines "
-                         "were deleted from the start of the file, or it was not written by mcp-sampling-proxy")
+            raise Broken(
+                path,
+                number,
+                "the first record does not start a file (it has no 'continues' key): lines "
+                "were deleted from the start of the file, or it was not written by mcp-sampling-proxy",
+            )
         self._check_start_link(path, number, record, report)
 
     def _check_start_link(self, path: str, number: int, record: dict[str, Any], report: FileReport) -> None:
@@ -260,59 +286,100 @@ class Verifier:
         continues = record.get("continues")
         if not continues:  # a new log starts its own chain, whatever file was given before it
             if prev != GENESIS:
-                raise Broken(path, number, "the first record says this is a new log (continues: null), but its "
-                             "prev_hash is not the genesis value")
+                raise Broken(
+                    path,
+                    number,
+                    "the first record says this is a new log (continues: null), but its "
+                    "prev_hash is not the genesis value",
+                )
             writer = record.get("proxy_id")
             if self.head is not None and writer in self.last_seq:
-                raise Broken(path, number, f"prev_hash is the genesis value (a new log), but its writer (proxy "
-                             f"{writer}) also wrote the file given before it: files are out of order (give them "
-                             "oldest first)")
-            report.notes.append("the chain starts here (genesis)" if self.head is None else
-                                "a new log: its chain starts here (genesis), independent of the file before it")
+                raise Broken(
+                    path,
+                    number,
+                    f"prev_hash is the genesis value (a new log), but its writer (proxy "
+                    f"{writer}) also wrote the file given before it: files are out of order (give them "
+                    "oldest first)",
+                )
+            report.notes.append(
+                "the chain starts here (genesis)"
+                if self.head is None
+                else "a new log: its chain starts here (genesis), independent of the file before it"
+            )
         elif self.head is not None:  # a rotated file was given before: this one must continue it
             if prev != self.head:
-                raise Broken(path, number, f"prev_hash {str(prev)[:16]}… does not match the last hash of the file "
-                             f"given before it ({self.head[:16]}…): a file is missing in between, files are out of "
-                             "order (give them oldest first), or records were deleted at the end of the previous file")
+                raise Broken(
+                    path,
+                    number,
+                    f"prev_hash {str(prev)[:16]}… does not match the last hash of the file "
+                    f"given before it ({self.head[:16]}…): a file is missing in between, files are out of "
+                    "order (give them oldest first), or records were deleted at the end of the previous file",
+                )
         else:
-            report.notes.append(f"continues the chain of {predecessor(path)} (last hash {str(prev)[:16]}…), not "
-                                "given: give the rotated files first, oldest first, to check the link")
+            report.notes.append(
+                f"continues the chain of {predecessor(path)} (last hash {str(prev)[:16]}…), not "
+                "given: give the rotated files first, oldest first, to check the link"
+            )
 
-    def _check_seal(self, path: str, number: int, record: dict[str, Any], pending: _Pending, report: FileReport,
-                    first: bool) -> None:
+    def _check_seal(
+        self, path: str, number: int, record: dict[str, Any], pending: _Pending, report: FileReport, first: bool
+    ) -> None:
         last = pending.first_line + pending.lines - 1
         where = f"line {pending.first_line}" + (f"-{last}" if last > pending.first_line else "")
         if record.get("event") != "seal":
             raise Broken(path, pending.first_line, pending.first_problem + " (and no seal record follows it)")
         if record.get("torn_bytes") != pending.size or record.get("torn_sha256") != pending.sha.hexdigest():
-            raise Broken(path, number, f"the seal does not match the {pending.size} bytes at {where} it follows "
-                         f"(it covers {record.get('torn_bytes')} bytes): they were changed after sealing")
+            raise Broken(
+                path,
+                number,
+                f"the seal does not match the {pending.size} bytes at {where} it follows "
+                f"(it covers {record.get('torn_bytes')} bytes): they were changed after sealing",
+            )
         if first:
             self._check_file_start(path, number, record, report)
         elif "continues" in record:
-            raise Broken(path, number, "the first record of a file (it has 'continues') in the middle of one: "
-                         "files were joined or lines moved")
+            raise Broken(
+                path,
+                number,
+                "the first record of a file (it has 'continues') in the middle of one: "
+                "files were joined or lines moved",
+            )
         elif record.get("prev_hash") != self.head:
-            raise Broken(path, number, "the seal does not link to the record before the torn bytes: records "
-                         "were deleted or moved")
-        report.notes.append(f"{where}: {pending.size} bytes that are not records (a write cut short by a crash, "
-                            f"or foreign lines), sealed by line {number}")
+            raise Broken(
+                path,
+                number,
+                "the seal does not link to the record before the torn bytes: records were deleted or moved",
+            )
+        report.notes.append(
+            f"{where}: {pending.size} bytes that are not records (a write cut short by a crash, "
+            f"or foreign lines), sealed by line {number}"
+        )
 
-    def _check_link(self, path: str, number: int, record: dict[str, Any], seen: dict[str, int], previous: int,
-                    after: int) -> None:
+    def _check_link(
+        self, path: str, number: int, record: dict[str, Any], seen: dict[str, int], previous: int, after: int
+    ) -> None:
         prev = record.get("prev_hash")
         if prev == self.head:
             return
         if isinstance(prev, str) and prev in seen:
-            raise Broken(path, number, f"reordered or deleted: this record follows line {seen[prev]}, not line "
-                         f"{previous} (prev_hash mismatch)")
+            raise Broken(
+                path,
+                number,
+                f"reordered or deleted: this record follows line {seen[prev]}, not line "
+                f"{previous} (prev_hash mismatch)",
+            )
         later = _find_hash(path, after, prev) if isinstance(prev, str) else None
         if later is not None:
-            raise Broken(path, number, f"reordered: this record follows line {later}, which comes after it "
-                         "(prev_hash mismatch)")
-        raise Broken(path, number, f"deleted or edited: the record this one follows (hash {str(prev)[:16]}…) is "
-                     f"not in the file (deleted, or edited and re-hashed); expected prev_hash {str(self.head)[:16]}… "
-                     f"of the record before it (line {previous})")
+            raise Broken(
+                path, number, f"reordered: this record follows line {later}, which comes after it (prev_hash mismatch)"
+            )
+        raise Broken(
+            path,
+            number,
+            f"deleted or edited: the record this one follows (hash {str(prev)[:16]}…) is "
+            f"not in the file (deleted, or edited and re-hashed); expected prev_hash {str(self.head)[:16]}… "
+            f"of the record before it (line {previous})",
+        )
 
     def _check_seq(self, path: str, number: int, record: dict[str, Any]) -> None:
         proxy, seq = record.get("proxy_id"), record.get("seq")
@@ -340,15 +407,16 @@ def _classify(raw: bytes | LongLine) -> tuple[dict[str, Any] | None, str]:
     if record is not None and complete:
         return record, ""
     if not complete:
-        return None, ("torn: the last line has no newline at its end (a write cut short by a crash or a full "
-                      "disk)")
+        return None, ("torn: the last line has no newline at its end (a write cut short by a crash or a full disk)")
     if parse_object(raw) is not None:
         return None, "not a chained record: no valid hash"
     try:
         json.loads(raw, object_pairs_hook=unique_keys)
     except DuplicateKey as exc:
-        return None, (f"edited: the line names the key '{one_line(exc.key, 60)}' twice (readers disagree on "
-                      "which value counts; the hash covers one of them)")
+        return None, (
+            f"edited: the line names the key '{one_line(exc.key, 60)}' twice (readers disagree on "
+            "which value counts; the hash covers one of them)"
+        )
     except (ValueError, RecursionError):
         return None, "not JSON: garbage, or a torn write"
     return None, "not a record: a JSON value that is not an object"
@@ -376,18 +444,23 @@ def verify_main(paths: Sequence[str]) -> int:
         if report.records == 0 and not report.notes:
             print(f"{path}: ok: empty")
             continue
-        print(f"{path}: ok: {report.records} records ({report.decisions} decisions, {report.seals} seals); "
-              f"last hash {report.last_hash}")
+        print(
+            f"{path}: ok: {report.records} records ({report.decisions} decisions, {report.seals} seals); "
+            f"last hash {report.last_hash}"
+        )
         for note in report.notes:
             print(f"  note: {note}")
     if len(paths) == 1 and os.path.exists(rotated_name(paths[0], 1)):
         print(f"  note: {rotated_name(paths[0], 1)} exists: verify FILE.N ... FILE.1 FILE to check across rotations")
-    print("note: a hash chain shows edits, deletions and reordering inside the log, not records removed from its "
-          "end; keep the last hash elsewhere to check that")
+    print(
+        "note: a hash chain shows edits, deletions and reordering inside the log, not records removed from its "
+        "end; keep the last hash elsewhere to check that"
+    )
     return 0
 
 
 # -- reading records ----------------------------------------------------------------------------
+
 
 def read_records(path: str) -> Iterator[dict[str, Any]]:
     """Every complete JSON object line of the file (torn or foreign lines are skipped)."""
@@ -411,8 +484,10 @@ def format_record(record: dict[str, Any]) -> str:
     ts = _s(record.get("ts", "?"), 40)
     event = record.get("event", "decision")
     if event == "seal":
-        return (f"{ts}  -- seal: {_s(record.get('torn_bytes'))} bytes after the last record sealed "
-                f"({_s(record.get('reason', ''))}; proxy {_s(record.get('proxy_id'))})")
+        return (
+            f"{ts}  -- seal: {_s(record.get('torn_bytes'))} bytes after the last record sealed "
+            f"({_s(record.get('reason', ''))}; proxy {_s(record.get('proxy_id'))})"
+        )
     if not is_decision(record):
         return f"{ts}  -- {_s(event)} record"
     parts = [ts, _s(record.get("server") or "?", 40)]
@@ -475,6 +550,7 @@ def _render(record: dict[str, Any], as_json: bool) -> str:
 
 # -- tail -------------------------------------------------------------------------------------------
 
+
 def tail_main(path: str, count: int, *, follow: bool, as_json: bool, poll: float = 0.2) -> int:
     follower = Follower(path, last=count)
     try:
@@ -504,8 +580,9 @@ def _print_line(raw: bytes | int, as_json: bool) -> None:
         text = _render(value, as_json)
     else:
         size = raw if isinstance(raw, int) else len(raw)
-        text = (json.dumps({"unreadable_line_bytes": size}) if as_json
-                else f"?? a line that is not a record ({size} bytes)")
+        text = (
+            json.dumps({"unreadable_line_bytes": size}) if as_json else f"?? a line that is not a record ({size} bytes)"
+        )
     try:
         print(text, flush=True)
     except BrokenPipeError:  # `audit tail | head`
@@ -515,6 +592,7 @@ def _print_line(raw: bytes | int, as_json: bool) -> None:
 
 
 # -- summary ----------------------------------------------------------------------------------------
+
 
 def parse_since(text: str, now: datetime | None = None) -> datetime:
     now = now or datetime.now(UTC)
@@ -549,9 +627,15 @@ class ServerStats:
     latencies: list[int] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"requests": self.requests, "allowed": self.allowed, "denied": self.denied, "errors": self.errors,
-                "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
-                "p50_latency_ms": p50(self.latencies)}
+        return {
+            "requests": self.requests,
+            "allowed": self.allowed,
+            "denied": self.denied,
+            "errors": self.errors,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "p50_latency_ms": p50(self.latencies),
+        }
 
 
 def p50(values: list[int]) -> float | None:
@@ -607,11 +691,17 @@ def summary_main(paths: Sequence[str], since: datetime | None, *, as_json: bool)
             setattr(total, name, getattr(total, name) + getattr(entry, name))
         total.latencies += entry.latencies
     if as_json:
-        print(json.dumps({
-            "since": since.isoformat().replace("+00:00", "Z") if since else None,
-            "servers": {server: entry.as_dict() for server, entry in stats.items()},
-            "total": total.as_dict(),
-        }, ensure_ascii=True, indent=2))
+        print(
+            json.dumps(
+                {
+                    "since": since.isoformat().replace("+00:00", "Z") if since else None,
+                    "servers": {server: entry.as_dict() for server, entry in stats.items()},
+                    "total": total.as_dict(),
+                },
+                ensure_ascii=True,
+                indent=2,
+            )
+        )
         return 0
     header = ("server", "requests", "allowed", "denied", "errors", "tokens in", "tokens out", "p50 latency")
     rows = [[_s(server, 40), *_numbers(entry)] for server, entry in stats.items()]
@@ -620,12 +710,22 @@ def summary_main(paths: Sequence[str], since: datetime | None, *, as_json: bool)
     if since:
         print(f"since {since.isoformat(timespec='seconds').replace('+00:00', 'Z')}")
     for row in [list(header), *rows]:
-        print("  ".join(str(cell).ljust(widths[0]) if i == 0 else str(cell).rjust(widths[i])
-                        for i, cell in enumerate(row)).rstrip())
+        print(
+            "  ".join(
+                str(cell).ljust(widths[0]) if i == 0 else str(cell).rjust(widths[i]) for i, cell in enumerate(row)
+            ).rstrip()
+        )
     return 0
 
 
 def _numbers(entry: ServerStats) -> list[str]:
     latency = p50(entry.latencies)
-    return [str(entry.requests), str(entry.allowed), str(entry.denied), str(entry.errors),
-            f"{entry.input_tokens:,}", f"{entry.output_tokens:,}", "-" if latency is None else f"{latency:g} ms"]
+    return [
+        str(entry.requests),
+        str(entry.allowed),
+        str(entry.denied),
+        str(entry.errors),
+        f"{entry.input_tokens:,}",
+        f"{entry.output_tokens:,}",
+        "-" if latency is None else f"{latency:g} ms",
+    ]

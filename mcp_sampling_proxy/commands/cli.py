@@ -80,30 +80,52 @@ def build_parser() -> argparse.ArgumentParser:
     add_common_options(parser)
     parser.add_argument("--url", help="connect to a Streamable HTTP MCP server instead of starting a command")
     parser.add_argument(
-        "--header", action="append", default=[], metavar="'K: V'",
+        "--header",
+        action="append",
+        default=[],
+        metavar="'K: V'",
         help="HTTP header for --url (repeatable); ${VAR} in the value is taken from the environment",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument("command", nargs=argparse.REMAINDER,
-                        help="the real server's command line, after '--'")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="the real server's command line, after '--'")
     return parser
 
 
 def add_common_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--policy", metavar="FILE", help="policy file (YAML): providers, rules, audit (default: "
-                        "$XDG_CONFIG_HOME/mcp-sampling-proxy/policy.yaml, ~/.config/... when unset, if it exists; "
-                        "`mcp-sampling-proxy init` writes it)")
-    parser.add_argument("--name", help="server name for `server:` rules, remembered approvals and logs (default: "
-                        "derived from the command or URL, never the server's own name, which it could borrow)")
-    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
-                        help="stderr log level (default: info)")
-    parser.add_argument("--log-format", choices=("json", "console"),
-                        help="stderr log format (default: console on a terminal, json otherwise)")
-    parser.add_argument("--no-terminal", action="store_true",
-                        help="never use the controlling terminal for approvals or typed replies")
-    parser.add_argument("--max-message-bytes", type=int, default=64 * 1024 * 1024, metavar="N",
-                        help="largest message accepted from the host or the server (default: 64 MiB); a larger one "
-                        "is dropped and its request answered with an error")
+    parser.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="policy file (YAML): providers, rules, audit (default: "
+        "$XDG_CONFIG_HOME/mcp-sampling-proxy/policy.yaml, ~/.config/... when unset, if it exists; "
+        "`mcp-sampling-proxy init` writes it)",
+    )
+    parser.add_argument(
+        "--name",
+        help="server name for `server:` rules, remembered approvals and logs (default: "
+        "derived from the command or URL, never the server's own name, which it could borrow)",
+    )
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        choices=("debug", "info", "warning", "error"),
+        help="stderr log level (default: info)",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=("json", "console"),
+        help="stderr log format (default: console on a terminal, json otherwise)",
+    )
+    parser.add_argument(
+        "--no-terminal", action="store_true", help="never use the controlling terminal for approvals or typed replies"
+    )
+    parser.add_argument(
+        "--max-message-bytes",
+        type=int,
+        default=64 * 1024 * 1024,
+        metavar="N",
+        help="largest message accepted from the host or the server (default: 64 MiB); a larger one "
+        "is dropped and its request answered with an error",
+    )
 
 
 def fail(message: str, code: int = 2) -> int:
@@ -177,8 +199,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from mcp_sampling_proxy.log import get_logger
 
     get_logger("mcp_sampling_proxy").info(
-        "policy", file=args.policy or "none: providers from the environment, every request asked",
-        default=policy_is_default or None)
+        "policy",
+        file=args.policy or "none: providers from the environment, every request asked",
+        default=policy_is_default or None,
+    )
     if hardening_problems:
         get_logger("mcp_sampling_proxy").warning("process hardening incomplete", problems=hardening_problems)
     if sandbox is not None:
@@ -187,8 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _adopt_state()
     from mcp_sampling_proxy.runtime import RunOptions, run
 
-    options = RunOptions(name=name, use_terminal=not args.no_terminal,
-                         max_message_bytes=args.max_message_bytes)
+    options = RunOptions(name=name, use_terminal=not args.no_terminal, max_message_bytes=args.max_message_bytes)
     return run(upstream, settings, options)
 
 
@@ -251,15 +274,22 @@ def _log_sandbox(sandbox) -> None:
 
     log = get_logger("mcp_sampling_proxy")
     if sandbox.active:
-        log.info("server sandboxed (bubblewrap): its own process namespace, no terminals, a private /tmp, the "
-                 "proxy's config, state, runtime dirs, policy and audit hidden")
+        log.info(
+            "server sandboxed (bubblewrap): its own process namespace, no terminals, a private /tmp, the "
+            "proxy's config, state, runtime dirs, policy and audit hidden"
+        )
     elif sandbox.off:
-        log.warning("sandbox: off: the server runs as you, unconfined: it can read this proxy's state and write "
-                    "remembered approvals (they are still checked), open your terminals and outlive the proxy")
+        log.warning(
+            "sandbox: off: the server runs as you, unconfined: it can read this proxy's state and write "
+            "remembered approvals (they are still checked), open your terminals and outlive the proxy"
+        )
     else:
-        log.warning("the server runs without a sandbox: it can read this proxy's state and write remembered "
-                    "approvals (they are still checked), open your terminals and outlive the proxy",
-                    why=sandbox.unavailable, fix="install bubblewrap, or set sandbox: off to silence this")
+        log.warning(
+            "the server runs without a sandbox: it can read this proxy's state and write remembered "
+            "approvals (they are still checked), open your terminals and outlive the proxy",
+            why=sandbox.unavailable,
+            fix="install bubblewrap, or set sandbox: off to silence this",
+        )
 
 
 def _stop_unused(process) -> None:
@@ -279,7 +309,8 @@ def _prepare(args: argparse.Namespace, command: list[str], early, policy_text: s
         if bad is not None or not args.name.strip():
             why = f"holds a control or invisible character, {bad}" if bad else "is empty"
             raise _StartupFailure(
-                f"--name {why}: give the server a name of visible characters, as `server:` rules spell it")
+                f"--name {why}: give the server a name of visible characters, as `server:` rules spell it"
+            )
     name = args.name.strip() if args.name else (derive_from_command(command) if command else derive_from_url(args.url))
 
     from mcp_sampling_proxy.config.keys import KeySourceError, resolve_keys
@@ -309,8 +340,10 @@ def _prepare(args: argparse.Namespace, command: list[str], early, policy_text: s
     contained = settings.sandbox.for_server(name)
     sandbox = _sandbox(contained, args.policy, settings.named_files(), command)
     if contained.mode == "required" and not sandbox.active:
-        raise _StartupFailure(f"sandbox: required, but the server cannot be sandboxed here: {sandbox.unavailable}; "
-                              "install bubblewrap, or set sandbox: auto to run it unconfined with a warning")
+        raise _StartupFailure(
+            f"sandbox: required, but the server cannot be sandboxed here: {sandbox.unavailable}; "
+            "install bubblewrap, or set sandbox: auto to run it unconfined with a warning"
+        )
     if early is None:
         process, _, _ = _spawn(command, exact, sandbox.prefix)
     else:

@@ -60,8 +60,10 @@ class Console:
     def _on_event(self, event: Event) -> None:
         if event.kind == "attached":
             message = event.message
-            self.say(f"[proxy {message['pid']}] attached: server '{_clean(message.get('server'))}', "
-                     f"host '{_clean(message.get('host'))}'")
+            self.say(
+                f"[proxy {message['pid']}] attached: server '{_clean(message.get('server'))}', "
+                f"host '{_clean(message.get('host'))}'"
+            )
         elif event.kind == "question":
             self._queue.append((event.path, event.message))
             self._ready.set()
@@ -78,20 +80,29 @@ class Console:
         if message["type"] == "elicit":
             reply = elicit_reply(message, await _elicit(message, self.say))
         elif message["type"] == "review":
-            self.say(f"[proxy {path.stem}] the LLM's answer for server '{_clean(message.get('server'))}' "
-                     "needs your review:")
+            self.say(
+                f"[proxy {path.stem}] the LLM's answer for server '{_clean(message.get('server'))}' needs your review:"
+            )
             result = message.get("result") or {}
-            accepted, text = await review_dialogue(result, _ask_or_none, self.say, prompt=message.get("summary"),
-                                                   prompt_edited_by=message.get("prompt_edited_by"))
+            accepted, text = await review_dialogue(
+                result,
+                _ask_or_none,
+                self.say,
+                prompt=message.get("summary"),
+                prompt_edited_by=message.get("prompt_edited_by"),
+            )
             reply = review_reply(message, accepted, text)
         else:
             host = f", host '{_clean(message.get('host'))}'" if message.get("host") else ""
-            self.say(f"[proxy {path.stem}] sampling request from server '{_clean(message.get('server'))}'{host} "
-                     f"(rule '{_clean(message.get('rule'))}'):")
+            self.say(
+                f"[proxy {path.stem}] sampling request from server '{_clean(message.get('server'))}'{host} "
+                f"(rule '{_clean(message.get('rule'))}'):"
+            )
             self.say(quote(message["summary"]))
             params = message.get("params") or {}
-            scope, text = await approval_dialogue(params, _ask_or_none, self.say,
-                                                  lambda: discard_typeahead(sys.stdin.fileno()))
+            scope, text = await approval_dialogue(
+                params, _ask_or_none, self.say, lambda: discard_typeahead(sys.stdin.fileno())
+            )
             reply = decision_reply(message, scope, text)
         if self._client.is_resolved(path, message["id"]):
             self.say("(answered elsewhere or timed out meanwhile; your answer was not used)")
@@ -109,8 +120,7 @@ async def _elicit(message: dict[str, Any], say: Any) -> dict[str, Any]:
     origin = (message.get("server") or "", message.get("tool"))
     text = message.get("message") or ""
     if message.get("mode") == "url":
-        return await converse(text, origin, url=message.get("url") or "", ask=_ask_or_none, say=say,
-                              opener=open_url)
+        return await converse(text, origin, url=message.get("url") or "", ask=_ask_or_none, say=say, opener=open_url)
     try:
         form = parse_form(message.get("schema") or {})
     except FormError as exc:
@@ -149,17 +159,25 @@ def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="mcp-sampling-proxy console",
         description="Approve the sampling requests of every running mcp-sampling-proxy of this user from this "
-        "terminal (for hosts such as Claude Desktop that start the proxy without one).")
+        "terminal (for hosts such as Claude Desktop that start the proxy without one).",
+    )
     web = parser.add_argument_group("in a browser")
-    web.add_argument("--web", action="store_true",
-                     help="serve the console as a page on 127.0.0.1 instead: the first line printed is its URL, "
-                     "with a secret token")
+    web.add_argument(
+        "--web",
+        action="store_true",
+        help="serve the console as a page on 127.0.0.1 instead: the first line printed is its URL, with a secret token",
+    )
     web.add_argument("--port", type=int, default=0, help="port for --web (default: a free one)")
     web.add_argument("--no-open", action="store_true", help="with --web: print the URL, do not open a browser")
-    web.add_argument("--audit", metavar="FILE", help="with --web: the audit log to tail (default: the policy's "
-                     "audit.path)")
-    web.add_argument("--policy", metavar="FILE", help="with --web: the policy whose budgets and limits to show "
-                     "(default: ~/.config/mcp-sampling-proxy/policy.yaml when it exists)")
+    web.add_argument(
+        "--audit", metavar="FILE", help="with --web: the audit log to tail (default: the policy's audit.path)"
+    )
+    web.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="with --web: the policy whose budgets and limits to show "
+        "(default: ~/.config/mcp-sampling-proxy/policy.yaml when it exists)",
+    )
     args = parser.parse_args(list(argv))
     if not args.web and (args.port or args.no_open or args.audit or args.policy):
         parser.error("--port, --no-open, --audit and --policy go with --web")
@@ -182,8 +200,7 @@ def main(argv: Sequence[str]) -> int:
     except (KeyboardInterrupt, EOFError):
         # one Ctrl-C (or Ctrl-D) quits, also at a prompt: each proxy sees its console go and sends the
         # question to its next approval channel, or denies it
-        print("\nconsole closed: pending requests go to each proxy's next approval channel, or are denied",
-              flush=True)
+        print("\nconsole closed: pending requests go to each proxy's next approval channel, or are denied", flush=True)
         sys.stderr.flush()
         # A prompt's reader thread may still be blocked in stdin.readline(), holding stdin's lock, and
         # the interpreter's shutdown would wait for that lock (a second Ctrl-C): leave at once instead.

@@ -49,8 +49,11 @@ def check_policy(path: str | None) -> tuple[Any, Section]:
     try:
         settings = load_settings(path)
     except PolicyError as exc:
-        section.add("fail", one_line(str(exc), 400),
-                    "fix the file at that line; `mcp-sampling-proxy policy check FILE` checks it again")
+        section.add(
+            "fail",
+            one_line(str(exc), 400),
+            "fix the file at that line; `mcp-sampling-proxy policy check FILE` checks it again",
+        )
         return None, section
     if path is None:
         section.add("info", "no --policy: providers come from the environment and every request needs approval")
@@ -95,9 +98,13 @@ async def probe_provider(provider: Any, timeout: float) -> list[Check]:
 
         program, found = program_of(provider)
         if found is None:
-            return [Check("fail", f"{name}: '{program}' not found on PATH",
-                          "install it, or give its absolute path in command: (hosts often start servers with a "
-                          "short PATH)")]
+            return [
+                Check(
+                    "fail",
+                    f"{name}: '{program}' not found on PATH",
+                    "install it, or give its absolute path in command: (hosts often start servers with a short PATH)",
+                )
+            ]
         return [Check("ok", f"{name}: runs {found} (not called: a check would spend your quota)")]
     key_var = provider.api_key_env
     key = os.environ.get(key_var) if key_var else None
@@ -112,16 +119,18 @@ async def probe_provider(provider: Any, timeout: float) -> list[Check]:
         key, key_note = provider.api_key, f"{key_source(provider)} gave a key"
     # The adapter the proxy would use: its URLs and headers (key, api-version, extra headers), one try
     adapter_class = AnthropicAdapter if provider.type == "anthropic" else OpenAIAdapter
-    adapter = adapter_class(replace(provider, max_attempts=1, read_timeout=timeout,
-                                    connect_timeout=min(timeout, provider.connect_timeout)))
+    adapter = adapter_class(
+        replace(provider, max_attempts=1, read_timeout=timeout, connect_timeout=min(timeout, provider.connect_timeout))
+    )
     try:
         return await _probe_with(adapter, provider, name, key_var, key_note, timeout)
     finally:
         await adapter.aclose()
 
 
-async def _probe_with(adapter: Any, provider: Any, name: str, key_var: str | None, key_note: str,
-                      timeout: float) -> list[Check]:
+async def _probe_with(
+    adapter: Any, provider: Any, name: str, key_var: str | None, key_note: str, timeout: float
+) -> list[Check]:
     from mcp_sampling_proxy.fulfil.base import LLMError
     from mcp_sampling_proxy.fulfil.errors import http_error, safe_url
 
@@ -134,11 +143,21 @@ async def _probe_with(adapter: Any, provider: Any, name: str, key_var: str | Non
     try:
         response = await adapter.list_models()
     except httpx.TimeoutException:
-        return [Check("fail", f"{label}: no answer within {timeout:g} s ({key_note})",
-                      "check that the server is up and base_url points at it")]
+        return [
+            Check(
+                "fail",
+                f"{label}: no answer within {timeout:g} s ({key_note})",
+                "check that the server is up and base_url points at it",
+            )
+        ]
     except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
-        return [Check("fail", f"{label}: unusable base_url ({one_line(str(exc), 120)})",
-                      "base_url must start with http:// or https://")]
+        return [
+            Check(
+                "fail",
+                f"{label}: unusable base_url ({one_line(str(exc), 120)})",
+                "base_url must start with http:// or https://",
+            )
+        ]
     except httpx.TransportError as exc:
         reason = connect_reason(exc)
         if reason == "connection refused":
@@ -148,19 +167,29 @@ async def _probe_with(adapter: Any, provider: Any, name: str, key_var: str | Non
         else:
             fix = "check base_url and your network"
         return [Check("fail", f"{label}: {reason} ({key_note})", fix)]
-    path = url[len(base):]
+    path = url[len(base) :]
     if response.is_success:
         try:
             listed = [m.get("id") for m in response.json().get("data", []) if isinstance(m, dict)]
         except (ValueError, AttributeError):
             listed = []
-        checks = [Check("ok", f"{label}: GET {path} answered {response.status_code} "
-                              f"({len(listed)} model{'s' if len(listed) != 1 else ''}); {key_note}")]
+        checks = [
+            Check(
+                "ok",
+                f"{label}: GET {path} answered {response.status_code} "
+                f"({len(listed)} model{'s' if len(listed) != 1 else ''}); {key_note}",
+            )
+        ]
         # Azure lists base models, not the deployments the policy names
         missing = [m.name for m in provider.models if listed and m.name not in listed and provider.azure is None]
         if missing:
-            checks.append(Check("warn", f"{name}: {', '.join(missing)} not among the models it lists",
-                                "check the model names under llm.providers in the policy"))
+            checks.append(
+                Check(
+                    "warn",
+                    f"{name}: {', '.join(missing)} not among the models it lists",
+                    "check the model names under llm.providers in the policy",
+                )
+            )
         return checks
     if response.status_code in (404, 405) and provider.models:  # no models list: try a 1-token completion
         model = provider.models[0].name
@@ -170,16 +199,37 @@ async def _probe_with(adapter: Any, provider: Any, name: str, key_var: str | Non
                 await adapter.complete(params, model)
         except LLMError as exc:
             fix = _status_fix(exc.status, key_var, shown) if exc.status else "check base_url and the model name"
-            return [Check("fail", f"{label}: no models list, and a 1-token completion with {model} failed: "
-                                  f"{one_line(exc.message, 300)} ({key_note})", fix)]
+            return [
+                Check(
+                    "fail",
+                    f"{label}: no models list, and a 1-token completion with {model} failed: "
+                    f"{one_line(exc.message, 300)} ({key_note})",
+                    fix,
+                )
+            ]
         except TimeoutError:
-            return [Check("fail", f"{label}: a 1-token completion with {model} got no answer within {timeout:g} s",
-                          "check that the server is up and base_url points at it")]
-        return [Check("ok", f"{label}: no models list (GET {path}: {response.status_code}), but a 1-token "
-                            f"completion with {model} worked; {key_note}")]
+            return [
+                Check(
+                    "fail",
+                    f"{label}: a 1-token completion with {model} got no answer within {timeout:g} s",
+                    "check that the server is up and base_url points at it",
+                )
+            ]
+        return [
+            Check(
+                "ok",
+                f"{label}: no models list (GET {path}: {response.status_code}), but a 1-token "
+                f"completion with {model} worked; {key_note}",
+            )
+        ]
     message = http_error(provider, response).message
-    return [Check("fail", f"{label}: GET {path}: {one_line(message, 300)} ({key_note})",
-                  _status_fix(response.status_code, key_var, shown))]
+    return [
+        Check(
+            "fail",
+            f"{label}: GET {path}: {one_line(message, 300)} ({key_note})",
+            _status_fix(response.status_code, key_var, shown),
+        )
+    ]
 
 
 async def _probe_all(providers: list[Any], timeout: float) -> list[list[Check]]:
@@ -189,8 +239,12 @@ async def _probe_all(providers: list[Any], timeout: float) -> list[list[Check]]:
         try:
             results[index] = await probe_provider(provider, timeout)
         except Exception as exc:  # one odd provider must not hide the others
-            results[index] = [Check("fail", f"'{provider.name}': the check itself failed: "
-                                             f"{type(exc).__name__}: {one_line(str(exc), 200)}")]
+            results[index] = [
+                Check(
+                    "fail",
+                    f"'{provider.name}': the check itself failed: {type(exc).__name__}: {one_line(str(exc), 200)}",
+                )
+            ]
 
     async with anyio.create_task_group() as tg:
         for index, provider in enumerate(providers):
@@ -204,10 +258,13 @@ def check_providers(settings: Any, timeout: float) -> Section:
         section.add("info", "not checked: the policy did not load")
         return section
     if not settings.providers:
-        section.add("warn", "no LLM provider configured",
-                    "set OPENAI_API_KEY (or OPENAI_BASE_URL for a local server) or ANTHROPIC_API_KEY in the host "
-                    "config's env, or add llm.providers to the policy; without one, replies can only be typed at a "
-                    "terminal")
+        section.add(
+            "warn",
+            "no LLM provider configured",
+            "set OPENAI_API_KEY (or OPENAI_BASE_URL for a local server) or ANTHROPIC_API_KEY in the host "
+            "config's env, or add llm.providers to the policy; without one, replies can only be typed at a "
+            "terminal",
+        )
         return section
     for checks in anyio.run(_probe_all, list(settings.providers), timeout):
         section.checks += checks
@@ -255,8 +312,9 @@ def console_status(directory: Path) -> tuple[int, int | None]:
         return live, None
     live, consoles = 0, 0
     for sock in sockets:
-        entries = table.get(str(sock), []) + ([] if str(sock) == os.path.abspath(sock)
-                                              else table.get(os.path.abspath(sock), []))
+        entries = table.get(str(sock), []) + (
+            [] if str(sock) == os.path.abspath(sock) else table.get(os.path.abspath(sock), [])
+        )
         if any(flags & 0x10000 for flags, _ in entries):  # __SO_ACCEPTCON: a listening socket
             live += 1
             consoles = max(consoles, sum(1 for flags, state in entries if state == "03" and not flags & 0x10000))
@@ -277,8 +335,11 @@ def check_approval(settings: Any) -> Section:
     terminal = Terminal.open()
     if terminal is not None:
         terminal.close()
-        section.add("ok", "terminal: this shell has one; proxies started from a terminal (or by `try`) ask there, "
-                          "but hosts such as Claude Desktop start them without one")
+        section.add(
+            "ok",
+            "terminal: this shell has one; proxies started from a terminal (or by `try`) ask there, "
+            "but hosts such as Claude Desktop start them without one",
+        )
     elif os.environ.get(DISABLE_ENV):
         section.add("info", f"terminal: turned off by {DISABLE_ENV}")
     else:
@@ -286,15 +347,21 @@ def check_approval(settings: Any) -> Section:
     try:
         directory = runtime_dir()
     except OSError as exc:
-        section.add("fail", f"console: socket directory unusable: {one_line(str(exc), 200)}",
-                    "make it yours and private (chmod 700), or set MCP_SAMPLING_PROXY_RUNTIME_DIR to another directory")
+        section.add(
+            "fail",
+            f"console: socket directory unusable: {one_line(str(exc), 200)}",
+            "make it yours and private (chmod 700), or set MCP_SAMPLING_PROXY_RUNTIME_DIR to another directory",
+        )
     else:
         probe = None
         try:
             probe = tempfile.NamedTemporaryFile(dir=directory, prefix=".doctor-")  # noqa: SIM115
         except OSError as exc:
-            section.add("fail", f"console: cannot create sockets in {directory}: {exc.strerror}",
-                        "make the directory writable, or set MCP_SAMPLING_PROXY_RUNTIME_DIR to another directory")
+            section.add(
+                "fail",
+                f"console: cannot create sockets in {directory}: {exc.strerror}",
+                "make the directory writable, or set MCP_SAMPLING_PROXY_RUNTIME_DIR to another directory",
+            )
         finally:
             if probe is not None:
                 probe.close()
@@ -308,15 +375,21 @@ def check_approval(settings: Any) -> Section:
             elif consoles:
                 section.add("ok", f"console: {running}, {consoles} console{'s' if consoles != 1 else ''} attached")
             elif asks:
-                section.add("warn", f"console: {running}, no console attached",
-                            "run `mcp-sampling-proxy console` in a terminal to approve requests from hosts that "
-                            "give the proxy no terminal")
+                section.add(
+                    "warn",
+                    f"console: {running}, no console attached",
+                    "run `mcp-sampling-proxy console` in a terminal to approve requests from hosts that "
+                    "give the proxy no terminal",
+                )
             else:
                 section.add("info", f"console: {running}, no console attached (the rules never ask)")
     answer = [h.title for h in HOSTS.values() if h.elicitation == "yes"]
     silent = [h.title for h in HOSTS.values() if h.elicitation != "yes"]
-    section.add("info", f"host: {', '.join(answer)} can ask in their own UI (elicitation); {', '.join(silent)} "
-                        f"cannot, so use the console there ({HOST_SUPPORT_NOTE})")
+    section.add(
+        "info",
+        f"host: {', '.join(answer)} can ask in their own UI (elicitation); {', '.join(silent)} "
+        f"cannot, so use the console there ({HOST_SUPPORT_NOTE})",
+    )
     return section
 
 
@@ -359,22 +432,31 @@ def check_files(settings: Any) -> Section:
         if problem is None and path.is_dir():
             problem = "it is a directory"
         if problem:
-            section.add("fail", f"audit log {path}: {problem}",
-                        "make the directory writable by you, or point audit.path elsewhere")
+            section.add(
+                "fail",
+                f"audit log {path}: {problem}",
+                "make the directory writable by you, or point audit.path elsewhere",
+            )
         else:
             section.add("ok", f"audit log {path}: writable")
     directory = state_dir(create=False)
     problem = _writable_dir(directory)
     if problem:
-        section.add("fail", f"state directory {directory}: {problem} (budgets and remembered approvals live there)",
-                    "make it writable by you, or set MCP_SAMPLING_PROXY_STATE_DIR to another directory")
+        section.add(
+            "fail",
+            f"state directory {directory}: {problem} (budgets and remembered approvals live there)",
+            "make it writable by you, or set MCP_SAMPLING_PROXY_STATE_DIR to another directory",
+        )
     else:
         section.add("ok", f"state directory {directory}: writable{'' if directory.exists() else ' (created on use)'}")
     for aside in sorted(directory.glob("*.corrupt")) if directory.is_dir() else ():
         when = datetime.fromtimestamp(aside.lstat().st_mtime).strftime("%Y-%m-%d %H:%M")
-        section.add("warn", f"{aside.name} in the state directory: {aside.name.removesuffix('.corrupt')} could not be "
-                    f"used and was set aside (last changed {when}); the proxies started again from empty state",
-                    f"look at {aside} (not JSON, not a file, or too large: written by something else?), then delete it")
+        section.add(
+            "warn",
+            f"{aside.name} in the state directory: {aside.name.removesuffix('.corrupt')} could not be "
+            f"used and was set aside (last changed {when}); the proxies started again from empty state",
+            f"look at {aside} (not JSON, not a file, or too large: written by something else?), then delete it",
+        )
     return section
 
 
@@ -392,17 +474,24 @@ def check_containment(settings: Any) -> Section:
         why = "bwrap is not installed"  # (the fix says how to install it)
     install = "install bubblewrap (Debian/Ubuntu: apt install bubblewrap; Fedora: dnf install bubblewrap)"
     if mode == "off":
-        section.add("warn", "sandbox: off in the policy: servers run as you, unconfined (they can read your files, "
-                    "open your terminals and outlive a proxy killed outright)",
-                    "remove `sandbox: off` (or keep it off only for the servers that need it, under sandbox.servers)")
+        section.add(
+            "warn",
+            "sandbox: off in the policy: servers run as you, unconfined (they can read your files, "
+            "open your terminals and outlive a proxy killed outright)",
+            "remove `sandbox: off` (or keep it off only for the servers that need it, under sandbox.servers)",
+        )
     elif why is None:
-        section.add("ok", "sandbox: bubblewrap works here; servers run in it (their own process namespace, no "
-                    "terminals, a private /tmp, the proxy's policy, state, runtime dirs and audit hidden)")
+        section.add(
+            "ok",
+            "sandbox: bubblewrap works here; servers run in it (their own process namespace, no "
+            "terminals, a private /tmp, the proxy's policy, state, runtime dirs and audit hidden)",
+        )
     elif mode == "required":
         section.add("fail", f"sandbox: required, but {why}: proxies refuse to start", install)
     else:
-        section.add("warn", f"no sandbox: {why}; servers run unconfined", f"{install}, or set sandbox: off to say "
-                    "you mean it")
+        section.add(
+            "warn", f"no sandbox: {why}; servers run unconfined", f"{install}, or set sandbox: off to say you mean it"
+        )
     for name, override in sorted((sandbox.servers if sandbox is not None else {}).items()):
         if override.mode == "off" and mode != "off":
             section.add("info", f"server '{one_line(name, 80)}': sandbox off (sandbox.servers)")
@@ -414,13 +503,19 @@ def check_containment(settings: Any) -> Section:
         section.add("ok", f"sealed state: remembered approvals and budgets in {directory} verify")
     for server, tool in state.unsealed_approvals:
         tool_part = f", tool '{one_line(tool, 80)}'" if tool else ""
-        section.add("warn", f"a remembered approval for server '{one_line(server, 80)}'{tool_part} was not written "
-                    "by a proxy (its seal does not match): proxies ignore it",
-                    "`mcp-sampling-proxy approvals list` shows it; revoke it, and approve again if you meant it "
-                    "(something running as you wrote it: a server without a sandbox?)")
+        section.add(
+            "warn",
+            f"a remembered approval for server '{one_line(server, 80)}'{tool_part} was not written "
+            "by a proxy (its seal does not match): proxies ignore it",
+            "`mcp-sampling-proxy approvals list` shows it; revoke it, and approve again if you meant it "
+            "(something running as you wrote it: a server without a sandbox?)",
+        )
     if state.budgets is not None:
-        section.add("fail", f"{state.budgets}: budgeted requests are refused",
-                    f"remove {directory / 'budgets.json'} (budgets then start again from zero)")
+        section.add(
+            "fail",
+            f"{state.budgets}: budgeted requests are refused",
+            f"remove {directory / 'budgets.json'} (budgets then start again from zero)",
+        )
     return section
 
 
@@ -474,15 +569,19 @@ def check_remote_logins(statuses: list[Any] | None = None) -> Section:
     remotes = remote_entries(statuses)
     probed = [r for r in remotes if not r.static_auth]
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(probed)))) as pool:
-        states = dict(zip([r.url for r in probed],
-                          pool.map(lambda r: describe_login(r.url, probe_timeout=3.0), probed), strict=True))
+        states = dict(
+            zip(
+                [r.url for r in probed],
+                pool.map(lambda r: describe_login(r.url, probe_timeout=3.0), probed),
+                strict=True,
+            )
+        )
     for remote in remotes:
         if remote.static_auth:
             section.add("info", f"{remote.name} {remote.url}: sends its own Authorization header (no OAuth login)")
             continue
         state, text = states[remote.url]
-        section.add(marks.get(state, "info"), f"{remote.name} {remote.url}: {text}",
-                    login_command(remote.url))
+        section.add(marks.get(state, "info"), f"{remote.name} {remote.url}: {text}", login_command(remote.url))
     if not section.checks:
         section.add("info", "no remote (--url) servers in the hosts' configs")
     return section
@@ -505,15 +604,24 @@ def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Check the policy file, the LLM providers, the approval channels, the audit log, the "
-                    "state directory, the sandbox and the sealed state, and every wrapped server in the hosts' "
-                    "configs (proxy, server command, policy, key variables); print what to fix. "
-                    "Exit 1 when something is broken, 0 when all is well.",
+        "state directory, the sandbox and the sealed state, and every wrapped server in the hosts' "
+        "configs (proxy, server command, policy, key variables); print what to fix. "
+        "Exit 1 when something is broken, 0 when all is well.",
         epilog="Checks use this shell's environment; a host starts the proxy with the environment its config gives.",
     )
-    parser.add_argument("--policy", metavar="FILE", help="the policy file the proxy runs with (default: the one "
-                        "`init` writes, ~/.config/mcp-sampling-proxy/policy.yaml, when it exists)")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
-                        help=f"per provider (default {DEFAULT_TIMEOUT:g})")
+    parser.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="the policy file the proxy runs with (default: the one "
+        "`init` writes, ~/.config/mcp-sampling-proxy/policy.yaml, when it exists)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help=f"per provider (default {DEFAULT_TIMEOUT:g})",
+    )
     args = parser.parse_args(list(argv))
     from mcp_sampling_proxy.config.paths import policy_or_default
 
@@ -522,9 +630,16 @@ def main(argv: Sequence[str]) -> int:
     statuses = host_configs()
     if is_default:
         policy.add("info", f"no --policy: using the default policy file {path}, as the proxy does")
-    sections = [policy, check_providers(settings, args.timeout), check_approval(settings), check_files(settings),
-                check_containment(settings), check_hosts(statuses), check_wrapped_servers(statuses),
-                check_remote_logins(statuses)]
+    sections = [
+        policy,
+        check_providers(settings, args.timeout),
+        check_approval(settings),
+        check_files(settings),
+        check_containment(settings),
+        check_hosts(statuses),
+        check_wrapped_servers(statuses),
+        check_remote_logins(statuses),
+    ]
     marks = _marks()
     print(f"{PROG}: checks use this shell's environment; a host starts the proxy with the env its config gives")
     for section in sections:

@@ -57,8 +57,19 @@ class WrappedEntry:
 
 # Variables Codex passes to every stdio server without env_vars: its Unix allow-list, DEFAULT_ENV_VARS in
 # codex-rs/rmcp-client/src/utils.rs (checked against openai/codex in November 2026).
-CODEX_DEFAULT_VARS = ("HOME", "LOGNAME", "PATH", "SHELL", "USER", "__CF_USER_TEXT_ENCODING", "LANG", "LC_ALL",
-                      "TERM", "TMPDIR", "TZ")
+CODEX_DEFAULT_VARS = (
+    "HOME",
+    "LOGNAME",
+    "PATH",
+    "SHELL",
+    "USER",
+    "__CF_USER_TEXT_ENCODING",
+    "LANG",
+    "LC_ALL",
+    "TERM",
+    "TMPDIR",
+    "TZ",
+)
 
 
 def codex_env_vars(entry: dict[str, Any]) -> set[str]:
@@ -107,10 +118,14 @@ def check_proxy(entry: WrappedEntry) -> list[Check]:
     command = str(entry.entry.get("command", ""))
     found, where = _resolve(command, entry)
     if found is None:
-        return [Check("fail", f"{entry.label}: the proxy command {one_line(command, 200)} is not an executable "
-                              f"file ({where})",
-                      f"reinstall mcp-sampling-proxy, or run {entry.unwrap_hint} and wrap again from the "
-                      "installation you use")]
+        return [
+            Check(
+                "fail",
+                f"{entry.label}: the proxy command {one_line(command, 200)} is not an executable file ({where})",
+                f"reinstall mcp-sampling-proxy, or run {entry.unwrap_hint} and wrap again from the "
+                "installation you use",
+            )
+        ]
     args = entry.entry.get("args") or []
     if args[:2] == ["-m", PROXY_MODULE]:
         return [Check("ok", f"{entry.label}: proxy {found} -m {PROXY_MODULE}")]
@@ -124,18 +139,27 @@ def check_upstream(entry: WrappedEntry) -> list[Check]:
         url = parsed.options.get("--url")
         if url:
             return [Check("info", f"{entry.label}: upstream {one_line(url, 200)} (remote; not contacted)")]
-        return [Check("fail", f"{entry.label}: its arguments name no server (neither '-- COMMAND' nor --url)",
-                      f"run {entry.unwrap_hint}, fix the entry, and wrap it again")]
+        return [
+            Check(
+                "fail",
+                f"{entry.label}: its arguments name no server (neither '-- COMMAND' nor --url)",
+                f"run {entry.unwrap_hint}, fix the entry, and wrap it again",
+            )
+        ]
     command = parsed.command[0]
     if _uses_host_variables(command):
         return [Check("info", f"{entry.label}: upstream {one_line(command, 200)} uses a host variable; not checked")]
     found, where = _resolve(command, entry)
     if found is None:
         in_env = "the entry's env" if "PATH" in entry.env else "the host's environment (here: this shell's)"
-        return [Check("fail", f"{entry.label}: the server command '{one_line(command, 120)}' is not found "
-                              f"({where}, from {in_env})",
-                      f"write the command's absolute path in the entry (`which {one_line(command, 60)}`), or add "
-                      "its directory to PATH in the entry's env")]
+        return [
+            Check(
+                "fail",
+                f"{entry.label}: the server command '{one_line(command, 120)}' is not found ({where}, from {in_env})",
+                f"write the command's absolute path in the entry (`which {one_line(command, 60)}`), or add "
+                "its directory to PATH in the entry's env",
+            )
+        ]
     return [Check("ok", f"{entry.label}: upstream {found}")]
 
 
@@ -148,17 +172,32 @@ def check_policy_file(entry: WrappedEntry) -> list[Check]:
     given = parse_proxy_args(entry.entry.get("args") or []).options.get("--policy")
     policy, is_default = policy_or_default(given, {**os.environ, **entry.env})  # what the proxy will read
     if policy is None:
-        return [Check("info", f"{entry.label}: no --policy and no default policy file (providers from the "
-                              "environment; every request asks)")]
+        return [
+            Check(
+                "info",
+                f"{entry.label}: no --policy and no default policy file (providers from the "
+                "environment; every request asks)",
+            )
+        ]
     if not os.path.isabs(os.path.expanduser(policy)):
-        return [Check("fail", f"{entry.label}: --policy {one_line(policy, 200)} is a relative path, read from "
-                              "whatever directory the host starts the proxy in",
-                      "write the policy's absolute path in the entry")]
+        return [
+            Check(
+                "fail",
+                f"{entry.label}: --policy {one_line(policy, 200)} is a relative path, read from "
+                "whatever directory the host starts the proxy in",
+                "write the policy's absolute path in the entry",
+            )
+        ]
     try:
         entry.settings = load_settings(os.path.expanduser(policy), environ={})
     except PolicyError as exc:
-        return [Check("fail", f"{entry.label}: its policy is invalid: {one_line(str(exc), 400)}",
-                      f"fix the file; `mcp-sampling-proxy policy check {policy}` checks it again")]
+        return [
+            Check(
+                "fail",
+                f"{entry.label}: its policy is invalid: {one_line(str(exc), 400)}",
+                f"fix the file; `mcp-sampling-proxy policy check {policy}` checks it again",
+            )
+        ]
     which = "the default policy file (no --policy)" if is_default else "policy"
     return [Check("ok", f"{entry.label}: {which} {policy} is valid")]
 
@@ -168,8 +207,9 @@ def check_policy_variables(entry: WrappedEntry) -> list[Check]:
     settings = entry.settings
     if settings is None:
         return []
-    needed: list[tuple[str, str]] = [(p.api_key_env, f"provider '{p.name}'") for p in settings.providers
-                                     if p.api_key_env]
+    needed: list[tuple[str, str]] = [
+        (p.api_key_env, f"provider '{p.name}'") for p in settings.providers if p.api_key_env
+    ]
     if getattr(settings.state, "url_env", None):
         needed.append((settings.state.url_env, "the Redis state"))
     checks = []
@@ -177,20 +217,30 @@ def check_policy_variables(entry: WrappedEntry) -> list[Check]:
         value = entry.variable(name)
         if value:
             continue
-        where = {"codex": "the entry's env or its env_vars list",
-                 "continue": "the entry's env (Continue passes a server no other variables but HOME, USER, PATH "
-                             "and the like)"}.get(entry.host, "the entry's env or the host's environment (here: "
-                                                              "this shell's)")
-        checks.append(Check("fail", f"{entry.label}: {name} (for {who}) is not set in {where}",
-                            f"add {name} to the entry's env in {entry.path}"
-                            + (" (or its name to env_vars)" if entry.host == "codex" else "")))
+        where = {
+            "codex": "the entry's env or its env_vars list",
+            "continue": "the entry's env (Continue passes a server no other variables but HOME, USER, PATH "
+            "and the like)",
+        }.get(entry.host, "the entry's env or the host's environment (here: this shell's)")
+        checks.append(
+            Check(
+                "fail",
+                f"{entry.label}: {name} (for {who}) is not set in {where}",
+                f"add {name} to the entry's env in {entry.path}"
+                + (" (or its name to env_vars)" if entry.host == "codex" else ""),
+            )
+        )
     if needed and not checks:
         checks.append(Check("ok", f"{entry.label}: {', '.join(n for n, _ in needed)} set"))
     return checks
 
 
 ENTRY_CHECKS: tuple[Callable[[WrappedEntry], list[Check]], ...] = (
-    check_proxy, check_upstream, check_policy_file, check_policy_variables)
+    check_proxy,
+    check_upstream,
+    check_policy_file,
+    check_policy_variables,
+)
 
 
 def check_entry(entry: WrappedEntry) -> list[Check]:

@@ -29,10 +29,22 @@ KIND_TITLES = {
 }
 # kind -> (type, base URL, key variable, model, variables that override the base URL and model)
 DEFAULTS: dict[str, tuple[str, str, str | None, str, str | None, str | None]] = {
-    "openai": ("openai", "https://api.openai.com/v1", "OPENAI_API_KEY", "gpt-4o-mini",
-               "OPENAI_BASE_URL", "OPENAI_MODEL"),
-    "anthropic": ("anthropic", "https://api.anthropic.com", "ANTHROPIC_API_KEY", "claude-sonnet-4-5",
-                  "ANTHROPIC_BASE_URL", "ANTHROPIC_MODEL"),
+    "openai": (
+        "openai",
+        "https://api.openai.com/v1",
+        "OPENAI_API_KEY",
+        "gpt-4o-mini",
+        "OPENAI_BASE_URL",
+        "OPENAI_MODEL",
+    ),
+    "anthropic": (
+        "anthropic",
+        "https://api.anthropic.com",
+        "ANTHROPIC_API_KEY",
+        "claude-sonnet-4-5",
+        "ANTHROPIC_BASE_URL",
+        "ANTHROPIC_MODEL",
+    ),
     "ollama": ("openai", "http://127.0.0.1:11434/v1", None, "llama3.2", None, None),
 }
 CHECK_TIMEOUT = 30.0
@@ -50,17 +62,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Write a commented policy file (from a shipped policy, with the LLM you choose, checked with "
-                    "a tiny request) where the proxy looks for it when no --policy is given.",
+        "a tiny request) where the proxy looks for it when no --policy is given.",
         epilog=f"default path: {default_policy_path()} ($XDG_CONFIG_HOME/mcp-sampling-proxy/policy.yaml, "
-               "~/.config/... when unset)",
+        "~/.config/... when unset)",
     )
     parser.add_argument("--yes", "-y", action="store_true", help="ask nothing: take every default")
     parser.add_argument("--force", action="store_true", help="overwrite an existing file")
     parser.add_argument("--path", metavar="FILE", help="write here instead of the default path")
-    parser.add_argument("--from", dest="source", choices=SHIPPED, help="the shipped policy to start from "
-                        "(default: default)")
-    parser.add_argument("--llm", choices=KINDS, help="the LLM that answers sampling (default: openai when "
-                        "OPENAI_API_KEY or OPENAI_BASE_URL is set, anthropic when ANTHROPIC_API_KEY is, else keep)")
+    parser.add_argument(
+        "--from", dest="source", choices=SHIPPED, help="the shipped policy to start from (default: default)"
+    )
+    parser.add_argument(
+        "--llm",
+        choices=KINDS,
+        help="the LLM that answers sampling (default: openai when "
+        "OPENAI_API_KEY or OPENAI_BASE_URL is set, anthropic when ANTHROPIC_API_KEY is, else keep)",
+    )
     parser.add_argument("--base-url", help="the LLM's base URL (e.g. http://127.0.0.1:11434/v1)")
     parser.add_argument("--model", help="the model to use by default")
     parser.add_argument("--key-env", metavar="VAR", help="the variable holding the API key")
@@ -72,8 +89,10 @@ def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
     interactive = not args.yes
     if interactive and not sys.stdin.isatty():
-        print(f"{PROG}: error: no terminal to ask on: run it in a terminal, or with --yes (and --llm, --from ...)",
-              file=sys.stderr)
+        print(
+            f"{PROG}: error: no terminal to ask on: run it in a terminal, or with --yes (and --llm, --from ...)",
+            file=sys.stderr,
+        )
         return 2
     ask: Callable[[str, str], str] = _ask if interactive else (lambda _question, default: default)
     try:
@@ -89,12 +108,17 @@ def main(argv: Sequence[str]) -> int:
 def run(args: argparse.Namespace, ask: Callable[[str, str], str], environ: Mapping[str, str]) -> int:
     path = Path(os.path.expanduser(args.path)) if args.path else default_policy_path(environ)
     if path.exists() and not args.force:
-        raise InitError(f"{path} already exists; nothing written. Edit it, or run again with --force to replace it "
-                        "(or --path FILE to write elsewhere)", 1)
-    source = args.source or _choose("Start from which shipped policy?",
-                                    [(name, shipped_summary(name)) for name in SHIPPED], "default", ask)
-    kind = args.llm or _choose("Which LLM answers sampling requests?", [(k, KIND_TITLES[k]) for k in KINDS],
-                               _default_kind(environ), ask)
+        raise InitError(
+            f"{path} already exists; nothing written. Edit it, or run again with --force to replace it "
+            "(or --path FILE to write elsewhere)",
+            1,
+        )
+    source = args.source or _choose(
+        "Start from which shipped policy?", [(name, shipped_summary(name)) for name in SHIPPED], "default", ask
+    )
+    kind = args.llm or _choose(
+        "Which LLM answers sampling requests?", [(k, KIND_TITLES[k]) for k in KINDS], _default_kind(environ), ask
+    )
     llm = None if kind == "keep" else _llm_details(kind, args, ask, environ)
     from mcp_sampling_proxy.config.settings import parse_settings
     from mcp_sampling_proxy.config.yamlnodes import PolicyError
@@ -113,17 +137,18 @@ def run(args: argparse.Namespace, ask: Callable[[str, str], str], environ: Mappi
         ok, said = check_llm(llm, environ)
         print(said)
         if not ok and ask("Write the file anyway? [y/N]", "n").strip().lower() not in ("y", "yes"):
-            raise InitError("nothing written. Fix the LLM settings and run init again, or add --no-check to "
-                            "write the file anyway", 1)
+            raise InitError(
+                "nothing written. Fix the LLM settings and run init again, or add --no-check to write the file anyway",
+                1,
+            )
     if ask(f"Write {path}? [Y/n]", "y").strip().lower() not in ("y", "yes", ""):
         raise InitError("nothing written", 1)
     _write(path, text, audit)
-    print(f"wrote {path} (from {source}.yaml"
-          f"{f', LLM {llm.name}: {llm.model} at {llm.base_url}' if llm else ''})")
+    print(f"wrote {path} (from {source}.yaml{f', LLM {llm.name}: {llm.model} at {llm.base_url}' if llm else ''})")
     print(f"audit log: {audit}")
     print("the proxy uses this file when started without --policy; check the setup with: mcp-sampling-proxy doctor")
     if llm is not None and llm.key_env and not environ.get(llm.key_env):
-        print(f"note: {llm.key_env} is not set here: give it in the host config's \"env\" for the proxy")
+        print(f'note: {llm.key_env} is not set here: give it in the host config\'s "env" for the proxy')
     return 0
 
 
@@ -135,11 +160,15 @@ def _default_kind(environ: Mapping[str, str]) -> str:
     return "keep"
 
 
-def _llm_details(kind: str, args: argparse.Namespace, ask: Callable[[str, str], str],
-                 environ: Mapping[str, str]) -> LLMChoice:
+def _llm_details(
+    kind: str, args: argparse.Namespace, ask: Callable[[str, str], str], environ: Mapping[str, str]
+) -> LLMChoice:
     provider_type, base_url, key_env, model, url_var, model_var = DEFAULTS[kind]
-    base_url = args.base_url or ask(f"Base URL [{environ.get(url_var or '') or base_url}]:",
-                                    environ.get(url_var or "") or base_url) or base_url
+    base_url = (
+        args.base_url
+        or ask(f"Base URL [{environ.get(url_var or '') or base_url}]:", environ.get(url_var or "") or base_url)
+        or base_url
+    )
     base_url = base_url.strip().rstrip("/")
     if key_env is not None:
         key_env = args.key_env or ask(f"Variable holding the API key [{key_env}]:", key_env).strip() or key_env
@@ -166,8 +195,11 @@ def _listed_models(base_url: str, key_env: str | None, environ: Mapping[str, str
         data = response.json().get("data") if response.status_code == 200 else None
     except (httpx.HTTPError, ValueError, AttributeError):
         return []
-    return [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)] if isinstance(
-        data, list) else []
+    return (
+        [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
+        if isinstance(data, list)
+        else []
+    )
 
 
 def check_llm(llm: LLMChoice, environ: Mapping[str, str]) -> tuple[bool, str]:
@@ -180,11 +212,21 @@ def check_llm(llm: LLMChoice, environ: Mapping[str, str]) -> tuple[bool, str]:
 
     if llm.key_env and not environ.get(llm.key_env):
         return False, f"LLM check: {llm.key_env} is not set in this shell, so the request cannot be sent"
-    config = ProviderConfig(name=llm.name, type=llm.type, base_url=llm.base_url, api_key_env=llm.key_env,
-                            models=(ModelSpec(llm.model),), connect_timeout=5.0, read_timeout=CHECK_TIMEOUT,
-                            total_timeout=CHECK_TIMEOUT, max_attempts=1)
-    params = {"messages": [{"role": "user", "content": {"type": "text", "text": "Reply with the word OK."}}],
-              "maxTokens": 16}
+    config = ProviderConfig(
+        name=llm.name,
+        type=llm.type,
+        base_url=llm.base_url,
+        api_key_env=llm.key_env,
+        models=(ModelSpec(llm.model),),
+        connect_timeout=5.0,
+        read_timeout=CHECK_TIMEOUT,
+        total_timeout=CHECK_TIMEOUT,
+        max_attempts=1,
+    )
+    params = {
+        "messages": [{"role": "user", "content": {"type": "text", "text": "Reply with the word OK."}}],
+        "maxTokens": 16,
+    }
 
     async def ask_once() -> tuple[bool, str]:
         adapter = make_adapter(config)
@@ -196,8 +238,10 @@ def check_llm(llm: LLMChoice, environ: Mapping[str, str]) -> tuple[bool, str]:
         finally:
             await adapter.aclose()
         text = " ".join(str(block.get("text", "")) for block in completion.content).strip()
-        return True, (f"LLM check: {llm.name} answered in {(time.monotonic() - started) * 1000:.0f} ms "
-                      f"(model {completion.model}): {text[:60]!r}")
+        return True, (
+            f"LLM check: {llm.name} answered in {(time.monotonic() - started) * 1000:.0f} ms "
+            f"(model {completion.model}): {text[:60]!r}"
+        )
 
     print(f"checking {llm.model} at {llm.base_url} with a tiny request ...")
     return anyio.run(ask_once)

@@ -26,26 +26,47 @@ def build_parser(action: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=f"{PROG} {action}",
         description="Log in to an OAuth-protected Streamable HTTP server once, from a terminal; the proxy "
-        "then uses and refreshes the stored tokens." if action == "login" else
-        "Forget the stored OAuth login of a Streamable HTTP server.")
+        "then uses and refreshes the stored tokens."
+        if action == "login"
+        else "Forget the stored OAuth login of a Streamable HTTP server.",
+    )
     parser.add_argument("--url", required=True, help="the server's MCP endpoint, exactly as the proxy's --url")
     if action == "logout":
         return parser
-    parser.add_argument("--client-id", help="a client id registered with the authorization server beforehand "
-                        "(default: dynamic client registration)")
-    parser.add_argument("--client-secret-env", metavar="VAR",
-                        help="environment variable holding the pre-registered client's secret, if it has one")
+    parser.add_argument(
+        "--client-id",
+        help="a client id registered with the authorization server beforehand (default: dynamic client registration)",
+    )
+    parser.add_argument(
+        "--client-secret-env",
+        metavar="VAR",
+        help="environment variable holding the pre-registered client's secret, if it has one",
+    )
     parser.add_argument("--scope", help="scopes to ask for, space-separated (default: what the server names)")
-    parser.add_argument("--port", type=int, default=0,
-                        help="loopback port for the redirect (default: any free port; a pre-registered client may "
-                        "need the port it was registered with: redirect URI http://127.0.0.1:PORT/callback)")
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=0,
+        help="loopback port for the redirect (default: any free port; a pre-registered client may "
+        "need the port it was registered with: redirect URI http://127.0.0.1:PORT/callback)",
+    )
     parser.add_argument("--no-open", action="store_true", help="print the URL but do not open a browser")
-    parser.add_argument("--store", choices=("auto", "file", "keyring"), default="auto",
-                        help="where tokens go: the OS keyring when usable, else a 0600 file in the state dir (auto)")
-    parser.add_argument("--header", action="append", default=[], metavar="'K: V'",
-                        help="extra HTTP header for the server (repeatable; ${VAR} expanded), as for the proxy")
-    parser.add_argument("--timeout", type=float, default=300.0,
-                        help="seconds to wait for the browser to come back (default: 300)")
+    parser.add_argument(
+        "--store",
+        choices=("auto", "file", "keyring"),
+        default="auto",
+        help="where tokens go: the OS keyring when usable, else a 0600 file in the state dir (auto)",
+    )
+    parser.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="'K: V'",
+        help="extra HTTP header for the server (repeatable; ${VAR} expanded), as for the proxy",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=300.0, help="seconds to wait for the browser to come back (default: 300)"
+    )
     return parser
 
 
@@ -61,9 +82,12 @@ class _Callback(BaseHTTPRequestHandler):
             return
         params = {k: v[0] for k, v in parse_qs(parsed.query).items()}
         ok = "code" in params
-        body = ("<h1>Logged in</h1><p>mcp-sampling-proxy has the authorization; you can close this tab.</p>"
-                if ok else f"<h1>Login failed</h1><p>{_html(params.get('error', 'no code'))}: "
-                f"{_html(params.get('error_description', ''))}</p>")
+        body = (
+            "<h1>Logged in</h1><p>mcp-sampling-proxy has the authorization; you can close this tab.</p>"
+            if ok
+            else f"<h1>Login failed</h1><p>{_html(params.get('error', 'no code'))}: "
+            f"{_html(params.get('error_description', ''))}</p>"
+        )
         data = f"<!doctype html><meta charset=utf-8><title>mcp-sampling-proxy</title>{body}".encode()
         self.send_response(200 if ok else 400)
         self.send_header("Content-Type", "text/html; charset=utf-8")
@@ -124,8 +148,9 @@ def _login(args: argparse.Namespace) -> int:
     if args.store == "auto":
         kind = "keyring" if oauth_store.keyring_usable() else "file"
     elif args.store == "keyring" and not oauth_store.keyring_usable():
-        return fail("--store keyring: the OS keyring is not usable here (install `keyring` and a backend, "
-                    "or use --store file)")
+        return fail(
+            "--store keyring: the OS keyring is not usable here (install `keyring` and a backend, or use --store file)"
+        )
     else:
         kind = args.store
     results: queue.Queue[dict[str, str]] = queue.Queue()
@@ -150,13 +175,19 @@ def _login(args: argparse.Namespace) -> int:
         return fail(f"logged in, but the tokens could not be stored: {exc}")
     named = f" ({server_name})" if server_name else ""
     print(f"logged in to {oauth_store.canonical_url(args.url)}{named}; tokens stored in {where}")
-    print(f"the proxy (`{PROG} --url {args.url}`) uses and refreshes them; `{PROG} logout --url {args.url}` "
-          "forgets them")
+    print(
+        f"the proxy (`{PROG} --url {args.url}`) uses and refreshes them; `{PROG} logout --url {args.url}` forgets them"
+    )
     return 0
 
 
-async def _authorize(args: argparse.Namespace, redirect_uri: str, results: queue.Queue[dict[str, str]],
-                     secret: str | None, headers: dict[str, str]) -> tuple[dict[str, Any], str]:
+async def _authorize(
+    args: argparse.Namespace,
+    redirect_uri: str,
+    results: queue.Queue[dict[str, str]],
+    secret: str | None,
+    headers: dict[str, str],
+) -> tuple[dict[str, Any], str]:
     import anyio
     from mcp.shared.auth import AuthorizationCodeResult
 
@@ -169,8 +200,11 @@ async def _authorize(args: argparse.Namespace, redirect_uri: str, results: queue
         from urllib.parse import parse_qs
 
         expected["state"] = (parse_qs(urlparse(url).query).get("state") or [""])[0] or None
-        print(f"open this URL in your browser to log in to {urlparse(args.url).netloc}:\n\n  {url}\n",
-              file=sys.stderr, flush=True)
+        print(
+            f"open this URL in your browser to log in to {urlparse(args.url).netloc}:\n\n  {url}\n",
+            file=sys.stderr,
+            flush=True,
+        )
         if not args.no_open:
             from mcp_sampling_proxy.serve.elicitation import open_url
 
@@ -188,8 +222,11 @@ async def _authorize(args: argparse.Namespace, redirect_uri: str, results: queue
                     continue
                 if expected["state"] is not None and params.get("state") != expected["state"]:
                     # not the answer to our request (another program or page found the port): keep waiting
-                    print("ignored a request to the redirect address that does not carry this login's state",
-                          file=sys.stderr, flush=True)
+                    print(
+                        "ignored a request to the redirect address that does not carry this login's state",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                     continue
                 if "code" not in params:
                     why = f"{params.get('error', 'no code')} {params.get('error_description', '')}".strip()
@@ -197,5 +234,13 @@ async def _authorize(args: argparse.Namespace, redirect_uri: str, results: queue
                 return AuthorizationCodeResult(code=params["code"], state=params.get("state"), iss=params.get("iss"))
         raise LoginFailed(f"the browser did not come back within {args.timeout:g} s (--timeout)")
 
-    return await authorize(args.url, redirect_uri=redirect_uri, open_url=show, wait_for_code=wait_for_code,
-                           client_id=args.client_id, client_secret=secret, scope=args.scope, headers=headers)
+    return await authorize(
+        args.url,
+        redirect_uri=redirect_uri,
+        open_url=show,
+        wait_for_code=wait_for_code,
+        client_id=args.client_id,
+        client_secret=secret,
+        scope=args.scope,
+        headers=headers,
+    )

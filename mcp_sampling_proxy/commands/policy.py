@@ -52,19 +52,36 @@ def main(argv: Sequence[str]) -> int:
         "when it ran, whatever the decision; 2 on bad input.",
     )
     explain.add_argument("file", metavar="FILE", help="the policy file")
-    explain.add_argument("--request", required=True, metavar="REQUEST.json",
-                         help="a sampling/createMessage or elicitation/create JSON-RPC request, or its params")
+    explain.add_argument(
+        "--request",
+        required=True,
+        metavar="REQUEST.json",
+        help="a sampling/createMessage or elicitation/create JSON-RPC request, or its params",
+    )
     explain.add_argument("--server", default="", metavar="NAME", help="the server's name (as rules see it)")
-    explain.add_argument("--tool", metavar="NAME", action="append",
-                         help="the host's tools/call in flight (default: none, a request outside any tool call); "
-                         "repeat it for several calls in flight: the strictest outcome over them wins, as in the proxy")
-    explain.add_argument("--server-reported", metavar="NAME",
-                         help="the name the server reports for itself (untrusted; for server_reported: rules)")
+    explain.add_argument(
+        "--tool",
+        metavar="NAME",
+        action="append",
+        help="the host's tools/call in flight (default: none, a request outside any tool call); "
+        "repeat it for several calls in flight: the strictest outcome over them wins, as in the proxy",
+    )
+    explain.add_argument(
+        "--server-reported",
+        metavar="NAME",
+        help="the name the server reports for itself (untrusted; for server_reported: rules)",
+    )
     explain.add_argument("--host", default="", metavar="NAME", help="the host's clientInfo name")
     args = parser.parse_args(list(argv))
     if args.action == "explain":
-        return explain_main(args.file, args.request, server=args.server, tool=args.tool, host=args.host,
-                            server_reported=args.server_reported)
+        return explain_main(
+            args.file,
+            args.request,
+            server=args.server,
+            tool=args.tool,
+            host=args.host,
+            server_reported=args.server_reported,
+        )
     failed = 0
     for path in args.files:
         try:
@@ -82,8 +99,15 @@ class InputError(Exception):
     """Bad input for `explain`: exit 2 with this message."""
 
 
-def explain_main(policy: str, request: str, *, server: str, tool: str | Sequence[str] | None, host: str,
-                 server_reported: str | None = None) -> int:
+def explain_main(
+    policy: str,
+    request: str,
+    *,
+    server: str,
+    tool: str | Sequence[str] | None,
+    host: str,
+    server_reported: str | None = None,
+) -> int:
     try:
         method, params = read_request(request)
         settings = load_settings(policy, environ={})
@@ -125,8 +149,10 @@ def read_request(path: str) -> tuple[str, dict[str, Any]]:
     if "method" in data or "jsonrpc" in data:
         method = data.get("method")
         if method not in (SAMPLING, ELICITATION):
-            raise InputError(f"{path}: the request's method is {method!r}; explain takes {SAMPLING} and "
-                             f"{ELICITATION} requests (or just their params)")
+            raise InputError(
+                f"{path}: the request's method is {method!r}; explain takes {SAMPLING} and "
+                f"{ELICITATION} requests (or just their params)"
+            )
         data = data.get("params")
     elif isinstance(data, dict) and "messages" not in data and ("requestedSchema" in data or "mode" in data):
         method = ELICITATION
@@ -142,8 +168,9 @@ def read_request(path: str) -> tuple[str, dict[str, Any]]:
         validate(data)
         return method, data
     except RpcError as exc:
-        raise InputError(f"{path}: {exc.message} (the proxy answers such a request with -32602 before "
-                         "consulting the policy)") from None
+        raise InputError(
+            f"{path}: {exc.message} (the proxy answers such a request with -32602 before consulting the policy)"
+        ) from None
 
 
 def explain(settings: Settings, params: dict[str, Any], origin: Origin) -> list[str]:
@@ -154,8 +181,9 @@ def explain(settings: Settings, params: dict[str, Any], origin: Origin) -> list[
         judged = judge_sampling(settings, params, origin)
     except Refused as refused:
         if refused.facts is None:
-            lines.append(f"refused before the policy is consulted: {refused.error.message} "
-                         f"(error {refused.error.code})")
+            lines.append(
+                f"refused before the policy is consulted: {refused.error.message} (error {refused.error.code})"
+            )
             return lines
         lines.extend(describe_facts(refused.facts))
         lines.extend(walk_rules(settings, refused.facts, refused.decision))
@@ -166,8 +194,7 @@ def explain(settings: Settings, params: dict[str, Any], origin: Origin) -> list[
         return lines
     lines.extend(describe_facts(judged.facts))
     lines.extend(walk_rules(settings, judged.facts, judged.decision))
-    lines.extend(describe_limits(settings.limits, judged.decision.matched,
-                                 model_line=model_reason(settings, judged)))
+    lines.extend(describe_limits(settings.limits, judged.decision.matched, model_line=model_reason(settings, judged)))
     lines.extend(f"  the request goes on with {note}" for note in judged.notes)
     return lines
 
@@ -178,16 +205,21 @@ def walk_rules(settings: Settings, facts: Facts, decision: Decision | None) -> l
     lines = []
     candidates = tuple(dict.fromkeys(facts.tools_in_flight))
     if len(candidates) > 1:  # the rules as they were walked for the candidate whose outcome won
-        lines.append(f"{len(candidates)} tool calls in flight could own the request; the strictest outcome wins "
-                     f"(deny > prompt > allow): {decision.action}, for tool '{decision.tool}'")
+        lines.append(
+            f"{len(candidates)} tool calls in flight could own the request; the strictest outcome wins "
+            f"(deny > prompt > allow): {decision.action}, for tool '{decision.tool}'"
+        )
         facts = replace(facts, tool=decision.tool)
     for rule in settings.rules:
         if rule is decision.matched:
             lines.append(f"rule '{rule.name}' (line {rule.line}): MATCHES -> {rule.action}")
             lines.append(f"  because {why(rule, facts)}")
             if rule.action == "deny":
-                told = '{"action": "decline"}' if facts.method == "elicitation" else \
-                    decision.message or f"sampling denied by policy rule {rule.name!r}"
+                told = (
+                    '{"action": "decline"}'
+                    if facts.method == "elicitation"
+                    else decision.message or f"sampling denied by policy rule {rule.name!r}"
+                )
                 lines.append(f"  the server is told: {told}")
             break
         lines.append(f"rule '{rule.name}' (line {rule.line}): skipped: {why(rule, facts)}")
@@ -203,8 +235,11 @@ def explain_elicitation(settings: Settings, params: dict[str, Any], origin: Orig
 
     judged = judge_elicitation(settings, params, origin)
     mode = request_mode(params)
-    lines = [f"policy: {settings.source} ({len(settings.rules)} rules)", *describe_facts(judged.facts)[:1],
-             f"  mode: {mode}; message: {strip_controls(one_line(str(params.get('message', '')), 80))!r}"]
+    lines = [
+        f"policy: {settings.source} ({len(settings.rules)} rules)",
+        *describe_facts(judged.facts)[:1],
+        f"  mode: {mode}; message: {strip_controls(one_line(str(params.get('message', '')), 80))!r}",
+    ]
     lines.extend(walk_rules(settings, judged.facts, judged.decision))
     if judged.decision.action == "deny":
         return lines
@@ -213,8 +248,10 @@ def explain_elicitation(settings: Settings, params: dict[str, Any], origin: Orig
     lines.append(f"rate_limit: {describe_rate(rate)}" if rate else "rate_limit: none")
     config = settings.elicitation
     if config.route == "decline":
-        lines.append(f"route: decline (elicitation.route): the server gets "
-                     f'{{"action": "{_non_interactive(config.non_interactive, mode)}"}}')
+        lines.append(
+            f"route: decline (elicitation.route): the server gets "
+            f'{{"action": "{_non_interactive(config.non_interactive, mode)}"}}'
+        )
         return lines
     if config.route == "host":
         lines.append("route: host (elicitation.route): forwarded to the host, which answers")
@@ -230,8 +267,10 @@ def explain_elicitation(settings: Settings, params: dict[str, Any], origin: Orig
             lines.append(f'  unsupported form ({exc}): the server gets {{"action": "decline"}}')
             return lines
         if secrets and config.sensitive_form != "allow":
-            lines.append(f"  the form asks for secrets ({'; '.join(secrets)}): the server gets "
-                         f'{{"action": "{config.sensitive_form}"}} (elicitation.sensitive_form)')
+            lines.append(
+                f"  the form asks for secrets ({'; '.join(secrets)}): the server gets "
+                f'{{"action": "{config.sensitive_form}"}} (elicitation.sensitive_form)'
+            )
             return lines
     lines.append("  asked on the proxy's terminal, else on the companion console (mcp-sampling-proxy console)")
     lines.append(f"  when nobody can be asked: {config.non_interactive} (elicitation.non_interactive)")
@@ -239,8 +278,7 @@ def explain_elicitation(settings: Settings, params: dict[str, Any], origin: Orig
 
 
 def _non_interactive(action: str, mode: str) -> str:
-    return "cancel" if action == "cancel" else "accept" if action == "accept_defaults" and mode == "form" \
-        else "decline"
+    return "cancel" if action == "cancel" else "accept" if action == "accept_defaults" and mode == "form" else "decline"
 
 
 def model_reason(settings: Settings, judged: SamplingJudgement) -> str:
@@ -249,8 +287,10 @@ def model_reason(settings: Settings, judged: SamplingJudgement) -> str:
         choice = choose_provider(settings, settings.providers, judged.request, judged.decision)
     except RpcError as exc:
         if not settings.providers:
-            return ("no provider in the policy or the environment: replies are typed at the proxy's terminal "
-                    f"when it has one; otherwise the server is told: {exc.message}")
+            return (
+                "no provider in the policy or the environment: replies are typed at the proxy's terminal "
+                f"when it has one; otherwise the server is told: {exc.message}"
+            )
         return f"none: the server is told: {exc.message}"
     return f"{choice.provider}/{choice.model}: {choice.reason}"
 
@@ -281,8 +321,9 @@ def describe_limits(base: SizeLimits, rule: Rule | None, model_line: str | None 
     def mark(key: str) -> str:
         return f" (rule '{rule.name}')" if rule and key in overridden else ""
 
-    max_tokens = "no cap" if limits.max_tokens is None else (
-        f"{limits.max_tokens} (over it: {limits.max_tokens_action})")
+    max_tokens = (
+        "no cap" if limits.max_tokens is None else (f"{limits.max_tokens} (over it: {limits.max_tokens_action})")
+    )
     lines = [
         "limits that apply:",
         f"  max_messages: {limits.max_messages}{mark('max_messages')}",
@@ -295,10 +336,14 @@ def describe_limits(base: SizeLimits, rule: Rule | None, model_line: str | None 
     rate = rule.rate_limit if rule else None
     lines.append(f"  rate_limit: {describe_rate(rate)}" if rate else "  rate_limit: none")
     budget = rule.budget if rule else None
-    lines.append("  budget: none" if budget is None else
-                 f"  budget: {budget.tokens} tokens per {format_duration(budget.per)}")
-    lines.append(f"  provider/model: {model_line}" if model_line else
-                 "  provider/model: chosen from the request's model preferences (no rule override)")
+    lines.append(
+        "  budget: none" if budget is None else f"  budget: {budget.tokens} tokens per {format_duration(budget.per)}"
+    )
+    lines.append(
+        f"  provider/model: {model_line}"
+        if model_line
+        else "  provider/model: chosen from the request's model preferences (no rule override)"
+    )
     return lines
 
 

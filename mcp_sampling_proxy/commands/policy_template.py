@@ -39,8 +39,9 @@ class LLMChoice:
     model: str
 
 
-def render(template: str, source: str, llm: LLMChoice | None, audit_path: str,
-           shipped_models: tuple[ModelSpec, ...] = ()) -> str:
+def render(
+    template: str, source: str, llm: LLMChoice | None, audit_path: str, shipped_models: tuple[ModelSpec, ...] = ()
+) -> str:
     """The file to write: a header, the shipped text with `llm` put in, and an audit section.
 
     `shipped_models`: the models the shipped policy gives a provider of the same name, kept after
@@ -52,19 +53,25 @@ def render(template: str, source: str, llm: LLMChoice | None, audit_path: str,
         lines = [line for line in lines if not re.match(r"#\s*(audit:|path: \S*audit\.jsonl)", line.strip())]
         while lines and not lines[-1].strip():
             lines.pop()
-        lines += ["", "audit:                               # one hash-chained line per decision; read it with",
-                  f"  path: {audit_path}   # mcp-sampling-proxy audit tail / verify / summary",
-                  "  content: none                      # none (sizes and SHA-256 only) | redacted | full"]
+        lines += [
+            "",
+            "audit:                               # one hash-chained line per decision; read it with",
+            f"  path: {audit_path}   # mcp-sampling-proxy audit tail / verify / summary",
+            "  content: none                      # none (sizes and SHA-256 only) | redacted | full",
+        ]
     if not any(line.startswith("sandbox:") for line in lines):
-        lines += ["", "# sandbox:                           # servers run in a bubblewrap sandbox where it works;",
-                  "#   read: [\"~\"]                      # narrow it: your home read-only for servers ...",
-                  "#   write: [~/projects]              # ... but these; docs/sandbox.md has profiles per server",
-                  "#   network: true                    # mode: required refuses to run a server unconfined"]
+        lines += [
+            "",
+            "# sandbox:                           # servers run in a bubblewrap sandbox where it works;",
+            '#   read: ["~"]                      # narrow it: your home read-only for servers ...',
+            "#   write: [~/projects]              # ... but these; docs/sandbox.md has profiles per server",
+            "#   network: true                    # mode: required refuses to run a server unconfined",
+        ]
     header = [
         "# mcp-sampling-proxy policy, written by `mcp-sampling-proxy init` from the shipped policy",
         f"# '{source}.yaml'. The proxy uses this file when it is started without --policy.",
         "# After editing, check it: mcp-sampling-proxy policy check FILE (or: mcp-sampling-proxy doctor).",
-        "# Every setting: the README's \"Policy file\" section.",
+        '# Every setting: the README\'s "Policy file" section.',
         "#",
     ]
     return "\n".join(header + lines) + "\n"
@@ -77,8 +84,13 @@ def _with_llm(lines: list[str], llm: LLMChoice, shipped_models: tuple[ModelSpec,
         at = 0
         while at < len(lines) and (lines[at].startswith("#") or not lines[at].strip()):
             at += 1
-        section = ["llm:", "  providers:", *block, f"  default: {llm.name}                    # answers sampling "
-                   "unless a rule names another provider", ""]
+        section = [
+            "llm:",
+            "  providers:",
+            *block,
+            f"  default: {llm.name}                    # answers sampling unless a rule names another provider",
+            "",
+        ]
         return lines[:at] + section + lines[at:]
     end = start + 1
     while end < len(lines) and (not lines[end].strip() or lines[end][0] in " \t"):
@@ -89,19 +101,24 @@ def _with_llm(lines: list[str], llm: LLMChoice, shipped_models: tuple[ModelSpec,
         section[1:1] = ["  providers:", *block]
     else:
         section = _drop_provider(section, providers, llm.name)
-        section[providers + 1:providers + 1] = block
+        section[providers + 1 : providers + 1] = block
     while section and not section[-1].strip():
         section.pop()
-    section += [f"  default: {llm.name}                    # answers sampling unless a rule names another provider",
-                ""]
+    section += [f"  default: {llm.name}                    # answers sampling unless a rule names another provider", ""]
     return lines[:start] + section + lines[end:]
 
 
 def _drop_provider(section: list[str], providers: int, name: str) -> list[str]:
     """The llm section without the shipped provider called `name` (the chosen one takes its place)."""
     head = f"    {name}:"
-    start = next((i for i in range(providers + 1, len(section))
-                  if section[i].startswith(head) and section[i][len(head):len(head) + 1] in ("", " ")), None)
+    start = next(
+        (
+            i
+            for i in range(providers + 1, len(section))
+            if section[i].startswith(head) and section[i][len(head) : len(head) + 1] in ("", " ")
+        ),
+        None,
+    )
     if start is None:
         return section
     end = start + 1
@@ -113,12 +130,16 @@ def _drop_provider(section: list[str], providers: int, name: str) -> list[str]:
 def _provider_block(llm: LLMChoice, shipped_models: tuple[ModelSpec, ...]) -> list[str]:
     from mcp_sampling_proxy.hosts.yaml_doc import yaml_string  # values typed or listed by a server: quoted
 
-    chosen = next((_model_text(m) for m in shipped_models if m.name == llm.model),
-                  yaml_string(llm.model))  # keep its ratings
+    chosen = next(
+        (_model_text(m) for m in shipped_models if m.name == llm.model), yaml_string(llm.model)
+    )  # keep its ratings
     models = [chosen] + [_model_text(m) for m in shipped_models if m.name != llm.model]
-    key = (f"      api_key_env: {yaml_string(llm.key_env)}            # the variable holding the key (the host "
-           "config's env); never the key itself" if llm.key_env else
-           "      # no key: a local server (add api_key_env: VAR if yours wants one)")
+    key = (
+        f"      api_key_env: {yaml_string(llm.key_env)}            # the variable holding the key (the host "
+        "config's env); never the key itself"
+        if llm.key_env
+        else "      # no key: a local server (add api_key_env: VAR if yours wants one)"
+    )
     return [
         f"    {llm.name}:                         # chosen at init; checked with a tiny request",
         f"      type: {llm.type}",
@@ -129,10 +150,12 @@ def _provider_block(llm: LLMChoice, shipped_models: tuple[ModelSpec, ...]) -> li
 
 
 def _model_text(model: ModelSpec) -> str:
-    extra = {k: getattr(model, k) for k in ("cost", "speed", "intelligence", "reasoning")
-             if getattr(model, k) is not None}
+    extra = {
+        k: getattr(model, k) for k in ("cost", "speed", "intelligence", "reasoning") if getattr(model, k) is not None
+    }
     if not extra:
         return model.name
-    inner = ", ".join([f"name: {model.name}", *(f"{k}: {str(v).lower() if isinstance(v, bool) else v}"
-                                                 for k, v in extra.items())])
+    inner = ", ".join(
+        [f"name: {model.name}", *(f"{k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in extra.items())]
+    )
     return "{" + inner + "}"

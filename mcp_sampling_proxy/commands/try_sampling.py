@@ -32,12 +32,15 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mcp-sampling-proxy try",
         description="Start a server behind the proxy, as a host without sampling would, call one tool, "
         "and show the result and the proxy's decisions.",
-        epilog="example:\n  mcp-sampling-proxy try --tool summarize --args '{\"text\": \"MCP is a protocol...\"}' "
+        epilog='example:\n  mcp-sampling-proxy try --tool summarize --args \'{"text": "MCP is a protocol..."}\' '
         "-- python examples/servers/summarizer.py",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--policy", metavar="FILE", help="policy file for the proxy (default: as the proxy's, the "
-                        "file `init` writes when it exists)")
+    parser.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="policy file for the proxy (default: as the proxy's, the file `init` writes when it exists)",
+    )
     parser.add_argument("--name", help="server name for policy rules")
     parser.add_argument("--tool", help="tool to call (omit to only list the tools)")
     parser.add_argument("--args", default="{}", metavar="JSON", help="tool arguments as a JSON object")

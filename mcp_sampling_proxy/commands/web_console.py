@@ -49,10 +49,15 @@ from mcp_sampling_proxy.sanitize import one_line
 
 log = get_logger("mcp_sampling_proxy.web_console")
 
-STATIC = {"": ("index.html", "text/html; charset=utf-8"), "app.js": ("app.js", "text/javascript; charset=utf-8"),
-          "style.css": ("style.css", "text/css; charset=utf-8")}
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src data:; connect-src 'self'; "
-       "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+STATIC = {
+    "": ("index.html", "text/html; charset=utf-8"),
+    "app.js": ("app.js", "text/javascript; charset=utf-8"),
+    "style.css": ("style.css", "text/css; charset=utf-8"),
+}
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src data:; connect-src 'self'; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
 MAX_BODY = 4 * 1024 * 1024
 KEEP_RECORDS = 20_000
 EVENT_INTERVAL = 0.1  # s; the least time between two events to one page
@@ -63,8 +68,9 @@ SCOPES = ("once", "session", "always")
 class WebState:
     """What the page shows, shared between the event loop (proxies) and the request threads."""
 
-    def __init__(self, facts: web_view.PolicyFacts, read_budgets: Callable[[], dict[str, dict[str, Any]]],
-                 audit_path: str | None):
+    def __init__(
+        self, facts: web_view.PolicyFacts, read_budgets: Callable[[], dict[str, dict[str, Any]]], audit_path: str | None
+    ):
         self.facts = facts
         self.read_budgets = read_budgets  # the local budgets file, or the shared ones on Redis
         self.audit_path = audit_path
@@ -87,8 +93,11 @@ class WebState:
         with self.changed:
             pid = event.path.stem
             if event.kind == "attached":
-                self.proxies[pid] = {"pid": pid, "server": one_line(str(event.message.get("server") or ""), 120),
-                                     "host": one_line(str(event.message.get("host") or ""), 120)}
+                self.proxies[pid] = {
+                    "pid": pid,
+                    "server": one_line(str(event.message.get("server") or ""), 120),
+                    "host": one_line(str(event.message.get("host") or ""), 120),
+                }
             elif event.kind == "question":
                 self.questions[f"{pid}:{event.message['id']}"] = (event.path, event.message)
             elif event.kind == "resolved":
@@ -124,12 +133,21 @@ class WebState:
                 notices = list(self.notices)
                 version = self.version
                 audit = {"path": self.audit_path, "error": self.audit_error}
-            made = {"version": version, "proxies": proxies, "notices": notices,
-                    "questions": [web_view.question_view(key, path.stem, message,
-                                                         web_view.request_limits(message, self.facts, budgets)
-                                                         if message["type"] == "pending" else {})
-                                  for key, (path, message) in questions],
-                    "audit": audit}
+            made = {
+                "version": version,
+                "proxies": proxies,
+                "notices": notices,
+                "questions": [
+                    web_view.question_view(
+                        key,
+                        path.stem,
+                        message,
+                        web_view.request_limits(message, self.facts, budgets) if message["type"] == "pending" else {},
+                    )
+                    for key, (path, message) in questions
+                ],
+                "audit": audit,
+            }
             self._snapshot = (version, made)
             return made
 
@@ -200,9 +218,14 @@ def audit_view(state: WebState, query: dict[str, list[str]]) -> dict[str, Any]:
             continue
         if since is not None and ((when := parse_ts(record.get("ts"))) is None or when < since):
             continue
-        lines.append({"line": format_record(record), "decision": one_line(str(record.get("decision") or ""), 20),
-                      "server": one_line(str(record.get("server") or ""), 120),
-                      "tool": one_line(str(record.get("tool") or ""), 120)})
+        lines.append(
+            {
+                "line": format_record(record),
+                "decision": one_line(str(record.get("decision") or ""), 20),
+                "server": one_line(str(record.get("server") or ""), 120),
+                "tool": one_line(str(record.get("tool") or ""), 120),
+            }
+        )
         if len(lines) >= count:
             break
     return {"lines": lines, "path": state.audit_path, "error": state.audit_error}
@@ -223,8 +246,12 @@ def usage_view(state: WebState, query: dict[str, list[str]]) -> dict[str, Any]:
     oldest = next((r.get("ts") for r in records if isinstance(r.get("ts"), str)), None)
     # The page says what the counts cover: the console keeps the last KEEP_RECORDS records, not the whole log
     covers = {"records": len(records), "since": one_line(oldest, 40) if oldest else None, "kept": KEEP_RECORDS}
-    return {"servers": servers, "budgets": web_view.budget_rows(state.read_budgets(), state.facts),
-            "policy": state.facts.source, "covers": covers}
+    return {
+        "servers": servers,
+        "budgets": web_view.budget_rows(state.read_budgets(), state.facts),
+        "policy": state.facts.source,
+        "covers": covers,
+    }
 
 
 class Refused(Exception):
@@ -236,8 +263,15 @@ class Refused(Exception):
 class WebConsole:
     """The HTTP side: checks every request, serves the page and the API, sends answers to proxies."""
 
-    def __init__(self, state: WebState, client: ConsoleClient, portal: anyio.from_thread.BlockingPortal,
-                 port: int = 0, token: str | None = None, socket_timeout: float = SOCKET_TIMEOUT):
+    def __init__(
+        self,
+        state: WebState,
+        client: ConsoleClient,
+        portal: anyio.from_thread.BlockingPortal,
+        port: int = 0,
+        token: str | None = None,
+        socket_timeout: float = SOCKET_TIMEOUT,
+    ):
         self.state = state
         self.client = client
         self.portal = portal
@@ -322,6 +356,7 @@ class WebConsole:
     def _elicitation(message: dict[str, Any], action: Any, content: Any) -> dict[str, Any]:
         from mcp_sampling_proxy.approval.forms import FormError, parse_form, validate_content
         from mcp_sampling_proxy.approval.url_safety import analyze_url
+
         if action in ("decline", "cancel"):
             return {"action": action}
         if message["mode"] == "url":
@@ -452,9 +487,14 @@ def _handler(console: WebConsole) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-_SECURITY_HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff",
-                     "Referrer-Policy": "no-referrer", "Cache-Control": "no-store", "X-Frame-Options": "DENY",
-                     "Cross-Origin-Resource-Policy": "same-origin"}
+_SECURITY_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+    "X-Frame-Options": "DENY",
+    "Cross-Origin-Resource-Policy": "same-origin",
+}
 
 
 def default_policy() -> str | None:
@@ -484,8 +524,11 @@ def serve(directory: Path, *, port: int, open_browser: bool, policy: str | None,
                 print(f"mcp-sampling-proxy console: error: {exc}", file=sys.stderr)
                 return 2
             # the default policy only feeds the budgets shown: approvals must not wait for a fix
-            print(f"mcp-sampling-proxy console: warning: the default policy cannot be read, so no budgets or "
-                  f"limits are shown: {exc}", file=sys.stderr)
+            print(
+                f"mcp-sampling-proxy console: warning: the default policy cannot be read, so no budgets or "
+                f"limits are shown: {exc}",
+                file=sys.stderr,
+            )
     if settings is not None:
         facts = web_view.policy_facts(settings)
         audit = audit or settings.audit_path
@@ -507,12 +550,19 @@ def serve(directory: Path, *, port: int, open_browser: bool, policy: str | None,
             try:
                 web = WebConsole(state, client, portal, port)
             except OSError as exc:
-                print(f"mcp-sampling-proxy console: error: cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}; "
-                      "choose another --port (0 picks a free one)", file=sys.stderr)
+                print(
+                    f"mcp-sampling-proxy console: error: cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}; "
+                    "choose another --port (0 picks a free one)",
+                    file=sys.stderr,
+                )
                 return
             print(web.url, flush=True)
-            print(f"mcp-sampling-proxy console: serving approvals for the proxies in {directory} at the URL above "
-                  f"(audit: {audit or 'none; pass --audit FILE'}; Ctrl-C to quit)", file=sys.stderr, flush=True)
+            print(
+                f"mcp-sampling-proxy console: serving approvals for the proxies in {directory} at the URL above "
+                f"(audit: {audit or 'none; pass --audit FILE'}; Ctrl-C to quit)",
+                file=sys.stderr,
+                flush=True,
+            )
             threading.Thread(target=web.httpd.serve_forever, name="web-console", daemon=True).start()
             if audit:
                 threading.Thread(target=follow_audit, args=(state, audit, stop), name="audit", daemon=True).start()
@@ -526,8 +576,10 @@ def serve(directory: Path, *, port: int, open_browser: bool, policy: str | None,
         anyio.run(run)
     except KeyboardInterrupt:
         stop.set()
-        print("console closed: pending requests go to each proxy's next approval channel, or are denied",
-              file=sys.stderr, flush=True)
+        print(
+            "console closed: pending requests go to each proxy's next approval channel, or are denied",
+            file=sys.stderr,
+            flush=True,
+        )
         os._exit(0)  # request threads may be blocked on a stream; the proxies see the sockets close
     return 1
-

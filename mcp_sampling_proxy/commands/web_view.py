@@ -93,11 +93,16 @@ def block_view(block: Any) -> dict[str, Any]:
     if kind == "image":
         return image_view(block)
     if kind == "audio":
-        return {"type": "other", "text": f"[audio {_s(block.get('mimeType'), 60)}, "
-                                         f"{len(str(block.get('data') or '')) * 3 // 4:,} bytes]"}
+        return {
+            "type": "other",
+            "text": f"[audio {_s(block.get('mimeType'), 60)}, {len(str(block.get('data') or '')) * 3 // 4:,} bytes]",
+        }
     if kind == "tool_use":
-        return {"type": "tool_use", "text": f"calls tool '{_s(block.get('name'), 120)}' with "
-                                            + _t(json.dumps(block.get("input"), ensure_ascii=False)[:4000])}
+        return {
+            "type": "tool_use",
+            "text": f"calls tool '{_s(block.get('name'), 120)}' with "
+            + _t(json.dumps(block.get("input"), ensure_ascii=False)[:4000]),
+        }
     if kind == "tool_result":
         inner = block.get("content")
         return {"type": "tool_result", "text": "tool result: " + _t(text_of(inner) or json.dumps(inner)[:4000])}
@@ -116,21 +121,34 @@ def request_view(params: dict[str, Any]) -> dict[str, Any]:
         messages.append({"role": _s(message.get("role"), 20), "blocks": [block_view(b) for b in blocks]})
     prefs: dict[str, Any] = params["modelPreferences"] if isinstance(params.get("modelPreferences"), dict) else {}
     hints = [_s(h.get("name"), 120) for h in prefs.get("hints") or [] if isinstance(h, dict)]
-    priorities = {k: prefs[k] for k in ("costPriority", "speedPriority", "intelligencePriority")
-                  if isinstance(prefs.get(k), int | float) and not isinstance(prefs.get(k), bool)}
-    tools = [{"name": _s(t.get("name"), 120), "description": _t(t.get("description") or "")[:2000]}
-             for t in params.get("tools") or [] if isinstance(t, dict)]
+    priorities = {
+        k: prefs[k]
+        for k in ("costPriority", "speedPriority", "intelligencePriority")
+        if isinstance(prefs.get(k), int | float) and not isinstance(prefs.get(k), bool)
+    }
+    tools = [
+        {"name": _s(t.get("name"), 120), "description": _t(t.get("description") or "")[:2000]}
+        for t in params.get("tools") or []
+        if isinstance(t, dict)
+    ]
     why = prompt_not_editable(params)
-    user = next((m for m in reversed(params.get("messages") or [])
-                 if isinstance(m, dict) and m.get("role") == "user"), None)
+    user = next(
+        (m for m in reversed(params.get("messages") or []) if isinstance(m, dict) and m.get("role") == "user"), None
+    )
     return {
-        "messages": messages, "system": _t(params["systemPrompt"]) if params.get("systemPrompt") else None,
-        "hints": hints, "priorities": priorities, "max_tokens": params.get("maxTokens"),
-        "temperature": params.get("temperature"), "stop": [_s(s, 120) for s in params.get("stopSequences") or []],
+        "messages": messages,
+        "system": _t(params["systemPrompt"]) if params.get("systemPrompt") else None,
+        "hints": hints,
+        "priorities": priorities,
+        "max_tokens": params.get("maxTokens"),
+        "temperature": params.get("temperature"),
+        "stop": [_s(s, 120) for s in params.get("stopSequences") or []],
         "include_context": _s(params.get("includeContext"), 30) if params.get("includeContext") else None,
-        "tools": tools, "tool_choice": _s(json.dumps(params.get("toolChoice")), 200) if params.get("toolChoice")
-        else None,
-        "editable": why is None, "not_editable": why, "kept": kept_blocks(params) if why is None else [],
+        "tools": tools,
+        "tool_choice": _s(json.dumps(params.get("toolChoice")), 200) if params.get("toolChoice") else None,
+        "editable": why is None,
+        "not_editable": why,
+        "kept": kept_blocks(params) if why is None else [],
         "prompt_text": _t(text_of(user.get("content")) or "") if user and why is None else "",
     }
 
@@ -145,12 +163,21 @@ def form_view(schema: Any) -> dict[str, Any]:
         return {"error": _s(exc, 300)}
     fields = []
     for f in form:
-        fields.append({
-            "name": f.name, "kind": f.kind, "label": f.label, "description": _t(f.description or ""),
-            "required": f.required, "default": f.default, "expected": f.expected(),
-            "options": [{"value": o.value, "label": _s(o.label, 200)} for o in f.options or []],
-            "minimum": f.minimum, "maximum": f.maximum, "format": f.format,
-        })
+        fields.append(
+            {
+                "name": f.name,
+                "kind": f.kind,
+                "label": f.label,
+                "description": _t(f.description or ""),
+                "required": f.required,
+                "default": f.default,
+                "expected": f.expected(),
+                "options": [{"value": o.value, "label": _s(o.label, 200)} for o in f.options or []],
+                "minimum": f.minimum,
+                "maximum": f.maximum,
+                "format": f.format,
+            }
+        )
     return {"fields": fields}
 
 
@@ -158,15 +185,27 @@ def url_view(url: str) -> dict[str, Any]:
     from mcp_sampling_proxy.approval.url_safety import analyze_url
 
     report = analyze_url(url)
-    return {"before": report.before, "host": report.host, "after": report.after, "full": _s(report.url, 4000),
-            "warnings": [_s(w, 300) for w in report.warnings], "ok": report.ok}
+    return {
+        "before": report.before,
+        "host": report.host,
+        "after": report.after,
+        "full": _s(report.url, 4000),
+        "warnings": [_s(w, 300) for w in report.warnings],
+        "ok": report.ok,
+    }
 
 
 def question_view(key: str, proxy: str, message: dict[str, Any], limits: dict[str, Any]) -> dict[str, Any]:
     """One pending question of a proxy as the page shows it."""
-    view: dict[str, Any] = {"key": key, "proxy": proxy, "type": message["type"],
-                            "server": _s(message.get("server"), 120), "host": _s(message.get("host"), 120),
-                            "tool": _s(message.get("tool"), 120), "rule": _s(message.get("rule"), 120)}
+    view: dict[str, Any] = {
+        "key": key,
+        "proxy": proxy,
+        "type": message["type"],
+        "server": _s(message.get("server"), 120),
+        "host": _s(message.get("host"), 120),
+        "tool": _s(message.get("tool"), 120),
+        "rule": _s(message.get("rule"), 120),
+    }
     if message["type"] == "pending":
         view["request"] = request_view(message.get("params") or {})
         view["limits"] = limits
@@ -186,6 +225,7 @@ def question_view(key: str, proxy: str, message: dict[str, Any], limits: dict[st
 
 # -- budgets -------------------------------------------------------------------------------------
 
+
 def read_budgets(path: Path, now: float | None = None) -> dict[str, dict[str, Any]]:
     """The budgets file's current windows: KEY -> used, reserved, resets_at (read only; never locked
     or rewritten here: the proxies own the file)."""
@@ -204,12 +244,18 @@ def read_budgets(path: Path, now: float | None = None) -> dict[str, dict[str, An
             continue
         assert isinstance(per, int | float) and isinstance(window, int | float) and isinstance(used, int | float)
         reservations: dict[str, Any] = entry["reservations"] if isinstance(entry.get("reservations"), dict) else {}
-        reserved = sum(int(r["tokens"]) for r in reservations.values()
-                       if isinstance(r, dict) and _number(r.get("tokens")) and _number(r.get("expires"))
-                       and r["expires"] > now)
+        reserved = sum(
+            int(r["tokens"])
+            for r in reservations.values()
+            if isinstance(r, dict) and _number(r.get("tokens")) and _number(r.get("expires")) and r["expires"] > now
+        )
         expired = window + per <= now
-        found[str(key)] = {"used": 0 if expired else int(used), "reserved": reserved, "per": per,
-                           "resets_at": None if expired else window + per}
+        found[str(key)] = {
+            "used": 0 if expired else int(used),
+            "reserved": reserved,
+            "per": per,
+            "resets_at": None if expired else window + per,
+        }
     return found
 
 
@@ -238,12 +284,20 @@ def budget_rows(budgets: dict[str, dict[str, Any]], facts: PolicyFacts) -> list[
         # rule names may hold '@': the policy's longest name that the key starts with
         named = max((n for n in facts.budgets if key.startswith(n + "@")), key=len, default=None)
         if named is not None:
-            rule, server = named, key[len(named) + 1:]
+            rule, server = named, key[len(named) + 1 :]
         limit = facts.budgets.get(rule, (None, 0.0))[0]
-        rows.append({"server": _s(server, 120), "rule": _s(rule, 120), "used": entry["used"],
-                     "reserved": entry["reserved"], "limit": limit, "per": format_period(entry["per"]),
-                     "left": None if limit is None else max(0, limit - entry["used"] - entry["reserved"]),
-                     "resets_at": entry["resets_at"]})
+        rows.append(
+            {
+                "server": _s(server, 120),
+                "rule": _s(rule, 120),
+                "used": entry["used"],
+                "reserved": entry["reserved"],
+                "limit": limit,
+                "per": format_period(entry["per"]),
+                "left": None if limit is None else max(0, limit - entry["used"] - entry["reserved"]),
+                "resets_at": entry["resets_at"],
+            }
+        )
     return rows
 
 
@@ -257,10 +311,14 @@ def request_limits(message: dict[str, Any], facts: PolicyFacts, budgets: dict[st
     if rule in facts.budgets:
         tokens, per = facts.budgets[rule]
         entry = budgets.get(limit_key(rule, server), {"used": 0, "reserved": 0, "resets_at": None})
-        limits["budget"] = {"limit": tokens, "per": format_period(per), "used": entry["used"],
-                            "reserved": entry["reserved"],
-                            "left": max(0, tokens - entry["used"] - entry["reserved"]),
-                            "resets_at": entry["resets_at"]}
+        limits["budget"] = {
+            "limit": tokens,
+            "per": format_period(per),
+            "used": entry["used"],
+            "reserved": entry["reserved"],
+            "left": max(0, tokens - entry["used"] - entry["reserved"]),
+            "resets_at": entry["resets_at"],
+        }
     if rule in facts.rate_limits:
         limits["rate_limit"] = facts.rate_limits[rule]
     if facts.max_tokens is not None:

@@ -81,15 +81,17 @@ class Skip(Exception):
     """This entry cannot be wrapped (the reason is the message)."""
 
 
-def wrapped_entry(host: str, key: str, entry: dict[str, Any], invocation: Invocation, policy: str | None,
-                  name: str | None) -> dict[str, Any]:
+def wrapped_entry(
+    host: str, key: str, entry: dict[str, Any], invocation: Invocation, policy: str | None, name: str | None
+) -> dict[str, Any]:
     """The entry with the proxy in front; key order and unrelated keys are kept."""
     kind = classify(host, entry)
     if kind.kind == "invalid":
         raise Skip(f"cannot wrap: {kind.problem}")
     if kind.kind == "sse":
-        raise Skip("cannot wrap: it uses the SSE transport, and the proxy reaches remote servers over "
-                   "Streamable HTTP only")
+        raise Skip(
+            "cannot wrap: it uses the SSE transport, and the proxy reaches remote servers over Streamable HTTP only"
+        )
     args = list(invocation.prefix)
     if policy:
         args += ["--policy", policy]
@@ -110,8 +112,10 @@ def wrapped_entry(host: str, key: str, entry: dict[str, Any], invocation: Invoca
     options = entry.get("requestOptions") if host == "continue" else None
     unsupported = sorted(k for k in options if k != "headers") if isinstance(options, dict) else []
     if unsupported:
-        raise Skip(f"cannot wrap: its requestOptions has {', '.join(unsupported)}, which the proxy would not "
-                   "apply to the remote server (only headers)")
+        raise Skip(
+            f"cannot wrap: its requestOptions has {', '.join(unsupported)}, which the proxy would not "
+            "apply to the remote server (only headers)"
+        )
     args += ["--url", remote.url]
     for header, value in remote.headers.items():
         args += ["--header", f"{header}: {value}"]
@@ -151,8 +155,9 @@ def _transport_keys(host: str) -> set[str]:
     return keys | set(CODEX_HTTP_KEYS) if host == "codex" else keys
 
 
-def derived_entry(host: str, entry: dict[str, Any], original: dict[str, Any] | None, *,
-                  yaml: bool = False) -> dict[str, Any] | None:
+def derived_entry(
+    host: str, entry: dict[str, Any], original: dict[str, Any] | None, *, yaml: bool = False
+) -> dict[str, Any] | None:
     """An unwrapped entry rebuilt from the proxy's arguments (the record is gone, or the entry was edited
     since): the upstream comes from the arguments, every other key from the entry as it is now. When the
     upstream is still the recorded original's, that original's form of it is used."""
@@ -176,7 +181,7 @@ def derived_entry(host: str, entry: dict[str, Any], original: dict[str, Any] | N
     else:
         transport = _transport_for(host, upstream, had_type="type" in entry, yaml=yaml)
         keys = list(entry)
-        position = len([k for k in keys[:keys.index("command")] if k != "args"])
+        position = len([k for k in keys[: keys.index("command")] if k != "args"])
         order = [k for k in keys if k not in ("command", "args")]
         order[position:position] = [k for k in transport if k != "type"]
     out = {}
@@ -257,8 +262,8 @@ def build_parser(action: str) -> argparse.ArgumentParser:
             "Rewrite a host's MCP config so the chosen servers start through mcp-sampling-proxy. A backup "
             "of the file goes to the state dir first (`unwrap --list-backups`); the originals are recorded in "
             "the state dir for `unwrap`. Wrapping a wrapped server changes nothing."
-            if wrap else
-            "Restore the chosen servers of a host's MCP config as they were before `wrap` (exactly, from the "
+            if wrap
+            else "Restore the chosen servers of a host's MCP config as they were before `wrap` (exactly, from the "
             "record wrap kept in the state dir; without it, rebuilt from the proxy's arguments). "
             "--list-backups lists the backups wrap and unwrap took; --from-backup ID puts one back whole.",
             100,
@@ -266,12 +271,16 @@ def build_parser(action: str) -> argparse.ArgumentParser:
         epilog=(
             "examples:\n"
             f"  mcp-sampling-proxy {action} --host claude-desktop --all"
-            + (" --policy ~/.config/mcp-sampling-proxy/policy.yaml" if wrap else "") + "\n"
+            + (" --policy ~/.config/mcp-sampling-proxy/policy.yaml" if wrap else "")
+            + "\n"
             f"  mcp-sampling-proxy {action} --host vscode --scope project --server github --dry-run\n"
             f"  mcp-sampling-proxy {action} --host codex --config ~/.codex/config.toml --server docs\n"
-            + ("  mcp-sampling-proxy wrap --list\n" if wrap else
-               "  mcp-sampling-proxy unwrap --list-backups\n"
-               "  mcp-sampling-proxy unwrap --from-backup 20250101T120000-vscode-mcp.json\n")
+            + (
+                "  mcp-sampling-proxy wrap --list\n"
+                if wrap
+                else "  mcp-sampling-proxy unwrap --list-backups\n"
+                "  mcp-sampling-proxy unwrap --from-backup 20250101T120000-vscode-mcp.json\n"
+            )
             + f"\nhosts: {hosts}\n"
             "scopes: user (the per-user file, default), project (the file in --project-dir), local (Claude Code's "
             "per-project servers in ~/.claude.json), settings (VS Code's user settings.json, mcp.servers:\n"
@@ -283,30 +292,54 @@ def build_parser(action: str) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--host", choices=list(HOSTS), metavar="HOST", help=f"the host: {hosts}")
-    parser.add_argument("--config", metavar="PATH", help="the config file (default: where HOST keeps it for --scope; "
-                        "for Continue also a folder of server files)")
-    parser.add_argument("--scope", choices=SCOPES, help="which of the host's files: user (default), project, "
-                        "local (Claude Code), settings (VS Code's user settings.json, mcp.servers)")
+    parser.add_argument(
+        "--config",
+        metavar="PATH",
+        help="the config file (default: where HOST keeps it for --scope; for Continue also a folder of server files)",
+    )
+    parser.add_argument(
+        "--scope",
+        choices=SCOPES,
+        help="which of the host's files: user (default), project, "
+        "local (Claude Code), settings (VS Code's user settings.json, mcp.servers)",
+    )
     parser.add_argument("--project-dir", metavar="DIR", help="the project for --scope project/local (default: .)")
     select = parser.add_mutually_exclusive_group()
-    select.add_argument("--server", dest="servers", metavar="NAME", nargs="+", action="extend", default=[],
-                        help="the server entries to change (repeatable)")
+    select.add_argument(
+        "--server",
+        dest="servers",
+        metavar="NAME",
+        nargs="+",
+        action="extend",
+        default=[],
+        help="the server entries to change (repeatable)",
+    )
     select.add_argument("--all", action="store_true", help="every server entry in the file")
     if wrap:
-        select.add_argument("--list", action="store_true",
-                            help="show which servers of which host are wrapped (all hosts unless --host)")
+        select.add_argument(
+            "--list", action="store_true", help="show which servers of which host are wrapped (all hosts unless --host)"
+        )
     else:
-        select.add_argument("--list-backups", action="store_true",
-                            help="list the backups wrap and unwrap took (in the state dir), newest last")
-        select.add_argument("--from-backup", metavar="ID",
-                            help="put the backup ID back over the file it was taken from (the file as it is "
-                            "now is backed up first)")
+        select.add_argument(
+            "--list-backups",
+            action="store_true",
+            help="list the backups wrap and unwrap took (in the state dir), newest last",
+        )
+        select.add_argument(
+            "--from-backup",
+            metavar="ID",
+            help="put the backup ID back over the file it was taken from (the file as it is now is backed up first)",
+        )
     if wrap:
         parser.add_argument("--policy", metavar="FILE", help="the policy file the proxy uses (checked, made absolute)")
-        parser.add_argument("--name-from-key", action=argparse.BooleanOptionalAction, default=True,
-                            help="pass each entry's key as --name, what policy rules' server: matches (the default: "
-                            "a server's own reported name is never trusted; with --no-name-from-key the proxy "
-                            "derives the name from the command or URL)")
+        parser.add_argument(
+            "--name-from-key",
+            action=argparse.BooleanOptionalAction,
+            default=True,
+            help="pass each entry's key as --name, what policy rules' server: matches (the default: "
+            "a server's own reported name is never trusted; with --no-name-from-key the proxy "
+            "derives the name from the command or URL)",
+        )
     parser.add_argument("--dry-run", action="store_true", help="print the change as a diff and write nothing")
     return parser
 
@@ -327,8 +360,11 @@ class Target:
 
 
 def _targets(host: str, args: argparse.Namespace, scope: str) -> list[Target]:
-    base = Path(os.path.expanduser(args.config)) if args.config else Path(
-        str(config_path(host, scope, project_dir=args.project_dir)))
+    base = (
+        Path(os.path.expanduser(args.config))
+        if args.config
+        else Path(str(config_path(host, scope, project_dir=args.project_dir)))
+    )
     paths = config_files(base) if host == "continue" else [base]
     if not paths:
         raise ConfigError(f"{base}: no server files in this folder (*.yaml, *.yml, *.json)")
@@ -337,8 +373,13 @@ def _targets(host: str, args: argparse.Namespace, scope: str) -> list[Target]:
         table = servers_table(host, scope, args.project_dir)
         doc = load_config(path, host)
         sidecar = Sidecar(path)
-        if host == "vscode" and not args.scope and table != VSCODE_SETTINGS_TABLE \
-                and not doc.servers(table) and doc.servers(VSCODE_SETTINGS_TABLE):
+        if (
+            host == "vscode"
+            and not args.scope
+            and table != VSCODE_SETTINGS_TABLE
+            and not doc.servers(table)
+            and doc.servers(VSCODE_SETTINGS_TABLE)
+        ):
             table = VSCODE_SETTINGS_TABLE  # --config names a settings.json: its mcp.servers
         targets.append(Target(path, doc, sidecar, table, doc.servers(table)))
     return targets
@@ -381,11 +422,17 @@ def main(argv: Sequence[str], action: str = "wrap") -> int:
         known = ", ".join(dict.fromkeys(everywhere)) or "none"
         where = targets[0].where if len(targets) == 1 else f"{targets[0].path.parent} ({len(targets)} files)"
         doc = targets[0].doc
-        elsewhere = [f"{n!r} is in the {table_label(t)}" for t in doc.tables() if t != targets[0].table
-                     for n in unknown if n in doc.servers(t)]
+        elsewhere = [
+            f"{n!r} is in the {table_label(t)}"
+            for t in doc.tables()
+            if t != targets[0].table
+            for n in unknown
+            if n in doc.servers(t)
+        ]
         hint = f"; {', '.join(elsewhere)}: use --scope local --project-dir DIR" if elsewhere else ""
-        return fail(f"{where}: no server named {', '.join(repr(n) for n in unknown)} (servers: {known}){hint}; "
-                    "nothing written")
+        return fail(
+            f"{where}: no server named {', '.join(repr(n) for n in unknown)} (servers: {known}){hint}; nothing written"
+        )
 
     policy = None
     if action == "wrap" and args.policy:
@@ -410,8 +457,16 @@ def main(argv: Sequence[str], action: str = "wrap") -> int:
         for name in chosen:
             try:
                 if action == "wrap":
-                    _wrap_one(plan, args.host, target.table, name, invocation, policy, args.name_from_key,
-                              explicit=not args.all)
+                    _wrap_one(
+                        plan,
+                        args.host,
+                        target.table,
+                        name,
+                        invocation,
+                        policy,
+                        args.name_from_key,
+                        explicit=not args.all,
+                    )
                 else:
                     _unwrap_one(plan, args.host, target.table, name)
             except ConfigError as exc:
@@ -435,8 +490,10 @@ def main(argv: Sequence[str], action: str = "wrap") -> int:
             return code
     profiles = [item for _, plan in changed for item in plan.profiles]
     if profiles:
-        print("sandbox profiles for these servers (the sandbox lets them see your files and network as they "
-              "would directly; to narrow that, add to your policy, see docs/sandbox.md):")
+        print(
+            "sandbox profiles for these servers (the sandbox lets them see your files and network as they "
+            "would directly; to narrow that, add to your policy, see docs/sandbox.md):"
+        )
         print("  sandbox:\n    servers:")
         for server, suggested in profiles:
             print(f"      {json.dumps(server)}: {suggested}")
@@ -447,16 +504,22 @@ def main(argv: Sequence[str], action: str = "wrap") -> int:
             from mcp_sampling_proxy.config.paths import default_policy_path
 
             default = default_policy_path()
-            print(f"no --policy: the proxy reads {default} (the default policy file; `mcp-sampling-proxy init` "
-                  "writes it) when it exists, else takes its LLM from OPENAI_API_KEY / ANTHROPIC_API_KEY in the "
-                  "host's environment and asks before every request")
+            print(
+                f"no --policy: the proxy reads {default} (the default policy file; `mcp-sampling-proxy init` "
+                "writes it) when it exists, else takes its LLM from OPENAI_API_KEY / ANTHROPIC_API_KEY in the "
+                "host's environment and asks before every request"
+            )
         if args.host == "codex":
-            print("Codex gives servers only the variables listed in env_vars (or set in env): add your LLM key "
-                  "variable there")
+            print(
+                "Codex gives servers only the variables listed in env_vars (or set in env): add your LLM key "
+                "variable there"
+            )
         if args.host == "continue":
-            print("Continue gives servers only HOME, USER, PATH and the like besides the entry's env: put your LLM key "
-                  "variable (and any ${VAR} a --header names) in the entry's env, e.g. "
-                  "OPENAI_API_KEY: ${{ secrets.OPENAI_API_KEY }}")
+            print(
+                "Continue gives servers only HOME, USER, PATH and the like besides the entry's env: put your LLM key "
+                "variable (and any ${VAR} a --header names) in the entry's env, e.g. "
+                "OPENAI_API_KEY: ${{ secrets.OPENAI_API_KEY }}"
+            )
     print(f"next: {spec.reload}")
     return 0
 
@@ -467,14 +530,18 @@ def _write(prog: str, action: str, host: str, target: Target, plan: Plan, *, dry
     before, after = doc.text, plan.doc.text
     if dry_run:
         sys.stdout.writelines(_diff(before, after, str(path)))
-        print(f"dry run: nothing written (a real run backs up {path.name} to the state dir first and "
-              f"{'records the originals in' if action == 'wrap' else 'updates'} {sidecar.path.name})")
+        print(
+            f"dry run: nothing written (a real run backs up {path.name} to the state dir first and "
+            f"{'records the originals in' if action == 'wrap' else 'updates'} {sidecar.path.name})"
+        )
         return 0
     try:
         original_bytes = Path(os.path.realpath(path)).read_bytes()
         if original_bytes != doc.encode(before):
-            print(f"{prog}: error: {path} changed while this command ran; nothing written to it, run it again",
-                  file=sys.stderr)
+            print(
+                f"{prog}: error: {path} changed while this command ran; nothing written to it, run it again",
+                file=sys.stderr,
+            )
             return 1
         saved = backups.take(host, path, original_bytes, action)
         if action == "wrap":  # the record exists before the entry changes, and outlives it on unwrap
@@ -485,30 +552,45 @@ def _write(prog: str, action: str, host: str, target: Target, plan: Plan, *, dry
     except OSError as exc:
         print(f"{prog}: error: cannot write {exc.filename or path}: {exc.strerror}", file=sys.stderr)
         return 1
-    print(f"backup: {saved.id} in {saved.file.parent} (`mcp-sampling-proxy unwrap --from-backup {saved.id}` "
-          "puts it back)")
+    print(
+        f"backup: {saved.id} in {saved.file.parent} (`mcp-sampling-proxy unwrap --from-backup {saved.id}` puts it back)"
+    )
     if action == "wrap":
         print(f"originals recorded in {sidecar.path} (for `mcp-sampling-proxy unwrap`)")
     return 0
 
 
-def _wrap_one(plan: Plan, host: str, table: tuple[str, ...], name: str, invocation: Invocation,
-              policy: str | None, name_from_key: bool, *, explicit: bool) -> None:
+def _wrap_one(
+    plan: Plan,
+    host: str,
+    table: tuple[str, ...],
+    name: str,
+    invocation: Invocation,
+    policy: str | None,
+    name_from_key: bool,
+    *,
+    explicit: bool,
+) -> None:
     doc = plan.doc
     entry = doc.servers(table)[name]
     if is_wrapped(entry):
         current = parse_proxy_args(entry.get("args") or []).options.get("--policy")
         note = ""
         if policy and current != policy:
-            note = (f" (its policy is {current or 'none'}; to use {policy}, unwrap and wrap again)")
+            note = f" (its policy is {current or 'none'}; to use {policy}, unwrap and wrap again)"
         plan.outcomes.append(Outcome(name, f"already wrapped, unchanged{note}"))
         return
     from mcp_sampling_proxy.identity import bad_character
 
     bad = bad_character(name) if name_from_key else None
     if bad is not None:
-        plan.outcomes.append(Outcome(name.encode("unicode_escape").decode(), f"cannot wrap: the entry's key holds a "
-                                     f"control or invisible character, {bad}; rename the entry", error=True))
+        plan.outcomes.append(
+            Outcome(
+                name.encode("unicode_escape").decode(),
+                f"cannot wrap: the entry's key holds a control or invisible character, {bad}; rename the entry",
+                error=True,
+            )
+        )
         return
     try:
         new = wrapped_entry(host, name, entry, invocation, policy, name if name_from_key else None)
@@ -517,11 +599,19 @@ def _wrap_one(plan: Plan, host: str, table: tuple[str, ...], name: str, invocati
         return
     original_text = doc.entry_text(table, name)
     wrapped_doc = doc.with_text(doc.replace_entry(table, name, new))
-    plan.sidecar.put(host, table, name, original=entry, original_text=original_text,
-                     wrapped=new, wrapped_text=wrapped_doc.entry_text(table, name))
+    plan.sidecar.put(
+        host,
+        table,
+        name,
+        original=entry,
+        original_text=original_text,
+        wrapped=new,
+        wrapped_text=wrapped_doc.entry_text(table, name),
+    )
     plan.doc = wrapped_doc
-    plan.outcomes.append(Outcome(name, f"wrapped: {describe_upstream(host, entry)}{_oauth_note(host, entry)}",
-                                 changed=True))
+    plan.outcomes.append(
+        Outcome(name, f"wrapped: {describe_upstream(host, entry)}{_oauth_note(host, entry)}", changed=True)
+    )
     upstream = _upstream(host, entry)
     if upstream is not None and upstream[0] == "stdio":
         from mcp_sampling_proxy.config.sandbox_profiles import profile
@@ -561,22 +651,33 @@ def _unwrap_one(plan: Plan, host: str, table: tuple[str, ...], name: str) -> Non
         text = doc.replace_entry(table, name, record["original"])
         how = "restored (its formatting had changed since wrap)"
     else:
-        target = derived_entry(host, entry, record.get("original") if record else None,
-                               yaml=HOSTS[host].format == "yaml" and doc.path.suffix.lower() != ".json")
+        target = derived_entry(
+            host,
+            entry,
+            record.get("original") if record else None,
+            yaml=HOSTS[host].format == "yaml" and doc.path.suffix.lower() != ".json",
+        )
         if target is None:
             raise ConfigError("cannot tell what it ran before: its arguments have neither '-- COMMAND' nor --url")
         text = doc.replace_entry(table, name, target)
-        how = ("rebuilt from the proxy's arguments (edited since wrap; other keys kept as they are now)"
-               if record else "rebuilt from the proxy's arguments (no record of the original)")
+        how = (
+            "rebuilt from the proxy's arguments (edited since wrap; other keys kept as they are now)"
+            if record
+            else "rebuilt from the proxy's arguments (no record of the original)"
+        )
     plan.doc = doc.with_text(text)
     plan.sidecar.remove(host, table, name)
-    plan.outcomes.append(Outcome(name, f"{how}: {describe_upstream(host, plan.doc.servers(table)[name])}",
-                                 changed=True))
+    plan.outcomes.append(
+        Outcome(name, f"{how}: {describe_upstream(host, plan.doc.servers(table)[name])}", changed=True)
+    )
 
 
 def _diff(before: str, after: str, label: str) -> list[str]:
-    lines = list(difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
-                                      fromfile=label, tofile=f"{label} (after)"))
+    lines = list(
+        difflib.unified_diff(
+            before.splitlines(keepends=True), after.splitlines(keepends=True), fromfile=label, tofile=f"{label} (after)"
+        )
+    )
     return [line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines]
 
 
@@ -611,8 +712,9 @@ def _has_vscode_settings_servers(path: Path) -> bool:
     return bool(doc.servers(VSCODE_SETTINGS_TABLE))
 
 
-def survey(host: str, scope: str | None = None, config: str | None = None,
-           project_dir: str | None = None) -> list[FileStatus]:
+def survey(
+    host: str, scope: str | None = None, config: str | None = None, project_dir: str | None = None
+) -> list[FileStatus]:
     """The host's config files (or `config`) and the state of each server entry in them."""
     spec = HOSTS[host]
     if config:
@@ -637,8 +739,16 @@ def survey(host: str, scope: str | None = None, config: str | None = None,
             doc = load_config(path, host)
             for table in doc.tables():
                 for name, entry in doc.servers(table).items():
-                    status.servers.append(ServerStatus(name, table, is_wrapped(entry), classify(host, entry).kind,
-                                                       describe_upstream(host, entry), entry))
+                    status.servers.append(
+                        ServerStatus(
+                            name,
+                            table,
+                            is_wrapped(entry),
+                            classify(host, entry).kind,
+                            describe_upstream(host, entry),
+                            entry,
+                        )
+                    )
         except ConfigError as exc:
             status.error = str(exc)
     return out

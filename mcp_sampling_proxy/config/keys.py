@@ -53,18 +53,22 @@ def read_key_file(provider: ProviderConfig) -> str:
     except FileNotFoundError:
         raise KeySourceError(f"{where}: no such file") from None
     except OSError as exc:
-        raise KeySourceError(f"{where}: cannot open it ({exc.strerror}); it must be a regular file, "
-                             "not a symlink") from None
+        raise KeySourceError(
+            f"{where}: cannot open it ({exc.strerror}); it must be a regular file, not a symlink"
+        ) from None
     with os.fdopen(fd, "rb") as file:
         info = os.fstat(file.fileno())
         if not stat.S_ISREG(info.st_mode):
             raise KeySourceError(f"{where}: not a regular file")
         if info.st_uid != os.getuid():
-            raise KeySourceError(f"{where}: owned by uid {info.st_uid}, not by you (uid {os.getuid()}); "
-                                 f"chown it to yourself and chmod 600 {path}")
+            raise KeySourceError(
+                f"{where}: owned by uid {info.st_uid}, not by you (uid {os.getuid()}); "
+                f"chown it to yourself and chmod 600 {path}"
+            )
         if info.st_mode & 0o077:
-            raise KeySourceError(f"{where}: readable by others (mode {stat.S_IMODE(info.st_mode):04o}); "
-                                 f"run: chmod 600 {path}")
+            raise KeySourceError(
+                f"{where}: readable by others (mode {stat.S_IMODE(info.st_mode):04o}); run: chmod 600 {path}"
+            )
         data = file.read(64 * 1024 + 1)
     if len(data) > 64 * 1024:
         raise KeySourceError(f"{where}: larger than 64 KiB, that is not an API key")
@@ -84,8 +88,9 @@ def run_key_command(provider: ProviderConfig, timeout: float = COMMAND_TIMEOUT, 
     where = f"provider '{provider.name}': api_key_command {' '.join(argv)}"
     env = {k: v for k, v in os.environ.items() if k not in set(hidden)}
     try:
-        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, check=False,
-                              env=env)
+        done = subprocess.run(
+            argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, check=False, env=env
+        )
     except FileNotFoundError:
         raise KeySourceError(f"{where}: command not found") from None
     except subprocess.TimeoutExpired:

@@ -31,5 +31,6 @@ def read_policy_text(path: str) -> str:
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise PolicyError(f"{path}:{line}:{column}: not UTF-8 text (byte 0x{data[exc.start]:02x}); save the "
-                          "file as UTF-8") from None
+        raise PolicyError(
+            f"{path}:{line}:{column}: not UTF-8 text (byte 0x{data[exc.start]:02x}); save the file as UTF-8"
+        ) from None

@@ -36,15 +36,18 @@ def profile(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str | 
     caches = RUNNER_CACHES.get(os.path.basename(argv[0]), []) if argv else []
     if caches:  # (and the network, to fetch the package)
         found = found.replace(", network: false", "")
-        found = found.replace("write: [", f"write: [{', '.join(caches)}, ", 1) if "write: [" in found \
+        found = (
+            found.replace("write: [", f"write: [{', '.join(caches)}, ", 1)
+            if "write: [" in found
             else found[:-1] + f", write: [{', '.join(caches)}]}}"
+        )
     return found
 
 
 def _known(argv: Sequence[str], env: Mapping[str, str] | None) -> str | None:
     for index, word in enumerate(argv):
         name = _package(os.path.basename(word) if not word.startswith("@") else word)
-        rest = [arg for arg in argv[index + 1:] if not arg.startswith("-")]
+        rest = [arg for arg in argv[index + 1 :] if not arg.startswith("-")]
         if name in ("@modelcontextprotocol/server-filesystem", "mcp-server-filesystem") and rest:
             return f"{{read: [{HOME_READ_ONLY}], write: [{', '.join(json.dumps(d) for d in rest)}]}}"
         if name in ("@modelcontextprotocol/server-memory", "mcp-server-memory"):

@@ -71,8 +71,9 @@ def parse_sandbox(node: Node, where: str) -> SandboxSettings:
     if "servers" in given:
         for name, entry in given["servers"].mapping().items():
             if _is_mode(entry):
-                servers[name] = SandboxSettings(mode=_mode(entry), hide=base.hide, read=base.read,
-                                                write=base.write, network=base.network)
+                servers[name] = SandboxSettings(
+                    mode=_mode(entry), hide=base.hide, read=base.read, write=base.write, network=base.network
+                )
             else:
                 servers[name] = _one(entry.mapping(KEYS), where, base)
     return SandboxSettings(base.mode, base.hide, base.read, base.write, base.network, servers)
@@ -94,10 +95,11 @@ def _paths(given: dict[str, Node], key: str, where: str) -> tuple[str, ...]:
         return ()
     base = os.path.dirname(os.path.abspath(where)) if where and where != "environment" else os.getcwd()
     node = given[key]
-    for item in ([node] if isinstance(node.node, yaml.ScalarNode) else node.sequence()):
+    for item in [node] if isinstance(node.node, yaml.ScalarNode) else node.sequence():
         if isinstance(item.node, yaml.ScalarNode) and item.node.value == "~" and not item.node.style:
-            raise item.error(f"sandbox {key}: a bare ~ is YAML's null, not your home directory: write \"~\" "
-                             "(quoted) or ~/")
+            raise item.error(
+                f'sandbox {key}: a bare ~ is YAML\'s null, not your home directory: write "~" (quoted) or ~/'
+            )
     found = []
     for raw in node.strings():
         path = os.path.expanduser(raw)

@@ -210,13 +210,15 @@ def settings_from_environment(environ: dict[str, str]) -> Settings:
     for name, key_var, url_var, model_var, default_model in _ENV_PROVIDERS:
         if not (environ.get(key_var) or (name == "openai" and environ.get(url_var))):
             continue
-        providers.append(ProviderConfig(
-            name=name,
-            type=name,
-            base_url=environ.get(url_var) or None,
-            api_key_env=key_var,
-            models=(ModelSpec(environ.get(model_var, default_model)),),
-        ))
+        providers.append(
+            ProviderConfig(
+                name=name,
+                type=name,
+                base_url=environ.get(url_var) or None,
+                api_key_env=key_var,
+                models=(ModelSpec(environ.get(model_var, default_model)),),
+            )
+        )
     return Settings(providers=providers)
 
 
@@ -226,8 +228,21 @@ def parse_settings(text: str, where: str) -> Settings:
     settings = Settings(source=where)
     if root is None:
         return settings
-    top = root.mapping(("llm", "sampling", "elicitation", "rules", "limits", "approval", "audit", "state",
-                        "telemetry", "upstream", "sandbox"))
+    top = root.mapping(
+        (
+            "llm",
+            "sampling",
+            "elicitation",
+            "rules",
+            "limits",
+            "approval",
+            "audit",
+            "state",
+            "telemetry",
+            "upstream",
+            "sandbox",
+        )
+    )
     if "llm" in top:
         _parse_llm(top["llm"], settings)
     if "sampling" in top:
@@ -282,21 +297,43 @@ def _parse_llm(node: Node, settings: Settings) -> None:
         for hint, target in llm["aliases"].mapping().items():
             model = target.str()
             if model not in known:
-                raise target.error(
-                    f"alias '{hint}' points at model '{model}', which no provider lists in models"
-                )
+                raise target.error(f"alias '{hint}' points at model '{model}', which no provider lists in models")
             settings.aliases[hint.lower()] = model
 
 
 _PROVIDER_KEYS = (
-    "type", "base_url", "api_key_env", "models", "timeout", "max_attempts", "tools", "headers",
-    "api_key_file", "api_key_command", "api_key_header", "azure",
-    "preset", "command", "args", "output", "json", "prompt", "pass_env",
+    "type",
+    "base_url",
+    "api_key_env",
+    "models",
+    "timeout",
+    "max_attempts",
+    "tools",
+    "headers",
+    "api_key_file",
+    "api_key_command",
+    "api_key_header",
+    "azure",
+    "preset",
+    "command",
+    "args",
+    "output",
+    "json",
+    "prompt",
+    "pass_env",
 )
 _COMMAND_KEYS = ("preset", "command", "args", "output", "json", "prompt", "pass_env")
 # Keys of HTTP providers that mean nothing to a command (it brings its own login and endpoint).
-_HTTP_KEYS = ("base_url", "api_key_env", "api_key_file", "api_key_command", "api_key_header", "azure", "headers",
-              "max_attempts")
+_HTTP_KEYS = (
+    "base_url",
+    "api_key_env",
+    "api_key_file",
+    "api_key_command",
+    "api_key_header",
+    "azure",
+    "headers",
+    "max_attempts",
+)
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
 
@@ -307,8 +344,9 @@ def _parse_provider(name: str, node: Node) -> ProviderConfig:
     ptype = fields["type"].choice(PROVIDER_TYPES)
     misplaced = [k for k in (_HTTP_KEYS if ptype == "command" else _COMMAND_KEYS) if k in fields]
     if misplaced:
-        why = ("a command brings its own login and endpoint" if ptype == "command"
-               else "it applies to type: command only")
+        why = (
+            "a command brings its own login and endpoint" if ptype == "command" else "it applies to type: command only"
+        )
         raise fields[misplaced[0]].error(f"provider '{name}': {misplaced[0]} does not apply to type: {ptype} ({why})")
     models: list[ModelSpec] = []
     if "models" in fields:
@@ -319,7 +357,7 @@ def _parse_provider(name: str, node: Node) -> ProviderConfig:
         models = [ModelSpec("console")]
     if ptype == "command":
         return _parse_command_provider(name, node, fields, models)
-    kwargs: dict[str, object] = {}
+    kwargs: dict[str, Any] = {}
     if "base_url" in fields:
         url = fields["base_url"].str()
         if not url.startswith(("http://", "https://")):
@@ -360,7 +398,7 @@ def _parse_provider(name: str, node: Node) -> ProviderConfig:
         if ptype != "openai":
             raise fields["azure"].error(f"provider '{name}': azure: applies to type: openai only")
         kwargs["azure"] = _parse_azure(name, node, fields)
-    return ProviderConfig(name=name, type=ptype, models=tuple(models), **kwargs)  # type: ignore[arg-type]
+    return ProviderConfig(name=name, type=ptype, models=tuple(models), **kwargs)
 
 
 def _parse_azure(name: str, node: Node, fields: dict[str, Node]) -> AzureSpec:
@@ -369,26 +407,31 @@ def _parse_azure(name: str, node: Node, fields: dict[str, Node]) -> AzureSpec:
     azure = fields["azure"].mapping(("api_version", "deployment"))
     if "api_version" not in azure:
         raise fields["azure"].error(
-            f"provider '{name}': azure needs api_version (e.g. 2024-10-21, from Azure's API version list)")
+            f"provider '{name}': azure needs api_version (e.g. 2024-10-21, from Azure's API version list)"
+        )
     if "base_url" not in fields:
         raise node.error(f"provider '{name}': azure needs base_url: https://RESOURCE.openai.azure.com")
-    return AzureSpec(api_version=azure["api_version"].str(),
-                     deployment=azure["deployment"].str() if "deployment" in azure else None)
+    return AzureSpec(
+        api_version=azure["api_version"].str(), deployment=azure["deployment"].str() if "deployment" in azure else None
+    )
 
 
 def _parse_command_provider(name: str, node: Node, fields: dict[str, Node], models: list[ModelSpec]) -> ProviderConfig:
     """`type: command`: a preset (claude, codex, gemini, llm) or a custom argv; never tools."""
     has_preset, has_command = "preset" in fields, "command" in fields
     if has_preset == has_command:
-        raise node.error(f"provider '{name}' (command) needs exactly one of preset: ({', '.join(COMMAND_PRESETS)}) "
-                         "or command: [PROGRAM, ARGS...]")
+        raise node.error(
+            f"provider '{name}' (command) needs exactly one of preset: ({', '.join(COMMAND_PRESETS)}) "
+            "or command: [PROGRAM, ARGS...]"
+        )
     spec: dict[str, Any] = {}
     if has_preset:
         spec["preset"] = fields["preset"].choice(COMMAND_PRESETS)
         for key in ("output", "json", "prompt"):
             if key in fields:
-                raise fields[key].error(f"provider '{name}': {key} is set by preset {spec['preset']}; "
-                                        "use command: for your own")
+                raise fields[key].error(
+                    f"provider '{name}': {key} is set by preset {spec['preset']}; use command: for your own"
+                )
         if "args" in fields:
             spec["argv"] = tuple(_command_args(fields["args"]))
     else:
@@ -407,21 +450,30 @@ def _parse_command_provider(name: str, node: Node, fields: dict[str, Node], mode
             for key, pnode in paths.items():
                 spec[f"{key}_path"] = pnode.str()
         if spec["output"] == "json" and "text_path" not in spec:
-            raise node.error(f"provider '{name}': output: json needs json: {{text: PATH}}, the dotted path "
-                             "to the answer (e.g. choices.0.message.content)")
+            raise node.error(
+                f"provider '{name}': output: json needs json: {{text: PATH}}, the dotted path "
+                "to the answer (e.g. choices.0.message.content)"
+            )
     if "pass_env" in fields:  # key variables this CLI may have (the proxy withholds them from what it starts)
         spec["pass_env"] = tuple(fields["pass_env"].strings())
-    kwargs: dict[str, object] = {}
+    kwargs: dict[str, Any] = {}
     if "timeout" in fields:  # the whole run: a command has no connect or read phase
         tnode = fields["timeout"]
         if tnode.is_mapping():
-            raise tnode.error(f"provider '{name}': a command's timeout is one duration for the whole run "
-                              "(e.g. timeout: 300 or 5m)")
+            raise tnode.error(
+                f"provider '{name}': a command's timeout is one duration for the whole run (e.g. timeout: 300 or 5m)"
+            )
         kwargs["total_timeout"] = _duration(tnode)
     if "tools" in fields and fields["tools"].bool():
         raise fields["tools"].error(f"provider '{name}': command providers cannot use tools (tools: false)")
-    return ProviderConfig(name=name, type="command", models=tuple(models or [ModelSpec(COMMAND_DEFAULT_MODEL)]),
-                          supports_tools=False, command=CommandSpec(**spec), **kwargs)  # type: ignore[arg-type]
+    return ProviderConfig(
+        name=name,
+        type="command",
+        models=tuple(models or [ModelSpec(COMMAND_DEFAULT_MODEL)]),
+        supports_tools=False,
+        command=CommandSpec(**spec),
+        **kwargs,
+    )
 
 
 def _command_args(node: Node) -> list[str]:
@@ -443,8 +495,9 @@ def _parse_key_source(name: str, node: Node, fields: dict[str, Node]) -> dict[st
     sources = [k for k in ("api_key_env", "api_key_file", "api_key_command") if k in fields]
     if len(sources) > 1:
         raise fields[sources[1]].error(
-            f"provider '{name}' has both {sources[0]} and {sources[1]}: give exactly one key source")
-    kwargs: dict[str, object] = {}
+            f"provider '{name}' has both {sources[0]} and {sources[1]}: give exactly one key source"
+        )
+    kwargs: dict[str, Any] = {}
     if "api_key_file" in fields:
         path = fields["api_key_file"].str()
         if not path.strip():
@@ -474,19 +527,20 @@ def _parse_model(node: Node) -> ModelSpec:
 
 
 def _parse_sampling(node: Node) -> SamplingSettings:
-    fields = node.mapping(("route", "fallback_on_host_error", "tools", "max_concurrent", "max_queued",
-                           "keepalive_seconds"))
+    fields = node.mapping(
+        ("route", "fallback_on_host_error", "tools", "max_concurrent", "max_queued", "keepalive_seconds")
+    )
     defaults = SamplingSettings()
     return SamplingSettings(
-        keepalive_seconds=fields["keepalive_seconds"].number(minimum=0) if "keepalive_seconds" in fields
+        keepalive_seconds=fields["keepalive_seconds"].number(minimum=0)
+        if "keepalive_seconds" in fields
         else defaults.keepalive_seconds,
-        max_concurrent=fields["max_concurrent"].int(minimum=1) if "max_concurrent" in fields
+        max_concurrent=fields["max_concurrent"].int(minimum=1)
+        if "max_concurrent" in fields
         else defaults.max_concurrent,
         max_queued=fields["max_queued"].int(minimum=0) if "max_queued" in fields else defaults.max_queued,
         route=fields["route"].choice(ROUTES) if "route" in fields else "auto",
-        fallback_on_host_error=fields["fallback_on_host_error"].bool()
-        if "fallback_on_host_error" in fields
-        else False,
+        fallback_on_host_error=fields["fallback_on_host_error"].bool() if "fallback_on_host_error" in fields else False,
         advertise_tools=fields["tools"].bool() if "tools" in fields else True,
     )
 
@@ -498,16 +552,17 @@ def _parse_elicitation(node: Node) -> ElicitationSettings:
         route=fields["route"].choice(("auto", "console", "host", "decline")) if "route" in fields else defaults.route,
         url_mode=fields["url_mode"].bool() if "url_mode" in fields else defaults.url_mode,
         sensitive_form=fields["sensitive_form"].choice(("decline", "cancel", "allow"))
-        if "sensitive_form" in fields else defaults.sensitive_form,
+        if "sensitive_form" in fields
+        else defaults.sensitive_form,
         non_interactive=fields["non_interactive"].choice(("decline", "cancel", "accept_defaults"))
-        if "non_interactive" in fields else defaults.non_interactive,
+        if "non_interactive" in fields
+        else defaults.non_interactive,
     )
 
 
 # -- sizes and durations ----------------------------------------------------------------------------
 
-_SIZE_UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3,
-               "kib": KiB, "mib": MiB, "gib": GiB}
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "kib": KiB, "mib": MiB, "gib": GiB}
 _SIZE_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", re.IGNORECASE)
 SIZE_FORMS = "a number of bytes or a string such as 512KiB, 1MiB, 16MB (units B, KB, MB, GB, KiB, MiB, GiB)"
 
@@ -615,6 +670,7 @@ def _parse_approval(node: Node) -> ApprovalSettings:
 
 # -- audit ------------------------------------------------------------------------------------------
 
+
 def _parse_audit(node: Node, where: str) -> AuditSettings:
     given = node.mapping(AUDIT_KEYS)
     if "path" not in given:
@@ -622,8 +678,10 @@ def _parse_audit(node: Node, where: str) -> AuditSettings:
             from mcp_sampling_proxy.config.dirs import home_relative, state_dir
 
             example = home_relative(state_dir(create=False) / "audit.jsonl")  # this OS's place for it
-            raise node.error(f"{node.label} sets {', '.join(given)} but no path: give path: FILE "
-                             f"(e.g. {example}), or remove the audit section")
+            raise node.error(
+                f"{node.label} sets {', '.join(given)} but no path: give path: FILE "
+                f"(e.g. {example}), or remove the audit section"
+            )
         return AuditSettings()
     path = os.path.expanduser(given["path"].str())
     if not os.path.isabs(path):  # hosts start the proxy in any directory: relative to the policy file
@@ -638,8 +696,10 @@ def _parse_audit(node: Node, where: str) -> AuditSettings:
         for item in items:
             pattern = _regex(item)
             if pattern.search(""):
-                raise item.error(f"{item.label} /{pattern.pattern}/ matches the empty string, so it would mask "
-                                 "between every character; make it match the secret itself")
+                raise item.error(
+                    f"{item.label} /{pattern.pattern}/ matches the empty string, so it would mask "
+                    "between every character; make it match the secret itself"
+                )
             patterns.append(pattern)
         settings = replace(settings, redact=tuple(patterns))
     if "fsync" in given:
@@ -647,9 +707,11 @@ def _parse_audit(node: Node, where: str) -> AuditSettings:
         if node.value() == FSYNC_BEFORE_ANSWER:
             settings = replace(settings, fsync=FSYNC_BEFORE_ANSWER)
         elif not isinstance(node.value(), bool):
-            raise node.error(f"{node.label} must be true (each record is fsync'd right after it is written, while "
-                             f"the answer goes out), {FSYNC_BEFORE_ANSWER} (the answer waits for the fsync too) "
-                             f"or false (never fsync'd), got {node.value()!r}")
+            raise node.error(
+                f"{node.label} must be true (each record is fsync'd right after it is written, while "
+                f"the answer goes out), {FSYNC_BEFORE_ANSWER} (the answer waits for the fsync too) "
+                f"or false (never fsync'd), got {node.value()!r}"
+            )
         else:
             settings = replace(settings, fsync=node.bool())
     if "max_bytes" in given:
@@ -659,6 +721,7 @@ def _parse_audit(node: Node, where: str) -> AuditSettings:
 
 # -- state --------------------------------------------------------------------------------------------
 
+
 def _parse_state(node: Node) -> StateSettings:
     given = node.mapping(STATE_KEYS)
     backend = given["backend"].choice(STATE_BACKENDS) if "backend" in given else "file"
@@ -666,17 +729,22 @@ def _parse_state(node: Node) -> StateSettings:
     if backend == "file":
         extra = [k for k in given if k != "backend"]
         if extra:
-            raise given[extra[0]].error(f"{given[extra[0]].label} applies to backend: redis only; this state "
-                                        "section uses the local file store (backend: file, the default)")
+            raise given[extra[0]].error(
+                f"{given[extra[0]].label} applies to backend: redis only; this state "
+                "section uses the local file store (backend: file, the default)"
+            )
         return settings
     if ("url" in given) == ("url_env" in given):
-        raise node.error(f"{node.label} with backend: redis needs exactly one of url: redis://HOST:6379/0 or "
-                         "url_env: VARIABLE (a variable holding the URL, to keep a password out of this file)")
+        raise node.error(
+            f"{node.label} with backend: redis needs exactly one of url: redis://HOST:6379/0 or "
+            "url_env: VARIABLE (a variable holding the URL, to keep a password out of this file)"
+        )
     if "url" in given:
         url = given["url"].str()
         if not url.startswith(("redis://", "rediss://", "unix://")):
-            raise given["url"].error(f"{given['url'].label} must start with redis://, rediss:// or unix://, "
-                                     f"got {url!r}")
+            raise given["url"].error(
+                f"{given['url'].label} must start with redis://, rediss:// or unix://, got {url!r}"
+            )
         settings = replace(settings, url=url)
     else:
         settings = replace(settings, url_env=given["url_env"].str())
@@ -705,14 +773,18 @@ def _parse_telemetry(node: Node) -> TelemetrySettings:
     if "otlp_endpoint" in given:
         endpoint = given["otlp_endpoint"].str()
         if not endpoint.startswith(("http://", "https://")):
-            raise given["otlp_endpoint"].error(f"{given['otlp_endpoint'].label} must be an http:// or https:// URL "
-                                               "of an OTLP/HTTP receiver, e.g. http://localhost:4318")
+            raise given["otlp_endpoint"].error(
+                f"{given['otlp_endpoint'].label} must be an http:// or https:// URL "
+                "of an OTLP/HTTP receiver, e.g. http://localhost:4318"
+            )
         settings = replace(settings, otlp_endpoint=endpoint.rstrip("/"))
     if "service_name" in given:
         settings = replace(settings, service_name=given["service_name"].str())
     if settings.enabled and "otlp_endpoint" not in given:
-        raise node.error(f"{node.label} needs otlp_endpoint: http://HOST:4318 (or leave the section out and set "
-                         "OTEL_EXPORTER_OTLP_ENDPOINT), or enabled: false")
+        raise node.error(
+            f"{node.label} needs otlp_endpoint: http://HOST:4318 (or leave the section out and set "
+            "OTEL_EXPORTER_OTLP_ENDPOINT), or enabled: false"
+        )
     return settings
 
 
@@ -726,8 +798,10 @@ def telemetry_wanted(telemetry: TelemetrySettings, environ: Mapping[str, str]) -
 def check_telemetry(telemetry: TelemetrySettings) -> None:
     """PolicyError when the policy asks for telemetry and the OpenTelemetry packages are missing."""
     if telemetry.configured and telemetry.enabled and not installed("opentelemetry.exporter.otlp.proto.http"):
-        raise PolicyError("telemetry: needs the OpenTelemetry SDK and OTLP/HTTP exporter, which are not installed: "
-                          "pip install 'mcp-sampling-proxy[otel]' (or remove the telemetry section)")
+        raise PolicyError(
+            "telemetry: needs the OpenTelemetry SDK and OTLP/HTTP exporter, which are not installed: "
+            "pip install 'mcp-sampling-proxy[otel]' (or remove the telemetry section)"
+        )
 
 
 def resolve_state(state: StateSettings, environ: Mapping[str, str]) -> StateSettings:
@@ -735,15 +809,19 @@ def resolve_state(state: StateSettings, environ: Mapping[str, str]) -> StateSett
     if state.backend != "redis":
         return state
     if not installed("redis"):
-        raise PolicyError("state.backend: redis needs the redis package, which is not installed: "
-                          "pip install 'mcp-sampling-proxy[redis]' (or use backend: file)")
+        raise PolicyError(
+            "state.backend: redis needs the redis package, which is not installed: "
+            "pip install 'mcp-sampling-proxy[redis]' (or use backend: file)"
+        )
     if state.url or not state.url_env:
         return state
     url = environ.get(state.url_env, "")
     if not url.startswith(("redis://", "rediss://", "unix://")):
         problem = "is not set" if not url else "does not hold a redis://, rediss:// or unix:// URL"
-        raise PolicyError(f"state.url_env: {state.url_env} {problem} in the proxy's environment; set it to "
-                          "the Redis URL, e.g. redis://HOST:6379/0")
+        raise PolicyError(
+            f"state.url_env: {state.url_env} {problem} in the proxy's environment; set it to "
+            "the Redis URL, e.g. redis://HOST:6379/0"
+        )
     return replace(state, url=url)
 
 
@@ -751,8 +829,19 @@ def resolve_state(state: StateSettings, environ: Mapping[str, str]) -> StateSett
 
 RULE_KEYS = ("name", "when", "action", "message", "rate_limit", "budget", "limits", "provider", "model")
 WHEN_KEYS = (
-    "server", "server_reported", "method", "tool", "host", "model", "max_tokens_over", "messages_over", "content",
-    "include_context", "text_matches", "any", "not",
+    "server",
+    "server_reported",
+    "method",
+    "tool",
+    "host",
+    "model",
+    "max_tokens_over",
+    "messages_over",
+    "content",
+    "include_context",
+    "text_matches",
+    "any",
+    "not",
 )
 _ENV_PROVIDER_NAMES = tuple(entry[0] for entry in _ENV_PROVIDERS)
 
@@ -859,8 +948,10 @@ def _name_globs(node: Node) -> tuple[str, ...]:
     for item, glob in zip(items, globs, strict=True):
         bad = bad_character(glob)
         if bad is not None:
-            raise item.error(f"{item.label} holds a control or invisible character, {bad}: "
-                             "retype the server name with visible characters only")
+            raise item.error(
+                f"{item.label} holds a control or invisible character, {bad}: "
+                "retype the server name with visible characters only"
+            )
     return globs
 
 
@@ -939,6 +1030,4 @@ def _rule_model(node: Node, provider: str | None, settings: Settings) -> str:
     if target is not None and target in models:
         return target
     owner = f"a model of provider '{provider}'" if provider else "a configured model"
-    raise node.error(
-        f"{node.label} '{name}' is not {owner}{_did_you_mean(name, models)}; models: {', '.join(models)}"
-    )
+    raise node.error(f"{node.label} '{name}' is not {owner}{_did_you_mean(name, models)}; models: {', '.join(models)}")

@@ -95,9 +95,7 @@ class Node:
                 raise key_at.error(f"keys in {self.label} must be strings, got {_show(key)}")
             if allowed is not None and key not in allowed:
                 hint = _did_you_mean(key, allowed)
-                raise key_at.error(
-                    f"unknown key '{key}' in {self.label}{hint}; allowed: {', '.join(allowed)}"
-                )
+                raise key_at.error(f"unknown key '{key}' in {self.label}{hint}; allowed: {', '.join(allowed)}")
             if key in out:
                 raise key_at.error(f"key '{key}' appears twice in {self.label}")
             out[key] = Node(value_node, f"{self.path}.{key}" if self.path else key, self.where)

@@ -58,12 +58,24 @@ MAX_ARG_BYTES = 128 * 1024 - 1
 KILL_GRACE = 1.0  # seconds between SIGTERM and SIGKILL to the command's process group
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 STOP_REASONS = {
-    "end_turn": "endTurn", "stop": "endTurn", "STOP": "endTurn", "endTurn": "endTurn",
-    "max_tokens": "maxTokens", "length": "maxTokens", "MAX_TOKENS": "maxTokens", "maxTokens": "maxTokens",
-    "stop_sequence": "stopSequence", "stopSequence": "stopSequence",
+    "end_turn": "endTurn",
+    "stop": "endTurn",
+    "STOP": "endTurn",
+    "endTurn": "endTurn",
+    "max_tokens": "maxTokens",
+    "length": "maxTokens",
+    "MAX_TOKENS": "maxTokens",
+    "maxTokens": "maxTokens",
+    "stop_sequence": "stopSequence",
+    "stopSequence": "stopSequence",
 }
-IMAGE_SUFFIXES = {"image/png": ".png", "image/jpeg": ".jpg", "image/jpg": ".jpg", "image/gif": ".gif",
-                  "image/webp": ".webp"}
+IMAGE_SUFFIXES = {
+    "image/png": ".png",
+    "image/jpeg": ".jpg",
+    "image/jpg": ".jpg",
+    "image/gif": ".gif",
+    "image/webp": ".webp",
+}
 
 
 @dataclass(frozen=True)
@@ -101,8 +113,13 @@ def _claude(data: Any, where: str) -> Output:
     usage = _mapping(data.get("usage"))
     models = data.get("modelUsage")
     model = max(models, key=lambda m: _output_tokens(models[m])) if isinstance(models, dict) and models else None
-    return Output(_text_at(data, "result", where), model, _int(usage.get("input_tokens")),
-                  _int(usage.get("output_tokens")), _str(data.get("stop_reason")))
+    return Output(
+        _text_at(data, "result", where),
+        model,
+        _int(usage.get("input_tokens")),
+        _int(usage.get("output_tokens")),
+        _str(data.get("stop_reason")),
+    )
 
 
 def _gemini(data: Any, where: str) -> Output:
@@ -113,14 +130,18 @@ def _gemini(data: Any, where: str) -> Output:
     if isinstance(error, dict) and error:
         raise LLMError(f"{where} reported an error: {one_line(str(error.get('message') or error), 300)}")
     stats = _mapping(data.get("stats"))
-    models = {name: _mapping(m.get("tokens")) for name, m in _mapping(stats.get("models")).items()
-              if isinstance(m, dict)}
+    models = {
+        name: _mapping(m.get("tokens")) for name, m in _mapping(stats.get("models")).items() if isinstance(m, dict)
+    }
     prompt = [_int(t.get("prompt")) for t in models.values()]
     candidates = [_int(t.get("candidates")) for t in models.values()]
     model = max(models, key=lambda m: _int(models[m].get("candidates")) or 0) if models else None
-    return Output(_text_at(data, "response", where), model,
-                  sum(n for n in prompt if n is not None) if models else None,
-                  sum(n for n in candidates if n is not None) if models else None)
+    return Output(
+        _text_at(data, "response", where),
+        model,
+        sum(n for n in prompt if n is not None) if models else None,
+        sum(n for n in candidates if n is not None) if models else None,
+    )
 
 
 def _output_tokens(usage: Any) -> int:
@@ -129,12 +150,24 @@ def _output_tokens(usage: Any) -> int:
 
 PRESETS: dict[str, Preset] = {
     # Claude Code 2.x: print mode, JSON envelope, no built-in tools, none of the user's MCP servers.
-    "claude": Preset("claude", ("-p", "--output-format", "json", "--tools", "", "--strict-mcp-config"), "--model",
-                     "json", drop_env=("CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT"), parse_json=_claude),
+    "claude": Preset(
+        "claude",
+        ("-p", "--output-format", "json", "--tools", "", "--strict-mcp-config"),
+        "--model",
+        "json",
+        drop_env=("CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT"),
+        parse_json=_claude,
+    ),
     # Codex CLI: `codex exec`, read-only sandbox, no session files, the last message to a file, prompt from stdin.
-    "codex": Preset("codex", ("exec", "--skip-git-repo-check", "--sandbox", "read-only", "--ephemeral",
-                              "--color", "never"), "--model", "text", tail=("-",), images_flag="--image",
-                    output_file_flag="--output-last-message"),
+    "codex": Preset(
+        "codex",
+        ("exec", "--skip-git-repo-check", "--sandbox", "read-only", "--ephemeral", "--color", "never"),
+        "--model",
+        "text",
+        tail=("-",),
+        images_flag="--image",
+        output_file_flag="--output-last-message",
+    ),
     # Gemini CLI: headless because stdin is not a terminal; the piped text is the prompt.
     "gemini": Preset("gemini", ("--output-format", "json"), "--model", "json", parse_json=_gemini),
     # llm (Simon Willison's CLI): reads the prompt from stdin, prints the answer.
@@ -172,20 +205,29 @@ class CommandAdapter:
         if status != 0:
             raise LLMError(self._failure(status, stdout, stderr), provider=self.config.name)
         if len(written) > MAX_STDOUT:  # read no further: a runaway CLI must not take the proxy's memory
-            raise LLMError(f"{self.label} wrote more than {MAX_STDOUT // (1024 * 1024)} MiB to its answer file",
-                           provider=self.config.name)
+            raise LLMError(
+                f"{self.label} wrote more than {MAX_STDOUT // (1024 * 1024)} MiB to its answer file",
+                provider=self.config.name,
+            )
         uses_file = (self.preset is not None and self.preset.output_file_flag is not None) or (
-            self.preset is None and any("{output_file}" in a for a in self.spec.argv))
+            self.preset is None and any("{output_file}" in a for a in self.spec.argv)
+        )
         out = self._parse(written if uses_file and written else stdout)
         text, stop = _apply_stop_sequences(out.text, params.get("stopSequences") or [])
         stop_reason = stop or STOP_REASONS.get(out.stop_reason or "", out.stop_reason or "endTurn")
-        return Completion(content=[{"type": "text", "text": text}], model=out.model or model,
-                          stop_reason=stop_reason, input_tokens=out.input_tokens, output_tokens=out.output_tokens)
+        return Completion(
+            content=[{"type": "text", "text": text}],
+            model=out.model or model,
+            stop_reason=stop_reason,
+            input_tokens=out.input_tokens,
+            output_tokens=out.output_tokens,
+        )
 
     # -- the command line ----------------------------------------------------------------------
 
-    def _argv(self, model: str, prompt: str, output_file: str,
-              image_files: list[str]) -> tuple[list[str], bytes | None]:
+    def _argv(
+        self, model: str, prompt: str, output_file: str, image_files: list[str]
+    ) -> tuple[list[str], bytes | None]:
         """The argv to run and the bytes for its stdin (None: stdin is /dev/null)."""
         if self.preset is not None:
             preset = self.preset
@@ -204,7 +246,9 @@ class CommandAdapter:
             if len(prompt.encode("utf-8")) > MAX_ARG_BYTES:
                 raise UnsupportedContentError(
                     f"{self.label}: the prompt is {len(prompt.encode('utf-8')):,} bytes, more than one command-line "
-                    f"argument can hold ({MAX_ARG_BYTES + 1:,}); use prompt: stdin", provider=self.config.name)
+                    f"argument can hold ({MAX_ARG_BYTES + 1:,}); use prompt: stdin",
+                    provider=self.config.name,
+                )
             values["{prompt}"] = prompt
         argv = [_fill(arg, values) for arg in self.spec.argv]
         if via_arg and not any("{prompt}" in arg for arg in self.spec.argv):
@@ -213,7 +257,8 @@ class CommandAdapter:
             raise UnsupportedContentError(
                 f"{self.label}: the prompt starts with '-', which the command would read as an option (a server "
                 "could pass it any flag this way); use prompt: stdin, or put '--' before {prompt} in command:",
-                provider=self.config.name)
+                provider=self.config.name,
+            )
         return argv, None if via_arg else prompt.encode("utf-8")
 
     def _prompt_after_dashes(self) -> bool:
@@ -228,9 +273,13 @@ class CommandAdapter:
         """Image blocks of user messages, when this CLI takes image files (Codex's --image)."""
         if self.preset is None or self.preset.images_flag is None:
             return []
-        return [block for message in params.get("messages") or [] if message.get("role") == "user"
-                for block in as_blocks(message.get("content")) if isinstance(block, dict)
-                and block.get("type") == "image"]
+        return [
+            block
+            for message in params.get("messages") or []
+            if message.get("role") == "user"
+            for block in as_blocks(message.get("content"))
+            if isinstance(block, dict) and block.get("type") == "image"
+        ]
 
     # -- running it ----------------------------------------------------------------------------
 
@@ -249,17 +298,27 @@ class CommandAdapter:
         env = self.environment()
         executable = shutil.which(argv[0], path=env.get("PATH"))
         if executable is None:
-            hint = ("install it, or give its absolute path in `command:`; hosts often start servers with a short "
-                    "PATH, so the proxy may not see what your shell sees")
-            raise LLMError(f"{self.label}: command '{one_line(argv[0], 120)}' not found on PATH: {hint}",
-                           provider=self.config.name)
+            hint = (
+                "install it, or give its absolute path in `command:`; hosts often start servers with a short "
+                "PATH, so the proxy may not see what your shell sees"
+            )
+            raise LLMError(
+                f"{self.label}: command '{one_line(argv[0], 120)}' not found on PATH: {hint}", provider=self.config.name
+            )
         try:
             process = await anyio.open_process(
-                [executable, *argv[1:]], stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env=env, start_new_session=True)
+                [executable, *argv[1:]],
+                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=cwd,
+                env=env,
+                start_new_session=True,
+            )
         except OSError as exc:
-            raise LLMError(f"{self.label}: cannot run '{one_line(argv[0], 120)}': {exc.strerror or exc}",
-                           provider=self.config.name) from exc
+            raise LLMError(
+                f"{self.label}: cannot run '{one_line(argv[0], 120)}': {exc.strerror or exc}", provider=self.config.name
+            ) from exc
         stdout, stderr = bytearray(), bytearray()
         too_much = False
         finished = False
@@ -281,10 +340,14 @@ class CommandAdapter:
             raise LLMError(
                 f"{self.label} did not finish within its {self.config.total_timeout:g} s timeout and was stopped; "
                 f"raise llm.providers.{self.config.name}.timeout or use a faster model"
-                + self._stderr_note(bytes(stderr)), provider=self.config.name)
+                + self._stderr_note(bytes(stderr)),
+                provider=self.config.name,
+            )
         if too_much:
-            raise LLMError(f"{self.label} printed more than {MAX_STDOUT // (1024 * 1024)} MiB and was stopped",
-                           provider=self.config.name)
+            raise LLMError(
+                f"{self.label} printed more than {MAX_STDOUT // (1024 * 1024)} MiB and was stopped",
+                provider=self.config.name,
+            )
         return process.returncode or 0, bytes(stdout), bytes(stderr)
 
     # -- reading its answer --------------------------------------------------------------------
@@ -326,10 +389,10 @@ class CommandAdapter:
         text = stderr.decode("utf-8", errors="replace").strip()
         if not text:
             return ""
-        tail = text[-DETAIL_LIMIT * 4:]  # the end says what went wrong; the start is often a banner
+        tail = text[-DETAIL_LIMIT * 4 :]  # the end says what went wrong; the start is often a banner
         detail = one_line(_scrub(tail), DETAIL_LIMIT * 4)
         if len(detail) > DETAIL_LIMIT:
-            detail = "…" + detail[-(DETAIL_LIMIT - 1):]
+            detail = "…" + detail[-(DETAIL_LIMIT - 1) :]
         return f"; stderr: {_scrub(detail)}"
 
 
@@ -356,7 +419,8 @@ def render_prompt(config: ProviderConfig, params: dict[str, Any], *, images_ok: 
         raise UnsupportedContentError(
             f"{label}: command providers cannot use tools; the request offers {len(params['tools'])}. "
             "Route tool-using requests to an openai or anthropic provider (a rule's provider:)",
-            provider=config.name)
+            provider=config.name,
+        )
     turns: list[tuple[str, str]] = []
     image_count = 0
     for index, message in enumerate(params.get("messages") or []):
@@ -376,10 +440,12 @@ def render_prompt(config: ProviderConfig, params: dict[str, Any], *, images_ok: 
                 texts.append(f"[image {image_count} attached]")
             elif kind in ("tool_use", "tool_result"):
                 raise UnsupportedContentError(
-                    f"{label}: command providers cannot use tools ('{kind}' in {where})", provider=config.name)
+                    f"{label}: command providers cannot use tools ('{kind}' in {where})", provider=config.name
+                )
             else:
-                why = "this CLI takes text only" + ("" if kind != "image" else
-                                                    " (of the presets, only codex takes images)")
+                why = "this CLI takes text only" + (
+                    "" if kind != "image" else " (of the presets, only codex takes images)"
+                )
                 raise unsupported(config, str(kind), where, why)
         turns.append((role, "\n".join(texts)))
     system = params.get("systemPrompt")
@@ -397,8 +463,9 @@ def _write_images(config: ProviderConfig, blocks: list[dict[str, Any]], director
         try:
             data = base64.b64decode(block.get("data") or "", validate=True)
         except (binascii.Error, ValueError):
-            raise UnsupportedContentError(f"provider '{config.name}' (command): image {number} is not valid base64",
-                                          provider=config.name) from None
+            raise UnsupportedContentError(
+                f"provider '{config.name}' (command): image {number} is not valid base64", provider=config.name
+            ) from None
         path = directory / f"image-{number}{IMAGE_SUFFIXES.get(str(block.get('mimeType')).lower(), '.img')}"
         path.write_bytes(data)
         paths.append(str(path))
@@ -434,8 +501,9 @@ async def _feed(process: Process, data: bytes | None) -> None:
             await process.stdin.aclose()
 
 
-async def _drain(stream: ByteReceiveStream | None, into: bytearray, limit: int,
-                 over_limit: Callable[[], None] | None) -> None:
+async def _drain(
+    stream: ByteReceiveStream | None, into: bytearray, limit: int, over_limit: Callable[[], None] | None
+) -> None:
     """Read a pipe to its end. Past `limit` bytes: call `over_limit` (stdout: stop everything, the
     caller refuses the answer), or without one keep the last `limit` bytes (stderr)."""
     if stream is None:
@@ -536,5 +604,3 @@ def _scrub(text: str) -> str:
     text goes to the server in the error."""
     secrets = [v for k, v in os.environ.items() if _SECRET_NAME.search(k) and len(v) >= 8]
     return Redactor([*secrets, *known_secrets()], runs=True).redact(text)[0]
-
-

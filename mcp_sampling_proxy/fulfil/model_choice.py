@@ -97,8 +97,11 @@ def _weights(preferences: ModelPreferences | None) -> dict[str, float]:
     """The request's priorities above zero, by rating axis (validation checked they are numbers)."""
     if preferences is None:
         return {}
-    return {attr: float(value) for field, attr in _PRIORITIES if (value := getattr(preferences, field)) is not None
-            and value > 0}
+    return {
+        attr: float(value)
+        for field, attr in _PRIORITIES
+        if (value := getattr(preferences, field)) is not None and value > 0
+    }
 
 
 def _best(candidates: Sequence[Candidate], weights: Mapping[str, float]) -> Candidate:

@@ -79,8 +79,10 @@ class OpenAIAdapter(HttpAdapter):
         if azure is None:
             return self.endpoint
         deployment = quote(azure.deployment or model, safe="")
-        return (f"{self.base_url}/openai/deployments/{deployment}/chat/completions"
-                f"?api-version={quote(azure.api_version, safe='')}")
+        return (
+            f"{self.base_url}/openai/deployments/{deployment}/chat/completions"
+            f"?api-version={quote(azure.api_version, safe='')}"
+        )
 
     # -- MCP -> OpenAI -------------------------------------------------------------------------
 
@@ -99,8 +101,12 @@ class OpenAIAdapter(HttpAdapter):
         if reasoning and "temperature" in payload:
             # the API refuses any temperature but its default for these models: the server asked for
             # something the model cannot do, which is worth a note but not a failed request
-            log.info("temperature dropped: a reasoning model takes only its default", provider=self.config.name,
-                     model=model, temperature=payload.pop("temperature"))
+            log.info(
+                "temperature dropped: a reasoning model takes only its default",
+                provider=self.config.name,
+                model=model,
+                temperature=payload.pop("temperature"),
+            )
         return payload
 
     def _message(self, message: dict[str, Any], index: int) -> list[dict[str, Any]]:

@@ -64,15 +64,27 @@ def take(host: str, path: Path, data: bytes, reason: str, now: datetime | None =
             counter += 1
     with os.fdopen(fd, "wb") as f:
         f.write(data)
-    meta = {"host": host, "path": os.path.abspath(path), "taken": when.isoformat(timespec="seconds"),
-            "reason": reason, "size": len(data)}
+    meta = {
+        "host": host,
+        "path": os.path.abspath(path),
+        "taken": when.isoformat(timespec="seconds"),
+        "reason": reason,
+        "size": len(data),
+    }
     write_atomic(folder / f"{ident}.meta", (json.dumps(meta, indent=2) + "\n").encode("utf-8"), mode=0o600)
     return _from_meta(folder / ident, meta)
 
 
 def _from_meta(file: Path, meta: dict[str, Any]) -> Backup:
-    return Backup(file.name, str(meta.get("host", "?")), str(meta.get("path", "?")), str(meta.get("taken", "?")),
-                  str(meta.get("reason", "?")), int(meta.get("size", 0) or 0), file)
+    return Backup(
+        file.name,
+        str(meta.get("host", "?")),
+        str(meta.get("path", "?")),
+        str(meta.get("taken", "?")),
+        str(meta.get("reason", "?")),
+        int(meta.get("size", 0) or 0),
+        file,
+    )
 
 
 def listing() -> list[Backup]:
@@ -100,7 +112,9 @@ def find(ident: str) -> Backup:
     if len(matches) == 1:
         return matches[0]
     if not matches:
-        raise ConfigError(f"no backup '{ident}' in {backup_dir()} (`mcp-sampling-proxy unwrap --list-backups` "
-                          "lists them)")
-    raise ConfigError(f"'{ident}' matches {len(matches)} backups ({', '.join(b.id for b in matches[:5])}); give "
-                      "the whole ID")
+        raise ConfigError(
+            f"no backup '{ident}' in {backup_dir()} (`mcp-sampling-proxy unwrap --list-backups` lists them)"
+        )
+    raise ConfigError(
+        f"'{ident}' matches {len(matches)} backups ({', '.join(b.id for b in matches[:5])}); give the whole ID"
+    )

@@ -37,6 +37,7 @@ from mcp_sampling_proxy.hosts.yaml_doc import YamlDoc
 
 # -- the sidecar --------------------------------------------------------------------------------------
 
+
 def load_config(path: str | os.PathLike[str], host: str) -> ConfigDoc:
     """A host's config file, as the document class of its format."""
     path = Path(path)
@@ -94,8 +95,12 @@ class Sidecar:
     @staticmethod
     def _record_key(record: dict[str, Any]) -> tuple[Any, ...]:
         table = record.get("table")
-        return (record.get("host"), record.get("file"), tuple(table) if isinstance(table, list) else table,
-                record.get("server"))
+        return (
+            record.get("host"),
+            record.get("file"),
+            tuple(table) if isinstance(table, list) else table,
+            record.get("server"),
+        )
 
     @staticmethod
     def _parse(path: Path, raw: str) -> list[dict[str, Any]]:
@@ -105,8 +110,9 @@ class Sidecar:
             if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
                 raise TypeError
         except (ValueError, KeyError, TypeError):
-            raise ConfigError(f"{path}: not a record file written by mcp-sampling-proxy wrap; move it "
-                              "away and try again") from None
+            raise ConfigError(
+                f"{path}: not a record file written by mcp-sampling-proxy wrap; move it away and try again"
+            ) from None
         return records
 
     def _key(self, host: str, table: tuple[str, ...], server: str) -> tuple[Any, ...]:
@@ -118,8 +124,16 @@ class Sidecar:
 
     def put(self, host: str, table: tuple[str, ...], server: str, **fields: Any) -> None:
         self.remove(host, table, server)
-        self.records.append({"host": host, "file": self.config.name, "table": list(table), "server": server,
-                             "wrapped_at": datetime.now(UTC).isoformat(timespec="seconds"), **fields})
+        self.records.append(
+            {
+                "host": host,
+                "file": self.config.name,
+                "table": list(table),
+                "server": server,
+                "wrapped_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                **fields,
+            }
+        )
 
     def remove(self, host: str, table: tuple[str, ...], server: str) -> None:
         key = self._key(host, table, server)
@@ -145,8 +159,10 @@ class Sidecar:
             return
         document = {
             "note": "written by `mcp-sampling-proxy wrap`: the original text of each server entry it changed, so "
-                    "`mcp-sampling-proxy unwrap` can restore it exactly; may hold secrets from the config",
-            "version": 1, **extra, "records": records,
+            "`mcp-sampling-proxy unwrap` can restore it exactly; may hold secrets from the config",
+            "version": 1,
+            **extra,
+            "records": records,
         }
         text = json.dumps(document, indent=2, ensure_ascii=False, default=str) + "\n"
         path.parent.mkdir(mode=0o700, exist_ok=True)

@@ -90,8 +90,11 @@ class ConfigDoc:
             found = [VSCODE_SETTINGS_TABLE]
         if self.host == "claude-code" and isinstance(self.data.get("projects"), dict):
             for project, settings in self.data["projects"].items():
-                if isinstance(settings, dict) and isinstance(settings.get(spec.servers_key), dict) \
-                        and settings[spec.servers_key]:
+                if (
+                    isinstance(settings, dict)
+                    and isinstance(settings.get(spec.servers_key), dict)
+                    and settings[spec.servers_key]
+                ):
                     found.append(("projects", project, spec.servers_key))
         return found
 
@@ -131,8 +134,10 @@ class ConfigDoc:
         except ConfigError as exc:
             raise ConfigError(f"{self.path}: editing '{name}' would break the file ({exc}); nothing written") from None
         if not same_data(got, self._expected(table, name, value)):
-            raise ConfigError(f"{self.path}: editing '{name}' in place did not give the expected result "
-                              "(an unusual layout?); nothing written")
+            raise ConfigError(
+                f"{self.path}: editing '{name}' in place did not give the expected result "
+                "(an unusual layout?); nothing written"
+            )
         return text
 
 
@@ -140,8 +145,12 @@ def in_place_edit(old: dict[str, Any], new: dict[str, Any], *, has_command: bool
     """The keys `new` adds, and whether the entry can be edited value by value (what wrap and unwrap
     do: values change, `args` may be added after `command`, the order stays) instead of written anew."""
     added = [k for k in new if k not in old]
-    in_place = all(k in new for k in old) and set(added) <= {"args"} and (not added or has_command) \
+    in_place = (
+        all(k in new for k in old)
+        and set(added) <= {"args"}
+        and (not added or has_command)
         and list(new) == _order_after_insert(list(old), added)
+    )
     return added, in_place
 
 

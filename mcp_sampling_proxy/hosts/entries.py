@@ -10,8 +10,7 @@ from mcp_sampling_proxy.hosts.registry import HOSTS
 
 PROXY_NAMES = ("mcp-sampling-proxy", "mcp-sampling-proxy.exe")
 PROXY_MODULE = "mcp_sampling_proxy"
-_PROXY_VALUE_OPTIONS = ("--policy", "--name", "--url", "--header", "--log-level", "--log-format",
-                        "--max-message-bytes")
+_PROXY_VALUE_OPTIONS = ("--policy", "--name", "--url", "--header", "--log-level", "--log-format", "--max-message-bytes")
 
 
 @dataclass
@@ -118,7 +117,7 @@ def parse_proxy_args(args: list[Any]) -> ProxyArgs:
     while i < len(items):
         item = items[i]
         if item == "--":
-            out.command = items[i + 1:]
+            out.command = items[i + 1 :]
             break
         name, eq, value = item.partition("=")
         if eq and name in _PROXY_VALUE_OPTIONS:

@@ -22,10 +22,16 @@ class JsonDoc(ConfigDoc):
         return parse_jsonc(text, str(self.path)).value
 
     def servers(self, table: tuple[str, ...]) -> dict[str, Any]:
-        if self.host == "continue" and table == ("mcpServers",) and "mcpServers" not in self.data \
-                and ("command" in self.data or "url" in self.data):
-            raise ConfigError(f"{self.path}: holds one server without a name (Continue's single-server JSON), which "
-                              'this tool does not edit; write it as {"mcpServers": {"NAME": {...}}}')
+        if (
+            self.host == "continue"
+            and table == ("mcpServers",)
+            and "mcpServers" not in self.data
+            and ("command" in self.data or "url" in self.data)
+        ):
+            raise ConfigError(
+                f"{self.path}: holds one server without a name (Continue's single-server JSON), which "
+                'this tool does not edit; write it as {"mcpServers": {"NAME": {...}}}'
+            )
         return super().servers(table)
 
     def _member(self, path: tuple[str, ...]) -> JMember:
@@ -47,20 +53,25 @@ class JsonDoc(ConfigDoc):
         entry = self._member((*table, name))
         members = entry.node.members or {}
         newline, unit = newline_of(text), indent_unit(text)
-        entry_multiline = "\n" in text[entry.node.start:entry.node.end]
+        entry_multiline = "\n" in text[entry.node.start : entry.node.end]
         added, in_place = in_place_edit(old, new, has_command="command" in members)
         if not in_place:  # the entry's shape changes: write it anew in the file's style
             base = line_indent(text, entry.key_start)
             rendered = render_json(new, unit=unit, base=base, newline=newline, multiline=entry_multiline)
-            return text[:entry.node.start] + rendered + text[entry.node.end:]
+            return text[: entry.node.start] + rendered + text[entry.node.end :]
         edits: list[tuple[int, int, str]] = []
         for key, member in members.items():
             if key in new and not same_data(new[key], old[key]):
                 node = member.node
-                multiline = "\n" in text[node.start:node.end]
+                multiline = "\n" in text[node.start : node.end]
                 base = line_indent(text, member.key_start)
-                edits.append((node.start, node.end,
-                              render_json(new[key], unit=unit, base=base, newline=newline, multiline=multiline)))
+                edits.append(
+                    (
+                        node.start,
+                        node.end,
+                        render_json(new[key], unit=unit, base=base, newline=newline, multiline=multiline),
+                    )
+                )
         if added:
             command = members["command"]
             base = line_indent(text, command.key_start)

@@ -29,59 +29,176 @@ class Host:
     reload: str  # how to make the host pick up the change
 
 
-HOSTS: dict[str, Host] = {h.name: h for h in (
-    Host("claude-desktop", "Claude Desktop", "json", "mcpServers", ("user",), "JSON", ("url",),
-         "no", "no", "quit Claude Desktop completely and start it again"),
-    Host("claude-code", "Claude Code", "json", "mcpServers", ("user", "project", "local"), "JSON", ("url",),
-         "no", "no", "start a new claude session (check with /mcp)"),
-    Host("cursor", "Cursor", "json", "mcpServers", ("user", "project"), "JSON", ("url",),
-         "yes", "no", "turn the server off and on in Cursor Settings > MCP"),
-    Host("vscode", "VS Code", "json", "servers", ("user", "project", "settings"), "JSONC (comments, trailing commas)",
-         ("url",),
-         "yes", "yes", "restart the server (command palette: MCP: List Servers)"),
-    Host("windsurf", "Windsurf", "json", "mcpServers", ("user",), "JSON", ("serverUrl", "url"),
-         "no", "no", "press refresh in Windsurf's MCP settings"),
-    Host("gemini", "Gemini CLI", "json", "mcpServers", ("user", "project"), "JSON with comments",
-         ("httpUrl", "url"), "no", "no", "run /mcp refresh, or start gemini again"),
-    Host("codex", "Codex", "toml", "mcp_servers", ("user", "project"), "TOML", ("url",),
-         "yes", "no", "start a new codex session"),
-    # https://zed.dev/docs/ai/mcp: `context_servers` in settings.json (JSONC), {command, args, env} or
-    # {url, headers}; "Tools and Prompts" only, so no elicitation or sampling.
-    Host("zed", "Zed", "json", "context_servers", ("user", "project"), "JSONC (comments, trailing commas)", ("url",),
-         "no", "no", "Zed restarts a context server when its settings change (else: agent panel > settings, "
-         "toggle the server)"),
-    # https://docs.cline.bot/mcp/configuring-mcp-servers: cline_mcp_settings.json in the VS Code extension's
-    # global storage, `mcpServers` with Cline's own keys (disabled, autoApprove, timeout, type/transportType).
-    Host("cline", "Cline", "json", "mcpServers", ("user",), "JSON", ("url",),
-         "no", "no", "Cline reloads the file when it changes (else: MCP Servers > Installed > Restart Server)"),
-    # https://lmstudio.ai/docs/app/mcp: ~/.lmstudio/mcp.json, "Cursor's mcp.json notation" (`mcpServers`).
-    Host("lmstudio", "LM Studio", "json", "mcpServers", ("user",), "JSON", ("url",),
-         "no", "no", "save mcp.json in LM Studio's editor, or restart LM Studio"),
-    # https://docs.continue.dev/reference (config.yaml) and /customize/deep-dives/mcp: `mcpServers:` is a
-    # LIST of {name, command, args, env, cwd, type: stdio|sse|streamable-http, url, requestOptions: {headers}}
-    # in ~/.continue/config.yaml; a workspace has block files .continue/mcpServers/*.yaml (name, version,
-    # schema, mcpServers) and Claude-style JSON files there. Its MCP client declares no capabilities
-    # (core/context/mcp/MCPConnection.ts: `capabilities: {}`).
-    Host("continue", "Continue", "yaml", "mcpServers", ("user", "project"),
-         "YAML (JSON files in .continue/mcpServers/)", ("url",),
-         "no", "no", "Continue reloads its config when a file changes (else: command palette, Continue: Reload)"),
-)}
+HOSTS: dict[str, Host] = {
+    h.name: h
+    for h in (
+        Host(
+            "claude-desktop",
+            "Claude Desktop",
+            "json",
+            "mcpServers",
+            ("user",),
+            "JSON",
+            ("url",),
+            "no",
+            "no",
+            "quit Claude Desktop completely and start it again",
+        ),
+        Host(
+            "claude-code",
+            "Claude Code",
+            "json",
+            "mcpServers",
+            ("user", "project", "local"),
+            "JSON",
+            ("url",),
+            "no",
+            "no",
+            "start a new claude session (check with /mcp)",
+        ),
+        Host(
+            "cursor",
+            "Cursor",
+            "json",
+            "mcpServers",
+            ("user", "project"),
+            "JSON",
+            ("url",),
+            "yes",
+            "no",
+            "turn the server off and on in Cursor Settings > MCP",
+        ),
+        Host(
+            "vscode",
+            "VS Code",
+            "json",
+            "servers",
+            ("user", "project", "settings"),
+            "JSONC (comments, trailing commas)",
+            ("url",),
+            "yes",
+            "yes",
+            "restart the server (command palette: MCP: List Servers)",
+        ),
+        Host(
+            "windsurf",
+            "Windsurf",
+            "json",
+            "mcpServers",
+            ("user",),
+            "JSON",
+            ("serverUrl", "url"),
+            "no",
+            "no",
+            "press refresh in Windsurf's MCP settings",
+        ),
+        Host(
+            "gemini",
+            "Gemini CLI",
+            "json",
+            "mcpServers",
+            ("user", "project"),
+            "JSON with comments",
+            ("httpUrl", "url"),
+            "no",
+            "no",
+            "run /mcp refresh, or start gemini again",
+        ),
+        Host(
+            "codex",
+            "Codex",
+            "toml",
+            "mcp_servers",
+            ("user", "project"),
+            "TOML",
+            ("url",),
+            "yes",
+            "no",
+            "start a new codex session",
+        ),
+        # https://zed.dev/docs/ai/mcp: `context_servers` in settings.json (JSONC), {command, args, env} or
+        # {url, headers}; "Tools and Prompts" only, so no elicitation or sampling.
+        Host(
+            "zed",
+            "Zed",
+            "json",
+            "context_servers",
+            ("user", "project"),
+            "JSONC (comments, trailing commas)",
+            ("url",),
+            "no",
+            "no",
+            "Zed restarts a context server when its settings change (else: agent panel > settings, toggle the server)",
+        ),
+        # https://docs.cline.bot/mcp/configuring-mcp-servers: cline_mcp_settings.json in the VS Code extension's
+        # global storage, `mcpServers` with Cline's own keys (disabled, autoApprove, timeout, type/transportType).
+        Host(
+            "cline",
+            "Cline",
+            "json",
+            "mcpServers",
+            ("user",),
+            "JSON",
+            ("url",),
+            "no",
+            "no",
+            "Cline reloads the file when it changes (else: MCP Servers > Installed > Restart Server)",
+        ),
+        # https://lmstudio.ai/docs/app/mcp: ~/.lmstudio/mcp.json, "Cursor's mcp.json notation" (`mcpServers`).
+        Host(
+            "lmstudio",
+            "LM Studio",
+            "json",
+            "mcpServers",
+            ("user",),
+            "JSON",
+            ("url",),
+            "no",
+            "no",
+            "save mcp.json in LM Studio's editor, or restart LM Studio",
+        ),
+        # https://docs.continue.dev/reference (config.yaml) and /customize/deep-dives/mcp: `mcpServers:` is a
+        # LIST of {name, command, args, env, cwd, type: stdio|sse|streamable-http, url, requestOptions: {headers}}
+        # in ~/.continue/config.yaml; a workspace has block files .continue/mcpServers/*.yaml (name, version,
+        # schema, mcpServers) and Claude-style JSON files there. Its MCP client declares no capabilities
+        # (core/context/mcp/MCPConnection.ts: `capabilities: {}`).
+        Host(
+            "continue",
+            "Continue",
+            "yaml",
+            "mcpServers",
+            ("user", "project"),
+            "YAML (JSON files in .continue/mcpServers/)",
+            ("url",),
+            "no",
+            "no",
+            "Continue reloads its config when a file changes (else: command palette, Continue: Reload)",
+        ),
+    )
+}
 # VS Code before 1.102 kept servers in settings.json under "mcp": {"servers": ...} (it moves them to
 # mcp.json itself since); `--scope settings` edits that table in the user settings.json.
 VSCODE_SETTINGS_TABLE = ("mcp", "servers")
 # Where the elicitation/sampling columns come from: the capabilities each host declares in its
 # `initialize` request (public records of them, late 2025). The proxy itself goes by what the
 # host really declares at run time; this table only helps choose approval channels up front.
-HOST_SUPPORT_NOTE = ("as declared by each host's initialize request in late 2025; the proxy checks the "
-                     "real capabilities at run time")
+HOST_SUPPORT_NOTE = (
+    "as declared by each host's initialize request in late 2025; the proxy checks the real capabilities at run time"
+)
 
 # Keys of a remote entry that describe the connection (dropped when it becomes a stdio entry).
 CODEX_HTTP_KEYS = ("url", "bearer_token", "bearer_token_env_var", "http_headers", "env_http_headers")
 
 
-def config_path(host: str, scope: str = "user", *, project_dir: str | os.PathLike[str] | None = None,
-                environ: dict[str, str] | None = None, platform: str | None = None,
-                home: str | None = None) -> PurePath:
+def config_path(
+    host: str,
+    scope: str = "user",
+    *,
+    project_dir: str | os.PathLike[str] | None = None,
+    environ: dict[str, str] | None = None,
+    platform: str | None = None,
+    home: str | None = None,
+) -> PurePath:
     """The file `host` reads for `scope` on `platform` (default: this machine).
 
     `local` is Claude Code's per-project scope: the user file (`~/.claude.json`), whose
@@ -128,8 +245,15 @@ def config_path(host: str, scope: str = "user", *, project_dir: str | os.PathLik
         xdg = environ.get("XDG_CONFIG_HOME")
         return (pure(xdg) if xdg and pure(xdg).is_absolute() else home_path / ".config") / "zed" / "settings.json"
     if host == "cline":
-        return (app_config_dir() / "Code" / "User" / "globalStorage" / "saoudrizwan.claude-dev" / "settings"
-                / "cline_mcp_settings.json")
+        return (
+            app_config_dir()
+            / "Code"
+            / "User"
+            / "globalStorage"
+            / "saoudrizwan.claude-dev"
+            / "settings"
+            / "cline_mcp_settings.json"
+        )
     if host == "lmstudio":
         return home_path / ".lmstudio" / "mcp.json"
     if host == "continue":  # project: the folder of block files (`config_files` lists them)
@@ -164,8 +288,11 @@ def config_files(path: Path) -> list[Path]:
 def servers_table(host: str, scope: str = "user", project_dir: str | os.PathLike[str] | None = None) -> tuple[str, ...]:
     """The key path of the table of server entries in the host's file."""
     if host == "claude-code" and scope == "local":
-        return ("projects", os.path.abspath(project_dir if project_dir is not None else os.getcwd()),
-                HOSTS[host].servers_key)
+        return (
+            "projects",
+            os.path.abspath(project_dir if project_dir is not None else os.getcwd()),
+            HOSTS[host].servers_key,
+        )
     if host == "vscode" and scope == "settings":
         return VSCODE_SETTINGS_TABLE
     return (HOSTS[host].servers_key,)

@@ -30,12 +30,12 @@ class TomlDoc(ConfigDoc):
             message = str(exc)
             match = re.search(r"\s*\(at line (\d+), column (\d+)\)$", message)
             if match:
-                message = message[:match.start()]
+                message = message[: match.start()]
                 raise ConfigError(f"{self.path}:{match.group(1)}:{match.group(2)}: {message}") from None
             match = re.search(r"\s*\(at end of document\)$", message)
             if match:
                 line = text.count("\n") + 1
-                raise ConfigError(f"{self.path}:{line}:1: {message[:match.start()]} (at the end)") from None
+                raise ConfigError(f"{self.path}:{line}:1: {message[: match.start()]} (at the end)") from None
             raise ConfigError(f"{self.path}: {message}") from None
 
     def _document(self) -> tomlkit.TOMLDocument:
@@ -52,8 +52,10 @@ class TomlDoc(ConfigDoc):
         for key in (*table, name):
             node = node[key]
         if not isinstance(node, tomlkit.items.Table | tomlkit.items.InlineTable):
-            raise ConfigError(f"{self.path}: server '{name}' is not written as a [{'.'.join((*table, name))}] table "
-                              "or an inline table, which is all this tool edits; move it into its own table")
+            raise ConfigError(
+                f"{self.path}: server '{name}' is not written as a [{'.'.join((*table, name))}] table "
+                "or an inline table, which is all this tool edits; move it into its own table"
+            )
         return node
 
     def entry_text(self, table: tuple[str, ...], name: str) -> str:
@@ -64,8 +66,10 @@ class TomlDoc(ConfigDoc):
         body = self.entry_text(table, name)
         start = self.text.find(body)
         if start < 0 or self.text.find(body, start + 1) >= 0:
-            raise ConfigError(f"{self.path}: cannot tell where server '{name}' is written (its text is not in one "
-                              "place, or appears twice)")
+            raise ConfigError(
+                f"{self.path}: cannot tell where server '{name}' is written (its text is not in one "
+                "place, or appears twice)"
+            )
         return start, start + len(body)
 
     def _replace(self, table: tuple[str, ...], name: str, old: dict[str, Any], new: dict[str, Any]) -> str:
@@ -94,11 +98,11 @@ def _reshape_array(array: Any, old: Any, new: Any) -> bool:
     arguments in front, unwrap takes them off), so its items keep their layout and indentation."""
     if not (isinstance(array, tomlkit.items.Array) and isinstance(old, list) and isinstance(new, list)):
         return False
-    if len(new) >= len(old) and same_data(new[len(new) - len(old):], old):
-        for value in reversed(new[:len(new) - len(old)]):
+    if len(new) >= len(old) and same_data(new[len(new) - len(old) :], old):
+        for value in reversed(new[: len(new) - len(old)]):
             array.insert(0, value)
         return True
-    if len(new) < len(old) and same_data(old[len(old) - len(new):], new):
+    if len(new) < len(old) and same_data(old[len(old) - len(new) :], new):
         for _ in range(len(old) - len(new)):
             array.pop(0)
         return True

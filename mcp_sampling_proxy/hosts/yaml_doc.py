@@ -149,8 +149,10 @@ class YamlDoc(ConfigDoc):
         if not found:
             return None
         if len(found) > 1:
-            raise ConfigError(f"{self._line(pairs[found[1]][0])}: a second {SERVERS_KEY}: key; YAML keeps only one "
-                              "of them, so merge the two lists")
+            raise ConfigError(
+                f"{self._line(pairs[found[1]][0])}: a second {SERVERS_KEY}: key; YAML keeps only one "
+                "of them, so merge the two lists"
+            )
         i = found[0]
         end = pairs[i + 1][0].start_mark.index if i + 1 < len(pairs) else len(self.text)
         return pairs[i][0], pairs[i][1], end
@@ -164,9 +166,11 @@ class YamlDoc(ConfigDoc):
                     continue
                 anchor = getattr(event, "anchor", None)
                 if anchor:  # an anchor (&name) or an alias (*name)
-                    raise ConfigError(f"{self.path}:{mark.line + 1}: {SERVERS_KEY} uses a YAML anchor or alias "
-                                      f"(&{anchor} / *{anchor}), a value shared with other places; "
-                                      "this tool does not edit shared values: write the value out in each place")
+                    raise ConfigError(
+                        f"{self.path}:{mark.line + 1}: {SERVERS_KEY} uses a YAML anchor or alias "
+                        f"(&{anchor} / *{anchor}), a value shared with other places; "
+                        "this tool does not edit shared values: write the value out in each place"
+                    )
         except yaml.YAMLError as exc:
             raise self._error(exc) from None
 
@@ -183,8 +187,10 @@ class YamlDoc(ConfigDoc):
                 self._items = items
                 return items
             if not isinstance(value, SequenceNode):
-                raise ConfigError(f"{self._line(value)}: {SERVERS_KEY} is not a list of server entries "
-                                  "(Continue's form: '- name: NAME' items with command/args or url)")
+                raise ConfigError(
+                    f"{self._line(value)}: {SERVERS_KEY} is not a list of server entries "
+                    "(Continue's form: '- name: NAME' items with command/args or url)"
+                )
             data = self.data.get(SERVERS_KEY)
             assert isinstance(data, list) and len(data) == len(value.value)
             for position, (node, entry) in enumerate(zip(value.value, data, strict=True)):
@@ -192,24 +198,31 @@ class YamlDoc(ConfigDoc):
                     raise ConfigError(f"{self._line(node)}: an item of {SERVERS_KEY} is not a mapping")
                 keys = [k.value for k, _ in node.value if isinstance(k, ScalarNode)]
                 if len(keys) != len(node.value) or "<<" in keys:
-                    raise ConfigError(f"{self._line(node)}: an entry of {SERVERS_KEY} uses a merge key (<<) or a "
-                                      "complex key; this tool does not edit those: write the keys out")
+                    raise ConfigError(
+                        f"{self._line(node)}: an entry of {SERVERS_KEY} uses a merge key (<<) or a "
+                        "complex key; this tool does not edit those: write the keys out"
+                    )
                 repeated = sorted({k for k in keys if keys.count(k) > 1})
                 if repeated:
-                    raise ConfigError(f"{self._line(node)}: the key {repeated[0]!r} appears twice in this entry "
-                                      "(YAML keeps the last one); remove one")
+                    raise ConfigError(
+                        f"{self._line(node)}: the key {repeated[0]!r} appears twice in this entry "
+                        "(YAML keeps the last one); remove one"
+                    )
                 if "name" not in entry:
                     if "uses" in entry:
                         continue  # a hub block (`uses: owner/block`): nothing local to wrap
-                    raise ConfigError(f"{self._line(node)}: an entry of {SERVERS_KEY} has no name: Continue "
-                                      "needs one (name: NAME)")
+                    raise ConfigError(
+                        f"{self._line(node)}: an entry of {SERVERS_KEY} has no name: Continue needs one (name: NAME)"
+                    )
                 name = entry["name"]
                 if not isinstance(name, str):
                     raise ConfigError(f"{self._line(node)}: the entry's name {name!r} is not a string; quote it")
                 if name in items:
                     first = items[name][0]
-                    raise ConfigError(f"{self._line(node)}: a second server named {name!r} (the first is at line "
-                                      f"{first.start_mark.line + 1}); this tool finds entries by name: rename one")
+                    raise ConfigError(
+                        f"{self._line(node)}: a second server named {name!r} (the first is at line "
+                        f"{first.start_mark.line + 1}); this tool finds entries by name: rename one"
+                    )
                 items[name] = (node, position)
         self._items = items
         return items
@@ -258,7 +271,7 @@ class YamlDoc(ConfigDoc):
             for key, value in new.items():
                 if key in members and same_data(old.get(key), value):
                     key_node, value_node = members[key]
-                    lines.append(text[key_node.start_mark.index:tight_end(text, value_node)])
+                    lines.append(text[key_node.start_mark.index : tight_end(text, value_node)])
                 else:
                     lines.append(f"{yaml_key(key)}: {yaml_flow(value)}")
             edits.append((item.start_mark.index, tight_end(text, item), (newline + indent).join(lines)))
@@ -270,17 +283,22 @@ class YamlDoc(ConfigDoc):
         """The edit that turns `node` (holding `old`) into `new`. A block list that gains items in front
         (wrap) or loses them (unwrap) keeps its layout: one `- item` line each, at the list's column."""
         text = self.text
-        if isinstance(node, SequenceNode) and not node.flow_style and isinstance(old, list) \
-                and isinstance(new, list) and new:
+        if (
+            isinstance(node, SequenceNode)
+            and not node.flow_style
+            and isinstance(old, list)
+            and isinstance(new, list)
+            and new
+        ):
             column = node.start_mark.column
             dash = node.start_mark.index
-            if len(new) > len(old) and same_data(new[len(new) - len(old):], old):
-                lines = "".join(f"- {yaml_flow(v)}{newline}{' ' * column}" for v in new[:len(new) - len(old)])
+            if len(new) > len(old) and same_data(new[len(new) - len(old) :], old):
+                lines = "".join(f"- {yaml_flow(v)}{newline}{' ' * column}" for v in new[: len(new) - len(old)])
                 return dash, dash, lines
-            if len(new) < len(old) and same_data(old[len(old) - len(new):], new):
+            if len(new) < len(old) and same_data(old[len(old) - len(new) :], new):
                 first_kept = node.value[len(old) - len(new)]
                 line_start = text.rfind("\n", 0, first_kept.start_mark.index) + 1
                 kept_dash = line_start + column
-                if text[kept_dash:kept_dash + 1] == "-" and text[line_start:kept_dash].strip() == "":
+                if text[kept_dash : kept_dash + 1] == "-" and text[line_start:kept_dash].strip() == "":
                     return dash, kept_dash, ""
         return node.start_mark.index, tight_end(text, node), yaml_flow(new)

@@ -54,8 +54,13 @@ class Facts:
 
 
 def facts_for_sampling(
-    request: SamplingRequest, *, server: str, host: str, tools_in_flight: tuple[str, ...],
-    server_reported: str | None = None, model_chosen: str | None = None,
+    request: SamplingRequest,
+    *,
+    server: str,
+    host: str,
+    tools_in_flight: tuple[str, ...],
+    server_reported: str | None = None,
+    model_chosen: str | None = None,
 ) -> Facts:
     """The facts of a validated `sampling/createMessage` request: scalars from the SDK's model,
     content blocks through the one walker (over the validated wire form). The text is every string

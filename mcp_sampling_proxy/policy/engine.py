@@ -49,12 +49,16 @@ def decide(rules: Sequence[Rule], facts: Facts) -> Decision:
         return _decide_one(rules, facts)
     order = {rule.name: index for index, rule in enumerate(rules)}
     outcomes = [_decide_one(rules, replace(facts, tool=tool)) for tool in candidates]
-    index = max(range(len(outcomes)), key=lambda i: (STRICTNESS.get(outcomes[i].action, 1),
-                                                     -order.get(outcomes[i].rule, len(rules)), -i))
+    index = max(
+        range(len(outcomes)),
+        key=lambda i: (STRICTNESS.get(outcomes[i].action, 1), -order.get(outcomes[i].rule, len(rules)), -i),
+    )
     chosen = outcomes[index]
     shown = ", ".join(f"'{t}'" for t in candidates)
-    why = (f"{chosen.reason} for tool '{candidates[index]}', the strictest outcome of the {len(candidates)} "
-           f"tool calls in flight ({shown}), any of which could have sent the request")
+    why = (
+        f"{chosen.reason} for tool '{candidates[index]}', the strictest outcome of the {len(candidates)} "
+        f"tool calls in flight ({shown}), any of which could have sent the request"
+    )
     return replace(chosen, reason=why, tool=candidates[index])
 
 

@@ -66,8 +66,10 @@ def check_caps(params: dict[str, Any], caps: SizeCapsLike, *, request_bytes: int
     if caps.max_request_bytes is not None:
         size = request_bytes if request_bytes is not None else serialized_size(params)
         if size > caps.max_request_bytes:
-            _refuse(f"the request is {size:,} bytes; the limit is {format_bytes(caps.max_request_bytes)}",
-                    "max_request_bytes")
+            _refuse(
+                f"the request is {size:,} bytes; the limit is {format_bytes(caps.max_request_bytes)}",
+                "max_request_bytes",
+            )
     messages = params.get("messages")
     if caps.max_messages is not None and isinstance(messages, list) and len(messages) > caps.max_messages:
         _refuse(f"the request holds {len(messages):,} messages; the limit is {caps.max_messages:,}", "max_messages")

@@ -30,12 +30,15 @@ SUBSCRIPTION_ID_META = "io.modelcontextprotocol/subscriptionId"
 UNSUPPORTED_PROTOCOL_VERSION = -32022
 
 # Results a 2026-07-28 client may cache, which must say for how long and for whom (SEP-2549).
-CACHEABLE = frozenset({"server/discover", "tools/list", "prompts/list", "resources/list",
-                       "resources/templates/list", "resources/read"})
+CACHEABLE = frozenset(
+    {"server/discover", "tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read"}
+)
 # 2026-07-28 subscription filter keys, and the server capability each needs (subscriptions/listen).
-LIST_CHANGED = {"toolsListChanged": ("tools", "notifications/tools/list_changed"),
-                "promptsListChanged": ("prompts", "notifications/prompts/list_changed"),
-                "resourcesListChanged": ("resources", "notifications/resources/list_changed")}
+LIST_CHANGED = {
+    "toolsListChanged": ("tools", "notifications/tools/list_changed"),
+    "promptsListChanged": ("prompts", "notifications/prompts/list_changed"),
+    "resourcesListChanged": ("resources", "notifications/resources/list_changed"),
+}
 RESOURCE_UPDATED = "notifications/resources/updated"
 PROXY_NAME = "mcp-sampling-proxy"
 
@@ -46,8 +49,9 @@ def modern_version(params: Any) -> str | None:
     return version if isinstance(version, str) and version not in HANDSHAKE_VERSIONS else None
 
 
-def request_meta(version: str, client_info: dict[str, Any], capabilities: dict[str, Any],
-                 log_level: str | None = None) -> dict[str, Any]:
+def request_meta(
+    version: str, client_info: dict[str, Any], capabilities: dict[str, Any], log_level: str | None = None
+) -> dict[str, Any]:
     """The per-request `_meta` a 2026-era request carries (client info and capabilities copied)."""
     meta: dict[str, Any] = {PROTOCOL_VERSION_META: version, CLIENT_CAPS_META: copy.deepcopy(capabilities)}
     if client_info:
@@ -86,8 +90,11 @@ def retry_at_modern(error: Any) -> bool:
     2026 version this proxy speaks: a server may refuse a first request that way and take a retry."""
     error = as_object(error)
     supported = as_object(error.get("data")).get("supported")
-    return error.get("code") == UNSUPPORTED_PROTOCOL_VERSION and isinstance(supported, list) \
+    return (
+        error.get("code") == UNSUPPORTED_PROTOCOL_VERSION
+        and isinstance(supported, list)
         and any(v in MODERN_VERSIONS for v in supported)
+    )
 
 
 def initialize_params(meta: dict[str, Any], version: str = LATEST_HANDSHAKE) -> dict[str, Any]:
@@ -167,8 +174,11 @@ def honoured_filter(requested: dict[str, Any], capabilities: dict[str, Any]) -> 
 def listen_filter(capabilities: dict[str, Any], resources: list[str]) -> dict[str, Any]:
     """The `subscriptions/listen` filter that gives a handshake host what it would get directly: every
     list change the server announces, and updates of the resources it subscribed to."""
-    wanted: dict[str, Any] = {key: True for key, (capability, _m) in LIST_CHANGED.items()
-                              if as_object(capabilities.get(capability)).get("listChanged") is True}
+    wanted: dict[str, Any] = {
+        key: True
+        for key, (capability, _m) in LIST_CHANGED.items()
+        if as_object(capabilities.get(capability)).get("listChanged") is True
+    }
     if resources:
         wanted["resourceSubscriptions"] = list(resources)
     return wanted

@@ -53,8 +53,12 @@ class ModelPreferences:
         if prefs is None:
             return None
         hints = prefs.get("hints")
-        return cls(None if hints is None else tuple(ModelHint(h.get("name")) for h in hints),
-                   prefs.get("costPriority"), prefs.get("speedPriority"), prefs.get("intelligencePriority"))
+        return cls(
+            None if hints is None else tuple(ModelHint(h.get("name")) for h in hints),
+            prefs.get("costPriority"),
+            prefs.get("speedPriority"),
+            prefs.get("intelligencePriority"),
+        )
 
 
 @dataclass(frozen=True)
@@ -74,9 +78,17 @@ class CreateMessage:
     @classmethod
     def from_wire(cls, params: dict[str, Any]) -> CreateMessage:
         """From params `wire_checks.CREATE_MESSAGE` passed."""
-        return cls(params["messages"], params["maxTokens"], ModelPreferences.from_wire(params.get("modelPreferences")),
-                   params.get("systemPrompt"), params.get("includeContext"), params.get("temperature"),
-                   params.get("stopSequences"), params.get("tools"), params.get("toolChoice"))
+        return cls(
+            params["messages"],
+            params["maxTokens"],
+            ModelPreferences.from_wire(params.get("modelPreferences")),
+            params.get("systemPrompt"),
+            params.get("includeContext"),
+            params.get("temperature"),
+            params.get("stopSequences"),
+            params.get("tools"),
+            params.get("toolChoice"),
+        )
 
 
 @dataclass(frozen=True)
@@ -164,8 +176,10 @@ def content_types(params: dict[str, Any]) -> set[str]:
 
 def describe(params: dict[str, Any], *, server: str, tool: str | None, max_text: int = 2000) -> str:
     """A sanitised, human-readable summary for a console (approval or manual reply)."""
-    lines = [f"Server '{strip_controls(server)}' asks for an LLM completion"
-             + (f" (during tool call '{strip_controls(tool)}')" if tool else " (no host request in flight)")]
+    lines = [
+        f"Server '{strip_controls(server)}' asks for an LLM completion"
+        + (f" (during tool call '{strip_controls(tool)}')" if tool else " (no host request in flight)")
+    ]
     prefs = params.get("modelPreferences") or {}
     hints = [str(h["name"]) for h in prefs.get("hints") or [] if isinstance(h, dict) and h.get("name")]
     if hints:

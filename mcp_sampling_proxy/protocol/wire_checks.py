@@ -34,6 +34,7 @@ def _join(where: str, key: str | int) -> str:
 
 # -- scalars ----------------------------------------------------------------------------------------
 
+
 def text(value: Any, where: str) -> None:
     if not isinstance(value, str):
         raise Invalid(where, "Input should be a valid string")
@@ -68,6 +69,7 @@ def number_between(low: float, high: float) -> Check:
         number(value, where)
         if not low <= value <= high:
             raise Invalid(where, f"Input should be between {low:g} and {high:g}")
+
     return check
 
 
@@ -77,6 +79,7 @@ def one_of(*allowed: str) -> Check:
     def check(value: Any, where: str) -> None:
         if not isinstance(value, str) or value not in allowed:
             raise Invalid(where, f"Input should be {shown}")
+
     return check
 
 
@@ -86,14 +89,17 @@ def list_of(item: Check) -> Check:
             raise Invalid(where, "Input should be a valid list")
         for index, element in enumerate(value):
             item(element, _join(where, index))
+
     return check
 
 
 def optional(inner: Check) -> Check:
     """The field may be absent or null (the SDK's `X | None = None`)."""
+
     def check(value: Any, where: str) -> None:
         if value is not None:
             inner(value, where)
+
     return check
 
 
@@ -108,13 +114,18 @@ def request_meta(value: Any, where: str) -> None:
 
 # -- objects ----------------------------------------------------------------------------------------
 
+
 class Shape:
     """An object with known fields (wire name -> check); other keys are allowed. Required fields
     must be present; optional ones may be absent or null; defaulted ones may be absent, not null
     (the SDK's `x: T = default`)."""
 
-    def __init__(self, required: Mapping[str, Check] | None = None, optional_fields: Mapping[str, Check] | None = None,
-                 defaulted: Mapping[str, Check] | None = None):
+    def __init__(
+        self,
+        required: Mapping[str, Check] | None = None,
+        optional_fields: Mapping[str, Check] | None = None,
+        defaulted: Mapping[str, Check] | None = None,
+    ):
         self.required = dict(required or {})
         self.optional = {name: optional(check) for name, check in (optional_fields or {}).items()}
         self.optional.update(defaulted or {})
@@ -140,6 +151,7 @@ def by_type(shapes: Mapping[str, Check]) -> Check:
             raise Invalid(_join(where, "type"), "Field required")
         allowed(value["type"], _join(where, "type"))
         shapes[value["type"]](value, where)
+
     return check
 
 
@@ -149,19 +161,30 @@ def block_or_list(block: Check) -> Check:
 
     def check(value: Any, where: str) -> None:
         (many if isinstance(value, list) else block)(value, where)
+
     return check
 
 
 META = {"_meta": obj}
 ROLE = one_of("user", "assistant")
-ANNOTATIONS = Shape(optional_fields={"audience": list_of(ROLE), "priority": number_between(0.0, 1.0),
-                                     "lastModified": text})
+ANNOTATIONS = Shape(
+    optional_fields={"audience": list_of(ROLE), "priority": number_between(0.0, 1.0), "lastModified": text}
+)
 ICON = Shape({"src": text}, {"mimeType": text, "sizes": list_of(text), "theme": one_of("light", "dark")})
 TEXT = Shape({"text": text}, {"annotations": ANNOTATIONS, **META})
 MEDIA = Shape({"data": text, "mimeType": text}, {"annotations": ANNOTATIONS, **META})
-RESOURCE_LINK = Shape({"name": text, "uri": text},
-                      {"title": text, "description": text, "mimeType": text, "size": integer, "icons": list_of(ICON),
-                       "annotations": ANNOTATIONS, **META})
+RESOURCE_LINK = Shape(
+    {"name": text, "uri": text},
+    {
+        "title": text,
+        "description": text,
+        "mimeType": text,
+        "size": integer,
+        "icons": list_of(ICON),
+        "annotations": ANNOTATIONS,
+        **META,
+    },
+)
 
 
 def _resource_contents(value: Any, where: str) -> None:
@@ -179,36 +202,70 @@ def _resource_contents(value: Any, where: str) -> None:
 
 
 EMBEDDED = Shape({"resource": _resource_contents}, {"annotations": ANNOTATIONS, **META})
-CONTENT_BLOCK = by_type({"text": TEXT, "image": MEDIA, "audio": MEDIA, "resource_link": RESOURCE_LINK,
-                         "resource": EMBEDDED})
+CONTENT_BLOCK = by_type(
+    {"text": TEXT, "image": MEDIA, "audio": MEDIA, "resource_link": RESOURCE_LINK, "resource": EMBEDDED}
+)
 TOOL_USE = Shape({"name": text, "id": text, "input": obj}, META)
-TOOL_RESULT = Shape({"toolUseId": text}, {"structuredContent": anything, "isError": boolean, **META},
-                    defaulted={"content": list_of(CONTENT_BLOCK)})
-SAMPLING_BLOCK = by_type({"text": TEXT, "image": MEDIA, "audio": MEDIA, "tool_use": TOOL_USE,
-                          "tool_result": TOOL_RESULT})
+TOOL_RESULT = Shape(
+    {"toolUseId": text},
+    {"structuredContent": anything, "isError": boolean, **META},
+    defaulted={"content": list_of(CONTENT_BLOCK)},
+)
+SAMPLING_BLOCK = by_type(
+    {"text": TEXT, "image": MEDIA, "audio": MEDIA, "tool_use": TOOL_USE, "tool_result": TOOL_RESULT}
+)
 SAMPLING_MESSAGE = Shape({"role": ROLE, "content": block_or_list(SAMPLING_BLOCK)}, META)
-MODEL_PREFERENCES = Shape(optional_fields={
-    "hints": list_of(Shape(optional_fields={"name": text})),
-    "costPriority": number, "speedPriority": number, "intelligencePriority": number,
-})
-TOOL = Shape({"name": text, "inputSchema": obj}, {
-    "title": text, "description": text, "outputSchema": obj, "icons": list_of(ICON),
-    "execution": Shape(optional_fields={"taskSupport": one_of("forbidden", "optional", "required")}),
-    "annotations": Shape(optional_fields={"title": text, "readOnlyHint": boolean, "destructiveHint": boolean,
-                                          "idempotentHint": boolean, "openWorldHint": boolean}),
-    **META,
-})
+MODEL_PREFERENCES = Shape(
+    optional_fields={
+        "hints": list_of(Shape(optional_fields={"name": text})),
+        "costPriority": number,
+        "speedPriority": number,
+        "intelligencePriority": number,
+    }
+)
+TOOL = Shape(
+    {"name": text, "inputSchema": obj},
+    {
+        "title": text,
+        "description": text,
+        "outputSchema": obj,
+        "icons": list_of(ICON),
+        "execution": Shape(optional_fields={"taskSupport": one_of("forbidden", "optional", "required")}),
+        "annotations": Shape(
+            optional_fields={
+                "title": text,
+                "readOnlyHint": boolean,
+                "destructiveHint": boolean,
+                "idempotentHint": boolean,
+                "openWorldHint": boolean,
+            }
+        ),
+        **META,
+    },
+)
 TASK = Shape(optional_fields={"ttl": integer})
 REQUEST_META = {"_meta": request_meta}
 
-CREATE_MESSAGE = Shape({"messages": list_of(SAMPLING_MESSAGE), "maxTokens": integer}, {
-    "modelPreferences": MODEL_PREFERENCES, "systemPrompt": text,
-    "includeContext": one_of("none", "thisServer", "allServers"), "temperature": number,
-    "stopSequences": list_of(text), "metadata": obj, "tools": list_of(TOOL),
-    "toolChoice": Shape(optional_fields={"mode": one_of("auto", "required", "none")}), "task": TASK,
-    **REQUEST_META,
-})
-ELICIT_FORM = Shape({"message": text, "requestedSchema": obj}, {"task": TASK, **REQUEST_META},
-                    defaulted={"mode": one_of("form")})
-ELICIT_URL = Shape({"message": text, "url": text}, {"elicitationId": text, "task": TASK, **REQUEST_META},
-                   defaulted={"mode": one_of("url")})
+CREATE_MESSAGE = Shape(
+    {"messages": list_of(SAMPLING_MESSAGE), "maxTokens": integer},
+    {
+        "modelPreferences": MODEL_PREFERENCES,
+        "systemPrompt": text,
+        "includeContext": one_of("none", "thisServer", "allServers"),
+        "temperature": number,
+        "stopSequences": list_of(text),
+        "metadata": obj,
+        "tools": list_of(TOOL),
+        "toolChoice": Shape(optional_fields={"mode": one_of("auto", "required", "none")}),
+        "task": TASK,
+        **REQUEST_META,
+    },
+)
+ELICIT_FORM = Shape(
+    {"message": text, "requestedSchema": obj}, {"task": TASK, **REQUEST_META}, defaulted={"mode": one_of("form")}
+)
+ELICIT_URL = Shape(
+    {"message": text, "url": text},
+    {"elicitationId": text, "task": TASK, **REQUEST_META},
+    defaulted={"mode": one_of("url")},
+)

@@ -53,8 +53,10 @@ def load_key(directory: Path) -> bytes:
     except NotARegularFile as exc:
         raise IntegrityKeyError(f"{path} is not a regular file ({exc})") from None
     if len(key) != KEY_BYTES:
-        raise IntegrityKeyError(f"{path} holds {len(key)} bytes, not {KEY_BYTES}; remove it to start anew "
-                                "(remembered approvals and budgets are then no longer trusted)")
+        raise IntegrityKeyError(
+            f"{path} holds {len(key)} bytes, not {KEY_BYTES}; remove it to start anew "
+            "(remembered approvals and budgets are then no longer trusted)"
+        )
     return key
 
 
@@ -131,7 +133,8 @@ def report(directory: Path) -> StateReport:
     problem = None
     if isinstance(budgets, Exception):
         problem = f"budgets.json cannot be read ({budgets})"
-    elif budgets is not None and not (isinstance(budgets, dict) and set(budgets) == {"sealed", MAC_FIELD}
-                                      and entry_is_sealed(key, "budgets", budgets)):
+    elif budgets is not None and not (
+        isinstance(budgets, dict) and set(budgets) == {"sealed", MAC_FIELD} and entry_is_sealed(key, "budgets", budgets)
+    ):
         problem = "budgets.json was not written by mcp-sampling-proxy (its seal does not match)"
     return StateReport(None, tuple(unsealed), problem)

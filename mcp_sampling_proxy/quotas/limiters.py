@@ -169,7 +169,8 @@ class SamplingGate:
         except anyio.WouldBlock:
             if self.waiting >= self.max_queued:
                 yield Refusal(
-                    "queue", 0.0,
+                    "queue",
+                    0.0,
                     f"the proxy is busy: {self.max_concurrent} LLM calls are in progress (sampling.max_concurrent) "
                     f"and {self.waiting} more are waiting (sampling.max_queued: {self.max_queued}); retry later",
                 )
@@ -200,15 +201,23 @@ class TokenBudget:
     which also drops expired reservations and finished windows of every key.
     """
 
-    def __init__(self, path: str | Path | None = None, *, reservation_ttl: float = RESERVATION_TTL,
-                 durable: bool = True):
-        self.store = JsonStateFile(path if path is not None else state_dir() / BUDGETS_FILE, durable=durable,
-                                   sealed="budgets")
+    def __init__(
+        self, path: str | Path | None = None, *, reservation_ttl: float = RESERVATION_TTL, durable: bool = True
+    ):
+        self.store = JsonStateFile(
+            path if path is not None else state_dir() / BUDGETS_FILE, durable=durable, sealed="budgets"
+        )
         self.reservation_ttl = reservation_ttl
 
     def reserve(
-        self, key: str, limit_tokens: int, per_seconds: float, worst_case_tokens: int, now: float | None = None,
-        *, rule: str | None = None,
+        self,
+        key: str,
+        limit_tokens: int,
+        per_seconds: float,
+        worst_case_tokens: int,
+        now: float | None = None,
+        *,
+        rule: str | None = None,
     ) -> Reservation | Refusal:
         """Set aside worst_case_tokens in the current window, unless used + reserved + worst case
         would exceed limit_tokens."""
@@ -224,10 +233,18 @@ class TokenBudget:
             resets_in = max(0.0, entry["window"] + per_seconds - now)
             if worst > limit_tokens or used + reserved + worst > limit_tokens:
                 _drop_if_idle(budgets, key)
-                return budget_refusal(key, limit_tokens, per_seconds, worst, used, reserved, resets_in, rule,
-                                      too_small=worst > limit_tokens)
-            reservation = Reservation(key, uuid.uuid4().hex[:16], worst, float(per_seconds),
-                                      now + self.reservation_ttl)
+                return budget_refusal(
+                    key,
+                    limit_tokens,
+                    per_seconds,
+                    worst,
+                    used,
+                    reserved,
+                    resets_in,
+                    rule,
+                    too_small=worst > limit_tokens,
+                )
+            reservation = Reservation(key, uuid.uuid4().hex[:16], worst, float(per_seconds), now + self.reservation_ttl)
             entry["reservations"][reservation.id] = {"tokens": worst, "expires": reservation.expires}
             return reservation
 
@@ -281,6 +298,7 @@ class TokenBudget:
 # The file: {"version": 1, "budgets": {KEY: {"per": S, "window": START, "used": N,
 #                                            "reservations": {ID: {"tokens": N, "expires": T}}}}}
 
+
 def _window_start(now: float, per: float) -> float:
     return math.floor(now / per) * per
 
@@ -300,8 +318,11 @@ def _budgets(data: dict[str, Any], now: float) -> dict[str, Any]:
             continue
         for rid, res in list(entry["reservations"].items()):
             if res["expires"] <= now:
-                log.warning("dropping an expired token reservation (its proxy crashed or stalled)",
-                            key=key, tokens=res["tokens"])
+                log.warning(
+                    "dropping an expired token reservation (its proxy crashed or stalled)",
+                    key=key,
+                    tokens=res["tokens"],
+                )
                 del entry["reservations"][rid]
         if entry["window"] + entry["per"] <= now:
             entry["used"] = 0
@@ -313,8 +334,13 @@ def _well_formed(entry: Any) -> bool:
     if not isinstance(entry, dict):
         return False
     number = (int, float)
-    if not (isinstance(entry.get("per"), number) and entry["per"] > 0 and isinstance(entry.get("window"), number)
-            and isinstance(entry.get("used"), int) and isinstance(entry.get("reservations"), dict)):
+    if not (
+        isinstance(entry.get("per"), number)
+        and entry["per"] > 0
+        and isinstance(entry.get("window"), number)
+        and isinstance(entry.get("used"), int)
+        and isinstance(entry.get("reservations"), dict)
+    ):
         return False
     return all(
         isinstance(r, dict) and isinstance(r.get("tokens"), int) and isinstance(r.get("expires"), number)
@@ -366,7 +392,8 @@ class SharedState:
 
     def refusal(self, error: Exception) -> Refusal:
         return Refusal(
-            "state", 0.0,
+            "state",
+            0.0,
             f"the shared limits store {self.where} could not be used ({error}); the request is refused "
             "(state.on_state_error: deny). Check that Redis is running and reachable, or set "
             "state.on_state_error: allow_local to fall back to this proxy's own limits",
@@ -391,8 +418,9 @@ class Limiters:
     """A rule's rate limit, concurrency limit and token budget, applied to one proxy's requests
     (sampling and elicitation alike): on this machine, or shared on Redis (`shared`)."""
 
-    def __init__(self, budget: TokenBudget | None = None, shared: SharedState | None = None,
-                 max_in_hand: int | None = None):
+    def __init__(
+        self, budget: TokenBudget | None = None, shared: SharedState | None = None, max_in_hand: int | None = None
+    ):
         self.max_in_hand = max_in_hand  # server requests the proxy holds at once, whatever they wait for
         self.in_hand = 0
         self.rate = RateLimiter()
@@ -438,9 +466,13 @@ class Limiters:
         sampling gate bounds LLM calls; this bounds what waits before them (a human's approval, the
         host's answer), which a flood of requests under a `prompt` rule would otherwise pile up."""
         if self.max_in_hand is not None and self.in_hand >= self.max_in_hand:
-            yield Refusal("queue", 0.0, f"the proxy is busy: it holds {self.in_hand} requests of this server "
-                                        "already (waiting for approval, the host or the LLM: twice "
-                                        "sampling.max_concurrent + sampling.max_queued); retry later")
+            yield Refusal(
+                "queue",
+                0.0,
+                f"the proxy is busy: it holds {self.in_hand} requests of this server "
+                "already (waiting for approval, the host or the LLM: twice "
+                "sampling.max_concurrent + sampling.max_queued); retry later",
+            )
             return
         self.in_hand += 1
         try:
@@ -458,8 +490,9 @@ class Limiters:
         if rule is None or limit is None or limit.requests is None or limit.per is None:
             return None
         if self.shared is not None and time.monotonic() < self._shared_full_until.get(key, 0.0):
-            return rate_refusal(key, limit.requests, limit.per, self._shared_full_until[key] - time.monotonic(),
-                                rule.name)
+            return rate_refusal(
+                key, limit.requests, limit.per, self._shared_full_until[key] - time.monotonic(), rule.name
+            )
         refusal = self.rate.try_acquire(key, limit.requests, limit.per, rule=rule.name)
         if refusal is None and self.shared is not None:
             self._count_shared(key, limit.requests, limit.per, rule.name)
@@ -476,13 +509,21 @@ class Limiters:
             try:
                 refusal = await shared.store.try_rate(key, requests, per, rule=rule)
             except StateUnavailable as exc:
-                log.warning("could not count sampling the host answered in the shared rate window", key=key,
-                            store=shared.where, error=str(exc))
+                log.warning(
+                    "could not count sampling the host answered in the shared rate window",
+                    key=key,
+                    store=shared.where,
+                    error=str(exc),
+                )
                 return
             if refusal is not None:  # others filled it: admit nothing more here until it has room
                 self._shared_full_until[key] = time.monotonic() + refusal.retry_after
-                log.warning("the shared rate window was full when this proxy let the host answer a request",
-                            key=key, rule=rule, retry_after=round(refusal.retry_after, 1))
+                log.warning(
+                    "the shared rate window was full when this proxy let the host answer a request",
+                    key=key,
+                    rule=rule,
+                    retry_after=round(refusal.retry_after, 1),
+                )
 
         task = asyncio.get_running_loop().create_task(count())
         self._counting.add(task)
@@ -542,7 +583,8 @@ class Limiters:
         # and fsync are waited for in a worker thread, never on the event loop that relays messages.
         try:
             local = await anyio.to_thread.run_sync(
-                functools.partial(budget.reserve, key, tokens, per, worst, rule=rule.name))
+                functools.partial(budget.reserve, key, tokens, per, worst, rule=rule.name)
+            )
         except OSError as exc:
             yield state_file_refusal(budget.store.path, exc, key, tampered=isinstance(exc, TamperedState))
             return
@@ -559,9 +601,13 @@ class Limiters:
                     else:
                         await anyio.to_thread.run_sync(budget.settle, local, hold.tokens)
                 except OSError as exc:  # the reservation expires by itself (RESERVATION_TTL)
-                    log.error("could not settle a token reservation in the state file; it expires by itself "
-                              "and this request's usage is not charged", path=str(budget.store.path), key=key,
-                              error=str(exc))
+                    log.error(
+                        "could not settle a token reservation in the state file; it expires by itself "
+                        "and this request's usage is not charged",
+                        path=str(budget.store.path),
+                        key=key,
+                        error=str(exc),
+                    )
 
     async def _settle_shared(self, reservation: Reservation, hold: BudgetHold) -> None:
         assert self.shared is not None
@@ -571,8 +617,13 @@ class Limiters:
             else:
                 await self.shared.store.settle(reservation, hold.tokens)
         except StateUnavailable as exc:  # the reservation expires by itself; the usage is not charged
-            log.error("could not settle a shared token reservation; it expires by itself and this request's "
-                      "usage is not charged", store=self.shared.where, key=reservation.key, error=str(exc))
+            log.error(
+                "could not settle a shared token reservation; it expires by itself and this request's "
+                "usage is not charged",
+                store=self.shared.where,
+                key=reservation.key,
+                error=str(exc),
+            )
 
     async def aclose(self) -> None:
         if self.shared is not None:

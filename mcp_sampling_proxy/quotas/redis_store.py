@@ -43,7 +43,9 @@ local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 """
 
 # KEYS[1] log; ARGV: requests, per, member. Returns {admitted (1/0), retry_after as a string}.
-_RATE = _NOW + """
+_RATE = (
+    _NOW
+    + """
 local requests, per = tonumber(ARGV[1]), tonumber(ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - per)
 local n = redis.call('ZCARD', KEYS[1])
@@ -55,9 +57,12 @@ redis.call('ZADD', KEYS[1], now, ARGV[3])
 redis.call('PEXPIRE', KEYS[1], math.ceil(per * 1000))
 return {1, '0'}
 """
+)
 
 # KEYS[1] slots; ARGV: limit, lease id, ttl. Returns {taken (1/0), slots in use}.
-_SLOT = _NOW + """
+_SLOT = (
+    _NOW
+    + """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local n = redis.call('ZCARD', KEYS[1])
 if n >= tonumber(ARGV[1]) then return {0, n} end
@@ -65,9 +70,12 @@ redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[2])
 redis.call('PEXPIRE', KEYS[1], math.ceil(tonumber(ARGV[3]) * 1000))
 return {1, n + 1}
 """
+)
 
 # The budget's entry moved to the window holding `now`, expired reservations dropped: used, reserved.
-_BUDGET_WINDOW = _NOW + """
+_BUDGET_WINDOW = (
+    _NOW
+    + """
 local per = tonumber(ARGV[1])
 local start = math.floor(now / per) * per
 local entry = redis.call('HMGET', KEYS[1], 'per', 'window', 'used')
@@ -87,9 +95,12 @@ local function keep(ttl)
   for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], math.ceil(ttl * 1000)) end
 end
 """
+)
 
 # ARGV: per, limit, worst, id, ttl. Returns {status, used, reserved, resets_in}.
-_RESERVE = _BUDGET_WINDOW + """
+_RESERVE = (
+    _BUDGET_WINDOW
+    + """
 local limit, worst, ttl = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[5])
 if worst > limit then return {'too_small', used, reserved, tostring(resets_in)} end
 if used + reserved + worst > limit then return {'exhausted', used, reserved, tostring(resets_in)} end
@@ -98,9 +109,12 @@ redis.call('HSET', KEYS[3], ARGV[4], ARGV[3])
 keep(math.max(resets_in, ttl) + 60)
 return {'ok', used, reserved + worst, tostring(resets_in)}
 """
+)
 
 # ARGV: per, id, tokens to charge ('' = cancel, charge nothing). Returns 1 when the reservation was held.
-_SETTLE = _BUDGET_WINDOW + """
+_SETTLE = (
+    _BUDGET_WINDOW
+    + """
 local held = redis.call('HDEL', KEYS[3], ARGV[2])
 redis.call('ZREM', KEYS[2], ARGV[2])
 if ARGV[3] ~= '' then
@@ -109,6 +123,7 @@ end
 keep(math.max(resets_in, 1) + 60)
 return held
 """
+)
 
 
 class StateUnavailable(Exception):
@@ -136,9 +151,14 @@ class RedisQuotas:
         self.reservation_ttl = reservation_ttl
         # A few connections, and a request waits its turn for one (a plain pool refuses past its size
         # when a server fires hundreds of requests at once); each check is one short script.
-        pool = BlockingConnectionPool.from_url(url, max_connections=MAX_CONNECTIONS, timeout=timeout,
-                                               socket_timeout=timeout, socket_connect_timeout=timeout,
-                                               decode_responses=True)
+        pool = BlockingConnectionPool.from_url(
+            url,
+            max_connections=MAX_CONNECTIONS,
+            timeout=timeout,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            decode_responses=True,
+        )
         self._pool = pool
         self._redis: Redis = Redis(connection_pool=pool)
         self._rate = self._redis.register_script(_RATE)
@@ -162,8 +182,7 @@ class RedisQuotas:
             raise StateUnavailable(f"{type(exc).__name__}: {exc}") from None
 
     async def try_rate(self, key: str, requests: int, per: float, *, rule: str | None) -> Refusal | None:
-        admitted, retry_after = await self._run(self._rate, [self._key("rate", key)],
-                                                [requests, per, uuid.uuid4().hex])
+        admitted, retry_after = await self._run(self._rate, [self._key("rate", key)], [requests, per, uuid.uuid4().hex])
         if int(admitted):
             return None
         return rate_refusal(key, requests, per, max(0.0, min(per, float(retry_after))), rule)
@@ -180,24 +199,29 @@ class RedisQuotas:
         try:
             await self._redis.zrem(self._key("slots", key), lease)
         except (RedisError, OSError) as exc:  # the lease expires on its own
-            log.warning("could not release a shared concurrency slot; it expires by itself", key=key,
-                        error=f"{type(exc).__name__}: {exc}")
+            log.warning(
+                "could not release a shared concurrency slot; it expires by itself",
+                key=key,
+                error=f"{type(exc).__name__}: {exc}",
+            )
 
-    async def reserve(self, key: str, limit: int, per: float, worst: int, *,
-                      rule: str | None) -> Reservation | Refusal:
+    async def reserve(self, key: str, limit: int, per: float, worst: int, *, rule: str | None) -> Reservation | Refusal:
         rid = uuid.uuid4().hex[:16]
         status, used, reserved, resets_in = await self._run(
-            self._reserve, self._budget_keys(key), [per, limit, worst, rid, self.reservation_ttl])
+            self._reserve, self._budget_keys(key), [per, limit, worst, rid, self.reservation_ttl]
+        )
         if status == "ok":
             return Reservation(key, rid, worst, float(per), 0.0)
-        return budget_refusal(key, limit, per, worst, int(used), int(reserved), float(resets_in), rule,
-                              too_small=status == "too_small")
+        return budget_refusal(
+            key, limit, per, worst, int(used), int(reserved), float(resets_in), rule, too_small=status == "too_small"
+        )
 
     async def settle(self, reservation: Reservation, tokens: int | None) -> None:
         """Charge the real usage (None: the worst case reserved), or with `cancel` nothing."""
         charge = reservation.tokens if tokens is None else max(0, int(tokens))
-        held = await self._run(self._settle, self._budget_keys(reservation.key),
-                               [reservation.per, reservation.id, charge])
+        held = await self._run(
+            self._settle, self._budget_keys(reservation.key), [reservation.per, reservation.id, charge]
+        )
         if not int(held):
             log.info("settling a reservation that had expired", key=reservation.key, tokens=charge)
 
@@ -233,8 +257,12 @@ def read_budgets(url: str, prefix: str, *, timeout: float = 2.0) -> dict[str, di
             live = client.zrangebyscore(base + ":res", f"({now}", "+inf")
             reserved = sum(int(t) for t in client.hmget(base + ":tok", live) if t) if live else 0
             ended = window_s + per_s <= now
-            found[base[len(head):-1]] = {"used": 0 if ended else used_n, "reserved": reserved, "per": per_s,
-                                         "resets_at": None if ended else window_s + per_s}
+            found[base[len(head) : -1]] = {
+                "used": 0 if ended else used_n,
+                "reserved": reserved,
+                "per": per_s,
+                "resets_at": None if ended else window_s + per_s,
+            }
     except (RedisError, OSError) as exc:
         log.warning("could not read the shared budgets", store=shown_url(url), error=f"{type(exc).__name__}: {exc}")
         return {}

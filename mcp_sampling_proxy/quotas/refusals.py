@@ -42,7 +42,8 @@ def _label(kind: str, key: str, rule: str | None) -> str:
 def rate_refusal(key: str, requests: int, per: float, retry_after: float, rule: str | None) -> Refusal:
     noun = "request" if requests == 1 else "requests"
     return Refusal(
-        "rate_limit", retry_after,
+        "rate_limit",
+        retry_after,
         f"{_label('rate limit', key, rule)} exceeded: {requests} {noun} per {format_period(per)}; "
         f"retry in {format_wait(retry_after)}",
         key,
@@ -53,14 +54,16 @@ def state_file_refusal(path: Path, error: OSError, key: str, *, tampered: bool =
     """The refusal when the budgets file cannot be used; `tampered`: its seal did not verify."""
     if tampered:
         return Refusal(
-            "state", 0.0,
+            "state",
+            0.0,
             f"the token budget's state file {path} was not written by mcp-sampling-proxy ({error}); budgeted "
             "requests are refused rather than trust it. If you changed or replaced it yourself, remove it (the "
             "budgets start again from zero); `mcp-sampling-proxy doctor` checks it",
             key=key,
         )
     return Refusal(
-        "state", 0.0,
+        "state",
+        0.0,
         f"the token budget's state file {path} could not be used ({error}); the request is refused rather "
         "than run past its budget. Check the state directory (`mcp-sampling-proxy doctor`), or look for a "
         "process holding the file's lock",
@@ -71,30 +74,44 @@ def state_file_refusal(path: Path, error: OSError, key: str, *, tampered: bool =
 def concurrency_refusal(key: str, limit: int, active: int, rule: str | None) -> Refusal:
     noun = "request is" if active == 1 else "requests are"
     return Refusal(
-        "concurrent", 0.0,
+        "concurrent",
+        0.0,
         f"{_label('concurrency limit', key, rule)} reached: {active} {noun} already in progress "
         f"(concurrent: {limit}); retry when one finishes",
         key,
     )
 
 
-def budget_refusal(key: str, limit: int, per: float, worst: int, used: int, reserved: int, resets_in: float,
-                   rule: str | None, *, too_small: bool) -> Refusal:
+def budget_refusal(
+    key: str,
+    limit: int,
+    per: float,
+    worst: int,
+    used: int,
+    reserved: int,
+    resets_in: float,
+    rule: str | None,
+    *,
+    too_small: bool,
+) -> Refusal:
     """A budget's refusal: too small for the request ever, or exhausted until the window resets."""
     name = _label("token budget", key, rule)
     if too_small:
         return Refusal(
-            "budget", 0.0,
+            "budget",
+            0.0,
             f"{name} is too small for this request: it may need up to {worst:,} tokens (input estimate "
             f"plus maxTokens) and the budget is {limit:,} tokens per {format_period(per)}; "
             "lower maxTokens or raise the budget",
-            key, permanent=True,
+            key,
+            permanent=True,
         )
     held = f" and {reserved:,} reserved by requests in progress" if reserved else ""
     left = max(0, limit - used - reserved)
     resets_in = max(0.0, resets_in)
     return Refusal(
-        "budget", resets_in,
+        "budget",
+        resets_in,
         f"{name} exhausted: {used:,} of {limit:,} tokens used{held} in this "
         f"{format_period(per)} window; {left:,} left and this request may need up to "
         f"{worst:,}; resets in {format_wait(resets_in)}",

@@ -61,8 +61,9 @@ class JsonStateFile:
     and one whose seal does not verify is refused (TamperedState), never read as data; an unsealed
     file is adopted only when the key is new (the first run of a version that seals)."""
 
-    def __init__(self, path: str | os.PathLike[str], *, durable: bool = True, sealed: str | None = None,
-                 adopt: bool = False):
+    def __init__(
+        self, path: str | os.PathLike[str], *, durable: bool = True, sealed: str | None = None, adopt: bool = False
+    ):
         self.path = Path(path)
         self.lock_path = self.path.with_name(self.path.name + ".lock")
         self.durable = durable  # fsync the new file before the rename
@@ -143,8 +144,7 @@ class JsonStateFile:
         if set(data) == {"sealed", MAC_FIELD} and isinstance(data["sealed"], dict):
             if entry_is_sealed(key, self.sealed, {"sealed": data["sealed"], MAC_FIELD: data[MAC_FIELD]}):
                 return data["sealed"]
-            raise TamperedState(f"{self.path} was changed by something other than a proxy (its seal does not "
-                                "match)")
+            raise TamperedState(f"{self.path} was changed by something other than a proxy (its seal does not match)")
         if self._adopt:  # written by a version that did not seal: taken once, sealed from now on
             log.info("state file adopted and sealed from now on", path=str(self.path))
             return data
@@ -154,8 +154,12 @@ class JsonStateFile:
         saved = self.path.with_name(self.path.name + ".corrupt")
         with contextlib.suppress(OSError):
             os.replace(self.path, saved)
-        log.warning("state file unusable; starting from empty state (old content kept beside it)",
-                    path=str(self.path), problem=problem, kept=str(saved))
+        log.warning(
+            "state file unusable; starting from empty state (old content kept beside it)",
+            path=str(self.path),
+            problem=problem,
+            kept=str(saved),
+        )
         return {}, ""
 
     def _write(self, text: str) -> None:
@@ -191,10 +195,12 @@ def adopt(directory: Path) -> None:
 
     approvals = JsonStateFile(directory / "approvals.json")
     if older(approvals.path):
+
         def seal_all(data: dict[str, Any]) -> None:
             entries = data.get("always")
             if isinstance(entries, list):
                 data["always"] = [_sealed_approval(key, e) for e in entries]
+
         approvals.update(seal_all)
     budgets = directory / "budgets.json"
     if older(budgets):

@@ -139,11 +139,11 @@ def _jpeg_size(head: bytes) -> tuple[int, int] | None:
             pos += 1
             continue
         if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-            return int.from_bytes(head[pos + 7:pos + 9], "big"), int.from_bytes(head[pos + 5:pos + 7], "big")
+            return int.from_bytes(head[pos + 7 : pos + 9], "big"), int.from_bytes(head[pos + 5 : pos + 7], "big")
         if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:  # no length
             pos += 2
             continue
-        pos += 2 + int.from_bytes(head[pos + 2:pos + 4], "big")
+        pos += 2 + int.from_bytes(head[pos + 2 : pos + 4], "big")
     return None
 
 

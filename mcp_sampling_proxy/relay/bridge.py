@@ -63,8 +63,9 @@ class RelayPort(Protocol):
     @property
     def session(self) -> EraSession: ...
 
-    def answer_host(self, host_id: Any, result: dict[str, Any] | None = None,
-                    error: dict[str, Any] | None = None) -> None: ...
+    def answer_host(
+        self, host_id: Any, result: dict[str, Any] | None = None, error: dict[str, Any] | None = None
+    ) -> None: ...
 
     def answer_upstream(self, request_id: Any, result: dict[str, Any]) -> None: ...
 
@@ -72,8 +73,9 @@ class RelayPort(Protocol):
 
     def notify_upstream(self, method: str, params: dict[str, Any] | None) -> None: ...
 
-    async def request_upstream(self, method: str, params: dict[str, Any],
-                               timeout: float | None = None) -> dict[str, Any]: ...
+    async def request_upstream(
+        self, method: str, params: dict[str, Any], timeout: float | None = None
+    ) -> dict[str, Any]: ...
 
     def start_upstream_request(self, method: str, params: dict[str, Any]) -> Any: ...
 
@@ -158,10 +160,14 @@ class EraBridge:
             if "result" in probed:
                 self._answer_initialize(msg["id"], probed["result"])
             else:
-                self._relay.answer_host(msg["id"], error={
-                    "code": jsonrpc.INTERNAL_ERROR,
-                    "message": "upstream.era is 'modern' but the server does not speak 2026-07-28 "
-                               f"(server/discover: {_why(probed)}); set upstream.era: auto"})
+                self._relay.answer_host(
+                    msg["id"],
+                    error={
+                        "code": jsonrpc.INTERNAL_ERROR,
+                        "message": "upstream.era is 'modern' but the server does not speak 2026-07-28 "
+                        f"(server/discover: {_why(probed)}); set upstream.era: auto",
+                    },
+                )
             return False
         meta = jsonrpc.as_object(jsonrpc.as_object(msg.get("params")).get("_meta"))
         if self.setting != HANDSHAKE and self._refused is None:
@@ -176,10 +182,14 @@ class EraBridge:
             if self.setting == MODERN:
                 self.undecided = method == "server/discover"  # the host may fall back to initialize
                 self.host_era = None if self.undecided else self.host_era
-                self._relay.answer_host(msg["id"], error={
-                    "code": jsonrpc.INTERNAL_ERROR,
-                    "message": "upstream.era is 'modern' but the server does not speak 2026-07-28 "
-                               f"(server/discover: {_why(discovered)}); set upstream.era: auto"})
+                self._relay.answer_host(
+                    msg["id"],
+                    error={
+                        "code": jsonrpc.INTERNAL_ERROR,
+                        "message": "upstream.era is 'modern' but the server does not speak 2026-07-28 "
+                        f"(server/discover: {_why(discovered)}); set upstream.era: auto",
+                    },
+                )
                 return False
             answered = discovered.get("answer")
             if method == "server/discover" and answered:
@@ -191,8 +201,11 @@ class EraBridge:
                 return False
         opened = await self._open_handshake(meta)
         if "result" not in opened:
-            log.warning("the server speaks neither era the proxy tried", discover=_why(self._refused or {}),
-                        initialize=_why(opened))
+            log.warning(
+                "the server speaks neither era the proxy tried",
+                discover=_why(self._refused or {}),
+                initialize=_why(opened),
+            )
             self._settle(MODERN)  # nothing to translate to: the server answers the host as it will
             return True
         self._settle(HANDSHAKE)
@@ -206,8 +219,10 @@ class EraBridge:
         bridge when it does, else pass the refusal on. The relay holds the host's messages meanwhile."""
         discovered = await self._probe(self._stamped_meta(self._host_initialize))
         if "result" in discovered:
-            log.info("the server speaks only 2026-07-28: bridging the handshake host to it",
-                     initialize_error=one_line(str(error.get("message")), 200))
+            log.info(
+                "the server speaks only 2026-07-28: bridging the handshake host to it",
+                initialize_error=one_line(str(error.get("message")), 200),
+            )
             self._answer_initialize(host_id, discovered["result"])
         else:
             self._relay.answer_host(host_id, error=error)
@@ -216,8 +231,7 @@ class EraBridge:
         self.server_era = server_era
         self.translating = self.host_era is not None and self.host_era != server_era
         if self.translating:
-            log.info("protocol eras differ: translating", host=self.host_era, server=server_era,
-                     protocol=eras.MODERN)
+            log.info("protocol eras differ: translating", host=self.host_era, server=server_era, protocol=eras.MODERN)
 
     async def _probe(self, meta: dict[str, Any]) -> dict[str, Any]:
         """The server's answer to a server/discover of the proxy's: {"result": a 2026 one} or {"error": ...}."""
@@ -229,14 +243,20 @@ class EraBridge:
             self._capabilities = jsonrpc.as_object(result.get("capabilities"))
             self._relay.note_modern_server(result)
             return {"result": result}
-        why = answer.get("error") or {"code": jsonrpc.INTERNAL_ERROR, "message": "no 2026-07-28 in its "
-                                      "supportedVersions" if answer else f"no answer in {PROBE_TIMEOUT:g} s"}
+        why = answer.get("error") or {
+            "code": jsonrpc.INTERNAL_ERROR,
+            "message": "no 2026-07-28 in its supportedVersions" if answer else f"no answer in {PROBE_TIMEOUT:g} s",
+        }
         return {"error": why, "answer": answer}
 
     async def _open_handshake(self, meta: dict[str, Any]) -> dict[str, Any]:
         """Open the handshake for a 2026-era host with an initialize built from its `_meta`."""
-        message: dict[str, Any] = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
-                                   "params": eras.initialize_params(meta)}
+        message: dict[str, Any] = {
+            "jsonrpc": "2.0",
+            "id": 0,
+            "method": "initialize",
+            "params": eras.initialize_params(meta),
+        }
         self._relay.rewrite_for_upstream(message)
         answer = await self._relay.request_upstream("initialize", message["params"], timeout=PROBE_TIMEOUT)
         result = answer.get("result")
@@ -259,8 +279,9 @@ class EraBridge:
     def _stamped_meta(self, initialize: dict[str, Any]) -> dict[str, Any]:
         """2026 `_meta` from a handshake host's initialize (capabilities as the proxy augments them)."""
         params = jsonrpc.as_object(initialize.get("params"))
-        meta = eras.request_meta(eras.MODERN, jsonrpc.as_object(params.get("clientInfo")),
-                                 jsonrpc.as_object(params.get("capabilities")))
+        meta = eras.request_meta(
+            eras.MODERN, jsonrpc.as_object(params.get("clientInfo")), jsonrpc.as_object(params.get("capabilities"))
+        )
         return self._augmented(meta)
 
     def _augmented(self, meta: dict[str, Any]) -> dict[str, Any]:
@@ -290,26 +311,32 @@ class EraBridge:
         elif method in ("resources/subscribe", "resources/unsubscribe"):
             self._subscribe(msg, params, method == "resources/subscribe")
         elif method == "initialize":
-            self._relay.answer_host(msg["id"], error={"code": jsonrpc.INVALID_REQUEST,
-                                                      "message": "Invalid Request: already initialized"})
+            self._relay.answer_host(
+                msg["id"], error={"code": jsonrpc.INVALID_REQUEST, "message": "Invalid Request: already initialized"}
+            )
         else:
             if not isinstance(msg.get("params"), dict):
                 msg["params"] = params
             session = self._relay.session
-            eras.stamp_meta(msg["params"], eras.request_meta(eras.MODERN, session.host_info,
-                                                             session.host_capabilities, self._log_level))
+            eras.stamp_meta(
+                msg["params"],
+                eras.request_meta(eras.MODERN, session.host_info, session.host_capabilities, self._log_level),
+            )
             return CHANGED
         return DONE
 
     def _subscribe(self, msg: dict[str, Any], params: dict[str, Any], add: bool) -> None:
         if jsonrpc.as_object(self._capabilities.get("resources")).get("subscribe") is not True:
-            self._relay.answer_host(msg["id"], error={"code": jsonrpc.METHOD_NOT_FOUND,
-                                                      "message": "the server does not offer resource subscriptions"})
+            self._relay.answer_host(
+                msg["id"],
+                error={"code": jsonrpc.METHOD_NOT_FOUND, "message": "the server does not offer resource subscriptions"},
+            )
             return
         uri = params.get("uri")
         if not isinstance(uri, str):
-            self._relay.answer_host(msg["id"], error={"code": jsonrpc.INVALID_PARAMS,
-                                                      "message": "Invalid params: uri must be a string"})
+            self._relay.answer_host(
+                msg["id"], error={"code": jsonrpc.INVALID_PARAMS, "message": "Invalid params: uri must be a string"}
+            )
             return
         if add and uri not in self._resources:
             self._resources.append(uri)
@@ -323,13 +350,16 @@ class EraBridge:
         wanted = eras.listen_filter(self._capabilities, self._resources)
         previous, self._listening = self._listening, None
         if previous is not None:
-            self._relay.notify_upstream("notifications/cancelled",
-                                        {"requestId": previous, "reason": "subscriptions changed"})
+            self._relay.notify_upstream(
+                "notifications/cancelled", {"requestId": previous, "reason": "subscriptions changed"}
+            )
         if not wanted:
             return
         session = self._relay.session
-        params = {"_meta": eras.request_meta(eras.MODERN, session.host_info, session.host_capabilities),
-                  "notifications": wanted}
+        params = {
+            "_meta": eras.request_meta(eras.MODERN, session.host_info, session.host_capabilities),
+            "notifications": wanted,
+        }
         self._listening = self._relay.start_upstream_request("subscriptions/listen", params)
 
     def _modern_host_request(self, msg: dict[str, Any]) -> int:
@@ -361,8 +391,10 @@ class EraBridge:
     def _open_listen(self, listen_id: Any, requested: dict[str, Any]) -> None:
         honoured = eras.honoured_filter(requested, self._capabilities)
         self._listens[listen_id] = honoured
-        self._relay.send_host_notification("notifications/subscriptions/acknowledged", {
-            "notifications": honoured, "_meta": {eras.SUBSCRIPTION_ID_META: listen_id}})
+        self._relay.send_host_notification(
+            "notifications/subscriptions/acknowledged",
+            {"notifications": honoured, "_meta": {eras.SUBSCRIPTION_ID_META: listen_id}},
+        )
         for uri in honoured.get("resourceSubscriptions", []):
             if uri not in self._subscribed:
                 self._subscribed.add(uri)

@@ -55,9 +55,15 @@ class HostRequest:
         params = jsonrpc.as_object(msg.get("params"))
         tool = params.get("name") if method == "tools/call" else None
         token = jsonrpc.as_object(params.get("_meta")).get("progressToken")
-        return cls(method, tool if isinstance(tool, str) else None, time.monotonic(),
-                   msg if method in retryable else None, Progress(token) if usable_token(token) else None,
-                   host_id=msg["id"], upstream_id=msg["id"])
+        return cls(
+            method,
+            tool if isinstance(tool, str) else None,
+            time.monotonic(),
+            msg if method in retryable else None,
+            Progress(token) if usable_token(token) else None,
+            host_id=msg["id"],
+            upstream_id=msg["id"],
+        )
 
     def turn(self) -> anyio.Lock:
         if self._turn is None:
@@ -116,9 +122,16 @@ class HostRounds:
             state = f"{ROUND_KEY}:{secrets.token_hex(12)}"
             asked = self._asked[state] = _Asked(call, ROUND_KEY)
             call.held = False
-            self._to_host(jsonrpc.response(call.host_id, {
-                "resultType": "input_required", "requestState": state,
-                "inputRequests": {ROUND_KEY: {"method": method, "params": params}}}))
+            self._to_host(
+                jsonrpc.response(
+                    call.host_id,
+                    {
+                        "resultType": "input_required",
+                        "requestState": state,
+                        "inputRequests": {ROUND_KEY: {"method": method, "params": params}},
+                    },
+                )
+            )
             try:
                 await asked.done.wait()
             finally:
@@ -137,9 +150,14 @@ class HostRounds:
         if asked is None:
             if state in self._expired:
                 self._expired.discard(state)
-                self._to_host(jsonrpc.error_response(msg["id"], jsonrpc.INVALID_REQUEST,
-                                                     "Invalid Request: the proxy's question in this round was "
-                                                     "withdrawn (it timed out or the server gave up); call again"))
+                self._to_host(
+                    jsonrpc.error_response(
+                        msg["id"],
+                        jsonrpc.INVALID_REQUEST,
+                        "Invalid Request: the proxy's question in this round was "
+                        "withdrawn (it timed out or the server gave up); call again",
+                    )
+                )
                 return True
             return False
         call = asked.call
@@ -150,8 +168,11 @@ class HostRounds:
         if isinstance(answer, dict):
             asked.response = {"result": answer}
         else:
-            asked.response = {"error": RpcError(jsonrpc.INVALID_PARAMS, "the host retried without answering the "
-                                                "proxy's question (inputResponses has no answer for it)").to_dict()}
+            asked.response = {
+                "error": RpcError(
+                    jsonrpc.INVALID_PARAMS,
+                    "the host retried without answering the proxy's question (inputResponses has no answer for it)",
+                ).to_dict()
+            }
         asked.done.set()
         return True
-

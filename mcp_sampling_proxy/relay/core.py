@@ -121,13 +121,15 @@ class Hooks(Protocol):
         """True for server-to-client methods the proxy answers itself."""
         ...
 
-    def owned_input_keys(self, result: dict[str, Any], session: Session,
-                         origin: dict[str, Any] | None = None) -> set[str] | None:
+    def owned_input_keys(
+        self, result: dict[str, Any], session: Session, origin: dict[str, Any] | None = None
+    ) -> set[str] | None:
         """Keys of an `input_required` result's requests that the proxy answers itself (None: leave it)."""
         ...
 
-    def host_input_requests(self, result: dict[str, Any], origin: dict[str, Any] | None,
-                            session: Session) -> dict[str, Any]:
+    def host_input_requests(
+        self, result: dict[str, Any], origin: dict[str, Any] | None, session: Session
+    ) -> dict[str, Any]:
         """An `input_required` result (only the host's requests) is about to reach the host: the result
         as the host gets it (the server's forms marked as the server's)."""
         ...
@@ -136,13 +138,15 @@ class Hooks(Protocol):
         """A host request carries `inputResponses`: the host's answers to such requests."""
         ...
 
-    async def answer_input(self, key: str, entry: dict[str, Any], relay: Relay,
-                           origin: dict[str, Any] | None = None) -> dict[str, Any]:
+    async def answer_input(
+        self, key: str, entry: dict[str, Any], relay: Relay, origin: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """Answer one embedded input request (result, or RpcError); `origin` is the host request it belongs to."""
         ...
 
-    async def resolve_input_required(self, message: dict[str, Any], result: dict[str, Any], relay: Relay,
-                                     resolving: Any) -> dict[str, Any]:
+    async def resolve_input_required(
+        self, message: dict[str, Any], result: dict[str, Any], relay: Relay, resolving: Any
+    ) -> dict[str, Any]:
         """Answer the input requests and retry until the final response: {"result": ...} or {"error": ...};
         or, when a later round needs the host, {"result": that round, "owned": the keys the proxy answers}."""
         ...
@@ -215,8 +219,9 @@ class Relay:
         except ValueError as exc:
             log.warning("host sent a line that is not JSON", error=str(exc), size=len(line))
             found, request_id = peek_id(line[:1024], line[-256:])
-            self._to_host(jsonrpc.error_response(request_id if found else None, jsonrpc.PARSE_ERROR,
-                                                 f"Parse error: {exc}"))
+            self._to_host(
+                jsonrpc.error_response(request_id if found else None, jsonrpc.PARSE_ERROR, f"Parse error: {exc}")
+            )
             return
         if isinstance(msg, list):  # a JSON-RPC batch (2025-03-26 only): each member on its own
             if not msg:
@@ -226,8 +231,9 @@ class Relay:
             return
         self._guarded(self._host_message, msg, line, self._to_host)
 
-    def _guarded(self, handle: Callable[[Any, bytes | None], None], msg: Any, line: bytes | None,
-                 reply_to: Send) -> None:
+    def _guarded(
+        self, handle: Callable[[Any, bytes | None], None], msg: Any, line: bytes | None, reply_to: Send
+    ) -> None:
         """Contain a failure to one message: log it, answer its request (to its sender) if it had one, go on."""
         try:
             handle(msg, line)
@@ -235,8 +241,9 @@ class Relay:
             log.exception("failed to relay a message; it was dropped", error=str(exc))
             request_id = msg.get("id") if isinstance(msg, dict) else None
             if isinstance(msg, dict) and isinstance(msg.get("method"), str) and jsonrpc.usable_id(request_id):
-                reply_to(jsonrpc.error_response(request_id, jsonrpc.INTERNAL_ERROR,
-                                                f"mcp-sampling-proxy failed: {exc}"))
+                reply_to(
+                    jsonrpc.error_response(request_id, jsonrpc.INTERNAL_ERROR, f"mcp-sampling-proxy failed: {exc}")
+                )
 
     def _host_message(self, msg: Any, line: bytes | None) -> None:
         problem = envelope_problem(msg)
@@ -244,12 +251,18 @@ class Relay:
             log.warning("host sent an invalid JSON-RPC message", problem=problem)
             if not isinstance(msg, dict) or not ("result" in msg or "error" in msg):  # not a response: say so
                 request_id = msg.get("id") if isinstance(msg, dict) and jsonrpc.usable_id(msg.get("id")) else None
-                self._to_host(jsonrpc.error_response(request_id, jsonrpc.INVALID_REQUEST,
-                                                     f"Invalid Request: {problem}"))
+                self._to_host(
+                    jsonrpc.error_response(request_id, jsonrpc.INVALID_REQUEST, f"Invalid Request: {problem}")
+                )
             return
         if line is None and (line := _encode(msg)) is None:
-            self._to_host(jsonrpc.error_response(msg.get("id") if "method" in msg else None, jsonrpc.INVALID_REQUEST,
-                                                 "Invalid Request: nested too deeply to forward"))
+            self._to_host(
+                jsonrpc.error_response(
+                    msg.get("id") if "method" in msg else None,
+                    jsonrpc.INVALID_REQUEST,
+                    "Invalid Request: nested too deeply to forward",
+                )
+            )
             return
         if self._held is not None:  # the eras are being settled: in order, after that
             self._held.append((msg, line))
@@ -282,8 +295,9 @@ class Relay:
                 if resolving is not None:  # translate to the retry's id, which is what the server knows
                     resolving.scope.cancel()
                     if resolving.current_id is not None:
-                        self._to_upstream(jsonrpc.dumps({**msg, "params": {**params,
-                                                                           "requestId": resolving.current_id}}))
+                        self._to_upstream(
+                            jsonrpc.dumps({**msg, "params": {**params, "requestId": resolving.current_id}})
+                        )
                     return
                 if request is not None and request.upstream_id != request_id:
                     self._to_upstream(jsonrpc.dumps({**msg, "params": {**params, "requestId": request.upstream_id}}))
@@ -323,8 +337,11 @@ class Relay:
             encoded = _encode(rewritten)
             if encoded is None:
                 self._forget(request)
-                self._to_host(jsonrpc.error_response(msg["id"], jsonrpc.INVALID_REQUEST,
-                                                     "Invalid Request: nested too deeply to forward"))
+                self._to_host(
+                    jsonrpc.error_response(
+                        msg["id"], jsonrpc.INVALID_REQUEST, "Invalid Request: nested too deeply to forward"
+                    )
+                )
                 return
             line = encoded
         elif request.upstream_id != msg["id"]:
@@ -338,8 +355,9 @@ class Relay:
             handle_first = await self.bridge.negotiate(msg)
         except Exception as exc:
             log.exception("failed to settle the protocol era")
-            self.answer_host(msg["id"], error={"code": jsonrpc.INTERNAL_ERROR,
-                                               "message": f"mcp-sampling-proxy failed: {exc}"})
+            self.answer_host(
+                msg["id"], error={"code": jsonrpc.INTERNAL_ERROR, "message": f"mcp-sampling-proxy failed: {exc}"}
+            )
             handle_first = False
         self._release([(msg, line)] if handle_first else [])
 
@@ -418,8 +436,9 @@ class Relay:
         self._to_host(jsonrpc.dumps({**response, "id": request.host_id}))
 
     # -- the bridge's own messages (relay/bridge.py) ----------------------------------------------
-    def answer_host(self, host_id: Any, result: dict[str, Any] | None = None,
-                    error: dict[str, Any] | None = None) -> None:
+    def answer_host(
+        self, host_id: Any, result: dict[str, Any] | None = None, error: dict[str, Any] | None = None
+    ) -> None:
         """Answer a host request here (the bridge's local answers)."""
         request = self.session.inflight.get(host_id)
         if request is not None:
@@ -439,8 +458,9 @@ class Relay:
             message["params"] = params
         self._to_upstream(jsonrpc.dumps(message))
 
-    async def request_upstream(self, method: str, params: dict[str, Any], timeout: float | None = None
-                               ) -> dict[str, Any]:
+    async def request_upstream(
+        self, method: str, params: dict[str, Any], timeout: float | None = None
+    ) -> dict[str, Any]:
         """A request of the proxy's own to the server; its response ({} when none came in `timeout`)."""
         request_id = self.new_id()
         line = jsonrpc.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
@@ -474,11 +494,18 @@ class Relay:
         try:
             msg = jsonrpc.parse(line)
         except ValueError as exc:
-            log.warning("upstream wrote a line that is not JSON; dropped", size=len(line), error=str(exc),
-                        start=one_line(line[:80].decode("utf-8", "replace"), 80))
-            self._undeliverable(line[:1024], line[-256:], jsonrpc.PARSE_ERROR,
-                                f"upstream server '{self.session.server_name}' sent a message that is not "
-                                f"valid JSON ({exc})")
+            log.warning(
+                "upstream wrote a line that is not JSON; dropped",
+                size=len(line),
+                error=str(exc),
+                start=one_line(line[:80].decode("utf-8", "replace"), 80),
+            )
+            self._undeliverable(
+                line[:1024],
+                line[-256:],
+                jsonrpc.PARSE_ERROR,
+                f"upstream server '{self.session.server_name}' sent a message that is not valid JSON ({exc})",
+            )
             return
         if isinstance(msg, list):  # a batch (2025-03-26 only): each member is routed (and inspected) alone
             for member in msg:
@@ -492,8 +519,9 @@ class Relay:
             log.warning("upstream sent an invalid JSON-RPC message; dropped", problem=problem)
             if isinstance(msg, dict) and "method" in msg and "id" in msg:  # a request: tell the server
                 request_id = msg.get("id") if jsonrpc.usable_id(msg.get("id")) else None
-                self._to_upstream(jsonrpc.error_response(request_id, jsonrpc.INVALID_REQUEST,
-                                                         f"Invalid Request: {problem}"))
+                self._to_upstream(
+                    jsonrpc.error_response(request_id, jsonrpc.INVALID_REQUEST, f"Invalid Request: {problem}")
+                )
             return
         if line is None and (line := _encode(msg)) is None:
             log.warning("upstream sent a batch member nested too deeply to forward; dropped")
@@ -507,9 +535,13 @@ class Relay:
                 # the host's answer would go to the request waiting there (a proxy approval form's, or the
                 # server's own earlier one), and the earlier one's end would drop the later one's waiter
                 log.warning("upstream sent a request under an id already in use; refused", method=one_line(method, 80))
-                self._to_upstream(jsonrpc.error_response(msg["id"], jsonrpc.INVALID_REQUEST,
-                                                         "Invalid Request: id already in use by a request "
-                                                         "the proxy or the host is still answering"))
+                self._to_upstream(
+                    jsonrpc.error_response(
+                        msg["id"],
+                        jsonrpc.INVALID_REQUEST,
+                        "Invalid Request: id already in use by a request the proxy or the host is still answering",
+                    )
+                )
                 return
             if self.bridge.translating and self.bridge.server_request(msg):
                 return
@@ -517,9 +549,14 @@ class Relay:
                 self._start_serving(msg, line)
                 return
             if self.bridge.host_era == "modern":  # a 2026 host takes no requests: only rounds of its calls
-                self._to_upstream(jsonrpc.error_response(msg["id"], jsonrpc.METHOD_NOT_FOUND,
-                                                         f"Method not found: {one_line(method, 80)} (the host speaks "
-                                                         "2026-07-28, which has no requests from the server)"))
+                self._to_upstream(
+                    jsonrpc.error_response(
+                        msg["id"],
+                        jsonrpc.METHOD_NOT_FOUND,
+                        f"Method not found: {one_line(method, 80)} (the host speaks "
+                        "2026-07-28, which has no requests from the server)",
+                    )
+                )
                 return
         elif method == "notifications/cancelled":
             if self._cancel_served(msg):
@@ -552,8 +589,8 @@ class Relay:
             else:  # not ready: say why, not "ready"
                 error = jsonrpc.as_object(msg.get("error"))
                 (log.warning if request.method == "initialize" else log.info)(
-                    "upstream answered the handshake with an error", method=request.method,
-                    error=error.get("message"))
+                    "upstream answered the handshake with an error", method=request.method, error=error.get("message")
+                )
                 if request.method == "initialize" and self.bridge.fallback_pending:
                     self.bridge.fallback_pending = False
                     self._held = []
@@ -582,17 +619,22 @@ class Relay:
             await self.bridge.initialize_refused(request.host_id, request, error)
         except Exception as exc:
             log.exception("failed to bridge to a 2026-only server")
-            self.answer_host(request.host_id, error={"code": jsonrpc.INTERNAL_ERROR,
-                                                     "message": f"mcp-sampling-proxy failed: {exc}"})
+            self.answer_host(
+                request.host_id, error={"code": jsonrpc.INTERNAL_ERROR, "message": f"mcp-sampling-proxy failed: {exc}"}
+            )
         self._forget(request)
         self._release([])
 
     def upstream_oversize(self, size: int, head: bytes, tail: bytes, limit: int) -> None:
         """The server wrote a line over the size limit (dropped unread): answer whoever waits for it."""
         log.error("upstream sent a message larger than the limit; dropped", size=size, limit=limit)
-        self._undeliverable(head, tail, jsonrpc.INVALID_REQUEST,
-                            f"upstream server '{self.session.server_name}' sent a message of {size} bytes, over "
-                            f"the proxy's limit of {limit} bytes (--max-message-bytes)")
+        self._undeliverable(
+            head,
+            tail,
+            jsonrpc.INVALID_REQUEST,
+            f"upstream server '{self.session.server_name}' sent a message of {size} bytes, over "
+            f"the proxy's limit of {limit} bytes (--max-message-bytes)",
+        )
 
     def _undeliverable(self, head: bytes, tail: bytes, code: int, text: str) -> None:
         """A server line the relay cannot pass on: whoever waits for it gets an error instead of silence
@@ -604,8 +646,10 @@ class Relay:
         # waiting for this id must not be left without an answer because of it.
         request = self._moved.get(message_id) or self.session.inflight.get(message_id)
         if request is not None:
-            self._finish(request, {"jsonrpc": "2.0", "id": message_id,
-                                   "error": {"code": jsonrpc.INTERNAL_ERROR, "message": text}})
+            self._finish(
+                request,
+                {"jsonrpc": "2.0", "id": message_id, "error": {"code": jsonrpc.INTERNAL_ERROR, "message": text}},
+            )
         if b'"method"' in head:
             self._to_upstream(jsonrpc.error_response(message_id, code, text))
 
@@ -615,9 +659,13 @@ class Relay:
         version = result.get("protocolVersion")
         if isinstance(version, str):
             self.session.protocol_version = version
-        log.info("upstream ready", server=self.session.server_name,
-                 server_reported=self.session.server_reported_if_different, protocol=self.session.protocol_version,
-                 host=self.session.host_name or None)
+        log.info(
+            "upstream ready",
+            server=self.session.server_name,
+            server_reported=self.session.server_reported_if_different,
+            protocol=self.session.protocol_version,
+            host=self.session.host_name or None,
+        )
 
     def _note_modern_server(self, msg: dict[str, Any]) -> None:
         """2026-era servers name themselves in each result's _meta, not in an initialize result."""
@@ -656,8 +704,11 @@ class Relay:
         reply: bytes | None = None
         # Handshake era: the request belongs to one of the tools/calls in flight now (which one, the
         # wire does not say): each of them that asked for progress is kept alive while it waits.
-        owners = [request for request in self.session.inflight.values()
-                  if request.method == "tools/call" and request.progress is not None]
+        owners = [
+            request
+            for request in self.session.inflight.values()
+            if request.method == "tools/call" and request.progress is not None
+        ]
         token = CURRENT_CALL.set(self._owner())
         try:
             with served.scope, self._keeping_alive(owners, _WAITING_FOR.get(str(msg.get("method")), "waiting")):
@@ -730,15 +781,25 @@ class Relay:
         try:
             return await self._ask_host(request_id, line)
         except anyio.get_cancelled_exc_class():
-            self._to_host(jsonrpc.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled",
-                                         "params": {"requestId": request_id, "reason": "no longer needed"}}))
+            self._to_host(
+                jsonrpc.dumps(
+                    {
+                        "jsonrpc": "2.0",
+                        "method": "notifications/cancelled",
+                        "params": {"requestId": request_id, "reason": "no longer needed"},
+                    }
+                )
+            )
             raise
 
     async def _ask_in_call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         call = CURRENT_CALL.get()
         if call is None:
-            raise RpcError(jsonrpc.INTERNAL_ERROR, f"the host speaks 2026-07-28, where it can be asked ({method}) "
-                           "only during one of its own requests, and none is in flight")
+            raise RpcError(
+                jsonrpc.INTERNAL_ERROR,
+                f"the host speaks 2026-07-28, where it can be asked ({method}) "
+                "only during one of its own requests, and none is in flight",
+            )
         return await self.rounds.ask(call, method, params)
 
     async def _ask_host(self, request_id: Any, line: bytes) -> dict[str, Any]:
@@ -774,8 +835,9 @@ class Relay:
         self._tg.start_soon(self._resolve, request, result, resolving)
         return True
 
-    def _hand_to_host(self, request: HostRequest, result: dict[str, Any], requests: dict[str, Any],
-                      keys: set[str]) -> None:
+    def _hand_to_host(
+        self, request: HostRequest, result: dict[str, Any], requests: dict[str, Any], keys: set[str]
+    ) -> None:
         """A round the host takes part in (the first, or a later one): the host gets only its own
         requests, never the ones the proxy keeps (sampling the policy or a limit refuses is among
         them). The proxy answers those meanwhile and merges them into the host's retry, which it
@@ -793,8 +855,9 @@ class Relay:
         request.held = False  # until the host retries (_merge_and_forward): a question of ours waits for that
         self._to_host(jsonrpc.dumps({"jsonrpc": "2.0", "id": host_id, "result": filtered}))
 
-    async def _answer_owned(self, requests: dict[str, Any], keys: set[str], stash: _Stash,
-                            request: HostRequest) -> None:
+    async def _answer_owned(
+        self, requests: dict[str, Any], keys: set[str], stash: _Stash, request: HostRequest
+    ) -> None:
         token = CURRENT_CALL.set(request)
         try:
             for key in sorted(keys):
@@ -816,8 +879,9 @@ class Relay:
         if call is not None:
             call.upstream_id = None
             self.session.inflight[msg["id"]] = call
-            call.back(msg["id"], jsonrpc.as_object(jsonrpc.as_object(msg.get("params")).get("_meta"))
-                      .get("progressToken"))
+            call.back(
+                msg["id"], jsonrpc.as_object(jsonrpc.as_object(msg.get("params")).get("_meta")).get("progressToken")
+            )
         await stash.done.wait()
         host_id = call.host_id if call is not None else msg["id"]
         if call is not None:
@@ -859,8 +923,9 @@ class Relay:
             await request.wait_held()
             self._finish(request, {"jsonrpc": "2.0", "id": request.host_id, **reply})
 
-    async def retry_upstream(self, message: dict[str, Any], params: dict[str, Any],
-                             resolving: _Resolving) -> dict[str, Any]:
+    async def retry_upstream(
+        self, message: dict[str, Any], params: dict[str, Any], resolving: _Resolving
+    ) -> dict[str, Any]:
         """Send the original request again under a new private id; return the server's response."""
         request_id = resolving.current_id = self.new_id()
         line = jsonrpc.dumps({"jsonrpc": "2.0", "id": request_id, "method": message["method"], "params": params})
@@ -892,10 +957,20 @@ class Relay:
                 if status is None:
                     continue
                 for request in owners:
-                    if (request.progress is not None and request.held
-                            and self.session.inflight.get(request.host_id) is request):
-                        self._to_host(jsonrpc.dumps({"jsonrpc": "2.0", "method": "notifications/progress",
-                                                     "params": request.progress.keepalive(status)}))
+                    if (
+                        request.progress is not None
+                        and request.held
+                        and self.session.inflight.get(request.host_id) is request
+                    ):
+                        self._to_host(
+                            jsonrpc.dumps(
+                                {
+                                    "jsonrpc": "2.0",
+                                    "method": "notifications/progress",
+                                    "params": request.progress.keepalive(status),
+                                }
+                            )
+                        )
 
     def _server_progress(self, msg: dict[str, Any], line: bytes) -> bytes:
         """Note the server's progress on a host token; raise it when it would fall below a keep-alive."""
@@ -906,8 +981,11 @@ class Relay:
                 raised = request.progress.from_server(params)
                 if raised is None:
                     return line
-                log.debug("server progress raised above the proxy's keep-alive", value=params.get("progress"),
-                          raised_to=raised)
+                log.debug(
+                    "server progress raised above the proxy's keep-alive",
+                    value=params.get("progress"),
+                    raised_to=raised,
+                )
                 return jsonrpc.dumps({**msg, "params": {**params, "progress": raised}})
         return line
 
@@ -915,8 +993,12 @@ class Relay:
     @property
     def waiting_on_peers(self) -> bool:
         """True while a request the proxy serves, resolves or negotiates still waits for a peer."""
-        return (bool(self._served) or self._held is not None or bool(self.rounds)
-                or any(r.resolving is not None for r in [*self.session.inflight.values(), *self._moved.values()]))
+        return (
+            bool(self._served)
+            or self._held is not None
+            or bool(self.rounds)
+            or any(r.resolving is not None for r in [*self.session.inflight.values(), *self._moved.values()])
+        )
 
     def upstream_gone(self, description: str) -> None:
         """Answer every open host request with an error that says the server is gone."""
@@ -928,8 +1010,7 @@ class Relay:
                 jsonrpc.error_response(
                     request_id,
                     jsonrpc.UPSTREAM_EXITED,
-                    f"upstream server '{self.session.server_name}' {description} before answering "
-                    f"{request.method}",
+                    f"upstream server '{self.session.server_name}' {description} before answering {request.method}",
                 )
             )
         self.session.inflight.clear()
@@ -967,8 +1048,10 @@ def _with_elicitation_id(msg: dict[str, Any]) -> dict[str, Any]:
 
 
 # When a line is too large to keep, only its ends are: enough to find the id it answers.
-_HEAD_ID = re.compile(rb'\A\s*\{(?:\s*"(?:jsonrpc|method)"\s*:\s*"(?:[^"\\]|\\.)*"\s*,)*\s*"id"\s*:\s*'
-                      rb'(-?\d+|"(?:[^"\\]|\\.)*")\s*[,}]')
+_HEAD_ID = re.compile(
+    rb'\A\s*\{(?:\s*"(?:jsonrpc|method)"\s*:\s*"(?:[^"\\]|\\.)*"\s*,)*\s*"id"\s*:\s*'
+    rb'(-?\d+|"(?:[^"\\]|\\.)*")\s*[,}]'
+)
 _TAIL_ID = re.compile(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")\s*\}\s*\Z')
 
 
@@ -1008,8 +1091,9 @@ def envelope_problem(msg: Any) -> str | None:
     return None
 
 
-async def _exchange(waiters: dict[Any, Callable[[dict[str, Any]], None]], request_id: Any, send: Send,
-                    line: bytes) -> dict[str, Any]:
+async def _exchange(
+    waiters: dict[Any, Callable[[dict[str, Any]], None]], request_id: Any, send: Send, line: bytes
+) -> dict[str, Any]:
     """Send a request and wait for its response, which the reader hands over through `waiters`."""
     done = anyio.Event()
     answer: dict[str, Any] = {}

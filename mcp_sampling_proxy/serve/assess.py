@@ -67,8 +67,7 @@ class ElicitationJudgement:
 class Refused(Exception):
     """The request ends here: `outcome` is "error" (bad or oversized input) or "deny" (a rule)."""
 
-    def __init__(self, outcome: Outcome, error: RpcError, decision: Decision | None = None,
-                 facts: Facts | None = None):
+    def __init__(self, outcome: Outcome, error: RpcError, decision: Decision | None = None, facts: Facts | None = None):
         super().__init__(error.message)
         self.outcome = outcome
         self.error = error
@@ -76,21 +75,29 @@ class Refused(Exception):
         self.facts = facts
 
 
-def judge_sampling(settings: Settings, raw: Any, origin: Origin, *, method: str = SAMPLING_CREATE,
-                   request_bytes: int | None = None) -> SamplingJudgement:
+def judge_sampling(
+    settings: Settings, raw: Any, origin: Origin, *, method: str = SAMPLING_CREATE, request_bytes: int | None = None
+) -> SamplingJudgement:
     """Caps, validation, the policy and the caps that apply; raises Refused where the request ends."""
     try:
         if not isinstance(raw, dict):
-            raise RpcError(jsonrpc.INVALID_PARAMS, f"Invalid params for {method}: "
-                           f"params must be an object, not {type(raw).__name__}")
+            raise RpcError(
+                jsonrpc.INVALID_PARAMS,
+                f"Invalid params for {method}: params must be an object, not {type(raw).__name__}",
+            )
         size = request_bytes if request_bytes is not None else serialized_size(raw)
         checked = check_caps(raw, settings.limits, request_bytes=size)
         asked = validate(raw)
     except RpcError as exc:
         raise Refused("error", exc) from None
-    facts = facts_for_sampling(asked, server=origin.server, host=origin.host,
-                               tools_in_flight=origin.tools_in_flight, server_reported=origin.server_reported,
-                               model_chosen=_model_for(settings, asked))
+    facts = facts_for_sampling(
+        asked,
+        server=origin.server,
+        host=origin.host,
+        tools_in_flight=origin.tools_in_flight,
+        server_reported=origin.server_reported,
+        model_chosen=_model_for(settings, asked),
+    )
     decision = decide(settings.rules, facts)
     if decision.action == "deny":
         reason = decision.message or f"sampling denied by policy rule '{decision.rule}'"
@@ -114,16 +121,26 @@ def _model_for(settings: Settings, request: SamplingRequest) -> str | None:
     if not usable:
         return None
     try:
-        return choose_model(usable, request.typed.model_preferences, aliases=settings.aliases,
-                            default_provider=settings.default_provider).model
+        return choose_model(
+            usable,
+            request.typed.model_preferences,
+            aliases=settings.aliases,
+            default_provider=settings.default_provider,
+        ).model
     except (RpcError, ValueError, LookupError):
         return None
 
 
 def judge_elicitation(settings: Settings, params: dict[str, Any], origin: Origin) -> ElicitationJudgement:
     """The policy's decision on a validated `elicitation/create` request."""
-    facts = Facts("elicitation", origin.server, origin.host, origin.tools_in_flight,
-                  text=str(params.get("message", "")), server_reported=origin.server_reported)
+    facts = Facts(
+        "elicitation",
+        origin.server,
+        origin.host,
+        origin.tools_in_flight,
+        text=str(params.get("message", "")),
+        server_reported=origin.server_reported,
+    )
     return ElicitationJudgement(params, facts, decide(settings.rules, facts))
 
 
@@ -134,8 +151,9 @@ def usable_providers(providers: Sequence[ProviderConfig], *, tools: bool) -> lis
     return list(providers)
 
 
-def choose_provider(settings: Settings, providers: Sequence[ProviderConfig], request: SamplingRequest,
-                    decision: Decision) -> Choice:
+def choose_provider(
+    settings: Settings, providers: Sequence[ProviderConfig], request: SamplingRequest, decision: Decision
+) -> Choice:
     """The provider and model for an allowed request: the matched rule's pin, else the request's
     model preferences. Raises RpcError naming what is missing when nothing can serve it."""
     wants_tools = bool(request.typed.tools)
@@ -143,23 +161,37 @@ def choose_provider(settings: Settings, providers: Sequence[ProviderConfig], req
     usable = usable_providers(providers, tools=wants_tools)
     rule = decision.matched
     if rule is not None and (rule.provider or rule.model):
-        pinned = [p for p in usable if (rule.provider is None or p.name == rule.provider)
-                  and (rule.model is None or any(m.name == rule.model for m in p.models))]
+        pinned = [
+            p
+            for p in usable
+            if (rule.provider is None or p.name == rule.provider)
+            and (rule.model is None or any(m.name == rule.model for m in p.models))
+        ]
         if pinned:
             model = rule.model or choose_model(pinned, preferences, aliases=settings.aliases).model
             return Choice(pinned[0].name, model, f"rule '{rule.name}' sets provider/model")
         if providers:
-            raise RpcError(jsonrpc.INTERNAL_ERROR, f"rule '{rule.name}' names provider/model "
-                           f"{rule.provider or '*'}/{rule.model or '*'}, which is not configured"
-                           + (" with tools" if wants_tools else ""))
+            raise RpcError(
+                jsonrpc.INTERNAL_ERROR,
+                f"rule '{rule.name}' names provider/model "
+                f"{rule.provider or '*'}/{rule.model or '*'}, which is not configured"
+                + (" with tools" if wants_tools else ""),
+            )
     if not usable:
         if not providers:
             raise RpcError(jsonrpc.INTERNAL_ERROR, NO_PROVIDER_HINT)
-        why = "; ".join(f"provider '{p.name}' ({p.type}): "
-                        + ("command providers cannot use tools" if p.type == "command"
-                           else "the console cannot use tools" if p.type == "console" else "tools: false")
-                        for p in providers)
-        raise RpcError(jsonrpc.INVALID_PARAMS,
-                       f"the request offers tools, and no configured provider can use them: {why}")
-    return choose_model(usable, preferences, aliases=settings.aliases,
-                        default_provider=settings.default_provider)
+        why = "; ".join(
+            f"provider '{p.name}' ({p.type}): "
+            + (
+                "command providers cannot use tools"
+                if p.type == "command"
+                else "the console cannot use tools"
+                if p.type == "console"
+                else "tools: false"
+            )
+            for p in providers
+        )
+        raise RpcError(
+            jsonrpc.INVALID_PARAMS, f"the request offers tools, and no configured provider can use them: {why}"
+        )
+    return choose_model(usable, preferences, aliases=settings.aliases, default_provider=settings.default_provider)

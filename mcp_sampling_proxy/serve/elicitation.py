@@ -63,8 +63,11 @@ def marked(params: dict[str, Any], session: Session) -> dict[str, Any]:
     text = message if isinstance(message, str) else ""
     reported = session.server_reported_if_different
     calls_itself = f" (it calls itself '{one_line(reported, 80)}')" if reported else ""
-    return {**params, "message": f"The server '{one_line(session.server_name, 120)}'{calls_itself} asks (its words, "
-                                 f"quoted; this is not a question of mcp-sampling-proxy):\n\n{quote(text)}"}
+    return {
+        **params,
+        "message": f"The server '{one_line(session.server_name, 120)}'{calls_itself} asks (its words, "
+        f"quoted; this is not a question of mcp-sampling-proxy):\n\n{quote(text)}",
+    }
 
 
 def request_mode(params: dict[str, Any]) -> str:
@@ -72,8 +75,14 @@ def request_mode(params: dict[str, Any]) -> str:
 
 
 class ElicitationService:
-    def __init__(self, settings: Settings, consoles: ElicitationConsoles, audit: AuditLog, limiters: Limiters,
-                 opener: Callable[[str], bool] = open_url):
+    def __init__(
+        self,
+        settings: Settings,
+        consoles: ElicitationConsoles,
+        audit: AuditLog,
+        limiters: Limiters,
+        opener: Callable[[str], bool] = open_url,
+    ):
         self._settings = settings.elicitation
         self._policy = settings
         self._consoles = consoles
@@ -98,30 +107,51 @@ class ElicitationService:
         in_flight = session.tool_candidates()  # every call that could own this request (policy.decide)
         tool = in_flight[-1] if in_flight else None
         raw = message.get("params")
-        audit = request_fields(session, message, tool, mode=request_mode(raw) if isinstance(raw, dict) else None,
-                               **attribution_fields(session, in_flight))
+        audit = request_fields(
+            session,
+            message,
+            tool,
+            mode=request_mode(raw) if isinstance(raw, dict) else None,
+            **attribution_fields(session, in_flight),
+        )
         async with self._audit.every_ending(audit, raw):
             with self._limiters.holding() as busy:
                 return await self._serve(message, relay, audit, started, in_flight, busy)
 
-    async def _serve(self, message: dict[str, Any], relay: Relay, audit: dict[str, Any],
-                     started: float, in_flight: tuple[str, ...], busy: Refusal | None = None) -> dict[str, Any]:
+    async def _serve(
+        self,
+        message: dict[str, Any],
+        relay: Relay,
+        audit: dict[str, Any],
+        started: float,
+        in_flight: tuple[str, ...],
+        busy: Refusal | None = None,
+    ) -> dict[str, Any]:
         session = relay.session
         params = validate_elicitation(message.get("params"))
         mode = request_mode(params)
         tool = audit["tool"]
 
-        def answer(action: str, why: str, decision: str, content: dict[str, Any] | None = None,
-                   **extra: Any) -> dict[str, Any]:
-            self._audit.record(**audit, params=params, decision=decision, reason=why, latency_ms=elapsed_ms(started),
-                               action=action, **extra)
+        def answer(
+            action: str, why: str, decision: str, content: dict[str, Any] | None = None, **extra: Any
+        ) -> dict[str, Any]:
+            self._audit.record(
+                **audit,
+                params=params,
+                decision=decision,
+                reason=why,
+                latency_ms=elapsed_ms(started),
+                action=action,
+                **extra,
+            )
             log.info("elicitation answered", action=action, why=why)
             return {"action": action, "content": content} if content is not None else {"action": action}
 
         if busy is not None:  # the proxy holds too many requests already (Limiters.holding)
             return answer("decline", busy.message, "deny", limit=busy.limit)
-        decision = judge_elicitation(self._policy, params, Origin(
-            session.server_name, session.host_name, in_flight, session.server_reported)).decision
+        decision = judge_elicitation(
+            self._policy, params, Origin(session.server_name, session.host_name, in_flight, session.server_reported)
+        ).decision
         tool = audit["tool"] = decision.tool or tool  # the candidate the strictest outcome was reached for
         audit["rule"] = decision.rule
         if decision.action == "deny":
@@ -134,19 +164,30 @@ class ElicitationService:
                 if mode == "url" and params.get("elicitationId"):
                     self._at_host.add(params["elicitationId"])
                 with waiting_for("waiting for your answer in the host's form"):
-                    response = await relay.forward_to_host({**message, "params": marked(params, session)},
-                                                           as_received=False)
+                    response = await relay.forward_to_host(
+                        {**message, "params": marked(params, session)}, as_received=False
+                    )
                 result = response.get("result")
-                self._audit.record(**audit, params=params, result=result, decision="allow",
-                                   reason="forwarded to the host", approver="host",
-                                   action=result.get("action") if isinstance(result, dict) else None,
-                                   error=None if isinstance(result, dict) or "error" in response
-                                   else "the host's result is not an object", latency_ms=elapsed_ms(started))
+                self._audit.record(
+                    **audit,
+                    params=params,
+                    result=result,
+                    decision="allow",
+                    reason="forwarded to the host",
+                    approver="host",
+                    action=result.get("action") if isinstance(result, dict) else None,
+                    error=None
+                    if isinstance(result, dict) or "error" in response
+                    else "the host's result is not an object",
+                    latency_ms=elapsed_ms(started),
+                )
                 if "error" in response:
                     raise RpcError.from_error(response["error"])
                 if not isinstance(result, dict):
-                    raise RpcError(jsonrpc.INTERNAL_ERROR, "the host answered elicitation/create with a result "
-                                   "that is not an object")
+                    raise RpcError(
+                        jsonrpc.INTERNAL_ERROR,
+                        "the host answered elicitation/create with a result that is not an object",
+                    )
                 return result
             if mode == "form":
                 from mcp_sampling_proxy.approval.forms import FormError, parse_form, secret_reasons
@@ -157,11 +198,16 @@ class ElicitationService:
                     return answer("decline", f"unsupported form: {exc}", "error")
                 secrets = secret_reasons(form, str(params.get("message", "")))
                 if secrets and self._settings.sensitive_form != "allow":
-                    log.warning("form asks for secrets, which MCP forbids in form mode", triggered_by=secrets,
-                                server=session.server_name)
-                    return answer(self._settings.sensitive_form,
-                                  f"the form asks for secrets ({'; '.join(secrets)}); elicitation.sensitive_form",
-                                  "deny")
+                    log.warning(
+                        "form asks for secrets, which MCP forbids in form mode",
+                        triggered_by=secrets,
+                        server=session.server_name,
+                    )
+                    return answer(
+                        self._settings.sensitive_form,
+                        f"the form asks for secrets ({'; '.join(secrets)}); elicitation.sensitive_form",
+                        "deny",
+                    )
             console = self._consoles.available() if route == "console" else None
             if console is None:
                 if self._settings.non_interactive == "accept_defaults" and mode == "form":
@@ -175,10 +221,16 @@ class ElicitationService:
                     result = await console.ask_url(params, origin, self._opener)
                 else:
                     result = await console.ask_form(params, form, origin)
-            self._audit.record(**audit, params=params, result=result,
-                               decision="approved" if result["action"] == "accept" else "rejected",
-                               reason=f"answered on the {console.name}", approver=console.name,
-                               action=result["action"], latency_ms=elapsed_ms(started))
+            self._audit.record(
+                **audit,
+                params=params,
+                result=result,
+                decision="approved" if result["action"] == "accept" else "rejected",
+                reason=f"answered on the {console.name}",
+                approver=console.name,
+                action=result["action"],
+                latency_ms=elapsed_ms(started),
+            )
             return result
 
     def route_for(self, params: dict[str, Any], session: Session) -> str:
@@ -199,8 +251,13 @@ class ElicitationService:
 
     def _non_interactive(self, params: dict[str, Any], mode: str, answer: Any, route: str) -> dict[str, Any]:
         action = self._settings.non_interactive
-        why = "nobody can be asked (no terminal or companion console)" if route == "console" else \
-            f"elicitation route is {self._settings.route}" if route == "decline" else "URL mode is not enabled"
+        why = (
+            "nobody can be asked (no terminal or companion console)"
+            if route == "console"
+            else f"elicitation route is {self._settings.route}"
+            if route == "decline"
+            else "URL mode is not enabled"
+        )
         if action == "accept_defaults" and mode == "form":
             from mcp_sampling_proxy.approval.forms import apply_defaults, parse_form
 

@@ -37,7 +37,6 @@ ELICITATION = ELICITATION_CREATE
 ROOTS = "roots/list"
 
 
-
 def origin_tools(origin: dict[str, Any] | None) -> tuple[str, ...]:
     """The tool of the host request an input_required round belongs to, as a candidate tuple."""
     if not isinstance(origin, dict) or origin.get("method") != "tools/call":
@@ -54,8 +53,9 @@ class InputResolver:
         # sampling requests shown to the host, by (requestState, key): (params, origin tools, asked at)
         self._host_sampling: dict[tuple[str | None, str], tuple[dict[str, Any], tuple[str, ...], float]] = {}
 
-    def owned_keys(self, result: dict[str, Any], session: Session,
-                   origin: dict[str, Any] | None = None) -> set[str] | None:
+    def owned_keys(
+        self, result: dict[str, Any], session: Session, origin: dict[str, Any] | None = None
+    ) -> set[str] | None:
         """The keys of the requests the proxy answers itself; None when the result is malformed.
 
         Sampling the host could do itself is still the proxy's when the policy refuses it (as in
@@ -75,7 +75,8 @@ class InputResolver:
                 owned.add(key)
                 continue
             if (method == SAMPLING and not self._sampling.host_may_answer(params, session, origin_tools(origin))) or (
-                    method == ELICITATION and self._elicitation.route_for(params, session) != "host"):
+                method == ELICITATION and self._elicitation.route_for(params, session) != "host"
+            ):
                 owned.add(key)
             # roots/list, sampling or elicitation the host does itself, anything new: the host's
         return owned
@@ -92,7 +93,10 @@ class InputResolver:
         for key, entry in requests.items():
             if isinstance(entry, dict) and entry.get("method") == SAMPLING and isinstance(entry.get("params"), dict):
                 self._host_sampling[(state if isinstance(state, str) else None, key)] = (
-                    entry["params"], origin_tools(origin), time.monotonic())
+                    entry["params"],
+                    origin_tools(origin),
+                    time.monotonic(),
+                )
             if isinstance(entry, dict) and entry.get("method") == ELICITATION and isinstance(entry.get("params"), dict):
                 entry = {**entry, "params": marked(entry["params"], session)}
             shown[key] = entry
@@ -112,8 +116,9 @@ class InputResolver:
                 request, tools, started = asked
                 self._sampling.record_host_answer(request, response, session, tools, started)
 
-    async def answer(self, key: str, entry: dict[str, Any], relay: Relay,
-                     origin: dict[str, Any] | None = None) -> dict[str, Any]:
+    async def answer(
+        self, key: str, entry: dict[str, Any], relay: Relay, origin: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """Answer one embedded request; `origin` is the host request whose retry carries it."""
         method = entry.get("method")
         request = {"jsonrpc": "2.0", "id": relay.new_id(), "method": method, "params": entry["params"]}
@@ -121,8 +126,10 @@ class InputResolver:
             with waiting_for("waiting for the host's roots"):
                 return await relay.roots_from_host(request)
         if method not in (SAMPLING, ELICITATION):
-            raise RpcError(jsonrpc.METHOD_NOT_FOUND, f"the server's round asks for {one_line(str(method), 80)}, "
-                           "which the proxy cannot answer")
+            raise RpcError(
+                jsonrpc.METHOD_NOT_FOUND,
+                f"the server's round asks for {one_line(str(method), 80)}, which the proxy cannot answer",
+            )
         service = self._sampling if method == SAMPLING else self._elicitation
         token = ORIGIN_TOOLS.set(origin_tools(origin))
         try:
@@ -131,8 +138,9 @@ class InputResolver:
         finally:
             ORIGIN_TOOLS.reset(token)
 
-    async def resolve(self, message: dict[str, Any], result: dict[str, Any], relay: Relay,
-                      resolving: Any) -> dict[str, Any]:
+    async def resolve(
+        self, message: dict[str, Any], result: dict[str, Any], relay: Relay, resolving: Any
+    ) -> dict[str, Any]:
         for _round in range(self._max_rounds):
             responses: dict[str, Any] = {}
             for key, entry in (result.get("inputRequests") or {}).items():
@@ -157,6 +165,7 @@ class InputResolver:
                 return {"result": result}
             if owned != set(requests):  # the host's turn: the relay hands it only its own requests
                 return {"result": result, "owned": owned}
-        raise RpcError(jsonrpc.INTERNAL_ERROR,
-                       f"the server kept asking for input after {self._max_rounds} rounds; giving up "
-                       "(upstream.max_input_rounds)")
+        raise RpcError(
+            jsonrpc.INTERNAL_ERROR,
+            f"the server kept asking for input after {self._max_rounds} rounds; giving up (upstream.max_input_rounds)",
+        )

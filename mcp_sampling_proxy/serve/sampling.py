@@ -47,9 +47,16 @@ if TYPE_CHECKING:
 
 log = get_logger("mcp_sampling_proxy.serve.sampling")
 
+
 class SamplingService:
-    def __init__(self, settings: Settings, adapters: AdapterPool, approver: Approver, audit: AuditLog,
-                 limiters: Limiters | None = None):
+    def __init__(
+        self,
+        settings: Settings,
+        adapters: AdapterPool,
+        approver: Approver,
+        audit: AuditLog,
+        limiters: Limiters | None = None,
+    ):
         self._settings = settings
         self._adapters = adapters
         self._approver = approver
@@ -67,8 +74,15 @@ class SamplingService:
             with self._limiters.holding() as busy:
                 return await self._serve(message, relay, audit, started, in_flight, busy)
 
-    async def _serve(self, message: dict[str, Any], relay: Relay, audit: dict[str, Any],
-                     started: float, in_flight: tuple[str, ...], busy: Refusal | None) -> dict[str, Any]:
+    async def _serve(
+        self,
+        message: dict[str, Any],
+        relay: Relay,
+        audit: dict[str, Any],
+        started: float,
+        in_flight: tuple[str, ...],
+        busy: Refusal | None,
+    ) -> dict[str, Any]:
         """The stages in order: judge (caps, validation, policy), quotas, approval, then the host
         or our own LLM. A stage that ends the request raises `_Ended`; its record is written here.
         `busy`: the proxy holds too many requests already (`Limiters.holding`)."""
@@ -87,58 +101,80 @@ class SamplingService:
                     if isinstance(budget, Refusal):
                         raise _Ended("deny", _limit_error(budget), limit=budget.limit)
                     approved = await self._approve(message, judged.request, decision, relay, audit)
-                    audit.update(decision="approved" if approved.approver else "allow", reason=decision.reason,
-                                 approver=approved.approver)
+                    audit.update(
+                        decision="approved" if approved.approver else "allow",
+                        reason=decision.reason,
+                        approver=approved.approver,
+                    )
                     if self.route(approved.request, session) == "host":
                         result = await self._at_host(approved, relay, audit, started)
                         if result is not None:
                             return result
                     return await self._fulfil_here(approved, decision, relay, audit, started, budget)
         except _Ended as ended:
-            self._audit.record(params=message.get("params"), result=None,  # the server gets no result
-                               **{**audit, "decision": ended.outcome, "reason": ended.error.message, **ended.fields})
+            self._audit.record(
+                params=message.get("params"),
+                result=None,  # the server gets no result
+                **{**audit, "decision": ended.outcome, "reason": ended.error.message, **ended.fields},
+            )
             log.warning("sampling refused", decision=ended.outcome, reason=ended.error.message)
             raise ended.error from None
 
-    def _judge(self, message: dict[str, Any], session: Session, audit: dict[str, Any],
-               in_flight: tuple[str, ...]) -> SamplingJudgement:
+    def _judge(
+        self, message: dict[str, Any], session: Session, audit: dict[str, Any], in_flight: tuple[str, ...]
+    ) -> SamplingJudgement:
         """Caps, validation and the policy (assess.judge_sampling, which `policy explain` runs too)."""
         origin = Origin(session.server_name, session.host_name, in_flight, session.server_reported)
         try:
-            judged = judge_sampling(self._settings, message.get("params") or {}, origin,
-                                    method=str(message.get("method")))
+            judged = judge_sampling(
+                self._settings, message.get("params") or {}, origin, method=str(message.get("method"))
+            )
         except Refused as refused:
             if refused.decision is not None:
                 audit["rule"] = refused.decision.rule
                 audit["tool"] = refused.decision.tool or audit["tool"]
-            raise _Ended(refused.outcome, refused.error,
-                         **({"approver": None} if refused.outcome == "deny" else {})) from None
+            raise _Ended(
+                refused.outcome, refused.error, **({"approver": None} if refused.outcome == "deny" else {})
+            ) from None
         decision = judged.decision
         audit["tool"] = decision.tool or audit["tool"]  # the candidate the strictest outcome was reached for
         audit["rule"] = decision.rule
         # A request that waits for a human is announced; the others are logged at debug level, as
         # their fulfilment is (see _fulfil)
         (log.info if decision.action == "prompt" else log.debug)(
-            "sampling request", server=session.server_name, server_reported=session.server_reported_if_different,
-            tool=audit["tool"], tool_candidates=audit.get("tool_candidates"), rule=decision.rule,
-            action=decision.action)
+            "sampling request",
+            server=session.server_name,
+            server_reported=session.server_reported_if_different,
+            tool=audit["tool"],
+            tool_candidates=audit.get("tool_candidates"),
+            rule=decision.rule,
+            action=decision.action,
+        )
         for adjustment in judged.notes:
             log.info("request adjusted", note=adjustment)
         return judged
 
-    async def _approve(self, message: dict[str, Any], request: SamplingRequest, decision: Decision, relay: Relay,
-                       audit: dict[str, Any]) -> _Approved:
+    async def _approve(
+        self, message: dict[str, Any], request: SamplingRequest, decision: Decision, relay: Relay, audit: dict[str, Any]
+    ) -> _Approved:
         """Ask a human when the rule says prompt; an edited prompt is checked like the original."""
         session, tool = relay.session, audit["tool"]
         if decision.action != "prompt":  # what a human would be shown is needed only for a review
-            return _Approved.of(message, request, self._asked(request, session, tool, decision)
-                                if self._settings.approval.review_response else None, None)
+            return _Approved.of(
+                message,
+                request,
+                self._asked(request, session, tool, decision) if self._settings.approval.review_response else None,
+                None,
+            )
         asked = self._asked(request, session, tool, decision)
         with waiting_for("waiting for approval"):  # progress keep-alive to the host (relay/keepalive.py)
             approval = await self._approver.ask(asked, relay)
         if not approval.approved:
-            raise _Ended("timeout" if approval.outcome == "timeout" else "rejected",
-                         RpcError(jsonrpc.USER_REJECTED, approval.reason), approver=approval.channel)
+            raise _Ended(
+                "timeout" if approval.outcome == "timeout" else "rejected",
+                RpcError(jsonrpc.USER_REJECTED, approval.reason),
+                approver=approval.channel,
+            )
         if approval.params is None:
             return _Approved.of(message, request, asked, approval.channel)
         audit["prompt_edited_by"] = approval.channel
@@ -147,17 +183,28 @@ class SamplingService:
             edited = edited.with_max_tokens(check_caps(edited.wire, self._settings.limits).params["maxTokens"])
         except RpcError as exc:
             raise _Ended("error", exc, approver=approval.channel) from None
-        asked = replace(asked, params=edited.wire, prompt_edited_by=approval.channel,
-                        summary=describe(edited.wire, server=session.server_label, tool=tool))
+        asked = replace(
+            asked,
+            params=edited.wire,
+            prompt_edited_by=approval.channel,
+            summary=describe(edited.wire, server=session.server_label, tool=tool),
+        )
         return _Approved.of(message, edited, asked, approval.channel)
 
     @staticmethod
     def _asked(request: SamplingRequest, session: Session, tool: str | None, decision: Decision) -> ApprovalRequest:
-        return ApprovalRequest(session.server_name, session.host_name, tool, decision.rule, request.wire,
-                               describe(request.wire, server=session.server_label, tool=tool))
+        return ApprovalRequest(
+            session.server_name,
+            session.host_name,
+            tool,
+            decision.rule,
+            request.wire,
+            describe(request.wire, server=session.server_label, tool=tool),
+        )
 
-    async def _at_host(self, approved: _Approved, relay: Relay, audit: dict[str, Any],
-                       started: float) -> dict[str, Any] | None:
+    async def _at_host(
+        self, approved: _Approved, relay: Relay, audit: dict[str, Any], started: float
+    ) -> dict[str, Any] | None:
         """The host samples (its tokens, not our budget); None when it refused and the policy says
         to fall back to our own LLM."""
         with waiting_for("waiting for the host's LLM"):  # progress keep-alive (relay/keepalive.py)
@@ -165,27 +212,46 @@ class SamplingService:
         error = response.get("error")
         if error is None:
             result = jsonrpc.as_object(response.get("result"))
-            self._audit.record(**audit, params=approved.request.wire, result=result, provider="host",
-                               model=result.get("model"), stop_reason=result.get("stopReason"),
-                               latency_ms=elapsed_ms(started))
+            self._audit.record(
+                **audit,
+                params=approved.request.wire,
+                result=result,
+                provider="host",
+                model=result.get("model"),
+                stop_reason=result.get("stopReason"),
+                latency_ms=elapsed_ms(started),
+            )
             return result
         if not self._settings.sampling.fallback_on_host_error:
-            self._audit.record(**audit, params=approved.request.wire, provider="host", error=str(error.get("message")),
-                               latency_ms=elapsed_ms(started))
+            self._audit.record(
+                **audit,
+                params=approved.request.wire,
+                provider="host",
+                error=str(error.get("message")),
+                latency_ms=elapsed_ms(started),
+            )
             raise RpcError.from_error(error)
         log.info("host refused sampling; fulfilling locally (fallback_on_host_error)", host_error=error.get("message"))
         return None
 
-    async def _fulfil_here(self, approved: _Approved, decision: Decision, relay: Relay, audit: dict[str, Any],
-                           started: float, budget: BudgetHold) -> dict[str, Any]:
+    async def _fulfil_here(
+        self,
+        approved: _Approved,
+        decision: Decision,
+        relay: Relay,
+        audit: dict[str, Any],
+        started: float,
+        budget: BudgetHold,
+    ) -> dict[str, Any]:
         """Our own LLM, within the proxy's concurrency gate, then the human review when configured."""
         session = relay.session
         async with self._gate.slot() as busy:  # bounds this proxy's LLM calls, whoever asks
             if busy is not None:
                 raise _Ended("deny", _limit_error(busy), limit=busy.limit)
             budget.calling()
-            result, completion, fulfilled = await self._fulfil(approved.request, decision, session, audit["tool"],
-                                                               audit, started)
+            result, completion, fulfilled = await self._fulfil(
+                approved.request, decision, session, audit["tool"], audit, started
+            )
         budget.spent(_tokens(completion))
         if not self._settings.approval.review_response:
             self._audit.record(**fulfilled)
@@ -197,18 +263,27 @@ class SamplingService:
                 review = await self._approver.review(approved.asked, result, relay)
         except BaseException as exc:  # the LLM was called all the same: its record says how it ended
             cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
-            self._audit.record(**{**fulfilled, "decision": "cancelled" if cancelled else "error",
-                                  "reason": "cancelled while the answer was under review" if cancelled else
-                                  f"the review failed: {type(exc).__name__}"})
+            self._audit.record(
+                **{
+                    **fulfilled,
+                    "decision": "cancelled" if cancelled else "error",
+                    "reason": "cancelled while the answer was under review"
+                    if cancelled
+                    else f"the review failed: {type(exc).__name__}",
+                }
+            )
             raise
         if not review.accepted:  # one record, `rejected`, with the provider, model and a digest of the answer
             self._audit.record(**fulfilled, original_answer_sha256=digest(result)["sha256"])
-            raise _Ended("rejected", RpcError(
-                jsonrpc.USER_REJECTED, f"the LLM's answer was not approved for the server ({review.channel})"),
-                approver=review.channel)
+            raise _Ended(
+                "rejected",
+                RpcError(jsonrpc.USER_REJECTED, f"the LLM's answer was not approved for the server ({review.channel})"),
+                approver=review.channel,
+            )
         if review.result != result:  # the reviewer replaced the answer: record what the server gets
-            fulfilled.update(result=review.result, answer_edited_by=review.channel,
-                             original_answer_sha256=digest(result)["sha256"])
+            fulfilled.update(
+                result=review.result, answer_edited_by=review.channel, original_answer_sha256=digest(result)["sha256"]
+            )
         self._audit.record(**fulfilled)
         return review.result
 
@@ -230,8 +305,9 @@ class SamplingService:
         decision = judged.decision
         return self._limiters.admit_now(decision.matched, limit_key(decision.rule, session.server_name)) is None
 
-    def record_host_answer(self, params: dict[str, Any], response: Any, session: Session,
-                           tools: tuple[str, ...], started: float) -> None:
+    def record_host_answer(
+        self, params: dict[str, Any], response: Any, session: Session, tools: tuple[str, ...], started: float
+    ) -> None:
         """Audit sampling the host answered itself in a 2026-07-28 input_required round (the proxy
         only sees the answer when the host retries), with the tool of the call being retried."""
         origin = Origin(session.server_name, session.host_name, tools, session.server_reported)
@@ -240,15 +316,27 @@ class SamplingService:
         except Refused as refused:
             decision = refused.decision
         tool = (decision.tool if decision else None) or (tools[-1] if tools else None)
-        audit = request_fields(session, {"method": SAMPLING_CREATE, "params": params}, tool,
-                               rule=decision.rule if decision else None, **attribution_fields(session, tools))
+        audit = request_fields(
+            session,
+            {"method": SAMPLING_CREATE, "params": params},
+            tool,
+            rule=decision.rule if decision else None,
+            **attribution_fields(session, tools),
+        )
         result = response if isinstance(response, dict) else {}
-        self._audit.record(**audit, params=params, result=result, provider="host", model=result.get("model"),
-                           stop_reason=result.get("stopReason"), decision="allow", approver="host",
-                           reason=f"{decision.reason if decision else 'not judged'}; answered by the host "
-                                  "(2026-07-28 input_required)",
-                           error=None if isinstance(response, dict) else "the host's answer is not an object",
-                           latency_ms=elapsed_ms(started))
+        self._audit.record(
+            **audit,
+            params=params,
+            result=result,
+            provider="host",
+            model=result.get("model"),
+            stop_reason=result.get("stopReason"),
+            decision="allow",
+            approver="host",
+            reason=f"{decision.reason if decision else 'not judged'}; answered by the host (2026-07-28 input_required)",
+            error=None if isinstance(response, dict) else "the host's answer is not an object",
+            latency_ms=elapsed_ms(started),
+        )
 
     def route(self, request: SamplingRequest, session: Session) -> str:
         """'host' when the host answers this request itself, else 'proxy'."""
@@ -262,8 +350,15 @@ class SamplingService:
             return "proxy"
         return "host"
 
-    async def _fulfil(self, request: SamplingRequest, decision: Decision, session: Session, tool: str | None,
-                      audit: dict[str, Any], started: float) -> tuple[dict[str, Any], Completion, dict[str, Any]]:
+    async def _fulfil(
+        self,
+        request: SamplingRequest,
+        decision: Decision,
+        session: Session,
+        tool: str | None,
+        audit: dict[str, Any],
+        started: float,
+    ) -> tuple[dict[str, Any], Completion, dict[str, Any]]:
         """The LLM's result, its completion, and the fields of its audit record (the caller records
         them, after the review when there is one)."""
         params = request.wire  # the adapters translate the wire form through the one content walker
@@ -280,30 +375,57 @@ class SamplingService:
             with waiting_for("waiting for the LLM"):  # progress keep-alive (relay/keepalive.py)
                 completion = await adapter.complete(params, choice.model)
         except LLMError as exc:
-            self._audit.record(**audit, params=params, provider=choice.provider, model=choice.model, error=exc.message,
-                               latency_ms=elapsed_ms(started))
+            self._audit.record(
+                **audit,
+                params=params,
+                provider=choice.provider,
+                model=choice.model,
+                error=exc.message,
+                latency_ms=elapsed_ms(started),
+            )
             log.warning("sampling failed", provider=choice.provider, error=exc.message)
             raise RpcError(exc.code, exc.message) from None
         finally:
             REQUEST_ORIGIN.reset(token)
-            note(llm_call=(call_started, time.time_ns()), request_model=choice.model,
-                 provider_type=self._adapters.configs_by_name[choice.provider].type,
-                 llm_url=getattr(adapter, "base_url", None))
+            note(
+                llm_call=(call_started, time.time_ns()),
+                request_model=choice.model,
+                provider_type=self._adapters.configs_by_name[choice.provider].type,
+                llm_url=getattr(adapter, "base_url", None),
+            )
         content: Any = without_keys(completion.content)
         if not request.typed.tools and len(content) == 1:
             content = content[0]
-        result = {"role": "assistant", "content": content, "model": completion.model,
-                  "stopReason": completion.stop_reason}
-        fulfilled = {**audit, "params": params, "result": result, "provider": choice.provider,
-                     "model": completion.model, "input_tokens": completion.input_tokens,
-                     "output_tokens": completion.output_tokens, "stop_reason": completion.stop_reason,
-                     "latency_ms": elapsed_ms(started)}
+        result = {
+            "role": "assistant",
+            "content": content,
+            "model": completion.model,
+            "stopReason": completion.stop_reason,
+        }
+        fulfilled = {
+            **audit,
+            "params": params,
+            "result": result,
+            "provider": choice.provider,
+            "model": completion.model,
+            "input_tokens": completion.input_tokens,
+            "output_tokens": completion.output_tokens,
+            "stop_reason": completion.stop_reason,
+            "latency_ms": elapsed_ms(started),
+        }
         # debug, like the request's arrival: the audit log records every request, and a line per request
         # on stderr (which hosts keep in their logs) costs ~20 us of the request's time; refusals and
         # failures are warnings
-        log.debug("sampling fulfilled", server=session.server_name, tool=tool, rule=decision.rule,
-                 provider=choice.provider, model=completion.model, stop_reason=completion.stop_reason,
-                 latency_ms=elapsed_ms(started))
+        log.debug(
+            "sampling fulfilled",
+            server=session.server_name,
+            tool=tool,
+            rule=decision.rule,
+            provider=choice.provider,
+            model=completion.model,
+            stop_reason=completion.stop_reason,
+            latency_ms=elapsed_ms(started),
+        )
         return result, completion, fulfilled
 
 
@@ -330,11 +452,13 @@ class _Approved:
     as_received: bool  # False when a cap or an editor changed the request: its bytes may not be reused
 
     @classmethod
-    def of(cls, message: dict[str, Any], request: SamplingRequest, asked: ApprovalRequest | None,
-           approver: str | None) -> _Approved:
+    def of(
+        cls, message: dict[str, Any], request: SamplingRequest, asked: ApprovalRequest | None, approver: str | None
+    ) -> _Approved:
         as_received = request.wire is message.get("params")
-        return cls(message if as_received else {**message, "params": request.wire}, request, asked, approver,
-                   as_received)
+        return cls(
+            message if as_received else {**message, "params": request.wire}, request, asked, approver, as_received
+        )
 
 
 def _tokens(completion: Completion) -> int | None:
@@ -384,6 +508,7 @@ class AdapterPool:
     async def aclose(self) -> None:
         """Close every adapter made, one the warm-up thread is making included (its lock is waited
         for in a thread), and make no more: one made after the snapshot was never closed."""
+
         def take_all() -> list[Adapter]:
             with self._making:
                 self._closed = True

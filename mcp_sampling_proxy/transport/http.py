@@ -29,6 +29,7 @@ def add_secret(value: str) -> None:
 
     logmod.add_secret(value)
 
+
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -113,8 +114,14 @@ class HttpUpstream:
         self._initializing: set[Any] = set()  # ids of initialize requests on their way
         self._param_headers: dict[str, Any] = {}  # tool name -> its x-mcp-header map (SEP-2243)
 
-    async def attach(self, on_line: Callable[[bytes], None], on_eof: Callable[[], None], *,
-                     max_line: int | None = None, on_oversize: Any = None) -> None:
+    async def attach(
+        self,
+        on_line: Callable[[bytes], None],
+        on_eof: Callable[[], None],
+        *,
+        max_line: int | None = None,
+        on_oversize: Any = None,
+    ) -> None:
         """`max_line` bounds a message from the server here too: an SSE event (the SDK's limit, 1 MiB
         by default, refused results a direct host gets) and a JSON response body. Past it the waiting
         request gets an error from the transport; `on_oversize` is for pipes."""
@@ -141,14 +148,24 @@ class HttpUpstream:
             self._auth = LazyOAuth(self.url)
         # no compression: a client inflates a body whole, past any count of the bytes that arrive
         headers = {"Accept-Encoding": "identity", **self._headers}
-        client = httpx2.AsyncClient(headers=headers, auth=self._auth, follow_redirects=False,
-                                    timeout=httpx2.Timeout(CONNECT_TIMEOUT, read=READ_TIMEOUT))
+        client = httpx2.AsyncClient(
+            headers=headers,
+            auth=self._auth,
+            follow_redirects=False,
+            timeout=httpx2.Timeout(CONNECT_TIMEOUT, read=READ_TIMEOUT),
+        )
         try:
             with self._scope:
                 async with client, anyio.create_task_group() as tg:
-                    session = StreamableHttpClient(self.url, client, self._from_server, max_message=self._max_message,
-                                                   tg=tg, on_unreachable=self._unreachable,
-                                                   on_error_response=self._login_error)
+                    session = StreamableHttpClient(
+                        self.url,
+                        client,
+                        self._from_server,
+                        max_message=self._max_message,
+                        tg=tg,
+                        on_unreachable=self._unreachable,
+                        on_error_response=self._login_error,
+                    )
                     async for line in self._outbox_recv:
                         try:
                             message = jsonrpc.parse(line)
@@ -198,8 +215,7 @@ class HttpUpstream:
         if why != self._refusal_logged:
             self._refusal_logged = why
             log.error("upstream needs an OAuth login; requests get an error until then", url=self.url, why=why)
-        return jsonrpc.error_response(request_id, jsonrpc.INTERNAL_ERROR, why,
-                                      data={"login": login_command(self.url)})
+        return jsonrpc.error_response(request_id, jsonrpc.INTERNAL_ERROR, why, data={"login": login_command(self.url)})
 
     def _note_version(self, message: dict[str, Any]) -> None:
         """The negotiated version comes from the initialize result, not the request."""
@@ -259,8 +275,9 @@ class HttpUpstream:
                 self._listing.add(msg["id"])
             elif method == "tools/call" and params.get("name") in self._param_headers:
                 arguments = params.get("arguments")
-                headers.update(param_headers(self._param_headers[params["name"]],
-                                             arguments if isinstance(arguments, dict) else {}))
+                headers.update(
+                    param_headers(self._param_headers[params["name"]], arguments if isinstance(arguments, dict) else {})
+                )
         return headers
 
     async def wait(self, timeout: float) -> int | None:

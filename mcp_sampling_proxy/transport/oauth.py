@@ -41,6 +41,7 @@ PLACEHOLDER_REDIRECT = "http://127.0.0.1/callback"  # the headless proxy never r
 # RFC 6749 section 3.3: scope tokens of %x21 / %x23-5B / %x5D-7E, separated by single spaces
 _SCOPE = re.compile(r"[\x21\x23-\x5b\x5d-\x7e]{1,200}(?: [\x21\x23-\x5b\x5d-\x7e]{1,200}){0,31}")
 
+
 class RecordStorage:
     """The SDK's TokenStorage over one stored record; `persist` says whether to write changes back."""
 
@@ -76,8 +77,11 @@ class HeadlessOAuth(OAuthClientProvider):
     """Uses and refreshes a stored login; on a 401 it cannot fix, it records why instead of starting a login."""
 
     def __init__(self, url: str, on_secret: Callable[[str], None] | None = None):
-        super().__init__(server_url=url, client_metadata=_client_metadata(PLACEHOLDER_REDIRECT, None),
-                         storage=RecordStorage(url, None, None, persist=True))
+        super().__init__(
+            server_url=url,
+            client_metadata=_client_metadata(PLACEHOLDER_REDIRECT, None),
+            storage=RecordStorage(url, None, None, persist=True),
+        )
         self.url = url
         self.refusal: str | None = None  # why the last request was refused, in words for the host
         self.refused_ids: set[Any] = set()  # JSON-RPC ids of requests the server refused for lack of a login
@@ -141,8 +145,9 @@ class HeadlessOAuth(OAuthClientProvider):
                     self._add_auth_header(request)
                     response = yield request
             had_login = bool(getattr(self.context.storage, "record", {}).get("tokens"))
-            if _insufficient_scope(response) or (response.status_code == 401 and (
-                    had_login or oauth_challenge(response) is not None)):  # a 401 of another kind is not ours
+            if _insufficient_scope(response) or (
+                response.status_code == 401 and (had_login or oauth_challenge(response) is not None)
+            ):  # a 401 of another kind is not ours
                 self._refuse(request, response, had_login=had_login)
             else:
                 self.refusal = None
@@ -161,17 +166,25 @@ class HeadlessOAuth(OAuthClientProvider):
         if _insufficient_scope(response):
             scope = extract_field_from_www_auth(response, "scope")  # the server's text: a hint only if well-formed
             if scope and _SCOPE.fullmatch(scope):
-                why = (f"{self.url} needs OAuth scope {scope!r}, which the stored login lacks: run "
-                       f"`{login_command(self.url, scope=scope)}` in a terminal")
+                why = (
+                    f"{self.url} needs OAuth scope {scope!r}, which the stored login lacks: run "
+                    f"`{login_command(self.url, scope=scope)}` in a terminal"
+                )
             else:
-                why = (f"{self.url} needs an OAuth scope the stored login lacks: run "
-                       f"`{login_command(self.url)} --scope SCOPE` in a terminal with the scope it needs")
+                why = (
+                    f"{self.url} needs an OAuth scope the stored login lacks: run "
+                    f"`{login_command(self.url)} --scope SCOPE` in a terminal with the scope it needs"
+                )
         elif had_login:
-            why = (f"the OAuth login for {self.url} has expired and could not be refreshed: run "
-                   f"`{login_command(self.url)}` in a terminal, then restart this server in your host")
+            why = (
+                f"the OAuth login for {self.url} has expired and could not be refreshed: run "
+                f"`{login_command(self.url)}` in a terminal, then restart this server in your host"
+            )
         else:
-            why = (f"{self.url} needs an OAuth login: run `{login_command(self.url)}` in a terminal, "
-                   "then restart this server in your host")
+            why = (
+                f"{self.url} needs an OAuth login: run `{login_command(self.url)}` in a terminal, "
+                "then restart this server in your host"
+            )
         self.refusal = why
         try:
             body = json.loads(request.content or b"null")
@@ -189,8 +202,11 @@ def _client_metadata(redirect_uri: str, scope: str | None) -> OAuthClientMetadat
     from pydantic import AnyUrl
 
     return OAuthClientMetadata(
-        client_name=CLIENT_NAME, redirect_uris=[AnyUrl(redirect_uri)], scope=scope,
-        grant_types=["authorization_code", "refresh_token"], response_types=["code"],
+        client_name=CLIENT_NAME,
+        redirect_uris=[AnyUrl(redirect_uri)],
+        scope=scope,
+        grant_types=["authorization_code", "refresh_token"],
+        response_types=["code"],
         token_endpoint_auth_method="none",
     )
 
@@ -209,9 +225,14 @@ def oauth_challenge(response: httpx2.Response) -> str | None:
 
 
 INITIALIZE = {
-    "jsonrpc": "2.0", "id": "mcp-sampling-proxy-login", "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {},
-               "clientInfo": {"name": CLIENT_NAME, "version": "login"}},
+    "jsonrpc": "2.0",
+    "id": "mcp-sampling-proxy-login",
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": CLIENT_NAME, "version": "login"},
+    },
 }
 MCP_POST_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
@@ -251,21 +272,39 @@ class LoginFailed(Exception):
     """A login that did not end with tokens; the message says why and what to do."""
 
 
-async def authorize(url: str, *, redirect_uri: str, open_url: Callable[[str], Awaitable[None]],
-                    wait_for_code: Callable[[], Awaitable[AuthorizationCodeResult]],
-                    client_id: str | None = None, client_secret: str | None = None,
-                    scope: str | None = None, headers: dict[str, str] | None = None) -> tuple[dict[str, Any], str]:
+async def authorize(
+    url: str,
+    *,
+    redirect_uri: str,
+    open_url: Callable[[str], Awaitable[None]],
+    wait_for_code: Callable[[], Awaitable[AuthorizationCodeResult]],
+    client_id: str | None = None,
+    client_secret: str | None = None,
+    scope: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> tuple[dict[str, Any], str]:
     """The whole flow, driven by one unauthenticated initialize; returns (record to store, server name)."""
     storage = RecordStorage(url, None, None, persist=False)
     if client_id:
         from pydantic import AnyUrl
 
-        await storage.set_client_info(OAuthClientInformationFull(
-            client_id=client_id, client_secret=client_secret, redirect_uris=[AnyUrl(redirect_uri)],
-            token_endpoint_auth_method="client_secret_post" if client_secret else "none",
-            grant_types=["authorization_code", "refresh_token"], client_name=CLIENT_NAME))
-    provider = OAuthClientProvider(server_url=url, client_metadata=_client_metadata(redirect_uri, scope),
-                                   storage=storage, redirect_handler=open_url, callback_handler=wait_for_code)
+        await storage.set_client_info(
+            OAuthClientInformationFull(
+                client_id=client_id,
+                client_secret=client_secret,
+                redirect_uris=[AnyUrl(redirect_uri)],
+                token_endpoint_auth_method="client_secret_post" if client_secret else "none",
+                grant_types=["authorization_code", "refresh_token"],
+                client_name=CLIENT_NAME,
+            )
+        )
+    provider = OAuthClientProvider(
+        server_url=url,
+        client_metadata=_client_metadata(redirect_uri, scope),
+        storage=storage,
+        redirect_handler=open_url,
+        callback_handler=wait_for_code,
+    )
     provider.context.client_metadata.scope = scope
     try:
         async with httpx2.AsyncClient(auth=provider, timeout=httpx2.Timeout(30.0, read=600.0)) as client:

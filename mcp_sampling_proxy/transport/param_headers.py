@@ -23,8 +23,19 @@ _WRAPPED = re.compile(r"=\?base64\?.*\?=")
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _MARKABLE = ("string", "integer", "boolean")
 # keywords whose values are schemas, off the `properties` chain (a mark under them is misplaced)
-_ONE = ("items", "contains", "unevaluatedItems", "additionalProperties", "propertyNames",
-        "unevaluatedProperties", "not", "if", "then", "else", "contentSchema")
+_ONE = (
+    "items",
+    "contains",
+    "unevaluatedItems",
+    "additionalProperties",
+    "propertyNames",
+    "unevaluatedProperties",
+    "not",
+    "if",
+    "then",
+    "else",
+    "contentSchema",
+)
 _MANY = ("allOf", "anyOf", "oneOf", "prefixItems")
 _NAMED = ("patternProperties", "dependentSchemas", "$defs", "definitions")
 
@@ -65,8 +76,13 @@ def header_map(schema: dict[str, Any]) -> HeaderMap:
         if MARK not in node:
             continue
         token = node[MARK]
-        if not path or not isinstance(token, str) or not _TOKEN.fullmatch(token) \
-                or node.get("type") not in _MARKABLE or token.lower() in seen:
+        if (
+            not path
+            or not isinstance(token, str)
+            or not _TOKEN.fullmatch(token)
+            or node.get("type") not in _MARKABLE
+            or token.lower() in seen
+        ):
             return {}
         seen.add(token.lower())
         found[path] = token

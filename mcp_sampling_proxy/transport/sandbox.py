@@ -63,19 +63,25 @@ def unavailable() -> str | None:
         return "bwrap is not installed (Debian/Ubuntu: apt install bubblewrap; Fedora: dnf install bubblewrap)"
     true = shutil.which("true") or "/bin/true"
     try:
-        done = subprocess.run([bwrap, "--dev-bind", "/", "/", "--unshare-pid", "--as-pid-1", "--die-with-parent",
-                               true], capture_output=True, timeout=PROBE_TIMEOUT)
+        done = subprocess.run(
+            [bwrap, "--dev-bind", "/", "/", "--unshare-pid", "--as-pid-1", "--die-with-parent", true],
+            capture_output=True,
+            timeout=PROBE_TIMEOUT,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bwrap could not be started ({exc})"
     if done.returncode != 0:
         why = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        return f"bwrap cannot create a sandbox here ({why[-1] if why else f'exit {done.returncode}'}; " \
-               "unprivileged user namespaces may be disabled)"
+        return (
+            f"bwrap cannot create a sandbox here ({why[-1] if why else f'exit {done.returncode}'}; "
+            "unprivileged user namespaces may be disabled)"
+        )
     return None
 
 
-def plan(settings: SandboxSettings, hidden: Iterable[Path], cwd: str | None = None,
-         command: Iterable[str] = ()) -> Plan:
+def plan(
+    settings: SandboxSettings, hidden: Iterable[Path], cwd: str | None = None, command: Iterable[str] = ()
+) -> Plan:
     """The bwrap words for a server under `settings`, hiding the proxy's own `hidden` paths. The
     server's working directory and the files its command names stay reachable when they are in
     /tmp (the server's own /tmp is private): a server started from there still starts."""
@@ -85,8 +91,22 @@ def plan(settings: SandboxSettings, hidden: Iterable[Path], cwd: str | None = No
     if why is not None:
         return Plan((), unavailable=why)
     bwrap = shutil.which("bwrap") or "bwrap"
-    words = [bwrap, "--dev-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-             "--unshare-pid", "--as-pid-1", "--die-with-parent", "--new-session"]
+    words = [
+        bwrap,
+        "--dev-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--tmpfs",
+        "/tmp",
+        "--unshare-pid",
+        "--as-pid-1",
+        "--die-with-parent",
+        "--new-session",
+    ]
     if not settings.network:
         words.append("--unshare-net")
     cwd = cwd or os.getcwd()

@@ -33,8 +33,9 @@ class SpawnError(Exception):
         self.exit_code = exit_code
 
 
-def spawn(command: list[str], env: dict[str, str], cwd: str | None = None,
-          sandbox: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
+def spawn(
+    command: list[str], env: dict[str, str], cwd: str | None = None, sandbox: tuple[str, ...] = ()
+) -> subprocess.Popen[bytes]:
     """Start the upstream (under the `sandbox` words, transport/sandbox.py, when there are any); raise
     SpawnError with a helpful message when that is impossible."""
     executable = command[0]
@@ -157,9 +158,14 @@ class StdioUpstream:
         self._writer: LineWriter | None = None
         self.reader: LineReader | None = None
 
-    async def attach(self, on_line: Callable[[bytes], None], on_eof: Callable[[], None], *,
-                     max_line: int | None = None, on_oversize: Callable[[int, bytes, bytes], None] | None = None,
-                     ) -> None:
+    async def attach(
+        self,
+        on_line: Callable[[bytes], None],
+        on_eof: Callable[[], None],
+        *,
+        max_line: int | None = None,
+        on_oversize: Callable[[int, bytes, bytes], None] | None = None,
+    ) -> None:
         from mcp_sampling_proxy.transport.framing import (
             DEFAULT_MAX_LINE,
             LineReader,
@@ -169,11 +175,14 @@ class StdioUpstream:
 
         assert self.process.stdin and self.process.stdout and self.process.stderr
         self._writer = await open_line_writer(self.process.stdin.fileno())
-        self.reader = reader = LineReader(on_line, on_eof, max_line=max_line or DEFAULT_MAX_LINE,
-                                          on_oversize=on_oversize)
+        self.reader = reader = LineReader(
+            on_line, on_eof, max_line=max_line or DEFAULT_MAX_LINE, on_oversize=on_oversize
+        )
         await open_line_reader(self.process.stdout.fileno(), reader)
-        await open_line_reader(self.process.stderr.fileno(), LineReader(
-            self._stderr_line, lambda: None, max_line=STDERR_MAX_LINE, on_oversize=self._stderr_oversize))
+        await open_line_reader(
+            self.process.stderr.fileno(),
+            LineReader(self._stderr_line, lambda: None, max_line=STDERR_MAX_LINE, on_oversize=self._stderr_oversize),
+        )
 
     @property
     def writer(self):

@@ -61,9 +61,17 @@ class _Post:
 class StreamableHttpClient:
     """One Streamable HTTP session with the server at `url`; server messages go to `deliver` as bytes."""
 
-    def __init__(self, url: str, client: httpx2.AsyncClient, deliver: Deliver, *, max_message: int,
-                 tg: anyio.abc.TaskGroup, on_unreachable: Callable[[BaseException], None],
-                 on_error_response: Callable[[Any, dict[str, Any]], bytes | None] | None = None):
+    def __init__(
+        self,
+        url: str,
+        client: httpx2.AsyncClient,
+        deliver: Deliver,
+        *,
+        max_message: int,
+        tg: anyio.abc.TaskGroup,
+        on_unreachable: Callable[[BaseException], None],
+        on_error_response: Callable[[Any, dict[str, Any]], bytes | None] | None = None,
+    ):
         self.url = url
         self._client = client
         self._deliver = deliver
@@ -111,8 +119,9 @@ class StreamableHttpClient:
             return True
         return self._version in MODERN_VERSIONS
 
-    async def _run_post(self, message: dict[str, Any], line: bytes, headers: dict[str, str] | None,
-                        post: _Post) -> None:
+    async def _run_post(
+        self, message: dict[str, Any], line: bytes, headers: dict[str, str] | None, post: _Post
+    ) -> None:
         try:
             with post.scope:
                 await self._post(message, line, headers)
@@ -120,8 +129,9 @@ class StreamableHttpClient:
             if self._posts.get(message["id"]) is post:
                 del self._posts[message["id"]]
 
-    def _headers(self, extra: dict[str, str] | None = None, *, accept: str = "application/json, text/event-stream"
-                 ) -> dict[str, str]:
+    def _headers(
+        self, extra: dict[str, str] | None = None, *, accept: str = "application/json, text/event-stream"
+    ) -> dict[str, str]:
         headers = {"Accept": accept, "Content-Type": "application/json"}
         if self.session_id:
             headers[SESSION_HEADER] = self.session_id
@@ -149,8 +159,9 @@ class StreamableHttpClient:
                 log.warning("upstream HTTP exchange failed", error=_describe(exc))
 
     @contextlib.asynccontextmanager
-    async def _stream(self, method: str, headers: dict[str, str], content: bytes | None = None
-                      ) -> AsyncIterator[httpx2.Response]:
+    async def _stream(
+        self, method: str, headers: dict[str, str], content: bytes | None = None
+    ) -> AsyncIterator[httpx2.Response]:
         """A request whose redirects are followed only within the endpoint's origin, keeping the method."""
         url = self.url
         for _ in range(MAX_REDIRECTS + 1):
@@ -180,9 +191,12 @@ class StreamableHttpClient:
         if 300 <= status < 400:
             where = response.headers.get("location", "?")
             if request_id is not None:
-                self._fail(request_id, jsonrpc.INVALID_REQUEST,
-                           f"the server redirected the request to {one_line(where, 200)}, outside its origin "
-                           "or changing the method; not followed (use that URL)")
+                self._fail(
+                    request_id,
+                    jsonrpc.INVALID_REQUEST,
+                    f"the server redirected the request to {one_line(where, 200)}, outside its origin "
+                    "or changing the method; not followed (use that URL)",
+                )
             return
         if status >= 400:
             if request_id is not None:
@@ -364,8 +378,9 @@ async def _events(response: httpx2.Response, limit: int) -> AsyncIterator[Event]
         lines = pending.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
         pending = lines.pop()
         if len(pending) > limit:
-            raise TooLarge(f"an event from the server is over the proxy's limit of {limit:,} bytes "
-                           "(--max-message-bytes)")
+            raise TooLarge(
+                f"an event from the server is over the proxy's limit of {limit:,} bytes (--max-message-bytes)"
+            )
         for line in lines:
             if not line:  # the end of an event
                 if data and kind in (b"", b"message"):
@@ -381,8 +396,9 @@ async def _events(response: httpx2.Response, limit: int) -> AsyncIterator[Event]
             if name == b"data":
                 size += len(value) + 1
                 if size > limit:
-                    raise TooLarge(f"an event from the server is over the proxy's limit of {limit:,} bytes "
-                                   "(--max-message-bytes)")
+                    raise TooLarge(
+                        f"an event from the server is over the proxy's limit of {limit:,} bytes (--max-message-bytes)"
+                    )
                 data.append(value)
             elif name == b"event":
                 kind = value
@@ -407,8 +423,10 @@ def _check_encoding(response: httpx2.Response) -> None:
     """A compressed answer is refused before a byte is inflated (200 KB of gzip are 200 MB); the proxy asks for none."""
     encoding = response.headers.get("content-encoding", "").strip().lower()
     if encoding not in ("", "identity"):
-        raise TooLarge(f"the server answered with content-encoding {one_line(encoding, 40)!r} although the proxy "
-                       "asks for none (a compressed body can inflate past --max-message-bytes)")
+        raise TooLarge(
+            f"the server answered with content-encoding {one_line(encoding, 40)!r} although the proxy "
+            "asks for none (a compressed body can inflate past --max-message-bytes)"
+        )
 
 
 def _is_event_stream(response: httpx2.Response) -> bool:

@@ -43,8 +43,10 @@ def arguments_for(schema: dict[str, Any]) -> dict[str, Any]:
 
 async def on_elicit(context: Any, params: Any) -> types.ElicitResult:
     schema = getattr(params, "requested_schema", None) or {}
-    content = {name: (True if field.get("type") == "boolean" else value_for(field))
-               for name, field in (schema.get("properties") or {}).items()}
+    content = {
+        name: (True if field.get("type") == "boolean" else value_for(field))
+        for name, field in (schema.get("properties") or {}).items()
+    }
     return types.ElicitResult(action="accept", content=content)
 
 
@@ -53,10 +55,15 @@ async def main(url: str, via: str, mode: str) -> int:
         transport: Any = streamable_http_client(url)
     else:
         command = [*json.loads(os.environ["MCP_CONFORMANCE_PROXY"]), "--url", url]
-        transport = stdio_client(StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ)),
-                                 errlog=sys.stderr)
-    async with Client(transport, mode=mode, elicitation_callback=on_elicit,
-                      client_info=types.Implementation(name="conformance-host-py", version="1.0.0")) as client:
+        transport = stdio_client(
+            StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ)), errlog=sys.stderr
+        )
+    async with Client(
+        transport,
+        mode=mode,
+        elicitation_callback=on_elicit,
+        client_info=types.Implementation(name="conformance-host-py", version="1.0.0"),
+    ) as client:
         tools = (await client.list_tools()).tools
         print(f"tools: {', '.join(tool.name for tool in tools)}", flush=True)
         for tool in tools:

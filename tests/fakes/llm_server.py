@@ -328,21 +328,31 @@ class FakeLLMServer:
         if self.kind != "openai" or not REASONING_MODEL.match(str(body.get("model", "")).rsplit("/", 1)[-1]):
             return None
         if "max_tokens" in body:
-            error = {"message": "Unsupported parameter: 'max_tokens' is not supported with this model. "
-                                "Use 'max_completion_tokens' instead.",
-                     "type": "invalid_request_error", "param": "max_tokens", "code": "unsupported_parameter"}
+            error = {
+                "message": "Unsupported parameter: 'max_tokens' is not supported with this model. "
+                "Use 'max_completion_tokens' instead.",
+                "type": "invalid_request_error",
+                "param": "max_tokens",
+                "code": "unsupported_parameter",
+            }
         elif "temperature" in body and body["temperature"] != 1:
-            error = {"message": f"Unsupported value: 'temperature' does not support {body['temperature']} with "
-                                "this model. Only the default (1) value is supported.",
-                     "type": "invalid_request_error", "param": "temperature", "code": "unsupported_value"}
+            error = {
+                "message": f"Unsupported value: 'temperature' does not support {body['temperature']} with "
+                "this model. Only the default (1) value is supported.",
+                "type": "invalid_request_error",
+                "param": "temperature",
+                "code": "unsupported_value",
+            }
         else:
             return None
         return ScriptedReply(400, {"error": error})
 
     def _authorized(self, request: RecordedRequest) -> bool:
         if self.kind == "openai":
-            return (request.headers.get("authorization") == f"Bearer {self.api_key}"
-                    or request.headers.get("api-key") == self.api_key)  # Azure OpenAI's key header
+            return (
+                request.headers.get("authorization") == f"Bearer {self.api_key}"
+                or request.headers.get("api-key") == self.api_key
+            )  # Azure OpenAI's key header
         return request.headers.get("x-api-key") == self.api_key
 
     def _send(self, handler: _Handler, request: RecordedRequest, reply: ScriptedReply) -> None:
@@ -369,7 +379,7 @@ class FakeLLMServer:
             if self._closing.wait(reply.drip):
                 handler.close_connection = True
                 return
-            handler.wfile.write(payload[index:index + 1])
+            handler.wfile.write(payload[index : index + 1])
             handler.wfile.flush()
 
 

@@ -61,13 +61,19 @@ class OTLPReceiver:
                     self.resources.append(attributes(resource_spans.resource.attributes))
                     for scope in resource_spans.scope_spans:
                         for span in scope.spans:
-                            self.spans.append({
-                                "name": span.name, "attributes": attributes(span.attributes),
-                                "trace_id": span.trace_id.hex(), "span_id": span.span_id.hex(),
-                                "parent_span_id": span.parent_span_id.hex(), "kind": span.kind,
-                                "status": span.status.code, "start": span.start_time_unix_nano,
-                                "end": span.end_time_unix_nano,
-                            })
+                            self.spans.append(
+                                {
+                                    "name": span.name,
+                                    "attributes": attributes(span.attributes),
+                                    "trace_id": span.trace_id.hex(),
+                                    "span_id": span.span_id.hex(),
+                                    "parent_span_id": span.parent_span_id.hex(),
+                                    "kind": span.kind,
+                                    "status": span.status.code,
+                                    "start": span.start_time_unix_nano,
+                                    "end": span.end_time_unix_nano,
+                                }
+                            )
             elif path == "/v1/metrics":
                 request = ExportMetricsServiceRequest.FromString(body)
                 for resource_metrics in request.resource_metrics:
@@ -76,8 +82,11 @@ class OTLPReceiver:
                             data = getattr(metric, metric.WhichOneof("data"))
                             points = self.metrics.setdefault(metric.name, [])
                             for point in data.data_points:
-                                value = point.as_int if hasattr(point, "as_int") and point.HasField("as_int") \
+                                value = (
+                                    point.as_int
+                                    if hasattr(point, "as_int") and point.HasField("as_int")
                                     else getattr(point, "sum", None)
+                                )
                                 points.append({"attributes": attributes(point.attributes), "value": value})
 
     def close(self) -> None:
