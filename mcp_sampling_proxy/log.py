@@ -105,7 +105,8 @@ def _json_line(event: Any, **_: Any) -> str:
 
 
 def get_logger(name: str = "mcp_sampling_proxy") -> structlog.typing.FilteringBoundLogger:
-    return structlog.get_logger(name)
+    logger: structlog.typing.FilteringBoundLogger = structlog.get_logger(name)
+    return logger
 
 
 class Throttle:

@@ -49,9 +49,15 @@ class RunOptions:
 
 
 class Upstream(Protocol):
+    """The server's side: a child process (transport/stdio.py) or a Streamable HTTP URL (transport/http.py)."""
+
     label: str
-    reader: Any
-    writer: Any
+
+    @property
+    def reader(self) -> Any: ...  # its line reader, for back-pressure (None: none to pause)
+
+    @property
+    def writer(self) -> Any: ...  # its line writer, for back-pressure (None: none)
 
     async def attach(self, on_line: Any, on_eof: Any, *, max_line: int = ..., on_oversize: Any = None) -> None: ...
     def send(self, line: bytes) -> None: ...
@@ -88,7 +94,8 @@ class ProxyHooks:
         return method in self._services
 
     async def serve(self, message: dict[str, Any], relay: Relay) -> dict[str, Any]:
-        return await self._services[message["method"]].serve(message, relay)
+        answer: dict[str, Any] = await self._services[message["method"]].serve(message, relay)
+        return answer
 
     def owned_input_keys(
         self, result: dict[str, Any], session: Session, origin: dict[str, Any] | None = None

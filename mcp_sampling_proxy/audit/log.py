@@ -77,16 +77,17 @@ from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 import orjson
 import structlog
 from structlog.typing import EventDict
 
+from mcp_sampling_proxy.config.child_env import WELL_KNOWN_KEY_VARS
 from mcp_sampling_proxy.config.settings import AUDIT_CONTENT_MODES as CONTENT_MODES
 from mcp_sampling_proxy.config.settings import DEFAULT_AUDIT_MAX_BYTES as DEFAULT_MAX_BYTES
-from mcp_sampling_proxy.config.settings import FSYNC_BEFORE_ANSWER, WELL_KNOWN_KEY_VARS
+from mcp_sampling_proxy.config.settings import FSYNC_BEFORE_ANSWER
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
@@ -500,7 +501,7 @@ class AuditLog:
             scrubbed = self._redactor.scrub_value(record) if self._redactor.may_hold_key_json(encoded) else record
         if observed is not None:
             scrubbed[_OBSERVED] = observed
-        return scrubbed
+        return cast(EventDict, scrubbed)
 
 
 _OBSERVED = "\x00observed"  # (started_ns, notes) on their way to the observers; never written

@@ -11,11 +11,22 @@ import argparse
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from mcp_sampling_proxy import __version__
 from mcp_sampling_proxy.config.child_env import child_environment, hidden_names_guess
 from mcp_sampling_proxy.vocabulary import SUBCOMMANDS  # subcommand -> the module whose main() runs it
+
+if TYPE_CHECKING:  # (imported when used: the server starts before the rest of the proxy is loaded)
+    import subprocess
+
+    from mcp_sampling_proxy.config.sandbox_settings import SandboxSettings
+    from mcp_sampling_proxy.config.settings import Settings
+    from mcp_sampling_proxy.runtime import Upstream
+    from mcp_sampling_proxy.transport.sandbox import Plan
+
+    EarlyStart = tuple[subprocess.Popen[bytes], set[str], tuple[str, ...]]
 
 EPILOG = """\
 examples:
@@ -143,9 +154,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         import importlib
 
         module = importlib.import_module(f"mcp_sampling_proxy.commands.{SUBCOMMANDS[args_list[0]]}")
+        run: Callable[..., int] = module.main
         if args_list[0] in ("wrap", "unwrap", "login", "logout"):
-            return module.main(args_list[1:], args_list[0])
-        return module.main(args_list[1:])
+            return run(args_list[1:], args_list[0])
+        return run(args_list[1:])
     args = build_parser().parse_args(args_list)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if bool(command) == bool(args.url):
@@ -249,7 +261,7 @@ class _StartupFailure(Exception):
         self.message, self.code = message, code
 
 
-def _spawn(command: list[str], hidden: set[str], sandbox: tuple[str, ...]):
+def _spawn(command: list[str], hidden: set[str], sandbox: tuple[str, ...]) -> EarlyStart:
     """Start the server without the hidden variables, under the sandbox words; returns
     (process, hidden, sandbox)."""
     from mcp_sampling_proxy.transport.stdio import SpawnError, spawn
@@ -260,7 +272,7 @@ def _spawn(command: list[str], hidden: set[str], sandbox: tuple[str, ...]):
         raise _StartupFailure(str(exc), exc.exit_code) from None
 
 
-def _sandbox(settings, policy: str | None, named: list[str], command: list[str]):
+def _sandbox(settings: SandboxSettings, policy: str | None, named: list[str], command: list[str]) -> Plan:
     """The sandbox plan for the server (transport/sandbox.py), hiding the proxy's own places."""
     from mcp_sampling_proxy.transport.sandbox import plan, proxy_paths
 
@@ -269,7 +281,7 @@ def _sandbox(settings, policy: str | None, named: list[str], command: list[str])
     return plan(settings, proxy_paths(policy, named), command=command)
 
 
-def _log_sandbox(sandbox) -> None:
+def _log_sandbox(sandbox: Plan) -> None:
     from mcp_sampling_proxy.log import get_logger
 
     log = get_logger("mcp_sampling_proxy")
@@ -292,14 +304,16 @@ def _log_sandbox(sandbox) -> None:
         )
 
 
-def _stop_unused(process) -> None:
+def _stop_unused(process: subprocess.Popen[bytes]) -> None:
     """Stop a server that was started early but will not be used (it was never sent a byte)."""
     from mcp_sampling_proxy.transport.stdio import stop_process
 
     stop_process(process)
 
 
-def _prepare(args: argparse.Namespace, command: list[str], early, policy_text: str | None):
+def _prepare(
+    args: argparse.Namespace, command: list[str], early: EarlyStart | None, policy_text: str | None
+) -> tuple[Settings, str, Upstream, Plan | None]:
     """Validate the name, load the policy and the keys, and make the upstream: everything that
     may fail after an early spawn, so the caller can stop that server."""
     from mcp_sampling_proxy.identity import bad_character, derive_from_command, derive_from_url

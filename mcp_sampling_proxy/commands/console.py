@@ -147,7 +147,7 @@ async def _ask(prompt: str) -> str:
     line = await anyio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
     if not line:
         raise EOFError
-    return line.strip()
+    return str(line).strip()
 
 
 def main(argv: Sequence[str]) -> int:

@@ -36,6 +36,7 @@ from urllib.parse import parse_qs, urlsplit
 import anyio
 import anyio.from_thread
 
+from mcp_sampling_proxy.approval import channels
 from mcp_sampling_proxy.approval.console_client import (
     ConsoleClient,
     Event,
@@ -341,7 +342,7 @@ class WebConsole:
             if action != "approve" or scope not in SCOPES:
                 raise Refused(400, "answer a request with action approve (scope once, session or always) or deny")
             if text is not None:
-                why = web_view.prompt_not_editable(message.get("params") or {})
+                why = channels.prompt_not_editable(message.get("params") or {})
                 if why is not None:
                     raise Refused(400, f"this prompt cannot be edited: {why}")
                 scope = "once"  # an edited prompt is approved once, as on the terminal
@@ -506,7 +507,8 @@ def default_policy() -> str | None:
 
 def serve(directory: Path, *, port: int, open_browser: bool, policy: str | None, audit: str | None) -> int:
     """Run the web console until Ctrl-C; the first line on stdout is the URL with its token."""
-    from mcp_sampling_proxy.config.settings import PolicyError, load_settings, resolve_state
+    from mcp_sampling_proxy.config.settings import load_settings, resolve_state
+    from mcp_sampling_proxy.config.yamlnodes import PolicyError
     from mcp_sampling_proxy.quotas.limiters import BUDGETS_FILE
     from mcp_sampling_proxy.quotas.state import state_dir
 

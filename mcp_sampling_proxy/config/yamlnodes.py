@@ -50,7 +50,7 @@ class Node:
         if v not in allowed:
             hint = _did_you_mean(str(v), allowed)
             raise self.error(f"{self.label} {_show(v)} is not one of {', '.join(allowed)}{hint}")
-        return v
+        return str(v)
 
     def bool(self) -> builtins.bool:
         v = self.value()

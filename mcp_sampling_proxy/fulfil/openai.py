@@ -234,8 +234,9 @@ def _resource_text(block: dict[str, Any]) -> str | None:
     """Embedded text resources read as plain text; anything else has no text form."""
     if block.get("type") == "resource":
         resource = block.get("resource") or {}
-        if isinstance(resource.get("text"), str):
-            return resource["text"]
+        text = resource.get("text")
+        if isinstance(text, str):
+            return text
     return None
 
 

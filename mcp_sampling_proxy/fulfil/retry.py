@@ -30,7 +30,7 @@ def backoff_delay(config: ProviderConfig, attempt: int, rng: Callable[[], float]
     """Equal jitter: half the exponential step is guaranteed, half is random, so retries from
     many sessions spread out without ever retrying immediately. `attempt` counts from 0."""
     step = min(config.backoff_max, config.backoff_base * 2**attempt)
-    return step / 2 + rng() * step / 2
+    return float(step / 2 + rng() * step / 2)
 
 
 def retry_after(response: httpx.Response, *, now: float | None = None) -> float | None:

@@ -19,7 +19,8 @@ class JsonDoc(ConfigDoc):
         self.data = self.root.value
 
     def _parse(self, text: str) -> dict[str, Any]:
-        return parse_jsonc(text, str(self.path)).value
+        value: dict[str, Any] = parse_jsonc(text, str(self.path)).value
+        return value
 
     def servers(self, table: tuple[str, ...]) -> dict[str, Any]:
         if (

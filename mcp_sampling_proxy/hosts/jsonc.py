@@ -118,7 +118,7 @@ class _Jsonc:
                 message = "invalid escape in a string"
             raise self.fail(message, exc.pos) from None
         self.pos = end
-        return value
+        return str(value)
 
     def object(self) -> JNode:
         start = self.pos

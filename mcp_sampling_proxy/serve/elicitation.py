@@ -249,7 +249,9 @@ class ElicitationService:
             return "decline"
         return "console"
 
-    def _non_interactive(self, params: dict[str, Any], mode: str, answer: Any, route: str) -> dict[str, Any]:
+    def _non_interactive(
+        self, params: dict[str, Any], mode: str, answer: Callable[..., dict[str, Any]], route: str
+    ) -> dict[str, Any]:
         action = self._settings.non_interactive
         why = (
             "nobody can be asked (no terminal or companion console)"

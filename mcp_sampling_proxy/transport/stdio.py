@@ -185,7 +185,7 @@ class StdioUpstream:
         )
 
     @property
-    def writer(self):
+    def writer(self) -> LineWriter | None:
         return self._writer
 
     def send(self, line: bytes) -> None:
