@@ -1,6 +1,7 @@
 """Shared pytest configuration and fixtures."""
 
 import fcntl
+import os
 import shutil
 import socket
 import subprocess
@@ -12,6 +13,38 @@ from pathlib import Path
 import pytest
 from fakes.llm_server import FakeLLMServer
 from support import free_port
+
+
+@pytest.fixture(autouse=True)
+def isolated_user_dirs(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Every test runs with configuration, state and runtime directories of its own, never the user's: a
+    console the user has open must not see the suite's requests, and the suite must not read the user's
+    policy, approvals or budgets. Under a short /tmp path, since console sockets live in the runtime dir
+    and a Unix socket's path is limited to 107 bytes. The user's own keys and proxy settings are unset
+    (tests that need them set them)."""
+    for name in list(os.environ):
+        if name.startswith(("MCP_SAMPLING_PROXY_", "OPENAI_", "ANTHROPIC_")):
+            monkeypatch.delenv(name)
+    base = Path(tempfile.mkdtemp(prefix="msp-"))
+    for variable, name in (("XDG_CONFIG_HOME", "config"), ("XDG_STATE_HOME", "state"), ("XDG_RUNTIME_DIR", "run")):
+        (base / name).mkdir(mode=0o700)
+        monkeypatch.setenv(variable, str(base / name))
+    try:
+        yield base
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def open_tmp() -> Iterator[Path]:
+    """A directory an ordinary user (tests drop to `nobody` as root) and the test can both write: the
+    tests' own tmp_path is root's, 0700."""
+    path = Path(tempfile.mkdtemp(prefix="msp-open-"))
+    path.chmod(0o777)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

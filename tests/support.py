@@ -27,6 +27,22 @@ KITCHEN_SINK = str(ROOT / "tests" / "fixtures" / "kitchen_sink_server.py")
 EXAMPLES = ROOT / "examples" / "servers"
 PROXY = [PY, "-m", "mcp_sampling_proxy"]
 LATEST_HANDSHAKE = "2025-11-25"
+# a host's first line, for tests that pipe one initialize into the proxy and read what comes back
+INITIALIZE_LINE = (
+    json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": LATEST_HANDSHAKE,
+                "capabilities": {},
+                "clientInfo": {"name": "x", "version": "1"},
+            },
+        }
+    )
+    + "\n"
+)
 UNCONFINED = "sandbox: off\n"
 """For tests of the defences that hold without a sandbox (where bubblewrap is missing): the peer checks of
 the console socket, the guard and PDEATHSIG, the proxy's non-dumpable memory. test_containment.py runs

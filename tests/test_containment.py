@@ -15,14 +15,23 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fakes.llm_server import FakeLLMServer
-from support import MINIMAL_SERVER, ROOT, RawHost, children_of, proxy_env, running_with, write_policy
+from support import (
+    INITIALIZE_LINE,
+    MINIMAL_SERVER,
+    PY,
+    ROOT,
+    RawHost,
+    children_of,
+    proxy_command,
+    proxy_env,
+    running_with,
+    write_policy,
+)
 from test_security_keys import KEY, _unprivileged_python, assert_no_run
 
 ESCAPE = ROOT / "tests" / "fixtures" / "hostile" / "escape_artist.py"
@@ -43,14 +52,26 @@ pytestmark = [
 
 
 @pytest.fixture
-def shared() -> Iterator[Path]:
-    """A directory the unprivileged proxy and the test can both use (the tests' own is root's, 0700)."""
-    path = Path(tempfile.mkdtemp(prefix="containment-"))
-    path.chmod(0o777)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+def shared(open_tmp: Path) -> Path:
+    return open_tmp
+
+
+def escape_artists_left(shared: Path) -> list[int]:
+    """This test's escape artists still running (the proxy's guard, a fork of the proxy, names the
+    script in its command line too: it is not one)."""
+    return [
+        pid
+        for pid in running_with(str(shared / "out"))
+        if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1:2] == [str(ESCAPE).encode()]
+    ]
+
+
+def assert_no_heartbeat(shared: Path) -> None:
+    """The escape artist's daemon writes a heartbeat every 0.1 s while it lives."""
+    heartbeat = shared / "out" / "heartbeat"
+    last = heartbeat.stat().st_mtime
+    time.sleep(0.6)
+    assert heartbeat.stat().st_mtime == last, "the daemon is still writing"
 
 
 def ordinary_user() -> tuple[list[str], dict[str, str]]:
@@ -172,18 +193,9 @@ def test_a_sandboxed_server_cannot_touch_the_proxys_state_sockets_policy_or_term
 def test_nothing_the_server_starts_outlives_the_proxy(shared: Path, llm: FakeLLMServer) -> None:
     """A daemon that left the server's process group (setpgid, which the guard's group kill misses)."""
     _report, _log, _state = attack(shared, llm, tool="daemon", kill_proxy=True)
-    heartbeat = shared / "out" / "heartbeat"
     time.sleep(0.5)
-    last = heartbeat.stat().st_mtime
-    time.sleep(0.6)
-    assert heartbeat.stat().st_mtime == last, "the daemon is still writing"
-    # this test's escape artist (the proxy's guard, a fork of the proxy, names it too: it is not one)
-    left = [
-        pid
-        for pid in running_with(str(shared / "out"))
-        if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1:2] == [str(ESCAPE).encode()]
-    ]
-    assert left == []
+    assert_no_heartbeat(shared)
+    assert escape_artists_left(shared) == []
 
 
 @pytest.mark.parametrize("narrowed", [False, True], ids=["default", "narrowed"])
@@ -191,8 +203,6 @@ def test_a_sandbox_section_narrows_what_the_server_reaches(tmp_path: Path, narro
     """By default the server reaches the files and the network as it would directly; `sandbox:` makes a
     path read-only (with a writable one below it), hides another, and takes the network away."""
     import socket
-
-    from support import PY, proxy_command
 
     base = tmp_path / "area"
     for directory in (base / "out", base / "secret"):
@@ -240,26 +250,10 @@ def test_a_sandbox_section_narrows_what_the_server_reaches(tmp_path: Path, narro
 def test_without_bubblewrap_the_proxy_says_so_and_required_refuses(tmp_path: Path) -> None:
     import subprocess
 
-    from support import PY, proxy_command
-
     env = proxy_env(PATH="/nonexistent")  # no bwrap to be found
     script = tmp_path / "server.py"
     script.write_text("import sys; sys.stdin.read()\n")
-    hello = (
-        json.dumps(
-            {
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-11-25",
-                    "capabilities": {},
-                    "clientInfo": {"name": "x", "version": "1"},
-                },
-            }
-        )
-        + "\n"
-    )
+    hello = INITIALIZE_LINE
     done = subprocess.run(
         proxy_command(write_policy(tmp_path, "rules: []\n"), upstream=[PY, str(script)]),
         input=hello,
@@ -284,8 +278,6 @@ def test_without_bubblewrap_the_proxy_says_so_and_required_refuses(tmp_path: Pat
 
 def test_sandbox_off_is_said_plainly(tmp_path: Path) -> None:
     import subprocess
-
-    from support import PY, proxy_command
 
     script = tmp_path / "server.py"
     script.write_text("import sys; sys.stdin.read()\n")
@@ -350,16 +342,8 @@ def test_unconfined_nothing_the_server_starts_outlives_an_orderly_stop(shared: P
     even when the host closed stdin; the proxy, its subreaper, now ends what is left of the server's tree.
     (A proxy killed outright, unconfined, still leaves it: only the sandbox's PID namespace covers that.)"""
     attack(shared, llm, "sandbox: off\n", tool="daemon")
-    heartbeat = shared / "out" / "heartbeat"
-    last = heartbeat.stat().st_mtime
-    time.sleep(0.6)
-    assert heartbeat.stat().st_mtime == last, "the daemon is still writing"
-    left = [
-        pid
-        for pid in running_with(str(shared / "out"))
-        if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1:2] == [str(ESCAPE).encode()]
-    ]
-    assert left == []
+    assert_no_heartbeat(shared)
+    assert escape_artists_left(shared) == []
 
 
 def test_as_an_ordinary_user_the_guard_names_itself(shared: Path) -> None:

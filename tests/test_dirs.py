@@ -142,7 +142,10 @@ def test_without_xdg_runtime_dir_the_proxy_and_the_console_still_meet(tmp_path: 
     schema = {"type": "object", "properties": {"age": {"type": "integer"}}, "required": ["age"]}
     console = PtySession(
         [PY, "-m", "mcp_sampling_proxy", "console"],
-        {**terminal_env(), **{k: v for k, v in env.items() if k != "MCP_SAMPLING_PROXY_NO_TERMINAL"}},
+        {
+            **{k: v for k, v in terminal_env().items() if not k.startswith("XDG_")},
+            **{k: v for k, v in env.items() if k != "MCP_SAMPLING_PROXY_NO_TERMINAL"},
+        },
     )
     try:
         with RawHost(proxy_command(), env, tmp_path / "stderr.log") as host:
@@ -241,3 +244,15 @@ def test_looking_for_the_default_policy_imports_no_logging_before_the_server_sta
     finished = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")]
     assert "mcp_sampling_proxy.config.dirs" in finished  # the default policy was looked for
     assert finished.index("mcp_sampling_proxy.transport.stdio") < finished.index("structlog")
+
+
+def test_a_test_proxy_uses_the_tests_own_directories(tmp_path: Path, isolated_user_dirs: Path) -> None:
+    """Every test has runtime, state and configuration directories of its own (conftest.py): a proxy a
+    test starts with nothing set puts its console socket there, never where a console the user has
+    open would see the suite's requests."""
+    with RawHost(proxy_command(), proxy_env(), tmp_path / "stderr.log") as host:
+        host.initialize()
+        socket_path = wait_for_socket(isolated_user_dirs / "run" / "mcp-sampling-proxy")
+        assert socket_path.name == f"{host.proc.pid}.sock"
+        host.close_stdin()
+        host.wait()

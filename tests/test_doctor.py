@@ -16,7 +16,7 @@ from typing import ClassVar
 
 import pytest
 from fakes.llm_server import FakeLLMServer
-from support import PY, anthropic_policy, openai_policy, proxy_env, write_policy
+from support import INITIALIZE_LINE, PY, anthropic_policy, openai_policy, proxy_env, write_policy
 
 from mcp_sampling_proxy.commands.cli import main as cli_main
 
@@ -541,21 +541,7 @@ def test_forged_approvals_and_a_tampered_budget_are_reported(
             rules=("rules:\n  - name: capped\n    action: allow\n    budget: {tokens: 1000, per: 1d}\n"),
         ),
     )
-    hello = (
-        json.dumps(
-            {
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-11-25",
-                    "capabilities": {},
-                    "clientInfo": {"name": "x", "version": "1"},
-                },
-            }
-        )
-        + "\n"
-    )
+    hello = INITIALIZE_LINE
     subprocess.run(
         [PY, "-m", "mcp_sampling_proxy", "--policy", policy, "--", PY, "-c", "import sys; sys.stdin.read()"],
         input=hello,

@@ -16,7 +16,6 @@ import sys
 import sysconfig
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -120,14 +119,8 @@ def _unprivileged_python() -> tuple[list[str], dict[str, str]]:
 
 
 @pytest.fixture
-def shared_dir() -> Iterator[Path]:
-    """A temporary directory the unprivileged proxy and its server can write."""
-    path = Path(tempfile.mkdtemp(prefix="keys-proc-"))
-    path.chmod(0o777)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+def shared_dir(open_tmp: Path) -> Path:
+    return open_tmp
 
 
 # not beside the containment tests: an unconfined escape artist there, running as the same user, reads every pipe
