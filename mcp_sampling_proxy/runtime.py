@@ -355,7 +355,6 @@ def _start_telemetry(settings: Settings, audit: AuditLog) -> Any:
 
 
 WARM_UP_SWITCH_INTERVAL = 0.0005  # s; while the warm-up imports, the relay waits at most this for the GIL
-HTTP_PROVIDER_TYPES = frozenset({"openai", "anthropic"})
 
 
 def warm_up(adapters: AdapterPool) -> None:
@@ -367,7 +366,7 @@ def warm_up(adapters: AdapterPool) -> None:
     server that answers at once, the calls that overlap it wait at most the lowered switch interval
     for the interpreter. Nothing else is warmed: requests are checked without pydantic
     (protocol/wire_checks.py), and a proxy without an HTTP provider never loads httpx (~5 MB)."""
-    names = [p.name for p in adapters.configs if p.type in HTTP_PROVIDER_TYPES]
+    names = [p.name for p in adapters.configs if p.kind.http]
     if not names:
         return
 

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from mcp_sampling_proxy.config.providers import KINDS
 from mcp_sampling_proxy.config.settings import TelemetrySettings, installed, telemetry_wanted
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol.names import SAMPLING_CREATE
@@ -208,9 +209,8 @@ def _response_attributes(record: dict[str, Any]) -> dict[str, Any]:
 def _provider_name(notes: dict[str, Any], record: dict[str, Any]) -> str:
     """The GenAI convention's provider name: the API spoken (openai, anthropic), else ours."""
     kind = notes.get("provider_type")
-    if kind in ("openai", "anthropic"):
-        return str(kind)
-    return str(record.get("provider") or kind or "")
+    api = KINDS[kind].api if kind in KINDS else None
+    return api or str(record.get("provider") or kind or "")
 
 
 def _server_address(url: Any) -> dict[str, Any]:

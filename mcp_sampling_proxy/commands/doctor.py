@@ -86,14 +86,12 @@ def _status_fix(status: int, key_var: str | None, url: str) -> str:
 
 
 async def probe_provider(provider: Any, timeout: float) -> list[Check]:
-    """One provider: GET its models list (and a 1-token completion when it has none)."""
-    from mcp_sampling_proxy.fulfil.anthropic import AnthropicAdapter
-    from mcp_sampling_proxy.fulfil.openai import OpenAIAdapter
-
+    """One provider: for one that speaks HTTP, GET its models list (and a 1-token completion when it has
+    none); for a CLI, whether its program is there; the console only needs a terminal."""
     name = f"'{provider.name}' ({provider.type})"
-    if provider.type == "console":
+    if not provider.kind.http and not provider.kind.runs_command:
         return [Check("info", f"{name}: you type the replies; needs a terminal, so not for hosts without one")]
-    if provider.type == "command":
+    if provider.kind.runs_command:
         from mcp_sampling_proxy.fulfil.command import program_of
 
         program, found = program_of(provider)
@@ -118,8 +116,9 @@ async def probe_provider(provider: Any, timeout: float) -> list[Check]:
             return [Check("fail", f"{name}: {exc}", "fix the key source; the proxy refuses to start without it")]
         key, key_note = provider.api_key, f"{key_source(provider)} gave a key"
     # The adapter the proxy would use: its URLs and headers (key, api-version, extra headers), one try
-    adapter_class = AnthropicAdapter if provider.type == "anthropic" else OpenAIAdapter
-    adapter = adapter_class(
+    from mcp_sampling_proxy.fulfil.registry import make_adapter
+
+    adapter = make_adapter(
         replace(provider, max_attempts=1, read_timeout=timeout, connect_timeout=min(timeout, provider.connect_timeout))
     )
     try:

@@ -1,9 +1,26 @@
 """What the policy says about an LLM provider: its type, endpoint, key source, models and how to run
-a CLI provider (read by config/settings.py, used by the adapters in fulfil/)."""
+a CLI provider (read by config/settings.py, used by the adapters in fulfil/).
+
+`KINDS` is the one table of provider types: what the policy accepts for each and how the proxy treats
+it. A new type is a row here, its adapter in fulfil/ and a line in fulfil/registry.py (see
+CONTRIBUTING.md); nothing else names the types.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ProviderKind:
+    """One provider type, as the policy and the proxy know it."""
+
+    name: str  # what `type:` says
+    http: bool  # speaks HTTP to an endpoint: base_url and key settings apply; its client is made at start
+    runs_command: bool = False  # runs a CLI: command settings apply, endpoint and key settings do not
+    default_models: tuple[str, ...] = ()  # when the policy lists none (empty: `models:` is required)
+    no_tools: str | None = None  # why it can never serve a request that offers tools (None: `tools:` says)
+    api: str | None = None  # the API it speaks, as OpenTelemetry's GenAI conventions name it
 
 
 @dataclass(frozen=True)
@@ -56,7 +73,7 @@ class ProviderConfig:
     """One `llm.providers.NAME` entry of the policy file (or one derived from the environment)."""
 
     name: str
-    type: str  # "openai" | "anthropic" | "console" | "command"
+    type: str  # a key of KINDS
     base_url: str | None = None
     api_key_env: str | None = None
     api_key_file: str | None = None  # exactly one of the three key sources
@@ -76,3 +93,25 @@ class ProviderConfig:
     api_key_header: str | None = None
     azure: AzureSpec | None = None
     command: CommandSpec | None = None  # type: command only
+
+    @property
+    def kind(self) -> ProviderKind:
+        return KINDS[self.type]
+
+
+KINDS: dict[str, ProviderKind] = {
+    kind.name: kind
+    for kind in (
+        ProviderKind("openai", http=True, api="openai"),
+        ProviderKind("anthropic", http=True, api="anthropic"),
+        ProviderKind("console", http=False, default_models=("console",), no_tools="the console cannot use tools"),
+        ProviderKind(
+            "command",
+            http=False,
+            runs_command=True,
+            default_models=(COMMAND_DEFAULT_MODEL,),
+            no_tools="command providers cannot use tools",
+        ),
+    )
+}
+PROVIDER_TYPES = tuple(KINDS)

@@ -18,8 +18,9 @@ from typing import Any, cast
 from mcp_sampling_proxy.config.child_env import WELL_KNOWN_KEY_VARS
 from mcp_sampling_proxy.config.policy_file import read_policy_text
 from mcp_sampling_proxy.config.providers import (
-    COMMAND_DEFAULT_MODEL,
     COMMAND_PRESETS,
+    KINDS,
+    PROVIDER_TYPES,
     AzureSpec,
     CommandSpec,
     ModelSpec,
@@ -48,7 +49,6 @@ from mcp_sampling_proxy.policy.conditions import (
 from mcp_sampling_proxy.policy.rules import Budget, RateLimit, Rule, RuleLimits, SizeLimits
 from mcp_sampling_proxy.vocabulary import ACTIONS, MAX_TOKENS_ACTIONS, Action, GiB, KiB, MiB
 
-PROVIDER_TYPES = ("openai", "anthropic", "console", "command")
 ROUTES = ("auto", "proxy", "host")
 METHODS = ("sampling", "elicitation")
 ERAS = ("auto", "handshake", "modern")
@@ -342,20 +342,18 @@ def _parse_provider(name: str, node: Node) -> ProviderConfig:
     if "type" not in fields:
         raise node.error(f"provider '{name}' needs a type: one of {', '.join(PROVIDER_TYPES)}")
     ptype = fields["type"].choice(PROVIDER_TYPES)
-    misplaced = [k for k in (_HTTP_KEYS if ptype == "command" else _COMMAND_KEYS) if k in fields]
+    kind = KINDS[ptype]
+    misplaced = [k for k in (_HTTP_KEYS if kind.runs_command else _COMMAND_KEYS) if k in fields]
     if misplaced:
-        why = (
-            "a command brings its own login and endpoint" if ptype == "command" else "it applies to type: command only"
-        )
+        why = "a command brings its own login and endpoint" if kind.runs_command else "it applies to type: command only"
         raise fields[misplaced[0]].error(f"provider '{name}': {misplaced[0]} does not apply to type: {ptype} ({why})")
     models: list[ModelSpec] = []
     if "models" in fields:
         models = [_parse_model(m) for m in fields["models"].sequence()]
-    if not models and ptype not in ("console", "command"):
+    if not models and not kind.default_models:
         raise node.error(f"provider '{name}' needs models: [MODEL, ...] (the first is the default)")
-    if ptype == "console" and not models:
-        models = [ModelSpec("console")]
-    if ptype == "command":
+    models = models or [ModelSpec(model) for model in kind.default_models]
+    if kind.runs_command:
         return _parse_command_provider(name, node, fields, models)
     kwargs: dict[str, Any] = {}
     if "base_url" in fields:
@@ -469,7 +467,7 @@ def _parse_command_provider(name: str, node: Node, fields: dict[str, Node], mode
     return ProviderConfig(
         name=name,
         type="command",
-        models=tuple(models or [ModelSpec(COMMAND_DEFAULT_MODEL)]),
+        models=tuple(models),
         supports_tools=False,
         command=CommandSpec(**spec),
         **kwargs,

@@ -147,7 +147,7 @@ def judge_elicitation(settings: Settings, params: dict[str, Any], origin: Origin
 def usable_providers(providers: Sequence[ProviderConfig], *, tools: bool) -> list[ProviderConfig]:
     """The providers that can serve a request (with tools: those that take tools, never the console)."""
     if tools:
-        return [p for p in providers if p.supports_tools and p.type != "console"]
+        return [p for p in providers if p.supports_tools and p.kind.no_tools is None]
     return list(providers)
 
 
@@ -180,17 +180,7 @@ def choose_provider(
     if not usable:
         if not providers:
             raise RpcError(jsonrpc.INTERNAL_ERROR, NO_PROVIDER_HINT)
-        why = "; ".join(
-            f"provider '{p.name}' ({p.type}): "
-            + (
-                "command providers cannot use tools"
-                if p.type == "command"
-                else "the console cannot use tools"
-                if p.type == "console"
-                else "tools: false"
-            )
-            for p in providers
-        )
+        why = "; ".join(f"provider '{p.name}' ({p.type}): " + (p.kind.no_tools or "tools: false") for p in providers)
         raise RpcError(
             jsonrpc.INVALID_PARAMS, f"the request offers tools, and no configured provider can use them: {why}"
         )

@@ -21,6 +21,7 @@ from mcp_sampling_proxy.audit.log import AuditLog, digest, elapsed_ms, note, req
 from mcp_sampling_proxy.config.providers import ProviderConfig
 from mcp_sampling_proxy.config.settings import Settings
 from mcp_sampling_proxy.fulfil.base import Adapter, Completion, LLMError
+from mcp_sampling_proxy.fulfil.registry import make_adapter
 from mcp_sampling_proxy.identity import attribution_fields
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.policy.engine import Decision
@@ -517,24 +518,6 @@ class AdapterPool:
 
         for adapter in await anyio.to_thread.run_sync(take_all):
             await adapter.aclose()
-
-
-def make_adapter(config: ProviderConfig, terminal: Any = None) -> Adapter:
-    if config.type == "openai":
-        from mcp_sampling_proxy.fulfil.openai import OpenAIAdapter
-
-        return OpenAIAdapter(config)
-    if config.type == "anthropic":
-        from mcp_sampling_proxy.fulfil.anthropic import AnthropicAdapter
-
-        return AnthropicAdapter(config)
-    if config.type == "command":
-        from mcp_sampling_proxy.fulfil.command import CommandAdapter
-
-        return CommandAdapter(config)
-    from mcp_sampling_proxy.fulfil.console import ConsoleAdapter
-
-    return ConsoleAdapter(config, terminal)
 
 
 def without_keys(content: Any) -> Any:

@@ -1,0 +1,49 @@
+"""The adapter for each provider type (config/providers.py's KINDS), made when a provider is first used.
+
+Each adapter's module is imported only then: a proxy without an HTTP provider never loads httpx.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from mcp_sampling_proxy.config.providers import ProviderConfig
+from mcp_sampling_proxy.fulfil.base import Adapter
+
+
+def _openai(config: ProviderConfig, _terminal: Any) -> Adapter:
+    from mcp_sampling_proxy.fulfil.openai import OpenAIAdapter  # (httpx: loaded on first use)
+
+    return OpenAIAdapter(config)
+
+
+def _anthropic(config: ProviderConfig, _terminal: Any) -> Adapter:
+    from mcp_sampling_proxy.fulfil.anthropic import AnthropicAdapter  # (httpx: loaded on first use)
+
+    return AnthropicAdapter(config)
+
+
+def _command(config: ProviderConfig, _terminal: Any) -> Adapter:
+    from mcp_sampling_proxy.fulfil.command import CommandAdapter  # (loaded on first use)
+
+    return CommandAdapter(config)
+
+
+def _console(config: ProviderConfig, terminal: Any) -> Adapter:
+    from mcp_sampling_proxy.fulfil.console import ConsoleAdapter  # (loaded on first use)
+
+    return ConsoleAdapter(config, terminal)
+
+
+FACTORIES: dict[str, Callable[[ProviderConfig, Any], Adapter]] = {
+    "openai": _openai,
+    "anthropic": _anthropic,
+    "command": _command,
+    "console": _console,
+}
+
+
+def make_adapter(config: ProviderConfig, terminal: Any = None) -> Adapter:
+    """The adapter for `config` (the console provider types at `terminal`)."""
+    return FACTORIES[config.type](config, terminal)
