@@ -18,9 +18,9 @@ from mcp_sampling_proxy.config.settings import (
     parse_settings,
     settings_from_environment,
 )
-from mcp_sampling_proxy.config.yamlnodes import PolicyError
 from mcp_sampling_proxy.policy.conditions import ALWAYS, All, MethodIs, ServerMatches
 from mcp_sampling_proxy.policy.rules import Rule
+from mcp_sampling_proxy.yamlnodes import PolicyError
 
 F = "policy.yaml"
 

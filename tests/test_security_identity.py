@@ -144,7 +144,7 @@ def test_name_with_invisible_characters_is_refused_on_the_command_line(tmp_path:
 
 def test_server_rule_with_invisible_characters_is_refused_with_file_line_col(tmp_path: Path) -> None:
     from mcp_sampling_proxy.config.settings import load_settings
-    from mcp_sampling_proxy.config.yamlnodes import PolicyError
+    from mcp_sampling_proxy.yamlnodes import PolicyError
 
     path = write_policy(tmp_path, 'rules:\n  - name: r\n    when: {server: "summ\\u200barizer"}\n    action: allow\n')
     with pytest.raises(PolicyError) as caught:

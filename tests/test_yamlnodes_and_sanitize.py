@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mcp_sampling_proxy.config.yamlnodes import Node, PolicyError, load
 from mcp_sampling_proxy.sanitize import one_line, strip_controls
+from mcp_sampling_proxy.yamlnodes import Node, PolicyError, load
 
 # -- yamlnodes ------------------------------------------------------------------------------------
 

@@ -36,8 +36,8 @@ from mcp_sampling_proxy.audit.log import (
     rotated_name,
     unique_keys,
 )
-from mcp_sampling_proxy.config.settings import DURATION_FORMS, parse_duration
 from mcp_sampling_proxy.sanitize import one_line
+from mcp_sampling_proxy.units import DURATION_FORMS, parse_duration
 from mcp_sampling_proxy.vocabulary import ALLOWED_OUTCOMES, REFUSED_OUTCOMES
 
 PROG = "mcp-sampling-proxy audit"

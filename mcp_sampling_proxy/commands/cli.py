@@ -170,7 +170,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from mcp_sampling_proxy.hardening import become_subreaper, mark_relay
 
     mark_relay()  # a named relay: console sockets refuse whatever runs below it (hardening.refusal)
-    from mcp_sampling_proxy.config.policy_file import PolicyError, read_policy_text
+    from mcp_sampling_proxy.config.policy_file import read_policy_text
+    from mcp_sampling_proxy.yamlnodes import PolicyError
 
     try:  # read once: the early guess below and the load in _prepare see the same text
         policy_text = read_policy_text(args.policy) if args.policy is not None else None
@@ -329,7 +330,7 @@ def _prepare(
 
     from mcp_sampling_proxy.config.keys import KeySourceError, resolve_keys
     from mcp_sampling_proxy.config.settings import check_telemetry, load_settings, resolve_state
-    from mcp_sampling_proxy.config.yamlnodes import PolicyError
+    from mcp_sampling_proxy.yamlnodes import PolicyError
 
     try:
         settings = load_settings(args.policy, text=policy_text)

@@ -43,7 +43,7 @@ DEFAULT_TIMEOUT = 5.0
 
 def check_policy(path: str | None) -> tuple[Any, Section]:
     from mcp_sampling_proxy.config.settings import load_settings
-    from mcp_sampling_proxy.config.yamlnodes import PolicyError
+    from mcp_sampling_proxy.yamlnodes import PolicyError
 
     section = Section("policy")
     try:

@@ -167,7 +167,7 @@ def check_policy_file(entry: WrappedEntry) -> list[Check]:
     """The --policy file loads, with the same checks as `mcp-sampling-proxy policy check`."""
     from mcp_sampling_proxy.config.paths import policy_or_default
     from mcp_sampling_proxy.config.settings import load_settings
-    from mcp_sampling_proxy.config.yamlnodes import PolicyError
+    from mcp_sampling_proxy.yamlnodes import PolicyError
 
     given = parse_proxy_args(entry.entry.get("args") or []).options.get("--policy")
     policy, is_default = policy_or_default(given, {**os.environ, **entry.env})  # what the proxy will read

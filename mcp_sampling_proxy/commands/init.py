@@ -121,8 +121,8 @@ def run(args: argparse.Namespace, ask: Callable[[str, str], str], environ: Mappi
     )
     llm = None if kind == "keep" else _llm_details(kind, args, ask, environ)
     from mcp_sampling_proxy.config.settings import parse_settings
-    from mcp_sampling_proxy.config.yamlnodes import PolicyError
     from mcp_sampling_proxy.quotas.state import state_dir
+    from mcp_sampling_proxy.yamlnodes import PolicyError
 
     template = shipped_text(source)
     shipped = parse_settings(template, f"{source}.yaml")

@@ -16,7 +16,6 @@ from dataclasses import replace
 from typing import Any
 
 from mcp_sampling_proxy.config.settings import Settings, load_settings, settings_from_environment
-from mcp_sampling_proxy.config.yamlnodes import PolicyError
 from mcp_sampling_proxy.identity import shown
 from mcp_sampling_proxy.policy.conditions import Facts
 from mcp_sampling_proxy.policy.engine import Decision, why
@@ -34,6 +33,7 @@ from mcp_sampling_proxy.serve.assess import (
     judge_elicitation,
     judge_sampling,
 )
+from mcp_sampling_proxy.yamlnodes import PolicyError
 
 PROG = "mcp-sampling-proxy policy"
 

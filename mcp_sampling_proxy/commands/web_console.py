@@ -508,9 +508,9 @@ def default_policy() -> str | None:
 def serve(directory: Path, *, port: int, open_browser: bool, policy: str | None, audit: str | None) -> int:
     """Run the web console until Ctrl-C; the first line on stdout is the URL with its token."""
     from mcp_sampling_proxy.config.settings import load_settings, resolve_state
-    from mcp_sampling_proxy.config.yamlnodes import PolicyError
     from mcp_sampling_proxy.quotas.limiters import BUDGETS_FILE
     from mcp_sampling_proxy.quotas.state import state_dir
+    from mcp_sampling_proxy.yamlnodes import PolicyError
 
     facts = web_view.PolicyFacts()
     budgets_file = state_dir() / BUDGETS_FILE

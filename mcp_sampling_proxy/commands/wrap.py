@@ -438,7 +438,7 @@ def main(argv: Sequence[str], action: str = "wrap") -> int:
     if action == "wrap" and args.policy:
         policy = os.path.abspath(os.path.expanduser(args.policy))
         from mcp_sampling_proxy.config.settings import load_settings
-        from mcp_sampling_proxy.config.yamlnodes import PolicyError
+        from mcp_sampling_proxy.yamlnodes import PolicyError
 
         try:
             load_settings(policy, environ={})

@@ -7,12 +7,9 @@ afterwards, while the server boots."""
 from __future__ import annotations
 
 from mcp_sampling_proxy.shared_files import NotARegularFile, read_regular
+from mcp_sampling_proxy.yamlnodes import PolicyError
 
 MAX_POLICY_BYTES = 16 * 1024 * 1024
-
-
-class PolicyError(Exception):
-    """A policy file that cannot be used; the message names file, line, column and the fix."""
 
 
 def read_policy_text(path: str) -> str:

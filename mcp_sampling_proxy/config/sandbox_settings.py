@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 if TYPE_CHECKING:
-    from mcp_sampling_proxy.config.yamlnodes import Node
+    from mcp_sampling_proxy.yamlnodes import Node
 
 MODES = ("auto", "required", "off")
 KEYS = ("mode", "hide", "read", "write", "network")

@@ -7,13 +7,12 @@ environment (OPENAI_API_KEY / OPENAI_BASE_URL, ANTHROPIC_API_KEY / ANTHROPIC_BAS
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
-from typing import Any, cast
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from mcp_sampling_proxy.config.child_env import WELL_KNOWN_KEY_VARS
 from mcp_sampling_proxy.config.policy_file import read_policy_text
@@ -27,33 +26,13 @@ from mcp_sampling_proxy.config.providers import (
     ProviderConfig,
 )
 from mcp_sampling_proxy.config.sandbox_settings import SandboxSettings
-from mcp_sampling_proxy.config.yamlnodes import Node, PolicyError, _did_you_mean, _show, load
-from mcp_sampling_proxy.identity import bad_character
-from mcp_sampling_proxy.policy.conditions import (
-    ALWAYS,
-    All,
-    AnyOf,
-    Condition,
-    ContentHas,
-    HostMatches,
-    IncludeContextIs,
-    MethodIs,
-    ModelMatches,
-    Not,
-    Over,
-    ServerMatches,
-    ServerReportedMatches,
-    TextMatches,
-    ToolMatches,
-)
-from mcp_sampling_proxy.policy.rules import Budget, RateLimit, Rule, RuleLimits, SizeLimits
-from mcp_sampling_proxy.vocabulary import ACTIONS, MAX_TOKENS_ACTIONS, Action, GiB, KiB, MiB
+from mcp_sampling_proxy.policy.grammar import KnownProviders, parse_limits, parse_rules
+from mcp_sampling_proxy.policy.rules import Rule, SizeLimits
+from mcp_sampling_proxy.vocabulary import MiB
+from mcp_sampling_proxy.yamlnodes import Node, PolicyError, load, shown_value
 
 ROUTES = ("auto", "proxy", "host")
-METHODS = ("sampling", "elicitation")
 ERAS = ("auto", "handshake", "modern")
-CONTENT_TYPES = ("text", "image", "audio", "tool_use", "tool_result", "tools")
-INCLUDE_CONTEXT = ("none", "thisServer", "allServers")
 APPROVAL_CHANNELS = ("terminal", "console", "host")
 AUDIT_CONTENT_MODES = ("none", "redacted", "full")
 AUDIT_KEYS = ("path", "content", "redact", "fsync", "max_bytes")
@@ -250,11 +229,16 @@ def parse_settings(text: str, where: str) -> Settings:
     if "elicitation" in top:
         settings.elicitation = _parse_elicitation(top["elicitation"])
     if "limits" in top:
-        settings.limits = SizeLimits(**_parse_limits(top["limits"]))
+        settings.limits = SizeLimits(**parse_limits(top["limits"]))
     if "approval" in top:
         settings.approval = _parse_approval(top["approval"])
     if "rules" in top:
-        _parse_rules(top["rules"], settings)
+        known = KnownProviders(
+            models={p.name: tuple(m.name for m in p.models) for p in settings.providers},
+            aliases=settings.aliases,
+            from_environment=tuple(entry[0] for entry in _ENV_PROVIDERS),
+        )
+        settings.rules = parse_rules(top["rules"], known)
     if "audit" in top:
         settings.audit = _parse_audit(top["audit"], where)
     if "state" in top:
@@ -378,7 +362,7 @@ def _parse_provider(name: str, node: Node) -> ProviderConfig:
             if "read" in t:
                 kwargs["read_timeout"] = t["read"].number(minimum=0.1)
             if "total" in t:
-                kwargs["total_timeout"] = _duration(t["total"])
+                kwargs["total_timeout"] = t["total"].duration()
         else:
             kwargs["read_timeout"] = tnode.number(minimum=0.1)
     if "max_attempts" in fields:
@@ -461,7 +445,7 @@ def _parse_command_provider(name: str, node: Node, fields: dict[str, Node], mode
             raise tnode.error(
                 f"provider '{name}': a command's timeout is one duration for the whole run (e.g. timeout: 300 or 5m)"
             )
-        kwargs["total_timeout"] = _duration(tnode)
+        kwargs["total_timeout"] = tnode.duration()
     if "tools" in fields and fields["tools"].bool():
         raise fields["tools"].error(f"provider '{name}': command providers cannot use tools (tools: false)")
     return ProviderConfig(
@@ -482,7 +466,7 @@ def _command_args(node: Node) -> list[str]:
     for item in node.sequence():
         value = item.value()
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-            raise item.error(f"{item.label} must be a string, got {_show(value)}")
+            raise item.error(f"{item.label} must be a string, got {shown_value(value)}")
         out.append(str(value))
     return out
 
@@ -560,85 +544,7 @@ def _parse_elicitation(node: Node) -> ElicitationSettings:
 
 # -- sizes and durations ----------------------------------------------------------------------------
 
-_SIZE_UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "kib": KiB, "mib": MiB, "gib": GiB}
-_SIZE_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", re.IGNORECASE)
-SIZE_FORMS = "a number of bytes or a string such as 512KiB, 1MiB, 16MB (units B, KB, MB, GB, KiB, MiB, GiB)"
-
-_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_DURATION_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhd])\s*")
-DURATION_FORMS = "a number of seconds or a string such as 30s, 90s, 1m, 2h, 1d (units s, m, h, d)"
-
-
-def parse_size(value: object) -> int:
-    """Bytes from an integer or a string such as '512KiB', '1MiB', '16MB'; ValueError otherwise."""
-    if isinstance(value, bool):
-        raise ValueError("not a size")
-    if isinstance(value, int):
-        if value < 0:
-            raise ValueError("a size cannot be negative")
-        return value
-    if isinstance(value, str):
-        found = _SIZE_RE.fullmatch(value)
-        if found and found.group(2).lower() in _SIZE_UNITS:
-            return int(float(found.group(1)) * _SIZE_UNITS[found.group(2).lower()])
-        if value.strip().startswith("-"):
-            raise ValueError("a size cannot be negative")
-    raise ValueError("not a size")
-
-
-def parse_duration(value: object) -> float:
-    """Seconds from a positive number or a string such as '30s', '1m', '2h', '1d'; ValueError otherwise."""
-    if isinstance(value, bool):
-        raise ValueError("not a duration")
-    seconds: float | None = None
-    if isinstance(value, int | float):
-        seconds = float(value)
-    elif isinstance(value, str) and (found := _DURATION_RE.fullmatch(value)):
-        seconds = float(found.group(1)) * _DURATION_UNITS[found.group(2)]
-    if seconds is None or not math.isfinite(seconds):
-        raise ValueError("not a duration")
-    if seconds <= 0:
-        raise ValueError("a duration must be longer than 0 seconds")
-    return seconds
-
-
-def _size(node: Node) -> int:
-    try:
-        return parse_size(node.value())
-    except ValueError as exc:
-        if "negative" in str(exc):
-            raise node.error(f"{node.label} cannot be negative, got {_show(node.value())}") from None
-        raise node.error(f"{node.label} must be a size: {SIZE_FORMS}; got {_show(node.value())}") from None
-
-
-def _duration(node: Node) -> float:
-    try:
-        return parse_duration(node.value())
-    except ValueError as exc:
-        if "longer" in str(exc):
-            raise node.error(f"{node.label} must be longer than 0 seconds, got {_show(node.value())}") from None
-        raise node.error(f"{node.label} must be a duration: {DURATION_FORMS}; got {_show(node.value())}") from None
-
-
 # -- limits and approval ----------------------------------------------------------------------------
-
-_LIMIT_KEYS = tuple(f.name for f in fields(SizeLimits))
-_SIZE_KEYS = ("max_text_bytes", "max_media_bytes", "max_request_bytes")
-_LIMIT_MINIMUM = {"max_messages": 1, "max_tokens": 1, "max_tools": 0}
-
-
-def _parse_limits(node: Node) -> dict[str, Any]:
-    """The keys a `limits:` mapping sets (top level or a rule's), validated."""
-    given = node.mapping(_LIMIT_KEYS)
-    out: dict[str, Any] = {}
-    for key, value in given.items():
-        if key in _SIZE_KEYS:
-            out[key] = _size(value)
-        elif key == "max_tokens_action":
-            out[key] = value.choice(MAX_TOKENS_ACTIONS)
-        else:
-            out[key] = value.int(minimum=_LIMIT_MINIMUM[key])
-    return out
 
 
 def _parse_approval(node: Node) -> ApprovalSettings:
@@ -660,7 +566,7 @@ def _parse_approval(node: Node) -> ApprovalSettings:
             )
         settings = replace(settings, channels=tuple(channels))
     if "timeout" in fields_:
-        settings = replace(settings, timeout=_duration(fields_["timeout"]))
+        settings = replace(settings, timeout=fields_["timeout"].duration())
     if "review_response" in fields_:
         settings = replace(settings, review_response=fields_["review_response"].bool())
     return settings
@@ -692,7 +598,7 @@ def _parse_audit(node: Node, where: str) -> AuditSettings:
         items = [rnode] if not rnode.is_sequence() else rnode.sequence()
         patterns = []
         for item in items:
-            pattern = _regex(item)
+            pattern = item.regex()
             if pattern.search(""):
                 raise item.error(
                     f"{item.label} /{pattern.pattern}/ matches the empty string, so it would mask "
@@ -713,7 +619,7 @@ def _parse_audit(node: Node, where: str) -> AuditSettings:
         else:
             settings = replace(settings, fsync=node.bool())
     if "max_bytes" in given:
-        settings = replace(settings, max_bytes=_size(given["max_bytes"]))
+        settings = replace(settings, max_bytes=given["max_bytes"].size())
     return settings
 
 
@@ -821,211 +727,3 @@ def resolve_state(state: StateSettings, environ: Mapping[str, str]) -> StateSett
             "the Redis URL, e.g. redis://HOST:6379/0"
         )
     return replace(state, url=url)
-
-
-# -- rules --------------------------------------------------------------------------------------------
-
-RULE_KEYS = ("name", "when", "action", "message", "rate_limit", "budget", "limits", "provider", "model")
-WHEN_KEYS = (
-    "server",
-    "server_reported",
-    "method",
-    "tool",
-    "host",
-    "model",
-    "max_tokens_over",
-    "messages_over",
-    "content",
-    "include_context",
-    "text_matches",
-    "any",
-    "not",
-)
-_ENV_PROVIDER_NAMES = tuple(entry[0] for entry in _ENV_PROVIDERS)
-
-
-def _parse_rules(node: Node, settings: Settings) -> None:
-    seen: dict[str, int] = {}
-    for index, rnode in enumerate(node.sequence()):
-        rule = _parse_rule(rnode, index, settings)
-        if rule.name in seen:
-            where = rnode.mapping().get("name", rnode)
-            raise where.error(
-                f"rule name '{rule.name}' is already used by the rule at line {seen[rule.name]}; "
-                "names must be unique (audit records and rate limits go by name)"
-            )
-        seen[rule.name] = rule.line
-        settings.rules.append(rule)
-
-
-def _parse_rule(node: Node, index: int, settings: Settings) -> Rule:
-    fields_ = node.mapping(RULE_KEYS)
-    if "action" not in fields_:
-        raise node.error(f"rule {index + 1} needs an action: one of {', '.join(ACTIONS)}")
-    action = cast(Action, fields_["action"].choice(ACTIONS))
-    name = fields_["name"].str() if "name" in fields_ else f"rule-{index + 1}"
-    when: Condition = ALWAYS
-    if "when" in fields_ and fields_["when"].value() is not None:
-        when = _parse_when(fields_["when"])
-    message = fields_["message"].str() if "message" in fields_ else None
-    provider = _rule_provider(fields_["provider"], settings) if "provider" in fields_ else None
-    return Rule(
-        name=name,
-        action=action,
-        when=when,
-        message=message,
-        line=node.node.start_mark.line + 1,
-        rate_limit=_parse_rate_limit(fields_["rate_limit"]) if "rate_limit" in fields_ else None,
-        budget=_parse_budget(fields_["budget"]) if "budget" in fields_ else None,
-        limits=RuleLimits(**_parse_limits(fields_["limits"])) if "limits" in fields_ else None,
-        provider=provider,
-        model=_rule_model(fields_["model"], provider, settings) if "model" in fields_ else None,
-    )
-
-
-def _parse_when(node: Node, *, nested: bool = False) -> All:
-    given = node.mapping(WHEN_KEYS)
-    if nested and not given:
-        raise node.error(f"{node.label} is empty: give at least one condition ({', '.join(WHEN_KEYS)})")
-    return All(tuple(_parse_condition(key, value) for key, value in given.items()))
-
-
-def _parse_condition(key: str, node: Node) -> Condition:
-    if key == "server":
-        return ServerMatches(_name_globs(node))
-    if key == "server_reported":
-        return ServerReportedMatches(_name_globs(node))
-    if key == "host":
-        return HostMatches(_globs(node))
-    if key == "model":
-        return ModelMatches(_globs(node))
-    if key == "tool":
-        return ToolMatches(_globs(node, "; the literal none means no host request in flight"))
-    if key == "method":
-        return MethodIs(node.choice(METHODS))
-    if key == "max_tokens_over":
-        return Over("max_tokens", node.int(minimum=0))
-    if key == "messages_over":
-        return Over("messages", node.int(minimum=0))
-    if key == "content":
-        return ContentHas(_choices(node, CONTENT_TYPES))
-    if key == "include_context":
-        return IncludeContextIs(_choices(node, INCLUDE_CONTEXT))
-    if key == "text_matches":
-        return TextMatches(_regex(node))
-    if key == "any":
-        alternatives = node.sequence()
-        if not alternatives:
-            raise node.error(f"{node.label} needs at least one condition mapping: any: [{{...}}, {{...}}]")
-        return AnyOf(tuple(_parse_when(alt, nested=True) for alt in alternatives))
-    if key == "not":
-        return Not(_parse_when(node, nested=True))
-    raise node.error(f"unknown condition '{key}'")  # pragma: no cover - mapping() rejects unknown keys
-
-
-def _globs(node: Node, note: str = "") -> tuple[str, ...]:
-    """A glob or a list of globs (non-empty strings)."""
-    items = [node] if not node.is_sequence() else node.sequence()
-    if not items:
-        raise node.error(f"{node.label} needs at least one glob{note}")
-    out = []
-    for item in items:
-        v = item.value()
-        if not isinstance(v, str) or not v:
-            what = "a glob or a list of globs" if item is node else "a glob"
-            raise item.error(f"{item.label} must be {what} (a non-empty string){note}, got {_show(v)}")
-        out.append(v)
-    return tuple(out)
-
-
-def _name_globs(node: Node) -> tuple[str, ...]:
-    """Globs over server names: refused when they hold control or invisible characters, which
-    would make a rule look as if it named one server while it names another."""
-    globs = _globs(node)
-    items = [node] if not node.is_sequence() else node.sequence()
-    for item, glob in zip(items, globs, strict=True):
-        bad = bad_character(glob)
-        if bad is not None:
-            raise item.error(
-                f"{item.label} holds a control or invisible character, {bad}: "
-                "retype the server name with visible characters only"
-            )
-    return globs
-
-
-def _choices(node: Node, allowed: tuple[str, ...]) -> tuple[str, ...]:
-    """One of `allowed`, or a non-empty list of them."""
-    if not node.is_sequence():
-        return (node.choice(allowed),)
-    items = node.sequence()
-    if not items:
-        raise node.error(f"{node.label} needs at least one of {', '.join(allowed)}")
-    return tuple(dict.fromkeys(item.choice(allowed) for item in items))
-
-
-def _regex(node: Node) -> re.Pattern[str]:
-    pattern = node.str()
-    try:
-        return re.compile(pattern)
-    except re.error as exc:
-        where = f" at position {exc.pos}" if exc.pos is not None else ""
-        raise node.error(
-            f"{node.label} /{pattern}/ is not a valid regular expression: {exc.msg}{where} "
-            "(Python re syntax; quote the pattern in YAML when it holds : # [ ] { } or starts with *)"
-        ) from None
-
-
-def _parse_rate_limit(node: Node) -> RateLimit:
-    given = node.mapping(("requests", "per", "concurrent"))
-    example = "e.g. rate_limit: {requests: 10, per: 1m, concurrent: 2}"
-    if not given:
-        raise node.error(f"{node.label} needs requests and per, or concurrent ({example})")
-    if ("requests" in given) != ("per" in given):
-        has, lacks = ("requests", "per") if "requests" in given else ("per", "requests")
-        raise node.error(f"{node.label} has {has} but no {lacks}: give both ({example}); concurrent alone is fine")
-    return RateLimit(
-        requests=given["requests"].int(minimum=1) if "requests" in given else None,
-        per=_duration(given["per"]) if "per" in given else None,
-        concurrent=given["concurrent"].int(minimum=1) if "concurrent" in given else None,
-    )
-
-
-def _parse_budget(node: Node) -> Budget:
-    given = node.mapping(("tokens", "per"))
-    missing = [key for key in ("tokens", "per") if key not in given]
-    if missing:
-        raise node.error(f"{node.label} needs {' and '.join(missing)} (e.g. budget: {{tokens: 100000, per: 1d}})")
-    return Budget(tokens=given["tokens"].int(minimum=1), per=_duration(given["per"]))
-
-
-def _rule_provider(node: Node, settings: Settings) -> str:
-    name = node.str()
-    configured = tuple(p.name for p in settings.providers)
-    if configured:
-        if name not in configured:
-            raise node.error(
-                f"{node.label} '{name}' is not a configured provider{_did_you_mean(name, configured)}; "
-                f"configured: {', '.join(configured)}"
-            )
-    elif name not in _ENV_PROVIDER_NAMES:
-        raise node.error(
-            f"{node.label} '{name}' is not a provider: this policy has no llm.providers, so providers come from "
-            f"the environment and can be {' or '.join(_ENV_PROVIDER_NAMES)}"
-        )
-    return name
-
-
-def _rule_model(node: Node, provider: str | None, settings: Settings) -> str:
-    """A configured model (of `provider` when given); an alias resolves to its model."""
-    name = node.str()
-    if not settings.providers:  # providers from the environment: their models are known only at run time
-        return name
-    pool = [p for p in settings.providers if provider is None or p.name == provider]
-    models = tuple(dict.fromkeys(m.name for p in pool for m in p.models))
-    if name in models:
-        return name
-    target = settings.aliases.get(name.lower())
-    if target is not None and target in models:
-        return target
-    owner = f"a model of provider '{provider}'" if provider else "a configured model"
-    raise node.error(f"{node.label} '{name}' is not {owner}{_did_you_mean(name, models)}; models: {', '.join(models)}")

@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import builtins
 import difflib
+import re
 from collections.abc import Iterator
 from typing import Any
 
 import yaml
 
-from mcp_sampling_proxy.config.policy_file import PolicyError as PolicyError  # raised by every check here
+from mcp_sampling_proxy.units import DURATION_FORMS, SIZE_FORMS, parse_duration, parse_size
+
+
+class PolicyError(Exception):
+    """A policy file that cannot be used; the message names file, line, column and the fix."""
 
 
 class Node:
@@ -35,6 +40,40 @@ class Node:
         return PolicyError(f"{self.where}:{mark.line + 1}:{mark.column + 1}: {message}")
 
     # -- scalars --------------------------------------------------------------------------
+    def regex(self) -> re.Pattern[str]:
+        """A regular expression (Python re syntax), compiled."""
+        pattern = self.str()
+        try:
+            return re.compile(pattern)
+        except re.error as exc:
+            where = f" at position {exc.pos}" if exc.pos is not None else ""
+            raise self.error(
+                f"{self.label} /{pattern}/ is not a valid regular expression: {exc.msg}{where} "
+                "(Python re syntax; quote the pattern in YAML when it holds : # [ ] { } or starts with *)"
+            ) from None
+
+    def size(self) -> int:
+        """Bytes: a number or a string such as 512KiB, 1MiB, 16MB."""
+        try:
+            return parse_size(self.value())
+        except ValueError as exc:
+            if "negative" in str(exc):
+                raise self.error(f"{self.label} cannot be negative, got {shown_value(self.value())}") from None
+            raise self.error(f"{self.label} must be a size: {SIZE_FORMS}; got {shown_value(self.value())}") from None
+
+    def duration(self) -> float:
+        """Seconds: a positive number or a string such as 30s, 1m, 2h, 1d."""
+        try:
+            return parse_duration(self.value())
+        except ValueError as exc:
+            if "longer" in str(exc):
+                raise self.error(
+                    f"{self.label} must be longer than 0 seconds, got {shown_value(self.value())}"
+                ) from None
+            raise self.error(
+                f"{self.label} must be a duration: {DURATION_FORMS}; got {shown_value(self.value())}"
+            ) from None
+
     def value(self) -> Any:
         """The plain Python value (constructed with the safe loader's rules)."""
         return _construct(self.node)
@@ -42,26 +81,26 @@ class Node:
     def str(self) -> builtins.str:
         v = self.value()
         if not isinstance(v, str) or not v:
-            raise self.error(f"{self.label} must be a non-empty string, got {_show(v)}")
+            raise self.error(f"{self.label} must be a non-empty string, got {shown_value(v)}")
         return v
 
     def choice(self, allowed: tuple[builtins.str, ...]) -> builtins.str:
         v = self.value()
         if v not in allowed:
-            hint = _did_you_mean(str(v), allowed)
-            raise self.error(f"{self.label} {_show(v)} is not one of {', '.join(allowed)}{hint}")
+            hint = did_you_mean(str(v), allowed)
+            raise self.error(f"{self.label} {shown_value(v)} is not one of {', '.join(allowed)}{hint}")
         return str(v)
 
     def bool(self) -> builtins.bool:
         v = self.value()
         if not isinstance(v, bool):
-            raise self.error(f"{self.label} must be true or false, got {_show(v)}")
+            raise self.error(f"{self.label} must be true or false, got {shown_value(v)}")
         return v
 
     def number(self, *, minimum: float | None = None, maximum: float | None = None) -> float:
         v = self.value()
         if isinstance(v, bool) or not isinstance(v, int | float):
-            raise self.error(f"{self.label} must be a number, got {_show(v)}")
+            raise self.error(f"{self.label} must be a number, got {shown_value(v)}")
         if (minimum is not None and v < minimum) or (maximum is not None and v > maximum):
             lo = "-inf" if minimum is None else minimum
             hi = "inf" if maximum is None else maximum
@@ -71,7 +110,7 @@ class Node:
     def int(self, *, minimum: int | None = None) -> int:
         v = self.value()
         if isinstance(v, bool) or not isinstance(v, int):
-            raise self.error(f"{self.label} must be a whole number, got {_show(v)}")
+            raise self.error(f"{self.label} must be a whole number, got {shown_value(v)}")
         if minimum is not None and v < minimum:
             raise self.error(f"{self.label} must be at least {minimum}, got {v}")
         return v
@@ -92,9 +131,9 @@ class Node:
             key = _construct(key_node)
             key_at = Node(key_node, self.path, self.where)
             if not isinstance(key, str):
-                raise key_at.error(f"keys in {self.label} must be strings, got {_show(key)}")
+                raise key_at.error(f"keys in {self.label} must be strings, got {shown_value(key)}")
             if allowed is not None and key not in allowed:
-                hint = _did_you_mean(key, allowed)
+                hint = did_you_mean(key, allowed)
                 raise key_at.error(f"unknown key '{key}' in {self.label}{hint}; allowed: {', '.join(allowed)}")
             if key in out:
                 raise key_at.error(f"key '{key}' appears twice in {self.label}")
@@ -146,15 +185,15 @@ def _kind(node: yaml.Node) -> str:
         return "a mapping"
     if isinstance(node, yaml.SequenceNode):
         return "a list"
-    return _show(_construct(node))
+    return shown_value(_construct(node))
 
 
-def _show(v: Any) -> str:
+def shown_value(v: Any) -> str:
     if v is None:
         return "nothing"
     return repr(v) if isinstance(v, str) else str(v)
 
 
-def _did_you_mean(word: str, allowed: tuple[str, ...]) -> str:
+def did_you_mean(word: str, allowed: tuple[str, ...]) -> str:
     close = difflib.get_close_matches(word, allowed, n=1)
     return f" (did you mean '{close[0]}'?)" if close else ""
