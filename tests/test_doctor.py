@@ -292,6 +292,15 @@ def test_exit_codes_from_the_command_line(tmp_path: Path, openai_llm: FakeLLMSer
         assert result.returncode == expected, result.stdout + result.stderr
 
 
+def login_shell(directory: Path, **exports: str) -> Path:
+    """A stand-in for the user's login shell (`$SHELL -ilc "env -0"`): what its start-up files export."""
+    script = directory / "login-shell"
+    assignments = " ".join(f"{name}={value}" for name, value in exports.items())
+    script.write_text(f"#!/bin/sh\nexport {assignments}\nexec env -0\n" if exports else "#!/bin/sh\nexec env -0\n")
+    script.chmod(0o755)
+    return script
+
+
 def test_four_broken_wrapped_entries_are_four_problems(
     environment: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -341,12 +350,21 @@ def test_four_broken_wrapped_entries_are_four_problems(
     assert "fix: reinstall mcp-sampling-proxy, or run `mcp-sampling-proxy unwrap --host cursor" in wrapped
     assert "fix: write the command's absolute path in the entry (`which summarizer-mcp-not-installed`)" in wrapped
     assert f"fix: fix the file; `mcp-sampling-proxy policy check {bad}` checks it again" in wrapped
-    assert f"fix: add TEST_LLM_KEY to the entry's env in {config}" in wrapped
+    assert "fix: keep the key out of variables: api_key_file (a 0600 file) or api_key_command" in wrapped
+    assert f"or add TEST_LLM_KEY to the entry's env in {config} (the key then sits in that file)" in wrapped
     assert "✗ Cursor 'fine'" not in wrapped and f"✓ Cursor 'fine': upstream {Path(PY).parent}/python3" in wrapped
     assert "\n4 problems, " in out
 
-    # the key in the host's environment is enough for the entry without one; the others are still broken
+    # exported in this terminal only, the key does not reach Cursor: started from the desktop, it reads a
+    # login shell's environment ...
     monkeypatch.setenv("TEST_LLM_KEY", "k")
+    code, out = doctor(capsys)
+    assert (
+        "'no-key': TEST_LLM_KEY (for provider 'fake') is not set in the entry's env or your login shell's "
+        "environment (what Cursor reads at start)" in out
+    )
+    # ... which has it once the shell's start-up files set it (here a stand-in shell that does)
+    monkeypatch.setenv("SHELL", str(login_shell(tmp_path, TEST_LLM_KEY="k")))
     code, out = doctor(capsys)
     assert "'no-key': TEST_LLM_KEY set" in out and out.count("✗ Cursor") == 3
 
@@ -423,7 +441,8 @@ def test_doctor_checks_wrapped_continue_entries_as_continue_starts_them(
         "✗ Continue 'unkeyed': TEST_LLM_KEY (for provider 'fake') is not set in the entry's env (Continue "
         "passes a server no other variables" in wrapped
     )
-    assert f"fix: add TEST_LLM_KEY to the entry's env in {config}" in wrapped
+    assert "fix: keep the key out of variables: api_key_file (a 0600 file) or api_key_command" in wrapped
+    assert f"or add TEST_LLM_KEY to the entry's env in {config} (the key then sits in that file)" in wrapped
     assert "✗ Continue 'gone': the server command 'not-installed-mcp' is not found" in wrapped
     assert f"✓ Continue 'keyed': upstream {PY}" in wrapped
 
@@ -572,3 +591,45 @@ def test_forged_approvals_and_a_tampered_budget_are_reported(
         "refused" in out
     )
     assert f"fix: remove {state / 'budgets.json'}" in out
+
+
+@pytest.mark.parametrize(
+    ("host", "config", "reaches"),
+    [
+        ("claude-code", ".claude.json", True),  # a CLI started from this terminal: this shell's variables
+        ("claude-desktop", ".config/Claude/claude_desktop_config.json", False),  # a desktop app: its own
+        ("lmstudio", ".lmstudio/mcp.json", False),
+    ],
+)
+def test_a_key_exported_in_this_shell_counts_only_for_hosts_started_from_it(
+    environment: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    host: str,
+    config: str,
+    reaches: bool,
+) -> None:
+    """The trap: the key is exported in the shell doctor runs in, the entry has no env, and a desktop app
+    starts the proxy without the shell's variables. doctor used to say "TEST_LLM_KEY set" for every host."""
+    policy = write_policy(tmp_path, openai_policy("http://127.0.0.1:9/v1"), "good.yaml")
+    path = environment / config
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"mcpServers": {"notes": {"command": PY, "args": ["-V"]}}}, indent=2))
+    assert cli_main(["wrap", "--host", host, "--all", "--policy", policy]) == 0
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    capsys.readouterr()
+    _, out = doctor(capsys)
+    wrapped = out.split("\nwrapped servers\n", 1)[1]
+    if reaches:
+        assert "'notes': TEST_LLM_KEY set" in wrapped, wrapped
+    else:
+        assert "'notes': TEST_LLM_KEY (for provider 'fake') is not set in the entry's env" in wrapped, wrapped
+        assert "starts servers with its own environment, not your shell's" in wrapped
+        assert "fix: keep the key out of variables: api_key_file" in wrapped
+    # with the key in the entry's env it reaches the proxy from every host
+    entry = json.loads(path.read_text())["mcpServers"]["notes"]
+    entry["env"] = {"TEST_LLM_KEY": "k"}
+    path.write_text(json.dumps({"mcpServers": {"notes": entry}}, indent=2))
+    _, out = doctor(capsys)
+    assert "'notes': TEST_LLM_KEY set" in out

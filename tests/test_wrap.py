@@ -1188,3 +1188,35 @@ def test_wrap_suggests_sandbox_profiles_the_policy_accepts(
     narrowed = settings.sandbox.for_server("filesystem")
     assert narrowed.read == (os.path.expanduser("~"),)
     assert narrowed.write == (os.path.expanduser("~/.npm"), "/home/me/Documents")
+
+
+def test_wrap_says_when_the_policys_key_will_not_reach_the_proxy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Claude Desktop starts servers without the shell's variables: a key exported there never reaches
+    the proxy, and wrap says so with the ways that work; an entry whose env has it gets no such note."""
+    policy = write_policy(
+        tmp_path,
+        "llm:\n  providers:\n    p:\n      type: openai\n      api_key_env: MY_LLM_KEY\n      models: [m]\n",
+    )
+    monkeypatch.setenv("MY_LLM_KEY", "sk-in-this-shell-only")
+    path = tmp_path / "cfg" / "claude_desktop_config.json"
+    path.parent.mkdir()
+    path.write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "bare": {"command": "/usr/bin/python3", "args": ["a.py"]},
+                    "keyed": {"command": "/usr/bin/python3", "args": ["b.py"], "env": {"MY_LLM_KEY": "k"}},
+                }
+            }
+        )
+    )
+    code, out, _ = run(capsys, "wrap", "--host", "claude-desktop", "--config", str(path), "--all", "--policy", policy)
+    assert code == 0
+    (note,) = [line for line in out.splitlines() if "will not reach the proxy" in line]
+    assert note.startswith("MY_LLM_KEY will not reach the proxy of 'bare': it is not in the entry's env (Claude")
+    assert "starts servers with its own environment, not your shell's" in note
+    assert "api_key_file (a 0600 file) or api_key_command" in note
+    assert f"or add MY_LLM_KEY to the entry's env in {path}" in note
+    assert "'keyed'" not in note

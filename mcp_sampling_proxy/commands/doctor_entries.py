@@ -5,14 +5,19 @@ or uninstalled, the server's command is not on the PATH the host gives it, the p
 in `--policy` has an error, or the key variable the policy names is not in the entry's env. Each
 check below is one function returning `Check`s, so a new check (or another worker's) is one more
 function in `ENTRY_CHECKS`. What the host gives the proxy: the entry's `env` over the host's own
-environment (taken to be this shell's; Codex passes only the variables listed in `env_vars`, Continue
-only HOME, USER, USERPROFILE, LOGNAME, USERNAME and PATH).
+environment, which depends on the host (hosts/registry.py, `Host.environment`): a CLI started from a
+terminal passes that shell's; an editor that reads a login shell's environment at start passes that
+(doctor asks a login shell for it, as the editor does); an app started from the desktop passes its own,
+without your shell's variables (a key exported in your shell never reaches it); Codex passes only the
+variables listed in `env_vars`, Continue only HOME, USER, USERPROFILE, LOGNAME, USERNAME and PATH.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,7 +57,32 @@ class WrappedEntry:
             return None
         if self.host == "continue" and name not in CONTINUE_DEFAULT_VARS:
             return None
+        source = HOSTS[self.host].environment
+        if source == "own" and name not in SESSION_VARS:
+            return None  # a desktop app's environment: not this shell's exports
+        if source == "login":
+            login = login_environment()
+            if login is not None:
+                return login.get(name)
         return os.environ.get(name)
+
+    @property
+    def environment_note(self) -> str:
+        """Where the proxy's variables come from, for a message."""
+        title = HOSTS[self.host].title
+        source = HOSTS[self.host].environment
+        if self.host == "codex":
+            return "the entry's env or its env_vars list"
+        if self.host == "continue":
+            return "the entry's env (Continue passes a server no other variables but HOME, USER, PATH and the like)"
+        if source == "own":
+            return (
+                f"the entry's env ({title} starts servers with its own environment, not your shell's: a variable "
+                "exported in your shell does not reach it)"
+            )
+        if source == "login" and login_environment() is not None:
+            return f"the entry's env or your login shell's environment (what {title} reads at start)"
+        return "the entry's env or the host's environment (here: this shell's)"
 
 
 # Variables Codex passes to every stdio server without env_vars: its Unix allow-list, DEFAULT_ENV_VARS in
@@ -83,6 +113,46 @@ def codex_env_vars(entry: dict[str, Any]) -> set[str]:
         elif isinstance(item, dict) and isinstance(item.get("name"), str) and item.get("source") != "remote":
             names.add(item["name"])
     return names
+
+
+# What a desktop session gives every app, whatever the shell exports: enough to find commands
+SESSION_VARS = ("HOME", "USER", "LOGNAME", "PATH", "SHELL", "LANG", "TMPDIR", "XDG_RUNTIME_DIR", "DISPLAY")
+
+
+def login_environment() -> dict[str, str] | None:
+    """The environment your login shell sets up from its start-up files: what VS Code-like editors read
+    when they are not started from a terminal (they run `$SHELL -ilc` for it). The shell starts from a
+    desktop session's variables only, so a key exported in this terminal alone does not count. None when
+    no shell answers in time."""
+    return _login_environment(os.environ.get("SHELL") or "/bin/sh", os.environ.get("HOME") or "/")
+
+
+@functools.lru_cache(maxsize=4)
+def _login_environment(shell: str, home: str) -> dict[str, str] | None:
+    session = {k: v for k, v in os.environ.items() if k in SESSION_VARS}
+    session.update(HOME=home, SHELL=shell, PATH=session.get("PATH") or os.defpath)
+    try:
+        done = subprocess.run(
+            [shell, "-ilc", "env -0"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=LOGIN_SHELL_TIMEOUT,
+            env=session,
+            cwd=home if os.path.isdir(home) else None,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    found: dict[str, str] = {}
+    for item in done.stdout.split(b"\0"):
+        name, sep, value = item.decode("utf-8", "replace").partition("=")
+        if sep and name:
+            found[name] = value
+    return found
+
+
+LOGIN_SHELL_TIMEOUT = 10.0  # s; a login shell that prompts or hangs is given up on
 
 
 # What Continue gives a stdio server besides its env: core/context/mcp/MCPConnection.ts (COMMONS_ENV_VARS and
@@ -217,22 +287,34 @@ def check_policy_variables(entry: WrappedEntry) -> list[Check]:
         value = entry.variable(name)
         if value:
             continue
-        where = {
-            "codex": "the entry's env or its env_vars list",
-            "continue": "the entry's env (Continue passes a server no other variables but HOME, USER, PATH "
-            "and the like)",
-        }.get(entry.host, "the entry's env or the host's environment (here: this shell's)")
         checks.append(
             Check(
                 "fail",
-                f"{entry.label}: {name} (for {who}) is not set in {where}",
-                f"add {name} to the entry's env in {entry.path}"
-                + (" (or its name to env_vars)" if entry.host == "codex" else ""),
+                f"{entry.label}: {name} (for {who}) is not set in {entry.environment_note}",
+                key_fix(entry.host, name, str(entry.path)),
             )
         )
     if needed and not checks:
         checks.append(Check("ok", f"{entry.label}: {', '.join(n for n, _ in needed)} set"))
     return checks
+
+
+def key_fix(host: str, name: str, path: str) -> str:
+    """The ways to get variable `name` to a proxy `host` starts, best first (wrap prints them too)."""
+    ways = [
+        "keep the key out of variables: api_key_file (a 0600 file) or api_key_command (your password "
+        "manager's CLI) in the policy's provider",
+    ]
+    if host == "vscode":
+        ways.append(
+            f'or in {path}: "env": {{"{name}": "${{input:{name.lower()}}}"}} with an "inputs" entry '
+            f'{{"id": "{name.lower()}", "type": "promptString", "password": true}} (VS Code asks once)'
+        )
+    elif host == "codex":
+        ways.append(f"or add {name} to the entry's env_vars in {path} (Codex then passes it from its environment)")
+    else:
+        ways.append(f"or add {name} to the entry's env in {path} (the key then sits in that file)")
+    return "; ".join(ways)
 
 
 ENTRY_CHECKS: tuple[Callable[[WrappedEntry], list[Check]], ...] = (

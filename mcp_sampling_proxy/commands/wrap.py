@@ -509,11 +509,8 @@ def main(argv: Sequence[str], action: str = "wrap") -> int:
                 "writes it) when it exists, else takes its LLM from OPENAI_API_KEY / ANTHROPIC_API_KEY in the "
                 "host's environment and asks before every request"
             )
-        if args.host == "codex":
-            print(
-                "Codex gives servers only the variables listed in env_vars (or set in env): add your LLM key "
-                "variable there"
-            )
+        for line in _key_notes(args.host, policy, [plan for _, plan in changed]):
+            print(line)
         if args.host == "continue":
             print(
                 "Continue gives servers only HOME, USER, PATH and the like besides the entry's env: put your LLM key "
@@ -522,6 +519,41 @@ def main(argv: Sequence[str], action: str = "wrap") -> int:
             )
     print(f"next: {spec.reload}")
     return 0
+
+
+def _key_notes(host: str, policy: str | None, plans: list[Plan]) -> list[str]:
+    """What to do so the policy's key variables reach the proxies the host will start: a desktop app
+    passes none of this shell's variables, an editor only its login shell's, Codex only what env_vars lists."""
+    from mcp_sampling_proxy.commands.doctor_entries import key_fix, wrapped_entry
+    from mcp_sampling_proxy.config.paths import policy_or_default
+    from mcp_sampling_proxy.config.settings import load_settings
+    from mcp_sampling_proxy.yamlnodes import PolicyError
+
+    path, _ = policy_or_default(policy)
+    try:
+        settings = load_settings(path)
+    except PolicyError:
+        return []  # doctor reports the policy
+    names = [p.api_key_env for p in settings.providers if p.api_key_env]
+    notes: list[str] = []
+    for plan in plans:
+        doc = plan.doc
+        for name in dict.fromkeys(names):
+            for table in doc.tables():
+                missing = [
+                    server
+                    for server, entry in doc.servers(table).items()
+                    if isinstance(entry, dict)
+                    and any(o.server == server and o.changed for o in plan.outcomes)
+                    and not wrapped_entry(host, doc.path, "user", server, entry).variable(name)
+                ]
+                if missing:
+                    entry_view = wrapped_entry(host, doc.path, "user", missing[0], {})
+                    notes.append(
+                        f"{name} will not reach the proxy of {', '.join(repr(m) for m in missing)}: it is not in "
+                        f"{entry_view.environment_note}. {key_fix(host, name, str(doc.path))}"
+                    )
+    return notes
 
 
 def _write(prog: str, action: str, host: str, target: Target, plan: Plan, *, dry_run: bool) -> int:

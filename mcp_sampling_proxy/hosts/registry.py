@@ -27,6 +27,11 @@ class Host:
     elicitation: str  # "yes" | "no": does the host answer elicitation/create (the `host` approval channel)
     sampling: str  # "yes" | "no": does the host answer sampling/createMessage itself
     reload: str  # how to make the host pick up the change
+    # The environment it starts a server with, besides the entry's env: "shell" (a CLI started from your
+    # terminal: that shell's), "login" (an editor that reads a login shell's environment at start, as VS
+    # Code does when not started from a terminal), "own" (an app started from the desktop: its own,
+    # without your shell's variables), "allowlist" (only a few named variables: Codex, Continue)
+    environment: str = "own"
 
 
 HOSTS: dict[str, Host] = {
@@ -43,6 +48,7 @@ HOSTS: dict[str, Host] = {
             "no",
             "no",
             "quit Claude Desktop completely and start it again",
+            environment="own",
         ),
         Host(
             "claude-code",
@@ -55,6 +61,7 @@ HOSTS: dict[str, Host] = {
             "no",
             "no",
             "start a new claude session (check with /mcp)",
+            environment="shell",
         ),
         Host(
             "cursor",
@@ -67,6 +74,7 @@ HOSTS: dict[str, Host] = {
             "yes",
             "no",
             "turn the server off and on in Cursor Settings > MCP",
+            environment="login",
         ),
         Host(
             "vscode",
@@ -79,6 +87,7 @@ HOSTS: dict[str, Host] = {
             "yes",
             "yes",
             "restart the server (command palette: MCP: List Servers)",
+            environment="login",
         ),
         Host(
             "windsurf",
@@ -91,6 +100,7 @@ HOSTS: dict[str, Host] = {
             "no",
             "no",
             "press refresh in Windsurf's MCP settings",
+            environment="login",
         ),
         Host(
             "gemini",
@@ -103,6 +113,7 @@ HOSTS: dict[str, Host] = {
             "no",
             "no",
             "run /mcp refresh, or start gemini again",
+            environment="shell",
         ),
         Host(
             "codex",
@@ -115,6 +126,7 @@ HOSTS: dict[str, Host] = {
             "yes",
             "no",
             "start a new codex session",
+            environment="allowlist",
         ),
         # https://zed.dev/docs/ai/mcp: `context_servers` in settings.json (JSONC), {command, args, env} or
         # {url, headers}; "Tools and Prompts" only, so no elicitation or sampling.
@@ -129,6 +141,7 @@ HOSTS: dict[str, Host] = {
             "no",
             "no",
             "Zed restarts a context server when its settings change (else: agent panel > settings, toggle the server)",
+            environment="own",
         ),
         # https://docs.cline.bot/mcp/configuring-mcp-servers: cline_mcp_settings.json in the VS Code extension's
         # global storage, `mcpServers` with Cline's own keys (disabled, autoApprove, timeout, type/transportType).
@@ -143,6 +156,7 @@ HOSTS: dict[str, Host] = {
             "no",
             "no",
             "Cline reloads the file when it changes (else: MCP Servers > Installed > Restart Server)",
+            environment="login",
         ),
         # https://lmstudio.ai/docs/app/mcp: ~/.lmstudio/mcp.json, "Cursor's mcp.json notation" (`mcpServers`).
         Host(
@@ -156,6 +170,7 @@ HOSTS: dict[str, Host] = {
             "no",
             "no",
             "save mcp.json in LM Studio's editor, or restart LM Studio",
+            environment="own",
         ),
         # https://docs.continue.dev/reference (config.yaml) and /customize/deep-dives/mcp: `mcpServers:` is a
         # LIST of {name, command, args, env, cwd, type: stdio|sse|streamable-http, url, requestOptions: {headers}}
@@ -173,6 +188,7 @@ HOSTS: dict[str, Host] = {
             "no",
             "no",
             "Continue reloads its config when a file changes (else: command palette, Continue: Reload)",
+            environment="allowlist",
         ),
     )
 }
