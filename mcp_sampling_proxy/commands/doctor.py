@@ -606,7 +606,9 @@ def main(argv: Sequence[str]) -> int:
         "state directory, the sandbox and the sealed state, and every wrapped server in the hosts' "
         "configs (proxy, server command, policy, key variables); print what to fix. "
         "Exit 1 when something is broken, 0 when all is well.",
-        epilog="Checks use this shell's environment; a host starts the proxy with the environment its config gives.",
+        epilog="Providers are checked with this shell's environment. Wrapped servers are checked with the "
+        "environment each host gives the proxy: a CLI started from a terminal passes that shell's, an editor "
+        "such as VS Code a login shell's, a desktop app such as Claude Desktop only the entry's env.",
     )
     parser.add_argument(
         "--policy",
@@ -640,7 +642,10 @@ def main(argv: Sequence[str]) -> int:
         check_remote_logins(statuses),
     ]
     marks = _marks()
-    print(f"{PROG}: checks use this shell's environment; a host starts the proxy with the env its config gives")
+    print(
+        f"{PROG}: providers are checked with this shell's environment; wrapped servers with the one each "
+        "host gives the proxy (a desktop app does not see this shell's variables)"
+    )
     for section in sections:
         print(f"\n{section.title}")
         for check in section.checks:
