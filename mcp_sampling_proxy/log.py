@@ -91,9 +91,20 @@ def configure(level: str = "info", fmt: str | None = None) -> None:
             *renderers,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[level.upper()]),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=True,
     )
+
+
+class _Stderr:
+    """Whatever sys.stderr is when a line is written, not when logging was set up (a caller that swaps
+    sys.stderr, such as a test capturing it, must not leave the logger holding a closed file)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
 
 
 def _json_line(event: Any, **_: Any) -> str:

@@ -516,6 +516,7 @@ def test_a_state_file_set_aside_is_reported(
     monkeypatch.setenv("MCP_SAMPLING_PROXY_STATE_DIR", str(state))
     os.mkfifo(state / "budgets.json")
     JsonStateFile(state / "budgets.json", durable=False).update(lambda data: None)  # as a proxy's next update
+    capsys.readouterr()  # (its warning, as that proxy logs it)
     code, out = doctor(capsys)
     assert code == 0
     assert "! budgets.json.corrupt in the state directory: budgets.json could not be used and was set aside" in out
@@ -633,3 +634,15 @@ def test_a_key_exported_in_this_shell_counts_only_for_hosts_started_from_it(
     path.write_text(json.dumps({"mcpServers": {"notes": entry}}, indent=2))
     _, out = doctor(capsys)
     assert "'notes': TEST_LLM_KEY set" in out
+
+
+def test_doctor_prints_its_checklist_and_nothing_else_on_stdout(tmp_path: Path) -> None:
+    """No log line heads the checklist (a debug line about where the runtime dir was found used to):
+    helpers log warnings and errors only, on stderr."""
+    env = {k: v for k, v in proxy_env().items() if k != "XDG_RUNTIME_DIR"}
+    env["HOME"] = str(tmp_path)
+    done = subprocess.run(
+        [PY, "-m", "mcp_sampling_proxy", "doctor"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.startswith("mcp-sampling-proxy doctor: "), done.stdout[:200]
+    assert "[debug" not in done.stdout + done.stderr

@@ -1220,3 +1220,13 @@ def test_wrap_says_when_the_policys_key_will_not_reach_the_proxy(
     assert "api_key_file (a 0600 file) or api_key_command" in note
     assert f"or add MY_LLM_KEY to the entry's env in {path}" in note
     assert "'keyed'" not in note
+
+
+def test_wrap_help_ends_in_whole_sentences() -> None:
+    import subprocess
+
+    done = subprocess.run(
+        [PY, "-m", "mcp_sampling_proxy", "wrap", "--help"], capture_output=True, text=True, timeout=30
+    )
+    last = done.stdout.rstrip().splitlines()[-1]
+    assert last.endswith("."), last  # it used to stop mid-sentence, at "entries are found by their name:"

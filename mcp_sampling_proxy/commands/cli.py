@@ -28,7 +28,25 @@ if TYPE_CHECKING:  # (imported when used: the server starts before the rest of t
 
     EarlyStart = tuple[subprocess.Popen[bytes], set[str], tuple[str, ...]]
 
-EPILOG = """\
+# what each subcommand does, for --help (each has its own: mcp-sampling-proxy SUBCOMMAND --help)
+SUBCOMMAND_SUMMARIES = {
+    "init": "write a commented policy file, checking that the LLM you choose answers",
+    "wrap": "put the proxy in front of a host's servers (`unwrap` restores them; backups first)",
+    "doctor": "check the policy, providers, approval channels, sandbox, state and wrapped servers",
+    "try": "start a server behind the proxy and call one of its tools, as a host without sampling would",
+    "console": "approve or answer requests of every running proxy (--web: in a browser)",
+    "policy": "check a policy file, or explain how it judges a request",
+    "audit": "verify, tail or summarise the audit log",
+    "approvals": "list or revoke remembered 'always' approvals",
+    "login": "log in to an OAuth-protected remote server (`logout` forgets it)",
+}
+
+EPILOG = (
+    """\
+commands (each has --help):
+"""
+    + "".join(f"  {name:<10} {text}\n" for name, text in SUBCOMMAND_SUMMARIES.items())
+    + """
 examples:
   # write a commented policy file at ~/.config/mcp-sampling-proxy/policy.yaml (the default --policy)
   mcp-sampling-proxy init
@@ -78,6 +96,7 @@ ANTHROPIC_API_KEY (+ ANTHROPIC_MODEL); with neither, replies are typed at the te
 is one. Sampling with no matching rule needs approval (prompt); with no terminal to ask, it is
 denied with a message saying how to allow it. Logs go to stderr, never stdout.
 """
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -152,6 +171,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list and args_list[0] in SUBCOMMANDS:
         import importlib
+
+        from mcp_sampling_proxy.log import configure
+
+        # warnings and errors only, on stderr: a helper's stdout is its output (structlog's default
+        # would print even debug lines there, such as where the runtime dir was found)
+        configure("warning", "console")
 
         module = importlib.import_module(f"mcp_sampling_proxy.commands.{SUBCOMMANDS[args_list[0]]}")
         run: Callable[..., int] = module.main

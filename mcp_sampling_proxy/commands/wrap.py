@@ -282,12 +282,12 @@ def build_parser(action: str) -> argparse.ArgumentParser:
                 "  mcp-sampling-proxy unwrap --from-backup 20250101T120000-vscode-mcp.json\n"
             )
             + f"\nhosts: {hosts}\n"
-            "scopes: user (the per-user file, default), project (the file in --project-dir), local (Claude Code's "
-            "per-project servers in ~/.claude.json), settings (VS Code's user settings.json, mcp.servers:\n"
-            "before 1.102)\n"
+            "scopes: user (the per-user file, default), project (the file in --project-dir), local (Claude Code's\n"
+            "  per-project servers in ~/.claude.json), settings (VS Code's user settings.json, mcp.servers, before "
+            "1.102)\n"
             "a VS Code profile's mcp.json (User/profiles/ID/mcp.json, shown by --list): --host vscode --config PATH\n"
-            "Continue: --scope project handles every .yaml/.yml/.json file in .continue/mcpServers/; entries are "
-            "found by their name:"
+            "Continue: --scope project handles every .yaml/.yml/.json file in .continue/mcpServers/; --server NAME\n"
+            "  finds an entry by its name, whichever of those files holds it."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
