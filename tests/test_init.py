@@ -83,8 +83,17 @@ def test_refuses_to_overwrite_without_force_and_path_writes_elsewhere(tmp_path: 
     doctor = subprocess.run([*PROXY, "doctor"], env=env, capture_output=True, text=True, timeout=60)
     assert f"using the default policy file {policy}" in doctor.stdout
     elsewhere = tmp_path / "other" / "p.yaml"
-    assert run_init(env, "--yes", "--path", str(elsewhere)).returncode == 0
+    done = run_init(env, "--yes", "--path", str(elsewhere))
+    assert done.returncode == 0
     assert elsewhere.is_file()
+    # not the default path: neither the file nor init says the proxy reads it without --policy
+    assert "without --policy" not in done.stdout + elsewhere.read_text()
+    assert f"the proxy uses this file when started with --policy {elsewhere}" in done.stdout
+    assert "Start the proxy with --policy and this file's path to use it." in elsewhere.read_text()
+    # the audit comment names a command that works as written
+    audit_line = next(line for line in elsewhere.read_text().splitlines() if line.startswith("  path: "))
+    path = audit_line.split()[1]
+    assert audit_line.endswith(f"mcp-sampling-proxy audit tail|verify|summary {path}")
 
 
 def test_an_llm_that_does_not_answer_writes_nothing(tmp_path: Path) -> None:

@@ -128,7 +128,8 @@ def run(args: argparse.Namespace, ask: Callable[[str, str], str], environ: Mappi
     shipped = parse_settings(template, f"{source}.yaml")
     same_name = next((p.models for p in shipped.providers if llm is not None and p.name == llm.name), ())
     audit = state_dir(environ, create=False) / "audit.jsonl"
-    text = render(template, source, llm, home_relative(audit), same_name)
+    is_default = path == default_policy_path(environ)
+    text = render(template, source, llm, home_relative(audit), same_name, is_default=is_default)
     try:
         parse_settings(text, str(path))
     except PolicyError as exc:  # a bug of ours: never write a file the proxy refuses
@@ -146,7 +147,13 @@ def run(args: argparse.Namespace, ask: Callable[[str, str], str], environ: Mappi
     _write(path, text, audit)
     print(f"wrote {path} (from {source}.yaml{f', LLM {llm.name}: {llm.model} at {llm.base_url}' if llm else ''})")
     print(f"audit log: {audit}")
-    print("the proxy uses this file when started without --policy; check the setup with: mcp-sampling-proxy doctor")
+    if is_default:
+        print("the proxy uses this file when started without --policy; check the setup with: mcp-sampling-proxy doctor")
+    else:
+        print(
+            f"the proxy uses this file when started with --policy {path} (`wrap --policy {path}` writes that into "
+            f"host configs); check the setup with: mcp-sampling-proxy doctor --policy {path}"
+        )
     if llm is not None and llm.key_env and not environ.get(llm.key_env):
         print(f'note: {llm.key_env} is not set here: give it in the host config\'s "env" for the proxy')
     return 0

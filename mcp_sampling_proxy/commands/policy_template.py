@@ -40,7 +40,13 @@ class LLMChoice:
 
 
 def render(
-    template: str, source: str, llm: LLMChoice | None, audit_path: str, shipped_models: tuple[ModelSpec, ...] = ()
+    template: str,
+    source: str,
+    llm: LLMChoice | None,
+    audit_path: str,
+    shipped_models: tuple[ModelSpec, ...] = (),
+    *,
+    is_default: bool = True,
 ) -> str:
     """The file to write: a header, the shipped text with `llm` put in, and an audit section.
 
@@ -55,8 +61,8 @@ def render(
             lines.pop()
         lines += [
             "",
-            "audit:                               # one hash-chained line per decision; read it with",
-            f"  path: {audit_path}   # mcp-sampling-proxy audit tail / verify / summary",
+            "audit:                               # one hash-chained line per decision",
+            f"  path: {audit_path}   # read it: mcp-sampling-proxy audit tail|verify|summary {audit_path}",
             "  content: none                      # none (sizes and SHA-256 only) | redacted | full",
         ]
     if not any(line.startswith("sandbox:") for line in lines):
@@ -69,7 +75,12 @@ def render(
         ]
     header = [
         "# mcp-sampling-proxy policy, written by `mcp-sampling-proxy init` from the shipped policy",
-        f"# '{source}.yaml'. The proxy uses this file when it is started without --policy.",
+        f"# '{source}.yaml'. "
+        + (
+            "The proxy uses this file when it is started without --policy."
+            if is_default
+            else "Start the proxy with --policy and this file's path to use it."
+        ),
         "# After editing, check it: mcp-sampling-proxy policy check FILE (or: mcp-sampling-proxy doctor).",
         '# Every setting: the README\'s "Policy file" section.',
         "#",
