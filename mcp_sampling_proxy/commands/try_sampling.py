@@ -45,7 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tool", help="tool to call (omit to only list the tools)")
     parser.add_argument("--args", default="{}", metavar="JSON", help="tool arguments as a JSON object")
     parser.add_argument("--no-terminal", action="store_true", help="do not use this terminal for prompts")
-    parser.add_argument("--logs", action="store_true", help="also print the proxy's and the server's stderr")
+    parser.add_argument(
+        "--logs",
+        action="store_true",
+        help="print every line the proxy and the server wrote to stderr (default: the proxy's decisions, "
+        "warnings and errors only, and every line when the call fails)",
+    )
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the tool (default 300)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the server command, after '--'")
     return parser
