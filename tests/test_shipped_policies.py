@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
 from support import PY, ROOT
 
 SHIPPED = sorted(str(p) for p in (ROOT / "policies").glob("*.yaml"))
@@ -33,10 +34,13 @@ def test_policy_check_names_line_column_and_the_fix(tmp_path: Path) -> None:
     )
 
 
-def test_readme_policy_reference_is_a_valid_policy(tmp_path: Path) -> None:
-    readme = (ROOT / "README.md").read_text()
-    block = readme.split("## Policy file", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
-    policy = tmp_path / "readme.yaml"
+@pytest.mark.parametrize(
+    ("document", "heading"), [("docs/reference/policy.md", "# Policy file"), ("README.md", "## A policy")]
+)
+def test_the_documented_policies_are_valid(tmp_path: Path, document: str, heading: str) -> None:
+    text = (ROOT / document).read_text()
+    block = text.split(heading, 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    policy = tmp_path / "documented.yaml"
     policy.write_text(block)
     result = policy_check(str(policy))
     assert result.returncode == 0, result.stderr
