@@ -25,7 +25,7 @@ import orjson
 
 async def measure(pairs: int, profile: bool) -> None:
     from mcp_sampling_proxy import log
-    from mcp_sampling_proxy.approval.console_server import ConsoleServer
+    from mcp_sampling_proxy.approval.console.server import ConsoleServer
     from mcp_sampling_proxy.audit.log import AuditLog
     from mcp_sampling_proxy.config.settings import settings_from_environment
     from mcp_sampling_proxy.protocol import capabilities

@@ -354,8 +354,8 @@ async def test_images_are_refused_where_the_cli_cannot_take_them(tmp_path: Path)
 
 
 async def test_the_adapter_names_itself_when_offered_tools() -> None:
-    from mcp_sampling_proxy.fulfil.base import UnsupportedContentError
-    from mcp_sampling_proxy.fulfil.command import CommandAdapter
+    from mcp_sampling_proxy.providers.base import UnsupportedContentError
+    from mcp_sampling_proxy.providers.command import CommandAdapter
 
     (config,) = parse_settings(provider("claude", "preset: claude"), "p.yaml").providers
     assert config.supports_tools is False

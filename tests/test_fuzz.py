@@ -22,7 +22,7 @@ from fuzzing import HOST_SEEDS, UPSTREAM_SEEDS, encode, mutate
 from structlog.testing import capture_logs
 from support import PY, ROOT, RawHost, proxy_command, proxy_env, write_policy
 
-from mcp_sampling_proxy.approval.console_server import ConsoleServer
+from mcp_sampling_proxy.approval.console.server import ConsoleServer
 from mcp_sampling_proxy.audit.log import AuditLog
 from mcp_sampling_proxy.config.settings import parse_settings
 from mcp_sampling_proxy.protocol import capabilities

@@ -13,8 +13,8 @@ from fakes.llm_server import FakeLLMServer
 from llm_support import IMAGE, TOOL, fast_config, user
 
 from mcp_sampling_proxy.config.providers import ProviderConfig
-from mcp_sampling_proxy.fulfil.base import LLMError, UnsupportedContentError
-from mcp_sampling_proxy.fulfil.openai import OpenAIAdapter
+from mcp_sampling_proxy.providers.base import LLMError, UnsupportedContentError
+from mcp_sampling_proxy.providers.openai import OpenAIAdapter
 
 pytestmark = pytest.mark.anyio
 

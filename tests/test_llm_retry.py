@@ -14,9 +14,9 @@ from fakes.llm_server import FakeLLMServer
 from structlog.testing import capture_logs
 
 from mcp_sampling_proxy.config.providers import ProviderConfig
-from mcp_sampling_proxy.fulfil.base import LLMError
-from mcp_sampling_proxy.fulfil.errors import http_error
-from mcp_sampling_proxy.fulfil.retry import RETRY_STATUSES, backoff_delay, send_with_retries
+from mcp_sampling_proxy.providers.base import LLMError
+from mcp_sampling_proxy.providers.errors import http_error
+from mcp_sampling_proxy.providers.retry import RETRY_STATUSES, backoff_delay, send_with_retries
 
 pytestmark = pytest.mark.anyio
 

@@ -17,7 +17,7 @@ from support import proxy_command, proxy_env, sdk_host, tool_json, write_policy
 
 from mcp_sampling_proxy.commands.cli import main
 from mcp_sampling_proxy.config.providers import ModelSpec, ProviderConfig
-from mcp_sampling_proxy.fulfil.model_choice import choose_model
+from mcp_sampling_proxy.providers.model_choice import choose_model
 
 OPENAI = ProviderConfig(
     name="openai",

@@ -9,10 +9,10 @@ from mcp_types import ModelPreferences
 
 from mcp_sampling_proxy.config.providers import ModelSpec, ProviderConfig
 from mcp_sampling_proxy.config.settings import parse_settings
-from mcp_sampling_proxy.fulfil.model_choice import Choice, choose_model
 from mcp_sampling_proxy.policy.conditions import All, Facts, MethodIs, ServerMatches
 from mcp_sampling_proxy.policy.engine import DEFAULT_RULE, Decision, decide, why_not
 from mcp_sampling_proxy.policy.rules import Rule
+from mcp_sampling_proxy.providers.model_choice import Choice, choose_model
 
 # -- policy.decide --------------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""The table of provider types (config/providers.py KINDS) and the adapters (fulfil/registry.py) agree:
+"""The table of provider types (config/providers.py KINDS) and the adapters (providers/registry.py) agree:
 a type the policy accepts always has an adapter, and what the table says of it holds for the policy."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 
 from mcp_sampling_proxy.config.providers import KINDS, PROVIDER_TYPES
 from mcp_sampling_proxy.config.settings import parse_settings
-from mcp_sampling_proxy.fulfil.registry import FACTORIES, make_adapter
+from mcp_sampling_proxy.providers.registry import FACTORIES, make_adapter
 from mcp_sampling_proxy.yamlnodes import PolicyError
 
 

@@ -93,7 +93,7 @@ def test_the_fake_refuses_max_tokens_like_the_real_api(llm: FakeLLMServer) -> No
     ],
 )
 def test_default_by_name_and_override(name: str, setting: bool | None, expected: bool) -> None:
-    from mcp_sampling_proxy.fulfil.openai import is_reasoning_model
+    from mcp_sampling_proxy.providers.openai import is_reasoning_model
 
     config = ProviderConfig(name="p", type="openai", models=(ModelSpec(name, reasoning=setting),))
     assert is_reasoning_model(config, name) is expected

@@ -78,7 +78,7 @@ def test_direct_sampling_calls_send_the_body_the_proxy_sends() -> None:
     """The sampling row compares like with like: the direct httpx calls post exactly the Chat
     Completions body the proxy's OpenAI adapter builds from the server's sampling request."""
     from mcp_sampling_proxy.config.providers import ProviderConfig
-    from mcp_sampling_proxy.fulfil.openai import OpenAIAdapter
+    from mcp_sampling_proxy.providers.openai import OpenAIAdapter
 
     bench = load_module()
     adapter = OpenAIAdapter(ProviderConfig(name="fake", type="openai", base_url="http://127.0.0.1:9/v1"))

@@ -14,7 +14,7 @@ import anyio
 import orjson
 import pytest
 
-from mcp_sampling_proxy.approval.console_server import ConsoleServer
+from mcp_sampling_proxy.approval.console.server import ConsoleServer
 from mcp_sampling_proxy.audit.log import AuditLog
 from mcp_sampling_proxy.config.settings import parse_settings
 from mcp_sampling_proxy.protocol import capabilities

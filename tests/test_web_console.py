@@ -527,7 +527,7 @@ def test_a_flood_of_audit_records_costs_one_snapshot_per_state_change_for_all_pa
     open page's state (budgets read, pending images checked) once per page. Now records are only
     a count for the pages, a state change is rebuilt once for all of them, and a page gets at most
     one event per 0.1 s. The real state and event stream, three pages reading it."""
-    from mcp_sampling_proxy.approval.console_client import Event
+    from mcp_sampling_proxy.approval.console.client import Event
     from mcp_sampling_proxy.commands.web_console import WebConsole, WebState
     from mcp_sampling_proxy.commands.web_view import PolicyFacts
 

@@ -9,7 +9,6 @@ says why and how to set up a channel. "Approve for this session" lasts as long a
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -17,7 +16,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
-from mcp_sampling_proxy.approval.console_server import ConsoleGone
+from mcp_sampling_proxy.approval.console.server import ConsoleGone
+from mcp_sampling_proxy.approval.edits import (
+    kept_blocks,
+    last_user,
+    prompt_not_editable,
+    result_text,
+    text_of,
+    with_prompt,
+    with_text,
+)
 from mcp_sampling_proxy.identity import normalise
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import jsonrpc
@@ -25,7 +33,7 @@ from mcp_sampling_proxy.sanitize import one_line, quote, strip_controls
 from mcp_sampling_proxy.terminal import Terminal
 
 if TYPE_CHECKING:
-    from mcp_sampling_proxy.approval.console_server import ConsoleServer
+    from mcp_sampling_proxy.approval.console.server import ConsoleServer
 
 log = get_logger("mcp_sampling_proxy.approval.channels")
 
@@ -298,88 +306,6 @@ class Approver:
         return Review(False, result, channel.name)
 
 
-def result_text(result: dict[str, Any]) -> str:
-    content = result.get("content")
-    blocks = content if isinstance(content, list) else [content]
-    return "\n".join(str(b.get("text", f"[{b.get('type')}]")) for b in blocks if isinstance(b, dict))
-
-
-def text_of(content: Any) -> str | None:
-    """The text blocks of a message's or a result's content, joined (None when it has none)."""
-    blocks = content if isinstance(content, list) else [content]
-    texts = [str(b.get("text", "")) for b in blocks if isinstance(b, dict) and b.get("type") == "text"]
-    return "\n".join(texts) if texts else None
-
-
-def replace_text(content: Any, text: str) -> Any:
-    """`content` (one block or a list) with its text replaced by `text` and every other block kept
-    in place: one text block where the first one was (first, when there was none). An image sent
-    with the prompt, a tool call in an answer: an edit of the words must not drop them."""
-    block = {"type": "text", "text": text}
-    if isinstance(content, dict) and content.get("type") == "text":
-        return block
-    blocks = copy.deepcopy(content if isinstance(content, list) else [content] if isinstance(content, dict) else [])
-    first = next((i for i, b in enumerate(blocks) if isinstance(b, dict) and b.get("type") == "text"), 0)
-    kept = [b for b in blocks if not (isinstance(b, dict) and b.get("type") == "text")]
-    kept.insert(min(first, len(kept)), block)
-    return kept
-
-
-def with_text(result: dict[str, Any], text: str) -> dict[str, Any]:
-    """The result with its text replaced by an operator's edit (its other blocks kept)."""
-    edited = copy.deepcopy(result)
-    edited["content"] = replace_text(result.get("content"), text)
-    return edited
-
-
-def _last_user(params: dict[str, Any]) -> int | None:
-    messages = params.get("messages")
-    if not isinstance(messages, list):
-        return None
-    return next(
-        (
-            i
-            for i in range(len(messages) - 1, -1, -1)
-            if isinstance(messages[i], dict) and messages[i].get("role") == "user"
-        ),
-        None,
-    )
-
-
-def prompt_not_editable(params: dict[str, Any]) -> str | None:
-    """Why the prompt of this request cannot be edited, or None when it can."""
-    index = _last_user(params)
-    if index is None:
-        return "the request has no user message"
-    content = params["messages"][index].get("content")
-    blocks = content if isinstance(content, list) else [content]
-    if any(isinstance(b, dict) and b.get("type") == "tool_result" for b in blocks):
-        return "its last user message holds tool results, which may not be mixed with text"
-    return None
-
-
-def kept_blocks(params: dict[str, Any]) -> list[str]:
-    """The types of the non-text blocks an edit of the prompt keeps ("image", "audio", ...)."""
-    index = _last_user(params)
-    content = params["messages"][index].get("content") if index is not None else None
-    blocks = content if isinstance(content, list) else [content]
-    return [strip_controls(str(b.get("type"))) for b in blocks if isinstance(b, dict) and b.get("type") != "text"]
-
-
-def with_prompt(params: dict[str, Any], text: str) -> dict[str, Any]:
-    """The request with the text of its last user message replaced by an operator's edit; the
-    message's images, audio and other blocks stay where they were. ValueError when the prompt
-    cannot be edited (`prompt_not_editable`)."""
-    why = prompt_not_editable(params)
-    index = _last_user(params)
-    if why is not None or index is None:
-        raise ValueError(f"the prompt cannot be edited: {why}")
-    edited = copy.deepcopy(params)
-    message = edited["messages"][index]
-    message["content"] = replace_text(message.get("content"), text)
-    return edited
-
-
 SCOPES = {"y": "once", "yes": "once", "s": "session", "a": "always"}
 APPROVE_PROMPT = "Allow this request? [y]es once, [s]ession, [a]lways for this server+tool, [e]dit prompt, [N]o: "
 
@@ -543,7 +469,7 @@ class ConsoleChannel:
         if not isinstance(text, str) and isinstance(answer.get("params"), dict):
             # A console from before "edit": "prompt" sends the whole edited request: only its text is taken,
             # so a console can neither drop the request's images nor change anything else in it.
-            index = _last_user(answer["params"])
+            index = last_user(answer["params"])
             text = None if index is None else text_of(answer["params"]["messages"][index].get("content"))
             if text is None:
                 return Approval(

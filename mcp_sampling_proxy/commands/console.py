@@ -23,7 +23,7 @@ import anyio
 import anyio.abc
 
 from mcp_sampling_proxy.approval.channels import approval_dialogue, review_dialogue
-from mcp_sampling_proxy.approval.console_client import ConsoleClient, Event, decision_reply, elicit_reply, review_reply
+from mcp_sampling_proxy.approval.console.client import ConsoleClient, Event, decision_reply, elicit_reply, review_reply
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.sanitize import one_line, quote, strip_controls
 from mcp_sampling_proxy.terminal import discard_typeahead
@@ -113,7 +113,7 @@ class Console:
 
 async def _elicit(message: dict[str, Any], say: Any) -> dict[str, Any]:
     """Render an elicitation (form or URL) on this terminal; the answer goes back to the proxy."""
-    from mcp_sampling_proxy.approval.elicitation_console import converse
+    from mcp_sampling_proxy.approval.form_prompts import converse
     from mcp_sampling_proxy.approval.forms import FormError, parse_form
     from mcp_sampling_proxy.serve.elicitation import open_url
 
@@ -151,7 +151,7 @@ async def _ask(prompt: str) -> str:
 
 
 def main(argv: Sequence[str]) -> int:
-    from mcp_sampling_proxy.approval.console_server import RuntimeDirError, runtime_dir
+    from mcp_sampling_proxy.approval.console.server import RuntimeDirError, runtime_dir
     from mcp_sampling_proxy.log import configure
 
     configure("warning", "console")  # stdout is the conversation with the user; logs go to stderr

@@ -31,7 +31,7 @@ import httpx
 
 from mcp_sampling_proxy.commands.checklist import Check, Section
 from mcp_sampling_proxy.commands.doctor_entries import check_entry, entries_from
-from mcp_sampling_proxy.fulfil.retry import connect_reason
+from mcp_sampling_proxy.providers.retry import connect_reason
 from mcp_sampling_proxy.sanitize import one_line
 
 PROG = "mcp-sampling-proxy doctor"
@@ -92,7 +92,7 @@ async def probe_provider(provider: Any, timeout: float) -> list[Check]:
     if not provider.kind.http and not provider.kind.runs_command:
         return [Check("info", f"{name}: you type the replies; needs a terminal, so not for hosts without one")]
     if provider.kind.runs_command:
-        from mcp_sampling_proxy.fulfil.command import program_of
+        from mcp_sampling_proxy.providers.command import program_of
 
         program, found = program_of(provider)
         if found is None:
@@ -116,7 +116,7 @@ async def probe_provider(provider: Any, timeout: float) -> list[Check]:
             return [Check("fail", f"{name}: {exc}", "fix the key source; the proxy refuses to start without it")]
         key, key_note = provider.api_key, f"{key_source(provider)} gave a key"
     # The adapter the proxy would use: its URLs and headers (key, api-version, extra headers), one try
-    from mcp_sampling_proxy.fulfil.registry import make_adapter
+    from mcp_sampling_proxy.providers.registry import make_adapter
 
     adapter = make_adapter(
         replace(provider, max_attempts=1, read_timeout=timeout, connect_timeout=min(timeout, provider.connect_timeout))
@@ -130,8 +130,8 @@ async def probe_provider(provider: Any, timeout: float) -> list[Check]:
 async def _probe_with(
     adapter: Any, provider: Any, name: str, key_var: str | None, key_note: str, timeout: float
 ) -> list[Check]:
-    from mcp_sampling_proxy.fulfil.base import LLMError
-    from mcp_sampling_proxy.fulfil.errors import http_error, safe_url
+    from mcp_sampling_proxy.providers.base import LLMError
+    from mcp_sampling_proxy.providers.errors import http_error, safe_url
 
     base, url = adapter.base_url, adapter.models_url()
     try:
@@ -321,7 +321,7 @@ def console_status(directory: Path) -> tuple[int, int | None]:
 
 
 def check_approval(settings: Any) -> Section:
-    from mcp_sampling_proxy.approval.console_server import runtime_dir
+    from mcp_sampling_proxy.approval.console.server import runtime_dir
     from mcp_sampling_proxy.hosts.registry import HOST_SUPPORT_NOTE, HOSTS
     from mcp_sampling_proxy.terminal import DISABLE_ENV, Terminal
 

@@ -214,8 +214,8 @@ def check_llm(llm: LLMChoice, environ: Mapping[str, str]) -> tuple[bool, str]:
     import anyio
 
     from mcp_sampling_proxy.config.providers import ModelSpec, ProviderConfig
-    from mcp_sampling_proxy.fulfil.base import LLMError
-    from mcp_sampling_proxy.fulfil.registry import make_adapter
+    from mcp_sampling_proxy.providers.base import LLMError
+    from mcp_sampling_proxy.providers.registry import make_adapter
 
     if llm.key_env and not environ.get(llm.key_env):
         return False, f"LLM check: {llm.key_env} is not set in this shell, so the request cannot be sent"

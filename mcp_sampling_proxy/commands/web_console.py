@@ -36,8 +36,8 @@ from urllib.parse import parse_qs, urlsplit
 import anyio
 import anyio.from_thread
 
-from mcp_sampling_proxy.approval import channels
-from mcp_sampling_proxy.approval.console_client import (
+from mcp_sampling_proxy.approval import edits
+from mcp_sampling_proxy.approval.console.client import (
     ConsoleClient,
     Event,
     decision_reply,
@@ -342,7 +342,7 @@ class WebConsole:
             if action != "approve" or scope not in SCOPES:
                 raise Refused(400, "answer a request with action approve (scope once, session or always) or deny")
             if text is not None:
-                why = channels.prompt_not_editable(message.get("params") or {})
+                why = edits.prompt_not_editable(message.get("params") or {})
                 if why is not None:
                     raise Refused(400, f"this prompt cannot be edited: {why}")
                 scope = "once"  # an edited prompt is approved once, as on the terminal

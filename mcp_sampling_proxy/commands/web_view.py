@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mcp_sampling_proxy.approval.channels import kept_blocks, prompt_not_editable, result_text, text_of
+from mcp_sampling_proxy.approval.edits import kept_blocks, prompt_not_editable, result_text, text_of
 from mcp_sampling_proxy.quotas.integrity import KEY_FILE, MAC_FIELD, entry_is_sealed, load_key
 from mcp_sampling_proxy.sanitize import one_line, strip_controls
 

@@ -1,8 +1,8 @@
 """What the policy says about an LLM provider: its type, endpoint, key source, models and how to run
-a CLI provider (read by config/settings.py, used by the adapters in fulfil/).
+a CLI provider (read by config/settings.py, used by the adapters in providers/).
 
 `KINDS` is the one table of provider types: what the policy accepts for each and how the proxy treats
-it. A new type is a row here, its adapter in fulfil/ and a line in fulfil/registry.py (see
+it. A new type is a row here, its adapter in providers/ and a line in providers/registry.py (see
 CONTRIBUTING.md); nothing else names the types.
 """
 
@@ -41,7 +41,7 @@ COMMAND_DEFAULT_MODEL = "default"  # a command's model of this name: the CLI's o
 
 @dataclass(frozen=True)
 class CommandSpec:
-    """How a `type: command` provider runs its CLI (see fulfil/command.py).
+    """How a `type: command` provider runs its CLI (see providers/command.py).
 
     Either a `preset` (claude, codex, gemini, llm: argv and output format built in) or a custom
     `argv` whose `{model}`, `{prompt}` and `{output_file}` placeholders are filled in per call.

@@ -18,7 +18,6 @@ from typing import Any, Literal
 
 from mcp_sampling_proxy.config.providers import ProviderConfig
 from mcp_sampling_proxy.config.settings import Settings
-from mcp_sampling_proxy.fulfil.model_choice import Choice, choose_model
 from mcp_sampling_proxy.policy.conditions import Facts, facts_for_sampling
 from mcp_sampling_proxy.policy.engine import Decision, decide
 from mcp_sampling_proxy.policy.rules import SizeLimits, effective_limits
@@ -27,6 +26,7 @@ from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 from mcp_sampling_proxy.protocol.names import SAMPLING_CREATE
 from mcp_sampling_proxy.protocol.sampling_request import SamplingRequest, validate
+from mcp_sampling_proxy.providers.model_choice import Choice, choose_model
 
 NO_PROVIDER_HINT = (
     "no LLM provider is configured and the proxy has no terminal to type a reply: set OPENAI_API_KEY "

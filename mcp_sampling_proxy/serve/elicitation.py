@@ -35,7 +35,7 @@ from mcp_sampling_proxy.sanitize import one_line, quote
 from mcp_sampling_proxy.serve.assess import Origin, judge_elicitation
 
 if TYPE_CHECKING:
-    from mcp_sampling_proxy.approval.elicitation_console import ElicitationConsoles
+    from mcp_sampling_proxy.approval.form_prompts import ElicitationConsoles
     from mcp_sampling_proxy.quotas.limiters import Limiters
     from mcp_sampling_proxy.relay.core import Relay, Session
 

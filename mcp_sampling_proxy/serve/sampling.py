@@ -20,8 +20,6 @@ from mcp_sampling_proxy.approval.channels import ApprovalRequest, Approver
 from mcp_sampling_proxy.audit.log import AuditLog, digest, elapsed_ms, note, request_fields
 from mcp_sampling_proxy.config.providers import ProviderConfig
 from mcp_sampling_proxy.config.settings import Settings
-from mcp_sampling_proxy.fulfil.base import Adapter, Completion, LLMError
-from mcp_sampling_proxy.fulfil.registry import make_adapter
 from mcp_sampling_proxy.identity import attribution_fields
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.policy.engine import Decision
@@ -30,6 +28,8 @@ from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 from mcp_sampling_proxy.protocol.names import SAMPLING_CREATE
 from mcp_sampling_proxy.protocol.sampling_request import REQUEST_ORIGIN, SamplingRequest, describe, validate
+from mcp_sampling_proxy.providers.base import Adapter, Completion, LLMError
+from mcp_sampling_proxy.providers.registry import make_adapter
 from mcp_sampling_proxy.quotas.limiters import BudgetHold, Limiters, SamplingGate, limit_key
 from mcp_sampling_proxy.quotas.refusals import Refusal
 from mcp_sampling_proxy.relay.keepalive import waiting_for

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from mcp_sampling_proxy.config.sandbox_settings import SandboxSettings
 
-RUNTIME_ENV = "MCP_SAMPLING_PROXY_RUNTIME_DIR"  # as approval/console_server.py reads it
+RUNTIME_ENV = "MCP_SAMPLING_PROXY_RUNTIME_DIR"  # as approval/console/server.py reads it
 PROBE_TIMEOUT = 5.0  # s: bwrap starts in milliseconds; one that hangs is treated as unusable
 
 

@@ -17,10 +17,10 @@ from urllib.parse import quote
 import structlog
 
 from mcp_sampling_proxy.config.providers import ProviderConfig
-from mcp_sampling_proxy.fulfil.base import Completion, LLMError
-from mcp_sampling_proxy.fulfil.errors import unsupported, unsupported_role
-from mcp_sampling_proxy.fulfil.http_adapter import HttpAdapter
 from mcp_sampling_proxy.protocol.content import as_blocks
+from mcp_sampling_proxy.providers.base import Completion, LLMError
+from mcp_sampling_proxy.providers.errors import unsupported, unsupported_role
+from mcp_sampling_proxy.providers.http_adapter import HttpAdapter
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 AUDIO_FORMATS = {"audio/wav": "wav", "audio/x-wav": "wav", "audio/mpeg": "mp3", "audio/mp3": "mp3"}
@@ -33,7 +33,7 @@ FINISH_REASONS = {
 # OpenAI's reasoning models (o1, o3, o4-mini, GPT-5 ...) take max_completion_tokens and only the default
 # temperature; a model entry's `reasoning:` overrides this guess by name (after any `vendor/` prefix).
 REASONING_NAMES = re.compile(r"^(o[1-9]|gpt-5)", re.IGNORECASE)
-log = structlog.get_logger("mcp_sampling_proxy.fulfil")
+log = structlog.get_logger("mcp_sampling_proxy.providers")
 
 
 def is_reasoning_model(config: ProviderConfig, model: str) -> bool:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
-from mcp_sampling_proxy.fulfil.base import Completion, LLMError
-from mcp_sampling_proxy.fulfil.errors import unsupported, unsupported_role
-from mcp_sampling_proxy.fulfil.http_adapter import HttpAdapter
 from mcp_sampling_proxy.protocol.content import as_blocks
+from mcp_sampling_proxy.providers.base import Completion, LLMError
+from mcp_sampling_proxy.providers.errors import unsupported, unsupported_role
+from mcp_sampling_proxy.providers.http_adapter import HttpAdapter
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"

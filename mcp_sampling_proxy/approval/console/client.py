@@ -20,8 +20,8 @@ from typing import Any, Literal
 import anyio
 import anyio.abc
 
-from mcp_sampling_proxy.approval.channels import with_prompt, with_text
-from mcp_sampling_proxy.approval.console_messages import MAX_LINE, BadMessage, validate
+from mcp_sampling_proxy.approval.console.messages import MAX_LINE, BadMessage, validate
+from mcp_sampling_proxy.approval.edits import with_prompt, with_text
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.sanitize import one_line
 
@@ -78,7 +78,7 @@ class ConsoleClient:
         return True
 
     async def _scan_once(self, tg: anyio.abc.TaskGroup) -> None:
-        from mcp_sampling_proxy.approval.console_server import is_stale
+        from mcp_sampling_proxy.approval.console.server import is_stale
 
         for sock in sorted(self.directory.glob("*.sock")):
             if sock in self._streams or self._known_refused(sock):

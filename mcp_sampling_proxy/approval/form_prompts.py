@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
-from mcp_sampling_proxy.approval.console_server import ConsoleGone
+from mcp_sampling_proxy.approval.console.server import ConsoleGone
 from mcp_sampling_proxy.sanitize import one_line, quote, strip_controls
 
 if TYPE_CHECKING:
-    from mcp_sampling_proxy.approval.console_server import ConsoleServer
+    from mcp_sampling_proxy.approval.console.server import ConsoleServer
     from mcp_sampling_proxy.terminal import Terminal
 
 Origin = tuple[str, str | None]  # (server, tool call)

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 
 from mcp_sampling_proxy.config.providers import ProviderConfig
-from mcp_sampling_proxy.fulfil.base import LLMError, UnsupportedContentError
+from mcp_sampling_proxy.providers.base import LLMError, UnsupportedContentError
 from mcp_sampling_proxy.redact import CONFIGURED_KEY, KeyRuns, mask
 from mcp_sampling_proxy.sanitize import one_line
 

@@ -9,31 +9,31 @@ from collections.abc import Callable
 from typing import Any
 
 from mcp_sampling_proxy.config.providers import ProviderConfig
-from mcp_sampling_proxy.fulfil.base import Adapter
+from mcp_sampling_proxy.providers.base import Adapter
 
 
 def _openai(config: ProviderConfig, _terminal: Any) -> Adapter:
-    from mcp_sampling_proxy.fulfil.openai import OpenAIAdapter  # (httpx: loaded on first use)
+    from mcp_sampling_proxy.providers.openai import OpenAIAdapter  # (httpx: loaded on first use)
 
     return OpenAIAdapter(config)
 
 
 def _anthropic(config: ProviderConfig, _terminal: Any) -> Adapter:
-    from mcp_sampling_proxy.fulfil.anthropic import AnthropicAdapter  # (httpx: loaded on first use)
+    from mcp_sampling_proxy.providers.anthropic import AnthropicAdapter  # (httpx: loaded on first use)
 
     return AnthropicAdapter(config)
 
 
 def _command(config: ProviderConfig, _terminal: Any) -> Adapter:
-    from mcp_sampling_proxy.fulfil.command import CommandAdapter  # (loaded on first use)
+    from mcp_sampling_proxy.providers.command import CommandAdapter  # (loaded on first use)
 
     return CommandAdapter(config)
 
 
 def _console(config: ProviderConfig, terminal: Any) -> Adapter:
-    from mcp_sampling_proxy.fulfil.console import ConsoleAdapter  # (loaded on first use)
+    from mcp_sampling_proxy.providers.typed_reply import TypedReplyAdapter  # (loaded on first use)
 
-    return ConsoleAdapter(config, terminal)
+    return TypedReplyAdapter(config, terminal)
 
 
 FACTORIES: dict[str, Callable[[ProviderConfig, Any], Adapter]] = {

@@ -13,9 +13,9 @@ import httpx
 
 from mcp_sampling_proxy.config.keys import provider_key
 from mcp_sampling_proxy.config.providers import ProviderConfig
-from mcp_sampling_proxy.fulfil.base import Completion, LLMError
-from mcp_sampling_proxy.fulfil.errors import unsupported
-from mcp_sampling_proxy.fulfil.retry import post_json
+from mcp_sampling_proxy.providers.base import Completion, LLMError
+from mcp_sampling_proxy.providers.errors import unsupported
+from mcp_sampling_proxy.providers.retry import post_json
 
 # Connections per provider. The sampling gate (`sampling.max_concurrent`) already bounds the calls
 # in flight; this bound keeps a flood from opening sockets without limit when it is set high (a call

@@ -14,7 +14,7 @@ console -> proxy   {"type": "decision", "id", "approve": bool, "scope": "once|se
                    {"type": "review", "id", "accept": bool, "text": str?}       (text: the new answer text)
                    {"type": "elicit", "id", "action": "accept|decline|cancel", "content": {...}?}
 
-An edit travels as text only and the proxy applies it (`approval.with_prompt`, `with_text`): it
+An edit travels as text only and the proxy applies it (`approval/edits.py`): it
 replaces the text blocks and keeps every other block (an image in the prompt, a tool call in the
 answer), and a console cannot change anything else in the request or the answer. `summary` of a
 review describes the prompt as it was sent to the LLM, edited or not. A console from before the

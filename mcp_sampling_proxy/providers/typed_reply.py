@@ -1,4 +1,4 @@
-"""The `console` provider: the operator types the reply at the terminal.
+"""The `console` provider type: the operator types the LLM's reply at the terminal (a typed reply).
 
 The offline default when no LLM is configured and a terminal exists, like the MCP Inspector's
 manual sampling: useful to exercise a sampling server with no API key at all.
@@ -9,13 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 from mcp_sampling_proxy.config.providers import ProviderConfig
-from mcp_sampling_proxy.fulfil.base import Completion, LLMError
 from mcp_sampling_proxy.protocol.sampling_request import REQUEST_ORIGIN, describe
+from mcp_sampling_proxy.providers.base import Completion, LLMError
 from mcp_sampling_proxy.sanitize import quote
 from mcp_sampling_proxy.terminal import Terminal
 
 
-class ConsoleAdapter:
+class TypedReplyAdapter:
     def __init__(self, config: ProviderConfig, terminal: Terminal | None):
         self.config = config
         self._terminal = terminal

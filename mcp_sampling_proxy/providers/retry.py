@@ -17,8 +17,8 @@ import httpx
 import structlog
 
 from mcp_sampling_proxy.config.providers import ProviderConfig
-from mcp_sampling_proxy.fulfil.base import LLMError
-from mcp_sampling_proxy.fulfil.errors import http_error, safe_url
+from mcp_sampling_proxy.providers.base import LLMError
+from mcp_sampling_proxy.providers.errors import http_error, safe_url
 from mcp_sampling_proxy.sanitize import one_line
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504, 529})
@@ -164,7 +164,7 @@ def _where(url: str | None, exc: httpx.TransportError) -> str:
 
 
 def _log_retry(config: ProviderConfig, attempt: int, attempts: int, delay: float, **why: Any) -> None:
-    structlog.get_logger("mcp_sampling_proxy.fulfil").warning(
+    structlog.get_logger("mcp_sampling_proxy.providers").warning(
         "llm_retry",
         provider=config.name,
         attempt=attempt,

@@ -42,10 +42,10 @@ import anyio
 from anyio.abc import ByteReceiveStream, Process
 
 from mcp_sampling_proxy.config.providers import COMMAND_DEFAULT_MODEL, CommandSpec, ProviderConfig
-from mcp_sampling_proxy.fulfil.base import Completion, LLMError, UnsupportedContentError
-from mcp_sampling_proxy.fulfil.errors import unsupported, unsupported_role
 from mcp_sampling_proxy.log import known_secrets
 from mcp_sampling_proxy.protocol.content import as_blocks
+from mcp_sampling_proxy.providers.base import Completion, LLMError, UnsupportedContentError
+from mcp_sampling_proxy.providers.errors import unsupported, unsupported_role
 from mcp_sampling_proxy.redact import Redactor
 from mcp_sampling_proxy.sanitize import one_line
 from mcp_sampling_proxy.shared_files import open_regular

@@ -1,0 +1,1 @@
+"""The companion console: the socket the proxy serves, the client a person runs, their messages."""
