@@ -7,12 +7,14 @@ import ast
 import contextlib
 import html
 import io
+import itertools
 import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -327,3 +329,91 @@ def test_the_subcommands_exit_with_the_statuses_the_reference_lists(tmp_path: Pa
     for status, args in cases.items():
         done = subprocess.run([*PROXY, *args], capture_output=True, text=True, timeout=60, cwd=tmp_path)
         assert done.returncode == int(status), f"{args}: exit {done.returncode}\n{done.stderr}"
+
+
+# --- the architecture page names modules, functions and layers that exist ----------------------------------
+
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+PACKAGE = ROOT / "mcp_sampling_proxy"
+# audit/log.py is being split into these; until the split lands they are named ahead of it
+AUDIT_SPLIT = {"audit/records.py", "audit/tail.py", "audit/chain_file.py", "audit/recorder.py"}
+
+
+def _names_in(module: Path) -> set[str]:
+    """`function`, `Class` and `Class.method` defined at the top of a module."""
+    names: set[str] = set()
+    for node in ast.parse(module.read_text()).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        if isinstance(node, ast.ClassDef):
+            names.update(
+                f"{node.name}.{item.name}"
+                for item in node.body
+                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef)
+            )
+    return names
+
+
+def _pending_split(path: str) -> bool:
+    return path in AUDIT_SPLIT and (PACKAGE / "audit" / "log.py").exists()
+
+
+def test_every_module_the_architecture_page_names_exists() -> None:
+    named = sorted(set(re.findall(r"`([\w/]+\.py)`", ARCHITECTURE.read_text())))
+    assert len(named) > 20
+    missing = [
+        path
+        for path in named
+        if not (PACKAGE / path).exists() and not (ROOT / path).exists() and not _pending_split(path)
+    ]
+    assert missing == [], f"docs/architecture.md names modules that do not exist: {missing}"
+
+
+def test_every_function_of_the_architecture_walk_is_in_the_module_of_its_line() -> None:
+    rows = re.findall(r"(?m)^- `([\w/]+\.py)`: (.*)$", ARCHITECTURE.read_text())
+    assert len(rows) > 15
+    wrong = []
+    for path, text in rows:
+        if _pending_split(path):
+            continue
+        defined = _names_in(PACKAGE / path)
+        wrong += [f"{path}: {name}()" for name in re.findall(r"`([\w.]+)\(\)`", text) if name not in defined]
+    assert wrong == [], "docs/architecture.md names functions its line's module does not define:\n" + "\n".join(wrong)
+
+
+def test_the_architecture_page_draws_the_layers_lint_imports_enforces() -> None:
+    layers = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"][0]["layers"]
+    drawing = ARCHITECTURE.read_text().split("```text", 1)[1].split("```", 1)[0]
+    positions = []
+    for layer in layers:
+        for name in (part.strip() for part in layer.split("|")):
+            spelled = f"{name}/" if (PACKAGE / name).is_dir() else f"{name}.py"
+            assert re.search(rf"(?<![\w/]){re.escape(spelled)}", drawing), f"the drawing lacks {spelled}"
+            positions.append((layers.index(layer), drawing.index(spelled), spelled))
+    for (layer, at, spelled), (next_layer, next_at, next_spelled) in itertools.pairwise(positions):
+        assert layer == next_layer or at < next_at, f"the drawing puts {next_spelled} above {spelled}"
+
+
+# --- the front page's links lead somewhere -----------------------------------------------------------------
+
+
+def _slug(heading: str) -> str:
+    """The id MkDocs' toc (and GitHub, for these headings) gives a heading."""
+    text = re.sub(r"[^\w\s-]", "", re.sub(r"`", "", heading).strip().lower())
+    return re.sub(r"[\s]+", "-", text)
+
+
+def test_the_readme_links_resolve() -> None:
+    links = re.findall(r"\]\(([^)\s]+)\)", (ROOT / "README.md").read_text())
+    local = [link for link in links if not re.match(r"[a-z]+:", link)]
+    assert "docs/reference/cli.md" in local and "docs/architecture.md" in local
+
+    def resolves(link: str) -> bool:
+        path, _, anchor = link.partition("#")
+        target = ROOT / path if path else ROOT / "README.md"
+        if not target.exists():
+            return False
+        return not anchor or anchor in {_slug(h) for h in re.findall(r"(?m)^#+ (.+)$", target.read_text())}
+
+    broken = [link for link in local if not resolves(link)]
+    assert broken == [], f"README.md links to nothing: {broken}"
