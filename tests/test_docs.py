@@ -64,6 +64,9 @@ def test_the_docs_site_builds_with_every_link_resolved(tmp_path: Path) -> None:
     for command in reference.commands():
         assert reference.help_text(command.parser).splitlines()[0] in cli_page, command.line
     assert "<!-- generated:" not in cli_page
+    # the builder's own directories stay out of it: init's default path is the documented one
+    assert "default path: ~/.config/mcp-sampling-proxy/policy.yaml" in cli_page
+    assert os.environ["XDG_CONFIG_HOME"] not in cli_page and f"{Path.home()}/" not in cli_page
     for variable in reference.ENVIRONMENT:
         assert f"<code>{variable.name}</code>" in cli_page
 
@@ -374,9 +377,8 @@ def test_every_function_of_the_architecture_walk_is_in_the_module_of_its_line() 
     assert len(rows) > 15
     wrong = []
     for path, text in rows:
-        if _pending_split(path):
-            continue
-        defined = _names_in(PACKAGE / path)
+        # until the audit split lands, what the page places in its modules is checked in audit/log.py
+        defined = _names_in(PACKAGE / ("audit/log.py" if _pending_split(path) else path))
         wrong += [f"{path}: {name}()" for name in re.findall(r"`([\w.]+)\(\)`", text) if name not in defined]
     assert wrong == [], "docs/architecture.md names functions its line's module does not define:\n" + "\n".join(wrong)
 

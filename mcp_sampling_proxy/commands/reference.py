@@ -10,12 +10,14 @@ the package reads is listed; every exit status is what the proxy really exits wi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import inspect
 import os
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import NoReturn
 from unittest import mock
 
@@ -59,12 +61,22 @@ def subcommand_parser(name: str) -> argparse.ArgumentParser:
     run = module.main
     # wrap/unwrap and login/logout share a main(), told which it is (as commands/cli.py calls them)
     takes_name = len(inspect.signature(run).parameters) > 1
-    with mock.patch.object(argparse.ArgumentParser, "parse_args", _catch):
+    with mock.patch.object(argparse.ArgumentParser, "parse_args", _catch), _without_user_settings():
         try:
             run([], name) if takes_name else run([])
         except _Caught as caught:
             return caught.parser
     raise RuntimeError(f"`{PROGRAM} {name}` returned without parsing its arguments")
+
+
+@contextlib.contextmanager
+def _without_user_settings() -> Iterator[None]:
+    """Defaults that name a user directory (init's path) are computed while the parser is built: without
+    the builder's XDG or proxy variables they are the documented ones (`help_text` writes home as `~`)."""
+    with mock.patch.dict(os.environ):
+        for name in [name for name in os.environ if name.startswith(("XDG_", "MCP_SAMPLING_PROXY_"))]:
+            del os.environ[name]
+        yield
 
 
 def parser_for(words: Sequence[str]) -> tuple[argparse.ArgumentParser, list[str]]:
@@ -100,7 +112,9 @@ def commands() -> Iterator[Command]:
 def help_text(parser: argparse.ArgumentParser) -> str:
     """What `--help` prints, at a width that does not depend on the terminal the docs are built in."""
     with mock.patch.dict(os.environ, {"COLUMNS": str(HELP_WIDTH + 2)}):  # argparse leaves 2 columns
-        return parser.format_help()
+        text = parser.format_help()
+    home = str(Path.home())
+    return text.replace(home + "/", "~/") if home != "/" else text
 
 
 HELP_WIDTH = 100
