@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import NoReturn
 from unittest import mock
 
+import structlog
+
 from mcp_sampling_proxy.approval.console.server import RUNTIME_ENV
 from mcp_sampling_proxy.commands.cli import SUBCOMMAND_SUMMARIES, build_parser
 from mcp_sampling_proxy.config.dirs import STATE_DIR_ENV
@@ -61,11 +63,14 @@ def subcommand_parser(name: str) -> argparse.ArgumentParser:
     run = module.main
     # wrap/unwrap and login/logout share a main(), told which it is (as commands/cli.py calls them)
     takes_name = len(inspect.signature(run).parameters) > 1
+    logging = structlog.get_config()  # a main() may set up logging before it parses (console does)
     with mock.patch.object(argparse.ArgumentParser, "parse_args", _catch), _without_user_settings():
         try:
             run([], name) if takes_name else run([])
         except _Caught as caught:
             return caught.parser
+        finally:
+            structlog.configure(**logging)
     raise RuntimeError(f"`{PROGRAM} {name}` returned without parsing its arguments")
 
 
