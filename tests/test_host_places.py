@@ -297,6 +297,18 @@ def test_the_record_covers_every_host_and_scope() -> None:
     assert set(TABLES) == recorded
 
 
+@pytest.mark.parametrize("host", list(HOSTS))
+def test_each_hosts_places_are_relative_and_cover_every_os(host: str) -> None:
+    """What a new row in HOSTS must get right: each scope has a file on every OS, written as a
+    "/"-separated path under its base directory."""
+    spec = HOSTS[host]
+    for place in spec.places:
+        assert not place.path.startswith("/") and "\\" not in place.path, place
+    for scope in spec.scopes:
+        for platform in ("linux", "darwin", "win32", "freebsd14"):
+            assert config_path(host, scope, project_dir="/p", environ={}, platform=platform, home="/h").name
+
+
 @pytest.mark.parametrize(("host", "scope"), list(TABLES))
 def test_every_host_and_scope_keeps_its_servers_where_it_always_did(host: str, scope: str) -> None:
     assert servers_table(host, scope, "/p") == TABLES[host, scope]
