@@ -16,9 +16,10 @@ from typing import Any, Protocol
 
 import anyio
 
-from mcp_sampling_proxy.approval.channels import ApprovalMemory, Approver, build_channels
+from mcp_sampling_proxy.approval.channels import ApprovalMemory, Approver
 from mcp_sampling_proxy.approval.console.server import ConsoleServer
 from mcp_sampling_proxy.approval.form_prompts import ElicitationConsoles
+from mcp_sampling_proxy.approval.registry import build_channels
 from mcp_sampling_proxy.audit.log import AuditLog
 from mcp_sampling_proxy.config.providers import ModelSpec, ProviderConfig
 from mcp_sampling_proxy.config.settings import Settings

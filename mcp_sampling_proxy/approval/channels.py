@@ -30,7 +30,6 @@ from mcp_sampling_proxy.identity import normalise
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.sanitize import one_line, quote, strip_controls
-from mcp_sampling_proxy.terminal import Terminal
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.approval.console.server import ConsoleServer
@@ -386,59 +385,6 @@ async def read_block(ask: Any) -> str:
     return "\n".join(lines)
 
 
-class TerminalChannel:
-    name = "terminal"
-
-    def __init__(self, terminal: Terminal | None):
-        self._terminal = terminal
-
-    def available(self, relay: Relay) -> bool:
-        return self._terminal is not None
-
-    async def _ask(self, prompt: str) -> str | None:
-        assert self._terminal is not None
-        self._terminal.write(prompt)
-        return await self._terminal.readline()
-
-    def _say(self, text: str) -> None:
-        assert self._terminal is not None
-        self._terminal.write(text + "\n")
-
-    async def ask(self, request: ApprovalRequest, relay: Relay) -> Approval:
-        terminal = self._terminal
-        assert terminal is not None
-        async with terminal.lock:
-            try:
-                terminal.write(
-                    f"\nmcp-sampling-proxy: approval needed for server '{one_line(request.server, 120)}' "
-                    f"(rule '{one_line(request.rule, 120)}'):\n" + quote(request.summary) + "\n"
-                )
-                scope, text = await approval_dialogue(request.params, self._ask, self._say, terminal.discard_typeahead)
-            except BaseException:
-                terminal.write("\n(request withdrawn or timed out: denied)\n")
-                raise
-        if scope is None:
-            return Approval(False, self.name, "rejected at the terminal", "rejected")
-        if text is not None:
-            return Approval(
-                True,
-                self.name,
-                "approved with an edited prompt at the terminal",
-                "approved",
-                params=with_prompt(request.params, text),
-            )
-        return Approval(True, self.name, "approved at the terminal", "approved", scope)
-
-    async def review(self, request: ApprovalRequest, result: dict[str, Any], relay: Relay) -> Review:
-        assert self._terminal is not None
-        async with self._terminal.lock:
-            self._say("")
-            accepted, text = await review_dialogue(
-                result, self._ask, self._say, prompt=request.summary, prompt_edited_by=request.prompt_edited_by
-            )
-        return Review(accepted, result if text is None else with_text(result, text), self.name)
-
-
 class ConsoleChannel:
     name = "console"
 
@@ -568,10 +514,3 @@ class HostChannel:
         answer = jsonrpc.as_object(response.get("result"))
         content = jsonrpc.as_object(answer.get("content"))
         return Review(answer.get("action") == "accept" and content.get("send") is True, result, self.name)
-
-
-def build_channels(order: tuple[str, ...], terminal: Terminal | None, console: ConsoleServer | None) -> list[Channel]:
-    by_name: dict[str, Channel] = {"terminal": TerminalChannel(terminal), "host": HostChannel()}
-    if console is not None:
-        by_name["console"] = ConsoleChannel(console)
-    return [by_name[name] for name in order if name in by_name]
