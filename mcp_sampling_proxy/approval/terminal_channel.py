@@ -5,14 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcp_sampling_proxy.approval.channels import (
-    Approval,
-    ApprovalRequest,
-    Relay,
-    Review,
-    approval_dialogue,
-    review_dialogue,
-)
+from mcp_sampling_proxy.approval.channels import Approval, ApprovalRequest, Relay, Review
+from mcp_sampling_proxy.approval.dialogues import approval_dialogue, review_dialogue
 from mcp_sampling_proxy.approval.edits import with_prompt, with_text
 from mcp_sampling_proxy.sanitize import one_line, quote
 from mcp_sampling_proxy.terminal import Terminal
