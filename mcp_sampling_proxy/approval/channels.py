@@ -6,7 +6,14 @@ name), and what it may use of the relay. The approver (approver.py) tries them i
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, get_args
+
+# How an approval ended, in the words every channel answers with (the approver and the audit record read
+# them): a human said yes, said no, did not answer in time, or no channel could reach one.
+ApprovalOutcome = Literal["approved", "rejected", "timeout", "unavailable"]
+# How long a yes lasts: this request, this proxy's session, or always (remembered per server and tool).
+ApprovalScope = Literal["once", "session", "always"]
+APPROVAL_SCOPES: tuple[ApprovalScope, ...] = get_args(ApprovalScope)
 
 
 class HostSession(Protocol):
@@ -39,8 +46,8 @@ class Approval:
     approved: bool
     channel: str | None  # terminal | console | host | remembered, or None when nobody was asked
     reason: str
-    outcome: str = ""  # approved | rejected | timeout | unavailable (for the audit record)
-    scope: str = "once"  # once | session | always
+    outcome: ApprovalOutcome
+    scope: ApprovalScope = "once"
     params: dict[str, Any] | None = None  # the request as edited by the operator
 
 

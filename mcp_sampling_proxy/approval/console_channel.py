@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcp_sampling_proxy.approval.channels import Approval, ApprovalRequest, Relay, Review
+from mcp_sampling_proxy.approval.channels import (
+    APPROVAL_SCOPES,
+    Approval,
+    ApprovalRequest,
+    ApprovalScope,
+    Relay,
+    Review,
+)
 from mcp_sampling_proxy.approval.console.server import ConsoleServer
 from mcp_sampling_proxy.approval.edits import last_user, text_of, with_prompt, with_text
 
@@ -35,7 +42,7 @@ class ConsoleChannel:
         )
         if answer.get("approve") is not True:  # a peer's "false" string must not approve
             return Approval(False, self.name, "rejected at the companion console", "rejected")
-        scope = str(answer["scope"]) if answer.get("scope") in ("once", "session", "always") else "once"
+        scope: ApprovalScope = answer["scope"] if answer.get("scope") in APPROVAL_SCOPES else "once"
         text = answer.get("prompt")
         if not isinstance(text, str) and isinstance(answer.get("params"), dict):
             # A console from before "edit": "prompt" sends the whole edited request: only its text is taken,

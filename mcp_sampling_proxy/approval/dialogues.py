@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from mcp_sampling_proxy.approval.channels import ApprovalScope
 from mcp_sampling_proxy.approval.edits import kept_blocks, prompt_not_editable, result_text
 from mcp_sampling_proxy.sanitize import one_line, quote, strip_controls
 
-SCOPES = {"y": "once", "yes": "once", "s": "session", "a": "always"}
+SCOPES: dict[str, ApprovalScope] = {"y": "once", "yes": "once", "s": "session", "a": "always"}
 APPROVE_PROMPT = "Allow this request? [y]es once, [s]ession, [a]lways for this server+tool, [e]dit prompt, [N]o: "
 
 
@@ -18,7 +19,7 @@ REFUSALS = ("", "n", "no")
 
 async def approval_dialogue(
     params: dict[str, Any], ask: Any, say: Any, discard_typeahead: Any = None
-) -> tuple[str | None, str | None]:
+) -> tuple[ApprovalScope | None, str | None]:
     """Ask yes/session/always/edit/no, wherever the human is (the proxy's terminal or the companion
     console). Returns (scope or None when refused, the new text of the last user message or None);
     the caller applies the text with `with_prompt`, which keeps the message's other blocks.

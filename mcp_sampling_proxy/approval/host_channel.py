@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcp_sampling_proxy.approval.channels import Approval, ApprovalRequest, Relay, Review
+from mcp_sampling_proxy.approval.channels import Approval, ApprovalRequest, ApprovalScope, Relay, Review
 from mcp_sampling_proxy.approval.edits import result_text
 from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.sanitize import one_line, quote
@@ -44,7 +44,7 @@ class HostChannel:
         result = jsonrpc.as_object(response.get("result"))
         content = jsonrpc.as_object(result.get("content"))
         if result.get("action") == "accept" and content.get("approve") is True:
-            scope = "session" if content.get("remember") is True else "once"
+            scope: ApprovalScope = "session" if content.get("remember") is True else "once"
             return Approval(True, self.name, "approved in the host", "approved", scope)
         error = response.get("error")
         why = (

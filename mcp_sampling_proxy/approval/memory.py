@@ -9,6 +9,7 @@ from typing import Any
 
 import anyio
 
+from mcp_sampling_proxy.approval.channels import ApprovalScope
 from mcp_sampling_proxy.identity import normalise
 from mcp_sampling_proxy.log import get_logger
 
@@ -24,7 +25,7 @@ class ApprovalMemory:
     forged: set[tuple[str, str]] = field(default_factory=set)  # unsealed `always` entries found (ignored)
     _seal: bytes | None = field(default=None, repr=False)
 
-    def remembers(self, server: str, tool: str | None) -> str | None:
+    def remembers(self, server: str, tool: str | None) -> ApprovalScope | None:
         key = _key(server, tool)
         if key in self.session:
             return "session"
@@ -61,7 +62,7 @@ class ApprovalMemory:
             self._seal = load_key(self.store.path.parent)
         return self._seal
 
-    async def recall(self, server: str, tool: str | None) -> str | None:
+    async def recall(self, server: str, tool: str | None) -> ApprovalScope | None:
         """`remembers`, with the shared file read in a worker thread: its lock is shared with the
         user's other proxies (and within the server's reach), and the event loop must not wait on it."""
         if self.store is None or _key(server, tool) in self.session:
