@@ -16,9 +16,11 @@ from typing import Any, Protocol
 
 import anyio
 
-from mcp_sampling_proxy.approval.channels import ApprovalMemory, Approver, build_channels
+from mcp_sampling_proxy.approval.approver import Approver
 from mcp_sampling_proxy.approval.console.server import ConsoleServer
 from mcp_sampling_proxy.approval.form_prompts import ElicitationConsoles
+from mcp_sampling_proxy.approval.memory import ApprovalMemory
+from mcp_sampling_proxy.approval.registry import ChannelNeeds, build_channels
 from mcp_sampling_proxy.audit.log import AuditLog
 from mcp_sampling_proxy.config.providers import ModelSpec, ProviderConfig
 from mcp_sampling_proxy.config.settings import Settings
@@ -137,7 +139,7 @@ def build_hooks(
 ) -> ProxyHooks:
     """The services behind the relay's hooks, wired as the proxy runs them (tests run the same wiring)."""
     approver = Approver(
-        build_channels(settings.approval.channels, terminal, console),
+        build_channels(settings.approval.channels, ChannelNeeds(terminal, console)),
         timeout=settings.approval.timeout,
         memory=ApprovalMemory(store=approvals_store),
     )

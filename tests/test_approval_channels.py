@@ -200,7 +200,7 @@ async def test_console_reviews_and_edits_the_answer(
 def test_approvals_of_an_older_version_are_taken_once_and_later_unsealed_ones_are_not(tmp_path: Path) -> None:
     """The first run of a version that seals (its key is new) seals what an older one remembered; an entry
     written after that without the key (a same-user server's) is not believed, and `ignored` says so."""
-    from mcp_sampling_proxy.approval.channels import ApprovalMemory
+    from mcp_sampling_proxy.approval.memory import ApprovalMemory
     from mcp_sampling_proxy.quotas.integrity import prepare
     from mcp_sampling_proxy.quotas.state import JsonStateFile, adopt
 

@@ -99,7 +99,7 @@ def test_revoke_by_server_all_and_bad_numbers(tmp_path: Path, dirs: dict[str, st
 def test_a_damaged_approvals_file_is_not_a_crash(tmp_path: Path) -> None:
     """`always` holding something other than a list (an edit by hand, another program) means no
     remembered approvals; remembering one replaces it. It used to raise TypeError on every request."""
-    from mcp_sampling_proxy.approval.channels import ApprovalMemory
+    from mcp_sampling_proxy.approval.memory import ApprovalMemory
     from mcp_sampling_proxy.quotas.state import JsonStateFile
 
     path = tmp_path / "approvals.json"

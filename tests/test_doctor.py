@@ -571,7 +571,7 @@ def test_forged_approvals_and_a_tampered_budget_are_reported(
         env=proxy_env(MCP_SAMPLING_PROXY_STATE_DIR=str(state)),
     )
     assert (state / "integrity.key").exists()  # the proxy made its key
-    from mcp_sampling_proxy.approval.channels import ApprovalMemory
+    from mcp_sampling_proxy.approval.memory import ApprovalMemory
     from mcp_sampling_proxy.quotas.limiters import TokenBudget
     from mcp_sampling_proxy.quotas.state import JsonStateFile
 

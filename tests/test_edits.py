@@ -33,7 +33,7 @@ from support import (
 from test_approval_channels import SocketConsole
 from test_terminal import PtySession, terminal_env, try_argv
 
-from mcp_sampling_proxy.approval.channels import approval_dialogue
+from mcp_sampling_proxy.approval.dialogues import approval_dialogue
 from mcp_sampling_proxy.approval.edits import with_prompt, with_text
 from mcp_sampling_proxy.audit.log import digest
 from mcp_sampling_proxy.commands import audit as audit_cmd

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from mcp_sampling_proxy.approval.channels import APPROVAL, always_entries, always_key, entry_is_sealed
+from mcp_sampling_proxy.approval.memory import APPROVAL, always_entries, always_key, entry_is_sealed
 from mcp_sampling_proxy.identity import normalise
 from mcp_sampling_proxy.quotas.state import JsonStateFile, state_dir
 from mcp_sampling_proxy.sanitize import one_line

@@ -22,8 +22,8 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from mcp_sampling_proxy.approval.channels import approval_dialogue, review_dialogue
 from mcp_sampling_proxy.approval.console.client import ConsoleClient, Event, decision_reply, elicit_reply, review_reply
+from mcp_sampling_proxy.approval.dialogues import approval_dialogue, review_dialogue
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.sanitize import one_line, quote, strip_controls
 from mcp_sampling_proxy.terminal import discard_typeahead

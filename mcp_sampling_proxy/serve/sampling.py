@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from mcp_sampling_proxy.approval.channels import ApprovalRequest, Approver
+from mcp_sampling_proxy.approval.approver import Approver
+from mcp_sampling_proxy.approval.channels import ApprovalRequest
 from mcp_sampling_proxy.audit.log import AuditLog, digest, elapsed_ms, note, request_fields
 from mcp_sampling_proxy.config.providers import ProviderConfig
 from mcp_sampling_proxy.config.settings import Settings

@@ -1,0 +1,65 @@
+"""The approval channel at the proxy's controlling terminal: the human who started the host (a CLI host
+in a terminal) answers there."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcp_sampling_proxy.approval.channels import Approval, ApprovalRequest, Relay, Review
+from mcp_sampling_proxy.approval.dialogues import approval_dialogue, review_dialogue
+from mcp_sampling_proxy.approval.edits import with_prompt, with_text
+from mcp_sampling_proxy.sanitize import one_line, quote
+from mcp_sampling_proxy.terminal import Terminal
+
+
+class TerminalChannel:
+    name = "terminal"
+
+    def __init__(self, terminal: Terminal | None):
+        self._terminal = terminal
+
+    def available(self, relay: Relay) -> bool:
+        return self._terminal is not None
+
+    async def _ask(self, prompt: str) -> str | None:
+        assert self._terminal is not None
+        self._terminal.write(prompt)
+        return await self._terminal.readline()
+
+    def _say(self, text: str) -> None:
+        assert self._terminal is not None
+        self._terminal.write(text + "\n")
+
+    async def ask(self, request: ApprovalRequest, relay: Relay) -> Approval:
+        terminal = self._terminal
+        assert terminal is not None
+        async with terminal.lock:
+            try:
+                terminal.write(
+                    f"\nmcp-sampling-proxy: approval needed for server '{one_line(request.server, 120)}' "
+                    f"(rule '{one_line(request.rule, 120)}'):\n" + quote(request.summary) + "\n"
+                )
+                scope, text = await approval_dialogue(request.params, self._ask, self._say, terminal.discard_typeahead)
+            except BaseException:
+                terminal.write("\n(request withdrawn or timed out: denied)\n")
+                raise
+        if scope is None:
+            return Approval(False, self.name, "rejected at the terminal", "rejected")
+        if text is not None:
+            return Approval(
+                True,
+                self.name,
+                "approved with an edited prompt at the terminal",
+                "approved",
+                params=with_prompt(request.params, text),
+            )
+        return Approval(True, self.name, "approved at the terminal", "approved", scope)
+
+    async def review(self, request: ApprovalRequest, result: dict[str, Any], relay: Relay) -> Review:
+        assert self._terminal is not None
+        async with self._terminal.lock:
+            self._say("")
+            accepted, text = await review_dialogue(
+                result, self._ask, self._say, prompt=request.summary, prompt_edited_by=request.prompt_edited_by
+            )
+        return Review(accepted, result if text is None else with_text(result, text), self.name)

@@ -1,0 +1,52 @@
+"""The approval channels by name (approval/registry.py): the policy can name exactly the channels the
+registry makes, and the proxy asks them in the policy's order."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from mcp_sampling_proxy.approval.console.server import ConsoleServer
+from mcp_sampling_proxy.approval.registry import CHANNEL_NAMES, ChannelNeeds, build_channels
+from mcp_sampling_proxy.config.settings import parse_settings
+from mcp_sampling_proxy.yamlnodes import PolicyError
+
+
+@pytest.mark.parametrize("name", CHANNEL_NAMES)
+def test_the_policy_can_name_each_channel_the_registry_makes(name: str) -> None:
+    settings = parse_settings(f"approval:\n  channels: [{name}]\n", "policy.yaml")
+    assert settings.approval.channels == (name,)
+    made = build_channels(settings.approval.channels, ChannelNeeds(None, ConsoleServer(str, str)))
+    assert [channel.name for channel in made] == [name]
+
+
+def test_a_channel_the_registry_does_not_make_is_refused_with_the_ones_it_does() -> None:
+    with pytest.raises(PolicyError) as refused:
+        parse_settings("approval:\n  channels: [terminal, webhook]\n", "policy.yaml")
+    assert f"'webhook' is not one of {', '.join(CHANNEL_NAMES)}" in str(refused.value)
+
+
+def test_the_channels_are_asked_in_the_policys_order() -> None:
+    needs = ChannelNeeds(None, ConsoleServer(str, str))
+    made = build_channels(("host", "console", "terminal"), needs)
+    assert [channel.name for channel in made] == ["host", "console", "terminal"]
+
+
+def test_without_a_console_server_the_console_channel_is_left_out() -> None:
+    made = build_channels(("console", "host"), ChannelNeeds(None, None))
+    assert [channel.name for channel in made] == ["host"]
+
+
+def test_the_registry_refuses_to_load_when_the_policys_names_differ() -> None:
+    """config/settings.py (below approval) holds the names the policy may use; a channel added to one
+    list and not the other must stop the proxy at start, not be silently unreachable."""
+    code = (
+        "import mcp_sampling_proxy.config.settings as settings\n"
+        "settings.APPROVAL_CHANNELS = (*settings.APPROVAL_CHANNELS, 'webhook')\n"
+        "import mcp_sampling_proxy.approval.registry\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "APPROVAL_CHANNELS lists ('terminal', 'console', 'host', 'webhook')" in result.stderr
