@@ -262,7 +262,8 @@ def _string(node: ast.expr) -> str | None:
 
 def variables_the_package_reads() -> dict[str, str]:
     """name -> the first FILE:LINE that reads it: `environ.get("X")`, `environ["X"]`, `os.getenv("X")`,
-    and every `"MCP_SAMPLING_PROXY_..."` string (the modules keep those names in constants)."""
+    a host `Place` row's `env="X"` (the variable that moves a config file), and every
+    `"MCP_SAMPLING_PROXY_..."` string (the modules keep those names in constants)."""
     found: dict[str, str] = {}
     for path in sorted((ROOT / "mcp_sampling_proxy").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -272,6 +273,8 @@ def variables_the_package_reads() -> dict[str, str]:
                 name = _string(node.args[0]) if reads else None
             elif isinstance(node, ast.Subscript) and _is_environ(node.value):
                 name = _string(node.slice)
+            elif isinstance(node, ast.keyword) and node.arg == "env":
+                name = _string(node.value)
             elif isinstance(node, ast.Constant) and isinstance(node.value, str) and OWN_VARIABLE.fullmatch(node.value):
                 name = node.value
             if name is not None:
