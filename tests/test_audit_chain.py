@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 from support import PY
 
-from mcp_sampling_proxy.audit.log import DECISION_FIELDS, GENESIS, AuditError, AuditLog, canonical, record_hash
+from mcp_sampling_proxy.audit.chain_file import AuditError
+from mcp_sampling_proxy.audit.recorder import AuditLog
+from mcp_sampling_proxy.audit.records import DECISION_FIELDS, GENESIS, canonical, record_hash
 from mcp_sampling_proxy.commands import audit as audit_cmd
 
 PARAMS = {
@@ -509,7 +511,7 @@ def test_verify_names_the_predecessor_by_its_current_name(tmp_path: Path, capsys
 _PEAK_SCRIPT = """
 import sys
 from mcp_sampling_proxy import log as logging_setup
-from mcp_sampling_proxy.audit.log import AuditLog
+from mcp_sampling_proxy.audit.recorder import AuditLog
 logging_setup.configure("info", "json")
 from mcp_sampling_proxy.commands import audit
 if sys.argv[2:] == ["verify"]:
@@ -586,9 +588,9 @@ def test_a_log_whose_end_holds_no_record_within_reach_is_moved_aside(
 def test_a_record_too_long_to_read_back_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A record longer than read_tail takes for one would be sealed as foreign by the next writer:
     it is refused with an error that says what to change, and nothing is written."""
-    from mcp_sampling_proxy.audit import log as audit_log
+    from mcp_sampling_proxy.audit import chain_file
 
-    monkeypatch.setattr(audit_log, "MAX_RECORD_BYTES", 4096)
+    monkeypatch.setattr(chain_file, "MAX_RECORD_BYTES", 4096)
     path = tmp_path / "audit.jsonl"
     log = write_log(path, 1, content="full")
     size = path.stat().st_size

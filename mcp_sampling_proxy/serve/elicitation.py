@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from mcp_sampling_proxy.audit.log import AuditLog, elapsed_ms, request_fields
+from mcp_sampling_proxy.audit.recorder import AuditLog
+from mcp_sampling_proxy.audit.records import elapsed_ms, request_fields
 from mcp_sampling_proxy.config.settings import Settings
 from mcp_sampling_proxy.identity import attribution_fields
 from mcp_sampling_proxy.log import get_logger

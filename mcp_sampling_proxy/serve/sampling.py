@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from mcp_sampling_proxy.approval.channels import ApprovalRequest, Approver
-from mcp_sampling_proxy.audit.log import AuditLog, digest, elapsed_ms, note, request_fields
+from mcp_sampling_proxy.audit.recorder import AuditLog, note
+from mcp_sampling_proxy.audit.records import digest, elapsed_ms, request_fields
 from mcp_sampling_proxy.config.providers import ProviderConfig
 from mcp_sampling_proxy.config.settings import Settings
 from mcp_sampling_proxy.identity import attribution_fields
