@@ -36,7 +36,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Unpack, cast
 
 import anyio
 import orjson
@@ -44,7 +44,7 @@ import structlog
 from structlog.typing import EventDict
 
 from mcp_sampling_proxy.audit.chain_file import AuditError, ChainFile
-from mcp_sampling_proxy.audit.records import DECISION_FIELDS, TEXT_FIELDS, content_record
+from mcp_sampling_proxy.audit.records import DECISION_FIELDS, TEXT_FIELDS, AuditFields, content_record
 from mcp_sampling_proxy.config.child_env import WELL_KNOWN_KEY_VARS, withheld
 from mcp_sampling_proxy.config.settings import AUDIT_CONTENT_MODES as CONTENT_MODES
 from mcp_sampling_proxy.config.settings import DEFAULT_AUDIT_MAX_BYTES as DEFAULT_MAX_BYTES
@@ -67,13 +67,13 @@ class PendingRecord:
     """The one record of the request being served, filled in as it moves through the stages."""
 
     def __init__(self) -> None:
-        self.fields: dict[str, Any] | None = None  # None until a stage records an outcome
+        self.fields: AuditFields | None = None  # None until a stage records an outcome
         self.params: Any = _NOT_GIVEN
         self.result: Any = None
         self.started_ns = time.time_ns()
         self.notes: dict[str, Any] = {}  # for observers (telemetry), never written to the log
 
-    def fill(self, params: Any, result: Any, fields: dict[str, Any]) -> None:
+    def fill(self, params: Any, result: Any, fields: AuditFields) -> None:
         self.fields = {**(self.fields or {}), **fields}
         if params is not _NOT_GIVEN:
             self.params = params
@@ -166,7 +166,7 @@ class AuditLog:
                 "not answered without an audit record"
             )
 
-    def record(self, *, params: Any = _NOT_GIVEN, result: Any = _NOT_GIVEN, **fields: Any) -> None:
+    def record(self, *, params: Any = _NOT_GIVEN, result: Any = _NOT_GIVEN, **fields: Unpack[AuditFields]) -> None:
         """Record the outcome of the request being served (`params`/`result`: the request params
         and the result the server gets, for the content digests or payload). Inside `every_ending`
         it fills the request's one record, written when the request ends; elsewhere it writes at
@@ -218,7 +218,7 @@ class AuditLog:
             await anyio.to_thread.run_sync(self._sink.finish, deferred)
 
     def _append_now(
-        self, params: Any, result: Any, observed: tuple[int, dict[str, Any]], fields: dict[str, Any]
+        self, params: Any, result: Any, observed: tuple[int, dict[str, Any]], fields: AuditFields
     ) -> _Deferred | None:
         """Shape and write the record without waiting for the file's locks; the record, finished
         but unwritten, when another writer holds them."""
@@ -232,7 +232,7 @@ class AuditLog:
         return deferred
 
     @asynccontextmanager
-    async def every_ending(self, fields: dict[str, Any], params: Any) -> AsyncIterator[PendingRecord]:
+    async def every_ending(self, fields: AuditFields, params: Any) -> AsyncIterator[PendingRecord]:
         """Serve one request inside this block; its one record is written when the block ends,
         before the server is answered. If it ends in an exception before any stage recorded an
         outcome (a malformed request that trips a bug, a peer's answer of the wrong type), the

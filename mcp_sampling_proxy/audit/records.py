@@ -11,6 +11,7 @@ Record format (README "Audit log" has the full reference). Every line is one JSO
   `content`: digests of what was sent and answered, and the text itself in `redacted`/`full` mode.
   One record per outcome rather than one per event (received, decided, approved, fulfilled): each
   line tells a request's whole story, readers need no joins, and there is no half-recorded request.
+  `AuditFields` names every field a caller can give, with its type.
 - the first record of every file (whatever its event) has the key `continues`: null and
   `prev_hash` = `GENESIS` in a new log; after a rotation, the rotated file's name as it was then
   (later rotations shift the numbers) and `prev_hash` = that file's last hash. No other record has
@@ -37,9 +38,9 @@ import re
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol, TypedDict
 
-from mcp_sampling_proxy.vocabulary import OUTCOMES
+from mcp_sampling_proxy.vocabulary import OUTCOMES, Outcome
 
 GENESIS = "0" * 64  # the prev_hash of the first record of a new log
 DECISIONS = OUTCOMES
@@ -66,6 +67,52 @@ DECISION_FIELDS = (
 )
 TEXT_FIELDS = ("reason", "error")  # free text: secret shapes are masked in every content mode
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+class AuditFields(TypedDict, total=False):
+    """Every field a caller can give a decision record (`AuditLog.record`). The first group is
+    `DECISION_FIELDS` (written in every decision record, null when not given); the rest are written
+    only when given. The writer adds `event`, `content` and the chain's keys."""
+
+    server: str  # the server's name, as the operator knows it
+    host: str | None  # the host's name (clientInfo)
+    method: str | None  # sampling/createMessage | elicitation/create
+    request_id: str | int | None  # the server's JSON-RPC id
+    tool: str | None  # the tool call the request belongs to
+    protocol_version: str | None
+    decision: Outcome
+    rule: str | None  # the policy rule that matched
+    reason: str | None  # why (masked for secret shapes)
+    approver: str | None  # who let it through: a channel (terminal, console, host) or None for the policy
+    provider: str | None  # the LLM provider that answered ("host": the host's own LLM)
+    model: str | None
+    input_tokens: int | None
+    output_tokens: int | None
+    latency_ms: int | None
+    stop_reason: str | None
+    error: str | None  # what went wrong (masked for secret shapes)
+    # written only when given
+    server_reported: str  # the name the server reports, when it differs from `server`
+    tool_candidates: list[str]  # every tool call that could own the request, when more than one could
+    limit: str  # the limit that refused it: rate_limit | concurrent | budget
+    mode: str | None  # elicitation: form | url
+    action: str | None  # elicitation: the answer's action (accept, decline, cancel)
+    prompt_edited_by: str | None  # the channel of a human who edited the prompt
+    answer_edited_by: str  # the channel of a reviewer who replaced the LLM's answer
+    original_answer_sha256: str  # the digest of the LLM's own answer, when a reviewer rejected or replaced it
+
+
+class RequestSession(Protocol):
+    """What `request_fields` reads of the relay's session (relay/core.py `Session`)."""
+
+    @property
+    def server_name(self) -> str: ...
+    @property
+    def host_name(self) -> str: ...
+    @property
+    def server_reported_if_different(self) -> str | None: ...
+
+    protocol_version: str | None
 
 
 # -- canonical form and digests ------------------------------------------------------------------
@@ -133,17 +180,27 @@ def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def request_fields(session: Any, message: dict[str, Any], tool: str | None, **extra: Any) -> dict[str, Any]:
-    """The fields every record of one server request shares (who asked, in which tool call, which era)."""
-    return {
+def request_fields(
+    session: RequestSession, message: Mapping[str, Any], tool: str | None, candidates: tuple[str, ...]
+) -> AuditFields:
+    """The fields every record of one server request shares (who asked, in which tool call, which
+    era), with `rule` still unknown; `candidates`: every tool call that could own the request.
+    Who asked: the reported name when it differs from the operator's, and every candidate when
+    more than one could own it."""
+    fields: AuditFields = {
         "server": session.server_name,
         "host": session.host_name or None,
         "method": message.get("method"),
         "request_id": message.get("id"),
         "tool": tool,
         "protocol_version": session.protocol_version,
-        **extra,
+        "rule": None,
     }
+    if session.server_reported_if_different is not None:
+        fields["server_reported"] = session.server_reported_if_different
+    if len(candidates) > 1:
+        fields["tool_candidates"] = list(candidates)
+    return fields
 
 
 def elapsed_ms(started: float) -> int:
