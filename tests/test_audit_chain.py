@@ -14,7 +14,7 @@ from support import PY
 
 from mcp_sampling_proxy.audit.chain_file import AuditError
 from mcp_sampling_proxy.audit.recorder import AuditLog
-from mcp_sampling_proxy.audit.records import DECISION_FIELDS, GENESIS, canonical, record_hash
+from mcp_sampling_proxy.audit.records import DECISION_FIELDS, GENESIS, AuditFields, canonical, record_hash
 from mcp_sampling_proxy.commands import audit as audit_cmd
 
 PARAMS = {
@@ -95,6 +95,15 @@ def test_every_decision_record_has_every_field_and_the_chain_links(tmp_path: Pat
     for record in records:
         assert record["hash"] == record_hash(record)
     assert oct(path.stat().st_mode & 0o777) == "0o600"
+
+
+def test_every_field_a_decision_record_carries_is_typed() -> None:
+    """AuditFields (what `record` accepts, checked by mypy at every call site) names every key of
+    DECISION_FIELDS: a field added to the record's format without its type would reach the log
+    unchecked."""
+    typed = AuditFields.__optional_keys__
+    assert set(DECISION_FIELDS) <= typed, set(DECISION_FIELDS) - typed
+    assert not AuditFields.__required_keys__
 
 
 def test_content_none_holds_sizes_and_digests_only(tmp_path: Path) -> None:
