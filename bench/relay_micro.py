@@ -26,7 +26,7 @@ import orjson
 async def measure(pairs: int, profile: bool) -> None:
     from mcp_sampling_proxy import log
     from mcp_sampling_proxy.approval.console.server import ConsoleServer
-    from mcp_sampling_proxy.audit.log import AuditLog
+    from mcp_sampling_proxy.audit.recorder import AuditLog
     from mcp_sampling_proxy.config.settings import settings_from_environment
     from mcp_sampling_proxy.protocol import capabilities
     from mcp_sampling_proxy.relay.core import Relay, Session

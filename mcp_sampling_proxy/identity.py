@@ -14,7 +14,6 @@ import os
 import re
 import unicodedata
 from collections.abc import Sequence
-from typing import Any
 from urllib.parse import urlsplit
 
 # Cc control, Cf format (zero-width, bidi), Cs/Co/Cn surrogate, private, unassigned,
@@ -125,14 +124,3 @@ def _clean(word: str) -> str:
     word = word.split("@", 1)[0] if not word.startswith("@") else word
     word = re.split(r"==|>=|<=|~=", word, maxsplit=1)[0]
     return _SCRIPT_SUFFIX.sub("", word) or word
-
-
-def attribution_fields(session: Any, candidates: tuple[str, ...]) -> dict[str, Any]:
-    """Audit fields saying who asked: the reported name when it differs from the operator's,
-    and every tool call that could own the request when more than one could."""
-    fields: dict[str, Any] = {}
-    if session.server_reported_if_different is not None:
-        fields["server_reported"] = session.server_reported_if_different
-    if len(candidates) > 1:
-        fields["tool_candidates"] = list(candidates)
-    return fields

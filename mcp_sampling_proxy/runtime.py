@@ -21,7 +21,7 @@ from mcp_sampling_proxy.approval.console.server import ConsoleServer
 from mcp_sampling_proxy.approval.form_prompts import ElicitationConsoles
 from mcp_sampling_proxy.approval.memory import ApprovalMemory
 from mcp_sampling_proxy.approval.registry import ChannelNeeds, build_channels
-from mcp_sampling_proxy.audit.log import AuditLog
+from mcp_sampling_proxy.audit.recorder import AuditLog
 from mcp_sampling_proxy.config.providers import ModelSpec, ProviderConfig
 from mcp_sampling_proxy.config.settings import Settings
 from mcp_sampling_proxy.hardening import end_strays, reap_orphans_forever

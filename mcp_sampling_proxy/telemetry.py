@@ -35,7 +35,7 @@ PROXY = "mcp_sampling_proxy"
 
 
 class Telemetry:
-    """Spans and metrics from audit records; `observe` is an `audit.log.Observer`."""
+    """Spans and metrics from audit records; `observe` is an `audit.recorder.Observer`."""
 
     def __init__(self, settings: TelemetrySettings, version: str):
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter

@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 from support import PY
 
-from mcp_sampling_proxy.audit.log import DECISION_FIELDS, GENESIS, AuditError, AuditLog, canonical, record_hash
+from mcp_sampling_proxy.audit.chain_file import AuditError
+from mcp_sampling_proxy.audit.recorder import AuditLog
+from mcp_sampling_proxy.audit.records import DECISION_FIELDS, GENESIS, AuditFields, canonical, record_hash
 from mcp_sampling_proxy.commands import audit as audit_cmd
 
 PARAMS = {
@@ -93,6 +95,15 @@ def test_every_decision_record_has_every_field_and_the_chain_links(tmp_path: Pat
     for record in records:
         assert record["hash"] == record_hash(record)
     assert oct(path.stat().st_mode & 0o777) == "0o600"
+
+
+def test_every_field_a_decision_record_carries_is_typed() -> None:
+    """AuditFields (what `record` accepts, checked by mypy at every call site) names every key of
+    DECISION_FIELDS: a field added to the record's format without its type would reach the log
+    unchecked."""
+    typed = AuditFields.__optional_keys__
+    assert set(DECISION_FIELDS) <= typed, set(DECISION_FIELDS) - typed
+    assert not AuditFields.__required_keys__
 
 
 def test_content_none_holds_sizes_and_digests_only(tmp_path: Path) -> None:
@@ -509,7 +520,7 @@ def test_verify_names_the_predecessor_by_its_current_name(tmp_path: Path, capsys
 _PEAK_SCRIPT = """
 import sys
 from mcp_sampling_proxy import log as logging_setup
-from mcp_sampling_proxy.audit.log import AuditLog
+from mcp_sampling_proxy.audit.recorder import AuditLog
 logging_setup.configure("info", "json")
 from mcp_sampling_proxy.commands import audit
 if sys.argv[2:] == ["verify"]:
@@ -586,9 +597,9 @@ def test_a_log_whose_end_holds_no_record_within_reach_is_moved_aside(
 def test_a_record_too_long_to_read_back_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A record longer than read_tail takes for one would be sealed as foreign by the next writer:
     it is refused with an error that says what to change, and nothing is written."""
-    from mcp_sampling_proxy.audit import log as audit_log
+    from mcp_sampling_proxy.audit import chain_file
 
-    monkeypatch.setattr(audit_log, "MAX_RECORD_BYTES", 4096)
+    monkeypatch.setattr(chain_file, "MAX_RECORD_BYTES", 4096)
     path = tmp_path / "audit.jsonl"
     log = write_log(path, 1, content="full")
     size = path.stat().st_size

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from support import PY, ROOT
 
-from mcp_sampling_proxy.audit.log import AuditLog
+from mcp_sampling_proxy.audit.recorder import AuditLog
 from mcp_sampling_proxy.commands import audit as audit_cmd
 
 

@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 from support import PY, ROOT
 
-from mcp_sampling_proxy.audit.log import AuditLog
+from mcp_sampling_proxy.audit.recorder import AuditLog
 from mcp_sampling_proxy.commands import audit as audit_cmd
 
 WRITER = """
 import os, sys, time
 sys.path.insert(0, ROOT)
-from mcp_sampling_proxy.audit.log import AuditLog
+from mcp_sampling_proxy.audit.recorder import AuditLog
 
 path, count, size, max_bytes, go = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 log = AuditLog(path, content="full", fsync=False, max_bytes=max_bytes)
@@ -181,7 +181,7 @@ def test_a_failed_background_fsync_makes_the_log_refuse_later_requests(
     record already answered stays written, and every later request gets the audit error."""
     import errno
 
-    from mcp_sampling_proxy.audit.log import AuditError
+    from mcp_sampling_proxy.audit.chain_file import AuditError
 
     log = AuditLog(str(tmp_path / "audit.jsonl"), fsync=True)
 
@@ -288,7 +288,7 @@ def test_a_tail_another_writer_left_is_read_back_off_the_event_loop(
     request's write does that in a worker thread, not on the event loop that relays messages."""
     import asyncio
 
-    from mcp_sampling_proxy.audit import log as audit_log
+    from mcp_sampling_proxy.audit import chain_file
 
     path = tmp_path / "audit.jsonl"
     log = AuditLog(str(path), fsync=False)
@@ -296,13 +296,13 @@ def test_a_tail_another_writer_left_is_read_back_off_the_event_loop(
     with open(path, "ab") as f:
         f.write(b"x" * 4_000_000)  # foreign bytes, no newline
     readers: list[str] = []
-    real = audit_log.read_tail
+    real = chain_file.read_tail
 
     def spy(fd: int, size: int) -> Any:
         readers.append(threading.current_thread().name)
         return real(fd, size)
 
-    monkeypatch.setattr(audit_log, "read_tail", spy)
+    monkeypatch.setattr(chain_file, "read_tail", spy)
 
     async def request() -> None:
         async with log.every_ending({"server": "s", "method": "sampling/createMessage"}, {}):
@@ -321,19 +321,19 @@ def test_a_rotation_is_done_off_the_event_loop(tmp_path: Path, monkeypatch: pyte
     worker thread, not on the event loop that relays messages (the fast path there only appends)."""
     import asyncio
 
-    from mcp_sampling_proxy.audit import log as audit_log
+    from mcp_sampling_proxy.audit.chain_file import ChainFile
 
     path = tmp_path / "audit.jsonl"
     log = AuditLog(str(path), fsync=True, max_bytes=2000)
     log.record(server="s", decision="allow", reason="x" * 1200)
     rotations: list[str] = []
-    real = audit_log._ChainFile._rotate
+    real = ChainFile._rotate
 
     def spy(self: Any) -> int:
         rotations.append(threading.current_thread().name)
         return real(self)
 
-    monkeypatch.setattr(audit_log._ChainFile, "_rotate", spy)
+    monkeypatch.setattr(ChainFile, "_rotate", spy)
 
     async def request() -> None:
         async with log.every_ending({"server": "s", "method": "sampling/createMessage"}, {}):
@@ -352,17 +352,17 @@ def test_a_large_requests_record_is_shaped_off_the_event_loop(tmp_path: Path, mo
     size: 30 MB took 0.2 s in `none` mode and 5.6 s in `redacted`) is shaped in a worker thread."""
     import asyncio
 
-    from mcp_sampling_proxy.audit import log as audit_log
+    from mcp_sampling_proxy.audit import recorder
 
     log = AuditLog(str(tmp_path / "audit.jsonl"), fsync=False, content="redacted")
     shaped_in: list[str] = []
-    real = audit_log.content_record
+    real = recorder.content_record
 
     def spy(*args: Any) -> Any:
         shaped_in.append(threading.current_thread().name)
         return real(*args)
 
-    monkeypatch.setattr(audit_log, "content_record", spy)
+    monkeypatch.setattr(recorder, "content_record", spy)
 
     async def request(text: str) -> None:
         params = {"messages": [{"role": "user", "content": {"type": "text", "text": text}}], "maxTokens": 5}

@@ -11,7 +11,7 @@ import pytest
 from fakes.llm_server import FakeLLMServer
 from support import PROXY, RawHost, openai_policy, proxy_command, proxy_env, sdk_host, tool_json, write_policy
 
-from mcp_sampling_proxy.audit.log import DECISION_FIELDS
+from mcp_sampling_proxy.audit.records import DECISION_FIELDS
 from mcp_sampling_proxy.commands import audit as audit_cmd
 
 # Matches none of the built-in secret patterns: only the configured-key scrubbing can remove it.

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mcp_sampling_proxy.audit.log import AuditLog, configured_secrets
+from mcp_sampling_proxy.audit.recorder import AuditLog, configured_secrets
 from mcp_sampling_proxy.config.settings import AuditSettings, parse_settings
 from mcp_sampling_proxy.redact import Redactor, luhn_ok
 from mcp_sampling_proxy.yamlnodes import PolicyError

@@ -341,8 +341,6 @@ def test_the_subcommands_exit_with_the_statuses_the_reference_lists(tmp_path: Pa
 
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 PACKAGE = ROOT / "mcp_sampling_proxy"
-# audit/log.py is being split into these; until the split lands they are named ahead of it
-AUDIT_SPLIT = {"audit/records.py", "audit/tail.py", "audit/chain_file.py", "audit/recorder.py"}
 
 
 def _names_in(module: Path) -> set[str]:
@@ -360,18 +358,10 @@ def _names_in(module: Path) -> set[str]:
     return names
 
 
-def _pending_split(path: str) -> bool:
-    return path in AUDIT_SPLIT and (PACKAGE / "audit" / "log.py").exists()
-
-
 def test_every_module_the_architecture_page_names_exists() -> None:
     named = sorted(set(re.findall(r"`([\w/]+\.py)`", ARCHITECTURE.read_text())))
     assert len(named) > 20
-    missing = [
-        path
-        for path in named
-        if not (PACKAGE / path).exists() and not (ROOT / path).exists() and not _pending_split(path)
-    ]
+    missing = [path for path in named if not (PACKAGE / path).exists() and not (ROOT / path).exists()]
     assert missing == [], f"docs/architecture.md names modules that do not exist: {missing}"
 
 
@@ -380,8 +370,7 @@ def test_every_function_of_the_architecture_walk_is_in_the_module_of_its_line() 
     assert len(rows) > 15
     wrong = []
     for path, text in rows:
-        # until the audit split lands, what the page places in its modules is checked in audit/log.py
-        defined = _names_in(PACKAGE / ("audit/log.py" if _pending_split(path) else path))
+        defined = _names_in(PACKAGE / path)
         wrong += [f"{path}: {name}()" for name in re.findall(r"`([\w.]+)\(\)`", text) if name not in defined]
     assert wrong == [], "docs/architecture.md names functions its line's module does not define:\n" + "\n".join(wrong)
 

@@ -35,7 +35,7 @@ from test_terminal import PtySession, terminal_env, try_argv
 
 from mcp_sampling_proxy.approval.dialogues import approval_dialogue
 from mcp_sampling_proxy.approval.edits import with_prompt, with_text
-from mcp_sampling_proxy.audit.log import digest
+from mcp_sampling_proxy.audit.records import digest
 from mcp_sampling_proxy.commands import audit as audit_cmd
 
 IMAGE = {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"}

@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from mcp_sampling_proxy.approval.console.server import ConsoleServer
-from mcp_sampling_proxy.audit.log import AuditLog
+from mcp_sampling_proxy.audit.recorder import AuditLog
 from mcp_sampling_proxy.config.settings import parse_settings
 from mcp_sampling_proxy.protocol import capabilities
 from mcp_sampling_proxy.relay.core import Relay, Session

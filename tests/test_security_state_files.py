@@ -120,11 +120,12 @@ def test_a_held_audit_lock_fails_the_write_instead_of_hanging_it(
     audit error (the request is refused, as for any write that fails) instead of waiting forever."""
     import threading
 
-    from mcp_sampling_proxy.audit import log as audit_log
+    from mcp_sampling_proxy.audit import chain_file
+    from mcp_sampling_proxy.audit.recorder import AuditLog
 
-    monkeypatch.setattr(audit_log, "LOCK_WAIT", 0.5)
+    monkeypatch.setattr(chain_file, "LOCK_WAIT", 0.5)
     path = tmp_path / "audit.jsonl"
-    log = audit_log.AuditLog(str(path), fsync=False)
+    log = AuditLog(str(path), fsync=False)
     log.record(server="s", decision="allow")
     holder = os.open(str(path) + ".lock", os.O_RDWR)
     fcntl.flock(holder, fcntl.LOCK_EX)
@@ -143,7 +144,7 @@ def test_a_held_audit_lock_fails_the_write_instead_of_hanging_it(
         assert not writer.is_alive(), "the audit write is still waiting for the lock"
     finally:
         os.close(holder)
-    assert len(errors) == 1 and isinstance(errors[0], audit_log.AuditError)
+    assert len(errors) == 1 and isinstance(errors[0], chain_file.AuditError)
     assert "audit.jsonl.lock has been locked by another process for over 0.5 s" in str(errors[0])
     log.record(server="s", decision="allow")  # the lock is free again: writing works
     log.close()
@@ -156,14 +157,15 @@ def test_a_proxy_starting_while_the_audit_lock_is_held_still_writes_once_it_is_f
     """Start-up gives up on the lock after LOCK_WAIT and says so, without calling the log unusable
     (nothing is refused for it): the first record takes the lock (and checks the file's end) when it
     is free again."""
-    from mcp_sampling_proxy.audit import log as audit_log
+    from mcp_sampling_proxy.audit import chain_file
+    from mcp_sampling_proxy.audit.recorder import AuditLog
 
-    monkeypatch.setattr(audit_log, "LOCK_WAIT", 0.2)
+    monkeypatch.setattr(chain_file, "LOCK_WAIT", 0.2)
     path = tmp_path / "audit.jsonl"
     holder = os.open(str(path) + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(holder, fcntl.LOCK_EX)
     try:
-        log = audit_log.AuditLog(str(path), fsync=False)
+        log = AuditLog(str(path), fsync=False)
     finally:
         os.close(holder)
     said = capsys.readouterr()

@@ -26,9 +26,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from mcp_sampling_proxy.audit.follow import Follower
-from mcp_sampling_proxy.audit.log import (
+from mcp_sampling_proxy.audit.records import (
     GENESIS,
-    MAX_RECORD_BYTES,
     DuplicateKey,
     parse_object,
     parse_record,
@@ -36,6 +35,7 @@ from mcp_sampling_proxy.audit.log import (
     rotated_name,
     unique_keys,
 )
+from mcp_sampling_proxy.audit.tail import MAX_RECORD_BYTES
 from mcp_sampling_proxy.sanitize import one_line
 from mcp_sampling_proxy.units import DURATION_FORMS, parse_duration
 from mcp_sampling_proxy.vocabulary import ALLOWED_OUTCOMES, REFUSED_OUTCOMES

@@ -226,7 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _stop_unused(early[0])
         return fail(exc.message, exc.code)
 
-    from mcp_sampling_proxy.audit.log import configured_secrets
+    from mcp_sampling_proxy.audit.recorder import configured_secrets
     from mcp_sampling_proxy.log import configure, set_secrets
 
     set_secrets(configured_secrets(settings, os.environ))  # after the spawn: importing audit is slow

@@ -169,7 +169,7 @@ def follow_audit(state: WebState, path: str, stop: threading.Event, poll: float 
     """The audit log's last records, then every record appended (audit/follow.py: rotation,
     truncation, bounded memory whatever the file holds)."""
     from mcp_sampling_proxy.audit.follow import Follower
-    from mcp_sampling_proxy.audit.log import parse_object
+    from mcp_sampling_proxy.audit.records import parse_object
 
     follower = Follower(path, last=KEEP_RECORDS)
     try:

@@ -16,13 +16,13 @@ import shlex
 import subprocess
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 import anyio
 
-from mcp_sampling_proxy.audit.log import AuditLog, elapsed_ms, request_fields
+from mcp_sampling_proxy.audit.recorder import AuditLog
+from mcp_sampling_proxy.audit.records import AuditFields, elapsed_ms, request_fields
 from mcp_sampling_proxy.config.settings import Settings
-from mcp_sampling_proxy.identity import attribution_fields
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import jsonrpc, wire_checks
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
@@ -33,6 +33,7 @@ from mcp_sampling_proxy.quotas.refusals import Refusal
 from mcp_sampling_proxy.relay.keepalive import waiting_for
 from mcp_sampling_proxy.sanitize import one_line, quote
 from mcp_sampling_proxy.serve.assess import Origin, judge_elicitation
+from mcp_sampling_proxy.vocabulary import Outcome
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.approval.form_prompts import ElicitationConsoles
@@ -107,13 +108,8 @@ class ElicitationService:
         in_flight = session.tool_candidates()  # every call that could own this request (policy.decide)
         tool = in_flight[-1] if in_flight else None
         raw = message.get("params")
-        audit = request_fields(
-            session,
-            message,
-            tool,
-            mode=request_mode(raw) if isinstance(raw, dict) else None,
-            **attribution_fields(session, in_flight),
-        )
+        audit = request_fields(session, message, tool, in_flight)  # what the stages learn is added to it
+        audit["mode"] = request_mode(raw) if isinstance(raw, dict) else None
         async with self._audit.every_ending(audit, raw):
             with self._limiters.holding() as busy:
                 return await self._serve(message, relay, audit, started, in_flight, busy)
@@ -122,7 +118,7 @@ class ElicitationService:
         self,
         message: dict[str, Any],
         relay: Relay,
-        audit: dict[str, Any],
+        audit: AuditFields,
         started: float,
         in_flight: tuple[str, ...],
         busy: Refusal | None = None,
@@ -130,20 +126,25 @@ class ElicitationService:
         session = relay.session
         params = validate_elicitation(message.get("params"))
         mode = request_mode(params)
-        tool = audit["tool"]
+        tool = audit.get("tool")
 
         def answer(
-            action: str, why: str, decision: str, content: dict[str, Any] | None = None, **extra: Any
+            action: str,
+            why: str,
+            decision: Outcome,
+            content: dict[str, Any] | None = None,
+            /,
+            **extra: Unpack[AuditFields],  # e.g. the limit that refused it
         ) -> dict[str, Any]:
-            self._audit.record(
+            answered: AuditFields = {
                 **audit,
-                params=params,
-                decision=decision,
-                reason=why,
-                latency_ms=elapsed_ms(started),
-                action=action,
+                "decision": decision,
+                "reason": why,
+                "latency_ms": elapsed_ms(started),
+                "action": action,
                 **extra,
-            )
+            }
+            self._audit.record(params=params, **answered)
             log.info("elicitation answered", action=action, why=why)
             return {"action": action, "content": content} if content is not None else {"action": action}
 
@@ -168,19 +169,18 @@ class ElicitationService:
                         {**message, "params": marked(params, session)}, as_received=False
                     )
                 result = response.get("result")
-                self._audit.record(
+                forwarded: AuditFields = {
                     **audit,
-                    params=params,
-                    result=result,
-                    decision="allow",
-                    reason="forwarded to the host",
-                    approver="host",
-                    action=result.get("action") if isinstance(result, dict) else None,
-                    error=None
+                    "decision": "allow",
+                    "reason": "forwarded to the host",
+                    "approver": "host",
+                    "action": result.get("action") if isinstance(result, dict) else None,
+                    "error": None
                     if isinstance(result, dict) or "error" in response
                     else "the host's result is not an object",
-                    latency_ms=elapsed_ms(started),
-                )
+                    "latency_ms": elapsed_ms(started),
+                }
+                self._audit.record(params=params, result=result, **forwarded)
                 if "error" in response:
                     raise RpcError.from_error(response["error"])
                 if not isinstance(result, dict):
@@ -221,16 +221,15 @@ class ElicitationService:
                     result = await console.ask_url(params, origin, self._opener)
                 else:
                     result = await console.ask_form(params, form, origin)
-            self._audit.record(
+            asked: AuditFields = {
                 **audit,
-                params=params,
-                result=result,
-                decision="approved" if result["action"] == "accept" else "rejected",
-                reason=f"answered on the {console.name}",
-                approver=console.name,
-                action=result["action"],
-                latency_ms=elapsed_ms(started),
-            )
+                "decision": "approved" if result["action"] == "accept" else "rejected",
+                "reason": f"answered on the {console.name}",
+                "approver": console.name,
+                "action": result["action"],
+                "latency_ms": elapsed_ms(started),
+            }
+            self._audit.record(params=params, result=result, **asked)
             return result
 
     def route_for(self, params: dict[str, Any], session: Session) -> str:

@@ -12,16 +12,16 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 import anyio
 
 from mcp_sampling_proxy.approval.approver import Approver
 from mcp_sampling_proxy.approval.channels import ApprovalRequest
-from mcp_sampling_proxy.audit.log import AuditLog, digest, elapsed_ms, note, request_fields
+from mcp_sampling_proxy.audit.recorder import AuditLog, note
+from mcp_sampling_proxy.audit.records import AuditFields, digest, elapsed_ms, request_fields
 from mcp_sampling_proxy.config.providers import ProviderConfig
 from mcp_sampling_proxy.config.settings import Settings
-from mcp_sampling_proxy.identity import attribution_fields
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.policy.engine import Decision
 from mcp_sampling_proxy.policy.size_caps import check_caps
@@ -71,7 +71,7 @@ class SamplingService:
         session = relay.session
         in_flight = session.tool_candidates()  # every call that could own this request (policy.decide)
         tool = in_flight[-1] if in_flight else None
-        audit = request_fields(session, message, tool, rule=None, **attribution_fields(session, in_flight))
+        audit = request_fields(session, message, tool, in_flight)  # what the stages learn is added to it
         async with self._audit.every_ending(audit, message.get("params")):
             with self._limiters.holding() as busy:
                 return await self._serve(message, relay, audit, started, in_flight, busy)
@@ -80,7 +80,7 @@ class SamplingService:
         self,
         message: dict[str, Any],
         relay: Relay,
-        audit: dict[str, Any],
+        audit: AuditFields,
         started: float,
         in_flight: tuple[str, ...],
         busy: Refusal | None,
@@ -103,27 +103,22 @@ class SamplingService:
                     if isinstance(budget, Refusal):
                         raise _Ended("deny", _limit_error(budget), limit=budget.limit)
                     approved = await self._approve(message, judged.request, decision, relay, audit)
-                    audit.update(
-                        decision="approved" if approved.approver else "allow",
-                        reason=decision.reason,
-                        approver=approved.approver,
-                    )
+                    audit["decision"] = "approved" if approved.approver else "allow"
+                    audit["reason"] = decision.reason
+                    audit["approver"] = approved.approver
                     if self.route(approved.request, session) == "host":
                         result = await self._at_host(approved, relay, audit, started)
                         if result is not None:
                             return result
                     return await self._fulfil_here(approved, decision, relay, audit, started, budget)
         except _Ended as ended:
-            self._audit.record(
-                params=message.get("params"),
-                result=None,  # the server gets no result
-                **{**audit, "decision": ended.outcome, "reason": ended.error.message, **ended.fields},
-            )
+            refused: AuditFields = {**audit, "decision": ended.outcome, "reason": ended.error.message, **ended.fields}
+            self._audit.record(params=message.get("params"), result=None, **refused)  # the server gets no result
             log.warning("sampling refused", decision=ended.outcome, reason=ended.error.message)
             raise ended.error from None
 
     def _judge(
-        self, message: dict[str, Any], session: Session, audit: dict[str, Any], in_flight: tuple[str, ...]
+        self, message: dict[str, Any], session: Session, audit: AuditFields, in_flight: tuple[str, ...]
     ) -> SamplingJudgement:
         """Caps, validation and the policy (assess.judge_sampling, which `policy explain` runs too)."""
         origin = Origin(session.server_name, session.host_name, in_flight, session.server_reported)
@@ -134,12 +129,10 @@ class SamplingService:
         except Refused as refused:
             if refused.decision is not None:
                 audit["rule"] = refused.decision.rule
-                audit["tool"] = refused.decision.tool or audit["tool"]
-            raise _Ended(
-                refused.outcome, refused.error, **({"approver": None} if refused.outcome == "deny" else {})
-            ) from None
+                audit["tool"] = refused.decision.tool or audit.get("tool")
+            raise _Ended(refused.outcome, refused.error) from None  # approver: null, as nobody was asked
         decision = judged.decision
-        audit["tool"] = decision.tool or audit["tool"]  # the candidate the strictest outcome was reached for
+        audit["tool"] = decision.tool or audit.get("tool")  # the candidate the strictest outcome was reached for
         audit["rule"] = decision.rule
         # A request that waits for a human is announced; the others are logged at debug level, as
         # their fulfilment is (see _fulfil)
@@ -147,7 +140,7 @@ class SamplingService:
             "sampling request",
             server=session.server_name,
             server_reported=session.server_reported_if_different,
-            tool=audit["tool"],
+            tool=audit.get("tool"),
             tool_candidates=audit.get("tool_candidates"),
             rule=decision.rule,
             action=decision.action,
@@ -157,10 +150,10 @@ class SamplingService:
         return judged
 
     async def _approve(
-        self, message: dict[str, Any], request: SamplingRequest, decision: Decision, relay: Relay, audit: dict[str, Any]
+        self, message: dict[str, Any], request: SamplingRequest, decision: Decision, relay: Relay, audit: AuditFields
     ) -> _Approved:
         """Ask a human when the rule says prompt; an edited prompt is checked like the original."""
-        session, tool = relay.session, audit["tool"]
+        session, tool = relay.session, audit.get("tool")
         if decision.action != "prompt":  # what a human would be shown is needed only for a review
             return _Approved.of(
                 message,
@@ -205,7 +198,7 @@ class SamplingService:
         )
 
     async def _at_host(
-        self, approved: _Approved, relay: Relay, audit: dict[str, Any], started: float
+        self, approved: _Approved, relay: Relay, audit: AuditFields, started: float
     ) -> dict[str, Any] | None:
         """The host samples (its tokens, not our budget); None when it refused and the policy says
         to fall back to our own LLM."""
@@ -214,24 +207,23 @@ class SamplingService:
         error = response.get("error")
         if error is None:
             result = jsonrpc.as_object(response.get("result"))
-            self._audit.record(
+            answered: AuditFields = {
                 **audit,
-                params=approved.request.wire,
-                result=result,
-                provider="host",
-                model=result.get("model"),
-                stop_reason=result.get("stopReason"),
-                latency_ms=elapsed_ms(started),
-            )
+                "provider": "host",
+                "model": result.get("model"),
+                "stop_reason": result.get("stopReason"),
+                "latency_ms": elapsed_ms(started),
+            }
+            self._audit.record(params=approved.request.wire, result=result, **answered)
             return result
         if not self._settings.sampling.fallback_on_host_error:
-            self._audit.record(
+            failed: AuditFields = {
                 **audit,
-                params=approved.request.wire,
-                provider="host",
-                error=str(error.get("message")),
-                latency_ms=elapsed_ms(started),
-            )
+                "provider": "host",
+                "error": str(error.get("message")),
+                "latency_ms": elapsed_ms(started),
+            }
+            self._audit.record(params=approved.request.wire, **failed)
             raise RpcError.from_error(error)
         log.info("host refused sampling; fulfilling locally (fallback_on_host_error)", host_error=error.get("message"))
         return None
@@ -241,7 +233,7 @@ class SamplingService:
         approved: _Approved,
         decision: Decision,
         relay: Relay,
-        audit: dict[str, Any],
+        audit: AuditFields,
         started: float,
         budget: BudgetHold,
     ) -> dict[str, Any]:
@@ -252,11 +244,12 @@ class SamplingService:
                 raise _Ended("deny", _limit_error(busy), limit=busy.limit)
             budget.calling()
             result, completion, fulfilled = await self._fulfil(
-                approved.request, decision, session, audit["tool"], audit, started
+                approved.request, decision, session, audit.get("tool"), audit, started
             )
         budget.spent(_tokens(completion))
+        params = approved.request.wire
         if not self._settings.approval.review_response:
-            self._audit.record(**fulfilled)
+            self._audit.record(params=params, result=result, **fulfilled)
             return result
         # Reviewed: the record waits for the review, so that it holds the answer the server gets.
         try:
@@ -265,28 +258,30 @@ class SamplingService:
                 review = await self._approver.review(approved.asked, result, relay)
         except BaseException as exc:  # the LLM was called all the same: its record says how it ended
             cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
-            self._audit.record(
-                **{
-                    **fulfilled,
-                    "decision": "cancelled" if cancelled else "error",
-                    "reason": "cancelled while the answer was under review"
-                    if cancelled
-                    else f"the review failed: {type(exc).__name__}",
-                }
-            )
+            unreviewed: AuditFields = {
+                **fulfilled,
+                "decision": "cancelled" if cancelled else "error",
+                "reason": "cancelled while the answer was under review"
+                if cancelled
+                else f"the review failed: {type(exc).__name__}",
+            }
+            self._audit.record(params=params, result=result, **unreviewed)
             raise
         if not review.accepted:  # one record, `rejected`, with the provider, model and a digest of the answer
-            self._audit.record(**fulfilled, original_answer_sha256=digest(result)["sha256"])
+            rejected: AuditFields = {**fulfilled, "original_answer_sha256": digest(result)["sha256"]}
+            self._audit.record(params=params, result=result, **rejected)
             raise _Ended(
                 "rejected",
                 RpcError(jsonrpc.USER_REJECTED, f"the LLM's answer was not approved for the server ({review.channel})"),
                 approver=review.channel,
             )
         if review.result != result:  # the reviewer replaced the answer: record what the server gets
-            fulfilled.update(
-                result=review.result, answer_edited_by=review.channel, original_answer_sha256=digest(result)["sha256"]
-            )
-        self._audit.record(**fulfilled)
+            fulfilled = {
+                **fulfilled,
+                "answer_edited_by": review.channel,
+                "original_answer_sha256": digest(result)["sha256"],
+            }
+        self._audit.record(params=params, result=review.result, **fulfilled)
         return review.result
 
     def host_may_answer(self, params: dict[str, Any], session: Session, tools: tuple[str, ...]) -> bool:
@@ -318,27 +313,21 @@ class SamplingService:
         except Refused as refused:
             decision = refused.decision
         tool = (decision.tool if decision else None) or (tools[-1] if tools else None)
-        audit = request_fields(
-            session,
-            {"method": SAMPLING_CREATE, "params": params},
-            tool,
-            rule=decision.rule if decision else None,
-            **attribution_fields(session, tools),
-        )
+        why = decision.reason if decision else "not judged"
         result = response if isinstance(response, dict) else {}
-        self._audit.record(
-            **audit,
-            params=params,
-            result=result,
-            provider="host",
-            model=result.get("model"),
-            stop_reason=result.get("stopReason"),
-            decision="allow",
-            approver="host",
-            reason=f"{decision.reason if decision else 'not judged'}; answered by the host (2026-07-28 input_required)",
-            error=None if isinstance(response, dict) else "the host's answer is not an object",
-            latency_ms=elapsed_ms(started),
-        )
+        answered: AuditFields = {
+            **request_fields(session, {"method": SAMPLING_CREATE, "params": params}, tool, tools),
+            "rule": decision.rule if decision else None,
+            "provider": "host",
+            "model": result.get("model"),
+            "stop_reason": result.get("stopReason"),
+            "decision": "allow",
+            "approver": "host",
+            "reason": f"{why}; answered by the host (2026-07-28 input_required)",
+            "error": None if isinstance(response, dict) else "the host's answer is not an object",
+            "latency_ms": elapsed_ms(started),
+        }
+        self._audit.record(params=params, result=result, **answered)
 
     def route(self, request: SamplingRequest, session: Session) -> str:
         """'host' when the host answers this request itself, else 'proxy'."""
@@ -358,16 +347,17 @@ class SamplingService:
         decision: Decision,
         session: Session,
         tool: str | None,
-        audit: dict[str, Any],
+        audit: AuditFields,
         started: float,
-    ) -> tuple[dict[str, Any], Completion, dict[str, Any]]:
+    ) -> tuple[dict[str, Any], Completion, AuditFields]:
         """The LLM's result, its completion, and the fields of its audit record (the caller records
-        them, after the review when there is one)."""
+        them, with the request's params and the result, after the review when there is one)."""
         params = request.wire  # the adapters translate the wire form through the one content walker
         try:
             choice = choose_provider(self._settings, self._adapters.configs, request, decision)
         except RpcError as exc:
-            self._audit.record(**audit, params=params, error=exc.message)
+            unrouted: AuditFields = {**audit, "error": exc.message}
+            self._audit.record(params=params, **unrouted)
             raise
         log.debug("model chosen", provider=choice.provider, model=choice.model, why=choice.reason)
         adapter = self._adapters.get(choice.provider)
@@ -377,14 +367,14 @@ class SamplingService:
             with waiting_for("waiting for the LLM"):  # progress keep-alive (relay/keepalive.py)
                 completion = await adapter.complete(params, choice.model)
         except LLMError as exc:
-            self._audit.record(
+            failed: AuditFields = {
                 **audit,
-                params=params,
-                provider=choice.provider,
-                model=choice.model,
-                error=exc.message,
-                latency_ms=elapsed_ms(started),
-            )
+                "provider": choice.provider,
+                "model": choice.model,
+                "error": exc.message,
+                "latency_ms": elapsed_ms(started),
+            }
+            self._audit.record(params=params, **failed)
             log.warning("sampling failed", provider=choice.provider, error=exc.message)
             raise RpcError(exc.code, exc.message) from None
         finally:
@@ -404,10 +394,8 @@ class SamplingService:
             "model": completion.model,
             "stopReason": completion.stop_reason,
         }
-        fulfilled = {
+        fulfilled: AuditFields = {
             **audit,
-            "params": params,
-            "result": result,
             "provider": choice.provider,
             "model": completion.model,
             "input_tokens": completion.input_tokens,
@@ -435,11 +423,11 @@ class _Ended(Exception):
     """A stage ended the request: how (an audit outcome), the error the server gets, and extra
     audit fields (the approver, the limit)."""
 
-    def __init__(self, outcome: Outcome, error: RpcError, **fields: Any):
+    def __init__(self, outcome: Outcome, error: RpcError, /, **fields: Unpack[AuditFields]):
         super().__init__(error.message)
         self.outcome = outcome
         self.error = error
-        self.fields = fields
+        self.fields: AuditFields = fields
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,243 @@
+"""The audit record's format: its fields, its canonical form and hash, and reading a line back.
+
+Record format (README "Audit log" has the full reference). Every line is one JSON object:
+
+- decision records (`"event": "decision"`), exactly one per `sampling/createMessage` or
+  `elicitation/create` request, whatever its ending (refused, fulfilled, failed, rejected on review,
+  cancelled, or an internal error). Every decision record carries every key of
+  `DECISION_FIELDS` (null when it does not apply), then any extra facts (`limit`; `prompt_edited_by`
+  when a human edited the prompt; `answer_edited_by` and `original_answer_sha256`, the digest of
+  the LLM's own result, when a reviewer replaced the answer the server got), then
+  `content`: digests of what was sent and answered, and the text itself in `redacted`/`full` mode.
+  One record per outcome rather than one per event (received, decided, approved, fulfilled): each
+  line tells a request's whole story, readers need no joins, and there is no half-recorded request.
+  `AuditFields` names every field a caller can give, with its type.
+- the first record of every file (whatever its event) has the key `continues`: null and
+  `prev_hash` = `GENESIS` in a new log; after a rotation, the rotated file's name as it was then
+  (later rotations shift the numbers) and `prev_hash` = that file's last hash. No other record has
+  it, so lines deleted from the start of a file show.
+- `"event": "seal"`: written when a writer finds bytes after the last good record (a write torn
+  by a crash or a full disk, or lines that are not records). It names how many bytes it covers
+  (`torn_bytes`, their `torn_sha256`) and links to the last good record, so the chain goes on
+  and `verify` can tell a sealed crash from tampering.
+
+Every record has `ts` (UTC ISO 8601, ms), `seq` (per writer, from 1, no gaps), `proxy_id` (the
+writer), `prev_hash` and `hash`: SHA-256 (hex) of the record's canonical JSON without `hash`
+(`canonical()`: sorted keys, compact separators, UTF-8). `prev_hash` is the previous line's
+`hash`, so editing, deleting or reordering lines breaks the chain.
+
+This module is the format only: `chain_file.py` writes lines, `tail.py` finds the last one,
+`recorder.py` is the API the proxy records through, `commands/audit.py` verifies and reads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, Protocol, TypedDict
+
+from mcp_sampling_proxy.vocabulary import OUTCOMES, Outcome
+
+GENESIS = "0" * 64  # the prev_hash of the first record of a new log
+DECISIONS = OUTCOMES
+
+# The keys of every decision record, in the order they are written.
+DECISION_FIELDS = (
+    "server",
+    "host",
+    "method",
+    "request_id",
+    "tool",
+    "protocol_version",
+    "decision",
+    "rule",
+    "reason",
+    "approver",
+    "provider",
+    "model",
+    "input_tokens",
+    "output_tokens",
+    "latency_ms",
+    "stop_reason",
+    "error",
+)
+TEXT_FIELDS = ("reason", "error")  # free text: secret shapes are masked in every content mode
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+class AuditFields(TypedDict, total=False):
+    """Every field a caller can give a decision record (`AuditLog.record`). The first group is
+    `DECISION_FIELDS` (written in every decision record, null when not given); the rest are written
+    only when given. The writer adds `event`, `content` and the chain's keys."""
+
+    server: str  # the server's name, as the operator knows it
+    host: str | None  # the host's name (clientInfo)
+    method: str | None  # sampling/createMessage | elicitation/create
+    request_id: str | int | None  # the server's JSON-RPC id
+    tool: str | None  # the tool call the request belongs to
+    protocol_version: str | None
+    decision: Outcome
+    rule: str | None  # the policy rule that matched
+    reason: str | None  # why (masked for secret shapes)
+    approver: str | None  # who let it through: a channel (terminal, console, host) or None for the policy
+    provider: str | None  # the LLM provider that answered ("host": the host's own LLM)
+    model: str | None
+    input_tokens: int | None
+    output_tokens: int | None
+    latency_ms: int | None
+    stop_reason: str | None
+    error: str | None  # what went wrong (masked for secret shapes)
+    # written only when given
+    server_reported: str  # the name the server reports, when it differs from `server`
+    tool_candidates: list[str]  # every tool call that could own the request, when more than one could
+    limit: str  # the limit that refused it: rate_limit | concurrent | budget
+    mode: str | None  # elicitation: form | url
+    action: str | None  # elicitation: the answer's action (accept, decline, cancel)
+    prompt_edited_by: str | None  # the channel of a human who edited the prompt
+    answer_edited_by: str  # the channel of a reviewer who replaced the LLM's answer
+    original_answer_sha256: str  # the digest of the LLM's own answer, when a reviewer rejected or replaced it
+
+
+class RequestSession(Protocol):
+    """What `request_fields` reads of the relay's session (relay/core.py `Session`)."""
+
+    @property
+    def server_name(self) -> str: ...
+    @property
+    def host_name(self) -> str: ...
+    @property
+    def server_reported_if_different(self) -> str | None: ...
+
+    protocol_version: str | None
+
+
+# -- canonical form and digests ------------------------------------------------------------------
+
+
+def canonical(value: Any) -> bytes:
+    """The bytes hashed for the chain and for content digests: sorted keys, compact, UTF-8."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return text.encode("utf-8", "surrogatepass")
+
+
+def record_hash(record: Mapping[str, Any]) -> str:
+    """SHA-256 of the record without its `hash` key (it does include `prev_hash`)."""
+    return hashlib.sha256(canonical({k: v for k, v in record.items() if k != "hash"})).hexdigest()
+
+
+def digest(value: Any) -> dict[str, Any]:
+    """Size and SHA-256 of a JSON value's canonical form (of the UTF-8 text for a string)."""
+    data = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else canonical(value)
+    return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def parse_object(line: bytes) -> dict[str, Any] | None:
+    """A line of the log as a JSON object, or None: anyone running as the user can append to the
+    log, so a line may be garbage, torn, not an object, or nested past what the parser recurses
+    into (RecursionError, which is not a ValueError: 2 KB of '[' stopped proxies from starting)."""
+    try:
+        value = json.loads(line, object_pairs_hook=unique_keys)
+    except (ValueError, RecursionError):  # ValueError includes UnicodeDecodeError, DuplicateKey
+        return None
+    return value if isinstance(value, dict) else None
+
+
+class DuplicateKey(ValueError):
+    """An object naming one key twice: parsers disagree on which value counts (Python's json the last,
+    others the first), and the hash covers only the one Python keeps, so an edited line could show a
+    reader `"decision": "allow"` while the chain checks out."""
+
+    def __init__(self, key: str):
+        super().__init__(f"duplicate key {key!r}")
+        self.key = key
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json's object_pairs_hook that refuses an object naming a key twice (DuplicateKey)."""
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKey(key)
+            seen.add(key)
+    return value
+
+
+def parse_record(line: bytes) -> dict[str, Any] | None:
+    """A chained record (a JSON object with a well-formed `hash`), or None."""
+    value = parse_object(line)
+    if value is not None and isinstance(value.get("hash"), str) and _HEX64.fullmatch(value["hash"]):
+        return value
+    return None
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def request_fields(
+    session: RequestSession, message: Mapping[str, Any], tool: str | None, candidates: tuple[str, ...]
+) -> AuditFields:
+    """The fields every record of one server request shares (who asked, in which tool call, which
+    era), with `rule` still unknown; `candidates`: every tool call that could own the request.
+    Who asked: the reported name when it differs from the operator's, and every candidate when
+    more than one could own it."""
+    fields: AuditFields = {
+        "server": session.server_name,
+        "host": session.host_name or None,
+        "method": message.get("method"),
+        "request_id": message.get("id"),
+        "tool": tool,
+        "protocol_version": session.protocol_version,
+        "rule": None,
+    }
+    if session.server_reported_if_different is not None:
+        fields["server_reported"] = session.server_reported_if_different
+    if len(candidates) > 1:
+        fields["tool_candidates"] = list(candidates)
+    return fields
+
+
+def elapsed_ms(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)
+
+
+def rotated_name(path: str, index: int) -> str:
+    return f"{path}.{index}"
+
+
+def content_record(params: Any, result: Any, mode: str) -> dict[str, Any]:
+    """What the `content` key holds: digests always; the content itself in redacted/full mode.
+
+    `request` is the digest of the whole params object; `system` of the system prompt's text;
+    each of `messages` of one message object (role and content); `tools` of the tools list;
+    `response` of the result object the server was given (null when there was none)."""
+    keep = mode != "none"
+    messages_out: list[dict[str, Any]] = []
+    out: dict[str, Any] = {
+        "mode": mode,
+        "request": digest(params),
+        "system": None,
+        "messages": messages_out,
+        "tools": None,
+        "response": None,
+    }
+    if isinstance(params, dict):
+        system = params.get("systemPrompt")
+        if isinstance(system, str):
+            out["system"] = {**digest(system), **({"text": system} if keep else {})}
+        messages = params.get("messages")
+        for message in messages if isinstance(messages, list) else []:
+            role = message.get("role") if isinstance(message, dict) else None
+            messages_out.append({"role": role, **digest(message), **({"message": message} if keep else {})})
+        tools = params.get("tools")
+        if tools is not None:
+            out["tools"] = {**digest(tools), **({"tools": tools} if keep else {})}
+    if result is not None:
+        out["response"] = {**digest(result), **({"result": result} if keep else {})}
+    return out
