@@ -41,7 +41,10 @@ PROG = "mcp-sampling-proxy policy"
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog=PROG, description="Work with policy files.")
     sub = parser.add_subparsers(dest="action", required=True)
-    check = sub.add_parser("check", help="validate policy files; exit 0 when all are valid, 1 otherwise")
+    check = sub.add_parser(
+        "check",
+        help="validate policy files, naming every mistake as FILE:LINE:COL; exit 0 when all are valid, 1 otherwise",
+    )
     check.add_argument("files", nargs="+", metavar="FILE")
     explain = sub.add_parser(
         "explain",
@@ -88,6 +91,9 @@ def main(argv: Sequence[str]) -> int:
             settings = load_settings(path, environ={})
         except PolicyError as exc:
             print(exc, file=sys.stderr)
+            count = len(exc.mistakes)
+            if count > 1:
+                print(f"{path}: {count} mistakes; fix them all, then check again", file=sys.stderr)
             failed += 1
             continue
         providers = ", ".join(f"{p.name} ({p.type})" for p in settings.providers) or "from the environment"
