@@ -4,12 +4,19 @@ stdin and stdout are the protocol, and a host such as Claude Desktop gives the p
 terminal at all, so this opens /dev/tty when it exists and reports plainly when it does not.
 Reads are non-blocking and cancellable; one conversation at a time holds the terminal.
 Everything shown here that came from a server must pass through `sanitize.strip_controls`.
+
+A question waiting for its answer (`ask`) stays the last thing on screen. When the proxy's stderr is
+this same terminal (a proxy started in a shell), lines written to stderr meanwhile (log lines, the
+server's stderr passed through `write_stderr`) take the question's place, and the question is shown
+again below them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import sys
+from typing import Any, TextIO
 
 import anyio
 
@@ -26,6 +33,7 @@ class Terminal:
         self._fd = fd
         self._buffer = b""
         self.lock = anyio.Lock()
+        self.waiting: str | None = None  # the question on screen waiting for its answer, if any
 
     @classmethod
     def open(cls) -> Terminal | None:
@@ -41,7 +49,10 @@ class Terminal:
             os.close(fd)
             return None
         os.set_blocking(fd, False)
-        return cls(fd)
+        terminal = cls(fd)
+        if _same_terminal(fd, 2):
+            _keep_questions_below_stderr(terminal)
+        return terminal
 
     def write(self, text: str) -> None:
         """Write text we composed (server text must already be sanitised by the caller)."""
@@ -51,6 +62,24 @@ class Terminal:
             os.write(self._fd, data)
         finally:
             os.set_blocking(self._fd, False)
+
+    async def ask(self, prompt: str) -> str | None:
+        """Show `prompt` and read the answer (None at the end of input); while it waits, lines of
+        stderr on this terminal go above it (`interject`)."""
+        self.write(prompt)
+        self.waiting = prompt
+        try:
+            return await self.readline()
+        finally:
+            self.waiting = None
+
+    def interject(self, lines: str) -> None:
+        """Write whole `lines` (ending in a newline) we did not ask: in place of a waiting question,
+        which is then shown again below them (what the user had typed of the answer still counts)."""
+        if self.waiting is None:
+            self.write(lines)
+        else:
+            self.write("\r\x1b[K" + lines + self.waiting)
 
     def show(self, untrusted: str) -> None:
         """Write server-controlled text with escape and control sequences removed."""
@@ -90,3 +119,61 @@ def discard_typeahead(fd: int) -> None:
     with contextlib.suppress(OSError, termios.error):
         if os.isatty(fd):
             termios.tcflush(fd, termios.TCIFLUSH)
+
+
+_stderr_guard: _AboveQuestion | None = None
+
+
+def write_stderr(data: bytes) -> None:
+    """Write a line to stderr (fd 2) without burying a question waiting on the same terminal."""
+    if _stderr_guard is None:
+        os.write(2, data)
+    else:
+        _stderr_guard.write(data.decode("utf-8", "replace"))
+        _stderr_guard.flush()
+
+
+class _AboveQuestion:
+    """sys.stderr while it is the terminal's device: while a question waits, whole lines go above it."""
+
+    def __init__(self, stream: TextIO, terminal: Terminal):
+        self._stream = stream
+        self._terminal = terminal
+        self._pending = ""
+
+    def write(self, text: str) -> int:
+        if self._terminal.waiting is None and not self._pending:
+            return self._stream.write(text)
+        self._pending += text
+        if "\n" in self._pending:
+            lines, _, self._pending = self._pending.rpartition("\n")
+            self._stream.flush()
+            self._terminal.interject(lines + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:  # fileno, isatty, encoding ...: the stream's own
+        return getattr(self._stream, name)
+
+
+def _keep_questions_below_stderr(terminal: Terminal) -> None:
+    global _stderr_guard
+    _stderr_guard = _AboveQuestion(sys.stderr, terminal)
+    sys.stderr = _stderr_guard
+
+
+def _same_terminal(fd: int, other: int) -> bool:
+    """Whether `other` (stderr) is the terminal `fd` is open on: the same device, or, for /dev/tty
+    (an alias of the controlling terminal), the controlling terminal itself."""
+    try:
+        mine, theirs = os.fstat(fd), os.fstat(other)
+        if not os.isatty(other):
+            return False
+        if mine.st_rdev == theirs.st_rdev:
+            return True
+        os.tcgetpgrp(other)  # fails (ENOTTY) unless `other` is this process's controlling terminal
+    except OSError:
+        return False
+    return os.ttyname(fd) == "/dev/tty"

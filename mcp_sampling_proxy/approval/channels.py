@@ -397,8 +397,7 @@ class TerminalChannel:
 
     async def _ask(self, prompt: str) -> str | None:
         assert self._terminal is not None
-        self._terminal.write(prompt)
-        return await self._terminal.readline()
+        return await self._terminal.ask(prompt)  # stays the last thing on screen while it waits
 
     def _say(self, text: str) -> None:
         assert self._terminal is not None

@@ -120,8 +120,7 @@ class TerminalElicitor:
         self._terminal = terminal
 
     async def _ask(self, prompt: str) -> str | None:
-        self._terminal.write(prompt)
-        return await self._terminal.readline()
+        return await self._terminal.ask(prompt)  # stays the last thing on screen while it waits
 
     def _say(self, text: str) -> None:
         self._terminal.write(text + "\n")
