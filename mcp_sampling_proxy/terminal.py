@@ -33,6 +33,7 @@ class Terminal:
         self._fd = fd
         self._buffer = b""
         self.lock = anyio.Lock()
+        self._summary: str | None = None  # the request summary an approval just showed (see `note_shown`)
         self.waiting: str | None = None  # the question on screen waiting for its answer, if any
 
     @classmethod
@@ -100,6 +101,16 @@ class Terminal:
             self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
         return line.decode("utf-8", "replace").rstrip("\r")
+
+    def note_shown(self, summary: str) -> None:
+        """A request's summary was just shown and approved here: the typed reply that follows need not
+        show it again (`shown_just_now`)."""
+        self._summary = summary
+
+    def shown_just_now(self, summary: str) -> bool:
+        """Whether `summary` is the one `note_shown` named last (once: the note is used up)."""
+        shown, self._summary = self._summary, None
+        return shown == summary
 
     def discard_typeahead(self) -> None:
         """Forget what was typed before a question was shown (it answered nothing the user saw)."""

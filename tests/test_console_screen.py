@@ -1,6 +1,6 @@
 """What a person sees in a terminal (tmux) while a question waits for them: the question stays the last
 line on screen when other lines arrive meanwhile (a proxy attaching to or leaving the console, a line the
-server writes to stderr)."""
+server writes to stderr), and `try` shows a request once."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import KITCHEN_SINK, PY, RawHost, proxy_command, proxy_env, write_policy
+from support import EXAMPLES, KITCHEN_SINK, PY, RawHost, proxy_command, proxy_env, write_policy
 
 from mcp_sampling_proxy.approval.channels import APPROVE_PROMPT
 
@@ -170,3 +170,26 @@ def test_the_proxy_terminal_question_stays_last_when_the_server_writes_to_stderr
     assert lines[-1] == QUESTION, "\n".join(lines)
     screen.type("n")
     assert "HOST GOT rejected" in screen.wait_for("HOST GOT")
+
+
+def test_try_shows_the_request_once_when_it_is_approved_then_typed(tmp_path: Path, screens: list[Screen]) -> None:
+    """`try` with a rule that asks and no LLM: the approval shows the request; the typed reply that
+    follows refers to it instead of showing it a second time."""
+    policy = write_policy(tmp_path, PROMPT_RULES)
+    env = proxy_env()
+    env.pop("MCP_SAMPLING_PROXY_NO_TERMINAL")
+    command = [PY, "-m", "mcp_sampling_proxy", "try", "--policy", policy, "--tool", "summarize"]
+    command += ["--args", json.dumps({"text": "The quick brown fox."}), "--", PY, str(EXAMPLES / "summarizer.py")]
+    screen = Screen(tmp_path, command, env)
+    screens.append(screen)
+    screen.wait_for(QUESTION)
+    screen.type("y")
+    screen.wait_for("Type the reply")
+    screen.type("A fox, quickly.")
+    screen.type(".")
+    lines = screen.wait_for("result:")
+    shown = "\n".join(lines)
+    assert shown.count("asks for an LLM completion") == 1, shown
+    assert shown.count("The quick brown fox.") == 1, shown
+    assert "Type the reply to the request above" in shown
+    assert lines[-1] == "A fox, quickly."

@@ -418,6 +418,7 @@ class TerminalChannel:
                 raise
         if scope is None:
             return Approval(False, self.name, "rejected at the terminal", "rejected")
+        terminal.note_shown(request.summary)  # a typed reply right after need not repeat it
         if text is not None:
             return Approval(
                 True,
