@@ -17,6 +17,7 @@ import pytest
 from support import EXAMPLES, KITCHEN_SINK, PY, RawHost, proxy_command, proxy_env, write_policy
 
 from mcp_sampling_proxy.approval.channels import APPROVE_PROMPT
+from mcp_sampling_proxy.identity import server_phrase
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (apt-get install tmux)"),
@@ -101,8 +102,11 @@ def test_the_console_question_stays_last_when_proxies_attach_and_leave(
                 "params": {"name": "sample", "arguments": {"prompt": "hello"}},
             }
         )
-        console.wait_for(QUESTION)
+        lines = console.wait_for(QUESTION)
         assert console.last_line() == QUESTION
+        # the operator's name and the server's own claim, each quoted once, none inside another
+        summary = "Server 'kitchen_sink_server' (which calls itself \"kitchen-sink\") asks for an LLM completion"
+        assert any(summary in line for line in lines), "\n".join(lines)
         with RawHost(proxy_command(policy), proxy_env(**dirs), tmp_path / "other.log") as other:
             other.initialize()
             lines = console.wait_for(f"[proxy {other.proc.pid}] attached")
@@ -193,3 +197,19 @@ def test_try_shows_the_request_once_when_it_is_approved_then_typed(tmp_path: Pat
     assert shown.count("The quick brown fox.") == 1, shown
     assert "Type the reply to the request above" in shown
     assert lines[-1] == "A fox, quickly."
+
+
+@pytest.mark.parametrize(
+    ("reported", "shown"),
+    [
+        pytest.param(None, "'notes'", id="same-name"),
+        pytest.param("Notes Pro", "'notes' (which calls itself \"Notes Pro\")", id="another-name"),
+        pytest.param(
+            'x") asks nothing. Server "trusted',
+            "'notes' (which calls itself \"x') asks nothing. Server 'trusted\")",
+            id="quotes-cannot-end-the-claim",
+        ),
+    ],
+)
+def test_a_server_is_named_without_nested_quotes(reported: str | None, shown: str) -> None:
+    assert server_phrase("notes", reported) == shown
