@@ -80,7 +80,7 @@ class Terminal:
         if self.waiting is None:
             self.write(lines)
         else:
-            self.write("\r\x1b[K" + lines + self.waiting)
+            self.write(erase_question(self.waiting, self._fd) + lines + self.waiting)
 
     def show(self, untrusted: str) -> None:
         """Write server-controlled text with escape and control sequences removed."""
@@ -120,6 +120,17 @@ class Terminal:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             os.close(self._fd)
+
+
+def erase_question(prompt: str, fd: int) -> str:
+    """What erases `prompt` from the screen when the cursor sits at its end: back to its first row (a long
+    question wraps on a narrow terminal) and clear from there down (also what was typed after it)."""
+    try:
+        columns = os.get_terminal_size(fd).columns
+    except OSError:
+        columns = 80
+    rows_above = max(len(prompt) - 1, 0) // max(columns, 1)
+    return "\r" + (f"\x1b[{rows_above}A" if rows_above else "") + "\x1b[J"
 
 
 def discard_typeahead(fd: int) -> None:

@@ -31,19 +31,19 @@ QUESTION = APPROVE_PROMPT.rstrip()
 class Screen:
     """A command in a tmux pane of its own server, read as the person in front of it sees it."""
 
-    def __init__(self, tmp_path: Path, command: list[str], env: dict[str, str]):
+    def __init__(self, tmp_path: Path, command: list[str], env: dict[str, str], width: int = 220):
         self.name = f"t-{uuid.uuid4().hex[:8]}"
         self.tmux = ["tmux", "-S", str(tmp_path / "tmux.sock")]
         shown = " ".join(_shell_quote(word) for word in command)
         subprocess.run(
-            [*self.tmux, "new-session", "-d", "-s", self.name, "-x", "220", "-y", "50", f"{shown}; sleep 60"],
+            [*self.tmux, "new-session", "-d", "-s", self.name, "-x", str(width), "-y", "50", f"{shown}; sleep 60"],
             env=env,
             check=True,
         )
 
     def lines(self) -> list[str]:
         text = subprocess.run(
-            [*self.tmux, "capture-pane", "-p", "-t", self.name, "-S", "-500"],
+            [*self.tmux, "capture-pane", "-p", "-J", "-t", self.name, "-S", "-500"],  # -J: a wrapped line as one
             capture_output=True,
             text=True,
             check=True,
@@ -82,13 +82,14 @@ def screens() -> Iterator[list[Screen]]:
         screen.close()
 
 
+@pytest.mark.parametrize("width", [220, 60])  # 60: the question wraps onto two rows
 def test_the_console_question_stays_last_when_proxies_attach_and_leave(
-    tmp_path: Path, dirs: dict[str, str], screens: list[Screen]
+    tmp_path: Path, dirs: dict[str, str], screens: list[Screen], width: int
 ) -> None:
     """A real console in tmux, real proxies: another proxy attaching and then leaving while a question
     waits prints its line above the question, which is asked again as the last line."""
     policy = write_policy(tmp_path, PROMPT_RULES)
-    console = Screen(tmp_path, [PY, "-m", "mcp_sampling_proxy", "console"], proxy_env(**dirs))
+    console = Screen(tmp_path, [PY, "-m", "mcp_sampling_proxy", "console"], proxy_env(**dirs), width)
     screens.append(console)
     console.wait_for("watching")
     with RawHost(proxy_command(policy), proxy_env(**dirs), tmp_path / "asking.log") as asking:
@@ -115,7 +116,8 @@ def test_the_console_question_stays_last_when_proxies_attach_and_leave(
             other.wait()
         lines = console.wait_for(f"[proxy {other.proc.pid}] detached")
         assert lines[-1] == QUESTION, "\n".join(lines)
-        assert sum(QUESTION in line for line in lines) == 1  # its line was rewritten below each, not repeated
+        # erased and asked again below each line, whole: no copy or piece of it is left above
+        assert [line for line in lines if "Allow this request?" in line] == [QUESTION], "\n".join(lines)
         console.type("n")  # the question still takes its answer
         answer = asking.wait_for(lambda m: m.get("id") == 2, 30)
         assert "-> denied" in console.wait_for("-> denied")
@@ -153,8 +155,9 @@ print("HOST GOT", "rejected" if "rejected at the terminal" in json.dumps(answer(
 """
 
 
+@pytest.mark.parametrize("width", [220, 60])
 def test_the_proxy_terminal_question_stays_last_when_the_server_writes_to_stderr(
-    tmp_path: Path, dirs: dict[str, str], screens: list[Screen]
+    tmp_path: Path, dirs: dict[str, str], screens: list[Screen], width: int
 ) -> None:
     """A proxy started in a terminal asks there; a line of the server's stderr (passed through to the
     proxy's stderr, the same terminal) arriving while it waits goes above the question."""
@@ -164,7 +167,8 @@ def test_the_proxy_terminal_question_stays_last_when_the_server_writes_to_stderr
     go = tmp_path / "go"
     env = proxy_env(**dirs)
     env.pop("MCP_SAMPLING_PROXY_NO_TERMINAL")
-    screen = Screen(tmp_path, [PY, str(host), str(go), *proxy_command(policy, upstream=[PY, KITCHEN_SINK])], env)
+    command = [PY, str(host), str(go), *proxy_command(policy, upstream=[PY, KITCHEN_SINK])]
+    screen = Screen(tmp_path, command, env, width)
     screens.append(screen)
     screen.wait_for(QUESTION)
     assert screen.last_line() == QUESTION
@@ -172,6 +176,7 @@ def test_the_proxy_terminal_question_stays_last_when_the_server_writes_to_stderr
     lines = screen.wait_for("cancelled")
     assert any(line.startswith("[upstream ") and "cancelled" in line for line in lines), "\n".join(lines)
     assert lines[-1] == QUESTION, "\n".join(lines)
+    assert [line for line in lines if "Allow this request?" in line] == [QUESTION], "\n".join(lines)
     screen.type("n")
     assert "HOST GOT rejected" in screen.wait_for("HOST GOT")
 

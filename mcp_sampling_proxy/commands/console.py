@@ -29,7 +29,7 @@ from mcp_sampling_proxy.approval.channels import approval_dialogue, review_dialo
 from mcp_sampling_proxy.approval.console.client import ConsoleClient, Event, decision_reply, elicit_reply, review_reply
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.sanitize import one_line, quote, strip_controls
-from mcp_sampling_proxy.terminal import discard_typeahead
+from mcp_sampling_proxy.terminal import discard_typeahead, erase_question
 
 log = get_logger("mcp_sampling_proxy.console")
 
@@ -55,8 +55,10 @@ class Console:
         if self._waiting is None:
             self.say(text)
             return
-        # on a terminal the question's line is rewritten; elsewhere (a pipe) the line goes below it
-        self._out.write(("\r\x1b[K" if _isatty(self._out) else "\n") + text + "\n" + self._waiting)
+        # on a terminal the question is erased and asked again below the line; elsewhere (a pipe) the
+        # line goes below it
+        erase = erase_question(self._waiting, self._out.fileno()) if _isatty(self._out) else "\n"
+        self._out.write(erase + text + "\n" + self._waiting)
         self._out.flush()
 
     async def ask(self, prompt: str) -> str | None:
