@@ -118,6 +118,7 @@ class Terminal:
         discard_typeahead(self._fd)
 
     def close(self) -> None:
+        _release_stderr(self)
         with contextlib.suppress(OSError):
             os.close(self._fd)
 
@@ -159,31 +160,49 @@ class _AboveQuestion:
     """sys.stderr while it is the terminal's device: while a question waits, whole lines go above it."""
 
     def __init__(self, stream: TextIO, terminal: Terminal):
-        self._stream = stream
-        self._terminal = terminal
+        self.stream = stream
+        self.terminal = terminal
         self._pending = ""
 
     def write(self, text: str) -> int:
-        if self._terminal.waiting is None and not self._pending:
-            return self._stream.write(text)
+        if self.terminal.waiting is None and not self._pending:
+            return self.stream.write(text)
         self._pending += text
         if "\n" in self._pending:
             lines, _, self._pending = self._pending.rpartition("\n")
-            self._stream.flush()
-            self._terminal.interject(lines + "\n")
+            self.stream.flush()
+            self.terminal.interject(lines + "\n")
         return len(text)
 
     def flush(self) -> None:
-        self._stream.flush()
+        self.stream.flush()
+
+    def release(self) -> None:
+        """Write what is held back (a line not ended yet) as it is."""
+        held, self._pending = self._pending, ""
+        if held:
+            self.stream.write(held)
+            self.stream.flush()
 
     def __getattr__(self, name: str) -> Any:  # fileno, isatty, encoding ...: the stream's own
-        return getattr(self._stream, name)
+        return getattr(self.stream, name)
 
 
 def _keep_questions_below_stderr(terminal: Terminal) -> None:
     global _stderr_guard
     _stderr_guard = _AboveQuestion(sys.stderr, terminal)
     sys.stderr = _stderr_guard
+
+
+def _release_stderr(terminal: Terminal) -> None:
+    """Give stderr back as it was, when it was kept for `terminal` (now closed)."""
+    global _stderr_guard
+    guard = _stderr_guard
+    if guard is not None and guard.terminal is terminal:
+        _stderr_guard = None
+        guard.release()
+        if sys.stderr is guard:
+            sys.stderr = guard.stream
 
 
 def _same_terminal(fd: int, other: int) -> bool:
