@@ -368,3 +368,13 @@ def test_the_help_shows_the_ways_to_give_a_request() -> None:
     shown = run_explain("--help").stdout
     for option in ("--prompt TEXT", "--template", "--model M", "--max-tokens N", "--request REQUEST.json"):
         assert option in shown
+
+
+def test_the_name_a_server_reports_is_shown_as_its_claim(tmp_path: Path) -> None:
+    result = run_explain(
+        write_policy(tmp_path, POLICY), "--prompt", "hi", "--server", "notes", "--server-reported", 'N "P"'
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[1].startswith(
+        "request: sampling from server 'notes' (which calls itself \"N 'P'\"), "
+    )

@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from mcp_sampling_proxy.config.settings import Settings, load_settings, settings_from_environment
-from mcp_sampling_proxy.identity import shown
+from mcp_sampling_proxy.identity import server_phrase, shown
 from mcp_sampling_proxy.policy.conditions import Facts
 from mcp_sampling_proxy.policy.engine import Decision, why
 from mcp_sampling_proxy.policy.rules import RateLimit, Rule, SizeLimits, effective_limits
@@ -395,14 +395,13 @@ def model_reason(settings: Settings, judged: SamplingJudgement) -> str:
 
 
 def describe_facts(facts: Facts) -> list[str]:
-    server = f"'{facts.server}'" if facts.server else "'' (no --server given)"
+    reported = None if facts.server_reported is None else strip_controls(shown(facts.server_reported))
+    server = server_phrase(facts.server, reported) + ("" if facts.server else " (no --server given)")
     host = f"'{facts.host}'" if facts.host else "'' (no --host given)"
     if len(set(facts.tools_in_flight)) > 1:
         tool = "during tool calls " + ", ".join(f"'{t}'" for t in dict.fromkeys(facts.tools_in_flight))
     else:
         tool = f"during tool call '{facts.tool}'" if facts.tool else "no host tool call in flight (tool: none)"
-    if facts.server_reported is not None:
-        server += f" (reports itself as '{strip_controls(shown(facts.server_reported))}', untrusted)"
     hints = ", ".join(facts.model_hints) or "none"
     max_tokens = "not given" if facts.max_tokens is None else str(facts.max_tokens)
     content = ", ".join(sorted(facts.content_types)) or "none"
