@@ -68,6 +68,17 @@ def shown(name: str) -> str:
     return "".join(f"\\u{ord(c):04x}" if bad_character(c) else c for c in name)
 
 
+def server_phrase(name: str, reported: str | None = None) -> str:
+    """A server as a human is shown it: the operator's name for it in single quotes, then, when it
+    reports another name for itself, that claim in double quotes, marked as the server's own. No quote
+    nests in another, and the claim holds no double quote of its own, so it cannot seem to end early
+    and pass its text for the proxy's: `'notes' (which calls itself "Notes Pro")`."""
+    if reported is None:
+        return f"'{name}'"
+    claim = reported.replace('"', "'")
+    return f"'{name}' (which calls itself \"{claim}\")"
+
+
 def derive_from_command(command: Sequence[str]) -> str:
     """A name from the upstream command line: the script or package it runs.
 

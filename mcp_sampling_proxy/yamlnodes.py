@@ -2,6 +2,11 @@
 
 The policy loader walks `yaml.compose` nodes through `Node`, which turns every mistake into
 `PolicyError("FILE:LINE:COL: what is wrong, what is allowed")`.
+
+A document read with `load(..., gather=True)` reports every mistake at once rather than the first:
+its nodes share an `Errors` list, unknown and repeated keys go there and are skipped, and the
+grammar wraps each independent part (a section, a rule, a condition) in `Node.attempt`, which files
+that part's error and goes on. `Errors.check()` then raises one PolicyError naming them all.
 """
 
 from __future__ import annotations
@@ -9,25 +14,77 @@ from __future__ import annotations
 import builtins
 import difflib
 import re
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import yaml
 
 from mcp_sampling_proxy.units import DURATION_FORMS, SIZE_FORMS, parse_duration, parse_size
 
+T = TypeVar("T")
+
 
 class PolicyError(Exception):
-    """A policy file that cannot be used; the message names file, line, column and the fix."""
+    """A policy file that cannot be used; the message names file, line, column and the fix, one
+    line per mistake (`mistakes`) when several were found."""
+
+    def __init__(self, *mistakes: str):
+        super().__init__("\n".join(mistakes))
+        self.mistakes: tuple[str, ...] = mistakes
+
+
+class Errors:
+    """The mistakes found so far in one document, in the order they were met."""
+
+    def __init__(self) -> None:
+        self.mistakes: list[str] = []
+        self._quiet: set[str] = set()  # "FILE:LINE:COL: " of mappings with a misspelt key
+
+    def add(self, error: PolicyError) -> None:
+        self.mistakes.extend(
+            m for m in error.mistakes if m not in self.mistakes and not any(m.startswith(q) for q in self._quiet)
+        )
+
+    def quiet(self, at: str) -> None:
+        """Say nothing more about the mapping at `at`: a key of it was misspelt, and "it needs KEY" would
+        only repeat the "did you mean KEY?" already said."""
+        self._quiet.add(at)
+
+    def check(self) -> None:
+        """Raise them all as one PolicyError, in the order of the file, if there are any."""
+        if self.mistakes:
+            raise PolicyError(*sorted(self.mistakes, key=_position))
 
 
 class Node:
     """A YAML node with its position; accessors validate type and report errors in place."""
 
-    def __init__(self, node: yaml.Node, path: str, where: str):
+    def __init__(self, node: yaml.Node, path: str, where: str, errors: Errors | None = None):
         self.node = node
         self.path = path  # dotted path for messages, e.g. "llm.providers.openai"
         self.where = where  # file name
+        self.errors = errors  # shared by the document's nodes when every mistake is gathered
+
+    def child(self, node: yaml.Node, path: str) -> Node:
+        return Node(node, path, self.where, self.errors)
+
+    def attempt(self, parse: Callable[[], T], fallback: T) -> T:
+        """`parse()`; when mistakes are gathered, its PolicyError is filed and `fallback` stands in for
+        the value so the rest of the document is still checked (the document is refused at the end)."""
+        if self.errors is None:
+            return parse()
+        try:
+            return parse()
+        except PolicyError as exc:
+            self.errors.add(exc)
+            return fallback
+
+    def report(self, error: PolicyError) -> None:
+        """A mistake that leaves the rest readable (an unknown or repeated key, skipped): filed when
+        mistakes are gathered, raised otherwise."""
+        if self.errors is None:
+            raise error
+        self.errors.add(error)
 
     @property
     def label(self) -> str:
@@ -129,21 +186,30 @@ class Node:
         out: dict[str, Node] = {}
         for key_node, value_node in self.node.value:
             key = _construct(key_node)
-            key_at = Node(key_node, self.path, self.where)
+            key_at = self.child(key_node, self.path)
             if not isinstance(key, str):
-                raise key_at.error(f"keys in {self.label} must be strings, got {shown_value(key)}")
-            if allowed is not None and key not in allowed:
+                self.report(key_at.error(f"keys in {self.label} must be strings, got {shown_value(key)}"))
+            elif allowed is not None and key not in allowed:
                 hint = did_you_mean(key, allowed)
-                raise key_at.error(f"unknown key '{key}' in {self.label}{hint}; allowed: {', '.join(allowed)}")
-            if key in out:
-                raise key_at.error(f"key '{key}' appears twice in {self.label}")
-            out[key] = Node(value_node, f"{self.path}.{key}" if self.path else key, self.where)
+                self.report(key_at.error(f"unknown key '{key}' in {self.label}{hint}; allowed: {', '.join(allowed)}"))
+                if hint and self.errors is not None:
+                    self.errors.quiet(str(self.error("")))
+            elif key in out:
+                self.report(key_at.error(f"key '{key}' appears twice in {self.label}"))
+            else:
+                out[key] = self.child(value_node, f"{self.path}.{key}" if self.path else key)
         return out
+
+    def keys(self) -> list[builtins.str]:
+        """The keys a mapping holds as written (none for anything else), allowed or not."""
+        if not isinstance(self.node, yaml.MappingNode):
+            return []
+        return [str(key) for key in (_construct(k) for k, _ in self.node.value)]
 
     def sequence(self) -> list[Node]:
         if not isinstance(self.node, yaml.SequenceNode):
             raise self.error(f"{self.label} must be a list (lines starting with '- '), got {_kind(self.node)}")
-        return [Node(n, f"{self.path}[{i}]", self.where) for i, n in enumerate(self.node.value)]
+        return [self.child(n, f"{self.path}[{i}]") for i, n in enumerate(self.node.value)]
 
     def strings(self) -> list[builtins.str]:
         """A list of strings; a single string is accepted as a one-item list."""
@@ -155,8 +221,9 @@ class Node:
         return iter(self.sequence())
 
 
-def load(text: str, where: str) -> Node | None:
-    """Compose YAML text into a `Node` (None for an empty document)."""
+def load(text: str, where: str, *, gather: bool = False) -> Node | None:
+    """Compose YAML text into a `Node` (None for an empty document); with `gather`, its nodes file
+    their mistakes in one shared `Errors` (the root's `errors`) instead of raising the first."""
     try:
         root = yaml.compose(text, Loader=_Loader)
     except yaml.MarkedYAMLError as exc:
@@ -166,7 +233,7 @@ def load(text: str, where: str) -> Node | None:
         raise PolicyError(f"{where}:{pos}: not valid YAML: {problem}") from None
     except yaml.YAMLError as exc:
         raise PolicyError(f"{where}: not valid YAML: {exc}") from None
-    return None if root is None else Node(root, "", where)
+    return None if root is None else Node(root, "", where, Errors() if gather else None)
 
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -178,6 +245,12 @@ def _construct(node: yaml.Node) -> Any:
         return loader.construct_object(node, deep=True)
     finally:
         loader.dispose()
+
+
+def _position(mistake: str) -> tuple[int, int]:
+    """(line, column) of a "FILE:LINE:COL: ..." mistake; (0, 0) when it names none."""
+    found = re.search(r":(\d+):(\d+): ", mistake)
+    return (int(found[1]), int(found[2])) if found else (0, 0)
 
 
 def _kind(node: yaml.Node) -> str:

@@ -137,7 +137,7 @@ async def test_companion_console_fills_the_form(tmp_path: Path, env: dict[str, s
             tg.start_soon(call)
             first = await console.receive()
             assert first["type"] == "elicit"
-            assert first["server"] == "kitchen_sink_server (reports itself as 'kitchen-sink')"
+            assert first["server"] == "'kitchen_sink_server' (which calls itself \"kitchen-sink\")"
             assert first["tool"] == "elicit_form"
             assert first["schema"] == SCHEMA
             content = {"name": "Ada", "age": 36, "color": "g", "sizes": ["s", "l"]}

@@ -307,3 +307,74 @@ def test_an_elicitation_form_asking_for_a_secret_is_explained(tmp_path: Path) ->
     lines = explain(tmp_path, policy=ELICITATION_POLICY, request=form).stdout.splitlines()
     assert lines[-1].startswith("  the form asks for secrets (")
     assert lines[-1].endswith('the server gets {"action": "decline"} (elicitation.sensitive_form)')
+
+
+def run_explain(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PY, "-m", "mcp_sampling_proxy", "policy", "explain", *args],
+        env=proxy_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_a_prompt_on_the_command_line_is_explained_as_a_request(tmp_path: Path) -> None:
+    """No REQUEST.json to write: the prompt, the model hints and maxTokens are options."""
+    policy = write_policy(tmp_path, POLICY)
+    result = run_explain(
+        policy, "--prompt", "Summarise this", "--server", "notes-app", "--tool", "summarize", "--model", "gpt-4o"
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "request: sampling from server 'notes-app', host '' (no --host given), during tool call 'summarize'" in lines
+    assert "  model hints: gpt-4o; max_tokens: 1000; messages: 1; content: text; include_context: none" in lines
+    assert "rule 'notes-summaries' (line 14): MATCHES -> allow" in lines
+    big = run_explain(policy, "--prompt", "Summarise this", "--max-tokens", "3000")
+    assert big.returncode == 0, big.stderr
+    assert "rule 'big' (line 24): MATCHES -> deny" in big.stdout.splitlines()
+
+
+def test_the_template_is_a_request_explain_takes_as_it_is(tmp_path: Path) -> None:
+    template = run_explain("--template")
+    assert template.returncode == 0, template.stderr
+    assert template.stdout.startswith("// A request for: mcp-sampling-proxy policy explain")
+    request = tmp_path / "request.json"
+    request.write_text(template.stdout, encoding="utf-8")
+    result = run_explain(write_policy(tmp_path, POLICY), "--request", str(request), "--server", "notes")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "  model hints: claude-sonnet; max_tokens: 1000; messages: 1; content: text; include_context: none" in lines
+    assert "rule 'notes-summaries' (line 14): MATCHES -> allow" in lines
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        pytest.param((), "give the policy FILE and the request: --prompt TEXT, or --request REQUEST.json", id="none"),
+        pytest.param(("--model", "m"), "--model and --max-tokens go with --prompt", id="model-alone"),
+        pytest.param(("--prompt", "x", "--max-tokens", "0"), "--max-tokens must be at least 1, got 0", id="zero"),
+        pytest.param(("--prompt", "x", "--request", "r.json"), "not allowed with argument", id="both"),
+    ],
+)
+def test_explain_says_how_to_give_the_request(tmp_path: Path, args: tuple[str, ...], expected: str) -> None:
+    result = run_explain(write_policy(tmp_path, POLICY), *args)
+    assert result.returncode == 2
+    assert expected in result.stderr
+
+
+def test_the_help_shows_the_ways_to_give_a_request() -> None:
+    shown = run_explain("--help").stdout
+    for option in ("--prompt TEXT", "--template", "--model M", "--max-tokens N", "--request REQUEST.json"):
+        assert option in shown
+
+
+def test_the_name_a_server_reports_is_shown_as_its_claim(tmp_path: Path) -> None:
+    result = run_explain(
+        write_policy(tmp_path, POLICY), "--prompt", "hi", "--server", "notes", "--server-reported", 'N "P"'
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[1].startswith(
+        "request: sampling from server 'notes' (which calls itself \"N 'P'\"), "
+    )

@@ -228,7 +228,7 @@ def test_form_on_the_terminal_every_field_type_and_re_asking(tmp_path: Path) -> 
         terminal_env(),
     )
     session.read_until(b"[a]nswer the form")
-    assert b"Server 'kitchen_sink_server (reports itself as 'kitchen-sink')'" in session.output
+    assert b"Server 'kitchen_sink_server' (which calls itself \"kitchen-sink\") asks during tool call" in session.output
     assert b"asks during tool call 'elicit_form'" in session.output
     session.type("a\n")
     answers = [

@@ -172,9 +172,24 @@ def test_approve_once_shows_the_request_in_full_and_the_audit_line_appears(setup
 
 
 @needs_browser
-def test_a_desktop_notification_says_which_server_asks(setup: dict[str, Any], browser: Any) -> None:
+@pytest.mark.parametrize(
+    ("tool", "arguments", "body"),
+    [
+        pytest.param("sample", {"prompt": "please"}, "Server 'kitchen_sink_server' asks to use an LLM", id="sampling"),
+        pytest.param(
+            "elicit_form",
+            {"schema_json": json.dumps({"type": "object", "properties": {"a": {"type": "string"}}})},
+            "Server 'kitchen_sink_server' (which calls itself \"kitchen-sink\") asks a question",
+            id="form",
+        ),
+    ],
+)
+def test_a_desktop_notification_says_which_server_asks(
+    setup: dict[str, Any], browser: Any, tool: str, arguments: dict[str, Any], body: str
+) -> None:
     """With notifications allowed, a new request raises one naming its server (Chromium's own
-    Notification is recorded: headless Chromium has no desktop to show it on)."""
+    Notification is recorded: headless Chromium has no desktop to show it on), without a quote
+    nested in another."""
     web = setup["web"]
     context = browser.new_context()
     context.grant_permissions(["notifications"], origin=f"http://127.0.0.1:{web.port}")
@@ -192,12 +207,12 @@ def test_a_desktop_notification_says_which_server_asks(setup: dict[str, Any], br
     with proxy(setup) as host:
         host.initialize()
         attached(page)
-        call(host, 2, "sample", {"prompt": "please"})
-        page.locator("article.pending").wait_for(timeout=15000)
+        call(host, 2, tool, arguments)
+        page.locator("article.pending, article.elicit").wait_for(timeout=15000)
         page.wait_for_function("window.__shown.length > 0", timeout=10000)
         shown = page.evaluate("window.__shown")
-        assert shown == [{"title": "mcp-sampling-proxy", "body": "Server 'kitchen_sink_server' asks to use an LLM"}]
-        page.get_by_role("button", name="Deny").click()
+        assert shown == [{"title": "mcp-sampling-proxy", "body": body}]
+        page.get_by_role("button", name="Deny" if tool == "sample" else "Decline").click()
         result_of(host, 2)
     context.close()
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from mcp_sampling_proxy.approval.console.server import ConsoleServer
     from mcp_sampling_proxy.terminal import Terminal
 
-Origin = tuple[str, str | None]  # (server, tool call)
+Origin = tuple[str, str | None]  # (the server as shown, quoted: Session.server_label; tool call)
 ACTIONS = {"a": "accept", "d": "decline", "c": "cancel"}
 
 
@@ -36,7 +36,7 @@ class Elicitor(Protocol):
 def heading(message: str, origin: Origin) -> str:
     server, tool = origin
     call = f" during tool call '{one_line(tool, 120)}'" if tool else " (no host request in flight)"
-    return f"\nServer '{one_line(server, 120)}' asks{call}:\n{quote(message)}"
+    return f"\nServer {one_line(server, 300)} asks{call}:\n{quote(message)}"  # server: the label, quoted
 
 
 def url_lines(url: str) -> list[str]:
@@ -120,8 +120,7 @@ class TerminalElicitor:
         self._terminal = terminal
 
     async def _ask(self, prompt: str) -> str | None:
-        self._terminal.write(prompt)
-        return await self._terminal.readline()
+        return await self._terminal.ask(prompt)  # stays the last thing on screen while it waits
 
     def _say(self, text: str) -> None:
         self._terminal.write(text + "\n")

@@ -23,8 +23,7 @@ class TerminalChannel:
 
     async def _ask(self, prompt: str) -> str | None:
         assert self._terminal is not None
-        self._terminal.write(prompt)
-        return await self._terminal.readline()
+        return await self._terminal.ask(prompt)  # stays the last thing on screen while it waits
 
     def _say(self, text: str) -> None:
         assert self._terminal is not None
@@ -45,6 +44,7 @@ class TerminalChannel:
                 raise
         if scope is None:
             return Approval(False, self.name, "rejected at the terminal", "rejected")
+        terminal.note_shown(request.summary)  # a typed reply right after need not repeat it
         if text is not None:
             return Approval(
                 True,

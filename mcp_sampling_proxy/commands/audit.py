@@ -8,6 +8,9 @@
   rotations.
 - `summary [--since 1d] [--json] FILE...`: per server, requests, allowed, denied, errors,
   tokens in/out, and median (p50) latency of fulfilled requests.
+
+Without FILE each reads the policy's `audit.path` (the default policy, or `--policy FILE`), as
+`console --web` does, and says what to give when there is neither.
 """
 
 from __future__ import annotations
@@ -36,32 +39,46 @@ from mcp_sampling_proxy.audit.records import (
     unique_keys,
 )
 from mcp_sampling_proxy.audit.tail import MAX_RECORD_BYTES
+from mcp_sampling_proxy.config.paths import default_policy_path, policy_or_default
+from mcp_sampling_proxy.config.settings import load_settings
 from mcp_sampling_proxy.sanitize import one_line
 from mcp_sampling_proxy.units import DURATION_FORMS, parse_duration
 from mcp_sampling_proxy.vocabulary import ALLOWED_OUTCOMES, REFUSED_OUTCOMES
+from mcp_sampling_proxy.yamlnodes import PolicyError
 
 PROG = "mcp-sampling-proxy audit"
 ALLOWED = ALLOWED_OUTCOMES
 DENIED = REFUSED_OUTCOMES
 
 
+FILE_HELP = "the audit log (default: audit.path of the policy: --policy, else the default policy file)"
+POLICY_HELP = "without FILE: read audit.path from this policy (default: the file `init` writes, when it exists)"
+
+
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog=PROG, description="Check and read audit logs (audit.path in the policy).")
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Check and read audit logs. Without FILE, each reads the log the policy names in audit.path "
+        "(the default policy, or --policy FILE).",
+    )
     sub = parser.add_subparsers(dest="action", required=True)
     verify = sub.add_parser(
         "verify",
         help="check the hash chain; exit 0 when intact, 1 at the first bad line, 2 on unreadable files",
         description="Check the hash chain of audit log files. Give rotated files oldest first "
         "(FILE.2 FILE.1 FILE) to check the links between them. Exit 0 when intact, 1 at the first bad line "
-        "(named, with what is wrong), 2 when a file cannot be read.",
+        "(named, with what is wrong), 2 when a file cannot be read. Without FILE: the policy's audit.path.",
     )
-    verify.add_argument("files", nargs="+", metavar="FILE")
+    verify.add_argument("files", nargs="*", metavar="FILE", help=FILE_HELP)
+    verify.add_argument("--policy", metavar="FILE", help=POLICY_HELP)
     tail = sub.add_parser(
         "tail",
         help="print the last records, one line each",
-        description="Print the last records of an audit log, one line each (escape sequences stripped).",
+        description="Print the last records of an audit log, one line each (escape sequences stripped). "
+        "Without FILE: the policy's audit.path.",
     )
-    tail.add_argument("file", metavar="FILE")
+    tail.add_argument("file", nargs="?", metavar="FILE", help=FILE_HELP)
+    tail.add_argument("--policy", metavar="FILE", help=POLICY_HELP)
     tail.add_argument("-n", "--lines", type=int, default=10, metavar="N", help="how many records (default 10)")
     tail.add_argument("-f", "--follow", action="store_true", help="keep printing new records (Ctrl-C to stop)")
     tail.add_argument("--json", action="store_true", help="print the records as JSON lines")
@@ -69,26 +86,52 @@ def main(argv: Sequence[str]) -> int:
         "summary",
         help="per server: requests, allowed, denied, tokens, p50 latency",
         description="Per server: requests, allowed, denied, errors, input/output tokens, "
-        "median latency of fulfilled requests.",
+        "median latency of fulfilled requests. Without FILE: the policy's audit.path.",
     )
-    summary.add_argument("files", nargs="+", metavar="FILE")
+    summary.add_argument("files", nargs="*", metavar="FILE", help=FILE_HELP)
+    summary.add_argument("--policy", metavar="FILE", help=POLICY_HELP)
     summary.add_argument(
         "--since", metavar="WHEN", help="only records of the last WHEN (30m, 12h, 1d, ...) or since an ISO 8601 time"
     )
     summary.add_argument("--json", action="store_true", help="print JSON")
     args = parser.parse_args(list(argv))
+    files = [args.file] if args.action == "tail" and args.file else getattr(args, "files", [])
+    if files and args.policy:
+        sub.choices[args.action].error("give the audit log FILE or --policy FILE (to read its audit.path), not both")
     try:
+        files = files or [policy_audit_path(args.policy)]
         if args.action == "verify":
-            return verify_main(args.files)
+            return verify_main(files)
         if args.action == "tail":
             if args.lines < 0:
                 parser.error("-n must be 0 or more")
-            return tail_main(args.file, args.lines, follow=args.follow, as_json=args.json)
+            return tail_main(files[0], args.lines, follow=args.follow, as_json=args.json)
         since = parse_since(args.since) if args.since else None
-        return summary_main(args.files, since, as_json=args.json)
+        return summary_main(files, since, as_json=args.json)
     except InputError as exc:
         print(f"{PROG} {args.action}: error: {exc}", file=sys.stderr)
         return 2
+
+
+def policy_audit_path(given: str | None) -> str:
+    """The audit log the policy names (`given`, else the default policy file); InputError saying what to
+    give instead when there is no policy, it cannot be read, or it keeps no audit log."""
+    policy, _ = policy_or_default(given)
+    if policy is None:
+        raise InputError(
+            f"no FILE given, and no policy at {default_policy_path()} to read audit.path from: "
+            "give the audit log FILE, or --policy FILE"
+        )
+    try:
+        settings = load_settings(policy, environ={})
+    except PolicyError as exc:
+        raise InputError(f"no FILE given, and the policy cannot be read for its audit.path:\n{exc}") from None
+    if settings.audit_path is None:
+        raise InputError(
+            f"no FILE given, and the policy {policy} has no audit.path (no audit log is written): give the "
+            "audit log FILE, or add 'audit: {path: FILE}' to the policy"
+        )
+    return settings.audit_path
 
 
 class InputError(Exception):

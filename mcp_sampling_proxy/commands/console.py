@@ -7,6 +7,9 @@ Everything shown came from a server, so it is validated (console_messages), stri
 and format characters, and shown quoted. A socket is used only when the process serving it has
 the pid its name says and does not run below a proxy: a governed server could plant a socket of
 its own to phish the user.
+
+A question that waits for an answer stays the last thing on screen: a line that arrives meanwhile
+(a proxy attaching or leaving) is printed in its place and the question is asked again below it.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from mcp_sampling_proxy.approval.console.client import ConsoleClient, Event, dec
 from mcp_sampling_proxy.approval.dialogues import approval_dialogue, review_dialogue
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.sanitize import one_line, quote, strip_controls
-from mcp_sampling_proxy.terminal import discard_typeahead
+from mcp_sampling_proxy.terminal import discard_typeahead, erase_question
 
 log = get_logger("mcp_sampling_proxy.console")
 
@@ -40,10 +43,34 @@ class Console:
         self._client = ConsoleClient(directory, self._on_event)
         self._queue: deque[tuple[Path, dict[str, Any]]] = deque()
         self._ready = anyio.Event()
+        self._waiting: str | None = None  # the question on screen waiting for its answer, if any
 
     def say(self, text: str) -> None:
         self._out.write(text + "\n")
         self._out.flush()
+
+    def notice(self, text: str) -> None:
+        """A line about something else (a proxy attaching or leaving): said at once, and when a question
+        waits, in its place, with the question shown again below it (it must not scroll away)."""
+        if self._waiting is None:
+            self.say(text)
+            return
+        # on a terminal the question is erased and asked again below the line; elsewhere (a pipe) the
+        # line goes below it
+        erase = erase_question(self._waiting, self._out.fileno()) if _isatty(self._out) else "\n"
+        self._out.write(erase + text + "\n" + self._waiting)
+        self._out.flush()
+
+    async def ask(self, prompt: str) -> str | None:
+        """The answer to `prompt`, typed on stdin; None at the end of input."""
+        self._out.write(prompt)
+        self._out.flush()
+        self._waiting = prompt
+        try:
+            line = await anyio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
+        finally:
+            self._waiting = None
+        return str(line).strip() if line else None
 
     async def run(self, tg: anyio.abc.TaskGroup) -> None:
         self.say(f"mcp-sampling-proxy console: watching {self._dir} for proxies (Ctrl-C to quit)")
@@ -60,7 +87,7 @@ class Console:
     def _on_event(self, event: Event) -> None:
         if event.kind == "attached":
             message = event.message
-            self.say(
+            self.notice(
                 f"[proxy {message['pid']}] attached: server '{_clean(message.get('server'))}', "
                 f"host '{_clean(message.get('host'))}'"
             )
@@ -68,9 +95,9 @@ class Console:
             self._queue.append((event.path, event.message))
             self._ready.set()
         elif event.kind == "detached":
-            self.say(f"[proxy {event.path.stem}] detached")
+            self.notice(f"[proxy {event.path.stem}] detached")
         elif event.kind == "refused":
-            self.say(f"[!] ignoring {one_line(str(event.path))}: {event.why}")  # a planted name is the attacker's
+            self.notice(f"[!] ignoring {one_line(str(event.path))}: {event.why}")  # a planted name is the attacker's
 
     async def _answer(self, path: Path, message: dict[str, Any]) -> None:
         if not self._client.attached(path):
@@ -78,7 +105,7 @@ class Console:
         self.say("")
         reply: dict[str, Any]
         if message["type"] == "elicit":
-            reply = elicit_reply(message, await _elicit(message, self.say))
+            reply = elicit_reply(message, await _elicit(message, self.ask, self.say))
         elif message["type"] == "review":
             self.say(
                 f"[proxy {path.stem}] the LLM's answer for server '{_clean(message.get('server'))}' needs your review:"
@@ -86,7 +113,7 @@ class Console:
             result = message.get("result") or {}
             accepted, text = await review_dialogue(
                 result,
-                _ask_or_none,
+                self.ask,
                 self.say,
                 prompt=message.get("summary"),
                 prompt_edited_by=message.get("prompt_edited_by"),
@@ -101,7 +128,7 @@ class Console:
             self.say(quote(message["summary"]))
             params = message.get("params") or {}
             scope, text = await approval_dialogue(
-                params, _ask_or_none, self.say, lambda: discard_typeahead(sys.stdin.fileno())
+                params, self.ask, self.say, lambda: discard_typeahead(sys.stdin.fileno())
             )
             reply = decision_reply(message, scope, text)
         if self._client.is_resolved(path, message["id"]):
@@ -111,7 +138,7 @@ class Console:
             self.say("(the proxy is gone)")
 
 
-async def _elicit(message: dict[str, Any], say: Any) -> dict[str, Any]:
+async def _elicit(message: dict[str, Any], ask: Any, say: Any) -> dict[str, Any]:
     """Render an elicitation (form or URL) on this terminal; the answer goes back to the proxy."""
     from mcp_sampling_proxy.approval.form_prompts import converse
     from mcp_sampling_proxy.approval.forms import FormError, parse_form
@@ -120,20 +147,13 @@ async def _elicit(message: dict[str, Any], say: Any) -> dict[str, Any]:
     origin = (message.get("server") or "", message.get("tool"))
     text = message.get("message") or ""
     if message.get("mode") == "url":
-        return await converse(text, origin, url=message.get("url") or "", ask=_ask_or_none, say=say, opener=open_url)
+        return await converse(text, origin, url=message.get("url") or "", ask=ask, say=say, opener=open_url)
     try:
         form = parse_form(message.get("schema") or {})
     except FormError as exc:
         say(f"(cannot show this form: {strip_controls(str(exc))}; declined)")
         return {"action": "decline"}
-    return await converse(text, origin, form=form, ask=_ask_or_none, say=say, opener=open_url)
-
-
-async def _ask_or_none(prompt: str) -> str | None:
-    try:
-        return await _ask(prompt)
-    except EOFError:
-        return None
+    return await converse(text, origin, form=form, ask=ask, say=say, opener=open_url)
 
 
 def _clean(value: Any) -> str:
@@ -141,13 +161,11 @@ def _clean(value: Any) -> str:
     return one_line(str(value or ""), 120)
 
 
-async def _ask(prompt: str) -> str:
-    sys.stdout.write(prompt)
-    sys.stdout.flush()
-    line = await anyio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
-    if not line:
-        raise EOFError
-    return str(line).strip()
+def _isatty(out: Any) -> bool:
+    try:
+        return bool(out.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
 
 
 def main(argv: Sequence[str]) -> int:

@@ -1,4 +1,4 @@
-"""`mcp-sampling-proxy policy check FILE...` and `policy explain FILE --request REQUEST.json`.
+"""`mcp-sampling-proxy policy check FILE...` and `policy explain FILE (--prompt TEXT | --request REQUEST.json)`.
 
 `check` validates policy files without starting anything. `explain` shows, rule by rule, what
 the policy decides for one `sampling/createMessage` or `elicitation/create` request and what then
@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from mcp_sampling_proxy.config.settings import Settings, load_settings, settings_from_environment
-from mcp_sampling_proxy.identity import shown
+from mcp_sampling_proxy.identity import server_phrase, shown
 from mcp_sampling_proxy.policy.conditions import Facts
 from mcp_sampling_proxy.policy.engine import Decision, why
 from mcp_sampling_proxy.policy.rules import RateLimit, Rule, SizeLimits, effective_limits
@@ -41,22 +41,54 @@ PROG = "mcp-sampling-proxy policy"
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog=PROG, description="Work with policy files.")
     sub = parser.add_subparsers(dest="action", required=True)
-    check = sub.add_parser("check", help="validate policy files; exit 0 when all are valid, 1 otherwise")
+    check = sub.add_parser(
+        "check",
+        help="validate policy files, naming every mistake as FILE:LINE:COL; exit 0 when all are valid, 1 otherwise",
+    )
     check.add_argument("files", nargs="+", metavar="FILE")
     explain = sub.add_parser(
         "explain",
         help="show which rule decides a sampling or elicitation request, and what then happens",
-        description="Show, rule by rule, what the policy FILE decides for the sampling/createMessage or "
-        "elicitation/create request in REQUEST.json (a JSON-RPC request, or just its params), then the limits "
-        "that apply and the model (sampling) or the route (elicitation). It runs the proxy's own code. Exit 0 "
-        "when it ran, whatever the decision; 2 on bad input.",
+        description="Show, rule by rule, what the policy FILE decides for one sampling/createMessage or "
+        "elicitation/create request, then the limits that apply and the model (sampling) or the route "
+        "(elicitation). It runs the proxy's own code. Give the request as a prompt (--prompt, with --model "
+        "and --max-tokens), or as a file (--request; --template prints one to start from). Exit 0 when it "
+        "ran, whatever the decision; 2 on bad input.",
+        epilog="examples:\n"
+        '  mcp-sampling-proxy policy explain policy.yaml --prompt "Summarise this" --server notes --tool summarize\n'
+        "  mcp-sampling-proxy policy explain --template > request.json\n"
+        "  mcp-sampling-proxy policy explain policy.yaml --request request.json --server notes",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    explain.add_argument("file", metavar="FILE", help="the policy file")
-    explain.add_argument(
+    explain.add_argument("file", metavar="FILE", nargs="?", help="the policy file")
+    given = explain.add_mutually_exclusive_group()
+    given.add_argument(
+        "--prompt",
+        metavar="TEXT",
+        help="the request is a sampling request with this text as its one user message",
+    )
+    given.add_argument(
         "--request",
-        required=True,
         metavar="REQUEST.json",
-        help="a sampling/createMessage or elicitation/create JSON-RPC request, or its params",
+        help="the request in a file: a sampling/createMessage or elicitation/create JSON-RPC request, or "
+        "its params; lines starting with // are comments (see --template)",
+    )
+    given.add_argument(
+        "--template",
+        action="store_true",
+        help="print a commented REQUEST.json that --request takes as it is, and exit",
+    )
+    explain.add_argument(
+        "--model",
+        metavar="M",
+        action="append",
+        help="with --prompt: a model hint of the request (repeat for several, in order of preference)",
+    )
+    explain.add_argument(
+        "--max-tokens",
+        metavar="N",
+        type=int,
+        help=f"with --prompt: the maxTokens the request asks for (default {PROMPT_MAX_TOKENS})",
     )
     explain.add_argument("--server", default="", metavar="NAME", help="the server's name (as rules see it)")
     explain.add_argument(
@@ -74,9 +106,26 @@ def main(argv: Sequence[str]) -> int:
     explain.add_argument("--host", default="", metavar="NAME", help="the host's clientInfo name")
     args = parser.parse_args(list(argv))
     if args.action == "explain":
+        if args.template:
+            print(REQUEST_TEMPLATE, end="")
+            return 0
+        if args.prompt is None and (args.model or args.max_tokens is not None):
+            explain.error(
+                "--model and --max-tokens go with --prompt (in a --request file: modelPreferences, maxTokens)"
+            )
+        if args.max_tokens is not None and args.max_tokens < 1:
+            explain.error(f"--max-tokens must be at least 1, got {args.max_tokens}")
+        if args.file is None or (args.prompt is None and args.request is None):
+            explain.error(
+                "give the policy FILE and the request: --prompt TEXT, or --request REQUEST.json "
+                "(--template prints one to start from)"
+            )
+        request: str | dict[str, Any] = args.request
+        if args.prompt is not None:
+            request = prompt_request(args.prompt, models=args.model or (), max_tokens=args.max_tokens)
         return explain_main(
             args.file,
-            args.request,
+            request,
             server=args.server,
             tool=args.tool,
             host=args.host,
@@ -88,6 +137,9 @@ def main(argv: Sequence[str]) -> int:
             settings = load_settings(path, environ={})
         except PolicyError as exc:
             print(exc, file=sys.stderr)
+            count = len(exc.mistakes)
+            if count > 1:
+                print(f"{path}: {count} mistakes; fix them all, then check again", file=sys.stderr)
             failed += 1
             continue
         providers = ", ".join(f"{p.name} ({p.type})" for p in settings.providers) or "from the environment"
@@ -99,9 +151,47 @@ class InputError(Exception):
     """Bad input for `explain`: exit 2 with this message."""
 
 
+PROMPT_MAX_TOKENS = 1000
+
+REQUEST_TEMPLATE = """\
+// A request for: mcp-sampling-proxy policy explain POLICY --request THIS_FILE [--server NAME] [--tool NAME]
+// It holds the params of a sampling/createMessage request, as a server sends them (a whole JSON-RPC
+// request, {"jsonrpc": "2.0", "id": 1, "method": "sampling/createMessage", "params": {...}}, works too).
+// Who sends it is given on the command line: --server (the name your rules see), --tool (the host's
+// tool call in flight), --host. Lines starting with // are comments; explain skips them.
+// For an elicitation/create request, give its params instead: {"message": "...", "requestedSchema": {...}}.
+{
+  // what the server asks the LLM, oldest first; role: user or assistant; a content block is
+  // {"type": "text", "text": ...}, or image/audio: {"type": "image", "data": BASE64, "mimeType": "image/png"}
+  "messages": [
+    {"role": "user", "content": {"type": "text", "text": "Summarise this"}}
+  ],
+  // the most tokens the server asks for (required); rules with max_tokens_over: see it
+  "maxTokens": 1000,
+  // optional: the server's system prompt (text_matches: rules read it too)
+  "systemPrompt": "You are a concise assistant.",
+  // optional: the models the server would like, best first (model: rules and the model choice see them)
+  "modelPreferences": {"hints": [{"name": "claude-sonnet"}], "intelligencePriority": 0.5},
+  // optional: none, thisServer or allServers (include_context: rules)
+  "includeContext": "none"
+}
+"""
+
+
+def prompt_request(text: str, *, models: Sequence[str] = (), max_tokens: int | None = None) -> dict[str, Any]:
+    """The params of a sampling request with `text` as its one user message (explain --prompt)."""
+    params: dict[str, Any] = {
+        "messages": [{"role": "user", "content": {"type": "text", "text": text}}],
+        "maxTokens": PROMPT_MAX_TOKENS if max_tokens is None else max_tokens,
+    }
+    if models:
+        params["modelPreferences"] = {"hints": [{"name": model} for model in models]}
+    return params
+
+
 def explain_main(
     policy: str,
-    request: str,
+    request: str | dict[str, Any],
     *,
     server: str,
     tool: str | Sequence[str] | None,
@@ -109,7 +199,7 @@ def explain_main(
     server_reported: str | None = None,
 ) -> int:
     try:
-        method, params = read_request(request)
+        method, params = read_request(request) if isinstance(request, str) else checked("--prompt", request)
         settings = load_settings(policy, environ={})
     except (InputError, PolicyError) as exc:
         print(f"{PROG} explain: error: {exc}", file=sys.stderr)
@@ -140,9 +230,20 @@ def read_request(path: str) -> tuple[str, dict[str, Any]]:
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{path}: cannot read request file: {getattr(exc, 'strerror', None) or exc}") from None
     try:
-        data = json.loads(text)
+        data = json.loads(without_comments(text))
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}") from None
+    return checked(path, data)
+
+
+def without_comments(text: str) -> str:
+    """JSON text with its // comment lines blanked (kept as empty lines, so positions still count).
+    A JSON string cannot span lines, so a line starting with // is never inside one."""
+    return "\n".join("" if line.lstrip().startswith("//") else line for line in text.split("\n"))
+
+
+def checked(path: str, data: Any) -> tuple[str, dict[str, Any]]:
+    """The method and params of a request (`path` names where it came from), validated as the proxy would."""
     if not isinstance(data, dict):
         raise InputError(f"{path}: must hold a JSON object: a {SAMPLING} or {ELICITATION} request, or its params")
     method: Any = SAMPLING
@@ -156,8 +257,6 @@ def read_request(path: str) -> tuple[str, dict[str, Any]]:
         data = data.get("params")
     elif isinstance(data, dict) and "messages" not in data and ("requestedSchema" in data or "mode" in data):
         method = ELICITATION
-    from mcp_sampling_proxy.protocol.jsonrpc import RpcError
-
     try:
         if method == ELICITATION:
             from mcp_sampling_proxy.serve.elicitation import validate_elicitation
@@ -296,14 +395,13 @@ def model_reason(settings: Settings, judged: SamplingJudgement) -> str:
 
 
 def describe_facts(facts: Facts) -> list[str]:
-    server = f"'{facts.server}'" if facts.server else "'' (no --server given)"
+    reported = None if facts.server_reported is None else strip_controls(shown(facts.server_reported))
+    server = server_phrase(facts.server, reported) + ("" if facts.server else " (no --server given)")
     host = f"'{facts.host}'" if facts.host else "'' (no --host given)"
     if len(set(facts.tools_in_flight)) > 1:
         tool = "during tool calls " + ", ".join(f"'{t}'" for t in dict.fromkeys(facts.tools_in_flight))
     else:
         tool = f"during tool call '{facts.tool}'" if facts.tool else "no host tool call in flight (tool: none)"
-    if facts.server_reported is not None:
-        server += f" (reports itself as '{strip_controls(shown(facts.server_reported))}', untrusted)"
     hints = ", ".join(facts.model_hints) or "none"
     max_tokens = "not given" if facts.max_tokens is None else str(facts.max_tokens)
     content = ", ".join(sorted(facts.content_types)) or "none"

@@ -193,8 +193,9 @@ def settings_from_environment(environ: dict[str, str]) -> Settings:
 
 
 def parse_settings(text: str, where: str) -> Settings:
-    """Validate a policy document; raises PolicyError naming FILE:LINE:COL."""
-    root = load(text, where)
+    """Validate a policy document; raises PolicyError naming FILE:LINE:COL of every mistake found (each
+    section, rule and condition is checked even when an earlier one is wrong)."""
+    root = load(text, where, gather=True)
     settings = Settings(source=where)
     if root is None:
         return settings
@@ -213,45 +214,57 @@ def parse_settings(text: str, where: str) -> Settings:
             "sandbox",
         )
     )
+    errors = root.errors
+    assert errors is not None  # gathered: one run names every mistake
     if "llm" in top:
-        _parse_llm(top["llm"], settings)
+        before = len(errors.mistakes)
+        top["llm"].attempt(lambda: _parse_llm(top["llm"], settings), None)
+        llm_broken = len(errors.mistakes) > before
     if "sampling" in top:
-        settings.sampling = _parse_sampling(top["sampling"])
+        settings.sampling = top["sampling"].attempt(lambda: _parse_sampling(top["sampling"]), settings.sampling)
     if "elicitation" in top:
-        settings.elicitation = _parse_elicitation(top["elicitation"])
+        settings.elicitation = top["elicitation"].attempt(
+            lambda: _parse_elicitation(top["elicitation"]), settings.elicitation
+        )
     if "limits" in top:
-        settings.limits = SizeLimits(**parse_limits(top["limits"]))
+        settings.limits = top["limits"].attempt(lambda: SizeLimits(**parse_limits(top["limits"])), settings.limits)
     if "approval" in top:
-        settings.approval = _parse_approval(top["approval"])
+        settings.approval = top["approval"].attempt(lambda: _parse_approval(top["approval"]), settings.approval)
     if "rules" in top:
         known = KnownProviders(
             models={p.name: tuple(m.name for m in p.models) for p in settings.providers},
             aliases=settings.aliases,
             from_environment=tuple(entry[0] for entry in _ENV_PROVIDERS),
+            unchecked="llm" in top and llm_broken,  # a broken llm section's names would only add noise
         )
-        settings.rules = parse_rules(top["rules"], known)
+        settings.rules = top["rules"].attempt(lambda: parse_rules(top["rules"], known), [])
     if "audit" in top:
-        settings.audit = _parse_audit(top["audit"], where)
+        settings.audit = top["audit"].attempt(lambda: _parse_audit(top["audit"], where), settings.audit)
     if "state" in top:
-        settings.state = _parse_state(top["state"])
+        settings.state = top["state"].attempt(lambda: _parse_state(top["state"]), settings.state)
     if "telemetry" in top:
-        settings.telemetry = _parse_telemetry(top["telemetry"])
+        settings.telemetry = top["telemetry"].attempt(lambda: _parse_telemetry(top["telemetry"]), settings.telemetry)
     if "sandbox" in top:
         from mcp_sampling_proxy.config.sandbox_settings import parse_sandbox
 
-        settings.sandbox = parse_sandbox(top["sandbox"], where)
+        settings.sandbox = top["sandbox"].attempt(lambda: parse_sandbox(top["sandbox"], where), settings.sandbox)
     if "upstream" in top:
-        upstream = top["upstream"].mapping(("pass_env", "shutdown_timeout", "era", "max_input_rounds"))
-        if "max_input_rounds" in upstream:
-            settings.max_input_rounds = upstream["max_input_rounds"].int(minimum=1)
-        if "era" in upstream:  # "any" was the name of "auto" before the bridge: it still means that
-            era = upstream["era"]
-            settings.era = "auto" if era.value() == "any" else era.choice(ERAS)
-        if "pass_env" in upstream:
-            settings.pass_env = tuple(upstream["pass_env"].strings())
-        if "shutdown_timeout" in upstream:
-            settings.shutdown_timeout = upstream["shutdown_timeout"].number(minimum=0)
+        top["upstream"].attempt(lambda: _parse_upstream(top["upstream"], settings), None)
+    errors.check()
     return settings
+
+
+def _parse_upstream(node: Node, settings: Settings) -> None:
+    upstream = node.mapping(("pass_env", "shutdown_timeout", "era", "max_input_rounds"))
+    if "max_input_rounds" in upstream:
+        settings.max_input_rounds = upstream["max_input_rounds"].int(minimum=1)
+    if "era" in upstream:  # "any" was the name of "auto" before the bridge: it still means that
+        era = upstream["era"]
+        settings.era = "auto" if era.value() == "any" else era.choice(ERAS)
+    if "pass_env" in upstream:
+        settings.pass_env = tuple(upstream["pass_env"].strings())
+    if "shutdown_timeout" in upstream:
+        settings.shutdown_timeout = upstream["shutdown_timeout"].number(minimum=0)
 
 
 def _parse_llm(node: Node, settings: Settings) -> None:

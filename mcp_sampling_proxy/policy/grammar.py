@@ -5,9 +5,10 @@ what they mean (conditions.py, rules.py). A new condition is a class in conditio
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, cast
+from functools import partial
+from typing import Any, TypeVar, cast
 
 from mcp_sampling_proxy.identity import bad_character
 from mcp_sampling_proxy.policy.conditions import (
@@ -31,6 +32,8 @@ from mcp_sampling_proxy.policy.rules import Budget, RateLimit, Rule, RuleLimits,
 from mcp_sampling_proxy.vocabulary import ACTIONS, MAX_TOKENS_ACTIONS, Action
 from mcp_sampling_proxy.yamlnodes import Node, did_you_mean, shown_value
 
+T = TypeVar("T")
+
 METHODS = ("sampling", "elicitation")
 CONTENT_TYPES = ("text", "image", "audio", "tool_use", "tool_result", "tools")
 INCLUDE_CONTEXT = ("none", "thisServer", "allServers")
@@ -44,6 +47,7 @@ class KnownProviders:
     models: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # provider name -> its model names
     aliases: Mapping[str, str] = field(default_factory=dict)
     from_environment: tuple[str, ...] = ()
+    unchecked: bool = False  # the llm section has mistakes of its own: take the names as written
 
 
 _LIMIT_KEYS = tuple(f.name for f in fields(SizeLimits))
@@ -84,17 +88,23 @@ WHEN_KEYS = (
 
 
 def parse_rules(node: Node, known: KnownProviders) -> list[Rule]:
-    """The policy's `rules:` list, each checked against the providers and models `known`."""
+    """The policy's `rules:` list, each checked against the providers and models `known`. When the
+    document gathers its mistakes, each rule (and each of its keys) is checked even after a bad one."""
     rules: list[Rule] = []
     seen: dict[str, int] = {}
     for index, rnode in enumerate(node.sequence()):
-        rule = _parse_rule(rnode, index, known)
+        rule = rnode.attempt(partial(_parse_rule, rnode, index, known), None)
+        if rule is None:
+            continue
         if rule.name in seen:
             where = rnode.mapping().get("name", rnode)
-            raise where.error(
-                f"rule name '{rule.name}' is already used by the rule at line {seen[rule.name]}; "
-                "names must be unique (audit records and rate limits go by name)"
+            rnode.report(
+                where.error(
+                    f"rule name '{rule.name}' is already used by the rule at line {seen[rule.name]}; "
+                    "names must be unique (audit records and rate limits go by name)"
+                )
             )
+            continue
         seen[rule.name] = rule.line
         rules.append(rule)
     return rules
@@ -102,34 +112,42 @@ def parse_rules(node: Node, known: KnownProviders) -> list[Rule]:
 
 def _parse_rule(node: Node, index: int, known: KnownProviders) -> Rule:
     fields_ = node.mapping(RULE_KEYS)
+
+    def read(key: str, parse: Callable[[Node], T], fallback: T) -> T:
+        """The key's value, or `fallback` when it is absent (or wrong, when mistakes are gathered)."""
+        return fields_[key].attempt(lambda: parse(fields_[key]), fallback) if key in fields_ else fallback
+
+    action: Action = "deny"
     if "action" not in fields_:
-        raise node.error(f"rule {index + 1} needs an action: one of {', '.join(ACTIONS)}")
-    action = cast(Action, fields_["action"].choice(ACTIONS))
-    name = fields_["name"].str() if "name" in fields_ else f"rule-{index + 1}"
+        node.report(node.error(f"rule {index + 1} needs an action: one of {', '.join(ACTIONS)}"))
+    action = read("action", lambda n: cast(Action, n.choice(ACTIONS)), action)
+    name = read("name", Node.str, f"rule-{index + 1}")
     when: Condition = ALWAYS
     if "when" in fields_ and fields_["when"].value() is not None:
-        when = _parse_when(fields_["when"])
-    message = fields_["message"].str() if "message" in fields_ else None
-    provider = _rule_provider(fields_["provider"], known) if "provider" in fields_ else None
+        when = read("when", _parse_when, ALWAYS)
+    provider = read("provider", lambda n: _rule_provider(n, known), None)
+    provider_broken = "provider" in fields_ and provider is None  # its model cannot be checked against it
+    limits = read("limits", parse_limits, None)
     return Rule(
         name=name,
         action=action,
         when=when,
-        message=message,
+        message=read("message", Node.str, None),
         line=node.node.start_mark.line + 1,
-        rate_limit=_parse_rate_limit(fields_["rate_limit"]) if "rate_limit" in fields_ else None,
-        budget=_parse_budget(fields_["budget"]) if "budget" in fields_ else None,
-        limits=RuleLimits(**parse_limits(fields_["limits"])) if "limits" in fields_ else None,
+        rate_limit=read("rate_limit", _parse_rate_limit, None),
+        budget=read("budget", _parse_budget, None),
+        limits=RuleLimits(**limits) if limits is not None else None,
         provider=provider,
-        model=_rule_model(fields_["model"], provider, known) if "model" in fields_ else None,
+        model=None if provider_broken else read("model", lambda n: _rule_model(n, provider, known), None),
     )
 
 
 def _parse_when(node: Node, *, nested: bool = False) -> All:
     given = node.mapping(WHEN_KEYS)
-    if nested and not given:
+    if nested and not node.keys():  # an unknown key alone is reported as such
         raise node.error(f"{node.label} is empty: give at least one condition ({', '.join(WHEN_KEYS)})")
-    return All(tuple(_parse_condition(key, value) for key, value in given.items()))
+    conditions = (value.attempt(partial(_parse_condition, key, value), None) for key, value in given.items())
+    return All(tuple(c for c in conditions if c is not None))
 
 
 def _parse_condition(key: str, node: Node) -> Condition:
@@ -159,7 +177,8 @@ def _parse_condition(key: str, node: Node) -> Condition:
         alternatives = node.sequence()
         if not alternatives:
             raise node.error(f"{node.label} needs at least one condition mapping: any: [{{...}}, {{...}}]")
-        return AnyOf(tuple(_parse_when(alt, nested=True) for alt in alternatives))
+        parsed = (alt.attempt(partial(_parse_when, alt, nested=True), None) for alt in alternatives)
+        return AnyOf(tuple(alt for alt in parsed if alt is not None))
     if key == "not":
         return Not(_parse_when(node, nested=True))
     raise node.error(f"unknown condition '{key}'")  # pragma: no cover - mapping() rejects unknown keys
@@ -230,6 +249,8 @@ def _parse_budget(node: Node) -> Budget:
 
 def _rule_provider(node: Node, known: KnownProviders) -> str:
     name = node.str()
+    if known.unchecked:
+        return name
     configured = tuple(known.models)
     if configured:
         if name not in configured:
@@ -248,7 +269,7 @@ def _rule_provider(node: Node, known: KnownProviders) -> str:
 def _rule_model(node: Node, provider: str | None, known: KnownProviders) -> str:
     """A configured model (of `provider` when given); an alias resolves to its model."""
     name = node.str()
-    if not known.models:  # providers from the environment: their models are known only at run time
+    if known.unchecked or not known.models:  # providers from the environment: their models are known only at run time
         return name
     pool = [models for owner, models in known.models.items() if provider is None or owner == provider]
     models = tuple(dict.fromkeys(model for names in pool for model in names))

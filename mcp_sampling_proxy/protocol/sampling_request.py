@@ -19,8 +19,9 @@ from mcp_sampling_proxy.protocol.content import as_blocks
 from mcp_sampling_proxy.protocol.jsonrpc import INVALID_PARAMS, RpcError
 from mcp_sampling_proxy.sanitize import strip_controls
 
-# (server name, tool call) of the sampling request being served, for consoles that show it.
-REQUEST_ORIGIN: ContextVar[tuple[str, str | None]] = ContextVar("request_origin", default=("server", None))
+# (the server as shown, quoted: Session.server_label; tool call) of the sampling request being served,
+# for consoles that show it.
+REQUEST_ORIGIN: ContextVar[tuple[str, str | None]] = ContextVar("request_origin", default=("'server'", None))
 
 
 def check_params(check: wire_checks.Check, params: Any, method: str) -> dict[str, Any]:
@@ -175,9 +176,10 @@ def content_types(params: dict[str, Any]) -> set[str]:
 
 
 def describe(params: dict[str, Any], *, server: str, tool: str | None, max_text: int = 2000) -> str:
-    """A sanitised, human-readable summary for a console (approval or manual reply)."""
+    """A sanitised, human-readable summary for a console (approval or manual reply). `server` is the
+    server as shown, already quoted (Session.server_label: `'notes' (which calls itself "x")`)."""
     lines = [
-        f"Server '{strip_controls(server)}' asks for an LLM completion"
+        f"Server {strip_controls(server)} asks for an LLM completion"
         + (f" (during tool call '{strip_controls(tool)}')" if tool else " (no host request in flight)")
     ]
     prefs = params.get("modelPreferences") or {}

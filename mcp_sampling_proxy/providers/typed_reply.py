@@ -33,8 +33,14 @@ class TypedReplyAdapter:
             )
         async with terminal.lock:
             server, tool = REQUEST_ORIGIN.get()
-            terminal.write("\n" + quote(describe(params, server=server, tool=tool)))
-            terminal.write("\nType the reply; finish with a line holding only '.' (or Ctrl-D):\n")
+            summary = describe(params, server=server, tool=tool)
+            if terminal.shown_just_now(summary):  # approved a moment ago, above: not shown twice
+                terminal.write(
+                    "\nType the reply to the request above; finish with a line holding only '.' (or Ctrl-D):\n"
+                )
+            else:
+                terminal.write("\n" + quote(summary))
+                terminal.write("\nType the reply; finish with a line holding only '.' (or Ctrl-D):\n")
             lines: list[str] = []
             while True:
                 line = await terminal.readline()

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import anyio
 import anyio.abc
 
+from mcp_sampling_proxy.identity import server_phrase
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
@@ -90,9 +91,9 @@ class Session:
 
     @property
     def server_label(self) -> str:
-        """The operator's name, plus the reported one when different: what a human is shown."""
-        reported = self.server_reported_if_different
-        return self.server_name if reported is None else f"{self.server_name} (reports itself as '{reported}')"
+        """The operator's name, plus the reported one when different, quoted (identity.server_phrase):
+        what a human is shown, as `Server {label} asks ...`."""
+        return server_phrase(self.server_name, self.server_reported_if_different)
 
     def tool_candidates(self) -> tuple[str, ...]:
         """The host tools/calls that could own a server request now: the one whose retry carries

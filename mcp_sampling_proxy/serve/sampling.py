@@ -361,7 +361,7 @@ class SamplingService:
             raise
         log.debug("model chosen", provider=choice.provider, model=choice.model, why=choice.reason)
         adapter = self._adapters.get(choice.provider)
-        token = REQUEST_ORIGIN.set((session.server_name, tool))
+        token = REQUEST_ORIGIN.set((session.server_label, tool))
         call_started = time.time_ns()
         try:
             with waiting_for("waiting for the LLM"):  # progress keep-alive (relay/keepalive.py)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from mcp_sampling_proxy.hardening import GroupGuard, die_with_parent
 from mcp_sampling_proxy.sanitize import terminal_line
+from mcp_sampling_proxy.terminal import write_stderr
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.transport.framing import LineReader, LineWriter
@@ -203,7 +204,7 @@ class StdioUpstream:
         and on one line (a carriage return or a Unicode line separator could forge a line of ours)."""
         text = terminal_line(line.decode("utf-8", "replace"))
         with contextlib.suppress(OSError):
-            os.write(2, b"[upstream " + self.label.encode("utf-8", "replace") + b"] " + text.encode() + b"\n")
+            write_stderr(b"[upstream " + self.label.encode("utf-8", "replace") + b"] " + text.encode() + b"\n")
 
     @property
     def returncode(self) -> int | None:

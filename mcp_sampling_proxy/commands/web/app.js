@@ -228,7 +228,9 @@ function updateCount() {
 function notify(q) {
   if (!("Notification" in window) || Notification.permission !== "granted") return;
   const what = q.type === "pending" ? "asks to use an LLM" : q.type === "review" ? "has an answer to review" : "asks a question";
-  const n = new Notification("mcp-sampling-proxy", {body: `Server '${q.server}' ${what}`, tag: q.key});
+  // an elicitation names its server as the proxy shows it, quoted already: 'name' (which calls itself "claim")
+  const who = q.type === "elicit" ? q.server : `'${q.server}'`;
+  const n = new Notification("mcp-sampling-proxy", {body: `Server ${who} ${what}`, tag: q.key});
   n.onclick = () => { window.focus(); n.close(); };
 }
 
