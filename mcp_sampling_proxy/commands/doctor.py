@@ -265,9 +265,36 @@ def check_providers(settings: Any, timeout: float) -> Section:
             "terminal",
         )
         return section
-    for checks in anyio.run(_probe_all, list(settings.providers), timeout):
+    for provider, checks in zip(
+        settings.providers, anyio.run(_probe_all, list(settings.providers), timeout), strict=True
+    ):
+        if provider.kind.http:
+            section.add("info", key_origin(provider))
         section.checks += checks
     return section
+
+
+def key_origin(provider: Any) -> str:
+    """Where the proxy gets a provider's key, and so which hosts' proxies get it (never the key)."""
+    from mcp_sampling_proxy.config.dirs import home_relative
+
+    name = f"'{provider.name}'"
+    if provider.api_key_file:
+        return (
+            f"{name}: the proxy reads its key from the key file {home_relative(Path(provider.api_key_file))} "
+            "itself: it reaches the proxy whatever environment a host gives it"
+        )
+    if provider.api_key_command:
+        return (
+            f"{name}: the proxy runs api_key_command {one_line(' '.join(provider.api_key_command), 120)} at start "
+            "for its key (found on the PATH the host gives it)"
+        )
+    if provider.api_key_env:
+        return (
+            f"{name}: its key comes from the variable {provider.api_key_env} of the environment the host gives "
+            "the proxy (desktop apps do not pass your shell's: see wrapped servers below)"
+        )
+    return f"{name}: no key (a local server)"
 
 
 # -- approval -------------------------------------------------------------------------------------------
