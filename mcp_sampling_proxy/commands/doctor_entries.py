@@ -291,10 +291,11 @@ def check_policy_variables(entry: WrappedEntry) -> list[Check]:
         providers = found.providers
         if not providers:
             checks.append(
-                Check(
-                    "fail",
+                Check(  # a warning: a policy that only denies, or leaves sampling to the host, needs no LLM
+                    "warn",
                     f"{entry.label}: its policy names no LLM provider, and neither "
-                    f"{' nor '.join(WELL_KNOWN_KEY_VARS)} is set in {entry.environment_note}: the proxy has no LLM",
+                    f"{' nor '.join(WELL_KNOWN_KEY_VARS)} is set in {entry.environment_note}: the proxy has no "
+                    "LLM, so a request it would answer itself fails",
                     "run `mcp-sampling-proxy init --key-file FILE` (a policy whose provider reads its key from a "
                     f"0600 file), or {key_fix(entry.host, WELL_KNOWN_KEY_VARS[0], str(entry.path))}",
                 )
