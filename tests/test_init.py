@@ -385,3 +385,28 @@ def test_interactive_key_file_question_in_a_terminal(tmp_path: Path) -> None:
     assert key_file.read_text() == KEY + "\n" and key_file.stat().st_mode & 0o777 == 0o600
     policy = tmp_path / "config" / "mcp-sampling-proxy" / "policy.yaml"
     assert f'api_key_file: "{key_file}"' in policy.read_text()
+
+
+def test_a_refused_key_from_the_key_file_is_named_as_such(tmp_path: Path) -> None:
+    """The LLM refuses the stored key: the check says to check the key file (not a variable), and
+    nothing is written."""
+    env = init_env(tmp_path)
+    key_file = tmp_path / "openai.key"
+    with FakeLLMServer("openai", api_key="sk-the-right-one") as llm:
+        done = run_init_with_stdin(
+            env,
+            KEY,
+            "--yes",
+            "--llm",
+            "openai",
+            "--base-url",
+            llm.base_url,
+            "--model",
+            "m",
+            "--key-file",
+            str(key_file),
+        )
+    assert done.returncode == 1
+    assert "LLM check failed: provider 'openai' answered 401: check the key from api_key_file" in done.stdout
+    assert KEY not in done.stdout + done.stderr
+    assert not key_file.exists() and not (tmp_path / "config" / "mcp-sampling-proxy" / "policy.yaml").exists()

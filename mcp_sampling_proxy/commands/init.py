@@ -387,6 +387,8 @@ def check_llm(llm: LLMChoice, key: str | None) -> tuple[bool, str]:
         name=llm.name,
         type=llm.type,
         base_url=llm.base_url,
+        api_key_env=llm.key_env,  # where the key came from, for a 401's hint
+        api_key_file=os.path.expanduser(llm.key_file) if llm.key_file else None,
         api_key=key,
         models=(ModelSpec(llm.model),),
         connect_timeout=5.0,
