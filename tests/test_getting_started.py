@@ -24,12 +24,16 @@ from typing import Any
 
 import anyio
 from fakes.llm_server import FakeLLMServer
-from support import EXAMPLES, PROXY, PY, tool_text
+from support import EXAMPLES, PROXY, PY, ROOT, tool_text
 from test_terminal import PtySession
 
 from mcp_sampling_proxy.hosts.registry import HOSTS
 
 KEY = "sk-getting-started-0123456789abcdef"
+WALKTHROUGH = (ROOT / "docs" / "getting-started.md").read_text()
+# the commands the page gives, run here as written (init also gets the loopback LLM's --base-url)
+INIT = "init --yes --llm openai --key-file ~/.config/mcp-sampling-proxy/openai.key"
+AUDIT_TAIL = "audit tail ~/.local/state/mcp-sampling-proxy/audit.jsonl"
 SUMMARIZER = str(EXAMPLES / "summarizer.py")
 ANSWER = "The proxy got the key from its key file."
 PROMPT = b"Allow this request? [y]es once"
@@ -120,17 +124,8 @@ def test_the_walkthrough_from_init_to_the_audit(tmp_path: Path, isolated_user_di
 
     with FakeLLMServer("openai", api_key=KEY, models=("gpt-4o-mini",)) as llm:
         # init: the key the user exported goes into a 0600 file the policy names
-        done = cli(
-            shell,
-            "init",
-            "--yes",
-            "--llm",
-            "openai",
-            "--base-url",
-            llm.base_url,
-            "--key-file",
-            "~/.config/mcp-sampling-proxy/openai.key",
-        )
+        assert f"mcp-sampling-proxy {INIT}" in WALKTHROUGH
+        done = cli(shell, *INIT.split(), "--base-url", llm.base_url)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "LLM check: openai answered" in done.stdout
         policy = home / ".config" / "mcp-sampling-proxy" / "policy.yaml"
@@ -139,6 +134,8 @@ def test_the_walkthrough_from_init_to_the_audit(tmp_path: Path, isolated_user_di
         assert KEY not in policy.read_text()
 
         # each host's config, as the user had it; wrap puts the proxy in front
+        for command in ("wrap --host claude-desktop --all", "doctor\n", "console\n"):
+            assert f"mcp-sampling-proxy {command}" in WALKTHROUGH
         entries = {}
         for host, (relative, original) in HOST_FILES.items():
             config = home / relative
@@ -146,7 +143,11 @@ def test_the_walkthrough_from_init_to_the_audit(tmp_path: Path, isolated_user_di
             config.write_text(json.dumps({HOSTS[host].servers_key: {"summarizer": original}}, indent=2))
             done = cli(shell, "wrap", "--host", host, "--all")
             assert done.returncode == 0, done.stdout + done.stderr
-            assert "reaches the proxy from any host" in done.stdout
+            said = (
+                "the key of provider 'openai' reaches the proxy from any host: the proxy reads "
+                "~/.config/mcp-sampling-proxy/openai.key itself"
+            )
+            assert said in done.stdout and said in WALKTHROUGH
             assert "will not reach the proxy" not in done.stdout
             entries[host] = wrapped_entry(host, config)
             assert "OPENAI_API_KEY" not in json.dumps(entries[host]) and KEY not in config.read_text()
@@ -157,7 +158,8 @@ def test_the_walkthrough_from_init_to_the_audit(tmp_path: Path, isolated_user_di
         for host in HOST_FILES:
             said = f"{HOSTS[host].title} 'summarizer': provider 'openai' key from its key file"
             assert said in done.stdout, done.stdout
-        assert "read by the proxy itself" in done.stdout
+        (line,) = [x.strip() for x in done.stdout.splitlines() if "✓ Claude Desktop 'summarizer': provider" in x]
+        assert line in WALKTHROUGH  # the page shows doctor's line as it is
 
         # each host starts its entry; the request is approved at the console; the answer comes back
         console = PtySession([*PROXY, "console"], {**shell, "TERM": "xterm"})
@@ -179,7 +181,8 @@ def test_the_walkthrough_from_init_to_the_audit(tmp_path: Path, isolated_user_di
 
     # the audit log records each decision, and the key is nowhere the server or the logs reach
     audit = home / ".local" / "state" / "mcp-sampling-proxy" / "audit.jsonl"
-    done = cli(shell, "audit", "tail", str(audit))
+    assert f"mcp-sampling-proxy {AUDIT_TAIL}" in WALKTHROUGH
+    done = cli(shell, *AUDIT_TAIL.replace("~", str(home)).split())  # `~` expanded, as a shell does
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("summarizer") >= len(HOST_FILES) and "approved" in done.stdout, done.stdout
     for where in (audit.read_text(), (tmp_path / "host-stderr.log").read_text(), done.stdout):
