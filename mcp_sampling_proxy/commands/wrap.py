@@ -513,9 +513,9 @@ def main(argv: Sequence[str], action: str = "wrap") -> int:
             print(line)
         if args.host == "continue":
             print(
-                "Continue gives servers only HOME, USER, PATH and the like besides the entry's env: put your LLM key "
-                "variable (and any ${VAR} a --header names) in the entry's env, e.g. "
-                "OPENAI_API_KEY: ${{ secrets.OPENAI_API_KEY }}"
+                "Continue gives servers only HOME, USER, PATH and the like besides the entry's env: a key variable "
+                "the policy reads (api_key_env) and any ${VAR} a --header names go in the entry's env, e.g. "
+                "OPENAI_API_KEY: ${{ secrets.OPENAI_API_KEY }}; a key file (api_key_file) needs nothing there"
             )
     print(f"next: {spec.reload}")
     return 0
