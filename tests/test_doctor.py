@@ -726,3 +726,23 @@ def test_a_policy_without_providers_needs_a_well_known_key_in_the_hosts_environm
     config.write_text(json.dumps(entry))
     _, out = doctor(capsys, "--policy", policy)
     assert "✓ Claude Desktop 'notes': OPENAI_API_KEY set (the entry's env): provider 'openai' gets its key" in out
+
+
+def test_a_refused_key_from_a_key_file_is_named_with_its_file(
+    environment: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The LLM refuses the key the file holds: the fix names the file, not a variable to set."""
+    key_file = tmp_path / "openai.key"
+    key_file.write_text("sk-stale\n")
+    key_file.chmod(0o600)
+    with FakeLLMServer("openai", api_key=KEY) as llm:
+        policy = write_policy(
+            tmp_path,
+            f"llm:\n  providers:\n    fake:\n      type: openai\n      base_url: {llm.base_url}\n"
+            f"      api_key_file: {key_file}\n      models: [m]\n",
+        )
+        code, out = doctor(capsys, "--policy", policy)
+    assert code == 1
+    assert f"(api_key_file {key_file} gave a key)" in out
+    assert f"fix: the key from api_key_file {key_file} was refused: check it belongs to this provider" in out
+    assert "sk-stale" not in out
