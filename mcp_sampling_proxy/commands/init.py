@@ -86,7 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
         "~/.config/... when unset)",
     )
     parser.add_argument("--yes", "-y", action="store_true", help="ask nothing: take every default")
-    parser.add_argument("--force", action="store_true", help="overwrite an existing file")
+    parser.add_argument(
+        "--force", action="store_true", help="overwrite an existing policy file (and another key in --key-file FILE)"
+    )
     parser.add_argument("--path", metavar="FILE", help="write here instead of the default path")
     parser.add_argument(
         "--from", dest="source", choices=SHIPPED, help="the shipped policy to start from (default: default)"
