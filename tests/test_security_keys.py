@@ -486,3 +486,17 @@ def test_a_relative_key_file_is_read_beside_the_policy_whatever_the_working_dire
     assert done.returncode == 0, done.stderr
     assert '"result"' in done.stdout
     assert load_settings(policy, {}).providers[0].api_key_file == str(key_file)
+
+
+@pytest.mark.anyio
+async def test_a_key_from_a_key_file_without_access_is_named_by_its_source(tmp_path: Path) -> None:
+    """A 403 for the key from a file: the error the server gets says which key to check (it said
+    "access denied" alone), and never shows the key."""
+    key_file = tmp_path / "openai.key"
+    key_file.write_text(KEY + "\n")
+    key_file.chmod(0o600)
+    with FakeLLMServer("openai", api_key=KEY) as llm:
+        llm.enqueue(status=403, body={"error": {"message": "this key may not use this model"}})
+        text = await _sample(tmp_path, key_policy(llm.base_url, f"      api_key_file: {key_file}\n"), llm)
+    assert "access denied, check the key from api_key_file and its permissions" in text
+    assert_no_run(text, where="the tool's result")
