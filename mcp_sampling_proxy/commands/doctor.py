@@ -519,7 +519,7 @@ def check_containment(settings: Any) -> Section:
         section.add(
             "ok",
             "sandbox: bubblewrap works here; servers run in it (their own process namespace, no "
-            "terminals, a private /tmp, the proxy's policy, state, runtime dirs and audit hidden)",
+            "terminals, a private /tmp, the proxy's policy, state, runtime dirs, audit log and key files hidden)",
         )
     elif mode == "required":
         section.add("fail", f"sandbox: required, but {why}: proxies refuse to start", install)
