@@ -214,7 +214,7 @@ def without_providers(text: str, missing: dict[str, str], models: dict[str, tupl
         note = (
             f"init commented out the llm section ({why}). Without it the proxy takes its LLM from "
             "OPENAI_API_KEY / ANTHROPIC_API_KEY in the environment the host gives it. To use a provider "
-            "below, give it api_key_file: FILE (a 0600 file holding the key) and uncomment it."
+            "below, uncomment it with api_key_file: FILE (a 0600 file holding the key) in place of api_key_env."
         )
         section = [
             *textwrap.wrap(note, 98, initial_indent="# ", subsequent_indent="# "),
@@ -229,7 +229,7 @@ def without_providers(text: str, missing: dict[str, str], models: dict[str, tupl
         head = next((name for name in missing if line.startswith(f"    {name}:")), None)
         if head is not None:
             out.append(
-                f"    # {head}: commented out by init, {missing[head]}; give it api_key_file: FILE and uncomment it"
+                f"    # {head}: commented out by init, {missing[head]}; uncomment it with api_key_file: FILE instead"
             )
             out.append(f"#{line}")
             at += 1
