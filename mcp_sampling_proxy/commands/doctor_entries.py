@@ -2,7 +2,8 @@
 
 A wrapped entry can look fine and still fail the moment the host starts it: the proxy was moved
 or uninstalled, the server's command is not on the PATH the host gives it, the policy file named
-in `--policy` has an error, or the key variable the policy names is not in the entry's env. Each
+in `--policy` has an error, or a provider's key does not reach the proxy (a key variable not in the
+environment the host gives, a key file the proxy would refuse, a key command not on the host's PATH). Each
 check below is one function returning `Check`s, so a new check (or another worker's) is one more
 function in `ENTRY_CHECKS`. What the host gives the proxy: the entry's `env` over the host's own
 environment, which depends on the host (hosts/registry.py, `Host.environment`): a CLI started from a
