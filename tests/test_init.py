@@ -343,7 +343,7 @@ def test_interactive_key_file_question_in_a_terminal(tmp_path: Path) -> None:
 
             def screen() -> str:
                 done = subprocess.run(
-                    [*tmux, "capture-pane", "-p", "-t", session, "-S", "-200"], capture_output=True, text=True
+                    [*tmux, "capture-pane", "-p", "-J", "-t", session, "-S", "-200"], capture_output=True, text=True
                 )
                 return done.stdout
 
@@ -366,7 +366,7 @@ def test_interactive_key_file_question_in_a_terminal(tmp_path: Path) -> None:
             wait_for("Base URL [")
             answer(llm.base_url)
             shown = wait_for("Where does the proxy get the API key?")
-            assert "reaches the proxy from any host" in shown and "Choice [1]:" in shown
+            assert "reaches the proxy from any host" in " ".join(shown.split()) and "Choice [1]:" in shown
             answer("")  # the key file
             key_file = tmp_path / "config" / "mcp-sampling-proxy" / "openai.key"  # beside the default policy
             wait_for(f"Key file [{key_file}]:")
