@@ -82,7 +82,8 @@ def cli(env: dict[str, str], *args: str, stdin: str = "") -> subprocess.Complete
 
 def wrapped_entry(host: str, config: Path) -> dict[str, Any]:
     """The entry as the host reads it from its file after wrap."""
-    return json.loads(config.read_text())[HOSTS[host].servers_key]["summarizer"]
+    entry: dict[str, Any] = json.loads(config.read_text())[HOSTS[host].servers_key]["summarizer"]
+    return entry
 
 
 async def call_summarize(entry: dict[str, Any], env: dict[str, str], errlog: Path) -> str:
