@@ -421,6 +421,6 @@ async def test_doctor_checks_the_program_without_running_it(tmp_path: Path, monk
 def test_the_documented_provider_examples_are_valid_policies() -> None:
     section = (Path(__file__).parent.parent / "docs" / "guides" / "providers.md").read_text()
     blocks = [part.split("```", 1)[0] for part in section.split("```yaml\n")[1:]]
-    assert len(blocks) == 2
+    assert len(blocks) == 3  # the key sources, the endpoints, the command providers
     for block in blocks:
         assert parse_settings(block, "README.md").providers

@@ -646,3 +646,103 @@ def test_doctor_prints_its_checklist_and_nothing_else_on_stdout(tmp_path: Path) 
     )
     assert done.stdout.startswith("mcp-sampling-proxy doctor: "), done.stdout[:200]
     assert "[debug" not in done.stdout + done.stderr
+
+
+def test_each_wrapped_entry_says_where_each_providers_key_comes_from_and_whether_it_reaches(
+    environment: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Per provider: a key file the proxy reads itself (checked as the proxy reads it: a readable-by-others
+    file fails, with the chmod), an api_key_command's program on the PATH the host gives."""
+    key_file = environment / "openai.key"
+    key_file.write_text("sk-file-key\n")
+    key_file.chmod(0o600)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    vault = bin_dir / "vault-cli"
+    vault.write_text("#!/bin/sh\necho sk-command-key\n")
+    vault.chmod(0o755)
+    policy = write_policy(
+        tmp_path,
+        "llm:\n  providers:\n"
+        "    filed:\n      type: openai\n      base_url: http://127.0.0.1:9/v1\n      api_key_file: ~/openai.key\n"
+        "      models: [m]\n"
+        "    commanded:\n      type: openai\n      base_url: http://127.0.0.1:9/v1\n"
+        "      api_key_command: [vault-cli, openai]\n      models: [m2]\n"
+        "    local:\n      type: openai\n      base_url: http://127.0.0.1:9/v1\n      models: [m3]\n",
+    )
+    config = environment / ".config" / "Claude" / "claude_desktop_config.json"
+    config.parent.mkdir(parents=True)
+    config.write_text(json.dumps({"mcpServers": {"notes": {"command": PY, "args": ["-V"]}}}))
+    assert cli_main(["wrap", "--host", "claude-desktop", "--all", "--policy", policy]) == 0
+    out = capsys.readouterr().out
+    assert "the key of provider 'filed' reaches the proxy from any host: the proxy reads ~/openai.key itself" in out
+    # vault-cli is on no PATH: the proxy Claude Desktop starts would not find it
+
+    _, out = doctor(capsys, "--policy", policy)
+    providers = out.split("\nLLM providers\n", 1)[1].split("\napproval\n")[0]
+    assert "· 'filed': the proxy reads its key from the key file ~/openai.key itself" in providers
+    assert "· 'commanded': the proxy runs api_key_command vault-cli openai at start" in providers
+    assert "· 'local': no key (a local server)" in providers
+    wrapped = out.split("\nwrapped servers\n", 1)[1]
+    assert (
+        "✓ Claude Desktop 'notes': provider 'filed' key from its key file ~/openai.key, read by the proxy itself"
+        in wrapped
+    )
+    assert (
+        "✗ Claude Desktop 'notes': provider 'commanded': api_key_command's program 'vault-cli' is not found" in wrapped
+    )
+    assert "fix: write its absolute path in api_key_command (`which vault-cli`)" in wrapped
+    assert "'local'" not in wrapped  # no key to reach it
+    Path(policy).write_text(Path(policy).read_text().replace("[vault-cli, openai]", f"[{vault}, openai]"))
+    _, out = doctor(capsys, "--policy", policy)
+    assert f"✓ Claude Desktop 'notes': provider 'commanded' key from api_key_command {vault}, run by the proxy" in out
+
+    key_file.chmod(0o644)  # now the proxy would refuse to start
+    code, out = doctor(capsys, "--policy", policy)
+    wrapped = out.split("\nwrapped servers\n", 1)[1]
+    assert code == 1
+    assert f"✗ Claude Desktop 'notes': provider 'filed': api_key_file {key_file}: readable by others" in wrapped
+    assert f"chmod 600 {key_file}" in wrapped
+
+
+def test_a_policy_without_providers_needs_a_well_known_key_in_the_hosts_environment(
+    environment: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No llm: section: the proxy takes OPENAI_API_KEY / ANTHROPIC_API_KEY from the host's environment;
+    exported in the shell only, they never reach a desktop app's proxy."""
+    policy = write_policy(tmp_path, "rules:\n  - name: ask\n    action: prompt\n")
+    config = environment / ".config" / "Claude" / "claude_desktop_config.json"
+    config.parent.mkdir(parents=True)
+    config.write_text(json.dumps({"mcpServers": {"notes": {"command": PY, "args": ["-V"]}}}))
+    assert cli_main(["wrap", "--host", "claude-desktop", "--all", "--policy", policy]) == 0
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-shell-only")
+    capsys.readouterr()
+    _, out = doctor(capsys, "--policy", policy)
+    wrapped = out.split("\nwrapped servers\n", 1)[1]
+    assert "! Claude Desktop 'notes': its policy names no LLM provider, and neither OPENAI_API_KEY" in wrapped
+    assert "fix: run `mcp-sampling-proxy init --key-file FILE`" in wrapped
+    entry = json.loads(config.read_text())
+    entry["mcpServers"]["notes"]["env"] = {"OPENAI_API_KEY": "sk-in-the-entry"}
+    config.write_text(json.dumps(entry))
+    _, out = doctor(capsys, "--policy", policy)
+    assert "✓ Claude Desktop 'notes': OPENAI_API_KEY set (the entry's env): provider 'openai' gets its key" in out
+
+
+def test_a_refused_key_from_a_key_file_is_named_with_its_file(
+    environment: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The LLM refuses the key the file holds: the fix names the file, not a variable to set."""
+    key_file = tmp_path / "openai.key"
+    key_file.write_text("sk-stale\n")
+    key_file.chmod(0o600)
+    with FakeLLMServer("openai", api_key=KEY) as llm:
+        policy = write_policy(
+            tmp_path,
+            f"llm:\n  providers:\n    fake:\n      type: openai\n      base_url: {llm.base_url}\n"
+            f"      api_key_file: {key_file}\n      models: [m]\n",
+        )
+        code, out = doctor(capsys, "--policy", policy)
+    assert code == 1
+    assert f"(api_key_file {key_file} gave a key)" in out
+    assert f"fix: the key from api_key_file {key_file} was refused: check it belongs to this provider" in out
+    assert "sk-stale" not in out

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from fakes.llm_server import FakeLLMServer
 from support import (
+    INITIALIZE_LINE,
     PY,
     ROOT,
     UNCONFINED,
@@ -32,6 +33,8 @@ from support import (
     tool_text,
     write_policy,
 )
+
+from mcp_sampling_proxy.config.settings import load_settings
 
 HOSTILE = ROOT / "tests" / "fixtures" / "hostile"
 # Matches none of the built-in secret shapes: only configured-key scrubbing can catch it.
@@ -254,7 +257,10 @@ def test_a_symlinked_or_missing_key_file_is_refused(tmp_path: Path) -> None:
     err = _start_fails(tmp_path, key_policy("http://127.0.0.1:9/v1", f"      api_key_file: {link}\n"))
     assert str(link) in err and "symlink" in err
     err = _start_fails(tmp_path, key_policy("http://127.0.0.1:9/v1", f"      api_key_file: {tmp_path / 'nope'}\n"))
-    assert "no such file" in err
+    assert f"api_key_file {tmp_path / 'nope'}: no such file" in err and f"chmod 600 {tmp_path / 'nope'}" in err
+    # `~` is the home directory (a host gives the proxy HOME), and the error names the expanded path
+    err = _start_fails(tmp_path, key_policy("http://127.0.0.1:9/v1", "      api_key_file: ~/nope.key\n"))
+    assert f"api_key_file {os.path.expanduser('~/nope.key')}: no such file" in err
 
 
 def test_a_failing_api_key_command_names_the_provider_and_command_but_not_its_output(tmp_path: Path) -> None:
@@ -458,3 +464,39 @@ def test_unconfined_the_key_command_has_finished_before_the_server_starts(tmp_pa
         host.wait()
     assert "the server runs without a sandbox" in (tmp_path / "stderr.log").read_text()
     assert float((tmp_path / "key-done").read_text()) < float((tmp_path / "server-started").read_text())
+
+
+def test_a_relative_key_file_is_read_beside_the_policy_whatever_the_working_directory(tmp_path: Path) -> None:
+    """Hosts start the proxy in any directory (Claude Desktop: /): a relative api_key_file, like a relative
+    audit.path, is relative to the policy file."""
+    (tmp_path / "keys").mkdir()
+    key_file = tmp_path / "keys" / "openai.key"
+    key_file.write_text(KEY + "\n")
+    key_file.chmod(0o600)
+    policy = write_policy(tmp_path, key_policy("http://127.0.0.1:9/v1", "      api_key_file: keys/openai.key\n"))
+    done = subprocess.run(  # started in /, it reads the key (a proxy that cannot exits 2 at once)
+        proxy_command(policy, "--no-terminal"),
+        input=INITIALIZE_LINE,
+        env=proxy_env(),
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert '"result"' in done.stdout
+    assert load_settings(policy, {}).providers[0].api_key_file == str(key_file)
+
+
+@pytest.mark.anyio
+async def test_a_key_from_a_key_file_without_access_is_named_by_its_source(tmp_path: Path) -> None:
+    """A 403 for the key from a file: the error the server gets says which key to check (it said
+    "access denied" alone), and never shows the key."""
+    key_file = tmp_path / "openai.key"
+    key_file.write_text(KEY + "\n")
+    key_file.chmod(0o600)
+    with FakeLLMServer("openai", api_key=KEY) as llm:
+        llm.enqueue(status=403, body={"error": {"message": "this key may not use this model"}})
+        text = await _sample(tmp_path, key_policy(llm.base_url, f"      api_key_file: {key_file}\n"), llm)
+    assert "access denied, check the key from api_key_file and its permissions" in text
+    assert_no_run(text, where="the tool's result")

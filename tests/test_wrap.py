@@ -879,7 +879,7 @@ def test_continue_yaml_keeps_comments_and_layout(
     code, out, err = run(capsys, "wrap", "--host", "continue", "--config", str(path), "--all", "--policy", policy)
     assert code == 0, err
     assert re.search(r"old events\s+cannot wrap: it uses the SSE transport", out)
-    assert "put your LLM key variable (and any ${VAR} a --header names) in the entry's env" in out
+    assert "a key variable the policy reads (api_key_env) and any ${VAR} a --header names go in the entry's env" in out
     text = path.read_text()
     proxy = proxy_invocation().command
     for line in (

@@ -314,7 +314,7 @@ def _log_sandbox(sandbox: Plan) -> None:
     if sandbox.active:
         log.info(
             "server sandboxed (bubblewrap): its own process namespace, no terminals, a private /tmp, the "
-            "proxy's config, state, runtime dirs, policy and audit hidden"
+            "proxy's config, state, runtime dirs, policy, audit log and key files hidden"
         )
     elif sandbox.off:
         log.warning(

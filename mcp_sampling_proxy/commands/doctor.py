@@ -31,6 +31,7 @@ import httpx
 
 from mcp_sampling_proxy.commands.checklist import Check, Section
 from mcp_sampling_proxy.commands.doctor_entries import check_entry, entries_from
+from mcp_sampling_proxy.config.keys import key_source
 from mcp_sampling_proxy.providers.retry import connect_reason
 from mcp_sampling_proxy.sanitize import one_line
 
@@ -67,15 +68,22 @@ def check_policy(path: str | None) -> tuple[Any, Section]:
 # -- providers ----------------------------------------------------------------------------------------
 
 
-def _status_fix(status: int, key_var: str | None, url: str) -> str:
+def _status_fix(status: int, key_var: str | None, url: str, source: str | None = None) -> str:
+    """What to do about an HTTP error status; `source`: the key file or command the key came from."""
     if status == 401:
+        if source:
+            return f"the key from {source} was refused: check it belongs to this provider and is still valid"
         if not key_var:
-            return "the provider wants a key: set api_key_env in the policy to the variable holding it"
+            return (
+                "the provider wants a key: give its provider api_key_file: FILE (a 0600 file holding the key) "
+                "or api_key_env: VAR in the policy"
+            )
         if os.environ.get(key_var):
             return f"the key in {key_var} was refused: check it belongs to this provider and is still valid"
         return f"set {key_var} (in the host config's env, and in this shell to check again)"
     if status == 403:
-        return f"the key{f' in {key_var}' if key_var else ''} lacks access to this API or model"
+        holder = f" from {source}" if source else f" in {key_var}" if key_var else ""
+        return f"the key{holder} lacks access to this API or model"
     if status == 404:
         return f"nothing answers at {url}: check base_url (OpenAI-compatible servers usually end in /v1)"
     if status == 429:
@@ -108,7 +116,7 @@ async def probe_provider(provider: Any, timeout: float) -> list[Check]:
     key = os.environ.get(key_var) if key_var else None
     key_note = f"{key_var} is set" if key else (f"{key_var} is not set" if key_var else "no api_key_env")
     if provider.api_key_file or provider.api_key_command:  # doctor runs the command, as the proxy would
-        from mcp_sampling_proxy.config.keys import KeySourceError, key_source, resolve_key
+        from mcp_sampling_proxy.config.keys import KeySourceError, resolve_key
 
         try:
             provider = resolve_key(provider)
@@ -133,6 +141,7 @@ async def _probe_with(
     from mcp_sampling_proxy.providers.base import LLMError
     from mcp_sampling_proxy.providers.errors import http_error, safe_url
 
+    source = key_source(provider) if provider.api_key_file or provider.api_key_command else None
     base, url = adapter.base_url, adapter.models_url()
     try:
         shown = safe_url(base)
@@ -197,7 +206,7 @@ async def _probe_with(
             with anyio.fail_after(timeout + 1):
                 await adapter.complete(params, model)
         except LLMError as exc:
-            fix = _status_fix(exc.status, key_var, shown) if exc.status else "check base_url and the model name"
+            fix = _status_fix(exc.status, key_var, shown, source) if exc.status else "check base_url and the model name"
             return [
                 Check(
                     "fail",
@@ -226,7 +235,7 @@ async def _probe_with(
         Check(
             "fail",
             f"{label}: GET {path}: {one_line(message, 300)} ({key_note})",
-            _status_fix(response.status_code, key_var, shown),
+            _status_fix(response.status_code, key_var, shown, source),
         )
     ]
 
@@ -265,9 +274,36 @@ def check_providers(settings: Any, timeout: float) -> Section:
             "terminal",
         )
         return section
-    for checks in anyio.run(_probe_all, list(settings.providers), timeout):
+    for provider, checks in zip(
+        settings.providers, anyio.run(_probe_all, list(settings.providers), timeout), strict=True
+    ):
+        if provider.kind.http:
+            section.add("info", key_origin(provider))
         section.checks += checks
     return section
+
+
+def key_origin(provider: Any) -> str:
+    """Where the proxy gets a provider's key, and so which hosts' proxies get it (never the key)."""
+    from mcp_sampling_proxy.config.dirs import home_relative
+
+    name = f"'{provider.name}'"
+    if provider.api_key_file:
+        return (
+            f"{name}: the proxy reads its key from the key file {home_relative(Path(provider.api_key_file))} "
+            "itself: it reaches the proxy whatever environment a host gives it"
+        )
+    if provider.api_key_command:
+        return (
+            f"{name}: the proxy runs api_key_command {one_line(' '.join(provider.api_key_command), 120)} at start "
+            "for its key (found on the PATH the host gives it)"
+        )
+    if provider.api_key_env:
+        return (
+            f"{name}: its key comes from the variable {provider.api_key_env} of the environment the host gives "
+            "the proxy (desktop apps do not pass your shell's: see wrapped servers below)"
+        )
+    return f"{name}: no key (a local server)"
 
 
 # -- approval -------------------------------------------------------------------------------------------
@@ -483,7 +519,7 @@ def check_containment(settings: Any) -> Section:
         section.add(
             "ok",
             "sandbox: bubblewrap works here; servers run in it (their own process namespace, no "
-            "terminals, a private /tmp, the proxy's policy, state, runtime dirs and audit hidden)",
+            "terminals, a private /tmp, the proxy's policy, state, runtime dirs, audit log and key files hidden)",
         )
     elif mode == "required":
         section.add("fail", f"sandbox: required, but {why}: proxies refuse to start", install)

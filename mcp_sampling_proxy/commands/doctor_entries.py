@@ -2,7 +2,8 @@
 
 A wrapped entry can look fine and still fail the moment the host starts it: the proxy was moved
 or uninstalled, the server's command is not on the PATH the host gives it, the policy file named
-in `--policy` has an error, or the key variable the policy names is not in the entry's env. Each
+in `--policy` has an error, or a provider's key does not reach the proxy (a key variable not in the
+environment the host gives, a key file the proxy would refuse, a key command not on the host's PATH). Each
 check below is one function returning `Check`s, so a new check (or another worker's) is one more
 function in `ENTRY_CHECKS`. What the host gives the proxy: the entry's `env` over the host's own
 environment, which depends on the host (hosts/registry.py, `Host.environment`): a CLI started from a
@@ -24,6 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from mcp_sampling_proxy.commands.checklist import Check
+from mcp_sampling_proxy.config.child_env import WELL_KNOWN_KEY_VARS
+from mcp_sampling_proxy.config.dirs import home_relative
+from mcp_sampling_proxy.config.keys import KeySourceError, read_key_file
+from mcp_sampling_proxy.config.providers import ProviderConfig
+from mcp_sampling_proxy.config.settings import settings_from_environment
 from mcp_sampling_proxy.hosts.entries import PROXY_MODULE, parse_proxy_args
 from mcp_sampling_proxy.hosts.registry import HOSTS
 from mcp_sampling_proxy.sanitize import one_line
@@ -273,37 +279,100 @@ def check_policy_file(entry: WrappedEntry) -> list[Check]:
 
 
 def check_policy_variables(entry: WrappedEntry) -> list[Check]:
-    """The variables the policy names (api_key_env, state url_env) reach the proxy."""
+    """Each provider's key reaches the proxy as this host starts it: a key file or command the proxy
+    reads itself (checked as it will read it), or a variable in the host's environment; and the Redis
+    URL's variable. A policy without providers: the well-known key variables in the host's environment."""
     settings = entry.settings
     if settings is None:
         return []
-    needed: list[tuple[str, str]] = [
-        (p.api_key_env, f"provider '{p.name}'") for p in settings.providers if p.api_key_env
-    ]
+    checks: list[Check] = []
+    providers = [p for p in settings.providers if p.kind.http]
+    if not settings.providers:
+        found = settings_from_environment({k: v for k in WELL_KNOWN_KEY_VARS if (v := entry.variable(k))})
+        providers = found.providers
+        if not providers:
+            checks.append(
+                Check(  # a warning: a policy that only denies, or leaves sampling to the host, needs no LLM
+                    "warn",
+                    f"{entry.label}: its policy names no LLM provider, and neither "
+                    f"{' nor '.join(WELL_KNOWN_KEY_VARS)} is set in {entry.environment_note}: the proxy has no "
+                    "LLM, so a request it would answer itself fails",
+                    "run `mcp-sampling-proxy init --key-file FILE` (a policy whose provider reads its key from a "
+                    f"0600 file), or {key_fix(entry.host, WELL_KNOWN_KEY_VARS[0], str(entry.path))}",
+                )
+            )
+    for provider in providers:
+        checks += _key_reaches(entry, provider)
     if getattr(settings.state, "url_env", None):
-        needed.append((settings.state.url_env, "the Redis state"))
-    checks = []
-    for name, who in needed:
-        value = entry.variable(name)
-        if value:
-            continue
-        checks.append(
+        name = settings.state.url_env
+        if entry.variable(name):
+            checks.append(Check("ok", f"{entry.label}: {name} set (the Redis state)"))
+        else:
+            checks.append(
+                Check(
+                    "fail",
+                    f"{entry.label}: {name} (for the Redis state) is not set in {entry.environment_note}",
+                    key_fix(entry.host, name, str(entry.path)),
+                )
+            )
+    return checks
+
+
+def _key_reaches(entry: WrappedEntry, provider: ProviderConfig) -> list[Check]:
+    """Whether `provider`'s key reaches the proxy `entry`'s host starts, and from where."""
+    who = f"provider '{one_line(provider.name, 60)}'"
+    if provider.api_key_file:
+        shown = home_relative(Path(provider.api_key_file))
+        try:
+            read_key_file(provider)  # as the proxy will: yours, 0600, a regular file
+        except KeySourceError as exc:
+            return [
+                Check(
+                    "fail",
+                    f"{entry.label}: {one_line(str(exc), 300)}",
+                    "fix the key file; the proxy refuses to start without it",
+                )
+            ]
+        return [
+            Check(
+                "ok",
+                f"{entry.label}: {who} key from its key file {shown}, read by the proxy itself (reaches it "
+                "whatever the host's environment)",
+            )
+        ]
+    if provider.api_key_command:
+        program = provider.api_key_command[0]
+        found, where = _resolve(program, entry)
+        if found is None:
+            return [
+                Check(
+                    "fail",
+                    f"{entry.label}: {who}: api_key_command's program '{one_line(program, 120)}' is not found "
+                    f"({where}, as the host starts the proxy)",
+                    f"write its absolute path in api_key_command (`which {one_line(program, 60)}`)",
+                )
+            ]
+        return [Check("ok", f"{entry.label}: {who} key from api_key_command {found}, run by the proxy at start")]
+    if provider.api_key_env:
+        name = provider.api_key_env
+        if entry.variable(name):
+            where = "the entry's env" if name in entry.env else "the host's environment"
+            return [Check("ok", f"{entry.label}: {name} set ({where}): {who} gets its key")]
+        return [
             Check(
                 "fail",
                 f"{entry.label}: {name} (for {who}) is not set in {entry.environment_note}",
                 key_fix(entry.host, name, str(entry.path)),
             )
-        )
-    if needed and not checks:
-        checks.append(Check("ok", f"{entry.label}: {', '.join(n for n, _ in needed)} set"))
-    return checks
+        ]
+    return []  # no key: a local server
 
 
 def key_fix(host: str, name: str, path: str) -> str:
     """The ways to get variable `name` to a proxy `host` starts, best first (wrap prints them too)."""
     ways = [
         "keep the key out of variables: api_key_file (a 0600 file) or api_key_command (your password "
-        "manager's CLI) in the policy's provider",
+        "manager's CLI) in the policy's provider (`mcp-sampling-proxy init --key-file FILE` writes both)",
     ]
     if host == "vscode":
         ways.append(

@@ -1,23 +1,42 @@
 """`mcp-sampling-proxy init`: write a commented policy file where the proxy looks for it by default.
 
 Asks which shipped policy to start from and which LLM answers sampling (OpenAI, Anthropic, or an
-OpenAI-compatible server such as Ollama), checks that the LLM answers a tiny request through the
-proxy's own adapter, then writes `$XDG_CONFIG_HOME/mcp-sampling-proxy/policy.yaml` (or `--path`)
-and creates the state directory and audit log the file names. `--yes` takes every default.
+OpenAI-compatible server such as Ollama), where the proxy gets the LLM's key (a 0600 key file the
+proxy reads itself, or a variable), checks that the LLM answers a tiny request through the proxy's
+own adapter, then writes `$XDG_CONFIG_HOME/mcp-sampling-proxy/policy.yaml` (or `--path`), the key
+file, and the state directory and audit log the policy names. `--yes` takes every default.
+
+The key file is the default because desktop hosts (Claude Desktop, Cursor, Zed, VS Code started
+from the dock) start the proxy without the shell's variables: a key the policy reads from a
+variable exported in the shell never reaches them. Shipped providers whose key variable is not
+set are commented out, so the written policy names no key the proxy cannot find.
 """
 
 from __future__ import annotations
 
 import argparse
+import getpass
 import os
+import shutil
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from mcp_sampling_proxy.commands.policy_template import SHIPPED, LLMChoice, render, shipped_summary, shipped_text
+from mcp_sampling_proxy.commands.policy_template import (
+    SHIPPED,
+    LLMChoice,
+    render,
+    shipped_summary,
+    shipped_text,
+    without_providers,
+)
 from mcp_sampling_proxy.config.dirs import home_relative
+from mcp_sampling_proxy.config.keys import KeySourceError, read_key_file
 from mcp_sampling_proxy.config.paths import default_policy_path
+from mcp_sampling_proxy.config.providers import ProviderConfig
 
 PROG = "mcp-sampling-proxy init"
 KINDS = ("openai", "anthropic", "ollama", "keep")
@@ -67,7 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
         "~/.config/... when unset)",
     )
     parser.add_argument("--yes", "-y", action="store_true", help="ask nothing: take every default")
-    parser.add_argument("--force", action="store_true", help="overwrite an existing file")
+    parser.add_argument(
+        "--force", action="store_true", help="overwrite an existing policy file (and another key in --key-file FILE)"
+    )
     parser.add_argument("--path", metavar="FILE", help="write here instead of the default path")
     parser.add_argument(
         "--from", dest="source", choices=SHIPPED, help="the shipped policy to start from (default: default)"
@@ -80,7 +101,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--base-url", help="the LLM's base URL (e.g. http://127.0.0.1:11434/v1)")
     parser.add_argument("--model", help="the model to use by default")
-    parser.add_argument("--key-env", metavar="VAR", help="the variable holding the API key")
+    parser.add_argument(
+        "--key-env",
+        metavar="VAR",
+        help="the variable holding the API key (default: OPENAI_API_KEY or ANTHROPIC_API_KEY); with "
+        "--key-file, where the key to store is read from when stdin gives none",
+    )
+    parser.add_argument(
+        "--key-file",
+        metavar="FILE",
+        help="store the API key in FILE (mode 0600) and have the policy name it (api_key_file), so the key "
+        "reaches the proxy from any host; the key is read from stdin when it is piped, else from the --key-env "
+        "variable; a key FILE already holds is kept when neither gives one",
+    )
     parser.add_argument("--no-check", action="store_true", help="do not send the LLM a test request")
     return parser
 
@@ -95,8 +128,9 @@ def main(argv: Sequence[str]) -> int:
         )
         return 2
     ask: Callable[[str, str], str] = _ask if interactive else (lambda _question, default: default)
+    secret = _ask_secret if interactive else None
     try:
-        return run(args, ask, os.environ)
+        return run(args, ask, os.environ, secret=secret)
     except InitError as exc:
         print(f"{PROG}: {exc.message}", file=sys.stderr)
         return exc.code
@@ -105,7 +139,14 @@ def main(argv: Sequence[str]) -> int:
         return 1
 
 
-def run(args: argparse.Namespace, ask: Callable[[str, str], str], environ: Mapping[str, str]) -> int:
+def run(
+    args: argparse.Namespace,
+    ask: Callable[[str, str], str],
+    environ: Mapping[str, str],
+    *,
+    secret: Callable[[str], str] | None = None,
+) -> int:
+    """`secret` asks for the key without echoing it (None: nobody to ask, with --yes)."""
     path = Path(os.path.expanduser(args.path)) if args.path else default_policy_path(environ)
     if path.exists() and not args.force:
         raise InitError(
@@ -119,7 +160,9 @@ def run(args: argparse.Namespace, ask: Callable[[str, str], str], environ: Mappi
     kind = args.llm or _choose(
         "Which LLM answers sampling requests?", [(k, KIND_TITLES[k]) for k in KINDS], _default_kind(environ), ask
     )
-    llm = None if kind == "keep" else _llm_details(kind, args, ask, environ)
+    if kind == "keep" and args.key_file:
+        raise InitError("--key-file needs the LLM it holds the key of: --llm openai, anthropic or ollama", 2)
+    llm, key = (None, None) if kind == "keep" else _llm_details(kind, args, ask, environ, secret)
     from mcp_sampling_proxy.config.settings import parse_settings
     from mcp_sampling_proxy.quotas.state import state_dir
     from mcp_sampling_proxy.yamlnodes import PolicyError
@@ -130,12 +173,20 @@ def run(args: argparse.Namespace, ask: Callable[[str, str], str], environ: Mappi
     audit = state_dir(environ, create=False) / "audit.jsonl"
     is_default = path == default_policy_path(environ)
     text = render(template, source, llm, home_relative(audit), same_name, is_default=is_default)
+    missing = {
+        p.name: f"{p.api_key_env} is not set"
+        for p in shipped.providers
+        if (llm is None or p.name != llm.name) and p.api_key_env and not environ.get(p.api_key_env)
+    }
+    if missing:
+        models = {p.name: tuple(m.name for m in p.models) for p in parse_settings(text, str(path)).providers}
+        text = without_providers(text, missing, models)
     try:
         parse_settings(text, str(path))
     except PolicyError as exc:  # a bug of ours: never write a file the proxy refuses
         raise InitError(f"the generated policy does not load ({exc}); nothing written", 1) from None
     if llm is not None and not args.no_check:
-        ok, said = check_llm(llm, environ)
+        ok, said = check_llm(llm, key.value if key is not None else _env_key(llm, environ))
         print(said)
         if not ok and ask("Write the file anyway? [y/N]", "n").strip().lower() not in ("y", "yes"):
             raise InitError(
@@ -144,8 +195,15 @@ def run(args: argparse.Namespace, ask: Callable[[str, str], str], environ: Mappi
             )
     if ask(f"Write {path}? [Y/n]", "y").strip().lower() not in ("y", "yes", ""):
         raise InitError("nothing written", 1)
+    if key is not None and key.write:
+        _write_key(key)
     _write(path, text, audit)
     print(f"wrote {path} (from {source}.yaml{f', LLM {llm.name}: {llm.model} at {llm.base_url}' if llm else ''})")
+    if key is not None:
+        said = "wrote the key to" if key.write else "kept the key in"
+        print(f"{said} {key.path} (mode 0600): the proxy reads it at start, whatever environment the host gives it")
+    for name, why in missing.items():
+        print(f"provider {name!r} of {source}.yaml is commented out in the file: {why} (see the comment there)")
     print(f"audit log: {audit}")
     if is_default:
         print("the proxy uses this file when started without --policy; check the setup with: mcp-sampling-proxy doctor")
@@ -154,9 +212,106 @@ def run(args: argparse.Namespace, ask: Callable[[str, str], str], environ: Mappi
             f"the proxy uses this file when started with --policy {path} (`wrap --policy {path}` writes that into "
             f"host configs); check the setup with: mcp-sampling-proxy doctor --policy {path}"
         )
-    if llm is not None and llm.key_env and not environ.get(llm.key_env):
-        print(f'note: {llm.key_env} is not set here: give it in the host config\'s "env" for the proxy')
+    if llm is not None and llm.key_env and not llm.key_file:
+        print(
+            f"note: the proxy reads the key from {llm.key_env}, which desktop hosts (Claude Desktop, Cursor, Zed, "
+            f'VS Code started from the desktop) do not pass from your shell: give it in the host config\'s "env", '
+            f"or run init again with --key-file"
+        )
     return 0
+
+
+@dataclass(frozen=True)
+class StoredKey:
+    """The key `init` keeps in a key file: the file, the key (never printed), and whether to write it."""
+
+    path: Path
+    value: str = field(repr=False)
+    write: bool  # False: the file already holds this key
+
+
+def _env_key(llm: LLMChoice, environ: Mapping[str, str]) -> str | None:
+    return environ.get(llm.key_env) if llm.key_env else None
+
+
+def _key_file(
+    kind: str,
+    variable: str,
+    args: argparse.Namespace,
+    ask: Callable[[str, str], str],
+    secret: Callable[[str], str] | None,
+    environ: Mapping[str, str],
+) -> StoredKey | None:
+    """The key file the proxy reads the key from (asked, or --key-file), with the key for it; None: the
+    key stays in `variable`."""
+    given = args.key_file
+    if given is None:
+        default = default_policy_path(environ).parent / f"{kind}.key"
+        choice = _choose(
+            "Where does the proxy get the API key?",
+            [
+                ("file", f"a file only you can read ({home_relative(default)}): reaches the proxy from any host"),
+                (
+                    "variable",
+                    f"a variable ({variable}): only hosts that pass it get it; desktop apps such as Claude "
+                    "Desktop do not pass your shell's variables, so it goes in each host config's env",
+                ),
+            ],
+            "file" if secret is not None else "variable",
+            ask,
+        )
+        if choice == "variable":
+            return None
+        given = ask(f"Key file [{home_relative(default)}]:", str(default)).strip() or str(default)
+    path = Path(os.path.abspath(os.path.expanduser(given)))
+    existing = _existing_key(path)
+    key = _key_to_store(path, variable, existing, ask, secret, environ)
+    if existing is not None and key != existing and not args.force:
+        raise InitError(f"{path} already holds another key; nothing written. Run again with --force to replace it", 1)
+    return StoredKey(path, key, write=key != existing)
+
+
+def _existing_key(path: Path) -> str | None:
+    """The key a key file holds already (None: no such file); refused as the proxy would refuse it."""
+    if not os.path.lexists(path):
+        return None
+    try:
+        return read_key_file(ProviderConfig(name="init", type="openai", api_key_file=str(path)))
+    except KeySourceError as exc:
+        raise InitError(f"{exc}; nothing written", 1) from None
+
+
+def _key_to_store(
+    path: Path,
+    variable: str,
+    existing: str | None,
+    ask: Callable[[str, str], str],
+    secret: Callable[[str], str] | None,
+    environ: Mapping[str, str],
+) -> str:
+    """The key for the file: piped on stdin (with --yes), else from `variable`, else typed, else the file's own."""
+    if secret is None and not sys.stdin.isatty():
+        piped = sys.stdin.read(64 * 1024).strip()
+        if piped:
+            return piped
+    from_variable = environ.get(variable, "").strip()
+    if from_variable and (
+        secret is None or ask(f"Store the key from {variable} in {path}? [Y/n]", "y").strip().lower() in ("y", "yes")
+    ):
+        return from_variable
+    if existing is not None and (
+        secret is None or ask(f"{path} holds a key already: keep it? [Y/n]", "y").strip().lower() in ("y", "yes")
+    ):
+        return existing
+    if secret is not None:
+        typed = secret(f"Paste the API key for {path} (not shown): ").strip()
+        if typed:
+            return typed
+    raise InitError(
+        f"--key-file {path}: no key to store: pipe it on stdin (e.g. `pass show openai | {PROG} --yes "
+        f"--key-file {home_relative(path)} ...`) or set {variable}; nothing written",
+        2,
+    )
 
 
 def _default_kind(environ: Mapping[str, str]) -> str:
@@ -168,8 +323,13 @@ def _default_kind(environ: Mapping[str, str]) -> str:
 
 
 def _llm_details(
-    kind: str, args: argparse.Namespace, ask: Callable[[str, str], str], environ: Mapping[str, str]
-) -> LLMChoice:
+    kind: str,
+    args: argparse.Namespace,
+    ask: Callable[[str, str], str],
+    environ: Mapping[str, str],
+    secret: Callable[[str], str] | None,
+) -> tuple[LLMChoice, StoredKey | None]:
+    """The LLM's base URL, where its key comes from, and its model (listed with that key)."""
     provider_type, base_url, key_env, model, url_var, model_var = DEFAULTS[kind]
     base_url = (
         args.base_url
@@ -177,26 +337,31 @@ def _llm_details(
         or base_url
     )
     base_url = base_url.strip().rstrip("/")
-    if key_env is not None:
-        key_env = args.key_env or ask(f"Variable holding the API key [{key_env}]:", key_env).strip() or key_env
-    elif args.key_env:
-        key_env = args.key_env
+    stored: StoredKey | None = None
+    if key_env is not None or args.key_env or args.key_file:
+        variable = args.key_env or key_env or "OPENAI_API_KEY"
+        stored = _key_file(kind, variable, args, ask, secret, environ)
+        if stored is None and key_env is not None and not args.key_env:
+            variable = ask(f"Variable holding the API key [{variable}]:", variable).strip() or variable
+        key_env = None if stored is not None else variable
+    key = stored.value if stored is not None else (environ.get(key_env) if key_env else None)
     model = environ.get(model_var or "") or model
     if provider_type == "openai" and not args.model:
-        listed = _listed_models(base_url, key_env, environ)
+        listed = _listed_models(base_url, key)
         if listed:
             print(f"models at {base_url}: {', '.join(listed[:12])}{' ...' if len(listed) > 12 else ''}")
             if model not in listed:
                 model = listed[0]
     model = args.model or ask(f"Model [{model}]:", model).strip() or model
-    return LLMChoice(kind, provider_type, base_url, key_env, model)
+    key_file = home_relative(stored.path) if stored is not None else None
+    return LLMChoice(kind, provider_type, base_url, key_env, model, key_file=key_file), stored
 
 
-def _listed_models(base_url: str, key_env: str | None, environ: Mapping[str, str]) -> list[str]:
+def _listed_models(base_url: str, key: str | None) -> list[str]:
     """The models an OpenAI-compatible server lists (GET /models); [] when it does not say."""
     import httpx
 
-    headers = {"Authorization": f"Bearer {environ[key_env]}"} if key_env and environ.get(key_env) else {}
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
     try:
         response = httpx.get(f"{base_url}/models", headers=headers, timeout=5.0)
         data = response.json().get("data") if response.status_code == 200 else None
@@ -209,21 +374,24 @@ def _listed_models(base_url: str, key_env: str | None, environ: Mapping[str, str
     )
 
 
-def check_llm(llm: LLMChoice, environ: Mapping[str, str]) -> tuple[bool, str]:
-    """Send the LLM a tiny request through the proxy's own adapter: (it answered, what to show)."""
+def check_llm(llm: LLMChoice, key: str | None) -> tuple[bool, str]:
+    """Send the LLM a tiny request through the proxy's own adapter, with `key` (from the key file or
+    the variable): (it answered, what to show)."""
     import anyio
 
-    from mcp_sampling_proxy.config.providers import ModelSpec, ProviderConfig
+    from mcp_sampling_proxy.config.providers import ModelSpec
     from mcp_sampling_proxy.providers.base import LLMError
     from mcp_sampling_proxy.providers.registry import make_adapter
 
-    if llm.key_env and not environ.get(llm.key_env):
+    if llm.key_env and not key:
         return False, f"LLM check: {llm.key_env} is not set in this shell, so the request cannot be sent"
     config = ProviderConfig(
         name=llm.name,
         type=llm.type,
         base_url=llm.base_url,
-        api_key_env=llm.key_env,
+        api_key_env=llm.key_env,  # where the key came from, for a 401's hint
+        api_key_file=os.path.expanduser(llm.key_file) if llm.key_file else None,
+        api_key=key,
         models=(ModelSpec(llm.model),),
         connect_timeout=5.0,
         read_timeout=CHECK_TIMEOUT,
@@ -256,7 +424,18 @@ def check_llm(llm: LLMChoice, environ: Mapping[str, str]) -> tuple[bool, str]:
 
 def _choose(question: str, options: list[tuple[str, str]], default: str, ask: Callable[[str, str], str]) -> str:
     numbers = {str(i): name for i, (name, _) in enumerate(options, 1)}
-    lines = [question] + [f"  {i}) {name:<21} {text}" for i, (name, text) in enumerate(options, 1)]
+    width = max(60, min(shutil.get_terminal_size((100, 24)).columns, 120) - 1)
+    lines = [question]
+    for i, (name, text) in enumerate(options, 1):  # whole descriptions, wrapped under themselves
+        head = f"  {i}) {name:<21} "
+        lines += textwrap.wrap(
+            text,
+            width,
+            initial_indent=head,
+            subsequent_indent=" " * len(head),
+            break_long_words=False,
+            break_on_hyphens=False,  # paths stay whole
+        )
     default_number = next(i for i, name in numbers.items() if name == default)
     while True:
         answer = ask("\n".join(lines) + f"\nChoice [{default_number}]:", default).strip()
@@ -275,6 +454,19 @@ def _ask(question: str, default: str) -> str:
     if not answer:
         raise EOFError
     return answer.strip() or default
+
+
+def _ask_secret(question: str) -> str:
+    """A key typed at the terminal, not echoed."""
+    return getpass.getpass(question)
+
+
+def _write_key(key: StoredKey) -> None:
+    """The key file: yours, mode 0600 from its first byte, in a private directory when init makes one."""
+    from mcp_sampling_proxy.config.atomic import write_atomic
+
+    key.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    write_atomic(key.path, (key.value + "\n").encode("utf-8"), mode=0o600)
 
 
 def _write(path: Path, text: str, audit: Path) -> None:

@@ -8,6 +8,7 @@ proxy would refuse.
 from __future__ import annotations
 
 import re
+import textwrap
 from dataclasses import dataclass
 from importlib import resources
 
@@ -23,9 +24,15 @@ def shipped_text(name: str) -> str:
 
 
 def shipped_summary(name: str) -> str:
-    """The first comment line of a shipped policy, after its file name: what it is for."""
-    first = shipped_text(name).splitlines()[0].lstrip("# ")
-    return first.split(":", 1)[1].strip() if ":" in first else first
+    """What a shipped policy is for: its first comment paragraph, whole, after its file name."""
+    words: list[str] = []
+    for line in shipped_text(name).splitlines():
+        text = line.lstrip("#").strip()
+        if not line.startswith("#") or not text:
+            break
+        words.append(text)
+    first = " ".join(words)
+    return first.split(":", 1)[1].strip() if first.startswith(f"{name}.yaml:") else first
 
 
 @dataclass(frozen=True)
@@ -35,8 +42,9 @@ class LLMChoice:
     name: str  # the provider's name in the file
     type: str  # openai | anthropic
     base_url: str
-    key_env: str | None  # None: no key (a local server)
+    key_env: str | None  # the variable holding the key; None: no key variable (a local server, or key_file)
     model: str
+    key_file: str | None = None  # the key file, as the policy names it (`~/...`): the proxy reads it itself
 
 
 def render(
@@ -82,7 +90,17 @@ def render(
             else "Start the proxy with --policy and this file's path to use it."
         ),
         "# After editing, check it: mcp-sampling-proxy policy check FILE (or: mcp-sampling-proxy doctor).",
-        '# Every setting: the README\'s "Policy file" section.',
+        "# Every setting: docs/reference/policy.md (the docs site's Policy file reference).",
+        (
+            "# The audit log is audit.path below: `mcp-sampling-proxy audit tail` (or verify, summary) reads it"
+            if is_default
+            else "# The audit log is audit.path below: `mcp-sampling-proxy audit tail FILE` (or verify, summary)"
+        ),
+        (
+            "# when FILE is left out. `mcp-sampling-proxy doctor` says whether each host's proxy gets its key."
+            if is_default
+            else "# reads it. `mcp-sampling-proxy doctor --policy FILE` says whether each host's proxy gets its key."
+        ),
         "#",
     ]
     return "\n".join(header + lines) + "\n"
@@ -145,12 +163,18 @@ def _provider_block(llm: LLMChoice, shipped_models: tuple[ModelSpec, ...]) -> li
         (_model_text(m) for m in shipped_models if m.name == llm.model), yaml_string(llm.model)
     )  # keep its ratings
     models = [chosen] + [_model_text(m) for m in shipped_models if m.name != llm.model]
-    key = (
-        f"      api_key_env: {yaml_string(llm.key_env)}            # the variable holding the key (the host "
-        "config's env); never the key itself"
-        if llm.key_env
-        else "      # no key: a local server (add api_key_env: VAR if yours wants one)"
-    )
+    if llm.key_file:
+        key = (
+            f"      api_key_file: {yaml_string(llm.key_file)}   # yours, mode 0600: the proxy reads it at start, "
+            "whatever environment the host gives it"
+        )
+    elif llm.key_env:
+        key = (
+            f"      api_key_env: {yaml_string(llm.key_env)}            # the variable holding the key (the host "
+            "config's env); never the key itself"
+        )
+    else:
+        key = "      # no key: a local server (add api_key_file: FILE or api_key_env: VAR if yours wants one)"
     return [
         f"    {llm.name}:                         # chosen at init; checked with a tiny request",
         f"      type: {llm.type}",
@@ -170,3 +194,82 @@ def _model_text(model: ModelSpec) -> str:
         [f"name: {model.name}", *(f"{k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in extra.items())]
     )
     return "{" + inner + "}"
+
+
+def without_providers(text: str, missing: dict[str, str], models: dict[str, tuple[str, ...]]) -> str:
+    """`text` with the providers in `missing` (name -> why) commented out, and what names them: rule
+    `provider:`/`model:` lines, aliases, `default:`. With none left, the whole `llm:` section goes, and the
+    proxy takes its LLM from the environment as it does without one. Text in, text out, like `render`."""
+    lines = text.splitlines()
+    gone = {m for name in missing for m in models.get(name, ())}
+    start = next((i for i, line in enumerate(lines) if line.startswith("llm:")), None)
+    if start is None or not missing:
+        return text
+    end = start + 1
+    while end < len(lines) and (not lines[end].strip() or lines[end][0] in " \t"):
+        end += 1
+    kept = [name for name in models if name not in missing]
+    if not kept:
+        why = "; ".join(f"{name}: {reason}" for name, reason in missing.items())
+        note = (
+            f"init commented out the llm section ({why}). Without it the proxy takes its LLM from "
+            "OPENAI_API_KEY / ANTHROPIC_API_KEY in the environment the host gives it. To use a provider "
+            "below, uncomment it with api_key_file: FILE (a 0600 file holding the key) in place of api_key_env."
+        )
+        section = [
+            *textwrap.wrap(note, 98, initial_indent="# ", subsequent_indent="# "),
+            *[f"# {line}" if line.strip() else line for line in lines[start:end]],
+        ]
+        lines[start:end] = section
+        return "\n".join(_without_references(lines, set(missing), gone)) + "\n"
+    out = lines[:start]
+    at = start
+    while at < end:
+        line = lines[at]
+        head = next((name for name in missing if line.startswith(f"    {name}:")), None)
+        if head is not None:
+            out.append(
+                f"    # {head}: commented out by init, {missing[head]}; uncomment it with api_key_file: FILE instead"
+            )
+            out.append(f"#{line}")
+            at += 1
+            while at < end and lines[at].startswith("      "):
+                out.append(f"#{lines[at]}")
+                at += 1
+            continue
+        if line.startswith("  default:") and line.split(":", 1)[1].split("#")[0].strip() in missing:
+            out.append(f"  default: {kept[0]}                    # the first provider init kept")
+        elif line.startswith("    ") and not line.startswith("     ") and _value(line) in gone:
+            out.append(f"#{line}   # its model's provider is commented out")  # an alias
+        else:
+            out.append(line)
+        at += 1
+    for i, line in enumerate(out):  # an aliases table left without aliases: commented out too
+        if line.startswith("  aliases:") and not any(
+            x.startswith("    ") for x in out[i + 1 :] if x.strip() and not x.startswith("#")
+        ):
+            out[i] = f"#{line}"
+    return "\n".join(_without_references(out + lines[end:], set(missing), gone)) + "\n"
+
+
+def _value(line: str) -> str:
+    """The scalar after the first colon of a `key: value` line, unquoted, without a trailing comment."""
+    value = line.split(":", 1)[1].split(" #")[0].strip() if ":" in line else ""
+    return value.strip("'\"")
+
+
+def _without_references(lines: list[str], providers: set[str], models: set[str]) -> list[str]:
+    """Rules' `provider:` and `model:` lines that name what is commented out, commented out too."""
+    out: list[str] = []
+    in_rules = False
+    for line in lines:
+        if line and not line[0].isspace() and not line.startswith("#"):
+            in_rules = line.startswith("rules:")
+        stripped = line.strip().removeprefix("- ")
+        names = providers if stripped.startswith("provider:") else models if stripped.startswith("model:") else None
+        if in_rules and names is not None and _value(stripped) in names:
+            indent = line[: len(line) - len(line.lstrip())]
+            out.append(f"{indent}# {stripped}   # commented out by init with its provider")
+        else:
+            out.append(line)
+    return out

@@ -513,9 +513,9 @@ def main(argv: Sequence[str], action: str = "wrap") -> int:
             print(line)
         if args.host == "continue":
             print(
-                "Continue gives servers only HOME, USER, PATH and the like besides the entry's env: put your LLM key "
-                "variable (and any ${VAR} a --header names) in the entry's env, e.g. "
-                "OPENAI_API_KEY: ${{ secrets.OPENAI_API_KEY }}"
+                "Continue gives servers only HOME, USER, PATH and the like besides the entry's env: a key variable "
+                "the policy reads (api_key_env) and any ${VAR} a --header names go in the entry's env, e.g. "
+                "OPENAI_API_KEY: ${{ secrets.OPENAI_API_KEY }}; a key file (api_key_file) needs nothing there"
             )
     print(f"next: {spec.reload}")
     return 0
@@ -525,6 +525,7 @@ def _key_notes(host: str, policy: str | None, plans: list[Plan]) -> list[str]:
     """What to do so the policy's key variables reach the proxies the host will start: a desktop app
     passes none of this shell's variables, an editor only its login shell's, Codex only what env_vars lists."""
     from mcp_sampling_proxy.commands.doctor_entries import key_fix, wrapped_entry
+    from mcp_sampling_proxy.config.dirs import home_relative
     from mcp_sampling_proxy.config.paths import policy_or_default
     from mcp_sampling_proxy.config.settings import load_settings
     from mcp_sampling_proxy.yamlnodes import PolicyError
@@ -536,6 +537,12 @@ def _key_notes(host: str, policy: str | None, plans: list[Plan]) -> list[str]:
         return []  # doctor reports the policy
     names = [p.api_key_env for p in settings.providers if p.api_key_env]
     notes: list[str] = []
+    for provider in settings.providers:  # read by the proxy itself: no host's environment matters
+        if provider.api_key_file:
+            notes.append(
+                f"the key of provider '{provider.name}' reaches the proxy from any host: the proxy reads "
+                f"{home_relative(Path(provider.api_key_file))} itself"
+            )
     for plan in plans:
         doc = plan.doc
         for name in dict.fromkeys(names):

@@ -51,7 +51,9 @@ def read_key_file(provider: ProviderConfig) -> str:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
-        raise KeySourceError(f"{where}: no such file") from None
+        raise KeySourceError(
+            f"{where}: no such file; put the key in it (the key alone, on one line) and run: chmod 600 {path}"
+        ) from None
     except OSError as exc:
         raise KeySourceError(
             f"{where}: cannot open it ({exc.strerror}); it must be a regular file, not a symlink"

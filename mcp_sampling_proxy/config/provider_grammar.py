@@ -223,7 +223,10 @@ def _parse_key_source(name: str, node: Node, fields: dict[str, Node]) -> dict[st
         path = fields["api_key_file"].str()
         if not path.strip():
             raise fields["api_key_file"].error("api_key_file needs the path of a file holding only the key")
-        kwargs["api_key_file"] = os.path.expanduser(path)
+        path = os.path.expanduser(path)
+        if not os.path.isabs(path):  # hosts start the proxy in any directory: relative to the policy file
+            path = os.path.join(os.path.dirname(os.path.abspath(node.where)), path)
+        kwargs["api_key_file"] = os.path.normpath(path)
     if "api_key_command" in fields:
         cnode = fields["api_key_command"]
         # A list is run as is; a string is split like a shell would (shlex), but never run by one.

@@ -62,14 +62,16 @@ def http_error(provider: ProviderConfig, response: httpx.Response, *, model: str
 
 def _hint(provider: ProviderConfig, response: httpx.Response, status: int, model: str | None) -> str:
     env = provider.api_key_env
+    held = "api_key_file" if provider.api_key_file else "api_key_command" if provider.api_key_command else None
     if status == 401:
-        if provider.api_key_file or provider.api_key_command:
-            return "check the key from " + ("api_key_file" if provider.api_key_file else "api_key_command")
+        if held:
+            return f"check the key from {held}"
         if not env:
             return "no api_key_env configured for this provider"
         return f"check {env}" if os.environ.get(env) else f"{env} is not set"
     if status == 403:
-        return f"access denied, check {env} and its permissions" if env else "access denied"
+        holder = f"the key from {held}" if held else env
+        return f"access denied, check {holder} and its permissions" if holder else "access denied"
     if status == 404:
         model = model or _requested_model(response)
         what = f"model '{one_line(model, 100)}' or endpoint" if model else "endpoint"
