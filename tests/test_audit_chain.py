@@ -15,7 +15,7 @@ from support import PY
 from mcp_sampling_proxy.audit.log import DECISION_FIELDS, GENESIS, AuditError, AuditLog, canonical, record_hash
 from mcp_sampling_proxy.commands import audit as audit_cmd
 
-PARAMS = {
+PARAMS: dict[str, Any] = {
     "messages": [{"role": "user", "content": {"type": "text", "text": "Capital of France?"}}],
     "systemPrompt": "Be brief.",
     "maxTokens": 20,
