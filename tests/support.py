@@ -175,6 +175,13 @@ class RawHost:
         line = self.lines.get(timeout=timeout)
         return None if line is None else orjson.loads(line)  # strict JSON, and up to 1024 levels deep
 
+    def next_message(self, timeout: float = 15.0) -> dict[str, Any]:
+        """The next message, for a test that expects one: EOFError at EOF (where `recv` gives None)."""
+        message = self.recv(timeout)
+        if message is None:
+            raise EOFError("the proxy closed stdout")
+        return message
+
     def request(self, method: str, params: dict[str, Any] | None = None, timeout: float = 15.0) -> dict[str, Any]:
         """Send a request and return its response; other messages on the way are kept in `.seen`."""
         request_id = self._next_id
