@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import random
-from typing import Any
+from typing import Any, cast
 
 PROGRESS = {"progressToken": "p1"}
 SAMPLING_PARAMS = {
@@ -159,8 +159,11 @@ GARBAGE = [b"\xff", b"\xc0\xaf", b"\\ud800", b"NaN", b"Infinity", b"\x00", b"\n"
 
 DEEP = "__deep__"
 
+# where a value sits in a message: the keys and list indexes from the top
+NodePath = tuple[str | int, ...]
 
-def _nodes(value: Any, path: tuple = ()) -> list[tuple]:
+
+def _nodes(value: Any, path: NodePath = ()) -> list[NodePath]:
     found = [path]
     if isinstance(value, dict):
         for key, item in value.items():
@@ -171,14 +174,15 @@ def _nodes(value: Any, path: tuple = ()) -> list[tuple]:
     return found
 
 
-def _replace(value: Any, path: tuple, new: Any) -> Any:
+def _replace(value: Any, path: NodePath, new: Any) -> Any:
     if not path:
         return new
     head, rest = path[0], path[1:]
     if isinstance(value, dict):
         return {**value, head: _replace(value[head], rest, new)}
     copy = list(value)
-    copy[head] = _replace(copy[head], rest, new)
+    index = cast(int, head)  # below a list, a path holds indexes
+    copy[index] = _replace(copy[index], rest, new)
     return copy
 
 

@@ -17,9 +17,13 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import orjson
+
+if TYPE_CHECKING:  # the SDK is imported where a host is started: most tests never start one
+    from mcp import Client
+    from mcp_types import CallToolResult, TextContent
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -91,7 +95,9 @@ def proxy_command(policy: str | None = None, *options: str, upstream: list[str] 
 
 
 @asynccontextmanager
-async def sdk_host(command: list[str], env: dict[str, str], errlog: Path, **client_kwargs: Any) -> AsyncIterator[Any]:
+async def sdk_host(
+    command: list[str], env: dict[str, str], errlog: Path, **client_kwargs: Any
+) -> AsyncIterator[Client]:
     """The SDK's Client (handshake era unless `mode` is given) connected to `command`."""
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -103,12 +109,25 @@ async def sdk_host(command: list[str], env: dict[str, str], errlog: Path, **clie
             yield client
 
 
-def tool_text(result: Any) -> str:
+def tool_text(result: CallToolResult) -> str:
     return "".join(getattr(block, "text", "") for block in result.content)
 
 
-def tool_json(result: Any) -> Any:
+def first_text(result: CallToolResult) -> str:
+    """The text of a result's first block (which a test expects to be text: else AttributeError)."""
+    return cast("TextContent", result.content[0]).text
+
+
+def tool_json(result: CallToolResult) -> Any:
+    """The JSON a tool wrote as its text: arbitrary, as each test server answers what it likes."""
     return json.loads(tool_text(result))
+
+
+class MessagePredicate(Protocol):
+    """What `RawHost.wait_for` waits for. A Protocol, not a Callable, so that a lambda may bind loop
+    variables as defaults (`lambda m, n=n: ...`) and still type-check."""
+
+    def __call__(self, message: dict[str, Any], /) -> bool: ...
 
 
 class RawHost:
@@ -156,6 +175,13 @@ class RawHost:
         line = self.lines.get(timeout=timeout)
         return None if line is None else orjson.loads(line)  # strict JSON, and up to 1024 levels deep
 
+    def next_message(self, timeout: float = 15.0) -> dict[str, Any]:
+        """The next message, for a test that expects one: EOFError at EOF (where `recv` gives None)."""
+        message = self.recv(timeout)
+        if message is None:
+            raise EOFError("the proxy closed stdout")
+        return message
+
     def request(self, method: str, params: dict[str, Any] | None = None, timeout: float = 15.0) -> dict[str, Any]:
         """Send a request and return its response; other messages on the way are kept in `.seen`."""
         request_id = self._next_id
@@ -166,7 +192,7 @@ class RawHost:
         self.send(message)
         return self.wait_for(lambda m: m.get("id") == request_id and "method" not in m, timeout)
 
-    def wait_for(self, predicate: Any, timeout: float = 15.0) -> dict[str, Any]:
+    def wait_for(self, predicate: MessagePredicate, timeout: float = 15.0) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while True:
             remaining = deadline - time.monotonic()
@@ -203,7 +229,7 @@ class RawHost:
             with suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, 9)
             self.proc.wait(5)
-        if self._stderr_file not in (None, subprocess.DEVNULL):
+        if not isinstance(self._stderr_file, int):  # a file of ours, not subprocess.DEVNULL
             self._stderr_file.close()
 
     def __enter__(self) -> RawHost:

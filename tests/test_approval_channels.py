@@ -6,7 +6,7 @@ import json
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import pytest
@@ -40,7 +40,7 @@ class SocketConsole:
             while b"\n" not in self.buffer:
                 self.buffer += await self.stream.receive()
         line, self.buffer = self.buffer.split(b"\n", 1)
-        return json.loads(line)
+        return cast(dict[str, Any], json.loads(line))
 
     async def send(self, message: dict[str, Any]) -> None:
         await self.stream.send(json.dumps(message).encode() + b"\n")

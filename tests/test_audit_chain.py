@@ -17,7 +17,7 @@ from mcp_sampling_proxy.audit.recorder import AuditLog
 from mcp_sampling_proxy.audit.records import DECISION_FIELDS, GENESIS, AuditFields, canonical, record_hash
 from mcp_sampling_proxy.commands import audit as audit_cmd
 
-PARAMS = {
+PARAMS: dict[str, Any] = {
     "messages": [{"role": "user", "content": {"type": "text", "text": "Capital of France?"}}],
     "systemPrompt": "Be brief.",
     "maxTokens": 20,

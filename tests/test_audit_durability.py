@@ -48,7 +48,9 @@ def writer(tmp_path: Path) -> Path:
     return script
 
 
-def start_writer(script: Path, path: Path, count: int, size: int, go: Path, max_bytes: int = 0) -> subprocess.Popen:
+def start_writer(
+    script: Path, path: Path, count: int, size: int, go: Path, max_bytes: int = 0
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [PY, str(script), str(path), str(count), str(size), str(max_bytes), str(go)],
         stdout=subprocess.PIPE,

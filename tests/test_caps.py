@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 from dataclasses import dataclass
+from typing import Any, NoReturn
 
 import pytest
 
@@ -33,37 +34,37 @@ class Caps:
     max_tools: int = 128
 
 
-def text(value: str) -> dict:
+def text(value: str) -> dict[str, Any]:
     return {"type": "text", "text": value}
 
 
-def image(data: str, kind: str = "image") -> dict:
+def image(data: str, kind: str = "image") -> dict[str, Any]:
     return {"type": kind, "data": data, "mimeType": "image/png" if kind == "image" else "audio/wav"}
 
 
-def request(*messages: dict, **extra) -> dict:
+def request(*messages: dict[str, Any], **extra: Any) -> dict[str, Any]:
     return {"messages": list(messages) or [{"role": "user", "content": text("hi")}], "maxTokens": 100, **extra}
 
 
-def user(*content: dict) -> dict:
+def user(*content: dict[str, Any]) -> dict[str, Any]:
     return {"role": "user", "content": list(content)}
 
 
-def refused(params: dict, caps: Caps, **kwargs) -> str:
+def refused(params: dict[str, Any], caps: Caps, **kwargs: Any) -> str:
     with pytest.raises(RpcError) as info:
         check_caps(params, caps, **kwargs)
     assert info.value.code == INVALID_PARAMS
     return info.value.message
 
 
-def test_an_ordinary_request_passes_unchanged():
+def test_an_ordinary_request_passes_unchanged() -> None:
     params = request(user(text("summarise this")), systemPrompt="be brief", tools=[{"name": "t", "inputSchema": {}}])
     outcome = check_caps(params, Caps())
     assert outcome == CapsOutcome(params, [])
     assert outcome.params is params
 
 
-def test_max_messages_under_at_and_over():
+def test_max_messages_under_at_and_over() -> None:
     caps = Caps(max_messages=3)
     check_caps(request(*[user(text("x"))] * 2), caps)
     check_caps(request(*[user(text("x"))] * 3), caps)
@@ -71,7 +72,7 @@ def test_max_messages_under_at_and_over():
     assert message == "request refused: the request holds 4 messages; the limit is 3 (limits.max_messages)"
 
 
-def test_max_tools_under_at_and_over():
+def test_max_tools_under_at_and_over() -> None:
     caps = Caps(max_tools=2)
     tools = [{"name": f"t{i}", "inputSchema": {"type": "object"}} for i in range(3)]
     check_caps(request(tools=tools[:1]), caps)
@@ -81,7 +82,7 @@ def test_max_tools_under_at_and_over():
     )
 
 
-def test_text_block_counts_utf8_bytes_not_characters():
+def test_text_block_counts_utf8_bytes_not_characters() -> None:
     caps = Caps(max_text_bytes=10)
     check_caps(request(user(text("é" * 4))), caps)  # 8 bytes
     check_caps(request(user(text("é" * 5))), caps)  # 10 bytes: at the limit
@@ -92,7 +93,7 @@ def test_text_block_counts_utf8_bytes_not_characters():
     assert "is 12 bytes" in refused(request(user(text("€" * 4))), caps)
 
 
-def test_text_block_message_names_the_cap_in_mib():
+def test_text_block_message_names_the_cap_in_mib() -> None:
     big = "a" * (1 * MiB + 1)
     params = request(user(text("a")), user(text("b")), user(text("c")), {"role": "user", "content": text(big)})
     assert refused(params, Caps()) == (
@@ -101,7 +102,7 @@ def test_text_block_message_names_the_cap_in_mib():
     check_caps(request(user(text("a" * MiB))), Caps())
 
 
-def test_system_prompt_is_capped_like_text():
+def test_system_prompt_is_capped_like_text() -> None:
     caps = Caps(max_text_bytes=8)
     check_caps(request(systemPrompt="12345678"), caps)
     assert refused(request(systemPrompt="123456789"), caps) == (
@@ -109,13 +110,13 @@ def test_system_prompt_is_capped_like_text():
     )
 
 
-def tool_turn(*result_content: dict) -> tuple[dict, dict]:
+def tool_turn(*result_content: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     use = {"role": "assistant", "content": [{"type": "tool_use", "id": "c1", "name": "fetch", "input": {}}]}
     result = {"role": "user", "content": [{"type": "tool_result", "toolUseId": "c1", "content": list(result_content)}]}
     return use, result
 
 
-def test_text_inside_tool_result_counts():
+def test_text_inside_tool_result_counts() -> None:
     caps = Caps(max_text_bytes=5)
     check_caps(request(user(text("hi")), *tool_turn(text("12345"))), caps)
     assert refused(request(user(text("hi")), *tool_turn(text("ok"), text("123456"))), caps) == (
@@ -124,7 +125,7 @@ def test_text_inside_tool_result_counts():
     )
 
 
-def test_media_inside_tool_result_counts():
+def test_media_inside_tool_result_counts() -> None:
     caps = Caps(max_media_bytes=3)
     check_caps(request(user(text("hi")), *tool_turn(image(base64.b64encode(b"abc").decode()))), caps)
     message = refused(request(user(text("hi")), *tool_turn(image(base64.b64encode(b"abcd").decode()))), caps)
@@ -134,7 +135,7 @@ def test_media_inside_tool_result_counts():
     )
 
 
-def test_embedded_resource_text_and_blob_in_tool_result():
+def test_embedded_resource_text_and_blob_in_tool_result() -> None:
     caps = Caps(max_text_bytes=4, max_media_bytes=2)
     resource = {"type": "resource", "resource": {"uri": "file:///a", "text": "12345"}}
     assert "resource text is 5 bytes" in refused(request(user(text("hi")), *tool_turn(resource)), caps)
@@ -143,7 +144,7 @@ def test_embedded_resource_text_and_blob_in_tool_result():
 
 
 @pytest.mark.parametrize("kind", ["image", "audio"])
-def test_media_under_at_and_over(kind):
+def test_media_under_at_and_over(kind: str) -> None:
     caps = Caps(max_media_bytes=6)
     for size in (4, 5, 6):  # padded with ==, =, and none
         check_caps(request(user(image(base64.b64encode(b"x" * size).decode(), kind))), caps)
@@ -154,8 +155,8 @@ def test_media_under_at_and_over(kind):
     )
 
 
-def test_media_size_comes_from_the_base64_length_without_decoding(monkeypatch):
-    def no_decoding(*args, **kwargs):
+def test_media_size_comes_from_the_base64_length_without_decoding(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_decoding(*args: object, **kwargs: object) -> NoReturn:
         raise AssertionError("caps must not decode base64")
 
     monkeypatch.setattr(base64, "b64decode", no_decoding)
@@ -168,7 +169,7 @@ def test_media_size_comes_from_the_base64_length_without_decoding(monkeypatch):
     assert "is 8,388,609 bytes decoded; the limit is 8 MiB" in refused(request(user(image(over))), Caps())
 
 
-def test_decoded_size_matches_real_decoding():
+def test_decoded_size_matches_real_decoding() -> None:
     for size in range(40):
         encoded = base64.b64encode(bytes(range(size))).decode()
         assert b64_decoded_size(encoded) == size
@@ -182,13 +183,13 @@ def test_decoded_size_matches_real_decoding():
         ("Q===", "it ends in ==="),
     ],
 )
-def test_invalid_base64_length_is_refused(data, why):
+def test_invalid_base64_length_is_refused(data: str, why: str) -> None:
     assert refused(request(user(image(data))), Caps()) == (
         f"request refused: messages[0].content[0] image block data is not valid base64: {why}"
     )
 
 
-def test_request_bytes_precomputed_at_and_over(monkeypatch):
+def test_request_bytes_precomputed_at_and_over(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(caps_module, "serialized_size", lambda params: pytest.fail("must not re-serialise"))
     caps = Caps(max_request_bytes=1000)
     check_caps(request(), caps, request_bytes=1000)
@@ -197,7 +198,7 @@ def test_request_bytes_precomputed_at_and_over(monkeypatch):
     )
 
 
-def test_request_bytes_computed_when_not_given():
+def test_request_bytes_computed_when_not_given() -> None:
     params = request(user(text("ünïcode " * 10)))
     size = serialized_size(params)
     assert size == len(dumps(params))
@@ -205,18 +206,18 @@ def test_request_bytes_computed_when_not_given():
     assert f"the request is {size:,} bytes" in refused(params, Caps(max_request_bytes=size - 1))
 
 
-def test_whole_request_cap_is_checked_first():
+def test_whole_request_cap_is_checked_first() -> None:
     params = request(*[user(text("x" * 100))] * 5)
     message = refused(params, Caps(max_request_bytes=10, max_messages=1, max_text_bytes=1))
     assert "limits.max_request_bytes" in message
 
 
-def test_max_tokens_none_means_no_cap():
+def test_max_tokens_none_means_no_cap() -> None:
     outcome = check_caps(request(maxTokens=10**9), Caps(max_tokens=None))
     assert outcome.params["maxTokens"] == 10**9 and outcome.notes == []
 
 
-def test_max_tokens_clamp_returns_a_copy_and_a_note():
+def test_max_tokens_clamp_returns_a_copy_and_a_note() -> None:
     params = request(maxTokens=5000)
     caps = Caps(max_tokens=4096, max_tokens_action="clamp")
     outcome = check_caps(params, caps)
@@ -230,7 +231,7 @@ def test_max_tokens_clamp_returns_a_copy_and_a_note():
     assert under.params["maxTokens"] == 10 and under.notes == []
 
 
-def test_max_tokens_deny():
+def test_max_tokens_deny() -> None:
     caps = Caps(max_tokens=4096, max_tokens_action="deny")
     check_caps(request(maxTokens=4096), caps)
     assert refused(request(maxTokens=5000), caps) == (
@@ -238,7 +239,7 @@ def test_max_tokens_deny():
     )
 
 
-def test_malformed_shapes_are_left_for_validation():
+def test_malformed_shapes_are_left_for_validation() -> None:
     for params in (
         {"messages": "nope", "maxTokens": "many"},
         {"messages": [None, {"content": "str"}, {"content": [None, 3, {"type": "text", "text": 5}]}]},
@@ -248,7 +249,7 @@ def test_malformed_shapes_are_left_for_validation():
         assert check_caps(params, Caps(max_tokens=1)).params is params
 
 
-def test_walk_blocks_paths():
+def test_walk_blocks_paths() -> None:
     params = request({"role": "user", "content": text("a")}, user(text("b")), *tool_turn(text("c")))
     assert [path for path, _ in walk_blocks(params)] == [
         "messages[0].content",
@@ -270,5 +271,5 @@ def test_walk_blocks_paths():
         (10, "10 bytes"),
     ],
 )
-def test_format_bytes(n, shown):
+def test_format_bytes(n: int, shown: str) -> None:
     assert format_bytes(n) == shown

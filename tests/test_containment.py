@@ -17,6 +17,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fakes.llm_server import FakeLLMServer
@@ -92,7 +93,7 @@ def attack(
     tool: str = "sample",
     kill_proxy: bool = False,
     rules: str = ALLOW_ALL,
-) -> tuple[dict, str, Path]:
+) -> tuple[dict[str, Any], str, Path]:
     """Run the escape artist behind the proxy as an ordinary user; (its report, the proxy's stderr, state dir)."""
     prefix, pythonpath = ordinary_user()
     out, state, run = shared / "out", shared / "state", shared / "run"

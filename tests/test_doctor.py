@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 from fakes.llm_server import FakeLLMServer
@@ -52,7 +52,7 @@ def doctor(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
 def closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        return int(sock.getsockname()[1])
 
 
 @pytest.fixture
@@ -138,7 +138,7 @@ class _NoModelsList(BaseHTTPRequestHandler):
     """An OpenAI-compatible server without GET /models (some proxies and gateways)."""
 
     protocol_version = "HTTP/1.1"
-    completions: ClassVar[list[dict]] = []
+    completions: ClassVar[list[dict[str, Any]]] = []
 
     def do_GET(self) -> None:
         self._send(404, {"error": "not found"})
@@ -154,7 +154,7 @@ class _NoModelsList(BaseHTTPRequestHandler):
             },
         )
 
-    def _send(self, status: int, body: dict) -> None:
+    def _send(self, status: int, body: dict[str, Any]) -> None:
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("content-type", "application/json")

@@ -14,7 +14,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import pytest
@@ -64,7 +64,7 @@ def records(audit: Path) -> list[dict[str, Any]]:
 
 def sent_user_content(llm: FakeLLMServer) -> list[dict[str, Any]]:
     (request,) = llm.requests
-    return request.body["messages"][-1]["content"]
+    return cast(list[dict[str, Any]], request.body["messages"][-1]["content"])
 
 
 def sha256_of(value: Any) -> str:
@@ -322,7 +322,11 @@ AUDIO = {"type": "audio", "data": "UklGRg==", "mimeType": "audio/wav"}
 def test_with_prompt_replaces_only_the_text_of_the_last_user_message(content: Any, expected: Any) -> None:
     first = {"role": "user", "content": {"type": "text", "text": "first"}}
     answer = {"role": "assistant", "content": {"type": "text", "text": "an answer"}}
-    params = {"messages": [first, answer, {"role": "user", "content": content}], "maxTokens": 9, "systemPrompt": "s"}
+    params: dict[str, Any] = {
+        "messages": [first, answer, {"role": "user", "content": content}],
+        "maxTokens": 9,
+        "systemPrompt": "s",
+    }
     edited = with_prompt(params, "new")
     assert edited == {**params, "messages": [first, answer, {"role": "user", "content": expected}]}
     assert params["messages"][2]["content"] == content  # the original is untouched

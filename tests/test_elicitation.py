@@ -71,7 +71,7 @@ async def test_host_with_elicitation_answers_it(tmp_path: Path, env: dict[str, s
     ],
 )
 async def test_no_host_support_and_nobody_to_ask(
-    tmp_path: Path, env: dict[str, str], policy: str, expected: dict
+    tmp_path: Path, env: dict[str, str], policy: str, expected: dict[str, Any]
 ) -> None:
     result = await elicit(tmp_path, env, policy, "elicit_form", {"schema_json": json.dumps(DEFAULTS_ONLY)})
     assert result == expected
@@ -354,7 +354,7 @@ async def test_companion_console_answer_with_a_bad_format_is_refused(tmp_path: P
     ],
 )
 async def test_accept_defaults_ignores_a_default_of_the_wrong_format(
-    tmp_path: Path, env: dict[str, str], default: str, expected: dict
+    tmp_path: Path, env: dict[str, str], default: str, expected: dict[str, Any]
 ) -> None:
     schema = {
         "type": "object",

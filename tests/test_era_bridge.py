@@ -21,7 +21,7 @@ PIN_HANDSHAKE = "upstream:\n  era: handshake\nelicitation:\n  route: host\n"
 MODERN = "2026-07-28"
 
 
-def meta(caps: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+def meta(caps: dict[str, Any] | None = None, /, **extra: Any) -> dict[str, Any]:
     return {
         "io.modelcontextprotocol/protocolVersion": MODERN,
         "io.modelcontextprotocol/clientInfo": {"name": "modern-host", "version": "2"},
@@ -87,7 +87,7 @@ def test_a_server_elicitation_reaches_the_2026_host_as_a_round_of_its_call(moder
 
 def test_roots_and_url_elicitation_cross_to_the_2026_era(tmp_path: Path, dirs: dict[str, str]) -> None:
     policy = write_policy(tmp_path, PIN_HANDSHAKE + "  url_mode: true\n")
-    caps = {"roots": {}, "elicitation": {"form": {}, "url": {}}}
+    caps: dict[str, Any] = {"roots": {}, "elicitation": {"form": {}, "url": {}}}
     with RawHost(proxy_command(policy), proxy_env(**dirs), tmp_path / "stderr.log") as host:
         first = host.request("tools/call", {"name": "list_roots", "arguments": {}, "_meta": meta(caps)})["result"]
         ((key, asked),) = first["inputRequests"].items()
@@ -344,7 +344,7 @@ def test_list_changes_and_resource_updates_reach_the_handshake_host(tmp_path: Pa
 def test_a_round_asks_the_handshake_host_by_requests(tmp_path: Path, dirs: dict[str, str]) -> None:
     """roots/list, URL elicitation (with the elicitationId 2025-11-25 requires) and sampling the host
     does itself reach a handshake host as requests; the answers go back in the retry."""
-    caps = {"roots": {}, "elicitation": {"form": {}, "url": {}}, "sampling": {}}
+    caps: dict[str, Any] = {"roots": {}, "elicitation": {"form": {}, "url": {}}, "sampling": {}}
     with handshake_host(tmp_path, dirs, "  url_mode: true\nrules:\n  - action: allow\n", caps) as host:
         for name, method, answer in (
             ("roots", "roots/list", {"roots": [{"uri": "file:///w"}]}),

@@ -23,6 +23,7 @@ from mcp import Client
 from mcp.client.session import ClientRequestContext, IncomingMessage
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+from pydantic import FileUrl
 
 pytestmark = pytest.mark.anyio
 
@@ -199,7 +200,7 @@ async def test_image_describer_sends_png_block() -> None:
 async def test_kitchen_sink_basics_and_notifications() -> None:
     notifications: list[types.ServerNotification] = []
     logs: list[types.LoggingMessageNotificationParams] = []
-    progress: list[tuple[float, float | None, str | None]] = []
+    progress_seen: list[tuple[float, float | None, str | None]] = []
 
     async def on_message(message: IncomingMessage) -> None:
         if isinstance(message, types.ServerNotification):
@@ -208,8 +209,8 @@ async def test_kitchen_sink_basics_and_notifications() -> None:
     async def on_log(params: types.LoggingMessageNotificationParams) -> None:
         logs.append(params)
 
-    async def on_progress(value: float, total: float | None, message: str | None) -> None:
-        progress.append((value, total, message))
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        progress_seen.append((progress, total, message))
 
     async with connect(KITCHEN_SINK, message_handler=on_message, logging_callback=on_log) as client:
         assert client.server_info is not None and client.server_info.name == "kitchen-sink"
@@ -232,7 +233,7 @@ async def test_kitchen_sink_basics_and_notifications() -> None:
         info = json.loads(only_text(await client.call_tool("client_info", {})))
         assert info["protocolVersion"] == "2025-11-25"
 
-    assert progress == [(i, 3, f"step {i}/3") for i in (1, 2, 3)]
+    assert progress_seen == [(i, 3, f"step {i}/3") for i in (1, 2, 3)]
     assert [(entry.level, entry.data, entry.logger) for entry in logs] == [("warning", "hi there", "kitchen-sink")]
     methods = [n.method for n in notifications if n.method != "notifications/message"]
     assert methods[-4:] == [
@@ -252,7 +253,7 @@ async def test_kitchen_sink_caps_sample_and_server_requests() -> None:
         return types.ElicitResult(action="accept", content={"name": "Ada"})
 
     async def on_roots(context: ClientRequestContext) -> types.ListRootsResult:
-        return types.ListRootsResult(roots=[types.Root(uri="file:///tmp/project", name="project")])
+        return types.ListRootsResult(roots=[types.Root(uri=FileUrl("file:///tmp/project"), name="project")])
 
     async with connect(
         KITCHEN_SINK,

@@ -63,8 +63,8 @@ def requests() -> list[tuple[str, dict[str, Any]]]:
         preferences: dict[str, Any] = {}
         if HINTS[i % len(HINTS)]:
             preferences["hints"] = [{"name": HINTS[i % len(HINTS)]}]
-        if PRIORITIES[i % len(PRIORITIES)]:
-            preferences.update(PRIORITIES[i % len(PRIORITIES)])
+        if priorities := PRIORITIES[i % len(PRIORITIES)]:
+            preferences.update(priorities)
         if preferences:
             params["modelPreferences"] = preferences
         table.append((SERVERS[(i // 2) % len(SERVERS)], params))

@@ -685,12 +685,13 @@ NOT_SECRET = [
 
 def _secret_form(spec: dict[str, Any]) -> Form:
     kind = spec.get("kind", "string")
-    prop: dict[str, Any] = {
+    props: dict[str, dict[str, Any]] = {
         "string": {"type": "string"},
         "integer": {"type": "integer"},
         "boolean": {"type": "boolean"},
         "enum": {"type": "string", "enum": ["bearer", "basic"]},
-    }[kind]
+    }
+    prop = props[kind]
     for key in ("title", "description", "format"):
         if key in spec:
             prop = {**prop, key: spec[key]}

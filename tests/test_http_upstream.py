@@ -81,7 +81,7 @@ def _free_port() -> int:
     """A loopback port nothing listens on (bound, then released)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
+from typing import cast
 
 import pytest
 from fakes.llm_server import FakeLLMServer
@@ -58,7 +59,7 @@ def test_yes_writes_the_default_path_checks_the_llm_and_the_proxy_uses_it(tmp_pa
         # the proxy, with no --policy, runs with that file: the loopback LLM answers, the audit log records it
         async def sample() -> str:
             async with sdk_host(proxy_command(None), env, tmp_path / "stderr.log") as client:
-                return tool_json(await client.call_tool("sample", {"prompt": "hi"}))["content"]["text"]
+                return cast(str, tool_json(await client.call_tool("sample", {"prompt": "hi"}))["content"]["text"])
 
         import anyio
 

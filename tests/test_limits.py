@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, NoReturn
 
 import pytest
 from structlog.testing import capture_logs
@@ -36,7 +37,7 @@ T0 = 1_750_000_000.0 - 1_750_000_000.0 % DAY  # a UTC midnight: the start of a 1
 
 
 @pytest.fixture
-def state(tmp_path, monkeypatch) -> Path:
+def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     directory = tmp_path / "state"
     monkeypatch.setenv(STATE_DIR_ENV, str(directory))
     return directory
@@ -45,7 +46,7 @@ def state(tmp_path, monkeypatch) -> Path:
 # --- state directory and JSON store ---------------------------------------------------------
 
 
-def test_state_dir_precedence(tmp_path, monkeypatch):
+def test_state_dir_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # the XDG variables and the home come from the process environment (platformdirs reads them)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("XDG_STATE_HOME", "/x")
@@ -60,7 +61,7 @@ def test_state_dir_precedence(tmp_path, monkeypatch):
         assert fallback == tmp_path / "home" / ".local" / "state" / "mcp-sampling-proxy"
 
 
-def test_state_dir_and_budget_file_are_private(state):
+def test_state_dir_and_budget_file_are_private(state: Path) -> None:
     budget = TokenBudget()
     assert budget.store.path == state / "budgets.json"
     budget.settle(Reservation("k", "r", 5, DAY, T0 + 900), None, now=T0)
@@ -69,18 +70,18 @@ def test_state_dir_and_budget_file_are_private(state):
     assert stat.S_IMODE((state / "budgets.json.lock").stat().st_mode) == 0o600
 
 
-def test_json_state_file_update_returns_and_persists(tmp_path):
+def test_json_state_file_update_returns_and_persists(tmp_path: Path) -> None:
     store = JsonStateFile(tmp_path / "s.json")
     assert store.update(lambda data: data.setdefault("n", 41) + 1) == 42
     assert json.loads((tmp_path / "s.json").read_text()) == {"n": 41}
     assert JsonStateFile(tmp_path / "s.json").read() == {"n": 41}
 
 
-def test_json_state_file_writes_nothing_when_fn_raises(tmp_path):
+def test_json_state_file_writes_nothing_when_fn_raises(tmp_path: Path) -> None:
     store = JsonStateFile(tmp_path / "s.json")
     store.update(lambda data: data.update(n=1))
 
-    def boom(data):
+    def boom(data: dict[str, Any]) -> NoReturn:
         data["n"] = 2
         raise RuntimeError("boom")
 
@@ -91,7 +92,7 @@ def test_json_state_file_writes_nothing_when_fn_raises(tmp_path):
 
 
 @pytest.mark.parametrize("content", ["{not json", "[1, 2]", "\xff\xfe", "   \n"])
-def test_json_state_file_corrupt_starts_empty_with_a_warning(tmp_path, content):
+def test_json_state_file_corrupt_starts_empty_with_a_warning(tmp_path: Path, content: str) -> None:
     path = tmp_path / "s.json"
     path.write_bytes(content.encode("latin-1"))
     with capture_logs() as logs:
@@ -105,7 +106,7 @@ def test_json_state_file_corrupt_starts_empty_with_a_warning(tmp_path, content):
 # --- rate limits ----------------------------------------------------------------------------
 
 
-def test_rate_limit_third_request_in_window_is_refused_then_allowed_after_it():
+def test_rate_limit_third_request_in_window_is_refused_then_allowed_after_it() -> None:
     limiter = RateLimiter()
     key = limit_key("trusted", "summarizer")
     assert limiter.try_acquire(key, 2, 60, now=1000.0, rule="trusted") is None
@@ -123,7 +124,7 @@ def test_rate_limit_third_request_in_window_is_refused_then_allowed_after_it():
     assert limiter.try_acquire(key, 2, 60, now=1061.0, rule="trusted") is None
 
 
-def test_rate_limit_keys_are_independent_and_refusals_do_not_count():
+def test_rate_limit_keys_are_independent_and_refusals_do_not_count() -> None:
     limiter = RateLimiter()
     assert limiter.try_acquire("a", 1, 10, now=0.0) is None
     assert limiter.try_acquire("b", 1, 10, now=0.0) is None
@@ -135,7 +136,7 @@ def test_rate_limit_keys_are_independent_and_refusals_do_not_count():
     assert limiter.try_acquire("a", 1, 10, now=10.0) is None
 
 
-def test_rate_limit_is_exact_over_any_window():
+def test_rate_limit_is_exact_over_any_window() -> None:
     limiter = RateLimiter()
     rng = random.Random(7)
     admitted = []
@@ -153,7 +154,7 @@ def test_rate_limit_is_exact_over_any_window():
 # --- concurrency ----------------------------------------------------------------------------
 
 
-def test_concurrency_limit():
+def test_concurrency_limit() -> None:
     limiter = ConcurrencyLimiter()
     assert limiter.acquire("k", 2, rule="busy") is None
     assert limiter.acquire("k", 2, rule="busy") is None
@@ -171,7 +172,7 @@ def test_concurrency_limit():
     assert limiter.acquire("k", 2) is None
 
 
-def test_concurrency_hold_releases_on_error_and_never_goes_negative():
+def test_concurrency_hold_releases_on_error_and_never_goes_negative() -> None:
     limiter = ConcurrencyLimiter()
     with pytest.raises(RuntimeError), limiter.hold("k", 1) as refusal:
         assert refusal is None and limiter.in_use("k") == 1
@@ -188,7 +189,7 @@ def test_concurrency_hold_releases_on_error_and_never_goes_negative():
 # --- token budgets --------------------------------------------------------------------------
 
 
-def test_budget_reserve_settle_cancel(state):
+def test_budget_reserve_settle_cancel(state: Path) -> None:
     budget = TokenBudget()
     first = budget.reserve("k", 10_000, DAY, 1_000, now=T0 + 10)
     assert isinstance(first, Reservation) and first.tokens == 1_000
@@ -208,7 +209,7 @@ def test_budget_reserve_settle_cancel(state):
     assert (budget.status("k", DAY, now=T0 + 61).used, budget.status("k", DAY, now=T0 + 61).reserved) == (2_300, 0)
 
 
-def test_budget_refusal_says_which_budget_what_is_left_and_when_it_resets(state):
+def test_budget_refusal_says_which_budget_what_is_left_and_when_it_resets(state: Path) -> None:
     budget = TokenBudget()
     spent = budget.reserve("x@srv", 10_000, DAY, 9_800, now=T0 + 100)
     assert isinstance(spent, Reservation)
@@ -225,7 +226,7 @@ def test_budget_refusal_says_which_budget_what_is_left_and_when_it_resets(state)
     assert isinstance(budget.reserve("x@srv", 10_000, DAY, 200, now=now), Reservation)  # exactly what is left
 
 
-def test_budget_counts_reservations_in_progress(state):
+def test_budget_counts_reservations_in_progress(state: Path) -> None:
     budget = TokenBudget()
     held = budget.reserve("k", 1_000, 3600, 600, now=T0)
     assert isinstance(held, Reservation)
@@ -239,7 +240,7 @@ def test_budget_counts_reservations_in_progress(state):
     assert isinstance(budget.reserve("k", 1_000, 3600, 500, now=T0 + 130), Reservation)
 
 
-def test_budget_larger_than_the_whole_limit_is_refused_for_good(state):
+def test_budget_larger_than_the_whole_limit_is_refused_for_good(state: Path) -> None:
     refusal = TokenBudget().reserve("k", 1_000, DAY, 1_001, now=T0, rule="tiny")
     assert isinstance(refusal, Refusal) and refusal.permanent and refusal.retry_after == 0
     assert refusal.message == (
@@ -248,7 +249,7 @@ def test_budget_larger_than_the_whole_limit_is_refused_for_good(state):
     )
 
 
-def test_budget_window_resets_on_the_epoch_aligned_boundary(state):
+def test_budget_window_resets_on_the_epoch_aligned_boundary(state: Path) -> None:
     budget = TokenBudget()
     spent = budget.reserve("k", 1_000, DAY, 1_000, now=T0 + DAY - 1)
     assert isinstance(spent, Reservation)
@@ -259,7 +260,7 @@ def test_budget_window_resets_on_the_epoch_aligned_boundary(state):
     assert budget.status("k", DAY, now=T0 + DAY).window_start == T0 + DAY
 
 
-def test_budget_usage_survives_a_restart(state):
+def test_budget_usage_survives_a_restart(state: Path) -> None:
     spent = TokenBudget().reserve("k", 10_000, DAY, 4_000, now=T0)
     assert isinstance(spent, Reservation)
     TokenBudget().settle(spent, 3_500, now=T0 + 1)  # settled by a new instance: reservations are in the file
@@ -269,7 +270,7 @@ def test_budget_usage_survives_a_restart(state):
     assert isinstance(refusal, Refusal) and "3,500 of 10,000 tokens used" in refusal.message
 
 
-def test_stale_reservations_of_a_crashed_proxy_expire(state):
+def test_stale_reservations_of_a_crashed_proxy_expire(state: Path) -> None:
     crashed = TokenBudget(reservation_ttl=900)
     assert isinstance(crashed.reserve("k", 1_000, DAY, 900, now=T0), Reservation)  # never settled
     other = TokenBudget(reservation_ttl=900)
@@ -281,7 +282,7 @@ def test_stale_reservations_of_a_crashed_proxy_expire(state):
     assert [r["tokens"] for r in data["budgets"]["k"]["reservations"].values()] == [200]
 
 
-def test_settling_an_expired_reservation_still_charges_it(state):
+def test_settling_an_expired_reservation_still_charges_it(state: Path) -> None:
     budget = TokenBudget(reservation_ttl=60)
     slow = budget.reserve("k", 1_000, DAY, 500, now=T0)
     assert isinstance(slow, Reservation)
@@ -290,7 +291,7 @@ def test_settling_an_expired_reservation_still_charges_it(state):
     assert budget.status("k", DAY, now=T0 + 121).used == 400
 
 
-def test_idle_keys_are_removed_from_the_file(state):
+def test_idle_keys_are_removed_from_the_file(state: Path) -> None:
     budget = TokenBudget()
     used = budget.reserve("old", 1_000, 3600, 10, now=T0)
     assert isinstance(used, Reservation)
@@ -299,7 +300,7 @@ def test_idle_keys_are_removed_from_the_file(state):
     assert budgets_file(state)["budgets"] == {}
 
 
-def test_malformed_budget_entries_are_dropped(state):
+def test_malformed_budget_entries_are_dropped(state: Path) -> None:
     """Entries a proxy wrote and a later version cannot read (the file's seal is good)."""
     state.mkdir(mode=0o700)
     JsonStateFile(state / "budgets.json", sealed="budgets").update(
@@ -315,7 +316,7 @@ def test_malformed_budget_entries_are_dropped(state):
     assert "bad" not in budgets_file(state)["budgets"]
 
 
-def budgets_file(state: Path) -> dict:
+def budgets_file(state: Path) -> dict[str, Any]:
     """What budgets.json holds, checked as the proxy checks it (it is sealed)."""
     return JsonStateFile(state / "budgets.json", sealed="budgets").read()
 
@@ -343,7 +344,7 @@ print(granted, flush=True)
 """
 
 
-def test_budget_is_exact_across_processes(state, tmp_path):
+def test_budget_is_exact_across_processes(state: Path, tmp_path: Path) -> None:
     """4 processes x 50 rounds: reserve 10 + settle 7 on one key (1,400 exactly), and on a key
     with a 1,000 budget, reserve 10 + settle the worst case: exactly 100 granted, never more."""
     go = tmp_path / "go"
@@ -382,7 +383,7 @@ def test_budget_is_exact_across_processes(state, tmp_path):
 # --- worst case and formatting --------------------------------------------------------------
 
 
-def test_estimate_worst_case_counts_text_images_and_max_tokens():
+def test_estimate_worst_case_counts_text_images_and_max_tokens() -> None:
     params = {
         "systemPrompt": "abc",  # 3 bytes
         "messages": [
@@ -404,7 +405,7 @@ def test_estimate_worst_case_counts_text_images_and_max_tokens():
     )
 
 
-def test_estimate_worst_case_includes_tool_results_and_tools():
+def test_estimate_worst_case_includes_tool_results_and_tools() -> None:
     tools = [{"name": "fetch", "inputSchema": {"type": "object"}}]
     params = {
         "messages": [
@@ -455,7 +456,7 @@ def test_estimate_worst_case_includes_tool_results_and_tools():
         (2 * DAY + 4 * 3600, "2 d 4 h"),
     ],
 )
-def test_format_wait(seconds, shown):
+def test_format_wait(seconds: float, shown: str) -> None:
     assert format_wait(seconds) == shown
 
 
@@ -471,5 +472,5 @@ def test_format_wait(seconds, shown):
         (7 * 86400, "7d"),
     ],
 )
-def test_format_period(seconds, shown):
+def test_format_period(seconds: float, shown: str) -> None:
     assert format_period(seconds) == shown

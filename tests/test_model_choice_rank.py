@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 from fakes.llm_server import FakeLLMServer
-from mcp_types import ModelPreferences
 from support import proxy_command, proxy_env, sdk_host, tool_json, write_policy
 
 from mcp_sampling_proxy.commands.cli import main
 from mcp_sampling_proxy.config.providers import ModelSpec, ProviderConfig
+from mcp_sampling_proxy.protocol.sampling_request import ModelPreferences
 from mcp_sampling_proxy.providers.model_choice import choose_model
 
 OPENAI = ProviderConfig(
@@ -41,9 +41,9 @@ ALL = [OPENAI, ANTHROPIC, ROUTER]
 ALIASES = {"claude-3-opus": "gpt-4o", "gpt": "claude-haiku-4-5"}
 
 
-def prefs(*names: str, **priorities: float) -> ModelPreferences:
-    """The SDK's model of a request's preferences (wire names: costPriority, ...)."""
-    return ModelPreferences.model_validate({"hints": [{"name": n} for n in names], **priorities})
+def prefs(*names: str, **priorities: float) -> ModelPreferences | None:
+    """A request's preferences as the proxy reads them off the wire (names: costPriority, ...)."""
+    return ModelPreferences.from_wire({"hints": [{"name": n} for n in names], **priorities})
 
 
 CASES = [

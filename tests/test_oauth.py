@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import httpx
@@ -55,8 +55,8 @@ class OAuthServers:
 
     def control(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         if body is None and path == "/test/stats":
-            return httpx.get(self.issuer + path, timeout=5).json()
-        return httpx.post(self.issuer + path, json=body or {}, timeout=5).json()
+            return cast(dict[str, Any], httpx.get(self.issuer + path, timeout=5).json())
+        return cast(dict[str, Any], httpx.post(self.issuer + path, json=body or {}, timeout=5).json())
 
     def close(self) -> None:
         if self.proc.poll() is None:

@@ -3,6 +3,7 @@ loopback fake: the URL and headers each one needs on the wire."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ ALLOW = "rules:\n  - name: allow-all\n    action: allow\n"
 
 
 @pytest.fixture
-def llm():
+def llm() -> Iterator[FakeLLMServer]:
     with FakeLLMServer("openai") as server:
         yield server
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from mcp_types import ModelPreferences
 
 from mcp_sampling_proxy.config.providers import ModelSpec, ProviderConfig
 from mcp_sampling_proxy.config.settings import parse_settings
 from mcp_sampling_proxy.policy.conditions import All, Facts, MethodIs, ServerMatches
 from mcp_sampling_proxy.policy.engine import DEFAULT_RULE, Decision, decide, why_not
 from mcp_sampling_proxy.policy.rules import Rule
+from mcp_sampling_proxy.protocol.sampling_request import ModelPreferences
 from mcp_sampling_proxy.providers.model_choice import Choice, choose_model
 
 # -- policy.decide --------------------------------------------------------------------------------
@@ -117,9 +117,9 @@ ANTHROPIC = ProviderConfig(
 BOTH = [OPENAI, ANTHROPIC]
 
 
-def hints(*names: Any, **priorities: float) -> ModelPreferences:
-    """The SDK's model of a request's preferences (wire names: costPriority, ...)."""
-    return ModelPreferences.model_validate({"hints": [{"name": n} for n in names], **priorities})
+def hints(*names: Any, **priorities: float) -> ModelPreferences | None:
+    """A request's preferences as the proxy reads them off the wire (names: costPriority, ...)."""
+    return ModelPreferences.from_wire({"hints": [{"name": n} for n in names], **priorities})
 
 
 def test_first_matching_hint_wins_even_if_a_later_hint_matches_an_earlier_model() -> None:
@@ -176,7 +176,7 @@ def test_aliases_from_the_policy_file() -> None:
 
 
 def test_hints_without_a_name_are_skipped() -> None:
-    prefs = ModelPreferences.model_validate({"hints": [{}, {"name": None}, {"name": ""}, {"name": "haiku"}]})
+    prefs = ModelPreferences.from_wire({"hints": [{}, {"name": None}, {"name": ""}, {"name": "haiku"}]})
     assert choose_model(BOTH, prefs).model == "claude-haiku-4-5"
 
 
@@ -208,7 +208,7 @@ RATED = [
     ],
 )
 def test_priorities_pick_the_best_weighted_score(priorities: dict[str, float], expected: tuple[str, str]) -> None:
-    choice = choose_model(RATED, ModelPreferences.model_validate(priorities))
+    choice = choose_model(RATED, ModelPreferences.from_wire(priorities))
     assert (choice.provider, choice.model) == expected
     assert choice.reason.startswith("best score ")
     for key, weight in priorities.items():
@@ -216,7 +216,7 @@ def test_priorities_pick_the_best_weighted_score(priorities: dict[str, float], e
 
 
 def test_priority_reason_shows_score_and_weights() -> None:
-    choice = choose_model(RATED, ModelPreferences.model_validate({"costPriority": 0.5, "intelligencePriority": 0.5}))
+    choice = choose_model(RATED, ModelPreferences.from_wire({"costPriority": 0.5, "intelligencePriority": 0.5}))
     assert choice.reason == "best score 0.65 for priorities cost=0.5, intelligence=0.5"
 
 
@@ -232,15 +232,15 @@ def test_unrated_axis_counts_as_neutral() -> None:
         )
     ]
     # fast-only: .8 + .5 = 1.3 ; dull: .2 + .4 = .6
-    choice = choose_model(providers, ModelPreferences.model_validate({"speedPriority": 1, "intelligencePriority": 1}))
+    choice = choose_model(providers, ModelPreferences.from_wire({"speedPriority": 1, "intelligencePriority": 1}))
     assert choice == Choice("p", "fast-only", "best score 1.30 for priorities speed=1, intelligence=1")
     # on intelligence alone the neutral 0.5 beats a rated 0.4
-    assert choose_model(providers, ModelPreferences.model_validate({"intelligencePriority": 1})).model == "fast-only"
+    assert choose_model(providers, ModelPreferences.from_wire({"intelligencePriority": 1})).model == "fast-only"
 
 
 def test_zero_or_missing_priorities_and_unrated_models_fall_back_to_the_default() -> None:
-    assert choose_model(RATED, ModelPreferences.model_validate({"costPriority": 0, "speedPriority": 0})).model == "mini"
-    assert choose_model(BOTH, ModelPreferences.model_validate({"intelligencePriority": 1})) == Choice(
+    assert choose_model(RATED, ModelPreferences.from_wire({"costPriority": 0, "speedPriority": 0})).model == "mini"
+    assert choose_model(BOTH, ModelPreferences.from_wire({"intelligencePriority": 1})) == Choice(
         "openai", "gpt-4o-mini", "default model of provider 'openai'"
     )
 
@@ -252,7 +252,7 @@ def test_a_matching_hint_beats_priorities() -> None:
 
 def test_default_provider_and_first_model_otherwise() -> None:
     assert choose_model(BOTH, None) == Choice("openai", "gpt-4o-mini", "default model of provider 'openai'")
-    assert choose_model(BOTH, ModelPreferences.model_validate({}), default_provider="anthropic") == Choice(
+    assert choose_model(BOTH, ModelPreferences.from_wire({}), default_provider="anthropic") == Choice(
         "anthropic", "claude-sonnet-4-5", "default model of provider 'anthropic'"
     )
     assert choose_model(BOTH, hints("gemini"), default_provider="anthropic") == Choice(

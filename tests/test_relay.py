@@ -7,6 +7,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support import (
@@ -38,13 +39,13 @@ SCRIPT = [
 ]
 
 
-def run_script(command: list[str], env: dict[str, str], tmp_path: Path) -> list[dict]:
+def run_script(command: list[str], env: dict[str, str], tmp_path: Path) -> list[dict[str, Any]]:
     """Run SCRIPT (with string and integer ids) and return every message received."""
     with RawHost(command, env, tmp_path / "stderr.log") as host:
         host.initialize()
         for index, (method, params) in enumerate(SCRIPT):
             request_id = f"req-{index}" if index % 2 else index + 100
-            message = {"jsonrpc": "2.0", "id": request_id, "method": method}
+            message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
             if params is not None:
                 message["params"] = params
             host.send(message)
@@ -54,7 +55,7 @@ def run_script(command: list[str], env: dict[str, str], tmp_path: Path) -> list[
         return [json.loads(line) for line in host.raw_received]
 
 
-def normalise(messages: list[dict]) -> list[dict]:
+def normalise(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Drop what legitimately differs between runs (the capabilities the proxy adds)."""
     for message in messages:
         result = message.get("result")
@@ -104,13 +105,13 @@ def test_malformed_line_gets_parse_error_and_relay_goes_on(tmp_path: Path) -> No
     with RawHost(proxy_command(), proxy_env(), tmp_path / "stderr.log") as host:
         host.initialize()
         host.send_raw(b"{this is not json\n")
-        error = host.recv()
+        error = host.next_message()
         assert error == {"jsonrpc": "2.0", "id": None, "error": error["error"]}
         assert error["error"]["code"] == -32700
         host.send_raw(b"[1, 2\n")
-        assert host.recv()["error"]["code"] == -32700
+        assert host.next_message()["error"]["code"] == -32700
         host.send_raw(b"42\n")
-        assert host.recv()["error"]["code"] == -32600
+        assert host.next_message()["error"]["code"] == -32600
         response = host.request("tools/call", {"name": "echo", "arguments": {"text": "still here"}})
         assert response["result"]["content"][0]["text"] == "still here"
 
@@ -126,7 +127,7 @@ def test_oversized_message_is_refused_with_the_limit_named(tmp_path: Path) -> No
             "params": {"name": "echo", "arguments": {"text": "x" * 5000}},
         }
         host.send(big)
-        error = host.recv()
+        error = host.next_message()
         assert error["error"]["code"] == -32600
         assert "1000" in error["error"]["message"]
         ok = host.request("tools/call", {"name": "echo", "arguments": {"text": "small"}})
@@ -149,7 +150,7 @@ def test_upstream_crash_answers_inflight_requests_and_exits_nonzero(tmp_path: Pa
         )
         answers = {}
         for _ in range(2):
-            message = host.recv()
+            message = host.next_message()
             answers[message["id"]] = message
         assert set(answers) == {77, 78}
         for message in answers.values():
@@ -221,7 +222,7 @@ PROVIDER_POLICIES = {
 }
 
 
-def upstream_env_lines(policy: Path, env: dict[str, str], tmp_path: Path) -> list[tuple[int, list[str]]]:
+def upstream_env_lines(policy: str, env: dict[str, str], tmp_path: Path) -> list[tuple[int, list[str]]]:
     """Start the proxy on a server that prints its pid and environment names; (pid, names) per server."""
     with RawHost(proxy_command(policy, upstream=[PY, "-c", ENV_SCRIPT]), env, tmp_path / "stderr.log") as host:
         time.sleep(1.0)

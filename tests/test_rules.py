@@ -922,6 +922,7 @@ def test_a_model_rule_judges_the_model_the_proxy_chooses() -> None:
             judge_sampling(
                 settings, {"messages": message, "maxTokens": 10, "modelPreferences": preferences}, Origin("s", "h", ())
             )
-        assert refused.value.outcome == "deny" and refused.value.decision.rule == "no-o3", preferences
+        decision = refused.value.decision
+        assert refused.value.outcome == "deny" and decision is not None and decision.rule == "no-o3", preferences
     allowed = judge_sampling(settings, {"messages": message, "maxTokens": 10}, Origin("s", "h", ()))
     assert allowed.decision.action == "allow"  # the default model, gpt-4o-mini, is not o3

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 from fakes.llm_server import FakeLLMServer
 from support import (
     anthropic_policy,
+    first_text,
     openai_policy,
     proxy_command,
     proxy_env,
@@ -24,13 +26,13 @@ PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAh
 
 
 @pytest.fixture
-def openai_llm():
+def openai_llm() -> Iterator[FakeLLMServer]:
     with FakeLLMServer("openai") as server:
         yield server
 
 
 @pytest.fixture
-def anthropic_llm():
+def anthropic_llm() -> Iterator[FakeLLMServer]:
     with FakeLLMServer("anthropic") as server:
         yield server
 
@@ -194,7 +196,7 @@ async def test_audio_the_provider_cannot_take_is_refused_naming_it(
     ],
 )
 async def test_invalid_params_get_32602_naming_the_field(
-    tmp_path: Path, openai_llm: FakeLLMServer, params: dict, field: str
+    tmp_path: Path, openai_llm: FakeLLMServer, params: dict[str, Any], field: str
 ) -> None:
     result = await call(tmp_path, openai_policy(openai_llm.base_url), "sample_raw", raw_params(**params))
     error = tool_json(result)["error"]
@@ -386,7 +388,7 @@ async def test_cancelled_tool_call_aborts_the_llm_request(tmp_path: Path, openai
                 break
             await anyio.sleep(0.1)
         # the relay keeps working after the cancellation
-        assert (await client.call_tool("echo", {"text": "alive"})).content[0].text == "alive"
+        assert first_text(await client.call_tool("echo", {"text": "alive"})) == "alive"
     log = stderr.read_text()
     assert "server cancelled a request the proxy was serving" in log
     assert "sampling fulfilled" not in log
@@ -438,7 +440,7 @@ async def test_resolve_sample_tool_works_for_an_auto_mode_host(tmp_path: Path, o
         proxy_command(policy, upstream=server), proxy_env(TEST_LLM_KEY=KEY), tmp_path / "stderr.log", mode="auto"
     ) as client:
         result = await client.call_tool("one_liner", {"topic": "otters"})
-    assert result.content[0].text == "gpt-test: echo: One line about otters"
+    assert first_text(result) == "gpt-test: echo: One line about otters"
 
 
 @pytest.mark.anyio
@@ -453,6 +455,6 @@ async def test_2026_host_gets_input_required_resolved_by_the_proxy(tmp_path: Pat
         proxy_command(policy, upstream=server), proxy_env(TEST_LLM_KEY=KEY), stderr, mode="2026-07-28"
     ) as client:
         result = await client.call_tool("one_liner", {"topic": "otters"})
-    assert result.content[0].text == "gpt-test: Otters hold hands while sleeping."
+    assert first_text(result) == "gpt-test: Otters hold hands while sleeping."
     assert "retrying with input responses" in stderr.read_text()
     assert openai_llm.requests[0].body["messages"][-1]["content"] == "One line about otters"

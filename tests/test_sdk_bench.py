@@ -14,6 +14,7 @@ import math
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "bench" / "sdk_bench.py"
@@ -28,7 +29,7 @@ ROWS = {
 }
 
 
-def load_module():  # the script is not a package module; load it to render the table from the JSON
+def load_module() -> ModuleType:  # the script is not a package module; load it to render the table from the JSON
     spec = importlib.util.spec_from_file_location("sdk_bench", SCRIPT)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)

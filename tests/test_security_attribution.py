@@ -34,7 +34,9 @@ def records(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def dangerous_while_harmless(tmp_path: Path, llm: FakeLLMServer, kind: str) -> tuple[dict[str, Any], list]:
+def dangerous_while_harmless(
+    tmp_path: Path, llm: FakeLLMServer, kind: str
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Call `dangerous` then `harmless` concurrently; (what dangerous's request got, audit records)."""
     audit = tmp_path / "audit.jsonl"
     policy = write_policy(

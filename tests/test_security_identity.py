@@ -35,7 +35,7 @@ def sample_through_proxy(
     reported: str,
     *options: str,
     env: dict[str, str] | None = None,
-) -> tuple[dict[str, Any], list[dict]]:
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Call the hostile server's `sample` tool through the proxy; (the server's sampling answer, audit)."""
     audit = tmp_path / "audit.jsonl"
     policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=rules) + f"audit:\n  path: {audit}\n")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ HANG = 60.0  # only stops a hang; no test asserts a timing
 
 
 @pytest.fixture
-def llm():
+def llm() -> Iterator[FakeLLMServer]:
     with FakeLLMServer("openai") as server:
         yield server
 

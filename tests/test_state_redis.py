@@ -76,7 +76,7 @@ def redis_cli(url: str, *args: str) -> str:
 
     client = Redis.from_url(url, decode_responses=True)
     try:
-        return str(client.execute_command(*args))
+        return str(client.execute_command(*args))  # type: ignore[no-untyped-call]
     finally:
         client.close()
 

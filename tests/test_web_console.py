@@ -17,12 +17,17 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
 import pytest
 from fakes.llm_server import FakeLLMServer
 from support import PY, RawHost, openai_policy, proxy_command, proxy_env, write_policy
+
+if TYPE_CHECKING:
+    from anyio.from_thread import BlockingPortal
+
+    from mcp_sampling_proxy.approval.console.client import ConsoleClient
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="console sockets use SO_PEERCRED and /proc")
 
@@ -522,8 +527,8 @@ def test_a_silent_connection_is_closed_after_the_socket_timeout() -> None:
 
     console = WebConsole(
         WebState(PolicyFacts(), dict, None),
-        client=None,
-        portal=None,  # type: ignore[arg-type]
+        client=cast("ConsoleClient", None),  # a connection that sends nothing never reaches either
+        portal=cast("BlockingPortal", None),
         socket_timeout=0.5,
     )
     threading.Thread(target=console.httpd.serve_forever, daemon=True).start()

@@ -11,16 +11,15 @@ import sys
 import textwrap
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from support import EXAMPLES, PY, proxy_env, sdk_host, write_policy
 
-from mcp_sampling_proxy.commands import wrap as wrap_cmd
 from mcp_sampling_proxy.commands.cli import main as cli_main
 from mcp_sampling_proxy.commands.wrap import Invocation, proxy_invocation
 from mcp_sampling_proxy.hosts.config_files import SIDECAR_NAME, load_config, record_path
-from mcp_sampling_proxy.hosts.entries import classify, is_wrapped, parse_proxy_args
+from mcp_sampling_proxy.hosts.entries import Remote, classify, is_wrapped, parse_proxy_args
 from mcp_sampling_proxy.hosts.jsonc import parse_jsonc
 from mcp_sampling_proxy.hosts.registry import ConfigError, config_path
 
@@ -135,8 +134,9 @@ def test_wrap_wrap_unwrap_round_trip_is_byte_exact(
                 k: v for k, v in entry.items() if k not in ("command", "args")
             }
         else:
-            assert parsed.options["--url"] == kind.remote.url
-            assert parsed.headers == [f"{k}: {v}" for k, v in kind.remote.headers.items()]
+            remote = cast(Remote, kind.remote)  # an entry that is not stdio or SSE is a remote one
+            assert parsed.options["--url"] == remote.url
+            assert parsed.headers == [f"{k}: {v}" for k, v in remote.headers.items()]
 
     code, out, _ = run(capsys, "wrap", "--host", host, "--config", str(path), "--all", "--policy", policy)
     assert code == 0 and "nothing to change" in out and "already wrapped" in out
@@ -714,7 +714,7 @@ def test_without_the_script_the_proxy_runs_as_a_module(
     fake_python.parent.mkdir()
     fake_python.touch()
     monkeypatch.setattr(sys, "executable", str(fake_python))
-    monkeypatch.setattr(wrap_cmd.shutil, "which", lambda name: None)
+    monkeypatch.setattr(shutil, "which", lambda name: None)  # the shutil that commands.wrap looks in
     assert proxy_invocation() == Invocation(str(fake_python), ("-m", "mcp_sampling_proxy"))
     path = copy_fixture(tmp_path, "cursor.mcp.json")
     original = path.read_bytes()

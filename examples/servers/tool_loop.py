@@ -16,7 +16,7 @@ import json
 import operator
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import cast
 
 import mcp_types as types
 from mcp.server.mcpserver import Context, MCPServer
@@ -70,7 +70,7 @@ def get_weather(city: str) -> str:
     return f"Weather in {city}: {report} (example data)"
 
 
-_BIN_OPS: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
+_BIN_OPS: dict[type[ast.operator], Callable[[float, float], float]] = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
     ast.Mult: operator.mul,
@@ -79,7 +79,7 @@ _BIN_OPS: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
     ast.Mod: operator.mod,
     ast.Pow: operator.pow,
 }
-_UNARY_OPS: dict[type[ast.unaryop], Callable[[Any], Any]] = {ast.UAdd: operator.pos, ast.USub: operator.neg}
+_UNARY_OPS: dict[type[ast.unaryop], Callable[[float], float]] = {ast.UAdd: operator.pos, ast.USub: operator.neg}
 _MAX_EXPONENT = 1000  # keeps `9 ** 9 ** 9` from pinning the CPU
 
 
@@ -90,7 +90,7 @@ def calculate(expression: str) -> str:
         if isinstance(node, ast.Expression):
             return walk(node.body)
         if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-            return node.value
+            return cast(int | float, node.value)  # the type check above, which keeps bools out
         if isinstance(node, ast.BinOp) and type(node.op) in _BIN_OPS:
             left, right = walk(node.left), walk(node.right)
             if isinstance(node.op, ast.Pow) and abs(right) > _MAX_EXPONENT:

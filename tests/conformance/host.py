@@ -28,7 +28,7 @@ warnings.filterwarnings("ignore")
 
 
 def value_for(schema: dict[str, Any]) -> Any:
-    kind = schema.get("type")
+    kind: Any = schema.get("type")  # JSON Schema allows a list of types too
     if "default" in schema:
         return schema["default"]
     if schema.get("enum"):

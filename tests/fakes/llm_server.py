@@ -231,7 +231,7 @@ class FakeLLMServer:
             message["tool_calls"] = [{"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}]
             body["choices"][0]["finish_reason"] = finish or "tool_calls"
         else:
-            blocks = [{"type": "text", "text": text}] if text else []
+            blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
             blocks.append({"type": "tool_use", "id": call_id, "name": name, "input": arguments})
             body["content"] = blocks
             body["stop_reason"] = finish or "tool_use"
