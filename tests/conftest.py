@@ -12,7 +12,18 @@ from pathlib import Path
 
 import pytest
 from fakes.llm_server import FakeLLMServer
-from support import free_port
+from helpers.support import free_port
+
+TESTS = Path(__file__).resolve().parent
+KINDS = ("unit", "e2e", "security", "conformance")  # the folders under tests/, each a marker (pyproject.toml)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with its folder's kind, so `pytest -m unit` (or `-m "not conformance"`) selects by it."""
+    for item in items:
+        kind = item.path.resolve().relative_to(TESTS).parts[0]
+        if kind in KINDS:
+            item.add_marker(kind)
 
 
 @pytest.fixture(autouse=True)

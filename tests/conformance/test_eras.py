@@ -1,0 +1,163 @@
+"""Both protocol eras, both directions: real hosts and real servers, direct and through the proxy.
+
+Five hosts (`mcp` 1.x: handshake only; `mcp` 2.x in auto mode and pinned to 2026-07-28; FastMCP 4's
+client in auto mode; the TypeScript SDK 1.x client: handshake only) meet four servers (FastMCP 3:
+handshake only, sampling and elicitation by requests of its own; FastMCP 4: both eras, sampling only
+by input_required rounds; a 2026-only server on the `mcp` 2.x SDK; the reference server-everything:
+handshake only). Every host declares elicitation (and answers forms with "Grace") but not sampling,
+like most hosts, so in every cell the proxy's LLM should answer sampling and the host elicitation.
+
+What must hold, cell by cell: a host that works directly works through the proxy, in the era it
+speaks directly; a host that cannot connect directly (the eras do not meet) works through the proxy;
+sampling reaches the proxy's LLM and elicitation reaches the host. One pair is the exception the
+docs name: a handshake host and a FastMCP 4 server meet in the handshake era, where FastMCP 4 cannot
+sample, and the proxy keeps that era by default (a server that samples the old way would break in
+the other); `upstream.era: modern` makes the proxy speak 2026-07-28 to the server for them, and
+then sampling works too (the last test).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes.llm_server import FakeLLMServer
+from helpers.npm_support import NODE_MODULES, node, package_file
+from helpers.peers import peer_python
+from helpers.support import PY, ROOT, openai_policy, proxy_env, write_policy
+
+ERAS = ROOT / "tests" / "fixtures" / "eras"
+STANDARD = {
+    "plain": ["echo", {"message": "hi"}],
+    "sample": ["summarize", {"text": "the sea"}],
+    "elicit": ["ask_name", {}],
+}
+EVERYTHING = {
+    "plain": ["echo", {"message": "hi"}],
+    "sample": ["trigger-sampling-request", {"prompt": "the sea"}],
+    "elicit": ["trigger-elicitation-request", {}],
+}
+HOSTS = ["mcp1", "mcp2-auto", "mcp2-2026", "fastmcp", "ts"]
+SERVERS = ["fastmcp3", "fastmcp4", "modern", "everything"]
+HANDSHAKE_ONLY_HOSTS = {"mcp1", "ts"}
+CROSS_ERA = {("mcp1", "modern"), ("ts", "modern"), ("mcp2-2026", "fastmcp3"), ("mcp2-2026", "everything")}
+"""The cells where host and server share no era: they fail directly."""
+SAMPLED = "the sea"  # the fake LLM echoes the prompt, which quotes the tool's argument
+
+
+def host_command(host: str) -> list[str]:
+    if host == "mcp1":
+        return [peer_python("mcp1"), str(ERAS / "mcp1_host.py")]
+    if host == "fastmcp":
+        return [peer_python("fastmcp4"), str(ERAS / "fastmcp_host.py")]
+    if host == "ts":
+        package_file("@modelcontextprotocol/sdk", "package.json")
+        return [node(), str(ERAS / "ts_host.mjs")]
+    return [PY, str(ERAS / "mcp2_host.py"), "--mode", "auto" if host == "mcp2-auto" else "2026-07-28"]
+
+
+def server_command(server: str) -> tuple[list[str], dict[str, Any]]:
+    if server == "fastmcp3":
+        return [peer_python("fastmcp3"), str(ERAS / "fastmcp3_server.py")], STANDARD
+    if server == "fastmcp4":
+        return [peer_python("fastmcp4"), str(ERAS / "fastmcp4_server.py")], STANDARD
+    if server == "modern":
+        return [PY, str(ERAS / "modern_only_server.py")], STANDARD
+    entry = package_file("@modelcontextprotocol/server-everything", "dist/index.js")
+    return [node(), entry, "stdio"], EVERYTHING
+
+
+def run_host(host: str, target: list[str], script: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
+    """One host session against `target`; its transcript (tools, and each step's text or error)."""
+    done = subprocess.run(
+        [*host_command(host), "--script", json.dumps(script), "--", *target],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=90,
+    )
+    lines = done.stdout.strip().splitlines()
+    try:
+        transcript: dict[str, Any] = json.loads(lines[-1])
+    except (IndexError, ValueError):
+        transcript = {"connect_error": f"no transcript (exit {done.returncode})"}
+    transcript["stderr"] = done.stderr[-3000:]
+    return transcript
+
+
+def direct_and_proxied(
+    host: str, server: str, tmp_path: Path, llm: FakeLLMServer, extra: str = ""
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    command, script = server_command(server)
+    policy = write_policy(tmp_path, openai_policy(llm.base_url) + extra)
+    proxy = [PY, "-m", "mcp_sampling_proxy", "--log-format", "json", "--policy", policy, "--", *command]
+    env = proxy_env(
+        TEST_LLM_KEY="k",
+        MCP_NODE_MODULES=str(NODE_MODULES),
+        PYTHONWARNINGS="ignore",
+        MCP_SAMPLING_PROXY_RUNTIME_DIR=str(tmp_path / "run"),
+        MCP_SAMPLING_PROXY_STATE_DIR=str(tmp_path / "state"),
+        PATH=f"{Path(node()).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    )
+    with ThreadPoolExecutor(2) as pool:
+        direct = pool.submit(run_host, host, command, script, env)
+        proxied = pool.submit(run_host, host, proxy, script, env)
+        return direct.result(), proxied.result()
+
+
+def works(transcript: dict[str, Any]) -> bool:
+    plain = transcript.get("plain") or {}
+    return (
+        "connect_error" not in transcript
+        and isinstance(transcript.get("tools"), list)
+        and "echo" in plain.get("text", "").lower()
+        and not plain.get("is_error")
+    )
+
+
+def step_text(transcript: dict[str, Any], step: str) -> str:
+    outcome = transcript.get(step) or {}
+    return str(outcome.get("text") or outcome.get("error") or "")
+
+
+@pytest.mark.parametrize(("host", "server"), [(h, s) for h in HOSTS for s in SERVERS])
+def test_era_matrix_direct_and_proxied(host: str, server: str, tmp_path: Path, llm: FakeLLMServer) -> None:
+    direct, proxied = direct_and_proxied(host, server, tmp_path, llm)
+    report = f"direct: {json.dumps(direct)[:2500]}\nproxied: {json.dumps(proxied)[:4000]}"
+    if (host, server) in CROSS_ERA:
+        assert not works(direct), f"a cross-era cell that works directly?\n{report}"
+    else:
+        assert works(direct), report
+        # the host lands in the era it speaks directly (the proxy translates only where the eras differ)
+        assert proxied.get("version") == direct.get("version"), report
+        assert set(direct["tools"]) <= set(proxied["tools"]), report
+    assert works(proxied), report
+    # elicitation reaches the host, which answers "Grace"
+    assert "Grace" in step_text(proxied, "elicit"), report
+    # sampling reaches the proxy's LLM (the host cannot sample: directly it never gets an answer)
+    assert SAMPLED not in step_text(direct, "sample"), report
+    if host in HANDSHAKE_ONLY_HOSTS and server == "fastmcp4":
+        assert "only exists at MCP 2026-07-28" in step_text(direct, "sample"), report
+        assert "only exists at MCP 2026-07-28" in step_text(proxied, "sample"), report
+    else:
+        assert SAMPLED in step_text(proxied, "sample") and not proxied["sample"].get("is_error"), report
+
+
+@pytest.mark.parametrize("host", sorted(HANDSHAKE_ONLY_HOSTS))
+def test_modern_pin_lets_handshake_hosts_use_a_fastmcp4_servers_sampling(
+    host: str, tmp_path: Path, llm: FakeLLMServer
+) -> None:
+    """`upstream.era: modern`: the proxy speaks 2026-07-28 to the server and bridges the handshake host,
+    so FastMCP 4's input_required sampling reaches the proxy's LLM and its elicitation the host."""
+    direct, proxied = direct_and_proxied(host, "fastmcp4", tmp_path, llm, "upstream:\n  era: modern\n")
+    report = f"direct: {json.dumps(direct)[:2500]}\nproxied: {json.dumps(proxied)[:4000]}"
+    assert works(direct) and works(proxied), report
+    assert proxied.get("version") == direct.get("version"), report
+    assert SAMPLED in step_text(proxied, "sample") and not proxied["sample"].get("is_error"), report
+    assert "Grace" in step_text(proxied, "elicit"), report

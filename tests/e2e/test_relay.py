@@ -1,0 +1,397 @@
+"""The relay: everything passes unchanged, bad input is answered, and the lifecycle is clean."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers.support import (
+    KITCHEN_SINK,
+    PY,
+    RawHost,
+    alive,
+    children_of,
+    proxy_command,
+    proxy_env,
+    running_with,
+    server_children,
+    write_policy,
+)
+
+SCRIPT = [
+    ("tools/list", {}),
+    ("tools/call", {"name": "echo", "arguments": {"text": "héllo \u2028 world"}}),
+    ("tools/call", {"name": "progress", "arguments": {"steps": 3}, "_meta": {"progressToken": "tok-1"}}),
+    ("logging/setLevel", {"level": "debug"}),
+    ("tools/call", {"name": "log", "arguments": {"message": "a log line", "level": "warning"}}),
+    ("tools/call", {"name": "notify_changes", "arguments": {}}),
+    ("resources/list", {}),
+    ("resources/read", {"uri": "test://hello"}),
+    ("prompts/get", {"name": "greet", "arguments": {"name": "Ada"}}),
+    ("ping", None),
+    ("no/such_method", {"x": 1}),
+    ("tools/call", {"name": "echo", "arguments": {"text": "x"}, "_meta": {"custom/key": {"deep": [1, 2]}}}),
+]
+
+
+def run_script(command: list[str], env: dict[str, str], tmp_path: Path) -> list[dict[str, Any]]:
+    """Run SCRIPT (with string and integer ids) and return every message received."""
+    with RawHost(command, env, tmp_path / "stderr.log") as host:
+        host.initialize()
+        for index, (method, params) in enumerate(SCRIPT):
+            request_id = f"req-{index}" if index % 2 else index + 100
+            message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+            if params is not None:
+                message["params"] = params
+            host.send(message)
+            host.wait_for(lambda m, rid=request_id: m.get("id") == rid and "method" not in m)
+        host.close_stdin()
+        assert host.wait() == 0
+        return [json.loads(line) for line in host.raw_received]
+
+
+def normalise(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Drop what legitimately differs between runs (the capabilities the proxy adds)."""
+    for message in messages:
+        result = message.get("result")
+        if isinstance(result, dict) and "serverInfo" in result:
+            result.pop("serverInfo", None)
+    return messages
+
+
+def test_every_message_matches_a_direct_connection(tmp_path: Path) -> None:
+    direct = run_script([PY, KITCHEN_SINK], proxy_env(), tmp_path)
+    proxied = run_script(proxy_command(), proxy_env(), tmp_path)
+    assert normalise(proxied) == normalise(direct)
+    methods = [m.get("method") for m in proxied if "method" in m]
+    # the script provoked each notification kind; the comparison above proves they all arrived in order
+    for expected in (
+        "notifications/progress",
+        "notifications/message",
+        "notifications/tools/list_changed",
+        "notifications/resources/updated",
+    ):
+        assert expected in methods
+    unknown = next(m for m in proxied if m.get("id") == 110)
+    assert unknown["error"]["code"] == -32601
+
+
+def test_stdout_carries_protocol_messages_only(tmp_path: Path) -> None:
+    with RawHost(proxy_command(), proxy_env(), tmp_path / "stderr.log") as host:
+        host.initialize()
+        host.request("tools/call", {"name": "log", "arguments": {"message": "noise"}})
+        host.close_stdin()
+        host.wait()
+    for line in host.raw_received:
+        assert json.loads(line)["jsonrpc"] == "2.0"
+    assert (tmp_path / "stderr.log").read_bytes(), "logs belong on stderr"
+
+
+def test_upstream_sees_sampling_capability_added_to_the_hosts(tmp_path: Path) -> None:
+    with RawHost(proxy_command(), proxy_env(), tmp_path / "stderr.log") as host:
+        host.initialize({"roots": {"listChanged": True}, "experimental": {"x": {}}})
+        caps = json.loads(host.request("tools/call", {"name": "caps", "arguments": {}})["result"]["content"][0]["text"])
+    assert caps["roots"] == {"listChanged": True}
+    assert caps["experimental"] == {"x": {}}
+    assert "sampling" in caps
+
+
+def test_malformed_line_gets_parse_error_and_relay_goes_on(tmp_path: Path) -> None:
+    with RawHost(proxy_command(), proxy_env(), tmp_path / "stderr.log") as host:
+        host.initialize()
+        host.send_raw(b"{this is not json\n")
+        error = host.next_message()
+        assert error == {"jsonrpc": "2.0", "id": None, "error": error["error"]}
+        assert error["error"]["code"] == -32700
+        host.send_raw(b"[1, 2\n")
+        assert host.next_message()["error"]["code"] == -32700
+        host.send_raw(b"42\n")
+        assert host.next_message()["error"]["code"] == -32600
+        response = host.request("tools/call", {"name": "echo", "arguments": {"text": "still here"}})
+        assert response["result"]["content"][0]["text"] == "still here"
+
+
+def test_oversized_message_is_refused_with_the_limit_named(tmp_path: Path) -> None:
+    command = proxy_command(None, "--max-message-bytes", "1000")
+    with RawHost(command, proxy_env(), tmp_path / "stderr.log") as host:
+        host.initialize()
+        big = {
+            "jsonrpc": "2.0",
+            "id": 9,
+            "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": "x" * 5000}},
+        }
+        host.send(big)
+        error = host.next_message()
+        assert error["error"]["code"] == -32600
+        assert "1000" in error["error"]["message"]
+        ok = host.request("tools/call", {"name": "echo", "arguments": {"text": "small"}})
+        assert ok["result"]["content"][0]["text"] == "small"
+
+
+def test_upstream_crash_answers_inflight_requests_and_exits_nonzero(tmp_path: Path) -> None:
+    with RawHost(proxy_command(), proxy_env(), tmp_path / "stderr.log") as host:
+        host.initialize()
+        host.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 77,
+                "method": "tools/call",
+                "params": {"name": "slow", "arguments": {"seconds": 30}},
+            }
+        )
+        host.send(
+            {"jsonrpc": "2.0", "id": 78, "method": "tools/call", "params": {"name": "crash", "arguments": {"code": 3}}}
+        )
+        answers = {}
+        for _ in range(2):
+            message = host.next_message()
+            answers[message["id"]] = message
+        assert set(answers) == {77, 78}
+        for message in answers.values():
+            assert message["error"]["code"] == -32000
+            assert "exited with code 3" in message["error"]["message"]
+            assert "kitchen_sink_server" in message["error"]["message"]
+        assert host.wait() == 3
+        assert host.recv() is None
+
+
+@pytest.mark.parametrize("how", ["eof", "sigterm", "sigint"])
+def test_shutdown_leaves_no_orphan_or_zombie(tmp_path: Path, how: str) -> None:
+    with RawHost(proxy_command(), proxy_env(), tmp_path / "stderr.log") as host:
+        host.initialize()
+        children = children_of(host.proc.pid)
+        # the server, and the guard that would stop its group if the proxy were killed outright
+        assert len(server_children(host.proc.pid)) == 1 and len(children) == 2, children
+        started = time.monotonic()
+        if how == "eof":
+            host.close_stdin()
+        else:
+            host.proc.send_signal(signal.SIGTERM if how == "sigterm" else signal.SIGINT)
+        assert host.wait() == 0
+        assert time.monotonic() - started < 10
+        deadline = time.monotonic() + 5
+        while any(alive(child) for child in children) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(alive(child) for child in children)  # neither left running nor a zombie
+
+
+STUBBORN = """
+import signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+for line in sys.stdin:
+    pass
+while True:
+    time.sleep(1)
+"""
+
+
+def test_stuck_upstream_is_killed_without_hanging(tmp_path: Path) -> None:
+    policy = write_policy(tmp_path, "upstream:\n  shutdown_timeout: 0.5\n")
+    command = proxy_command(policy, upstream=[PY, "-c", STUBBORN])
+    with RawHost(command, proxy_env(), tmp_path / "stderr.log") as host:
+        time.sleep(0.5)
+        child = server_children(host.proc.pid)[0]
+        started = time.monotonic()
+        host.close_stdin()
+        assert host.wait() == 0
+        assert time.monotonic() - started < 8
+        time.sleep(0.2)
+        assert not alive(child)
+
+
+ENV_SCRIPT = (
+    "import os, sys\nsys.stderr.write(f'env:{os.getpid()}:' + ','.join(sorted(os.environ)) + '\\n')\n"
+    "sys.stderr.flush()\nsys.stdin.read()\n"
+)
+PROVIDER_POLICIES = {
+    # the server starts before the policy is parsed (child_env guesses from the text)
+    "block": "llm:\n  providers:\n    p:\n      type: openai\n      api_key_env: CUSTOM_KEY\n      models: [m]\n",
+    "flow": "llm: {providers: {p: {type: openai, api_key_env: 'CUSTOM_KEY', models: [m]}}}\n",
+    "alias": "llm:\n  providers:\n    p: {type: openai, api_key_env: &k CUSTOM_KEY, models: [m]}\n"
+    "    q: {type: openai, api_key_env: *k, models: [n]}\n",
+    # the policy is parsed first: an escape, or pass_env
+    "escaped": 'llm:\n  providers:\n    p: {type: openai, api_key_env: "CUSTOM\\x5fKEY", models: [m]}\n',
+    "pass_env": "llm:\n  providers:\n    p: {type: openai, api_key_env: CUSTOM_KEY, models: [m]}\n"
+    "upstream: {pass_env: [ANTHROPIC_API_KEY]}\n",
+}
+
+
+def upstream_env_lines(policy: str, env: dict[str, str], tmp_path: Path) -> list[tuple[int, list[str]]]:
+    """Start the proxy on a server that prints its pid and environment names; (pid, names) per server."""
+    with RawHost(proxy_command(policy, upstream=[PY, "-c", ENV_SCRIPT]), env, tmp_path / "stderr.log") as host:
+        time.sleep(1.0)
+        host.close_stdin()
+        host.wait()
+    stderr = (tmp_path / "stderr.log").read_text()
+    assert "sk-" not in stderr
+    lines = [line for line in stderr.splitlines() if "env:" in line]
+    assert all(line.startswith("[upstream ") for line in lines)
+    return [
+        (int(line.split("env:")[1].split(":")[0]), line.split("env:")[1].split(":", 1)[1].split(",")) for line in lines
+    ]
+
+
+@pytest.mark.parametrize("style", list(PROVIDER_POLICIES))
+def test_upstream_stderr_is_tagged_on_proxy_stderr_and_keys_are_not_inherited(tmp_path: Path, style: str) -> None:
+    env = proxy_env(
+        OPENAI_API_KEY="sk-secret-openai",
+        ANTHROPIC_API_KEY="sk-ant-secret",
+        CUSTOM_KEY="sk-custom-secret",
+        SOME_SETTING="kept",
+    )
+    servers = upstream_env_lines(write_policy(tmp_path, PROVIDER_POLICIES[style]), env, tmp_path)
+    assert len(servers) == 1  # no second start: the early guess was exact, or there was none
+    names = servers[0][1]
+    assert "SOME_SETTING" in names
+    assert "CUSTOM_KEY" not in names and "OPENAI_API_KEY" not in names
+    assert ("ANTHROPIC_API_KEY" in names) == (style == "pass_env")
+
+
+def test_a_server_started_early_without_a_variable_it_needs_is_started_again_with_it(tmp_path: Path) -> None:
+    # the comment names SOME_SETTING, so the early guess hides it; the parsed policy does not
+    policy = write_policy(tmp_path, "# SOME_SETTING is read by the server\n" + PROVIDER_POLICIES["block"])
+    env = proxy_env(CUSTOM_KEY="sk-custom-secret", SOME_SETTING="kept")
+    servers = upstream_env_lines(policy, env, tmp_path)
+    assert "SOME_SETTING" in servers[-1][1] and "CUSTOM_KEY" not in servers[-1][1]
+    assert not running_with("sys.stderr.write(f'env:")  # the one started early is gone too
+    assert all("CUSTOM_KEY" not in names for _, names in servers)
+
+
+def test_a_policy_error_stops_a_server_started_early(tmp_path: Path) -> None:
+    import subprocess
+
+    marker = tmp_path / "started"
+    script = f"import pathlib, sys, os\npathlib.Path({str(marker)!r}).write_text(str(os.getpid()))\nsys.stdin.read()\n"
+    policy = write_policy(tmp_path, "rules:\n  - name: x\n    actoin: allow\n")
+    result = subprocess.run(
+        proxy_command(policy, upstream=[PY, "-c", script]), env=proxy_env(), capture_output=True, text=True, timeout=30
+    )
+    assert result.returncode == 2 and "actoin" in result.stderr
+    assert result.stdout == ""
+    assert not running_with(str(marker))  # a server started early is gone
+
+
+def test_missing_command_gets_a_clear_error(tmp_path: Path) -> None:
+    import subprocess
+
+    result = subprocess.run(
+        proxy_command(upstream=["no-such-server-binary"]), env=proxy_env(), capture_output=True, text=True, timeout=30
+    )
+    assert result.returncode == 127
+    assert "'no-such-server-binary' not found" in result.stderr
+    assert result.stdout == ""
+
+
+def test_help_explains_options_with_a_host_config_example() -> None:
+    import subprocess
+
+    result = subprocess.run([PY, "-m", "mcp_sampling_proxy", "--help"], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0
+    for needle in ("--policy", "--url", "--header", "--name", "--log-level", "--log-format", "mcpServers"):
+        assert needle in result.stdout
+    # every subcommand is listed, with what it is for
+    from mcp_sampling_proxy.vocabulary import SUBCOMMANDS
+
+    listed = result.stdout.split("commands (each has --help):\n", 1)[1].split("\n\n", 1)[0]
+    names = {line.split()[0] for line in listed.splitlines()}
+    assert names | {"unwrap", "logout"} == set(SUBCOMMANDS), listed
+
+
+if sys.platform != "linux":  # pragma: no cover
+    pytestmark = pytest.mark.skip("process-tree checks use /proc")
+
+
+def test_2026_era_requests_get_sampling_in_their_meta_capabilities(tmp_path: Path) -> None:
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {"roots": {}},
+        "io.modelcontextprotocol/clientInfo": {"name": "modern-host", "version": "1"},
+    }
+    with RawHost(proxy_command(), proxy_env(), tmp_path / "stderr.log") as host:
+        response = host.request("tools/call", {"name": "caps", "arguments": {}, "_meta": meta})
+        discover = host.request("server/discover", {"_meta": meta})
+    caps = json.loads(response["result"]["content"][0]["text"])
+    assert caps == {"roots": {}, "sampling": {}, "elicitation": {"form": {}}}
+    # the server speaks 2026-07-28, so its own discover result reaches the host (the proxy answers none)
+    assert "2026-07-28" in discover["result"]["supportedVersions"]
+
+
+def test_the_id_of_an_oversized_message_is_found_from_its_ends() -> None:
+    from mcp_sampling_proxy.relay.core import peek_id
+
+    def peek(line: bytes) -> tuple[bool, object]:
+        return peek_id(line[:1024], line[-256:])
+
+    assert peek(b'{"jsonrpc":"2.0","id":5,"result":{"x":1}}') == (True, 5)
+    assert peek(b'{"jsonrpc": "2.0", "id": "a\\"b", "error": {}}') == (True, 'a"b')
+    assert peek(b'{"jsonrpc":"2.0","method":"tools/call","id":9,"params":{}}') == (True, 9)
+    # TypeScript SDK layout: the id closes the top-level object
+    assert peek(b'{"result":{"x":{"id":3}},"jsonrpc":"2.0","id":7}') == (True, 7)
+    # a nested id must not be mistaken for the top-level one, nor an id that is not usable
+    assert peek(b'{"result":{"x":{"id":3}}}') == (False, None)
+    assert peek(b'{"jsonrpc":"2.0","id":[1],"result":{}}') == (False, None)
+
+
+def test_big_result_passes_intact(tmp_path: Path) -> None:
+    with RawHost(proxy_command(), proxy_env(), tmp_path / "stderr.log") as host:
+        host.initialize()
+        response = host.request("tools/call", {"name": "big", "arguments": {"size": 3_000_000}})
+        follow_up = host.request("tools/call", {"name": "echo", "arguments": {"text": "after"}})
+    assert len(response["result"]["content"][0]["text"]) == 3_000_000
+    assert follow_up["result"]["content"][0]["text"] == "after"
+
+
+def test_sigterm_while_stopping_after_eof_ends_the_server_now(tmp_path: Path) -> None:
+    """SDK hosts close stdin, wait 2 s, SIGTERM, wait 2 s, SIGKILL. The proxy used to ignore the
+    SIGTERM while it waited out its 5 s grace for the server, so it was killed before it could stop
+    the server and say so; asked again, it now ends the server at once and exits in time."""
+    command = proxy_command(upstream=[PY, "-c", STUBBORN])
+    with RawHost(command, proxy_env(), tmp_path / "stderr.log") as host:
+        time.sleep(0.5)
+        child = server_children(host.proc.pid)[0]
+        host.close_stdin()
+        time.sleep(0.5)
+        host.proc.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        assert host.wait() == 0
+        assert time.monotonic() - signalled < 2.0  # before an SDK host's SIGKILL
+    time.sleep(0.2)
+    assert not alive(child)
+    log = (tmp_path / "stderr.log").read_text()
+    assert "asked again to stop" in log and "upstream stopped" in log
+
+
+def test_stdout_on_dev_null_is_written_without_aborting(tmp_path: Path) -> None:
+    """A character device that is not a terminal cannot be polled: uvloop aborted (SIGABRT, exit 134,
+    no message) when the proxy's stdout was /dev/null."""
+    import subprocess
+
+    hello = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "x", "version": "1"},
+            },
+        }
+    )
+    with open("/dev/null", "wb") as devnull:
+        done = subprocess.run(
+            proxy_command(),
+            input=(hello + "\n").encode(),
+            stdout=devnull,
+            stderr=subprocess.PIPE,
+            env=proxy_env(),
+            timeout=30,
+        )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert b"upstream ready" in done.stderr and b"upstream stopped" in done.stderr

@@ -1,0 +1,112 @@
+"""bench/sdk_bench.py (issue #14's speed table) runs end to end and reports every row.
+
+A smoke test with tiny sizes (`--quick`): the three modes really start, the SDK host really calls
+them, the sampling requests really go through the proxy to the loopback LLM with the audit log
+fsync'd. It asserts the rows and their targets are there, never the timing values (a loaded
+machine must not fail the suite).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "bench" / "sdk_bench.py"
+ROWS = {
+    "spawn_added_ms": "spawn to initialize",
+    "echo_p50_added_ms": "sequential echo p50",
+    "first_p99_ratio": "echo p99, first 10 calls after start",
+    "concurrent_ratio": "10 concurrent calls",
+    "rss_idle_mb": "RSS idle / peak",
+    "rss_peak_mb": "RSS idle / peak",
+    "sampling_added_ms": "sampling round trip over the LLM call",
+}
+
+
+def load_module() -> ModuleType:  # the script is not a package module; load it to render the table from the JSON
+    spec = importlib.util.spec_from_file_location("sdk_bench", SCRIPT)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("sdk_bench", module)  # its dataclass looks itself up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_quick_run_reports_every_row_with_its_target() -> None:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--json", "--quiet"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert done.returncode in (0, 1), f"exit {done.returncode}; stderr:\n{done.stderr[-3000:]}"
+    result = json.loads(done.stdout)
+
+    verdict = result["verdict"]
+    assert set(verdict) == set(ROWS)
+    for key, row in verdict.items():
+        assert isinstance(row["value"], float) and math.isfinite(row["value"]), (key, row)
+        assert row["target"] > 0 and row["pass"] is (row["value"] <= row["target"]), (key, row)
+    assert (done.returncode == 0) == all(row["pass"] for row in verdict.values())
+
+    # every mode measured in one run, and the proxy's pid was found for /proc
+    for mode in ("direct", "relay", "proxy"):
+        assert len(result["spawn"][mode]["runs_ms"]) == 1
+        assert result["echo"][mode]["n"] == 10
+    assert result["memory"]["proxy"]["peak_mb"] >= result["memory"]["proxy"]["idle_mb"] > 1
+    # the sampling requests went through the proxy and each left an fsync'd audit record
+    sampling = result["sampling"]
+    assert sampling["n"] == 4 and sampling["audit_records"] >= 4 and sampling["audit_fsync"] is True
+    assert len(result["machine"]["loadavg_start"]) == 3 and len(result["machine"]["loadavg_end"]) == 3
+    assert result["stderr_logs"] is None  # a clean run leaves no temporary directory
+
+    table = load_module().render(result)
+    for label in set(ROWS.values()):
+        line = next((x for x in table.splitlines() if x.startswith(label)), None)
+        assert line is not None, f"no row {label!r} in:\n{table}"
+        assert "PASS" in line or "FAIL" in line, line
+    assert "load average" in table and "overall:" in table
+
+
+def test_direct_sampling_calls_send_the_body_the_proxy_sends() -> None:
+    """The sampling row compares like with like: the direct httpx calls post exactly the Chat
+    Completions body the proxy's OpenAI adapter builds from the server's sampling request."""
+    from mcp_sampling_proxy.config.providers import ProviderConfig
+    from mcp_sampling_proxy.providers.openai import OpenAIAdapter
+
+    bench = load_module()
+    adapter = OpenAIAdapter(ProviderConfig(name="fake", type="openai", base_url="http://127.0.0.1:9/v1"))
+    assert adapter.build_request(bench.SAMPLING_PARAMS, bench.LLM_MODEL) == bench.DIRECT_BODY
+
+
+def test_relay_micro_runs_the_real_relay_and_reports_its_cost() -> None:
+    """bench/relay_micro.py (the relay's own work per message, in-process) passes every message on
+    (it exits non-zero otherwise) and prints the figure."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "relay_micro.py"), "--pairs", "500"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("relay logic: ") and "us per request+response (450 pairs)" in done.stdout
+
+
+def test_audit_record_writes_every_record_and_reports_its_cost() -> None:
+    """bench/audit_record.py (the audit log's own work per request, in-process) finds every record
+    in its file (it exits non-zero otherwise) and prints the figure."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "audit_record.py"), "--requests", "200", "--rounds", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("audit record: ") and "(median of 2 rounds of 200;" in done.stdout

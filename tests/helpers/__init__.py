@@ -1,0 +1,1 @@
+"""What the tests share: starting the proxy, loopback LLMs, the npm and Python peers, fuzzing."""

@@ -1,0 +1,308 @@
+"""`audit summary` numbers against a known run, and `audit tail` (escapes stripped, -n, --json, -f)."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import threading
+from pathlib import Path
+from typing import IO, Any, cast
+
+import pytest
+from helpers.support import PY, ROOT
+
+from mcp_sampling_proxy.audit.recorder import AuditLog
+from mcp_sampling_proxy.commands import audit as audit_cmd
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    capsys.readouterr()  # drop what the writers logged
+    code = audit_cmd.main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def known_run(path: Path) -> None:
+    log = AuditLog(str(path), fsync=False)
+
+    def rec(server: str, request_id: int, decision: Any, **fields: Any) -> None:
+        log.record(server=server, request_id=request_id, decision=decision, method="sampling/createMessage", **fields)
+
+    def fulfilled(
+        server: str, request_id: int, tokens_in: int, tokens_out: int, latency: int, decision: str = "allow"
+    ) -> None:
+        rec(
+            server,
+            request_id,
+            decision,
+            provider="p",
+            model="m",
+            input_tokens=tokens_in,
+            output_tokens=tokens_out,
+            latency_ms=latency,
+            stop_reason="endTurn",
+        )
+
+    fulfilled("alpha", 1, 10, 2, 100)
+    fulfilled("alpha", 2, 20, 4, 300)
+    fulfilled("alpha", 3, 30, 6, 200)
+    rec("alpha", 4, "deny", rule="no", reason="denied by rule")
+    rec("alpha", 5, "allow", provider="p", model="m", error="provider 'p' answered 500", latency_ms=50)
+    fulfilled("alpha", 6, 5, 1, 400)  # ... and then its answer is rejected on review:
+    rec("alpha", 6, "rejected", approver="console", reason="the LLM's answer was not approved")
+    rec("beta", 1, "timeout", approver=None, reason="nobody answered")
+    fulfilled("beta", 2, 7, 3, 1000, decision="approved")
+
+
+def test_summary_numbers_of_a_known_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "audit.jsonl"
+    known_run(path)
+    code, out, _ = run(capsys, "summary", "--json", str(path))
+    assert code == 0
+    data = json.loads(out)
+    assert data["servers"] == {
+        "alpha": {
+            "requests": 6,
+            "allowed": 3,
+            "denied": 2,
+            "errors": 1,
+            "input_tokens": 65,
+            "output_tokens": 13,
+            "p50_latency_ms": 250,
+        },
+        "beta": {
+            "requests": 2,
+            "allowed": 1,
+            "denied": 1,
+            "errors": 0,
+            "input_tokens": 7,
+            "output_tokens": 3,
+            "p50_latency_ms": 1000,
+        },
+    }
+    assert data["total"] == {
+        "requests": 8,
+        "allowed": 4,
+        "denied": 3,
+        "errors": 1,
+        "input_tokens": 72,
+        "output_tokens": 16,
+        "p50_latency_ms": 300,
+    }
+    code, out, _ = run(capsys, "summary", str(path))
+    assert code == 0
+    assert out.splitlines() == [
+        "server  requests  allowed  denied  errors  tokens in  tokens out  p50 latency",
+        "alpha          6        3       2       1         65          13       250 ms",
+        "beta           2        1       1       0          7           3      1000 ms",
+        "total          8        4       3       1         72          16       300 ms",
+    ]
+
+
+def test_summary_since_and_several_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    recent = tmp_path / "audit.jsonl"
+    known_run(recent)
+    old = tmp_path / "old.jsonl"
+    old.write_text(
+        json.dumps(
+            {
+                "ts": "2020-01-01T00:00:00.000Z",
+                "event": "decision",
+                "server": "alpha",
+                "decision": "allow",
+                "request_id": 99,
+                "input_tokens": 1000,
+                "output_tokens": 1000,
+                "latency_ms": 5,
+                "provider": "p",
+                "error": None,
+            }
+        )
+        + "\n"
+    )
+    code, out, _ = run(capsys, "summary", "--json", str(old), str(recent))
+    assert json.loads(out)["servers"]["alpha"]["requests"] == 7
+    code, out, _ = run(capsys, "summary", "--json", "--since", "1d", str(old), str(recent))
+    assert json.loads(out)["servers"]["alpha"]["input_tokens"] == 65
+    code, out, _ = run(capsys, "summary", "--json", "--since", "2019-12-31T00:00:00Z", str(old))
+    assert json.loads(out)["total"]["requests"] == 1
+    code, _, err = run(capsys, "summary", "--since", "yesterday", str(old))
+    assert code == 2
+    assert "--since 'yesterday' is neither a duration" in err
+    code, _, err = run(capsys, "summary", str(tmp_path / "missing.jsonl"))
+    assert code == 2 and "no such file" in err
+
+
+def test_tail_prints_the_last_records_without_escape_sequences(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "audit.jsonl"
+    known_run(path)
+    AuditLog(str(path), fsync=False).record(
+        server="\x1b]0;pwned\x07evil\x1b[31m-server",
+        tool="t\x1b[2Jool",
+        decision="deny",
+        rule="r",
+        reason="bad\x1b[1A\rwords\u202e",
+    )
+    code, out, _ = run(capsys, "tail", "-n", "3", str(path))
+    assert code == 0
+    lines = out.splitlines()
+    assert len(lines) == 3
+    assert "beta" in lines[0] and "timeout" in lines[0] and "reason: nobody answered" in lines[0]
+    assert "beta  approved (rule" not in lines[1]
+    assert "approved" in lines[1] and "p/m" in lines[1] and "7+3 tokens" in lines[1] and "1000 ms" in lines[1]
+    assert "evil-server" in lines[2] and "tool=tool" in lines[2] and "deny (rule r)" in lines[2]
+    assert "reason: badwords" in lines[2]
+    assert not any(ch in out for ch in "\x1b\x07\r\u202e")
+
+
+def test_tail_json_is_one_escaped_json_object_per_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "audit.jsonl"
+    known_run(path)
+    AuditLog(str(path), fsync=False).record(server="\x1b[31mred\u202e", decision="deny")
+    code, out, _ = run(capsys, "tail", "--json", "-n", "100", str(path))
+    assert code == 0
+    records = [json.loads(line) for line in out.splitlines()]
+    assert len(records) == 10  # the 9 decisions of the known run, and the last record
+    assert records[-1]["server"] == "\x1b[31mred\u202e"
+    assert out.isascii() and "\x1b" not in out
+
+
+def test_tail_shows_seals_and_unreadable_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "audit.jsonl"
+    known_run(path)
+    with open(path, "ab") as f:
+        f.write(b'{"torn')
+    AuditLog(str(path), fsync=False).record(server="s", decision="allow")
+    _code, out, _ = run(capsys, "tail", "-n", "100", str(path))
+    lines = out.splitlines()
+    assert "alpha" in lines[0] and "allow" in lines[0] and "10+2 tokens" in lines[0] and "100 ms" in lines[0]
+    assert "?? a line that is not a record" in lines[-3]
+    assert "-- seal: 7 bytes after the last record sealed" in lines[-2]
+
+
+def pump(stream: IO[str] | None, into: queue.Queue[str]) -> None:
+    """A thread's work: each line a child writes, into a queue the test reads with a timeout."""
+    assert stream is not None
+    for line in stream:
+        into.put(line)
+
+
+def test_tail_follow_prints_new_records_across_rotation(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog(str(path), fsync=False, max_bytes=3000)
+    log.record(server="before", decision="allow")
+    proc = subprocess.Popen(
+        [PY, "-m", "mcp_sampling_proxy", "audit", "tail", "-f", "-n", "1", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=pump, args=(proc.stdout, lines), daemon=True).start()
+    try:
+        assert "before" in lines.get(timeout=15)
+        for index in range(8):  # about 500 bytes each: rotates at least once
+            log.record(server=f"after-{index}", decision="allow")
+        servers: list[str] = []
+        while len(servers) < 8:
+            line = lines.get(timeout=15)
+            if "after-" in line:
+                servers.append(line)
+        assert [s.split()[1] for s in servers] == [f"after-{i}" for i in range(8)]
+        assert Path(f"{path}.1").exists()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(10) == 0
+
+
+def test_tail_follow_skips_a_runaway_line_with_bounded_memory(tmp_path: Path) -> None:
+    """Anyone running as the user (the governed server too) can append to the log: 100 MB without
+    a newline must not make `audit tail -f` hold 100 MB. It reports the line by its size and goes
+    on with the records after it."""
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog(str(path), fsync=False)
+    log.record(server="before", decision="allow")
+    proc = subprocess.Popen(
+        [PY, "-m", "mcp_sampling_proxy", "audit", "tail", "-f", "--json", "-n", "1", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=pump, args=(proc.stdout, lines), daemon=True).start()
+    junk = 100 * 1024 * 1024
+    try:
+        assert "before" in lines.get(timeout=15)
+        with open(path, "ab") as f:
+            for _ in range(junk // (4 * 1024 * 1024)):
+                f.write(b"x" * (4 * 1024 * 1024))
+                f.flush()
+            f.write(b"\n")
+        log.record(server="after", decision="allow")
+        assert json.loads(lines.get(timeout=30)) == {"unreadable_line_bytes": junk + 1}
+        seal = json.loads(lines.get(timeout=15))  # the writer sealed the foreign bytes before its record
+        assert seal["event"] == "seal" and seal["torn_bytes"] == junk + 1
+        assert json.loads(lines.get(timeout=15))["server"] == "after"
+        peak_kb = next(
+            int(line.split()[1])
+            for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+            if line.startswith("VmHWM:")
+        )
+        assert peak_kb < 100 * 1024, f"tail -f held {peak_kb // 1024} MB for a {junk // 2**20} MB line"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(10) == 0
+
+
+def test_the_web_consoles_reader_starts_at_the_end_and_skips_a_runaway_line(tmp_path: Path) -> None:
+    """The web console shows the last records and follows the file through audit/follow.py: it
+    starts from the end (not by reading the whole file) and passes over a line too long to keep."""
+    from mcp_sampling_proxy.audit.follow import Follower
+
+    path = tmp_path / "audit.jsonl"
+    lines = [json.dumps({"n": i}).encode() + b"\n" for i in range(50_000)]
+    path.write_bytes(b"".join(lines))
+    follower = Follower(str(path), last=20_000, max_line=1024 * 1024)
+    first = follower.read()
+    head, last = cast(bytes, first[0]), cast(bytes, first[-1])  # complete lines, not sizes of skipped ones
+    assert len(first) == 20_000 and json.loads(head) == {"n": 30_000} and json.loads(last) == {"n": 49_999}
+    with open(path, "ab") as f:
+        f.write(b"y" * (3 * 1024 * 1024))  # no newline yet: held back, then skipped, never gathered whole
+    assert follower.read() == []
+    with open(path, "ab") as f:
+        f.write(b"\n" + json.dumps({"n": "after"}).encode() + b"\n")
+    assert follower.read() == [3 * 1024 * 1024 + 1, b'{"n": "after"}\n']
+    follower.close()
+
+
+def test_the_follower_survives_a_path_it_cannot_open_and_never_blocks_on_a_fifo(tmp_path: Path) -> None:
+    """The log's path is briefly something else (rotated, then a directory in its place): the read
+    fails, and the next read after the file is back follows it again (it stayed on the closed file
+    and failed for good). A FIFO at the path is refused at once instead of blocking the open."""
+    from mcp_sampling_proxy.audit.follow import Follower
+    from mcp_sampling_proxy.shared_files import NotARegularFile
+
+    path = tmp_path / "audit.jsonl"
+    AuditLog(str(path), fsync=False).record(server="before", decision="allow")
+    follower = Follower(str(path), last=5)
+    assert len(follower.read()) == 1
+    path.rename(tmp_path / "audit.jsonl.1")
+    path.mkdir()
+    with pytest.raises(OSError):
+        follower.read()
+    path.rmdir()
+    AuditLog(str(path), fsync=False).record(server="after", decision="allow")
+    assert [json.loads(line)["server"] for line in follower.read() if isinstance(line, bytes)] == ["after"]
+    follower.close()
+
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(NotARegularFile):
+        Follower(str(fifo), last=5).read()
