@@ -3,7 +3,8 @@ gives.
 
 Adding a channel is its module (a class meeting `channels.Channel`) and one row in `FACTORIES`. The policy
 file's `approval.channels` is checked against `config/settings.py`'s `APPROVAL_CHANNELS`, a layer below this
-one; the names there must be these (checked when this module loads, and by tests/test_approval_registry.py).
+one; the names there must be these (checked when this module loads, and by
+tests/unit/approval/test_approval_registry.py).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""The command line as data, for the docs site's reference page (docs/hooks.py) and tests/test_docs.py:
+"""The command line as data, for the docs site's reference page (docs/hooks.py) and tests/e2e/test_docs.py:
 every command's real parser, the environment variables the proxy reads, and its exit statuses.
 
 The parsers are the ones each command builds in its own `main()`: they are caught as `main()` calls
 `parse_args`, before the command does anything, so a command that gains an option shows it in the docs
-with no change here. The two tables are checked against the code by tests/test_docs.py (every variable
+with no change here. The two tables are checked against the code by tests/e2e/test_docs.py (every variable
 the package reads is listed; every exit status is what the proxy really exits with).
 """
 
@@ -136,7 +136,7 @@ class EnvironmentVariable:
     meaning: str
 
 
-# Every variable the package reads by name (tests/test_docs.py finds them in the code and fails on one
+# Every variable the package reads by name (tests/e2e/test_docs.py finds them in the code and fails on one
 # missing here). Variables whose names a policy or an option gives are in NAMED_VARIABLES below.
 ENVIRONMENT = (
     EnvironmentVariable(
@@ -189,7 +189,7 @@ class ExitStatus:
     meaning: str
 
 
-# The proxy itself (`mcp-sampling-proxy [OPTIONS] -- COMMAND` or `--url URL`); tests/test_docs.py runs it
+# The proxy itself (`mcp-sampling-proxy [OPTIONS] -- COMMAND` or `--url URL`); tests/e2e/test_docs.py runs it
 # into each of those it can cause.
 PROXY_EXIT_STATUSES = (
     ExitStatus("0", "the host closed the connection or stopped the proxy (SIGTERM, SIGINT, SIGHUP)"),

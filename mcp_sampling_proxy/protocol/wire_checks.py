@@ -3,7 +3,7 @@
 
 WHY: the SDK's models cost ~10 MB of memory and ~0.15 s of import before the first request, and
 the proxy needs only a yes/no and a field path. These checks accept exactly what the SDK's
-models accept in strict mode (`tests/test_wire_checks.py` compares them on a corpus of valid and
+models accept in strict mode (`tests/unit/protocol/test_wire_checks.py` compares them on a corpus of valid and
 broken requests), with two differences that follow the spec's schema: a content block must say
 its `type` (the SDK's models default it), and fields are known by their wire names only (the
 SDK's models also take `max_tokens` for `maxTokens`). Keys the spec does not define are allowed,

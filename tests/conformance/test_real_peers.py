@@ -8,7 +8,7 @@ transcripts must be equal, except where the proxy is meant to differ: it adds `s
 elicitation requests get answers (the proxy's LLM, the policy's form defaults) where a direct
 host without them gets an error. Those differences are asserted by name.
 
-The npm servers come from the CI cache (tests/npm_support.py); the FastMCP server is
+The npm servers come from the CI cache (tests/helpers/npm_support.py); the FastMCP server is
 tests/fixtures/fastmcp_peer.py, written as the Python SDK's docs teach.
 """
 

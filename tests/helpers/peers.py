@@ -1,6 +1,6 @@
 """Where the Python peers of the era tests live: hosts and servers on SDKs the proxy itself does not
 use (`mcp` 1.x, FastMCP 3, FastMCP 4), each in a virtual environment of its own, which .ci/run
-makes in the same cache directory as the npm parts (tests/npm_support.py). A peer that is missing
+makes in the same cache directory as the npm parts (tests/helpers/npm_support.py). A peer that is missing
 makes its tests skip, saying how to install it.
 """
 

@@ -5,7 +5,7 @@ wired by `app.build_hooks` as the proxy wires them, 100,000 lines per side by de
 real proxy process: a host writing mutated lines and a hostile server writing mutated lines, 5,000
 each. `FUZZ_ITERATIONS` (in-process lines per side) and `FUZZ_SEED` make a longer or different run:
 
-    FUZZ_ITERATIONS=2000000 FUZZ_SEED=7 .venv/bin/python -m pytest -q tests/test_fuzz.py
+    FUZZ_ITERATIONS=2000000 FUZZ_SEED=7 .venv/bin/python -m pytest -q tests/security/test_fuzz.py
 """
 
 from __future__ import annotations

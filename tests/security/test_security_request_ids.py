@@ -3,7 +3,7 @@ host's answer under an id of their own. A server must not be able to put a reque
 that id: the host's answer to the server's request (a form the user accepted, with an "approve" box)
 would then be taken as the answer to the proxy's, approving an LLM call nobody approved.
 
-In process: the real `Relay` with the proxy's real hooks, as tests/test_fuzz.py builds them."""
+In process: the real `Relay` with the proxy's real hooks, as tests/security/test_fuzz.py builds them."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """`type: command` providers through the real proxy: an SDK-written server samples, the proxy
-answers by running a stand-in of the user's CLI (tests/cli_standins.py) found on its PATH."""
+answers by running a stand-in of the user's CLI (tests/helpers/cli_standins.py) found on its PATH."""
 
 from __future__ import annotations
 
