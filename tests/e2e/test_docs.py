@@ -36,6 +36,17 @@ def test_the_readme_is_a_front_page() -> None:
         assert heading in text
 
 
+def test_the_readmes_policy_passes_policy_check(tmp_path: Path) -> None:
+    """The policy the front page shows is one the proxy accepts as it is."""
+    blocks = re.findall(r"```yaml\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    assert blocks, "README.md shows no policy"
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(blocks[0])
+    env = {**os.environ, "HOME": str(tmp_path)}
+    done = subprocess.run([*PROXY, "policy", "check", str(policy)], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 @pytest.mark.parametrize("path", USER_DOCS, ids=[str(p.relative_to(ROOT)) for p in USER_DOCS])
 def test_user_docs_hold_no_development_history(path: Path) -> None:
     text = path.read_text()
