@@ -9,8 +9,10 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import structlog
 from fakes.llm_server import FakeLLMServer
 from helpers.support import free_port
 
@@ -24,6 +26,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         kind = item.path.resolve().relative_to(TESTS).parts[0]
         if kind in KINDS:
             item.add_marker(kind)
+
+
+@pytest.fixture(autouse=True)
+def loggers_never_cached(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command's `main()` run in process configures structlog to cache each logger on first use; a
+    module's logger cached then keeps that configuration for the rest of the worker, and a later test's
+    `capture_logs` sees nothing of it. Tests share one process, so nothing is cached in it."""
+    real = structlog.configure
+
+    def configure(**settings: Any) -> None:
+        real(**{**settings, "cache_logger_on_first_use": False})
+
+    monkeypatch.setattr(structlog, "configure", configure)
 
 
 @pytest.fixture(autouse=True)
