@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from mcp_sampling_proxy.config.auto_answers import AutoAnswer, parse_auto_answers
 from mcp_sampling_proxy.config.child_env import WELL_KNOWN_KEY_VARS
 from mcp_sampling_proxy.config.policy_file import read_policy_text
 from mcp_sampling_proxy.config.provider_grammar import parse_provider
@@ -65,6 +66,7 @@ class ElicitationSettings:
     url_mode: bool = False  # serve URL-mode elicitation on the console (show the URL, open it on consent)
     sensitive_form: str = "decline"  # decline | cancel | allow: forms that ask for secrets
     non_interactive: str = "decline"  # decline | cancel | accept_defaults: nobody to ask
+    auto_answers: tuple[AutoAnswer, ...] = ()  # forms the policy answers itself (config/auto_answers.py)
 
 
 @dataclass(frozen=True)
@@ -309,9 +311,10 @@ def _parse_sampling(node: Node) -> SamplingSettings:
 
 
 def _parse_elicitation(node: Node) -> ElicitationSettings:
-    fields = node.mapping(("route", "url_mode", "sensitive_form", "non_interactive"))
+    fields = node.mapping(("route", "url_mode", "sensitive_form", "non_interactive", "auto_answers"))
     defaults = ElicitationSettings()
     return ElicitationSettings(
+        auto_answers=parse_auto_answers(fields["auto_answers"]) if "auto_answers" in fields else (),
         route=fields["route"].choice(("auto", "console", "host", "decline")) if "route" in fields else defaults.route,
         url_mode=fields["url_mode"].bool() if "url_mode" in fields else defaults.url_mode,
         sensitive_form=fields["sensitive_form"].choice(("decline", "cancel", "allow"))
