@@ -16,7 +16,7 @@ from mcp_sampling_proxy.config.auto_answers import AutoAnswer, parse_auto_answer
 from mcp_sampling_proxy.config.child_env import WELL_KNOWN_KEY_VARS
 from mcp_sampling_proxy.config.policy_file import read_policy_text
 from mcp_sampling_proxy.config.provider_grammar import parse_provider
-from mcp_sampling_proxy.config.providers import ModelSpec, ProviderConfig
+from mcp_sampling_proxy.config.providers import ModelSpec, ProviderConfig, preset_key_vars
 from mcp_sampling_proxy.config.sandbox_settings import SandboxSettings
 from mcp_sampling_proxy.policy.grammar import KnownProviders, parse_limits, parse_rules
 from mcp_sampling_proxy.policy.rules import Rule, SizeLimits
@@ -150,6 +150,7 @@ class Settings:
         """Names of environment variables holding the proxy's own LLM keys."""
         names = {p.api_key_env for p in self.providers if p.api_key_env}
         names.update(WELL_KNOWN_KEY_VARS)
+        names.update(var for p in self.providers if p.command for var in preset_key_vars(p.command.preset))
         if self.state.url_env:  # a Redis URL may hold a password
             names.add(self.state.url_env)
         return names - set(self.pass_env)
