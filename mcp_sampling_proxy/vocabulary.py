@@ -17,10 +17,10 @@ ACTIONS: tuple[Action, ...] = get_args(Action)
 MaxTokensAction = Literal["clamp", "deny"]
 MAX_TOKENS_ACTIONS: tuple[MaxTokensAction, ...] = get_args(MaxTokensAction)
 
-# How a request ended: an audit record's `decision`.
-Outcome = Literal["allow", "deny", "approved", "rejected", "timeout", "error", "cancelled"]
+# How a request ended: an audit record's `decision` (auto_answered: a form answered by elicitation.auto_answers).
+Outcome = Literal["allow", "deny", "approved", "rejected", "timeout", "error", "cancelled", "auto_answered"]
 OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
-ALLOWED_OUTCOMES: tuple[Outcome, ...] = ("allow", "approved")
+ALLOWED_OUTCOMES: tuple[Outcome, ...] = ("allow", "approved", "auto_answered")
 REFUSED_OUTCOMES: tuple[Outcome, ...] = ("deny", "rejected", "timeout")
 
 # Size units, as the policy file spells them (`512KiB`, `1MiB`; `KB`/`MB` are powers of 1000).

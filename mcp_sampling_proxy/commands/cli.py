@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from mcp_sampling_proxy import __version__
 from mcp_sampling_proxy.config.child_env import child_environment, hidden_names_guess
+from mcp_sampling_proxy.config.providers import PRESET_FACTS, REFUSED_CLIS
 from mcp_sampling_proxy.vocabulary import SUBCOMMANDS  # subcommand -> the module whose main() runs it
 
 if TYPE_CHECKING:  # (imported when used: the server starts before the rest of the proxy is loaded)
@@ -83,6 +84,12 @@ examples:
 
   # exercise a sampling server without any host
   mcp-sampling-proxy try --tool summarize --args '{"text": "..."}' -- python examples/servers/summarizer.py
+
+command providers (type: command, preset: NAME): the meter each spends
+"""
+    + "".join(f"  {name:<7} {facts.meter}\n" for name, facts in PRESET_FACTS.items())
+    + "".join(f"  {name:<7} refused: {why.split(';')[0]}\n" for name, why in REFUSED_CLIS.items())
+    + """  (each runs its CLI with its tools off and never with a permission bypass; docs/guides/providers.md)
 
 host config entry (Claude Desktop, Cursor, Claude Code: "mcpServers"):
   "summarizer": {

@@ -32,6 +32,7 @@ import httpx
 from mcp_sampling_proxy.commands.checklist import Check, Section
 from mcp_sampling_proxy.commands.doctor_entries import check_entry, entries_from
 from mcp_sampling_proxy.config.keys import key_source
+from mcp_sampling_proxy.config.providers import PRESET_FACTS
 from mcp_sampling_proxy.providers.retry import connect_reason
 from mcp_sampling_proxy.sanitize import one_line
 
@@ -111,7 +112,18 @@ async def probe_provider(provider: Any, timeout: float) -> list[Check]:
                     "install it, or give its absolute path in command: (hosts often start servers with a short PATH)",
                 )
             ]
-        return [Check("ok", f"{name}: runs {found} (not called: a check would spend your quota)")]
+        facts = PRESET_FACTS.get(provider.command.preset or "") if provider.command else None
+        spends = f"; spends {facts.meter}; tools off: {facts.tools_off}" if facts else ""
+        checks = [Check("ok", f"{name}: runs {found} (not called: a check would spend your quota){spends}")]
+        if facts is not None and facts.key_vars and not any(os.environ.get(var) for var in facts.key_vars):
+            checks.append(
+                Check(
+                    "warn",
+                    f"{name}: needs an API key now, and none of {', '.join(facts.key_vars)} is set",
+                    f"set {facts.key_vars[0]} (a key from Google AI Studio) where the host starts the proxy",
+                )
+            )
+        return checks
     key_var = provider.api_key_env
     key = os.environ.get(key_var) if key_var else None
     key_note = f"{key_var} is set" if key else (f"{key_var} is not set" if key_var else "no api_key_env")

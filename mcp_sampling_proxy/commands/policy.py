@@ -25,6 +25,7 @@ from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 from mcp_sampling_proxy.protocol.names import ELICITATION_CREATE, SAMPLING_CREATE
 from mcp_sampling_proxy.quotas.refusals import format_period as format_duration
 from mcp_sampling_proxy.sanitize import one_line, strip_controls
+from mcp_sampling_proxy.serve import auto_answers
 from mcp_sampling_proxy.serve.assess import (
     Origin,
     Refused,
@@ -346,6 +347,7 @@ def explain_elicitation(settings: Settings, params: dict[str, Any], origin: Orig
     rate = rule.rate_limit if rule else None
     lines.append(f"rate_limit: {describe_rate(rate)}" if rate else "rate_limit: none")
     config = settings.elicitation
+    lines.extend(explain_auto_answer(settings, params, origin, mode))
     if config.route == "decline":
         lines.append(
             f"route: decline (elicitation.route): the server gets "
@@ -374,6 +376,23 @@ def explain_elicitation(settings: Settings, params: dict[str, Any], origin: Orig
     lines.append("  asked on the proxy's terminal, else on the companion console (mcp-sampling-proxy console)")
     lines.append(f"  when nobody can be asked: {config.non_interactive} (elicitation.non_interactive)")
     return lines
+
+
+def explain_auto_answer(settings: Settings, params: dict[str, Any], origin: Origin, mode: str) -> list[str]:
+    """Which `elicitation.auto_answers` entry matches, and what it would answer (the proxy's own check)."""
+    entries = settings.elicitation.auto_answers
+    if not entries:
+        return []
+    entry = auto_answers.first_match(entries, origin.server, origin.tools_in_flight, params)
+    if entry is None:
+        return [f"auto_answers: none of {len(entries)} matches this server, tool and message"]
+    verdict = auto_answers.judge(entry, params, mode)
+    when = "when nobody can be asked" if entry.applies == "headless" else "before the host or a console is asked"
+    if verdict.kind == "answer":
+        return [f"auto_answers: '{entry.name}' matches: {when}, the server gets {json.dumps(verdict.result)}"]
+    if verdict.kind == "misfit":
+        return [f'auto_answers: {verdict.why}; {when}, the server gets {{"action": "decline"}} (an error record)']
+    return [f"auto_answers: {verdict.why}"]
 
 
 def _non_interactive(action: str, mode: str) -> str:

@@ -18,6 +18,8 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 
+from mcp_sampling_proxy.config.providers import preset_key_vars
+
 # Environment variables the proxy reads as LLM secrets; never passed to the upstream child.
 WELL_KNOWN_KEY_VARS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
 OWN_SETTINGS_PREFIX = "MCP_SAMPLING_PROXY_"
@@ -37,7 +39,9 @@ def hidden_names_guess(policy_text: str | None, environ: Mapping[str, str]) -> s
         return set(WELL_KNOWN_KEY_VARS)
     if "\\" in policy_text or "pass_env" in policy_text:
         return None
-    return set(WELL_KNOWN_KEY_VARS) | (set(_NAME.findall(policy_text)) & set(environ))
+    words = set(_NAME.findall(policy_text))
+    presets = {var for preset in words for var in preset_key_vars(preset)}  # `preset: gemini`: GEMINI_API_KEY
+    return set(WELL_KNOWN_KEY_VARS) | ((words | presets) & set(environ))
 
 
 # The proxy's key variables, once it has read them (commands/cli.py: `withhold`): out of its environment,

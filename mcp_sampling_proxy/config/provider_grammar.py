@@ -17,10 +17,12 @@ from mcp_sampling_proxy.config.providers import (
     COMMAND_PRESETS,
     KINDS,
     PROVIDER_TYPES,
+    REFUSED_CLIS,
     AzureSpec,
     CommandSpec,
     ModelSpec,
     ProviderConfig,
+    bypass_flag,
 )
 from mcp_sampling_proxy.yamlnodes import Node, shown_value
 
@@ -137,6 +139,17 @@ def _parse_azure(name: str, node: Node, fields: dict[str, Node]) -> AzureSpec:
     )
 
 
+def _refuse_bypass(name: str, node: Node, argv: tuple[str, ...] | list[str], *, short_yolo: bool) -> None:
+    """A provider never runs its CLI with a permission or sandbox bypass: a server's prompt would then
+    drive an agent that acts on the user's machine without asking anyone."""
+    flag = bypass_flag(argv, short_yolo=short_yolo)
+    if flag is not None:
+        raise node.error(
+            f"provider '{name}': {flag} lets the CLI act without asking; a provider never runs with a "
+            "permission or sandbox bypass (the presets run their CLI with its tools off): remove it"
+        )
+
+
 def _parse_command_provider(name: str, node: Node, fields: dict[str, Node], models: list[ModelSpec]) -> ProviderConfig:
     """`type: command`: a preset (claude, codex, gemini, llm) or a custom argv; never tools."""
     has_preset, has_command = "preset" in fields, "command" in fields
@@ -147,6 +160,9 @@ def _parse_command_provider(name: str, node: Node, fields: dict[str, Node], mode
         )
     spec: dict[str, Any] = {}
     if has_preset:
+        refused = REFUSED_CLIS.get(str(fields["preset"].value()))
+        if refused is not None:
+            raise fields["preset"].error(f"provider '{name}': preset {fields['preset'].value()} is refused: {refused}")
         spec["preset"] = fields["preset"].choice(COMMAND_PRESETS)
         for key in ("output", "json", "prompt"):
             if key in fields:
@@ -155,12 +171,17 @@ def _parse_command_provider(name: str, node: Node, fields: dict[str, Node], mode
                 )
         if "args" in fields:
             spec["argv"] = tuple(_command_args(fields["args"]))
+            _refuse_bypass(name, fields["args"], spec["argv"], short_yolo=spec["preset"] == "gemini")
     else:
         if "args" in fields:
             raise fields["args"].error(f"provider '{name}': args: goes with preset:; put them in command:")
         argv = _command_args(fields["command"])
         if not argv or not argv[0]:
             raise fields["command"].error(f"provider '{name}': command needs a program: [PROGRAM, ARGS...]")
+        refused = REFUSED_CLIS.get(os.path.basename(argv[0]))
+        if refused is not None:
+            raise fields["command"].error(f"provider '{name}': {os.path.basename(argv[0])} is refused: {refused}")
+        _refuse_bypass(name, fields["command"], argv, short_yolo=os.path.basename(argv[0]) == "gemini")
         spec["argv"] = tuple(argv)
         spec["output"] = fields["output"].choice(("text", "json")) if "output" in fields else "text"
         spec["prompt"] = fields["prompt"].choice(("stdin", "arg")) if "prompt" in fields else "stdin"

@@ -35,7 +35,86 @@ class ModelSpec:
     reasoning: bool | None = None
 
 
-COMMAND_PRESETS = ("claude", "codex", "gemini", "llm")
+@dataclass(frozen=True)
+class PresetFacts:
+    """What a command preset costs and how it keeps the CLI's own agent at bay: shown in `--help`,
+    the docs and `doctor`, so nobody learns from an invoice which meter a sampling request ran on."""
+
+    meter: str  # what a run spends
+    tools_off: str  # how the preset runs the CLI with its tools disabled
+    key_vars: tuple[str, ...] = ()  # one of these must be set for the CLI to sign in (empty: its own login)
+
+
+# As the CLIs are in late 2026. Claude: since 2026-06-15 `claude -p` and the Agent SDK draw from a separate
+# programmatic credit pool at API rates. Gemini CLI: consumer (Google account) sign-in retired on 2026-06-18.
+PRESET_FACTS: dict[str, PresetFacts] = {
+    "claude": PresetFacts(
+        meter="Anthropic's programmatic credit pool, billed at API rates (since 2026-06-15; not a Pro/Max "
+        "plan's usage limits)",
+        tools_off='--tools "" (no built-in tools) and --strict-mcp-config (none of your MCP servers)',
+    ),
+    "codex": PresetFacts(
+        meter="your ChatGPT plan's Codex limits (signed in with ChatGPT; an API-key sign-in spends API credit)",
+        tools_off="-c features.shell_tool=false -c features.unified_exec=false -c web_search=disabled "
+        "-c mcp_servers={} (no shell, no web search, none of your MCP servers), in a read-only sandbox",
+    ),
+    "gemini": PresetFacts(
+        meter="a Gemini API key at API rates (Google-account sign-in for Gemini CLI ended 2026-06-18)",
+        tools_off="a settings file of its own (GEMINI_CLI_SYSTEM_SETTINGS_PATH): no built-in tools, no MCP "
+        "servers, no extensions",
+        key_vars=("GEMINI_API_KEY", "GOOGLE_API_KEY"),
+    ),
+    "llm": PresetFacts(
+        meter="the API key `llm keys` holds for the model's provider (a local model: nothing)",
+        tools_off="none are offered (llm runs tools only when given -T/--functions)",
+    ),
+}
+COMMAND_PRESETS = tuple(PRESET_FACTS)
+
+
+def preset_key_vars(preset: str | None) -> tuple[str, ...]:
+    """The API key variables a preset's CLI signs in with: withheld from the server, given to the CLI."""
+    facts = PRESET_FACTS.get(preset or "")
+    return facts.key_vars if facts else ()
+
+
+# CLIs that cannot be run safely as a provider, and why: the policy refuses them as a preset or a command.
+REFUSED_CLIS: dict[str, str] = {
+    "agy": "Antigravity's `agy -p` writes its answer to the terminal, not to stdout, so the proxy cannot capture "
+    "it, and it runs tools without asking; use Gemini through an API key instead (preset: gemini with "
+    "GEMINI_API_KEY set, or type: openai with base_url: https://generativelanguage.googleapis.com/v1beta/openai)",
+}
+
+# Flags that let an agent CLI act without asking (permission or sandbox bypasses): never in a provider's command.
+BYPASS_FLAGS = (
+    "--dangerously-skip-permissions",
+    "--allow-dangerously-skip-permissions",
+    "--dangerously-bypass-approvals-and-sandbox",
+    "--full-auto",
+    "--yolo",
+)
+# Options whose value turns the asking off: `--permission-mode bypassPermissions`, `--approval-mode yolo`.
+BYPASS_VALUES = {
+    "--permission-mode": ("bypassPermissions", "acceptEdits"),
+    "--approval-mode": ("yolo", "auto_edit"),
+    "--sandbox": ("danger-full-access",),
+    "-s": ("danger-full-access",),
+}
+
+
+def bypass_flag(argv: tuple[str, ...] | list[str], *, short_yolo: bool = False) -> str | None:
+    """The first argument of `argv` that lets an agent CLI act without asking, or None. `-y` is Gemini's
+    `--yolo` (`short_yolo`: checked for the gemini preset only; in other programs it means other things)."""
+    for index, arg in enumerate(argv):
+        name, _, inline = arg.partition("=")
+        if name in BYPASS_FLAGS or (short_yolo and arg == "-y"):
+            return arg
+        value = inline if inline else (argv[index + 1] if index + 1 < len(argv) else "")
+        if name in BYPASS_VALUES and value in BYPASS_VALUES[name]:
+            return f"{name} {value}"
+    return None
+
+
 COMMAND_DEFAULT_MODEL = "default"  # a command's model of this name: the CLI's own default, no model flag
 
 

@@ -12,10 +12,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from mcp_sampling_proxy.config.auto_answers import AutoAnswer, parse_auto_answers
 from mcp_sampling_proxy.config.child_env import WELL_KNOWN_KEY_VARS
 from mcp_sampling_proxy.config.policy_file import read_policy_text
 from mcp_sampling_proxy.config.provider_grammar import parse_provider
-from mcp_sampling_proxy.config.providers import ModelSpec, ProviderConfig
+from mcp_sampling_proxy.config.providers import ModelSpec, ProviderConfig, preset_key_vars
 from mcp_sampling_proxy.config.sandbox_settings import SandboxSettings
 from mcp_sampling_proxy.policy.grammar import KnownProviders, parse_limits, parse_rules
 from mcp_sampling_proxy.policy.rules import Rule, SizeLimits
@@ -65,6 +66,7 @@ class ElicitationSettings:
     url_mode: bool = False  # serve URL-mode elicitation on the console (show the URL, open it on consent)
     sensitive_form: str = "decline"  # decline | cancel | allow: forms that ask for secrets
     non_interactive: str = "decline"  # decline | cancel | accept_defaults: nobody to ask
+    auto_answers: tuple[AutoAnswer, ...] = ()  # forms the policy answers itself (config/auto_answers.py)
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,7 @@ class Settings:
         """Names of environment variables holding the proxy's own LLM keys."""
         names = {p.api_key_env for p in self.providers if p.api_key_env}
         names.update(WELL_KNOWN_KEY_VARS)
+        names.update(var for p in self.providers if p.command for var in preset_key_vars(p.command.preset))
         if self.state.url_env:  # a Redis URL may hold a password
             names.add(self.state.url_env)
         return names - set(self.pass_env)
@@ -309,9 +312,10 @@ def _parse_sampling(node: Node) -> SamplingSettings:
 
 
 def _parse_elicitation(node: Node) -> ElicitationSettings:
-    fields = node.mapping(("route", "url_mode", "sensitive_form", "non_interactive"))
+    fields = node.mapping(("route", "url_mode", "sensitive_form", "non_interactive", "auto_answers"))
     defaults = ElicitationSettings()
     return ElicitationSettings(
+        auto_answers=parse_auto_answers(fields["auto_answers"]) if "auto_answers" in fields else (),
         route=fields["route"].choice(("auto", "console", "host", "decline")) if "route" in fields else defaults.route,
         url_mode=fields["url_mode"].bool() if "url_mode" in fields else defaults.url_mode,
         sensitive_form=fields["sensitive_form"].choice(("decline", "cancel", "allow"))

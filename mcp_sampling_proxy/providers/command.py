@@ -6,6 +6,11 @@ one of them already. So a provider may be a command: the request is rendered as 
 transcript, given on stdin (or as an argument), and the answer read from stdout (plain text, or
 JSON with a path to the text), or from a file the command writes (Codex's last message).
 
+Each preset states the meter it spends (`PresetFacts`, config/providers.py: shown in `--help`, the docs
+and `doctor`), since that changed under people in 2026, and runs its CLI with the CLI's own tools off
+and never with a permission bypass: the prompt is the server's, and an agent it could drive would act
+on the user's machine. The policy refuses a bypass flag in `args:` or `command:`, and `agy`.
+
 How it is run, and why:
 - An argv list, never a shell: nothing in a prompt is ever interpreted.
 - In a new session (its own process group), so a timeout or a cancelled request kills the
@@ -41,7 +46,13 @@ from typing import Any
 import anyio
 from anyio.abc import ByteReceiveStream, Process
 
-from mcp_sampling_proxy.config.providers import COMMAND_DEFAULT_MODEL, CommandSpec, ProviderConfig
+from mcp_sampling_proxy.config.providers import (
+    COMMAND_DEFAULT_MODEL,
+    PRESET_FACTS,
+    CommandSpec,
+    PresetFacts,
+    ProviderConfig,
+)
 from mcp_sampling_proxy.log import known_secrets
 from mcp_sampling_proxy.protocol.content import as_blocks
 from mcp_sampling_proxy.providers.base import Completion, LLMError, UnsupportedContentError
@@ -102,6 +113,14 @@ class Preset:
     images_flag: str | None = None  # the CLI takes image files with this flag
     parse_json: Callable[[Any, str], Output] | None = None
     output_file_flag: str | None = None  # the CLI writes its answer to the file named after this flag
+    # settings the CLI reads from the file this variable names, written to the run's private directory
+    settings_env: str | None = None
+    settings: dict[str, Any] | None = None
+
+    @property
+    def facts(self) -> PresetFacts:
+        """The meter it spends and how its tools are off (config/providers.py PRESET_FACTS)."""
+        return PRESET_FACTS[self.executable]
 
 
 def _claude(data: Any, where: str) -> Output:
@@ -148,6 +167,28 @@ def _output_tokens(usage: Any) -> int:
     return (_int(usage.get("outputTokens")) or 0) if isinstance(usage, dict) else 0
 
 
+# Gemini CLI's system settings override the user's and the project's (geminicli.com docs/cli/enterprise.md):
+# an allowlist naming no real tool or MCP server leaves the model none, whatever ~/.gemini/settings.json says.
+_GEMINI_NOTHING = "mcp-sampling-proxy-allows-none"
+_GEMINI_BUILT_INS = [
+    "run_shell_command",
+    "write_file",
+    "replace",
+    "read_file",
+    "read_many_files",
+    "list_directory",
+    "glob",
+    "search_file_content",
+    "google_web_search",
+    "web_fetch",
+    "save_memory",
+    "write_todos",
+]
+GEMINI_SETTINGS: dict[str, Any] = {
+    "tools": {"core": [_GEMINI_NOTHING], "exclude": _GEMINI_BUILT_INS},
+    "mcp": {"allowed": [_GEMINI_NOTHING]},
+}
+
 PRESETS: dict[str, Preset] = {
     # Claude Code 2.x: print mode, JSON envelope, no built-in tools, none of the user's MCP servers.
     "claude": Preset(
@@ -158,18 +199,44 @@ PRESETS: dict[str, Preset] = {
         drop_env=("CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT"),
         parse_json=_claude,
     ),
-    # Codex CLI: `codex exec`, read-only sandbox, no session files, the last message to a file, prompt from stdin.
+    # Codex CLI: `codex exec`, no shell, web search or MCP servers, read-only sandbox, no session files, the last
+    # message to a file, prompt from stdin. (`-c` overrides config.toml; codex-rs features: shell_tool, unified_exec.)
     "codex": Preset(
         "codex",
-        ("exec", "--skip-git-repo-check", "--sandbox", "read-only", "--ephemeral", "--color", "never"),
+        (
+            "exec",
+            "--skip-git-repo-check",
+            "--sandbox",
+            "read-only",
+            "--ephemeral",
+            "--color",
+            "never",
+            "-c",
+            "features.shell_tool=false",
+            "-c",
+            "features.unified_exec=false",
+            "-c",
+            'web_search="disabled"',
+            "-c",
+            "mcp_servers={}",
+        ),
         "--model",
         "text",
         tail=("-",),
         images_flag="--image",
         output_file_flag="--output-last-message",
     ),
-    # Gemini CLI: headless because stdin is not a terminal; the piped text is the prompt.
-    "gemini": Preset("gemini", ("--output-format", "json"), "--model", "json", parse_json=_gemini),
+    # Gemini CLI (API key only since 2026-06-18): headless because stdin is not a terminal; the piped text is the
+    # prompt; its tools and MCP servers off through a system settings file of the run's own.
+    "gemini": Preset(
+        "gemini",
+        ("--output-format", "json"),
+        "--model",
+        "json",
+        parse_json=_gemini,
+        settings_env="GEMINI_CLI_SYSTEM_SETTINGS_PATH",
+        settings=GEMINI_SETTINGS,
+    ),
     # llm (Simon Willison's CLI): reads the prompt from stdin, prints the answer.
     "llm": Preset("llm", (), "--model", "text"),
 }
@@ -200,7 +267,7 @@ class CommandAdapter:
             output_file = str(Path(workdir) / "answer.txt")
             image_files = _write_images(self.config, images, Path(workdir))
             argv, stdin = self._argv(model, prompt, output_file, image_files)
-            status, stdout, stderr = await self._run(argv, stdin, workdir)
+            status, stdout, stderr = await self._run(argv, stdin, workdir, self._settings_env(Path(workdir)))
             written = _read_if_exists(output_file, MAX_STDOUT)
         if status != 0:
             raise LLMError(self._failure(status, stdout, stderr), provider=self.config.name)
@@ -261,6 +328,14 @@ class CommandAdapter:
             )
         return argv, None if via_arg else prompt.encode("utf-8")
 
+    def _settings_env(self, directory: Path) -> dict[str, str]:
+        """The preset's settings file, written to the run's private directory, and the variable naming it."""
+        if self.preset is None or self.preset.settings_env is None:
+            return {}
+        path = directory / "cli-settings.json"
+        path.write_text(json.dumps(self.preset.settings), encoding="utf-8")
+        return {self.preset.settings_env: str(path)}
+
     def _prompt_after_dashes(self) -> bool:
         """True when `{prompt}` is part of a larger argument, or follows a `--` (end of options)."""
         argv = self.spec.argv
@@ -289,13 +364,16 @@ class CommandAdapter:
         from mcp_sampling_proxy.config.child_env import helper_environment
 
         spec = self.config.command
-        env = helper_environment(spec.pass_env if spec is not None else ())
+        passed = (*(spec.pass_env if spec is not None else ()), *(self.preset.facts.key_vars if self.preset else ()))
+        env = helper_environment(passed)  # a preset's own key variables (gemini's API key) too
         env = {k: v for k, v in env.items() if not (self.preset and k in self.preset.drop_env)}
         env["NO_COLOR"] = "1"
         return env
 
-    async def _run(self, argv: list[str], stdin: bytes | None, cwd: str) -> tuple[int, bytes, bytes]:
-        env = self.environment()
+    async def _run(
+        self, argv: list[str], stdin: bytes | None, cwd: str, extra_env: dict[str, str] | None = None
+    ) -> tuple[int, bytes, bytes]:
+        env = {**self.environment(), **(extra_env or {})}
         executable = shutil.which(argv[0], path=env.get("PATH"))
         if executable is None:
             hint = (
@@ -383,7 +461,14 @@ class CommandAdapter:
                 self.preset.parse_json(_load_json(stdout.decode("utf-8", errors="replace"), self.label), self.label)
             except LLMError as exc:
                 message += f" ({_scrub(exc.message.removeprefix(self.label + ' '))})"
-        return message + self._stderr_note(stderr)
+        return message + self._key_note() + self._stderr_note(stderr)
+
+    def _key_note(self) -> str:
+        """Why a CLI that needs an API key now (gemini) may have failed: none of its key variables is set."""
+        wanted = self.preset.facts.key_vars if self.preset is not None else ()
+        if not wanted or any(self.environment().get(var) for var in wanted):
+            return ""
+        return f"; it needs an API key: set {' or '.join(wanted)} ({self.preset.facts.meter if self.preset else ''})"
 
     def _stderr_note(self, stderr: bytes) -> str:
         text = stderr.decode("utf-8", errors="replace").strip()

@@ -22,6 +22,7 @@ import anyio
 
 from mcp_sampling_proxy.audit.recorder import AuditLog
 from mcp_sampling_proxy.audit.records import AuditFields, elapsed_ms, request_fields
+from mcp_sampling_proxy.config.auto_answers import AutoAnswer
 from mcp_sampling_proxy.config.settings import Settings
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import jsonrpc, wire_checks
@@ -32,6 +33,7 @@ from mcp_sampling_proxy.quotas.limiters import limit_key
 from mcp_sampling_proxy.quotas.refusals import Refusal
 from mcp_sampling_proxy.relay.keepalive import waiting_for
 from mcp_sampling_proxy.sanitize import one_line, quote
+from mcp_sampling_proxy.serve import auto_answers
 from mcp_sampling_proxy.serve.assess import Origin, judge_elicitation
 from mcp_sampling_proxy.vocabulary import Outcome
 
@@ -144,9 +146,10 @@ class ElicitationService:
                 "action": action,
                 **extra,
             }
-            self._audit.record(params=params, **answered)
+            reply = {"action": action, "content": content} if content is not None else {"action": action}
+            self._audit.record(params=params, result=reply, **answered)
             log.info("elicitation answered", action=action, why=why)
-            return {"action": action, "content": content} if content is not None else {"action": action}
+            return reply
 
         if busy is not None:  # the proxy holds too many requests already (Limiters.holding)
             return answer("decline", busy.message, "deny", limit=busy.limit)
@@ -161,6 +164,13 @@ class ElicitationService:
             if refusal is not None:
                 return answer("decline", refusal.message, "deny", limit=refusal.limit)
             route = self._route(mode, params, session)
+            entry = auto_answers.first_match(self._settings.auto_answers, session.server_name, in_flight, params)
+            withheld = ""  # why a matching auto-answer was not used, for the audit reason
+            if entry is not None and entry.applies == "always":
+                verdict = await self._auto_verdict(entry, params, mode)
+                if verdict.kind != "withheld":
+                    return self._auto_answer(verdict, answer)
+                withheld = f"; {verdict.why}"
             if route == "host":
                 if mode == "url" and params.get("elicitationId"):
                     self._at_host.add(params["elicitationId"])
@@ -197,6 +207,9 @@ class ElicitationService:
                 except FormError as exc:
                     return answer("decline", f"unsupported form: {exc}", "error")
                 secrets = secret_reasons(form, str(params.get("message", "")))
+                if secrets and entry is not None and not withheld:
+                    withheld = f"; {auto_answers.sensitive_note(entry, secrets)}"
+                    log.warning("auto-answer not used", auto_answer=entry.name, why=withheld[2:])
                 if secrets and self._settings.sensitive_form != "allow":
                     log.warning(
                         "form asks for secrets, which MCP forbids in form mode",
@@ -205,16 +218,21 @@ class ElicitationService:
                     )
                     return answer(
                         self._settings.sensitive_form,
-                        f"the form asks for secrets ({'; '.join(secrets)}); elicitation.sensitive_form",
+                        f"the form asks for secrets ({'; '.join(secrets)}); elicitation.sensitive_form{withheld}",
                         "deny",
                     )
             console = self._consoles.available() if route == "console" else None
             if console is None:
+                if entry is not None and entry.applies == "headless" and not withheld:
+                    verdict = await self._auto_verdict(entry, params, mode)
+                    if verdict.kind != "withheld":
+                        return self._auto_answer(verdict, answer)
+                    withheld = f"; {verdict.why}"
                 if self._settings.non_interactive == "accept_defaults" and mode == "form":
                     from mcp_sampling_proxy.approval.forms import prepare
 
                     await anyio.to_thread.run_sync(prepare)  # the defaults are checked: load that off the loop
-                return self._non_interactive(params, mode, answer, route)
+                return self._non_interactive(params, mode, answer, route, withheld)
             origin = (session.server_label, tool)
             with waiting_for(f"waiting for your answer on the {console.name}"):
                 if mode == "url":
@@ -224,13 +242,34 @@ class ElicitationService:
             asked: AuditFields = {
                 **audit,
                 "decision": "approved" if result["action"] == "accept" else "rejected",
-                "reason": f"answered on the {console.name}",
+                "reason": f"answered on the {console.name}{withheld}",
                 "approver": console.name,
                 "action": result["action"],
                 "latency_ms": elapsed_ms(started),
             }
             self._audit.record(params=params, result=result, **asked)
             return result
+
+    async def _auto_verdict(self, entry: AutoAnswer, params: dict[str, Any], mode: str) -> auto_answers.AutoVerdict:
+        if entry.action == "accept" and mode == "form":
+            from mcp_sampling_proxy.approval.forms import prepare
+
+            await anyio.to_thread.run_sync(prepare)  # the content is checked: load that off the loop
+        verdict = auto_answers.judge(entry, params, mode)
+        if verdict.kind == "withheld":
+            log.warning("auto-answer not used", auto_answer=entry.name, why=verdict.why)
+        return verdict
+
+    @staticmethod
+    def _auto_answer(verdict: auto_answers.AutoVerdict, answer: Callable[..., dict[str, Any]]) -> dict[str, Any]:
+        """Answer by an auto-answer entry, or refuse (decline, an `error` record) when its content does
+        not fit the form: a policy mistake the operator must see, never an answer the form did not ask for."""
+        name = verdict.entry.name
+        if verdict.kind == "misfit" or verdict.result is None:
+            log.warning("auto-answer refused: its content does not fit the form", auto_answer=name, why=verdict.why)
+            return answer("decline", verdict.why, "error", None, rule=name)
+        result = verdict.result
+        return answer(result["action"], verdict.why, "auto_answered", result.get("content"), rule=name)
 
     def route_for(self, params: dict[str, Any], session: Session) -> str:
         """host | console | decline for this request."""
@@ -249,7 +288,7 @@ class ElicitationService:
         return "console"
 
     def _non_interactive(
-        self, params: dict[str, Any], mode: str, answer: Callable[..., dict[str, Any]], route: str
+        self, params: dict[str, Any], mode: str, answer: Callable[..., dict[str, Any]], route: str, note: str = ""
     ) -> dict[str, Any]:
         action = self._settings.non_interactive
         why = (
@@ -258,7 +297,7 @@ class ElicitationService:
             else f"elicitation route is {self._settings.route}"
             if route == "decline"
             else "URL mode is not enabled"
-        )
+        ) + note
         if action == "accept_defaults" and mode == "form":
             from mcp_sampling_proxy.approval.forms import apply_defaults, parse_form
 

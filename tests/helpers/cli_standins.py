@@ -13,9 +13,10 @@ prints the answer in the real one's documented format:
   stats: {models: {NAME: {tokens: {prompt, candidates, ...}}}}}, or {error: {type, message}})
 - llm: `llm [-m MODEL]` reading the prompt from stdin, printing the text
 
-Every run appends one JSON line to $STANDIN_LOG: argv, stdin, cwd and the environment variables
-the tests look at. $STANDIN_ANSWER is the answer; $STANDIN_MODE=fail exits 1 with a message on
-stderr, $STANDIN_MODE=hang starts a child that sleeps (its pid in the log) and sleeps itself.
+Every run appends one JSON line to $STANDIN_LOG: argv, stdin, cwd, the environment variables
+the tests look at, and the system settings file Gemini CLI would read ($GEMINI_CLI_SYSTEM_SETTINGS_PATH).
+$STANDIN_ANSWER is the answer; $STANDIN_MODE=fail exits 1 with a message on stderr,
+$STANDIN_MODE=hang starts a child that sleeps (its pid in the log) and sleeps itself.
 """
 
 from __future__ import annotations
@@ -36,7 +37,11 @@ FULL_ARGS = list(ARGS)
 
 def record(**extra):
     entry = {"argv": FULL_ARGS, "cwd": os.getcwd(), "env": {k: os.environ.get(k) for k in
-             ("CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT", "NO_COLOR", "STANDIN_MARK")}, **extra}
+             ("CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT", "NO_COLOR", "STANDIN_MARK", "GEMINI_API_KEY")}, **extra}
+    settings = os.environ.get("GEMINI_CLI_SYSTEM_SETTINGS_PATH")  # Gemini CLI's system settings file
+    if settings:
+        with open(settings, encoding="utf-8") as file:
+            entry["system_settings"] = json.load(file)
     with open(os.environ["STANDIN_LOG"], "a", encoding="utf-8") as log:
         log.write(json.dumps(entry) + "\n")
 
