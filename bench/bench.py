@@ -433,6 +433,7 @@ def sampling_flood(
         policy.write_text(
             "llm:\n  providers:\n    fake:\n      type: openai\n"
             f"      base_url: {llm.base_url}\n      models: [gpt-bench]\n"
+            "sampling:\n  max_per_call: 1000000\n"  # the flood is one tool call: over the default cap of 25
             "rules:\n  - name: allow-all\n    action: allow\n",
             encoding="utf-8",
         )

@@ -241,6 +241,12 @@ def _apply(pattern: Pattern, text: str) -> tuple[str, int]:
     return pattern.regex.sub(replace, text), count
 
 
+def map_strings(value: Any, fn: Callable[[str], str], *, skip_media: bool = False) -> Any:
+    """`value` with `fn` applied to every string in it (keys too); `skip_media`: not to the base64
+    `data` of image and audio blocks, which is not text."""
+    return _walk(value, fn, skip_media)
+
+
 def _walk(value: Any, fn: Callable[[str], str], skip_media: bool = False) -> Any:
     if isinstance(value, str):
         return fn(value)

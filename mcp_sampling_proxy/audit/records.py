@@ -94,12 +94,15 @@ class AuditFields(TypedDict, total=False):
     # written only when given
     server_reported: str  # the name the server reports, when it differs from `server`
     tool_candidates: list[str]  # every tool call that could own the request, when more than one could
-    limit: str  # the limit that refused it: rate_limit | concurrent | budget
+    limit: str  # the limit that refused it: rate_limit | concurrent | budget | max_per_call
     mode: str | None  # elicitation: form | url
     action: str | None  # elicitation: the answer's action (accept, decline, cancel)
     prompt_edited_by: str | None  # the channel of a human who edited the prompt
     answer_edited_by: str  # the channel of a reviewer who replaced the LLM's answer
-    original_answer_sha256: str  # the digest of the LLM's own answer, when a reviewer rejected or replaced it
+    original_answer_sha256: str  # the digest of the LLM's own answer, when a reviewer or a secret scan changed it
+    unsolicited: bool  # true: no host request was in flight, and the policy allows that (sampling.allow_unsolicited)
+    answer_secrets: list[str]  # the credential types found in the LLM's answer (sampling.on_secret), never the values
+    prompt_secrets: list[str]  # ... in the server's request (sampling.scan_requests)
 
 
 class RequestSession(Protocol):

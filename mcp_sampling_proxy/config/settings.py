@@ -17,6 +17,7 @@ from mcp_sampling_proxy.config.child_env import WELL_KNOWN_KEY_VARS
 from mcp_sampling_proxy.config.policy_file import read_policy_text
 from mcp_sampling_proxy.config.provider_grammar import parse_provider
 from mcp_sampling_proxy.config.providers import ModelSpec, ProviderConfig, preset_key_vars
+from mcp_sampling_proxy.config.sampling_checks import CHECK_KEYS, SamplingChecks, parse_checks
 from mcp_sampling_proxy.config.sandbox_settings import SandboxSettings
 from mcp_sampling_proxy.policy.grammar import KnownProviders, parse_limits, parse_rules
 from mcp_sampling_proxy.policy.rules import Rule, SizeLimits
@@ -58,6 +59,7 @@ class SamplingSettings:
     max_concurrent: int = 8  # LLM calls this proxy makes at once; more wait in a queue ...
     max_queued: int = 256  # ... of at most this many; past it a request is refused (-1)
     keepalive_seconds: float = 5.0  # progress to the host's tools/call while a request waits; 0: never
+    checks: SamplingChecks = field(default_factory=SamplingChecks)  # unsolicited, per-call cap, secrets
 
 
 @dataclass(frozen=True)
@@ -294,7 +296,7 @@ def _parse_llm(node: Node, settings: Settings) -> None:
 
 def _parse_sampling(node: Node) -> SamplingSettings:
     fields = node.mapping(
-        ("route", "fallback_on_host_error", "tools", "max_concurrent", "max_queued", "keepalive_seconds")
+        ("route", "fallback_on_host_error", "tools", "max_concurrent", "max_queued", "keepalive_seconds", *CHECK_KEYS)
     )
     defaults = SamplingSettings()
     return SamplingSettings(
@@ -308,6 +310,7 @@ def _parse_sampling(node: Node) -> SamplingSettings:
         route=fields["route"].choice(ROUTES) if "route" in fields else "auto",
         fallback_on_host_error=fields["fallback_on_host_error"].bool() if "fallback_on_host_error" in fields else False,
         advertise_tools=fields["tools"].bool() if "tools" in fields else True,
+        checks=parse_checks(fields),
     )
 
 

@@ -46,6 +46,7 @@ class HostRequest:
     held: bool = True  # the host waits for an answer to `host_id` (False while a round of ours is out)
     resolving: Any = None  # the task answering the server's input_required rounds for it (relay/core.py)
     final: dict[str, Any] | None = None  # the server's answer, kept while a round of ours is out (sent on the retry)
+    sampling_requests: int = 0  # the server's sampling requests under it so far (sampling.max_per_call)
     _turn: anyio.Lock | None = field(default=None, repr=False)  # one round of ours at a time
     _back: anyio.Event | None = field(default=None, repr=False)  # set when the host holds a new id for us
 

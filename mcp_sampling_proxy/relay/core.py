@@ -371,10 +371,11 @@ class Relay:
                 continue
             self._guarded(self._host_message, message, raw, self._to_host)
 
-    def _forward_host_request(self, msg: dict[str, Any]) -> None:
+    def _forward_host_request(self, msg: dict[str, Any]) -> HostRequest:
         request = self._note_host_request(msg)
         self._hooks.rewrite_host_request(msg, self.session)
         self._to_upstream(jsonrpc.dumps({**msg, "id": request.upstream_id}))
+        return request
 
     def _note_host_request(self, msg: dict[str, Any]) -> HostRequest:
         method = msg["method"]
@@ -700,6 +701,16 @@ class Relay:
         calls = [request for request in self.session.inflight.values() if request.method in RETRYABLE]
         return min(calls, key=lambda request: request.started) if calls else None
 
+    def owning_request(self) -> HostRequest | None:
+        """The host request the server request being served belongs to: the call whose round carries
+        it (2026 era) or the one it is taken to belong to (`_owner`), else the oldest host request of
+        any method in flight; None when none is: the server asked unsolicited."""
+        call = CURRENT_CALL.get()
+        if call is not None:
+            return call
+        pending = self.session.inflight.values()
+        return min(pending, key=lambda request: request.started) if pending else None
+
     async def _serve(self, msg: dict[str, Any], served: _Served) -> None:
         request_id = msg["id"]
         reply: bytes | None = None
@@ -895,7 +906,9 @@ class Relay:
         params = msg["params"]
         answers = jsonrpc.as_object(params.get("inputResponses"))
         params["inputResponses"] = {**answers, **stash.answers}
-        self._forward_host_request({**msg, "id": host_id} if host_id != msg["id"] else msg)
+        retried = self._forward_host_request({**msg, "id": host_id} if host_id != msg["id"] else msg)
+        if call is not None:  # the same logical call: its sampling count goes on (sampling.max_per_call)
+            retried.sampling_requests = call.sampling_requests
 
     async def _resolve(self, request: HostRequest, result: dict[str, Any], resolving: _Resolving) -> None:
         reply: dict[str, Any] | None = None

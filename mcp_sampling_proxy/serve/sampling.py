@@ -34,6 +34,7 @@ from mcp_sampling_proxy.providers.registry import make_adapter
 from mcp_sampling_proxy.quotas.limiters import BudgetHold, Limiters, SamplingGate, limit_key
 from mcp_sampling_proxy.quotas.refusals import Refusal
 from mcp_sampling_proxy.relay.keepalive import waiting_for
+from mcp_sampling_proxy.serve import secret_scan
 from mcp_sampling_proxy.serve.assess import (
     Origin,
     Refused,
@@ -48,6 +49,9 @@ if TYPE_CHECKING:
     from mcp_sampling_proxy.relay.core import Relay, Session
 
 log = get_logger("mcp_sampling_proxy.serve.sampling")
+
+UNSOLICITED = "unsolicited"  # the audit reason of a request with no host request in flight
+MAX_PER_CALL = "max_per_call"  # the audit limit of a request over sampling.max_per_call
 
 
 class SamplingService:
@@ -93,7 +97,10 @@ class SamplingService:
         try:
             if busy is not None:
                 raise _Ended("deny", _limit_error(busy), limit=busy.limit)
+            self._check_call(relay, audit)
             judged = self._judge(message, session, audit, in_flight)
+            if self._settings.sampling.checks.scan_requests:
+                judged = self._scan_prompt(judged, audit)
             decision = judged.decision
             key = limit_key(decision.rule, session.server_name)
             async with self._limiters.hold(decision.matched, key) as refusal:
@@ -148,6 +155,89 @@ class SamplingService:
         for adjustment in judged.notes:
             log.info("request adjusted", note=adjustment)
         return judged
+
+    def _check_call(self, relay: Relay, audit: AuditFields) -> None:
+        """The host request this one belongs to: there must be one (unless the policy allows unsolicited
+        sampling from this server), and it may carry at most `sampling.max_per_call` requests."""
+        checks = self._settings.sampling.checks
+        server = relay.session.server_name
+        call = relay.owning_request()
+        if call is None:
+            if not checks.unsolicited_allowed(server):
+                raise _Ended(
+                    "deny",
+                    RpcError(
+                        jsonrpc.USER_REJECTED,
+                        f"sampling refused: server '{server}' asked while no host request was in flight "
+                        "(unsolicited sampling, which MCP servers must not send); to allow it, set "
+                        "sampling.allow_unsolicited in the proxy's policy",
+                        {"reason": UNSOLICITED, "setting": "sampling.allow_unsolicited"},
+                    ),
+                    reason=UNSOLICITED,
+                )
+            audit["unsolicited"] = True
+            return
+        call.sampling_requests += 1
+        if call.sampling_requests > checks.max_per_call:
+            what = f"tool call '{call.tool}'" if call.tool else f"host request {call.method}"
+            raise _Ended(
+                "deny",
+                RpcError(
+                    jsonrpc.USER_REJECTED,
+                    f"sampling refused: {what} already carried {checks.max_per_call} sampling requests, "
+                    f"the cap per host request (sampling.max_per_call: {checks.max_per_call} in the proxy's policy)",
+                    {"limit": MAX_PER_CALL, "max": checks.max_per_call, "setting": "sampling.max_per_call"},
+                ),
+                limit=MAX_PER_CALL,
+            )
+
+    def _scan_prompt(self, judged: SamplingJudgement, audit: AuditFields) -> SamplingJudgement:
+        """Credentials in what the server sends (`sampling.scan_requests`), before any LLM or human
+        sees it: masked, refused or let through by `sampling.on_secret`, and named in the audit."""
+        scanned = secret_scan.scan_request(judged.request.wire)
+        if not scanned.types:
+            return judged
+        audit["prompt_secrets"] = list(scanned.types)
+        on_secret = self._settings.sampling.checks.on_secret
+        log.warning("credentials in a sampling request", types=scanned.types, on_secret=on_secret)
+        if on_secret == "deny":
+            raise _Ended(
+                "deny",
+                RpcError(
+                    jsonrpc.USER_REJECTED,
+                    f"sampling refused: the request holds credentials ({', '.join(scanned.types)}); "
+                    "the proxy's policy refuses them (sampling.on_secret: deny)",
+                ),
+            )
+        if on_secret == "allow":
+            return judged
+        return replace(judged, request=validate(scanned.value))
+
+    def _scan_answer(self, params: dict[str, Any], result: dict[str, Any], fields: AuditFields) -> dict[str, Any]:
+        """Credentials in an LLM's answer: masked, refused or let through by `sampling.on_secret`,
+        and named in the audit record (`fields`, filled in here), never the secret itself."""
+        scanned = secret_scan.scan(result.get("content"))
+        if not scanned.types:
+            return result
+        fields["answer_secrets"] = list(scanned.types)
+        on_secret = self._settings.sampling.checks.on_secret
+        log.warning("credentials in an LLM answer", types=scanned.types, on_secret=on_secret)
+        if on_secret == "deny":
+            refused: AuditFields = {**fields, "original_answer_sha256": digest(result)["sha256"]}
+            self._audit.record(params=params, result=None, **refused)  # the secret stays out of the log
+            raise _Ended(
+                "deny",
+                RpcError(
+                    jsonrpc.USER_REJECTED,
+                    f"the LLM's answer held credentials ({', '.join(scanned.types)}) and was withheld: "
+                    "the proxy's policy refuses them (sampling.on_secret: deny)",
+                ),
+                answer_secrets=list(scanned.types),
+            )
+        if on_secret == "allow":
+            return result
+        fields["original_answer_sha256"] = digest(result)["sha256"]
+        return {**result, "content": scanned.value}
 
     async def _approve(
         self, message: dict[str, Any], request: SamplingRequest, decision: Decision, relay: Relay, audit: AuditFields
@@ -214,6 +304,7 @@ class SamplingService:
                 "stop_reason": result.get("stopReason"),
                 "latency_ms": elapsed_ms(started),
             }
+            result = self._scan_answer(approved.request.wire, result, answered)
             self._audit.record(params=approved.request.wire, result=result, **answered)
             return result
         if not self._settings.sampling.fallback_on_host_error:
@@ -248,6 +339,7 @@ class SamplingService:
             )
         budget.spent(_tokens(completion))
         params = approved.request.wire
+        result = self._scan_answer(params, result, fulfilled)
         if not self._settings.approval.review_response:
             self._audit.record(params=params, result=result, **fulfilled)
             return result

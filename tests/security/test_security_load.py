@@ -150,7 +150,8 @@ def flood_with_pings(host: RawHost, count: int, pings: int = 5) -> tuple[Any, li
 
 def test_a_thousand_sampling_requests_run_at_most_max_concurrent_at_a_time(tmp_path: Path, llm: FakeLLMServer) -> None:
     llm.default_delay = 0.01
-    host = start(tmp_path, openai_policy(llm.base_url))  # defaults: 8 at once, 256 queued
+    # defaults: 8 at once, 256 queued; the flood is one tool call, over the per-call cap of 25 unless lifted
+    host = start(tmp_path, openai_policy(llm.base_url, extra="sampling:\n  max_per_call: 1000\n"))
     with host:
         summary, pings = flood_with_pings(host, 1000)
         answered_during = summary  # the flood's answer came after the pings were answered
@@ -247,7 +248,10 @@ def test_requests_waiting_for_approval_are_bounded_too(tmp_path: Path, llm: Fake
     holds at most twice (max_concurrent + max_queued) requests at once; the rest are refused at once
     and audited, and the host is shown only the forms of those it holds."""
     audit = tmp_path / "audit.jsonl"
-    extra = f"sampling:\n  max_concurrent: 1\n  max_queued: 1\napproval:\n  channels: [host]\naudit:\n  path: {audit}\n"
+    extra = (
+        f"sampling:\n  max_concurrent: 1\n  max_queued: 1\n  max_per_call: 100\n"
+        f"approval:\n  channels: [host]\naudit:\n  path: {audit}\n"
+    )
     rules = "rules:\n  - name: ask\n    action: prompt\n"
     host = start(tmp_path, openai_policy(llm.base_url, extra=extra, rules=rules), capabilities={"elicitation": {}})
     with host:

@@ -35,7 +35,8 @@ def test_check_reports_every_mistake_in_one_run(tmp_path: Path) -> None:
     lines = done.stderr.splitlines()
     assert lines == [
         f"{policy}:2:3: unknown key 'rout' in sampling (did you mean 'route'?); allowed: route, "
-        "fallback_on_host_error, tools, max_concurrent, max_queued, keepalive_seconds",
+        "fallback_on_host_error, tools, max_concurrent, max_queued, keepalive_seconds, allow_unsolicited, "
+        "max_per_call, on_secret, scan_requests",
         f"{policy}:5:5: unknown key 'acton' in rules[0] (did you mean 'action'?); allowed: name, when, action, "
         "message, rate_limit, budget, limits, provider, model",
         f"{policy}:7:13: rules[1].action 'allwo' is not one of allow, deny, prompt (did you mean 'allow'?)",

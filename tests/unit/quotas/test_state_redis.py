@@ -29,7 +29,8 @@ MODERN_META = {
     "io.modelcontextprotocol/clientCapabilities": {"sampling": {}},
     "io.modelcontextprotocol/clientInfo": {"name": "modern-host", "version": "1"},
 }
-GATE = "sampling:\n  max_concurrent: 16\n  max_queued: 512\n"  # the per-proxy queue must not refuse first
+# the per-proxy queue must not refuse first, nor the cap per call (each flood is one tool call)
+GATE = "sampling:\n  max_concurrent: 16\n  max_queued: 512\n  max_per_call: 1000\n"
 
 
 def state(url: str, on_error: str = "deny") -> str:

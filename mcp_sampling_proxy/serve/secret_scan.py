@@ -1,0 +1,172 @@
+"""Credentials in sampling text, found by detect-secrets' detectors and masked as `[REDACTED:<type>]`.
+
+detect-secrets (Yelp) keeps a detector per credential shape (AWS, GitHub, GitLab, Slack, Stripe,
+SendGrid, Twilio, JWTs, private keys, ...), maintained as the providers change their formats. Its
+regex-based detectors are run here directly over each string: no files, no baseline, and never its
+`verify` step, which would send a found key to its provider. Its keyword and high-entropy detectors
+(and the public-IP one) are left out: in an LLM's prose and code they flag every `password = ...`
+example and every hash. The credential shapes the audit log already masks (redact.py) fill what
+detect-secrets lacks: a PEM private key block whole (its detector flags the BEGIN line only), an
+AWS secret key outside quotes (as in a credentials file), Anthropic, OpenAI project and Google keys.
+
+Strings are scanned in overlapping windows: one of detect-secrets' patterns (npm's `//.+/:_authToken`)
+backtracks quadratically on a long line of slashes, and a window bounds what one string can cost.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from mcp_sampling_proxy.redact import BUILTIN_PATTERNS, map_strings, mask
+
+WINDOW = 1024  # characters detect-secrets' patterns see at once
+OVERLAP = 256  # ... shared by neighbouring windows: a secret shorter than this is seen whole in one
+MIN_LENGTH = 8  # shorter strings hold no credential
+PRIVATE_KEY = "Private Key"  # detect-secrets' type for a private key block
+
+# Left out of detect-secrets' regex detectors: an IP address is not a credential.
+_LEFT_OUT = frozenset({"Public IP (ipv4)"})
+# redact.py's credential shapes (not its email, card number or bearer shapes), named as
+# detect-secrets names the same kind, so one kind has one name in the audit.
+_SHAPES = {
+    "private-key": PRIVATE_KEY,
+    "jwt": "JSON Web Token",
+    "anthropic-key": "Anthropic API Key",
+    "openai-key": "OpenAI Token",
+    "google-key": "Google API Key",
+    "google-oauth-token": "Google OAuth Token",
+    "aws-access-key-id": "AWS Access Key",
+    "aws-secret-key": "AWS Access Key",
+    "github-token": "GitHub Token",
+    "slack-token": "Slack Token",
+    "slack-webhook": "Slack Token",
+    "stripe-key": "Stripe Access Key",
+}
+_GROUP_SECRET = 16  # a captured group this long is the secret itself (assignment-style detectors)
+
+
+@dataclass(frozen=True)
+class Scanned:
+    """A value with each credential in its strings masked, and the types found (sorted, each once)."""
+
+    value: Any
+    types: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _Detector:
+    type: str
+    regex: re.Pattern[str]
+    windowed: bool  # detect-secrets' patterns: run window by window
+
+
+def scan(value: Any) -> Scanned:
+    """`value` (a result's content, or messages) with every credential in it masked."""
+    found: set[str] = set()
+
+    def one(text: str) -> str:
+        if len(text) < MIN_LENGTH:
+            return text
+        masked, types = mask_text(text)
+        found.update(types)
+        return masked
+
+    masked = map_strings(value, one, skip_media=True)
+    return Scanned(masked if found else value, tuple(sorted(found)))
+
+
+def scan_request(params: dict[str, Any]) -> Scanned:
+    """A sampling request's messages and system prompt (what an LLM reads) with credentials masked."""
+    parts = {key: params[key] for key in ("messages", "systemPrompt") if key in params}
+    scanned = scan(parts)
+    if not scanned.types:
+        return Scanned(params, ())
+    return Scanned({**params, **scanned.value}, scanned.types)
+
+
+def mask_text(text: str) -> tuple[str, tuple[str, ...]]:
+    """`text` with each credential replaced by `[REDACTED:<type>]`, and the types found."""
+    spans = sorted(_spans(text), key=lambda span: (span[0], -span[1]))
+    if not spans:
+        return text, ()
+    parts, last, types = [], 0, set()
+    merged: list[tuple[int, int, str]] = []
+    for start, end, kind in spans:
+        types.add(kind)
+        if merged and start < merged[-1][1]:  # overlaps the previous one: one mask, the first type
+            previous = merged[-1]
+            merged[-1] = (previous[0], max(previous[1], end), previous[2])
+        else:
+            merged.append((start, end, kind))
+    for start, end, kind in merged:
+        parts += [text[last:start], mask(kind)]
+        last = end
+    parts.append(text[last:])
+    return "".join(parts), tuple(sorted(types))
+
+
+def _spans(text: str) -> Iterator[tuple[int, int, str]]:
+    for detector in _detectors():
+        if not detector.windowed:
+            for match in detector.regex.finditer(text):
+                yield (*_secret_span(match), detector.type)
+            continue
+        for offset in _windows(len(text)):
+            for match in detector.regex.finditer(text[offset : offset + WINDOW]):
+                start, end = _secret_span(match)
+                if detector.type == PRIVATE_KEY:  # the BEGIN line: the block runs to its END line
+                    end = _block_end(text, offset + end)
+                    yield offset + start, end, detector.type
+                else:
+                    yield offset + start, offset + end, detector.type
+
+
+def _windows(length: int) -> range:
+    if length <= WINDOW:
+        return range(1)
+    return range(0, length - OVERLAP, WINDOW - OVERLAP)
+
+
+def _secret_span(match: re.Match[str]) -> tuple[int, int]:
+    """The part of a match that is the secret: a named `secret` group (redact.py's patterns), else
+    the last captured group long enough to be one (detect-secrets' `key = "VALUE"` detectors), else
+    the whole match (its prefix groups, such as GitHub's `(ghp|gho|...)`, are too short)."""
+    if "secret" in match.re.groupindex and match.group("secret") is not None:
+        return match.span("secret")
+    for group in range(match.re.groups, 0, -1):
+        captured = match.group(group)
+        if captured is not None and len(captured) >= _GROUP_SECRET:
+            return match.span(group)
+    return match.span()
+
+
+_END_LINE = re.compile(r"-----END [A-Z0-9 ]*?PRIVATE KEY(?: BLOCK)?-----")
+
+
+def _block_end(text: str, start: int) -> int:
+    """Where the private key block whose BEGIN line ends at `start` ends: after its END line, or at
+    the end of the text when there is none (a key cut short is still masked)."""
+    end = _END_LINE.search(text, start)
+    return end.end() if end is not None else len(text)
+
+
+@functools.cache
+def _detectors() -> tuple[_Detector, ...]:
+    # Imported at the first scan, not at start: detect-secrets imports requests, ~0.4 s of the
+    # proxy's start-up for something only an LLM's answer needs, seconds later.
+    from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+    from detect_secrets.plugins.base import RegexBasedDetector
+
+    plugins: dict[str, Any] = get_mapping_from_secret_type_to_class()  # type -> class (class attributes)
+    library = [
+        _Detector(kind, regex, windowed=True)
+        for kind, plugin in plugins.items()
+        if issubclass(plugin, RegexBasedDetector) and kind not in _LEFT_OUT
+        for regex in plugin.denylist
+    ]
+    shapes = [_Detector(_SHAPES[p.kind], p.regex, windowed=False) for p in BUILTIN_PATTERNS if p.kind in _SHAPES]
+    return (*library, *shapes)

@@ -1,0 +1,76 @@
+"""The secret scan over sampling text: detect-secrets' detectors, redact.py's credential shapes, masks."""
+
+from __future__ import annotations
+
+import time
+
+from mcp_sampling_proxy.serve.secret_scan import OVERLAP, WINDOW, mask_text, scan, scan_request
+
+AWS_KEY_ID = "AKIAIOSFODNN7EXAMPLE"  # AWS's documented example key
+GITHUB = "ghp_" + "a1B2c3D4e5" * 3 + "a1B2c3"
+SLACK = "xoxb-123456789012-1234567890123-abcdefghijklmnopqrstuvwx"
+JWT = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"
+
+
+def test_each_kind_is_masked_with_its_detector_type() -> None:
+    text = f"id {AWS_KEY_ID}\ngh {GITHUB}\nslack {SLACK}\njwt {JWT}\n"
+    masked, types = mask_text(text)
+    assert masked == (
+        "id [REDACTED:AWS Access Key]\ngh [REDACTED:GitHub Token]\nslack [REDACTED:Slack Token]\n"
+        "jwt [REDACTED:JSON Web Token]\n"
+    )
+    assert types == ("AWS Access Key", "GitHub Token", "JSON Web Token", "Slack Token")
+
+
+def test_ordinary_prose_code_and_hashes_are_left_alone() -> None:
+    text = (
+        "Set password = os.environ['DB_PASSWORD'] and compare the digest "
+        "3f786850e387550fdab836ed7e6dc881de23001b; mail ops@example.com from 10.1.2.3 or 8.8.8.8."
+    )
+    assert mask_text(text) == (text, ())
+
+
+def test_a_private_key_block_without_its_end_is_masked_to_the_end() -> None:
+    masked, types = mask_text("key:\n-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n(cut)")
+    assert masked == "key:\n[REDACTED:Private Key]"
+    assert types == ("Private Key",)
+
+
+def test_a_secret_across_a_window_boundary_of_a_long_line_is_found() -> None:
+    start = WINDOW - OVERLAP // 2 - len(AWS_KEY_ID) // 2  # straddles the first window's end
+    text = "x" * start + " " + AWS_KEY_ID + " " + "y" * WINDOW
+    masked, types = mask_text(text)
+    assert AWS_KEY_ID not in masked and types == ("AWS Access Key",)
+
+
+def test_a_line_built_to_make_a_detector_backtrack_costs_linear_time() -> None:
+    started = time.monotonic()
+    mask_text("/" * 20_000)  # npm's `//.+/:_authToken` pattern is quadratic over a whole line of it
+    assert time.monotonic() - started < 5  # unwindowed: minutes
+
+
+def test_values_keep_their_shape_and_media_is_not_scanned() -> None:
+    content = [
+        {"type": "text", "text": f"use {AWS_KEY_ID}"},
+        {"type": "image", "data": "QUtJQUlPU0ZPRE5ON0VYQU1QTEU" + AWS_KEY_ID, "mimeType": "image/png"},
+    ]
+    scanned = scan(content)
+    assert scanned.value[0] == {"type": "text", "text": "use [REDACTED:AWS Access Key]"}
+    assert scanned.value[1] == content[1]
+    assert scanned.types == ("AWS Access Key",)
+    clean = [{"type": "text", "text": "nothing here"}]
+    assert scan(clean).value is clean and scan(clean).types == ()
+
+
+def test_a_request_is_scanned_in_its_messages_and_system_prompt_only() -> None:
+    params = {
+        "messages": [{"role": "user", "content": {"type": "text", "text": f"key {AWS_KEY_ID}"}}],
+        "systemPrompt": f"token {GITHUB}",
+        "maxTokens": 10,
+        "metadata": {"note": AWS_KEY_ID},
+    }
+    scanned = scan_request(params)
+    assert scanned.value["messages"][0]["content"]["text"] == "key [REDACTED:AWS Access Key]"
+    assert scanned.value["systemPrompt"] == "token [REDACTED:GitHub Token]"
+    assert scanned.value["metadata"] == {"note": AWS_KEY_ID} and scanned.value["maxTokens"] == 10
+    assert scanned.types == ("AWS Access Key", "GitHub Token")
