@@ -100,6 +100,8 @@ class AuditFields(TypedDict, total=False):
     prompt_edited_by: str | None  # the channel of a human who edited the prompt
     answer_edited_by: str  # the channel of a reviewer who replaced the LLM's answer
     original_answer_sha256: str  # the digest of the LLM's own answer, when a reviewer rejected or replaced it
+    cost_usd: float | None  # what the proxy's own LLM call cost, in USD (null: unpriced, or no usage reported)
+    price_as_of: str  # the price's date (the shipped table's), "policy" (prices:), or "unpriced"
 
 
 class RequestSession(Protocol):
