@@ -392,6 +392,12 @@ def usd_micros(dollars: float) -> int:
     return int(Decimal(str(dollars)) * 1_000_000)
 
 
+def worst_case_split(params: dict[str, Any]) -> tuple[int, int]:
+    """The worst case's input tokens (an upper bound) and output tokens (maxTokens), to price apart."""
+    output = max_tokens(params)
+    return worst_case_tokens(params) - output, output
+
+
 def estimate_worst_case(params: dict[str, Any]) -> int:
     """Tokens a sampling request may use at most: a true upper bound of its input plus maxTokens
     (see `token_bound`), so reservations of requests running at once never sum to less than
@@ -594,8 +600,7 @@ class Limiters:
             if priced.price is None:
                 yield unpriced_refusal(key, rule.name, priced.provider, priced.model, command=priced.command)
                 return
-            output = max_tokens(params)
-            wanted.append((USD, usd_micros(budget.usd), priced.price.cost_micros(worst - output, output)))
+            wanted.append((USD, usd_micros(budget.usd), priced.price.cost_micros(*worst_case_split(params))))
         held: list[_Held] = []
         try:
             for unit, limit, need in wanted:
