@@ -136,3 +136,55 @@ async def test_one_usd_budget_is_shared_by_two_proxies_on_redis(
     second = await calls(tmp_path, text, [{"prompt": "c", **BIG}], name="two")
     assert "usd budget of rule 'paid' exhausted: $0.0015 of $0.0016 spent" in second[0]["error"]["message"]
     assert len(llm.requests) == 2
+
+
+def openai_cached(request: Any) -> dict[str, Any]:
+    """An OpenAI answer that read 800 of its 1,000 prompt tokens from the prompt cache."""
+    return {
+        "id": "chatcmpl-cached",
+        "object": "chat.completion",
+        "model": "gpt-4o-mini",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "cached"}, "finish_reason": "stop"}],
+        "usage": {
+            "prompt_tokens": 1000,
+            "completion_tokens": 100,
+            "total_tokens": 1100,
+            "prompt_tokens_details": {"cached_tokens": 800},
+        },
+    }
+
+
+@pytest.mark.anyio
+async def test_cached_input_is_charged_at_the_cached_price(tmp_path: Path, llm: FakeLLMServer) -> None:
+    llm.enqueue(body=openai_cached)
+    rules = "  - name: open\n    action: allow\n"
+    results = await calls(tmp_path, policy(llm.base_url, rules), [{"prompt": "x"}])
+    assert results[0]["content"]["text"] == "cached"
+    # 200 x $0.15 + 800 x $0.075 + 100 x $0.60 per million = 150 micro-dollars (uncached: 210)
+    assert decisions(tmp_path)[0]["cost_usd"] == 0.00015
+
+
+@pytest.mark.anyio
+async def test_anthropic_cache_reads_count_as_input_at_the_cached_price(tmp_path: Path) -> None:
+    with FakeLLMServer("anthropic") as claude:
+        claude.enqueue(
+            body={
+                "id": "msg_cached",
+                "type": "message",
+                "role": "assistant",
+                "model": "claude-sonnet-4-5-20250929",
+                "content": [{"type": "text", "text": "cached"}],
+                "stop_reason": "end_turn",
+                "usage": {"input_tokens": 100, "cache_read_input_tokens": 900, "output_tokens": 10},
+            }
+        )
+        text = (
+            "llm:\n  providers:\n    claude:\n      type: anthropic\n"
+            f"      base_url: {claude.base_url}\n      api_key_env: TEST_LLM_KEY\n      models: [claude-sonnet-4-5]\n"
+            "audit:\n  path: audit.jsonl\nrules:\n  - name: open\n    action: allow\n"
+        )
+        results = await calls(tmp_path, text, [{"prompt": "x"}])
+    assert results[0]["content"]["text"] == "cached"
+    record = decisions(tmp_path)[0]
+    # every input token counts (100 + 900 read from the cache); 100 x $3 + 900 x $0.30 + 10 x $15 per million
+    assert (record["input_tokens"], record["cost_usd"]) == (1000, 0.00072)
