@@ -13,7 +13,9 @@ the caller decides the JSON-RPC error and the audit record.
   budget resets at 00:00 UTC), persisted in `state_dir()/budgets.json` and shared by every
   proxy of the user on this machine. A request reserves its worst case before the LLM call
   and settles to the real usage after it. Reservations expire (default 15 min) so a crashed
-  proxy's reservations stop counting; expired ones are dropped, not charged.
+  proxy's reservations stop counting; expired ones are dropped, not charged. The same class keeps
+  `usd` budgets (unit USD), in whole micro-dollars in the file's `spend` mapping: a request's worst
+  case is priced at its model's price (config/prices.py), and settles to what its usage cost.
 """
 
 from __future__ import annotations
