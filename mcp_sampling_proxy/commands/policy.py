@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
+from decimal import Decimal
 from typing import Any
 
 from mcp_sampling_proxy.config.prices import POLICY, format_usd
@@ -469,12 +470,18 @@ def price_reason(settings: Settings, judged: SamplingJudgement) -> str:
             f"{choice.model} is unpriced, so the usd budget refuses the request; price it in the policy: "
             f"prices: {{{choice.model}: {{input: ..., output: ...}}}} (USD per million tokens)"
         )
-    cached = "" if price.cached_input is None else f", cached input ${price.cached_input}"
+    cached = "" if price.cached_input is None else f", cached input {per_million(price.cached_input)}"
     source = "the policy's prices:" if price.as_of == POLICY else f"the shipped table, list prices as of {price.as_of}"
     return (
-        f"{choice.model}: ${price.input} input, ${price.output} output{cached} per million tokens ({source}); "
+        f"{choice.model}: {per_million(price.input)} input, {per_million(price.output)} output{cached} per million "
+        f"tokens ({source}); "
         f"this request may cost up to {format_usd(price.cost_micros(*worst_case_split(judged.request.wire)))}"
     )
+
+
+def per_million(dollars: Decimal) -> str:
+    """A price as price lists write it: $0.60, $15.00, $0.075."""
+    return f"${dollars:.2f}" if dollars == dollars.quantize(Decimal("0.01")) else f"${dollars.normalize()}"
 
 
 def describe_rate(rate: RateLimit) -> str:

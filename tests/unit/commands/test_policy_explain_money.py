@@ -51,7 +51,7 @@ def test_explain_shows_the_usd_budget_and_the_shipped_price(tmp_path: Path) -> N
 
 def test_explain_shows_the_policys_price(tmp_path: Path) -> None:
     out = explain(tmp_path, "gpt-4o-mini", "prices:\n  gpt-4o-mini: {input: 1, output: 2}\n")
-    assert "  price: gpt-4o-mini: $1 input, $2 output per million tokens (the policy's prices:)" in out
+    assert "  price: gpt-4o-mini: $1.00 input, $2.00 output per million tokens (the policy's prices:)" in out
 
 
 def test_explain_says_an_unpriced_model_is_refused_and_how_to_price_it(tmp_path: Path) -> None:
