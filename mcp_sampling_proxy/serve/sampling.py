@@ -433,9 +433,11 @@ class SamplingService:
 
     def _priced(self, request: SamplingRequest, decision: Decision, session: Session) -> PricedModel | None:
         """The model our own LLM would answer with and its price, when the rule has a usd budget; None
-        when it has none, or no provider can answer and the host will (its tokens are not ours)."""
+        when it has none, or the host answers (its tokens are not ours) and ours is never called."""
         rule = decision.matched
         if rule is None or rule.budget is None or rule.budget.usd is None:
+            return None
+        if self.route(request, session) == "host" and not self._settings.sampling.fallback_on_host_error:
             return None
         try:
             choice = choose_provider(self._settings, self._adapters.configs, request, decision)

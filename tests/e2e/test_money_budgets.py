@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from fakes.llm_server import FakeLLMServer
 from helpers.support import PROXY, proxy_command, proxy_env, sdk_host, tool_json, write_policy
+from mcp.types import CreateMessageResult, TextContent
 
 from mcp_sampling_proxy.config.prices import AS_OF
 
@@ -188,3 +189,25 @@ async def test_anthropic_cache_reads_count_as_input_at_the_cached_price(tmp_path
     record = decisions(tmp_path)[0]
     # every input token counts (100 + 900 read from the cache); 100 x $3 + 900 x $0.30 + 10 x $15 per million
     assert (record["input_tokens"], record["cost_usd"]) == (1000, 0.00072)
+
+
+async def host_sampling(context: Any, params: Any) -> CreateMessageResult:
+    return CreateMessageResult(role="assistant", content=TextContent(text="from host"), model="host-model")
+
+
+@pytest.mark.anyio
+async def test_a_host_that_samples_is_not_held_to_the_proxys_prices(tmp_path: Path, llm: FakeLLMServer) -> None:
+    """Under a usd budget, a request the host answers with its own LLM is not the proxy's money: an unpriced
+    model of ours does not refuse it (with fallback_on_host_error our LLM may be called, and it would)."""
+    env = proxy_env(
+        TEST_LLM_KEY="k",
+        MCP_SAMPLING_PROXY_STATE_DIR=str(tmp_path / "state"),
+        MCP_SAMPLING_PROXY_RUNTIME_DIR=str(tmp_path / "run"),
+    )
+    path = write_policy(tmp_path, policy(llm.base_url, PAID, model="my-local-model"))
+    async with sdk_host(proxy_command(path), env, tmp_path / "stderr.log", sampling_callback=host_sampling) as client:
+        result = tool_json(await client.call_tool("sample", {"prompt": "x"}))
+    assert result["content"]["text"] == "from host"
+    assert llm.requests == []
+    record = decisions(tmp_path)[0]
+    assert (record["provider"], "cost_usd" in record) == ("host", False)
