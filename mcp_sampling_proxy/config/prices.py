@@ -12,6 +12,9 @@ suffix (`gpt-4o-2024-08-06`, `claude-sonnet-4-5-20250929`, `claude-sonnet-4-5@20
 costs twelve times `gpt-5`, and must not be priced as it. A model with no price is "unpriced": a
 `usd` budget refuses it (it could not count what it spends) unless the policy prices it.
 
+List prices only: the batch and priority tiers, regional endpoints and long-context surcharges (Claude
+Sonnet past 200K input tokens) are not modelled; price them in the policy where they apply.
+
 The shipped table prices only providers that speak the vendors' HTTP APIs (`openai`, `anthropic`); a
 `command` provider (a CLI on a subscription, or billed on its own meter) and the console are
 unpriced unless the policy prices their model.
@@ -70,6 +73,8 @@ SHIPPED: dict[str, Price] = {
     "gpt-4.1-nano": _p("0.10", "0.40", "0.025"),
     "gpt-4o": _p("2.50", "10.00", "1.25"),
     "gpt-4o-mini": _p("0.15", "0.60", "0.075"),
+    "gpt-4o-2024-05-13": _p("5.00", "15.00", None),  # the first gpt-4o snapshot kept its launch price
+    "o1": _p("15.00", "60.00", "7.50"),
     "o3": _p("2.00", "8.00", "0.50"),
     "o4-mini": _p("1.10", "4.40", "0.275"),
     "o3-mini": _p("1.10", "4.40", "0.55"),

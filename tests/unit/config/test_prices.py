@@ -26,6 +26,8 @@ TABLE = PriceTable()
         ("claude-sonnet-4-20250514", "claude-sonnet-4"),
         ("claude-3-5-haiku-latest", "claude-3-5-haiku"),
         ("o3-2025-04-16", "o3"),
+        ("gpt-4o-2024-05-13", "gpt-4o-2024-05-13"),  # a snapshot with a price of its own: the longest name wins
+        ("o1-2024-12-17", "o1"),
     ],
 )
 def test_a_model_and_its_snapshots_have_its_price(model: str, priced_as: str) -> None:
