@@ -10,7 +10,8 @@ with the OpenTelemetry GenAI semantic conventions' attributes (`gen_ai.operation
 `gen_ai.response.finish_reasons`) and the proxy's own (`mcp_sampling_proxy.*`: server, tool, rule,
 decision, approver), and a child span `chat MODEL` for the LLM HTTP call (with `server.address`).
 Metrics: requests by server, method and decision; token usage (`gen_ai.client.token.usage`); LLM
-call duration (`gen_ai.client.operation.duration`) and request duration.
+call duration (`gen_ai.client.operation.duration`) and request duration; what the proxy's LLM calls
+cost (`mcp_sampling_proxy.cost`, USD; the span has `mcp_sampling_proxy.cost_usd` and `.price_as_of`).
 
 The SDK is imported only when telemetry is on (`pip install 'mcp-sampling-proxy[otel]'`); this
 module uses its own tracer and meter providers, never the process-global ones.
@@ -77,6 +78,9 @@ class Telemetry:
         self._llm_duration = meter.create_histogram(
             "gen_ai.client.operation.duration", unit="s", description="LLM call duration"
         )
+        self._cost = meter.create_counter(
+            f"{PROXY}.cost", unit="USD", description="what the proxy's own LLM calls cost, by model (priced ones)"
+        )
         self.where = endpoint or "the OTEL_EXPORTER_OTLP_* endpoint"
 
     def observe(self, record: dict[str, Any], started_ns: int, notes: dict[str, Any]) -> None:
@@ -114,6 +118,9 @@ class Telemetry:
                 self._tokens.record(record[field], {**model, "gen_ai.token.type": kind})
         if isinstance(llm_call, tuple) and len(llm_call) == 2:
             self._llm_duration.record((llm_call[1] - llm_call[0]) / 1e9, model)
+        cost = record.get("cost_usd")
+        if isinstance(cost, int | float) and not isinstance(cost, bool):
+            self._cost.add(cost, {**model, f"{PROXY}.server": str(record.get("server") or "")})
 
     def _llm_span(self, parent: Any, record: dict[str, Any], notes: dict[str, Any], call: tuple[int, int]) -> None:
         from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
@@ -175,10 +182,14 @@ def _request_attributes(record: dict[str, Any], notes: dict[str, Any]) -> dict[s
         "limit",
         "prompt_edited_by",
         "answer_edited_by",
+        "price_as_of",
     ):
         value = record.get(field)
         if value is not None and value != "":
             attributes[f"{PROXY}.{field}"] = str(value)
+    cost = record.get("cost_usd")
+    if isinstance(cost, int | float) and not isinstance(cost, bool):
+        attributes[f"{PROXY}.cost_usd"] = float(cost)
     candidates = record.get("tool_candidates")
     if isinstance(candidates, list) and candidates:
         attributes[f"{PROXY}.tool_candidates"] = [str(c) for c in candidates]

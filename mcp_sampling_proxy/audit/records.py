@@ -103,6 +103,8 @@ class AuditFields(TypedDict, total=False):
     unsolicited: bool  # true: no host request was in flight, and the policy allows that (sampling.allow_unsolicited)
     answer_secrets: list[str]  # the credential types found in the LLM's answer (sampling.on_secret), never the values
     prompt_secrets: list[str]  # ... in the server's request (sampling.scan_requests)
+    cost_usd: float | None  # what the proxy's own LLM call cost, in USD (null: unpriced, or no usage reported)
+    price_as_of: str  # the price's date (the shipped table's), "policy" (prices:), or "unpriced"
 
 
 class RequestSession(Protocol):

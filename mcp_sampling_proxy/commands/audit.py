@@ -7,7 +7,7 @@
   stripped (everything in a record may come from a server); `-f` follows the file, across
   rotations.
 - `summary [--since 1d] [--json] FILE...`: per server, requests, allowed, denied, errors,
-  tokens in/out, and median (p50) latency of fulfilled requests.
+  tokens in/out, median (p50) latency of fulfilled requests, and what the proxy's LLM calls cost.
 
 Without FILE each reads the policy's `audit.path` (the default policy, or `--policy FILE`), as
 `console --web` does, and says what to give when there is neither.
@@ -40,6 +40,7 @@ from mcp_sampling_proxy.audit.records import (
 )
 from mcp_sampling_proxy.audit.tail import MAX_RECORD_BYTES
 from mcp_sampling_proxy.config.paths import default_policy_path, policy_or_default
+from mcp_sampling_proxy.config.prices import UNPRICED, format_usd, usd
 from mcp_sampling_proxy.config.settings import load_settings
 from mcp_sampling_proxy.sanitize import one_line
 from mcp_sampling_proxy.units import DURATION_FORMS, parse_duration
@@ -84,9 +85,10 @@ def main(argv: Sequence[str]) -> int:
     tail.add_argument("--json", action="store_true", help="print the records as JSON lines")
     summary = sub.add_parser(
         "summary",
-        help="per server: requests, allowed, denied, tokens, p50 latency",
+        help="per server: requests, allowed, denied, tokens, p50 latency, cost",
         description="Per server: requests, allowed, denied, errors, input/output tokens, "
-        "median latency of fulfilled requests. Without FILE: the policy's audit.path.",
+        "median latency of fulfilled requests, and their cost in USD (calls of unpriced models counted "
+        "apart). Without FILE: the policy's audit.path.",
     )
     summary.add_argument("files", nargs="*", metavar="FILE", help=FILE_HELP)
     summary.add_argument("--policy", metavar="FILE", help=POLICY_HELP)
@@ -552,6 +554,10 @@ def format_record(record: dict[str, Any]) -> str:
         parts.append(f"{_s(record.get('provider') or '?', 30)}/{_s(record.get('model') or '?', 60)}")
     if record.get("input_tokens") is not None or record.get("output_tokens") is not None:
         parts.append(f"{_s(record.get('input_tokens'))}+{_s(record.get('output_tokens'))} tokens")
+    if isinstance(record.get("cost_usd"), int | float) and not isinstance(record.get("cost_usd"), bool):
+        parts.append(format_usd(round(record["cost_usd"] * 1_000_000)))
+    elif record.get("price_as_of") == UNPRICED:
+        parts.append("unpriced")
     if record.get("latency_ms") is not None:
         parts.append(f"{_s(record['latency_ms'])} ms")
     if record.get("stop_reason"):
@@ -667,6 +673,9 @@ class ServerStats:
     errors: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    cost_micros: int = 0  # of the proxy's own LLM calls that were priced
+    unpriced: int = 0  # LLM calls of the proxy whose model had no price (their cost is not in cost_micros)
+    costed: int = 0  # records that say what they cost (logs of older versions have none)
     latencies: list[int] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -677,8 +686,23 @@ class ServerStats:
             "errors": self.errors,
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
+            "cost_usd": usd(self.cost_micros),
+            "unpriced": self.unpriced,
             "p50_latency_ms": p50(self.latencies),
         }
+
+
+SUMMED = (
+    "requests",
+    "allowed",
+    "denied",
+    "errors",
+    "input_tokens",
+    "output_tokens",
+    "cost_micros",
+    "unpriced",
+    "costed",
+)
 
 
 def p50(values: list[int]) -> float | None:
@@ -703,6 +727,12 @@ def summarize(records: Sequence[dict[str, Any]], since: datetime | None = None) 
         entry = stats.setdefault(server, ServerStats())
         entry.input_tokens += _int(record.get("input_tokens"))
         entry.output_tokens += _int(record.get("output_tokens"))
+        cost = record.get("cost_usd")
+        entry.costed += "price_as_of" in record
+        if isinstance(cost, int | float) and not isinstance(cost, bool):
+            entry.cost_micros += round(cost * 1_000_000)
+        elif record.get("price_as_of") == UNPRICED:
+            entry.unpriced += 1
         if record.get("latency_ms") is not None and record.get("error") is None and record.get("provider"):
             entry.latencies.append(_int(record["latency_ms"]))
         request_id = record.get("request_id")
@@ -730,7 +760,7 @@ def summary_main(paths: Sequence[str], since: datetime | None, *, as_json: bool)
     stats = summarize(records, since)
     total = ServerStats()
     for entry in stats.values():
-        for name in ("requests", "allowed", "denied", "errors", "input_tokens", "output_tokens"):
+        for name in SUMMED:
             setattr(total, name, getattr(total, name) + getattr(entry, name))
         total.latencies += entry.latencies
     if as_json:
@@ -746,9 +776,10 @@ def summary_main(paths: Sequence[str], since: datetime | None, *, as_json: bool)
             )
         )
         return 0
-    header = ("server", "requests", "allowed", "denied", "errors", "tokens in", "tokens out", "p50 latency")
-    rows = [[_s(server, 40), *_numbers(entry)] for server, entry in stats.items()]
-    rows.append(["total", *_numbers(total)])
+    header: tuple[str, ...] = ("server", "requests", "allowed", "denied", "errors", "tokens in", "tokens out")
+    header += ("p50 latency", "cost") if total.costed else ("p50 latency",)  # a log that says what calls cost
+    rows = [[_s(server, 40), *_numbers(entry)][: len(header)] for server, entry in stats.items()]
+    rows.append(["total", *_numbers(total)][: len(header)])
     widths = [max(len(str(row[i])) for row in [list(header), *rows]) for i in range(len(header))]
     if since:
         print(f"since {since.isoformat(timespec='seconds').replace('+00:00', 'Z')}")
@@ -771,4 +802,5 @@ def _numbers(entry: ServerStats) -> list[str]:
         f"{entry.input_tokens:,}",
         f"{entry.output_tokens:,}",
         "-" if latency is None else f"{latency:g} ms",
+        format_usd(entry.cost_micros) + (f" (+{entry.unpriced} unpriced)" if entry.unpriced else ""),
     ]

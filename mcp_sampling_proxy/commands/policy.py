@@ -13,16 +13,19 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
+from decimal import Decimal
 from typing import Any
 
+from mcp_sampling_proxy.config.prices import POLICY, format_usd
 from mcp_sampling_proxy.config.settings import Settings, load_settings, settings_from_environment
 from mcp_sampling_proxy.identity import server_phrase, shown
 from mcp_sampling_proxy.policy.conditions import Facts
 from mcp_sampling_proxy.policy.engine import Decision, why
-from mcp_sampling_proxy.policy.rules import RateLimit, Rule, SizeLimits, effective_limits
+from mcp_sampling_proxy.policy.rules import Budget, RateLimit, Rule, SizeLimits, effective_limits
 from mcp_sampling_proxy.policy.size_caps import format_bytes as format_size
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 from mcp_sampling_proxy.protocol.names import ELICITATION_CREATE, SAMPLING_CREATE
+from mcp_sampling_proxy.quotas.limiters import usd_micros, worst_case_split
 from mcp_sampling_proxy.quotas.refusals import format_period as format_duration
 from mcp_sampling_proxy.sanitize import one_line, strip_controls
 from mcp_sampling_proxy.serve import auto_answers
@@ -295,6 +298,9 @@ def explain(settings: Settings, params: dict[str, Any], origin: Origin) -> list[
     lines.extend(describe_facts(judged.facts))
     lines.extend(walk_rules(settings, judged.facts, judged.decision))
     lines.extend(describe_limits(settings.limits, judged.decision.matched, model_line=model_reason(settings, judged)))
+    rule = judged.decision.matched
+    if rule is not None and rule.budget is not None and rule.budget.usd is not None:
+        lines.append(f"  price: {price_reason(settings, judged)}")
     lines.extend(f"  the request goes on with {note}" for note in judged.notes)
     return lines
 
@@ -453,15 +459,48 @@ def describe_limits(base: SizeLimits, rule: Rule | None, model_line: str | None 
     rate = rule.rate_limit if rule else None
     lines.append(f"  rate_limit: {describe_rate(rate)}" if rate else "  rate_limit: none")
     budget = rule.budget if rule else None
-    lines.append(
-        "  budget: none" if budget is None else f"  budget: {budget.tokens} tokens per {format_duration(budget.per)}"
-    )
+    lines.append("  budget: none" if budget is None else f"  budget: {describe_budget(budget)}")
     lines.append(
         f"  provider/model: {model_line}"
         if model_line
         else "  provider/model: chosen from the request's model preferences (no rule override)"
     )
     return lines
+
+
+def describe_budget(budget: Budget) -> str:
+    """`100000 tokens per 1d`, `$5.00 per 1d`, or both joined with `and`."""
+    amounts = [f"{budget.tokens} tokens"] if budget.tokens is not None else []
+    if budget.usd is not None:
+        amounts.append(format_usd(usd_micros(budget.usd)))
+    return f"{' and '.join(amounts)} per {format_duration(budget.per)}"
+
+
+def price_reason(settings: Settings, judged: SamplingJudgement) -> str:
+    """The price a usd budget counts the chosen model at, or why it cannot (it then refuses the request)."""
+    try:
+        choice = choose_provider(settings, settings.providers, judged.request, judged.decision)
+    except RpcError:
+        return "none (no provider can answer: see provider/model)"
+    provider = next(p for p in settings.providers if p.name == choice.provider)
+    price = settings.prices.lookup(choice.model, shipped=provider.kind.api is not None)
+    if price is None:
+        return (
+            f"{choice.model} is unpriced, so the usd budget refuses the request; price it in the policy: "
+            f"prices: {{{choice.model}: {{input: ..., output: ...}}}} (USD per million tokens)"
+        )
+    cached = "" if price.cached_input is None else f", cached input {per_million(price.cached_input)}"
+    source = "the policy's prices:" if price.as_of == POLICY else f"the shipped table, list prices as of {price.as_of}"
+    return (
+        f"{choice.model}: {per_million(price.input)} input, {per_million(price.output)} output{cached} per million "
+        f"tokens ({source}); "
+        f"this request may cost up to {format_usd(price.cost_micros(*worst_case_split(judged.request.wire)))}"
+    )
+
+
+def per_million(dollars: Decimal) -> str:
+    """A price as price lists write it: $0.60, $15.00, $0.075."""
+    return f"${dollars:.2f}" if dollars == dollars.quantize(Decimal("0.01")) else f"${dollars.normalize()}"
 
 
 def describe_rate(rate: RateLimit) -> str:

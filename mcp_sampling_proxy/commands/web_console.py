@@ -46,6 +46,7 @@ from mcp_sampling_proxy.approval.console.client import (
 )
 from mcp_sampling_proxy.commands import web_view
 from mcp_sampling_proxy.log import get_logger
+from mcp_sampling_proxy.quotas.refusals import USD
 from mcp_sampling_proxy.sanitize import one_line
 
 log = get_logger("mcp_sampling_proxy.web_console")
@@ -70,10 +71,15 @@ class WebState:
     """What the page shows, shared between the event loop (proxies) and the request threads."""
 
     def __init__(
-        self, facts: web_view.PolicyFacts, read_budgets: Callable[[], dict[str, dict[str, Any]]], audit_path: str | None
+        self,
+        facts: web_view.PolicyFacts,
+        read_budgets: Callable[[], dict[str, dict[str, Any]]],
+        audit_path: str | None,
+        read_spend: Callable[[], dict[str, dict[str, Any]]] | None = None,
     ):
         self.facts = facts
         self.read_budgets = read_budgets  # the local budgets file, or the shared ones on Redis
+        self.read_spend = read_spend or dict  # the usd budgets, likewise (micro-dollars)
         self.audit_path = audit_path
         self.changed = threading.Condition()
         self.version = 0
@@ -128,6 +134,7 @@ class WebState:
             if cached is not None and cached[0] == version:
                 return cached[1]
             budgets = self.read_budgets()
+            spend = self.read_spend() if self.facts.usd_budgets else {}
             with self.changed:
                 questions = list(self.questions.items())
                 proxies = sorted(self.proxies.values(), key=lambda p: p["pid"])
@@ -143,7 +150,9 @@ class WebState:
                         key,
                         path.stem,
                         message,
-                        web_view.request_limits(message, self.facts, budgets) if message["type"] == "pending" else {},
+                        web_view.request_limits(message, self.facts, budgets, spend)
+                        if message["type"] == "pending"
+                        else {},
                     )
                     for key, (path, message) in questions
                 ],
@@ -249,7 +258,8 @@ def usage_view(state: WebState, query: dict[str, list[str]]) -> dict[str, Any]:
     covers = {"records": len(records), "since": one_line(oldest, 40) if oldest else None, "kept": KEEP_RECORDS}
     return {
         "servers": servers,
-        "budgets": web_view.budget_rows(state.read_budgets(), state.facts),
+        "budgets": web_view.budget_rows(state.read_budgets(), state.facts)
+        + web_view.budget_rows(state.read_spend(), state.facts, USD),
         "policy": state.facts.source,
         "covers": covers,
     }
@@ -515,6 +525,9 @@ def serve(directory: Path, *, port: int, open_browser: bool, policy: str | None,
     facts = web_view.PolicyFacts()
     budgets_file = state_dir() / BUDGETS_FILE
     read_budgets: Callable[[], dict[str, dict[str, Any]]] = functools.partial(web_view.read_budgets, budgets_file)
+    read_spend: Callable[[], dict[str, dict[str, Any]]] = functools.partial(
+        web_view.read_budgets, budgets_file, unit=USD
+    )
     given = policy
     policy = policy or default_policy()
     settings = None
@@ -543,7 +556,8 @@ def serve(directory: Path, *, port: int, open_browser: bool, policy: str | None,
             from mcp_sampling_proxy.quotas import redis_store
 
             read_budgets = functools.partial(redis_store.read_budgets, shared.url, shared.prefix)
-    state = WebState(facts, read_budgets, audit)
+            read_spend = functools.partial(redis_store.read_budgets, shared.url, shared.prefix, unit=USD)
+    state = WebState(facts, read_budgets, audit, read_spend)
     stop = threading.Event()
 
     async def run() -> None:

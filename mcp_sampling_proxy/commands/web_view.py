@@ -18,6 +18,8 @@ from typing import Any
 
 from mcp_sampling_proxy.approval.edits import kept_blocks, prompt_not_editable, result_text, text_of
 from mcp_sampling_proxy.quotas.integrity import KEY_FILE, MAC_FIELD, entry_is_sealed, load_key
+from mcp_sampling_proxy.quotas.limiters import SECTIONS, usd_micros
+from mcp_sampling_proxy.quotas.refusals import TOKENS, USD
 from mcp_sampling_proxy.sanitize import one_line, strip_controls
 
 # raster types a browser decodes without running anything, and how their bytes start
@@ -36,6 +38,7 @@ class PolicyFacts:
     """What the policy says about limits, when a policy file was found (else empty)."""
 
     budgets: dict[str, tuple[int, float]] = field(default_factory=dict)  # rule -> (tokens, per seconds)
+    usd_budgets: dict[str, tuple[int, float]] = field(default_factory=dict)  # rule -> (micro-dollars, per seconds)
     rate_limits: dict[str, str] = field(default_factory=dict)  # rule -> "30 requests per 1m, 4 at once"
     max_tokens: int | None = None  # the top-level cap
     source: str | None = None
@@ -46,8 +49,10 @@ def policy_facts(settings: Any) -> PolicyFacts:
 
     facts = PolicyFacts(max_tokens=settings.limits.max_tokens, source=settings.source)
     for rule in settings.rules:
-        if rule.budget is not None:
+        if rule.budget is not None and rule.budget.tokens is not None:
             facts.budgets[rule.name] = (rule.budget.tokens, rule.budget.per)
+        if rule.budget is not None and rule.budget.usd is not None:
+            facts.usd_budgets[rule.name] = (usd_micros(rule.budget.usd), rule.budget.per)
         if rule.rate_limit is not None:
             parts = []
             if rule.rate_limit.requests is not None and rule.rate_limit.per is not None:
@@ -226,16 +231,16 @@ def question_view(key: str, proxy: str, message: dict[str, Any], limits: dict[st
 # -- budgets -------------------------------------------------------------------------------------
 
 
-def read_budgets(path: Path, now: float | None = None) -> dict[str, dict[str, Any]]:
+def read_budgets(path: Path, now: float | None = None, *, unit: str = TOKENS) -> dict[str, dict[str, Any]]:
     """The budgets file's current windows: KEY -> used, reserved, resets_at (read only; never locked
-    or rewritten here: the proxies own the file)."""
+    or rewritten here: the proxies own the file); `unit`: the token budgets, or the usd ones."""
     now = time.time() if now is None else now
     try:
         data = unsealed(json.loads(path.read_text(encoding="utf-8")), path.parent, "budgets")
     except (OSError, ValueError):
         return {}
     found: dict[str, dict[str, Any]] = {}
-    budgets = data.get("budgets") if isinstance(data, dict) else None
+    budgets = data.get(SECTIONS[unit]) if isinstance(data, dict) else None
     for key, entry in (budgets or {}).items():
         if not isinstance(entry, dict):
             continue
@@ -274,18 +279,20 @@ def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def budget_rows(budgets: dict[str, dict[str, Any]], facts: PolicyFacts) -> list[dict[str, Any]]:
-    """One row per rule@server budget in the file, with the policy's limit when known."""
+def budget_rows(budgets: dict[str, dict[str, Any]], facts: PolicyFacts, unit: str = TOKENS) -> list[dict[str, Any]]:
+    """One row per rule@server budget in the file, with the policy's limit when known; `unit`: tokens,
+    or usd (amounts in micro-dollars)."""
     from mcp_sampling_proxy.quotas.refusals import format_period
 
+    limits = facts.usd_budgets if unit == USD else facts.budgets
     rows = []
     for key, entry in sorted(budgets.items()):
         rule, _, server = key.partition("@")
         # rule names may hold '@': the policy's longest name that the key starts with
-        named = max((n for n in facts.budgets if key.startswith(n + "@")), key=len, default=None)
+        named = max((n for n in limits if key.startswith(n + "@")), key=len, default=None)
         if named is not None:
             rule, server = named, key[len(named) + 1 :]
-        limit = facts.budgets.get(rule, (None, 0.0))[0]
+        limit = limits.get(rule, (None, 0.0))[0]
         rows.append(
             {
                 "server": _s(server, 120),
@@ -296,13 +303,20 @@ def budget_rows(budgets: dict[str, dict[str, Any]], facts: PolicyFacts) -> list[
                 "per": format_period(entry["per"]),
                 "left": None if limit is None else max(0, limit - entry["used"] - entry["reserved"]),
                 "resets_at": entry["resets_at"],
+                "unit": unit,
             }
         )
     return rows
 
 
-def request_limits(message: dict[str, Any], facts: PolicyFacts, budgets: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The limits that apply to a pending request, as far as this console can know them."""
+def request_limits(
+    message: dict[str, Any],
+    facts: PolicyFacts,
+    budgets: dict[str, dict[str, Any]],
+    spend: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The limits that apply to a pending request, as far as this console can know them (`spend`: the
+    usd budgets' windows, in micro-dollars)."""
     from mcp_sampling_proxy.quotas.limiters import limit_key
     from mcp_sampling_proxy.quotas.refusals import format_period
 
@@ -317,6 +331,17 @@ def request_limits(message: dict[str, Any], facts: PolicyFacts, budgets: dict[st
             "used": entry["used"],
             "reserved": entry["reserved"],
             "left": max(0, tokens - entry["used"] - entry["reserved"]),
+            "resets_at": entry["resets_at"],
+        }
+    if rule in facts.usd_budgets:
+        micros, per = facts.usd_budgets[rule]
+        entry = (spend or {}).get(limit_key(rule, server), {"used": 0, "reserved": 0, "resets_at": None})
+        limits["usd_budget"] = {
+            "limit": micros,
+            "per": format_period(per),
+            "used": entry["used"],
+            "reserved": entry["reserved"],
+            "left": max(0, micros - entry["used"] - entry["reserved"]),
             "resets_at": entry["resets_at"],
         }
     if rule in facts.rate_limits:

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, replace
 from mcp_sampling_proxy.config.auto_answers import AutoAnswer, parse_auto_answers
 from mcp_sampling_proxy.config.child_env import WELL_KNOWN_KEY_VARS
 from mcp_sampling_proxy.config.policy_file import read_policy_text
+from mcp_sampling_proxy.config.price_grammar import parse_prices
+from mcp_sampling_proxy.config.prices import PriceTable
 from mcp_sampling_proxy.config.provider_grammar import parse_provider
 from mcp_sampling_proxy.config.providers import ModelSpec, ProviderConfig, preset_key_vars
 from mcp_sampling_proxy.config.sampling_checks import CHECK_KEYS, SamplingChecks, parse_checks
@@ -127,6 +129,7 @@ class Settings:
     audit: AuditSettings = field(default_factory=AuditSettings)
     state: StateSettings = field(default_factory=StateSettings)
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
+    prices: PriceTable = field(default_factory=PriceTable)  # the shipped table, under the policy's prices:
     pass_env: tuple[str, ...] = ()
     shutdown_timeout: float = 5.0
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
@@ -217,6 +220,7 @@ def parse_settings(text: str, where: str) -> Settings:
             "telemetry",
             "upstream",
             "sandbox",
+            "prices",
         )
     )
     errors = root.errors
@@ -249,6 +253,8 @@ def parse_settings(text: str, where: str) -> Settings:
         settings.state = top["state"].attempt(lambda: _parse_state(top["state"]), settings.state)
     if "telemetry" in top:
         settings.telemetry = top["telemetry"].attempt(lambda: _parse_telemetry(top["telemetry"]), settings.telemetry)
+    if "prices" in top:
+        settings.prices = top["prices"].attempt(lambda: parse_prices(top["prices"]), settings.prices)
     if "sandbox" in top:
         from mcp_sampling_proxy.config.sandbox_settings import parse_sandbox
 

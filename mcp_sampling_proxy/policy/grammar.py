@@ -240,11 +240,20 @@ def _parse_rate_limit(node: Node) -> RateLimit:
 
 
 def _parse_budget(node: Node) -> Budget:
-    given = node.mapping(("tokens", "per"))
-    missing = [key for key in ("tokens", "per") if key not in given]
-    if missing:
-        raise node.error(f"{node.label} needs {' and '.join(missing)} (e.g. budget: {{tokens: 100000, per: 1d}})")
-    return Budget(tokens=given["tokens"].int(minimum=1), per=given["per"].duration())
+    given = node.mapping(("tokens", "usd", "per"))
+    example = "e.g. budget: {usd: 5, per: 1d}" if "usd" in given else "e.g. budget: {tokens: 100000, per: 1d}"
+    if "per" not in given:
+        raise node.error(f"{node.label} needs per ({example})")
+    if "tokens" not in given and "usd" not in given:
+        raise node.error(f"{node.label} needs tokens or usd, or both ({example}, or budget: {{usd: 5, per: 1d}})")
+    usd = given["usd"].number(minimum=0) if "usd" in given else None
+    if usd is not None and usd <= 0:
+        raise given["usd"].error(f"{node.label}.usd must be more than 0 dollars, got {usd}")
+    return Budget(
+        tokens=given["tokens"].int(minimum=1) if "tokens" in given else None,
+        per=given["per"].duration(),
+        usd=usd,
+    )
 
 
 def _rule_provider(node: Node, known: KnownProviders) -> str:

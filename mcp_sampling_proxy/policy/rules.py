@@ -57,10 +57,12 @@ class RateLimit:
 
 @dataclass(frozen=True)
 class Budget:
-    """A rule's `budget:` -- at most `tokens` (input + output) per `per` seconds."""
+    """A rule's `budget:` -- at most `tokens` (input + output) and/or `usd` (dollars, priced with
+    the price table: config/prices.py) per `per` seconds; at least one of the two is set."""
 
-    tokens: int
+    tokens: int | None
     per: float  # seconds
+    usd: float | None = None
 
 
 @dataclass(frozen=True)

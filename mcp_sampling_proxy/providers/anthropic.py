@@ -150,12 +150,19 @@ class AnthropicAdapter(HttpAdapter):
             content.append({"type": "text", "text": ""})
         stop = data.get("stop_reason")
         usage = data.get("usage") or {}
+        # Anthropic's input_tokens leaves out what was read from or written to the prompt cache: every
+        # input token counts, and cache reads are priced apart (writes are charged as input here)
+        read, written = _count(usage.get("cache_read_input_tokens")), _count(usage.get("cache_creation_input_tokens"))
+        input_tokens = usage.get("input_tokens")
+        if isinstance(input_tokens, int) and (read or written):
+            input_tokens += (read or 0) + (written or 0)
         return Completion(
             content=content,
             model=data.get("model") or model,
             stop_reason=STOP_REASONS.get(stop, str(stop)) if stop else "endTurn",
-            input_tokens=usage.get("input_tokens"),
+            input_tokens=input_tokens,
             output_tokens=usage.get("output_tokens"),
+            cached_input_tokens=read,
         )
 
 
@@ -165,3 +172,8 @@ def _tool(tool: dict[str, Any]) -> dict[str, Any]:
         out["description"] = tool["description"]
     out["input_schema"] = tool.get("inputSchema") or {"type": "object", "properties": {}}
     return out
+
+
+def _count(value: Any) -> int | None:
+    """A token count the provider reported, or None when it is not one."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None

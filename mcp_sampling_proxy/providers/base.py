@@ -21,8 +21,9 @@ class Completion:
     content: list[dict[str, Any]]  # MCP content blocks: text / tool_use
     model: str  # the model name the provider reports
     stop_reason: str  # endTurn | stopSequence | maxTokens | toolUse | provider's own value
-    input_tokens: int | None = None
+    input_tokens: int | None = None  # every input token, those read from the provider's cache included
     output_tokens: int | None = None
+    cached_input_tokens: int | None = None  # of input_tokens, those read from the cache (a lower price)
 
 
 class LLMError(Exception):

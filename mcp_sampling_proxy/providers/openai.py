@@ -208,6 +208,7 @@ class OpenAIAdapter(HttpAdapter):
             stop_reason=stop_reason,
             input_tokens=usage.get("prompt_tokens"),
             output_tokens=usage.get("completion_tokens"),
+            cached_input_tokens=_count((usage.get("prompt_tokens_details") or {}).get("cached_tokens")),
         )
 
     def _tool_use(self, call: dict[str, Any]) -> dict[str, Any]:
@@ -271,3 +272,8 @@ def _response_text(content: Any) -> str:
     if isinstance(content, list):  # some servers answer with content parts
         return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
     return ""
+
+
+def _count(value: Any) -> int | None:
+    """A token count the provider reported, or None when it is not one."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None

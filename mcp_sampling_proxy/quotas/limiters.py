@@ -13,7 +13,9 @@ the caller decides the JSON-RPC error and the audit record.
   budget resets at 00:00 UTC), persisted in `state_dir()/budgets.json` and shared by every
   proxy of the user on this machine. A request reserves its worst case before the LLM call
   and settles to the real usage after it. Reservations expire (default 15 min) so a crashed
-  proxy's reservations stop counting; expired ones are dropped, not charged.
+  proxy's reservations stop counting; expired ones are dropped, not charged. The same class keeps
+  `usd` budgets (unit USD), in whole micro-dollars in the file's `spend` mapping: a request's worst
+  case is priced at its model's price (config/prices.py), and settles to what its usage cost.
 """
 
 from __future__ import annotations
@@ -27,24 +29,29 @@ from collections import deque
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from mcp_sampling_proxy.config.prices import Price
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.quotas.redis_store import RedisQuotas, StateUnavailable, shown_url
 from mcp_sampling_proxy.quotas.refusals import (
     RESERVATION_TTL,
+    TOKENS,
+    USD,
     Refusal,
     Reservation,
     budget_refusal,
     concurrency_refusal,
     rate_refusal,
     state_file_refusal,
+    unpriced_refusal,
 )
 from mcp_sampling_proxy.quotas.state import JsonStateFile, TamperedState, state_dir
-from mcp_sampling_proxy.quotas.token_bound import worst_case_tokens
+from mcp_sampling_proxy.quotas.token_bound import max_tokens, worst_case_tokens
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.config.settings import StateSettings
@@ -202,12 +209,19 @@ class TokenBudget:
     """
 
     def __init__(
-        self, path: str | Path | None = None, *, reservation_ttl: float = RESERVATION_TTL, durable: bool = True
+        self,
+        path: str | Path | None = None,
+        *,
+        reservation_ttl: float = RESERVATION_TTL,
+        durable: bool = True,
+        unit: str = TOKENS,
     ):
         self.store = JsonStateFile(
             path if path is not None else state_dir() / BUDGETS_FILE, durable=durable, sealed="budgets"
         )
         self.reservation_ttl = reservation_ttl
+        self.unit = unit  # tokens, or usd (micro-dollars), kept in the file's `budgets` or `spend` mapping
+        self.section = SECTIONS[unit]
 
     def reserve(
         self,
@@ -227,7 +241,7 @@ class TokenBudget:
         worst = max(0, int(worst_case_tokens))
 
         def change(data: dict[str, Any]) -> Reservation | Refusal:
-            budgets = _budgets(data, now)
+            budgets = _budgets(data, now, self.section)
             entry = _current(budgets, key, per_seconds, now)
             used, reserved = entry["used"], _reserved(entry)
             resets_in = max(0.0, entry["window"] + per_seconds - now)
@@ -243,8 +257,11 @@ class TokenBudget:
                     resets_in,
                     rule,
                     too_small=worst > limit_tokens,
+                    unit=self.unit,
                 )
-            reservation = Reservation(key, uuid.uuid4().hex[:16], worst, float(per_seconds), now + self.reservation_ttl)
+            reservation = Reservation(
+                key, uuid.uuid4().hex[:16], worst, float(per_seconds), now + self.reservation_ttl, self.unit
+            )
             entry["reservations"][reservation.id] = {"tokens": worst, "expires": reservation.expires}
             return reservation
 
@@ -259,7 +276,7 @@ class TokenBudget:
         charge = reservation.tokens if actual_tokens is None else max(0, int(actual_tokens))
 
         def change(data: dict[str, Any]) -> None:
-            budgets = _budgets(data, now)
+            budgets = _budgets(data, now, self.section)
             entry = _current(budgets, reservation.key, reservation.per, now)
             if entry["reservations"].pop(reservation.id, None) is None:
                 log.info("settling a reservation that had expired", key=reservation.key, tokens=charge)
@@ -273,7 +290,7 @@ class TokenBudget:
         now = _now(now)
 
         def change(data: dict[str, Any]) -> None:
-            budgets = _budgets(data, now)
+            budgets = _budgets(data, now, self.section)
             entry = budgets.get(reservation.key)
             if entry is not None:
                 entry["reservations"].pop(reservation.id, None)
@@ -286,7 +303,7 @@ class TokenBudget:
         now = _now(now)
 
         def change(data: dict[str, Any]) -> BudgetStatus:
-            budgets = _budgets(data, now)
+            budgets = _budgets(data, now, self.section)
             entry = _current(budgets, key, per_seconds, now)
             status = BudgetStatus(entry["used"], _reserved(entry), entry["window"], entry["window"] + per_seconds)
             _drop_if_idle(budgets, key)
@@ -296,20 +313,22 @@ class TokenBudget:
 
 
 # The file: {"version": 1, "budgets": {KEY: {"per": S, "window": START, "used": N,
-#                                            "reservations": {ID: {"tokens": N, "expires": T}}}}}
+#                                            "reservations": {ID: {"tokens": N, "expires": T}}}},
+#            "spend": {KEY: ... the same, in micro-dollars}}
+SECTIONS = {TOKENS: "budgets", USD: "spend"}
 
 
 def _window_start(now: float, per: float) -> float:
     return math.floor(now / per) * per
 
 
-def _budgets(data: dict[str, Any], now: float) -> dict[str, Any]:
-    """The budgets mapping, with malformed entries, expired reservations and idle finished
-    windows removed."""
+def _budgets(data: dict[str, Any], now: float, section: str = "budgets") -> dict[str, Any]:
+    """The budgets mapping (`section`: budgets in tokens, spend in micro-dollars), with malformed
+    entries, expired reservations and idle finished windows removed."""
     data.setdefault("version", 1)
-    budgets = data.get("budgets")
+    budgets = data.get(section)
     if not isinstance(budgets, dict):
-        budgets = data["budgets"] = {}
+        budgets = data[section] = {}
     for key in list(budgets):
         entry = budgets[key]
         if not _well_formed(entry):
@@ -370,6 +389,17 @@ def _drop_if_idle(budgets: dict[str, Any], key: str) -> None:
         del budgets[key]
 
 
+def usd_micros(dollars: float) -> int:
+    """A budget's dollars as micro-dollars (0.1 is 100,000, not 100,000.00000000001)."""
+    return int(Decimal(str(dollars)) * 1_000_000)
+
+
+def worst_case_split(params: dict[str, Any]) -> tuple[int, int]:
+    """The worst case's input tokens (an upper bound) and output tokens (maxTokens), to price apart."""
+    output = max_tokens(params)
+    return worst_case_tokens(params) - output, output
+
+
 def estimate_worst_case(params: dict[str, Any]) -> int:
     """Tokens a sampling request may use at most: a true upper bound of its input plus maxTokens
     (see `token_bound`), so reservations of requests running at once never sum to less than
@@ -426,6 +456,7 @@ class Limiters:
         self.rate = RateLimiter()
         self.concurrency = ConcurrencyLimiter()
         self._budget = budget
+        self._spend: TokenBudget | None = None  # usd budgets, in the same state file as `budget`
         self.shared = shared
         self._shared_full_until: dict[str, float] = {}  # key -> when the shared window said it has room again
         self._counting: set[Any] = set()  # tasks counting host-answered admissions in the shared window
@@ -550,78 +581,93 @@ class Limiters:
             return None if self.shared.falls_back(exc) else self.shared.refusal(exc)
 
     @asynccontextmanager
-    async def budget(self, rule: Rule | None, key: str, params: dict[str, Any]) -> AsyncIterator[BudgetHold | Refusal]:
-        """`async with limiters.budget(rule, key, params) as hold:` reserves the request's worst case
-        under the rule's budget (a Refusal when it does not fit) and settles it when the block ends
-        with what `hold` says was spent: nothing unless an LLM call was made."""
+    async def budget(
+        self, rule: Rule | None, key: str, params: dict[str, Any], priced: PricedModel | None = None
+    ) -> AsyncIterator[BudgetHold | Refusal]:
+        """`async with limiters.budget(rule, key, params, priced) as hold:` reserves the request's worst
+        case under the rule's budget, in tokens and/or in dollars at `priced`'s price (a Refusal when it
+        does not fit, or when a usd budget meets a model without a price), and settles it when the
+        block ends with what `hold` says was spent: nothing unless an LLM call was made. `priced`:
+        the model our own LLM would answer with (None: none can, the host answers)."""
         hold = BudgetHold()
         if rule is None or rule.budget is None:
             yield hold
             return
-        tokens, per, worst = rule.budget.tokens, rule.budget.per, estimate_worst_case(params)
-        if self.shared is not None:
-            try:
-                reservation = await self.shared.store.reserve(key, tokens, per, worst, rule=rule.name)
-            except StateUnavailable as exc:
-                if not self.shared.falls_back(exc):
-                    yield self.shared.refusal(exc)
-                    return
-            else:
-                if isinstance(reservation, Refusal):
-                    yield reservation
-                    return
-                try:
-                    yield hold
-                finally:
-                    with anyio.CancelScope(shield=True):
-                        await self._settle_shared(reservation, hold)
+        budget = rule.budget
+        worst = estimate_worst_case(params)
+        wanted: list[tuple[str, int, int]] = []  # (unit, limit, worst case)
+        if budget.tokens is not None:
+            wanted.append((TOKENS, budget.tokens, worst))
+        if budget.usd is not None and priced is not None:
+            if priced.price is None:
+                yield unpriced_refusal(key, rule.name, priced.provider, priced.model, command=priced.command)
                 return
-        if self._budget is None:
-            self._budget = TokenBudget()
-        budget = self._budget
-        # The state file is shared with the user's other proxies (and reachable by the server): its lock
-        # and fsync are waited for in a worker thread, never on the event loop that relays messages.
+            wanted.append((USD, usd_micros(budget.usd), priced.price.cost_micros(*worst_case_split(params))))
+        held: list[_Held] = []
         try:
-            local = await anyio.to_thread.run_sync(
-                functools.partial(budget.reserve, key, tokens, per, worst, rule=rule.name)
-            )
-        except OSError as exc:
-            yield state_file_refusal(budget.store.path, exc, key, tampered=isinstance(exc, TamperedState))
-            return
-        if isinstance(local, Refusal):
-            yield local
-            return
-        try:
+            for unit, limit, need in wanted:
+                got = await self._reserve(key, unit, limit, budget.per, need, rule.name)
+                if isinstance(got, Refusal):
+                    yield got
+                    return
+                held.append(got)
             yield hold
         finally:
             with anyio.CancelScope(shield=True):
-                try:
-                    if hold.tokens == 0:
-                        await anyio.to_thread.run_sync(budget.cancel, local)
-                    else:
-                        await anyio.to_thread.run_sync(budget.settle, local, hold.tokens)
-                except OSError as exc:  # the reservation expires by itself (RESERVATION_TTL)
-                    log.error(
-                        "could not settle a token reservation in the state file; it expires by itself "
-                        "and this request's usage is not charged",
-                        path=str(budget.store.path),
-                        key=key,
-                        error=str(exc),
-                    )
+                for one in held:
+                    await self._settle(one, hold.tokens if one.reservation.unit == TOKENS else hold.cost_micros)
 
-    async def _settle_shared(self, reservation: Reservation, hold: BudgetHold) -> None:
-        assert self.shared is not None
-        try:
-            if hold.tokens == 0:
-                await self.shared.store.cancel(reservation)
+    async def _reserve(self, key: str, unit: str, limit: int, per: float, worst: int, rule: str) -> _Held | Refusal:
+        """One reservation, on the shared store or in the state file (of this machine's proxies)."""
+        if self.shared is not None:
+            try:
+                shared: Reservation | Refusal = await self.shared.store.reserve(
+                    key, limit, per, worst, rule=rule, unit=unit
+                )
+            except StateUnavailable as exc:
+                if not self.shared.falls_back(exc):
+                    return self.shared.refusal(exc)
             else:
-                await self.shared.store.settle(reservation, hold.tokens)
-        except StateUnavailable as exc:  # the reservation expires by itself; the usage is not charged
+                return shared if isinstance(shared, Refusal) else _Held(shared, None)
+        local = self._local(unit)
+        # The state file is shared with the user's other proxies (and reachable by the server): its lock
+        # and fsync are waited for in a worker thread, never on the event loop that relays messages.
+        try:
+            got = await anyio.to_thread.run_sync(functools.partial(local.reserve, key, limit, per, worst, rule=rule))
+        except OSError as exc:
+            return state_file_refusal(local.store.path, exc, key, tampered=isinstance(exc, TamperedState))
+        return got if isinstance(got, Refusal) else _Held(got, local)
+
+    def _local(self, unit: str) -> TokenBudget:
+        if unit == TOKENS:
+            if self._budget is None:
+                self._budget = TokenBudget()
+            return self._budget
+        if self._spend is None:
+            self._spend = TokenBudget(self._budget.store.path if self._budget else None, unit=USD)
+        return self._spend
+
+    async def _settle(self, held: _Held, spent: int | None) -> None:
+        """Charge what was spent (None: the worst case reserved; 0: nothing, the reservation is released)."""
+        reservation = held.reservation
+        try:
+            if held.local is None:
+                assert self.shared is not None
+                if spent == 0:
+                    await self.shared.store.cancel(reservation)
+                else:
+                    await self.shared.store.settle(reservation, spent)
+            elif spent == 0:
+                await anyio.to_thread.run_sync(held.local.cancel, reservation)
+            else:
+                await anyio.to_thread.run_sync(held.local.settle, reservation, spent)
+        except (StateUnavailable, OSError) as exc:  # the reservation expires by itself (RESERVATION_TTL)
+            where = str(held.local.store.path) if held.local is not None else self.shared.where if self.shared else ""
             log.error(
-                "could not settle a shared token reservation; it expires by itself and this request's "
-                "usage is not charged",
-                store=self.shared.where,
+                "could not settle a budget reservation; it expires by itself and this request's usage is not charged",
+                where=where,
                 key=reservation.key,
+                unit=reservation.unit,
                 error=str(exc),
             )
 
@@ -634,15 +680,36 @@ class Limiters:
             await self.shared.store.aclose()
 
 
+@dataclass(frozen=True)
+class PricedModel:
+    """The provider and model a request would be answered with, and its price (None: unpriced)."""
+
+    provider: str
+    model: str
+    price: Price | None
+    command: bool = False  # the provider runs a CLI (its spending is priced only by the policy)
+
+
+@dataclass(frozen=True)
+class _Held:
+    """A reservation and where it lives: a local state file, or (None) the shared store."""
+
+    reservation: Reservation
+    local: TokenBudget | None
+
+
 class BudgetHold:
     """What one request has cost its budget: 0 until an LLM call starts, then unknown (charged at
-    the reserved worst case) until the provider reports its usage."""
+    the reserved worst case) until the provider reports its usage; in tokens and in micro-dollars."""
 
     def __init__(self) -> None:
         self.tokens: int | None = 0
+        self.cost_micros: int | None = 0
 
     def calling(self) -> None:
         self.tokens = None
+        self.cost_micros = None
 
-    def spent(self, tokens: int | None) -> None:
+    def spent(self, tokens: int | None, cost_micros: int | None = None) -> None:
         self.tokens = tokens
+        self.cost_micros = cost_micros

@@ -8,7 +8,8 @@ and every key gets a TTL.
 
 Keys (PREFIX is `state.prefix`; the braces are a Redis Cluster hash tag, so a limit's keys share
 a slot): `PREFIX{rate:KEY}`, `PREFIX{slots:KEY}`, `PREFIX{budget:KEY}` (hash: per, window, used)
-with `PREFIX{budget:KEY}:res` (reservation id -> expiry) and `PREFIX{budget:KEY}:tok` (id -> tokens).
+with `PREFIX{budget:KEY}:res` (reservation id -> expiry) and `PREFIX{budget:KEY}:tok` (id -> tokens);
+a usd budget's are the same under `PREFIX{spend:KEY}`, in micro-dollars.
 
 The `redis` package is imported only when a policy asks for this backend.
 """
@@ -22,6 +23,8 @@ from urllib.parse import urlsplit, urlunsplit
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.quotas.refusals import (
     RESERVATION_TTL,
+    TOKENS,
+    USD,
     Refusal,
     Reservation,
     budget_refusal,
@@ -35,6 +38,7 @@ if TYPE_CHECKING:
 log = get_logger("mcp_sampling_proxy.quotas.redis_store")
 
 MAX_CONNECTIONS = 8  # per proxy
+KINDS = {TOKENS: "budget", USD: "spend"}  # a budget's keys by its unit: PREFIX{budget:KEY}, PREFIX{spend:KEY}
 SLOT_TTL = RESERVATION_TTL  # seconds a concurrency slot counts before it is presumed abandoned
 
 _NOW = """
@@ -169,8 +173,8 @@ class RedisQuotas:
     def _key(self, kind: str, key: str) -> str:
         return f"{self.prefix}{{{kind}:{key}}}"
 
-    def _budget_keys(self, key: str) -> list[str]:
-        base = self._key("budget", key)
+    def _budget_keys(self, key: str, unit: str = TOKENS) -> list[str]:
+        base = self._key(KINDS[unit], key)
         return [base, base + ":res", base + ":tok"]
 
     async def _run(self, script: Any, keys: list[str], args: list[Any]) -> Any:
@@ -205,37 +209,51 @@ class RedisQuotas:
                 error=f"{type(exc).__name__}: {exc}",
             )
 
-    async def reserve(self, key: str, limit: int, per: float, worst: int, *, rule: str | None) -> Reservation | Refusal:
+    async def reserve(
+        self, key: str, limit: int, per: float, worst: int, *, rule: str | None, unit: str = TOKENS
+    ) -> Reservation | Refusal:
+        """Set aside `worst` (tokens, or micro-dollars for a usd budget) unless the window has no room."""
         rid = uuid.uuid4().hex[:16]
         status, used, reserved, resets_in = await self._run(
-            self._reserve, self._budget_keys(key), [per, limit, worst, rid, self.reservation_ttl]
+            self._reserve, self._budget_keys(key, unit), [per, limit, worst, rid, self.reservation_ttl]
         )
         if status == "ok":
-            return Reservation(key, rid, worst, float(per), 0.0)
+            return Reservation(key, rid, worst, float(per), 0.0, unit)
         return budget_refusal(
-            key, limit, per, worst, int(used), int(reserved), float(resets_in), rule, too_small=status == "too_small"
+            key,
+            limit,
+            per,
+            worst,
+            int(used),
+            int(reserved),
+            float(resets_in),
+            rule,
+            too_small=status == "too_small",
+            unit=unit,
         )
 
     async def settle(self, reservation: Reservation, tokens: int | None) -> None:
         """Charge the real usage (None: the worst case reserved), or with `cancel` nothing."""
         charge = reservation.tokens if tokens is None else max(0, int(tokens))
-        held = await self._run(
-            self._settle, self._budget_keys(reservation.key), [reservation.per, reservation.id, charge]
-        )
+        keys = self._budget_keys(reservation.key, reservation.unit)
+        held = await self._run(self._settle, keys, [reservation.per, reservation.id, charge])
         if not int(held):
             log.info("settling a reservation that had expired", key=reservation.key, tokens=charge)
 
     async def cancel(self, reservation: Reservation) -> None:
-        await self._run(self._settle, self._budget_keys(reservation.key), [reservation.per, reservation.id, ""])
+        await self._run(
+            self._settle, self._budget_keys(reservation.key, reservation.unit), [reservation.per, reservation.id, ""]
+        )
 
     async def aclose(self) -> None:
         await self._redis.aclose()
         await self._pool.disconnect()
 
 
-def read_budgets(url: str, prefix: str, *, timeout: float = 2.0) -> dict[str, dict[str, Any]]:
+def read_budgets(url: str, prefix: str, *, timeout: float = 2.0, unit: str = TOKENS) -> dict[str, dict[str, Any]]:
     """The shared budgets' current windows, for a console to show (read only, never changed here):
-    KEY -> used, reserved (reservations not yet expired), per, resets_at (None once the window ended).
+    KEY -> used, reserved (reservations not yet expired), per, resets_at (None once the window ended);
+    `unit`: the token budgets, or the usd ones (micro-dollars).
     Empty when Redis cannot be reached: a display must not fail for it."""
     from redis import Redis
     from redis.exceptions import RedisError
@@ -243,7 +261,7 @@ def read_budgets(url: str, prefix: str, *, timeout: float = 2.0) -> dict[str, di
     # Any: redis-py's sync stubs type every reply as a union of what any command could return
     client: Any = Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout, decode_responses=True)
     found: dict[str, dict[str, Any]] = {}
-    head = f"{prefix}{{budget:"
+    head = f"{prefix}{{{KINDS[unit]}:"
     pattern = "".join(f"\\{c}" if c in "*?[]\\" else c for c in head) + "*}"
     try:
         seconds, micros = client.time()

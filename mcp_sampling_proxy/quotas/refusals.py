@@ -10,6 +10,10 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from mcp_sampling_proxy.config.prices import format_usd
+
+TOKENS = "tokens"  # a budget counted in tokens
+USD = "usd"  # a budget counted in money: amounts are micro-dollars (config/prices.py)
 RESERVATION_TTL = 15 * 60.0  # seconds a reservation counts before it is presumed abandoned
 
 
@@ -26,13 +30,15 @@ class Refusal:
 
 @dataclass(frozen=True)
 class Reservation:
-    """Tokens set aside for one request in progress; settle or cancel it exactly once."""
+    """An amount set aside for one request in progress; settle or cancel it exactly once. `tokens` is
+    the amount in the budget's `unit`: tokens, or micro-dollars for a `usd` budget."""
 
     key: str
     id: str
     tokens: int
     per: float
     expires: float
+    unit: str = TOKENS
 
 
 def _label(kind: str, key: str, rule: str | None) -> str:
@@ -82,6 +88,11 @@ def concurrency_refusal(key: str, limit: int, active: int, rule: str | None) -> 
     )
 
 
+def amount(value: int, unit: str) -> str:
+    """An amount of a budget's unit for people: '1,234 tokens', '$4.20'."""
+    return format_usd(value) if unit == USD else f"{value:,} tokens"
+
+
 def budget_refusal(
     key: str,
     limit: int,
@@ -93,29 +104,68 @@ def budget_refusal(
     rule: str | None,
     *,
     too_small: bool,
+    unit: str = TOKENS,
 ) -> Refusal:
-    """A budget's refusal: too small for the request ever, or exhausted until the window resets."""
-    name = _label("token budget", key, rule)
+    """A budget's refusal: too small for the request ever, or exhausted until the window resets.
+    Amounts are in `unit` (micro-dollars for a usd budget)."""
+    money = unit == USD
+    name = _label("usd budget" if money else "token budget", key, rule)
+    period = format_period(per)
     if too_small:
+        need = (
+            f"it may cost up to {amount(worst, unit)} (input estimate plus maxTokens, at the model's price)"
+            if money
+            else f"it may need up to {worst:,} tokens (input estimate plus maxTokens)"
+        )
         return Refusal(
             "budget",
             0.0,
-            f"{name} is too small for this request: it may need up to {worst:,} tokens (input estimate "
-            f"plus maxTokens) and the budget is {limit:,} tokens per {format_period(per)}; "
+            f"{name} is too small for this request: {need} and the budget is {amount(limit, unit)} per {period}; "
             "lower maxTokens or raise the budget",
             key,
             permanent=True,
         )
-    held = f" and {reserved:,} reserved by requests in progress" if reserved else ""
+    held = (
+        f" and {format_usd(reserved) if money else f'{reserved:,}'} reserved by requests in progress"
+        if reserved
+        else ""
+    )
     left = max(0, limit - used - reserved)
     resets_in = max(0.0, resets_in)
+    if money:
+        return Refusal(
+            "budget",
+            resets_in,
+            f"{name} exhausted: {amount(used, unit)} of {amount(limit, unit)} spent{held} in this {period} window; "
+            f"{amount(left, unit)} left and this request may cost up to {amount(worst, unit)}; "
+            f"resets in {format_wait(resets_in)}",
+            key,
+        )
     return Refusal(
         "budget",
         resets_in,
         f"{name} exhausted: {used:,} of {limit:,} tokens used{held} in this "
-        f"{format_period(per)} window; {left:,} left and this request may need up to "
+        f"{period} window; {left:,} left and this request may need up to "
         f"{worst:,}; resets in {format_wait(resets_in)}",
         key,
+    )
+
+
+def unpriced_refusal(key: str, rule: str | None, provider: str, model: str, *, command: bool) -> Refusal:
+    """A usd budget cannot count what a model without a price spends: refused, saying how to price it."""
+    why = (
+        f"provider '{provider}' runs a command, whose spending the proxy cannot price by itself"
+        if command
+        else f"model '{model}' is not in the proxy's price table"
+    )
+    return Refusal(
+        "budget",
+        0.0,
+        f"{_label('usd budget', key, rule)} cannot count this request: {why}. Price it in the policy "
+        f"(USD per million tokens): prices: {{{model}: {{input: 0.15, output: 0.6}}}} (the numbers from "
+        "your provider's price list; cached_input is optional), or let a token budget govern this rule instead",
+        key,
+        permanent=True,
     )
 
 

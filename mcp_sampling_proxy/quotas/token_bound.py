@@ -54,10 +54,13 @@ def worst_case_tokens(params: dict[str, Any]) -> int:
     tools = params.get("tools")
     if isinstance(tools, list) and tools:
         total += TOOLS_OVERHEAD + _json_bytes(tools)
-    max_tokens = params.get("maxTokens")
-    if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens > 0:
-        total += max_tokens
-    return total
+    return total + max_tokens(params)
+
+
+def max_tokens(params: dict[str, Any]) -> int:
+    """The request's maxTokens (0 when it gives none usable): the output part of the worst case."""
+    value = params.get("maxTokens")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def block_tokens(block: dict[str, Any]) -> int:

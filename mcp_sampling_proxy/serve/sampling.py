@@ -20,6 +20,7 @@ from mcp_sampling_proxy.approval.approver import Approver
 from mcp_sampling_proxy.approval.channels import ApprovalRequest
 from mcp_sampling_proxy.audit.recorder import AuditLog, note
 from mcp_sampling_proxy.audit.records import AuditFields, digest, elapsed_ms, request_fields
+from mcp_sampling_proxy.config.prices import UNPRICED, Price, usd
 from mcp_sampling_proxy.config.providers import ProviderConfig
 from mcp_sampling_proxy.config.settings import Settings
 from mcp_sampling_proxy.log import get_logger
@@ -31,7 +32,7 @@ from mcp_sampling_proxy.protocol.names import SAMPLING_CREATE
 from mcp_sampling_proxy.protocol.sampling_request import REQUEST_ORIGIN, SamplingRequest, describe, validate
 from mcp_sampling_proxy.providers.base import Adapter, Completion, LLMError
 from mcp_sampling_proxy.providers.registry import make_adapter
-from mcp_sampling_proxy.quotas.limiters import BudgetHold, Limiters, SamplingGate, limit_key
+from mcp_sampling_proxy.quotas.limiters import BudgetHold, Limiters, PricedModel, SamplingGate, limit_key
 from mcp_sampling_proxy.quotas.refusals import Refusal
 from mcp_sampling_proxy.relay.keepalive import waiting_for
 from mcp_sampling_proxy.serve import secret_scan
@@ -106,7 +107,8 @@ class SamplingService:
             async with self._limiters.hold(decision.matched, key) as refusal:
                 if refusal is not None:
                     raise _Ended("deny", _limit_error(refusal), limit=refusal.limit)
-                async with self._limiters.budget(decision.matched, key, judged.request.wire) as budget:
+                priced = self._priced(judged.request, decision, session)
+                async with self._limiters.budget(decision.matched, key, judged.request.wire, priced) as budget:
                     if isinstance(budget, Refusal):
                         raise _Ended("deny", _limit_error(budget), limit=budget.limit)
                     approved = await self._approve(message, judged.request, decision, relay, audit)
@@ -334,10 +336,10 @@ class SamplingService:
             if busy is not None:
                 raise _Ended("deny", _limit_error(busy), limit=busy.limit)
             budget.calling()
-            result, completion, fulfilled = await self._fulfil(
+            result, completion, fulfilled, cost = await self._fulfil(
                 approved.request, decision, session, audit.get("tool"), audit, started
             )
-        budget.spent(_tokens(completion))
+        budget.spent(_tokens(completion), cost)
         params = approved.request.wire
         result = self._scan_answer(params, result, fulfilled)
         if not self._settings.approval.review_response:
@@ -441,9 +443,10 @@ class SamplingService:
         tool: str | None,
         audit: AuditFields,
         started: float,
-    ) -> tuple[dict[str, Any], Completion, AuditFields]:
-        """The LLM's result, its completion, and the fields of its audit record (the caller records
-        them, with the request's params and the result, after the review when there is one)."""
+    ) -> tuple[dict[str, Any], Completion, AuditFields, int | None]:
+        """The LLM's result, its completion, the fields of its audit record (the caller records
+        them, with the request's params and the result, after the review when there is one), and
+        its cost in micro-dollars (None: unpriced, or the provider reported no usage)."""
         params = request.wire  # the adapters translate the wire form through the one content walker
         try:
             choice = choose_provider(self._settings, self._adapters.configs, request, decision)
@@ -495,6 +498,9 @@ class SamplingService:
             "stop_reason": completion.stop_reason,
             "latency_ms": elapsed_ms(started),
         }
+        cost, price = self._cost(choice.provider, choice.model, completion)
+        fulfilled["cost_usd"] = None if cost is None else usd(cost)
+        fulfilled["price_as_of"] = UNPRICED if price is None else price.as_of
         # debug, like the request's arrival: the audit log records every request, and a line per request
         # on stderr (which hosts keep in their logs) costs ~20 us of the request's time; refusals and
         # failures are warnings
@@ -508,7 +514,42 @@ class SamplingService:
             stop_reason=completion.stop_reason,
             latency_ms=elapsed_ms(started),
         )
-        return result, completion, fulfilled
+        return result, completion, fulfilled, cost
+
+    def _price(self, provider: str, model: str) -> Price | None:
+        """A model's price: the policy's, else the shipped table's for providers speaking a vendor's API
+        (a command or the console is priced only by the policy)."""
+        config = self._adapters.configs_by_name.get(provider)
+        vendor = config is not None and config.kind.api is not None
+        return self._settings.prices.lookup(model, shipped=vendor)
+
+    def _priced(self, request: SamplingRequest, decision: Decision, session: Session) -> PricedModel | None:
+        """The model our own LLM would answer with and its price, when the rule has a usd budget; None
+        when it has none, or the host answers (its tokens are not ours) and ours is never called."""
+        rule = decision.matched
+        if rule is None or rule.budget is None or rule.budget.usd is None:
+            return None
+        if self.route(request, session) == "host" and not self._settings.sampling.fallback_on_host_error:
+            return None
+        try:
+            choice = choose_provider(self._settings, self._adapters.configs, request, decision)
+        except RpcError as exc:
+            if self.route(request, session) == "host":
+                return None
+            raise _Ended("error", exc) from None
+        config = self._adapters.configs_by_name.get(choice.provider)
+        command = config is not None and config.kind.runs_command
+        return PricedModel(choice.provider, choice.model, self._price(choice.provider, choice.model), command)
+
+    def _cost(self, provider: str, model: str, completion: Completion) -> tuple[int | None, Price | None]:
+        """Micro-dollars of a completion (None without usage or price) and the price used: the model
+        asked for (what a usd budget reserved at), else the one the provider says answered."""
+        price = self._price(provider, model) or self._price(provider, completion.model)
+        if price is None or completion.input_tokens is None or completion.output_tokens is None:
+            return None, price
+        return price.cost_micros(
+            completion.input_tokens, completion.output_tokens, completion.cached_input_tokens or 0
+        ), price
 
 
 class _Ended(Exception):

@@ -28,6 +28,13 @@ function fill(node, ...children) {
 }
 
 const fmt = (n) => (typeof n === "number" ? n.toLocaleString("en-US") : "–");
+// micro-dollars as the proxy writes them (config/prices.py format_usd): $4.20, $0.0015, $0.00075
+function usd(micros) {
+  if (typeof micros !== "number") return "–";
+  const d = micros / 1e6;
+  if (d === 0 || Math.abs(d) >= 0.1) return "$" + d.toLocaleString("en-US", {minimumFractionDigits: 2, maximumFractionDigits: 2});
+  return "$" + d.toFixed(6).replace(/0+$/, "").replace(/\.$/, "");
+}
 
 async function post(body) {
   const response = await fetch("api/answer", {
@@ -81,6 +88,11 @@ function limitsRow(q) {
     chips.push(el("span", {class: low ? "chip low" : "chip"},
       `budget left ${fmt(l.budget.left)} of ${fmt(l.budget.limit)} tokens per ${l.budget.per}` +
       (l.budget.reserved ? ` (${fmt(l.budget.reserved)} reserved by requests in progress)` : "")));
+  }
+  if (l.usd_budget) {
+    chips.push(el("span", {class: "chip"},
+      `budget left ${usd(l.usd_budget.left)} of ${usd(l.usd_budget.limit)} per ${l.usd_budget.per}` +
+      (l.usd_budget.reserved ? ` (${usd(l.usd_budget.reserved)} reserved by requests in progress)` : "")));
   }
   if (l.rate_limit) chips.push(el("span", {class: "chip"}, `rate limit ${l.rate_limit}`));
   if (!l.policy) chips.push(el("span", {class: "chip"}, "budgets unknown (no policy: --policy FILE)"));
@@ -274,14 +286,15 @@ async function refreshAudit() {
   const usage = await (await fetch(`api/usage?${since ? new URLSearchParams({since}) : ""}`)).json();
   const body = document.querySelector("#usage tbody");
   body.replaceChildren(...(usage.servers || []).map((s) => el("tr", {}, el("td", {}, s.server),
-    [s.requests, s.allowed, s.denied, s.errors, s.input_tokens, s.output_tokens].map((n) => el("td", {class: "num"}, fmt(n))))));
+    [s.requests, s.allowed, s.denied, s.errors, s.input_tokens, s.output_tokens].map((n) => el("td", {class: "num"}, fmt(n))),
+    el("td", {class: "num"}, usd(Math.round((s.cost_usd || 0) * 1e6)) + (s.unpriced ? ` (+${fmt(s.unpriced)} unpriced)` : "")))));
   const covers = usage.covers && usage.covers.records ? `counts from the ${fmt(usage.covers.records)} records since ${usage.covers.since || "?"}` +
     (usage.covers.records >= usage.covers.kept ? ` (the console keeps the last ${fmt(usage.covers.kept)}; for the whole log: mcp-sampling-proxy audit summary)` : "") : "";
   document.getElementById("usage-note").textContent = usage.error || [covers, usage.policy ? `budgets of ${usage.policy}` : ""].filter(Boolean).join("; ");
-  document.querySelector("#budgets tbody").replaceChildren(...(usage.budgets || []).map((b) => el("tr", {},
-    el("td", {}, b.server), el("td", {}, b.rule), el("td", {class: "num"}, fmt(b.used)), el("td", {class: "num"}, fmt(b.reserved)),
-    el("td", {class: "num"}, b.limit === null ? "?" : `${fmt(b.limit)} / ${b.per}`), el("td", {class: "num"}, b.left === null ? "?" : fmt(b.left)),
-    el("td", {}, b.resets_at ? new Date(b.resets_at * 1000).toLocaleString() : "–"))));
+  document.querySelector("#budgets tbody").replaceChildren(...(usage.budgets || []).map((b) => { const n = b.unit === "usd" ? usd : fmt; return el("tr", {},
+    el("td", {}, b.server), el("td", {}, b.rule), el("td", {class: "num"}, n(b.used)), el("td", {class: "num"}, n(b.reserved)),
+    el("td", {class: "num"}, b.limit === null ? "?" : `${n(b.limit)} / ${b.per}`), el("td", {class: "num"}, b.left === null ? "?" : n(b.left)),
+    el("td", {}, b.resets_at ? new Date(b.resets_at * 1000).toLocaleString() : "–")); }));
 }
 
 function connect() {

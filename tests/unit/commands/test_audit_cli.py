@@ -71,6 +71,8 @@ def test_summary_numbers_of_a_known_run(tmp_path: Path, capsys: pytest.CaptureFi
             "errors": 1,
             "input_tokens": 65,
             "output_tokens": 13,
+            "cost_usd": 0.0,
+            "unpriced": 0,
             "p50_latency_ms": 250,
         },
         "beta": {
@@ -80,6 +82,8 @@ def test_summary_numbers_of_a_known_run(tmp_path: Path, capsys: pytest.CaptureFi
             "errors": 0,
             "input_tokens": 7,
             "output_tokens": 3,
+            "cost_usd": 0.0,
+            "unpriced": 0,
             "p50_latency_ms": 1000,
         },
     }
@@ -90,6 +94,8 @@ def test_summary_numbers_of_a_known_run(tmp_path: Path, capsys: pytest.CaptureFi
         "errors": 1,
         "input_tokens": 72,
         "output_tokens": 16,
+        "cost_usd": 0.0,
+        "unpriced": 0,
         "p50_latency_ms": 300,
     }
     code, out, _ = run(capsys, "summary", str(path))
