@@ -43,4 +43,5 @@ SUBCOMMANDS = {
     "logout": "login",
     "init": "init",
     "approvals": "approvals",
+    "tools": "tools",
 }

@@ -96,10 +96,11 @@ class AuditFields(TypedDict, total=False):
     tool_candidates: list[str]  # every tool call that could own the request, when more than one could
     limit: str  # the limit that refused it: rate_limit | concurrent | budget
     mode: str | None  # elicitation: form | url
-    action: str | None  # elicitation: the answer's action (accept, decline, cancel)
+    action: str | None  # elicitation: the answer's action (accept, decline, cancel); tools: the rule's action
     prompt_edited_by: str | None  # the channel of a human who edited the prompt
     answer_edited_by: str  # the channel of a reviewer who replaced the LLM's answer
     original_answer_sha256: str  # the digest of the LLM's own answer, when a reviewer rejected or replaced it
+    tool_change: dict[str, Any]  # tools/list: a pinned tool changed, appeared or went (serve/tools.py)
 
 
 class RequestSession(Protocol):

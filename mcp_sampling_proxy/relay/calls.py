@@ -46,6 +46,7 @@ class HostRequest:
     held: bool = True  # the host waits for an answer to `host_id` (False while a round of ours is out)
     resolving: Any = None  # the task answering the server's input_required rounds for it (relay/core.py)
     final: dict[str, Any] | None = None  # the server's answer, kept while a round of ours is out (sent on the retry)
+    cursor: Any = None  # tools/list: the page asked for (None: the first), for the tool pins (serve/tools.py)
     _turn: anyio.Lock | None = field(default=None, repr=False)  # one round of ours at a time
     _back: anyio.Event | None = field(default=None, repr=False)  # set when the host holds a new id for us
 
@@ -63,6 +64,7 @@ class HostRequest:
             Progress(token) if usable_token(token) else None,
             host_id=msg["id"],
             upstream_id=msg["id"],
+            cursor=params.get("cursor") if method == "tools/list" else None,
         )
 
     def turn(self) -> anyio.Lock:
