@@ -153,3 +153,26 @@ def test_doctor_names_the_servers_with_held_tools(tmp_path: Path, env: dict[str,
     doctor = subprocess.run([*PROXY, "doctor"], env=env, capture_output=True, text=True, timeout=120)
     assert "tools held for server 'rug' (changed or new since pinned): fetch" in doctor.stdout
     assert "mcp-sampling-proxy tools diff rug" in doctor.stdout
+
+
+MODERN_META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {},
+    "io.modelcontextprotocol/clientInfo": {"name": "modern-host", "version": "1"},
+}
+
+
+def test_a_2026_host_gets_the_same_hold(tmp_path: Path, env: dict[str, str]) -> None:
+    """A 2026-07-28 host lists tools with plain requests (no handshake); the proxy bridges to the
+    handshake-era server and holds the changed tool all the same."""
+    with RawHost(rugpull_proxy(tmp_path, "", "--after", "1"), env, tmp_path / "stderr.log") as host:
+
+        def names() -> set[str]:
+            response = host.request("tools/list", {"_meta": MODERN_META})
+            assert response["result"]["resultType"] == "complete"
+            return {tool["name"] for tool in response["result"]["tools"]}
+
+        assert names() == {"echo", "fetch", "delete_file"}
+        assert names() == {"echo", "delete_file"}
+        refused = host.request("tools/call", {"name": "fetch", "arguments": {"url": "x"}, "_meta": MODERN_META})
+        assert "mcp-sampling-proxy tools accept rug fetch" in refused["error"]["message"]
