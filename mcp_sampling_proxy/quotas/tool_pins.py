@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 from mcp_sampling_proxy.identity import normalise
 from mcp_sampling_proxy.quotas.integrity import canonical
@@ -51,8 +52,21 @@ class ServerIdentity:
 
     @property
     def key(self) -> str:
-        text = f"{normalise(self.name)}\0{self.target[:MAX_TARGET]}"
+        text = f"{normalise(self.name)}\0{self.shown_target}"
         return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+    @property
+    def shown_target(self) -> str:
+        """The command or URL as the file keeps it for `tools list`: a URL without its user, query and
+        fragment, which may hold a token (and a token that changes must not make the server new to its pins)."""
+        try:
+            parts = urlsplit(self.target)
+            if parts.scheme in ("http", "https") and parts.hostname:
+                port = f":{parts.port}" if parts.port else ""
+                return urlunsplit((parts.scheme, parts.hostname + port, parts.path, "", ""))[:MAX_TARGET]
+        except ValueError:  # a port that is not a number: not shown as a URL
+            pass
+        return self.target[:MAX_TARGET]
 
 
 @dataclass(frozen=True)
@@ -129,7 +143,9 @@ class ToolPins:
 
     def _update(self, fn: Callable[[dict[str, Any]], T]) -> T:
         if self._seen_file and not self.file.path.exists():
-            raise OSError(f"{self.file.path} disappeared while this proxy ran (removed by something other than you?)")
+            raise OSError(
+                f"{self.file.path} disappeared while this proxy ran (if you removed it, restart the proxy to pin anew)"
+            )
         result = self.file.update(fn)
         self._seen_file = self.file.path.exists()
         return result
@@ -151,7 +167,9 @@ class ToolPins:
     def servers(self) -> list[PinnedServer]:
         """Every server's pins (raises OSError / TamperedState when the file cannot be trusted)."""
         if self._seen_file and not self.file.path.exists():
-            raise OSError(f"{self.file.path} disappeared while this proxy ran (removed by something other than you?)")
+            raise OSError(
+                f"{self.file.path} disappeared while this proxy ran (if you removed it, restart the proxy to pin anew)"
+            )
         servers = self.file.read().get("servers")
         entries = servers.items() if isinstance(servers, dict) else ()
         return [_server(key, entry) for key, entry in entries if isinstance(entry, dict)]
@@ -260,7 +278,7 @@ def _see(
     entry = servers.get(identity.key)
     first = not isinstance(entry, dict)
     if not isinstance(entry, dict):
-        entry = servers[identity.key] = {"name": identity.name, "target": identity.target[:MAX_TARGET], "at": _now()}
+        entry = servers[identity.key] = {"name": identity.name, "target": identity.shown_target, "at": _now()}
     pins, pending = _table(entry, "tools"), _table(entry, "pending")
     kept = _copy_bytes([*pins.values(), *pending.values()])
     held: set[str] = set()

@@ -78,3 +78,14 @@ def test_a_vanished_file_holds_every_tool_in_the_proxy_that_saw_it(tmp_path: Pat
     sighting = see(pins, FS, [tool("read")])
     assert sighting.held == {"read"} and sighting.problem is not None and "disappeared" in sighting.problem
     assert tool_pins.PINS_FILE == "tools.json"
+
+
+def test_a_token_in_the_url_is_not_kept(tmp_path: Path) -> None:
+    pins = ToolPins(tmp_path / "tools.json")
+    remote = ServerIdentity("remote", "https://user:pw@mcp.example.com:8443/mcp?token=s3cret#x")
+    see(pins, remote, [tool("read")])
+    (server,) = pins.servers()
+    assert server.target == "https://mcp.example.com:8443/mcp"
+    assert "s3cret" not in (tmp_path / "tools.json").read_text()
+    other_token = ServerIdentity("remote", "https://mcp.example.com:8443/mcp?token=other")
+    assert see(pins, other_token, [tool("read", "changed")]).held == {"read"}  # a new token: the same server
