@@ -12,15 +12,20 @@
           message: deleting files needs a human
 
 First matching rule wins; with none, a call is allowed. A `deny` rule without `arguments` hides the
-tool from `tools/list` too; with `arguments` it refuses only the calls it matches.
+tool from `tools/list` too; with `arguments` it refuses only the calls it matches. `why_not` is the
+matching, shared by the proxy (serve/tools.py) and `policy explain --call`.
 """
 
 from __future__ import annotations
 
+import fnmatch
+import json
 import re
 from dataclasses import dataclass
-from typing import Literal, cast, get_args
+from typing import Any, Literal, cast, get_args
 
+from mcp_sampling_proxy.identity import normalise
+from mcp_sampling_proxy.sanitize import one_line
 from mcp_sampling_proxy.vocabulary import ACTIONS, Action
 from mcp_sampling_proxy.yamlnodes import Node
 
@@ -89,3 +94,33 @@ def parse_tools(node: Node) -> ToolSettings:
         pin=given["pin"].bool() if "pin" in given else True,
         rules=tuple(rules),
     )
+
+
+def _glob(value: str, patterns: tuple[str, ...], *, name: bool = False) -> bool:
+    if not patterns:
+        return True
+    if name:  # a server's name: compared as `server:` rules compare it
+        return any(fnmatch.fnmatchcase(normalise(value), normalise(p)) for p in patterns)
+    return any(fnmatch.fnmatchcase(value, p) for p in patterns)
+
+
+def canonical_arguments(arguments: Any) -> str:
+    """What an `arguments` regex reads: the arguments as JSON, keys sorted, no spaces."""
+    return json.dumps(
+        arguments if arguments is not None else {}, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    )
+
+
+def why_not(rule: ToolRule, server: str, tool: str, arguments: Any = None, *, listing: bool = False) -> str | None:
+    """Why `rule` does not decide this call (or, `listing`, this tool in a tools/list); None when it does."""
+    if not _glob(server, rule.servers, name=True):
+        return f"server '{one_line(server, 80)}' does not match {', '.join(repr(p) for p in rule.servers)}"
+    if not _glob(tool, rule.tools):
+        return f"tool '{one_line(tool, 80)}' does not match {', '.join(repr(p) for p in rule.tools)}"
+    if rule.arguments is not None:
+        if listing:
+            return "it has an arguments condition, which only a call can meet"
+        text = canonical_arguments(arguments)
+        if rule.arguments.search(text) is None:
+            return f"the arguments {one_line(text, 120)} do not match /{rule.arguments.pattern}/"
+    return None

@@ -12,7 +12,6 @@ rule names is let through without one (it is the host's own business, as without
 
 from __future__ import annotations
 
-import fnmatch
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -22,12 +21,10 @@ from mcp_sampling_proxy.approval.approver import Approver
 from mcp_sampling_proxy.approval.channels import ApprovalRequest
 from mcp_sampling_proxy.audit.recorder import AuditLog
 from mcp_sampling_proxy.audit.records import AuditFields
-from mcp_sampling_proxy.config.tool_settings import ToolRule, ToolSettings
-from mcp_sampling_proxy.identity import normalise
+from mcp_sampling_proxy.config.tool_settings import ToolRule, ToolSettings, why_not
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
-from mcp_sampling_proxy.quotas.integrity import canonical
 from mcp_sampling_proxy.quotas.tool_pins import ServerIdentity, ToolChange, ToolPins
 from mcp_sampling_proxy.sanitize import one_line, quote, strip_controls
 from mcp_sampling_proxy.vocabulary import Outcome
@@ -63,14 +60,6 @@ def change_record(change: ToolChange) -> dict[str, Any]:
     return record
 
 
-def _glob(value: str, patterns: tuple[str, ...], *, name: bool = False) -> bool:
-    if not patterns:
-        return True
-    if name:
-        return any(fnmatch.fnmatchcase(normalise(value), normalise(p)) for p in patterns)
-    return any(fnmatch.fnmatchcase(value, p) for p in patterns)
-
-
 class ToolGate:
     """Pins and rules for one proxy's server (its identity: the operator's name and command/URL)."""
 
@@ -93,17 +82,9 @@ class ToolGate:
     # -- rules --------------------------------------------------------------------------------------------
     def rule_for(self, server: str, tool: str, arguments: Any = None, *, listing: bool = False) -> ToolRule | None:
         """The first rule naming this call (for a listing: only rules without an `arguments` condition)."""
-        for rule in self._settings.rules:
-            if not (_glob(server, rule.servers, name=True) and _glob(tool, rule.tools)):
-                continue
-            if rule.arguments is not None:
-                if listing:
-                    continue
-                text = canonical(arguments if arguments is not None else {}).decode("utf-8", "replace")
-                if rule.arguments.search(text) is None:
-                    continue
-            return rule
-        return None
+        return next(
+            (r for r in self._settings.rules if why_not(r, server, tool, arguments, listing=listing) is None), None
+        )
 
     # -- tools/list ---------------------------------------------------------------------------------------
     async def screen_list(self, message: dict[str, Any], result: dict[str, Any], session: Session) -> dict[str, Any]:
