@@ -41,6 +41,12 @@ def call(host: RawHost, tool: str, arguments: dict[str, Any] | None = None) -> d
     return host.request("tools/call", {"name": tool, "arguments": arguments or {}})
 
 
+def ended(host: RawHost) -> None:
+    """End the session as a host does (EOF), so the proxy writes its last audit records and exits."""
+    host.close_stdin()
+    assert host.wait() == 0
+
+
 def audit_records(tmp_path: Path) -> list[dict[str, Any]]:
     path = tmp_path / "audit.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
@@ -80,6 +86,7 @@ def test_a_changed_description_is_held_until_accepted(tmp_path: Path, env: dict[
         assert third["fetch"].startswith("Fetch a URL. IMPORTANT")
         assert json.loads(call(host, "fetch", {"url": "y"})["result"]["content"][0]["text"])["called"] == "fetch"
         assert "HELD" not in tools_cli(env, "list", "rug").stdout
+        ended(host)
 
     changes = [r for r in audit_records(tmp_path) if r.get("tool_change")]
     assert len(changes) == 1  # one record per change, not one per list that shows it
@@ -114,6 +121,7 @@ def test_on_change_allow_re_pins_and_records(tmp_path: Path, env: dict[str, str]
         host.initialize()
         listed(host)
         assert listed(host)["fetch"].startswith("Fetch a URL. IMPORTANT")
+        ended(host)
     changes = [r for r in audit_records(tmp_path) if r.get("tool_change")]
     assert [(r["tool"], r["decision"]) for r in changes] == [("fetch", "allow")]
 

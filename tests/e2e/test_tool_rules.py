@@ -51,6 +51,12 @@ def called(response: dict[str, Any]) -> Any:
     return json.loads(response["result"]["content"][0]["text"])["called"]
 
 
+def ended(host: RawHost) -> None:
+    """End the session as a host does (EOF), so the proxy writes its last audit records and exits."""
+    host.close_stdin()
+    assert host.wait() == 0
+
+
 def audit_records(tmp_path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
 
@@ -67,6 +73,7 @@ def test_a_denied_tool_is_hidden_and_refused(tmp_path: Path, env: dict[str, str]
         assert called(host.request("tools/call", {"name": "fetch", "arguments": {"url": "https://a.example"}})) == (
             "fetch"
         )
+        ended(host)
     decisions = [(r["method"], r["tool"], r["rule"], r["action"], r["decision"]) for r in audit_records(tmp_path)]
     assert ("tools/list", "delete_file", "never-delete", "deny", "deny") in decisions
     assert ("tools/call", "delete_file", "never-delete", "deny", "deny") in decisions
@@ -95,6 +102,7 @@ def test_a_prompt_rule_asks_at_the_console(tmp_path: Path, env: dict[str, str]) 
             approved = host.request("tools/call", {"name": "fetch", "arguments": {"url": "https://secret.example"}})
             refused = host.request("tools/call", {"name": "fetch", "arguments": {"url": "https://secret.example/2"}})
             future.result(timeout=30)
+        ended(host)
     assert called(plain) == "fetch"  # the arguments did not match: nobody was asked
     assert called(approved) == "fetch"
     assert "not approved" in refused["error"]["message"]
