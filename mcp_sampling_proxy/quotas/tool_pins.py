@@ -174,6 +174,18 @@ class ToolPins:
         entries = servers.items() if isinstance(servers, dict) else ()
         return [_server(key, entry) for key, entry in entries if isinstance(entry, dict)]
 
+    def pinned(self, identity: ServerIdentity, tool: str) -> str | None:
+        """The digest `tool` of this server is pinned at now (None: not pinned, or the pins cannot be read)."""
+        try:
+            servers = self.file.read().get("servers")
+        except OSError:
+            return None
+        entry = servers.get(identity.key) if isinstance(servers, dict) else None
+        pins = entry.get("tools") if isinstance(entry, dict) else None
+        pin = pins.get(tool) if isinstance(pins, dict) else None
+        digest = pin.get("digest") if isinstance(pin, dict) else None
+        return digest if isinstance(digest, str) else None
+
     def accept(self, name: str, tool: str | None) -> list[tuple[PinnedServer, str]]:
         """Pin the held version of `tool` (every held tool when None) of the servers called `name`."""
 

@@ -25,7 +25,7 @@ from mcp_sampling_proxy.config.tool_settings import ToolRule, ToolSettings, why_
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
-from mcp_sampling_proxy.quotas.tool_pins import ServerIdentity, ToolChange, ToolPins
+from mcp_sampling_proxy.quotas.tool_pins import ServerIdentity, ToolChange, ToolPins, tool_digest
 from mcp_sampling_proxy.sanitize import one_line, quote, strip_controls
 from mcp_sampling_proxy.vocabulary import Outcome
 
@@ -72,6 +72,7 @@ class ToolGate:
         self._pins = pins if settings.pin else None
         self._target = target
         self._held: dict[str, str] = {}  # tool -> why its calls are refused (this session's lists)
+        self._held_digest: dict[str, str] = {}  # tool -> the digest of the version held (what an accept pins)
         self._fresh = False  # paging through a list whose first page was first sight
         self._problem_recorded = False
 
@@ -167,9 +168,21 @@ class ToolGate:
             name = tool["name"]
             if name in sighting.held:
                 self._held[name] = self._held_message(server, name, sighting.problem)
+                if sighting.problem is None:
+                    self._held_digest[name] = tool_digest(tool)
             else:
                 self._held.pop(name, None)
+                self._held_digest.pop(name, None)
         return set(sighting.held)
+
+    async def _accepted_since(self, session: Session, tool: str) -> bool:
+        """True when the version of `tool` held at the last list has been accepted (`tools accept`) since:
+        its call goes on without the host listing again."""
+        digest = self._held_digest.get(tool)
+        if digest is None or self._pins is None:
+            return False
+        pins, identity = self._pins, ServerIdentity(session.server_name, self._target)
+        return await anyio.to_thread.run_sync(pins.pinned, identity, tool) == digest
 
     def _held_message(self, server: str, tool: str, problem: str | None) -> str:
         if problem is not None:
@@ -207,6 +220,10 @@ class ToolGate:
         params = jsonrpc.as_object(message.get("params"))
         name = str(params.get("name"))
         held = self._held.get(name)
+        if held is not None and await self._accepted_since(session, name):
+            log.info("a held tool was accepted since the host's last list", tool=one_line(name, 80))
+            self._held.pop(name, None)
+            held = None
         if held is not None:
             self._record(session, message, name, "deny", None, held)
             return RpcError(TOOL_REFUSED, held).to_dict()

@@ -81,6 +81,8 @@ def test_a_changed_description_is_held_until_accepted(tmp_path: Path, env: dict[
         accepted = tools_cli(env, "accept", "rug", "fetch")
         assert accepted.returncode == 0, accepted.stderr
         assert "accepted: rug / fetch" in accepted.stdout
+        # a host that calls before it lists again: the accepted version goes through
+        assert json.loads(call(host, "fetch", {"url": "z"})["result"]["content"][0]["text"])["called"] == "fetch"
 
         third = listed(host)
         assert third["fetch"].startswith("Fetch a URL. IMPORTANT")
