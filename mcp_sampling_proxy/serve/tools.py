@@ -26,7 +26,7 @@ from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 from mcp_sampling_proxy.quotas.tool_pins import ServerIdentity, ToolChange, ToolPins, tool_digest
-from mcp_sampling_proxy.sanitize import one_line, quote, strip_controls
+from mcp_sampling_proxy.sanitize import one_line, strip_controls
 from mcp_sampling_proxy.vocabulary import Outcome
 
 if TYPE_CHECKING:
@@ -36,6 +36,7 @@ log = get_logger("mcp_sampling_proxy.serve.tools")
 
 TOOL_REFUSED = -32001  # a tools/call the proxy refused (held tool, deny rule, or a human said no)
 MAX_CHANGE_TEXT = 2000  # characters of each changed field kept in the audit record
+MAX_SHOWN_ARGUMENTS = 4000  # characters of a call's arguments shown to the human asked about it
 COMMAND = "mcp-sampling-proxy"
 
 
@@ -238,9 +239,11 @@ class ToolGate:
             return RpcError(TOOL_REFUSED, why).to_dict()
         arguments = params.get("arguments")
         shown = json.dumps(arguments, indent=2, ensure_ascii=False, sort_keys=True) if arguments is not None else "{}"
-        summary = (
-            f"The host wants to call tool '{one_line(name, 80)}' of server {session.server_label} with:\n"
-            + quote(strip_controls(shown[:4000]))
+        if len(shown) > MAX_SHOWN_ARGUMENTS:
+            shown = shown[:MAX_SHOWN_ARGUMENTS] + f"\n... ({len(shown)} characters in all)"
+        summary = (  # channels show it quoted (sanitize.quote), as a sampling request's summary
+            f"The host wants to call tool '{one_line(name, 80)}' of server {session.server_label} "
+            f"with these arguments:\n{strip_controls(shown)}"
             + (f"\n({one_line(rule.message, 200)})" if rule.message else "")
         )
         asked = ApprovalRequest(
