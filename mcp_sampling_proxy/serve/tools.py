@@ -27,7 +27,7 @@ from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 from mcp_sampling_proxy.quotas.tool_pins import ServerIdentity, ToolChange, ToolPins, tool_digest
 from mcp_sampling_proxy.sanitize import one_line, strip_controls
-from mcp_sampling_proxy.vocabulary import Outcome
+from mcp_sampling_proxy.vocabulary import TOOL_CALL_APPROVAL, Outcome
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.relay.core import Relay, Session
@@ -249,7 +249,7 @@ class ToolGate:
         asked = ApprovalRequest(
             session.server_name,
             session.host_name,
-            f"tools/call:{name}",  # remembered approvals go per server and tool: never mixed with sampling's
+            TOOL_CALL_APPROVAL + name,  # remembered approvals go per server and tool: never mixed with sampling's
             rule.name,
             {"name": name, "arguments": arguments},
             summary,
