@@ -650,12 +650,13 @@ class Relay:
             return
         listed = request.method == "tools/list" and isinstance(msg.get("result"), dict)
         if listed and self._hooks.screens_tool_list(self.session):
-            self._tg.start_soon(self._screen_tool_list, msg, request)
+            self._tg.start_soon(self._screen_tool_list, msg, line, request)
             return
         self._deliver(msg, line, request)
 
-    async def _screen_tool_list(self, msg: dict[str, Any], request: HostRequest) -> None:
-        """A tools/list result through the pins and tool rules (off the relay's path), then to the host."""
+    async def _screen_tool_list(self, msg: dict[str, Any], line: bytes, request: HostRequest) -> None:
+        """A tools/list result through the pins and tool rules (off the relay's path), then to the host:
+        as the server sent it when nothing is left out."""
         try:
             params = {} if request.cursor is None else {"cursor": request.cursor}
             asked = {"jsonrpc": "2.0", "id": request.host_id, "method": "tools/list", "params": params}
@@ -667,10 +668,13 @@ class Relay:
                 "id": msg["id"],
                 "error": {"code": jsonrpc.INTERNAL_ERROR, "message": f"mcp-sampling-proxy failed: {exc}"},
             }
+            line = jsonrpc.dumps(msg)
         else:
-            msg = {**msg, "result": result}
+            if result is not msg["result"]:
+                msg = {**msg, "result": _kept_tools(line, msg["result"], result)}
+                line = jsonrpc.dumps(msg)
         if not self.closed:
-            self._deliver(msg, jsonrpc.dumps(msg), request)
+            self._deliver(msg, line, request)
 
     def _deliver(self, msg: dict[str, Any], line: bytes, request: HostRequest) -> None:
         """The server's answer to a host request, to the host (completed for a 2026 host)."""
@@ -1096,6 +1100,21 @@ class Relay:
         for request in list(self.session.inflight.values()) + list(self._moved.values()):
             if request.resolving is not None:
                 request.resolving.scope.cancel()
+
+
+def _kept_tools(line: bytes, listed: dict[str, Any], shown: dict[str, Any]) -> dict[str, Any]:
+    """The tools/list result the host gets, read exactly from the server's line when it holds integers
+    past 64 bits (which `parse` reads as floats: a schema's `maximum` must not change on the way)."""
+    if not jsonrpc.has_long_integers(line):
+        return shown
+    left_out = {t.get("name") for t in listed["tools"] if isinstance(t, dict)} - {
+        t.get("name") for t in shown["tools"] if isinstance(t, dict)
+    }
+    exact = jsonrpc.as_object(jsonrpc.as_object(jsonrpc.parse_exact(line)).get("result"))
+    tools = exact.get("tools")
+    if not isinstance(tools, list):
+        return shown
+    return {**exact, "tools": [t for t in tools if not (isinstance(t, dict) and t.get("name") in left_out)]}
 
 
 def _ignore(_response: dict[str, Any]) -> None:

@@ -66,6 +66,8 @@ def test_a_denied_tool_is_hidden_and_refused(tmp_path: Path, env: dict[str, str]
         host.initialize()
         tools = [t["name"] for t in host.request("tools/list", {})["result"]["tools"]]
         assert tools == ["echo", "fetch"]
+        exact = [line for line in host.raw_received if b'"tools"' in line][-1]
+        assert b'"maximum":1180591620717411303424' in exact.replace(b" ", b"")  # 2**70, not a float
         refused = host.request("tools/call", {"name": "delete_file", "arguments": {"path": "/etc/passwd"}})
         assert refused["error"]["message"] == (
             "tool 'delete_file' is refused by the proxy's tools rule 'never-delete': deleting is done by hand"
