@@ -29,10 +29,13 @@ from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import capabilities, jsonrpc
 from mcp_sampling_proxy.protocol.names import ELICITATION_COMPLETE, ELICITATION_CREATE, SAMPLING_CREATE
 from mcp_sampling_proxy.quotas.limiters import Limiters, shared_state
+from mcp_sampling_proxy.quotas.state import state_dir
+from mcp_sampling_proxy.quotas.tool_pins import PINS_FILE, ToolPins
 from mcp_sampling_proxy.relay.core import Relay, Session, peek_id
 from mcp_sampling_proxy.serve.elicitation import ElicitationService
 from mcp_sampling_proxy.serve.input_required import InputResolver
 from mcp_sampling_proxy.serve.sampling import AdapterPool, SamplingService
+from mcp_sampling_proxy.serve.tools import ToolGate
 from mcp_sampling_proxy.terminal import Terminal
 from mcp_sampling_proxy.transport.framing import DEFAULT_MAX_LINE, LineReader, open_line_reader, open_line_writer
 from mcp_sampling_proxy.transport.stdio import exit_status_for
@@ -48,6 +51,7 @@ class RunOptions:
     name: str | None = None
     use_terminal: bool = True
     max_message_bytes: int = DEFAULT_MAX_LINE
+    target: str = ""  # the server's command line or URL: with `name`, whose tool pins these are
 
 
 class Upstream(Protocol):
@@ -78,8 +82,10 @@ class ProxyHooks:
         settings: Settings,
         offered: capabilities.Offers,
         limiters: Limiters | None = None,
+        tools: ToolGate | None = None,
     ):
         self.limiters = limiters or Limiters()
+        self._tools = tools
         self._services: dict[str, Any] = {SAMPLING_METHOD: sampling, ELICITATION_METHOD: elicitation}
         self._elicitation = elicitation
         self._inputs = InputResolver(sampling, elicitation, settings.max_input_rounds)
@@ -122,6 +128,20 @@ class ProxyHooks:
     ) -> dict[str, Any]:
         return await self._inputs.resolve(message, result, relay, resolving)
 
+    def screens_tool_list(self, session: Session) -> bool:
+        return self._tools is not None and self._tools.active
+
+    async def screen_tool_list(
+        self, message: dict[str, Any], result: dict[str, Any], session: Session
+    ) -> dict[str, Any]:
+        return result if self._tools is None else await self._tools.screen_list(message, result, session)
+
+    def screens_tool_call(self, message: dict[str, Any], session: Session) -> bool:
+        return self._tools is not None and self._tools.needs_screening(message, session)
+
+    async def screen_tool_call(self, message: dict[str, Any], relay: Relay) -> dict[str, Any] | None:
+        return None if self._tools is None else await self._tools.screen_call(message, relay)
+
     watched_notifications = frozenset({ELICITATION_COMPLETE})
 
     def forward_server_notification(self, message: dict[str, Any]) -> bool:
@@ -136,8 +156,12 @@ def build_hooks(
     console: ConsoleServer,
     offered: capabilities.Offers,
     approvals_store: Any = None,
+    tool_pins: Any = None,
+    server_target: str = "",
 ) -> ProxyHooks:
-    """The services behind the relay's hooks, wired as the proxy runs them (tests run the same wiring)."""
+    """The services behind the relay's hooks, wired as the proxy runs them (tests run the same wiring).
+    `tool_pins`: the pins store (quotas/tool_pins.py; None: no pinning); `server_target`: the server's
+    command line or URL, which with its name says whose pins they are."""
     approver = Approver(
         build_channels(settings.approval.channels, ChannelNeeds(terminal, console)),
         timeout=settings.approval.timeout,
@@ -151,7 +175,8 @@ def build_hooks(
     elicitation = ElicitationService(
         settings, ElicitationConsoles(settings.approval.channels, terminal, console), audit, limiters
     )
-    return ProxyHooks(sampling, elicitation, settings, offered, limiters)
+    tools = ToolGate(settings.tools, approver, audit, tool_pins, server_target)
+    return ProxyHooks(sampling, elicitation, settings, offered, limiters, tools)
 
 
 def claim_stdio() -> tuple[int, int]:
@@ -210,7 +235,17 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
     telemetry = _start_telemetry(settings, audit)
     session = Session(name_override=options.name)
     console = ConsoleServer(lambda: session.server_name, lambda: session.host_name)
-    hooks = build_hooks(settings, adapters, audit, terminal, console, offered, approvals_store=_approvals_store())
+    hooks = build_hooks(
+        settings,
+        adapters,
+        audit,
+        terminal,
+        console,
+        offered,
+        approvals_store=_approvals_store(),
+        tool_pins=_tool_pins(settings),
+        server_target=options.target,
+    )
     host_out = await open_line_writer(out_fd)
 
     ended: list[str] = []
@@ -394,6 +429,17 @@ def _approvals_store() -> Any:
         return JsonStateFile(state_dir() / "approvals.json")
     except OSError as exc:
         log.warning("cannot use the state directory; 'always' approvals last for this session only", error=str(exc))
+        return None
+
+
+def _tool_pins(settings: Settings) -> Any:
+    """The tool pins (`tools.json` beside the approvals), or None when pinning is off or impossible."""
+    if not settings.tools.pin:
+        return None
+    try:
+        return ToolPins(state_dir() / PINS_FILE)
+    except OSError as exc:
+        log.warning("cannot use the state directory; tools are not pinned", error=str(exc))
         return None
 
 

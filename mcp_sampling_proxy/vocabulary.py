@@ -23,6 +23,10 @@ OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
 ALLOWED_OUTCOMES: tuple[Outcome, ...] = ("allow", "approved", "auto_answered")
 REFUSED_OUTCOMES: tuple[Outcome, ...] = ("deny", "rejected", "timeout")
 
+# How an approval of a host's tool call names its tool (`tools/call:NAME`), so that a remembered approval of
+# the call never counts for sampling during that tool's calls, and the consoles can tell what they ask about.
+TOOL_CALL_APPROVAL = "tools/call:"
+
 # Size units, as the policy file spells them (`512KiB`, `1MiB`; `KB`/`MB` are powers of 1000).
 KiB = 1024
 MiB = 1024 * KiB
@@ -43,4 +47,5 @@ SUBCOMMANDS = {
     "logout": "login",
     "init": "init",
     "approvals": "approvals",
+    "tools": "tools",
 }

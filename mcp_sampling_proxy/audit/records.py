@@ -96,7 +96,7 @@ class AuditFields(TypedDict, total=False):
     tool_candidates: list[str]  # every tool call that could own the request, when more than one could
     limit: str  # the limit that refused it: rate_limit | concurrent | budget | max_per_call
     mode: str | None  # elicitation: form | url
-    action: str | None  # elicitation: the answer's action (accept, decline, cancel)
+    action: str | None  # elicitation: the answer's action (accept, decline, cancel); tools: the rule's action
     prompt_edited_by: str | None  # the channel of a human who edited the prompt
     answer_edited_by: str  # the channel of a reviewer who replaced the LLM's answer
     original_answer_sha256: str  # the digest of the LLM's own answer, when a reviewer or a secret scan changed it
@@ -105,6 +105,7 @@ class AuditFields(TypedDict, total=False):
     prompt_secrets: list[str]  # ... in the server's request (sampling.scan_requests)
     cost_usd: float | None  # what the proxy's own LLM call cost, in USD (null: unpriced, or no usage reported)
     price_as_of: str  # the price's date (the shipped table's), "policy" (prices:), or "unpriced"
+    tool_change: dict[str, Any]  # tools/list: a pinned tool changed, appeared or went (serve/tools.py)
 
 
 class RequestSession(Protocol):

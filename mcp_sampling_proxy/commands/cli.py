@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -39,6 +40,7 @@ SUBCOMMAND_SUMMARIES = {
     "policy": "check a policy file, or explain how it judges a request",
     "audit": "verify, tail or summarise the audit log",
     "approvals": "list or revoke remembered 'always' approvals",
+    "tools": "pinned tools and held changes: list, diff, accept, forget",
     "login": "log in to an OAuth-protected remote server (`logout` forgets it)",
 }
 
@@ -81,6 +83,10 @@ examples:
   # remembered "always" approvals: list them, forget one
   mcp-sampling-proxy approvals list
   mcp-sampling-proxy approvals revoke 1
+
+  # a server changed a tool since it was pinned: see the change, then let it through
+  mcp-sampling-proxy tools diff summarizer
+  mcp-sampling-proxy tools accept summarizer summarize
 
   # exercise a sampling server without any host
   mcp-sampling-proxy try --tool summarize --args '{"text": "..."}' -- python examples/servers/summarizer.py
@@ -256,7 +262,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         _adopt_state()
     from mcp_sampling_proxy.runtime import RunOptions, run
 
-    options = RunOptions(name=name, use_terminal=not args.no_terminal, max_message_bytes=args.max_message_bytes)
+    options = RunOptions(
+        name=name,
+        use_terminal=not args.no_terminal,
+        max_message_bytes=args.max_message_bytes,
+        target=shlex.join(command) if command else str(args.url),
+    )
     return run(upstream, settings, options)
 
 

@@ -30,6 +30,7 @@ from mcp_sampling_proxy.approval.dialogues import approval_dialogue, review_dial
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.sanitize import one_line, quote, strip_controls
 from mcp_sampling_proxy.terminal import discard_typeahead, erase_question
+from mcp_sampling_proxy.vocabulary import TOOL_CALL_APPROVAL
 
 log = get_logger("mcp_sampling_proxy.console")
 
@@ -121,8 +122,9 @@ class Console:
             reply = review_reply(message, accepted, text)
         else:
             host = f", host '{_clean(message.get('host'))}'" if message.get("host") else ""
+            kind = "tool call" if str(message.get("tool") or "").startswith(TOOL_CALL_APPROVAL) else "sampling request"
             self.say(
-                f"[proxy {path.stem}] sampling request from server '{_clean(message.get('server'))}'{host} "
+                f"[proxy {path.stem}] {kind} from server '{_clean(message.get('server'))}'{host} "
                 f"(rule '{_clean(message.get('rule'))}'):"
             )
             self.say(quote(message["summary"]))

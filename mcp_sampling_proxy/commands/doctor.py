@@ -31,6 +31,7 @@ import httpx
 
 from mcp_sampling_proxy.commands.checklist import Check, Section
 from mcp_sampling_proxy.commands.doctor_entries import check_entry, entries_from
+from mcp_sampling_proxy.commands.tools import doctor_checks as tool_checks
 from mcp_sampling_proxy.config.keys import key_source
 from mcp_sampling_proxy.config.providers import PRESET_FACTS
 from mcp_sampling_proxy.providers.retry import connect_reason
@@ -563,6 +564,8 @@ def check_containment(settings: Any) -> Section:
             f"{state.budgets}: budgeted requests are refused",
             f"remove {directory / 'budgets.json'} (budgets then start again from zero)",
         )
+    for status, text, fix in tool_checks():
+        section.add(status, text, fix or "")
     return section
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from mcp_sampling_proxy.config.prices import POLICY, format_usd
 from mcp_sampling_proxy.config.settings import Settings, load_settings, settings_from_environment
+from mcp_sampling_proxy.config.tool_settings import why_not
 from mcp_sampling_proxy.identity import server_phrase, shown
 from mcp_sampling_proxy.policy.conditions import Facts
 from mcp_sampling_proxy.policy.engine import Decision, why
@@ -78,6 +79,11 @@ def main(argv: Sequence[str]) -> int:
         "its params; lines starting with // are comments (see --template)",
     )
     given.add_argument(
+        "--call",
+        metavar="TOOL",
+        help="the request is the host's tools/call of TOOL (with --arguments and --server): the tools: rules",
+    )
+    given.add_argument(
         "--template",
         action="store_true",
         help="print a commented REQUEST.json that --request takes as it is, and exit",
@@ -108,11 +114,20 @@ def main(argv: Sequence[str]) -> int:
         help="the name the server reports for itself (untrusted; for server_reported: rules)",
     )
     explain.add_argument("--host", default="", metavar="NAME", help="the host's clientInfo name")
+    explain.add_argument(
+        "--arguments", metavar="JSON", help="with --call: the call's arguments, a JSON object (default {})"
+    )
     args = parser.parse_args(list(argv))
     if args.action == "explain":
         if args.template:
             print(REQUEST_TEMPLATE, end="")
             return 0
+        if args.arguments is not None and args.call is None:
+            explain.error("--arguments goes with --call")
+        if args.call is not None:
+            if args.file is None:
+                explain.error("give the policy FILE before --call")
+            return explain_call_main(args.file, args.call, args.arguments, server=args.server)
         if args.prompt is None and (args.model or args.max_tokens is not None):
             explain.error(
                 "--model and --max-tokens go with --prompt (in a --request file: modelPreferences, maxTokens)"
@@ -147,7 +162,8 @@ def main(argv: Sequence[str]) -> int:
             failed += 1
             continue
         providers = ", ".join(f"{p.name} ({p.type})" for p in settings.providers) or "from the environment"
-        print(f"{path}: ok ({len(settings.rules)} rules; providers: {providers})")
+        tools = f"; tools rules: {len(settings.tools.rules)}" if settings.tools.rules else ""
+        print(f"{path}: ok ({len(settings.rules)} rules; providers: {providers}{tools})")
     return 1 if failed else 0
 
 
@@ -218,6 +234,49 @@ def explain_main(
         lines = explain(settings, params, origin)
     print("\n".join(lines))
     return 0
+
+
+def explain_call_main(policy: str, tool: str, arguments: str | None, *, server: str) -> int:
+    """`explain --call`: which `tools:` rule decides a host's tools/call, and why the earlier ones do not."""
+    try:
+        settings = load_settings(policy, environ={})
+        parsed = json.loads(arguments) if arguments is not None else {}
+        if not isinstance(parsed, dict):
+            raise InputError(f"--arguments must be a JSON object, got {type(parsed).__name__}")
+    except ValueError as exc:
+        print(f"{PROG} explain: error: --arguments is not JSON ({exc})", file=sys.stderr)
+        return 2
+    except (InputError, PolicyError) as exc:
+        print(f"{PROG} explain: error: {exc}", file=sys.stderr)
+        return 2
+    print("\n".join(explain_call(settings, server or "upstream", tool, parsed)))
+    return 0
+
+
+def explain_call(settings: Settings, server: str, tool: str, arguments: dict[str, Any]) -> list[str]:
+    lines = [f"tools/call of '{one_line(tool, 80)}' on server '{one_line(server, 80)}'"]
+    for rule in settings.tools.rules:
+        why = why_not(rule, server, tool, arguments)
+        if why is not None:
+            lines.append(f"  tools rule '{rule.name}' (line {rule.line}): no: {why}")
+            continue
+        lines.append(f"  tools rule '{rule.name}' (line {rule.line}): matches -> {rule.action}")
+        hides = rule.action == "deny" and rule.arguments is None
+        outcome = {
+            "allow": "the call goes to the server (recorded in the audit log)",
+            "deny": "the call is refused" + (", and the tool is hidden from tools/list" if hides else ""),
+            "prompt": "a human is asked (approval.channels) before the call goes to the server",
+        }[rule.action]
+        lines.append(f"decision: {rule.action}: {outcome}")
+        break
+    else:
+        lines.append("decision: allow: no tools rule matches, so the call goes to the server")
+    pinning = "off" if not settings.tools.pin else f"on, on_change: {settings.tools.on_change}"
+    lines.append(
+        f"pinning: {pinning} (a tool changed since it was pinned is held whatever the rules say; "
+        "see `mcp-sampling-proxy tools list`)"
+    )
+    return lines
 
 
 SAMPLING = SAMPLING_CREATE

@@ -21,6 +21,7 @@ from mcp_sampling_proxy.config.provider_grammar import parse_provider
 from mcp_sampling_proxy.config.providers import ModelSpec, ProviderConfig, preset_key_vars
 from mcp_sampling_proxy.config.sampling_checks import CHECK_KEYS, SamplingChecks, parse_checks
 from mcp_sampling_proxy.config.sandbox_settings import SandboxSettings
+from mcp_sampling_proxy.config.tool_settings import ToolSettings, parse_tools
 from mcp_sampling_proxy.policy.grammar import KnownProviders, parse_limits, parse_rules
 from mcp_sampling_proxy.policy.rules import Rule, SizeLimits
 from mcp_sampling_proxy.vocabulary import MiB
@@ -135,6 +136,7 @@ class Settings:
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
     era: str = "auto"  # the server leg's protocol era: the host's when the server speaks it (relay/bridge.py)
     max_input_rounds: int = 8  # input_required rounds the proxy answers before giving up
+    tools: ToolSettings = field(default_factory=ToolSettings)  # pinning and tool-call rules (tool_settings.py)
     source: str = "environment"  # the policy file path, or "environment"
 
     @property
@@ -221,6 +223,7 @@ def parse_settings(text: str, where: str) -> Settings:
             "upstream",
             "sandbox",
             "prices",
+            "tools",
         )
     )
     errors = root.errors
@@ -259,6 +262,8 @@ def parse_settings(text: str, where: str) -> Settings:
         from mcp_sampling_proxy.config.sandbox_settings import parse_sandbox
 
         settings.sandbox = top["sandbox"].attempt(lambda: parse_sandbox(top["sandbox"], where), settings.sandbox)
+    if "tools" in top:
+        settings.tools = top["tools"].attempt(lambda: parse_tools(top["tools"]), settings.tools)
     if "upstream" in top:
         top["upstream"].attempt(lambda: _parse_upstream(top["upstream"], settings), None)
     errors.check()

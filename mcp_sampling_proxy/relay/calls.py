@@ -47,6 +47,7 @@ class HostRequest:
     resolving: Any = None  # the task answering the server's input_required rounds for it (relay/core.py)
     final: dict[str, Any] | None = None  # the server's answer, kept while a round of ours is out (sent on the retry)
     sampling_requests: int = 0  # the server's sampling requests under it so far (sampling.max_per_call)
+    cursor: Any = None  # tools/list: the page asked for (None: the first), for the tool pins (serve/tools.py)
     _turn: anyio.Lock | None = field(default=None, repr=False)  # one round of ours at a time
     _back: anyio.Event | None = field(default=None, repr=False)  # set when the host holds a new id for us
 
@@ -64,6 +65,7 @@ class HostRequest:
             Progress(token) if usable_token(token) else None,
             host_id=msg["id"],
             upstream_id=msg["id"],
+            cursor=params.get("cursor") if method == "tools/list" else None,
         )
 
     def turn(self) -> anyio.Lock:

@@ -162,6 +162,24 @@ class Hooks(Protocol):
         """Answer a server request; return the result object or raise RpcError."""
         ...
 
+    def screens_tool_list(self, session: Session) -> bool:
+        """True when tools/list results go through `screen_tool_list` (pins or tool rules are on)."""
+        ...
+
+    async def screen_tool_list(
+        self, message: dict[str, Any], result: dict[str, Any], session: Session
+    ) -> dict[str, Any]:
+        """A tools/list result as the host gets it (held or denied tools left out)."""
+        ...
+
+    def screens_tool_call(self, message: dict[str, Any], session: Session) -> bool:
+        """True when a host tools/call must wait for `screen_tool_call` before it goes on."""
+        ...
+
+    async def screen_tool_call(self, message: dict[str, Any], relay: Relay) -> dict[str, Any] | None:
+        """None to send the tools/call on; else the JSON-RPC error object the host gets."""
+        ...
+
 
 @dataclass
 class _Stash:
@@ -207,6 +225,7 @@ class Relay:
         self._stash: dict[str, _Stash] = {}  # requestState -> the proxy's answers for a split request
         self._moved: dict[Any, HostRequest] = {}  # upstream id -> a host request whose host id has moved on
         self._held: list[tuple[Any, bytes | None]] | None = None  # host messages waiting for the eras to settle
+        self._screening: dict[Any, anyio.CancelScope] = {}  # host tools/calls waiting for the tool rules
         self.bridge = EraBridge(era, self)
         self.rounds = HostRounds(self._to_host, self._rekey)
         self.closed = False
@@ -288,6 +307,9 @@ class Relay:
         if method == "notifications/cancelled":
             params = msg.get("params")
             request_id = params.get("requestId") if isinstance(params, dict) else None
+            if jsonrpc.usable_id(request_id) and (screening := self._screening.pop(request_id, None)) is not None:
+                screening.cancel()  # never reached the server
+                return
             if jsonrpc.usable_id(request_id):
                 request = self.session.inflight.pop(request_id, None)
                 if request is not None and request.upstream_id != request_id:
@@ -305,7 +327,11 @@ class Relay:
                     return
         self._to_upstream(line)
 
-    def _host_request(self, msg: dict[str, Any], line: bytes) -> None:
+    def _host_request(self, msg: dict[str, Any], line: bytes, screened: bool = False) -> None:
+        if not screened and msg["method"] == "tools/call" and self._hooks.screens_tool_call(msg, self.session):
+            scope = self._screening[msg["id"]] = anyio.CancelScope()
+            self._tg.start_soon(self._screen_tool_call, msg, line, scope)
+            return
         answer = self._hooks.answer_host_request(msg, self.session)
         if answer is not None:
             self._to_host(answer)
@@ -348,6 +374,24 @@ class Relay:
         elif request.upstream_id != msg["id"]:
             line = jsonrpc.dumps({**msg, "id": request.upstream_id})
         self._to_upstream(line)
+
+    async def _screen_tool_call(self, msg: dict[str, Any], line: bytes, scope: anyio.CancelScope) -> None:
+        """A tools/call the tool rules hold (a human asked, or a refusal): on to the server, or refused."""
+        refusal: dict[str, Any] | None = None
+        with scope:
+            try:
+                refusal = await self._hooks.screen_tool_call(msg, self)
+            except Exception as exc:
+                log.exception("failed to check a tool call")
+                refusal = {"code": jsonrpc.INTERNAL_ERROR, "message": f"mcp-sampling-proxy failed: {exc}"}
+        if self._screening.get(msg["id"]) is scope:
+            del self._screening[msg["id"]]
+        if scope.cancel_called or self.closed:
+            return
+        if refusal is not None:
+            self._to_host(jsonrpc.dumps({"jsonrpc": "2.0", "id": msg["id"], "error": refusal}))
+            return
+        self._guarded(functools.partial(self._host_request, screened=True), msg, line, self._to_host)
 
     async def _negotiate(self, msg: dict[str, Any], line: bytes | None) -> None:
         """Settle the server leg's era for the host request that opened the session, then handle
@@ -605,6 +649,36 @@ class Relay:
         if request is None:
             self._to_host(line)
             return
+        listed = request.method == "tools/list" and isinstance(msg.get("result"), dict)
+        if listed and self._hooks.screens_tool_list(self.session):
+            self._tg.start_soon(self._screen_tool_list, msg, line, request)
+            return
+        self._deliver(msg, line, request)
+
+    async def _screen_tool_list(self, msg: dict[str, Any], line: bytes, request: HostRequest) -> None:
+        """A tools/list result through the pins and tool rules (off the relay's path), then to the host:
+        as the server sent it when nothing is left out."""
+        try:
+            params = {} if request.cursor is None else {"cursor": request.cursor}
+            asked = {"jsonrpc": "2.0", "id": request.host_id, "method": "tools/list", "params": params}
+            result = await self._hooks.screen_tool_list(asked, msg["result"], self.session)
+        except Exception as exc:
+            log.exception("failed to check a tools/list result")
+            msg = {
+                "jsonrpc": "2.0",
+                "id": msg["id"],
+                "error": {"code": jsonrpc.INTERNAL_ERROR, "message": f"mcp-sampling-proxy failed: {exc}"},
+            }
+            line = jsonrpc.dumps(msg)
+        else:
+            if result is not msg["result"]:
+                msg = {**msg, "result": _kept_tools(line, msg["result"], result)}
+                line = jsonrpc.dumps(msg)
+        if not self.closed:
+            self._deliver(msg, line, request)
+
+    def _deliver(self, msg: dict[str, Any], line: bytes, request: HostRequest) -> None:
+        """The server's answer to a host request, to the host (completed for a 2026 host)."""
         if self.bridge.host_era == "modern":  # whatever the server speaks: a result as a 2026 host requires it
             completed = self.bridge.server_result(msg, request)
             if completed is not None:
@@ -1032,11 +1106,28 @@ class Relay:
         self.cancel_all()
 
     def cancel_all(self) -> None:
+        for screening in list(self._screening.values()):
+            screening.cancel()
         for served in list(self._served.values()):
             served.scope.cancel()
         for request in list(self.session.inflight.values()) + list(self._moved.values()):
             if request.resolving is not None:
                 request.resolving.scope.cancel()
+
+
+def _kept_tools(line: bytes, listed: dict[str, Any], shown: dict[str, Any]) -> dict[str, Any]:
+    """The tools/list result the host gets, read exactly from the server's line when it holds integers
+    past 64 bits (which `parse` reads as floats: a schema's `maximum` must not change on the way)."""
+    if not jsonrpc.has_long_integers(line):
+        return shown
+    left_out = {t.get("name") for t in listed["tools"] if isinstance(t, dict)} - {
+        t.get("name") for t in shown["tools"] if isinstance(t, dict)
+    }
+    exact = jsonrpc.as_object(jsonrpc.as_object(jsonrpc.parse_exact(line)).get("result"))
+    tools = exact.get("tools")
+    if not isinstance(tools, list):
+        return shown
+    return {**exact, "tools": [t for t in tools if not (isinstance(t, dict) and t.get("name") in left_out)]}
 
 
 def _ignore(_response: dict[str, Any]) -> None:
