@@ -139,9 +139,10 @@ def build_hooks(
 ) -> ProxyHooks:
     """The services behind the relay's hooks, wired as the proxy runs them (tests run the same wiring)."""
     approver = Approver(
-        build_channels(settings.approval.channels, ChannelNeeds(terminal, console)),
+        build_channels(settings.approval.channels, ChannelNeeds(terminal, console, settings.approval.webhook)),
         timeout=settings.approval.timeout,
         memory=ApprovalMemory(store=approvals_store),
+        quorum=settings.approval.quorum,
     )
     limiters = Limiters(
         shared=shared_state(settings.state),

@@ -14,6 +14,7 @@ from mcp_sampling_proxy.terminal import Terminal
 
 class TerminalChannel:
     name = "terminal"
+    single_approver = True
 
     def __init__(self, terminal: Terminal | None):
         self._terminal = terminal

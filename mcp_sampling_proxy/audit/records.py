@@ -100,6 +100,7 @@ class AuditFields(TypedDict, total=False):
     prompt_edited_by: str | None  # the channel of a human who edited the prompt
     answer_edited_by: str  # the channel of a reviewer who replaced the LLM's answer
     original_answer_sha256: str  # the digest of the LLM's own answer, when a reviewer rejected or replaced it
+    approved_by: list[str]  # who approved, by name (terminal, host, console:NAME, webhook:NAME); all of a quorum
 
 
 class RequestSession(Protocol):
