@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +20,9 @@ from fakes.llm_server import FakeLLMServer
 from helpers.support import (
     KITCHEN_SINK,
     PY,
+    ROOT,
     RawHost,
+    free_port,
     openai_policy,
     proxy_command,
     proxy_env,
@@ -222,3 +227,40 @@ def test_policy_check_refuses_plain_http_off_this_machine(tmp_path: Path, url: s
         assert result.returncode != 0
         assert "policy.yaml:3:10: approval.webhook.url is plain http to" in result.stderr
         assert "use https://" in result.stderr
+
+
+def test_the_receiver_in_the_guide_approves_a_request(tmp_path: Path, llm: FakeLLMServer, dirs: dict[str, str]) -> None:
+    """The guide's receiver, run as it is printed, verifies the proxy's request and signs an answer the proxy
+    takes: the person at its terminal types y."""
+    guide = (ROOT / "docs" / "guides" / "approvals.md").read_text()
+    section = guide.split("## Approvals through a webhook", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "receiver.py").write_text(code)
+    port = free_port()
+    receiver = subprocess.Popen(
+        [PY, str(tmp_path / "receiver.py")],
+        env={**os.environ, "APPROVAL_WEBHOOK_SECRET": SECRET, "PORT": str(port), "USER": "docs-reader"},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert receiver.stdin is not None
+        receiver.stdin.write(b"y\n")
+        receiver.stdin.flush()
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.1)
+        policy = webhook_policy(tmp_path, llm, f"http://127.0.0.1:{port}/")
+        with RawHost(proxy_command(policy), proxy_env(**dirs, APPROVAL_HOOK_SECRET=SECRET), tmp_path / "p.log") as host:
+            host.initialize()
+            answer = call_sample(host, 2, "as the guide shows")
+    finally:
+        receiver.kill()
+        shown, _ = receiver.communicate(timeout=10)
+    assert answer["content"]["text"] == "echo: as the guide shows"
+    assert b'"text": "as the guide shows"' in shown  # it printed what would run
+    assert decisions(tmp_path)[0]["approved_by"] == ["webhook:docs-reader"]
