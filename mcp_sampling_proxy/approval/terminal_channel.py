@@ -47,7 +47,10 @@ class TerminalChannel:
                     )
                 scope, text = await approval_dialogue(request.params, self._ask, self._say, terminal.discard_typeahead)
             except BaseException:
-                terminal.write("\n(request withdrawn or timed out: denied)\n")
+                ended = (
+                    "answered elsewhere, withdrawn or timed out" if request.quorum else "withdrawn or timed out: denied"
+                )
+                terminal.write(f"\n(request {ended})\n")
                 raise
         if scope is None:
             return Approval(False, self.name, "rejected at the terminal", "rejected")

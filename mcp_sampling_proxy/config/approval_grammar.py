@@ -86,6 +86,19 @@ def parse_quorum(node: Node) -> int:
     return quorum
 
 
+# the channels whose answers can come from several people (named web-console users, webhook approvers)
+MANY_APPROVER_CHANNELS = ("console", "webhook")
+
+
+def check_quorum(node: Node, quorum: int, channels: tuple[str, ...]) -> None:
+    """A quorum the listed channels can never meet is a mistake to name now, not a deny at every request."""
+    if quorum > len(channels) and not set(MANY_APPROVER_CHANNELS) & set(channels):
+        raise node.error(
+            f"{node.label} is {quorum}, but the channels {', '.join(channels)} can bring at most {len(channels)} "
+            "different approvers: add console (each web-console user by name) or a webhook, or lower the quorum"
+        )
+
+
 def _beside(path: str, where: str) -> str:
     """A path as the policy gives it, relative to the policy file (hosts start proxies anywhere)."""
     path = os.path.expanduser(path)

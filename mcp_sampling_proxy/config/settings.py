@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from mcp_sampling_proxy.config.approval_grammar import WebhookSettings, parse_quorum, parse_webhook
+from mcp_sampling_proxy.config.approval_grammar import WebhookSettings, check_quorum, parse_quorum, parse_webhook
 from mcp_sampling_proxy.config.child_env import WELL_KNOWN_KEY_VARS
 from mcp_sampling_proxy.config.policy_file import read_policy_text
 from mcp_sampling_proxy.config.provider_grammar import parse_provider
@@ -366,6 +366,8 @@ def _parse_approval(node: Node, where: str) -> ApprovalSettings:
                 "(where in the order it is asked), or remove the webhook section"
             )
         settings = replace(settings, channels=tuple(channels))
+    if "quorum" in fields_:
+        check_quorum(fields_["quorum"], settings.quorum, settings.channels)
     if "timeout" in fields_:
         settings = replace(settings, timeout=fields_["timeout"].duration())
     if "review_response" in fields_:
