@@ -1,6 +1,7 @@
 """What an approval channel is: the records it is asked with and answers with, the `Channel` protocol
-each channel meets (terminal_channel.py, console_channel.py, host_channel.py; registry.py makes them by
-name), and what it may use of the relay. The approver (approver.py) tries them in the configured order.
+each channel meets (terminal_channel.py, console_channel.py, host_channel.py, webhook_channel.py;
+registry.py makes them by name), and what it may use of the relay. The approver (approver.py) tries them
+in the configured order, or all at once under a quorum.
 """
 
 from __future__ import annotations
