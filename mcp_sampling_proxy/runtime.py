@@ -163,9 +163,10 @@ def build_hooks(
     `tool_pins`: the pins store (quotas/tool_pins.py; None: no pinning); `server_target`: the server's
     command line or URL, which with its name says whose pins they are."""
     approver = Approver(
-        build_channels(settings.approval.channels, ChannelNeeds(terminal, console)),
+        build_channels(settings.approval.channels, ChannelNeeds(terminal, console, settings.approval.webhook)),
         timeout=settings.approval.timeout,
         memory=ApprovalMemory(store=approvals_store),
+        quorum=settings.approval.quorum,
     )
     limiters = Limiters(
         shared=shared_state(settings.state),

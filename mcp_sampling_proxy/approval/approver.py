@@ -5,24 +5,38 @@ console, the host through `elicitation/create`); the first one that can reach a 
 When none can, or nobody answers within the timeout, the request is denied with a message that
 says why and how to set up a channel. "Approve for this session" lasts as long as the proxy;
 "always" is remembered per server and tool in the user's state directory (memory.py).
+
+Under `approval.quorum: N` (N > 1) every channel that can reach a human is asked at once, and a
+request runs only when N different approvers said yes (`Approval.identity`: the terminal, the host's
+user, each named console user, each webhook approver); the same approver twice counts once, and one
+no ends it. Each approval then counts for this request only: nothing is remembered, and remembered
+approvals are not used, since one person's "always" must not stand in for several people.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
 
-from mcp_sampling_proxy.approval.channels import Approval, ApprovalRequest, Channel, Relay, Review
-from mcp_sampling_proxy.approval.console.server import ConsoleGone
+from mcp_sampling_proxy.approval.channels import (
+    Approval,
+    ApprovalRequest,
+    Channel,
+    ChannelGone,
+    QuorumState,
+    Relay,
+    Review,
+)
 from mcp_sampling_proxy.approval.memory import ApprovalMemory
 from mcp_sampling_proxy.log import get_logger
 
 log = get_logger("mcp_sampling_proxy.approval.approver")
 
 DEFAULT_TIMEOUT = 120.0
+REPEAT_PAUSE = 1.0  # s; before asking a channel again whose approver had approved already (a bot must not spin)
 
 NO_CHANNEL_HINT = (
     "no approval channel is available (the proxy has no terminal, no companion console is attached, and "
@@ -33,16 +47,24 @@ NO_CHANNEL_HINT = (
 
 class Approver:
     def __init__(
-        self, channels: list[Channel], *, timeout: float = DEFAULT_TIMEOUT, memory: ApprovalMemory | None = None
+        self,
+        channels: list[Channel],
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        memory: ApprovalMemory | None = None,
+        quorum: int = 1,
     ):
         self._channels = channels
         self._timeout = timeout
         self._memory = memory or ApprovalMemory()
+        self._quorum = quorum
 
     def _channel(self, relay: Relay, skip: Sequence[str] = ()) -> Channel | None:
         return next((c for c in self._channels if c.name not in skip and c.available(relay)), None)
 
     async def ask(self, request: ApprovalRequest, relay: Relay) -> Approval:
+        if self._quorum > 1:
+            return await self._ask_quorum(request, relay)
         remembered = await self._memory.recall(request.server, request.tool)
         if remembered:
             return Approval(True, "remembered", f"approved earlier for this {remembered}", "approved", remembered)
@@ -51,12 +73,14 @@ class Approver:
             while (channel := self._channel(relay, skip=gone)) is not None:
                 try:
                     answer = await channel.ask(request, relay)
-                except ConsoleGone:
-                    log.info("the companion console went away before answering; trying the next channel")
+                except ChannelGone:
+                    log.info("an approval channel went away before answering; trying the next", channel=channel.name)
                     gone.append(channel.name)
                     continue
                 if answer.approved and answer.scope in ("session", "always"):
                     await self._memory.keep(request.server, request.tool, answer.scope, request.rule, answer.channel)
+                if answer.approved and answer.who:
+                    answer = replace(answer, approved_by=(answer.who,))
                 return self._noting_forgery(request, answer)
             why = (
                 (
@@ -82,6 +106,88 @@ class Approver:
             "timeout",
         )
 
+    async def _ask_quorum(self, request: ApprovalRequest, relay: Relay) -> Approval:
+        """Ask every channel that can reach a human at once until `quorum` different approvers said yes,
+        one said no, every channel is done, or the time is up."""
+        channels = [c for c in self._channels if c.available(relay)]
+        rule = f"policy rule '{request.rule}'"
+        if not channels:
+            return Approval(False, None, f"approval required by {rule} but {NO_CHANNEL_HINT}", "unavailable")
+        tally = _Tally(self._quorum)
+        with anyio.move_on_after(self._timeout) as waited:
+            async with anyio.create_task_group() as group:
+                for channel in channels:
+                    group.start_soon(self._gather, channel, request, relay, tally, group.cancel_scope)
+        so_far = tally.so_far()
+        if tally.refusal is not None:
+            return replace(tally.refusal, approved_by=tuple(tally.approved))
+        if len(tally.approved) >= self._quorum:
+            return Approval(
+                True,
+                "+".join(dict.fromkeys(tally.approved.values())),
+                f"approved by {self._quorum} different approvers ({', '.join(tally.approved)})",
+                "approved",
+                approved_by=tuple(tally.approved),
+            )
+        if waited.cancelled_caught:
+            return Approval(
+                False,
+                "+".join(dict.fromkeys(c.name for c in channels)),
+                f"{rule} needs {self._quorum} different approvers; {so_far} within {self._timeout:g} s; denied "
+                "(raise approval.timeout, or lower approval.quorum)",
+                "timeout",
+                approved_by=tuple(tally.approved),
+            )
+        return Approval(
+            False,
+            "+".join(dict.fromkeys(c.name for c in channels)),
+            f"{rule} needs {self._quorum} different approvers; {so_far}, and no other approver can be reached; denied",
+            "rejected" if tally.approved else "unavailable",
+            approved_by=tuple(tally.approved),
+        )
+
+    async def _gather(
+        self, channel: Channel, request: ApprovalRequest, relay: Relay, tally: _Tally, done: anyio.CancelScope
+    ) -> None:
+        """Ask one channel, again for another approver when it can bring several, into the tally."""
+        repeats = 0
+        while True:
+            asked = replace(request, quorum=QuorumState(self._quorum, tuple(tally.approved)))
+            try:
+                answer = await channel.ask(asked, relay)
+            except ChannelGone:
+                log.info("an approval channel went away before answering", channel=channel.name)
+                return
+            if not answer.approved:
+                tally.refusal = answer  # one no ends it
+                done.cancel()
+                return
+            if answer.params is not None:
+                tally.refusal = Approval(
+                    False,
+                    channel.name,
+                    f"{answer.who} approved an edited prompt, but under approval.quorum every approver must see "
+                    "what runs: edits are refused; denied (approve it unedited, or deny it)",
+                    "rejected",
+                    identity=answer.identity,
+                )
+                done.cancel()
+                return
+            who = answer.who or channel.name
+            if who in tally.approved:
+                repeats += 1
+                log.info("the same approver approved again: it counts once", approver=who)
+            else:
+                tally.approved[who] = channel.name
+                log.info("approval counted", approver=who, have=len(tally.approved), needed=self._quorum)
+            if len(tally.approved) >= self._quorum:
+                done.cancel()
+                return
+            if channel.single_approver:
+                return
+            if repeats:
+                await anyio.sleep(min(REPEAT_PAUSE * repeats, 10 * REPEAT_PAUSE))
+
     def _noting_forgery(self, request: ApprovalRequest, approval: Approval) -> Approval:
         """The approval, its reason saying (for the audit record) when a forged remembered one was ignored."""
         if not self._memory.ignored(request.server, request.tool):
@@ -100,6 +206,21 @@ class Approver:
         with anyio.move_on_after(self._timeout):
             try:
                 return await channel.review(request, result, relay)
-            except ConsoleGone:  # the reviewer went away: the answer was not approved for the server
+            except ChannelGone:  # the reviewer went away: the answer was not approved for the server
                 return Review(False, result, channel.name)
         return Review(False, result, channel.name)
+
+
+@dataclass
+class _Tally:
+    """The answers of one request under a quorum: who approved (identity -> channel, in order) and the
+    refusal that ended it, if any."""
+
+    needed: int
+    approved: dict[str, str] = field(default_factory=dict)
+    refusal: Approval | None = None
+
+    def so_far(self) -> str:
+        if not self.approved:
+            return "nobody approved it"
+        return f"only {len(self.approved)} approved it ({', '.join(self.approved)})"

@@ -1,6 +1,7 @@
 """What an approval channel is: the records it is asked with and answers with, the `Channel` protocol
-each channel meets (terminal_channel.py, console_channel.py, host_channel.py; registry.py makes them by
-name), and what it may use of the relay. The approver (approver.py) tries them in the configured order.
+each channel meets (terminal_channel.py, console_channel.py, host_channel.py, webhook_channel.py;
+registry.py makes them by name), and what it may use of the relay. The approver (approver.py) tries them
+in the configured order, or all at once under a quorum.
 """
 
 from __future__ import annotations
@@ -31,6 +32,15 @@ class Relay(Protocol):
 
 
 @dataclass(frozen=True)
+class QuorumState:
+    """Where a request stands under `approval.quorum`: how many different approvers it needs and who has
+    approved it so far (identities as in `Approval.identity`), for a channel to show its human."""
+
+    needed: int
+    approved_by: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class ApprovalRequest:
     server: str
     host: str
@@ -39,6 +49,7 @@ class ApprovalRequest:
     params: dict[str, Any]  # server-controlled: sanitise before showing
     summary: str  # already sanitised
     prompt_edited_by: str | None = None  # the channel whose human edited the prompt (for the review)
+    quorum: QuorumState | None = None  # set when more than one approver is needed
 
 
 @dataclass(frozen=True)
@@ -49,6 +60,14 @@ class Approval:
     outcome: ApprovalOutcome
     scope: ApprovalScope = "once"
     params: dict[str, Any] | None = None  # the request as edited by the operator
+    # who answered: "terminal", "host", "console" or "console:NAME" (the name a web-console user gave),
+    # "webhook:NAME" (the receiver's `approver`); None: the channel's name
+    identity: str | None = None
+    approved_by: tuple[str, ...] = ()  # every approver counted (the approver fills it in; for the audit)
+
+    @property
+    def who(self) -> str | None:
+        return self.identity or self.channel
 
 
 @dataclass(frozen=True)
@@ -58,8 +77,15 @@ class Review:
     channel: str
 
 
+class ChannelGone(Exception):
+    """The channel's human (or receiver) cannot be reached any more: the approver tries the next channel."""
+
+
 class Channel(Protocol):
     name: str
+    # True when every answer on this channel comes from the same person (the terminal, the host's user):
+    # under a quorum it is asked once; a console or a webhook can bring several approvers
+    single_approver: bool
 
     def available(self, relay: Relay) -> bool: ...
 

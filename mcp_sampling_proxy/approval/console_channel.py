@@ -15,10 +15,22 @@ from mcp_sampling_proxy.approval.channels import (
 )
 from mcp_sampling_proxy.approval.console.server import ConsoleServer
 from mcp_sampling_proxy.approval.edits import last_user, text_of, with_prompt, with_text
+from mcp_sampling_proxy.sanitize import one_line
+
+MAX_NAME = 64
+
+
+def console_identity(name: Any) -> str:
+    """Who answered at a console: `console:NAME` when the person gave a name (the web console keeps one per
+    browser tab), else `console`. A convenience on a page only the user can open, not authentication."""
+    if isinstance(name, str) and (clean := one_line(name, MAX_NAME).strip()):
+        return f"console:{clean}"
+    return "console"
 
 
 class ConsoleChannel:
     name = "console"
+    single_approver = False
 
     def __init__(self, server: ConsoleServer):
         self._server = server
@@ -38,10 +50,17 @@ class ConsoleChannel:
                 "summary": request.summary,
                 "params": request.params,
                 "edit": "prompt",
+                **(
+                    {"quorum": {"needed": request.quorum.needed, "approved_by": list(request.quorum.approved_by)}}
+                    if request.quorum is not None
+                    else {}
+                ),
             }
         )
+        identity = console_identity(answer.get("approver"))
         if answer.get("approve") is not True:  # a peer's "false" string must not approve
-            return Approval(False, self.name, "rejected at the companion console", "rejected")
+            by = f" by {identity}" if identity != self.name else ""
+            return Approval(False, self.name, f"rejected at the companion console{by}", "rejected", identity=identity)
         scope: ApprovalScope = answer["scope"] if answer.get("scope") in APPROVAL_SCOPES else "once"
         text = answer.get("prompt")
         if not isinstance(text, str) and isinstance(answer.get("params"), dict):
@@ -54,7 +73,7 @@ class ConsoleChannel:
                     False, self.name, "the companion console sent an edited request without text; denied", "rejected"
                 )
         if not isinstance(text, str):
-            return Approval(True, self.name, "approved at the companion console", "approved", scope)
+            return Approval(True, self.name, "approved at the companion console", "approved", scope, identity=identity)
         try:
             edited = with_prompt(request.params, text)
         except ValueError as exc:
@@ -62,7 +81,13 @@ class ConsoleChannel:
                 False, self.name, f"the companion console's edit was not applied ({exc}); denied", "rejected"
             )
         return Approval(
-            True, self.name, "approved with an edited prompt at the companion console", "approved", scope, edited
+            True,
+            self.name,
+            "approved with an edited prompt at the companion console",
+            "approved",
+            scope,
+            edited,
+            identity=identity,
         )
 
     async def review(self, request: ApprovalRequest, result: dict[str, Any], relay: Relay) -> Review:

@@ -15,6 +15,7 @@ class HostChannel:
     """Ask the user through the host's own UI with a yes/no elicitation form."""
 
     name = "host"
+    single_approver = True
 
     def available(self, relay: Relay) -> bool:
         caps = relay.session.host_capabilities.get("elicitation")

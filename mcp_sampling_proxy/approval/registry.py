@@ -9,6 +9,7 @@ tests/unit/approval/test_approval_registry.py).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -17,7 +18,11 @@ from mcp_sampling_proxy.approval.console.server import ConsoleServer
 from mcp_sampling_proxy.approval.console_channel import ConsoleChannel
 from mcp_sampling_proxy.approval.host_channel import HostChannel
 from mcp_sampling_proxy.approval.terminal_channel import TerminalChannel
+from mcp_sampling_proxy.approval.webhook_channel import WebhookChannel, read_secret
+from mcp_sampling_proxy.config.approval_grammar import WebhookSettings
+from mcp_sampling_proxy.config.child_env import withheld
 from mcp_sampling_proxy.config.settings import APPROVAL_CHANNELS
+from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.terminal import Terminal
 
 
@@ -28,6 +33,7 @@ class ChannelNeeds:
 
     terminal: Terminal | None  # the controlling terminal, or None when the proxy has none
     console: ConsoleServer | None  # the companion console's socket server, or None when it is off
+    webhook: WebhookSettings | None = None  # approval.webhook, or None when the policy has none
 
 
 def _terminal(needs: ChannelNeeds) -> Channel | None:
@@ -42,11 +48,25 @@ def _host(needs: ChannelNeeds) -> Channel | None:
     return HostChannel()
 
 
+def _webhook(needs: ChannelNeeds) -> Channel | None:
+    if needs.webhook is None:
+        return None
+    secret = read_secret(needs.webhook, os.environ, withheld)
+    if secret is None:
+        get_logger("mcp_sampling_proxy.approval.webhook").warning(
+            "the approval webhook's secret is not set: the webhook channel is unavailable",
+            source=needs.webhook.secret_source,
+            fix="set it where the proxy starts (`mcp-sampling-proxy doctor` checks it)",
+        )
+    return WebhookChannel(needs.webhook, secret)
+
+
 # name -> the channel for this proxy, or None when it cannot exist in it; in the default order
 FACTORIES: dict[str, Callable[[ChannelNeeds], Channel | None]] = {
     "terminal": _terminal,
     "console": _console,
     "host": _host,
+    "webhook": _webhook,
 }
 CHANNEL_NAMES = tuple(FACTORIES)
 

@@ -14,6 +14,7 @@ from mcp_sampling_proxy.terminal import Terminal
 
 class TerminalChannel:
     name = "terminal"
+    single_approver = True
 
     def __init__(self, terminal: Terminal | None):
         self._terminal = terminal
@@ -38,9 +39,18 @@ class TerminalChannel:
                     f"\nmcp-sampling-proxy: approval needed for server '{one_line(request.server, 120)}' "
                     f"(rule '{one_line(request.rule, 120)}'):\n" + quote(request.summary) + "\n"
                 )
+                if request.quorum is not None:  # approval.quorum: this yes is one of several
+                    so_far = one_line(", ".join(request.quorum.approved_by) or "nobody yet", 200)
+                    terminal.write(
+                        f"needs {request.quorum.needed} different approvers (approved so far: {so_far}); "
+                        "here you approve as 'terminal', for this request only\n"
+                    )
                 scope, text = await approval_dialogue(request.params, self._ask, self._say, terminal.discard_typeahead)
             except BaseException:
-                terminal.write("\n(request withdrawn or timed out: denied)\n")
+                ended = (
+                    "answered elsewhere, withdrawn or timed out" if request.quorum else "withdrawn or timed out: denied"
+                )
+                terminal.write(f"\n(request {ended})\n")
                 raise
         if scope is None:
             return Approval(False, self.name, "rejected at the terminal", "rejected")

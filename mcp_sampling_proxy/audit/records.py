@@ -106,6 +106,7 @@ class AuditFields(TypedDict, total=False):
     cost_usd: float | None  # what the proxy's own LLM call cost, in USD (null: unpriced, or no usage reported)
     price_as_of: str  # the price's date (the shipped table's), "policy" (prices:), or "unpriced"
     tool_change: dict[str, Any]  # tools/list: a pinned tool changed, appeared or went (serve/tools.py)
+    approved_by: list[str]  # who approved, by name (terminal, host, console:NAME, webhook:NAME); all of a quorum
 
 
 class RequestSession(Protocol):

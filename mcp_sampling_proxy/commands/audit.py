@@ -543,7 +543,10 @@ def format_record(record: dict[str, Any]) -> str:
         return "  ".join(parts)
     decision = _s(record.get("decision") or "?", 20)
     if record.get("approver") and decision in ("approved", "rejected", "timeout"):
-        decision += f" by {_s(record['approver'], 20)}"
+        decision += f" by {_s(record['approver'], 40)}"
+        named = record.get("approved_by")
+        if isinstance(named, list) and named and named != [record["approver"]]:  # a quorum, named approvers
+            decision += f" [{_s(', '.join(str(n) for n in named), 200)}]"
     if record.get("rule"):
         decision += f" (rule {_s(record['rule'], 40)})"
     parts.append(decision)

@@ -128,6 +128,13 @@ class Console:
                 f"(rule '{_clean(message.get('rule'))}'):"
             )
             self.say(quote(message["summary"]))
+            quorum = message.get("quorum")
+            if isinstance(quorum, dict):  # approval.quorum: this console's yes is one of several
+                named = quorum.get("approved_by") if isinstance(quorum.get("approved_by"), list) else []
+                so_far = f" (so far: {_clean(', '.join(str(n) for n in named))})" if named else ""
+                self.say(
+                    f"needs {_clean(quorum.get('needed'))} different approvers{so_far}; here you approve as 'console'"
+                )
             params = message.get("params") or {}
             scope, text = await approval_dialogue(
                 params, self.ask, self.say, lambda: discard_typeahead(sys.stdin.fileno())

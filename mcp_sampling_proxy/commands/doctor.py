@@ -438,7 +438,34 @@ def check_approval(settings: Any) -> Section:
         f"host: {', '.join(answer)} can ask in their own UI (elicitation); {', '.join(silent)} "
         f"cannot, so use the console there ({HOST_SUPPORT_NOTE})",
     )
+    if settings is not None:
+        _check_webhook(section, settings)
     return section
+
+
+def _check_webhook(section: Section, settings: Any) -> None:
+    """The webhook channel can sign and check only with its secret; the quorum is said as it is."""
+    from mcp_sampling_proxy.approval.webhook_channel import read_secret
+    from mcp_sampling_proxy.config.child_env import withheld
+
+    if settings.approval.quorum > 1:
+        section.add(
+            "info",
+            f"quorum: {settings.approval.quorum} different approvers must approve each request "
+            "(terminal, host, each named web-console user, each webhook approver)",
+        )
+    webhook = settings.approval.webhook
+    if webhook is None:
+        return
+    if read_secret(webhook, os.environ, withheld) is None:
+        fix = (
+            f"set {webhook.secret_env} in the environment the host starts the proxy with"
+            if webhook.secret_env
+            else f"write the shared secret into {webhook.secret_file} (chmod 600)"
+        )
+        section.add("fail", f"webhook: its secret is not set ({webhook.secret_source}): the channel cannot ask", fix)
+    else:
+        section.add("ok", f"webhook: requests are signed for {webhook.url} (secret from {webhook.secret_source})")
 
 
 # -- files ----------------------------------------------------------------------------------------------

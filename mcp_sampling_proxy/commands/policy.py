@@ -356,12 +356,31 @@ def explain(settings: Settings, params: dict[str, Any], origin: Origin) -> list[
         return lines
     lines.extend(describe_facts(judged.facts))
     lines.extend(walk_rules(settings, judged.facts, judged.decision))
+    if judged.decision.action == "prompt":
+        lines.extend(describe_approval(settings))
     lines.extend(describe_limits(settings.limits, judged.decision.matched, model_line=model_reason(settings, judged)))
     rule = judged.decision.matched
     if rule is not None and rule.budget is not None and rule.budget.usd is not None:
         lines.append(f"  price: {price_reason(settings, judged)}")
     lines.extend(f"  the request goes on with {note}" for note in judged.notes)
     return lines
+
+
+def describe_approval(settings: Settings) -> list[str]:
+    """Who would be asked, when the policy asks more than the default way (a webhook, a quorum)."""
+    approval = settings.approval
+    if approval.quorum == 1 and approval.webhook is None:
+        return []
+    channels = ", ".join(
+        f"webhook ({approval.webhook.url})" if name == "webhook" and approval.webhook else name
+        for name in approval.channels
+    )
+    if approval.quorum == 1:
+        return [f"  asked on the first of: {channels} that can reach a human"]
+    return [
+        f"  asked on every channel at once ({channels}): runs after {approval.quorum} different approvers "
+        "(approval.quorum); one deny ends it"
+    ]
 
 
 def walk_rules(settings: Settings, facts: Facts, decision: Decision | None) -> list[str]:

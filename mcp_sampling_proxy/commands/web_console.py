@@ -65,6 +65,7 @@ KEEP_RECORDS = 20_000
 EVENT_INTERVAL = 0.1  # s; the least time between two events to one page
 SOCKET_TIMEOUT = 60.0  # s; longer than the event stream's 15 s keep-alive
 SCOPES = ("once", "session", "always")
+MAX_NAME = 64  # characters of the name a person gives on the page
 
 
 class WebState:
@@ -346,22 +347,43 @@ class WebConsole:
         if text is not None and not isinstance(text, str):
             raise Refused(400, "'text' must be a string")
         if message["type"] == "pending":
+            approver = self._approver(message, body.get("approver"), action)
             if action == "deny":
-                return decision_reply(message, None, None)
+                return decision_reply(message, None, None, approver)
             scope = body.get("scope", "once")
             if action != "approve" or scope not in SCOPES:
                 raise Refused(400, "answer a request with action approve (scope once, session or always) or deny")
+            if text is not None and message.get("quorum"):
+                raise Refused(400, "under a quorum every approver must see what runs: approve it unedited, or deny it")
             if text is not None:
                 why = edits.prompt_not_editable(message.get("params") or {})
                 if why is not None:
                     raise Refused(400, f"this prompt cannot be edited: {why}")
                 scope = "once"  # an edited prompt is approved once, as on the terminal
-            return decision_reply(message, scope, text)
+            return decision_reply(message, scope, text, approver)
         if message["type"] == "review":
             if action not in ("send", "reject"):
                 raise Refused(400, "answer a review with action send or reject")
             return review_reply(message, action == "send", text if action == "send" else None)
         return elicit_reply(message, self._elicitation(message, action, body.get("content")))
+
+    @staticmethod
+    def _approver(message: dict[str, Any], name: Any, action: Any) -> str | None:
+        """The name the person gave on the page (kept per browser tab): a convenience that tells approvers
+        apart under a quorum on a page only the URL's holder can open, not authentication."""
+        if name is not None and (not isinstance(name, str) or len(name) > MAX_NAME):
+            raise Refused(400, f"'approver' must be a name of at most {MAX_NAME} characters")
+        given: str = one_line(name, MAX_NAME).strip() if isinstance(name, str) else ""
+        quorum = message.get("quorum")
+        if not isinstance(quorum, dict) or action != "approve":
+            return given or None
+        needed = quorum.get("needed")
+        if not given:
+            raise Refused(400, f"this request needs {needed} different approvers: enter your name at the top first")
+        approved_by = quorum.get("approved_by")
+        if isinstance(approved_by, list) and f"console:{given}" in approved_by:
+            raise Refused(409, f"{given} approved this already; it needs an approval from someone else")
+        return given
 
     @staticmethod
     def _elicitation(message: dict[str, Any], action: Any, content: Any) -> dict[str, Any]:

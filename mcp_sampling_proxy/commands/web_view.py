@@ -214,6 +214,7 @@ def question_view(key: str, proxy: str, message: dict[str, Any], limits: dict[st
     if message["type"] == "pending":
         view["request"] = request_view(message.get("params") or {})
         view["limits"] = limits
+        view["quorum"] = quorum_view(message.get("quorum"))
     elif message["type"] == "review":
         view["prompt"] = _t(message.get("summary") or "")
         view["prompt_edited_by"] = _s(message.get("prompt_edited_by"), 40) if message.get("prompt_edited_by") else None
@@ -226,6 +227,19 @@ def question_view(key: str, proxy: str, message: dict[str, Any], limits: dict[st
         else:
             view["form"] = form_view(message.get("schema"))
     return view
+
+
+def quorum_view(quorum: Any) -> dict[str, Any] | None:
+    """Under `approval.quorum`: how many different approvers the request needs, and who approved so far."""
+    if not isinstance(quorum, dict) or not isinstance(quorum.get("needed"), int):
+        return None
+    named = quorum.get("approved_by")
+    return {
+        "needed": quorum["needed"],
+        "approved_by": [_s(name, 80) for name in named if isinstance(name, str)][:20]
+        if isinstance(named, list)
+        else [],
+    }
 
 
 # -- budgets -------------------------------------------------------------------------------------

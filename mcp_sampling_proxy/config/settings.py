@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from mcp_sampling_proxy.config.approval_grammar import WebhookSettings, check_quorum, parse_quorum, parse_webhook
 from mcp_sampling_proxy.config.auto_answers import AutoAnswer, parse_auto_answers
 from mcp_sampling_proxy.config.child_env import WELL_KNOWN_KEY_VARS
 from mcp_sampling_proxy.config.policy_file import read_policy_text
@@ -29,7 +30,8 @@ from mcp_sampling_proxy.yamlnodes import Node, PolicyError, load
 
 ROUTES = ("auto", "proxy", "host")
 ERAS = ("auto", "handshake", "modern")
-APPROVAL_CHANNELS = ("terminal", "console", "host")
+APPROVAL_CHANNELS = ("terminal", "console", "host", "webhook")
+DEFAULT_APPROVAL_CHANNELS = ("terminal", "console", "host")  # and webhook, when approval.webhook is set
 AUDIT_CONTENT_MODES = ("none", "redacted", "full")
 AUDIT_KEYS = ("path", "content", "redact", "fsync", "max_bytes")
 FSYNC_BEFORE_ANSWER = "before_answer"  # audit.fsync: the answer waits for the record's fsync
@@ -49,9 +51,11 @@ DEFAULT_AUDIT_MAX_BYTES = 64 * MiB
 class ApprovalSettings:
     """The top-level `approval:` section."""
 
-    channels: tuple[str, ...] = APPROVAL_CHANNELS  # tried in this order
+    channels: tuple[str, ...] = DEFAULT_APPROVAL_CHANNELS  # tried in this order
     timeout: float = 120.0  # seconds
     review_response: bool = False  # let the approver check the LLM's answer before the server gets it
+    quorum: int = 1  # approvals from different people needed before a request runs
+    webhook: WebhookSettings | None = None  # where the webhook channel POSTs its signed requests
 
 
 @dataclass(frozen=True)
@@ -151,6 +155,8 @@ class Settings:
     def named_files(self) -> list[str]:
         """Files this policy names that the governed server must not see: the audit log, key files."""
         found = [self.audit.path] if self.audit.path else []
+        if self.approval.webhook is not None and self.approval.webhook.secret_file:
+            found.append(self.approval.webhook.secret_file)
         return found + [p.api_key_file for p in self.providers if p.api_key_file]
 
     def secret_env_vars(self) -> set[str]:
@@ -160,6 +166,8 @@ class Settings:
         names.update(var for p in self.providers if p.command for var in preset_key_vars(p.command.preset))
         if self.state.url_env:  # a Redis URL may hold a password
             names.add(self.state.url_env)
+        if self.approval.webhook is not None and self.approval.webhook.secret_env:
+            names.add(self.approval.webhook.secret_env)
         return names - set(self.pass_env)
 
 
@@ -241,7 +249,7 @@ def parse_settings(text: str, where: str) -> Settings:
     if "limits" in top:
         settings.limits = top["limits"].attempt(lambda: SizeLimits(**parse_limits(top["limits"])), settings.limits)
     if "approval" in top:
-        settings.approval = top["approval"].attempt(lambda: _parse_approval(top["approval"]), settings.approval)
+        settings.approval = top["approval"].attempt(lambda: _parse_approval(top["approval"], where), settings.approval)
     if "rules" in top:
         known = KnownProviders(
             models={p.name: tuple(m.name for m in p.models) for p in settings.providers},
@@ -346,9 +354,14 @@ def _parse_elicitation(node: Node) -> ElicitationSettings:
 # -- limits and approval ----------------------------------------------------------------------------
 
 
-def _parse_approval(node: Node) -> ApprovalSettings:
-    fields_ = node.mapping(("channels", "timeout", "review_response"))
+def _parse_approval(node: Node, where: str) -> ApprovalSettings:
+    fields_ = node.mapping(("channels", "timeout", "review_response", "quorum", "webhook"))
     settings = ApprovalSettings()
+    if "webhook" in fields_:  # its grammar: config/approval_grammar.py
+        webhook = parse_webhook(fields_["webhook"], where)
+        settings = replace(settings, webhook=webhook, channels=(*settings.channels, "webhook"))
+    if "quorum" in fields_:
+        settings = replace(settings, quorum=parse_quorum(fields_["quorum"]))
     if "channels" in fields_:
         cnode = fields_["channels"]
         items = [cnode] if not cnode.is_sequence() else cnode.sequence()
@@ -363,7 +376,16 @@ def _parse_approval(node: Node) -> ApprovalSettings:
                 f"{cnode.label} needs at least one of {', '.join(APPROVAL_CHANNELS)} (in the order to try them); "
                 "to never ask anyone, end the rules with one that has action: deny"
             )
+        if ("webhook" in channels) != (settings.webhook is not None):
+            raise cnode.error(
+                f"{cnode.label} lists webhook but approval has no webhook: section (url, secret_env or secret_file)"
+                if settings.webhook is None
+                else f"{cnode.label} does not list webhook, but approval.webhook is set: add webhook to the list "
+                "(where in the order it is asked), or remove the webhook section"
+            )
         settings = replace(settings, channels=tuple(channels))
+    if "quorum" in fields_:
+        check_quorum(fields_["quorum"], settings.quorum, settings.channels)
     if "timeout" in fields_:
         settings = replace(settings, timeout=fields_["timeout"].duration())
     if "review_response" in fields_:

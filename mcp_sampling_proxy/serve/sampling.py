@@ -256,6 +256,8 @@ class SamplingService:
         asked = self._asked(request, session, tool, decision)
         with waiting_for("waiting for approval"):  # progress keep-alive to the host (relay/keepalive.py)
             approval = await self._approver.ask(asked, relay)
+        if approval.approved_by:  # each approver by name (several under approval.quorum)
+            audit["approved_by"] = list(approval.approved_by)
         if not approval.approved:
             raise _Ended(
                 "timeout" if approval.outcome == "timeout" else "rejected",

@@ -146,16 +146,21 @@ class ConsoleClient:
             self._on_event(Event("resolved", path, message))
 
 
-def decision_reply(message: dict[str, Any], scope: str | None, text: str | None) -> dict[str, Any]:
+def decision_reply(
+    message: dict[str, Any], scope: str | None, text: str | None, approver: str | None = None
+) -> dict[str, Any]:
     """The answer to a `pending` question: approved with `scope` (None: denied), and the new text of
     the last user message when the human edited it (the proxy applies it; a proxy from before the
-    `edit` key takes the whole edited request)."""
+    `edit` key takes the whole edited request). `approver`: the name the person gave (the web console
+    keeps one per tab), which tells approvers apart under `approval.quorum`."""
     reply: dict[str, Any] = {
         "type": "decision",
         "id": message["id"],
         "approve": scope is not None,
         "scope": scope or "once",
     }
+    if approver:
+        reply["approver"] = approver
     if text is not None:
         reply.update(
             {"prompt": text}

@@ -31,6 +31,7 @@ _FIELDS: dict[str, dict[str, tuple[tuple[type, ...], bool, int]]] = {
         "summary": ((str,), True, _TEXT),
         "params": ((dict,), True, 0),
         "edit": ((str, type(None)), False, 16),
+        "quorum": ((dict, type(None)), False, 0),  # {"needed": int, "approved_by": [str]} under approval.quorum
     },
     "review": {
         "id": ((str,), True, _ID),

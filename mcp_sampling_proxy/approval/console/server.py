@@ -36,6 +36,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
+from mcp_sampling_proxy.approval.channels import ChannelGone
 from mcp_sampling_proxy.hardening import cmdline, is_relay, peer_pid, refusal, relay_subcommands
 from mcp_sampling_proxy.log import Throttle, get_logger
 from mcp_sampling_proxy.sanitize import one_line
@@ -162,7 +163,7 @@ def _listening(path: Path) -> bool:
     return True
 
 
-class ConsoleGone(Exception):
+class ConsoleGone(ChannelGone):
     """Every companion console went away (quit with Ctrl-C, closed) before answering."""
 
 

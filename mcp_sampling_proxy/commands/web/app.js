@@ -46,7 +46,13 @@ async function post(body) {
   return data;
 }
 
+// The name this person gives, kept for this tab (sessionStorage): it tells approvers apart when a request
+// needs several (approval.quorum). A convenience on a page only the URL's holder can open, not a login.
+const NAME_KEY = "mcp-sampling-proxy.approver";
+const approverName = () => (sessionStorage.getItem(NAME_KEY) || "").trim();
+
 function answer(card, body) {
+  if (card.classList.contains("pending") && approverName()) body = {...body, approver: approverName()};
   const error = card.querySelector(".error");
   error.textContent = "";
   for (const b of card.querySelectorAll("button")) b.disabled = true;
@@ -99,6 +105,14 @@ function limitsRow(q) {
   return el("div", {class: "limits"}, chips);
 }
 
+function quorumRow(quorum) {
+  const so_far = quorum.approved_by.length;
+  return el("div", {class: "quorum"},
+    el("b", {}, `Needs ${quorum.needed} different approvers: ${so_far} of ${quorum.needed} so far`),
+    so_far ? ` (approved by ${quorum.approved_by.join(", ")})` : "",
+    approverName() ? ` · you approve as ${approverName()}` : " · enter your name at the top to approve");
+}
+
 function samplingCard(q) {
   const r = q.request;
   const card = el("article", {class: "card pending", "data-key": q.key});
@@ -124,16 +138,21 @@ function samplingCard(q) {
   const edit = el("button", {type: "button", title: r.not_editable || "", on: {click: () => { editor.hidden = false; }}},
     "Edit prompt…");
   if (!r.editable) { edit.disabled = true; edit.dataset.off = "1"; }
-  fill(card, 
-    el("h3", {}, "Sampling request"), meta(q), limitsRow(q),
+  const approve = (scope) => () => answer(card, {key: q.key, action: "approve", scope});
+  const buttons = q.quorum ? [
+    el("button", {class: "primary", type: "button", on: {click: approve("once")}}, "Approve"),
+  ] : [
+    el("button", {class: "primary", type: "button", on: {click: approve("once")}}, "Allow once"),
+    el("button", {type: "button", on: {click: approve("session")}}, "Allow for this session"),
+    el("button", {type: "button", on: {click: approve("always")}}, "Always for this server + tool"),
+    edit,
+  ];
+  fill(card,
+    el("h3", {}, "Sampling request"), meta(q), q.quorum ? quorumRow(q.quorum) : null, limitsRow(q),
     r.system ? messageBox("system prompt", [{type: "text", text: r.system}]) : null,
     r.messages.map((m) => messageBox(m.role, m.blocks)),
     details.length ? el("ul", {class: "details"}, details) : null,
-    el("div", {class: "actions"},
-      el("button", {class: "primary", type: "button", on: {click: () => answer(card, {key: q.key, action: "approve", scope: "once"})}}, "Allow once"),
-      el("button", {type: "button", on: {click: () => answer(card, {key: q.key, action: "approve", scope: "session"})}}, "Allow for this session"),
-      el("button", {type: "button", on: {click: () => answer(card, {key: q.key, action: "approve", scope: "always"})}}, "Always for this server + tool"),
-      edit,
+    el("div", {class: "actions"}, buttons,
       el("button", {class: "danger", type: "button", on: {click: () => answer(card, {key: q.key, action: "deny"})}}, "Deny")),
     editor, el("div", {class: "error", role: "alert"}));
   return card;
@@ -304,7 +323,18 @@ function connect() {
   source.onerror = () => { document.getElementById("status").textContent = "disconnected: is the console still running?"; };
 }
 
+function setupName() {
+  const input = document.getElementById("approver");
+  input.value = approverName();
+  input.addEventListener("change", () => {
+    sessionStorage.setItem(NAME_KEY, input.value.trim());
+    for (const [key, node] of rendered) { node.remove(); rendered.delete(key); }  // redrawn with the name
+    fetch("api/state").then((r) => r.json()).then(applyState).catch(() => {});
+  });
+}
+
 function setup() {
+  setupName();
   const button = document.getElementById("notify");
   if ("Notification" in window && Notification.permission !== "granted") {
     button.hidden = false;

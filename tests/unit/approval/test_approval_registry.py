@@ -16,16 +16,18 @@ from mcp_sampling_proxy.yamlnodes import PolicyError
 
 @pytest.mark.parametrize("name", CHANNEL_NAMES)
 def test_the_policy_can_name_each_channel_the_registry_makes(name: str) -> None:
-    settings = parse_settings(f"approval:\n  channels: [{name}]\n", "policy.yaml")
+    section = "  webhook: {url: 'https://approvals.example/hook', secret_env: HOOK}\n" if name == "webhook" else ""
+    settings = parse_settings(f"approval:\n  channels: [{name}]\n{section}", "policy.yaml")
     assert settings.approval.channels == (name,)
-    made = build_channels(settings.approval.channels, ChannelNeeds(None, ConsoleServer(str, str)))
+    needs = ChannelNeeds(None, ConsoleServer(str, str), settings.approval.webhook)
+    made = build_channels(settings.approval.channels, needs)
     assert [channel.name for channel in made] == [name]
 
 
 def test_a_channel_the_registry_does_not_make_is_refused_with_the_ones_it_does() -> None:
     with pytest.raises(PolicyError) as refused:
-        parse_settings("approval:\n  channels: [terminal, webhook]\n", "policy.yaml")
-    assert f"'webhook' is not one of {', '.join(CHANNEL_NAMES)}" in str(refused.value)
+        parse_settings("approval:\n  channels: [terminal, pager]\n", "policy.yaml")
+    assert f"'pager' is not one of {', '.join(CHANNEL_NAMES)}" in str(refused.value)
 
 
 def test_the_channels_are_asked_in_the_policys_order() -> None:
@@ -44,9 +46,25 @@ def test_the_registry_refuses_to_load_when_the_policys_names_differ() -> None:
     list and not the other must stop the proxy at start, not be silently unreachable."""
     code = (
         "import mcp_sampling_proxy.config.settings as settings\n"
-        "settings.APPROVAL_CHANNELS = (*settings.APPROVAL_CHANNELS, 'webhook')\n"
+        "settings.APPROVAL_CHANNELS = (*settings.APPROVAL_CHANNELS, 'pager')\n"
         "import mcp_sampling_proxy.approval.registry\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
-    assert "APPROVAL_CHANNELS lists ('terminal', 'console', 'host', 'webhook')" in result.stderr
+    assert "APPROVAL_CHANNELS lists ('terminal', 'console', 'host', 'webhook', 'pager')" in result.stderr
+
+
+def test_the_webhook_channel_needs_its_section_and_the_section_needs_the_channel() -> None:
+    with pytest.raises(PolicyError) as no_section:
+        parse_settings("approval:\n  channels: [terminal, webhook]\n", "policy.yaml")
+    assert "approval.channels lists webhook but approval has no webhook: section" in str(no_section.value)
+    with pytest.raises(PolicyError) as not_listed:
+        parse_settings(
+            "approval:\n  channels: [terminal]\n  webhook: {url: 'https://a.example/h', secret_env: H}\n", "policy.yaml"
+        )
+    assert "approval.channels does not list webhook, but approval.webhook is set" in str(not_listed.value)
+    # without a channel list, a webhook section adds the webhook after the default channels
+    settings = parse_settings("approval:\n  webhook: {url: 'https://a.example/h', secret_file: s.txt}\n", "/p/x.yaml")
+    assert settings.approval.channels == ("terminal", "console", "host", "webhook")
+    assert settings.approval.webhook is not None and settings.approval.webhook.secret_file == "/p/s.txt"
+    assert "/p/s.txt" in settings.named_files()  # hidden from a sandboxed server like the audit log

@@ -811,7 +811,7 @@ def test_rule_errors_name_file_line_col(text_: str, expected: str) -> None:
         P(
             "approval:\n  channels: [terminal, consle]\n",
             "policy.yaml:2:24: approval.channels[1] 'consle' is not one of "
-            "terminal, console, host (did you mean 'console'?)",
+            "terminal, console, host, webhook (did you mean 'console'?)",
             id="channel-typo",
         ),
         P(

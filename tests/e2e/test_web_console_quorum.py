@@ -1,0 +1,151 @@
+"""A quorum of two in a real headless Chromium: two people (two browser contexts, each with the name it
+gave the page) approve one request through `console --web`, against a real proxy with `approval.quorum: 2`.
+One approval leaves it waiting, the same person cannot approve twice, the second person runs it, and
+the audit names both."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes.llm_server import FakeLLMServer
+from helpers.support import PY, RawHost, openai_policy, proxy_command, proxy_env, write_policy
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="console sockets use SO_PEERCRED and /proc")
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+RULES = "rules:\n  - name: two-people\n    action: prompt\n"
+SCREENSHOTS = os.environ.get("MCP_SAMPLING_PROXY_SCREENSHOTS")  # a directory to keep the screenshots in
+
+
+class WebConsole:
+    """`console --web --no-open` as a process; `url` is the first line it prints."""
+
+    def __init__(self, dirs: dict[str, str], policy: str, stderr: Path):
+        self.proc = subprocess.Popen(
+            [PY, "-m", "mcp_sampling_proxy", "console", "--web", "--no-open", "--policy", policy],
+            env=proxy_env(**dirs),
+            stdout=subprocess.PIPE,
+            stderr=stderr.open("wb"),
+            stdin=subprocess.DEVNULL,
+        )
+        assert self.proc.stdout is not None
+        self.url = self.proc.stdout.readline().decode().strip()
+        assert self.url.startswith("http://127.0.0.1:"), f"first line is not the URL: {self.url!r}"
+
+    def close(self) -> None:
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def chromium() -> Iterator[Any]:
+    if CHROMIUM is None:
+        pytest.skip("no chromium on PATH: install the Debian package (apt-get install -y chromium; .ci/run does)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def person(browser: Any, url: str, name: str | None) -> Any:
+    """One person's page, in a browser context of its own, with the name they typed at the top."""
+    page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.errors = errors
+    page.goto(url)
+    if name is not None:
+        page.fill("#approver", name)
+        page.press("#approver", "Tab")  # the change event keeps it for this tab
+    return page
+
+
+def shot(page: Any, tmp_path: Path, name: str) -> Path:
+    path = tmp_path / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    if SCREENSHOTS:
+        shutil.copy(path, Path(SCREENSHOTS) / path.name)
+    return path
+
+
+def test_a_quorum_of_two_in_chromium(tmp_path: Path, dirs: dict[str, str], llm: FakeLLMServer, chromium: Any) -> None:
+    from playwright.sync_api import expect
+
+    audit = tmp_path / "audit.jsonl"
+    approval = "approval:\n  quorum: 2\n  channels: [console]\n  timeout: 60s\n"
+    policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=RULES) + approval + f"audit:\n  path: {audit}\n")
+    web = WebConsole(dirs, policy, tmp_path / "web.log")
+    try:
+        alice = person(chromium, web.url, "alice")
+        bob = person(chromium, web.url, "bob")
+        nameless = person(chromium, web.url, None)
+        with RawHost(proxy_command(policy), proxy_env(**dirs), tmp_path / "proxy.log") as host:
+            host.initialize()
+            for page in (alice, bob, nameless):
+                page.get_by_text("1 proxy attached").wait_for(timeout=15000)
+            host.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 2,
+                    "method": "tools/call",
+                    "params": {"name": "sample", "arguments": {"prompt": "ship the release to production"}},
+                }
+            )
+            card = alice.locator("article.pending")
+            expect(card).to_contain_text("Needs 2 different approvers: 0 of 2 so far", timeout=15000)
+            expect(card).to_contain_text("you approve as alice")
+            # a quorum offers no "for this session" or "always", and no edit: every approver sees what runs
+            assert alice.get_by_role("button", name="Allow for this session").count() == 0
+            assert alice.get_by_role("button", name="Edit prompt…").count() == 0
+
+            # without a name, a person cannot be told apart from the others: refused with what to do
+            nameless.get_by_role("button", name="Approve").click()
+            expect(nameless.locator("article.pending .error")).to_contain_text("enter your name at the top first")
+
+            alice.get_by_role("button", name="Approve").click()
+            waiting = bob.locator("article.pending")
+            expect(waiting).to_contain_text("1 of 2 so far (approved by console:alice)", timeout=15000)
+            with pytest.raises((TimeoutError, queue.Empty)):  # one approval is not enough: the call waits
+                host.wait_for(lambda m: m.get("id") == 2 and "method" not in m, 1.5)
+            assert llm.requests == []
+
+            # alice again does not count: her page refuses it and says why
+            again = alice.locator("article.pending")
+            expect(again).to_contain_text("1 of 2 so far", timeout=15000)
+            alice.get_by_role("button", name="Approve").click()
+            expect(again.locator(".error")).to_contain_text("alice approved this already")
+            assert llm.requests == []
+
+            screenshot = shot(bob, tmp_path, "quorum-one-of-two")
+            assert screenshot.stat().st_size > 10_000
+            bob.get_by_role("button", name="Approve").click()
+            response = host.wait_for(lambda m: m.get("id") == 2 and "method" not in m, 30)
+        answer = json.loads(response["result"]["content"][0]["text"])
+        assert answer["content"]["text"] == "echo: ship the release to production"
+        [record] = [r for line in audit.read_text().splitlines() if (r := json.loads(line)).get("event") == "decision"]
+        assert record["decision"] == "approved"
+        assert record["approved_by"] == ["console:alice", "console:bob"]
+        line = bob.locator("ol.audit li").first
+        expect(line).to_contain_text("approved by console [console:alice, console:bob]", timeout=15000)
+        shot(bob, tmp_path, "quorum-approved")
+        assert alice.errors == [] and bob.errors == []
+    finally:
+        web.close()
