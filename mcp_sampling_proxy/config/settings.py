@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from mcp_sampling_proxy.config.checks import CheckSpec, parse_checks
 from mcp_sampling_proxy.config.child_env import WELL_KNOWN_KEY_VARS
 from mcp_sampling_proxy.config.policy_file import read_policy_text
 from mcp_sampling_proxy.config.provider_grammar import parse_provider
@@ -118,6 +119,7 @@ class Settings:
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
     elicitation: ElicitationSettings = field(default_factory=ElicitationSettings)
     rules: list[Rule] = field(default_factory=list)
+    checks: dict[str, CheckSpec] = field(default_factory=dict)  # external validators by name (config/checks.py)
     limits: SizeLimits = field(default_factory=SizeLimits)
     approval: ApprovalSettings = field(default_factory=ApprovalSettings)
     audit: AuditSettings = field(default_factory=AuditSettings)
@@ -150,6 +152,8 @@ class Settings:
         names.update(WELL_KNOWN_KEY_VARS)
         if self.state.url_env:  # a Redis URL may hold a password
             names.add(self.state.url_env)
+        for check in self.checks.values():  # a check's header tokens
+            names.update(check.variables())
         return names - set(self.pass_env)
 
 
@@ -212,6 +216,7 @@ def parse_settings(text: str, where: str) -> Settings:
             "telemetry",
             "upstream",
             "sandbox",
+            "checks",
         )
     )
     errors = root.errors
@@ -230,6 +235,8 @@ def parse_settings(text: str, where: str) -> Settings:
         settings.limits = top["limits"].attempt(lambda: SizeLimits(**parse_limits(top["limits"])), settings.limits)
     if "approval" in top:
         settings.approval = top["approval"].attempt(lambda: _parse_approval(top["approval"]), settings.approval)
+    if "checks" in top:
+        settings.checks = top["checks"].attempt(lambda: parse_checks(top["checks"]), {})
     if "rules" in top:
         known = KnownProviders(
             models={p.name: tuple(m.name for m in p.models) for p in settings.providers},
@@ -237,7 +244,8 @@ def parse_settings(text: str, where: str) -> Settings:
             from_environment=tuple(entry[0] for entry in _ENV_PROVIDERS),
             unchecked="llm" in top and llm_broken,  # a broken llm section's names would only add noise
         )
-        settings.rules = top["rules"].attempt(lambda: parse_rules(top["rules"], known), [])
+        defined = tuple(top["checks"].keys()) if "checks" in top else ()  # a broken one is reported once
+        settings.rules = top["rules"].attempt(lambda: parse_rules(top["rules"], known, defined), [])
     if "audit" in top:
         settings.audit = top["audit"].attempt(lambda: _parse_audit(top["audit"], where), settings.audit)
     if "state" in top:
