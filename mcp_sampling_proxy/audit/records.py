@@ -69,6 +69,17 @@ TEXT_FIELDS = ("reason", "error")  # free text: secret shapes are masked in ever
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
+class CheckRecord(TypedDict, total=False):
+    """One external check a request went through (`checks:` in the policy), in the order they ran."""
+
+    name: str  # the check's name in `checks:`
+    stage: str  # request | answer
+    verdict: str  # allow | deny | modify, or error (timed out, crashed, unreachable, a garbage verdict)
+    reason: str | None  # the validator's reason, or what went wrong (one line, capped)
+    duration_ms: int
+    on_error: str  # with verdict error only: what the policy made of it (deny | allow)
+
+
 class AuditFields(TypedDict, total=False):
     """Every field a caller can give a decision record (`AuditLog.record`). The first group is
     `DECISION_FIELDS` (written in every decision record, null when not given); the rest are written
@@ -100,6 +111,7 @@ class AuditFields(TypedDict, total=False):
     prompt_edited_by: str | None  # the channel of a human who edited the prompt
     answer_edited_by: str  # the channel of a reviewer who replaced the LLM's answer
     original_answer_sha256: str  # the digest of the LLM's own answer, when a reviewer rejected or replaced it
+    checks: list[CheckRecord]  # the external checks run, when the matched rule has any
 
 
 class RequestSession(Protocol):
