@@ -219,7 +219,9 @@ class Checks:
         return changed
 
     async def _ask(self, spec: CheckSpec, document: dict[str, Any]) -> Verdict:
-        body = json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+        body = json.dumps(
+            document, separators=(",", ":")
+        ).encode()  # ASCII: a lone surrogate is escaped, not broken UTF-8
         if spec.command is not None:
             raw = await run_command(spec.command, body + b"\n")
         else:

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import mcp_types as types
 import pytest
 from fakes.check_server import Answer, CheckServer
 from fakes.llm_server import FakeLLMServer
@@ -175,6 +176,39 @@ async def test_an_answer_stage_deny_keeps_the_answer_from_the_server(
     assert (audited["decision"], audited["provider"]) == ("deny", "fake")
     assert audited["original_answer_sha256"]
     assert [(c["stage"], c["verdict"]) for c in audited["checks"]] == [("request", "allow"), ("answer", "deny")]
+
+
+@pytest.mark.anyio
+async def test_checks_apply_when_the_host_samples_itself(
+    tmp_path: Path, llm: FakeLLMServer, http_check: CheckServer
+) -> None:
+    """A host that can sample answers the request itself: the checks still see its prompt and its answer."""
+    asked: list[types.CreateMessageRequestParams] = []
+
+    async def host_llm(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        asked.append(params)
+        return types.CreateMessageResult(
+            role="assistant", content=types.TextContent(text="Yes, 43 is prime."), model="host-model"
+        )
+
+    http_check.verdict({"verdict": "modify", "text": "Is 43 prime?"})
+    http_check.verdict({"verdict": "modify", "text": "[checked] yes"})
+    checks = {"remote": f"    url: {http_check.url}\n    stage: both\n"}
+    env = proxy_env(TEST_LLM_KEY=KEY)
+    policy_file = policy(llm, tmp_path, checks, ["remote"])
+    async with sdk_host(proxy_command(policy_file), env, tmp_path / "stderr.log", sampling_callback=host_llm) as client:
+        answer = tool_json(await client.call_tool("sample", {"prompt": PROMPT, "max_tokens": 50}))
+    assert answer["content"] == {"type": "text", "text": "[checked] yes"}
+    (message,) = asked[0].messages
+    assert isinstance(message.content, types.TextContent) and message.content.text == "Is 43 prime?"
+    assert http_check.received[1].body["answer"]["content"]["text"] == "Yes, 43 is prime."
+    assert llm.requests == []
+    audited = decision(tmp_path)
+    assert (audited["provider"], audited["prompt_edited_by"], audited["answer_edited_by"]) == (
+        "host",
+        "check remote",
+        "check remote",
+    )
 
 
 @pytest.mark.anyio
