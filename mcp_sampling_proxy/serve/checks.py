@@ -40,6 +40,7 @@ from mcp_sampling_proxy.policy.size_caps import check_caps
 from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 from mcp_sampling_proxy.protocol.sampling_request import SamplingRequest, validate
+from mcp_sampling_proxy.relay.keepalive import waiting_for
 from mcp_sampling_proxy.sanitize import one_line
 from mcp_sampling_proxy.vocabulary import MiB, Outcome
 
@@ -189,7 +190,8 @@ class Checks:
         audit["checks"] = [*audit.get("checks", []), entry]
         changed: T | None = None
         try:
-            with anyio.fail_after(spec.timeout):
+            # progress keep-alive to the host's tool call (relay/keepalive.py) while the validator works
+            with anyio.fail_after(spec.timeout), waiting_for(f"waiting for check {spec.name}"):
                 verdict = await self._ask(spec, document)
             if verdict.verdict == "modify":
                 assert verdict.text is not None  # parse_verdict: a modify has its text
@@ -219,9 +221,8 @@ class Checks:
         return changed
 
     async def _ask(self, spec: CheckSpec, document: dict[str, Any]) -> Verdict:
-        body = json.dumps(
-            document, separators=(",", ":")
-        ).encode()  # ASCII: a lone surrogate is escaped, not broken UTF-8
+        # ASCII JSON: a lone surrogate in a server's prompt is sent escaped, never as broken UTF-8
+        body = json.dumps(document, separators=(",", ":")).encode()
         if spec.command is not None:
             raw = await run_command(spec.command, body + b"\n")
         else:

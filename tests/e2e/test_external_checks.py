@@ -212,6 +212,26 @@ async def test_checks_apply_when_the_host_samples_itself(
 
 
 @pytest.mark.anyio
+async def test_a_slow_check_keeps_the_hosts_tool_call_alive(tmp_path: Path, llm: FakeLLMServer) -> None:
+    record = tmp_path / "seen.jsonl"
+    llm.reply_text("No.")
+    checks = {"scan": command(record, "slow")}
+    section = "".join(f"  {name}:\n{lines}" for name, lines in checks.items())
+    rules = "rules:\n  - name: checked\n    check: [scan]\n    action: allow\n"
+    extra = f"sampling:\n  keepalive_seconds: 0.25\nchecks:\n{section}"
+    policy_file = write(tmp_path, openai_policy(llm.base_url, extra=extra, rules=rules))
+    messages: list[str | None] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        messages.append(message)
+
+    async with sdk_host(proxy_command(policy_file), proxy_env(TEST_LLM_KEY=KEY), tmp_path / "stderr.log") as client:
+        result = await client.call_tool("sample", {"prompt": PROMPT}, progress_callback=on_progress)
+    assert tool_json(result)["content"]["text"] == "No."
+    assert "waiting for check scan" in messages
+
+
+@pytest.mark.anyio
 async def test_a_validator_past_its_deadline_denies_and_its_process_group_is_killed(
     tmp_path: Path, llm: FakeLLMServer
 ) -> None:
