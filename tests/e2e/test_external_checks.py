@@ -6,6 +6,7 @@ unless its check says on_error: allow."""
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +16,18 @@ import mcp_types as types
 import pytest
 from fakes.check_server import Answer, CheckServer
 from fakes.llm_server import FakeLLMServer
-from helpers.support import PY, ROOT, alive, free_port, openai_policy, proxy_command, proxy_env, sdk_host, tool_json
+from helpers.support import (
+    PROXY,
+    PY,
+    ROOT,
+    alive,
+    free_port,
+    openai_policy,
+    proxy_command,
+    proxy_env,
+    sdk_host,
+    tool_json,
+)
 from helpers.support import write_policy as write
 
 KEY = "sk-test-key-never-logged-0123456789"
@@ -118,6 +130,10 @@ async def test_a_deny_refuses_the_request_with_the_validators_reason(tmp_path: P
     assert audited["reason"] == answer["error"]["message"]
     assert audited["checks"][0]["verdict"] == "deny"
     assert audited["checks"][0]["reason"] == "the prompt holds a card number"
+    tail = subprocess.run(
+        [*PROXY, "audit", "tail", str(tmp_path / "audit.jsonl")], capture_output=True, text=True, check=True
+    )
+    assert "deny (rule checked)  checks scan deny  reason: sampling denied by check 'scan'" in tail.stdout
 
 
 @pytest.mark.anyio
