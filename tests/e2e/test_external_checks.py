@@ -20,6 +20,7 @@ from helpers.support import (
     PROXY,
     PY,
     ROOT,
+    RawHost,
     alive,
     free_port,
     openai_policy,
@@ -314,3 +315,32 @@ async def test_a_validator_without_a_valid_verdict_denies(
     assert answer["error"]["message"].startswith(f"sampling denied: check 'scan' failed ({why}")
     assert llm.requests == []
     assert decision(tmp_path)["checks"][0]["verdict"] == "error"
+
+
+MODERN_SERVER = [PY, str(ROOT / "tests" / "fixtures" / "modern_raw_server.py")]
+MODERN_HOST_THAT_SAMPLES = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {"sampling": {}},
+    "io.modelcontextprotocol/clientInfo": {"name": "modern-host", "version": "1"},
+}
+
+
+def test_a_checked_request_is_never_left_to_a_2026_host_that_could_sample(tmp_path: Path, llm: FakeLLMServer) -> None:
+    """In the 2026-07-28 era the proxy may leave a round's sampling to a host that samples; a rule with
+    checks keeps it, so the host cannot answer past them."""
+    record = tmp_path / "seen.jsonl"
+    checks = {"scan": command(record, "deny", "not with this prompt")}
+    policy_file = policy(llm, tmp_path, checks, ["scan"])
+    with open(policy_file, "a", encoding="utf-8") as f:
+        f.write("upstream:\n  era: auto\n")
+    with RawHost(
+        proxy_command(policy_file, upstream=MODERN_SERVER), proxy_env(TEST_LLM_KEY=KEY), tmp_path / "stderr.log"
+    ) as h:
+        call = {"name": "mixed", "arguments": {}, "_meta": MODERN_HOST_THAT_SAMPLES}
+        first = h.request("tools/call", call)
+        assert set(first["result"]["inputRequests"]) == {"r"}  # the sampling request is not shown to the host
+        retry = {**call, "requestState": first["result"]["requestState"], "inputResponses": {"r": {"roots": []}}}
+        final = h.request("tools/call", retry)
+    assert "sampling denied by check 'scan': not with this prompt" in final["error"]["message"]
+    assert len(seen(record)) == 1
+    assert llm.requests == []
