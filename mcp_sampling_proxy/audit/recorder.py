@@ -307,6 +307,11 @@ class AuditLog:
         for key in TEXT_FIELDS:
             if isinstance(record.get(key), str):
                 record[key] = self._redacted_text(record[key])
+        if isinstance(record.get("checks"), list):  # an external check's reason is free text too
+            record["checks"] = [
+                {**c, "reason": self._redacted_text(c["reason"])} if isinstance(c.get("reason"), str) else c
+                for c in record["checks"]
+            ]
         content = record.get("content")
         if self.content == "redacted" and isinstance(content, dict):
             count = 0

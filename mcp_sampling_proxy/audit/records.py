@@ -69,6 +69,17 @@ TEXT_FIELDS = ("reason", "error")  # free text: secret shapes are masked in ever
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
+class CheckRecord(TypedDict, total=False):
+    """One external check a request went through (`checks:` in the policy), in the order they ran."""
+
+    name: str  # the check's name in `checks:`
+    stage: str  # request | answer
+    verdict: str  # allow | deny | modify, or error (timed out, crashed, unreachable, a garbage verdict)
+    reason: str | None  # the validator's reason, or what went wrong (one line, capped)
+    duration_ms: int
+    on_error: str  # with verdict error only: what the policy made of it (deny | allow)
+
+
 class AuditFields(TypedDict, total=False):
     """Every field a caller can give a decision record (`AuditLog.record`). The first group is
     `DECISION_FIELDS` (written in every decision record, null when not given); the rest are written
@@ -107,6 +118,7 @@ class AuditFields(TypedDict, total=False):
     price_as_of: str  # the price's date (the shipped table's), "policy" (prices:), or "unpriced"
     tool_change: dict[str, Any]  # tools/list: a pinned tool changed, appeared or went (serve/tools.py)
     approved_by: list[str]  # who approved, by name (terminal, host, console:NAME, webhook:NAME); all of a quorum
+    checks: list[CheckRecord]  # the external checks run, when the matched rule has any
 
 
 class RequestSession(Protocol):

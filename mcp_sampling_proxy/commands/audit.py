@@ -553,6 +553,10 @@ def format_record(record: dict[str, Any]) -> str:
     for key, what in (("prompt_edited_by", "prompt"), ("answer_edited_by", "answer")):
         if record.get(key):
             parts.append(f"{what} edited by {_s(record[key], 20)}")
+    checks = record.get("checks")  # external checks, in the order they ran: "checks scan allow, dlp deny"
+    if isinstance(checks, list) and checks:
+        ran = [f"{_s(c.get('name'), 40)} {_s(c.get('verdict'), 10)}" for c in checks[:8] if isinstance(c, dict)]
+        parts.append("checks " + ", ".join(ran))
     if record.get("provider") or record.get("model"):
         parts.append(f"{_s(record.get('provider') or '?', 30)}/{_s(record.get('model') or '?', 60)}")
     if record.get("input_tokens") is not None or record.get("output_tokens") is not None:

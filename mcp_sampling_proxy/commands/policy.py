@@ -358,6 +358,7 @@ def explain(settings: Settings, params: dict[str, Any], origin: Origin) -> list[
     lines.extend(walk_rules(settings, judged.facts, judged.decision))
     if judged.decision.action == "prompt":
         lines.extend(describe_approval(settings))
+    lines.extend(describe_checks(settings, judged.decision.matched))
     lines.extend(describe_limits(settings.limits, judged.decision.matched, model_line=model_reason(settings, judged)))
     rule = judged.decision.matched
     if rule is not None and rule.budget is not None and rule.budget.usd is not None:
@@ -512,6 +513,16 @@ def describe_facts(facts: Facts) -> list[str]:
         f"request: {facts.method} from server {server}, host {host}, {tool}",
         f"  model hints: {hints}; max_tokens: {max_tokens}; messages: {facts.message_count}; "
         f"content: {content}; include_context: {facts.include_context}",
+    ]
+
+
+def describe_checks(settings: Settings, rule: Rule | None) -> list[str]:
+    """The external checks the matched rule runs before its action applies (and on the answer)."""
+    names = rule.checks if rule is not None else ()
+    if not names:  # said only when the rule runs some: an explanation without checks stays as it was
+        return []
+    return ["checks, in order (a failed check denies unless its on_error is allow):"] + [
+        f"  {settings.checks[name].describe()}" for name in names
     ]
 
 

@@ -3,7 +3,7 @@
 Checks of what a server does with sampling, whatever rule matches: a request while no host request
 is in flight (the spec says servers MUST NOT send one), a loop of requests inside one host call,
 and credentials in what the LLM answers (and, when asked, in what the server sends). Their grammar
-lives here; `config/settings.py` hands it the `sampling:` keys it names (`CHECK_KEYS`).
+lives here; `config/settings.py` hands it the `sampling:` keys it names (`SAMPLING_CHECK_KEYS`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from mcp_sampling_proxy.identity import bad_character, normalise
 from mcp_sampling_proxy.yamlnodes import Node, shown_value
 
-CHECK_KEYS = ("allow_unsolicited", "max_per_call", "on_secret", "scan_requests")
+SAMPLING_CHECK_KEYS = ("allow_unsolicited", "max_per_call", "on_secret", "scan_requests")
 ON_SECRET = ("redact", "deny", "allow")
 DEFAULT_MAX_PER_CALL = 25
 
@@ -38,7 +38,7 @@ class SamplingChecks:
         return any(fnmatch.fnmatchcase(folded, normalise(glob)) for glob in self.allow_unsolicited)
 
 
-def parse_checks(fields: dict[str, Node]) -> SamplingChecks:
+def parse_sampling_checks(fields: dict[str, Node]) -> SamplingChecks:
     """The checks from the `sampling:` section's keys (the others are settings.py's)."""
     checks = SamplingChecks()
     allow = fields.get("allow_unsolicited")

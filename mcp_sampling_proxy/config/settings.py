@@ -14,13 +14,14 @@ from dataclasses import dataclass, field, replace
 
 from mcp_sampling_proxy.config.approval_grammar import WebhookSettings, check_quorum, parse_quorum, parse_webhook
 from mcp_sampling_proxy.config.auto_answers import AutoAnswer, parse_auto_answers
+from mcp_sampling_proxy.config.checks import CheckSpec, parse_checks
 from mcp_sampling_proxy.config.child_env import WELL_KNOWN_KEY_VARS
 from mcp_sampling_proxy.config.policy_file import read_policy_text
 from mcp_sampling_proxy.config.price_grammar import parse_prices
 from mcp_sampling_proxy.config.prices import PriceTable
 from mcp_sampling_proxy.config.provider_grammar import parse_provider
 from mcp_sampling_proxy.config.providers import ModelSpec, ProviderConfig, preset_key_vars
-from mcp_sampling_proxy.config.sampling_checks import CHECK_KEYS, SamplingChecks, parse_checks
+from mcp_sampling_proxy.config.sampling_checks import SAMPLING_CHECK_KEYS, SamplingChecks, parse_sampling_checks
 from mcp_sampling_proxy.config.sandbox_settings import SandboxSettings
 from mcp_sampling_proxy.config.tool_settings import ToolSettings, parse_tools
 from mcp_sampling_proxy.policy.grammar import KnownProviders, parse_limits, parse_rules
@@ -129,6 +130,7 @@ class Settings:
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
     elicitation: ElicitationSettings = field(default_factory=ElicitationSettings)
     rules: list[Rule] = field(default_factory=list)
+    checks: dict[str, CheckSpec] = field(default_factory=dict)  # external validators by name (config/checks.py)
     limits: SizeLimits = field(default_factory=SizeLimits)
     approval: ApprovalSettings = field(default_factory=ApprovalSettings)
     audit: AuditSettings = field(default_factory=AuditSettings)
@@ -168,6 +170,8 @@ class Settings:
             names.add(self.state.url_env)
         if self.approval.webhook is not None and self.approval.webhook.secret_env:
             names.add(self.approval.webhook.secret_env)
+        for check in self.checks.values():  # a check's header tokens
+            names.update(check.variables())
         return names - set(self.pass_env)
 
 
@@ -232,6 +236,7 @@ def parse_settings(text: str, where: str) -> Settings:
             "sandbox",
             "prices",
             "tools",
+            "checks",
         )
     )
     errors = root.errors
@@ -250,6 +255,8 @@ def parse_settings(text: str, where: str) -> Settings:
         settings.limits = top["limits"].attempt(lambda: SizeLimits(**parse_limits(top["limits"])), settings.limits)
     if "approval" in top:
         settings.approval = top["approval"].attempt(lambda: _parse_approval(top["approval"], where), settings.approval)
+    if "checks" in top:
+        settings.checks = top["checks"].attempt(lambda: parse_checks(top["checks"]), {})
     if "rules" in top:
         known = KnownProviders(
             models={p.name: tuple(m.name for m in p.models) for p in settings.providers},
@@ -257,7 +264,8 @@ def parse_settings(text: str, where: str) -> Settings:
             from_environment=tuple(entry[0] for entry in _ENV_PROVIDERS),
             unchecked="llm" in top and llm_broken,  # a broken llm section's names would only add noise
         )
-        settings.rules = top["rules"].attempt(lambda: parse_rules(top["rules"], known), [])
+        defined = tuple(top["checks"].keys()) if "checks" in top else ()  # a broken one is reported once
+        settings.rules = top["rules"].attempt(lambda: parse_rules(top["rules"], known, defined), [])
     if "audit" in top:
         settings.audit = top["audit"].attempt(lambda: _parse_audit(top["audit"], where), settings.audit)
     if "state" in top:
@@ -315,7 +323,15 @@ def _parse_llm(node: Node, settings: Settings) -> None:
 
 def _parse_sampling(node: Node) -> SamplingSettings:
     fields = node.mapping(
-        ("route", "fallback_on_host_error", "tools", "max_concurrent", "max_queued", "keepalive_seconds", *CHECK_KEYS)
+        (
+            "route",
+            "fallback_on_host_error",
+            "tools",
+            "max_concurrent",
+            "max_queued",
+            "keepalive_seconds",
+            *SAMPLING_CHECK_KEYS,
+        )
     )
     defaults = SamplingSettings()
     return SamplingSettings(
@@ -329,7 +345,7 @@ def _parse_sampling(node: Node) -> SamplingSettings:
         route=fields["route"].choice(ROUTES) if "route" in fields else "auto",
         fallback_on_host_error=fields["fallback_on_host_error"].bool() if "fallback_on_host_error" in fields else False,
         advertise_tools=fields["tools"].bool() if "tools" in fields else True,
-        checks=parse_checks(fields),
+        checks=parse_sampling_checks(fields),
     )
 
 

@@ -5,7 +5,7 @@ what they mean (conditions.py, rules.py). A new condition is a class in conditio
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, fields
 from functools import partial
 from typing import Any, TypeVar, cast
@@ -69,7 +69,7 @@ def parse_limits(node: Node) -> dict[str, Any]:
     return out
 
 
-RULE_KEYS = ("name", "when", "action", "message", "rate_limit", "budget", "limits", "provider", "model")
+RULE_KEYS = ("name", "when", "action", "message", "rate_limit", "budget", "limits", "provider", "model", "check")
 WHEN_KEYS = (
     "server",
     "server_reported",
@@ -87,13 +87,14 @@ WHEN_KEYS = (
 )
 
 
-def parse_rules(node: Node, known: KnownProviders) -> list[Rule]:
-    """The policy's `rules:` list, each checked against the providers and models `known`. When the
-    document gathers its mistakes, each rule (and each of its keys) is checked even after a bad one."""
+def parse_rules(node: Node, known: KnownProviders, checks: Collection[str] = ()) -> list[Rule]:
+    """The policy's `rules:` list, each checked against the providers and models `known` and the
+    `checks:` names defined. When the document gathers its mistakes, each rule (and each of its keys)
+    is checked even after a bad one."""
     rules: list[Rule] = []
     seen: dict[str, int] = {}
     for index, rnode in enumerate(node.sequence()):
-        rule = rnode.attempt(partial(_parse_rule, rnode, index, known), None)
+        rule = rnode.attempt(partial(_parse_rule, rnode, index, known, checks), None)
         if rule is None:
             continue
         if rule.name in seen:
@@ -110,7 +111,7 @@ def parse_rules(node: Node, known: KnownProviders) -> list[Rule]:
     return rules
 
 
-def _parse_rule(node: Node, index: int, known: KnownProviders) -> Rule:
+def _parse_rule(node: Node, index: int, known: KnownProviders, checks: Collection[str] = ()) -> Rule:
     fields_ = node.mapping(RULE_KEYS)
 
     def read(key: str, parse: Callable[[Node], T], fallback: T) -> T:
@@ -139,7 +140,22 @@ def _parse_rule(node: Node, index: int, known: KnownProviders) -> Rule:
         limits=RuleLimits(**limits) if limits is not None else None,
         provider=provider,
         model=None if provider_broken else read("model", lambda n: _rule_model(n, provider, known), None),
+        checks=read("check", lambda n: _rule_checks(n, action, checks), ()),
     )
+
+
+def _rule_checks(node: Node, action: Action, defined: Collection[str]) -> tuple[str, ...]:
+    """A rule's `check:`: names of the `checks:` section, run in this order before the action applies."""
+    if action == "deny":
+        raise node.error(f"{node.label}: a rule with action: deny refuses the request without running checks")
+    names = node.strings()
+    for item, name in zip([node] if not node.is_sequence() else node.sequence(), names, strict=True):
+        if name not in defined:
+            what = f"; defined: {', '.join(defined)}" if defined else "; the policy has no checks: section"
+            raise item.error(f"{item.label} '{name}' is not a check{did_you_mean(name, tuple(defined))}{what}")
+    if len(set(names)) != len(names):
+        raise node.error(f"{node.label} names a check twice")
+    return tuple(names)
 
 
 def _parse_when(node: Node, *, nested: bool = False) -> All:

@@ -79,3 +79,4 @@ class Rule:
     limits: RuleLimits | None = None
     provider: str | None = None  # answer with this provider
     model: str | None = None  # ... and/or this model (an alias is resolved to its model)
+    checks: tuple[str, ...] = ()  # external checks (`checks:` names) run before the action applies

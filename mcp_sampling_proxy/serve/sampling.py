@@ -44,6 +44,7 @@ from mcp_sampling_proxy.serve.assess import (
     judge_sampling,
     usable_providers,
 )
+from mcp_sampling_proxy.serve.checks import CheckRefused, Checks
 from mcp_sampling_proxy.vocabulary import Outcome
 
 if TYPE_CHECKING:
@@ -70,6 +71,7 @@ class SamplingService:
         self._audit = audit
         self._limiters = limiters or Limiters()
         self._gate = SamplingGate(settings.sampling.max_concurrent, settings.sampling.max_queued)
+        self._checks = Checks(settings.checks, settings.limits)  # the rule's external checks (serve/checks.py)
 
     async def serve(self, message: dict[str, Any], relay: Relay) -> dict[str, Any]:
         started = time.monotonic()
@@ -111,16 +113,17 @@ class SamplingService:
                 async with self._limiters.budget(decision.matched, key, judged.request.wire, priced) as budget:
                     if isinstance(budget, Refusal):
                         raise _Ended("deny", _limit_error(budget), limit=budget.limit)
-                    approved = await self._approve(message, judged.request, decision, relay, audit)
+                    request = await self._checks.on_request(judged.request, decision, session.server_name, audit)
+                    approved = await self._approve(message, request, decision, relay, audit)
                     audit["decision"] = "approved" if approved.approver else "allow"
                     audit["reason"] = decision.reason
                     audit["approver"] = approved.approver
                     if self.route(approved.request, session) == "host":
-                        result = await self._at_host(approved, relay, audit, started)
+                        result = await self._at_host(approved, decision, relay, audit, started)
                         if result is not None:
                             return result
                     return await self._fulfil_here(approved, decision, relay, audit, started, budget)
-        except _Ended as ended:
+        except (_Ended, CheckRefused) as ended:
             refused: AuditFields = {**audit, "decision": ended.outcome, "reason": ended.error.message, **ended.fields}
             self._audit.record(params=message.get("params"), result=None, **refused)  # the server gets no result
             log.warning("sampling refused", decision=ended.outcome, reason=ended.error.message)
@@ -292,7 +295,7 @@ class SamplingService:
         )
 
     async def _at_host(
-        self, approved: _Approved, relay: Relay, audit: AuditFields, started: float
+        self, approved: _Approved, decision: Decision, relay: Relay, audit: AuditFields, started: float
     ) -> dict[str, Any] | None:
         """The host samples (its tokens, not our budget); None when it refused and the policy says
         to fall back to our own LLM."""
@@ -308,7 +311,10 @@ class SamplingService:
                 "stop_reason": result.get("stopReason"),
                 "latency_ms": elapsed_ms(started),
             }
-            result = self._scan_answer(approved.request.wire, result, answered)
+            result = await self._checks.on_answer(
+                approved.request, result, decision, relay.session.server_name, answered
+            )
+            result = self._scan_answer(approved.request.wire, result, answered)  # what the server gets, last
             self._audit.record(params=approved.request.wire, result=result, **answered)
             return result
         if not self._settings.sampling.fallback_on_host_error:
@@ -342,6 +348,7 @@ class SamplingService:
                 approved.request, decision, session, audit.get("tool"), audit, started
             )
         budget.spent(_tokens(completion), cost)
+        result = await self._checks.on_answer(approved.request, result, decision, session.server_name, fulfilled)
         params = approved.request.wire
         result = self._scan_answer(params, result, fulfilled)
         if not self._settings.approval.review_response:
@@ -396,6 +403,8 @@ class SamplingService:
             return False
         # past the limit the proxy serves it: its own rate check refuses it, with the limit's error
         decision = judged.decision
+        if decision.matched is not None and decision.matched.checks:  # the proxy runs them: it serves it
+            return False
         return self._limiters.admit_now(decision.matched, limit_key(decision.rule, session.server_name)) is None
 
     def record_host_answer(

@@ -38,7 +38,7 @@ def test_check_reports_every_mistake_in_one_run(tmp_path: Path) -> None:
         "fallback_on_host_error, tools, max_concurrent, max_queued, keepalive_seconds, allow_unsolicited, "
         "max_per_call, on_secret, scan_requests",
         f"{policy}:5:5: unknown key 'acton' in rules[0] (did you mean 'action'?); allowed: name, when, action, "
-        "message, rate_limit, budget, limits, provider, model",
+        "message, rate_limit, budget, limits, provider, model, check",
         f"{policy}:7:13: rules[1].action 'allwo' is not one of allow, deny, prompt (did you mean 'allow'?)",
         f"{policy}:11:24: rules[2].when.max_tokens_over must be a whole number, got 'lots'",
         f"{policy}: 4 mistakes; fix them all, then check again",
