@@ -7,16 +7,18 @@ environment (OPENAI_API_KEY / OPENAI_BASE_URL, ANTHROPIC_API_KEY / ANTHROPIC_BAS
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from mcp_sampling_proxy.config.child_env import WELL_KNOWN_KEY_VARS
+from mcp_sampling_proxy.config.dirs import home_relative, state_dir
 from mcp_sampling_proxy.config.policy_file import read_policy_text
 from mcp_sampling_proxy.config.provider_grammar import parse_provider
 from mcp_sampling_proxy.config.providers import ModelSpec, ProviderConfig
-from mcp_sampling_proxy.config.sandbox_settings import SandboxSettings
+from mcp_sampling_proxy.config.sandbox_settings import SandboxSettings, parse_sandbox
 from mcp_sampling_proxy.policy.grammar import KnownProviders, parse_limits, parse_rules
 from mcp_sampling_proxy.policy.rules import Rule, SizeLimits
 from mcp_sampling_proxy.vocabulary import MiB
@@ -245,8 +247,6 @@ def parse_settings(text: str, where: str) -> Settings:
     if "telemetry" in top:
         settings.telemetry = top["telemetry"].attempt(lambda: _parse_telemetry(top["telemetry"]), settings.telemetry)
     if "sandbox" in top:
-        from mcp_sampling_proxy.config.sandbox_settings import parse_sandbox
-
         settings.sandbox = top["sandbox"].attempt(lambda: parse_sandbox(top["sandbox"], where), settings.sandbox)
     if "upstream" in top:
         top["upstream"].attempt(lambda: _parse_upstream(top["upstream"], settings), None)
@@ -360,8 +360,6 @@ def _parse_audit(node: Node, where: str) -> AuditSettings:
     given = node.mapping(AUDIT_KEYS)
     if "path" not in given:
         if given:
-            from mcp_sampling_proxy.config.dirs import home_relative, state_dir
-
             example = home_relative(state_dir(create=False) / "audit.jsonl")  # this OS's place for it
             raise node.error(
                 f"{node.label} sets {', '.join(given)} but no path: give path: FILE "
@@ -442,8 +440,6 @@ def _parse_state(node: Node) -> StateSettings:
 
 def installed(module: str) -> bool:
     """True when `module` (dotted names too) can be imported, without importing it."""
-    import importlib.util
-
     try:
         return importlib.util.find_spec(module) is not None
     except ModuleNotFoundError:  # a parent package is missing
