@@ -41,6 +41,7 @@ from typing import Any
 import anyio
 from anyio.abc import ByteReceiveStream, Process
 
+from mcp_sampling_proxy.config.child_env import helper_environment
 from mcp_sampling_proxy.config.providers import COMMAND_DEFAULT_MODEL, CommandSpec, ProviderConfig
 from mcp_sampling_proxy.log import known_secrets
 from mcp_sampling_proxy.protocol.content import as_blocks
@@ -286,8 +287,6 @@ class CommandAdapter:
     def environment(self) -> dict[str, str]:
         """The proxy's environment plus NO_COLOR=1, minus what the preset must not inherit. The proxy's
         key variables are not in it (config/child_env.py: withheld once read) unless `pass_env` names them."""
-        from mcp_sampling_proxy.config.child_env import helper_environment
-
         spec = self.config.command
         env = helper_environment(spec.pass_env if spec is not None else ())
         env = {k: v for k, v in env.items() if not (self.preset and k in self.preset.drop_env)}
