@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from mcp_sampling_proxy.approval.forms import FormError, parse_form, secret_reasons
 from mcp_sampling_proxy.config.settings import Settings, load_settings, settings_from_environment
 from mcp_sampling_proxy.identity import server_phrase, shown
 from mcp_sampling_proxy.policy.conditions import Facts
@@ -23,6 +24,7 @@ from mcp_sampling_proxy.policy.rules import RateLimit, Rule, SizeLimits, effecti
 from mcp_sampling_proxy.policy.size_caps import format_bytes as format_size
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 from mcp_sampling_proxy.protocol.names import ELICITATION_CREATE, SAMPLING_CREATE
+from mcp_sampling_proxy.protocol.sampling_request import validate
 from mcp_sampling_proxy.quotas.refusals import format_period as format_duration
 from mcp_sampling_proxy.sanitize import one_line, strip_controls
 from mcp_sampling_proxy.serve.assess import (
@@ -33,6 +35,7 @@ from mcp_sampling_proxy.serve.assess import (
     judge_elicitation,
     judge_sampling,
 )
+from mcp_sampling_proxy.serve.elicitation import request_mode, validate_elicitation
 from mcp_sampling_proxy.yamlnodes import PolicyError
 
 PROG = "mcp-sampling-proxy policy"
@@ -259,11 +262,7 @@ def checked(path: str, data: Any) -> tuple[str, dict[str, Any]]:
         method = ELICITATION
     try:
         if method == ELICITATION:
-            from mcp_sampling_proxy.serve.elicitation import validate_elicitation
-
             return method, validate_elicitation(data)
-        from mcp_sampling_proxy.protocol.sampling_request import validate
-
         validate(data)
         return method, data
     except RpcError as exc:
@@ -329,9 +328,6 @@ def walk_rules(settings: Settings, facts: Facts, decision: Decision | None) -> l
 
 def explain_elicitation(settings: Settings, params: dict[str, Any], origin: Origin) -> list[str]:
     """The explanation of an elicitation request: the rules, then where the proxy sends it."""
-    from mcp_sampling_proxy.approval.forms import FormError, parse_form, secret_reasons
-    from mcp_sampling_proxy.serve.elicitation import request_mode
-
     judged = judge_elicitation(settings, params, origin)
     mode = request_mode(params)
     lines = [

@@ -15,6 +15,7 @@ import os
 import shlex
 import subprocess
 import time
+import webbrowser
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Unpack
 
@@ -52,8 +53,6 @@ def open_url(url: str) -> bool:
     command = os.environ.get(OPENER_ENV)
     if command:
         return subprocess.run([*shlex.split(command), url], check=False).returncode == 0
-    import webbrowser
-
     return webbrowser.open(url)
 
 
@@ -190,6 +189,7 @@ class ElicitationService:
                     )
                 return result
             if mode == "form":
+                # start-up: forms costs ~30 ms, only form requests need it
                 from mcp_sampling_proxy.approval.forms import FormError, parse_form, secret_reasons
 
                 try:
@@ -211,6 +211,7 @@ class ElicitationService:
             console = self._consoles.available() if route == "console" else None
             if console is None:
                 if self._settings.non_interactive == "accept_defaults" and mode == "form":
+                    # start-up: forms costs ~30 ms, only form requests need it
                     from mcp_sampling_proxy.approval.forms import prepare
 
                     await anyio.to_thread.run_sync(prepare)  # the defaults are checked: load that off the loop
@@ -260,6 +261,7 @@ class ElicitationService:
             else "URL mode is not enabled"
         )
         if action == "accept_defaults" and mode == "form":
+            # start-up: forms costs ~30 ms, only form requests need it
             from mcp_sampling_proxy.approval.forms import apply_defaults, parse_form
 
             content = apply_defaults(parse_form(params.get("requestedSchema") or {}))
