@@ -24,6 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mcp_sampling_proxy.vocabulary import SUBCOMMANDS
+
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 _PROC = Path("/proc")
@@ -272,8 +274,6 @@ def is_relay(pid: int, subcommands: frozenset[str] = frozenset()) -> bool:
 
 
 def relay_subcommands() -> frozenset[str]:
-    from mcp_sampling_proxy.vocabulary import SUBCOMMANDS
-
     return frozenset(SUBCOMMANDS)
 
 
@@ -356,7 +356,7 @@ async def end_strays(keep: set[int], grace: float = 0.3, limit: float = 3.0) -> 
     is left or `limit` seconds pass; returns how many were ended. Each is our child, not yet collected,
     so its pid is its own; its grandchildren come to us as it dies, and the next round takes them.
     (Unconfined only: in the sandbox they die with its PID namespace.)"""
-    import anyio
+    import anyio  # start-up: hardening loads first (cli.main), anyio later
 
     if not sys.platform.startswith("linux"):
         return 0
@@ -385,7 +385,7 @@ async def reap_orphans_forever(keep: set[int], interval: float = 1.0) -> None:
 
     Polled rather than driven by SIGCHLD: uvloop reserves that signal for itself, and one read of
     /proc/self/task/*/children a second costs next to nothing."""
-    import anyio
+    import anyio  # start-up: hardening loads first (cli.main), anyio later
 
     if not sys.platform.startswith("linux"):
         return

@@ -21,6 +21,7 @@ import structlog
 from structlog.typing import EventDict
 
 from mcp_sampling_proxy.redact import Redactor
+from mcp_sampling_proxy.sanitize import strip_controls, terminal_line
 
 LEVELS = ("debug", "info", "warning", "error")
 
@@ -62,7 +63,6 @@ def scrub_secrets(_logger: Any, _method: str, event: EventDict) -> EventDict:
 def terminal_safe(_logger: Any, _method: str, event: EventDict) -> EventDict:
     """Every string of the event without escape sequences and control characters, on one line
     (a traceback keeps its lines): fields often carry a server's text (an error it sent, a method name)."""
-    from mcp_sampling_proxy.sanitize import strip_controls, terminal_line
 
     def clean(key: str, value: Any) -> Any:
         if not isinstance(value, str):

@@ -7,6 +7,7 @@ every open host request gets an error naming the exit status and the proxy exits
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import sys
@@ -16,12 +17,14 @@ from typing import Any, Protocol
 
 import anyio
 
+from mcp_sampling_proxy import __version__
 from mcp_sampling_proxy.approval.approver import Approver
 from mcp_sampling_proxy.approval.console.server import ConsoleServer
 from mcp_sampling_proxy.approval.form_prompts import ElicitationConsoles
 from mcp_sampling_proxy.approval.memory import ApprovalMemory
 from mcp_sampling_proxy.approval.registry import ChannelNeeds, build_channels
 from mcp_sampling_proxy.audit.recorder import AuditLog
+from mcp_sampling_proxy.config.keys import provider_key
 from mcp_sampling_proxy.config.providers import ModelSpec, ProviderConfig
 from mcp_sampling_proxy.config.settings import Settings
 from mcp_sampling_proxy.hardening import end_strays, reap_orphans_forever
@@ -29,7 +32,7 @@ from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import capabilities, jsonrpc
 from mcp_sampling_proxy.protocol.names import ELICITATION_COMPLETE, ELICITATION_CREATE, SAMPLING_CREATE
 from mcp_sampling_proxy.quotas.limiters import Limiters, shared_state
-from mcp_sampling_proxy.quotas.state import state_dir
+from mcp_sampling_proxy.quotas.state import JsonStateFile, state_dir
 from mcp_sampling_proxy.quotas.tool_pins import PINS_FILE, ToolPins
 from mcp_sampling_proxy.relay.core import Relay, Session, peek_id
 from mcp_sampling_proxy.serve.elicitation import ElicitationService
@@ -38,7 +41,7 @@ from mcp_sampling_proxy.serve.sampling import AdapterPool, SamplingService
 from mcp_sampling_proxy.serve.tools import ToolGate
 from mcp_sampling_proxy.terminal import Terminal
 from mcp_sampling_proxy.transport.framing import DEFAULT_MAX_LINE, LineReader, open_line_reader, open_line_writer
-from mcp_sampling_proxy.transport.stdio import exit_status_for
+from mcp_sampling_proxy.transport.stdio import exit_status_for, guard_pid
 
 log = get_logger("mcp_sampling_proxy")
 
@@ -201,8 +204,6 @@ def build_adapters(settings: Settings, terminal: Terminal | None) -> AdapterPool
             "no LLM provider configured and no terminal: sampling requests will get an error",
             fix="set OPENAI_API_KEY or ANTHROPIC_API_KEY, or add llm.providers to the policy file",
         )
-    from mcp_sampling_proxy.config.keys import provider_key
-
     for provider in providers:
         key_missing = provider.api_key_env and not provider_key(provider)
         log.info(
@@ -383,8 +384,7 @@ def _start_telemetry(settings: Settings, audit: AuditLog) -> Any:
     """OpenTelemetry export of every audit record, when the policy or OTEL_* variables ask for it."""
     if not settings.telemetry.configured and not any(k.startswith("OTEL_EXPORTER_OTLP") for k in os.environ):
         return None  # the common case: nothing to import
-    from mcp_sampling_proxy import __version__
-    from mcp_sampling_proxy.telemetry import start_telemetry
+    from mcp_sampling_proxy.telemetry import start_telemetry  # start-up: only with telemetry on (OpenTelemetry)
 
     telemetry = start_telemetry(settings.telemetry, os.environ, __version__)
     if telemetry is not None:
@@ -424,8 +424,6 @@ def warm_up(adapters: AdapterPool) -> None:
 
 def _approvals_store() -> Any:
     """`always` approvals, shared by the user's proxies (None when the state dir is unusable)."""
-    from mcp_sampling_proxy.quotas.state import JsonStateFile, state_dir
-
     try:
         return JsonStateFile(state_dir() / "approvals.json")
     except OSError as exc:
@@ -454,8 +452,6 @@ async def _end_strays(upstream: Upstream) -> None:
 def _own_children(upstream: Upstream) -> set[int]:
     """Children the orphan reaper must leave alone: the upstream is waited for by its Popen, and its
     group guard by `GroupGuard.stand_down` (which kills it by pid: a pid reaped here could be reused)."""
-    from mcp_sampling_proxy.transport.stdio import guard_pid
-
     process = getattr(upstream, "process", None)
     if process is None:
         return set()
@@ -474,8 +470,6 @@ def _wire_backpressure(host_out: Any, host_reader: LineReader, upstream: Upstrea
 
 
 def _asyncio_loop() -> Any:
-    import asyncio
-
     return asyncio.get_running_loop()
 
 
@@ -484,7 +478,7 @@ def _has_uvloop() -> bool:
     if os.environ.get("MCP_SAMPLING_PROXY_NO_UVLOOP"):
         return False
     try:
-        import uvloop  # noqa: F401
+        import uvloop  # noqa: F401  # optional: only whether it is installed
     except ImportError:
         return False
     return True

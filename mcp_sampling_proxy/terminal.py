@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import termios
 from typing import Any, TextIO
 
 import anyio
@@ -137,8 +138,6 @@ def erase_question(prompt: str, fd: int) -> str:
 def discard_typeahead(fd: int) -> None:
     """Drop input waiting on a terminal: keys typed while nothing was asked must not answer the
     next question (a `y` typed at an idle console would approve a request nobody saw)."""
-    import termios
-
     with contextlib.suppress(OSError, termios.error):
         if os.isatty(fd):
             termios.tcflush(fd, termios.TCIFLUSH)

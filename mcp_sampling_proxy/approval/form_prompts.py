@@ -40,7 +40,7 @@ def heading(message: str, origin: Origin) -> str:
 
 
 def url_lines(url: str) -> list[str]:
-    from mcp_sampling_proxy.approval.url_safety import analyze_url
+    from mcp_sampling_proxy.approval.url_safety import analyze_url  # start-up: a few ms, only URL requests need it
 
     report = analyze_url(url)
     lines = [f"  URL:  {strip_controls(report.url)}", f"  host: >>> {strip_controls(report.host or '?')} <<<"]
@@ -53,6 +53,7 @@ async def fill_form(form: Any, ask: Callable[[str], Any], say: Callable[[str], N
 
     `ask(prompt)` returns the typed line (None at end of input). Typing `!d` or `!c` at any field
     declines or cancels the whole form."""
+    # start-up: forms costs ~30 ms, only form requests need it
     from mcp_sampling_proxy.approval.forms import FieldError, parse_answer, prepare
 
     await anyio.to_thread.run_sync(prepare)  # the checks' first import, off the event loop
@@ -91,7 +92,7 @@ async def converse(
     `ask(prompt)` returns the typed line (None at end of input); `say(text)` shows one line."""
     say(heading(message, origin))
     if url is not None:
-        from mcp_sampling_proxy.approval.url_safety import analyze_url
+        from mcp_sampling_proxy.approval.url_safety import analyze_url  # start-up: a few ms, only URL requests need it
 
         for line in url_lines(url):
             say(line)
@@ -155,6 +156,7 @@ class CompanionElicitor:
         self._server = server
 
     async def ask_form(self, params: dict[str, Any], form: Any, origin: Origin) -> dict[str, Any]:
+        # start-up: forms costs ~30 ms, only form requests need it
         from mcp_sampling_proxy.approval.forms import prepare, validate_content
 
         await anyio.to_thread.run_sync(prepare)  # the checks' first import, off the event loop

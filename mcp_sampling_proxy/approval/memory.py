@@ -12,6 +12,8 @@ import anyio
 from mcp_sampling_proxy.approval.channels import ApprovalScope
 from mcp_sampling_proxy.identity import normalise
 from mcp_sampling_proxy.log import get_logger
+from mcp_sampling_proxy.quotas.integrity import entry_is_sealed as check
+from mcp_sampling_proxy.quotas.integrity import load_key, sealed_entry
 
 log = get_logger("mcp_sampling_proxy.approval.memory")
 
@@ -57,8 +59,6 @@ class ApprovalMemory:
     def _seal_key(self) -> bytes:
         """The proxy's sealing key (quotas/integrity.py; made at start, before the server runs)."""
         if self._seal is None:
-            from mcp_sampling_proxy.quotas.integrity import load_key
-
             self._seal = load_key(self.store.path.parent)
         return self._seal
 
@@ -86,8 +86,6 @@ class ApprovalMemory:
         key = _key(server, tool)
         if scope == "always" and self.store is not None:
             try:
-                from mcp_sampling_proxy.quotas.integrity import sealed_entry
-
                 entry = sealed_entry(
                     self._seal_key(),
                     APPROVAL,
@@ -120,8 +118,6 @@ APPROVAL = "approval"  # the seal's kind for a remembered approval (quotas/integ
 
 
 def entry_is_sealed(key: bytes, kind: str, entry: Any) -> bool:
-    from mcp_sampling_proxy.quotas.integrity import entry_is_sealed as check
-
     return check(key, kind, entry)
 
 

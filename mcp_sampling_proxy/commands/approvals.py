@@ -15,6 +15,7 @@ from typing import Any
 
 from mcp_sampling_proxy.approval.memory import APPROVAL, always_entries, always_key, entry_is_sealed
 from mcp_sampling_proxy.identity import normalise
+from mcp_sampling_proxy.quotas.integrity import KEY_FILE, load_key
 from mcp_sampling_proxy.quotas.state import JsonStateFile, state_dir
 from mcp_sampling_proxy.sanitize import one_line
 
@@ -73,8 +74,6 @@ def _row(entry: Any, seal: bytes | None) -> dict[str, Any]:
 
 def _seal() -> bytes | None:
     """The proxy's sealing key, when there is one (listing never makes one)."""
-    from mcp_sampling_proxy.quotas.integrity import KEY_FILE, load_key
-
     directory = store().path.parent
     if not (directory / KEY_FILE).exists():
         return None

@@ -8,6 +8,7 @@ server's own start-up overlaps ours.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import re
 import shlex
@@ -16,8 +17,9 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from mcp_sampling_proxy import __version__
-from mcp_sampling_proxy.config.child_env import child_environment, hidden_names_guess
+from mcp_sampling_proxy.config.child_env import child_environment, hidden_names_guess, withhold
 from mcp_sampling_proxy.config.providers import PRESET_FACTS, REFUSED_CLIS
+from mcp_sampling_proxy.hardening import become_subreaper, harden_process, mark_relay
 from mcp_sampling_proxy.vocabulary import SUBCOMMANDS  # subcommand -> the module whose main() runs it
 
 if TYPE_CHECKING:  # (imported when used: the server starts before the rest of the proxy is loaded)
@@ -178,14 +180,10 @@ def fail(message: str, code: int = 2) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     # First act: a same-user server must not read our keys from /proc/PID/environ (see hardening)
-    from mcp_sampling_proxy.hardening import harden_process
-
     hardening_problems = harden_process()
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list and args_list[0] in SUBCOMMANDS:
-        import importlib
-
-        from mcp_sampling_proxy.log import configure
+        from mcp_sampling_proxy.log import configure  # start-up: structlog, not for --help
 
         # warnings and errors only, on stderr: a helper's stdout is its output (structlog's default
         # would print even debug lines there, such as where the runtime dir was found)
@@ -202,14 +200,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail("give the server either as '-- COMMAND [ARGS...]' or with --url URL (see --help)")
     if args.no_terminal:
         os.environ["MCP_SAMPLING_PROXY_NO_TERMINAL"] = "1"
-    from mcp_sampling_proxy.config.paths import policy_or_default
+    from mcp_sampling_proxy.config.paths import policy_or_default  # start-up: not for --help or a subcommand
 
     args.policy, policy_is_default = policy_or_default(args.policy)
-    from mcp_sampling_proxy.hardening import become_subreaper, mark_relay
-
     mark_relay()  # a named relay: console sockets refuse whatever runs below it (hardening.refusal)
-    from mcp_sampling_proxy.config.policy_file import read_policy_text
-    from mcp_sampling_proxy.yamlnodes import PolicyError
+    from mcp_sampling_proxy.config.policy_file import read_policy_text  # start-up: not for --help or a subcommand
+    from mcp_sampling_proxy.yamlnodes import PolicyError  # start-up: not for --help or a subcommand
 
     try:  # read once: the early guess below and the load in _prepare see the same text
         policy_text = read_policy_text(args.policy) if args.policy is not None else None
@@ -224,6 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # an unconfined server cannot reopen /proc/PID/fd/1 of it; nor when the policy sets the sandbox
         plain = policy_text is None or _SETS_SANDBOX_OR_KEY_COMMAND.search(policy_text) is None
         if hidden is not None and plain:
+            # start-up: not for --help or a subcommand
             from mcp_sampling_proxy.config.sandbox_settings import SandboxSettings
             from mcp_sampling_proxy.transport.sandbox import named_in_text
 
@@ -239,14 +236,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             _stop_unused(early[0])
         return fail(exc.message, exc.code)
 
+    # start-up: loaded after the server is spawned, so its start overlaps ours
     from mcp_sampling_proxy.audit.recorder import configured_secrets
     from mcp_sampling_proxy.log import configure, set_secrets
 
     set_secrets(configured_secrets(settings, os.environ))  # after the spawn: importing audit is slow
-    from mcp_sampling_proxy.config.child_env import withhold
-
     withhold(settings.secret_env_vars())  # read from here on by the adapters only: no child inherits them
     configure(args.log_level, args.log_format)
+    # start-up: loaded after the server is spawned, so its start overlaps ours
     from mcp_sampling_proxy.log import get_logger
 
     get_logger("mcp_sampling_proxy").info(
@@ -260,6 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _log_sandbox(sandbox)
     if new_seal:
         _adopt_state()
+    # start-up: loaded after the server is spawned, so its start overlaps ours
     from mcp_sampling_proxy.runtime import RunOptions, run
 
     options = RunOptions(
@@ -277,8 +275,8 @@ _SETS_SANDBOX_OR_KEY_COMMAND = re.compile(r"(?m)^(?:sandbox\s*:|[ \t-]*api_key_c
 
 def _prepare_state() -> bool:
     """The sealing key of the state files, made before the server runs (quotas/integrity.py); True when new."""
-    from mcp_sampling_proxy.config.dirs import state_dir
-    from mcp_sampling_proxy.quotas.integrity import prepare
+    from mcp_sampling_proxy.config.dirs import state_dir  # start-up: not for --help or a subcommand
+    from mcp_sampling_proxy.quotas.integrity import prepare  # start-up: not for --help or a subcommand
 
     try:
         return prepare(state_dir(create=True))
@@ -288,12 +286,13 @@ def _prepare_state() -> bool:
 
 def _adopt_state() -> None:
     """The first run of a version that seals the state files: seal what an older version left there."""
-    from mcp_sampling_proxy.config.dirs import state_dir
-    from mcp_sampling_proxy.quotas.state import adopt
+    from mcp_sampling_proxy.config.dirs import state_dir  # start-up: not for --help or a subcommand
+    from mcp_sampling_proxy.quotas.state import adopt  # start-up: not for --help or a subcommand
 
     try:
         adopt(state_dir(create=False))
     except OSError as exc:
+        # start-up: loaded after the server is spawned, so its start overlaps ours
         from mcp_sampling_proxy.log import get_logger
 
         get_logger("mcp_sampling_proxy").warning("could not seal the state files of an older version", error=str(exc))
@@ -308,7 +307,7 @@ class _StartupFailure(Exception):
 def _spawn(command: list[str], hidden: set[str], sandbox: tuple[str, ...]) -> EarlyStart:
     """Start the server without the hidden variables, under the sandbox words; returns
     (process, hidden, sandbox)."""
-    from mcp_sampling_proxy.transport.stdio import SpawnError, spawn
+    from mcp_sampling_proxy.transport.stdio import SpawnError, spawn  # start-up: not for --help or a subcommand
 
     try:
         return spawn(command, child_environment(os.environ, hidden), sandbox=sandbox), hidden, sandbox
@@ -318,7 +317,7 @@ def _spawn(command: list[str], hidden: set[str], sandbox: tuple[str, ...]) -> Ea
 
 def _sandbox(settings: SandboxSettings, policy: str | None, named: list[str], command: list[str]) -> Plan:
     """The sandbox plan for the server (transport/sandbox.py), hiding the proxy's own places."""
-    from mcp_sampling_proxy.transport.sandbox import plan, proxy_paths
+    from mcp_sampling_proxy.transport.sandbox import plan, proxy_paths  # start-up: not for --help or a subcommand
 
     if settings.mode == "off":
         return plan(settings, [])
@@ -326,6 +325,7 @@ def _sandbox(settings: SandboxSettings, policy: str | None, named: list[str], co
 
 
 def _log_sandbox(sandbox: Plan) -> None:
+    # start-up: loaded after the server is spawned, so its start overlaps ours
     from mcp_sampling_proxy.log import get_logger
 
     log = get_logger("mcp_sampling_proxy")
@@ -350,7 +350,7 @@ def _log_sandbox(sandbox: Plan) -> None:
 
 def _stop_unused(process: subprocess.Popen[bytes]) -> None:
     """Stop a server that was started early but will not be used (it was never sent a byte)."""
-    from mcp_sampling_proxy.transport.stdio import stop_process
+    from mcp_sampling_proxy.transport.stdio import stop_process  # start-up: not for --help or a subcommand
 
     stop_process(process)
 
@@ -360,6 +360,7 @@ def _prepare(
 ) -> tuple[Settings, str, Upstream, Plan | None]:
     """Validate the name, load the policy and the keys, and make the upstream: everything that
     may fail after an early spawn, so the caller can stop that server."""
+    # start-up: not for --help or a subcommand
     from mcp_sampling_proxy.identity import bad_character, derive_from_command, derive_from_url
 
     if args.name is not None:
@@ -371,6 +372,7 @@ def _prepare(
             )
     name = args.name.strip() if args.name else (derive_from_command(command) if command else derive_from_url(args.url))
 
+    # start-up: not for --help or a subcommand
     from mcp_sampling_proxy.config.keys import KeySourceError, resolve_keys
     from mcp_sampling_proxy.config.settings import check_telemetry, load_settings, resolve_state
     from mcp_sampling_proxy.yamlnodes import PolicyError
@@ -384,6 +386,7 @@ def _prepare(
     except (PolicyError, KeySourceError) as exc:
         raise _StartupFailure(str(exc)) from None
     if not command:
+        # start-up: loaded after the server is spawned, so its start overlaps ours
         from mcp_sampling_proxy.transport.http import HttpUpstream, parse_headers
 
         try:
@@ -392,6 +395,7 @@ def _prepare(
             raise _StartupFailure(str(exc)) from None
         return settings, name, HttpUpstream(args.url, headers), None
 
+    # start-up: loaded after the server is spawned, so its start overlaps ours
     from mcp_sampling_proxy.transport.stdio import StdioUpstream
 
     exact = settings.secret_env_vars()

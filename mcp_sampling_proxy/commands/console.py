@@ -26,9 +26,14 @@ import anyio
 import anyio.abc
 
 from mcp_sampling_proxy.approval.console.client import ConsoleClient, Event, decision_reply, elicit_reply, review_reply
+from mcp_sampling_proxy.approval.console.server import RuntimeDirError, runtime_dir
 from mcp_sampling_proxy.approval.dialogues import approval_dialogue, review_dialogue
-from mcp_sampling_proxy.log import get_logger
+from mcp_sampling_proxy.approval.form_prompts import converse
+from mcp_sampling_proxy.approval.forms import FormError, parse_form
+from mcp_sampling_proxy.commands.web_console import serve
+from mcp_sampling_proxy.log import configure, get_logger
 from mcp_sampling_proxy.sanitize import one_line, quote, strip_controls
+from mcp_sampling_proxy.serve.elicitation import open_url
 from mcp_sampling_proxy.terminal import discard_typeahead, erase_question
 from mcp_sampling_proxy.vocabulary import TOOL_CALL_APPROVAL
 
@@ -149,10 +154,6 @@ class Console:
 
 async def _elicit(message: dict[str, Any], ask: Any, say: Any) -> dict[str, Any]:
     """Render an elicitation (form or URL) on this terminal; the answer goes back to the proxy."""
-    from mcp_sampling_proxy.approval.form_prompts import converse
-    from mcp_sampling_proxy.approval.forms import FormError, parse_form
-    from mcp_sampling_proxy.serve.elicitation import open_url
-
     origin = (message.get("server") or "", message.get("tool"))
     text = message.get("message") or ""
     if message.get("mode") == "url":
@@ -178,9 +179,6 @@ def _isatty(out: Any) -> bool:
 
 
 def main(argv: Sequence[str]) -> int:
-    from mcp_sampling_proxy.approval.console.server import RuntimeDirError, runtime_dir
-    from mcp_sampling_proxy.log import configure
-
     configure("warning", "console")  # stdout is the conversation with the user; logs go to stderr
 
     parser = argparse.ArgumentParser(
@@ -214,8 +212,6 @@ def main(argv: Sequence[str]) -> int:
         print(f"mcp-sampling-proxy console: error: {exc}", file=sys.stderr)
         return 1
     if args.web:
-        from mcp_sampling_proxy.commands.web_console import serve
-
         return serve(directory, port=args.port, open_browser=not args.no_open, policy=args.policy, audit=args.audit)
 
     async def run() -> None:

@@ -21,6 +21,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -29,13 +30,33 @@ from typing import Any
 import anyio
 import httpx
 
+from mcp_sampling_proxy.approval.console.server import runtime_dir
+from mcp_sampling_proxy.approval.webhook_channel import read_secret
 from mcp_sampling_proxy.commands.checklist import Check, Section
 from mcp_sampling_proxy.commands.doctor_entries import check_entry, entries_from
+from mcp_sampling_proxy.commands.remotes import remote_entries
 from mcp_sampling_proxy.commands.tools import doctor_checks as tool_checks
-from mcp_sampling_proxy.config.keys import key_source
+from mcp_sampling_proxy.commands.wrap import survey
+from mcp_sampling_proxy.config.child_env import withheld
+from mcp_sampling_proxy.config.dirs import home_relative
+from mcp_sampling_proxy.config.keys import KeySourceError, key_source, resolve_key
+from mcp_sampling_proxy.config.paths import policy_or_default
 from mcp_sampling_proxy.config.providers import PRESET_FACTS
+from mcp_sampling_proxy.config.settings import load_settings
+from mcp_sampling_proxy.hosts.registry import HOST_SUPPORT_NOTE, HOSTS
+from mcp_sampling_proxy.providers.base import LLMError
+from mcp_sampling_proxy.providers.command import program_of
+from mcp_sampling_proxy.providers.errors import http_error, safe_url
+from mcp_sampling_proxy.providers.registry import make_adapter
 from mcp_sampling_proxy.providers.retry import connect_reason
+from mcp_sampling_proxy.quotas.integrity import report
+from mcp_sampling_proxy.quotas.state import state_dir
 from mcp_sampling_proxy.sanitize import one_line
+from mcp_sampling_proxy.terminal import DISABLE_ENV, Terminal
+from mcp_sampling_proxy.transport.oauth import describe_login
+from mcp_sampling_proxy.transport.oauth_store import login_command
+from mcp_sampling_proxy.transport.sandbox import unavailable
+from mcp_sampling_proxy.yamlnodes import PolicyError
 
 PROG = "mcp-sampling-proxy doctor"
 DEFAULT_TIMEOUT = 5.0
@@ -45,9 +66,6 @@ DEFAULT_TIMEOUT = 5.0
 
 
 def check_policy(path: str | None) -> tuple[Any, Section]:
-    from mcp_sampling_proxy.config.settings import load_settings
-    from mcp_sampling_proxy.yamlnodes import PolicyError
-
     section = Section("policy")
     try:
         settings = load_settings(path)
@@ -102,8 +120,6 @@ async def probe_provider(provider: Any, timeout: float) -> list[Check]:
     if not provider.kind.http and not provider.kind.runs_command:
         return [Check("info", f"{name}: you type the replies; needs a terminal, so not for hosts without one")]
     if provider.kind.runs_command:
-        from mcp_sampling_proxy.providers.command import program_of
-
         program, found = program_of(provider)
         if found is None:
             return [
@@ -129,16 +145,12 @@ async def probe_provider(provider: Any, timeout: float) -> list[Check]:
     key = os.environ.get(key_var) if key_var else None
     key_note = f"{key_var} is set" if key else (f"{key_var} is not set" if key_var else "no api_key_env")
     if provider.api_key_file or provider.api_key_command:  # doctor runs the command, as the proxy would
-        from mcp_sampling_proxy.config.keys import KeySourceError, resolve_key
-
         try:
             provider = resolve_key(provider)
         except KeySourceError as exc:
             return [Check("fail", f"{name}: {exc}", "fix the key source; the proxy refuses to start without it")]
         key, key_note = provider.api_key, f"{key_source(provider)} gave a key"
     # The adapter the proxy would use: its URLs and headers (key, api-version, extra headers), one try
-    from mcp_sampling_proxy.providers.registry import make_adapter
-
     adapter = make_adapter(
         replace(provider, max_attempts=1, read_timeout=timeout, connect_timeout=min(timeout, provider.connect_timeout))
     )
@@ -151,9 +163,6 @@ async def probe_provider(provider: Any, timeout: float) -> list[Check]:
 async def _probe_with(
     adapter: Any, provider: Any, name: str, key_var: str | None, key_note: str, timeout: float
 ) -> list[Check]:
-    from mcp_sampling_proxy.providers.base import LLMError
-    from mcp_sampling_proxy.providers.errors import http_error, safe_url
-
     source = key_source(provider) if provider.api_key_file or provider.api_key_command else None
     base, url = adapter.base_url, adapter.models_url()
     try:
@@ -298,8 +307,6 @@ def check_providers(settings: Any, timeout: float) -> Section:
 
 def key_origin(provider: Any) -> str:
     """Where the proxy gets a provider's key, and so which hosts' proxies get it (never the key)."""
-    from mcp_sampling_proxy.config.dirs import home_relative
-
     name = f"'{provider.name}'"
     if provider.api_key_file:
         return (
@@ -370,10 +377,6 @@ def console_status(directory: Path) -> tuple[int, int | None]:
 
 
 def check_approval(settings: Any) -> Section:
-    from mcp_sampling_proxy.approval.console.server import runtime_dir
-    from mcp_sampling_proxy.hosts.registry import HOST_SUPPORT_NOTE, HOSTS
-    from mcp_sampling_proxy.terminal import DISABLE_ENV, Terminal
-
     section = Section("approval")
     asks = settings is None or may_prompt(settings)
     if settings is not None:
@@ -445,9 +448,6 @@ def check_approval(settings: Any) -> Section:
 
 def _check_webhook(section: Section, settings: Any) -> None:
     """The webhook channel can sign and check only with its secret; the quorum is said as it is."""
-    from mcp_sampling_proxy.approval.webhook_channel import read_secret
-    from mcp_sampling_proxy.config.child_env import withheld
-
     if settings.approval.quorum > 1:
         section.add(
             "info",
@@ -491,8 +491,6 @@ def _writable_dir(directory: Path) -> str | None:
 
 
 def check_files(settings: Any) -> Section:
-    from mcp_sampling_proxy.quotas.state import state_dir
-
     section = Section("files")
     audit = getattr(settings, "audit_path", None) if settings is not None else None
     if settings is None:
@@ -537,10 +535,6 @@ def check_files(settings: Any) -> Section:
 
 def check_containment(settings: Any) -> Section:
     """The sandbox servers run in, and whether the sealed state (approvals, budgets) still verifies."""
-    from mcp_sampling_proxy.quotas.integrity import report
-    from mcp_sampling_proxy.quotas.state import state_dir
-    from mcp_sampling_proxy.transport.sandbox import unavailable
-
     section = Section("containment")
     sandbox = getattr(settings, "sandbox", None)
     mode = sandbox.mode if sandbox is not None else "auto"
@@ -598,15 +592,10 @@ def check_containment(settings: Any) -> Section:
 
 def host_configs() -> list[Any]:
     """Every host's config files in the usual places (`wrap.survey`), read once for both sections."""
-    from mcp_sampling_proxy.commands.wrap import survey
-    from mcp_sampling_proxy.hosts.registry import HOSTS
-
     return [status for host in HOSTS for status in survey(host) if status.exists]
 
 
 def check_hosts(statuses: list[Any] | None = None) -> Section:
-    from mcp_sampling_proxy.hosts.registry import HOSTS
-
     section = Section("host configs")
     statuses = host_configs() if statuses is None else statuses
     for status in statuses:
@@ -635,12 +624,6 @@ def check_wrapped_servers(statuses: list[Any]) -> Section:
 def check_remote_logins(statuses: list[Any] | None = None) -> Section:
     """Each remote server's OAuth login state: a host-spawned proxy cannot log in by itself. The
     servers are probed at the same time (a few seconds each at worst), from the configs already read."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from mcp_sampling_proxy.commands.remotes import remote_entries
-    from mcp_sampling_proxy.transport.oauth import describe_login
-    from mcp_sampling_proxy.transport.oauth_store import login_command
-
     section = Section("remote servers (OAuth login)")
     marks = {"logged-in": "ok", "refreshable": "ok", "none-needed": "ok", "expired": "fail", "needs-login": "fail"}
     remotes = remote_entries(statuses)
@@ -702,8 +685,6 @@ def main(argv: Sequence[str]) -> int:
         help=f"per provider (default {DEFAULT_TIMEOUT:g})",
     )
     args = parser.parse_args(list(argv))
-    from mcp_sampling_proxy.config.paths import policy_or_default
-
     path, is_default = policy_or_default(args.policy)
     settings, policy = check_policy(path)
     statuses = host_configs()

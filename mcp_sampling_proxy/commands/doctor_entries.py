@@ -28,11 +28,13 @@ from mcp_sampling_proxy.commands.checklist import Check
 from mcp_sampling_proxy.config.child_env import WELL_KNOWN_KEY_VARS
 from mcp_sampling_proxy.config.dirs import home_relative
 from mcp_sampling_proxy.config.keys import KeySourceError, read_key_file
+from mcp_sampling_proxy.config.paths import policy_or_default
 from mcp_sampling_proxy.config.providers import ProviderConfig
-from mcp_sampling_proxy.config.settings import settings_from_environment
+from mcp_sampling_proxy.config.settings import load_settings, settings_from_environment
 from mcp_sampling_proxy.hosts.entries import PROXY_MODULE, parse_proxy_args
 from mcp_sampling_proxy.hosts.registry import HOSTS
 from mcp_sampling_proxy.sanitize import one_line
+from mcp_sampling_proxy.yamlnodes import PolicyError
 
 
 @dataclass
@@ -241,10 +243,6 @@ def check_upstream(entry: WrappedEntry) -> list[Check]:
 
 def check_policy_file(entry: WrappedEntry) -> list[Check]:
     """The --policy file loads, with the same checks as `mcp-sampling-proxy policy check`."""
-    from mcp_sampling_proxy.config.paths import policy_or_default
-    from mcp_sampling_proxy.config.settings import load_settings
-    from mcp_sampling_proxy.yamlnodes import PolicyError
-
     given = parse_proxy_args(entry.entry.get("args") or []).options.get("--policy")
     policy, is_default = policy_or_default(given, {**os.environ, **entry.env})  # what the proxy will read
     if policy is None:

@@ -25,6 +25,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import anyio
+import httpx
+
 from mcp_sampling_proxy.commands.policy_template import (
     SHIPPED,
     LLMChoice,
@@ -33,10 +36,16 @@ from mcp_sampling_proxy.commands.policy_template import (
     shipped_text,
     without_providers,
 )
+from mcp_sampling_proxy.config.atomic import write_atomic
 from mcp_sampling_proxy.config.dirs import home_relative
 from mcp_sampling_proxy.config.keys import KeySourceError, read_key_file
 from mcp_sampling_proxy.config.paths import default_policy_path
-from mcp_sampling_proxy.config.providers import ProviderConfig
+from mcp_sampling_proxy.config.providers import ModelSpec, ProviderConfig
+from mcp_sampling_proxy.config.settings import parse_settings
+from mcp_sampling_proxy.providers.base import LLMError
+from mcp_sampling_proxy.providers.registry import make_adapter
+from mcp_sampling_proxy.quotas.state import state_dir
+from mcp_sampling_proxy.yamlnodes import PolicyError
 
 PROG = "mcp-sampling-proxy init"
 KINDS = ("openai", "anthropic", "ollama", "keep")
@@ -163,10 +172,6 @@ def run(
     if kind == "keep" and args.key_file:
         raise InitError("--key-file needs the LLM it holds the key of: --llm openai, anthropic or ollama", 2)
     llm, key = (None, None) if kind == "keep" else _llm_details(kind, args, ask, environ, secret)
-    from mcp_sampling_proxy.config.settings import parse_settings
-    from mcp_sampling_proxy.quotas.state import state_dir
-    from mcp_sampling_proxy.yamlnodes import PolicyError
-
     template = shipped_text(source)
     shipped = parse_settings(template, f"{source}.yaml")
     same_name = next((p.models for p in shipped.providers if llm is not None and p.name == llm.name), ())
@@ -359,8 +364,6 @@ def _llm_details(
 
 def _listed_models(base_url: str, key: str | None) -> list[str]:
     """The models an OpenAI-compatible server lists (GET /models); [] when it does not say."""
-    import httpx
-
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     try:
         response = httpx.get(f"{base_url}/models", headers=headers, timeout=5.0)
@@ -377,12 +380,6 @@ def _listed_models(base_url: str, key: str | None) -> list[str]:
 def check_llm(llm: LLMChoice, key: str | None) -> tuple[bool, str]:
     """Send the LLM a tiny request through the proxy's own adapter, with `key` (from the key file or
     the variable): (it answered, what to show)."""
-    import anyio
-
-    from mcp_sampling_proxy.config.providers import ModelSpec
-    from mcp_sampling_proxy.providers.base import LLMError
-    from mcp_sampling_proxy.providers.registry import make_adapter
-
     if llm.key_env and not key:
         return False, f"LLM check: {llm.key_env} is not set in this shell, so the request cannot be sent"
     config = ProviderConfig(
@@ -463,16 +460,12 @@ def _ask_secret(question: str) -> str:
 
 def _write_key(key: StoredKey) -> None:
     """The key file: yours, mode 0600 from its first byte, in a private directory when init makes one."""
-    from mcp_sampling_proxy.config.atomic import write_atomic
-
     key.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     write_atomic(key.path, (key.value + "\n").encode("utf-8"), mode=0o600)
 
 
 def _write(path: Path, text: str, audit: Path) -> None:
     """The policy (0600: it may come to hold header values), and the state dir and audit log it names."""
-    from mcp_sampling_proxy.config.atomic import write_atomic
-
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     write_atomic(path, text.encode("utf-8"), mode=0o600)
     audit.parent.mkdir(mode=0o700, parents=True, exist_ok=True)

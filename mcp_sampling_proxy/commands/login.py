@@ -9,6 +9,7 @@ user's browser to the authorization page (PKCE), take the code on a one-shot lis
 from __future__ import annotations
 
 import argparse
+import html
 import os
 import queue
 import sys
@@ -17,6 +18,15 @@ from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
+
+import anyio
+from mcp.shared.auth import AuthorizationCodeResult
+
+from mcp_sampling_proxy.sanitize import one_line
+from mcp_sampling_proxy.serve.elicitation import open_url
+from mcp_sampling_proxy.transport import oauth_store
+from mcp_sampling_proxy.transport.http import parse_headers
+from mcp_sampling_proxy.transport.oauth import LoginFailed, authorize
 
 PROG = "mcp-sampling-proxy"
 CALLBACK_PATH = "/callback"
@@ -101,15 +111,11 @@ class _Callback(BaseHTTPRequestHandler):
 
 
 def _html(text: str) -> str:
-    import html
-
     return html.escape(text)
 
 
 def main(argv: Sequence[str], action: str = "login") -> int:
     args = build_parser(action).parse_args(list(argv))
-    from mcp_sampling_proxy.transport import oauth_store
-
     if action == "logout":
         removed = oauth_store.delete(args.url)
         if not removed:
@@ -125,12 +131,6 @@ def main(argv: Sequence[str], action: str = "login") -> int:
 
 
 def _login(args: argparse.Namespace) -> int:
-    import anyio
-
-    from mcp_sampling_proxy.transport import oauth_store
-    from mcp_sampling_proxy.transport.http import parse_headers
-    from mcp_sampling_proxy.transport.oauth import LoginFailed
-
     def fail(message: str) -> int:
         print(f"{PROG} login: error: {message}", file=sys.stderr)
         return 1
@@ -188,28 +188,17 @@ async def _authorize(
     secret: str | None,
     headers: dict[str, str],
 ) -> tuple[dict[str, Any], str]:
-    import anyio
-    from mcp.shared.auth import AuthorizationCodeResult
-
-    from mcp_sampling_proxy.sanitize import one_line
-    from mcp_sampling_proxy.transport.oauth import LoginFailed, authorize
-
     expected: dict[str, str | None] = {"state": None}
 
     async def show(url: str) -> None:
-        from urllib.parse import parse_qs
-
         expected["state"] = (parse_qs(urlparse(url).query).get("state") or [""])[0] or None
         print(
             f"open this URL in your browser to log in to {urlparse(args.url).netloc}:\n\n  {url}\n",
             file=sys.stderr,
             flush=True,
         )
-        if not args.no_open:
-            from mcp_sampling_proxy.serve.elicitation import open_url
-
-            if not await anyio.to_thread.run_sync(open_url, url):
-                print("(could not open a browser: open the URL yourself)", file=sys.stderr, flush=True)
+        if not args.no_open and not await anyio.to_thread.run_sync(open_url, url):
+            print("(could not open a browser: open the URL yourself)", file=sys.stderr, flush=True)
         print(f"waiting for the browser to come back to {redirect_uri} ...", file=sys.stderr, flush=True)
 
     async def wait_for_code() -> AuthorizationCodeResult:

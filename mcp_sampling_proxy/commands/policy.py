@@ -16,6 +16,7 @@ from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
+from mcp_sampling_proxy.approval.forms import FormError, parse_form, secret_reasons
 from mcp_sampling_proxy.config.prices import POLICY, format_usd
 from mcp_sampling_proxy.config.settings import Settings, load_settings, settings_from_environment
 from mcp_sampling_proxy.config.tool_settings import why_not
@@ -26,6 +27,7 @@ from mcp_sampling_proxy.policy.rules import Budget, RateLimit, Rule, SizeLimits,
 from mcp_sampling_proxy.policy.size_caps import format_bytes as format_size
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 from mcp_sampling_proxy.protocol.names import ELICITATION_CREATE, SAMPLING_CREATE
+from mcp_sampling_proxy.protocol.sampling_request import validate
 from mcp_sampling_proxy.quotas.limiters import usd_micros, worst_case_split
 from mcp_sampling_proxy.quotas.refusals import format_period as format_duration
 from mcp_sampling_proxy.sanitize import one_line, strip_controls
@@ -38,6 +40,7 @@ from mcp_sampling_proxy.serve.assess import (
     judge_elicitation,
     judge_sampling,
 )
+from mcp_sampling_proxy.serve.elicitation import request_mode, validate_elicitation
 from mcp_sampling_proxy.yamlnodes import PolicyError
 
 PROG = "mcp-sampling-proxy policy"
@@ -322,11 +325,7 @@ def checked(path: str, data: Any) -> tuple[str, dict[str, Any]]:
         method = ELICITATION
     try:
         if method == ELICITATION:
-            from mcp_sampling_proxy.serve.elicitation import validate_elicitation
-
             return method, validate_elicitation(data)
-        from mcp_sampling_proxy.protocol.sampling_request import validate
-
         validate(data)
         return method, data
     except RpcError as exc:
@@ -415,9 +414,6 @@ def walk_rules(settings: Settings, facts: Facts, decision: Decision | None) -> l
 
 def explain_elicitation(settings: Settings, params: dict[str, Any], origin: Origin) -> list[str]:
     """The explanation of an elicitation request: the rules, then where the proxy sends it."""
-    from mcp_sampling_proxy.approval.forms import FormError, parse_form, secret_reasons
-    from mcp_sampling_proxy.serve.elicitation import request_mode
-
     judged = judge_elicitation(settings, params, origin)
     mode = request_mode(params)
     lines = [

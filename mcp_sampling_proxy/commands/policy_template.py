@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from mcp_sampling_proxy.config.providers import ModelSpec
+from mcp_sampling_proxy.hosts.yaml_doc import yaml_string  # values typed or listed by a server: quoted
 
 SHIPPED = ("default", "local-llm", "trusted-autoapprove", "strict")
 _TOP_KEY = re.compile(r"^[A-Za-z_][\w-]*:")
@@ -157,8 +158,6 @@ def _drop_provider(section: list[str], providers: int, name: str) -> list[str]:
 
 
 def _provider_block(llm: LLMChoice, shipped_models: tuple[ModelSpec, ...]) -> list[str]:
-    from mcp_sampling_proxy.hosts.yaml_doc import yaml_string  # values typed or listed by a server: quoted
-
     chosen = next(
         (_model_text(m) for m in shipped_models if m.name == llm.model), yaml_string(llm.model)
     )  # keep its ratings

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from mcp_sampling_proxy.commands.wrap import survey
 from mcp_sampling_proxy.hosts.entries import classify, is_wrapped, parse_proxy_args
 from mcp_sampling_proxy.hosts.registry import HOSTS
 
@@ -24,8 +25,6 @@ class RemoteEntry:
 def remote_entries(statuses: Sequence[FileStatus] | None = None) -> list[RemoteEntry]:
     """The remote servers of the host configs `statuses` describe (`wrap.survey`; every host's by
     default), from the entries the survey read: the files are not read again."""
-    from mcp_sampling_proxy.commands.wrap import survey
-
     if statuses is None:
         statuses = [status for host in HOSTS for status in survey(host)]
     found: dict[tuple[str, str], RemoteEntry] = {}

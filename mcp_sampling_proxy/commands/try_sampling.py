@@ -15,6 +15,10 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
+import anyio
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
 from mcp_sampling_proxy.sanitize import strip_controls
 from mcp_sampling_proxy.terminal import DEVICE_ENV
 
@@ -84,8 +88,6 @@ def main(argv: Sequence[str]) -> int:
     if device and not args.no_terminal:
         env[DEVICE_ENV] = device
 
-    import anyio
-
     with tempfile.TemporaryFile("w+", encoding="utf-8") as errlog:
         try:
             outcome = anyio.run(_session, [*proxy, "--", *command], env, args.tool, tool_args, errlog, args.timeout)
@@ -101,10 +103,6 @@ def main(argv: Sequence[str]) -> int:
 async def _session(
     command: list[str], env: dict[str, str], tool: str | None, tool_args: dict[str, Any], errlog: Any, timeout: float
 ) -> tuple[int, str]:
-    import anyio
-    from mcp import Client
-    from mcp.client.stdio import StdioServerParameters, stdio_client
-
     params = StdioServerParameters(command=command[0], args=command[1:], env=env)
     with anyio.fail_after(timeout):
         async with Client(stdio_client(params, errlog=errlog), mode="legacy") as client:

@@ -25,6 +25,7 @@ import secrets
 import sys
 import threading
 import time
+import webbrowser
 from collections import deque
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -44,10 +45,22 @@ from mcp_sampling_proxy.approval.console.client import (
     elicit_reply,
     review_reply,
 )
+from mcp_sampling_proxy.approval.forms import FormError, parse_form, validate_content
+from mcp_sampling_proxy.approval.url_safety import analyze_url
+from mcp_sampling_proxy.audit.follow import Follower
+from mcp_sampling_proxy.audit.records import parse_object
 from mcp_sampling_proxy.commands import web_view
+from mcp_sampling_proxy.commands.audit import InputError, format_record, is_decision, parse_since, parse_ts, summarize
+from mcp_sampling_proxy.config.paths import policy_or_default
+from mcp_sampling_proxy.config.settings import load_settings, resolve_state
 from mcp_sampling_proxy.log import get_logger
+from mcp_sampling_proxy.quotas import redis_store
+from mcp_sampling_proxy.quotas.limiters import BUDGETS_FILE
 from mcp_sampling_proxy.quotas.refusals import USD
+from mcp_sampling_proxy.quotas.state import state_dir
 from mcp_sampling_proxy.sanitize import one_line
+from mcp_sampling_proxy.serve.elicitation import open_url
+from mcp_sampling_proxy.yamlnodes import PolicyError
 
 log = get_logger("mcp_sampling_proxy.web_console")
 
@@ -178,9 +191,6 @@ class WebState:
 def follow_audit(state: WebState, path: str, stop: threading.Event, poll: float = 0.5) -> None:
     """The audit log's last records, then every record appended (audit/follow.py: rotation,
     truncation, bounded memory whatever the file holds)."""
-    from mcp_sampling_proxy.audit.follow import Follower
-    from mcp_sampling_proxy.audit.records import parse_object
-
     follower = Follower(path, last=KEEP_RECORDS)
     try:
         while not stop.is_set():
@@ -202,7 +212,6 @@ def follow_audit(state: WebState, path: str, stop: threading.Event, poll: float 
 
 def audit_view(state: WebState, query: dict[str, list[str]]) -> dict[str, Any]:
     """The latest audit lines matching the page's filters (server, tool, decision, since)."""
-    from mcp_sampling_proxy.commands.audit import InputError, format_record, is_decision, parse_since, parse_ts
 
     def arg(name: str) -> str:
         return (query.get(name) or [""])[0].strip()
@@ -244,8 +253,6 @@ def audit_view(state: WebState, query: dict[str, list[str]]) -> dict[str, Any]:
 
 def usage_view(state: WebState, query: dict[str, list[str]]) -> dict[str, Any]:
     """Per-server requests and tokens from the audit log, and the budgets' windows against their limits."""
-    from mcp_sampling_proxy.commands.audit import InputError, parse_since, summarize
-
     since_text = (query.get("since") or [""])[0].strip()
     try:
         since = parse_since(since_text) if since_text else None
@@ -334,8 +341,6 @@ class WebConsole:
         if self.client.is_resolved(path, message["id"]) or self.state.take(key) is None:
             raise Refused(409, "answered elsewhere or timed out meanwhile; your answer was not used")
         if message["type"] == "elicit" and message.get("mode") == "url" and reply.get("action") == "accept":
-            from mcp_sampling_proxy.serve.elicitation import open_url
-
             open_url(message.get("url") or "")  # only for the answer that was used
         if not self.portal.call(self.client.send, path, reply):
             raise Refused(410, "the proxy is gone")
@@ -387,9 +392,6 @@ class WebConsole:
 
     @staticmethod
     def _elicitation(message: dict[str, Any], action: Any, content: Any) -> dict[str, Any]:
-        from mcp_sampling_proxy.approval.forms import FormError, parse_form, validate_content
-        from mcp_sampling_proxy.approval.url_safety import analyze_url
-
         if action in ("decline", "cancel"):
             return {"action": action}
         if message["mode"] == "url":
@@ -532,18 +534,11 @@ _SECURITY_HEADERS = {
 
 def default_policy() -> str | None:
     """The user's policy when it sits where `init` writes it (see config.paths)."""
-    from mcp_sampling_proxy.config.paths import policy_or_default
-
     return policy_or_default(None)[0]
 
 
 def serve(directory: Path, *, port: int, open_browser: bool, policy: str | None, audit: str | None) -> int:
     """Run the web console until Ctrl-C; the first line on stdout is the URL with its token."""
-    from mcp_sampling_proxy.config.settings import load_settings, resolve_state
-    from mcp_sampling_proxy.quotas.limiters import BUDGETS_FILE
-    from mcp_sampling_proxy.quotas.state import state_dir
-    from mcp_sampling_proxy.yamlnodes import PolicyError
-
     facts = web_view.PolicyFacts()
     budgets_file = state_dir() / BUDGETS_FILE
     read_budgets: Callable[[], dict[str, dict[str, Any]]] = functools.partial(web_view.read_budgets, budgets_file)
@@ -575,8 +570,6 @@ def serve(directory: Path, *, port: int, open_browser: bool, policy: str | None,
             print(f"mcp-sampling-proxy console: warning: the shared budgets cannot be shown: {exc}", file=sys.stderr)
             shared = None
         if shared is not None and shared.backend == "redis" and shared.url:  # what every proxy shares on Redis
-            from mcp_sampling_proxy.quotas import redis_store
-
             read_budgets = functools.partial(redis_store.read_budgets, shared.url, shared.prefix)
             read_spend = functools.partial(redis_store.read_budgets, shared.url, shared.prefix, unit=USD)
     state = WebState(facts, read_budgets, audit, read_spend)
@@ -605,8 +598,6 @@ def serve(directory: Path, *, port: int, open_browser: bool, policy: str | None,
             if audit:
                 threading.Thread(target=follow_audit, args=(state, audit, stop), name="audit", daemon=True).start()
             if open_browser:
-                import webbrowser
-
                 threading.Thread(target=webbrowser.open, args=(web.url,), daemon=True).start()
             await client.run()
 

@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from mcp_sampling_proxy.approval.edits import kept_blocks, prompt_not_editable, result_text, text_of
+from mcp_sampling_proxy.approval.forms import FormError, parse_form
+from mcp_sampling_proxy.approval.url_safety import analyze_url
 from mcp_sampling_proxy.quotas.integrity import KEY_FILE, MAC_FIELD, entry_is_sealed, load_key
-from mcp_sampling_proxy.quotas.limiters import SECTIONS, usd_micros
-from mcp_sampling_proxy.quotas.refusals import TOKENS, USD
+from mcp_sampling_proxy.quotas.limiters import SECTIONS, limit_key, usd_micros
+from mcp_sampling_proxy.quotas.refusals import TOKENS, USD, format_period
 from mcp_sampling_proxy.sanitize import one_line, strip_controls
 
 # raster types a browser decodes without running anything, and how their bytes start
@@ -45,8 +47,6 @@ class PolicyFacts:
 
 
 def policy_facts(settings: Any) -> PolicyFacts:
-    from mcp_sampling_proxy.quotas.refusals import format_period
-
     facts = PolicyFacts(max_tokens=settings.limits.max_tokens, source=settings.source)
     for rule in settings.rules:
         if rule.budget is not None and rule.budget.tokens is not None:
@@ -160,8 +160,6 @@ def request_view(params: dict[str, Any]) -> dict[str, Any]:
 
 def form_view(schema: Any) -> dict[str, Any]:
     """The fields of an elicitation form, or why it cannot be shown."""
-    from mcp_sampling_proxy.approval.forms import FormError, parse_form
-
     try:
         form = parse_form(schema or {})
     except FormError as exc:
@@ -187,8 +185,6 @@ def form_view(schema: Any) -> dict[str, Any]:
 
 
 def url_view(url: str) -> dict[str, Any]:
-    from mcp_sampling_proxy.approval.url_safety import analyze_url
-
     report = analyze_url(url)
     return {
         "before": report.before,
@@ -296,8 +292,6 @@ def _number(value: Any) -> bool:
 def budget_rows(budgets: dict[str, dict[str, Any]], facts: PolicyFacts, unit: str = TOKENS) -> list[dict[str, Any]]:
     """One row per rule@server budget in the file, with the policy's limit when known; `unit`: tokens,
     or usd (amounts in micro-dollars)."""
-    from mcp_sampling_proxy.quotas.refusals import format_period
-
     limits = facts.usd_budgets if unit == USD else facts.budgets
     rows = []
     for key, entry in sorted(budgets.items()):
@@ -331,9 +325,6 @@ def request_limits(
 ) -> dict[str, Any]:
     """The limits that apply to a pending request, as far as this console can know them (`spend`: the
     usd budgets' windows, in micro-dollars)."""
-    from mcp_sampling_proxy.quotas.limiters import limit_key
-    from mcp_sampling_proxy.quotas.refusals import format_period
-
     rule, server = str(message.get("rule") or ""), str(message.get("server") or "")
     limits: dict[str, Any] = {"policy": facts.source}
     if rule in facts.budgets:

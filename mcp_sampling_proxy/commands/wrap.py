@@ -24,7 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mcp_sampling_proxy.commands.doctor_entries import key_fix
+from mcp_sampling_proxy.commands.doctor_entries import wrapped_entry as doctor_view  # not ours below: doctor's view
 from mcp_sampling_proxy.config.atomic import write_atomic
+from mcp_sampling_proxy.config.dirs import home_relative
+from mcp_sampling_proxy.config.paths import default_policy_path, policy_or_default
+from mcp_sampling_proxy.config.sandbox_profiles import profile
+from mcp_sampling_proxy.config.settings import load_settings
 from mcp_sampling_proxy.hosts import backups
 from mcp_sampling_proxy.hosts.config_files import Sidecar, load_config
 from mcp_sampling_proxy.hosts.documents import ConfigDoc, same_data
@@ -39,7 +45,10 @@ from mcp_sampling_proxy.hosts.registry import (
     servers_table,
     table_label,
 )
+from mcp_sampling_proxy.identity import bad_character, derive_from_command
 from mcp_sampling_proxy.sanitize import one_line
+from mcp_sampling_proxy.transport.oauth import describe_login
+from mcp_sampling_proxy.yamlnodes import PolicyError
 
 SCOPES = ("user", "project", "local", "settings")
 
@@ -437,9 +446,6 @@ def main(argv: Sequence[str], action: str = "wrap") -> int:
     policy = None
     if action == "wrap" and args.policy:
         policy = os.path.abspath(os.path.expanduser(args.policy))
-        from mcp_sampling_proxy.config.settings import load_settings
-        from mcp_sampling_proxy.yamlnodes import PolicyError
-
         try:
             load_settings(policy, environ={})
         except PolicyError as exc:
@@ -501,8 +507,6 @@ def main(argv: Sequence[str], action: str = "wrap") -> int:
         return 0
     if action == "wrap":
         if policy is None:
-            from mcp_sampling_proxy.config.paths import default_policy_path
-
             default = default_policy_path()
             print(
                 f"no --policy: the proxy reads {default} (the default policy file; `mcp-sampling-proxy init` "
@@ -524,12 +528,6 @@ def main(argv: Sequence[str], action: str = "wrap") -> int:
 def _key_notes(host: str, policy: str | None, plans: list[Plan]) -> list[str]:
     """What to do so the policy's key variables reach the proxies the host will start: a desktop app
     passes none of this shell's variables, an editor only its login shell's, Codex only what env_vars lists."""
-    from mcp_sampling_proxy.commands.doctor_entries import key_fix, wrapped_entry
-    from mcp_sampling_proxy.config.dirs import home_relative
-    from mcp_sampling_proxy.config.paths import policy_or_default
-    from mcp_sampling_proxy.config.settings import load_settings
-    from mcp_sampling_proxy.yamlnodes import PolicyError
-
     path, _ = policy_or_default(policy)
     try:
         settings = load_settings(path)
@@ -552,10 +550,10 @@ def _key_notes(host: str, policy: str | None, plans: list[Plan]) -> list[str]:
                     for server, entry in doc.servers(table).items()
                     if isinstance(entry, dict)
                     and any(o.server == server and o.changed for o in plan.outcomes)
-                    and not wrapped_entry(host, doc.path, "user", server, entry).variable(name)
+                    and not doctor_view(host, doc.path, "user", server, entry).variable(name)
                 ]
                 if missing:
-                    entry_view = wrapped_entry(host, doc.path, "user", missing[0], {})
+                    entry_view = doctor_view(host, doc.path, "user", missing[0], {})
                     notes.append(
                         f"{name} will not reach the proxy of {', '.join(repr(m) for m in missing)}: it is not in "
                         f"{entry_view.environment_note}. {key_fix(host, name, str(doc.path))}"
@@ -619,8 +617,6 @@ def _wrap_one(
             note = f" (its policy is {current or 'none'}; to use {policy}, unwrap and wrap again)"
         plan.outcomes.append(Outcome(name, f"already wrapped, unchanged{note}"))
         return
-    from mcp_sampling_proxy.identity import bad_character
-
     bad = bad_character(name) if name_from_key else None
     if bad is not None:
         plan.outcomes.append(
@@ -653,9 +649,6 @@ def _wrap_one(
     )
     upstream = _upstream(host, entry)
     if upstream is not None and upstream[0] == "stdio":
-        from mcp_sampling_proxy.config.sandbox_profiles import profile
-        from mcp_sampling_proxy.identity import derive_from_command
-
         argv = [str(word) for word in upstream[1]]
         env = entry.get("env") if isinstance(entry.get("env"), dict) else None
         suggested = profile(argv, env)
@@ -668,8 +661,6 @@ def _oauth_note(host: str, entry: Any) -> str:
     upstream = _upstream(host, entry)
     if upstream is None or upstream[0] != "http" or any(k.lower() == "authorization" for k in upstream[2]):
         return ""
-    from mcp_sampling_proxy.transport.oauth import describe_login
-
     state, text = describe_login(upstream[1], probe_timeout=3.0)
     if state in ("none-needed", "unknown"):
         return ""

@@ -27,13 +27,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from platformdirs import PlatformDirs, RuntimeDirWarning
+
 APP_DIR = "mcp-sampling-proxy"
 STATE_DIR_ENV = "MCP_SAMPLING_PROXY_STATE_DIR"
 
 
 def _platform(*, ensure_exists: bool = False, app: bool = True) -> Any:
-    from platformdirs import PlatformDirs
-
     # appauthor=False: no vendor folder on Windows; no version: the layout is shared by every release
     return PlatformDirs(APP_DIR if app else None, appauthor=False, ensure_exists=ensure_exists)
 
@@ -66,8 +66,6 @@ def runtime_base_quietly() -> Path:
     """`runtime_base` without its log lines: for callers that run before logging is set up (a line then
     would go to stdout, the host's protocol stream). Why a candidate was passed over is kept for the
     next `runtime_base`, which logs it (platformdirs says each reason only once per process)."""
-    from platformdirs import RuntimeDirWarning
-
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RuntimeDirWarning)
         path = Path(_platform(ensure_exists=True, app=False).user_runtime_dir)
@@ -83,12 +81,10 @@ def runtime_base() -> Path:
     Why a candidate was passed over goes to the log: at debug level when `XDG_RUNTIME_DIR` is
     simply unset (common over ssh and in containers), as a warning when it is unusable.
     """
-    from platformdirs import RuntimeDirWarning
-
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RuntimeDirWarning)
         path = Path(_platform(ensure_exists=True, app=False).user_runtime_dir)
-    from mcp_sampling_proxy.log import get_logger
+    from mcp_sampling_proxy.log import get_logger  # start-up: structlog; cli gets here before it spawns the server
 
     log = get_logger("mcp_sampling_proxy.config.dirs")
     held, _HELD[:] = list(_HELD), []

@@ -14,6 +14,7 @@ import subprocess
 from collections.abc import Iterable
 from dataclasses import replace
 
+from mcp_sampling_proxy.config.child_env import withheld
 from mcp_sampling_proxy.config.providers import ProviderConfig
 
 COMMAND_TIMEOUT = 30.0  # seconds; a password manager may ask to be unlocked
@@ -28,8 +29,6 @@ def provider_key(provider: ProviderConfig) -> str | None:
     if provider.api_key is not None:
         return provider.api_key
     if provider.api_key_env:
-        from mcp_sampling_proxy.config.child_env import withheld
-
         return os.environ.get(provider.api_key_env) or withheld(provider.api_key_env) or None
     return None
 

@@ -10,6 +10,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from mcp_sampling_proxy.config import dirs  # the XDG variables and HOME of this process
+
 CONFIG_DIR_ENV = "MCP_SAMPLING_PROXY_CONFIG_DIR"  # overrides the XDG lookup (tests; several setups side by side)
 POLICY_FILE = "policy.yaml"
 
@@ -22,8 +24,6 @@ def config_dir(environ: Mapping[str, str] | None = None) -> Path:
     explicit = environ.get(CONFIG_DIR_ENV)
     if explicit:
         return Path(explicit).expanduser()
-    from mcp_sampling_proxy.config import dirs  # the XDG variables and HOME of this process
-
     return dirs.config_dir()
 
 

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from mcp_sampling_proxy.identity import normalise
+
 if TYPE_CHECKING:
     from mcp_sampling_proxy.yamlnodes import Node
 
@@ -41,8 +43,6 @@ class SandboxSettings:
 
     def for_server(self, name: str) -> SandboxSettings:
         """The settings for the server called `name` (a `servers:` entry, else these)."""
-        from mcp_sampling_proxy.identity import normalise
-
         for key, settings in self.servers.items():
             if normalise(key) == normalise(name):
                 return settings

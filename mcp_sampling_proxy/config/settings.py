@@ -7,6 +7,7 @@ environment (OPENAI_API_KEY / OPENAI_BASE_URL, ANTHROPIC_API_KEY / ANTHROPIC_BAS
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 from collections.abc import Mapping
@@ -16,13 +17,14 @@ from mcp_sampling_proxy.config.approval_grammar import WebhookSettings, check_qu
 from mcp_sampling_proxy.config.auto_answers import AutoAnswer, parse_auto_answers
 from mcp_sampling_proxy.config.checks import CheckSpec, parse_checks
 from mcp_sampling_proxy.config.child_env import WELL_KNOWN_KEY_VARS
+from mcp_sampling_proxy.config.dirs import home_relative, state_dir
 from mcp_sampling_proxy.config.policy_file import read_policy_text
 from mcp_sampling_proxy.config.price_grammar import parse_prices
 from mcp_sampling_proxy.config.prices import PriceTable
 from mcp_sampling_proxy.config.provider_grammar import parse_provider
 from mcp_sampling_proxy.config.providers import ModelSpec, ProviderConfig, preset_key_vars
 from mcp_sampling_proxy.config.sampling_checks import SAMPLING_CHECK_KEYS, SamplingChecks, parse_sampling_checks
-from mcp_sampling_proxy.config.sandbox_settings import SandboxSettings
+from mcp_sampling_proxy.config.sandbox_settings import SandboxSettings, parse_sandbox
 from mcp_sampling_proxy.config.tool_settings import ToolSettings, parse_tools
 from mcp_sampling_proxy.policy.grammar import KnownProviders, parse_limits, parse_rules
 from mcp_sampling_proxy.policy.rules import Rule, SizeLimits
@@ -275,8 +277,6 @@ def parse_settings(text: str, where: str) -> Settings:
     if "prices" in top:
         settings.prices = top["prices"].attempt(lambda: parse_prices(top["prices"]), settings.prices)
     if "sandbox" in top:
-        from mcp_sampling_proxy.config.sandbox_settings import parse_sandbox
-
         settings.sandbox = top["sandbox"].attempt(lambda: parse_sandbox(top["sandbox"], where), settings.sandbox)
     if "tools" in top:
         settings.tools = top["tools"].attempt(lambda: parse_tools(top["tools"]), settings.tools)
@@ -416,8 +416,6 @@ def _parse_audit(node: Node, where: str) -> AuditSettings:
     given = node.mapping(AUDIT_KEYS)
     if "path" not in given:
         if given:
-            from mcp_sampling_proxy.config.dirs import home_relative, state_dir
-
             example = home_relative(state_dir(create=False) / "audit.jsonl")  # this OS's place for it
             raise node.error(
                 f"{node.label} sets {', '.join(given)} but no path: give path: FILE "
@@ -498,8 +496,6 @@ def _parse_state(node: Node) -> StateSettings:
 
 def installed(module: str) -> bool:
     """True when `module` (dotted names too) can be imported, without importing it."""
-    import importlib.util
-
     try:
         return importlib.util.find_spec(module) is not None
     except ModuleNotFoundError:  # a parent package is missing

@@ -20,14 +20,13 @@ from typing import Any
 
 from mcp_sampling_proxy.config.atomic import write_atomic
 from mcp_sampling_proxy.hosts.registry import ConfigError
+from mcp_sampling_proxy.quotas.state import state_dir
 
 _ID = re.compile(r"[0-9]{8}T[0-9]{6}(?:-[0-9]+)?-[A-Za-z0-9._-]+")
 
 
 def backup_dir(environ: dict[str, str] | None = None) -> Path:
     """`STATE_DIR/backups`, created 0700 (the state dir's own rules pick STATE_DIR)."""
-    from mcp_sampling_proxy.quotas.state import state_dir
-
     path = state_dir(environ) / "backups"
     path.mkdir(mode=0o700, exist_ok=True)
     return path

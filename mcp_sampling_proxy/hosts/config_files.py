@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp_sampling_proxy.config.atomic import write_atomic
+from mcp_sampling_proxy.config.dirs import state_dir
 from mcp_sampling_proxy.hosts.documents import ConfigDoc, read_text
 from mcp_sampling_proxy.hosts.json_doc import JsonDoc
 from mcp_sampling_proxy.hosts.registry import HOSTS, ConfigError
@@ -57,8 +58,6 @@ def record_path(config: Path) -> Path:
     """`STATE_DIR/wrapped/HASH-FILENAME.json`: the record of one config file (HASH of its absolute
     path). Not beside the config: in a project folder such as `.vscode/` it would end up in version
     control, and it may hold secrets copied from the config's `env`."""
-    from mcp_sampling_proxy.config.dirs import state_dir
-
     folder = state_dir(create=False) / "wrapped"  # made when a record is saved (not by --dry-run)
     absolute = os.path.abspath(config)
     name = re.sub(r"[^A-Za-z0-9._-]+", "_", config.name)
@@ -142,8 +141,6 @@ class Sidecar:
     def save(self) -> None:
         """Write this config's records (first, so a failure loses nothing), then take them out of
         an older version's shared file beside the config."""
-        from mcp_sampling_proxy.config.dirs import state_dir
-
         if self.records:
             state_dir()  # created 0700 when missing
         self._write(self.path, self.records, config=os.path.abspath(self.config))

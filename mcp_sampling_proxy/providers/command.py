@@ -46,6 +46,7 @@ from typing import Any
 import anyio
 from anyio.abc import ByteReceiveStream, Process
 
+from mcp_sampling_proxy.config.child_env import helper_environment
 from mcp_sampling_proxy.config.providers import (
     COMMAND_DEFAULT_MODEL,
     PRESET_FACTS,
@@ -361,8 +362,6 @@ class CommandAdapter:
     def environment(self) -> dict[str, str]:
         """The proxy's environment plus NO_COLOR=1, minus what the preset must not inherit. The proxy's
         key variables are not in it (config/child_env.py: withheld once read) unless `pass_env` names them."""
-        from mcp_sampling_proxy.config.child_env import helper_environment
-
         spec = self.config.command
         passed = (*(spec.pass_env if spec is not None else ()), *(self.preset.facts.key_vars if self.preset else ()))
         env = helper_environment(passed)  # a preset's own key variables (gemini's API key) too

@@ -13,7 +13,9 @@ from typing import Any
 
 import httpx
 
+from mcp_sampling_proxy.config.keys import provider_key
 from mcp_sampling_proxy.config.providers import ProviderConfig
+from mcp_sampling_proxy.log import known_secrets
 from mcp_sampling_proxy.providers.base import LLMError, UnsupportedContentError
 from mcp_sampling_proxy.redact import CONFIGURED_KEY, KeyRuns, mask
 from mcp_sampling_proxy.sanitize import one_line
@@ -112,11 +114,7 @@ def _provider_message(response: httpx.Response) -> str:
 
 
 def _secrets(provider: ProviderConfig, response: httpx.Response) -> list[str]:
-    from mcp_sampling_proxy.log import known_secrets
-
     found = list(known_secrets())  # every key the proxy holds: the error text goes to the server
-    from mcp_sampling_proxy.config.keys import provider_key
-
     key = provider_key(provider)  # from the environment (withheld once read), a file or a command
     if key:
         found.append(key)

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mcp_sampling_proxy.shared_files import NotARegularFile, read_regular
+
 KEY_FILE = "integrity.key"
 KEY_BYTES = 32
 MAC_FIELD = "mac"
@@ -46,8 +48,6 @@ def load_key(directory: Path) -> bytes:
             os.fsync(fd)
         finally:
             os.close(fd)
-    from mcp_sampling_proxy.shared_files import NotARegularFile, read_regular
-
     try:
         key = read_regular(path, KEY_BYTES + 1)
     except NotARegularFile as exc:
@@ -104,8 +104,6 @@ class StateReport:
 
 def report(directory: Path) -> StateReport:
     """Check the state files against the key without changing anything."""
-    from mcp_sampling_proxy.shared_files import read_regular
-
     if not (directory / KEY_FILE).exists():
         return StateReport("no sealing key yet: the first proxy start makes it (and seals what is there then)")
     try:

@@ -20,6 +20,7 @@ the caller decides the JSON-RPC error and the audit record.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import math
 import threading
@@ -531,8 +532,6 @@ class Limiters:
 
     def _count_shared(self, key: str, requests: int, per: float, rule: str) -> None:
         """Count an admission made without the shared store in it, once the store answers."""
-        import asyncio
-
         assert self.shared is not None
         shared = self.shared
 
@@ -674,8 +673,6 @@ class Limiters:
     async def aclose(self) -> None:
         if self.shared is not None:
             if self._counting:  # admissions still being counted in the shared window
-                import asyncio
-
                 await asyncio.wait(self._counting, timeout=2.0)
             await self.shared.store.aclose()
 

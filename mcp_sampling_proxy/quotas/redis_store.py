@@ -148,6 +148,7 @@ class RedisQuotas:
     """The three limits on one Redis, each check atomic; raises StateUnavailable when Redis fails."""
 
     def __init__(self, url: str, prefix: str, *, timeout: float = 2.0, reservation_ttl: float = RESERVATION_TTL):
+        # start-up: redis costs ~0.4 s, only a redis store needs it
         from redis.asyncio import BlockingConnectionPool, Redis
 
         self.url = url
@@ -178,7 +179,7 @@ class RedisQuotas:
         return [base, base + ":res", base + ":tok"]
 
     async def _run(self, script: Any, keys: list[str], args: list[Any]) -> Any:
-        from redis.exceptions import RedisError
+        from redis.exceptions import RedisError  # start-up: redis costs ~0.4 s, only a redis store needs it
 
         try:
             return await script(keys=keys, args=args)
@@ -198,7 +199,7 @@ class RedisQuotas:
         return lease if int(taken) else concurrency_refusal(key, limit, int(in_use), rule)
 
     async def release_slot(self, key: str, lease: str) -> None:
-        from redis.exceptions import RedisError
+        from redis.exceptions import RedisError  # start-up: redis costs ~0.4 s, only a redis store needs it
 
         try:
             await self._redis.zrem(self._key("slots", key), lease)
@@ -255,8 +256,8 @@ def read_budgets(url: str, prefix: str, *, timeout: float = 2.0, unit: str = TOK
     KEY -> used, reserved (reservations not yet expired), per, resets_at (None once the window ended);
     `unit`: the token budgets, or the usd ones (micro-dollars).
     Empty when Redis cannot be reached: a display must not fail for it."""
-    from redis import Redis
-    from redis.exceptions import RedisError
+    from redis import Redis  # start-up: redis costs ~0.4 s, only a redis store needs it
+    from redis.exceptions import RedisError  # start-up: redis costs ~0.4 s, only a redis store needs it
 
     # Any: redis-py's sync stubs type every reply as a union of what any command could return
     client: Any = Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout, decode_responses=True)

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import anyio
 import anyio.abc
 
-from mcp_sampling_proxy.identity import server_phrase
+from mcp_sampling_proxy.identity import normalise, server_phrase, shown
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
@@ -34,7 +34,7 @@ from mcp_sampling_proxy.protocol.names import (
 from mcp_sampling_proxy.relay.bridge import CHANGED, DONE, EraBridge
 from mcp_sampling_proxy.relay.calls import CURRENT_CALL, ORIGIN_TOOLS, HostRequest, HostRounds
 from mcp_sampling_proxy.relay.keepalive import Waiting, same_token, serving
-from mcp_sampling_proxy.sanitize import one_line
+from mcp_sampling_proxy.sanitize import one_line, strip_controls
 
 log = get_logger("mcp_sampling_proxy.relay.core")
 
@@ -49,9 +49,6 @@ _WAITING_FOR = {"sampling/createMessage": "waiting for sampling", "elicitation/c
 def _shown_if_different(reported: str, ours: str) -> str | None:
     """Worked out once per name: every sampling request's audit record and log line asks (and a
     server chooses how long its name is)."""
-    from mcp_sampling_proxy.identity import normalise, shown
-    from mcp_sampling_proxy.sanitize import strip_controls
-
     if normalise(reported) == normalise(ours):
         return None
     return strip_controls(shown(reported))[:200]

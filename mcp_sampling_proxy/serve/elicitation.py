@@ -15,6 +15,7 @@ import os
 import shlex
 import subprocess
 import time
+import webbrowser
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Unpack
 
@@ -54,8 +55,6 @@ def open_url(url: str) -> bool:
     command = os.environ.get(OPENER_ENV)
     if command:
         return subprocess.run([*shlex.split(command), url], check=False).returncode == 0
-    import webbrowser
-
     return webbrowser.open(url)
 
 
@@ -200,6 +199,7 @@ class ElicitationService:
                     )
                 return result
             if mode == "form":
+                # start-up: forms costs ~30 ms, only form requests need it
                 from mcp_sampling_proxy.approval.forms import FormError, parse_form, secret_reasons
 
                 try:
@@ -229,6 +229,7 @@ class ElicitationService:
                         return self._auto_answer(verdict, answer)
                     withheld = f"; {verdict.why}"
                 if self._settings.non_interactive == "accept_defaults" and mode == "form":
+                    # start-up: forms costs ~30 ms, only form requests need it
                     from mcp_sampling_proxy.approval.forms import prepare
 
                     await anyio.to_thread.run_sync(prepare)  # the defaults are checked: load that off the loop
@@ -252,6 +253,7 @@ class ElicitationService:
 
     async def _auto_verdict(self, entry: AutoAnswer, params: dict[str, Any], mode: str) -> auto_answers.AutoVerdict:
         if entry.action == "accept" and mode == "form":
+            # start-up: forms costs ~30 ms, only form requests need it
             from mcp_sampling_proxy.approval.forms import prepare
 
             await anyio.to_thread.run_sync(prepare)  # the content is checked: load that off the loop
@@ -299,6 +301,7 @@ class ElicitationService:
             else "URL mode is not enabled"
         ) + note
         if action == "accept_defaults" and mode == "form":
+            # start-up: forms costs ~30 ms, only form requests need it
             from mcp_sampling_proxy.approval.forms import apply_defaults, parse_form
 
             content = apply_defaults(parse_form(params.get("requestedSchema") or {}))

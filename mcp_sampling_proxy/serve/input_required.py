@@ -23,6 +23,7 @@ from mcp_sampling_proxy.protocol.names import ELICITATION_CREATE, SAMPLING_CREAT
 from mcp_sampling_proxy.relay.calls import ORIGIN_TOOLS
 from mcp_sampling_proxy.relay.keepalive import waiting_for
 from mcp_sampling_proxy.sanitize import one_line
+from mcp_sampling_proxy.serve.elicitation import marked
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.relay.core import Relay, Session
@@ -85,8 +86,6 @@ class InputResolver:
         """The host is about to see these input requests: remember its sampling ones, so its
         answers (in the retry's inputResponses) get an audit record like any other sampling; and
         mark its forms as the server's (serve/elicitation.py: `marked`). The result as the host gets it."""
-        from mcp_sampling_proxy.serve.elicitation import marked
-
         state = result.get("requestState")
         requests = result.get("inputRequests") or {}
         shown = {}

@@ -23,7 +23,7 @@ from mcp_sampling_proxy.audit.records import AuditFields, digest, elapsed_ms, re
 from mcp_sampling_proxy.config.prices import UNPRICED, Price, usd
 from mcp_sampling_proxy.config.providers import ProviderConfig
 from mcp_sampling_proxy.config.settings import Settings
-from mcp_sampling_proxy.log import get_logger
+from mcp_sampling_proxy.log import get_logger, known_secrets
 from mcp_sampling_proxy.policy.engine import Decision
 from mcp_sampling_proxy.policy.size_caps import check_caps
 from mcp_sampling_proxy.protocol import jsonrpc
@@ -34,6 +34,7 @@ from mcp_sampling_proxy.providers.base import Adapter, Completion, LLMError
 from mcp_sampling_proxy.providers.registry import make_adapter
 from mcp_sampling_proxy.quotas.limiters import BudgetHold, Limiters, PricedModel, SamplingGate, limit_key
 from mcp_sampling_proxy.quotas.refusals import Refusal
+from mcp_sampling_proxy.redact import Redactor
 from mcp_sampling_proxy.relay.keepalive import waiting_for
 from mcp_sampling_proxy.serve import secret_scan
 from mcp_sampling_proxy.serve.assess import (
@@ -656,9 +657,6 @@ class AdapterPool:
 def without_keys(content: Any) -> Any:
     """An answer without any key the proxy holds in it (a provider that echoes the key, a CLI talked
     into printing its environment): whole keys only, so masking tells a server nothing about a guess."""
-    from mcp_sampling_proxy.log import known_secrets
-    from mcp_sampling_proxy.redact import Redactor
-
     secrets = known_secrets()
     if not secrets:
         return content

@@ -8,6 +8,7 @@ transport does not know the negotiated protocol version, so every message is sta
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any
@@ -15,18 +16,26 @@ from typing import Any
 import anyio
 import httpx2  # the SDK's HTTP client (this module is imported for --url and login only)
 
+from mcp_sampling_proxy import log as logmod
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.names import PROTOCOL_VERSION_META
+from mcp_sampling_proxy.transport import oauth_store
 from mcp_sampling_proxy.transport.framing import DEFAULT_MAX_LINE
+from mcp_sampling_proxy.transport.oauth_store import login_command
+from mcp_sampling_proxy.transport.param_headers import (
+    NAME_BEARING_METHODS,
+    encode_header_value,
+    header_map,
+    param_headers,
+)
+from mcp_sampling_proxy.transport.streamable_http import StreamableHttpClient
 
 log = get_logger("mcp_sampling_proxy.upstream")
 
 
 def add_secret(value: str) -> None:
     """OAuth tokens join the values every log line is scrubbed of."""
-    from mcp_sampling_proxy import log as logmod
-
     logmod.add_secret(value)
 
 
@@ -62,15 +71,13 @@ class LazyOAuth(httpx2.Auth):
     request with a stored login or records that the user must run `login` (transport/oauth.py)."""
 
     def __init__(self, url: str):
-        from mcp_sampling_proxy.transport import oauth_store
-
         self.url = url
         self.provider: Any = None
         if oauth_store.load(url) is not None:
             self.provider = self._real()
 
     def _real(self) -> Any:
-        from mcp_sampling_proxy.transport.oauth import HeadlessOAuth
+        from mcp_sampling_proxy.transport.oauth import HeadlessOAuth  # start-up: the mcp SDK, ~0.5 s (above)
 
         return HeadlessOAuth(self.url, on_secret=add_secret)
 
@@ -125,8 +132,6 @@ class HttpUpstream:
         """`max_line` bounds a message from the server here too: an SSE event (the SDK's limit, 1 MiB
         by default, refused results a direct host gets) and a JSON response body. Past it the waiting
         request gets an error from the transport; `on_oversize` is for pipes."""
-        import asyncio
-
         self._on_line = on_line
         self._on_eof = on_eof
         self._max_message = max_line or DEFAULT_MAX_LINE
@@ -142,8 +147,6 @@ class HttpUpstream:
             log.warning("upstream outbox full or closed; message dropped", size=len(line))
 
     async def _run(self) -> None:
-        from mcp_sampling_proxy.transport.streamable_http import StreamableHttpClient
-
         if self._oauth:
             self._auth = LazyOAuth(self.url)
         # no compression: a client inflates a body whole, past any count of the bytes that arrive
@@ -208,8 +211,6 @@ class HttpUpstream:
         auth = self._auth.provider if self._auth is not None else None
         if auth is None or not auth.refused_ids or request_id not in auth.refused_ids:
             return None
-        from mcp_sampling_proxy.transport.oauth_store import login_command
-
         auth.refused_ids.discard(request_id)
         why = auth.refusal or f"{self.url} needs an OAuth login"
         if why != self._refusal_logged:
@@ -228,8 +229,6 @@ class HttpUpstream:
 
     def _note_tools(self, message: dict[str, Any]) -> None:
         """A tools/list result: which arguments each tool wants mirrored as `Mcp-Param-*` headers."""
-        from mcp_sampling_proxy.transport.param_headers import header_map
-
         message_id = message.get("id")
         if message_id not in self._listing:
             return
@@ -251,8 +250,6 @@ class HttpUpstream:
     def _stamp(self, msg: dict[str, Any]) -> dict[str, str] | None:
         """Per-message headers the transport cannot derive from the session: the protocol version,
         and for a 2026-era request its method, name and mirrored arguments."""
-        from mcp_sampling_proxy.transport.param_headers import NAME_BEARING_METHODS, encode_header_value, param_headers
-
         method = msg.get("method")
         params = jsonrpc.as_object(msg.get("params"))
         if method == "initialize":

@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx2
 from mcp.client.auth import OAuthClientProvider
-from mcp.client.auth.utils import extract_field_from_www_auth
+from mcp.client.auth.utils import extract_field_from_www_auth, extract_resource_metadata_from_www_auth
 from mcp.shared.auth import (
     AuthorizationCodeResult,
     OAuthClientInformationFull,
@@ -30,6 +30,7 @@ from mcp.shared.auth import (
     ProtectedResourceMetadata,
 )
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
+from pydantic import AnyUrl
 
 from mcp_sampling_proxy.transport import oauth_store
 from mcp_sampling_proxy.transport.oauth_store import StoreKind, login_command
@@ -199,8 +200,6 @@ def _insufficient_scope(response: httpx2.Response) -> bool:
 
 
 def _client_metadata(redirect_uri: str, scope: str | None) -> OAuthClientMetadata:
-    from pydantic import AnyUrl
-
     return OAuthClientMetadata(
         client_name=CLIENT_NAME,
         redirect_uris=[AnyUrl(redirect_uri)],
@@ -219,8 +218,6 @@ def oauth_challenge(response: httpx2.Response) -> str | None:
     header = response.headers.get("www-authenticate", "")
     if not header.lower().startswith("bearer") and "resource_metadata" not in header:
         return None
-    from mcp.client.auth.utils import extract_resource_metadata_from_www_auth
-
     return extract_resource_metadata_from_www_auth(response) or ""
 
 
@@ -286,8 +283,6 @@ async def authorize(
     """The whole flow, driven by one unauthenticated initialize; returns (record to store, server name)."""
     storage = RecordStorage(url, None, None, persist=False)
     if client_id:
-        from pydantic import AnyUrl
-
         await storage.set_client_info(
             OAuthClientInformationFull(
                 client_id=client_id,

@@ -11,16 +11,22 @@ first, then the keyring; a record is written back where it was found.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
+import shlex
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+import anyio
 
 from mcp_sampling_proxy.config.atomic import write_atomic
+from mcp_sampling_proxy.quotas.state import state_dir
 from mcp_sampling_proxy.shared_files import read_regular
 
 KEYRING_SERVICE = "mcp-sampling-proxy-oauth"
@@ -31,22 +37,16 @@ StoreKind = Literal["file", "keyring"]
 def canonical_url(url: str) -> str:
     """The resource URL tokens belong to (RFC 8707: lower-case scheme and host, no fragment). The
     SDK's function does the same; it is not used here because importing it loads the whole SDK."""
-    from urllib.parse import urlsplit, urlunsplit
-
     parts = urlsplit(url)
     return urlunsplit(parts._replace(scheme=parts.scheme.lower(), netloc=parts.netloc.lower(), fragment=""))
 
 
 def login_command(url: str, *, scope: str | None = None) -> str:
     """The command that logs in to `url`, quoted for a shell (a URL may hold `&`)."""
-    import shlex
-
     return shlex.join(["mcp-sampling-proxy", "login", "--url", url, *(["--scope", scope] if scope else [])])
 
 
 def _oauth_dir(create: bool) -> Path:
-    from mcp_sampling_proxy.quotas.state import state_dir
-
     directory = state_dir(create=create) / "oauth"
     if create and not directory.is_dir():
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -68,10 +68,6 @@ async def refresh_turn(url: str) -> AsyncIterator[None]:
     exclusive lock on a file beside the login's; the one who waited reads the store again first.
     After `REFRESH_TURN_WAIT` without the turn the refresh goes ahead anyway (a stuck peer must not
     stop this proxy for good)."""
-    import fcntl
-
-    import anyio
-
     path = file_path(url, create=True).with_suffix(".lock")
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
@@ -92,6 +88,7 @@ async def refresh_turn(url: str) -> AsyncIterator[None]:
 def _keyring() -> Any | None:
     """The keyring module when it is installed and its backend can store secrets, else None."""
     try:
+        # start-up: keyring costs ~110 ms, only stored logins need it
         import keyring
         from keyring.backends import fail
     except ImportError:

@@ -33,6 +33,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from mcp_sampling_proxy.config.dirs import APP_DIR, config_dir, runtime_base_quietly, state_dir
 from mcp_sampling_proxy.config.sandbox_settings import SandboxSettings
 
 RUNTIME_ENV = "MCP_SAMPLING_PROXY_RUNTIME_DIR"  # as approval/console/server.py reads it
@@ -149,8 +150,6 @@ def proxy_paths(policy: str | None, named: Iterable[str] = ()) -> list[Path]:
     """The proxy's own places the server must not see: the policy file, the configuration, state and
     runtime directories (made now when missing, so they are hidden from the start), and `named`
     files (the audit log and its rotations, key files)."""
-    from mcp_sampling_proxy.config.dirs import APP_DIR, config_dir, runtime_base_quietly, state_dir
-
     found: list[Path] = []
     if policy:
         found.append(Path(policy))

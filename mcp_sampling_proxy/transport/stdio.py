@@ -8,13 +8,17 @@ and its children can be stopped together), and its stderr reaches ours line by l
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import select
 import shutil
 import signal
 import subprocess
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
+
+import anyio
 
 from mcp_sampling_proxy.hardening import GroupGuard, die_with_parent
 from mcp_sampling_proxy.sanitize import terminal_line
@@ -87,9 +91,6 @@ def sandboxed_pid(process: subprocess.Popen[bytes]) -> int | None:
     fd = _SANDBOX_INFO.get(process.pid)
     if fd is None:
         return None
-    import json
-    import select
-
     if not select.select([fd], [], [], 0)[0]:
         return None
     try:
@@ -167,6 +168,7 @@ class StdioUpstream:
         max_line: int | None = None,
         on_oversize: Callable[[int, bytes, bytes], None] | None = None,
     ) -> None:
+        # start-up: cli spawns the server through this module before the relay loads
         from mcp_sampling_proxy.transport.framing import (
             DEFAULT_MAX_LINE,
             LineReader,
@@ -212,8 +214,6 @@ class StdioUpstream:
 
     async def wait(self, timeout: float) -> int | None:
         """The exit code, or None if the child is still running after `timeout` seconds."""
-        import anyio
-
         with anyio.move_on_after(timeout):
             while self.process.poll() is None:
                 await anyio.sleep(0.01)
@@ -225,8 +225,6 @@ class StdioUpstream:
     async def stop(self, grace: float, term_wait: float = 2.0) -> int | None:
         """Close stdin and wait `grace`; then SIGTERM the child's process group, wait `term_wait`, SIGKILL it."""
         if self._writer is not None:
-            import anyio
-
             with anyio.move_on_after(min(grace, 1.0)):
                 await self._writer.close()  # flushes what is buffered
         if self.process.stdin:

@@ -21,7 +21,9 @@ import anyio
 import anyio.abc
 
 from mcp_sampling_proxy.approval.console.messages import MAX_LINE, BadMessage, validate
+from mcp_sampling_proxy.approval.console.server import is_stale
 from mcp_sampling_proxy.approval.edits import with_prompt, with_text
+from mcp_sampling_proxy.hardening import peer_pid, refusal
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.sanitize import one_line
 
@@ -78,8 +80,6 @@ class ConsoleClient:
         return True
 
     async def _scan_once(self, tg: anyio.abc.TaskGroup) -> None:
-        from mcp_sampling_proxy.approval.console.server import is_stale
-
         for sock in sorted(self.directory.glob("*.sock")):
             if sock in self._streams or self._known_refused(sock):
                 continue
@@ -190,8 +190,6 @@ def elicit_reply(message: dict[str, Any], answer: dict[str, Any]) -> dict[str, A
 def _refusal(sock: Path, stream: anyio.abc.SocketStream) -> str | None:
     """Why a socket must not be trusted: its server's pid is not the one in its name, or the
     server runs below a proxy (a governed server planting a fake proxy socket)."""
-    from mcp_sampling_proxy.hardening import peer_pid, refusal
-
     try:
         pid = peer_pid(stream.extra(anyio.abc.SocketAttribute.raw_socket))
     except (OSError, anyio.TypedAttributeLookupError):

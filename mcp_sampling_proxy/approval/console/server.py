@@ -37,6 +37,7 @@ import anyio
 import anyio.abc
 
 from mcp_sampling_proxy.approval.channels import ChannelGone
+from mcp_sampling_proxy.config.dirs import APP_DIR, runtime_base
 from mcp_sampling_proxy.hardening import cmdline, is_relay, peer_pid, refusal, relay_subcommands
 from mcp_sampling_proxy.log import Throttle, get_logger
 from mcp_sampling_proxy.sanitize import one_line
@@ -66,8 +67,6 @@ def runtime_dir() -> Path:
     if base:
         path = Path(base)
     else:
-        from mcp_sampling_proxy.config.dirs import APP_DIR, runtime_base
-
         try:
             path = runtime_base() / APP_DIR
         except (PermissionError, RuntimeError) as exc:  # even the /tmp fallback is another user's
