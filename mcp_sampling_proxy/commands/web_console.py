@@ -235,6 +235,7 @@ def audit_view(state: WebState, query: dict[str, list[str]]) -> dict[str, Any]:
                 "decision": one_line(str(record.get("decision") or ""), 20),
                 "server": one_line(str(record.get("server") or ""), 120),
                 "tool": one_line(str(record.get("tool") or ""), 120),
+                "notes": web_view.audit_notes(record),
             }
         )
         if len(lines) >= count:
