@@ -44,6 +44,7 @@ from mcp_sampling_proxy.approval.console.client import (
     elicit_reply,
     review_reply,
 )
+from mcp_sampling_proxy.audit.notes import governance_notes
 from mcp_sampling_proxy.commands import web_view
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.quotas.refusals import USD
@@ -235,7 +236,7 @@ def audit_view(state: WebState, query: dict[str, list[str]]) -> dict[str, Any]:
                 "decision": one_line(str(record.get("decision") or ""), 20),
                 "server": one_line(str(record.get("server") or ""), 120),
                 "tool": one_line(str(record.get("tool") or ""), 120),
-                "notes": web_view.audit_notes(record),
+                "notes": governance_notes(record),
             }
         )
         if len(lines) >= count:

@@ -21,7 +21,7 @@ from mcp_sampling_proxy.quotas.integrity import KEY_FILE, MAC_FIELD, entry_is_se
 from mcp_sampling_proxy.quotas.limiters import SECTIONS, usd_micros
 from mcp_sampling_proxy.quotas.refusals import TOKENS, USD
 from mcp_sampling_proxy.sanitize import one_line, strip_controls
-from mcp_sampling_proxy.vocabulary import REFUSED_OUTCOMES, TOOL_CALL_APPROVAL
+from mcp_sampling_proxy.vocabulary import TOOL_CALL_APPROVAL
 
 # raster types a browser decodes without running anything, and how their bytes start
 IMAGE_MAGIC: dict[str, tuple[bytes, ...]] = {
@@ -33,7 +33,7 @@ IMAGE_MAGIC: dict[str, tuple[bytes, ...]] = {
 MAX_IMAGE_BYTES = 8 * 1024 * 1024
 _TEXT = 200_000  # characters of one text block shown
 MAX_ARGUMENTS = 4000  # characters of a tool call's arguments shown at its approval
-MAX_NOTES = 12  # governance notes under one audit line
+MAX_NOTES = 12  # governance notes on one pending request
 
 
 @dataclass
@@ -221,6 +221,8 @@ def question_view(key: str, proxy: str, message: dict[str, Any], limits: dict[st
         view["quorum"] = quorum_view(message.get("quorum"))
     elif message["type"] == "pending":
         view["request"] = request_view(message.get("params") or {})
+        notes = message.get("notes")
+        view["notes"] = [_s(n, 300) for n in notes[:MAX_NOTES] if isinstance(n, str)] if isinstance(notes, list) else []
         view["limits"] = limits
         view["quorum"] = quorum_view(message.get("quorum"))
     elif message["type"] == "review":
@@ -246,62 +248,6 @@ def tool_call_view(params: Any) -> dict[str, Any]:
     if len(shown) > MAX_ARGUMENTS:
         shown = shown[:MAX_ARGUMENTS] + f"\n… ({len(shown):,} characters in all)"
     return {"name": _s(params.get("name"), 120), "arguments": strip_controls(shown)}
-
-
-def audit_notes(record: dict[str, Any]) -> list[dict[str, str]]:
-    """What the governance recorded in one decision record, as short labelled notes for its audit line:
-    the external checks (name, verdict, reason), credentials found (their types, never the values), a
-    sampling check's refusal, and what a tools: decision was. Each `kind` is a label the page styles;
-    each `text` one cleaned line (a check's reason comes from the operator's validator, a tool's name
-    from the server)."""
-    notes: list[dict[str, str]] = []
-    refused = record.get("decision") in REFUSED_OUTCOMES
-    method = record.get("method")
-    if method == "tools/call":
-        if refused and record.get("rule") is None and record.get("decision") == "deny":
-            notes.append({"kind": "tool", "text": "tool call held: the tool changed since it was pinned"})
-        else:
-            notes.append({"kind": "tool", "text": f"tool call (tools rule: {_s(record.get('action') or '?', 20)})"})
-    elif method == "tools/list":
-        change = record.get("tool_change")
-        if isinstance(change, dict):
-            fields = change.get("fields")
-            named = ", ".join(_s(f, 40) for f in fields[:10]) if isinstance(fields, list) else ""
-            fate = "held until accepted" if refused else "re-pinned" if change.get("kind") != "removed" else "unpinned"
-            kind = _s(change.get("kind") or "changed", 20)
-            notes.append({"kind": "tool", "text": f"tool {kind}{f' ({named})' if named else ''}: {fate}"})
-        elif refused:
-            notes.append({"kind": "tool", "text": "hidden from the host's tools/list"})
-    if record.get("reason") == "unsolicited" and refused:
-        notes.append({"kind": "refused", "text": "refused: unsolicited (no host request in flight)"})
-    elif record.get("unsolicited") is True:
-        notes.append({"kind": "check", "text": "unsolicited, allowed by sampling.allow_unsolicited"})
-    if record.get("limit") == "max_per_call":
-        notes.append({"kind": "refused", "text": "refused: over sampling.max_per_call"})
-    checks = record.get("checks")
-    for check in checks[:MAX_NOTES] if isinstance(checks, list) else []:
-        if not isinstance(check, dict):
-            continue
-        text = f"check {_s(check.get('name'), 60)}: {_s(check.get('verdict'), 10)}"
-        if check.get("stage") == "answer":
-            text += " (on the answer)"
-        if check.get("reason"):
-            text += f": {_s(check['reason'], 200)}"
-        bad = check.get("verdict") == "deny" or (check.get("verdict") == "error" and check.get("on_error") != "allow")
-        notes.append({"kind": "refused" if bad else "check", "text": text})
-    for key, where in (("prompt_secrets", "the server's request"), ("answer_secrets", "the LLM's answer")):
-        types = record.get(key)
-        if not isinstance(types, list) or not types:
-            continue
-        if refused:
-            fate = "refused"
-        elif key == "answer_secrets" and record.get("original_answer_sha256") and not record.get("answer_edited_by"):
-            fate = "masked"
-        else:
-            fate = "masked or let through (sampling.on_secret)"
-        named = ", ".join(_s(t, 60) for t in types[:MAX_NOTES])
-        notes.append({"kind": "secret", "text": f"credentials in {where}: {named} ({fate})"})
-    return notes[:MAX_NOTES]
 
 
 def quorum_view(quorum: Any) -> dict[str, Any] | None:

@@ -4,18 +4,21 @@ for a human shows the tool and its arguments (cleaned), not an empty sampling re
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fakes.llm_server import FakeLLMServer
 from helpers.governance_log import write_governance_log
-from helpers.support import PY, RawHost, proxy_command, proxy_env, write_policy
+from helpers.support import PY, ROOT, RawHost, openai_policy, proxy_command, proxy_env, write_policy
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="console sockets use SO_PEERCRED and /proc")
 
@@ -35,6 +38,7 @@ rules:
   - name: allow-all
     action: allow
 """
+AWS_KEY_ID = "AKIAIOSFODNN7EXAMPLE"  # AWS's documented example key id: not a real key
 # what the host asks the tool to echo: escapes, and a line dressed up as the proxy's own
 ARGUMENT = "hello\x1b[2J\x1b]0;pwned\x07\nApproved by mcp-sampling-proxy"
 
@@ -53,12 +57,10 @@ def chromium() -> Iterator[Any]:
             browser.close()
 
 
-@pytest.fixture
-def console(tmp_path: Path, dirs: dict[str, str]) -> Iterator[tuple[str, str]]:
-    """`console --web --no-open` over an audit log that holds the governance records: its URL, the policy."""
-    audit = tmp_path / "audit.jsonl"
-    write_governance_log(audit)
-    policy = write_policy(tmp_path, POLICY + f"audit:\n  path: {audit}\n")
+@contextmanager
+def web_console(tmp_path: Path, dirs: dict[str, str], policy_text: str) -> Iterator[tuple[str, str]]:
+    """`console --web --no-open` for a policy (with an audit.path): its URL, and the policy file."""
+    policy = write_policy(tmp_path, policy_text)
     proc = subprocess.Popen(
         [PY, "-m", "mcp_sampling_proxy", "console", "--web", "--no-open", "--policy", policy],
         env=proxy_env(**dirs),
@@ -78,6 +80,15 @@ def console(tmp_path: Path, dirs: dict[str, str]) -> Iterator[tuple[str, str]]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture
+def console(tmp_path: Path, dirs: dict[str, str]) -> Iterator[tuple[str, str]]:
+    """The web console over an audit log that holds the governance records."""
+    audit = tmp_path / "audit.jsonl"
+    write_governance_log(audit)
+    with web_console(tmp_path, dirs, POLICY + f"audit:\n  path: {audit}\n") as found:
+        yield found
 
 
 def shot(page: Any, tmp_path: Path, name: str) -> Path:
@@ -172,3 +183,47 @@ def test_a_tool_call_approval_shows_the_tool_and_its_arguments(
     line.wait_for(timeout=15000)
     assert "tool=echo" in line.inner_text() and "tool call (tools rule: prompt)" in line.inner_text()
     assert errors == []
+
+
+def test_a_pending_sampling_request_shows_the_checks_it_passed(
+    tmp_path: Path, dirs: dict[str, str], llm: FakeLLMServer, chromium: Any
+) -> None:
+    """The checks run before a human is asked: the card says which passed, and what the scan masked."""
+    audit = tmp_path / "audit.jsonl"
+    validator = [PY, str(ROOT / "tests" / "fixtures" / "check_validator.py"), str(tmp_path / "seen.jsonl")]
+    checks = f"checks:\n  house-rules:\n    command: {json.dumps([*validator, 'allow'])}\n"
+    sampling = "sampling:\n  scan_requests: true\n"
+    rules = "rules:\n  - name: ask\n    action: prompt\n    check: house-rules\n"
+    text = openai_policy(llm.base_url, extra=checks + sampling, rules=rules)
+    with web_console(tmp_path, dirs, text + f"approval:\n  channels: [console]\naudit:\n  path: {audit}\n") as (
+        url,
+        policy,
+    ):
+        page = chromium.new_page(viewport={"width": 1500, "height": 1000})
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(url)
+        with RawHost(proxy_command(policy, "--name", "notes"), proxy_env(**dirs), tmp_path / "proxy.log") as host:
+            host.initialize()
+            page.get_by_text("1 proxy attached").wait_for(timeout=15000)
+            prompt = f"Summarise: my key is {AWS_KEY_ID}"
+            host.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 2,
+                    "method": "tools/call",
+                    "params": {"name": "sample", "arguments": {"prompt": prompt}},
+                }
+            )
+            card = page.locator("article.pending")
+            card.wait_for(timeout=15000)
+            assert [str(n) for n in card.locator(".note").all_inner_texts()] == [
+                "check house-rules: allow",
+                "credentials in the server's request: AWS Access Key (masked unless sampling.on_secret is allow)",
+            ]
+            assert AWS_KEY_ID not in card.inner_text() and "[REDACTED:AWS Access Key]" in card.inner_text()
+            shot(page, tmp_path, "governance-pending-sampling")
+            page.get_by_role("button", name="Allow once").click()
+            response = host.wait_for(lambda m: m.get("id") == 2 and "method" not in m, 30)
+            assert response["result"].get("isError") is not True, response
+        assert errors == []

@@ -149,6 +149,7 @@ function samplingCard(q) {
   ];
   fill(card,
     el("h3", {}, "Sampling request"), meta(q), q.quorum ? quorumRow(q.quorum) : null, limitsRow(q),
+    (q.notes || []).length ? el("div", {class: "notes"}, q.notes.map((n) => el("span", {class: "note"}, n))) : null,
     r.system ? messageBox("system prompt", [{type: "text", text: r.system}]) : null,
     r.messages.map((m) => messageBox(m.role, m.blocks)),
     details.length ? el("ul", {class: "details"}, details) : null,
