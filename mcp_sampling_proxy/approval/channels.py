@@ -50,6 +50,7 @@ class ApprovalRequest:
     summary: str  # already sanitised
     prompt_edited_by: str | None = None  # the channel whose human edited the prompt (for the review)
     quorum: QuorumState | None = None  # set when more than one approver is needed
+    notes: tuple[str, ...] = ()  # what the governance found before asking (checks passed ...): cleaned lines
 
 
 @dataclass(frozen=True)

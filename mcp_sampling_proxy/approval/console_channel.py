@@ -50,6 +50,7 @@ class ConsoleChannel:
                 "summary": request.summary,
                 "params": request.params,
                 "edit": "prompt",
+                **({"notes": list(request.notes)} if request.notes else {}),
                 **(
                     {"quorum": {"needed": request.quorum.needed, "approved_by": list(request.quorum.approved_by)}}
                     if request.quorum is not None

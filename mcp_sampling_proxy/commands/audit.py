@@ -7,7 +7,9 @@
   stripped (everything in a record may come from a server); `-f` follows the file, across
   rotations.
 - `summary [--since 1d] [--json] FILE...`: per server, requests, allowed, denied, errors,
-  tokens in/out, median (p50) latency of fulfilled requests, and what the proxy's LLM calls cost.
+  tokens in/out, median (p50) latency of fulfilled requests, and what the proxy's LLM calls cost;
+  then the tool decisions (calls allowed, denied, held; tools hidden; pin changes) and the requests
+  the sampling checks refused (unsolicited, max_per_call, external checks, credentials).
 
 Without FILE each reads the policy's `audit.path` (the default policy, or `--policy FILE`), as
 `console --web` does, and says what to give when there is neither.
@@ -672,9 +674,14 @@ def parse_ts(text: Any) -> datetime | None:
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
+TOOL_METHODS = ("tools/call", "tools/list")  # the tools: section's records: not a server's requests
+UNSOLICITED = "unsolicited"  # the reason of a sampling request refused with no host request in flight
+MAX_PER_CALL = "max_per_call"  # the limit of one refused past sampling.max_per_call
+
+
 @dataclass
 class ServerStats:
-    requests: int = 0
+    requests: int = 0  # the server's sampling and elicitation requests
     allowed: int = 0
     denied: int = 0
     errors: int = 0
@@ -683,6 +690,16 @@ class ServerStats:
     cost_micros: int = 0  # of the proxy's own LLM calls that were priced
     unpriced: int = 0  # LLM calls of the proxy whose model had no price (their cost is not in cost_micros)
     costed: int = 0  # records that say what they cost (logs of older versions have none)
+    tool_calls_allowed: int = 0  # host tools/call a tools: rule allowed, or a human approved
+    tool_calls_denied: int = 0  # ... a tools: rule refused, or a human refused (or nobody answered)
+    tool_calls_held: int = 0  # ... refused because the tool changed since it was pinned
+    tools_hidden: int = 0  # tools/list decisions that hid tools from the host (a deny rule, untrusted pins)
+    tool_changes: int = 0  # pinned tools that changed, appeared or went (tool_change records)
+    unsolicited: int = 0  # sampling refused: no host request in flight
+    max_per_call: int = 0  # sampling refused: past sampling.max_per_call
+    checks_denied: int = 0  # sampling refused by an external check (or its failure, with on_error: deny)
+    secrets_found: int = 0  # requests whose prompt or answer held credentials (answer_secrets, prompt_secrets)
+    secrets_denied: int = 0  # ... and were refused for it (sampling.on_secret: deny)
     latencies: list[int] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -696,9 +713,26 @@ class ServerStats:
             "cost_usd": usd(self.cost_micros),
             "unpriced": self.unpriced,
             "p50_latency_ms": p50(self.latencies),
+            "tools": {
+                "calls_allowed": self.tool_calls_allowed,
+                "calls_denied": self.tool_calls_denied,
+                "calls_held": self.tool_calls_held,
+                "hidden": self.tools_hidden,
+                "changes": self.tool_changes,
+            },
+            "refused": {
+                "unsolicited": self.unsolicited,
+                "max_per_call": self.max_per_call,
+                "checks": self.checks_denied,
+                "secrets": self.secrets_denied,
+            },
+            "secrets_found": self.secrets_found,
         }
 
 
+TOOL_COLUMNS = ("tool_calls_allowed", "tool_calls_denied", "tool_calls_held", "tools_hidden", "tool_changes")
+CHECK_COLUMNS = ("unsolicited", "max_per_call", "checks_denied", "secrets_denied", "secrets_found")
+GOVERNANCE = (*TOOL_COLUMNS, *CHECK_COLUMNS)
 SUMMED = (
     "requests",
     "allowed",
@@ -709,6 +743,7 @@ SUMMED = (
     "cost_micros",
     "unpriced",
     "costed",
+    *GOVERNANCE,
 )
 
 
@@ -720,7 +755,8 @@ def p50(values: list[int]) -> float | None:
 def summarize(records: Sequence[dict[str, Any]], since: datetime | None = None) -> dict[str, ServerStats]:
     """Per-server numbers. A request is counted once (by proxy_id and request_id) with the outcome
     of its last record (a response rejected on review follows its `allow` record); tokens add up
-    over all records; latency is that of fulfilled requests (no error)."""
+    over all records; latency is that of fulfilled requests (no error). The records of the tools:
+    section (the host's tools/call and tools/list) are counted apart, each record once."""
     stats: dict[str, ServerStats] = {}
     outcome: dict[tuple[Any, ...], tuple[str, dict[str, Any]]] = {}
     for index, record in enumerate(records):
@@ -732,6 +768,9 @@ def summarize(records: Sequence[dict[str, Any]], since: datetime | None = None) 
                 continue
         server = str(record.get("server") or "?")
         entry = stats.setdefault(server, ServerStats())
+        if record.get("method") in TOOL_METHODS:
+            count_tool_decision(entry, record)
+            continue
         entry.input_tokens += _int(record.get("input_tokens"))
         entry.output_tokens += _int(record.get("output_tokens"))
         cost = record.get("cost_usd")
@@ -755,7 +794,45 @@ def summarize(records: Sequence[dict[str, Any]], since: datetime | None = None) 
             entry.allowed += 1
         else:
             entry.errors += 1
+        count_sampling_checks(entry, record)
     return dict(sorted(stats.items()))
+
+
+def count_tool_decision(entry: ServerStats, record: dict[str, Any]) -> None:
+    """One record of the tools: section: a call's fate, a listing that hid tools, or a pin change."""
+    decision = record.get("decision")
+    if record.get("tool_change") is not None:
+        entry.tool_changes += 1
+    elif record.get("method") == "tools/list":
+        entry.tools_hidden += decision in DENIED
+    elif decision in ALLOWED:
+        entry.tool_calls_allowed += 1
+    elif decision == "deny" and record.get("rule") is None:  # no rule refused it: its pin held it
+        entry.tool_calls_held += 1
+    elif decision in DENIED:
+        entry.tool_calls_denied += 1
+
+
+def count_sampling_checks(entry: ServerStats, record: dict[str, Any]) -> None:
+    """What the sampling checks did to one request (its last record): refused it, or found credentials."""
+    refused = record.get("decision") in DENIED
+    secrets = bool(record.get("answer_secrets") or record.get("prompt_secrets"))
+    entry.secrets_found += secrets
+    if not refused:
+        return
+    checks = record.get("checks")
+    if record.get("reason") == UNSOLICITED:
+        entry.unsolicited += 1
+    elif record.get("limit") == MAX_PER_CALL:
+        entry.max_per_call += 1
+    elif isinstance(checks, list) and any(
+        isinstance(c, dict)
+        and (c.get("verdict") == "deny" or (c.get("verdict") == "error" and c.get("on_error") != "allow"))
+        for c in checks
+    ):
+        entry.checks_denied += 1
+    elif secrets:
+        entry.secrets_denied += 1
 
 
 def _int(value: Any) -> int:
@@ -787,16 +864,38 @@ def summary_main(paths: Sequence[str], since: datetime | None, *, as_json: bool)
     header += ("p50 latency", "cost") if total.costed else ("p50 latency",)  # a log that says what calls cost
     rows = [[_s(server, 40), *_numbers(entry)][: len(header)] for server, entry in stats.items()]
     rows.append(["total", *_numbers(total)][: len(header)])
-    widths = [max(len(str(row[i])) for row in [list(header), *rows]) for i in range(len(header))]
     if since:
         print(f"since {since.isoformat(timespec='seconds').replace('+00:00', 'Z')}")
-    for row in [list(header), *rows]:
+    print_table(list(header), rows)
+    tables = (
+        (TOOL_COLUMNS, ("server", "tool calls allowed", "denied", "held", "tools hidden", "tool changes")),
+        (
+            CHECK_COLUMNS,
+            ("server", "refused unsolicited", "over max_per_call", "by checks", "for secrets", "secrets found"),
+        ),
+    )
+    for columns, names in tables:  # shown when the log has any: tool decisions, sampling checks' work
+        if any(getattr(total, column) for column in columns):
+            print()
+            print_table(
+                list(names),
+                [
+                    [_s(server, 40), *(str(getattr(e, c)) for c in columns)]
+                    for server, e in [*stats.items(), ("total", total)]
+                ],
+            )
+    return 0
+
+
+def print_table(header: list[str], rows: list[list[str]]) -> None:
+    """Columns padded to their widest cell: the first to the left, the numbers to the right."""
+    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
         print(
             "  ".join(
                 str(cell).ljust(widths[0]) if i == 0 else str(cell).rjust(widths[i]) for i, cell in enumerate(row)
             ).rstrip()
         )
-    return 0
 
 
 def _numbers(entry: ServerStats) -> list[str]:

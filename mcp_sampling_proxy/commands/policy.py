@@ -18,6 +18,7 @@ from typing import Any
 
 from mcp_sampling_proxy.approval.forms import FormError, parse_form, secret_reasons
 from mcp_sampling_proxy.config.prices import POLICY, format_usd
+from mcp_sampling_proxy.config.sampling_checks import SamplingChecks
 from mcp_sampling_proxy.config.settings import Settings, load_settings, settings_from_environment
 from mcp_sampling_proxy.config.tool_settings import why_not
 from mcp_sampling_proxy.identity import server_phrase, shown
@@ -363,7 +364,44 @@ def explain(settings: Settings, params: dict[str, Any], origin: Origin) -> list[
     if rule is not None and rule.budget is not None and rule.budget.usd is not None:
         lines.append(f"  price: {price_reason(settings, judged)}")
     lines.extend(f"  the request goes on with {note}" for note in judged.notes)
+    lines.extend(describe_sampling_checks(settings.sampling.checks, judged.facts))
     return lines
+
+
+def describe_sampling_checks(checks: SamplingChecks, facts: Facts) -> list[str]:
+    """The `sampling:` checks that apply whatever rule matches: the per-call cap, unsolicited
+    requests, and credentials in the answer (and the request, with scan_requests)."""
+    server = f"server '{facts.server}'" if facts.server else "the server"
+    allowed = checks.unsolicited_allowed(facts.server)
+    if isinstance(checks.allow_unsolicited, bool):
+        setting = str(checks.allow_unsolicited).lower()
+    else:
+        setting = ", ".join(checks.allow_unsolicited)
+    if facts.tools_in_flight:
+        unsolicited = f"{setting}: not needed, the request comes inside a host tool call"
+    elif allowed:
+        unsolicited = f"{setting}: {server} may sample with no host request in flight (audited as unsolicited)"
+    else:
+        unsolicited = (
+            f"{setting}: refused for {server} when no host request is in flight "
+            "(reason: unsolicited); inside any host request it goes on"
+        )
+    answer = {
+        "redact": "credentials in the LLM's answer are masked before the server gets it",
+        "deny": "an LLM answer holding credentials is withheld and the server gets an error",
+        "allow": "credentials in the LLM's answer reach the server (their types are audited)",
+    }[checks.on_secret]
+    if checks.scan_requests:
+        scanned = f"true: the server's request is scanned too, before any LLM or human sees it ({checks.on_secret})"
+    else:
+        scanned = "false: the server's request is not scanned for credentials"
+    return [
+        "sampling checks (the sampling: section, whatever rule matches):",
+        f"  max_per_call: {checks.max_per_call} sampling requests per host request; past it: refused",
+        f"  allow_unsolicited: {unsolicited}",
+        f"  on_secret: {checks.on_secret}: {answer}",
+        f"  scan_requests: {scanned}",
+    ]
 
 
 def describe_approval(settings: Settings) -> list[str]:

@@ -48,6 +48,7 @@ from mcp_sampling_proxy.approval.console.client import (
 from mcp_sampling_proxy.approval.forms import FormError, parse_form, validate_content
 from mcp_sampling_proxy.approval.url_safety import analyze_url
 from mcp_sampling_proxy.audit.follow import Follower
+from mcp_sampling_proxy.audit.notes import governance_notes
 from mcp_sampling_proxy.audit.records import parse_object
 from mcp_sampling_proxy.commands import web_view
 from mcp_sampling_proxy.commands.audit import InputError, format_record, is_decision, parse_since, parse_ts, summarize
@@ -244,6 +245,7 @@ def audit_view(state: WebState, query: dict[str, list[str]]) -> dict[str, Any]:
                 "decision": one_line(str(record.get("decision") or ""), 20),
                 "server": one_line(str(record.get("server") or ""), 120),
                 "tool": one_line(str(record.get("tool") or ""), 120),
+                "notes": governance_notes(record),
             }
         )
         if len(lines) >= count:

@@ -23,6 +23,7 @@ from mcp_sampling_proxy.quotas.integrity import KEY_FILE, MAC_FIELD, entry_is_se
 from mcp_sampling_proxy.quotas.limiters import SECTIONS, limit_key, usd_micros
 from mcp_sampling_proxy.quotas.refusals import TOKENS, USD, format_period
 from mcp_sampling_proxy.sanitize import one_line, strip_controls
+from mcp_sampling_proxy.vocabulary import TOOL_CALL_APPROVAL
 
 # raster types a browser decodes without running anything, and how their bytes start
 IMAGE_MAGIC: dict[str, tuple[bytes, ...]] = {
@@ -33,6 +34,8 @@ IMAGE_MAGIC: dict[str, tuple[bytes, ...]] = {
 }
 MAX_IMAGE_BYTES = 8 * 1024 * 1024
 _TEXT = 200_000  # characters of one text block shown
+MAX_ARGUMENTS = 4000  # characters of a tool call's arguments shown at its approval
+MAX_NOTES = 12  # governance notes on one pending request
 
 
 @dataclass
@@ -207,8 +210,15 @@ def question_view(key: str, proxy: str, message: dict[str, Any], limits: dict[st
         "tool": _s(message.get("tool"), 120),
         "rule": _s(message.get("rule"), 120),
     }
-    if message["type"] == "pending":
+    tool = str(message.get("tool") or "")
+    if message["type"] == "pending" and tool.startswith(TOOL_CALL_APPROVAL):  # a tools: rule's prompt
+        view["tool"] = _s(tool.removeprefix(TOOL_CALL_APPROVAL), 120)
+        view["tool_call"] = tool_call_view(message.get("params"))
+        view["quorum"] = quorum_view(message.get("quorum"))
+    elif message["type"] == "pending":
         view["request"] = request_view(message.get("params") or {})
+        notes = message.get("notes")
+        view["notes"] = [_s(n, 300) for n in notes[:MAX_NOTES] if isinstance(n, str)] if isinstance(notes, list) else []
         view["limits"] = limits
         view["quorum"] = quorum_view(message.get("quorum"))
     elif message["type"] == "review":
@@ -223,6 +233,17 @@ def question_view(key: str, proxy: str, message: dict[str, Any], limits: dict[st
         else:
             view["form"] = form_view(message.get("schema"))
     return view
+
+
+def tool_call_view(params: Any) -> dict[str, Any]:
+    """A host's tools/call held for approval (a `tools:` rule's prompt): the tool and its arguments as
+    indented JSON, cleaned of controls and cut, shown as text."""
+    params = params if isinstance(params, dict) else {}
+    arguments = params.get("arguments")
+    shown = "{}" if arguments is None else json.dumps(arguments, indent=2, ensure_ascii=False, sort_keys=True)
+    if len(shown) > MAX_ARGUMENTS:
+        shown = shown[:MAX_ARGUMENTS] + f"\n… ({len(shown):,} characters in all)"
+    return {"name": _s(params.get("name"), 120), "arguments": strip_controls(shown)}
 
 
 def quorum_view(quorum: Any) -> dict[str, Any] | None:

@@ -18,6 +18,7 @@ import anyio
 
 from mcp_sampling_proxy.approval.approver import Approver
 from mcp_sampling_proxy.approval.channels import ApprovalRequest
+from mcp_sampling_proxy.audit.notes import governance_notes
 from mcp_sampling_proxy.audit.recorder import AuditLog, note
 from mcp_sampling_proxy.audit.records import AuditFields, digest, elapsed_ms, request_fields
 from mcp_sampling_proxy.config.prices import UNPRICED, Price, usd
@@ -257,7 +258,8 @@ class SamplingService:
                 self._asked(request, session, tool, decision) if self._settings.approval.review_response else None,
                 None,
             )
-        asked = self._asked(request, session, tool, decision)
+        found = tuple(n["text"] for n in governance_notes(audit))  # the checks passed, credentials masked
+        asked = replace(self._asked(request, session, tool, decision), notes=found)
         with waiting_for("waiting for approval"):  # progress keep-alive to the host (relay/keepalive.py)
             approval = await self._approver.ask(asked, relay)
         if approval.approved_by:  # each approver by name (several under approval.quorum)

@@ -32,6 +32,7 @@ _FIELDS: dict[str, dict[str, tuple[tuple[type, ...], bool, int]]] = {
         "params": ((dict,), True, 0),
         "edit": ((str, type(None)), False, 16),
         "quorum": ((dict, type(None)), False, 0),  # {"needed": int, "approved_by": [str]} under approval.quorum
+        "notes": ((list, type(None)), False, 0),  # [str]: what the governance found before asking
     },
     "review": {
         "id": ((str,), True, _ID),

@@ -149,12 +149,34 @@ function samplingCard(q) {
   ];
   fill(card,
     el("h3", {}, "Sampling request"), meta(q), q.quorum ? quorumRow(q.quorum) : null, limitsRow(q),
+    (q.notes || []).length ? el("div", {class: "notes"}, q.notes.map((n) => el("span", {class: "note"}, n))) : null,
     r.system ? messageBox("system prompt", [{type: "text", text: r.system}]) : null,
     r.messages.map((m) => messageBox(m.role, m.blocks)),
     details.length ? el("ul", {class: "details"}, details) : null,
     el("div", {class: "actions"}, buttons,
       el("button", {class: "danger", type: "button", on: {click: () => answer(card, {key: q.key, action: "deny"})}}, "Deny")),
     editor, el("div", {class: "error", role: "alert"}));
+  return card;
+}
+
+// A host's tools/call that a tools: rule holds for a human: no messages, the tool and its arguments
+function toolCallCard(q) {
+  const card = el("article", {class: "card pending tool-call", "data-key": q.key});
+  const approve = (scope) => () => answer(card, {key: q.key, action: "approve", scope});
+  const buttons = q.quorum ? [
+    el("button", {class: "primary", type: "button", on: {click: approve("once")}}, "Approve"),
+  ] : [
+    el("button", {class: "primary", type: "button", on: {click: approve("once")}}, "Allow once"),
+    el("button", {type: "button", on: {click: approve("session")}}, "Allow for this session"),
+    el("button", {type: "button", on: {click: approve("always")}}, "Always for this server + tool"),
+  ];
+  fill(card,
+    el("h3", {}, "Tool call"), meta(q), q.quorum ? quorumRow(q.quorum) : null,
+    el("p", {class: "ask"}, "The host wants to call tool ", el("b", {}, q.tool_call.name), " with these arguments:"),
+    messageBox("arguments", [{type: "text", text: q.tool_call.arguments}]),
+    el("div", {class: "actions"}, buttons,
+      el("button", {class: "danger", type: "button", on: {click: () => answer(card, {key: q.key, action: "deny"})}}, "Deny")),
+    el("div", {class: "error", role: "alert"}));
   return card;
 }
 
@@ -244,7 +266,7 @@ function elicitCard(q) {
 }
 
 function card(q) {
-  if (q.type === "pending") return samplingCard(q);
+  if (q.type === "pending") return q.tool_call ? toolCallCard(q) : samplingCard(q);
   if (q.type === "review") return reviewCard(q);
   return elicitCard(q);
 }
@@ -296,17 +318,33 @@ function query(extra) {
   return p.toString();
 }
 
+// under a server's row: its tool decisions, and what the sampling checks refused or found (when any)
+function governed(s) {
+  const t = s.tools || {}, r = s.refused || {};
+  const rows = [
+    ["tool calls", [[t.calls_allowed, "allowed"], [t.calls_denied, "denied"], [t.calls_held, "held (changed since pinned)"],
+      [t.hidden, "listings hid tools"], [t.changes, "tool changes"]]],
+    ["sampling checks", [[r.unsolicited, "refused unsolicited"], [r.max_per_call, "over max_per_call"],
+      [r.checks, "refused by checks"], [r.secrets, "refused for credentials"], [s.secrets_found, "held credentials"]]],
+  ];
+  return rows.map(([what, counts]) => [what, counts.filter(([n]) => n)])
+    .filter(([, counts]) => counts.length)
+    .map(([what, counts]) => [`${what}: `, counts.map(([n, label], i) => [i ? " " : "", el("span", {class: "chip"}, `${fmt(n)} ${label}`)])]);
+}
+
 async function refreshAudit() {
   const data = await (await fetch(`api/audit?${query({n: 300})}`)).json();
   const note = document.getElementById("audit-note");
   note.textContent = data.error || (data.path ? `${data.path}` : "No audit log: pass --audit FILE, or a policy with audit.path.");
-  document.getElementById("audit").replaceChildren(...data.lines.map((l) => el("li", {class: l.decision}, l.line)));
+  document.getElementById("audit").replaceChildren(...data.lines.map((l) => el("li", {class: l.decision}, l.line,
+    (l.notes || []).length ? el("div", {class: "notes"}, l.notes.map((n) => el("span", {class: `note ${n.kind}`}, n.text))) : null)));
   const since = document.getElementById("f-since").value.trim();
   const usage = await (await fetch(`api/usage?${since ? new URLSearchParams({since}) : ""}`)).json();
   const body = document.querySelector("#usage tbody");
-  body.replaceChildren(...(usage.servers || []).map((s) => el("tr", {}, el("td", {}, s.server),
+  body.replaceChildren(...(usage.servers || []).flatMap((s) => [el("tr", {}, el("td", {}, s.server),
     [s.requests, s.allowed, s.denied, s.errors, s.input_tokens, s.output_tokens].map((n) => el("td", {class: "num"}, fmt(n))),
-    el("td", {class: "num"}, usd(Math.round((s.cost_usd || 0) * 1e6)) + (s.unpriced ? ` (+${fmt(s.unpriced)} unpriced)` : "")))));
+    el("td", {class: "num"}, usd(Math.round((s.cost_usd || 0) * 1e6)) + (s.unpriced ? ` (+${fmt(s.unpriced)} unpriced)` : ""))),
+    ...governed(s).map((parts) => el("tr", {class: "governed"}, el("td", {colspan: 8}, parts)))]));
   const covers = usage.covers && usage.covers.records ? `counts from the ${fmt(usage.covers.records)} records since ${usage.covers.since || "?"}` +
     (usage.covers.records >= usage.covers.kept ? ` (the console keeps the last ${fmt(usage.covers.kept)}; for the whole log: mcp-sampling-proxy audit summary)` : "") : "";
   document.getElementById("usage-note").textContent = usage.error || [covers, usage.policy ? `budgets of ${usage.policy}` : ""].filter(Boolean).join("; ");

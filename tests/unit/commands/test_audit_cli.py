@@ -57,6 +57,14 @@ def known_run(path: Path) -> None:
     fulfilled("beta", 2, 7, 3, 1000, decision="approved")
 
 
+# a log without tool decisions or sampling checks' refusals (test_audit_summary_governance.py has them)
+NOTHING_GOVERNED = {
+    "tools": {"calls_allowed": 0, "calls_denied": 0, "calls_held": 0, "hidden": 0, "changes": 0},
+    "refused": {"unsolicited": 0, "max_per_call": 0, "checks": 0, "secrets": 0},
+    "secrets_found": 0,
+}
+
+
 def test_summary_numbers_of_a_known_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "audit.jsonl"
     known_run(path)
@@ -74,6 +82,7 @@ def test_summary_numbers_of_a_known_run(tmp_path: Path, capsys: pytest.CaptureFi
             "cost_usd": 0.0,
             "unpriced": 0,
             "p50_latency_ms": 250,
+            **NOTHING_GOVERNED,
         },
         "beta": {
             "requests": 2,
@@ -85,6 +94,7 @@ def test_summary_numbers_of_a_known_run(tmp_path: Path, capsys: pytest.CaptureFi
             "cost_usd": 0.0,
             "unpriced": 0,
             "p50_latency_ms": 1000,
+            **NOTHING_GOVERNED,
         },
     }
     assert data["total"] == {
@@ -97,6 +107,7 @@ def test_summary_numbers_of_a_known_run(tmp_path: Path, capsys: pytest.CaptureFi
         "cost_usd": 0.0,
         "unpriced": 0,
         "p50_latency_ms": 300,
+        **NOTHING_GOVERNED,
     }
     code, out, _ = run(capsys, "summary", str(path))
     assert code == 0

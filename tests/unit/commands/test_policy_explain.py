@@ -86,6 +86,11 @@ limits that apply:
   rate_limit: 10 requests per 1m, at most 2 at a time
   budget: 100000 tokens per 1d
   provider/model: openai/gpt-4o: rule 'notes-summaries' sets provider/model
+sampling checks (the sampling: section, whatever rule matches):
+  max_per_call: 25 sampling requests per host request; past it: refused
+  allow_unsolicited: false: not needed, the request comes inside a host tool call
+  on_secret: redact: credentials in the LLM's answer are masked before the server gets it
+  scan_requests: false: the server's request is not scanned for credentials
 """
     )
 
@@ -112,6 +117,11 @@ def test_no_rule_matches_so_prompt_with_the_top_level_limits(tmp_path: Path) -> 
         "  rate_limit: none",
         "  budget: none",
         "  provider/model: openai/gpt-4o-mini: hint 'claude' matched no model; default model of provider 'openai'",
+        "sampling checks (the sampling: section, whatever rule matches):",
+        "  max_per_call: 25 sampling requests per host request; past it: refused",
+        "  allow_unsolicited: false: not needed, the request comes inside a host tool call",
+        "  on_secret: redact: credentials in the LLM's answer are masked before the server gets it",
+        "  scan_requests: false: the server's request is not scanned for credentials",
     ]
 
 
