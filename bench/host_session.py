@@ -54,11 +54,12 @@ rules:
 """
 
 
-async def session(python: str, calls: int, samples: int, workdir: Path) -> None:
+async def session(python: str, calls: int, samples: int, workdir: Path, policy_extra: str) -> None:
     llm = FakeLLMServer("openai")
     try:
         policy = workdir / "policy.yaml"
-        policy.write_text(POLICY.format(base_url=llm.base_url, audit=workdir / "audit.jsonl"), encoding="utf-8")
+        text = POLICY.format(base_url=llm.base_url, audit=workdir / "audit.jsonl") + policy_extra
+        policy.write_text(text, encoding="utf-8")
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_", "MCP_SAMPLING_"))}
         env.update(
             BENCH_LLM_KEY="bench-key",
@@ -69,7 +70,8 @@ async def session(python: str, calls: int, samples: int, workdir: Path) -> None:
         )
         (workdir / "run").mkdir(mode=0o700)
         command = [python, "-m", "mcp_sampling_proxy", "--policy", str(policy), "--", sys.executable, SERVER]
-        params = StdioServerParameters(command=command[0], args=command[1:], env=env)
+        # cwd: not the checkout, whose package `-m` would import ahead of the interpreter's own
+        params = StdioServerParameters(command=command[0], args=command[1:], env=env, cwd=str(workdir))
         with open(workdir / "stderr.log", "w") as errlog:
             async with Client(stdio_client(params, errlog=errlog), mode="legacy") as client:
                 for i in range(calls):
@@ -90,10 +92,17 @@ def main() -> None:
     parser.add_argument("--python", default=sys.executable, help="the interpreter that runs the proxy")
     parser.add_argument("--calls", type=int, default=50, help="tools/call round trips (default 50)")
     parser.add_argument("--samples", type=int, default=5, help="tool calls that sample (default 5)")
+    parser.add_argument(
+        "--policy-extra",
+        default="",
+        help="YAML appended to the policy, to time one feature off (e.g. 'sampling: {on_secret: allow}')",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="host-session-") as workdir:
         try:
-            anyio.run(session, args.python, args.calls, args.samples, Path(workdir))
+            anyio.run(
+                session, os.path.abspath(args.python), args.calls, args.samples, Path(workdir), args.policy_extra + "\n"
+            )
         except BaseException:
             stderr = Path(workdir, "stderr.log")
             if stderr.exists():  # the proxy's own account of why the session failed
