@@ -1,0 +1,425 @@
+"""The Streamable HTTP front (`serve`): a wrapped stdio server as an MCP endpoint at `/mcp`.
+
+Each client session (an `initialize` POST without `Mcp-Session-Id`) gets a server process of its
+own and a relay of its own, wired as the stdio proxy wires its one (runtime.py: the same hooks,
+policy, approvals, audit and telemetry), with the host's side an HTTP session
+(transport/http_host.py) on the `mcp` SDK's `StreamableHTTPServerTransport`, which speaks the
+transport's HTTP (POST with JSON or SSE answers, GET stream, DELETE, session ids). Sessions never
+share a server: one client cannot see another's state through it. What is shared: the LLM
+adapters, the audit log, telemetry and the companion console.
+
+Sessions are capped (503 past the cap) and end after an idle period (the SDK's idle scope: no
+request in flight and no GET stream open), and when their server exits; each end stops the
+session's server. Stopping `serve` ends every session and server; a killed `serve` takes the
+servers with it (their parent-death signal and group guard, transport/stdio.py).
+
+Callers present a bearer token (config/front_tokens.py) when any is configured; the token's name
+is the session's `client`, written into its audit records. A session answers only the client that
+opened it. Only handshake-era requests are served (`MCP-Protocol-Version` of that era, or none);
+the 2026-07-28 era's stateless requests get a 400 that says so.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.abc
+import uvicorn
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport
+from mcp.server.transport_security import RequestBodyLimitMiddleware, TransportSecuritySettings
+from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.types import Message, Receive, Scope, Send
+
+from mcp_sampling_proxy.approval.console.server import ConsoleServer
+from mcp_sampling_proxy.audit.recorder import AuditLog
+from mcp_sampling_proxy.config.child_env import child_environment
+from mcp_sampling_proxy.config.front_tokens import Tokens
+from mcp_sampling_proxy.config.settings import Settings
+from mcp_sampling_proxy.log import get_logger
+from mcp_sampling_proxy.protocol import capabilities, jsonrpc
+from mcp_sampling_proxy.relay.core import Relay, Session
+from mcp_sampling_proxy.runtime import (
+    _approvals_store,
+    _start_telemetry,
+    _tool_pins,
+    build_adapters,
+    build_hooks,
+    warm_up,
+)
+from mcp_sampling_proxy.serve.sampling import AdapterPool
+from mcp_sampling_proxy.transport.http_host import HttpHost
+from mcp_sampling_proxy.transport.stdio import SpawnError, StdioUpstream, spawn
+
+log = get_logger("mcp_sampling_proxy.front")
+
+ENDPOINT = "/mcp"
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+END_GRACE = 2.0  # s a session's server gets after EOF before SIGTERM, when its session ends
+
+
+@dataclass(frozen=True)
+class FrontOptions:
+    host: str
+    port: int
+    command: list[str]
+    name: str
+    tokens: Tokens
+    max_sessions: int = 16
+    idle_timeout: float = 600.0
+    max_message_bytes: int = 64 * 1024 * 1024
+    sandbox: tuple[str, ...] = ()  # the sandbox words each server is started under (transport/sandbox.py)
+    hidden: frozenset[str] = frozenset()  # variables no server inherits (the LLM keys)
+
+
+@dataclass
+class _Served:
+    """One client session: its HTTP transport, its server, its relay."""
+
+    transport: StreamableHTTPServerTransport
+    upstream: StdioUpstream
+    client: str | None
+    session: Session
+    link: HttpHost | None = None
+    relay: Relay | None = None
+    reason: list[str] = field(default_factory=list)  # why it ended (the first reason wins)
+    ended: anyio.Event = field(default_factory=anyio.Event)
+
+    def end(self, reason: str) -> None:
+        if not self.reason:
+            self.reason.append(reason)
+        self.ended.set()
+
+
+class Front:
+    """The ASGI app at `/mcp` and the sessions behind it."""
+
+    def __init__(self, settings: Settings, options: FrontOptions):
+        self.settings = settings
+        self.options = options
+        self.sessions: dict[str, _Served] = {}
+        self._tg: anyio.abc.TaskGroup | None = None
+        self.adapters: AdapterPool = build_adapters(settings, None)
+        self.offered = capabilities.offers(
+            capabilities.offered_sampling(
+                route=settings.sampling.route,
+                tools=settings.sampling.advertise_tools and self.adapters.can_use_tools,
+            ),
+            capabilities.offered_elicitation(route=settings.elicitation.route, url_mode=settings.elicitation.url_mode),
+        )
+        self.audit = AuditLog.from_settings(settings)
+        self.console = ConsoleServer(lambda: options.name, lambda: "HTTP clients")
+        self._approvals = _approvals_store()
+        self._pins = _tool_pins(settings)
+        self._security = _security(options.host, options.port)
+        self.app = RequestBodyLimitMiddleware(self._handle, options.max_message_bytes)
+
+    # -- HTTP ----------------------------------------------------------------------------------
+    async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        request = Request(scope, receive)
+        if request.url.path.rstrip("/") != ENDPOINT:
+            await _error(404, f"Not Found: the MCP endpoint is {ENDPOINT}")(scope, receive, send)
+            return
+        client, refusal = self._authenticate(request)
+        if refusal is not None:
+            await refusal(scope, receive, send)
+            return
+        version = request.headers.get(MCP_PROTOCOL_VERSION_HEADER)
+        if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
+            await _error(
+                400,
+                f"Bad Request: unsupported MCP-Protocol-Version {version[:40]!r}; this endpoint serves the "
+                f"handshake era ({', '.join(HANDSHAKE_PROTOCOL_VERSIONS)}): start with initialize",
+            )(scope, receive, send)
+            return
+        session_id = request.headers.get(MCP_SESSION_ID_HEADER)
+        if session_id is None:
+            if request.method != "POST":
+                await _error(400, "Bad Request: no Mcp-Session-Id; open a session with an initialize POST")(
+                    scope, receive, send
+                )
+                return
+            await self._open(client, scope, receive, send)
+            return
+        served = self.sessions.get(session_id)
+        if served is None or served.client != client:  # another caller's session looks like no session
+            await _error(404, "Not Found: no such session (it ended, or expired): initialize again")(
+                scope, receive, send
+            )
+            return
+        await served.transport.handle_request(scope, receive, send)
+        if served.transport.is_terminated:
+            served.end("the client ended the session (DELETE)")
+
+    def _authenticate(self, request: Request) -> tuple[str | None, JSONResponse | None]:
+        """(the client's name, None), or (None, the 401 to answer) when a token is needed and wrong."""
+        tokens = self.options.tokens
+        if not tokens.required:
+            return None, None
+        scheme, _, presented = request.headers.get("authorization", "").partition(" ")
+        client = tokens.identify(presented.strip()) if scheme.lower() == "bearer" else None
+        if client is None:
+            log.warning("refused an HTTP request without a valid bearer token", peer=_peer(request))
+            response = _error(401, "Unauthorized: send 'Authorization: Bearer TOKEN' with a token of --token-file")
+            response.headers["WWW-Authenticate"] = 'Bearer realm="mcp-sampling-proxy"'
+            return None, response
+        return client, None
+
+    async def _open(self, client: str | None, scope: Scope, receive: Receive, send: Send) -> None:
+        """A new session: its server, its relay, then its transport answers the opening request."""
+        if len(self.sessions) >= self.options.max_sessions:
+            log.warning("refused a new session: at the cap", sessions=len(self.sessions), client=client)
+            await _error(503, f"Service Unavailable: {self.options.max_sessions} sessions are open (--max-sessions)")(
+                scope, receive, send
+            )
+            return
+        try:
+            process = spawn(
+                self.options.command,
+                child_environment(os.environ, set(self.options.hidden)),
+                sandbox=self.options.sandbox,
+            )
+        except SpawnError as exc:
+            log.error("cannot start the server for a new session", error=str(exc))
+            await _error(502, f"Bad Gateway: {exc}")(scope, receive, send)
+            return
+        transport = StreamableHTTPServerTransport(
+            mcp_session_id=uuid.uuid4().hex,
+            security_settings=self._security,
+            idle_timeout=self.options.idle_timeout,
+        )
+        session_id = transport.mcp_session_id
+        assert session_id is not None
+        served = _Served(
+            transport,
+            StdioUpstream(process, self.options.name),
+            client,
+            Session(name_override=self.options.name, client=client),
+        )
+        self.sessions[session_id] = served
+        log.info("session opened", session=session_id[:8], client=client, server_pid=process.pid)
+        assert self._tg is not None
+        await self._tg.start(self._run, session_id, served)
+        status = await _answer_reporting_status(transport, scope, receive, send)
+        if status is None or status >= 400:
+            served.end("the opening request was refused")
+
+    # -- one session ---------------------------------------------------------------------------
+    async def _run(
+        self, session_id: str, served: _Served, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        hooks = build_hooks(
+            self.settings,
+            self.adapters,
+            self.audit,
+            None,
+            self.console,
+            self.offered,
+            approvals_store=self._approvals,
+            tool_pins=self._pins,
+            server_target=" ".join(self.options.command),
+        )
+        limit = self.options.max_message_bytes
+        try:
+            async with served.transport.connect() as (read_stream, write_stream):
+                task_status.started()
+                idle = served.transport.idle_scope or anyio.CancelScope()
+                with idle:
+                    async with anyio.create_task_group() as tg:
+                        relay = Relay(
+                            lambda line: link.send(line),
+                            served.upstream.send,
+                            hooks,
+                            tg,
+                            served.session,
+                            keepalive_seconds=self.settings.sampling.keepalive_seconds,
+                            era=self.settings.era,
+                        )
+                        link = HttpHost(lambda message: _owner(relay, message))
+                        served.link, served.relay = link, relay
+                        await served.upstream.attach(
+                            relay.from_upstream,
+                            lambda: served.end("upstream"),
+                            max_line=limit,
+                            on_oversize=lambda size, head, tail: relay.upstream_oversize(size, head, tail, limit),
+                        )
+                        tg.start_soon(link.write_out, write_stream)
+                        tg.start_soon(self._read_until_closed, served, read_stream, relay)
+                        await served.ended.wait()
+                        if served.reason[0] == "upstream":
+                            code = await served.upstream.wait(2.0)
+                            description = served.upstream.describe_end(code)
+                            log.error(f"the server of session {session_id[:8]} {description}", client=served.client)
+                            relay.upstream_gone(description)
+                        else:
+                            relay.cancel_all()
+                        link.close()
+                        with anyio.move_on_after(2.0):  # the last answers (upstream_gone's errors) go out
+                            await link.drained.wait()
+                        tg.cancel_scope.cancel()
+                if idle.cancelled_caught:
+                    served.end(f"idle for {self.options.idle_timeout:g} s (--idle-timeout)")
+                with anyio.CancelScope(shield=True):  # ended before its streams close: the SDK's router expects it
+                    await served.transport.terminate()
+        except Exception as exc:  # one session's failure ends that session, never the others
+            log.exception("a session failed; ending it", session=session_id[:8], client=served.client)
+            served.end(f"failed: {exc}")
+        finally:
+            with anyio.CancelScope(shield=True):
+                served.end("serve is stopping")
+                self.sessions.pop(session_id, None)
+                if served.relay is not None:
+                    served.relay.cancel_all()
+                code = await served.upstream.stop(END_GRACE)
+                if not served.transport.is_terminated:
+                    await served.transport.terminate()
+                log.info(
+                    "session ended",
+                    session=session_id[:8],
+                    client=served.client,
+                    reason=served.reason[0],
+                    server_exit=served.upstream.describe_end(code),
+                )
+
+    @staticmethod
+    async def _read_until_closed(served: _Served, read_stream: Any, relay: Relay) -> None:
+        assert served.link is not None
+        await served.link.read_in(read_stream, relay.from_host)
+        served.end("the client ended the session")
+
+    # -- the process ---------------------------------------------------------------------------
+    async def serve(self, listener: socket.socket) -> None:
+        """Listen until SIGTERM or SIGINT; then end every session and its server."""
+        warm_up(self.adapters)
+        telemetry = _start_telemetry(self.settings, self.audit)
+        config = uvicorn.Config(
+            self.app,
+            host=self.options.host,
+            port=self.options.port,
+            lifespan="off",
+            log_config=None,
+            access_log=False,
+            timeout_graceful_shutdown=3,
+        )
+        server = _Server(config, self)
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                await tg.start(self.console.serve)
+                log.info(
+                    "serving",
+                    url=f"http://{_netloc(self.options.host, self.options.port)}{ENDPOINT}",
+                    server=self.options.name,
+                    tokens=len(self.options.tokens.callers),
+                    max_sessions=self.options.max_sessions,
+                    idle_timeout=self.options.idle_timeout,
+                )
+                _survive_uvicorns_signal_replay()
+                await server.serve(sockets=[listener])
+                self.end_all("serve is stopping")
+                tg.cancel_scope.cancel()
+        finally:
+            await self.adapters.aclose()
+            self.audit.close()
+            if telemetry is not None:
+                await anyio.to_thread.run_sync(telemetry.shutdown)
+
+    def end_all(self, reason: str) -> None:
+        for served in list(self.sessions.values()):
+            served.end(reason)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, ending the sessions (and so their SSE streams) before it waits for connections."""
+
+    def __init__(self, config: uvicorn.Config, front: Front):
+        super().__init__(config)
+        self._front = front
+
+    async def shutdown(self, sockets: Any = None) -> None:
+        self._front.end_all("serve is stopping")
+        for served in list(self._front.sessions.values()):
+            with anyio.move_on_after(END_GRACE + 3):
+                await served.transport.terminate()
+        await super().shutdown(sockets)
+
+
+def _survive_uvicorns_signal_replay() -> None:
+    """uvicorn catches SIGTERM and SIGINT while it serves, and raises them again once it has stopped, to
+    whatever handled them before: the default would kill us before the sessions' servers are stopped.
+    This handler takes the replay (and any later signal while stopping) and lets the stop finish."""
+
+    def stopping(signum: int, _frame: Any) -> None:
+        log.debug("already stopping", signal=signal.Signals(signum).name)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, stopping)
+
+
+def _owner(relay: Relay, message: dict[str, Any]) -> Any:
+    """The host request a message for the host belongs to (see transport/http_host.py), or None."""
+    inflight = relay.session.inflight
+    token = jsonrpc.as_object(message.get("params")).get("progressToken")
+    if token is not None:
+        for host_id, request in inflight.items():
+            if request.progress is not None and request.progress.token == token:
+                return host_id
+    if not inflight:
+        return None
+    return min(inflight.items(), key=lambda item: item[1].started)[0]
+
+
+def _security(host: str, port: int) -> TransportSecuritySettings | None:
+    """On loopback, Host and Origin must name this endpoint: a web page's DNS-rebinding cannot reach it."""
+    if host not in LOOPBACK:
+        return None
+    names = [f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"]
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=names,
+        allowed_origins=[f"http://{name}" for name in names],
+    )
+
+
+def is_loopback(host: str) -> bool:
+    return host in LOOPBACK
+
+
+def _netloc(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _peer(request: Request) -> str:
+    return f"{request.client.host}:{request.client.port}" if request.client else "?"
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    """A JSON-RPC error body without an id, with the HTTP status that says what happened."""
+    return JSONResponse(
+        {"jsonrpc": "2.0", "id": None, "error": {"code": jsonrpc.INVALID_REQUEST, "message": message}},
+        status_code=status,
+    )
+
+
+async def _answer_reporting_status(
+    transport: StreamableHTTPServerTransport, scope: Scope, receive: Receive, send: Send
+) -> int | None:
+    status: list[int] = []
+
+    async def watch(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            status.append(message["status"])
+        await send(message)
+
+    await transport.handle_request(scope, receive, watch)
+    return status[0] if status else None

@@ -1,0 +1,246 @@
+"""`serve`: the proxy as a real process serving a stdio server over Streamable HTTP at /mcp.
+
+Real parts only: the `mcp` SDK's Streamable HTTP client (what HTTP hosts are built on) with a
+bearer token, the kitchen-sink server behind the proxy, a loopback OpenAI-compatible LLM that
+answers the server's sampling, and the audit file the proxy writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import httpx2
+import pytest
+from fakes.llm_server import FakeLLMServer
+from helpers.support import (
+    KITCHEN_SINK,
+    PROXY,
+    PY,
+    alive,
+    first_text,
+    free_port,
+    openai_policy,
+    proxy_env,
+    server_children,
+    tool_json,
+    write_policy,
+)
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+pytestmark = pytest.mark.anyio
+
+ALICE = "alice-token-0123456789abcdef"
+BOB = "bob-token-0123456789abcdef"
+ACCEPT = "application/json, text/event-stream"
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
+}
+
+
+@dataclass
+class Served:
+    process: subprocess.Popen[bytes]
+    url: str
+    audit: Path
+    errlog: Path
+
+
+def token_file(directory: Path) -> str:
+    path = directory / "tokens"
+    path.write_text(f"# who may call\nalice:{ALICE}\nbob:{BOB}\n", encoding="utf-8")
+    path.chmod(0o600)
+    return str(path)
+
+
+def start_serve(tmp_path: Path, *options: str, policy: str | None = None, listen: str | None = None) -> Served:
+    port = free_port()
+    errlog = tmp_path / "serve.log"
+    command = [*PROXY, "serve", "--log-format", "json", "--listen", listen or f"127.0.0.1:{port}", *options]
+    if policy is not None:
+        command += ["--policy", policy]
+    command += ["--", PY, KITCHEN_SINK]
+    with open(errlog, "ab") as err:
+        process = subprocess.Popen(command, env=proxy_env(TEST_LLM_KEY="sk-test"), stderr=err, stdout=err)
+    served = Served(process, f"http://127.0.0.1:{port}/mcp", tmp_path / "audit.jsonl", errlog)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and process.poll() is None:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return served
+        time.sleep(0.05)
+    raise AssertionError(f"serve did not listen: {errlog.read_text()}")
+
+
+def stop(served: Served) -> int:
+    if served.process.poll() is None:
+        served.process.send_signal(signal.SIGTERM)
+    return served.process.wait(15)
+
+
+@pytest.fixture
+def llm() -> Iterator[FakeLLMServer]:
+    with FakeLLMServer("openai") as server:
+        yield server
+
+
+@pytest.fixture
+def served(tmp_path: Path, llm: FakeLLMServer) -> Iterator[Served]:
+    audit = tmp_path / "audit.jsonl"
+    policy = write_policy(tmp_path, openai_policy(llm.base_url, extra=f"audit:\n  path: {audit}\n"))
+    running = start_serve(tmp_path, "--token-file", token_file(tmp_path), policy=policy)
+    yield running
+    stop(running)
+
+
+@asynccontextmanager
+async def http_host(url: str, token: str) -> AsyncIterator[Client]:
+    """The SDK's Client over its Streamable HTTP transport, with a bearer token."""
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http,
+        Client(streamable_http_client(url, http_client=http), mode="legacy") as client,
+    ):
+        yield client
+
+
+def wait_until(condition: object, timeout: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if callable(condition) and condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def decisions(path: Path) -> list[dict[str, object]]:
+    if not path.exists():
+        return []
+    return [r for r in map(json.loads, path.read_text().splitlines()) if r.get("event") == "decision"]
+
+
+async def test_a_client_lists_calls_and_samples_through_the_endpoint(served: Served, llm: FakeLLMServer) -> None:
+    llm.reply_text("four", model="fake-gpt-4o-mini")
+    async with http_host(served.url, ALICE) as client:
+        names = {tool.name for tool in (await client.list_tools()).tools}
+        assert {"echo", "sample"} <= names
+        assert first_text(await client.call_tool("echo", {"text": "over http"})) == "over http"
+        answer = tool_json(await client.call_tool("sample", {"prompt": "2+2?"}))
+    assert answer["content"]["text"] == "four"
+    assert answer["model"] == "fake-gpt-4o-mini"
+    assert "2+2?" in json.dumps(llm.last.body["messages"][-1])
+    assert wait_until(lambda: len(decisions(served.audit)) == 1)
+    (record,) = decisions(served.audit)
+    assert record["client"] == "alice"
+    assert record["decision"] == "allow"
+    assert record["method"] == "sampling/createMessage"
+
+
+async def test_two_clients_get_two_separate_servers(served: Served) -> None:
+    async with http_host(served.url, ALICE) as alice, http_host(served.url, BOB) as bob:
+        await alice.call_tool("echo", {"text": "a"})
+        await bob.call_tool("echo", {"text": "b"})
+        assert len(server_children(served.process.pid)) == 2  # a server process each
+    assert wait_until(lambda: server_children(served.process.pid) == [])  # DELETE at the end ends each server
+
+
+async def test_a_missing_or_wrong_token_gets_401(served: Served) -> None:
+    headers = {"Accept": ACCEPT, "Content-Type": "application/json"}
+    async with httpx2.AsyncClient(timeout=10) as http:
+        missing = await http.post(served.url, json=INITIALIZE, headers=headers)
+        wrong = await http.post(served.url, json=INITIALIZE, headers={**headers, "Authorization": f"Bearer {BOB}x"})
+    assert missing.status_code == wrong.status_code == 401
+    assert missing.headers["www-authenticate"].startswith("Bearer")
+    assert server_children(served.process.pid) == []  # nothing was started for them
+
+
+async def test_another_clients_session_id_is_not_found(served: Served) -> None:
+    headers = {"Accept": ACCEPT, "Content-Type": "application/json"}
+    async with httpx2.AsyncClient(timeout=10) as http:
+        opened = await http.post(served.url, json=INITIALIZE, headers={**headers, "Authorization": f"Bearer {ALICE}"})
+        session = opened.headers["mcp-session-id"]
+        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+        as_bob = {**headers, "Authorization": f"Bearer {BOB}", "Mcp-Session-Id": session}
+        stolen = await http.post(served.url, json=listing, headers=as_bob)
+        modern = await http.post(
+            served.url,
+            json=listing,
+            headers={**headers, "Authorization": f"Bearer {ALICE}", "MCP-Protocol-Version": "2026-07-28"},
+        )
+    assert stolen.status_code == 404
+    assert modern.status_code == 400
+    assert "handshake era" in modern.json()["error"]["message"]
+
+
+def test_listening_beyond_loopback_without_a_token_is_refused(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [*PROXY, "serve", "--listen", f"0.0.0.0:{free_port()}", "--", PY, KITCHEN_SINK],
+        env=proxy_env(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2
+    assert "--token-file" in done.stderr and "127.0.0.1" in done.stderr
+
+
+def test_a_token_file_others_can_read_is_refused(tmp_path: Path) -> None:
+    tokens = token_file(tmp_path)
+    os.chmod(tokens, 0o644)
+    done = subprocess.run(
+        [*PROXY, "serve", "--token-file", tokens, "--", PY, KITCHEN_SINK],
+        env=proxy_env(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2
+    assert f"chmod 600 {tokens}" in done.stderr
+
+
+async def test_an_idle_session_ends_with_its_server(tmp_path: Path) -> None:
+    served = start_serve(tmp_path, "--token-file", token_file(tmp_path), "--idle-timeout", "1s")
+    try:
+        headers = {"Accept": ACCEPT, "Content-Type": "application/json", "Authorization": f"Bearer {ALICE}"}
+        async with httpx2.AsyncClient(timeout=10) as http:
+            opened = await http.post(served.url, json=INITIALIZE, headers=headers)
+            assert opened.status_code == 200
+            (server,) = server_children(served.process.pid)
+            assert await anyio.to_thread.run_sync(lambda: wait_until(lambda: not alive(server)))
+            later = await http.post(
+                served.url,
+                json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+                headers={**headers, "Mcp-Session-Id": opened.headers["mcp-session-id"]},
+            )
+        assert later.status_code == 404
+        assert "idle" in served.errlog.read_text()
+    finally:
+        stop(served)
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
+async def test_ending_serve_ends_every_server(tmp_path: Path, how: signal.Signals) -> None:
+    served = start_serve(tmp_path, "--token-file", token_file(tmp_path))
+    servers: list[int] = []
+    with suppress(Exception):  # the clients see the endpoint go as they close: what matters is what is left
+        async with http_host(served.url, ALICE) as alice, http_host(served.url, BOB) as bob:
+            await alice.list_tools()
+            await bob.list_tools()
+            servers = server_children(served.process.pid)
+            served.process.send_signal(how)
+            await anyio.to_thread.run_sync(lambda: served.process.wait(15))
+    assert len(servers) == 2
+    assert served.process.returncode == (0 if how == signal.SIGTERM else -signal.SIGKILL)
+    assert await anyio.to_thread.run_sync(lambda: wait_until(lambda: not any(map(alive, servers))))
