@@ -26,6 +26,7 @@ from helpers.support import (
     KITCHEN_SINK,
     PROXY,
     PY,
+    ROOT,
     alive,
     first_text,
     free_port,
@@ -66,7 +67,13 @@ def token_file(directory: Path) -> str:
     return str(path)
 
 
-def start_serve(tmp_path: Path, *options: str, policy: str | None = None, listen: str | None = None) -> Served:
+def start_serve(
+    tmp_path: Path,
+    *options: str,
+    policy: str | None = None,
+    listen: str | None = None,
+    env: dict[str, str] | None = None,
+) -> Served:
     port = free_port()
     errlog = tmp_path / "serve.log"
     command = [*PROXY, "serve", "--log-format", "json", "--listen", listen or f"127.0.0.1:{port}", *options]
@@ -74,7 +81,9 @@ def start_serve(tmp_path: Path, *options: str, policy: str | None = None, listen
         command += ["--policy", policy]
     command += ["--", PY, KITCHEN_SINK]
     with open(errlog, "ab") as err:
-        process = subprocess.Popen(command, env=proxy_env(TEST_LLM_KEY="sk-test"), stderr=err, stdout=err)
+        process = subprocess.Popen(
+            command, env=proxy_env(TEST_LLM_KEY="sk-test", **(env or {})), stderr=err, stdout=err
+        )
     served = Served(process, f"http://127.0.0.1:{port}/mcp", tmp_path / "audit.jsonl", errlog)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and process.poll() is None:
@@ -244,3 +253,28 @@ async def test_ending_serve_ends_every_server(tmp_path: Path, how: signal.Signal
     assert len(servers) == 2
     assert served.process.returncode == (0 if how == signal.SIGTERM else -signal.SIGKILL)
     assert await anyio.to_thread.run_sync(lambda: wait_until(lambda: not any(map(alive, servers))))
+
+
+def test_the_guides_curl_transcript_runs_as_shown(tmp_path: Path) -> None:
+    """docs/guides/serve.md's curl session, run as written (its port swapped for a free one) against serve
+    with the token in MCP_SAMPLING_PROXY_TOKEN: it prints what the guide says it prints."""
+    guide = (ROOT / "docs" / "guides" / "serve.md").read_text()
+    script = guide.split("<!-- transcript -->\n```sh\n", 1)[1].split("```", 1)[0]
+    shown = guide.split("<!-- transcript output -->\n```text\n", 1)[1].split("```", 1)[0]
+    served = start_serve(tmp_path, env={"MCP_SAMPLING_PROXY_TOKEN": ALICE})
+    try:
+        port = served.url.split(":")[2].split("/")[0]
+        done = subprocess.run(
+            ["bash", "-e", "-c", script.replace("127.0.0.1:8765", f"127.0.0.1:{port}")],
+            env={**proxy_env(), "MCP_SAMPLING_PROXY_TOKEN": ALICE},
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        stop(served)
+    assert done.returncode == 0, done.stderr
+    assert [line for line in done.stdout.splitlines() if line] == shown.splitlines()
+    assert '"client":"alice"' not in served.errlog.read_text()  # the environment's token is named `token`
+    assert '"client":"token"' in served.errlog.read_text()
