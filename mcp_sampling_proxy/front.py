@@ -22,6 +22,7 @@ the 2026-07-28 era's stateless requests get a 400 that says so.
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import socket
 import uuid
@@ -227,7 +228,7 @@ class Front:
             self.offered,
             approvals_store=self._approvals,
             tool_pins=self._pins,
-            server_target=" ".join(self.options.command),
+            server_target=shlex.join(self.options.command),  # as the stdio proxy names it: the same pins
         )
         limit = self.options.max_message_bytes
         try:

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx2
@@ -38,6 +39,7 @@ from helpers.support import (
 )
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp_types import ElicitResult
 
 pytestmark = pytest.mark.anyio
 
@@ -116,11 +118,11 @@ def served(tmp_path: Path, llm: FakeLLMServer) -> Iterator[Served]:
 
 
 @asynccontextmanager
-async def http_host(url: str, token: str) -> AsyncIterator[Client]:
+async def http_host(url: str, token: str, **client_kwargs: Any) -> AsyncIterator[Client]:
     """The SDK's Client over its Streamable HTTP transport, with a bearer token."""
     async with (
         httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http,
-        Client(streamable_http_client(url, http_client=http), mode="legacy") as client,
+        Client(streamable_http_client(url, http_client=http), mode="legacy", **client_kwargs) as client,
     ):
         yield client
 
@@ -191,6 +193,66 @@ async def test_another_clients_session_id_is_not_found(served: Served) -> None:
     assert stolen.status_code == 404
     assert modern.status_code == 400
     assert "handshake era" in modern.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("approve", [True, False])
+async def test_an_approval_is_asked_in_the_http_hosts_own_ui(tmp_path: Path, llm: FakeLLMServer, approve: bool) -> None:
+    """`action: prompt` with the host channel: the approval form reaches the HTTP client on the stream of
+    the tool call it belongs to, and its answer decides."""
+    audit = tmp_path / "audit.jsonl"
+    rules = "rules:\n  - name: ask\n    action: prompt\napproval:\n  channels: [host]\n"
+    policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=rules, extra=f"audit:\n  path: {audit}\n"))
+    served = start_serve(tmp_path, "--token-file", token_file(tmp_path), policy=policy)
+    asked: list[str] = []
+
+    async def approver(context: Any, params: Any) -> ElicitResult:
+        asked.append(params.message)
+        return ElicitResult(action="accept", content={"approve": approve})
+
+    llm.reply_text("approved answer")
+    try:
+        async with http_host(served.url, BOB, elicitation_callback=approver) as client:
+            result = await client.call_tool("sample", {"prompt": "may I?"})
+    finally:
+        stop(served)
+    assert len(asked) == 1 and "asks to use an LLM" in asked[0]
+    (record,) = decisions(audit)
+    assert record["client"] == "bob"
+    if approve:
+        assert tool_json(result)["content"]["text"] == "approved answer"
+        assert record["decision"] == "approved" and record["approver"] == "host"
+    else:
+        assert "error" in tool_json(result)
+        assert record["decision"] == "rejected"
+        assert llm.requests == []
+
+
+async def test_a_server_that_exits_ends_its_session_only(served: Served) -> None:
+    async with http_host(served.url, ALICE) as alice, http_host(served.url, BOB) as bob:
+        crashed = server_children(served.process.pid)
+        with pytest.raises(Exception, match="exited with code 3"):
+            await alice.call_tool("crash", {"code": 3})
+        assert wait_until(lambda: len(server_children(served.process.pid)) == 1)
+        assert first_text(await bob.call_tool("echo", {"text": "still here"})) == "still here"
+        assert len(crashed) == 2
+    assert "exited with code 3" in served.errlog.read_text()
+
+
+async def test_past_the_session_cap_a_new_session_gets_503(tmp_path: Path) -> None:
+    served = start_serve(tmp_path, "--token-file", token_file(tmp_path), "--max-sessions", "1")
+    headers = {"Accept": ACCEPT, "Content-Type": "application/json", "Authorization": f"Bearer {ALICE}"}
+    try:
+        async with httpx2.AsyncClient(timeout=10) as http:
+            first = await http.post(served.url, json=INITIALIZE, headers=headers)
+            second = await http.post(served.url, json=INITIALIZE, headers=headers)
+            await http.delete(served.url, headers={**headers, "Mcp-Session-Id": first.headers["mcp-session-id"]})
+            assert await anyio.to_thread.run_sync(lambda: wait_until(lambda: not server_children(served.process.pid)))
+            third = await http.post(served.url, json=INITIALIZE, headers=headers)
+    finally:
+        stop(served)
+    assert first.status_code == 200 and third.status_code == 200
+    assert second.status_code == 503
+    assert "--max-sessions" in second.json()["error"]["message"]
 
 
 def test_listening_beyond_loopback_without_a_token_is_refused(tmp_path: Path) -> None:
