@@ -36,15 +36,26 @@ class HttpHost:
 
     def __init__(self, owner: Owner):
         self._owner = owner
-        self._out: MemoryObjectSendStream[bytes]
-        self._queued: MemoryObjectReceiveStream[bytes]
-        self._out, self._queued = anyio.create_memory_object_stream[bytes](math.inf)
-        self.drained = anyio.Event()  # set once `close` was called and every queued line went out
+        self._out: MemoryObjectSendStream[SessionMessage]
+        self._queued: MemoryObjectReceiveStream[SessionMessage]
+        self._out, self._queued = anyio.create_memory_object_stream[SessionMessage](math.inf)
+        self.drained = anyio.Event()  # set once `close` was called and every queued message went out
 
     def send(self, line: bytes) -> None:
-        """The relay's `to_host`: synchronous, so lines are queued and written in order by `write_out`."""
+        """The relay's `to_host`: synchronous, so messages are queued and written in order by `write_out`.
+        The stream a message belongs to is found now, not when it is written: by then the relay may have
+        answered its request (a server's last progress comes just before its result)."""
+        try:
+            message = jsonrpc_message_adapter.validate_json(line, by_name=False)
+        except ValueError as exc:
+            log.error("a message for an HTTP client is not valid JSON-RPC; dropped", error=str(exc))
+            return
+        related = None
+        if not isinstance(message, JSONRPCResponse | JSONRPCError):
+            related = self._owner(jsonrpc.as_object(jsonrpc.parse(line)))
+        metadata = ServerMessageMetadata(related_request_id=related) if related is not None else None
         with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):  # the session ended
-            self._out.send_nowait(line)
+            self._out.send_nowait(SessionMessage(message, metadata=metadata))
 
     async def read_in(self, read_stream: Any, on_line: Callable[[bytes], None]) -> None:
         """Hand every message the client posts to `on_line` as a line, until the session ends."""
@@ -56,28 +67,16 @@ class HttpHost:
                 on_line(item.message.model_dump_json(by_alias=True, exclude_unset=True).encode())
 
     async def write_out(self, write_stream: Any) -> None:
-        """Send the relay's lines to the client, each on the stream it belongs to."""
+        """Send the relay's messages to the client, each on the stream it belongs to."""
         try:
-            await self._write_all(write_stream)
+            async with self._queued:
+                async for message in self._queued:
+                    try:
+                        await write_stream.send(message)
+                    except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                        return
         finally:
             self.drained.set()
-
-    async def _write_all(self, write_stream: Any) -> None:
-        async with self._queued:
-            async for line in self._queued:
-                try:
-                    message = jsonrpc_message_adapter.validate_json(line, by_name=False)
-                except ValueError as exc:
-                    log.error("a message for an HTTP client is not valid JSON-RPC; dropped", error=str(exc))
-                    continue
-                related = None
-                if not isinstance(message, JSONRPCResponse | JSONRPCError):
-                    related = self._owner(jsonrpc.as_object(jsonrpc.parse(line)))
-                metadata = ServerMessageMetadata(related_request_id=related) if related is not None else None
-                try:
-                    await write_stream.send(SessionMessage(message, metadata=metadata))
-                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                    return
 
     def close(self) -> None:
         self._out.close()

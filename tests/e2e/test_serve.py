@@ -39,6 +39,7 @@ from helpers.support import (
 )
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 from mcp_types import ElicitResult
 
 pytestmark = pytest.mark.anyio
@@ -159,6 +160,18 @@ async def test_a_client_lists_calls_and_samples_through_the_endpoint(served: Ser
     assert record["method"] == "sampling/createMessage"
 
 
+async def test_progress_reaches_the_client_on_its_calls_stream(served: Served) -> None:
+    seen: list[float] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append(progress)
+
+    async with http_host(served.url, ALICE) as client:
+        result = await client.call_tool("progress", {"steps": 3}, progress_callback=on_progress)
+    assert first_text(result) == "done 3 steps"
+    assert seen == [1, 2, 3]
+
+
 async def test_two_clients_get_two_separate_servers(served: Served) -> None:
     async with http_host(served.url, ALICE) as alice, http_host(served.url, BOB) as bob:
         await alice.call_tool("echo", {"text": "a"})
@@ -225,6 +238,24 @@ async def test_an_approval_is_asked_in_the_http_hosts_own_ui(tmp_path: Path, llm
         assert "error" in tool_json(result)
         assert record["decision"] == "rejected"
         assert llm.requests == []
+
+
+async def test_a_tool_rule_holds_over_http_and_names_the_client(tmp_path: Path) -> None:
+    audit = tmp_path / "audit.jsonl"
+    rules = "tools:\n  rules:\n    - name: no-echo\n      tool: echo\n      action: deny\n      message: not today\n"
+    policy = write_policy(tmp_path, f"audit:\n  path: {audit}\n{rules}")
+    served = start_serve(tmp_path, "--token-file", token_file(tmp_path), policy=policy)
+    try:
+        async with http_host(served.url, ALICE) as client:
+            names = {tool.name for tool in (await client.list_tools()).tools}
+            with pytest.raises(MCPError, match="tools rule 'no-echo': not today"):
+                await client.call_tool("echo", {"text": "x"})
+    finally:
+        stop(served)
+    assert "echo" not in names and "sample" in names
+    records = decisions(audit)
+    assert records and all(record["client"] == "alice" for record in records)
+    assert {record["decision"] for record in records} == {"deny"}
 
 
 async def test_a_server_that_exits_ends_its_session_only(served: Served) -> None:
