@@ -23,6 +23,7 @@ import anyio
 import httpx2
 import pytest
 from fakes.llm_server import FakeLLMServer
+from helpers.console import PROMPT_RULES, SocketConsole
 from helpers.support import (
     KITCHEN_SINK,
     PROXY,
@@ -256,6 +257,39 @@ async def test_a_tool_rule_holds_over_http_and_names_the_client(tmp_path: Path) 
     records = decisions(audit)
     assert records and all(record["client"] == "alice" for record in records)
     assert {record["decision"] for record in records} == {"deny"}
+
+
+async def test_a_served_request_is_approved_at_the_companion_console(tmp_path: Path, llm: FakeLLMServer) -> None:
+    """No terminal is assumed: with the console channel, the question reaches `console` on serve's socket."""
+    audit = tmp_path / "audit.jsonl"
+    rules = f"{PROMPT_RULES}approval:\n  channels: [terminal, console]\naudit:\n  path: {audit}\n"
+    policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=rules))
+    run_dir = tmp_path / "run"
+    served = start_serve(
+        tmp_path,
+        "--token-file",
+        token_file(tmp_path),
+        policy=policy,
+        env={"MCP_SAMPLING_PROXY_RUNTIME_DIR": str(run_dir)},
+    )
+    llm.reply_text("console-approved")
+    results: list[Any] = []
+    try:
+        console = await SocketConsole.attach(run_dir)
+        async with http_host(served.url, ALICE) as client, anyio.create_task_group() as tg:
+
+            async def call() -> None:
+                results.append(tool_json(await client.call_tool("sample", {"prompt": "ask a person"})))
+
+            tg.start_soon(call)
+            pending = await console.receive()
+            assert pending["type"] == "pending"
+            await console.send({"type": "decision", "id": pending["id"], "approve": True})
+    finally:
+        stop(served)
+    assert results[0]["content"]["text"] == "console-approved"
+    (record,) = decisions(audit)
+    assert record["decision"] == "approved" and record["approver"] == "console" and record["client"] == "alice"
 
 
 async def test_a_server_that_exits_ends_its_session_only(served: Served) -> None:
