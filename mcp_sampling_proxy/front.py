@@ -45,7 +45,7 @@ from mcp_sampling_proxy.audit.recorder import AuditLog
 from mcp_sampling_proxy.config.child_env import child_environment
 from mcp_sampling_proxy.config.front_tokens import Tokens
 from mcp_sampling_proxy.config.settings import Settings
-from mcp_sampling_proxy.log import get_logger
+from mcp_sampling_proxy.log import Throttle, get_logger
 from mcp_sampling_proxy.protocol import capabilities, jsonrpc
 from mcp_sampling_proxy.relay.core import Relay, Session
 from mcp_sampling_proxy.runtime import (
@@ -121,6 +121,7 @@ class Front:
         self._approvals = _approvals_store()
         self._pins = _tool_pins(settings)
         self._security = _security(options.host, options.port)
+        self._refusals = Throttle(burst=10, window=60.0)
         self.app = RequestBodyLimitMiddleware(self._handle, options.max_message_bytes)
 
     # -- HTTP ----------------------------------------------------------------------------------
@@ -170,7 +171,11 @@ class Front:
         scheme, _, presented = request.headers.get("authorization", "").partition(" ")
         client = tokens.identify(presented.strip()) if scheme.lower() == "bearer" else None
         if client is None:
-            log.warning("refused an HTTP request without a valid bearer token", peer=_peer(request))
+            held = self._refusals.admit()  # a caller guessing tokens must not bury the log
+            if held is not None:
+                log.warning(
+                    "refused an HTTP request without a valid bearer token", peer=_peer(request), unlogged=held or None
+                )
             response = _error(401, "Unauthorized: send 'Authorization: Bearer TOKEN' with a token of --token-file")
             response.headers["WWW-Authenticate"] = 'Bearer realm="mcp-sampling-proxy"'
             return None, response

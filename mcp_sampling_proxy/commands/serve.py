@@ -11,6 +11,7 @@ import argparse
 import ipaddress
 import os
 import shlex
+import shutil
 import socket
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -108,6 +109,9 @@ def main(argv: Sequence[str]) -> int:
             f"--listen {args.listen} reaches beyond this machine, and no token protects it: give --token-file "
             f"PATH (one token a line, mode 0600) or set {TOKEN_ENV}, or listen on 127.0.0.1"
         )
+    missing = _not_runnable(command[0])
+    if missing is not None:  # found now, not at the first client's initialize (2: a bad command line)
+        return fail(missing)
     if args.name is not None and (bad_character(args.name) is not None or not args.name.strip()):
         return fail("--name: give the server a name of visible characters")
     name = args.name.strip() if args.name else derive_from_command(command)
@@ -125,6 +129,19 @@ def main(argv: Sequence[str]) -> int:
     except OSError as exc:
         return fail(f"cannot listen on {args.listen}: {exc.strerror or exc}")
     return _run(settings, policy, name, command, host, port, tokens, args, idle, listener)
+
+
+def _not_runnable(executable: str) -> str | None:
+    """What is wrong when the server's command cannot run, else None."""
+    if os.sep not in executable:
+        if shutil.which(executable) is None:
+            return f"cannot start the server: command '{executable}' not found on PATH; give its absolute path"
+        return None
+    if not os.path.isfile(executable):
+        return f"cannot start the server: '{executable}' does not exist"
+    if not os.access(executable, os.X_OK):
+        return f"cannot start the server: '{executable}' is not executable"
+    return None
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -332,6 +332,18 @@ def test_listening_beyond_loopback_without_a_token_is_refused(tmp_path: Path) ->
     assert "--token-file" in done.stderr and "127.0.0.1" in done.stderr
 
 
+def test_a_server_command_that_cannot_run_is_refused_at_start(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [*PROXY, "serve", "--listen", f"127.0.0.1:{free_port()}", "--", "no-such-mcp-server-here"],
+        env=proxy_env(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2
+    assert "'no-such-mcp-server-here' not found on PATH" in done.stderr
+
+
 def test_a_token_file_others_can_read_is_refused(tmp_path: Path) -> None:
     tokens = token_file(tmp_path)
     os.chmod(tokens, 0o644)
