@@ -15,8 +15,11 @@ servers with it (their parent-death signal and group guard, transport/stdio.py).
 
 Callers present a bearer token (config/front_tokens.py) when any is configured; the token's name
 is the session's `client`, written into its audit records. A session answers only the client that
-opened it. Only handshake-era requests are served (`MCP-Protocol-Version` of that era, or none);
-the 2026-07-28 era's stateless requests get a 400 that says so.
+opened it.
+
+2026-07-28 requests have no session: each POST is one request answered in its body
+(transport/http_host.py `StatelessHost`), by a "lane" per caller (a server and relay of the caller's
+own, ended when idle like a session), whose relay speaks the 2026 era to the caller (relay/bridge.py).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import os
 import shlex
 import signal
 import socket
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,11 +37,15 @@ import anyio
 import anyio.abc
 import uvicorn
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport
-from mcp.server.transport_security import RequestBodyLimitMiddleware, TransportSecuritySettings
+from mcp.server.transport_security import (
+    RequestBodyLimitMiddleware,
+    TransportSecurityMiddleware,
+    TransportSecuritySettings,
+)
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.types import Message, Receive, Scope, Send
 
 from mcp_sampling_proxy.approval.console.server import ConsoleServer
@@ -49,6 +57,7 @@ from mcp_sampling_proxy.log import Throttle, get_logger
 from mcp_sampling_proxy.protocol import capabilities, jsonrpc
 from mcp_sampling_proxy.relay.core import Relay, Session
 from mcp_sampling_proxy.runtime import (
+    ProxyHooks,
     _approvals_store,
     _start_telemetry,
     _tool_pins,
@@ -57,7 +66,7 @@ from mcp_sampling_proxy.runtime import (
     warm_up,
 )
 from mcp_sampling_proxy.serve.sampling import AdapterPool
-from mcp_sampling_proxy.transport.http_host import HttpHost
+from mcp_sampling_proxy.transport.http_host import HttpHost, StatelessHost
 from mcp_sampling_proxy.transport.stdio import SpawnError, StdioUpstream, spawn
 
 log = get_logger("mcp_sampling_proxy.front")
@@ -100,6 +109,27 @@ class _Served:
         self.ended.set()
 
 
+@dataclass
+class _Lane:
+    """One caller's 2026-07-28 requests (stateless: no session to hang a server on): a server of its
+    own per caller, kept while requests come, ended after the idle timeout like a session."""
+
+    upstream: StdioUpstream
+    client: str | None
+    session: Session
+    link: StatelessHost = field(default_factory=StatelessHost)
+    relay: Relay | None = None
+    ready: anyio.Event = field(default_factory=anyio.Event)
+    last_used: float = field(default_factory=time.monotonic)
+    reason: list[str] = field(default_factory=list)
+    ended: anyio.Event = field(default_factory=anyio.Event)
+
+    def end(self, reason: str) -> None:
+        if not self.reason:
+            self.reason.append(reason)
+        self.ended.set()
+
+
 class Front:
     """The ASGI app at `/mcp` and the sessions behind it."""
 
@@ -107,6 +137,7 @@ class Front:
         self.settings = settings
         self.options = options
         self.sessions: dict[str, _Served] = {}
+        self.lanes: dict[str | None, _Lane] = {}  # by caller: 2026-07-28 requests
         self._tg: anyio.abc.TaskGroup | None = None
         self.adapters: AdapterPool = build_adapters(settings, None)
         self.offered = capabilities.offers(
@@ -121,6 +152,7 @@ class Front:
         self._approvals = _approvals_store()
         self._pins = _tool_pins(settings)
         self._security = _security(options.host, options.port)
+        self._request_checks = TransportSecurityMiddleware(self._security)  # what the SDK's transport runs
         self._refusals = Throttle(burst=10, window=60.0)
         self.app = RequestBodyLimitMiddleware(self._handle, options.max_message_bytes)
 
@@ -137,11 +169,15 @@ class Front:
             await refusal(scope, receive, send)
             return
         version = request.headers.get(MCP_PROTOCOL_VERSION_HEADER)
+        if version in MODERN_PROTOCOL_VERSIONS and MCP_SESSION_ID_HEADER not in request.headers:
+            answer = await self._stateless(client, request)
+            await answer(scope, receive, send)
+            return
         if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
             await _error(
                 400,
-                f"Bad Request: unsupported MCP-Protocol-Version {version[:40]!r}; this endpoint serves the "
-                f"handshake era ({', '.join(HANDSHAKE_PROTOCOL_VERSIONS)}): start with initialize",
+                f"Bad Request: unsupported MCP-Protocol-Version {version[:40]!r}; this endpoint serves "
+                f"{', '.join((*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS))}",
             )(scope, receive, send)
             return
         session_id = request.headers.get(MCP_SESSION_ID_HEADER)
@@ -183,11 +219,9 @@ class Front:
 
     async def _open(self, client: str | None, scope: Scope, receive: Receive, send: Send) -> None:
         """A new session: its server, its relay, then its transport answers the opening request."""
-        if len(self.sessions) >= self.options.max_sessions:
+        if self._full():
             log.warning("refused a new session: at the cap", sessions=len(self.sessions), client=client)
-            await _error(503, f"Service Unavailable: {self.options.max_sessions} sessions are open (--max-sessions)")(
-                scope, receive, send
-            )
+            await self._at_cap()(scope, receive, send)
             return
         try:
             process = spawn(
@@ -220,11 +254,124 @@ class Front:
         if status is None or status >= 400:
             served.end("the opening request was refused")
 
-    # -- one session ---------------------------------------------------------------------------
-    async def _run(
-        self, session_id: str, served: _Served, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-    ) -> None:
-        hooks = build_hooks(
+    def _at_cap(self) -> JSONResponse:
+        return _error(503, f"Service Unavailable: {self.options.max_sessions} sessions are open (--max-sessions)")
+
+    def _full(self) -> bool:
+        return len(self.sessions) + len(self.lanes) >= self.options.max_sessions
+
+    # -- 2026-07-28: stateless requests ----------------------------------------------------------
+    async def _stateless(self, client: str | None, request: Request) -> JSONResponse | Response:
+        """One 2026-07-28 request, answered in the POST's body by the caller's lane."""
+        if request.method != "POST":
+            return _error(405, "Method Not Allowed: a 2026-07-28 request is a POST (there is no GET stream)")
+        refused = await self._request_checks.validate_request(request, is_post=True)  # Host, Origin, Content-Type
+        if refused is not None:
+            return refused
+        try:
+            message = jsonrpc.parse(await request.body())
+        except ValueError as exc:
+            return _error(400, f"Parse error: {exc}", jsonrpc.PARSE_ERROR)
+        if not isinstance(message, dict) or not isinstance(message.get("method"), str):
+            return _error(400, "Bad Request: the body must be one JSON-RPC request or notification")
+        named = request.headers.get("mcp-method")
+        if named is not None and named != message["method"]:
+            return _error(400, f"Bad Request: Mcp-Method {named[:80]!r} does not name the body's method")
+        lane = self.lanes.get(client)
+        if lane is None:
+            if self._full():
+                return self._at_cap()
+            try:
+                lane = await self._open_lane(client)
+            except SpawnError as exc:
+                return _error(502, f"Bad Gateway: {exc}")
+        with anyio.fail_after(30):
+            await lane.ready.wait()
+        assert lane.relay is not None
+        lane.last_used = time.monotonic()
+        if "id" not in message:
+            lane.relay.from_host(jsonrpc.dumps(message))
+            return Response(status_code=202)
+        if not jsonrpc.usable_id(message["id"]):
+            return _error(400, "Bad Request: a request needs a string or integer id")
+        try:
+            answer = await lane.link.exchange(message, lane.relay.from_host)
+        finally:
+            lane.last_used = time.monotonic()
+        return JSONResponse(answer)
+
+    async def _open_lane(self, client: str | None) -> _Lane:
+        process = spawn(
+            self.options.command, child_environment(os.environ, set(self.options.hidden)), sandbox=self.options.sandbox
+        )
+        lane = _Lane(
+            StdioUpstream(process, self.options.name), client, Session(name_override=self.options.name, client=client)
+        )
+        self.lanes[client] = lane
+        log.info("2026-07-28 caller's server started", client=client, server_pid=process.pid)
+        assert self._tg is not None
+        self._tg.start_soon(self._run_lane, lane)
+        return lane
+
+    async def _run_lane(self, lane: _Lane) -> None:
+        limit = self.options.max_message_bytes
+        try:
+            async with anyio.create_task_group() as tg:
+                relay = Relay(
+                    lane.link.send,
+                    lane.upstream.send,
+                    self._hooks(),
+                    tg,
+                    lane.session,
+                    keepalive_seconds=0.0,  # a JSON answer has no stream to keep alive
+                    era=self.settings.era,
+                )
+                lane.relay = relay
+                await lane.upstream.attach(
+                    relay.from_upstream,
+                    lambda: lane.end("upstream"),
+                    max_line=limit,
+                    on_oversize=lambda size, head, tail: relay.upstream_oversize(size, head, tail, limit),
+                )
+                lane.ready.set()
+                tg.start_soon(self._expire_lane, lane)
+                await lane.ended.wait()
+                if lane.reason[0] == "upstream":
+                    description = lane.upstream.describe_end(await lane.upstream.wait(2.0))
+                    log.error(f"the server of 2026-07-28 caller {lane.client!r} {description}")
+                    relay.upstream_gone(description)
+                    lane.link.close(f"upstream server '{self.options.name}' {description}")
+                else:
+                    relay.cancel_all()
+                    lane.link.close(f"the server's session ended: {lane.reason[0]}")
+                tg.cancel_scope.cancel()
+        except Exception as exc:
+            log.exception("a 2026-07-28 caller's lane failed; ending it", client=lane.client)
+            lane.end(f"failed: {exc}")
+        finally:
+            with anyio.CancelScope(shield=True):
+                lane.end("serve is stopping")
+                lane.link.close("serve is stopping")
+                if self.lanes.get(lane.client) is lane:
+                    del self.lanes[lane.client]
+                code = await lane.upstream.stop(END_GRACE)
+                log.info(
+                    "2026-07-28 caller's server ended",
+                    client=lane.client,
+                    reason=lane.reason[0],
+                    server_exit=lane.upstream.describe_end(code),
+                )
+
+    async def _expire_lane(self, lane: _Lane) -> None:
+        idle = self.options.idle_timeout
+        while True:
+            await anyio.sleep(min(idle / 4, 5.0))
+            if lane.link.in_flight == 0 and time.monotonic() - lane.last_used >= idle:
+                lane.end(f"idle for {idle:g} s (--idle-timeout)")
+                return
+
+    def _hooks(self) -> ProxyHooks:
+        return build_hooks(
             self.settings,
             self.adapters,
             self.audit,
@@ -235,6 +382,12 @@ class Front:
             tool_pins=self._pins,
             server_target=shlex.join(self.options.command),  # as the stdio proxy names it: the same pins
         )
+
+    # -- one session ---------------------------------------------------------------------------
+    async def _run(
+        self, session_id: str, served: _Served, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        hooks = self._hooks()
         limit = self.options.max_message_bytes
         try:
             async with served.transport.connect() as (read_stream, write_stream):
@@ -343,6 +496,8 @@ class Front:
     def end_all(self, reason: str) -> None:
         for served in list(self.sessions.values()):
             served.end(reason)
+        for lane in list(self.lanes.values()):
+            lane.end(reason)
 
 
 class _Server(uvicorn.Server):
@@ -409,10 +564,10 @@ def _peer(request: Request) -> str:
     return f"{request.client.host}:{request.client.port}" if request.client else "?"
 
 
-def _error(status: int, message: str) -> JSONResponse:
+def _error(status: int, message: str, code: int = jsonrpc.INVALID_REQUEST) -> JSONResponse:
     """A JSON-RPC error body without an id, with the HTTP status that says what happened."""
     return JSONResponse(
-        {"jsonrpc": "2.0", "id": None, "error": {"code": jsonrpc.INVALID_REQUEST, "message": message}},
+        {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}},
         status_code=status,
     )
 

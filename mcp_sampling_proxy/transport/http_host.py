@@ -80,3 +80,62 @@ class HttpHost:
 
     def close(self) -> None:
         self._out.close()
+
+
+class StatelessHost:
+    """Lines to and from one caller's 2026-07-28 requests, where each HTTP POST is one JSON-RPC request
+    and its body the answer. Requests go to the relay under private ids (`http-N`): a caller's concurrent
+    requests may reuse an id, and the relay must tell their answers apart; the caller gets its own id
+    back. Notifications for the caller (progress) have no stream in a JSON answer and are dropped; in
+    this era the server cannot ask the caller anything (the relay turns that into `input_required`)."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[str, list[dict[str, Any]]] = {}
+        self._events: dict[str, anyio.Event] = {}
+        self._count = 0
+        self.closed = False
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._waiting)
+
+    def send(self, line: bytes) -> None:
+        """The relay's `to_host`: an answer wakes the request waiting for it; anything else is dropped."""
+        try:
+            message = jsonrpc.parse(line)
+        except ValueError:
+            return
+        if not isinstance(message, dict) or "method" in message:
+            return
+        slot = self._waiting.get(str(message.get("id")))
+        if slot is not None and not slot:
+            slot.append(message)
+            self._events[str(message.get("id"))].set()
+
+    async def exchange(self, message: dict[str, Any], on_line: Callable[[bytes], None]) -> dict[str, Any]:
+        """Send one request through the relay (`on_line`) and return its answer, under the caller's id."""
+        self._count += 1
+        private = f"http-{self._count}"
+        slot: list[dict[str, Any]] = []
+        self._waiting[private], self._events[private] = slot, anyio.Event()
+        try:
+            on_line(jsonrpc.dumps({**message, "id": private}))
+            await self._events[private].wait()
+        except anyio.get_cancelled_exc_class():  # the caller went away: the relay stops the work
+            if not slot and not self.closed:
+                cancel = {"requestId": private, "reason": "the HTTP client disconnected"}
+                on_line(jsonrpc.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel}))
+            raise
+        finally:
+            del self._waiting[private], self._events[private]
+        return {**slot[0], "id": message["id"]}
+
+    def close(self, why: str) -> None:
+        """Answer every waiting request with an error saying why (the server exited, serve is stopping)."""
+        self.closed = True
+        for private, slot in self._waiting.items():
+            if not slot:
+                slot.append(
+                    {"jsonrpc": "2.0", "id": private, "error": {"code": jsonrpc.UPSTREAM_EXITED, "message": why}}
+                )
+                self._events[private].set()

@@ -199,14 +199,14 @@ async def test_another_clients_session_id_is_not_found(served: Served) -> None:
         listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
         as_bob = {**headers, "Authorization": f"Bearer {BOB}", "Mcp-Session-Id": session}
         stolen = await http.post(served.url, json=listing, headers=as_bob)
-        modern = await http.post(
+        unknown = await http.post(
             served.url,
             json=listing,
-            headers={**headers, "Authorization": f"Bearer {ALICE}", "MCP-Protocol-Version": "2026-07-28"},
+            headers={**headers, "Authorization": f"Bearer {ALICE}", "MCP-Protocol-Version": "2099-01-01"},
         )
     assert stolen.status_code == 404
-    assert modern.status_code == 400
-    assert "handshake era" in modern.json()["error"]["message"]
+    assert unknown.status_code == 400
+    assert "unsupported MCP-Protocol-Version '2099-01-01'" in unknown.json()["error"]["message"]
 
 
 @pytest.mark.parametrize("approve", [True, False])
@@ -318,6 +318,83 @@ async def test_past_the_session_cap_a_new_session_gets_503(tmp_path: Path) -> No
     assert first.status_code == 200 and third.status_code == 200
     assert second.status_code == 503
     assert "--max-sessions" in second.json()["error"]["message"]
+
+
+# -- the 2026-07-28 era: stateless requests, a server per caller ------------------------------------------
+
+MODERN = "2026-07-28"
+MODERN_META = {
+    "io.modelcontextprotocol/protocolVersion": MODERN,
+    "io.modelcontextprotocol/clientInfo": {"name": "raw-2026", "version": "1"},
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
+
+
+def modern_request(request_id: int, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": {**(params or {}), "_meta": MODERN_META}}
+
+
+def modern_headers(token: str, method: str) -> dict[str, str]:
+    return {
+        "Accept": ACCEPT,
+        "Content-Type": "application/json",
+        "Authorization": f"Bearer {token}",
+        "MCP-Protocol-Version": MODERN,
+        "Mcp-Method": method,
+    }
+
+
+async def test_a_2026_client_is_served_statelessly_with_sampling(tmp_path: Path, llm: FakeLLMServer) -> None:
+    """The SDK's Client in its default mode probes 2026-07-28 first and stays there: each request is a POST
+    of its own, answered in its body. The server leg is pinned to the handshake era, where the server
+    samples with a request the proxy answers (its LLM, the audit naming the caller)."""
+    audit = tmp_path / "audit.jsonl"
+    extra = f"upstream:\n  era: handshake\naudit:\n  path: {audit}\n"
+    policy = write_policy(tmp_path, openai_policy(llm.base_url, extra=extra))
+    served = start_serve(tmp_path, "--token-file", token_file(tmp_path), policy=policy)
+    llm.reply_text("stateless four")
+    try:
+        async with (
+            httpx2.AsyncClient(headers={"Authorization": f"Bearer {ALICE}"}, timeout=30) as http,
+            Client(streamable_http_client(served.url, http_client=http)) as client,
+        ):
+            assert client.session.protocol_version == MODERN
+            assert "sample" in {tool.name for tool in (await client.list_tools()).tools}
+            assert first_text(await client.call_tool("echo", {"text": "no session"})) == "no session"
+            answer = tool_json(await client.call_tool("sample", {"prompt": "2+2?"}))
+            assert len(server_children(served.process.pid)) == 1
+    finally:
+        stop(served)
+    assert answer["content"]["text"] == "stateless four"
+    (record,) = decisions(audit)
+    assert record["client"] == "alice" and record["decision"] == "allow"
+
+
+async def test_2026_callers_get_a_server_each_and_an_idle_one_ends(tmp_path: Path) -> None:
+    served = start_serve(tmp_path, "--token-file", token_file(tmp_path), "--idle-timeout", "2s")
+    listing = modern_request(7, "tools/list")
+    try:
+        async with httpx2.AsyncClient(timeout=20) as http:
+            answers = [
+                await http.post(served.url, json=listing, headers=modern_headers(token, "tools/list"))
+                for token in (ALICE, ALICE, BOB)
+            ]
+            servers = server_children(served.process.pid)
+            wrong = await http.post(served.url, json=listing, headers=modern_headers(ALICE, "tools/call"))
+            stream = await http.get(served.url, headers=modern_headers(ALICE, "tools/list"))
+            rebound = await http.post(
+                served.url, json=listing, headers={**modern_headers(ALICE, "tools/list"), "Origin": "http://evil.test"}
+            )
+            assert await anyio.to_thread.run_sync(lambda: wait_until(lambda: not any(map(alive, servers))))
+    finally:
+        stop(served)
+    assert [answer.status_code for answer in answers] == [200, 200, 200]
+    assert all(answer.json()["id"] == 7 and "tools" in answer.json()["result"] for answer in answers)
+    assert len(servers) == 2  # alice's two requests share her server; bob has his own
+    assert wrong.status_code == 400 and "Mcp-Method" in wrong.json()["error"]["message"]
+    assert stream.status_code == 405
+    assert rebound.status_code == 403  # a web page's request (DNS rebinding) is refused on loopback
+    assert served.errlog.read_text().count("idle for 2 s") == 2
 
 
 def test_listening_beyond_loopback_without_a_token_is_refused(tmp_path: Path) -> None:
