@@ -278,6 +278,9 @@ class Front:
         if named is not None and named != message["method"]:
             return _error(400, f"Bad Request: Mcp-Method {named[:80]!r} does not name the body's method")
         lane = self.lanes.get(client)
+        if lane is not None and lane.ended.is_set():  # ending (its server exited, or idle): the next one starts
+            del self.lanes[client]
+            lane = None
         if lane is None:
             if self._full():
                 return self._at_cap()

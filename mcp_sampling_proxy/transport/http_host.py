@@ -114,6 +114,9 @@ class StatelessHost:
 
     async def exchange(self, message: dict[str, Any], on_line: Callable[[bytes], None]) -> dict[str, Any]:
         """Send one request through the relay (`on_line`) and return its answer, under the caller's id."""
+        if self.closed:
+            error = {"code": jsonrpc.UPSTREAM_EXITED, "message": "the server has ended; send the request again"}
+            return {"jsonrpc": "2.0", "id": message["id"], "error": error}
         self._count += 1
         private = f"http-{self._count}"
         slot: list[dict[str, Any]] = []

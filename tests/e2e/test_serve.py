@@ -397,6 +397,28 @@ async def test_2026_callers_get_a_server_each_and_an_idle_one_ends(tmp_path: Pat
     assert served.errlog.read_text().count("idle for 2 s") == 2
 
 
+async def test_a_2026_callers_server_that_exits_is_replaced_at_the_next_request(tmp_path: Path) -> None:
+    served = start_serve(tmp_path, "--token-file", token_file(tmp_path))
+    crash = modern_request(1, "tools/call", {"name": "crash", "arguments": {"code": 3}})
+    try:
+        async with httpx2.AsyncClient(timeout=20) as http:
+            listing = modern_request(0, "tools/list")
+            await http.post(served.url, json=listing, headers=modern_headers(ALICE, "tools/list"))
+            first = server_children(served.process.pid)
+            crashed = await http.post(served.url, json=crash, headers=modern_headers(ALICE, "tools/call"))
+            assert await anyio.to_thread.run_sync(lambda: wait_until(lambda: not any(map(alive, first))))
+            again = await http.post(
+                served.url, json=modern_request(2, "tools/list"), headers=modern_headers(ALICE, "tools/list")
+            )
+            second = server_children(served.process.pid)
+    finally:
+        stop(served)
+    assert crashed.status_code == 200
+    assert "exited with code 3" in crashed.json()["error"]["message"]
+    assert again.status_code == 200 and "tools" in again.json()["result"]
+    assert len(first) == 1 and len(second) == 1 and second != first
+
+
 def test_listening_beyond_loopback_without_a_token_is_refused(tmp_path: Path) -> None:
     done = subprocess.run(
         [*PROXY, "serve", "--listen", f"0.0.0.0:{free_port()}", "--", PY, KITCHEN_SINK],
