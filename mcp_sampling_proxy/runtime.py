@@ -484,6 +484,9 @@ def _has_uvloop() -> bool:
     return True
 
 
+has_uvloop = _has_uvloop  # for `serve` (front.py), which runs its own event loop
+
+
 def run(upstream: Upstream, settings: Settings, options: RunOptions) -> int:
     try:
         return anyio.run(

@@ -48,4 +48,5 @@ SUBCOMMANDS = {
     "init": "init",
     "approvals": "approvals",
     "tools": "tools",
+    "serve": "serve",
 }

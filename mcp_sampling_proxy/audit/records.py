@@ -119,6 +119,7 @@ class AuditFields(TypedDict, total=False):
     tool_change: dict[str, Any]  # tools/list: a pinned tool changed, appeared or went (serve/tools.py)
     approved_by: list[str]  # who approved, by name (terminal, host, console:NAME, webhook:NAME); all of a quorum
     checks: list[CheckRecord]  # the external checks run, when the matched rule has any
+    client: str  # who called the served endpoint (`serve`): the name of the bearer token it presented
 
 
 class RequestSession(Protocol):
@@ -132,6 +133,7 @@ class RequestSession(Protocol):
     def server_reported_if_different(self) -> str | None: ...
 
     protocol_version: str | None
+    client: str | None
 
 
 # -- canonical form and digests ------------------------------------------------------------------
@@ -219,6 +221,8 @@ def request_fields(
         fields["server_reported"] = session.server_reported_if_different
     if len(candidates) > 1:
         fields["tool_candidates"] = list(candidates)
+    if session.client is not None:
+        fields["client"] = session.client
     return fields
 
 

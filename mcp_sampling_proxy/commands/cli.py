@@ -44,6 +44,7 @@ SUBCOMMAND_SUMMARIES = {
     "approvals": "list or revoke remembered 'always' approvals",
     "tools": "pinned tools and held changes: list, diff, accept, forget",
     "login": "log in to an OAuth-protected remote server (`logout` forgets it)",
+    "serve": "serve a stdio server as a Streamable HTTP endpoint, one server process per client session",
 }
 
 EPILOG = (

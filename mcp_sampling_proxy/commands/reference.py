@@ -157,6 +157,7 @@ ENVIRONMENT = (
     EnvironmentVariable(DISABLE_ENV, "set: never use the controlling terminal (what `--no-terminal` sets)"),
     EnvironmentVariable(DEVICE_ENV, "the terminal device to ask on instead of `/dev/tty` (`try` sets it)"),
     EnvironmentVariable(OPENER_ENV, "a command run with the URL instead of the browser (URL elicitation)"),
+    EnvironmentVariable("MCP_SAMPLING_PROXY_TOKEN", "`serve`: one more bearer token callers may use (named `token`)"),
     EnvironmentVariable("MCP_SAMPLING_PROXY_NO_UVLOOP", "set: run on asyncio's own event loop even with uvloop"),
     EnvironmentVariable(
         "OTEL_EXPORTER_OTLP_ENDPOINT",

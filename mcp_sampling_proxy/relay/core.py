@@ -66,6 +66,7 @@ class Session:
     inflight: dict[Any, HostRequest] = field(default_factory=dict)  # by the id the host waits on
     host_era: str | None = None  # "handshake" | "modern": what the host speaks (relay/bridge.py)
     server_era: str | None = None  # what the server leg speaks
+    client: str | None = None  # who called, when served over HTTP (`serve`): the bearer token's name
 
     @property
     def server_name(self) -> str:

@@ -301,6 +301,8 @@ class ToolGate:
         }
         if tool_change is not None:
             fields["tool_change"] = tool_change
+        if session.client is not None:  # served over HTTP: who called (front.py)
+            fields["client"] = session.client
         try:
             self._audit.record(**fields)
         except Exception as exc:  # the call's fate is decided; a record that cannot be written is logged

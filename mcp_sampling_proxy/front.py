@@ -1,0 +1,589 @@
+"""The Streamable HTTP front (`serve`): a wrapped stdio server as an MCP endpoint at `/mcp`.
+
+Each client session (an `initialize` POST without `Mcp-Session-Id`) gets a server process of its
+own and a relay of its own, wired as the stdio proxy wires its one (runtime.py: the same hooks,
+policy, approvals, audit and telemetry), with the host's side an HTTP session
+(transport/http_host.py) on the `mcp` SDK's `StreamableHTTPServerTransport`, which speaks the
+transport's HTTP (POST with JSON or SSE answers, GET stream, DELETE, session ids). Sessions never
+share a server: one client cannot see another's state through it. What is shared: the LLM
+adapters, the audit log, telemetry and the companion console.
+
+Sessions are capped (503 past the cap) and end after an idle period (the SDK's idle scope: no
+request in flight and no GET stream open), and when their server exits; each end stops the
+session's server. Stopping `serve` ends every session and server; a killed `serve` takes the
+servers with it (their parent-death signal and group guard, transport/stdio.py).
+
+Callers present a bearer token (config/front_tokens.py) when any is configured; the token's name
+is the session's `client`, written into its audit records. A session answers only the client that
+opened it.
+
+2026-07-28 requests have no session: each POST is one request answered in its body
+(transport/http_host.py `StatelessHost`), by a "lane" per caller (a server and relay of the caller's
+own, ended when idle like a session), whose relay speaks the 2026 era to the caller (relay/bridge.py).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import socket
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.abc
+import uvicorn
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport
+from mcp.server.transport_security import (
+    RequestBodyLimitMiddleware,
+    TransportSecurityMiddleware,
+    TransportSecuritySettings,
+)
+from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.types import Message, Receive, Scope, Send
+
+from mcp_sampling_proxy.approval.console.server import ConsoleServer
+from mcp_sampling_proxy.audit.recorder import AuditLog
+from mcp_sampling_proxy.config.child_env import child_environment
+from mcp_sampling_proxy.config.front_tokens import Tokens
+from mcp_sampling_proxy.config.settings import Settings
+from mcp_sampling_proxy.log import Throttle, get_logger
+from mcp_sampling_proxy.protocol import capabilities, jsonrpc
+from mcp_sampling_proxy.relay.core import Relay, Session
+from mcp_sampling_proxy.runtime import (
+    ProxyHooks,
+    _approvals_store,
+    _start_telemetry,
+    _tool_pins,
+    build_adapters,
+    build_hooks,
+    warm_up,
+)
+from mcp_sampling_proxy.serve.sampling import AdapterPool
+from mcp_sampling_proxy.transport.http_host import HttpHost, StatelessHost
+from mcp_sampling_proxy.transport.stdio import SpawnError, StdioUpstream, spawn
+
+log = get_logger("mcp_sampling_proxy.front")
+
+ENDPOINT = "/mcp"
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+END_GRACE = 2.0  # s a session's server gets after EOF before SIGTERM, when its session ends
+
+
+@dataclass(frozen=True)
+class FrontOptions:
+    host: str
+    port: int
+    command: list[str]
+    name: str
+    tokens: Tokens
+    max_sessions: int = 16
+    idle_timeout: float = 600.0
+    max_message_bytes: int = 64 * 1024 * 1024
+    sandbox: tuple[str, ...] = ()  # the sandbox words each server is started under (transport/sandbox.py)
+    hidden: frozenset[str] = frozenset()  # variables no server inherits (the LLM keys)
+
+
+@dataclass
+class _Served:
+    """One client session: its HTTP transport, its server, its relay."""
+
+    transport: StreamableHTTPServerTransport
+    upstream: StdioUpstream
+    client: str | None
+    session: Session
+    link: HttpHost | None = None
+    relay: Relay | None = None
+    reason: list[str] = field(default_factory=list)  # why it ended (the first reason wins)
+    ended: anyio.Event = field(default_factory=anyio.Event)
+
+    def end(self, reason: str) -> None:
+        if not self.reason:
+            self.reason.append(reason)
+        self.ended.set()
+
+
+@dataclass
+class _Lane:
+    """One caller's 2026-07-28 requests (stateless: no session to hang a server on): a server of its
+    own per caller, kept while requests come, ended after the idle timeout like a session."""
+
+    upstream: StdioUpstream
+    client: str | None
+    session: Session
+    link: StatelessHost = field(default_factory=StatelessHost)
+    relay: Relay | None = None
+    ready: anyio.Event = field(default_factory=anyio.Event)
+    last_used: float = field(default_factory=time.monotonic)
+    reason: list[str] = field(default_factory=list)
+    ended: anyio.Event = field(default_factory=anyio.Event)
+
+    def end(self, reason: str) -> None:
+        if not self.reason:
+            self.reason.append(reason)
+        self.ended.set()
+
+
+class Front:
+    """The ASGI app at `/mcp` and the sessions behind it."""
+
+    def __init__(self, settings: Settings, options: FrontOptions):
+        self.settings = settings
+        self.options = options
+        self.sessions: dict[str, _Served] = {}
+        self.lanes: dict[str | None, _Lane] = {}  # by caller: 2026-07-28 requests
+        self._tg: anyio.abc.TaskGroup | None = None
+        self.adapters: AdapterPool = build_adapters(settings, None)
+        self.offered = capabilities.offers(
+            capabilities.offered_sampling(
+                route=settings.sampling.route,
+                tools=settings.sampling.advertise_tools and self.adapters.can_use_tools,
+            ),
+            capabilities.offered_elicitation(route=settings.elicitation.route, url_mode=settings.elicitation.url_mode),
+        )
+        self.audit = AuditLog.from_settings(settings)
+        self.console = ConsoleServer(lambda: options.name, lambda: "HTTP clients")
+        self._approvals = _approvals_store()
+        self._pins = _tool_pins(settings)
+        self._security = _security(options.host, options.port)
+        self._request_checks = TransportSecurityMiddleware(self._security)  # what the SDK's transport runs
+        self._refusals = Throttle(burst=10, window=60.0)
+        self.app = RequestBodyLimitMiddleware(self._handle, options.max_message_bytes)
+
+    # -- HTTP ----------------------------------------------------------------------------------
+    async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        request = Request(scope, receive)
+        if request.url.path.rstrip("/") != ENDPOINT:
+            await _error(404, f"Not Found: the MCP endpoint is {ENDPOINT}")(scope, receive, send)
+            return
+        client, refusal = self._authenticate(request)
+        if refusal is not None:
+            await refusal(scope, receive, send)
+            return
+        version = request.headers.get(MCP_PROTOCOL_VERSION_HEADER)
+        if version in MODERN_PROTOCOL_VERSIONS and MCP_SESSION_ID_HEADER not in request.headers:
+            answer = await self._stateless(client, request)
+            await answer(scope, receive, send)
+            return
+        if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
+            await _error(
+                400,
+                f"Bad Request: unsupported MCP-Protocol-Version {version[:40]!r}; this endpoint serves "
+                f"{', '.join((*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS))}",
+            )(scope, receive, send)
+            return
+        session_id = request.headers.get(MCP_SESSION_ID_HEADER)
+        if session_id is None:
+            if request.method != "POST":
+                await _error(400, "Bad Request: no Mcp-Session-Id; open a session with an initialize POST")(
+                    scope, receive, send
+                )
+                return
+            await self._open(client, scope, receive, send)
+            return
+        served = self.sessions.get(session_id)
+        if served is None or served.client != client:  # another caller's session looks like no session
+            await _error(404, "Not Found: no such session (it ended, or expired): initialize again")(
+                scope, receive, send
+            )
+            return
+        await served.transport.handle_request(scope, receive, send)
+        if served.transport.is_terminated:
+            served.end("the client ended the session (DELETE)")
+
+    def _authenticate(self, request: Request) -> tuple[str | None, JSONResponse | None]:
+        """(the client's name, None), or (None, the 401 to answer) when a token is needed and wrong."""
+        tokens = self.options.tokens
+        if not tokens.required:
+            return None, None
+        scheme, _, presented = request.headers.get("authorization", "").partition(" ")
+        client = tokens.identify(presented.strip()) if scheme.lower() == "bearer" else None
+        if client is None:
+            held = self._refusals.admit()  # a caller guessing tokens must not bury the log
+            if held is not None:
+                log.warning(
+                    "refused an HTTP request without a valid bearer token", peer=_peer(request), unlogged=held or None
+                )
+            response = _error(401, "Unauthorized: send 'Authorization: Bearer TOKEN' with a token of --token-file")
+            response.headers["WWW-Authenticate"] = 'Bearer realm="mcp-sampling-proxy"'
+            return None, response
+        return client, None
+
+    async def _open(self, client: str | None, scope: Scope, receive: Receive, send: Send) -> None:
+        """A new session: its server, its relay, then its transport answers the opening request."""
+        if self._full():
+            log.warning("refused a new session: at the cap", sessions=len(self.sessions), client=client)
+            await self._at_cap()(scope, receive, send)
+            return
+        try:
+            process = spawn(
+                self.options.command,
+                child_environment(os.environ, set(self.options.hidden)),
+                sandbox=self.options.sandbox,
+            )
+        except SpawnError as exc:
+            log.error("cannot start the server for a new session", error=str(exc))
+            await _error(502, f"Bad Gateway: {exc}")(scope, receive, send)
+            return
+        transport = StreamableHTTPServerTransport(
+            mcp_session_id=uuid.uuid4().hex,
+            security_settings=self._security,
+            idle_timeout=self.options.idle_timeout,
+        )
+        session_id = transport.mcp_session_id
+        assert session_id is not None
+        served = _Served(
+            transport,
+            StdioUpstream(process, self.options.name),
+            client,
+            Session(name_override=self.options.name, client=client),
+        )
+        self.sessions[session_id] = served
+        log.info("session opened", session=session_id[:8], client=client, server_pid=process.pid)
+        assert self._tg is not None
+        await self._tg.start(self._run, session_id, served)
+        status = await _answer_reporting_status(transport, scope, receive, send)
+        if status is None or status >= 400:
+            served.end("the opening request was refused")
+
+    def _at_cap(self) -> JSONResponse:
+        return _error(503, f"Service Unavailable: {self.options.max_sessions} sessions are open (--max-sessions)")
+
+    def _full(self) -> bool:
+        return len(self.sessions) + len(self.lanes) >= self.options.max_sessions
+
+    # -- 2026-07-28: stateless requests ----------------------------------------------------------
+    async def _stateless(self, client: str | None, request: Request) -> JSONResponse | Response:
+        """One 2026-07-28 request, answered in the POST's body by the caller's lane."""
+        if request.method != "POST":
+            return _error(405, "Method Not Allowed: a 2026-07-28 request is a POST (there is no GET stream)")
+        refused = await self._request_checks.validate_request(request, is_post=True)  # Host, Origin, Content-Type
+        if refused is not None:
+            return refused
+        try:
+            message = jsonrpc.parse(await request.body())
+        except ValueError as exc:
+            return _error(400, f"Parse error: {exc}", jsonrpc.PARSE_ERROR)
+        if not isinstance(message, dict) or not isinstance(message.get("method"), str):
+            return _error(400, "Bad Request: the body must be one JSON-RPC request or notification")
+        named = request.headers.get("mcp-method")
+        if named is not None and named != message["method"]:
+            return _error(400, f"Bad Request: Mcp-Method {named[:80]!r} does not name the body's method")
+        lane = self.lanes.get(client)
+        if lane is not None and lane.ended.is_set():  # ending (its server exited, or idle): the next one starts
+            del self.lanes[client]
+            lane = None
+        if lane is None:
+            if self._full():
+                return self._at_cap()
+            try:
+                lane = await self._open_lane(client)
+            except SpawnError as exc:
+                return _error(502, f"Bad Gateway: {exc}")
+        with anyio.fail_after(30):
+            await lane.ready.wait()
+        assert lane.relay is not None
+        lane.last_used = time.monotonic()
+        if "id" not in message:
+            lane.relay.from_host(jsonrpc.dumps(message))
+            return Response(status_code=202)
+        if not jsonrpc.usable_id(message["id"]):
+            return _error(400, "Bad Request: a request needs a string or integer id")
+        try:
+            answer = await lane.link.exchange(message, lane.relay.from_host)
+        finally:
+            lane.last_used = time.monotonic()
+        return JSONResponse(answer)
+
+    async def _open_lane(self, client: str | None) -> _Lane:
+        process = spawn(
+            self.options.command, child_environment(os.environ, set(self.options.hidden)), sandbox=self.options.sandbox
+        )
+        lane = _Lane(
+            StdioUpstream(process, self.options.name), client, Session(name_override=self.options.name, client=client)
+        )
+        self.lanes[client] = lane
+        log.info("2026-07-28 caller's server started", client=client, server_pid=process.pid)
+        assert self._tg is not None
+        self._tg.start_soon(self._run_lane, lane)
+        return lane
+
+    async def _run_lane(self, lane: _Lane) -> None:
+        limit = self.options.max_message_bytes
+        try:
+            async with anyio.create_task_group() as tg:
+                relay = Relay(
+                    lane.link.send,
+                    lane.upstream.send,
+                    self._hooks(),
+                    tg,
+                    lane.session,
+                    keepalive_seconds=0.0,  # a JSON answer has no stream to keep alive
+                    era=self.settings.era,
+                )
+                lane.relay = relay
+                await lane.upstream.attach(
+                    relay.from_upstream,
+                    lambda: lane.end("upstream"),
+                    max_line=limit,
+                    on_oversize=lambda size, head, tail: relay.upstream_oversize(size, head, tail, limit),
+                )
+                lane.ready.set()
+                tg.start_soon(self._expire_lane, lane)
+                await lane.ended.wait()
+                if lane.reason[0] == "upstream":
+                    description = lane.upstream.describe_end(await lane.upstream.wait(2.0))
+                    log.error(f"the server of 2026-07-28 caller {lane.client!r} {description}")
+                    relay.upstream_gone(description)
+                    lane.link.close(f"upstream server '{self.options.name}' {description}")
+                else:
+                    relay.cancel_all()
+                    lane.link.close(f"the server's session ended: {lane.reason[0]}")
+                tg.cancel_scope.cancel()
+        except Exception as exc:
+            log.exception("a 2026-07-28 caller's lane failed; ending it", client=lane.client)
+            lane.end(f"failed: {exc}")
+        finally:
+            with anyio.CancelScope(shield=True):
+                lane.end("serve is stopping")
+                lane.link.close("serve is stopping")
+                if self.lanes.get(lane.client) is lane:
+                    del self.lanes[lane.client]
+                code = await lane.upstream.stop(END_GRACE)
+                log.info(
+                    "2026-07-28 caller's server ended",
+                    client=lane.client,
+                    reason=lane.reason[0],
+                    server_exit=lane.upstream.describe_end(code),
+                )
+
+    async def _expire_lane(self, lane: _Lane) -> None:
+        idle = self.options.idle_timeout
+        while True:
+            await anyio.sleep(min(idle / 4, 5.0))
+            if lane.link.in_flight == 0 and time.monotonic() - lane.last_used >= idle:
+                lane.end(f"idle for {idle:g} s (--idle-timeout)")
+                return
+
+    def _hooks(self) -> ProxyHooks:
+        return build_hooks(
+            self.settings,
+            self.adapters,
+            self.audit,
+            None,
+            self.console,
+            self.offered,
+            approvals_store=self._approvals,
+            tool_pins=self._pins,
+            server_target=shlex.join(self.options.command),  # as the stdio proxy names it: the same pins
+        )
+
+    # -- one session ---------------------------------------------------------------------------
+    async def _run(
+        self, session_id: str, served: _Served, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        hooks = self._hooks()
+        limit = self.options.max_message_bytes
+        try:
+            async with served.transport.connect() as (read_stream, write_stream):
+                task_status.started()
+                idle = served.transport.idle_scope or anyio.CancelScope()
+                with idle:
+                    async with anyio.create_task_group() as tg:
+                        relay = Relay(
+                            lambda line: link.send(line),
+                            served.upstream.send,
+                            hooks,
+                            tg,
+                            served.session,
+                            keepalive_seconds=self.settings.sampling.keepalive_seconds,
+                            era=self.settings.era,
+                        )
+                        link = HttpHost(lambda message: _owner(relay, message))
+                        served.link, served.relay = link, relay
+                        await served.upstream.attach(
+                            relay.from_upstream,
+                            lambda: served.end("upstream"),
+                            max_line=limit,
+                            on_oversize=lambda size, head, tail: relay.upstream_oversize(size, head, tail, limit),
+                        )
+                        tg.start_soon(link.write_out, write_stream)
+                        tg.start_soon(self._read_until_closed, served, read_stream, relay)
+                        await served.ended.wait()
+                        if served.reason[0] == "upstream":
+                            code = await served.upstream.wait(2.0)
+                            description = served.upstream.describe_end(code)
+                            log.error(f"the server of session {session_id[:8]} {description}", client=served.client)
+                            relay.upstream_gone(description)
+                        else:
+                            relay.cancel_all()
+                        link.close()
+                        with anyio.move_on_after(2.0):  # the last answers (upstream_gone's errors) go out
+                            await link.drained.wait()
+                        tg.cancel_scope.cancel()
+                if idle.cancelled_caught:
+                    served.end(f"idle for {self.options.idle_timeout:g} s (--idle-timeout)")
+                with anyio.CancelScope(shield=True):  # ended before its streams close: the SDK's router expects it
+                    await served.transport.terminate()
+        except Exception as exc:  # one session's failure ends that session, never the others
+            log.exception("a session failed; ending it", session=session_id[:8], client=served.client)
+            served.end(f"failed: {exc}")
+        finally:
+            with anyio.CancelScope(shield=True):
+                served.end("serve is stopping")
+                self.sessions.pop(session_id, None)
+                if served.relay is not None:
+                    served.relay.cancel_all()
+                code = await served.upstream.stop(END_GRACE)
+                if not served.transport.is_terminated:
+                    await served.transport.terminate()
+                log.info(
+                    "session ended",
+                    session=session_id[:8],
+                    client=served.client,
+                    reason=served.reason[0],
+                    server_exit=served.upstream.describe_end(code),
+                )
+
+    @staticmethod
+    async def _read_until_closed(served: _Served, read_stream: Any, relay: Relay) -> None:
+        assert served.link is not None
+        await served.link.read_in(read_stream, relay.from_host)
+        served.end("the client ended the session")
+
+    # -- the process ---------------------------------------------------------------------------
+    async def serve(self, listener: socket.socket) -> None:
+        """Listen until SIGTERM or SIGINT; then end every session and its server."""
+        warm_up(self.adapters)
+        telemetry = _start_telemetry(self.settings, self.audit)
+        config = uvicorn.Config(
+            self.app,
+            host=self.options.host,
+            port=self.options.port,
+            lifespan="off",
+            log_config=None,
+            access_log=False,
+            timeout_graceful_shutdown=3,
+        )
+        server = _Server(config, self)
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                await tg.start(self.console.serve)
+                log.info(
+                    "serving",
+                    url=f"http://{_netloc(self.options.host, self.options.port)}{ENDPOINT}",
+                    server=self.options.name,
+                    tokens=len(self.options.tokens.callers),
+                    max_sessions=self.options.max_sessions,
+                    idle_timeout=self.options.idle_timeout,
+                )
+                _survive_uvicorns_signal_replay()
+                await server.serve(sockets=[listener])
+                self.end_all("serve is stopping")
+                tg.cancel_scope.cancel()
+        finally:
+            await self.adapters.aclose()
+            self.audit.close()
+            if telemetry is not None:
+                await anyio.to_thread.run_sync(telemetry.shutdown)
+
+    def end_all(self, reason: str) -> None:
+        for served in list(self.sessions.values()):
+            served.end(reason)
+        for lane in list(self.lanes.values()):
+            lane.end(reason)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, ending the sessions (and so their SSE streams) before it waits for connections."""
+
+    def __init__(self, config: uvicorn.Config, front: Front):
+        super().__init__(config)
+        self._front = front
+
+    async def shutdown(self, sockets: Any = None) -> None:
+        self._front.end_all("serve is stopping")
+        for served in list(self._front.sessions.values()):
+            with anyio.move_on_after(END_GRACE + 3):
+                await served.transport.terminate()
+        await super().shutdown(sockets)
+
+
+def _survive_uvicorns_signal_replay() -> None:
+    """uvicorn catches SIGTERM and SIGINT while it serves, and raises them again once it has stopped, to
+    whatever handled them before: the default would kill us before the sessions' servers are stopped.
+    This handler takes the replay (and any later signal while stopping) and lets the stop finish."""
+
+    def stopping(signum: int, _frame: Any) -> None:
+        log.debug("already stopping", signal=signal.Signals(signum).name)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, stopping)
+
+
+def _owner(relay: Relay, message: dict[str, Any]) -> Any:
+    """The host request a message for the host belongs to (see transport/http_host.py), or None."""
+    inflight = relay.session.inflight
+    token = jsonrpc.as_object(message.get("params")).get("progressToken")
+    if token is not None:
+        for host_id, request in inflight.items():
+            if request.progress is not None and request.progress.token == token:
+                return host_id
+    if not inflight:
+        return None
+    return min(inflight.items(), key=lambda item: item[1].started)[0]
+
+
+def _security(host: str, port: int) -> TransportSecuritySettings | None:
+    """On loopback, Host and Origin must name this endpoint: a web page's DNS-rebinding cannot reach it."""
+    if host not in LOOPBACK:
+        return None
+    names = [f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"]
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=names,
+        allowed_origins=[f"http://{name}" for name in names],
+    )
+
+
+def is_loopback(host: str) -> bool:
+    return host in LOOPBACK
+
+
+def _netloc(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _peer(request: Request) -> str:
+    return f"{request.client.host}:{request.client.port}" if request.client else "?"
+
+
+def _error(status: int, message: str, code: int = jsonrpc.INVALID_REQUEST) -> JSONResponse:
+    """A JSON-RPC error body without an id, with the HTTP status that says what happened."""
+    return JSONResponse(
+        {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}},
+        status_code=status,
+    )
+
+
+async def _answer_reporting_status(
+    transport: StreamableHTTPServerTransport, scope: Scope, receive: Receive, send: Send
+) -> int | None:
+    status: list[int] = []
+
+    async def watch(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            status.append(message["status"])
+        await send(message)
+
+    await transport.handle_request(scope, receive, watch)
+    return status[0] if status else None

@@ -1,0 +1,144 @@
+"""The host's side as one Streamable HTTP session, for the relay that talks to hosts in lines.
+
+The relay sends and receives JSON-RPC lines (bytes). Here those lines meet the `mcp` SDK's
+`StreamableHTTPServerTransport`, which does the HTTP part (POST with a JSON or SSE answer, the GET
+stream, DELETE, `Mcp-Session-Id`) and hands over `SessionMessage`s. A message for the host that is
+not a response must say which host request it belongs to, or it goes to the GET stream: a progress
+notification goes with the request whose `progressToken` it carries, a server request or other
+notification with the host request the relay says owns it (`owner`), else the GET stream.
+
+The SDK's models drop unknown envelope keys and read a non-integer numeric id as a notification
+(DESIGN notes); over HTTP that is the SDK's reading of the wire, as it is for any SDK server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp.shared.message import ServerMessageMetadata, SessionMessage
+from mcp_types import JSONRPCError, JSONRPCResponse, jsonrpc_message_adapter
+
+from mcp_sampling_proxy.log import get_logger
+from mcp_sampling_proxy.protocol import jsonrpc
+
+log = get_logger("mcp_sampling_proxy.transport.http_host")
+
+Owner = Callable[[dict[str, Any]], Any]  # a message for the host -> the host request id it belongs to (or None)
+
+
+class HttpHost:
+    """Lines to and from one HTTP client session (the relay's `to_host` and `from_host`)."""
+
+    def __init__(self, owner: Owner):
+        self._owner = owner
+        self._out: MemoryObjectSendStream[SessionMessage]
+        self._queued: MemoryObjectReceiveStream[SessionMessage]
+        self._out, self._queued = anyio.create_memory_object_stream[SessionMessage](math.inf)
+        self.drained = anyio.Event()  # set once `close` was called and every queued message went out
+
+    def send(self, line: bytes) -> None:
+        """The relay's `to_host`: synchronous, so messages are queued and written in order by `write_out`.
+        The stream a message belongs to is found now, not when it is written: by then the relay may have
+        answered its request (a server's last progress comes just before its result)."""
+        try:
+            message = jsonrpc_message_adapter.validate_json(line, by_name=False)
+        except ValueError as exc:
+            log.error("a message for an HTTP client is not valid JSON-RPC; dropped", error=str(exc))
+            return
+        related = None
+        if not isinstance(message, JSONRPCResponse | JSONRPCError):
+            related = self._owner(jsonrpc.as_object(jsonrpc.parse(line)))
+        metadata = ServerMessageMetadata(related_request_id=related) if related is not None else None
+        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):  # the session ended
+            self._out.send_nowait(SessionMessage(message, metadata=metadata))
+
+    async def read_in(self, read_stream: Any, on_line: Callable[[bytes], None]) -> None:
+        """Hand every message the client posts to `on_line` as a line, until the session ends."""
+        with contextlib.suppress(anyio.ClosedResourceError):  # the session was terminated (DELETE, shutdown)
+            async for item in read_stream:
+                if isinstance(item, Exception):
+                    log.warning("an HTTP client's message could not be read", error=str(item))
+                    continue
+                on_line(item.message.model_dump_json(by_alias=True, exclude_unset=True).encode())
+
+    async def write_out(self, write_stream: Any) -> None:
+        """Send the relay's messages to the client, each on the stream it belongs to."""
+        try:
+            async with self._queued:
+                async for message in self._queued:
+                    try:
+                        await write_stream.send(message)
+                    except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                        return
+        finally:
+            self.drained.set()
+
+    def close(self) -> None:
+        self._out.close()
+
+
+class StatelessHost:
+    """Lines to and from one caller's 2026-07-28 requests, where each HTTP POST is one JSON-RPC request
+    and its body the answer. Requests go to the relay under private ids (`http-N`): a caller's concurrent
+    requests may reuse an id, and the relay must tell their answers apart; the caller gets its own id
+    back. Notifications for the caller (progress) have no stream in a JSON answer and are dropped; in
+    this era the server cannot ask the caller anything (the relay turns that into `input_required`)."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[str, list[dict[str, Any]]] = {}
+        self._events: dict[str, anyio.Event] = {}
+        self._count = 0
+        self.closed = False
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._waiting)
+
+    def send(self, line: bytes) -> None:
+        """The relay's `to_host`: an answer wakes the request waiting for it; anything else is dropped."""
+        try:
+            message = jsonrpc.parse(line)
+        except ValueError:
+            return
+        if not isinstance(message, dict) or "method" in message:
+            return
+        slot = self._waiting.get(str(message.get("id")))
+        if slot is not None and not slot:
+            slot.append(message)
+            self._events[str(message.get("id"))].set()
+
+    async def exchange(self, message: dict[str, Any], on_line: Callable[[bytes], None]) -> dict[str, Any]:
+        """Send one request through the relay (`on_line`) and return its answer, under the caller's id."""
+        if self.closed:
+            error = {"code": jsonrpc.UPSTREAM_EXITED, "message": "the server has ended; send the request again"}
+            return {"jsonrpc": "2.0", "id": message["id"], "error": error}
+        self._count += 1
+        private = f"http-{self._count}"
+        slot: list[dict[str, Any]] = []
+        self._waiting[private], self._events[private] = slot, anyio.Event()
+        try:
+            on_line(jsonrpc.dumps({**message, "id": private}))
+            await self._events[private].wait()
+        except anyio.get_cancelled_exc_class():  # the caller went away: the relay stops the work
+            if not slot and not self.closed:
+                cancel = {"requestId": private, "reason": "the HTTP client disconnected"}
+                on_line(jsonrpc.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel}))
+            raise
+        finally:
+            del self._waiting[private], self._events[private]
+        return {**slot[0], "id": message["id"]}
+
+    def close(self, why: str) -> None:
+        """Answer every waiting request with an error saying why (the server exited, serve is stopping)."""
+        self.closed = True
+        for private, slot in self._waiting.items():
+            if not slot:
+                slot.append(
+                    {"jsonrpc": "2.0", "id": private, "error": {"code": jsonrpc.UPSTREAM_EXITED, "message": why}}
+                )
+                self._events[private].set()
