@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from mcp_sampling_proxy.audit.recorder import configured_secrets
 from mcp_sampling_proxy.commands.cli import add_common_options, fail
 from mcp_sampling_proxy.config.child_env import withhold
 from mcp_sampling_proxy.config.front_tokens import TOKEN_ENV, TokenError, Tokens, load_tokens
@@ -25,8 +26,12 @@ from mcp_sampling_proxy.config.keys import KeySourceError, resolve_keys
 from mcp_sampling_proxy.config.paths import policy_or_default
 from mcp_sampling_proxy.config.policy_file import read_policy_text
 from mcp_sampling_proxy.config.settings import check_telemetry, load_settings, resolve_state
+from mcp_sampling_proxy.front import Front, FrontOptions
+from mcp_sampling_proxy.hardening import become_subreaper, mark_relay
 from mcp_sampling_proxy.identity import bad_character, derive_from_command
 from mcp_sampling_proxy.log import configure, get_logger, set_secrets
+from mcp_sampling_proxy.runtime import has_uvloop
+from mcp_sampling_proxy.transport.sandbox import plan, proxy_paths
 from mcp_sampling_proxy.units import parse_duration
 from mcp_sampling_proxy.yamlnodes import PolicyError
 
@@ -169,12 +174,6 @@ def _run(
     idle: float,
     listener: socket.socket,
 ) -> int:
-    from mcp_sampling_proxy.audit.recorder import configured_secrets
-    from mcp_sampling_proxy.front import Front, FrontOptions
-    from mcp_sampling_proxy.hardening import become_subreaper, mark_relay
-    from mcp_sampling_proxy.runtime import has_uvloop
-    from mcp_sampling_proxy.transport.sandbox import plan, proxy_paths
-
     mark_relay()
     become_subreaper()
     set_secrets(configured_secrets(settings, os.environ))
