@@ -62,12 +62,20 @@ class Approver:
     def _channel(self, relay: Relay, skip: Sequence[str] = ()) -> Channel | None:
         return next((c for c in self._channels if c.name not in skip and c.available(relay)), None)
 
+    async def _settle(self) -> None:
+        """Give a human on the way (a console attaching) the moment it needs, on every channel at once."""
+        async with anyio.create_task_group() as group:
+            for channel in self._channels:
+                group.start_soon(channel.settle)
+
     async def ask(self, request: ApprovalRequest, relay: Relay) -> Approval:
         if self._quorum > 1:
             return await self._ask_quorum(request, relay)
         remembered = await self._memory.recall(request.server, request.tool)
         if remembered:
             return Approval(True, "remembered", f"approved earlier for this {remembered}", "approved", remembered)
+        if self._channel(relay) is None:
+            await self._settle()
         gone: list[str] = []  # channels whose human went away before answering (a console quit)
         with anyio.move_on_after(self._timeout):
             while (channel := self._channel(relay, skip=gone)) is not None:
@@ -109,6 +117,8 @@ class Approver:
     async def _ask_quorum(self, request: ApprovalRequest, relay: Relay) -> Approval:
         """Ask every channel that can reach a human at once until `quorum` different approvers said yes,
         one said no, every channel is done, or the time is up."""
+        if self._channel(relay) is None:
+            await self._settle()
         channels = [c for c in self._channels if c.available(relay)]
         rule = f"policy rule '{request.rule}'"
         if not channels:

@@ -38,6 +38,9 @@ class ConsoleChannel:
     def available(self, relay: Relay) -> bool:
         return self._server.available
 
+    async def settle(self) -> None:
+        await self._server.settle()
+
     async def ask(self, request: ApprovalRequest, relay: Relay) -> Approval:
         # "edit": "prompt": answer an edit with the new text only (`prompt`); the proxy applies it.
         answer = await self._server.ask(

@@ -21,6 +21,9 @@ class HostChannel:
         caps = relay.session.host_capabilities.get("elicitation")
         return isinstance(caps, dict) and (not caps or "form" in caps)  # {} means form mode (2025-06-18)
 
+    async def settle(self) -> None:
+        """Nobody arrives on this channel later: it is there from the start or not at all."""
+
     async def ask(self, request: ApprovalRequest, relay: Relay) -> Approval:
         tool = f" during tool call '{one_line(request.tool, 80)}'" if request.tool else ""
         response = await relay.request_host(

@@ -22,6 +22,9 @@ class TerminalChannel:
     def available(self, relay: Relay) -> bool:
         return self._terminal is not None
 
+    async def settle(self) -> None:
+        """Nobody arrives on this channel later: it is there from the start or not at all."""
+
     async def _ask(self, prompt: str) -> str | None:
         assert self._terminal is not None
         return await self._terminal.ask(prompt)  # stays the last thing on screen while it waits

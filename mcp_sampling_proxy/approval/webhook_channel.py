@@ -46,6 +46,9 @@ class WebhookChannel:
     def available(self, relay: Relay) -> bool:
         return self._secret is not None  # without it nothing could be signed or checked (doctor says so)
 
+    async def settle(self) -> None:
+        """Nobody arrives on this channel later: it is there from the start or not at all."""
+
     def request_body(self, request: ApprovalRequest, request_id: str) -> dict[str, Any]:
         """What the receiver is shown: who asks under which rule, and exactly what would run."""
         return {

@@ -418,3 +418,28 @@ def test_try_lists_a_servers_tool_names_without_their_escape_sequences(tmp_path:
     assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
     assert b"tools: evilname\n" in done.stdout
     assert b"\x1b" not in done.stdout and b"\x07" not in done.stdout
+
+
+def test_a_request_right_after_start_waits_for_the_console_on_its_way(tmp_path: Path, dirs: dict[str, str]) -> None:
+    """A host that calls a sampling tool the moment its proxy is up: the running console finds the new
+    proxy at its next scan (every 0.5 s), and the request waits for it rather than being refused with
+    "no companion console is attached"."""
+    with FakeLLMServer("openai") as llm:
+        console, proxy = console_beside_a_proxy(tmp_path, dirs, llm.base_url)
+        console.read_until(b"watching")
+        with proxy as host:
+            host.initialize()  # no wait for "attached": the call goes out at once
+            host.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 5,
+                    "method": "tools/call",
+                    "params": {"name": "sample", "arguments": {"prompt": "now"}},
+                }
+            )
+            console.read_until(b"Allow this request? [y]es once")
+            console.type("y\n")
+            response = host.wait_for(lambda m: m.get("id") == 5)
+        os.kill(console.pid, 2)
+        console.finish()
+    assert json.loads(response["result"]["content"][0]["text"])["content"]["text"] == "echo: now"

@@ -29,6 +29,7 @@ import json
 import os
 import socket
 import stat
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -162,6 +163,11 @@ def _listening(path: Path) -> bool:
     return True
 
 
+# A running console finds a new proxy's socket at its next scan (every 0.5 s, approval/console/client.py):
+# a request in a proxy's first moments waits this long from the socket's creation for one to attach.
+ATTACH_GRACE = 1.5
+
+
 class ConsoleGone(ChannelGone):
     """Every companion console went away (quit with Ctrl-C, closed) before answering."""
 
@@ -184,10 +190,24 @@ class ConsoleServer:
         self._counter = 0
         self.path: Path | None = None
         self._refusals = Throttle()  # a connect loop must not bury the log (11 MB in 8 s, unthrottled)
+        self._listening_since: float | None = None  # monotonic; None: no socket
+        self._arrived: anyio.Event | None = None  # set when a console attaches (made on the event loop)
 
     @property
     def available(self) -> bool:
         return bool(self._clients)
+
+    async def settle(self) -> None:
+        """Wait for a console on its way: within ATTACH_GRACE of the socket's creation, until one
+        attaches; at once when one is attached, the grace is over, or there is no socket. A host that
+        calls a tool right after starting the proxy is not refused while the user's console is about
+        to find it."""
+        if self._clients or self._listening_since is None or self._arrived is None:
+            return
+        left = ATTACH_GRACE - (time.monotonic() - self._listening_since)
+        if left > 0:
+            with anyio.move_on_after(left):
+                await self._arrived.wait()
 
     async def serve(self, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         own: tuple[int, int] | None = None
@@ -204,6 +224,8 @@ class ConsoleServer:
                 os.umask(old_umask)
             info = self.path.lstat()
             own = (info.st_dev, info.st_ino)
+            self._listening_since = time.monotonic()
+            self._arrived = anyio.Event()
         except OSError as exc:
             log.warning(
                 "companion console unavailable; approvals can use the terminal or the host only", error=str(exc)
@@ -223,6 +245,8 @@ class ConsoleServer:
             await stream.aclose()
             return
         self._clients.add(stream)
+        if self._arrived is not None:
+            self._arrived.set()
         try:
             await self._send(
                 stream, {"type": "hello", "pid": os.getpid(), "server": self._server_name(), "host": self._host_name()}
