@@ -14,7 +14,7 @@ Where a field really is arbitrary JSON (`_meta`, a tool's input or arguments, a 
 
 # (no `from __future__ import annotations`: it would hide `Required` from run-time introspection)
 
-from typing import Any, Literal, Required, TypeAlias, TypedDict
+from typing import Any, Literal, Required, TypeAlias, TypedDict, final
 
 # Any JSON object: what a field holds whose contents the spec leaves open (`_meta`, a tool's
 # arguments, a JSON schema, a provider's metadata).
@@ -180,6 +180,7 @@ class TaskMetadata(TypedDict, total=False):
     ttl: int | None
 
 
+@final  # (final: a union with CallToolParams narrows by a key, `"messages" in params`)
 class CreateMessageParams(TypedDict, total=False):
     messages: Required[list[SamplingMessage]]
     maxTokens: Required[int]
@@ -237,8 +238,9 @@ class ElicitResult(TypedDict, total=False):
 # -- tools/call -------------------------------------------------------------------------------------
 
 
+@final
 class CallToolParams(TypedDict, total=False):
     name: Required[str]
-    arguments: JsonObject  # the tool's arguments: arbitrary JSON
+    arguments: JsonObject | None  # the tool's arguments: arbitrary JSON
     task: TaskMetadata
     _meta: JsonObject
