@@ -216,7 +216,7 @@ class ElicitFormParams(TypedDict, total=False):
 
 
 class ElicitUrlParams(TypedDict, total=False):
-    mode: Required[Literal["url"]]
+    mode: Literal["url"]  # may be absent: a request with a url and no requestedSchema is one
     message: Required[str]
     url: Required[str]
     elicitationId: str | None

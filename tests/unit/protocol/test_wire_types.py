@@ -34,5 +34,4 @@ def test_a_typed_shape_has_the_fields_its_check_accepts(
     required = set(check.required) | ({"type"} if typed_block else set())
     fields = set(shape.__annotations__)
     assert fields == required | set(check.optional)
-    # the URL form's `mode` must say "url" to be one, so the type requires it where the check defaults it
-    assert set(shape.__required_keys__) == required | ({"mode"} if shape is wire_types.ElicitUrlParams else set())  # type: ignore[attr-defined]
+    assert set(shape.__required_keys__) == required  # type: ignore[attr-defined]
