@@ -31,6 +31,7 @@ from mcp_sampling_proxy.hardening import end_strays, reap_orphans_forever
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import capabilities, jsonrpc
 from mcp_sampling_proxy.protocol.names import ELICITATION_COMPLETE, ELICITATION_CREATE, SAMPLING_CREATE
+from mcp_sampling_proxy.protocol.wire_types import ErrorObject
 from mcp_sampling_proxy.quotas.limiters import Limiters, shared_state
 from mcp_sampling_proxy.quotas.state import JsonStateFile, state_dir
 from mcp_sampling_proxy.quotas.tool_pins import PINS_FILE, ToolPins
@@ -142,7 +143,7 @@ class ProxyHooks:
     def screens_tool_call(self, message: dict[str, Any], session: Session) -> bool:
         return self._tools is not None and self._tools.needs_screening(message, session)
 
-    async def screen_tool_call(self, message: dict[str, Any], relay: Relay) -> dict[str, Any] | None:
+    async def screen_tool_call(self, message: dict[str, Any], relay: Relay) -> ErrorObject | None:
         return None if self._tools is None else await self._tools.screen_call(message, relay)
 
     watched_notifications = frozenset({ELICITATION_COMPLETE})

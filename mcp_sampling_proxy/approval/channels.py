@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, get_args
 
+from mcp_sampling_proxy.protocol.wire_types import CallToolParams, CreateMessageParams
+
 # How an approval ended, in the words every channel answers with (the approver and the audit record read
 # them): a human said yes, said no, did not answer in time, or no channel could reach one.
 ApprovalOutcome = Literal["approved", "rejected", "timeout", "unavailable"]
@@ -46,7 +48,7 @@ class ApprovalRequest:
     host: str
     tool: str | None
     rule: str
-    params: dict[str, Any]  # server-controlled: sanitise before showing
+    params: CreateMessageParams | CallToolParams  # sampling or a tool call; server-controlled: sanitise before showing
     summary: str  # already sanitised
     prompt_edited_by: str | None = None  # the channel whose human edited the prompt (for the review)
     quorum: QuorumState | None = None  # set when more than one approver is needed
@@ -60,7 +62,7 @@ class Approval:
     reason: str
     outcome: ApprovalOutcome
     scope: ApprovalScope = "once"
-    params: dict[str, Any] | None = None  # the request as edited by the operator
+    params: CreateMessageParams | None = None  # the request as edited by the operator
     # who answered: "terminal", "host", "console" or "console:NAME" (the name a web-console user gave),
     # "webhook:NAME" (the receiver's `approver`); None: the channel's name
     identity: str | None = None

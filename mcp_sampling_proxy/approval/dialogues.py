@@ -4,6 +4,7 @@ always, with an edited prompt, or not), and check the LLM's answer before the se
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from mcp_sampling_proxy.approval.channels import ApprovalScope
@@ -18,7 +19,7 @@ REFUSALS = ("", "n", "no")
 
 
 async def approval_dialogue(
-    params: dict[str, Any], ask: Any, say: Any, discard_typeahead: Any = None
+    params: Mapping[str, Any], ask: Any, say: Any, discard_typeahead: Any = None
 ) -> tuple[ApprovalScope | None, str | None]:
     """Ask yes/session/always/edit/no, wherever the human is (the proxy's terminal or the companion
     console). Returns (scope or None when refused, the new text of the last user message or None);

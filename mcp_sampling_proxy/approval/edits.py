@@ -4,8 +4,10 @@ server does. An edit travels as text only; these apply it and keep every other b
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
+from mcp_sampling_proxy.protocol.wire_types import CallToolParams, CreateMessageParams
 from mcp_sampling_proxy.sanitize import strip_controls
 
 
@@ -43,7 +45,7 @@ def with_text(result: dict[str, Any], text: str) -> dict[str, Any]:
     return edited
 
 
-def last_user(params: dict[str, Any]) -> int | None:
+def last_user(params: Mapping[str, Any]) -> int | None:
     messages = params.get("messages")
     if not isinstance(messages, list):
         return None
@@ -57,7 +59,7 @@ def last_user(params: dict[str, Any]) -> int | None:
     )
 
 
-def prompt_not_editable(params: dict[str, Any]) -> str | None:
+def prompt_not_editable(params: Mapping[str, Any]) -> str | None:
     """Why the prompt of this request cannot be edited, or None when it can."""
     index = last_user(params)
     if index is None:
@@ -69,7 +71,7 @@ def prompt_not_editable(params: dict[str, Any]) -> str | None:
     return None
 
 
-def kept_blocks(params: dict[str, Any]) -> list[str]:
+def kept_blocks(params: Mapping[str, Any]) -> list[str]:
     """The types of the non-text blocks an edit of the prompt keeps ("image", "audio", ...)."""
     index = last_user(params)
     content = params["messages"][index].get("content") if index is not None else None
@@ -77,13 +79,14 @@ def kept_blocks(params: dict[str, Any]) -> list[str]:
     return [strip_controls(str(b.get("type"))) for b in blocks if isinstance(b, dict) and b.get("type") != "text"]
 
 
-def with_prompt(params: dict[str, Any], text: str) -> dict[str, Any]:
+def with_prompt(params: CreateMessageParams | CallToolParams, text: str) -> CreateMessageParams:
     """The request with the text of its last user message replaced by an operator's edit; the
     message's images, audio and other blocks stay where they were. ValueError when the prompt
-    cannot be edited (`prompt_not_editable`)."""
+    cannot be edited (`prompt_not_editable`: a tool call has no user message)."""
     why = prompt_not_editable(params)
     index = last_user(params)
-    if why is not None or index is None:
+    # (`"messages" not in params` never adds a refusal, as `index` is then None: it tells mypy which request it is)
+    if why is not None or index is None or "messages" not in params:
         raise ValueError(f"the prompt cannot be edited: {why}")
     edited = copy.deepcopy(params)
     message = edited["messages"][index]

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anyio
 
 from mcp_sampling_proxy.approval.console.server import ConsoleGone
+from mcp_sampling_proxy.protocol.wire_types import ElicitRequestParams
 from mcp_sampling_proxy.sanitize import one_line, quote, strip_controls
 
 if TYPE_CHECKING:
@@ -26,10 +27,10 @@ ACTIONS = {"a": "accept", "d": "decline", "c": "cancel"}
 class Elicitor(Protocol):
     name: str
 
-    async def ask_form(self, params: dict[str, Any], form: Any, origin: Origin) -> dict[str, Any]: ...
+    async def ask_form(self, params: ElicitRequestParams, form: Any, origin: Origin) -> dict[str, Any]: ...
 
     async def ask_url(
-        self, params: dict[str, Any], origin: Origin, opener: Callable[[str], bool]
+        self, params: ElicitRequestParams, origin: Origin, opener: Callable[[str], bool]
     ) -> dict[str, Any]: ...
 
 
@@ -126,7 +127,7 @@ class TerminalElicitor:
     def _say(self, text: str) -> None:
         self._terminal.write(text + "\n")
 
-    async def ask_form(self, params: dict[str, Any], form: Any, origin: Origin) -> dict[str, Any]:
+    async def ask_form(self, params: ElicitRequestParams, form: Any, origin: Origin) -> dict[str, Any]:
         async with self._terminal.lock:
             return await converse(
                 str(params.get("message", "")),
@@ -137,7 +138,9 @@ class TerminalElicitor:
                 opener=lambda _url: False,
             )
 
-    async def ask_url(self, params: dict[str, Any], origin: Origin, opener: Callable[[str], bool]) -> dict[str, Any]:
+    async def ask_url(
+        self, params: ElicitRequestParams, origin: Origin, opener: Callable[[str], bool]
+    ) -> dict[str, Any]:
         async with self._terminal.lock:
             return await converse(
                 str(params.get("message", "")),
@@ -155,7 +158,7 @@ class CompanionElicitor:
     def __init__(self, server: ConsoleServer):
         self._server = server
 
-    async def ask_form(self, params: dict[str, Any], form: Any, origin: Origin) -> dict[str, Any]:
+    async def ask_form(self, params: ElicitRequestParams, form: Any, origin: Origin) -> dict[str, Any]:
         # start-up: forms costs ~30 ms, only form requests need it
         from mcp_sampling_proxy.approval.forms import prepare, validate_content
 
@@ -181,7 +184,9 @@ class CompanionElicitor:
             return {"action": "decline"}  # the console validates per field; a bad answer here is refused
         return {"action": "accept", "content": content}
 
-    async def ask_url(self, params: dict[str, Any], origin: Origin, opener: Callable[[str], bool]) -> dict[str, Any]:
+    async def ask_url(
+        self, params: ElicitRequestParams, origin: Origin, opener: Callable[[str], bool]
+    ) -> dict[str, Any]:
         # The companion console runs on the user's side and opens the URL there, after consent.
         try:
             answer = await self._server.ask(

@@ -42,6 +42,7 @@ from mcp_sampling_proxy.config.keys import KeySourceError, read_key_file
 from mcp_sampling_proxy.config.paths import default_policy_path
 from mcp_sampling_proxy.config.providers import ModelSpec, ProviderConfig
 from mcp_sampling_proxy.config.settings import parse_settings
+from mcp_sampling_proxy.protocol.wire_types import CreateMessageParams
 from mcp_sampling_proxy.providers.base import LLMError
 from mcp_sampling_proxy.providers.registry import make_adapter
 from mcp_sampling_proxy.quotas.state import state_dir
@@ -395,7 +396,7 @@ def check_llm(llm: LLMChoice, key: str | None) -> tuple[bool, str]:
         total_timeout=CHECK_TIMEOUT,
         max_attempts=1,
     )
-    params = {
+    params: CreateMessageParams = {
         "messages": [{"role": "user", "content": {"type": "text", "text": "Reply with the word OK."}}],
         "maxTokens": 16,
     }

@@ -11,7 +11,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from decimal import Decimal
 from typing import Any
@@ -28,7 +28,8 @@ from mcp_sampling_proxy.policy.rules import Budget, RateLimit, Rule, SizeLimits,
 from mcp_sampling_proxy.policy.size_caps import format_bytes as format_size
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 from mcp_sampling_proxy.protocol.names import ELICITATION_CREATE, SAMPLING_CREATE
-from mcp_sampling_proxy.protocol.sampling_request import validate
+from mcp_sampling_proxy.protocol.sampling_request import SamplingRequest, validate
+from mcp_sampling_proxy.protocol.wire_types import ElicitRequestParams
 from mcp_sampling_proxy.quotas.limiters import usd_micros, worst_case_split
 from mcp_sampling_proxy.quotas.refusals import format_period as format_duration
 from mcp_sampling_proxy.sanitize import one_line, strip_controls
@@ -223,7 +224,7 @@ def explain_main(
     server_reported: str | None = None,
 ) -> int:
     try:
-        method, params = read_request(request) if isinstance(request, str) else checked("--prompt", request)
+        asked = read_request(request) if isinstance(request, str) else checked("--prompt", request)
         settings = load_settings(policy, environ={})
     except (InputError, PolicyError) as exc:
         print(f"{PROG} explain: error: {exc}", file=sys.stderr)
@@ -232,10 +233,10 @@ def explain_main(
         settings.providers = settings_from_environment(dict(os.environ)).providers
     tools = (tool,) if isinstance(tool, str) else tuple(tool or ())
     origin = Origin(server, host, tools, server_reported)
-    if method == ELICITATION:
-        lines = explain_elicitation(settings, params, origin)
+    if isinstance(asked, SamplingRequest):
+        lines = explain(settings, asked.wire, origin)
     else:
-        lines = explain(settings, params, origin)
+        lines = explain_elicitation(settings, asked, origin)
     print("\n".join(lines))
     return 0
 
@@ -287,8 +288,8 @@ SAMPLING = SAMPLING_CREATE
 ELICITATION = ELICITATION_CREATE
 
 
-def read_request(path: str) -> tuple[str, dict[str, Any]]:
-    """The method and params of the request in `path`, validated as the proxy would."""
+def read_request(path: str) -> SamplingRequest | ElicitRequestParams:
+    """The request in `path`, validated as the proxy would: a sampling request, or elicitation params."""
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
@@ -309,8 +310,9 @@ def without_comments(text: str) -> str:
     return "\n".join("" if line.lstrip().startswith("//") else line for line in text.split("\n"))
 
 
-def checked(path: str, data: Any) -> tuple[str, dict[str, Any]]:
-    """The method and params of a request (`path` names where it came from), validated as the proxy would."""
+def checked(path: str, data: Any) -> SamplingRequest | ElicitRequestParams:
+    """A request (`path` names where it came from), validated as the proxy would: a sampling request (its
+    `wire` is the params as given), or elicitation params."""
     if not isinstance(data, dict):
         raise InputError(f"{path}: must hold a JSON object: a {SAMPLING} or {ELICITATION} request, or its params")
     method: Any = SAMPLING
@@ -326,16 +328,15 @@ def checked(path: str, data: Any) -> tuple[str, dict[str, Any]]:
         method = ELICITATION
     try:
         if method == ELICITATION:
-            return method, validate_elicitation(data)
-        validate(data)
-        return method, data
+            return validate_elicitation(data)
+        return validate(data)
     except RpcError as exc:
         raise InputError(
             f"{path}: {exc.message} (the proxy answers such a request with -32602 before consulting the policy)"
         ) from None
 
 
-def explain(settings: Settings, params: dict[str, Any], origin: Origin) -> list[str]:
+def explain(settings: Settings, params: Mapping[str, Any], origin: Origin) -> list[str]:
     """The explanation of a sampling request: the request, each rule up to the match, the limits
     that then apply and the model. It runs the proxy's own judging code (assess.judge_sampling)."""
     lines = [f"policy: {settings.source} ({len(settings.rules)} rules)"]
@@ -450,7 +451,7 @@ def walk_rules(settings: Settings, facts: Facts, decision: Decision | None) -> l
     return lines
 
 
-def explain_elicitation(settings: Settings, params: dict[str, Any], origin: Origin) -> list[str]:
+def explain_elicitation(settings: Settings, params: ElicitRequestParams, origin: Origin) -> list[str]:
     """The explanation of an elicitation request: the rules, then where the proxy sends it."""
     judged = judge_elicitation(settings, params, origin)
     mode = request_mode(params)
@@ -497,7 +498,7 @@ def explain_elicitation(settings: Settings, params: dict[str, Any], origin: Orig
     return lines
 
 
-def explain_auto_answer(settings: Settings, params: dict[str, Any], origin: Origin, mode: str) -> list[str]:
+def explain_auto_answer(settings: Settings, params: ElicitRequestParams, origin: Origin, mode: str) -> list[str]:
     """Which `elicitation.auto_answers` entry matches, and what it would answer (the proxy's own check)."""
     entries = settings.elicitation.auto_answers
     if not entries:

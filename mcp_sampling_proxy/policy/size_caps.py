@@ -10,6 +10,7 @@ request): shapes it does not recognise are left for validation to reject.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -51,11 +52,11 @@ class SizeCapsLike(Protocol):
 
 @dataclass
 class CapsOutcome:
-    params: dict[str, Any]  # the request to go on with: the original, or a copy with maxTokens lowered
+    params: Mapping[str, Any]  # the request to go on with: the original, or a copy with maxTokens lowered
     notes: list[str] = field(default_factory=list)  # what was changed, for the log and the audit record
 
 
-def check_caps(params: dict[str, Any], caps: SizeCapsLike, *, request_bytes: int | None = None) -> CapsOutcome:
+def check_caps(params: Mapping[str, Any], caps: SizeCapsLike, *, request_bytes: int | None = None) -> CapsOutcome:
     """Apply every size cap to a sampling request's params.
 
     `request_bytes` is the request's size as received (e.g. the length of its line on the wire);

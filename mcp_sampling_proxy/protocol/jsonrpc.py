@@ -8,6 +8,8 @@ from typing import Any
 
 import orjson
 
+from mcp_sampling_proxy.protocol.wire_types import ErrorObject, JsonRpcError, JsonRpcResult
+
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
@@ -32,8 +34,8 @@ class RpcError(Exception):
         error = error if isinstance(error, dict) else {}
         return cls(error.get("code", INTERNAL_ERROR), str(error.get("message", "")), error.get("data"))
 
-    def to_dict(self) -> dict[str, Any]:
-        err: dict[str, Any] = {"code": self.code, "message": self.message}
+    def to_dict(self) -> ErrorObject:
+        err: ErrorObject = {"code": self.code, "message": self.message}
         if self.data is not None:
             err["data"] = self.data
         return err
@@ -87,8 +89,10 @@ def dumps(obj: Any) -> bytes:
 
 
 def response(request_id: Any, result: dict[str, Any]) -> bytes:
-    return dumps({"jsonrpc": "2.0", "id": request_id, "result": result})
+    answer: JsonRpcResult = {"jsonrpc": "2.0", "id": request_id, "result": result}
+    return dumps(answer)
 
 
 def error_response(request_id: Any, code: int, message: str, data: Any = None) -> bytes:
-    return dumps({"jsonrpc": "2.0", "id": request_id, "error": RpcError(code, message, data).to_dict()})
+    answer: JsonRpcError = {"jsonrpc": "2.0", "id": request_id, "error": RpcError(code, message, data).to_dict()}
+    return dumps(answer)

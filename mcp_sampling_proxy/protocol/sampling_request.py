@@ -12,11 +12,18 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
-from mcp_sampling_proxy.protocol import wire_checks
+from mcp_sampling_proxy.protocol import wire_checks, wire_types
 from mcp_sampling_proxy.protocol.content import as_blocks
 from mcp_sampling_proxy.protocol.jsonrpc import INVALID_PARAMS, RpcError
+from mcp_sampling_proxy.protocol.wire_types import (
+    CreateMessageParams,
+    SamplingContent,
+    SamplingMessage,
+    Tool,
+    ToolChoice,
+)
 from mcp_sampling_proxy.sanitize import strip_controls
 
 # (the server as shown, quoted: Session.server_label; tool call) of the sampling request being served,
@@ -50,7 +57,7 @@ class ModelPreferences:
     intelligence_priority: float | None = None
 
     @classmethod
-    def from_wire(cls, prefs: dict[str, Any] | None) -> ModelPreferences | None:
+    def from_wire(cls, prefs: wire_types.ModelPreferences | None) -> ModelPreferences | None:
         if prefs is None:
             return None
         hints = prefs.get("hints")
@@ -66,18 +73,18 @@ class ModelPreferences:
 class CreateMessage:
     """The typed fields of a checked request that decisions read (names as in the SDK's model)."""
 
-    messages: list[dict[str, Any]]
+    messages: list[SamplingMessage]
     max_tokens: int
     model_preferences: ModelPreferences | None = None
     system_prompt: str | None = None
     include_context: str | None = None
     temperature: float | None = None
     stop_sequences: list[str] | None = None
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: dict[str, Any] | None = None
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoice | None = None
 
     @classmethod
-    def from_wire(cls, params: dict[str, Any]) -> CreateMessage:
+    def from_wire(cls, params: CreateMessageParams) -> CreateMessage:
         """From params `wire_checks.CREATE_MESSAGE` passed."""
         return cls(
             params["messages"],
@@ -98,7 +105,7 @@ class SamplingRequest:
     means the request is well-formed."""
 
     typed: CreateMessage  # what decisions read
-    wire: dict[str, Any]  # the params as the server sent them: what is sent on
+    wire: CreateMessageParams  # the params as the server sent them: what is sent on
 
     @property
     def max_tokens(self) -> int:
@@ -125,17 +132,20 @@ class SamplingRequest:
 def validate(params: Any) -> SamplingRequest:
     """A valid `sampling/createMessage` request, tool_use/tool_result pairing included; raises
     RpcError(-32602) naming the field otherwise."""
-    check_params(wire_checks.CREATE_MESSAGE, params, "sampling/createMessage")
-    check_tool_pairing(params["messages"])
-    return SamplingRequest(CreateMessage.from_wire(params), params)
+    checked = check_params(wire_checks.CREATE_MESSAGE, params, "sampling/createMessage")
+    # the one place the server's JSON becomes a typed request: CREATE_MESSAGE accepted its shape
+    wire = cast(CreateMessageParams, checked)
+    check_tool_pairing(wire["messages"])
+    return SamplingRequest(CreateMessage.from_wire(wire), wire)
 
 
-def blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
+def blocks(message: SamplingMessage) -> list[SamplingContent]:
     """A message's content as a list (the spec allows a single block or a list)."""
-    return [block for block in as_blocks(message.get("content")) if isinstance(block, dict)]
+    content: list[SamplingContent] = as_blocks(message.get("content"))
+    return [block for block in content if isinstance(block, dict)]
 
 
-def check_tool_pairing(messages: list[dict[str, Any]]) -> None:
+def check_tool_pairing(messages: list[SamplingMessage]) -> None:
     """Every tool_use is answered by a matching tool_result in the next message, which holds
     only tool results (else -32602, as the spec requires)."""
     for index, message in enumerate(messages):
@@ -167,15 +177,15 @@ def check_tool_pairing(messages: list[dict[str, Any]]) -> None:
         )
 
 
-def content_types(params: dict[str, Any]) -> set[str]:
+def content_types(params: CreateMessageParams) -> set[str]:
     """Content types present in the request, plus 'tools' when tools are offered."""
-    found = {b.get("type", "?") for m in params.get("messages", []) for b in blocks(m)}
+    found: set[str] = {b.get("type", "?") for m in params.get("messages", []) for b in blocks(m)}
     if params.get("tools"):
         found.add("tools")
     return found
 
 
-def describe(params: dict[str, Any], *, server: str, tool: str | None, max_text: int = 2000) -> str:
+def describe(params: CreateMessageParams, *, server: str, tool: str | None, max_text: int = 2000) -> str:
     """A sanitised, human-readable summary for a console (approval or manual reply). `server` is the
     server as shown, already quoted (Session.server_label: `'notes' (which calls itself "x")`)."""
     lines = [
@@ -188,17 +198,18 @@ def describe(params: dict[str, Any], *, server: str, tool: str | None, max_text:
         lines.append(f"  model hints: {strip_controls(', '.join(hints))}")
     lines.append(f"  max tokens: {params.get('maxTokens')}")
     if params.get("tools"):
-        names = ", ".join(strip_controls(str(t.get("name"))) for t in params["tools"])
+        names = ", ".join(strip_controls(str(t.get("name"))) for t in params["tools"] or [])
         lines.append(f"  tools offered to the model: {names}")
-    if params.get("systemPrompt"):
-        lines.append("  system: " + _clip(strip_controls(params["systemPrompt"]), max_text))
+    system = params.get("systemPrompt")
+    if system:
+        lines.append("  system: " + _clip(strip_controls(system), max_text))
     for message in params.get("messages", []):
         for block in blocks(message):
             lines.append(f"  {message.get('role', '?')}: " + _clip(_render_block(block), max_text))
     return "\n".join(lines)
 
 
-def _render_block(block: dict[str, Any]) -> str:
+def _render_block(block: SamplingContent | wire_types.ContentBlock) -> str:
     kind = block.get("type")
     if kind == "text":
         return strip_controls(str(block.get("text", "")))
@@ -207,7 +218,7 @@ def _render_block(block: dict[str, Any]) -> str:
         return f"[{kind} {strip_controls(str(block.get('mimeType', '?')))}, {size} bytes]"
     if kind == "tool_use":
         return f"[tool_use {strip_controls(str(block.get('name')))} {strip_controls(str(block.get('input')))}]"
-    if kind == "tool_result":
+    if kind == "tool_result" and block["type"] == "tool_result":  # (the same test, which mypy narrows by)
         inner = " ".join(_render_block(b) for b in block.get("content") or [])
         return f"[tool_result {strip_controls(str(block.get('toolUseId')))}: {inner}]"
     return f"[{strip_controls(str(kind))} block]"

@@ -11,6 +11,7 @@ import json
 from typing import Any, ClassVar
 
 from mcp_sampling_proxy.protocol.content import as_blocks
+from mcp_sampling_proxy.protocol.wire_types import CreateMessageParams, SamplingMessage, Tool
 from mcp_sampling_proxy.providers.base import Completion, LLMError
 from mcp_sampling_proxy.providers.errors import unsupported, unsupported_role
 from mcp_sampling_proxy.providers.http_adapter import HttpAdapter
@@ -33,7 +34,7 @@ class AnthropicAdapter(HttpAdapter):
     stop_key = "stop_sequences"
     tool_choices: ClassVar[dict[str, Any]] = {mode: {"type": kind} for mode, kind in TOOL_CHOICE.items()}
 
-    def tool_spec(self, tool: dict[str, Any]) -> dict[str, Any]:
+    def tool_spec(self, tool: Tool) -> dict[str, Any]:
         return _tool(tool)
 
     def normalise_base_url(self, base_url: str) -> str:
@@ -54,7 +55,7 @@ class AnthropicAdapter(HttpAdapter):
 
     # -- MCP -> Anthropic ----------------------------------------------------------------------
 
-    def build_request(self, params: dict[str, Any], model: str) -> dict[str, Any]:
+    def build_request(self, params: CreateMessageParams, model: str) -> dict[str, Any]:
         """The Messages API body for a `sampling/createMessage` params dict."""
         payload: dict[str, Any] = {"model": model, "max_tokens": params.get("maxTokens")}
         if params.get("systemPrompt"):
@@ -62,7 +63,7 @@ class AnthropicAdapter(HttpAdapter):
         payload["messages"] = [self._message(m, i) for i, m in enumerate(params.get("messages") or [])]
         return self.add_options(payload, params)
 
-    def _message(self, message: dict[str, Any], index: int) -> dict[str, Any]:
+    def _message(self, message: SamplingMessage, index: int) -> dict[str, Any]:
         role = message.get("role")
         where = f"messages[{index}]"
         if role not in ("user", "assistant"):
@@ -166,7 +167,7 @@ class AnthropicAdapter(HttpAdapter):
         )
 
 
-def _tool(tool: dict[str, Any]) -> dict[str, Any]:
+def _tool(tool: Tool) -> dict[str, Any]:
     out: dict[str, Any] = {"name": tool.get("name")}
     if tool.get("description"):
         out["description"] = tool["description"]

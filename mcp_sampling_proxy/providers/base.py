@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from mcp_sampling_proxy.config.providers import ProviderConfig
 from mcp_sampling_proxy.protocol.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
+from mcp_sampling_proxy.protocol.wire_types import CreateMessageParams
 
 
 @dataclass
@@ -52,7 +53,7 @@ class Adapter(Protocol):
     @property
     def supports_tools(self) -> bool: ...
 
-    async def complete(self, params: dict[str, Any], model: str) -> Completion:
+    async def complete(self, params: CreateMessageParams, model: str) -> Completion:
         """Fulfil one `sampling/createMessage` (params as on the wire) with `model`."""
         ...
 

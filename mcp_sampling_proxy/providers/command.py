@@ -56,6 +56,7 @@ from mcp_sampling_proxy.config.providers import (
 )
 from mcp_sampling_proxy.log import known_secrets
 from mcp_sampling_proxy.protocol.content import as_blocks
+from mcp_sampling_proxy.protocol.wire_types import CreateMessageParams
 from mcp_sampling_proxy.providers.base import Completion, LLMError, UnsupportedContentError
 from mcp_sampling_proxy.providers.errors import unsupported, unsupported_role
 from mcp_sampling_proxy.redact import Redactor
@@ -261,7 +262,7 @@ class CommandAdapter:
     async def aclose(self) -> None:
         return None
 
-    async def complete(self, params: dict[str, Any], model: str) -> Completion:
+    async def complete(self, params: CreateMessageParams, model: str) -> Completion:
         images = self._images(params)
         prompt = render_prompt(self.config, params, images_ok=bool(self.preset and self.preset.images_flag))
         with tempfile.TemporaryDirectory(prefix="mcp-sampling-proxy-cmd-", ignore_cleanup_errors=True) as workdir:
@@ -345,7 +346,7 @@ class CommandAdapter:
             return "--" in argv
         return argv[where] != "{prompt}" or "--" in argv[:where]
 
-    def _images(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+    def _images(self, params: CreateMessageParams) -> list[dict[str, Any]]:
         """Image blocks of user messages, when this CLI takes image files (Codex's --image)."""
         if self.preset is None or self.preset.images_flag is None:
             return []
@@ -492,16 +493,17 @@ def program_of(config: ProviderConfig) -> tuple[str, str | None]:
 # -- the prompt -----------------------------------------------------------------------------------
 
 
-def render_prompt(config: ProviderConfig, params: dict[str, Any], *, images_ok: bool = False) -> str:
+def render_prompt(config: ProviderConfig, params: CreateMessageParams, *, images_ok: bool = False) -> str:
     """The request as plain text: the message alone when it is one user message and no system
     prompt, else a transcript (`System: ...`, `User: ...`, `Assistant: ...`, blank lines between).
 
     A CLI takes one prompt, so this is the only faithful rendering; what it cannot carry (tools,
     tool calls and results, audio, images unless the CLI takes image files) is refused, never dropped."""
     label = f"provider '{config.name}' (command)"
-    if params.get("tools"):
+    tools = params.get("tools")
+    if tools:
         raise UnsupportedContentError(
-            f"{label}: command providers cannot use tools; the request offers {len(params['tools'])}. "
+            f"{label}: command providers cannot use tools; the request offers {len(tools)}. "
             "Route tool-using requests to an openai or anthropic provider (a rule's provider:)",
             provider=config.name,
         )

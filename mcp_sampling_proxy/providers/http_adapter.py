@@ -13,6 +13,7 @@ import httpx
 
 from mcp_sampling_proxy.config.keys import provider_key
 from mcp_sampling_proxy.config.providers import ProviderConfig
+from mcp_sampling_proxy.protocol.wire_types import CreateMessageParams, Tool
 from mcp_sampling_proxy.providers.base import Completion, LLMError
 from mcp_sampling_proxy.providers.errors import unsupported
 from mcp_sampling_proxy.providers.retry import post_json
@@ -71,23 +72,24 @@ class HttpAdapter:
         puts the model in the URL (Azure OpenAI deployments)."""
         return self.endpoint
 
-    def build_request(self, params: dict[str, Any], model: str) -> dict[str, Any]:
+    def build_request(self, params: CreateMessageParams, model: str) -> dict[str, Any]:
         raise NotImplementedError
 
     def parse_response(self, data: dict[str, Any], model: str) -> Completion:
         raise NotImplementedError
 
-    def tool_spec(self, tool: dict[str, Any]) -> dict[str, Any]:
+    def tool_spec(self, tool: Tool) -> dict[str, Any]:
         """One MCP tool definition in the provider's format."""
         raise NotImplementedError
 
-    def add_options(self, payload: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    def add_options(self, payload: dict[str, Any], params: CreateMessageParams) -> dict[str, Any]:
         """temperature, stop sequences, tools and tool choice: the same MCP fields for every
         provider, only their names and shapes differ."""
         if params.get("temperature") is not None:
             payload["temperature"] = params["temperature"]
-        if params.get("stopSequences"):
-            payload[self.stop_key] = list(params["stopSequences"])
+        stop = params.get("stopSequences")
+        if stop:
+            payload[self.stop_key] = list(stop)
         tools = params.get("tools")
         if tools:
             if not self.config.supports_tools:
@@ -108,7 +110,7 @@ class HttpAdapter:
     async def aclose(self) -> None:
         await self._client.aclose()
 
-    async def complete(self, params: dict[str, Any], model: str) -> Completion:
+    async def complete(self, params: CreateMessageParams, model: str) -> Completion:
         payload = self.build_request(params, model)
         # httpx's read timeout is per read: an LLM that sends one byte a second never trips it.
         # The deadline covers the whole call, retries and their backoff included.

@@ -18,6 +18,7 @@ import structlog
 
 from mcp_sampling_proxy.config.providers import ProviderConfig
 from mcp_sampling_proxy.protocol.content import as_blocks
+from mcp_sampling_proxy.protocol.wire_types import CreateMessageParams, SamplingMessage, Tool
 from mcp_sampling_proxy.providers.base import Completion, LLMError
 from mcp_sampling_proxy.providers.errors import unsupported, unsupported_role
 from mcp_sampling_proxy.providers.http_adapter import HttpAdapter
@@ -51,7 +52,7 @@ class OpenAIAdapter(HttpAdapter):
     # the same three words as MCP
     tool_choices: ClassVar[dict[str, Any]] = {"auto": "auto", "required": "required", "none": "none"}
 
-    def tool_spec(self, tool: dict[str, Any]) -> dict[str, Any]:
+    def tool_spec(self, tool: Tool) -> dict[str, Any]:
         return _tool(tool)
 
     def auth_headers(self, key: str) -> dict[str, str]:
@@ -86,7 +87,7 @@ class OpenAIAdapter(HttpAdapter):
 
     # -- MCP -> OpenAI -------------------------------------------------------------------------
 
-    def build_request(self, params: dict[str, Any], model: str) -> dict[str, Any]:
+    def build_request(self, params: CreateMessageParams, model: str) -> dict[str, Any]:
         """The Chat Completions body for a `sampling/createMessage` params dict."""
         messages: list[dict[str, Any]] = []
         if params.get("systemPrompt"):
@@ -109,7 +110,7 @@ class OpenAIAdapter(HttpAdapter):
             )
         return payload
 
-    def _message(self, message: dict[str, Any], index: int) -> list[dict[str, Any]]:
+    def _message(self, message: SamplingMessage, index: int) -> list[dict[str, Any]]:
         """One MCP message; tool results become separate `tool` messages placed first, since
         OpenAI wants them right after the assistant message that made the calls."""
         role = message.get("role")
@@ -250,7 +251,7 @@ def _content(parts: list[dict[str, Any]], has_calls: bool) -> str | list[dict[st
     return parts
 
 
-def _tool(tool: dict[str, Any]) -> dict[str, Any]:
+def _tool(tool: Tool) -> dict[str, Any]:
     function: dict[str, Any] = {"name": tool.get("name")}
     if tool.get("description"):
         function["description"] = tool["description"]

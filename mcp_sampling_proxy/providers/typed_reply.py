@@ -6,10 +6,9 @@ manual sampling: useful to exercise a sampling server with no API key at all.
 
 from __future__ import annotations
 
-from typing import Any
-
 from mcp_sampling_proxy.config.providers import ProviderConfig
 from mcp_sampling_proxy.protocol.sampling_request import REQUEST_ORIGIN, describe
+from mcp_sampling_proxy.protocol.wire_types import CreateMessageParams
 from mcp_sampling_proxy.providers.base import Completion, LLMError
 from mcp_sampling_proxy.sanitize import quote
 from mcp_sampling_proxy.terminal import Terminal
@@ -24,7 +23,7 @@ class TypedReplyAdapter:
     def supports_tools(self) -> bool:
         return False
 
-    async def complete(self, params: dict[str, Any], model: str) -> Completion:
+    async def complete(self, params: CreateMessageParams, model: str) -> Completion:
         terminal = self._terminal
         if terminal is None:
             raise LLMError(

@@ -27,7 +27,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
@@ -38,6 +38,7 @@ import anyio
 
 from mcp_sampling_proxy.config.prices import Price
 from mcp_sampling_proxy.log import get_logger
+from mcp_sampling_proxy.protocol.wire_types import CreateMessageParams
 from mcp_sampling_proxy.quotas.redis_store import RedisQuotas, StateUnavailable, shown_url
 from mcp_sampling_proxy.quotas.refusals import (
     RESERVATION_TTL,
@@ -395,13 +396,13 @@ def usd_micros(dollars: float) -> int:
     return int(Decimal(str(dollars)) * 1_000_000)
 
 
-def worst_case_split(params: dict[str, Any]) -> tuple[int, int]:
+def worst_case_split(params: Mapping[str, Any]) -> tuple[int, int]:
     """The worst case's input tokens (an upper bound) and output tokens (maxTokens), to price apart."""
     output = max_tokens(params)
     return worst_case_tokens(params) - output, output
 
 
-def estimate_worst_case(params: dict[str, Any]) -> int:
+def estimate_worst_case(params: Mapping[str, Any]) -> int:
     """Tokens a sampling request may use at most: a true upper bound of its input plus maxTokens
     (see `token_bound`), so reservations of requests running at once never sum to less than
     what they settle to."""
@@ -581,7 +582,7 @@ class Limiters:
 
     @asynccontextmanager
     async def budget(
-        self, rule: Rule | None, key: str, params: dict[str, Any], priced: PricedModel | None = None
+        self, rule: Rule | None, key: str, params: CreateMessageParams, priced: PricedModel | None = None
     ) -> AsyncIterator[BudgetHold | Refusal]:
         """`async with limiters.budget(rule, key, params, priced) as hold:` reserves the request's worst
         case under the rule's budget, in tokens and/or in dollars at `priced`'s price (a Refusal when it

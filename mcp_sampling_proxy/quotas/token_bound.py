@@ -27,6 +27,7 @@ from __future__ import annotations
 import binascii
 import json
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from mcp_sampling_proxy.policy.size_caps import b64_decoded_size, text_bytes
@@ -41,7 +42,7 @@ AUDIO_BYTES_PER_TOKEN = 16
 _HEADER_BYTES = 64 * 1024  # of decoded image data searched for the size (JPEG EXIF can be large)
 
 
-def worst_case_tokens(params: dict[str, Any]) -> int:
+def worst_case_tokens(params: Mapping[str, Any]) -> int:
     """Input tokens (an upper bound) plus maxTokens for a `sampling/createMessage` params dict."""
     total = REQUEST_OVERHEAD
     system = params.get("systemPrompt")
@@ -57,7 +58,7 @@ def worst_case_tokens(params: dict[str, Any]) -> int:
     return total + max_tokens(params)
 
 
-def max_tokens(params: dict[str, Any]) -> int:
+def max_tokens(params: Mapping[str, Any]) -> int:
     """The request's maxTokens (0 when it gives none usable): the output part of the worst case."""
     value = params.get("maxTokens")
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0

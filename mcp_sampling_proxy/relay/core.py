@@ -31,6 +31,7 @@ from mcp_sampling_proxy.protocol.names import (
     PROTOCOL_VERSION_META,
     SERVER_INFO_META,
 )
+from mcp_sampling_proxy.protocol.wire_types import ErrorObject
 from mcp_sampling_proxy.relay.bridge import CHANGED, DONE, EraBridge
 from mcp_sampling_proxy.relay.calls import CURRENT_CALL, ORIGIN_TOOLS, HostRequest, HostRounds
 from mcp_sampling_proxy.relay.keepalive import Waiting, same_token, serving
@@ -174,7 +175,7 @@ class Hooks(Protocol):
         """True when a host tools/call must wait for `screen_tool_call` before it goes on."""
         ...
 
-    async def screen_tool_call(self, message: dict[str, Any], relay: Relay) -> dict[str, Any] | None:
+    async def screen_tool_call(self, message: dict[str, Any], relay: Relay) -> ErrorObject | None:
         """None to send the tools/call on; else the JSON-RPC error object the host gets."""
         ...
 
@@ -183,7 +184,7 @@ class Hooks(Protocol):
 class _Stash:
     done: anyio.Event = field(default_factory=anyio.Event)
     answers: dict[str, Any] = field(default_factory=dict)
-    error: dict[str, Any] | None = None
+    error: ErrorObject | None = None
     call: HostRequest | None = None  # the host request the split round belongs to
 
 
@@ -375,7 +376,7 @@ class Relay:
 
     async def _screen_tool_call(self, msg: dict[str, Any], line: bytes, scope: anyio.CancelScope) -> None:
         """A tools/call the tool rules hold (a human asked, or a refusal): on to the server, or refused."""
-        refusal: dict[str, Any] | None = None
+        refusal: ErrorObject | None = None
         with scope:
             try:
                 refusal = await self._hooks.screen_tool_call(msg, self)

@@ -26,6 +26,7 @@ from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 from mcp_sampling_proxy.protocol.names import SAMPLING_CREATE
 from mcp_sampling_proxy.protocol.sampling_request import SamplingRequest, validate
+from mcp_sampling_proxy.protocol.wire_types import ElicitRequestParams
 from mcp_sampling_proxy.providers.model_choice import Choice, choose_model
 
 NO_PROVIDER_HINT = (
@@ -59,7 +60,7 @@ class SamplingJudgement:
 
 @dataclass(frozen=True)
 class ElicitationJudgement:
-    params: dict[str, Any]
+    params: ElicitRequestParams
     facts: Facts
     decision: Decision
 
@@ -131,7 +132,7 @@ def _model_for(settings: Settings, request: SamplingRequest) -> str | None:
         return None
 
 
-def judge_elicitation(settings: Settings, params: dict[str, Any], origin: Origin) -> ElicitationJudgement:
+def judge_elicitation(settings: Settings, params: ElicitRequestParams, origin: Origin) -> ElicitationJudgement:
     """The policy's decision on a validated `elicitation/create` request."""
     facts = Facts(
         "elicitation",

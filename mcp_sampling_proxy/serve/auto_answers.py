@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from mcp_sampling_proxy.approval.forms import FormError, parse_form, secret_reasons, validate_content
 from mcp_sampling_proxy.config.auto_answers import AutoAnswer
+from mcp_sampling_proxy.protocol.wire_types import ElicitRequestParams
 
 Kind = Literal["answer", "withheld", "misfit"]
 
@@ -31,7 +32,7 @@ class AutoVerdict:
 
 
 def first_match(
-    entries: Sequence[AutoAnswer], server: str, tools_in_flight: tuple[str, ...], params: dict[str, Any]
+    entries: Sequence[AutoAnswer], server: str, tools_in_flight: tuple[str, ...], params: ElicitRequestParams
 ) -> AutoAnswer | None:
     """The first entry for this request (like rules: first match wins), or None."""
     message = params.get("message")
@@ -47,7 +48,7 @@ def sensitive_note(entry: AutoAnswer, secrets: Sequence[str]) -> str:
     )
 
 
-def judge(entry: AutoAnswer, params: dict[str, Any], mode: str) -> AutoVerdict:
+def judge(entry: AutoAnswer, params: ElicitRequestParams, mode: str) -> AutoVerdict:
     """What `entry` may do with this request. For `accept`, call `forms.prepare()` first (off the
     event loop): checking the content loads jsonschema."""
     named = f"auto-answer '{entry.name}'"

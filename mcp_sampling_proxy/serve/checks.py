@@ -40,6 +40,7 @@ from mcp_sampling_proxy.policy.size_caps import check_caps
 from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 from mcp_sampling_proxy.protocol.sampling_request import SamplingRequest, validate
+from mcp_sampling_proxy.protocol.wire_types import CreateMessageParams
 from mcp_sampling_proxy.relay.keepalive import waiting_for
 from mcp_sampling_proxy.sanitize import one_line
 from mcp_sampling_proxy.vocabulary import MiB, Outcome
@@ -157,7 +158,7 @@ class Checks:
         server: str,
         decision: Decision,
         audit: AuditFields,
-        params: dict[str, Any],
+        params: CreateMessageParams,
         answer: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """What a validator is given (version 1 of the documented shape)."""

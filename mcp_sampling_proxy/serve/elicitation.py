@@ -16,8 +16,8 @@ import shlex
 import subprocess
 import time
 import webbrowser
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Unpack
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Unpack, cast
 
 import anyio
 
@@ -30,6 +30,7 @@ from mcp_sampling_proxy.protocol import jsonrpc, wire_checks
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 from mcp_sampling_proxy.protocol.names import ELICITATION_COMPLETE, ELICITATION_CREATE
 from mcp_sampling_proxy.protocol.sampling_request import check_params
+from mcp_sampling_proxy.protocol.wire_types import ElicitRequestParams
 from mcp_sampling_proxy.quotas.limiters import limit_key
 from mcp_sampling_proxy.quotas.refusals import Refusal
 from mcp_sampling_proxy.relay.keepalive import waiting_for
@@ -58,21 +59,22 @@ def open_url(url: str) -> bool:
     return webbrowser.open(url)
 
 
-def marked(params: dict[str, Any], session: Session) -> dict[str, Any]:
+def marked(params: ElicitRequestParams, session: Session) -> ElicitRequestParams:
     """A server's form as the host shows it: its message quoted under a line that names the server, so a
     look-alike of the proxy's own approval form ("mcp-sampling-proxy: ... approve?") cannot pass for one."""
     message = params.get("message")
     text = message if isinstance(message, str) else ""
     reported = session.server_reported_if_different
     calls_itself = f" (it calls itself '{one_line(reported, 80)}')" if reported else ""
-    return {
-        **params,
-        "message": f"The server '{one_line(session.server_name, 120)}'{calls_itself} asks (its words, "
-        f"quoted; this is not a question of mcp-sampling-proxy):\n\n{quote(text)}",
-    }
+    shown = params.copy()  # (as `{**params, "message": ...}`: a shallow copy, the message in its place)
+    shown["message"] = (
+        f"The server '{one_line(session.server_name, 120)}'{calls_itself} asks (its words, "
+        f"quoted; this is not a question of mcp-sampling-proxy):\n\n{quote(text)}"
+    )
+    return shown
 
 
-def request_mode(params: dict[str, Any]) -> str:
+def request_mode(params: Mapping[str, Any]) -> str:
     return "url" if params.get("mode") == "url" or ("url" in params and "requestedSchema" not in params) else "form"
 
 
@@ -171,8 +173,9 @@ class ElicitationService:
                     return self._auto_answer(verdict, answer)
                 withheld = f"; {verdict.why}"
             if route == "host":
-                if mode == "url" and params.get("elicitationId"):
-                    self._at_host.add(params["elicitationId"])
+                elicitation_id = params.get("elicitationId")  # (a string or None: the check passed)
+                if mode == "url" and isinstance(elicitation_id, str) and elicitation_id:
+                    self._at_host.add(elicitation_id)
                 with waiting_for("waiting for your answer in the host's form"):
                     response = await relay.forward_to_host(
                         {**message, "params": marked(params, session)}, as_received=False
@@ -251,7 +254,9 @@ class ElicitationService:
             self._audit.record(params=params, result=result, **asked)
             return result
 
-    async def _auto_verdict(self, entry: AutoAnswer, params: dict[str, Any], mode: str) -> auto_answers.AutoVerdict:
+    async def _auto_verdict(
+        self, entry: AutoAnswer, params: ElicitRequestParams, mode: str
+    ) -> auto_answers.AutoVerdict:
         if entry.action == "accept" and mode == "form":
             # start-up: forms costs ~30 ms, only form requests need it
             from mcp_sampling_proxy.approval.forms import prepare
@@ -273,11 +278,11 @@ class ElicitationService:
         result = verdict.result
         return answer(result["action"], verdict.why, "auto_answered", result.get("content"), rule=name)
 
-    def route_for(self, params: dict[str, Any], session: Session) -> str:
+    def route_for(self, params: Mapping[str, Any], session: Session) -> str:
         """host | console | decline for this request."""
         return self._route(request_mode(params), params, session)
 
-    def _route(self, mode: str, params: dict[str, Any], session: Session) -> str:
+    def _route(self, mode: str, params: Mapping[str, Any], session: Session) -> str:
         route = self._settings.route
         if route == "decline":
             return "decline"
@@ -290,7 +295,7 @@ class ElicitationService:
         return "console"
 
     def _non_interactive(
-        self, params: dict[str, Any], mode: str, answer: Callable[..., dict[str, Any]], route: str, note: str = ""
+        self, params: ElicitRequestParams, mode: str, answer: Callable[..., dict[str, Any]], route: str, note: str = ""
     ) -> dict[str, Any]:
         action = self._settings.non_interactive
         why = (
@@ -311,7 +316,9 @@ class ElicitationService:
         return answer("cancel" if action == "cancel" else "decline", why, "deny")
 
 
-def validate_elicitation(params: Any) -> dict[str, Any]:
+def validate_elicitation(params: Any) -> ElicitRequestParams:
     """The params of a valid `elicitation/create` (form or URL mode); RpcError(-32602) otherwise."""
     url = isinstance(params, dict) and request_mode(params) == "url"
-    return dict(check_params(wire_checks.ELICIT_URL if url else wire_checks.ELICIT_FORM, params, METHOD))
+    checked = dict(check_params(wire_checks.ELICIT_URL if url else wire_checks.ELICIT_FORM, params, METHOD))
+    # the one place the server's JSON becomes typed elicitation params: ELICIT_URL or ELICIT_FORM accepted it
+    return cast(ElicitRequestParams, checked)

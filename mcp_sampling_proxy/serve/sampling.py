@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Unpack
 
@@ -31,6 +32,7 @@ from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 from mcp_sampling_proxy.protocol.names import SAMPLING_CREATE
 from mcp_sampling_proxy.protocol.sampling_request import REQUEST_ORIGIN, SamplingRequest, describe, validate
+from mcp_sampling_proxy.protocol.wire_types import CreateMessageParams
 from mcp_sampling_proxy.providers.base import Adapter, Completion, LLMError
 from mcp_sampling_proxy.providers.registry import make_adapter
 from mcp_sampling_proxy.quotas.limiters import BudgetHold, Limiters, PricedModel, SamplingGate, limit_key
@@ -220,7 +222,7 @@ class SamplingService:
             return judged
         return replace(judged, request=validate(scanned.value))
 
-    def _scan_answer(self, params: dict[str, Any], result: dict[str, Any], fields: AuditFields) -> dict[str, Any]:
+    def _scan_answer(self, params: CreateMessageParams, result: dict[str, Any], fields: AuditFields) -> dict[str, Any]:
         """Credentials in an LLM's answer: masked, refused or let through by `sampling.on_secret`,
         and named in the audit record (`fields`, filled in here), never the secret itself."""
         scanned = secret_scan.scan(result.get("content"))
@@ -390,7 +392,7 @@ class SamplingService:
         self._audit.record(params=params, result=review.result, **fulfilled)
         return review.result
 
-    def host_may_answer(self, params: dict[str, Any], session: Session, tools: tuple[str, ...]) -> bool:
+    def host_may_answer(self, params: Mapping[str, Any], session: Session, tools: tuple[str, ...]) -> bool:
         """True when a 2026-07-28 round's sampling request is left to the host: it is routed there,
         the caps and the policy let it through, and the rule's rate limit admits it (a refused
         request must not reach the host; the proxy answers it with the refusal). The admission
@@ -411,7 +413,7 @@ class SamplingService:
         return self._limiters.admit_now(decision.matched, limit_key(decision.rule, session.server_name)) is None
 
     def record_host_answer(
-        self, params: dict[str, Any], response: Any, session: Session, tools: tuple[str, ...], started: float
+        self, params: Mapping[str, Any], response: Any, session: Session, tools: tuple[str, ...], started: float
     ) -> None:
         """Audit sampling the host answered itself in a 2026-07-28 input_required round (the proxy
         only sees the answer when the host retries), with the tool of the call being retried."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,7 +79,7 @@ def scan(value: Any) -> Scanned:
     return Scanned(masked if found else value, tuple(sorted(found)))
 
 
-def scan_request(params: dict[str, Any]) -> Scanned:
+def scan_request(params: Mapping[str, Any]) -> Scanned:
     """A sampling request's messages and system prompt (what an LLM reads) with credentials masked."""
     parts = {key: params[key] for key in ("messages", "systemPrompt") if key in params}
     scanned = scan(parts)

@@ -25,6 +25,7 @@ from mcp_sampling_proxy.config.tool_settings import ToolRule, ToolSettings, why_
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
+from mcp_sampling_proxy.protocol.wire_types import ErrorObject
 from mcp_sampling_proxy.quotas.tool_pins import ServerIdentity, ToolChange, ToolPins, tool_digest
 from mcp_sampling_proxy.sanitize import one_line, strip_controls
 from mcp_sampling_proxy.vocabulary import TOOL_CALL_APPROVAL, Outcome
@@ -215,7 +216,7 @@ class ToolGate:
             return False
         return True
 
-    async def screen_call(self, message: dict[str, Any], relay: Relay) -> dict[str, Any] | None:
+    async def screen_call(self, message: dict[str, Any], relay: Relay) -> ErrorObject | None:
         """None to send the call on; else the JSON-RPC error the host gets instead."""
         session = relay.session
         params = jsonrpc.as_object(message.get("params"))

@@ -162,11 +162,8 @@ def decision_reply(
     if approver:
         reply["approver"] = approver
     if text is not None:
-        reply.update(
-            {"prompt": text}
-            if message.get("edit") == "prompt"
-            else {"params": with_prompt(message.get("params") or {}, text)}
-        )
+        asked: Any = message.get("params") or {}  # the proxy's JSON: with_prompt refuses what is not a request
+        reply.update({"prompt": text} if message.get("edit") == "prompt" else {"params": with_prompt(asked, text)})
     return reply
 
 

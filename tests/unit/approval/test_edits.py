@@ -37,6 +37,7 @@ from mcp_sampling_proxy.approval.dialogues import approval_dialogue
 from mcp_sampling_proxy.approval.edits import with_prompt, with_text
 from mcp_sampling_proxy.audit.records import digest
 from mcp_sampling_proxy.commands import audit as audit_cmd
+from mcp_sampling_proxy.protocol.wire_types import CreateMessageParams, SamplingMessage
 
 IMAGE = {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"}
 IMAGE_URL = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
@@ -320,9 +321,9 @@ AUDIO = {"type": "audio", "data": "UklGRg==", "mimeType": "audio/wav"}
     ids=["one-text", "one-image", "mixed", "no-text"],
 )
 def test_with_prompt_replaces_only_the_text_of_the_last_user_message(content: Any, expected: Any) -> None:
-    first = {"role": "user", "content": {"type": "text", "text": "first"}}
-    answer = {"role": "assistant", "content": {"type": "text", "text": "an answer"}}
-    params: dict[str, Any] = {
+    first: SamplingMessage = {"role": "user", "content": {"type": "text", "text": "first"}}
+    answer: SamplingMessage = {"role": "assistant", "content": {"type": "text", "text": "an answer"}}
+    params: CreateMessageParams = {
         "messages": [first, answer, {"role": "user", "content": content}],
         "maxTokens": 9,
         "systemPrompt": "s",

@@ -119,7 +119,8 @@ BOTH = [OPENAI, ANTHROPIC]
 
 def hints(*names: Any, **priorities: float) -> ModelPreferences | None:
     """A request's preferences as the proxy reads them off the wire (names: costPriority, ...)."""
-    return ModelPreferences.from_wire({"hints": [{"name": n} for n in names], **priorities})
+    wire: Any = {"hints": [{"name": n} for n in names], **priorities}  # as it comes off the wire
+    return ModelPreferences.from_wire(wire)
 
 
 def test_first_matching_hint_wins_even_if_a_later_hint_matches_an_earlier_model() -> None:
@@ -207,7 +208,7 @@ RATED = [
         ({"costPriority": 0.5, "intelligencePriority": 0.5}, ("anthropic", "mid")),
     ],
 )
-def test_priorities_pick_the_best_weighted_score(priorities: dict[str, float], expected: tuple[str, str]) -> None:
+def test_priorities_pick_the_best_weighted_score(priorities: Any, expected: tuple[str, str]) -> None:
     choice = choose_model(RATED, ModelPreferences.from_wire(priorities))
     assert (choice.provider, choice.model) == expected
     assert choice.reason.startswith("best score ")

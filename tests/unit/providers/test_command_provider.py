@@ -360,9 +360,8 @@ async def test_the_adapter_names_itself_when_offered_tools() -> None:
     (config,) = parse_settings(provider("claude", "preset: claude"), "p.yaml").providers
     assert config.supports_tools is False
     with pytest.raises(UnsupportedContentError) as caught:
-        await CommandAdapter(config).complete(
-            {"messages": [{"role": "user", "content": {"type": "text", "text": "x"}}], "tools": [TOOL]}, "default"
-        )
+        asked: Any = {"messages": [{"role": "user", "content": {"type": "text", "text": "x"}}], "tools": [TOOL]}
+        await CommandAdapter(config).complete(asked, "default")  # (no maxTokens: refused before it matters)
     assert caught.value.code == -32602
     assert "provider 'claude' (command): command providers cannot use tools" in caught.value.message
 

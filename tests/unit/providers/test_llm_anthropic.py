@@ -40,7 +40,8 @@ async def adapter(server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch) -> Asy
     await a.aclose()
 
 
-def params(*messages: dict[str, Any], **extra: Any) -> dict[str, Any]:
+def params(*messages: dict[str, Any], **extra: Any) -> Any:
+    """A request as a server sends it, which the adapter takes as its `CreateMessageParams`."""
     return {"messages": list(messages), "maxTokens": 256, **extra}
 
 

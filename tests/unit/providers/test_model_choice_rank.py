@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fakes.llm_server import FakeLLMServer
@@ -43,7 +44,8 @@ ALIASES = {"claude-3-opus": "gpt-4o", "gpt": "claude-haiku-4-5"}
 
 def prefs(*names: str, **priorities: float) -> ModelPreferences | None:
     """A request's preferences as the proxy reads them off the wire (names: costPriority, ...)."""
-    return ModelPreferences.from_wire({"hints": [{"name": n} for n in names], **priorities})
+    wire: Any = {"hints": [{"name": n} for n in names], **priorities}  # as it comes off the wire
+    return ModelPreferences.from_wire(wire)
 
 
 CASES = [
