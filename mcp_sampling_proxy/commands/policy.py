@@ -120,6 +120,11 @@ def main(argv: Sequence[str]) -> int:
     )
     explain.add_argument("--host", default="", metavar="NAME", help="the host's clientInfo name")
     explain.add_argument(
+        "--client",
+        metavar="NAME",
+        help="the caller's name under serve, its bearer token's name (for client: rules; default: none, as over stdio)",
+    )
+    explain.add_argument(
         "--arguments", metavar="JSON", help="with --call: the call's arguments, a JSON object (default {})"
     )
     args = parser.parse_args(list(argv))
@@ -154,6 +159,7 @@ def main(argv: Sequence[str]) -> int:
             tool=args.tool,
             host=args.host,
             server_reported=args.server_reported,
+            client=args.client,
         )
     failed = 0
     for path in args.files:
@@ -183,7 +189,8 @@ REQUEST_TEMPLATE = """\
 // It holds the params of a sampling/createMessage request, as a server sends them (a whole JSON-RPC
 // request, {"jsonrpc": "2.0", "id": 1, "method": "sampling/createMessage", "params": {...}}, works too).
 // Who sends it is given on the command line: --server (the name your rules see), --tool (the host's
-// tool call in flight), --host. Lines starting with // are comments; explain skips them.
+// tool call in flight), --host, --client (the caller under serve). Lines starting with // are comments;
+// explain skips them.
 // For an elicitation/create request, give its params instead: {"message": "...", "requestedSchema": {...}}.
 {
   // what the server asks the LLM, oldest first; role: user or assistant; a content block is
@@ -222,6 +229,7 @@ def explain_main(
     tool: str | Sequence[str] | None,
     host: str,
     server_reported: str | None = None,
+    client: str | None = None,
 ) -> int:
     try:
         asked = read_request(request) if isinstance(request, str) else checked("--prompt", request)
@@ -232,7 +240,7 @@ def explain_main(
     if not settings.providers:  # as the proxy does: a policy without llm takes the environment's providers
         settings.providers = settings_from_environment(dict(os.environ)).providers
     tools = (tool,) if isinstance(tool, str) else tuple(tool or ())
-    origin = Origin(server, host, tools, server_reported)
+    origin = Origin(server, host, tools, server_reported, client)
     if isinstance(asked, SamplingRequest):
         lines = explain(settings, asked.wire, origin)
     else:
@@ -544,8 +552,9 @@ def describe_facts(facts: Facts) -> list[str]:
     hints = ", ".join(facts.model_hints) or "none"
     max_tokens = "not given" if facts.max_tokens is None else str(facts.max_tokens)
     content = ", ".join(sorted(facts.content_types)) or "none"
+    caller = "" if facts.client is None else f", client '{facts.client}'"
     return [
-        f"request: {facts.method} from server {server}, host {host}, {tool}",
+        f"request: {facts.method} from server {server}, host {host}{caller}, {tool}",
         f"  model hints: {hints}; max_tokens: {max_tokens}; messages: {facts.message_count}; "
         f"content: {content}; include_context: {facts.include_context}",
     ]

@@ -45,6 +45,7 @@ class Facts:
     model_chosen: str | None = None  # the model the proxy would choose for the request (its preferences)
     extra: dict[str, object] = field(default_factory=dict)
     server_reported: str | None = None  # the server's own serverInfo.name: untrusted, see ServerReportedMatches
+    client: str | None = None  # the caller's bearer token name under `serve`; None over stdio or without tokens
 
     def __post_init__(self) -> None:
         if self.tool is None and self.tools_in_flight:
@@ -61,6 +62,7 @@ def facts_for_sampling(
     tools_in_flight: tuple[str, ...],
     server_reported: str | None = None,
     model_chosen: str | None = None,
+    client: str | None = None,
 ) -> Facts:
     """The facts of a validated `sampling/createMessage` request: scalars from the SDK's model,
     content blocks through the one walker (over the validated wire form). The text is every string
@@ -94,6 +96,7 @@ def facts_for_sampling(
         text="\n".join(texts),
         server_reported=server_reported,
         model_chosen=model_chosen,
+        client=client,
     )
 
 
@@ -186,6 +189,26 @@ class ServerReportedMatches:
         if hit is None:
             return False, f"reported server name '{reported}' does not match {_quoted(self.patterns)}"
         return True, f"reported server name '{reported}' matches '{hit}'"
+
+
+@dataclass(frozen=True)
+class ClientMatches:
+    """`client: GLOB` (or a list): the caller's name under `serve`, the name of the bearer token it
+    presented (`name:token` in the token file). The operator chose it, so it may grant. Over stdio,
+    or when `serve` runs without tokens, there is no caller's name and it never matches."""
+
+    patterns: tuple[str, ...]
+
+    def test(self, facts: Facts) -> tuple[bool, str]:
+        if facts.client is None:
+            return False, (
+                f"no client name (only `serve` with bearer tokens names its caller), "
+                f"so client does not match {_quoted(self.patterns)}"
+            )
+        hit = _name_hit(facts.client, self.patterns)
+        if hit is None:
+            return False, f"client '{facts.client}' does not match {_quoted(self.patterns)}"
+        return True, f"client '{facts.client}' matches '{hit}'"
 
 
 @dataclass(frozen=True)

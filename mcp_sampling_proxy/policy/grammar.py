@@ -15,6 +15,7 @@ from mcp_sampling_proxy.policy.conditions import (
     ALWAYS,
     All,
     AnyOf,
+    ClientMatches,
     Condition,
     ContentHas,
     HostMatches,
@@ -76,6 +77,7 @@ WHEN_KEYS = (
     "method",
     "tool",
     "host",
+    "client",
     "model",
     "max_tokens_over",
     "messages_over",
@@ -173,6 +175,8 @@ def _parse_condition(key: str, node: Node) -> Condition:
         return ServerReportedMatches(_name_globs(node))
     if key == "host":
         return HostMatches(_globs(node))
+    if key == "client":
+        return ClientMatches(_name_globs(node))
     if key == "model":
         return ModelMatches(_globs(node))
     if key == "tool":
@@ -216,8 +220,8 @@ def _globs(node: Node, note: str = "") -> tuple[str, ...]:
 
 
 def _name_globs(node: Node) -> tuple[str, ...]:
-    """Globs over server names: refused when they hold control or invisible characters, which
-    would make a rule look as if it named one server while it names another."""
+    """Globs over names (servers, clients): refused when they hold control or invisible characters,
+    which would make a rule look as if it named one server or caller while it names another."""
     globs = _globs(node)
     items = [node] if not node.is_sequence() else node.sequence()
     for item, glob in zip(items, globs, strict=True):
@@ -225,7 +229,7 @@ def _name_globs(node: Node) -> tuple[str, ...]:
         if bad is not None:
             raise item.error(
                 f"{item.label} holds a control or invisible character, {bad}: "
-                "retype the server name with visible characters only"
+                "retype the name with visible characters only"
             )
     return globs
 

@@ -46,6 +46,7 @@ class Origin:
     host: str = ""  # the host's clientInfo name
     tools_in_flight: tuple[str, ...] = ()  # every host tools/call that could own the request
     server_reported: str | None = None  # the server's own name for itself (untrusted)
+    client: str | None = None  # the caller's token name under `serve`; None over stdio
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,7 @@ def judge_sampling(
         tools_in_flight=origin.tools_in_flight,
         server_reported=origin.server_reported,
         model_chosen=_model_for(settings, asked),
+        client=origin.client,
     )
     decision = decide(settings.rules, facts)
     if decision.action == "deny":
@@ -141,6 +143,7 @@ def judge_elicitation(settings: Settings, params: ElicitRequestParams, origin: O
         origin.tools_in_flight,
         text=str(params.get("message", "")),
         server_reported=origin.server_reported,
+        client=origin.client,
     )
     return ElicitationJudgement(params, facts, decide(settings.rules, facts))
 

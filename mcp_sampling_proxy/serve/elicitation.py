@@ -155,7 +155,9 @@ class ElicitationService:
         if busy is not None:  # the proxy holds too many requests already (Limiters.holding)
             return answer("decline", busy.message, "deny", limit=busy.limit)
         decision = judge_elicitation(
-            self._policy, params, Origin(session.server_name, session.host_name, in_flight, session.server_reported)
+            self._policy,
+            params,
+            Origin(session.server_name, session.host_name, in_flight, session.server_reported, session.client),
         ).decision
         tool = audit["tool"] = decision.tool or tool  # the candidate the strictest outcome was reached for
         audit["rule"] = decision.rule

@@ -137,7 +137,7 @@ class SamplingService:
         self, message: dict[str, Any], session: Session, audit: AuditFields, in_flight: tuple[str, ...]
     ) -> SamplingJudgement:
         """Caps, validation and the policy (assess.judge_sampling, which `policy explain` runs too)."""
-        origin = Origin(session.server_name, session.host_name, in_flight, session.server_reported)
+        origin = Origin(session.server_name, session.host_name, in_flight, session.server_reported, session.client)
         try:
             judged = judge_sampling(
                 self._settings, message.get("params") or {}, origin, method=str(message.get("method"))
@@ -399,7 +399,7 @@ class SamplingService:
         counts against the limit, as a host-routed request does in the handshake era. It is decided in
         this proxy's own window (this check cannot wait for a shared store) and then counted in the
         shared one (`Limiters.admit_now`)."""
-        origin = Origin(session.server_name, session.host_name, tools, session.server_reported)
+        origin = Origin(session.server_name, session.host_name, tools, session.server_reported, session.client)
         try:
             judged = judge_sampling(self._settings, params, origin)
         except Refused:
@@ -417,7 +417,7 @@ class SamplingService:
     ) -> None:
         """Audit sampling the host answered itself in a 2026-07-28 input_required round (the proxy
         only sees the answer when the host retries), with the tool of the call being retried."""
-        origin = Origin(session.server_name, session.host_name, tools, session.server_reported)
+        origin = Origin(session.server_name, session.host_name, tools, session.server_reported, session.client)
         try:  # refused requests never reach the host (InputResolver.owned_keys), but the host may be sent
             decision: Decision | None = judge_sampling(self._settings, params, origin).decision  # malformed rounds
         except Refused as refused:

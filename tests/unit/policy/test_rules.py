@@ -567,7 +567,7 @@ ERRORS = [
     P(
         R + "    when: {servr: x}\n",
         "policy.yaml:4:12: unknown key 'servr' in rules[0].when (did you mean 'server'?); "
-        "allowed: server, server_reported, method, tool, host, model, max_tokens_over, messages_over, content, "
+        "allowed: server, server_reported, method, tool, host, client, model, max_tokens_over, messages_over, content, "
         "include_context, text_matches, any, not",
         id="unknown-condition",
     ),

@@ -1,0 +1,104 @@
+"""`client:` rules through `serve`: two callers with tokens of their own get the rules of their names.
+
+Real parts only: `serve` as a process with a token file, the `mcp` SDK's Streamable HTTP client with
+each caller's bearer token, the kitchen-sink server sampling behind the proxy, a loopback
+OpenAI-compatible LLM, and the audit file the proxy writes.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx2
+import pytest
+from fakes.llm_server import FakeLLMServer
+from helpers.support import KITCHEN_SINK, PROXY, PY, free_port, openai_policy, proxy_env, tool_json, write_policy
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+pytestmark = pytest.mark.anyio
+
+ALICE = "alice-token-0123456789abcdef"
+BOB = "bob-token-0123456789abcdef"
+RULES = """\
+rules:
+  - name: alice
+    when: {client: alice}
+    action: allow
+    budget: {tokens: 100000, per: 1d}
+  - name: everyone-else
+    action: deny
+    message: ask for a token of your own
+"""
+
+
+@asynccontextmanager
+async def serving(tmp_path: Path, policy: str) -> AsyncIterator[str]:
+    """`serve` with alice's and bob's tokens; yields its URL and stops it at the end."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"alice:{ALICE}\nbob:{BOB}\n", encoding="utf-8")
+    tokens.chmod(0o600)
+    port = free_port()
+    command = [*PROXY, "serve", "--log-format", "json", "--listen", f"127.0.0.1:{port}", "--token-file", str(tokens)]
+    errlog = tmp_path / "serve.log"
+    with open(errlog, "ab") as err:
+        process = subprocess.Popen(
+            [*command, "--policy", policy, "--", PY, KITCHEN_SINK],
+            env=proxy_env(TEST_LLM_KEY="sk-test"),
+            stderr=err,
+            stdout=err,
+        )
+    try:
+        deadline = time.monotonic() + 20
+        while not _listening(port):
+            assert time.monotonic() < deadline and process.poll() is None, errlog.read_text()
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+        process.wait(15)
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+async def sample_as(url: str, token: str, prompt: str) -> dict[str, object]:
+    """The kitchen-sink server's `sample` tool, called by the caller of `token` (the SDK's Client)."""
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http,
+        Client(streamable_http_client(url, http_client=http), mode="legacy") as client,
+    ):
+        answer: dict[str, object] = tool_json(await client.call_tool("sample", {"prompt": prompt}))
+        return answer
+
+
+async def test_alice_is_answered_and_bob_is_refused_with_the_rules_reason(
+    tmp_path: Path,
+) -> None:
+    audit = tmp_path / "audit.jsonl"
+    with FakeLLMServer("openai") as llm:
+        policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=RULES, extra=f"audit:\n  path: {audit}\n"))
+        llm.reply_text("hello alice", model="gpt-test")
+        async with serving(tmp_path, policy) as url:
+            alices = await sample_as(url, ALICE, "from alice")
+            bobs = await sample_as(url, BOB, "from bob")
+        asked = [json.dumps(request.body["messages"]) for request in llm.requests]
+    assert alices["content"] == {"type": "text", "text": "hello alice"}
+    assert bobs["error"] == {"code": -1, "message": "ask for a token of your own", "data": None}
+    assert len(asked) == 1 and "from alice" in asked[0]  # bob's request never reached the LLM
+    records = [r for r in map(json.loads, audit.read_text().splitlines()) if r.get("event") == "decision"]
+    assert [(r["client"], r["rule"], r["decision"]) for r in records] == [
+        ("alice", "alice", "allow"),
+        ("bob", "everyone-else", "deny"),
+    ]
+    assert records[1]["reason"] == "ask for a token of your own"
