@@ -179,6 +179,15 @@ def fail(message: str, code: int = 2) -> int:
     return code
 
 
+def _reader_gone() -> int:
+    """A helper's output piped into a reader that stopped early (`| head`): not an error of ours, so no
+    traceback. stdout points at /dev/null so that the interpreter's last flush cannot fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # First act: a same-user server must not read our keys from /proc/PID/environ (see hardening)
     hardening_problems = harden_process()
@@ -192,9 +201,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         module = importlib.import_module(f"mcp_sampling_proxy.commands.{SUBCOMMANDS[args_list[0]]}")
         run: Callable[..., int] = module.main
-        if args_list[0] in ("wrap", "unwrap", "login", "logout"):
-            return run(args_list[1:], args_list[0])
-        return run(args_list[1:])
+        try:
+            if args_list[0] in ("wrap", "unwrap", "login", "logout"):
+                return run(args_list[1:], args_list[0])
+            return run(args_list[1:])
+        except BrokenPipeError:
+            return _reader_gone()
     args = build_parser().parse_args(args_list)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if bool(command) == bool(args.url):

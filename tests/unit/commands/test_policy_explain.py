@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -388,3 +389,15 @@ def test_the_name_a_server_reports_is_shown_as_its_claim(tmp_path: Path) -> None
     assert result.stdout.splitlines()[1].startswith(
         "request: sampling from server 'notes' (which calls itself \"N 'P'\"), "
     )
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
+    """`policy explain --template | head -1`: the reader goes away before the command writes, and the
+    command ends quietly instead of printing a BrokenPipeError traceback on the terminal."""
+    command = [sys.executable, "-m", "mcp_sampling_proxy", "policy", "explain", "--template"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()  # before the interpreter has even started: the first write meets a closed pipe
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=60) == 1
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
