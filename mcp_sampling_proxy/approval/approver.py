@@ -117,8 +117,8 @@ class Approver:
     async def _ask_quorum(self, request: ApprovalRequest, relay: Relay) -> Approval:
         """Ask every channel that can reach a human at once until `quorum` different approvers said yes,
         one said no, every channel is done, or the time is up."""
-        if self._channel(relay) is None:
-            await self._settle()
+        # a quorum needs every approver who is coming, not only the first: a console on its way counts
+        await self._settle()
         channels = [c for c in self._channels if c.available(relay)]
         rule = f"policy rule '{request.rule}'"
         if not channels:
