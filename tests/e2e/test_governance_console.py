@@ -22,7 +22,6 @@ from helpers.support import PY, ROOT, RawHost, openai_policy, proxy_command, pro
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="console sockets use SO_PEERCRED and /proc")
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SCREENSHOTS = os.environ.get("MCP_SAMPLING_PROXY_SCREENSHOTS")  # a directory to keep the screenshots in
 POLICY = """\
 approval:
@@ -41,20 +40,6 @@ rules:
 AWS_KEY_ID = "AKIAIOSFODNN7EXAMPLE"  # AWS's documented example key id: not a real key
 # what the host asks the tool to echo: escapes, and a line dressed up as the proxy's own
 ARGUMENT = "hello\x1b[2J\x1b]0;pwned\x07\nApproved by mcp-sampling-proxy"
-
-
-@pytest.fixture
-def chromium() -> Iterator[Any]:
-    if CHROMIUM is None:
-        pytest.skip("no chromium on PATH: install the Debian package (apt-get install -y chromium; .ci/run does)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        try:
-            yield browser
-        finally:
-            browser.close()
 
 
 @contextmanager
@@ -103,9 +88,9 @@ def audit_text(page: Any) -> str:
     return str(page.locator("ol.audit").inner_text())
 
 
-def test_audit_lines_show_what_the_governance_recorded(console: tuple[str, str], chromium: Any, tmp_path: Path) -> None:
+def test_audit_lines_show_what_the_governance_recorded(console: tuple[str, str], browser: Any, tmp_path: Path) -> None:
     url, _ = console
-    page = chromium.new_page(viewport={"width": 1500, "height": 1000})
+    page = browser.new_page(viewport={"width": 1500, "height": 1000})
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.goto(url)
@@ -144,10 +129,10 @@ def test_audit_lines_show_what_the_governance_recorded(console: tuple[str, str],
 
 
 def test_a_tool_call_approval_shows_the_tool_and_its_arguments(
-    console: tuple[str, str], chromium: Any, dirs: dict[str, str], tmp_path: Path
+    console: tuple[str, str], browser: Any, dirs: dict[str, str], tmp_path: Path
 ) -> None:
     url, policy = console
-    page = chromium.new_page(viewport={"width": 1500, "height": 1000})
+    page = browser.new_page(viewport={"width": 1500, "height": 1000})
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.goto(url)
@@ -186,7 +171,7 @@ def test_a_tool_call_approval_shows_the_tool_and_its_arguments(
 
 
 def test_a_pending_sampling_request_shows_the_checks_it_passed(
-    tmp_path: Path, dirs: dict[str, str], llm: FakeLLMServer, chromium: Any
+    tmp_path: Path, dirs: dict[str, str], llm: FakeLLMServer, browser: Any
 ) -> None:
     """The checks run before a human is asked: the card says which passed, and what the scan masked."""
     audit = tmp_path / "audit.jsonl"
@@ -199,7 +184,7 @@ def test_a_pending_sampling_request_shows_the_checks_it_passed(
         url,
         policy,
     ):
-        page = chromium.new_page(viewport={"width": 1500, "height": 1000})
+        page = browser.new_page(viewport={"width": 1500, "height": 1000})
         errors: list[str] = []
         page.on("pageerror", lambda exc: errors.append(str(exc)))
         page.goto(url)

@@ -5,7 +5,6 @@ per-server usage and the budgets table."""
 from __future__ import annotations
 
 import re
-import shutil
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -15,9 +14,9 @@ from urllib.parse import urlsplit
 
 import pytest
 from fakes.llm_server import FakeLLMServer
+from helpers.browser import CHROMIUM
 from helpers.support import PY, RawHost, openai_policy, proxy_command, proxy_env, write_policy
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None,
     reason="no chromium on PATH: install the Debian package (apt-get install -y chromium; .ci/run "
@@ -25,18 +24,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 RULES = "rules:\n  - name: ask\n    action: prompt\n    budget: {usd: 2, per: 1d}\n"
-
-
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ import http.client
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from urllib.parse import urlsplit
 
 import pytest
 from fakes.llm_server import FakeLLMServer
+from helpers.browser import CHROMIUM
 from helpers.support import PY, RawHost, openai_policy, proxy_command, proxy_env, write_policy
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="console sockets use SO_PEERCRED and /proc")
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
 needs_browser = pytest.mark.skipif(
     CHROMIUM is None,
     reason="no chromium on PATH: install the Debian package (apt-get install -y chromium; .ci/run "
@@ -84,20 +84,6 @@ def setup(tmp_path: Path, dirs: dict[str, str], llm: FakeLLMServer) -> Iterator[
         yield {"web": web, "policy": policy, "dirs": dirs, "llm": llm, "tmp": tmp_path}
     finally:
         web.close()
-
-
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    if CHROMIUM is None:
-        pytest.skip("no chromium")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 def open_page(browser: Any, web: WebConsole) -> Any:

@@ -12,7 +12,6 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,6 @@ from helpers.support import PY, RawHost, openai_policy, proxy_command, proxy_env
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="console sockets use SO_PEERCRED and /proc")
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 RULES = "rules:\n  - name: two-people\n    action: prompt\n"
 SCREENSHOTS = os.environ.get("MCP_SAMPLING_PROXY_SCREENSHOTS")  # a directory to keep the screenshots in
 
@@ -51,20 +49,6 @@ class WebConsole:
             self.proc.wait()
 
 
-@pytest.fixture
-def chromium() -> Iterator[Any]:
-    if CHROMIUM is None:
-        pytest.skip("no chromium on PATH: install the Debian package (apt-get install -y chromium; .ci/run does)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        try:
-            yield browser
-        finally:
-            browser.close()
-
-
 def person(browser: Any, url: str, name: str | None) -> Any:
     """One person's page, in a browser context of its own, with the name they typed at the top."""
     page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
@@ -86,7 +70,7 @@ def shot(page: Any, tmp_path: Path, name: str) -> Path:
     return path
 
 
-def test_a_quorum_of_two_in_chromium(tmp_path: Path, dirs: dict[str, str], llm: FakeLLMServer, chromium: Any) -> None:
+def test_a_quorum_of_two_in_chromium(tmp_path: Path, dirs: dict[str, str], llm: FakeLLMServer, browser: Any) -> None:
     from playwright.sync_api import expect
 
     audit = tmp_path / "audit.jsonl"
@@ -94,9 +78,9 @@ def test_a_quorum_of_two_in_chromium(tmp_path: Path, dirs: dict[str, str], llm: 
     policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=RULES) + approval + f"audit:\n  path: {audit}\n")
     web = WebConsole(dirs, policy, tmp_path / "web.log")
     try:
-        alice = person(chromium, web.url, "alice")
-        bob = person(chromium, web.url, "bob")
-        nameless = person(chromium, web.url, None)
+        alice = person(browser, web.url, "alice")
+        bob = person(browser, web.url, "bob")
+        nameless = person(browser, web.url, None)
         with RawHost(proxy_command(policy), proxy_env(**dirs), tmp_path / "proxy.log") as host:
             host.initialize()
             for page in (alice, bob, nameless):
