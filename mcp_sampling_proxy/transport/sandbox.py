@@ -111,12 +111,8 @@ def plan(
     if not settings.network:
         words.append("--unshare-net")
     cwd = cwd or os.getcwd()
-    tmp = os.path.realpath("/tmp")
-    for path in _existing([cwd]):
-        if path.startswith(tmp + os.sep):
-            words += ["--bind", path, path]
-    for path in _existing(arg for arg in command if arg.startswith(("/tmp/", tmp + os.sep))):
-        words += ["--bind", path, path]  # a path named in its command is the server's, as it would be directly
+    for path in _under_tmp([cwd, *command]):
+        words += ["--bind", path, path]  # the server's own, as they would be directly
     for path in _existing(settings.read):
         words += ["--ro-bind", path, path]
     for path in _existing(settings.write):
@@ -125,6 +121,24 @@ def plan(
         words += ["--tmpfs", path] if os.path.isdir(path) else ["--ro-bind", os.devnull, path]
     words += ["--chdir", cwd, "--"]
     return Plan(tuple(words))
+
+
+def _under_tmp(paths: Iterable[str]) -> list[str]:
+    """The top directories (or files) under /tmp that hold `paths`: the working directory and the
+    paths a command names. The whole top entry, not the path alone: a virtual environment's `python`
+    is a symlink whose `pyvenv.cfg` and `lib/` sit beside it, and a script imports its neighbours."""
+    tmps = {"/tmp", os.path.realpath("/tmp")}
+    tops: list[str] = []
+    for raw in paths:
+        if not raw.startswith("/"):
+            continue
+        path = os.path.normpath(raw)
+        for tmp in tmps:
+            if path.startswith(tmp + os.sep):
+                top = os.path.join(tmp, path[len(tmp) + 1 :].split(os.sep, 1)[0])
+                if os.path.lexists(top) and top not in tops:
+                    tops.append(top)
+    return tops
 
 
 def _existing(paths: Iterable[str]) -> list[str]:

@@ -1,0 +1,48 @@
+"""A server that lives under /tmp still starts in the default sandbox, whose /tmp is private.
+
+A checkout or a virtual environment under /tmp is common (a CI clone, a scratch project). The
+sandbox gives the server an empty /tmp, so the proxy makes the directory its command names
+reachable again: the whole top entry under /tmp, since a venv's `python` is a symlink whose
+`pyvenv.cfg` and `lib/` sit beside it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers.support import KITCHEN_SINK, proxy_command, proxy_env, sdk_host, tool_text
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed: no sandbox to test"),
+]
+
+
+@pytest.fixture
+def tmp_venv() -> Iterator[Path]:
+    """A virtual environment directly under /tmp that sees this environment's packages (the SDK)."""
+    top = Path(tempfile.mkdtemp(prefix="msp-venv-", dir="/tmp"))
+    try:
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(top / "venv")], check=True)
+        site = next((top / "venv" / "lib").glob("python3*/site-packages"))
+        (site / "outer.pth").write_text(sysconfig.get_paths()["purelib"] + "\n", encoding="utf-8")
+        shutil.copy(KITCHEN_SINK, top / "server.py")
+        yield top
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+async def test_a_server_in_a_venv_under_tmp_starts_sandboxed(tmp_venv: Path, tmp_path: Path) -> None:
+    errlog = tmp_path / "proxy.log"
+    upstream = [str(tmp_venv / "venv" / "bin" / "python"), str(tmp_venv / "server.py")]
+    async with sdk_host(proxy_command(None, upstream=upstream), proxy_env(), errlog) as client:
+        result = await client.call_tool("echo", {"text": "from under /tmp"})
+    assert "from under /tmp" in tool_text(result)
+    assert "server sandboxed" in errlog.read_text()
