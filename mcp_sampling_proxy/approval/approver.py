@@ -29,6 +29,7 @@ from mcp_sampling_proxy.approval.channels import (
     QuorumState,
     Relay,
     Review,
+    person_of,
 )
 from mcp_sampling_proxy.approval.memory import ApprovalMemory
 from mcp_sampling_proxy.log import get_logger
@@ -184,7 +185,7 @@ class Approver:
                 done.cancel()
                 return
             who = answer.who or channel.name
-            if who in tally.approved:
+            if any(person_of(who) == person_of(earlier) for earlier in tally.approved):
                 repeats += 1
                 log.info("the same approver approved again: it counts once", approver=who)
             else:

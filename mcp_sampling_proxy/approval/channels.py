@@ -73,6 +73,14 @@ class Approval:
         return self.identity or self.channel
 
 
+def person_of(identity: str) -> str:
+    """The person behind an approver identity, for counting a quorum: `console:alice` and
+    `webhook:alice` are one alice (a name is a name on whichever channel it arrives); `terminal`,
+    `host` and an unnamed `console` are themselves."""
+    channel, named, name = identity.partition(":")
+    return name if named and channel in ("console", "webhook") else identity
+
+
 @dataclass(frozen=True)
 class Review:
     accepted: bool

@@ -38,6 +38,7 @@ import anyio
 import anyio.from_thread
 
 from mcp_sampling_proxy.approval import edits
+from mcp_sampling_proxy.approval.channels import person_of
 from mcp_sampling_proxy.approval.console.client import (
     ConsoleClient,
     Event,
@@ -388,7 +389,9 @@ class WebConsole:
         if not given:
             raise Refused(400, f"this request needs {needed} different approvers: enter your name at the top first")
         approved_by = quorum.get("approved_by")
-        if isinstance(approved_by, list) and f"console:{given}" in approved_by:
+        if isinstance(approved_by, list) and any(
+            isinstance(who, str) and person_of(who) == given for who in approved_by
+        ):  # on this page or through another channel (a webhook approver of the same name)
             raise Refused(409, f"{given} approved this already; it needs an approval from someone else")
         return given
 

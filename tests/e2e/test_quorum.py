@@ -12,8 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from fakes.llm_server import FakeLLMServer
+from helpers.console import SocketConsole
 from helpers.support import RawHost, openai_policy, proxy_command, proxy_env, write_policy
 from helpers.webhook_receiver import Receiver, Reply, webhook_receiver
 
@@ -110,3 +112,38 @@ def test_a_deny_ends_it(tmp_path: Path, llm: FakeLLMServer, dirs: dict[str, str]
     record = the_decision(tmp_path)
     assert record["decision"] == "rejected"
     assert record["approved_by"] == ["webhook:alice"]  # who had approved before the deny
+
+
+def test_one_name_on_two_channels_counts_once(
+    tmp_path: Path, llm: FakeLLMServer, dirs: dict[str, str], receiver: Receiver
+) -> None:
+    """alice approving at a console and again as a webhook approver is one person: a second one is needed."""
+    bob_decides = threading.Event()
+    receiver.replies = [Reply("approve", "alice"), Reply("approve", "bob", hold=bob_decides)]
+    approval = (
+        "approval:\n  quorum: 2\n  timeout: 30s\n  channels: [console, webhook]\n"
+        f"  webhook:\n    url: {receiver.url}\n    secret_env: QUORUM_HOOK_SECRET\n    timeout: 20s\n"
+    )
+    audit = f"audit:\n  path: {tmp_path / 'audit.jsonl'}\n"
+    policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=RULES) + approval + audit)
+    env = proxy_env(**dirs, QUORUM_HOOK_SECRET=SECRET)
+
+    async def console_alice() -> None:
+        console = await SocketConsole.attach(Path(dirs["MCP_SAMPLING_PROXY_RUNTIME_DIR"]))
+        pending = await console.receive()
+        assert pending["type"] == "pending"
+        await console.send({"type": "decision", "id": pending["id"], "approve": True, "approver": "alice"})
+        with anyio.fail_after(15):  # the webhook's alice came first or comes next; bob is still needed
+            while len(receiver.received) < 2:
+                await anyio.sleep(0.05)
+        bob_decides.set()
+
+    with RawHost(proxy_command(policy), env, tmp_path / "proxy.log") as host:
+        host.initialize()
+        ask(host, 2, "drop the staging database")
+        anyio.run(console_alice)
+        answer = answer_of(host, 2)
+    assert answer["content"]["text"] == "echo: drop the staging database"
+    approved_by = the_decision(tmp_path)["approved_by"]
+    assert len(approved_by) == 2 and approved_by[-1] == "webhook:bob", approved_by
+    assert approved_by[0] in ("console:alice", "webhook:alice")
