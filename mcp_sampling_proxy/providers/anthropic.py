@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from mcp_sampling_proxy.protocol.content import as_blocks
 from mcp_sampling_proxy.protocol.wire_types import CreateMessageParams, SamplingMessage, Tool
-from mcp_sampling_proxy.providers.base import Completion, LLMError
+from mcp_sampling_proxy.providers.base import Completion, LLMError, tool_use_block
 from mcp_sampling_proxy.providers.errors import unsupported, unsupported_role
 from mcp_sampling_proxy.providers.http_adapter import HttpAdapter
 
@@ -139,14 +139,14 @@ class AnthropicAdapter(HttpAdapter):
             if block.get("type") == "text":
                 content.append({"type": "text", "text": block.get("text", "")})
             elif block.get("type") == "tool_use":
-                content.append(
-                    {
-                        "type": "tool_use",
-                        "id": block.get("id"),
-                        "name": block.get("name"),
-                        "input": block.get("input") or {},
-                    }
-                )
+                arguments = block.get("input") or {}
+                if not isinstance(arguments, dict):
+                    raise LLMError(
+                        f"provider '{self.config.name}' returned a call to tool '{block.get('name')}' whose input "
+                        "is not a JSON object",
+                        provider=self.config.name,
+                    )
+                content.append(tool_use_block(self.config.name, block.get("id"), block.get("name"), arguments))
         if not content:
             content.append({"type": "text", "text": ""})
         stop = data.get("stop_reason")

@@ -7,6 +7,7 @@ so they never depend on a transport or on the SDK's session machinery.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -58,3 +59,14 @@ class Adapter(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+def tool_use_block(provider: str, call_id: object, name: object, arguments: dict[str, Any]) -> dict[str, Any]:
+    """The MCP `tool_use` block for a provider's tool call. A call without a tool name cannot be run
+    (an error the server sees, not a block it would choke on); one without an id gets one, since the
+    server answers each call with a `tool_result` that names its id (some local servers send none)."""
+    if not isinstance(name, str) or not name:
+        raise LLMError(f"provider '{provider}' returned a tool call without a tool name", provider=provider)
+    if not isinstance(call_id, str) or not call_id:
+        call_id = f"call_{uuid.uuid4().hex[:24]}"
+    return {"type": "tool_use", "id": call_id, "name": name, "input": arguments}

@@ -19,7 +19,7 @@ import structlog
 from mcp_sampling_proxy.config.providers import ProviderConfig
 from mcp_sampling_proxy.protocol.content import as_blocks
 from mcp_sampling_proxy.protocol.wire_types import CreateMessageParams, SamplingMessage, Tool
-from mcp_sampling_proxy.providers.base import Completion, LLMError
+from mcp_sampling_proxy.providers.base import Completion, LLMError, tool_use_block
 from mcp_sampling_proxy.providers.errors import unsupported, unsupported_role
 from mcp_sampling_proxy.providers.http_adapter import HttpAdapter
 
@@ -229,7 +229,7 @@ class OpenAIAdapter(HttpAdapter):
                 f"provider '{self.config.name}' returned a call to tool '{name}' whose arguments are not a JSON object",
                 provider=self.config.name,
             )
-        return {"type": "tool_use", "id": call.get("id"), "name": name, "input": arguments}
+        return tool_use_block(self.config.name, call.get("id"), name, arguments)
 
 
 def _resource_text(block: dict[str, Any]) -> str | None:

@@ -120,15 +120,15 @@ class FakeLLMServer:
 
     def reply_tool_call(
         self,
-        name: str,
+        name: str | None,
         arguments: dict[str, Any] | str,
         *,
-        id: str = "call_1",
+        id: str | None = "call_1",
         text: str | None = None,
         model: str | None = None,
         finish: str | None = None,
     ) -> None:
-        """A tool call (OpenAI `arguments` may be a raw string, to test bad JSON)."""
+        """A tool call (OpenAI `arguments` may be a raw string, to test bad JSON; a None id or name is left out)."""
         self.enqueue(body=lambda req: self._tool_body(req, name, arguments, id, text, model, finish))
 
     def reply_error(self, status: int, message: str, retry_after: float | str | None = None) -> None:
@@ -216,9 +216,9 @@ class FakeLLMServer:
     def _tool_body(
         self,
         request: RecordedRequest,
-        name: str,
+        name: str | None,
         arguments: dict[str, Any] | str,
-        call_id: str,
+        call_id: str | None,
         text: str | None,
         model: str | None,
         finish: str | None,
@@ -228,11 +228,14 @@ class FakeLLMServer:
             args = arguments if isinstance(arguments, str) else json.dumps(arguments)
             message = body["choices"][0]["message"]
             message["content"] = text
-            message["tool_calls"] = [{"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}]
+            function = {"name": name, "arguments": args} if name is not None else {"arguments": args}
+            call = {"id": call_id, "type": "function", "function": function}
+            message["tool_calls"] = [{k: v for k, v in call.items() if v is not None}]
             body["choices"][0]["finish_reason"] = finish or "tool_calls"
         else:
             blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
-            blocks.append({"type": "tool_use", "id": call_id, "name": name, "input": arguments})
+            block = {"type": "tool_use", "id": call_id, "name": name, "input": arguments}
+            blocks.append({k: v for k, v in block.items() if v is not None})
             body["content"] = blocks
             body["stop_reason"] = finish or "tool_use"
         return body

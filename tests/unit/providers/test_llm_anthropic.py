@@ -346,3 +346,16 @@ async def test_cancellation_aborts_request(server: FakeLLMServer, adapter: Anthr
         await adapter.complete(params(user("hi")), "claude-test")
     assert scope.cancelled_caught
     assert time.monotonic() - started < 1.0
+
+
+async def test_a_tool_use_without_an_id_gets_one(server: FakeLLMServer, adapter: AnthropicAdapter) -> None:
+    server.reply_tool_call("get_weather", {"city": "Oslo"}, id=None)
+    result = await adapter.complete(params(user("hi"), tools=[TOOL]), "claude-test")
+    (block,) = result.content
+    assert block["name"] == "get_weather" and isinstance(block["id"], str) and block["id"]
+
+
+async def test_a_tool_use_without_a_name_is_an_error(server: FakeLLMServer, adapter: AnthropicAdapter) -> None:
+    server.reply_tool_call(None, {"city": "Oslo"})
+    with pytest.raises(LLMError, match="returned a tool call without a tool name"):
+        await adapter.complete(params(user("hi"), tools=[TOOL]), "claude-test")

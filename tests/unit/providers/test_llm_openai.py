@@ -458,3 +458,17 @@ async def test_the_adapter_pool_closed_at_shutdown_makes_no_more_adapters() -> N
     assert made._client.is_closed
     with pytest.raises(RuntimeError, match="shutting down"):
         pool.get("fake")
+
+
+async def test_a_tool_call_without_an_id_gets_one(server: FakeLLMServer, adapter: OpenAIAdapter) -> None:
+    """The server answers each call with a tool_result naming its id: a call must carry one."""
+    server.reply_tool_call("get_weather", {"city": "Oslo"}, id=None)
+    result = await adapter.complete(params(user("hi"), tools=[TOOL]), "gpt-test")
+    (block,) = result.content
+    assert block["name"] == "get_weather" and isinstance(block["id"], str) and block["id"].startswith("call_")
+
+
+async def test_a_tool_call_without_a_name_is_an_error(server: FakeLLMServer, adapter: OpenAIAdapter) -> None:
+    server.reply_tool_call(None, {"city": "Oslo"})
+    with pytest.raises(LLMError, match="returned a tool call without a tool name"):
+        await adapter.complete(params(user("hi"), tools=[TOOL]), "gpt-test")
