@@ -137,7 +137,7 @@ def main(argv: Sequence[str]) -> int:
         if args.call is not None:
             if args.file is None:
                 explain.error("give the policy FILE before --call")
-            return explain_call_main(args.file, args.call, args.arguments, server=args.server)
+            return explain_call_main(args.file, args.call, args.arguments, server=args.server, client=args.client)
         if args.prompt is None and (args.model or args.max_tokens is not None):
             explain.error(
                 "--model and --max-tokens go with --prompt (in a --request file: modelPreferences, maxTokens)"
@@ -249,7 +249,7 @@ def explain_main(
     return 0
 
 
-def explain_call_main(policy: str, tool: str, arguments: str | None, *, server: str) -> int:
+def explain_call_main(policy: str, tool: str, arguments: str | None, *, server: str, client: str | None = None) -> int:
     """`explain --call`: which `tools:` rule decides a host's tools/call, and why the earlier ones do not."""
     try:
         settings = load_settings(policy, environ={})
@@ -262,14 +262,17 @@ def explain_call_main(policy: str, tool: str, arguments: str | None, *, server: 
     except (InputError, PolicyError) as exc:
         print(f"{PROG} explain: error: {exc}", file=sys.stderr)
         return 2
-    print("\n".join(explain_call(settings, server or "upstream", tool, parsed)))
+    print("\n".join(explain_call(settings, server or "upstream", tool, parsed, client=client)))
     return 0
 
 
-def explain_call(settings: Settings, server: str, tool: str, arguments: dict[str, Any]) -> list[str]:
-    lines = [f"tools/call of '{one_line(tool, 80)}' on server '{one_line(server, 80)}'"]
+def explain_call(
+    settings: Settings, server: str, tool: str, arguments: dict[str, Any], *, client: str | None = None
+) -> list[str]:
+    by = f" by client '{one_line(client, 80)}'" if client is not None else ""
+    lines = [f"tools/call of '{one_line(tool, 80)}' on server '{one_line(server, 80)}'{by}"]
     for rule in settings.tools.rules:
-        why = why_not(rule, server, tool, arguments)
+        why = why_not(rule, server, tool, arguments, client=client)
         if why is not None:
             lines.append(f"  tools rule '{rule.name}' (line {rule.line}): no: {why}")
             continue

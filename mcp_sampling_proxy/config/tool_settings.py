@@ -7,6 +7,7 @@
         - name: no-rm
           server: "files*"    # glob over the operator's name for the server (default: any)
           tool: "delete_*"    # glob over the tool's name (default: any)
+          client: "intern-*"  # glob over the caller's name under `serve` (default: any caller)
           arguments: '"path":"/etc'   # regex over the arguments' canonical JSON (optional)
           action: prompt      # allow | deny | prompt
           message: deleting files needs a human
@@ -32,7 +33,7 @@ from mcp_sampling_proxy.yamlnodes import Node
 OnChange = Literal["ask", "deny", "allow"]
 ON_CHANGE: tuple[OnChange, ...] = get_args(OnChange)
 TOOLS_KEYS = ("on_change", "pin", "rules")
-RULE_KEYS = ("name", "server", "tool", "arguments", "action", "message")
+RULE_KEYS = ("name", "server", "tool", "client", "arguments", "action", "message")
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class ToolRule:
     action: Action
     servers: tuple[str, ...] = ()
     tools: tuple[str, ...] = ()
+    clients: tuple[str, ...] = ()  # the caller's name under `serve` (a bearer token's name)
     arguments: re.Pattern[str] | None = None
     message: str | None = None
     line: int = 0
@@ -71,6 +73,7 @@ def _rule(node: Node, index: int) -> ToolRule:
         action=cast(Action, fields["action"].choice(ACTIONS)),
         servers=_globs(fields["server"]) if "server" in fields else (),
         tools=_globs(fields["tool"]) if "tool" in fields else (),
+        clients=_globs(fields["client"]) if "client" in fields else (),
         arguments=fields["arguments"].regex() if "arguments" in fields else None,
         message=fields["message"].str() if "message" in fields else None,
         line=node.node.start_mark.line + 1,
@@ -111,12 +114,27 @@ def canonical_arguments(arguments: Any) -> str:
     )
 
 
-def why_not(rule: ToolRule, server: str, tool: str, arguments: Any = None, *, listing: bool = False) -> str | None:
-    """Why `rule` does not decide this call (or, `listing`, this tool in a tools/list); None when it does."""
+def why_not(
+    rule: ToolRule,
+    server: str,
+    tool: str,
+    arguments: Any = None,
+    *,
+    listing: bool = False,
+    client: str | None = None,
+) -> str | None:
+    """Why `rule` does not decide this call (or, `listing`, this tool in a tools/list) by `client`;
+    None when it does."""
     if not _glob(server, rule.servers, name=True):
         return f"server '{one_line(server, 80)}' does not match {', '.join(repr(p) for p in rule.servers)}"
     if not _glob(tool, rule.tools):
         return f"tool '{one_line(tool, 80)}' does not match {', '.join(repr(p) for p in rule.tools)}"
+    if rule.clients:
+        patterns = ", ".join(repr(p) for p in rule.clients)
+        if client is None:
+            return f"no client name (only `serve` with tokens names its caller), so client does not match {patterns}"
+        if not _glob(client, rule.clients, name=True):
+            return f"client '{one_line(client, 80)}' does not match {patterns}"
     if rule.arguments is not None:
         if listing:
             return "it has an arguments condition, which only a call can meet"

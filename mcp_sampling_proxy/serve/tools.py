@@ -83,10 +83,17 @@ class ToolGate:
         return self._pins is not None or bool(self._settings.rules)
 
     # -- rules --------------------------------------------------------------------------------------------
-    def rule_for(self, server: str, tool: str, arguments: Any = None, *, listing: bool = False) -> ToolRule | None:
-        """The first rule naming this call (for a listing: only rules without an `arguments` condition)."""
+    def rule_for(self, session: Session, tool: str, arguments: Any = None, *, listing: bool = False) -> ToolRule | None:
+        """The first rule naming this call by this session's caller (for a listing: only rules without
+        an `arguments` condition)."""
+        server, client = session.server_name, session.client
         return next(
-            (r for r in self._settings.rules if why_not(r, server, tool, arguments, listing=listing) is None), None
+            (
+                r
+                for r in self._settings.rules
+                if why_not(r, server, tool, arguments, listing=listing, client=client) is None
+            ),
+            None,
         )
 
     # -- tools/list ---------------------------------------------------------------------------------------
@@ -101,7 +108,7 @@ class ToolGate:
             hidden |= await self._check_pins(message, result, named, session)
         for tool in named:
             name = tool["name"]
-            rule = self.rule_for(session.server_name, name, listing=True)
+            rule = self.rule_for(session, name, listing=True)
             if rule is not None and rule.action == "deny" and name not in hidden:
                 hidden.add(name)
                 self._record(session, message, name, "deny", rule.name, f"hidden by tools rule '{rule.name}'")
@@ -208,7 +215,7 @@ class ToolGate:
             return False
         if name in self._held:
             return True
-        rule = self.rule_for(session.server_name, name, params.get("arguments"))
+        rule = self.rule_for(session, name, params.get("arguments"))
         if rule is None:
             return False
         if rule.action == "allow":
@@ -229,7 +236,7 @@ class ToolGate:
         if held is not None:
             self._record(session, message, name, "deny", None, held)
             return RpcError(TOOL_REFUSED, held).to_dict()
-        rule = self.rule_for(session.server_name, name, params.get("arguments"))
+        rule = self.rule_for(session, name, params.get("arguments"))
         if rule is None or rule.action == "allow":
             return None
         if rule.action == "deny":

@@ -22,6 +22,7 @@ from fakes.llm_server import FakeLLMServer
 from helpers.support import KITCHEN_SINK, PROXY, PY, free_port, openai_policy, proxy_env, tool_json, write_policy
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 pytestmark = pytest.mark.anyio
 
@@ -102,3 +103,46 @@ async def test_alice_is_answered_and_bob_is_refused_with_the_rules_reason(
         ("bob", "everyone-else", "deny"),
     ]
     assert records[1]["reason"] == "ask for a token of your own"
+
+
+TOOL_RULES = """\
+rules:
+  - name: allow-all
+    action: allow
+tools:
+  rules:
+    - name: only-alice-echoes
+      tool: echo
+      client: bob
+      action: deny
+      message: echo is alice's
+"""
+
+
+async def tools_as(url: str, token: str) -> tuple[list[str], str]:
+    """The tools the caller of `token` sees, and what its call of `echo` answers."""
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http,
+        Client(streamable_http_client(url, http_client=http), mode="legacy") as client,
+    ):
+        names = [tool.name for tool in (await client.list_tools()).tools]
+        try:
+            result = await client.call_tool("echo", {"text": "hi"})
+        except MCPError as exc:  # refused by the proxy: a JSON-RPC error
+            return names, exc.error.message
+        return names, "".join(getattr(block, "text", "") for block in result.content)
+
+
+async def test_a_tools_rule_can_name_the_caller(tmp_path: Path) -> None:
+    """`tools.rules` with `client:`: bob neither sees nor calls the tool that the rule keeps for alice."""
+    audit = tmp_path / "audit.jsonl"
+    rules = TOOL_RULES
+    with FakeLLMServer("openai") as llm:
+        policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=rules, extra=f"audit:\n  path: {audit}\n"))
+        async with serving(tmp_path, policy) as url:
+            alice_sees, alice_gets = await tools_as(url, ALICE)
+            bob_sees, bob_gets = await tools_as(url, BOB)
+    assert "echo" in alice_sees and "hi" in alice_gets
+    assert "echo" not in bob_sees and "echo is alice's" in bob_gets
+    records = [r for r in map(json.loads, audit.read_text().splitlines()) if r.get("rule") == "only-alice-echoes"]
+    assert records and {r["client"] for r in records} == {"bob"}

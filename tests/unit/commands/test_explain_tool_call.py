@@ -52,3 +52,15 @@ def test_bad_arguments_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture
     assert code == 2 and "--arguments must be a JSON object, got list" in err
     code, _, err = explain(tmp_path, capsys, "--call", "read", "--arguments", "{")
     assert code == 2 and "--arguments is not JSON" in err
+
+
+def test_a_client_condition_names_the_caller(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("tools:\n  rules:\n    - {name: ops-only, tool: deploy, client: 'ops-*', action: allow}\n")
+    assert main(["explain", str(policy), "--call", "deploy", "--client", "ops-ann"]) == 0
+    out = capsys.readouterr().out
+    assert "by client 'ops-ann'" in out and "tools rule 'ops-only' (line 3): matches -> allow" in out
+    main(["explain", str(policy), "--call", "deploy", "--client", "bob"])
+    assert "client 'bob' does not match 'ops-*'" in capsys.readouterr().out
+    main(["explain", str(policy), "--call", "deploy"])
+    assert "no client name (only `serve` with tokens names its caller)" in capsys.readouterr().out
