@@ -526,6 +526,9 @@ def _s(value: Any, limit: int = 120) -> str:
     return one_line(str(value), limit)
 
 
+TOOL_METHODS = ("tools/call", "tools/list")  # the records of tools.rules and tool pins
+
+
 def format_record(record: dict[str, Any]) -> str:
     """One human-readable line; everything from the record is stripped of control characters."""
     ts = _s(record.get("ts", "?"), 40)
@@ -538,7 +541,11 @@ def format_record(record: dict[str, Any]) -> str:
     if not is_decision(record):
         return f"{ts}  -- {_s(event)} record"
     parts = [ts, _s(record.get("server") or "?", 40)]
-    if record.get("tool"):
+    if record.get("client"):  # the caller, under serve
+        parts.append(f"client={_s(record['client'], 40)}")
+    if record.get("method") in TOOL_METHODS:  # a decision on the host's tool call itself, not a sampling in it
+        parts.append(f"{record['method']} {_s(record.get('tool') or '?', 40)}:")
+    elif record.get("tool"):
         parts.append(f"tool={_s(record['tool'], 40)}")
     if record.get("method") == "elicitation/create":
         parts.append(elicitation_outcome(record))

@@ -323,3 +323,16 @@ def test_the_follower_survives_a_path_it_cannot_open_and_never_blocks_on_a_fifo(
     os.mkfifo(fifo)
     with pytest.raises(NotARegularFile):
         Follower(str(fifo), last=5).read()
+
+
+def test_tail_tells_a_tool_decision_from_a_sampling_in_a_tool_call(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog(str(path), fsync=False)
+    log.record(server="files", tool="delete_file", method="tools/call", decision="deny", rule="no-delete")
+    log.record(server="files", tool="summarise", method="sampling/createMessage", decision="allow", client="alice")
+    _code, out, _ = run(capsys, "tail", "-n", "2", str(path))
+    tool_line, sampling_line = out.splitlines()
+    assert "files  tools/call delete_file:  deny (rule no-delete)" in tool_line
+    assert "files  client=alice  tool=summarise  allow" in sampling_line
