@@ -329,6 +329,8 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
             else:
                 log.info("shutting down", reason=reason)
                 host_reader.pause()
+                if reason == "host closed stdin":
+                    await _let_answers_come(relay, settings.shutdown_timeout, hurry)
                 relay.cancel_all()
                 code = await _stop_upstream(upstream, settings.shutdown_timeout, hurry)
                 log.info("upstream stopped", exit_code=code)
@@ -356,6 +358,21 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
 
 
 HURRIED_TERM_WAIT = 0.5  # s a server gets after SIGTERM once the host asked twice (SDK hosts SIGKILL at 2 s)
+
+
+async def _let_answers_come(relay: Relay, grace: float, hurry: anyio.Event) -> None:
+    """After the host's EOF, give the requests it sent first up to `grace` to be answered before the
+    server gets its EOF, as the server would have had directly; the host asking again ends the wait."""
+    with anyio.move_on_after(grace):
+        async with anyio.create_task_group() as tg:
+
+            async def hurried() -> None:
+                await hurry.wait()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(hurried)
+            await relay.answered()
+            tg.cancel_scope.cancel()
 
 
 async def _stop_upstream(upstream: Upstream, grace: float, hurry: anyio.Event) -> int | None:

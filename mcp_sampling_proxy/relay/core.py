@@ -1077,6 +1077,14 @@ class Relay:
         return line
 
     # -- end of session ------------------------------------------------------------------------
+    async def answered(self) -> None:
+        """Return once every host request so far has its answer (or the server is gone): a host that
+        closes its stdin may still read, and a server told "EOF" at once can drop what it was doing."""
+        while not self.closed and (
+            self._held is not None or any(request.held for request in self.session.inflight.values())
+        ):
+            await anyio.sleep(0.01)
+
     @property
     def waiting_on_peers(self) -> bool:
         """True while a request the proxy serves, resolves or negotiates still waits for a peer."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 import sys
 import time
@@ -11,6 +12,7 @@ from typing import Any
 
 import pytest
 from helpers.support import (
+    INITIALIZE_LINE,
     KITCHEN_SINK,
     PY,
     RawHost,
@@ -395,3 +397,23 @@ def test_stdout_on_dev_null_is_written_without_aborting(tmp_path: Path) -> None:
         )
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     assert b"upstream ready" in done.stderr and b"upstream stopped" in done.stderr
+
+
+def test_a_host_that_closes_stdin_after_writing_still_gets_every_answer(tmp_path: Path) -> None:
+    """`printf REQUESTS | mcp-sampling-proxy -- server`: the host writes, closes its stdin and reads. The
+    proxy used to tell the server EOF as soon as it had forwarded the lines, and an SDK server that reads
+    a request and EOF together drops the request; directly it had answered. A server that starts slowly
+    makes the EOF come first; four runs, since the SDK server's own race is in play."""
+    import subprocess
+
+    initialize = json.loads(INITIALIZE_LINE)
+    lines = [initialize, {"jsonrpc": "2.0", "method": "notifications/initialized"}]
+    lines.append({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+    text = "".join(json.dumps(line) + "\n" for line in lines)
+    slow_start = ["sh", "-c", f"sleep 0.3; exec {shlex.quote(PY)} {shlex.quote(KITCHEN_SINK)}"]
+    for attempt in range(4):
+        done = subprocess.run(
+            proxy_command(upstream=slow_start), input=text, capture_output=True, text=True, env=proxy_env(), timeout=60
+        )
+        answered = {message.get("id") for message in map(json.loads, done.stdout.splitlines())}
+        assert answered == {1, 2}, f"run {attempt + 1}: answers to {answered}\n{done.stderr[-2000:]}"
