@@ -1,15 +1,13 @@
 #!/usr/bin/env python3
 """The real proxy with experimental monkeypatches, to measure what a change would buy before making it.
 
-    python bench/patched_proxy.py [--no-warmup] [--coalesce] [PROXY OPTIONS] -- COMMAND...
+    python bench/patched_proxy.py [--coalesce] [PROXY OPTIONS] -- COMMAND...
 
---no-warmup   skip cli._warm_up_imports (the thread importing httpx + mcp_types at start-up,
-              ~0.3 s of CPU that competes with the server's own start-up on a small machine)
 --coalesce    while one chunk read from a pipe is split into lines, collect the lines each
               writer gets and write them with one write() per writer at the end of the chunk,
               instead of one write() (and one wake-up of the peer) per line
 
-Use: bench.py --proxy-cmd "python bench/patched_proxy.py --no-warmup --no-terminal".
+Use: bench.py --proxy-cmd "python bench/patched_proxy.py --coalesce --no-terminal".
 Add further experiments here as flags; not part of the product.
 """
 
@@ -67,20 +65,12 @@ def patch_coalesce() -> None:
 def main() -> int:
     argv = sys.argv[1:]
     flags = set()
-    while argv and argv[0] in ("--no-warmup", "--coalesce"):
+    while argv and argv[0] in ("--coalesce",):
         flags.add(argv.pop(0))
     from mcp_sampling_proxy.commands import cli
 
-    if "--no-warmup" in flags:
-        cli._warm_up_imports = lambda: None  # type: ignore[assignment]
     if "--coalesce" in flags:
-        make_upstream = cli._stdio_upstream
-
-        def _stdio_upstream(process, label):  # type: ignore[no-untyped-def]
-            patch_coalesce()  # after the spawn, so the wire import does not delay it
-            return make_upstream(process, label)
-
-        cli._stdio_upstream = _stdio_upstream  # type: ignore[assignment]
+        patch_coalesce()
     return cli.main(argv)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -110,3 +111,28 @@ def test_audit_record_writes_every_record_and_reports_its_cost() -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("audit record: ") and "(median of 2 rounds of 200;" in done.stdout
+
+
+def test_the_patched_proxy_experiment_still_relays() -> None:
+    """bench/patched_proxy.py --coalesce patches the real framing classes: it must still relay (a patch of
+    something renamed would fail here, not in the middle of a measurement)."""
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "b", "version": "1"}},
+    }
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+    lines = [json.dumps(m) for m in (initialize, {"jsonrpc": "2.0", "method": "notifications/initialized"}, listing)]
+    server = ROOT / "tests" / "fixtures" / "kitchen_sink_server.py"
+    proxy = [sys.executable, str(ROOT / "bench" / "patched_proxy.py"), "--coalesce", "--no-terminal"]
+    done = subprocess.run(
+        [*proxy, "--", sys.executable, str(server)],
+        input="\n".join(lines) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "MCP_SAMPLING_PROXY_CONFIG_DIR": "/nonexistent/mcp-sampling-proxy-tests"},
+    )
+    answers = {m.get("id"): m for m in map(json.loads, done.stdout.splitlines())}
+    assert "tools" in answers[2]["result"], done.stderr[-2000:]
