@@ -14,7 +14,7 @@ from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any
 
 import anyio
-import httpx2  # the SDK's HTTP client (this module is imported for --url and login only)
+import httpx2  # the SDK's HTTP client (this module is imported for --url, serve and login only)
 
 from mcp_sampling_proxy import log as logmod
 from mcp_sampling_proxy.log import get_logger

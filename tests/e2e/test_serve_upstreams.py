@@ -61,6 +61,26 @@ async def in_thread(condition: Any) -> bool:
     return await anyio.to_thread.run_sync(lambda: wait_until(condition))
 
 
+async def upstream_session(client: Any) -> str:
+    """The Mcp-Session-Id the HTTP server behind serve saw on this client's call."""
+    return first_text(await client.call_tool("request_header", {"name": "Mcp-Session-Id"}))
+
+
+async def modern_tools_list(url: str) -> httpx2.Response:
+    """One 2026-07-28 request (no session) as alice."""
+    async with httpx2.AsyncClient(timeout=20) as http:
+        return await http.post(
+            url,
+            json={"jsonrpc": "2.0", "id": 7, "method": "tools/list", "params": {"_meta": MODERN_META}},
+            headers={
+                "Authorization": f"Bearer {ALICE}",
+                "Accept": "application/json, text/event-stream",
+                "MCP-Protocol-Version": "2026-07-28",
+                "Mcp-Method": "tools/list",
+            },
+        )
+
+
 # -- --url ---------------------------------------------------------------------------------------------------
 
 
@@ -79,14 +99,18 @@ async def test_serve_fronts_an_http_server_and_fulfils_its_sampling(
     )
     llm.reply_text("four", model="fake-gpt-4o-mini")
     try:
-        async with http_host(served.url, ALICE) as client:
+        async with http_host(served.url, ALICE) as client, http_host(served.url, BOB) as other:
             assert {"echo", "sample", "request_header"} <= {tool.name for tool in (await client.list_tools()).tools}
             assert first_text(await client.call_tool("echo", {"text": "through two hops"})) == "through two hops"
             assert first_text(await client.call_tool("request_header", {"name": "X-Team"})) == "blue"
             answer = tool_json(await client.call_tool("sample", {"prompt": "2+2?"}))
+            upstream_sessions = {await upstream_session(c) for c in (client, other)}
+        stateless = await modern_tools_list(served.url)
         assert server_children(served.process.pid) == []  # nothing was started: the server is at the URL
     finally:
         stop(served)
+    assert len(upstream_sessions) == 2  # a session at the server for each client session
+    assert stateless.status_code == 200 and "tools" in stateless.json()["result"]  # and for a 2026 caller
     assert answer["content"]["text"] == "four" and answer["model"] == "fake-gpt-4o-mini"
     (record,) = decisions(audit)
     assert record["client"] == "alice" and record["decision"] == "allow"
@@ -119,18 +143,7 @@ async def test_two_sessions_share_one_server_and_get_their_own_answers(tmp_path:
                 tg.start_soon(calls, "bob", bob)
             shared = server_children(served.process.pid)
         assert len(shared) == 1  # one server for both
-        # a 2026-07-28 caller (no session) is served by the same server
-        async with httpx2.AsyncClient(timeout=20) as http:
-            stateless = await http.post(
-                served.url,
-                json={"jsonrpc": "2.0", "id": 7, "method": "tools/list", "params": {"_meta": MODERN_META}},
-                headers={
-                    "Authorization": f"Bearer {ALICE}",
-                    "Accept": "application/json, text/event-stream",
-                    "MCP-Protocol-Version": "2026-07-28",
-                    "Mcp-Method": "tools/list",
-                },
-            )
+        stateless = await modern_tools_list(served.url)  # a 2026-07-28 caller (no session): the same server
         assert server_children(served.process.pid) == shared  # both sessions ended: it still runs
     finally:
         stop(served)
@@ -208,8 +221,10 @@ async def test_a_shared_http_upstream_routes_each_sampling_by_the_stream_it_came
                 tg.start_soon(call, "alice", alice)
                 assert await in_thread(lambda: len(llm.requests) == 1)
                 tg.start_soon(call, "bob", bob)
+            upstream_sessions = {await upstream_session(c) for c in (alice, bob)}
     finally:
         stop(served)
     assert results["alice"]["content"]["text"] == "slow answer"
     assert results["bob"]["content"]["text"] == "echo: bob asks"
     assert sorted(r["client"] for r in decisions(audit)) == ["alice", "bob"]
+    assert len(upstream_sessions) == 1  # one session at the server for both
