@@ -212,6 +212,7 @@ class Multiplexer:
         request.branch.deliver({**msg, "id": request.original})
 
     def _initialize_answered(self, msg: dict[str, Any]) -> None:
+        self._tokens.pop(self._initializing or "", None)
         self._initializing = None
         waiting, self._init_waiting = self._init_waiting, []
         if isinstance(msg.get("result"), dict):

@@ -27,6 +27,8 @@ from helpers.serving import (
     wait_until,
 )
 from helpers.support import alive, first_text, openai_policy, server_children, tool_json, write_policy
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 pytestmark = pytest.mark.anyio
 
@@ -170,6 +172,31 @@ async def test_a_shared_servers_sampling_is_served_for_the_caller_whose_call_ask
     assert for_alice["content"]["text"] == "echo: alice asks"
     assert for_bob["content"]["text"] == "echo: bob asks"
     assert [(r["client"], r["decision"]) for r in decisions(audit)] == [("alice", "allow"), ("bob", "allow")]
+
+
+async def test_a_2026_caller_shares_the_server_with_sessions_and_its_sampling_is_its_own(
+    tmp_path: Path, llm: FakeLLMServer
+) -> None:
+    """A 2026-07-28 caller (no session: a lane) reaches the same server as a handshake session, and the
+    server's sampling during its call is served (and audited) as that caller's."""
+    audit = tmp_path / "audit.jsonl"
+    extra = f"upstream:\n  era: handshake\naudit:\n  path: {audit}\n"
+    policy = write_policy(tmp_path, openai_policy(llm.base_url, extra=extra))
+    served = start_serve(tmp_path, "--shared-upstream", "--policy", policy, upstream=KITCHEN_SINK_COMMAND)
+    try:
+        async with (
+            http_host(served.url, BOB) as bob,
+            httpx2.AsyncClient(headers={"Authorization": f"Bearer {ALICE}"}, timeout=30) as http,
+            Client(streamable_http_client(served.url, http_client=http)) as alice,
+        ):
+            assert alice.session.protocol_version == "2026-07-28"
+            answer = tool_json(await alice.call_tool("sample", {"prompt": "stateless asks"}))
+            assert first_text(await bob.call_tool("echo", {"text": "bob too"})) == "bob too"
+            assert len(server_children(served.process.pid)) == 1
+    finally:
+        stop(served)
+    assert answer["content"]["text"] == "echo: stateless asks"
+    assert [(r["client"], r["decision"]) for r in decisions(audit)] == [("alice", "allow")]
 
 
 async def test_when_the_shared_server_exits_every_session_hears_it(tmp_path: Path) -> None:
