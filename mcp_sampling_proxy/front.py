@@ -5,8 +5,8 @@ own and a relay of its own, wired as the stdio proxy wires its one (runtime.py: 
 policy, approvals, audit and telemetry), with the host's side an HTTP session
 (transport/http_host.py) on the `mcp` SDK's `StreamableHTTPServerTransport`, which speaks the
 transport's HTTP (POST with JSON or SSE answers, GET stream, DELETE, session ids). Sessions never
-share a server (unless `--shared-upstream`): one client cannot see another's state through it. What is shared: the LLM
-adapters, the audit log, telemetry and the companion console.
+share a server (unless `--shared-upstream`): one client cannot see another's state through it. What
+is shared: the LLM adapters, the audit log, telemetry and the companion console.
 
 Sessions are capped (503 past the cap) and end after an idle period (the SDK's idle scope: no
 request in flight and no GET stream open), and when their server exits; each end stops the
@@ -314,6 +314,10 @@ class Front:
 
     async def _open_lane(self, client: str | None) -> _Lane:
         upstream = await self._upstream()
+        existing = self.lanes.get(client)
+        if existing is not None and not existing.ended.is_set():  # opened by another request while this one waited
+            await upstream.stop(0)
+            return existing
         lane = _Lane(upstream, client, Session(name_override=self.options.name, client=client))
         self.lanes[client] = lane
         log.info("2026-07-28 caller's server started", client=client, **_where(upstream))
