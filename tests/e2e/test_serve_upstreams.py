@@ -174,6 +174,34 @@ async def test_a_shared_servers_sampling_is_served_for_the_caller_whose_call_ask
     assert [(r["client"], r["decision"]) for r in decisions(audit)] == [("alice", "allow"), ("bob", "allow")]
 
 
+async def test_a_shared_servers_request_that_could_be_either_callers_is_refused(
+    tmp_path: Path, llm: FakeLLMServer
+) -> None:
+    """A command's server does not say which call its sampling belongs to: while alice's call is in flight,
+    bob's call's sampling could be either's, so it is refused rather than served (and budgeted, and
+    audited) as possibly the wrong caller's. Alice's cancelled call is cancelled at the server."""
+    policy, audit = audited_policy(tmp_path, llm)
+    served = start_serve(tmp_path, "--shared-upstream", "--policy", policy, upstream=KITCHEN_SINK_COMMAND)
+
+    async def stats(client: Any) -> dict[str, int]:
+        return dict(tool_json(await client.call_tool("slow_stats", {})))
+
+    try:
+        async with http_host(served.url, BOB) as bob, http_host(served.url, ALICE) as alice:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(alice.call_tool, "slow", {"seconds": 60})
+                while (await stats(bob))["started"] == 0:
+                    await anyio.sleep(0.05)
+                refused = tool_json(await bob.call_tool("sample", {"prompt": "whose?"}))
+                tg.cancel_scope.cancel()  # the SDK client cancels alice's call
+            while (await stats(bob))["cancelled"] == 0:
+                await anyio.sleep(0.05)
+    finally:
+        stop(served)
+    assert "--shared-upstream" in refused["error"]["message"]
+    assert llm.requests == [] and decisions(audit) == []
+
+
 async def test_a_2026_caller_shares_the_server_with_sessions_and_its_sampling_is_its_own(
     tmp_path: Path, llm: FakeLLMServer
 ) -> None:
