@@ -5,8 +5,8 @@ own and a relay of its own, wired as the stdio proxy wires its one (runtime.py: 
 policy, approvals, audit and telemetry), with the host's side an HTTP session
 (transport/http_host.py) on the `mcp` SDK's `StreamableHTTPServerTransport`, which speaks the
 transport's HTTP (POST with JSON or SSE answers, GET stream, DELETE, session ids). Sessions never
-share a server: one client cannot see another's state through it. What is shared: the LLM
-adapters, the audit log, telemetry and the companion console.
+share a server (unless `--shared-upstream`): one client cannot see another's state through it. What
+is shared: the LLM adapters, the audit log, telemetry and the companion console.
 
 Sessions are capped (503 past the cap) and end after an idle period (the SDK's idle scope: no
 request in flight and no GET stream open), and when their server exits; each end stops the
@@ -20,6 +20,11 @@ opened it.
 2026-07-28 requests have no session: each POST is one request answered in its body
 (transport/http_host.py `StatelessHost`), by a "lane" per caller (a server and relay of the caller's
 own, ended when idle like a session), whose relay speaks the 2026 era to the caller (relay/bridge.py).
+
+The server is a command (one process per session) or a Streamable HTTP URL (`--url`: one upstream
+HTTP session per client session, transport/http.py). With `--shared-upstream`, every session and lane
+shares one (relay/multiplex.py keeps their messages apart), started with the first session and
+stopped with `serve`; a shared server that exits is started again for the next session.
 """
 
 from __future__ import annotations
@@ -56,8 +61,10 @@ from mcp_sampling_proxy.config.settings import Settings
 from mcp_sampling_proxy.log import Throttle, get_logger
 from mcp_sampling_proxy.protocol import capabilities, jsonrpc
 from mcp_sampling_proxy.relay.core import Relay, Session
+from mcp_sampling_proxy.relay.multiplex import Multiplexer
 from mcp_sampling_proxy.runtime import (
     ProxyHooks,
+    Upstream,
     _approvals_store,
     _start_telemetry,
     _tool_pins,
@@ -66,6 +73,7 @@ from mcp_sampling_proxy.runtime import (
     warm_up,
 )
 from mcp_sampling_proxy.serve.sampling import AdapterPool
+from mcp_sampling_proxy.transport.http import HttpUpstream
 from mcp_sampling_proxy.transport.http_host import HttpHost, StatelessHost
 from mcp_sampling_proxy.transport.stdio import SpawnError, StdioUpstream, spawn
 
@@ -88,6 +96,14 @@ class FrontOptions:
     max_message_bytes: int = 64 * 1024 * 1024
     sandbox: tuple[str, ...] = ()  # the sandbox words each server is started under (transport/sandbox.py)
     hidden: frozenset[str] = frozenset()  # variables no server inherits (the LLM keys)
+    url: str | None = None  # a Streamable HTTP server instead of `command` (--url)
+    headers: dict[str, str] = field(default_factory=dict)  # sent to `url` (--header)
+    shared: bool = False  # one upstream for every session and lane (--shared-upstream)
+
+    @property
+    def target(self) -> str:
+        """The server's command line or URL: with `name`, whose tool pins these are."""
+        return self.url if self.url is not None else shlex.join(self.command)
 
 
 @dataclass
@@ -95,7 +111,7 @@ class _Served:
     """One client session: its HTTP transport, its server, its relay."""
 
     transport: StreamableHTTPServerTransport
-    upstream: StdioUpstream
+    upstream: Upstream
     client: str | None
     session: Session
     link: HttpHost | None = None
@@ -114,7 +130,7 @@ class _Lane:
     """One caller's 2026-07-28 requests (stateless: no session to hang a server on): a server of its
     own per caller, kept while requests come, ended after the idle timeout like a session."""
 
-    upstream: StdioUpstream
+    upstream: Upstream
     client: str | None
     session: Session
     link: StatelessHost = field(default_factory=StatelessHost)
@@ -139,6 +155,8 @@ class Front:
         self.sessions: dict[str, _Served] = {}
         self.lanes: dict[str | None, _Lane] = {}  # by caller: 2026-07-28 requests
         self._tg: anyio.abc.TaskGroup | None = None
+        self._shared: Multiplexer | None = None  # --shared-upstream: the one upstream, once started
+        self._sharing = anyio.Lock()
         self.adapters: AdapterPool = build_adapters(settings, None)
         self.offered = capabilities.offers(
             capabilities.offered_sampling(
@@ -224,11 +242,7 @@ class Front:
             await self._at_cap()(scope, receive, send)
             return
         try:
-            process = spawn(
-                self.options.command,
-                child_environment(os.environ, set(self.options.hidden)),
-                sandbox=self.options.sandbox,
-            )
+            upstream = await self._upstream()
         except SpawnError as exc:
             log.error("cannot start the server for a new session", error=str(exc))
             await _error(502, f"Bad Gateway: {exc}")(scope, receive, send)
@@ -240,14 +254,9 @@ class Front:
         )
         session_id = transport.mcp_session_id
         assert session_id is not None
-        served = _Served(
-            transport,
-            StdioUpstream(process, self.options.name),
-            client,
-            Session(name_override=self.options.name, client=client),
-        )
+        served = _Served(transport, upstream, client, Session(name_override=self.options.name, client=client))
         self.sessions[session_id] = served
-        log.info("session opened", session=session_id[:8], client=client, server_pid=process.pid)
+        log.info("session opened", session=session_id[:8], client=client, **_where(upstream))
         assert self._tg is not None
         await self._tg.start(self._run, session_id, served)
         status = await _answer_reporting_status(transport, scope, receive, send)
@@ -304,14 +313,14 @@ class Front:
         return JSONResponse(answer)
 
     async def _open_lane(self, client: str | None) -> _Lane:
-        process = spawn(
-            self.options.command, child_environment(os.environ, set(self.options.hidden)), sandbox=self.options.sandbox
-        )
-        lane = _Lane(
-            StdioUpstream(process, self.options.name), client, Session(name_override=self.options.name, client=client)
-        )
+        upstream = await self._upstream()
+        existing = self.lanes.get(client)
+        if existing is not None and not existing.ended.is_set():  # opened by another request while this one waited
+            await upstream.stop(0)
+            return existing
+        lane = _Lane(upstream, client, Session(name_override=self.options.name, client=client))
         self.lanes[client] = lane
-        log.info("2026-07-28 caller's server started", client=client, server_pid=process.pid)
+        log.info("2026-07-28 caller's server started", client=client, **_where(upstream))
         assert self._tg is not None
         self._tg.start_soon(self._run_lane, lane)
         return lane
@@ -383,8 +392,32 @@ class Front:
             self.offered,
             approvals_store=self._approvals,
             tool_pins=self._pins,
-            server_target=shlex.join(self.options.command),  # as the stdio proxy names it: the same pins
+            server_target=self.options.target,  # as the stdio proxy names it: the same pins
         )
+
+    # -- the upstream ----------------------------------------------------------------------------
+    async def _upstream(self) -> Upstream:
+        """A new session's (or lane's) upstream: a server of its own, or a branch of the shared one."""
+        if not self.options.shared:
+            return self._start_upstream()
+        async with self._sharing:
+            if self._shared is None or self._shared.ended.is_set():
+                if self._shared is not None:  # it exited: reap it, and start another for this session
+                    await self._shared.stop(0)
+                shared = Multiplexer(self._start_upstream())
+                await shared.start(max_line=self.options.max_message_bytes)
+                self._shared = shared
+                log.info("shared server started", **_where(shared.upstream))
+            return self._shared.branch()
+
+    def _start_upstream(self) -> Upstream:
+        """A server process (SpawnError when it cannot start), or an HTTP session to --url."""
+        if self.options.url is not None:
+            return HttpUpstream(self.options.url, dict(self.options.headers))
+        process = spawn(
+            self.options.command, child_environment(os.environ, set(self.options.hidden)), sandbox=self.options.sandbox
+        )
+        return StdioUpstream(process, self.options.name)
 
     # -- one session ---------------------------------------------------------------------------
     async def _run(
@@ -491,6 +524,10 @@ class Front:
                 self.end_all("serve is stopping")
                 tg.cancel_scope.cancel()
         finally:
+            if self._shared is not None:
+                with anyio.CancelScope(shield=True):
+                    code = await self._shared.stop(END_GRACE)
+                log.info("shared server ended", server_exit=self._shared.upstream.describe_end(code))
             await self.adapters.aclose()
             self.audit.close()
             if telemetry is not None:
@@ -528,6 +565,15 @@ def _survive_uvicorns_signal_replay() -> None:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, stopping)
+
+
+def _where(upstream: object) -> dict[str, Any]:
+    """What a log line says of a session's server: its pid, its URL, or that it is shared."""
+    if isinstance(upstream, StdioUpstream):
+        return {"server_pid": upstream.process.pid}
+    if isinstance(upstream, HttpUpstream):
+        return {"server_url": upstream.url}
+    return {"shared": True}
 
 
 def _owner(relay: Relay, message: dict[str, Any]) -> Any:

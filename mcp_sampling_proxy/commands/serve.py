@@ -1,4 +1,5 @@
-"""`mcp-sampling-proxy serve --listen HOST:PORT -- SERVER_CMD...`: the server as a Streamable HTTP endpoint.
+"""`mcp-sampling-proxy serve --listen HOST:PORT -- SERVER_CMD...` (or `--url URL`): the server as a Streamable
+HTTP endpoint.
 
 Everything that can be wrong is checked before anything starts: the address, the tokens (listening
 beyond loopback without one is refused), the policy. The port is bound here, so a port in use is
@@ -15,6 +16,7 @@ import shutil
 import socket
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 import anyio
 
@@ -28,9 +30,10 @@ from mcp_sampling_proxy.config.policy_file import read_policy_text
 from mcp_sampling_proxy.config.settings import check_telemetry, load_settings, resolve_state
 from mcp_sampling_proxy.front import Front, FrontOptions
 from mcp_sampling_proxy.hardening import become_subreaper, mark_relay
-from mcp_sampling_proxy.identity import bad_character, derive_from_command
+from mcp_sampling_proxy.identity import bad_character, derive_from_command, derive_from_url
 from mcp_sampling_proxy.log import configure, get_logger, set_secrets
 from mcp_sampling_proxy.runtime import has_uvloop
+from mcp_sampling_proxy.transport.http import parse_headers
 from mcp_sampling_proxy.transport.sandbox import plan, proxy_paths
 from mcp_sampling_proxy.units import parse_duration
 from mcp_sampling_proxy.yamlnodes import PolicyError
@@ -44,11 +47,15 @@ DEFAULT_LISTEN = "127.0.0.1:8765"
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mcp-sampling-proxy serve",
-        description="Serve a stdio MCP server as a Streamable HTTP endpoint at /mcp, under the policy: one "
-        "server process per client session.",
-        epilog="example:\n  mcp-sampling-proxy serve --listen 127.0.0.1:8765 --token-file tokens "
-        "-- python server.py\n\ntoken file: one token a line, `name:token` (the name is the audit's "
-        f"`client`) or `token`; mode 0600. {TOKEN_ENV} adds one more.",
+        description="Serve a stdio MCP server (or a Streamable HTTP one, --url) as a Streamable HTTP endpoint "
+        "at /mcp, under the policy: one server process (or upstream HTTP session) per client session.",
+        epilog="examples:\n  mcp-sampling-proxy serve --listen 127.0.0.1:8765 --token-file tokens "
+        "-- python server.py\n  mcp-sampling-proxy serve --token-file tokens --url https://mcp.example.com/mcp "
+        "--header 'Authorization: Bearer ${EXAMPLE_TOKEN}'\n\ntoken file: one token a line, `name:token` (the "
+        f"name is the audit's `client`) or `token`; mode 0600. {TOKEN_ENV} adds one more.\n\n"
+        "--shared-upstream: one server for every caller, for servers that keep no caller's state. There is\n"
+        "no isolation between callers: what one caller leaves in the server (files, memory, a login, a\n"
+        "subscription), the next one sees, and its list changes and log messages reach every caller.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_common_options(parser)
@@ -64,6 +71,20 @@ def build_parser() -> argparse.ArgumentParser:
         default="10m",
         metavar="DURATION",
         help="end a session (and its server) after this long without a request (default: 10m)",
+    )
+    parser.add_argument("--url", help="front a Streamable HTTP MCP server instead of starting a command")
+    parser.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="'K: V'",
+        help="HTTP header for --url (repeatable); ${VAR} in the value is taken from the environment",
+    )
+    parser.add_argument(
+        "--shared-upstream",
+        action="store_true",
+        help="one server (or HTTP session) shared by every client session, instead of one each: no isolation "
+        "between callers (see below)",
     )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the real server's command line, after '--'")
     return parser
@@ -92,8 +113,14 @@ def is_loopback(host: str) -> bool:
 def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if not command:
-        return fail("serve: give the server's command after '--' (see serve --help)")
+    if bool(command) == bool(args.url):
+        return fail("serve: give the server either as '-- COMMAND [ARGS...]' or with --url URL (see serve --help)")
+    if args.header and not args.url:
+        return fail("serve: --header is for --url (a command's server gets no HTTP headers)")
+    try:
+        headers = parse_headers(args.header, os.environ) if args.url else {}
+    except ValueError as exc:
+        return fail(str(exc))
     try:
         host, port = parse_listen(args.listen)
     except ValueError as exc:
@@ -114,12 +141,12 @@ def main(argv: Sequence[str]) -> int:
             f"--listen {args.listen} reaches beyond this machine, and no token protects it: give --token-file "
             f"PATH (one token a line, mode 0600) or set {TOKEN_ENV}, or listen on 127.0.0.1"
         )
-    missing = _not_runnable(command[0])
+    missing = _not_runnable(command[0]) if command else _not_a_url(args.url)
     if missing is not None:  # found now, not at the first client's initialize (2: a bad command line)
         return fail(missing)
     if args.name is not None and (bad_character(args.name) is not None or not args.name.strip()):
         return fail("--name: give the server a name of visible characters")
-    name = args.name.strip() if args.name else derive_from_command(command)
+    name = args.name.strip() if args.name else (derive_from_command(command) if command else derive_from_url(args.url))
     policy, _ = policy_or_default(args.policy)
     try:
         text = read_policy_text(policy) if policy is not None else None
@@ -133,7 +160,15 @@ def main(argv: Sequence[str]) -> int:
         listener = _bind(host, port)
     except OSError as exc:
         return fail(f"cannot listen on {args.listen}: {exc.strerror or exc}")
-    return _run(settings, policy, name, command, host, port, tokens, args, idle, listener)
+    return _run(settings, policy, name, command, host, port, tokens, args, idle, listener, headers)
+
+
+def _not_a_url(url: str) -> str | None:
+    """What is wrong with --url, else None."""
+    parsed = urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        return f"--url {url!r}: give the server's MCP endpoint as http://HOST[:PORT]/PATH or https://..."
+    return None
 
 
 def _not_runnable(executable: str) -> str | None:
@@ -173,6 +208,7 @@ def _run(
     args: argparse.Namespace,
     idle: float,
     listener: socket.socket,
+    headers: dict[str, str],
 ) -> int:
     mark_relay()
     become_subreaper()
@@ -183,11 +219,14 @@ def _run(
     log = get_logger("mcp_sampling_proxy")
     if args.no_terminal is False:
         log.debug("serve never asks at a terminal: approvals go to the console, the host or the webhook")
-    contained = settings.sandbox.for_server(name)
-    hidden_paths = [] if contained.mode == "off" else proxy_paths(policy, settings.named_files())
-    sandbox = plan(contained, hidden_paths, command=command)
-    if contained.mode == "required" and not sandbox.active:
-        return fail(f"sandbox: required, but the server cannot be sandboxed here: {sandbox.unavailable}")
+    prefix: tuple[str, ...] = ()
+    if command:  # the sandbox contains a command; a URL's server runs elsewhere
+        contained = settings.sandbox.for_server(name)
+        hidden_paths = [] if contained.mode == "off" else proxy_paths(policy, settings.named_files())
+        sandbox = plan(contained, hidden_paths, command=command)
+        if contained.mode == "required" and not sandbox.active:
+            return fail(f"sandbox: required, but the server cannot be sandboxed here: {sandbox.unavailable}")
+        prefix = sandbox.prefix
     options = FrontOptions(
         host=host,
         port=port,
@@ -197,11 +236,17 @@ def _run(
         max_sessions=args.max_sessions,
         idle_timeout=idle,
         max_message_bytes=args.max_message_bytes,
-        sandbox=sandbox.prefix,
+        sandbox=prefix,
         hidden=frozenset(hidden),
+        url=args.url,
+        headers=headers,
+        shared=args.shared_upstream,
     )
     log.info("policy", file=policy or "none: providers from the environment, every request asked")
-    log.info("server command", command=shlex.join(command))
+    if command:
+        log.info("server command", command=shlex.join(command), shared=args.shared_upstream or None)
+    else:
+        log.info("server URL", url=args.url, headers=sorted(headers) or None, shared=args.shared_upstream or None)
     front = Front(settings, options)
     try:
         anyio.run(front.serve, listener, backend="asyncio", backend_options={"use_uvloop": has_uvloop()})

@@ -14,7 +14,7 @@ from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any
 
 import anyio
-import httpx2  # the SDK's HTTP client (this module is imported for --url and login only)
+import httpx2  # the SDK's HTTP client (this module is imported for --url, serve and login only)
 
 from mcp_sampling_proxy import log as logmod
 from mcp_sampling_proxy.log import get_logger
@@ -120,6 +120,7 @@ class HttpUpstream:
         self._listing: set[Any] = set()  # ids of tools/list requests on their way
         self._initializing: set[Any] = set()  # ids of initialize requests on their way
         self._param_headers: dict[str, Any] = {}  # tool name -> its x-mcp-header map (SEP-2243)
+        self._session: StreamableHttpClient | None = None
 
     async def attach(
         self,
@@ -160,7 +161,7 @@ class HttpUpstream:
         try:
             with self._scope:
                 async with client, anyio.create_task_group() as tg:
-                    session = StreamableHttpClient(
+                    session = self._session = StreamableHttpClient(
                         self.url,
                         client,
                         self._from_server,
@@ -243,6 +244,11 @@ class HttpUpstream:
                     self._param_headers[name] = found
                 else:
                     self._param_headers.pop(name, None)
+
+    @property
+    def related_request(self) -> Any:
+        """While a line is being handed on: the id of the request whose event stream carried it, if any."""
+        return self._session.delivering_for if self._session is not None else None
 
     def describe_end(self, code: int | None) -> str:
         return self._failure or "closed the connection"

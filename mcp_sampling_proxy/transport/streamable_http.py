@@ -82,6 +82,7 @@ class StreamableHttpClient:
         self.session_id: str | None = None
         self._version: str | None = None  # the negotiated version, for messages that carry none
         self._posts: dict[Any, _Post] = {}
+        self.delivering_for: Any = None  # while a request's stream delivers a message of the server's: its id
 
     # -- sending -----------------------------------------------------------------------------------
     async def send(self, message: dict[str, Any], line: bytes, headers: dict[str, str] | None) -> None:
@@ -304,7 +305,11 @@ class StreamableHttpClient:
                 data = jsonrpc.dumps(parsed)
             self._deliver(data)
             return request_id is not None
-        self._deliver(data)
+        self.delivering_for = request_id  # whose request this belongs to (a shared upstream routes by it)
+        try:
+            self._deliver(data)
+        finally:
+            self.delivering_for = None
         return False
 
     async def _listen(self) -> None:

@@ -22,6 +22,7 @@ from typing import Any, cast
 import anyio
 import httpx
 import pytest
+from helpers.serving import ALICE, http_host, start_serve, stop
 from helpers.support import PROXY, PY, ROOT, RawHost, proxy_env, sdk_host, tool_text
 
 OAUTH_SERVER = str(ROOT / "tests" / "fixtures" / "oauth_server.py")
@@ -166,6 +167,21 @@ async def test_an_expired_access_token_is_refreshed_headless(servers: OAuthServe
     assert second["tokens"]["refresh_token"] != first["tokens"]["refresh_token"]
     assert second["expires_at"] > time.time() + 3000
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+@pytest.mark.anyio
+async def test_serve_fronts_a_remote_with_the_stored_login(servers: OAuthServers, tmp_path: Path) -> None:
+    """`serve --url` uses the login `login --url` stored, as the stdio proxy does: each client session's
+    upstream session carries its token."""
+    assert login(servers, tmp_path / "state").returncode == 0
+    _, record = stored(tmp_path / "state")
+    served = start_serve(tmp_path, upstream=["--url", servers.url], env=env_for(tmp_path / "state"))
+    try:
+        async with http_host(served.url, ALICE) as client:
+            assert tool_text(await client.call_tool("whoami", {})) == record["client_info"]["client_id"]
+    finally:
+        stop(served)
+    assert record["tokens"]["access_token"] not in served.errlog.read_text()
 
 
 def test_without_a_login_the_host_gets_an_error_naming_login(servers: OAuthServers, tmp_path: Path) -> None:
