@@ -8,26 +8,18 @@ OpenAI-compatible LLM, and the audit file the proxy writes.
 from __future__ import annotations
 
 import json
-import signal
-import socket
-import subprocess
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import httpx2
 import pytest
 from fakes.llm_server import FakeLLMServer
-from helpers.support import KITCHEN_SINK, PROXY, PY, free_port, openai_policy, proxy_env, tool_json, write_policy
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
+from helpers.serving import ALICE, BOB, KITCHEN_SINK_COMMAND, http_host, start_serve, stop
+from helpers.support import openai_policy, tool_json, write_policy
 from mcp.shared.exceptions import MCPError
 
 pytestmark = pytest.mark.anyio
 
-ALICE = "alice-token-0123456789abcdef"
-BOB = "bob-token-0123456789abcdef"
 RULES = """\
 rules:
   - name: alice
@@ -43,42 +35,16 @@ rules:
 @asynccontextmanager
 async def serving(tmp_path: Path, policy: str) -> AsyncIterator[str]:
     """`serve` with alice's and bob's tokens; yields its URL and stops it at the end."""
-    tokens = tmp_path / "tokens"
-    tokens.write_text(f"alice:{ALICE}\nbob:{BOB}\n", encoding="utf-8")
-    tokens.chmod(0o600)
-    port = free_port()
-    command = [*PROXY, "serve", "--log-format", "json", "--listen", f"127.0.0.1:{port}", "--token-file", str(tokens)]
-    errlog = tmp_path / "serve.log"
-    with open(errlog, "ab") as err:
-        process = subprocess.Popen(
-            [*command, "--policy", policy, "--", PY, KITCHEN_SINK],
-            env=proxy_env(TEST_LLM_KEY="sk-test"),
-            stderr=err,
-            stdout=err,
-        )
+    served = start_serve(tmp_path, "--policy", policy, upstream=KITCHEN_SINK_COMMAND)
     try:
-        deadline = time.monotonic() + 20
-        while not _listening(port):
-            assert time.monotonic() < deadline and process.poll() is None, errlog.read_text()
-            time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield served.url
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-        process.wait(15)
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as probe:
-        return probe.connect_ex(("127.0.0.1", port)) == 0
+        stop(served)
 
 
 async def sample_as(url: str, token: str, prompt: str) -> dict[str, object]:
     """The kitchen-sink server's `sample` tool, called by the caller of `token` (the SDK's Client)."""
-    async with (
-        httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http,
-        Client(streamable_http_client(url, http_client=http), mode="legacy") as client,
-    ):
+    async with http_host(url, token) as client:
         answer: dict[str, object] = tool_json(await client.call_tool("sample", {"prompt": prompt}))
         return answer
 
@@ -121,10 +87,7 @@ tools:
 
 async def tools_as(url: str, token: str) -> tuple[list[str], str]:
     """The tools the caller of `token` sees, and what its call of `echo` answers."""
-    async with (
-        httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http,
-        Client(streamable_http_client(url, http_client=http), mode="legacy") as client,
-    ):
+    async with http_host(url, token) as client:
         names = [tool.name for tool in (await client.list_tools()).tools]
         try:
             result = await client.call_tool("echo", {"text": "hi"})
