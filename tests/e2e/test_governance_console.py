@@ -166,7 +166,7 @@ def test_a_tool_call_approval_shows_the_tool_and_its_arguments(
         assert ARGUMENT.split("\x1b")[0] in response["result"]["content"][0]["text"]
     line = page.locator("ol.audit li", has_text="approved by console")
     line.wait_for(timeout=15000)
-    assert "tool=echo" in line.inner_text() and "tool call (tools rule: prompt)" in line.inner_text()
+    assert "tools/call echo:" in line.inner_text() and "tool call (tools rule: prompt)" in line.inner_text()
     assert errors == []
 
 
