@@ -1,0 +1,415 @@
+"""`serve --oauth-issuer`: the endpoint as an OAuth 2.1 protected resource of an external authorization server.
+
+Real parts only: the authorization server of tests/fixtures/oauth_server.py (the SDK's server auth
+pieces, plus RFC 7662 introspection and a JWKS) in a subprocess; `serve` as a process in front of the
+kitchen-sink server; the `mcp` SDK's client with its own OAuth support (discovery from the 401,
+dynamic registration, PKCE via the scripted browser and a loopback redirect); a loopback
+OpenAI-compatible LLM answering the server's sampling; the audit file the proxy writes.
+Tokens are checked two ways, both run: introspection (`--oauth-client-file`) and JWTs (the AS's jwks_uri).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from fakes.llm_server import FakeLLMServer
+from helpers.oauth_servers import LoopbackRedirect, MemoryTokens, OAuthServers
+from helpers.support import (
+    KITCHEN_SINK,
+    PROXY,
+    PY,
+    free_port,
+    openai_policy,
+    proxy_env,
+    server_children,
+    tool_json,
+    write_policy,
+)
+from mcp import Client
+from mcp.client.auth import OAuthClientProvider
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.auth import OAuthClientMetadata
+from pydantic import AnyUrl
+
+pytestmark = pytest.mark.anyio
+
+RS_CLIENT, RS_SECRET = "mcp-proxy-rs", "rs-secret-0123456789abcdef"
+ACCEPT = "application/json, text/event-stream"
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
+}
+HEADERS = {"Accept": ACCEPT, "Content-Type": "application/json"}
+RULES = """\
+rules:
+  - name: alice
+    when: {client: "oauth:alice"}
+    action: allow
+  - name: everyone-else
+    action: deny
+    message: sampling is alice's
+"""
+MODES = ["introspection", "jwt"]
+
+
+@dataclass
+class Serve:
+    process: subprocess.Popen[bytes]
+    url: str
+    audit: Path
+    errlog: Path
+
+    def decisions(self) -> list[dict[str, Any]]:
+        if not self.audit.exists():
+            return []
+        return [r for r in map(json.loads, self.audit.read_text().splitlines()) if r.get("event") == "decision"]
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OAuthServers]:
+    found = OAuthServers(tmp_path_factory.mktemp("oauth") / "servers.log")
+    try:
+        found.register_confidential(RS_CLIENT, RS_SECRET)
+        yield found
+    finally:
+        found.close()
+
+
+@pytest.fixture(autouse=True)
+def _as_defaults(servers: OAuthServers) -> Iterator[None]:
+    yield
+    servers.control("/test/config", {"lifetime": 3600, "user": "alice", "format": "opaque"})
+
+
+@pytest.fixture
+def llm() -> Iterator[FakeLLMServer]:
+    with FakeLLMServer("openai") as server:
+        yield server
+
+
+def client_file(directory: Path, secret: str = RS_SECRET, mode: int = 0o600) -> str:
+    path = directory / "rs-client"
+    path.write_text(f"# introspection credentials\nclient_id = {RS_CLIENT}\nclient_secret: {secret}\n")
+    path.chmod(mode)
+    return str(path)
+
+
+def run_serve(tmp_path: Path, *options: str, policy: str | None = None, host: str = "127.0.0.1") -> Serve:
+    port = free_port()
+    errlog = tmp_path / "serve.log"
+    command = [*PROXY, "serve", "--log-format", "json", "--listen", f"{host}:{port}", *options]
+    if policy is not None:
+        command += ["--policy", policy]
+    with open(errlog, "ab") as err:
+        process = subprocess.Popen(
+            [*command, "--", PY, KITCHEN_SINK], env=proxy_env(TEST_LLM_KEY="sk-test"), stderr=err, stdout=err
+        )
+    deadline = time.monotonic() + 20
+    while process.poll() is None and time.monotonic() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return Serve(process, f"http://127.0.0.1:{port}/mcp", tmp_path / "audit.jsonl", errlog)
+        time.sleep(0.05)
+    raise AssertionError(f"serve did not listen: {errlog.read_text()}")
+
+
+def auth_options(servers: OAuthServers, tmp_path: Path, mode: str) -> list[str]:
+    options = ["--oauth-issuer", servers.issuer, "--oauth-scope", "mcp"]
+    return [*options, "--oauth-client-file", client_file(tmp_path)] if mode == "introspection" else options
+
+
+@asynccontextmanager
+async def serving(
+    servers: OAuthServers, tmp_path: Path, mode: str, llm: FakeLLMServer | None = None, rules: str = RULES
+) -> AsyncIterator[Serve]:
+    audit = tmp_path / "audit.jsonl"
+    base = llm.base_url if llm is not None else "http://127.0.0.1:9/v1"
+    policy = write_policy(tmp_path, openai_policy(base, rules=rules, extra=f"audit:\n  path: {audit}\n"))
+    running = run_serve(tmp_path, *auth_options(servers, tmp_path, mode), policy=policy)
+    try:
+        yield running
+    finally:
+        if running.process.poll() is None:
+            running.process.send_signal(signal.SIGTERM)
+        running.process.wait(15)
+
+
+async def initialize(url: str, token: str | None) -> httpx2.Response:
+    headers = HEADERS if token is None else {**HEADERS, "Authorization": f"Bearer {token}"}
+    async with httpx2.AsyncClient(timeout=15) as http:
+        return await http.post(url, json=INITIALIZE, headers=headers)
+
+
+async def sample_with(url: str, token: str, prompt: str) -> dict[str, Any]:
+    """The kitchen-sink server's `sample` tool, called with a bearer token (the SDK's Client)."""
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http,
+        Client(streamable_http_client(url, http_client=http), mode="legacy") as client,
+    ):
+        answer: dict[str, Any] = tool_json(await client.call_tool("sample", {"prompt": prompt}))
+        return answer
+
+
+def wait_for(condition: Any, timeout: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_the_sdk_clients_own_oauth_login_samples_and_the_audit_names_the_subject(
+    servers: OAuthServers, tmp_path: Path, llm: FakeLLMServer, mode: str
+) -> None:
+    servers.control("/test/config", {"format": "jwt" if mode == "jwt" else "opaque", "user": "alice"})
+    before = servers.control("/test/stats")
+    llm.reply_text("hello alice", model="gpt-test")
+    browser = LoopbackRedirect()
+    tokens = MemoryTokens()
+    try:
+        async with serving(servers, tmp_path, mode, llm) as served:
+            provider = OAuthClientProvider(
+                server_url=served.url,
+                client_metadata=OAuthClientMetadata(
+                    client_name="a desktop MCP client",
+                    redirect_uris=[AnyUrl(browser.redirect_uri)],
+                    grant_types=["authorization_code", "refresh_token"],
+                    response_types=["code"],
+                    token_endpoint_auth_method="none",
+                ),
+                storage=tokens,
+                redirect_handler=browser.open,
+                callback_handler=browser.code,
+            )
+            async with (
+                httpx2.AsyncClient(auth=provider, timeout=30) as http,
+                Client(streamable_http_client(served.url, http_client=http), mode="legacy") as client,
+            ):
+                answer = tool_json(await client.call_tool("sample", {"prompt": "who am I?"}))
+            assert wait_for(lambda: len(served.decisions()) == 1)
+            (record,) = served.decisions()
+    finally:
+        browser.close()
+    assert answer["content"] == {"type": "text", "text": "hello alice"}
+    assert "who am I?" in json.dumps(llm.last.body["messages"])
+    assert (record["client"], record["rule"], record["decision"]) == ("oauth:alice", "alice", "allow")
+    # the client found the authorization server from the 401, registered itself, and logged in with PKCE
+    after = servers.control("/test/stats")
+    assert after["registrations"] == before["registrations"] + 1
+    assert after["code_grants"] == before["code_grants"] + 1
+    assert browser.visited[0].startswith(f"{servers.issuer}/authorize?")
+    assert "code_challenge_method=S256" in browser.visited[0]
+    assert f"resource={served.url.replace(':', '%3A').replace('/', '%2F')}" in browser.visited[0]
+    assert tokens.tokens is not None and tokens.tokens.scope == "mcp"
+    checked = after["introspections"] - before["introspections"]
+    assert checked > 0 if mode == "introspection" else checked == 0  # a JWT is checked against the keys alone
+
+
+async def test_without_a_token_the_401_names_the_resource_metadata(servers: OAuthServers, tmp_path: Path) -> None:
+    async with serving(servers, tmp_path, "introspection") as served:
+        refused = await initialize(served.url, None)
+        assert server_children(served.process.pid) == []  # nothing was started for it
+    origin = served.url.removesuffix("/mcp")
+    assert refused.status_code == 401
+    challenge = refused.headers["www-authenticate"]
+    assert challenge.startswith("Bearer ")
+    assert f'resource_metadata="{origin}/.well-known/oauth-protected-resource/mcp"' in challenge
+
+
+async def test_the_protected_resource_metadata_names_this_resource_its_server_and_scopes(
+    servers: OAuthServers, tmp_path: Path
+) -> None:
+    async with serving(servers, tmp_path, "introspection") as served:
+        origin = served.url.removesuffix("/mcp")
+        async with httpx2.AsyncClient(timeout=10) as http:
+            suffixed = await http.get(f"{origin}/.well-known/oauth-protected-resource/mcp")
+            root = await http.get(f"{origin}/.well-known/oauth-protected-resource")
+            other = await http.get(f"{origin}/.well-known/oauth-protected-resource/elsewhere")
+    assert suffixed.status_code == root.status_code == 200
+    document = suffixed.json()
+    assert document == root.json()
+    assert document["resource"] == served.url
+    assert document["authorization_servers"] == [f"{servers.issuer}/"]  # pydantic's spelling of the origin
+    assert document["scopes_supported"] == ["mcp"]
+    assert document["bearer_methods_supported"] == ["header"]
+    assert other.status_code == 404
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_token_issued_for_another_resource_is_refused(servers: OAuthServers, tmp_path: Path, mode: str) -> None:
+    form = "jwt" if mode == "jwt" else "opaque"
+    async with serving(servers, tmp_path, mode) as served:
+        ours = servers.mint(subject="alice", resource=served.url, format=form)
+        elsewhere = servers.mint(subject="alice", resource="http://127.0.0.1:1/mcp", format=form)
+        unbound = servers.mint(subject="alice", format=form)  # no audience at all
+        accepted = await initialize(served.url, ours)
+        refused = [await initialize(served.url, token) for token in (elsewhere, unbound)]
+    assert accepted.status_code == 200
+    assert [r.status_code for r in refused] == [401, 401]
+    assert all('error="invalid_token"' in r.headers["www-authenticate"] for r in refused)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_an_expired_token_is_refused(servers: OAuthServers, tmp_path: Path, mode: str) -> None:
+    form = "jwt" if mode == "jwt" else "opaque"
+    async with serving(servers, tmp_path, mode) as served:
+        expired = servers.mint(subject="alice", resource=served.url, format=form, lifetime=-300)
+        refused = await initialize(served.url, expired)
+    assert refused.status_code == 401
+    assert "resource_metadata=" in refused.headers["www-authenticate"]
+
+
+async def test_a_revoked_token_is_refused_at_its_next_request(servers: OAuthServers, tmp_path: Path) -> None:
+    async with serving(servers, tmp_path, "introspection") as served:
+        token = servers.mint(subject="alice", resource=served.url)
+        opened = await initialize(served.url, token)
+        servers.control("/test/revoke-access")
+        again = await initialize(served.url, token)
+    assert opened.status_code == 200
+    assert again.status_code == 401
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_token_without_the_required_scope_gets_403(servers: OAuthServers, tmp_path: Path, mode: str) -> None:
+    form = "jwt" if mode == "jwt" else "opaque"
+    async with serving(servers, tmp_path, mode) as served:
+        token = servers.mint(subject="alice", resource=served.url, scopes=["read"], format=form)
+        refused = await initialize(served.url, token)
+        assert server_children(served.process.pid) == []
+    assert refused.status_code == 403
+    challenge = refused.headers["www-authenticate"]
+    assert 'error="insufficient_scope"' in challenge and "resource_metadata=" in challenge
+
+
+async def test_client_rules_match_the_oauth_identity(servers: OAuthServers, tmp_path: Path, llm: FakeLLMServer) -> None:
+    llm.reply_text("hello alice", model="gpt-test")
+    async with serving(servers, tmp_path, "introspection", llm) as served:
+        alice = servers.mint(subject="alice", resource=served.url)
+        bob = servers.mint(subject="bob", resource=served.url)
+        robot = servers.mint(client_id="nightly-job", resource=served.url)  # client credentials: no subject
+        alices = await sample_with(served.url, alice, "from alice")
+        bobs = await sample_with(served.url, bob, "from bob")
+        robots = await sample_with(served.url, robot, "from the job")
+        assert wait_for(lambda: len(served.decisions()) == 3)
+        records = served.decisions()
+    assert alices["content"] == {"type": "text", "text": "hello alice"}
+    assert bobs["error"]["message"] == robots["error"]["message"] == "sampling is alice's"
+    assert len(llm.requests) == 1 and "from alice" in json.dumps(llm.requests[0].body["messages"])
+    assert [(r["client"], r["rule"], r["decision"]) for r in records] == [
+        ("oauth:alice", "alice", "allow"),
+        ("oauth:bob", "everyone-else", "deny"),
+        ("oauth-client:nightly-job", "everyone-else", "deny"),
+    ]
+
+
+async def test_one_callers_session_is_not_anothers(servers: OAuthServers, tmp_path: Path) -> None:
+    async with serving(servers, tmp_path, "introspection") as served:
+        alice = servers.mint(subject="alice", resource=served.url)
+        bob = servers.mint(subject="bob", resource=served.url)
+        opened = await initialize(served.url, alice)
+        session = opened.headers["mcp-session-id"]
+        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+        async with httpx2.AsyncClient(timeout=10) as http:
+            as_bob = await http.post(
+                served.url,
+                json=listing,
+                headers={**HEADERS, "Authorization": f"Bearer {bob}", "Mcp-Session-Id": session},
+            )
+    assert opened.status_code == 200
+    assert as_bob.status_code == 404
+
+
+async def test_an_unreachable_authorization_server_gets_503_not_401(servers: OAuthServers, tmp_path: Path) -> None:
+    dead = f"http://127.0.0.1:{free_port()}/introspect"
+    options = [*auth_options(servers, tmp_path, "introspection"), "--oauth-introspection", dead]
+    served = run_serve(tmp_path, *options)
+    try:
+        answer = await initialize(served.url, servers.mint(subject="alice", resource=served.url))
+    finally:
+        served.process.send_signal(signal.SIGTERM)
+        served.process.wait(15)
+    assert answer.status_code == 503  # a 401 would send the client to log in again, for nothing
+    assert "authorization server" in answer.json()["error_description"]
+    assert "cannot check a bearer token" in served.errlog.read_text()
+
+
+async def test_wrong_introspection_credentials_are_not_blamed_on_the_caller(
+    servers: OAuthServers, tmp_path: Path
+) -> None:
+    options = ["--oauth-issuer", servers.issuer, "--oauth-client-file", client_file(tmp_path, "wrong-secret-000")]
+    served = run_serve(tmp_path, *options)
+    try:
+        answer = await initialize(served.url, servers.mint(subject="alice", resource=served.url))
+    finally:
+        served.process.send_signal(signal.SIGTERM)
+        served.process.wait(15)
+    assert answer.status_code == 503
+    assert "check --oauth-client-file" in served.errlog.read_text()
+
+
+async def test_with_oauth_it_may_listen_beyond_loopback(servers: OAuthServers, tmp_path: Path) -> None:
+    resource = "https://mcp.example.test/mcp"  # as a TLS proxy in front of it would publish it
+    options = ["--oauth-issuer", servers.issuer, "--oauth-client-file", client_file(tmp_path)]
+    served = run_serve(tmp_path, *options, "--oauth-resource", resource, host="0.0.0.0")
+    try:
+        refused = await initialize(served.url, None)
+        accepted = await initialize(served.url, servers.mint(subject="alice", resource=resource))
+    finally:
+        served.process.send_signal(signal.SIGTERM)
+        served.process.wait(15)
+    assert refused.status_code == 401
+    assert (
+        'resource_metadata="https://mcp.example.test/.well-known/oauth-protected-resource/mcp"'
+        in (refused.headers["www-authenticate"])
+    )
+    assert accepted.status_code == 200
+    assert "plain http beyond this machine" not in served.errlog.read_text()
+
+
+def serve_fails(tmp_path: Path, *options: str) -> str:
+    done = subprocess.run(
+        [*PROXY, "serve", *options, "--", PY, KITCHEN_SINK],
+        env=proxy_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    return done.stderr
+
+
+def test_static_tokens_and_oauth_together_are_refused(servers: OAuthServers, tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text("alice:alice-token-0123456789abcdef\n")
+    tokens.chmod(0o600)
+    error = serve_fails(tmp_path, "--token-file", str(tokens), "--oauth-issuer", servers.issuer)
+    assert "cannot be combined with --token-file" in error
+
+
+def test_oauth_setup_errors_say_what_to_do(servers: OAuthServers, tmp_path: Path) -> None:
+    assert "give --oauth-issuer URL too" in serve_fails(tmp_path, "--oauth-scope", "mcp")
+    unreachable = f"http://127.0.0.1:{free_port()}"
+    assert f"--oauth-issuer {unreachable}: cannot reach its metadata" in serve_fails(
+        tmp_path, "--oauth-issuer", unreachable
+    )
+    assert "Issuer URL must be HTTPS" in serve_fails(tmp_path, "--oauth-issuer", "http://auth.example.com")
+    assert "give --oauth-resource URL" in serve_fails(
+        tmp_path, "--listen", f"0.0.0.0:{free_port()}", "--oauth-issuer", servers.issuer
+    )
+    shared = client_file(tmp_path, mode=0o644)
+    assert "chmod 600" in serve_fails(tmp_path, "--oauth-issuer", servers.issuer, "--oauth-client-file", shared)
