@@ -92,7 +92,6 @@ def oauth_guard(
             f"--oauth-issuer cannot be combined with --token-file or {TOKEN_ENV}: choose one way in "
             "(a program can get its own OAuth token with the client credentials grant)"
         )
-    issuer = issuer.rstrip("/") if urlsplit(issuer).path in ("", "/") else issuer
     try:
         validate_issuer_url(AnyHttpUrl(issuer))
     except ValueError as exc:
@@ -116,11 +115,11 @@ def oauth_guard(
             )
         methods = server.introspection_auth_methods
         basic = not methods or "client_secret_basic" in methods or "client_secret_post" not in methods
-        verifier = IntrospectionVerifier(endpoint, credentials, issuer, resource, basic=basic)
+        verifier = IntrospectionVerifier(endpoint, credentials, server.issuer, resource, basic=basic)
     elif args.oauth_introspection is not None:
         raise OAuthSetupError("--oauth-introspection: give --oauth-client-file PATH too (who the proxy introspects as)")
     elif server.jwks_uri is not None:
-        verifier = JwtVerifier(server.jwks_uri, issuer, resource)
+        verifier = JwtVerifier(server.jwks_uri, server.issuer, resource)
     else:
         raise OAuthSetupError(
             f"--oauth-issuer {issuer}: its metadata names no jwks_uri to check JWT access tokens with; "
@@ -132,7 +131,10 @@ def oauth_guard(
             "put a TLS proxy in front and give its https URL as --oauth-resource",
             resource=resource,
         )
-    return ResourceGuard(ResourceSettings(issuer, resource, tuple(args.oauth_scope), name), verifier, ENDPOINT)
+    settings = ResourceSettings(server.issuer, resource, tuple(args.oauth_scope), name)
+    checked = "introspection" if args.oauth_client_file else "jwt"
+    log.info("OAuth protected resource", issuer=server.issuer, resource=resource, tokens_checked_by=checked)
+    return ResourceGuard(settings, verifier, ENDPOINT)
 
 
 def _resource(given: str | None, host: str, port: int) -> str:

@@ -1,7 +1,7 @@
 """`serve` as an OAuth 2.1 protected resource (the MCP authorization spec) of an external authorization server.
 
-Built from the `mcp` SDK's resource-server pieces: `create_protected_resource_routes` publishes the
-RFC 9728 metadata (at `/.well-known/oauth-protected-resource` and its path-suffixed form),
+Built from the `mcp` SDK's resource-server pieces: its `ProtectedResourceMetadata` document and handler
+publish the RFC 9728 metadata (at `/.well-known/oauth-protected-resource` and its path-suffixed form),
 `BearerAuthBackend` checks a token with a `TokenVerifier` and refuses one whose audience is not this
 resource (RFC 8707), and `RequireAuthMiddleware` answers 401 with `WWW-Authenticate: Bearer
 resource_metadata="..."` (the MCP client's discovery starts there) or 403 `insufficient_scope`.
@@ -30,9 +30,11 @@ from urllib.parse import quote, urlsplit
 import anyio
 import httpx
 import jwt
+from mcp.server.auth.handlers.metadata import ProtectedResourceMetadataHandler
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, BearerAuthBackend, RequireAuthMiddleware
 from mcp.server.auth.provider import AccessToken, TokenVerifier
-from mcp.server.auth.routes import build_resource_metadata_url, create_protected_resource_routes
+from mcp.server.auth.routes import build_resource_metadata_url, cors_middleware
+from mcp.shared.auth import ProtectedResourceMetadata
 from pydantic import AnyHttpUrl
 from starlette.requests import HTTPConnection
 from starlette.responses import JSONResponse
@@ -111,7 +113,7 @@ def discover(issuer: str, http: httpx.Client) -> AuthServer:
         methods = document.get("introspection_endpoint_auth_methods_supported")
         methods = [m for m in methods if isinstance(m, str)] if isinstance(methods, list) else []
         return AuthServer(
-            issuer=issuer,
+            issuer=str(document["issuer"]),  # as the server spells it: tokens' `iss` is compared to it exactly
             introspection_endpoint=_text(document.get("introspection_endpoint")),
             introspection_auth_methods=tuple(m for m in methods if isinstance(m, str))
             if isinstance(methods, list)
@@ -219,8 +221,11 @@ class JwtVerifier:
     def __init__(self, jwks_uri: str, issuer: str, resource: str):
         self.issuer, self.resource = issuer, resource
         self._keys = jwt.PyJWKClient(jwks_uri, cache_keys=True, lifespan=300, timeout=TIMEOUT)
-        # the spellings of this resource a token's `aud` may carry (PyJWT compares strings)
+        # the spellings a token's `aud` and `iss` may carry (PyJWT compares strings): a trailing slash aside,
+        # and for the issuer only at the root (`https://auth.example.com` and `.../` name one server)
         self._audiences = sorted({resource, resource.rstrip("/"), resource.rstrip("/") + "/"})
+        root = urlsplit(issuer).path in ("", "/")
+        self._issuers = sorted({issuer, issuer.rstrip("/"), issuer.rstrip("/") + "/"} if root else {issuer})
 
     async def verify_token(self, token: str) -> AccessToken | None:
         try:
@@ -241,7 +246,7 @@ class JwtVerifier:
                 key,
                 algorithms=list(ALGORITHMS),
                 audience=self._audiences,
-                issuer=self.issuer,
+                issuer=self._issuers,
                 options={"require": ["exp", "iss", "aud"]},
                 leeway=30,
             )
@@ -280,14 +285,21 @@ class ResourceGuard:
         self.verifier = verifier
         resource = AnyHttpUrl(settings.resource)
         self.metadata_url = build_resource_metadata_url(resource)
-        (published,) = create_protected_resource_routes(
-            resource,
-            [AnyHttpUrl(settings.issuer)],
-            scopes_supported=list(settings.scopes) or None,
-            resource_name=settings.name,
+        # what create_protected_resource_routes builds, but from the strings: its AnyHttpUrl arguments would
+        # add a slash to a root issuer (https://auth.example.com/), and a client comparing issuers as
+        # strings (RFC 8414 section 3.3) would then refuse the server's own metadata
+        document = ProtectedResourceMetadata.model_validate(
+            {
+                "resource": settings.resource,
+                "authorization_servers": [settings.issuer],
+                "scopes_supported": list(settings.scopes) or None,
+                "resource_name": settings.name,
+            }
         )
-        self.paths = sorted({published.path, WELL_KNOWN, WELL_KNOWN + endpoint_path})
-        self._metadata = Router([Route(path, published.endpoint, methods=["GET", "OPTIONS"]) for path in self.paths])
+        handler = cors_middleware(ProtectedResourceMetadataHandler(document).handle, ["GET", "OPTIONS"])
+        suffixed = urlsplit(str(self.metadata_url)).path
+        self.paths = sorted({suffixed, WELL_KNOWN, WELL_KNOWN + endpoint_path})
+        self._metadata = Router([Route(path, handler, methods=["GET", "OPTIONS"]) for path in self.paths])
         self._backend = BearerAuthBackend(verifier, resource_server_url=resource)
 
     def publishes(self, path: str) -> bool:

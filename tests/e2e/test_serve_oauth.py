@@ -24,7 +24,7 @@ from typing import Any
 import httpx2
 import pytest
 from fakes.llm_server import FakeLLMServer
-from helpers.oauth_servers import LoopbackRedirect, MemoryTokens, OAuthServers
+from helpers.oauth_servers import BROWSER_SCRIPT, LoopbackRedirect, MemoryTokens, OAuthServers
 from helpers.support import (
     KITCHEN_SINK,
     PROXY,
@@ -32,6 +32,7 @@ from helpers.support import (
     free_port,
     openai_policy,
     proxy_env,
+    sdk_host,
     server_children,
     tool_json,
     write_policy,
@@ -133,11 +134,11 @@ def auth_options(servers: OAuthServers, tmp_path: Path, mode: str) -> list[str]:
 
 @asynccontextmanager
 async def serving(
-    servers: OAuthServers, tmp_path: Path, mode: str, llm: FakeLLMServer | None = None, rules: str = RULES
+    servers: OAuthServers, tmp_path: Path, mode: str, llm: FakeLLMServer | None = None, extra: str = ""
 ) -> AsyncIterator[Serve]:
     audit = tmp_path / "audit.jsonl"
     base = llm.base_url if llm is not None else "http://127.0.0.1:9/v1"
-    policy = write_policy(tmp_path, openai_policy(base, rules=rules, extra=f"audit:\n  path: {audit}\n"))
+    policy = write_policy(tmp_path, openai_policy(base, rules=RULES, extra=f"audit:\n  path: {audit}\n{extra}"))
     running = run_serve(tmp_path, *auth_options(servers, tmp_path, mode), policy=policy)
     try:
         yield running
@@ -220,6 +221,31 @@ async def test_the_sdk_clients_own_oauth_login_samples_and_the_audit_names_the_s
     assert checked > 0 if mode == "introspection" else checked == 0  # a JWT is checked against the keys alone
 
 
+async def test_the_proxys_own_login_and_url_client_sign_in_to_serve(
+    servers: OAuthServers, tmp_path: Path, llm: FakeLLMServer
+) -> None:
+    """`login --url` (the browser step by the scripted browser) and then `--url`, headless, through serve."""
+    llm.reply_text("hello again", model="gpt-test")
+    state = tmp_path / "client-state"
+    env = proxy_env(
+        MCP_SAMPLING_PROXY_STATE_DIR=str(state),
+        MCP_SAMPLING_PROXY_URL_OPENER=f"{PY} {BROWSER_SCRIPT}",
+        PYTHON_KEYRING_BACKEND="keyring.backends.fail.Keyring",
+    )
+    # its client is another proxy, which offers sampling: serve answers it, not that host
+    async with serving(servers, tmp_path, "introspection", llm, extra="sampling:\n  route: proxy\n") as served:
+        done = subprocess.run(
+            [*PROXY, "login", "--url", served.url], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        async with sdk_host([*PROXY, "--url", served.url], env, tmp_path / "client.log") as client:
+            answer = tool_json(await client.call_tool("sample", {"prompt": "and again"}))
+        assert wait_for(lambda: len(served.decisions()) == 1)
+        (record,) = served.decisions()
+    assert answer["content"] == {"type": "text", "text": "hello again"}
+    assert (record["client"], record["decision"]) == ("oauth:alice", "allow")
+
+
 async def test_without_a_token_the_401_names_the_resource_metadata(servers: OAuthServers, tmp_path: Path) -> None:
     async with serving(servers, tmp_path, "introspection") as served:
         refused = await initialize(served.url, None)
@@ -244,7 +270,8 @@ async def test_the_protected_resource_metadata_names_this_resource_its_server_an
     document = suffixed.json()
     assert document == root.json()
     assert document["resource"] == served.url
-    assert document["authorization_servers"] == [f"{servers.issuer}/"]  # pydantic's spelling of the origin
+    issuer = httpx2.get(f"{servers.issuer}/.well-known/oauth-authorization-server").json()["issuer"]
+    assert document["authorization_servers"] == [issuer]  # spelled as the server spells itself (RFC 8414 3.3)
     assert document["scopes_supported"] == ["mcp"]
     assert document["bearer_methods_supported"] == ["header"]
     assert other.status_code == 404
