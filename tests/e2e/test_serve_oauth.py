@@ -10,6 +10,8 @@ Tokens are checked two ways, both run: introspection (`--oauth-client-file`) and
 
 from __future__ import annotations
 
+import base64
+import hmac
 import json
 import signal
 import socket
@@ -22,7 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+import jwt
 import pytest
+from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from fakes.llm_server import FakeLLMServer
 from helpers.oauth_servers import BROWSER_SCRIPT, LoopbackRedirect, MemoryTokens, OAuthServers
 from helpers.support import (
@@ -37,6 +42,7 @@ from helpers.support import (
     tool_json,
     write_policy,
 )
+from jwt.algorithms import RSAAlgorithm
 from mcp import Client
 from mcp.client.auth import OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
@@ -299,6 +305,47 @@ async def test_an_expired_token_is_refused(servers: OAuthServers, tmp_path: Path
         refused = await initialize(served.url, expired)
     assert refused.status_code == 401
     assert "resource_metadata=" in refused.headers["www-authenticate"]
+
+
+def _compact(header: dict[str, Any], claims: dict[str, Any], sign: Any) -> str:
+    """A JWT put together by hand, as a forger would: base64url header and claims, then `sign` of the two."""
+
+    def part(data: bytes) -> str:
+        return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+    signed = f"{part(json.dumps(header).encode())}.{part(json.dumps(claims).encode())}"
+    return f"{signed}.{part(sign(signed.encode()))}"
+
+
+@pytest.mark.parametrize("forgery", ["alg-none", "hs256-keyed-with-the-public-key", "another-key-same-kid"])
+async def test_a_forged_jwt_is_refused(servers: OAuthServers, tmp_path: Path, forgery: str) -> None:
+    (published,) = httpx2.get(f"{servers.issuer}/jwks").json()["keys"]
+    issuer = httpx2.get(f"{servers.issuer}/.well-known/oauth-authorization-server").json()["issuer"]
+    async with serving(servers, tmp_path, "jwt") as served:
+        claims = {
+            "iss": issuer,
+            "aud": served.url,
+            "sub": "alice",
+            "client_id": "forger",
+            "scope": "mcp",
+            "exp": int(time.time()) + 600,
+        }
+        header = {"typ": "at+jwt", "kid": published["kid"]}
+        if forgery == "alg-none":
+            token = _compact({**header, "alg": "none"}, claims, lambda _: b"")
+        elif forgery == "hs256-keyed-with-the-public-key":  # the old RS256/HS256 confusion
+            public = RSAAlgorithm.from_jwk(published)
+            assert isinstance(public, rsa.RSAPublicKey)
+            pem = public.public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo)
+            token = _compact({**header, "alg": "HS256"}, claims, lambda data: hmac.digest(pem, data, "sha256"))
+        else:
+            mine = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+            token = jwt.encode(claims, mine, algorithm="RS256", headers=header)
+        genuine = servers.mint(subject="alice", resource=served.url, format="jwt")
+        accepted = await initialize(served.url, genuine)
+        refused = await initialize(served.url, token)
+    assert accepted.status_code == 200  # the same claims, signed by the server, pass
+    assert refused.status_code == 401
 
 
 async def test_a_revoked_token_is_refused_at_its_next_request(servers: OAuthServers, tmp_path: Path) -> None:
