@@ -42,9 +42,6 @@ from starlette.routing import Route, Router
 from starlette.types import Receive, Scope, Send
 
 from mcp_sampling_proxy.config.front_oauth import ClientCredentials
-from mcp_sampling_proxy.log import get_logger
-
-log = get_logger("mcp_sampling_proxy.transport.resource_oauth")
 
 WELL_KNOWN = "/.well-known/oauth-protected-resource"
 SUBJECT_PREFIX = "oauth:"
@@ -111,7 +108,6 @@ def discover(issuer: str, http: httpx.Client) -> AuthServer:
                 "give --oauth-issuer exactly as the server names itself"
             )
         methods = document.get("introspection_endpoint_auth_methods_supported")
-        methods = [m for m in methods if isinstance(m, str)] if isinstance(methods, list) else []
         return AuthServer(
             issuer=str(document["issuer"]),  # as the server spells it: tokens' `iss` is compared to it exactly
             introspection_endpoint=_text(document.get("introspection_endpoint")),
@@ -155,12 +151,18 @@ def _scopes(claims: dict[str, Any]) -> list[str]:
 
 
 def _token(token: str, claims: dict[str, Any], resource: str) -> AccessToken | None:
-    """The SDK's AccessToken from introspection or JWT claims; None when the subject is unfit for a name."""
+    """The SDK's AccessToken from introspection or JWT claims. None for a token that names nobody (or by
+    unprintable names), and for a sender-constrained one (`cnf`: DPoP, mTLS): taking it as a plain bearer
+    token without the proof it is bound to would undo what binding it was for."""
+    if "cnf" in claims:
+        return None
     subject = claims.get("sub")
     client_id = claims.get("client_id", claims.get("azp", ""))
     if not isinstance(client_id, str) or not client_id.isprintable():
         return None
     if subject is not None and (not isinstance(subject, str) or not subject or not subject.isprintable()):
+        return None
+    if not subject and not client_id:
         return None
     exp = claims.get("exp")
     return AccessToken(
@@ -206,6 +208,8 @@ class IntrospectionVerifier:
             raise AuthServerUnavailable(f"introspection at {self.endpoint} answered with no JSON") from None
         if not isinstance(claims, dict) or claims.get("active") is not True:
             return None
+        if "refresh" in str(claims.get("token_type") or claims.get("typ") or "").lower():
+            return None  # a refresh token is active too at some servers (Keycloak: "typ": "Refresh")
         issuer = claims.get("iss")
         if issuer is not None and str(issuer).rstrip("/") != self.issuer.rstrip("/"):
             return None
@@ -313,9 +317,8 @@ class ResourceGuard:
         """The caller's name; or None once the refusal (401, 403, 503) has been sent."""
         try:
             found = await self._backend.authenticate(HTTPConnection(scope))
-        except AuthServerUnavailable as exc:
-            log.error("cannot check a bearer token: the authorization server did not answer", error=str(exc))
-            on_refusal("the authorization server did not answer")
+        except AuthServerUnavailable as exc:  # logged through on_refusal: an outage must not flood the log
+            on_refusal(f"cannot check a bearer token: {exc}")
             body = {
                 "error": "temporarily_unavailable",
                 "error_description": "the authorization server cannot check tokens now; try again later",

@@ -70,6 +70,7 @@ rules:
     message: sampling is alice's
 """
 MODES = ["introspection", "jwt"]
+DPOP_KEY = "0ZcOCORZNYy-DWpqq30jZyJGHTN0d2HglBV3uiguA4I"  # RFC 9449's example key thumbprint
 
 
 @dataclass
@@ -348,6 +349,25 @@ async def test_a_forged_jwt_is_refused(servers: OAuthServers, tmp_path: Path, fo
     assert refused.status_code == 401
 
 
+@pytest.mark.parametrize(
+    ("mode", "minted"),
+    [
+        ("introspection", {"subject": "alice", "claims": {"cnf": {"jkt": DPOP_KEY}}}),
+        ("jwt", {"subject": "alice", "claims": {"cnf": {"jkt": DPOP_KEY}}}),
+        ("introspection", {"subject": "alice", "claims": {"token_type": "refresh_token"}}),
+        ("introspection", {"client_id": ""}),  # names nobody: no subject, no client
+    ],
+    ids=["dpop-bound", "dpop-bound-jwt", "a-refresh-token", "nobody"],
+)
+async def test_tokens_it_cannot_take_as_bearer_tokens_are_refused(
+    servers: OAuthServers, tmp_path: Path, mode: str, minted: dict[str, Any]
+) -> None:
+    async with serving(servers, tmp_path, mode) as served:
+        token = servers.mint(resource=served.url, format="jwt" if mode == "jwt" else "opaque", **minted)
+        refused = await initialize(served.url, token)
+    assert refused.status_code == 401
+
+
 async def test_a_revoked_token_is_refused_at_its_next_request(servers: OAuthServers, tmp_path: Path) -> None:
     async with serving(servers, tmp_path, "introspection") as served:
         token = servers.mint(subject="alice", resource=served.url)
@@ -419,7 +439,7 @@ async def test_an_unreachable_authorization_server_gets_503_not_401(servers: OAu
         served.process.wait(15)
     assert answer.status_code == 503  # a 401 would send the client to log in again, for nothing
     assert "authorization server" in answer.json()["error_description"]
-    assert "cannot check a bearer token" in served.errlog.read_text()
+    assert "cannot check a bearer token: introspection at" in served.errlog.read_text()
 
 
 async def test_wrong_introspection_credentials_are_not_blamed_on_the_caller(
