@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx2
 import jwt
@@ -180,17 +180,23 @@ def wait_for(condition: Any, timeout: float = 15.0) -> bool:
     return False
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(
+    ("mode", "era"),
+    [("introspection", "legacy"), ("jwt", "legacy"), ("introspection", "auto")],
+    ids=["introspection", "jwt", "introspection-2026-07-28"],
+)
 async def test_the_sdk_clients_own_oauth_login_samples_and_the_audit_names_the_subject(
-    servers: OAuthServers, tmp_path: Path, llm: FakeLLMServer, mode: str
+    servers: OAuthServers, tmp_path: Path, llm: FakeLLMServer, mode: str, era: Literal["legacy", "auto"]
 ) -> None:
+    """The SDK's Client signs in on its own at the first 401; `auto` speaks 2026-07-28 (no session, a POST
+    per request), with the server leg in the handshake era where the kitchen-sink server samples."""
     servers.control("/test/config", {"format": "jwt" if mode == "jwt" else "opaque", "user": "alice"})
     before = servers.control("/test/stats")
     llm.reply_text("hello alice", model="gpt-test")
     browser = LoopbackRedirect()
     tokens = MemoryTokens()
     try:
-        async with serving(servers, tmp_path, mode, llm) as served:
+        async with serving(servers, tmp_path, mode, llm, extra="upstream:\n  era: handshake\n") as served:
             provider = OAuthClientProvider(
                 server_url=served.url,
                 client_metadata=OAuthClientMetadata(
@@ -206,8 +212,9 @@ async def test_the_sdk_clients_own_oauth_login_samples_and_the_audit_names_the_s
             )
             async with (
                 httpx2.AsyncClient(auth=provider, timeout=30) as http,
-                Client(streamable_http_client(served.url, http_client=http), mode="legacy") as client,
+                Client(streamable_http_client(served.url, http_client=http), mode=era) as client,
             ):
+                assert client.session.protocol_version == ("2026-07-28" if era == "auto" else "2025-11-25")
                 answer = tool_json(await client.call_tool("sample", {"prompt": "who am I?"}))
             assert wait_for(lambda: len(served.decisions()) == 1)
             (record,) = served.decisions()
