@@ -33,6 +33,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 import anyio.abc
@@ -154,7 +155,8 @@ class Front:
         self.console = ConsoleServer(lambda: options.name, lambda: "HTTP clients")
         self._approvals = _approvals_store()
         self._pins = _tool_pins(settings)
-        self._security = _security(options.host, options.port)
+        resource = options.oauth.settings.resource if options.oauth else None
+        self._security = _security(options.host, options.port, resource)
         self._request_checks = TransportSecurityMiddleware(self._security)  # what the SDK's transport runs
         self._refusals = Throttle(burst=10, window=60.0)
         self.app = RequestBodyLimitMiddleware(self._handle, options.max_message_bytes)
@@ -559,16 +561,18 @@ def _owner(relay: Relay, message: dict[str, Any]) -> Any:
     return min(inflight.items(), key=lambda item: item[1].started)[0]
 
 
-def _security(host: str, port: int) -> TransportSecuritySettings | None:
-    """On loopback, Host and Origin must name this endpoint: a web page's DNS-rebinding cannot reach it."""
+def _security(host: str, port: int, resource: str | None = None) -> TransportSecuritySettings | None:
+    """On loopback, Host and Origin must name this endpoint: a web page's DNS-rebinding cannot reach it.
+    An OAuth resource URL names it too (a TLS proxy in front of a loopback `serve` passes its Host on)."""
     if host not in LOOPBACK:
         return None
     names = [f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"]
-    return TransportSecuritySettings(
-        enable_dns_rebinding_protection=True,
-        allowed_hosts=names,
-        allowed_origins=[f"http://{name}" for name in names],
-    )
+    origins = [f"http://{name}" for name in names]
+    if resource is not None:
+        public = urlsplit(resource)
+        names.append(public.netloc)
+        origins.append(f"{public.scheme}://{public.netloc}")
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=names, allowed_origins=origins)
 
 
 def is_loopback(host: str) -> bool:

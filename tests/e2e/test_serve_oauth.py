@@ -482,6 +482,27 @@ async def test_with_oauth_it_may_listen_beyond_loopback(servers: OAuthServers, t
     assert "plain http beyond this machine" not in served.errlog.read_text()
 
 
+async def test_behind_a_tls_proxy_on_this_machine_the_resources_host_is_let_in(
+    servers: OAuthServers, tmp_path: Path
+) -> None:
+    """A TLS proxy on this machine in front of a loopback serve passes the public Host on; the DNS-rebinding
+    check lets that one in (it is the resource's) and still refuses any other."""
+    resource = "https://mcp.example.test/mcp"
+    options = ["--oauth-issuer", servers.issuer, "--oauth-client-file", client_file(tmp_path)]
+    served = run_serve(tmp_path, *options, "--oauth-resource", resource)
+    token = servers.mint(subject="alice", resource=resource)
+    headers = {**HEADERS, "Authorization": f"Bearer {token}"}
+    try:
+        async with httpx2.AsyncClient(timeout=15) as http:
+            proxied = await http.post(served.url, json=INITIALIZE, headers={**headers, "Host": "mcp.example.test"})
+            rebound = await http.post(served.url, json=INITIALIZE, headers={**headers, "Host": "evil.test"})
+    finally:
+        served.process.send_signal(signal.SIGTERM)
+        served.process.wait(15)
+    assert proxied.status_code == 200
+    assert rebound.status_code == 421
+
+
 def serve_fails(tmp_path: Path, *options: str) -> str:
     done = subprocess.run(
         [*PROXY, "serve", *options, "--", PY, KITCHEN_SINK],
