@@ -14,8 +14,9 @@ session's server. Stopping `serve` ends every session and server; a killed `serv
 servers with it (their parent-death signal and group guard, transport/stdio.py).
 
 Callers present a bearer token (config/front_tokens.py) when any is configured; the token's name
-is the session's `client`, written into its audit records. A session answers only the client that
-opened it.
+is the session's `client`, written into its audit records. Or, with `--oauth-issuer`, an OAuth access
+token of an external authorization server, for this resource (transport/resource_oauth.py); then its
+subject is the `client`. A session answers only the client that opened it.
 
 2026-07-28 requests have no session: each POST is one request answered in its body
 (transport/http_host.py `StatelessHost`), by a "lane" per caller (a server and relay of the caller's
@@ -37,6 +38,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 import anyio.abc
@@ -75,6 +77,7 @@ from mcp_sampling_proxy.runtime import (
 from mcp_sampling_proxy.serve.sampling import AdapterPool
 from mcp_sampling_proxy.transport.http import HttpUpstream
 from mcp_sampling_proxy.transport.http_host import HttpHost, StatelessHost
+from mcp_sampling_proxy.transport.resource_oauth import ResourceGuard
 from mcp_sampling_proxy.transport.stdio import SpawnError, StdioUpstream, spawn
 
 log = get_logger("mcp_sampling_proxy.front")
@@ -99,6 +102,7 @@ class FrontOptions:
     url: str | None = None  # a Streamable HTTP server instead of `command` (--url)
     headers: dict[str, str] = field(default_factory=dict)  # sent to `url` (--header)
     shared: bool = False  # one upstream for every session and lane (--shared-upstream)
+    oauth: ResourceGuard | None = None  # callers bring OAuth access tokens instead of `tokens`
 
     @property
     def target(self) -> str:
@@ -169,7 +173,8 @@ class Front:
         self.console = ConsoleServer(lambda: options.name, lambda: "HTTP clients")
         self._approvals = _approvals_store()
         self._pins = _tool_pins(settings)
-        self._security = _security(options.host, options.port)
+        resource = options.oauth.settings.resource if options.oauth else None
+        self._security = _security(options.host, options.port, resource)
         self._request_checks = TransportSecurityMiddleware(self._security)  # what the SDK's transport runs
         self._refusals = Throttle(burst=10, window=60.0)
         self.app = RequestBodyLimitMiddleware(self._handle, options.max_message_bytes)
@@ -179,13 +184,22 @@ class Front:
         if scope["type"] != "http":
             return
         request = Request(scope, receive)
+        guard = self.options.oauth
+        if guard is not None and guard.publishes(request.url.path):  # RFC 9728: how to get a token
+            await guard.metadata(scope, receive, send)
+            return
         if request.url.path.rstrip("/") != ENDPOINT:
             await _error(404, f"Not Found: the MCP endpoint is {ENDPOINT}")(scope, receive, send)
             return
-        client, refusal = self._authenticate(request)
-        if refusal is not None:
-            await refusal(scope, receive, send)
-            return
+        if guard is not None:
+            client = await guard.admit(scope, receive, send, lambda why: self._note_refusal(request, why))
+            if client is None:
+                return
+        else:
+            client, refusal = self._authenticate(request)
+            if refusal is not None:
+                await refusal(scope, receive, send)
+                return
         version = request.headers.get(MCP_PROTOCOL_VERSION_HEADER)
         if version in MODERN_PROTOCOL_VERSIONS and MCP_SESSION_ID_HEADER not in request.headers:
             answer = await self._stateless(client, request)
@@ -225,15 +239,16 @@ class Front:
         scheme, _, presented = request.headers.get("authorization", "").partition(" ")
         client = tokens.identify(presented.strip()) if scheme.lower() == "bearer" else None
         if client is None:
-            held = self._refusals.admit()  # a caller guessing tokens must not bury the log
-            if held is not None:
-                log.warning(
-                    "refused an HTTP request without a valid bearer token", peer=_peer(request), unlogged=held or None
-                )
+            self._note_refusal(request, "no valid token")
             response = _error(401, "Unauthorized: send 'Authorization: Bearer TOKEN' with a token of --token-file")
             response.headers["WWW-Authenticate"] = 'Bearer realm="mcp-sampling-proxy"'
             return None, response
         return client, None
+
+    def _note_refusal(self, request: Request, why: str) -> None:
+        held = self._refusals.admit()  # a caller guessing tokens must not bury the log
+        if held is not None:
+            log.warning("refused an HTTP request: " + why, peer=_peer(request), unlogged=held or None)
 
     async def _open(self, client: str | None, scope: Scope, receive: Receive, send: Send) -> None:
         """A new session: its server, its relay, then its transport answers the opening request."""
@@ -516,6 +531,7 @@ class Front:
                     url=f"http://{_netloc(self.options.host, self.options.port)}{ENDPOINT}",
                     server=self.options.name,
                     tokens=len(self.options.tokens.callers),
+                    oauth_resource=self.options.oauth.settings.resource if self.options.oauth else None,
                     max_sessions=self.options.max_sessions,
                     idle_timeout=self.options.idle_timeout,
                 )
@@ -529,6 +545,8 @@ class Front:
                     code = await self._shared.stop(END_GRACE)
                 log.info("shared server ended", server_exit=self._shared.upstream.describe_end(code))
             await self.adapters.aclose()
+            if self.options.oauth is not None:
+                await self.options.oauth.aclose()
             self.audit.close()
             if telemetry is not None:
                 await anyio.to_thread.run_sync(telemetry.shutdown)
@@ -589,16 +607,18 @@ def _owner(relay: Relay, message: dict[str, Any]) -> Any:
     return min(inflight.items(), key=lambda item: item[1].started)[0]
 
 
-def _security(host: str, port: int) -> TransportSecuritySettings | None:
-    """On loopback, Host and Origin must name this endpoint: a web page's DNS-rebinding cannot reach it."""
+def _security(host: str, port: int, resource: str | None = None) -> TransportSecuritySettings | None:
+    """On loopback, Host and Origin must name this endpoint: a web page's DNS-rebinding cannot reach it.
+    An OAuth resource URL names it too (a TLS proxy in front of a loopback `serve` passes its Host on)."""
     if host not in LOOPBACK:
         return None
     names = [f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"]
-    return TransportSecuritySettings(
-        enable_dns_rebinding_protection=True,
-        allowed_hosts=names,
-        allowed_origins=[f"http://{name}" for name in names],
-    )
+    origins = [f"http://{name}" for name in names]
+    if resource is not None:
+        public = urlsplit(resource)
+        names.append(public.netloc)
+        origins.append(f"{public.scheme}://{public.netloc}")
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=names, allowed_origins=origins)
 
 
 def is_loopback(host: str) -> bool:

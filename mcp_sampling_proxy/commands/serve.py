@@ -1,9 +1,10 @@
 """`mcp-sampling-proxy serve --listen HOST:PORT -- SERVER_CMD...` (or `--url URL`): the server as a Streamable
 HTTP endpoint.
 
-Everything that can be wrong is checked before anything starts: the address, the tokens (listening
-beyond loopback without one is refused), the policy. The port is bound here, so a port in use is
-an error of ours that says so. Then front.py serves until SIGTERM or SIGINT.
+Everything that can be wrong is checked before anything starts: the address, the tokens or the OAuth
+authorization server (serve_oauth.py; listening beyond loopback without either is refused), the
+policy. The port is bound here, so a port in use is an error of ours that says so. Then front.py
+serves until SIGTERM or SIGINT.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import anyio
 
 from mcp_sampling_proxy.audit.recorder import configured_secrets
 from mcp_sampling_proxy.commands.cli import add_common_options, fail
+from mcp_sampling_proxy.commands.serve_oauth import add_oauth_options, oauth_guard
 from mcp_sampling_proxy.config.child_env import withhold
 from mcp_sampling_proxy.config.front_tokens import TOKEN_ENV, TokenError, Tokens, load_tokens
 from mcp_sampling_proxy.config.keys import KeySourceError, resolve_keys
@@ -34,6 +36,7 @@ from mcp_sampling_proxy.identity import bad_character, derive_from_command, deri
 from mcp_sampling_proxy.log import configure, get_logger, set_secrets
 from mcp_sampling_proxy.runtime import has_uvloop
 from mcp_sampling_proxy.transport.http import parse_headers
+from mcp_sampling_proxy.transport.resource_oauth import OAuthSetupError, ResourceGuard
 from mcp_sampling_proxy.transport.sandbox import plan, proxy_paths
 from mcp_sampling_proxy.units import parse_duration
 from mcp_sampling_proxy.yamlnodes import PolicyError
@@ -53,6 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
         "-- python server.py\n  mcp-sampling-proxy serve --token-file tokens --url https://mcp.example.com/mcp "
         "--header 'Authorization: Bearer ${EXAMPLE_TOKEN}'\n\ntoken file: one token a line, `name:token` (the "
         f"name is the audit's `client`) or `token`; mode 0600. {TOKEN_ENV} adds one more.\n\n"
+        "OAuth instead (see the OAuth options above):\n"
+        "  mcp-sampling-proxy serve --listen 0.0.0.0:8765 --oauth-issuer https://auth.example.com \\\n"
+        "    --oauth-resource https://mcp.example.com/mcp --oauth-client-file client --oauth-scope mcp \\\n"
+        "    -- python server.py\n\n"
         "--shared-upstream: one server for every caller, for servers that keep no caller's state. There is\n"
         "no isolation between callers: what one caller leaves in the server (files, memory, a login, a\n"
         "subscription), the next one sees, and its list changes and log messages reach every caller.",
@@ -86,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="one server (or HTTP session) shared by every client session, instead of one each: no isolation "
         "between callers (see below)",
     )
+    add_oauth_options(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the real server's command line, after '--'")
     return parser
 
@@ -135,18 +143,22 @@ def main(argv: Sequence[str]) -> int:
         tokens = load_tokens(args.token_file, os.environ)
     except TokenError as exc:
         return fail(str(exc))
+    if args.name is not None and (bad_character(args.name) is not None or not args.name.strip()):
+        return fail("--name: give the server a name of visible characters")
+    name = args.name.strip() if args.name else (derive_from_command(command) if command else derive_from_url(args.url))
+    try:
+        guard = oauth_guard(args, host, port, name, os.environ)
+    except OAuthSetupError as exc:
+        return fail(str(exc))
     os.environ.pop(TOKEN_ENV, None)  # no server inherits it
-    if not tokens.required and not is_loopback(host):
+    if not tokens.required and guard is None and not is_loopback(host):
         return fail(
             f"--listen {args.listen} reaches beyond this machine, and no token protects it: give --token-file "
-            f"PATH (one token a line, mode 0600) or set {TOKEN_ENV}, or listen on 127.0.0.1"
+            f"PATH (one token a line, mode 0600) or set {TOKEN_ENV}, or --oauth-issuer URL, or listen on 127.0.0.1"
         )
     missing = _not_runnable(command[0]) if command else _not_a_url(args.url)
     if missing is not None:  # found now, not at the first client's initialize (2: a bad command line)
         return fail(missing)
-    if args.name is not None and (bad_character(args.name) is not None or not args.name.strip()):
-        return fail("--name: give the server a name of visible characters")
-    name = args.name.strip() if args.name else (derive_from_command(command) if command else derive_from_url(args.url))
     policy, _ = policy_or_default(args.policy)
     try:
         text = read_policy_text(policy) if policy is not None else None
@@ -160,7 +172,7 @@ def main(argv: Sequence[str]) -> int:
         listener = _bind(host, port)
     except OSError as exc:
         return fail(f"cannot listen on {args.listen}: {exc.strerror or exc}")
-    return _run(settings, policy, name, command, host, port, tokens, args, idle, listener, headers)
+    return _run(settings, policy, name, command, host, port, tokens, args, idle, listener, headers, guard)
 
 
 def _not_a_url(url: str) -> str | None:
@@ -209,6 +221,7 @@ def _run(
     idle: float,
     listener: socket.socket,
     headers: dict[str, str],
+    guard: ResourceGuard | None = None,
 ) -> int:
     mark_relay()
     become_subreaper()
@@ -241,6 +254,7 @@ def _run(
         url=args.url,
         headers=headers,
         shared=args.shared_upstream,
+        oauth=guard,
     )
     log.info("policy", file=policy or "none: providers from the environment, every request asked")
     if command:

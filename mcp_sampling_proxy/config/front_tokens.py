@@ -62,24 +62,28 @@ def load_tokens(path: str | None, environ: Mapping[str, str]) -> Tokens:
     return Tokens(tuple(callers))
 
 
-def _read_file(path: str) -> list[Caller]:
+def read_private(path: str, option: str) -> str:
+    """The text of a file of secrets that only its owner may read (TokenError says what is wrong)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError as exc:
-        raise TokenError(f"--token-file {path}: cannot open it ({exc.strerror})") from None
+        raise TokenError(f"{option} {path}: cannot open it ({exc.strerror})") from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise TokenError(f"--token-file {path}: not a regular file")
+            raise TokenError(f"{option} {path}: not a regular file")
         if info.st_mode & 0o077:
             raise TokenError(
-                f"--token-file {path}: readable by others (mode {stat.S_IMODE(info.st_mode):04o}); "
-                f"run `chmod 600 {path}`"
+                f"{option} {path}: readable by others (mode {stat.S_IMODE(info.st_mode):04o}); run `chmod 600 {path}`"
             )
         with os.fdopen(os.dup(fd), "r", encoding="utf-8") as handle:
-            text = handle.read()
+            return handle.read()
     finally:
         os.close(fd)
+
+
+def _read_file(path: str) -> list[Caller]:
+    text = read_private(path, "--token-file")
     callers = []
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()

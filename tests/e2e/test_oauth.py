@@ -10,62 +10,21 @@ through MCP_SAMPLING_PROXY_URL_OPENER, as it would open the user's browser.
 from __future__ import annotations
 
 import json
-import selectors
 import stat
 import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import anyio
-import httpx
 import pytest
+from helpers.oauth_servers import OAuthServers
 from helpers.serving import ALICE, http_host, start_serve, stop
 from helpers.support import PROXY, PY, ROOT, RawHost, proxy_env, sdk_host, tool_text
 
-OAUTH_SERVER = str(ROOT / "tests" / "fixtures" / "oauth_server.py")
 BROWSER = f"{PY} {ROOT / 'tests' / 'fixtures' / 'browser.py'}"
-
-
-class OAuthServers:
-    def __init__(self, log_path: Path):
-        self._log = open(log_path, "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [PY, OAUTH_SERVER], stdout=subprocess.PIPE, stderr=self._log, stdin=subprocess.DEVNULL
-        )
-        assert self.proc.stdout
-        with selectors.DefaultSelector() as sel:
-            sel.register(self.proc.stdout, selectors.EVENT_READ)
-            if not sel.select(20):
-                self.close()
-                raise TimeoutError("the OAuth fixture did not print its ports")
-        as_port, rs_port = map(int, self.proc.stdout.readline().split())
-        self.issuer = f"http://127.0.0.1:{as_port}"
-        self.url = f"http://127.0.0.1:{rs_port}/mcp"
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                httpx.get(f"{self.issuer}/test/stats", timeout=2)
-                break
-            except httpx.HTTPError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-
-    def control(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-        if body is None and path == "/test/stats":
-            return cast(dict[str, Any], httpx.get(self.issuer + path, timeout=5).json())
-        return cast(dict[str, Any], httpx.post(self.issuer + path, json=body or {}, timeout=5).json())
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(10)
-        if self.proc.stdout:
-            self.proc.stdout.close()
-        self._log.close()
 
 
 @pytest.fixture(scope="module")

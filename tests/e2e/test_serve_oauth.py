@@ -1,0 +1,537 @@
+"""`serve --oauth-issuer`: the endpoint as an OAuth 2.1 protected resource of an external authorization server.
+
+Real parts only: the authorization server of tests/fixtures/oauth_server.py (the SDK's server auth
+pieces, plus RFC 7662 introspection and a JWKS) in a subprocess; `serve` as a process in front of the
+kitchen-sink server; the `mcp` SDK's client with its own OAuth support (discovery from the 401,
+dynamic registration, PKCE via the scripted browser and a loopback redirect); a loopback
+OpenAI-compatible LLM answering the server's sampling; the audit file the proxy writes.
+Tokens are checked two ways, both run: introspection (`--oauth-client-file`) and JWTs (the AS's jwks_uri).
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import json
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx2
+import jwt
+import pytest
+from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from fakes.llm_server import FakeLLMServer
+from helpers.oauth_servers import BROWSER_SCRIPT, LoopbackRedirect, MemoryTokens, OAuthServers
+from helpers.support import (
+    KITCHEN_SINK,
+    PROXY,
+    PY,
+    free_port,
+    openai_policy,
+    proxy_env,
+    sdk_host,
+    server_children,
+    tool_json,
+    write_policy,
+)
+from jwt.algorithms import RSAAlgorithm
+from mcp import Client
+from mcp.client.auth import OAuthClientProvider
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.auth import OAuthClientMetadata
+from pydantic import AnyUrl
+
+pytestmark = pytest.mark.anyio
+
+RS_CLIENT, RS_SECRET = "mcp-proxy-rs", "rs-secret-0123456789abcdef"
+ACCEPT = "application/json, text/event-stream"
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
+}
+HEADERS = {"Accept": ACCEPT, "Content-Type": "application/json"}
+RULES = """\
+rules:
+  - name: alice
+    when: {client: "oauth:alice"}
+    action: allow
+  - name: everyone-else
+    action: deny
+    message: sampling is alice's
+"""
+MODES = ["introspection", "jwt"]
+DPOP_KEY = "0ZcOCORZNYy-DWpqq30jZyJGHTN0d2HglBV3uiguA4I"  # RFC 9449's example key thumbprint
+
+
+@dataclass
+class Serve:
+    process: subprocess.Popen[bytes]
+    url: str
+    audit: Path
+    errlog: Path
+
+    def decisions(self) -> list[dict[str, Any]]:
+        if not self.audit.exists():
+            return []
+        return [r for r in map(json.loads, self.audit.read_text().splitlines()) if r.get("event") == "decision"]
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OAuthServers]:
+    found = OAuthServers(tmp_path_factory.mktemp("oauth") / "servers.log")
+    try:
+        found.register_confidential(RS_CLIENT, RS_SECRET)
+        yield found
+    finally:
+        found.close()
+
+
+@pytest.fixture(autouse=True)
+def _as_defaults(servers: OAuthServers) -> Iterator[None]:
+    yield
+    servers.control("/test/config", {"lifetime": 3600, "user": "alice", "format": "opaque"})
+
+
+@pytest.fixture
+def llm() -> Iterator[FakeLLMServer]:
+    with FakeLLMServer("openai") as server:
+        yield server
+
+
+def client_file(directory: Path, secret: str = RS_SECRET, mode: int = 0o600) -> str:
+    path = directory / "rs-client"
+    path.write_text(f"# introspection credentials\nclient_id = {RS_CLIENT}\nclient_secret: {secret}\n")
+    path.chmod(mode)
+    return str(path)
+
+
+def run_serve(tmp_path: Path, *options: str, policy: str | None = None, host: str = "127.0.0.1") -> Serve:
+    port = free_port()
+    errlog = tmp_path / "serve.log"
+    command = [*PROXY, "serve", "--log-format", "json", "--listen", f"{host}:{port}", *options]
+    if policy is not None:
+        command += ["--policy", policy]
+    with open(errlog, "ab") as err:
+        process = subprocess.Popen(
+            [*command, "--", PY, KITCHEN_SINK], env=proxy_env(TEST_LLM_KEY="sk-test"), stderr=err, stdout=err
+        )
+    deadline = time.monotonic() + 20
+    while process.poll() is None and time.monotonic() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return Serve(process, f"http://127.0.0.1:{port}/mcp", tmp_path / "audit.jsonl", errlog)
+        time.sleep(0.05)
+    raise AssertionError(f"serve did not listen: {errlog.read_text()}")
+
+
+def auth_options(servers: OAuthServers, tmp_path: Path, mode: str) -> list[str]:
+    options = ["--oauth-issuer", servers.issuer, "--oauth-scope", "mcp"]
+    return [*options, "--oauth-client-file", client_file(tmp_path)] if mode == "introspection" else options
+
+
+@asynccontextmanager
+async def serving(
+    servers: OAuthServers, tmp_path: Path, mode: str, llm: FakeLLMServer | None = None, extra: str = ""
+) -> AsyncIterator[Serve]:
+    audit = tmp_path / "audit.jsonl"
+    base = llm.base_url if llm is not None else "http://127.0.0.1:9/v1"
+    policy = write_policy(tmp_path, openai_policy(base, rules=RULES, extra=f"audit:\n  path: {audit}\n{extra}"))
+    running = run_serve(tmp_path, *auth_options(servers, tmp_path, mode), policy=policy)
+    try:
+        yield running
+    finally:
+        if running.process.poll() is None:
+            running.process.send_signal(signal.SIGTERM)
+        running.process.wait(15)
+
+
+async def initialize(url: str, token: str | None) -> httpx2.Response:
+    headers = HEADERS if token is None else {**HEADERS, "Authorization": f"Bearer {token}"}
+    async with httpx2.AsyncClient(timeout=15) as http:
+        return await http.post(url, json=INITIALIZE, headers=headers)
+
+
+async def sample_with(url: str, token: str, prompt: str) -> dict[str, Any]:
+    """The kitchen-sink server's `sample` tool, called with a bearer token (the SDK's Client)."""
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http,
+        Client(streamable_http_client(url, http_client=http), mode="legacy") as client,
+    ):
+        answer: dict[str, Any] = tool_json(await client.call_tool("sample", {"prompt": prompt}))
+        return answer
+
+
+def wait_for(condition: Any, timeout: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize(
+    ("mode", "era"),
+    [("introspection", "legacy"), ("jwt", "legacy"), ("introspection", "auto")],
+    ids=["introspection", "jwt", "introspection-2026-07-28"],
+)
+async def test_the_sdk_clients_own_oauth_login_samples_and_the_audit_names_the_subject(
+    servers: OAuthServers, tmp_path: Path, llm: FakeLLMServer, mode: str, era: Literal["legacy", "auto"]
+) -> None:
+    """The SDK's Client signs in on its own at the first 401; `auto` speaks 2026-07-28 (no session, a POST
+    per request), with the server leg in the handshake era where the kitchen-sink server samples."""
+    servers.control("/test/config", {"format": "jwt" if mode == "jwt" else "opaque", "user": "alice"})
+    before = servers.control("/test/stats")
+    llm.reply_text("hello alice", model="gpt-test")
+    browser = LoopbackRedirect()
+    tokens = MemoryTokens()
+    try:
+        async with serving(servers, tmp_path, mode, llm, extra="upstream:\n  era: handshake\n") as served:
+            provider = OAuthClientProvider(
+                server_url=served.url,
+                client_metadata=OAuthClientMetadata(
+                    client_name="a desktop MCP client",
+                    redirect_uris=[AnyUrl(browser.redirect_uri)],
+                    grant_types=["authorization_code", "refresh_token"],
+                    response_types=["code"],
+                    token_endpoint_auth_method="none",
+                ),
+                storage=tokens,
+                redirect_handler=browser.open,
+                callback_handler=browser.code,
+            )
+            async with (
+                httpx2.AsyncClient(auth=provider, timeout=30) as http,
+                Client(streamable_http_client(served.url, http_client=http), mode=era) as client,
+            ):
+                assert client.session.protocol_version == ("2026-07-28" if era == "auto" else "2025-11-25")
+                answer = tool_json(await client.call_tool("sample", {"prompt": "who am I?"}))
+            assert wait_for(lambda: len(served.decisions()) == 1)
+            (record,) = served.decisions()
+    finally:
+        browser.close()
+    assert answer["content"] == {"type": "text", "text": "hello alice"}
+    assert "who am I?" in json.dumps(llm.last.body["messages"])
+    assert (record["client"], record["rule"], record["decision"]) == ("oauth:alice", "alice", "allow")
+    # the client found the authorization server from the 401, registered itself, and logged in with PKCE
+    after = servers.control("/test/stats")
+    assert after["registrations"] == before["registrations"] + 1
+    assert after["code_grants"] == before["code_grants"] + 1
+    assert browser.visited[0].startswith(f"{servers.issuer}/authorize?")
+    assert "code_challenge_method=S256" in browser.visited[0]
+    assert f"resource={served.url.replace(':', '%3A').replace('/', '%2F')}" in browser.visited[0]
+    assert tokens.tokens is not None and tokens.tokens.scope == "mcp"
+    checked = after["introspections"] - before["introspections"]
+    assert checked > 0 if mode == "introspection" else checked == 0  # a JWT is checked against the keys alone
+
+
+async def test_the_proxys_own_login_and_url_client_sign_in_to_serve(
+    servers: OAuthServers, tmp_path: Path, llm: FakeLLMServer
+) -> None:
+    """`login --url` (the browser step by the scripted browser) and then `--url`, headless, through serve."""
+    llm.reply_text("hello again", model="gpt-test")
+    state = tmp_path / "client-state"
+    env = proxy_env(
+        MCP_SAMPLING_PROXY_STATE_DIR=str(state),
+        MCP_SAMPLING_PROXY_URL_OPENER=f"{PY} {BROWSER_SCRIPT}",
+        PYTHON_KEYRING_BACKEND="keyring.backends.fail.Keyring",
+    )
+    # its client is another proxy, which offers sampling: serve answers it, not that host
+    async with serving(servers, tmp_path, "introspection", llm, extra="sampling:\n  route: proxy\n") as served:
+        done = subprocess.run(
+            [*PROXY, "login", "--url", served.url], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        async with sdk_host([*PROXY, "--url", served.url], env, tmp_path / "client.log") as client:
+            answer = tool_json(await client.call_tool("sample", {"prompt": "and again"}))
+        assert wait_for(lambda: len(served.decisions()) == 1)
+        (record,) = served.decisions()
+    assert answer["content"] == {"type": "text", "text": "hello again"}
+    assert (record["client"], record["decision"]) == ("oauth:alice", "allow")
+
+
+async def test_without_a_token_the_401_names_the_resource_metadata(servers: OAuthServers, tmp_path: Path) -> None:
+    async with serving(servers, tmp_path, "introspection") as served:
+        refused = await initialize(served.url, None)
+        assert server_children(served.process.pid) == []  # nothing was started for it
+    origin = served.url.removesuffix("/mcp")
+    assert refused.status_code == 401
+    challenge = refused.headers["www-authenticate"]
+    assert challenge.startswith("Bearer ")
+    assert f'resource_metadata="{origin}/.well-known/oauth-protected-resource/mcp"' in challenge
+
+
+async def test_the_protected_resource_metadata_names_this_resource_its_server_and_scopes(
+    servers: OAuthServers, tmp_path: Path
+) -> None:
+    async with serving(servers, tmp_path, "introspection") as served:
+        origin = served.url.removesuffix("/mcp")
+        async with httpx2.AsyncClient(timeout=10) as http:
+            suffixed = await http.get(f"{origin}/.well-known/oauth-protected-resource/mcp")
+            root = await http.get(f"{origin}/.well-known/oauth-protected-resource")
+            other = await http.get(f"{origin}/.well-known/oauth-protected-resource/elsewhere")
+    assert suffixed.status_code == root.status_code == 200
+    document = suffixed.json()
+    assert document == root.json()
+    assert document["resource"] == served.url
+    issuer = httpx2.get(f"{servers.issuer}/.well-known/oauth-authorization-server").json()["issuer"]
+    assert document["authorization_servers"] == [issuer]  # spelled as the server spells itself (RFC 8414 3.3)
+    assert document["scopes_supported"] == ["mcp"]
+    assert document["bearer_methods_supported"] == ["header"]
+    assert other.status_code == 404
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_token_issued_for_another_resource_is_refused(servers: OAuthServers, tmp_path: Path, mode: str) -> None:
+    form = "jwt" if mode == "jwt" else "opaque"
+    async with serving(servers, tmp_path, mode) as served:
+        ours = servers.mint(subject="alice", resource=served.url, format=form)
+        elsewhere = servers.mint(subject="alice", resource="http://127.0.0.1:1/mcp", format=form)
+        unbound = servers.mint(subject="alice", format=form)  # no audience at all
+        accepted = await initialize(served.url, ours)
+        refused = [await initialize(served.url, token) for token in (elsewhere, unbound)]
+    assert accepted.status_code == 200
+    assert [r.status_code for r in refused] == [401, 401]
+    assert all('error="invalid_token"' in r.headers["www-authenticate"] for r in refused)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_an_expired_token_is_refused(servers: OAuthServers, tmp_path: Path, mode: str) -> None:
+    form = "jwt" if mode == "jwt" else "opaque"
+    async with serving(servers, tmp_path, mode) as served:
+        expired = servers.mint(subject="alice", resource=served.url, format=form, lifetime=-300)
+        refused = await initialize(served.url, expired)
+    assert refused.status_code == 401
+    assert "resource_metadata=" in refused.headers["www-authenticate"]
+
+
+def _compact(header: dict[str, Any], claims: dict[str, Any], sign: Any) -> str:
+    """A JWT put together by hand, as a forger would: base64url header and claims, then `sign` of the two."""
+
+    def part(data: bytes) -> str:
+        return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+    signed = f"{part(json.dumps(header).encode())}.{part(json.dumps(claims).encode())}"
+    return f"{signed}.{part(sign(signed.encode()))}"
+
+
+@pytest.mark.parametrize("forgery", ["alg-none", "hs256-keyed-with-the-public-key", "another-key-same-kid"])
+async def test_a_forged_jwt_is_refused(servers: OAuthServers, tmp_path: Path, forgery: str) -> None:
+    (published,) = httpx2.get(f"{servers.issuer}/jwks").json()["keys"]
+    issuer = httpx2.get(f"{servers.issuer}/.well-known/oauth-authorization-server").json()["issuer"]
+    async with serving(servers, tmp_path, "jwt") as served:
+        claims = {
+            "iss": issuer,
+            "aud": served.url,
+            "sub": "alice",
+            "client_id": "forger",
+            "scope": "mcp",
+            "exp": int(time.time()) + 600,
+        }
+        header = {"typ": "at+jwt", "kid": published["kid"]}
+        if forgery == "alg-none":
+            token = _compact({**header, "alg": "none"}, claims, lambda _: b"")
+        elif forgery == "hs256-keyed-with-the-public-key":  # the old RS256/HS256 confusion
+            public = RSAAlgorithm.from_jwk(published)
+            assert isinstance(public, rsa.RSAPublicKey)
+            pem = public.public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo)
+            token = _compact({**header, "alg": "HS256"}, claims, lambda data: hmac.digest(pem, data, "sha256"))
+        else:
+            mine = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+            token = jwt.encode(claims, mine, algorithm="RS256", headers=header)
+        genuine = servers.mint(subject="alice", resource=served.url, format="jwt")
+        accepted = await initialize(served.url, genuine)
+        refused = await initialize(served.url, token)
+    assert accepted.status_code == 200  # the same claims, signed by the server, pass
+    assert refused.status_code == 401
+
+
+@pytest.mark.parametrize(
+    ("mode", "minted"),
+    [
+        ("introspection", {"subject": "alice", "claims": {"cnf": {"jkt": DPOP_KEY}}}),
+        ("jwt", {"subject": "alice", "claims": {"cnf": {"jkt": DPOP_KEY}}}),
+        ("introspection", {"subject": "alice", "claims": {"token_type": "refresh_token"}}),
+        ("introspection", {"client_id": ""}),  # names nobody: no subject, no client
+    ],
+    ids=["dpop-bound", "dpop-bound-jwt", "a-refresh-token", "nobody"],
+)
+async def test_tokens_it_cannot_take_as_bearer_tokens_are_refused(
+    servers: OAuthServers, tmp_path: Path, mode: str, minted: dict[str, Any]
+) -> None:
+    async with serving(servers, tmp_path, mode) as served:
+        token = servers.mint(resource=served.url, format="jwt" if mode == "jwt" else "opaque", **minted)
+        refused = await initialize(served.url, token)
+    assert refused.status_code == 401
+
+
+async def test_a_revoked_token_is_refused_at_its_next_request(servers: OAuthServers, tmp_path: Path) -> None:
+    async with serving(servers, tmp_path, "introspection") as served:
+        token = servers.mint(subject="alice", resource=served.url)
+        opened = await initialize(served.url, token)
+        servers.control("/test/revoke-access")
+        again = await initialize(served.url, token)
+    assert opened.status_code == 200
+    assert again.status_code == 401
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_token_without_the_required_scope_gets_403(servers: OAuthServers, tmp_path: Path, mode: str) -> None:
+    form = "jwt" if mode == "jwt" else "opaque"
+    async with serving(servers, tmp_path, mode) as served:
+        token = servers.mint(subject="alice", resource=served.url, scopes=["read"], format=form)
+        refused = await initialize(served.url, token)
+        assert server_children(served.process.pid) == []
+    assert refused.status_code == 403
+    challenge = refused.headers["www-authenticate"]
+    assert 'error="insufficient_scope"' in challenge and "resource_metadata=" in challenge
+
+
+async def test_client_rules_match_the_oauth_identity(servers: OAuthServers, tmp_path: Path, llm: FakeLLMServer) -> None:
+    llm.reply_text("hello alice", model="gpt-test")
+    async with serving(servers, tmp_path, "introspection", llm) as served:
+        alice = servers.mint(subject="alice", resource=served.url)
+        bob = servers.mint(subject="bob", resource=served.url)
+        robot = servers.mint(client_id="nightly-job", resource=served.url)  # client credentials: no subject
+        alices = await sample_with(served.url, alice, "from alice")
+        bobs = await sample_with(served.url, bob, "from bob")
+        robots = await sample_with(served.url, robot, "from the job")
+        assert wait_for(lambda: len(served.decisions()) == 3)
+        records = served.decisions()
+    assert alices["content"] == {"type": "text", "text": "hello alice"}
+    assert bobs["error"]["message"] == robots["error"]["message"] == "sampling is alice's"
+    assert len(llm.requests) == 1 and "from alice" in json.dumps(llm.requests[0].body["messages"])
+    assert [(r["client"], r["rule"], r["decision"]) for r in records] == [
+        ("oauth:alice", "alice", "allow"),
+        ("oauth:bob", "everyone-else", "deny"),
+        ("oauth-client:nightly-job", "everyone-else", "deny"),
+    ]
+
+
+async def test_one_callers_session_is_not_anothers(servers: OAuthServers, tmp_path: Path) -> None:
+    async with serving(servers, tmp_path, "introspection") as served:
+        alice = servers.mint(subject="alice", resource=served.url)
+        bob = servers.mint(subject="bob", resource=served.url)
+        opened = await initialize(served.url, alice)
+        session = opened.headers["mcp-session-id"]
+        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+        async with httpx2.AsyncClient(timeout=10) as http:
+            as_bob = await http.post(
+                served.url,
+                json=listing,
+                headers={**HEADERS, "Authorization": f"Bearer {bob}", "Mcp-Session-Id": session},
+            )
+    assert opened.status_code == 200
+    assert as_bob.status_code == 404
+
+
+async def test_an_unreachable_authorization_server_gets_503_not_401(servers: OAuthServers, tmp_path: Path) -> None:
+    dead = f"http://127.0.0.1:{free_port()}/introspect"
+    options = [*auth_options(servers, tmp_path, "introspection"), "--oauth-introspection", dead]
+    served = run_serve(tmp_path, *options)
+    try:
+        answer = await initialize(served.url, servers.mint(subject="alice", resource=served.url))
+    finally:
+        served.process.send_signal(signal.SIGTERM)
+        served.process.wait(15)
+    assert answer.status_code == 503  # a 401 would send the client to log in again, for nothing
+    assert "authorization server" in answer.json()["error_description"]
+    assert "cannot check a bearer token: introspection at" in served.errlog.read_text()
+
+
+async def test_wrong_introspection_credentials_are_not_blamed_on_the_caller(
+    servers: OAuthServers, tmp_path: Path
+) -> None:
+    options = ["--oauth-issuer", servers.issuer, "--oauth-client-file", client_file(tmp_path, "wrong-secret-000")]
+    served = run_serve(tmp_path, *options)
+    try:
+        answer = await initialize(served.url, servers.mint(subject="alice", resource=served.url))
+    finally:
+        served.process.send_signal(signal.SIGTERM)
+        served.process.wait(15)
+    assert answer.status_code == 503
+    assert "check --oauth-client-file" in served.errlog.read_text()
+
+
+async def test_with_oauth_it_may_listen_beyond_loopback(servers: OAuthServers, tmp_path: Path) -> None:
+    resource = "https://mcp.example.test/mcp"  # as a TLS proxy in front of it would publish it
+    options = ["--oauth-issuer", servers.issuer, "--oauth-client-file", client_file(tmp_path)]
+    served = run_serve(tmp_path, *options, "--oauth-resource", resource, host="0.0.0.0")
+    try:
+        refused = await initialize(served.url, None)
+        accepted = await initialize(served.url, servers.mint(subject="alice", resource=resource))
+    finally:
+        served.process.send_signal(signal.SIGTERM)
+        served.process.wait(15)
+    assert refused.status_code == 401
+    assert (
+        'resource_metadata="https://mcp.example.test/.well-known/oauth-protected-resource/mcp"'
+        in (refused.headers["www-authenticate"])
+    )
+    assert accepted.status_code == 200
+    assert "plain http beyond this machine" not in served.errlog.read_text()
+
+
+async def test_behind_a_tls_proxy_on_this_machine_the_resources_host_is_let_in(
+    servers: OAuthServers, tmp_path: Path
+) -> None:
+    """A TLS proxy on this machine in front of a loopback serve passes the public Host on; the DNS-rebinding
+    check lets that one in (it is the resource's) and still refuses any other."""
+    resource = "https://mcp.example.test/mcp"
+    options = ["--oauth-issuer", servers.issuer, "--oauth-client-file", client_file(tmp_path)]
+    served = run_serve(tmp_path, *options, "--oauth-resource", resource)
+    token = servers.mint(subject="alice", resource=resource)
+    headers = {**HEADERS, "Authorization": f"Bearer {token}"}
+    try:
+        async with httpx2.AsyncClient(timeout=15) as http:
+            proxied = await http.post(served.url, json=INITIALIZE, headers={**headers, "Host": "mcp.example.test"})
+            rebound = await http.post(served.url, json=INITIALIZE, headers={**headers, "Host": "evil.test"})
+    finally:
+        served.process.send_signal(signal.SIGTERM)
+        served.process.wait(15)
+    assert proxied.status_code == 200
+    assert rebound.status_code == 421
+
+
+def serve_fails(tmp_path: Path, *options: str) -> str:
+    done = subprocess.run(
+        [*PROXY, "serve", *options, "--", PY, KITCHEN_SINK],
+        env=proxy_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    return done.stderr
+
+
+def test_static_tokens_and_oauth_together_are_refused(servers: OAuthServers, tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text("alice:alice-token-0123456789abcdef\n")
+    tokens.chmod(0o600)
+    error = serve_fails(tmp_path, "--token-file", str(tokens), "--oauth-issuer", servers.issuer)
+    assert "cannot be combined with --token-file" in error
+
+
+def test_oauth_setup_errors_say_what_to_do(servers: OAuthServers, tmp_path: Path) -> None:
+    assert "give --oauth-issuer URL too" in serve_fails(tmp_path, "--oauth-scope", "mcp")
+    unreachable = f"http://127.0.0.1:{free_port()}"
+    assert f"--oauth-issuer {unreachable}: cannot reach its metadata" in serve_fails(
+        tmp_path, "--oauth-issuer", unreachable
+    )
+    assert "Issuer URL must be HTTPS" in serve_fails(tmp_path, "--oauth-issuer", "http://auth.example.com")
+    assert "give --oauth-resource URL" in serve_fails(
+        tmp_path, "--listen", f"0.0.0.0:{free_port()}", "--oauth-issuer", servers.issuer
+    )
+    shared = client_file(tmp_path, mode=0o644)
+    assert "chmod 600" in serve_fails(tmp_path, "--oauth-issuer", servers.issuer, "--oauth-client-file", shared)
