@@ -53,7 +53,12 @@ LABELS = {
     "serve1": "serve x1",
     "serve3": "HAProxy > serve x3",
 }
-KINDS = ("session", "stateless")
+KINDS = ("single", "session", "stateless")
+TITLES = {
+    "single": "one session, calls one after another (2025-11-25): the latency a hop adds, without queueing",
+    "session": "{sessions} sessions at once (2025-11-25): throughput; latency includes the wait for a core",
+    "stateless": "{sessions} clients at once, 2026-07-28 stateless requests (no session, one POST each)",
+}
 HANDSHAKE = "2025-11-25"
 MODERN = "2026-07-28"
 MODERN_META = {
@@ -415,7 +420,7 @@ def cpu_snapshot(target: Target, loadgen_first: bool) -> dict[str, int]:
 
 
 async def one_run(target: Target, kind: str, sessions: int, calls: int, ids: itertools.count[int]) -> dict[str, Any]:
-    slots: list[str | None] = list(target.sessions[:sessions]) if kind == "session" else [None] * sessions
+    slots: list[str | None] = list(target.sessions[:sessions]) if kind != "stateless" else [None] * sessions
     conns = [await Conn.open(target.port) for _ in slots]
     try:
         await asyncio.gather(*(client_loop(c, s, 1, ids) for c, s in zip(conns, slots, strict=True)))  # warm
@@ -527,6 +532,7 @@ def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             "cpu_us_per_call": {
                 role: statistics.median(r["cpu_us_per_call"][role] for r in rs) for role in rs[0]["cpu_us_per_call"]
             },
+            "cpu_total_us_per_call": spread([served_cpu(r) for r in rs]),
             "loadgen_core_share": statistics.median(r["loadgen_core_share"] for r in rs),
         }
         if mode != "direct":
@@ -534,8 +540,14 @@ def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             row["added_p99_ms"] = spread([r["p99_ms"] - x["p99_ms"] for r, x in zip(rs, d, strict=True)])
             row["p50_ratio"] = spread([r["p50_ms"] / x["p50_ms"] for r, x in zip(rs, d, strict=True)])
             row["rps_ratio"] = spread([r["rps"] / x["rps"] for r, x in zip(rs, d, strict=True)])
+            row["cpu_ratio"] = spread([served_cpu(r) / served_cpu(x) for r, x in zip(rs, d, strict=True)])
         out[mode] = row
     return out
+
+
+def served_cpu(one: dict[str, Any]) -> float:
+    """CPU per call of everything that served it (all but the load generator), in us."""
+    return float(sum(us for role, us in one["cpu_us_per_call"].items() if role != "loadgen"))
 
 
 def rotated(items: tuple[str, ...], i: int) -> tuple[str, ...]:
@@ -592,14 +604,15 @@ async def run(args: argparse.Namespace, workdir: Path, progress: Any) -> dict[st
 
         ids = itertools.count(1)
         results: dict[str, Any] = {}
-        for kind in KINDS if args.stateless else KINDS[:1]:
+        for kind in KINDS if args.stateless else KINDS[:2]:
+            clients = 1 if kind == "single" else args.sessions
             progress(f"{kind}: warm-up round")
             for mode in MODES:
-                await one_run(targets[mode], kind, args.sessions, max(1, args.calls // 4), ids)
+                await one_run(targets[mode], kind, clients, max(1, args.calls // 4), ids)
             runs: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
             for i in range(args.runs):
                 for mode in rotated(MODES, i):
-                    runs[mode].append(await one_run(targets[mode], kind, args.sessions, args.calls, ids))
+                    runs[mode].append(await one_run(targets[mode], kind, clients, args.calls, ids))
                 progress(
                     f"{kind} round {i + 1}/{args.runs}: "
                     + ", ".join(f"{LABELS[m]} {runs[m][-1]['rps']:.0f}/s" for m in MODES)
@@ -672,16 +685,28 @@ def render(r: dict[str, Any]) -> str:
         "",
         f"{m['cpus']} CPUs, shared by everything here: the load generator, HAProxy, 4 serve processes, their "
         "servers and the direct server (figures are CPU-bound; compare modes, not machines)",
-        f"load: {s['sessions']} client sessions at once x {s['calls']} tools/call echo each, one after another, "
-        f"on keep-alive connections; {s['runs']} rounds, modes rotating; medians over the rounds [min..max]",
+        f"each client makes {s['calls']} tools/call echo one after another on a keep-alive connection; "
+        f"{s['runs']} rounds, modes rotating; medians over the rounds [min..max]; added = mode - direct "
+        "in the same round",
         "",
     ]
     for kind in KINDS:
         if kind not in r:
             continue
-        title = "tool calls in sessions (2025-11-25)" if kind == "session" else "2026-07-28 stateless requests"
+        title = TITLES[kind].format(sessions=s["sessions"])
         summary = r[kind]["summary"]
-        header = ("mode", "req/s", "x direct", "p50 ms", "p99 ms", "added p50", "added p99", "CPU us/call")
+        header = (
+            "mode",
+            "req/s",
+            "x direct",
+            "p50 ms",
+            "p99 ms",
+            "added p50",
+            "added p99",
+            "CPU/call",
+            "x direct",
+            "CPU us/call by process",
+        )
         rows = []
         for mode in MODES:
             row = summary[mode]
@@ -695,14 +720,22 @@ def render(r: dict[str, Any]) -> str:
                     f"{row['p99_ms']['median']:.2f}",
                     "-" if mode == "direct" else "{median:+.2f} [{min:+.2f}..{max:+.2f}]".format(**row["added_p50_ms"]),
                     "-" if mode == "direct" else f"{row['added_p99_ms']['median']:+.2f}",
+                    f"{row['cpu_total_us_per_call']['median'] / 1000:.2f} ms",
+                    "-" if mode == "direct" else f"x{row['cpu_ratio']['median']:.2f}",
                     " ".join(f"{k} {cpu[k]:.0f}" for k in ("haproxy", "proxy", "server", "loadgen") if k in cpu),
                 )
             )
         lines.append(title)
         lines += table(header, rows)
-        share = max(summary[mode]["loadgen_core_share"] for mode in MODES)
-        lines.append(f"  the load generator used at most {share:.0%} of one core (it is not the bottleneck below ~90%)")
         lines.append("")
+    share = max(r[kind]["summary"][mode]["loadgen_core_share"] for kind in KINDS if kind in r for mode in MODES)
+    lines += [
+        "CPU/call: on-CPU time of every process serving the mode during the round, over the calls (the load",
+        "generator's is not in it): the steady figure when other work shares the machine, where req/s and",
+        "latency move with it. With the cores to itself, a mode tops out near cores / CPU per call.",
+        f"The load generator used at most {share:.0%} of one core: it is not the bottleneck.",
+        "",
+    ]
     mem = r["memory"]
     per = mem["per_session_mb"]
     n = mem["sessions"][1]

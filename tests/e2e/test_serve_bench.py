@@ -51,11 +51,11 @@ def test_quick_run_reports_every_mode_side_by_side() -> None:
     assert done.returncode == 0, f"exit {done.returncode}; stderr:\n{done.stderr[-3000:]}"
     result = json.loads(done.stdout)
 
-    calls = result["settings"]["sessions"] * result["settings"]["calls"]
-    for kind in ("session", "stateless"):
+    calls = result["settings"]["calls"]
+    for kind, clients in (("single", 1), ("session", result["settings"]["sessions"]), ("stateless", 3)):
         for mode in MODES:
             (one,) = result[kind]["runs"][mode]
-            assert one["n"] == calls, (kind, mode)  # every call answered with its own echo (else exit 2)
+            assert one["n"] == clients * calls, (kind, mode)  # every call answered with its own echo (else exit 2)
             assert one["rps"] > 0 and 0 < one["p50_ms"] <= one["p99_ms"], (kind, mode, one)
             cpu = one["cpu_us_per_call"]
             assert set(cpu) == ROLES[mode], (kind, mode, cpu)
@@ -77,6 +77,6 @@ def test_quick_run_reports_every_mode_side_by_side() -> None:
 
     table = load_module().render(result)
     for label in ("direct", "HAProxy > direct", "serve x1", "HAProxy > serve x3"):
-        assert sum(line.split("  ")[0] == label for line in table.splitlines()) == 2, (label, table)
+        assert sum(line.split("  ")[0] == label for line in table.splitlines()) == 3, (label, table)
     for text in ("2 CPUs" if result["machine"]["cpus"] == 2 else "CPUs", "memory per session", "load average"):
         assert text in table
