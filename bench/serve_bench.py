@@ -424,11 +424,13 @@ async def one_run(target: Target, kind: str, sessions: int, calls: int, ids: ite
     conns = [await Conn.open(target.port) for _ in slots]
     try:
         await asyncio.gather(*(client_loop(c, s, 1, ids) for c, s in zip(conns, slots, strict=True)))  # warm
+        busy_before = machine_busy_ns()
         before = cpu_snapshot(target, loadgen_first=False)
         started = time.perf_counter()
         per_client = await asyncio.gather(*(client_loop(c, s, calls, ids) for c, s in zip(conns, slots, strict=True)))
         wall = time.perf_counter() - started
         after = cpu_snapshot(target, loadgen_first=True)
+        busy = machine_busy_ns() - busy_before
     finally:
         for c in conns:
             c.close()
@@ -442,7 +444,19 @@ async def one_run(target: Target, kind: str, sessions: int, calls: int, ids: ite
         "p99_ms": quantile(latencies, 0.99) * 1000,
         "cpu_us_per_call": {role: (after[role] - before.get(role, 0)) / 1000 / n for role in after},
         "loadgen_core_share": (after["loadgen"] - before["loadgen"]) / 1e9 / wall,
+        # cores kept busy by everything else on the machine (other work, and the modes not measured)
+        # (/proc/stat counts in clock ticks: a round of a few ms gets a rough figure)
+        "other_cores": min(
+            float(os.cpu_count() or 1), max(0.0, busy - sum(after[k] - before.get(k, 0) for k in after)) / 1e9 / wall
+        ),
     }
+
+
+def machine_busy_ns() -> int:
+    """CPU time all cores spent on anything but idling and waiting for I/O (/proc/stat), in ns."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]]
+    busy_ticks = sum(fields) - fields[3] - fields[4]
+    return busy_ticks * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
 
 
 def quantile(sorted_values: list[float], q: float) -> float:
@@ -534,6 +548,7 @@ def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             },
             "cpu_total_us_per_call": spread([served_cpu(r) for r in rs]),
             "loadgen_core_share": statistics.median(r["loadgen_core_share"] for r in rs),
+            "other_cores": spread([r["other_cores"] for r in rs]),
         }
         if mode != "direct":
             row["added_p50_ms"] = spread([r["p50_ms"] - x["p50_ms"] for r, x in zip(rs, d, strict=True)])
@@ -729,11 +744,15 @@ def render(r: dict[str, Any]) -> str:
         lines += table(header, rows)
         lines.append("")
     share = max(r[kind]["summary"][mode]["loadgen_core_share"] for kind in KINDS if kind in r for mode in MODES)
+    other = [x["other_cores"] for kind in KINDS if kind in r for mode in MODES for x in r[kind]["runs"][mode]]
     lines += [
         "CPU/call: on-CPU time of every process serving the mode during the round, over the calls (the load",
         "generator's is not in it): the steady figure when other work shares the machine, where req/s and",
         "latency move with it. With the cores to itself, a mode tops out near cores / CPU per call.",
-        f"The load generator used at most {share:.0%} of one core: it is not the bottleneck.",
+        f"The load generator used at most {share:.0%} of one core: it is not the bottleneck. Other work on the "
+        f"machine kept {statistics.median(other):.2f} of the {r['machine']['cpus']} cores busy during the rounds "
+        f"(median; {min(other):.2f}..{max(other):.2f})"
+        + ("  <- expect noisy figures" if statistics.median(other) > 0.25 else ""),
         "",
     ]
     mem = r["memory"]
@@ -802,6 +821,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python", default=sys.executable, help="interpreter for the servers and serve")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test: the figures mean nothing)")
     parser.add_argument("--json", action="store_true", help="print JSON (every run) instead of the table")
+    parser.add_argument("--json-out", metavar="PATH", help="also write the JSON to PATH (with the table printed)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     parser.add_argument("--keep-logs", action="store_true", help="keep the processes' stderr (kept on failure)")
     args = parser.parse_args(argv)
@@ -829,6 +849,8 @@ def main(argv: list[str] | None = None) -> int:
         result["logs"] = str(workdir)
     else:
         shutil.rmtree(workdir, ignore_errors=True)
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     if args.json:
         print(json.dumps(result, indent=2))
     else:

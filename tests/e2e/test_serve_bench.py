@@ -46,7 +46,7 @@ def test_quick_run_reports_every_mode_side_by_side() -> None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=150,
+        timeout=100,
     )
     assert done.returncode == 0, f"exit {done.returncode}; stderr:\n{done.stderr[-3000:]}"
     result = json.loads(done.stdout)
