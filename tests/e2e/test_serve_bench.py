@@ -71,7 +71,7 @@ def test_quick_run_reports_every_mode_side_by_side() -> None:
 
     memory = result["memory"]
     assert memory["sessions"] == [1, 3]
-    assert memory["proxy_processes_per_session"] == 1  # a group guard a session
+    assert memory["points"]["3"]["proxy_processes"] >= 1  # serve (and its session guards, while they exist)
     assert memory["server_processes_per_session"] >= 1 and memory["per_session_mb"]["servers_uss"] > 1
     assert memory["points"]["3"]["proxy_rss_kb"] > memory["points"]["1"]["proxy_rss_kb"] > 1000
 
