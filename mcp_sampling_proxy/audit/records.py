@@ -120,6 +120,7 @@ class AuditFields(TypedDict, total=False):
     approved_by: list[str]  # who approved, by name (terminal, host, console:NAME, webhook:NAME); all of a quorum
     checks: list[CheckRecord]  # the external checks run, when the matched rule has any
     client: str  # who called the served endpoint (`serve`): the name of the bearer token it presented
+    replica: str  # which `serve` replica wrote it (`serve --replica`): one of several behind a balancer
 
 
 class RequestSession(Protocol):

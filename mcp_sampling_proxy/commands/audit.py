@@ -538,6 +538,8 @@ def format_record(record: dict[str, Any]) -> str:
     if not is_decision(record):
         return f"{ts}  -- {_s(event)} record"
     parts = [ts, _s(record.get("server") or "?", 40)]
+    if record.get("replica"):  # which serve replica wrote it (several behind a balancer)
+        parts.append(f"replica={_s(record['replica'], 60)}")
     if record.get("tool"):
         parts.append(f"tool={_s(record['tool'], 40)}")
     if record.get("method") == "elicitation/create":
@@ -842,11 +844,8 @@ def _int(value: Any) -> int:
 def summary_main(paths: Sequence[str], since: datetime | None, *, as_json: bool) -> int:
     records = [record for path in paths for record in read_records(path)]
     stats = summarize(records, since)
-    total = ServerStats()
-    for entry in stats.values():
-        for name in SUMMED:
-            setattr(total, name, getattr(total, name) + getattr(entry, name))
-        total.latencies += entry.latencies
+    total = total_of(stats)
+    replicas = by_replica(records, since)
     if as_json:
         print(
             json.dumps(
@@ -854,6 +853,7 @@ def summary_main(paths: Sequence[str], since: datetime | None, *, as_json: bool)
                     "since": since.isoformat().replace("+00:00", "Z") if since else None,
                     "servers": {server: entry.as_dict() for server, entry in stats.items()},
                     "total": total.as_dict(),
+                    **({"replicas": {name: entry.as_dict() for name, entry in replicas.items()}} if replicas else {}),
                 },
                 ensure_ascii=True,
                 indent=2,
@@ -874,6 +874,12 @@ def summary_main(paths: Sequence[str], since: datetime | None, *, as_json: bool)
             ("server", "refused unsolicited", "over max_per_call", "by checks", "for secrets", "secrets found"),
         ),
     )
+    if replicas:  # the logs of several serve replicas: what each one decided
+        print()
+        print_table(
+            ["replica", "requests", "allowed", "denied", "errors"],
+            [[_s(name, 60), *_numbers(entry)[:4]] for name, entry in replicas.items()],
+        )
     for columns, names in tables:  # shown when the log has any: tool decisions, sampling checks' work
         if any(getattr(total, column) for column in columns):
             print()
@@ -885,6 +891,21 @@ def summary_main(paths: Sequence[str], since: datetime | None, *, as_json: bool)
                 ],
             )
     return 0
+
+
+def total_of(stats: dict[str, ServerStats]) -> ServerStats:
+    total = ServerStats()
+    for entry in stats.values():
+        for name in SUMMED:
+            setattr(total, name, getattr(total, name) + getattr(entry, name))
+        total.latencies += entry.latencies
+    return total
+
+
+def by_replica(records: Sequence[dict[str, Any]], since: datetime | None) -> dict[str, ServerStats]:
+    """The numbers of each `serve` replica that wrote records (`replica`), for the logs of several."""
+    names = sorted({str(r["replica"]) for r in records if is_decision(r) and r.get("replica")})
+    return {name: total_of(summarize([r for r in records if r.get("replica") == name], since)) for name in names}
 
 
 def print_table(header: list[str], rows: list[list[str]]) -> None:
