@@ -72,6 +72,7 @@ from mcp_sampling_proxy.transport.stdio import SpawnError, StdioUpstream, spawn
 log = get_logger("mcp_sampling_proxy.front")
 
 ENDPOINT = "/mcp"
+HEALTH = "/healthz"  # for balancers and probes: no token, says only "ok"
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 END_GRACE = 2.0  # s a session's server gets after EOF before SIGTERM, when its session ends
 
@@ -88,6 +89,7 @@ class FrontOptions:
     max_message_bytes: int = 64 * 1024 * 1024
     sandbox: tuple[str, ...] = ()  # the sandbox words each server is started under (transport/sandbox.py)
     hidden: frozenset[str] = frozenset()  # variables no server inherits (the LLM keys)
+    replica: str | None = None  # this serve's name among several behind a balancer: every audit record's `replica`
 
 
 @dataclass
@@ -147,7 +149,7 @@ class Front:
             ),
             capabilities.offered_elicitation(route=settings.elicitation.route, url_mode=settings.elicitation.url_mode),
         )
-        self.audit = AuditLog.from_settings(settings)
+        self.audit = AuditLog.from_settings(settings, stamp={"replica": options.replica} if options.replica else None)
         self.console = ConsoleServer(lambda: options.name, lambda: "HTTP clients")
         self._approvals = _approvals_store()
         self._pins = _tool_pins(settings)
@@ -161,6 +163,9 @@ class Front:
         if scope["type"] != "http":
             return
         request = Request(scope, receive)
+        if request.url.path == HEALTH and request.method in ("GET", "HEAD"):
+            await _healthy()(scope, receive, send)
+            return
         if request.url.path.rstrip("/") != ENDPOINT:
             await _error(404, f"Not Found: the MCP endpoint is {ENDPOINT}")(scope, receive, send)
             return
@@ -482,6 +487,7 @@ class Front:
                     "serving",
                     url=f"http://{_netloc(self.options.host, self.options.port)}{ENDPOINT}",
                     server=self.options.name,
+                    replica=self.options.replica,
                     tokens=len(self.options.tokens.callers),
                     max_sessions=self.options.max_sessions,
                     idle_timeout=self.options.idle_timeout,
@@ -541,6 +547,11 @@ def _owner(relay: Relay, message: dict[str, Any]) -> Any:
     if not inflight:
         return None
     return min(inflight.items(), key=lambda item: item[1].started)[0]
+
+
+def _healthy() -> Response:
+    """What a balancer's health check gets while serve listens: nothing about sessions, callers or the server."""
+    return Response("ok\n", media_type="text/plain", headers={"Cache-Control": "no-store"})
 
 
 def _security(host: str, port: int) -> TransportSecuritySettings | None:
