@@ -41,6 +41,7 @@ from helpers.support import (
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+from mcp_types import ElicitResult
 
 pytestmark = [
     pytest.mark.anyio,
@@ -111,14 +112,12 @@ def haproxy_config(port: int, replicas: list[Replica]) -> str:
     """deploy/haproxy.cfg with the test's frontend address and servers in place of the example's."""
     text = TEMPLATE.read_text(encoding="utf-8")
     binds = re.findall(r"(?m)^\s+bind \S+$", text)
-    servers = re.findall(r"(?m)^\s+server \S+ \S+$", text)
-    assert len(binds) == 1 and len(servers) == 3, "deploy/haproxy.cfg: one bind line and three server lines"
+    assert len(binds) == 1, "deploy/haproxy.cfg: one bind line"
     text = text.replace(binds[0], f"    bind 127.0.0.1:{port}")
-    ours = "\n".join(f"    server {r.name} {r.address}:{r.port}" for r in replicas)
-    text = text.replace(servers[0], ours)
-    for line in servers[1:]:
-        text = text.replace(line + "\n", "")
-    return text
+    by_name = {r.name: f"{r.address}:{r.port}" for r in replicas}
+    named = re.findall(r"(?m)^\s+server (\S+) \S+$", text)
+    assert sorted(set(named)) == sorted(by_name), f"deploy/haproxy.cfg names servers {named}"
+    return re.sub(r"(?m)^(\s+server (\S+)) \S+$", lambda m: f"{m[1]} {by_name[m[2]]}", text)
 
 
 @asynccontextmanager
@@ -306,3 +305,35 @@ async def test_a_dead_replica_gives_its_session_a_clear_error_and_new_sessions_g
         async with session(served.url, "c1") as client:
             assert first_text(await client.call_tool("echo", {"text": "again"})) == "again"
             assert served.holder() is not holder
+
+
+async def test_a_2026_callers_approval_rounds_come_back_to_the_replica_asking(
+    tmp_path: Path, llm: FakeLLMServer, redis_url: str
+) -> None:
+    """A 2026-07-28 client has no session, but the proxy's approval question is an `input_required` round
+    whose retry only the asking replica knows: the balancer keeps each caller on one replica (without
+    that, the retry meets another replica: 'Invalid or expired requestState')."""
+    rule = "  - name: ask\n    action: prompt\napproval:\n  channels: [host]\nupstream:\n  era: handshake\n"
+    asked: list[str] = []
+
+    async def approver(context: Any, params: Any) -> ElicitResult:
+        asked.append(params.message)
+        return ElicitResult(action="accept", content={"approve": True})
+
+    async def caller(name: str) -> None:
+        async with (
+            httpx2.AsyncClient(headers={"Authorization": f"Bearer {token(name)}"}, timeout=30) as http,
+            Client(streamable_http_client(served.url, http_client=http), elicitation_callback=approver) as client,
+        ):
+            assert client.session.protocol_version == "2026-07-28"
+            for n in range(3):
+                answer = tool_json(await client.call_tool("sample", {"prompt": f"{name}-{n}"}))
+                assert "content" in answer, answer
+
+    async with cluster(tmp_path, policy(tmp_path, llm, redis_url, rule)) as served, anyio.create_task_group() as tg:
+        for name in CALLERS[:3]:
+            tg.start_soon(caller, name)
+    assert len(asked) == 9
+    where = {(r["client"], r["replica"]) for replica in served.replicas for r in replica.records()}
+    assert sorted(client for client, _ in where) == CALLERS[:3]  # each caller decided on by one replica
+    assert all(r["decision"] == "approved" for replica in served.replicas for r in replica.records())
