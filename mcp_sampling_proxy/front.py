@@ -249,7 +249,7 @@ class Front:
             transport,
             StdioUpstream(process, self.options.name),
             client,
-            Session(name_override=self.options.name, client=client),
+            Session(name_override=self.options.name, client=client, served=uuid.uuid4().hex[:12]),
         )
         self.sessions[session_id] = served
         log.info("session opened", session=session_id[:8], client=client, server_pid=process.pid)
@@ -313,7 +313,9 @@ class Front:
             self.options.command, child_environment(os.environ, set(self.options.hidden)), sandbox=self.options.sandbox
         )
         lane = _Lane(
-            StdioUpstream(process, self.options.name), client, Session(name_override=self.options.name, client=client)
+            StdioUpstream(process, self.options.name),
+            client,
+            Session(name_override=self.options.name, client=client, served=uuid.uuid4().hex[:12]),
         )
         self.lanes[client] = lane
         log.info("2026-07-28 caller's server started", client=client, server_pid=process.pid)

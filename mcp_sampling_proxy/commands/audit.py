@@ -755,7 +755,7 @@ def p50(values: list[int]) -> float | None:
 
 
 def summarize(records: Sequence[dict[str, Any]], since: datetime | None = None) -> dict[str, ServerStats]:
-    """Per-server numbers. A request is counted once (by proxy_id and request_id) with the outcome
+    """Per-server numbers. A request is counted once (by proxy_id, session and request_id) with the outcome
     of its last record (a response rejected on review follows its `allow` record); tokens add up
     over all records; latency is that of fulfilled requests (no error). The records of the tools:
     section (the host's tools/call and tools/list) are counted apart, each record once."""
@@ -784,7 +784,12 @@ def summarize(records: Sequence[dict[str, Any]], since: datetime | None = None) 
         if record.get("latency_ms") is not None and record.get("error") is None and record.get("provider"):
             entry.latencies.append(_int(record["latency_ms"]))
         request_id = record.get("request_id")
-        key = (server, record.get("proxy_id"), json.dumps(request_id)) if request_id is not None else (index,)
+        # under serve, each session's server numbers its requests from 1: the session tells them apart
+        key = (
+            (server, record.get("proxy_id"), record.get("session"), json.dumps(request_id))
+            if request_id is not None
+            else (index,)
+        )
         outcome[key] = (server, record)
     for server, record in outcome.values():
         entry = stats[server]

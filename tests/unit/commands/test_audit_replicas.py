@@ -77,3 +77,16 @@ def test_a_single_replicas_log_without_names_has_no_replica_table(tmp_path: Path
     write_log(tmp_path / "a.jsonl", None, ["allow"])
     assert "replica" not in run("summary", str(tmp_path / "a.jsonl"))
     assert "replicas" not in json.loads(run("summary", "--json", str(tmp_path / "a.jsonl")))
+
+
+def test_summary_counts_each_served_sessions_requests_apart(tmp_path: Path) -> None:
+    """Under serve every session's server numbers its requests from 1, and one writer (the replica) records
+    them all: the session tells them apart, where proxy_id and request_id alone would count one request."""
+    path = tmp_path / "a.jsonl"
+    log = AuditLog(str(path), fsync=False, stamp={"replica": "r1"})
+    for session in ("s-one", "s-two", "s-three"):
+        log.record(server="notes", request_id=1, decision="allow", client="alice", session=session)
+    log.record(server="notes", request_id=1, decision="rejected", client="alice", session="s-three")  # its review
+    log.close()
+    data = json.loads(run("summary", "--json", str(path)))
+    assert (data["total"]["requests"], data["total"]["allowed"], data["total"]["denied"]) == (3, 2, 1)
