@@ -217,3 +217,12 @@ def test_haproxy_takes_the_config(tmp_path: Path) -> None:
     )
     done = subprocess.run(["haproxy", "-c", "-f", str(config)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_guides_haproxy_lines_are_the_files() -> None:
+    """docs/guides/scale.md quotes deploy/haproxy.cfg: each line it shows is a line of the file."""
+    guide = (ROOT / "docs" / "guides" / "scale.md").read_text(encoding="utf-8")
+    quoted = guide.split("From `deploy/haproxy.cfg`:", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
+    lines = {line.split("#", 1)[0].strip() for line in HAPROXY.read_text(encoding="utf-8").splitlines()}
+    missing = [line for line in quoted.splitlines() if line.strip() and line.strip() not in lines]
+    assert missing == []
