@@ -125,3 +125,17 @@ def test_a_replica_name_with_a_control_character_is_refused(tmp_path: Path) -> N
     )
     assert done.returncode == 2
     assert "--replica (or MCP_SAMPLING_PROXY_REPLICA): give a name of visible characters" in done.stderr
+
+
+async def test_the_replica_is_in_the_telemetry_spans(tmp_path: Path, llm: FakeLLMServer) -> None:
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="the [otel] extra is not installed")
+    from fakes.otlp_receiver import OTLPReceiver
+
+    with OTLPReceiver() as receiver:
+        extra = f"telemetry:\n  otlp_endpoint: {receiver.endpoint}\n"
+        policy = write_policy(tmp_path, openai_policy(llm.base_url, extra=extra))
+        async with serving(tmp_path, policy, "--replica", "eu-1") as base:
+            await sample_once(base)
+        (span,) = [s for s in receiver.spans if s["name"] == "sampling/createMessage"]
+    assert span["attributes"]["mcp_sampling_proxy.replica"] == "eu-1"
+    assert span["attributes"]["mcp_sampling_proxy.decision"] == "allow"
