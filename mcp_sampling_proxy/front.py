@@ -83,6 +83,7 @@ from mcp_sampling_proxy.transport.stdio import SpawnError, StdioUpstream, spawn
 log = get_logger("mcp_sampling_proxy.front")
 
 ENDPOINT = "/mcp"
+HEALTH = "/healthz"  # for balancers and probes: no token, says only "ok"
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 END_GRACE = 2.0  # s a session's server gets after EOF before SIGTERM, when its session ends
 
@@ -103,6 +104,7 @@ class FrontOptions:
     headers: dict[str, str] = field(default_factory=dict)  # sent to `url` (--header)
     shared: bool = False  # one upstream for every session and lane (--shared-upstream)
     oauth: ResourceGuard | None = None  # callers bring OAuth access tokens instead of `tokens`
+    replica: str | None = None  # this serve's name among several behind a balancer: every audit record's `replica`
 
     @property
     def target(self) -> str:
@@ -169,7 +171,7 @@ class Front:
             ),
             capabilities.offered_elicitation(route=settings.elicitation.route, url_mode=settings.elicitation.url_mode),
         )
-        self.audit = AuditLog.from_settings(settings)
+        self.audit = AuditLog.from_settings(settings, stamp={"replica": options.replica} if options.replica else None)
         self.console = ConsoleServer(lambda: options.name, lambda: "HTTP clients")
         self._approvals = _approvals_store()
         self._pins = _tool_pins(settings)
@@ -184,6 +186,9 @@ class Front:
         if scope["type"] != "http":
             return
         request = Request(scope, receive)
+        if request.url.path == HEALTH and request.method in ("GET", "HEAD"):
+            await _healthy()(scope, receive, send)
+            return
         guard = self.options.oauth
         if guard is not None and guard.publishes(request.url.path):  # RFC 9728: how to get a token
             await guard.metadata(scope, receive, send)
@@ -269,7 +274,12 @@ class Front:
         )
         session_id = transport.mcp_session_id
         assert session_id is not None
-        served = _Served(transport, upstream, client, Session(name_override=self.options.name, client=client))
+        served = _Served(
+            transport,
+            upstream,
+            client,
+            Session(name_override=self.options.name, client=client, served=uuid.uuid4().hex[:12]),
+        )
         self.sessions[session_id] = served
         log.info("session opened", session=session_id[:8], client=client, **_where(upstream))
         assert self._tg is not None
@@ -333,7 +343,9 @@ class Front:
         if existing is not None and not existing.ended.is_set():  # opened by another request while this one waited
             await upstream.stop(0)
             return existing
-        lane = _Lane(upstream, client, Session(name_override=self.options.name, client=client))
+        lane = _Lane(
+            upstream, client, Session(name_override=self.options.name, client=client, served=uuid.uuid4().hex[:12])
+        )
         self.lanes[client] = lane
         log.info("2026-07-28 caller's server started", client=client, **_where(upstream))
         assert self._tg is not None
@@ -530,6 +542,7 @@ class Front:
                     "serving",
                     url=f"http://{_netloc(self.options.host, self.options.port)}{ENDPOINT}",
                     server=self.options.name,
+                    replica=self.options.replica,
                     tokens=len(self.options.tokens.callers),
                     oauth_resource=self.options.oauth.settings.resource if self.options.oauth else None,
                     max_sessions=self.options.max_sessions,
@@ -605,6 +618,11 @@ def _owner(relay: Relay, message: dict[str, Any]) -> Any:
     if not inflight:
         return None
     return min(inflight.items(), key=lambda item: item[1].started)[0]
+
+
+def _healthy() -> Response:
+    """What a balancer's health check gets while serve listens: nothing about sessions, callers or the server."""
+    return Response("ok\n", media_type="text/plain", headers={"Cache-Control": "no-store"})
 
 
 def _security(host: str, port: int, resource: str | None = None) -> TransportSecuritySettings | None:

@@ -187,6 +187,7 @@ def _request_attributes(record: dict[str, Any], notes: dict[str, Any]) -> dict[s
         "prompt_edited_by",
         "answer_edited_by",
         "price_as_of",
+        "replica",
     ):
         value = record.get(field)
         if value is not None and value != "":

@@ -111,12 +111,14 @@ class AuditLog:
         max_bytes: int = DEFAULT_MAX_BYTES,
         secrets: Iterable[str] = (),
         proxy_id: str | None = None,
+        stamp: AuditFields | None = None,
     ):
         if content not in CONTENT_MODES:
             raise ValueError(f"content must be one of {', '.join(CONTENT_MODES)}, not {content!r}")
         self.path = path
         self.proxy_id = proxy_id or uuid.uuid4().hex[:12]
         self.content = content
+        self.stamp: AuditFields = stamp or {}  # fields every record of this writer carries (serve's `replica`)
         self._redactor = Redactor(secrets, redact)
         self._file: ChainFile | None = None
         if path:
@@ -139,8 +141,11 @@ class AuditLog:
         self._sink.observers.append(observer)
 
     @classmethod
-    def from_settings(cls, settings: Settings, environ: Mapping[str, str] | None = None) -> AuditLog:
-        """The log `settings.audit` describes, scrubbing the values of the proxy's configured keys."""
+    def from_settings(
+        cls, settings: Settings, environ: Mapping[str, str] | None = None, *, stamp: AuditFields | None = None
+    ) -> AuditLog:
+        """The log `settings.audit` describes, scrubbing the values of the proxy's configured keys;
+        `stamp`: fields written into every record (which replica of `serve` wrote it)."""
         environ = os.environ if environ is None else environ
         audit = settings.audit
         return cls(
@@ -150,6 +155,7 @@ class AuditLog:
             fsync=audit.fsync,
             max_bytes=audit.max_bytes,
             secrets=configured_secrets(settings, environ),
+            stamp=stamp,
         )
 
     @property
@@ -295,6 +301,8 @@ class AuditLog:
         for key in DECISION_FIELDS:
             record[key] = event.pop(key, None)
         record.update(event)  # extra facts, e.g. `limit`
+        for key, value in self.stamp.items():
+            record.setdefault(key, value)
         try:
             record["content"] = None if params is _NOT_GIVEN else content_record(params, result, self.content)
         except (RecursionError, ValueError, TypeError) as exc:  # hostile params (too deep to encode): say so

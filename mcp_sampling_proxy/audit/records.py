@@ -120,6 +120,8 @@ class AuditFields(TypedDict, total=False):
     approved_by: list[str]  # who approved, by name (terminal, host, console:NAME, webhook:NAME); all of a quorum
     checks: list[CheckRecord]  # the external checks run, when the matched rule has any
     client: str  # who called the served endpoint (`serve`): the name of the bearer token it presented
+    session: str  # which session (or 2026 caller's server) of `serve`: its own random id, not the Mcp-Session-Id
+    replica: str  # which `serve` replica wrote it (`serve --replica`): one of several behind a balancer
 
 
 class RequestSession(Protocol):
@@ -134,6 +136,7 @@ class RequestSession(Protocol):
 
     protocol_version: str | None
     client: str | None
+    served: str | None
 
 
 # -- canonical form and digests ------------------------------------------------------------------
@@ -223,6 +226,8 @@ def request_fields(
         fields["tool_candidates"] = list(candidates)
     if session.client is not None:
         fields["client"] = session.client
+    if session.served is not None:
+        fields["session"] = session.served
     return fields
 
 

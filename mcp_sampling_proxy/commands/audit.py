@@ -543,6 +543,8 @@ def format_record(record: dict[str, Any]) -> str:
     parts = [ts, _s(record.get("server") or "?", 40)]
     if record.get("client"):  # the caller, under serve
         parts.append(f"client={_s(record['client'], 40)}")
+    if record.get("replica"):  # which serve replica wrote it (several behind a balancer)
+        parts.append(f"replica={_s(record['replica'], 60)}")
     if record.get("method") in TOOL_METHODS:  # a decision on the host's tool call itself, not a sampling in it
         parts.append(f"{record['method']} {_s(record.get('tool') or '?', 40)}:")
     elif record.get("tool"):
@@ -760,7 +762,7 @@ def p50(values: list[int]) -> float | None:
 
 
 def summarize(records: Sequence[dict[str, Any]], since: datetime | None = None) -> dict[str, ServerStats]:
-    """Per-server numbers. A request is counted once (by proxy_id and request_id) with the outcome
+    """Per-server numbers. A request is counted once (by proxy_id, session and request_id) with the outcome
     of its last record (a response rejected on review follows its `allow` record); tokens add up
     over all records; latency is that of fulfilled requests (no error). The records of the tools:
     section (the host's tools/call and tools/list) are counted apart, each record once."""
@@ -789,7 +791,12 @@ def summarize(records: Sequence[dict[str, Any]], since: datetime | None = None) 
         if record.get("latency_ms") is not None and record.get("error") is None and record.get("provider"):
             entry.latencies.append(_int(record["latency_ms"]))
         request_id = record.get("request_id")
-        key = (server, record.get("proxy_id"), json.dumps(request_id)) if request_id is not None else (index,)
+        # under serve, each session's server numbers its requests from 1: the session tells them apart
+        key = (
+            (server, record.get("proxy_id"), record.get("session"), json.dumps(request_id))
+            if request_id is not None
+            else (index,)
+        )
         outcome[key] = (server, record)
     for server, record in outcome.values():
         entry = stats[server]
@@ -849,11 +856,8 @@ def _int(value: Any) -> int:
 def summary_main(paths: Sequence[str], since: datetime | None, *, as_json: bool) -> int:
     records = [record for path in paths for record in read_records(path)]
     stats = summarize(records, since)
-    total = ServerStats()
-    for entry in stats.values():
-        for name in SUMMED:
-            setattr(total, name, getattr(total, name) + getattr(entry, name))
-        total.latencies += entry.latencies
+    total = total_of(stats)
+    replicas = by_replica(records, since)
     if as_json:
         print(
             json.dumps(
@@ -861,6 +865,7 @@ def summary_main(paths: Sequence[str], since: datetime | None, *, as_json: bool)
                     "since": since.isoformat().replace("+00:00", "Z") if since else None,
                     "servers": {server: entry.as_dict() for server, entry in stats.items()},
                     "total": total.as_dict(),
+                    **({"replicas": {name: entry.as_dict() for name, entry in replicas.items()}} if replicas else {}),
                 },
                 ensure_ascii=True,
                 indent=2,
@@ -881,6 +886,12 @@ def summary_main(paths: Sequence[str], since: datetime | None, *, as_json: bool)
             ("server", "refused unsolicited", "over max_per_call", "by checks", "for secrets", "secrets found"),
         ),
     )
+    if replicas:  # the logs of several serve replicas: what each one decided
+        print()
+        print_table(
+            ["replica", "requests", "allowed", "denied", "errors"],
+            [[_s(name, 60), *_numbers(entry)[:4]] for name, entry in replicas.items()],
+        )
     for columns, names in tables:  # shown when the log has any: tool decisions, sampling checks' work
         if any(getattr(total, column) for column in columns):
             print()
@@ -892,6 +903,21 @@ def summary_main(paths: Sequence[str], since: datetime | None, *, as_json: bool)
                 ],
             )
     return 0
+
+
+def total_of(stats: dict[str, ServerStats]) -> ServerStats:
+    total = ServerStats()
+    for entry in stats.values():
+        for name in SUMMED:
+            setattr(total, name, getattr(total, name) + getattr(entry, name))
+        total.latencies += entry.latencies
+    return total
+
+
+def by_replica(records: Sequence[dict[str, Any]], since: datetime | None) -> dict[str, ServerStats]:
+    """The numbers of each `serve` replica that wrote records (`replica`), for the logs of several."""
+    names = sorted({str(r["replica"]) for r in records if is_decision(r) and r.get("replica")})
+    return {name: total_of(summarize([r for r in records if r.get("replica") == name], since)) for name in names}
 
 
 def print_table(header: list[str], rows: list[list[str]]) -> None:

@@ -158,6 +158,9 @@ ENVIRONMENT = (
     EnvironmentVariable(DEVICE_ENV, "the terminal device to ask on instead of `/dev/tty` (`try` sets it)"),
     EnvironmentVariable(OPENER_ENV, "a command run with the URL instead of the browser (URL elicitation)"),
     EnvironmentVariable("MCP_SAMPLING_PROXY_TOKEN", "`serve`: one more bearer token callers may use (named `token`)"),
+    EnvironmentVariable(
+        "MCP_SAMPLING_PROXY_REPLICA", "`serve`: this replica's name in its audit records, when `--replica` is not given"
+    ),
     EnvironmentVariable("MCP_SAMPLING_PROXY_NO_UVLOOP", "set: run on asyncio's own event loop even with uvloop"),
     EnvironmentVariable(
         "OTEL_EXPORTER_OTLP_ENDPOINT",

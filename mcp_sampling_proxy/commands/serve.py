@@ -15,7 +15,7 @@ import os
 import shlex
 import shutil
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -45,6 +45,7 @@ if TYPE_CHECKING:  # (imported when used: the front pulls in uvicorn and the SDK
     from mcp_sampling_proxy.config.settings import Settings
 
 DEFAULT_LISTEN = "127.0.0.1:8765"
+REPLICA_ENV = "MCP_SAMPLING_PROXY_REPLICA"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -94,6 +95,17 @@ def build_parser() -> argparse.ArgumentParser:
         "between callers (see below)",
     )
     add_oauth_options(parser)
+    parser.add_argument(
+        "--replica",
+        metavar="NAME",
+        help=f"this serve's name among several behind a balancer, written into every audit record as `replica` "
+        f"(default: ${REPLICA_ENV}, else HOSTNAME:PORT)",
+    )
+    parser.add_argument(
+        "--audit",
+        metavar="PATH",
+        help="write the audit log here instead of the policy's audit.path (one file per replica)",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the real server's command line, after '--'")
     return parser
 
@@ -146,6 +158,11 @@ def main(argv: Sequence[str]) -> int:
     if args.name is not None and (bad_character(args.name) is not None or not args.name.strip()):
         return fail("--name: give the server a name of visible characters")
     name = args.name.strip() if args.name else (derive_from_command(command) if command else derive_from_url(args.url))
+    replica = replica_name(args.replica, os.environ, port)
+    if replica is None:
+        return fail(f"--replica (or {REPLICA_ENV}): give a name of visible characters, at most 200 of them")
+    if args.audit is not None and not args.audit.strip():
+        return fail("--audit: give the file this replica writes its audit log to")
     try:
         guard = oauth_guard(args, host, port, name, os.environ)
     except OAuthSetupError as exc:
@@ -166,13 +183,15 @@ def main(argv: Sequence[str]) -> int:
         settings.providers = resolve_keys(settings.providers, hidden=settings.secret_env_vars())
         settings.state = resolve_state(settings.state, os.environ)
         check_telemetry(settings.telemetry)
+        if args.audit is not None:
+            settings.audit_path = audit_override(args.audit)
     except (PolicyError, KeySourceError) as exc:
         return fail(str(exc))
     try:
         listener = _bind(host, port)
     except OSError as exc:
         return fail(f"cannot listen on {args.listen}: {exc.strerror or exc}")
-    return _run(settings, policy, name, command, host, port, tokens, args, idle, listener, headers, guard)
+    return _run(settings, policy, name, replica, command, host, port, tokens, args, idle, listener, headers, guard)
 
 
 def _not_a_url(url: str) -> str | None:
@@ -181,6 +200,20 @@ def _not_a_url(url: str) -> str | None:
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
         return f"--url {url!r}: give the server's MCP endpoint as http://HOST[:PORT]/PATH or https://..."
     return None
+
+
+def replica_name(given: str | None, environ: Mapping[str, str], port: int) -> str | None:
+    """--replica, else $MCP_SAMPLING_PROXY_REPLICA, else HOSTNAME:PORT (a pod's name in Kubernetes);
+    None when the name given is not fit for an audit record."""
+    name = (given if given is not None else environ.get(REPLICA_ENV) or f"{socket.gethostname()}:{port}").strip()
+    if not name or len(name) > 200 or bad_character(name) is not None:
+        return None
+    return name
+
+
+def audit_override(path: str) -> str:
+    """--audit PATH: absolute, from the directory serve starts in (systemd, a container: say it whole)."""
+    return os.path.normpath(os.path.abspath(os.path.expanduser(path)))
 
 
 def _not_runnable(executable: str) -> str | None:
@@ -213,6 +246,7 @@ def _run(
     settings: Settings,
     policy: str | None,
     name: str,
+    replica: str,
     command: list[str],
     host: str,
     port: int,
@@ -255,12 +289,14 @@ def _run(
         headers=headers,
         shared=args.shared_upstream,
         oauth=guard,
+        replica=replica,
     )
     log.info("policy", file=policy or "none: providers from the environment, every request asked")
     if command:
         log.info("server command", command=shlex.join(command), shared=args.shared_upstream or None)
     else:
         log.info("server URL", url=args.url, headers=sorted(headers) or None, shared=args.shared_upstream or None)
+    log.info("audit", file=settings.audit.path or "none", replica=replica)
     front = Front(settings, options)
     try:
         anyio.run(front.serve, listener, backend="asyncio", backend_options={"use_uvloop": has_uvloop()})

@@ -68,6 +68,7 @@ class Session:
     host_era: str | None = None  # "handshake" | "modern": what the host speaks (relay/bridge.py)
     server_era: str | None = None  # what the server leg speaks
     client: str | None = None  # who called, when served over HTTP (`serve`): the bearer token's name
+    served: str | None = None  # `serve`'s own id of this session (or 2026 caller's lane), for its audit records
 
     @property
     def server_name(self) -> str:

@@ -311,6 +311,8 @@ class ToolGate:
             fields["tool_change"] = tool_change
         if session.client is not None:  # served over HTTP: who called (front.py)
             fields["client"] = session.client
+        if session.served is not None:
+            fields["session"] = session.served
         try:
             self._audit.record(**fields)
         except Exception as exc:  # the call's fate is decided; a record that cannot be written is logged

@@ -1,0 +1,141 @@
+"""`serve`'s options for running as one of several replicas: `--replica` (and its variable, and its
+default), `--audit` (each replica's own file), and `/healthz` for the balancer's checks.
+
+Real parts only: `serve` as a process with a token file, the `mcp` SDK's Streamable HTTP client, the
+kitchen-sink server sampling behind it, a loopback LLM and the audit file the proxy writes.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from fakes.llm_server import FakeLLMServer
+from helpers.support import KITCHEN_SINK, PROXY, PY, free_port, openai_policy, proxy_env, tool_json, write_policy
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+pytestmark = pytest.mark.anyio
+
+TOKEN = "alice-token-0123456789abcdef"
+
+
+@pytest.fixture
+def llm() -> Iterator[FakeLLMServer]:
+    with FakeLLMServer("openai") as server:
+        yield server
+
+
+@asynccontextmanager
+async def serving(tmp_path: Path, policy: str, *options: str, **env: str) -> AsyncIterator[str]:
+    """`serve` on a free loopback port with alice's token; yields its base URL, stops it at the end."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"alice:{TOKEN}\n", encoding="utf-8")
+    tokens.chmod(0o600)
+    port = free_port()
+    command = [*PROXY, "serve", "--listen", f"127.0.0.1:{port}", "--token-file", str(tokens), *options]
+    errlog = tmp_path / "serve.log"
+    with open(errlog, "ab") as err:
+        process = subprocess.Popen(
+            [*command, "--policy", policy, "--", PY, KITCHEN_SINK],
+            env=proxy_env(TEST_LLM_KEY="sk-test", **env),
+            stderr=err,
+            stdout=err,
+        )
+    try:
+        deadline = time.monotonic() + 20
+        while not _listening(port):
+            assert process.poll() is None and time.monotonic() < deadline, errlog.read_text()
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(15)
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+async def sample_once(base: str) -> None:
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as http,
+        Client(streamable_http_client(f"{base}/mcp", http_client=http), mode="legacy") as client,
+    ):
+        assert "content" in tool_json(await client.call_tool("sample", {"prompt": "hi"}))
+
+
+def decisions(path: Path) -> list[dict[str, Any]]:
+    return [r for r in map(json.loads, path.read_text().splitlines()) if r.get("event") == "decision"]
+
+
+async def test_replica_and_audit_options_name_the_writer_and_its_file(tmp_path: Path, llm: FakeLLMServer) -> None:
+    in_policy = tmp_path / "policy-audit.jsonl"
+    policy = write_policy(tmp_path, openai_policy(llm.base_url, extra=f"audit:\n  path: {in_policy}\n"))
+    own = tmp_path / "r1" / "audit.jsonl"
+    own.parent.mkdir()
+    async with serving(tmp_path, policy, "--replica", "eu-1", "--audit", str(own)) as base:
+        await sample_once(base)
+    (record,) = decisions(own)
+    assert (record["replica"], record["client"], record["decision"]) == ("eu-1", "alice", "allow")
+    assert not in_policy.exists()  # --audit replaces the policy's path
+
+
+async def test_the_replica_defaults_to_the_variable_then_hostname_and_port(tmp_path: Path, llm: FakeLLMServer) -> None:
+    audit = tmp_path / "audit.jsonl"
+    policy = write_policy(tmp_path, openai_policy(llm.base_url, extra=f"audit:\n  path: {audit}\n"))
+    async with serving(tmp_path, policy, MCP_SAMPLING_PROXY_REPLICA="from-env") as base:
+        await sample_once(base)
+    async with serving(tmp_path, policy) as base:
+        await sample_once(base)
+    port = base.rsplit(":", 1)[1]
+    assert [r["replica"] for r in decisions(audit)] == ["from-env", f"{socket.gethostname()}:{port}"]
+
+
+async def test_healthz_answers_without_a_token_and_tells_nothing(tmp_path: Path, llm: FakeLLMServer) -> None:
+    policy = write_policy(tmp_path, openai_policy(llm.base_url))
+    async with serving(tmp_path, policy, "--replica", "secret-name") as base, httpx2.AsyncClient(timeout=10) as http:
+        health = await http.get(f"{base}/healthz")
+        head = await http.head(f"{base}/healthz")
+        mcp = await http.get(f"{base}/mcp")
+        posted = await http.post(f"{base}/healthz", content=b"{}")
+    assert (health.status_code, health.text, head.status_code) == (200, "ok\n", 200)
+    assert health.headers["cache-control"] == "no-store"
+    assert mcp.status_code == 401  # the endpoint itself still wants the token
+    assert posted.status_code == 404
+
+
+def test_a_replica_name_with_a_control_character_is_refused(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [*PROXY, "serve", "--replica", "r1\x1b[2J", "--", PY, KITCHEN_SINK],
+        env=proxy_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "--replica (or MCP_SAMPLING_PROXY_REPLICA): give a name of visible characters" in done.stderr
+
+
+async def test_the_replica_is_in_the_telemetry_spans(tmp_path: Path, llm: FakeLLMServer) -> None:
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="the [otel] extra is not installed")
+    from fakes.otlp_receiver import OTLPReceiver
+
+    with OTLPReceiver() as receiver:
+        extra = f"telemetry:\n  otlp_endpoint: {receiver.endpoint}\n"
+        policy = write_policy(tmp_path, openai_policy(llm.base_url, extra=extra))
+        async with serving(tmp_path, policy, "--replica", "eu-1") as base:
+            await sample_once(base)
+        (span,) = [s for s in receiver.spans if s["name"] == "sampling/createMessage"]
+    assert span["attributes"]["mcp_sampling_proxy.replica"] == "eu-1"
+    assert span["attributes"]["mcp_sampling_proxy.decision"] == "allow"
