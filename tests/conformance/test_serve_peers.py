@@ -234,13 +234,23 @@ def audited_clients(tmp_path: Path) -> list[object]:
     return [r.get("client") for r in map(json.loads, lines) if r.get("event") == "decision"]
 
 
+# the TypeScript SDK 1.x speaks the handshake era only (its newest version is 2025-11-25); 2.x, a package of
+# its own, speaks 2026-07-28 (pinned here: server/discover, and no fallback to initialize)
+TS_SDKS = {
+    "2025-11-25": ("@modelcontextprotocol/sdk", []),
+    "2026-07-28": ("@modelcontextprotocol/client", ["2026-07-28"]),
+}
+
+
+@pytest.mark.parametrize("era", TS_SDKS)
 def test_the_typescript_sdk_client_lists_calls_and_samples_through_serve(
-    served: Endpoint, llm: FakeLLMServer, tmp_path: Path
+    era: str, served: Endpoint, llm: FakeLLMServer, tmp_path: Path
 ) -> None:
-    package_file("@modelcontextprotocol/sdk", "package.json")
+    package, pin = TS_SDKS[era]
+    package_file(package, "package.json")
     llm.reply_text("four", model="fake-gpt-4o-mini")
     done = subprocess.run(
-        [node22(), str(TS_CLIENT), served.url, ALICE, "2+2?"],
+        [node22(), str(TS_CLIENT), served.url, ALICE, "2+2?", *pin],
         env=proxy_env(MCP_CONFORMANCE_NODE_MODULES=str(NODE_MODULES)),
         capture_output=True,
         text=True,
@@ -248,7 +258,8 @@ def test_the_typescript_sdk_client_lists_calls_and_samples_through_serve(
     )
     assert done.returncode == 0, f"{done.stderr[-3000:]}\nserve's log: {served.log.read_text()[-3000:]}"
     answer = json.loads(done.stdout.strip().splitlines()[-1])
-    assert answer["version"] == "2025-11-25"  # the SDK 1.32's newest: it speaks no 2026-07-28
+    assert answer["version"] == era
+    assert (answer["session"] is None) == (era == "2026-07-28")  # 2026-07-28 has no sessions
     assert {"echo", "trigger-sampling-request"} <= set(answer["tools"])  # the proxy declared sampling
     result = sampled(answer["result"]["content"][0]["text"])
     assert result["content"]["text"] == "four"
