@@ -17,9 +17,10 @@ Callers present a bearer token (config/front_tokens.py) when any is configured; 
 is the session's `client`, written into its audit records. A session answers only the client that
 opened it.
 
-2026-07-28 requests have no session: each POST is one request answered in its body
-(transport/http_host.py `StatelessHost`), by a "lane" per caller (a server and relay of the caller's
-own, ended when idle like a session), whose relay speaks the 2026 era to the caller (relay/bridge.py).
+2026-07-28 requests have no session: each POST is one request answered in its body, a
+`subscriptions/listen` with an SSE stream of its notifications (transport/http_host.py `StatelessHost`),
+by a "lane" per caller (a server and relay of the caller's own, ended when idle like a session), whose
+relay speaks the 2026 era to the caller (relay/bridge.py).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcp_sampling_proxy.approval.console.server import ConsoleServer
 from mcp_sampling_proxy.audit.recorder import AuditLog
@@ -66,7 +67,7 @@ from mcp_sampling_proxy.runtime import (
     warm_up,
 )
 from mcp_sampling_proxy.serve.sampling import AdapterPool
-from mcp_sampling_proxy.transport.http_host import HttpHost, StatelessHost
+from mcp_sampling_proxy.transport.http_host import Emit, HttpHost, StatelessHost, event_stream
 from mcp_sampling_proxy.transport.stdio import SpawnError, StdioUpstream, spawn
 
 log = get_logger("mcp_sampling_proxy.front")
@@ -261,7 +262,7 @@ class Front:
         return len(self.sessions) + len(self.lanes) >= self.options.max_sessions
 
     # -- 2026-07-28: stateless requests ----------------------------------------------------------
-    async def _stateless(self, client: str | None, request: Request) -> JSONResponse | Response:
+    async def _stateless(self, client: str | None, request: Request) -> ASGIApp:
         """One 2026-07-28 request, answered in the POST's body by the caller's lane."""
         if request.method != "POST":
             return _error(405, "Method Not Allowed: a 2026-07-28 request is a POST (there is no GET stream)")
@@ -297,6 +298,8 @@ class Front:
             return Response(status_code=202)
         if not jsonrpc.usable_id(message["id"]):
             return _error(400, "Bad Request: a request needs a string or integer id")
+        if message["method"] == "subscriptions/listen":  # the one request answered with a stream
+            return _listen_stream(lane, message)
         try:
             answer = await lane.link.exchange(message, lane.relay.from_host)
         finally:
@@ -566,6 +569,20 @@ def _netloc(host: str, port: int) -> str:
 
 def _peer(request: Request) -> str:
     return f"{request.client.host}:{request.client.port}" if request.client else "?"
+
+
+def _listen_stream(lane: _Lane, message: dict[str, Any]) -> ASGIApp:
+    """A 2026-07-28 `subscriptions/listen`, answered as an SSE stream while the caller keeps it open."""
+    relay = lane.relay
+    assert relay is not None
+
+    async def produce(emit: Emit) -> None:
+        try:
+            await lane.link.listen(message, relay.from_host, emit)
+        finally:
+            lane.last_used = time.monotonic()
+
+    return event_stream(produce)
 
 
 def _error(status: int, message: str, code: int = jsonrpc.INVALID_REQUEST) -> JSONResponse:

@@ -70,11 +70,16 @@ MODERN_PROXIED = MODERN_DIRECT | {
     "input-required-result-unsupported-methods",
     "input-required-result-ignore-extra-params",
 }
+# subscriptions/listen, answered by serve as an SSE stream (its acknowledgement, then what it asked for)
+MODERN_LISTEN_CHECKS = {
+    ("server-stateless", "sep-2575-server-sends-subscription-ack"),
+    ("server-stateless", "sep-2575-server-tags-subscription-id"),
+    ("server-stateless", "sep-2575-server-honors-notification-filter"),
+}
 # checks that pass direct only because server-everything refuses every 2026-07-28 request; through
 # serve the request is answered, and these are what serve does not check yet
 MODERN_REFUSAL_ONLY = {
     ("server-stateless", "sep-2575-http-server-meta-invalid-400"),  # a request without its _meta gets 200
-    ("server-stateless", "sep-2575-server-honors-notification-filter"),  # subscriptions/listen's filter
     ("input-required-result-validate-input", "sep-2322-error-on-protocol-error"),  # SHOULD: a warning
     ("input-required-result-validate-input", "sep-2322-validate-input-responses"),  # SHOULD: a warning
 }
@@ -167,6 +172,15 @@ def passing(results: dict[str, Scenario]) -> set[str]:
     return {name for name, scenario in results.items() if scenario.passed}
 
 
+def succeeded(results: dict[str, Scenario]) -> set[tuple[str, str]]:
+    return {
+        (name, check)
+        for name, s in results.items()
+        for check, statuses in s.checks.items()
+        if statuses == ["SUCCESS"] * len(statuses)
+    }
+
+
 def checks_lost(direct: dict[str, Scenario], proxied: dict[str, Scenario]) -> set[tuple[str, str]]:
     """The checks that passed every time direct and not every time through the proxy."""
     lost = set()
@@ -200,6 +214,7 @@ def test_server_scenarios_pass_through_serve_as_they_do_direct(suite: str, tmp_p
         assert passing(direct) == MODERN_DIRECT, report
         assert passing(proxied) >= MODERN_PROXIED, report
         assert checks_lost(direct, proxied) <= MODERN_REFUSAL_ONLY, report
+        assert succeeded(proxied) >= MODERN_LISTEN_CHECKS, report
 
 
 @pytest.fixture
@@ -300,3 +315,18 @@ def test_mcp_inspector_cli_lists_and_calls_through_serve(served: Endpoint, llm: 
     error = json.loads(refused.stderr)["error"]
     assert error["code"] == "auth_required"
     assert "Authorization: Bearer TOKEN" in error["message"]  # the proxy's 401 says what to send
+
+
+def test_mcp_inspector_cli_in_the_2026_era_through_serve(served: Endpoint, llm: FakeLLMServer, tmp_path: Path) -> None:
+    """Inspector pinned to 2026-07-28 opens with server/discover, and must get a 2026 answer the first
+    time: serve bridges the era, so the handshake server's "method not found" is not the endpoint's."""
+    home = tmp_path / "home"
+    llm.reply_text("four", model="fake-gpt-4o-mini")
+    call = ["--method", "tools/call", "--tool-name", "trigger-sampling-request", "--tool-arg", "prompt=2+2?"]
+    called = inspector(served.url, home, "--protocol-era", "modern", *call)
+    assert called.returncode == 0, f"{called.stderr}\nserve's log: {served.log.read_text()[-3000:]}"
+    assert sampled(json.loads(called.stdout)["result"]["content"][0]["text"])["content"]["text"] == "four"
+    listed = inspector(served.url, home, "--protocol-era", "modern", "--method", "tools/list")
+    assert listed.returncode == 0, listed.stderr
+    assert "trigger-sampling-request" in {tool["name"] for tool in json.loads(listed.stdout)["result"]["tools"]}
+    assert audited_clients(tmp_path) == ["alice"]

@@ -516,3 +516,39 @@ def test_the_guides_curl_transcript_runs_as_shown(tmp_path: Path) -> None:
     assert [line for line in done.stdout.splitlines() if line] == shown.splitlines()
     assert '"client":"alice"' not in served.errlog.read_text()  # the environment's token is named `token`
     assert '"client":"token"' in served.errlog.read_text()
+
+
+async def test_a_2026_callers_subscriptions_listen_is_an_event_stream(tmp_path: Path) -> None:
+    """subscriptions/listen is answered with an SSE stream: the acknowledgement first, then the server's
+    notifications the filter asked for, tagged with the caller's own request id. The server leg is pinned
+    to the handshake era, where the proxy serves the subscription from the server's notifications. Closing
+    the stream ends the subscription, and the caller's server ends when idle as if it had never listened."""
+    policy = write_policy(tmp_path, "upstream:\n  era: handshake\n")
+    served = start_serve(tmp_path, "--token-file", token_file(tmp_path), "--idle-timeout", "2s", policy=policy)
+    listen = modern_request(0, "subscriptions/listen", {"notifications": {"toolsListChanged": True}})
+    listen["id"] = "listen-1"
+    notify = modern_request(1, "tools/call", {"name": "notify_changes", "arguments": {}})
+    events: list[dict[str, Any]] = []
+    try:
+        async with httpx2.AsyncClient(timeout=20) as http:
+            headers = modern_headers(ALICE, "subscriptions/listen")
+            async with http.stream("POST", served.url, json=listen, headers=headers) as stream:
+                content_type = stream.headers["content-type"]
+                data = (json.loads(line[6:]) async for line in stream.aiter_lines() if line.startswith("data: "))
+                events.append(await anext(data))  # acknowledged: now the server announces its changes
+                called = await http.post(served.url, json=notify, headers=modern_headers(ALICE, "tools/call"))
+                events.append(await anext(data))
+                servers = server_children(served.process.pid)
+            assert await anyio.to_thread.run_sync(lambda: wait_until(lambda: not any(map(alive, servers))))
+    finally:
+        stop(served)
+    assert called.json()["result"]["content"][0]["text"] == "notified"
+    assert content_type.startswith("text/event-stream")
+    acknowledged, changed = events
+    assert acknowledged["method"] == "notifications/subscriptions/acknowledged"
+    assert acknowledged["params"]["notifications"] == {"toolsListChanged": True}
+    assert acknowledged["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == "listen-1"
+    # the prompts' and resources' list changes came too, but this subscription did not ask for them
+    assert changed["method"] == "notifications/tools/list_changed"
+    assert changed["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == "listen-1"
+    assert served.errlog.read_text().count("idle for 2 s") == 1
