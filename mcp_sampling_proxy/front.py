@@ -55,7 +55,7 @@ from mcp_sampling_proxy.config.child_env import child_environment
 from mcp_sampling_proxy.config.front_tokens import Tokens
 from mcp_sampling_proxy.config.settings import Settings
 from mcp_sampling_proxy.log import Throttle, get_logger
-from mcp_sampling_proxy.protocol import capabilities, jsonrpc
+from mcp_sampling_proxy.protocol import capabilities, eras, jsonrpc
 from mcp_sampling_proxy.relay.core import Relay, Session
 from mcp_sampling_proxy.runtime import (
     ProxyHooks,
@@ -278,6 +278,11 @@ class Front:
         named = request.headers.get("mcp-method")
         if named is not None and named != message["method"]:
             return _error(400, f"Bad Request: Mcp-Method {named[:80]!r} does not name the body's method")
+        missing = eras.missing_meta(message.get("params")) if "id" in message else []
+        if missing and jsonrpc.usable_id(message["id"]):  # refused before a server is started for it
+            text = f"Invalid params: a {eras.MODERN} request carries {', '.join(missing)} in params._meta"
+            error = {"code": jsonrpc.INVALID_PARAMS, "message": text}
+            return JSONResponse({"jsonrpc": "2.0", "id": message["id"], "error": error}, status_code=400)
         lane = self.lanes.get(client)
         if lane is not None and lane.ended.is_set():  # ending (its server exited, or idle): the next one starts
             del self.lanes[client]

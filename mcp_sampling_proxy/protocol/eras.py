@@ -49,6 +49,15 @@ def modern_version(params: Any) -> str | None:
     return version if isinstance(version, str) and version not in HANDSHAKE_VERSIONS else None
 
 
+def missing_meta(params: Any) -> list[str]:
+    """The `_meta` keys every 2026-era request must carry that `params` lacks (SEP-2575: the protocol
+    version and the client's capabilities; the client's info is optional)."""
+    meta = as_object(params).get("_meta")
+    if not isinstance(meta, dict):
+        return ["_meta"]
+    return [key for key in (PROTOCOL_VERSION_META, CLIENT_CAPS_META) if key not in meta]
+
+
 def request_meta(
     version: str, client_info: dict[str, Any], capabilities: dict[str, Any], log_level: str | None = None
 ) -> dict[str, Any]:

@@ -552,3 +552,23 @@ async def test_a_2026_callers_subscriptions_listen_is_an_event_stream(tmp_path: 
     assert changed["method"] == "notifications/tools/list_changed"
     assert changed["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == "listen-1"
     assert served.errlog.read_text().count("idle for 2 s") == 1
+
+
+async def test_a_2026_request_without_its_meta_is_refused_before_a_server_starts(tmp_path: Path) -> None:
+    served = start_serve(tmp_path, "--token-file", token_file(tmp_path))
+    bare = {"jsonrpc": "2.0", "id": 5, "method": "tools/list", "params": {}}
+    versionless = modern_request(6, "tools/list")
+    del versionless["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"]
+    try:
+        async with httpx2.AsyncClient(timeout=20) as http:
+            headers = modern_headers(ALICE, "tools/list")
+            refused = [await http.post(served.url, json=body, headers=headers) for body in (bare, versionless)]
+            started = server_children(served.process.pid)
+    finally:
+        stop(served)
+    assert [answer.status_code for answer in refused] == [400, 400]
+    assert [answer.json()["id"] for answer in refused] == [5, 6]  # the error names the request it answers
+    assert {answer.json()["error"]["code"] for answer in refused} == {-32602}
+    assert "_meta" in refused[0].json()["error"]["message"]
+    assert "io.modelcontextprotocol/protocolVersion" in refused[1].json()["error"]["message"]
+    assert started == []
