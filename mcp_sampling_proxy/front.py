@@ -278,11 +278,11 @@ class Front:
         named = request.headers.get("mcp-method")
         if named is not None and named != message["method"]:
             return _error(400, f"Bad Request: Mcp-Method {named[:80]!r} does not name the body's method")
-        missing = eras.missing_meta(message.get("params")) if "id" in message else []
-        if missing and jsonrpc.usable_id(message["id"]):  # refused before a server is started for it
-            text = f"Invalid params: a {eras.MODERN} request carries {', '.join(missing)} in params._meta"
-            error = {"code": jsonrpc.INVALID_PARAMS, "message": text}
-            return JSONResponse({"jsonrpc": "2.0", "id": message["id"], "error": error}, status_code=400)
+        version = request.headers.get(MCP_PROTOCOL_VERSION_HEADER)
+        refusal = eras.http_refusal(message, version) if jsonrpc.usable_id(message.get("id")) else None
+        if refusal is not None:  # refused before a server is started for it
+            status, error = refusal
+            return JSONResponse({"jsonrpc": "2.0", "id": message["id"], "error": error}, status_code=status)
         lane = self.lanes.get(client)
         if lane is not None and lane.ended.is_set():  # ending (its server exited, or idle): the next one starts
             del self.lanes[client]
@@ -309,7 +309,8 @@ class Front:
             answer = await lane.link.exchange(message, lane.relay.from_host)
         finally:
             lane.last_used = time.monotonic()
-        return JSONResponse(answer)
+        not_found = jsonrpc.as_object(answer.get("error")).get("code") == jsonrpc.METHOD_NOT_FOUND
+        return JSONResponse(answer, status_code=404 if not_found else 200)  # SEP-2575: 404 for no such method
 
     async def _open_lane(self, client: str | None) -> _Lane:
         process = spawn(

@@ -71,15 +71,26 @@ MODERN_PROXIED = MODERN_DIRECT | {
     "input-required-result-ignore-extra-params",
 }
 # what serve's 2026-07-28 endpoint does itself: subscriptions/listen as an SSE stream (its acknowledgement,
-# then what it asked for), and a request without its _meta refused (400, -32602, the request's id)
+# then what it asked for); a request without its _meta refused (400, -32602, the request's id), one whose
+# _meta contradicts its header (400, -32020), a removed or unknown method 404 with -32601
 MODERN_SERVE_CHECKS = {
-    ("server-stateless", "sep-2575-server-sends-subscription-ack"),
-    ("server-stateless", "sep-2575-server-tags-subscription-id"),
-    ("server-stateless", "sep-2575-server-honors-notification-filter"),
-    ("server-stateless", "sep-2575-http-server-meta-invalid-400"),
-    ("server-stateless", "sep-2575-request-meta-invalid-missing-meta"),
-    ("server-stateless", "sep-2575-request-meta-invalid-missing-protocol-version"),
-    ("server-stateless", "sep-2575-request-meta-invalid-missing-client-capabilities"),
+    ("server-stateless", f"sep-2575-{check}")
+    for check in (
+        "server-sends-subscription-ack",
+        "server-tags-subscription-id",
+        "server-honors-notification-filter",
+        "http-server-meta-invalid-400",
+        "request-meta-invalid-missing-meta",
+        "request-meta-invalid-missing-protocol-version",
+        "request-meta-invalid-missing-client-capabilities",
+        "http-server-header-mismatch-400",
+        "http-server-method-not-found-404",
+        "http-server-method-not-found-404-initialize",
+        "http-server-method-not-found-404-ping",
+        "http-server-method-not-found-404-logging-setlevel",
+        "http-server-method-not-found-404-resources-subscribe",
+        "http-server-method-not-found-404-resources-unsubscribe",
+    )
 }
 # checks that pass direct only because server-everything refuses every 2026-07-28 request; through
 # serve the request is answered

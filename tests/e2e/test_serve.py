@@ -554,21 +554,40 @@ async def test_a_2026_callers_subscriptions_listen_is_an_event_stream(tmp_path: 
     assert served.errlog.read_text().count("idle for 2 s") == 1
 
 
-async def test_a_2026_request_without_its_meta_is_refused_before_a_server_starts(tmp_path: Path) -> None:
+async def test_a_2026_request_serve_cannot_take_is_refused_before_a_server_starts(tmp_path: Path) -> None:
+    """As SEP-2575 has it: a request without its `_meta` fields gets 400 and -32602, one whose `_meta`
+    version contradicts its header 400 and -32020, a method 2026-07-28 removed 404 and -32601; each error
+    carries the request's id, and no server is started for any of them."""
     served = start_serve(tmp_path, "--token-file", token_file(tmp_path))
     bare = {"jsonrpc": "2.0", "id": 5, "method": "tools/list", "params": {}}
-    versionless = modern_request(6, "tools/list")
-    del versionless["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"]
+    version = "io.modelcontextprotocol/protocolVersion"
+    versionless = {**modern_request(6, "tools/list"), "params": {"_meta": {**MODERN_META}}}
+    del versionless["params"]["_meta"][version]
+    contradicting = {**modern_request(7, "tools/list"), "params": {"_meta": {**MODERN_META, version: "2025-11-25"}}}
+    bodies = [bare, versionless, contradicting, modern_request(8, "ping"), modern_request(9, "initialize")]
     try:
         async with httpx2.AsyncClient(timeout=20) as http:
-            headers = modern_headers(ALICE, "tools/list")
-            refused = [await http.post(served.url, json=body, headers=headers) for body in (bare, versionless)]
+            refused = [
+                await http.post(served.url, json=body, headers=modern_headers(ALICE, body["method"])) for body in bodies
+            ]
             started = server_children(served.process.pid)
     finally:
         stop(served)
-    assert [answer.status_code for answer in refused] == [400, 400]
-    assert [answer.json()["id"] for answer in refused] == [5, 6]  # the error names the request it answers
-    assert {answer.json()["error"]["code"] for answer in refused} == {-32602}
+    assert [answer.status_code for answer in refused] == [400, 400, 400, 404, 404]
+    assert [answer.json()["id"] for answer in refused] == [5, 6, 7, 8, 9]  # each error names its request
+    assert [answer.json()["error"]["code"] for answer in refused] == [-32602, -32602, -32020, -32601, -32601]
     assert "_meta" in refused[0].json()["error"]["message"]
     assert "io.modelcontextprotocol/protocolVersion" in refused[1].json()["error"]["message"]
     assert started == []
+
+
+async def test_a_method_the_2026_callers_server_does_not_have_gets_404(tmp_path: Path) -> None:
+    served = start_serve(tmp_path, "--token-file", token_file(tmp_path))
+    try:
+        async with httpx2.AsyncClient(timeout=20) as http:
+            unknown = modern_request(3, "tools/frobnicate")
+            answer = await http.post(served.url, json=unknown, headers=modern_headers(ALICE, "tools/frobnicate"))
+    finally:
+        stop(served)
+    assert answer.status_code == 404
+    assert answer.json()["id"] == 3 and answer.json()["error"]["code"] == -32601
