@@ -175,11 +175,7 @@ class Front:
             await answer(scope, receive, send)
             return
         if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
-            await _error(
-                400,
-                f"Bad Request: unsupported MCP-Protocol-Version {version[:40]!r}; this endpoint serves "
-                f"{', '.join((*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS))}",
-            )(scope, receive, send)
+            await (await _unsupported_version(request, version))(scope, receive, send)
             return
         session_id = request.headers.get(MCP_SESSION_ID_HEADER)
         if session_id is None:
@@ -589,6 +585,23 @@ def _listen_stream(lane: _Lane, message: dict[str, Any]) -> ASGIApp:
             lane.last_used = time.monotonic()
 
     return event_stream(produce)
+
+
+async def _unsupported_version(request: Request, version: str) -> JSONResponse:
+    """SEP-2575's UnsupportedProtocolVersionError (400, -32022) with the request's id: `supported` lists
+    what a caller can ask for without a handshake (as server/discover does), `requested` echoes it."""
+    try:
+        message = jsonrpc.parse(await request.body())
+    except ValueError:
+        message = None
+    request_id = message.get("id") if isinstance(message, dict) and jsonrpc.usable_id(message.get("id")) else None
+    text = (
+        f"Bad Request: unsupported MCP-Protocol-Version {version[:40]!r}; this endpoint serves "
+        f"{', '.join((*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS))}"
+    )
+    data = {"supported": list(MODERN_PROTOCOL_VERSIONS), "requested": version[:40]}
+    error = {"code": eras.UNSUPPORTED_PROTOCOL_VERSION, "message": text, "data": data}
+    return JSONResponse({"jsonrpc": "2.0", "id": request_id, "error": error}, status_code=400)
 
 
 def _error(status: int, message: str, code: int = jsonrpc.INVALID_REQUEST) -> JSONResponse:

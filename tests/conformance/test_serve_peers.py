@@ -72,7 +72,8 @@ MODERN_PROXIED = MODERN_DIRECT | {
 }
 # what serve's 2026-07-28 endpoint does itself: subscriptions/listen as an SSE stream (its acknowledgement,
 # then what it asked for); a request without its _meta refused (400, -32602, the request's id), one whose
-# _meta contradicts its header (400, -32020), a removed or unknown method 404 with -32601
+# _meta contradicts its header (400, -32020), a removed or unknown method 404 with -32601, an unknown
+# version 400 with -32022 and the versions it can ask for; each error with the request's id
 MODERN_SERVE_CHECKS = {
     ("server-stateless", f"sep-2575-{check}")
     for check in (
@@ -90,6 +91,8 @@ MODERN_SERVE_CHECKS = {
         "http-server-method-not-found-404-logging-setlevel",
         "http-server-method-not-found-404-resources-subscribe",
         "http-server-method-not-found-404-resources-unsubscribe",
+        "server-unsupported-version-error",
+        "http-server-error-jsonrpc-id",
     )
 }
 # checks that pass direct only because server-everything refuses every 2026-07-28 request; through

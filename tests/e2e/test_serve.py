@@ -207,6 +207,10 @@ async def test_another_clients_session_id_is_not_found(served: Served) -> None:
     assert stolen.status_code == 404
     assert unknown.status_code == 400
     assert "unsupported MCP-Protocol-Version '2099-01-01'" in unknown.json()["error"]["message"]
+    # SEP-2575's UnsupportedProtocolVersionError, answering the request by its id
+    assert unknown.json()["id"] == 2
+    assert unknown.json()["error"]["code"] == -32022
+    assert unknown.json()["error"]["data"] == {"supported": ["2026-07-28"], "requested": "2099-01-01"}
 
 
 @pytest.mark.parametrize("approve", [True, False])
