@@ -1,5 +1,6 @@
 """`serve` against clients we did not write: the MCP conformance suite's server scenarios, the official
-TypeScript SDK client, and MCP Inspector's CLI.
+TypeScript SDK's client (1.x in the handshake era, 2.x pinned to 2026-07-28), and MCP Inspector's CLI
+(in both eras).
 
 The server behind the endpoint is @modelcontextprotocol/server-everything (the suite's own
 "everything" conformance server is not published: the conformance package ships only its runner).
