@@ -18,9 +18,10 @@ is the session's `client`, written into its audit records. Or, with `--oauth-iss
 token of an external authorization server, for this resource (transport/resource_oauth.py); then its
 subject is the `client`. A session answers only the client that opened it.
 
-2026-07-28 requests have no session: each POST is one request answered in its body
-(transport/http_host.py `StatelessHost`), by a "lane" per caller (a server and relay of the caller's
-own, ended when idle like a session), whose relay speaks the 2026 era to the caller (relay/bridge.py).
+2026-07-28 requests have no session: each POST is one request answered in its body, a
+`subscriptions/listen` with an SSE stream of its notifications (transport/http_host.py `StatelessHost`),
+by a "lane" per caller (a server and relay of the caller's own, ended when idle like a session), whose
+relay speaks the 2026 era to the caller (relay/bridge.py).
 
 The server is a command (one process per session) or a Streamable HTTP URL (`--url`: one upstream
 HTTP session per client session, transport/http.py). With `--shared-upstream`, every session and lane
@@ -53,7 +54,7 @@ from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcp_sampling_proxy.approval.console.server import ConsoleServer
 from mcp_sampling_proxy.audit.recorder import AuditLog
@@ -61,7 +62,7 @@ from mcp_sampling_proxy.config.child_env import child_environment
 from mcp_sampling_proxy.config.front_tokens import Tokens
 from mcp_sampling_proxy.config.settings import Settings
 from mcp_sampling_proxy.log import Throttle, get_logger
-from mcp_sampling_proxy.protocol import capabilities, jsonrpc
+from mcp_sampling_proxy.protocol import capabilities, eras, jsonrpc
 from mcp_sampling_proxy.relay.core import Relay, Session
 from mcp_sampling_proxy.relay.multiplex import Multiplexer
 from mcp_sampling_proxy.runtime import (
@@ -76,7 +77,7 @@ from mcp_sampling_proxy.runtime import (
 )
 from mcp_sampling_proxy.serve.sampling import AdapterPool
 from mcp_sampling_proxy.transport.http import HttpUpstream
-from mcp_sampling_proxy.transport.http_host import HttpHost, StatelessHost
+from mcp_sampling_proxy.transport.http_host import Emit, HttpHost, StatelessHost, event_stream
 from mcp_sampling_proxy.transport.resource_oauth import ResourceGuard
 from mcp_sampling_proxy.transport.stdio import SpawnError, StdioUpstream, spawn
 
@@ -211,11 +212,7 @@ class Front:
             await answer(scope, receive, send)
             return
         if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
-            await _error(
-                400,
-                f"Bad Request: unsupported MCP-Protocol-Version {version[:40]!r}; this endpoint serves "
-                f"{', '.join((*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS))}",
-            )(scope, receive, send)
+            await (await _unsupported_version(request, version))(scope, receive, send)
             return
         session_id = request.headers.get(MCP_SESSION_ID_HEADER)
         if session_id is None:
@@ -295,7 +292,7 @@ class Front:
         return len(self.sessions) + len(self.lanes) >= self.options.max_sessions
 
     # -- 2026-07-28: stateless requests ----------------------------------------------------------
-    async def _stateless(self, client: str | None, request: Request) -> JSONResponse | Response:
+    async def _stateless(self, client: str | None, request: Request) -> ASGIApp:
         """One 2026-07-28 request, answered in the POST's body by the caller's lane."""
         if request.method != "POST":
             return _error(405, "Method Not Allowed: a 2026-07-28 request is a POST (there is no GET stream)")
@@ -311,6 +308,11 @@ class Front:
         named = request.headers.get("mcp-method")
         if named is not None and named != message["method"]:
             return _error(400, f"Bad Request: Mcp-Method {named[:80]!r} does not name the body's method")
+        version = request.headers.get(MCP_PROTOCOL_VERSION_HEADER)
+        refusal = eras.http_refusal(message, version) if jsonrpc.usable_id(message.get("id")) else None
+        if refusal is not None:  # refused before a server is started for it
+            status, error = refusal
+            return JSONResponse({"jsonrpc": "2.0", "id": message["id"], "error": error}, status_code=status)
         lane = self.lanes.get(client)
         if lane is not None and lane.ended.is_set():  # ending (its server exited, or idle): the next one starts
             del self.lanes[client]
@@ -331,11 +333,14 @@ class Front:
             return Response(status_code=202)
         if not jsonrpc.usable_id(message["id"]):
             return _error(400, "Bad Request: a request needs a string or integer id")
+        if message["method"] == "subscriptions/listen":  # the one request answered with a stream
+            return _listen_stream(lane, message)
         try:
             answer = await lane.link.exchange(message, lane.relay.from_host)
         finally:
             lane.last_used = time.monotonic()
-        return JSONResponse(answer)
+        not_found = jsonrpc.as_object(answer.get("error")).get("code") == jsonrpc.METHOD_NOT_FOUND
+        return JSONResponse(answer, status_code=404 if not_found else 200)  # SEP-2575: 404 for no such method
 
     async def _open_lane(self, client: str | None) -> _Lane:
         upstream = await self._upstream()
@@ -365,6 +370,7 @@ class Front:
                     keepalive_seconds=0.0,  # a JSON answer has no stream to keep alive
                     era=self.settings.era,
                 )
+                relay.bridge.modern_endpoint = True  # server/discover is answered here in 2026-07-28
                 lane.relay = relay
                 await lane.upstream.attach(
                     relay.from_upstream,
@@ -649,6 +655,37 @@ def _netloc(host: str, port: int) -> str:
 
 def _peer(request: Request) -> str:
     return f"{request.client.host}:{request.client.port}" if request.client else "?"
+
+
+def _listen_stream(lane: _Lane, message: dict[str, Any]) -> ASGIApp:
+    """A 2026-07-28 `subscriptions/listen`, answered as an SSE stream while the caller keeps it open."""
+    relay = lane.relay
+    assert relay is not None
+
+    async def produce(emit: Emit) -> None:
+        try:
+            await lane.link.listen(message, relay.from_host, emit)
+        finally:
+            lane.last_used = time.monotonic()
+
+    return event_stream(produce)
+
+
+async def _unsupported_version(request: Request, version: str) -> JSONResponse:
+    """SEP-2575's UnsupportedProtocolVersionError (400, -32022) with the request's id: `supported` lists
+    what a caller can ask for without a handshake (as server/discover does), `requested` echoes it."""
+    try:
+        message = jsonrpc.parse(await request.body())
+    except ValueError:
+        message = None
+    request_id = message.get("id") if isinstance(message, dict) and jsonrpc.usable_id(message.get("id")) else None
+    text = (
+        f"Bad Request: unsupported MCP-Protocol-Version {version[:40]!r}; this endpoint serves "
+        f"{', '.join((*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS))}"
+    )
+    data = {"supported": list(MODERN_PROTOCOL_VERSIONS), "requested": version[:40]}
+    error = {"code": eras.UNSUPPORTED_PROTOCOL_VERSION, "message": text, "data": data}
+    return JSONResponse({"jsonrpc": "2.0", "id": request_id, "error": error}, status_code=400)
 
 
 def _error(status: int, message: str, code: int = jsonrpc.INVALID_REQUEST) -> JSONResponse:

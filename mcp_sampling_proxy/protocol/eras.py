@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from mcp_sampling_proxy.protocol.jsonrpc import as_object
+from mcp_sampling_proxy.protocol.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, as_object
 from mcp_sampling_proxy.protocol.names import (
     CLIENT_CAPS_META,
     CLIENT_INFO_META,
@@ -28,6 +28,10 @@ LATEST_HANDSHAKE = HANDSHAKE_VERSIONS[-1]
 LOG_LEVEL_META = "io.modelcontextprotocol/logLevel"
 SUBSCRIPTION_ID_META = "io.modelcontextprotocol/subscriptionId"
 UNSUPPORTED_PROTOCOL_VERSION = -32022
+HEADER_MISMATCH = -32020  # an HTTP header contradicts the request body
+# handshake-era methods the 2026-07-28 revision removed (the session, ping and the level are gone; resource
+# updates come through subscriptions/listen)
+REMOVED_METHODS = frozenset({"initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"})
 
 # Results a 2026-07-28 client may cache, which must say for how long and for whom (SEP-2549).
 CACHEABLE = frozenset(
@@ -47,6 +51,32 @@ def modern_version(params: Any) -> str | None:
     """The 2026-era protocol version a request's `_meta` claims, or None for a handshake-era request."""
     version = as_object(as_object(params).get("_meta")).get(PROTOCOL_VERSION_META)
     return version if isinstance(version, str) and version not in HANDSHAKE_VERSIONS else None
+
+
+def missing_meta(params: Any) -> list[str]:
+    """The `_meta` keys every 2026-era request must carry that `params` lacks (SEP-2575: the protocol
+    version and the client's capabilities; the client's info is optional)."""
+    meta = as_object(params).get("_meta")
+    if not isinstance(meta, dict):
+        return ["_meta"]
+    return [key for key in (PROTOCOL_VERSION_META, CLIENT_CAPS_META) if key not in meta]
+
+
+def http_refusal(message: dict[str, Any], header_version: str | None) -> tuple[int, dict[str, Any]] | None:
+    """How an HTTP endpoint refuses a 2026-era request before anything serves it (SEP-2575): the HTTP
+    status and the JSON-RPC error, or None. A request without its `_meta` fields, one whose `_meta`
+    version contradicts its `MCP-Protocol-Version` header, and one of the methods 2026-07-28 removed."""
+    missing = missing_meta(message.get("params"))
+    if missing:
+        text = f"Invalid params: a {MODERN} request carries {', '.join(missing)} in params._meta"
+        return 400, {"code": INVALID_PARAMS, "message": text}
+    claimed = as_object(as_object(message.get("params")).get("_meta")).get(PROTOCOL_VERSION_META)
+    if header_version is not None and claimed != header_version:
+        text = f"Header mismatch: MCP-Protocol-Version is {header_version!r}, params._meta says {str(claimed)[:40]!r}"
+        return 400, {"code": HEADER_MISMATCH, "message": text}
+    if message.get("method") in REMOVED_METHODS:
+        return 404, {"code": METHOD_NOT_FOUND, "message": f"Method not found: {MODERN} has no {message['method']}"}
+    return None
 
 
 def request_meta(

@@ -99,6 +99,10 @@ class EraBridge:
         self.undecided = True  # the host has not settled on an era yet (after a refused discover it may fall back)
         self.translating = False
         self.fallback_pending = False  # a handshake host's initialize may still be refused by a 2026-only server
+        # a 2026 host at an endpoint of the proxy's own (serve's 2026-07-28 callers): the endpoint speaks
+        # 2026-07-28 whatever the server speaks, so a handshake server's refusal of server/discover is not
+        # passed on (a host pinned to 2026-07-28 would stop there); the proxy answers it from the handshake
+        self.modern_endpoint = False
         # handshake host, 2026 server
         self._host_initialize: dict[str, Any] = {}  # the host's initialize request
         self._log_level: str | None = None
@@ -192,7 +196,7 @@ class EraBridge:
                 )
                 return False
             answered = discovered.get("answer")
-            if method == "server/discover" and answered:
+            if method == "server/discover" and answered and not self.modern_endpoint:
                 # As directly: the host hears the server's answer and falls back to initialize (an auto
                 # host), which the proxy then forwards. A host that goes on in the 2026 era is bridged.
                 self.undecided = True

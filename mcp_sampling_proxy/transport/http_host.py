@@ -15,20 +15,23 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import ServerMessageMetadata, SessionMessage
 from mcp_types import JSONRPCError, JSONRPCResponse, jsonrpc_message_adapter
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import jsonrpc
+from mcp_sampling_proxy.protocol.eras import SUBSCRIPTION_ID_META
 
 log = get_logger("mcp_sampling_proxy.transport.http_host")
 
 Owner = Callable[[dict[str, Any]], Any]  # a message for the host -> the host request id it belongs to (or None)
+Emit = Callable[[dict[str, Any]], Awaitable[None]]  # sends one message on a stream to the client
 
 
 class HttpHost:
@@ -86,26 +89,34 @@ class StatelessHost:
     """Lines to and from one caller's 2026-07-28 requests, where each HTTP POST is one JSON-RPC request
     and its body the answer. Requests go to the relay under private ids (`http-N`): a caller's concurrent
     requests may reuse an id, and the relay must tell their answers apart; the caller gets its own id
-    back. Notifications for the caller (progress) have no stream in a JSON answer and are dropped; in
-    this era the server cannot ask the caller anything (the relay turns that into `input_required`)."""
+    back. A `subscriptions/listen` is the one request answered with a stream (SSE, `listen`): its
+    acknowledgement and the notifications that name its subscription. Other notifications for the
+    caller (progress) have no stream in a JSON answer and are dropped; in this era the server cannot
+    ask the caller anything (the relay turns that into `input_required`)."""
 
     def __init__(self) -> None:
         self._waiting: dict[str, list[dict[str, Any]]] = {}
         self._events: dict[str, anyio.Event] = {}
+        self._listens: dict[str, tuple[MemoryObjectSendStream[dict[str, Any]], Any]] = {}  # private id -> caller's
         self._count = 0
         self.closed = False
 
     @property
     def in_flight(self) -> int:
-        return len(self._waiting)
+        return len(self._waiting) + len(self._listens)
 
     def send(self, line: bytes) -> None:
-        """The relay's `to_host`: an answer wakes the request waiting for it; anything else is dropped."""
+        """The relay's `to_host`: an answer wakes the request waiting for it, a subscription's notification
+        goes on its listen stream; anything else is dropped."""
         try:
             message = jsonrpc.parse(line)
         except ValueError:
             return
-        if not isinstance(message, dict) or "method" in message:
+        if not isinstance(message, dict):
+            return
+        if self._to_listen(message):
+            return
+        if "method" in message:
             return
         slot = self._waiting.get(str(message.get("id")))
         if slot is not None and not slot:
@@ -133,12 +144,94 @@ class StatelessHost:
             del self._waiting[private], self._events[private]
         return {**slot[0], "id": message["id"]}
 
+    def _to_listen(self, message: dict[str, Any]) -> bool:
+        """Put a listen's answer, or a notification naming its subscription, on its stream (under the
+        caller's id); False when the message is no listen's."""
+        if "method" in message:
+            params = jsonrpc.as_object(message.get("params"))
+            meta = jsonrpc.as_object(params.get("_meta"))
+            listen = self._listens.get(str(meta.get(SUBSCRIPTION_ID_META)))
+            if listen is None:
+                return False
+            out, caller_id = listen
+            message = {**message, "params": {**params, "_meta": {**meta, SUBSCRIPTION_ID_META: caller_id}}}
+        else:
+            listen = self._listens.get(str(message.get("id")))
+            if listen is None:
+                return False
+            out, caller_id = listen
+            message = {**message, "id": caller_id}
+        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+            out.send_nowait(message)
+        return True
+
+    async def listen(self, message: dict[str, Any], on_line: Callable[[bytes], None], emit: Emit) -> None:
+        """Send a `subscriptions/listen` through the relay and `emit` what belongs to it until it ends:
+        its answer (an error, or the server ending it), the server's end, or the caller going away
+        (cancelled: the relay is told, so the subscription closes)."""
+        if self.closed:
+            error = {"code": jsonrpc.UPSTREAM_EXITED, "message": "the server has ended; send the request again"}
+            await emit({"jsonrpc": "2.0", "id": message["id"], "error": error})
+            return
+        self._count += 1
+        private = f"http-{self._count}"
+        out, found = anyio.create_memory_object_stream[dict[str, Any]](math.inf)
+        self._listens[private] = (out, message["id"])
+        answered = False
+        try:
+            on_line(jsonrpc.dumps({**message, "id": private}))
+            async with found:
+                async for item in found:
+                    await emit(item)
+                    if "method" not in item:
+                        answered = True
+                        return
+        finally:
+            del self._listens[private]
+            out.close()
+            if not answered and not self.closed:
+                cancel = {"requestId": private, "reason": "the HTTP client closed its subscriptions/listen stream"}
+                on_line(jsonrpc.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel}))
+
     def close(self, why: str) -> None:
-        """Answer every waiting request with an error saying why (the server exited, serve is stopping)."""
+        """Answer every waiting request with an error saying why (the server exited, serve is stopping),
+        and end every listen stream."""
         self.closed = True
+        for out, _ in list(self._listens.values()):
+            out.close()
         for private, slot in self._waiting.items():
             if not slot:
                 slot.append(
                     {"jsonrpc": "2.0", "id": private, "error": {"code": jsonrpc.UPSTREAM_EXITED, "message": why}}
                 )
                 self._events[private].set()
+
+
+def event_stream(produce: Callable[[Emit], Awaitable[None]]) -> ASGIApp:
+    """An ASGI answer that streams what `produce` emits as SSE `message` events, until it returns or
+    the client disconnects (then `produce` is cancelled)."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache, no-transform")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        gone = anyio.Event()
+
+        async def emit(message: dict[str, Any]) -> None:
+            event = b"event: message\ndata: " + jsonrpc.dumps(message) + b"\n\n"
+            await send({"type": "http.response.body", "body": event, "more_body": True})
+
+        async with anyio.create_task_group() as tg:
+
+            async def until_disconnect() -> None:
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                gone.set()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(until_disconnect)
+            await produce(emit)
+            tg.cancel_scope.cancel()
+        if not gone.is_set():
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    return app

@@ -207,6 +207,10 @@ async def test_another_clients_session_id_is_not_found(served: Served) -> None:
     assert stolen.status_code == 404
     assert unknown.status_code == 400
     assert "unsupported MCP-Protocol-Version '2099-01-01'" in unknown.json()["error"]["message"]
+    # SEP-2575's UnsupportedProtocolVersionError, answering the request by its id
+    assert unknown.json()["id"] == 2
+    assert unknown.json()["error"]["code"] == -32022
+    assert unknown.json()["error"]["data"] == {"supported": ["2026-07-28"], "requested": "2099-01-01"}
 
 
 @pytest.mark.parametrize("approve", [True, False])
@@ -516,3 +520,78 @@ def test_the_guides_curl_transcript_runs_as_shown(tmp_path: Path) -> None:
     assert [line for line in done.stdout.splitlines() if line] == shown.splitlines()
     assert '"client":"alice"' not in served.errlog.read_text()  # the environment's token is named `token`
     assert '"client":"token"' in served.errlog.read_text()
+
+
+async def test_a_2026_callers_subscriptions_listen_is_an_event_stream(tmp_path: Path) -> None:
+    """subscriptions/listen is answered with an SSE stream: the acknowledgement first, then the server's
+    notifications the filter asked for, tagged with the caller's own request id. The server leg is pinned
+    to the handshake era, where the proxy serves the subscription from the server's notifications. Closing
+    the stream ends the subscription, and the caller's server ends when idle as if it had never listened."""
+    policy = write_policy(tmp_path, "upstream:\n  era: handshake\n")
+    served = start_serve(tmp_path, "--token-file", token_file(tmp_path), "--idle-timeout", "2s", policy=policy)
+    listen = modern_request(0, "subscriptions/listen", {"notifications": {"toolsListChanged": True}})
+    listen["id"] = "listen-1"
+    notify = modern_request(1, "tools/call", {"name": "notify_changes", "arguments": {}})
+    events: list[dict[str, Any]] = []
+    try:
+        async with httpx2.AsyncClient(timeout=20) as http:
+            headers = modern_headers(ALICE, "subscriptions/listen")
+            async with http.stream("POST", served.url, json=listen, headers=headers) as stream:
+                content_type = stream.headers["content-type"]
+                data = (json.loads(line[6:]) async for line in stream.aiter_lines() if line.startswith("data: "))
+                events.append(await anext(data))  # acknowledged: now the server announces its changes
+                called = await http.post(served.url, json=notify, headers=modern_headers(ALICE, "tools/call"))
+                events.append(await anext(data))
+                servers = server_children(served.process.pid)
+            assert await anyio.to_thread.run_sync(lambda: wait_until(lambda: not any(map(alive, servers))))
+    finally:
+        stop(served)
+    assert called.json()["result"]["content"][0]["text"] == "notified"
+    assert content_type.startswith("text/event-stream")
+    acknowledged, changed = events
+    assert acknowledged["method"] == "notifications/subscriptions/acknowledged"
+    assert acknowledged["params"]["notifications"] == {"toolsListChanged": True}
+    assert acknowledged["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == "listen-1"
+    # the prompts' and resources' list changes came too, but this subscription did not ask for them
+    assert changed["method"] == "notifications/tools/list_changed"
+    assert changed["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == "listen-1"
+    assert served.errlog.read_text().count("idle for 2 s") == 1
+
+
+async def test_a_2026_request_serve_cannot_take_is_refused_before_a_server_starts(tmp_path: Path) -> None:
+    """As SEP-2575 has it: a request without its `_meta` fields gets 400 and -32602, one whose `_meta`
+    version contradicts its header 400 and -32020, a method 2026-07-28 removed 404 and -32601; each error
+    carries the request's id, and no server is started for any of them."""
+    served = start_serve(tmp_path, "--token-file", token_file(tmp_path))
+    bare = {"jsonrpc": "2.0", "id": 5, "method": "tools/list", "params": {}}
+    version = "io.modelcontextprotocol/protocolVersion"
+    versionless = {**modern_request(6, "tools/list"), "params": {"_meta": {**MODERN_META}}}
+    del versionless["params"]["_meta"][version]
+    contradicting = {**modern_request(7, "tools/list"), "params": {"_meta": {**MODERN_META, version: "2025-11-25"}}}
+    bodies = [bare, versionless, contradicting, modern_request(8, "ping"), modern_request(9, "initialize")]
+    try:
+        async with httpx2.AsyncClient(timeout=20) as http:
+            refused = [
+                await http.post(served.url, json=body, headers=modern_headers(ALICE, body["method"])) for body in bodies
+            ]
+            started = server_children(served.process.pid)
+    finally:
+        stop(served)
+    assert [answer.status_code for answer in refused] == [400, 400, 400, 404, 404]
+    assert [answer.json()["id"] for answer in refused] == [5, 6, 7, 8, 9]  # each error names its request
+    assert [answer.json()["error"]["code"] for answer in refused] == [-32602, -32602, -32020, -32601, -32601]
+    assert "_meta" in refused[0].json()["error"]["message"]
+    assert "io.modelcontextprotocol/protocolVersion" in refused[1].json()["error"]["message"]
+    assert started == []
+
+
+async def test_a_method_the_2026_callers_server_does_not_have_gets_404(tmp_path: Path) -> None:
+    served = start_serve(tmp_path, "--token-file", token_file(tmp_path))
+    try:
+        async with httpx2.AsyncClient(timeout=20) as http:
+            unknown = modern_request(3, "tools/frobnicate")
+            answer = await http.post(served.url, json=unknown, headers=modern_headers(ALICE, "tools/frobnicate"))
+    finally:
+        stop(served)
+    assert answer.status_code == 404
+    assert answer.json()["id"] == 3 and answer.json()["error"]["code"] == -32601
