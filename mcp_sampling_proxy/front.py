@@ -31,6 +31,7 @@ stopped with `serve`; a shared server that exits is started again for the next s
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import shlex
 import signal
@@ -85,7 +86,6 @@ log = get_logger("mcp_sampling_proxy.front")
 
 ENDPOINT = "/mcp"
 HEALTH = "/healthz"  # for balancers and probes: no token, says only "ok"
-LOOPBACK = ("127.0.0.1", "::1", "localhost")
 END_GRACE = 2.0  # s a session's server gets after EOF before SIGTERM, when its session ends
 
 
@@ -106,6 +106,7 @@ class FrontOptions:
     shared: bool = False  # one upstream for every session and lane (--shared-upstream)
     oauth: ResourceGuard | None = None  # callers bring OAuth access tokens instead of `tokens`
     replica: str | None = None  # this serve's name among several behind a balancer: every audit record's `replica`
+    allowed_hosts: tuple[str, ...] = ()  # more Host values that name this endpoint on loopback (--allow-host)
 
     @property
     def target(self) -> str:
@@ -177,7 +178,7 @@ class Front:
         self._approvals = _approvals_store()
         self._pins = _tool_pins(settings)
         resource = options.oauth.settings.resource if options.oauth else None
-        self._security = _security(options.host, options.port, resource)
+        self._security = _security(options.host, options.port, resource, options.allowed_hosts)
         self._request_checks = TransportSecurityMiddleware(self._security)  # what the SDK's transport runs
         self._refusals = Throttle(burst=10, window=60.0)
         self.app = RequestBodyLimitMiddleware(self._handle, options.max_message_bytes)
@@ -631,12 +632,16 @@ def _healthy() -> Response:
     return Response("ok\n", media_type="text/plain", headers={"Cache-Control": "no-store"})
 
 
-def _security(host: str, port: int, resource: str | None = None) -> TransportSecuritySettings | None:
-    """On loopback, Host and Origin must name this endpoint: a web page's DNS-rebinding cannot reach it.
-    An OAuth resource URL names it too (a TLS proxy in front of a loopback `serve` passes its Host on)."""
-    if host not in LOOPBACK:
+def _security(
+    host: str, port: int, resource: str | None = None, allowed: tuple[str, ...] = ()
+) -> TransportSecuritySettings | None:
+    """On loopback (any of 127.0.0.0/8, ::1, localhost), Host and Origin must name this endpoint: a web
+    page's DNS-rebinding cannot reach it. An OAuth resource URL names it too (a TLS proxy in front of a
+    loopback `serve` passes its Host on), and so does each `--allow-host` (a balancer on this machine)."""
+    if not is_loopback(host):
         return None
-    names = [f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"]
+    names = list(dict.fromkeys([_netloc(host, port), f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"]))
+    names += [name for name in allowed if name not in names]
     origins = [f"http://{name}" for name in names]
     if resource is not None:
         public = urlsplit(resource)
@@ -646,7 +651,13 @@ def _security(host: str, port: int, resource: str | None = None) -> TransportSec
 
 
 def is_loopback(host: str) -> bool:
-    return host in LOOPBACK
+    """Whether `--listen`'s host is this machine only: `localhost`, ::1 or anything in 127.0.0.0/8."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _netloc(host: str, port: int) -> str:

@@ -10,7 +10,6 @@ serves until SIGTERM or SIGINT.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 import shlex
 import shutil
@@ -30,7 +29,7 @@ from mcp_sampling_proxy.config.keys import KeySourceError, resolve_keys
 from mcp_sampling_proxy.config.paths import policy_or_default
 from mcp_sampling_proxy.config.policy_file import read_policy_text
 from mcp_sampling_proxy.config.settings import check_telemetry, load_settings, resolve_state
-from mcp_sampling_proxy.front import Front, FrontOptions
+from mcp_sampling_proxy.front import Front, FrontOptions, is_loopback
 from mcp_sampling_proxy.hardening import become_subreaper, mark_relay
 from mcp_sampling_proxy.identity import bad_character, derive_from_command, derive_from_url
 from mcp_sampling_proxy.log import configure, get_logger, set_secrets
@@ -102,6 +101,14 @@ def build_parser() -> argparse.ArgumentParser:
         f"(default: ${REPLICA_ENV}, else HOSTNAME:PORT)",
     )
     parser.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="HOST:PORT",
+        help="on loopback, another Host this endpoint is reached by (a balancer or TLS proxy on this machine); "
+        "other Host values get 421, against DNS rebinding (repeatable)",
+    )
+    parser.add_argument(
         "--audit",
         metavar="PATH",
         help="write the audit log here instead of the policy's audit.path (one file per replica)",
@@ -119,15 +126,6 @@ def parse_listen(text: str) -> tuple[str, int]:
     if not host:
         raise ValueError(f"--listen {text!r}: give the host too, e.g. {DEFAULT_LISTEN}")
     return host, int(port)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def main(argv: Sequence[str]) -> int:
@@ -161,6 +159,9 @@ def main(argv: Sequence[str]) -> int:
     replica = replica_name(args.replica, os.environ, port)
     if replica is None:
         return fail(f"--replica (or {REPLICA_ENV}): give a name of visible characters, at most 200 of them")
+    for allowed in args.allow_host:
+        if not allowed or any(c.isspace() or c in "/,@" for c in allowed) or bad_character(allowed) is not None:
+            return fail(f"--allow-host {allowed!r}: give a Host header's value, HOST:PORT (e.g. 127.0.0.1:8080)")
     if args.audit is not None and not args.audit.strip():
         return fail("--audit: give the file this replica writes its audit log to")
     try:
@@ -290,6 +291,7 @@ def _run(
         shared=args.shared_upstream,
         oauth=guard,
         replica=replica,
+        allowed_hosts=tuple(args.allow_host),
     )
     log.info("policy", file=policy or "none: providers from the environment, every request asked")
     if command:

@@ -133,6 +133,7 @@ async def cluster(tmp_path: Path, policy: str) -> AsyncIterator[Cluster]:
     tokens.chmod(0o600)
     replicas: list[Replica] = []
     balancer: subprocess.Popen[bytes] | None = None
+    front = port_on("127.0.0.1")  # the balancer's: the Host its callers send, which each replica must accept
     try:
         for index, address in enumerate(ADDRESSES, 1):
             name, port = f"r{index}", port_on(address)
@@ -141,6 +142,7 @@ async def cluster(tmp_path: Path, policy: str) -> AsyncIterator[Cluster]:
             errlog = home / "serve.log"
             command = [*PROXY, "serve", "--log-format", "json", "--listen", f"{address}:{port}"]
             command += ["--replica", name, "--audit", str(home / "audit.jsonl"), "--token-file", str(tokens)]
+            command += ["--allow-host", f"127.0.0.1:{front}"]  # on loopback, Host is checked (DNS rebinding)
             command += ["--policy", policy, "--", PY, KITCHEN_SINK]
             env = proxy_env(
                 TEST_LLM_KEY="sk-test",
@@ -156,20 +158,19 @@ async def cluster(tmp_path: Path, policy: str) -> AsyncIterator[Cluster]:
                 f"{r.name} to listen",
             )
             assert r.process.poll() is None, f"{r.name} exited: {r.errlog.read_text()}"
-        port = port_on("127.0.0.1")
         config = tmp_path / "haproxy.cfg"
-        config.write_text(haproxy_config(port, replicas), encoding="utf-8")
+        config.write_text(haproxy_config(front, replicas), encoding="utf-8")
         haproxy_log = tmp_path / "haproxy.log"
         with open(haproxy_log, "ab") as out:
             balancer = subprocess.Popen(["haproxy", "-f", str(config), "-db"], stdout=out, stderr=out)
         wait_for(
             lambda: (
-                balancer is not None and (balancer.poll() is not None or healthy(f"http://127.0.0.1:{port}/healthz"))
+                balancer is not None and (balancer.poll() is not None or healthy(f"http://127.0.0.1:{front}/healthz"))
             ),
             "haproxy to listen",
         )
         assert balancer.poll() is None, f"haproxy exited: {haproxy_log.read_text()}"
-        yield Cluster(f"http://127.0.0.1:{port}/mcp", replicas, haproxy_log)
+        yield Cluster(f"http://127.0.0.1:{front}/mcp", replicas, haproxy_log)
     finally:
         if balancer is not None:
             balancer.terminate()

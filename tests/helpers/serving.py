@@ -45,20 +45,28 @@ def token_file(directory: Path) -> str:
     return str(path)
 
 
-def start_serve(tmp_path: Path, *options: str, upstream: list[str], env: dict[str, str] | None = None) -> Served:
-    """`serve` with alice's and bob's tokens, `options`, and the upstream; returns once it listens."""
+def start_serve(
+    tmp_path: Path,
+    *options: str,
+    upstream: list[str],
+    env: dict[str, str] | None = None,
+    address: str = "127.0.0.1",
+    tokens: bool = True,
+) -> Served:
+    """`serve` on `address` with alice's and bob's tokens (unless not `tokens`), `options`, and the upstream;
+    returns once it listens."""
     port = free_port()
     errlog = tmp_path / "serve.log"
-    command = [*PROXY, "serve", "--log-format", "json", "--listen", f"127.0.0.1:{port}"]
-    command += ["--token-file", token_file(tmp_path), *options, *upstream]
+    command = [*PROXY, "serve", "--log-format", "json", "--listen", f"{address}:{port}"]
+    command += [*(["--token-file", token_file(tmp_path)] if tokens else []), *options, *upstream]
     with open(errlog, "ab") as err:
         environment = proxy_env(TEST_LLM_KEY="sk-test", **(env or {}))
         process = subprocess.Popen(command, env=environment, stderr=err, stdout=err)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and process.poll() is None:
         with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                return Served(process, f"http://127.0.0.1:{port}/mcp", errlog)
+            if probe.connect_ex((address, port)) == 0:
+                return Served(process, f"http://{address}:{port}/mcp", errlog)
         time.sleep(0.05)
     raise AssertionError(f"serve did not listen: {errlog.read_text()}")
 
