@@ -13,6 +13,9 @@ request in flight and no GET stream open), and when their server exits; each end
 session's server. Stopping `serve` ends every session and server; a killed `serve` takes the
 servers with it (their parent-death signal and group guard, transport/stdio.py).
 
+Each session keeps its recent SSE events (transport/event_store.py, bounded, cleared at its end), so a
+client whose connection dropped resumes its streams with `Last-Event-ID`.
+
 Callers present a bearer token (config/front_tokens.py) when any is configured; the token's name
 is the session's `client`, written into its audit records. A session answers only the client that
 opened it.
@@ -66,6 +69,7 @@ from mcp_sampling_proxy.runtime import (
     warm_up,
 )
 from mcp_sampling_proxy.serve.sampling import AdapterPool
+from mcp_sampling_proxy.transport.event_store import RETRY_MS, EventLimits, SessionEventStore
 from mcp_sampling_proxy.transport.http_host import HttpHost, StatelessHost
 from mcp_sampling_proxy.transport.stdio import SpawnError, StdioUpstream, spawn
 
@@ -88,6 +92,7 @@ class FrontOptions:
     max_message_bytes: int = 64 * 1024 * 1024
     sandbox: tuple[str, ...] = ()  # the sandbox words each server is started under (transport/sandbox.py)
     hidden: frozenset[str] = frozenset()  # variables no server inherits (the LLM keys)
+    events: EventLimits = field(default_factory=EventLimits)  # what a session keeps for resuming (Last-Event-ID)
 
 
 @dataclass
@@ -98,6 +103,7 @@ class _Served:
     upstream: StdioUpstream
     client: str | None
     session: Session
+    events: SessionEventStore
     link: HttpHost | None = None
     relay: Relay | None = None
     reason: list[str] = field(default_factory=list)  # why it ended (the first reason wins)
@@ -195,6 +201,16 @@ class Front:
                 scope, receive, send
             )
             return
+        resume = request.headers.get("last-event-id")
+        if request.method == "GET" and resume is not None and not served.events.holds(resume):
+            await _error(
+                400,
+                "Bad Request: cannot resume after that Last-Event-ID (not this session's, or no longer kept): "
+                "send the request again, or open the GET stream without Last-Event-ID",
+            )(scope, receive, send)
+            return
+        if request.method == "GET" and resume is not None:
+            scope = _unprimed(scope)
         await served.transport.handle_request(scope, receive, send)
         if served.transport.is_terminated:
             served.end("the client ended the session (DELETE)")
@@ -233,10 +249,13 @@ class Front:
             log.error("cannot start the server for a new session", error=str(exc))
             await _error(502, f"Bad Gateway: {exc}")(scope, receive, send)
             return
+        events = SessionEventStore(self.options.events)
         transport = StreamableHTTPServerTransport(
             mcp_session_id=uuid.uuid4().hex,
             security_settings=self._security,
             idle_timeout=self.options.idle_timeout,
+            event_store=events,
+            retry_interval=RETRY_MS,
         )
         session_id = transport.mcp_session_id
         assert session_id is not None
@@ -245,6 +264,7 @@ class Front:
             StdioUpstream(process, self.options.name),
             client,
             Session(name_override=self.options.name, client=client),
+            events,
         )
         self.sessions[session_id] = served
         log.info("session opened", session=session_id[:8], client=client, server_pid=process.pid)
@@ -445,6 +465,7 @@ class Front:
                 code = await served.upstream.stop(END_GRACE)
                 if not served.transport.is_terminated:
                     await served.transport.terminate()
+                served.events.clear()
                 log.info(
                     "session ended",
                     session=session_id[:8],
@@ -541,6 +562,14 @@ def _owner(relay: Relay, message: dict[str, Any]) -> Any:
     if not inflight:
         return None
     return min(inflight.items(), key=lambda item: item[1].started)[0]
+
+
+def _unprimed(scope: Scope) -> Scope:
+    """A resuming GET without its MCP-Protocol-Version (checked above): for a 2025-11-25 client the SDK
+    sends a priming event between the replay and the live tail of the resumed stream, and an event
+    stored while that one is sent goes out on neither. Unprimed, the one follows the other at once; the
+    client lost nothing (it holds an id on this stream already, and the `retry` of its first priming)."""
+    return {**scope, "headers": [(k, v) for k, v in scope["headers"] if k.lower() != b"mcp-protocol-version"]}
 
 
 def _security(host: str, port: int) -> TransportSecuritySettings | None:
