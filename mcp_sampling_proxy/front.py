@@ -58,6 +58,7 @@ from mcp_sampling_proxy.config.front_tokens import Tokens
 from mcp_sampling_proxy.config.settings import Settings
 from mcp_sampling_proxy.log import Throttle, get_logger
 from mcp_sampling_proxy.protocol import capabilities, jsonrpc
+from mcp_sampling_proxy.protocol.names import PROTOCOL_VERSION_META
 from mcp_sampling_proxy.relay.core import Relay, Session
 from mcp_sampling_proxy.runtime import (
     ProxyHooks,
@@ -193,7 +194,12 @@ class Front:
                     scope, receive, send
                 )
                 return
-            await self._open(client, scope, receive, send)
+            body = await request.body()
+            refused = await self._request_checks.validate_request(request, is_post=True) or _not_an_opening(body)
+            if refused is not None:  # answered before a server is started for it
+                await refused(scope, receive, send)
+                return
+            await self._open(client, scope, _replaying(body, receive), send)
             return
         served = self.sessions.get(session_id)
         if served is None or served.client != client:  # another caller's session looks like no session
@@ -562,6 +568,32 @@ def _owner(relay: Relay, message: dict[str, Any]) -> Any:
     if not inflight:
         return None
     return min(inflight.items(), key=lambda item: item[1].started)[0]
+
+
+def _not_an_opening(body: bytes) -> JSONResponse | None:
+    """The 400 for a POST without Mcp-Session-Id that is not an initialize (None when it is one)."""
+    try:
+        message = jsonrpc.parse(body)
+    except ValueError as exc:
+        return _error(400, f"Parse error: {exc}", jsonrpc.PARSE_ERROR)
+    message = jsonrpc.as_object(message)
+    if message.get("method") == "initialize" and "id" in message:
+        return None
+    meta = jsonrpc.as_object(jsonrpc.as_object(message.get("params")).get("_meta"))
+    version = meta.get(PROTOCOL_VERSION_META)
+    if isinstance(version, str) and version in MODERN_PROTOCOL_VERSIONS:
+        return _error(400, f"Bad Request: a {version} request needs the header MCP-Protocol-Version: {version}")
+    return _error(400, "Bad Request: no Mcp-Session-Id; open a session with an initialize POST")
+
+
+def _replaying(body: bytes, receive: Receive) -> Receive:
+    """`receive` with the body, already read, given again first."""
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replay() -> Message:
+        return pending.pop() if pending else await receive()
+
+    return replay
 
 
 def _unprimed(scope: Scope) -> Scope:

@@ -405,6 +405,35 @@ async def test_a_sessions_requests_must_carry_a_version_it_serves(
         assert still.status_code == 200  # a refused request does not end the session
 
 
+async def test_a_request_without_a_session_must_be_an_initialize_and_starts_no_server(serve: Serve) -> None:
+    """Without Mcp-Session-Id a POST opens a session, so it must be an initialize; a 2026-07-28 request
+    is told it lacks its MCP-Protocol-Version header. Either way no server is started for it."""
+    modern = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/list",
+        "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}},
+    }
+    cases = [
+        ({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, "open a session with an initialize POST"),
+        (modern, "needs the header MCP-Protocol-Version: 2026-07-28"),
+        (b"{not json", "Parse error"),
+    ]
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "Authorization": f"Bearer {ALICE}",
+    }
+    opened = serve.errlog.read_text().count("session opened")
+    async with httpx2.AsyncClient(timeout=30) as http:
+        for body, says in cases:
+            content = body if isinstance(body, bytes) else json.dumps(body).encode()
+            answer = await http.post(serve.url, content=content, headers=headers)
+            assert answer.status_code == 400, answer.text
+            assert says in answer.json()["error"]["message"]
+    assert serve.errlog.read_text().count("session opened") == opened
+
+
 async def test_a_resuming_get_with_an_unsupported_version_is_refused_before_any_replay(
     serve: Serve, gates: Path
 ) -> None:
