@@ -344,6 +344,29 @@ async def test_the_sdk_client_survives_a_dropped_connection_and_gets_its_result(
     assert seen == [1, 2, 3]
 
 
+async def test_an_event_the_session_no_longer_holds_gets_400_and_a_held_one_still_resumes(serve: Serve) -> None:
+    """A stream holds its latest 1,024 events: resuming from before them would skip some, so the client is
+    told to send its request again; from within them, it gets the rest."""
+    async with raw_session(serve) as session:
+        call = tool_call(4, "progress", {"steps": 1_100})
+        async with session.http.stream("POST", serve.url, json=call, headers=session.headers()) as response:
+            got = [event async for event in events(response)]
+        priming, first, kept = got[0], got[1], got[-52]
+        assert kept.message is not None and kept.message["params"]["progress"] == 1_050
+
+        for dropped in (priming, first):
+            assert dropped.id is not None
+            refused = await session.http.get(serve.url, headers=session.headers(**{"Last-Event-ID": dropped.id}))
+            assert refused.status_code == 400
+            assert "send the request again" in refused.json()["error"]["message"]
+        assert kept.id is not None
+        rest = await session.resume(kept.id, lambda message: message.get("id") == 4)
+
+    progress = [event.message["params"]["progress"] for event in rest[:-1] if event.message]
+    assert progress == list(range(1_051, 1_101))
+    assert rest[-1].message is not None and rest[-1].message["result"]["content"][0]["text"] == "done 1100 steps"
+
+
 # -- sessions do not share events ------------------------------------------------------------------
 
 
