@@ -208,15 +208,19 @@ class Front:
             )
             return
         resume = request.headers.get("last-event-id")
-        if request.method == "GET" and resume is not None and not served.events.holds(resume):
-            await _error(
-                400,
-                "Bad Request: cannot resume after that Last-Event-ID (not this session's, or no longer kept): "
-                "send the request again, or open the GET stream without Last-Event-ID",
-            )(scope, receive, send)
-            return
         if request.method == "GET" and resume is not None:
-            scope = _unprimed(scope)
+            if served.events.holds(resume):
+                scope = _without(scope, b"mcp-protocol-version")  # see _without
+            elif served.events.was_get_streams(resume):  # its missed events are gone: the stream goes on
+                log.warning("a GET stream resumed after events no longer kept", session=session_id[:8])
+                scope = _without(scope, b"last-event-id")
+            else:
+                await _error(
+                    400,
+                    "Bad Request: cannot resume after that Last-Event-ID (not this session's, or no longer "
+                    "kept): send the request again",
+                )(scope, receive, send)
+                return
         await served.transport.handle_request(scope, receive, send)
         if served.transport.is_terminated:
             served.end("the client ended the session (DELETE)")
@@ -596,12 +600,13 @@ def _replaying(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-def _unprimed(scope: Scope) -> Scope:
-    """A resuming GET without its MCP-Protocol-Version (checked above): for a 2025-11-25 client the SDK
-    sends a priming event between the replay and the live tail of the resumed stream, and an event
-    stored while that one is sent goes out on neither. Unprimed, the one follows the other at once; the
-    client lost nothing (it holds an id on this stream already, and the `retry` of its first priming)."""
-    return {**scope, "headers": [(k, v) for k, v in scope["headers"] if k.lower() != b"mcp-protocol-version"]}
+def _without(scope: Scope, header: bytes) -> Scope:
+    """The request without one header. A resuming GET goes on without its MCP-Protocol-Version (checked
+    already): for a 2025-11-25 client the SDK sends a priming event between the replay and the live tail
+    of the resumed stream, and an event stored while that one is sent goes out on neither. Unprimed, the
+    one follows the other at once; the client lost nothing (it holds an id on this stream already, and
+    the `retry` of its first priming)."""
+    return {**scope, "headers": [(k, v) for k, v in scope["headers"] if k.lower() != header]}
 
 
 def _security(host: str, port: int) -> TransportSecuritySettings | None:

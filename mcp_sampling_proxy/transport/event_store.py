@@ -12,8 +12,10 @@ dropped first. Messages are held as their JSON (what the byte caps count), read 
 replay is given only when the client's last event is still held: then every later event of its stream
 is held too (the oldest go first, and an event too big to hold drops its stream's older events and
 stays as an empty marker), so what a client gets is complete, in order and once. Otherwise `holds` says
-no and the front answers 400, as the TypeScript SDK does for an id it cannot resume from; the Python
-SDK would answer an empty stream, which its own client retries forever.
+no and the front answers 400, as the TypeScript SDK does for an id it cannot resume from (the Python
+SDK would answer an empty stream, which its own client retries forever); but an id of the GET stream
+(`-g` before its number) that is no longer held gets a fresh GET stream: what the server sends on its
+own keeps coming, and the events the client missed are gone.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import secrets
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 
-from mcp.server.streamable_http import EventCallback, EventMessage, EventStore
+from mcp.server.streamable_http import GET_STREAM_KEY, EventCallback, EventMessage, EventStore
 from mcp_types import JSONRPCMessage, jsonrpc_message_adapter
 
 from mcp_sampling_proxy.log import get_logger
@@ -86,7 +88,7 @@ class SessionEventStore(EventStore):
     # -- the SDK's interface ----------------------------------------------------------------------
     async def store_event(self, stream_id: str, message: JSONRPCMessage | None) -> str:
         self._seq += 1
-        event_id = f"{self._prefix}-{self._seq}"
+        event_id = self._id(stream_id, self._seq)
         if self.closed:  # the session is ending: nothing more is kept
             return event_id
         payload = None if message is None else message.model_dump_json(by_alias=True, exclude_unset=True).encode()
@@ -133,7 +135,7 @@ class SessionEventStore(EventStore):
                 for event in pending:
                     if event.payload is not None:
                         message = jsonrpc_message_adapter.validate_json(event.payload, by_name=False)
-                        await send_callback(EventMessage(message, f"{self._prefix}-{event.seq}"))
+                        await send_callback(EventMessage(message, self._id(stream_id, event.seq)))
                     last = event.seq
         finally:
             watches = self._watches[stream_id]
@@ -146,6 +148,11 @@ class SessionEventStore(EventStore):
         """Whether a replay after `event_id` can be given: the event is this session's and still held."""
         return self._seq_of(event_id) is not None
 
+    def was_get_streams(self, event_id: str) -> bool:
+        """Whether `event_id` looks like one this session gave on its GET stream (held or not)."""
+        parsed = self._parse(event_id)
+        return parsed is not None and parsed[1]
+
     def clear(self) -> None:
         """The session ended: drop everything and keep nothing more."""
         self.closed = True
@@ -155,12 +162,24 @@ class SessionEventStore(EventStore):
         self.held_bytes = 0
 
     # -- inside -----------------------------------------------------------------------------------
-    def _seq_of(self, event_id: str) -> int | None:
+    def _id(self, stream_id: str, seq: int) -> str:
+        return f"{self._prefix}-{'g' if stream_id == GET_STREAM_KEY else ''}{seq}"
+
+    def _parse(self, event_id: str) -> tuple[int, bool] | None:
+        """(its number, whether it is the GET stream's) for an id of this session's form, issued already."""
         prefix, _, number = event_id.partition("-")
-        if prefix != self._prefix or not number.isdigit() or len(number) > 19:
+        on_get = number.startswith("g")
+        number = number.removeprefix("g")
+        if prefix != self._prefix or not number.isdigit() or len(number) > 19 or int(number) > self._seq:
             return None
-        seq = int(number)
-        return seq if seq in self._events else None
+        return int(number), on_get
+
+    def _seq_of(self, event_id: str) -> int | None:
+        parsed = self._parse(event_id)
+        if parsed is None or parsed[0] not in self._events:
+            return None
+        seq, on_get = parsed
+        return seq if (self._events[seq].stream == GET_STREAM_KEY) == on_get else None
 
     def _drop(self, event: _Event) -> None:
         """Drop an event, which is always the oldest held of its stream."""

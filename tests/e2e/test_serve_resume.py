@@ -367,6 +367,37 @@ async def test_an_event_the_session_no_longer_holds_gets_400_and_a_held_one_stil
     assert rest[-1].message is not None and rest[-1].message["result"]["content"][0]["text"] == "done 1100 steps"
 
 
+async def test_a_get_stream_resumed_after_events_no_longer_held_goes_on_without_them(serve: Serve, gates: Path) -> None:
+    """What the server sends on its own keeps coming after a long absence: the GET stream opens afresh
+    (the events it missed are gone) instead of a 400 that would end it for good."""
+    first, rest, done, again = gates / "first", gates / "rest", gates / "done", gates / "again"
+    async with raw_session(serve) as session:
+        async with session.http.stream("GET", serve.url, headers=session.headers()) as stream:
+            arguments = {"count": 1_101, "first": str(first), "rest": str(rest), "done": str(done)}
+            await session.call(2, "log_later", arguments)
+            first.touch()
+            async for event in events(stream):
+                if event.message is not None:
+                    later1 = event
+                    break
+        rest.touch()  # 1,100 more while away: more than the stream keeps
+        while not done.exists():
+            await anyio.sleep(0.02)
+        await session.call(3, "echo", {"text": "after the flood"})  # the server's messages are all in by now
+
+        assert later1.id is not None
+        headers = session.headers(**{"Last-Event-ID": later1.id})
+        async with session.http.stream("GET", serve.url, headers=headers) as resumed:
+            assert resumed.status_code == 200
+            await session.call(4, "log_later", {"count": 1, "first": str(again), "rest": str(again)})
+            again.touch()
+            async for event in events(resumed):
+                if event.message is not None:
+                    fresh = event.message
+                    break
+    assert fresh["params"]["data"] == "later 1"  # the new message, none of the 1,100 gone ones
+
+
 # -- sessions do not share events ------------------------------------------------------------------
 
 

@@ -7,7 +7,7 @@ with `store_event`, a replay out with `replay_events_after`. Its counters say wh
 from __future__ import annotations
 
 import pytest
-from mcp.server.streamable_http import EventMessage
+from mcp.server.streamable_http import GET_STREAM_KEY, EventMessage
 from mcp_types import JSONRPCNotification, JSONRPCResponse
 
 from mcp_sampling_proxy.transport.event_store import EventLimits, ReplayGap, SessionEventStore
@@ -151,3 +151,19 @@ async def test_a_cleared_store_holds_nothing_and_keeps_nothing_more() -> None:
     later = await store.store_event("7", progress(2))
     assert store.held_events == store.held_bytes == 0
     assert not store.holds(first) and not store.holds(later)
+
+
+async def test_the_get_streams_ids_say_so_even_once_dropped_and_cannot_be_forged() -> None:
+    store = SessionEventStore(LIMITS)
+    on_get = await store.store_event(GET_STREAM_KEY, progress(1))
+    on_call = await store.store_event("7", progress(1))
+    prefix = on_call.rpartition("-")[0]
+    assert on_get == f"{prefix}-g1" and on_call == f"{prefix}-2"
+    assert store.holds(on_get) and store.was_get_streams(on_get)
+    assert not store.was_get_streams(on_call)
+    assert not store.holds(f"{prefix}-g2") and not store.holds(f"{prefix}-1")  # the wrong stream's form
+    assert not store.was_get_streams(f"{prefix}-g99")  # never issued
+
+    for n in range(LIMITS.stream_events):
+        await store.store_event(GET_STREAM_KEY, progress(n))
+    assert not store.holds(on_get) and store.was_get_streams(on_get)
