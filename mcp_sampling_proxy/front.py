@@ -13,6 +13,9 @@ request in flight and no GET stream open), and when their server exits; each end
 session's server. Stopping `serve` ends every session and server; a killed `serve` takes the
 servers with it (their parent-death signal and group guard, transport/stdio.py).
 
+Each session keeps its recent SSE events (transport/event_store.py, bounded, cleared at its end), so a
+client whose connection dropped resumes its streams with `Last-Event-ID`.
+
 Callers present a bearer token (config/front_tokens.py) when any is configured; the token's name
 is the session's `client`, written into its audit records. Or, with `--oauth-issuer`, an OAuth access
 token of an external authorization server, for this resource (transport/resource_oauth.py); then its
@@ -64,6 +67,7 @@ from mcp_sampling_proxy.config.front_tokens import Tokens
 from mcp_sampling_proxy.config.settings import Settings
 from mcp_sampling_proxy.log import Throttle, get_logger
 from mcp_sampling_proxy.protocol import capabilities, eras, jsonrpc
+from mcp_sampling_proxy.protocol.names import PROTOCOL_VERSION_META
 from mcp_sampling_proxy.relay.core import Relay, Session
 from mcp_sampling_proxy.relay.multiplex import Multiplexer
 from mcp_sampling_proxy.runtime import (
@@ -77,6 +81,7 @@ from mcp_sampling_proxy.runtime import (
     warm_up,
 )
 from mcp_sampling_proxy.serve.sampling import AdapterPool
+from mcp_sampling_proxy.transport.event_store import RETRY_MS, EventLimits, SessionEventStore
 from mcp_sampling_proxy.transport.http import HttpUpstream
 from mcp_sampling_proxy.transport.http_host import Emit, HttpHost, StatelessHost, event_stream
 from mcp_sampling_proxy.transport.resource_oauth import ResourceGuard
@@ -107,6 +112,7 @@ class FrontOptions:
     oauth: ResourceGuard | None = None  # callers bring OAuth access tokens instead of `tokens`
     replica: str | None = None  # this serve's name among several behind a balancer: every audit record's `replica`
     allowed_hosts: tuple[str, ...] = ()  # more Host values that name this endpoint on loopback (--allow-host)
+    events: EventLimits = field(default_factory=EventLimits)  # what a session keeps for resuming (Last-Event-ID)
 
     @property
     def target(self) -> str:
@@ -122,6 +128,7 @@ class _Served:
     upstream: Upstream
     client: str | None
     session: Session
+    events: SessionEventStore
     link: HttpHost | None = None
     relay: Relay | None = None
     reason: list[str] = field(default_factory=list)  # why it ended (the first reason wins)
@@ -222,7 +229,12 @@ class Front:
                     scope, receive, send
                 )
                 return
-            await self._open(client, scope, receive, send)
+            body = await request.body()
+            refused = await self._request_checks.validate_request(request, is_post=True) or _not_an_opening(body)
+            if refused is not None:  # answered before a server is started for it
+                await refused(scope, receive, send)
+                return
+            await self._open(client, scope, _replaying(body, receive), send)
             return
         served = self.sessions.get(session_id)
         if served is None or served.client != client:  # another caller's session looks like no session
@@ -230,6 +242,20 @@ class Front:
                 scope, receive, send
             )
             return
+        resume = request.headers.get("last-event-id")
+        if request.method == "GET" and resume is not None:
+            if served.events.holds(resume):
+                scope = _without(scope, b"mcp-protocol-version")  # see _without
+            elif served.events.was_get_streams(resume):  # its missed events are gone: the stream goes on
+                log.warning("a GET stream resumed after events no longer kept", session=session_id[:8])
+                scope = _without(scope, b"last-event-id")
+            else:
+                await _error(
+                    400,
+                    "Bad Request: cannot resume after that Last-Event-ID (not this session's, or no longer "
+                    "kept): send the request again",
+                )(scope, receive, send)
+                return
         await served.transport.handle_request(scope, receive, send)
         if served.transport.is_terminated:
             served.end("the client ended the session (DELETE)")
@@ -265,10 +291,13 @@ class Front:
             log.error("cannot start the server for a new session", error=str(exc))
             await _error(502, f"Bad Gateway: {exc}")(scope, receive, send)
             return
+        events = SessionEventStore(self.options.events)
         transport = StreamableHTTPServerTransport(
             mcp_session_id=uuid.uuid4().hex,
             security_settings=self._security,
             idle_timeout=self.options.idle_timeout,
+            event_store=events,
+            retry_interval=RETRY_MS,
         )
         session_id = transport.mcp_session_id
         assert session_id is not None
@@ -277,6 +306,7 @@ class Front:
             upstream,
             client,
             Session(name_override=self.options.name, client=client, served=uuid.uuid4().hex[:12]),
+            events,
         )
         self.sessions[session_id] = served
         log.info("session opened", session=session_id[:8], client=client, **_where(upstream))
@@ -512,6 +542,7 @@ class Front:
                 code = await served.upstream.stop(END_GRACE)
                 if not served.transport.is_terminated:
                     await served.transport.terminate()
+                served.events.clear()
                 log.info(
                     "session ended",
                     session=session_id[:8],
@@ -630,6 +661,41 @@ def _owner(relay: Relay, message: dict[str, Any]) -> Any:
 def _healthy() -> Response:
     """What a balancer's health check gets while serve listens: nothing about sessions, callers or the server."""
     return Response("ok\n", media_type="text/plain", headers={"Cache-Control": "no-store"})
+
+
+def _not_an_opening(body: bytes) -> JSONResponse | None:
+    """The 400 for a POST without Mcp-Session-Id that is not an initialize (None when it is one)."""
+    try:
+        message = jsonrpc.parse(body)
+    except ValueError as exc:
+        return _error(400, f"Parse error: {exc}", jsonrpc.PARSE_ERROR)
+    message = jsonrpc.as_object(message)
+    if message.get("method") == "initialize" and "id" in message:
+        return None
+    meta = jsonrpc.as_object(jsonrpc.as_object(message.get("params")).get("_meta"))
+    version = meta.get(PROTOCOL_VERSION_META)
+    if isinstance(version, str) and version in MODERN_PROTOCOL_VERSIONS:
+        return _error(400, f"Bad Request: a {version} request needs the header MCP-Protocol-Version: {version}")
+    return _error(400, "Bad Request: no Mcp-Session-Id; open a session with an initialize POST")
+
+
+def _replaying(body: bytes, receive: Receive) -> Receive:
+    """`receive` with the body, already read, given again first."""
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replay() -> Message:
+        return pending.pop() if pending else await receive()
+
+    return replay
+
+
+def _without(scope: Scope, header: bytes) -> Scope:
+    """The request without one header. A resuming GET goes on without its MCP-Protocol-Version (checked
+    already): for a 2025-11-25 client the SDK sends a priming event between the replay and the live tail
+    of the resumed stream, and an event stored while that one is sent goes out on neither. Unprimed, the
+    one follows the other at once; the client lost nothing (it holds an id on this stream already, and
+    the `retry` of its first priming)."""
+    return {**scope, "headers": [(k, v) for k, v in scope["headers"] if k.lower() != header]}
 
 
 def _security(
