@@ -1080,10 +1080,14 @@ class Relay:
     # -- end of session ------------------------------------------------------------------------
     async def answered(self) -> None:
         """Return once every host request so far has its answer (or the server is gone): a host that
-        closes its stdin may still read, and a server told "EOF" at once can drop what it was doing."""
+        closes its stdin may still read, and a server told "EOF" at once can drop what it was doing.
+        Return at once, too, while the proxy serves the server itself (an LLM call, a question for the
+        host): work for a host that has left is cut off at shutdown, as it always was."""
         while not self.closed and (
             self._held is not None or any(request.held for request in self.session.inflight.values())
         ):
+            if self._served or self.rounds:
+                return
             await anyio.sleep(0.01)
 
     @property
