@@ -9,7 +9,6 @@ OAuth: one way in, one kind of caller name in the audit and the rules.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import re
 from collections.abc import Mapping
 from urllib.parse import urlsplit
@@ -20,7 +19,7 @@ from pydantic import AnyHttpUrl
 
 from mcp_sampling_proxy.config.front_oauth import load_client_file
 from mcp_sampling_proxy.config.front_tokens import TOKEN_ENV, TokenError
-from mcp_sampling_proxy.front import ENDPOINT
+from mcp_sampling_proxy.front import ENDPOINT, is_loopback
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.transport.resource_oauth import (
     TIMEOUT,
@@ -125,7 +124,7 @@ def oauth_guard(
             f"--oauth-issuer {issuer}: its metadata names no jwks_uri to check JWT access tokens with; "
             "give --oauth-client-file PATH to check tokens by introspection"
         )
-    if urlsplit(resource).scheme == "http" and not _loopback(urlsplit(resource).hostname or ""):
+    if urlsplit(resource).scheme == "http" and not is_loopback(urlsplit(resource).hostname or ""):
         log.warning(
             "the OAuth resource is plain http beyond this machine: tokens cross the network readable; "
             "put a TLS proxy in front and give its https URL as --oauth-resource",
@@ -152,12 +151,3 @@ def _resource(given: str | None, host: str, port: int) -> str:
             f"e.g. https://mcp.example.com{ENDPOINT}"
         )
     return given
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import selectors
 import socket
 import subprocess
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 import anyio
 import pytest
 from fakes.llm_server import FakeLLMServer
+from helpers.serving import HttpMcpServer
 from helpers.support import (
     PROXY,
     PY,
@@ -34,58 +34,10 @@ from helpers.support import (
 )
 from mcp.shared.exceptions import MCPDeprecationWarning
 
-HTTP_SERVER = str(ROOT / "tests" / "fixtures" / "http_server.py")
-
 
 @pytest.fixture(autouse=True)
 def _quiet_deprecations() -> None:
     warnings.filterwarnings("ignore", category=MCPDeprecationWarning)
-
-
-class HttpServer:
-    """The fixture server as a subprocess; `url` is its MCP endpoint once the port accepts connections."""
-
-    def __init__(self, log_path: Path):
-        self._log = open(log_path, "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [PY, HTTP_SERVER], stdout=subprocess.PIPE, stderr=self._log, stdin=subprocess.DEVNULL
-        )
-        self.port = self._read_port(timeout=20)
-        self.url = f"http://127.0.0.1:{self.port}/mcp"
-        _wait_for_port(self.port, timeout=20)
-
-    def _read_port(self, timeout: float) -> int:
-        assert self.proc.stdout
-        with selectors.DefaultSelector() as sel:
-            sel.register(self.proc.stdout, selectors.EVENT_READ)
-            if not sel.select(timeout):
-                self.close()
-                raise TimeoutError("the HTTP fixture server did not print its port")
-        line = self.proc.stdout.readline()
-        if not line.strip():
-            self.close()
-            raise RuntimeError(f"the HTTP fixture server exited early ({self.proc.poll()})")
-        return int(line)
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(10)
-        if self.proc.stdout:
-            self.proc.stdout.close()
-        self._log.close()
-
-
-def _wait_for_port(port: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
 
 
 def _free_port() -> int:
@@ -96,8 +48,8 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServer]:
-    server = HttpServer(tmp_path_factory.mktemp("http") / "server.log")
+def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpMcpServer]:
+    server = HttpMcpServer(tmp_path_factory.mktemp("http") / "server.log")
     try:
         yield server
     finally:
@@ -112,7 +64,7 @@ def url_command(url: str, policy: str | None = None, *options: str) -> list[str]
 
 
 @pytest.mark.anyio
-async def test_tools_list_and_echo_through_the_proxy(http_server: HttpServer, tmp_path: Path) -> None:
+async def test_tools_list_and_echo_through_the_proxy(http_server: HttpMcpServer, tmp_path: Path) -> None:
     with anyio.fail_after(30):
         async with sdk_host(url_command(http_server.url), proxy_env(), tmp_path / "proxy.log") as client:
             assert client.server_info is not None and client.server_info.name == "kitchen-sink"
@@ -128,7 +80,7 @@ async def test_tools_list_and_echo_through_the_proxy(http_server: HttpServer, tm
 
 
 @pytest.mark.anyio
-async def test_sampling_is_fulfilled_by_the_proxy_llm(http_server: HttpServer, tmp_path: Path) -> None:
+async def test_sampling_is_fulfilled_by_the_proxy_llm(http_server: HttpMcpServer, tmp_path: Path) -> None:
     with FakeLLMServer("openai") as llm:
         llm.reply_text("The exact text, with ünïcode and\nnewlines.")
         policy = write_policy(tmp_path, openai_policy(llm.base_url, model="gpt-http"))
@@ -151,7 +103,7 @@ async def test_sampling_is_fulfilled_by_the_proxy_llm(http_server: HttpServer, t
 
 
 @pytest.mark.anyio
-async def test_header_values_are_expanded_from_the_environment(http_server: HttpServer, tmp_path: Path) -> None:
+async def test_header_values_are_expanded_from_the_environment(http_server: HttpMcpServer, tmp_path: Path) -> None:
     command = url_command(
         http_server.url,
         None,
@@ -232,7 +184,7 @@ def test_unreachable_url_answers_the_host_and_exits_nonzero(tmp_path: Path) -> N
 
 
 def test_server_going_away_mid_session_fails_requests_and_exits_nonzero(tmp_path: Path) -> None:
-    server = HttpServer(tmp_path / "server.log")
+    server = HttpMcpServer(tmp_path / "server.log")
     try:
         with RawHost(url_command(server.url), proxy_env(), tmp_path / "stderr.log") as host:
             host.initialize()
@@ -246,7 +198,7 @@ def test_server_going_away_mid_session_fails_requests_and_exits_nonzero(tmp_path
         server.close()
 
 
-def test_host_eof_ends_the_http_session_promptly(http_server: HttpServer, tmp_path: Path) -> None:
+def test_host_eof_ends_the_http_session_promptly(http_server: HttpMcpServer, tmp_path: Path) -> None:
     with RawHost(url_command(http_server.url), proxy_env(), tmp_path / "stderr.log") as host:
         host.initialize()
         assert host.request("tools/call", {"name": "echo", "arguments": {"text": "x"}})["result"]
@@ -258,7 +210,7 @@ def test_host_eof_ends_the_http_session_promptly(http_server: HttpServer, tmp_pa
 
 
 @pytest.mark.anyio
-async def test_2026_host_over_http_gets_the_per_request_headers(http_server: HttpServer, tmp_path: Path) -> None:
+async def test_2026_host_over_http_gets_the_per_request_headers(http_server: HttpMcpServer, tmp_path: Path) -> None:
     """A 2026-07-28 host: the server rejects requests whose Mcp-Method/Mcp-Name headers do not match."""
     policy = tmp_path / "policy.yaml"
     policy.write_text("upstream:\n  era: any\n")
@@ -276,7 +228,7 @@ async def test_2026_host_over_http_gets_the_per_request_headers(http_server: Htt
 
 @pytest.mark.anyio
 async def test_a_server_that_needs_no_login_costs_no_login_lookups_per_message(
-    http_server: HttpServer, tmp_path: Path
+    http_server: HttpMcpServer, tmp_path: Path
 ) -> None:
     """The OAuth store (a file, then the OS keyring) is read when the proxy starts and after the
     server refuses it, not before every message: with a real keyring that is a D-Bus call each."""
@@ -296,7 +248,7 @@ async def test_a_server_that_needs_no_login_costs_no_login_lookups_per_message(
 
 
 @pytest.mark.anyio
-async def test_a_5_mb_result_over_sse_arrives_whole(http_server: HttpServer, tmp_path: Path) -> None:
+async def test_a_5_mb_result_over_sse_arrives_whole(http_server: HttpMcpServer, tmp_path: Path) -> None:
     """The SDK's HTTP client refuses SSE events over 1 MiB unless told otherwise; the proxy's limit
     for a message is --max-message-bytes (64 MiB), over HTTP as over stdio, so a 5 MB tool result
     (the fixture server answers in SSE) reaches the host as it does directly."""
@@ -468,7 +420,7 @@ async def test_an_answer_over_the_message_limit_is_refused_and_the_session_goes_
     assert peak < 120, f"the proxy held {peak:.0f} MB for a 200 MB answer"
 
 
-def test_a_url_proxy_without_login_does_not_load_the_sdk(http_server: HttpServer, tmp_path: Path) -> None:
+def test_a_url_proxy_without_login_does_not_load_the_sdk(http_server: HttpMcpServer, tmp_path: Path) -> None:
     """The SDK's HTTP client loads the whole `mcp` package (about half a second on every start, paid per
     call by hosts that open a connection per call); the proxy's own client and a lazy OAuth load none of it."""
     env = proxy_env(PYTHONPROFILEIMPORTTIME="1", MCP_SAMPLING_PROXY_STATE_DIR=str(tmp_path / "state"))

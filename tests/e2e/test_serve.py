@@ -11,12 +11,9 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
-import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, suppress
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +22,7 @@ import httpx2
 import pytest
 from fakes.llm_server import FakeLLMServer
 from helpers.console import PROMPT_RULES, SocketConsole
+from helpers.serving import ALICE, BOB, Served, decisions, http_host, start_serve, stop, token_file, wait_until
 from helpers.support import (
     KITCHEN_SINK,
     PROXY,
@@ -46,8 +44,6 @@ from mcp_types import ElicitResult
 
 pytestmark = pytest.mark.anyio
 
-ALICE = "alice-token-0123456789abcdef"
-BOB = "bob-token-0123456789abcdef"
 ACCEPT = "application/json, text/event-stream"
 INITIALIZE = {
     "jsonrpc": "2.0",
@@ -55,54 +51,6 @@ INITIALIZE = {
     "method": "initialize",
     "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
 }
-
-
-@dataclass
-class Served:
-    process: subprocess.Popen[bytes]
-    url: str
-    audit: Path
-    errlog: Path
-
-
-def token_file(directory: Path) -> str:
-    path = directory / "tokens"
-    path.write_text(f"# who may call\nalice:{ALICE}\nbob:{BOB}\n", encoding="utf-8")
-    path.chmod(0o600)
-    return str(path)
-
-
-def start_serve(
-    tmp_path: Path,
-    *options: str,
-    policy: str | None = None,
-    listen: str | None = None,
-    env: dict[str, str] | None = None,
-) -> Served:
-    port = free_port()
-    errlog = tmp_path / "serve.log"
-    command = [*PROXY, "serve", "--log-format", "json", "--listen", listen or f"127.0.0.1:{port}", *options]
-    if policy is not None:
-        command += ["--policy", policy]
-    command += ["--", PY, KITCHEN_SINK]
-    with open(errlog, "ab") as err:
-        process = subprocess.Popen(
-            command, env=proxy_env(TEST_LLM_KEY="sk-test", **(env or {})), stderr=err, stdout=err
-        )
-    served = Served(process, f"http://127.0.0.1:{port}/mcp", tmp_path / "audit.jsonl", errlog)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and process.poll() is None:
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                return served
-        time.sleep(0.05)
-    raise AssertionError(f"serve did not listen: {errlog.read_text()}")
-
-
-def stop(served: Served) -> int:
-    if served.process.poll() is None:
-        served.process.send_signal(signal.SIGTERM)
-    return served.process.wait(15)
 
 
 @pytest.fixture
@@ -115,34 +63,9 @@ def llm() -> Iterator[FakeLLMServer]:
 def served(tmp_path: Path, llm: FakeLLMServer) -> Iterator[Served]:
     audit = tmp_path / "audit.jsonl"
     policy = write_policy(tmp_path, openai_policy(llm.base_url, extra=f"audit:\n  path: {audit}\n"))
-    running = start_serve(tmp_path, "--token-file", token_file(tmp_path), policy=policy)
+    running = start_serve(tmp_path, policy=policy)
     yield running
     stop(running)
-
-
-@asynccontextmanager
-async def http_host(url: str, token: str, **client_kwargs: Any) -> AsyncIterator[Client]:
-    """The SDK's Client over its Streamable HTTP transport, with a bearer token."""
-    async with (
-        httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http,
-        Client(streamable_http_client(url, http_client=http), mode="legacy", **client_kwargs) as client,
-    ):
-        yield client
-
-
-def wait_until(condition: object, timeout: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if callable(condition) and condition():
-            return True
-        time.sleep(0.05)
-    return False
-
-
-def decisions(path: Path) -> list[dict[str, object]]:
-    if not path.exists():
-        return []
-    return [r for r in map(json.loads, path.read_text().splitlines()) if r.get("event") == "decision"]
 
 
 async def test_a_client_lists_calls_and_samples_through_the_endpoint(served: Served, llm: FakeLLMServer) -> None:
@@ -221,7 +144,7 @@ async def test_an_approval_is_asked_in_the_http_hosts_own_ui(tmp_path: Path, llm
     audit = tmp_path / "audit.jsonl"
     rules = "rules:\n  - name: ask\n    action: prompt\napproval:\n  channels: [host]\n"
     policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=rules, extra=f"audit:\n  path: {audit}\n"))
-    served = start_serve(tmp_path, "--token-file", token_file(tmp_path), policy=policy)
+    served = start_serve(tmp_path, policy=policy)
     asked: list[str] = []
 
     async def approver(context: Any, params: Any) -> ElicitResult:
@@ -250,7 +173,7 @@ async def test_a_tool_rule_holds_over_http_and_names_the_client(tmp_path: Path) 
     audit = tmp_path / "audit.jsonl"
     rules = "tools:\n  rules:\n    - name: no-echo\n      tool: echo\n      action: deny\n      message: not today\n"
     policy = write_policy(tmp_path, f"audit:\n  path: {audit}\n{rules}")
-    served = start_serve(tmp_path, "--token-file", token_file(tmp_path), policy=policy)
+    served = start_serve(tmp_path, policy=policy)
     try:
         async with http_host(served.url, ALICE) as client:
             names = {tool.name for tool in (await client.list_tools()).tools}
@@ -272,8 +195,6 @@ async def test_a_served_request_is_approved_at_the_companion_console(tmp_path: P
     run_dir = tmp_path / "run"
     served = start_serve(
         tmp_path,
-        "--token-file",
-        token_file(tmp_path),
         policy=policy,
         env={"MCP_SAMPLING_PROXY_RUNTIME_DIR": str(run_dir)},
     )
@@ -309,7 +230,7 @@ async def test_a_server_that_exits_ends_its_session_only(served: Served) -> None
 
 
 async def test_past_the_session_cap_a_new_session_gets_503(tmp_path: Path) -> None:
-    served = start_serve(tmp_path, "--token-file", token_file(tmp_path), "--max-sessions", "1")
+    served = start_serve(tmp_path, "--max-sessions", "1")
     headers = {"Accept": ACCEPT, "Content-Type": "application/json", "Authorization": f"Bearer {ALICE}"}
     try:
         async with httpx2.AsyncClient(timeout=10) as http:
@@ -356,7 +277,7 @@ async def test_a_2026_client_is_served_statelessly_with_sampling(tmp_path: Path,
     audit = tmp_path / "audit.jsonl"
     extra = f"upstream:\n  era: handshake\naudit:\n  path: {audit}\n"
     policy = write_policy(tmp_path, openai_policy(llm.base_url, extra=extra))
-    served = start_serve(tmp_path, "--token-file", token_file(tmp_path), policy=policy)
+    served = start_serve(tmp_path, policy=policy)
     llm.reply_text("stateless four")
     try:
         async with (
@@ -376,7 +297,7 @@ async def test_a_2026_client_is_served_statelessly_with_sampling(tmp_path: Path,
 
 
 async def test_2026_callers_get_a_server_each_and_an_idle_one_ends(tmp_path: Path) -> None:
-    served = start_serve(tmp_path, "--token-file", token_file(tmp_path), "--idle-timeout", "2s")
+    served = start_serve(tmp_path, "--idle-timeout", "2s")
     listing = modern_request(7, "tools/list")
     try:
         async with httpx2.AsyncClient(timeout=20) as http:
@@ -403,7 +324,7 @@ async def test_2026_callers_get_a_server_each_and_an_idle_one_ends(tmp_path: Pat
 
 
 async def test_a_2026_callers_server_that_exits_is_replaced_at_the_next_request(tmp_path: Path) -> None:
-    served = start_serve(tmp_path, "--token-file", token_file(tmp_path))
+    served = start_serve(tmp_path)
     crash = modern_request(1, "tools/call", {"name": "crash", "arguments": {"code": 3}})
     try:
         async with httpx2.AsyncClient(timeout=20) as http:
@@ -463,7 +384,7 @@ def test_a_token_file_others_can_read_is_refused(tmp_path: Path) -> None:
 
 
 async def test_an_idle_session_ends_with_its_server(tmp_path: Path) -> None:
-    served = start_serve(tmp_path, "--token-file", token_file(tmp_path), "--idle-timeout", "1s")
+    served = start_serve(tmp_path, "--idle-timeout", "1s")
     try:
         headers = {"Accept": ACCEPT, "Content-Type": "application/json", "Authorization": f"Bearer {ALICE}"}
         async with httpx2.AsyncClient(timeout=10) as http:
@@ -484,7 +405,7 @@ async def test_an_idle_session_ends_with_its_server(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
 async def test_ending_serve_ends_every_server(tmp_path: Path, how: signal.Signals) -> None:
-    served = start_serve(tmp_path, "--token-file", token_file(tmp_path))
+    served = start_serve(tmp_path)
     servers: list[int] = []
     with suppress(Exception):  # the clients see the endpoint go as they close: what matters is what is left
         async with http_host(served.url, ALICE) as alice, http_host(served.url, BOB) as bob:
@@ -504,7 +425,7 @@ def test_the_guides_curl_transcript_runs_as_shown(tmp_path: Path) -> None:
     guide = (ROOT / "docs" / "guides" / "serve.md").read_text()
     script = guide.split("<!-- transcript -->\n```sh\n", 1)[1].split("```", 1)[0]
     shown = guide.split("<!-- transcript output -->\n```text\n", 1)[1].split("```", 1)[0]
-    served = start_serve(tmp_path, env={"MCP_SAMPLING_PROXY_TOKEN": ALICE})
+    served = start_serve(tmp_path, tokens=False, env={"MCP_SAMPLING_PROXY_TOKEN": ALICE})
     try:
         port = served.url.split(":")[2].split("/")[0]
         done = subprocess.run(
@@ -531,7 +452,7 @@ async def test_a_2026_callers_subscriptions_listen_is_an_event_stream(tmp_path: 
     to the handshake era, where the proxy serves the subscription from the server's notifications. Closing
     the stream ends the subscription, and the caller's server ends when idle as if it had never listened."""
     policy = write_policy(tmp_path, "upstream:\n  era: handshake\n")
-    served = start_serve(tmp_path, "--token-file", token_file(tmp_path), "--idle-timeout", "2s", policy=policy)
+    served = start_serve(tmp_path, "--idle-timeout", "2s", policy=policy)
     listen = modern_request(0, "subscriptions/listen", {"notifications": {"toolsListChanged": True}})
     listen["id"] = "listen-1"
     notify = modern_request(1, "tools/call", {"name": "notify_changes", "arguments": {}})
@@ -565,7 +486,7 @@ async def test_a_2026_request_serve_cannot_take_is_refused_before_a_server_start
     """As SEP-2575 has it: a request without its `_meta` fields gets 400 and -32602, one whose `_meta`
     version contradicts its header 400 and -32020, a method 2026-07-28 removed 404 and -32601; each error
     carries the request's id, and no server is started for any of them."""
-    served = start_serve(tmp_path, "--token-file", token_file(tmp_path))
+    served = start_serve(tmp_path)
     bare = {"jsonrpc": "2.0", "id": 5, "method": "tools/list", "params": {}}
     version = "io.modelcontextprotocol/protocolVersion"
     versionless = {**modern_request(6, "tools/list"), "params": {"_meta": {**MODERN_META}}}
@@ -589,7 +510,7 @@ async def test_a_2026_request_serve_cannot_take_is_refused_before_a_server_start
 
 
 async def test_a_method_the_2026_callers_server_does_not_have_gets_404(tmp_path: Path) -> None:
-    served = start_serve(tmp_path, "--token-file", token_file(tmp_path))
+    served = start_serve(tmp_path)
     try:
         async with httpx2.AsyncClient(timeout=20) as http:
             unknown = modern_request(3, "tools/frobnicate")

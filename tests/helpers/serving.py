@@ -36,11 +36,12 @@ class Served:
     process: subprocess.Popen[bytes]
     url: str
     errlog: Path
+    audit: Path  # where a test's policy puts the audit log: beside the log, audit.jsonl
 
 
 def token_file(directory: Path) -> str:
     path = directory / "tokens"
-    path.write_text(f"alice:{ALICE}\nbob:{BOB}\n", encoding="utf-8")
+    path.write_text(f"# who may call\nalice:{ALICE}\nbob:{BOB}\n", encoding="utf-8")
     path.chmod(0o600)
     return str(path)
 
@@ -48,17 +49,19 @@ def token_file(directory: Path) -> str:
 def start_serve(
     tmp_path: Path,
     *options: str,
-    upstream: list[str],
+    upstream: list[str] = KITCHEN_SINK_COMMAND,
     env: dict[str, str] | None = None,
     address: str = "127.0.0.1",
     tokens: bool = True,
+    policy: str | None = None,
 ) -> Served:
-    """`serve` on `address` with alice's and bob's tokens (unless not `tokens`), `options`, and the upstream;
-    returns once it listens."""
+    """`serve` on `address` with alice's and bob's tokens (unless not `tokens`), `options`, the policy and
+    the upstream (the kitchen-sink server by default); returns once it listens."""
     port = free_port()
     errlog = tmp_path / "serve.log"
     command = [*PROXY, "serve", "--log-format", "json", "--listen", f"{address}:{port}"]
-    command += [*(["--token-file", token_file(tmp_path)] if tokens else []), *options, *upstream]
+    command += ["--token-file", token_file(tmp_path)] if tokens else []
+    command += [*options, *(["--policy", policy] if policy is not None else []), *upstream]
     with open(errlog, "ab") as err:
         environment = proxy_env(TEST_LLM_KEY="sk-test", **(env or {}))
         process = subprocess.Popen(command, env=environment, stderr=err, stdout=err)
@@ -66,7 +69,7 @@ def start_serve(
     while time.monotonic() < deadline and process.poll() is None:
         with socket.socket() as probe:
             if probe.connect_ex((address, port)) == 0:
-                return Served(process, f"http://{address}:{port}/mcp", errlog)
+                return Served(process, f"http://{address}:{port}/mcp", errlog, tmp_path / "audit.jsonl")
         time.sleep(0.05)
     raise AssertionError(f"serve did not listen: {errlog.read_text()}")
 
@@ -103,22 +106,38 @@ def wait_until(condition: Callable[[], object], timeout: float = 15.0) -> bool:
 
 
 class HttpMcpServer:
-    """The kitchen-sink server over Streamable HTTP, in a subprocess; `url` is its MCP endpoint."""
+    """The kitchen-sink server over Streamable HTTP (tests/fixtures/http_server.py), in a subprocess; `url`
+    is its MCP endpoint once the port accepts connections."""
 
     def __init__(self, log_path: Path):
         self._log = open(log_path, "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [PY, HTTP_SERVER], stdout=subprocess.PIPE, stderr=self._log, stdin=subprocess.DEVNULL
         )
-        assert self.proc.stdout is not None
+        self.port = self._read_port(timeout=20)
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def _read_port(self, timeout: float) -> int:
+        assert self.proc.stdout
         with selectors.DefaultSelector() as selector:
             selector.register(self.proc.stdout, selectors.EVENT_READ)
-            ready = selector.select(20)
-        line = self.proc.stdout.readline() if ready else b""
+            if not selector.select(timeout):
+                self.close()
+                raise TimeoutError("the HTTP fixture server did not print its port")
+        line = self.proc.stdout.readline()
         if not line.strip():
             self.close()
-            raise RuntimeError(f"the HTTP fixture server did not print its port ({self.proc.poll()})")
-        self.url = f"http://127.0.0.1:{int(line)}/mcp"
+            raise RuntimeError(f"the HTTP fixture server exited early ({self.proc.poll()})")
+        return int(line)
 
     def close(self) -> None:
         if self.proc.poll() is None:
