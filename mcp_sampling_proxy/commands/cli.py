@@ -124,7 +124,15 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_common_options(parser)
-    parser.add_argument("--url", help="connect to a Streamable HTTP MCP server instead of starting a command")
+    add_url_options(parser, "connect to")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="the real server's command line, after '--'")
+    return parser
+
+
+def add_url_options(parser: argparse.ArgumentParser, verb: str) -> None:
+    """--url and --header: a Streamable HTTP server instead of a command (the proxy and `serve`)."""
+    parser.add_argument("--url", help=f"{verb} a Streamable HTTP MCP server instead of starting a command")
     parser.add_argument(
         "--header",
         action="append",
@@ -132,9 +140,6 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="'K: V'",
         help="HTTP header for --url (repeatable); ${VAR} in the value is taken from the environment",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="the real server's command line, after '--'")
-    return parser
 
 
 def add_common_options(parser: argparse.ArgumentParser) -> None:

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import anyio
 
 from mcp_sampling_proxy.audit.recorder import configured_secrets
-from mcp_sampling_proxy.commands.cli import add_common_options, fail
+from mcp_sampling_proxy.commands.cli import add_common_options, add_url_options, fail
 from mcp_sampling_proxy.commands.serve_oauth import add_oauth_options, oauth_guard
 from mcp_sampling_proxy.config.child_env import withhold
 from mcp_sampling_proxy.config.front_tokens import TOKEN_ENV, TokenError, Tokens, load_tokens
@@ -79,14 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DURATION",
         help="end a session (and its server) after this long without a request (default: 10m)",
     )
-    parser.add_argument("--url", help="front a Streamable HTTP MCP server instead of starting a command")
-    parser.add_argument(
-        "--header",
-        action="append",
-        default=[],
-        metavar="'K: V'",
-        help="HTTP header for --url (repeatable); ${VAR} in the value is taken from the environment",
-    )
+    add_url_options(parser, "front")
     parser.add_argument(
         "--shared-upstream",
         action="store_true",
