@@ -332,7 +332,8 @@ class ResourceGuard:
         async def through(inner: Scope, _receive: Receive, _send: Send) -> None:
             admitted.append(inner["user"])
 
-        await RequireAuthMiddleware(through, list(self.settings.scopes), self.metadata_url)(scope, receive, send)
+        challenge = RequireAuthMiddleware(through, list(self.settings.scopes), self.metadata_url)
+        await challenge(scope, receive, _naming_scopes(send, self.settings.scopes))
         if not admitted:
             on_refusal("no valid token" if found is None else "a scope is missing")
             return None
@@ -340,3 +341,22 @@ class ResourceGuard:
 
     async def aclose(self) -> None:
         await self.verifier.aclose()
+
+
+def _naming_scopes(send: Send, scopes: tuple[str, ...]) -> Send:
+    """`send`, with the required scopes added to a 401's or 403's `WWW-Authenticate` (`scope="a b"`), as
+    the 2025-11-25 authorization spec has servers say which scopes to ask for, or to step up to."""
+    if not scopes:
+        return send
+    named = f', scope="{" ".join(scopes)}"'.encode()
+
+    async def sending(message: Any) -> None:
+        if message["type"] == "http.response.start":
+            headers = [
+                (key, value + named if key.lower() == b"www-authenticate" else value)
+                for key, value in message.get("headers", [])
+            ]
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return sending

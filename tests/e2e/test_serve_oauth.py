@@ -269,6 +269,7 @@ async def test_without_a_token_the_401_names_the_resource_metadata(servers: OAut
     challenge = refused.headers["www-authenticate"]
     assert challenge.startswith("Bearer ")
     assert f'resource_metadata="{origin}/.well-known/oauth-protected-resource/mcp"' in challenge
+    assert 'scope="mcp"' in challenge  # what to ask the authorization server for (2025-11-25)
 
 
 async def test_the_protected_resource_metadata_names_this_resource_its_server_and_scopes(
@@ -395,6 +396,7 @@ async def test_a_token_without_the_required_scope_gets_403(servers: OAuthServers
     assert refused.status_code == 403
     challenge = refused.headers["www-authenticate"]
     assert 'error="insufficient_scope"' in challenge and "resource_metadata=" in challenge
+    assert 'scope="mcp"' in challenge  # the scope to step up to
 
 
 async def test_client_rules_match_the_oauth_identity(servers: OAuthServers, tmp_path: Path, llm: FakeLLMServer) -> None:
