@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
 import anyio
+import procstat
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER_SCRIPT = str(ROOT / "tests" / "fixtures" / "kitchen_sink_server.py")
@@ -101,27 +102,6 @@ def status_mb(pid: int, key: str) -> float | None:
     except OSError:
         return None
     return None
-
-
-def children(pid: int) -> set[int]:
-    """Direct children of `pid`, from every process's /proc/N/stat (works for non-dumpable ones)."""
-    found: set[int] = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                    found.add(int(entry.name))
-    return found
-
-
-def threads_cpu_ns(pid: int) -> int:
-    """On-CPU time of a process's live threads (/proc/PID/task/*/schedstat), in ns."""
-    total = 0
-    with contextlib.suppress(OSError):
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            with contextlib.suppress(OSError, ValueError):
-                total += int((task / "schedstat").read_text().split()[0])
-    return total
 
 
 def leaf(exc: BaseException) -> BaseException:
@@ -260,7 +240,7 @@ class Bench:
         params = StdioServerParameters(command=command[0], args=command[1:], env=self.env, cwd=str(ROOT))
         stack = AsyncExitStack()
         stack.callback(log_file.close)
-        before = children(os.getpid())
+        before = procstat.children(os.getpid())
         t0 = time.perf_counter()
         # No cancel scope around the entry (the Client's own task group must outlive it): a watchdog
         # kills a process that has not answered initialize in time, which fails the handshake.
@@ -268,7 +248,7 @@ class Bench:
 
         def watchdog() -> None:
             timed_out.append(True)
-            for pid in children(os.getpid()) - before:
+            for pid in procstat.children(os.getpid()) - before:
                 with contextlib.suppress(OSError):
                     os.killpg(pid, signal.SIGKILL)
 
@@ -285,7 +265,7 @@ class Bench:
         finally:
             timer.cancel()
         spawn_s = time.perf_counter() - t0
-        new = children(os.getpid()) - before
+        new = procstat.children(os.getpid()) - before
         self.spawned |= new
         return Session(mode, client, min(new) if len(new) == 1 else None, spawn_s, stack, errlog)
 
@@ -304,7 +284,7 @@ class Bench:
         """The relay's or proxy's server process. The proxy has another child, its guard: a fork of
         the proxy, so its command line names the server too; it is told apart by its process name."""
         script = self.commands["direct"][-1].encode()
-        for child in children(pid):
+        for child in procstat.children(pid):
             with contextlib.suppress(OSError):
                 if Path(f"/proc/{child}/comm").read_text().strip() == "mcp-proxy-guard":
                     continue
@@ -425,10 +405,10 @@ class Bench:
             for i in range(args.bursts):
                 for mode in rotated(MODES, i):
                     mine = {k: pid for k, pid in watched.items() if k.split()[0] == mode}
-                    before = {k: threads_cpu_ns(pid) for k, pid in mine.items()}
+                    before = {k: procstat.cpu_ns(pid) for k, pid in mine.items()}
                     bursts[mode].append(await self.burst(sessions[mode], args.concurrency) * 1e3)
                     for k, pid in mine.items():
-                        cpu_ns[k] += threads_cpu_ns(pid) - before[k]
+                        cpu_ns[k] += procstat.cpu_ns(pid) - before[k]
             concurrent: dict[str, Any] = {
                 m: {"median_ms": statistics.median(v), "runs_ms": v} for m, v in bursts.items()
             }
@@ -502,14 +482,14 @@ class Bench:
 
             async def through_proxy(count: int) -> list[float]:
                 assert session is not None and session.pid is not None
-                before = threads_cpu_ns(session.pid)
+                before = procstat.cpu_ns(session.pid)
                 result = await self.timed(
                     session,
                     "tools/call sample",
                     session.client.call_tool("sample", {"count": count, "params": SAMPLING_PARAMS}),
                     args.timeout * 4,
                 )
-                cpu_ns["proxy"] += threads_cpu_ns(session.pid) - before
+                cpu_ns["proxy"] += procstat.cpu_ns(session.pid) - before
                 summary = json.loads(getattr(result.content[0], "text", "{}"))
                 if result.is_error or summary.get("errors"):
                     raise self.fail(session, f"sampling through the proxy failed: {summary}"[:800])

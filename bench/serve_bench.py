@@ -43,6 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from procstat import children_map, cpu_ns, descendants
+
 ROOT = Path(__file__).resolve().parent.parent
 HTTP_SERVER = str(ROOT / "bench" / "http_kitchen_sink.py")  # the fixture on serve's stack: see its docstring
 STDIO_SERVER = str(ROOT / "tests" / "fixtures" / "kitchen_sink_server.py")
@@ -126,37 +128,6 @@ def wait_listening(port: int, proc: subprocess.Popen[bytes], log: Path, timeout:
                 return
         time.sleep(0.05)
     raise BenchError(f"{proc.args!r} did not listen on {port} in {timeout:.0f} s: {log.read_text()[-2000:]}")
-
-
-def children_map() -> dict[int, list[int]]:
-    kids: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                stat = (entry / "stat").read_text()
-                ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
-                kids.setdefault(ppid, []).append(int(entry.name))
-    return kids
-
-
-def descendants(pid: int, kids: dict[int, list[int]] | None = None) -> list[int]:
-    kids = children_map() if kids is None else kids
-    found, todo = [], list(kids.get(pid, []))
-    while todo:
-        p = todo.pop()
-        found.append(p)
-        todo.extend(kids.get(p, []))
-    return found
-
-
-def cpu_ns(pid: int) -> int:
-    """On-CPU time of a process's live threads (/proc/PID/task/*/schedstat), in ns."""
-    total = 0
-    with contextlib.suppress(OSError):
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            with contextlib.suppress(OSError, ValueError):
-                total += int((task / "schedstat").read_text().split()[0])
-    return total
 
 
 def memory_kb(pid: int) -> tuple[int, int]:

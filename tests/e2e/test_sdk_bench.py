@@ -8,14 +8,14 @@ machine must not fail the suite).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
+
+from helpers.bench_scripts import load_bench
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "sdk_bench.py"
@@ -28,15 +28,6 @@ ROWS = {
     "rss_peak_mb": "RSS idle / peak",
     "sampling_added_ms": "sampling round trip over the LLM call",
 }
-
-
-def load_module() -> ModuleType:  # the script is not a package module; load it to render the table from the JSON
-    spec = importlib.util.spec_from_file_location("sdk_bench", SCRIPT)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("sdk_bench", module)  # its dataclass looks itself up there
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_quick_run_reports_every_row_with_its_target() -> None:
@@ -68,7 +59,7 @@ def test_quick_run_reports_every_row_with_its_target() -> None:
     assert len(result["machine"]["loadavg_start"]) == 3 and len(result["machine"]["loadavg_end"]) == 3
     assert result["stderr_logs"] is None  # a clean run leaves no temporary directory
 
-    table = load_module().render(result)
+    table = load_bench("sdk_bench").render(result)
     for label in set(ROWS.values()):
         line = next((x for x in table.splitlines() if x.startswith(label)), None)
         assert line is not None, f"no row {label!r} in:\n{table}"
@@ -82,7 +73,7 @@ def test_direct_sampling_calls_send_the_body_the_proxy_sends() -> None:
     from mcp_sampling_proxy.config.providers import ProviderConfig
     from mcp_sampling_proxy.providers.openai import OpenAIAdapter
 
-    bench = load_module()
+    bench = load_bench("sdk_bench")
     adapter = OpenAIAdapter(ProviderConfig(name="fake", type="openai", base_url="http://127.0.0.1:9/v1"))
     assert adapter.build_request(bench.SAMPLING_PARAMS, bench.LLM_MODEL) == bench.DIRECT_BODY
 

@@ -8,16 +8,15 @@ processes they name, never their values (a loaded machine must not fail the suit
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from helpers.bench_scripts import load_bench
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "serve_bench.py"
@@ -28,15 +27,6 @@ ROLES = {
     "serve1": {"proxy", "server", "loadgen"},
     "serve3": {"haproxy", "proxy", "server", "loadgen"},
 }
-
-
-def load_module() -> ModuleType:  # the script is not a package module; load it to render the table from the JSON
-    spec = importlib.util.spec_from_file_location("serve_bench", SCRIPT)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("serve_bench", module)  # its dataclasses look themselves up there
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.skipif(shutil.which("haproxy") is None, reason="haproxy is not installed (apt-get install haproxy)")
@@ -75,7 +65,7 @@ def test_quick_run_reports_every_mode_side_by_side() -> None:
     assert memory["server_processes_per_session"] >= 1 and memory["per_session_mb"]["servers_uss"] > 1
     assert memory["points"]["3"]["proxy_rss_kb"] > memory["points"]["1"]["proxy_rss_kb"] > 1000
 
-    table = load_module().render(result)
+    table = load_bench("serve_bench").render(result)
     for label in ("direct", "HAProxy > direct", "serve x1", "HAProxy > serve x3"):
         assert sum(line.split("  ")[0] == label for line in table.splitlines()) == 3, (label, table)
     for text in ("2 CPUs" if result["machine"]["cpus"] == 2 else "CPUs", "memory per session", "load average"):
