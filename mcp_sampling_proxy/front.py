@@ -34,7 +34,6 @@ stopped with `serve`; a shared server that exits is started again for the next s
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import shlex
 import signal
@@ -60,6 +59,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from mcp_sampling_proxy.addresses import is_loopback
 from mcp_sampling_proxy.approval.console.server import ConsoleServer
 from mcp_sampling_proxy.audit.recorder import AuditLog
 from mcp_sampling_proxy.config.child_env import child_environment
@@ -714,16 +714,6 @@ def _security(
         names.append(public.netloc)
         origins.append(f"{public.scheme}://{public.netloc}")
     return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=names, allowed_origins=origins)
-
-
-def is_loopback(host: str) -> bool:
-    """Whether `--listen`'s host is this machine only: `localhost`, ::1 or anything in 127.0.0.0/8."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _netloc(host: str, port: int) -> str:

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 import anyio
 
+from mcp_sampling_proxy.addresses import is_loopback
 from mcp_sampling_proxy.audit.recorder import configured_secrets
 from mcp_sampling_proxy.commands.cli import add_common_options, add_url_options, fail
 from mcp_sampling_proxy.commands.serve_oauth import add_oauth_options, oauth_guard
@@ -29,7 +30,7 @@ from mcp_sampling_proxy.config.keys import KeySourceError, resolve_keys
 from mcp_sampling_proxy.config.paths import policy_or_default
 from mcp_sampling_proxy.config.policy_file import read_policy_text
 from mcp_sampling_proxy.config.settings import check_telemetry, load_settings, resolve_state
-from mcp_sampling_proxy.front import Front, FrontOptions, is_loopback
+from mcp_sampling_proxy.front import Front, FrontOptions
 from mcp_sampling_proxy.hardening import become_subreaper, mark_relay
 from mcp_sampling_proxy.identity import bad_character, derive_from_command, derive_from_url
 from mcp_sampling_proxy.log import configure, get_logger, set_secrets

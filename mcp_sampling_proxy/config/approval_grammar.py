@@ -8,17 +8,16 @@ written in the policy file.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from mcp_sampling_proxy.addresses import is_loopback
 from mcp_sampling_proxy.yamlnodes import Node
 
 WEBHOOK_KEYS = ("url", "secret_env", "secret_file", "timeout")
 DEFAULT_WEBHOOK_TIMEOUT = 120.0  # s: a person on the other end has to read and decide
 MAX_QUORUM = 10
-LOOPBACK_NAMES = ("localhost",)
 
 
 @dataclass(frozen=True)
@@ -34,16 +33,6 @@ class WebhookSettings:
     def secret_source(self) -> str:
         """Where the secret is read from, for messages (never the secret)."""
         return f"secret_env {self.secret_env}" if self.secret_env else f"secret_file {self.secret_file}"
-
-
-def is_loopback(host: str) -> bool:
-    """True for 127.0.0.0/8, ::1 and localhost: plain http stays on this machine."""
-    if host.lower() in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def parse_webhook(node: Node, where: str) -> WebhookSettings:

@@ -9,12 +9,12 @@ an argv list. Running them is serve/checks.py's job.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from dataclasses import dataclass, field, replace
 from functools import partial
 from urllib.parse import urlsplit
 
+from mcp_sampling_proxy.addresses import is_loopback
 from mcp_sampling_proxy.units import DURATION_FORMS
 from mcp_sampling_proxy.yamlnodes import Node, shown_value
 
@@ -133,16 +133,6 @@ def _url(node: Node) -> str:
             "would travel unencrypted; use https://, or http:// to 127.0.0.1, ::1 or localhost"
         )
     return url
-
-
-def is_loopback(host: str) -> bool:
-    """True for localhost and loopback addresses (127.0.0.0/8, ::1)."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _headers(node: Node) -> dict[str, str]:

@@ -29,9 +29,10 @@ from urllib.parse import urlsplit
 import anyio
 from anyio.abc import ByteReceiveStream, Process
 
+from mcp_sampling_proxy.addresses import is_loopback
 from mcp_sampling_proxy.approval.edits import with_prompt, with_text
 from mcp_sampling_proxy.audit.records import AuditFields, CheckRecord, digest, unique_keys
-from mcp_sampling_proxy.config.checks import VARIABLE, CheckSpec, is_loopback
+from mcp_sampling_proxy.config.checks import VARIABLE, CheckSpec
 from mcp_sampling_proxy.config.child_env import helper_environment, withheld
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.policy.engine import Decision
