@@ -24,11 +24,13 @@ from mcp.shared.message import ServerMessageMetadata, SessionMessage
 from mcp_types import JSONRPCError, JSONRPCResponse, jsonrpc_message_adapter
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mcp_sampling_proxy.log import get_logger
+from mcp_sampling_proxy.log import Throttle, get_logger
 from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.eras import SUBSCRIPTION_ID_META
 
 log = get_logger("mcp_sampling_proxy.transport.http_host")
+
+LISTEN_BUFFER = 256  # notifications a listen stream holds for a caller that reads slower than the server sends
 
 Owner = Callable[[dict[str, Any]], Any]  # a message for the host -> the host request id it belongs to (or None)
 Emit = Callable[[dict[str, Any]], Awaitable[None]]  # sends one message on a stream to the client
@@ -98,6 +100,8 @@ class StatelessHost:
         self._waiting: dict[str, list[dict[str, Any]]] = {}
         self._events: dict[str, anyio.Event] = {}
         self._listens: dict[str, tuple[MemoryObjectSendStream[dict[str, Any]], Any]] = {}  # private id -> caller's
+        self._finals: dict[str, dict[str, Any]] = {}  # a listen's answer that found its stream full
+        self._dropped = Throttle(burst=3, window=60.0)
         self._count = 0
         self.closed = False
 
@@ -146,24 +150,47 @@ class StatelessHost:
 
     def _to_listen(self, message: dict[str, Any]) -> bool:
         """Put a listen's answer, or a notification naming its subscription, on its stream (under the
-        caller's id); False when the message is no listen's."""
+        caller's id); False when the message is no listen's. A stream holds at most LISTEN_BUFFER
+        messages: past that, notifications are dropped (the server is not to fill serve's memory for a
+        caller that reads slowly), and the answer waits to go out after them."""
         if "method" in message:
             params = jsonrpc.as_object(message.get("params"))
             meta = jsonrpc.as_object(params.get("_meta"))
-            listen = self._listens.get(str(meta.get(SUBSCRIPTION_ID_META)))
+            private = str(meta.get(SUBSCRIPTION_ID_META))
+            listen = self._listens.get(private)
             if listen is None:
                 return False
             out, caller_id = listen
             message = {**message, "params": {**params, "_meta": {**meta, SUBSCRIPTION_ID_META: caller_id}}}
         else:
-            listen = self._listens.get(str(message.get("id")))
+            private = str(message.get("id"))
+            listen = self._listens.get(private)
             if listen is None:
                 return False
             out, caller_id = listen
             message = {**message, "id": caller_id}
-        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+        try:
             out.send_nowait(message)
+        except anyio.WouldBlock:
+            if "method" not in message:
+                self._finals[private] = message
+                out.close()
+            else:
+                held = self._dropped.admit()
+                if held is not None:
+                    log.warning(
+                        "a subscriptions/listen caller reads slower than its server sends: notifications dropped",
+                        buffer=LISTEN_BUFFER,
+                        unlogged=held or None,
+                    )
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass
         return True
+
+    def queued(self, private: str) -> int:
+        """How many messages a listen stream holds for its caller now."""
+        listen = self._listens.get(private)
+        return listen[0].statistics().current_buffer_used if listen is not None else 0
 
     async def listen(self, message: dict[str, Any], on_line: Callable[[bytes], None], emit: Emit) -> None:
         """Send a `subscriptions/listen` through the relay and `emit` what belongs to it until it ends:
@@ -175,7 +202,7 @@ class StatelessHost:
             return
         self._count += 1
         private = f"http-{self._count}"
-        out, found = anyio.create_memory_object_stream[dict[str, Any]](math.inf)
+        out, found = anyio.create_memory_object_stream[dict[str, Any]](LISTEN_BUFFER)
         self._listens[private] = (out, message["id"])
         answered = False
         try:
@@ -186,7 +213,12 @@ class StatelessHost:
                     if "method" not in item:
                         answered = True
                         return
+            final = self._finals.pop(private, None)  # the answer that found the stream full
+            if final is not None:
+                await emit(final)
+                answered = True
         finally:
+            self._finals.pop(private, None)
             del self._listens[private]
             out.close()
             if not answered and not self.closed:

@@ -1,0 +1,49 @@
+"""A 2026-07-28 `subscriptions/listen` stream under a flood: the server behind the proxy can send
+notifications for a subscription faster than a slow caller reads them. What waits for the caller is
+bounded: past the bound the notifications are dropped (and said so in the log), never held without end."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+import pytest
+
+from mcp_sampling_proxy.protocol.eras import SUBSCRIPTION_ID_META
+from mcp_sampling_proxy.transport.http_host import LISTEN_BUFFER, StatelessHost
+
+pytestmark = pytest.mark.anyio
+
+
+def notification(private: str, n: int) -> bytes:
+    params = {"_meta": {SUBSCRIPTION_ID_META: private}, "n": n}
+    return json.dumps({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": params}).encode()
+
+
+async def test_a_flood_for_a_slow_listener_is_bounded_and_the_stream_goes_on() -> None:
+    host = StatelessHost()
+    sent: list[bytes] = []
+    emitted: list[dict[str, Any]] = []
+    reading = anyio.Event()
+
+    async def slow_caller(message: dict[str, Any]) -> None:
+        emitted.append(message)
+        await reading.wait()  # the caller reads nothing until the flood is over
+
+    listen = {"jsonrpc": "2.0", "id": "mine", "method": "subscriptions/listen", "params": {}}
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(host.listen, listen, sent.append, slow_caller)
+        await anyio.sleep(0.01)
+        private = json.loads(sent[0])["id"]
+        for n in range(10 * LISTEN_BUFFER):  # the server floods the subscription
+            host.send(notification(private, n))
+        queued = host.queued(private)
+        reading.set()
+        with anyio.fail_after(5):
+            while len(emitted) < queued + 1:
+                await anyio.sleep(0.01)
+        host.send(json.dumps({"jsonrpc": "2.0", "id": private, "result": {}}).encode())  # the listen ends
+    assert queued <= LISTEN_BUFFER
+    assert [m["params"]["n"] for m in emitted[:3]] == [0, 1, 2]  # the first ones, in order
+    assert emitted[-1] == {"jsonrpc": "2.0", "id": "mine", "result": {}}  # and still its answer, under the caller's id
