@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import ServerMessageMetadata, SessionMessage
-from mcp_types import JSONRPCError, JSONRPCResponse, jsonrpc_message_adapter
+from mcp_types import JSONRPCError, JSONRPCNotification, JSONRPCResponse, jsonrpc_message_adapter
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mcp_sampling_proxy.log import Throttle, get_logger
@@ -31,6 +31,7 @@ from mcp_sampling_proxy.protocol.eras import SUBSCRIPTION_ID_META
 log = get_logger("mcp_sampling_proxy.transport.http_host")
 
 LISTEN_BUFFER = 256  # notifications a listen stream holds for a caller that reads slower than the server sends
+SESSION_BUFFER = 4096  # messages a session holds for its client before the server's notifications are dropped
 
 Owner = Callable[[dict[str, Any]], Any]  # a message for the host -> the host request id it belongs to (or None)
 Emit = Callable[[dict[str, Any]], Awaitable[None]]  # sends one message on a stream to the client
@@ -45,6 +46,7 @@ class HttpHost:
         self._queued: MemoryObjectReceiveStream[SessionMessage]
         self._out, self._queued = anyio.create_memory_object_stream[SessionMessage](math.inf)
         self.drained = anyio.Event()  # set once `close` was called and every queued message went out
+        self._dropped = Throttle(burst=3, window=60.0)
 
     def send(self, line: bytes) -> None:
         """The relay's `to_host`: synchronous, so messages are queued and written in order by `write_out`.
@@ -57,10 +59,26 @@ class HttpHost:
             return
         related = None
         if not isinstance(message, JSONRPCResponse | JSONRPCError):
+            if isinstance(message, JSONRPCNotification) and self.queued >= SESSION_BUFFER:
+                # a notification (progress, a log line) for a client that reads slower than the server
+                # sends: dropped, so the server cannot fill serve's memory; answers and requests still go
+                held = self._dropped.admit()
+                if held is not None:
+                    log.warning(
+                        "an HTTP client reads slower than its server sends: notifications dropped",
+                        buffer=SESSION_BUFFER,
+                        unlogged=held or None,
+                    )
+                return
             related = self._owner(jsonrpc.as_object(jsonrpc.parse(line)))
         metadata = ServerMessageMetadata(related_request_id=related) if related is not None else None
         with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):  # the session ended
             self._out.send_nowait(SessionMessage(message, metadata=metadata))
+
+    @property
+    def queued(self) -> int:
+        """Messages waiting for `write_out`."""
+        return self._out.statistics().current_buffer_used
 
     async def read_in(self, read_stream: Any, on_line: Callable[[bytes], None]) -> None:
         """Hand every message the client posts to `on_line` as a line, until the session ends."""

@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from mcp_sampling_proxy.protocol.eras import SUBSCRIPTION_ID_META
-from mcp_sampling_proxy.transport.http_host import LISTEN_BUFFER, StatelessHost
+from mcp_sampling_proxy.transport.http_host import LISTEN_BUFFER, SESSION_BUFFER, HttpHost, StatelessHost
 
 pytestmark = pytest.mark.anyio
 
@@ -47,3 +47,16 @@ async def test_a_flood_for_a_slow_listener_is_bounded_and_the_stream_goes_on() -
     assert queued <= LISTEN_BUFFER
     assert [m["params"]["n"] for m in emitted[:3]] == [0, 1, 2]  # the first ones, in order
     assert emitted[-1] == {"jsonrpc": "2.0", "id": "mine", "result": {}}  # and still its answer, under the caller's id
+
+
+def test_a_session_whose_client_reads_slowly_holds_a_bounded_number_of_notifications() -> None:
+    """The same flood in a handshake-era session: notifications past the bound are dropped; an answer
+    and a request of the server's still go out."""
+    link = HttpHost(lambda _message: None)
+    progress = {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": 1, "progress": 0}}
+    for _ in range(3 * SESSION_BUFFER):  # nothing writes them out: the client reads nothing
+        link.send(json.dumps(progress).encode())
+    assert link.queued == SESSION_BUFFER
+    link.send(json.dumps({"jsonrpc": "2.0", "id": 7, "result": {}}).encode())
+    link.send(json.dumps({"jsonrpc": "2.0", "id": 8, "method": "roots/list"}).encode())
+    assert link.queued == SESSION_BUFFER + 2
