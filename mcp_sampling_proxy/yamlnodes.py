@@ -233,7 +233,48 @@ def load(text: str, where: str, *, gather: bool = False) -> Node | None:
         raise PolicyError(f"{where}:{pos}: not valid YAML: {problem}") from None
     except yaml.YAMLError as exc:
         raise PolicyError(f"{where}: not valid YAML: {exc}") from None
+    if root is not None:
+        _refuse_alias_bombs(root, where)
     return None if root is None else Node(root, "", where, Errors() if gather else None)
+
+
+MAX_EXPANDED_NODES = 100_000  # a policy of hundreds of rules has a few thousand; aliases must not multiply it
+
+
+def _refuse_alias_bombs(root: yaml.Node, where: str) -> None:
+    """Refuse a document whose aliases expand it past MAX_EXPANDED_NODES ("billion laughs": nine levels
+    of ten aliases each are a billion nodes in a kilobyte; walking them grew the proxy to gigabytes).
+    Each node's expanded size is counted once (shared nodes are what an alias makes), so this is linear."""
+    sizes: dict[int, int] = {}
+    shared: list[yaml.Node] = []
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if id(node) in sizes:
+            if not done:
+                shared.append(node)
+            continue
+        children = _children(node)
+        if not done:
+            stack.append((node, True))
+            stack.extend((child, False) for child in children if id(child) not in sizes)
+            shared.extend(child for child in children if id(child) in sizes)
+            continue
+        sizes[id(node)] = 1 + sum(sizes.get(id(child), 1) for child in children)
+        if sizes[id(node)] > MAX_EXPANDED_NODES:
+            mark = (shared[0] if shared else node).start_mark
+            raise PolicyError(
+                f"{where}:{mark.line + 1}:{mark.column + 1}: YAML aliases expand this document past "
+                f"{MAX_EXPANDED_NODES:,} values (an alias of an alias of ...): write the values out, or alias less"
+            )
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
 
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
