@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, get_args
 
+from mcp_sampling_proxy.identity import normalise
 from mcp_sampling_proxy.protocol.wire_types import CallToolParams, CreateMessageParams
 
 # How an approval ended, in the words every channel answers with (the approver and the audit record read
@@ -75,10 +76,11 @@ class Approval:
 
 def person_of(identity: str) -> str:
     """The person behind an approver identity, for counting a quorum: `console:alice` and
-    `webhook:alice` are one alice (a name is a name on whichever channel it arrives); `terminal`,
-    `host` and an unnamed `console` are themselves."""
+    `webhook:alice` are one alice (a name is a name on whichever channel it arrives), and so are `Alice`
+    and a fullwidth `ａｌｉｃｅ` (names compare NFKC-normalised and case-folded, as server names do);
+    `terminal`, `host` and an unnamed `console` are themselves."""
     channel, named, name = identity.partition(":")
-    return name if named and channel in ("console", "webhook") else identity
+    return normalise(name) if named and channel in ("console", "webhook") else identity
 
 
 @dataclass(frozen=True)

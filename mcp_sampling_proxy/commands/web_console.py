@@ -390,7 +390,7 @@ class WebConsole:
             raise Refused(400, f"this request needs {needed} different approvers: enter your name at the top first")
         approved_by = quorum.get("approved_by")
         if isinstance(approved_by, list) and any(
-            isinstance(who, str) and person_of(who) == given for who in approved_by
+            isinstance(who, str) and person_of(who) == person_of(f"console:{given}") for who in approved_by
         ):  # on this page or through another channel (a webhook approver of the same name)
             raise Refused(409, f"{given} approved this already; it needs an approval from someone else")
         return given

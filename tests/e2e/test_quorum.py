@@ -101,6 +101,20 @@ def test_the_same_approver_twice_counts_once(
     assert the_decision(tmp_path)["approved_by"] == ["webhook:alice", "webhook:carol"]
 
 
+def test_one_name_in_other_cases_or_widths_counts_once(
+    tmp_path: Path, llm: FakeLLMServer, dirs: dict[str, str], receiver: Receiver
+) -> None:
+    """`Alice` and a fullwidth `ａｌｉｃｅ` are alice again (names compare NFKC-normalised and case-folded):
+    they used to count as three people, so one person could meet a quorum of three alone."""
+    receiver.replies = [Reply("approve", n) for n in ("alice", "Alice", "\uff41\uff4c\uff49\uff43\uff45", "carol")]
+    with start(tmp_path, llm, dirs, receiver.url) as host:
+        ask(host, 2, "merge the release branch")
+        answer = answer_of(host, 2)
+    assert answer["content"]["text"] == "echo: merge the release branch"
+    assert len(receiver.received) == 4  # neither Alice nor ａｌｉｃｅ counted: carol was still needed
+    assert the_decision(tmp_path)["approved_by"] == ["webhook:alice", "webhook:carol"]
+
+
 def test_a_deny_ends_it(tmp_path: Path, llm: FakeLLMServer, dirs: dict[str, str], receiver: Receiver) -> None:
     receiver.replies = [Reply("approve", "alice"), Reply("deny", "bob"), Reply("approve", "carol")]
     with start(tmp_path, llm, dirs, receiver.url) as host:
