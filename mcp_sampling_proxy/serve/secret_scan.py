@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -89,8 +90,14 @@ def scan_request(params: Mapping[str, Any]) -> Scanned:
 
 
 def mask_text(text: str) -> tuple[str, tuple[str, ...]]:
-    """`text` with each credential replaced by `[REDACTED:<type>]`, and the types found."""
-    spans = sorted(_spans(text), key=lambda span: (span[0], -span[1]))
+    """`text` with each credential replaced by `[REDACTED:<type>]`, and the types found. A credential
+    disguised so that the patterns miss it (zero-width characters inside it, fullwidth letters, a space
+    between each character) is found in the text folded back (`fold`) and masked where it stands."""
+    folded, where = fold(text)
+    found = _spans(folded)
+    if where is not None:
+        found = ((where[start], where[end - 1] + 1, kind) for start, end, kind in found)
+    spans = sorted(found, key=lambda span: (span[0], -span[1]))
     if not spans:
         return text, ()
     parts, last, types = [], 0, set()
@@ -107,6 +114,38 @@ def mask_text(text: str) -> tuple[str, tuple[str, ...]]:
         last = end
     parts.append(text[last:])
     return "".join(parts), tuple(sorted(types))
+
+
+# format characters that render as nothing: zero-width space, joiners, word joiner, BOM, soft hyphen
+_INVISIBLE = frozenset("\u200b\u200c\u200d\u2060\ufeff\u00ad\u180e")
+# a run of single characters each followed by one space ("s k - a b c ..."): a key spelled out
+_SPACED = re.compile(r"(?:\S (?=\S(?: |$))){15,}\S")
+
+
+def fold(text: str) -> tuple[str, list[int] | None]:
+    """`text` as the patterns should see it: invisible format characters removed, each character in its
+    NFKC form (fullwidth `ｓｋ` is `sk`), and the spaces of a spaced-out run removed; with, for each
+    character of the result, its offset in `text` (None when nothing changed: the common case, free)."""
+    spaced = _SPACED.search(text) is not None
+    if text.isascii() and not spaced:
+        return text, None
+    chars: list[str] = []
+    where: list[int] = []
+    for offset, char in enumerate(text):
+        if char in _INVISIBLE or (not char.isascii() and unicodedata.category(char) == "Cf"):
+            continue
+        for part in unicodedata.normalize("NFKC", char) if not char.isascii() else char:
+            chars.append(part)
+            where.append(offset)
+    folded = "".join(chars)
+    if _SPACED.search(folded):  # drop the spaces inside each spaced-out run
+        keep = [True] * len(folded)
+        for run in _SPACED.finditer(folded):
+            for index in range(run.start() + 1, run.end(), 2):
+                keep[index] = False
+        folded = "".join(c for c, k in zip(folded, keep, strict=True) if k)
+        where = [w for w, k in zip(where, keep, strict=True) if k]
+    return (folded, where) if folded != text else (text, None)
 
 
 def _spans(text: str) -> Iterator[tuple[int, int, str]]:

@@ -22,6 +22,29 @@ def test_each_kind_is_masked_with_its_detector_type() -> None:
     assert types == ("AWS Access Key", "GitHub Token", "JSON Web Token", "Slack Token")
 
 
+def fullwidth(text: str) -> str:
+    return "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in text)
+
+
+def test_a_key_disguised_with_zero_width_characters_fullwidth_letters_or_spaces_is_masked_whole() -> None:
+    """Each disguise reads as the key to a human or an LLM, and used to slip past every pattern."""
+    for disguised in (
+        "\u200b".join(GITHUB),  # a zero-width space between each character
+        "\u2060".join(AWS_KEY_ID[:8]) + AWS_KEY_ID[8:],  # word joiners in part of it
+        fullwidth(GITHUB),
+        " ".join(GITHUB),
+        fullwidth(" ".join(AWS_KEY_ID)),
+    ):
+        masked, types = mask_text(f"before {disguised} after")
+        assert masked.startswith("before [REDACTED:") and masked.endswith("] after"), (disguised, masked)
+        assert types in (("GitHub Token",), ("AWS Access Key",))
+
+
+def test_folding_leaves_text_without_disguises_alone() -> None:
+    text = "Ｔｈｅ ｆｕｌｌｗｉｄｔｈ title, a b c d e spaced letters, and a café: nothing to mask"
+    assert mask_text(text) == (text, ())
+
+
 def test_ordinary_prose_code_and_hashes_are_left_alone() -> None:
     text = (
         "Set password = os.environ['DB_PASSWORD'] and compare the digest "
