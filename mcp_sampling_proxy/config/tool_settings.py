@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import posixpath
 import re
 from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
@@ -108,10 +109,33 @@ def _glob(value: str, patterns: tuple[str, ...], *, name: bool = False) -> bool:
 
 
 def canonical_arguments(arguments: Any) -> str:
-    """What an `arguments` regex reads: the arguments as JSON, keys sorted, no spaces."""
+    """What an `arguments` regex reads: the arguments as JSON, keys sorted, no spaces, with every absolute
+    path in its normal form: `/home/../etc/passwd` is `/etc/passwd`, so a rule about paths outside /home
+    (`"path":"/(?!home/)`) is not walked around with `..`, `.` or doubled slashes."""
     return json.dumps(
-        arguments if arguments is not None else {}, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        _normal_paths(arguments if arguments is not None else {}),
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
     )
+
+
+_UNNORMAL = re.compile(r"/\.{1,2}(?:/|$)|//")
+
+
+def _normal_paths(value: Any) -> Any:
+    """`value` with each string that is an absolute path (`/...`, `~/...`) normalised lexically."""
+    if isinstance(value, str):
+        if value.startswith(("/", "~/")) and _UNNORMAL.search(value):
+            head = "~" if value.startswith("~/") else ""
+            normal = posixpath.normpath(value[len(head) :])
+            return head + ("/" + normal.lstrip("/") if normal.startswith("/") else normal)
+        return value
+    if isinstance(value, dict):
+        return {key: _normal_paths(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_normal_paths(item) for item in value]
+    return value
 
 
 def why_not(

@@ -38,3 +38,30 @@ def test_mistakes_are_named(text: str, said: str) -> None:
     with pytest.raises(PolicyError) as caught:
         parse_settings(text, "p.yaml")
     assert said in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("path", "asked"),
+    [
+        ("/home/me/notes.md", False),
+        ("/etc/passwd", True),
+        ("/home/../etc/passwd", True),  # walked out of /home with ..: the rule used to let it through unasked
+        ("/home/me/../../etc/shadow", True),
+        ("/home/./../root/.ssh/id_rsa", True),
+        ("//etc/passwd", True),
+        ("/home/me/./a/../b.txt", False),
+    ],
+)
+def test_path_rules_judge_the_normal_path(path: str, asked: bool) -> None:
+    """The docs' rule "ask before writing outside /home" sees each absolute path as the filesystem would
+    resolve its dots and doubled slashes, so `..` does not walk around it; the server gets the arguments
+    as they were sent."""
+    from mcp_sampling_proxy.config.tool_settings import why_not
+
+    rules = parse_settings(
+        "tools:\n  rules:\n    - name: ask-outside-home\n      tool: write_file\n"
+        '      arguments: \'"path":"/(?!home/)\'\n      action: prompt\n',
+        "p.yaml",
+    ).tools.rules
+    decides = why_not(rules[0], "files", "write_file", {"path": path, "content": "x"}) is None
+    assert decides == asked
