@@ -34,7 +34,10 @@ T = TypeVar("T")
 
 PINS_FILE = "tools.json"
 SEAL_KIND = "tools"  # the seal's kind (quotas/integrity.py): a budgets or approval seal never fits
-PINNED_FIELDS = ("name", "title", "description", "inputSchema", "outputSchema", "annotations")
+PINNED_FIELDS = ("name", "title", "description", "inputSchema", "outputSchema", "annotations", "icons")
+# what pins of version 1 covered: before `icons` (a remote SVG the host fetches and shows) was pinned too
+V1_FIELDS = PINNED_FIELDS[:-1]
+PIN_VERSION = 2
 MAX_TOOLS = 500  # tools pinned per server (and held changes kept per server)
 MAX_COPY_BYTES = 256 * 1024  # kept copies of tools per server, for `tools diff`; past it digests only
 MAX_ONE_COPY = 64 * 1024  # one tool's kept copy at most
@@ -111,6 +114,11 @@ def pinned_view(tool: dict[str, Any]) -> dict[str, Any]:
 
 def tool_digest(tool: dict[str, Any]) -> str:
     return hashlib.sha256(canonical(pinned_view(tool))).hexdigest()
+
+
+def v1_digest(tool: dict[str, Any]) -> str:
+    """The digest a pin of version 1 holds (without `icons`)."""
+    return hashlib.sha256(canonical({key: tool[key] for key in V1_FIELDS if key in tool})).hexdigest()
 
 
 def field_digests(tool: dict[str, Any]) -> dict[str, str]:
@@ -258,7 +266,12 @@ def _server(key: str, entry: dict[str, Any]) -> PinnedServer:
 def _record(tool: dict[str, Any], kept: int) -> dict[str, Any]:
     """A pin (or held version) of `tool`: digests, and a copy while the server's copies stay small."""
     view = pinned_view(tool)
-    record: dict[str, Any] = {"digest": tool_digest(tool), "fields": field_digests(tool), "at": _now()}
+    record: dict[str, Any] = {
+        "digest": tool_digest(tool),
+        "fields": field_digests(tool),
+        "at": _now(),
+        "v": PIN_VERSION,
+    }
     size = len(canonical(view))
     if size <= MAX_ONE_COPY and kept + size <= MAX_COPY_BYTES:
         record["copy"] = view
@@ -303,6 +316,13 @@ def _see(
         if isinstance(pin, dict) and pin.get("digest") == digest:
             pending.pop(name, None)  # changed and changed back: nothing is held
             pin.pop("gone", None)
+            continue
+        if isinstance(pin, dict) and pin.get("v") is None and pin.get("digest") == v1_digest(tool):
+            # pinned by a version that did not pin icons, and the same in all it did pin: pinned anew, icons too
+            kept -= len(canonical(pin["copy"])) if "copy" in pin else 0
+            pins[name] = {**_record(tool, kept), **({"accepted": True} if pin.get("accepted") else {})}
+            kept += len(canonical(pins[name]["copy"])) if "copy" in pins[name] else 0
+            pending.pop(name, None)
             continue
         if first or fresh:
             if len(pins) >= MAX_TOOLS:

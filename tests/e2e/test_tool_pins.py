@@ -104,6 +104,20 @@ def test_a_changed_description_is_held_until_accepted(tmp_path: Path, env: dict[
     assert [r["tool"] for r in refusals] == ["fetch"]
 
 
+def test_a_changed_icon_is_held_like_a_changed_description(tmp_path: Path, env: dict[str, str]) -> None:
+    """The server swaps fetch's icon for another remote image: it used to reach the host unchanged."""
+    with RawHost(rugpull_proxy(tmp_path, "", "--after", "1", "--swap-icon"), env, tmp_path / "e.log") as host:
+        host.initialize()
+        assert set(listed(host)) == {"echo", "fetch", "delete_file"}
+        assert set(listed(host)) == {"echo", "delete_file"}  # fetch is held: only its icon changed
+        assert "mcp-sampling-proxy tools accept rug fetch" in call(host, "fetch", {"url": "x"})["error"]["message"]
+        diff = tools_cli(env, "diff", "rug")
+        assert "fields: icons" in diff.stdout and "tracker.example" in diff.stdout, diff.stdout
+        ended(host)
+    (change,) = [r for r in audit_records(tmp_path) if r.get("tool_change")]
+    assert change["tool_change"]["fields"] == ["icons"]
+
+
 def test_a_new_tool_is_held_and_deny_keeps_it_hidden(tmp_path: Path, env: dict[str, str]) -> None:
     policy = "tools:\n  on_change: deny\n"
     with RawHost(rugpull_proxy(tmp_path, policy, "--after", "1", "--add-tool"), env, tmp_path / "e.log") as host:

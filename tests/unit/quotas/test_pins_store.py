@@ -89,3 +89,28 @@ def test_a_token_in_the_url_is_not_kept(tmp_path: Path) -> None:
     assert "s3cret" not in (tmp_path / "tools.json").read_text()
     other_token = ServerIdentity("remote", "https://mcp.example.com:8443/mcp?token=other")
     assert see(pins, other_token, [tool("read", "changed")]).held == {"read"}  # a new token: the same server
+
+
+def test_a_pin_of_the_version_before_icons_is_pinned_anew_not_held(tmp_path: Path) -> None:
+    """A pin made before icons were pinned matches in everything it covered: it takes the icons as they are
+    now, silently (an upgrade must not hold every tool that has an icon); a later change of icon is held."""
+    from mcp_sampling_proxy.quotas.tool_pins import v1_digest
+
+    pins = ToolPins(tmp_path / "tools.json")
+    tool = {"name": "fetch", "description": "d", "inputSchema": {}, "icons": [{"src": "https://a.example/i.svg"}]}
+    identity = ServerIdentity("fs", "node fs.js")
+
+    def as_version_1(data: dict[str, Any]) -> None:
+        data["servers"] = {
+            identity.key: {
+                "name": "fs",
+                "target": "node fs.js",
+                "tools": {"fetch": {"digest": v1_digest(tool), "fields": {}, "at": "2026-11-01T00:00:00Z"}},
+            }
+        }
+
+    pins.file.update(as_version_1)
+    assert pins.see(identity, [tool], "ask", complete=True, fresh=False).held == frozenset()
+    swapped = {**tool, "icons": [{"src": "https://tracker.example/p.svg"}]}
+    seen = pins.see(identity, [swapped], "ask", complete=True, fresh=False)
+    assert seen.held == frozenset({"fetch"}) and seen.changes[0].fields == ("icons",)
