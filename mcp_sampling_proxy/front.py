@@ -78,6 +78,7 @@ from mcp_sampling_proxy.runtime import (
     _tool_pins,
     build_adapters,
     build_hooks,
+    start_egress,
     warm_up,
 )
 from mcp_sampling_proxy.serve.sampling import AdapterPool
@@ -85,6 +86,7 @@ from mcp_sampling_proxy.transport.event_store import RETRY_MS, EventLimits, Sess
 from mcp_sampling_proxy.transport.http import HttpUpstream
 from mcp_sampling_proxy.transport.http_host import Emit, HttpHost, StatelessHost, event_stream
 from mcp_sampling_proxy.transport.resource_oauth import ResourceGuard
+from mcp_sampling_proxy.transport.sandbox import Plan
 from mcp_sampling_proxy.transport.stdio import SpawnError, StdioUpstream, spawn
 
 log = get_logger("mcp_sampling_proxy.front")
@@ -104,7 +106,7 @@ class FrontOptions:
     max_sessions: int = 16
     idle_timeout: float = 600.0
     max_message_bytes: int = 64 * 1024 * 1024
-    sandbox: tuple[str, ...] = ()  # the sandbox words each server is started under (transport/sandbox.py)
+    sandbox: Plan | None = None  # how each server is contained (transport/sandbox.py)
     hidden: frozenset[str] = frozenset()  # variables no server inherits (the LLM keys)
     url: str | None = None  # a Streamable HTTP server instead of `command` (--url)
     headers: dict[str, str] = field(default_factory=dict)  # sent to `url` (--header)
@@ -392,10 +394,11 @@ class Front:
         limit = self.options.max_message_bytes
         try:
             async with anyio.create_task_group() as tg:
+                hooks = self._hooks()
                 relay = Relay(
                     lane.link.send,
                     lane.upstream.send,
-                    self._hooks(),
+                    hooks,
                     tg,
                     lane.session,
                     keepalive_seconds=0.0,  # a JSON answer has no stream to keep alive
@@ -409,6 +412,7 @@ class Front:
                     max_line=limit,
                     on_oversize=lambda size, head, tail: relay.upstream_oversize(size, head, tail, limit),
                 )
+                start_egress(tg, lane.upstream, self.settings, self.options.name, hooks, self.audit, relay)
                 lane.ready.set()
                 tg.start_soon(self._expire_lane, lane)
                 await lane.ended.wait()
@@ -470,6 +474,10 @@ class Front:
                     await self._shared.stop(0)
                 shared = Multiplexer(self._start_upstream())
                 await shared.start(max_line=self.options.max_message_bytes)
+                assert self._tg is not None
+                start_egress(
+                    self._tg, shared.upstream, self.settings, self.options.name, self._hooks(), self.audit, None
+                )
                 self._shared = shared
                 log.info("shared server started", **_where(shared.upstream))
             return self._shared.branch()
@@ -481,7 +489,7 @@ class Front:
         process = spawn(
             self.options.command, child_environment(os.environ, set(self.options.hidden)), sandbox=self.options.sandbox
         )
-        return StdioUpstream(process, self.options.name)
+        return StdioUpstream(process, self.options.name, self.options.sandbox.notes() if self.options.sandbox else None)
 
     # -- one session ---------------------------------------------------------------------------
     async def _run(
@@ -512,6 +520,7 @@ class Front:
                             max_line=limit,
                             on_oversize=lambda size, head, tail: relay.upstream_oversize(size, head, tail, limit),
                         )
+                        start_egress(tg, served.upstream, self.settings, self.options.name, hooks, self.audit, relay)
                         tg.start_soon(link.write_out, write_stream)
                         tg.start_soon(self._read_until_closed, served, read_stream, relay)
                         await served.ended.wait()

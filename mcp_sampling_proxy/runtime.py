@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import anyio
+import anyio.abc
 
 from mcp_sampling_proxy import __version__
 from mcp_sampling_proxy.approval.approver import Approver
@@ -38,11 +39,13 @@ from mcp_sampling_proxy.quotas.tool_pins import PINS_FILE, ToolPins
 from mcp_sampling_proxy.relay.core import Relay, Session, peek_id
 from mcp_sampling_proxy.serve.elicitation import ElicitationService
 from mcp_sampling_proxy.serve.input_required import InputResolver
+from mcp_sampling_proxy.serve.network import NetworkGate
 from mcp_sampling_proxy.serve.sampling import AdapterPool, SamplingService
 from mcp_sampling_proxy.serve.tools import ToolGate
 from mcp_sampling_proxy.terminal import Terminal
+from mcp_sampling_proxy.transport.egress import serve_egress
 from mcp_sampling_proxy.transport.framing import DEFAULT_MAX_LINE, LineReader, open_line_reader, open_line_writer
-from mcp_sampling_proxy.transport.stdio import exit_status_for, guard_pid
+from mcp_sampling_proxy.transport.stdio import egress_listener, exit_status_for, guard_pid
 
 log = get_logger("mcp_sampling_proxy")
 
@@ -87,8 +90,10 @@ class ProxyHooks:
         offered: capabilities.Offers,
         limiters: Limiters | None = None,
         tools: ToolGate | None = None,
+        approver: Approver | None = None,
     ):
         self.limiters = limiters or Limiters()
+        self.approver = approver  # asks about a sandboxed server's connections too (serve/network.py)
         self._tools = tools
         self._services: dict[str, Any] = {SAMPLING_METHOD: sampling, ELICITATION_METHOD: elicitation}
         self._elicitation = elicitation
@@ -181,7 +186,30 @@ def build_hooks(
         settings, ElicitationConsoles(settings.approval.channels, terminal, console), audit, limiters
     )
     tools = ToolGate(settings.tools, approver, audit, tool_pins, server_target)
-    return ProxyHooks(sampling, elicitation, settings, offered, limiters, tools)
+    return ProxyHooks(sampling, elicitation, settings, offered, limiters, tools, approver)
+
+
+def start_egress(
+    tg: anyio.abc.TaskGroup,
+    upstream: object,
+    settings: Settings,
+    name: str,
+    hooks: ProxyHooks,
+    audit: AuditLog,
+    relay: Relay | None,
+) -> None:
+    """The sandboxed server's way out (transport/egress.py), judged by its network grant (serve/network.py),
+    when its sandbox made one. Without a relay (a server `serve` shares between sessions) nobody can be
+    asked: a host its grant does not list is refused."""
+    process = getattr(upstream, "process", None)
+    listener = egress_listener(process) if process is not None else None
+    if listener is None:
+        return
+    session = relay.session if relay is not None else Session(name_override=name)
+    notes = getattr(upstream, "notes", None)
+    gate = NetworkGate(settings.sandbox.for_server(name), hooks.approver, audit, session, notes)
+    gate.relay = relay
+    tg.start_soon(serve_egress, listener, gate.judge, gate.refused)
 
 
 def claim_stdio() -> tuple[int, int]:
@@ -296,6 +324,7 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
             )
             await tg.start(console.serve)
             tg.start_soon(reap_orphans_forever, _own_children(upstream))
+            start_egress(tg, upstream, settings, options.name or session.server_name, hooks, audit, relay)
             host_reader = LineReader(
                 relay.from_host,
                 lambda: end("host closed stdin"),

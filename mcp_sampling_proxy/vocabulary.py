@@ -26,6 +26,8 @@ REFUSED_OUTCOMES: tuple[Outcome, ...] = ("deny", "rejected", "timeout")
 # How an approval of a host's tool call names its tool (`tools/call:NAME`), so that a remembered approval of
 # the call never counts for sampling during that tool's calls, and the consoles can tell what they ask about.
 TOOL_CALL_APPROVAL = "tools/call:"
+# ... and of a sandboxed server's connection to a host its network grant does not list (`network:HOST:PORT`)
+NETWORK_APPROVAL = "network:"
 
 # Size units, as the policy file spells them (`512KiB`, `1MiB`; `KB`/`MB` are powers of 1000).
 KiB = 1024

@@ -45,7 +45,7 @@ def loggers_never_cached(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(autouse=True)
 def isolated_user_dirs(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """Every test runs with configuration, state and runtime directories of its own, never the user's: a
+    """Every test runs with configuration, state, data and runtime directories of its own, never the user's: a
     console the user has open must not see the suite's requests, and the suite must not read the user's
     policy, approvals or budgets. Under a short /tmp path, since console sockets live in the runtime dir
     and a Unix socket's path is limited to 107 bytes. The user's own keys and proxy settings are unset
@@ -54,7 +54,12 @@ def isolated_user_dirs(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
         if name.startswith(("MCP_SAMPLING_PROXY_", "OPENAI_", "ANTHROPIC_")):
             monkeypatch.delenv(name)
     base = Path(tempfile.mkdtemp(prefix="msp-"))
-    for variable, name in (("XDG_CONFIG_HOME", "config"), ("XDG_STATE_HOME", "state"), ("XDG_RUNTIME_DIR", "run")):
+    for variable, name in (
+        ("XDG_CONFIG_HOME", "config"),
+        ("XDG_STATE_HOME", "state"),
+        ("XDG_RUNTIME_DIR", "run"),
+        ("XDG_DATA_HOME", "data"),  # sandboxed servers' data directories
+    ):
         (base / name).mkdir(mode=0o700)
         monkeypatch.setenv(variable, str(base / name))
     try:

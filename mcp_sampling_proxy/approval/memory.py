@@ -25,7 +25,6 @@ class ApprovalMemory:
     session: set[tuple[str, str]] = field(default_factory=set)
     store: Any = None  # a JsonStateFile, or None to keep `always` in memory only
     forged: set[tuple[str, str]] = field(default_factory=set)  # unsealed `always` entries found (ignored)
-    _seal: bytes | None = field(default=None, repr=False)
 
     def remembers(self, server: str, tool: str | None) -> ApprovalScope | None:
         key = _key(server, tool)
@@ -57,10 +56,9 @@ class ApprovalMemory:
         return _key(server, tool) in self.forged
 
     def _seal_key(self) -> bytes:
-        """The proxy's sealing key (quotas/integrity.py; made at start, before the server runs)."""
-        if self._seal is None:
-            self._seal = load_key(self.store.path.parent)
-        return self._seal
+        """The proxy's sealing key (quotas/integrity.py; held from start, before the server runs): read each
+        time, so a key replaced under this proxy is refused (KeyChanged), never trusted."""
+        return load_key(self.store.path.parent)
 
     async def recall(self, server: str, tool: str | None) -> ApprovalScope | None:
         """`remembers`, with the shared file read in a worker thread: its lock is shared with the

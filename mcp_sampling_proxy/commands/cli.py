@@ -1,8 +1,9 @@
 """Command line: `mcp-sampling-proxy [OPTIONS] -- COMMAND...` and its helper subcommands.
 
-Start-up order matters for hosts that measure it: parse arguments and read the policy (cheap),
-spawn the upstream, and only then import the runtime (anyio, structlog, the relay), so the
-server's own start-up overlaps ours.
+Start-up order matters for hosts that measure it: parse arguments and load the policy (cheap), spawn
+the upstream (only then: every file the policy names is out of the sandboxed server's sight from its
+first instruction), and only then import the runtime (anyio, structlog, the relay), so the server's own
+start-up overlaps ours.
 """
 
 from __future__ import annotations
@@ -10,14 +11,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import re
 import shlex
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from mcp_sampling_proxy import __version__
-from mcp_sampling_proxy.config.child_env import child_environment, hidden_names_guess, withhold
+from mcp_sampling_proxy.config.child_env import child_environment, withhold
 from mcp_sampling_proxy.config.providers import PRESET_FACTS, REFUSED_CLIS
 from mcp_sampling_proxy.hardening import become_subreaper, harden_process, mark_relay
 from mcp_sampling_proxy.vocabulary import SUBCOMMANDS  # subcommand -> the module whose main() runs it
@@ -25,12 +25,9 @@ from mcp_sampling_proxy.vocabulary import SUBCOMMANDS  # subcommand -> the modul
 if TYPE_CHECKING:  # (imported when used: the server starts before the rest of the proxy is loaded)
     import subprocess
 
-    from mcp_sampling_proxy.config.sandbox_settings import SandboxSettings
     from mcp_sampling_proxy.config.settings import Settings
     from mcp_sampling_proxy.runtime import Upstream
     from mcp_sampling_proxy.transport.sandbox import Plan
-
-    EarlyStart = tuple[subprocess.Popen[bytes], set[str], tuple[str, ...]]
 
 # what each subcommand does, for --help (each has its own: mcp-sampling-proxy SUBCOMMAND --help)
 SUBCOMMAND_SUMMARIES = {
@@ -218,6 +215,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail("give the server either as '-- COMMAND [ARGS...]' or with --url URL (see --help)")
     if args.no_terminal:
         os.environ["MCP_SAMPLING_PROXY_NO_TERMINAL"] = "1"
+    if command:  # bubblewrap's check runs while the policy is read (transport/sandbox.py)
+        from mcp_sampling_proxy.transport.bwrap_probe import start_probe  # start-up: not for --help or a subcommand
+
+        start_probe()
     from mcp_sampling_proxy.config.paths import policy_or_default  # start-up: not for --help or a subcommand
 
     args.policy, policy_is_default = policy_or_default(args.policy)
@@ -230,28 +231,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PolicyError as exc:
         return fail(str(exc), 2)
     new_seal = _prepare_state()
-    early = None
-    if command:  # start the server first, so its start-up overlaps ours (see child_env)
+    if command:
         become_subreaper()  # whatever the server starts stays below us, where the console socket can tell
-        hidden = hidden_names_guess(policy_text, os.environ)
-        # not with an api_key_command: it runs (and its pipe holds the key) before the server starts, where
-        # an unconfined server cannot reopen /proc/PID/fd/1 of it; nor when the policy sets the sandbox
-        plain = policy_text is None or _SETS_SANDBOX_OR_KEY_COMMAND.search(policy_text) is None
-        if hidden is not None and plain:
-            # start-up: not for --help or a subcommand
-            from mcp_sampling_proxy.config.sandbox_settings import SandboxSettings
-            from mcp_sampling_proxy.transport.sandbox import named_in_text
-
-            guess = _sandbox(SandboxSettings(), args.policy, named_in_text(args.policy, policy_text), command)
-            try:
-                early = _spawn(command, hidden, guess.prefix)
-            except _StartupFailure as exc:
-                return fail(exc.message, exc.code)
-    try:
-        settings, name, upstream, sandbox = _prepare(args, command, early, policy_text)
+    try:  # the server starts once the policy is read: every file it names is out of its sight from the start
+        settings, name, upstream, sandbox = _prepare(args, command, policy_text)
     except _StartupFailure as exc:
-        if early is not None:
-            _stop_unused(early[0])
         return fail(exc.message, exc.code)
 
     # start-up: loaded after the server is spawned, so its start overlaps ours
@@ -272,7 +256,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if hardening_problems:
         get_logger("mcp_sampling_proxy").warning("process hardening incomplete", problems=hardening_problems)
     if sandbox is not None:
-        _log_sandbox(sandbox)
+        # start-up: loaded after the server is spawned, so its start overlaps ours
+        from mcp_sampling_proxy.transport.sandbox import log_plan
+
+        log_plan(sandbox)
     if new_seal:
         _adopt_state()
     # start-up: loaded after the server is spawned, so its start overlaps ours
@@ -287,17 +274,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run(upstream, settings, options)
 
 
-# a `sandbox:` section or an `api_key_command:` (not in a comment): the server then starts after the policy is read
-_SETS_SANDBOX_OR_KEY_COMMAND = re.compile(r"(?m)^(?:sandbox\s*:|[ \t-]*api_key_command\s*:)")
-
-
 def _prepare_state() -> bool:
-    """The sealing key of the state files, made before the server runs (quotas/integrity.py); True when new."""
+    """The sealing key of the state files, made before the server runs and held from then on, and the
+    ledger of sealed files (quotas/integrity.py, quotas/state.py); True when the key is new."""
     from mcp_sampling_proxy.config.dirs import state_dir  # start-up: not for --help or a subcommand
-    from mcp_sampling_proxy.quotas.integrity import prepare  # start-up: not for --help or a subcommand
+    from mcp_sampling_proxy.quotas.integrity import start_state  # start-up: not for --help or a subcommand
 
     try:
-        return prepare(state_dir(create=True))
+        return start_state(state_dir(create=True))
     except OSError:  # an unusable state dir: the stores say so when they are used
         return False
 
@@ -322,62 +306,20 @@ class _StartupFailure(Exception):
         self.message, self.code = message, code
 
 
-def _spawn(command: list[str], hidden: set[str], sandbox: tuple[str, ...]) -> EarlyStart:
-    """Start the server without the hidden variables, under the sandbox words; returns
-    (process, hidden, sandbox)."""
+def _spawn(command: list[str], hidden: set[str], sandbox: Plan) -> subprocess.Popen[bytes]:
+    """Start the server without the hidden variables, under the sandbox plan."""
     from mcp_sampling_proxy.transport.stdio import SpawnError, spawn  # start-up: not for --help or a subcommand
 
     try:
-        return spawn(command, child_environment(os.environ, hidden), sandbox=sandbox), hidden, sandbox
+        return spawn(command, child_environment(os.environ, hidden), sandbox=sandbox)
     except SpawnError as exc:
         raise _StartupFailure(str(exc), exc.exit_code) from None
 
 
-def _sandbox(settings: SandboxSettings, policy: str | None, named: list[str], command: list[str]) -> Plan:
-    """The sandbox plan for the server (transport/sandbox.py), hiding the proxy's own places."""
-    from mcp_sampling_proxy.transport.sandbox import plan, proxy_paths  # start-up: not for --help or a subcommand
-
-    if settings.mode == "off":
-        return plan(settings, [])
-    return plan(settings, proxy_paths(policy, named), command=command)
-
-
-def _log_sandbox(sandbox: Plan) -> None:
-    # start-up: loaded after the server is spawned, so its start overlaps ours
-    from mcp_sampling_proxy.log import get_logger
-
-    log = get_logger("mcp_sampling_proxy")
-    if sandbox.active:
-        log.info(
-            "server sandboxed (bubblewrap): its own process namespace, no terminals, a private /tmp, the "
-            "proxy's config, state, runtime dirs, policy, audit log and key files hidden"
-        )
-    elif sandbox.off:
-        log.warning(
-            "sandbox: off: the server runs as you, unconfined: it can read this proxy's state and write "
-            "remembered approvals (they are still checked), open your terminals and outlive the proxy"
-        )
-    else:
-        log.warning(
-            "the server runs without a sandbox: it can read this proxy's state and write remembered "
-            "approvals (they are still checked), open your terminals and outlive the proxy",
-            why=sandbox.unavailable,
-            fix="install bubblewrap, or set sandbox: off to silence this",
-        )
-
-
-def _stop_unused(process: subprocess.Popen[bytes]) -> None:
-    """Stop a server that was started early but will not be used (it was never sent a byte)."""
-    from mcp_sampling_proxy.transport.stdio import stop_process  # start-up: not for --help or a subcommand
-
-    stop_process(process)
-
-
 def _prepare(
-    args: argparse.Namespace, command: list[str], early: EarlyStart | None, policy_text: str | None
+    args: argparse.Namespace, command: list[str], policy_text: str | None
 ) -> tuple[Settings, str, Upstream, Plan | None]:
-    """Validate the name, load the policy and the keys, and make the upstream: everything that
-    may fail after an early spawn, so the caller can stop that server."""
+    """Validate the name, load the policy and the keys, and start the upstream under its sandbox."""
     # start-up: not for --help or a subcommand
     from mcp_sampling_proxy.identity import bad_character, derive_from_command, derive_from_url
 
@@ -414,24 +356,15 @@ def _prepare(
         return settings, name, HttpUpstream(args.url, headers), None
 
     # start-up: loaded after the server is spawned, so its start overlaps ours
+    from mcp_sampling_proxy.transport.sandbox import SandboxRefused, contain
     from mcp_sampling_proxy.transport.stdio import StdioUpstream
 
-    exact = settings.secret_env_vars()
-    contained = settings.sandbox.for_server(name)
-    sandbox = _sandbox(contained, args.policy, settings.named_files(), command)
-    if contained.mode == "required" and not sandbox.active:
-        raise _StartupFailure(
-            f"sandbox: required, but the server cannot be sandboxed here: {sandbox.unavailable}; "
-            "install bubblewrap, or set sandbox: auto to run it unconfined with a warning"
-        )
-    if early is None:
-        process, _, _ = _spawn(command, exact, sandbox.prefix)
-    else:
-        process, hidden, prefix = early
-        if child_environment(os.environ, hidden) != child_environment(os.environ, exact) or prefix != sandbox.prefix:
-            _stop_unused(process)  # the guess hid a variable the server may need, or hid another path: again
-            process, _, _ = _spawn(command, exact, sandbox.prefix)
-    return settings, name, StdioUpstream(process, name), sandbox
+    try:
+        sandbox = contain(settings.sandbox, args.policy, settings.named_files(), name=name, command=command)
+    except SandboxRefused as exc:
+        raise _StartupFailure(str(exc)) from None
+    process = _spawn(command, settings.secret_env_vars(), sandbox)
+    return settings, name, StdioUpstream(process, name, sandbox.notes()), sandbox
 
 
 if __name__ == "__main__":

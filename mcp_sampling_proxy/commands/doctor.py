@@ -53,9 +53,10 @@ from mcp_sampling_proxy.quotas.integrity import report
 from mcp_sampling_proxy.quotas.state import state_dir
 from mcp_sampling_proxy.sanitize import one_line
 from mcp_sampling_proxy.terminal import DISABLE_ENV, Terminal
+from mcp_sampling_proxy.transport.bwrap_probe import unavailable
 from mcp_sampling_proxy.transport.oauth import describe_login
 from mcp_sampling_proxy.transport.oauth_store import login_command
-from mcp_sampling_proxy.transport.sandbox import unavailable
+from mcp_sampling_proxy.transport.sandbox_notes import notes
 from mcp_sampling_proxy.yamlnodes import PolicyError
 
 PROG = "mcp-sampling-proxy doctor"
@@ -552,8 +553,9 @@ def check_containment(settings: Any) -> Section:
     elif why is None:
         section.add(
             "ok",
-            "sandbox: bubblewrap works here; servers run in it (their own process namespace, no "
-            "terminals, a private /tmp, the proxy's policy, state, runtime dirs, audit log and key files hidden)",
+            "sandbox: bubblewrap works here; servers run in it by grant: your files read-only but for what "
+            "each is granted, your secrets and the proxy's own files out of sight, the network through the "
+            "proxy (no loopback services of yours), their own process namespace and /tmp, no terminals",
         )
     elif mode == "required":
         section.add("fail", f"sandbox: required, but {why}: proxies refuse to start", install)
@@ -564,6 +566,13 @@ def check_containment(settings: Any) -> Section:
     for name, override in sorted((sandbox.servers if sandbox is not None else {}).items()):
         if override.mode == "off" and mode != "off":
             section.add("info", f"server '{one_line(name, 80)}': sandbox off (sandbox.servers)")
+    for note in notes()[-5:]:  # what the sandbox refused servers lately (transport/sandbox_notes.py)
+        refused = "a write to" if note.kind == "write" else "a connection to"
+        section.add(
+            "info",
+            f"the sandbox refused server '{one_line(note.server, 80)}' {refused} {one_line(note.what, 200)}",
+            f"if it needs it: {note.fix}",
+        )
     directory = state_dir(create=False)
     state = report(directory)
     if state.key is not None:

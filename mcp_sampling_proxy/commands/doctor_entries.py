@@ -33,7 +33,11 @@ from mcp_sampling_proxy.config.providers import ProviderConfig
 from mcp_sampling_proxy.config.settings import load_settings, settings_from_environment
 from mcp_sampling_proxy.hosts.entries import PROXY_MODULE, parse_proxy_args
 from mcp_sampling_proxy.hosts.registry import HOSTS
+from mcp_sampling_proxy.identity import derive_from_command, normalise
 from mcp_sampling_proxy.sanitize import one_line
+from mcp_sampling_proxy.transport.grants import grant_problems
+from mcp_sampling_proxy.transport.sandbox import proxy_paths
+from mcp_sampling_proxy.transport.sandbox_notes import notes
 from mcp_sampling_proxy.yamlnodes import PolicyError
 
 
@@ -384,11 +388,52 @@ def key_fix(host: str, name: str, path: str) -> str:
     return "; ".join(ways)
 
 
+def check_sandbox(entry: WrappedEntry) -> list[Check]:
+    """What the sandbox grants this server under its policy: where it may write, what it may reach; a grant
+    the proxy would refuse to start with; and what the sandbox refused it lately (transport/sandbox_notes.py)."""
+    parsed = parse_proxy_args(entry.entry.get("args") or [])
+    if not parsed.command or entry.settings is None:
+        return []  # a remote server, or a policy that did not load (said above)
+    name = (parsed.options.get("--name") or "").strip() or derive_from_command(parsed.command)
+    contained = entry.settings.sandbox.for_server(name)
+    if contained.mode == "off":
+        return [
+            Check(
+                "warn",
+                f"{entry.label}: runs unconfined ({contained.place(name)}: off): it can write your files and "
+                "reach your local services",
+                "remove the `off` unless the server truly needs your whole account",
+            )
+        ]
+    given = parse_proxy_args(entry.entry.get("args") or []).options.get("--policy")
+    policy, _ = policy_or_default(given, {**os.environ, **entry.env})
+    problems = grant_problems(contained, proxy_paths(policy, entry.settings.named_files(), create=False))
+    if problems:
+        return [
+            Check("fail", f"{entry.label}: {one_line(problem, 400)}", "the proxy refuses to start it: change the grant")
+            for problem in problems
+        ]
+    writes = [str(home_relative(Path(p))) for p in contained.write] + ["its data directory"]
+    granted = f"writes {', '.join(writes)}; network: {contained.network.describe()}"
+    checks = [Check("info", f"{entry.label}: sandbox grants: {one_line(granted, 400)} ({contained.place(name)})")]
+    for note in [n for n in notes() if normalise(n.server) == normalise(name)][-3:]:
+        refused = "a write to" if note.kind == "write" else "a connection to"
+        checks.append(
+            Check(
+                "warn",
+                f"{entry.label}: the sandbox refused it {refused} {one_line(note.what, 200)}",
+                f"if it needs it: {note.fix}",
+            )
+        )
+    return checks
+
+
 ENTRY_CHECKS: tuple[Callable[[WrappedEntry], list[Check]], ...] = (
     check_proxy,
     check_upstream,
     check_policy_file,
     check_policy_variables,
+    check_sandbox,
 )
 
 

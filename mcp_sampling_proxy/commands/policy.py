@@ -43,6 +43,7 @@ from mcp_sampling_proxy.serve.assess import (
     judge_sampling,
 )
 from mcp_sampling_proxy.serve.elicitation import request_mode, validate_elicitation
+from mcp_sampling_proxy.transport.sandbox import policy_grant_problems
 from mcp_sampling_proxy.yamlnodes import PolicyError
 
 PROG = "mcp-sampling-proxy policy"
@@ -170,6 +171,12 @@ def main(argv: Sequence[str]) -> int:
             count = len(exc.mistakes)
             if count > 1:
                 print(f"{path}: {count} mistakes; fix them all, then check again", file=sys.stderr)
+            failed += 1
+            continue
+        refused = policy_grant_problems(settings.sandbox, path, settings.named_files())
+        if refused:
+            for problem in refused:
+                print(f"{path}: {problem}", file=sys.stderr)
             failed += 1
             continue
         providers = ", ".join(f"{p.name} ({p.type})" for p in settings.providers) or "from the environment"

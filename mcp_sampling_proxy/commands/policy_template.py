@@ -77,10 +77,11 @@ def render(
     if not any(line.startswith("sandbox:") for line in lines):
         lines += [
             "",
-            "# sandbox:                           # servers run in a bubblewrap sandbox where it works;",
-            '#   read: ["~"]                      # narrow it: your home read-only for servers ...',
-            "#   write: [~/projects]              # ... but these; docs/sandbox.md has profiles per server",
-            "#   network: true                    # mode: required refuses to run a server unconfined",
+            "# sandbox:                           # servers run in a bubblewrap sandbox, by grant, where it works:",
+            "#   servers:                         # your files read-only to them, your secrets out of sight;",
+            "#     notes: {write: [~/notes]}      # grant one a directory (`wrap` writes known servers' grants)",
+            "#     fetch: {network: [docs.python.org]}   # network: true (public hosts) | false | host | a list",
+            "#   mode: required                   # refuse to run a server unconfined where there is no sandbox",
         ]
     header = [
         "# mcp-sampling-proxy policy, written by `mcp-sampling-proxy init` from the shipped policy",

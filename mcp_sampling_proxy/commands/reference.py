@@ -169,14 +169,22 @@ ENVIRONMENT = (
     EnvironmentVariable("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "the same, for traces only"),
     EnvironmentVariable("XDG_CONFIG_HOME", "where the configuration and some hosts' configs live (Linux)"),
     EnvironmentVariable("XDG_STATE_HOME", "where the state directory lives (Linux)"),
-    EnvironmentVariable("XDG_RUNTIME_DIR", "where the console sockets live (Linux)"),
+    EnvironmentVariable(
+        "XDG_RUNTIME_DIR", "where the console sockets live (Linux); hidden from sandboxed servers (the session bus)"
+    ),
+    EnvironmentVariable("XDG_DATA_HOME", "where sandboxed servers' own data directories live (Linux)"),
+    EnvironmentVariable("XDG_CACHE_HOME", "where `uvx` keeps its cache, which a server it starts may write"),
+    EnvironmentVariable("npm_config_cache", "where `npx` keeps its cache, which a server it starts may write"),
+    EnvironmentVariable("UV_CACHE_DIR", "where `uvx` keeps its cache (instead of XDG_CACHE_HOME/uv)"),
+    EnvironmentVariable("PIPX_HOME", "where `pipx run` keeps what it installs, which a server it starts may write"),
+    EnvironmentVariable("SSH_AUTH_SOCK", "the SSH agent's socket: hidden from sandboxed servers"),
     EnvironmentVariable("CLAUDE_CONFIG_DIR", "`wrap`, `unwrap`, `doctor`: Claude Code's config directory"),
     EnvironmentVariable("CODEX_HOME", "`wrap`, `unwrap`, `doctor`: Codex's config directory"),
     EnvironmentVariable("CONTINUE_GLOBAL_DIR", "`wrap`, `unwrap`, `doctor`: Continue's config directory"),
     EnvironmentVariable("APPDATA", "`wrap`, `unwrap`, `doctor`: hosts' config files (Windows)"),
     EnvironmentVariable("USERPROFILE", "`wrap`, `unwrap`, `doctor`: the home directory (Windows)"),
     EnvironmentVariable("SHELL", "`doctor`: the login shell whose environment an editor gives a wrapped server"),
-    EnvironmentVariable("HOME", "`doctor`: that shell's home"),
+    EnvironmentVariable("HOME", "`doctor`: that shell's home; the sandbox: the home whose secrets it hides"),
 )
 
 NAMED_VARIABLES = (

@@ -10,6 +10,7 @@ serves until SIGTERM or SIGINT.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import shutil
@@ -34,10 +35,12 @@ from mcp_sampling_proxy.front import Front, FrontOptions
 from mcp_sampling_proxy.hardening import become_subreaper, mark_relay
 from mcp_sampling_proxy.identity import bad_character, derive_from_command, derive_from_url
 from mcp_sampling_proxy.log import configure, get_logger, set_secrets
+from mcp_sampling_proxy.quotas.integrity import start_state
+from mcp_sampling_proxy.quotas.state import adopt, state_dir
 from mcp_sampling_proxy.runtime import has_uvloop
 from mcp_sampling_proxy.transport.http import parse_headers
 from mcp_sampling_proxy.transport.resource_oauth import OAuthSetupError, ResourceGuard
-from mcp_sampling_proxy.transport.sandbox import plan, proxy_paths
+from mcp_sampling_proxy.transport.sandbox import SandboxRefused, contain, log_plan
 from mcp_sampling_proxy.units import parse_duration
 from mcp_sampling_proxy.yamlnodes import PolicyError
 
@@ -254,6 +257,9 @@ def _run(
 ) -> int:
     mark_relay()
     become_subreaper()
+    with contextlib.suppress(OSError):  # the key held from before the first server runs (quotas/integrity.py)
+        if start_state(state_dir(create=True)):
+            adopt(state_dir(create=False))
     set_secrets(configured_secrets(settings, os.environ))
     hidden = settings.secret_env_vars()
     withhold(hidden)
@@ -261,14 +267,15 @@ def _run(
     log = get_logger("mcp_sampling_proxy")
     if args.no_terminal is False:
         log.debug("serve never asks at a terminal: approvals go to the console, the host or the webhook")
-    prefix: tuple[str, ...] = ()
+    sandbox = None
     if command:  # the sandbox contains a command; a URL's server runs elsewhere
-        contained = settings.sandbox.for_server(name)
-        hidden_paths = [] if contained.mode == "off" else proxy_paths(policy, settings.named_files())
-        sandbox = plan(contained, hidden_paths, command=command)
-        if contained.mode == "required" and not sandbox.active:
-            return fail(f"sandbox: required, but the server cannot be sandboxed here: {sandbox.unavailable}")
-        prefix = sandbox.prefix
+        # serve's own secrets too: the token and OAuth client files (a server reading alice's token is alice)
+        own = [*settings.named_files(), *(f for f in (args.token_file, args.oauth_client_file) if f)]
+        try:
+            sandbox = contain(settings.sandbox, policy, own, name=name, command=command)
+        except SandboxRefused as exc:
+            return fail(str(exc))
+        log_plan(sandbox)
     options = FrontOptions(
         host=host,
         port=port,
@@ -278,7 +285,7 @@ def _run(
         max_sessions=args.max_sessions,
         idle_timeout=idle,
         max_message_bytes=args.max_message_bytes,
-        sandbox=prefix,
+        sandbox=sandbox,
         hidden=frozenset(hidden),
         url=args.url,
         headers=headers,

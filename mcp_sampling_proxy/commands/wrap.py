@@ -29,6 +29,7 @@ from mcp_sampling_proxy.commands.doctor_entries import wrapped_entry as doctor_v
 from mcp_sampling_proxy.config.atomic import write_atomic
 from mcp_sampling_proxy.config.dirs import home_relative
 from mcp_sampling_proxy.config.paths import default_policy_path, policy_or_default
+from mcp_sampling_proxy.config.policy_edit import CannotEdit, add_profiles
 from mcp_sampling_proxy.config.sandbox_profiles import profile
 from mcp_sampling_proxy.config.settings import load_settings
 from mcp_sampling_proxy.hosts import backups
@@ -48,6 +49,7 @@ from mcp_sampling_proxy.hosts.registry import (
 from mcp_sampling_proxy.identity import bad_character, derive_from_command
 from mcp_sampling_proxy.sanitize import one_line
 from mcp_sampling_proxy.transport.oauth import describe_login
+from mcp_sampling_proxy.transport.sandbox import policy_grant_problems
 from mcp_sampling_proxy.yamlnodes import PolicyError
 
 SCOPES = ("user", "project", "local", "settings")
@@ -496,13 +498,9 @@ def main(argv: Sequence[str], action: str = "wrap") -> int:
             return code
     profiles = [item for _, plan in changed for item in plan.profiles]
     if profiles:
-        print(
-            "sandbox profiles for these servers (the sandbox lets them see your files and network as they "
-            "would directly; to narrow that, add to your policy, see docs/sandbox.md):"
-        )
-        print("  sandbox:\n    servers:")
-        for server, suggested in profiles:
-            print(f"      {json.dumps(server)}: {suggested}")
+        code = _write_profiles(prog, policy, profiles, dry_run=args.dry_run)
+        if code:
+            return code
     if args.dry_run:
         return 0
     if action == "wrap":
@@ -559,6 +557,47 @@ def _key_notes(host: str, policy: str | None, plans: list[Plan]) -> list[str]:
                         f"{entry_view.environment_note}. {key_fix(host, name, str(doc.path))}"
                     )
     return notes
+
+
+def _write_profiles(prog: str, policy: str | None, profiles: list[tuple[str, str]], *, dry_run: bool) -> int:
+    """Write the sandbox profile of each known server into the policy the wrapped servers use (the given
+    one, else the default when it exists), keeping any entry the user wrote; print it where there is none."""
+    path = Path(policy) if policy is not None else Path(default_policy_path())
+    block = "  sandbox:\n    servers:\n" + "".join(f"      {json.dumps(s)}: {p}\n" for s, p in profiles)
+    if not path.is_file():
+        print(
+            f"sandbox profiles for these servers (what each may write and reach; there is no policy file at {path} "
+            "to write them into: `mcp-sampling-proxy init` makes one, then add):\n" + block.rstrip("\n")
+        )
+        return 0
+    try:
+        text = path.read_text(encoding="utf-8")
+        edited = add_profiles(text, profiles, str(path))
+    except (OSError, UnicodeDecodeError, PolicyError, CannotEdit) as exc:
+        print(f"{path}: the sandbox profiles were not written ({exc}); add them by hand:\n" + block.rstrip("\n"))
+        return 0
+    kept = f" (kept your own entry for {', '.join(map(repr, edited.kept))})" if edited.kept else ""
+    if not edited.added:
+        print(f"{path}: every wrapped server has a sandbox entry already{kept}")
+        return 0
+    names = ", ".join(map(repr, edited.added))
+    if dry_run:
+        sys.stdout.writelines(_diff(text, edited.text, str(path)))
+        print(f"dry run: the sandbox profiles of {names} would be added to {path}{kept}")
+        return 0
+    try:
+        write_atomic(path, edited.text.encode("utf-8"))
+    except OSError as exc:
+        print(f"{prog}: error: cannot write {exc.filename or path}: {exc.strerror}", file=sys.stderr)
+        return 1
+    print(
+        f"{path}: sandbox profiles added under sandbox.servers for {names}{kept}: what each may write and reach "
+        "(docs/sandbox.md); servers not named there get the safe default"
+    )
+    settings = load_settings(str(path), environ={})
+    for problem in policy_grant_problems(settings.sandbox, str(path), settings.named_files()):
+        print(f"warning: {problem} (the proxy refuses to start the server until you change it)")
+    return 0
 
 
 def _write(prog: str, action: str, host: str, target: Target, plan: Plan, *, dry_run: bool) -> int:

@@ -1,47 +1,24 @@
-"""Which environment variables the upstream must not see, guessed before the policy is parsed.
+"""Which environment variables the upstream and the proxy's helpers get.
 
-A host waits for `initialize` while the proxy starts, and parsing the policy costs tens of
-milliseconds of imports (yaml, the rule types). The child's environment depends on the policy
-only through the `api_key_env` names it hides and the `upstream.pass_env` names it shows, so a
-look at the file's text can start the server at once: every name the text mentions is hidden
-(a superset of the exact set, never fewer). Once the policy is parsed, `cli` compares the guess
-with the exact set and restarts the server in the rare case the guess hid too much.
-
-The guess is only made where a scalar's characters must appear in the text as they are: no
-backslash escapes, no `pass_env` (it would show names the guess hides). Otherwise the policy is
-parsed before the server starts, as before.
+The server gets the host's environment without the proxy's own LLM keys (`api_key_env` names, the
+well-known key variables, a preset's) and its own settings; the proxy's helpers (a CLI provider,
+`api_key_command`, the browser) get the proxy's environment after those keys were taken out of it.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Mapping
-
-from mcp_sampling_proxy.config.providers import preset_key_vars
 
 # Environment variables the proxy reads as LLM secrets; never passed to the upstream child.
 WELL_KNOWN_KEY_VARS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
 OWN_SETTINGS_PREFIX = "MCP_SAMPLING_PROXY_"
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def child_environment(environ: Mapping[str, str], secrets: Iterable[str]) -> dict[str, str]:
     """The host's environment without the proxy's LLM keys and its own settings."""
     hidden = set(secrets)
     return {k: v for k, v in environ.items() if k not in hidden and not k.startswith(OWN_SETTINGS_PREFIX)}
-
-
-def hidden_names_guess(policy_text: str | None, environ: Mapping[str, str]) -> set[str] | None:
-    """Names to hide from the child before the policy is parsed; None when the text is not
-    plain enough to be sure the guess covers every `api_key_env` (parse first then)."""
-    if policy_text is None:  # keys come from the well-known variables only
-        return set(WELL_KNOWN_KEY_VARS)
-    if "\\" in policy_text or "pass_env" in policy_text:
-        return None
-    words = set(_NAME.findall(policy_text))
-    presets = {var for preset in words for var in preset_key_vars(preset)}  # `preset: gemini`: GEMINI_API_KEY
-    return set(WELL_KNOWN_KEY_VARS) | ((words | presets) & set(environ))
 
 
 # The proxy's key variables, once it has read them (commands/cli.py: `withhold`): out of its environment,

@@ -7,6 +7,10 @@ that only the proxy reads: `integrity.key` in the state directory, created on fi
 entry or a file whose seal does not verify was not written by a proxy: it is ignored (approvals) or
 refused (budgets), and reported.
 
+The proxy holds the key it found at start (`hold_key`, before the server runs): a key file that is
+later replaced or removed (the state directory moved away and another put in its place) is tampering,
+and what depends on the key is refused, never re-sealed with the new key.
+
 What this defends depends on the sandbox (transport/sandbox.py): a sandboxed server cannot see the
 state directory at all, so it can neither read the key nor write the files; an unconfined server
 that finds and reads the key can still forge a seal (the key only raises the bar). An older sealed
@@ -22,6 +26,7 @@ import hmac
 import json
 import os
 import secrets
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +34,9 @@ from typing import Any
 from mcp_sampling_proxy.shared_files import NotARegularFile, read_regular
 
 KEY_FILE = "integrity.key"
+LEDGER_FILE = "sealed.json"  # which sealed files a proxy has written: one of them gone was removed, not new
+LEDGER_KIND = "ledger"
+SEALED_FILES = ("budgets.json", "tools.json")  # what a ledger made for an older state directory names
 KEY_BYTES = 32
 MAC_FIELD = "mac"
 
@@ -37,9 +45,37 @@ class IntegrityKeyError(OSError):
     """The key file exists but cannot be used (not a regular file, wrong size, unreadable)."""
 
 
+class KeyChanged(IntegrityKeyError):
+    """The key file is not the one this proxy started with (replaced, or removed): tampering."""
+
+
+_HELD: dict[str, bytes] = {}  # by directory (as named): the key this process found at its start
+
+
+def hold_key(directory: Path) -> None:
+    """Take the key as it is now (made when missing) as the only one this process trusts from here on."""
+    _HELD[str(directory)] = load_key(directory)
+
+
 def load_key(directory: Path) -> bytes:
-    """The proxy's sealing key in `directory`, made (0600, exclusively) when there is none yet."""
+    """The proxy's sealing key in `directory`, made (0600, exclusively) when there is none yet; when this
+    process holds a key for `directory`, that one, after checking the file still has it (KeyChanged)."""
     path = directory / KEY_FILE
+    held = _HELD.get(str(directory))
+    if held is not None:
+        try:
+            now = read_regular(path, KEY_BYTES + 1)
+        except FileNotFoundError:
+            now = b""
+        except (OSError, NotARegularFile) as exc:
+            raise KeyChanged(f"{path} cannot be read ({exc})") from None
+        if not hmac.compare_digest(now, held):
+            raise KeyChanged(
+                f"{path} is not the sealing key this proxy started with (it was {'replaced' if now else 'removed'} "
+                "while the proxy ran, or its directory moved away): remembered approvals, budgets and tool pins are "
+                "not trusted until the proxy restarts; `mcp-sampling-proxy doctor` checks the state"
+            )
+        return held
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     with contextlib.suppress(FileExistsError):
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
@@ -91,6 +127,35 @@ def prepare(directory: Path) -> bool:
         return False
     load_key(directory)
     return True
+
+
+def start_state(directory: Path) -> bool:
+    """At start, before the server runs: the key made when missing and held from now on, and the ledger;
+    True when the key was made now (then `state.adopt` seals what an older version wrote)."""
+    made = prepare(directory)
+    hold_key(directory)
+    start_ledger(directory)
+    return made
+
+
+def start_ledger(directory: Path) -> None:
+    """At start, before the server runs: a state directory with a key but no ledger (kept by a version
+    without one) gets a ledger naming the sealed files there now (quotas/state.py keeps it after that)."""
+    if (directory / LEDGER_FILE).exists() or not (directory / KEY_FILE).exists():
+        return
+    present = sorted(name for name in SEALED_FILES if (directory / name).exists())
+    sealed = sealed_entry(load_key(directory), LEDGER_KIND, {"sealed": {"files": present}})
+    fd, tmp = tempfile.mkstemp(prefix=LEDGER_FILE + ".", suffix=".tmp", dir=directory)  # 0600
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(sealed, sort_keys=True, separators=(",", ":"), ensure_ascii=False))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, directory / LEDGER_FILE)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,15 @@ from typing import Any, TypeVar
 
 from mcp_sampling_proxy.config.dirs import APP_DIR, STATE_DIR_ENV, state_dir
 from mcp_sampling_proxy.log import get_logger
-from mcp_sampling_proxy.quotas.integrity import KEY_FILE, MAC_FIELD, entry_is_sealed, load_key, sealed_entry
+from mcp_sampling_proxy.quotas.integrity import (
+    KEY_FILE,
+    LEDGER_FILE,
+    LEDGER_KIND,
+    MAC_FIELD,
+    entry_is_sealed,
+    load_key,
+    sealed_entry,
+)
 from mcp_sampling_proxy.shared_files import NotARegularFile, lock_within, read_regular
 
 log = get_logger("mcp_sampling_proxy.quotas.state")
@@ -68,8 +76,9 @@ class JsonStateFile:
         self.lock_path = self.path.with_name(self.path.name + ".lock")
         self.durable = durable  # fsync the new file before the rename
         self.sealed = sealed  # the seal's kind ("budgets"), or None for a plain file
-        self._key: bytes | None = None
         self._adopt = adopt  # an unsealed file is an older version's: take it (integrity.prepare, at start)
+        self._seen = False  # this process saw the file: if it goes, something removed it (tampering)
+        self._listed = False  # the ledger names this file (known to this process)
 
     def update(self, fn: Callable[[dict[str, Any]], T]) -> T:
         """Run fn(data) under the file's exclusive lock and store what it leaves in data.
@@ -87,6 +96,10 @@ class JsonStateFile:
             after = _encode(data)
             if after != before:
                 self._write(self._sealed_text(data) if self.sealed is not None else after)
+                self._seen = True
+                if self.sealed is not None and self.sealed != LEDGER_KIND and not self._listed:
+                    list_in_ledger(self.path)
+                    self._listed = True
             return result
         finally:
             os.close(lock_fd)  # closing the last descriptor releases the flock
@@ -105,9 +118,16 @@ class JsonStateFile:
         try:
             raw = read_regular(self.path, MAX_STATE_BYTES)
         except FileNotFoundError:
+            if self.sealed is not None and self.sealed != LEDGER_KIND and (self._seen or ledger_lists(self.path)):
+                raise TamperedState(
+                    f"{self.path} is gone, though a proxy wrote it: something removed it (a server without a "
+                    "sandbox?). It is not taken as new; if you removed it to start anew, remove "
+                    f"{self.path.with_name(LEDGER_FILE)} too and restart the proxies"
+                ) from None
             return {}, _encode({})
         except NotARegularFile as exc:
             return self._set_aside(str(exc))
+        self._seen = True
         if not raw.strip():
             if self.sealed is not None and not self._seal_key_is_new():
                 raise TamperedState(f"{self.path} was emptied by something other than a proxy")
@@ -130,9 +150,8 @@ class JsonStateFile:
         return self._set_aside(problem)
 
     def _seal_key(self) -> bytes:
-        if self._key is None:
-            self._key = load_key(self.path.parent)
-        return self._key
+        """Read each time: a key replaced under this proxy is tampering (integrity.hold_key), never trusted."""
+        return load_key(self.path.parent)
 
     def _seal_key_is_new(self) -> bool:
         self._seal_key()
@@ -175,6 +194,28 @@ class JsonStateFile:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
+
+
+def _ledger(directory: Path) -> JsonStateFile:
+    return JsonStateFile(directory / LEDGER_FILE, sealed=LEDGER_KIND)
+
+
+def ledger_lists(path: Path) -> bool:
+    """True when the ledger beside `path` names it (TamperedState when the ledger cannot be trusted)."""
+    files = _ledger(path.parent).read().get("files")
+    return isinstance(files, list) and path.name in files
+
+
+def list_in_ledger(path: Path) -> None:
+    """Name `path` in the ledger beside it: from now on its disappearance is tampering."""
+
+    def add(data: dict[str, Any]) -> None:
+        files = data.get("files")
+        files = files if isinstance(files, list) else []
+        if path.name not in files:
+            data["files"] = sorted({*files, path.name})
+
+    _ledger(path.parent).update(add)
 
 
 def _encode(data: dict[str, Any]) -> str:

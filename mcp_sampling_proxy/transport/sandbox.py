@@ -1,126 +1,226 @@
-"""The governed server runs in a sandbox: what it cannot reach, it cannot forge, read or outlive.
+"""The governed server runs in a sandbox that grants what it may do, rather than hiding a few things.
 
-The server runs as the same user as the proxy, so without a boundary it can read the proxy's
-children's `/proc`, write the proxy's state (remembered approvals, budgets), open the user's
-terminals and keep a daemon running after the proxy ends. On Linux the proxy starts it under
-bubblewrap (`bwrap`, unprivileged user namespaces):
+The server runs as the same user as the proxy. Hiding chosen paths under a writable home cannot hold:
+whatever is writable can be renamed around a mount (the directory above the proxy's state, moved away
+and replaced by one holding the server's own key and approvals). So on Linux the proxy starts it under
+bubblewrap (`bwrap`, unprivileged user namespaces), by grant, as Flatpak and Anthropic's
+sandbox-runtime do:
 
-- its own PID namespace, in which it is process 1 (`--unshare-pid --as-pid-1`): it sees no other
-  process, so neither the proxy nor the proxy's helpers (a CLI provider, `api_key_command`, the
-  URL opener) nor their `/proc`; and when it ends, everything it started ends with it;
-- `--die-with-parent`: nothing in it outlives the proxy;
-- a new session and a fresh `/dev` without the user's terminals, and a private `/tmp` (where other
-  programs keep sockets: tmux's, X11's);
-- the proxy's own configuration, state and runtime directories, the policy file, the audit log and
-  key files hidden (an empty directory or file in their place).
+- the whole filesystem read-only; writable only its `write:` grants (transport/grants.py refuses a
+  grant that holds or lies inside anything the proxy trusts or that runs as the user later), a data
+  directory of its own (`$MCP_SERVER_DATA_DIR`) and its package runner's cache (npx, uvx);
+- the proxy's own files (policy, configuration, state, runtime, audit, key and secret files) and the
+  user's secrets (SSH and cloud keys, tokens, browser profiles, keyrings, the session bus) out of
+  sight; a secret a server needs is granted with `read:`;
+- its own network namespace: no loopback services of the user's, no abstract sockets; its way out is
+  the proxy's filtering relay (transport/egress.py) on its own loopback, named in `HTTP(S)_PROXY`,
+  which allows public hosts, or the listed ones (`network: [...]`), or none (`network: false`);
+  `network: host` shares the user's network, unfiltered;
+- its own PID namespace, in which it is process 1, `--die-with-parent`, a new session, a fresh
+  `/dev` without the user's terminals and a private `/tmp`.
 
-Everything else of the filesystem and the network stays as the server would see it directly,
-unless the policy narrows it (`sandbox:`: paths to hide, to make read-only or writable, and the
-network). Where bubblewrap cannot run (not Linux, `bwrap` missing, user namespaces disabled) the
-server runs as before, and the proxy says so once at start (`sandbox: required` refuses instead).
+Where bubblewrap cannot run (not Linux, `bwrap` missing, user namespaces disabled) the server runs
+unconfined, and the proxy says so once at start (`sandbox: required` refuses instead).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
-import re
 import shutil
-import subprocess
-import sys
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from mcp_sampling_proxy.config.dirs import APP_DIR, config_dir, runtime_base_quietly, state_dir
-from mcp_sampling_proxy.config.sandbox_settings import SandboxSettings
+from mcp_sampling_proxy.config.dirs import APP_DIR, config_dir, runtime_base_quietly, server_data_dir, state_dir
+from mcp_sampling_proxy.config.dirs import servers_data_dir as _servers_data_dir
+from mcp_sampling_proxy.config.sandbox_settings import Network, SandboxSettings
+from mcp_sampling_proxy.transport.bwrap_probe import forget_probe, unavailable
+from mcp_sampling_proxy.transport.grants import secrets
+
+if TYPE_CHECKING:
+    from mcp_sampling_proxy.transport.sandbox_notes import SandboxNotes
 
 RUNTIME_ENV = "MCP_SAMPLING_PROXY_RUNTIME_DIR"  # as approval/console/server.py reads it
-PROBE_TIMEOUT = 5.0  # s: bwrap starts in milliseconds; one that hangs is treated as unusable
+DATA_ENV = "MCP_SERVER_DATA_DIR"  # the server's own writable directory, as the server sees it
+EGRESS_PORT = 3128  # the relay's port on the server's own loopback (its network namespace is its own)
+# what a sandboxed server's git repositories keep that runs as the user: read-only inside a write grant
+GIT_RUNS_LATER = ("hooks", "config")
+GIT_SCAN_DEPTH = 2  # .git directories looked for this deep inside a write grant ...
+GIT_SCAN_DIRECTORIES = 400  # ... in at most this many directories of each (a start must not walk a disk)
 
 
 @dataclass(frozen=True)
 class Plan:
-    """How the server is started: the words before its command, or why it is not sandboxed."""
+    """How the server is started: the words before its command and what it is granted, or why it is not
+    sandboxed."""
 
     prefix: tuple[str, ...]
     unavailable: str | None = None  # why there is no sandbox (None: sandboxed, or switched off)
     off: bool = False
+    network: Network = field(default_factory=Network)
+    env: tuple[tuple[str, str], ...] = ()  # variables the server gets besides the host's (proxy, data dir)
+    writable: tuple[str, ...] = ()  # what it may write, for messages and doctor
+    name: str = ""
+    where: str = "sandbox"  # where its grants are written (sandbox.servers.NAME)
 
     @property
     def active(self) -> bool:
         return bool(self.prefix)
 
+    def notes(self) -> SandboxNotes | None:
+        """Where this server's refusals are said (None when it is not sandboxed)."""
+        if not self.active:
+            return None
+        from mcp_sampling_proxy.transport.sandbox_notes import SandboxNotes  # start-up: structlog, for a sandbox
 
-@functools.lru_cache(maxsize=1)
-def unavailable() -> str | None:
-    """Why bubblewrap cannot sandbox here (None: it can). Run once per process, ~4 ms: a real start
-    of `bwrap` is the only sure test (user namespaces may be off, or refused by a security module)."""
-    if not sys.platform.startswith("linux"):
-        return f"no sandbox for {sys.platform} yet (bubblewrap is Linux only; see SECURITY.md for macOS)"
-    bwrap = shutil.which("bwrap")
-    if bwrap is None:
-        return "bwrap is not installed (Debian/Ubuntu: apt install bubblewrap; Fedora: dnf install bubblewrap)"
-    true = shutil.which("true") or "/bin/true"
-    try:
-        done = subprocess.run(
-            [bwrap, "--dev-bind", "/", "/", "--unshare-pid", "--as-pid-1", "--die-with-parent", true],
-            capture_output=True,
-            timeout=PROBE_TIMEOUT,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"bwrap could not be started ({exc})"
-    if done.returncode != 0:
-        why = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        return (
-            f"bwrap cannot create a sandbox here ({why[-1] if why else f'exit {done.returncode}'}; "
-            "unprivileged user namespaces may be disabled)"
-        )
-    return None
+        return SandboxNotes(self.name, self.where)
+
+    @property
+    def relayed(self) -> bool:
+        """True when the server's way out is the proxy's relay (a listener in its namespace, transport/netns.py)."""
+        return self.active and self.network.mode == "relay"
 
 
 def plan(
-    settings: SandboxSettings, hidden: Iterable[Path], cwd: str | None = None, command: Iterable[str] = ()
+    settings: SandboxSettings,
+    own: Iterable[Path],
+    *,
+    name: str,
+    cwd: str | None = None,
+    command: Sequence[str] = (),
+    environ: Mapping[str, str] | None = None,
 ) -> Plan:
-    """The bwrap words for a server under `settings`, hiding the proxy's own `hidden` paths. The
-    server's working directory and the files its command names stay reachable when they are in
-    /tmp (the server's own /tmp is private): a server started from there still starts."""
+    """The bwrap words for the server `name` runs with `command` under `settings`: read-only but for its
+    grants, the proxy's `own` paths and the user's secrets hidden. (Grants are checked before this:
+    transport/grants.py.) The server's working directory and the files its command names stay
+    reachable, read-only, when they are in /tmp (the server's own /tmp is private)."""
     if settings.mode == "off":
-        return Plan((), off=True)
+        forget_probe()
+        return Plan((), off=True, name=name)
     why = unavailable()
     if why is not None:
-        return Plan((), unavailable=why)
-    bwrap = shutil.which("bwrap") or "bwrap"
-    words = [
-        bwrap,
-        "--dev-bind",
-        "/",
-        "/",
-        "--dev",
-        "/dev",
-        "--proc",
-        "/proc",
-        "--tmpfs",
-        "/tmp",
-        "--unshare-pid",
-        "--as-pid-1",
-        "--die-with-parent",
-        "--new-session",
-    ]
-    if not settings.network:
-        words.append("--unshare-net")
+        return Plan((), unavailable=why, name=name)
+    environ = os.environ if environ is None else environ
     cwd = cwd or os.getcwd()
-    for path in _under_tmp([cwd, *command]):
-        words += ["--bind", path, path]  # the server's own, as they would be directly
-    for path in _existing(settings.read):
-        words += ["--ro-bind", path, path]
-    for path in _existing(settings.write):
+    words = [shutil.which("bwrap") or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    words += ["--tmpfs", "/tmp", "--unshare-pid", "--as-pid-1", "--die-with-parent", "--new-session"]
+    if settings.network.mode != "host":
+        words.append("--unshare-net")
+    tops = _under_tmp([cwd, *command])
+    for path in tops:
+        words += ["--ro-bind", path, path]  # the server's own, as it would see them directly (read-only)
+    data = _made(server_data_dir(name))
+    writable = _existing([*settings.write, *(data or ()), *runner_caches(command, environ)])
+    for path in writable:
         words += ["--bind", path, path]
-    for path in _existing([*map(str, hidden), *settings.hide]):
+    for path in _git_protected(settings.write):
+        words += ["--ro-bind", path, path]
+    shown = [str(p) for p in _made(_servers_data_dir()) or ()]  # other servers' data: not this one's to see
+    shown += [s.path for s in secrets(environ) if not _granted(s.path, settings.read)]
+    hidden = [p for p in _existing([*shown, *settings.hide, *map(str, own)]) if _in_sight(p, [*tops, *writable])]
+    for path in hidden:
         words += ["--tmpfs", path] if os.path.isdir(path) else ["--ro-bind", os.devnull, path]
+    for path in writable:  # a grant inside a hidden directory (its data directory): there again, on top
+        if _strictly_inside(path, hidden):
+            words += ["--bind", path, path]
+    for path in _existing(settings.read):  # a secret granted inside a hidden one (~/.ssh/known_hosts): it alone
+        if _strictly_inside(path, hidden) and path not in writable:
+            words += ["--ro-bind", path, path]
     words += ["--chdir", cwd, "--"]
-    return Plan(tuple(words))
+    env = [(DATA_ENV, data[0])] if data else []
+    if settings.network.mode == "relay":
+        env += proxy_variables(EGRESS_PORT)
+    return Plan(
+        tuple(words),
+        network=settings.network,
+        env=tuple(env),
+        writable=tuple(writable),
+        name=name,
+        where=settings.place(name),
+    )
+
+
+def proxy_variables(port: int) -> list[tuple[str, str]]:
+    """What tells a server's HTTP clients to go out through the relay (curl, Python's httpx, requests and
+    urllib, Go, Rust's reqwest, npm, git; Node's own fetch with NODE_USE_ENV_PROXY, from Node 22.21)."""
+    url = f"http://127.0.0.1:{port}"
+    found = [(name, url) for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")]
+    found += [(name, "localhost,127.0.0.1,::1") for name in ("NO_PROXY", "no_proxy")]
+    return [*found, ("NODE_USE_ENV_PROXY", "1")]
+
+
+def runner_caches(command: Sequence[str], environ: Mapping[str, str]) -> list[str]:
+    """Where the package runner that starts the server keeps its downloads: it must write there, or it
+    cannot start the server under a read-only home. Made when missing (the runner would make it)."""
+    words = list(command)
+    if words and os.path.basename(words[0]) == "env":  # /usr/bin/env [-i] [VAR=VALUE...] npx ...
+        words = [w for w in words[1:] if not w.startswith("-") and "=" not in w]
+    runner = os.path.basename(words[0]) if words else ""
+    home = environ.get("HOME") or str(Path.home())
+    cache_home = environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
+    if runner in ("npx", "npm"):
+        paths = [environ.get("npm_config_cache") or os.path.join(home, ".npm")]
+    elif runner in ("uvx", "uv"):
+        paths = [environ.get("UV_CACHE_DIR") or os.path.join(cache_home, "uv")]
+    elif runner in ("pipx",):
+        paths = [environ.get("PIPX_HOME") or os.path.join(home, ".local", "share", "pipx")]
+    elif runner in ("bunx", "bun"):
+        paths = [os.path.join(home, ".bun", "install", "cache")]
+    else:
+        return []
+    for path in paths:
+        with contextlib.suppress(OSError):
+            os.makedirs(path, mode=0o700, exist_ok=True)
+    return paths
+
+
+def _granted(secret: str, read: Iterable[str]) -> bool:
+    """True when a `read:` grant names the secret itself (an ancestor such as `~` does not: the home
+    directory is readable anyway; a path inside it is shown alone, over the hidden secret)."""
+    return any(os.path.normpath(os.path.expanduser(raw)) == secret for raw in read)
+
+
+def _strictly_inside(path: str, directories: Iterable[str]) -> bool:
+    return any(path != d and path.startswith(d.rstrip(os.sep) + os.sep) for d in directories)
+
+
+def _made(path: Path) -> tuple[str] | None:
+    """`path` made (0700) when missing; None when it cannot be."""
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return (str(path),)
+
+
+def _git_protected(grants: Iterable[str]) -> list[str]:
+    """The hooks and configuration of git repositories inside write grants (at most GIT_SCAN_DEPTH deep):
+    they run as the user at the next `git` there, so they stay read-only."""
+    found: list[str] = []
+    for grant in _existing(grants):
+        level, budget = [grant], GIT_SCAN_DIRECTORIES
+        for depth in range(GIT_SCAN_DEPTH + 1):
+            below: list[str] = []
+            for directory in level[:budget]:
+                budget -= 1
+                git = os.path.join(directory, ".git")
+                if os.path.isdir(git):
+                    found += [os.path.join(git, p) for p in GIT_RUNS_LATER if os.path.lexists(os.path.join(git, p))]
+                if depth < GIT_SCAN_DEPTH and len(below) < budget:
+                    with contextlib.suppress(OSError), os.scandir(directory) as entries:
+                        below += [e.path for e in entries if e.is_dir(follow_symlinks=False) and e.name != ".git"]
+            level = below
+    return found
+
+
+def _in_sight(path: str, tops: Iterable[str]) -> bool:
+    """False for a path in /tmp outside the entries bound into the sandbox: its /tmp is private already."""
+    for tmp in ("/tmp", os.path.realpath("/tmp")):
+        if path.startswith(tmp + os.sep):
+            return any(path == top or path.startswith(top + os.sep) for top in tops)
+    return True
 
 
 def _under_tmp(paths: Iterable[str]) -> list[str]:
@@ -144,54 +244,108 @@ def _under_tmp(paths: Iterable[str]) -> list[str]:
 def _existing(paths: Iterable[str]) -> list[str]:
     """Absolute, resolved paths that exist (bwrap needs a mount point), in order, without repeats."""
     found: list[str] = []
+    cwd = os.getcwd()
     for raw in paths:
-        path = Path(raw).expanduser()
-        if not path.is_absolute():
-            path = Path.cwd() / path
-        try:
-            resolved = str(path.resolve(strict=True))
-        except (OSError, RuntimeError):
-            continue
-        if resolved not in found and resolved != "/":
+        path = os.path.expanduser(raw)
+        resolved = os.path.realpath(path if os.path.isabs(path) else os.path.join(cwd, path))
+        if resolved not in found and resolved != "/" and os.path.lexists(resolved):
             found.append(resolved)
     return found
 
 
-_PATH_VALUE = re.compile(r"""(?m)^\s*(?:path|api_key_file)\s*:\s*['"]?([^'"\s#]+)""")
+def log_plan(found: Plan) -> None:
+    """Say at start how the server runs: what it is granted, or that it is not contained, and why."""
+    from mcp_sampling_proxy.log import get_logger  # start-up: structlog, once logging is set up
+
+    log = get_logger("mcp_sampling_proxy")
+    if found.active:
+        log.info(
+            "server sandboxed (bubblewrap): read-only files but for its grants, your secrets and the proxy's "
+            "own files out of sight, its own network, process namespace and /tmp, no terminals",
+            writes=list(found.writable) or None,
+            network=found.network.describe(),
+        )
+    elif found.off:
+        log.warning(
+            "sandbox: off: the server runs as you, unconfined: it can write your files (~/.bashrc), read your "
+            "keys, reach your local services, read this proxy's state and outlive the proxy"
+        )
+    else:
+        log.warning(
+            "the server runs without a sandbox: it can write your files (~/.bashrc), read your keys, reach "
+            "your local services, read this proxy's state and outlive the proxy",
+            why=found.unavailable,
+            fix="install bubblewrap, or set sandbox: off to silence this",
+        )
 
 
-def proxy_paths(policy: str | None, named: Iterable[str] = ()) -> list[Path]:
+def policy_grant_problems(settings: SandboxSettings, policy: str | None, named: Iterable[str]) -> list[str]:
+    """What is wrong with every write grant of the `sandbox:` section and its servers' entries (for
+    `policy check` and `doctor`: nothing is made)."""
+    from mcp_sampling_proxy.transport.grants import grant_problems  # (the hosts' registry)
+
+    trusted = proxy_paths(policy, named, create=False)
+    found: list[str] = []
+    for entry in (settings, *settings.servers.values()):
+        if entry.mode != "off":
+            found += [p for p in grant_problems(entry, trusted) if p not in found]
+    return found
+
+
+class SandboxRefused(ValueError):
+    """The server may not start as the policy says: a grant reaches what it must not, or `sandbox:
+    required` where there is no sandbox. The message names the grant and the fix."""
+
+
+def contain(
+    settings: SandboxSettings,
+    policy: str | None,
+    named: Iterable[str],
+    *,
+    name: str,
+    command: Sequence[str],
+) -> Plan:
+    """The plan for the server `name` under the policy's `settings` (`named`: every file the proxy trusts
+    besides its directories and the policy: audit log, key, token and secret files); SandboxRefused when
+    a grant would reach them, or what runs as the user later, or the sandbox is required and cannot run."""
+    from mcp_sampling_proxy.transport.grants import grant_problems  # start-up: hosts' registry, with a sandbox
+
+    contained = settings.for_server(name)
+    if contained.mode == "off":
+        forget_probe()
+        return Plan((), off=True, name=name)
+    trusted = proxy_paths(policy, named)
+    problems = grant_problems(contained, trusted)
+    if problems:
+        raise SandboxRefused("; ".join(problems))
+    found = plan(contained, trusted, name=name, command=command)
+    if contained.mode == "required" and not found.active:
+        raise SandboxRefused(
+            f"sandbox: required, but the server cannot be sandboxed here: {found.unavailable}; "
+            "install bubblewrap, or set sandbox: auto to run it unconfined with a warning"
+        )
+    return found
+
+
+def proxy_paths(policy: str | None, named: Iterable[str] = (), *, create: bool = True) -> list[Path]:
     """The proxy's own places the server must not see: the policy file, the configuration, state and
-    runtime directories (made now when missing, so they are hidden from the start), and `named`
-    files (the audit log and its rotations, key files)."""
+    runtime directories (made now when missing, so they are hidden from the start; not with `create`
+    False, for a check), and `named` files (the audit log and its rotations, key, token and secret files)."""
     found: list[Path] = []
     if policy:
         found.append(Path(policy))
     found.append(config_dir())
     with contextlib.suppress(OSError):
-        found.append(state_dir(create=True))
+        found.append(state_dir(create=create))
     runtime = os.environ.get(RUNTIME_ENV)
     with contextlib.suppress(OSError, RuntimeError):
         runtime_path = Path(runtime) if runtime else runtime_base_quietly() / APP_DIR
-        runtime_path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if create:
+            runtime_path.mkdir(mode=0o700, parents=True, exist_ok=True)
         found.append(runtime_path)
     for name in named:
         path = Path(name).expanduser()
         found.append(path)
         with contextlib.suppress(OSError):  # rotations, its lock and seal: NAME.1, NAME.lock, ...
             found += sorted(p for p in path.parent.iterdir() if p.name.startswith(path.name + "."))
-    return found
-
-
-def named_in_text(policy: str | None, text: str | None) -> list[str]:
-    """Before the policy is parsed: the files it names (an audit log, key files), read off its text.
-    A superset is harmless (hiding a file the server never needed); the parsed policy's exact list is
-    compared afterwards (commands/cli.py)."""
-    if not text:
-        return []
-    base = os.path.dirname(os.path.abspath(policy)) if policy else os.getcwd()
-    found = []
-    for raw in _PATH_VALUE.findall(text):
-        path = os.path.expanduser(raw)
-        found.append(path if os.path.isabs(path) else os.path.join(base, path))
     return found

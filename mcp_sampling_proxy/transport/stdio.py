@@ -13,6 +13,7 @@ import os
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -26,6 +27,8 @@ from mcp_sampling_proxy.terminal import write_stderr
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.transport.framing import LineReader, LineWriter
+    from mcp_sampling_proxy.transport.sandbox import Plan
+    from mcp_sampling_proxy.transport.sandbox_notes import SandboxNotes
 
 STDERR_TAG_LIMIT = 32
 
@@ -39,10 +42,11 @@ class SpawnError(Exception):
 
 
 def spawn(
-    command: list[str], env: dict[str, str], cwd: str | None = None, sandbox: tuple[str, ...] = ()
+    command: list[str], env: dict[str, str], cwd: str | None = None, sandbox: Plan | None = None
 ) -> subprocess.Popen[bytes]:
-    """Start the upstream (under the `sandbox` words, transport/sandbox.py, when there are any); raise
-    SpawnError with a helpful message when that is impossible."""
+    """Start the upstream (under the `sandbox` plan, transport/sandbox.py, when it is active); raise
+    SpawnError with a helpful message when that is impossible. A server whose way out is the proxy's
+    relay starts only once the relay listens in its network namespace (`egress_listener`)."""
     executable = command[0]
     if os.sep not in executable and shutil.which(executable, path=env.get("PATH")) is None:
         raise SpawnError(
@@ -50,13 +54,20 @@ def spawn(
             f"({env.get('PATH', '')!r}); use an absolute path in the host config",
             127,
         )
-    info_read = info_write = -1
-    if sandbox:  # bwrap says which pid the server has outside its namespace: SIGTERM goes to it
+    words: tuple[str, ...] = ()
+    info_read = info_write = block_read = block_write = -1
+    if sandbox is not None and sandbox.active:  # bwrap says which pid the server has outside its namespace
         info_read, info_write = os.pipe()
-        sandbox = (*sandbox[:-1], "--info-fd", str(info_write), sandbox[-1])
+        extra = ["--info-fd", str(info_write)]
+        if sandbox.relayed:  # and holds the server's command until the relay listens there
+            block_read, block_write = os.pipe()
+            extra += ["--block-fd", str(block_read)]
+        words = (*sandbox.prefix[:-1], *extra, sandbox.prefix[-1])
+        env = {**env, **dict(sandbox.env)}
+    passed = tuple(fd for fd in (info_write, block_read) if fd >= 0)
     try:
         process = subprocess.Popen(
-            [*sandbox, *command],
+            [*words, *command],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -65,7 +76,7 @@ def spawn(
             start_new_session=True,
             bufsize=0,
             preexec_fn=die_with_parent(),  # spawned before any thread exists (commands.cli)
-            pass_fds=(info_write,) if sandbox else (),
+            pass_fds=passed,
         )
     except FileNotFoundError:
         raise SpawnError(f"cannot start upstream: '{executable}' does not exist", 127) from None
@@ -74,12 +85,88 @@ def spawn(
     except OSError as exc:
         raise SpawnError(f"cannot start upstream '{executable}': {exc.strerror}", 126) from None
     finally:
-        if info_write >= 0:
-            os.close(info_write)
+        for fd in passed:
+            os.close(fd)
     if info_read >= 0:
         _SANDBOX_INFO[process.pid] = info_read
     _GUARDS[process.pid] = GroupGuard.start(process.pid)  # its group dies with us, however we die
+    if block_write >= 0:
+        try:
+            _EGRESS[process.pid] = _open_egress(process, block_write)
+        except SpawnError:
+            stop_process(process)
+            raise
     return process
+
+
+_EGRESS: dict[int, socket.socket] = {}  # by bwrap's pid: the relay's listener in the server's namespace
+
+
+def _open_egress(process: subprocess.Popen[bytes], block_write: int) -> socket.socket:
+    """The relay's listener in the sandbox's network namespace, made while bwrap holds the server's
+    command (--block-fd); then the command runs."""
+    from mcp_sampling_proxy.transport.netns import listener_in  # start-up: only with a relayed sandbox
+    from mcp_sampling_proxy.transport.sandbox import EGRESS_PORT  # (the sandbox module imports this one's caller)
+
+    try:
+        pid = _read_child_pid(process)
+        if pid is None:
+            detail = _ended_with(process)
+            raise SpawnError(f"cannot start upstream: the sandbox could not be set up ({detail})", 126)
+        try:
+            listener = listener_in(pid, EGRESS_PORT)
+        except OSError as exc:
+            raise SpawnError(
+                f"cannot start upstream: the network relay could not be opened in its sandbox ({exc}); "
+                "set network: false or network: host for this server under sandbox.servers",
+                126,
+            ) from None
+        listener.set_inheritable(False)
+        os.write(block_write, b"1")
+        return listener
+    finally:
+        os.close(block_write)
+
+
+def _read_child_pid(process: subprocess.Popen[bytes]) -> int | None:
+    """Wait for bwrap's --info-fd (written as soon as the namespaces exist) and keep the pid it names."""
+    fd = _SANDBOX_INFO.pop(process.pid, None)
+    if fd is None:
+        return None
+    data = b""
+    try:
+        while chunk := os.read(fd, 4096):
+            data += chunk
+    finally:
+        os.close(fd)
+    try:
+        info = json.loads(data or b"{}")
+    except ValueError:
+        info = {}
+    pid = info.get("child-pid") if isinstance(info, dict) else None
+    if not isinstance(pid, int):
+        return None
+    _SANDBOX_INFO_PID[process.pid] = pid
+    return pid
+
+
+def _ended_with(process: subprocess.Popen[bytes]) -> str:
+    """What bwrap said when it ended before the sandbox was ready."""
+    try:
+        process.wait(PROBE_WAIT)
+        said = process.stderr.read(4096) if process.stderr is not None else b""
+    except (subprocess.TimeoutExpired, OSError):
+        return "bwrap did not say why"
+    lines = said.decode("utf-8", "replace").strip().splitlines()
+    return lines[-1] if lines else f"bwrap {describe_exit(process.returncode)}"
+
+
+def egress_listener(process: subprocess.Popen[bytes]) -> socket.socket | None:
+    """The relay's listener for this server (taken once), or None when its way out is not the relay."""
+    return _EGRESS.pop(process.pid, None)
+
+
+PROBE_WAIT = 2.0  # s for a bwrap that failed to end and say why
 
 
 _SANDBOX_INFO: dict[int, int] = {}  # by bwrap's pid: the read end of its --info-fd
@@ -89,20 +176,9 @@ def sandboxed_pid(process: subprocess.Popen[bytes]) -> int | None:
     """The sandboxed server's pid outside its namespace (bwrap's `child-pid`), or None when the
     server is not sandboxed or bwrap has not said (it writes it once the sandbox is set up)."""
     fd = _SANDBOX_INFO.get(process.pid)
-    if fd is None:
+    if fd is None or not select.select([fd], [], [], 0)[0]:
         return None
-    if not select.select([fd], [], [], 0)[0]:
-        return None
-    try:
-        info = json.loads(os.read(fd, 4096) or b"{}")
-    except (OSError, ValueError):
-        info = {}
-    os.close(fd)
-    del _SANDBOX_INFO[process.pid]
-    pid = info.get("child-pid") if isinstance(info, dict) else None
-    if isinstance(pid, int):
-        _SANDBOX_INFO_PID[process.pid] = pid
-    return pid if isinstance(pid, int) else None
+    return _read_child_pid(process)  # bwrap writes it in parts, then closes the pipe: moments
 
 
 _SANDBOX_INFO_PID: dict[int, int] = {}
@@ -154,9 +230,10 @@ STDERR_MAX_LINE = 1024 * 1024  # a server's stderr line past this is passed on s
 class StdioUpstream:
     """Async side of the child: line I/O on its pipes, exit status, and a graceful stop."""
 
-    def __init__(self, process: subprocess.Popen[bytes], label: str):
+    def __init__(self, process: subprocess.Popen[bytes], label: str, notes: SandboxNotes | None = None):
         self.process = process
         self.label = label
+        self.notes = notes  # sandboxed: what its stderr says the sandbox refused it (transport/sandbox_notes.py)
         self._writer: LineWriter | None = None
         self.reader: LineReader | None = None
 
@@ -207,6 +284,8 @@ class StdioUpstream:
         text = terminal_line(line.decode("utf-8", "replace"))
         with contextlib.suppress(OSError):
             write_stderr(b"[upstream " + self.label.encode("utf-8", "replace") + b"] " + text.encode() + b"\n")
+        if self.notes is not None:
+            self.notes.stderr_line(text)
 
     @property
     def returncode(self) -> int | None:

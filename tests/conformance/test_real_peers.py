@@ -31,6 +31,8 @@ from fakes.llm_server import FakeLLMServer
 from helpers.npm_support import server_command
 from helpers.support import PY, ROOT, openai_policy, proxy_env, write_policy
 
+from mcp_sampling_proxy.config.sandbox_profiles import profile
+
 FASTMCP_PEER = [PY, str(ROOT / "tests" / "fixtures" / "fastmcp_peer.py")]
 EVERYTHING = "@modelcontextprotocol/server-everything"
 SAMPLING_ONLY_TOOLS = {"trigger-sampling-request", "trigger-elicitation-request"}
@@ -89,8 +91,11 @@ async def connect(
         server = target if isinstance(target, str) else None
         command = target if isinstance(target, list) else None
     else:
-        policy = write_policy(tmp_path, openai_policy(llm.base_url, extra=POLICY_EXTRA))
-        command = [PY, "-m", "mcp_sampling_proxy", "--log-format", "json", "--policy", policy]
+        # the server's sandbox profile, as `wrap` writes it (the filesystem server writes its directory)
+        known = profile(target, env) if isinstance(target, list) else None
+        sandbox = f"sandbox:\n  servers:\n    peer: {known}\n" if known else ""
+        policy = write_policy(tmp_path, openai_policy(llm.base_url, extra=POLICY_EXTRA + sandbox))
+        command = [PY, "-m", "mcp_sampling_proxy", "--log-format", "json", "--policy", policy, "--name", "peer"]
         command += ["--url", target] if isinstance(target, str) else ["--", *target]
     with open(tmp_path / f"stderr-{via}.log", "a", encoding="utf-8") as errlog:
         if command:
@@ -385,10 +390,12 @@ async def test_server_filesystem_same_direct_and_proxied(tmp_path: Path, llm: Fa
 async def test_server_memory_same_direct_and_proxied(tmp_path: Path, llm: FakeLLMServer) -> None:
     results = []
     for via in ("direct", "proxy"):  # a fresh memory file each, so both start empty
-        env = {"MEMORY_FILE_PATH": str(tmp_path / f"memory-{via}.jsonl")}
+        (tmp_path / "memory").mkdir(exist_ok=True)  # its own directory: the profile grants the server that one
+        env = {"MEMORY_FILE_PATH": str(tmp_path / "memory" / f"memory-{via}.jsonl")}
         async with connect(server_command("@modelcontextprotocol/server-memory"), via, tmp_path, llm, env) as peer:
             results.append(await memory_script(peer))
     direct, proxied = results
+    assert (tmp_path / "memory" / "memory-proxy.jsonl").exists()  # its grant: the file is where it wrote it
     assert "programmed" in json.dumps(direct["calls"][4])
     assert direct == proxied
 

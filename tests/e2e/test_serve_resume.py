@@ -57,7 +57,11 @@ def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
     tokens.chmod(0o600)
     port = free_port()
     errlog = tmp_path / "serve.log"
-    command = [*PROXY, "serve", "--listen", f"127.0.0.1:{port}", "--token-file", str(tokens), "--", PY, KITCHEN_SINK]
+    (tmp_path / "gates").mkdir()  # where the server may write: the gates' `done` files (test_sandbox: by grant)
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(f"rules: []\nsandbox:\n  write: [{tmp_path / 'gates'}]\n", encoding="utf-8")
+    command = [*PROXY, "serve", "--listen", f"127.0.0.1:{port}", "--token-file", str(tokens), "--policy", str(policy)]
+    command += ["--", PY, KITCHEN_SINK]
     # started before the autouse fixture isolates each test's directories: it gets its own (a short path:
     # the console's socket lives in the runtime one)
     own = Path(tempfile.mkdtemp(prefix="msp-"))
@@ -90,9 +94,10 @@ def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
 
 @pytest.fixture
 def gates(serve: Serve, request: pytest.FixtureRequest) -> Path:
-    """Where a test's gate files go: in serve's working directory, which a sandboxed server sees."""
+    """Where a test's gate files go: below serve's working directory, which a sandboxed server sees, in the
+    directory its policy lets it write."""
     name: str = request.node.name
-    path = serve.errlog.parent / name.replace("/", "_")
+    path = serve.errlog.parent / "gates" / name.replace("/", "_")
     path.mkdir()
     return path
 

@@ -88,15 +88,18 @@ ALLOW_ALL = "rules:\n  - name: allow-all\n    action: allow\n"
 def attack(
     shared: Path,
     llm: FakeLLMServer,
-    extra: str = "",
+    extra: str | None = None,
     *,
     tool: str = "sample",
     kill_proxy: bool = False,
     rules: str = ALLOW_ALL,
 ) -> tuple[dict[str, Any], str, Path]:
-    """Run the escape artist behind the proxy as an ordinary user; (its report, the proxy's stderr, state dir)."""
+    """Run the escape artist behind the proxy as an ordinary user; (its report, the proxy's stderr, state dir).
+    `extra`: more of the policy; by default the sandbox grants the escape artist its output directory."""
     prefix, pythonpath = ordinary_user()
     out, state, run = shared / "out", shared / "state", shared / "run"
+    if extra is None:
+        extra = f"sandbox:\n  write: [{out}]\n"
     for directory in (out, state, run):
         directory.mkdir(mode=0o777)
         directory.chmod(0o777)
@@ -188,7 +191,10 @@ def test_a_sandboxed_server_cannot_touch_the_proxys_state_sockets_policy_or_term
     assert [n for n in terminals["pts"] if n.isdigit()] == [], terminals  # none of the user's terminals
     assert terminals["/dev/tty"].startswith("ERROR")  # and no controlling terminal
     assert painted == b""
-    assert set(report["tmp"]) <= {shared.name}  # a private /tmp (no tmux or X11 sockets): only what it was given
+    # a private /tmp (no tmux or X11 sockets): only what it was given, and the checkout's own top directory
+    # when the checkout lies in /tmp (its command, the escape artist, is there)
+    checkout = {ROOT.parts[2]} if ROOT.parts[1:2] == ("tmp",) and len(ROOT.parts) > 2 else set()
+    assert set(report["tmp"]) <= {shared.name, *checkout}
 
 
 def test_nothing_the_server_starts_outlives_the_proxy(shared: Path, llm: FakeLLMServer) -> None:
@@ -199,10 +205,11 @@ def test_nothing_the_server_starts_outlives_the_proxy(shared: Path, llm: FakeLLM
     assert escape_artists_left(shared) == []
 
 
-@pytest.mark.parametrize("narrowed", [False, True], ids=["default", "narrowed"])
-def test_a_sandbox_section_narrows_what_the_server_reaches(tmp_path: Path, narrowed: bool) -> None:
-    """By default the server reaches the files and the network as it would directly; `sandbox:` makes a
-    path read-only (with a writable one below it), hides another, and takes the network away."""
+@pytest.mark.parametrize("granted", [False, True], ids=["default", "granted"])
+def test_writes_and_the_network_are_by_grant(tmp_path: Path, granted: bool) -> None:
+    """By default the server reads what it would directly but writes nothing of yours and reaches none of
+    your loopback services; `sandbox:` grants a writable directory (inside which the read-only rest stays
+    read-only), hides another path, and names a loopback service it may reach through the proxy."""
     import socket
 
     base = tmp_path / "area"
@@ -213,8 +220,8 @@ def test_a_sandbox_section_narrows_what_the_server_reaches(tmp_path: Path, narro
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
     section = (
-        (f"sandbox:\n  read: [{base}]\n  write: [{base / 'out'}]\n  hide: [{base / 'secret'}]\n  network: false\n")
-        if narrowed
+        f"sandbox:\n  write: [{base / 'out'}]\n  hide: [{base / 'secret'}]\n  network: [127.0.0.1:{port}]\n"
+        if granted
         else "sandbox: required\n"
     )
     policy = write_policy(tmp_path, section)
@@ -231,21 +238,20 @@ def test_a_sandbox_section_narrows_what_the_server_reaches(tmp_path: Path, narro
     finally:
         listener.close()
     assert "server sandboxed" in (tmp_path / "stderr.log").read_text()
-    assert found["read_visible"] == "ok" and found["write_writable"] == "ok"
-    if narrowed:
-        assert found["write_read_only"].startswith("OSError Read-only file system"), found
+    assert found["read_visible"] == "ok"
+    assert found["write_read_only"].startswith("OSError Read-only file system"), found
+    assert found["network"] != "ok", found  # straight to 127.0.0.1: its own loopback, where nothing listens
+    if granted:
+        assert found["write_writable"] == "ok"
         assert found["read_hidden"].startswith("FileNotFoundError"), found  # an empty directory in its place
-        assert found["network"] != "ok", found
+        assert found["relayed"] == "ok", found  # through the proxy, to the one service it was granted
         assert (base / "secret" / "key").read_text() == "k"  # hidden from the server, untouched for you
+        assert (base / "out" / "made").exists()  # a write that went through reached the real directory
     else:
-        assert found == {
-            "write_read_only": "ok",
-            "write_writable": "ok",
-            "read_hidden": "ok",
-            "read_visible": "ok",
-            "network": "ok",
-        }
-    assert (base / "out" / "made").exists()  # a write that went through reached the real directory
+        assert found["write_writable"].startswith("OSError Read-only file system"), found
+        assert found["read_hidden"] == "ok"
+        assert found["relayed"].startswith("refused 403"), found
+        assert "loopback" in found["relayed"], found
 
 
 def test_without_bubblewrap_the_proxy_says_so_and_required_refuses(tmp_path: Path) -> None:
@@ -403,7 +409,7 @@ def test_the_server_cannot_read_the_key_file(tmp_path: Path, sandbox: str) -> No
         tmp_path,
         "llm:\n  providers:\n    fake:\n      type: openai\n      base_url: http://127.0.0.1:9/v1\n"
         "      api_key_file: keys/openai.key\n      models: [m]\n"  # relative: to the policy's directory
-        + ("sandbox: off\n" if sandbox == "off" else ""),
+        + ("sandbox: off\n" if sandbox == "off" else f"sandbox:\n  write: [{out}]\n"),
     )
     command = proxy_command(policy, upstream=[PY, str(server), str(key_file), str(out)])
     with RawHost(command, proxy_env(), tmp_path / "stderr.log") as host:

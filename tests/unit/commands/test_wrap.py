@@ -8,7 +8,6 @@ import re
 import shutil
 import stat
 import sys
-import textwrap
 import tomllib
 from pathlib import Path
 from typing import Any, cast
@@ -1170,24 +1169,47 @@ async def test_a_wrapped_continue_entry_starts_the_server(tmp_path: Path, policy
     assert "summarize" in {tool.name for tool in tools.tools}
 
 
-def test_wrap_suggests_sandbox_profiles_the_policy_accepts(
+def test_wrap_writes_sandbox_profiles_into_the_policy(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str
 ) -> None:
-    """For servers it knows (here the filesystem server), wrap prints the sandbox.servers entry that narrows
-    the sandbox to what the server needs, under the name the proxy will use; pasted, it is a valid policy."""
+    """For servers it knows (here the filesystem server), wrap writes the sandbox.servers entry that grants
+    what the server needs into the policy, under the name the proxy will use, keeping the rest of the file
+    byte for byte; a second wrap keeps the entry, and an entry the user wrote is never replaced."""
     from mcp_sampling_proxy.config.settings import parse_settings
 
+    before = Path(policy).read_text()
     path = copy_fixture(tmp_path, "claude_desktop_config.json")
     code, out, _ = run(capsys, "wrap", "--host", "claude-desktop", "--config", str(path), "--all", "--policy", policy)
     assert code == 0
-    block = out[out.index("  sandbox:\n") :].split("\nnext:")[0]
-    # (npx's cache too: under a read-only home, npx cannot start the server without it)
-    assert '"filesystem": {read: ["~"], write: [~/.npm, "/home/me/Documents"]}' in block
-    assert "summarizer" not in block and "plain-binary" not in block  # nothing known about those
-    settings = parse_settings(textwrap.dedent(block) + "\n", str(tmp_path / "policy.yaml"))
-    narrowed = settings.sandbox.for_server("filesystem")
-    assert narrowed.read == (os.path.expanduser("~"),)
-    assert narrowed.write == (os.path.expanduser("~/.npm"), "/home/me/Documents")
+    assert f"{policy}: sandbox profiles added under sandbox.servers for 'filesystem'" in out
+    text = Path(policy).read_text()
+    assert text.startswith(before)  # the user's lines as they were
+    assert (
+        text[len(before) :]
+        == '\nsandbox:\n  servers:\n    filesystem: {write: ["/home/me/Documents"], network: false}\n'
+    )
+    narrowed = parse_settings(text, policy).sandbox.for_server("filesystem")
+    assert narrowed.write == ("/home/me/Documents",) and narrowed.network.mode == "none"
+    assert parse_settings(text, policy).sandbox.for_server("summarizer").write == ()  # unknown: the safe default
+    # the user narrows it further; wrapping again keeps their entry
+    Path(policy).write_text(text.replace('{write: ["/home/me/Documents"], network: false}', "{network: false}"))
+    run(capsys, "unwrap", "--host", "claude-desktop", "--config", str(path), "--all")
+    code, out, _ = run(capsys, "wrap", "--host", "claude-desktop", "--config", str(path), "--all", "--policy", policy)
+    assert (
+        code == 0 and "every wrapped server has a sandbox entry already (kept your own entry for 'filesystem')" in out
+    )
+    assert parse_settings(Path(policy).read_text(), policy).sandbox.for_server("filesystem").write == ()
+
+
+def test_wrap_without_a_policy_file_prints_the_profiles(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MCP_SAMPLING_PROXY_CONFIG_DIR", str(tmp_path / "no-config"))
+    path = copy_fixture(tmp_path, "claude_desktop_config.json")
+    code, out, _ = run(capsys, "wrap", "--host", "claude-desktop", "--config", str(path), "--all")
+    assert code == 0
+    assert "there is no policy file at" in out and "`mcp-sampling-proxy init` makes one" in out
+    assert '"filesystem": {write: ["/home/me/Documents"], network: false}' in out
 
 
 def test_wrap_says_when_the_policys_key_will_not_reach_the_proxy(

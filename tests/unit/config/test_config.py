@@ -470,11 +470,11 @@ def test_the_sandbox_section() -> None:
         "/etc/p/policy.yaml",
     )
     home = os.path.expanduser("~")
-    assert settings.sandbox.mode == "auto" and settings.sandbox.network is False
+    assert settings.sandbox.mode == "auto" and settings.sandbox.network.mode == "none"
     assert settings.sandbox.hide == ("/etc/p/secrets",) and settings.sandbox.read == (f"{home}/projects",)
     assert settings.sandbox.for_server("trusted").mode == "off"
     files = settings.sandbox.for_server("files")
-    assert files.write == ("/srv/out",) and files.hide == ("/etc/p/secrets",) and files.network is False
+    assert files.write == ("/srv/out",) and files.hide == ("/etc/p/secrets",) and files.network.mode == "none"
     assert settings.sandbox.for_server("other") == settings.sandbox
     # YAML reads a bare off as false: it still means off
     assert parse_settings("sandbox: off\n", F).sandbox.mode == "off"
@@ -487,3 +487,16 @@ def test_the_sandbox_section() -> None:
         'policy.yaml:2:10: sandbox read: a bare ~ is YAML\'s null, not your home directory: write "~" (quoted) or ~/'
     )
     assert parse_settings('sandbox:\n  read: ["~"]\n', F).sandbox.read == (home,)
+    # the network: the relay by default, none, the user's own, or a list of hosts (each checked)
+    assert parse_settings("rules: []\n", F).sandbox.network.mode == "relay"
+    assert parse_settings("sandbox:\n  network: host\n", F).sandbox.network.mode == "host"
+    listed = parse_settings(
+        'sandbox:\n  servers:\n    fetch: {network: [api.example.com, "*.github.com:443", "[::1]:8080", 10.0.0.0/8]}\n',
+        F,
+    ).sandbox.for_server("fetch")
+    assert [str(h) for h in listed.network.hosts] == ["api.example.com", "*.github.com:443", "[::1]:8080", "10.0.0.0/8"]
+    assert listed.where == "sandbox.servers.fetch"
+    assert error_of("sandbox:\n  network: [http://x.example]\n").startswith(
+        "policy.yaml:2:13: network entry 'http://x.example': give a host name"
+    )
+    assert "must be true (public hosts" in error_of("sandbox:\n  network: sometimes\n")

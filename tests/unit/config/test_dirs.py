@@ -121,7 +121,7 @@ def test_budgets_live_in_xdg_state_home(tmp_path: Path, short: Path, env: dict[s
     state = tmp_path / "xdg-state" / "mcp-sampling-proxy"
     assert stat.S_IMODE(state.stat().st_mode) == 0o700
     assert "budgeted" in (state / "budgets.json").read_text()
-    assert not (Path(env["HOME"]) / ".local").exists()
+    assert not (Path(env["HOME"]) / ".local" / "state").exists()  # (~/.local/share holds the server's data dir)
 
 
 def test_console_socket_goes_in_xdg_runtime_dir(tmp_path: Path, short: Path, env: dict[str, str]) -> None:

@@ -1,0 +1,124 @@
+"""What the sandbox refused a server, said where its user looks: the proxy's stderr and `doctor`.
+
+A server that stops because it could not write a file or reach a host fails in its own words (an EROFS
+in a Node stack trace, a 403 from a proxy it did not know it used). The proxy knows better: a refused
+connection is its own decision (serve/network.py), and a refused write shows in the server's stderr as
+"Read-only file system". Each is said once per server and path or host, on stderr, naming the grant that
+would allow it, and kept (the last few, in the state directory, which the server cannot see) for
+`doctor` to show after the host has long closed the proxy's log.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mcp_sampling_proxy.config.dirs import home_relative, state_dir
+from mcp_sampling_proxy.log import get_logger
+from mcp_sampling_proxy.quotas.state import JsonStateFile
+from mcp_sampling_proxy.sanitize import one_line
+
+log = get_logger("mcp_sampling_proxy.sandbox")
+
+NOTES_FILE = "sandbox-notes.json"
+KEPT = 50  # notes kept in the file, newest last
+MAX_PER_RUN = 20  # distinct refusals one proxy says and keeps (a server that retries forever says it once)
+
+# how runtimes say EROFS, and where the path is in the line: Node, Python, Go, and a bare path in quotes
+_READ_ONLY = re.compile(r"read-only file system", re.IGNORECASE)
+_PATH = re.compile(
+    r"""(?:open|mkdir|rename|unlink|write|copyfile|symlink|rmdir|scandir|lstat|stat)\s+'(/[^']+)'"""
+    r"""|(?:Read-only file system|EROFS)[^'"/]*['"]?(/[^'"\s,)]+)"""
+    r"""|(?:open|mkdir|rename|remove|unlinkat|openat)\s+(/[^\s:]+):\s*read-only file system""",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class Note:
+    """One refusal: which server, a write or a connection, of what, and the grant that allows it."""
+
+    server: str
+    kind: str  # "write" | "connect"
+    what: str  # a path, or HOST:PORT
+    fix: str
+    at: float
+
+
+class SandboxNotes:
+    """The refusals of one sandboxed server, said once each."""
+
+    def __init__(self, server: str, where: str):
+        self.server = server
+        self.where = where  # "sandbox" or "sandbox.servers.NAME": where its grants are written
+        self._said: set[tuple[str, str]] = set()
+
+    def stderr_line(self, line: str) -> None:
+        """A line of the server's stderr: a write the sandbox refused is said and kept."""
+        if not _READ_ONLY.search(line):
+            return
+        found = _PATH.search(line)
+        path = next((group for group in found.groups() if group), None) if found else None
+        if path is None:
+            self.refused("write", "a file (its error names none)", f"{self.where}.write: [the directory it writes]")
+            return
+        directory = _granted_directory(path)
+        self.refused("write", path, f"{self.where}.write: [{home_relative(Path(directory))}]")
+
+    def refused(self, kind: str, what: str, fix: str) -> None:
+        key = (kind, what)
+        if key in self._said or len(self._said) >= MAX_PER_RUN:
+            return
+        self._said.add(key)
+        shown = one_line(what, 300)
+        log.warning(
+            f"the sandbox refused the server {'a write to' if kind == 'write' else 'a connection to'} {shown}",
+            server=self.server,
+            fix=f"if it needs it, grant it: {fix}",
+        )
+        keep(Note(self.server, kind, shown, one_line(fix, 300), time.time()))
+
+
+def _granted_directory(path: str) -> str:
+    """What to grant for a refused write to `path`: the directory it is in (the deepest that exists)."""
+    directory = os.path.dirname(os.path.normpath(path)) or "/"
+    while directory != "/" and not os.path.isdir(directory):
+        directory = os.path.dirname(directory)
+    return directory
+
+
+def keep(note: Note) -> None:
+    """Add `note` to the state directory's notes (never fails the caller: a note is a courtesy)."""
+    entry = {"server": note.server, "kind": note.kind, "what": note.what, "fix": note.fix, "at": note.at}
+
+    def add(data: dict[str, Any]) -> None:
+        notes = data.get("notes")
+        notes = [n for n in notes if isinstance(n, dict)] if isinstance(notes, list) else []
+        data["notes"] = [*notes, entry][-KEPT:]
+
+    try:
+        JsonStateFile(state_dir() / NOTES_FILE, durable=False).update(add)
+    except OSError as exc:
+        log.debug("could not keep the sandbox's note", error=str(exc))
+
+
+def notes(directory: Path | None = None) -> list[Note]:
+    """The kept notes, oldest first (none when there are none, or they cannot be read)."""
+    path = (directory or state_dir(create=False)) / NOTES_FILE
+    if not path.is_file():
+        return []
+    try:
+        data = JsonStateFile(path).read()
+    except OSError:
+        return []
+    found = []
+    for raw in data.get("notes", []) if isinstance(data.get("notes"), list) else []:
+        if isinstance(raw, dict) and all(isinstance(raw.get(k), str) for k in ("server", "kind", "what", "fix")):
+            at = raw.get("at")
+            when = float(at) if isinstance(at, int | float) else 0.0
+            found.append(Note(raw["server"], raw["kind"], raw["what"], raw["fix"], when))
+    return found

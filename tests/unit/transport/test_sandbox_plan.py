@@ -1,0 +1,85 @@
+"""The sandbox's plan, in process: what it grants, hides and refuses, read off the bwrap words it builds.
+(Whether bwrap works here is the machine's question, not this module's: it is taken as yes.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mcp_sampling_proxy.config.sandbox_settings import SandboxSettings
+from mcp_sampling_proxy.config.settings import parse_settings
+from mcp_sampling_proxy.transport import sandbox
+from mcp_sampling_proxy.transport.grants import grant_problems
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "home"
+    for part in (".ssh", "notes/.git/hooks", "notes/sub/.git/hooks", ".config", ".local/share"):
+        (home / part).mkdir(parents=True)
+    for part in (".ssh/id_rsa", ".ssh/known_hosts", "notes/.git/config", ".bashrc"):
+        (home / part).write_text("x")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_DATA_HOME", str(home / ".local" / "share"))
+    monkeypatch.setattr(sandbox, "unavailable", lambda: None)
+    return home
+
+
+def pairs(words: tuple[str, ...], flag: str) -> list[str]:
+    return [words[i + 1] for i, word in enumerate(words) if word == flag]
+
+
+def settings_of(text: str, home: Path) -> SandboxSettings:
+    return parse_settings(text, str(home / "policy.yaml")).sandbox.for_server("notes")
+
+
+def test_everything_is_read_only_but_the_grants_and_the_data_directory(home: Path) -> None:
+    plan = sandbox.plan(settings_of("sandbox:\n  servers:\n    notes: {write: [~/notes]}\n", home), [], name="notes")
+    assert plan.prefix[1:4] == ("--ro-bind", "/", "/")
+    writable = pairs(plan.prefix, "--bind")
+    assert str(home / "notes") in writable
+    data = dict(plan.env)[sandbox.DATA_ENV]
+    assert data in writable and data.startswith(str(home / ".local" / "share" / "mcp-sampling-proxy" / "servers"))
+    assert "--unshare-net" in plan.prefix and dict(plan.env)["HTTPS_PROXY"] == f"http://127.0.0.1:{sandbox.EGRESS_PORT}"
+    # the hooks and config of repositories inside the grant stay read-only, two levels deep
+    read_only = pairs(plan.prefix, "--ro-bind")
+    assert str(home / "notes" / ".git" / "hooks") in read_only and str(home / "notes" / ".git" / "config") in read_only
+    assert str(home / "notes" / "sub" / ".git" / "hooks") in read_only
+
+
+def test_secrets_are_hidden_and_a_read_grant_inside_one_shows_only_itself(home: Path) -> None:
+    server = [str(home / "server.py")]  # (the home is in /tmp here: the sandbox shows it only when named)
+    plan = sandbox.plan(settings_of("sandbox:\n  read: [~/.ssh/known_hosts]\n", home), [], name="notes", command=server)
+    assert str(home / ".ssh") in pairs(plan.prefix, "--tmpfs")  # the directory stays hidden ...
+    assert str(home / ".ssh" / "known_hosts") in pairs(plan.prefix, "--ro-bind")  # ... but for the one file
+    plan = sandbox.plan(settings_of('sandbox:\n  read: ["~"]\n', home), [], name="notes", command=server)
+    assert str(home / ".ssh") in pairs(plan.prefix, "--tmpfs")  # the home readable anyway: secrets stay hidden
+
+
+def test_network_false_and_host(home: Path) -> None:
+    off = sandbox.plan(settings_of("sandbox:\n  network: false\n", home), [], name="notes")
+    assert "--unshare-net" in off.prefix and "HTTPS_PROXY" not in dict(off.env) and not off.relayed
+    host = sandbox.plan(settings_of("sandbox:\n  network: host\n", home), [], name="notes")
+    assert "--unshare-net" not in host.prefix and "HTTPS_PROXY" not in dict(host.env)
+
+
+@pytest.mark.parametrize(
+    ("grant", "said"),
+    [
+        ('"~"', "write: ~ holds ~/.bashrc, "),
+        ("~/.ssh/keys", "is inside ~/.ssh (SSH's keys"),
+        ("~/notes/../.config", "holds"),  # written another way, the same place
+        ("~/proxy-state", "is the same as ~/proxy-state (the proxy's own"),
+    ],
+)
+def test_grants_that_reach_what_runs_later_or_the_proxys_own_are_refused(home: Path, grant: str, said: str) -> None:
+    settings = settings_of(f"sandbox:\n  servers:\n    notes: {{write: [{grant}]}}\n", home)
+    problems = grant_problems(settings, [home / "proxy-state"])
+    assert len(problems) == 1 and problems[0].startswith("sandbox.servers.notes.write: ") and said in problems[0]
+
+
+def test_a_symlink_to_the_home_directory_is_the_home_directory(home: Path) -> None:
+    (home / "notes" / "up").symlink_to(home)
+    settings = settings_of("sandbox:\n  servers:\n    notes: {write: [~/notes/up]}\n", home)
+    assert "holds" in grant_problems(settings, [])[0]
