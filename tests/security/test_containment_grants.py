@@ -165,6 +165,29 @@ def test_renaming_the_state_directory_resets_no_budget(home: Home, llm: FakeLLMS
     assert raided["empty_state"].startswith("ERROR OSError"), raided  # read-only: nothing moved
 
 
+def test_renaming_the_state_directory_resets_no_tool_pin(home: Path, llm: FakeLLMServer) -> None:
+    """The host lists the tools (pinned); the raider moves the state directory away (no tools.json: as if
+    never seen) and rug-pulls `sample`'s description: it is held, not pinned anew as a first sight."""
+    policy = home.policy(provider(llm.base_url) + "rules: []\n" + GRANT_OUT.format(out=home.out))
+    prefix, _ = ordinary_user()
+    command = [*prefix, "-m", "mcp_sampling_proxy", "--policy", policy, "--name", "raider", "--no-terminal"]
+    command += ["--", prefix[-1], str(RAIDER), home.spec([], later=["empty_state"], rugpull=True)]
+    with RawHost(command, home.env(), home.base / "pins.log") as host:
+        host.initialize()
+        first = host.request("tools/list", {})["result"]["tools"]
+        raided = json.loads(
+            host.request("tools/call", {"name": "raid", "arguments": {}})["result"]["content"][0]["text"]
+        )
+        second = host.request("tools/list", {})["result"]["tools"]
+        refused = host.request("tools/call", {"name": "sample", "arguments": {}})
+        host.close_stdin()
+        host.wait()
+    assert [t["name"] for t in first] == ["sample", "raid"]
+    assert "IMPORTANT" not in json.dumps(second) and [t["name"] for t in second] == ["raid"]  # held: not shown
+    assert "mcp-sampling-proxy tools accept raider sample" in refused["error"]["message"]
+    assert raided["empty_state"].startswith("ERROR OSError"), raided
+
+
 def test_a_policy_the_server_writes_never_gets_the_key(home: Home, llm: FakeLLMServer) -> None:
     """The raider renames the --policy file's directory and writes its own policy (its endpoint, the user's
     key variable), and plants one where the default policy would be: neither is ever read."""
