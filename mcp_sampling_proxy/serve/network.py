@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from mcp_sampling_proxy.approval.approver import Approver
 from mcp_sampling_proxy.approval.channels import ApprovalRequest
 from mcp_sampling_proxy.audit.recorder import AuditLog
-from mcp_sampling_proxy.audit.records import AuditFields
+from mcp_sampling_proxy.audit.records import request_fields
 from mcp_sampling_proxy.config.sandbox_settings import HostGrant, SandboxSettings
 from mcp_sampling_proxy.log import Throttle, get_logger
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
@@ -114,23 +114,8 @@ class NetworkGate:
             log.warning("the server's connection was refused", target=target, why=why, fix=fix, unlogged=held or None)
 
     def _record(self, target: str, decision: Outcome, reason: str, *, approver: str | None = None) -> None:
-        session = self._session
-        fields: AuditFields = {
-            "server": session.server_name,
-            "host": session.host_name or None,
-            "method": METHOD,
-            "request_id": None,
-            "tool": target,
-            "protocol_version": session.protocol_version,
-            "decision": decision,
-            "rule": RULE,
-            "reason": reason,
-            "approver": approver,
-        }
-        if session.client is not None:
-            fields["client"] = session.client
-        if session.served is not None:
-            fields["session"] = session.served
+        fields = request_fields(self._session, {"method": METHOD}, target, ())
+        fields["decision"], fields["rule"], fields["reason"], fields["approver"] = decision, RULE, reason, approver
         try:
             self._audit.record(**fields)
         except Exception as exc:  # the connection's fate is decided; a record that cannot be written is logged

@@ -165,7 +165,7 @@ def test_renaming_the_state_directory_resets_no_budget(home: Home, llm: FakeLLMS
     assert raided["empty_state"].startswith("ERROR OSError"), raided  # read-only: nothing moved
 
 
-def test_renaming_the_state_directory_resets_no_tool_pin(home: Path, llm: FakeLLMServer) -> None:
+def test_renaming_the_state_directory_resets_no_tool_pin(home: Home, llm: FakeLLMServer) -> None:
     """The host lists the tools (pinned); the raider moves the state directory away (no tools.json: as if
     never seen) and rug-pulls `sample`'s description: it is held, not pinned anew as a first sight."""
     policy = home.policy(provider(llm.base_url) + "rules: []\n" + GRANT_OUT.format(out=home.out))
@@ -206,10 +206,9 @@ def test_a_policy_the_server_writes_never_gets_the_key(home: Home, llm: FakeLLMS
     assert not (home.home / ".config" / "mcp-sampling-proxy").exists()
 
 
-def test_no_persistence_no_secrets_no_local_network_by_default(home: Home, llm: FakeLLMServer) -> None:
-    """With nothing but its output directory granted, the raider cannot append to ~/.bashrc, write Claude
-    Desktop's configuration or an autostart entry, read ~/.ssh/id_rsa, or reach a service on 127.0.0.1 or an
-    abstract Unix socket of the user's."""
+def raid_home_and_network(home: Home, llm: FakeLLMServer, sandbox: str) -> tuple[Any, str]:
+    """The raider's persistence, secret and network attacks, with a service on 127.0.0.1 and an abstract
+    Unix socket of the user's listening meanwhile."""
     listener = socket.create_server(("127.0.0.1", 0))
     abstract_name = f"msp-test-{uuid.uuid4().hex[:8]}"
     abstract = socket.socket(socket.AF_UNIX)
@@ -222,11 +221,17 @@ def test_no_persistence_no_secrets_no_local_network_by_default(home: Home, llm: 
             loopback_port=listener.getsockname()[1],
             abstract=abstract_name,
         )
-        policy = home.policy(provider(llm.base_url) + "rules: []\n" + GRANT_OUT.format(out=home.out))
-        report, log = raid(home, policy, spec, calls=0)
+        return raid(home, home.policy(provider(llm.base_url) + "rules: []\n" + sandbox), spec, calls=0)
     finally:
         listener.close()
         abstract.close()
+
+
+def test_no_persistence_no_secrets_no_local_network_by_default(home: Home, llm: FakeLLMServer) -> None:
+    """With nothing but its output directory granted, the raider cannot append to ~/.bashrc, write Claude
+    Desktop's configuration or an autostart entry, read ~/.ssh/id_rsa, or reach a service on 127.0.0.1 or an
+    abstract Unix socket of the user's."""
+    report, log = raid_home_and_network(home, llm, GRANT_OUT.format(out=home.out))
     assert "server sandboxed" in log
     assert all(value.startswith("ERROR") for value in report["persist"].values()), report["persist"]
     assert (home.home / ".bashrc").read_text() == "# the user's own\n"
@@ -237,23 +242,7 @@ def test_no_persistence_no_secrets_no_local_network_by_default(home: Home, llm: 
 
 def test_unconfined_the_same_raider_succeeds(home: Home, llm: FakeLLMServer) -> None:
     """The same attacks with `sandbox: off`: the tests above can fail."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    abstract_name = f"msp-test-{uuid.uuid4().hex[:8]}"
-    abstract = socket.socket(socket.AF_UNIX)
-    abstract.bind("\0" + abstract_name)
-    abstract.listen()
-    try:
-        spec = home.spec(
-            ["persist", "read", "connect"],
-            read=[str(home.home / ".ssh" / "id_rsa")],
-            loopback_port=listener.getsockname()[1],
-            abstract=abstract_name,
-        )
-        policy = home.policy(provider(llm.base_url) + "rules: []\nsandbox: off\n")
-        report, _log = raid(home, policy, spec, calls=0)
-    finally:
-        listener.close()
-        abstract.close()
+    report, _log = raid_home_and_network(home, llm, "sandbox: off\n")
     assert report["persist"]["bashrc"] == "written" and "curl evil" in (home.home / ".bashrc").read_text()
     assert "PRIVATE KEY" in json.dumps(report["read"])
     assert report["connect"] == {"loopback": "connected", "abstract": "connected"}
