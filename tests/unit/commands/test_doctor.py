@@ -746,3 +746,36 @@ def test_a_refused_key_from_a_key_file_is_named_with_its_file(
     assert f"(api_key_file {key_file} gave a key)" in out
     assert f"fix: the key from api_key_file {key_file} was refused: check it belongs to this provider" in out
     assert "sk-stale" not in out
+
+
+def test_each_wrapped_server_shows_what_the_sandbox_grants_it(
+    environment: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Under each wrapped server: where it may write and what it may reach; a grant the proxy would refuse
+    is a failure naming it; and what the sandbox refused the server lately, with the grant that allows it."""
+    from mcp_sampling_proxy.transport.sandbox_notes import Note, keep
+
+    policy = write_policy(
+        tmp_path,
+        "rules: []\nsandbox:\n  servers:\n    notes: {write: [~/notes], network: [api.example.com]}\n"
+        '    greedy: {write: ["~"]}\n',
+    )
+    config = environment / ".cursor" / "mcp.json"
+    config.parent.mkdir()
+    servers = {name: {"command": PY, "args": ["-V"]} for name in ("notes", "greedy")}
+    config.write_text(json.dumps({"mcpServers": servers}, indent=2))
+    assert cli_main(["wrap", "--host", "cursor", "--all", "--name-from-key", "--policy", policy]) == 0
+    capsys.readouterr()
+    keep(Note("notes", "connect", "evil.example:443", "sandbox.servers.notes.network: [evil.example:443]", 0.0))
+    code, out = doctor(capsys)
+    assert code == 1, out
+    assert (
+        "· Cursor 'notes': sandbox grants: writes ~/notes, its data directory; network: only api.example.com "
+        "(others asked, or refused) (sandbox.servers.notes)"
+    ) in out
+    assert "! Cursor 'notes': the sandbox refused it a connection to evil.example:443" in out
+    assert "fix: if it needs it: sandbox.servers.notes.network: [evil.example:443]" in out
+    (refused,) = [
+        line for line in out.splitlines() if "✗ Cursor 'greedy': sandbox.servers.greedy.write: ~ holds " in line
+    ]
+    assert "~/.cursor/mcp.json (a host's MCP configuration" in refused and "~/.bashrc" in refused
