@@ -24,9 +24,14 @@ from dataclasses import dataclass
 import anyio
 import anyio.abc
 
+from mcp_sampling_proxy.log import get_logger
+
+log = get_logger("mcp_sampling_proxy.egress")
+
 HEAD_LIMIT = 64 * 1024  # an HTTP request head past this is refused
 CONNECT_TIMEOUT = 15.0  # s to reach the host
 HANDSHAKE_TIMEOUT = 30.0  # s for the server to say where it wants to go
+MAX_CONNECTIONS = 256  # open at once for one server; past it a new one is closed at once (a flood holds no more)
 CHUNK = 64 * 1024
 
 
@@ -66,27 +71,49 @@ async def serve_egress(listener: socket.socket, judge: Judge, on_refused: Refuse
     """Accept and relay the sandboxed server's connections until cancelled."""
     listener.setblocking(False)
     accepting = await anyio.abc.SocketListener.from_socket(listener)
+    open_now = [0]
+
+    async def one(stream: anyio.abc.SocketStream) -> None:
+        open_now[0] += 1
+        try:
+            await _one(stream, judge, on_refused)
+        finally:
+            open_now[0] -= 1
+
     async with accepting, anyio.create_task_group() as tg:
         while True:
             stream = await accepting.accept()
-            tg.start_soon(_one, stream, judge, on_refused)
+            if open_now[0] >= MAX_CONNECTIONS:
+                await stream.aclose()
+                continue
+            tg.start_soon(one, stream)
 
 
 async def _one(client: anyio.abc.SocketStream, judge: Judge, on_refused: Refused) -> None:
+    """One connection of the server's; whatever it sends, only this connection ends (never the relay)."""
     async with client:
-        with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-            with anyio.fail_after(HANDSHAKE_TIMEOUT):
-                first = await client.receive(CHUNK)
-                if first[:1] == b"\x05":
-                    opened = await _socks5(client, first, judge, on_refused)
-                else:
-                    opened = await _http(client, first, judge, on_refused)
-            if opened is not None:
-                upstream, pending = opened
-                async with upstream:
-                    if pending:
-                        await upstream.send(pending)
-                    await _pipe(client, upstream)
+        try:
+            await _relay(client, judge, on_refused)
+        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            pass  # it went away, timed out, or its host did not answer
+        except Exception as exc:
+            log.debug("a connection through the relay was dropped", error=f"{type(exc).__name__}: {exc}")
+
+
+async def _relay(client: anyio.abc.SocketStream, judge: Judge, on_refused: Refused) -> None:
+    """Where it wants to go (within HANDSHAKE_TIMEOUT), judged and opened; then both ways until the end."""
+    with anyio.fail_after(HANDSHAKE_TIMEOUT):
+        first = await client.receive(CHUNK)
+        if first[:1] == b"\x05":
+            opened = await _socks5(client, first, judge, on_refused)
+        else:
+            opened = await _http(client, first, judge, on_refused)
+    if opened is not None:
+        upstream, pending = opened
+        async with upstream:
+            if pending:
+                await upstream.send(pending)
+            await _pipe(client, upstream)
 
 
 @dataclass(frozen=True)
@@ -160,7 +187,7 @@ async def _socks5(
         host = str(ipaddress.IPv6Address(await _read_exactly(client, buffer, 16)))
     elif kind == 3:
         (size,) = await _read_exactly(client, buffer, 1)
-        host = (await _read_exactly(client, buffer, size)).decode("idna", "replace")
+        host = (await _read_exactly(client, buffer, size)).decode("ascii", "replace")  # clients send IDNA
     else:
         await client.send(_socks_reply(8))  # address type not supported
         return None
