@@ -39,6 +39,7 @@ PINNED_FIELDS = ("name", "title", "description", "inputSchema", "outputSchema", 
 V1_FIELDS = PINNED_FIELDS[:-1]
 PIN_VERSION = 2
 MAX_TOOLS = 500  # tools pinned per server (and held changes kept per server)
+MAX_VIEWS = 16  # client views remembered per server (see `_see`); past it, a new view's new tools are held
 MAX_COPY_BYTES = 256 * 1024  # kept copies of tools per server, for `tools diff`; past it digests only
 MAX_ONE_COPY = 64 * 1024  # one tool's kept copy at most
 MAX_TARGET = 2000  # characters of a command line or URL kept in the file
@@ -159,16 +160,24 @@ class ToolPins:
         return result
 
     def see(
-        self, identity: ServerIdentity, tools: list[dict[str, Any]], on_change: str, *, complete: bool, fresh: bool
+        self,
+        identity: ServerIdentity,
+        tools: list[dict[str, Any]],
+        on_change: str,
+        *,
+        complete: bool,
+        fresh: bool,
+        view: str = "",
     ) -> Sighting:
         """Compare one tools/list page with the pins, pin on first sight, and record what changed.
 
         `complete`: the page is the whole list (removed tools can be told); `fresh`: a later page of a
-        list whose first page was this server's first sight (pinned as first sight too). Never raises:
-        pins that cannot be read or trusted hold every tool, with the reason."""
+        list whose first page was this server's first sight (pinned as first sight too); `view`: what of
+        the client decides which tools a server lists (its era and capabilities: `client_view`). Never
+        raises: pins that cannot be read or trusted hold every tool, with the reason."""
         names = [str(t["name"]) for t in tools]
         try:
-            return self._update(lambda data: _see(data, identity, tools, on_change, complete, fresh))
+            return self._update(lambda data: _see(data, identity, tools, on_change, complete, fresh, view))
         except OSError as exc:
             return Sighting(held=frozenset(names), problem=_why(self.file.path, exc))
 
@@ -291,6 +300,18 @@ def _trim_copies(entry: dict[str, Any]) -> None:
             return
 
 
+def client_view(era: str | None, capabilities: dict[str, Any]) -> str:
+    """What of a client a server may list its tools by: the era and the capabilities it declares (a tool
+    offered only to clients with roots, elicitation or the 2026 era is not a rug pull when another host of
+    the same user, without them, saw the list first)."""
+    declared = []
+    for key, value in sorted(capabilities.items()):
+        declared.append(key)
+        if isinstance(value, dict) and key == "elicitation":
+            declared += [f"{key}.{mode}" for mode in sorted(value) if mode in ("form", "url")]
+    return f"{era or 'handshake'}:{','.join(declared)}"
+
+
 def _see(
     data: dict[str, Any],
     identity: ServerIdentity,
@@ -298,13 +319,24 @@ def _see(
     on_change: str,
     complete: bool,
     fresh: bool,
+    view: str = "",
 ) -> Sighting:
+    """One list against the pins. A tool is pinned once, whichever client saw it; a changed one is held for
+    every client. Each client view keeps the names it was shown: a tool new to a view seen before is held
+    as new, but the first list of a view never seen is that view's first sight (its tools pinned as they
+    are), and a tool missing from one view's list is not removed from another's."""
     servers = _servers(data)
     entry = servers.get(identity.key)
     first = not isinstance(entry, dict)
     if not isinstance(entry, dict):
         entry = servers[identity.key] = {"name": identity.name, "target": identity.shown_target, "at": _now()}
     pins, pending = _table(entry, "tools"), _table(entry, "pending")
+    views = _table(entry, "views")
+    if not first and not views and pins:  # pinned by a version without views: what it saw was this view's
+        views[view] = sorted(pins)
+    seen_names = views.get(view)
+    new_view = not isinstance(seen_names, list) and len(views) < MAX_VIEWS
+    shown = set(seen_names) if isinstance(seen_names, list) else set()
     kept = _copy_bytes([*pins.values(), *pending.values()])
     held: set[str] = set()
     changes: list[ToolChange] = []
@@ -316,6 +348,7 @@ def _see(
         if isinstance(pin, dict) and pin.get("digest") == digest:
             pending.pop(name, None)  # changed and changed back: nothing is held
             pin.pop("gone", None)
+            shown.add(name)
             continue
         if isinstance(pin, dict) and pin.get("v") is None and pin.get("digest") == v1_digest(tool):
             # pinned by a version that did not pin icons, and the same in all it did pin: pinned anew, icons too
@@ -323,14 +356,16 @@ def _see(
             pins[name] = {**_record(tool, kept), **({"accepted": True} if pin.get("accepted") else {})}
             kept += len(canonical(pins[name]["copy"])) if "copy" in pins[name] else 0
             pending.pop(name, None)
+            shown.add(name)
             continue
-        if first or fresh:
+        if first or fresh or (new_view and pin is None):
             if len(pins) >= MAX_TOOLS:
                 held.add(name)
                 over.append(name)
                 continue
             pins[name] = record = _record(tool, kept)
             kept += len(canonical(record.get("copy"))) if "copy" in record else 0
+            shown.add(name)
             continue
         old = pin if isinstance(pin, dict) else None
         new = _record(tool, kept)
@@ -347,6 +382,7 @@ def _see(
             pins[name] = new
             pending.pop(name, None)
             changes.append(change)
+            shown.add(name)
             continue
         held.add(name)
         before = pending.get(name)
@@ -357,11 +393,14 @@ def _see(
             pending[name] = {**new, "kind": change.kind}
         else:
             over.append(name)
-    if complete and not first and not fresh:
-        listed = {str(t["name"]) for t in tools}
-        for name, pin in pins.items():
-            if name not in listed and isinstance(pin, dict) and not pin.get("gone"):
+    listed = {str(t["name"]) for t in tools}
+    if complete and not first and not fresh and not new_view:
+        for name in sorted(shown - listed):  # gone from this view's list (another view's tools are its own)
+            pin = pins.get(name)
+            if isinstance(pin, dict) and not pin.get("gone"):
                 pin["gone"] = _now()
                 changes.append(ToolChange(name, "removed", (), pin.get("digest"), None, pin.get("copy"), None))
+    if isinstance(seen_names, list) or new_view:
+        views[view] = sorted((shown & listed) | (shown if not complete else set()))[:MAX_TOOLS]
     _trim_copies(entry)
-    return Sighting(frozenset(held), tuple(changes), None, first or fresh, tuple(over))
+    return Sighting(frozenset(held), tuple(changes), None, first or fresh or new_view, tuple(over))

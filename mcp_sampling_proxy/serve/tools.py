@@ -26,7 +26,7 @@ from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 from mcp_sampling_proxy.protocol.wire_types import ErrorObject
-from mcp_sampling_proxy.quotas.tool_pins import ServerIdentity, ToolChange, ToolPins, tool_digest
+from mcp_sampling_proxy.quotas.tool_pins import ServerIdentity, ToolChange, ToolPins, client_view, tool_digest
 from mcp_sampling_proxy.sanitize import one_line, strip_controls
 from mcp_sampling_proxy.vocabulary import TOOL_CALL_APPROVAL, Outcome
 
@@ -129,6 +129,7 @@ class ToolGate:
         identity = ServerIdentity(session.server_name, self._target)
         on_change = self._settings.on_change
         pins = self._pins
+        view = client_view(session.server_era, session.host_capabilities)  # which client the server listed for
 
         def see() -> Any:
             return pins.see(
@@ -137,6 +138,7 @@ class ToolGate:
                 on_change,
                 complete=cursor is None and not paged,
                 fresh=self._fresh and cursor is not None,
+                view=view,
             )
 
         sighting = await anyio.to_thread.run_sync(see)  # the file's lock is within the server's reach

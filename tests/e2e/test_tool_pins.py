@@ -118,6 +118,26 @@ def test_a_changed_icon_is_held_like_a_changed_description(tmp_path: Path, env: 
     assert change["tool_change"]["fields"] == ["icons"]
 
 
+def test_a_tool_listed_only_to_clients_with_roots_is_not_held_for_them(tmp_path: Path, env: dict[str, str]) -> None:
+    """Two hosts of one user share the pins: the one without roots lists first; the one with roots then gets
+    `list_roots` (which the server offers only to it) instead of having it held as a tool that appeared."""
+    command = rugpull_proxy(tmp_path, "", "--roots-tool")
+    with RawHost(command, env, tmp_path / "plain.log") as host:
+        host.initialize()
+        assert set(listed(host)) == {"echo", "fetch", "delete_file"}
+        ended(host)
+    with RawHost(command, env, tmp_path / "rooted.log") as host:
+        host.initialize({"roots": {"listChanged": True}})
+        assert set(listed(host)) == {"echo", "fetch", "delete_file", "list_roots"}
+        assert "called" in call(host, "list_roots")["result"]["content"][0]["text"]
+        ended(host)
+    with RawHost(command, env, tmp_path / "again.log") as host:  # and the first kind of host is still fine
+        host.initialize()
+        assert set(listed(host)) == {"echo", "fetch", "delete_file"}
+        ended(host)
+    assert [r for r in audit_records(tmp_path) if r.get("tool_change")] == []  # nothing changed, appeared, went
+
+
 def test_a_new_tool_is_held_and_deny_keeps_it_hidden(tmp_path: Path, env: dict[str, str]) -> None:
     policy = "tools:\n  on_change: deny\n"
     with RawHost(rugpull_proxy(tmp_path, policy, "--after", "1", "--add-tool"), env, tmp_path / "e.log") as host:
