@@ -32,7 +32,7 @@ from mcp_sampling_proxy.protocol.names import (
     SERVER_INFO_META,
 )
 from mcp_sampling_proxy.protocol.wire_types import ErrorObject
-from mcp_sampling_proxy.relay.bridge import CHANGED, DONE, EraBridge
+from mcp_sampling_proxy.relay.bridge import CHANGED, DONE, HANDSHAKE, EraBridge
 from mcp_sampling_proxy.relay.calls import CURRENT_CALL, ORIGIN_TOOLS, HostRequest, HostRounds
 from mcp_sampling_proxy.relay.keepalive import Waiting, same_token, serving
 from mcp_sampling_proxy.sanitize import one_line, strip_controls
@@ -641,6 +641,18 @@ class Relay:
                     self.bridge.fallback_pending = False
                     self._held = []
                     self._tg.start_soon(self._initialize_refused, request, error)
+                    return
+                if request.method == "initialize" and self.bridge.setting == HANDSHAKE:  # pinned: say by what
+                    said = one_line(str(error.get("message") or "refused"), 500)
+                    self.answer_host(
+                        request.host_id,
+                        error={
+                            **error,
+                            "message": f"{said} (upstream.era is 'handshake' in the policy, so the proxy speaks "
+                            "only the handshake era to this server; if it speaks only 2026-07-28, set "
+                            "upstream.era: auto)",
+                        },
+                    )
                     return
         elif not self.session.server_info:
             self._note_modern_server(msg)

@@ -410,6 +410,22 @@ async def test_handshake_pin_serves_old_style_sampling_for_auto_mode_hosts(
     assert tool_json(result)["content"]["text"] == "echo: auto host"
 
 
+def test_a_handshake_pin_in_front_of_a_2026_only_server_says_which_setting_refuses(tmp_path: Path) -> None:
+    """`upstream.era: handshake` keeps the proxy from bridging to a server that speaks only 2026-07-28: the
+    host's initialize fails as the server refused it, and the error now names the setting to change."""
+    from helpers.support import PY, ROOT, RawHost
+
+    modern = str(ROOT / "tests" / "fixtures" / "modern_raw_server.py")
+    policy = write_policy(tmp_path, "upstream:\n  era: handshake\n")
+    with RawHost(proxy_command(policy, upstream=[PY, modern]), proxy_env(), tmp_path / "stderr.log") as host:
+        answer = host.initialize()
+        host.close_stdin()
+        host.wait()
+    message = answer["error"]["message"]
+    assert message.startswith("Method not found (upstream.era is 'handshake' in the policy"), message
+    assert "set upstream.era: auto" in message
+
+
 @pytest.mark.anyio
 async def test_audit_record_per_decision_without_the_key(tmp_path: Path, openai_llm: FakeLLMServer) -> None:
     audit = tmp_path / "audit.jsonl"
