@@ -84,7 +84,7 @@ from mcp_sampling_proxy.runtime import (
 from mcp_sampling_proxy.serve.sampling import AdapterPool
 from mcp_sampling_proxy.transport.event_store import RETRY_MS, EventLimits, SessionEventStore
 from mcp_sampling_proxy.transport.http import HttpUpstream
-from mcp_sampling_proxy.transport.http_host import Emit, HttpHost, StatelessHost, event_stream
+from mcp_sampling_proxy.transport.http_host import Emit, HttpHost, StatelessHost, Streamed, event_stream
 from mcp_sampling_proxy.transport.resource_oauth import ResourceGuard
 from mcp_sampling_proxy.transport.sandbox import Plan
 from mcp_sampling_proxy.transport.stdio import SpawnError, StdioUpstream, spawn
@@ -366,10 +366,17 @@ class Front:
             return Response(status_code=202)
         if not jsonrpc.usable_id(message["id"]):
             return _error(400, "Bad Request: a request needs a string or integer id")
-        if message["method"] == "subscriptions/listen":  # the one request answered with a stream
+        if message["method"] == "subscriptions/listen":  # always answered with a stream
             return _listen_stream(lane, message)
+        streams = "text/event-stream" in request.headers.get("accept", "")
         try:
-            answer = await lane.link.exchange(message, lane.relay.from_host)
+            if streams:  # progress and log messages as the server sends them, when there are any
+                streamed = await lane.link.call(message, lane.relay.from_host)
+                if streamed.rest is not None:
+                    return _call_stream(lane, streamed)
+                answer = streamed.first
+            else:
+                answer = await lane.link.exchange(message, lane.relay.from_host)
         finally:
             lane.last_used = time.monotonic()
         not_found = jsonrpc.as_object(answer.get("error")).get("code") == jsonrpc.METHOD_NOT_FOUND
@@ -741,6 +748,18 @@ def _listen_stream(lane: _Lane, message: dict[str, Any]) -> ASGIApp:
     async def produce(emit: Emit) -> None:
         try:
             await lane.link.listen(message, relay.from_host, emit)
+        finally:
+            lane.last_used = time.monotonic()
+
+    return event_stream(produce)
+
+
+def _call_stream(lane: _Lane, streamed: Streamed) -> ASGIApp:
+    """A 2026-07-28 request whose server sent something before its answer: the rest as an SSE stream."""
+
+    async def produce(emit: Emit) -> None:
+        try:
+            await streamed.drain(emit)
         finally:
             lane.last_used = time.monotonic()
 

@@ -109,14 +109,18 @@ class StatelessHost:
     """Lines to and from one caller's 2026-07-28 requests, where each HTTP POST is one JSON-RPC request
     and its body the answer. Requests go to the relay under private ids (`http-N`): a caller's concurrent
     requests may reuse an id, and the relay must tell their answers apart; the caller gets its own id
-    back. A `subscriptions/listen` is the one request answered with a stream (SSE, `listen`): its
-    acknowledgement and the notifications that name its subscription. Other notifications for the
-    caller (progress) have no stream in a JSON answer and are dropped; in this era the server cannot
-    ask the caller anything (the relay turns that into `input_required`)."""
+    back. A `subscriptions/listen` is answered with a stream (SSE, `listen`): its acknowledgement and the
+    notifications that name its subscription. A request whose caller accepts a stream (`call`) is
+    answered as the server streams it directly: its progress (by its progress token) and the log messages
+    sent while it runs, then its answer, as SSE; when the answer comes before anything else, as plain
+    JSON. In this era the server cannot ask the caller anything (the relay turns that into
+    `input_required`)."""
 
     def __init__(self) -> None:
         self._waiting: dict[str, list[dict[str, Any]]] = {}
         self._events: dict[str, anyio.Event] = {}
+        # requests answered as streams: private id -> (their stream, the caller's id, their progress token)
+        self._calls: dict[str, tuple[MemoryObjectSendStream[dict[str, Any]], Any, Any]] = {}
         self._listens: dict[str, tuple[MemoryObjectSendStream[dict[str, Any]], Any]] = {}  # private id -> caller's
         self._finals: dict[str, dict[str, Any]] = {}  # a listen's answer that found its stream full
         self._dropped = Throttle(burst=3, window=60.0)
@@ -125,18 +129,19 @@ class StatelessHost:
 
     @property
     def in_flight(self) -> int:
-        return len(self._waiting) + len(self._listens)
+        return len(self._waiting) + len(self._listens) + len(self._calls)
 
     def send(self, line: bytes) -> None:
-        """The relay's `to_host`: an answer wakes the request waiting for it, a subscription's notification
-        goes on its listen stream; anything else is dropped."""
+        """The relay's `to_host`: an answer wakes the request waiting for it (or ends its stream), a
+        subscription's notification goes on its listen stream, a request's progress and the log messages
+        on the streams of the requests in flight; anything else is dropped."""
         try:
             message = jsonrpc.parse(line)
         except ValueError:
             return
         if not isinstance(message, dict):
             return
-        if self._to_listen(message):
+        if self._to_listen(message) or self._to_call(message):
             return
         if "method" in message:
             return
@@ -165,6 +170,79 @@ class StatelessHost:
         finally:
             del self._waiting[private], self._events[private]
         return {**slot[0], "id": message["id"]}
+
+    def _to_call(self, message: dict[str, Any]) -> bool:
+        """Put a streamed request's answer, its progress or a log message on its stream (log messages on
+        every one in flight: over stdio nothing says which request a log message belongs to); False when
+        none takes it."""
+        method = message.get("method")
+        if method is None:
+            private = str(message.get("id"))
+            call = self._calls.get(private)
+            if call is None:
+                return False
+            answer = {**message, "id": call[1]}
+            try:
+                call[0].send_nowait(answer)
+            except anyio.WouldBlock:  # a full stream: the answer goes out after what it holds
+                self._finals[private] = answer
+                call[0].close()
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                pass
+            return True
+        params = jsonrpc.as_object(message.get("params"))
+        if method == "notifications/progress":
+            token = params.get("progressToken")
+            targets = [c for c in self._calls.values() if token is not None and c[2] == token][:1]
+        elif method == "notifications/message":
+            targets = list(self._calls.values())
+        else:
+            return False
+        for out, _, _ in targets:
+            with contextlib.suppress(anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                out.send_nowait(message)  # a caller that reads slowly loses notifications, never the answer
+        return bool(targets)
+
+    async def call(self, message: dict[str, Any], on_line: Callable[[bytes], None]) -> Streamed:
+        """Send one request through the relay, to be answered as a stream: returns once the first thing for
+        it is there (its answer alone: answer it as JSON; a notification first: stream the rest)."""
+        if self.closed:
+            error = {"code": jsonrpc.UPSTREAM_EXITED, "message": "the server has ended; send the request again"}
+            return Streamed({"jsonrpc": "2.0", "id": message["id"], "error": error}, None, None)
+        self._count += 1
+        private = f"http-{self._count}"
+        meta = jsonrpc.as_object(jsonrpc.as_object(message.get("params")).get("_meta"))
+        out, found = anyio.create_memory_object_stream[dict[str, Any]](LISTEN_BUFFER)
+        self._calls[private] = (out, message["id"], meta.get("progressToken"))
+
+        def end(cancel: bool) -> None:
+            final = self._finals.pop(private, None)
+            call = self._calls.pop(private, None)
+            if call is not None:
+                call[0].close()
+            if cancel and final is None and not self.closed:  # gone before the answer: the relay stops the work
+                cancel_params = {"requestId": private, "reason": "the HTTP client disconnected"}
+                on_line(jsonrpc.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel_params}))
+
+        streamed = Streamed(None, found, end, lambda: self._finals.get(private))
+        try:
+            on_line(jsonrpc.dumps({**message, "id": private}))
+            streamed.first = await found.receive()
+        except anyio.EndOfStream:  # the stream filled before a reader came: its answer was kept aside
+            streamed.first = self._finals.get(private) or {
+                "jsonrpc": "2.0",
+                "id": message["id"],
+                "error": {"code": jsonrpc.UPSTREAM_EXITED, "message": "the server has ended; send the request again"},
+            }
+        except BaseException:
+            streamed.end(cancel=True)
+            found.close()
+            raise
+        if "method" not in streamed.first:  # the answer came first: plain JSON, nothing to stream
+            streamed.end(cancel=False)
+            found.close()
+            streamed.rest = None
+        return streamed
 
     def _to_listen(self, message: dict[str, Any]) -> bool:
         """Put a listen's answer, or a notification naming its subscription, on its stream (under the
@@ -249,12 +327,59 @@ class StatelessHost:
         self.closed = True
         for out, _ in list(self._listens.values()):
             out.close()
+        for private, (out, caller_id, _) in list(self._calls.items()):
+            with contextlib.suppress(anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                error = {"code": jsonrpc.UPSTREAM_EXITED, "message": why}
+                out.send_nowait({"jsonrpc": "2.0", "id": caller_id, "error": error})
+            out.close()
+            del self._calls[private]
         for private, slot in self._waiting.items():
             if not slot:
                 slot.append(
                     {"jsonrpc": "2.0", "id": private, "error": {"code": jsonrpc.UPSTREAM_EXITED, "message": why}}
                 )
                 self._events[private].set()
+
+
+class Streamed:
+    """A request answered as a stream (`StatelessHost.call`): the first thing that came for it, and, when
+    that was not its answer, the rest to come (`drain`)."""
+
+    def __init__(
+        self,
+        first: dict[str, Any] | None,
+        rest: MemoryObjectReceiveStream[dict[str, Any]] | None,
+        end: Callable[[bool], None] | None,
+        kept: Callable[[], dict[str, Any] | None] = lambda: None,
+    ):
+        self.first: dict[str, Any] = first or {}
+        self.rest = rest
+        self._end = end
+        self._kept = kept  # the answer that found the stream full
+
+    def end(self, *, cancel: bool) -> None:
+        if self._end is not None:
+            self._end(cancel)
+            self._end = None
+
+    async def drain(self, emit: Emit) -> None:
+        """Emit the first message and what follows until the answer (the caller going away cancels it)."""
+        answered = False
+        try:
+            await emit(self.first)
+            if self.rest is not None:
+                async with self.rest:
+                    async for item in self.rest:
+                        await emit(item)
+                        if "method" not in item:
+                            answered = True
+                            return
+                kept = self._kept()
+                if kept is not None:
+                    await emit(kept)
+                    answered = True
+        finally:
+            self.end(cancel=not answered)
 
 
 def event_stream(produce: Callable[[Emit], Awaitable[None]]) -> ASGIApp:

@@ -296,6 +296,46 @@ async def test_a_2026_client_is_served_statelessly_with_sampling(tmp_path: Path,
     assert record["client"] == "alice" and record["decision"] == "allow"
 
 
+@pytest.mark.parametrize("era", ["handshake", "auto"], ids=["handshake-server", "2026-server"])
+async def test_a_2026_call_streams_its_progress_and_log_messages(tmp_path: Path, era: str) -> None:
+    """A 2026-07-28 caller that accepts a stream gets a call's progress and log messages as the server sends
+    them, then the answer (they used to be dropped: the answer came as plain JSON); a call with nothing to
+    stream is still answered as JSON. The same whether the server speaks 2026-07-28 or the handshake era."""
+    policy = write_policy(tmp_path, f"upstream:\n  era: {era}\n")
+    served = start_serve(tmp_path, policy=policy)
+    progress: list[tuple[float, float | None, str | None]] = []
+    logged: list[str] = []
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        progress.append((done, total, message))
+
+    async def on_log(params: Any) -> None:
+        logged.append(str(params.data))
+
+    try:
+        async with (
+            httpx2.AsyncClient(headers={"Authorization": f"Bearer {ALICE}"}, timeout=30) as http,
+            Client(
+                streamable_http_client(served.url, http_client=http), logging_callback=on_log, log_level="info"
+            ) as client,
+        ):
+            assert client.session.protocol_version == MODERN
+            done = first_text(await client.call_tool("progress", {"steps": 3}, progress_callback=on_progress))
+            said = first_text(await client.call_tool("log", {"message": "written down"}))
+            plain = await http.post(
+                served.url,
+                json=modern_request(9, "tools/call", {"name": "echo", "arguments": {"text": "no stream"}}),
+                headers=modern_headers(ALICE, "tools/call"),
+            )
+    finally:
+        stop(served)
+    assert done.startswith("done 3 steps") and said
+    assert [p[:2] for p in progress] == [(1, 3), (2, 3), (3, 3)]
+    assert "written down" in logged
+    assert plain.headers["content-type"].startswith("application/json")  # nothing to stream: JSON, as before
+    assert plain.json()["result"]["content"][0]["text"] == "no stream"
+
+
 async def test_2026_callers_get_a_server_each_and_an_idle_one_ends(tmp_path: Path) -> None:
     served = start_serve(tmp_path, "--idle-timeout", "2s")
     listing = modern_request(7, "tools/list")
