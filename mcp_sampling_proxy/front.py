@@ -366,12 +366,12 @@ class Front:
             return Response(status_code=202)
         if not jsonrpc.usable_id(message["id"]):
             return _error(400, "Bad Request: a request needs a string or integer id")
-        if message["method"] == "subscriptions/listen":  # always answered with a stream
-            return _listen_stream(lane, message)
-        streams = "text/event-stream" in request.headers.get("accept", "")
+        listens = message["method"] == "subscriptions/listen"  # a stream, unless the server refuses it at once
+        streams = listens or "text/event-stream" in request.headers.get("accept", "")
         try:
             if streams:  # progress and log messages as the server sends them, when there are any
-                streamed = await lane.link.call(message, lane.relay.from_host)
+                opening = lane.link.listen if listens else lane.link.call
+                streamed = await opening(message, lane.relay.from_host)
                 if streamed.rest is not None:
                     return _call_stream(lane, streamed)
                 answer = streamed.first
@@ -740,22 +740,9 @@ def _peer(request: Request) -> str:
     return f"{request.client.host}:{request.client.port}" if request.client else "?"
 
 
-def _listen_stream(lane: _Lane, message: dict[str, Any]) -> ASGIApp:
-    """A 2026-07-28 `subscriptions/listen`, answered as an SSE stream while the caller keeps it open."""
-    relay = lane.relay
-    assert relay is not None
-
-    async def produce(emit: Emit) -> None:
-        try:
-            await lane.link.listen(message, relay.from_host, emit)
-        finally:
-            lane.last_used = time.monotonic()
-
-    return event_stream(produce)
-
-
 def _call_stream(lane: _Lane, streamed: Streamed) -> ASGIApp:
-    """A 2026-07-28 request whose server sent something before its answer: the rest as an SSE stream."""
+    """A 2026-07-28 request whose server sent something before its answer (a call's progress, a
+    subscriptions/listen's acknowledgement): the rest as an SSE stream."""
 
     async def produce(emit: Emit) -> None:
         try:

@@ -224,25 +224,8 @@ class StatelessHost:
                 cancel_params = {"requestId": private, "reason": "the HTTP client disconnected"}
                 on_line(jsonrpc.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel_params}))
 
-        streamed = Streamed(None, found, end, lambda: self._finals.get(private))
-        try:
-            on_line(jsonrpc.dumps({**message, "id": private}))
-            streamed.first = await found.receive()
-        except anyio.EndOfStream:  # the stream filled before a reader came: its answer was kept aside
-            streamed.first = self._finals.get(private) or {
-                "jsonrpc": "2.0",
-                "id": message["id"],
-                "error": {"code": jsonrpc.UPSTREAM_EXITED, "message": "the server has ended; send the request again"},
-            }
-        except BaseException:
-            streamed.end(cancel=True)
-            found.close()
-            raise
-        if "method" not in streamed.first:  # the answer came first: plain JSON, nothing to stream
-            streamed.end(cancel=False)
-            found.close()
-            streamed.rest = None
-        return streamed
+        kept = lambda: self._finals.get(private)  # noqa: E731
+        return await self._first(Streamed(None, found, end, kept, private), message, on_line)
 
     def _to_listen(self, message: dict[str, Any]) -> bool:
         """Put a listen's answer, or a notification naming its subscription, on its stream (under the
@@ -288,38 +271,53 @@ class StatelessHost:
         listen = self._listens.get(private)
         return listen[0].statistics().current_buffer_used if listen is not None else 0
 
-    async def listen(self, message: dict[str, Any], on_line: Callable[[bytes], None], emit: Emit) -> None:
-        """Send a `subscriptions/listen` through the relay and `emit` what belongs to it until it ends:
-        its answer (an error, or the server ending it), the server's end, or the caller going away
-        (cancelled: the relay is told, so the subscription closes)."""
+    async def listen(self, message: dict[str, Any], on_line: Callable[[bytes], None]) -> Streamed:
+        """Send a `subscriptions/listen` through the relay; returns once the first thing for it is there:
+        an answer alone (the server refused it: answer it as JSON, a 404 for a method it does not have, as
+        directly), or its first notification, with the rest to stream until its answer (the server ending
+        it), the server's end, or the caller going away (cancelled: the relay is told, so the subscription
+        closes)."""
         if self.closed:
             error = {"code": jsonrpc.UPSTREAM_EXITED, "message": "the server has ended; send the request again"}
-            await emit({"jsonrpc": "2.0", "id": message["id"], "error": error})
-            return
+            return Streamed({"jsonrpc": "2.0", "id": message["id"], "error": error}, None, None)
         self._count += 1
         private = f"http-{self._count}"
         out, found = anyio.create_memory_object_stream[dict[str, Any]](LISTEN_BUFFER)
         self._listens[private] = (out, message["id"])
-        answered = False
+
+        def end(cancel: bool) -> None:
+            final = self._finals.pop(private, None)
+            if self._listens.pop(private, None) is not None:
+                out.close()
+            if cancel and final is None and not self.closed:
+                params = {"requestId": private, "reason": "the HTTP client closed its subscriptions/listen stream"}
+                on_line(jsonrpc.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}))
+
+        kept = lambda: self._finals.get(private)  # noqa: E731
+        return await self._first(Streamed(None, found, end, kept, private), message, on_line)
+
+    async def _first(self, streamed: Streamed, message: dict[str, Any], on_line: Callable[[bytes], None]) -> Streamed:
+        """Send `message` (under the private id its stream was registered by) and wait for the first thing
+        for it: when that is its answer, nothing is left to stream."""
+        assert streamed.rest is not None
         try:
-            on_line(jsonrpc.dumps({**message, "id": private}))
-            async with found:
-                async for item in found:
-                    await emit(item)
-                    if "method" not in item:
-                        answered = True
-                        return
-            final = self._finals.pop(private, None)  # the answer that found the stream full
-            if final is not None:
-                await emit(final)
-                answered = True
-        finally:
-            self._finals.pop(private, None)
-            del self._listens[private]
-            out.close()
-            if not answered and not self.closed:
-                cancel = {"requestId": private, "reason": "the HTTP client closed its subscriptions/listen stream"}
-                on_line(jsonrpc.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel}))
+            on_line(jsonrpc.dumps({**message, "id": streamed.private}))
+            streamed.first = await streamed.rest.receive()
+        except anyio.EndOfStream:  # the stream filled before a reader came, or the server ended
+            streamed.first = streamed.kept() or {
+                "jsonrpc": "2.0",
+                "id": message["id"],
+                "error": {"code": jsonrpc.UPSTREAM_EXITED, "message": "the server has ended; send the request again"},
+            }
+        except BaseException:
+            streamed.end(cancel=True)
+            streamed.rest.close()
+            raise
+        if "method" not in streamed.first:  # the answer came first: plain JSON, nothing to stream
+            streamed.end(cancel=False)
+            streamed.rest.close()
+            streamed.rest = None
+        return streamed
 
     def close(self, why: str) -> None:
         """Answer every waiting request with an error saying why (the server exited, serve is stopping),
@@ -351,11 +349,13 @@ class Streamed:
         rest: MemoryObjectReceiveStream[dict[str, Any]] | None,
         end: Callable[[bool], None] | None,
         kept: Callable[[], dict[str, Any] | None] = lambda: None,
+        private: str = "",
     ):
         self.first: dict[str, Any] = first or {}
         self.rest = rest
         self._end = end
-        self._kept = kept  # the answer that found the stream full
+        self.kept = kept  # the answer that found the stream full
+        self.private = private  # the id the relay knows the request by
 
     def end(self, *, cancel: bool) -> None:
         if self._end is not None:
@@ -374,7 +374,7 @@ class Streamed:
                         if "method" not in item:
                             answered = True
                             return
-                kept = self._kept()
+                kept = self.kept()
                 if kept is not None:
                     await emit(kept)
                     answered = True

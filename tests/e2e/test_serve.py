@@ -486,6 +486,21 @@ def test_the_guides_curl_transcript_runs_as_shown(tmp_path: Path) -> None:
     assert '"client":"token"' in served.errlog.read_text()
 
 
+async def test_a_listen_the_server_does_not_have_is_a_404_as_directly(tmp_path: Path) -> None:
+    """A 2026-07-28 server without subscriptions/listen answers it -32601; directly that is an HTTP 404 with
+    the error. Through serve it was a 200 SSE stream holding the error; now the same 404 and JSON."""
+    modern = str(ROOT / "tests" / "fixtures" / "modern_raw_server.py")
+    served = start_serve(tmp_path, upstream=["--", PY, modern])
+    listen = modern_request(0, "subscriptions/listen", {"notifications": {"toolsListChanged": True}})
+    try:
+        async with httpx2.AsyncClient(timeout=20) as http:
+            answer = await http.post(served.url, json=listen, headers=modern_headers(ALICE, "subscriptions/listen"))
+    finally:
+        stop(served)
+    assert answer.status_code == 404 and answer.headers["content-type"].startswith("application/json")
+    assert answer.json()["error"]["code"] == -32601 and answer.json()["id"] == 0
+
+
 async def test_a_2026_callers_subscriptions_listen_is_an_event_stream(tmp_path: Path) -> None:
     """subscriptions/listen is answered with an SSE stream: the acknowledgement first, then the server's
     notifications the filter asked for, tagged with the caller's own request id. The server leg is pinned

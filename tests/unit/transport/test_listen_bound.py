@@ -32,8 +32,13 @@ async def test_a_flood_for_a_slow_listener_is_bounded_and_the_stream_goes_on() -
         await reading.wait()  # the caller reads nothing until the flood is over
 
     listen = {"jsonrpc": "2.0", "id": "mine", "method": "subscriptions/listen", "params": {}}
+
+    async def listening() -> None:
+        streamed = await host.listen(listen, sent.append)
+        await streamed.drain(slow_caller)
+
     async with anyio.create_task_group() as tg:
-        tg.start_soon(host.listen, listen, sent.append, slow_caller)
+        tg.start_soon(listening)
         await anyio.sleep(0.01)
         private = json.loads(sent[0])["id"]
         for n in range(10 * LISTEN_BUFFER):  # the server floods the subscription
