@@ -303,11 +303,11 @@ async def test_a_2026_call_streams_its_progress_and_log_messages(tmp_path: Path,
     stream is still answered as JSON. The same whether the server speaks 2026-07-28 or the handshake era."""
     policy = write_policy(tmp_path, f"upstream:\n  era: {era}\n")
     served = start_serve(tmp_path, policy=policy)
-    progress: list[tuple[float, float | None, str | None]] = []
+    steps: list[tuple[float, float | None, str | None]] = []
     logged: list[str] = []
 
-    async def on_progress(done: float, total: float | None, message: str | None) -> None:
-        progress.append((done, total, message))
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        steps.append((progress, total, message))
 
     async def on_log(params: Any) -> None:
         logged.append(str(params.data))
@@ -330,7 +330,7 @@ async def test_a_2026_call_streams_its_progress_and_log_messages(tmp_path: Path,
     finally:
         stop(served)
     assert done.startswith("done 3 steps") and said
-    assert [p[:2] for p in progress] == [(1, 3), (2, 3), (3, 3)]
+    assert [p[:2] for p in steps] == [(1, 3), (2, 3), (3, 3)]
     assert "written down" in logged
     assert plain.headers["content-type"].startswith("application/json")  # nothing to stream: JSON, as before
     assert plain.json()["result"]["content"][0]["text"] == "no stream"
