@@ -228,9 +228,8 @@ async def _http(
         if host is None:
             await _refuse(client, 400, f"CONNECT {target!r}: give HOST:PORT")
             return None
-        upstream = await _decide(Connect(host, port, "connect"), judge, on_refused)
-        if isinstance(upstream, _Failed):
-            await _refuse(client, 403 if upstream.refused else 502, upstream.why)
+        upstream = await _opened(client, Connect(host, port, "connect"), judge, on_refused)
+        if upstream is None:
             return None
         await client.send(b"HTTP/1.1 200 Connection established\r\n\r\n")
         return upstream, rest
@@ -242,13 +241,24 @@ async def _http(
     if host is None:
         await _refuse(client, 400, f"{target!r}: no host")
         return None
-    upstream = await _decide(Connect(host, port, "http"), judge, on_refused)
-    if isinstance(upstream, _Failed):
-        await _refuse(client, 403 if upstream.refused else 502, upstream.why)
+    upstream = await _opened(client, Connect(host, port, "http"), judge, on_refused)
+    if upstream is None:
         return None
     kept = [line for line in header_lines if not line.lower().startswith((b"proxy-", b"connection:", b"keep-alive:"))]
     head = b"\r\n".join([f"{method} /{path} {version}".encode("latin-1"), *kept, b"Connection: close", b"", b""])
     return upstream, head + rest
+
+
+async def _opened(
+    client: anyio.abc.SocketStream, wanted: Connect, judge: Judge, on_refused: Refused
+) -> anyio.abc.SocketStream | None:
+    """The connection for an HTTP client, or None once the client was told why not (403 refused, 502 not
+    reached)."""
+    upstream = await _decide(wanted, judge, on_refused)
+    if isinstance(upstream, _Failed):
+        await _refuse(client, 403 if upstream.refused else 502, upstream.why)
+        return None
+    return upstream
 
 
 def _host_port(authority: str, default: int) -> tuple[str | None, int]:
