@@ -17,7 +17,7 @@ from fakes.llm_server import FakeLLMServer
 from helpers.support import free_port
 
 # fixtures kept in tests/helpers (one conftest for the suite, so mypy sees one module of that name)
-pytest_plugins = ["helpers.browser"]
+pytest_plugins = ["helpers.browser", "helpers.doctoring"]
 TESTS = Path(__file__).resolve().parent
 KINDS = ("unit", "e2e", "security", "conformance")  # the folders under tests/, each a marker (pyproject.toml)
 

@@ -26,12 +26,6 @@ PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAh
 
 
 @pytest.fixture
-def openai_llm() -> Iterator[FakeLLMServer]:
-    with FakeLLMServer("openai") as server:
-        yield server
-
-
-@pytest.fixture
 def anthropic_llm() -> Iterator[FakeLLMServer]:
     with FakeLLMServer("anthropic") as server:
         yield server

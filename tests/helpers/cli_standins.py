@@ -243,3 +243,20 @@ def runs(log: Path) -> list[dict[str, Any]]:
 
 def path_with(directory: Path) -> str:
     return f"{directory}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+# The flags that let each CLI act without asking, as the CLIs spell them (independent of the proxy's list).
+BYPASSES = (
+    "--dangerously-skip-permissions",
+    "--yolo",
+    "--full-auto",
+    "--dangerously-bypass-approvals-and-sandbox",
+    "-y",
+    "bypassPermissions",
+    "danger-full-access",
+)
+
+
+def provider(name: str, body: str) -> str:
+    lines = "".join(f"      {line}\n" for line in body.strip().splitlines())
+    return f"llm:\n  providers:\n    {name}:\n      type: command\n{lines}"

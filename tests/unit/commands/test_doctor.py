@@ -6,59 +6,23 @@ import json
 import os
 import shutil
 import socket
-import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 from fakes.llm_server import FakeLLMServer
-from helpers.support import INITIALIZE_LINE, PY, anthropic_policy, openai_policy, proxy_env, write_policy
+from helpers.doctoring import closed_port, doctor
+from helpers.support import PY, anthropic_policy, openai_policy, write_policy
 
 from mcp_sampling_proxy.commands.cli import main as cli_main
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "host_configs"
 KEY = "sk-test-doctor-0123456789"
-
-
-@pytest.fixture(autouse=True)
-def environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """No real keys, no terminal, and home/state/runtime dirs of the test's own."""
-    for name in list(os.environ):
-        if name.startswith(("OPENAI_", "ANTHROPIC_", "MCP_SAMPLING_PROXY_", "TEST_LLM_")):
-            monkeypatch.delenv(name)
-    for name in ("XDG_CONFIG_HOME", "XDG_STATE_HOME", "CODEX_HOME", "CLAUDE_CONFIG_DIR"):
-        monkeypatch.delenv(name, raising=False)
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("MCP_SAMPLING_PROXY_NO_TERMINAL", "1")
-    monkeypatch.setenv("MCP_SAMPLING_PROXY_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setenv("MCP_SAMPLING_PROXY_RUNTIME_DIR", str(tmp_path / "run"))
-    monkeypatch.chdir(tmp_path)
-    return home
-
-
-def doctor(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
-    code = cli_main(["doctor", *argv])
-    out, err = capsys.readouterr()
-    assert not err
-    return code, out
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@pytest.fixture
-def openai_llm() -> Iterator[FakeLLMServer]:
-    with FakeLLMServer("openai") as server:
-        yield server
+# home, state and runtime dirs of each test's own, no real keys, no terminal (helpers/doctoring.py)
+pytestmark = pytest.mark.usefixtures("environment")
 
 
 def test_live_providers_pass(
@@ -270,26 +234,6 @@ def test_host_configs_are_summarised(environment: Path, capsys: pytest.CaptureFi
     assert f"· Cursor (user) {environment}/.cursor/mcp.json: 0 of 2 servers wrapped" in out
     assert f"! Gemini CLI (user) {environment}/.gemini/settings.json: " in out
     assert code == 0
-
-
-def test_exit_codes_from_the_command_line(tmp_path: Path, openai_llm: FakeLLMServer) -> None:
-    env = proxy_env(
-        HOME=str(tmp_path / "home"),
-        MCP_SAMPLING_PROXY_STATE_DIR=str(tmp_path / "state"),
-        MCP_SAMPLING_PROXY_RUNTIME_DIR=str(tmp_path / "run"),
-        TEST_LLM_KEY="k",
-    )
-    good = write_policy(tmp_path, openai_policy(openai_llm.base_url, model="fake-gpt-4o-mini"), "good.yaml")
-    dead = write_policy(tmp_path, openai_policy(f"http://127.0.0.1:{closed_port()}/v1"), "dead.yaml")
-    for policy, expected in ((good, 0), (dead, 1)):
-        result = subprocess.run(
-            [PY, "-m", "mcp_sampling_proxy", "doctor", "--policy", policy],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert result.returncode == expected, result.stdout + result.stderr
 
 
 def login_shell(directory: Path, **exports: str) -> Path:
@@ -523,77 +467,6 @@ def test_a_state_file_set_aside_is_reported(
     assert f"fix: look at {state / 'budgets.json.corrupt'}" in out
 
 
-def test_the_sandbox_is_reported_as_it_is(tmp_path: Path) -> None:
-    """Doctor says whether servers run in the sandbox here; `sandbox: required` without bwrap is a failure."""
-    policy = write_policy(tmp_path, "rules: []\n")
-    required = write_policy(tmp_path, "sandbox: required\n", "required.yaml")
-    env = proxy_env(MCP_SAMPLING_PROXY_STATE_DIR=str(tmp_path / "state"))
-
-    def run(path: str, **extra: str) -> tuple[int, str]:
-        done = subprocess.run(
-            [PY, "-m", "mcp_sampling_proxy", "doctor", "--policy", path],
-            capture_output=True,
-            text=True,
-            env={**env, **extra},
-            timeout=60,
-        )
-        return done.returncode, done.stdout
-
-    if shutil.which("bwrap") is not None:
-        assert "sandbox: bubblewrap works here; servers run in it" in run(policy)[1]
-    code, out = run(policy, PATH="/nonexistent")
-    assert "no sandbox: bwrap is not installed" in out and "servers run unconfined" in out
-    assert "fix: install bubblewrap" in out
-    code, out = run(required, PATH="/nonexistent")
-    assert code == 1
-    assert "sandbox: required, but bwrap is not installed" in out and "proxies refuse to start" in out
-
-
-def test_forged_approvals_and_a_tampered_budget_are_reported(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], openai_llm: FakeLLMServer
-) -> None:
-    """What a proxy sealed verifies; an approval or a budgets file something else wrote is named, with the fix."""
-    state = tmp_path / "state"
-    policy = write_policy(
-        tmp_path,
-        openai_policy(
-            openai_llm.base_url,
-            rules=("rules:\n  - name: capped\n    action: allow\n    budget: {tokens: 1000, per: 1d}\n"),
-        ),
-    )
-    hello = INITIALIZE_LINE
-    subprocess.run(
-        [PY, "-m", "mcp_sampling_proxy", "--policy", policy, "--", PY, "-c", "import sys; sys.stdin.read()"],
-        input=hello,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=proxy_env(MCP_SAMPLING_PROXY_STATE_DIR=str(state)),
-    )
-    assert (state / "integrity.key").exists()  # the proxy made its key
-    from mcp_sampling_proxy.approval.memory import ApprovalMemory
-    from mcp_sampling_proxy.quotas.limiters import TokenBudget
-    from mcp_sampling_proxy.quotas.state import JsonStateFile
-
-    ApprovalMemory(store=JsonStateFile(state / "approvals.json")).remember("docs", "search", "always", "ask", "console")
-    TokenBudget(state / "budgets.json").reserve("capped", 1000, 86400, 10)
-    code, out = doctor(capsys, "--policy", policy)
-    assert "sealed state: remembered approvals and budgets in" in out and "verify" in out
-    approvals = json.loads((state / "approvals.json").read_text())
-    approvals["always"].append({"server": "evil", "tool": "go", "rule": "forged", "channel": "console", "at": None})
-    (state / "approvals.json").write_text(json.dumps(approvals))
-    (state / "budgets.json").write_text("{}")
-    code, out = doctor(capsys, "--policy", policy)
-    assert code == 1
-    assert "a remembered approval for server 'evil', tool 'go' was not written by a proxy" in out
-    assert "'docs'" not in out  # the sealed one is not reported
-    assert (
-        "budgets.json was not written by mcp-sampling-proxy (its seal does not match): budgeted requests are "
-        "refused" in out
-    )
-    assert f"fix: remove {state / 'budgets.json'}" in out
-
-
 @pytest.mark.parametrize(
     ("host", "config", "reaches"),
     [
@@ -634,18 +507,6 @@ def test_a_key_exported_in_this_shell_counts_only_for_hosts_started_from_it(
     path.write_text(json.dumps({"mcpServers": {"notes": entry}}, indent=2))
     _, out = doctor(capsys)
     assert "'notes': TEST_LLM_KEY set" in out
-
-
-def test_doctor_prints_its_checklist_and_nothing_else_on_stdout(tmp_path: Path) -> None:
-    """No log line heads the checklist (a debug line about where the runtime dir was found used to):
-    helpers log warnings and errors only, on stderr."""
-    env = {k: v for k, v in proxy_env().items() if k != "XDG_RUNTIME_DIR"}
-    env["HOME"] = str(tmp_path)
-    done = subprocess.run(
-        [PY, "-m", "mcp_sampling_proxy", "doctor"], env=env, capture_output=True, text=True, timeout=60
-    )
-    assert done.stdout.startswith("mcp-sampling-proxy doctor: "), done.stdout[:200]
-    assert "[debug" not in done.stdout + done.stderr
 
 
 def test_each_wrapped_entry_says_where_each_providers_key_comes_from_and_whether_it_reaches(

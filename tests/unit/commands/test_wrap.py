@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from helpers.support import EXAMPLES, PY, proxy_env, sdk_host, write_policy
+from helpers.support import PY, write_policy
+from helpers.wrapping import FIXTURES, copy_fixture, run, servers_of
 
 from mcp_sampling_proxy.commands.cli import main as cli_main
 from mcp_sampling_proxy.commands.wrap import Invocation, proxy_invocation
@@ -22,7 +23,6 @@ from mcp_sampling_proxy.hosts.entries import Remote, classify, is_wrapped, parse
 from mcp_sampling_proxy.hosts.jsonc import parse_jsonc
 from mcp_sampling_proxy.hosts.registry import ConfigError, config_path
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "host_configs"
 CASES = [
     ("claude-desktop", "claude_desktop_config.json"),
     ("claude-code", "claude_code.mcp.json"),
@@ -40,7 +40,6 @@ CASES = [
     ("continue", "continue.block.yaml"),
     ("continue", "continue.mcp.json"),
 ]
-SERVERS_KEY = {"vscode": "servers", "codex": "mcp_servers", "zed": "context_servers"}
 
 
 @pytest.fixture(autouse=True)
@@ -53,28 +52,6 @@ def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture
 def policy(tmp_path: Path) -> str:
     return write_policy(tmp_path, "rules:\n  - name: all\n    action: allow\n")
-
-
-def copy_fixture(tmp_path: Path, name: str) -> Path:
-    target = tmp_path / "cfg" / name
-    target.parent.mkdir(exist_ok=True)
-    shutil.copyfile(FIXTURES / name, target)
-    return target
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = cli_main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def servers_of(host: str, path: Path) -> dict[str, Any]:
-    doc = load_config(path, host)
-    return doc.servers(
-        doc.tables()[0]
-        if path.name.endswith("settings.json") and host == "vscode"
-        else (SERVERS_KEY.get(host, "mcpServers"),)
-    )
 
 
 def backups(path: Path) -> list[Path]:
@@ -729,28 +706,6 @@ def test_without_the_script_the_proxy_runs_as_a_module(
 # -- the wrapped entry really runs ----------------------------------------------------------------------
 
 
-@pytest.mark.anyio
-async def test_a_wrapped_claude_desktop_entry_starts_the_server(tmp_path: Path, policy: str) -> None:
-    path = tmp_path / "claude_desktop_config.json"
-    path.write_text(
-        json.dumps(
-            {
-                "mcpServers": {
-                    "summarizer": {"command": PY, "args": [str(EXAMPLES / "summarizer.py")], "env": {"EXAMPLE": "1"}}
-                }
-            },
-            indent=2,
-        )
-    )
-    assert cli_main(["wrap", "--host", "claude-desktop", "--config", str(path), "--all", "--policy", policy]) == 0
-    entry = json.loads(path.read_text())["mcpServers"]["summarizer"]
-    assert entry["command"].endswith("mcp-sampling-proxy") and os.path.isabs(entry["command"])
-    env = {**proxy_env(), **entry["env"]}
-    async with sdk_host([entry["command"], *entry["args"]], env, tmp_path / "stderr.log") as client:
-        tools = await client.list_tools()
-    assert "summarize" in {tool.name for tool in tools.tools}
-
-
 # -- backups -------------------------------------------------------------------------------------------
 
 
@@ -1152,23 +1107,6 @@ def test_continue_windows_line_endings_are_kept(
     assert path.read_bytes() == original
 
 
-@pytest.mark.anyio
-async def test_a_wrapped_continue_entry_starts_the_server(tmp_path: Path, policy: str) -> None:
-    path = tmp_path / "config.yaml"
-    path.write_text(
-        "name: test\nversion: 0.0.1\nschema: v1\nmcpServers:\n  - name: summarizer  # example\n"
-        f"    command: {json.dumps(PY)}\n    args:\n      - {json.dumps(str(EXAMPLES / 'summarizer.py'))}\n"
-        "    env:\n      EXAMPLE: '1'\n"
-    )
-    assert cli_main(["wrap", "--host", "continue", "--config", str(path), "--all", "--policy", policy]) == 0
-    entry = servers_of("continue", path)["summarizer"]
-    assert entry["command"].endswith("mcp-sampling-proxy") and os.path.isabs(entry["command"])
-    env = {**proxy_env(), **entry["env"]}
-    async with sdk_host([entry["command"], *entry["args"]], env, tmp_path / "stderr.log") as client:
-        tools = await client.list_tools()
-    assert "summarize" in {tool.name for tool in tools.tools}
-
-
 def test_wrap_writes_sandbox_profiles_into_the_policy(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str
 ) -> None:
@@ -1242,13 +1180,3 @@ def test_wrap_says_when_the_policys_key_will_not_reach_the_proxy(
     assert "api_key_file (a 0600 file) or api_key_command" in note
     assert f"or add MY_LLM_KEY to the entry's env in {path}" in note
     assert "'keyed'" not in note
-
-
-def test_wrap_help_ends_in_whole_sentences() -> None:
-    import subprocess
-
-    done = subprocess.run(
-        [PY, "-m", "mcp_sampling_proxy", "wrap", "--help"], capture_output=True, text=True, timeout=30
-    )
-    last = done.stdout.rstrip().splitlines()[-1]
-    assert last.endswith("."), last  # it used to stop mid-sentence, at "entries are found by their name:"

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
-from helpers.support import PY, proxy_env, write_policy
+from helpers.support import write_policy
 
 from mcp_sampling_proxy.config.providers import ModelSpec, ProviderConfig
 from mcp_sampling_proxy.config.settings import (
@@ -225,39 +224,6 @@ def test_missing_policy_file(tmp_path: Path) -> None:
     assert str(info.value) == f"{path}: policy file not found"
 
 
-def test_a_policy_that_is_not_utf8_names_the_line_and_column(tmp_path: Path) -> None:
-    path = tmp_path / "policy.yaml"
-    path.write_bytes(b"rules:\n  - name: caf\xe9\n    action: allow\n")
-    result = subprocess.run(
-        [PY, "-m", "mcp_sampling_proxy", "policy", "check", str(path)],
-        capture_output=True,
-        text=True,
-        env=proxy_env(),
-        timeout=60,
-    )
-    assert result.returncode == 1
-    assert result.stderr.strip() == f"{path}:2:14: not UTF-8 text (byte 0xe9); save the file as UTF-8"
-    assert "Traceback" not in result.stderr
-
-
-def test_a_fifo_given_as_the_policy_stops_the_proxy_with_an_error(tmp_path: Path) -> None:
-    """A FIFO (or a device) where the policy should be: reading it would wait for a writer for good,
-    before the proxy answered anything. The proxy stops at once and says what is wrong."""
-    path = tmp_path / "policy.yaml"
-    os.mkfifo(path)
-    result = subprocess.run(
-        [PY, "-m", "mcp_sampling_proxy", "--policy", str(path), "--", PY, "-c", "pass"],
-        capture_output=True,
-        text=True,
-        env=proxy_env(),
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
-    assert result.returncode == 2
-    assert f"{path} is not a regular file: a policy must be a YAML file" in result.stderr
-    assert result.stdout == ""
-
-
 # -- a valid file ---------------------------------------------------------------------------------
 
 FULL = """\
@@ -438,29 +404,6 @@ def test_secret_env_vars_minus_pass_env() -> None:
     settings = parse_settings(FULL.replace("pass_env: [LOCAL_KEY]", "pass_env: [LOCAL_KEY, OPENAI_API_KEY]"), F)
     assert settings.secret_env_vars() == {"MY_ANTHROPIC", "ANTHROPIC_API_KEY"}
     assert settings_from_environment({}).secret_env_vars() == {"OPENAI_API_KEY", "ANTHROPIC_API_KEY"}
-
-
-# -- the command line -----------------------------------------------------------------------------
-
-
-def test_cli_bad_policy_exits_2_with_position_on_stderr(tmp_path: Path) -> None:
-    path = write_policy(tmp_path, "llm:\n  providers:\n    p:\n      type: openai\n      modles: [m]\n")
-    script = tmp_path / "x.py"
-    script.write_text("import sys\nsys.stdin.read()\n")
-    result = subprocess.run(
-        [PY, "-m", "mcp_sampling_proxy", "--policy", path, "--", PY, str(script)],
-        env=proxy_env(),
-        capture_output=True,
-        text=True,
-        timeout=30,
-        stdin=subprocess.DEVNULL,
-    )
-    assert result.returncode == 2
-    assert result.stdout == ""
-    assert f"{path}:5:7: unknown key 'modles' in llm.providers.p (did you mean 'models'?)" in result.stderr
-    assert result.stderr.startswith("mcp-sampling-proxy: error: ")
-    # the server may have been started early (cli/child_env); it is stopped again before it gets a byte
-    # (test_relay.py::test_a_policy_error_stops_a_server_started_early)
 
 
 def test_the_sandbox_section() -> None:

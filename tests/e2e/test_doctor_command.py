@@ -1,0 +1,120 @@
+"""`mcp-sampling-proxy doctor` as the command a user runs: its exit codes, its report of the sandbox and of
+the sealed state, and a stdout that holds the checklist alone."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from fakes.llm_server import FakeLLMServer
+from helpers.doctoring import closed_port, doctor
+from helpers.support import INITIALIZE_LINE, PY, openai_policy, proxy_env, write_policy
+
+# home, state and runtime dirs of each test's own, no real keys, no terminal (helpers/doctoring.py)
+pytestmark = pytest.mark.usefixtures("environment")
+
+
+def test_exit_codes_from_the_command_line(tmp_path: Path, openai_llm: FakeLLMServer) -> None:
+    env = proxy_env(
+        HOME=str(tmp_path / "home"),
+        MCP_SAMPLING_PROXY_STATE_DIR=str(tmp_path / "state"),
+        MCP_SAMPLING_PROXY_RUNTIME_DIR=str(tmp_path / "run"),
+        TEST_LLM_KEY="k",
+    )
+    good = write_policy(tmp_path, openai_policy(openai_llm.base_url, model="fake-gpt-4o-mini"), "good.yaml")
+    dead = write_policy(tmp_path, openai_policy(f"http://127.0.0.1:{closed_port()}/v1"), "dead.yaml")
+    for policy, expected in ((good, 0), (dead, 1)):
+        result = subprocess.run(
+            [PY, "-m", "mcp_sampling_proxy", "doctor", "--policy", policy],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == expected, result.stdout + result.stderr
+
+
+def test_the_sandbox_is_reported_as_it_is(tmp_path: Path) -> None:
+    """Doctor says whether servers run in the sandbox here; `sandbox: required` without bwrap is a failure."""
+    policy = write_policy(tmp_path, "rules: []\n")
+    required = write_policy(tmp_path, "sandbox: required\n", "required.yaml")
+    env = proxy_env(MCP_SAMPLING_PROXY_STATE_DIR=str(tmp_path / "state"))
+
+    def run(path: str, **extra: str) -> tuple[int, str]:
+        done = subprocess.run(
+            [PY, "-m", "mcp_sampling_proxy", "doctor", "--policy", path],
+            capture_output=True,
+            text=True,
+            env={**env, **extra},
+            timeout=60,
+        )
+        return done.returncode, done.stdout
+
+    if shutil.which("bwrap") is not None:
+        assert "sandbox: bubblewrap works here; servers run in it" in run(policy)[1]
+    code, out = run(policy, PATH="/nonexistent")
+    assert "no sandbox: bwrap is not installed" in out and "servers run unconfined" in out
+    assert "fix: install bubblewrap" in out
+    code, out = run(required, PATH="/nonexistent")
+    assert code == 1
+    assert "sandbox: required, but bwrap is not installed" in out and "proxies refuse to start" in out
+
+
+def test_forged_approvals_and_a_tampered_budget_are_reported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], openai_llm: FakeLLMServer
+) -> None:
+    """What a proxy sealed verifies; an approval or a budgets file something else wrote is named, with the fix."""
+    state = tmp_path / "state"
+    policy = write_policy(
+        tmp_path,
+        openai_policy(
+            openai_llm.base_url,
+            rules=("rules:\n  - name: capped\n    action: allow\n    budget: {tokens: 1000, per: 1d}\n"),
+        ),
+    )
+    hello = INITIALIZE_LINE
+    subprocess.run(
+        [PY, "-m", "mcp_sampling_proxy", "--policy", policy, "--", PY, "-c", "import sys; sys.stdin.read()"],
+        input=hello,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=proxy_env(MCP_SAMPLING_PROXY_STATE_DIR=str(state)),
+    )
+    assert (state / "integrity.key").exists()  # the proxy made its key
+    from mcp_sampling_proxy.approval.memory import ApprovalMemory
+    from mcp_sampling_proxy.quotas.limiters import TokenBudget
+    from mcp_sampling_proxy.quotas.state import JsonStateFile
+
+    ApprovalMemory(store=JsonStateFile(state / "approvals.json")).remember("docs", "search", "always", "ask", "console")
+    TokenBudget(state / "budgets.json").reserve("capped", 1000, 86400, 10)
+    code, out = doctor(capsys, "--policy", policy)
+    assert "sealed state: remembered approvals and budgets in" in out and "verify" in out
+    approvals = json.loads((state / "approvals.json").read_text())
+    approvals["always"].append({"server": "evil", "tool": "go", "rule": "forged", "channel": "console", "at": None})
+    (state / "approvals.json").write_text(json.dumps(approvals))
+    (state / "budgets.json").write_text("{}")
+    code, out = doctor(capsys, "--policy", policy)
+    assert code == 1
+    assert "a remembered approval for server 'evil', tool 'go' was not written by a proxy" in out
+    assert "'docs'" not in out  # the sealed one is not reported
+    assert (
+        "budgets.json was not written by mcp-sampling-proxy (its seal does not match): budgeted requests are "
+        "refused" in out
+    )
+    assert f"fix: remove {state / 'budgets.json'}" in out
+
+
+def test_doctor_prints_its_checklist_and_nothing_else_on_stdout(tmp_path: Path) -> None:
+    """No log line heads the checklist (a debug line about where the runtime dir was found used to):
+    helpers log warnings and errors only, on stderr."""
+    env = {k: v for k, v in proxy_env().items() if k != "XDG_RUNTIME_DIR"}
+    env["HOME"] = str(tmp_path)
+    done = subprocess.run(
+        [PY, "-m", "mcp_sampling_proxy", "doctor"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.startswith("mcp-sampling-proxy doctor: "), done.stdout[:200]
+    assert "[debug" not in done.stdout + done.stderr
