@@ -11,13 +11,14 @@ stops because of one leaves its user the fix.
 
 from __future__ import annotations
 
+import ipaddress
 from typing import TYPE_CHECKING
 
 from mcp_sampling_proxy.approval.approver import Approver
 from mcp_sampling_proxy.approval.channels import ApprovalRequest
 from mcp_sampling_proxy.audit.recorder import AuditLog
 from mcp_sampling_proxy.audit.records import request_fields
-from mcp_sampling_proxy.config.sandbox_settings import HostGrant, SandboxSettings
+from mcp_sampling_proxy.config.sandbox_settings import SandboxSettings
 from mcp_sampling_proxy.log import Throttle, get_logger
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 from mcp_sampling_proxy.sanitize import one_line
@@ -66,7 +67,7 @@ class NetworkGate:
         granted = next((grant for grant in network.hosts if grant.names(wanted.host, wanted.port)), None)
         if granted is not None:
             self._record(target, "allow", f"{granted} is in {self.where}")
-            return Verdict(True, internal=_names_itself(granted))
+            return Verdict(True, internal=_may_be_internal(granted.pattern))
         return await self._ask(wanted, target)
 
     async def _ask(self, wanted: Connect, target: str) -> Verdict:
@@ -95,7 +96,7 @@ class NetworkGate:
             return Verdict(False, refusal)
         if approval.approved:
             self._record(target, "approved", approval.reason, approver=approval.who)
-            return Verdict(True, internal=True)  # the human saw this very host and port, and allowed it
+            return Verdict(True, internal=_may_be_internal(wanted.host))  # as the human saw it
         outcome: Outcome = "timeout" if approval.outcome == "timeout" else "rejected"
         self._record(target, outcome, approval.reason, approver=approval.who)
         if approval.outcome == "unavailable":  # nobody to ask: the grant is the way
@@ -127,6 +128,14 @@ def _target(wanted: Connect) -> str:
     return f"{host}:{wanted.port}"
 
 
-def _names_itself(grant: HostGrant) -> bool:
-    """A grant that names one host (not `*.` subdomains): it may be an address of this machine's."""
-    return not grant.pattern.startswith("*") and "*" not in grant.pattern
+def _may_be_internal(host: str) -> bool:
+    """Whether a grant (or an approval) of `host` reaches this machine's loopback and link-local addresses:
+    only when it names them itself (an address, a network, `localhost`). A host name granted for what it
+    is (`api.example.com`) that resolves to 127.0.0.1 is DNS rebinding, and stays refused."""
+    if host.lower().rstrip(".") == "localhost":
+        return True
+    try:
+        ipaddress.ip_network(host.strip("[]"), strict=False)
+    except ValueError:
+        return False
+    return True
