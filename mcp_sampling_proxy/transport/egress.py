@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import re
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -124,8 +125,25 @@ class _Failed:
     refused: bool
 
 
+_NAME = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,62})(?:\.[a-z0-9_](?:[a-z0-9_-]{0,62}))*\.?")
+
+
+def host_is_well_formed(host: str) -> bool:
+    """A host name or an address: what a server sends in its place (control characters, spaces, escape
+    sequences) never reaches the judge, the console's question or the audit."""
+    if len(host) <= 253 and _NAME.fullmatch(host):
+        return True
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 async def _decide(wanted: Connect, judge: Judge, on_refused: Refused) -> anyio.abc.SocketStream | _Failed:
     """The judged, resolved, checked connection; or why there is none."""
+    if not host_is_well_formed(wanted.host):
+        return _Failed("that is not a host name or an address", True)
     verdict = await judge(wanted)
     if not verdict.allowed:
         on_refused(wanted, verdict.reason)
@@ -244,8 +262,11 @@ async def _http(
     upstream = await _opened(client, Connect(host, port, "http"), judge, on_refused)
     if upstream is None:
         return None
-    kept = [line for line in header_lines if not line.lower().startswith((b"proxy-", b"connection:", b"keep-alive:"))]
-    head = b"\r\n".join([f"{method} /{path} {version}".encode("latin-1"), *kept, b"Connection: close", b"", b""])
+    # the server is the host the relay judged (a Host header naming another would reach another site there)
+    dropped = (b"proxy-", b"connection:", b"keep-alive:", b"host:")
+    kept = [line for line in header_lines if not line.lower().startswith(dropped)]
+    named = f"Host: {_target_of(host, port, 80)}".encode()
+    head = b"\r\n".join([f"{method} /{path} {version}".encode("latin-1"), named, *kept, b"Connection: close", b"", b""])
     return upstream, head + rest
 
 
@@ -259,6 +280,11 @@ async def _opened(
         await _refuse(client, 403 if upstream.refused else 502, upstream.why)
         return None
     return upstream
+
+
+def _target_of(host: str, port: int, default: int) -> str:
+    shown = f"[{host}]" if ":" in host else host
+    return shown if port == default else f"{shown}:{port}"
 
 
 def _host_port(authority: str, default: int) -> tuple[str | None, int]:

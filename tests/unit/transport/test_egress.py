@@ -108,8 +108,8 @@ async def test_a_refusal_of_the_judge_is_said_with_its_reason() -> None:
 async def test_plain_http_goes_on_in_origin_form_and_closes() -> None:
     async with echo_server() as target, relay(Verdict(True, internal=True)) as (port, asked, _):
         request = (
-            f"GET http://127.0.0.1:{target}/page?q=1 HTTP/1.1\r\nHost: 127.0.0.1\r\nProxy-Authorization: x\r\n"
-            "Connection: keep-alive\r\n\r\n"
+            f"GET http://127.0.0.1:{target}/page?q=1 HTTP/1.1\r\nHost: other.example\r\nProxy-Authorization: x\r\n"
+            "Connection: keep-alive\r\nAccept: */*\r\n\r\n"
         ).encode()
         stream = await anyio.connect_tcp("127.0.0.1", port)
         await stream.send(request)
@@ -118,7 +118,9 @@ async def test_plain_http_goes_on_in_origin_form_and_closes() -> None:
             while b"\r\n\r\n" not in echoed:
                 echoed += await stream.receive()
         await stream.aclose()
-    assert echoed.startswith(b"GET /page?q=1 HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # what the server got
+    # what the server got: its own name as the Host (not another site's the client wrote), and the rest
+    assert echoed.startswith(f"GET /page?q=1 HTTP/1.1\r\nHost: 127.0.0.1:{target}\r\nAccept: */*\r\n".encode())
+    assert b"other.example" not in echoed
     assert b"Proxy-Authorization" not in echoed and b"keep-alive" not in echoed and b"Connection: close" in echoed
     assert asked == [Connect("127.0.0.1", target, "http")]
 
@@ -157,6 +159,17 @@ async def test_open_connections_are_bounded(monkeypatch: pytest.MonkeyPatch) -> 
             await extra.receive()  # closed at once
         for stream in [*held, extra]:
             await stream.aclose()
+
+
+async def test_what_is_no_host_never_reaches_the_judge() -> None:
+    """Escape sequences, punctuation or a name past 253 characters where a host should be are refused before the judge,
+    so they never reach the console's question or the audit."""
+    async with relay(Verdict(True)) as (port, asked, refused):
+        for host in ("evil\x1b]0;approve\x07.example", "a!b.example", "x" * 300):
+            answer, stream = await exchange(port, f"CONNECT {host}:443 HTTP/1.1\r\n\r\n".encode("latin-1"))
+            body = answer + await read_all(stream)
+            assert body.startswith(b"HTTP/1.1 403") and b"not a host name or an address" in body, body
+    assert asked == [] and refused == []
 
 
 def test_internal_addresses() -> None:
