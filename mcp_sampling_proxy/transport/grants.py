@@ -186,16 +186,25 @@ def _within(inner: str, outer: str) -> bool:
 def grant_problems(
     settings: SandboxSettings, own: Iterable[str | os.PathLike[str]], environ: Mapping[str, str] | None = None
 ) -> list[str]:
-    """What is wrong with the write grants of `settings` (one sentence each, naming the grant): a grant
-    that is, holds or lies inside the proxy's `own` files or a place whose contents run as the user later.
-    The home directory itself and `/` hold them all."""
+    """What is wrong with the grants of `settings` (one sentence each, naming the grant): a write grant
+    that is, holds or lies inside the proxy's `own` files or a place whose contents run as the user later
+    (the home directory itself and `/` hold them all); a read grant that is, or lies inside, the proxy's
+    own files (which it would show)."""
     environ = os.environ if environ is None else environ
-    if not settings.write:
-        return []
-    protected = runs_later(environ)
-    protected += [Protected(os.path.normpath(os.fspath(path)), PROXY_OWN) for path in own]
-    protected.sort(key=lambda guard: not os.path.lexists(guard.path))  # what is there first: it says the most
     problems: list[str] = []
+    owned = [os.path.normpath(os.fspath(path)) for path in own]
+    for grant in dict.fromkeys(settings.read):  # a secret to show: never one of the proxy's own files
+        shows = next(((p, c) for p in owned if (c := _clash(grant, p)) is not None and c != "holds"), None)
+        if shows is not None:
+            problems.append(
+                f"{settings.where or 'sandbox'}.read: {home_relative(Path(grant))} is {shows[1]} "
+                f"{home_relative(Path(shows[0]))} ({PROXY_OWN}): a server never sees it"
+            )
+    if not settings.write:
+        return problems
+    protected = runs_later(environ)
+    protected += [Protected(path, PROXY_OWN) for path in owned]
+    protected.sort(key=lambda guard: not os.path.lexists(guard.path))  # what is there first: it says the most
     where = f"{settings.where or 'sandbox'}.write"
     for grant in dict.fromkeys(settings.write):
         clashes = [(guard, clash) for guard in protected if (clash := _clash(grant, guard.path)) is not None]

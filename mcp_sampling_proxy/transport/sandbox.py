@@ -117,16 +117,18 @@ def plan(
         words += ["--bind", path, path]
     for path in _git_protected(settings.write):
         words += ["--ro-bind", path, path]
-    shown = [str(p) for p in _made(_servers_data_dir()) or ()]  # other servers' data: not this one's to see
-    shown += [s.path for s in secrets(environ) if not _granted(s.path, settings.read)]
-    hidden = [p for p in _existing([*shown, *settings.hide, *map(str, own)]) if _in_sight(p, [*tops, *writable])]
-    for path in hidden:
+    sight = [*tops, *writable]
+    unshown = [str(p) for p in _made(_servers_data_dir()) or ()]  # other servers' data: not this one's to see
+    unshown += [s.path for s in secrets(environ) if not _granted(s.path, settings.read)]
+    unshown = [p for p in _existing(unshown) if _in_sight(p, sight)]
+    kept = [p for p in _existing([*settings.hide, *map(str, own)]) if _in_sight(p, sight)]  # never shown again
+    for path in [*unshown, *kept]:
         words += ["--tmpfs", path] if os.path.isdir(path) else ["--ro-bind", os.devnull, path]
     for path in writable:  # a grant inside a hidden directory (its data directory): there again, on top
-        if _strictly_inside(path, hidden):
+        if _strictly_inside(path, unshown) and not _inside(path, kept):
             words += ["--bind", path, path]
     for path in _existing(settings.read):  # a secret granted inside a hidden one (~/.ssh/known_hosts): it alone
-        if _strictly_inside(path, hidden) and path not in writable:
+        if _strictly_inside(path, unshown) and not _inside(path, kept) and path not in writable:
             words += ["--ro-bind", path, path]
     words += ["--chdir", cwd, "--"]
     env = [(DATA_ENV, data[0])] if data else []
@@ -184,6 +186,11 @@ def _granted(secret: str, read: Iterable[str]) -> bool:
 
 def _strictly_inside(path: str, directories: Iterable[str]) -> bool:
     return any(path != d and path.startswith(d.rstrip(os.sep) + os.sep) for d in directories)
+
+
+def _inside(path: str, places: Iterable[str]) -> bool:
+    """`path` is one of `places` or lies inside one."""
+    return any(path == p or path.startswith(p.rstrip(os.sep) + os.sep) for p in places)
 
 
 def _made(path: Path) -> tuple[str] | None:

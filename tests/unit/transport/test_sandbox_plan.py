@@ -83,3 +83,18 @@ def test_a_symlink_to_the_home_directory_is_the_home_directory(home: Path) -> No
     (home / "notes" / "up").symlink_to(home)
     settings = settings_of("sandbox:\n  servers:\n    notes: {write: [~/notes/up]}\n", home)
     assert "holds" in grant_problems(settings, [])[0]
+
+
+def test_a_read_grant_never_shows_the_proxys_own_files(home: Path) -> None:
+    """`read:` shows a secret back; inside the proxy's own state it would show its key: refused, and were the
+    plan made anyway, nothing of the proxy's is bound back over its hiding."""
+    state = home / ".ssh" / "proxy-state"  # the proxy's own, inside a hidden secret
+    state.mkdir()
+    (state / "integrity.key").write_text("k")
+    settings = settings_of(f"sandbox:\n  servers:\n    notes: {{read: [{state / 'integrity.key'}]}}\n", home)
+    (problem,) = grant_problems(settings, [state])
+    assert problem.startswith("sandbox.servers.notes.read: ") and "(the proxy's own" in problem
+    assert "a server never sees it" in problem
+    plan = sandbox.plan(settings, [state], name="notes", command=[str(home / "server.py")])
+    assert str(state / "integrity.key") not in pairs(plan.prefix, "--ro-bind")
+    assert str(state) in pairs(plan.prefix, "--tmpfs")
