@@ -49,7 +49,7 @@ from mcp_sampling_proxy.providers.command import program_of
 from mcp_sampling_proxy.providers.errors import http_error, safe_url
 from mcp_sampling_proxy.providers.registry import make_adapter
 from mcp_sampling_proxy.providers.retry import connect_reason
-from mcp_sampling_proxy.quotas.integrity import report
+from mcp_sampling_proxy.quotas.integrity import report, start_anew
 from mcp_sampling_proxy.quotas.state import state_dir
 from mcp_sampling_proxy.sanitize import one_line
 from mcp_sampling_proxy.terminal import DISABLE_ENV, Terminal
@@ -592,7 +592,7 @@ def check_containment(settings: Any) -> Section:
         section.add(
             "fail",
             f"{state.budgets}: budgeted requests are refused",
-            f"remove {directory / 'budgets.json'} (budgets then start again from zero)",
+            f"{start_anew(directory / 'budgets.json')} (budgets then start again from zero)",
         )
     for status, text, fix in tool_checks():
         section.add(status, text, fix or "")

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mcp_sampling_proxy.identity import normalise
-from mcp_sampling_proxy.quotas.integrity import KEY_FILE
+from mcp_sampling_proxy.quotas.integrity import KEY_FILE, start_anew
 from mcp_sampling_proxy.quotas.state import state_dir
 from mcp_sampling_proxy.quotas.tool_pins import PINNED_FIELDS, PINS_FILE, PinnedServer, ToolPins
 from mcp_sampling_proxy.sanitize import one_line, strip_controls
@@ -63,7 +63,7 @@ def main(argv: Sequence[str]) -> int:
         print(f"{PROG}: the pins cannot be trusted: {problem}", file=sys.stderr)
         print(
             "running proxies hold every tool of every server until this is mended; "
-            f"to pin anew from the next tools/list, remove {pins.path} yourself",
+            f"to pin anew from the next tools/list, {start_anew(pins.path)}",
             file=sys.stderr,
         )
         return 1
@@ -230,7 +230,8 @@ def doctor_checks() -> list[tuple[str, str, str | None]]:
             (
                 "fail",
                 f"tool pins: {problem}: proxies hold every tool",
-                f"remove {pins.path} to pin anew (something running as you changed it: a server without a sandbox?)",
+                f"{start_anew(pins.path)} to pin anew (something running as you changed it: a server without a "
+                "sandbox?)",
             )
         ]
     checks: list[tuple[str, str, str | None]] = []

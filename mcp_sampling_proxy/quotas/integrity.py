@@ -129,6 +129,12 @@ def prepare(directory: Path) -> bool:
     return True
 
 
+def start_anew(path: Path) -> str:
+    """How a user starts a sealed state file anew: removing it alone is what a server would do (and is
+    refused), so the ledger that names it goes too, and the proxies that saw it restart."""
+    return f"remove {path} and {path.with_name(LEDGER_FILE)}, then restart the proxies"
+
+
 def start_state(directory: Path) -> bool:
     """At start, before the server runs: the key made when missing and held from now on, and the ledger;
     True when the key was made now (then `state.adopt` seals what an older version wrote)."""

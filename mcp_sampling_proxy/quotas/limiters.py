@@ -52,7 +52,7 @@ from mcp_sampling_proxy.quotas.refusals import (
     state_file_refusal,
     unpriced_refusal,
 )
-from mcp_sampling_proxy.quotas.state import JsonStateFile, TamperedState, state_dir
+from mcp_sampling_proxy.quotas.state import JsonStateFile, StateGone, TamperedState, state_dir
 from mcp_sampling_proxy.quotas.token_bound import max_tokens, worst_case_tokens
 
 if TYPE_CHECKING:
@@ -635,7 +635,8 @@ class Limiters:
         try:
             got = await anyio.to_thread.run_sync(functools.partial(local.reserve, key, limit, per, worst, rule=rule))
         except OSError as exc:
-            return state_file_refusal(local.store.path, exc, key, tampered=isinstance(exc, TamperedState))
+            tampered, gone = isinstance(exc, TamperedState), isinstance(exc, StateGone)
+            return state_file_refusal(local.store.path, exc, key, tampered=tampered, gone=gone)
         return got if isinstance(got, Refusal) else _Held(got, local)
 
     def _local(self, unit: str) -> TokenBudget:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mcp_sampling_proxy.config.prices import format_usd
+from mcp_sampling_proxy.quotas.integrity import start_anew
 
 TOKENS = "tokens"  # a budget counted in tokens
 USD = "usd"  # a budget counted in money: amounts are micro-dollars (config/prices.py)
@@ -56,15 +57,24 @@ def rate_refusal(key: str, requests: int, per: float, retry_after: float, rule: 
     )
 
 
-def state_file_refusal(path: Path, error: OSError, key: str, *, tampered: bool = False) -> Refusal:
-    """The refusal when the budgets file cannot be used; `tampered`: its seal did not verify."""
+def state_file_refusal(path: Path, error: OSError, key: str, *, tampered: bool = False, gone: bool = False) -> Refusal:
+    """The refusal when the budgets file cannot be used; `tampered`: its seal did not verify; `gone`: a
+    proxy wrote it and it is not there (error says so, and how to start anew)."""
+    if gone:
+        return Refusal(
+            "state",
+            0.0,
+            f"the token budget's state file cannot be trusted: {error}; budgeted requests are refused rather "
+            "than start again from zero; `mcp-sampling-proxy doctor` checks it",
+            key=key,
+        )
     if tampered:
         return Refusal(
             "state",
             0.0,
             f"the token budget's state file {path} was not written by mcp-sampling-proxy ({error}); budgeted "
-            "requests are refused rather than trust it. If you changed or replaced it yourself, remove it (the "
-            "budgets start again from zero); `mcp-sampling-proxy doctor` checks it",
+            f"requests are refused rather than trust it. If you changed or replaced it yourself, {start_anew(path)} "
+            "(the budgets start again from zero); `mcp-sampling-proxy doctor` checks it",
             key=key,
         )
     return Refusal(

@@ -45,6 +45,7 @@ from mcp_sampling_proxy.quotas.integrity import (
     entry_is_sealed,
     load_key,
     sealed_entry,
+    start_anew,
 )
 from mcp_sampling_proxy.shared_files import NotARegularFile, lock_within, read_regular
 
@@ -60,6 +61,10 @@ MAX_STATE_BYTES = 16 * 1024 * 1024  # a state file past this is not read (budget
 
 class TamperedState(OSError):
     """A sealed state file whose seal does not verify: it was not written by a proxy (quotas/integrity.py)."""
+
+
+class StateGone(TamperedState):
+    """A sealed state file a proxy wrote (this one saw it, or the ledger names it) is not there: removed."""
 
 
 class JsonStateFile:
@@ -119,10 +124,9 @@ class JsonStateFile:
             raw = read_regular(self.path, MAX_STATE_BYTES)
         except FileNotFoundError:
             if self.sealed is not None and self.sealed != LEDGER_KIND and (self._seen or ledger_lists(self.path)):
-                raise TamperedState(
+                raise StateGone(
                     f"{self.path} is gone, though a proxy wrote it: something removed it (a server without a "
-                    "sandbox?). It is not taken as new; if you removed it to start anew, remove "
-                    f"{self.path.with_name(LEDGER_FILE)} too and restart the proxies"
+                    f"sandbox?). It is not taken as new; to start it anew yourself, {start_anew(self.path)}"
                 ) from None
             return {}, _encode({})
         except NotARegularFile as exc:

@@ -19,7 +19,7 @@ tools (for `tools diff`) only up to MAX_COPY_BYTES per server; past that, digest
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,7 +27,7 @@ from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from mcp_sampling_proxy.identity import normalise
-from mcp_sampling_proxy.quotas.integrity import canonical
+from mcp_sampling_proxy.quotas.integrity import canonical, start_anew
 from mcp_sampling_proxy.quotas.state import JsonStateFile
 
 T = TypeVar("T")
@@ -143,21 +143,12 @@ class ToolPins:
     """The sealed pins file (`tools.json`), read and changed under its lock (quotas/state.py)."""
 
     def __init__(self, path: Path):
+        # sealed: a file this proxy saw, or the ledger names, that is gone is tampering, not a first sight
         self.file = JsonStateFile(path, sealed=SEAL_KIND)
-        self._seen_file = False  # this proxy has read the file: its disappearance is then not "first sight"
 
     @property
     def path(self) -> Path:
         return self.file.path
-
-    def _update(self, fn: Callable[[dict[str, Any]], T]) -> T:
-        if self._seen_file and not self.file.path.exists():
-            raise OSError(
-                f"{self.file.path} disappeared while this proxy ran (if you removed it, restart the proxy to pin anew)"
-            )
-        result = self.file.update(fn)
-        self._seen_file = self.file.path.exists()
-        return result
 
     def see(
         self,
@@ -177,16 +168,12 @@ class ToolPins:
         raises: pins that cannot be read or trusted hold every tool, with the reason."""
         names = [str(t["name"]) for t in tools]
         try:
-            return self._update(lambda data: _see(data, identity, tools, on_change, complete, fresh, view))
+            return self.file.update(lambda data: _see(data, identity, tools, on_change, complete, fresh, view))
         except OSError as exc:
             return Sighting(held=frozenset(names), problem=_why(self.file.path, exc))
 
     def servers(self) -> list[PinnedServer]:
         """Every server's pins (raises OSError / TamperedState when the file cannot be trusted)."""
-        if self._seen_file and not self.file.path.exists():
-            raise OSError(
-                f"{self.file.path} disappeared while this proxy ran (if you removed it, restart the proxy to pin anew)"
-            )
         servers = self.file.read().get("servers")
         entries = servers.items() if isinstance(servers, dict) else ()
         return [_server(key, entry) for key, entry in entries if isinstance(entry, dict)]
@@ -222,7 +209,7 @@ class ToolPins:
                 _trim_copies(entry)
             return done
 
-        return self._update(take)
+        return self.file.update(take)
 
     def forget(self, name: str) -> int:
         """Drop every pin of the servers called `name` (their next list is first sight); how many servers."""
@@ -238,13 +225,13 @@ class ToolPins:
                 del servers[key]
             return len(gone)
 
-        return self._update(drop)
+        return self.file.update(drop)
 
 
 def _why(path: Path, exc: OSError) -> str:
     return (
         f"the tool pins in {path} cannot be trusted ({exc}); every tool is held. "
-        f"See `mcp-sampling-proxy tools list`; to pin anew, remove {path} yourself"
+        f"See `mcp-sampling-proxy tools list`; to pin anew, {start_anew(path)}"
     )
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import ipaddress
 from typing import TYPE_CHECKING
 
+import anyio
+
 from mcp_sampling_proxy.approval.approver import Approver
 from mcp_sampling_proxy.approval.channels import ApprovalRequest
 from mcp_sampling_proxy.audit.recorder import AuditLog
@@ -52,6 +54,7 @@ class NetworkGate:
         self._audit = audit
         self._session = session
         self.relay: Relay | None = None  # set once the relay exists: the host's elicitation is a channel
+        self._asking = anyio.Lock()  # one question about this server's network at a time
         self._warned = Throttle(5, 60.0)
 
     @property
@@ -90,7 +93,8 @@ class NetworkGate:
             f"({self.where}) does not list.",
         )
         try:
-            approval = await self._approver.ask(request, self.relay)
+            async with self._asking:  # a server opening many connections asks once at a time, not in a flood
+                approval = await self._approver.ask(request, self.relay)
         except RpcError as exc:
             self._record(target, "rejected", f"{refusal} ({exc.message})")
             return Verdict(False, refusal)

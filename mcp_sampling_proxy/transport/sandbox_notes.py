@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,7 +81,9 @@ class SandboxNotes:
             server=self.server,
             fix=f"if it needs it, grant it: {fix}",
         )
-        keep(Note(self.server, kind, shown, one_line(fix, 300), time.time()))
+        # the notes file's lock may be held a while by another proxy: never on the caller's event loop
+        note = Note(self.server, kind, shown, one_line(fix, 300), time.time())
+        threading.Thread(target=keep, args=(note,), name="sandbox-note").start()
 
 
 def _granted_directory(path: str) -> str:

@@ -105,7 +105,7 @@ def test_forged_approvals_and_a_tampered_budget_are_reported(
         "budgets.json was not written by mcp-sampling-proxy (its seal does not match): budgeted requests are "
         "refused" in out
     )
-    assert f"fix: remove {state / 'budgets.json'}" in out
+    assert f"fix: remove {state / 'budgets.json'} and {state / 'sealed.json'}, then restart the proxies" in out
 
 
 def test_doctor_prints_its_checklist_and_nothing_else_on_stdout(tmp_path: Path) -> None:

@@ -341,7 +341,8 @@ def test_unconfined_an_emptied_budget_is_refused_not_reset(shared: Path, llm: Fa
     report, _log, _state = attack(shared, llm, "sandbox: off\n", rules=budget)
     assert report["state"]["budgets_emptied"] is True
     message = report["sampling"]["error"]["message"]
-    assert "was not written by mcp-sampling-proxy" in message and "remove it" in message
+    assert "was not written by mcp-sampling-proxy" in message and "budgets.json and " in message
+    assert "sealed.json, then restart the proxies" in message  # removing it alone would be refused too
 
 
 def test_unconfined_nothing_the_server_starts_outlives_an_orderly_stop(shared: Path, llm: FakeLLMServer) -> None:

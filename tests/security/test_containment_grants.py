@@ -298,8 +298,12 @@ def test_unconfined_a_removed_budget_file_is_not_a_fresh_budget(home: Home, llm:
     assert "error" in second and "is gone, though a proxy wrote it" in second["error"]["message"], second
     assert len(llm.requests) == 1
     again, _log = raid(home, policy, home.spec([]))  # the next start: still not a fresh budget
-    assert "is gone, though a proxy wrote it" in again["answers"][0]["error"]["message"]
+    message = again["answers"][0]["error"]["message"]
+    assert "is gone, though a proxy wrote it" in message and "sealed.json, then restart the proxies" in message
     assert len(llm.requests) == 1
+    (home.state / "sealed.json").unlink()  # what the message says the user does to start anew
+    fresh, _log = raid(home, policy, home.spec([]))
+    assert "result" in fresh["answers"][0], fresh["answers"]
 
 
 def test_unconfined_a_key_swapped_under_the_proxy_is_not_trusted(home: Home, llm: FakeLLMServer) -> None:
