@@ -205,7 +205,7 @@ async def _socks5(
         host = str(ipaddress.IPv6Address(await _read_exactly(client, buffer, 16)))
     elif kind == 3:
         (size,) = await _read_exactly(client, buffer, 1)
-        host = (await _read_exactly(client, buffer, size)).decode("ascii", "replace")  # clients send IDNA
+        host = (await _read_exactly(client, buffer, size)).decode("ascii", "replace").lower()  # IDNA, as typed
     else:
         await client.send(_socks_reply(8))  # address type not supported
         return None
@@ -228,12 +228,14 @@ async def _http(
     client: anyio.abc.SocketStream, first: bytes, judge: Judge, on_refused: Refused
 ) -> tuple[anyio.abc.SocketStream, bytes] | None:
     buffer = bytearray(first)
-    while b"\r\n\r\n" not in buffer:
+    searched = 0  # a head sent a byte at a time is searched once, not once per byte
+    while (end := buffer.find(b"\r\n\r\n", searched)) < 0:
         if len(buffer) > HEAD_LIMIT:
             await _refuse(client, 431, "the request head is too large")
             return None
+        searched = max(0, len(buffer) - 3)
         buffer += await client.receive(CHUNK)
-    end = buffer.index(b"\r\n\r\n") + 4
+    end += 4
     head, rest = bytes(buffer[:end]), bytes(buffer[end:])
     request_line, *header_lines = head[:-4].split(b"\r\n")
     try:

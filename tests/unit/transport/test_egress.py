@@ -126,18 +126,19 @@ async def test_plain_http_goes_on_in_origin_form_and_closes() -> None:
 
 
 async def test_socks5_connects_and_refuses_with_its_own_codes() -> None:
-    async with echo_server() as target, relay(Verdict(True, internal=True)) as (port, _, _):
+    async with echo_server() as target, relay(Verdict(True, internal=True)) as (port, asked, _):
         stream = await anyio.connect_tcp("127.0.0.1", port)
         await stream.send(b"\x05\x01\x00")
         with anyio.fail_after(5):
             assert await stream.receive() == b"\x05\x00"
-            name = b"localhost"
+            name = b"LocalHost"  # a name as the user typed it: judged as HTTP's is, in lower case
             await stream.send(b"\x05\x01\x00\x03" + bytes([len(name)]) + name + target.to_bytes(2, "big"))
             reply = await stream.receive()
             assert reply[:2] == b"\x05\x00", reply
             await stream.send(b"over socks")
             assert await stream.receive() == b"over socks"
         await stream.aclose()
+    assert asked == [Connect("localhost", target, "socks5")]
     async with relay(Verdict(False, "no")) as (port, _, _):
         stream = await anyio.connect_tcp("127.0.0.1", port)
         await stream.send(b"\x05\x01\x00")
@@ -146,6 +147,24 @@ async def test_socks5_connects_and_refuses_with_its_own_codes() -> None:
             await stream.send(b"\x05\x01\x00\x01" + bytes([93, 184, 216, 34]) + (443).to_bytes(2, "big"))
             assert (await stream.receive())[:2] == b"\x05\x02"  # connection not allowed by ruleset
         await stream.aclose()
+
+
+async def test_a_head_sent_a_few_bytes_at_a_time_is_read_whole() -> None:
+    """The end of the head (CRLF CRLF) found across the pieces it arrives in, wherever they split it."""
+    async with echo_server() as target, relay(Verdict(True, internal=True)) as (port, asked, _):
+        request = f"CONNECT 127.0.0.1:{target} HTTP/1.1\r\nUser-Agent: slow\r\n\r\n".encode()
+        stream = await anyio.connect_tcp("127.0.0.1", port)
+        stream.extra(anyio.abc.SocketAttribute.raw_socket).setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for start in range(0, len(request), 3):
+            await stream.send(request[start : start + 3])
+            await anyio.sleep(0.005)
+        answer = b""
+        with anyio.fail_after(5):
+            while b"\r\n\r\n" not in answer:
+                answer += await stream.receive()
+        assert answer.startswith(b"HTTP/1.1 200"), answer
+        await stream.aclose()
+    assert asked == [Connect("127.0.0.1", target, "connect")]
 
 
 async def test_open_connections_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
