@@ -49,10 +49,13 @@ def isolated_user_dirs(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     console the user has open must not see the suite's requests, and the suite must not read the user's
     policy, approvals or budgets. Under a short /tmp path, since console sockets live in the runtime dir
     and a Unix socket's path is limited to 107 bytes. The user's own keys and proxy settings are unset
-    (tests that need them set them)."""
+    (tests that need them set them), and no keyring is the user's: stored logins go to files (a test of the
+    keyring path names its own backend), and keyring's search for a backend, which runs ldconfig and gcc,
+    never runs."""
     for name in list(os.environ):
         if name.startswith(("MCP_SAMPLING_PROXY_", "OPENAI_", "ANTHROPIC_")):
             monkeypatch.delenv(name)
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.fail.Keyring")
     base = Path(tempfile.mkdtemp(prefix="msp-"))
     for variable, name in (
         ("XDG_CONFIG_HOME", "config"),
