@@ -1,4 +1,7 @@
-"""`mcp-sampling-proxy doctor`: live and dead providers, keys, approval channels, audit and state dirs."""
+"""`mcp-sampling-proxy doctor`'s report, run in process: live and dead providers, keys, approval channels,
+audit and state dirs, wrapped entries. Among the tests that need a process: doctor starts bwrap to see
+whether the sandbox works, the user's login shell to see what a host started from it inherits, and key
+commands to see whether a key reaches."""
 
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ from helpers.support import PY, anthropic_policy, openai_policy, write_policy
 
 from mcp_sampling_proxy.commands.cli import main as cli_main
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "host_configs"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "host_configs"
 KEY = "sk-test-doctor-0123456789"
 # home, state and runtime dirs of each test's own, no real keys, no terminal (helpers/doctoring.py)
 pytestmark = pytest.mark.usefixtures("environment")
