@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -119,10 +120,10 @@ class StatelessHost:
     def __init__(self) -> None:
         self._waiting: dict[str, list[dict[str, Any]]] = {}
         self._events: dict[str, anyio.Event] = {}
-        # requests answered as streams: private id -> (their stream, the caller's id, their progress token)
-        self._calls: dict[str, tuple[MemoryObjectSendStream[dict[str, Any]], Any, Any]] = {}
-        self._listens: dict[str, tuple[MemoryObjectSendStream[dict[str, Any]], Any]] = {}  # private id -> caller's
-        self._finals: dict[str, dict[str, Any]] = {}  # a listen's answer that found its stream full
+        # requests answered as streams, by private id: calls (`call`) and subscriptions/listen (`listen`)
+        self._calls: dict[str, _Open] = {}
+        self._listens: dict[str, _Open] = {}
+        self._finals: dict[str, dict[str, Any]] = {}  # an answer that found its stream full
         self._dropped = Throttle(burst=3, window=60.0)
         self._count = 0
         self.closed = False
@@ -153,8 +154,7 @@ class StatelessHost:
     async def exchange(self, message: dict[str, Any], on_line: Callable[[bytes], None]) -> dict[str, Any]:
         """Send one request through the relay (`on_line`) and return its answer, under the caller's id."""
         if self.closed:
-            error = {"code": jsonrpc.UPSTREAM_EXITED, "message": "the server has ended; send the request again"}
-            return {"jsonrpc": "2.0", "id": message["id"], "error": error}
+            return _server_ended(message)
         self._count += 1
         private = f"http-{self._count}"
         slot: list[dict[str, Any]] = []
@@ -181,51 +181,40 @@ class StatelessHost:
             call = self._calls.get(private)
             if call is None:
                 return False
-            answer = {**message, "id": call[1]}
-            try:
-                call[0].send_nowait(answer)
-            except anyio.WouldBlock:  # a full stream: the answer goes out after what it holds
-                self._finals[private] = answer
-                call[0].close()
-            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                pass
+            self._put(private, call, {**message, "id": call.caller_id})
             return True
         params = jsonrpc.as_object(message.get("params"))
         if method == "notifications/progress":
             token = params.get("progressToken")
-            targets = [c for c in self._calls.values() if token is not None and c[2] == token][:1]
+            targets = [(p, c) for p, c in self._calls.items() if token is not None and c.token == token][:1]
         elif method == "notifications/message":
-            targets = list(self._calls.values())
+            targets = list(self._calls.items())
         else:
             return False
-        for out, _, _ in targets:
-            with contextlib.suppress(anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
-                out.send_nowait(message)  # a caller that reads slowly loses notifications, never the answer
+        for private, call in targets:
+            self._put(private, call, message)  # a caller that reads slowly loses notifications, never the answer
         return bool(targets)
+
+    def _put(self, private: str, opened: _Open, message: dict[str, Any]) -> bool:
+        """Put `message` on a stream; an answer that finds it full goes out after what it holds. False when a
+        notification was dropped (the stream full)."""
+        try:
+            opened.out.send_nowait(message)
+        except anyio.WouldBlock:
+            if "method" in message:
+                return False
+            self._finals[private] = message
+            opened.out.close()
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass
+        return True
 
     async def call(self, message: dict[str, Any], on_line: Callable[[bytes], None]) -> Streamed:
         """Send one request through the relay, to be answered as a stream: returns once the first thing for
         it is there (its answer alone: answer it as JSON; a notification first: stream the rest)."""
-        if self.closed:
-            error = {"code": jsonrpc.UPSTREAM_EXITED, "message": "the server has ended; send the request again"}
-            return Streamed({"jsonrpc": "2.0", "id": message["id"], "error": error}, None, None)
-        self._count += 1
-        private = f"http-{self._count}"
         meta = jsonrpc.as_object(jsonrpc.as_object(message.get("params")).get("_meta"))
-        out, found = anyio.create_memory_object_stream[dict[str, Any]](LISTEN_BUFFER)
-        self._calls[private] = (out, message["id"], meta.get("progressToken"))
-
-        def end(cancel: bool) -> None:
-            final = self._finals.pop(private, None)
-            call = self._calls.pop(private, None)
-            if call is not None:
-                call[0].close()
-            if cancel and final is None and not self.closed:  # gone before the answer: the relay stops the work
-                cancel_params = {"requestId": private, "reason": "the HTTP client disconnected"}
-                on_line(jsonrpc.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel_params}))
-
-        kept = lambda: self._finals.get(private)  # noqa: E731
-        return await self._first(Streamed(None, found, end, kept, private), message, on_line)
+        token = meta.get("progressToken")
+        return await self._open(message, on_line, self._calls, token, "the HTTP client disconnected")
 
     def _to_listen(self, message: dict[str, Any]) -> bool:
         """Put a listen's answer, or a notification naming its subscription, on its stream (under the
@@ -239,37 +228,27 @@ class StatelessHost:
             listen = self._listens.get(private)
             if listen is None:
                 return False
-            out, caller_id = listen
-            message = {**message, "params": {**params, "_meta": {**meta, SUBSCRIPTION_ID_META: caller_id}}}
+            message = {**message, "params": {**params, "_meta": {**meta, SUBSCRIPTION_ID_META: listen.caller_id}}}
         else:
             private = str(message.get("id"))
             listen = self._listens.get(private)
             if listen is None:
                 return False
-            out, caller_id = listen
-            message = {**message, "id": caller_id}
-        try:
-            out.send_nowait(message)
-        except anyio.WouldBlock:
-            if "method" not in message:
-                self._finals[private] = message
-                out.close()
-            else:
-                held = self._dropped.admit()
-                if held is not None:
-                    log.warning(
-                        "a subscriptions/listen caller reads slower than its server sends: notifications dropped",
-                        buffer=LISTEN_BUFFER,
-                        unlogged=held or None,
-                    )
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            pass
+            message = {**message, "id": listen.caller_id}
+        if not self._put(private, listen, message):
+            held = self._dropped.admit()
+            if held is not None:
+                log.warning(
+                    "a subscriptions/listen caller reads slower than its server sends: notifications dropped",
+                    buffer=LISTEN_BUFFER,
+                    unlogged=held or None,
+                )
         return True
 
     def queued(self, private: str) -> int:
         """How many messages a listen stream holds for its caller now."""
         listen = self._listens.get(private)
-        return listen[0].statistics().current_buffer_used if listen is not None else 0
+        return listen.out.statistics().current_buffer_used if listen is not None else 0
 
     async def listen(self, message: dict[str, Any], on_line: Callable[[bytes], None]) -> Streamed:
         """Send a `subscriptions/listen` through the relay; returns once the first thing for it is there:
@@ -277,38 +256,42 @@ class StatelessHost:
         directly), or its first notification, with the rest to stream until its answer (the server ending
         it), the server's end, or the caller going away (cancelled: the relay is told, so the subscription
         closes)."""
+        reason = "the HTTP client closed its subscriptions/listen stream"
+        return await self._open(message, on_line, self._listens, None, reason)
+
+    async def _open(
+        self,
+        message: dict[str, Any],
+        on_line: Callable[[bytes], None],
+        table: dict[str, _Open],
+        token: Any,
+        reason: str,
+    ) -> Streamed:
+        """Register a stream for `message` in `table` under a private id, send it and wait for the first thing
+        for it: when that is its answer, nothing is left to stream. Ending the stream before the answer
+        (`reason`: the caller went away) cancels the request."""
         if self.closed:
-            error = {"code": jsonrpc.UPSTREAM_EXITED, "message": "the server has ended; send the request again"}
-            return Streamed({"jsonrpc": "2.0", "id": message["id"], "error": error}, None, None)
+            return Streamed(_server_ended(message), None, None)
         self._count += 1
         private = f"http-{self._count}"
         out, found = anyio.create_memory_object_stream[dict[str, Any]](LISTEN_BUFFER)
-        self._listens[private] = (out, message["id"])
+        table[private] = _Open(out, message["id"], token)
 
         def end(cancel: bool) -> None:
             final = self._finals.pop(private, None)
-            if self._listens.pop(private, None) is not None:
+            if table.pop(private, None) is not None:
                 out.close()
-            if cancel and final is None and not self.closed:
-                params = {"requestId": private, "reason": "the HTTP client closed its subscriptions/listen stream"}
+            if cancel and final is None and not self.closed:  # gone before the answer: the relay stops the work
+                params = {"requestId": private, "reason": reason}
                 on_line(jsonrpc.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}))
 
-        kept = lambda: self._finals.get(private)  # noqa: E731
-        return await self._first(Streamed(None, found, end, kept, private), message, on_line)
-
-    async def _first(self, streamed: Streamed, message: dict[str, Any], on_line: Callable[[bytes], None]) -> Streamed:
-        """Send `message` (under the private id its stream was registered by) and wait for the first thing
-        for it: when that is its answer, nothing is left to stream."""
+        streamed = Streamed(None, found, end, lambda: self._finals.get(private))
         assert streamed.rest is not None
         try:
-            on_line(jsonrpc.dumps({**message, "id": streamed.private}))
+            on_line(jsonrpc.dumps({**message, "id": private}))
             streamed.first = await streamed.rest.receive()
         except anyio.EndOfStream:  # the stream filled before a reader came, or the server ended
-            streamed.first = streamed.kept() or {
-                "jsonrpc": "2.0",
-                "id": message["id"],
-                "error": {"code": jsonrpc.UPSTREAM_EXITED, "message": "the server has ended; send the request again"},
-            }
+            streamed.first = streamed.kept() or _server_ended(message)
         except BaseException:
             streamed.end(cancel=True)
             streamed.rest.close()
@@ -323,13 +306,13 @@ class StatelessHost:
         """Answer every waiting request with an error saying why (the server exited, serve is stopping),
         and end every listen stream."""
         self.closed = True
-        for out, _ in list(self._listens.values()):
-            out.close()
-        for private, (out, caller_id, _) in list(self._calls.items()):
+        for listen in list(self._listens.values()):
+            listen.out.close()
+        for private, call in list(self._calls.items()):
             with contextlib.suppress(anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
                 error = {"code": jsonrpc.UPSTREAM_EXITED, "message": why}
-                out.send_nowait({"jsonrpc": "2.0", "id": caller_id, "error": error})
-            out.close()
+                call.out.send_nowait({"jsonrpc": "2.0", "id": call.caller_id, "error": error})
+            call.out.close()
             del self._calls[private]
         for private, slot in self._waiting.items():
             if not slot:
@@ -337,6 +320,20 @@ class StatelessHost:
                     {"jsonrpc": "2.0", "id": private, "error": {"code": jsonrpc.UPSTREAM_EXITED, "message": why}}
                 )
                 self._events[private].set()
+
+
+@dataclass(frozen=True)
+class _Open:
+    """A request answered as a stream: where its messages go, the caller's own id, its progress token."""
+
+    out: MemoryObjectSendStream[dict[str, Any]]
+    caller_id: Any
+    token: Any = None
+
+
+def _server_ended(message: dict[str, Any]) -> dict[str, Any]:
+    error = {"code": jsonrpc.UPSTREAM_EXITED, "message": "the server has ended; send the request again"}
+    return {"jsonrpc": "2.0", "id": message["id"], "error": error}
 
 
 class Streamed:
@@ -349,13 +346,11 @@ class Streamed:
         rest: MemoryObjectReceiveStream[dict[str, Any]] | None,
         end: Callable[[bool], None] | None,
         kept: Callable[[], dict[str, Any] | None] = lambda: None,
-        private: str = "",
     ):
         self.first: dict[str, Any] = first or {}
         self.rest = rest
         self._end = end
         self.kept = kept  # the answer that found the stream full
-        self.private = private  # the id the relay knows the request by
 
     def end(self, *, cancel: bool) -> None:
         if self._end is not None:
