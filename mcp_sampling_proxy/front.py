@@ -71,6 +71,7 @@ from mcp_sampling_proxy.protocol.names import PROTOCOL_VERSION_META
 from mcp_sampling_proxy.relay.core import Relay, Session
 from mcp_sampling_proxy.relay.multiplex import Multiplexer
 from mcp_sampling_proxy.runtime import (
+    ModernLeg,
     ProxyHooks,
     Upstream,
     _approvals_store,
@@ -504,6 +505,7 @@ class Front:
     ) -> None:
         hooks = self._hooks()
         limit = self.options.max_message_bytes
+        modern: ModernLeg | None = None
         try:
             async with served.transport.connect() as (read_stream, write_stream):
                 task_status.started()
@@ -521,6 +523,17 @@ class Front:
                         )
                         link = HttpHost(lambda message: _owner(relay, message))
                         served.link, served.relay = link, relay
+                        modern = relay.second_leg = ModernLeg(
+                            self._start_upstream,
+                            tg,
+                            self.settings,
+                            self.options.name,
+                            hooks,
+                            self.audit,
+                            relay,
+                            limit,
+                            set(),
+                        )
                         await served.upstream.attach(
                             relay.from_upstream,
                             lambda: served.end("upstream"),
@@ -556,6 +569,8 @@ class Front:
                 if served.relay is not None:
                     served.relay.cancel_all()
                 code = await served.upstream.stop(END_GRACE)
+                if modern is not None:
+                    await modern.close(END_GRACE)
                 if not served.transport.is_terminated:
                     await served.transport.terminate()
                 served.events.clear()

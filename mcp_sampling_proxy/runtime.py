@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -59,6 +60,7 @@ class RunOptions:
     use_terminal: bool = True
     max_message_bytes: int = DEFAULT_MAX_LINE
     target: str = ""  # the server's command line or URL: with `name`, whose tool pins these are
+    another: Callable[[], Upstream] | None = None  # starts a second connection to the server (ModernLeg)
 
 
 class Upstream(Protocol):
@@ -212,6 +214,49 @@ def start_egress(
     tg.start_soon(serve_egress, listener, gate.judge, gate.refused)
 
 
+class ModernLeg:
+    """A second connection to the server, in the 2026 era, opened at a relay's first need (relay/core.py's
+    `SecondLeg`): another process of the same command under the same sandbox, or sessionless requests
+    to the same URL. It lives as long as the session."""
+
+    def __init__(
+        self,
+        start: Callable[[], Upstream],
+        tg: anyio.abc.TaskGroup,
+        settings: Settings,
+        name: str,
+        hooks: ProxyHooks,
+        audit: AuditLog,
+        relay: Relay,
+        max_line: int,
+        children: set[int],
+    ):
+        self._start, self._tg, self._settings, self._name = start, tg, settings, name
+        self._hooks, self._audit, self._relay, self._max_line = hooks, audit, relay, max_line
+        self._children = children  # the processes the orphan reaper leaves alone: this one's join them
+        self.upstream: Upstream | None = None
+
+    async def open(
+        self, on_line: Callable[[bytes], None], on_end: Callable[[], None]
+    ) -> Callable[[bytes], None] | None:
+        try:
+            upstream = self._start()
+        except Exception as exc:  # it could not start (its error says why): the call gets the server's refusal
+            log.warning("could not open a 2026-07-28 connection to the server", error=str(exc))
+            return None
+        self._children.update(_own_children(upstream))
+        await upstream.attach(on_line, on_end, max_line=self._max_line)
+        start_egress(self._tg, upstream, self._settings, self._name, self._hooks, self._audit, self._relay)
+        self.upstream = upstream
+        log.info("opened a second connection to the server, in the 2026-07-28 era", server=upstream.label)
+        return upstream.send
+
+    async def close(self, grace: float) -> None:
+        if self.upstream is not None:
+            await self.upstream.stop(grace)
+            await _end_strays(self.upstream)
+
+
 def claim_stdio() -> tuple[int, int]:
     """Keep private copies of the protocol fds and point 0/1 at /dev/null and stderr, so a
     stray print or a library reading stdin can never corrupt the wire."""
@@ -311,6 +356,8 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
         )
 
     exit_code = 0
+    modern: ModernLeg | None = None
+    children = _own_children(upstream)
     try:
         async with anyio.create_task_group() as tg:
             relay = Relay(
@@ -322,8 +369,20 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
                 keepalive_seconds=settings.sampling.keepalive_seconds,
                 era=settings.era,
             )
+            if options.another is not None:
+                modern = relay.second_leg = ModernLeg(
+                    options.another,
+                    tg,
+                    settings,
+                    options.name or session.server_name,
+                    hooks,
+                    audit,
+                    relay,
+                    options.max_message_bytes,
+                    children,
+                )
             await tg.start(console.serve)
-            tg.start_soon(reap_orphans_forever, _own_children(upstream))
+            tg.start_soon(reap_orphans_forever, children)
             start_egress(tg, upstream, settings, options.name or session.server_name, hooks, audit, relay)
             host_reader = LineReader(
                 relay.from_host,
@@ -363,6 +422,8 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
                 relay.cancel_all()
                 code = await _stop_upstream(upstream, settings.shutdown_timeout, hurry)
                 log.info("upstream stopped", exit_code=code)
+            if modern is not None:
+                await modern.close(0 if reason == "upstream" else settings.shutdown_timeout)
             await _end_strays(upstream)
             with anyio.move_on_after(2.0):
                 await host_out.close()
@@ -375,6 +436,8 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
         with anyio.CancelScope(shield=True):
             await upstream.stop(1.0)
             await _end_strays(upstream)
+            if modern is not None:
+                await modern.close(1.0)
         raise
     await adapters.aclose()
     await hooks.limiters.aclose()

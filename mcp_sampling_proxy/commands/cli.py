@@ -234,7 +234,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command:
         become_subreaper()  # whatever the server starts stays below us, where the console socket can tell
     try:  # the server starts once the policy is read: every file it names is out of its sight from the start
-        settings, name, upstream, sandbox = _prepare(args, command, policy_text)
+        settings, name, start, sandbox = _prepare(args, command, policy_text)
+        upstream = start()
     except _StartupFailure as exc:
         return fail(exc.message, exc.code)
 
@@ -270,6 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         use_terminal=not args.no_terminal,
         max_message_bytes=args.max_message_bytes,
         target=shlex.join(command) if command else str(args.url),
+        another=start,
     )
     return run(upstream, settings, options)
 
@@ -318,8 +320,9 @@ def _spawn(command: list[str], hidden: set[str], sandbox: Plan) -> subprocess.Po
 
 def _prepare(
     args: argparse.Namespace, command: list[str], policy_text: str | None
-) -> tuple[Settings, str, Upstream, Plan | None]:
-    """Validate the name, load the policy and the keys, and start the upstream under its sandbox."""
+) -> tuple[Settings, str, Callable[[], Upstream], Plan | None]:
+    """Validate the name, load the policy and the keys; how to start the upstream under its sandbox
+    (once at start, and again for a second connection in the other era: runtime.py's ModernLeg)."""
     # start-up: not for --help or a subcommand
     from mcp_sampling_proxy.identity import bad_character, derive_from_command, derive_from_url
 
@@ -353,7 +356,7 @@ def _prepare(
             headers = parse_headers(args.header, os.environ)
         except ValueError as exc:
             raise _StartupFailure(str(exc)) from None
-        return settings, name, HttpUpstream(args.url, headers), None
+        return settings, name, lambda: HttpUpstream(args.url, headers), None
 
     # start-up: loaded after the server is spawned, so its start overlaps ours
     from mcp_sampling_proxy.transport.sandbox import SandboxRefused, contain
@@ -363,8 +366,8 @@ def _prepare(
         sandbox = contain(settings.sandbox, args.policy, settings.named_files(), name=name, command=command)
     except SandboxRefused as exc:
         raise _StartupFailure(str(exc)) from None
-    process = _spawn(command, settings.secret_env_vars(), sandbox)
-    return settings, name, StdioUpstream(process, name, sandbox.notes()), sandbox
+    hidden = settings.secret_env_vars()
+    return settings, name, lambda: StdioUpstream(_spawn(command, hidden, sandbox), name, sandbox.notes()), sandbox
 
 
 if __name__ == "__main__":

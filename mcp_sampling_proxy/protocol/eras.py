@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from mcp_sampling_proxy.protocol.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, as_object
+from mcp_sampling_proxy.protocol.jsonrpc import INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, as_object
 from mcp_sampling_proxy.protocol.names import (
     CLIENT_CAPS_META,
     CLIENT_INFO_META,
@@ -125,6 +125,23 @@ def retry_at_modern(error: Any) -> bool:
         and isinstance(supported, list)
         and any(v in MODERN_VERSIONS for v in supported)
     )
+
+
+_INPUT_ROUND_WORDS = ("InputRequiredResult", "input_required", "SEP-2322", "multi-round-trip")
+
+
+def needs_input_rounds(error: Any) -> bool:
+    """True for a dual-era server's refusal of a call on a handshake connection because the call asks
+    for input by an `input_required` result, which only 2026-07-28 carries. FastMCP 4 says so in words
+    ("... returned an InputRequiredResult ... (SEP-2322) only exists at MCP 2026-07-28; this connection
+    negotiated ..."); there is no code for it."""
+    message = as_object(error).get("message")
+    return isinstance(message, str) and MODERN in message and any(word in message for word in _INPUT_ROUND_WORDS)
+
+
+def era_refused(error: Any) -> bool:
+    """True for a refusal of a request for its protocol era (the version, or the 2026 envelope)."""
+    return as_object(error).get("code") in (UNSUPPORTED_PROTOCOL_VERSION, INVALID_REQUEST)
 
 
 def initialize_params(meta: dict[str, Any], version: str = LATEST_HANDSHAKE) -> dict[str, Any]:

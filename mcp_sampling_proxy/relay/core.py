@@ -23,7 +23,7 @@ import anyio.abc
 
 from mcp_sampling_proxy.identity import normalise, server_phrase, shown
 from mcp_sampling_proxy.log import get_logger
-from mcp_sampling_proxy.protocol import jsonrpc
+from mcp_sampling_proxy.protocol import eras, jsonrpc
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 from mcp_sampling_proxy.protocol.names import (
     CLIENT_CAPS_META,
@@ -193,6 +193,14 @@ class _Stash:
 class _Resolving:
     scope: anyio.CancelScope
     current_id: Any = None  # the private id of the retry now at the server
+    send: Send | None = None  # where the retries go: the 2026 connection of a call run again there (None: upstream)
+
+
+class SecondLeg(Protocol):
+    """Opens a second connection to the same server, in the 2026 era, for calls a handshake session
+    cannot carry (runtime.py's ModernLeg): its send, or None when it cannot be opened."""
+
+    async def open(self, on_line: Send, on_end: Callable[[], None]) -> Send | None: ...
 
 
 @dataclass
@@ -229,6 +237,11 @@ class Relay:
         self.bridge = EraBridge(era, self)
         self.rounds = HostRounds(self._to_host, self._rekey)
         self.closed = False
+        self.second_leg: SecondLeg | None = None  # set by a session that can open one (runtime.py, front.py)
+        self._modern: Send | None = None  # the 2026 connection, while open
+        self._modern_tried = False  # opened once a session at most: a server cannot make the proxy start it again
+        self._modern_opening = anyio.Lock()
+        self._modern_ids: set[Any] = set()  # ids of the requests waiting on the 2026 connection
 
     # -- host -> upstream ------------------------------------------------------------------
     def from_host(self, line: bytes) -> None:
@@ -318,7 +331,7 @@ class Relay:
                 if resolving is not None:  # translate to the retry's id, which is what the server knows
                     resolving.scope.cancel()
                     if resolving.current_id is not None:
-                        self._to_upstream(
+                        (resolving.send or self._to_upstream)(
                             jsonrpc.dumps({**msg, "params": {**params, "requestId": resolving.current_id}})
                         )
                     return
@@ -629,6 +642,9 @@ class Relay:
             request = self._moved.get(msg["id"])
         if request is not None and request.message is not None and self._resolve_input(msg, request):
             return
+        if request is not None and self._runs_again_in_modern(msg, request):
+            self._tg.start_soon(self._run_again_in_modern, request, msg, line)
+            return
         if request is not None and request.method in NEGOTIATION:
             if "result" in msg:
                 self._note_server(msg)
@@ -910,8 +926,9 @@ class Relay:
         return f"mcp-sampling-proxy:{secrets.token_hex(12)}"
 
     # -- 2026-07-28: input_required results -------------------------------------------------------
-    def _resolve_input(self, msg: dict[str, Any], request: HostRequest) -> bool:
-        """Take over an `input_required` result whose requests the proxy answers itself."""
+    def _resolve_input(self, msg: dict[str, Any], request: HostRequest, send: Send | None = None) -> bool:
+        """Take over an `input_required` result whose requests the proxy answers itself (`send`: the
+        connection it came on, when not the upstream's)."""
         result = msg.get("result")
         if not isinstance(result, dict) or result.get("resultType") != "input_required":
             return False
@@ -928,7 +945,7 @@ class Relay:
                 return False
             self._finish(request, {**msg, "result": shown})
             return True
-        resolving = _Resolving(anyio.CancelScope())
+        resolving = _Resolving(anyio.CancelScope(), send=send)
         request.resolving = resolving
         self._tg.start_soon(self._resolve, request, result, resolving)
         return True
@@ -1029,7 +1046,110 @@ class Relay:
         """Send the original request again under a new private id; return the server's response."""
         request_id = resolving.current_id = self.new_id()
         line = jsonrpc.dumps({"jsonrpc": "2.0", "id": request_id, "method": message["method"], "params": params})
-        return await _exchange(self._awaiting_upstream, request_id, self._to_upstream, line)
+        if resolving.send is None:
+            return await _exchange(self._awaiting_upstream, request_id, self._to_upstream, line)
+        return await self._exchange_modern(request_id, line, resolving.send)
+
+    # -- calls run again over a 2026 connection ---------------------------------------------------
+    def _runs_again_in_modern(self, msg: dict[str, Any], request: HostRequest) -> bool:
+        """A dual-era server refused a call on the handshake connection because the call asks for input
+        by an `input_required` result, which only 2026-07-28 carries (FastMCP 4 asks for sampling only
+        that way, and for elicitation by a request of its own only on a handshake connection: the host
+        must have both). With `upstream.era` pinned, the pin decides instead."""
+        return (
+            self.second_leg is not None
+            and request.message is not None
+            and self.bridge.setting == "auto"
+            and self.bridge.host_era == HANDSHAKE
+            and self.session.server_era == HANDSHAKE
+            and eras.needs_input_rounds(msg.get("error"))
+        )
+
+    async def _run_again_in_modern(self, request: HostRequest, refused: dict[str, Any], line: bytes) -> None:
+        """Run the call once more over the 2026 connection, where the proxy answers its rounds. The
+        server re-enters such a tool from the top on every round (SEP-2322): the refused attempt was
+        its first round. The host gets the final result, or the refusal when no 2026 connection opens."""
+        send = await self._modern_connection()
+        message = request.message
+        if send is None or message is None or self.closed:
+            self._deliver(refused, line, request)
+            return
+        params = dict(jsonrpc.as_object(message.get("params")))
+        session = self.session
+        eras.stamp_meta(params, eras.request_meta(eras.MODERN, session.host_info, session.host_capabilities))
+        message = {**message, "params": params}
+        self._hooks.rewrite_host_request(message, session)  # the capabilities the proxy serves
+        request.message = message
+        resolving = request.resolving = _Resolving(anyio.CancelScope(), current_id=self.new_id(), send=send)
+        answer: dict[str, Any] = {}
+        with resolving.scope:
+            answer = await self._exchange_modern(
+                resolving.current_id, jsonrpc.dumps({**message, "id": resolving.current_id}), send
+            )
+        request.resolving = None
+        if resolving.scope.cancel_called or self.closed:
+            return
+        if eras.era_refused(answer.get("error")):  # it does not speak 2026-07-28 after all: as directly
+            self._deliver(refused, line, request)
+            return
+        log.info(
+            "ran a call again over a 2026-07-28 connection: the server asks for its input only there",
+            method=request.method,
+            tool=request.tool,
+        )
+        if self._resolve_input(answer, request, send):
+            return
+        self._deliver(answer, jsonrpc.dumps(answer), request)
+
+    async def _modern_connection(self) -> Send | None:
+        async with self._modern_opening:
+            if self._modern is None and not self._modern_tried and self.second_leg is not None:
+                self._modern_tried = True
+                self._modern = await self.second_leg.open(self._from_modern, self._modern_ended)
+            return self._modern
+
+    async def _exchange_modern(self, request_id: Any, line: bytes, send: Send) -> dict[str, Any]:
+        self._modern_ids.add(request_id)
+        try:
+            return await _exchange(self._awaiting_upstream, request_id, send, line)
+        finally:
+            self._modern_ids.discard(request_id)
+
+    def _from_modern(self, line: bytes) -> None:
+        """A line from the 2026 connection: answers to the calls run there, their progress and logs."""
+        try:
+            msg = jsonrpc.parse(line)
+        except ValueError as exc:
+            log.warning("the server's 2026 connection wrote a line that is not JSON; dropped", error=str(exc))
+            return
+        if not isinstance(msg, dict):
+            return
+        method, request_id = msg.get("method"), msg.get("id")
+        if method is None:
+            if jsonrpc.usable_id(request_id) and request_id in self._modern_ids:
+                waiter = self._awaiting_upstream.pop(request_id, None)
+                if waiter is not None:
+                    waiter(msg)
+        elif "id" in msg:  # a 2026 server sends no requests
+            if self._modern is not None:
+                self._modern(
+                    jsonrpc.error_response(
+                        request_id if jsonrpc.usable_id(request_id) else None,
+                        jsonrpc.METHOD_NOT_FOUND,
+                        "Method not found: this connection speaks 2026-07-28, which has no requests from the server",
+                    )
+                )
+        elif method in ("notifications/progress", "notifications/message"):
+            self._guarded(self._upstream_message, msg, line, self._to_upstream)
+
+    def _modern_ended(self) -> None:
+        """The 2026 connection closed: the calls waiting on it get an error (it is not opened again)."""
+        self._modern = None
+        for request_id in list(self._modern_ids):
+            waiter = self._awaiting_upstream.pop(request_id, None)
+            if waiter is not None:
+                why = f"upstream server '{self.session.server_name}' closed its 2026-07-28 connection"
+                waiter({"jsonrpc": "2.0", "id": request_id, "error": {"code": jsonrpc.UPSTREAM_EXITED, "message": why}})
 
     # -- progress keep-alive (see relay/keepalive.py) ---------------------------------------------
     @contextmanager

@@ -9,11 +9,10 @@ like most hosts, so in every cell the proxy's LLM should answer sampling and the
 
 What must hold, cell by cell: a host that works directly works through the proxy, in the era it
 speaks directly; a host that cannot connect directly (the eras do not meet) works through the proxy;
-sampling reaches the proxy's LLM and elicitation reaches the host. One pair is the exception the
-docs name: a handshake host and a FastMCP 4 server meet in the handshake era, where FastMCP 4 cannot
-sample, and the proxy keeps that era by default (a server that samples the old way would break in
-the other); `upstream.era: modern` makes the proxy speak 2026-07-28 to the server for them, and
-then sampling works too (the last test).
+sampling reaches the proxy's LLM and elicitation reaches the host. A handshake host and a FastMCP 4
+server meet in the handshake era, where FastMCP 4 cannot sample (directly its sampling tool fails):
+through the proxy the call runs again over a second, 2026-07-28 connection, and elicitation by a
+request of the server's own (`ctx.elicit`, handshake only) keeps working on the first.
 """
 
 from __future__ import annotations
@@ -92,9 +91,16 @@ def run_host(host: str, target: list[str], script: dict[str, Any], env: dict[str
 
 
 def direct_and_proxied(
-    host: str, server: str, tmp_path: Path, llm: FakeLLMServer, extra: str = ""
+    host: str,
+    server: str,
+    tmp_path: Path,
+    llm: FakeLLMServer,
+    extra: str = "",
+    steps: dict[str, Any] | None = None,
+    forms: bool = True,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     command, script = server_command(server)
+    script = {**script, **(steps or {})}
     policy = write_policy(tmp_path, openai_policy(llm.base_url) + extra)
     proxy = [PY, "-m", "mcp_sampling_proxy", "--log-format", "json", "--policy", policy, "--", *command]
     env = proxy_env(
@@ -104,6 +110,7 @@ def direct_and_proxied(
         MCP_SAMPLING_PROXY_RUNTIME_DIR=str(tmp_path / "run"),
         MCP_SAMPLING_PROXY_STATE_DIR=str(tmp_path / "state"),
         PATH=f"{Path(node()).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        ERA_HOST_FORMS="form" if forms else "none",
     )
     with ThreadPoolExecutor(2) as pool:
         direct = pool.submit(run_host, host, command, script, env)
@@ -144,9 +151,33 @@ def test_era_matrix_direct_and_proxied(host: str, server: str, tmp_path: Path, l
     assert SAMPLED not in step_text(direct, "sample"), report
     if host in HANDSHAKE_ONLY_HOSTS and server == "fastmcp4":
         assert "only exists at MCP 2026-07-28" in step_text(direct, "sample"), report
-        assert "only exists at MCP 2026-07-28" in step_text(proxied, "sample"), report
-    else:
-        assert SAMPLED in step_text(proxied, "sample") and not proxied["sample"].get("is_error"), report
+    assert SAMPLED in step_text(proxied, "sample") and not proxied["sample"].get("is_error"), report
+
+
+@pytest.mark.parametrize("forms", [True, False], ids=["forms", "no-forms"])
+@pytest.mark.parametrize("host", sorted(HANDSHAKE_ONLY_HOSTS))
+def test_handshake_hosts_get_fastmcp4_sampling_and_imperative_elicitation_with_no_setting(
+    host: str, forms: bool, tmp_path: Path, llm: FakeLLMServer
+) -> None:
+    """FastMCP 4 samples only by input_required rounds (2026-07-28) and `ctx.elicit`s only on a
+    handshake connection. With no `upstream:` section a handshake host gets both: the sampling tool
+    runs again over a 2026 connection, where the proxy's LLM answers its round; the elicitation stays
+    a request to the host (with forms) or to the policy (without: here an auto-answer)."""
+    answer = (
+        "elicitation:\n  auto_answers:\n"
+        '    - {server: "*", tool: ask_name_imperative, action: accept, content: {name: Grace}}\n'
+    )
+    steps = {"elicit": ["ask_name_imperative", {}]}
+    direct, proxied = direct_and_proxied(
+        host, "fastmcp4", tmp_path, llm, "" if forms else answer, steps=steps, forms=forms
+    )
+    report = f"direct: {json.dumps(direct)[:2500]}\nproxied: {json.dumps(proxied)[:4000]}"
+    assert works(direct) and works(proxied), report
+    assert proxied.get("version") == direct.get("version"), report
+    assert "only exists at MCP 2026-07-28" in step_text(direct, "sample"), report
+    assert SAMPLED in step_text(proxied, "sample") and not proxied["sample"].get("is_error"), report
+    assert "Grace" in step_text(proxied, "elicit"), report
+    assert ("Grace" in step_text(direct, "elicit")) is forms, report
 
 
 @pytest.mark.parametrize("host", sorted(HANDSHAKE_ONLY_HOSTS))
