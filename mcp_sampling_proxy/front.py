@@ -412,7 +412,6 @@ class Front:
                     keepalive_seconds=0.0,  # a JSON answer has no stream to keep alive
                     era=self.settings.era,
                 )
-                relay.bridge.modern_endpoint = True  # server/discover is answered here in 2026-07-28
                 lane.relay = relay
                 await lane.upstream.attach(
                     relay.from_upstream,

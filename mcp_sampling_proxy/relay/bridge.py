@@ -38,7 +38,9 @@ log = get_logger("mcp_sampling_proxy.relay.bridge")
 HANDSHAKE = "handshake"
 MODERN = "modern"
 SETTINGS = ("auto", HANDSHAKE, MODERN)
-PROBE_TIMEOUT = 10.0  # s a server gets to answer the proxy's own server/discover or initialize
+PROBE_TIMEOUT = 30.0  # s a server gets to answer the proxy's own server/discover or initialize: the first
+# request of a session often waits for the server to start, which takes seconds on a busy machine (a
+# server that never answers holds the 2026 host that long; one that answers late would be bridged)
 PASS, CHANGED, DONE = 0, 1, 2  # what `host_request` did with a message
 
 _SUBSCRIPTION_NOTIFICATIONS = eras.subscription_notifications()
@@ -99,10 +101,6 @@ class EraBridge:
         self.undecided = True  # the host has not settled on an era yet (after a refused discover it may fall back)
         self.translating = False
         self.fallback_pending = False  # a handshake host's initialize may still be refused by a 2026-only server
-        # a 2026 host at an endpoint of the proxy's own (serve's 2026-07-28 callers): the endpoint speaks
-        # 2026-07-28 whatever the server speaks, so a handshake server's refusal of server/discover is not
-        # passed on (a host pinned to 2026-07-28 would stop there); the proxy answers it from the handshake
-        self.modern_endpoint = False
         # handshake host, 2026 server
         self._host_initialize: dict[str, Any] = {}  # the host's initialize request
         self._log_level: str | None = None
@@ -196,12 +194,14 @@ class EraBridge:
                 )
                 return False
             answered = discovered.get("answer")
-            if method == "server/discover" and answered and not self.modern_endpoint:
-                # As directly: the host hears the server's answer and falls back to initialize (an auto
-                # host), which the proxy then forwards. A host that goes on in the 2026 era is bridged.
+            if method == "server/discover" and answered:
+                # As directly, through every front: the host hears the server's answer and falls back to
+                # initialize (an auto host), which the proxy then forwards. A host that goes on in the 2026
+                # era is bridged; one that probes and stops there needs `upstream.era: handshake`, which
+                # answers server/discover from the handshake instead.
                 self.undecided = True
                 self.host_era = None
-                self._relay.answer_host(msg["id"], **{k: v for k, v in answered.items() if k in ("result", "error")})
+                self._relay.answer_host(msg["id"], **_body(answered))
                 return False
         opened = await self._open_handshake(meta)
         if "result" not in opened:
@@ -369,7 +369,11 @@ class EraBridge:
     def _modern_host_request(self, msg: dict[str, Any]) -> int:
         method, params = msg["method"], jsonrpc.as_object(msg.get("params"))
         if method == "server/discover":
-            self._relay.answer_host(msg["id"], result=eras.discover_result(self._initialized))
+            refused = (self._refused or {}).get("answer")
+            if refused:  # as directly: an auto host falls back to initialize, even after a pinned one was bridged
+                self._relay.answer_host(msg["id"], **_body(refused))
+            else:
+                self._relay.answer_host(msg["id"], result=eras.discover_result(self._initialized))
             return DONE
         if method == "subscriptions/listen":
             self._open_listen(msg["id"], jsonrpc.as_object(params.get("notifications")))
@@ -463,6 +467,11 @@ class EraBridge:
             self._relay.answer_upstream(msg["id"], result={})
             return True
         return False
+
+
+def _body(answer: dict[str, Any]) -> dict[str, Any]:
+    """A response's result or error, to answer the host with."""
+    return {k: v for k, v in answer.items() if k in ("result", "error")}
 
 
 def _why(answer: dict[str, Any]) -> str:

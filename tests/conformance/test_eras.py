@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -28,6 +31,7 @@ import pytest
 from fakes.llm_server import FakeLLMServer
 from helpers.npm_support import NODE_MODULES, node, package_file
 from helpers.peers import peer_python
+from helpers.serving import Served, start_serve, stop
 from helpers.support import PY, ROOT, openai_policy, proxy_env, write_policy
 
 ERAS = ROOT / "tests" / "fixtures" / "eras"
@@ -136,6 +140,11 @@ def step_text(transcript: dict[str, Any], step: str) -> str:
 @pytest.mark.parametrize(("host", "server"), [(h, s) for h in HOSTS for s in SERVERS])
 def test_era_matrix_direct_and_proxied(host: str, server: str, tmp_path: Path, llm: FakeLLMServer) -> None:
     direct, proxied = direct_and_proxied(host, server, tmp_path, llm)
+    assert_cell(host, server, direct, proxied)
+
+
+def assert_cell(host: str, server: str, direct: dict[str, Any], proxied: dict[str, Any]) -> None:
+    """What must hold for one host and server, direct and through a front of the proxy."""
     report = f"direct: {json.dumps(direct)[:2500]}\nproxied: {json.dumps(proxied)[:4000]}"
     if (host, server) in CROSS_ERA:
         assert not works(direct), f"a cross-era cell that works directly?\n{report}"
@@ -152,6 +161,70 @@ def test_era_matrix_direct_and_proxied(host: str, server: str, tmp_path: Path, l
     if host in HANDSHAKE_ONLY_HOSTS and server == "fastmcp4":
         assert "only exists at MCP 2026-07-28" in step_text(direct, "sample"), report
     assert SAMPLED in step_text(proxied, "sample") and not proxied["sample"].get("is_error"), report
+
+
+USER_DIRS = (
+    ("XDG_CONFIG_HOME", "config"),
+    ("XDG_STATE_HOME", "state"),
+    ("XDG_RUNTIME_DIR", "run"),
+    ("XDG_DATA_HOME", "data"),
+)
+
+
+class Fronts:
+    """One `serve` per server, started at its first use, in front of which every host of the module goes:
+    one policy, and one state directory (the tool pins) shared by every host, as one user's are."""
+
+    def __init__(self, directory: Path, home: Path, llm: FakeLLMServer):
+        self.directory, self.llm, self.served = directory, llm, dict[str, Served]()
+        # the module's own user directories (the autouse ones are each test's, removed after it, while
+        # a sandboxed server's data directory must outlive the test that started its `serve`)
+        self.env = {variable: str(home / name) for variable, name in USER_DIRS}
+        self.env |= {
+            "MCP_SAMPLING_PROXY_RUNTIME_DIR": str(home / "run"),
+            "MCP_SAMPLING_PROXY_STATE_DIR": str(home / "state"),
+            "MCP_NODE_MODULES": str(NODE_MODULES),
+            "PYTHONWARNINGS": "ignore",
+            "PATH": f"{Path(node()).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
+
+    def url(self, server: str) -> str:
+        if server not in self.served:
+            place = self.directory / server
+            place.mkdir()
+            policy = write_policy(place, openai_policy(self.llm.base_url))
+            command, _ = server_command(server)
+            self.served[server] = start_serve(
+                place, tokens=False, policy=policy, upstream=["--", *command], env=self.env
+            )
+        return self.served[server].url
+
+
+@pytest.fixture(scope="module")
+def fronts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fronts]:
+    home = Path(tempfile.mkdtemp(prefix="msp-"))  # short: console sockets live in the runtime directory
+    for _, name in USER_DIRS:
+        (home / name).mkdir(mode=0o700)
+    with FakeLLMServer("openai") as llm:
+        made = Fronts(tmp_path_factory.mktemp("fronts"), home, llm)
+        try:
+            yield made
+        finally:
+            for served in made.served.values():
+                stop(served)
+            shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.mark.parametrize(("host", "server"), [(h, s) for h in HOSTS for s in SERVERS])
+def test_era_matrix_direct_and_through_serve(host: str, server: str, fronts: Fronts) -> None:
+    """The same cells with `serve` as the front: every host over Streamable HTTP to one long-running
+    `serve` per server (the host's auto mode included: it must land in the era it lands in directly)."""
+    command, script = server_command(server)
+    env = proxy_env(TEST_LLM_KEY="k", **fronts.env)
+    with ThreadPoolExecutor(2) as pool:
+        direct = pool.submit(run_host, host, command, script, env)
+        proxied = pool.submit(run_host, host, [fronts.url(server)], script, env)
+        assert_cell(host, server, direct.result(), proxied.result())
 
 
 @pytest.mark.parametrize("forms", [True, False], ids=["forms", "no-forms"])

@@ -103,6 +103,12 @@ MODERN_REFUSAL_ONLY = {
     ("input-required-result-validate-input", "sep-2322-validate-input-responses"),  # SHOULD: a warning
 }
 SUITES = {"2025-11-25": [], "2026-07-28": ["--requirements", "2026-07-28"]}
+BRIDGE_2026_CALLERS = "upstream:\n  era: handshake\n"
+"""server-everything speaks only the handshake era. By default a 2026-07-28 caller's server/discover gets its
+refusal, as directly (a client in auto mode then falls back to initialize, and lands where it lands
+directly); with this pin the proxy answers server/discover from the handshake and bridges every 2026 caller,
+which clients pinned to 2026-07-28 that probe first (the suite, the TypeScript SDK 2.x, Inspector's
+`--protocol-era modern`) need."""
 
 
 @dataclass
@@ -218,7 +224,10 @@ def test_server_scenarios_pass_through_serve_as_they_do_direct(suite: str, tmp_p
         direct = run_server_suite(direct_endpoint.url, SUITES[suite], tmp_path / "direct")
     finally:
         stop(direct_endpoint)
-    served = start_serve(tmp_path)
+    # the suite's 2026-07-28 client probes server/discover and stops at a refusal: the pin has the proxy answer
+    # it from the handshake (by default a handshake server's refusal is passed on, as directly)
+    pinned = ["--policy", write_policy(tmp_path, BRIDGE_2026_CALLERS)] if SUITES[suite] else []
+    served = start_serve(tmp_path, *pinned)
     try:
         proxied = run_server_suite(served.url, SUITES[suite], tmp_path / "proxied")
     finally:
@@ -248,7 +257,7 @@ def served(tmp_path: Path, llm: FakeLLMServer) -> Iterator[Endpoint]:
     tokens = tmp_path / "tokens"
     tokens.write_text(f"alice:{ALICE}\n", encoding="utf-8")
     tokens.chmod(0o600)
-    audit = f"audit:\n  path: {tmp_path / 'audit.jsonl'}\n"
+    audit = f"audit:\n  path: {tmp_path / 'audit.jsonl'}\n{BRIDGE_2026_CALLERS}"
     policy = write_policy(tmp_path, openai_policy(llm.base_url, model="fake-gpt-4o-mini", extra=audit))
     endpoint = start_serve(tmp_path, "--token-file", str(tokens), "--policy", policy)
     yield endpoint
