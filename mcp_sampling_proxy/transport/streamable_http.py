@@ -210,8 +210,7 @@ class StreamableHttpClient:
         kind = response.headers.get("content-type", "").lower()
         _check_encoding(response)
         if kind.startswith("application/json"):
-            body = await _read_bounded(response, self._max)
-            self._deliver_body(body, request_id)
+            await self._follow_json(response, request_id)
         elif kind.startswith("text/event-stream"):
             await self._follow_events(response, request_id)
         else:
@@ -236,6 +235,45 @@ class StreamableHttpClient:
                 self._fail(request_id, jsonrpc.INVALID_REQUEST, "the server ended the session (HTTP 404)")
             return
         self._fail(request_id, jsonrpc.INTERNAL_ERROR, f"the server answered HTTP {status}")
+
+    async def _follow_json(self, response: httpx2.Response, request_id: Any) -> None:
+        """An application/json answer: one JSON value, or one message a line as the server writes them
+        (the conformance suite's reference server streams a call's notifications and a
+        subscriptions/listen so, and the SDK clients read it): each passed on as it comes, the
+        request's response last."""
+        lines = _json_lines(response, self._max)
+        first = await anext(lines, None)
+        if first is None:
+            self._fail(request_id, jsonrpc.PARSE_ERROR, "the server's answer is empty")
+            return
+        line, ended = first
+        if not ended:  # the whole body: one value
+            self._deliver_body(line, request_id)
+            return
+        try:
+            one_per_line = isinstance(orjson.loads(line), dict)
+        except ValueError:
+            one_per_line = False
+        if not one_per_line:  # one value written over several lines
+            body = [line]
+            size = len(line)
+            async for rest, _ in lines:
+                size += len(rest) + 1
+                if size > self._max:
+                    raise TooLarge(
+                        f"the server's answer is over the proxy's limit of {self._max:,} bytes (--max-message-bytes)"
+                    )
+                body.append(rest)
+            self._deliver_body(b"\n".join(body), request_id)
+            return
+        while True:
+            if line.strip() and self._event(line, request_id):
+                return
+            following = await anext(lines, None)
+            if following is None:
+                break
+            line = following[0]
+        self._fail(request_id, CONNECTION_CLOSED, "the server's answer ended without a response")
 
     def _deliver_body(self, body: bytes, request_id: Any) -> None:
         try:
@@ -411,6 +449,30 @@ async def _events(response: httpx2.Response, limit: int) -> AsyncIterator[Event]
                 event_id = value.decode("utf-8", "replace")
             elif name == b"retry" and value.isdigit():
                 retry = int(value)
+
+
+async def _json_lines(response: httpx2.Response, limit: int) -> AsyncIterator[tuple[bytes, bool]]:
+    """The lines of a body as they arrive, each with whether a newline ended it (only the last may
+    not), each bounded by `limit`."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        start = 0
+        while True:
+            end = chunk.find(b"\n", start)
+            piece = chunk[start:] if end == -1 else chunk[start:end]
+            size += len(piece)
+            if size > limit:
+                raise TooLarge(
+                    f"a message from the server is over the proxy's limit of {limit:,} bytes (--max-message-bytes)"
+                )
+            parts.append(piece)
+            if end == -1:
+                break
+            yield b"".join(parts), True
+            parts, size, start = [], 0, end + 1
+    if size:
+        yield b"".join(parts), False
 
 
 async def _read_bounded(response: httpx2.Response, limit: int) -> bytes:
