@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 from fakes.llm_server import FakeLLMServer
-from helpers.npm_support import NODE_MODULES, node, package_file
+from helpers.npm_support import NODE_MODULES, node, node22, package_file
 from helpers.peers import peer_python
 from helpers.serving import Served, start_serve, stop
 from helpers.support import PY, ROOT, openai_policy, proxy_env, write_policy
@@ -50,6 +50,11 @@ SERVERS = ["fastmcp3", "fastmcp4", "modern", "everything"]
 HANDSHAKE_ONLY_HOSTS = {"mcp1", "ts"}
 CROSS_ERA = {("mcp1", "modern"), ("ts", "modern"), ("mcp2-2026", "fastmcp3"), ("mcp2-2026", "everything")}
 """The cells where host and server share no era: they fail directly."""
+IMPERATIVE_ANSWER = (
+    "elicitation:\n  auto_answers:\n"
+    '    - {server: "*", tool: ask_name_imperative, action: accept, content: {name: Grace}}\n'
+)
+"""The policy's answer to FastMCP 4's `ctx.elicit` for a host without forms."""
 SAMPLED = "the sea"  # the fake LLM echoes the prompt, which quotes the tool's argument
 
 
@@ -236,13 +241,9 @@ def test_handshake_hosts_get_fastmcp4_sampling_and_imperative_elicitation_with_n
     handshake connection. With no `upstream:` section a handshake host gets both: the sampling tool
     runs again over a 2026 connection, where the proxy's LLM answers its round; the elicitation stays
     a request to the host (with forms) or to the policy (without: here an auto-answer)."""
-    answer = (
-        "elicitation:\n  auto_answers:\n"
-        '    - {server: "*", tool: ask_name_imperative, action: accept, content: {name: Grace}}\n'
-    )
     steps = {"elicit": ["ask_name_imperative", {}]}
     direct, proxied = direct_and_proxied(
-        host, "fastmcp4", tmp_path, llm, "" if forms else answer, steps=steps, forms=forms
+        host, "fastmcp4", tmp_path, llm, "" if forms else IMPERATIVE_ANSWER, steps=steps, forms=forms
     )
     report = f"direct: {json.dumps(direct)[:2500]}\nproxied: {json.dumps(proxied)[:4000]}"
     assert works(direct) and works(proxied), report
@@ -265,3 +266,36 @@ def test_modern_pin_lets_handshake_hosts_use_a_fastmcp4_servers_sampling(
     assert proxied.get("version") == direct.get("version"), report
     assert SAMPLED in step_text(proxied, "sample") and not proxied["sample"].get("is_error"), report
     assert "Grace" in step_text(proxied, "elicit"), report
+
+
+def test_inspector_cli_gets_fastmcp4_sampling_and_elicitation_with_no_setting(
+    tmp_path: Path, llm: FakeLLMServer
+) -> None:
+    """MCP Inspector's CLI, a handshake host (its default), in front of FastMCP 4 over stdio: directly the
+    sampling tool fails; through the proxy with no `upstream:` section it gets the proxy's LLM answer,
+    and `ctx.elicit` the policy's answer (the CLI has no forms of its own)."""
+    policy = write_policy(tmp_path, openai_policy(llm.base_url) + IMPERATIVE_ANSWER)
+    server, _ = server_command("fastmcp4")
+    launcher = package_file("@modelcontextprotocol/inspector", "clients/launcher/build/index.js")
+    env = proxy_env(
+        HOME=str(tmp_path),
+        TEST_LLM_KEY="k",
+        MCP_SAMPLING_PROXY_RUNTIME_DIR=str(tmp_path / "run"),
+        MCP_SAMPLING_PROXY_STATE_DIR=str(tmp_path / "state"),
+    )
+
+    def call(target: list[str], tool: str, *arguments: str) -> subprocess.CompletedProcess[str]:
+        command = [node22(), launcher, "--cli", *target, "--format", "json", "--method", "tools/call"]
+        return subprocess.run(
+            [*command, "--tool-name", tool, *arguments], capture_output=True, text=True, env=env, timeout=90
+        )
+
+    proxied = [PY, "-m", "mcp_sampling_proxy", "--policy", policy, "--", *server]
+    direct = call(server, "summarize", "--tool-arg", "text=the sea")
+    assert "only exists at MCP 2026-07-28" in direct.stdout + direct.stderr
+    sampled = call(proxied, "summarize", "--tool-arg", "text=the sea")
+    assert sampled.returncode == 0, sampled.stderr
+    assert json.loads(sampled.stdout)["result"]["content"][0]["text"] == f"summary: echo: Summarize: {SAMPLED}"
+    asked = call(proxied, "ask_name_imperative")
+    assert asked.returncode == 0, asked.stderr
+    assert json.loads(asked.stdout)["result"]["content"][0]["text"] == "name: Grace"
