@@ -269,3 +269,8 @@ def content_record(params: Any, result: Any, mode: str) -> dict[str, Any]:
     if result is not None:
         out["response"] = {**digest(result), **({"result": result} if keep else {})}
     return out
+
+
+def is_decision(record: dict[str, Any]) -> bool:
+    """A decision record (a seal or another event is not one)."""
+    return record.get("event", "decision") == "decision" and "decision" in record

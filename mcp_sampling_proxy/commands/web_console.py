@@ -49,10 +49,12 @@ from mcp_sampling_proxy.approval.console.client import (
 from mcp_sampling_proxy.approval.forms import FormError, parse_form, validate_content
 from mcp_sampling_proxy.approval.url_safety import analyze_url
 from mcp_sampling_proxy.audit.follow import Follower
+from mcp_sampling_proxy.audit.log_lines import InputError
 from mcp_sampling_proxy.audit.notes import governance_notes
-from mcp_sampling_proxy.audit.records import parse_object
+from mcp_sampling_proxy.audit.records import is_decision, parse_object
+from mcp_sampling_proxy.audit.shown import format_record
+from mcp_sampling_proxy.audit.summary import parse_since, parse_ts, summarize
 from mcp_sampling_proxy.commands import web_view
-from mcp_sampling_proxy.commands.audit import InputError, format_record, is_decision, parse_since, parse_ts, summarize
 from mcp_sampling_proxy.config.paths import policy_or_default
 from mcp_sampling_proxy.config.settings import load_settings, resolve_state
 from mcp_sampling_proxy.log import get_logger

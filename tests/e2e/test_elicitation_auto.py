@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from helpers.support import proxy_command, proxy_env, sdk_host, tool_json, write_policy
 
+from mcp_sampling_proxy.audit.shown import format_record
 from mcp_sampling_proxy.commands import audit as audit_cmd
 from mcp_sampling_proxy.commands import policy as policy_cmd
 
@@ -68,7 +69,7 @@ async def test_a_headless_confirmation_is_answered_by_policy_and_audited(tmp_pat
     assert (record["decision"], record["rule"], record["action"]) == ("auto_answered", "confirm-deploys", "accept")
     assert record["reason"] == "accepted by auto-answer 'confirm-deploys'"
     assert record["content"]["response"]["sha256"]  # what the server was answered is in the chain too
-    line = audit_cmd.format_record(record)
+    line = format_record(record)
     assert "accepted (accepted by auto-answer 'confirm-deploys'; rule confirm-deploys)" in line
 
 
