@@ -103,9 +103,6 @@ class ProxyHooks:
         self._offered = offered
         self._routes = {"sampling": settings.sampling.route, "elicitation": settings.elicitation.route}
 
-    def answer_host_request(self, message: dict[str, Any], session: Session) -> bytes | None:
-        return None
-
     def rewrite_host_request(self, message: dict[str, Any], session: Session) -> bool:
         return capabilities.rewrite_request(message, self._offered, self._routes)
 

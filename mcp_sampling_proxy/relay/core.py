@@ -1,9 +1,11 @@
 """The relay: every message passes between host and upstream as the original bytes.
 
 It parses each line only to route it, keeps per-direction order (lines are handled
-synchronously as they arrive), and steps in at three points, all delegated to `Hooks`:
-host requests it may rewrite (capabilities), server requests it serves itself (sampling),
-and responses to requests it sent on its own. It knows nothing about LLMs or policy. When the
+synchronously as they arrive), and steps in where `Hooks` says: host requests it rewrites (the
+capabilities the proxy serves), server requests it serves itself (sampling, elicitation),
+`input_required` rounds it answers, tool lists and calls it screens (pins, tool rules), and
+server notifications it holds back. It knows nothing about LLMs or policy (a contract in
+pyproject.toml keeps it so). When the
 two legs speak different protocol eras, the era bridge (relay/bridge.py) translates; when they
 speak the same one, nothing is.
 """
@@ -112,10 +114,6 @@ class Session:
 class Hooks(Protocol):
     def rewrite_host_request(self, message: dict[str, Any], session: Session) -> bool:
         """Change a host request in place before it goes upstream; True when changed."""
-        ...
-
-    def answer_host_request(self, message: dict[str, Any], session: Session) -> bytes | None:
-        """A response the proxy gives the host itself instead of forwarding; None to forward."""
         ...
 
     def serves(self, method: str) -> bool:
@@ -344,10 +342,6 @@ class Relay:
         if not screened and msg["method"] == "tools/call" and self._hooks.screens_tool_call(msg, self.session):
             scope = self._screening[msg["id"]] = anyio.CancelScope()
             self._tg.start_soon(self._screen_tool_call, msg, line, scope)
-            return
-        answer = self._hooks.answer_host_request(msg, self.session)
-        if answer is not None:
-            self._to_host(answer)
             return
         params = msg.get("params")
         if self.rounds and self.rounds.take_retry(msg):  # the answer to a question of the proxy's
