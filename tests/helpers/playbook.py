@@ -1,0 +1,164 @@
+"""The proxy's real relay and services in memory, between a host and a server the test plays.
+
+As mitmproxy's Playbook drives its layers: no process and no pipe, the real `Relay` wired to the real
+services by `runtime.build_hooks` from a policy text (sampling to an LLM on 127.0.0.1, elicitation,
+approval, audit, tool rules), exactly as the proxy wires them. The test speaks for each peer with
+`says` and reads what the relay sent it with `next`; a third peer can stand for the server's second,
+2026-era connection (`Playbook.second_leg`).
+
+    async with Playbook(tmp_path, policy) as play:
+        play.host.says({"jsonrpc": "2.0", "id": 1, "method": "initialize", ...})
+        assert (await play.server.next())["method"] == "initialize"
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import anyio
+import anyio.abc
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from mcp_sampling_proxy.approval.console.server import ConsoleServer
+from mcp_sampling_proxy.audit.recorder import AuditLog
+from mcp_sampling_proxy.config.settings import parse_settings
+from mcp_sampling_proxy.protocol import capabilities
+from mcp_sampling_proxy.relay.core import Relay, Session
+from mcp_sampling_proxy.runtime import build_hooks
+from mcp_sampling_proxy.serve.sampling import AdapterPool
+
+HANDSHAKE_VERSION = "2025-11-25"
+
+
+class Peer:
+    """One side the test plays: what the relay sent it, in order, and a way to speak to the relay."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._send: MemoryObjectSendStream[bytes]
+        self._inbox: MemoryObjectReceiveStream[bytes]
+        self._send, self._inbox = anyio.create_memory_object_stream[bytes](1000)
+        self.to_relay: Callable[[bytes], None] | None = None
+
+    def receive(self, line: bytes) -> None:
+        """The relay's send function for this side."""
+        self._send.send_nowait(line)
+
+    def says(self, message: dict[str, Any]) -> None:
+        assert self.to_relay is not None, f"the {self.name} is not connected"
+        self.to_relay(json.dumps(message).encode())
+
+    async def next(self, timeout: float = 5.0) -> dict[str, Any]:
+        """The next message the relay sent this side (fails after `timeout` seconds without one)."""
+        with anyio.fail_after(timeout):
+            message: dict[str, Any] = json.loads(await self._inbox.receive())
+            return message
+
+    def nothing_yet(self) -> bool:
+        """True when the relay has sent this side nothing that was not read."""
+        return self._inbox.statistics().current_buffer_used == 0
+
+
+class SecondLegPeer(Peer):
+    """The server's second connection (relay/core.py `SecondLeg`), as the test plays it: `opened`
+    counts its openings; `refuse` makes it one that cannot be opened."""
+
+    def __init__(self) -> None:
+        super().__init__("second leg")
+        self.opened = 0
+        self.refuse = False
+        self.end: Callable[[], None] | None = None
+
+    async def open(
+        self, on_line: Callable[[bytes], None], on_end: Callable[[], None]
+    ) -> Callable[[bytes], None] | None:
+        self.opened += 1
+        if self.refuse:
+            return None
+        self.to_relay, self.end = on_line, on_end
+        return self.receive
+
+
+class Playbook:
+    """The relay and the services of one session, between `host` and `server` (and `second_leg`)."""
+
+    def __init__(self, tmp_path: Path, policy: str = "", *, second_leg: bool = False) -> None:
+        self.audit_path = tmp_path / "audit.jsonl"
+        audit = f"audit:\n  path: {self.audit_path}\n  fsync: false\n"
+        self.settings = parse_settings(policy + ("" if "\naudit:" in f"\n{policy}" else audit), "playbook.yaml")
+        self.host = Peer("host")
+        self.server = Peer("server")
+        self.second_leg = SecondLegPeer() if second_leg else None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self.relay: Relay
+
+    async def __aenter__(self) -> Playbook:
+        settings = self.settings
+        self._audit = AuditLog.from_settings(settings, environ={})
+        self._adapters = AdapterPool(list(settings.providers), None)
+        offered = capabilities.offers(
+            capabilities.offered_sampling(route=settings.sampling.route, tools=False),
+            capabilities.offered_elicitation(route=settings.elicitation.route, url_mode=settings.elicitation.url_mode),
+        )
+        session = Session(name_override="played")
+        console = ConsoleServer(lambda: session.server_name, lambda: session.host_name)  # never served
+        hooks = build_hooks(settings, self._adapters, self._audit, None, console, offered)
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        self.relay = Relay(self.host.receive, self.server.receive, hooks, self._tg, session, era=settings.era)
+        self.host.to_relay, self.server.to_relay = self.relay.from_host, self.relay.from_upstream
+        if self.second_leg is not None:
+            self.relay.second_leg = self.second_leg
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        assert self._tg is not None
+        self.relay.cancel_all()
+        self._tg.cancel_scope.cancel()
+        await self._tg.__aexit__(kind, error, trace)
+        await self._adapters.aclose()
+        self._audit.close()
+
+    def audit(self) -> list[dict[str, Any]]:
+        """The audit records written so far."""
+        if not self.audit_path.exists():
+            return []
+        return [json.loads(line) for line in self.audit_path.read_text().splitlines()]
+
+    async def handshake(self, capabilities: dict[str, Any] | None = None) -> None:
+        """The host's initialize, answered by the server in the handshake era, and `initialized`."""
+        caps = capabilities if capabilities is not None else {"elicitation": {}}
+        self.host.says(
+            {
+                "jsonrpc": "2.0",
+                "id": 0,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": HANDSHAKE_VERSION,
+                    "capabilities": caps,
+                    "clientInfo": {"name": "played-host", "version": "1"},
+                },
+            }
+        )
+        initialize = await self.server.next()
+        assert initialize["method"] == "initialize", initialize
+        self.server.says(
+            {
+                "jsonrpc": "2.0",
+                "id": initialize["id"],
+                "result": {
+                    "protocolVersion": HANDSHAKE_VERSION,
+                    "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "played-server", "version": "1"},
+                },
+            }
+        )
+        assert (await self.host.next())["result"]["protocolVersion"] == HANDSHAKE_VERSION
+        self.host.says({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        assert (await self.server.next())["method"] == "notifications/initialized"
