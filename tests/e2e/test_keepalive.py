@@ -3,7 +3,9 @@
 The host is the SDK's Client through the real proxy process. The Python SDK 2.3.0 client has no
 reset-timeout-on-progress switch (the TypeScript SDK's `resetTimeoutOnProgress`), so the host here
 does what such hosts do: a 2 s deadline for the tool call, pushed back by each progress notification
-it gets through `progress_callback` (which also makes the SDK send `_meta.progressToken`).
+it gets through `progress_callback` (which also makes the SDK send `_meta.progressToken`). The other
+keep-alive cases (no token, keep-alive off, a slow approval in the host's form, server progress) run in
+memory: tests/unit/relay/test_keepalive_played.py.
 """
 
 from __future__ import annotations
@@ -16,12 +18,9 @@ import pytest
 from fakes.llm_server import FakeLLMServer
 from helpers.support import openai_policy, proxy_command, proxy_env, sdk_host, tool_json, write_policy
 
-from mcp_sampling_proxy.relay.keepalive import Progress
-
 HOST_TIMEOUT = 2.0
 WAIT = 6.0
 KEEPALIVE = "sampling:\n  keepalive_seconds: 0.25\n"
-PROMPT_RULES = "rules:\n  - name: ask\n    action: prompt\n"
 
 
 async def call_with_resetting_timeout(
@@ -65,74 +64,3 @@ async def test_slow_llm_keeps_the_tool_call_alive(tmp_path: Path) -> None:
     assert values == sorted(values) and len(set(values)) == len(values), "progress must increase"
     assert values[-1] < 0.001  # the host's bar does not move: tiny steps from 0
     assert {message for _progress, _total, message in seen} == {"waiting for the LLM"}
-
-
-@pytest.mark.anyio
-async def test_without_a_progress_token_the_call_times_out_as_before(tmp_path: Path) -> None:
-    seen: list[tuple[float, float | None, str | None]] = []
-    with FakeLLMServer("openai") as llm:
-        llm.reply_text("too late", delay=WAIT)
-        policy = write_policy(tmp_path, openai_policy(llm.base_url, extra=KEEPALIVE))
-        async with sdk_host(proxy_command(policy), proxy_env(TEST_LLM_KEY="k"), tmp_path / "stderr.log") as client:
-            result = await call_with_resetting_timeout(
-                client, {"prompt": "take your time"}, with_progress=False, seen=seen
-            )
-    assert result is None
-    assert seen == []
-
-
-@pytest.mark.anyio
-async def test_slow_host_approval_keeps_the_tool_call_alive(
-    tmp_path: Path, dirs: dict[str, str], llm: FakeLLMServer
-) -> None:
-    """A human takes 6 s to answer the approval form in the host's own UI."""
-    from mcp_types import ElicitResult
-
-    seen: list[tuple[float, float | None, str | None]] = []
-
-    async def slow_human(context: Any, params: Any) -> ElicitResult:
-        await anyio.sleep(WAIT)
-        return ElicitResult(action="accept", content={"approve": True})
-
-    policy = write_policy(tmp_path, openai_policy(llm.base_url, extra=KEEPALIVE, rules=PROMPT_RULES))
-    async with sdk_host(
-        proxy_command(policy), proxy_env(**dirs), tmp_path / "stderr.log", elicitation_callback=slow_human
-    ) as client:
-        result = await call_with_resetting_timeout(client, {"prompt": "approve me"}, with_progress=True, seen=seen)
-    assert result is not None, "the host timed the call out despite the keep-alive"
-    assert tool_json(result)["content"]["text"] == "echo: approve me"
-    messages = [message for _progress, _total, message in seen]
-    assert messages.count("waiting for approval") >= 8
-    assert set(messages) <= {"waiting for approval", "waiting for the LLM"}  # then the (quick) LLM call
-
-
-@pytest.mark.anyio
-async def test_keepalive_off_when_set_to_zero(tmp_path: Path) -> None:
-    seen: list[tuple[float, float | None, str | None]] = []
-    with FakeLLMServer("openai") as llm:
-        llm.reply_text("late", delay=3.0)
-        policy = write_policy(tmp_path, openai_policy(llm.base_url, extra="sampling:\n  keepalive_seconds: 0\n"))
-        async with sdk_host(proxy_command(policy), proxy_env(TEST_LLM_KEY="k"), tmp_path / "stderr.log") as client:
-            result = await call_with_resetting_timeout(client, {"prompt": "x"}, with_progress=True, seen=seen)
-    assert result is None
-    assert seen == []
-
-
-def test_server_progress_below_a_keepalive_is_raised_and_never_goes_back() -> None:
-    """What the host sees on one token always increases, whoever sent it."""
-    progress = Progress("tok")
-    sent: list[float] = []
-    assert progress.from_server({"progressToken": "tok", "progress": 0.5, "total": 10}) is None
-    sent.append(0.5)
-    for _ in range(3):
-        params = progress.keepalive("waiting for the LLM")
-        assert params["total"] == 10  # the server's total is kept, so a host's bar stays where it was
-        sent.append(params["progress"])
-    raised = progress.from_server({"progressToken": "tok", "progress": 0.5})  # the server repeats itself
-    assert raised is not None
-    sent.append(raised)
-    assert progress.from_server({"progressToken": "tok", "progress": 1}) is None  # above: passed untouched
-    sent.append(1.0)
-    sent.append(progress.keepalive("waiting for the LLM")["progress"])
-    assert sent == sorted(set(sent)), sent
-    assert sent[-1] < 1.001

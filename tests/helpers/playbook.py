@@ -109,7 +109,16 @@ class Playbook:
         hooks = build_hooks(settings, self._adapters, self._audit, None, console, offered)
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
-        self.relay = Relay(self.host.receive, self.server.receive, hooks, self._tg, session, era=settings.era)
+        keepalive = settings.sampling.keepalive_seconds
+        self.relay = Relay(
+            self.host.receive,
+            self.server.receive,
+            hooks,
+            self._tg,
+            session,
+            keepalive_seconds=keepalive,
+            era=settings.era,
+        )
         self.host.to_relay, self.server.to_relay = self.relay.from_host, self.relay.from_upstream
         if self.second_leg is not None:
             self.relay.second_leg = self.second_leg
