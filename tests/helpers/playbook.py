@@ -134,6 +134,22 @@ class Playbook:
         await self._adapters.aclose()
         self._audit.close()
 
+    def serve_with(self, answers: Callable[[dict[str, Any]], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+        """Play the server by a script: each message the relay sends it gets `answers(message)` back at
+        once. Returns the list the messages land in, as the server got them."""
+        got: list[dict[str, Any]] = []
+
+        async def serve() -> None:
+            while True:
+                message = await self.server.next(timeout=3600)
+                got.append(message)
+                for each in answers(message):
+                    self.server.says(each)
+
+        assert self._tg is not None
+        self._tg.start_soon(serve)
+        return got
+
     def audit(self) -> list[dict[str, Any]]:
         """The audit records written so far."""
         if not self.audit_path.exists():
