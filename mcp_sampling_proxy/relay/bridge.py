@@ -38,9 +38,10 @@ log = get_logger("mcp_sampling_proxy.relay.bridge")
 HANDSHAKE = "handshake"
 MODERN = "modern"
 SETTINGS = ("auto", HANDSHAKE, MODERN)
-PROBE_TIMEOUT = 30.0  # s a server gets to answer the proxy's own server/discover or initialize: the first
-# request of a session often waits for the server to start, which takes seconds on a busy machine (a
-# server that never answers holds the 2026 host that long; one that answers late would be bridged)
+FIRST_ANSWER_TIMEOUT = 30.0  # s a server gets to answer the proxy's own first request of a session, which
+# often waits for the server to start (seconds on a busy machine; one that answers late would be bridged)
+PROBE_TIMEOUT = 10.0  # s a server that has answered already gets to answer a probe of the proxy's: the
+# host's refused initialize waits that long for its refusal when the server ignores server/discover
 PASS, CHANGED, DONE = 0, 1, 2  # what `host_request` did with a message
 
 _SUBSCRIPTION_NOTIFICATIONS = eras.subscription_notifications()
@@ -158,7 +159,7 @@ class EraBridge:
         relay should still handle `msg` itself (False: it was answered here)."""
         method = msg["method"]
         if self.host_era == HANDSHAKE:  # upstream.era: modern
-            probed = await self._probe(self._stamped_meta(msg))
+            probed = await self._probe(self._stamped_meta(msg), FIRST_ANSWER_TIMEOUT)
             if "result" in probed:
                 self._answer_initialize(msg["id"], probed["result"])
             else:
@@ -173,7 +174,7 @@ class EraBridge:
             return False
         meta = jsonrpc.as_object(jsonrpc.as_object(msg.get("params")).get("_meta"))
         if self.setting != HANDSHAKE and self._refused is None:
-            discovered = await self._probe(self._augmented(meta))
+            discovered = await self._probe(self._augmented(meta), FIRST_ANSWER_TIMEOUT)
             if "result" in discovered:
                 self._settle(MODERN)
                 if method == "server/discover":
@@ -221,7 +222,7 @@ class EraBridge:
     async def initialize_refused(self, host_id: Any, request: HostRequest, error: dict[str, Any]) -> None:
         """A handshake host's initialize was refused: the server may speak only 2026-07-28. Probe it;
         bridge when it does, else pass the refusal on. The relay holds the host's messages meanwhile."""
-        discovered = await self._probe(self._stamped_meta(self._host_initialize))
+        discovered = await self._probe(self._stamped_meta(self._host_initialize), PROBE_TIMEOUT)
         if "result" in discovered:
             log.info(
                 "the server speaks only 2026-07-28: bridging the handshake host to it",
@@ -237,11 +238,11 @@ class EraBridge:
         if self.translating:
             log.info("protocol eras differ: translating", host=self.host_era, server=server_era, protocol=eras.MODERN)
 
-    async def _probe(self, meta: dict[str, Any]) -> dict[str, Any]:
+    async def _probe(self, meta: dict[str, Any], timeout: float) -> dict[str, Any]:
         """The server's answer to a server/discover of the proxy's: {"result": a 2026 one} or {"error": ...}."""
-        answer = await self._relay.request_upstream("server/discover", {"_meta": meta}, timeout=PROBE_TIMEOUT)
+        answer = await self._relay.request_upstream("server/discover", {"_meta": meta}, timeout=timeout)
         if eras.retry_at_modern(answer.get("error")):  # "unsupported version", naming ours: once more, as SDKs do
-            answer = await self._relay.request_upstream("server/discover", {"_meta": meta}, timeout=PROBE_TIMEOUT)
+            answer = await self._relay.request_upstream("server/discover", {"_meta": meta}, timeout=timeout)
         result = answer.get("result")
         if isinstance(result, dict) and eras.supports_modern(result):
             self._capabilities = jsonrpc.as_object(result.get("capabilities"))
@@ -249,7 +250,7 @@ class EraBridge:
             return {"result": result}
         why = answer.get("error") or {
             "code": jsonrpc.INTERNAL_ERROR,
-            "message": "no 2026-07-28 in its supportedVersions" if answer else f"no answer in {PROBE_TIMEOUT:g} s",
+            "message": "no 2026-07-28 in its supportedVersions" if answer else f"no answer in {timeout:g} s",
         }
         return {"error": why, "answer": answer}
 
@@ -262,7 +263,7 @@ class EraBridge:
             "params": eras.initialize_params(meta),
         }
         self._relay.rewrite_for_upstream(message)
-        answer = await self._relay.request_upstream("initialize", message["params"], timeout=PROBE_TIMEOUT)
+        answer = await self._relay.request_upstream("initialize", message["params"], timeout=FIRST_ANSWER_TIMEOUT)
         result = answer.get("result")
         if not isinstance(result, dict):
             return {"error": answer.get("error") or {"code": jsonrpc.INTERNAL_ERROR, "message": "no answer"}}
