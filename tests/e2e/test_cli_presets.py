@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.cli_standins import BYPASSES, install, path_with, provider, runs
+from helpers.cli_standins import bypasses, install, path_with, provider, runs
 from helpers.support import proxy_command, proxy_env, sdk_host, tool_json, write_policy
 
 from mcp_sampling_proxy.config.providers import PRESET_FACTS
@@ -43,7 +43,7 @@ async def test_each_preset_runs_with_its_tools_off(tmp_path: Path, name: str) ->
     assert tool_json(result)["content"]["text"] == "Paris."
     (run,) = runs(tmp_path / "runs.jsonl")
     argv = run["argv"]
-    assert not [arg for arg in argv if any(bypass in arg for bypass in BYPASSES)], argv
+    assert not bypasses(argv), argv
     if name == "claude":
         assert argv[argv.index("--tools") + 1] == "" and "--strict-mcp-config" in argv
     elif name == "codex":

@@ -257,6 +257,18 @@ BYPASSES = (
 )
 
 
+def bypasses(argv: list[str]) -> list[str]:
+    """The arguments that are a bypass flag (alone, or `--flag=...`) or name a bypass setting (`-c
+    sandbox_mode="danger-full-access"`). Flags are matched whole: "-y" inside a path is no flag."""
+    found = []
+    for arg in argv:
+        for bypass in BYPASSES:
+            if (arg == bypass or arg.startswith(f"{bypass}=")) if bypass.startswith("-") else bypass in arg:
+                found.append(arg)
+                break
+    return found
+
+
 def provider(name: str, body: str) -> str:
     lines = "".join(f"      {line}\n" for line in body.strip().splitlines())
     return f"llm:\n  providers:\n    {name}:\n      type: command\n{lines}"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers.cli_standins import BYPASSES, install, path_with, provider
+from helpers.cli_standins import bypasses, install, path_with, provider
 
 from mcp_sampling_proxy.config.providers import COMMAND_PRESETS, PRESET_FACTS, bypass_flag
 from mcp_sampling_proxy.config.settings import parse_settings
@@ -27,7 +27,7 @@ def test_every_preset_has_its_facts() -> None:
 def test_no_preset_runs_its_cli_with_a_permission_bypass(name: str) -> None:
     preset = PRESETS[name]
     argv = [preset.executable, *preset.flags, *preset.tail]
-    assert not [arg for arg in argv if any(bypass in arg for bypass in BYPASSES)], argv
+    assert not bypasses(argv), argv
     assert bypass_flag(argv, short_yolo=True) is None
 
 
