@@ -335,6 +335,12 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
             hurry.set()
         end(name)
 
+    # from the start of the session: a host that gives up while the proxy starts (its SIGTERM) gets the
+    # same orderly stop as later, not the default action's sudden death
+    loop = _asyncio_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        loop.add_signal_handler(sig, on_signal, signal.Signals(sig).name)
+
     def oversize(size: int, head: bytes, tail: bytes) -> None:
         found, request_id = peek_id(head, tail)
         log.error(
@@ -398,9 +404,6 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
             await open_line_reader(in_fd, host_reader)
             _wire_backpressure(host_out, host_reader, upstream)
             host_out.closed.add_done_callback(lambda _: end("host closed stdout"))
-            loop = _asyncio_loop()
-            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-                loop.add_signal_handler(sig, on_signal, signal.Signals(sig).name)
 
             await wake.wait()
             reason = ended[0]

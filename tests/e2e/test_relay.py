@@ -356,8 +356,11 @@ def test_sigterm_while_stopping_after_eof_ends_the_server_now(tmp_path: Path) ->
     the server and say so; asked again, it now ends the server at once and exits in time."""
     command = proxy_command(upstream=[PY, "-c", STUBBORN])
     with RawHost(command, proxy_env(), tmp_path / "stderr.log") as host:
-        time.sleep(0.5)
+        deadline = time.monotonic() + 15
+        while not server_children(host.proc.pid) and time.monotonic() < deadline:  # a slow machine starts late
+            time.sleep(0.05)
         child = server_children(host.proc.pid)[0]
+        time.sleep(0.5)
         host.close_stdin()
         time.sleep(0.5)
         host.proc.send_signal(signal.SIGTERM)
