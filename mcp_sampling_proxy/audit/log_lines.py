@@ -58,7 +58,7 @@ class LongLine:
             pass
 
 
-def _lines(path: str) -> Iterator[tuple[int, int, bytes | LongLine]]:
+def numbered_lines(path: str) -> Iterator[tuple[int, int, bytes | LongLine]]:
     """(line number, offset, raw bytes with their newline) of each line of the file; a line that
     cannot be a record (over MAX_RECORD_BYTES, or over 64 KiB without a leading "{") comes as a
     LongLine (read its pieces or not: the next line is found either way)."""
@@ -88,7 +88,7 @@ def _lines(path: str) -> Iterator[tuple[int, int, bytes | LongLine]]:
 
 def read_records(path: str) -> Iterator[dict[str, Any]]:
     """Every complete JSON object line of the file (torn or foreign lines are skipped)."""
-    for _number, _offset, raw in _lines(path):
+    for _number, _offset, raw in numbered_lines(path):
         if isinstance(raw, LongLine) or not raw.endswith(b"\n"):
             continue
         if (value := parse_object(raw)) is not None:

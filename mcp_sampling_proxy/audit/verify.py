@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from mcp_sampling_proxy.audit.log_lines import LongLine, _lines
+from mcp_sampling_proxy.audit.log_lines import LongLine, numbered_lines
 from mcp_sampling_proxy.audit.records import (
     GENESIS,
     DuplicateKey,
@@ -74,7 +74,7 @@ class Verifier:
         seen: dict[str, int] = {}  # hash -> line, in this file
         previous_line = 0
         total_lines = 0
-        for number, offset, raw in _lines(path):
+        for number, offset, raw in numbered_lines(path):
             total_lines = number
             record, problem = _classify(raw)
             if record is None or isinstance(raw, LongLine):
@@ -278,7 +278,7 @@ def _classify(raw: bytes | LongLine) -> tuple[dict[str, Any] | None, str]:
 
 def _find_hash(path: str, offset: int, wanted: str) -> int | None:
     """The line number of a later record with hash `wanted`, or None."""
-    for number, start, raw in _lines(path):
+    for number, start, raw in numbered_lines(path):
         if start < offset or isinstance(raw, LongLine):
             continue
         record = parse_record(raw)

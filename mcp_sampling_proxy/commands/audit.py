@@ -30,7 +30,7 @@ from typing import Any
 from mcp_sampling_proxy.audit.follow import Follower
 from mcp_sampling_proxy.audit.log_lines import InputError, read_records
 from mcp_sampling_proxy.audit.records import parse_object, rotated_name
-from mcp_sampling_proxy.audit.shown import _s, format_record
+from mcp_sampling_proxy.audit.shown import format_record, printable
 from mcp_sampling_proxy.audit.summary import (
     CHECK_COLUMNS,
     TOOL_COLUMNS,
@@ -228,7 +228,7 @@ def summary_main(paths: Sequence[str], since: datetime | None, *, as_json: bool)
         return 0
     header: tuple[str, ...] = ("server", "requests", "allowed", "denied", "errors", "tokens in", "tokens out")
     header += ("p50 latency", "cost") if total.costed else ("p50 latency",)  # a log that says what calls cost
-    rows = [[_s(server, 40), *_numbers(entry)][: len(header)] for server, entry in stats.items()]
+    rows = [[printable(server, 40), *_numbers(entry)][: len(header)] for server, entry in stats.items()]
     rows.append(["total", *_numbers(total)][: len(header)])
     if since:
         print(f"since {since.isoformat(timespec='seconds').replace('+00:00', 'Z')}")
@@ -244,7 +244,7 @@ def summary_main(paths: Sequence[str], since: datetime | None, *, as_json: bool)
         print()
         print_table(
             ["replica", "requests", "allowed", "denied", "errors"],
-            [[_s(name, 60), *_numbers(entry)[:4]] for name, entry in replicas.items()],
+            [[printable(name, 60), *_numbers(entry)[:4]] for name, entry in replicas.items()],
         )
     for columns, names in tables:  # shown when the log has any: tool decisions, sampling checks' work
         if any(getattr(total, column) for column in columns):
@@ -252,7 +252,7 @@ def summary_main(paths: Sequence[str], since: datetime | None, *, as_json: bool)
             print_table(
                 list(names),
                 [
-                    [_s(server, 40), *(str(getattr(e, c)) for c in columns)]
+                    [printable(server, 40), *(str(getattr(e, c)) for c in columns)]
                     for server, e in [*stats.items(), ("total", total)]
                 ],
             )
