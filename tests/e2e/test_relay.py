@@ -1,4 +1,5 @@
-"""The relay: everything passes unchanged, bad input is answered, and the lifecycle is clean."""
+"""The relay as a process: everything passes unchanged, bad input on the pipe is answered, and the lifecycle
+is clean. What the relay does with each message, without a process, is tests/unit/relay/test_relay_played.py."""
 
 from __future__ import annotations
 
@@ -92,30 +93,6 @@ def test_stdout_carries_protocol_messages_only(tmp_path: Path) -> None:
     for line in host.raw_received:
         assert json.loads(line)["jsonrpc"] == "2.0"
     assert (tmp_path / "stderr.log").read_bytes(), "logs belong on stderr"
-
-
-def test_upstream_sees_sampling_capability_added_to_the_hosts(tmp_path: Path) -> None:
-    with RawHost(proxy_command(), proxy_env(), tmp_path / "stderr.log") as host:
-        host.initialize({"roots": {"listChanged": True}, "experimental": {"x": {}}})
-        caps = json.loads(host.request("tools/call", {"name": "caps", "arguments": {}})["result"]["content"][0]["text"])
-    assert caps["roots"] == {"listChanged": True}
-    assert caps["experimental"] == {"x": {}}
-    assert "sampling" in caps
-
-
-def test_malformed_line_gets_parse_error_and_relay_goes_on(tmp_path: Path) -> None:
-    with RawHost(proxy_command(), proxy_env(), tmp_path / "stderr.log") as host:
-        host.initialize()
-        host.send_raw(b"{this is not json\n")
-        error = host.next_message()
-        assert error == {"jsonrpc": "2.0", "id": None, "error": error["error"]}
-        assert error["error"]["code"] == -32700
-        host.send_raw(b"[1, 2\n")
-        assert host.next_message()["error"]["code"] == -32700
-        host.send_raw(b"42\n")
-        assert host.next_message()["error"]["code"] == -32600
-        response = host.request("tools/call", {"name": "echo", "arguments": {"text": "still here"}})
-        assert response["result"]["content"][0]["text"] == "still here"
 
 
 def test_oversized_message_is_refused_with_the_limit_named(tmp_path: Path) -> None:
@@ -308,37 +285,6 @@ def test_help_explains_options_with_a_host_config_example() -> None:
 
 if sys.platform != "linux":  # pragma: no cover
     pytestmark = pytest.mark.skip("process-tree checks use /proc")
-
-
-def test_2026_era_requests_get_sampling_in_their_meta_capabilities(tmp_path: Path) -> None:
-    meta = {
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {"roots": {}},
-        "io.modelcontextprotocol/clientInfo": {"name": "modern-host", "version": "1"},
-    }
-    with RawHost(proxy_command(), proxy_env(), tmp_path / "stderr.log") as host:
-        response = host.request("tools/call", {"name": "caps", "arguments": {}, "_meta": meta})
-        discover = host.request("server/discover", {"_meta": meta})
-    caps = json.loads(response["result"]["content"][0]["text"])
-    assert caps == {"roots": {}, "sampling": {}, "elicitation": {"form": {}}}
-    # the server speaks 2026-07-28, so its own discover result reaches the host (the proxy answers none)
-    assert "2026-07-28" in discover["result"]["supportedVersions"]
-
-
-def test_the_id_of_an_oversized_message_is_found_from_its_ends() -> None:
-    from mcp_sampling_proxy.relay.core import peek_id
-
-    def peek(line: bytes) -> tuple[bool, object]:
-        return peek_id(line[:1024], line[-256:])
-
-    assert peek(b'{"jsonrpc":"2.0","id":5,"result":{"x":1}}') == (True, 5)
-    assert peek(b'{"jsonrpc": "2.0", "id": "a\\"b", "error": {}}') == (True, 'a"b')
-    assert peek(b'{"jsonrpc":"2.0","method":"tools/call","id":9,"params":{}}') == (True, 9)
-    # TypeScript SDK layout: the id closes the top-level object
-    assert peek(b'{"result":{"x":{"id":3}},"jsonrpc":"2.0","id":7}') == (True, 7)
-    # a nested id must not be mistaken for the top-level one, nor an id that is not usable
-    assert peek(b'{"result":{"x":{"id":3}}}') == (False, None)
-    assert peek(b'{"jsonrpc":"2.0","id":[1],"result":{}}') == (False, None)
 
 
 def test_big_result_passes_intact(tmp_path: Path) -> None:

@@ -52,6 +52,11 @@ class Peer:
         assert self.to_relay is not None, f"the {self.name} is not connected"
         self.to_relay(json.dumps(message).encode())
 
+    def says_raw(self, line: bytes) -> None:
+        """A line as it is, JSON or not."""
+        assert self.to_relay is not None, f"the {self.name} is not connected"
+        self.to_relay(line)
+
     async def next(self, timeout: float = 5.0) -> dict[str, Any]:
         """The next message the relay sent this side (fails after `timeout` seconds without one)."""
         with anyio.fail_after(timeout):
