@@ -59,3 +59,15 @@ def test_cli_bad_policy_exits_2_with_position_on_stderr(tmp_path: Path) -> None:
     assert result.stdout == ""
     assert f"{path}:5:7: unknown key 'modles' in llm.providers.p (did you mean 'models'?)" in result.stderr
     assert result.stderr.startswith("mcp-sampling-proxy: error: ")
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
+    """`policy explain --template | head -1`: the reader goes away before the command writes, and the
+    command ends quietly instead of printing a BrokenPipeError traceback on the terminal."""
+    command = [PY, "-m", "mcp_sampling_proxy", "policy", "explain", "--template"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()  # before the interpreter has even started: the first write meets a closed pipe
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=60) == 1
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr

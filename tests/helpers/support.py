@@ -7,6 +7,9 @@ exit codes, message-by-message comparison with a direct connection).
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import io
 import json
 import os
 import queue
@@ -312,3 +315,21 @@ for line in sys.stdin:
               "protocolVersion": message["params"]["protocolVersion"], "serverInfo": {"name": "s", "version": "1"}}}),
               flush=True)
 """
+
+
+def run_subcommand(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """A subcommand (`["policy", "explain", ...]`) run in this process as `mcp-sampling-proxy` runs it, its
+    logging set up the same way (warnings, readable, on stderr), without the process hardening of a real
+    start: its exit status and what it printed on stdout and stderr, as `subprocess.run` would give them."""
+    from mcp_sampling_proxy.log import configure
+    from mcp_sampling_proxy.vocabulary import SUBCOMMANDS
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        configure("warning", "console")
+        module = importlib.import_module(f"mcp_sampling_proxy.commands.{SUBCOMMANDS[argv[0]]}")
+        try:
+            code = module.main(argv[1:])
+        except SystemExit as exc:  # argparse's errors (2) and --help (0)
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
