@@ -7,13 +7,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers.support import PY, proxy_env, write_policy
+from helpers.support import run_subcommand, write_policy
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [PY, "-m", "mcp_sampling_proxy", *args], env=proxy_env(), capture_output=True, text=True, timeout=60
-    )
+    return run_subcommand(list(args))  # in process, as the command line runs it
 
 
 def with_check(entry: str, rule: str = "    check: [scan]\n    action: allow\n") -> str:
