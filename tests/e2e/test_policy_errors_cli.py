@@ -7,7 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from helpers.support import PY, proxy_env, write_policy
+from helpers.support import PY, THREE_TYPOS, proxy_env, write_policy
 
 
 def test_a_policy_that_is_not_utf8_names_the_line_and_column(tmp_path: Path) -> None:
@@ -71,3 +71,18 @@ def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
     stderr = process.stderr.read().decode()
     assert process.wait(timeout=60) == 1
     assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
+
+
+def test_the_proxy_refuses_a_bad_policy_naming_every_mistake(tmp_path: Path) -> None:
+    policy = write_policy(tmp_path, THREE_TYPOS)
+    done = subprocess.run(
+        [PY, "-m", "mcp_sampling_proxy", "--policy", policy, "--", PY, "-c", "pass"],
+        env=proxy_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stdout == ""  # stdout is the protocol's
+    for where in (":2:3: unknown key 'rout'", ":5:5: unknown key 'acton'", ":7:13: rules[1].action", ":11:24: "):
+        assert f"{policy}{where}" in done.stderr

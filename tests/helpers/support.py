@@ -317,10 +317,11 @@ for line in sys.stdin:
 """
 
 
-def run_subcommand(argv: list[str]) -> subprocess.CompletedProcess[str]:
+def run_subcommand(argv: list[str], *, check: bool = False) -> subprocess.CompletedProcess[str]:
     """A subcommand (`["policy", "explain", ...]`) run in this process as `mcp-sampling-proxy` runs it, its
     logging set up the same way (warnings, readable, on stderr), without the process hardening of a real
-    start: its exit status and what it printed on stdout and stderr, as `subprocess.run` would give them."""
+    start: its exit status and what it printed on stdout and stderr, as `subprocess.run` would give them
+    (`check`: as its check=True)."""
     from mcp_sampling_proxy.log import configure
     from mcp_sampling_proxy.vocabulary import SUBCOMMANDS
 
@@ -332,4 +333,23 @@ def run_subcommand(argv: list[str]) -> subprocess.CompletedProcess[str]:
             code = module.main(argv[1:])
         except SystemExit as exc:  # argparse's errors (2) and --help (0)
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
+    done = subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
+    if check:
+        done.check_returncode()  # CalledProcessError, as subprocess.run(check=True) raises it
+    return done
+
+
+# a policy with three mistakes, each named at its FILE:LINE:COL by `policy check` and by the proxy
+THREE_TYPOS = """\
+sampling:
+  rout: proxy
+rules:
+  - name: first
+    acton: allow
+  - name: second
+    action: allwo
+  - name: third
+    action: deny
+    when:
+      max_tokens_over: lots
+"""

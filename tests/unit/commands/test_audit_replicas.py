@@ -4,10 +4,9 @@ it, and `audit summary` over the files adds a table per replica."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
-from helpers.support import PY, proxy_env
+from helpers.support import run_subcommand
 
 from mcp_sampling_proxy.audit.recorder import AuditLog
 
@@ -20,14 +19,7 @@ def write_log(path: Path, replica: str | None, decisions: list[str]) -> None:
 
 
 def run(*args: str) -> str:
-    done = subprocess.run(
-        [PY, "-m", "mcp_sampling_proxy", "audit", *args],
-        env=proxy_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    done = run_subcommand(["audit", *args], check=True)
     return done.stdout
 
 

@@ -4,22 +4,14 @@ the sampling checks refused (unsolicited, max_per_call, external checks, credent
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 from helpers.governance_log import write_governance_log
-from helpers.support import PY, proxy_env
+from helpers.support import run_subcommand
 
 
 def summary(path: Path, *args: str) -> str:
-    done = subprocess.run(
-        [PY, "-m", "mcp_sampling_proxy", "audit", "summary", *args, str(path)],
-        env=proxy_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    done = run_subcommand(["audit", "summary", *args, str(path)], check=True)
     return done.stdout
 
 

@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
-from helpers.support import PY, write_policy
+from helpers.support import run_subcommand, write_policy
 
 
 def explain(policy: str) -> str:
-    result = subprocess.run(
-        [PY, "-m", "mcp_sampling_proxy", "policy", "explain", policy, "--prompt", "hi"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = run_subcommand(["policy", "explain", policy, "--prompt", "hi"])
     assert result.returncode == 0, result.stderr
     return result.stdout
 

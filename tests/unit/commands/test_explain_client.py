@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
-from helpers.support import PY, proxy_env, write_policy
+from helpers.support import run_subcommand, write_policy
 
 POLICY = """\
 llm:
@@ -26,14 +25,7 @@ rules:
 
 def explain(tmp_path: Path, *args: str) -> list[str]:
     policy = write_policy(tmp_path, POLICY)
-    result = subprocess.run(
-        [PY, "-m", "mcp_sampling_proxy", "policy", "explain", policy, "--prompt", "hi", "--server", "notes", *args],
-        env=proxy_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
+    result = run_subcommand(["policy", "explain", policy, "--prompt", "hi", "--server", "notes", *args])
     assert result.returncode == 0, result.stderr
     return result.stdout.splitlines()
 

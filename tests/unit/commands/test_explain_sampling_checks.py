@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
-from helpers.support import PY, proxy_env, write_policy
+from helpers.support import run_subcommand, write_policy
 
 CHECKS = """\
 sampling:
@@ -20,14 +19,7 @@ rules:
 
 
 def explain(tmp_path: Path, policy: str, *args: str) -> list[str]:
-    done = subprocess.run(
-        [PY, "-m", "mcp_sampling_proxy", "policy", "explain", write_policy(tmp_path, policy), "--prompt", "hi", *args],
-        env=proxy_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    done = run_subcommand(["policy", "explain", write_policy(tmp_path, policy), "--prompt", "hi", *args], check=True)
     lines = done.stdout.splitlines()
     return lines[lines.index("sampling checks (the sampling: section, whatever rule matches):") :]
 

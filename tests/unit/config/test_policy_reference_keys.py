@@ -8,11 +8,10 @@ is one the grammar takes, and every key the grammar takes in those sections is d
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
-from helpers.support import PY, ROOT
+from helpers.support import ROOT, run_subcommand
 
 from mcp_sampling_proxy.config.approval_grammar import WEBHOOK_KEYS
 from mcp_sampling_proxy.config.auto_answers import AUTO_ANSWER_KEYS
@@ -75,9 +74,7 @@ def test_every_governance_example_passes_policy_check(tmp_path: Path) -> None:
             path.write_text(block, encoding="utf-8")
             files.append(str(path))
     assert len(files) >= 4  # money, checks, auto-answers, tools
-    result = subprocess.run(
-        [PY, "-m", "mcp_sampling_proxy", "policy", "check", *files], capture_output=True, text=True, timeout=60
-    )
+    result = run_subcommand(["policy", "check", *files])
     assert result.returncode == 0, result.stderr
     assert result.stdout.count(": ok") == len(files)
 

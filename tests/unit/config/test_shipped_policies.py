@@ -6,15 +6,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers.support import PY, ROOT
+from helpers.support import ROOT, run_subcommand
 
 SHIPPED = sorted(str(p) for p in (ROOT / "policies").glob("*.yaml"))
 
 
 def policy_check(*files: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [PY, "-m", "mcp_sampling_proxy", "policy", "check", *files], capture_output=True, text=True, timeout=60
-    )
+    return run_subcommand(["policy", "check", *files])
 
 
 def test_shipped_policies_pass_policy_check() -> None:
