@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -317,11 +318,24 @@ for line in sys.stdin:
 """
 
 
-def run_subcommand(argv: list[str], *, check: bool = False) -> subprocess.CompletedProcess[str]:
-    """A subcommand (`["policy", "explain", ...]`) run in this process as `mcp-sampling-proxy` runs it, its
-    logging set up the same way (warnings, readable, on stderr), without the process hardening of a real
-    start: its exit status and what it printed on stdout and stderr, as `subprocess.run` would give them
-    (`check`: as its check=True)."""
+class CommandFailed(AssertionError):
+    """`run_subcommand(check=True)` on a command that did not exit 0."""
+
+
+@dataclass(frozen=True)
+class CommandRun:
+    """What a subcommand run in process did: its exit status and what it printed."""
+
+    argv: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_subcommand(argv: list[str], *, check: bool = False) -> CommandRun:
+    """A subcommand (`["policy", "explain", ...]`) run in this process, no process started, as
+    `mcp-sampling-proxy` runs it: its logging set up the same way (warnings, readable, on stderr), without
+    the process hardening of a real start. `check`: fail unless it exits 0."""
     from mcp_sampling_proxy.log import configure
     from mcp_sampling_proxy.vocabulary import SUBCOMMANDS
 
@@ -333,9 +347,9 @@ def run_subcommand(argv: list[str], *, check: bool = False) -> subprocess.Comple
             code = module.main(argv[1:])
         except SystemExit as exc:  # argparse's errors (2) and --help (0)
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    done = subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
-    if check:
-        done.check_returncode()  # CalledProcessError, as subprocess.run(check=True) raises it
+    done = CommandRun(argv, code, out.getvalue(), err.getvalue())
+    if check and code != 0:
+        raise CommandFailed(f"{argv} exited {code}:\n{done.stderr}")
     return done
 
 

@@ -4,26 +4,25 @@ as the command line runs it (helpers.support.run_subcommand), a log written by t
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from helpers.support import run_subcommand, write_policy
+from helpers.support import CommandRun, run_subcommand, write_policy
 
 from mcp_sampling_proxy.audit.recorder import AuditLog
 
 DENY_ALL = "rules:\n  - name: nothing\n    action: deny\n"
 
 
-Audit = Callable[..., subprocess.CompletedProcess[str]]
+Audit = Callable[..., CommandRun]
 
 
 @pytest.fixture
 def audit(monkeypatch: pytest.MonkeyPatch) -> Audit:
     """`mcp-sampling-proxy audit ARGS...` with the default policy looked for in `config_dir`."""
 
-    def run(*args: str, config_dir: Path) -> subprocess.CompletedProcess[str]:
+    def run(*args: str, config_dir: Path) -> CommandRun:
         monkeypatch.setenv("MCP_SAMPLING_PROXY_CONFIG_DIR", str(config_dir))
         return run_subcommand(["audit", *args])
 

@@ -1,4 +1,4 @@
-"""`policy explain --client NAME`: the caller's name under `serve`, for `client:` rules, run as a subprocess."""
+"""`policy explain --client NAME`: the caller's name under `serve`, for `client:` rules."""
 
 from __future__ import annotations
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
-from helpers.support import THREE_TYPOS, run_subcommand, write_policy
+from helpers.support import THREE_TYPOS, CommandRun, run_subcommand, write_policy
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
+def run(*args: str) -> CommandRun:
     return run_subcommand([*args])
 
 

@@ -4,12 +4,11 @@ it (helpers.support.run_subcommand: its exit status, stdout and stderr)."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.support import run_subcommand, write_policy
+from helpers.support import CommandRun, run_subcommand, write_policy
 
 POLICY = """\
 llm:
@@ -49,7 +48,7 @@ PARAMS = {
 
 def explain(
     tmp_path: Path, *args: str, policy: str = POLICY, request: Any = PARAMS, raw: str | None = None
-) -> subprocess.CompletedProcess[str]:
+) -> CommandRun:
     policy_path = write_policy(tmp_path, policy)
     request_path = tmp_path / "request.json"
     request_path.write_text(raw if raw is not None else json.dumps(request), encoding="utf-8")
@@ -312,7 +311,7 @@ def test_an_elicitation_form_asking_for_a_secret_is_explained(tmp_path: Path) ->
     assert lines[-1].endswith('the server gets {"action": "decline"} (elicitation.sensitive_form)')
 
 
-def run_explain(*args: str) -> subprocess.CompletedProcess[str]:
+def run_explain(*args: str) -> CommandRun:
     return run_subcommand(["policy", "explain", *args])
 
 

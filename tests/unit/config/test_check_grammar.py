@@ -3,14 +3,13 @@ each mistake named at FILE:LINE:COL with what to write instead."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
-from helpers.support import run_subcommand, write_policy
+from helpers.support import CommandRun, run_subcommand, write_policy
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
+def run(*args: str) -> CommandRun:
     return run_subcommand(list(args))  # in process, as the command line runs it
 
 

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
-from helpers.support import ROOT, run_subcommand
+from helpers.support import ROOT, CommandRun, run_subcommand
 
 SHIPPED = sorted(str(p) for p in (ROOT / "policies").glob("*.yaml"))
 
 
-def policy_check(*files: str) -> subprocess.CompletedProcess[str]:
+def policy_check(*files: str) -> CommandRun:
     return run_subcommand(["policy", "check", *files])
 
 
