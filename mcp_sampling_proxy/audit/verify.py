@@ -100,16 +100,7 @@ class Verifier:
                     f"a seal covering {record.get('torn_bytes')} torn bytes, but no torn "
                     "bytes precede it: the torn lines were deleted",
                 )
-            elif first:
-                self._check_file_start(path, number, record, report)
-            elif "continues" in record:
-                raise Broken(
-                    path,
-                    number,
-                    "the first record of a file (it has 'continues') in the middle of one: "
-                    "files were joined or lines moved",
-                )
-            else:
+            elif not self._starts_file(path, number, record, report, first):
                 self._check_link(path, number, record, seen, previous_line, offset + len(raw))
             self._check_seq(path, number, record)
             self.head = record["hash"]
@@ -175,6 +166,21 @@ class Verifier:
                 "given: give the rotated files first, oldest first, to check the link"
             )
 
+    def _starts_file(self, path: str, number: int, record: dict[str, Any], report: FileReport, first: bool) -> bool:
+        """True when `record` opens its file (checked as such); Broken when it claims to ('continues')
+        in the middle of one; False for a record that must link to the one before it."""
+        if first:
+            self._check_file_start(path, number, record, report)
+            return True
+        if "continues" in record:
+            raise Broken(
+                path,
+                number,
+                "the first record of a file (it has 'continues') in the middle of one: "
+                "files were joined or lines moved",
+            )
+        return False
+
     def _check_seal(
         self, path: str, number: int, record: dict[str, Any], pending: _Pending, report: FileReport, first: bool
     ) -> None:
@@ -189,16 +195,7 @@ class Verifier:
                 f"the seal does not match the {pending.size} bytes at {where} it follows "
                 f"(it covers {record.get('torn_bytes')} bytes): they were changed after sealing",
             )
-        if first:
-            self._check_file_start(path, number, record, report)
-        elif "continues" in record:
-            raise Broken(
-                path,
-                number,
-                "the first record of a file (it has 'continues') in the middle of one: "
-                "files were joined or lines moved",
-            )
-        elif record.get("prev_hash") != self.head:
+        if not self._starts_file(path, number, record, report, first) and record.get("prev_hash") != self.head:
             raise Broken(
                 path,
                 number,
