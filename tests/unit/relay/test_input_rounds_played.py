@@ -62,6 +62,12 @@ class Host:
                 return got
             self.seen.append(got)
 
+    async def retry(
+        self, round_: dict[str, Any], name: str, answered: dict[str, Any], meta: dict[str, Any] = META
+    ) -> dict[str, Any]:
+        """The retry of `name` after `round_`: its requestState echoed, `answered` as the inputResponses."""
+        return await self.call(name, meta, requestState=round_["result"]["requestState"], inputResponses=answered)
+
 
 def body(response: dict[str, Any]) -> dict[str, Any]:
     text: dict[str, Any] = json.loads(response["result"]["content"][0]["text"])
@@ -106,8 +112,7 @@ async def test_mixed_requests_split_between_host_and_proxy_and_merged(tmp_path: 
         # the host sees only what it must answer itself
         assert first["result"]["resultType"] == "input_required"
         assert set(first["result"]["inputRequests"]) == {"r"}
-        state = first["result"]["requestState"]
-        final = await host.call("mixed", requestState=state, inputResponses={"r": {"roots": []}})
+        final = await host.retry(first, "mixed", {"r": {"roots": []}})
     got = body(final)["answers"]
     assert got["r"] == {"roots": []}
     assert got["s"]["content"]["text"] == "from the proxy"
@@ -152,8 +157,7 @@ async def test_sampling_the_host_answers_is_audited_with_the_retried_tool(tmp_pa
         first = await host.call("mixed", SAMPLING_HOST_META)
         assert set(first["result"]["inputRequests"]) == {"s", "r"}  # the host samples itself; e is the proxy's
         answered = {"s": HOST_SAMPLING_ANSWER, "r": {"roots": []}}
-        state = first["result"]["requestState"]
-        final = await host.call("mixed", SAMPLING_HOST_META, requestState=state, inputResponses=answered)
+        final = await host.retry(first, "mixed", answered, SAMPLING_HOST_META)
         records = {r["method"]: r for r in play.audit() if r.get("method")}
     assert body(final)["answers"]["s"]["content"]["text"] == "from the host"
     sampled = records["sampling/createMessage"]
@@ -180,8 +184,7 @@ async def test_sampling_the_policy_denies_never_reaches_a_host_that_could_sample
         host = Host(play)
         first = await host.call("mixed", SAMPLING_HOST_META)
         assert set(first["result"]["inputRequests"]) == {"r"}  # the denied sampling is not shown to the host
-        state = first["result"]["requestState"]
-        final = await host.call("mixed", SAMPLING_HOST_META, requestState=state, inputResponses={"r": {"roots": []}})
+        final = await host.retry(first, "mixed", {"r": {"roots": []}}, SAMPLING_HOST_META)
         denied = [r for r in play.audit() if r.get("method") == "sampling/createMessage"]
     assert "sampling denied by policy rule 'no-mixed-sampling'" in final["error"]["message"]
     assert [(r["decision"], r["tool"], r["rule"]) for r in denied] == [("deny", "mixed", "no-mixed-sampling")]
@@ -200,8 +203,7 @@ async def test_the_rate_limit_counts_sampling_the_host_answers(tmp_path: Path, l
         rounds = [await host.call("mixed", SAMPLING_HOST_META) for _ in range(3)]
         shown = ["s" in r["result"]["inputRequests"] for r in rounds]
         assert shown == [True, True, False]  # the third is past 2 a minute: the host never sees it
-        state = rounds[2]["result"]["requestState"]
-        final = await host.call("mixed", SAMPLING_HOST_META, requestState=state, inputResponses={"r": {"roots": []}})
+        final = await host.retry(rounds[2], "mixed", {"r": {"roots": []}}, SAMPLING_HOST_META)
         refused = [r for r in play.audit() if r.get("method") == "sampling/createMessage"]
     assert "rate limit" in final["error"]["message"]
     assert [(r["decision"], r.get("limit")) for r in refused] == [("deny", "rate_limit")]
@@ -219,10 +221,7 @@ async def test_sampling_the_policy_refuses_never_reaches_the_host_in_any_round(
         host = Host(play)
         stateless = await host.call("mixed_stateless", SAMPLING_HOST_META)
         late = await host.call("late_mixed", SAMPLING_HOST_META)
-        state = late["result"]["requestState"]
-        final = await host.call(
-            "late_mixed", SAMPLING_HOST_META, requestState=state, inputResponses={"r": {"roots": []}}
-        )
+        final = await host.retry(late, "late_mixed", {"r": {"roots": []}}, SAMPLING_HOST_META)
     assert set(stateless["result"]["inputRequests"]) == {"r"}
     assert late["result"]["requestState"] == "b" and set(late["result"]["inputRequests"]) == {"r"}
     assert "sampling denied by policy rule 'no-sampling'" in final["error"]["message"]
