@@ -17,7 +17,7 @@ from fakes.llm_server import FakeLLMServer
 from helpers.support import free_port
 
 # fixtures kept in tests/helpers (one conftest for the suite, so mypy sees one module of that name)
-pytest_plugins = ["helpers.browser", "helpers.doctoring"]
+pytest_plugins = ["helpers.browser", "helpers.doctoring", "helpers.untouched_home"]
 TESTS = Path(__file__).resolve().parent
 KINDS = ("unit", "e2e", "security", "conformance")  # the folders under tests/, each a marker (pyproject.toml)
 
@@ -45,10 +45,12 @@ def loggers_never_cached(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(autouse=True)
 def isolated_user_dirs(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """Every test runs with configuration, state, data and runtime directories of its own, never the user's: a
-    console the user has open must not see the suite's requests, and the suite must not read the user's
-    policy, approvals or budgets. Under a short /tmp path, since console sockets live in the runtime dir
-    and a Unix socket's path is limited to 107 bytes. The user's own keys and proxy settings are unset
+    """Every test runs with a home and configuration, state, data and runtime directories of its own, never
+    the user's: a console the user has open must not see the suite's requests, and the suite must not read
+    the user's policy, approvals, tool pins or budgets. The home too, since a host passes a server only a few
+    variables (HOME, PATH, ...), so a proxy a host under test starts finds its directories from HOME. Under a
+    short /tmp path, since console sockets live in the runtime dir and a Unix socket's path is limited to 107
+    bytes. The user's own keys and proxy settings are unset
     (tests that need them set them), and no keyring is the user's: stored logins go to files (a test of the
     keyring path names its own backend), and keyring's search for a backend, which runs ldconfig and gcc,
     never runs."""
@@ -62,6 +64,7 @@ def isolated_user_dirs(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
         ("XDG_STATE_HOME", "state"),
         ("XDG_RUNTIME_DIR", "run"),
         ("XDG_DATA_HOME", "data"),  # sandboxed servers' data directories
+        ("HOME", "home"),
     ):
         (base / name).mkdir(mode=0o700)
         monkeypatch.setenv(variable, str(base / name))
