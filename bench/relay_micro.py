@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The relay's own work per message, in-process: no pipes, no event-loop wake-ups, no other process.
 
-Feeds N tools/call requests and their responses through the real `Relay` (the hooks `runtime` builds
+Feeds N tools/call requests and their responses through the real `Relay` (the services `runtime` builds
 from the environment's settings) with in-memory senders, and prints microseconds per request+response
 pair: the part of the proxy's CPU per relayed call that its own Python code costs (parse, envelope
 checks, routing, in-flight bookkeeping). The rest of what `sdk_bench.py` measures per call is the
@@ -29,8 +29,9 @@ async def measure(pairs: int, profile: bool) -> None:
     from mcp_sampling_proxy.audit.recorder import AuditLog
     from mcp_sampling_proxy.config.settings import settings_from_environment
     from mcp_sampling_proxy.protocol import capabilities
-    from mcp_sampling_proxy.relay.core import Relay, Session
-    from mcp_sampling_proxy.runtime import build_adapters, build_hooks
+    from mcp_sampling_proxy.relay.core import Relay
+    from mcp_sampling_proxy.relay.session import Session
+    from mcp_sampling_proxy.runtime import build_adapters, build_services
 
     log.configure("warning", "json")
     settings = settings_from_environment({})
@@ -40,7 +41,7 @@ async def measure(pairs: int, profile: bool) -> None:
         capabilities.offered_elicitation(route=settings.elicitation.route, url_mode=settings.elicitation.url_mode),
     )
     session = Session()
-    hooks = build_hooks(
+    services = build_services(
         settings,
         adapters,
         AuditLog.from_settings(settings),
@@ -51,7 +52,7 @@ async def measure(pairs: int, profile: bool) -> None:
     )
     sent: list[bytes] = []
     async with anyio.create_task_group() as tg:
-        relay = Relay(sent.append, sent.append, hooks, tg, session)
+        relay = Relay(sent.append, sent.append, services.ports, tg, session)
         relay.from_host(
             orjson.dumps(
                 {

@@ -1,7 +1,7 @@
 """The Streamable HTTP front (`serve`): a wrapped stdio server as an MCP endpoint at `/mcp`.
 
 Each client session (an `initialize` POST without `Mcp-Session-Id`) gets a server process of its
-own and a relay of its own, wired as the stdio proxy wires its one (runtime.py: the same hooks,
+own and a relay of its own, wired as the stdio proxy wires its one (runtime.py: the same services,
 policy, approvals, audit and telemetry), with the host's side an HTTP session
 (transport/http_host.py) on the `mcp` SDK's `StreamableHTTPServerTransport`, which speaks the
 transport's HTTP (POST with JSON or SSE answers, GET stream, DELETE, session ids). Sessions never
@@ -68,17 +68,18 @@ from mcp_sampling_proxy.config.settings import Settings
 from mcp_sampling_proxy.log import Throttle, get_logger
 from mcp_sampling_proxy.protocol import capabilities, eras, jsonrpc
 from mcp_sampling_proxy.protocol.names import PROTOCOL_VERSION_META
-from mcp_sampling_proxy.relay.core import Relay, Session
+from mcp_sampling_proxy.relay.core import Relay
 from mcp_sampling_proxy.relay.multiplex import Multiplexer
+from mcp_sampling_proxy.relay.session import Session
 from mcp_sampling_proxy.runtime import (
     ModernLeg,
-    ProxyHooks,
+    Services,
     Upstream,
     _approvals_store,
     _start_telemetry,
     _tool_pins,
     build_adapters,
-    build_hooks,
+    build_services,
     start_egress,
     warm_up,
 )
@@ -402,11 +403,11 @@ class Front:
         limit = self.options.max_message_bytes
         try:
             async with anyio.create_task_group() as tg:
-                hooks = self._hooks()
+                services = self._services()
                 relay = Relay(
                     lane.link.send,
                     lane.upstream.send,
-                    hooks,
+                    services.ports,
                     tg,
                     lane.session,
                     keepalive_seconds=0.0,  # a JSON answer has no stream to keep alive
@@ -419,7 +420,7 @@ class Front:
                     max_line=limit,
                     on_oversize=lambda size, head, tail: relay.upstream_oversize(size, head, tail, limit),
                 )
-                start_egress(tg, lane.upstream, self.settings, self.options.name, hooks, self.audit, relay)
+                start_egress(tg, lane.upstream, self.settings, self.options.name, services, self.audit, relay)
                 lane.ready.set()
                 tg.start_soon(self._expire_lane, lane)
                 await lane.ended.wait()
@@ -457,8 +458,8 @@ class Front:
                 lane.end(f"idle for {idle:g} s (--idle-timeout)")
                 return
 
-    def _hooks(self) -> ProxyHooks:
-        return build_hooks(
+    def _services(self) -> Services:
+        return build_services(
             self.settings,
             self.adapters,
             self.audit,
@@ -483,7 +484,7 @@ class Front:
                 await shared.start(max_line=self.options.max_message_bytes)
                 assert self._tg is not None
                 start_egress(
-                    self._tg, shared.upstream, self.settings, self.options.name, self._hooks(), self.audit, None
+                    self._tg, shared.upstream, self.settings, self.options.name, self._services(), self.audit, None
                 )
                 self._shared = shared
                 log.info("shared server started", **_where(shared.upstream))
@@ -502,7 +503,7 @@ class Front:
     async def _run(
         self, session_id: str, served: _Served, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        hooks = self._hooks()
+        services = self._services()
         limit = self.options.max_message_bytes
         modern: ModernLeg | None = None
         try:
@@ -514,7 +515,7 @@ class Front:
                         relay = Relay(
                             lambda line: link.send(line),
                             served.upstream.send,
-                            hooks,
+                            services.ports,
                             tg,
                             served.session,
                             keepalive_seconds=self.settings.sampling.keepalive_seconds,
@@ -527,7 +528,7 @@ class Front:
                             tg,
                             self.settings,
                             self.options.name,
-                            hooks,
+                            services,
                             self.audit,
                             relay,
                             limit,
@@ -539,7 +540,7 @@ class Front:
                             max_line=limit,
                             on_oversize=lambda size, head, tail: relay.upstream_oversize(size, head, tail, limit),
                         )
-                        start_egress(tg, served.upstream, self.settings, self.options.name, hooks, self.audit, relay)
+                        start_egress(tg, served.upstream, self.settings, self.options.name, services, self.audit, relay)
                         tg.start_soon(link.write_out, write_stream)
                         tg.start_soon(self._read_until_closed, served, read_stream, relay)
                         await served.ended.wait()

@@ -33,11 +33,12 @@ from mcp_sampling_proxy.hardening import end_strays, reap_orphans_forever
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import capabilities, jsonrpc
 from mcp_sampling_proxy.protocol.names import ELICITATION_COMPLETE, ELICITATION_CREATE, SAMPLING_CREATE
-from mcp_sampling_proxy.protocol.wire_types import ErrorObject
 from mcp_sampling_proxy.quotas.limiters import Limiters, shared_state
 from mcp_sampling_proxy.quotas.state import JsonStateFile, state_dir
 from mcp_sampling_proxy.quotas.tool_pins import PINS_FILE, ToolPins
-from mcp_sampling_proxy.relay.core import Relay, Session, peek_id
+from mcp_sampling_proxy.relay.core import Relay, peek_id
+from mcp_sampling_proxy.relay.ports import Ports
+from mcp_sampling_proxy.relay.session import Session
 from mcp_sampling_proxy.serve.elicitation import ElicitationService
 from mcp_sampling_proxy.serve.input_required import InputResolver
 from mcp_sampling_proxy.serve.network import NetworkGate
@@ -49,9 +50,6 @@ from mcp_sampling_proxy.transport.framing import DEFAULT_MAX_LINE, LineReader, o
 from mcp_sampling_proxy.transport.stdio import egress_listener, exit_status_for, guard_pid
 
 log = get_logger("mcp_sampling_proxy")
-
-SAMPLING_METHOD = SAMPLING_CREATE
-ELICITATION_METHOD = ELICITATION_CREATE
 
 
 @dataclass(frozen=True)
@@ -81,82 +79,17 @@ class Upstream(Protocol):
     def describe_end(self, code: int | None) -> str: ...
 
 
-class ProxyHooks:
-    """Connects the relay to the services that answer server requests and to capability rewriting."""
+@dataclass(frozen=True)
+class Services:
+    """What answers the server for one session, wired: the relay's ports, and the approver and limiters
+    that the sandbox's network gate and the session's end use too."""
 
-    def __init__(
-        self,
-        sampling: SamplingService,
-        elicitation: ElicitationService,
-        settings: Settings,
-        offered: capabilities.Offers,
-        limiters: Limiters | None = None,
-        tools: ToolGate | None = None,
-        approver: Approver | None = None,
-    ):
-        self.limiters = limiters or Limiters()
-        self.approver = approver  # asks about a sandboxed server's connections too (serve/network.py)
-        self._tools = tools
-        self._services: dict[str, Any] = {SAMPLING_METHOD: sampling, ELICITATION_METHOD: elicitation}
-        self._elicitation = elicitation
-        self._inputs = InputResolver(sampling, elicitation, settings.max_input_rounds)
-        self._offered = offered
-        self._routes = {"sampling": settings.sampling.route, "elicitation": settings.elicitation.route}
-
-    def rewrite_host_request(self, message: dict[str, Any], session: Session) -> bool:
-        return capabilities.rewrite_request(message, self._offered, self._routes)
-
-    def serves(self, method: str) -> bool:
-        return method in self._services
-
-    async def serve(self, message: dict[str, Any], relay: Relay) -> dict[str, Any]:
-        answer: dict[str, Any] = await self._services[message["method"]].serve(message, relay)
-        return answer
-
-    def owned_input_keys(
-        self, result: dict[str, Any], session: Session, origin: dict[str, Any] | None = None
-    ) -> set[str] | None:
-        return self._inputs.owned_keys(result, session, origin)
-
-    def host_input_requests(
-        self, result: dict[str, Any], origin: dict[str, Any] | None, session: Session
-    ) -> dict[str, Any]:
-        return self._inputs.host_asked(result, origin, session)
-
-    def host_input_responses(self, params: dict[str, Any], session: Session) -> None:
-        self._inputs.host_answered(params, session)
-
-    async def answer_input(
-        self, key: str, entry: dict[str, Any], relay: Relay, origin: dict[str, Any] | None = None
-    ) -> dict[str, Any]:
-        return await self._inputs.answer(key, entry, relay, origin)
-
-    async def resolve_input_required(
-        self, message: dict[str, Any], result: dict[str, Any], relay: Relay, resolving: Any
-    ) -> dict[str, Any]:
-        return await self._inputs.resolve(message, result, relay, resolving)
-
-    def screens_tool_list(self, session: Session) -> bool:
-        return self._tools is not None and self._tools.active
-
-    async def screen_tool_list(
-        self, message: dict[str, Any], result: dict[str, Any], session: Session
-    ) -> dict[str, Any]:
-        return result if self._tools is None else await self._tools.screen_list(message, result, session)
-
-    def screens_tool_call(self, message: dict[str, Any], session: Session) -> bool:
-        return self._tools is not None and self._tools.needs_screening(message, session)
-
-    async def screen_tool_call(self, message: dict[str, Any], relay: Relay) -> ErrorObject | None:
-        return None if self._tools is None else await self._tools.screen_call(message, relay)
-
-    watched_notifications = frozenset({ELICITATION_COMPLETE})
-
-    def forward_server_notification(self, message: dict[str, Any]) -> bool:
-        return self._elicitation.forward_notification(message)
+    ports: Ports
+    approver: Approver
+    limiters: Limiters
 
 
-def build_hooks(
+def build_services(
     settings: Settings,
     adapters: AdapterPool,
     audit: AuditLog,
@@ -166,8 +99,8 @@ def build_hooks(
     approvals_store: Any = None,
     tool_pins: Any = None,
     server_target: str = "",
-) -> ProxyHooks:
-    """The services behind the relay's hooks, wired as the proxy runs them (tests run the same wiring).
+) -> Services:
+    """The services behind the relay's ports, wired as the proxy runs them (tests run the same wiring).
     `tool_pins`: the pins store (quotas/tool_pins.py; None: no pinning); `server_target`: the server's
     command line or URL, which with its name says whose pins they are."""
     approver = Approver(
@@ -185,7 +118,19 @@ def build_hooks(
         settings, ElicitationConsoles(settings.approval.channels, terminal, console), audit, limiters
     )
     tools = ToolGate(settings.tools, approver, audit, tool_pins, server_target)
-    return ProxyHooks(sampling, elicitation, settings, offered, limiters, tools, approver)
+    routes = {"sampling": settings.sampling.route, "elicitation": settings.elicitation.route}
+
+    def rewrite_host_request(message: dict[str, Any], _session: Session) -> bool:
+        return capabilities.rewrite_request(message, offered, routes)
+
+    ports = Ports(
+        answers={SAMPLING_CREATE: sampling.serve, ELICITATION_CREATE: elicitation.serve},
+        rewrite_host_request=rewrite_host_request,
+        inputs=InputResolver(sampling, elicitation, settings.max_input_rounds),
+        tools=tools,
+        notifications={ELICITATION_COMPLETE: elicitation.forward_notification},
+    )
+    return Services(ports, approver, limiters)
 
 
 def start_egress(
@@ -193,7 +138,7 @@ def start_egress(
     upstream: object,
     settings: Settings,
     name: str,
-    hooks: ProxyHooks,
+    services: Services,
     audit: AuditLog,
     relay: Relay | None,
 ) -> None:
@@ -206,7 +151,7 @@ def start_egress(
         return
     session = relay.session if relay is not None else Session(name_override=name)
     notes = getattr(upstream, "notes", None)
-    gate = NetworkGate(settings.sandbox.for_server(name), hooks.approver, audit, session, notes)
+    gate = NetworkGate(settings.sandbox.for_server(name), services.approver, audit, session, notes)
     gate.relay = relay
     tg.start_soon(serve_egress, listener, gate.judge, gate.refused)
 
@@ -222,14 +167,14 @@ class ModernLeg:
         tg: anyio.abc.TaskGroup,
         settings: Settings,
         name: str,
-        hooks: ProxyHooks,
+        services: Services,
         audit: AuditLog,
         relay: Relay,
         max_line: int,
         children: set[int],
     ):
         self._start, self._tg, self._settings, self._name = start, tg, settings, name
-        self._hooks, self._audit, self._relay, self._max_line = hooks, audit, relay, max_line
+        self._services, self._audit, self._relay, self._max_line = services, audit, relay, max_line
         self._children = children  # the processes the orphan reaper leaves alone: this one's join them
         self.upstream: Upstream | None = None
 
@@ -243,7 +188,7 @@ class ModernLeg:
             return None
         self._children.update(_own_children(upstream))
         await upstream.attach(on_line, on_end, max_line=self._max_line)
-        start_egress(self._tg, upstream, self._settings, self._name, self._hooks, self._audit, self._relay)
+        start_egress(self._tg, upstream, self._settings, self._name, self._services, self._audit, self._relay)
         self.upstream = upstream
         log.info("opened a second connection to the server, in the 2026-07-28 era", server=upstream.label)
         return upstream.send
@@ -308,7 +253,7 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
     telemetry = _start_telemetry(settings, audit)
     session = Session(name_override=options.name)
     console = ConsoleServer(lambda: session.server_name, lambda: session.host_name)
-    hooks = build_hooks(
+    services = build_services(
         settings,
         adapters,
         audit,
@@ -366,7 +311,7 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
             relay = Relay(
                 host_out.write_line,
                 upstream.send,
-                hooks,
+                services.ports,
                 tg,
                 session,
                 keepalive_seconds=settings.sampling.keepalive_seconds,
@@ -378,7 +323,7 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
                     tg,
                     settings,
                     options.name or session.server_name,
-                    hooks,
+                    services,
                     audit,
                     relay,
                     options.max_message_bytes,
@@ -386,7 +331,7 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
                 )
             await tg.start(console.serve)
             tg.start_soon(reap_orphans_forever, children)
-            start_egress(tg, upstream, settings, options.name or session.server_name, hooks, audit, relay)
+            start_egress(tg, upstream, settings, options.name or session.server_name, services, audit, relay)
             host_reader = LineReader(
                 relay.from_host,
                 lambda: end("host closed stdin"),
@@ -440,7 +385,7 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
                 await modern.close(1.0)
         raise
     await adapters.aclose()
-    await hooks.limiters.aclose()
+    await services.limiters.aclose()
     audit.close()
     if telemetry is not None:
         await anyio.to_thread.run_sync(telemetry.shutdown)

@@ -26,8 +26,8 @@ from mcp_sampling_proxy.approval.channels import (
     ApprovalRequest,
     Channel,
     ChannelGone,
+    HostLine,
     QuorumState,
-    Relay,
     Review,
     person_of,
 )
@@ -60,8 +60,8 @@ class Approver:
         self._memory = memory or ApprovalMemory()
         self._quorum = quorum
 
-    def _channel(self, relay: Relay, skip: Sequence[str] = ()) -> Channel | None:
-        return next((c for c in self._channels if c.name not in skip and c.available(relay)), None)
+    def _channel(self, host: HostLine, skip: Sequence[str] = ()) -> Channel | None:
+        return next((c for c in self._channels if c.name not in skip and c.available(host)), None)
 
     async def _settle(self) -> None:
         """Give a human on the way (a console attaching) the moment it needs, on every channel at once."""
@@ -69,19 +69,19 @@ class Approver:
             for channel in self._channels:
                 group.start_soon(channel.settle)
 
-    async def ask(self, request: ApprovalRequest, relay: Relay) -> Approval:
+    async def ask(self, request: ApprovalRequest, host: HostLine) -> Approval:
         if self._quorum > 1:
-            return await self._ask_quorum(request, relay)
+            return await self._ask_quorum(request, host)
         remembered = await self._memory.recall(request.server, request.tool)
         if remembered:
             return Approval(True, "remembered", f"approved earlier for this {remembered}", "approved", remembered)
-        if self._channel(relay) is None:
+        if self._channel(host) is None:
             await self._settle()
         gone: list[str] = []  # channels whose human went away before answering (a console quit)
         with anyio.move_on_after(self._timeout):
-            while (channel := self._channel(relay, skip=gone)) is not None:
+            while (channel := self._channel(host, skip=gone)) is not None:
                 try:
-                    answer = await channel.ask(request, relay)
+                    answer = await channel.ask(request, host)
                 except ChannelGone:
                     log.info("an approval channel went away before answering; trying the next", channel=channel.name)
                     gone.append(channel.name)
@@ -106,7 +106,7 @@ class Approver:
                 "rejected" if gone else "unavailable",
             )
             return self._noting_forgery(request, refused)
-        channel = self._channel(relay, skip=gone) or next(c for c in self._channels if c.name == gone[-1])
+        channel = self._channel(host, skip=gone) or next(c for c in self._channels if c.name == gone[-1])
         return Approval(
             False,
             channel.name,
@@ -115,12 +115,12 @@ class Approver:
             "timeout",
         )
 
-    async def _ask_quorum(self, request: ApprovalRequest, relay: Relay) -> Approval:
+    async def _ask_quorum(self, request: ApprovalRequest, host: HostLine) -> Approval:
         """Ask every channel that can reach a human at once until `quorum` different approvers said yes,
         one said no, every channel is done, or the time is up."""
         # a quorum needs every approver who is coming, not only the first: a console on its way counts
         await self._settle()
-        channels = [c for c in self._channels if c.available(relay)]
+        channels = [c for c in self._channels if c.available(host)]
         rule = f"policy rule '{request.rule}'"
         if not channels:
             return Approval(False, None, f"approval required by {rule} but {NO_CHANNEL_HINT}", "unavailable")
@@ -128,7 +128,7 @@ class Approver:
         with anyio.move_on_after(self._timeout) as waited:
             async with anyio.create_task_group() as group:
                 for channel in channels:
-                    group.start_soon(self._gather, channel, request, relay, tally, group.cancel_scope)
+                    group.start_soon(self._gather, channel, request, host, tally, group.cancel_scope)
         so_far = tally.so_far()
         if tally.refusal is not None:
             return replace(tally.refusal, approved_by=tuple(tally.approved))
@@ -158,14 +158,14 @@ class Approver:
         )
 
     async def _gather(
-        self, channel: Channel, request: ApprovalRequest, relay: Relay, tally: _Tally, done: anyio.CancelScope
+        self, channel: Channel, request: ApprovalRequest, host: HostLine, tally: _Tally, done: anyio.CancelScope
     ) -> None:
         """Ask one channel, again for another approver when it can bring several, into the tally."""
         repeats = 0
         while True:
             asked = replace(request, quorum=QuorumState(self._quorum, tuple(tally.approved)))
             try:
-                answer = await channel.ask(asked, relay)
+                answer = await channel.ask(asked, host)
             except ChannelGone:
                 log.info("an approval channel went away before answering", channel=channel.name)
                 return
@@ -209,14 +209,14 @@ class Approver:
             "not written by a proxy: ignored)",
         )
 
-    async def review(self, request: ApprovalRequest, result: dict[str, Any], relay: Relay) -> Review:
+    async def review(self, request: ApprovalRequest, result: dict[str, Any], host: HostLine) -> Review:
         """Let a human check (and edit) the LLM's answer before the server gets it."""
-        channel = self._channel(relay)
+        channel = self._channel(host)
         if channel is None:
             return Review(False, result, "none")
         with anyio.move_on_after(self._timeout):
             try:
-                return await channel.review(request, result, relay)
+                return await channel.review(request, result, host)
             except ChannelGone:  # the reviewer went away: the answer was not approved for the server
                 return Review(False, result, channel.name)
         return Review(False, result, channel.name)

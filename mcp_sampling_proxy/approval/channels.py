@@ -24,8 +24,8 @@ class HostSession(Protocol):
     host_capabilities: dict[str, Any]
 
 
-class Relay(Protocol):
-    """What a channel needs of the relay (relay/core.py's Relay): the host's capabilities, and a way to
+class HostLine(Protocol):
+    """What a channel needs of the relay (relay/ports.py's HostLine): the host's capabilities, and a way to
     put a request to the host. Approval sits below the relay and reaches it only through this."""
 
     @property
@@ -100,13 +100,13 @@ class Channel(Protocol):
     # under a quorum it is asked once; a console or a webhook can bring several approvers
     single_approver: bool
 
-    def available(self, relay: Relay) -> bool: ...
+    def available(self, host: HostLine) -> bool: ...
 
     async def settle(self) -> None:
         """Wait briefly for a human who is on the way (a console attaching to a proxy that has just
         started); return at once when nobody can be on the way."""
         ...
 
-    async def ask(self, request: ApprovalRequest, relay: Relay) -> Approval: ...
+    async def ask(self, request: ApprovalRequest, host: HostLine) -> Approval: ...
 
-    async def review(self, request: ApprovalRequest, result: dict[str, Any], relay: Relay) -> Review: ...
+    async def review(self, request: ApprovalRequest, result: dict[str, Any], host: HostLine) -> Review: ...

@@ -10,7 +10,7 @@ from mcp_sampling_proxy.approval.channels import (
     Approval,
     ApprovalRequest,
     ApprovalScope,
-    Relay,
+    HostLine,
     Review,
 )
 from mcp_sampling_proxy.approval.console.server import ConsoleServer
@@ -35,13 +35,13 @@ class ConsoleChannel:
     def __init__(self, server: ConsoleServer):
         self._server = server
 
-    def available(self, relay: Relay) -> bool:
+    def available(self, host: HostLine) -> bool:
         return self._server.available
 
     async def settle(self) -> None:
         await self._server.settle()
 
-    async def ask(self, request: ApprovalRequest, relay: Relay) -> Approval:
+    async def ask(self, request: ApprovalRequest, host: HostLine) -> Approval:
         # "edit": "prompt": answer an edit with the new text only (`prompt`); the proxy applies it.
         answer = await self._server.ask(
             {
@@ -94,7 +94,7 @@ class ConsoleChannel:
             identity=identity,
         )
 
-    async def review(self, request: ApprovalRequest, result: dict[str, Any], relay: Relay) -> Review:
+    async def review(self, request: ApprovalRequest, result: dict[str, Any], host: HostLine) -> Review:
         # "edit": "text": a replaced answer comes back as its new text only (`text`); the proxy applies it.
         answer = await self._server.ask(
             {

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcp_sampling_proxy.approval.channels import Approval, ApprovalRequest, ApprovalScope, Relay, Review
+from mcp_sampling_proxy.approval.channels import Approval, ApprovalRequest, ApprovalScope, HostLine, Review
 from mcp_sampling_proxy.approval.edits import result_text
 from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.sanitize import one_line, quote
@@ -17,16 +17,16 @@ class HostChannel:
     name = "host"
     single_approver = True
 
-    def available(self, relay: Relay) -> bool:
-        caps = relay.session.host_capabilities.get("elicitation")
+    def available(self, host: HostLine) -> bool:
+        caps = host.session.host_capabilities.get("elicitation")
         return isinstance(caps, dict) and (not caps or "form" in caps)  # {} means form mode (2025-06-18)
 
     async def settle(self) -> None:
         """Nobody arrives on this channel later: it is there from the start or not at all."""
 
-    async def ask(self, request: ApprovalRequest, relay: Relay) -> Approval:
+    async def ask(self, request: ApprovalRequest, host: HostLine) -> Approval:
         tool = f" during tool call '{one_line(request.tool, 80)}'" if request.tool else ""
-        response = await relay.request_host(
+        response = await host.request_host(
             "elicitation/create",
             {
                 "message": f"mcp-sampling-proxy: server '{one_line(request.server, 80)}' asks to use an LLM{tool}. "
@@ -58,8 +58,8 @@ class HostChannel:
         )
         return Approval(False, self.name, f"rejected in the host ({why})", "rejected")
 
-    async def review(self, request: ApprovalRequest, result: dict[str, Any], relay: Relay) -> Review:
-        response = await relay.request_host(
+    async def review(self, request: ApprovalRequest, result: dict[str, Any], host: HostLine) -> Review:
+        response = await host.request_host(
             "elicitation/create",
             {
                 "message": f"mcp-sampling-proxy: the LLM answered server '{one_line(request.server, 80)}' "

@@ -29,7 +29,7 @@ from mcp_sampling_proxy.terminal import Terminal
 @dataclass(frozen=True)
 class ChannelNeeds:
     """What the running proxy can give a channel when it is made. The relay is not here: a channel gets
-    it with each question (`Channel.ask(request, relay)`), as the host session changes."""
+    it with each question (`Channel.ask(request, host)`), as the host session changes."""
 
     terminal: Terminal | None  # the controlling terminal, or None when the proxy has none
     console: ConsoleServer | None  # the companion console's socket server, or None when it is off

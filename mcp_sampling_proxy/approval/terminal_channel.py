@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcp_sampling_proxy.approval.channels import Approval, ApprovalRequest, Relay, Review
+from mcp_sampling_proxy.approval.channels import Approval, ApprovalRequest, HostLine, Review
 from mcp_sampling_proxy.approval.dialogues import approval_dialogue, review_dialogue
 from mcp_sampling_proxy.approval.edits import with_prompt, with_text
 from mcp_sampling_proxy.sanitize import one_line, quote
@@ -19,7 +19,7 @@ class TerminalChannel:
     def __init__(self, terminal: Terminal | None):
         self._terminal = terminal
 
-    def available(self, relay: Relay) -> bool:
+    def available(self, host: HostLine) -> bool:
         return self._terminal is not None
 
     async def settle(self) -> None:
@@ -33,7 +33,7 @@ class TerminalChannel:
         assert self._terminal is not None
         self._terminal.write(text + "\n")
 
-    async def ask(self, request: ApprovalRequest, relay: Relay) -> Approval:
+    async def ask(self, request: ApprovalRequest, host: HostLine) -> Approval:
         terminal = self._terminal
         assert terminal is not None
         async with terminal.lock:
@@ -68,7 +68,7 @@ class TerminalChannel:
             )
         return Approval(True, self.name, "approved at the terminal", "approved", scope)
 
-    async def review(self, request: ApprovalRequest, result: dict[str, Any], relay: Relay) -> Review:
+    async def review(self, request: ApprovalRequest, result: dict[str, Any], host: HostLine) -> Review:
         assert self._terminal is not None
         async with self._terminal.lock:
             self._say("")

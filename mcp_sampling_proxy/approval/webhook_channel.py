@@ -16,7 +16,7 @@ import secrets
 from typing import Any
 from urllib.parse import urlsplit
 
-from mcp_sampling_proxy.approval.channels import Approval, ApprovalRequest, ChannelGone, Relay, Review
+from mcp_sampling_proxy.approval.channels import Approval, ApprovalRequest, ChannelGone, HostLine, Review
 from mcp_sampling_proxy.approval.webhook_signing import (
     REQUEST_ID_HEADER,
     BadAnswer,
@@ -43,7 +43,7 @@ class WebhookChannel:
         self._secret = secret
         self._where = urlsplit(settings.url)._replace(query="", fragment="").geturl()  # for logs: no query
 
-    def available(self, relay: Relay) -> bool:
+    def available(self, host: HostLine) -> bool:
         return self._secret is not None  # without it nothing could be signed or checked (doctor says so)
 
     async def settle(self) -> None:
@@ -71,7 +71,7 @@ class WebhookChannel:
             "timeout_seconds": self._settings.timeout,
         }
 
-    async def ask(self, request: ApprovalRequest, relay: Relay) -> Approval:
+    async def ask(self, request: ApprovalRequest, host: HostLine) -> Approval:
         import httpx  # start-up cost: the common path (no webhook) never needs it
 
         assert self._secret is not None  # asked only when available
@@ -117,7 +117,7 @@ class WebhookChannel:
         log.warning("approval webhook refused", url=self._where, reason=why)
         return Approval(False, self.name, f"the webhook gave no valid approval: {why}; denied", "rejected")
 
-    async def review(self, request: ApprovalRequest, result: dict[str, Any], relay: Relay) -> Review:
+    async def review(self, request: ApprovalRequest, result: dict[str, Any], host: HostLine) -> Review:
         log.warning(
             "approval.review_response is not offered through the webhook: the answer is withheld; "
             "put terminal, console or host before webhook in approval.channels to review answers"

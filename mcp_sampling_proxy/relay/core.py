@@ -1,13 +1,12 @@
 """The relay: every message passes between host and upstream as the original bytes.
 
 It parses each line only to route it, keeps per-direction order (lines are handled
-synchronously as they arrive), and steps in where `Hooks` says: host requests it rewrites (the
-capabilities the proxy serves), server requests it serves itself (sampling, elicitation),
-`input_required` rounds it answers, tool lists and calls it screens (pins, tool rules), and
-server notifications it holds back. It knows nothing about LLMs or policy (a contract in
-pyproject.toml keeps it so). When the
-two legs speak different protocol eras, the era bridge (relay/bridge.py) translates; when they
-speak the same one, nothing is.
+synchronously as they arrive), and steps in only at its ports (relay/ports.py): host requests it
+rewrites (the capabilities the proxy serves), server requests it has a handler for (sampling,
+elicitation), `input_required` rounds it answers, tool lists and calls it screens (pins, tool
+rules), and server notifications it holds back. It knows nothing about LLMs or policy (a contract
+in pyproject.toml keeps it so). When the two legs speak different protocol eras, the era bridge
+(relay/bridge.py) translates; when they speak the same one, nothing is.
 """
 
 from __future__ import annotations
@@ -23,7 +22,6 @@ from typing import Any, Protocol
 import anyio
 import anyio.abc
 
-from mcp_sampling_proxy.identity import normalise, server_phrase, shown
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import eras, jsonrpc
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
@@ -35,9 +33,11 @@ from mcp_sampling_proxy.protocol.names import (
 )
 from mcp_sampling_proxy.protocol.wire_types import ErrorObject
 from mcp_sampling_proxy.relay.bridge import CHANGED, DONE, HANDSHAKE, EraBridge
-from mcp_sampling_proxy.relay.calls import CURRENT_CALL, ORIGIN_TOOLS, HostRequest, HostRounds
+from mcp_sampling_proxy.relay.calls import CURRENT_CALL, HostRequest, HostRounds
 from mcp_sampling_proxy.relay.keepalive import Waiting, same_token, serving
-from mcp_sampling_proxy.sanitize import one_line, strip_controls
+from mcp_sampling_proxy.relay.ports import InputRounds, Ports, ServerRequest, ToolScreen
+from mcp_sampling_proxy.relay.session import Session
+from mcp_sampling_proxy.sanitize import one_line
 
 log = get_logger("mcp_sampling_proxy.relay.core")
 
@@ -46,137 +46,6 @@ NEGOTIATION = ("initialize", "server/discover")
 RETRYABLE = frozenset({"tools/call", "prompts/get", "resources/read"})  # may get `input_required` (2026-07-28)
 ROOTS_LIST = "roots/list"
 _WAITING_FOR = {"sampling/createMessage": "waiting for sampling", "elicitation/create": "waiting for an answer"}
-
-
-@functools.lru_cache(maxsize=2)  # the current name (and the last): names are server-sized
-def _shown_if_different(reported: str, ours: str) -> str | None:
-    """Worked out once per name: every sampling request's audit record and log line asks (and a
-    server chooses how long its name is)."""
-    if normalise(reported) == normalise(ours):
-        return None
-    return strip_controls(shown(reported))[:200]
-
-
-@dataclass
-class Session:
-    """What the relay has learned about both peers; read by hooks for routing and policy."""
-
-    name_override: str | None = None
-    host_info: dict[str, Any] = field(default_factory=dict)
-    host_capabilities: dict[str, Any] = field(default_factory=dict)
-    server_info: dict[str, Any] = field(default_factory=dict)
-    protocol_version: str | None = None
-    inflight: dict[Any, HostRequest] = field(default_factory=dict)  # by the id the host waits on
-    host_era: str | None = None  # "handshake" | "modern": what the host speaks (relay/bridge.py)
-    server_era: str | None = None  # what the server leg speaks
-    client: str | None = None  # who called, when served over HTTP (`serve`): the bearer token's name
-    served: str | None = None  # `serve`'s own id of this session (or 2026 caller's lane), for its audit records
-
-    @property
-    def server_name(self) -> str:
-        """The operator's name for the server (`--name`, or derived from its command or URL).
-
-        Never the server's own serverInfo.name: the server is untrusted and could borrow another's."""
-        return self.name_override or "upstream"
-
-    @property
-    def server_reported(self) -> str | None:
-        """The name the server reports for itself (untrusted), None when it gave none."""
-        name = self.server_info.get("name")
-        return name if isinstance(name, str) else None
-
-    @property
-    def server_reported_if_different(self) -> str | None:
-        """The reported name made printable, for logs and prompts, when it differs from ours."""
-        reported = self.server_reported
-        return None if reported is None else _shown_if_different(reported, self.server_name)
-
-    @property
-    def server_label(self) -> str:
-        """The operator's name, plus the reported one when different, quoted (identity.server_phrase):
-        what a human is shown, as `Server {label} asks ...`."""
-        return server_phrase(self.server_name, self.server_reported_if_different)
-
-    def tool_candidates(self) -> tuple[str, ...]:
-        """The host tools/calls that could own a server request now: the one whose retry carries
-        it (2026 era, see input_required), else every tools/call in flight, oldest first."""
-        fixed = ORIGIN_TOOLS.get()
-        return fixed if fixed is not None else self.tools_in_flight()
-
-    @property
-    def host_name(self) -> str:
-        return str(self.host_info.get("name") or "")
-
-    def tools_in_flight(self) -> tuple[str, ...]:
-        return tuple(r.tool for r in self.inflight.values() if r.tool)
-
-
-class Hooks(Protocol):
-    def rewrite_host_request(self, message: dict[str, Any], session: Session) -> bool:
-        """Change a host request in place before it goes upstream; True when changed."""
-        ...
-
-    def serves(self, method: str) -> bool:
-        """True for server-to-client methods the proxy answers itself."""
-        ...
-
-    def owned_input_keys(
-        self, result: dict[str, Any], session: Session, origin: dict[str, Any] | None = None
-    ) -> set[str] | None:
-        """Keys of an `input_required` result's requests that the proxy answers itself (None: leave it)."""
-        ...
-
-    def host_input_requests(
-        self, result: dict[str, Any], origin: dict[str, Any] | None, session: Session
-    ) -> dict[str, Any]:
-        """An `input_required` result (only the host's requests) is about to reach the host: the result
-        as the host gets it (the server's forms marked as the server's)."""
-        ...
-
-    def host_input_responses(self, params: dict[str, Any], session: Session) -> None:
-        """A host request carries `inputResponses`: the host's answers to such requests."""
-        ...
-
-    async def answer_input(
-        self, key: str, entry: dict[str, Any], relay: Relay, origin: dict[str, Any] | None = None
-    ) -> dict[str, Any]:
-        """Answer one embedded input request (result, or RpcError); `origin` is the host request it belongs to."""
-        ...
-
-    async def resolve_input_required(
-        self, message: dict[str, Any], result: dict[str, Any], relay: Relay, resolving: Any
-    ) -> dict[str, Any]:
-        """Answer the input requests and retry until the final response: {"result": ...} or {"error": ...};
-        or, when a later round needs the host, {"result": that round, "owned": the keys the proxy answers}."""
-        ...
-
-    watched_notifications: frozenset[str]  # server notifications the hooks may hold back
-
-    def forward_server_notification(self, message: dict[str, Any]) -> bool:
-        """False to swallow a watched server notification (e.g. for a request the proxy served)."""
-        ...
-
-    async def serve(self, message: dict[str, Any], relay: Relay) -> dict[str, Any]:
-        """Answer a server request; return the result object or raise RpcError."""
-        ...
-
-    def screens_tool_list(self, session: Session) -> bool:
-        """True when tools/list results go through `screen_tool_list` (pins or tool rules are on)."""
-        ...
-
-    async def screen_tool_list(
-        self, message: dict[str, Any], result: dict[str, Any], session: Session
-    ) -> dict[str, Any]:
-        """A tools/list result as the host gets it (held or denied tools left out)."""
-        ...
-
-    def screens_tool_call(self, message: dict[str, Any], session: Session) -> bool:
-        """True when a host tools/call must wait for `screen_tool_call` before it goes on."""
-        ...
-
-    async def screen_tool_call(self, message: dict[str, Any], relay: Relay) -> ErrorObject | None:
-        """None to send the tools/call on; else the JSON-RPC error object the host gets."""
-        ...
 
 
 @dataclass
@@ -213,7 +82,7 @@ class Relay:
         self,
         to_host: Send,
         to_upstream: Send,
-        hooks: Hooks,
+        ports: Ports,
         task_group: anyio.abc.TaskGroup,
         session: Session | None = None,
         keepalive_seconds: float = 0.0,
@@ -221,7 +90,7 @@ class Relay:
     ):
         self._to_host = to_host
         self._to_upstream = to_upstream
-        self._hooks = hooks
+        self._ports = ports
         self._tg = task_group
         self.session = session or Session()
         self._keepalive_seconds = keepalive_seconds  # progress to the host while a served request waits; 0: off
@@ -339,15 +208,16 @@ class Relay:
         self._to_upstream(line)
 
     def _host_request(self, msg: dict[str, Any], line: bytes, screened: bool = False) -> None:
-        if not screened and msg["method"] == "tools/call" and self._hooks.screens_tool_call(msg, self.session):
+        tools = self._ports.tools
+        if not screened and msg["method"] == "tools/call" and tools and tools.needs_screening(msg, self.session):
             scope = self._screening[msg["id"]] = anyio.CancelScope()
             self._tg.start_soon(self._screen_tool_call, msg, line, scope)
             return
         params = msg.get("params")
         if self.rounds and self.rounds.take_retry(msg):  # the answer to a question of the proxy's
             return
-        if isinstance(params, dict) and "inputResponses" in params:
-            self._hooks.host_input_responses(params, self.session)
+        if isinstance(params, dict) and "inputResponses" in params and self._ports.inputs is not None:
+            self._ports.inputs.host_answered(params, self.session)
         state = params.get("requestState") if isinstance(params, dict) else None
         if self._stash and isinstance(state, str) and state in self._stash:
             self._tg.start_soon(self._merge_and_forward, msg, self._stash.pop(state))
@@ -359,13 +229,13 @@ class Relay:
                 return
             changed = outcome == CHANGED
         request = self._note_host_request(msg)
-        if self._hooks.rewrite_host_request(msg, self.session) or changed:
+        if self._ports.rewrite_host_request(msg, self.session) or changed:
             rewritten = msg
             if jsonrpc.has_long_integers(line):  # read as floats: rewrite an exact reading instead
                 rewritten = jsonrpc.parse_exact(line)
                 if changed:
                     self.bridge.host_request(rewritten)
-                self._hooks.rewrite_host_request(rewritten, self.session)
+                self._ports.rewrite_host_request(rewritten, self.session)
             if request.upstream_id != msg["id"]:
                 rewritten = {**rewritten, "id": request.upstream_id}
             encoded = _encode(rewritten)
@@ -387,7 +257,7 @@ class Relay:
         refusal: ErrorObject | None = None
         with scope:
             try:
-                refusal = await self._hooks.screen_tool_call(msg, self)
+                refusal = None if self._ports.tools is None else await self._ports.tools.screen_call(msg, self)
             except Exception as exc:
                 log.exception("failed to check a tool call")
                 refusal = {"code": jsonrpc.INTERNAL_ERROR, "message": f"mcp-sampling-proxy failed: {exc}"}
@@ -424,7 +294,7 @@ class Relay:
 
     def _forward_host_request(self, msg: dict[str, Any]) -> HostRequest:
         request = self._note_host_request(msg)
-        self._hooks.rewrite_host_request(msg, self.session)
+        self._ports.rewrite_host_request(msg, self.session)
         self._to_upstream(jsonrpc.dumps({**msg, "id": request.upstream_id}))
         return request
 
@@ -530,8 +400,8 @@ class Relay:
         return request_id
 
     def rewrite_for_upstream(self, message: dict[str, Any]) -> None:
-        """What the hooks add to a host request (capabilities), applied to one the proxy makes."""
-        self._hooks.rewrite_host_request(message, self.session)
+        """What the ports add to a host request (capabilities), applied to one the proxy makes."""
+        self._ports.rewrite_host_request(message, self.session)
 
     def note_server_result(self, result: dict[str, Any]) -> None:
         """The server's initialize result (or one the bridge built): its name, version and protocol."""
@@ -598,7 +468,7 @@ class Relay:
                 return
             if self.bridge.translating and self.bridge.server_request(msg):
                 return
-            if self._hooks.serves(method) or (method == ROOTS_LIST and self.bridge.host_era == "modern"):
+            if method in self._ports.answers or (method == ROOTS_LIST and self.bridge.host_era == "modern"):
                 self._start_serving(msg, line)
                 return
             if self.bridge.host_era == "modern":  # a 2026 host takes no requests: only rounds of its calls
@@ -616,7 +486,7 @@ class Relay:
                 return
         elif method == "notifications/progress":
             line = self._server_progress(msg, line)
-        elif method in self._hooks.watched_notifications and not self._hooks.forward_server_notification(msg):
+        elif (passes := self._ports.notifications.get(method)) is not None and not passes(msg):
             return
         if self.bridge.translating:
             instead = self.bridge.server_notification(msg)
@@ -672,18 +542,20 @@ class Relay:
             self._to_host(line)
             return
         listed = request.method == "tools/list" and isinstance(msg.get("result"), dict)
-        if listed and self._hooks.screens_tool_list(self.session):
-            self._tg.start_soon(self._screen_tool_list, msg, line, request)
+        if listed and (tools := self._ports.tools) is not None and tools.active:
+            self._tg.start_soon(self._screen_tool_list, tools, msg, line, request)
             return
         self._deliver(msg, line, request)
 
-    async def _screen_tool_list(self, msg: dict[str, Any], line: bytes, request: HostRequest) -> None:
+    async def _screen_tool_list(
+        self, tools: ToolScreen, msg: dict[str, Any], line: bytes, request: HostRequest
+    ) -> None:
         """A tools/list result through the pins and tool rules (off the relay's path), then to the host:
         as the server sent it when nothing is left out."""
         try:
             params = {} if request.cursor is None else {"cursor": request.cursor}
             asked = {"jsonrpc": "2.0", "id": request.host_id, "method": "tools/list", "params": params}
-            result = await self._hooks.screen_tool_list(asked, msg["result"], self.session)
+            result = await tools.screen_list(asked, msg["result"], self.session)
         except Exception as exc:
             log.exception("failed to check a tools/list result")
             msg = {
@@ -821,10 +693,11 @@ class Relay:
         try:
             with served.scope, self._keeping_alive(owners, _WAITING_FOR.get(str(msg.get("method")), "waiting")):
                 try:
-                    if msg.get("method") == ROOTS_LIST and not self._hooks.serves(ROOTS_LIST):
+                    answer = self._ports.answers.get(str(msg.get("method")))
+                    if answer is None:  # roots/list for a 2026 host (_upstream_message lets no other through)
                         result = await self.roots_from_host(msg)
                     else:
-                        result = await self._hooks.serve(msg, self)
+                        result = await answer(self.server_request(msg, served.raw))
                     reply = jsonrpc.response(request_id, result)
                 except RpcError as exc:
                     reply = jsonrpc.error_response(request_id, exc.code, exc.message, exc.data)
@@ -919,14 +792,27 @@ class Relay:
         2026-era retry goes to it under one) and must not be able to name the next (see `_upstream_message`)."""
         return f"mcp-sampling-proxy:{secrets.token_hex(12)}"
 
+    def server_request(self, message: dict[str, Any], raw: bytes = b"") -> ServerRequest:
+        """A server request as the `answers` port takes it: owned by the host request it belongs to now."""
+        return ServerRequest(message, raw, self.session, self.owning_request(), self)
+
     # -- 2026-07-28: input_required results -------------------------------------------------------
+    def _input_rounds(self) -> InputRounds:
+        """The rounds port; only `_resolve_input`, which has checked it is there, starts what asks."""
+        if self._ports.inputs is None:
+            raise RuntimeError("no input rounds port")
+        return self._ports.inputs
+
     def _resolve_input(self, msg: dict[str, Any], request: HostRequest, send: Send | None = None) -> bool:
         """Take over an `input_required` result whose requests the proxy answers itself (`send`: the
         connection it came on, when not the upstream's)."""
         result = msg.get("result")
         if not isinstance(result, dict) or result.get("resultType") != "input_required":
             return False
-        keys = self._hooks.owned_input_keys(result, self.session, request.message)
+        inputs = self._ports.inputs
+        if inputs is None:
+            return False
+        keys = inputs.owned_keys(result, self.session, request.message)
         requests = result.get("inputRequests") or {}
         if keys is None or not isinstance(requests, dict):
             return False
@@ -934,7 +820,7 @@ class Relay:
             if keys:
                 self._hand_to_host(request, result, requests, keys)
                 return True
-            shown = self._hooks.host_input_requests(result, request.message, self.session)
+            shown = inputs.host_asked(result, request.message, self.session)
             if shown is result:
                 return False
             self._finish(request, {**msg, "result": shown})
@@ -958,7 +844,8 @@ class Relay:
             self._stash[state] = stash
             self._tg.start_soon(self._answer_owned, requests, keys, stash, request)
         filtered = {**result, "inputRequests": {k: v for k, v in requests.items() if k not in keys}}
-        filtered = self._hooks.host_input_requests(filtered, request.message, self.session)
+        if self._ports.inputs is not None:
+            filtered = self._ports.inputs.host_asked(filtered, request.message, self.session)
         host_id = request.host_id
         self._forget(request)
         request.held = False  # until the host retries (_merge_and_forward): a question of ours waits for that
@@ -970,7 +857,7 @@ class Relay:
         token = CURRENT_CALL.set(request)
         try:
             for key in sorted(keys):
-                stash.answers[key] = await self._hooks.answer_input(key, requests[key], self, request.message)
+                stash.answers[key] = await self._input_rounds().answer(key, requests[key], self, request.message)
         except RpcError as exc:
             stash.error = exc.to_dict()
         except Exception as exc:
@@ -1015,7 +902,7 @@ class Relay:
         try:
             with resolving.scope, self._keeping_alive([request] if request.progress is not None else [], None):
                 try:
-                    reply = await self._hooks.resolve_input_required(request.message or {}, result, self, resolving)
+                    reply = await self._input_rounds().resolve(request.message or {}, result, self, resolving)
                 except RpcError as exc:
                     reply = {"error": exc.to_dict()}
                 except Exception as exc:
@@ -1072,7 +959,7 @@ class Relay:
         session = self.session
         eras.stamp_meta(params, eras.request_meta(eras.MODERN, session.host_info, session.host_capabilities))
         message = {**message, "params": params}
-        self._hooks.rewrite_host_request(message, session)  # the capabilities the proxy serves
+        self._ports.rewrite_host_request(message, session)  # the capabilities the proxy serves
         request.message = message
         resolving = request.resolving = _Resolving(anyio.CancelScope(), current_id=self.new_id(), send=send)
         answer: dict[str, Any] = {}

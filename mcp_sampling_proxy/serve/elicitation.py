@@ -42,7 +42,8 @@ from mcp_sampling_proxy.vocabulary import Outcome
 if TYPE_CHECKING:
     from mcp_sampling_proxy.approval.form_prompts import ElicitationConsoles
     from mcp_sampling_proxy.quotas.limiters import Limiters
-    from mcp_sampling_proxy.relay.core import Relay, Session
+    from mcp_sampling_proxy.relay.ports import HostLine, ServerRequest
+    from mcp_sampling_proxy.relay.session import Session
 
 log = get_logger("mcp_sampling_proxy.serve.elicitation")
 
@@ -105,9 +106,10 @@ class ElicitationService:
         log.info("elicitation completed", elicitation_id=elicitation_id)
         return False
 
-    async def serve(self, message: dict[str, Any], relay: Relay) -> dict[str, Any]:
+    async def serve(self, incoming: ServerRequest) -> dict[str, Any]:
+        """Answer one elicitation/create (the `answers` port, relay/ports.py)."""
         started = time.monotonic()
-        session = relay.session
+        message, session = incoming.message, incoming.session
         in_flight = session.tool_candidates()  # every call that could own this request (policy.decide)
         tool = in_flight[-1] if in_flight else None
         raw = message.get("params")
@@ -115,18 +117,18 @@ class ElicitationService:
         audit["mode"] = request_mode(raw) if isinstance(raw, dict) else None
         async with self._audit.every_ending(audit, raw):
             with self._limiters.holding() as busy:
-                return await self._serve(message, relay, audit, started, in_flight, busy)
+                return await self._serve(message, incoming.host, audit, started, in_flight, busy)
 
     async def _serve(
         self,
         message: dict[str, Any],
-        relay: Relay,
+        host: HostLine,
         audit: AuditFields,
         started: float,
         in_flight: tuple[str, ...],
         busy: Refusal | None = None,
     ) -> dict[str, Any]:
-        session = relay.session
+        session = host.session
         params = validate_elicitation(message.get("params"))
         mode = request_mode(params)
         tool = audit.get("tool")
@@ -179,7 +181,7 @@ class ElicitationService:
                 if mode == "url" and isinstance(elicitation_id, str) and elicitation_id:
                     self._at_host.add(elicitation_id)
                 with waiting_for("waiting for your answer in the host's form"):
-                    response = await relay.forward_to_host(
+                    response = await host.forward_to_host(
                         {**message, "params": marked(params, session)}, as_received=False
                     )
                 result = response.get("result")

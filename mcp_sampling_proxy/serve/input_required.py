@@ -26,7 +26,8 @@ from mcp_sampling_proxy.sanitize import one_line
 from mcp_sampling_proxy.serve.elicitation import marked
 
 if TYPE_CHECKING:
-    from mcp_sampling_proxy.relay.core import Relay, Session
+    from mcp_sampling_proxy.relay.ports import Rounds
+    from mcp_sampling_proxy.relay.session import Session
     from mcp_sampling_proxy.serve.elicitation import ElicitationService
     from mcp_sampling_proxy.serve.sampling import SamplingService
 
@@ -116,14 +117,14 @@ class InputResolver:
                 self._sampling.record_host_answer(request, response, session, tools, started)
 
     async def answer(
-        self, key: str, entry: dict[str, Any], relay: Relay, origin: dict[str, Any] | None = None
+        self, key: str, entry: dict[str, Any], rounds: Rounds, origin: dict[str, Any] | None = None
     ) -> dict[str, Any]:
         """Answer one embedded request; `origin` is the host request whose retry carries it."""
         method = entry.get("method")
-        request = {"jsonrpc": "2.0", "id": relay.new_id(), "method": method, "params": entry["params"]}
+        request = {"jsonrpc": "2.0", "id": rounds.new_id(), "method": method, "params": entry["params"]}
         if method == ROOTS:  # only a handshake host's rounds hold one here: the host is asked, as a request
             with waiting_for("waiting for the host's roots"):
-                return await relay.roots_from_host(request)
+                return await rounds.roots_from_host(request)
         if method not in (SAMPLING, ELICITATION):
             raise RpcError(
                 jsonrpc.METHOD_NOT_FOUND,
@@ -133,17 +134,17 @@ class InputResolver:
         token = ORIGIN_TOOLS.set(origin_tools(origin))
         try:
             with waiting_for("waiting for sampling" if service is self._sampling else "waiting for an answer"):
-                return await service.serve(request, relay)
+                return await service.serve(rounds.server_request(request))
         finally:
             ORIGIN_TOOLS.reset(token)
 
     async def resolve(
-        self, message: dict[str, Any], result: dict[str, Any], relay: Relay, resolving: Any
+        self, message: dict[str, Any], result: dict[str, Any], rounds: Rounds, resolving: Any
     ) -> dict[str, Any]:
         for _round in range(self._max_rounds):
             responses: dict[str, Any] = {}
             for key, entry in (result.get("inputRequests") or {}).items():
-                responses[key] = await self.answer(key, entry, relay, message)
+                responses[key] = await self.answer(key, entry, rounds, message)
             params = dict(message["params"]) if isinstance(message.get("params"), dict) else {}
             params.pop("inputResponses", None)
             params.pop("requestState", None)
@@ -152,14 +153,14 @@ class InputResolver:
             if "requestState" in result:
                 params["requestState"] = result["requestState"]
             log.info("retrying with input responses", method=message.get("method"), answered=sorted(responses))
-            response = await relay.retry_upstream(message, params, resolving)
+            response = await rounds.retry_upstream(message, params, resolving)
             if "error" in response:
                 return {"error": response["error"]}
             result = jsonrpc.as_object(response.get("result"))
             requests = result.get("inputRequests") or {}
             if result.get("resultType") != "input_required":
                 return {"result": result}
-            owned = self.owned_keys(result, relay.session, message)
+            owned = self.owned_keys(result, rounds.session, message)
             if owned is None:  # malformed: passed on as it is, as in the first round
                 return {"result": result}
             if owned != set(requests):  # the host's turn: the relay hands it only its own requests

@@ -29,7 +29,8 @@ from mcp_sampling_proxy.transport.sandbox_notes import SandboxNotes
 from mcp_sampling_proxy.vocabulary import NETWORK_APPROVAL, Outcome
 
 if TYPE_CHECKING:
-    from mcp_sampling_proxy.relay.core import Relay, Session
+    from mcp_sampling_proxy.relay.ports import HostLine
+    from mcp_sampling_proxy.relay.session import Session
 
 log = get_logger("mcp_sampling_proxy.network")
 
@@ -53,7 +54,7 @@ class NetworkGate:
         self._approver = approver
         self._audit = audit
         self._session = session
-        self.relay: Relay | None = None  # set once the relay exists: the host's elicitation is a channel
+        self.relay: HostLine | None = None  # set once the relay exists: the host's elicitation is a channel
         self._asking = anyio.Lock()  # one question about this server's network at a time
         self._warned = Throttle(5, 60.0)
 

@@ -52,7 +52,8 @@ from mcp_sampling_proxy.serve.checks import CheckRefused, Checks
 from mcp_sampling_proxy.vocabulary import Outcome
 
 if TYPE_CHECKING:
-    from mcp_sampling_proxy.relay.core import Relay, Session
+    from mcp_sampling_proxy.relay.ports import HostLine, ServerRequest
+    from mcp_sampling_proxy.relay.session import Session
 
 log = get_logger("mcp_sampling_proxy.serve.sampling")
 
@@ -77,20 +78,20 @@ class SamplingService:
         self._gate = SamplingGate(settings.sampling.max_concurrent, settings.sampling.max_queued)
         self._checks = Checks(settings.checks, settings.limits)  # the rule's external checks (serve/checks.py)
 
-    async def serve(self, message: dict[str, Any], relay: Relay) -> dict[str, Any]:
+    async def serve(self, incoming: ServerRequest) -> dict[str, Any]:
+        """Answer one sampling/createMessage (the `answers` port, relay/ports.py)."""
         started = time.monotonic()
-        session = relay.session
+        message, session = incoming.message, incoming.session
         in_flight = session.tool_candidates()  # every call that could own this request (policy.decide)
         tool = in_flight[-1] if in_flight else None
         audit = request_fields(session, message, tool, in_flight)  # what the stages learn is added to it
         async with self._audit.every_ending(audit, message.get("params")):
             with self._limiters.holding() as busy:
-                return await self._serve(message, relay, audit, started, in_flight, busy)
+                return await self._serve(incoming, audit, started, in_flight, busy)
 
     async def _serve(
         self,
-        message: dict[str, Any],
-        relay: Relay,
+        incoming: ServerRequest,
         audit: AuditFields,
         started: float,
         in_flight: tuple[str, ...],
@@ -99,13 +100,13 @@ class SamplingService:
         """The stages in order: judge (caps, validation, policy), quotas, approval, then the host
         or our own LLM. A stage that ends the request raises `_Ended`; its record is written here.
         `busy`: the proxy holds too many requests already (`Limiters.holding`)."""
-        session = relay.session
+        message, session, host = incoming.message, incoming.session, incoming.host
         self._audit.check_usable()
         try:
             if busy is not None:
                 raise _Ended("deny", _limit_error(busy), limit=busy.limit)
-            self._check_call(relay, audit)
-            judged = self._judge(message, session, audit, in_flight)
+            self._check_call(incoming, audit)
+            judged = self._judge(incoming, audit, in_flight)
             if self._settings.sampling.checks.scan_requests:
                 judged = self._scan_prompt(judged, audit)
             decision = judged.decision
@@ -118,29 +119,33 @@ class SamplingService:
                     if isinstance(budget, Refusal):
                         raise _Ended("deny", _limit_error(budget), limit=budget.limit)
                     request = await self._checks.on_request(judged.request, decision, session.server_name, audit)
-                    approved = await self._approve(message, request, decision, relay, audit)
+                    approved = await self._approve(message, request, decision, host, audit)
                     audit["decision"] = "approved" if approved.approver else "allow"
                     audit["reason"] = decision.reason
                     audit["approver"] = approved.approver
                     if self.route(approved.request, session) == "host":
-                        result = await self._at_host(approved, decision, relay, audit, started)
+                        result = await self._at_host(approved, decision, host, audit, started)
                         if result is not None:
                             return result
-                    return await self._fulfil_here(approved, decision, relay, audit, started, budget)
+                    return await self._fulfil_here(approved, decision, host, audit, started, budget)
         except (_Ended, CheckRefused) as ended:
             refused: AuditFields = {**audit, "decision": ended.outcome, "reason": ended.error.message, **ended.fields}
             self._audit.record(params=message.get("params"), result=None, **refused)  # the server gets no result
             log.warning("sampling refused", decision=ended.outcome, reason=ended.error.message)
             raise ended.error from None
 
-    def _judge(
-        self, message: dict[str, Any], session: Session, audit: AuditFields, in_flight: tuple[str, ...]
-    ) -> SamplingJudgement:
-        """Caps, validation and the policy (assess.judge_sampling, which `policy explain` runs too)."""
+    def _judge(self, incoming: ServerRequest, audit: AuditFields, in_flight: tuple[str, ...]) -> SamplingJudgement:
+        """Caps, validation and the policy (assess.judge_sampling, which `policy explain` runs too); the
+        size cap measures the request as it came, when the relay has its bytes."""
+        session = incoming.session
         origin = Origin(session.server_name, session.host_name, in_flight, session.server_reported, session.client)
         try:
             judged = judge_sampling(
-                self._settings, message.get("params") or {}, origin, method=str(message.get("method"))
+                self._settings,
+                incoming.params or {},
+                origin,
+                method=incoming.method,
+                request_bytes=len(incoming.raw) if incoming.raw else None,
             )
         except Refused as refused:
             if refused.decision is not None:
@@ -165,12 +170,12 @@ class SamplingService:
             log.info("request adjusted", note=adjustment)
         return judged
 
-    def _check_call(self, relay: Relay, audit: AuditFields) -> None:
+    def _check_call(self, incoming: ServerRequest, audit: AuditFields) -> None:
         """The host request this one belongs to: there must be one (unless the policy allows unsolicited
         sampling from this server), and it may carry at most `sampling.max_per_call` requests."""
         checks = self._settings.sampling.checks
-        server = relay.session.server_name
-        call = relay.owning_request()
+        server = incoming.session.server_name
+        call = incoming.owner
         if call is None:
             if not checks.unsolicited_allowed(server):
                 raise _Ended(
@@ -249,10 +254,10 @@ class SamplingService:
         return {**result, "content": scanned.value}
 
     async def _approve(
-        self, message: dict[str, Any], request: SamplingRequest, decision: Decision, relay: Relay, audit: AuditFields
+        self, message: dict[str, Any], request: SamplingRequest, decision: Decision, host: HostLine, audit: AuditFields
     ) -> _Approved:
         """Ask a human when the rule says prompt; an edited prompt is checked like the original."""
-        session, tool = relay.session, audit.get("tool")
+        session, tool = host.session, audit.get("tool")
         if decision.action != "prompt":  # what a human would be shown is needed only for a review
             return _Approved.of(
                 message,
@@ -263,7 +268,7 @@ class SamplingService:
         found = tuple(n["text"] for n in governance_notes(audit))  # the checks passed, credentials masked
         asked = replace(self._asked(request, session, tool, decision), notes=found)
         with waiting_for("waiting for approval"):  # progress keep-alive to the host (relay/keepalive.py)
-            approval = await self._approver.ask(asked, relay)
+            approval = await self._approver.ask(asked, host)
         if approval.approved_by:  # each approver by name (several under approval.quorum)
             audit["approved_by"] = list(approval.approved_by)
         if not approval.approved:
@@ -300,12 +305,12 @@ class SamplingService:
         )
 
     async def _at_host(
-        self, approved: _Approved, decision: Decision, relay: Relay, audit: AuditFields, started: float
+        self, approved: _Approved, decision: Decision, host: HostLine, audit: AuditFields, started: float
     ) -> dict[str, Any] | None:
         """The host samples (its tokens, not our budget); None when it refused and the policy says
         to fall back to our own LLM."""
         with waiting_for("waiting for the host's LLM"):  # progress keep-alive (relay/keepalive.py)
-            response = await relay.forward_to_host(approved.message, as_received=approved.as_received)
+            response = await host.forward_to_host(approved.message, as_received=approved.as_received)
         error = response.get("error")
         if error is None:
             result = jsonrpc.as_object(response.get("result"))
@@ -317,7 +322,7 @@ class SamplingService:
                 "latency_ms": elapsed_ms(started),
             }
             result = await self._checks.on_answer(
-                approved.request, result, decision, relay.session.server_name, answered
+                approved.request, result, decision, host.session.server_name, answered
             )
             result = self._scan_answer(approved.request.wire, result, answered)  # what the server gets, last
             self._audit.record(params=approved.request.wire, result=result, **answered)
@@ -338,13 +343,13 @@ class SamplingService:
         self,
         approved: _Approved,
         decision: Decision,
-        relay: Relay,
+        host: HostLine,
         audit: AuditFields,
         started: float,
         budget: BudgetHold,
     ) -> dict[str, Any]:
         """Our own LLM, within the proxy's concurrency gate, then the human review when configured."""
-        session = relay.session
+        session = host.session
         async with self._gate.slot() as busy:  # bounds this proxy's LLM calls, whoever asks
             if busy is not None:
                 raise _Ended("deny", _limit_error(busy), limit=busy.limit)
@@ -363,7 +368,7 @@ class SamplingService:
         try:
             assert approved.asked is not None  # made whenever review_response is on
             with waiting_for("waiting for review of the answer"):  # progress keep-alive (relay/keepalive.py)
-                review = await self._approver.review(approved.asked, result, relay)
+                review = await self._approver.review(approved.asked, result, host)
         except BaseException as exc:  # the LLM was called all the same: its record says how it ended
             cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
             unreviewed: AuditFields = {

@@ -31,7 +31,8 @@ from mcp_sampling_proxy.sanitize import one_line, strip_controls
 from mcp_sampling_proxy.vocabulary import TOOL_CALL_APPROVAL, Outcome
 
 if TYPE_CHECKING:
-    from mcp_sampling_proxy.relay.core import Relay, Session
+    from mcp_sampling_proxy.relay.ports import HostLine
+    from mcp_sampling_proxy.relay.session import Session
 
 log = get_logger("mcp_sampling_proxy.serve.tools")
 
@@ -225,9 +226,9 @@ class ToolGate:
             return False
         return True
 
-    async def screen_call(self, message: dict[str, Any], relay: Relay) -> ErrorObject | None:
+    async def screen_call(self, message: dict[str, Any], host: HostLine) -> ErrorObject | None:
         """None to send the call on; else the JSON-RPC error the host gets instead."""
-        session = relay.session
+        session = host.session
         params = jsonrpc.as_object(message.get("params"))
         name = str(params.get("name"))
         held = self._held.get(name)
@@ -265,7 +266,7 @@ class ToolGate:
             summary,
         )
         try:
-            approval = await self._approver.ask(asked, relay)
+            approval = await self._approver.ask(asked, host)
         except RpcError as exc:  # a channel that could not ask (a 2026 host asked outside a call)
             self._record(session, message, name, "rejected", rule.name, exc.message)
             return RpcError(

@@ -1,7 +1,7 @@
 """The proxy's real relay and services in memory, between a host and a server the test plays.
 
 As mitmproxy's Playbook drives its layers: no process and no pipe, the real `Relay` wired to the real
-services by `runtime.build_hooks` from a policy text (sampling to an LLM on 127.0.0.1, elicitation,
+services by `runtime.build_services` from a policy text (sampling to an LLM on 127.0.0.1, elicitation,
 approval, audit, tool rules), exactly as the proxy wires them. The test speaks for each peer with
 `says` and reads what the relay sent it with `next`; a third peer can stand for the server's second,
 2026-era connection (`Playbook.second_leg`).
@@ -27,8 +27,9 @@ from mcp_sampling_proxy.approval.console.server import ConsoleServer
 from mcp_sampling_proxy.audit.recorder import AuditLog
 from mcp_sampling_proxy.config.settings import parse_settings
 from mcp_sampling_proxy.protocol import capabilities
-from mcp_sampling_proxy.relay.core import Relay, Session
-from mcp_sampling_proxy.runtime import build_hooks
+from mcp_sampling_proxy.relay.core import Relay
+from mcp_sampling_proxy.relay.session import Session
+from mcp_sampling_proxy.runtime import build_services
 from mcp_sampling_proxy.serve.sampling import AdapterPool
 
 HANDSHAKE_VERSION = "2025-11-25"
@@ -111,14 +112,14 @@ class Playbook:
         )
         session = Session(name_override="played")
         console = ConsoleServer(lambda: session.server_name, lambda: session.host_name)  # never served
-        hooks = build_hooks(settings, self._adapters, self._audit, None, console, offered)
+        services = build_services(settings, self._adapters, self._audit, None, console, offered)
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         keepalive = settings.sampling.keepalive_seconds
         self.relay = Relay(
             self.host.receive,
             self.server.receive,
-            hooks,
+            services.ports,
             self._tg,
             session,
             keepalive_seconds=keepalive,

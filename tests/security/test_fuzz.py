@@ -1,7 +1,7 @@
 """Fuzz the relay with mutated MCP messages from both sides: no crash, no hang, only JSON-RPC objects out.
 
-In process: the real `Relay` with the proxy's real hooks (policy, sampling, elicitation, audit),
-wired by `app.build_hooks` as the proxy wires them, 100,000 lines per side by default. Through the
+In process: the real `Relay` with the proxy's real services (policy, sampling, elicitation, audit),
+wired by `app.build_services` as the proxy wires them, 100,000 lines per side by default. Through the
 real proxy process: a host writing mutated lines and a hostile server writing mutated lines, 5,000
 each. `FUZZ_ITERATIONS` (in-process lines per side) and `FUZZ_SEED` make a longer or different run:
 
@@ -26,8 +26,9 @@ from mcp_sampling_proxy.approval.console.server import ConsoleServer
 from mcp_sampling_proxy.audit.recorder import AuditLog
 from mcp_sampling_proxy.config.settings import parse_settings
 from mcp_sampling_proxy.protocol import capabilities
-from mcp_sampling_proxy.relay.core import Relay, Session
-from mcp_sampling_proxy.runtime import build_hooks
+from mcp_sampling_proxy.relay.core import Relay
+from mcp_sampling_proxy.relay.session import Session
+from mcp_sampling_proxy.runtime import build_services
 from mcp_sampling_proxy.serve.sampling import AdapterPool
 
 ITERATIONS = int(os.environ.get("FUZZ_ITERATIONS", "100000"))
@@ -65,13 +66,13 @@ async def test_relay_in_process_survives_mutated_messages_from_both_sides(tmp_pa
     )
     session = Session()
     console = ConsoleServer(lambda: session.server_name, lambda: session.host_name)  # never served: no consoles
-    hooks = build_hooks(settings, AdapterPool([], None), audit, None, console, offered)
+    services = build_services(settings, AdapterPool([], None), audit, None, console, offered)
     to_host: list[bytes] = []
     to_upstream: list[bytes] = []
     rng = random.Random(SEED)
     with capture_logs() as logs:
         async with anyio.create_task_group() as tg:
-            relay = Relay(to_host.append, to_upstream.append, hooks, tg, session)
+            relay = Relay(to_host.append, to_upstream.append, services.ports, tg, session)
             relay.from_host(encode(HOST_SEEDS[0]))
             relay.from_upstream(encode(UPSTREAM_SEEDS[0]))
             for done in range(ITERATIONS):

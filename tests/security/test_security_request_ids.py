@@ -3,7 +3,7 @@ host's answer under an id of their own. A server must not be able to put a reque
 that id: the host's answer to the server's request (a form the user accepted, with an "approve" box)
 would then be taken as the answer to the proxy's, approving an LLM call nobody approved.
 
-In process: the real `Relay` with the proxy's real hooks, as tests/security/test_fuzz.py builds them."""
+In process: the real `Relay` with the proxy's real services, as tests/security/test_fuzz.py builds them."""
 
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ from mcp_sampling_proxy.approval.console.server import ConsoleServer
 from mcp_sampling_proxy.audit.recorder import AuditLog
 from mcp_sampling_proxy.config.settings import parse_settings
 from mcp_sampling_proxy.protocol import capabilities
-from mcp_sampling_proxy.relay.core import Relay, Session
-from mcp_sampling_proxy.runtime import build_hooks
+from mcp_sampling_proxy.relay.core import Relay
+from mcp_sampling_proxy.relay.session import Session
+from mcp_sampling_proxy.runtime import build_services
 from mcp_sampling_proxy.serve.sampling import AdapterPool
 
 FORM = {
@@ -41,7 +42,7 @@ async def test_a_server_request_cannot_take_the_id_of_the_proxys_request_to_the_
         capabilities.offered_elicitation(route="auto", url_mode=False),
     )
     session = Session()
-    hooks = build_hooks(
+    services = build_services(
         settings,
         AdapterPool([], None),
         audit,
@@ -54,7 +55,7 @@ async def test_a_server_request_cannot_take_the_id_of_the_proxys_request_to_the_
     answers: list[dict[str, Any]] = []
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
-            relay = Relay(to_host.append, to_upstream.append, hooks, tg, session)
+            relay = Relay(to_host.append, to_upstream.append, services.ports, tg, session)
 
             async def ask() -> None:
                 answers.append(await relay.request_host("elicitation/create", FORM))
@@ -98,7 +99,7 @@ async def test_a_second_server_request_under_an_id_still_being_served_is_refused
     )
     session = Session()
     session.host_capabilities = {"elicitation": {}}
-    hooks = build_hooks(
+    services = build_services(
         settings,
         AdapterPool([], None),
         audit,
@@ -119,7 +120,7 @@ async def test_a_second_server_request_under_an_id_still_being_served_is_refused
     }
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
-            relay = Relay(to_host.append, to_upstream.append, hooks, tg, session)
+            relay = Relay(to_host.append, to_upstream.append, services.ports, tg, session)
             relay.from_upstream(line(request))
             relay.from_upstream(line(request))  # at once: the first is still being judged, not yet at the host
             refusal = orjson.loads(to_upstream[-1])

@@ -10,7 +10,7 @@ import pytest
 
 from mcp_sampling_proxy.audit.recorder import AuditLog
 from mcp_sampling_proxy.config.settings import parse_settings
-from mcp_sampling_proxy.relay.core import Session
+from mcp_sampling_proxy.relay.session import Session
 from mcp_sampling_proxy.serve.network import NetworkGate
 from mcp_sampling_proxy.transport.egress import Connect
 
