@@ -59,7 +59,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mcp_sampling_proxy.addresses import is_loopback
 from mcp_sampling_proxy.approval.console.server import ConsoleServer
 from mcp_sampling_proxy.audit.recorder import AuditLog
 from mcp_sampling_proxy.config.child_env import child_environment
@@ -84,6 +83,7 @@ from mcp_sampling_proxy.runtime import (
     warm_up,
 )
 from mcp_sampling_proxy.serve.sampling import AdapterPool
+from mcp_sampling_proxy.system.addresses import is_loopback
 from mcp_sampling_proxy.transport.event_store import RETRY_MS, EventLimits, SessionEventStore
 from mcp_sampling_proxy.transport.http import HttpUpstream
 from mcp_sampling_proxy.transport.http_host import Emit, HttpHost, StatelessHost, Streamed, event_stream

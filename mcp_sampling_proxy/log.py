@@ -20,8 +20,8 @@ import orjson
 import structlog
 from structlog.typing import EventDict
 
-from mcp_sampling_proxy.redact import Redactor
-from mcp_sampling_proxy.sanitize import strip_controls, terminal_line
+from mcp_sampling_proxy.text.redact import Redactor
+from mcp_sampling_proxy.text.sanitize import strip_controls, terminal_line
 
 LEVELS = ("debug", "info", "warning", "error")
 

@@ -29,7 +29,6 @@ from mcp_sampling_proxy.audit.recorder import AuditLog
 from mcp_sampling_proxy.config.keys import provider_key
 from mcp_sampling_proxy.config.providers import ModelSpec, ProviderConfig
 from mcp_sampling_proxy.config.settings import Settings
-from mcp_sampling_proxy.hardening import end_strays, reap_orphans_forever
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import capabilities, jsonrpc
 from mcp_sampling_proxy.protocol.names import ELICITATION_COMPLETE, ELICITATION_CREATE, SAMPLING_CREATE
@@ -44,7 +43,8 @@ from mcp_sampling_proxy.serve.input_required import InputResolver
 from mcp_sampling_proxy.serve.network import NetworkGate
 from mcp_sampling_proxy.serve.sampling import AdapterPool, SamplingService
 from mcp_sampling_proxy.serve.tools import ToolGate
-from mcp_sampling_proxy.terminal import Terminal
+from mcp_sampling_proxy.system.hardening import end_strays, reap_orphans_forever
+from mcp_sampling_proxy.system.terminal import Terminal
 from mcp_sampling_proxy.transport.egress import serve_egress
 from mcp_sampling_proxy.transport.framing import DEFAULT_MAX_LINE, LineReader, open_line_reader, open_line_writer
 from mcp_sampling_proxy.transport.stdio import egress_listener, exit_status_for, guard_pid

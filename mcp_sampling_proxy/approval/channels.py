@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, get_args
 
-from mcp_sampling_proxy.identity import normalise
 from mcp_sampling_proxy.protocol.wire_types import CallToolParams, CreateMessageParams
+from mcp_sampling_proxy.text.identity import normalise
 
 # How an approval ended, in the words every channel answers with (the approver and the audit record read
 # them): a human said yes, said no, did not answer in time, or no channel could reach one.

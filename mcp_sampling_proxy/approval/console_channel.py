@@ -15,7 +15,7 @@ from mcp_sampling_proxy.approval.channels import (
 )
 from mcp_sampling_proxy.approval.console.server import ConsoleServer
 from mcp_sampling_proxy.approval.edits import last_user, text_of, with_prompt, with_text
-from mcp_sampling_proxy.sanitize import one_line
+from mcp_sampling_proxy.text.sanitize import one_line
 
 MAX_NAME = 64
 

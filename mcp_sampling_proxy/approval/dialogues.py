@@ -9,7 +9,7 @@ from typing import Any
 
 from mcp_sampling_proxy.approval.channels import ApprovalScope
 from mcp_sampling_proxy.approval.edits import kept_blocks, prompt_not_editable, result_text
-from mcp_sampling_proxy.sanitize import one_line, quote, strip_controls
+from mcp_sampling_proxy.text.sanitize import one_line, quote, strip_controls
 
 SCOPES: dict[str, ApprovalScope] = {"y": "once", "yes": "once", "s": "session", "a": "always"}
 APPROVE_PROMPT = "Allow this request? [y]es once, [s]ession, [a]lways for this server+tool, [e]dit prompt, [N]o: "

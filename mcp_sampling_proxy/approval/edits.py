@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mcp_sampling_proxy.protocol.wire_types import CallToolParams, CreateMessageParams
-from mcp_sampling_proxy.sanitize import strip_controls
+from mcp_sampling_proxy.text.sanitize import strip_controls
 
 
 def result_text(result: dict[str, Any]) -> str:

@@ -14,11 +14,11 @@ import anyio
 
 from mcp_sampling_proxy.approval.console.server import ConsoleGone
 from mcp_sampling_proxy.protocol.wire_types import ElicitRequestParams
-from mcp_sampling_proxy.sanitize import one_line, quote, strip_controls
+from mcp_sampling_proxy.text.sanitize import one_line, quote, strip_controls
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.approval.console.server import ConsoleServer
-    from mcp_sampling_proxy.terminal import Terminal
+    from mcp_sampling_proxy.system.terminal import Terminal
 
 Origin = tuple[str, str | None]  # (the server as shown, quoted: Session.server_label; tool call)
 ACTIONS = {"a": "accept", "d": "decline", "c": "cancel"}

@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
-from mcp_sampling_proxy.sanitize import folded, one_line, strip_controls
+from mcp_sampling_proxy.text.sanitize import folded, one_line, strip_controls
 
 KINDS = ("string", "number", "integer", "boolean", "enum", "multi")
 FORMATS = ("email", "uri", "date", "date-time")

@@ -8,7 +8,7 @@ from typing import Any
 from mcp_sampling_proxy.approval.channels import Approval, ApprovalRequest, ApprovalScope, HostLine, Review
 from mcp_sampling_proxy.approval.edits import result_text
 from mcp_sampling_proxy.protocol import jsonrpc
-from mcp_sampling_proxy.sanitize import one_line, quote
+from mcp_sampling_proxy.text.sanitize import one_line, quote
 
 
 class HostChannel:

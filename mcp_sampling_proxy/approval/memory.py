@@ -10,10 +10,10 @@ from typing import Any
 import anyio
 
 from mcp_sampling_proxy.approval.channels import ApprovalScope
-from mcp_sampling_proxy.identity import normalise
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.quotas.integrity import entry_is_sealed as check
 from mcp_sampling_proxy.quotas.integrity import load_key, sealed_entry
+from mcp_sampling_proxy.text.identity import normalise
 
 log = get_logger("mcp_sampling_proxy.approval.memory")
 

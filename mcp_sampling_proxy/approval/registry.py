@@ -23,7 +23,7 @@ from mcp_sampling_proxy.config.approval_grammar import WebhookSettings
 from mcp_sampling_proxy.config.child_env import withheld
 from mcp_sampling_proxy.config.settings import APPROVAL_CHANNELS
 from mcp_sampling_proxy.log import get_logger
-from mcp_sampling_proxy.terminal import Terminal
+from mcp_sampling_proxy.system.terminal import Terminal
 
 
 @dataclass(frozen=True)

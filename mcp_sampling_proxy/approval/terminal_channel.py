@@ -8,8 +8,8 @@ from typing import Any
 from mcp_sampling_proxy.approval.channels import Approval, ApprovalRequest, HostLine, Review
 from mcp_sampling_proxy.approval.dialogues import approval_dialogue, review_dialogue
 from mcp_sampling_proxy.approval.edits import with_prompt, with_text
-from mcp_sampling_proxy.sanitize import one_line, quote
-from mcp_sampling_proxy.terminal import Terminal
+from mcp_sampling_proxy.system.terminal import Terminal
+from mcp_sampling_proxy.text.sanitize import one_line, quote
 
 
 class TerminalChannel:

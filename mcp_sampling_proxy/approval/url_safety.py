@@ -22,7 +22,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from mcp_sampling_proxy.sanitize import strip_controls
+from mcp_sampling_proxy.text.sanitize import strip_controls
 
 ALLOWED_SCHEMES = ("http", "https")
 HOST_START = "⟦"

@@ -26,8 +26,8 @@ from mcp_sampling_proxy.approval.webhook_signing import (
 )
 from mcp_sampling_proxy.config.approval_grammar import WebhookSettings
 from mcp_sampling_proxy.log import get_logger
-from mcp_sampling_proxy.sanitize import one_line
-from mcp_sampling_proxy.shared_files import read_regular
+from mcp_sampling_proxy.system.shared_files import read_regular
+from mcp_sampling_proxy.text.sanitize import one_line
 
 log = get_logger("mcp_sampling_proxy.approval.webhook")
 

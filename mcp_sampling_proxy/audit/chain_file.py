@@ -41,7 +41,7 @@ from mcp_sampling_proxy.config.settings import FSYNC_BEFORE_ANSWER
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
-from mcp_sampling_proxy.shared_files import lock_within
+from mcp_sampling_proxy.system.shared_files import lock_within
 
 log = get_logger("mcp_sampling_proxy.audit.chain_file")
 

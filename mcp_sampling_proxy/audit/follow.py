@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import BinaryIO
 
-from mcp_sampling_proxy.shared_files import open_regular
+from mcp_sampling_proxy.system.shared_files import open_regular
 
 MAX_LINE = 64 * 1024 * 1024  # a record holding a large image in `content: full` fits
 MAX_START_BYTES = 64 * 1024 * 1024  # the last lines are looked for in at most this much of the file's end

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, TypedDict
 
-from mcp_sampling_proxy.sanitize import one_line
-from mcp_sampling_proxy.vocabulary import REFUSED_OUTCOMES
+from mcp_sampling_proxy.notation.vocabulary import REFUSED_OUTCOMES
+from mcp_sampling_proxy.text.sanitize import one_line
 
 MAX_NOTES = 12  # notes of one record
 

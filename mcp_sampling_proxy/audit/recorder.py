@@ -51,8 +51,8 @@ from mcp_sampling_proxy.config.settings import DEFAULT_AUDIT_MAX_BYTES as DEFAUL
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
-from mcp_sampling_proxy.redact import Redactor
-from mcp_sampling_proxy.sanitize import one_line
+from mcp_sampling_proxy.text.redact import Redactor
+from mcp_sampling_proxy.text.sanitize import one_line
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.config.settings import Settings

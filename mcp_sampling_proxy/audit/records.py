@@ -40,7 +40,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypedDict
 
-from mcp_sampling_proxy.vocabulary import OUTCOMES, Outcome
+from mcp_sampling_proxy.notation.vocabulary import OUTCOMES, Outcome
 
 GENESIS = "0" * 64  # the prev_hash of the first record of a new log
 DECISIONS = OUTCOMES

@@ -7,8 +7,8 @@ from typing import Any
 
 from mcp_sampling_proxy.audit.records import is_decision
 from mcp_sampling_proxy.config.prices import UNPRICED, format_usd
-from mcp_sampling_proxy.sanitize import one_line
-from mcp_sampling_proxy.vocabulary import REFUSED_OUTCOMES as DENIED
+from mcp_sampling_proxy.notation.vocabulary import REFUSED_OUTCOMES as DENIED
+from mcp_sampling_proxy.text.sanitize import one_line
 
 
 def printable(value: Any, limit: int = 120) -> str:

@@ -14,9 +14,9 @@ from mcp_sampling_proxy.audit.log_lines import InputError
 from mcp_sampling_proxy.audit.records import is_decision
 from mcp_sampling_proxy.audit.shown import TOOL_METHODS
 from mcp_sampling_proxy.config.prices import UNPRICED, usd
-from mcp_sampling_proxy.units import DURATION_FORMS, parse_duration
-from mcp_sampling_proxy.vocabulary import ALLOWED_OUTCOMES as ALLOWED
-from mcp_sampling_proxy.vocabulary import REFUSED_OUTCOMES as DENIED
+from mcp_sampling_proxy.notation.units import DURATION_FORMS, parse_duration
+from mcp_sampling_proxy.notation.vocabulary import ALLOWED_OUTCOMES as ALLOWED
+from mcp_sampling_proxy.notation.vocabulary import REFUSED_OUTCOMES as DENIED
 
 
 def parse_since(text: str, now: datetime | None = None) -> datetime:

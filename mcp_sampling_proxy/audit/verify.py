@@ -19,7 +19,7 @@ from mcp_sampling_proxy.audit.records import (
     rotated_name,
     unique_keys,
 )
-from mcp_sampling_proxy.sanitize import one_line
+from mcp_sampling_proxy.text.sanitize import one_line
 
 
 class Broken(Exception):

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from mcp_sampling_proxy.approval.memory import APPROVAL, always_entries, always_key, entry_is_sealed
-from mcp_sampling_proxy.identity import normalise
 from mcp_sampling_proxy.quotas.integrity import KEY_FILE, load_key
 from mcp_sampling_proxy.quotas.state import JsonStateFile, state_dir
-from mcp_sampling_proxy.sanitize import one_line
+from mcp_sampling_proxy.text.identity import normalise
+from mcp_sampling_proxy.text.sanitize import one_line
 
 PROG = "mcp-sampling-proxy approvals"
 

@@ -45,7 +45,7 @@ from mcp_sampling_proxy.audit.verify import Broken, Verifier
 from mcp_sampling_proxy.config.paths import default_policy_path, policy_or_default
 from mcp_sampling_proxy.config.prices import format_usd
 from mcp_sampling_proxy.config.settings import load_settings
-from mcp_sampling_proxy.yamlnodes import PolicyError
+from mcp_sampling_proxy.notation.yamlnodes import PolicyError
 
 PROG = "mcp-sampling-proxy audit"
 

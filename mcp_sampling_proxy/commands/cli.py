@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 from mcp_sampling_proxy import __version__
 from mcp_sampling_proxy.config.child_env import child_environment, withhold
 from mcp_sampling_proxy.config.providers import PRESET_FACTS, REFUSED_CLIS
-from mcp_sampling_proxy.hardening import become_subreaper, harden_process, mark_relay
-from mcp_sampling_proxy.vocabulary import SUBCOMMANDS  # subcommand -> the module whose main() runs it
+from mcp_sampling_proxy.notation.vocabulary import SUBCOMMANDS  # subcommand -> the module whose main() runs it
+from mcp_sampling_proxy.system.hardening import become_subreaper, harden_process, mark_relay
 
 if TYPE_CHECKING:  # (imported when used: the server starts before the rest of the proxy is loaded)
     import subprocess
@@ -224,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.policy, policy_is_default = policy_or_default(args.policy)
     mark_relay()  # a named relay: console sockets refuse whatever runs below it (hardening.refusal)
     from mcp_sampling_proxy.config.policy_file import read_policy_text  # start-up: not for --help or a subcommand
-    from mcp_sampling_proxy.yamlnodes import PolicyError  # start-up: not for --help or a subcommand
+    from mcp_sampling_proxy.notation.yamlnodes import PolicyError  # start-up: not for --help or a subcommand
 
     try:  # read once: the early guess below and the load in _prepare see the same text
         policy_text = read_policy_text(args.policy) if args.policy is not None else None
@@ -324,7 +324,7 @@ def _prepare(
     """Validate the name, load the policy and the keys; how to start the upstream under its sandbox
     (once at start, and again for a second connection in the other era: runtime.py's ModernLeg)."""
     # start-up: not for --help or a subcommand
-    from mcp_sampling_proxy.identity import bad_character, derive_from_command, derive_from_url
+    from mcp_sampling_proxy.text.identity import bad_character, derive_from_command, derive_from_url
 
     if args.name is not None:
         bad = bad_character(args.name)
@@ -338,7 +338,7 @@ def _prepare(
     # start-up: not for --help or a subcommand
     from mcp_sampling_proxy.config.keys import KeySourceError, resolve_keys
     from mcp_sampling_proxy.config.settings import check_telemetry, load_settings, resolve_state
-    from mcp_sampling_proxy.yamlnodes import PolicyError
+    from mcp_sampling_proxy.notation.yamlnodes import PolicyError
 
     try:
         settings = load_settings(args.policy, text=policy_text)

@@ -44,6 +44,7 @@ from mcp_sampling_proxy.config.paths import policy_or_default
 from mcp_sampling_proxy.config.providers import PRESET_FACTS
 from mcp_sampling_proxy.config.settings import load_settings
 from mcp_sampling_proxy.hosts.registry import HOST_SUPPORT_NOTE, HOSTS
+from mcp_sampling_proxy.notation.yamlnodes import PolicyError
 from mcp_sampling_proxy.providers.base import LLMError
 from mcp_sampling_proxy.providers.command import program_of
 from mcp_sampling_proxy.providers.errors import http_error, safe_url
@@ -51,13 +52,12 @@ from mcp_sampling_proxy.providers.registry import make_adapter
 from mcp_sampling_proxy.providers.retry import connect_reason
 from mcp_sampling_proxy.quotas.integrity import report, start_anew
 from mcp_sampling_proxy.quotas.state import state_dir
-from mcp_sampling_proxy.sanitize import one_line
-from mcp_sampling_proxy.terminal import DISABLE_ENV, Terminal
+from mcp_sampling_proxy.system.terminal import DISABLE_ENV, Terminal
+from mcp_sampling_proxy.text.sanitize import one_line
 from mcp_sampling_proxy.transport.bwrap_probe import unavailable
 from mcp_sampling_proxy.transport.oauth import describe_login
 from mcp_sampling_proxy.transport.oauth_store import login_command
 from mcp_sampling_proxy.transport.sandbox_notes import notes
-from mcp_sampling_proxy.yamlnodes import PolicyError
 
 PROG = "mcp-sampling-proxy doctor"
 DEFAULT_TIMEOUT = 5.0

@@ -33,12 +33,12 @@ from mcp_sampling_proxy.config.providers import ProviderConfig
 from mcp_sampling_proxy.config.settings import load_settings, settings_from_environment
 from mcp_sampling_proxy.hosts.entries import PROXY_MODULE, parse_proxy_args
 from mcp_sampling_proxy.hosts.registry import HOSTS
-from mcp_sampling_proxy.identity import derive_from_command, normalise
-from mcp_sampling_proxy.sanitize import one_line
+from mcp_sampling_proxy.notation.yamlnodes import PolicyError
+from mcp_sampling_proxy.text.identity import derive_from_command, normalise
+from mcp_sampling_proxy.text.sanitize import one_line
 from mcp_sampling_proxy.transport.grants import grant_problems
 from mcp_sampling_proxy.transport.sandbox import proxy_paths
 from mcp_sampling_proxy.transport.sandbox_notes import notes
-from mcp_sampling_proxy.yamlnodes import PolicyError
 
 
 @dataclass

@@ -42,11 +42,11 @@ from mcp_sampling_proxy.config.keys import KeySourceError, read_key_file
 from mcp_sampling_proxy.config.paths import default_policy_path
 from mcp_sampling_proxy.config.providers import ModelSpec, ProviderConfig
 from mcp_sampling_proxy.config.settings import parse_settings
+from mcp_sampling_proxy.notation.yamlnodes import PolicyError
 from mcp_sampling_proxy.protocol.wire_types import CreateMessageParams
 from mcp_sampling_proxy.providers.base import LLMError
 from mcp_sampling_proxy.providers.registry import make_adapter
 from mcp_sampling_proxy.quotas.state import state_dir
-from mcp_sampling_proxy.yamlnodes import PolicyError
 
 PROG = "mcp-sampling-proxy init"
 KINDS = ("openai", "anthropic", "ollama", "keep")

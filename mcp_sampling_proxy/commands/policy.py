@@ -21,7 +21,7 @@ from mcp_sampling_proxy.config.prices import POLICY, format_usd
 from mcp_sampling_proxy.config.sampling_checks import SamplingChecks
 from mcp_sampling_proxy.config.settings import Settings, load_settings, settings_from_environment
 from mcp_sampling_proxy.config.tool_settings import why_not
-from mcp_sampling_proxy.identity import server_phrase, shown
+from mcp_sampling_proxy.notation.yamlnodes import PolicyError
 from mcp_sampling_proxy.policy.conditions import Facts
 from mcp_sampling_proxy.policy.engine import Decision, why
 from mcp_sampling_proxy.policy.rules import Budget, RateLimit, Rule, SizeLimits, effective_limits
@@ -32,7 +32,6 @@ from mcp_sampling_proxy.protocol.sampling_request import SamplingRequest, valida
 from mcp_sampling_proxy.protocol.wire_types import ElicitRequestParams
 from mcp_sampling_proxy.quotas.limiters import usd_micros, worst_case_split
 from mcp_sampling_proxy.quotas.refusals import format_period as format_duration
-from mcp_sampling_proxy.sanitize import one_line, strip_controls
 from mcp_sampling_proxy.serve import auto_answers
 from mcp_sampling_proxy.serve.assess import (
     Origin,
@@ -43,8 +42,9 @@ from mcp_sampling_proxy.serve.assess import (
     judge_sampling,
 )
 from mcp_sampling_proxy.serve.elicitation import request_mode, validate_elicitation
+from mcp_sampling_proxy.text.identity import server_phrase, shown
+from mcp_sampling_proxy.text.sanitize import one_line, strip_controls
 from mcp_sampling_proxy.transport.sandbox import policy_grant_problems
-from mcp_sampling_proxy.yamlnodes import PolicyError
 
 PROG = "mcp-sampling-proxy policy"
 

@@ -21,7 +21,6 @@ from urllib.parse import urlsplit
 
 import anyio
 
-from mcp_sampling_proxy.addresses import is_loopback
 from mcp_sampling_proxy.audit.recorder import configured_secrets
 from mcp_sampling_proxy.commands.cli import add_common_options, add_url_options, fail
 from mcp_sampling_proxy.commands.serve_oauth import add_oauth_options, oauth_guard
@@ -32,17 +31,18 @@ from mcp_sampling_proxy.config.paths import policy_or_default
 from mcp_sampling_proxy.config.policy_file import read_policy_text
 from mcp_sampling_proxy.config.settings import check_telemetry, load_settings, resolve_state
 from mcp_sampling_proxy.front import Front, FrontOptions
-from mcp_sampling_proxy.hardening import become_subreaper, mark_relay
-from mcp_sampling_proxy.identity import bad_character, derive_from_command, derive_from_url
 from mcp_sampling_proxy.log import configure, get_logger, set_secrets
+from mcp_sampling_proxy.notation.units import parse_duration
+from mcp_sampling_proxy.notation.yamlnodes import PolicyError
 from mcp_sampling_proxy.quotas.integrity import start_state
 from mcp_sampling_proxy.quotas.state import adopt, state_dir
 from mcp_sampling_proxy.runtime import has_uvloop
+from mcp_sampling_proxy.system.addresses import is_loopback
+from mcp_sampling_proxy.system.hardening import become_subreaper, mark_relay
+from mcp_sampling_proxy.text.identity import bad_character, derive_from_command, derive_from_url
 from mcp_sampling_proxy.transport.http import parse_headers
 from mcp_sampling_proxy.transport.resource_oauth import OAuthSetupError, ResourceGuard
 from mcp_sampling_proxy.transport.sandbox import SandboxRefused, contain, log_plan
-from mcp_sampling_proxy.units import parse_duration
-from mcp_sampling_proxy.yamlnodes import PolicyError
 
 if TYPE_CHECKING:  # (imported when used: the front pulls in uvicorn and the SDK's server)
     from mcp_sampling_proxy.config.settings import Settings

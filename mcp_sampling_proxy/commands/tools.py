@@ -14,11 +14,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from mcp_sampling_proxy.identity import normalise
 from mcp_sampling_proxy.quotas.integrity import KEY_FILE, start_anew
 from mcp_sampling_proxy.quotas.state import state_dir
 from mcp_sampling_proxy.quotas.tool_pins import PINNED_FIELDS, PINS_FILE, PinnedServer, ToolPins
-from mcp_sampling_proxy.sanitize import one_line, strip_controls
+from mcp_sampling_proxy.text.identity import normalise
+from mcp_sampling_proxy.text.sanitize import one_line, strip_controls
 
 PROG = "mcp-sampling-proxy tools"
 MAX_DIFF_LINES = 400  # per field: a schema rewritten whole is not printed without end

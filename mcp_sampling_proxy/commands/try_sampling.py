@@ -19,8 +19,8 @@ import anyio
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from mcp_sampling_proxy.sanitize import strip_controls
-from mcp_sampling_proxy.terminal import DEVICE_ENV
+from mcp_sampling_proxy.system.terminal import DEVICE_ENV
+from mcp_sampling_proxy.text.sanitize import strip_controls
 
 DECISION_EVENTS = {
     "sampling request": "request",

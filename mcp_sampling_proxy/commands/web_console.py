@@ -58,13 +58,13 @@ from mcp_sampling_proxy.commands import web_view
 from mcp_sampling_proxy.config.paths import policy_or_default
 from mcp_sampling_proxy.config.settings import load_settings, resolve_state
 from mcp_sampling_proxy.log import get_logger
+from mcp_sampling_proxy.notation.yamlnodes import PolicyError
 from mcp_sampling_proxy.quotas import redis_store
 from mcp_sampling_proxy.quotas.limiters import BUDGETS_FILE
 from mcp_sampling_proxy.quotas.refusals import USD
 from mcp_sampling_proxy.quotas.state import state_dir
-from mcp_sampling_proxy.sanitize import one_line
 from mcp_sampling_proxy.serve.elicitation import open_url
-from mcp_sampling_proxy.yamlnodes import PolicyError
+from mcp_sampling_proxy.text.sanitize import one_line
 
 log = get_logger("mcp_sampling_proxy.web_console")
 

@@ -19,11 +19,11 @@ from typing import Any
 from mcp_sampling_proxy.approval.edits import kept_blocks, prompt_not_editable, result_text, text_of
 from mcp_sampling_proxy.approval.forms import FormError, parse_form
 from mcp_sampling_proxy.approval.url_safety import analyze_url
+from mcp_sampling_proxy.notation.vocabulary import TOOL_CALL_APPROVAL
 from mcp_sampling_proxy.quotas.integrity import KEY_FILE, MAC_FIELD, entry_is_sealed, load_key
 from mcp_sampling_proxy.quotas.limiters import SECTIONS, limit_key, usd_micros
 from mcp_sampling_proxy.quotas.refusals import TOKENS, USD, format_period
-from mcp_sampling_proxy.sanitize import one_line, strip_controls
-from mcp_sampling_proxy.vocabulary import TOOL_CALL_APPROVAL
+from mcp_sampling_proxy.text.sanitize import one_line, strip_controls
 
 # raster types a browser decodes without running anything, and how their bytes start
 IMAGE_MAGIC: dict[str, tuple[bytes, ...]] = {

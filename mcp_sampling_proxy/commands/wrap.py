@@ -46,11 +46,11 @@ from mcp_sampling_proxy.hosts.registry import (
     servers_table,
     table_label,
 )
-from mcp_sampling_proxy.identity import bad_character, derive_from_command
-from mcp_sampling_proxy.sanitize import one_line
+from mcp_sampling_proxy.notation.yamlnodes import PolicyError
+from mcp_sampling_proxy.text.identity import bad_character, derive_from_command
+from mcp_sampling_proxy.text.sanitize import one_line
 from mcp_sampling_proxy.transport.oauth import describe_login
 from mcp_sampling_proxy.transport.sandbox import policy_grant_problems
-from mcp_sampling_proxy.yamlnodes import PolicyError
 
 SCOPES = ("user", "project", "local", "settings")
 

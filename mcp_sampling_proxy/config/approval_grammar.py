@@ -12,8 +12,8 @@ import os
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from mcp_sampling_proxy.addresses import is_loopback
-from mcp_sampling_proxy.yamlnodes import Node
+from mcp_sampling_proxy.notation.yamlnodes import Node
+from mcp_sampling_proxy.system.addresses import is_loopback
 
 WEBHOOK_KEYS = ("url", "secret_env", "secret_file", "timeout")
 DEFAULT_WEBHOOK_TIMEOUT = 120.0  # s: a person on the other end has to read and decide

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from mcp_sampling_proxy.identity import bad_character
+from mcp_sampling_proxy.notation.yamlnodes import Node, shown_value
 from mcp_sampling_proxy.policy.conditions import Facts, ServerMatches, ToolMatches
-from mcp_sampling_proxy.yamlnodes import Node, shown_value
+from mcp_sampling_proxy.text.identity import bad_character
 
 ANSWER_ACTIONS = ("accept", "decline", "cancel")
 APPLIES = ("headless", "always")  # headless: only where nobody can be asked; always: before the host or a console

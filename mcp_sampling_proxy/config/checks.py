@@ -14,9 +14,9 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from urllib.parse import urlsplit
 
-from mcp_sampling_proxy.addresses import is_loopback
-from mcp_sampling_proxy.units import DURATION_FORMS
-from mcp_sampling_proxy.yamlnodes import Node, shown_value
+from mcp_sampling_proxy.notation.units import DURATION_FORMS
+from mcp_sampling_proxy.notation.yamlnodes import Node, shown_value
+from mcp_sampling_proxy.system.addresses import is_loopback
 
 CHECK_STAGES = ("request", "answer", "both")
 CHECK_ON_ERROR = ("deny", "allow")

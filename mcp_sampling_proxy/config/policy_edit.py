@@ -13,7 +13,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from mcp_sampling_proxy.yamlnodes import PolicyError
+from mcp_sampling_proxy.notation.yamlnodes import PolicyError
 
 
 @dataclass(frozen=True)

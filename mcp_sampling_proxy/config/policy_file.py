@@ -6,8 +6,8 @@ afterwards, while the server boots."""
 
 from __future__ import annotations
 
-from mcp_sampling_proxy.shared_files import NotARegularFile, read_regular
-from mcp_sampling_proxy.yamlnodes import PolicyError
+from mcp_sampling_proxy.notation.yamlnodes import PolicyError
+from mcp_sampling_proxy.system.shared_files import NotARegularFile, read_regular
 
 MAX_POLICY_BYTES = 16 * 1024 * 1024
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from mcp_sampling_proxy.config.prices import POLICY, Price, PriceTable
-from mcp_sampling_proxy.yamlnodes import Node
+from mcp_sampling_proxy.notation.yamlnodes import Node
 
 PRICE_KEYS = ("input", "output", "cached_input")
 EXAMPLE = "e.g. prices: {gpt-4o-mini: {input: 0.15, output: 0.6, cached_input: 0.075}}, USD per million tokens"

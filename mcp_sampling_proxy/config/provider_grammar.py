@@ -24,7 +24,7 @@ from mcp_sampling_proxy.config.providers import (
     ProviderConfig,
     bypass_flag,
 )
-from mcp_sampling_proxy.yamlnodes import Node, shown_value
+from mcp_sampling_proxy.notation.yamlnodes import Node, shown_value
 
 _PROVIDER_KEYS = (
     "type",

@@ -11,8 +11,8 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass
 
-from mcp_sampling_proxy.identity import bad_character, normalise
-from mcp_sampling_proxy.yamlnodes import Node, shown_value
+from mcp_sampling_proxy.notation.yamlnodes import Node, shown_value
+from mcp_sampling_proxy.text.identity import bad_character, normalise
 
 SAMPLING_CHECK_KEYS = ("allow_unsolicited", "max_per_call", "on_secret", "scan_requests")
 ON_SECRET = ("redact", "deny", "allow")

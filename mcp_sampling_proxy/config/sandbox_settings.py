@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from mcp_sampling_proxy.identity import normalise
+from mcp_sampling_proxy.text.identity import normalise
 
 if TYPE_CHECKING:
-    from mcp_sampling_proxy.yamlnodes import Node
+    from mcp_sampling_proxy.notation.yamlnodes import Node
 
 MODES = ("auto", "required", "off")
 KEYS = ("mode", "hide", "read", "write", "network")

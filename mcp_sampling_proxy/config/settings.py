@@ -26,10 +26,10 @@ from mcp_sampling_proxy.config.providers import ModelSpec, ProviderConfig, prese
 from mcp_sampling_proxy.config.sampling_checks import SAMPLING_CHECK_KEYS, SamplingChecks, parse_sampling_checks
 from mcp_sampling_proxy.config.sandbox_settings import SandboxSettings, parse_sandbox
 from mcp_sampling_proxy.config.tool_settings import ToolSettings, parse_tools
+from mcp_sampling_proxy.notation.vocabulary import MiB
+from mcp_sampling_proxy.notation.yamlnodes import Node, PolicyError, load
 from mcp_sampling_proxy.policy.grammar import KnownProviders, parse_limits, parse_rules
 from mcp_sampling_proxy.policy.rules import Rule, SizeLimits
-from mcp_sampling_proxy.vocabulary import MiB
-from mcp_sampling_proxy.yamlnodes import Node, PolicyError, load
 
 ROUTES = ("auto", "proxy", "host")
 ERAS = ("auto", "handshake", "modern")

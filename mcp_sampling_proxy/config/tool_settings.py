@@ -26,10 +26,10 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
-from mcp_sampling_proxy.identity import normalise
-from mcp_sampling_proxy.sanitize import one_line
-from mcp_sampling_proxy.vocabulary import ACTIONS, Action
-from mcp_sampling_proxy.yamlnodes import Node
+from mcp_sampling_proxy.notation.vocabulary import ACTIONS, Action
+from mcp_sampling_proxy.notation.yamlnodes import Node
+from mcp_sampling_proxy.text.identity import normalise
+from mcp_sampling_proxy.text.sanitize import one_line
 
 OnChange = Literal["ask", "deny", "allow"]
 ON_CHANGE: tuple[OnChange, ...] = get_args(OnChange)

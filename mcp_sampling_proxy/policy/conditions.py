@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from mcp_sampling_proxy.identity import bad_character, normalise
 from mcp_sampling_proxy.protocol.content import walk_blocks
-from mcp_sampling_proxy.sanitize import folded
+from mcp_sampling_proxy.text.identity import bad_character, normalise
+from mcp_sampling_proxy.text.sanitize import folded
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.protocol.sampling_request import SamplingRequest

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from mcp_sampling_proxy.notation.vocabulary import Action
 from mcp_sampling_proxy.policy.conditions import Facts
 from mcp_sampling_proxy.policy.rules import Rule
-from mcp_sampling_proxy.vocabulary import Action
 
 DEFAULT_RULE = "default"
 

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field, fields
 from functools import partial
 from typing import Any, TypeVar, cast
 
-from mcp_sampling_proxy.identity import bad_character
+from mcp_sampling_proxy.notation.vocabulary import ACTIONS, MAX_TOKENS_ACTIONS, Action
+from mcp_sampling_proxy.notation.yamlnodes import Node, did_you_mean, shown_value
 from mcp_sampling_proxy.policy.conditions import (
     ALWAYS,
     All,
@@ -30,8 +31,7 @@ from mcp_sampling_proxy.policy.conditions import (
     ToolMatches,
 )
 from mcp_sampling_proxy.policy.rules import Budget, RateLimit, Rule, RuleLimits, SizeLimits
-from mcp_sampling_proxy.vocabulary import ACTIONS, MAX_TOKENS_ACTIONS, Action
-from mcp_sampling_proxy.yamlnodes import Node, did_you_mean, shown_value
+from mcp_sampling_proxy.text.identity import bad_character
 
 T = TypeVar("T")
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
+from mcp_sampling_proxy.notation.vocabulary import Action, MaxTokensAction, MiB
 from mcp_sampling_proxy.policy.conditions import ALWAYS, Condition
-from mcp_sampling_proxy.vocabulary import Action, MaxTokensAction, MiB
 
 
 @dataclass(frozen=True)

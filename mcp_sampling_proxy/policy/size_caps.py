@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from mcp_sampling_proxy.notation.vocabulary import GiB, KiB, MiB
 from mcp_sampling_proxy.protocol.content import walk_blocks
 from mcp_sampling_proxy.protocol.jsonrpc import INVALID_PARAMS, RpcError
-from mcp_sampling_proxy.vocabulary import GiB, KiB, MiB
 
 DEFAULT_MAX_MESSAGES = 256
 DEFAULT_MAX_TEXT_BYTES = 1 * MiB

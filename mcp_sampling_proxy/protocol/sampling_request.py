@@ -24,7 +24,7 @@ from mcp_sampling_proxy.protocol.wire_types import (
     Tool,
     ToolChoice,
 )
-from mcp_sampling_proxy.sanitize import strip_controls
+from mcp_sampling_proxy.text.sanitize import strip_controls
 
 # (the server as shown, quoted: Session.server_label; tool call) of the sampling request being served,
 # for consoles that show it.

@@ -59,9 +59,9 @@ from mcp_sampling_proxy.protocol.content import as_blocks
 from mcp_sampling_proxy.protocol.wire_types import CreateMessageParams
 from mcp_sampling_proxy.providers.base import Completion, LLMError, UnsupportedContentError
 from mcp_sampling_proxy.providers.errors import unsupported, unsupported_role
-from mcp_sampling_proxy.redact import Redactor
-from mcp_sampling_proxy.sanitize import one_line
-from mcp_sampling_proxy.shared_files import open_regular
+from mcp_sampling_proxy.system.shared_files import open_regular
+from mcp_sampling_proxy.text.redact import Redactor
+from mcp_sampling_proxy.text.sanitize import one_line
 
 MAX_STDOUT = 16 * 1024 * 1024
 STDERR_KEPT = 64 * 1024

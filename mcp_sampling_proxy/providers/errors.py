@@ -17,8 +17,8 @@ from mcp_sampling_proxy.config.keys import provider_key
 from mcp_sampling_proxy.config.providers import ProviderConfig
 from mcp_sampling_proxy.log import known_secrets
 from mcp_sampling_proxy.providers.base import LLMError, UnsupportedContentError
-from mcp_sampling_proxy.redact import CONFIGURED_KEY, KeyRuns, mask
-from mcp_sampling_proxy.sanitize import one_line
+from mcp_sampling_proxy.text.redact import CONFIGURED_KEY, KeyRuns, mask
+from mcp_sampling_proxy.text.sanitize import one_line
 
 DETAIL_LIMIT = 300
 REDACTED = "[redacted]"

@@ -19,7 +19,7 @@ import structlog
 from mcp_sampling_proxy.config.providers import ProviderConfig
 from mcp_sampling_proxy.providers.base import LLMError
 from mcp_sampling_proxy.providers.errors import http_error, safe_url
-from mcp_sampling_proxy.sanitize import one_line
+from mcp_sampling_proxy.text.sanitize import one_line
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504, 529})
 

@@ -10,8 +10,8 @@ from mcp_sampling_proxy.config.providers import ProviderConfig
 from mcp_sampling_proxy.protocol.sampling_request import REQUEST_ORIGIN, describe
 from mcp_sampling_proxy.protocol.wire_types import CreateMessageParams
 from mcp_sampling_proxy.providers.base import Completion, LLMError
-from mcp_sampling_proxy.sanitize import quote
-from mcp_sampling_proxy.terminal import Terminal
+from mcp_sampling_proxy.system.terminal import Terminal
+from mcp_sampling_proxy.text.sanitize import quote
 
 
 class TypedReplyAdapter:

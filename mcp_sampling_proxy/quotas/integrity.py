@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mcp_sampling_proxy.shared_files import NotARegularFile, read_regular
+from mcp_sampling_proxy.system.shared_files import NotARegularFile, read_regular
 
 KEY_FILE = "integrity.key"
 LEDGER_FILE = "sealed.json"  # which sealed files a proxy has written: one of them gone was removed, not new

@@ -47,7 +47,7 @@ from mcp_sampling_proxy.quotas.integrity import (
     sealed_entry,
     start_anew,
 )
-from mcp_sampling_proxy.shared_files import NotARegularFile, lock_within, read_regular
+from mcp_sampling_proxy.system.shared_files import NotARegularFile, lock_within, read_regular
 
 log = get_logger("mcp_sampling_proxy.quotas.state")
 

@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from mcp_sampling_proxy.identity import normalise
 from mcp_sampling_proxy.quotas.integrity import canonical, start_anew
 from mcp_sampling_proxy.quotas.state import JsonStateFile
+from mcp_sampling_proxy.text.identity import normalise
 
 T = TypeVar("T")
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import eras, jsonrpc
 from mcp_sampling_proxy.protocol.names import CLIENT_CAPS_META, ELICITATION_COMPLETE
-from mcp_sampling_proxy.sanitize import one_line
+from mcp_sampling_proxy.text.sanitize import one_line
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.relay.calls import HostRequest

@@ -37,7 +37,7 @@ from mcp_sampling_proxy.relay.calls import CURRENT_CALL, HostRequest, HostRounds
 from mcp_sampling_proxy.relay.keepalive import Waiting, same_token, serving
 from mcp_sampling_proxy.relay.ports import InputRounds, Ports, ServerRequest, ToolScreen
 from mcp_sampling_proxy.relay.session import Session
-from mcp_sampling_proxy.sanitize import one_line
+from mcp_sampling_proxy.text.sanitize import one_line
 
 log = get_logger("mcp_sampling_proxy.relay.core")
 

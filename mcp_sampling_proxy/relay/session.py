@@ -6,9 +6,9 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
-from mcp_sampling_proxy.identity import normalise, server_phrase, shown
 from mcp_sampling_proxy.relay.calls import ORIGIN_TOOLS, HostRequest
-from mcp_sampling_proxy.sanitize import strip_controls
+from mcp_sampling_proxy.text.identity import normalise, server_phrase, shown
+from mcp_sampling_proxy.text.sanitize import strip_controls
 
 
 @functools.lru_cache(maxsize=2)  # the current name (and the last): names are server-sized

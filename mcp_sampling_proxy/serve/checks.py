@@ -29,12 +29,12 @@ from urllib.parse import urlsplit
 import anyio
 from anyio.abc import ByteReceiveStream, Process
 
-from mcp_sampling_proxy.addresses import is_loopback
 from mcp_sampling_proxy.approval.edits import with_prompt, with_text
 from mcp_sampling_proxy.audit.records import AuditFields, CheckRecord, digest, unique_keys
 from mcp_sampling_proxy.config.checks import VARIABLE, CheckSpec
 from mcp_sampling_proxy.config.child_env import helper_environment, withheld
 from mcp_sampling_proxy.log import get_logger
+from mcp_sampling_proxy.notation.vocabulary import MiB, Outcome
 from mcp_sampling_proxy.policy.engine import Decision
 from mcp_sampling_proxy.policy.rules import SizeLimits, effective_limits
 from mcp_sampling_proxy.policy.size_caps import check_caps
@@ -43,8 +43,8 @@ from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 from mcp_sampling_proxy.protocol.sampling_request import SamplingRequest, validate
 from mcp_sampling_proxy.protocol.wire_types import CreateMessageParams
 from mcp_sampling_proxy.relay.keepalive import waiting_for
-from mcp_sampling_proxy.sanitize import one_line
-from mcp_sampling_proxy.vocabulary import MiB, Outcome
+from mcp_sampling_proxy.system.addresses import is_loopback
+from mcp_sampling_proxy.text.sanitize import one_line
 
 log = get_logger("mcp_sampling_proxy.serve.checks")
 

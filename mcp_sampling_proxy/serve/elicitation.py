@@ -26,6 +26,7 @@ from mcp_sampling_proxy.audit.records import AuditFields, elapsed_ms, request_fi
 from mcp_sampling_proxy.config.auto_answers import AutoAnswer
 from mcp_sampling_proxy.config.settings import Settings
 from mcp_sampling_proxy.log import get_logger
+from mcp_sampling_proxy.notation.vocabulary import Outcome
 from mcp_sampling_proxy.protocol import jsonrpc, wire_checks
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 from mcp_sampling_proxy.protocol.names import ELICITATION_COMPLETE, ELICITATION_CREATE
@@ -34,10 +35,9 @@ from mcp_sampling_proxy.protocol.wire_types import ElicitRequestParams
 from mcp_sampling_proxy.quotas.limiters import limit_key
 from mcp_sampling_proxy.quotas.refusals import Refusal
 from mcp_sampling_proxy.relay.keepalive import waiting_for
-from mcp_sampling_proxy.sanitize import one_line, quote
 from mcp_sampling_proxy.serve import auto_answers
 from mcp_sampling_proxy.serve.assess import Origin, judge_elicitation
-from mcp_sampling_proxy.vocabulary import Outcome
+from mcp_sampling_proxy.text.sanitize import one_line, quote
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.approval.form_prompts import ElicitationConsoles

@@ -22,8 +22,8 @@ from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 from mcp_sampling_proxy.protocol.names import ELICITATION_CREATE, SAMPLING_CREATE
 from mcp_sampling_proxy.relay.calls import ORIGIN_TOOLS
 from mcp_sampling_proxy.relay.keepalive import waiting_for
-from mcp_sampling_proxy.sanitize import one_line
 from mcp_sampling_proxy.serve.elicitation import marked
+from mcp_sampling_proxy.text.sanitize import one_line
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.relay.ports import Rounds

@@ -22,11 +22,11 @@ from mcp_sampling_proxy.audit.recorder import AuditLog
 from mcp_sampling_proxy.audit.records import request_fields
 from mcp_sampling_proxy.config.sandbox_settings import SandboxSettings
 from mcp_sampling_proxy.log import Throttle, get_logger
+from mcp_sampling_proxy.notation.vocabulary import NETWORK_APPROVAL, Outcome
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
-from mcp_sampling_proxy.sanitize import one_line
+from mcp_sampling_proxy.text.sanitize import one_line
 from mcp_sampling_proxy.transport.egress import Connect, Verdict
 from mcp_sampling_proxy.transport.sandbox_notes import SandboxNotes
-from mcp_sampling_proxy.vocabulary import NETWORK_APPROVAL, Outcome
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.relay.ports import HostLine

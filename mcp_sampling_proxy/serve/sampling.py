@@ -26,6 +26,7 @@ from mcp_sampling_proxy.config.prices import UNPRICED, Price, usd
 from mcp_sampling_proxy.config.providers import ProviderConfig
 from mcp_sampling_proxy.config.settings import Settings
 from mcp_sampling_proxy.log import get_logger, known_secrets
+from mcp_sampling_proxy.notation.vocabulary import Outcome
 from mcp_sampling_proxy.policy.engine import Decision
 from mcp_sampling_proxy.policy.size_caps import check_caps
 from mcp_sampling_proxy.protocol import jsonrpc
@@ -37,7 +38,6 @@ from mcp_sampling_proxy.providers.base import Adapter, Completion, LLMError
 from mcp_sampling_proxy.providers.registry import make_adapter
 from mcp_sampling_proxy.quotas.limiters import BudgetHold, Limiters, PricedModel, SamplingGate, limit_key
 from mcp_sampling_proxy.quotas.refusals import Refusal
-from mcp_sampling_proxy.redact import Redactor
 from mcp_sampling_proxy.relay.keepalive import waiting_for
 from mcp_sampling_proxy.serve import secret_scan
 from mcp_sampling_proxy.serve.assess import (
@@ -49,7 +49,7 @@ from mcp_sampling_proxy.serve.assess import (
     usable_providers,
 )
 from mcp_sampling_proxy.serve.checks import CheckRefused, Checks
-from mcp_sampling_proxy.vocabulary import Outcome
+from mcp_sampling_proxy.text.redact import Redactor
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.relay.ports import HostLine, ServerRequest

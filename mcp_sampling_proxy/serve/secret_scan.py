@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mcp_sampling_proxy.redact import BUILTIN_PATTERNS, map_strings, mask
+from mcp_sampling_proxy.text.redact import BUILTIN_PATTERNS, map_strings, mask
 
 WINDOW = 1024  # characters detect-secrets' patterns see at once
 OVERLAP = 256  # ... shared by neighbouring windows: a secret shorter than this is seen whole in one

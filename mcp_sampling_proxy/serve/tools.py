@@ -23,12 +23,12 @@ from mcp_sampling_proxy.audit.recorder import AuditLog
 from mcp_sampling_proxy.audit.records import AuditFields
 from mcp_sampling_proxy.config.tool_settings import ToolRule, ToolSettings, why_not
 from mcp_sampling_proxy.log import get_logger
+from mcp_sampling_proxy.notation.vocabulary import TOOL_CALL_APPROVAL, Outcome
 from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 from mcp_sampling_proxy.protocol.wire_types import ErrorObject
 from mcp_sampling_proxy.quotas.tool_pins import ServerIdentity, ToolChange, ToolPins, client_view, tool_digest
-from mcp_sampling_proxy.sanitize import one_line, strip_controls
-from mcp_sampling_proxy.vocabulary import TOOL_CALL_APPROVAL, Outcome
+from mcp_sampling_proxy.text.sanitize import one_line, strip_controls
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.relay.ports import HostLine

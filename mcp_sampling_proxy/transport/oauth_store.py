@@ -27,7 +27,7 @@ import anyio
 
 from mcp_sampling_proxy.config.atomic import write_atomic
 from mcp_sampling_proxy.quotas.state import state_dir
-from mcp_sampling_proxy.shared_files import read_regular
+from mcp_sampling_proxy.system.shared_files import read_regular
 
 KEYRING_SERVICE = "mcp-sampling-proxy-oauth"
 MAX_LOGIN_BYTES = 1024 * 1024  # a stored login is a few KiB; anything past this is not read

@@ -21,7 +21,7 @@ from typing import Any
 from mcp_sampling_proxy.config.dirs import home_relative, state_dir
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.quotas.state import JsonStateFile
-from mcp_sampling_proxy.sanitize import one_line
+from mcp_sampling_proxy.text.sanitize import one_line
 
 log = get_logger("mcp_sampling_proxy.sandbox")
 

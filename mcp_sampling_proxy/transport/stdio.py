@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from mcp_sampling_proxy.hardening import GroupGuard, die_with_parent
-from mcp_sampling_proxy.sanitize import terminal_line
-from mcp_sampling_proxy.terminal import write_stderr
+from mcp_sampling_proxy.system.hardening import GroupGuard, die_with_parent
+from mcp_sampling_proxy.system.terminal import write_stderr
+from mcp_sampling_proxy.text.sanitize import terminal_line
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.transport.framing import LineReader, LineWriter

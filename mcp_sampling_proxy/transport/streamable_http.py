@@ -29,7 +29,7 @@ import orjson
 
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import jsonrpc
-from mcp_sampling_proxy.sanitize import one_line
+from mcp_sampling_proxy.text.sanitize import one_line
 
 log = get_logger("mcp_sampling_proxy.upstream")
 

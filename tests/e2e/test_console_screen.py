@@ -17,7 +17,7 @@ import pytest
 from helpers.support import EXAMPLES, KITCHEN_SINK, PY, RawHost, proxy_command, proxy_env, write_policy
 
 from mcp_sampling_proxy.approval.dialogues import APPROVE_PROMPT
-from mcp_sampling_proxy.identity import server_phrase
+from mcp_sampling_proxy.text.identity import server_phrase
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (apt-get install tmux)"),

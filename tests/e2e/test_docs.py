@@ -24,7 +24,7 @@ from fakes.llm_server import FakeLLMServer
 from helpers.support import PROXY, PY, ROOT
 
 from mcp_sampling_proxy.commands import reference
-from mcp_sampling_proxy.vocabulary import SUBCOMMANDS
+from mcp_sampling_proxy.notation.vocabulary import SUBCOMMANDS
 
 USER_DOCS = [ROOT / "README.md", ROOT / "SECURITY.md", *sorted((ROOT / "docs").rglob("*.md"))]
 

@@ -276,7 +276,7 @@ def test_help_explains_options_with_a_host_config_example() -> None:
     for needle in ("--policy", "--url", "--header", "--name", "--log-level", "--log-format", "mcpServers"):
         assert needle in result.stdout
     # every subcommand is listed, with what it is for
-    from mcp_sampling_proxy.vocabulary import SUBCOMMANDS
+    from mcp_sampling_proxy.notation.vocabulary import SUBCOMMANDS
 
     listed = result.stdout.split("commands (each has --help):\n", 1)[1].split("\n\n", 1)[0]
     names = {line.split()[0] for line in listed.splitlines()}

@@ -15,7 +15,7 @@ from typing import Any
 
 from mcp_sampling_proxy.audit.recorder import AuditLog
 from mcp_sampling_proxy.audit.records import AuditFields
-from mcp_sampling_proxy.vocabulary import Outcome
+from mcp_sampling_proxy.notation.vocabulary import Outcome
 
 SERVER = "notes"
 SAMPLING = "sampling/createMessage"

@@ -337,7 +337,7 @@ def run_subcommand(argv: list[str], *, check: bool = False) -> CommandRun:
     `mcp-sampling-proxy` runs it: its logging set up the same way (warnings, readable, on stderr), without
     the process hardening of a real start. `check`: fail unless it exits 0."""
     from mcp_sampling_proxy.log import configure
-    from mcp_sampling_proxy.vocabulary import SUBCOMMANDS
+    from mcp_sampling_proxy.notation.vocabulary import SUBCOMMANDS
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

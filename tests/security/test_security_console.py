@@ -416,13 +416,13 @@ def test_proxy_terminal_quotes_server_text(tmp_path: Path) -> None:
     ],
 )
 def test_format_characters_are_removed(text: str) -> None:
-    from mcp_sampling_proxy.sanitize import strip_controls
+    from mcp_sampling_proxy.text.sanitize import strip_controls
 
     assert strip_controls(text) == "ab"
 
 
 def test_emoji_and_cjk_survive_and_quote_prefixes_every_line() -> None:
-    from mcp_sampling_proxy.sanitize import quote, strip_controls
+    from mcp_sampling_proxy.text.sanitize import quote, strip_controls
 
     text = "emoji 🙂 👍🏽 🇫🇷 漢字 かな 한글"
     assert strip_controls(text) == text
@@ -489,7 +489,7 @@ def test_squatted_runtime_dir_is_a_clear_error(tmp_path: Path, dirs: dict[str, s
 def test_relay_recognised_by_its_command_line_only_where_the_entry_point_stands(argv: list[str], relay: bool) -> None:
     import subprocess
 
-    from mcp_sampling_proxy.hardening import is_relay, relay_subcommands
+    from mcp_sampling_proxy.system.hardening import is_relay, relay_subcommands
 
     process = subprocess.Popen(argv, executable=PY)
     try:

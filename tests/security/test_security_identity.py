@@ -144,7 +144,7 @@ def test_name_with_invisible_characters_is_refused_on_the_command_line(tmp_path:
 
 def test_server_rule_with_invisible_characters_is_refused_with_file_line_col(tmp_path: Path) -> None:
     from mcp_sampling_proxy.config.settings import load_settings
-    from mcp_sampling_proxy.yamlnodes import PolicyError
+    from mcp_sampling_proxy.notation.yamlnodes import PolicyError
 
     path = write_policy(tmp_path, 'rules:\n  - name: r\n    when: {server: "summ\\u200barizer"}\n    action: allow\n')
     with pytest.raises(PolicyError) as caught:
@@ -163,7 +163,7 @@ def test_server_rule_with_invisible_characters_is_refused_with_file_line_col(tmp
     ],
 )
 def test_names_derived_from_the_command(command: list[str], name: str) -> None:
-    from mcp_sampling_proxy.identity import derive_from_command, derive_from_url
+    from mcp_sampling_proxy.text.identity import derive_from_command, derive_from_url
 
     assert derive_from_command(command) == name
     assert derive_from_url("https://mcp.example.com/tools/mcp/") == "mcp.example.com/tools/mcp"

@@ -23,9 +23,9 @@ import anyio.abc
 from mcp_sampling_proxy.approval.console.messages import MAX_LINE, BadMessage, validate
 from mcp_sampling_proxy.approval.console.server import is_stale
 from mcp_sampling_proxy.approval.edits import with_prompt, with_text
-from mcp_sampling_proxy.hardening import peer_pid, refusal
 from mcp_sampling_proxy.log import get_logger
-from mcp_sampling_proxy.sanitize import one_line
+from mcp_sampling_proxy.system.hardening import peer_pid, refusal
+from mcp_sampling_proxy.text.sanitize import one_line
 
 log = get_logger("mcp_sampling_proxy.console")
 

@@ -39,9 +39,9 @@ import anyio.abc
 
 from mcp_sampling_proxy.approval.channels import ChannelGone
 from mcp_sampling_proxy.config.dirs import APP_DIR, runtime_base
-from mcp_sampling_proxy.hardening import cmdline, is_relay, peer_pid, refusal, relay_subcommands
 from mcp_sampling_proxy.log import Throttle, get_logger
-from mcp_sampling_proxy.sanitize import one_line
+from mcp_sampling_proxy.system.hardening import cmdline, is_relay, peer_pid, refusal, relay_subcommands
+from mcp_sampling_proxy.text.sanitize import one_line
 
 log = get_logger("mcp_sampling_proxy.console")
 

@@ -11,7 +11,7 @@ import pytest
 from mcp_sampling_proxy.approval.console.server import ConsoleServer
 from mcp_sampling_proxy.approval.registry import CHANNEL_NAMES, ChannelNeeds, build_channels
 from mcp_sampling_proxy.config.settings import parse_settings
-from mcp_sampling_proxy.yamlnodes import PolicyError
+from mcp_sampling_proxy.notation.yamlnodes import PolicyError
 
 
 @pytest.mark.parametrize("name", CHANNEL_NAMES)

@@ -11,8 +11,8 @@ import pytest
 
 from mcp_sampling_proxy.audit.recorder import AuditLog, configured_secrets
 from mcp_sampling_proxy.config.settings import AuditSettings, parse_settings
-from mcp_sampling_proxy.redact import Redactor, luhn_ok
-from mcp_sampling_proxy.yamlnodes import PolicyError
+from mcp_sampling_proxy.notation.yamlnodes import PolicyError
+from mcp_sampling_proxy.text.redact import Redactor, luhn_ok
 
 # A configured key that matches none of the built-in patterns: only exact-value scrubbing can catch it.
 KEY = "unpatterned-Key-value-7f3a9c2e"

@@ -304,7 +304,7 @@ def test_the_follower_survives_a_path_it_cannot_open_and_never_blocks_on_a_fifo(
     fails, and the next read after the file is back follows it again (it stayed on the closed file
     and failed for good). A FIFO at the path is refused at once instead of blocking the open."""
     from mcp_sampling_proxy.audit.follow import Follower
-    from mcp_sampling_proxy.shared_files import NotARegularFile
+    from mcp_sampling_proxy.system.shared_files import NotARegularFile
 
     path = tmp_path / "audit.jsonl"
     AuditLog(str(path), fsync=False).record(server="before", decision="allow")

@@ -17,9 +17,9 @@ from mcp_sampling_proxy.config.settings import (
     parse_settings,
     settings_from_environment,
 )
+from mcp_sampling_proxy.notation.yamlnodes import PolicyError
 from mcp_sampling_proxy.policy.conditions import ALWAYS, All, MethodIs, ServerMatches
 from mcp_sampling_proxy.policy.rules import Rule
-from mcp_sampling_proxy.yamlnodes import PolicyError
 
 F = "policy.yaml"
 

@@ -9,7 +9,7 @@ import pytest
 
 from mcp_sampling_proxy.config.prices import AS_OF, POLICY, SHIPPED, Price, PriceTable, format_usd
 from mcp_sampling_proxy.config.settings import parse_settings
-from mcp_sampling_proxy.yamlnodes import PolicyError
+from mcp_sampling_proxy.notation.yamlnodes import PolicyError
 
 TABLE = PriceTable()
 

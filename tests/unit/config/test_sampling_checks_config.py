@@ -6,7 +6,7 @@ import pytest
 
 from mcp_sampling_proxy.config.sampling_checks import SamplingChecks
 from mcp_sampling_proxy.config.settings import parse_settings
-from mcp_sampling_proxy.yamlnodes import PolicyError
+from mcp_sampling_proxy.notation.yamlnodes import PolicyError
 
 
 def checks(text: str) -> SamplingChecks:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mcp_sampling_proxy.config.settings import parse_settings
-from mcp_sampling_proxy.yamlnodes import PolicyError
+from mcp_sampling_proxy.notation.yamlnodes import PolicyError
 
 
 def test_the_section_is_read() -> None:

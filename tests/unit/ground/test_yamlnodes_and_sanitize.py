@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mcp_sampling_proxy.sanitize import one_line, strip_controls
-from mcp_sampling_proxy.yamlnodes import Node, PolicyError, load
+from mcp_sampling_proxy.notation.yamlnodes import Node, PolicyError, load
+from mcp_sampling_proxy.text.sanitize import one_line, strip_controls
 
 # -- yamlnodes ------------------------------------------------------------------------------------
 
@@ -186,7 +186,7 @@ def test_one_line_clips_with_an_ellipsis() -> None:
 
 
 def test_unterminated_string_sequence_cannot_hide_the_following_lines() -> None:
-    from mcp_sampling_proxy.sanitize import strip_controls
+    from mcp_sampling_proxy.text.sanitize import strip_controls
 
     assert strip_controls("ok\x1b]0;title never ends\nsecond line") == "ok\nsecond line"
     assert strip_controls("ok\x1bPdcs never ends\nvisible") == "ok\nvisible"

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 from mcp_sampling_proxy.config.settings import ApprovalSettings, parse_settings
+from mcp_sampling_proxy.notation.units import parse_duration, parse_size
+from mcp_sampling_proxy.notation.yamlnodes import PolicyError
 from mcp_sampling_proxy.policy.conditions import (
     All,
     AnyOf,
@@ -27,8 +29,6 @@ from mcp_sampling_proxy.policy.engine import DEFAULT_RULE, Decision, decide, why
 from mcp_sampling_proxy.policy.rules import Budget, RateLimit, RuleLimits, SizeLimits, effective_limits
 from mcp_sampling_proxy.protocol.jsonrpc import INVALID_PARAMS, RpcError
 from mcp_sampling_proxy.protocol.sampling_request import validate
-from mcp_sampling_proxy.units import parse_duration, parse_size
-from mcp_sampling_proxy.yamlnodes import PolicyError
 
 F = "policy.yaml"
 PROVIDERS = (

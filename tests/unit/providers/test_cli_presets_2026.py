@@ -11,8 +11,8 @@ from helpers.cli_standins import bypasses, install, path_with, provider
 
 from mcp_sampling_proxy.config.providers import COMMAND_PRESETS, PRESET_FACTS, bypass_flag
 from mcp_sampling_proxy.config.settings import parse_settings
+from mcp_sampling_proxy.notation.yamlnodes import PolicyError
 from mcp_sampling_proxy.providers.command import PRESETS
-from mcp_sampling_proxy.yamlnodes import PolicyError
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "guides" / "providers.md"
 

@@ -16,7 +16,7 @@ from helpers.cli_standins import install, path_with, runs
 from helpers.support import proxy_command, proxy_env, sdk_host, tool_json, write_policy
 
 from mcp_sampling_proxy.config.settings import parse_settings
-from mcp_sampling_proxy.yamlnodes import PolicyError
+from mcp_sampling_proxy.notation.yamlnodes import PolicyError
 
 pytestmark = pytest.mark.anyio
 ALLOW = "rules:\n  - name: allow-all\n    action: allow\n"

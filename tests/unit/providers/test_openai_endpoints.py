@@ -12,7 +12,7 @@ from fakes.llm_server import FakeLLMServer
 from helpers.support import proxy_command, proxy_env, sdk_host, tool_json, write_policy
 
 from mcp_sampling_proxy.config.settings import parse_settings
-from mcp_sampling_proxy.yamlnodes import PolicyError
+from mcp_sampling_proxy.notation.yamlnodes import PolicyError
 
 pytestmark = pytest.mark.anyio
 KEY = "sk-test-endpoint-key-0123456789"

@@ -8,8 +8,8 @@ import pytest
 
 from mcp_sampling_proxy.config.providers import KINDS, PROVIDER_TYPES
 from mcp_sampling_proxy.config.settings import parse_settings
+from mcp_sampling_proxy.notation.yamlnodes import PolicyError
 from mcp_sampling_proxy.providers.registry import FACTORIES, make_adapter
-from mcp_sampling_proxy.yamlnodes import PolicyError
 
 
 def test_every_type_the_policy_accepts_has_an_adapter() -> None:

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from mcp_sampling_proxy.units import DURATION_FORMS, SIZE_FORMS, parse_duration, parse_size
+from mcp_sampling_proxy.notation.units import DURATION_FORMS, SIZE_FORMS, parse_duration, parse_size
 
 T = TypeVar("T")
 

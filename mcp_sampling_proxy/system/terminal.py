@@ -21,7 +21,7 @@ from typing import Any, TextIO
 
 import anyio
 
-from mcp_sampling_proxy.sanitize import strip_controls
+from mcp_sampling_proxy.text.sanitize import strip_controls
 
 DISABLE_ENV = "MCP_SAMPLING_PROXY_NO_TERMINAL"
 # A terminal device to use instead of /dev/tty: `try` sets it, because the SDK starts the proxy

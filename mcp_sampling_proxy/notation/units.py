@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 
-from mcp_sampling_proxy.vocabulary import GiB, KiB, MiB
+from mcp_sampling_proxy.notation.vocabulary import GiB, KiB, MiB
 
 _SIZE_UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "kib": KiB, "mib": MiB, "gib": GiB}
 _SIZE_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", re.IGNORECASE)

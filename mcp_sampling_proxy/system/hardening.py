@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mcp_sampling_proxy.vocabulary import SUBCOMMANDS
+from mcp_sampling_proxy.notation.vocabulary import SUBCOMMANDS
 
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36

@@ -1,0 +1,2 @@
+"""How the policy file and the command line write things: words defined once, sizes and durations,
+YAML with positions."""
