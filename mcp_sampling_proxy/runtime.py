@@ -539,7 +539,7 @@ def _has_uvloop() -> bool:
     return True
 
 
-has_uvloop = _has_uvloop  # for `serve` (front.py), which runs its own event loop
+has_uvloop = _has_uvloop  # for `serve` (front/endpoint.py), which runs its own event loop
 
 
 def run(upstream: Upstream, settings: Settings, options: RunOptions) -> int:

@@ -3,7 +3,7 @@ HTTP endpoint.
 
 Everything that can be wrong is checked before anything starts: the address, the tokens or the OAuth
 authorization server (serve_oauth.py; listening beyond loopback without either is refused), the
-policy. The port is bound here, so a port in use is an error of ours that says so. Then front.py
+policy. The port is bound here, so a port in use is an error of ours that says so. Then front/endpoint.py
 serves until SIGTERM or SIGINT.
 """
 
@@ -25,12 +25,13 @@ from mcp_sampling_proxy.audit.recorder import configured_secrets
 from mcp_sampling_proxy.commands.cli import add_common_options, add_url_options, fail
 from mcp_sampling_proxy.commands.serve_oauth import add_oauth_options, oauth_guard
 from mcp_sampling_proxy.config.child_env import withhold
-from mcp_sampling_proxy.config.front_tokens import TOKEN_ENV, TokenError, Tokens, load_tokens
 from mcp_sampling_proxy.config.keys import KeySourceError, resolve_keys
 from mcp_sampling_proxy.config.paths import policy_or_default
 from mcp_sampling_proxy.config.policy_file import read_policy_text
 from mcp_sampling_proxy.config.settings import check_telemetry, load_settings, resolve_state
-from mcp_sampling_proxy.front import Front, FrontOptions
+from mcp_sampling_proxy.front.endpoint import Front, FrontOptions
+from mcp_sampling_proxy.front.resource_oauth import OAuthSetupError, ResourceGuard
+from mcp_sampling_proxy.front.tokens import TOKEN_ENV, TokenError, Tokens, load_tokens
 from mcp_sampling_proxy.log import configure, get_logger, set_secrets
 from mcp_sampling_proxy.notation.units import parse_duration
 from mcp_sampling_proxy.notation.yamlnodes import PolicyError
@@ -41,7 +42,6 @@ from mcp_sampling_proxy.system.addresses import is_loopback
 from mcp_sampling_proxy.system.hardening import become_subreaper, mark_relay
 from mcp_sampling_proxy.text.identity import bad_character, derive_from_command, derive_from_url
 from mcp_sampling_proxy.transport.http import parse_headers
-from mcp_sampling_proxy.transport.resource_oauth import OAuthSetupError, ResourceGuard
 from mcp_sampling_proxy.transport.sandbox import SandboxRefused, contain, log_plan
 
 if TYPE_CHECKING:  # (imported when used: the front pulls in uvicorn and the SDK's server)

@@ -17,12 +17,9 @@ import httpx
 from mcp.server.auth.routes import validate_issuer_url
 from pydantic import AnyHttpUrl
 
-from mcp_sampling_proxy.config.front_oauth import load_client_file
-from mcp_sampling_proxy.config.front_tokens import TOKEN_ENV, TokenError
-from mcp_sampling_proxy.front import ENDPOINT
-from mcp_sampling_proxy.log import get_logger
-from mcp_sampling_proxy.system.addresses import is_loopback
-from mcp_sampling_proxy.transport.resource_oauth import (
+from mcp_sampling_proxy.front.endpoint import ENDPOINT
+from mcp_sampling_proxy.front.oauth_settings import load_client_file
+from mcp_sampling_proxy.front.resource_oauth import (
     TIMEOUT,
     IntrospectionVerifier,
     JwtVerifier,
@@ -32,6 +29,9 @@ from mcp_sampling_proxy.transport.resource_oauth import (
     Verifier,
     discover,
 )
+from mcp_sampling_proxy.front.tokens import TOKEN_ENV, TokenError
+from mcp_sampling_proxy.log import get_logger
+from mcp_sampling_proxy.system.addresses import is_loopback
 
 log = get_logger("mcp_sampling_proxy.commands.serve")
 

@@ -104,7 +104,7 @@ class Relay:
         self.bridge = EraBridge(era, self)
         self.rounds = HostRounds(self._to_host, self._rekey)
         self.closed = False
-        self.second_leg: SecondLeg | None = None  # set by a session that can open one (runtime.py, front.py)
+        self.second_leg: SecondLeg | None = None  # set by a session that can open one (runtime.py, front/endpoint.py)
         self._modern: Send | None = None  # the 2026 connection, while open
         self._modern_tried = False  # opened once a session at most: a server cannot make the proxy start it again
         self._modern_opening = anyio.Lock()

@@ -312,7 +312,7 @@ class ToolGate:
         }
         if tool_change is not None:
             fields["tool_change"] = tool_change
-        if session.client is not None:  # served over HTTP: who called (front.py)
+        if session.client is not None:  # served over HTTP: who called (front/endpoint.py)
             fields["client"] = session.client
         if session.served is not None:
             fields["session"] = session.served

@@ -21,7 +21,7 @@ from helpers.support import PROXY, PY, ROOT, proxy_env
 
 from mcp_sampling_proxy.commands import serve
 from mcp_sampling_proxy.commands.reference import parser_for
-from mcp_sampling_proxy.front import HEALTH
+from mcp_sampling_proxy.front.endpoint import HEALTH
 
 DEPLOY = ROOT / "deploy"
 UNIT = DEPLOY / "systemd" / "mcp-sampling-proxy@.service"

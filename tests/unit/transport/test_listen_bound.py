@@ -10,8 +10,8 @@ from typing import Any
 import anyio
 import pytest
 
+from mcp_sampling_proxy.front.http_host import LISTEN_BUFFER, SESSION_BUFFER, HttpHost, StatelessHost
 from mcp_sampling_proxy.protocol.eras import SUBSCRIPTION_ID_META
-from mcp_sampling_proxy.transport.http_host import LISTEN_BUFFER, SESSION_BUFFER, HttpHost, StatelessHost
 
 pytestmark = pytest.mark.anyio
 

@@ -29,7 +29,7 @@ from mcp_types import JSONRPCMessage, jsonrpc_message_adapter
 
 from mcp_sampling_proxy.log import get_logger
 
-log = get_logger("mcp_sampling_proxy.transport.event_store")
+log = get_logger("mcp_sampling_proxy.front.event_store")
 
 MiB = 1024 * 1024
 RETRY_MS = 1000  # the reconnection delay suggested to 2025-11-25 clients (SSE `retry:` of the priming event)

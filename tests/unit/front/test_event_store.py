@@ -10,7 +10,7 @@ import pytest
 from mcp.server.streamable_http import GET_STREAM_KEY, EventMessage
 from mcp_types import JSONRPCNotification, JSONRPCResponse
 
-from mcp_sampling_proxy.transport.event_store import EventLimits, ReplayGap, SessionEventStore
+from mcp_sampling_proxy.front.event_store import EventLimits, ReplayGap, SessionEventStore
 
 pytestmark = pytest.mark.anyio
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mcp_sampling_proxy.config.front_tokens import TOKEN_ENV, TokenError, load_tokens
+from mcp_sampling_proxy.front.tokens import TOKEN_ENV, TokenError, load_tokens
 
 ALICE = "alice-0123456789abcdef"
 SHARED = "shared-0123456789abcdef"

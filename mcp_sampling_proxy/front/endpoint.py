@@ -3,7 +3,7 @@
 Each client session (an `initialize` POST without `Mcp-Session-Id`) gets a server process of its
 own and a relay of its own, wired as the stdio proxy wires its one (runtime.py: the same services,
 policy, approvals, audit and telemetry), with the host's side an HTTP session
-(transport/http_host.py) on the `mcp` SDK's `StreamableHTTPServerTransport`, which speaks the
+(front/http_host.py) on the `mcp` SDK's `StreamableHTTPServerTransport`, which speaks the
 transport's HTTP (POST with JSON or SSE answers, GET stream, DELETE, session ids). Sessions never
 share a server (unless `--shared-upstream`): one client cannot see another's state through it. What
 is shared: the LLM adapters, the audit log, telemetry and the companion console.
@@ -13,16 +13,16 @@ request in flight and no GET stream open), and when their server exits; each end
 session's server. Stopping `serve` ends every session and server; a killed `serve` takes the
 servers with it (their parent-death signal and group guard, transport/stdio.py).
 
-Each session keeps its recent SSE events (transport/event_store.py, bounded, cleared at its end), so a
+Each session keeps its recent SSE events (front/event_store.py, bounded, cleared at its end), so a
 client whose connection dropped resumes its streams with `Last-Event-ID`.
 
-Callers present a bearer token (config/front_tokens.py) when any is configured; the token's name
+Callers present a bearer token (front/tokens.py) when any is configured; the token's name
 is the session's `client`, written into its audit records. Or, with `--oauth-issuer`, an OAuth access
-token of an external authorization server, for this resource (transport/resource_oauth.py); then its
+token of an external authorization server, for this resource (front/resource_oauth.py); then its
 subject is the `client`. A session answers only the client that opened it.
 
 2026-07-28 requests have no session: each POST is one request answered in its body, a
-`subscriptions/listen` with an SSE stream of its notifications (transport/http_host.py `StatelessHost`),
+`subscriptions/listen` with an SSE stream of its notifications (front/http_host.py `StatelessHost`),
 by a "lane" per caller (a server and relay of the caller's own, ended when idle like a session), whose
 relay speaks the 2026 era to the caller (relay/bridge.py).
 
@@ -62,8 +62,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from mcp_sampling_proxy.approval.console.server import ConsoleServer
 from mcp_sampling_proxy.audit.recorder import AuditLog
 from mcp_sampling_proxy.config.child_env import child_environment
-from mcp_sampling_proxy.config.front_tokens import Tokens
 from mcp_sampling_proxy.config.settings import Settings
+from mcp_sampling_proxy.front.event_store import RETRY_MS, EventLimits, SessionEventStore
+from mcp_sampling_proxy.front.http_host import Emit, HttpHost, StatelessHost, Streamed, event_stream
+from mcp_sampling_proxy.front.resource_oauth import ResourceGuard
+from mcp_sampling_proxy.front.tokens import Tokens
 from mcp_sampling_proxy.log import Throttle, get_logger
 from mcp_sampling_proxy.protocol import capabilities, eras, jsonrpc
 from mcp_sampling_proxy.protocol.names import PROTOCOL_VERSION_META
@@ -84,14 +87,11 @@ from mcp_sampling_proxy.runtime import (
 )
 from mcp_sampling_proxy.serve.sampling import AdapterPool
 from mcp_sampling_proxy.system.addresses import is_loopback
-from mcp_sampling_proxy.transport.event_store import RETRY_MS, EventLimits, SessionEventStore
 from mcp_sampling_proxy.transport.http import HttpUpstream
-from mcp_sampling_proxy.transport.http_host import Emit, HttpHost, StatelessHost, Streamed, event_stream
-from mcp_sampling_proxy.transport.resource_oauth import ResourceGuard
 from mcp_sampling_proxy.transport.sandbox import Plan
 from mcp_sampling_proxy.transport.stdio import SpawnError, StdioUpstream, spawn
 
-log = get_logger("mcp_sampling_proxy.front")
+log = get_logger("mcp_sampling_proxy.front.endpoint")
 
 ENDPOINT = "/mcp"
 HEALTH = "/healthz"  # for balancers and probes: no token, says only "ok"
@@ -677,7 +677,7 @@ def _where(upstream: object) -> dict[str, Any]:
 
 
 def _owner(relay: Relay, message: dict[str, Any]) -> Any:
-    """The host request a message for the host belongs to (see transport/http_host.py), or None."""
+    """The host request a message for the host belongs to (see front/http_host.py), or None."""
     inflight = relay.session.inflight
     token = jsonrpc.as_object(message.get("params")).get("progressToken")
     if token is not None:

@@ -41,7 +41,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route, Router
 from starlette.types import Receive, Scope, Send
 
-from mcp_sampling_proxy.config.front_oauth import ClientCredentials
+from mcp_sampling_proxy.front.oauth_settings import ClientCredentials
 
 WELL_KNOWN = "/.well-known/oauth-protected-resource"
 SUBJECT_PREFIX = "oauth:"

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mcp_sampling_proxy.config.front_tokens import TokenError, read_private
+from mcp_sampling_proxy.front.tokens import TokenError, read_private
 
 OPTION = "--oauth-client-file"
 KEYS = ("client_id", "client_secret")

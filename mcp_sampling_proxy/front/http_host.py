@@ -29,7 +29,7 @@ from mcp_sampling_proxy.log import Throttle, get_logger
 from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.eras import SUBSCRIPTION_ID_META
 
-log = get_logger("mcp_sampling_proxy.transport.http_host")
+log = get_logger("mcp_sampling_proxy.front.http_host")
 
 LISTEN_BUFFER = 256  # notifications a listen stream holds for a caller that reads slower than the server sends
 SESSION_BUFFER = 4096  # messages a session holds for its client before the server's notifications are dropped

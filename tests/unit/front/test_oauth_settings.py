@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from mcp_sampling_proxy.config.front_oauth import load_client_file
-from mcp_sampling_proxy.config.front_tokens import TokenError
+from mcp_sampling_proxy.front.oauth_settings import load_client_file
+from mcp_sampling_proxy.front.tokens import TokenError
 
 
 def client_file(tmp_path: Path, text: str, mode: int = 0o600) -> str:
