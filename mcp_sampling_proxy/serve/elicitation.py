@@ -11,10 +11,10 @@ the user's browser only after consent.
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import subprocess
-import time
 import webbrowser
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Unpack, cast
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Unpack, cast
 import anyio
 
 from mcp_sampling_proxy.audit.recorder import AuditLog
-from mcp_sampling_proxy.audit.records import AuditFields, elapsed_ms, request_fields
+from mcp_sampling_proxy.audit.records import AuditFields
 from mcp_sampling_proxy.config.auto_answers import AutoAnswer
 from mcp_sampling_proxy.config.settings import Settings
 from mcp_sampling_proxy.log import get_logger
@@ -33,16 +33,16 @@ from mcp_sampling_proxy.protocol.names import ELICITATION_COMPLETE, ELICITATION_
 from mcp_sampling_proxy.protocol.sampling_request import check_params
 from mcp_sampling_proxy.protocol.wire_types import ElicitRequestParams
 from mcp_sampling_proxy.quotas.limiters import limit_key
-from mcp_sampling_proxy.quotas.refusals import Refusal
 from mcp_sampling_proxy.relay.keepalive import waiting_for
 from mcp_sampling_proxy.serve import auto_answers
 from mcp_sampling_proxy.serve.assess import Origin, judge_elicitation
+from mcp_sampling_proxy.serve.opening import Opened, opened
 from mcp_sampling_proxy.text.sanitize import one_line, quote
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.approval.form_prompts import ElicitationConsoles
     from mcp_sampling_proxy.quotas.limiters import Limiters
-    from mcp_sampling_proxy.relay.ports import HostLine, ServerRequest
+    from mcp_sampling_proxy.relay.ports import ServerRequest
     from mcp_sampling_proxy.relay.session import Session
 
 log = get_logger("mcp_sampling_proxy.serve.elicitation")
@@ -108,68 +108,37 @@ class ElicitationService:
 
     async def serve(self, incoming: ServerRequest) -> dict[str, Any]:
         """Answer one elicitation/create (the `answers` port, relay/ports.py)."""
-        started = time.monotonic()
-        message, session = incoming.message, incoming.session
-        in_flight = session.tool_candidates()  # every call that could own this request (policy.decide)
-        tool = in_flight[-1] if in_flight else None
-        raw = message.get("params")
-        audit = request_fields(session, message, tool, in_flight)  # what the stages learn is added to it
-        audit["mode"] = request_mode(raw) if isinstance(raw, dict) else None
-        async with self._audit.every_ending(audit, raw):
-            with self._limiters.holding() as busy:
-                return await self._serve(message, incoming.host, audit, started, in_flight, busy)
+        raw = incoming.params
+        mode = request_mode(raw) if isinstance(raw, dict) else None
+        async with opened(incoming, self._audit, self._limiters, raw, mode=mode) as request:
+            return await self._serve(request)
 
-    async def _serve(
-        self,
-        message: dict[str, Any],
-        host: HostLine,
-        audit: AuditFields,
-        started: float,
-        in_flight: tuple[str, ...],
-        busy: Refusal | None = None,
-    ) -> dict[str, Any]:
-        session = host.session
-        params = validate_elicitation(message.get("params"))
+    async def _serve(self, request: Opened) -> dict[str, Any]:
+        """The stages in order: validate, judge (the policy), limits, route; then an auto-answer, the
+        host's form, a console, or the policy's answer when nobody can be asked. Every ending writes the
+        request's one record (`_recorded`)."""
+        session = request.incoming.session
+        params = validate_elicitation(request.incoming.params)
         mode = request_mode(params)
-        tool = audit.get("tool")
-
-        def answer(
-            action: str,
-            why: str,
-            decision: Outcome,
-            content: dict[str, Any] | None = None,
-            /,
-            **extra: Unpack[AuditFields],  # e.g. the limit that refused it
-        ) -> dict[str, Any]:
-            answered: AuditFields = {
-                **audit,
-                "decision": decision,
-                "reason": why,
-                "latency_ms": elapsed_ms(started),
-                "action": action,
-                **extra,
-            }
-            reply = {"action": action, "content": content} if content is not None else {"action": action}
-            self._audit.record(params=params, result=reply, **answered)
-            log.info("elicitation answered", action=action, why=why)
-            return reply
-
-        if busy is not None:  # the proxy holds too many requests already (Limiters.holding)
-            return answer("decline", busy.message, "deny", limit=busy.limit)
+        answer = functools.partial(self._answer, request, params)
+        if request.busy is not None:  # the proxy holds too many requests already (Limiters.holding)
+            return answer("decline", request.busy.message, "deny", limit=request.busy.limit)
         decision = judge_elicitation(
             self._policy,
             params,
-            Origin(session.server_name, session.host_name, in_flight, session.server_reported, session.client),
+            Origin(session.server_name, session.host_name, request.in_flight, session.server_reported, session.client),
         ).decision
-        tool = audit["tool"] = decision.tool or tool  # the candidate the strictest outcome was reached for
-        audit["rule"] = decision.rule
+        request.audit["tool"] = decision.tool or request.audit.get("tool")  # the candidate judged strictest
+        request.audit["rule"] = decision.rule
         if decision.action == "deny":
             return answer("decline", decision.message or f"declined by policy rule '{decision.rule}'", "deny")
         async with self._limiters.hold(decision.matched, limit_key(decision.rule, session.server_name)) as refusal:
             if refusal is not None:
                 return answer("decline", refusal.message, "deny", limit=refusal.limit)
             route = self._route(mode, params, session)
-            entry = auto_answers.first_match(self._settings.auto_answers, session.server_name, in_flight, params)
+            entry = auto_answers.first_match(
+                self._settings.auto_answers, session.server_name, request.in_flight, params
+            )
             withheld = ""  # why a matching auto-answer was not used, for the audit reason
             if entry is not None and entry.applies == "always":
                 verdict = await self._auto_verdict(entry, params, mode)
@@ -177,34 +146,8 @@ class ElicitationService:
                     return self._auto_answer(verdict, answer)
                 withheld = f"; {verdict.why}"
             if route == "host":
-                elicitation_id = params.get("elicitationId")  # (a string or None: the check passed)
-                if mode == "url" and isinstance(elicitation_id, str) and elicitation_id:
-                    self._at_host.add(elicitation_id)
-                with waiting_for("waiting for your answer in the host's form"):
-                    response = await host.forward_to_host(
-                        {**message, "params": marked(params, session)}, as_received=False
-                    )
-                result = response.get("result")
-                forwarded: AuditFields = {
-                    **audit,
-                    "decision": "allow",
-                    "reason": "forwarded to the host",
-                    "approver": "host",
-                    "action": result.get("action") if isinstance(result, dict) else None,
-                    "error": None
-                    if isinstance(result, dict) or "error" in response
-                    else "the host's result is not an object",
-                    "latency_ms": elapsed_ms(started),
-                }
-                self._audit.record(params=params, result=result, **forwarded)
-                if "error" in response:
-                    raise RpcError.from_error(response["error"])
-                if not isinstance(result, dict):
-                    raise RpcError(
-                        jsonrpc.INTERNAL_ERROR,
-                        "the host answered elicitation/create with a result that is not an object",
-                    )
-                return result
+                return await self._forward_to_host(request, params, mode)
+            form = None
             if mode == "form":
                 # start-up: forms costs ~30 ms, only form requests need it
                 from mcp_sampling_proxy.approval.forms import FormError, parse_form, secret_reasons
@@ -241,22 +184,75 @@ class ElicitationService:
 
                     await anyio.to_thread.run_sync(prepare)  # the defaults are checked: load that off the loop
                 return self._non_interactive(params, mode, answer, route, withheld)
-            origin = (session.server_label, tool)
+            origin = (session.server_label, request.audit.get("tool"))
             with waiting_for(f"waiting for your answer on the {console.name}"):
                 if mode == "url":
                     result = await console.ask_url(params, origin, self._opener)
                 else:
                     result = await console.ask_form(params, form, origin)
-            asked: AuditFields = {
-                **audit,
-                "decision": "approved" if result["action"] == "accept" else "rejected",
-                "reason": f"answered on the {console.name}{withheld}",
-                "approver": console.name,
-                "action": result["action"],
-                "latency_ms": elapsed_ms(started),
-            }
-            self._audit.record(params=params, result=result, **asked)
+            self._recorded(
+                request,
+                params,
+                result,
+                decision="approved" if result["action"] == "accept" else "rejected",
+                reason=f"answered on the {console.name}{withheld}",
+                approver=console.name,
+                action=result["action"],
+            )
             return result
+
+    async def _forward_to_host(self, request: Opened, params: ElicitRequestParams, mode: str) -> dict[str, Any]:
+        """The host's own form (or URL), with the server's message marked as the server's."""
+        session = request.incoming.session
+        elicitation_id = params.get("elicitationId")  # (a string or None: the check passed)
+        if mode == "url" and isinstance(elicitation_id, str) and elicitation_id:
+            self._at_host.add(elicitation_id)
+        with waiting_for("waiting for your answer in the host's form"):
+            response = await request.incoming.host.forward_to_host(
+                {**request.incoming.message, "params": marked(params, session)}, as_received=False
+            )
+        result = response.get("result")
+        self._recorded(
+            request,
+            params,
+            result,
+            decision="allow",
+            reason="forwarded to the host",
+            approver="host",
+            action=result.get("action") if isinstance(result, dict) else None,
+            error=None if isinstance(result, dict) or "error" in response else "the host's result is not an object",
+        )
+        if "error" in response:
+            raise RpcError.from_error(response["error"])
+        if not isinstance(result, dict):
+            raise RpcError(
+                jsonrpc.INTERNAL_ERROR, "the host answered elicitation/create with a result that is not an object"
+            )
+        return result
+
+    def _answer(
+        self,
+        request: Opened,
+        params: ElicitRequestParams,
+        action: str,
+        why: str,
+        decision: Outcome,
+        content: dict[str, Any] | None = None,
+        /,
+        **extra: Unpack[AuditFields],  # e.g. the limit that refused it
+    ) -> dict[str, Any]:
+        """The proxy's own answer (the policy's, a limit's, an auto-answer's), recorded."""
+        reply = {"action": action, "content": content} if content is not None else {"action": action}
+        fields: AuditFields = {"decision": decision, "reason": why, "action": action, **extra}
+        self._recorded(request, params, reply, **fields)
+        log.info("elicitation answered", action=action, why=why)
+        return reply
+
+    def _recorded(
+        self, request: Opened, params: ElicitRequestParams, result: Any, **fields: Unpack[AuditFields]
+    ) -> None:
+        """The request's one record: how it ended, with the answer the server gets."""
+        self._audit.record(params=params, result=result, **request.ended(**fields))
 
     async def _auto_verdict(
         self, entry: AutoAnswer, params: ElicitRequestParams, mode: str

@@ -49,6 +49,7 @@ from mcp_sampling_proxy.serve.assess import (
     usable_providers,
 )
 from mcp_sampling_proxy.serve.checks import CheckRefused, Checks
+from mcp_sampling_proxy.serve.opening import Opened, opened
 from mcp_sampling_proxy.text.redact import Redactor
 
 if TYPE_CHECKING:
@@ -80,26 +81,14 @@ class SamplingService:
 
     async def serve(self, incoming: ServerRequest) -> dict[str, Any]:
         """Answer one sampling/createMessage (the `answers` port, relay/ports.py)."""
-        started = time.monotonic()
-        message, session = incoming.message, incoming.session
-        in_flight = session.tool_candidates()  # every call that could own this request (policy.decide)
-        tool = in_flight[-1] if in_flight else None
-        audit = request_fields(session, message, tool, in_flight)  # what the stages learn is added to it
-        async with self._audit.every_ending(audit, message.get("params")):
-            with self._limiters.holding() as busy:
-                return await self._serve(incoming, audit, started, in_flight, busy)
+        async with opened(incoming, self._audit, self._limiters, incoming.params) as request:
+            return await self._serve(request)
 
-    async def _serve(
-        self,
-        incoming: ServerRequest,
-        audit: AuditFields,
-        started: float,
-        in_flight: tuple[str, ...],
-        busy: Refusal | None,
-    ) -> dict[str, Any]:
+    async def _serve(self, opened_request: Opened) -> dict[str, Any]:
         """The stages in order: judge (caps, validation, policy), quotas, approval, then the host
-        or our own LLM. A stage that ends the request raises `_Ended`; its record is written here.
-        `busy`: the proxy holds too many requests already (`Limiters.holding`)."""
+        or our own LLM. A stage that ends the request raises `_Ended`; its record is written here."""
+        incoming, audit, started = opened_request.incoming, opened_request.audit, opened_request.started
+        in_flight, busy = opened_request.in_flight, opened_request.busy
         message, session, host = incoming.message, incoming.session, incoming.host
         self._audit.check_usable()
         try:
