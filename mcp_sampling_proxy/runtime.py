@@ -38,11 +38,11 @@ from mcp_sampling_proxy.quotas.tool_pins import PINS_FILE, ToolPins
 from mcp_sampling_proxy.relay.core import Relay, peek_id
 from mcp_sampling_proxy.relay.ports import Ports
 from mcp_sampling_proxy.relay.session import Session
-from mcp_sampling_proxy.serve.elicitation import ElicitationService
-from mcp_sampling_proxy.serve.input_required import InputResolver
-from mcp_sampling_proxy.serve.network import NetworkGate
-from mcp_sampling_proxy.serve.sampling import AdapterPool, SamplingService
-from mcp_sampling_proxy.serve.tools import ToolGate
+from mcp_sampling_proxy.services.elicitation import ElicitationService
+from mcp_sampling_proxy.services.input_required import InputResolver
+from mcp_sampling_proxy.services.network import NetworkGate
+from mcp_sampling_proxy.services.sampling import AdapterPool, SamplingService
+from mcp_sampling_proxy.services.tools import ToolGate
 from mcp_sampling_proxy.system.hardening import end_strays, reap_orphans_forever
 from mcp_sampling_proxy.system.terminal import Terminal
 from mcp_sampling_proxy.transport.egress import serve_egress
@@ -124,7 +124,7 @@ def build_services(
         return capabilities.rewrite_request(message, offered, routes)
 
     ports = Ports(
-        answers={SAMPLING_CREATE: sampling.serve, ELICITATION_CREATE: elicitation.serve},
+        answers={SAMPLING_CREATE: sampling.answer, ELICITATION_CREATE: elicitation.answer},
         rewrite_host_request=rewrite_host_request,
         inputs=InputResolver(sampling, elicitation, settings.max_input_rounds),
         tools=tools,
@@ -142,7 +142,7 @@ def start_egress(
     audit: AuditLog,
     relay: Relay | None,
 ) -> None:
-    """The sandboxed server's way out (transport/egress.py), judged by its network grant (serve/network.py),
+    """The sandboxed server's way out (transport/egress.py), judged by its network grant (services/network.py),
     when its sandbox made one. Without a relay (a server `serve` shares between sessions) nobody can be
     asked: a host its grant does not list is refused."""
     process = getattr(upstream, "process", None)

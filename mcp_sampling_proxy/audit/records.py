@@ -116,7 +116,7 @@ class AuditFields(TypedDict, total=False):
     prompt_secrets: list[str]  # ... in the server's request (sampling.scan_requests)
     cost_usd: float | None  # what the proxy's own LLM call cost, in USD (null: unpriced, or no usage reported)
     price_as_of: str  # the price's date (the shipped table's), "policy" (prices:), or "unpriced"
-    tool_change: dict[str, Any]  # tools/list: a pinned tool changed, appeared or went (serve/tools.py)
+    tool_change: dict[str, Any]  # tools/list: a pinned tool changed, appeared or went (services/tools.py)
     approved_by: list[str]  # who approved, by name (terminal, host, console:NAME, webhook:NAME); all of a quorum
     checks: list[CheckRecord]  # the external checks run, when the matched rule has any
     client: str  # who called the served endpoint (`serve`): the name of the bearer token it presented

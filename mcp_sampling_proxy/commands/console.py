@@ -33,7 +33,7 @@ from mcp_sampling_proxy.approval.forms import FormError, parse_form
 from mcp_sampling_proxy.commands.web_console import serve
 from mcp_sampling_proxy.log import configure, get_logger
 from mcp_sampling_proxy.notation.vocabulary import TOOL_CALL_APPROVAL
-from mcp_sampling_proxy.serve.elicitation import open_url
+from mcp_sampling_proxy.services.elicitation import open_url
 from mcp_sampling_proxy.system.terminal import discard_typeahead, erase_question
 from mcp_sampling_proxy.text.sanitize import one_line, quote, strip_controls
 

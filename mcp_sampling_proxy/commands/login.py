@@ -22,7 +22,7 @@ from urllib.parse import parse_qs, urlparse
 import anyio
 from mcp.shared.auth import AuthorizationCodeResult
 
-from mcp_sampling_proxy.serve.elicitation import open_url
+from mcp_sampling_proxy.services.elicitation import open_url
 from mcp_sampling_proxy.text.sanitize import one_line
 from mcp_sampling_proxy.transport import oauth_store
 from mcp_sampling_proxy.transport.http import parse_headers

@@ -32,8 +32,8 @@ from mcp_sampling_proxy.protocol.sampling_request import SamplingRequest, valida
 from mcp_sampling_proxy.protocol.wire_types import ElicitRequestParams
 from mcp_sampling_proxy.quotas.limiters import usd_micros, worst_case_split
 from mcp_sampling_proxy.quotas.refusals import format_period as format_duration
-from mcp_sampling_proxy.serve import auto_answers
-from mcp_sampling_proxy.serve.assess import (
+from mcp_sampling_proxy.services import auto_answers
+from mcp_sampling_proxy.services.assess import (
     Origin,
     Refused,
     SamplingJudgement,
@@ -41,7 +41,7 @@ from mcp_sampling_proxy.serve.assess import (
     judge_elicitation,
     judge_sampling,
 )
-from mcp_sampling_proxy.serve.elicitation import request_mode, validate_elicitation
+from mcp_sampling_proxy.services.elicitation import request_mode, validate_elicitation
 from mcp_sampling_proxy.text.identity import server_phrase, shown
 from mcp_sampling_proxy.text.sanitize import one_line, strip_controls
 from mcp_sampling_proxy.transport.sandbox import policy_grant_problems

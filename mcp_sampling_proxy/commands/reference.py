@@ -28,7 +28,7 @@ from mcp_sampling_proxy.commands.cli import SUBCOMMAND_SUMMARIES, build_parser
 from mcp_sampling_proxy.config.dirs import STATE_DIR_ENV
 from mcp_sampling_proxy.config.paths import CONFIG_DIR_ENV
 from mcp_sampling_proxy.notation.vocabulary import SUBCOMMANDS
-from mcp_sampling_proxy.serve.elicitation import OPENER_ENV
+from mcp_sampling_proxy.services.elicitation import OPENER_ENV
 from mcp_sampling_proxy.system.terminal import DEVICE_ENV, DISABLE_ENV
 
 PROGRAM = "mcp-sampling-proxy"

@@ -63,7 +63,7 @@ from mcp_sampling_proxy.quotas import redis_store
 from mcp_sampling_proxy.quotas.limiters import BUDGETS_FILE
 from mcp_sampling_proxy.quotas.refusals import USD
 from mcp_sampling_proxy.quotas.state import state_dir
-from mcp_sampling_proxy.serve.elicitation import open_url
+from mcp_sampling_proxy.services.elicitation import open_url
 from mcp_sampling_proxy.text.sanitize import one_line
 
 log = get_logger("mcp_sampling_proxy.web_console")

@@ -6,7 +6,7 @@ grant names whom it trusts), optionally the host tool call in flight and a regex
 message, and the answer: `accept` with `content`, `decline` or `cancel`. It stays a policy of last
 resort: it applies only where nobody can be asked (`applies: headless`, the default) unless it says
 `applies: always`; sensitive forms and URL-mode requests are never answered this way (the serving
-side enforces that, serve/auto_answers.py). The content can only be checked against the form's
+side enforces that, services/auto_answers.py). The content can only be checked against the form's
 schema when a form arrives; here its shape is checked: field names to plain values.
 """
 

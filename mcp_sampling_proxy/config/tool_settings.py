@@ -14,7 +14,7 @@
 
 First matching rule wins; with none, a call is allowed. A `deny` rule without `arguments` hides the
 tool from `tools/list` too; with `arguments` it refuses only the calls it matches. `why_not` is the
-matching, shared by the proxy (serve/tools.py) and `policy explain --call`.
+matching, shared by the proxy (services/tools.py) and `policy explain --call`.
 """
 
 from __future__ import annotations

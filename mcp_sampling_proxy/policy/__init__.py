@@ -1,1 +1,1 @@
-"""Pure judging, no I/O: rules and their conditions, the decision, size caps (serve/assess.py applies them)."""
+"""Pure judging, no I/O: rules and their conditions, the decision, size caps (services/assess.py applies them)."""

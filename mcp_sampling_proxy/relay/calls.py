@@ -27,7 +27,7 @@ ROUND_KEY = "mcp-sampling-proxy"  # the inputRequests key of the proxy's own que
 
 # The tools that could own the embedded request being answered: in the 2026 era exactly the
 # retried request's tool (none for prompts/get and resources/read), whatever else is in flight.
-# serve/input_required.py sets it while it answers a round; Session.tool_candidates reads it (None
+# services/input_required.py sets it while it answers a round; Session.tool_candidates reads it (None
 # outside a round).
 ORIGIN_TOOLS: ContextVar[tuple[str, ...] | None] = ContextVar("origin_tools", default=None)
 
@@ -47,7 +47,7 @@ class HostRequest:
     resolving: Any = None  # the task answering the server's input_required rounds for it (relay/core.py)
     final: dict[str, Any] | None = None  # the server's answer, kept while a round of ours is out (sent on the retry)
     sampling_requests: int = 0  # the server's sampling requests under it so far (sampling.max_per_call)
-    cursor: Any = None  # tools/list: the page asked for (None: the first), for the tool pins (serve/tools.py)
+    cursor: Any = None  # tools/list: the page asked for (None: the first), for the tool pins (services/tools.py)
     _turn: anyio.Lock | None = field(default=None, repr=False)  # one round of ours at a time
     _back: anyio.Event | None = field(default=None, repr=False)  # set when the host holds a new id for us
 

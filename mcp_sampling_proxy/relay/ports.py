@@ -84,7 +84,7 @@ class Rounds(HostLine, Protocol):
 
 
 class InputRounds(Protocol):
-    """The 2026-07-28 `input_required` results the proxy answers (serve/input_required.py)."""
+    """The 2026-07-28 `input_required` results the proxy answers (services/input_required.py)."""
 
     def owned_keys(self, result: dict[str, Any], session: Session, origin: dict[str, Any] | None) -> set[str] | None:
         """Keys of the result's requests that the proxy answers itself (None: leave the result alone)."""
@@ -113,7 +113,7 @@ class InputRounds(Protocol):
 
 
 class ToolScreen(Protocol):
-    """Tool lists and calls as the host may see and make them (serve/tools.py)."""
+    """Tool lists and calls as the host may see and make them (services/tools.py)."""
 
     @property
     def active(self) -> bool:

@@ -2,7 +2,7 @@
 
 A server that stops because it could not write a file or reach a host fails in its own words (an EROFS
 in a Node stack trace, a 403 from a proxy it did not know it used). The proxy knows better: a refused
-connection is its own decision (serve/network.py), and a refused write shows in the server's stderr as
+connection is its own decision (services/network.py), and a refused write shows in the server's stderr as
 "Read-only file system". Each is said once per server and path or host, on stderr, naming the grant that
 would allow it, and kept (the last few, in the state directory, which the server cannot see) for
 `doctor` to show after the host has long closed the proxy's log.

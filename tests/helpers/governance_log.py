@@ -1,5 +1,5 @@
 """An audit log of the governance records, as the proxy writes them (the real AuditLog, the fields
-serve/sampling.py, serve/checks.py and serve/tools.py give): for the readers of the log.
+services/sampling.py, services/checks.py and services/tools.py give): for the readers of the log.
 
 One server, `notes`, makes five sampling requests (one answered with an AWS key masked, one
 unsolicited, one past `max_per_call`, one a check denied, one holding a GitHub token under
@@ -108,7 +108,7 @@ def write_governance_log(path: Path) -> None:
         approver: str | None = None,
         tool_change: dict[str, Any] | None = None,
     ) -> None:
-        """A record of the tools: section, as serve/tools.py writes it."""
+        """A record of the tools: section, as services/tools.py writes it."""
         action = {"allow": "allow", "approved": "prompt"}.get(decision, "deny")
         fields: AuditFields = {
             "server": SERVER,

@@ -21,7 +21,7 @@ from helpers.support import KITCHEN_SINK, PY, ROOT, proxy_command, proxy_env, sd
 
 from mcp_sampling_proxy.commands.policy import explain
 from mcp_sampling_proxy.config.settings import load_settings, settings_from_environment
-from mcp_sampling_proxy.serve.assess import Origin
+from mcp_sampling_proxy.services.assess import Origin
 
 pytestmark = pytest.mark.anyio
 

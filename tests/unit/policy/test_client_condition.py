@@ -14,7 +14,7 @@ from mcp_sampling_proxy.config.settings import Settings, parse_settings
 from mcp_sampling_proxy.notation.yamlnodes import PolicyError
 from mcp_sampling_proxy.policy.conditions import ClientMatches, Facts
 from mcp_sampling_proxy.policy.engine import decide, why
-from mcp_sampling_proxy.serve.assess import Origin, Refused, judge_elicitation, judge_sampling
+from mcp_sampling_proxy.services.assess import Origin, Refused, judge_elicitation, judge_sampling
 
 F = "policy.yaml"
 PARAMS = {"messages": [{"role": "user", "content": {"type": "text", "text": "hello"}}], "maxTokens": 100}

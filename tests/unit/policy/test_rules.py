@@ -860,7 +860,7 @@ def test_text_matches_sees_every_string_the_llm_gets() -> None:
     """It used to read text blocks only: a tool's description, a tool call's input or a tool result's
     structured content passed any `text_matches` rule."""
     from mcp_sampling_proxy.config.settings import parse_settings
-    from mcp_sampling_proxy.serve.assess import Origin, Refused, judge_sampling
+    from mcp_sampling_proxy.services.assess import Origin, Refused, judge_sampling
 
     settings = parse_settings(
         "rules:\n  - name: no-exfil\n    when: {text_matches: 'EXFILTRATE'}\n    action: deny\n  - action: allow\n",
@@ -906,7 +906,7 @@ def test_a_model_rule_judges_the_model_the_proxy_chooses() -> None:
     """`model: o3*` tested the hints only: o3-pro, chosen from the hint "pro" or for intelligencePriority 1,
     was not denied."""
     from mcp_sampling_proxy.config.settings import parse_settings
-    from mcp_sampling_proxy.serve.assess import Origin, Refused, judge_sampling
+    from mcp_sampling_proxy.services.assess import Origin, Refused, judge_sampling
 
     settings = parse_settings(
         "llm:\n  providers:\n    p:\n      type: openai\n      api_key_env: K\n"

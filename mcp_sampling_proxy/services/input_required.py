@@ -22,16 +22,16 @@ from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 from mcp_sampling_proxy.protocol.names import ELICITATION_CREATE, SAMPLING_CREATE
 from mcp_sampling_proxy.relay.calls import ORIGIN_TOOLS
 from mcp_sampling_proxy.relay.keepalive import waiting_for
-from mcp_sampling_proxy.serve.elicitation import marked
+from mcp_sampling_proxy.services.elicitation import marked
 from mcp_sampling_proxy.text.sanitize import one_line
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.relay.ports import Rounds
     from mcp_sampling_proxy.relay.session import Session
-    from mcp_sampling_proxy.serve.elicitation import ElicitationService
-    from mcp_sampling_proxy.serve.sampling import SamplingService
+    from mcp_sampling_proxy.services.elicitation import ElicitationService
+    from mcp_sampling_proxy.services.sampling import SamplingService
 
-log = get_logger("mcp_sampling_proxy.serve.input_required")
+log = get_logger("mcp_sampling_proxy.services.input_required")
 
 MAX_REMEMBERED = 1024  # host-answered sampling requests awaiting the host's retry
 SAMPLING = SAMPLING_CREATE
@@ -86,7 +86,7 @@ class InputResolver:
     def host_asked(self, result: dict[str, Any], origin: dict[str, Any] | None, session: Session) -> dict[str, Any]:
         """The host is about to see these input requests: remember its sampling ones, so its
         answers (in the retry's inputResponses) get an audit record like any other sampling; and
-        mark its forms as the server's (serve/elicitation.py: `marked`). The result as the host gets it."""
+        mark its forms as the server's (services/elicitation.py: `marked`). The result as the host gets it."""
         state = result.get("requestState")
         requests = result.get("inputRequests") or {}
         shown = {}
@@ -134,7 +134,7 @@ class InputResolver:
         token = ORIGIN_TOOLS.set(origin_tools(origin))
         try:
             with waiting_for("waiting for sampling" if service is self._sampling else "waiting for an answer"):
-                return await service.serve(rounds.server_request(request))
+                return await service.answer(rounds.server_request(request))
         finally:
             ORIGIN_TOOLS.reset(token)
 

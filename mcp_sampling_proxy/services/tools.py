@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from mcp_sampling_proxy.relay.ports import HostLine
     from mcp_sampling_proxy.relay.session import Session
 
-log = get_logger("mcp_sampling_proxy.serve.tools")
+log = get_logger("mcp_sampling_proxy.services.tools")
 
 TOOL_REFUSED = -32001  # a tools/call the proxy refused (held tool, deny rule, or a human said no)
 MAX_CHANGE_TEXT = 2000  # characters of each changed field kept in the audit record

@@ -39,8 +39,8 @@ from mcp_sampling_proxy.providers.registry import make_adapter
 from mcp_sampling_proxy.quotas.limiters import BudgetHold, Limiters, PricedModel, SamplingGate, limit_key
 from mcp_sampling_proxy.quotas.refusals import Refusal
 from mcp_sampling_proxy.relay.keepalive import waiting_for
-from mcp_sampling_proxy.serve import secret_scan
-from mcp_sampling_proxy.serve.assess import (
+from mcp_sampling_proxy.services import secret_scan
+from mcp_sampling_proxy.services.assess import (
     Origin,
     Refused,
     SamplingJudgement,
@@ -48,15 +48,15 @@ from mcp_sampling_proxy.serve.assess import (
     judge_sampling,
     usable_providers,
 )
-from mcp_sampling_proxy.serve.checks import CheckRefused, Checks
-from mcp_sampling_proxy.serve.opening import Opened, opened
+from mcp_sampling_proxy.services.checks import CheckRefused, Checks
+from mcp_sampling_proxy.services.opening import Opened, opened
 from mcp_sampling_proxy.text.redact import Redactor
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.relay.ports import HostLine, ServerRequest
     from mcp_sampling_proxy.relay.session import Session
 
-log = get_logger("mcp_sampling_proxy.serve.sampling")
+log = get_logger("mcp_sampling_proxy.services.sampling")
 
 UNSOLICITED = "unsolicited"  # the audit reason of a request with no host request in flight
 MAX_PER_CALL = "max_per_call"  # the audit limit of a request over sampling.max_per_call
@@ -77,9 +77,9 @@ class SamplingService:
         self._audit = audit
         self._limiters = limiters or Limiters()
         self._gate = SamplingGate(settings.sampling.max_concurrent, settings.sampling.max_queued)
-        self._checks = Checks(settings.checks, settings.limits)  # the rule's external checks (serve/checks.py)
+        self._checks = Checks(settings.checks, settings.limits)  # the rule's external checks (services/checks.py)
 
-    async def serve(self, incoming: ServerRequest) -> dict[str, Any]:
+    async def answer(self, incoming: ServerRequest) -> dict[str, Any]:
         """Answer one sampling/createMessage (the `answers` port, relay/ports.py)."""
         async with opened(incoming, self._audit, self._limiters, incoming.params) as request:
             return await self._serve(request)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from mcp_sampling_proxy.serve.secret_scan import OVERLAP, WINDOW, mask_text, scan, scan_request
+from mcp_sampling_proxy.services.secret_scan import OVERLAP, WINDOW, mask_text, scan, scan_request
 
 AWS_KEY_ID = "AKIAIOSFODNN7EXAMPLE"  # AWS's documented example key
 GITHUB = "ghp_" + "a1B2c3D4e5" * 3 + "a1B2c3"

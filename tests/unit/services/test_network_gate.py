@@ -1,4 +1,4 @@
-"""The network grant's decisions (serve/network.py), in process: what a list allows, what it refuses with
+"""The network grant's decisions (services/network.py), in process: what a list allows, what it refuses with
 the grant that would allow it, an audit record each, and which grants reach this machine's own addresses."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from mcp_sampling_proxy.audit.recorder import AuditLog
 from mcp_sampling_proxy.config.settings import parse_settings
 from mcp_sampling_proxy.relay.session import Session
-from mcp_sampling_proxy.serve.network import NetworkGate
+from mcp_sampling_proxy.services.network import NetworkGate
 from mcp_sampling_proxy.transport.egress import Connect
 
 pytestmark = pytest.mark.anyio

@@ -46,7 +46,7 @@ from mcp_sampling_proxy.relay.keepalive import waiting_for
 from mcp_sampling_proxy.system.addresses import is_loopback
 from mcp_sampling_proxy.text.sanitize import one_line
 
-log = get_logger("mcp_sampling_proxy.serve.checks")
+log = get_logger("mcp_sampling_proxy.services.checks")
 
 CHECK_PROTOCOL_VERSION = 1
 MAX_VERDICT_BYTES = 4 * MiB  # what a validator may answer (a modified text included)
@@ -67,7 +67,7 @@ class CheckFailed(Exception):
 
 class CheckRefused(Exception):
     """A check ended the request (a deny, or an error under `on_error: deny`). It has what
-    serve/sampling.py's `_Ended` has: the audit outcome, the server's error and extra audit fields."""
+    services/sampling.py's `_Ended` has: the audit outcome, the server's error and extra audit fields."""
 
     def __init__(self, error: RpcError, fields: AuditFields | None = None):
         super().__init__(error.message)

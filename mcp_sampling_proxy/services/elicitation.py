@@ -34,9 +34,9 @@ from mcp_sampling_proxy.protocol.sampling_request import check_params
 from mcp_sampling_proxy.protocol.wire_types import ElicitRequestParams
 from mcp_sampling_proxy.quotas.limiters import limit_key
 from mcp_sampling_proxy.relay.keepalive import waiting_for
-from mcp_sampling_proxy.serve import auto_answers
-from mcp_sampling_proxy.serve.assess import Origin, judge_elicitation
-from mcp_sampling_proxy.serve.opening import Opened, opened
+from mcp_sampling_proxy.services import auto_answers
+from mcp_sampling_proxy.services.assess import Origin, judge_elicitation
+from mcp_sampling_proxy.services.opening import Opened, opened
 from mcp_sampling_proxy.text.sanitize import one_line, quote
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from mcp_sampling_proxy.relay.ports import ServerRequest
     from mcp_sampling_proxy.relay.session import Session
 
-log = get_logger("mcp_sampling_proxy.serve.elicitation")
+log = get_logger("mcp_sampling_proxy.services.elicitation")
 
 METHOD = ELICITATION_CREATE
 COMPLETE = ELICITATION_COMPLETE
@@ -106,7 +106,7 @@ class ElicitationService:
         log.info("elicitation completed", elicitation_id=elicitation_id)
         return False
 
-    async def serve(self, incoming: ServerRequest) -> dict[str, Any]:
+    async def answer(self, incoming: ServerRequest) -> dict[str, Any]:
         """Answer one elicitation/create (the `answers` port, relay/ports.py)."""
         raw = incoming.params
         mode = request_mode(raw) if isinstance(raw, dict) else None
