@@ -100,6 +100,7 @@ class Playbook:
         self.server = Peer("server")
         self.second_leg = SecondLegPeer() if second_leg else None
         self._tg: anyio.abc.TaskGroup | None = None
+        self._calls = 0  # the host's calls `sample` made
         self.relay: Relay
 
     async def __aenter__(self) -> Playbook:
@@ -161,6 +162,25 @@ class Playbook:
         if not self.audit_path.exists():
             return []
         return [json.loads(line) for line in self.audit_path.read_text().splitlines()]
+
+    async def sample(self, params: dict[str, Any], tool: str = "sample", timeout: float = 30.0) -> dict[str, Any]:
+        """What a server asking for a sample inside the host's call of `tool` gets back from the relay (after
+        `handshake`): the JSON-RPC response, its `result` or its `error`. The server then ends the call."""
+        self._calls += 1
+        call = f"call-{self._calls}"
+        self.host.says(
+            {"jsonrpc": "2.0", "id": call, "method": "tools/call", "params": {"name": tool, "arguments": {}}}
+        )
+        forwarded = await self.server.next()
+        assert forwarded["method"] == "tools/call", forwarded
+        asked = f"sample-{self._calls}"
+        self.server.says({"jsonrpc": "2.0", "id": asked, "method": "sampling/createMessage", "params": params})
+        answer = await self.server.next(timeout)
+        assert answer.get("id") == asked and "method" not in answer, answer
+        self.server.says({"jsonrpc": "2.0", "id": forwarded["id"], "result": {"content": []}})
+        ended = await self.host.next()
+        assert ended.get("id") == call, ended
+        return answer
 
     async def handshake(self, capabilities: dict[str, Any] | None = None) -> None:
         """The host's initialize, answered by the server in the handshake era, and `initialized`."""

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -332,15 +332,17 @@ class CommandRun:
     stderr: str
 
 
-def run_subcommand(argv: list[str], *, check: bool = False) -> CommandRun:
+def run_subcommand(argv: list[str], *, check: bool = False, stdin: str | None = None) -> CommandRun:
     """A subcommand (`["policy", "explain", ...]`) run in this process, no process started, as
     `mcp-sampling-proxy` runs it: its logging set up the same way (warnings, readable, on stderr), without
-    the process hardening of a real start. `check`: fail unless it exits 0."""
+    the process hardening of a real start. `check`: fail unless it exits 0. `stdin`: what it reads there,
+    as if piped (not a terminal; "" is an empty pipe, as from /dev/null); None leaves stdin as it is."""
     from mcp_sampling_proxy.log import configure
     from mcp_sampling_proxy.notation.vocabulary import SUBCOMMANDS
 
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    piped = contextlib.nullcontext() if stdin is None else _stdin(io.StringIO(stdin))
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), piped:
         configure("warning", "console")
         module = importlib.import_module(f"mcp_sampling_proxy.commands.{SUBCOMMANDS[argv[0]]}")
         try:
@@ -351,6 +353,16 @@ def run_subcommand(argv: list[str], *, check: bool = False) -> CommandRun:
     if check and code != 0:
         raise CommandFailed(f"{argv} exited {code}:\n{done.stderr}")
     return done
+
+
+@contextlib.contextmanager
+def _stdin(stream: io.StringIO) -> Iterator[None]:
+    """sys.stdin is `stream` meanwhile (contextlib has redirect_stdout and _stderr, not _stdin)."""
+    saved, sys.stdin = sys.stdin, stream
+    try:
+        yield
+    finally:
+        sys.stdin = saved
 
 
 # a policy with three mistakes, each named at its FILE:LINE:COL by `policy check` and by the proxy

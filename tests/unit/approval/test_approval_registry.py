@@ -3,8 +3,7 @@ registry makes, and the proxy asks them in the policy's order."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import importlib.util
 
 import pytest
 
@@ -41,17 +40,18 @@ def test_without_a_console_server_the_console_channel_is_left_out() -> None:
     assert [channel.name for channel in made] == ["host"]
 
 
-def test_the_registry_refuses_to_load_when_the_policys_names_differ() -> None:
+def test_the_registry_refuses_to_load_when_the_policys_names_differ(monkeypatch: pytest.MonkeyPatch) -> None:
     """config/settings.py (below approval) holds the names the policy may use; a channel added to one
-    list and not the other must stop the proxy at start, not be silently unreachable."""
-    code = (
-        "import mcp_sampling_proxy.config.settings as settings\n"
-        "settings.APPROVAL_CHANNELS = (*settings.APPROVAL_CHANNELS, 'pager')\n"
-        "import mcp_sampling_proxy.approval.registry\n"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert result.returncode != 0
-    assert "APPROVAL_CHANNELS lists ('terminal', 'console', 'host', 'webhook', 'pager')" in result.stderr
+    list and not the other must stop the proxy at start, not be silently unreachable. The registry's
+    module is run again here, as a new module beside the loaded one, with a name added to the list."""
+    from mcp_sampling_proxy.config import settings
+
+    monkeypatch.setattr(settings, "APPROVAL_CHANNELS", (*settings.APPROVAL_CHANNELS, "pager"))
+    spec = importlib.util.find_spec("mcp_sampling_proxy.approval.registry")
+    assert spec is not None and spec.loader is not None
+    with pytest.raises(ImportError) as refused:
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    assert "APPROVAL_CHANNELS lists ('terminal', 'console', 'host', 'webhook', 'pager')" in str(refused.value)
 
 
 def test_the_webhook_channel_needs_its_section_and_the_section_needs_the_channel() -> None:

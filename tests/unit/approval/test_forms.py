@@ -577,22 +577,30 @@ def test_field_json_schema_is_the_plain_form_of_each_shape(prop: dict[str, Any],
     assert one(prop).json_schema() == schema
 
 
-def test_jsonschema_is_imported_only_when_a_value_is_checked() -> None:
-    """It costs tens of milliseconds; a form without defaults is parsed (and its secrets looked for) without it."""
-    import subprocess
+def test_jsonschema_is_imported_only_when_a_value_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """It costs tens of milliseconds; a form without defaults is parsed (and its secrets looked for) without it.
+    In process: with jsonschema unimportable, the package is imported afresh (new module objects, as a new
+    process imports it; the loaded ones are put back after), parses the form and looks for secrets; checking
+    a value is what reaches for jsonschema; with jsonschema back, the value is checked."""
+    import importlib
     import sys
 
-    code = (
-        "import sys\n"
-        "from mcp_sampling_proxy.approval.forms import parse_form, secret_reasons, validate_content\n"
-        "form = parse_form({'type': 'object', 'properties': {'e': {'type': 'string', 'format': 'email'}}})\n"
-        "secret_reasons(form, 'hello')\n"
-        "before = 'jsonschema' in sys.modules\n"
-        "problems = validate_content(form, {'e': 'nope'})\n"
-        "print(before, 'jsonschema' in sys.modules, len(problems))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["False", "True", "1"]
+    loaded = [name for name in sys.modules if name.partition(".")[0] == "mcp_sampling_proxy"]
+    try:
+        with monkeypatch.context() as fresh:
+            for name in loaded:
+                fresh.delitem(sys.modules, name)
+            fresh.setitem(sys.modules, "jsonschema", None)  # `import jsonschema` now raises ImportError
+            forms = importlib.import_module("mcp_sampling_proxy.approval.forms")
+            form = forms.parse_form({"type": "object", "properties": {"e": {"type": "string", "format": "email"}}})
+            forms.secret_reasons(form, "hello")
+            with pytest.raises(ImportError, match="jsonschema"):
+                forms.validate_content(form, {"e": "nope"})
+    finally:  # only the loaded modules stay: a module first imported above belongs to the fresh copies
+        for name in [name for name in sys.modules if name.partition(".")[0] == "mcp_sampling_proxy"]:
+            if name not in loaded:
+                del sys.modules[name]
+    assert len(forms.validate_content(form, {"e": "nope"})) == 1
 
 
 # -- apply_defaults ---------------------------------------------------------------------------

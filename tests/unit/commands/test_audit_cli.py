@@ -1,18 +1,15 @@
-"""`audit summary` numbers against a known run, and `audit tail` (escapes stripped, -n, --json, -f)."""
+"""`audit summary` numbers against a known run, and `audit tail` (escapes stripped, -n, --json), in process;
+the follower `audit tail -f` and the web console read with. `audit tail -f` as a command, across rotation:
+tests/e2e/test_audit_tail_follow.py; on a runaway line, in bounded memory: tests/security/test_audit_foreign_tail.py."""
 
 from __future__ import annotations
 
 import json
 import os
-import queue
-import signal
-import subprocess
-import threading
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import Any, cast
 
 import pytest
-from helpers.support import PY, ROOT
 
 from mcp_sampling_proxy.audit.recorder import AuditLog
 from mcp_sampling_proxy.commands import audit as audit_cmd
@@ -200,82 +197,6 @@ def test_tail_shows_seals_and_unreadable_lines(tmp_path: Path, capsys: pytest.Ca
     assert "alpha" in lines[0] and "allow" in lines[0] and "10+2 tokens" in lines[0] and "100 ms" in lines[0]
     assert "?? a line that is not a record" in lines[-3]
     assert "-- seal: 7 bytes after the last record sealed" in lines[-2]
-
-
-def pump(stream: IO[str] | None, into: queue.Queue[str]) -> None:
-    """A thread's work: each line a child writes, into a queue the test reads with a timeout."""
-    assert stream is not None
-    for line in stream:
-        into.put(line)
-
-
-def test_tail_follow_prints_new_records_across_rotation(tmp_path: Path) -> None:
-    path = tmp_path / "audit.jsonl"
-    log = AuditLog(str(path), fsync=False, max_bytes=3000)
-    log.record(server="before", decision="allow")
-    proc = subprocess.Popen(
-        [PY, "-m", "mcp_sampling_proxy", "audit", "tail", "-f", "-n", "1", str(path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=pump, args=(proc.stdout, lines), daemon=True).start()
-    try:
-        assert "before" in lines.get(timeout=15)
-        for index in range(8):  # about 500 bytes each: rotates at least once
-            log.record(server=f"after-{index}", decision="allow")
-        servers: list[str] = []
-        while len(servers) < 8:
-            line = lines.get(timeout=15)
-            if "after-" in line:
-                servers.append(line)
-        assert [s.split()[1] for s in servers] == [f"after-{i}" for i in range(8)]
-        assert Path(f"{path}.1").exists()
-    finally:
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(10) == 0
-
-
-def test_tail_follow_skips_a_runaway_line_with_bounded_memory(tmp_path: Path) -> None:
-    """Anyone running as the user (the governed server too) can append to the log: 100 MB without
-    a newline must not make `audit tail -f` hold 100 MB. It reports the line by its size and goes
-    on with the records after it."""
-    path = tmp_path / "audit.jsonl"
-    log = AuditLog(str(path), fsync=False)
-    log.record(server="before", decision="allow")
-    proc = subprocess.Popen(
-        [PY, "-m", "mcp_sampling_proxy", "audit", "tail", "-f", "--json", "-n", "1", str(path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=pump, args=(proc.stdout, lines), daemon=True).start()
-    junk = 100 * 1024 * 1024
-    try:
-        assert "before" in lines.get(timeout=15)
-        with open(path, "ab") as f:
-            for _ in range(junk // (4 * 1024 * 1024)):
-                f.write(b"x" * (4 * 1024 * 1024))
-                f.flush()
-            f.write(b"\n")
-        log.record(server="after", decision="allow")
-        assert json.loads(lines.get(timeout=30)) == {"unreadable_line_bytes": junk + 1}
-        seal = json.loads(lines.get(timeout=15))  # the writer sealed the foreign bytes before its record
-        assert seal["event"] == "seal" and seal["torn_bytes"] == junk + 1
-        assert json.loads(lines.get(timeout=15))["server"] == "after"
-        peak_kb = next(
-            int(line.split()[1])
-            for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines()
-            if line.startswith("VmHWM:")
-        )
-        assert peak_kb < 100 * 1024, f"tail -f held {peak_kb // 1024} MB for a {junk // 2**20} MB line"
-    finally:
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(10) == 0
 
 
 def test_the_web_consoles_reader_starts_at_the_end_and_skips_a_runaway_line(tmp_path: Path) -> None:

@@ -1,12 +1,11 @@
-"""`policy explain` shows a rule's usd budget and the price it counts the chosen model at."""
+"""`policy explain` (run in process) shows a rule's usd budget and the price it counts the chosen model at."""
 
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
-from helpers.support import PY, proxy_env, write_policy
+from helpers.support import run_subcommand, write_policy
 
 from mcp_sampling_proxy.config.prices import AS_OF
 
@@ -20,23 +19,7 @@ def explain(tmp_path: Path, model: str, extra: str = "") -> str:
     )
     request = tmp_path / "request.json"
     request.write_text(json.dumps(PARAMS), encoding="utf-8")
-    done = subprocess.run(
-        [
-            PY,
-            "-m",
-            "mcp_sampling_proxy",
-            "policy",
-            "explain",
-            write_policy(tmp_path, policy),
-            "--request",
-            str(request),
-        ],
-        env=proxy_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    done = run_subcommand(["policy", "explain", write_policy(tmp_path, policy), "--request", str(request)], check=True)
     return done.stdout
 
 

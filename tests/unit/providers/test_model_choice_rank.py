@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 from fakes.llm_server import FakeLLMServer
-from helpers.support import proxy_command, proxy_env, sdk_host, tool_json, write_policy
+from helpers.playbook import Playbook
+from helpers.support import write_policy
 
 from mcp_sampling_proxy.commands.cli import main
 from mcp_sampling_proxy.config.providers import ModelSpec, ProviderConfig
@@ -114,16 +115,22 @@ def test_explain_names_the_model_and_why(tmp_path: Path, capsys: pytest.CaptureF
 
 
 @pytest.mark.anyio
-async def test_through_the_proxy_the_llm_is_asked_for_the_exact_model(tmp_path: Path) -> None:
-    with FakeLLMServer("openai") as llm:
-        path = write_policy(tmp_path, POLICY.format(base_url=llm.base_url))
-        env = proxy_env(
-            TEST_LLM_KEY="k",
-            MCP_SAMPLING_PROXY_STATE_DIR=str(tmp_path / "state"),
-            MCP_SAMPLING_PROXY_RUNTIME_DIR=str(tmp_path / "run"),
-        )
-        async with sdk_host(proxy_command(path), env, tmp_path / "stderr.log") as client:
-            exact = tool_json(await client.call_tool("sample", {"prompt": "a", "hints": ["gpt-4o"]}))
-            prefix = tool_json(await client.call_tool("sample", {"prompt": "b", "hints": ["gpt-4o-2"]}))
-        assert [r.body["model"] for r in llm.requests] == ["gpt-4o", "gpt-4o-2024-08-06"]
-        assert exact["model"] == "gpt-4o" and prefix["model"] == "gpt-4o-2024-08-06"
+async def test_through_the_proxy_the_llm_is_asked_for_the_exact_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, llm: FakeLLMServer
+) -> None:
+    """The proxy's real relay and services (played in memory, tests/helpers/playbook.py) ask the LLM."""
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+
+    def hinted(prompt: str, hint: str) -> dict[str, Any]:
+        return {
+            "messages": [{"role": "user", "content": {"type": "text", "text": prompt}}],
+            "maxTokens": 100,
+            "modelPreferences": {"hints": [{"name": hint}]},
+        }
+
+    async with Playbook(tmp_path, POLICY.format(base_url=llm.base_url)) as play:
+        await play.handshake()
+        exact = (await play.sample(hinted("a", "gpt-4o")))["result"]
+        prefix = (await play.sample(hinted("b", "gpt-4o-2")))["result"]
+    assert [r.body["model"] for r in llm.requests] == ["gpt-4o", "gpt-4o-2024-08-06"]
+    assert exact["model"] == "gpt-4o" and prefix["model"] == "gpt-4o-2024-08-06"

@@ -1,14 +1,12 @@
 """A usd budget in the state file: micro-dollars in their own `spend` mapping, beside (never mixed with) the
-token budget of the same rule and server, and refusals that speak dollars."""
+token budget of the same rule and server, and refusals that speak dollars. The same on a real Redis:
+tests/e2e/test_state_redis.py."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from mcp_sampling_proxy.quotas.limiters import TokenBudget, usd_micros
-from mcp_sampling_proxy.quotas.redis_store import RedisQuotas, read_budgets
 from mcp_sampling_proxy.quotas.refusals import USD, Refusal, Reservation, budget_refusal
 
 T0 = 86400.0 * 20000 + 3600  # 01:00 UTC: a 1d window resets in 23 h
@@ -52,23 +50,3 @@ def test_refusals_speak_dollars() -> None:
 
 def test_dollars_become_exact_micro_dollars() -> None:
     assert [usd_micros(d) for d in (5, 0.1, 0.0016, 19.99)] == [5_000_000, 100_000, 1_600, 19_990_000]
-
-
-@pytest.mark.anyio
-async def test_a_usd_budget_on_redis_is_kept_apart_and_read_back_for_the_console(redis_url: str) -> None:
-    store = RedisQuotas(redis_url, "money:")
-    try:
-        tokens = await store.reserve("r@s", 1000, 86400, 900, rule="r")
-        money = await store.reserve("r@s", usd_micros(5), 86400, usd_micros(4.5), rule="r", unit=USD)
-        assert isinstance(tokens, Reservation) and isinstance(money, Reservation)
-        await store.settle(money, usd_micros(0.25))
-        await store.settle(tokens, 300)
-        refused = await store.reserve("r@s", usd_micros(5), 86400, usd_micros(4.8), rule="r", unit=USD)
-        assert isinstance(refused, Refusal)
-        assert refused.message.startswith(
-            "usd budget of rule 'r' exhausted: $0.25 of $5.00 spent in this 1d window; $4.75 left"
-        )
-    finally:
-        await store.aclose()
-    assert read_budgets(redis_url, "money:", unit=USD)["r@s"]["used"] == 250_000
-    assert read_budgets(redis_url, "money:")["r@s"]["used"] == 300

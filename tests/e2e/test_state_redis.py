@@ -4,7 +4,8 @@ Three proxies of the same server, each flooded with 200 concurrent sampling requ
 hostile server (tests/fixtures/hostile/sampling_flood.py), share one rate limit, one concurrency
 limit or one token budget through Redis: the counts are exact and the budget is never overrun.
 When Redis cannot be reached, the policy decides (deny, naming the URL, or this proxy's own limits)
-and everything else is still relayed.
+and everything else is still relayed. A usd budget on Redis is kept apart from the token budget of the
+same key. The `state:` section's mistakes, in process: tests/unit/quotas/test_state_section.py.
 """
 
 from __future__ import annotations
@@ -16,8 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 from fakes.llm_server import FakeLLMServer
-from helpers.support import PROXY, PY, ROOT, RawHost, free_port, openai_policy, proxy_command, proxy_env, write_policy
+from helpers.support import PY, ROOT, RawHost, free_port, openai_policy, proxy_command, proxy_env, write_policy
+
+from mcp_sampling_proxy.quotas.limiters import usd_micros
+from mcp_sampling_proxy.quotas.redis_store import RedisQuotas, read_budgets
+from mcp_sampling_proxy.quotas.refusals import USD, Refusal, Reservation
 
 FLOOD = str(ROOT / "tests" / "fixtures" / "hostile" / "sampling_flood.py")
 HANG = 120.0  # only stops a hang; no test asserts a timing
@@ -181,21 +187,6 @@ def test_a_dead_proxys_reservation_and_slot_expire(redis_url: str) -> None:
     anyio.run(scenario)
 
 
-def test_state_section_errors_name_the_line(tmp_path: Path) -> None:
-    cases = {
-        "state:\n  backend: redis\n": "needs exactly one of url",
-        "state:\n  backend: redis\n  url: http://x\n": "must start with redis://",
-        "state:\n  url: redis://x\n": "applies to backend: redis only",
-        "state:\n  backend: redis\n  url: redis://x\n  on_state_error: allow\n": "on_state_error",
-    }
-    for text, words in cases.items():
-        path = write_policy(tmp_path, text)
-        done = subprocess.run([*PROXY, "policy", "check", str(path)], capture_output=True, text=True, timeout=60)
-        assert done.returncode != 0
-        assert words in done.stderr + done.stdout
-        assert f"{path}:" in done.stderr + done.stdout
-
-
 def test_a_missing_url_env_stops_the_proxy_with_what_to_set(tmp_path: Path) -> None:
     path = write_policy(tmp_path, "state:\n  backend: redis\n  url_env: TEAM_REDIS_URL\n")
     done = subprocess.run(
@@ -266,3 +257,23 @@ def test_sampling_hosts_answer_counts_in_the_shared_rate_window(
         second = h.request("tools/call", {"name": "mixed", "arguments": {}, "_meta": MODERN_META})
     assert "s" in first["result"]["inputRequests"]
     assert "s" not in second["result"]["inputRequests"]  # the proxy kept it, and refuses it with the limit
+
+
+@pytest.mark.anyio
+async def test_a_usd_budget_on_redis_is_kept_apart_and_read_back_for_the_console(redis_url: str) -> None:
+    store = RedisQuotas(redis_url, "money:")
+    try:
+        tokens = await store.reserve("r@s", 1000, 86400, 900, rule="r")
+        money = await store.reserve("r@s", usd_micros(5), 86400, usd_micros(4.5), rule="r", unit=USD)
+        assert isinstance(tokens, Reservation) and isinstance(money, Reservation)
+        await store.settle(money, usd_micros(0.25))
+        await store.settle(tokens, 300)
+        refused = await store.reserve("r@s", usd_micros(5), 86400, usd_micros(4.8), rule="r", unit=USD)
+        assert isinstance(refused, Refusal)
+        assert refused.message.startswith(
+            "usd budget of rule 'r' exhausted: $0.25 of $5.00 spent in this 1d window; $4.75 left"
+        )
+    finally:
+        await store.aclose()
+    assert read_budgets(redis_url, "money:", unit=USD)["r@s"]["used"] == 250_000
+    assert read_budgets(redis_url, "money:")["r@s"]["used"] == 300

@@ -1,0 +1,32 @@
+"""The approvals a proxy remembers ("always"), in the sealed state file: what an older version left is
+taken once, and what was written later without the key is not believed. Remembered approvals asked of a
+running proxy's console and host: tests/e2e/test_approval_channels.py."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+
+def test_approvals_of_an_older_version_are_taken_once_and_later_unsealed_ones_are_not(tmp_path: Path) -> None:
+    """The first run of a version that seals (its key is new) seals what an older one remembered; an entry
+    written after that without the key (a same-user server's) is not believed, and `ignored` says so."""
+    from mcp_sampling_proxy.approval.memory import ApprovalMemory
+    from mcp_sampling_proxy.quotas.integrity import prepare
+    from mcp_sampling_proxy.quotas.state import JsonStateFile, adopt
+
+    state = tmp_path / "state"
+    state.mkdir()
+    path = state / "approvals.json"
+    path.write_text(json.dumps({"always": [{"server": "old", "tool": "t"}]}))
+    os.utime(path, (1_000_000, 1_000_000))  # written long before this version ran
+    assert prepare(state) is True and prepare(state) is False
+    adopt(state)
+    memory = ApprovalMemory(store=JsonStateFile(path))
+    assert memory.remembers("old", "t") == "always"
+    data = json.loads(path.read_text())
+    data["always"].append({"server": "evil", "tool": "go"})
+    path.write_text(json.dumps(data))
+    assert memory.remembers("evil", "go") is None and memory.ignored("evil", "go")
+    assert memory.remembers("old", "t") == "always"  # the rest of the file is still believed
