@@ -3,39 +3,19 @@ with status 0. `audit tail` itself, in process: tests/unit/commands/test_audit_c
 
 from __future__ import annotations
 
-import os
-import queue
 import signal
-import subprocess
-import threading
 from pathlib import Path
-from typing import IO
 
-from helpers.support import PY, ROOT
+from helpers.audit_logs import tail_follow
 
 from mcp_sampling_proxy.audit.recorder import AuditLog
-
-
-def pump(stream: IO[str] | None, into: queue.Queue[str]) -> None:
-    """A thread's work: each line a child writes, into a queue the test reads with a timeout."""
-    assert stream is not None
-    for line in stream:
-        into.put(line)
 
 
 def test_tail_follow_prints_new_records_across_rotation(tmp_path: Path) -> None:
     path = tmp_path / "audit.jsonl"
     log = AuditLog(str(path), fsync=False, max_bytes=3000)
     log.record(server="before", decision="allow")
-    proc = subprocess.Popen(
-        [PY, "-m", "mcp_sampling_proxy", "audit", "tail", "-f", "-n", "1", str(path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=pump, args=(proc.stdout, lines), daemon=True).start()
+    proc, lines = tail_follow(path)
     try:
         assert "before" in lines.get(timeout=15)
         for index in range(8):  # about 500 bytes each: rotates at least once

@@ -9,51 +9,14 @@ Each is measured as a process of its own (its peak resident memory, VmHWM), so t
 from __future__ import annotations
 
 import json
-import os
-import queue
 import signal
 import subprocess
-import threading
 from pathlib import Path
-from typing import IO, Any
 
-from helpers.support import PY, ROOT
+from helpers.audit_logs import PARAMS, lines_of, tail_follow, write_log
+from helpers.support import PY
 
 from mcp_sampling_proxy.audit.recorder import AuditLog
-
-PARAMS: dict[str, Any] = {
-    "messages": [{"role": "user", "content": {"type": "text", "text": "Capital of France?"}}],
-    "systemPrompt": "Be brief.",
-    "maxTokens": 20,
-}
-RESULT = {"role": "assistant", "content": {"type": "text", "text": "Paris."}, "model": "m", "stopReason": "endTurn"}
-
-
-def write_log(path: Path, count: int = 5, **options: Any) -> AuditLog:
-    log = AuditLog(str(path), fsync=False, **options)
-    for index in range(count):
-        log.record(
-            params=PARAMS,
-            result=RESULT,
-            server="srv",
-            host="host",
-            method="sampling/createMessage",
-            request_id=index + 1,
-            decision="allow",
-            rule="ok",
-            provider="p",
-            model="m",
-            input_tokens=10,
-            output_tokens=2,
-            latency_ms=100 + index,
-            stop_reason="endTurn",
-        )
-    return log
-
-
-def lines_of(path: Path) -> list[bytes]:
-    return path.read_bytes().splitlines(keepends=True)
-
 
 # Writes one record to the log at argv[1] (reading back and sealing whatever is at its end), or with
 # argv[2] == "verify" runs `audit verify` on it; prints the process's peak RSS in MB last on stderr.
@@ -139,13 +102,6 @@ def test_a_long_line_that_starts_like_a_record_is_not_read_whole(tmp_path: Path)
     assert seal["event"] == "seal" and seal["torn_bytes"] == junk + 9 and after["prev_hash"] == seal["hash"]
 
 
-def pump(stream: IO[str] | None, into: queue.Queue[str]) -> None:
-    """A thread's work: each line a child writes, into a queue the test reads with a timeout."""
-    assert stream is not None
-    for line in stream:
-        into.put(line)
-
-
 def test_tail_follow_skips_a_runaway_line_with_bounded_memory(tmp_path: Path) -> None:
     """Anyone running as the user (the governed server too) can append to the log: 100 MB without
     a newline must not make `audit tail -f` hold 100 MB. It reports the line by its size and goes
@@ -153,15 +109,7 @@ def test_tail_follow_skips_a_runaway_line_with_bounded_memory(tmp_path: Path) ->
     path = tmp_path / "audit.jsonl"
     log = AuditLog(str(path), fsync=False)
     log.record(server="before", decision="allow")
-    proc = subprocess.Popen(
-        [PY, "-m", "mcp_sampling_proxy", "audit", "tail", "-f", "--json", "-n", "1", str(path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=pump, args=(proc.stdout, lines), daemon=True).start()
+    proc, lines = tail_follow(path, "--json")
     junk = 100 * 1024 * 1024
     try:
         assert "before" in lines.get(timeout=15)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import itertools
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
+from helpers.audit_logs import PARAMS, RESULT, lines_of, write_log
 from helpers.support import CommandRun, run_subcommand
 from structlog.testing import capture_logs
 
@@ -15,39 +15,6 @@ from mcp_sampling_proxy.audit.chain_file import AuditError
 from mcp_sampling_proxy.audit.recorder import AuditLog
 from mcp_sampling_proxy.audit.records import DECISION_FIELDS, GENESIS, AuditFields, canonical, record_hash
 from mcp_sampling_proxy.commands import audit as audit_cmd
-
-PARAMS: dict[str, Any] = {
-    "messages": [{"role": "user", "content": {"type": "text", "text": "Capital of France?"}}],
-    "systemPrompt": "Be brief.",
-    "maxTokens": 20,
-}
-RESULT = {"role": "assistant", "content": {"type": "text", "text": "Paris."}, "model": "m", "stopReason": "endTurn"}
-
-
-def write_log(path: Path, count: int = 5, **options: Any) -> AuditLog:
-    log = AuditLog(str(path), fsync=False, **options)
-    for index in range(count):
-        log.record(
-            params=PARAMS,
-            result=RESULT,
-            server="srv",
-            host="host",
-            method="sampling/createMessage",
-            request_id=index + 1,
-            decision="allow",
-            rule="ok",
-            provider="p",
-            model="m",
-            input_tokens=10,
-            output_tokens=2,
-            latency_ms=100 + index,
-            stop_reason="endTurn",
-        )
-    return log
-
-
-def lines_of(path: Path) -> list[bytes]:
-    return path.read_bytes().splitlines(keepends=True)
 
 
 def verify(capsys: pytest.CaptureFixture[str], *paths: Path) -> tuple[int, str, str]:
