@@ -273,3 +273,58 @@ def test_callers_cannot_set_the_chain_keys(tmp_path: Path) -> None:
     assert record["ts"] != "1999-01-01" and record["hash"] != "y" and record["prev_hash"] != "x"
     assert list(record)[:5] == ["ts", "seq", "proxy_id", "event", "continues"]
     assert list(record)[-2:] == ["prev_hash", "hash"]
+
+
+def _each_string_redacted_in_full(redactor: Redactor, value: Any) -> Any:
+    """What `redact_value` must give: every pattern run over every string, as `redact` does one text."""
+    if isinstance(value, str):
+        return redactor.redact(value)[0]
+    if isinstance(value, dict):
+        media = value.get("type") in ("image", "audio")
+        return {
+            (redactor.redact(k)[0] if isinstance(k, str) else k): v
+            if media and k == "data"
+            else _each_string_redacted_in_full(redactor, v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_each_string_redacted_in_full(redactor, v) for v in value]
+    return value
+
+
+AROUND = [
+    "",
+    "plain words, no secret",
+    "call me at 4111 1111",
+    "Authorization: Bearer ",
+    "AWS key: ",
+    "the aws secret key = ",
+    "mail ",
+    "sk-",
+    "x" * 300,
+]
+
+
+# A mask is text the later shapes read: "[REDACTED:aws-access-key-id] token: ..." is an AWS secret key's
+# shape, though the text before the first mask held no "aws"
+MASK_MAKES_A_SHAPE = "AKIAIOSFODNN7EXAMPLE token: wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+
+
+@pytest.mark.parametrize("secret", [s for _, s in SAMPLES] + [KEY, "", "1234567890123", MASK_MAKES_A_SHAPE])
+def test_redacting_a_value_looks_for_each_shape_only_where_it_may_be_and_masks_the_same(secret: str) -> None:
+    """`redact_value` searches a shape only when a literal every match of it holds is in one of the value's
+    strings; what it gives must not differ from every pattern run over every string, for every shape
+    alone, beside ordinary text, in keys, split over two strings, and with a user's pattern too."""
+    redactor = Redactor([KEY], [r"ticket-\d{4}"])
+    values: list[Any] = []
+    for before in AROUND:
+        values.append({"messages": [{"role": "user", "content": {"type": "text", "text": before + secret}}]})
+        values.append({"systemPrompt": secret + " " + before, "maxTokens": 4111111111111111, "ticket-1234": [before]})
+        values.append({before + secret: {"type": "image", "data": secret, "mimeType": "image/png"}})
+        values.append([before, secret[: len(secret) // 2], secret[len(secret) // 2 :], "AKIA", "ticket-9876"])
+    for value in values:
+        assert redactor.redact_value(value)[0] == _each_string_redacted_in_full(redactor, value), value
+    assert redactor.redact_value({"t": "nothing here"}) == ({"t": "nothing here"}, 0)
+    assert redactor.redact_value([MASK_MAKES_A_SHAPE])[0] == [
+        "[REDACTED:aws-access-key-id] token: [REDACTED:aws-secret-key]"
+    ]
