@@ -3,6 +3,7 @@
 import fcntl
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -21,6 +22,20 @@ from helpers.support import free_port
 pytest_plugins = ["helpers.browser", "helpers.doctoring", "helpers.no_process", "helpers.untouched_home", "pytester"]
 TESTS = Path(__file__).resolve().parent
 KINDS = ("unit", "e2e", "security", "conformance")  # the folders under tests/, each a marker (pyproject.toml)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A suite started in the background (`... &` in a script, nohup) ignores SIGINT, SIGQUIT or SIGHUP,
+    and every process it starts inherits that: a console or `audit tail -f` that a test stops as a
+    person would, with Ctrl-C's signal, never stops, and the test waits on it for ever. The terminal's
+    defaults are restored here, in the controller and in each xdist worker."""
+    for sig, handler in (
+        (signal.SIGINT, signal.default_int_handler),
+        (signal.SIGQUIT, signal.SIG_DFL),
+        (signal.SIGHUP, signal.SIG_DFL),
+    ):
+        if signal.getsignal(sig) == signal.SIG_IGN:
+            signal.signal(sig, handler)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
