@@ -472,7 +472,7 @@ class Bench:
                 "llm:\n  providers:\n    fake:\n      type: openai\n"
                 f"      base_url: {base_url}\n      models: [{LLM_MODEL}]\n"
                 "rules:\n  - name: allow-all\n    action: allow\n"
-                f"audit:\n  path: {json.dumps(str(audit))}\n  fsync: true\n",
+                f"audit:\n  path: {json.dumps(str(audit))}\n  fsync: true\n  content: {args.audit_content}\n",
                 encoding="utf-8",
             )
             command = [*self.proxy_prefix, "--policy", str(policy), "--", args.python, SAMPLING_SERVER]
@@ -853,6 +853,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--big-size", type=int, default=5_000_000, help="bytes of the big result (default 5e6)")
     parser.add_argument("--settle", type=float, default=1.0, help="seconds after initialize before idle RSS (1)")
     parser.add_argument("--sampling", type=int, default=200, help="sampling requests per mode (default 200; 0 skips)")
+    parser.add_argument(
+        "--audit-content",
+        choices=("none", "redacted", "full"),
+        default="none",
+        help="the sampling part's audit.content (default none, the proxy's default)",
+    )
     parser.add_argument(
         "--only",
         type=lambda x: {p.strip() for p in x.split(",") if p.strip()},
