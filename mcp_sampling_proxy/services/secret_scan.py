@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mcp_sampling_proxy.text.redact import BUILTIN_PATTERNS, map_strings, mask
+from mcp_sampling_proxy.text.redact import BUILTIN_PATTERNS, Pattern, map_strings, mask
 
 WINDOW = 1024  # characters detect-secrets' patterns see at once
 OVERLAP = 256  # ... shared by neighbouring windows: a secret shorter than this is seen whole in one
@@ -63,6 +63,7 @@ class _Detector:
     type: str
     regex: re.Pattern[str]
     windowed: bool  # detect-secrets' patterns: run window by window
+    shape: Pattern | None = None  # redact.py's shape it is: its literals say when it cannot match
 
 
 def scan(value: Any) -> Scanned:
@@ -149,7 +150,10 @@ def fold(text: str) -> tuple[str, list[int] | None]:
 
 
 def _spans(text: str) -> Iterator[tuple[int, int, str]]:
+    lowered = text.lower()
     for detector in _detectors():
+        if detector.shape is not None and not detector.shape.may_match(text, lowered):
+            continue  # none of the literals every match of this shape holds is in the text
         if not detector.windowed:
             for match in detector.regex.finditer(text):
                 yield (*_secret_span(match), detector.type)
@@ -207,5 +211,5 @@ def _detectors() -> tuple[_Detector, ...]:
         if issubclass(plugin, RegexBasedDetector) and kind not in _LEFT_OUT
         for regex in plugin.denylist
     ]
-    shapes = [_Detector(_SHAPES[p.kind], p.regex, windowed=False) for p in BUILTIN_PATTERNS if p.kind in _SHAPES]
+    shapes = [_Detector(_SHAPES[p.kind], p.regex, False, p) for p in BUILTIN_PATTERNS if p.kind in _SHAPES]
     return (*library, *shapes)

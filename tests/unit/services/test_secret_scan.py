@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from mcp_sampling_proxy.services.secret_scan import OVERLAP, WINDOW, mask_text, scan, scan_request
+from mcp_sampling_proxy.text.redact import Pattern
 
 AWS_KEY_ID = "AKIAIOSFODNN7EXAMPLE"  # AWS's documented example key
 GITHUB = "ghp_" + "a1B2c3D4e5" * 3 + "a1B2c3"
@@ -97,3 +100,31 @@ def test_a_request_is_scanned_in_its_messages_and_system_prompt_only() -> None:
     assert scanned.value["systemPrompt"] == "token [REDACTED:GitHub Token]"
     assert scanned.value["metadata"] == {"note": AWS_KEY_ID} and scanned.value["maxTokens"] == 10
     assert scanned.types == ("AWS Access Key", "GitHub Token")
+
+
+SHAPES = [  # one of each of redact.py's credential shapes the scan uses, and a mask that makes another
+    "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7\n-----END RSA PRIVATE KEY-----",
+    JWT,
+    "sk-ant-api03-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789-_aa",
+    "sk-proj-abcDEF1234567890abcDEF1234567890xyz",
+    "AIzaSyA1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q",
+    "ya29.a0AfH6SMBx7abcdefghijklmnopqrstuvwxyz",
+    AWS_KEY_ID,
+    "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    "AKIAIOSFODNN7EXAMPLE token: wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    GITHUB,
+    SLACK,
+    "https://hooks.slack.com/services/T00000000/B00000000/XXXXXXXXXXXXXXXXXXXXXXXX",
+    "sk_live_4eC39HqLyjWDarjtT1zdp7dc",
+    "plain words, nothing to mask",
+]
+
+
+def test_a_shape_is_skipped_only_where_it_cannot_match(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scan skips one of redact.py's shapes in a text without a literal every match of it holds; it
+    must find exactly what running every detector finds, for each shape alone, beside text, disguised."""
+    texts = [f"{before}{shape}{after}" for shape in SHAPES for before, after in (("", ""), ("say ", " now"))]
+    texts += ["\u200b".join(shape) for shape in SHAPES[:8]] + [fullwidth(shape) for shape in SHAPES[:8]]
+    skipping = [mask_text(text) for text in texts]
+    monkeypatch.setattr(Pattern, "may_match", lambda self, text, lowered: True)
+    assert skipping == [mask_text(text) for text in texts]
