@@ -150,9 +150,9 @@ def fold(text: str) -> tuple[str, list[int] | None]:
 
 
 def _spans(text: str) -> Iterator[tuple[int, int, str]]:
-    lowered = text.lower()
+    folded = text.casefold()
     for detector in _detectors():
-        if detector.shape is not None and not detector.shape.may_match(text, lowered):
+        if detector.shape is not None and not detector.shape.may_match(text, folded):
             continue  # none of the literals every match of this shape holds is in the text
         if not detector.windowed:
             for match in detector.regex.finditer(text):

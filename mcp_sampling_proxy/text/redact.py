@@ -42,20 +42,21 @@ class Pattern:
     kind: str  # the label in the mask, e.g. "openai-key"
     regex: re.Pattern[str]
     check: Callable[[str], bool] | None = None  # an extra test of the match (Luhn for cards)
-    # Literals one of which every match holds (`folded`: looked for in the lower-cased text). A value
+    # Literals one of which every match holds (`folded`: looked for in the case-folded text, as (?i)
+    # matches: its `s` is also U+017F, which str.lower keeps and str.casefold makes `s`). A value
     # whose strings hold none of them is not searched for this shape at all (`Redactor.redact_value`).
     # Empty (a user's pattern): always searched.
     needles: tuple[str, ...] = ()
     folded: bool = False
     gate: re.Pattern[str] | None = None  # instead of needles: a cheaper regex every match contains a match of
 
-    def may_match(self, text: str, lowered: str) -> bool:
-        """False only when no match of this pattern can be in `text` (`lowered`: the same, lower-cased)."""
+    def may_match(self, text: str, folded: str) -> bool:
+        """False only when no match of this pattern can be in `text` (`folded`: text.casefold())."""
         if self.gate is not None:
             return self.gate.search(text) is not None
         if not self.needles:
             return True
-        haystack = lowered if self.folded else text
+        haystack = folded if self.folded else text
         return any(needle in haystack for needle in self.needles)
 
 
@@ -181,8 +182,7 @@ class Redactor:
         strings: list[str] = []
         _collect(value, strings)
         haystack = "\n".join(strings)
-        lowered = haystack.lower()
-        return tuple(p for p in self.patterns if p.may_match(haystack, lowered))
+        return tuple(p for p in self.patterns if p.may_match(haystack, haystack.casefold()))
 
     def may_hold_key_json(self, encoded: bytes) -> bool:
         """False when the JSON text `encoded` cannot hold a run of a configured key in any string

@@ -308,9 +308,11 @@ AROUND = [
 # A mask is text the later shapes read: "[REDACTED:aws-access-key-id] token: ..." is an AWS secret key's
 # shape, though the text before the first mask held no "aws"
 MASK_MAKES_A_SHAPE = "AKIAIOSFODNN7EXAMPLE token: wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+# (?i) takes U+017F (long s) for an `s`, which str.lower keeps: the literal "aws" must be looked for folded
+LONG_S = "AW\u017f secret key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 
 
-@pytest.mark.parametrize("secret", [s for _, s in SAMPLES] + [KEY, "", "1234567890123", MASK_MAKES_A_SHAPE])
+@pytest.mark.parametrize("secret", [s for _, s in SAMPLES] + [KEY, "", "1234567890123", MASK_MAKES_A_SHAPE, LONG_S])
 def test_redacting_a_value_looks_for_each_shape_only_where_it_may_be_and_masks_the_same(secret: str) -> None:
     """`redact_value` searches a shape only when a literal every match of it holds is in one of the value's
     strings; what it gives must not differ from every pattern run over every string, for every shape
