@@ -11,19 +11,15 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.budget_windows import DAY, T0, use_state_dir
 
 from mcp_sampling_proxy.quotas.limiters import TokenBudget
 from mcp_sampling_proxy.quotas.state import STATE_DIR_ENV
 
-DAY = 86400.0
-T0 = 1_750_000_000.0 - 1_750_000_000.0 % DAY  # a UTC midnight: the start of a 1d budget window
-
 
 @pytest.fixture
 def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    directory = tmp_path / "state"
-    monkeypatch.setenv(STATE_DIR_ENV, str(directory))
-    return directory
+    return use_state_dir(tmp_path, monkeypatch)
 
 
 WORKER = r"""

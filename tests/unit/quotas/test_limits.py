@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
+from helpers.budget_windows import DAY, T0, use_state_dir
 from structlog.testing import capture_logs
 
 from mcp_sampling_proxy.quotas.limiters import (
@@ -29,15 +30,10 @@ from mcp_sampling_proxy.quotas.token_bound import (
     TOOLS_OVERHEAD,
 )
 
-DAY = 86400.0
-T0 = 1_750_000_000.0 - 1_750_000_000.0 % DAY  # a UTC midnight: the start of a 1d budget window
-
 
 @pytest.fixture
 def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    directory = tmp_path / "state"
-    monkeypatch.setenv(STATE_DIR_ENV, str(directory))
-    return directory
+    return use_state_dir(tmp_path, monkeypatch)
 
 
 # --- state directory and JSON store ---------------------------------------------------------
