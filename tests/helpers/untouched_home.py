@@ -24,12 +24,18 @@ def real_home() -> Path:
     return Path(pwd.getpwuid(os.getuid()).pw_dir)
 
 
+DEPTH = 2  # state files, and each server's data directory: not what a server keeps inside its own
+
+
 def listing(home: Path) -> dict[str, tuple[int, int]]:
-    """Every file and directory under the proxy's places in `home`, with its size and modification time."""
+    """The files and directories under the proxy's places in `home`, at most DEPTH levels down, with their
+    size and modification time. Not deeper: a user's servers may keep tens of thousands of files in their
+    data directories (a package runner's cache), and every run of the suite lists them twice."""
     seen: dict[str, tuple[int, int]] = {}
     for place in PLACES:
         top = home / place / APP
         for root, dirs, files in os.walk(top):
+            depth = len(Path(root).relative_to(top).parts)
             for name in [*dirs, *files]:
                 path = Path(root) / name
                 try:
@@ -37,6 +43,8 @@ def listing(home: Path) -> dict[str, tuple[int, int]]:
                 except FileNotFoundError:
                     continue
                 seen[str(path)] = (status.st_size, status.st_mtime_ns)
+            if depth + 1 >= DEPTH:
+                dirs.clear()  # os.walk goes no deeper
         if top.exists():
             seen[str(top)] = (0, top.lstat().st_mtime_ns)
     return seen
