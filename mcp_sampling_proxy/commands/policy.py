@@ -30,7 +30,7 @@ from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 from mcp_sampling_proxy.protocol.names import ELICITATION_CREATE, SAMPLING_CREATE
 from mcp_sampling_proxy.protocol.sampling_request import SamplingRequest, validate
 from mcp_sampling_proxy.protocol.wire_types import ElicitRequestParams
-from mcp_sampling_proxy.quotas.limiters import usd_micros, worst_case_split
+from mcp_sampling_proxy.quotas.limiters import usd_micros
 from mcp_sampling_proxy.quotas.refusals import format_period as format_duration
 from mcp_sampling_proxy.services import auto_answers
 from mcp_sampling_proxy.services.assess import (
@@ -633,11 +633,12 @@ def price_reason(settings: Settings, judged: SamplingJudgement) -> str:
             f"prices: {{{choice.model}: {{input: ..., output: ...}}}} (USD per million tokens)"
         )
     cached = "" if price.cached_input is None else f", cached input {per_million(price.cached_input)}"
+    worst = judged.worst_case()
     source = "the policy's prices:" if price.as_of == POLICY else f"the shipped table, list prices as of {price.as_of}"
     return (
         f"{choice.model}: {per_million(price.input)} input, {per_million(price.output)} output{cached} per million "
         f"tokens ({source}); "
-        f"this request may cost up to {format_usd(price.cost_micros(*worst_case_split(judged.request.wire)))}"
+        f"this request may cost up to {format_usd(price.cost_micros(worst.input_tokens, worst.output_tokens))}"
     )
 
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from mcp_sampling_proxy.protocol.content import walk_blocks
+from mcp_sampling_proxy.policy.survey import Survey, survey
 from mcp_sampling_proxy.text.identity import bad_character, normalise
 from mcp_sampling_proxy.text.sanitize import folded
 
@@ -63,26 +63,14 @@ def facts_for_sampling(
     server_reported: str | None = None,
     model_chosen: str | None = None,
     client: str | None = None,
+    surveyed: Survey | None = None,
 ) -> Facts:
-    """The facts of a validated `sampling/createMessage` request: scalars from the SDK's model,
-    content blocks through the one walker (over the validated wire form). The text is every string
+    """The facts of a validated `sampling/createMessage` request: scalars from the typed request,
+    content types and text from its survey (`surveyed`, else walked here). The text is every string
     the LLM will receive, not only text blocks: a rule that looks for a word must find it in a tool's
     description, a tool call's input or a tool result's structured content too."""
     typed = request.typed
-    types: set[str] = set()
-    texts: list[str] = [typed.system_prompt] if typed.system_prompt else []
-    for _, block in walk_blocks(request.wire):
-        kind = block.get("type")
-        if isinstance(kind, str):
-            types.add(kind)
-        if kind not in ("tool_result",):  # (its blocks are walked on their own)
-            texts.extend(_strings(block))
-        else:
-            texts.extend(_strings({k: v for k, v in block.items() if k != "content"}))
-    tools = request.wire.get("tools")
-    if typed.tools:
-        types.add("tools")
-        texts.extend(_strings(tools))
+    found = surveyed or survey(request.wire)
     return Facts(
         method="sampling",
         server=server,
@@ -91,43 +79,13 @@ def facts_for_sampling(
         model_hints=request.hint_names,
         max_tokens=typed.max_tokens,
         message_count=len(typed.messages),
-        content_types=frozenset(types),
+        content_types=found.content_types,
         include_context=typed.include_context or "none",
-        text="\n".join(texts),
+        text="\n".join(found.texts),
         server_reported=server_reported,
         model_chosen=model_chosen,
         client=client,
     )
-
-
-_NOT_TEXT = frozenset({"type", "id", "toolUseId", "mimeType"})  # what a block is, not what it says
-_MEDIA = frozenset({"image", "audio"})
-
-
-_DATA = frozenset({"input", "structuredContent", "inputSchema", "outputSchema", "arguments"})  # keys are words too
-
-
-def _strings(value: object, limit: int = 64) -> list[str]:
-    """Every string in `value`, except the base64 data of media and a block's bookkeeping (type, id),
-    and the keys of free-form data (a tool call's input, structured content, a tool's schema): what
-    reaches the LLM as text."""
-    found: list[str] = []
-    todo: list[tuple[object, int, bool]] = [(value, 0, False)]
-    while todo:
-        item, depth, keys_count = todo.pop()
-        if isinstance(item, str):
-            found.append(item)
-        elif isinstance(item, dict) and depth < limit:
-            media = item.get("type") in _MEDIA
-            for key, sub in item.items():
-                if not keys_count and (key in _NOT_TEXT or (media and key == "data")):
-                    continue
-                if keys_count:
-                    found.append(str(key))
-                todo.append((sub, depth + 1, keys_count or key in _DATA))
-        elif isinstance(item, list) and depth < limit:
-            todo.extend((sub, depth + 1, keys_count) for sub in reversed(item))
-    return found
 
 
 # -- conditions -----------------------------------------------------------------------------------

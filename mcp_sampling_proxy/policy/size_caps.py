@@ -1,21 +1,21 @@
 """Size caps on a `sampling/createMessage` request, checked before any approval or LLM call.
 
-Pure: no I/O, no clock, no configuration loading. `check_caps` either returns the params
-(possibly a copy with `maxTokens` clamped, plus notes saying so) or raises
-`RpcError(INVALID_PARAMS, ...)` naming the cap and the offending value. It is written to run on
-unvalidated input too (before the strict validation, which walks every block of a huge
-request): shapes it does not recognise are left for validation to reject.
+Pure: no I/O, no clock, no configuration loading. The caps read the request's survey
+(survey.py), not the request: `check_outline` refuses an oversized request before it is walked,
+and `apply_caps` either returns the maxTokens to go on with (lowered to the cap, with a note
+saying so) or raises `RpcError(INVALID_PARAMS, ...)` naming the cap and the offending value. They
+run on unvalidated input too (before the strict validation, which walks every block of a huge
+request): shapes they do not recognise are left for validation to reject.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from mcp_sampling_proxy.notation.vocabulary import GiB, KiB, MiB
-from mcp_sampling_proxy.protocol.content import walk_blocks
+from mcp_sampling_proxy.policy.survey import Outline, Sized, Survey, survey
 from mcp_sampling_proxy.protocol.jsonrpc import INVALID_PARAMS, RpcError
 
 DEFAULT_MAX_MESSAGES = 256
@@ -23,8 +23,6 @@ DEFAULT_MAX_TEXT_BYTES = 1 * MiB
 DEFAULT_MAX_MEDIA_BYTES = 8 * MiB
 DEFAULT_MAX_REQUEST_BYTES = 16 * MiB
 DEFAULT_MAX_TOOLS = 128
-
-MEDIA_TYPES = ("image", "audio")
 
 
 class SizeCapsLike(Protocol):
@@ -50,87 +48,54 @@ class SizeCapsLike(Protocol):
     def max_tools(self) -> int | None: ...
 
 
-@dataclass
+@dataclass(frozen=True)
 class CapsOutcome:
-    params: Mapping[str, Any]  # the request to go on with: the original, or a copy with maxTokens lowered
-    notes: list[str] = field(default_factory=list)  # what was changed, for the log and the audit record
+    max_tokens: int | None  # maxTokens to go on with: as asked, or lowered to the cap (None: none usable)
+    notes: tuple[str, ...] = ()  # what was changed, for the log and the audit record
+
+
+def check_outline(outline: Outline, caps: SizeCapsLike) -> None:
+    """The caps read without walking the request (the whole request, the message and tool
+    counts): checked before the survey walks it."""
+    if caps.max_request_bytes is not None and outline.request_bytes > caps.max_request_bytes:
+        _refuse(
+            f"the request is {outline.request_bytes:,} bytes; the limit is {format_bytes(caps.max_request_bytes)}",
+            "max_request_bytes",
+        )
+    messages = outline.message_count
+    if caps.max_messages is not None and messages is not None and messages > caps.max_messages:
+        _refuse(f"the request holds {messages:,} messages; the limit is {caps.max_messages:,}", "max_messages")
+    tools = outline.tool_count
+    if caps.max_tools is not None and tools is not None and tools > caps.max_tools:
+        _refuse(f"the request offers {tools:,} tools; the limit is {caps.max_tools:,}", "max_tools")
+
+
+def apply_caps(surveyed: Survey, caps: SizeCapsLike) -> CapsOutcome:
+    """Every size cap on a surveyed request. Raises RpcError(-32602) on the first cap exceeded, in
+    this order: whole request, message count, tool count, system prompt, each content block (text,
+    then media) in document order, then maxTokens (deny); a clamped maxTokens comes back with a note."""
+    check_outline(surveyed.outline, caps)
+    for part in surveyed.sized:
+        if part.media:
+            _check_media(part, caps)
+        elif caps.max_text_bytes is not None and part.size is not None and part.size > caps.max_text_bytes:
+            _refuse(
+                f"{part.where} is {part.size:,} bytes; the limit is {format_bytes(caps.max_text_bytes)}",
+                "max_text_bytes",
+            )
+    wanted, cap = surveyed.outline.max_tokens, caps.max_tokens
+    if cap is not None and wanted is not None and wanted > cap:
+        if caps.max_tokens_action != "clamp":
+            _refuse(f"maxTokens is {wanted:,}; the limit is {cap:,}", "max_tokens")
+        return CapsOutcome(cap, (f"maxTokens {wanted:,} lowered to {cap:,} (limits.max_tokens)",))
+    return CapsOutcome(wanted)
 
 
 def check_caps(params: Mapping[str, Any], caps: SizeCapsLike, *, request_bytes: int | None = None) -> CapsOutcome:
-    """Apply every size cap to a sampling request's params.
-
-    `request_bytes` is the request's size as received (e.g. the length of its line on the wire);
-    without it the params are serialised once to measure them. Raises RpcError(-32602) on the
-    first cap exceeded, in this order: whole request, message count, tool count, system prompt,
-    each content block (text, then media) in document order, then maxTokens (deny).
-    """
-    if caps.max_request_bytes is not None:
-        size = request_bytes if request_bytes is not None else serialized_size(params)
-        if size > caps.max_request_bytes:
-            _refuse(
-                f"the request is {size:,} bytes; the limit is {format_bytes(caps.max_request_bytes)}",
-                "max_request_bytes",
-            )
-    messages = params.get("messages")
-    if caps.max_messages is not None and isinstance(messages, list) and len(messages) > caps.max_messages:
-        _refuse(f"the request holds {len(messages):,} messages; the limit is {caps.max_messages:,}", "max_messages")
-    tools = params.get("tools")
-    if caps.max_tools is not None and isinstance(tools, list) and len(tools) > caps.max_tools:
-        _refuse(f"the request offers {len(tools):,} tools; the limit is {caps.max_tools:,}", "max_tools")
-
-    system = params.get("systemPrompt")
-    if isinstance(system, str):
-        _check_text("systemPrompt", system, caps)
-    for where, block in walk_blocks(params):
-        kind = block.get("type")
-        if kind == "text" and isinstance(block.get("text"), str):
-            _check_text(f"{where} text block", block["text"], caps)
-        elif kind in MEDIA_TYPES and isinstance(block.get("data"), str):
-            _check_media(f"{where} {kind} block", block["data"], caps)
-        elif kind == "resource" and isinstance(block.get("resource"), dict):
-            resource = block["resource"]
-            if isinstance(resource.get("text"), str):
-                _check_text(f"{where} resource text", resource["text"], caps)
-            if isinstance(resource.get("blob"), str):
-                _check_media(f"{where} resource blob", resource["blob"], caps)
-
-    notes: list[str] = []
-    max_tokens = params.get("maxTokens")
-    cap = caps.max_tokens
-    if cap is not None and isinstance(max_tokens, int) and _is_int(max_tokens) and max_tokens > cap:
-        if caps.max_tokens_action == "clamp":
-            params = {**params, "maxTokens": cap}
-            notes.append(f"maxTokens {max_tokens:,} lowered to {cap:,} (limits.max_tokens)")
-        else:
-            _refuse(f"maxTokens is {max_tokens:,}; the limit is {cap:,}", "max_tokens")
-    return CapsOutcome(params, notes)
-
-
-def text_bytes(text: str) -> int:
-    """UTF-8 size of text (lone surrogates from JSON escapes count as 3 bytes, as encoded)."""
-    return len(text.encode("utf-8", "surrogatepass"))
-
-
-def b64_decoded_size(data: str) -> int | None:
-    """Decoded size of padded standard base64, from its length alone; None when the length or
-    padding cannot be valid base64. The characters themselves are not checked (the provider
-    or the adapter decodes them); this only has to be right about the size, in O(1)."""
-    length = len(data)
-    if length % 4:
-        return None
-    if data.endswith("==="):
-        return None
-    padding = 2 if data.endswith("==") else 1 if data.endswith("=") else 0
-    return length // 4 * 3 - padding
-
-
-def serialized_size(params: Any) -> int:
-    """Bytes of params as compact JSON (as jsonrpc.dumps writes them)."""
-    try:
-        text = json.dumps(params, separators=(",", ":"), ensure_ascii=False)
-    except RecursionError:
-        raise RpcError(INVALID_PARAMS, "Invalid params: nested too deeply") from None
-    return len(text.encode("utf-8", "surrogatepass"))
+    """`apply_caps` on params not surveyed yet (`request_bytes`: their size as received)."""
+    outline = Outline.of(params, request_bytes)
+    check_outline(outline, caps)
+    return apply_caps(survey(params, outline), caps)
 
 
 def format_bytes(n: int) -> str:
@@ -144,28 +109,14 @@ def format_bytes(n: int) -> str:
     return f"{n:,} bytes"
 
 
-def _check_text(where: str, text: str, caps: SizeCapsLike) -> None:
-    limit = caps.max_text_bytes
-    if limit is None or len(text) * 4 <= limit:  # a character is at most 4 UTF-8 bytes: skip encoding
-        return
-    size = text_bytes(text)
-    if size > limit:
-        _refuse(f"{where} is {size:,} bytes; the limit is {format_bytes(limit)}", "max_text_bytes")
-
-
-def _check_media(where: str, data: str, caps: SizeCapsLike) -> None:
-    size = b64_decoded_size(data)
-    if size is None:
-        why = f"its length {len(data):,} is not a multiple of 4" if len(data) % 4 else "it ends in ==="
-        raise RpcError(INVALID_PARAMS, f"request refused: {where} data is not valid base64: {why}")
+def _check_media(part: Sized, caps: SizeCapsLike) -> None:
+    if part.size is None:
+        why = f"its length {part.length:,} is not a multiple of 4" if part.length % 4 else "it ends in ==="
+        raise RpcError(INVALID_PARAMS, f"request refused: {part.where} data is not valid base64: {why}")
     limit = caps.max_media_bytes
-    if limit is not None and size > limit:
-        _refuse(f"{where} is {size:,} bytes decoded; the limit is {format_bytes(limit)}", "max_media_bytes")
+    if limit is not None and part.size > limit:
+        _refuse(f"{part.where} is {part.size:,} bytes decoded; the limit is {format_bytes(limit)}", "max_media_bytes")
 
 
 def _refuse(what: str, cap: str) -> None:
     raise RpcError(INVALID_PARAMS, f"request refused: {what} (limits.{cap})")
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)

@@ -1,8 +1,9 @@
-"""The one walker over a sampling request's content blocks.
+"""The one walker over a sampling request's content blocks, and the sizes of what they hold.
 
 The spec lets a message's `content` be one block or a list, and a `tool_result` block holds blocks
-of its own. Size caps, the policy's facts, the token bound, the approval text and the adapters all
-read blocks through here, so they agree on which blocks a request holds.
+of its own. The request's survey (policy/survey.py: size caps, the policy's facts, the token
+bound), the approval text and the adapters all read blocks through here, so they agree on which
+blocks a request holds.
 """
 
 from __future__ import annotations
@@ -46,3 +47,21 @@ def _blocks_of(content: Any, where: str, depth: int) -> Iterator[tuple[str, dict
         yield path, block
         if block.get("type") == "tool_result" and depth < 4:  # nesting is one level in the spec; stay bounded
             yield from _blocks_of(block.get("content"), f"{path}.content", depth + 1)
+
+
+def text_bytes(text: str) -> int:
+    """UTF-8 size of text (lone surrogates from JSON escapes count as 3 bytes, as encoded)."""
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def b64_decoded_size(data: str) -> int | None:
+    """Decoded size of padded standard base64, from its length alone; None when the length or
+    padding cannot be valid base64. The characters themselves are not checked (the provider
+    or the adapter decodes them); this only has to be right about the size, in O(1)."""
+    length = len(data)
+    if length % 4:
+        return None
+    if data.endswith("==="):
+        return None
+    padding = 2 if data.endswith("==") else 1 if data.endswith("=") else 0
+    return length // 4 * 3 - padding

@@ -27,7 +27,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
@@ -38,7 +38,7 @@ import anyio
 
 from mcp_sampling_proxy.config.prices import Price
 from mcp_sampling_proxy.log import get_logger
-from mcp_sampling_proxy.protocol.wire_types import CreateMessageParams
+from mcp_sampling_proxy.policy.survey import WorstCase
 from mcp_sampling_proxy.quotas.redis_store import RedisQuotas, StateUnavailable, shown_url
 from mcp_sampling_proxy.quotas.refusals import (
     RESERVATION_TTL,
@@ -53,7 +53,6 @@ from mcp_sampling_proxy.quotas.refusals import (
     unpriced_refusal,
 )
 from mcp_sampling_proxy.quotas.state import JsonStateFile, StateGone, TamperedState, state_dir
-from mcp_sampling_proxy.quotas.token_bound import max_tokens, worst_case_tokens
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.config.settings import StateSettings
@@ -396,19 +395,6 @@ def usd_micros(dollars: float) -> int:
     return int(Decimal(str(dollars)) * 1_000_000)
 
 
-def worst_case_split(params: Mapping[str, Any]) -> tuple[int, int]:
-    """The worst case's input tokens (an upper bound) and output tokens (maxTokens), to price apart."""
-    output = max_tokens(params)
-    return worst_case_tokens(params) - output, output
-
-
-def estimate_worst_case(params: Mapping[str, Any]) -> int:
-    """Tokens a sampling request may use at most: a true upper bound of its input plus maxTokens
-    (see `token_bound`), so reservations of requests running at once never sum to less than
-    what they settle to."""
-    return worst_case_tokens(params)
-
-
 # Human-friendly durations
 
 
@@ -582,27 +568,33 @@ class Limiters:
 
     @asynccontextmanager
     async def budget(
-        self, rule: Rule | None, key: str, params: CreateMessageParams, priced: PricedModel | None = None
+        self, rule: Rule | None, key: str, worst_case: WorstCase, priced: PricedModel | None = None
     ) -> AsyncIterator[BudgetHold | Refusal]:
-        """`async with limiters.budget(rule, key, params, priced) as hold:` reserves the request's worst
-        case under the rule's budget, in tokens and/or in dollars at `priced`'s price (a Refusal when it
-        does not fit, or when a usd budget meets a model without a price), and settles it when the
-        block ends with what `hold` says was spent: nothing unless an LLM call was made. `priced`:
-        the model our own LLM would answer with (None: none can, the host answers)."""
+        """`async with limiters.budget(rule, key, worst_case, priced) as hold:` reserves the request's
+        worst case (its survey's token bound, policy/survey.py) under the rule's budget, in tokens
+        and/or in dollars at `priced`'s price (a Refusal when it does not fit, or when a usd budget
+        meets a model without a price), and settles it when the block ends with what `hold` says was
+        spent: nothing unless an LLM call was made. `priced`: the model our own LLM would answer with
+        (None: none can, the host answers)."""
         hold = BudgetHold()
         if rule is None or rule.budget is None:
             yield hold
             return
         budget = rule.budget
-        worst = estimate_worst_case(params)
         wanted: list[tuple[str, int, int]] = []  # (unit, limit, worst case)
         if budget.tokens is not None:
-            wanted.append((TOKENS, budget.tokens, worst))
+            wanted.append((TOKENS, budget.tokens, worst_case.tokens))
         if budget.usd is not None and priced is not None:
             if priced.price is None:
                 yield unpriced_refusal(key, rule.name, priced.provider, priced.model, command=priced.command)
                 return
-            wanted.append((USD, usd_micros(budget.usd), priced.price.cost_micros(*worst_case_split(params))))
+            wanted.append(
+                (
+                    USD,
+                    usd_micros(budget.usd),
+                    priced.price.cost_micros(worst_case.input_tokens, worst_case.output_tokens),
+                )
+            )
         held: list[_Held] = []
         try:
             for unit, limit, need in wanted:

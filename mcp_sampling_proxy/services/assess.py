@@ -21,7 +21,8 @@ from mcp_sampling_proxy.config.settings import Settings
 from mcp_sampling_proxy.policy.conditions import Facts, facts_for_sampling
 from mcp_sampling_proxy.policy.engine import Decision, decide
 from mcp_sampling_proxy.policy.rules import SizeLimits, effective_limits
-from mcp_sampling_proxy.policy.size_caps import check_caps, serialized_size
+from mcp_sampling_proxy.policy.size_caps import apply_caps, check_caps, check_outline
+from mcp_sampling_proxy.policy.survey import Outline, Survey, WorstCase, survey
 from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 from mcp_sampling_proxy.protocol.names import SAMPLING_CREATE
@@ -57,6 +58,11 @@ class SamplingJudgement:
     decision: Decision
     caps: SizeLimits  # the caps that applied: the global ones, with the matched rule's over them
     notes: tuple[str, ...]  # what the caps changed, e.g. a lowered maxTokens
+    survey: Survey  # the one walk of the asked request: its sizes, texts and token bound
+
+    def worst_case(self) -> WorstCase:
+        """The most tokens the request can cost, at the maxTokens the caps left it."""
+        return self.survey.worst_case(self.request.max_tokens)
 
 
 @dataclass(frozen=True)
@@ -80,15 +86,18 @@ class Refused(Exception):
 def judge_sampling(
     settings: Settings, raw: Any, origin: Origin, *, method: str = SAMPLING_CREATE, request_bytes: int | None = None
 ) -> SamplingJudgement:
-    """Caps, validation, the policy and the caps that apply; raises Refused where the request ends."""
+    """Caps, validation, the policy and the caps that apply; raises Refused where the request ends.
+    The request is walked once (policy/survey.py); every later question reads the survey."""
     try:
         if not isinstance(raw, dict):
             raise RpcError(
                 jsonrpc.INVALID_PARAMS,
                 f"Invalid params for {method}: params must be an object, not {type(raw).__name__}",
             )
-        size = request_bytes if request_bytes is not None else serialized_size(raw)
-        checked = check_caps(raw, settings.limits, request_bytes=size)
+        outline = Outline.of(raw, request_bytes)
+        check_outline(outline, settings.limits)  # nothing walks an oversized request
+        surveyed = survey(raw, outline)
+        checked = apply_caps(surveyed, settings.limits)
         asked = validate(raw)
     except RpcError as exc:
         raise Refused("error", exc) from None
@@ -100,6 +109,7 @@ def judge_sampling(
         server_reported=origin.server_reported,
         model_chosen=_model_for(settings, asked),
         client=origin.client,
+        surveyed=surveyed,
     )
     decision = decide(settings.rules, facts)
     if decision.action == "deny":
@@ -110,11 +120,18 @@ def judge_sampling(
     if rule is not None and rule.limits is not None:  # the rule's caps over the global ones, on the asked request
         caps = effective_limits(settings.limits, rule.limits)
         try:
-            checked = check_caps(asked.wire, caps, request_bytes=size)
+            checked = apply_caps(surveyed, caps)
         except RpcError as exc:
             raise Refused("error", exc, decision, facts) from None
-    request = asked.with_max_tokens(checked.params["maxTokens"])
-    return SamplingJudgement(asked, request, facts, decision, caps, tuple(checked.notes))
+    request = asked.with_max_tokens(checked.max_tokens or asked.max_tokens)
+    return SamplingJudgement(asked, request, facts, decision, caps, checked.notes, surveyed)
+
+
+def checked_edit(params: Any, caps: SizeLimits) -> SamplingRequest:
+    """An edited request (a human's edit, a check's `modify`) checked as the original was: validated,
+    then under the caps that applied to it. Raises RpcError naming what is wrong."""
+    edited = validate(params)
+    return edited.with_max_tokens(check_caps(edited.wire, caps).max_tokens or edited.max_tokens)
 
 
 def _model_for(settings: Settings, request: SamplingRequest) -> str | None:

@@ -37,12 +37,12 @@ from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.notation.vocabulary import MiB, Outcome
 from mcp_sampling_proxy.policy.engine import Decision
 from mcp_sampling_proxy.policy.rules import SizeLimits, effective_limits
-from mcp_sampling_proxy.policy.size_caps import check_caps
 from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
-from mcp_sampling_proxy.protocol.sampling_request import SamplingRequest, validate
+from mcp_sampling_proxy.protocol.sampling_request import SamplingRequest
 from mcp_sampling_proxy.protocol.wire_types import CreateMessageParams
 from mcp_sampling_proxy.relay.keepalive import waiting_for
+from mcp_sampling_proxy.services.assess import checked_edit
 from mcp_sampling_proxy.system.addresses import is_loopback
 from mcp_sampling_proxy.text.sanitize import one_line
 
@@ -111,8 +111,7 @@ class Checks:
 
             def modified(text: str, current: SamplingRequest = request) -> SamplingRequest:
                 try:
-                    edited = validate(with_prompt(current.wire, text))
-                    return edited.with_max_tokens(check_caps(edited.wire, caps).params["maxTokens"])
+                    return checked_edit(with_prompt(current.wire, text), caps)
                 except ValueError as exc:  # with_prompt: no user message to replace, tool results in it
                     raise CheckFailed(f"its modify verdict cannot apply: {exc}") from None
                 except RpcError as exc:

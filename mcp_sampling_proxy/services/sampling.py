@@ -28,7 +28,6 @@ from mcp_sampling_proxy.config.settings import Settings
 from mcp_sampling_proxy.log import get_logger, known_secrets
 from mcp_sampling_proxy.notation.vocabulary import Outcome
 from mcp_sampling_proxy.policy.engine import Decision
-from mcp_sampling_proxy.policy.size_caps import check_caps
 from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 from mcp_sampling_proxy.protocol.names import SAMPLING_CREATE
@@ -44,6 +43,7 @@ from mcp_sampling_proxy.services.assess import (
     Origin,
     Refused,
     SamplingJudgement,
+    checked_edit,
     choose_provider,
     judge_sampling,
     usable_providers,
@@ -104,11 +104,11 @@ class SamplingService:
                 if refusal is not None:
                     raise _Ended("deny", _limit_error(refusal), limit=refusal.limit)
                 priced = self._priced(judged.request, decision, session)
-                async with self._limiters.budget(decision.matched, key, judged.request.wire, priced) as budget:
+                async with self._limiters.budget(decision.matched, key, judged.worst_case(), priced) as budget:
                     if isinstance(budget, Refusal):
                         raise _Ended("deny", _limit_error(budget), limit=budget.limit)
                     request = await self._checks.on_request(judged.request, decision, session.server_name, audit)
-                    approved = await self._approve(message, request, decision, host, audit)
+                    approved = await self._approve(message, request, judged, host, audit)
                     audit["decision"] = "approved" if approved.approver else "allow"
                     audit["reason"] = decision.reason
                     audit["approver"] = approved.approver
@@ -243,10 +243,16 @@ class SamplingService:
         return {**result, "content": scanned.value}
 
     async def _approve(
-        self, message: dict[str, Any], request: SamplingRequest, decision: Decision, host: HostLine, audit: AuditFields
+        self,
+        message: dict[str, Any],
+        request: SamplingRequest,
+        judged: SamplingJudgement,
+        host: HostLine,
+        audit: AuditFields,
     ) -> _Approved:
-        """Ask a human when the rule says prompt; an edited prompt is checked like the original."""
-        session, tool = host.session, audit.get("tool")
+        """Ask a human when the rule says prompt; an edited prompt is checked like the original,
+        under the caps that applied to it."""
+        session, tool, decision = host.session, audit.get("tool"), judged.decision
         if decision.action != "prompt":  # what a human would be shown is needed only for a review
             return _Approved.of(
                 message,
@@ -270,8 +276,7 @@ class SamplingService:
             return _Approved.of(message, request, asked, approval.channel)
         audit["prompt_edited_by"] = approval.channel
         try:
-            edited = validate(approval.params)
-            edited = edited.with_max_tokens(check_caps(edited.wire, self._settings.limits).params["maxTokens"])
+            edited = checked_edit(approval.params, judged.caps)
         except RpcError as exc:
             raise _Ended("error", exc, approver=approval.channel) from None
         asked = replace(

@@ -353,3 +353,36 @@ async def test_a_rejected_or_cancelled_review_leaves_one_record_of_the_llm_call(
     assert "answer_edited_by" not in rejected
     assert (cancelled["decision"], cancelled["provider"]) == ("cancelled", "fake")
     assert cancelled["content"]["response"]["result"]["content"]["text"] == "echo: second"
+
+
+@linux_only
+@pytest.mark.anyio
+async def test_a_prompt_edited_on_the_console_is_held_to_the_rules_caps(tmp_path: Path, dirs: dict[str, str]) -> None:
+    """An edit is checked like the original: under the caps of the rule that matched it, not only the
+    policy's global ones, so a human cannot send past a rule's `max_text_bytes` by editing."""
+    audit = tmp_path / "audit.jsonl"
+    rules = "rules:\n  - name: ask\n    action: prompt\n    limits: {max_text_bytes: 40}\n"
+    with FakeLLMServer("openai") as llm:
+        llm.reply_text("never asked")
+        policy = write_policy(tmp_path, audit_policy(llm, audit, rules=rules))
+        async with sdk_host(proxy_command(policy), proxy_env(**dirs), tmp_path / "stderr.log") as client:
+            console = await SocketConsole.attach(Path(dirs["MCP_SAMPLING_PROXY_RUNTIME_DIR"]))
+            async with anyio.create_task_group() as tg:
+                got: list[Any] = []
+
+                async def call() -> None:
+                    got.append(tool_json(await client.call_tool("sample_raw", {"params_json": json.dumps(PARAMS)})))
+
+                tg.start_soon(call)
+                pending = await console.receive()
+                edited = "x" * 41
+                decision = {"type": "decision", "id": pending["id"], "approve": True, "scope": "once", "prompt": edited}
+                await console.send(decision)
+        assert llm.requests == []
+    error = got[0]["error"]
+    assert (
+        "messages[0].content[0] text block is 41 bytes; the limit is 40 bytes (limits.max_text_bytes)"
+        in (error["message"])
+    )
+    (record,) = records(audit)
+    assert (record["decision"], record["approver"], record["rule"]) == ("error", "console", "ask")

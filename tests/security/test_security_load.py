@@ -227,7 +227,7 @@ def test_image_reservations_follow_the_size_in_the_header() -> None:
     import base64
     import struct
 
-    from mcp_sampling_proxy.quotas.token_bound import IMAGE_MAX_TOKENS, block_tokens
+    from mcp_sampling_proxy.policy.token_bound import IMAGE_MAX_TOKENS, block_tokens
 
     def image(data: bytes) -> dict[str, Any]:
         return {"type": "image", "data": base64.b64encode(data).decode(), "mimeType": "image/x"}

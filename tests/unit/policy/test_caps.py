@@ -9,15 +9,10 @@ from typing import Any, NoReturn
 
 import pytest
 
-from mcp_sampling_proxy.policy import size_caps as caps_module
-from mcp_sampling_proxy.policy.size_caps import (
-    CapsOutcome,
-    b64_decoded_size,
-    check_caps,
-    format_bytes,
-    serialized_size,
-)
-from mcp_sampling_proxy.protocol.content import walk_blocks
+from mcp_sampling_proxy.policy import survey as survey_module
+from mcp_sampling_proxy.policy.size_caps import CapsOutcome, check_caps, format_bytes
+from mcp_sampling_proxy.policy.survey import serialized_size
+from mcp_sampling_proxy.protocol.content import b64_decoded_size, walk_blocks
 from mcp_sampling_proxy.protocol.jsonrpc import INVALID_PARAMS, RpcError, dumps
 
 MiB = 1024 * 1024
@@ -60,8 +55,7 @@ def refused(params: dict[str, Any], caps: Caps, **kwargs: Any) -> str:
 def test_an_ordinary_request_passes_unchanged() -> None:
     params = request(user(text("summarise this")), systemPrompt="be brief", tools=[{"name": "t", "inputSchema": {}}])
     outcome = check_caps(params, Caps())
-    assert outcome == CapsOutcome(params, [])
-    assert outcome.params is params
+    assert outcome == CapsOutcome(100, ())
 
 
 def test_max_messages_under_at_and_over() -> None:
@@ -190,7 +184,7 @@ def test_invalid_base64_length_is_refused(data: str, why: str) -> None:
 
 
 def test_request_bytes_precomputed_at_and_over(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(caps_module, "serialized_size", lambda params: pytest.fail("must not re-serialise"))
+    monkeypatch.setattr(survey_module, "serialized_size", lambda params: pytest.fail("must not re-serialise"))
     caps = Caps(max_request_bytes=1000)
     check_caps(request(), caps, request_bytes=1000)
     assert refused(request(), caps, request_bytes=1001) == (
@@ -214,21 +208,20 @@ def test_whole_request_cap_is_checked_first() -> None:
 
 def test_max_tokens_none_means_no_cap() -> None:
     outcome = check_caps(request(maxTokens=10**9), Caps(max_tokens=None))
-    assert outcome.params["maxTokens"] == 10**9 and outcome.notes == []
+    assert outcome.max_tokens == 10**9 and outcome.notes == ()
 
 
-def test_max_tokens_clamp_returns_a_copy_and_a_note() -> None:
+def test_max_tokens_clamp_lowers_it_with_a_note() -> None:
     params = request(maxTokens=5000)
     caps = Caps(max_tokens=4096, max_tokens_action="clamp")
     outcome = check_caps(params, caps)
-    assert outcome.params["maxTokens"] == 4096
-    assert outcome.params["messages"] is params["messages"]
+    assert outcome.max_tokens == 4096
     assert params["maxTokens"] == 5000  # the caller's dict is untouched
-    assert outcome.notes == ["maxTokens 5,000 lowered to 4,096 (limits.max_tokens)"]
+    assert outcome.notes == ("maxTokens 5,000 lowered to 4,096 (limits.max_tokens)",)
     at_cap = check_caps(request(maxTokens=4096), caps)
-    assert at_cap.params["maxTokens"] == 4096 and at_cap.notes == []
+    assert at_cap.max_tokens == 4096 and at_cap.notes == ()
     under = check_caps(request(maxTokens=10), caps)
-    assert under.params["maxTokens"] == 10 and under.notes == []
+    assert under.max_tokens == 10 and under.notes == ()
 
 
 def test_max_tokens_deny() -> None:
@@ -246,7 +239,7 @@ def test_malformed_shapes_are_left_for_validation() -> None:
         {"messages": [{"role": "user", "content": {"type": "image", "data": None}}], "tools": "x"},
         {},
     ):
-        assert check_caps(params, Caps(max_tokens=1)).params is params
+        assert check_caps(params, Caps(max_tokens=1)) == CapsOutcome(None, ())
 
 
 def test_walk_blocks_paths() -> None:

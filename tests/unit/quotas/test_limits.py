@@ -13,22 +13,22 @@ import pytest
 from helpers.budget_windows import DAY, T0, use_state_dir
 from structlog.testing import capture_logs
 
-from mcp_sampling_proxy.quotas.limiters import (
-    ConcurrencyLimiter,
-    RateLimiter,
-    TokenBudget,
-    estimate_worst_case,
-    limit_key,
-)
-from mcp_sampling_proxy.quotas.refusals import Refusal, Reservation, format_period, format_wait
-from mcp_sampling_proxy.quotas.state import STATE_DIR_ENV, JsonStateFile, state_dir
-from mcp_sampling_proxy.quotas.token_bound import (
+from mcp_sampling_proxy.policy.survey import survey
+from mcp_sampling_proxy.policy.token_bound import (
     BLOCK_OVERHEAD,
     IMAGE_MAX_TOKENS,
     MESSAGE_OVERHEAD,
     REQUEST_OVERHEAD,
     TOOLS_OVERHEAD,
 )
+from mcp_sampling_proxy.quotas.limiters import (
+    ConcurrencyLimiter,
+    RateLimiter,
+    TokenBudget,
+    limit_key,
+)
+from mcp_sampling_proxy.quotas.refusals import Refusal, Reservation, format_period, format_wait
+from mcp_sampling_proxy.quotas.state import STATE_DIR_ENV, JsonStateFile, state_dir
 
 
 @pytest.fixture
@@ -320,7 +320,7 @@ def budgets_file(state: Path) -> dict[str, Any]:
 # --- worst case and formatting --------------------------------------------------------------
 
 
-def test_estimate_worst_case_counts_text_images_and_max_tokens() -> None:
+def test_worst_case_counts_text_images_and_max_tokens() -> None:
     params = {
         "systemPrompt": "abc",  # 3 bytes
         "messages": [
@@ -337,12 +337,12 @@ def test_estimate_worst_case_counts_text_images_and_max_tokens() -> None:
     }
     # every UTF-8 byte may be a token (a true bound, also for CJK); an unreadable image counts as the
     # most any image costs; fixed overheads per request, message and block; then maxTokens
-    assert estimate_worst_case(params) == (
+    assert survey(params).worst_case().tokens == (
         REQUEST_OVERHEAD + 2 * MESSAGE_OVERHEAD + 3 * BLOCK_OVERHEAD + 11 + IMAGE_MAX_TOKENS + 100
     )
 
 
-def test_estimate_worst_case_includes_tool_results_and_tools() -> None:
+def test_worst_case_includes_tool_results_and_tools() -> None:
     tools = [{"name": "fetch", "inputSchema": {"type": "object"}}]
     params = {
         "messages": [
@@ -367,7 +367,7 @@ def test_estimate_worst_case_includes_tool_results_and_tools() -> None:
     }
     text_bytes = 8 + (len("{}") + len("fetch")) + 40 + len(json.dumps(tools, separators=(",", ":")))
     blocks = 5  # text, tool_use, tool_result, and the text and image inside it
-    assert estimate_worst_case(params) == (
+    assert survey(params).worst_case().tokens == (
         REQUEST_OVERHEAD
         + 3 * MESSAGE_OVERHEAD
         + blocks * BLOCK_OVERHEAD

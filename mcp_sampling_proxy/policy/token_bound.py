@@ -1,5 +1,7 @@
 """A true upper bound of the tokens one sampling request can cost, for budget reservations.
 
+The request's survey (survey.py) adds up these per-block bounds in its one walk.
+
 A budget reserves a request's worst case before the LLM call, so that requests running at once
 (from one proxy or many) can never settle to more than the budget. The old estimate (bytes / 4)
 was an average for English text: CJK text takes about one token per character (3 UTF-8 bytes),
@@ -27,11 +29,9 @@ from __future__ import annotations
 import binascii
 import json
 import math
-from collections.abc import Mapping
 from typing import Any
 
-from mcp_sampling_proxy.policy.size_caps import b64_decoded_size, text_bytes
-from mcp_sampling_proxy.protocol.content import walk_blocks
+from mcp_sampling_proxy.protocol.content import b64_decoded_size, text_bytes
 
 REQUEST_OVERHEAD = 32  # tokens the chat template adds once (priming, system role)
 MESSAGE_OVERHEAD = 8  # per message (role markers, separators)
@@ -40,28 +40,6 @@ TOOLS_OVERHEAD = 600  # the provider's tool-use system prompt (Anthropic: up to 
 IMAGE_MAX_TOKENS = 1600  # any image, under both formulas; also the bound for an unreadable header
 AUDIO_BYTES_PER_TOKEN = 16
 _HEADER_BYTES = 64 * 1024  # of decoded image data searched for the size (JPEG EXIF can be large)
-
-
-def worst_case_tokens(params: Mapping[str, Any]) -> int:
-    """Input tokens (an upper bound) plus maxTokens for a `sampling/createMessage` params dict."""
-    total = REQUEST_OVERHEAD
-    system = params.get("systemPrompt")
-    if isinstance(system, str):
-        total += text_bytes(system)
-    messages = params.get("messages")
-    total += MESSAGE_OVERHEAD * (len(messages) if isinstance(messages, list) else 0)
-    for _, block in walk_blocks(params):
-        total += BLOCK_OVERHEAD + block_tokens(block)
-    tools = params.get("tools")
-    if isinstance(tools, list) and tools:
-        total += TOOLS_OVERHEAD + _json_bytes(tools)
-    return total + max_tokens(params)
-
-
-def max_tokens(params: Mapping[str, Any]) -> int:
-    """The request's maxTokens (0 when it gives none usable): the output part of the worst case."""
-    value = params.get("maxTokens")
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def block_tokens(block: dict[str, Any]) -> int:
@@ -77,9 +55,9 @@ def block_tokens(block: dict[str, Any]) -> int:
         decoded = b64_decoded_size(block["data"])
         return math.ceil((decoded if decoded is not None else len(block["data"])) / AUDIO_BYTES_PER_TOKEN)
     if kind == "tool_use":
-        return _json_bytes(block.get("input", {})) + text_bytes(str(block.get("name", "")))
+        return json_bytes(block.get("input", {})) + text_bytes(str(block.get("name", "")))
     if kind == "tool_result":
-        return _json_bytes(block["structuredContent"]) if block.get("structuredContent") is not None else 0
+        return json_bytes(block["structuredContent"]) if block.get("structuredContent") is not None else 0
     if kind == "resource" and isinstance(block.get("resource"), dict):
         resource = block["resource"]
         return sum(text_bytes(resource[f]) for f in ("text", "blob") if isinstance(resource.get(f), str))
@@ -151,6 +129,7 @@ def _jpeg_size(head: bytes) -> tuple[int, int] | None:
     return None
 
 
-def _json_bytes(value: Any) -> int:
+def json_bytes(value: Any) -> int:
+    """UTF-8 bytes of `value` as compact JSON: what a model reads of a tool's input or schema."""
     text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
     return len(text.encode("utf-8", "surrogatepass"))
