@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The audit log's own work per request, in-process: one record through `every_ending` and `record`.
 
-Serves N requests the way services/sampling.py does (a record filled inside `AuditLog.every_ending`,
+Serves N requests the way services/sampling/ does (a record filled inside `AuditLog.every_ending`,
 written when the block ends) into an audit file in a temporary directory, and prints the CPU time
 per request: shaping, masking, the key scrub, the hash chain and the write. Every request of the
 proxy pays it; `sdk_bench.py`'s sampling row measures it together with the LLM call and the pipes,

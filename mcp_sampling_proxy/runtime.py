@@ -41,7 +41,8 @@ from mcp_sampling_proxy.relay.session import Session
 from mcp_sampling_proxy.services.elicitation import ElicitationService
 from mcp_sampling_proxy.services.input_required import InputResolver
 from mcp_sampling_proxy.services.network import NetworkGate
-from mcp_sampling_proxy.services.sampling import AdapterPool, SamplingService
+from mcp_sampling_proxy.services.sampling.adapters import AdapterPool
+from mcp_sampling_proxy.services.sampling.service import SamplingService
 from mcp_sampling_proxy.services.tools import ToolGate
 from mcp_sampling_proxy.system.hardening import end_strays, reap_orphans_forever
 from mcp_sampling_proxy.system.terminal import Terminal

@@ -4,7 +4,7 @@ A check is a local command (JSON on stdin, a verdict on stdout) or an HTTP endpo
 POSTed). Everything that can be wrong with one is found here, at load time, with FILE:LINE:COL: an
 `http://` URL is taken only on loopback (a verdict read in clear over a network could be forged,
 and the prompt would travel in clear), a header's `${VAR}` must name a variable, a command must be
-an argv list. Running them is services/checks.py's job.
+an argv list. Running them is services/sampling/checks.py's job.
 """
 
 from __future__ import annotations

@@ -85,7 +85,7 @@ from mcp_sampling_proxy.runtime import (
     start_egress,
     warm_up,
 )
-from mcp_sampling_proxy.services.sampling import AdapterPool
+from mcp_sampling_proxy.services.sampling.adapters import AdapterPool
 from mcp_sampling_proxy.system.addresses import is_loopback
 from mcp_sampling_proxy.transport.http import HttpUpstream
 from mcp_sampling_proxy.transport.sandbox import Plan

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from mcp_sampling_proxy.relay.ports import Rounds
     from mcp_sampling_proxy.relay.session import Session
     from mcp_sampling_proxy.services.elicitation import ElicitationService
-    from mcp_sampling_proxy.services.sampling import SamplingService
+    from mcp_sampling_proxy.services.sampling.service import SamplingService
 
 log = get_logger("mcp_sampling_proxy.services.input_required")
 

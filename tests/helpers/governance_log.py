@@ -1,5 +1,5 @@
 """An audit log of the governance records, as the proxy writes them (the real AuditLog, the fields
-services/sampling.py, services/checks.py and services/tools.py give): for the readers of the log.
+services/sampling/, services/sampling/checks.py and services/tools.py give): for the readers of the log.
 
 One server, `notes`, makes five sampling requests (one answered with an AWS key masked, one
 unsolicited, one past `max_per_call`, one a check denied, one holding a GitHub token under

@@ -30,7 +30,7 @@ from mcp_sampling_proxy.protocol import capabilities
 from mcp_sampling_proxy.relay.core import Relay
 from mcp_sampling_proxy.relay.session import Session
 from mcp_sampling_proxy.runtime import build_services
-from mcp_sampling_proxy.services.sampling import AdapterPool
+from mcp_sampling_proxy.services.sampling.adapters import AdapterPool
 
 HANDSHAKE_VERSION = "2025-11-25"
 

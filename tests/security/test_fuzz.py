@@ -29,7 +29,7 @@ from mcp_sampling_proxy.protocol import capabilities
 from mcp_sampling_proxy.relay.core import Relay
 from mcp_sampling_proxy.relay.session import Session
 from mcp_sampling_proxy.runtime import build_services
-from mcp_sampling_proxy.services.sampling import AdapterPool
+from mcp_sampling_proxy.services.sampling.adapters import AdapterPool
 
 ITERATIONS = int(os.environ.get("FUZZ_ITERATIONS", "100000"))
 SEED = int(os.environ.get("FUZZ_SEED", "20261122"))

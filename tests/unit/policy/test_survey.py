@@ -4,6 +4,7 @@ its survey (mcp_sampling_proxy.policy.survey), not the request."""
 from __future__ import annotations
 
 import base64
+import binascii
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,7 @@ def test_judging_walks_the_request_once(monkeypatch: pytest.MonkeyPatch, tmp_pat
         return blocks_of(value, where, depth)
 
     monkeypatch.setattr(content, "_blocks_of", counted)
-    settings = parse_settings(POLICY, tmp_path / "policy.yaml")
+    settings = parse_settings(POLICY, str(tmp_path / "policy.yaml"))
     judged = judge_sampling(settings, PARAMS, Origin("notes", "host", ("search",)), request_bytes=900)
     worst = judged.worst_case()
     # the caps (global, then the rule's), the facts and the worst case in tokens and dollars: one walk
@@ -97,13 +98,13 @@ def test_no_base64_is_decoded_unless_a_budget_asks(monkeypatch: pytest.MonkeyPat
     """The image's size is read from its header for a budget's worst case only: a request under no
     budget costs no decoding however many images it holds."""
     decoded: list[int] = []
-    a2b = token_bound.binascii.a2b_base64
+    a2b = binascii.a2b_base64
 
-    def counted(data: Any) -> bytes:
+    def counted(data: str) -> bytes:
         decoded.append(len(data))
         return a2b(data)
 
-    monkeypatch.setattr(token_bound.binascii, "a2b_base64", counted)
+    monkeypatch.setattr(binascii, "a2b_base64", counted)
     surveyed = survey(PARAMS, Outline.of(PARAMS, 900))
     assert decoded == []
     assert surveyed.input_tokens > 0 and len(decoded) == 1

@@ -450,7 +450,7 @@ async def test_cancellation_aborts_request(server: FakeLLMServer, adapter: OpenA
 async def test_the_adapter_pool_closed_at_shutdown_makes_no_more_adapters() -> None:
     """The start-up warm-up makes adapters in a thread; one it made after the pool was closed was
     never closed (its HTTP client left open at exit). A closed pool closes what it has and makes none."""
-    from mcp_sampling_proxy.services.sampling import AdapterPool
+    from mcp_sampling_proxy.services.sampling.adapters import AdapterPool
 
     pool = AdapterPool([fast_config("http://127.0.0.1:9/v1", name="fake", kind="openai", env="NO_KEY", model="m")])
     made = cast(OpenAIAdapter, pool.get("fake"))  # its HTTP client is what the test looks at

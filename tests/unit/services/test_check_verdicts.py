@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mcp_sampling_proxy.services.checks import CheckFailed, Verdict, parse_verdict
+from mcp_sampling_proxy.services.sampling.checks import CheckFailed, Verdict, parse_verdict
 
 
 @pytest.mark.parametrize(

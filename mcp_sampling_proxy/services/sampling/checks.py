@@ -34,7 +34,7 @@ from mcp_sampling_proxy.audit.records import AuditFields, CheckRecord, digest, u
 from mcp_sampling_proxy.config.checks import VARIABLE, CheckSpec
 from mcp_sampling_proxy.config.child_env import helper_environment, withheld
 from mcp_sampling_proxy.log import get_logger
-from mcp_sampling_proxy.notation.vocabulary import MiB, Outcome
+from mcp_sampling_proxy.notation.vocabulary import MiB
 from mcp_sampling_proxy.policy.engine import Decision
 from mcp_sampling_proxy.policy.rules import SizeLimits, effective_limits
 from mcp_sampling_proxy.protocol import jsonrpc
@@ -43,10 +43,11 @@ from mcp_sampling_proxy.protocol.sampling_request import SamplingRequest
 from mcp_sampling_proxy.protocol.wire_types import CreateMessageParams
 from mcp_sampling_proxy.relay.keepalive import waiting_for
 from mcp_sampling_proxy.services.assess import checked_edit
+from mcp_sampling_proxy.services.sampling.ended import Ended
 from mcp_sampling_proxy.system.addresses import is_loopback
 from mcp_sampling_proxy.text.sanitize import one_line
 
-log = get_logger("mcp_sampling_proxy.services.checks")
+log = get_logger("mcp_sampling_proxy.services.sampling.checks")
 
 CHECK_PROTOCOL_VERSION = 1
 MAX_VERDICT_BYTES = 4 * MiB  # what a validator may answer (a modified text included)
@@ -63,17 +64,6 @@ T = TypeVar("T")
 
 class CheckFailed(Exception):
     """A validator gave no usable verdict; the message says why, for the audit and the server."""
-
-
-class CheckRefused(Exception):
-    """A check ended the request (a deny, or an error under `on_error: deny`). It has what
-    services/sampling.py's `_Ended` has: the audit outcome, the server's error and extra audit fields."""
-
-    def __init__(self, error: RpcError, fields: AuditFields | None = None):
-        super().__init__(error.message)
-        self.outcome: Outcome = "deny"
-        self.error = error
-        self.fields: AuditFields = fields or {}
 
 
 @dataclass(frozen=True)
@@ -103,7 +93,7 @@ class Checks:
     async def on_request(
         self, request: SamplingRequest, decision: Decision, server: str, audit: AuditFields
     ) -> SamplingRequest:
-        """The request after the rule's request-stage checks (modified, or as it was); CheckRefused
+        """The request after the rule's request-stage checks (modified, or as it was); Ended
         when one of them denies it."""
         caps = self._caps(decision)
         for spec in self.named(decision, "request"):
@@ -131,7 +121,7 @@ class Checks:
         server: str,
         audit: AuditFields,
     ) -> dict[str, Any]:
-        """The answer after the rule's answer-stage checks; CheckRefused when one of them denies it
+        """The answer after the rule's answer-stage checks; Ended when one of them denies it
         (its fields keep the LLM's provider, model and tokens, and a digest of the answer)."""
         caps = self._caps(decision)
         original = result
@@ -184,7 +174,7 @@ class Checks:
         refused_fields: AuditFields,
     ) -> T | None:
         """Ask one validator; the modified value for a modify, None for an allow (or an error under
-        `on_error: allow`); CheckRefused for a deny or an error under `on_error: deny`. Each check
+        `on_error: allow`); Ended for a deny or an error under `on_error: deny`. Each check
         run is added to the audit's `checks`."""
         started = time.monotonic()
         entry: CheckRecord = {"name": spec.name, "stage": stage}
@@ -206,19 +196,20 @@ class Checks:
             log.warning("check failed", check=spec.name, stage=stage, reason=failure, on_error=spec.on_error)
             if spec.on_error == "allow":
                 return None
-            raise CheckRefused(
+            raise Ended(
+                "deny",
                 RpcError(
                     jsonrpc.USER_REJECTED,
                     f"sampling denied: check '{spec.name}' failed ({failure}), and a failed check denies "
                     "(on_error: deny)",
                 ),
-                {**refused_fields, "checks": audit["checks"]},
+                **_with_checks(refused_fields, audit),
             ) from None
         reason = one_line(verdict.reason, REASON_CHARS) if verdict.reason else None
         entry.update({"verdict": verdict.verdict, "reason": reason, "duration_ms": _ms(started)})
         if verdict.verdict == "deny":
             told = f"sampling denied by check '{spec.name}'" + (f": {reason}" if reason else "")
-            raise CheckRefused(RpcError(jsonrpc.USER_REJECTED, told), {**refused_fields, "checks": audit["checks"]})
+            raise Ended("deny", RpcError(jsonrpc.USER_REJECTED, told), **_with_checks(refused_fields, audit))
         return changed
 
     async def _ask(self, spec: CheckSpec, document: dict[str, Any]) -> Verdict:
@@ -377,3 +368,8 @@ def _expanded(name: str, value: str) -> str:
 
 def _ms(started: float) -> int:
     return int((time.monotonic() - started) * 1000)
+
+
+def _with_checks(fields: AuditFields, audit: AuditFields) -> AuditFields:
+    """The refusal's record fields with every check's verdict so far."""
+    return {**fields, "checks": audit["checks"]}

@@ -1,0 +1,61 @@
+"""The LLM adapters a proxy has made, by provider name: made on first use (httpx is imported only
+then), closed together when the proxy ends."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import anyio
+
+from mcp_sampling_proxy.config.providers import ProviderConfig
+from mcp_sampling_proxy.providers.base import Adapter
+from mcp_sampling_proxy.providers.registry import make_adapter
+from mcp_sampling_proxy.services.assess import usable_providers
+
+
+class AdapterPool:
+    """Adapters by provider name, created on first use."""
+
+    def __init__(self, providers: list[ProviderConfig], terminal: Any = None):
+        self._configs = {p.name: p for p in providers}
+        self._terminal = terminal
+        self._adapters: dict[str, Adapter] = {}
+        self._making = threading.Lock()  # the start-up warm-up (runtime.warm_up) makes them in a thread
+        self._closed = False
+
+    @property
+    def configs(self) -> list[ProviderConfig]:
+        return list(self._configs.values())
+
+    @property
+    def configs_by_name(self) -> dict[str, ProviderConfig]:
+        return self._configs
+
+    @property
+    def can_use_tools(self) -> bool:
+        return bool(usable_providers(self.configs, tools=True))
+
+    def get(self, name: str) -> Adapter:
+        adapter = self._adapters.get(name)
+        if adapter is None:
+            with self._making:
+                if self._closed:
+                    raise RuntimeError("the proxy is shutting down: no new LLM adapters")
+                adapter = self._adapters.get(name)
+                if adapter is None:
+                    adapter = self._adapters[name] = make_adapter(self._configs[name], self._terminal)
+        return adapter
+
+    async def aclose(self) -> None:
+        """Close every adapter made, one the warm-up thread is making included (its lock is waited
+        for in a thread), and make no more: one made after the snapshot was never closed."""
+
+        def take_all() -> list[Adapter]:
+            with self._making:
+                self._closed = True
+                adapters, self._adapters = list(self._adapters.values()), {}
+            return adapters
+
+        for adapter in await anyio.to_thread.run_sync(take_all):
+            await adapter.aclose()
