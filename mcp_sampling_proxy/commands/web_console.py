@@ -246,6 +246,8 @@ def audit_view(state: WebState, query: dict[str, list[str]]) -> dict[str, Any]:
             {
                 "line": format_record(record),
                 "decision": one_line(str(record.get("decision") or ""), 20),
+                # approved or allowed, then failed (the LLM refused the key, the host's answer was broken)
+                "failed": bool(record.get("error")),
                 "server": one_line(str(record.get("server") or ""), 120),
                 "tool": one_line(str(record.get("tool") or ""), 120),
                 "notes": governance_notes(record),
@@ -273,6 +275,7 @@ def usage_view(state: WebState, query: dict[str, list[str]]) -> dict[str, Any]:
         "servers": servers,
         "budgets": web_view.budget_rows(state.read_budgets(), state.facts)
         + web_view.budget_rows(state.read_spend(), state.facts, USD),
+        "no_budgets": web_view.no_budgets_text(state.facts),
         "policy": state.facts.source,
         "covers": covers,
     }
