@@ -177,10 +177,13 @@ def no_sideways_scroll(page: Any) -> None:
 
 @pytest.fixture
 def console(tmp_path: Path, dirs: dict[str, str], llm: FakeLLMServer) -> Iterator[tuple[WebConsole, str]]:
-    """`console --web` over a policy whose one rule asks first under a token budget, priced (gpt-4o)."""
-    audit = tmp_path / "audit.jsonl"
+    """`console --web` over a policy whose one rule asks first under a token budget, priced (gpt-4o); the
+    policy and the audit log where a user keeps them, in the test's own home (the page shows `~/...`)."""
+    config = Path.home() / ".config" / "mcp-sampling-proxy"
+    config.mkdir(parents=True, exist_ok=True)
+    audit = Path.home() / ".local" / "state" / "mcp-sampling-proxy" / "audit.jsonl"
     policy = write_policy(
-        tmp_path, openai_policy(llm.base_url, model="gpt-4o", rules=RULES) + f"audit:\n  path: {audit}\n"
+        config, openai_policy(llm.base_url, model="gpt-4o", rules=RULES) + f"audit:\n  path: {audit}\n"
     )
     with WebConsole(dirs, "--policy", policy, stderr=tmp_path / "web.log") as web:
         yield web, policy
@@ -193,7 +196,8 @@ def test_the_page_fits_the_window_colours_a_failed_call_and_is_the_docs_picture(
     web, policy = console
     page = open_page(browser, web)
     command = proxy_command(policy, "--name", "image-describer")
-    with RawHost(command, proxy_env(**dirs), tmp_path / "proxy.log") as host:
+    env = proxy_env(**{**dirs, "TEST_LLM_KEY": "sk-docs-0123456789abcdef"})  # a key that looks like one
+    with RawHost(command, env, tmp_path / "proxy.log") as host:
         host.initialize(name="claude-desktop")
         page.get_by_text("1 proxy attached").wait_for(timeout=15000)
         card = page.locator("article.pending")
@@ -242,6 +246,9 @@ def test_the_page_fits_the_window_colours_a_failed_call_and_is_the_docs_picture(
         card.locator("img").evaluate("i => i.decode()")
         page.locator("#usage tbody tr").first.wait_for(timeout=10000)
         page.locator("#budgets tbody tr td.num").first.wait_for(timeout=10000)
+        # the files as a person types them: under the home directory as ~/
+        assert "budgets of ~/.config/mcp-sampling-proxy/policy.yaml" in page.locator("#usage-note").inner_text()
+        assert page.locator("#audit-note").inner_text() == "~/.local/state/mcp-sampling-proxy/audit.jsonl"
 
         # every column of both tables in view, nothing past the right edge, no sideways scrolling
         no_sideways_scroll(page)
@@ -284,17 +291,25 @@ def css_rgb(hex_colour: str) -> str:
     return "rgb({}, {}, {})".format(*(int(value[i : i + 2], 16) for i in (0, 2, 4)))
 
 
-def test_an_empty_budgets_table_says_none(
-    tmp_path: Path, dirs: dict[str, str], llm: FakeLLMServer, browser: Any
+@pytest.mark.parametrize(
+    ("rules", "says"),
+    [
+        pytest.param(NO_BUDGET, "none: no rule of this policy has a budget", id="no-budget"),
+        pytest.param(RULES, "none used yet: 1 rule with a budget (ask-first)", id="unused"),
+        pytest.param(None, "none: no policy to read budgets from (console --web --policy FILE)", id="no-policy"),
+    ],
+)
+def test_an_empty_budgets_table_says_why(
+    tmp_path: Path, dirs: dict[str, str], llm: FakeLLMServer, browser: Any, rules: str | None, says: str
 ) -> None:
-    """A policy without a budget: the Budgets table says there is none, rather than showing only its heads."""
-    policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=NO_BUDGET))
-    with WebConsole(dirs, "--policy", policy, stderr=tmp_path / "web.log") as web:
+    """No budget row: the Budgets table says why, rather than showing only its heads."""
+    options = ["--policy", write_policy(tmp_path, openai_policy(llm.base_url, rules=rules))] if rules else []
+    with WebConsole(dirs, *options, stderr=tmp_path / "web.log") as web:
         page = open_page(browser, web)
         row = page.locator("#budgets tbody tr")
         row.first.wait_for(timeout=15000)
         assert row.count() == 1
-        assert row.inner_text().strip() == "none: no rule of this policy has a budget"
+        assert row.inner_text().strip() == says
         usage = page.locator("#usage tbody tr")
         assert usage.count() == 1 and usage.inner_text().strip() == "none yet: no request in the audit log"
         no_sideways_scroll(page)
