@@ -55,6 +55,7 @@ from mcp_sampling_proxy.audit.records import is_decision, parse_object
 from mcp_sampling_proxy.audit.shown import format_record
 from mcp_sampling_proxy.audit.summary import parse_since, parse_ts, summarize
 from mcp_sampling_proxy.commands import web_view
+from mcp_sampling_proxy.config.dirs import home_relative
 from mcp_sampling_proxy.config.paths import policy_or_default
 from mcp_sampling_proxy.config.settings import load_settings, resolve_state
 from mcp_sampling_proxy.log import get_logger
@@ -246,6 +247,8 @@ def audit_view(state: WebState, query: dict[str, list[str]]) -> dict[str, Any]:
             {
                 "line": format_record(record),
                 "decision": one_line(str(record.get("decision") or ""), 20),
+                # approved or allowed, then failed (the LLM refused the key, the host's answer was broken)
+                "failed": bool(record.get("error")),
                 "server": one_line(str(record.get("server") or ""), 120),
                 "tool": one_line(str(record.get("tool") or ""), 120),
                 "notes": governance_notes(record),
@@ -253,7 +256,12 @@ def audit_view(state: WebState, query: dict[str, list[str]]) -> dict[str, Any]:
         )
         if len(lines) >= count:
             break
-    return {"lines": lines, "path": state.audit_path, "error": state.audit_error}
+    return {"lines": lines, "path": shown_path(state.audit_path), "error": state.audit_error}
+
+
+def shown_path(path: str | None) -> str | None:
+    """A file's path as the page shows it: under the home directory as `~/...`, as a person types it."""
+    return None if path is None else home_relative(Path(path))
 
 
 def usage_view(state: WebState, query: dict[str, list[str]]) -> dict[str, Any]:
@@ -273,7 +281,8 @@ def usage_view(state: WebState, query: dict[str, list[str]]) -> dict[str, Any]:
         "servers": servers,
         "budgets": web_view.budget_rows(state.read_budgets(), state.facts)
         + web_view.budget_rows(state.read_spend(), state.facts, USD),
-        "policy": state.facts.source,
+        "no_budgets": web_view.no_budgets_text(state.facts),
+        "policy": shown_path(state.facts.source),
         "covers": covers,
     }
 

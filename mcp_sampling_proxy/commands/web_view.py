@@ -338,6 +338,17 @@ def budget_rows(budgets: dict[str, dict[str, Any]], facts: PolicyFacts, unit: st
     return rows
 
 
+def no_budgets_text(facts: PolicyFacts) -> str:
+    """The Budgets table's one line when it has no row: why it is empty, so that an empty table is not
+    taken for a page that failed to load."""
+    if facts.source is None:
+        return "none: no policy to read budgets from (console --web --policy FILE)"
+    rules = sorted({*facts.budgets, *facts.usd_budgets})
+    if not rules:
+        return "none: no rule of this policy has a budget"
+    return f"none used yet: {len(rules)} rule{'s' if len(rules) > 1 else ''} with a budget ({', '.join(rules)})"
+
+
 def request_limits(
     message: dict[str, Any],
     facts: PolicyFacts,

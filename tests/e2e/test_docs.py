@@ -399,7 +399,7 @@ def test_every_function_of_the_architecture_walk_is_in_the_module_of_its_line() 
 
 def test_the_architecture_page_draws_the_layers_lint_imports_enforces() -> None:
     layers = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"][0]["layers"]
-    drawing = ARCHITECTURE.read_text().split("```text", 1)[1].split("```", 1)[0]
+    drawing = ARCHITECTURE.read_text().split("```mermaid", 1)[1].split("```", 1)[0]  # the layers, drawn top to bottom
     positions = []
     for layer in layers:
         for name in (part.strip() for part in layer.split("|")):

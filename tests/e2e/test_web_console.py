@@ -9,7 +9,6 @@ import http.client
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -17,12 +16,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
-from urllib.parse import urlsplit
 
 import pytest
 from fakes.llm_server import FakeLLMServer
 from helpers.browser import CHROMIUM
 from helpers.support import PY, RawHost, openai_policy, proxy_command, proxy_env, write_policy
+from helpers.web_console import WebConsole
 
 if TYPE_CHECKING:
     from anyio.from_thread import BlockingPortal
@@ -46,33 +45,6 @@ PNG = base64.b64encode(
         "0000000049454e44ae426082"
     )
 ).decode()
-
-
-class WebConsole:
-    """`console --web --no-open` as a process; `url` is the first line it prints."""
-
-    def __init__(self, dirs: dict[str, str], *options: str, stderr: Path):
-        self.proc = subprocess.Popen(
-            [PY, "-m", "mcp_sampling_proxy", "console", "--web", "--no-open", *options],
-            env=proxy_env(**dirs),
-            stdout=subprocess.PIPE,
-            stderr=stderr.open("wb"),
-            stdin=subprocess.DEVNULL,
-        )
-        assert self.proc.stdout is not None
-        self.url = self.proc.stdout.readline().decode().strip()
-        assert self.url.startswith("http://127.0.0.1:"), f"first line is not the URL: {self.url!r}"
-        parts = urlsplit(self.url)
-        self.port = parts.port
-        self.token = parts.path.strip("/")
-
-    def close(self) -> None:
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 @pytest.fixture

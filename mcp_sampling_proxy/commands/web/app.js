@@ -332,11 +332,14 @@ function governed(s) {
     .map(([what, counts]) => [`${what}: `, counts.map(([n, label], i) => [i ? " " : "", el("span", {class: "chip"}, `${fmt(n)} ${label}`)])]);
 }
 
+// an empty table's one row, saying why it is empty
+const noneRow = (columns, text) => el("tr", {class: "none"}, el("td", {colspan: columns}, text));
+
 async function refreshAudit() {
   const data = await (await fetch(`api/audit?${query({n: 300})}`)).json();
   const note = document.getElementById("audit-note");
   note.textContent = data.error || (data.path ? `${data.path}` : "No audit log: pass --audit FILE, or a policy with audit.path.");
-  document.getElementById("audit").replaceChildren(...data.lines.map((l) => el("li", {class: l.decision}, l.line,
+  document.getElementById("audit").replaceChildren(...data.lines.map((l) => el("li", {class: l.failed ? `${l.decision} failed` : l.decision}, l.line,
     (l.notes || []).length ? el("div", {class: "notes"}, l.notes.map((n) => el("span", {class: `note ${n.kind}`}, n.text))) : null)));
   const since = document.getElementById("f-since").value.trim();
   const usage = await (await fetch(`api/usage?${since ? new URLSearchParams({since}) : ""}`)).json();
@@ -345,6 +348,7 @@ async function refreshAudit() {
     [s.requests, s.allowed, s.denied, s.errors, s.input_tokens, s.output_tokens].map((n) => el("td", {class: "num"}, fmt(n))),
     el("td", {class: "num"}, usd(Math.round((s.cost_usd || 0) * 1e6)) + (s.unpriced ? ` (+${fmt(s.unpriced)} unpriced)` : ""))),
     ...governed(s).map((parts) => el("tr", {class: "governed"}, el("td", {colspan: 8}, parts)))]));
+  if (!(usage.servers || []).length) body.replaceChildren(noneRow(8, usage.error ? "–" : "none yet: no request in the audit log"));
   const covers = usage.covers && usage.covers.records ? `counts from the ${fmt(usage.covers.records)} records since ${usage.covers.since || "?"}` +
     (usage.covers.records >= usage.covers.kept ? ` (the console keeps the last ${fmt(usage.covers.kept)}; for the whole log: mcp-sampling-proxy audit summary)` : "") : "";
   document.getElementById("usage-note").textContent = usage.error || [covers, usage.policy ? `budgets of ${usage.policy}` : ""].filter(Boolean).join("; ");
@@ -352,6 +356,7 @@ async function refreshAudit() {
     el("td", {}, b.server), el("td", {}, b.rule), el("td", {class: "num"}, n(b.used)), el("td", {class: "num"}, n(b.reserved)),
     el("td", {class: "num"}, b.limit === null ? "?" : `${n(b.limit)} / ${b.per}`), el("td", {class: "num"}, b.left === null ? "?" : n(b.left)),
     el("td", {}, b.resets_at ? new Date(b.resets_at * 1000).toLocaleString() : "–")); }));
+  if (!(usage.budgets || []).length) document.querySelector("#budgets tbody").replaceChildren(noneRow(7, usage.no_budgets || "none"));
 }
 
 function connect() {
