@@ -678,7 +678,8 @@ def main(argv: Sequence[str]) -> int:
         "Exit 1 when something is broken, 0 when all is well.",
         epilog="Providers are checked with this shell's environment. Wrapped servers are checked with the "
         "environment each host gives the proxy: a CLI started from a terminal passes that shell's, an editor "
-        "such as VS Code a login shell's, a desktop app such as Claude Desktop only the entry's env.",
+        "such as VS Code a login shell's, a desktop app such as Claude Desktop only the entry's env (and "
+        "the session's short PATH, where a command only your shell finds is not found).",
     )
     parser.add_argument(
         "--policy",

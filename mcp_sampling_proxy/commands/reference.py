@@ -167,6 +167,11 @@ ENVIRONMENT = (
         "where OpenTelemetry traces of the decisions go; set, it turns them on unless `telemetry:` says otherwise",
     ),
     EnvironmentVariable("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "the same, for traces only"),
+    EnvironmentVariable(
+        "PATH",
+        "where the proxy finds a server command (or `api_key_command`) given by name; a host started from the "
+        "desktop gives it the session's PATH instead, without ~/.local/bin and the like (`doctor` checks with that)",
+    ),
     EnvironmentVariable("XDG_CONFIG_HOME", "where the configuration and some hosts' configs live (Linux)"),
     EnvironmentVariable("XDG_STATE_HOME", "where the state directory lives (Linux)"),
     EnvironmentVariable(
