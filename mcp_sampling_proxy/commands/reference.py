@@ -170,7 +170,8 @@ ENVIRONMENT = (
     EnvironmentVariable(
         "PATH",
         "where the proxy finds a server command (or `api_key_command`) given by name; a host started from the "
-        "desktop gives it the session's PATH instead, without ~/.local/bin and the like (`doctor` checks with that)",
+        "desktop gives it the session's PATH instead, without ~/.local/bin and the like (`doctor` checks with "
+        "that; `wrap` writes the absolute path of a command found only here)",
     ),
     EnvironmentVariable("XDG_CONFIG_HOME", "where the configuration and some hosts' configs live (Linux)"),
     EnvironmentVariable("XDG_STATE_HOME", "where the state directory lives (Linux)"),

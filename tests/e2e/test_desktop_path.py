@@ -119,3 +119,53 @@ def test_doctor_judges_a_desktop_hosts_command_with_the_desktop_path(home: Path,
     fix = doctor.stdout.split(problem, 1)[1].splitlines()[1].strip()
     assert fix.startswith(f"fix: write its absolute path {home}/.local/bin/userpath in the entry: run ")
     assert "`mcp-sampling-proxy unwrap --host claude-desktop" in fix and "then wrap it again" in fix
+
+    # the fix doctor gives: unwrap, then wrap again, which writes the command's absolute path
+    assert command(home, "unwrap", "--host", "claude-desktop", "--all").returncode == 0
+    assert entry_of(path, "notes") == {"command": "userpath"}
+    assert command(home, "wrap", "--host", "claude-desktop", "--all", "--policy", policy).returncode == 0
+    assert start_as_host(entry_of(path, "notes"), desktop_env()).returncode == 0
+    doctor = command(home, "doctor")
+    assert f"✓ Claude Desktop 'notes': upstream {home}/.local/bin/userpath" in wrapped_line(doctor.stdout, "notes")
+
+
+def test_wrap_writes_the_absolute_path_of_a_command_the_desktop_host_would_not_find(home: Path, policy: str) -> None:
+    """`wrap` used to write the bare name, say "wrapped" and exit 0, and Claude Desktop then could not start
+    the server. A command only the shell finds is written as its absolute path (and wrap says so); one
+    nobody finds is wrapped with a warning that the host will not find it; one the host finds is left as
+    it is; `unwrap` gives the file back byte for byte."""
+    path = config_file()
+    path.write_text(
+        "{\n"
+        '  "mcpServers": {\n'
+        '    "notes": { "command": "userpath", "args": [] },\n'
+        '    "ghost": { "command": "mcp-server-ghost" },\n'
+        '    "shell": { "command": "sh", "args": ["-c", "exec python3 -V"] }\n'
+        "  }\n"
+        "}\n"
+    )
+    original = path.read_bytes()
+
+    wrap = command(home, "wrap", "--host", "claude-desktop", "--all", "--policy", policy)
+    assert wrap.returncode == 0, wrap.stderr
+    absolute = f"{home}/.local/bin/userpath"
+    assert (
+        f"notes  wrapped: userpath; 'userpath' written as {absolute} (Claude Desktop would not find it on the PATH "
+        f"it starts servers with, {DESKTOP_PATH})" in wrap.stdout
+    )
+    assert (
+        "warning: Claude Desktop will not find the server command 'mcp-server-ghost': it is on neither the PATH "
+        f"it starts servers with ({DESKTOP_PATH}) nor yours; install it, or write its absolute path in the entry"
+    ) in wrap.stdout
+    assert entry_of(path, "notes")["args"][-2:] == ["--", absolute]
+    assert entry_of(path, "ghost")["args"][-2:] == ["--", "mcp-server-ghost"]
+    assert entry_of(path, "shell")["args"][-3:] == ["sh", "-c", "exec python3 -V"]  # on the desktop PATH too
+
+    started = start_as_host(entry_of(path, "notes"), desktop_env())
+    assert started.returncode == 0 and '"serverInfo"' in started.stdout, started.stderr
+    doctor = command(home, "doctor")
+    assert f"✓ Claude Desktop 'notes': upstream {absolute}" in wrapped_line(doctor.stdout, "notes")
+    assert any(line.startswith("✗ Claude Desktop 'ghost'") for line in wrapped_line(doctor.stdout, "ghost"))
+
+    assert command(home, "unwrap", "--host", "claude-desktop", "--all").returncode == 0
+    assert path.read_bytes() == original
