@@ -25,6 +25,7 @@ import structlog
 
 from mcp_sampling_proxy.approval.console.server import RUNTIME_ENV
 from mcp_sampling_proxy.commands.cli import SUBCOMMAND_SUMMARIES, build_parser
+from mcp_sampling_proxy.commands.parsing import Parser
 from mcp_sampling_proxy.config.dirs import STATE_DIR_ENV
 from mcp_sampling_proxy.config.paths import CONFIG_DIR_ENV
 from mcp_sampling_proxy.notation.vocabulary import SUBCOMMANDS
@@ -64,7 +65,11 @@ def subcommand_parser(name: str) -> argparse.ArgumentParser:
     # wrap/unwrap and login/logout share a main(), told which it is (as commands/cli.py calls them)
     takes_name = len(inspect.signature(run).parameters) > 1
     logging = structlog.get_config()  # a main() may set up logging before it parses (console does)
-    with mock.patch.object(argparse.ArgumentParser, "parse_args", _catch), _without_user_settings():
+    with (
+        mock.patch.object(argparse.ArgumentParser, "parse_args", _catch),
+        mock.patch.object(Parser, "parse_args", _catch),  # ours overrides it
+        _without_user_settings(),
+    ):
         try:
             run([], name) if takes_name else run([])
         except _Caught as caught:

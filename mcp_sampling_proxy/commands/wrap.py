@@ -27,6 +27,7 @@ from typing import Any
 
 from mcp_sampling_proxy.commands.doctor_entries import key_fix
 from mcp_sampling_proxy.commands.doctor_entries import wrapped_entry as doctor_view  # not ours below: doctor's view
+from mcp_sampling_proxy.commands.parsing import Parser
 from mcp_sampling_proxy.config.atomic import write_atomic
 from mcp_sampling_proxy.config.dirs import home_relative
 from mcp_sampling_proxy.config.paths import default_policy_path, policy_or_default
@@ -270,7 +271,7 @@ class Plan:
 def build_parser(action: str) -> argparse.ArgumentParser:
     wrap = action == "wrap"
     hosts = ", ".join(HOSTS)
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog=f"mcp-sampling-proxy {action}",
         description=textwrap.fill(
             "Rewrite a host's MCP config so the chosen servers start through mcp-sampling-proxy. A backup "
