@@ -98,12 +98,13 @@ command providers (type: command, preset: NAME): the meter each spends
     + "".join(f"  {name:<7} refused: {why.split(';')[0]}\n" for name, why in REFUSED_CLIS.items())
     + """  (each runs its CLI with its tools off and never with a permission bypass; docs/guides/providers.md)
 
-host config entry (Claude Desktop, Cursor, Claude Code: "mcpServers"):
+host config entry (Claude Desktop, Cursor, Claude Code: "mcpServers"; `wrap` writes it):
   "summarizer": {
     "command": "/absolute/path/to/mcp-sampling-proxy",
-    "args": ["--policy", "/absolute/path/to/policy.yaml", "--", "python", "/path/to/server.py"],
-    "env": {"OPENAI_API_KEY": "sk-..."}
+    "args": ["--policy", "/absolute/path/to/policy.yaml", "--", "/usr/bin/python3", "/path/to/server.py"]
   }
+  (absolute paths: a host started from the desktop has a short PATH; the key in a 0600 file the policy
+  names, api_key_file, which the proxy reads itself: no key in the entry's env)
 
 Without --policy (and no default policy file), the LLM comes from OPENAI_API_KEY (+ OPENAI_BASE_URL, OPENAI_MODEL) or
 ANTHROPIC_API_KEY (+ ANTHROPIC_MODEL); with neither, replies are typed at the terminal when there

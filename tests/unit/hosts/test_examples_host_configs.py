@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from helpers.support import ROOT
 
+from mcp_sampling_proxy.commands.cli import build_parser
 from mcp_sampling_proxy.hosts.registry import config_path
 
 EXAMPLES = sorted((ROOT / "examples" / "host-configs").glob("*.json"))
@@ -60,3 +61,10 @@ def test_no_example_holds_a_key(path: Path) -> None:
     entry = (config.get("mcpServers") or config.get("servers"))["summarizer"]
     for name, value in entry.get("env", {}).items():
         assert value.startswith("${") and value.endswith("}"), f"{path.name}: env {name} holds a literal value"
+
+
+def test_the_proxys_help_shows_an_entry_without_a_key() -> None:
+    """`mcp-sampling-proxy --help` shows a host config entry too: absolute paths, and the key left to a key file."""
+    shown = build_parser().format_help().split("host config entry", 1)[1].split("\n\n", 1)[0]
+    assert '"env"' not in shown and "sk-" not in shown, shown
+    assert '"--", "/usr/bin/python3", ' in shown and "api_key_file" in shown
