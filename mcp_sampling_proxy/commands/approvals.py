@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mcp_sampling_proxy.approval.memory import APPROVAL, always_entries, always_key, entry_is_sealed
+from mcp_sampling_proxy.commands.parsing import Parser
 from mcp_sampling_proxy.quotas.integrity import KEY_FILE, load_key
 from mcp_sampling_proxy.quotas.state import JsonStateFile, state_dir
 from mcp_sampling_proxy.text.identity import normalise
@@ -27,7 +28,7 @@ def store() -> JsonStateFile:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog=PROG,
         description="List or revoke the approvals remembered with "
         "'always' (per server and tool, shared by all your proxies).",

@@ -17,7 +17,6 @@ Without FILE each reads the policy's `audit.path` (the default policy, or `--pol
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -42,6 +41,7 @@ from mcp_sampling_proxy.audit.summary import (
     total_of,
 )
 from mcp_sampling_proxy.audit.verify import Broken, Verifier
+from mcp_sampling_proxy.commands.parsing import Parser
 from mcp_sampling_proxy.config.paths import default_policy_path, policy_or_default
 from mcp_sampling_proxy.config.prices import format_usd
 from mcp_sampling_proxy.config.settings import load_settings
@@ -57,7 +57,7 @@ POLICY_HELP = "without FILE: read audit.path from this policy (default: the file
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog=PROG,
         description="Check and read audit logs. Without FILE, each reads the log the policy names in audit.path "
         "(the default policy, or --policy FILE).",

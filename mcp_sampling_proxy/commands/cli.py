@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from mcp_sampling_proxy import __version__
+from mcp_sampling_proxy.commands.parsing import Parser
 from mcp_sampling_proxy.config.child_env import child_environment, withhold
 from mcp_sampling_proxy.config.providers import PRESET_FACTS, REFUSED_CLIS
 from mcp_sampling_proxy.notation.vocabulary import SUBCOMMANDS  # subcommand -> the module whose main() runs it
@@ -97,12 +98,13 @@ command providers (type: command, preset: NAME): the meter each spends
     + "".join(f"  {name:<7} refused: {why.split(';')[0]}\n" for name, why in REFUSED_CLIS.items())
     + """  (each runs its CLI with its tools off and never with a permission bypass; docs/guides/providers.md)
 
-host config entry (Claude Desktop, Cursor, Claude Code: "mcpServers"):
+host config entry (Claude Desktop, Cursor, Claude Code: "mcpServers"; `wrap` writes it):
   "summarizer": {
     "command": "/absolute/path/to/mcp-sampling-proxy",
-    "args": ["--policy", "/absolute/path/to/policy.yaml", "--", "python", "/path/to/server.py"],
-    "env": {"OPENAI_API_KEY": "sk-..."}
+    "args": ["--policy", "/absolute/path/to/policy.yaml", "--", "/usr/bin/python3", "/path/to/server.py"]
   }
+  (absolute paths: a host started from the desktop has a short PATH; the key in a 0600 file the policy
+  names, api_key_file, which the proxy reads itself: no key in the entry's env)
 
 Without --policy (and no default policy file), the LLM comes from OPENAI_API_KEY (+ OPENAI_BASE_URL, OPENAI_MODEL) or
 ANTHROPIC_API_KEY (+ ANTHROPIC_MODEL); with neither, replies are typed at the terminal when there
@@ -113,8 +115,9 @@ denied with a message saying how to allow it. Logs go to stderr, never stdout.
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="mcp-sampling-proxy",
+        meant={option: "`mcp-sampling-proxy serve --listen HOST:PORT`" for option in ("--listen", "--port")},
         description="A stdio MCP proxy: the host starts it instead of the real server; it relays every "
         "message and answers the server's sampling/createMessage requests under a YAML policy.",
         epilog=EPILOG,
@@ -213,6 +216,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if bool(command) == bool(args.url):
         return fail("give the server either as '-- COMMAND [ARGS...]' or with --url URL (see --help)")
+    if command and args.command[:1] != ["--"] and (typo := _mistyped_subcommand(command[0])):
+        return fail(typo)
     if args.no_terminal:
         os.environ["MCP_SAMPLING_PROXY_NO_TERMINAL"] = "1"
     if command:  # bubblewrap's check runs while the policy is read (transport/sandbox.py)
@@ -274,6 +279,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         another=start,
     )
     return run(upstream, settings, options)
+
+
+def _mistyped_subcommand(word: str) -> str | None:
+    """A first word given without '--' that no PATH holds but is close to a subcommand (`doctr`): the
+    error that says which was meant, instead of trying to start a server of that name."""
+    import shutil  # start-up: only a server command given without '--' needs it
+    from difflib import get_close_matches  # start-up: for this error only
+
+    if os.sep in word or shutil.which(word) is not None:
+        return None
+    close = get_close_matches(word, list(SUBCOMMANDS), n=1, cutoff=0.75)
+    if not close:
+        return None
+    return (
+        f"unknown command '{word}': did you mean `mcp-sampling-proxy {close[0]}`? (a server's command line "
+        "goes after '--')"
+    )
 
 
 def _prepare_state() -> bool:

@@ -14,7 +14,6 @@ A question that waits for an answer stays the last thing on screen: a line that 
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections import deque
@@ -30,6 +29,7 @@ from mcp_sampling_proxy.approval.console.server import RuntimeDirError, runtime_
 from mcp_sampling_proxy.approval.dialogues import approval_dialogue, review_dialogue
 from mcp_sampling_proxy.approval.form_prompts import converse
 from mcp_sampling_proxy.approval.forms import FormError, parse_form
+from mcp_sampling_proxy.commands.parsing import Parser
 from mcp_sampling_proxy.commands.web_console import serve
 from mcp_sampling_proxy.log import configure, get_logger
 from mcp_sampling_proxy.notation.vocabulary import TOOL_CALL_APPROVAL
@@ -181,8 +181,9 @@ def _isatty(out: Any) -> bool:
 def main(argv: Sequence[str]) -> int:
     configure("warning", "console")  # stdout is the conversation with the user; logs go to stderr
 
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="mcp-sampling-proxy console",
+        meant={"--listen": "--web --port PORT (the console's page listens on 127.0.0.1 only)"},
         description="Approve the sampling requests of every running mcp-sampling-proxy of this user from this "
         "terminal (for hosts such as Claude Desktop that start the proxy without one).",
     )

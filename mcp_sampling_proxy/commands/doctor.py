@@ -15,7 +15,6 @@ parallel with a short timeout, so a dead provider costs seconds, not minutes.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import sys
@@ -34,6 +33,7 @@ from mcp_sampling_proxy.approval.console.server import runtime_dir
 from mcp_sampling_proxy.approval.webhook_channel import read_secret
 from mcp_sampling_proxy.commands.checklist import Check, Section
 from mcp_sampling_proxy.commands.doctor_entries import check_entry, entries_from
+from mcp_sampling_proxy.commands.parsing import Parser
 from mcp_sampling_proxy.commands.remotes import remote_entries
 from mcp_sampling_proxy.commands.tools import doctor_checks as tool_checks
 from mcp_sampling_proxy.commands.wrap import survey
@@ -670,7 +670,7 @@ def _marks() -> dict[str, str]:
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog=PROG,
         description="Check the policy file, the LLM providers, the approval channels, the audit log, the "
         "state directory, the sandbox and the sealed state, and every wrapped server in the hosts' "
@@ -678,7 +678,8 @@ def main(argv: Sequence[str]) -> int:
         "Exit 1 when something is broken, 0 when all is well.",
         epilog="Providers are checked with this shell's environment. Wrapped servers are checked with the "
         "environment each host gives the proxy: a CLI started from a terminal passes that shell's, an editor "
-        "such as VS Code a login shell's, a desktop app such as Claude Desktop only the entry's env.",
+        "such as VS Code a login shell's, a desktop app such as Claude Desktop only the entry's env (and "
+        "the session's short PATH, where a command only your shell finds is not found).",
     )
     parser.add_argument(
         "--policy",

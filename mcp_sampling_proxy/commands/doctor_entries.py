@@ -9,7 +9,8 @@ function in `ENTRY_CHECKS`. What the host gives the proxy: the entry's `env` ove
 environment, which depends on the host (hosts/registry.py, `Host.environment`): a CLI started from a
 terminal passes that shell's; an editor that reads a login shell's environment at start passes that
 (doctor asks a login shell for it, as the editor does); an app started from the desktop passes its own,
-without your shell's variables (a key exported in your shell never reaches it); Codex passes only the
+without your shell's variables (a key exported in your shell never reaches it) and with the session's short
+PATH (hosts/search_path.py: a command only your shell finds is not found there); Codex passes only the
 variables listed in `env_vars`, Continue only HOME, USER, USERPROFILE, LOGNAME, USERNAME and PATH.
 """
 
@@ -33,6 +34,7 @@ from mcp_sampling_proxy.config.providers import ProviderConfig
 from mcp_sampling_proxy.config.settings import load_settings, settings_from_environment
 from mcp_sampling_proxy.hosts.entries import PROXY_MODULE, parse_proxy_args
 from mcp_sampling_proxy.hosts.registry import HOSTS
+from mcp_sampling_proxy.hosts.search_path import desktop_path, find
 from mcp_sampling_proxy.notation.yamlnodes import PolicyError
 from mcp_sampling_proxy.text.identity import derive_from_command, normalise
 from mcp_sampling_proxy.text.sanitize import one_line
@@ -70,6 +72,8 @@ class WrappedEntry:
         if self.host == "continue" and name not in CONTINUE_DEFAULT_VARS:
             return None
         source = HOSTS[self.host].environment
+        if source == "own" and name == "PATH":
+            return desktop_path() or os.environ.get(name)  # the session's, without what your shell adds
         if source == "own" and name not in SESSION_VARS:
             return None  # a desktop app's environment: not this shell's exports
         if source == "login":
@@ -95,6 +99,22 @@ class WrappedEntry:
         if source == "login" and login_environment() is not None:
             return f"the entry's env or your login shell's environment (what {title} reads at start)"
         return "the entry's env or the host's environment (here: this shell's)"
+
+    @property
+    def path_note(self) -> str:
+        """Whose PATH the proxy gets, for a message."""
+        title = HOSTS[self.host].title
+        source = HOSTS[self.host].environment
+        if "PATH" in self.env:
+            return "the PATH in the entry's env"
+        if source == "own" and desktop_path() is not None:
+            return (
+                f"the PATH {title} starts servers with (an app started from the desktop gets the session's "
+                "PATH, without what your shell's start-up files add)"
+            )
+        if source == "login" and login_environment() is not None:
+            return f"your login shell's PATH (what {title} reads at start)"
+        return "the host's PATH (here: this shell's)"
 
 
 # Variables Codex passes to every stdio server without env_vars: its Unix allow-list, DEFAULT_ENV_VARS in
@@ -233,11 +253,24 @@ def check_upstream(entry: WrappedEntry) -> list[Check]:
         return [Check("info", f"{entry.label}: upstream {one_line(command, 200)} uses a host variable; not checked")]
     found, where = _resolve(command, entry)
     if found is None:
-        in_env = "the entry's env" if "PATH" in entry.env else "the host's environment (here: this shell's)"
+        yours = find(command, os.environ.get("PATH")) if os.sep not in command else None
+        if yours is not None:  # the trap: your terminal finds it, the host will not
+            return [
+                Check(
+                    "fail",
+                    f"{entry.label}: {HOSTS[entry.host].title} will not find the server command "
+                    f"'{one_line(command, 120)}': it is not on {entry.path_note}: {where}; only your shell "
+                    f"finds it, at {home_relative(Path(yours))}",
+                    f"write its absolute path {yours} in the entry: run {entry.unwrap_hint}, then wrap it again "
+                    "(wrap writes the absolute path of a command the host would not find); or set PATH in the "
+                    "entry's env",
+                )
+            ]
         return [
             Check(
                 "fail",
-                f"{entry.label}: the server command '{one_line(command, 120)}' is not found ({where}, from {in_env})",
+                f"{entry.label}: the server command '{one_line(command, 120)}' is not found on "
+                f"{entry.path_note}: {where}",
                 f"write the command's absolute path in the entry (`which {one_line(command, 60)}`), or add "
                 "its directory to PATH in the entry's env",
             )

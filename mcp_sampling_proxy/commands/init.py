@@ -28,6 +28,7 @@ from pathlib import Path
 import anyio
 import httpx
 
+from mcp_sampling_proxy.commands.parsing import Parser
 from mcp_sampling_proxy.commands.policy_template import (
     SHIPPED,
     LLMChoice,
@@ -88,7 +89,7 @@ class InitError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog=PROG,
         description="Write a commented policy file (from a shipped policy, with the LLM you choose, checked with "
         "a tiny request) where the proxy looks for it when no --policy is given.",

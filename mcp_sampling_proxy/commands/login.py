@@ -22,6 +22,7 @@ from urllib.parse import parse_qs, urlparse
 import anyio
 from mcp.shared.auth import AuthorizationCodeResult
 
+from mcp_sampling_proxy.commands.parsing import Parser
 from mcp_sampling_proxy.services.elicitation import open_url
 from mcp_sampling_proxy.text.sanitize import one_line
 from mcp_sampling_proxy.transport import oauth_store
@@ -33,7 +34,7 @@ CALLBACK_PATH = "/callback"
 
 
 def build_parser(action: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog=f"{PROG} {action}",
         description="Log in to an OAuth-protected Streamable HTTP server once, from a terminal; the proxy "
         "then uses and refreshes the stored tokens."

@@ -17,6 +17,7 @@ from decimal import Decimal
 from typing import Any
 
 from mcp_sampling_proxy.approval.forms import FormError, parse_form, secret_reasons
+from mcp_sampling_proxy.commands.parsing import Parser
 from mcp_sampling_proxy.config.prices import POLICY, format_usd
 from mcp_sampling_proxy.config.sampling_checks import SamplingChecks
 from mcp_sampling_proxy.config.settings import Settings, load_settings, settings_from_environment
@@ -50,7 +51,7 @@ PROG = "mcp-sampling-proxy policy"
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog=PROG, description="Work with policy files.")
+    parser = Parser(prog=PROG, description="Work with policy files.")
     sub = parser.add_subparsers(dest="action", required=True)
     check = sub.add_parser(
         "check",

@@ -25,6 +25,7 @@ import structlog
 
 from mcp_sampling_proxy.approval.console.server import RUNTIME_ENV
 from mcp_sampling_proxy.commands.cli import SUBCOMMAND_SUMMARIES, build_parser
+from mcp_sampling_proxy.commands.parsing import Parser
 from mcp_sampling_proxy.config.dirs import STATE_DIR_ENV
 from mcp_sampling_proxy.config.paths import CONFIG_DIR_ENV
 from mcp_sampling_proxy.notation.vocabulary import SUBCOMMANDS
@@ -64,7 +65,11 @@ def subcommand_parser(name: str) -> argparse.ArgumentParser:
     # wrap/unwrap and login/logout share a main(), told which it is (as commands/cli.py calls them)
     takes_name = len(inspect.signature(run).parameters) > 1
     logging = structlog.get_config()  # a main() may set up logging before it parses (console does)
-    with mock.patch.object(argparse.ArgumentParser, "parse_args", _catch), _without_user_settings():
+    with (
+        mock.patch.object(argparse.ArgumentParser, "parse_args", _catch),
+        mock.patch.object(Parser, "parse_args", _catch),  # ours overrides it
+        _without_user_settings(),
+    ):
         try:
             run([], name) if takes_name else run([])
         except _Caught as caught:
@@ -167,6 +172,12 @@ ENVIRONMENT = (
         "where OpenTelemetry traces of the decisions go; set, it turns them on unless `telemetry:` says otherwise",
     ),
     EnvironmentVariable("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "the same, for traces only"),
+    EnvironmentVariable(
+        "PATH",
+        "where the proxy finds a server command (or `api_key_command`) given by name; a host started from the "
+        "desktop gives it the session's PATH instead, without ~/.local/bin and the like (`doctor` checks with "
+        "that; `wrap` writes the absolute path of a command found only here)",
+    ),
     EnvironmentVariable("XDG_CONFIG_HOME", "where the configuration and some hosts' configs live (Linux)"),
     EnvironmentVariable("XDG_STATE_HOME", "where the state directory lives (Linux)"),
     EnvironmentVariable(

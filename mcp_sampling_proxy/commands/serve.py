@@ -23,6 +23,7 @@ import anyio
 
 from mcp_sampling_proxy.audit.recorder import configured_secrets
 from mcp_sampling_proxy.commands.cli import add_common_options, add_url_options, fail
+from mcp_sampling_proxy.commands.parsing import Parser
 from mcp_sampling_proxy.commands.serve_oauth import add_oauth_options, oauth_guard
 from mcp_sampling_proxy.config.child_env import withhold
 from mcp_sampling_proxy.config.keys import KeySourceError, resolve_keys
@@ -40,6 +41,7 @@ from mcp_sampling_proxy.quotas.state import adopt, state_dir
 from mcp_sampling_proxy.runtime import has_uvloop
 from mcp_sampling_proxy.system.addresses import is_loopback
 from mcp_sampling_proxy.system.hardening import become_subreaper, mark_relay
+from mcp_sampling_proxy.system.listening import listen_failure
 from mcp_sampling_proxy.text.identity import bad_character, derive_from_command, derive_from_url
 from mcp_sampling_proxy.transport.http import parse_headers
 from mcp_sampling_proxy.transport.sandbox import SandboxRefused, contain, log_plan
@@ -52,8 +54,9 @@ REPLICA_ENV = "MCP_SAMPLING_PROXY_REPLICA"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="mcp-sampling-proxy serve",
+        meant={option: f"--listen HOST:PORT (e.g. --listen {DEFAULT_LISTEN})" for option in ("--port", "--host")},
         description="Serve a stdio MCP server (or a Streamable HTTP one, --url) as a Streamable HTTP endpoint "
         "at /mcp, under the policy: one server process (or upstream HTTP session) per client session.",
         epilog="examples:\n  mcp-sampling-proxy serve --listen 127.0.0.1:8765 --token-file tokens "
@@ -188,7 +191,7 @@ def main(argv: Sequence[str]) -> int:
     try:
         listener = _bind(host, port)
     except OSError as exc:
-        return fail(f"cannot listen on {args.listen}: {exc.strerror or exc}")
+        return fail(listen_failure(host, port, exc, lambda free: f"--listen {_address(host, free)}"))
     return _run(settings, policy, name, replica, command, host, port, tokens, args, idle, listener, headers, guard)
 
 
@@ -225,6 +228,11 @@ def _not_runnable(executable: str) -> str | None:
     if not os.access(executable, os.X_OK):
         return f"cannot start the server: '{executable}' is not executable"
     return None
+
+
+def _address(host: str, port: int) -> str:
+    """HOST:PORT as --listen takes it ([V6]:PORT)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from mcp_sampling_proxy.commands.parsing import Parser
 from mcp_sampling_proxy.quotas.integrity import KEY_FILE, start_anew
 from mcp_sampling_proxy.quotas.state import state_dir
 from mcp_sampling_proxy.quotas.tool_pins import PINNED_FIELDS, PINS_FILE, PinnedServer, ToolPins
@@ -29,7 +30,7 @@ def store() -> ToolPins:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog=PROG,
         description="The tools of your servers as first seen (pinned), and the changes held since: a server "
         "that changes a tool's description or schema (a 'rug pull') has that tool hidden from the host and its "

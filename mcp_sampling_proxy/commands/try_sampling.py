@@ -19,6 +19,7 @@ import anyio
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
+from mcp_sampling_proxy.commands.parsing import Parser
 from mcp_sampling_proxy.system.terminal import DEVICE_ENV
 from mcp_sampling_proxy.text.sanitize import strip_controls
 
@@ -32,7 +33,7 @@ DECISION_EVENTS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="mcp-sampling-proxy try",
         description="Start a server behind the proxy, as a host without sampling would, call one tool, "
         "and show the result and the proxy's decisions.",

@@ -65,6 +65,7 @@ from mcp_sampling_proxy.quotas.limiters import BUDGETS_FILE
 from mcp_sampling_proxy.quotas.refusals import USD
 from mcp_sampling_proxy.quotas.state import state_dir
 from mcp_sampling_proxy.services.elicitation import open_url
+from mcp_sampling_proxy.system.listening import listen_failure
 from mcp_sampling_proxy.text.sanitize import one_line
 
 log = get_logger("mcp_sampling_proxy.web_console")
@@ -597,11 +598,8 @@ def serve(directory: Path, *, port: int, open_browser: bool, policy: str | None,
             try:
                 web = WebConsole(state, client, portal, port)
             except OSError as exc:
-                print(
-                    f"mcp-sampling-proxy console: error: cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}; "
-                    "choose another --port (0 picks a free one)",
-                    file=sys.stderr,
-                )
+                problem = listen_failure("127.0.0.1", port, exc, lambda free: f"--port {free}")
+                print(f"mcp-sampling-proxy console: error: {problem} (--port 0 picks a free one)", file=sys.stderr)
                 return
             print(web.url, flush=True)
             print(

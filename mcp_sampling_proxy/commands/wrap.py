@@ -3,7 +3,8 @@
 `wrap` rewrites the chosen entries of a host's config so the host starts the proxy, which starts the
 real server: a stdio entry keeps its env, cwd and every other key, and its command line moves after
 `--`; a Streamable HTTP entry becomes a stdio entry running `--url URL --header 'K: V'`. The proxy is
-named by absolute path (hosts start servers with a minimal PATH). Nothing else in the file changes
+named by absolute path (hosts start servers with a minimal PATH), and so is a bare server command the
+host would not find on the PATH it gives (`server_command`). Nothing else in the file changes
 (see `hosts.config_files` for how), a backup goes to the state dir first (`hosts.backups`), and the
 original text of each entry goes into the sidecar file so `unwrap` can put it back byte for byte.
 `wrap --list` shows which servers of which host are wrapped; `unwrap --list-backups` lists the
@@ -26,6 +27,7 @@ from typing import Any
 
 from mcp_sampling_proxy.commands.doctor_entries import key_fix
 from mcp_sampling_proxy.commands.doctor_entries import wrapped_entry as doctor_view  # not ours below: doctor's view
+from mcp_sampling_proxy.commands.parsing import Parser
 from mcp_sampling_proxy.config.atomic import write_atomic
 from mcp_sampling_proxy.config.dirs import home_relative
 from mcp_sampling_proxy.config.paths import default_policy_path, policy_or_default
@@ -46,6 +48,7 @@ from mcp_sampling_proxy.hosts.registry import (
     servers_table,
     table_label,
 )
+from mcp_sampling_proxy.hosts.search_path import desktop_path, find, is_bare
 from mcp_sampling_proxy.notation.yamlnodes import PolicyError
 from mcp_sampling_proxy.text.identity import bad_character, derive_from_command
 from mcp_sampling_proxy.text.sanitize import one_line
@@ -254,6 +257,7 @@ class Outcome:
     message: str
     changed: bool = False
     error: bool = False
+    warning: str | None = None  # printed on a line of its own below the outcome
 
 
 @dataclass
@@ -267,12 +271,14 @@ class Plan:
 def build_parser(action: str) -> argparse.ArgumentParser:
     wrap = action == "wrap"
     hosts = ", ".join(HOSTS)
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog=f"mcp-sampling-proxy {action}",
         description=textwrap.fill(
             "Rewrite a host's MCP config so the chosen servers start through mcp-sampling-proxy. A backup "
             "of the file goes to the state dir first (`unwrap --list-backups`); the originals are recorded in "
-            "the state dir for `unwrap`. Wrapping a wrapped server changes nothing."
+            "the state dir for `unwrap`. A server command given by name that the host would not find on the PATH "
+            "it gives (a desktop app's lacks ~/.local/bin) is written as its absolute path. Wrapping a wrapped "
+            "server changes nothing."
             if wrap
             else "Restore the chosen servers of a host's MCP config as they were before `wrap` (exactly, from the "
             "record wrap kept in the state dir; without it, rebuilt from the proxy's arguments). "
@@ -483,6 +489,8 @@ def main(argv: Sequence[str], action: str = "wrap") -> int:
         width = max(len(o.server) for o in plan.outcomes)
         for outcome in plan.outcomes:
             print(f"  {one_line(outcome.server, 60):<{width}}  {outcome.message}")
+            if outcome.warning:
+                print(f"  {'':<{width}}  warning: {outcome.warning}")
         plans.append((target, plan))
     if not plans:
         return 0
@@ -666,8 +674,10 @@ def _wrap_one(
             )
         )
         return
+    found = server_command(host, entry)
+    resolved = {**entry, "command": found.command} if found.command is not None else entry
     try:
-        new = wrapped_entry(host, name, entry, invocation, policy, name if name_from_key else None)
+        new = wrapped_entry(host, name, resolved, invocation, policy, name if name_from_key else None)
     except Skip as exc:
         plan.outcomes.append(Outcome(name, f"{exc}" + ("" if explicit else " (skipped)"), error=explicit))
         return
@@ -684,7 +694,12 @@ def _wrap_one(
     )
     plan.doc = wrapped_doc
     plan.outcomes.append(
-        Outcome(name, f"wrapped: {describe_upstream(host, entry)}{_oauth_note(host, entry)}", changed=True)
+        Outcome(
+            name,
+            f"wrapped: {describe_upstream(host, entry)}{_oauth_note(host, entry)}{found.note}",
+            changed=True,
+            warning=found.warning,
+        )
     )
     upstream = _upstream(host, entry)
     if upstream is not None and upstream[0] == "stdio":
@@ -693,6 +708,53 @@ def _wrap_one(
         suggested = profile(argv, env)
         if suggested is not None:
             plan.profiles.append((name if name_from_key else derive_from_command(argv), suggested))
+
+
+@dataclass(frozen=True)
+class ServerCommand:
+    """What wrap does with a stdio entry's command: `command` is the absolute path to write instead of a
+    bare name the host would not find (None: keep it as it is), `note` says so, `warning` says that
+    nobody finds it."""
+
+    command: str | None = None
+    note: str = ""
+    warning: str | None = None
+
+
+def server_command(host: str, entry: Any) -> ServerCommand:
+    """A bare server command is looked up on the PATH the host gives the proxy: the entry's env's, else a
+    desktop app's short session PATH (hosts/search_path.py), else this shell's. One the host would not
+    find but this shell finds is written as its absolute path; one nobody finds is a warning."""
+    if classify(host, entry).kind != "stdio" or not isinstance(entry.get("command"), str):
+        return ServerCommand()
+    command = entry["command"]
+    if not is_bare(command):
+        return ServerCommand()
+    title = HOSTS[host].title
+    env = entry.get("env") if isinstance(entry.get("env"), dict) else {}
+    shell_path = os.environ.get("PATH")
+    if isinstance(env.get("PATH"), str):
+        host_path, whose = env["PATH"], "the PATH in the entry's env"
+    elif HOSTS[host].environment == "own" and desktop_path() is not None:
+        host_path, whose = desktop_path(), "the PATH it starts servers with"
+    else:
+        host_path, whose = shell_path, "the PATH it gets from your shell"
+    if "${" in (host_path or "") or find(command, host_path) is not None:
+        return ServerCommand()
+    yours = find(command, shell_path)
+    shown = one_line(command, 80)
+    if yours is None:
+        return ServerCommand(
+            warning=f"{title} will not find the server command '{shown}': it is on neither {whose} "
+            f"({one_line(host_path or '', 200)}) nor yours; install it, or write its absolute path in the "
+            "entry, then check with `mcp-sampling-proxy doctor`"
+        )
+    absolute = os.path.abspath(yours)
+    return ServerCommand(
+        absolute,
+        f"; '{shown}' written as {one_line(absolute, 200)} ({title} would not find it on {whose}, "
+        f"{one_line(host_path or '', 200)})",
+    )
 
 
 def _oauth_note(host: str, entry: Any) -> str:

@@ -287,8 +287,8 @@ def test_four_broken_wrapped_entries_are_four_problems(
         "executable file" in wrapped
     )
     assert (
-        f"✗ Cursor 'lost-server': the server command 'summarizer-mcp-not-installed' is not found "
-        f"(PATH={empty_bin}, from the entry's env)" in wrapped
+        f"✗ Cursor 'lost-server': the server command 'summarizer-mcp-not-installed' is not found on the PATH "
+        f"in the entry's env: PATH={empty_bin}" in wrapped
     )
     assert "✗ Cursor 'bad-policy': its policy is invalid: " in wrapped and "bad.yaml:2:13" in wrapped
     assert "✗ Cursor 'no-key': TEST_LLM_KEY (for provider 'fake') is not set in the entry's env" in wrapped

@@ -690,7 +690,9 @@ def test_without_the_script_the_proxy_runs_as_a_module(
     fake_python.parent.mkdir()
     fake_python.touch()
     monkeypatch.setattr(sys, "executable", str(fake_python))
-    monkeypatch.setattr(shutil, "which", lambda name: None)  # the shutil that commands.wrap looks in
+    monkeypatch.setattr(
+        shutil, "which", lambda name, path=None: None
+    )  # no command on any PATH (wrap looks with shutil)
     assert proxy_invocation() == Invocation(str(fake_python), ("-m", "mcp_sampling_proxy"))
     path = copy_fixture(tmp_path, "cursor.mcp.json")
     original = path.read_bytes()
