@@ -52,7 +52,7 @@ _FIELDS: dict[str, dict[str, tuple[tuple[type, ...], bool, int]]] = {
         "schema": ((dict, type(None)), False, 0),
         "url": ((str, type(None)), False, _URL),
     },
-    "resolved": {"id": ((str,), True, _ID)},
+    "resolved": {"id": ((str,), True, _ID), "how": ((str, type(None)), False, 16)},
 }
 
 

@@ -8,7 +8,8 @@ proxy -> console   {"type": "hello", "pid", "server", "host"}
                    {"type": "pending", "id", "server", "tool", "host", "rule", "summary", "params", "edit": "prompt"}
                    {"type": "review", "id", "server", "tool", "summary", "prompt_edited_by", "result", "edit": "text"}
                    {"type": "elicit", "id", "mode": "form|url", "server", "tool", "message", "schema"|"url"}
-                   {"type": "resolved", "id", "by"}           (another console or a timeout answered)
+                   {"type": "resolved", "id", "how"}    (the question is closed: "answered" by a console,
+                                                         "expired" (approval.timeout), or "withdrawn")
 console -> proxy   {"type": "decision", "id", "approve": bool, "scope": "once|session|always",
                     "prompt": str?}                  (prompt: the new text of the last user message)
                    {"type": "review", "id", "accept": bool, "text": str?}       (text: the new answer text)
@@ -322,6 +323,7 @@ class ConsoleServer:
         request_id = str(self._counter)
         pending = _Pending({**message, "id": request_id})
         self._pending[request_id] = pending
+        deadline = anyio.current_effective_deadline()  # the approval's timeout, as the caller set it
         try:
             await self._broadcast(pending.message)
             if not self._clients:
@@ -332,8 +334,9 @@ class ConsoleServer:
             return pending.answer
         finally:
             self._pending.pop(request_id, None)
+            how = closed_how(pending.answer is not None, deadline)
             with anyio.CancelScope(shield=True):
-                await self._broadcast({"type": "resolved", "id": request_id})
+                await self._broadcast({"type": "resolved", "id": request_id, "how": how})
 
     async def _broadcast(self, message: dict[str, Any]) -> None:
         for client in list(self._clients):
@@ -345,6 +348,15 @@ class ConsoleServer:
     @staticmethod
     async def _send(stream: anyio.abc.SocketStream, message: dict[str, Any]) -> None:
         await stream.send(json.dumps(message, ensure_ascii=False).encode("utf-8") + b"\n")
+
+
+def closed_how(answered: bool, deadline: float) -> str:
+    """How a question ended, for the consoles that still show it: a console answered it, its time ran
+    out (`deadline`, taken when it was asked), or it was withdrawn (another channel answered it, another
+    approver's no ended it under a quorum, or the host cancelled the request)."""
+    if answered:
+        return "answered"
+    return "expired" if anyio.current_time() >= deadline else "withdrawn"
 
 
 def remove_socket(path: Path | None, own: tuple[int, int] | None) -> None:
