@@ -154,6 +154,7 @@ class Console:
         self._keys.discard()  # keys typed before the question was shown answer nothing
         reply: dict[str, Any]
         if message["type"] == "elicit":
+            self.say(f"[proxy {path.stem}] {_what(message)} from server {_server(message)}{_host(message)}:")
             reply = elicit_reply(message, await _elicit(message, self.ask, self.say))
         elif message["type"] == "review":
             self.say(f"[proxy {path.stem}] the LLM's answer for server {_server(message)} needs your review:")

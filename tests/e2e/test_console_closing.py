@@ -190,3 +190,29 @@ def test_a_question_whose_proxy_leaves_is_closed_not_asked_again(
     lines = terminal.wait_for(closed)
     assert f"[proxy {pid}] detached" in lines, "\n".join(lines)
     assert lines[-1] == closed and asked_lines(lines) == [], "\n".join(lines)
+
+
+def test_an_elicitation_names_its_proxy_and_host_like_a_sampling_request(
+    tmp_path: Path, dirs: dict[str, str], screens: list[Screen]
+) -> None:
+    """Where one console sees the proxies of several hosts (a shared runtime dir), a form says which proxy
+    and which host it came from, as a sampling request does; the form is still answered there."""
+    terminal = console(tmp_path, dirs, screens)
+    with RawHost(proxy_command(), proxy_env(**dirs), tmp_path / "proxy.log") as host:
+        host.initialize(name="desktop-host")
+        pid = host.proc.pid
+        terminal.wait_for(f"[proxy {pid}] attached")
+        host.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "elicit_name", "arguments": {}},
+            }
+        )
+        lines = terminal.wait_for("[a]nswer the form")
+        server = "'kitchen_sink_server' (which calls itself \"kitchen-sink\")"
+        header = f"[proxy {pid}] form from server {server}, host 'desktop-host':"
+        assert header in lines, "\n".join(lines)
+        terminal.type("d")
+        assert '\\"action\\": \\"decline\\"' in answer_text(host, 2)

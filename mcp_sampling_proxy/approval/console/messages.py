@@ -47,6 +47,7 @@ _FIELDS: dict[str, dict[str, tuple[tuple[type, ...], bool, int]]] = {
         "id": ((str,), True, _ID),
         "mode": ((str,), True, 8),
         "server": ((str, type(None)), False, _NAME),
+        "host": ((str, type(None)), False, _NAME),
         "tool": ((str, type(None)), False, _NAME),
         "message": ((str, type(None)), False, _TEXT),
         "schema": ((dict, type(None)), False, 0),

@@ -7,7 +7,8 @@ dir (mode 0700 directory, 0600 socket) and speaks newline-delimited JSON:
 proxy -> console   {"type": "hello", "pid", "server", "host"}
                    {"type": "pending", "id", "server", "tool", "host", "rule", "summary", "params", "edit": "prompt"}
                    {"type": "review", "id", "server", "tool", "summary", "prompt_edited_by", "result", "edit": "text"}
-                   {"type": "elicit", "id", "mode": "form|url", "server", "tool", "message", "schema"|"url"}
+                   {"type": "elicit", "id", "mode": "form|url", "server", "host", "tool", "message",
+                    "schema"|"url"}
                    {"type": "resolved", "id", "how"}    (the question is closed: "answered" by a console,
                                                          "expired" (approval.timeout), or "withdrawn")
 console -> proxy   {"type": "decision", "id", "approve": bool, "scope": "once|session|always",
@@ -193,6 +194,11 @@ class ConsoleServer:
         self._refusals = Throttle()  # a connect loop must not bury the log (11 MB in 8 s, unthrottled)
         self._listening_since: float | None = None  # monotonic; None: no socket
         self._arrived: anyio.Event | None = None  # set when a console attaches (made on the event loop)
+
+    def host_name(self) -> str | None:
+        """The host's name as it introduced itself (None before initialize): questions carry it."""
+        name = self._host_name()
+        return str(name) if name else None
 
     @property
     def available(self) -> bool:
