@@ -31,6 +31,7 @@ import json
 import os
 import socket
 import stat
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,6 +108,15 @@ def runtime_dir() -> Path:
             f"(mode {stat.S_IMODE(info.st_mode):o}); run: chmod 700 {path}"
         )
     return path
+
+
+def in_temp_fallback(directory: Path) -> bool:
+    """Whether `directory` is the last resort of `runtime_dir`: `runtime-UID` in the temporary directory,
+    used when neither `XDG_RUNTIME_DIR` nor `/run/user/UID` can be (over ssh, in containers, under cron).
+    Every proxy and console of the user that finds no runtime dir meets there, whoever started it."""
+    if os.environ.get(RUNTIME_ENV):
+        return False
+    return directory.parent.name == f"runtime-{os.geteuid()}" and directory.parent.parent == Path(tempfile.gettempdir())
 
 
 def clean_stale_sockets(directory: Path, own_pid: int | None = None) -> list[Path]:
