@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -46,6 +46,16 @@ class Screen:
                 return lines
             time.sleep(0.1)
         raise AssertionError(f"{text!r} not shown:\n" + "\n".join(self.lines()))
+
+    def wait_until(self, shows: Callable[[list[str]], bool], timeout: float = 30.0) -> list[str]:
+        """The screen's lines once `shows` holds for them."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            lines = self.lines()
+            if lines and shows(lines):
+                return lines
+            time.sleep(0.1)
+        raise AssertionError("not shown as expected:\n" + "\n".join(self.lines()))
 
     def type(self, text: str) -> None:
         subprocess.run([*self.tmux, "send-keys", "-t", self.name, text, "Enter"], check=True)

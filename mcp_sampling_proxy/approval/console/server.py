@@ -40,7 +40,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from mcp_sampling_proxy.approval.channels import ChannelGone
+from mcp_sampling_proxy.approval.channels import ChannelGone, closed_how
 from mcp_sampling_proxy.config.dirs import APP_DIR, runtime_base
 from mcp_sampling_proxy.log import Throttle, get_logger
 from mcp_sampling_proxy.system.hardening import cmdline, is_relay, peer_pid, refusal, relay_subcommands
@@ -364,15 +364,6 @@ class ConsoleServer:
     @staticmethod
     async def _send(stream: anyio.abc.SocketStream, message: dict[str, Any]) -> None:
         await stream.send(json.dumps(message, ensure_ascii=False).encode("utf-8") + b"\n")
-
-
-def closed_how(answered: bool, deadline: float) -> str:
-    """How a question ended, for the consoles that still show it: a console answered it, its time ran
-    out (`deadline`, taken when it was asked), or it was withdrawn (another channel answered it, another
-    approver's no ended it under a quorum, or the host cancelled the request)."""
-    if answered:
-        return "answered"
-    return "expired" if anyio.current_time() >= deadline else "withdrawn"
 
 
 def remove_socket(path: Path | None, own: tuple[int, int] | None) -> None:
