@@ -55,7 +55,7 @@ class TerminalChannel:
                 scope, text = await approval_dialogue(request.params, self._ask, self._say, terminal.discard_typeahead)
             except anyio.get_cancelled_exc_class():
                 how = closed_how(False, deadline)
-                terminal.write(f"(request {_ENDED[how, request.quorum is not None]}; this question is closed)\n")
+                terminal.write(f"(request {ENDED[how, request.quorum is not None]}; this question is closed)\n")
                 raise
         if scope is None:
             return Approval(False, self.name, "rejected at the terminal", "rejected")
@@ -82,7 +82,7 @@ class TerminalChannel:
 
 
 # what the terminal says when a question it shows closes elsewhere: (how, under a quorum) -> words
-_ENDED: dict[tuple[ClosedHow, bool], str] = {
+ENDED: dict[tuple[ClosedHow, bool], str] = {
     ("expired", False): "timed out (approval.timeout): denied",
     ("expired", True): "timed out (approval.timeout) before enough approvers said yes: denied",
     ("withdrawn", False): "withdrawn (the host cancelled it, or the proxy is stopping)",

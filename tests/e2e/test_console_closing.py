@@ -15,10 +15,12 @@ from urllib.parse import urlsplit
 
 import pytest
 from fakes.llm_server import FakeLLMServer
-from helpers.support import PY, RawHost, openai_policy, proxy_command, proxy_env, write_policy
+from helpers.support import PY, ROOT, RawHost, openai_policy, proxy_command, proxy_env, write_policy
 from helpers.tmux_screen import Screen
 
 from mcp_sampling_proxy.approval.dialogues import APPROVE_PROMPT
+from mcp_sampling_proxy.approval.terminal_channel import ENDED
+from mcp_sampling_proxy.commands.console import CLOSED
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (apt-get install tmux)"),
@@ -216,3 +218,13 @@ def test_an_elicitation_names_its_proxy_and_host_like_a_sampling_request(
         assert header in lines, "\n".join(lines)
         terminal.type("d")
         assert '\\"action\\": \\"decline\\"' in answer_text(host, 2)
+
+
+def test_the_approvals_guide_says_what_the_consoles_say_when_a_question_closes() -> None:
+    """The guide quotes the lines a person sees: they are the ones the consoles print."""
+    guide = " ".join((ROOT / "docs" / "guides" / "approvals.md").read_text().split())
+    for how in ("answered", "expired", "withdrawn"):
+        assert f"`{CLOSED[how]}`" in guide or f"`[proxy PID] {CLOSED[how]}: this question is closed`" in guide
+    assert f"`(request {ENDED['expired', False]}; this question is closed)`" in guide
+    assert f"`(request {ENDED['withdrawn', True]}; this question is closed)`" in guide
+    assert "the page removes its card, and the terminal console" in guide
