@@ -26,10 +26,11 @@ QUESTION = APPROVE_PROMPT.rstrip()
 RULES = "rules:\n  - name: ask\n    action: prompt\n"
 
 # A host in the terminal: it starts the proxy (whose stderr and /dev/tty are this terminal), makes the tool
-# calls given as JSON at once, and notes how each ended in a file (not on the terminal, where a line would
-# land after the question on screen). The proxy's command line is read from a file.
+# calls given as JSON ([tool, arguments] each) at once, and notes how each ended in a file (not on the
+# terminal, where a line would land after the question on screen); once a file named `cancel` appears beside
+# that one, it cancels its first call. The proxy's command line is read from a file.
 HOST_SCRIPT = """\
-import json, subprocess, sys
+import json, os, subprocess, sys, threading, time
 
 with open(sys.argv[2]) as command:  # not in our argv: a console refuses a proxy below one that looks like a proxy
     proxy = subprocess.Popen(json.load(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
@@ -49,8 +50,17 @@ send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVer
 receive()
 send({"jsonrpc": "2.0", "method": "notifications/initialized"})
 calls = json.loads(sys.argv[1])
-for number, arguments in enumerate(calls, start=2):
-    send({"jsonrpc": "2.0", "id": number, "method": "tools/call", "params": {"name": "sample", "arguments": arguments}})
+for number, (tool, arguments) in enumerate(calls, start=2):
+    send({"jsonrpc": "2.0", "id": number, "method": "tools/call", "params": {"name": tool, "arguments": arguments}})
+
+
+def cancel_when_told():
+    while not os.path.exists(os.path.join(os.path.dirname(sys.argv[3]), "cancel")):
+        time.sleep(0.05)
+    send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}})
+
+
+threading.Thread(target=cancel_when_told, daemon=True).start()
 left = len(calls)
 while left:
     message = receive()
@@ -64,13 +74,13 @@ while left:
 
 
 def proxy_in_a_terminal(
-    tmp_path: Path, dirs: dict[str, str], screens: list[Screen], policy: str, prompts: list[str]
+    tmp_path: Path, dirs: dict[str, str], screens: list[Screen], policy: str, prompts: list[str], tool: str = "sample"
 ) -> Screen:
     host = tmp_path / "host.py"
     host.write_text(HOST_SCRIPT)
     env = proxy_env(**dirs)
     env.pop("MCP_SAMPLING_PROXY_NO_TERMINAL")
-    calls = json.dumps([{"prompt": prompt} for prompt in prompts])
+    calls = json.dumps([[tool, {"prompt": prompt} if tool == "sample" else {}] for prompt in prompts])
     command = tmp_path / "proxy-command.json"
     command.write_text(json.dumps(proxy_command(policy, upstream=[PY, KITCHEN_SINK])))
     screen = Screen(tmp_path, [PY, str(host), calls, str(command), str(tmp_path / "results")], env)
@@ -142,3 +152,14 @@ def test_under_a_quorum_a_no_in_the_console_takes_the_question_off_the_proxys_te
     lines = screen.wait_for("this question is closed")
     assert "(request answered on another channel; this question is closed)" in lines, "\n".join(lines)
     assert asked(lines) == [], "\n".join(lines)
+
+
+def test_a_form_the_host_cancels_leaves_the_proxys_terminal(
+    tmp_path: Path, dirs: dict[str, str], screens: list[Screen]
+) -> None:
+    screen = proxy_in_a_terminal(tmp_path, dirs, screens, write_policy(tmp_path, RULES), [""], tool="elicit_name")
+    screen.wait_for("[a]nswer the form, [d]ecline, [c]ancel:")
+    (tmp_path / "cancel").touch()
+    closed = "(question withdrawn: the host cancelled the request, or the proxy is stopping; this question is closed)"
+    lines = screen.wait_for(closed)
+    assert not any("[a]nswer the form" in line for line in lines), "\n".join(lines)
