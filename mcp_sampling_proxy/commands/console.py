@@ -186,6 +186,7 @@ class Console:
         if self._client.is_resolved(path, message["id"]):
             self.say("(answered elsewhere or timed out meanwhile; your answer was not used)")
             return
+        self._current = None  # answered here: the proxy's "resolved" for it is ours, nothing to take off
         if not await self._client.send(path, reply):
             self.say("(the proxy is gone)")
 
