@@ -116,10 +116,8 @@ class Console:
     def _on_event(self, event: Event) -> None:
         if event.kind == "attached":
             message = event.message
-            self.notice(
-                f"[proxy {message['pid']}] attached: server '{_clean(message.get('server'))}', "
-                f"host '{_clean(message.get('host'))}'"
-            )
+            # a proxy found before its host's initialize does not know the host's name yet: none is shown
+            self.notice(f"[proxy {message['pid']}] attached: server '{_clean(message.get('server'))}'{_host(message)}")
         elif event.kind == "question":
             self._queue.append((event.path, event.message))
             self._ready.set()

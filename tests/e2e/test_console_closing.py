@@ -165,6 +165,7 @@ def test_a_request_arriving_meanwhile_is_announced_and_asked_next(
         waits = f"[proxy {two.proc.pid}] sampling request from server 'kitchen_sink_server' waits: asked in turn"
         lines = terminal.wait_for(waits)
         assert lines[-1] == QUESTION and len(asked_lines(lines)) == 1, "\n".join(lines)
+        assert not any("host ''" in line for line in lines), "\n".join(lines)  # an unknown host is not named
         assert "from the second" not in "\n".join(lines)
         terminal.type("n")
         assert "rejected" in answer_text(one, 2)
