@@ -86,7 +86,7 @@ ENDED: dict[tuple[ClosedHow, bool], str] = {
     ("expired", False): "timed out (approval.timeout): denied",
     ("expired", True): "timed out (approval.timeout) before enough approvers said yes: denied",
     ("withdrawn", False): "withdrawn (the host cancelled it, or the proxy is stopping)",
-    ("withdrawn", True): "answered on another channel",
+    ("withdrawn", True): "answered on another channel, or withdrawn",
     ("answered", False): "answered",
     ("answered", True): "answered",
 }

@@ -48,10 +48,10 @@ class Console:
     that closes while it is on screen (answered in another console, timed out, withdrawn, its proxy
     gone) is taken off at once and the next one is asked; one that arrives meanwhile is announced."""
 
-    def __init__(self, directory: Path, out: Any = sys.stdout, keyboard: Keyboard | None = None):
+    def __init__(self, directory: Path, out: Any = sys.stdout):
         self._dir = directory
         self._out = out
-        self._keys = keyboard or Keyboard(sys.stdin.fileno())
+        self._keys = Keyboard(sys.stdin.fileno())
         self._client = ConsoleClient(directory, self._on_event)
         self._queue: deque[tuple[Path, dict[str, Any]]] = deque()
         self._ready = anyio.Event()

@@ -150,7 +150,7 @@ def test_under_a_quorum_a_no_in_the_console_takes_the_question_off_the_proxys_te
     console.type("n")
     assert results(tmp_path, 1) == ["2 rejected"]
     lines = screen.wait_for("this question is closed")
-    assert "(request answered on another channel; this question is closed)" in lines, "\n".join(lines)
+    assert "(request answered on another channel, or withdrawn; this question is closed)" in lines, "\n".join(lines)
     assert asked(lines) == [], "\n".join(lines)
 
 
