@@ -19,7 +19,14 @@ from helpers.support import free_port
 
 # fixtures and plugins kept in tests/helpers (one conftest for the suite, so mypy sees one module of that name):
 # no_process fails a unit test that starts a process; pytester runs that guard on a suite of its own
-pytest_plugins = ["helpers.browser", "helpers.doctoring", "helpers.no_process", "helpers.untouched_home", "pytester"]
+pytest_plugins = [
+    "helpers.browser",
+    "helpers.doctoring",
+    "helpers.no_process",
+    "helpers.tmux_screen",
+    "helpers.untouched_home",
+    "pytester",
+]
 TESTS = Path(__file__).resolve().parent
 KINDS = ("unit", "e2e", "security", "conformance")  # the folders under tests/, each a marker (pyproject.toml)
 

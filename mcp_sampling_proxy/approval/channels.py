@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, get_args
 
+import anyio
+
 from mcp_sampling_proxy.protocol.wire_types import CallToolParams, CreateMessageParams
 from mcp_sampling_proxy.text.identity import normalise
 
@@ -18,6 +20,9 @@ ApprovalOutcome = Literal["approved", "rejected", "timeout", "unavailable"]
 # How long a yes lasts: this request, this proxy's session, or always (remembered per server and tool).
 ApprovalScope = Literal["once", "session", "always"]
 APPROVAL_SCOPES: tuple[ApprovalScope, ...] = get_args(ApprovalScope)
+# How a question a human was shown closed: answered there, out of time, or withdrawn (answered on another
+# channel, ended by another approver under a quorum, or cancelled by the host).
+ClosedHow = Literal["answered", "expired", "withdrawn"]
 
 
 class HostSession(Protocol):
@@ -110,3 +115,12 @@ class Channel(Protocol):
     async def ask(self, request: ApprovalRequest, host: HostLine) -> Approval: ...
 
     async def review(self, request: ApprovalRequest, result: dict[str, Any], host: HostLine) -> Review: ...
+
+
+def closed_how(answered: bool, deadline: float) -> ClosedHow:
+    """How a question ended, for the consoles that still show it: a console answered it, its time ran
+    out (`deadline`, taken when it was asked), or it was withdrawn (another channel answered it, another
+    approver's no ended it under a quorum, or the host cancelled the request)."""
+    if answered:
+        return "answered"
+    return "expired" if anyio.current_time() >= deadline else "withdrawn"

@@ -7,7 +7,8 @@ again. Accept, decline and cancel are always one keystroke away. Server text is 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
@@ -128,7 +129,8 @@ class TerminalElicitor:
         self._terminal.write(text + "\n")
 
     async def ask_form(self, params: ElicitRequestParams, form: Any, origin: Origin) -> dict[str, Any]:
-        async with self._terminal.lock:
+        self._terminal.announce_turn(f"a form from server {one_line(origin[0], 300)}")
+        async with self._terminal.lock, self._closing():
             return await converse(
                 str(params.get("message", "")),
                 origin,
@@ -141,7 +143,8 @@ class TerminalElicitor:
     async def ask_url(
         self, params: ElicitRequestParams, origin: Origin, opener: Callable[[str], bool]
     ) -> dict[str, Any]:
-        async with self._terminal.lock:
+        self._terminal.announce_turn(f"a link from server {one_line(origin[0], 300)}")
+        async with self._terminal.lock, self._closing():
             return await converse(
                 str(params.get("message", "")),
                 origin,
@@ -150,6 +153,18 @@ class TerminalElicitor:
                 say=self._say,
                 opener=opener,
             )
+
+    @contextlib.asynccontextmanager
+    async def _closing(self) -> AsyncIterator[None]:
+        """Say so when the question is withdrawn while it is shown (the host cancelled the request)."""
+        try:
+            yield
+        except anyio.get_cancelled_exc_class():
+            self._say(
+                "(question withdrawn: the host cancelled the request, or the proxy is stopping; "
+                "this question is closed)"
+            )
+            raise
 
 
 class CompanionElicitor:
@@ -169,6 +184,7 @@ class CompanionElicitor:
                     "type": "elicit",
                     "mode": "form",
                     "server": origin[0],
+                    "host": self._server.host_name(),
                     "tool": origin[1],
                     "message": params.get("message"),
                     "schema": params.get("requestedSchema"),
@@ -194,6 +210,7 @@ class CompanionElicitor:
                     "type": "elicit",
                     "mode": "url",
                     "server": origin[0],
+                    "host": self._server.host_name(),
                     "tool": origin[1],
                     "message": params.get("message"),
                     "url": params.get("url"),

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcp_sampling_proxy.approval.channels import Approval, ApprovalRequest, HostLine, Review
+import anyio
+
+from mcp_sampling_proxy.approval.channels import Approval, ApprovalRequest, ClosedHow, HostLine, Review, closed_how
 from mcp_sampling_proxy.approval.dialogues import approval_dialogue, review_dialogue
 from mcp_sampling_proxy.approval.edits import with_prompt, with_text
 from mcp_sampling_proxy.system.terminal import Terminal
@@ -36,6 +38,8 @@ class TerminalChannel:
     async def ask(self, request: ApprovalRequest, host: HostLine) -> Approval:
         terminal = self._terminal
         assert terminal is not None
+        deadline = anyio.current_effective_deadline()  # approval.timeout, as the approver set it
+        terminal.announce_turn(f"a request from server '{one_line(request.server, 120)}'")
         async with terminal.lock:
             try:
                 terminal.write(
@@ -49,11 +53,9 @@ class TerminalChannel:
                         "here you approve as 'terminal', for this request only\n"
                     )
                 scope, text = await approval_dialogue(request.params, self._ask, self._say, terminal.discard_typeahead)
-            except BaseException:
-                ended = (
-                    "answered elsewhere, withdrawn or timed out" if request.quorum else "withdrawn or timed out: denied"
-                )
-                terminal.write(f"\n(request {ended})\n")
+            except anyio.get_cancelled_exc_class():
+                how = closed_how(False, deadline)
+                terminal.write(f"(request {ENDED[how, request.quorum is not None]}; this question is closed)\n")
                 raise
         if scope is None:
             return Approval(False, self.name, "rejected at the terminal", "rejected")
@@ -70,9 +72,21 @@ class TerminalChannel:
 
     async def review(self, request: ApprovalRequest, result: dict[str, Any], host: HostLine) -> Review:
         assert self._terminal is not None
+        self._terminal.announce_turn(f"the LLM's answer for server '{one_line(request.server, 120)}'")
         async with self._terminal.lock:
             self._say("")
             accepted, text = await review_dialogue(
                 result, self._ask, self._say, prompt=request.summary, prompt_edited_by=request.prompt_edited_by
             )
         return Review(accepted, result if text is None else with_text(result, text), self.name)
+
+
+# what the terminal says when a question it shows closes elsewhere: (how, under a quorum) -> words
+ENDED: dict[tuple[ClosedHow, bool], str] = {
+    ("expired", False): "timed out (approval.timeout): denied",
+    ("expired", True): "timed out (approval.timeout) before enough approvers said yes: denied",
+    ("withdrawn", False): "withdrawn (the host cancelled it, or the proxy is stopping)",
+    ("withdrawn", True): "answered on another channel, or withdrawn",
+    ("answered", False): "answered",
+    ("answered", True): "answered",
+}

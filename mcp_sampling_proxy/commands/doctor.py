@@ -29,7 +29,7 @@ from typing import Any
 import anyio
 import httpx
 
-from mcp_sampling_proxy.approval.console.server import runtime_dir
+from mcp_sampling_proxy.approval.console.server import in_temp_fallback, runtime_dir
 from mcp_sampling_proxy.approval.webhook_channel import read_secret
 from mcp_sampling_proxy.commands.checklist import Check, Section
 from mcp_sampling_proxy.commands.doctor_entries import check_entry, entries_from
@@ -417,6 +417,15 @@ def check_approval(settings: Any) -> Section:
         finally:
             if probe is not None:
                 probe.close()
+        if probe is not None and in_temp_fallback(directory):
+            section.add(
+                "info",
+                f"console: {directory} is the shared fallback (no XDG_RUNTIME_DIR, no /run/user/UID): every "
+                "proxy and console of yours started without a runtime dir meets here, from any host, terminal or "
+                "login, so one console sees all their questions (each names its proxy and host); those started "
+                "with XDG_RUNTIME_DIR set meet in that directory instead. To choose who meets whom, give the "
+                "hosts' proxies and the console the same MCP_SAMPLING_PROXY_RUNTIME_DIR (a private directory)",
+            )
         if probe is not None:
             proxies, consoles = console_status(directory)
             running = f"{proxies} prox{'ies' if proxies != 1 else 'y'} running"

@@ -72,8 +72,17 @@ class Terminal:
         self.waiting = prompt
         try:
             return await self.readline()
+        except anyio.get_cancelled_exc_class():  # the question closed: its prompt (and what was typed) goes
+            self.write(erase_question(prompt, self._fd))
+            raise
         finally:
             self.waiting = None
+
+    def announce_turn(self, what: str) -> None:
+        """Say that `what` waits for this terminal, which another question holds (`lock`): it is asked
+        when that one is done. Nothing to say when the terminal is free."""
+        if self.lock.locked():
+            self.interject(f"mcp-sampling-proxy: {what} waits: it is asked after the question on screen\n")
 
     def interject(self, lines: str) -> None:
         """Write whole `lines` (ending in a newline) we did not ask: in place of a waiting question,

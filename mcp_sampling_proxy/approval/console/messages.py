@@ -47,12 +47,13 @@ _FIELDS: dict[str, dict[str, tuple[tuple[type, ...], bool, int]]] = {
         "id": ((str,), True, _ID),
         "mode": ((str,), True, 8),
         "server": ((str, type(None)), False, _NAME),
+        "host": ((str, type(None)), False, _NAME),
         "tool": ((str, type(None)), False, _NAME),
         "message": ((str, type(None)), False, _TEXT),
         "schema": ((dict, type(None)), False, 0),
         "url": ((str, type(None)), False, _URL),
     },
-    "resolved": {"id": ((str,), True, _ID)},
+    "resolved": {"id": ((str,), True, _ID), "how": ((str, type(None)), False, 16)},
 }
 
 

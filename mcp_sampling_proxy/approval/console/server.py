@@ -7,8 +7,10 @@ dir (mode 0700 directory, 0600 socket) and speaks newline-delimited JSON:
 proxy -> console   {"type": "hello", "pid", "server", "host"}
                    {"type": "pending", "id", "server", "tool", "host", "rule", "summary", "params", "edit": "prompt"}
                    {"type": "review", "id", "server", "tool", "summary", "prompt_edited_by", "result", "edit": "text"}
-                   {"type": "elicit", "id", "mode": "form|url", "server", "tool", "message", "schema"|"url"}
-                   {"type": "resolved", "id", "by"}           (another console or a timeout answered)
+                   {"type": "elicit", "id", "mode": "form|url", "server", "host", "tool", "message",
+                    "schema"|"url"}
+                   {"type": "resolved", "id", "how"}    (the question is closed: "answered" by a console,
+                                                         "expired" (approval.timeout), or "withdrawn")
 console -> proxy   {"type": "decision", "id", "approve": bool, "scope": "once|session|always",
                     "prompt": str?}                  (prompt: the new text of the last user message)
                    {"type": "review", "id", "accept": bool, "text": str?}       (text: the new answer text)
@@ -29,6 +31,7 @@ import json
 import os
 import socket
 import stat
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +40,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from mcp_sampling_proxy.approval.channels import ChannelGone
+from mcp_sampling_proxy.approval.channels import ChannelGone, closed_how
 from mcp_sampling_proxy.config.dirs import APP_DIR, runtime_base
 from mcp_sampling_proxy.log import Throttle, get_logger
 from mcp_sampling_proxy.system.hardening import cmdline, is_relay, peer_pid, refusal, relay_subcommands
@@ -105,6 +108,15 @@ def runtime_dir() -> Path:
             f"(mode {stat.S_IMODE(info.st_mode):o}); run: chmod 700 {path}"
         )
     return path
+
+
+def in_temp_fallback(directory: Path) -> bool:
+    """Whether `directory` is the last resort of `runtime_dir`: `runtime-UID` in the temporary directory,
+    used when neither `XDG_RUNTIME_DIR` nor `/run/user/UID` can be (over ssh, in containers, under cron).
+    Every proxy and console of the user that finds no runtime dir meets there, whoever started it."""
+    if os.environ.get(RUNTIME_ENV):
+        return False
+    return directory.parent.name == f"runtime-{os.geteuid()}" and directory.parent.parent == Path(tempfile.gettempdir())
 
 
 def clean_stale_sockets(directory: Path, own_pid: int | None = None) -> list[Path]:
@@ -192,6 +204,11 @@ class ConsoleServer:
         self._refusals = Throttle()  # a connect loop must not bury the log (11 MB in 8 s, unthrottled)
         self._listening_since: float | None = None  # monotonic; None: no socket
         self._arrived: anyio.Event | None = None  # set when a console attaches (made on the event loop)
+
+    def host_name(self) -> str | None:
+        """The host's name as it introduced itself (None before initialize): questions carry it."""
+        name = self._host_name()
+        return str(name) if name else None
 
     @property
     def available(self) -> bool:
@@ -322,6 +339,7 @@ class ConsoleServer:
         request_id = str(self._counter)
         pending = _Pending({**message, "id": request_id})
         self._pending[request_id] = pending
+        deadline = anyio.current_effective_deadline()  # the approval's timeout, as the caller set it
         try:
             await self._broadcast(pending.message)
             if not self._clients:
@@ -332,8 +350,9 @@ class ConsoleServer:
             return pending.answer
         finally:
             self._pending.pop(request_id, None)
+            how = closed_how(pending.answer is not None, deadline)
             with anyio.CancelScope(shield=True):
-                await self._broadcast({"type": "resolved", "id": request_id})
+                await self._broadcast({"type": "resolved", "id": request_id, "how": how})
 
     async def _broadcast(self, message: dict[str, Any]) -> None:
         for client in list(self._clients):
