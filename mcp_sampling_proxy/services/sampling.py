@@ -511,9 +511,9 @@ class SamplingService:
         cost, price = self._cost(choice.provider, choice.model, completion)
         fulfilled["cost_usd"] = None if cost is None else usd(cost)
         fulfilled["price_as_of"] = UNPRICED if price is None else price.as_of
-        # debug, like the request's arrival: the audit log records every request, and a line per request
-        # on stderr (which hosts keep in their logs) costs ~20 us of the request's time; refusals and
-        # failures are warnings
+        # debug, like the request's arrival: the audit log records every request, and stderr (which hosts
+        # keep in their logs) gets one short line per request as it ends (audit/recorder.py's "request
+        # ended"); refusals and failures are warnings
         log.debug(
             "sampling fulfilled",
             server=session.server_name,
