@@ -22,6 +22,7 @@ from mcp_sampling_proxy.approval.channels import ApprovalRequest
 from mcp_sampling_proxy.audit.notes import governance_notes
 from mcp_sampling_proxy.audit.recorder import AuditLog, note
 from mcp_sampling_proxy.audit.records import AuditFields, digest, elapsed_ms, request_fields
+from mcp_sampling_proxy.config.keys import missing_key
 from mcp_sampling_proxy.config.prices import UNPRICED, Price, usd
 from mcp_sampling_proxy.config.providers import ProviderConfig
 from mcp_sampling_proxy.config.settings import Settings
@@ -108,6 +109,11 @@ class SamplingService:
                     if isinstance(budget, Refusal):
                         raise _Ended("deny", _limit_error(budget), limit=budget.limit)
                     request = await self._checks.on_request(judged.request, decision, session.server_name, audit)
+                    unanswerable = (
+                        self._unanswerable(request, decision, session) if decision.action == "prompt" else None
+                    )
+                    if unanswerable is not None:
+                        raise _Ended("error", unanswerable)
                     approved = await self._approve(message, request, decision, host, audit)
                     audit["decision"] = "approved" if approved.approver else "allow"
                     audit["reason"] = decision.reason
@@ -241,6 +247,26 @@ class SamplingService:
             return result
         fields["original_answer_sha256"] = digest(result)["sha256"]
         return {**result, "content": scanned.value}
+
+    def _unanswerable(self, request: SamplingRequest, decision: Decision, session: Session) -> RpcError | None:
+        """Why the proxy's own LLM cannot answer this request (no provider for it, or the chosen one's key
+        missing), found before a human is asked: an approval that can only end in an error wastes them."""
+        if self.route(request, session) == "host":
+            return None
+        try:
+            choice = choose_provider(self._settings, self._adapters.configs, request, decision)
+        except RpcError as exc:
+            return exc
+        variable = missing_key(self._adapters.configs_by_name[choice.provider])
+        if variable is None:
+            return None
+        return RpcError(
+            jsonrpc.INTERNAL_ERROR,
+            f"provider '{choice.provider}' has no key: {variable} is not set in the proxy's environment (a host "
+            "started from the desktop does not pass your shell's variables), so nobody was asked to approve; keep "
+            f"the key in a file the proxy reads (api_key_file; `mcp-sampling-proxy init --key-file`) or set "
+            f"{variable} in the host config's env",
+        )
 
     async def _approve(
         self, message: dict[str, Any], request: SamplingRequest, decision: Decision, host: HostLine, audit: AuditFields
