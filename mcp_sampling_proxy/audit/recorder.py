@@ -88,8 +88,8 @@ def _say_ending(fields: AuditFields) -> None:
     said: dict[str, Any] = {}
     for key in ("method", "server", "request_id", "decision", "approver", "rule", "latency_ms"):
         value = fields.get(key)
-        if value is not None:
-            said[key] = value
+        if value is not None:  # a string id is the server's to choose, of any length: an excerpt
+            said[key] = one_line(value, 40) if isinstance(value, str) else value
     log.info("request ended", **said)
 
 
@@ -298,7 +298,7 @@ class AuditLog:
         finally:
             _PENDING.reset(token)
             if pending.fields is not None:
-                _say_ending(pending.fields)
+                _say_ending({**fields, **pending.fields})
 
     def close(self) -> None:
         for writer in self._late_writers:  # records written outside a request, waiting for the lock
