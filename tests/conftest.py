@@ -54,16 +54,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(autouse=True)
-def loggers_never_cached(monkeypatch: pytest.MonkeyPatch) -> None:
+def loggers_never_cached(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A command's `main()` run in process configures structlog to cache each logger on first use; a
     module's logger cached then keeps that configuration for the rest of the worker, and a later test's
-    `capture_logs` sees nothing of it. Tests share one process, so nothing is cached in it."""
+    `capture_logs` sees nothing of it. Tests share one process, so nothing is cached in it, and the
+    configuration a test leaves (a `main()` at `--log-level warning` filters out info) is undone after it."""
     real = structlog.configure
+    before = structlog.get_config()
 
     def configure(**settings: Any) -> None:
         real(**{**settings, "cache_logger_on_first_use": False})
 
     monkeypatch.setattr(structlog, "configure", configure)
+    yield
+    real(**before)
 
 
 @pytest.fixture(autouse=True)

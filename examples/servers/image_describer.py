@@ -61,11 +61,16 @@ def load_image(path: str) -> tuple[bytes, str]:
     return file.read_bytes(), mime_type
 
 
-def sampling_failed(exc: MCPError) -> ToolError:
-    """Turn a sampling error into a readable tool error: the usual cause is a host without sampling."""
+def sampling_failed(exc: MCPError, ctx: Context) -> ToolError:
+    """Turn a sampling error into a readable tool error. A client that declared sampling (a host that
+    samples, or mcp-sampling-proxy) answered the request itself, and its message says why (a policy's
+    refusal, the LLM's error); only a client without sampling needs the proxy in front."""
+    failed = f"Sampling request failed ({exc.code}: {exc.message})."
+    if ctx.session.check_client_capability(types.ClientCapabilities(sampling=types.SamplingCapability())):
+        return ToolError(failed)
     return ToolError(
-        f"Sampling request failed ({exc.code}: {exc.message}). This server needs an MCP client that "
-        "supports sampling - run it behind mcp-sampling-proxy if your host does not."
+        f"{failed} This server needs an MCP client that supports sampling - run it behind mcp-sampling-proxy "
+        "if your host does not."
     )
 
 
@@ -95,7 +100,7 @@ async def describe_image(ctx: Context, path: str = "") -> str:
             related_request_id=ctx.request_id,
         )
     except MCPError as exc:
-        raise sampling_failed(exc) from exc
+        raise sampling_failed(exc, ctx) from exc
     if isinstance(result.content, types.TextContent):
         return result.content.text.strip()
     return f"[model {result.model} returned non-text content: {result.content.type}]"

@@ -35,11 +35,16 @@ MODEL_PREFERENCES = types.ModelPreferences(
 )
 
 
-def sampling_failed(exc: MCPError) -> ToolError:
-    """Turn a sampling error into a readable tool error: the usual cause is a host without sampling."""
+def sampling_failed(exc: MCPError, ctx: Context) -> ToolError:
+    """Turn a sampling error into a readable tool error. A client that declared sampling (a host that
+    samples, or mcp-sampling-proxy) answered the request itself, and its message says why (a policy's
+    refusal, the LLM's error); only a client without sampling needs the proxy in front."""
+    failed = f"Sampling request failed ({exc.code}: {exc.message})."
+    if ctx.session.check_client_capability(types.ClientCapabilities(sampling=types.SamplingCapability())):
+        return ToolError(failed)
     return ToolError(
-        f"Sampling request failed ({exc.code}: {exc.message}). This server needs an MCP client that "
-        "supports sampling - run it behind mcp-sampling-proxy if your host does not."
+        f"{failed} This server needs an MCP client that supports sampling - run it behind mcp-sampling-proxy "
+        "if your host does not."
     )
 
 
@@ -63,7 +68,7 @@ async def summarize(text: str, ctx: Context, max_words: int = 50) -> str:
             related_request_id=ctx.request_id,
         )
     except MCPError as exc:
-        raise sampling_failed(exc) from exc
+        raise sampling_failed(exc, ctx) from exc
     if isinstance(result.content, types.TextContent):
         return result.content.text.strip()
     # A client may legally answer with an image/audio block; say so rather than failing opaquely.

@@ -134,11 +134,22 @@ def _describe_call(call: types.ToolUseContent) -> str:
 # --- the MCP tool --------------------------------------------------------------------------------
 
 
-def sampling_failed(exc: MCPError) -> ToolError:
-    """Turn a sampling error into a readable tool error: the usual cause is a host without sampling."""
+def sampling_failed(exc: MCPError, ctx: Context) -> ToolError:
+    """Turn a sampling error into a readable tool error. A client that declared sampling with tools (a
+    host that samples, or mcp-sampling-proxy) answered the request itself, and its message says why (a
+    policy's refusal, the LLM's error); only a client without it needs the proxy in front."""
+    failed = f"Sampling request failed ({exc.code}: {exc.message})."
+    with_tools = types.SamplingCapability(tools=types.SamplingToolsCapability())
+    if ctx.session.check_client_capability(types.ClientCapabilities(sampling=with_tools)):
+        return ToolError(failed)
+    if ctx.session.check_client_capability(types.ClientCapabilities(sampling=types.SamplingCapability())):
+        return ToolError(
+            f"{failed} This server needs sampling with tools, which this client does not offer: a host whose "
+            "sampling takes tools, or mcp-sampling-proxy with an LLM provider that takes tools."
+        )
     return ToolError(
-        f"Sampling request failed ({exc.code}: {exc.message}). This server needs an MCP client that "
-        "supports sampling - run it behind mcp-sampling-proxy if your host does not."
+        f"{failed} This server needs an MCP client that supports sampling with tools - run it behind "
+        "mcp-sampling-proxy if your host does not."
     )
 
 
@@ -166,7 +177,7 @@ async def research(question: str, ctx: Context, max_iterations: int = 5) -> str:
                 related_request_id=ctx.request_id,
             )
         except MCPError as exc:
-            raise sampling_failed(exc) from exc
+            raise sampling_failed(exc, ctx) from exc
         blocks = result.content_as_list
         answer = "\n".join(block.text for block in blocks if isinstance(block, types.TextContent)).strip()
         tool_uses = [block for block in blocks if isinstance(block, types.ToolUseContent)]

@@ -81,6 +81,18 @@ class PendingRecord:
             self.result = result
 
 
+def _say_ending(fields: AuditFields) -> None:
+    """One short info line on stderr per request, saying how it ended: a host keeps the proxy's stderr
+    (Claude Desktop's mcp-server-NAME.log), often the only place a user looks. The audit record holds
+    the rest (the reason, the tokens, the digests): the line names it by method, server and request id."""
+    said: dict[str, Any] = {}
+    for key in ("method", "server", "request_id", "decision", "approver", "rule", "latency_ms"):
+        value = fields.get(key)
+        if value is not None:  # a string id is the server's to choose, of any length: an excerpt
+            said[key] = one_line(value, 40) if isinstance(value, str) else value
+    log.info("request ended", **said)
+
+
 _PENDING: ContextVar[PendingRecord | None] = ContextVar("audit_pending", default=None)
 # Set while `AuditLog._write` appends on the event loop: the file must not block on its locks.
 _NOWAIT: ContextVar[bool] = ContextVar("audit_nowait", default=False)
@@ -285,6 +297,8 @@ class AuditLog:
             await self._write(pending)
         finally:
             _PENDING.reset(token)
+            if pending.fields is not None:
+                _say_ending({**fields, **pending.fields})
 
     def close(self) -> None:
         for writer in self._late_writers:  # records written outside a request, waiting for the lock

@@ -234,7 +234,7 @@ async def _probe_with(
                 Check(
                     "fail",
                     f"{label}: no models list, and a 1-token completion with {model} failed: "
-                    f"{one_line(exc.message, 300)} ({key_note})",
+                    f"{_noted(one_line(exc.message, 300), key_note)}",
                     fix,
                 )
             ]
@@ -257,10 +257,15 @@ async def _probe_with(
     return [
         Check(
             "fail",
-            f"{label}: GET {path}: {one_line(message, 300)} ({key_note})",
+            f"{label}: GET {path}: {_noted(one_line(message, 300), key_note)}",
             _status_fix(response.status_code, key_var, shown, source),
         )
     ]
+
+
+def _noted(said: str, key_note: str) -> str:
+    """`said`, then where the key stands, unless `said` says it already (a 401's "VAR is not set")."""
+    return said if key_note in said else f"{said} ({key_note})"
 
 
 async def _probe_all(providers: list[Any], timeout: float) -> list[list[Check]]:
@@ -619,7 +624,7 @@ def check_hosts(statuses: list[Any] | None = None) -> Section:
     for status in statuses:
         title = f"{HOSTS[status.host].title} ({status.scope}) {status.path}"
         if status.error:
-            section.add("warn", f"{title}: {one_line(status.error, 200)}", "fix the file; the host cannot read it")
+            section.add("fail", f"{title}: {one_line(status.error, 200)}", "fix the file; the host cannot read it")
             continue
         wrapped = sum(s.wrapped for s in status.servers)
         section.add("info", f"{title}: {wrapped} of {len(status.servers)} servers wrapped")

@@ -6,9 +6,10 @@ proxy reads itself, or a variable), checks that the LLM answers a tiny request t
 own adapter, then writes `$XDG_CONFIG_HOME/mcp-sampling-proxy/policy.yaml` (or `--path`), the key
 file, and the state directory and audit log the policy names. `--yes` takes every default.
 
-The key file is the default because desktop hosts (Claude Desktop, Cursor, Zed, VS Code started
-from the dock) start the proxy without the shell's variables: a key the policy reads from a
-variable exported in the shell never reaches them. Shipped providers whose key variable is not
+The key file is the default because desktop hosts start the proxy without the variables exported
+in a terminal (Claude Desktop, Zed and LM Studio pass none of the shell's; Cursor, VS Code, Windsurf
+and Cline started from the desktop only what the login shell's start-up files set): a key the
+policy reads from a variable exported in a terminal never reaches them. Shipped providers whose key variable is not
 set are commented out, so the written policy names no key the proxy cannot find.
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import os
+import re
 import shutil
 import sys
 import textwrap
@@ -43,6 +45,7 @@ from mcp_sampling_proxy.config.keys import KeySourceError, read_key_file
 from mcp_sampling_proxy.config.paths import default_policy_path
 from mcp_sampling_proxy.config.providers import ModelSpec, ProviderConfig
 from mcp_sampling_proxy.config.settings import parse_settings
+from mcp_sampling_proxy.hosts.registry import HOSTS
 from mcp_sampling_proxy.notation.yamlnodes import PolicyError
 from mcp_sampling_proxy.protocol.wire_types import CreateMessageParams
 from mcp_sampling_proxy.providers.base import LLMError
@@ -78,6 +81,11 @@ DEFAULTS: dict[str, tuple[str, str, str | None, str, str | None, str | None]] = 
     "ollama": ("openai", "http://127.0.0.1:11434/v1", None, "llama3.2", None, None),
 }
 CHECK_TIMEOUT = 30.0
+# a shell line pasted whole instead of the key: `OPENAI_API_KEY=sk-...`, `export OPENAI_API_KEY="sk-..."`
+ASSIGNMENT = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=")
+QUOTES = ("'", '"')
+# the provider's own words in an adapter's error: `provider 'x' answered 401: HINT (THE PROVIDER'S WORDS)`
+PROVIDER_DETAIL = re.compile(r"^provider '[^']*' answered \d+[^(]* \((.*)\)$", re.DOTALL)
 
 
 class InitError(Exception):
@@ -143,9 +151,11 @@ def main(argv: Sequence[str]) -> int:
     try:
         return run(args, ask, os.environ, secret=secret)
     except InitError as exc:
+        sys.stdout.flush()  # what init printed comes first, also when both go to one pipe (`2>&1 | less`)
         print(f"{PROG}: {exc.message}", file=sys.stderr)
         return exc.code
     except (EOFError, KeyboardInterrupt):
+        sys.stdout.flush()
         print(f"\n{PROG}: stopped; nothing written", file=sys.stderr)
         return 1
 
@@ -193,7 +203,11 @@ def run(
     except PolicyError as exc:  # a bug of ours: never write a file the proxy refuses
         raise InitError(f"the generated policy does not load ({exc}); nothing written", 1) from None
     if llm is not None and not args.no_check:
-        ok, said = check_llm(llm, key.value if key is not None else _env_key(llm, environ))
+        ok, said = check_llm(
+            llm,
+            key.value if key is not None else _env_key(llm, environ),
+            key.source if key is not None else f"the key from {llm.key_env}",
+        )
         print(said)
         if not ok and ask("Write the file anyway? [y/N]", "n").strip().lower() not in ("y", "yes"):
             raise InitError(
@@ -221,11 +235,21 @@ def run(
         )
     if llm is not None and llm.key_env and not llm.key_file:
         print(
-            f"note: the proxy reads the key from {llm.key_env}, which desktop hosts (Claude Desktop, Cursor, Zed, "
-            f'VS Code started from the desktop) do not pass from your shell: give it in the host config\'s "env", '
-            f"or run init again with --key-file"
+            f"note: the proxy reads the key from {llm.key_env}; {_desktop_environments()}: give it in the host "
+            'config\'s "env", or run init again with --key-file'
         )
     return 0
+
+
+def _desktop_environments() -> str:
+    """What hosts started from the desktop pass of the shell's variables, from the hosts' table (the same
+    words as getting-started's table)."""
+    own = " and ".join(", ".join(h.title for h in HOSTS.values() if h.environment == "own").rsplit(", ", 1))
+    login = " and ".join(", ".join(h.title for h in HOSTS.values() if h.environment == "login").rsplit(", ", 1))
+    return (
+        f"{own} pass none of your shell's variables, and {login} started from the desktop pass only what your "
+        "login shell's start-up files set (~/.profile and the like), not what you export in a terminal"
+    )
 
 
 @dataclass(frozen=True)
@@ -235,6 +259,7 @@ class StoredKey:
     path: Path
     value: str = field(repr=False)
     write: bool  # False: the file already holds this key
+    source: str  # where the key came from, as messages name it: "the key piped on stdin"
 
 
 def _env_key(llm: LLMChoice, environ: Mapping[str, str]) -> str | None:
@@ -260,8 +285,8 @@ def _key_file(
                 ("file", f"a file only you can read ({home_relative(default)}): reaches the proxy from any host"),
                 (
                     "variable",
-                    f"a variable ({variable}): only hosts that pass it get it; desktop apps such as Claude "
-                    "Desktop do not pass your shell's variables, so it goes in each host config's env",
+                    f"a variable ({variable}): only hosts that pass it get it ({_desktop_environments()}), so it "
+                    "goes in each host config's env",
                 ),
             ],
             "file" if secret is not None else "variable",
@@ -272,10 +297,10 @@ def _key_file(
         given = ask(f"Key file [{home_relative(default)}]:", str(default)).strip() or str(default)
     path = Path(os.path.abspath(os.path.expanduser(given)))
     existing = _existing_key(path)
-    key = _key_to_store(path, variable, existing, ask, secret, environ)
+    key, source = _key_to_store(path, variable, existing, ask, secret, environ)
     if existing is not None and key != existing and not args.force:
         raise InitError(f"{path} already holds another key; nothing written. Run again with --force to replace it", 1)
-    return StoredKey(path, key, write=key != existing)
+    return StoredKey(path, key, write=key != existing, source=source)
 
 
 def _existing_key(path: Path) -> str | None:
@@ -295,30 +320,47 @@ def _key_to_store(
     ask: Callable[[str, str], str],
     secret: Callable[[str], str] | None,
     environ: Mapping[str, str],
-) -> str:
-    """The key for the file: piped on stdin (with --yes), else from `variable`, else typed, else the file's own."""
+) -> tuple[str, str]:
+    """The key for the file and where it came from: piped on stdin (with --yes), else from `variable`, else
+    typed, else the file's own."""
     if secret is None and not sys.stdin.isatty():
         piped = sys.stdin.read(64 * 1024).strip()
         if piped:
-            return piped
+            return _bare_key(piped, "the key piped on stdin"), "the key piped on stdin"
     from_variable = environ.get(variable, "").strip()
     if from_variable and (
         secret is None or ask(f"Store the key from {variable} in {path}? [Y/n]", "y").strip().lower() in ("y", "yes")
     ):
-        return from_variable
+        return _bare_key(from_variable, f"the key in {variable}"), f"the key from {variable}"
     if existing is not None and (
         secret is None or ask(f"{path} holds a key already: keep it? [Y/n]", "y").strip().lower() in ("y", "yes")
     ):
-        return existing
+        return existing, f"the key in {home_relative(path)}"
     if secret is not None:
         typed = secret(f"Paste the API key for {path} (not shown): ").strip()
         if typed:
-            return typed
+            return _bare_key(typed, "the key you pasted"), "the key you pasted"
     raise InitError(
         f"--key-file {path}: no key to store: pipe it on stdin (e.g. `pass show openai | {PROG} --yes "
         f"--key-file {home_relative(path)} ...`) or set {variable}; nothing written",
         2,
     )
+
+
+def _bare_key(key: str, where: str) -> str:
+    """`key` when it is a key alone; else InitError saying what is around it (never the key itself). A
+    shell line copied whole (`OPENAI_API_KEY=sk-...`, `export ...`) or a quoted key would be stored as
+    is and end in a bare 401 at every request."""
+    assignment = ASSIGNMENT.match(key)
+    if assignment:
+        raise InitError(
+            f"{where} reads `{assignment.group(1)}=...`, a shell line: give the key alone (the part after "
+            "'=', without quotes); nothing written",
+            2,
+        )
+    if key[:1] in QUOTES or key[-1:] in QUOTES:
+        raise InitError(f"{where} is wrapped in quotes: give the key alone, without them; nothing written", 2)
+    return key
 
 
 def _default_kind(environ: Mapping[str, str]) -> str:
@@ -379,9 +421,9 @@ def _listed_models(base_url: str, key: str | None) -> list[str]:
     )
 
 
-def check_llm(llm: LLMChoice, key: str | None) -> tuple[bool, str]:
+def check_llm(llm: LLMChoice, key: str | None, source: str | None = None) -> tuple[bool, str]:
     """Send the LLM a tiny request through the proxy's own adapter, with `key` (from the key file or
-    the variable): (it answered, what to show)."""
+    the variable; `source` says which, for a 401): (it answered, what to show)."""
     if llm.key_env and not key:
         return False, f"LLM check: {llm.key_env} is not set in this shell, so the request cannot be sent"
     config = ProviderConfig(
@@ -408,6 +450,12 @@ def check_llm(llm: LLMChoice, key: str | None) -> tuple[bool, str]:
         try:
             completion = await adapter.complete(params, llm.model)
         except LLMError as exc:
+            if exc.status == 401 and source:  # the adapter's hint names the policy's key setting, not yet written
+                detail = PROVIDER_DETAIL.search(exc.message)
+                return False, (
+                    f"LLM check failed: provider '{llm.name}' answered 401: it refused {source}; check that it is "
+                    f"the whole key, as the provider shows it{f' ({detail.group(1)})' if detail else ''}"
+                )
             return False, f"LLM check failed: {exc.message}"
         finally:
             await adapter.aclose()

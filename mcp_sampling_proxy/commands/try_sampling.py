@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -75,6 +76,14 @@ def main(argv: Sequence[str]) -> int:
     if not isinstance(tool_args, dict):
         print("mcp-sampling-proxy try: error: --args must be a JSON object", file=sys.stderr)
         return 2
+    if os.sep not in command[0] and shutil.which(command[0]) is None:
+        print(
+            f"mcp-sampling-proxy try: error: command '{strip_controls(command[0])}' not found on PATH: give the "
+            "server's command as you would run it yourself, e.g. `-- .venv/bin/python server.py` or "
+            "`-- npx -y @modelcontextprotocol/server-everything`",
+            file=sys.stderr,
+        )
+        return 2
 
     # debug: the request, the model chosen and the fulfilment are debug lines (info only logs what a human sees)
     proxy = [sys.executable, "-m", "mcp_sampling_proxy", "--log-format", "json", "--log-level", "debug"]
@@ -93,7 +102,7 @@ def main(argv: Sequence[str]) -> int:
         try:
             outcome = anyio.run(_session, [*proxy, "--", *command], env, args.tool, tool_args, errlog, args.timeout)
         except Exception as exc:
-            outcome = (1, f"error: {_describe_exception(exc)}")
+            outcome = (1, f"error: {_ended_early(_describe_exception(exc))}")
         errlog.seek(0)
         _print_proxy_log(errlog.read(), verbose=args.logs or outcome[0] != 0)
     sys.stderr.flush()
@@ -135,7 +144,9 @@ def _print_proxy_log(text: str, *, verbose: bool) -> None:
         if label is None and not (verbose or record.get("level") in ("warning", "error")):
             continue
         details = ", ".join(
-            f"{k}={strip_controls(str(v))}" for k, v in record.items() if k not in ("event", "level", "timestamp")
+            f"{k}={strip_controls(str(v))}"
+            for k, v in record.items()
+            if k not in ("event", "level", "timestamp") and v is not None  # unset: nothing to say
         )
         print(f"proxy: {label or event}" + (f" ({details})" if details else ""), file=sys.stderr)
 
@@ -148,6 +159,13 @@ def _terminal_device() -> str | None:
         except (OSError, ValueError):
             continue
     return None
+
+
+def _ended_early(what: str) -> str:
+    """The SDK's words for a stdio session whose other end went away, said as what happened."""
+    if what == "Connection closed":
+        return "the proxy or the server ended before the session was done (their last words are above)"
+    return what
 
 
 def _describe_exception(exc: BaseException) -> str:

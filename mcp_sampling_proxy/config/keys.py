@@ -13,9 +13,11 @@ import stat
 import subprocess
 from collections.abc import Iterable
 from dataclasses import replace
+from urllib.parse import urlsplit
 
 from mcp_sampling_proxy.config.child_env import withheld
 from mcp_sampling_proxy.config.providers import ProviderConfig
+from mcp_sampling_proxy.system.addresses import is_loopback
 
 COMMAND_TIMEOUT = 30.0  # seconds; a password manager may ask to be unlocked
 
@@ -31,6 +33,16 @@ def provider_key(provider: ProviderConfig) -> str | None:
     if provider.api_key_env:
         return os.environ.get(provider.api_key_env) or withheld(provider.api_key_env) or None
     return None
+
+
+def missing_key(provider: ProviderConfig) -> str | None:
+    """The variable a provider's key should come from when it is unset and the provider surely needs
+    it (None otherwise): an HTTP provider with `api_key_env` whose endpoint is not on this machine. A
+    local server (Ollama, LM Studio, vLLM on loopback) often takes no key, so one there is not missed."""
+    if not provider.kind.http or not provider.api_key_env or provider_key(provider) is not None:
+        return None
+    host = urlsplit(provider.base_url).hostname if provider.base_url else None  # None: the vendor's API
+    return None if host is not None and is_loopback(host) else provider.api_key_env
 
 
 def key_source(provider: ProviderConfig) -> str:

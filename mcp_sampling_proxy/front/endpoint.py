@@ -273,7 +273,14 @@ class Front:
         client = tokens.identify(presented.strip()) if scheme.lower() == "bearer" else None
         if client is None:
             self._note_refusal(request, "no valid token")
-            response = _error(401, "Unauthorized: send 'Authorization: Bearer TOKEN' with a token of --token-file")
+            if scheme.lower() == "bearer" and tokens.is_whole_line(presented.strip()):
+                message = (
+                    "Unauthorized: that is a whole line of --token-file (NAME:TOKEN); send only the part after "
+                    "the colon: 'Authorization: Bearer TOKEN'"
+                )
+            else:
+                message = "Unauthorized: send 'Authorization: Bearer TOKEN' with a token of --token-file"
+            response = _error(401, message)
             response.headers["WWW-Authenticate"] = 'Bearer realm="mcp-sampling-proxy"'
             return None, response
         return client, None

@@ -31,6 +31,7 @@ class Caller:
 
     name: str
     token: bytes
+    named: bool = True  # False for a token given without a name (a bare line, the environment's)
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,16 @@ class Tokens:
                 found = caller.name
         return found
 
+    def is_whole_line(self, presented: str) -> bool:
+        """Whether `presented` is a named token's whole `name:token` line rather than the token: the
+        usual slip when copying from the token file, worth naming in the 401. (Constant time, as above.)"""
+        given = presented.encode("utf-8", "surrogateescape")
+        found = False
+        for caller in (caller for caller in self.callers if caller.named):
+            line = caller.name.encode("utf-8", "surrogateescape") + b":" + caller.token
+            found = hmac.compare_digest(given, line) or found
+        return found
+
 
 def load_tokens(path: str | None, environ: Mapping[str, str]) -> Tokens:
     """The tokens of `path` (TokenError when it is unsafe or malformed) and of the environment."""
@@ -58,7 +69,7 @@ def load_tokens(path: str | None, environ: Mapping[str, str]) -> Tokens:
         callers.extend(_read_file(path))
     env_token = environ.get(TOKEN_ENV, "").strip()
     if env_token:
-        callers.append(_caller(UNNAMED, env_token, TOKEN_ENV))
+        callers.append(_caller(UNNAMED, env_token, TOKEN_ENV, named=False))
     return Tokens(tuple(callers))
 
 
@@ -91,13 +102,13 @@ def _read_file(path: str) -> list[Caller]:
             continue
         name, sep, token = line.rpartition(":")
         where = f"--token-file {path}:{number}"
-        callers.append(_caller(name.strip() if sep else UNNAMED, token.strip(), where))
+        callers.append(_caller(name.strip() if sep else UNNAMED, token.strip(), where, named=bool(sep)))
     if not callers:
         raise TokenError(f"--token-file {path}: no tokens in it (one a line, `name:token` or `token`)")
     return callers
 
 
-def _caller(name: str, token: str, where: str) -> Caller:
+def _caller(name: str, token: str, where: str, named: bool = True) -> Caller:
     if not name or not name.isprintable():
         raise TokenError(f"{where}: the client name before ':' is empty or holds control characters")
     if len(token) < MIN_TOKEN_LENGTH or not token.isascii() or not token.isprintable() or " " in token:
@@ -105,4 +116,4 @@ def _caller(name: str, token: str, where: str) -> Caller:
             f"{where}: a token must be at least {MIN_TOKEN_LENGTH} printable ASCII characters without spaces "
             "(make one with `python3 -c 'import secrets; print(secrets.token_urlsafe(32))'`)"
         )
-    return Caller(name, token.encode())
+    return Caller(name, token.encode(), named)

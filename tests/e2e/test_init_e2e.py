@@ -197,3 +197,25 @@ def test_interactive_key_file_question_in_a_terminal(tmp_path: Path) -> None:
     assert key_file.read_text() == KEY + "\n" and key_file.stat().st_mode & 0o777 == 0o600
     policy = tmp_path / "config" / "mcp-sampling-proxy" / "policy.yaml"
     assert f'api_key_file: "{key_file}"' in policy.read_text()
+
+
+def test_with_both_streams_on_one_pipe_the_check_comes_before_nothing_written(tmp_path: Path) -> None:
+    """`init ... 2>&1 | less`: the check's lines (stdout, buffered in a pipe) printed after the refusal
+    (stderr, not buffered) that they explain."""
+    env = init_env(tmp_path)
+    env.pop("PYTHONUNBUFFERED", None)  # a user's shell has no such setting: stdout is a buffered pipe
+    with FakeLLMServer("openai", api_key="sk-the-right-one-0123456789") as llm:
+        done = subprocess.run(
+            [*PROXY, "init", "--yes", "--llm", "openai", "--base-url", llm.base_url, "--model", "m"],
+            env={**env, "OPENAI_API_KEY": "sk-a-wrong-one-0123456789"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
+    assert done.returncode == 1
+    lines = done.stdout.splitlines()
+    failed = next(i for i, line in enumerate(lines) if line.startswith("LLM check failed"))
+    refused = next(i for i, line in enumerate(lines) if "nothing written" in line)
+    assert failed < refused, done.stdout

@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -169,6 +170,7 @@ def test_a_sandboxed_server_cannot_touch_the_proxys_state_sockets_policy_or_term
     shared: Path, llm: FakeLLMServer
 ) -> None:
     master, slave = os.openpty()  # a terminal of the user's, which an unconfined server could open and paint
+    yours = Path(tempfile.mkdtemp(prefix="msp-not-the-servers-"))  # the user's own entry in /tmp
     try:
         if os.geteuid() == 0:  # the server runs as nobody: its user's terminal is nobody's
             os.chown(os.ttyname(slave), 65534, -1)
@@ -181,6 +183,7 @@ def test_a_sandboxed_server_cannot_touch_the_proxys_state_sockets_policy_or_term
     finally:
         os.close(master)
         os.close(slave)
+        yours.rmdir()
     # the state directory it saw was an empty one: its writes went nowhere the proxy reads
     assert report["state"]["listing"] == [], report["state"]
     assert json.loads((state / "approvals.json").read_text()) == {"always": []}
@@ -191,10 +194,21 @@ def test_a_sandboxed_server_cannot_touch_the_proxys_state_sockets_policy_or_term
     assert [n for n in terminals["pts"] if n.isdigit()] == [], terminals  # none of the user's terminals
     assert terminals["/dev/tty"].startswith("ERROR")  # and no controlling terminal
     assert painted == b""
-    # a private /tmp (no tmux or X11 sockets): only what it was given, and the checkout's own top directory
-    # when the checkout lies in /tmp (its command, the escape artist, is there)
-    checkout = {ROOT.parts[2]} if ROOT.parts[1:2] == ("tmp",) and len(ROOT.parts) > 2 else set()
-    assert set(report["tmp"]) <= {shared.name, *checkout}
+    # a private /tmp (no tmux or X11 sockets, nothing of the user's): only what it was given, and, as
+    # documented, the top entries in /tmp of its working directory and of the files its command names (the
+    # checkout, the escape artist's, and the Python that runs it), wherever the clone lies
+    assert isinstance(report["tmp"], list), report["tmp"]
+    assert yours.name not in report["tmp"]
+    given = {shared.name, *tops_in_tmp([ROOT, Path.cwd(), Path(ordinary_user()[0][-1])])}
+    assert set(report["tmp"]) <= given, (report["tmp"], given)
+
+
+def tops_in_tmp(paths: list[Path]) -> set[str]:
+    """The names of the entries directly in /tmp that hold `paths` (none for a path elsewhere)."""
+    tmps = {Path("/tmp"), Path("/tmp").resolve()}
+    return {
+        path.relative_to(tmp).parts[0] for path in paths for tmp in tmps if path.is_relative_to(tmp) and path != tmp
+    }
 
 
 def test_nothing_the_server_starts_outlives_the_proxy(shared: Path, llm: FakeLLMServer) -> None:

@@ -8,12 +8,14 @@ from typing import TYPE_CHECKING, Any
 
 from mcp_sampling_proxy.audit.recorder import AuditLog, note
 from mcp_sampling_proxy.audit.records import AuditFields, elapsed_ms
+from mcp_sampling_proxy.config.keys import missing_key
 from mcp_sampling_proxy.config.prices import UNPRICED, Price, usd
 from mcp_sampling_proxy.config.settings import Settings
 from mcp_sampling_proxy.log import get_logger, known_secrets
 from mcp_sampling_proxy.policy.engine import Decision
+from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
-from mcp_sampling_proxy.protocol.sampling_request import REQUEST_ORIGIN
+from mcp_sampling_proxy.protocol.sampling_request import REQUEST_ORIGIN, SamplingRequest
 from mcp_sampling_proxy.providers.base import Completion, LLMError
 from mcp_sampling_proxy.quotas.limiters import BudgetHold, SamplingGate
 from mcp_sampling_proxy.relay.keepalive import waiting_for
@@ -23,6 +25,7 @@ from mcp_sampling_proxy.services.sampling.approve import Approved
 from mcp_sampling_proxy.services.sampling.ended import Ended, limit_error
 from mcp_sampling_proxy.services.sampling.limits import price_of
 from mcp_sampling_proxy.services.sampling.review import Answer
+from mcp_sampling_proxy.services.sampling.route import route
 from mcp_sampling_proxy.text.redact import Redactor
 
 if TYPE_CHECKING:
@@ -56,6 +59,29 @@ class Fulfilment:
             answer, completion, cost = await self._call(approved, decision, session, audit, started)
         budget.spent(_tokens(completion), cost)
         return answer
+
+    def check_ready(self, request: SamplingRequest, decision: Decision, session: Session) -> None:
+        """`Ended` when our own LLM cannot answer this request (no provider for it, or the chosen one's key
+        missing): checked before a human is asked, as an approval that can only end in an error wastes them."""
+        if route(self._settings, request, session) == "host":
+            return
+        try:
+            choice = choose_provider(self._settings, self._adapters.configs, request, decision)
+        except RpcError as exc:
+            raise Ended("error", exc) from None
+        variable = missing_key(self._adapters.configs_by_name[choice.provider])
+        if variable is None:
+            return
+        raise Ended(
+            "error",
+            RpcError(
+                jsonrpc.INTERNAL_ERROR,
+                f"provider '{choice.provider}' has no key: {variable} is not set in the proxy's environment (a "
+                "host started from the desktop does not pass your shell's variables), so nobody was asked to "
+                "approve; keep the key in a file the proxy reads (api_key_file; `mcp-sampling-proxy init "
+                f"--key-file`) or set {variable} in the host config's env",
+            ),
+        )
 
     async def _call(
         self, approved: Approved, decision: Decision, session: Session, audit: AuditFields, started: float
@@ -118,9 +144,9 @@ class Fulfilment:
         cost, price = self._cost(choice.provider, choice.model, completion)
         fulfilled["cost_usd"] = None if cost is None else usd(cost)
         fulfilled["price_as_of"] = UNPRICED if price is None else price.as_of
-        # debug, like the request's arrival: the audit log records every request, and a line per request
-        # on stderr (which hosts keep in their logs) costs ~20 us of the request's time; refusals and
-        # failures are warnings
+        # debug, like the request's arrival: the audit log records every request, and stderr (which hosts
+        # keep in their logs) gets one short line per request as it ends (audit/recorder.py's "request
+        # ended"); refusals and failures are warnings
         log.debug(
             "sampling fulfilled",
             server=session.server_name,

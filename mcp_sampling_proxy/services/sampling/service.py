@@ -77,6 +77,8 @@ class SamplingService:
                     _refuse_over(budget if isinstance(budget, Refusal) else None)
                     assert not isinstance(budget, Refusal)
                     request = await self._checks.on_request(judged.request, decision, session.server_name, audit)
+                    if decision.action == "prompt":  # a human is asked only when an answer can follow
+                        self._fulfilment.check_ready(request, decision, session)
                     approved = await self._approval.approve(message, request, judged, host, audit)
                     _approved(audit, decision, approved.approver)
                     answer = None

@@ -204,3 +204,26 @@ def test_a_large_requests_record_is_shaped_off_the_event_loop(tmp_path: Path, mo
     log.close()
     main = threading.main_thread().name
     assert len(shaped_in) == 2 and shaped_in[0] == main and shaped_in[1] != main, shaped_in
+
+
+def test_the_ending_line_keeps_a_servers_long_id_short(tmp_path: Path) -> None:
+    """The one stderr line a request ends with names its id; a string id is the server's to choose, of
+    any length and with any characters: the line holds a one-line excerpt of it."""
+    import asyncio
+
+    from structlog.testing import capture_logs
+
+    log = AuditLog(str(tmp_path / "audit.jsonl"), fsync=False)
+    hostile = "id\x1b[2J" + "x" * 5000
+
+    async def request() -> None:
+        fields: Any = {"server": "s", "method": "sampling/createMessage", "request_id": hostile}
+        async with log.every_ending(fields, {}):
+            log.record(decision="allow", rule="r")
+
+    with capture_logs() as logs:
+        asyncio.run(request())
+    log.close()
+    [ended] = [entry for entry in logs if entry["event"] == "request ended"]
+    assert ended["log_level"] == "info" and ended["decision"] == "allow" and ended["rule"] == "r"
+    assert len(ended["request_id"]) <= 40 and "\x1b" not in ended["request_id"]

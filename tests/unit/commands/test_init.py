@@ -242,6 +242,58 @@ def test_a_refused_key_from_the_key_file_is_named_as_such(tmp_path: Path) -> Non
             stdin=KEY,
         )
     assert done.returncode == 1
-    assert "LLM check failed: provider 'openai' answered 401: check the key from api_key_file" in done.stdout
+    # the key came from stdin: the file is not written yet, so the message names where the key came from
+    assert "LLM check failed: provider 'openai' answered 401: it refused the key piped on stdin" in done.stdout
+    assert "api_key_file" not in done.stdout
     assert KEY not in done.stdout + done.stderr
     assert not key_file.exists() and not (tmp_path / "config" / "mcp-sampling-proxy" / "policy.yaml").exists()
+
+
+@pytest.mark.parametrize(
+    ("piped", "said"),
+    [
+        (f'"{KEY}"', "the key piped on stdin is wrapped in quotes: give the key alone"),
+        (f"'{KEY}'\n", "the key piped on stdin is wrapped in quotes: give the key alone"),
+        (f"OPENAI_API_KEY={KEY}", "the key piped on stdin reads `OPENAI_API_KEY=...`, a shell line"),
+        (f'export OPENAI_API_KEY="{KEY}"', "the key piped on stdin reads `OPENAI_API_KEY=...`, a shell line"),
+    ],
+)
+def test_a_key_piped_with_quotes_or_as_a_shell_line_is_refused_saying_so(tmp_path: Path, piped: str, said: str) -> None:
+    """Stored as piped, such a key got a bare 401 at the check (and at every request after)."""
+    key_file = tmp_path / "openai.key"
+    with FakeLLMServer("openai", api_key=KEY) as llm:
+        done = run_init(
+            "--yes",
+            "--llm",
+            "openai",
+            "--base-url",
+            llm.base_url,
+            "--model",
+            "m",
+            "--key-file",
+            str(key_file),
+            stdin=piped,
+        )
+        assert llm.requests == []  # refused before the check
+    assert done.returncode == 2
+    assert said in done.stderr and "nothing written" in done.stderr
+    assert KEY not in done.stdout + done.stderr
+    assert not key_file.exists() and not (tmp_path / "config" / "mcp-sampling-proxy" / "policy.yaml").exists()
+
+
+def test_a_quoted_key_in_the_variable_is_refused_saying_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", f"'{KEY}'")
+    done = run_init("--yes", "--llm", "openai", "--model", "m", "--key-file", str(tmp_path / "k"), "--no-check")
+    assert done.returncode == 2
+    assert "the key in OPENAI_API_KEY is wrapped in quotes" in done.stderr and KEY not in done.stderr
+
+
+def test_the_variable_note_says_what_each_desktop_host_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """getting-started's table: Cursor and VS Code started from the desktop pass the login shell's
+    variables; Claude Desktop none. init's note says the same (it said Cursor and VS Code pass none)."""
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    done = run_init("--yes", "--llm", "openai", "--model", "m", "--no-check")
+    assert done.returncode == 0, done.stderr
+    note = next(line for line in done.stdout.splitlines() if line.startswith("note: the proxy reads the key"))
+    assert "Claude Desktop, Zed and LM Studio pass none of your shell's variables" in note
+    assert "Cursor, VS Code, Windsurf and Cline started from the desktop pass only what your login shell" in note

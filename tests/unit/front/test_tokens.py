@@ -31,6 +31,14 @@ def test_each_token_names_its_caller(tmp_path: Path) -> None:
     assert tokens.identify("") is None
 
 
+def test_a_whole_named_line_is_told_apart_from_a_wrong_token(tmp_path: Path) -> None:
+    tokens = load_tokens(tokens_file(tmp_path, f"alice:{ALICE}\n{SHARED}\n"), {})
+    assert tokens.identify(f"alice:{ALICE}") is None
+    assert tokens.is_whole_line(f"alice:{ALICE}")
+    assert not tokens.is_whole_line(f"bob:{ALICE}")  # a name that is not the token's own
+    assert not tokens.is_whole_line(ALICE) and not tokens.is_whole_line(f"token:{SHARED}")
+
+
 def test_no_file_and_no_variable_means_no_token_required() -> None:
     assert not load_tokens(None, {}).required
 
