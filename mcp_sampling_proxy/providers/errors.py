@@ -7,7 +7,6 @@ free of control characters, and never contains the API key even when the provide
 from __future__ import annotations
 
 import json
-import os
 import re
 from typing import Any
 
@@ -70,7 +69,7 @@ def _hint(provider: ProviderConfig, response: httpx.Response, status: int, model
             return f"check the key from {held}"
         if not env:
             return "no api_key_env configured for this provider"
-        return f"check {env}" if os.environ.get(env) else f"{env} is not set"
+        return f"check {env}" if provider_key(provider) else f"{env} is not set"  # (withheld ones count)
     if status == 403:
         holder = f"the key from {held}" if held else env
         return f"access denied, check {holder} and its permissions" if holder else "access denied"

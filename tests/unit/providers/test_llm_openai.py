@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -12,6 +13,7 @@ import pytest
 from fakes.llm_server import FakeLLMServer
 from helpers.llm_support import IMAGE, TOOL, fast_config, user
 
+from mcp_sampling_proxy.config import child_env
 from mcp_sampling_proxy.config.providers import ProviderConfig
 from mcp_sampling_proxy.providers.base import LLMError, UnsupportedContentError
 from mcp_sampling_proxy.providers.openai import OpenAIAdapter
@@ -364,6 +366,26 @@ async def test_missing_key_is_not_sent_and_named(server: FakeLLMServer, monkeypa
     finally:
         await adapter.aclose()
     assert "authorization" not in server.last.headers
+
+
+async def test_a_refused_key_the_proxy_withheld_from_its_environment_is_not_called_unset(
+    server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At start the proxy takes its key variables out of its environment (so nothing it starts inherits
+    them) and keeps their values: a 401 then says to check the key, not that the variable is unset."""
+    monkeypatch.setenv(ENV, KEY)
+    monkeypatch.setattr(child_env, "_WITHHELD", {})
+    child_env.withhold([ENV])
+    assert ENV not in os.environ
+    adapter = OpenAIAdapter(config(server.base_url))
+    server.reply_error(401, "Incorrect API key provided.")
+    try:
+        with pytest.raises(LLMError) as info:
+            await adapter.complete(params(user("hi")), "gpt-test")
+    finally:
+        await adapter.aclose()
+    assert info.value.message.startswith(f"provider 'openai' answered 401: check {ENV} ("), info.value.message
+    assert server.last.headers["authorization"] == f"Bearer {KEY}"
 
 
 async def test_custom_headers_are_sent(server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch) -> None:
