@@ -107,6 +107,7 @@ def direct_and_proxied(
     extra: str = "",
     steps: dict[str, Any] | None = None,
     forms: bool = True,
+    state: Path | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     command, script = server_command(server)
     script = {**script, **(steps or {})}
@@ -117,7 +118,7 @@ def direct_and_proxied(
         MCP_NODE_MODULES=str(NODE_MODULES),
         PYTHONWARNINGS="ignore",
         MCP_SAMPLING_PROXY_RUNTIME_DIR=str(tmp_path / "run"),
-        MCP_SAMPLING_PROXY_STATE_DIR=str(tmp_path / "state"),
+        MCP_SAMPLING_PROXY_STATE_DIR=str(state or tmp_path / "state"),
         PATH=f"{Path(node()).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         ERA_HOST_FORMS="form" if forms else "none",
     )
@@ -142,9 +143,18 @@ def step_text(transcript: dict[str, Any], step: str) -> str:
     return str(outcome.get("text") or outcome.get("error") or "")
 
 
+@pytest.fixture(scope="module")
+def one_users_state(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The state directory (the tool pins) every host of the matrix shares, as one user's hosts do: a
+    tool a server offers only to some clients must not be held from the others as one that appeared."""
+    return tmp_path_factory.mktemp("one-users-state")
+
+
 @pytest.mark.parametrize(("host", "server"), [(h, s) for h in HOSTS for s in SERVERS])
-def test_era_matrix_direct_and_proxied(host: str, server: str, tmp_path: Path, llm: FakeLLMServer) -> None:
-    direct, proxied = direct_and_proxied(host, server, tmp_path, llm)
+def test_era_matrix_direct_and_proxied(
+    host: str, server: str, tmp_path: Path, llm: FakeLLMServer, one_users_state: Path
+) -> None:
+    direct, proxied = direct_and_proxied(host, server, tmp_path, llm, state=one_users_state)
     assert_cell(host, server, direct, proxied)
 
 
