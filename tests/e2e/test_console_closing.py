@@ -6,17 +6,15 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 from fakes.llm_server import FakeLLMServer
 from helpers.support import PY, ROOT, RawHost, openai_policy, proxy_command, proxy_env, write_policy
 from helpers.tmux_screen import Screen
+from helpers.web_console import WebConsole
 
 from mcp_sampling_proxy.approval.dialogues import APPROVE_PROMPT
 from mcp_sampling_proxy.approval.terminal_channel import ENDED
@@ -57,30 +55,6 @@ def asked_lines(lines: list[str]) -> list[str]:
     return [line for line in lines if "Allow this request?" in line]
 
 
-class WebConsole:
-    """`console --web --no-open` as a process; `url` is the first line it prints."""
-
-    def __init__(self, dirs: dict[str, str], stderr: Path):
-        self.proc = subprocess.Popen(
-            [PY, "-m", "mcp_sampling_proxy", "console", "--web", "--no-open"],
-            env=proxy_env(**dirs),
-            stdout=subprocess.PIPE,
-            stderr=stderr.open("wb"),
-            stdin=subprocess.DEVNULL,
-        )
-        assert self.proc.stdout is not None
-        self.url = self.proc.stdout.readline().decode().strip()
-        assert urlsplit(self.url).port, f"first line is not the URL: {self.url!r}"
-
-    def close(self) -> None:
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
 def test_a_question_answered_in_the_web_console_leaves_the_terminal_console_and_the_next_one_shows(
     tmp_path: Path, dirs: dict[str, str], screens: list[Screen], llm: FakeLLMServer, browser: Any
 ) -> None:
@@ -89,7 +63,7 @@ def test_a_question_answered_in_the_web_console_leaves_the_terminal_console_and_
     its card off the page."""
     policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=RULES))
     terminal = console(tmp_path, dirs, screens)
-    web = WebConsole(dirs, tmp_path / "web.log")
+    web = WebConsole(dirs, stderr=tmp_path / "web.log")
     try:
         page = browser.new_page(viewport={"width": 1400, "height": 900})
         page.goto(web.url)

@@ -9,44 +9,19 @@ import json
 import os
 import queue
 import shutil
-import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fakes.llm_server import FakeLLMServer
-from helpers.support import PY, RawHost, openai_policy, proxy_command, proxy_env, write_policy
+from helpers.support import RawHost, openai_policy, proxy_command, proxy_env, write_policy
+from helpers.web_console import WebConsole
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="console sockets use SO_PEERCRED and /proc")
 
 RULES = "rules:\n  - name: two-people\n    action: prompt\n"
 SCREENSHOTS = os.environ.get("MCP_SAMPLING_PROXY_SCREENSHOTS")  # a directory to keep the screenshots in
-
-
-class WebConsole:
-    """`console --web --no-open` as a process; `url` is the first line it prints."""
-
-    def __init__(self, dirs: dict[str, str], policy: str, stderr: Path):
-        self.proc = subprocess.Popen(
-            [PY, "-m", "mcp_sampling_proxy", "console", "--web", "--no-open", "--policy", policy],
-            env=proxy_env(**dirs),
-            stdout=subprocess.PIPE,
-            stderr=stderr.open("wb"),
-            stdin=subprocess.DEVNULL,
-        )
-        assert self.proc.stdout is not None
-        self.url = self.proc.stdout.readline().decode().strip()
-        assert self.url.startswith("http://127.0.0.1:"), f"first line is not the URL: {self.url!r}"
-
-    def close(self) -> None:
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 def person(browser: Any, url: str, name: str | None) -> Any:
@@ -76,7 +51,7 @@ def test_a_quorum_of_two_in_chromium(tmp_path: Path, dirs: dict[str, str], llm: 
     audit = tmp_path / "audit.jsonl"
     approval = "approval:\n  quorum: 2\n  channels: [console]\n  timeout: 60s\n"
     policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=RULES) + approval + f"audit:\n  path: {audit}\n")
-    web = WebConsole(dirs, policy, tmp_path / "web.log")
+    web = WebConsole(dirs, "--policy", policy, stderr=tmp_path / "web.log")
     try:
         alice = person(browser, web.url, "alice")
         bob = person(browser, web.url, "bob")
