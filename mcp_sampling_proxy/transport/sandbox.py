@@ -108,7 +108,7 @@ def plan(
     words += ["--tmpfs", "/tmp", "--unshare-pid", "--as-pid-1", "--die-with-parent", "--new-session"]
     if settings.network.mode != "host":
         words.append("--unshare-net")
-    tops = _under_tmp([cwd, *command])
+    tops = _under_tmp([cwd, *command], cwd)
     for path in tops:
         words += ["--ro-bind", path, path]  # the server's own, as it would see them directly (read-only)
     data = _made(server_data_dir(name))
@@ -230,21 +230,25 @@ def _in_sight(path: str, tops: Iterable[str]) -> bool:
     return True
 
 
-def _under_tmp(paths: Iterable[str]) -> list[str]:
+def _under_tmp(paths: Iterable[str], cwd: str) -> list[str]:
     """The top directories (or files) under /tmp that hold `paths`: the working directory and the
     paths a command names. The whole top entry, not the path alone: a virtual environment's `python`
-    is a symlink whose `pyvenv.cfg` and `lib/` sit beside it, and a script imports its neighbours."""
+    is a symlink whose `pyvenv.cfg` and `lib/` sit beside it, and a script imports its neighbours. A
+    relative path counts from `cwd`, and a path through a link counts where the link leads too (a
+    checkout's `.venv` linking a virtual environment in another /tmp entry)."""
     tmps = {"/tmp", os.path.realpath("/tmp")}
     tops: list[str] = []
     for raw in paths:
-        if not raw.startswith("/"):
+        if not raw or raw.startswith("-"):
             continue
-        path = os.path.normpath(raw)
-        for tmp in tmps:
-            if path.startswith(tmp + os.sep):
-                top = os.path.join(tmp, path[len(tmp) + 1 :].split(os.sep, 1)[0])
-                if os.path.lexists(top) and top not in tops:
-                    tops.append(top)
+        path = os.path.normpath(os.path.join(cwd, raw))
+        folder, name = os.path.split(path)
+        for candidate in (path, os.path.join(os.path.realpath(folder), name), os.path.realpath(path)):
+            for tmp in tmps:
+                if candidate.startswith(tmp + os.sep):
+                    top = os.path.join(tmp, candidate[len(tmp) + 1 :].split(os.sep, 1)[0])
+                    if os.path.lexists(top) and top not in tops:
+                        tops.append(top)
     return tops
 
 

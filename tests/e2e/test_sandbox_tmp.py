@@ -46,3 +46,28 @@ async def test_a_server_in_a_venv_under_tmp_starts_sandboxed(tmp_venv: Path, tmp
         result = await client.call_tool("echo", {"text": "from under /tmp"})
     assert "from under /tmp" in tool_text(result)
     assert "server sandboxed" in errlog.read_text()
+
+
+async def test_a_relative_command_through_a_link_to_another_tmp_entry_starts_sandboxed(
+    tmp_venv: Path, tmp_path: Path
+) -> None:
+    """A checkout under /tmp whose `.venv` links a virtual environment in another /tmp entry (a clone
+    sharing a venv), the server started from the checkout as `.venv/bin/python server.py`: the sandbox
+    keeps in sight the /tmp entry the link leads to, as well as the checkout."""
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    checkout = Path(tempfile.mkdtemp(prefix="msp-checkout-", dir="/tmp"))
+    try:
+        (checkout / ".venv").symlink_to(tmp_venv / "venv")
+        shutil.copy(KITCHEN_SINK, checkout / "server.py")
+        command = proxy_command(None, upstream=[".venv/bin/python", "server.py"])
+        params = StdioServerParameters(command=command[0], args=command[1:], env=proxy_env(), cwd=str(checkout))
+        errlog = tmp_path / "proxy.log"
+        with open(errlog, "a", encoding="utf-8") as log_file:
+            async with Client(stdio_client(params, errlog=log_file), mode="legacy") as client:
+                result = await client.call_tool("echo", {"text": "through the link"})
+        assert "through the link" in tool_text(result), errlog.read_text()
+        assert "server sandboxed" in errlog.read_text()
+    finally:
+        shutil.rmtree(checkout, ignore_errors=True)
