@@ -22,6 +22,7 @@ import time
 
 from mcp_sampling_proxy.audit.recorder import AuditLog
 from mcp_sampling_proxy.audit.records import AuditFields
+from mcp_sampling_proxy.log import configure
 
 PARAMS = {"messages": [{"role": "user", "content": {"type": "text", "text": "hello " * 20}}], "maxTokens": 50}
 RESULT = {"role": "assistant", "content": {"type": "text", "text": "hi there"}, "model": "m", "stopReason": "endTurn"}
@@ -62,6 +63,9 @@ def main() -> None:
     parser.add_argument("--content", choices=("none", "redacted", "full"), default="none", help="audit.content")
     parser.add_argument("--fsync", action="store_true", help="audit.fsync: true (the default in a policy)")
     args = parser.parse_args()
+    # the audit log's own work: not the "request ended" line each request logs at info level, and nothing
+    # on stdout but the figure (structlog unconfigured prints there)
+    configure("warning")
     with tempfile.TemporaryDirectory() as scratch:
         path = os.path.join(scratch, "audit.jsonl")
         log = AuditLog(path, content=args.content, fsync=args.fsync, max_bytes=0)

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers.support import EXAMPLES, KITCHEN_SINK, PY, RawHost, proxy_command, proxy_env, write_policy
+from helpers.support import EXAMPLES, KITCHEN_SINK, PY, RawHost, openai_policy, proxy_command, proxy_env, write_policy
 from helpers.tmux_screen import Screen
 
 from mcp_sampling_proxy.approval.dialogues import APPROVE_PROMPT
@@ -21,7 +21,10 @@ pytestmark = [
     pytest.mark.skipif(sys.platform != "linux", reason="needs Linux"),
 ]
 
-PROMPT_RULES = "rules:\n  - name: ask\n    action: prompt\n"
+# a provider, though it is never called (the question is denied): a request no LLM could answer is
+# refused before anyone is asked
+ASK = "rules:\n  - name: ask\n    action: prompt\n"
+PROMPT_RULES = openai_policy("http://127.0.0.1:9/v1", rules=ASK)
 QUESTION = APPROVE_PROMPT.rstrip()
 
 
@@ -127,7 +130,7 @@ def test_the_proxy_terminal_question_stays_last_when_the_server_writes_to_stderr
 def test_try_shows_the_request_once_when_it_is_approved_then_typed(tmp_path: Path, screens: list[Screen]) -> None:
     """`try` with a rule that asks and no LLM: the approval shows the request; the typed reply that
     follows refers to it instead of showing it a second time."""
-    policy = write_policy(tmp_path, PROMPT_RULES)
+    policy = write_policy(tmp_path, ASK)
     env = proxy_env()
     env.pop("MCP_SAMPLING_PROXY_NO_TERMINAL")
     command = [PY, "-m", "mcp_sampling_proxy", "try", "--policy", policy, "--tool", "summarize"]
