@@ -17,7 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers.support import KITCHEN_SINK, proxy_command, proxy_env, sdk_host, tool_text
+from helpers.support import KITCHEN_SINK, ROOT, proxy_command, proxy_env, sdk_host, tool_text
+
+RUGPULL_SERVER = ROOT / "tests" / "fixtures" / "rugpull_server.py"
 
 pytestmark = [
     pytest.mark.anyio,
@@ -48,19 +50,20 @@ async def test_a_server_in_a_venv_under_tmp_starts_sandboxed(tmp_venv: Path, tmp
     assert "server sandboxed" in errlog.read_text()
 
 
-async def test_a_relative_command_through_a_link_to_another_tmp_entry_starts_sandboxed(
-    tmp_venv: Path, tmp_path: Path
-) -> None:
+async def test_a_relative_command_through_a_link_to_another_tmp_entry_starts_sandboxed(tmp_path: Path) -> None:
     """A checkout under /tmp whose `.venv` links a virtual environment in another /tmp entry (a clone
     sharing a venv), the server started from the checkout as `.venv/bin/python server.py`: the sandbox
-    keeps in sight the /tmp entry the link leads to, as well as the checkout."""
+    keeps in sight the /tmp entry the link leads to, as well as the checkout. (A server of the standard
+    library alone, so that nothing else it imports lies where this checkout's packages lie.)"""
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
+    venv = Path(tempfile.mkdtemp(prefix="msp-venv-", dir="/tmp"))
     checkout = Path(tempfile.mkdtemp(prefix="msp-checkout-", dir="/tmp"))
     try:
-        (checkout / ".venv").symlink_to(tmp_venv / "venv")
-        shutil.copy(KITCHEN_SINK, checkout / "server.py")
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv / "venv")], check=True)
+        (checkout / ".venv").symlink_to(venv / "venv")
+        shutil.copy(RUGPULL_SERVER, checkout / "server.py")
         command = proxy_command(None, upstream=[".venv/bin/python", "server.py"])
         params = StdioServerParameters(command=command[0], args=command[1:], env=proxy_env(), cwd=str(checkout))
         errlog = tmp_path / "proxy.log"
@@ -71,3 +74,4 @@ async def test_a_relative_command_through_a_link_to_another_tmp_entry_starts_san
         assert "server sandboxed" in errlog.read_text()
     finally:
         shutil.rmtree(checkout, ignore_errors=True)
+        shutil.rmtree(venv, ignore_errors=True)
