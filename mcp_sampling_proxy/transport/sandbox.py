@@ -108,11 +108,11 @@ def plan(
     words += ["--tmpfs", "/tmp", "--unshare-pid", "--as-pid-1", "--die-with-parent", "--new-session"]
     if settings.network.mode != "host":
         words.append("--unshare-net")
-    tops = _under_tmp([cwd, *command], cwd)
-    for path in tops:
-        words += ["--ro-bind", path, path]  # the server's own, as it would see them directly (read-only)
     data = _made(server_data_dir(name))
     writable = _existing([*settings.write, *(data or ()), *runner_caches(command, environ)])
+    tops = _under_tmp([cwd, *command], cwd, writable)
+    for path in tops:
+        words += ["--ro-bind", path, path]  # the server's own, as it would see them directly (read-only)
     for path in writable:
         words += ["--bind", path, path]
     for path in _git_protected(settings.write):
@@ -230,26 +230,51 @@ def _in_sight(path: str, tops: Iterable[str]) -> bool:
     return True
 
 
-def _under_tmp(paths: Iterable[str], cwd: str) -> list[str]:
+def _under_tmp(paths: Iterable[str], cwd: str, server_writes: Iterable[str]) -> list[str]:
     """The top directories (or files) under /tmp that hold `paths`: the working directory and the
     paths a command names. The whole top entry, not the path alone: a virtual environment's `python`
     is a symlink whose `pyvenv.cfg` and `lib/` sit beside it, and a script imports its neighbours. A
     relative path counts from `cwd`, and a path through a link counts where the link leads too (a
-    checkout's `.venv` linking a virtual environment in another /tmp entry)."""
+    checkout's `.venv` linking a virtual environment in another /tmp entry), but only through links the
+    server cannot write: one it planted in its grants would bring into sight any /tmp entry it liked
+    (a tmux socket's directory)."""
     tmps = {"/tmp", os.path.realpath("/tmp")}
+    planted = list(server_writes)
     tops: list[str] = []
     for raw in paths:
         if not raw or raw.startswith("-"):
             continue
         path = os.path.normpath(os.path.join(cwd, raw))
         folder, name = os.path.split(path)
-        for candidate in (path, os.path.join(os.path.realpath(folder), name), os.path.realpath(path)):
+        beside = _followed(folder, planted)  # a venv's `python` links the base interpreter: its folder counts
+        led = [_followed(path, planted), os.path.join(beside, name) if beside else None]
+        for candidate in (path, *filter(None, led)):
             for tmp in tmps:
                 if candidate.startswith(tmp + os.sep):
                     top = os.path.join(tmp, candidate[len(tmp) + 1 :].split(os.sep, 1)[0])
                     if os.path.lexists(top) and top not in tops:
                         tops.append(top)
     return tops
+
+
+def _followed(path: str, planted: list[str], hops: int = 40) -> str | None:
+    """Where `path` leads through its links, or None when a link on the way lies where the server can
+    write (or there are too many)."""
+    done = os.sep
+    todo = path.strip(os.sep).split(os.sep)
+    while todo:
+        part = todo.pop(0)
+        here = os.path.join(done, part)
+        if not os.path.islink(here):
+            done = here
+            continue
+        hops -= 1
+        if hops < 0 or _inside(here, planted):
+            return None
+        target = os.path.join(done, os.readlink(here))
+        todo = os.path.normpath(target).strip(os.sep).split(os.sep) + todo
+        done = os.sep
+    return os.path.normpath(done)
 
 
 def _existing(paths: Iterable[str]) -> list[str]:
