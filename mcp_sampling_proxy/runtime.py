@@ -45,6 +45,7 @@ from mcp_sampling_proxy.services.sampling.adapters import AdapterPool
 from mcp_sampling_proxy.services.sampling.service import SamplingService
 from mcp_sampling_proxy.services.tools import ToolGate
 from mcp_sampling_proxy.system.hardening import end_strays, reap_orphans_forever
+from mcp_sampling_proxy.system.stop_signals import STOP_SIGNALS, take_held
 from mcp_sampling_proxy.system.terminal import Terminal
 from mcp_sampling_proxy.transport.egress import serve_egress
 from mcp_sampling_proxy.transport.framing import DEFAULT_MAX_LINE, LineReader, open_line_reader, open_line_writer
@@ -284,8 +285,10 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
     # from the start of the session: a host that gives up while the proxy starts (its SIGTERM) gets the
     # same orderly stop as later, not the default action's sudden death
     loop = _asyncio_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, on_signal, signal.Signals(sig).name)
+    for name in take_held():  # those that came while the proxy started (system/stop_signals.py)
+        on_signal(name)
 
     def oversize(size: int, head: bytes, tail: bytes) -> None:
         found, request_id = peek_id(head, tail)
@@ -373,7 +376,7 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
             await _end_strays(upstream)
             with anyio.move_on_after(2.0):
                 await host_out.close()
-            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            for sig in STOP_SIGNALS:
                 loop.remove_signal_handler(sig)
             tg.cancel_scope.cancel()
     except BaseException:

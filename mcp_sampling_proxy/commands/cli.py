@@ -22,6 +22,7 @@ from mcp_sampling_proxy.config.child_env import child_environment, withhold
 from mcp_sampling_proxy.config.providers import PRESET_FACTS, REFUSED_CLIS
 from mcp_sampling_proxy.notation.vocabulary import SUBCOMMANDS  # subcommand -> the module whose main() runs it
 from mcp_sampling_proxy.system.hardening import become_subreaper, harden_process, mark_relay
+from mcp_sampling_proxy.system.stop_signals import hold_stop_signals
 
 if TYPE_CHECKING:  # (imported when used: the server starts before the rest of the proxy is loaded)
     import subprocess
@@ -240,6 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         become_subreaper()  # whatever the server starts stays below us, where the console socket can tell
     try:  # the server starts once the policy is read: every file it names is out of its sight from the start
         settings, name, start, sandbox = _prepare(args, command, policy_text)
+        hold_stop_signals()  # a host's SIGTERM before the session's handlers is still an orderly stop
         upstream = start()
     except _StartupFailure as exc:
         return fail(exc.message, exc.code)

@@ -296,17 +296,28 @@ def test_big_result_passes_intact(tmp_path: Path) -> None:
     assert follow_up["result"]["content"][0]["text"] == "after"
 
 
+STUBBORN_ANSWERING = """
+import json, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+for line in sys.stdin:
+    message = json.loads(line)
+    if message.get("method") == "initialize":
+        result = {"protocolVersion": message["params"]["protocolVersion"], "capabilities": {},
+                  "serverInfo": {"name": "stubborn", "version": "1"}}
+        print(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}), flush=True)
+while True:
+    time.sleep(1)
+"""
+
+
 def test_sigterm_while_stopping_after_eof_ends_the_server_now(tmp_path: Path) -> None:
     """SDK hosts close stdin, wait 2 s, SIGTERM, wait 2 s, SIGKILL. The proxy used to ignore the
     SIGTERM while it waited out its 5 s grace for the server, so it was killed before it could stop
     the server and say so; asked again, it now ends the server at once and exits in time."""
-    command = proxy_command(upstream=[PY, "-c", STUBBORN])
+    command = proxy_command(upstream=[PY, "-c", STUBBORN_ANSWERING])
     with RawHost(command, proxy_env(), tmp_path / "stderr.log") as host:
-        deadline = time.monotonic() + 15
-        while not server_children(host.proc.pid) and time.monotonic() < deadline:  # a slow machine starts late
-            time.sleep(0.05)
+        host.initialize()  # the session runs: the EOF below is the first stop, the SIGTERM the second
         child = server_children(host.proc.pid)[0]
-        time.sleep(0.5)
         host.close_stdin()
         time.sleep(0.5)
         host.proc.send_signal(signal.SIGTERM)
@@ -317,6 +328,34 @@ def test_sigterm_while_stopping_after_eof_ends_the_server_now(tmp_path: Path) ->
     assert not alive(child)
     log = (tmp_path / "stderr.log").read_text()
     assert "asked again to stop" in log and "upstream stopped" in log
+
+
+def test_sigterm_while_the_proxy_starts_is_an_orderly_stop(tmp_path: Path) -> None:
+    """The server is spawned before the proxy's slower imports; a host that gives up at once (its
+    SIGTERM before the session's own handlers) used to kill the proxy by the default action (-15),
+    with no word on stderr. The signal is now held and acted on: the server is stopped, exit 0."""
+    command = proxy_command(upstream=[PY, "-c", STUBBORN])
+    with RawHost(command, proxy_env(), tmp_path / "stderr.log") as host:
+        child = _first_child_running(host.proc.pid, b"SIG_IGN")  # the server, not bubblewrap's early probe
+        host.proc.send_signal(signal.SIGTERM)
+        assert host.wait() == 0
+    time.sleep(0.2)
+    assert not alive(child)
+    log = (tmp_path / "stderr.log").read_text()
+    assert '"reason":"SIGTERM"' in log.replace(" ", "") and "upstream stopped" in log
+
+
+def _first_child_running(pid: int, fragment: bytes) -> int:
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        for child in server_children(pid):
+            try:
+                if fragment in Path(f"/proc/{child}/cmdline").read_bytes():
+                    return child
+            except OSError:
+                continue
+        time.sleep(0.002)
+    raise AssertionError("the proxy started no server")
 
 
 def test_stdout_on_dev_null_is_written_without_aborting(tmp_path: Path) -> None:

@@ -1,0 +1,35 @@
+"""Stop signals that arrive while the proxy starts, kept for the session to act on.
+
+The server is spawned before the proxy's slower imports, so that both start at once; the session's
+own handlers (runtime.run_session) come a few hundred milliseconds later, more on a loaded machine.
+A host that gives up in that window (its SIGTERM) would meet Python's default action, and the proxy
+would die without stopping the server or saying why. Held here, the signal becomes the same orderly
+stop as later. A caught handler is reset by exec, so the server does not inherit it.
+"""
+
+from __future__ import annotations
+
+import signal
+from types import FrameType
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+_held: list[str] = []
+
+
+def _note(signum: int, _frame: FrameType | None) -> None:
+    _held.append(signal.Signals(signum).name)
+
+
+def hold_stop_signals() -> None:
+    """From now until `take_held`'s caller installs its own handlers, remember stop signals instead of
+    dying of them."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, _note)
+
+
+def take_held() -> list[str]:
+    """The stop signals received since `hold_stop_signals`, oldest first, forgotten once taken."""
+    held = list(_held)
+    _held.clear()
+    return held
