@@ -203,7 +203,8 @@ PROVIDER_POLICIES = {
 
 def upstream_env_lines(policy: str, env: dict[str, str], tmp_path: Path) -> list[tuple[int, list[str]]]:
     """Start the proxy on a server that prints its pid and environment names; (pid, names) per server."""
-    with RawHost(proxy_command(policy, upstream=[PY, "-c", ENV_SCRIPT]), env, tmp_path / "stderr.log") as host:
+    script = ENV_SCRIPT + f"# {tmp_path}\n"  # this test's servers, not another worker's (`running_with`)
+    with RawHost(proxy_command(policy, upstream=[PY, "-c", script]), env, tmp_path / "stderr.log") as host:
         time.sleep(1.0)
         host.close_stdin()
         host.wait()
@@ -240,7 +241,7 @@ def test_a_variable_the_policy_only_mentions_reaches_the_server(tmp_path: Path) 
     servers = upstream_env_lines(policy, env, tmp_path)
     assert len(servers) == 1
     assert "SOME_SETTING" in servers[0][1] and "CUSTOM_KEY" not in servers[0][1]
-    assert not running_with("sys.stderr.write(f'env:")
+    assert not running_with(f"# {tmp_path}\n")
 
 
 def test_a_policy_error_starts_no_server(tmp_path: Path) -> None:
