@@ -32,6 +32,7 @@ from mcp_sampling_proxy.config.settings import Settings
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import capabilities, jsonrpc
 from mcp_sampling_proxy.protocol.names import ELICITATION_COMPLETE, ELICITATION_CREATE, SAMPLING_CREATE
+from mcp_sampling_proxy.protocol.wire_types import JsonRpcRequest
 from mcp_sampling_proxy.quotas.limiters import Limiters, shared_state
 from mcp_sampling_proxy.quotas.state import JsonStateFile, state_dir
 from mcp_sampling_proxy.quotas.tool_pins import PINS_FILE, ToolPins
@@ -122,7 +123,7 @@ def build_services(
     tools = ToolGate(settings.tools, approver, audit, tool_pins, server_target)
     routes = {"sampling": settings.sampling.route, "elicitation": settings.elicitation.route}
 
-    def rewrite_host_request(message: dict[str, Any], _session: Session) -> bool:
+    def rewrite_host_request(message: JsonRpcRequest, _session: Session) -> bool:
         return capabilities.rewrite_request(message, offered, routes)
 
     ports = Ports(

@@ -13,6 +13,7 @@ import copy
 from typing import Any
 
 from mcp_sampling_proxy.protocol.names import CLIENT_CAPS_META, PROTOCOL_VERSION_META
+from mcp_sampling_proxy.protocol.wire_types import JsonRpcRequest
 
 Offers = dict[str, dict[str, Any]]  # capability name -> what the proxy adds under it
 
@@ -67,7 +68,7 @@ def _drop_task_capability(capabilities: dict[str, Any], name: str) -> None:
         requests.pop(name, None)
 
 
-def rewrite_request(message: dict[str, Any], offered: Offers, routes: dict[str, str]) -> bool:
+def rewrite_request(message: JsonRpcRequest, offered: Offers, routes: dict[str, str]) -> bool:
     """Augment `initialize` params or a 2026-era request's `_meta`; True when changed."""
     if not offered:
         return False

@@ -23,11 +23,13 @@ call they belong to (relay/calls.py).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import eras, jsonrpc
 from mcp_sampling_proxy.protocol.names import CLIENT_CAPS_META, ELICITATION_COMPLETE
+from mcp_sampling_proxy.protocol.wire_types import JsonRpcRequest
 from mcp_sampling_proxy.text.sanitize import one_line
 
 if TYPE_CHECKING:
@@ -82,9 +84,9 @@ class RelayPort(Protocol):
 
     def start_upstream_request(self, method: str, params: dict[str, Any]) -> Any: ...
 
-    def rewrite_for_upstream(self, message: dict[str, Any]) -> None: ...
+    def rewrite_for_upstream(self, message: JsonRpcRequest) -> None: ...
 
-    def note_host_initialize(self, msg: dict[str, Any]) -> None: ...
+    def note_host_initialize(self, msg: Mapping[str, Any]) -> None: ...
 
     def note_host_meta(self, meta: dict[str, Any]) -> None: ...
 
@@ -256,7 +258,7 @@ class EraBridge:
 
     async def _open_handshake(self, meta: dict[str, Any]) -> dict[str, Any]:
         """Open the handshake for a 2026-era host with an initialize built from its `_meta`."""
-        message: dict[str, Any] = {
+        message: JsonRpcRequest = {
             "jsonrpc": "2.0",
             "id": 0,
             "method": "initialize",
@@ -293,19 +295,19 @@ class EraBridge:
         """`meta` with the capabilities the proxy adds (sampling, elicitation) in its client capabilities."""
         meta = dict(meta)
         meta.setdefault(CLIENT_CAPS_META, {})
-        message: dict[str, Any] = {"jsonrpc": "2.0", "id": 0, "method": "server/discover", "params": {"_meta": meta}}
+        message: JsonRpcRequest = {"jsonrpc": "2.0", "id": 0, "method": "server/discover", "params": {"_meta": meta}}
         self._relay.rewrite_for_upstream(message)
         return dict(message["params"]["_meta"])
 
     # -- host -> server --------------------------------------------------------------------------
-    def host_request(self, msg: dict[str, Any]) -> int:
+    def host_request(self, msg: JsonRpcRequest) -> int:
         """Translate a host request for the server leg: PASS (as it is), CHANGED (re-encode it), or
         DONE (answered here)."""
         if self.host_era == HANDSHAKE:
             return self._handshake_host_request(msg)
         return self._modern_host_request(msg)
 
-    def _handshake_host_request(self, msg: dict[str, Any]) -> int:
+    def _handshake_host_request(self, msg: JsonRpcRequest) -> int:
         method, params = msg["method"], jsonrpc.as_object(msg.get("params"))
         if method == "ping":
             self._relay.answer_host(msg["id"], result={})
@@ -330,7 +332,7 @@ class EraBridge:
             return CHANGED
         return DONE
 
-    def _subscribe(self, msg: dict[str, Any], params: dict[str, Any], add: bool) -> None:
+    def _subscribe(self, msg: JsonRpcRequest, params: dict[str, Any], add: bool) -> None:
         if jsonrpc.as_object(self._capabilities.get("resources")).get("subscribe") is not True:
             self._relay.answer_host(
                 msg["id"],
@@ -367,7 +369,7 @@ class EraBridge:
         }
         self._listening = self._relay.start_upstream_request("subscriptions/listen", params)
 
-    def _modern_host_request(self, msg: dict[str, Any]) -> int:
+    def _modern_host_request(self, msg: JsonRpcRequest) -> int:
         method, params = msg["method"], jsonrpc.as_object(msg.get("params"))
         if method == "server/discover":
             refused = (self._refused or {}).get("answer")

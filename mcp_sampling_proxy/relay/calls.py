@@ -21,6 +21,7 @@ import anyio
 
 from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
+from mcp_sampling_proxy.protocol.wire_types import JsonRpcRequest
 from mcp_sampling_proxy.relay.keepalive import Progress, usable_token
 
 ROUND_KEY = "mcp-sampling-proxy"  # the inputRequests key of the proxy's own question in a round
@@ -39,7 +40,7 @@ class HostRequest:
     method: str
     tool: str | None  # the tool name for tools/call
     started: float
-    message: dict[str, Any] | None = None  # kept for methods a 2026-era server may answer with input_required
+    message: JsonRpcRequest | None = None  # kept for methods a 2026-era server may answer with input_required
     progress: Progress | None = None  # its `_meta.progressToken` and what the host was sent on it (keep-alive)
     host_id: Any = None  # the id the host waits on now: a round the proxy asks in moves it to the retry's id
     upstream_id: Any = None  # the id the server knows this request under (None: not sent to the server)
@@ -52,7 +53,7 @@ class HostRequest:
     _back: anyio.Event | None = field(default=None, repr=False)  # set when the host holds a new id for us
 
     @classmethod
-    def of(cls, msg: dict[str, Any], retryable: frozenset[str] | tuple[str, ...]) -> HostRequest:
+    def of(cls, msg: JsonRpcRequest, retryable: frozenset[str] | tuple[str, ...]) -> HostRequest:
         method = msg["method"]
         params = jsonrpc.as_object(msg.get("params"))
         tool = params.get("name") if method == "tools/call" else None
@@ -142,7 +143,7 @@ class HostRounds:
                     self._expired.add(state)
             return asked.response
 
-    def take_retry(self, msg: dict[str, Any]) -> bool:
+    def take_retry(self, msg: JsonRpcRequest) -> bool:
         """A host request retrying one of our rounds: note the answer, move the call to its id.
         False when `msg` is not such a retry."""
         params = jsonrpc.as_object(msg.get("params"))

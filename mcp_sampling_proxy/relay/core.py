@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import re
 import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -31,7 +31,7 @@ from mcp_sampling_proxy.protocol.names import (
     PROTOCOL_VERSION_META,
     SERVER_INFO_META,
 )
-from mcp_sampling_proxy.protocol.wire_types import ErrorObject
+from mcp_sampling_proxy.protocol.wire_types import ErrorObject, JsonObject, JsonRpcRequest
 from mcp_sampling_proxy.relay.bridge import CHANGED, DONE, HANDSHAKE, EraBridge
 from mcp_sampling_proxy.relay.calls import CURRENT_CALL, HostRequest, HostRounds
 from mcp_sampling_proxy.relay.keepalive import Waiting, same_token, serving
@@ -207,7 +207,7 @@ class Relay:
                     return
         self._to_upstream(line)
 
-    def _host_request(self, msg: dict[str, Any], line: bytes, screened: bool = False) -> None:
+    def _host_request(self, msg: JsonRpcRequest, line: bytes, screened: bool = False) -> None:
         tools = self._ports.tools
         if not screened and msg["method"] == "tools/call" and tools and tools.needs_screening(msg, self.session):
             scope = self._screening[msg["id"]] = anyio.CancelScope()
@@ -252,7 +252,7 @@ class Relay:
             line = jsonrpc.dumps({**msg, "id": request.upstream_id})
         self._to_upstream(line)
 
-    async def _screen_tool_call(self, msg: dict[str, Any], line: bytes, scope: anyio.CancelScope) -> None:
+    async def _screen_tool_call(self, msg: JsonRpcRequest, line: bytes, scope: anyio.CancelScope) -> None:
         """A tools/call the tool rules hold (a human asked, or a refusal): on to the server, or refused."""
         refusal: ErrorObject | None = None
         with scope:
@@ -292,13 +292,13 @@ class Relay:
                 continue
             self._guarded(self._host_message, message, raw, self._to_host)
 
-    def _forward_host_request(self, msg: dict[str, Any]) -> HostRequest:
+    def _forward_host_request(self, msg: JsonRpcRequest) -> HostRequest:
         request = self._note_host_request(msg)
         self._ports.rewrite_host_request(msg, self.session)
         self._to_upstream(jsonrpc.dumps({**msg, "id": request.upstream_id}))
         return request
 
-    def _note_host_request(self, msg: dict[str, Any]) -> HostRequest:
+    def _note_host_request(self, msg: JsonRpcRequest) -> HostRequest:
         method = msg["method"]
         params = jsonrpc.as_object(msg.get("params"))
         request = HostRequest.of(msg, RETRYABLE)
@@ -322,7 +322,7 @@ class Relay:
             if isinstance(caps, dict):
                 self.session.host_capabilities = caps
 
-    def note_host_initialize(self, msg: dict[str, Any]) -> None:
+    def note_host_initialize(self, msg: Mapping[str, Any]) -> None:
         """Who the host is and what it can do, from its initialize (handshake era)."""
         params = jsonrpc.as_object(msg.get("params"))
         self.session.host_info = jsonrpc.as_object(params.get("clientInfo"))
@@ -399,7 +399,7 @@ class Relay:
         self._to_upstream(jsonrpc.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}))
         return request_id
 
-    def rewrite_for_upstream(self, message: dict[str, Any]) -> None:
+    def rewrite_for_upstream(self, message: JsonRpcRequest) -> None:
         """What the ports add to a host request (capabilities), applied to one the proxy makes."""
         self._ports.rewrite_host_request(message, self.session)
 
@@ -554,7 +554,7 @@ class Relay:
         as the server sent it when nothing is left out."""
         try:
             params = {} if request.cursor is None else {"cursor": request.cursor}
-            asked = {"jsonrpc": "2.0", "id": request.host_id, "method": "tools/list", "params": params}
+            asked: JsonRpcRequest = {"jsonrpc": "2.0", "id": request.host_id, "method": "tools/list", "params": params}
             result = await tools.screen_list(asked, msg["result"], self.session)
         except Exception as exc:
             log.exception("failed to check a tools/list result")
@@ -657,7 +657,7 @@ class Relay:
         return True
 
     # -- serving server requests -------------------------------------------------------------
-    def _start_serving(self, msg: dict[str, Any], line: bytes) -> None:
+    def _start_serving(self, msg: JsonRpcRequest, line: bytes) -> None:
         request_id = msg["id"]
         served = _Served(anyio.CancelScope(), raw=line)
         self._served[request_id] = served
@@ -679,7 +679,7 @@ class Relay:
         pending = self.session.inflight.values()
         return min(pending, key=lambda request: request.started) if pending else None
 
-    async def _serve(self, msg: dict[str, Any], served: _Served) -> None:
+    async def _serve(self, msg: JsonRpcRequest, served: _Served) -> None:
         request_id = msg["id"]
         reply: bytes | None = None
         # Handshake era: the request belongs to one of the tools/calls in flight now (which one, the
@@ -713,7 +713,7 @@ class Relay:
         if reply is not None and not served.scope.cancel_called and not self.closed:
             self._to_upstream(reply)
 
-    async def roots_from_host(self, msg: dict[str, Any]) -> dict[str, Any]:
+    async def roots_from_host(self, msg: JsonRpcRequest) -> JsonObject:
         """roots/list for a server whose host cannot take it as a request (2026) or whose round asks
         it (the proxy answers 2026 rounds for a handshake host): the host is asked, if it has roots."""
         if not isinstance(self.session.host_capabilities.get("roots"), dict):
@@ -723,7 +723,7 @@ class Relay:
             raise RpcError.from_error(response["error"])
         return jsonrpc.as_object(response.get("result"))
 
-    async def forward_to_host(self, msg: dict[str, Any], *, as_received: bool = True) -> dict[str, Any]:
+    async def forward_to_host(self, msg: JsonRpcRequest, *, as_received: bool = True) -> JsonObject:
         """Send a server request to the host; return the host's response.
 
         A handshake-era host gets it as a request under its own id (`as_received`: `msg` is the
@@ -749,7 +749,7 @@ class Relay:
             if served is not None:
                 served.at_host = False
 
-    async def request_host(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    async def request_host(self, method: str, params: JsonObject) -> JsonObject:
         """A request the proxy itself sends to the host (e.g. an approval form).
 
         Its id is random (`new_id`), and a server request under an id waiting here is refused
@@ -792,7 +792,7 @@ class Relay:
         2026-era retry goes to it under one) and must not be able to name the next (see `_upstream_message`)."""
         return f"mcp-sampling-proxy:{secrets.token_hex(12)}"
 
-    def server_request(self, message: dict[str, Any], raw: bytes = b"") -> ServerRequest:
+    def server_request(self, message: JsonRpcRequest, raw: bytes = b"") -> ServerRequest:
         """A server request as the `answers` port takes it: owned by the host request it belongs to now."""
         return ServerRequest(message, raw, self.session, self.owning_request(), self)
 
@@ -867,7 +867,7 @@ class Relay:
             CURRENT_CALL.reset(token)
             stash.done.set()
 
-    async def _merge_and_forward(self, msg: dict[str, Any], stash: _Stash) -> None:
+    async def _merge_and_forward(self, msg: JsonRpcRequest, stash: _Stash) -> None:
         """The host's retry of a split request: add the proxy's answers, then send it on. While the
         proxy's answers are still being made the retry is the call the host waits on: a question
         of the proxy's for a 2026 host (an approval form) is asked in it."""
@@ -902,7 +902,8 @@ class Relay:
         try:
             with resolving.scope, self._keeping_alive([request] if request.progress is not None else [], None):
                 try:
-                    reply = await self._input_rounds().resolve(request.message or {}, result, self, resolving)
+                    assert request.message is not None  # only calls kept for their rounds get one (HostRequest.of)
+                    reply = await self._input_rounds().resolve(request.message, result, self, resolving)
                 except RpcError as exc:
                     reply = {"error": exc.to_dict()}
                 except Exception as exc:
@@ -921,9 +922,7 @@ class Relay:
             await request.wait_held()
             self._finish(request, {"jsonrpc": "2.0", "id": request.host_id, **reply})
 
-    async def retry_upstream(
-        self, message: dict[str, Any], params: dict[str, Any], resolving: _Resolving
-    ) -> dict[str, Any]:
+    async def retry_upstream(self, message: JsonRpcRequest, params: JsonObject, resolving: _Resolving) -> JsonObject:
         """Send the original request again under a new private id; return the server's response."""
         request_id = resolving.current_id = self.new_id()
         line = jsonrpc.dumps({"jsonrpc": "2.0", "id": request_id, "method": message["method"], "params": params})
@@ -1159,7 +1158,7 @@ def _ignore(_response: dict[str, Any]) -> None:
     """The waiter of a request of the proxy's whose answer does not matter (it must not reach the host)."""
 
 
-def _for_modern_host(msg: dict[str, Any]) -> dict[str, Any]:
+def _for_modern_host(msg: JsonRpcRequest) -> JsonObject:
     """A handshake server's request as a 2026 host takes it in a round: a URL elicitation loses its
     `elicitationId` (the round's retry is its end; the id and its completion notice do not exist)."""
     params = jsonrpc.as_object(msg.get("params"))
@@ -1168,7 +1167,7 @@ def _for_modern_host(msg: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
-def _with_elicitation_id(msg: dict[str, Any]) -> dict[str, Any]:
+def _with_elicitation_id(msg: JsonRpcRequest) -> JsonRpcRequest:
     """A 2026 server's URL elicitation as a handshake host takes it: with the `elicitationId` URL
     mode requires there (the retry of the round ends it; no completion notice is sent)."""
     params = jsonrpc.as_object(msg.get("params"))

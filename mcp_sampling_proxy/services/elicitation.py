@@ -31,7 +31,7 @@ from mcp_sampling_proxy.protocol import jsonrpc, wire_checks
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 from mcp_sampling_proxy.protocol.names import ELICITATION_COMPLETE, ELICITATION_CREATE
 from mcp_sampling_proxy.protocol.sampling_request import check_params
-from mcp_sampling_proxy.protocol.wire_types import ElicitRequestParams
+from mcp_sampling_proxy.protocol.wire_types import ElicitRequestParams, JsonRpcNotification
 from mcp_sampling_proxy.quotas.limiters import limit_key
 from mcp_sampling_proxy.relay.keepalive import waiting_for
 from mcp_sampling_proxy.services import auto_answers
@@ -96,7 +96,7 @@ class ElicitationService:
         self._opener = opener
         self._at_host: set[str] = set()  # URL elicitation ids the host saw (their completions go there)
 
-    def forward_notification(self, message: dict[str, Any]) -> bool:
+    def forward_notification(self, message: JsonRpcNotification) -> bool:
         """`notifications/elicitation/complete` goes to whoever saw the elicitation."""
         params = jsonrpc.as_object(message.get("params"))
         elicitation_id = params.get("elicitationId")
@@ -209,7 +209,7 @@ class ElicitationService:
             self._at_host.add(elicitation_id)
         with waiting_for("waiting for your answer in the host's form"):
             response = await request.incoming.host.forward_to_host(
-                {**request.incoming.message, "params": marked(params, session)}, as_received=False
+                {**request.incoming.message, "params": dict(marked(params, session))}, as_received=False
             )
         result = response.get("result")
         self._recorded(

@@ -20,6 +20,7 @@ from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 from mcp_sampling_proxy.protocol.names import ELICITATION_CREATE, SAMPLING_CREATE
+from mcp_sampling_proxy.protocol.wire_types import JsonObject, JsonRpcRequest
 from mcp_sampling_proxy.relay.calls import ORIGIN_TOOLS
 from mcp_sampling_proxy.relay.keepalive import waiting_for
 from mcp_sampling_proxy.services.elicitation import marked
@@ -39,7 +40,7 @@ ELICITATION = ELICITATION_CREATE
 ROOTS = "roots/list"
 
 
-def origin_tools(origin: dict[str, Any] | None) -> tuple[str, ...]:
+def origin_tools(origin: JsonRpcRequest | None) -> tuple[str, ...]:
     """The tool of the host request an input_required round belongs to, as a candidate tuple."""
     if not isinstance(origin, dict) or origin.get("method") != "tools/call":
         return ()
@@ -55,9 +56,7 @@ class InputResolver:
         # sampling requests shown to the host, by (requestState, key): (params, origin tools, asked at)
         self._host_sampling: dict[tuple[str | None, str], tuple[dict[str, Any], tuple[str, ...], float]] = {}
 
-    def owned_keys(
-        self, result: dict[str, Any], session: Session, origin: dict[str, Any] | None = None
-    ) -> set[str] | None:
+    def owned_keys(self, result: JsonObject, session: Session, origin: JsonRpcRequest | None = None) -> set[str] | None:
         """The keys of the requests the proxy answers itself; None when the result is malformed.
 
         Sampling the host could do itself is still the proxy's when the policy refuses it (as in
@@ -83,7 +82,7 @@ class InputResolver:
             # roots/list, sampling or elicitation the host does itself, anything new: the host's
         return owned
 
-    def host_asked(self, result: dict[str, Any], origin: dict[str, Any] | None, session: Session) -> dict[str, Any]:
+    def host_asked(self, result: JsonObject, origin: JsonRpcRequest | None, session: Session) -> JsonObject:
         """The host is about to see these input requests: remember its sampling ones, so its
         answers (in the retry's inputResponses) get an audit record like any other sampling; and
         mark its forms as the server's (services/elicitation.py: `marked`). The result as the host gets it."""
@@ -104,7 +103,7 @@ class InputResolver:
             self._host_sampling.pop(next(iter(self._host_sampling)))
         return {**result, "inputRequests": shown} if shown != requests else result
 
-    def host_answered(self, params: dict[str, Any], session: Session) -> None:
+    def host_answered(self, params: JsonObject, session: Session) -> None:
         """A host request carrying inputResponses: audit the answers to sampling the host was asked."""
         responses = params.get("inputResponses")
         if not isinstance(responses, dict) or not self._host_sampling:
@@ -117,11 +116,16 @@ class InputResolver:
                 self._sampling.record_host_answer(request, response, session, tools, started)
 
     async def answer(
-        self, key: str, entry: dict[str, Any], rounds: Rounds, origin: dict[str, Any] | None = None
-    ) -> dict[str, Any]:
+        self, key: str, entry: JsonObject, rounds: Rounds, origin: JsonRpcRequest | None = None
+    ) -> JsonObject:
         """Answer one embedded request; `origin` is the host request whose retry carries it."""
         method = entry.get("method")
-        request = {"jsonrpc": "2.0", "id": rounds.new_id(), "method": method, "params": entry["params"]}
+        request: JsonRpcRequest = {
+            "jsonrpc": "2.0",
+            "id": rounds.new_id(),
+            "method": str(method),
+            "params": entry["params"],
+        }
         if method == ROOTS:  # only a handshake host's rounds hold one here: the host is asked, as a request
             with waiting_for("waiting for the host's roots"):
                 return await rounds.roots_from_host(request)
@@ -138,9 +142,7 @@ class InputResolver:
         finally:
             ORIGIN_TOOLS.reset(token)
 
-    async def resolve(
-        self, message: dict[str, Any], result: dict[str, Any], rounds: Rounds, resolving: Any
-    ) -> dict[str, Any]:
+    async def resolve(self, message: JsonRpcRequest, result: JsonObject, rounds: Rounds, resolving: Any) -> JsonObject:
         for _round in range(self._max_rounds):
             responses: dict[str, Any] = {}
             for key, entry in (result.get("inputRequests") or {}).items():

@@ -26,7 +26,7 @@ from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.notation.vocabulary import TOOL_CALL_APPROVAL, Outcome
 from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
-from mcp_sampling_proxy.protocol.wire_types import ErrorObject
+from mcp_sampling_proxy.protocol.wire_types import ErrorObject, JsonObject, JsonRpcRequest
 from mcp_sampling_proxy.quotas.tool_pins import ServerIdentity, ToolChange, ToolPins, client_view, tool_digest
 from mcp_sampling_proxy.text.sanitize import one_line, strip_controls
 
@@ -98,7 +98,7 @@ class ToolGate:
         )
 
     # -- tools/list ---------------------------------------------------------------------------------------
-    async def screen_list(self, message: dict[str, Any], result: dict[str, Any], session: Session) -> dict[str, Any]:
+    async def screen_list(self, message: JsonRpcRequest, result: JsonObject, session: Session) -> JsonObject:
         """The tools/list result as the host gets it: held and denied tools left out."""
         tools = result.get("tools")
         if not isinstance(tools, list):
@@ -122,7 +122,7 @@ class ToolGate:
         return {**result, "tools": kept}
 
     async def _check_pins(
-        self, message: dict[str, Any], result: dict[str, Any], tools: list[dict[str, Any]], session: Session
+        self, message: JsonRpcRequest, result: JsonObject, tools: list[dict[str, Any]], session: Session
     ) -> set[str]:
         assert self._pins is not None
         cursor = jsonrpc.as_object(message.get("params")).get("cursor")
@@ -210,7 +210,7 @@ class ToolGate:
         )
 
     # -- tools/call ---------------------------------------------------------------------------------------
-    def needs_screening(self, message: dict[str, Any], session: Session) -> bool:
+    def needs_screening(self, message: JsonRpcRequest, session: Session) -> bool:
         """True when the call must wait for `screen_call` (refused, or asked); an allow rule is recorded here."""
         params = jsonrpc.as_object(message.get("params"))
         name = params.get("name")
@@ -226,7 +226,7 @@ class ToolGate:
             return False
         return True
 
-    async def screen_call(self, message: dict[str, Any], host: HostLine) -> ErrorObject | None:
+    async def screen_call(self, message: JsonRpcRequest, host: HostLine) -> ErrorObject | None:
         """None to send the call on; else the JSON-RPC error the host gets instead."""
         session = host.session
         params = jsonrpc.as_object(message.get("params"))
@@ -285,7 +285,7 @@ class ToolGate:
     def _record(
         self,
         session: Session,
-        message: dict[str, Any],
+        message: JsonRpcRequest,
         tool: str | None,
         decision: Outcome,
         rule: str | None,

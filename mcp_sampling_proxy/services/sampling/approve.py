@@ -4,7 +4,7 @@ original was (services/assess.py's `checked_edit`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from mcp_sampling_proxy.approval.approver import Approver
 from mcp_sampling_proxy.approval.channels import ApprovalRequest
@@ -15,6 +15,7 @@ from mcp_sampling_proxy.policy.engine import Decision
 from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 from mcp_sampling_proxy.protocol.sampling_request import SamplingRequest, describe
+from mcp_sampling_proxy.protocol.wire_types import JsonRpcRequest
 from mcp_sampling_proxy.relay.keepalive import waiting_for
 from mcp_sampling_proxy.services.assess import SamplingJudgement, checked_edit
 from mcp_sampling_proxy.services.sampling.ended import Ended
@@ -29,7 +30,7 @@ class Approved:
     """A request cleared to go on: the message to forward and the request (edited or not), what
     the human was asked (for the review), and who approved it (None: the policy allowed it)."""
 
-    message: dict[str, Any]
+    message: JsonRpcRequest
     request: SamplingRequest
     asked: ApprovalRequest | None  # None when nobody will be shown it (no prompt, no review)
     approver: str | None
@@ -37,11 +38,11 @@ class Approved:
 
     @classmethod
     def of(
-        cls, message: dict[str, Any], request: SamplingRequest, asked: ApprovalRequest | None, approver: str | None
+        cls, message: JsonRpcRequest, request: SamplingRequest, asked: ApprovalRequest | None, approver: str | None
     ) -> Approved:
         as_received = request.wire is message.get("params")
         return cls(
-            message if as_received else {**message, "params": request.wire}, request, asked, approver, as_received
+            message if as_received else {**message, "params": dict(request.wire)}, request, asked, approver, as_received
         )
 
 
@@ -52,7 +53,7 @@ class Approval:
 
     async def approve(
         self,
-        message: dict[str, Any],
+        message: JsonRpcRequest,
         request: SamplingRequest,
         judged: SamplingJudgement,
         host: HostLine,
