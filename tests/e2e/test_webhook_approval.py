@@ -22,11 +22,11 @@ from helpers.support import (
     PY,
     ROOT,
     RawHost,
+    children_of,
     free_port,
     openai_policy,
     proxy_command,
     proxy_env,
-    running_with,
     write_policy,
 )
 from helpers.webhook_receiver import Receiver, Reply, webhook_receiver
@@ -73,6 +73,22 @@ def receiver() -> Iterator[Receiver]:
         yield made
 
 
+def _server_environments(proxy: int) -> list[bytes]:
+    """The environments of this proxy's server processes (bubblewrap's and the server's below it):
+    another worker's kitchen sinks come and go meanwhile, and are not this proxy's."""
+    found, below = [], children_of(proxy)
+    while below:
+        pid = below.pop()
+        below.extend(children_of(pid))
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if KITCHEN_SINK.encode() in command and b"mcp_sampling_proxy" not in command:  # not the proxy's guard
+                found.append(Path(f"/proc/{pid}/environ").read_bytes())
+        except OSError:
+            continue
+    return found
+
+
 def test_a_webhook_approval_runs_the_request_it_was_shown(
     tmp_path: Path, llm: FakeLLMServer, env: dict[str, str], receiver: Receiver
 ) -> None:
@@ -82,12 +98,7 @@ def test_a_webhook_approval_runs_the_request_it_was_shown(
         host.initialize()
         answer = call_sample(host, 2, "summarise the incident report")
         # the governed server is not given the secret's variable
-        servers = [  # the proxy's argv (and its guard's) names the server too
-            pid
-            for pid in running_with(KITCHEN_SINK)
-            if b"mcp_sampling_proxy" not in Path(f"/proc/{pid}/cmdline").read_bytes()
-        ]
-        server_environments = [Path(f"/proc/{pid}/environ").read_bytes() for pid in servers]
+        server_environments = _server_environments(host.proc.pid)
     assert answer["content"]["text"] == "echo: summarise the incident report"
     assert server_environments and all(SECRET.encode() not in environ for environ in server_environments)
     [sent] = receiver.received
