@@ -202,6 +202,56 @@ class ModernLeg:
             await _end_strays(self.upstream)
 
 
+async def open_relay(
+    tg: anyio.abc.TaskGroup,
+    to_host: Callable[[bytes], None],
+    upstream: Upstream,
+    services: Services,
+    settings: Settings,
+    session: Session,
+    audit: AuditLog,
+    name: str,
+    max_line: int,
+    *,
+    another: Callable[[], Upstream] | None,
+    children: set[int],
+    on_upstream_end: Callable[[], None],
+    keepalive_seconds: float | None = None,
+) -> tuple[Relay, ModernLeg | None]:
+    """A session's relay between its host (`to_host`) and its server, as every front builds it: the
+    services' ports, the server's 2026 second leg when `another` can start one, the server's lines
+    read into the relay, and a sandboxed server's way out. `keepalive_seconds`: the policy's unless
+    given (0: a caller answered in JSON has no stream to keep alive)."""
+    relay = Relay(
+        to_host,
+        upstream.send,
+        services.ports,
+        tg,
+        session,
+        keepalive_seconds=settings.sampling.keepalive_seconds if keepalive_seconds is None else keepalive_seconds,
+        era=settings.era,
+    )
+    modern = None
+    if another is not None:
+        modern = relay.second_leg = ModernLeg(another, tg, settings, name, services, audit, relay, max_line, children)
+    await upstream.attach(
+        relay.from_upstream,
+        on_upstream_end,
+        max_line=max_line,
+        on_oversize=lambda size, head, tail: relay.upstream_oversize(size, head, tail, max_line),
+    )
+    start_egress(tg, upstream, settings, name, services, audit, relay)
+    return relay, modern
+
+
+async def upstream_ended(relay: Relay, upstream: Upstream) -> tuple[int | None, str]:
+    """The server ended on its own: its exit status and how it ended, every open host request told so."""
+    code = await upstream.wait(2.0)
+    description = upstream.describe_end(code)
+    relay.upstream_gone(description)
+    return code, description
+
+
 def claim_stdio() -> tuple[int, int]:
     """Keep private copies of the protocol fds and point 0/1 at /dev/null and stderr, so a
     stray print or a library reading stdin can never corrupt the wire."""
@@ -313,43 +363,27 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
     children = _own_children(upstream)
     try:
         async with anyio.create_task_group() as tg:
-            relay = Relay(
-                host_out.write_line,
-                upstream.send,
-                services.ports,
-                tg,
-                session,
-                keepalive_seconds=settings.sampling.keepalive_seconds,
-                era=settings.era,
-            )
-            if options.another is not None:
-                modern = relay.second_leg = ModernLeg(
-                    options.another,
-                    tg,
-                    settings,
-                    options.name or session.server_name,
-                    services,
-                    audit,
-                    relay,
-                    options.max_message_bytes,
-                    children,
-                )
             await tg.start(console.serve)
             tg.start_soon(reap_orphans_forever, children)
-            start_egress(tg, upstream, settings, options.name or session.server_name, services, audit, relay)
+            relay, modern = await open_relay(
+                tg,
+                host_out.write_line,
+                upstream,
+                services,
+                settings,
+                session,
+                audit,
+                options.name or session.server_name,
+                options.max_message_bytes,
+                another=options.another,
+                children=children,
+                on_upstream_end=lambda: end("upstream"),
+            )
             host_reader = LineReader(
                 relay.from_host,
                 lambda: end("host closed stdin"),
                 max_line=options.max_message_bytes,
                 on_oversize=oversize,
-            )
-            await upstream.attach(
-                relay.from_upstream,
-                lambda: end("upstream"),
-                max_line=options.max_message_bytes,
-                on_oversize=lambda size, head, tail: relay.upstream_oversize(
-                    size, head, tail, options.max_message_bytes
-                ),
             )
             await open_line_reader(in_fd, host_reader)
             _wire_backpressure(host_out, host_reader, upstream)
@@ -358,10 +392,8 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
             await wake.wait()
             reason = ended[0]
             if reason == "upstream":
-                code = await upstream.wait(2.0)
-                description = upstream.describe_end(code)
+                code, description = await upstream_ended(relay, upstream)
                 log.error(f"upstream server {description}", exit_code=code)
-                relay.upstream_gone(description)
                 exit_code = exit_status_for(code)
                 await upstream.stop(0)
             else:

@@ -82,7 +82,9 @@ from mcp_sampling_proxy.runtime import (
     _tool_pins,
     build_adapters,
     build_services,
+    open_relay,
     start_egress,
+    upstream_ended,
     warm_up,
 )
 from mcp_sampling_proxy.services.sampling.adapters import AdapterPool
@@ -410,31 +412,28 @@ class Front:
         limit = self.options.max_message_bytes
         try:
             async with anyio.create_task_group() as tg:
-                services = self._services()
-                relay = Relay(
-                    lane.link.send,
-                    lane.upstream.send,
-                    services.ports,
+                relay, _ = await open_relay(
                     tg,
+                    lane.link.send,
+                    lane.upstream,
+                    self._services(),
+                    self.settings,
                     lane.session,
+                    self.audit,
+                    self.options.name,
+                    limit,
+                    another=None,
+                    children=set(),
+                    on_upstream_end=lambda: lane.end("upstream"),
                     keepalive_seconds=0.0,  # a JSON answer has no stream to keep alive
-                    era=self.settings.era,
                 )
                 lane.relay = relay
-                await lane.upstream.attach(
-                    relay.from_upstream,
-                    lambda: lane.end("upstream"),
-                    max_line=limit,
-                    on_oversize=lambda size, head, tail: relay.upstream_oversize(size, head, tail, limit),
-                )
-                start_egress(tg, lane.upstream, self.settings, self.options.name, services, self.audit, relay)
                 lane.ready.set()
                 tg.start_soon(self._expire_lane, lane)
                 await lane.ended.wait()
                 if lane.reason[0] == "upstream":
-                    description = lane.upstream.describe_end(await lane.upstream.wait(2.0))
+                    _code, description = await upstream_ended(relay, lane.upstream)
                     log.error(f"the server of 2026-07-28 caller {lane.client!r} {description}")
-                    relay.upstream_gone(description)
                     lane.link.close(f"upstream server '{self.options.name}' {description}")
                 else:
                     relay.cancel_all()
@@ -519,43 +518,28 @@ class Front:
                 idle = served.transport.idle_scope or anyio.CancelScope()
                 with idle:
                     async with anyio.create_task_group() as tg:
-                        relay = Relay(
-                            lambda line: link.send(line),
-                            served.upstream.send,
-                            services.ports,
+                        link = HttpHost(lambda message: _owner(relay, message))  # (relay: set below, used later)
+                        relay, modern = await open_relay(
                             tg,
-                            served.session,
-                            keepalive_seconds=self.settings.sampling.keepalive_seconds,
-                            era=self.settings.era,
-                        )
-                        link = HttpHost(lambda message: _owner(relay, message))
-                        served.link, served.relay = link, relay
-                        modern = relay.second_leg = ModernLeg(
-                            self._start_upstream,
-                            tg,
-                            self.settings,
-                            self.options.name,
+                            link.send,
+                            served.upstream,
                             services,
+                            self.settings,
+                            served.session,
                             self.audit,
-                            relay,
+                            self.options.name,
                             limit,
-                            set(),
+                            another=self._start_upstream,
+                            children=set(),
+                            on_upstream_end=lambda: served.end("upstream"),
                         )
-                        await served.upstream.attach(
-                            relay.from_upstream,
-                            lambda: served.end("upstream"),
-                            max_line=limit,
-                            on_oversize=lambda size, head, tail: relay.upstream_oversize(size, head, tail, limit),
-                        )
-                        start_egress(tg, served.upstream, self.settings, self.options.name, services, self.audit, relay)
+                        served.link, served.relay = link, relay
                         tg.start_soon(link.write_out, write_stream)
                         tg.start_soon(self._read_until_closed, served, read_stream, relay)
                         await served.ended.wait()
                         if served.reason[0] == "upstream":
-                            code = await served.upstream.wait(2.0)
-                            description = served.upstream.describe_end(code)
+                            _code, description = await upstream_ended(relay, served.upstream)
                             log.error(f"the server of session {session_id[:8]} {description}", client=served.client)
-                            relay.upstream_gone(description)
                         else:
                             relay.cancel_all()
                         link.close()
