@@ -12,7 +12,8 @@ approval, audit, tool rules), exactly as the proxy wires them. The test speaks f
 
 The common cases have their shortcuts: `handshake(capabilities)` (a host with or without sampling and
 elicitation), `sample(params)` and `elicit(params)` (a server's request inside a host's tool call; `host=`
-answers the request when the relay asks the host), `audit()`. With `console=True` the companion console's
+answers the request when the relay asks the host), `call(tool)` for several requests in one call,
+`server_asks` for one outside any call, `audit()`. With `console=True` the companion console's
 socket is served in the test's runtime dir and `attach_console()` connects a test console to it, as the
 user's `console` would; approvals, forms and reviews then go to it. Limits and budgets keep their state
 where the proxy's do (the test's own state dir), so a second Playbook is the proxy started again.
@@ -21,7 +22,8 @@ where the proxy's do (the test's own state dir), so a second Playbook is the pro
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -99,6 +101,23 @@ class SecondLegPeer(Peer):
         return self.receive
 
 
+class Call:
+    """A host's tool call in flight at the server (`Playbook.call`): the server's requests inside it."""
+
+    def __init__(self, play: Playbook) -> None:
+        self._play = play
+
+    async def sample(
+        self, params: dict[str, Any], timeout: float = 30.0, host: HostAnswer | None = None
+    ) -> dict[str, Any]:
+        return await self._play.server_asks("sampling/createMessage", params, timeout, host)
+
+    async def elicit(
+        self, params: dict[str, Any], timeout: float = 30.0, host: HostAnswer | None = None
+    ) -> dict[str, Any]:
+        return await self._play.server_asks("elicitation/create", params, timeout, host)
+
+
 class Playbook:
     """The relay and the services of one session, between `host` and `server` (and `second_leg`)."""
 
@@ -119,7 +138,8 @@ class Playbook:
         self.server = Peer("server")
         self.second_leg = SecondLegPeer() if second_leg else None
         self._tg: anyio.abc.TaskGroup | None = None
-        self._calls = 0  # the host's calls `sample` made
+        self._calls = 0  # the host's calls `call` made
+        self._requests = 0  # the server's requests `server_asks` made
         self._name = name
         self._serve_console = console
         self.host_asked: list[dict[str, Any]] = []  # the requests `host=` answered, as the host got them
@@ -200,18 +220,20 @@ class Playbook:
         """What a server asking for a sample inside the host's call of `tool` gets back from the relay (after
         `handshake`): the JSON-RPC response, its `result` or its `error`. The server then ends the call.
         `host`: the relay is expected to ask the host, which answers so (`host_asked` keeps the request)."""
-        return await self.ask("sampling/createMessage", params, tool, timeout, host)
+        async with self.call(tool) as call:
+            return await call.sample(params, timeout, host)
 
     async def elicit(
         self, params: dict[str, Any], tool: str = "elicit", timeout: float = 30.0, host: HostAnswer | None = None
     ) -> dict[str, Any]:
         """As `sample`, for an `elicitation/create` request."""
-        return await self.ask("elicitation/create", params, tool, timeout, host)
+        async with self.call(tool) as call:
+            return await call.elicit(params, timeout, host)
 
-    async def ask(
-        self, method: str, params: dict[str, Any], tool: str, timeout: float = 30.0, host: HostAnswer | None = None
-    ) -> dict[str, Any]:
-        """A server's request of `method` inside a host's call of `tool`: the response the server gets."""
+    @asynccontextmanager
+    async def call(self, tool: str) -> AsyncIterator[Call]:
+        """The host's call of `tool`, in flight at the server while the block runs (its requests belong to
+        it); the server ends it after the block."""
         self._calls += 1
         call = f"call-{self._calls}"
         self.host.says(
@@ -219,7 +241,18 @@ class Playbook:
         )
         forwarded = await self.server.next()
         assert forwarded["method"] == "tools/call", forwarded
-        asked = f"request-{self._calls}"
+        yield Call(self)
+        self.server.says({"jsonrpc": "2.0", "id": forwarded["id"], "result": {"content": []}})
+        ended = await self.host.next()
+        assert ended.get("id") == call, ended
+
+    async def server_asks(
+        self, method: str, params: dict[str, Any], timeout: float = 30.0, host: HostAnswer | None = None
+    ) -> dict[str, Any]:
+        """The server's request of `method` (inside a call when `call` runs, else unsolicited): the
+        response it gets. `host`: as for `sample`."""
+        self._requests += 1
+        asked = f"request-{self._requests}"
         self.server.says({"jsonrpc": "2.0", "id": asked, "method": method, "params": params})
         if host is not None:
             request = await self.host.next(timeout)
@@ -228,9 +261,6 @@ class Playbook:
             self.host.says({"jsonrpc": "2.0", "id": request["id"], **host(request)})
         answer = await self.server.next(timeout)
         assert answer.get("id") == asked and "method" not in answer, answer
-        self.server.says({"jsonrpc": "2.0", "id": forwarded["id"], "result": {"content": []}})
-        ended = await self.host.next()
-        assert ended.get("id") == call, ended
         return answer
 
     async def handshake(self, capabilities: dict[str, Any] | None = None) -> None:
