@@ -5,7 +5,9 @@ other non-text block) still reaches the LLM. The review screen shows the prompt 
 marked when it was edited. The audit record says who edited the prompt; when a reviewer replaced
 the LLM's answer, its `content.response` is what the server got, with `answer_edited_by` and the
 digest of the LLM's own answer. Through the real proxy, the fake LLM, a pty and the console socket.
-The edit itself, on every shape of content, in process: tests/unit/approval/test_edits.py.
+The edit itself, on every shape of content, in process: tests/unit/approval/test_edits.py; what the
+services make of a console's edits (a host that samples, an older console, the rule's caps, a rejected
+or cancelled review), played in memory: tests/unit/services/test_approval_edits_played.py.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ from helpers.console import SocketConsole
 from helpers.support import (
     KITCHEN_SINK,
     PY,
-    RawHost,
     openai_policy,
     proxy_command,
     proxy_env,
@@ -34,7 +35,6 @@ from helpers.support import (
 )
 from helpers.terminal import PtySession, terminal_env, try_argv
 
-from mcp_sampling_proxy.audit.records import digest
 from mcp_sampling_proxy.commands import audit as audit_cmd
 
 IMAGE = {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"}
@@ -201,76 +201,6 @@ async def test_console_edits_send_only_text_and_keep_the_image(tmp_path: Path, d
     )
 
 
-@pytest.mark.anyio
-async def test_a_prompt_edited_on_the_console_is_what_a_sampling_host_gets(
-    tmp_path: Path, dirs: dict[str, str]
-) -> None:
-    """When the host samples, it is sent the edited request, not the bytes the server sent
-    (they used to go on unchanged, so the host answered the prompt the human had replaced)."""
-    from mcp_types import CreateMessageResult, TextContent
-
-    seen: list[Any] = []
-
-    async def host_sampling(context: Any, params: Any) -> CreateMessageResult:
-        seen.append(params)
-        return CreateMessageResult(role="assistant", content=TextContent(text="host answer"), model="host-model")
-
-    audit = tmp_path / "audit.jsonl"
-    with FakeLLMServer("openai") as llm:
-        policy = write_policy(tmp_path, audit_policy(llm, audit))
-        async with sdk_host(
-            proxy_command(policy), proxy_env(**dirs), tmp_path / "stderr.log", sampling_callback=host_sampling
-        ) as client:
-            console = await SocketConsole.attach(Path(dirs["MCP_SAMPLING_PROXY_RUNTIME_DIR"]))
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(client.call_tool, "sample_raw", {"params_json": json.dumps(PARAMS)})
-                pending = await console.receive()
-                await console.send(
-                    {
-                        "type": "decision",
-                        "id": pending["id"],
-                        "approve": True,
-                        "scope": "once",
-                        "prompt": "from the console",
-                    }
-                )
-        assert llm.requests == []
-    content = seen[0].messages[0].content
-    assert [block.type for block in content] == ["text", "image"]
-    assert content[0].text == "from the console"
-    (record,) = records(audit)
-    assert (record["provider"], record["prompt_edited_by"]) == ("host", "console")
-
-
-@pytest.mark.anyio
-async def test_an_older_consoles_whole_request_changes_only_the_text(tmp_path: Path, dirs: dict[str, str]) -> None:
-    """A console from before this change answers with the whole edited request (`params`): the proxy
-    takes only its text, so neither a dropped image nor any other change to the request gets through."""
-    with FakeLLMServer("openai") as llm:
-        policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=ASK))
-        async with sdk_host(proxy_command(policy), proxy_env(**dirs), tmp_path / "stderr.log") as client:
-            console = await SocketConsole.attach(Path(dirs["MCP_SAMPLING_PROXY_RUNTIME_DIR"]))
-            async with anyio.create_task_group() as tg:
-
-                async def call() -> None:
-                    await client.call_tool("sample_raw", {"params_json": json.dumps(PARAMS)})
-
-                tg.start_soon(call)
-                pending = await console.receive()
-                legacy = {
-                    **pending["params"],
-                    "maxTokens": 4000,
-                    "systemPrompt": "obey the console",
-                    "messages": [{"role": "user", "content": {"type": "text", "text": "old console text"}}],
-                }
-                await console.send({"type": "decision", "id": pending["id"], "approve": True, "params": legacy})
-        (request,) = llm.requests
-    assert request.body["messages"] == [
-        {"role": "user", "content": [{"type": "text", "text": "old console text"}, IMAGE_URL]}
-    ]
-    assert request.body["max_tokens"] == 50
-
-
 @linux_only
 def test_console_command_edit_keeps_the_image(tmp_path: Path, dirs: dict[str, str]) -> None:
     from helpers.terminal import console_beside_a_proxy
@@ -298,91 +228,3 @@ def test_console_command_edit_keeps_the_image(tmp_path: Path, dirs: dict[str, st
         content = sent_user_content(llm)
     assert content == [{"type": "text", "text": "typed at the console"}, IMAGE_URL]
     assert "echo: typed at the console" in response["result"]["content"][0]["text"]
-
-
-@pytest.mark.anyio
-async def test_a_rejected_or_cancelled_review_leaves_one_record_of_the_llm_call(
-    tmp_path: Path, dirs: dict[str, str]
-) -> None:
-    """The record waits for the review; a rejection (or the end of the request while under review)
-    still records the LLM call: one record per request, saying how it ended."""
-    audit = tmp_path / "audit.jsonl"
-    with FakeLLMServer("openai") as llm:
-        policy = write_policy(tmp_path, audit_policy(llm, audit, REVIEW, rules=None))
-        async with sdk_host(proxy_command(policy), proxy_env(**dirs), tmp_path / "stderr.log") as client:
-            console = await SocketConsole.attach(Path(dirs["MCP_SAMPLING_PROXY_RUNTIME_DIR"]))
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(client.call_tool, "sample", {"prompt": "first"})
-                review = await console.receive()
-                await console.send({"type": "review", "id": review["id"], "accept": False, "text": "unused"})
-        with RawHost(proxy_command(policy), proxy_env(**dirs), tmp_path / "stderr2.log") as host:
-            host.initialize()
-            sock = Path(dirs["MCP_SAMPLING_PROXY_RUNTIME_DIR"]) / f"{host.proc.pid}.sock"
-            with anyio.fail_after(20):
-                while not sock.exists():
-                    await anyio.sleep(0.05)
-            console = SocketConsole(await anyio.connect_unix(sock))
-            assert (await console.receive())["type"] == "hello"
-            host.send(
-                {
-                    "jsonrpc": "2.0",
-                    "id": 9,
-                    "method": "tools/call",
-                    "params": {"name": "sample", "arguments": {"prompt": "second"}},
-                }
-            )
-            assert (await console.receive())["type"] == "review"
-            host.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 9}})
-            with anyio.fail_after(20):
-                while len(records(audit)) < 2:
-                    await anyio.sleep(0.1)
-    rejected, cancelled = records(audit)
-    assert (rejected["decision"], rejected["provider"], rejected["model"]) == ("rejected", "fake", "gpt-test")
-    assert rejected["content"]["response"] is None  # the server got no answer
-    assert (
-        rejected["original_answer_sha256"]
-        == digest(
-            {
-                "role": "assistant",
-                "content": {"type": "text", "text": "echo: first"},
-                "model": "gpt-test",
-                "stopReason": "endTurn",
-            }
-        )["sha256"]
-    )
-    assert "answer_edited_by" not in rejected
-    assert (cancelled["decision"], cancelled["provider"]) == ("cancelled", "fake")
-    assert cancelled["content"]["response"]["result"]["content"]["text"] == "echo: second"
-
-
-@linux_only
-@pytest.mark.anyio
-async def test_a_prompt_edited_on_the_console_is_held_to_the_rules_caps(tmp_path: Path, dirs: dict[str, str]) -> None:
-    """An edit is checked like the original: under the caps of the rule that matched it, not only the
-    policy's global ones, so a human cannot send past a rule's `max_text_bytes` by editing."""
-    audit = tmp_path / "audit.jsonl"
-    rules = "rules:\n  - name: ask\n    action: prompt\n    limits: {max_text_bytes: 40}\n"
-    with FakeLLMServer("openai") as llm:
-        llm.reply_text("never asked")
-        policy = write_policy(tmp_path, audit_policy(llm, audit, rules=rules))
-        async with sdk_host(proxy_command(policy), proxy_env(**dirs), tmp_path / "stderr.log") as client:
-            console = await SocketConsole.attach(Path(dirs["MCP_SAMPLING_PROXY_RUNTIME_DIR"]))
-            async with anyio.create_task_group() as tg:
-                got: list[Any] = []
-
-                async def call() -> None:
-                    got.append(tool_json(await client.call_tool("sample_raw", {"params_json": json.dumps(PARAMS)})))
-
-                tg.start_soon(call)
-                pending = await console.receive()
-                edited = "x" * 41
-                decision = {"type": "decision", "id": pending["id"], "approve": True, "scope": "once", "prompt": edited}
-                await console.send(decision)
-        assert llm.requests == []
-    error = got[0]["error"]
-    assert (
-        "messages[0].content[0] text block is 41 bytes; the limit is 40 bytes (limits.max_text_bytes)"
-        in (error["message"])
-    )
-    (record,) = records(audit)
-    assert (record["decision"], record["approver"], record["rule"]) == ("error", "console", "ask")

@@ -1,5 +1,8 @@
 """Headless runs: `elicitation.auto_answers` answers a server's confirmation through the real proxy,
-with nobody anywhere to ask (no terminal, no companion console, a host without elicitation)."""
+with nobody anywhere to ask (no terminal, no companion console, a host without elicitation).
+
+The forms an entry does not answer, and why, are played in memory:
+tests/unit/services/test_elicitation_auto_played.py."""
 
 from __future__ import annotations
 
@@ -71,88 +74,6 @@ async def test_a_headless_confirmation_is_answered_by_policy_and_audited(tmp_pat
     assert record["content"]["response"]["sha256"]  # what the server was answered is in the chain too
     line = format_record(record)
     assert "accepted (accepted by auto-answer 'confirm-deploys'; rule confirm-deploys)" in line
-
-
-@pytest.mark.anyio
-@pytest.mark.parametrize(
-    ("message", "tool_glob"),
-    [("Delete every file?", "elicit_*"), ("Deploy to staging?", "deploy")],
-    ids=["other-message", "other-tool"],
-)
-async def test_a_form_the_entry_does_not_name_is_not_answered(
-    tmp_path: Path, env: dict[str, str], message: str, tool_glob: str
-) -> None:
-    entry = CONFIRM_ENTRY.replace("elicit_*", tool_glob)
-    result = await ask(tmp_path, env, policy(tmp_path, entry), CONFIRM, message)
-    assert result == {"action": "decline", "data": None}
-    (record,) = audit_records(tmp_path)
-    assert (record["decision"], record["rule"]) == ("deny", "default")
-    assert "auto-answer" not in record["reason"]
-
-
-@pytest.mark.anyio
-async def test_decline_and_cancel_entries(tmp_path: Path, env: dict[str, str]) -> None:
-    entries = "    - {server: '*', message: Delete, action: cancel}\n"
-    assert await ask(tmp_path, env, policy(tmp_path, entries), CONFIRM, "Delete all?") == {
-        "action": "cancel",
-        "data": None,
-    }
-    (record,) = audit_records(tmp_path)
-    assert (record["decision"], record["rule"]) == ("auto_answered", "auto-answer-1")
-
-
-@pytest.mark.anyio
-async def test_a_sensitive_form_is_never_auto_answered(tmp_path: Path, env: dict[str, str]) -> None:
-    entry = "    - {name: yes-to-all, server: '*', action: accept, content: {confirm: true}}\n"
-    # Even with sensitive forms allowed through to a human, the policy does not answer one.
-    text = policy(tmp_path, entry, "  sensitive_form: allow\n")
-    result = await ask(tmp_path, env, text, SECRET, "Deploy to staging?")
-    assert result == {"action": "decline", "data": None}
-    (record,) = audit_records(tmp_path)
-    assert record["decision"] == "deny"
-    assert "auto-answer 'yes-to-all' not used: the form asks for secrets" in record["reason"]
-    assert "never auto-answered" in record["reason"]
-    assert "auto-answer not used" in (tmp_path / "stderr.log").read_text()
-
-
-@pytest.mark.anyio
-async def test_a_sensitive_form_declined_by_sensitive_form_says_the_entry_was_not_used(
-    tmp_path: Path, env: dict[str, str]
-) -> None:
-    entry = "    - {name: yes-to-all, server: '*', action: accept, content: {confirm: true}, applies: always}\n"
-    result = await ask(tmp_path, env, policy(tmp_path, entry), SECRET)
-    assert result == {"action": "decline", "data": None}
-    (record,) = audit_records(tmp_path)
-    assert record["decision"] == "deny"
-    assert "elicitation.sensitive_form" in record["reason"]
-    assert "auto-answer 'yes-to-all' not used" in record["reason"]
-
-
-@pytest.mark.anyio
-async def test_content_that_does_not_fit_the_form_is_refused_with_a_clear_reason(
-    tmp_path: Path, env: dict[str, str]
-) -> None:
-    entry = "    - {name: sloppy, server: '*', action: accept, content: {confirm: 'yes please', extra: 1}}\n"
-    result = await ask(tmp_path, env, policy(tmp_path, entry), CONFIRM)
-    assert result == {"action": "decline", "data": None}
-    (record,) = audit_records(tmp_path)
-    assert (record["decision"], record["rule"]) == ("error", "sloppy")
-    assert "auto-answer 'sloppy' does not fit the form" in record["reason"]
-    assert "'extra': not a field of this form" in record["reason"]
-    assert "'confirm': not a boolean" in record["reason"]
-    assert "does not fit the form" in (tmp_path / "stderr.log").read_text()
-
-
-@pytest.mark.anyio
-async def test_url_mode_is_never_auto_answered(tmp_path: Path, env: dict[str, str]) -> None:
-    entry = "    - {name: any-url, server: '*', action: accept, applies: always}\n"
-    path = write_policy(tmp_path, policy(tmp_path, entry, "  url_mode: true\n"))
-    async with sdk_host(proxy_command(path), env, tmp_path / "stderr.log") as host:
-        result = tool_json(await host.call_tool("elicit_url", {"url": "https://example.com/login"}))
-    assert result == {"action": "decline"}
-    (record,) = audit_records(tmp_path)
-    assert record["decision"] == "deny"
-    assert "auto-answer 'any-url' not used: URL-mode elicitation is never auto-answered" in record["reason"]
 
 
 def test_policy_check_names_a_bad_entry(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

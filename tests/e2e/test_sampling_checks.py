@@ -1,7 +1,9 @@
-"""Sampling checks through the real proxy: unsolicited requests, the per-call cap, credentials in answers.
+"""Sampling checks through the real proxy: an unsolicited request, credentials in answers.
 
-Real servers (a hand-written hostile one that samples unasked and loops, and the kitchen sink),
-the proxy as a process, and a loopback LLM speaking the OpenAI wire format.
+Real servers (a hand-written hostile one that samples unasked, and the kitchen sink), the proxy as a
+process, and a loopback LLM speaking the OpenAI wire format. The checks' other cases (the servers the
+policy lets sample unasked, the per-call cap, secrets in prompts and answers) are played in memory:
+tests/unit/services/test_sampling_checks_played.py.
 """
 
 from __future__ import annotations
@@ -23,8 +25,6 @@ AWS_ANSWER = (
     "Put this in ~/.aws/credentials:\n[default]\n"
     f"aws_access_key_id = {AWS_KEY_ID}\naws_secret_access_key = {AWS_SECRET}\nregion = eu-west-1\n"
 )
-PEM_BODY = "MIIEpAIBAAKCAQEA3Tz2mr7SZiAMfQyuvBjM9OiZ1BjP5CE/Wm/Rr500PRK+Lh9x5eJPo5CAZ3\n/ANBE0sTKfQyuvB0sTK+Lh9x5e"
-PEM = f"-----BEGIN RSA PRIVATE KEY-----\n{PEM_BODY}\n-----END RSA PRIVATE KEY-----"
 
 
 def env_for(tmp_path: Path) -> dict[str, str]:
@@ -83,57 +83,10 @@ def test_unsolicited_sampling_is_refused_by_default(tmp_path: Path, llm: FakeLLM
     assert llm.requests == []  # the LLM was never called
 
 
-def test_unsolicited_sampling_is_allowed_for_a_server_the_policy_names(tmp_path: Path, llm: FakeLLMServer) -> None:
-    record, answer = unsolicited_run(tmp_path, llm, "  allow_unsolicited: [loop*]\n")
-    assert answer == {"text": "echo: nobody asked"}
-    assert record["decision"] == "allow"
-    assert record["unsolicited"] is True
-    assert len(llm.requests) == 1
-
-
-def test_unsolicited_sampling_stays_refused_for_a_server_the_policy_does_not_name(
-    tmp_path: Path, llm: FakeLLMServer
-) -> None:
-    record, answer = unsolicited_run(tmp_path, llm, "  allow_unsolicited: [summarizer]\n")
-    assert record["reason"] == "unsolicited"
-    assert answer["error"]["code"] == -1
-    assert llm.requests == []
-
-
-@pytest.mark.anyio
-async def test_a_thirty_round_loop_in_one_tool_call_is_stopped_at_the_cap(tmp_path: Path, llm: FakeLLMServer) -> None:
-    policy, audit = policy_file(tmp_path, llm)
-    command = proxy_command(policy, "--name", "looper", upstream=[PY, LOOPER])
-    async with sdk_host(command, env_for(tmp_path), tmp_path / "stderr.log") as client:
-        rounds = tool_json(await client.call_tool("loop", {"rounds": 30}))
-        again = tool_json(await client.call_tool("loop", {"rounds": 2}))  # the cap is per call
-    assert [r.get("text") for r in rounds[:25]] == [f"echo: round {n}" for n in range(25)]
-    for refused in rounds[25:]:  # rounds 26 to 30
-        assert refused["error"]["code"] == -1
-        assert "sampling.max_per_call: 25" in refused["error"]["message"]
-        assert "tool call 'loop'" in refused["error"]["message"]
-    assert again == [{"text": "echo: round 0"}, {"text": "echo: round 1"}]
-    assert len(llm.requests) == 27
-    written = records(audit)
-    assert [r["decision"] for r in written] == ["allow"] * 25 + ["deny"] * 5 + ["allow"] * 2
-    assert {r["limit"] for r in written[25:30]} == {"max_per_call"}
-    assert all(r["tool"] == "loop" for r in written)
-
-
-@pytest.mark.anyio
-async def test_the_cap_is_the_policys(tmp_path: Path, llm: FakeLLMServer) -> None:
-    policy, _audit = policy_file(tmp_path, llm, "  max_per_call: 3\n")
-    command = proxy_command(policy, upstream=[PY, LOOPER])
-    async with sdk_host(command, env_for(tmp_path), tmp_path / "stderr.log") as client:
-        rounds = tool_json(await client.call_tool("loop", {"rounds": 5}))
-    assert [("text" in r) for r in rounds] == [True, True, True, False, False]
-    assert "sampling.max_per_call: 3" in rounds[3]["error"]["message"]
-
-
-async def sample_through(tmp_path: Path, llm: FakeLLMServer, sampling: str, prompt: str = "keys?") -> Any:
+async def sample_through(tmp_path: Path, llm: FakeLLMServer, sampling: str) -> Any:
     policy, _audit = policy_file(tmp_path, llm, sampling)
     async with sdk_host(proxy_command(policy), env_for(tmp_path), tmp_path / "stderr.log") as client:
-        return tool_json(await client.call_tool("sample", {"prompt": prompt}))
+        return tool_json(await client.call_tool("sample", {"prompt": "keys?"}))
 
 
 @pytest.mark.anyio
@@ -152,51 +105,3 @@ async def test_an_aws_key_in_the_llms_answer_is_redacted_on_the_way_to_the_serve
     assert record["decision"] == "allow"
     assert record["answer_secrets"] == ["AWS Access Key"]
     assert AWS_KEY_ID not in audit.read_text() and AWS_SECRET not in audit.read_text()
-
-
-@pytest.mark.anyio
-async def test_on_secret_deny_withholds_the_answer(tmp_path: Path, llm: FakeLLMServer) -> None:
-    llm.reply_text(AWS_ANSWER)
-    result = await sample_through(tmp_path, llm, "  on_secret: deny\n")
-    assert result["error"]["code"] == -1
-    assert "held credentials (AWS Access Key)" in result["error"]["message"]
-    assert "sampling.on_secret: deny" in result["error"]["message"]
-    audit = tmp_path / "audit.jsonl"
-    (record,) = records(audit)
-    assert record["decision"] == "deny"
-    assert record["answer_secrets"] == ["AWS Access Key"]
-    assert record["model"]  # the LLM was called: its record says which
-    assert AWS_SECRET not in audit.read_text()
-
-
-@pytest.mark.anyio
-async def test_on_secret_allow_passes_the_answer_and_names_what_it_held(tmp_path: Path, llm: FakeLLMServer) -> None:
-    llm.reply_text(AWS_ANSWER)
-    result = await sample_through(tmp_path, llm, "  on_secret: allow\n")
-    assert result["content"]["text"] == AWS_ANSWER
-    (record,) = records(tmp_path / "audit.jsonl")
-    assert record["answer_secrets"] == ["AWS Access Key"]
-
-
-@pytest.mark.anyio
-async def test_a_pem_private_key_is_redacted_whole(tmp_path: Path, llm: FakeLLMServer) -> None:
-    llm.reply_text(f"Here is the key:\n{PEM}\nKeep it safe.")
-    result = await sample_through(tmp_path, llm, "")
-    assert result["content"]["text"] == "Here is the key:\n[REDACTED:Private Key]\nKeep it safe."
-
-
-@pytest.mark.anyio
-async def test_scan_requests_masks_a_key_in_the_prompt_before_the_llm_sees_it(
-    tmp_path: Path, llm: FakeLLMServer
-) -> None:
-    result = await sample_through(tmp_path, llm, "  scan_requests: true\n", prompt=f"store {AWS_KEY_ID} for me")
-    assert result["content"]["text"] == "echo: store [REDACTED:AWS Access Key] for me"
-    assert AWS_KEY_ID not in json.dumps(llm.last.body)
-    (record,) = records(tmp_path / "audit.jsonl")
-    assert record["prompt_secrets"] == ["AWS Access Key"]
-
-
-@pytest.mark.anyio
-async def test_prompts_are_not_scanned_unless_asked(tmp_path: Path, llm: FakeLLMServer) -> None:
-    await sample_through(tmp_path, llm, "", prompt=f"store {AWS_KEY_ID} for me")
-    assert AWS_KEY_ID in json.dumps(llm.last.body)

@@ -9,12 +9,21 @@ approval, audit, tool rules), exactly as the proxy wires them. The test speaks f
     async with Playbook(tmp_path, policy) as play:
         play.host.says({"jsonrpc": "2.0", "id": 1, "method": "initialize", ...})
         assert (await play.server.next())["method"] == "initialize"
+
+The common cases have their shortcuts: `handshake(capabilities)` (a host with or without sampling and
+elicitation), `sample(params)` and `elicit(params)` (a server's request inside a host's tool call; `host=`
+answers the request when the relay asks the host), `call(tool)` for several requests in one call,
+`server_asks` for one outside any call, `audit()`. With `console=True` the companion console's
+socket is served in the test's runtime dir and `attach_console()` connects a test console to it, as the
+user's `console` would; approvals, forms and reviews then go to it. Limits and budgets keep their state
+where the proxy's do (the test's own state dir), so a second Playbook is the proxy started again.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -23,6 +32,7 @@ import anyio
 import anyio.abc
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from helpers.console import SocketConsole
 from mcp_sampling_proxy.approval.console.server import ConsoleServer
 from mcp_sampling_proxy.audit.recorder import AuditLog
 from mcp_sampling_proxy.config.settings import parse_settings
@@ -33,6 +43,8 @@ from mcp_sampling_proxy.runtime import build_services
 from mcp_sampling_proxy.services.sampling.adapters import AdapterPool
 
 HANDSHAKE_VERSION = "2025-11-25"
+HostAnswer = Callable[[dict[str, Any]], dict[str, Any]]
+"""The host's answer to a request the relay sent it: `{"result": ...}` or `{"error": ...}`."""
 
 
 class Peer:
@@ -89,10 +101,36 @@ class SecondLegPeer(Peer):
         return self.receive
 
 
+class Call:
+    """A host's tool call in flight at the server (`Playbook.call`): the server's requests inside it."""
+
+    def __init__(self, play: Playbook) -> None:
+        self._play = play
+
+    async def sample(
+        self, params: dict[str, Any], timeout: float = 30.0, host: HostAnswer | None = None
+    ) -> dict[str, Any]:
+        return await self._play.server_asks("sampling/createMessage", params, timeout, host)
+
+    async def elicit(
+        self, params: dict[str, Any], timeout: float = 30.0, host: HostAnswer | None = None
+    ) -> dict[str, Any]:
+        return await self._play.server_asks("elicitation/create", params, timeout, host)
+
+
 class Playbook:
     """The relay and the services of one session, between `host` and `server` (and `second_leg`)."""
 
-    def __init__(self, tmp_path: Path, policy: str = "", *, second_leg: bool = False) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        policy: str = "",
+        *,
+        second_leg: bool = False,
+        name: str = "played",
+        console: bool = False,
+    ) -> None:
+        """`name`: the server's name, as `--name` gives it; `console`: serve the companion console's socket."""
         self.audit_path = tmp_path / "audit.jsonl"
         audit = f"audit:\n  path: {self.audit_path}\n  fsync: false\n"
         self.settings = parse_settings(policy + ("" if "\naudit:" in f"\n{policy}" else audit), "playbook.yaml")
@@ -100,22 +138,30 @@ class Playbook:
         self.server = Peer("server")
         self.second_leg = SecondLegPeer() if second_leg else None
         self._tg: anyio.abc.TaskGroup | None = None
-        self._calls = 0  # the host's calls `sample` made
+        self._calls = 0  # the host's calls `call` made
+        self._requests = 0  # the server's requests `server_asks` made
+        self._name = name
+        self._serve_console = console
+        self.host_asked: list[dict[str, Any]] = []  # the requests `host=` answered, as the host got them
         self.relay: Relay
+        self.console: ConsoleServer
 
     async def __aenter__(self) -> Playbook:
         settings = self.settings
-        self._audit = AuditLog.from_settings(settings, environ={})
+        self._audit = AuditLog.from_settings(settings)
         self._adapters = AdapterPool(list(settings.providers), None)
+        tools = settings.sampling.advertise_tools and self._adapters.can_use_tools
         offered = capabilities.offers(
-            capabilities.offered_sampling(route=settings.sampling.route, tools=False),
+            capabilities.offered_sampling(route=settings.sampling.route, tools=tools),
             capabilities.offered_elicitation(route=settings.elicitation.route, url_mode=settings.elicitation.url_mode),
         )
-        session = Session(name_override="played")
-        console = ConsoleServer(lambda: session.server_name, lambda: session.host_name)  # never served
+        session = Session(name_override=self._name)
+        console = self.console = ConsoleServer(lambda: session.server_name, lambda: session.host_name)
         services = build_services(settings, self._adapters, self._audit, None, console, offered)
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
+        if self._serve_console:
+            await self._tg.start(console.serve)
         keepalive = settings.sampling.keepalive_seconds
         self.relay = Relay(
             self.host.receive,
@@ -163,9 +209,31 @@ class Playbook:
             return []
         return [json.loads(line) for line in self.audit_path.read_text().splitlines()]
 
-    async def sample(self, params: dict[str, Any], tool: str = "sample", timeout: float = 30.0) -> dict[str, Any]:
+    async def attach_console(self) -> SocketConsole:
+        """A test console attached to this proxy's socket (`console=True`), past its hello."""
+        assert self._serve_console and self.console.path is not None, "Playbook(..., console=True) serves one"
+        return await SocketConsole.attach(self.console.path.parent)
+
+    async def sample(
+        self, params: dict[str, Any], tool: str = "sample", timeout: float = 30.0, host: HostAnswer | None = None
+    ) -> dict[str, Any]:
         """What a server asking for a sample inside the host's call of `tool` gets back from the relay (after
-        `handshake`): the JSON-RPC response, its `result` or its `error`. The server then ends the call."""
+        `handshake`): the JSON-RPC response, its `result` or its `error`. The server then ends the call.
+        `host`: the relay is expected to ask the host, which answers so (`host_asked` keeps the request)."""
+        async with self.call(tool) as call:
+            return await call.sample(params, timeout, host)
+
+    async def elicit(
+        self, params: dict[str, Any], tool: str = "elicit", timeout: float = 30.0, host: HostAnswer | None = None
+    ) -> dict[str, Any]:
+        """As `sample`, for an `elicitation/create` request."""
+        async with self.call(tool) as call:
+            return await call.elicit(params, timeout, host)
+
+    @asynccontextmanager
+    async def call(self, tool: str) -> AsyncIterator[Call]:
+        """The host's call of `tool`, in flight at the server while the block runs (its requests belong to
+        it); the server ends it after the block."""
         self._calls += 1
         call = f"call-{self._calls}"
         self.host.says(
@@ -173,13 +241,26 @@ class Playbook:
         )
         forwarded = await self.server.next()
         assert forwarded["method"] == "tools/call", forwarded
-        asked = f"sample-{self._calls}"
-        self.server.says({"jsonrpc": "2.0", "id": asked, "method": "sampling/createMessage", "params": params})
-        answer = await self.server.next(timeout)
-        assert answer.get("id") == asked and "method" not in answer, answer
+        yield Call(self)
         self.server.says({"jsonrpc": "2.0", "id": forwarded["id"], "result": {"content": []}})
         ended = await self.host.next()
         assert ended.get("id") == call, ended
+
+    async def server_asks(
+        self, method: str, params: dict[str, Any], timeout: float = 30.0, host: HostAnswer | None = None
+    ) -> dict[str, Any]:
+        """The server's request of `method` (inside a call when `call` runs, else unsolicited): the
+        response it gets. `host`: as for `sample`."""
+        self._requests += 1
+        asked = f"request-{self._requests}"
+        self.server.says({"jsonrpc": "2.0", "id": asked, "method": method, "params": params})
+        if host is not None:
+            request = await self.host.next(timeout)
+            assert request.get("method") == method, request
+            self.host_asked.append(request)
+            self.host.says({"jsonrpc": "2.0", "id": request["id"], **host(request)})
+        answer = await self.server.next(timeout)
+        assert answer.get("id") == asked and "method" not in answer, answer
         return answer
 
     async def handshake(self, capabilities: dict[str, Any] | None = None) -> None:
