@@ -1,5 +1,6 @@
-"""Tool calls under the policy's `tools:` rules, through the real proxy: a denied tool disappears from
-tools/list and its calls are refused; a `prompt` rule asks a human at the companion console first."""
+"""Tool calls under the policy's `tools:` rules, through the real proxy: a `prompt` rule asks a human at
+the companion console first. A denied tool hidden and refused, played in memory:
+tests/unit/services/test_tool_rules_played.py."""
 
 from __future__ import annotations
 
@@ -59,27 +60,6 @@ def ended(host: RawHost) -> None:
 
 def audit_records(tmp_path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
-
-
-def test_a_denied_tool_is_hidden_and_refused(tmp_path: Path, env: dict[str, str]) -> None:
-    with RawHost(ruled_proxy(tmp_path), env, tmp_path / "stderr.log") as host:
-        host.initialize()
-        tools = [t["name"] for t in host.request("tools/list", {})["result"]["tools"]]
-        assert tools == ["echo", "fetch"]
-        exact = [line for line in host.raw_received if b'"tools"' in line][-1]
-        assert b'"maximum":1180591620717411303424' in exact.replace(b" ", b"")  # 2**70, not a float
-        refused = host.request("tools/call", {"name": "delete_file", "arguments": {"path": "/etc/passwd"}})
-        assert refused["error"]["message"] == (
-            "tool 'delete_file' is refused by the proxy's tools rule 'never-delete': deleting is done by hand"
-        )
-        assert called(host.request("tools/call", {"name": "fetch", "arguments": {"url": "https://a.example"}})) == (
-            "fetch"
-        )
-        ended(host)
-    decisions = [(r["method"], r["tool"], r["rule"], r["action"], r["decision"]) for r in audit_records(tmp_path)]
-    assert ("tools/list", "delete_file", "never-delete", "deny", "deny") in decisions
-    assert ("tools/call", "delete_file", "never-delete", "deny", "deny") in decisions
-    assert not any(d[0] == "tools/call" and d[1] == "fetch" for d in decisions)  # no rule named that call
 
 
 def test_a_prompt_rule_asks_at_the_console(tmp_path: Path, env: dict[str, str]) -> None:

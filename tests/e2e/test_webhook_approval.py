@@ -1,7 +1,9 @@
 """The webhook approval channel through the real proxy: a receiver on 127.0.0.1 (tests/helpers/webhook_receiver.py)
-is POSTed a signed request showing exactly what will run and answers it, signed; a forged or replayed
-answer is a refusal with its reason in the audit record, and a plain-http URL off this machine is a policy
-error."""
+is POSTed a signed request showing exactly what will run and answers it, signed, and the governed server
+never sees the secret; `doctor` says when the secret is missing; the guide's receiver works as printed.
+Denied, forged, replayed and unreachable answers, played in memory:
+tests/unit/services/test_webhook_approval_played.py; a plain-http URL off this machine:
+tests/unit/commands/test_policy_check_webhook.py."""
 
 from __future__ import annotations
 
@@ -121,87 +123,10 @@ def test_a_webhook_approval_runs_the_request_it_was_shown(
         assert SECRET not in text
 
 
-def test_a_webhook_deny_refuses_the_request(
-    tmp_path: Path, llm: FakeLLMServer, env: dict[str, str], receiver: Receiver
-) -> None:
-    receiver.replies = [Reply("deny", "bob")]
-    policy = webhook_policy(tmp_path, llm, receiver.url)
-    with RawHost(proxy_command(policy), env, tmp_path / "proxy.log") as host:
-        host.initialize()
-        answer = call_sample(host, 2, "delete the staging database")
-    assert answer["error"]["code"] == -1
-    assert "denied through the webhook by bob" in answer["error"]["message"]
-    assert llm.requests == []
-    [record] = decisions(tmp_path)
-    assert record["decision"] == "rejected" and record["approver"] == "webhook"
-
-
-@pytest.mark.parametrize(
-    ("forge", "why"),
-    [
-        pytest.param("mac", "does not match (not signed with the shared secret", id="bad-mac"),
-        pytest.param("digest", "request_sha256 is not the digest of what would run", id="wrong-digest"),
-    ],
-)
-def test_a_forged_answer_is_refused(
-    tmp_path: Path, llm: FakeLLMServer, env: dict[str, str], receiver: Receiver, forge: str, why: str
-) -> None:
-    receiver.replies = [Reply("approve", "mallory", forge=forge)]
-    policy = webhook_policy(tmp_path, llm, receiver.url)
-    with RawHost(proxy_command(policy), env, tmp_path / "proxy.log") as host:
-        host.initialize()
-        answer = call_sample(host, 2, "wire the money")
-    assert why in answer["error"]["message"]
-    assert llm.requests == []
-    [record] = decisions(tmp_path)
-    assert record["decision"] == "rejected"
-    assert "the webhook gave no valid approval" in record["reason"] and why in record["reason"]
-    assert "approved_by" not in record
-
-
-def test_an_answer_replayed_for_another_request_is_refused(
-    tmp_path: Path, llm: FakeLLMServer, env: dict[str, str], receiver: Receiver
-) -> None:
-    """The first request is approved; the same signed answer, sent again byte for byte for a second request
-    with the very same prompt (so the same request_sha256), is refused: it names the first request's id."""
-    receiver.replies = [Reply("approve", "alice"), Reply("approve", "alice", forge="replay")]
-    policy = webhook_policy(tmp_path, llm, receiver.url)
-    with RawHost(proxy_command(policy), env, tmp_path / "proxy.log") as host:
-        host.initialize()
-        first = call_sample(host, 2, "same words")
-        second = call_sample(host, 3, "same words")
-    assert first["content"]["text"] == "echo: same words"
-    assert "it answers another request" in second["error"]["message"]
-    assert len(llm.requests) == 1
-    first_sent, second_sent = receiver.received
-    assert first_sent.body["request_sha256"] == second_sent.body["request_sha256"]
-    assert first_sent.body["request_id"] != second_sent.body["request_id"]
-    assert [r["decision"] for r in decisions(tmp_path)] == ["approved", "rejected"]
-
-
-def test_an_unreachable_webhook_is_a_refusal_that_says_so(
-    tmp_path: Path, llm: FakeLLMServer, env: dict[str, str]
-) -> None:
-    with webhook_receiver(SECRET.encode()) as gone:
-        url = gone.url  # nobody listens there any more
-    policy = webhook_policy(tmp_path, llm, url)
-    with RawHost(proxy_command(policy), env, tmp_path / "proxy.log") as host:
-        host.initialize()
-        answer = call_sample(host, 2, "anything")
-    assert "the webhook went away before answering" in answer["error"]["message"]
-    assert llm.requests == []
-    assert "cannot reach the approval webhook" in (tmp_path / "proxy.log").read_text()
-
-
-def test_without_its_secret_the_webhook_asks_nobody_and_doctor_says_why(
+def test_doctor_says_why_a_webhook_without_its_secret_asks_nobody(
     tmp_path: Path, llm: FakeLLMServer, dirs: dict[str, str], receiver: Receiver
 ) -> None:
     policy = webhook_policy(tmp_path, llm, receiver.url)
-    with RawHost(proxy_command(policy), proxy_env(**dirs), tmp_path / "proxy.log") as host:
-        host.initialize()
-        answer = call_sample(host, 2, "anything")
-    assert "no approval channel is available" in answer["error"]["message"]
-    assert receiver.received == []
     doctor = subprocess.run(
         [PY, "-m", "mcp_sampling_proxy", "doctor", "--policy", policy],
         env=proxy_env(**dirs),
@@ -212,32 +137,6 @@ def test_without_its_secret_the_webhook_asks_nobody_and_doctor_says_why(
     out = doctor.stdout + doctor.stderr
     assert "webhook: its secret is not set (secret_env APPROVAL_HOOK_SECRET)" in out, out
     assert "set APPROVAL_HOOK_SECRET in the environment" in out
-
-
-@pytest.mark.parametrize(
-    ("url", "ok"),
-    [
-        ("http://approvals.example.com/hook", False),
-        ("http://10.0.0.5:8080/hook", False),
-        ("http://127.0.0.1:9000/hook", True),
-        ("http://[::1]:9000/hook", True),
-        ("http://localhost:9000/hook", True),
-        ("https://approvals.example.com/hook", True),
-    ],
-)
-def test_policy_check_refuses_plain_http_off_this_machine(tmp_path: Path, url: str, ok: bool) -> None:
-    policy = write_policy(
-        tmp_path, f"approval:\n  webhook:\n    url: '{url}'\n    secret_env: HOOK\nrules:\n  - action: prompt\n"
-    )
-    result = subprocess.run(
-        [PY, "-m", "mcp_sampling_proxy", "policy", "check", policy], capture_output=True, text=True, timeout=60
-    )
-    if ok:
-        assert result.returncode == 0, result.stderr
-    else:
-        assert result.returncode != 0
-        assert "policy.yaml:3:10: approval.webhook.url is plain http to" in result.stderr
-        assert "use https://" in result.stderr
 
 
 def test_the_receiver_in_the_guide_approves_a_request(tmp_path: Path, llm: FakeLLMServer, dirs: dict[str, str]) -> None:

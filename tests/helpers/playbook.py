@@ -13,10 +13,13 @@ approval, audit, tool rules), exactly as the proxy wires them. The test speaks f
 The common cases have their shortcuts: `handshake(capabilities)` (a host with or without sampling and
 elicitation), `sample(params)` and `elicit(params)` (a server's request inside a host's tool call; `host=`
 answers the request when the relay asks the host), `call(tool)` for several requests in one call,
-`server_asks` for one outside any call, `audit()`. With `console=True` the companion console's
+`server_asks` for one outside any call, `host_asks` for a host's request to a server `serve_with` plays,
+`audit()`. With `console=True` the companion console's
 socket is served in the test's runtime dir and `attach_console()` connects a test console to it, as the
 user's `console` would; approvals, forms and reviews then go to it. Limits and budgets keep their state
-where the proxy's do (the test's own state dir), so a second Playbook is the proxy started again.
+where the proxy's do (the test's own state dir), so a second Playbook is the proxy started again; with
+`state=True` so do `always` approvals and the tool pins (`target`: the server's command line, which with
+`name` says whose pins they are).
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from mcp_sampling_proxy.approval.console.server import ConsoleServer
 from mcp_sampling_proxy.audit.recorder import AuditLog
 from mcp_sampling_proxy.config.settings import parse_settings
 from mcp_sampling_proxy.protocol import capabilities
+from mcp_sampling_proxy.quotas.state import JsonStateFile, state_dir
+from mcp_sampling_proxy.quotas.tool_pins import PINS_FILE, ToolPins
 from mcp_sampling_proxy.relay.core import Relay
 from mcp_sampling_proxy.relay.session import Session
 from mcp_sampling_proxy.runtime import build_services
@@ -129,8 +134,11 @@ class Playbook:
         second_leg: bool = False,
         name: str = "played",
         console: bool = False,
+        state: bool = False,
+        target: str = "played-server",
     ) -> None:
-        """`name`: the server's name, as `--name` gives it; `console`: serve the companion console's socket."""
+        """`name`: the server's name, as `--name` gives it; `console`: serve the companion console's socket;
+        `state`: keep `always` approvals and tool pins (when `tools.pin`) in the state dir, as the proxy does."""
         self.audit_path = tmp_path / "audit.jsonl"
         audit = f"audit:\n  path: {self.audit_path}\n  fsync: false\n"
         self.settings = parse_settings(policy + ("" if "\naudit:" in f"\n{policy}" else audit), "playbook.yaml")
@@ -142,6 +150,8 @@ class Playbook:
         self._requests = 0  # the server's requests `server_asks` made
         self._name = name
         self._serve_console = console
+        self._state = state
+        self._target = target
         self.host_asked: list[dict[str, Any]] = []  # the requests `host=` answered, as the host got them
         self.relay: Relay
         self.console: ConsoleServer
@@ -157,7 +167,13 @@ class Playbook:
         )
         session = Session(name_override=self._name)
         console = self.console = ConsoleServer(lambda: session.server_name, lambda: session.host_name)
-        services = build_services(settings, self._adapters, self._audit, None, console, offered)
+        approvals, pins = None, None
+        if self._state:  # the stores the proxy opens (runtime.py), in the test's own state dir
+            approvals = JsonStateFile(state_dir() / "approvals.json")
+            pins = ToolPins(state_dir() / PINS_FILE) if settings.tools.pin else None
+        services = build_services(
+            settings, self._adapters, self._audit, None, console, offered, approvals, pins, self._target
+        )
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         if self._serve_console:
@@ -202,6 +218,16 @@ class Playbook:
         assert self._tg is not None
         self._tg.start_soon(serve)
         return got
+
+    async def host_asks(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """The host's request of `method` and the response it gets (the server played by `serve_with`)."""
+        self._calls += 1
+        asked = f"host-{self._calls}"
+        self.host.says({"jsonrpc": "2.0", "id": asked, "method": method, "params": params})
+        while True:
+            answer = await self.host.next()
+            if answer.get("id") == asked and "method" not in answer:
+                return answer
 
     def audit(self) -> list[dict[str, Any]]:
         """The audit records written so far."""
