@@ -96,7 +96,7 @@ class LoopbackRedirect:
 
         self._server = HTTPServer(("127.0.0.1", 0), Handler)
         self.redirect_uri = f"http://127.0.0.1:{self._server.server_address[1]}/callback"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
         self._thread.start()
 
     async def open(self, url: str) -> None:

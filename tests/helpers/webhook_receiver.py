@@ -103,7 +103,7 @@ def webhook_receiver(secret: bytes, replies: list[Reply] | None = None) -> Itera
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     receiver.url = f"http://127.0.0.1:{server.server_address[1]}/approve"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()
     try:
         yield receiver
