@@ -87,6 +87,7 @@ def page_server(web: WebConsole) -> Server:
         port=web.port,
         http=_protocol(web.socket_timeout),
         server_header=False,  # the app names itself
+        log_level="error",  # a peer's malformed request is not news on the console's stderr; a failure is
     )
     return Server(config, web.stop)
 
@@ -103,7 +104,8 @@ def _protocol(head_timeout: float) -> type[H11Protocol]:
                 return
             body = json.dumps({"error": f"the body must be 1 to {MAX_BODY} bytes"}).encode()
             headers = [*response_headers("application/json", len(body)), (b"connection", b"close")]
-            for event in (h11.Response(status_code=413, headers=headers), h11.Data(data=body), h11.EndOfMessage()):
+            response = h11.Response(status_code=413, headers=headers, reason=b"Content Too Large")
+            for event in (response, h11.Data(data=body), h11.EndOfMessage()):
                 self.transport.write(self.conn.send(event))
             self.transport.close()
 
