@@ -45,6 +45,7 @@ from mcp_sampling_proxy.services.network import NetworkGate
 from mcp_sampling_proxy.services.sampling.adapters import AdapterPool
 from mcp_sampling_proxy.services.sampling.service import SamplingService
 from mcp_sampling_proxy.services.tools import ToolGate
+from mcp_sampling_proxy.system.event_loop import has_uvloop
 from mcp_sampling_proxy.system.hardening import end_strays, reap_orphans_forever
 from mcp_sampling_proxy.system.stop_signals import STOP_SIGNALS, take_held
 from mcp_sampling_proxy.system.terminal import Terminal
@@ -565,24 +566,10 @@ def _asyncio_loop() -> Any:
     return asyncio.get_running_loop()
 
 
-def _has_uvloop() -> bool:
-    """uvloop cuts the event loop's cost per message, which is most of what the relay adds."""
-    if os.environ.get("MCP_SAMPLING_PROXY_NO_UVLOOP"):
-        return False
-    try:
-        import uvloop  # noqa: F401  # optional: only whether it is installed
-    except ImportError:
-        return False
-    return True
-
-
-has_uvloop = _has_uvloop  # for `serve` (front/endpoint.py), which runs its own event loop
-
-
 def run(upstream: Upstream, settings: Settings, options: RunOptions) -> int:
     try:
         return anyio.run(
-            run_session, upstream, settings, options, backend="asyncio", backend_options={"use_uvloop": _has_uvloop()}
+            run_session, upstream, settings, options, backend="asyncio", backend_options={"use_uvloop": has_uvloop()}
         )
     except KeyboardInterrupt:  # pragma: no cover - signals are handled inside
         return 130

@@ -33,10 +33,13 @@ from mcp_sampling_proxy.approval.dialogues import approval_dialogue, review_dial
 from mcp_sampling_proxy.approval.form_prompts import converse
 from mcp_sampling_proxy.approval.forms import FormError, parse_form
 from mcp_sampling_proxy.commands.parsing import Parser
-from mcp_sampling_proxy.commands.web_console import serve
+from mcp_sampling_proxy.config.paths import policy_or_default
+from mcp_sampling_proxy.config.settings import Settings, load_settings
 from mcp_sampling_proxy.log import configure, get_logger
 from mcp_sampling_proxy.notation.vocabulary import TOOL_CALL_APPROVAL
+from mcp_sampling_proxy.notation.yamlnodes import PolicyError
 from mcp_sampling_proxy.services.elicitation import open_url
+from mcp_sampling_proxy.system.listening import listen_failure
 from mcp_sampling_proxy.system.terminal import discard_typeahead, erase_question
 from mcp_sampling_proxy.text.sanitize import one_line, quote, strip_controls
 
@@ -311,7 +314,9 @@ def main(argv: Sequence[str]) -> int:
         print(f"mcp-sampling-proxy console: error: {exc}", file=sys.stderr)
         return 1
     if args.web:
-        return serve(directory, port=args.port, open_browser=not args.no_open, policy=args.policy, audit=args.audit)
+        return web_console(
+            directory, port=args.port, open_browser=not args.no_open, policy=args.policy, audit=args.audit
+        )
 
     async def run() -> None:
         async with anyio.create_task_group() as tg:
@@ -327,4 +332,58 @@ def main(argv: Sequence[str]) -> int:
         # A prompt's reader thread may still be blocked in stdin.readline(), holding stdin's lock, and
         # the interpreter's shutdown would wait for that lock (a second Ctrl-C): leave at once instead.
         os._exit(0)
+    return 0
+
+
+CLOSED_LINE = "console closed: pending requests go to each proxy's next approval channel, or are denied"
+
+
+def default_policy() -> str | None:
+    """The user's policy when it sits where `init` writes it (see config.paths)."""
+    return policy_or_default(None)[0]
+
+
+def web_console(directory: Path, *, port: int, open_browser: bool, policy: str | None, audit: str | None) -> int:
+    """`console --web`: run the page until Ctrl-C or SIGTERM; the first line on stdout is its URL with its token."""
+    # start-up: the page's server pulls in uvicorn and Starlette, which only --web needs
+    from mcp_sampling_proxy.approval.console.client import ConsoleClient as Client
+    from mcp_sampling_proxy.front.web_console.app import WebConsole
+    from mcp_sampling_proxy.front.web_console.server import HOST, listen, page_sources, run
+
+    settings: Settings | None = None
+    named = policy or default_policy()
+    if named:
+        try:
+            settings = load_settings(named)
+        except PolicyError as exc:
+            if policy:  # the file the user named: say what is wrong with it
+                print(f"mcp-sampling-proxy console: error: {exc}", file=sys.stderr)
+                return 2
+            # the default policy only feeds the budgets shown: approvals must not wait for a fix
+            print(
+                f"mcp-sampling-proxy console: warning: the default policy cannot be read, so no budgets or "
+                f"limits are shown: {exc}",
+                file=sys.stderr,
+            )
+    sources = page_sources(settings, audit)
+    for warning in sources.warnings:
+        print(f"mcp-sampling-proxy console: warning: {warning}", file=sys.stderr)
+    try:
+        listener = listen(port)
+    except OSError as exc:
+        problem = listen_failure(HOST, port, exc, lambda free: f"--port {free}")
+        print(f"mcp-sampling-proxy console: error: {problem} (--port 0 picks a free one)", file=sys.stderr)
+        return 1
+    state = sources.state
+    web = WebConsole(state, Client(directory, state.on_event), listener.getsockname()[1])
+    print(web.url, flush=True)
+    print(
+        f"mcp-sampling-proxy console: serving approvals for the proxies in {directory} at the URL above "
+        f"(audit: {state.audit_path or 'none; pass --audit FILE'}; Ctrl-C to quit)",
+        file=sys.stderr,
+        flush=True,
+    )
+    with contextlib.suppress(KeyboardInterrupt):  # a Ctrl-C before the server took the signals over
+        run(web, listener, open_browser=open_browser)
+    print(CLOSED_LINE, file=sys.stderr, flush=True)
     return 0

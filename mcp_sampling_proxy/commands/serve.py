@@ -38,8 +38,8 @@ from mcp_sampling_proxy.notation.units import parse_duration
 from mcp_sampling_proxy.notation.yamlnodes import PolicyError
 from mcp_sampling_proxy.quotas.integrity import start_state
 from mcp_sampling_proxy.quotas.state import adopt, state_dir
-from mcp_sampling_proxy.runtime import has_uvloop
 from mcp_sampling_proxy.system.addresses import is_loopback
+from mcp_sampling_proxy.system.event_loop import has_uvloop
 from mcp_sampling_proxy.system.hardening import become_subreaper, mark_relay
 from mcp_sampling_proxy.system.listening import listen_failure
 from mcp_sampling_proxy.text.identity import bad_character, derive_from_command, derive_from_url

@@ -1,1 +1,2 @@
-"""The Streamable HTTP front (`serve`): the endpoint, its sessions, the HTTP host side, bearer tokens and OAuth."""
+"""The HTTP fronts on the one HTTP server (http_server.py): `serve`'s Streamable HTTP endpoint, its sessions, the
+HTTP host side, bearer tokens and OAuth; and the web console's page (web_console/)."""

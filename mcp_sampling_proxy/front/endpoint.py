@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import signal
 import socket
 import time
 import uuid
@@ -46,7 +45,6 @@ from urllib.parse import urlsplit
 
 import anyio
 import anyio.abc
-import uvicorn
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport
 from mcp.server.transport_security import (
     RequestBodyLimitMiddleware,
@@ -65,6 +63,7 @@ from mcp_sampling_proxy.config.child_env import child_environment
 from mcp_sampling_proxy.config.settings import Settings
 from mcp_sampling_proxy.front.event_store import RETRY_MS, EventLimits, SessionEventStore
 from mcp_sampling_proxy.front.http_host import Emit, HttpHost, StatelessHost, Streamed, event_stream
+from mcp_sampling_proxy.front.http_server import Server, server_config, survive_signal_replay
 from mcp_sampling_proxy.front.resource_oauth import ResourceGuard
 from mcp_sampling_proxy.front.tokens import Tokens
 from mcp_sampling_proxy.log import Throttle, get_logger
@@ -584,16 +583,8 @@ class Front:
         """Listen until SIGTERM or SIGINT; then end every session and its server."""
         warm_up(self.adapters)
         telemetry = _start_telemetry(self.settings, self.audit)
-        config = uvicorn.Config(
-            self.app,
-            host=self.options.host,
-            port=self.options.port,
-            lifespan="off",
-            log_config=None,
-            access_log=False,
-            timeout_graceful_shutdown=3,
-        )
-        server = _Server(config, self)
+        config = server_config(self.app, host=self.options.host, port=self.options.port)
+        server = Server(config, self._end_sessions)
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
@@ -608,7 +599,7 @@ class Front:
                     max_sessions=self.options.max_sessions,
                     idle_timeout=self.options.idle_timeout,
                 )
-                _survive_uvicorns_signal_replay()
+                survive_signal_replay(server)
                 await server.serve(sockets=[listener])
                 self.end_all("serve is stopping")
                 tg.cancel_scope.cancel()
@@ -624,38 +615,18 @@ class Front:
             if telemetry is not None:
                 await anyio.to_thread.run_sync(telemetry.shutdown)
 
+    async def _end_sessions(self) -> None:
+        """Before uvicorn waits for connections to close: end the sessions, and so their SSE streams."""
+        self.end_all("serve is stopping")
+        for served in list(self.sessions.values()):
+            with anyio.move_on_after(END_GRACE + 3):
+                await served.transport.terminate()
+
     def end_all(self, reason: str) -> None:
         for served in list(self.sessions.values()):
             served.end(reason)
         for lane in list(self.lanes.values()):
             lane.end(reason)
-
-
-class _Server(uvicorn.Server):
-    """uvicorn's server, ending the sessions (and so their SSE streams) before it waits for connections."""
-
-    def __init__(self, config: uvicorn.Config, front: Front):
-        super().__init__(config)
-        self._front = front
-
-    async def shutdown(self, sockets: Any = None) -> None:
-        self._front.end_all("serve is stopping")
-        for served in list(self._front.sessions.values()):
-            with anyio.move_on_after(END_GRACE + 3):
-                await served.transport.terminate()
-        await super().shutdown(sockets)
-
-
-def _survive_uvicorns_signal_replay() -> None:
-    """uvicorn catches SIGTERM and SIGINT while it serves, and raises them again once it has stopped, to
-    whatever handled them before: the default would kill us before the sessions' servers are stopped.
-    This handler takes the replay (and any later signal while stopping) and lets the stop finish."""
-
-    def stopping(signum: int, _frame: Any) -> None:
-        log.debug("already stopping", signal=signal.Signals(signum).name)
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, stopping)
 
 
 def _where(upstream: object) -> dict[str, Any]:

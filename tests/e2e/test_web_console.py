@@ -11,7 +11,6 @@ import os
 import re
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,8 +23,6 @@ from helpers.support import PY, RawHost, openai_policy, proxy_command, proxy_env
 from helpers.web_console import WebConsole
 
 if TYPE_CHECKING:
-    from anyio.from_thread import BlockingPortal
-
     from mcp_sampling_proxy.approval.console.client import ConsoleClient
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="console sockets use SO_PEERCRED and /proc")
@@ -475,29 +472,45 @@ def test_a_broken_default_policy_does_not_keep_the_console_from_starting(tmp_pat
     assert named.returncode == 2 and "policy.yaml:2" in named.stderr and named.stdout == ""
 
 
-def test_a_silent_connection_is_closed_after_the_socket_timeout() -> None:
+def test_a_silent_connection_is_closed_after_the_socket_timeout(tmp_path: Path) -> None:
     """A peer that connects and sends nothing gets its connection closed, so a few hundred of them
-    cannot hold the console's threads for ever (the real server on a real socket, timeout shortened)."""
+    cannot hold the console's connections for ever (the real server on a real socket, timeout shortened)."""
     import socket
 
-    from mcp_sampling_proxy.commands.web_console import WebConsole, WebState
-    from mcp_sampling_proxy.commands.web_view import PolicyFacts
+    import anyio
+    import anyio.to_thread
 
-    console = WebConsole(
-        WebState(PolicyFacts(), dict, None),
-        client=cast("ConsoleClient", None),  # a connection that sends nothing never reaches either
-        portal=cast("BlockingPortal", None),
-        socket_timeout=0.5,
-    )
-    threading.Thread(target=console.httpd.serve_forever, daemon=True).start()
-    try:
+    from mcp_sampling_proxy.approval.console.client import ConsoleClient
+    from mcp_sampling_proxy.front.web_console.app import WebConsole
+    from mcp_sampling_proxy.front.web_console.server import listen, page_server
+    from mcp_sampling_proxy.front.web_console.state import WebState
+    from mcp_sampling_proxy.front.web_console.views import PolicyFacts
+
+    listener = listen(0)
+    state = WebState(PolicyFacts(), dict, None)
+    console = WebConsole(state, ConsoleClient(tmp_path, state.on_event), listener.getsockname()[1], socket_timeout=0.5)
+    took: list[float] = []
+
+    def silent_peer() -> bytes:
         with socket.create_connection(("127.0.0.1", console.port), timeout=10) as peer:
             started = time.monotonic()
-            assert peer.recv(1024) == b""  # closed by the console, not by our 10 s wait
-            assert time.monotonic() - started < 5
-    finally:
-        console.httpd.shutdown()
-        console.httpd.server_close()
+            try:
+                return peer.recv(1024)
+            finally:
+                took.append(time.monotonic() - started)
+
+    async def main() -> bytes:
+        server = page_server(console)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(server.serve, [listener])
+            try:
+                received = await anyio.to_thread.run_sync(silent_peer)
+            finally:
+                server.should_exit = True
+        return received
+
+    assert anyio.run(main) == b""  # closed by the console, not by our 10 s wait
+    assert took[0] < 5
 
 
 def test_a_flood_of_audit_records_costs_one_snapshot_per_state_change_for_all_pages() -> None:
@@ -505,9 +518,12 @@ def test_a_flood_of_audit_records_costs_one_snapshot_per_state_change_for_all_pa
     open page's state (budgets read, pending images checked) once per page. Now records are only
     a count for the pages, a state change is rebuilt once for all of them, and a page gets at most
     one event per 0.1 s. The real state and event stream, three pages reading it."""
+    import anyio
+
     from mcp_sampling_proxy.approval.console.client import Event
-    from mcp_sampling_proxy.commands.web_console import WebConsole, WebState
-    from mcp_sampling_proxy.commands.web_view import PolicyFacts
+    from mcp_sampling_proxy.front.web_console.app import WebConsole
+    from mcp_sampling_proxy.front.web_console.state import WebState
+    from mcp_sampling_proxy.front.web_console.views import PolicyFacts
 
     reads: list[float] = []
 
@@ -516,37 +532,41 @@ def test_a_flood_of_audit_records_costs_one_snapshot_per_state_change_for_all_pa
         return {}
 
     state = WebState(PolicyFacts(), budgets, None)
-    console = WebConsole(state, client=None, portal=None)  # type: ignore[arg-type]
+    console = WebConsole(state, client=cast("ConsoleClient", None), port=0)
     last_count: dict[int, int] = {}
 
-    def page(index: int) -> None:
-        for chunk in console.events():
+    async def page(index: int) -> None:
+        async for chunk in console.events():
             if chunk.startswith(b"event: audit"):
                 last_count[index] = json.loads(chunk.split(b"data: ", 1)[1])["count"]
 
-    try:
-        for index in range(3):
-            threading.Thread(target=page, args=(index,), daemon=True).start()
-        time.sleep(0.3)
-        for i in range(1000):  # over about 2 s, as a flooding server's refusals arrive
-            state.add_records([{"event": "decision", "n": i}], None)
-            time.sleep(0.002)
-            if i % 250 == 0:  # now and then a real change of state: a proxy's notice
-                state.on_event(Event("refused", Path(f"/run/{i}.sock"), why="not ours"))
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and last_count != {0: 1000, 1: 1000, 2: 1000}:
-            time.sleep(0.05)
-        assert last_count == {0: 1000, 1: 1000, 2: 1000}  # every page saw the final count
-        assert len(reads) <= 6, f"{len(reads)} snapshots for 4 state changes and 1000 records"
-    finally:
-        console.httpd.server_close()
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            for index in range(3):
+                tg.start_soon(page, index)
+            await anyio.sleep(0.3)
+            for i in range(1000):  # over about 2 s, as a flooding server's refusals arrive
+                state.add_records([{"event": "decision", "n": i}], None)
+                await anyio.sleep(0.002)
+                if i % 250 == 0:  # now and then a real change of state: a proxy's notice
+                    state.on_event(Event("refused", Path(f"/run/{i}.sock"), why="not ours"))
+            with anyio.move_on_after(10):
+                while last_count != {0: 1000, 1: 1000, 2: 1000}:
+                    await anyio.sleep(0.05)
+            await console.stop()
+
+    anyio.run(main)
+    assert last_count == {0: 1000, 1: 1000, 2: 1000}  # every page saw the final count
+    assert len(reads) <= 6, f"{len(reads)} snapshots for 4 state changes and 1000 records"
 
 
 def test_usage_says_which_records_its_counts_cover() -> None:
     """The usage table counts the records the console holds (the last 20,000), not the whole
     log: the answer says how many and since when, so the page can say so."""
-    from mcp_sampling_proxy.commands.web_console import KEEP_RECORDS, WebState, usage_view
-    from mcp_sampling_proxy.commands.web_view import PolicyFacts
+    import anyio
+
+    from mcp_sampling_proxy.front.web_console.state import KEEP_RECORDS, WebState, usage_view
+    from mcp_sampling_proxy.front.web_console.views import PolicyFacts
 
     state = WebState(PolicyFacts(), dict, None)
     state.add_records(
@@ -563,7 +583,7 @@ def test_usage_says_which_records_its_counts_cover() -> None:
         ],
         None,
     )
-    usage = usage_view(state, {})
+    usage = anyio.run(usage_view, state, {})
     assert usage["covers"] == {"records": 3, "since": "2026-11-23T10:00:00.000Z", "kept": KEEP_RECORDS}
     assert [(s["server"], s["input_tokens"]) for s in usage["servers"]] == [("s", 30)]
 
@@ -571,7 +591,7 @@ def test_usage_says_which_records_its_counts_cover() -> None:
 def test_the_budgets_shown_are_the_ones_a_proxy_sealed(tmp_path: Path) -> None:
     """The page shows the budgets file only when its seal verifies: a file something else wrote (or an
     emptied one) is what a proxy refuses, so it is not shown as the budgets either."""
-    from mcp_sampling_proxy.commands.web_view import read_budgets
+    from mcp_sampling_proxy.front.web_console.views import read_budgets
     from mcp_sampling_proxy.quotas.integrity import prepare
     from mcp_sampling_proxy.quotas.limiters import TokenBudget
 

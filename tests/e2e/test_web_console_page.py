@@ -32,7 +32,7 @@ from helpers.web_console import WebConsole
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="console sockets use SO_PEERCRED and /proc")
 
 PICTURE = ROOT / "docs" / "web-console.png"
-WEB = ROOT / "mcp_sampling_proxy" / "commands" / "web"
+WEB = ROOT / "mcp_sampling_proxy" / "front" / "web_console" / "page"
 REFRESH = os.environ.get("MCP_SAMPLING_PROXY_REFRESH_PICTURES") == "1"
 REFRESH_COMMAND = (
     "MCP_SAMPLING_PROXY_REFRESH_PICTURES=1 .venv/bin/python -m pytest -n 0 tests/e2e/test_web_console_page.py"

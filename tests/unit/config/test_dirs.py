@@ -36,7 +36,7 @@ def test_documented_linux_paths_and_xdg_variables(tmp_path: Path, monkeypatch: p
 
 
 def test_web_console_default_policy_is_in_the_config_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from mcp_sampling_proxy.commands.web_console import default_policy
+    from mcp_sampling_proxy.commands.console import default_policy
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     assert default_policy() is None  # none written yet
