@@ -16,6 +16,7 @@ import shlex
 import shutil
 import socket
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -44,9 +45,9 @@ from mcp_sampling_proxy.system.hardening import become_subreaper, mark_relay
 from mcp_sampling_proxy.system.listening import listen_failure
 from mcp_sampling_proxy.text.identity import bad_character, derive_from_command, derive_from_url
 from mcp_sampling_proxy.transport.http import parse_headers
-from mcp_sampling_proxy.transport.sandbox import SandboxRefused, contain, log_plan
+from mcp_sampling_proxy.transport.sandbox import Plan, SandboxRefused, contain, log_plan
 
-if TYPE_CHECKING:  # (imported when used: the front pulls in uvicorn and the SDK's server)
+if TYPE_CHECKING:
     from mcp_sampling_proxy.config.settings import Settings
 
 DEFAULT_LISTEN = "127.0.0.1:8765"
@@ -128,71 +129,125 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
+class SetupRefused(Exception):
+    """serve's options or policy cannot be served as given; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class Setup:
+    """serve's options and policy, checked: everything the endpoint is built from, before anything runs."""
+
+    args: argparse.Namespace
+    settings: Settings
+    policy: str | None
+    name: str
+    replica: str
+    command: list[str]
+    host: str
+    port: int
+    tokens: Tokens
+    idle: float
+    headers: dict[str, str]
+    guard: ResourceGuard | None
+
+    def front(self, sandbox: Plan | None = None, hidden: frozenset[str] = frozenset()) -> Front:
+        """The endpoint these options describe, not yet listening: `serve` runs it on its socket, and the
+        tests play its HTTP in process (its refusals are decided before any session or server exists)."""
+        options = FrontOptions(
+            host=self.host,
+            port=self.port,
+            command=self.command,
+            name=self.name,
+            tokens=self.tokens,
+            max_sessions=self.args.max_sessions,
+            idle_timeout=self.idle,
+            max_message_bytes=self.args.max_message_bytes,
+            sandbox=sandbox,
+            hidden=hidden,
+            url=self.args.url,
+            headers=self.headers,
+            shared=self.args.shared_upstream,
+            oauth=self.guard,
+            replica=self.replica,
+            allowed_hosts=tuple(self.args.allow_host),
+        )
+        return Front(self.settings, options)
+
+
 def main(argv: Sequence[str]) -> int:
+    try:
+        setup = check_setup(argv, os.environ)
+    except SetupRefused as exc:
+        return fail(str(exc))
+    os.environ.pop(TOKEN_ENV, None)  # no server inherits it
+    try:
+        listener = _bind(setup.host, setup.port)
+    except OSError as exc:
+        return fail(listen_failure(setup.host, setup.port, exc, lambda free: f"--listen {_address(setup.host, free)}"))
+    return _run(setup, listener)
+
+
+def check_setup(argv: Sequence[str], environ: Mapping[str, str]) -> Setup:
+    """Every option and the policy checked, the OAuth authorization server asked for its metadata; nothing
+    bound or started. SetupRefused says what is wrong."""
     args = build_parser().parse_args(list(argv))
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if bool(command) == bool(args.url):
-        return fail("serve: give the server either as '-- COMMAND [ARGS...]' or with --url URL (see serve --help)")
+        raise SetupRefused(
+            "serve: give the server either as '-- COMMAND [ARGS...]' or with --url URL (see serve --help)"
+        )
     if args.header and not args.url:
-        return fail("serve: --header is for --url (a command's server gets no HTTP headers)")
+        raise SetupRefused("serve: --header is for --url (a command's server gets no HTTP headers)")
     try:
-        headers = parse_headers(args.header, os.environ) if args.url else {}
-    except ValueError as exc:
-        return fail(str(exc))
-    try:
+        headers = parse_headers(args.header, environ) if args.url else {}
         host, port = parse_listen(args.listen)
     except ValueError as exc:
-        return fail(str(exc))
+        raise SetupRefused(str(exc)) from None
     try:
         idle = parse_duration(args.idle_timeout)
     except ValueError:
-        return fail(f"--idle-timeout {args.idle_timeout!r}: give a duration such as 90s, 10m or 1h")
+        raise SetupRefused(f"--idle-timeout {args.idle_timeout!r}: give a duration such as 90s, 10m or 1h") from None
     if args.max_sessions < 1:
-        return fail("--max-sessions must be at least 1")
+        raise SetupRefused("--max-sessions must be at least 1")
     try:
-        tokens = load_tokens(args.token_file, os.environ)
+        tokens = load_tokens(args.token_file, environ)
     except TokenError as exc:
-        return fail(str(exc))
+        raise SetupRefused(str(exc)) from None
     if args.name is not None and (bad_character(args.name) is not None or not args.name.strip()):
-        return fail("--name: give the server a name of visible characters")
+        raise SetupRefused("--name: give the server a name of visible characters")
     name = args.name.strip() if args.name else (derive_from_command(command) if command else derive_from_url(args.url))
-    replica = replica_name(args.replica, os.environ, port)
+    replica = replica_name(args.replica, environ, port)
     if replica is None:
-        return fail(f"--replica (or {REPLICA_ENV}): give a name of visible characters, at most 200 of them")
+        raise SetupRefused(f"--replica (or {REPLICA_ENV}): give a name of visible characters, at most 200 of them")
     for allowed in args.allow_host:
         if not allowed or any(c.isspace() or c in "/,@" for c in allowed) or bad_character(allowed) is not None:
-            return fail(f"--allow-host {allowed!r}: give a Host header's value, HOST:PORT (e.g. 127.0.0.1:8080)")
+            raise SetupRefused(f"--allow-host {allowed!r}: give a Host header's value, HOST:PORT (e.g. 127.0.0.1:8080)")
     if args.audit is not None and not args.audit.strip():
-        return fail("--audit: give the file this replica writes its audit log to")
+        raise SetupRefused("--audit: give the file this replica writes its audit log to")
     try:
-        guard = oauth_guard(args, host, port, name, os.environ)
+        guard = oauth_guard(args, host, port, name, environ)
     except OAuthSetupError as exc:
-        return fail(str(exc))
-    os.environ.pop(TOKEN_ENV, None)  # no server inherits it
+        raise SetupRefused(str(exc)) from None
     if not tokens.required and guard is None and not is_loopback(host):
-        return fail(
+        raise SetupRefused(
             f"--listen {args.listen} reaches beyond this machine, and no token protects it: give --token-file "
             f"PATH (one token a line, mode 0600) or set {TOKEN_ENV}, or --oauth-issuer URL, or listen on 127.0.0.1"
         )
     missing = _not_runnable(command[0]) if command else _not_a_url(args.url)
     if missing is not None:  # found now, not at the first client's initialize (2: a bad command line)
-        return fail(missing)
+        raise SetupRefused(missing)
     policy, _ = policy_or_default(args.policy)
     try:
         text = read_policy_text(policy) if policy is not None else None
         settings = load_settings(policy, text=text)
         settings.providers = resolve_keys(settings.providers, hidden=settings.secret_env_vars())
-        settings.state = resolve_state(settings.state, os.environ)
+        settings.state = resolve_state(settings.state, environ)
         check_telemetry(settings.telemetry)
         if args.audit is not None:
             settings.audit_path = audit_override(args.audit)
     except (PolicyError, KeySourceError) as exc:
-        return fail(str(exc))
-    try:
-        listener = _bind(host, port)
-    except OSError as exc:
-        return fail(listen_failure(host, port, exc, lambda free: f"--listen {_address(host, free)}"))
-    return _run(settings, policy, name, replica, command, host, port, tokens, args, idle, listener, headers, guard)
+        raise SetupRefused(str(exc)) from None
+    return Setup(args, settings, policy, name, replica, command, host, port, tokens, idle, headers, guard)
 
 
 def _not_a_url(url: str) -> str | None:
@@ -248,21 +303,8 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _run(
-    settings: Settings,
-    policy: str | None,
-    name: str,
-    replica: str,
-    command: list[str],
-    host: str,
-    port: int,
-    tokens: Tokens,
-    args: argparse.Namespace,
-    idle: float,
-    listener: socket.socket,
-    headers: dict[str, str],
-    guard: ResourceGuard | None = None,
-) -> int:
+def _run(setup: Setup, listener: socket.socket) -> int:
+    args, settings, policy, name, command = setup.args, setup.settings, setup.policy, setup.name, setup.command
     mark_relay()
     become_subreaper()
     with contextlib.suppress(OSError):  # the key held from before the first server runs (quotas/integrity.py)
@@ -284,31 +326,13 @@ def _run(
         except SandboxRefused as exc:
             return fail(str(exc))
         log_plan(sandbox)
-    options = FrontOptions(
-        host=host,
-        port=port,
-        command=command,
-        name=name,
-        tokens=tokens,
-        max_sessions=args.max_sessions,
-        idle_timeout=idle,
-        max_message_bytes=args.max_message_bytes,
-        sandbox=sandbox,
-        hidden=frozenset(hidden),
-        url=args.url,
-        headers=headers,
-        shared=args.shared_upstream,
-        oauth=guard,
-        replica=replica,
-        allowed_hosts=tuple(args.allow_host),
-    )
     log.info("policy", file=policy or "none: providers from the environment, every request asked")
     if command:
         log.info("server command", command=shlex.join(command), shared=args.shared_upstream or None)
     else:
-        log.info("server URL", url=args.url, headers=sorted(headers) or None, shared=args.shared_upstream or None)
-    log.info("audit", file=settings.audit.path or "none", replica=replica)
-    front = Front(settings, options)
+        log.info("server URL", url=args.url, headers=sorted(setup.headers) or None, shared=args.shared_upstream or None)
+    log.info("audit", file=settings.audit.path or "none", replica=setup.replica)
+    front = setup.front(sandbox, frozenset(hidden))
     try:
         anyio.run(front.serve, listener, backend="asyncio", backend_options={"use_uvloop": has_uvloop()})
     except KeyboardInterrupt:  # pragma: no cover - uvicorn handles the signals

@@ -1,11 +1,14 @@
 """The OAuth fixture (tests/fixtures/oauth_server.py) as a subprocess: an authorization server and an
-OAuth-protected MCP server on loopback ports, with the authorization server's test controls; and the
-client side of a login for the SDK's OAuthClientProvider (a loopback redirect URI and the scripted
-browser)."""
+OAuth-protected MCP server on loopback ports, with the authorization server's test controls; its
+authorization server alone served from a thread of the test process (`AuthServerThread`, for tests that
+start no process); and the client side of a login for the SDK's OAuthClientProvider (a loopback redirect
+URI and the scripted browser)."""
 
 from __future__ import annotations
 
+import importlib.util
 import selectors
+import socket
 import subprocess
 import threading
 import time
@@ -16,6 +19,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import anyio
 import httpx
+import uvicorn
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthToken
 
 from helpers.support import PY, ROOT
@@ -24,7 +28,29 @@ OAUTH_SERVER = str(ROOT / "tests" / "fixtures" / "oauth_server.py")
 BROWSER_SCRIPT = str(ROOT / "tests" / "fixtures" / "browser.py")
 
 
-class OAuthServers:
+class AuthServerControls:
+    """The authorization server's test controls (tests/fixtures/oauth_server.py), over HTTP at `issuer`."""
+
+    issuer: str
+
+    def control(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        if body is None and path == "/test/stats":
+            return cast(dict[str, Any], httpx.get(self.issuer + path, timeout=5).json())
+        return cast(dict[str, Any], httpx.post(self.issuer + path, json=body or {}, timeout=5).json())
+
+    def mint(self, **claims: Any) -> str:
+        """An access token straight from the authorization server (`/test/mint`), no login."""
+        return cast(str, self.control("/test/mint", claims)["access_token"])
+
+    def register_confidential(self, client_id: str, secret: str) -> None:
+        """A client with a secret, as a resource server that introspects tokens is registered."""
+        self.control(
+            "/test/register",
+            {"client_id": client_id, "client_secret": secret, "redirect_uris": ["http://127.0.0.1/unused"]},
+        )
+
+
+class OAuthServers(AuthServerControls):
     def __init__(self, log_path: Path):
         self._log = open(log_path, "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
@@ -49,11 +75,6 @@ class OAuthServers:
                     raise
                 time.sleep(0.05)
 
-    def control(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-        if body is None and path == "/test/stats":
-            return cast(dict[str, Any], httpx.get(self.issuer + path, timeout=5).json())
-        return cast(dict[str, Any], httpx.post(self.issuer + path, json=body or {}, timeout=5).json())
-
     def close(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
@@ -62,16 +83,39 @@ class OAuthServers:
             self.proc.stdout.close()
         self._log.close()
 
-    def mint(self, **claims: Any) -> str:
-        """An access token straight from the authorization server (`/test/mint`), no login."""
-        return cast(str, self.control("/test/mint", claims)["access_token"])
 
-    def register_confidential(self, client_id: str, secret: str) -> None:
-        """A client with a secret, as a resource server that introspects tokens is registered."""
-        self.control(
-            "/test/register",
-            {"client_id": client_id, "client_secret": secret, "redirect_uris": ["http://127.0.0.1/unused"]},
+class AuthServerThread(AuthServerControls):
+    """The fixture's authorization server (its `build()`: the same routes, tokens and controls as the
+    subprocess's) served by uvicorn from a thread of the test process on a loopback port. A resource server
+    played in process (tests/helpers/played_serve.py) reaches it over real HTTP, and the unit tier, which
+    starts no process, can use it."""
+
+    def __init__(self) -> None:
+        spec = importlib.util.spec_from_file_location("oauth_server_fixture", OAUTH_SERVER)
+        assert spec is not None and spec.loader is not None
+        fixture = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(fixture)
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._socket.bind(("127.0.0.1", 0))
+        self._socket.listen(128)
+        port = self._socket.getsockname()[1]
+        self.issuer = f"http://127.0.0.1:{port}"
+        app, _mcp_app, _provider = fixture.build(port, 9)  # the fixture's MCP server is not served here
+        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._socket]}, name="oauth-as", daemon=True
         )
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise TimeoutError("the in-process authorization server did not start")
+            time.sleep(0.01)
+
+    def close(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(10)
+        self._socket.close()
 
 
 class LoopbackRedirect:
