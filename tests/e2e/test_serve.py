@@ -104,16 +104,6 @@ async def test_two_clients_get_two_separate_servers(served: Served) -> None:
     assert wait_until(lambda: server_children(served.process.pid) == [])  # DELETE at the end ends each server
 
 
-async def test_a_missing_or_wrong_token_gets_401(served: Served) -> None:
-    headers = {"Accept": ACCEPT, "Content-Type": "application/json"}
-    async with httpx2.AsyncClient(timeout=10) as http:
-        missing = await http.post(served.url, json=INITIALIZE, headers=headers)
-        wrong = await http.post(served.url, json=INITIALIZE, headers={**headers, "Authorization": f"Bearer {BOB}x"})
-    assert missing.status_code == wrong.status_code == 401
-    assert missing.headers["www-authenticate"].startswith("Bearer")
-    assert server_children(served.process.pid) == []  # nothing was started for them
-
-
 async def test_another_clients_session_id_is_not_found(served: Served) -> None:
     headers = {"Accept": ACCEPT, "Content-Type": "application/json"}
     async with httpx2.AsyncClient(timeout=10) as http:
@@ -122,18 +112,9 @@ async def test_another_clients_session_id_is_not_found(served: Served) -> None:
         listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
         as_bob = {**headers, "Authorization": f"Bearer {BOB}", "Mcp-Session-Id": session}
         stolen = await http.post(served.url, json=listing, headers=as_bob)
-        unknown = await http.post(
-            served.url,
-            json=listing,
-            headers={**headers, "Authorization": f"Bearer {ALICE}", "MCP-Protocol-Version": "2099-01-01"},
-        )
+    assert opened.status_code == 200
     assert stolen.status_code == 404
-    assert unknown.status_code == 400
-    assert "unsupported MCP-Protocol-Version '2099-01-01'" in unknown.json()["error"]["message"]
-    # SEP-2575's UnsupportedProtocolVersionError, answering the request by its id
-    assert unknown.json()["id"] == 2
-    assert unknown.json()["error"]["code"] == -32022
-    assert unknown.json()["error"]["data"] == {"supported": ["2026-07-28"], "requested": "2099-01-01"}
+    assert stolen.json()["error"]["message"] == "Not Found: no such session (it ended, or expired): initialize again"
 
 
 @pytest.mark.parametrize("approve", [True, False])
@@ -345,20 +326,12 @@ async def test_2026_callers_get_a_server_each_and_an_idle_one_ends(tmp_path: Pat
                 for token in (ALICE, ALICE, BOB)
             ]
             servers = server_children(served.process.pid)
-            wrong = await http.post(served.url, json=listing, headers=modern_headers(ALICE, "tools/call"))
-            stream = await http.get(served.url, headers=modern_headers(ALICE, "tools/list"))
-            rebound = await http.post(
-                served.url, json=listing, headers={**modern_headers(ALICE, "tools/list"), "Origin": "http://evil.test"}
-            )
             assert await anyio.to_thread.run_sync(lambda: wait_until(lambda: not any(map(alive, servers))))
     finally:
         stop(served)
     assert [answer.status_code for answer in answers] == [200, 200, 200]
     assert all(answer.json()["id"] == 7 and "tools" in answer.json()["result"] for answer in answers)
     assert len(servers) == 2  # alice's two requests share her server; bob has his own
-    assert wrong.status_code == 400 and "Mcp-Method" in wrong.json()["error"]["message"]
-    assert stream.status_code == 405
-    assert rebound.status_code == 403  # a web page's request (DNS rebinding) is refused on loopback
     assert served.errlog.read_text().count("idle for 2 s") == 2
 
 
@@ -507,33 +480,6 @@ async def test_a_2026_callers_subscriptions_listen_is_an_event_stream(tmp_path: 
     assert changed["method"] == "notifications/tools/list_changed"
     assert changed["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == "listen-1"
     assert served.errlog.read_text().count("idle for 2 s") == 1
-
-
-async def test_a_2026_request_serve_cannot_take_is_refused_before_a_server_starts(tmp_path: Path) -> None:
-    """As SEP-2575 has it: a request without its `_meta` fields gets 400 and -32602, one whose `_meta`
-    version contradicts its header 400 and -32020, a method 2026-07-28 removed 404 and -32601; each error
-    carries the request's id, and no server is started for any of them."""
-    served = start_serve(tmp_path)
-    bare = {"jsonrpc": "2.0", "id": 5, "method": "tools/list", "params": {}}
-    version = "io.modelcontextprotocol/protocolVersion"
-    versionless = {**modern_request(6, "tools/list"), "params": {"_meta": {**MODERN_META}}}
-    del versionless["params"]["_meta"][version]
-    contradicting = {**modern_request(7, "tools/list"), "params": {"_meta": {**MODERN_META, version: "2025-11-25"}}}
-    bodies = [bare, versionless, contradicting, modern_request(8, "ping"), modern_request(9, "initialize")]
-    try:
-        async with httpx2.AsyncClient(timeout=20) as http:
-            refused = [
-                await http.post(served.url, json=body, headers=modern_headers(ALICE, body["method"])) for body in bodies
-            ]
-            started = server_children(served.process.pid)
-    finally:
-        stop(served)
-    assert [answer.status_code for answer in refused] == [400, 400, 400, 404, 404]
-    assert [answer.json()["id"] for answer in refused] == [5, 6, 7, 8, 9]  # each error names its request
-    assert [answer.json()["error"]["code"] for answer in refused] == [-32602, -32602, -32020, -32601, -32601]
-    assert "_meta" in refused[0].json()["error"]["message"]
-    assert "io.modelcontextprotocol/protocolVersion" in refused[1].json()["error"]["message"]
-    assert started == []
 
 
 async def test_a_method_the_2026_callers_server_does_not_have_gets_404(tmp_path: Path) -> None:

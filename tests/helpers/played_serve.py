@@ -2,9 +2,11 @@
 `Setup.front`, as the command builds it), driven through httpx's ASGI transport. Nothing is bound and no
 process is started: a test under tests/unit can use it.
 
-What plays here is what `serve` decides before a client session exists: a token refused by the OAuth
-guard (401, 403, 503), the protected-resource metadata, a request without a session. A request that opens
-a session starts the session's server, and belongs in tests/e2e.
+What plays here is what `serve` decides before a client session exists: a token refused (--token-file's
+401s, the OAuth guard's 401, 403, 503), the protected-resource metadata, the Host and Origin checks on
+loopback, a request without a session or for an unknown one, an unsupported MCP-Protocol-Version, a body
+too large, a 2026-07-28 request refused before its caller's server starts. A request that opens a session
+(or a 2026-07-28 caller's lane) starts a server, and belongs in tests/e2e.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 import httpx
 
 from helpers.support import KITCHEN_SINK, PY
-from mcp_sampling_proxy.commands.serve import DEFAULT_LISTEN, check_setup
+from mcp_sampling_proxy.commands.serve import DEFAULT_LISTEN, Setup, check_setup
 from mcp_sampling_proxy.front.endpoint import ENDPOINT, Front
 from mcp_sampling_proxy.log import configure
 
@@ -40,6 +42,7 @@ class PlayedServe:
     front: Front
     http: httpx.AsyncClient
     url: str = URL
+    origin: str = ORIGIN  # http://HOST:PORT of its --listen: the Host (and Origin) it answers as its own
 
     async def initialize(self, token: str | None) -> httpx.Response:
         """An initialize POST, with `Authorization: Bearer TOKEN` unless `token` is None. Only send one the
@@ -68,12 +71,20 @@ async def played_serve(*options: str, environ: Mapping[str, str] | None = None) 
     configure("warning", "json")
     setup = check_setup([*options, "--", PY, KITCHEN_SINK], os.environ if environ is None else environ)
     front = setup.front()
+    origin = listened_origin(setup)
     try:
         transport = httpx.ASGITransport(app=front.app)
-        async with httpx.AsyncClient(transport=transport, base_url=ORIGIN, timeout=15) as http:
-            yield PlayedServe(front, http)
+        async with httpx.AsyncClient(transport=transport, base_url=origin, timeout=15) as http:
+            yield PlayedServe(front, http, origin + ENDPOINT, origin)
     finally:
         if setup.guard is not None:
             await setup.guard.aclose()
         await front.adapters.aclose()
         front.audit.close()
+
+
+def listened_origin(setup: Setup) -> str:
+    """http://HOST:PORT of the --listen given (only named, never bound): requests carry it as their Host, as
+    a client of that address would."""
+    host = f"[{setup.host}]" if ":" in setup.host else setup.host
+    return f"http://{host}:{setup.port}"
