@@ -237,6 +237,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PolicyError as exc:
         return fail(str(exc), 2)
     new_seal = _prepare_state()
+    # before the server starts: a file it wrote meanwhile would be sealed as ours, or lost to our rewrite
+    adoption_error = _adopt_state(args.log_level, args.log_format) if new_seal else None
     if command:
         become_subreaper()  # whatever the server starts stays below us, where the console socket can tell
     try:  # the server starts once the policy is read: every file it names is out of its sight from the start
@@ -268,8 +270,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from mcp_sampling_proxy.transport.sandbox import log_plan
 
         log_plan(sandbox)
-    if new_seal:
-        _adopt_state()
+    if adoption_error is not None:
+        get_logger("mcp_sampling_proxy").warning(
+            "could not seal the state files of an older version", error=adoption_error
+        )
     # start-up: loaded after the server is spawned, so its start overlaps ours
     from mcp_sampling_proxy.runtime import RunOptions, run
 
@@ -312,18 +316,19 @@ def _prepare_state() -> bool:
         return False
 
 
-def _adopt_state() -> None:
-    """The first run of a version that seals the state files: seal what an older version left there."""
-    from mcp_sampling_proxy.config.dirs import state_dir  # start-up: not for --help or a subcommand
-    from mcp_sampling_proxy.quotas.state import adopt  # start-up: not for --help or a subcommand
+def _adopt_state(log_level: str, log_format: str | None) -> str | None:
+    """The first run of a version that seals the state files: seal what an older version left there, before
+    the server starts (it could otherwise write one first). Why it failed, for the log once it is set up."""
+    from mcp_sampling_proxy.config.dirs import state_dir  # start-up: only on the first run of a sealing version
+    from mcp_sampling_proxy.log import configure  # start-up: only on the first run of a sealing version
+    from mcp_sampling_proxy.quotas.state import adopt  # start-up: only on the first run of a sealing version
 
+    configure(log_level, log_format)  # what the stores log (a file set aside) goes to stderr, never stdout
     try:
         adopt(state_dir(create=False))
     except OSError as exc:
-        # start-up: loaded after the server is spawned, so its start overlaps ours
-        from mcp_sampling_proxy.log import get_logger
-
-        get_logger("mcp_sampling_proxy").warning("could not seal the state files of an older version", error=str(exc))
+        return str(exc)
+    return None
 
 
 class _StartupFailure(Exception):

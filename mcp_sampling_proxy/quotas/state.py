@@ -228,13 +228,15 @@ def _encode(data: dict[str, Any]) -> str:
 
 def adopt(directory: Path) -> None:
     """The first run of a version that seals: seal what an older version wrote (approvals, budgets), but
-    only files older than the key: one written since (by the server, which started meanwhile) is not."""
+    only files older than the key: one written since (by a server of another of the user's proxies; this
+    proxy's own starts after this) is not. Strictly older: the clock that stamps files is coarse, and a
+    file an older version left cannot share the new key's tick."""
     key = load_key(directory)
     made = (directory / KEY_FILE).stat().st_mtime
 
     def older(path: Path) -> bool:
         try:
-            return path.stat().st_mtime <= made
+            return path.stat().st_mtime < made
         except OSError:
             return False
 

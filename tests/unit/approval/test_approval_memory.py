@@ -30,3 +30,22 @@ def test_approvals_of_an_older_version_are_taken_once_and_later_unsealed_ones_ar
     path.write_text(json.dumps(data))
     assert memory.remembers("evil", "go") is None and memory.ignored("evil", "go")
     assert memory.remembers("old", "t") == "always"  # the rest of the file is still believed
+
+
+def test_a_file_stamped_in_the_keys_own_tick_is_not_sealed_as_an_older_versions(tmp_path: Path) -> None:
+    """Files are stamped by a coarse clock: a forgery a same-user server wrote just after the key was made
+    can carry the key's very mtime. Only a file strictly older than the key is an older version's."""
+    from mcp_sampling_proxy.approval.memory import ApprovalMemory
+    from mcp_sampling_proxy.quotas.integrity import KEY_FILE, prepare
+    from mcp_sampling_proxy.quotas.state import JsonStateFile, adopt
+
+    state = tmp_path / "state"
+    state.mkdir()
+    assert prepare(state) is True
+    path = state / "approvals.json"
+    path.write_text(json.dumps({"always": [{"server": "evil", "tool": "go"}]}))
+    made = (state / KEY_FILE).stat().st_mtime_ns
+    os.utime(path, ns=(made, made))  # the same tick as the key
+    adopt(state)
+    memory = ApprovalMemory(store=JsonStateFile(path))
+    assert memory.remembers("evil", "go") is None and memory.ignored("evil", "go")
