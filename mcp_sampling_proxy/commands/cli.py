@@ -319,16 +319,26 @@ def _prepare_state() -> bool:
 def _adopt_state(log_level: str, log_format: str | None) -> str | None:
     """The first run of a version that seals the state files: seal what an older version left there, before
     the server starts (it could otherwise write one first). Why it failed, for the log once it is set up."""
-    from mcp_sampling_proxy.config.dirs import state_dir  # start-up: only on the first run of a sealing version
-    from mcp_sampling_proxy.log import configure  # start-up: only on the first run of a sealing version
-    from mcp_sampling_proxy.quotas.state import adopt  # start-up: only on the first run of a sealing version
+    from mcp_sampling_proxy.config.dirs import state_dir  # start-up: not for --help or a subcommand
+
+    try:
+        directory = state_dir(create=False)
+    except OSError as exc:
+        return str(exc)
+    if not any(os.path.lexists(directory / name) for name in ADOPTED):
+        return None  # nothing left to seal (a new user): no logging nor state code loaded before the spawn
+    from mcp_sampling_proxy.log import configure  # start-up: only when an older version left state files
+    from mcp_sampling_proxy.quotas.state import adopt  # start-up: only when an older version left state files
 
     configure(log_level, log_format)  # what the stores log (a file set aside) goes to stderr, never stdout
     try:
-        adopt(state_dir(create=False))
+        adopt(directory)
     except OSError as exc:
         return str(exc)
     return None
+
+
+ADOPTED = ("approvals.json", "budgets.json")  # the state files an older version wrote unsealed (quotas/state.py)
 
 
 class _StartupFailure(Exception):
