@@ -242,8 +242,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command:
         become_subreaper()  # whatever the server starts stays below us, where the console socket can tell
     try:  # the server starts once the policy is read: every file it names is out of its sight from the start
-        settings, name, start, sandbox = _prepare(args, command, policy_text)
         hold_stop_signals()  # a host's SIGTERM before the session's handlers is still an orderly stop
+        settings, name, start, sandbox = _prepare(args, command, policy_text)  # (may fork: the sandbox's network)
         upstream = start()
     except _StartupFailure as exc:
         return fail(exc.message, exc.code)
