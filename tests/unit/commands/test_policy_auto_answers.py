@@ -7,28 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers.auto_answer_forms import CONFIRM, CONFIRM_ENTRY, SECRET
 from helpers.support import write_policy
 
 from mcp_sampling_proxy.commands import policy as policy_cmd
-
-CONFIRM = {
-    "type": "object",
-    "properties": {"confirm": {"type": "boolean", "title": "Proceed?"}},
-    "required": ["confirm"],
-}
-SECRET = {
-    "type": "object",
-    "properties": {"confirm": {"type": "boolean"}, "password": {"type": "string", "title": "Your password"}},
-    "required": ["confirm"],
-}
-CONFIRM_ENTRY = (
-    "    - name: confirm-deploys\n"
-    "      server: kitchen*\n"
-    "      tool: elicit_*\n"
-    "      message: '^Deploy to '\n"
-    "      action: accept\n"
-    "      content: {confirm: true}\n"
-)
 
 
 def policy(tmp_path: Path, entries: str) -> str:

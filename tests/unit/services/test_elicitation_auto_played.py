@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.auto_answer_forms import CONFIRM, CONFIRM_ENTRY, SECRET
 from helpers.playbook import Playbook
 from structlog.testing import capture_logs
 
@@ -18,24 +19,6 @@ from mcp_sampling_proxy.commands import audit as audit_cmd
 
 pytestmark = pytest.mark.anyio
 SERVER = "kitchen_sink_server"
-CONFIRM = {
-    "type": "object",
-    "properties": {"confirm": {"type": "boolean", "title": "Proceed?"}},
-    "required": ["confirm"],
-}
-SECRET = {
-    "type": "object",
-    "properties": {"confirm": {"type": "boolean"}, "password": {"type": "string", "title": "Your password"}},
-    "required": ["confirm"],
-}
-CONFIRM_ENTRY = (
-    "    - name: confirm-deploys\n"
-    "      server: kitchen*\n"
-    "      tool: elicit_*\n"
-    "      message: '^Deploy to '\n"
-    "      action: accept\n"
-    "      content: {confirm: true}\n"
-)
 
 
 def policy(entries: str, extra: str = "") -> str:
