@@ -115,6 +115,27 @@ def _json_line(event: Any, **_: Any) -> str:
         return json.dumps(event, default=repr)
 
 
+def stderr_until_configured() -> None:
+    """JSON lines on stderr, scrubbed, for whatever logs before `configure()` runs: structlog's own
+    default prints to stdout, where a stray line would corrupt the stdio protocol. Loggers are not
+    cached, so `configure()` later takes over every one of them."""
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            scrub_secrets,
+            structlog.processors.JSONRenderer(serializer=_json_line),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+        logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),  # type: ignore[arg-type]
+        cache_logger_on_first_use=False,
+    )
+
+
+stderr_until_configured()
+
+
 def get_logger(name: str = "mcp_sampling_proxy") -> structlog.typing.FilteringBoundLogger:
     logger: structlog.typing.FilteringBoundLogger = structlog.get_logger(name)
     return logger

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shlex
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -93,6 +94,14 @@ def test_stdout_carries_protocol_messages_only(tmp_path: Path) -> None:
     for line in host.raw_received:
         assert json.loads(line)["jsonrpc"] == "2.0"
     assert (tmp_path / "stderr.log").read_bytes(), "logs belong on stderr"
+
+
+def test_a_line_logged_before_logging_is_set_up_goes_to_stderr() -> None:
+    """Importing the package is enough: structlog's own default would print to stdout, the protocol's."""
+    early = "import structlog, mcp_sampling_proxy.log; structlog.get_logger().warning('before configure')"
+    done = subprocess.run([PY, "-c", early], capture_output=True, text=True, env=proxy_env(), timeout=30, check=True)
+    assert done.stdout == ""
+    assert "before configure" in done.stderr
 
 
 def test_oversized_message_is_refused_with_the_limit_named(tmp_path: Path) -> None:
