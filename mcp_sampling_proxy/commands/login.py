@@ -3,19 +3,16 @@
 A host spawns the proxy with no terminal and no way to show a browser, so the interactive step
 happens here: discover the server's authorization server, register (or use --client-id), send the
 user's browser to the authorization page (PKCE), take the code on a one-shot listener on
-127.0.0.1, and store the tokens where the proxy will find them (see transport/oauth_store).
+127.0.0.1 (front/login_callback.py), and store the tokens where the proxy will find them (see transport/oauth_store).
 """
 
 from __future__ import annotations
 
 import argparse
-import html
 import os
-import queue
+import socket
 import sys
-import threading
 from collections.abc import Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
@@ -23,14 +20,13 @@ import anyio
 from mcp.shared.auth import AuthorizationCodeResult
 
 from mcp_sampling_proxy.commands.parsing import Parser
+from mcp_sampling_proxy.front import login_callback
 from mcp_sampling_proxy.services.elicitation import open_url
-from mcp_sampling_proxy.text.sanitize import one_line
 from mcp_sampling_proxy.transport import oauth_store
 from mcp_sampling_proxy.transport.http import parse_headers
 from mcp_sampling_proxy.transport.oauth import LoginFailed, authorize
 
 PROG = "mcp-sampling-proxy"
-CALLBACK_PATH = "/callback"
 
 
 def build_parser(action: str) -> argparse.ArgumentParser:
@@ -81,40 +77,6 @@ def build_parser(action: str) -> argparse.ArgumentParser:
     return parser
 
 
-class _Callback(BaseHTTPRequestHandler):
-    """Takes the authorization server's redirect: one code (or error) for the waiting login."""
-
-    results: queue.Queue[dict[str, str]]
-
-    def do_GET(self) -> None:
-        parsed = urlparse(self.path)
-        if parsed.path != CALLBACK_PATH:
-            self.send_error(404)
-            return
-        params = {k: v[0] for k, v in parse_qs(parsed.query).items()}
-        ok = "code" in params
-        body = (
-            "<h1>Logged in</h1><p>mcp-sampling-proxy has the authorization; you can close this tab.</p>"
-            if ok
-            else f"<h1>Login failed</h1><p>{_html(params.get('error', 'no code'))}: "
-            f"{_html(params.get('error_description', ''))}</p>"
-        )
-        data = f"<!doctype html><meta charset=utf-8><title>mcp-sampling-proxy</title>{body}".encode()
-        self.send_response(200 if ok else 400)
-        self.send_header("Content-Type", "text/html; charset=utf-8")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-        self.results.put(params)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-def _html(text: str) -> str:
-    return html.escape(text)
-
-
 def main(argv: Sequence[str], action: str = "login") -> int:
     args = build_parser(action).parse_args(list(argv))
     if action == "logout":
@@ -154,22 +116,14 @@ def _login(args: argparse.Namespace) -> int:
         )
     else:
         kind = args.store
-    results: queue.Queue[dict[str, str]] = queue.Queue()
-    handler = type("Callback", (_Callback,), {"results": results})
     try:
-        server = ThreadingHTTPServer(("127.0.0.1", args.port), handler)
+        sock = login_callback.listen(args.port)
     except OSError as exc:
         return fail(f"cannot listen on 127.0.0.1:{args.port} for the redirect: {exc}")
-    redirect_uri = f"http://127.0.0.1:{server.server_address[1]}{CALLBACK_PATH}"
-    thread = threading.Thread(target=server.serve_forever, name="oauth-callback", daemon=True)
-    thread.start()
     try:
-        record, server_name = anyio.run(_authorize, args, redirect_uri, results, secret, headers)
+        record, server_name = anyio.run(_authorize, args, sock, secret, headers)
     except LoginFailed as exc:
         return fail(str(exc))
-    finally:
-        server.shutdown()
-        server.server_close()
     try:
         where = oauth_store.save(args.url, record, kind)
     except OSError as exc:
@@ -183,54 +137,34 @@ def _login(args: argparse.Namespace) -> int:
 
 
 async def _authorize(
-    args: argparse.Namespace,
-    redirect_uri: str,
-    results: queue.Queue[dict[str, str]],
-    secret: str | None,
-    headers: dict[str, str],
+    args: argparse.Namespace, sock: socket.socket, secret: str | None, headers: dict[str, str]
 ) -> tuple[dict[str, Any], str]:
-    expected: dict[str, str | None] = {"state": None}
+    """The browser's round trip, with the redirect's listener open for as long as it takes."""
+    async with login_callback.callback_listener(sock, say=_say) as listener:
+        state: str | None = None
 
-    async def show(url: str) -> None:
-        expected["state"] = (parse_qs(urlparse(url).query).get("state") or [""])[0] or None
-        print(
-            f"open this URL in your browser to log in to {urlparse(args.url).netloc}:\n\n  {url}\n",
-            file=sys.stderr,
-            flush=True,
+        async def show(url: str) -> None:
+            nonlocal state
+            state = (parse_qs(urlparse(url).query).get("state") or [""])[0] or None
+            _say(f"open this URL in your browser to log in to {urlparse(args.url).netloc}:\n\n  {url}\n")
+            if not args.no_open and not await anyio.to_thread.run_sync(open_url, url):
+                _say("(could not open a browser: open the URL yourself)")
+            _say(f"waiting for the browser to come back to {listener.redirect_uri} ...")
+
+        async def wait_for_code() -> AuthorizationCodeResult:
+            return await listener.code(state, args.timeout)
+
+        return await authorize(
+            args.url,
+            redirect_uri=listener.redirect_uri,
+            open_url=show,
+            wait_for_code=wait_for_code,
+            client_id=args.client_id,
+            client_secret=secret,
+            scope=args.scope,
+            headers=headers,
         )
-        if not args.no_open and not await anyio.to_thread.run_sync(open_url, url):
-            print("(could not open a browser: open the URL yourself)", file=sys.stderr, flush=True)
-        print(f"waiting for the browser to come back to {redirect_uri} ...", file=sys.stderr, flush=True)
 
-    async def wait_for_code() -> AuthorizationCodeResult:
-        with anyio.move_on_after(args.timeout):
-            while True:
-                try:
-                    params = results.get_nowait()
-                except queue.Empty:
-                    await anyio.sleep(0.1)
-                    continue
-                if expected["state"] is not None and params.get("state") != expected["state"]:
-                    # not the answer to our request (another program or page found the port): keep waiting
-                    print(
-                        "ignored a request to the redirect address that does not carry this login's state",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-                    continue
-                if "code" not in params:
-                    why = f"{params.get('error', 'no code')} {params.get('error_description', '')}".strip()
-                    raise LoginFailed(f"the authorization server refused: {one_line(why, 300)}")
-                return AuthorizationCodeResult(code=params["code"], state=params.get("state"), iss=params.get("iss"))
-        raise LoginFailed(f"the browser did not come back within {args.timeout:g} s (--timeout)")
 
-    return await authorize(
-        args.url,
-        redirect_uri=redirect_uri,
-        open_url=show,
-        wait_for_code=wait_for_code,
-        client_id=args.client_id,
-        client_secret=secret,
-        scope=args.scope,
-        headers=headers,
-    )
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
