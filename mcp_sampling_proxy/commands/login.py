@@ -21,7 +21,7 @@ from mcp.shared.auth import AuthorizationCodeResult
 
 from mcp_sampling_proxy.commands.parsing import Parser
 from mcp_sampling_proxy.front import login_callback
-from mcp_sampling_proxy.services.elicitation import open_url
+from mcp_sampling_proxy.system.browser import open_url
 from mcp_sampling_proxy.transport import oauth_store
 from mcp_sampling_proxy.transport.http import parse_headers
 from mcp_sampling_proxy.transport.oauth import LoginFailed, authorize

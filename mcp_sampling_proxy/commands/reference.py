@@ -29,7 +29,7 @@ from mcp_sampling_proxy.commands.parsing import Parser
 from mcp_sampling_proxy.config.dirs import STATE_DIR_ENV
 from mcp_sampling_proxy.config.paths import CONFIG_DIR_ENV
 from mcp_sampling_proxy.notation.vocabulary import SUBCOMMANDS
-from mcp_sampling_proxy.services.elicitation import OPENER_ENV
+from mcp_sampling_proxy.system.browser import OPENER_ENV
 from mcp_sampling_proxy.system.terminal import DEVICE_ENV, DISABLE_ENV
 
 PROGRAM = "mcp-sampling-proxy"

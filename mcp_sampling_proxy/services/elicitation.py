@@ -12,10 +12,6 @@ the user's browser only after consent.
 from __future__ import annotations
 
 import functools
-import os
-import shlex
-import subprocess
-import webbrowser
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Unpack, cast
 
@@ -37,6 +33,7 @@ from mcp_sampling_proxy.relay.keepalive import waiting_for
 from mcp_sampling_proxy.services import auto_answers
 from mcp_sampling_proxy.services.assess import Origin, judge_elicitation
 from mcp_sampling_proxy.services.opening import Opened, opened
+from mcp_sampling_proxy.system.browser import open_url
 from mcp_sampling_proxy.text.sanitize import one_line, quote
 
 if TYPE_CHECKING:
@@ -49,15 +46,6 @@ log = get_logger("mcp_sampling_proxy.services.elicitation")
 
 METHOD = ELICITATION_CREATE
 COMPLETE = ELICITATION_COMPLETE
-OPENER_ENV = "MCP_SAMPLING_PROXY_URL_OPENER"  # a command run with the URL (tests; custom browsers)
-
-
-def open_url(url: str) -> bool:
-    """Open a URL in the user's browser (never fetched by the proxy itself)."""
-    command = os.environ.get(OPENER_ENV)
-    if command:
-        return subprocess.run([*shlex.split(command), url], check=False).returncode == 0
-    return webbrowser.open(url)
 
 
 def marked(params: ElicitRequestParams, session: Session) -> ElicitRequestParams:

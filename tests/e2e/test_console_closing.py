@@ -18,7 +18,7 @@ from helpers.web_console import WebConsole
 
 from mcp_sampling_proxy.approval.dialogues import APPROVE_PROMPT
 from mcp_sampling_proxy.approval.terminal_channel import ENDED
-from mcp_sampling_proxy.commands.console import CLOSED
+from mcp_sampling_proxy.approval.terminal_console import CLOSED
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (apt-get install tmux)"),

@@ -35,7 +35,7 @@ from mcp_sampling_proxy.approval.console.client import ConsoleClient, decision_r
 from mcp_sampling_proxy.approval.forms import FormError, parse_form, validate_content
 from mcp_sampling_proxy.approval.url_safety import analyze_url
 from mcp_sampling_proxy.front.web_console.state import WebState, audit_view, usage_view
-from mcp_sampling_proxy.services.elicitation import open_url
+from mcp_sampling_proxy.system.browser import open_url
 from mcp_sampling_proxy.text.sanitize import one_line
 
 STATIC = {
