@@ -36,7 +36,6 @@ from mcp_sampling_proxy.commands.doctor_entries import check_entry, entries_from
 from mcp_sampling_proxy.commands.parsing import Parser
 from mcp_sampling_proxy.commands.remotes import remote_entries
 from mcp_sampling_proxy.commands.tools import doctor_checks as tool_checks
-from mcp_sampling_proxy.commands.wrap import survey
 from mcp_sampling_proxy.config.child_env import withheld
 from mcp_sampling_proxy.config.dirs import home_relative
 from mcp_sampling_proxy.config.keys import KeySourceError, key_source, resolve_key
@@ -44,6 +43,7 @@ from mcp_sampling_proxy.config.paths import policy_or_default
 from mcp_sampling_proxy.config.providers import PRESET_FACTS
 from mcp_sampling_proxy.config.settings import load_settings
 from mcp_sampling_proxy.hosts.registry import HOST_SUPPORT_NOTE, HOSTS
+from mcp_sampling_proxy.hosts.survey import survey
 from mcp_sampling_proxy.notation.yamlnodes import PolicyError
 from mcp_sampling_proxy.providers.base import LLMError
 from mcp_sampling_proxy.providers.command import program_of

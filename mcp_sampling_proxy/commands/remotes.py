@@ -6,12 +6,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from mcp_sampling_proxy.commands.wrap import survey
 from mcp_sampling_proxy.hosts.entries import classify, is_wrapped, parse_proxy_args
 from mcp_sampling_proxy.hosts.registry import HOSTS
+from mcp_sampling_proxy.hosts.survey import survey
 
 if TYPE_CHECKING:
-    from mcp_sampling_proxy.commands.wrap import FileStatus
+    from mcp_sampling_proxy.hosts.survey import FileStatus
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,11 @@ from helpers.support import PY, write_policy
 from helpers.wrapping import FIXTURES, copy_fixture, run, servers_of
 
 from mcp_sampling_proxy.commands.cli import main as cli_main
-from mcp_sampling_proxy.commands.wrap import Invocation, proxy_invocation
 from mcp_sampling_proxy.hosts.config_files import SIDECAR_NAME, load_config, record_path
 from mcp_sampling_proxy.hosts.entries import Remote, classify, is_wrapped, parse_proxy_args
 from mcp_sampling_proxy.hosts.jsonc import parse_jsonc
 from mcp_sampling_proxy.hosts.registry import ConfigError, config_path
+from mcp_sampling_proxy.hosts.wrapping import Invocation, proxy_invocation
 
 CASES = [
     ("claude-desktop", "claude_desktop_config.json"),
