@@ -39,7 +39,7 @@ from mcp_sampling_proxy.quotas.tool_pins import PINS_FILE, ToolPins
 from mcp_sampling_proxy.relay.core import Relay, peek_id
 from mcp_sampling_proxy.relay.ports import Ports
 from mcp_sampling_proxy.relay.session import Session
-from mcp_sampling_proxy.services.elicitation import ElicitationService
+from mcp_sampling_proxy.services.elicitation.service import ElicitationService
 from mcp_sampling_proxy.services.input_required import InputResolver
 from mcp_sampling_proxy.services.network import NetworkGate
 from mcp_sampling_proxy.services.sampling.adapters import AdapterPool

@@ -42,7 +42,7 @@ from mcp_sampling_proxy.services.assess import (
     judge_elicitation,
     judge_sampling,
 )
-from mcp_sampling_proxy.services.elicitation import request_mode, validate_elicitation
+from mcp_sampling_proxy.services.elicitation.request import request_mode, validate_elicitation
 from mcp_sampling_proxy.text.identity import server_phrase, shown
 from mcp_sampling_proxy.text.sanitize import one_line, strip_controls
 from mcp_sampling_proxy.transport.sandbox import policy_grant_problems

@@ -23,13 +23,13 @@ from mcp_sampling_proxy.protocol.names import ELICITATION_CREATE, SAMPLING_CREAT
 from mcp_sampling_proxy.protocol.wire_types import JsonObject, JsonRpcRequest
 from mcp_sampling_proxy.relay.calls import ORIGIN_TOOLS
 from mcp_sampling_proxy.relay.keepalive import waiting_for
-from mcp_sampling_proxy.services.elicitation import marked
+from mcp_sampling_proxy.services.elicitation.request import marked
 from mcp_sampling_proxy.text.sanitize import one_line
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.relay.ports import Rounds
     from mcp_sampling_proxy.relay.session import Session
-    from mcp_sampling_proxy.services.elicitation import ElicitationService
+    from mcp_sampling_proxy.services.elicitation.service import ElicitationService
     from mcp_sampling_proxy.services.sampling.service import SamplingService
 
 log = get_logger("mcp_sampling_proxy.services.input_required")
@@ -85,7 +85,7 @@ class InputResolver:
     def host_asked(self, result: JsonObject, origin: JsonRpcRequest | None, session: Session) -> JsonObject:
         """The host is about to see these input requests: remember its sampling ones, so its
         answers (in the retry's inputResponses) get an audit record like any other sampling; and
-        mark its forms as the server's (services/elicitation.py: `marked`). The result as the host gets it."""
+        mark its forms as the server's (services/elicitation/request.py: `marked`). The result as the host gets it."""
         state = result.get("requestState")
         requests = result.get("inputRequests") or {}
         shown = {}

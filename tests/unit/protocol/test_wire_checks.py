@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from mcp_sampling_proxy.protocol import wire_checks
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 from mcp_sampling_proxy.protocol.sampling_request import validate
-from mcp_sampling_proxy.services.elicitation import validate_elicitation
+from mcp_sampling_proxy.services.elicitation.request import validate_elicitation
 
 ICON = {"src": "https://x/icon.png", "mimeType": "image/png", "sizes": ["16x16"], "theme": "dark"}
 ANNOTATIONS = {"audience": ["user", "assistant"], "priority": 0.5, "lastModified": "2025-01-01T00:00:00Z"}

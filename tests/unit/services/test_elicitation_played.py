@@ -262,3 +262,20 @@ async def test_url_mode_host_that_supports_it_sees_request_and_completion(tmp_pa
     assert answer["result"] == {"action": "accept"}
     assert forwarded["method"] == "notifications/elicitation/complete"
     assert forwarded["params"]["elicitationId"] == "e-1"
+
+
+@pytest.mark.parametrize(
+    ("policy", "reason"),
+    [
+        ("", "URL mode is not enabled (elicitation.url_mode)"),
+        ("elicitation: {route: decline}\n", "elicitation route is decline"),
+    ],
+)
+async def test_a_url_request_nobody_may_answer_is_declined_saying_why(tmp_path: Path, policy: str, reason: str) -> None:
+    async with Playbook(tmp_path, policy, name=SERVER) as play:
+        await play.handshake({"elicitation": {"form": {}}})  # a host with forms only: URL mode is not its
+        answer = await play.elicit(url_form(LOGIN), tool="elicit_url")
+        (record,) = play.audit()
+    assert answer["result"] == {"action": "decline"}
+    assert not play.host_asked
+    assert (record["decision"], record["reason"]) == ("deny", reason)
