@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,6 +24,7 @@ class Answer:
     status: int = 200
     body: bytes = b'{"verdict": "allow"}'
     location: str | None = None  # with a 3xx status: where it redirects
+    delay: float = 0.0  # seconds before it answers: a slow check
 
 
 class CheckServer:
@@ -43,6 +45,7 @@ class CheckServer:
                         Received(self.path, {k.lower(): v for k, v in self.headers.items()}, json.loads(raw))
                     )
                     answer = owner._answers.popleft() if owner._answers else Answer()
+                time.sleep(answer.delay)
                 self.send_response(answer.status)
                 if answer.location:
                     self.send_header("location", answer.location)

@@ -88,34 +88,63 @@ class AuthServerThread(AuthServerControls):
     """The fixture's authorization server (its `build()`: the same routes, tokens and controls as the
     subprocess's) served by uvicorn from a thread of the test process on a loopback port. A resource server
     played in process (tests/helpers/played_serve.py) reaches it over real HTTP, and the unit tier, which
-    starts no process, can use it."""
+    starts no process, can use it. With `resource_server`, the fixture's OAuth-protected MCP server is served
+    too (from a thread of its own, at `url`): what the proxy's `--url` upstream and `login` talk to."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, resource_server: bool = False) -> None:
         spec = importlib.util.spec_from_file_location("oauth_server_fixture", OAUTH_SERVER)
         assert spec is not None and spec.loader is not None
         fixture = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(fixture)
-        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._socket.bind(("127.0.0.1", 0))
-        self._socket.listen(128)
-        port = self._socket.getsockname()[1]
-        self.issuer = f"http://127.0.0.1:{port}"
-        app, _mcp_app, _provider = fixture.build(port, 9)  # the fixture's MCP server is not served here
-        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [self._socket]}, name="oauth-as", daemon=True
-        )
-        self._thread.start()
+        self._sockets = [_listen() for _ in range(2 if resource_server else 1)]
+        as_port = self._sockets[0].getsockname()[1]
+        rs_port = self._sockets[1].getsockname()[1] if resource_server else 9  # 9: discard, never served
+        self.issuer = f"http://127.0.0.1:{as_port}"
+        self.url = f"http://127.0.0.1:{rs_port}/mcp"
+        app, mcp_app, self.provider = fixture.build(as_port, rs_port)
+        self._servers = [uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))]
+        self.unauthorized = 0  # requests the MCP server answered 401 (no token, or one it does not take)
+        if resource_server:  # the MCP server's session manager runs in its lifespan
+            counted = self._counting_401s(mcp_app)
+            self._servers.append(uvicorn.Server(uvicorn.Config(counted, log_level="warning", lifespan="on")))
+        self._threads = [
+            threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="oauth-fixture", daemon=True)
+            for server, sock in zip(self._servers, self._sockets, strict=True)
+        ]
+        for thread in self._threads:
+            thread.start()
         deadline = time.monotonic() + 10
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise TimeoutError("the in-process authorization server did not start")
+        while not all(server.started for server in self._servers):
+            if not all(thread.is_alive() for thread in self._threads) or time.monotonic() > deadline:
+                self.close()
+                raise TimeoutError("the in-process OAuth fixture did not start")
             time.sleep(0.01)
 
+    def _counting_401s(self, app: Any) -> Any:
+        async def counted(scope: Any, receive: Any, send: Any) -> None:
+            async def sent(message: Any) -> None:
+                if message["type"] == "http.response.start" and message["status"] == 401:
+                    self.unauthorized += 1
+                await send(message)
+
+            await app(scope, receive, sent)
+
+        return counted
+
     def close(self) -> None:
-        self._server.should_exit = True
-        self._thread.join(10)
-        self._socket.close()
+        for server in self._servers:
+            server.should_exit = True
+        for thread in self._threads:
+            thread.join(10)
+        for sock in self._sockets:
+            sock.close()
+
+
+def _listen() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    return sock
 
 
 class LoopbackRedirect:
@@ -176,3 +205,22 @@ class MemoryTokens:
 
     async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
         self.client = client_info
+
+
+class InProcessBrowser:
+    """What tests/fixtures/browser.py does, from the test process: follows the authorization URL's redirect
+    chain (/authorize -> /consent -> the login's loopback redirect) as the user's browser would. It stands
+    in for `open_url`, the one place `login` hands a URL to the browser, so `login` runs in process. With
+    `forge_first`, another program that found the redirect port sends it a code of its own first."""
+
+    def __init__(self, *, forge_first: bool = False) -> None:
+        self.visited: list[str] = []
+        self._forge_first = forge_first
+
+    def __call__(self, url: str) -> bool:
+        if self._forge_first:
+            redirect = parse_qs(urlsplit(url).query)["redirect_uri"][0]
+            httpx.get(redirect, params={"code": "forged-code", "state": "not-this-login"}, timeout=10)
+        hooks = {"request": [lambda request: self.visited.append(str(request.url))]}
+        with httpx.Client(follow_redirects=True, timeout=30, event_hooks=hooks) as client:
+            return client.get(url).status_code == 200

@@ -345,8 +345,12 @@ def run_subcommand(argv: list[str], *, check: bool = False, stdin: str | None = 
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), piped:
         configure("warning", "console")
         module = importlib.import_module(f"mcp_sampling_proxy.commands.{SUBCOMMANDS[argv[0]]}")
-        try:
-            code = module.main(argv[1:])
+        try:  # as commands/cli.py calls it: a module serving two subcommands is told which
+            code = (
+                module.main(argv[1:], argv[0])
+                if argv[0] in ("wrap", "unwrap", "login", "logout")
+                else module.main(argv[1:])
+            )
         except SystemExit as exc:  # argparse's errors (2) and --help (0)
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     done = CommandRun(argv, code, out.getvalue(), err.getvalue())
