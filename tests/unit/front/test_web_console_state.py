@@ -1,5 +1,6 @@
 """The web console's state in process: a flood of audit records costs one snapshot per change for every
-page, the usage says which records it counts, and only the budgets a proxy sealed are shown."""
+page, the usage says which records it counts and why its budgets table is empty, and only the budgets a
+proxy sealed are shown."""
 
 from __future__ import annotations
 
@@ -9,13 +10,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import anyio
+import pytest
 
 from mcp_sampling_proxy.approval.console.client import Event
+from mcp_sampling_proxy.config.settings import parse_settings
 from mcp_sampling_proxy.front.web_console.app import WebConsole
+from mcp_sampling_proxy.front.web_console.server import page_sources
 from mcp_sampling_proxy.front.web_console.state import KEEP_RECORDS, WebState, usage_view
 from mcp_sampling_proxy.front.web_console.views import PolicyFacts, read_budgets
 from mcp_sampling_proxy.quotas.integrity import prepare
 from mcp_sampling_proxy.quotas.limiters import TokenBudget
+
+BUDGET = "rules:\n  - name: ask-first\n    action: prompt\n    budget: {tokens: 200000, per: 1d}\n"
+NO_BUDGET = "rules:\n  - name: ask-first\n    action: prompt\n"
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.approval.console.client import ConsoleClient
@@ -97,3 +104,20 @@ def test_the_budgets_shown_are_the_ones_a_proxy_sealed(tmp_path: Path) -> None:
     forged = json.loads((tmp_path / "budgets.json").read_text())["sealed"]  # the data without its seal
     (tmp_path / "budgets.json").write_text(json.dumps(forged))
     assert read_budgets(tmp_path / "budgets.json") == {}
+
+
+@pytest.mark.parametrize(
+    ("rules", "says"),
+    [
+        pytest.param(NO_BUDGET, "none: no rule of this policy has a budget", id="no-budget"),
+        pytest.param(BUDGET, "none used yet: 1 rule with a budget (ask-first)", id="unused"),
+        pytest.param(None, "none: no policy to read budgets from (console --web --policy FILE)", id="no-policy"),
+    ],
+)
+def test_an_empty_budgets_table_says_why(tmp_path: Path, rules: str | None, says: str) -> None:
+    """No budget row: the page is told why (`console --web` with this policy, or none), so that an empty
+    table is not taken for one that failed to load."""
+    settings = parse_settings(rules, str(tmp_path / "policy.yaml")) if rules else None
+    usage = anyio.run(usage_view, page_sources(settings, None).state, {})
+    assert usage["budgets"] == [] and usage["servers"] == []
+    assert usage["no_budgets"] == says
