@@ -1,7 +1,7 @@
 """The terminal console (in tmux, as a person sees it) keeps only open questions on screen: a question whose
 proxy left is erased, said to be closed and not asked again. The same console in process, taking off a
 question answered in the web console or timed out, announcing one arriving meanwhile, naming a form's
-proxy and host: tests/unit/commands/test_console_played.py."""
+proxy and host: tests/unit/approval/test_terminal_console_played.py."""
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
-"""The terminal console (`mcp-sampling-proxy console`) in process, beside a proxy played in memory
-(helpers/playbook.py, `console=True`): the real `Console` on the proxy's real socket, its keys typed into a
-pipe, its screen the text it writes. It keeps only open questions: one answered in the web console (played
-beside it, helpers/played_console.py) or timed out is taken off, saying so, and the next is asked; one
-arriving meanwhile is announced and asked in turn; a form names its proxy and host. How a real terminal
-shows the question erased and asked again: tests/e2e/test_console_screen.py and test_console_closing.py."""
+"""The terminal console (`mcp-sampling-proxy console`, approval/terminal_console.py) in process, beside a
+proxy played in memory (helpers/playbook.py, `console=True`): the real `Console` on the proxy's real socket,
+its keys typed into a pipe, its screen the text it writes. It keeps only open questions: one answered in the
+web console (played beside it, helpers/played_console.py) or timed out is taken off, saying so, and the next
+is asked; one arriving meanwhile is announced and asked in turn; a form names its proxy and host. How a real
+terminal shows the question erased and asked again: tests/e2e/test_console_screen.py and
+test_console_closing.py."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from helpers.played_console import played_page
 from helpers.support import openai_policy
 
 from mcp_sampling_proxy.approval.dialogues import APPROVE_PROMPT
-from mcp_sampling_proxy.commands.console import Console
+from mcp_sampling_proxy.approval.terminal_console import Console
 
 pytestmark = pytest.mark.anyio
 
