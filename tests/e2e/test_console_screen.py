@@ -28,19 +28,25 @@ PROMPT_RULES = openai_policy("http://127.0.0.1:9/v1", rules=ASK)
 QUESTION = APPROVE_PROMPT.rstrip()
 
 
-@pytest.mark.parametrize("width", [220, 60])  # 60: the question wraps onto two rows
 def test_the_console_question_stays_last_when_proxies_attach_and_leave(
-    tmp_path: Path, dirs: dict[str, str], screens: list[Screen], width: int
+    tmp_path: Path, dirs: dict[str, str], screens: list[Screen]
 ) -> None:
-    """A real console in tmux, real proxies: another proxy attaching and then leaving while a question
-    waits prints its line above the question, which is asked again as the last line."""
+    """Two real consoles in tmux, one 220 columns wide and one 60 (where the question wraps onto two rows),
+    real proxies: another proxy attaching and then leaving while a question waits prints its line above the
+    question, which is asked again as the last line. Answered in the wide one, the question is erased
+    from the narrow one, whole, and said to be closed."""
     policy = write_policy(tmp_path, PROMPT_RULES)
-    console = Screen(tmp_path, [PY, "-m", "mcp_sampling_proxy", "console"], proxy_env(**dirs), width)
-    screens.append(console)
-    console.wait_for("watching")
+    wide, narrow = (
+        Screen(tmp_path, [PY, "-m", "mcp_sampling_proxy", "console"], proxy_env(**dirs), width) for width in (220, 60)
+    )
+    screens.extend([wide, narrow])
+    consoles = (wide, narrow)
+    for console in consoles:
+        console.wait_for("watching")
     with RawHost(proxy_command(policy), proxy_env(**dirs), tmp_path / "asking.log") as asking:
         asking.initialize()
-        console.wait_for(f"[proxy {asking.proc.pid}] attached")
+        for console in consoles:
+            console.wait_for(f"[proxy {asking.proc.pid}] attached")
         asking.send(
             {
                 "jsonrpc": "2.0",
@@ -49,24 +55,30 @@ def test_the_console_question_stays_last_when_proxies_attach_and_leave(
                 "params": {"name": "sample", "arguments": {"prompt": "hello"}},
             }
         )
-        lines = console.wait_for(QUESTION)
-        assert console.last_line() == QUESTION
-        # the operator's name and the server's own claim, each quoted once, none inside another
-        summary = "Server 'kitchen_sink_server' (which calls itself \"kitchen-sink\") asks for an LLM completion"
-        assert any(summary in line for line in lines), "\n".join(lines)
+        for console in consoles:
+            lines = console.wait_for(QUESTION)
+            assert console.last_line() == QUESTION
+            # the operator's name and the server's own claim, each quoted once, none inside another
+            summary = "Server 'kitchen_sink_server' (which calls itself \"kitchen-sink\") asks for an LLM completion"
+            assert any(summary in line for line in lines), "\n".join(lines)
         with RawHost(proxy_command(policy), proxy_env(**dirs), tmp_path / "other.log") as other:
             other.initialize()
-            lines = console.wait_for(f"[proxy {other.proc.pid}] attached")
-            assert lines[-1] == QUESTION, "\n".join(lines)
+            for console in consoles:
+                lines = console.wait_for(f"[proxy {other.proc.pid}] attached")
+                assert lines[-1] == QUESTION, "\n".join(lines)
             other.close_stdin()
             other.wait()
-        lines = console.wait_for(f"[proxy {other.proc.pid}] detached")
-        assert lines[-1] == QUESTION, "\n".join(lines)
-        # erased and asked again below each line, whole: no copy or piece of it is left above
-        assert [line for line in lines if "Allow this request?" in line] == [QUESTION], "\n".join(lines)
-        console.type("n")  # the question still takes its answer
+        for console in consoles:
+            lines = console.wait_for(f"[proxy {other.proc.pid}] detached")
+            assert lines[-1] == QUESTION, "\n".join(lines)
+            # erased and asked again below each line, whole: no copy or piece of it is left above
+            assert [line for line in lines if "Allow this request?" in line] == [QUESTION], "\n".join(lines)
+        wide.type("n")  # the question still takes its answer
         answer = asking.wait_for(lambda m: m.get("id") == 2, 30)
-        assert "-> denied" in console.wait_for("-> denied")
+        assert "-> denied" in wide.wait_for("-> denied")
+        closed = f"[proxy {asking.proc.pid}] answered in another console: this question is closed"
+        lines = narrow.wait_for(closed)
+        assert lines[-1] == closed and not any("Allow this request?" in line for line in lines), "\n".join(lines)
     assert "rejected at the companion console" in json.dumps(answer)
 
 

@@ -15,35 +15,10 @@ from pathlib import Path
 
 import pytest
 from fakes.llm_server import FakeLLMServer
-from helpers.support import EXAMPLES, KITCHEN_SINK, PY, openai_policy, proxy_env, write_policy
+from helpers.support import EXAMPLES, KITCHEN_SINK, PY, openai_policy, proxy_command, proxy_env, write_policy
 from helpers.terminal import PtySession, console_beside_a_proxy, terminal_env, try_argv
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="needs a Linux pty")
-
-
-def test_console_provider_reply_typed_at_the_terminal(tmp_path: Path) -> None:
-    policy = write_policy(tmp_path, "rules:\n  - name: all\n    action: allow\n")
-    session = PtySession(
-        try_argv(
-            "--policy",
-            policy,
-            "--tool",
-            "summarize",
-            "--args",
-            json.dumps({"text": "The quick brown fox."}),
-            "--",
-            PY,
-            str(EXAMPLES / "summarizer.py"),
-        ),
-        terminal_env(),
-    )
-    screen = session.read_until(b"finish with a line holding only '.'")
-    assert b"Server 'summarizer' asks for an LLM completion" in screen
-    assert b"The quick brown fox." in screen
-    session.type("A fox, quickly.\n.\n")
-    assert session.finish() == 0
-    assert b"result:" in session.output
-    assert b"A fox, quickly." in session.output.split(b"result:")[1]
 
 
 def test_server_text_is_stripped_of_escape_sequences_on_the_terminal(tmp_path: Path) -> None:
@@ -64,77 +39,117 @@ def test_server_text_is_stripped_of_escape_sequences_on_the_terminal(tmp_path: P
         assert forbidden not in session.output
 
 
-@pytest.mark.parametrize(("answer", "approved"), [("y", True), ("n", False)])
-def test_prompt_rule_asks_at_the_terminal(tmp_path: Path, answer: str, approved: bool) -> None:
-    with FakeLLMServer("openai") as llm:
-        llm.reply_text("approved answer")
-        policy = write_policy(
-            tmp_path, openai_policy(llm.base_url, rules=("rules:\n  - name: ask-me\n    action: prompt\n"))
-        )
-        session = PtySession(
-            try_argv("--policy", policy, "--tool", "sample", "--args", '{"prompt": "may I?"}', "--", PY, KITCHEN_SINK),
-            terminal_env(TEST_LLM_KEY="k"),
-        )
-        screen = session.read_until(b"Allow this request?")
-        assert b"may I?" in screen
-        assert b"during tool call 'sample'" in screen
-        session.type(answer + "\n")
-        session.finish()
-        if approved:
-            assert b"approved answer" in session.output
-            assert len(llm.requests) == 1
-        else:
-            assert b"rejected at the terminal" in session.output
-            assert llm.requests == []
-
-
 def test_readme_quickstart_without_policy_or_key(tmp_path: Path) -> None:
-    """The README's first command: approve at the terminal, then type the reply."""
+    """The README's first command: approve at the terminal, then type the reply (the `console` provider
+    a proxy without a policy or a key falls back to)."""
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     assert "mcp-sampling-proxy try --tool summarize" in readme
+    text = "MCP servers can ask the client for LLM completions."
     session = PtySession(
         try_argv(
-            "--tool",
-            "summarize",
-            "--args",
-            '{"text": "MCP servers can ask the client for LLM completions."}',
-            "--",
-            PY,
-            str(EXAMPLES / "summarizer.py"),
+            "--tool", "summarize", "--args", json.dumps({"text": text}), "--", PY, str(EXAMPLES / "summarizer.py")
         ),
         terminal_env(),
     )
     session.read_until(b"Allow this request?")
     session.type("y\n")
-    session.read_until(b"finish with a line holding only '.'")
+    screen = session.read_until(b"finish with a line holding only '.'")
+    assert b"Server 'summarizer' asks for an LLM completion" in screen and text.encode() in screen
     session.type("Servers borrow the client's model.\n.\n")
     assert session.finish() == 0
     assert b"Servers borrow the client's model." in session.output.split(b"result:")[1]
 
 
-def test_console_command_approves_a_proxy_without_terminal(tmp_path: Path, dirs: dict[str, str]) -> None:
-    """A proxy started like Claude Desktop starts it (no terminal); the user runs `console` elsewhere."""
-    with FakeLLMServer("openai") as llm:
-        console, proxy = console_beside_a_proxy(tmp_path, dirs, llm.base_url)
-        with proxy as host:
-            host.initialize()
-            console.read_until(b"attached")
-            host.send(
-                {
-                    "jsonrpc": "2.0",
-                    "id": 5,
-                    "method": "tools/call",
-                    "params": {"name": "sample", "arguments": {"prompt": "evil\x1b[2J prompt"}},
-                }
-            )
-            console.read_until(b"Allow this request? [y]es once")
-            console.type("y\n")
-            response = host.wait_for(lambda m: m.get("id") == 5)
-        os.kill(console.pid, 2)
-        console.finish()
-    assert json.loads(response["result"]["content"][0]["text"])["content"]["text"] == "echo: evil\x1b[2J prompt"
-    assert b"evil prompt" in console.output
-    assert b"\x1b[2J" not in console.output
+# A host in the terminal: it starts the proxy (whose /dev/tty is this terminal) and makes the tool calls
+# given as JSON ([tool, arguments] each) one after the other, each once the one before ended; what each
+# tool returned goes to a file, one JSON line each (not to the terminal, where the questions are).
+SEQUENTIAL_HOST = """\
+import json, subprocess, sys
+
+proxy = subprocess.Popen(json.loads(sys.argv[2]), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+
+def send(message):
+    proxy.stdin.write((json.dumps(message) + "\\n").encode())
+    proxy.stdin.flush()
+
+
+def response(wanted):
+    while True:
+        message = json.loads(proxy.stdout.readline())
+        if message.get("id") == wanted and "method" not in message:
+            return message
+
+
+send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18",
+      "capabilities": {}, "clientInfo": {"name": "pty-host", "version": "1"}}})
+response(1)
+send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+for number, (tool, arguments) in enumerate(json.loads(sys.argv[1]), start=2):
+    send({"jsonrpc": "2.0", "id": number, "method": "tools/call", "params": {"name": tool, "arguments": arguments}})
+    with open(sys.argv[3], "a") as results:
+        results.write(response(number)["result"]["content"][0]["text"] + "\\n")
+"""
+
+
+def test_the_proxys_terminal_takes_each_answer_in_one_keystroke(tmp_path: Path, llm: FakeLLMServer) -> None:
+    """One proxy on a real terminal asks six questions in turn: y approves (and its answer, under review, is
+    replaced: e), n denies; a form is declined (d) or cancelled (c) in one key; a link shows its host and
+    is opened only on o, never on d."""
+    llm.reply_text("the model's draft")
+    policy = write_policy(
+        tmp_path,
+        openai_policy(llm.base_url, rules="rules:\n  - name: ask-me\n    action: prompt\n")
+        + "approval:\n  review_response: true\nelicitation: {url_mode: true}\n",
+    )
+    opener = tmp_path / "opener.py"
+    opener.write_text("import sys\nwith open(sys.argv[1], 'a') as f:\n    f.write(sys.argv[2] + '\\n')\n")
+    opened = tmp_path / "opened.txt"
+    url = "https://xn--pple-43d.com/login?next=%2F"
+    name_form = {"schema_json": json.dumps({"type": "object", "properties": {"name": {"type": "string"}}})}
+    calls = [
+        ("sample", {"prompt": "may I?"}),
+        ("sample", {"prompt": "may I too?"}),
+        ("elicit_form", name_form),
+        ("elicit_form", name_form),
+        ("elicit_url", {"url": url}),
+        ("elicit_url", {"url": url}),
+    ]
+    host = tmp_path / "host.py"
+    host.write_text(SEQUENTIAL_HOST)
+    results = tmp_path / "results.jsonl"
+    env = terminal_env(TEST_LLM_KEY="k", MCP_SAMPLING_PROXY_URL_OPENER=f"{PY} {opener} {opened}")
+    command = json.dumps(proxy_command(policy))
+    session = PtySession([PY, str(host), json.dumps(calls), command, str(results)], env)
+
+    screen = session.read_until(b"Allow this request?")
+    assert b"may I?" in screen and b"during tool call 'sample'" in screen
+    session.type("y\n")
+    assert b"the model's draft" in session.read_until(b"Send this answer to the server?")
+    session.type("e\n")
+    session.read_until(b"Replacement answer")
+    session.type("the operator's answer\n.\n")
+    asked = len(session.output)
+    assert b"may I too?" in session.read_until(b"Allow this request?", after=asked)
+    session.type("n\n")
+    for key in ("d", "c"):
+        asked = len(session.output)
+        session.read_until(b"[a]nswer the form", after=asked)
+        session.type(key + "\n")
+    for key in ("o", "d"):
+        asked = len(session.output)
+        screen = session.read_until(b"[o]pen it in your browser", after=asked)[asked:]
+        assert url.encode() in screen and b">>> xn--pple-43d.com <<<" in screen and b"WARNING" in screen
+        session.type(key + "\n")
+    assert session.finish() == 0
+    approved, denied, declined, cancelled, accepted, refused = (
+        json.loads(line) for line in results.read_text().splitlines()
+    )
+    assert approved["content"]["text"] == "the operator's answer"
+    assert "rejected at the terminal" in denied["error"]["message"] and len(llm.requests) == 1
+    assert (declined["action"], cancelled["action"]) == ("decline", "cancel")
+    assert (accepted["action"], refused["action"]) == ("accept", "decline")
+    assert opened.read_text() == url + "\n"  # opened once: on `o`, not on `d`
 
 
 def test_form_on_the_terminal_every_field_type_and_re_asking(tmp_path: Path) -> None:
@@ -198,132 +213,55 @@ def test_form_on_the_terminal_every_field_type_and_re_asking(tmp_path: Path) -> 
     }
 
 
-@pytest.mark.parametrize(("key", "action"), [("d", "decline"), ("c", "cancel")])
-def test_form_decline_and_cancel_are_one_keystroke(tmp_path: Path, key: str, action: str) -> None:
-    schema = {"type": "object", "properties": {"name": {"type": "string"}}}
-    session = PtySession(
-        try_argv(
-            "--tool", "elicit_form", "--args", json.dumps({"schema_json": json.dumps(schema)}), "--", PY, KITCHEN_SINK
-        ),
-        terminal_env(),
-    )
-    session.read_until(b"[a]nswer the form")
-    session.type(key + "\n")
-    session.finish()
-    assert f'"action": "{action}"'.encode() in session.output
-
-
-@pytest.mark.parametrize(("key", "opened"), [("o", True), ("d", False)])
-def test_url_mode_on_the_terminal_shows_the_host_and_opens_only_on_consent(
-    tmp_path: Path, key: str, opened: bool
+def test_the_console_command_answers_a_proxy_without_a_terminal(
+    tmp_path: Path, dirs: dict[str, str], llm: FakeLLMServer
 ) -> None:
-    script = tmp_path / "opener.py"
-    script.write_text("import sys, pathlib\npathlib.Path(sys.argv[1]).write_text(sys.argv[2])\n")
-    record = tmp_path / "opened.txt"
-    policy = write_policy(tmp_path, "elicitation: {url_mode: true}\n")
-    url = "https://xn--pple-43d.com/login?next=%2F"
-    env = terminal_env(MCP_SAMPLING_PROXY_URL_OPENER=f"{PY} {script} {record}")
-    session = PtySession(
-        try_argv(
-            "--policy", policy, "--tool", "elicit_url", "--args", json.dumps({"url": url}), "--", PY, KITCHEN_SINK
-        ),
-        env,
-    )
-    screen = session.read_until(b"[o]pen it in your browser")
-    assert url.encode() in screen
-    assert b">>> xn--pple-43d.com <<<" in screen
-    assert b"WARNING" in screen
-    session.type(key + "\n")
-    session.finish()
-    assert record.exists() is opened
-    if opened:
-        assert record.read_text() == url
-        assert b'"action": "accept"' in session.output
-    else:
-        assert b'"action": "decline"' in session.output
+    """A proxy started as Claude Desktop starts it (no terminal), `console` on a terminal beside it. A request
+    sent the moment the proxy is up waits for the console's next scan rather than being refused, and shows
+    the server's text without its escape sequences; a `y` typed while nothing is asked approves nothing
+    (type-ahead is discarded), an answer that is no choice asks again, and the prompt names the host; a
+    form re-asks a value below its minimum."""
+    console, proxy = console_beside_a_proxy(tmp_path, dirs, llm.base_url)
+    console.read_until(b"watching")
+    with proxy as host:
+        host.initialize(name="typeahead-host")  # no wait for "attached": the call goes out at once
+        call = {"name": "sample", "arguments": {"prompt": "evil\x1b[2J prompt"}}
+        host.send({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": call})
+        console.read_until(b"Allow this request? [y]es once")
+        console.type("y\n")
+        approved = host.wait_for(lambda m: m.get("id") == 5)
+        assert json.loads(approved["result"]["content"][0]["text"])["content"]["text"] == "echo: evil\x1b[2J prompt"
+        console.read_until(b"-> approved")  # the outcome is shown; the console is idle again
+        asked = len(console.output)
 
+        console.type("y\n")  # typed while nothing is asked
+        call = {"name": "sample", "arguments": {"prompt": "nobody saw me"}}
+        host.send({"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": call})
+        screen = console.read_until(b"Allow this request? [y]es once", after=asked)[asked:]
+        assert b"host 'typeahead-host'" in screen
+        console.type("maybe\n")  # the question still waits: the type-ahead `y` answered nothing
+        console.read_until(b"is not one of the choices", after=asked)
+        console.type("n\n")
+        console.read_until(b"-> denied", after=asked)
+        denied = host.wait_for(lambda m: m.get("id") == 6)
+        assert json.loads(denied["result"]["content"][0]["text"])["error"]["code"] == -1
 
-def test_console_command_fills_an_elicitation_form(tmp_path: Path) -> None:
-    from helpers.support import RawHost, proxy_command
-
-    dirs = {
-        "MCP_SAMPLING_PROXY_RUNTIME_DIR": str(tmp_path / "run"),
-        "MCP_SAMPLING_PROXY_STATE_DIR": str(tmp_path / "state"),
-    }
-    schema = {"type": "object", "properties": {"age": {"type": "integer", "minimum": 0}}, "required": ["age"]}
-    console = PtySession([PY, "-m", "mcp_sampling_proxy", "console"], terminal_env(**dirs))
-    with RawHost(proxy_command(), proxy_env(**dirs), tmp_path / "stderr.log") as host:
-        host.initialize()
-        console.read_until(b"attached")
-        host.send(
-            {
-                "jsonrpc": "2.0",
-                "id": 3,
-                "method": "tools/call",
-                "params": {"name": "elicit_form", "arguments": {"schema_json": json.dumps(schema)}},
-            }
-        )
+        schema = {"type": "object", "properties": {"age": {"type": "integer", "minimum": 0}}, "required": ["age"]}
+        call = {"name": "elicit_form", "arguments": {"schema_json": json.dumps(schema)}}
+        host.send({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": call})
         console.read_until(b"[a]nswer the form")
         console.type("a\n")
-        console.read_until(b"age")
+        asked = len(console.output)
+        console.read_until(b"age", after=asked)
         console.type("-4\n")  # below the minimum: asked again
-        console.read_until(b"too small")
+        console.read_until(b"too small", after=asked)
         console.type("42\n")
-        response = host.wait_for(lambda m: m.get("id") == 3)
+        filled = host.wait_for(lambda m: m.get("id") == 7)
     os.kill(console.pid, 2)
     console.finish()
-    assert json.loads(response["result"]["content"][0]["text"]) == {"action": "accept", "data": {"age": 42}}
-
-
-def test_review_at_the_terminal_can_edit_the_answer(tmp_path: Path) -> None:
-    with FakeLLMServer("openai") as llm:
-        llm.reply_text("the model's draft")
-        policy = write_policy(tmp_path, openai_policy(llm.base_url) + "approval:\n  review_response: true\n")
-        session = PtySession(
-            try_argv("--policy", policy, "--tool", "sample", "--args", '{"prompt": "x"}', "--", PY, KITCHEN_SINK),
-            terminal_env(TEST_LLM_KEY="k"),
-        )
-        screen = session.read_until(b"Send this answer to the server?")
-        assert b"the model's draft" in screen
-        session.type("e\n")
-        session.read_until(b"Replacement answer")
-        session.type("the operator's answer\n.\n")
-        assert session.finish() == 0
-    assert b'"text": "the operator\'s answer"' in session.output.split(b"result:")[1]
-
-
-def test_console_ignores_type_ahead_and_re_asks_on_an_unknown_answer(tmp_path: Path, dirs: dict[str, str]) -> None:
-    """A `y` typed while the console sat idle must not approve the next request (issue #11, defect 2):
-    input typed before the question is discarded, an answer that is not a choice asks again, the
-    outcome is shown, and the prompt names the host too."""
-    with FakeLLMServer("openai") as llm:
-        console, proxy = console_beside_a_proxy(tmp_path, dirs, llm.base_url)
-        with proxy as host:
-            host.initialize(name="typeahead-host")
-            console.read_until(b"attached")
-            console.type("y\n")  # typed while nothing is asked
-            time.sleep(0.5)
-            host.send(
-                {
-                    "jsonrpc": "2.0",
-                    "id": 5,
-                    "method": "tools/call",
-                    "params": {"name": "sample", "arguments": {"prompt": "nobody saw me"}},
-                }
-            )
-            screen = console.read_until(b"Allow this request? [y]es once")
-            assert b"host 'typeahead-host'" in screen
-            time.sleep(1.0)
-            assert llm.requests == []  # the type-ahead `y` approved nothing
-            console.type("maybe\n")
-            console.read_until(b"is not one of the choices")
-            console.type("n\n")
-            console.read_until(b"-> denied")
-            response = host.wait_for(lambda m: m.get("id") == 5)
-        os.kill(console.pid, 2)
-        console.finish()
-    assert json.loads(response["result"]["content"][0]["text"])["error"]["code"] == -1
-    assert llm.requests == []
+    assert json.loads(filled["result"]["content"][0]["text"]) == {"action": "accept", "data": {"age": 42}}
+    assert len(llm.requests) == 1  # the first request's: nothing else ran
+    assert b"evil prompt" in console.output and b"\x1b[2J" not in console.output
 
 
 def test_one_ctrl_c_at_a_console_prompt_quits_and_the_request_is_refused(tmp_path: Path, dirs: dict[str, str]) -> None:
@@ -418,28 +356,3 @@ def test_try_lists_a_servers_tool_names_without_their_escape_sequences(tmp_path:
     assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
     assert b"tools: evilname\n" in done.stdout
     assert b"\x1b" not in done.stdout and b"\x07" not in done.stdout
-
-
-def test_a_request_right_after_start_waits_for_the_console_on_its_way(tmp_path: Path, dirs: dict[str, str]) -> None:
-    """A host that calls a sampling tool the moment its proxy is up: the running console finds the new
-    proxy at its next scan (every 0.5 s), and the request waits for it rather than being refused with
-    "no companion console is attached"."""
-    with FakeLLMServer("openai") as llm:
-        console, proxy = console_beside_a_proxy(tmp_path, dirs, llm.base_url)
-        console.read_until(b"watching")
-        with proxy as host:
-            host.initialize()  # no wait for "attached": the call goes out at once
-            host.send(
-                {
-                    "jsonrpc": "2.0",
-                    "id": 5,
-                    "method": "tools/call",
-                    "params": {"name": "sample", "arguments": {"prompt": "now"}},
-                }
-            )
-            console.read_until(b"Allow this request? [y]es once")
-            console.type("y\n")
-            response = host.wait_for(lambda m: m.get("id") == 5)
-        os.kill(console.pid, 2)
-        console.finish()
-    assert json.loads(response["result"]["content"][0]["text"])["content"]["text"] == "echo: now"

@@ -74,13 +74,16 @@ while left:
 
 
 def proxy_in_a_terminal(
-    tmp_path: Path, dirs: dict[str, str], screens: list[Screen], policy: str, prompts: list[str], tool: str = "sample"
+    tmp_path: Path, dirs: dict[str, str], screens: list[Screen], policy: str, prompts: list[str | None]
 ) -> Screen:
+    """The host in a terminal, calling `sample` with each prompt (None: `elicit_name`, a form)."""
     host = tmp_path / "host.py"
     host.write_text(HOST_SCRIPT)
     env = proxy_env(**dirs)
     env.pop("MCP_SAMPLING_PROXY_NO_TERMINAL")
-    calls = json.dumps([[tool, {"prompt": prompt} if tool == "sample" else {}] for prompt in prompts])
+    calls = json.dumps(
+        [["elicit_name", {}] if prompt is None else ["sample", {"prompt": prompt}] for prompt in prompts]
+    )
     command = tmp_path / "proxy-command.json"
     command.write_text(json.dumps(proxy_command(policy, upstream=[PY, KITCHEN_SINK])))
     screen = Screen(tmp_path, [PY, str(host), calls, str(command), str(tmp_path / "results")], env)
@@ -116,25 +119,6 @@ def test_a_request_that_times_out_at_the_proxys_terminal_is_taken_off(
     assert closed in lines and asked(lines) == [], "\n".join(lines)
 
 
-def test_a_request_arriving_meanwhile_at_the_proxys_terminal_is_announced_and_asked_next(
-    tmp_path: Path, dirs: dict[str, str], screens: list[Screen], llm: FakeLLMServer
-) -> None:
-    policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=RULES))
-    screen = proxy_in_a_terminal(tmp_path, dirs, screens, policy, ["the first", "the second"])
-    waits = "mcp-sampling-proxy: a request from server 'kitchen_sink_server' waits: it is asked after the question"
-    lines = screen.wait_for(waits)
-    screen.wait_for(QUESTION)
-    lines = screen.lines()
-    assert lines[-1] == QUESTION and len(asked(lines)) == 1, "\n".join(lines)
-    screen.type("n")
-    assert results(tmp_path, 1) in (["2 rejected"], ["3 rejected"])
-    screen.wait_until(lambda lines: lines[-1] == QUESTION and len(asked(lines)) == 2)  # the second, asked now
-    screen.type("n")
-    assert sorted(results(tmp_path, 2)) == ["2 rejected", "3 rejected"]
-    shown = "\n".join(screen.lines())
-    assert shown.count("asks for an LLM completion") == 2, shown
-
-
 def test_under_a_quorum_a_no_in_the_console_takes_the_question_off_the_proxys_terminal(
     tmp_path: Path, dirs: dict[str, str], screens: list[Screen], llm: FakeLLMServer
 ) -> None:
@@ -154,12 +138,22 @@ def test_under_a_quorum_a_no_in_the_console_takes_the_question_off_the_proxys_te
     assert asked(lines) == [], "\n".join(lines)
 
 
-def test_a_form_the_host_cancels_leaves_the_proxys_terminal(
-    tmp_path: Path, dirs: dict[str, str], screens: list[Screen]
+def test_a_form_the_host_cancels_leaves_the_proxys_terminal_and_the_request_waiting_is_asked(
+    tmp_path: Path, dirs: dict[str, str], screens: list[Screen], llm: FakeLLMServer
 ) -> None:
-    screen = proxy_in_a_terminal(tmp_path, dirs, screens, write_policy(tmp_path, RULES), [""], tool="elicit_name")
+    """A sampling request arriving while a form is asked is announced and waits; the host cancels the form,
+    which leaves the screen saying so, and the waiting request is asked, the only question on screen."""
+    policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=RULES))
+    screen = proxy_in_a_terminal(tmp_path, dirs, screens, policy, [None, "the second"])
     screen.wait_for("[a]nswer the form, [d]ecline, [c]ancel:")
+    waits = "mcp-sampling-proxy: a request from server 'kitchen_sink_server' waits: it is asked after the question"
+    lines = screen.wait_for(waits)
+    assert lines[-1] == "[a]nswer the form, [d]ecline, [c]ancel:" and "the second" not in "\n".join(lines)
     (tmp_path / "cancel").touch()
     closed = "(question withdrawn: the host cancelled the request, or the proxy is stopping; this question is closed)"
-    lines = screen.wait_for(closed)
+    screen.wait_for(closed)
+    lines = screen.wait_until(lambda lines: lines[-1] == QUESTION)  # the second, asked now
     assert not any("[a]nswer the form" in line for line in lines), "\n".join(lines)
+    assert len(asked(lines)) == 1 and "the second" in "\n".join(lines), "\n".join(lines)
+    screen.type("n")
+    assert results(tmp_path, 1) == ["3 rejected"]

@@ -291,25 +291,18 @@ def css_rgb(hex_colour: str) -> str:
     return "rgb({}, {}, {})".format(*(int(value[i : i + 2], 16) for i in (0, 2, 4)))
 
 
-@pytest.mark.parametrize(
-    ("rules", "says"),
-    [
-        pytest.param(NO_BUDGET, "none: no rule of this policy has a budget", id="no-budget"),
-        pytest.param(RULES, "none used yet: 1 rule with a budget (ask-first)", id="unused"),
-        pytest.param(None, "none: no policy to read budgets from (console --web --policy FILE)", id="no-policy"),
-    ],
-)
 def test_an_empty_budgets_table_says_why(
-    tmp_path: Path, dirs: dict[str, str], llm: FakeLLMServer, browser: Any, rules: str | None, says: str
+    tmp_path: Path, dirs: dict[str, str], llm: FakeLLMServer, browser: Any
 ) -> None:
-    """No budget row: the Budgets table says why, rather than showing only its heads."""
-    options = ["--policy", write_policy(tmp_path, openai_policy(llm.base_url, rules=rules))] if rules else []
-    with WebConsole(dirs, *options, stderr=tmp_path / "web.log") as web:
+    """No budget row: the Budgets table says why in one row across it, rather than showing only its heads.
+    What it says for each policy: tests/unit/front/test_web_console_state.py."""
+    policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=RULES))
+    with WebConsole(dirs, "--policy", policy, stderr=tmp_path / "web.log") as web:
         page = open_page(browser, web)
         row = page.locator("#budgets tbody tr")
         row.first.wait_for(timeout=15000)
         assert row.count() == 1
-        assert row.inner_text().strip() == says
+        assert row.inner_text().strip() == "none used yet: 1 rule with a budget (ask-first)"
         usage = page.locator("#usage tbody tr")
         assert usage.count() == 1 and usage.inner_text().strip() == "none yet: no request in the audit log"
         no_sideways_scroll(page)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import shutil
 import sys
 from pathlib import Path
@@ -80,10 +79,9 @@ def test_a_quorum_of_two_in_chromium(tmp_path: Path, dirs: dict[str, str], llm: 
             expect(nameless.locator("article.pending .error")).to_contain_text("enter your name at the top first")
 
             alice.get_by_role("button", name="Approve").click()
+            # one approval is not enough: the proxy asks again, naming who approved, and the call waits
             waiting = bob.locator("article.pending")
             expect(waiting).to_contain_text("1 of 2 so far (approved by console:alice)", timeout=15000)
-            with pytest.raises((TimeoutError, queue.Empty)):  # one approval is not enough: the call waits
-                host.wait_for(lambda m: m.get("id") == 2 and "method" not in m, 1.5)
             assert llm.requests == []
 
             # alice again does not count: her page refuses it and says why

@@ -21,9 +21,10 @@ class PtySession:
             os.execve(argv[0], argv, env)
         self.output = b""
 
-    def read_until(self, needle: bytes, timeout: float = 30.0) -> bytes:
+    def read_until(self, needle: bytes, timeout: float = 30.0, *, after: int = 0) -> bytes:
+        """The terminal's output once `needle` is shown (at or past offset `after` of it)."""
         deadline = time.monotonic() + timeout
-        while needle not in self.output:
+        while needle not in self.output[after:]:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise AssertionError(f"{needle!r} not shown; terminal so far:\n{self.output.decode(errors='replace')}")

@@ -70,6 +70,16 @@ async def test_the_page_needs_the_token_and_its_own_host_and_origin(page: httpx.
     assert (await page.get("/t0ken/api/state", headers={"Sec-Fetch-Site": "same-origin"})).status_code == 200
     assert (await page.get("/t0ken/nothing")).status_code == 404
     assert (await page.put("/t0ken/api/answer")).status_code == 405
+    # the event stream is the page's too: the token, and no other site
+    assert (await page.get("/api/events")).status_code == 403
+    assert (await page.get("/t0ken/api/events", headers={"Origin": "http://evil.example"})).status_code == 403
+    answer = {"key": "1:1", "action": "approve"}
+    assert (
+        await page.post("/t0ken/api/answer", json=answer, headers={"Origin": "http://evil.example"})
+    ).status_code == 403
+    # a number that is no number is the default, not a dropped connection (int() of '²' used to raise)
+    assert (await page.get("/t0ken/api/audit", params={"n": "\u00b2"})).status_code == 200
+    assert "img-src data:" in CSP
 
 
 async def test_answers_are_json_posts_of_a_bounded_size(page: httpx.AsyncClient) -> None:
