@@ -5,7 +5,7 @@ Mermaid rather than typed as ASCII art.
 
 Material loads Mermaid in the reader's browser from unpkg.com; this machine has no network, so the
 diagrams test hands the browser the npm package mermaid from the CI cache (.ci/run installs it) in its
-place, and skips without it."""
+place, and the test skips its diagrams without it (after the code blocks are checked)."""
 
 from __future__ import annotations
 
@@ -82,11 +82,11 @@ class _Loader(yaml.SafeLoader):
 _Loader.add_multi_constructor("tag:yaml.org,2002:python/", lambda loader, suffix, node: None)
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+@pytest.fixture
+def site(tmp_path: Path) -> Iterator[str]:
     """The site built as CI builds it, served on 127.0.0.1: its base URL."""
     assert MKDOCS is not None
-    built = tmp_path_factory.mktemp("site")
+    built = tmp_path / "site"
     done = subprocess.run(
         [MKDOCS, "build", "--strict", "--quiet", "--site-dir", str(built)],
         cwd=ROOT,
@@ -125,7 +125,8 @@ def open_site(browser: Any, mermaid: bytes | None) -> Any:
     return page
 
 
-def test_no_code_block_is_cut_off_or_under_its_copy_button(site: str, browser: Any) -> None:
+def test_no_code_block_is_cut_off_and_the_diagrams_are_drawn(site: str, browser: Any) -> None:
+    """One test, so the site is built and Chromium started once (two tests on two workers did both twice)."""
     page = open_site(browser, None)
     problems = []
     pages = nav_pages()
@@ -136,8 +137,6 @@ def test_no_code_block_is_cut_off_or_under_its_copy_button(site: str, browser: A
         problems += [f"{path or 'index'}: {found}" for found in page.evaluate(CUT_OR_COVERED)]
     assert problems == [], "\n".join(problems)
 
-
-def test_the_diagrams_are_drawn_not_typed(site: str, browser: Any) -> None:
     typed = [
         f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
         for path in sorted((ROOT / "docs").rglob("*.md"))
@@ -145,7 +144,7 @@ def test_the_diagrams_are_drawn_not_typed(site: str, browser: Any) -> None:
         if ASCII_ART.search(line)
     ]
     assert typed == [], "ASCII-art diagrams left in the docs (write them as ```mermaid blocks):\n" + "\n".join(typed)
-    mermaid = Path(package_file("mermaid", "dist/mermaid.min.js")).read_bytes()
+    mermaid = Path(package_file("mermaid", "dist/mermaid.min.js")).read_bytes()  # skips without it
     page = open_site(browser, mermaid)
     for path, count in DIAGRAMS.items():
         page.goto(site + path)

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 from fakes.llm_server import FakeLLMServer
 from helpers.doctoring import closed_port, doctor
-from helpers.support import INITIALIZE_LINE, PY, openai_policy, proxy_env, write_policy
+from helpers.support import PY, openai_policy, proxy_env, write_policy
+
+from mcp_sampling_proxy.transport import bwrap_probe
 
 # home, state and runtime dirs of each test's own, no real keys, no terminal (helpers/doctoring.py)
 pytestmark = pytest.mark.usefixtures("environment")
@@ -37,28 +39,22 @@ def test_exit_codes_from_the_command_line(tmp_path: Path, openai_llm: FakeLLMSer
         assert result.returncode == expected, result.stdout + result.stderr
 
 
-def test_the_sandbox_is_reported_as_it_is(tmp_path: Path) -> None:
-    """Doctor says whether servers run in the sandbox here; `sandbox: required` without bwrap is a failure."""
+def test_the_sandbox_is_reported_as_it_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    """Doctor says whether servers run in the sandbox here; `sandbox: required` without bwrap is a failure.
+    Run in process: what is a process here is bwrap's probe (the command's own exit codes are above)."""
     policy = write_policy(tmp_path, "rules: []\n")
     required = write_policy(tmp_path, "sandbox: required\n", "required.yaml")
-    env = proxy_env(MCP_SAMPLING_PROXY_STATE_DIR=str(tmp_path / "state"))
-
-    def run(path: str, **extra: str) -> tuple[int, str]:
-        done = subprocess.run(
-            [PY, "-m", "mcp_sampling_proxy", "doctor", "--policy", path],
-            capture_output=True,
-            text=True,
-            env={**env, **extra},
-            timeout=60,
-        )
-        return done.returncode, done.stdout
-
     if shutil.which("bwrap") is not None:
-        assert "sandbox: bubblewrap works here; servers run in it" in run(policy)[1]
-    code, out = run(policy, PATH="/nonexistent")
+        assert "sandbox: bubblewrap works here; servers run in it" in doctor(capsys, "--policy", policy)[1]
+    monkeypatch.setenv("PATH", "/nonexistent")
+    bwrap_probe.unavailable.cache_clear()  # its answer is kept per process
+    request.addfinalizer(bwrap_probe.unavailable.cache_clear)  # not this PATH's answer for the next test
+    code, out = doctor(capsys, "--policy", policy)
     assert "no sandbox: bwrap is not installed" in out and "servers run unconfined" in out
     assert "fix: install bubblewrap" in out
-    code, out = run(required, PATH="/nonexistent")
+    code, out = doctor(capsys, "--policy", required)
     assert code == 1
     assert "sandbox: required, but bwrap is not installed" in out and "proxies refuse to start" in out
 
@@ -75,10 +71,10 @@ def test_forged_approvals_and_a_tampered_budget_are_reported(
             rules=("rules:\n  - name: capped\n    action: allow\n    budget: {tokens: 1000, per: 1d}\n"),
         ),
     )
-    hello = INITIALIZE_LINE
+    # the host closes at once: the proxy starts and stops, and sealed nothing yet
     subprocess.run(
         [PY, "-m", "mcp_sampling_proxy", "--policy", policy, "--", PY, "-c", "import sys; sys.stdin.read()"],
-        input=hello,
+        input="",
         capture_output=True,
         text=True,
         timeout=60,

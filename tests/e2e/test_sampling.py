@@ -38,22 +38,27 @@ async def call(
 
 
 @pytest.mark.anyio
-async def test_openai_text_round_trip_with_every_parameter(tmp_path: Path, openai_llm: FakeLLMServer) -> None:
+async def test_openai_round_trip_with_every_parameter_and_a_401_that_names_the_variable_never_the_key(
+    tmp_path: Path, openai_llm: FakeLLMServer
+) -> None:
+    """One proxy, two calls: the first answered, the second refused by the provider (401)."""
     openai_llm.reply_text("Paris.", model="gpt-test-2026-01", finish="stop", usage=(12, 3))
-    result = await call(
-        tmp_path,
-        openai_policy(openai_llm.base_url),
-        "sample",
-        {
-            "prompt": "Capital of France?",
-            "system": "Be brief.",
-            "max_tokens": 42,
-            "temperature": 0.25,
-            "stop": ["\n\n"],
-            "hints": ["gpt"],
-        },
-    )
-    body = openai_llm.requests[-1].body
+    openai_llm.reply_error(401, f"Incorrect API key provided: {KEY}")
+    policy = write_policy(tmp_path, openai_policy(openai_llm.base_url))
+    async with sdk_host(proxy_command(policy), proxy_env(TEST_LLM_KEY=KEY), tmp_path / "stderr.log") as client:
+        result = await client.call_tool(
+            "sample",
+            {
+                "prompt": "Capital of France?",
+                "system": "Be brief.",
+                "max_tokens": 42,
+                "temperature": 0.25,
+                "stop": ["\n\n"],
+                "hints": ["gpt"],
+            },
+        )
+        refused = await client.call_tool("sample", {"prompt": "x"})
+    body = openai_llm.requests[0].body
     assert body["model"] == "gpt-test"
     assert body["messages"] == [
         {"role": "system", "content": "Be brief."},
@@ -62,7 +67,7 @@ async def test_openai_text_round_trip_with_every_parameter(tmp_path: Path, opena
     assert body["max_tokens"] == 42
     assert body["temperature"] == 0.25
     assert body["stop"] == ["\n\n"]
-    assert openai_llm.requests[-1].headers["authorization"] == f"Bearer {KEY}"
+    assert openai_llm.requests[0].headers["authorization"] == f"Bearer {KEY}"
     answer = tool_json(result)
     assert answer == {
         "content": {"type": "text", "text": "Paris."},
@@ -70,12 +75,7 @@ async def test_openai_text_round_trip_with_every_parameter(tmp_path: Path, opena
         "stopReason": "endTurn",
     }
 
-
-@pytest.mark.anyio
-async def test_401_names_the_variable_and_never_the_key(tmp_path: Path, openai_llm: FakeLLMServer) -> None:
-    openai_llm.reply_error(401, f"Incorrect API key provided: {KEY}")
-    result = await call(tmp_path, openai_policy(openai_llm.base_url), "sample", {"prompt": "x"})
-    error = tool_json(result)["error"]
+    error = tool_json(refused)["error"]
     assert "401" in error["message"]
     assert "TEST_LLM_KEY" in error["message"]
     assert KEY not in error["message"]
@@ -89,8 +89,12 @@ async def test_cancelled_tool_call_aborts_the_llm_request(tmp_path: Path, openai
     stderr = tmp_path / "stderr.log"
     # debug: "sampling fulfilled" is logged at debug level, and must not appear
     async with sdk_host(proxy_command(policy, "--log-level", "debug"), proxy_env(TEST_LLM_KEY=KEY), stderr) as client:
-        with anyio.move_on_after(2.0):
-            await client.call_tool("sample", {"prompt": "never answered"})
+        async with anyio.create_task_group() as calls:  # the host gives up once the LLM has the request
+            calls.start_soon(client.call_tool, "sample", {"prompt": "never answered"})
+            with anyio.fail_after(15):
+                while not openai_llm.requests:
+                    await anyio.sleep(0.02)
+            calls.cancel_scope.cancel()
         for _ in range(50):
             if "server cancelled a request the proxy was serving" in stderr.read_text():
                 break

@@ -1,38 +1,54 @@
 """`audit tail` tells how each elicitation ended; `audit verify` checks independent logs each on its own.
 
-Issue #11 defect 9: a non-interactive elicitation decline under an allow rule showed as
-"deny (rule all)", and `audit verify a.jsonl b.jsonl` of two independent logs said "a file is
-missing in between". Files come from the real proxy; the commands are the real CLI's.
+A non-interactive decline under an allow rule once showed as "deny (rule all)", and `audit verify a.jsonl
+b.jsonl` of two independent logs said "a file is missing in between". The records come from the real
+relay and services played in memory (tests/helpers/playbook.py), the commands are the real CLI's; the
+proxy as a process writing a log `audit verify` reads: tests/e2e/test_audit_e2e.py.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.support import proxy_command, proxy_env, sdk_host, tool_json, write_policy
+from helpers.playbook import Playbook
 
 from mcp_sampling_proxy.commands import audit as audit_cmd
 
-FORM = json.dumps({"type": "object", "properties": {"age": {"type": "integer", "default": 30}}, "required": ["age"]})
+pytestmark = pytest.mark.anyio
+SERVER = "kitchen_sink_server"
+FORM = {
+    "mode": "form",
+    "message": "Please fill in the form",
+    "requestedSchema": {
+        "type": "object",
+        "properties": {"age": {"type": "integer", "default": 30}},
+        "required": ["age"],
+    },
+}
+ALLOW = "rules:\n  - name: all\n    action: allow\n"
+RULES = (
+    "rules:\n  - name: no-names\n    when: {tool: elicit_name}\n    action: deny\n  - name: all\n    action: allow\n"
+)
 
 
-async def run_proxy(
+async def elicit(
     tmp_path: Path,
-    audit: Path,
     policy: str,
-    calls: list[tuple[str, dict[str, Any]]],
+    tools: list[str],
+    *,
+    audit: Path,
+    host_answers: dict[str, Any] | None = None,
     audit_extra: str = "",
-    **client: Any,
-) -> list[Any]:
-    env = proxy_env(
-        MCP_SAMPLING_PROXY_RUNTIME_DIR=str(tmp_path / "run"), MCP_SAMPLING_PROXY_STATE_DIR=str(tmp_path / "state")
-    )
-    path = write_policy(tmp_path, policy + f"audit:\n  path: {audit}\n{audit_extra}")
-    async with sdk_host(proxy_command(path), env, tmp_path / "stderr.log", **client) as host:
-        return [tool_json(await host.call_tool(tool, args)) for tool, args in calls]
+) -> list[dict[str, Any]]:
+    """What the server gets for each `tools` call's form, from a host with forms (answering `host_answers`)
+    or without them, nobody else to ask; the records go to `audit`."""
+    policy += f"audit:\n  path: {audit}\n  fsync: false\n{audit_extra}"
+    async with Playbook(tmp_path, policy, name=SERVER) as play:
+        await play.handshake({"elicitation": {}} if host_answers else {})
+        answer = (lambda request: {"result": host_answers}) if host_answers else None
+        return [(await play.elicit(FORM, tool=tool, host=answer))["result"] for tool in tools]
 
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -41,37 +57,18 @@ def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, out.out, out.err
 
 
-@pytest.mark.anyio
 async def test_tail_says_how_each_elicitation_ended(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from mcp_types import ElicitResult
-
     audit = tmp_path / "audit.jsonl"
-    rules = (
-        "rules:\n  - name: no-names\n    when: {tool: elicit_name}\n    action: deny\n"
-        "  - name: all\n    action: allow\n"
-    )
-    # a host without elicitation and no console: nobody can be asked
-    declined, denied = await run_proxy(
-        tmp_path, audit, rules, [("elicit_form", {"schema_json": FORM}), ("elicit_name", {})]
-    )
+    declined, denied = await elicit(tmp_path, RULES, ["elicit_form", "elicit_name"], audit=audit)
     assert declined["action"] == denied["action"] == "decline"
-    (cancelled,) = await run_proxy(
-        tmp_path, audit, "elicitation: {non_interactive: cancel}\n" + rules, [("elicit_form", {"schema_json": FORM})]
+    (cancelled,) = await elicit(
+        tmp_path, "elicitation: {non_interactive: cancel}\n" + RULES, ["elicit_form"], audit=audit
     )
-    (defaults,) = await run_proxy(
-        tmp_path,
-        audit,
-        "elicitation: {non_interactive: accept_defaults}\n" + rules,
-        [("elicit_form", {"schema_json": FORM})],
+    (defaults,) = await elicit(
+        tmp_path, "elicitation: {non_interactive: accept_defaults}\n" + RULES, ["f"], audit=audit
     )
     assert (cancelled["action"], defaults["action"]) == ("cancel", "accept")
-
-    async def host_declines(context: Any, params: Any) -> ElicitResult:
-        return ElicitResult(action="decline")
-
-    (by_host,) = await run_proxy(
-        tmp_path, audit, rules, [("elicit_form", {"schema_json": FORM})], elicitation_callback=host_declines
-    )
+    (by_host,) = await elicit(tmp_path, RULES, ["elicit_form"], audit=audit, host_answers={"action": "decline"})
     assert by_host["action"] == "decline"
 
     code, out, _ = cli(capsys, "tail", "-n", "10", str(audit))
@@ -87,15 +84,12 @@ async def test_tail_says_how_each_elicitation_ended(tmp_path: Path, capsys: pyte
     assert "declined by host (rule all)" in host
 
 
-@pytest.mark.anyio
 async def test_verify_checks_two_independent_logs_each_on_its_own(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     for audit in (first, second):
-        await run_proxy(
-            tmp_path, audit, "rules:\n  - name: all\n    action: allow\n", [("elicit_form", {"schema_json": FORM})]
-        )
+        await elicit(tmp_path, ALLOW, ["elicit_form"], audit=audit)
     code, out, err = cli(capsys, "verify", str(first), str(second))
     assert code == 0, err
     assert "missing in between" not in err
@@ -103,17 +97,13 @@ async def test_verify_checks_two_independent_logs_each_on_its_own(
     assert "a new log: its chain starts here (genesis), independent of the file before it" in out
 
 
-@pytest.mark.anyio
 async def test_verify_still_refuses_a_rotated_file_that_does_not_follow(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # a rotated continuation after an unrelated log: the link is checked and fails
     first, other = tmp_path / "a.jsonl", tmp_path / "other.jsonl"
-    policy = "rules:\n  - name: all\n    action: allow\n"
-    await run_proxy(tmp_path, first, policy, [("elicit_form", {"schema_json": FORM})])
-    await run_proxy(
-        tmp_path, other, policy, [("elicit_form", {"schema_json": FORM})] * 2, audit_extra="  max_bytes: 1\n"
-    )
+    await elicit(tmp_path, ALLOW, ["elicit_form"], audit=first)
+    await elicit(tmp_path, ALLOW, ["elicit_form"] * 2, audit=other, audit_extra="  max_bytes: 1\n")
     rotated = sorted(tmp_path.glob("other.jsonl*"))
     assert len(rotated) >= 2, rotated
     code, _, err = cli(capsys, "verify", str(first), str(other))
