@@ -153,7 +153,9 @@ def kitchen_sink(played: PlayedServer) -> MCPServer:
     @mcp.tool(structured_output=False)
     async def log(message: str, ctx: Context) -> str:
         """Send one ``notifications/message`` with ``message`` as data."""
-        await ctx.log("info", message, logger_name="kitchen-sink")
+        with warnings.catch_warnings():  # deprecated in 2026-07-28, and what serve must still pass on
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            await ctx.log("info", message, logger_name="kitchen-sink")
         return "logged info"
 
     @mcp.tool(structured_output=False)
@@ -169,7 +171,7 @@ def kitchen_sink(played: PlayedServer) -> MCPServer:
     async def sample(prompt: str, ctx: Context, max_tokens: int = 100) -> types.CallToolResult:
         """Call ``sampling/createMessage``: JSON ``{"content", "model", "stopReason"}``, or ``{"error"}``."""
         try:
-            with warnings.catch_warnings():  # deprecated in 2026-07-28, and what serve's sessions must answer
+            with warnings.catch_warnings():  # deprecated in 2026-07-28, and what serve must still answer
                 warnings.simplefilter("ignore", MCPDeprecationWarning)
                 result = await ctx.session.create_message(
                     [types.SamplingMessage(role="user", content=types.TextContent(text=prompt))],
