@@ -17,6 +17,7 @@ signals, the listening socket, the command's exit) stays in tests/e2e.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -33,7 +34,7 @@ import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from helpers.played_server import PlayedServer, Script
+from helpers.played_server import Gates, PlayedServer, Script
 from helpers.support import KITCHEN_SINK, PY
 from mcp_sampling_proxy.commands.serve import DEFAULT_LISTEN, Setup, check_setup
 from mcp_sampling_proxy.front.endpoint import ENDPOINT, Front
@@ -113,10 +114,18 @@ def listened_origin(setup: Setup) -> str:
 class StreamingASGI(httpx2.AsyncBaseTransport):
     """httpx2's transport to an ASGI app in this process that streams: the response is handed over when the app
     starts it, its body as the app writes it (httpx2's own ASGITransport waits for the whole body, which an
-    SSE stream never ends); closing the response early is the client's disconnect."""
+    SSE stream never ends); closing the response early is the client's disconnect, and `cut()` cuts every
+    response being read, as a network does (the client's read fails, the app sees a disconnect)."""
 
     def __init__(self, app: Any, tg: anyio.abc.TaskGroup) -> None:
         self._app, self._tg = app, tg
+        self._open: set[_Body] = set()
+        self.cuts = 0
+
+    def cut(self) -> None:
+        self.cuts += 1
+        for body in list(self._open):
+            body.cut()
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         body = await request.aread()
@@ -136,7 +145,7 @@ class StreamingASGI(httpx2.AsyncBaseTransport):
         }
         started = anyio.Event()
         head: list[Any] = []
-        chunks, chunks_out = anyio.create_memory_object_stream[bytes](math.inf)
+        chunks, chunks_out = anyio.create_memory_object_stream[bytes | None](math.inf)
         gone = anyio.Event()
         sent_body = False
 
@@ -168,20 +177,32 @@ class StreamingASGI(httpx2.AsyncBaseTransport):
         self._tg.start_soon(run)
         await started.wait()
         assert head, "the app ended without an answer"
-        return httpx2.Response(head[0], headers=head[1], stream=_Body(chunks_out, gone), request=request)
+        answer = _Body(chunks, chunks_out, gone, self._open)
+        return httpx2.Response(head[0], headers=head[1], stream=answer, request=request)
 
 
 class _Body(httpx2.AsyncByteStream):
-    def __init__(self, chunks: Any, gone: anyio.Event) -> None:
-        self._chunks, self._gone = chunks, gone
+    """A response's body as the app writes it; None in it is the cut."""
+
+    def __init__(self, chunks: Any, chunks_out: Any, gone: anyio.Event, open_bodies: set[_Body]) -> None:
+        self._chunks, self._out, self._gone, self._open = chunks, chunks_out, gone, open_bodies
+        open_bodies.add(self)
+
+    def cut(self) -> None:
+        self._gone.set()
+        with contextlib.suppress(anyio.ClosedResourceError):
+            self._chunks.send_nowait(None)
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self._chunks:
+        async for chunk in self._out:
+            if chunk is None:
+                raise httpx2.RemoteProtocolError("peer closed connection without sending complete message body")
             yield chunk
 
     async def aclose(self) -> None:
+        self._open.discard(self)
         self._gone.set()
-        self._chunks.close()
+        self._out.close()
 
 
 @dataclass
@@ -194,6 +215,7 @@ class PlayedSessions:
     transport: StreamingASGI
     servers: list[PlayedServer] = field(default_factory=list)
     url: str = URL
+    gates: Gates = field(default_factory=Gates)  # the pausing tools' gates (helpers/played_server.py)
 
     def running(self) -> list[PlayedServer]:
         return [server for server in self.servers if server.running]
@@ -234,9 +256,10 @@ async def played_sessions(
     setup = check_setup(argv, os.environ)
     async with anyio.create_task_group() as tg:
         servers: list[PlayedServer] = []
+        gates = Gates()
 
         def start() -> Upstream:
-            server = PlayedServer(tg, setup.name, script)
+            server = PlayedServer(tg, setup.name, script, gates)
             servers.append(server)
             return server
 
@@ -244,5 +267,5 @@ async def played_sessions(
         origin = listened_origin(setup)
         transport = StreamingASGI(front.app, tg)
         async with front.running(), httpx2.AsyncClient(transport=transport, base_url=origin, timeout=15) as http:
-            yield PlayedSessions(front, http, transport, servers, origin + ENDPOINT)
+            yield PlayedSessions(front, http, transport, servers, origin + ENDPOINT, gates)
         tg.cancel_scope.cancel()

@@ -3,10 +3,11 @@ that start no process (helpers/played_serve.py `played_sessions`).
 
 By default it is the `mcp` SDK's real server (`MCPServer`, both protocol eras) over memory streams, with the
 kitchen-sink server's tools that `serve`'s tests use, answering as that fixture does: `echo`, `sample`
-(sampling/createMessage inside the call, its result as JSON text), `progress`, `log`, `notify_changes`, and
+(sampling/createMessage inside the call, its result as JSON text), `progress`, `log`, `notify_changes`,
 `crash`, which ends the played server with the exit status given, its call unanswered, as the fixture's
-process ends. Or a script (`answers(message) -> messages`, as tests/fixtures/modern_raw_server.py gives) plays
-a server the SDK cannot be made to be.
+process ends, and the tools that pause, `gated_progress` and `log_later`, which wait for a gate the test
+opens (`Gates`: where the fixture waits for a file to exist). Or a script (`answers(message) -> messages`,
+as tests/fixtures/modern_raw_server.py gives) plays a server the SDK cannot be made to be.
 
 Lines cross as they would cross a pipe: JSON-RPC bytes, parsed by the SDK's wire types on the server's side
 (as its stdio transport does) and dumped back the same way.
@@ -18,6 +19,7 @@ import json
 import math
 import signal
 import warnings
+from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
@@ -35,6 +37,14 @@ Script = Callable[[dict[str, Any]], list[dict[str, Any]]]
 """A scripted server: the messages it sends at once for each message it gets."""
 
 
+class Gates(defaultdict[str, anyio.Event]):
+    """Named gates the pausing tools wait at, shared by every played server of a test: `gates[name].set()`
+    opens one."""
+
+    def __init__(self) -> None:
+        super().__init__(anyio.Event)
+
+
 class PlayedServer:
     """One server in memory, started by `serve`'s front for a session (or lane, or second leg). `ended` is
     set when it has ended, `code` is its exit status then; `end(code)` ends it as a process exiting would."""
@@ -42,15 +52,19 @@ class PlayedServer:
     reader = None  # no pipe to pause
     writer = None
 
-    def __init__(self, tg: anyio.abc.TaskGroup, label: str, script: Script | None = None) -> None:
+    def __init__(
+        self, tg: anyio.abc.TaskGroup, label: str, script: Script | None = None, gates: Gates | None = None
+    ) -> None:
         self.label = label
         self._tg = tg
+        self.gates = gates if gates is not None else Gates()
         self._script = script
         self._to_server: MemoryObjectSendStream[SessionMessage | Exception] | None = None
         self._scope = anyio.CancelScope()
         self.ended = anyio.Event()
         self.code: int | None = None
         self.got: list[dict[str, Any]] = []  # every message the proxy sent it, in order
+        self._later: set[anyio.CancelScope] = set()
 
     @property
     def running(self) -> bool:
@@ -104,6 +118,16 @@ class PlayedServer:
     def describe_end(self, code: int | None) -> str:
         return describe_exit(code)
 
+    def later(self, work: Callable[[], Any]) -> None:
+        """Work of the server's that outlives the call that started it (not the server)."""
+
+        async def run() -> None:
+            with anyio.CancelScope() as scope:
+                self._later.add(scope)
+                await work()
+
+        self._tg.start_soon(run)
+
     async def _run(self, receive: Any, on_line: Callable[[bytes], None], on_eof: Callable[[], None]) -> None:
         try:
             with self._scope:
@@ -117,6 +141,8 @@ class PlayedServer:
                     await self._serve(receive, on_line)
                 self.code = 0 if self.code is None else self.code
         finally:
+            for scope in self._later:
+                scope.cancel()
             self.ended.set()
             on_eof()
 
@@ -183,6 +209,35 @@ def kitchen_sink(played: PlayedServer) -> MCPServer:
             return types.CallToolResult(content=[types.TextContent(text=json.dumps(error))], is_error=True)
         answer = result.model_dump(by_alias=True, mode="json", exclude_none=True)
         return types.CallToolResult(content=[types.TextContent(text=json.dumps(answer))])
+
+    @mcp.tool(structured_output=False)
+    async def gated_progress(steps: int, gate: str, ctx: Context) -> str:
+        """Report progress 1, wait until ``gate`` opens, report 2..``steps``, finish."""
+        await ctx.report_progress(1, steps, f"step 1/{steps}")
+        await played.gates[gate].wait()
+        for i in range(2, steps + 1):
+            await ctx.report_progress(i, steps, f"step {i}/{steps}")
+        return f"done {steps} steps"
+
+    @mcp.tool(structured_output=False)
+    async def log_later(count: int, first: str, rest: str, ctx: Context, done: str = "") -> str:
+        """Return at once; log "later 1" once ``first`` opens, "later 2".."later ``count``" once ``rest`` opens,
+        then open ``done`` (if named). Sent while no call is in flight, they go to the client's GET stream."""
+        session = ctx.session
+
+        async def later() -> None:
+            with warnings.catch_warnings():  # deprecated in 2026-07-28, and what serve must still pass on
+                warnings.simplefilter("ignore", MCPDeprecationWarning)
+                await played.gates[first].wait()
+                await session.send_log_message("info", "later 1", logger="kitchen-sink")
+                await played.gates[rest].wait()
+                for i in range(2, count + 1):
+                    await session.send_log_message("info", f"later {i}", logger="kitchen-sink")
+            if done:
+                played.gates[done].set()
+
+        played.later(later)
+        return "logging later"
 
     @mcp.tool(structured_output=False)
     async def crash(code: int = 1) -> str:
