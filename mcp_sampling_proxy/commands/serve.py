@@ -15,7 +15,7 @@ import os
 import shlex
 import shutil
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -49,6 +49,7 @@ from mcp_sampling_proxy.transport.sandbox import Plan, SandboxRefused, contain, 
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.config.settings import Settings
+    from mcp_sampling_proxy.runtime import Upstream
 
 DEFAULT_LISTEN = "127.0.0.1:8765"
 REPLICA_ENV = "MCP_SAMPLING_PROXY_REPLICA"
@@ -150,9 +151,15 @@ class Setup:
     headers: dict[str, str]
     guard: ResourceGuard | None
 
-    def front(self, sandbox: Plan | None = None, hidden: frozenset[str] = frozenset()) -> Front:
+    def front(
+        self,
+        sandbox: Plan | None = None,
+        hidden: frozenset[str] = frozenset(),
+        start_upstream: Callable[[], Upstream] | None = None,
+    ) -> Front:
         """The endpoint these options describe, not yet listening: `serve` runs it on its socket, and the
-        tests play its HTTP in process (its refusals are decided before any session or server exists)."""
+        tests play its HTTP in process. `start_upstream`: where each session's server comes from (default:
+        the command's process, or the --url session; tests play a server in memory)."""
         options = FrontOptions(
             host=self.host,
             port=self.port,
@@ -171,7 +178,7 @@ class Setup:
             replica=self.replica,
             allowed_hosts=tuple(self.args.allow_host),
         )
-        return Front(self.settings, options)
+        return Front(self.settings, options, start_upstream)
 
 
 def main(argv: Sequence[str]) -> int:

@@ -39,6 +39,8 @@ import shlex
 import socket
 import time
 import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -70,7 +72,7 @@ from mcp_sampling_proxy.log import Throttle, get_logger
 from mcp_sampling_proxy.protocol import capabilities, eras, jsonrpc
 from mcp_sampling_proxy.protocol.names import PROTOCOL_VERSION_META
 from mcp_sampling_proxy.relay.core import Relay
-from mcp_sampling_proxy.relay.multiplex import Multiplexer
+from mcp_sampling_proxy.relay.multiplex import Branch, Multiplexer
 from mcp_sampling_proxy.relay.session import Session
 from mcp_sampling_proxy.runtime import (
     ModernLeg,
@@ -169,9 +171,13 @@ class _Lane:
 class Front:
     """The ASGI app at `/mcp` and the sessions behind it."""
 
-    def __init__(self, settings: Settings, options: FrontOptions):
+    def __init__(self, settings: Settings, options: FrontOptions, start_upstream: Callable[[], Upstream] | None = None):
+        """`start_upstream`: where every session's, lane's and shared server (and a 2026 second leg) comes
+        from; by default a process of `options.command`, or an HTTP session to `options.url`. Another source
+        (a server played in memory) runs the same sessions without a process."""
         self.settings = settings
         self.options = options
+        self._start_upstream = start_upstream or self._start_server
         self.sessions: dict[str, _Served] = {}
         self.lanes: dict[str | None, _Lane] = {}  # by caller: 2026-07-28 requests
         self._tg: anyio.abc.TaskGroup | None = None
@@ -495,7 +501,7 @@ class Front:
                 log.info("shared server started", **_where(shared.upstream))
             return self._shared.branch()
 
-    def _start_upstream(self) -> Upstream:
+    def _start_server(self) -> Upstream:
         """A server process (SpawnError when it cannot start), or an HTTP session to --url."""
         if self.options.url is not None:
             return HttpUpstream(self.options.url, dict(self.options.headers))
@@ -586,9 +592,7 @@ class Front:
         config = server_config(self.app, host=self.options.host, port=self.options.port)
         server = Server(config, self._end_sessions)
         try:
-            async with anyio.create_task_group() as tg:
-                self._tg = tg
-                await tg.start(self.console.serve)
+            async with self.running():
                 log.info(
                     "serving",
                     url=f"http://{_netloc(self.options.host, self.options.port)}{ENDPOINT}",
@@ -601,6 +605,20 @@ class Front:
                 )
                 survive_signal_replay(server)
                 await server.serve(sockets=[listener])
+        finally:
+            if telemetry is not None:
+                await anyio.to_thread.run_sync(telemetry.shutdown)
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """What the app's sessions run in (their task group, the companion console's socket) while the body
+        runs; then every session and server ended, and what they shared closed. `serve` listens inside it;
+        tests drive the app in process inside it."""
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                await tg.start(self.console.serve)
+                yield
                 self.end_all("serve is stopping")
                 tg.cancel_scope.cancel()
         finally:
@@ -612,8 +630,6 @@ class Front:
             if self.options.oauth is not None:
                 await self.options.oauth.aclose()
             self.audit.close()
-            if telemetry is not None:
-                await anyio.to_thread.run_sync(telemetry.shutdown)
 
     async def _end_sessions(self) -> None:
         """Before uvicorn waits for connections to close: end the sessions, and so their SSE streams."""
@@ -635,7 +651,7 @@ def _where(upstream: object) -> dict[str, Any]:
         return {"server_pid": upstream.process.pid}
     if isinstance(upstream, HttpUpstream):
         return {"server_url": upstream.url}
-    return {"shared": True}
+    return {"shared": True} if isinstance(upstream, Branch) else {}
 
 
 def _owner(relay: Relay, message: dict[str, Any]) -> Any:
