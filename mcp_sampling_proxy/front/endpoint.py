@@ -47,7 +47,7 @@ from urllib.parse import urlsplit
 
 import anyio
 import anyio.abc
-from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport, check_accept_headers
 from mcp.server.transport_security import (
     RequestBodyLimitMiddleware,
     TransportSecurityMiddleware,
@@ -241,7 +241,11 @@ class Front:
                 )
                 return
             body = await request.body()
-            refused = await self._request_checks.validate_request(request, is_post=True) or _not_an_opening(body)
+            refused = (
+                await self._request_checks.validate_request(request, is_post=True)
+                or _not_acceptable(request)
+                or _not_an_opening(body)
+            )
             if refused is not None:  # answered before a server is started for it
                 await refused(scope, receive, send)
                 return
@@ -670,6 +674,15 @@ def _owner(relay: Relay, message: dict[str, Any]) -> Any:
 def _healthy() -> Response:
     """What a balancer's health check gets while serve listens: nothing about sessions, callers or the server."""
     return Response("ok\n", media_type="text/plain", headers={"Cache-Control": "no-store"})
+
+
+def _not_acceptable(request: Request) -> JSONResponse | None:
+    """The 406 a session's transport answers a POST that does not accept both JSON and an event stream,
+    given before a server is started for a session that could not be used."""
+    takes_json, takes_events = check_accept_headers(request)
+    if takes_json and takes_events:
+        return None
+    return _error(406, "Not Acceptable: Client must accept both application/json and text/event-stream")
 
 
 def _not_an_opening(body: bytes) -> JSONResponse | None:

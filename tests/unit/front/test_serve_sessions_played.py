@@ -12,7 +12,7 @@ from pathlib import Path
 import anyio
 import pytest
 from fakes.llm_server import FakeLLMServer
-from helpers.played_serve import ACCEPT, NO_SUCH_SESSION, played_sessions
+from helpers.played_serve import ACCEPT, INITIALIZE, NO_SUCH_SESSION, played_sessions
 from helpers.serving import ALICE, BOB, token_file
 from helpers.support import first_text, openai_policy, tool_json, write_policy
 
@@ -158,3 +158,19 @@ async def test_a_session_that_is_used_does_not_idle_out(tmp_path: Path) -> None:
             await anyio.sleep(0.2)
             assert first_text(await client.call_tool("echo", {"text": "here"})) == "here"
         assert len(served.servers) == 1 and served.servers[0].running
+
+
+async def test_an_initialize_that_cannot_take_an_event_stream_gets_406_and_starts_no_server(tmp_path: Path) -> None:
+    async with played_sessions("--token-file", token_file(tmp_path)) as served:
+        refused = await served.http.post(
+            served.url,
+            json=INITIALIZE,
+            headers={"Authorization": f"Bearer {ALICE}", "Accept": "application/json"},
+        )
+        opened = await served.initialize(ALICE)
+    assert refused.status_code == 406
+    assert refused.json()["error"]["message"] == (
+        "Not Acceptable: Client must accept both application/json and text/event-stream"
+    )
+    assert opened.status_code == 200
+    assert len(served.servers) == 1  # the refused request started none
