@@ -71,3 +71,21 @@ async def test_its_loopback_names_pass_on_its_port_only() -> None:
         elsewhere = await post_as(served, f"localhost:{port + 1}", LISTING)
     assert [answer.status_code for answer in names] == [400, 400, 400]
     assert elsewhere.status_code == 421
+
+
+async def test_a_rebound_request_naming_a_session_is_refused_as_one_without() -> None:
+    """A page cannot tell from a 404 that it reached serve: with a session id, Host and Origin are checked
+    first too."""
+    port = free_port()
+    async with played_serve("--listen", f"127.0.0.1:{port}") as served:
+        named = {"Accept": ACCEPT, "Content-Type": "application/json", "Mcp-Session-Id": "guessed"}
+        rebound = await served.http.post(
+            served.url, json=LISTING, headers={**named, "Host": f"attacker.example:{port}"}
+        )
+        evil = await served.http.post(served.url, json=LISTING, headers={**named, "Origin": "http://evil.test"})
+        listen = await served.http.get(served.url, headers={**named, "Host": f"attacker.example:{port}"})
+        own = await served.http.post(served.url, json=LISTING, headers=named)
+    assert (rebound.status_code, rebound.text) == (421, "Invalid Host header")
+    assert (listen.status_code, listen.text) == (421, "Invalid Host header")
+    assert (evil.status_code, evil.text) == (403, "Invalid Origin header")
+    assert own.status_code == 404  # its own pages get on to the unknown session
