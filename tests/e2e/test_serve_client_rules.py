@@ -1,4 +1,5 @@
 """`client:` rules through `serve`: two callers with tokens of their own get the rules of their names.
+A tools rule naming the caller is played in process: tests/unit/front/test_serve_client_rules_played.py.
 
 Real parts only: `serve` as a process with a token file, the `mcp` SDK's Streamable HTTP client with
 each caller's bearer token, the kitchen-sink server sampling behind the proxy, a loopback
@@ -16,7 +17,6 @@ import pytest
 from fakes.llm_server import FakeLLMServer
 from helpers.serving import ALICE, BOB, KITCHEN_SINK_COMMAND, http_host, start_serve, stop
 from helpers.support import openai_policy, tool_json, write_policy
-from mcp.shared.exceptions import MCPError
 
 pytestmark = pytest.mark.anyio
 
@@ -69,43 +69,3 @@ async def test_alice_is_answered_and_bob_is_refused_with_the_rules_reason(
         ("bob", "everyone-else", "deny"),
     ]
     assert records[1]["reason"] == "ask for a token of your own"
-
-
-TOOL_RULES = """\
-rules:
-  - name: allow-all
-    action: allow
-tools:
-  rules:
-    - name: only-alice-echoes
-      tool: echo
-      client: bob
-      action: deny
-      message: echo is alice's
-"""
-
-
-async def tools_as(url: str, token: str) -> tuple[list[str], str]:
-    """The tools the caller of `token` sees, and what its call of `echo` answers."""
-    async with http_host(url, token) as client:
-        names = [tool.name for tool in (await client.list_tools()).tools]
-        try:
-            result = await client.call_tool("echo", {"text": "hi"})
-        except MCPError as exc:  # refused by the proxy: a JSON-RPC error
-            return names, exc.error.message
-        return names, "".join(getattr(block, "text", "") for block in result.content)
-
-
-async def test_a_tools_rule_can_name_the_caller(tmp_path: Path) -> None:
-    """`tools.rules` with `client:`: bob neither sees nor calls the tool that the rule keeps for alice."""
-    audit = tmp_path / "audit.jsonl"
-    rules = TOOL_RULES
-    with FakeLLMServer("openai") as llm:
-        policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=rules, extra=f"audit:\n  path: {audit}\n"))
-        async with serving(tmp_path, policy) as url:
-            alice_sees, alice_gets = await tools_as(url, ALICE)
-            bob_sees, bob_gets = await tools_as(url, BOB)
-    assert "echo" in alice_sees and "hi" in alice_gets
-    assert "echo" not in bob_sees and "echo is alice's" in bob_gets
-    records = [r for r in map(json.loads, audit.read_text().splitlines()) if r.get("rule") == "only-alice-echoes"]
-    assert records and {r["client"] for r in records} == {"bob"}

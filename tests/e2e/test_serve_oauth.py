@@ -7,7 +7,9 @@ dynamic registration, PKCE via the scripted browser and a loopback redirect); a 
 OpenAI-compatible LLM answering the server's sampling; the audit file the proxy writes.
 Tokens are checked two ways, both run: introspection (`--oauth-client-file`) and JWTs (the AS's jwks_uri).
 What is decided before a session exists (refused tokens, the 401's and the metadata's contents, an
-authorization server that cannot answer) is played in process: tests/unit/front/test_serve_oauth_played.py.
+authorization server that cannot answer) is played in process: tests/unit/front/test_serve_oauth_played.py;
+so are the sessions' cases (rules on the token's identity, a session that is its caller's alone, a TLS
+proxy's Host): tests/unit/front/test_serve_oauth_sessions_played.py.
 """
 
 from __future__ import annotations
@@ -154,16 +156,6 @@ async def initialize(url: str, token: str | None) -> httpx2.Response:
         return await http.post(url, json=INITIALIZE, headers=headers)
 
 
-async def sample_with(url: str, token: str, prompt: str) -> dict[str, Any]:
-    """The kitchen-sink server's `sample` tool, called with a bearer token (the SDK's Client)."""
-    async with (
-        httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http,
-        Client(streamable_http_client(url, http_client=http), mode="legacy") as client,
-    ):
-        answer: dict[str, Any] = tool_json(await client.call_tool("sample", {"prompt": prompt}))
-        return answer
-
-
 def wait_for(condition: Any, timeout: float = 15.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -253,44 +245,6 @@ async def test_the_proxys_own_login_and_url_client_sign_in_to_serve(
     assert (record["client"], record["decision"]) == ("oauth:alice", "allow")
 
 
-async def test_client_rules_match_the_oauth_identity(servers: OAuthServers, tmp_path: Path, llm: FakeLLMServer) -> None:
-    llm.reply_text("hello alice", model="gpt-test")
-    async with serving(servers, tmp_path, "introspection", llm) as served:
-        alice = servers.mint(subject="alice", resource=served.url)
-        bob = servers.mint(subject="bob", resource=served.url)
-        robot = servers.mint(client_id="nightly-job", resource=served.url)  # client credentials: no subject
-        alices = await sample_with(served.url, alice, "from alice")
-        bobs = await sample_with(served.url, bob, "from bob")
-        robots = await sample_with(served.url, robot, "from the job")
-        assert wait_for(lambda: len(served.decisions()) == 3)
-        records = served.decisions()
-    assert alices["content"] == {"type": "text", "text": "hello alice"}
-    assert bobs["error"]["message"] == robots["error"]["message"] == "sampling is alice's"
-    assert len(llm.requests) == 1 and "from alice" in json.dumps(llm.requests[0].body["messages"])
-    assert [(r["client"], r["rule"], r["decision"]) for r in records] == [
-        ("oauth:alice", "alice", "allow"),
-        ("oauth:bob", "everyone-else", "deny"),
-        ("oauth-client:nightly-job", "everyone-else", "deny"),
-    ]
-
-
-async def test_one_callers_session_is_not_anothers(servers: OAuthServers, tmp_path: Path) -> None:
-    async with serving(servers, tmp_path, "introspection") as served:
-        alice = servers.mint(subject="alice", resource=served.url)
-        bob = servers.mint(subject="bob", resource=served.url)
-        opened = await initialize(served.url, alice)
-        session = opened.headers["mcp-session-id"]
-        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
-        async with httpx2.AsyncClient(timeout=10) as http:
-            as_bob = await http.post(
-                served.url,
-                json=listing,
-                headers={**HEADERS, "Authorization": f"Bearer {bob}", "Mcp-Session-Id": session},
-            )
-    assert opened.status_code == 200
-    assert as_bob.status_code == 404
-
-
 async def test_with_oauth_it_may_listen_beyond_loopback(servers: OAuthServers, tmp_path: Path) -> None:
     resource = "https://mcp.example.test/mcp"  # as a TLS proxy in front of it would publish it
     options = ["--oauth-issuer", servers.issuer, "--oauth-client-file", client_file(tmp_path)]
@@ -308,27 +262,6 @@ async def test_with_oauth_it_may_listen_beyond_loopback(servers: OAuthServers, t
     )
     assert accepted.status_code == 200
     assert "plain http beyond this machine" not in served.errlog.read_text()
-
-
-async def test_behind_a_tls_proxy_on_this_machine_the_resources_host_is_let_in(
-    servers: OAuthServers, tmp_path: Path
-) -> None:
-    """A TLS proxy on this machine in front of a loopback serve passes the public Host on; the DNS-rebinding
-    check lets that one in (it is the resource's) and still refuses any other."""
-    resource = "https://mcp.example.test/mcp"
-    options = ["--oauth-issuer", servers.issuer, "--oauth-client-file", client_file(tmp_path)]
-    served = run_serve(tmp_path, *options, "--oauth-resource", resource)
-    token = servers.mint(subject="alice", resource=resource)
-    headers = {**HEADERS, "Authorization": f"Bearer {token}"}
-    try:
-        async with httpx2.AsyncClient(timeout=15) as http:
-            proxied = await http.post(served.url, json=INITIALIZE, headers={**headers, "Host": "mcp.example.test"})
-            rebound = await http.post(served.url, json=INITIALIZE, headers={**headers, "Host": "evil.test"})
-    finally:
-        served.process.send_signal(signal.SIGTERM)
-        served.process.wait(15)
-    assert proxied.status_code == 200
-    assert rebound.status_code == 421
 
 
 def serve_fails(tmp_path: Path, *options: str) -> str:

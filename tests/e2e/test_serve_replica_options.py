@@ -1,13 +1,14 @@
-"""`serve`'s options for running as one of several replicas: `--replica` (and its variable, and its
-default), `--audit` (each replica's own file), and `/healthz` for the balancer's checks.
+"""`serve --replica` as a process: a name it refuses (exit 2, what to give instead), and the replica in
+the telemetry spans serve exports while it runs.
 
 Real parts only: `serve` as a process with a token file, the `mcp` SDK's Streamable HTTP client, the
-kitchen-sink server sampling behind it, a loopback LLM and the audit file the proxy writes.
+kitchen-sink server sampling behind it, a loopback LLM and OTLP receiver. The replica and `--audit` in the
+audit records, its defaults and `/healthz` are played in process:
+tests/unit/front/test_serve_replica_options_played.py.
 """
 
 from __future__ import annotations
 
-import json
 import signal
 import socket
 import subprocess
@@ -15,7 +16,6 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import httpx2
 import pytest
@@ -73,46 +73,6 @@ async def sample_once(base: str) -> None:
         Client(streamable_http_client(f"{base}/mcp", http_client=http), mode="legacy") as client,
     ):
         assert "content" in tool_json(await client.call_tool("sample", {"prompt": "hi"}))
-
-
-def decisions(path: Path) -> list[dict[str, Any]]:
-    return [r for r in map(json.loads, path.read_text().splitlines()) if r.get("event") == "decision"]
-
-
-async def test_replica_and_audit_options_name_the_writer_and_its_file(tmp_path: Path, llm: FakeLLMServer) -> None:
-    in_policy = tmp_path / "policy-audit.jsonl"
-    policy = write_policy(tmp_path, openai_policy(llm.base_url, extra=f"audit:\n  path: {in_policy}\n"))
-    own = tmp_path / "r1" / "audit.jsonl"
-    own.parent.mkdir()
-    async with serving(tmp_path, policy, "--replica", "eu-1", "--audit", str(own)) as base:
-        await sample_once(base)
-    (record,) = decisions(own)
-    assert (record["replica"], record["client"], record["decision"]) == ("eu-1", "alice", "allow")
-    assert not in_policy.exists()  # --audit replaces the policy's path
-
-
-async def test_the_replica_defaults_to_the_variable_then_hostname_and_port(tmp_path: Path, llm: FakeLLMServer) -> None:
-    audit = tmp_path / "audit.jsonl"
-    policy = write_policy(tmp_path, openai_policy(llm.base_url, extra=f"audit:\n  path: {audit}\n"))
-    async with serving(tmp_path, policy, MCP_SAMPLING_PROXY_REPLICA="from-env") as base:
-        await sample_once(base)
-    async with serving(tmp_path, policy) as base:
-        await sample_once(base)
-    port = base.rsplit(":", 1)[1]
-    assert [r["replica"] for r in decisions(audit)] == ["from-env", f"{socket.gethostname()}:{port}"]
-
-
-async def test_healthz_answers_without_a_token_and_tells_nothing(tmp_path: Path, llm: FakeLLMServer) -> None:
-    policy = write_policy(tmp_path, openai_policy(llm.base_url))
-    async with serving(tmp_path, policy, "--replica", "secret-name") as base, httpx2.AsyncClient(timeout=10) as http:
-        health = await http.get(f"{base}/healthz")
-        head = await http.head(f"{base}/healthz")
-        mcp = await http.get(f"{base}/mcp")
-        posted = await http.post(f"{base}/healthz", content=b"{}")
-    assert (health.status_code, health.text, head.status_code) == (200, "ok\n", 200)
-    assert health.headers["cache-control"] == "no-store"
-    assert mcp.status_code == 401  # the endpoint itself still wants the token
-    assert posted.status_code == 404
 
 
 def test_a_replica_name_with_a_control_character_is_refused(tmp_path: Path) -> None:

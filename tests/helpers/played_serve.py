@@ -246,13 +246,16 @@ class PlayedSessions:
 
 @asynccontextmanager
 async def played_sessions(
-    *options: str, policy: str | None = None, script: Script | None = None
+    *options: str, policy: str | None = None, script: Script | None = None, url: str | None = None
 ) -> AsyncIterator[PlayedSessions]:
     """`serve [--policy POLICY] OPTIONS -- python kitchen_sink_server.py` built as the command builds it, its
     sessions run as `serve` runs them, each session's server the kitchen-sink played in memory (or `script`).
+    With `url`, `serve ... --url URL`: each session (or the shared one) reaches that server over HTTP as
+    serve's own `--url` sessions do (helpers/serving.py `HttpMcpThread` serves one from a thread).
     Its log goes to stderr as JSON lines (capsys reads them)."""
     configure("info", "json")
-    argv = [*(["--policy", policy] if policy is not None else []), *options, "--", PY, KITCHEN_SINK]
+    upstream = ["--", PY, KITCHEN_SINK] if url is None else ["--url", url]
+    argv = [*(["--policy", policy] if policy is not None else []), *options, *upstream]
     setup = check_setup(argv, os.environ)
     async with anyio.create_task_group() as tg:
         servers: list[PlayedServer] = []
@@ -263,7 +266,7 @@ async def played_sessions(
             servers.append(server)
             return server
 
-        front = setup.front(start_upstream=start)
+        front = setup.front(start_upstream=start if url is None else None)
         origin = listened_origin(setup)
         transport = StreamingASGI(front.app, tg)
         async with front.running(), httpx2.AsyncClient(transport=transport, base_url=origin, timeout=15) as http:

@@ -5,7 +5,8 @@ By default it is the `mcp` SDK's real server (`MCPServer`, both protocol eras) o
 kitchen-sink server's tools that `serve`'s tests use, answering as that fixture does: `echo`, `sample`
 (sampling/createMessage inside the call, its result as JSON text), `progress`, `log`, `notify_changes`,
 `crash`, which ends the played server with the exit status given, its call unanswered, as the fixture's
-process ends, and the tools that pause, `gated_progress` and `log_later`, which wait for a gate the test
+process ends, `slow` and `slow_stats` (its counts of started, finished and cancelled `slow` calls), and
+the tools that pause, `gated_progress` and `log_later`, which wait for a gate the test
 opens (`Gates`: where the fixture waits for a file to exist). Or a script (`answers(message) -> messages`,
 as tests/fixtures/modern_raw_server.py gives) plays a server the SDK cannot be made to be.
 
@@ -64,6 +65,7 @@ class PlayedServer:
         self.ended = anyio.Event()
         self.code: int | None = None
         self.got: list[dict[str, Any]] = []  # every message the proxy sent it, in order
+        self.slow_stats = {"started": 0, "finished": 0, "cancelled": 0}  # its `slow` calls, as the fixture counts
         self._later: set[anyio.CancelScope] = set()
 
     @property
@@ -238,6 +240,23 @@ def kitchen_sink(played: PlayedServer) -> MCPServer:
 
         played.later(later)
         return "logging later"
+
+    @mcp.tool(structured_output=False)
+    async def slow(seconds: float) -> str:
+        """Sleep ``seconds``; a cancellation interrupts it and is counted (see `slow_stats`)."""
+        played.slow_stats["started"] += 1
+        try:
+            await anyio.sleep(seconds)
+        except anyio.get_cancelled_exc_class():
+            played.slow_stats["cancelled"] += 1
+            raise
+        played.slow_stats["finished"] += 1
+        return f"slept {seconds}"
+
+    @mcp.tool(structured_output=False)
+    def slow_stats() -> str:
+        """JSON counters for `slow` calls: started / finished / cancelled."""
+        return json.dumps(played.slow_stats)
 
     @mcp.tool(structured_output=False)
     async def crash(code: int = 1) -> str:

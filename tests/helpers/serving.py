@@ -2,16 +2,19 @@
 
 `start_serve` takes the upstream as serve's own words (`["--", PY, KITCHEN_SINK]`, `["--url", URL]`), so the
 same helper starts per-session, shared and HTTP-fronting endpoints. `HttpMcpServer` runs the kitchen-sink
-server over Streamable HTTP (tests/fixtures/http_server.py) for `--url`.
+server over Streamable HTTP (tests/fixtures/http_server.py) for `--url`; `HttpMcpThread` serves the same from
+a thread of the test's process, for `--url` sessions played in process (helpers/played_serve.py).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import selectors
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -20,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+import uvicorn
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -146,3 +150,38 @@ class HttpMcpServer:
         if self.proc.stdout:
             self.proc.stdout.close()
         self._log.close()
+
+
+_http_fixture: list[Any] = []  # tests/fixtures/http_server.py, loaded once: its tools register on import
+
+
+class HttpMcpThread:
+    """The server of tests/fixtures/http_server.py (the kitchen-sink tools and `request_header`) served by
+    uvicorn from a thread of this process on a loopback port; `url` is its MCP endpoint. No process is
+    started: the unit tier can use it."""
+
+    def __init__(self) -> None:
+        if not _http_fixture:
+            spec = importlib.util.spec_from_file_location("http_server_fixture", HTTP_SERVER)
+            assert spec is not None and spec.loader is not None
+            fixture = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(fixture)
+            _http_fixture.append(fixture)
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._socket.bind(("127.0.0.1", 0))
+        self._socket.listen(128)
+        self.url = f"http://127.0.0.1:{self._socket.getsockname()[1]}/mcp"
+        app = _http_fixture[0].mcp.streamable_http_app(host="127.0.0.1")
+        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._socket]}, name="http-fixture", daemon=True
+        )
+        self._thread.start()
+        if not wait_until(lambda: self._server.started or not self._thread.is_alive(), 10) or not self._server.started:
+            self.close()
+            raise TimeoutError("the in-process HTTP fixture server did not start")
+
+    def close(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(10)
+        self._socket.close()
