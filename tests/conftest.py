@@ -6,16 +6,24 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-import structlog
-from fakes.llm_server import FakeLLMServer
-from helpers.support import free_port
+# The suite writes bytecode even where PYTHONDONTWRITEBYTECODE is set (some machines and CI images set it):
+# without it every xdist worker compiles and assertion-rewrites every test module again at each run (9 s of
+# CPU per worker instead of 3.6 s to collect), and every proxy and server the tests start compiles the
+# package's changed modules again. What is written goes to __pycache__ (git ignores it); the processes the
+# tests start still run with the variable as it was, and read what was written here.
+sys.dont_write_bytecode = False
+
+import pytest  # noqa: E402 (imports below the bytecode setting, so that what they load is written too)
+import structlog  # noqa: E402
+from fakes.llm_server import FakeLLMServer  # noqa: E402
+from helpers.support import free_port  # noqa: E402
 
 # fixtures and plugins kept in tests/helpers (one conftest for the suite, so mypy sees one module of that name):
 # no_process fails a unit test that starts a process; pytester runs that guard on a suite of its own
