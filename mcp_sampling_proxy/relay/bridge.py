@@ -75,7 +75,7 @@ class RelayPort(Protocol):
     def session(self) -> EraSession: ...
 
     def answer_host(
-        self, host_id: Any, result: JsonObject | None = None, error: ErrorObject | JsonObject | None = None
+        self, host_id: Any, result: Mapping[str, object] | None = None, error: ErrorObject | JsonObject | None = None
     ) -> None: ...
 
     def answer_upstream(self, request_id: Any, result: dict[str, Any]) -> None: ...
@@ -96,7 +96,7 @@ class RelayPort(Protocol):
 
     def note_host_meta(self, meta: dict[str, Any]) -> None: ...
 
-    def note_server_result(self, result: dict[str, Any]) -> None: ...
+    def note_server_result(self, result: Mapping[str, object]) -> None: ...
 
     def note_modern_server(self, result: dict[str, Any]) -> None: ...
 
@@ -121,7 +121,9 @@ class EraBridge:
         self._refused: dict[str, Any] | None = None  # the server's refusal of the proxy's server/discover
         self._server_level: str | None = None  # the level the proxy set at the server
         self._host_level: str | None = None  # the level the host's last request asked for
-        self._listens: dict[Any, dict[str, Any]] = {}  # the host's subscriptions/listen ids -> what they honour
+        self._listens: dict[
+            Any, eras.SubscriptionFilter
+        ] = {}  # the host's subscriptions/listen ids -> what they honour
         self._subscribed: set[str] = set()  # resources the proxy subscribed to at the server
 
     @property

@@ -366,7 +366,7 @@ class Relay:
 
     # -- the bridge's own messages (relay/bridge.py) ----------------------------------------------
     def answer_host(
-        self, host_id: Any, result: JsonObject | None = None, error: ErrorObject | JsonObject | None = None
+        self, host_id: Any, result: Mapping[str, object] | None = None, error: ErrorObject | JsonObject | None = None
     ) -> None:
         """Answer a host request here (the bridge's local answers; `error`: the proxy's, or a peer's passed on)."""
         request = self.session.inflight.get(host_id)
@@ -409,7 +409,7 @@ class Relay:
         """What the ports add to a host request (capabilities), applied to one the proxy makes."""
         self._ports.rewrite_host_request(message, self.session)
 
-    def note_server_result(self, result: dict[str, Any]) -> None:
+    def note_server_result(self, result: Mapping[str, object]) -> None:
         """The server's initialize result (or one the bridge built): its name, version and protocol."""
         self._note_server({"result": result})
 
