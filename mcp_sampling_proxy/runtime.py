@@ -34,7 +34,7 @@ from mcp_sampling_proxy.protocol import capabilities, jsonrpc
 from mcp_sampling_proxy.protocol.names import ELICITATION_COMPLETE, ELICITATION_CREATE, SAMPLING_CREATE
 from mcp_sampling_proxy.protocol.wire_types import JsonRpcRequest
 from mcp_sampling_proxy.quotas.limiters import Limiters, shared_state
-from mcp_sampling_proxy.quotas.state import JsonStateFile, state_dir
+from mcp_sampling_proxy.quotas.state import Approvals, StateFile, approvals_file, state_dir
 from mcp_sampling_proxy.quotas.tool_pins import PINS_FILE, ToolPins
 from mcp_sampling_proxy.relay.core import Relay, peek_id
 from mcp_sampling_proxy.relay.ports import Ports
@@ -515,10 +515,10 @@ def warm_up(adapters: AdapterPool) -> None:
     threading.Thread(target=work, name="warm-up", daemon=True).start()
 
 
-def _approvals_store() -> Any:
+def _approvals_store() -> StateFile[Approvals] | None:
     """`always` approvals, shared by the user's proxies (None when the state dir is unusable)."""
     try:
-        return JsonStateFile(state_dir() / "approvals.json")
+        return approvals_file(state_dir() / "approvals.json")
     except OSError as exc:
         log.warning("cannot use the state directory; 'always' approvals last for this session only", error=str(exc))
         return None

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol, TypeAlias
 from urllib.parse import urlsplit
 
 from mcp_sampling_proxy.config.providers import KINDS
@@ -34,6 +34,25 @@ log = get_logger("mcp_sampling_proxy.telemetry")
 
 EXPORT_TIMEOUT = 5.0  # seconds an export may take; shutdown waits at most about this long
 PROXY = "mcp_sampling_proxy"
+
+# What telemetry reads of a record: any audit record's fields, each checked before use (an observer
+# must not fail on a field it did not expect).
+Record: TypeAlias = Mapping[str, object]
+# A span's or metric's attributes, in the value types OpenTelemetry takes.
+Attributes: TypeAlias = dict[str, str | bool | int | float | list[str]]
+
+
+class Notes(Protocol):
+    """What the audit recorder's `RequestNotes` tell of the request's LLM call."""
+
+    @property
+    def llm_call(self) -> tuple[int, int] | None: ...
+    @property
+    def request_model(self) -> str | None: ...
+    @property
+    def provider_type(self) -> str | None: ...
+    @property
+    def llm_url(self) -> str | None: ...
 
 
 class Telemetry:
@@ -85,7 +104,7 @@ class Telemetry:
         )
         self.where = endpoint or "the OTEL_EXPORTER_OTLP_* endpoint"
 
-    def observe(self, record: dict[str, Any], started_ns: int, notes: dict[str, Any]) -> None:
+    def observe(self, record: Record, started_ns: int, notes: Notes) -> None:
         """One span (and its LLM child span) and the metrics of one finished request."""
         # start-up: OpenTelemetry, only when telemetry is on
         from opentelemetry.trace import SpanKind, Status, StatusCode
@@ -100,8 +119,8 @@ class Telemetry:
         if record.get("error") or decision in ("error", "timeout"):
             span.set_status(Status(StatusCode.ERROR, str(record.get("error") or record.get("reason") or decision)))
             span.set_attribute("error.type", decision if decision != "allow" else "llm_error")
-        llm_call = notes.get("llm_call")
-        if isinstance(llm_call, tuple) and len(llm_call) == 2:
+        llm_call = notes.llm_call
+        if llm_call is not None:
             self._llm_span(span, record, notes, llm_call)
         span.end(end_time=ended_ns)
         labels = {
@@ -112,31 +131,31 @@ class Telemetry:
         self._requests.add(1, labels)
         self._request_duration.record((ended_ns - started_ns) / 1e9, labels)
         model = {
-            "gen_ai.request.model": str(notes.get("request_model") or record.get("model") or ""),
+            "gen_ai.request.model": str(notes.request_model or record.get("model") or ""),
             "gen_ai.provider.name": _provider_name(notes, record),
             "gen_ai.operation.name": "chat",
         }
         for kind, field in (("input", "input_tokens"), ("output", "output_tokens")):
-            if isinstance(record.get(field), int):
-                self._tokens.record(record[field], {**model, "gen_ai.token.type": kind})
-        if isinstance(llm_call, tuple) and len(llm_call) == 2:
+            if isinstance(tokens := record.get(field), int):
+                self._tokens.record(tokens, {**model, "gen_ai.token.type": kind})
+        if llm_call is not None:
             self._llm_duration.record((llm_call[1] - llm_call[0]) / 1e9, model)
         cost = record.get("cost_usd")
         if isinstance(cost, int | float) and not isinstance(cost, bool):
             self._cost.add(cost, {**model, f"{PROXY}.server": str(record.get("server") or "")})
 
-    def _llm_span(self, parent: Any, record: dict[str, Any], notes: dict[str, Any], call: tuple[int, int]) -> None:
+    def _llm_span(self, parent: Any, record: Record, notes: Notes, call: tuple[int, int]) -> None:
         # start-up: OpenTelemetry, only when telemetry is on
         from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
 
-        request_model = str(notes.get("request_model") or "")
-        attributes: dict[str, Any] = {
+        request_model = notes.request_model or ""
+        attributes: Attributes = {
             "gen_ai.operation.name": "chat",
             "gen_ai.provider.name": _provider_name(notes, record),
             "gen_ai.request.model": request_model,
         }
         attributes.update(_response_attributes(record))
-        attributes.update(_server_address(notes.get("llm_url")))
+        attributes.update(_server_address(notes.llm_url))
         span = self._tracer.start_span(
             f"chat {request_model}".strip(),
             kind=SpanKind.CLIENT,
@@ -173,8 +192,8 @@ def start_telemetry(settings: TelemetrySettings, environ: Mapping[str, str], ver
     return telemetry
 
 
-def _request_attributes(record: dict[str, Any], notes: dict[str, Any]) -> dict[str, Any]:
-    attributes: dict[str, Any] = {"mcp.method.name": str(record.get("method") or "")}
+def _request_attributes(record: Record, notes: Notes) -> Attributes:
+    attributes: Attributes = {"mcp.method.name": str(record.get("method") or "")}
     for field in (
         "server",
         "host",
@@ -202,35 +221,35 @@ def _request_attributes(record: dict[str, Any], notes: dict[str, Any]) -> dict[s
         attributes["gen_ai.operation.name"] = "chat"
         if record.get("provider"):
             attributes["gen_ai.provider.name"] = _provider_name(notes, record)
-        if notes.get("request_model"):
-            attributes["gen_ai.request.model"] = str(notes["request_model"])
+        if notes.request_model:
+            attributes["gen_ai.request.model"] = notes.request_model
         attributes.update(_response_attributes(record))
-        attributes.update(_server_address(notes.get("llm_url")))
+        attributes.update(_server_address(notes.llm_url))
         attributes.update(_content_attributes(record.get("content")))
     return attributes
 
 
-def _response_attributes(record: dict[str, Any]) -> dict[str, Any]:
-    attributes: dict[str, Any] = {}
+def _response_attributes(record: Record) -> Attributes:
+    attributes: Attributes = {}
     if record.get("model"):
         attributes["gen_ai.response.model"] = str(record["model"])
     for field, name in (("input_tokens", "gen_ai.usage.input_tokens"), ("output_tokens", "gen_ai.usage.output_tokens")):
-        if isinstance(record.get(field), int):
-            attributes[name] = record[field]
+        if isinstance(tokens := record.get(field), int):
+            attributes[name] = tokens
     if record.get("stop_reason"):
         attributes["gen_ai.response.finish_reasons"] = [str(record["stop_reason"])]
     return attributes
 
 
-def _provider_name(notes: dict[str, Any], record: dict[str, Any]) -> str:
+def _provider_name(notes: Notes, record: Record) -> str:
     """The GenAI convention's provider name: the API spoken (openai, anthropic), else ours."""
-    kind = notes.get("provider_type")
+    kind = notes.provider_type
     api = KINDS[kind].api if kind in KINDS else None
     return api or str(record.get("provider") or kind or "")
 
 
-def _server_address(url: Any) -> dict[str, Any]:
-    if not isinstance(url, str) or not url:
+def _server_address(url: str | None) -> Attributes:
+    if not url:
         return {}
     parts = urlsplit(url)
     if not parts.hostname:
@@ -239,12 +258,12 @@ def _server_address(url: Any) -> dict[str, Any]:
     return {"server.address": parts.hostname, "server.port": port}
 
 
-def _content_attributes(content: Any) -> dict[str, Any]:
+def _content_attributes(content: object) -> Attributes:
     """The prompt and answer, only when the audit record holds them (content mode redacted or full),
     as the audit log wrote them (redacted in `redacted` mode)."""
     if not isinstance(content, dict) or content.get("mode") not in ("redacted", "full"):
         return {}
-    attributes: dict[str, Any] = {}
+    attributes: Attributes = {}
     messages = [m["message"] for m in content.get("messages") or [] if isinstance(m, dict) and "message" in m]
     if messages:
         attributes["gen_ai.input.messages"] = json.dumps(messages, ensure_ascii=False)

@@ -51,7 +51,7 @@ class ConsoleChannel:
                 "tool": request.tool,
                 "rule": request.rule,
                 "summary": request.summary,
-                "params": request.params,
+                "params": dict(request.params),
                 "edit": "prompt",
                 **({"notes": list(request.notes)} if request.notes else {}),
                 **(

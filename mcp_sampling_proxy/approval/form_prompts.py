@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
 import anyio
 
 from mcp_sampling_proxy.approval.console.server import ConsoleGone
-from mcp_sampling_proxy.protocol.wire_types import ElicitRequestParams
+from mcp_sampling_proxy.protocol.wire_types import ElicitRequestParams, ElicitResult, ElicitValue
 from mcp_sampling_proxy.text.sanitize import one_line, quote, strip_controls
 
 if TYPE_CHECKING:
@@ -22,17 +22,18 @@ if TYPE_CHECKING:
     from mcp_sampling_proxy.system.terminal import Terminal
 
 Origin = tuple[str, str | None]  # (the server as shown, quoted: Session.server_label; tool call)
-ACTIONS = {"a": "accept", "d": "decline", "c": "cancel"}
+Action = Literal["accept", "decline", "cancel"]
+ACTIONS: dict[str, Action] = {"a": "accept", "d": "decline", "c": "cancel"}
 
 
 class Elicitor(Protocol):
     name: str
 
-    async def ask_form(self, params: ElicitRequestParams, form: Any, origin: Origin) -> dict[str, Any]: ...
+    async def ask_form(self, params: ElicitRequestParams, form: Any, origin: Origin) -> ElicitResult: ...
 
     async def ask_url(
         self, params: ElicitRequestParams, origin: Origin, opener: Callable[[str], bool]
-    ) -> dict[str, Any]: ...
+    ) -> ElicitResult: ...
 
 
 def heading(message: str, origin: Origin) -> str:
@@ -50,7 +51,9 @@ def url_lines(url: str) -> list[str]:
     return lines
 
 
-async def fill_form(form: Any, ask: Callable[[str], Any], say: Callable[[str], None]) -> dict[str, Any] | str:
+async def fill_form(
+    form: Any, ask: Callable[[str], Any], say: Callable[[str], None]
+) -> dict[str, ElicitValue] | Action:
     """Ask each field until its answer is valid; returns the content, or 'decline'/'cancel'.
 
     `ask(prompt)` returns the typed line (None at end of input). Typing `!d` or `!c` at any field
@@ -59,7 +62,7 @@ async def fill_form(form: Any, ask: Callable[[str], Any], say: Callable[[str], N
     from mcp_sampling_proxy.approval.forms import FieldError, parse_answer, prepare
 
     await anyio.to_thread.run_sync(prepare)  # the checks' first import, off the event loop
-    content: dict[str, Any] = {}
+    content: dict[str, ElicitValue] = {}
     for field in form.fields:
         while True:
             line = await ask(field.prompt_text() + ": ")
@@ -87,7 +90,7 @@ async def converse(
     ask: Callable[[str], Any],
     say: Callable[[str], None],
     opener: Callable[[str], bool],
-) -> dict[str, Any]:
+) -> ElicitResult:
     """The whole elicitation dialogue, wherever it runs (the proxy's terminal or the companion
     console): the question, then the form field by field, or the URL and consent to open it.
 
@@ -128,7 +131,7 @@ class TerminalElicitor:
     def _say(self, text: str) -> None:
         self._terminal.write(text + "\n")
 
-    async def ask_form(self, params: ElicitRequestParams, form: Any, origin: Origin) -> dict[str, Any]:
+    async def ask_form(self, params: ElicitRequestParams, form: Any, origin: Origin) -> ElicitResult:
         self._terminal.announce_turn(f"a form from server {one_line(origin[0], 300)}")
         async with self._terminal.lock, self._closing():
             return await converse(
@@ -140,9 +143,7 @@ class TerminalElicitor:
                 opener=lambda _url: False,
             )
 
-    async def ask_url(
-        self, params: ElicitRequestParams, origin: Origin, opener: Callable[[str], bool]
-    ) -> dict[str, Any]:
+    async def ask_url(self, params: ElicitRequestParams, origin: Origin, opener: Callable[[str], bool]) -> ElicitResult:
         self._terminal.announce_turn(f"a link from server {one_line(origin[0], 300)}")
         async with self._terminal.lock, self._closing():
             return await converse(
@@ -173,7 +174,7 @@ class CompanionElicitor:
     def __init__(self, server: ConsoleServer):
         self._server = server
 
-    async def ask_form(self, params: ElicitRequestParams, form: Any, origin: Origin) -> dict[str, Any]:
+    async def ask_form(self, params: ElicitRequestParams, form: Any, origin: Origin) -> ElicitResult:
         # start-up: forms costs ~30 ms, only form requests need it
         from mcp_sampling_proxy.approval.forms import prepare, validate_content
 
@@ -187,22 +188,20 @@ class CompanionElicitor:
                     "host": self._server.host_name(),
                     "tool": origin[1],
                     "message": params.get("message"),
-                    "schema": params.get("requestedSchema"),
+                    "schema": schema if isinstance(schema := params.get("requestedSchema"), dict) else None,
                 }
             )
         except ConsoleGone:  # the user quit the console: as if the form was dismissed
             return {"action": "cancel"}
-        action = answer.get("action") if answer.get("action") in ("accept", "decline", "cancel") else "cancel"
+        action = _action(answer.get("action"))
         if action != "accept":
             return {"action": action}
         content = answer.get("content") if isinstance(answer.get("content"), dict) else {}
         if validate_content(form, content):
             return {"action": "decline"}  # the console validates per field; a bad answer here is refused
-        return {"action": "accept", "content": content}
+        return {"action": "accept", "content": cast(dict[str, ElicitValue], content)}  # validated: the form's values
 
-    async def ask_url(
-        self, params: ElicitRequestParams, origin: Origin, opener: Callable[[str], bool]
-    ) -> dict[str, Any]:
+    async def ask_url(self, params: ElicitRequestParams, origin: Origin, opener: Callable[[str], bool]) -> ElicitResult:
         # The companion console runs on the user's side and opens the URL there, after consent.
         try:
             answer = await self._server.ask(
@@ -213,13 +212,19 @@ class CompanionElicitor:
                     "host": self._server.host_name(),
                     "tool": origin[1],
                     "message": params.get("message"),
-                    "url": params.get("url"),
+                    "url": url if isinstance(url := params.get("url"), str) else None,
                 }
             )
         except ConsoleGone:
             return {"action": "cancel"}
-        action = answer.get("action") if answer.get("action") in ("accept", "decline", "cancel") else "cancel"
-        return {"action": action}
+        return {"action": _action(answer.get("action"))}
+
+
+def _action(value: object) -> Action:
+    """A console's elicitation action: accept, decline or cancel (anything else is a cancel)."""
+    if value == "accept" or value == "decline":
+        return value
+    return "cancel"
 
 
 class ElicitationConsoles:

@@ -13,6 +13,7 @@ from mcp_sampling_proxy.approval.channels import ApprovalScope
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.quotas.integrity import entry_is_sealed as check
 from mcp_sampling_proxy.quotas.integrity import load_key, sealed_entry
+from mcp_sampling_proxy.quotas.state import Approvals, StateFile
 from mcp_sampling_proxy.text.identity import normalise
 
 log = get_logger("mcp_sampling_proxy.approval.memory")
@@ -23,7 +24,7 @@ class ApprovalMemory:
     """Approvals that outlive one request: this session's, and `always` ones in a state file."""
 
     session: set[tuple[str, str]] = field(default_factory=set)
-    store: Any = None  # a JsonStateFile, or None to keep `always` in memory only
+    store: StateFile[Approvals] | None = None  # None: `always` kept in memory only
     forged: set[tuple[str, str]] = field(default_factory=set)  # unsealed `always` entries found (ignored)
 
     def remembers(self, server: str, tool: str | None) -> ApprovalScope | None:
@@ -58,6 +59,7 @@ class ApprovalMemory:
     def _seal_key(self) -> bytes:
         """The proxy's sealing key (quotas/integrity.py; held from start, before the server runs): read each
         time, so a key replaced under this proxy is refused (KeyChanged), never trusted."""
+        assert self.store is not None  # asked only with a store
         return load_key(self.store.path.parent)
 
     async def recall(self, server: str, tool: str | None) -> ApprovalScope | None:
@@ -96,7 +98,7 @@ class ApprovalMemory:
                     },
                 )
 
-                def add(data: dict[str, Any]) -> None:
+                def add(data: Approvals) -> None:
                     entries = data["always"] = [
                         old
                         for old in always_entries(data)  # an unsealed one is replaced
@@ -119,13 +121,13 @@ def entry_is_sealed(key: bytes, kind: str, entry: Any) -> bool:
     return check(key, kind, entry)
 
 
-def always_entries(data: dict[str, Any]) -> list[Any]:
+def always_entries(data: Approvals) -> list[object]:
     """The stored `always` approvals; none when the file holds something else there."""
     entries = data.get("always")
     return entries if isinstance(entries, list) else []
 
 
-def always_key(entry: Any) -> tuple[str, str] | None:
+def always_key(entry: object) -> tuple[str, str] | None:
     """(server, tool) of a stored `always` approval: {"server", "tool", ...}, or an older [server, tool]."""
     if isinstance(entry, dict):
         server, tool = entry.get("server"), entry.get("tool")

@@ -22,10 +22,12 @@ import anyio
 import anyio.abc
 
 from mcp_sampling_proxy.approval.console.client import ConsoleClient, Event, decision_reply, elicit_reply, review_reply
+from mcp_sampling_proxy.approval.console.messages import ConsoleMessage, ConsoleReply
 from mcp_sampling_proxy.approval.dialogues import approval_dialogue, review_dialogue
 from mcp_sampling_proxy.approval.form_prompts import converse
 from mcp_sampling_proxy.approval.forms import FormError, parse_form
 from mcp_sampling_proxy.notation.vocabulary import TOOL_CALL_APPROVAL
+from mcp_sampling_proxy.protocol.wire_types import ElicitResult
 from mcp_sampling_proxy.system.browser import open_url
 from mcp_sampling_proxy.system.terminal import discard_typeahead, erase_question
 from mcp_sampling_proxy.text.sanitize import one_line, quote, strip_controls
@@ -41,7 +43,7 @@ class Console:
         self._out = out
         self._keys = Keyboard(sys.stdin.fileno())
         self._client = ConsoleClient(directory, self._on_event)
-        self._queue: deque[tuple[Path, dict[str, Any]]] = deque()
+        self._queue: deque[tuple[Path, ConsoleMessage]] = deque()
         self._ready = anyio.Event()
         self._waiting: str | None = None  # the question on screen waiting for its answer, if any
         self._current: tuple[Path, str] | None = None  # the question being asked: (its proxy, its id)
@@ -135,10 +137,10 @@ class Console:
             if question_id is not None:  # a proxy gone says so on its own line
                 self.notice(f"[proxy {path.stem}] a waiting question is closed ({why})")
 
-    async def _answer(self, path: Path, message: dict[str, Any]) -> None:
+    async def _answer(self, path: Path, message: ConsoleMessage) -> None:
         self.say("")
         self._keys.discard()  # keys typed before the question was shown answer nothing
-        reply: dict[str, Any]
+        reply: ConsoleReply
         if message["type"] == "elicit":
             self.say(f"[proxy {path.stem}] {_what(message)} from server {_server(message)}{_host(message)}:")
             reply = elicit_reply(message, await _elicit(message, self.ask, self.say))
@@ -214,7 +216,7 @@ class Keyboard:
         discard_typeahead(self._fd)
 
 
-def _what(message: dict[str, Any]) -> str:
+def _what(message: ConsoleMessage) -> str:
     """What a question asks, in a few words."""
     if message["type"] == "elicit":
         return "link to open" if message.get("mode") == "url" else "form"
@@ -223,14 +225,14 @@ def _what(message: dict[str, Any]) -> str:
     return "tool call" if str(message.get("tool") or "").startswith(TOOL_CALL_APPROVAL) else "sampling request"
 
 
-def _server(message: dict[str, Any]) -> str:
+def _server(message: ConsoleMessage) -> str:
     """The server a question names: an elicitation names it as the proxy shows it, quoted already."""
     if message["type"] == "elicit":
         return _clean(message.get("server"))
     return f"'{_clean(message.get('server'))}'"
 
 
-def _host(message: dict[str, Any]) -> str:
+def _host(message: ConsoleMessage) -> str:
     return f", host '{_clean(message.get('host'))}'" if message.get("host") else ""
 
 
@@ -238,7 +240,7 @@ def _waiting_count(n: int) -> str:
     return f"{n} question{'s' if n != 1 else ''} waiting"
 
 
-async def _elicit(message: dict[str, Any], ask: Any, say: Any) -> dict[str, Any]:
+async def _elicit(message: ConsoleMessage, ask: Any, say: Any) -> ElicitResult:
     """Render an elicitation (form or URL) on this terminal; the answer goes back to the proxy."""
     origin = (message.get("server") or "", message.get("tool"))
     text = message.get("message") or ""

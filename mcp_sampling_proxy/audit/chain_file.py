@@ -24,11 +24,11 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
-from mcp_sampling_proxy.audit.records import GENESIS, record_hash, rotated_name, utc_now
+from mcp_sampling_proxy.audit.records import GENESIS, AuditRecord, record_hash, rotated_name, utc_now
 from mcp_sampling_proxy.audit.tail import (
     MAX_RECORD_BYTES,
     TAIL_SEARCH_BYTES,
@@ -121,10 +121,11 @@ class ChainFile:
 
     # -- the structlog logger method ----------------------------------------------------------
     def append(self, **record: Any) -> None:
+        """structlog's logger method: `record` is what the recorder's processors finished."""
         with self._thread_lock:
-            self._append_locked(record, blocking=True)
+            self._append_locked(cast(AuditRecord, record), blocking=True)
 
-    def try_append(self, record: dict[str, Any]) -> bool:
+    def try_append(self, record: AuditRecord) -> bool:
         """Append without waiting: False (nothing written) when another thread or process holds the lock."""
         if not self._thread_lock.acquire(blocking=False):
             return False
@@ -133,7 +134,7 @@ class ChainFile:
         finally:
             self._thread_lock.release()
 
-    def _append_locked(self, record: dict[str, Any], *, blocking: bool) -> bool:
+    def _append_locked(self, record: AuditRecord, *, blocking: bool) -> bool:
         problem, lock_fd = self.unusable, self._lock_fd  # not opened, closed, or an fsync failed
         if problem is not None or lock_fd is None:
             raise AuditError(
@@ -179,7 +180,7 @@ class ChainFile:
         with self._thread_lock:
             return os.dup(self._fd) if self._fd is not None else None
 
-    def _append(self, record: dict[str, Any], left: os.stat_result | None = None) -> bool:
+    def _append(self, record: AuditRecord, left: os.stat_result | None = None) -> bool:
         """`left`: the file's stat, when `_as_left` just found it as this writer left it (on the event
         loop). False, with nothing written, when the record would start a rotation there: renames, an
         fsync and reading the rotated file's tail are the worker thread's job."""
@@ -212,9 +213,7 @@ class ChainFile:
         link = file_hash(previous)
         return link or GENESIS, self.seq + 1, os.path.basename(previous) if link else None
 
-    def _finish(
-        self, record: dict[str, Any], prev_hash: str, seq: int, continues: Any = _NOT_GIVEN
-    ) -> tuple[bytes, str]:
+    def _finish(self, record: AuditRecord, prev_hash: str, seq: int, continues: Any = _NOT_GIVEN) -> tuple[bytes, str]:
         chain = {"ts": utc_now(), "seq": seq, "proxy_id": self.proxy_id}
         entry = {**chain, **record, **chain}  # the chain's keys first, and never a caller's value for them
         for key in ("continues", "prev_hash", "hash"):
@@ -222,7 +221,7 @@ class ChainFile:
         if continues is not _NOT_GIVEN:  # the first record of a file
             entry = {**{k: v for k, v in entry.items() if k in chain or k == "event"}, "continues": continues, **entry}
         entry["prev_hash"] = prev_hash
-        entry["hash"] = record_hash(entry)
+        entry["hash"] = chained = record_hash(entry)
         try:  # the line is only parsed back (verify re-hashes the values), so orjson's spelling is as good
             line = orjson.dumps(entry, default=str, option=orjson.OPT_APPEND_NEWLINE)
         except TypeError:  # what orjson does not write (a lone surrogate, nesting past 254, a huge int)
@@ -234,7 +233,7 @@ class ChainFile:
                 f"{MAX_RECORD_BYTES:,} (set audit.content to none, or lower the size caps); the "
                 "request is not answered without an audit record"
             )
-        return line, entry["hash"]
+        return line, chained
 
     def _write(self, fd: int, data: bytes, seq: int, last_hash: str) -> None:
         written = os.write(fd, data)
@@ -269,7 +268,7 @@ class ChainFile:
             if first_newline in (-1, size - 1)
             else "the bytes after the last record are not chained records"
         )
-        seal = {
+        seal: AuditRecord = {
             "event": "seal",
             "torn_offset": tail.good_end,
             "torn_bytes": torn_bytes,

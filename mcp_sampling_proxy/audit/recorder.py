@@ -44,7 +44,7 @@ import structlog
 from structlog.typing import EventDict
 
 from mcp_sampling_proxy.audit.chain_file import AuditError, ChainFile
-from mcp_sampling_proxy.audit.records import DECISION_FIELDS, TEXT_FIELDS, AuditFields, content_record
+from mcp_sampling_proxy.audit.records import DECISION_FIELDS, TEXT_FIELDS, AuditFields, AuditRecord, content_record
 from mcp_sampling_proxy.config.child_env import WELL_KNOWN_KEY_VARS, withheld
 from mcp_sampling_proxy.config.settings import AUDIT_CONTENT_MODES as CONTENT_MODES
 from mcp_sampling_proxy.config.settings import DEFAULT_AUDIT_MAX_BYTES as DEFAULT_MAX_BYTES
@@ -62,6 +62,18 @@ log = get_logger("mcp_sampling_proxy.audit.recorder")
 _NOT_GIVEN: Any = object()
 
 
+@dataclass
+class RequestNotes:
+    """What the stages tell the observers (telemetry) of the request being served that the log does
+    not keep: when the proxy's LLM call started and ended, the model asked for, the provider's type
+    and URL. Never written to the log."""
+
+    llm_call: tuple[int, int] | None = None  # time.time_ns() at its start and end
+    request_model: str | None = None
+    provider_type: str | None = None
+    llm_url: str | None = None
+
+
 # Records written by the request being served in this task (see `AuditLog.every_ending`).
 class PendingRecord:
     """The one record of the request being served, filled in as it moves through the stages."""
@@ -71,7 +83,7 @@ class PendingRecord:
         self.params: Any = _NOT_GIVEN
         self.result: Any = None
         self.started_ns = time.time_ns()
-        self.notes: dict[str, Any] = {}  # for observers (telemetry), never written to the log
+        self.notes = RequestNotes()  # for observers (telemetry), never written to the log
 
     def fill(self, params: Any, result: Any, fields: AuditFields) -> None:
         self.fields = {**(self.fields or {}), **fields}
@@ -85,7 +97,7 @@ def _say_ending(fields: AuditFields) -> None:
     """One short info line on stderr per request, saying how it ended: a host keeps the proxy's stderr
     (Claude Desktop's mcp-server-NAME.log), often the only place a user looks. The audit record holds
     the rest (the reason, the tokens, the digests): the line names it by method, server and request id."""
-    said: dict[str, Any] = {}
+    said: dict[str, object] = {}
     for key in ("method", "server", "request_id", "decision", "approver", "rule", "latency_ms"):
         value = fields.get(key)
         if value is not None:  # a string id is the server's to choose, of any length: an excerpt
@@ -99,15 +111,14 @@ _NOWAIT: ContextVar[bool] = ContextVar("audit_nowait", default=False)
 
 # An observer sees each record as written (shaped, masked, scrubbed: content only as the audit's
 # content mode allows), with when its request started and the notes its stages made.
-Observer = Callable[[dict[str, Any], int, dict[str, Any]], None]
+Observer = Callable[[AuditRecord, int, RequestNotes], None]
 
 
-def note(**facts: Any) -> None:
-    """Tell the observers a fact about the request being served that the log does not keep
-    (e.g. when the LLM call started and ended, and the model asked for)."""
+def note(*, llm_call: tuple[int, int], request_model: str, provider_type: str, llm_url: str | None) -> None:
+    """Tell the observers how the proxy's LLM call of the request being served went (`RequestNotes`)."""
     pending = _PENDING.get()
     if pending is not None:
-        pending.notes.update(facts)
+        pending.notes = RequestNotes(llm_call, request_model, provider_type, llm_url)
 
 
 class AuditLog:
@@ -199,9 +210,11 @@ class AuditLog:
             return
         result = None if result is _NOT_GIVEN else result
         if not _on_event_loop():  # a command, a test: waiting for the lock stalls nobody
-            self._log.append("decision", _params=params, _result=result, _observed=(time.time_ns(), {}), **fields)
+            self._log.append(
+                "decision", _params=params, _result=result, _observed=(time.time_ns(), RequestNotes()), **fields
+            )
             return
-        deferred = self._append_now(params, result, (time.time_ns(), {}), fields)
+        deferred = self._append_now(params, result, (time.time_ns(), RequestNotes()), fields)
         if deferred is not None:
             writer = threading.Thread(target=self._finish_quietly, args=(deferred,), name="audit-write", daemon=True)
             self._late_writers = [w for w in self._late_writers if w.is_alive()] + [writer]  # close() waits for these
@@ -236,7 +249,7 @@ class AuditLog:
             await anyio.to_thread.run_sync(self._sink.finish, deferred)
 
     def _append_now(
-        self, params: Any, result: Any, observed: tuple[int, dict[str, Any]], fields: AuditFields
+        self, params: Any, result: Any, observed: tuple[int, RequestNotes], fields: AuditFields
     ) -> _Deferred | None:
         """Shape and write the record without waiting for the file's locks; the record, finished
         but unwritten, when another writer holds them."""
@@ -379,9 +392,9 @@ def _on_event_loop() -> bool:
 class _Deferred:
     """A finished record that could not be written without waiting for another writer's lock."""
 
-    record: dict[str, Any]
+    record: AuditRecord
     started_ns: int
-    notes: dict[str, Any]
+    notes: RequestNotes
 
 
 class _Sink:
@@ -399,14 +412,15 @@ class _Sink:
     def append(self, **record: Any) -> _Deferred | None:
         """Write `record` and tell the observers; when called by `AuditLog._write` on the event
         loop and another writer holds the file's lock, return it unwritten for `finish`."""
-        started_ns, notes = record.pop(_OBSERVED, (time.time_ns(), {}))
+        started_ns, notes = record.pop(_OBSERVED, (time.time_ns(), RequestNotes()))
+        finished = cast(AuditRecord, record)  # shaped by AuditLog's processors
         if self.file is not None:
             if _NOWAIT.get():
-                if not self.file.try_append(record):
-                    return _Deferred(record, started_ns, notes)
+                if not self.file.try_append(finished):
+                    return _Deferred(finished, started_ns, notes)
             else:
-                self.file.append(**record)
-        self._notify(record, started_ns, notes)
+                self.file.append(**finished)
+        self._notify(finished, started_ns, notes)
         return None
 
     def finish(self, deferred: _Deferred) -> None:
@@ -415,7 +429,7 @@ class _Sink:
             self.file.append(**deferred.record)
         self._notify(deferred.record, deferred.started_ns, deferred.notes)
 
-    def _notify(self, record: dict[str, Any], started_ns: int, notes: dict[str, Any]) -> None:
+    def _notify(self, record: AuditRecord, started_ns: int, notes: RequestNotes) -> None:
         for observer in self.observers:
             try:
                 observer(record, started_ns, notes)

@@ -38,7 +38,7 @@ import re
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any, Protocol, TypedDict
+from typing import Any, NotRequired, Protocol, Required, TypedDict
 
 from mcp_sampling_proxy.notation.vocabulary import OUTCOMES, Outcome
 
@@ -80,6 +80,17 @@ class CheckRecord(TypedDict, total=False):
     on_error: str  # with verdict error only: what the policy made of it (deny | allow)
 
 
+class ToolChangeRecord(TypedDict):
+    """A pinned tool that changed, appeared or went (`tool_change`, services/tools.py)."""
+
+    kind: str  # changed | new | removed
+    fields: list[str]  # which pinned fields differ
+    old_sha256: str | None
+    new_sha256: str | None
+    old: NotRequired[dict[str, str]]  # the changed fields' text as pinned, when a copy was kept
+    new: NotRequired[dict[str, str]]  # ... and as the server lists them now
+
+
 class AuditFields(TypedDict, total=False):
     """Every field a caller can give a decision record (`AuditLog.record`). The first group is
     `DECISION_FIELDS` (written in every decision record, null when not given); the rest are written
@@ -116,12 +127,67 @@ class AuditFields(TypedDict, total=False):
     prompt_secrets: list[str]  # ... in the server's request (sampling.scan_requests)
     cost_usd: float | None  # what the proxy's own LLM call cost, in USD (null: unpriced, or no usage reported)
     price_as_of: str  # the price's date (the shipped table's), "policy" (prices:), or "unpriced"
-    tool_change: dict[str, Any]  # tools/list: a pinned tool changed, appeared or went (services/tools.py)
+    tool_change: ToolChangeRecord  # tools/list: a pinned tool changed, appeared or went (services/tools.py)
     approved_by: list[str]  # who approved, by name (terminal, host, console:NAME, webhook:NAME); all of a quorum
     checks: list[CheckRecord]  # the external checks run, when the matched rule has any
     client: str  # who called the served endpoint (`serve`): the name of the bearer token it presented
     session: str  # which session (or 2026 caller's server) of `serve`: its own random id, not the Mcp-Session-Id
     replica: str  # which `serve` replica wrote it (`serve --replica`): one of several behind a balancer
+
+
+class Digest(TypedDict):
+    """Size and SHA-256 of a JSON value's canonical form."""
+
+    bytes: int
+    sha256: str
+
+
+class TextPart(Digest):
+    text: NotRequired[str]  # the system prompt, in redacted/full mode
+
+
+class MessagePart(Digest):
+    role: object  # as the server gave it
+    message: NotRequired[object]  # the message, in redacted/full mode
+
+
+class ToolsPart(Digest):
+    tools: NotRequired[object]
+
+
+class ResultPart(Digest):
+    result: NotRequired[object]
+
+
+class ContentRecord(TypedDict, total=False):
+    """What a record's `content` holds: digests always, the content itself in redacted/full mode."""
+
+    mode: Required[str]
+    request: Digest
+    system: TextPart | None
+    messages: list[MessagePart]
+    tools: ToolsPart | None
+    response: ResultPart | None
+    unrecordable: str  # the params could not be encoded (too deep): why
+    redactions: int  # redacted mode: how many secret shapes were masked
+
+
+class AuditRecord(AuditFields, total=False):
+    """A record as the writer finishes it: the caller's fields, the event, the content, and the
+    chain's keys (`ts`, `seq`, `proxy_id`, `prev_hash`, `hash`, `continues` on a file's first line)."""
+
+    event: Required[str]  # decision | seal | ...
+    content: ContentRecord | None
+    ts: str
+    seq: int
+    proxy_id: str
+    prev_hash: str
+    hash: str
+    continues: str | None
+    torn_offset: int  # seal: where the bytes after the last good record start
+    torn_bytes: int  # ... how many bytes it covers
+    torn_sha256: str
+    newline_added: bool
 
 
 class RequestSession(Protocol):
@@ -153,7 +219,7 @@ def record_hash(record: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical({k: v for k, v in record.items() if k != "hash"})).hexdigest()
 
 
-def digest(value: Any) -> dict[str, Any]:
+def digest(value: Any) -> Digest:
     """Size and SHA-256 of a JSON value's canonical form (of the UTF-8 text for a string)."""
     data = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else canonical(value)
     return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
@@ -239,15 +305,15 @@ def rotated_name(path: str, index: int) -> str:
     return f"{path}.{index}"
 
 
-def content_record(params: Any, result: Any, mode: str) -> dict[str, Any]:
+def content_record(params: Any, result: Any, mode: str) -> ContentRecord:
     """What the `content` key holds: digests always; the content itself in redacted/full mode.
 
     `request` is the digest of the whole params object; `system` of the system prompt's text;
     each of `messages` of one message object (role and content); `tools` of the tools list;
     `response` of the result object the server was given (null when there was none)."""
     keep = mode != "none"
-    messages_out: list[dict[str, Any]] = []
-    out: dict[str, Any] = {
+    messages_out: list[MessagePart] = []
+    out: ContentRecord = {
         "mode": mode,
         "request": digest(params),
         "system": None,
@@ -258,16 +324,32 @@ def content_record(params: Any, result: Any, mode: str) -> dict[str, Any]:
     if isinstance(params, dict):
         system = params.get("systemPrompt")
         if isinstance(system, str):
-            out["system"] = {**digest(system), **({"text": system} if keep else {})}
+            size = digest(system)
+            text: TextPart = {"bytes": size["bytes"], "sha256": size["sha256"]}
+            if keep:
+                text["text"] = system
+            out["system"] = text
         messages = params.get("messages")
         for message in messages if isinstance(messages, list) else []:
+            size = digest(message)
             role = message.get("role") if isinstance(message, dict) else None
-            messages_out.append({"role": role, **digest(message), **({"message": message} if keep else {})})
+            part: MessagePart = {"role": role, "bytes": size["bytes"], "sha256": size["sha256"]}
+            if keep:
+                part["message"] = message
+            messages_out.append(part)
         tools = params.get("tools")
         if tools is not None:
-            out["tools"] = {**digest(tools), **({"tools": tools} if keep else {})}
+            size = digest(tools)
+            listed: ToolsPart = {"bytes": size["bytes"], "sha256": size["sha256"]}
+            if keep:
+                listed["tools"] = tools
+            out["tools"] = listed
     if result is not None:
-        out["response"] = {**digest(result), **({"result": result} if keep else {})}
+        size = digest(result)
+        response: ResultPart = {"bytes": size["bytes"], "sha256": size["sha256"]}
+        if keep:
+            response["result"] = result
+        out["response"] = response
     return out
 
 

@@ -11,20 +11,20 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TypedDict
 
 from mcp_sampling_proxy.approval.memory import APPROVAL, always_entries, always_key, entry_is_sealed
 from mcp_sampling_proxy.commands.parsing import Parser
 from mcp_sampling_proxy.quotas.integrity import KEY_FILE, load_key
-from mcp_sampling_proxy.quotas.state import JsonStateFile, state_dir
+from mcp_sampling_proxy.quotas.state import Approvals, StateFile, approvals_file, state_dir
 from mcp_sampling_proxy.text.identity import normalise
 from mcp_sampling_proxy.text.sanitize import one_line
 
 PROG = "mcp-sampling-proxy approvals"
 
 
-def store() -> JsonStateFile:
-    return JsonStateFile(state_dir(create=False) / "approvals.json")
+def store() -> StateFile[Approvals]:
+    return approvals_file(state_dir(create=False) / "approvals.json")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,7 +59,18 @@ def main(argv: Sequence[str]) -> int:
         return 2
 
 
-def _row(entry: Any, seal: bytes | None) -> dict[str, Any]:
+class ApprovalRow(TypedDict):
+    """One remembered approval as `approvals list` shows it (and prints it, with --json)."""
+
+    server: str
+    tool: str | None
+    rule: object  # as the file holds them: trusted only when `trusted`
+    at: object
+    channel: object
+    trusted: bool  # its seal verifies: a proxy wrote it
+
+
+def _row(entry: object, seal: bytes | None) -> ApprovalRow:
     key = always_key(entry)
     server, tool = key if key is not None else ("?", "?")
     extra = entry if isinstance(entry, dict) else {}
@@ -132,7 +143,7 @@ def revoke(args: argparse.Namespace) -> int:
         return 1
     problem: list[str] = []
 
-    def drop(data: dict[str, Any]) -> list[Any]:
+    def drop(data: Approvals) -> list[object]:
         entries = always_entries(data)
         if args.numbers:
             bad = [n for n in args.numbers if not 1 <= n <= len(entries)]

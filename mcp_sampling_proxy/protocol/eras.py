@@ -11,7 +11,8 @@ answering a call with `resultType: "input_required"`. Nothing here does I/O: the
 from __future__ import annotations
 
 import copy
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Literal, TypedDict
 
 from mcp_sampling_proxy.protocol.jsonrpc import INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, as_object
 from mcp_sampling_proxy.protocol.names import (
@@ -20,6 +21,7 @@ from mcp_sampling_proxy.protocol.names import (
     PROTOCOL_VERSION_META,
     SERVER_INFO_META,
 )
+from mcp_sampling_proxy.protocol.wire_types import ErrorObject, JsonObject
 
 MODERN = "2026-07-28"
 MODERN_VERSIONS = (MODERN,)
@@ -38,13 +40,44 @@ CACHEABLE = frozenset(
     {"server/discover", "tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read"}
 )
 # 2026-07-28 subscription filter keys, and the server capability each needs (subscriptions/listen).
-LIST_CHANGED = {
+ListChanged = Literal["toolsListChanged", "promptsListChanged", "resourcesListChanged"]
+LIST_CHANGED: dict[ListChanged, tuple[str, str]] = {
     "toolsListChanged": ("tools", "notifications/tools/list_changed"),
     "promptsListChanged": ("prompts", "notifications/prompts/list_changed"),
     "resourcesListChanged": ("resources", "notifications/resources/list_changed"),
 }
 RESOURCE_UPDATED = "notifications/resources/updated"
 PROXY_NAME = "mcp-sampling-proxy"
+
+
+class SubscriptionFilter(TypedDict, total=False):
+    """What a `subscriptions/listen` asks for (the proxy's, or the part of a host's it honours)."""
+
+    toolsListChanged: bool
+    promptsListChanged: bool
+    resourcesListChanged: bool
+    resourceSubscriptions: list[str]
+
+
+class DiscoverResult(TypedDict, total=False):
+    """The `server/discover` result the proxy builds for a 2026-era host from a handshake server."""
+
+    resultType: str
+    supportedVersions: list[str]
+    capabilities: JsonObject  # the server's
+    ttlMs: int
+    cacheScope: str
+    instructions: str
+    _meta: JsonObject
+
+
+class InitializeResult(TypedDict, total=False):
+    """The `initialize` result the proxy builds for a handshake-era host from a 2026-era server."""
+
+    protocolVersion: str
+    capabilities: JsonObject  # the server's
+    serverInfo: JsonObject
+    instructions: str
 
 
 def modern_version(params: Any) -> str | None:
@@ -62,7 +95,7 @@ def missing_meta(params: Any) -> list[str]:
     return [key for key in (PROTOCOL_VERSION_META, CLIENT_CAPS_META) if key not in meta]
 
 
-def http_refusal(message: dict[str, Any], header_version: str | None) -> tuple[int, dict[str, Any]] | None:
+def http_refusal(message: Mapping[str, object], header_version: str | None) -> tuple[int, ErrorObject] | None:
     """How an HTTP endpoint refuses a 2026-era request before anything serves it (SEP-2575): the HTTP
     status and the JSON-RPC error, or None. A request without its `_meta` fields, one whose `_meta`
     version contradicts its `MCP-Protocol-Version` header, and one of the methods 2026-07-28 removed."""
@@ -75,7 +108,7 @@ def http_refusal(message: dict[str, Any], header_version: str | None) -> tuple[i
         text = f"Header mismatch: MCP-Protocol-Version is {header_version!r}, params._meta says {str(claimed)[:40]!r}"
         return 400, {"code": HEADER_MISMATCH, "message": text}
     if message.get("method") in REMOVED_METHODS:
-        return 404, {"code": METHOD_NOT_FOUND, "message": f"Method not found: {MODERN} has no {message['method']}"}
+        return 404, {"code": METHOD_NOT_FOUND, "message": f"Method not found: {MODERN} has no {message.get('method')}"}
     return None
 
 
@@ -155,45 +188,45 @@ def initialize_params(meta: dict[str, Any], version: str = LATEST_HANDSHAKE) -> 
     }
 
 
-def discover_result(initialize_result: dict[str, Any]) -> dict[str, Any]:
+def discover_result(initialize_result: JsonObject) -> DiscoverResult:
     """A `server/discover` result built from a handshake server's `initialize` result, for a
     2026-era host: the server's capabilities and instructions, its info in `_meta`."""
-    result: dict[str, Any] = {
+    result: DiscoverResult = {
         "resultType": "complete",
         "supportedVersions": list(MODERN_VERSIONS),
         "capabilities": copy.deepcopy(as_object(initialize_result.get("capabilities"))),
         "ttlMs": 0,
         "cacheScope": "private",
     }
-    if isinstance(initialize_result.get("instructions"), str):
-        result["instructions"] = initialize_result["instructions"]
+    if isinstance(instructions := initialize_result.get("instructions"), str):
+        result["instructions"] = instructions
     info = as_object(initialize_result.get("serverInfo"))
     if info:
         result["_meta"] = {SERVER_INFO_META: copy.deepcopy(info)}
     return result
 
 
-def initialize_result(discover: dict[str, Any], requested: Any, fallback_name: str) -> dict[str, Any]:
+def initialize_result(discover: JsonObject, requested: Any, fallback_name: str) -> InitializeResult:
     """An `initialize` result built from a 2026-era server's `server/discover` result, for a
     handshake-era host: the version it asked for (when this proxy knows it), the server's
     capabilities, info and instructions."""
     version = requested if requested in HANDSHAKE_VERSIONS else LATEST_HANDSHAKE
     info = as_object(as_object(discover.get("_meta")).get(SERVER_INFO_META))
-    result: dict[str, Any] = {
+    result: InitializeResult = {
         "protocolVersion": version,
         "capabilities": copy.deepcopy(as_object(discover.get("capabilities"))),
         "serverInfo": copy.deepcopy(info) if info.get("name") else {"name": fallback_name, "version": "unknown"},
     }
-    if isinstance(discover.get("instructions"), str):
-        result["instructions"] = discover["instructions"]
+    if isinstance(instructions := discover.get("instructions"), str):
+        result["instructions"] = instructions
     return result
 
 
-def complete_result(result: dict[str, Any], method: str | None) -> dict[str, Any] | None:
+def complete_result(result: JsonObject, method: str | None) -> JsonObject | None:
     """A handshake server's result as a 2026-era host requires it (`resultType`, and for cacheable
     methods `ttlMs` and `cacheScope`: nothing may be cached, as the server said nothing about it);
     None when it already is."""
-    missing: dict[str, Any] = {}
+    missing: dict[str, object] = {}
     if "resultType" not in result:
         missing["resultType"] = "complete"
     if method in CACHEABLE:
@@ -204,11 +237,11 @@ def complete_result(result: dict[str, Any], method: str | None) -> dict[str, Any
     return {**result, **missing} if missing else None
 
 
-def honoured_filter(requested: dict[str, Any], capabilities: dict[str, Any]) -> dict[str, Any]:
+def honoured_filter(requested: JsonObject, capabilities: JsonObject) -> SubscriptionFilter:
     """The part of a `subscriptions/listen` filter a handshake server can honour: list changes of
     what it offers (a handshake server sends them whatever its `listChanged` says, and a direct host
     gets them), and resource updates when it offers subscriptions."""
-    honoured: dict[str, Any] = {}
+    honoured: SubscriptionFilter = {}
     for key, (capability, _method) in LIST_CHANGED.items():
         if requested.get(key) is True and isinstance(capabilities.get(capability), dict):
             honoured[key] = True
@@ -218,14 +251,13 @@ def honoured_filter(requested: dict[str, Any], capabilities: dict[str, Any]) -> 
     return honoured
 
 
-def listen_filter(capabilities: dict[str, Any], resources: list[str]) -> dict[str, Any]:
+def listen_filter(capabilities: JsonObject, resources: list[str]) -> SubscriptionFilter:
     """The `subscriptions/listen` filter that gives a handshake host what it would get directly: every
     list change the server announces, and updates of the resources it subscribed to."""
-    wanted: dict[str, Any] = {
-        key: True
-        for key, (capability, _m) in LIST_CHANGED.items()
-        if as_object(capabilities.get(capability)).get("listChanged") is True
-    }
+    wanted: SubscriptionFilter = {}
+    for key, (capability, _m) in LIST_CHANGED.items():
+        if as_object(capabilities.get(capability)).get("listChanged") is True:
+            wanted[key] = True
     if resources:
         wanted["resourceSubscriptions"] = list(resources)
     return wanted
@@ -241,7 +273,7 @@ def log_wanted(level: Any, threshold: str | None) -> bool:
     return level not in LOG_LEVELS or LOG_LEVELS.index(level) >= LOG_LEVELS.index(threshold)
 
 
-def wanted_by(filter_: dict[str, Any], method: str, params: dict[str, Any]) -> bool:
+def wanted_by(filter_: SubscriptionFilter, method: str, params: JsonObject) -> bool:
     """True when a server notification is one a subscription's filter asked for."""
     if method == RESOURCE_UPDATED:
         uris = filter_.get("resourceSubscriptions")

@@ -46,6 +46,17 @@ class JsonRpcNotification(TypedDict, total=False):
     params: JsonObject
 
 
+class JsonRpcResponse(TypedDict, total=False):
+    """A response as a peer sent it, once its envelope was read (`relay.core.envelope_problem`): an id
+    and a result or an error. What they hold is the peer's, unchecked: read it through a check
+    (`jsonrpc.as_object`, `isinstance`). Also what the relay hands a waiter when no answer came ({})."""
+
+    jsonrpc: Literal["2.0"]
+    id: RequestId | None
+    result: object
+    error: object
+
+
 class JsonRpcResult(TypedDict):
     """A result response."""
 

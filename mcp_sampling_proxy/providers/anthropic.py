@@ -8,10 +8,17 @@ and tool_result blocks having to lead their user message.
 from __future__ import annotations
 
 import json
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, Required, TypedDict
 
 from mcp_sampling_proxy.protocol.content import as_blocks
-from mcp_sampling_proxy.protocol.wire_types import CreateMessageParams, SamplingMessage, Tool
+from mcp_sampling_proxy.protocol.wire_types import (
+    CreateMessageParams,
+    JsonObject,
+    SamplingMessage,
+    TextContent,
+    Tool,
+    ToolUseContent,
+)
 from mcp_sampling_proxy.providers.base import Completion, LLMError, tool_use_block
 from mcp_sampling_proxy.providers.errors import unsupported, unsupported_role
 from mcp_sampling_proxy.providers.http_adapter import HttpAdapter
@@ -26,16 +33,73 @@ STOP_REASONS = {
 }
 TOOL_CHOICE = {"auto": "auto", "required": "any", "none": "none"}
 
+# -- the Messages API request, as the adapter builds it -----------------------------------------------
+
+
+class TextBlock(TypedDict):
+    type: Literal["text"]
+    text: str
+
+
+class ImageSource(TypedDict):
+    type: Literal["base64"]
+    media_type: str | None
+    data: str
+
+
+class ImageBlock(TypedDict):
+    type: Literal["image"]
+    source: ImageSource
+
+
+class ToolUseBlock(TypedDict):
+    type: Literal["tool_use"]
+    id: str | None  # the MCP block's (the request was checked: present)
+    name: str | None
+    input: JsonObject
+
+
+class ToolResultBlock(TypedDict):
+    type: Literal["tool_result"]
+    tool_use_id: str | None
+    content: list[TextBlock | ImageBlock]
+    is_error: bool
+
+
+Block = TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock
+
+
+class Message(TypedDict):
+    role: str
+    content: list[Block]
+
+
+class ToolSpec(TypedDict, total=False):
+    name: Required[str | None]
+    description: str
+    input_schema: Required[JsonObject]
+
+
+class ToolChoiceSpec(TypedDict):
+    type: str  # auto | any | none
+
+
+class MessagesRequest(TypedDict, total=False):
+    model: Required[str]
+    max_tokens: Required[int | None]
+    system: str
+    messages: Required[list[Message]]
+    temperature: float
+    stop_sequences: list[str]
+    tools: list[ToolSpec]
+    tool_choice: ToolChoiceSpec
+
 
 class AnthropicAdapter(HttpAdapter):
     """Fulfils sampling requests through `POST {base_url}/v1/messages`."""
 
     default_base_url = DEFAULT_BASE_URL
-    stop_key = "stop_sequences"
-    tool_choices: ClassVar[dict[str, Any]] = {mode: {"type": kind} for mode, kind in TOOL_CHOICE.items()}
-
-    def tool_spec(self, tool: Tool) -> dict[str, Any]:
-        return _tool(tool)
+    tool_choices: ClassVar[dict[str, ToolChoiceSpec]] = {mode: {"type": kind} for mode, kind in TOOL_CHOICE.items()}
 
     def normalise_base_url(self, base_url: str) -> str:
         return base_url.removesuffix("/v1")  # tolerate an OpenAI-style base_url
@@ -55,21 +119,34 @@ class AnthropicAdapter(HttpAdapter):
 
     # -- MCP -> Anthropic ----------------------------------------------------------------------
 
-    def build_request(self, params: CreateMessageParams, model: str) -> dict[str, Any]:
+    def build_request(self, params: CreateMessageParams, model: str) -> MessagesRequest:
         """The Messages API body for a `sampling/createMessage` params dict."""
-        payload: dict[str, Any] = {"model": model, "max_tokens": params.get("maxTokens")}
-        if params.get("systemPrompt"):
-            payload["system"] = params["systemPrompt"]
-        payload["messages"] = [self._message(m, i) for i, m in enumerate(params.get("messages") or [])]
-        return self.add_options(payload, params)
+        messages = [self._message(m, i) for i, m in enumerate(params.get("messages") or [])]
+        max_tokens, system = params.get("maxTokens"), params.get("systemPrompt")
+        payload: MessagesRequest = (
+            {"model": model, "max_tokens": max_tokens, "system": system, "messages": messages}
+            if system
+            else {"model": model, "max_tokens": max_tokens, "messages": messages}
+        )
+        options = self.options(params)
+        if options.temperature is not None:
+            payload["temperature"] = options.temperature
+        if options.stop:
+            payload["stop_sequences"] = options.stop
+        if options.tools:
+            payload["tools"] = [_tool(tool) for tool in options.tools]
+            if options.tool_choice:
+                payload["tool_choice"] = self.tool_choices[options.tool_choice]
+        return payload
 
-    def _message(self, message: SamplingMessage, index: int) -> dict[str, Any]:
+    def _message(self, message: SamplingMessage, index: int) -> Message:
         role = message.get("role")
         where = f"messages[{index}]"
         if role not in ("user", "assistant"):
             raise unsupported_role(self.config, role, where)
         blocks = as_blocks(message.get("content"))
-        results, others = [], []
+        results: list[Block] = []
+        others: list[Block] = []
         for block in blocks:
             if not isinstance(block, dict):
                 raise unsupported(self.config, type(block).__name__, where)
@@ -94,7 +171,7 @@ class AnthropicAdapter(HttpAdapter):
         # The API rejects a user message whose tool_result blocks do not come first.
         return {"role": role, "content": results + others}
 
-    def _block(self, block: dict[str, Any], where: str) -> dict[str, Any]:
+    def _block(self, block: dict[str, Any], where: str) -> TextBlock | ImageBlock:
         """A text or image block (the only kinds Anthropic takes in messages and tool results)."""
         kind = block.get("type")
         if kind == "text":
@@ -114,7 +191,7 @@ class AnthropicAdapter(HttpAdapter):
                 return {"type": "text", "text": resource["text"]}
         raise unsupported(self.config, str(kind), where)
 
-    def _tool_result(self, block: dict[str, Any], where: str) -> dict[str, Any]:
+    def _tool_result(self, block: dict[str, Any], where: str) -> ToolResultBlock:
         inner = [self._block(b, f"a tool_result in {where}") for b in block.get("content") or []]
         if not inner and block.get("structuredContent") is not None:
             inner.append({"type": "text", "text": json.dumps(block["structuredContent"])})
@@ -127,12 +204,12 @@ class AnthropicAdapter(HttpAdapter):
 
     # -- Anthropic -> MCP ----------------------------------------------------------------------
 
-    def parse_response(self, data: dict[str, Any], model: str) -> Completion:
+    def parse_response(self, data: JsonObject, model: str) -> Completion:
         """A Completion from a Messages API answer; thinking and server-tool blocks are dropped."""
         blocks = data.get("content")
         if not isinstance(blocks, list):
             raise LLMError(f"provider '{self.config.name}' answered without content", provider=self.config.name)
-        content: list[dict[str, Any]] = []
+        content: list[TextContent | ToolUseContent] = []
         for block in blocks:
             if not isinstance(block, dict):
                 continue
@@ -167,12 +244,11 @@ class AnthropicAdapter(HttpAdapter):
         )
 
 
-def _tool(tool: Tool) -> dict[str, Any]:
-    out: dict[str, Any] = {"name": tool.get("name")}
-    if tool.get("description"):
-        out["description"] = tool["description"]
-    out["input_schema"] = tool.get("inputSchema") or {"type": "object", "properties": {}}
-    return out
+def _tool(tool: Tool) -> ToolSpec:
+    schema = tool.get("inputSchema") or {"type": "object", "properties": {}}
+    if description := tool.get("description"):
+        return {"name": tool.get("name"), "description": description, "input_schema": schema}
+    return {"name": tool.get("name"), "input_schema": schema}
 
 
 def _count(value: Any) -> int | None:

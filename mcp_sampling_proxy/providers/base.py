@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from mcp_sampling_proxy.config.providers import ProviderConfig
 from mcp_sampling_proxy.protocol.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
-from mcp_sampling_proxy.protocol.wire_types import CreateMessageParams
+from mcp_sampling_proxy.protocol.wire_types import CreateMessageParams, JsonObject, TextContent, ToolUseContent
 
 
 @dataclass
 class Completion:
     """What a provider answered, already mapped to MCP terms."""
 
-    content: list[dict[str, Any]]  # MCP content blocks: text / tool_use
+    content: list[TextContent | ToolUseContent]  # MCP content blocks
     model: str  # the model name the provider reports
     stop_reason: str  # endTurn | stopSequence | maxTokens | toolUse | provider's own value
     input_tokens: int | None = None  # every input token, those read from the provider's cache included
@@ -61,7 +61,7 @@ class Adapter(Protocol):
     async def aclose(self) -> None: ...
 
 
-def tool_use_block(provider: str, call_id: object, name: object, arguments: dict[str, Any]) -> dict[str, Any]:
+def tool_use_block(provider: str, call_id: object, name: object, arguments: JsonObject) -> ToolUseContent:
     """The MCP `tool_use` block for a provider's tool call. A call without a tool name cannot be run
     (an error the server sees, not a block it would choke on); one without an id gets one, since the
     server answers each call with a `tool_result` that names its id (some local servers send none)."""

@@ -6,14 +6,16 @@ response; connection reuse, timeouts, retries and errors are the same for all of
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import ClassVar
 
 import anyio
 import httpx
 
 from mcp_sampling_proxy.config.keys import provider_key
 from mcp_sampling_proxy.config.providers import ProviderConfig
-from mcp_sampling_proxy.protocol.wire_types import CreateMessageParams, Tool
+from mcp_sampling_proxy.protocol.wire_types import CreateMessageParams, JsonObject, Tool
 from mcp_sampling_proxy.providers.base import Completion, LLMError
 from mcp_sampling_proxy.providers.errors import unsupported
 from mcp_sampling_proxy.providers.retry import post_json
@@ -24,10 +26,19 @@ from mcp_sampling_proxy.providers.retry import post_json
 POOL_LIMITS = httpx.Limits(max_connections=16, max_keepalive_connections=8)
 
 
+@dataclass(frozen=True)
+class Options:
+    """The request's options every provider takes (`HttpAdapter.options`), checked."""
+
+    temperature: float | None
+    stop: list[str] | None  # stopSequences
+    tools: list[Tool] | None  # only when the provider takes tools
+    tool_choice: str | None  # the MCP mode, one of the adapter's `tool_choices`
+
+
 class HttpAdapter:
     default_base_url = ""
-    stop_key = "stop"  # where the provider wants `stopSequences`
-    tool_choices: ClassVar[dict[str, Any]] = {}  # MCP toolChoice mode -> the provider's value
+    tool_choices: ClassVar[Mapping[str, object]] = {}  # MCP toolChoice mode -> the provider's value
 
     def __init__(self, config: ProviderConfig, *, transport: httpx.AsyncBaseTransport | None = None):
         self.config = config
@@ -72,35 +83,27 @@ class HttpAdapter:
         puts the model in the URL (Azure OpenAI deployments)."""
         return self.endpoint
 
-    def build_request(self, params: CreateMessageParams, model: str) -> dict[str, Any]:
+    def build_request(self, params: CreateMessageParams, model: str) -> Mapping[str, object]:
+        """The provider's request body (a TypedDict of its wire format)."""
         raise NotImplementedError
 
-    def parse_response(self, data: dict[str, Any], model: str) -> Completion:
+    def parse_response(self, data: JsonObject, model: str) -> Completion:
+        """A Completion from the provider's answer (JSON it has not checked yet)."""
         raise NotImplementedError
 
-    def tool_spec(self, tool: Tool) -> dict[str, Any]:
-        """One MCP tool definition in the provider's format."""
-        raise NotImplementedError
-
-    def add_options(self, payload: dict[str, Any], params: CreateMessageParams) -> dict[str, Any]:
+    def options(self, params: CreateMessageParams) -> Options:
         """temperature, stop sequences, tools and tool choice: the same MCP fields for every
-        provider, only their names and shapes differ."""
-        if params.get("temperature") is not None:
-            payload["temperature"] = params["temperature"]
+        provider, checked here; each adapter puts them in its body under its own names."""
         stop = params.get("stopSequences")
-        if stop:
-            payload[self.stop_key] = list(stop)
         tools = params.get("tools")
+        mode = None
         if tools:
             if not self.config.supports_tools:
                 raise unsupported(self.config, "tools", "the request", "tool use is disabled for this provider")
-            payload["tools"] = [self.tool_spec(tool) for tool in tools]
             mode = (params.get("toolChoice") or {}).get("mode")
-            if mode in self.tool_choices:
-                payload["tool_choice"] = self.tool_choices[mode]
-            elif mode:
+            if mode and mode not in self.tool_choices:
                 raise unsupported(self.config, f"toolChoice mode '{mode}'", "the request")
-        return payload
+        return Options(params.get("temperature"), list(stop) if stop else None, tools or None, mode or None)
 
     # -- shared --------------------------------------------------------------------------------
     @property

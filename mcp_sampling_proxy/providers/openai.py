@@ -11,14 +11,21 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, Required, TypedDict
 from urllib.parse import quote
 
 import structlog
 
 from mcp_sampling_proxy.config.providers import ProviderConfig
 from mcp_sampling_proxy.protocol.content import as_blocks
-from mcp_sampling_proxy.protocol.wire_types import CreateMessageParams, SamplingMessage, Tool
+from mcp_sampling_proxy.protocol.wire_types import (
+    CreateMessageParams,
+    JsonObject,
+    SamplingMessage,
+    TextContent,
+    Tool,
+    ToolUseContent,
+)
 from mcp_sampling_proxy.providers.base import Completion, LLMError, tool_use_block
 from mcp_sampling_proxy.providers.errors import unsupported, unsupported_role
 from mcp_sampling_proxy.providers.http_adapter import HttpAdapter
@@ -37,6 +44,76 @@ REASONING_NAMES = re.compile(r"^(o[1-9]|gpt-5)", re.IGNORECASE)
 log = structlog.get_logger("mcp_sampling_proxy.providers")
 
 
+# -- the Chat Completions request, as the adapter builds it ----------------------------------------
+
+
+class TextPart(TypedDict):
+    type: Literal["text"]
+    text: str
+
+
+class ImageUrl(TypedDict):
+    url: str  # a data: URL
+
+
+class ImagePart(TypedDict):
+    type: Literal["image_url"]
+    image_url: ImageUrl
+
+
+class InputAudio(TypedDict):
+    data: str  # base64
+    format: str  # wav | mp3
+
+
+class AudioPart(TypedDict):
+    type: Literal["input_audio"]
+    input_audio: InputAudio
+
+
+ContentPart = TextPart | ImagePart | AudioPart
+
+
+class FunctionCall(TypedDict):
+    name: str | None
+    arguments: str  # JSON text
+
+
+class ToolCall(TypedDict):
+    id: str | None  # the MCP tool_use block's (the request was checked: present)
+    type: Literal["function"]
+    function: FunctionCall
+
+
+class ChatMessage(TypedDict, total=False):
+    role: Required[str]  # system | user | assistant | tool
+    content: Required[str | list[ContentPart] | None]
+    tool_calls: list[ToolCall]
+    tool_call_id: str | None  # tool messages: the call it answers
+
+
+class Function(TypedDict, total=False):
+    name: Required[str | None]  # (the request was checked: present)
+    description: str
+    parameters: JsonObject  # the tool's input schema
+
+
+class FunctionTool(TypedDict):
+    type: Literal["function"]
+    function: Function
+
+
+class ChatRequest(TypedDict, total=False):
+    model: Required[str]
+    messages: Required[list[ChatMessage]]
+    max_tokens: int
+    max_completion_tokens: int  # reasoning models take this instead
+    temperature: float
+    stop: list[str]
+    tools: list[FunctionTool]
+    tool_choice: str
+
+
 def is_reasoning_model(config: ProviderConfig, model: str) -> bool:
     """The model entry's `reasoning:` when set, else a guess from the model's name."""
     spec = next((m for m in config.models if m.name == model), None)
@@ -50,10 +127,7 @@ class OpenAIAdapter(HttpAdapter):
 
     default_base_url = DEFAULT_BASE_URL
     # the same three words as MCP
-    tool_choices: ClassVar[dict[str, Any]] = {"auto": "auto", "required": "required", "none": "none"}
-
-    def tool_spec(self, tool: Tool) -> dict[str, Any]:
-        return _tool(tool)
+    tool_choices: ClassVar[dict[str, str]] = {"auto": "auto", "required": "required", "none": "none"}
 
     def auth_headers(self, key: str) -> dict[str, str]:
         if self.config.azure is not None:
@@ -87,39 +161,50 @@ class OpenAIAdapter(HttpAdapter):
 
     # -- MCP -> OpenAI -------------------------------------------------------------------------
 
-    def build_request(self, params: CreateMessageParams, model: str) -> dict[str, Any]:
+    def build_request(self, params: CreateMessageParams, model: str) -> ChatRequest:
         """The Chat Completions body for a `sampling/createMessage` params dict."""
-        messages: list[dict[str, Any]] = []
-        if params.get("systemPrompt"):
-            messages.append({"role": "system", "content": params["systemPrompt"]})
+        messages: list[ChatMessage] = []
+        if system := params.get("systemPrompt"):
+            messages.append({"role": "system", "content": system})
         for index, message in enumerate(params.get("messages") or []):
             messages.extend(self._message(message, index))
-        payload: dict[str, Any] = {"model": model, "messages": messages}
+        payload: ChatRequest = {"model": model, "messages": messages}
         reasoning = is_reasoning_model(self.config, model)
-        if params.get("maxTokens") is not None:
-            payload["max_completion_tokens" if reasoning else "max_tokens"] = params["maxTokens"]
-        payload = self.add_options(payload, params)
-        if reasoning and "temperature" in payload:
+        if (max_tokens := params.get("maxTokens")) is not None:
+            if reasoning:
+                payload["max_completion_tokens"] = max_tokens
+            else:
+                payload["max_tokens"] = max_tokens
+        options = self.options(params)
+        if options.temperature is not None and reasoning:
             # the API refuses any temperature but its default for these models: the server asked for
             # something the model cannot do, which is worth a note but not a failed request
             log.info(
                 "temperature dropped: a reasoning model takes only its default",
                 provider=self.config.name,
                 model=model,
-                temperature=payload.pop("temperature"),
+                temperature=options.temperature,
             )
+        elif options.temperature is not None:
+            payload["temperature"] = options.temperature
+        if options.stop:
+            payload["stop"] = options.stop
+        if options.tools:
+            payload["tools"] = [_tool(tool) for tool in options.tools]
+            if options.tool_choice:
+                payload["tool_choice"] = self.tool_choices[options.tool_choice]
         return payload
 
-    def _message(self, message: SamplingMessage, index: int) -> list[dict[str, Any]]:
+    def _message(self, message: SamplingMessage, index: int) -> list[ChatMessage]:
         """One MCP message; tool results become separate `tool` messages placed first, since
         OpenAI wants them right after the assistant message that made the calls."""
         role = message.get("role")
         where = f"messages[{index}]"
         if role not in ("user", "assistant"):
             raise unsupported_role(self.config, role, where)
-        tool_messages: list[dict[str, Any]] = []
-        parts: list[dict[str, Any]] = []
-        tool_calls: list[dict[str, Any]] = []
+        tool_messages: list[ChatMessage] = []
+        parts: list[ContentPart] = []
+        tool_calls: list[ToolCall] = []
         for block in as_blocks(message.get("content")):
             if not isinstance(block, dict):
                 raise unsupported(self.config, type(block).__name__, where)
@@ -136,13 +221,13 @@ class OpenAIAdapter(HttpAdapter):
                 parts.append(self._part(block, where))
         out = list(tool_messages)
         if parts or tool_calls or not tool_messages:
-            entry: dict[str, Any] = {"role": role, "content": _content(parts, bool(tool_calls))}
+            entry: ChatMessage = {"role": role, "content": _content(parts, bool(tool_calls))}
             if tool_calls:
                 entry["tool_calls"] = tool_calls
             out.append(entry)
         return out
 
-    def _part(self, block: dict[str, Any], where: str) -> dict[str, Any]:
+    def _part(self, block: dict[str, Any], where: str) -> ContentPart:
         kind = block.get("type")
         if kind == "text":
             return {"type": "text", "text": block.get("text", "")}
@@ -160,7 +245,7 @@ class OpenAIAdapter(HttpAdapter):
             return {"type": "text", "text": text}
         raise unsupported(self.config, str(kind), where)
 
-    def _tool_result(self, block: dict[str, Any], where: str) -> dict[str, Any]:
+    def _tool_result(self, block: dict[str, Any], where: str) -> ChatMessage:
         texts = []
         for inner in block.get("content") or []:
             text = inner.get("text") if inner.get("type") == "text" else _resource_text(inner)
@@ -181,13 +266,13 @@ class OpenAIAdapter(HttpAdapter):
 
     # -- OpenAI -> MCP -------------------------------------------------------------------------
 
-    def parse_response(self, data: dict[str, Any], model: str) -> Completion:
+    def parse_response(self, data: JsonObject, model: str) -> Completion:
         """A Completion from a Chat Completions answer."""
         choices = data.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             raise LLMError(f"provider '{self.config.name}' answered without choices", provider=self.config.name)
         message = choices[0].get("message") or {}
-        content: list[dict[str, Any]] = []
+        content: list[TextContent | ToolUseContent] = []
         text = _response_text(message.get("content"))
         if text:
             content.append({"type": "text", "text": text})
@@ -212,7 +297,7 @@ class OpenAIAdapter(HttpAdapter):
             cached_input_tokens=_count((usage.get("prompt_tokens_details") or {}).get("cached_tokens")),
         )
 
-    def _tool_use(self, call: dict[str, Any]) -> dict[str, Any]:
+    def _tool_use(self, call: JsonObject) -> ToolUseContent:
         function = call.get("function") or {}
         name = function.get("name")
         raw = function.get("arguments")
@@ -242,24 +327,25 @@ def _resource_text(block: dict[str, Any]) -> str | None:
     return None
 
 
-def _content(parts: list[dict[str, Any]], has_calls: bool) -> str | list[dict[str, Any]] | None:
+def _content(parts: list[ContentPart], has_calls: bool) -> str | list[ContentPart] | None:
     """Text-only content as a plain string (what every server understands), else the list form."""
-    if all(part["type"] == "text" for part in parts):
+    texts = [part["text"] for part in parts if part["type"] == "text"]
+    if len(texts) == len(parts):
         if not parts and has_calls:
             return None
-        return "\n".join(part["text"] for part in parts)
+        return "\n".join(texts)
     return parts
 
 
-def _tool(tool: Tool) -> dict[str, Any]:
-    function: dict[str, Any] = {"name": tool.get("name")}
-    if tool.get("description"):
-        function["description"] = tool["description"]
+def _tool(tool: Tool) -> FunctionTool:
+    function: Function = {"name": tool.get("name")}
+    if description := tool.get("description"):
+        function["description"] = description
     function["parameters"] = tool.get("inputSchema") or {"type": "object", "properties": {}}
     return {"type": "function", "function": function}
 
 
-def _tool_call(block: dict[str, Any]) -> dict[str, Any]:
+def _tool_call(block: dict[str, Any]) -> ToolCall:
     return {
         "id": block.get("id"),
         "type": "function",

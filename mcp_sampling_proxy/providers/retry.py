@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -17,6 +17,7 @@ import httpx
 import structlog
 
 from mcp_sampling_proxy.config.providers import ProviderConfig
+from mcp_sampling_proxy.protocol.wire_types import JsonObject
 from mcp_sampling_proxy.providers.base import LLMError
 from mcp_sampling_proxy.providers.errors import http_error, safe_url
 from mcp_sampling_proxy.text.sanitize import one_line
@@ -134,9 +135,10 @@ async def send_with_retries(
 
 
 async def post_json(
-    client: httpx.AsyncClient, url: str, payload: dict[str, Any], config: ProviderConfig, *, model: str
-) -> dict[str, Any]:
-    """POST with retries; a non-2xx or non-JSON answer becomes an LLMError."""
+    client: httpx.AsyncClient, url: str, payload: Mapping[str, object], config: ProviderConfig, *, model: str
+) -> JsonObject:
+    """POST with retries; a non-2xx or non-JSON answer becomes an LLMError (a JSON object is returned
+    unchecked: the adapter's `parse_response` reads it)."""
     # `url` as given: it is made safe (no user-info, query) only when an error names it
     response = await send_with_retries(lambda: client.post(url, json=payload), config, url=url)
     if not response.is_success:

@@ -27,6 +27,7 @@ import json
 import os
 import secrets
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -105,7 +106,7 @@ def mac(key: bytes, kind: str, value: Any) -> str:
     return hmac.new(key, kind.encode() + b"\0" + canonical(value), hashlib.sha256).hexdigest()
 
 
-def sealed_entry(key: bytes, kind: str, entry: dict[str, Any]) -> dict[str, Any]:
+def sealed_entry(key: bytes, kind: str, entry: Mapping[str, object]) -> dict[str, object]:
     """`entry` with its seal in MAC_FIELD."""
     body = {k: v for k, v in entry.items() if k != MAC_FIELD}
     return {**body, MAC_FIELD: mac(key, kind, body)}

@@ -32,7 +32,7 @@ from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeGuard
 
 import anyio
 
@@ -52,7 +52,7 @@ from mcp_sampling_proxy.quotas.refusals import (
     state_file_refusal,
     unpriced_refusal,
 )
-from mcp_sampling_proxy.quotas.state import JsonStateFile, StateGone, TamperedState, state_dir
+from mcp_sampling_proxy.quotas.state import StateFile, StateGone, TamperedState, state_dir
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.config.settings import StateSettings
@@ -217,7 +217,7 @@ class TokenBudget:
         durable: bool = True,
         unit: str = TOKENS,
     ):
-        self.store = JsonStateFile(
+        self.store: StateFile[BudgetsDocument] = StateFile(
             path if path is not None else state_dir() / BUDGETS_FILE, durable=durable, sealed="budgets"
         )
         self.reservation_ttl = reservation_ttl
@@ -241,7 +241,7 @@ class TokenBudget:
         now = _now(now)
         worst = max(0, int(worst_case_tokens))
 
-        def change(data: dict[str, Any]) -> Reservation | Refusal:
+        def change(data: BudgetsDocument) -> Reservation | Refusal:
             budgets = _budgets(data, now, self.section)
             entry = _current(budgets, key, per_seconds, now)
             used, reserved = entry["used"], _reserved(entry)
@@ -276,7 +276,7 @@ class TokenBudget:
         now = _now(now)
         charge = reservation.tokens if actual_tokens is None else max(0, int(actual_tokens))
 
-        def change(data: dict[str, Any]) -> None:
+        def change(data: BudgetsDocument) -> None:
             budgets = _budgets(data, now, self.section)
             entry = _current(budgets, reservation.key, reservation.per, now)
             if entry["reservations"].pop(reservation.id, None) is None:
@@ -290,7 +290,7 @@ class TokenBudget:
         """Release the reservation without charging anything (the request never reached the LLM)."""
         now = _now(now)
 
-        def change(data: dict[str, Any]) -> None:
+        def change(data: BudgetsDocument) -> None:
             budgets = _budgets(data, now, self.section)
             entry = budgets.get(reservation.key)
             if entry is not None:
@@ -303,7 +303,7 @@ class TokenBudget:
         """Usage of key in the current window (also tidies the file, like every call)."""
         now = _now(now)
 
-        def change(data: dict[str, Any]) -> BudgetStatus:
+        def change(data: BudgetsDocument) -> BudgetStatus:
             budgets = _budgets(data, now, self.section)
             entry = _current(budgets, key, per_seconds, now)
             status = BudgetStatus(entry["used"], _reserved(entry), entry["window"], entry["window"] + per_seconds)
@@ -313,17 +313,39 @@ class TokenBudget:
         return self.store.update(change)
 
 
-# The file: {"version": 1, "budgets": {KEY: {"per": S, "window": START, "used": N,
-#                                            "reservations": {ID: {"tokens": N, "expires": T}}}},
-#            "spend": {KEY: ... the same, in micro-dollars}}
-SECTIONS = {TOKENS: "budgets", USD: "spend"}
+class Held(TypedDict):
+    """A reservation: what a request in flight may still spend, until when."""
+
+    tokens: int  # (micro-dollars in `spend`)
+    expires: float
+
+
+class BudgetWindow(TypedDict):
+    """One budget's current window."""
+
+    per: float  # the window's length, seconds
+    window: float  # its start
+    used: int
+    reservations: dict[str, Held]
+
+
+class BudgetsDocument(TypedDict, total=False):
+    """`budgets.json`: windows by budget key, in tokens (`budgets`) and in micro-dollars (`spend`)."""
+
+    version: int
+    budgets: dict[str, BudgetWindow]
+    spend: dict[str, BudgetWindow]
+
+
+Section = Literal["budgets", "spend"]
+SECTIONS: dict[str, Section] = {TOKENS: "budgets", USD: "spend"}
 
 
 def _window_start(now: float, per: float) -> float:
     return math.floor(now / per) * per
 
 
-def _budgets(data: dict[str, Any], now: float, section: str = "budgets") -> dict[str, Any]:
+def _budgets(data: BudgetsDocument, now: float, section: Section = "budgets") -> dict[str, BudgetWindow]:
     """The budgets mapping (`section`: budgets in tokens, spend in micro-dollars), with malformed
     entries, expired reservations and idle finished windows removed."""
     data.setdefault("version", 1)
@@ -350,7 +372,7 @@ def _budgets(data: dict[str, Any], now: float, section: str = "budgets") -> dict
     return budgets
 
 
-def _well_formed(entry: Any) -> bool:
+def _well_formed(entry: object) -> TypeGuard[BudgetWindow]:
     if not isinstance(entry, dict):
         return False
     number = (int, float)
@@ -368,7 +390,7 @@ def _well_formed(entry: Any) -> bool:
     )
 
 
-def _current(budgets: dict[str, Any], key: str, per: float, now: float) -> dict[str, Any]:
+def _current(budgets: dict[str, BudgetWindow], key: str, per: float, now: float) -> BudgetWindow:
     """key's entry, moved to the window containing now (usage reset when the window or the
     configured period changed; reservations carry over: they are requests still in progress)."""
     start = _window_start(now, per)
@@ -376,15 +398,15 @@ def _current(budgets: dict[str, Any], key: str, per: float, now: float) -> dict[
     if entry is None:
         entry = budgets[key] = {"per": per, "window": start, "used": 0, "reservations": {}}
     elif entry["per"] != per or entry["window"] < start:
-        entry.update(per=per, window=start, used=0)
+        entry["per"], entry["window"], entry["used"] = per, start, 0
     return entry
 
 
-def _reserved(entry: dict[str, Any]) -> int:
+def _reserved(entry: BudgetWindow) -> int:
     return sum(r["tokens"] for r in entry["reservations"].values())
 
 
-def _drop_if_idle(budgets: dict[str, Any], key: str) -> None:
+def _drop_if_idle(budgets: dict[str, BudgetWindow], key: str) -> None:
     entry = budgets.get(key)
     if entry is not None and not entry["used"] and not entry["reservations"]:
         del budgets[key]

@@ -25,6 +25,7 @@ from mcp_sampling_proxy.quotas.refusals import (
     RESERVATION_TTL,
     TOKENS,
     USD,
+    BudgetUse,
     Refusal,
     Reservation,
     budget_refusal,
@@ -251,7 +252,7 @@ class RedisQuotas:
         await self._pool.disconnect()
 
 
-def read_budgets(url: str, prefix: str, *, timeout: float = 2.0, unit: str = TOKENS) -> dict[str, dict[str, Any]]:
+def read_budgets(url: str, prefix: str, *, timeout: float = 2.0, unit: str = TOKENS) -> dict[str, BudgetUse]:
     """The shared budgets' current windows, for a console to show (read only, never changed here):
     KEY -> used, reserved (reservations not yet expired), per, resets_at (None once the window ended);
     `unit`: the token budgets, or the usd ones (micro-dollars).
@@ -261,7 +262,7 @@ def read_budgets(url: str, prefix: str, *, timeout: float = 2.0, unit: str = TOK
 
     # Any: redis-py's sync stubs type every reply as a union of what any command could return
     client: Any = Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout, decode_responses=True)
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, BudgetUse] = {}
     head = f"{prefix}{{{KINDS[unit]}:"
     pattern = "".join(f"\\{c}" if c in "*?[]\\" else c for c in head) + "*}"
     try:

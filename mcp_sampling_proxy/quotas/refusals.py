@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 from mcp_sampling_proxy.config.prices import format_usd
 from mcp_sampling_proxy.quotas.integrity import start_anew
@@ -40,6 +41,15 @@ class Reservation:
     per: float
     expires: float
     unit: str = TOKENS
+
+
+class BudgetUse(TypedDict):
+    """One budget's current window, read for a console to show (from the file or from Redis)."""
+
+    used: int  # 0 once the window ended
+    reserved: int  # held by requests in flight (reservations not yet expired)
+    per: float  # the window's length, seconds
+    resets_at: float | None  # None once the window ended
 
 
 def _label(kind: str, key: str, rule: str | None) -> str:

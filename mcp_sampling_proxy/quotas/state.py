@@ -31,9 +31,9 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeAlias, TypedDict, TypeVar, cast
 
 from mcp_sampling_proxy.config.dirs import APP_DIR, STATE_DIR_ENV, state_dir
 from mcp_sampling_proxy.log import get_logger
@@ -51,9 +51,12 @@ from mcp_sampling_proxy.system.shared_files import NotARegularFile, lock_within,
 
 log = get_logger("mcp_sampling_proxy.quotas.state")
 
-__all__ = ["APP_DIR", "STATE_DIR_ENV", "JsonStateFile", "state_dir"]  # the directory itself: config.dirs
+__all__ = ["APP_DIR", "STATE_DIR_ENV", "JsonStateFile", "StateFile", "state_dir"]  # the directory itself: config.dirs
 
 T = TypeVar("T")
+# The document a state file holds: a TypedDict of the shape its owner writes (a plain JSON object for a
+# file whose owner reads it as one).
+D = TypeVar("D", bound=Mapping[str, object])
 
 LOCK_WAIT = 5.0  # seconds an update waits for another process's lock before giving up
 MAX_STATE_BYTES = 16 * 1024 * 1024  # a state file past this is not read (budgets and approvals are small)
@@ -67,12 +70,14 @@ class StateGone(TamperedState):
     """A sealed state file a proxy wrote (this one saw it, or the ledger names it) is not there: removed."""
 
 
-class JsonStateFile:
-    """A JSON object in a file, changed only through `update`, safe across processes.
+class StateFile(Generic[D]):
+    """A JSON object in a file, changed only through `update`, safe across processes; `D` is its shape.
 
     `sealed`: the file holds {"sealed": DATA, "mac": SEAL} with an HMAC of the proxy's key over DATA,
     and one whose seal does not verify is refused (TamperedState), never read as data; an unsealed
-    file is adopted only when the key is new (the first run of a version that seals)."""
+    file is adopted only when the key is new (the first run of a version that seals). The document is
+    typed as `D` where it is read (`_read`): only a proxy writes it (a sealed one verifiably), but an older
+    version's may lack a key or hold another type, so its owner still checks what it reads."""
 
     def __init__(
         self, path: str | os.PathLike[str], *, durable: bool = True, sealed: str | None = None, adopt: bool = False
@@ -85,7 +90,7 @@ class JsonStateFile:
         self._seen = False  # this process saw the file: if it goes, something removed it (tampering)
         self._listed = False  # the ledger names this file (known to this process)
 
-    def update(self, fn: Callable[[dict[str, Any]], T]) -> T:
+    def update(self, fn: Callable[[D], T]) -> T:
         """Run fn(data) under the file's exclusive lock and store what it leaves in data.
 
         fn may mutate `data` (a plain dict decoded from the file; {} when the file is missing,
@@ -109,17 +114,21 @@ class JsonStateFile:
         finally:
             os.close(lock_fd)  # closing the last descriptor releases the flock
 
-    def _sealed_text(self, data: dict[str, Any]) -> str:
+    def _sealed_text(self, data: D) -> str:
         assert self.sealed is not None
         return _encode(sealed_entry(self._seal_key(), self.sealed, {"sealed": data}))
 
-    def read(self) -> dict[str, Any]:
+    def read(self) -> D:
         """A snapshot of the data (under the lock, so never a half-applied update)."""
-        return self.update(lambda data: json.loads(_encode(data)))
+        return self.update(lambda data: cast(D, json.loads(_encode(data))))
 
-    def _read(self) -> tuple[dict[str, Any], str]:
+    def _read(self) -> tuple[D, str]:
         """The data and its text as read ("" when it must be rewritten). Other OS errors
         (permissions, I/O) propagate: overwriting a file we could not read would lose it."""
+        data, text = self._read_object()
+        return cast(D, data), text
+
+    def _read_object(self) -> tuple[dict[str, object], str]:
         try:
             raw = read_regular(self.path, MAX_STATE_BYTES)
         except FileNotFoundError:
@@ -161,19 +170,19 @@ class JsonStateFile:
         self._seal_key()
         return self._adopt
 
-    def _unseal(self, data: dict[str, Any]) -> dict[str, Any]:
+    def _unseal(self, data: dict[str, object]) -> dict[str, object]:
         assert self.sealed is not None
         key = self._seal_key()
-        if set(data) == {"sealed", MAC_FIELD} and isinstance(data["sealed"], dict):
-            if entry_is_sealed(key, self.sealed, {"sealed": data["sealed"], MAC_FIELD: data[MAC_FIELD]}):
-                return data["sealed"]
+        if set(data) == {"sealed", MAC_FIELD} and isinstance(inside := data["sealed"], dict):
+            if entry_is_sealed(key, self.sealed, {"sealed": inside, MAC_FIELD: data[MAC_FIELD]}):
+                return inside
             raise TamperedState(f"{self.path} was changed by something other than a proxy (its seal does not match)")
         if self._adopt:  # written by a version that did not seal: taken once, sealed from now on
             log.info("state file adopted and sealed from now on", path=str(self.path))
             return data
         raise TamperedState(f"{self.path} is not sealed by a proxy: something else wrote it")
 
-    def _set_aside(self, problem: str) -> tuple[dict[str, Any], str]:
+    def _set_aside(self, problem: str) -> tuple[dict[str, object], str]:
         saved = self.path.with_name(self.path.name + ".corrupt")
         with contextlib.suppress(OSError):
             os.replace(self.path, saved)
@@ -200,8 +209,29 @@ class JsonStateFile:
             raise
 
 
-def _ledger(directory: Path) -> JsonStateFile:
-    return JsonStateFile(directory / LEDGER_FILE, sealed=LEDGER_KIND)
+# A state file its owner reads as a plain JSON object.
+JsonStateFile: TypeAlias = StateFile[dict[str, Any]]
+
+
+class Ledger(TypedDict, total=False):
+    """`ledger.json`: the sealed files a proxy wrote, by name (one gone is tampering, not a first run)."""
+
+    files: list[str]
+
+
+class Approvals(TypedDict, total=False):
+    """`approvals.json`: the remembered `always` approvals (approval/memory.py). An entry is trusted only
+    when its seal verifies: until then it is whatever the file held (an older version's [server, tool])."""
+
+    always: list[object]
+
+
+def approvals_file(path: Path) -> StateFile[Approvals]:
+    return StateFile(path)
+
+
+def _ledger(directory: Path) -> StateFile[Ledger]:
+    return StateFile(directory / LEDGER_FILE, sealed=LEDGER_KIND)
 
 
 def ledger_lists(path: Path) -> bool:
@@ -213,7 +243,7 @@ def ledger_lists(path: Path) -> bool:
 def list_in_ledger(path: Path) -> None:
     """Name `path` in the ledger beside it: from now on its disappearance is tampering."""
 
-    def add(data: dict[str, Any]) -> None:
+    def add(data: Ledger) -> None:
         files = data.get("files")
         files = files if isinstance(files, list) else []
         if path.name not in files:
@@ -222,7 +252,7 @@ def list_in_ledger(path: Path) -> None:
     _ledger(path.parent).update(add)
 
 
-def _encode(data: dict[str, Any]) -> str:
+def _encode(data: Mapping[str, object]) -> str:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -240,10 +270,10 @@ def adopt(directory: Path) -> None:
         except OSError:
             return False
 
-    approvals = JsonStateFile(directory / "approvals.json")
+    approvals = approvals_file(directory / "approvals.json")
     if older(approvals.path):
 
-        def seal_all(data: dict[str, Any]) -> None:
+        def seal_all(data: Approvals) -> None:
             entries = data.get("always")
             if isinstance(entries, list):
                 data["always"] = [_sealed_approval(key, e) for e in entries]

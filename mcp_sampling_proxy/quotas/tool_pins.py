@@ -19,15 +19,15 @@ tools (for `tools diff`) only up to MAX_COPY_BYTES per server; past that, digest
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypedDict, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from mcp_sampling_proxy.quotas.integrity import canonical, start_anew
-from mcp_sampling_proxy.quotas.state import JsonStateFile
+from mcp_sampling_proxy.quotas.state import StateFile
 from mcp_sampling_proxy.text.identity import normalise
 
 T = TypeVar("T")
@@ -45,6 +45,38 @@ MAX_ONE_COPY = 64 * 1024  # one tool's kept copy at most
 MAX_TARGET = 2000  # characters of a command line or URL kept in the file
 
 ChangeKind = Literal["changed", "new", "removed"]
+# A tool as a server lists it (its name checked to be a string; the rest is the server's, unchecked).
+ListedTool = Mapping[str, object]
+
+
+class Pin(TypedDict, total=False):
+    """One tool's pin (or its held version, in `pending`), as `tools.json` keeps it."""
+
+    digest: str  # tool_digest() of the pinned fields
+    fields: dict[str, str]  # one digest per pinned field, to say which changed
+    at: str  # when pinned (UTC ISO 8601)
+    v: int  # PIN_VERSION; absent in a pin of version 1 (before icons were pinned)
+    copy: dict[str, object]  # the pinned fields themselves, while the server's copies fit MAX_COPY_BYTES
+    accepted: bool  # pinned by `tools accept` (or re-pinned by a version that pins more)
+    gone: str  # when the tool went from its view's list
+    kind: ChangeKind  # pending only: changed or new
+
+
+class ServerPins(TypedDict, total=False):
+    """One server's entry in `tools.json`, under its identity's key."""
+
+    name: str
+    target: str
+    at: str
+    tools: dict[str, Pin]  # pinned
+    pending: dict[str, Pin]  # held until a human accepts them
+    views: dict[str, list[str]]  # client view (client_view) -> the tool names it was shown
+
+
+class PinsDocument(TypedDict, total=False):
+    """`tools.json`."""
+
+    servers: dict[str, ServerPins]
 
 
 @dataclass(frozen=True)
@@ -82,8 +114,8 @@ class ToolChange:
     fields: tuple[str, ...]  # which of PINNED_FIELDS differ
     old_digest: str | None
     new_digest: str | None
-    old: dict[str, Any] | None  # the pinned copy, when kept
-    new: dict[str, Any] | None  # the copy now, when kept
+    old: Mapping[str, object] | None  # the pinned copy, when kept
+    new: Mapping[str, object] | None  # the copy now, when kept
 
 
 @dataclass(frozen=True)
@@ -104,25 +136,25 @@ class PinnedServer:
     key: str
     name: str
     target: str
-    tools: dict[str, dict[str, Any]] = field(default_factory=dict)
-    pending: dict[str, dict[str, Any]] = field(default_factory=dict)
+    tools: dict[str, Pin] = field(default_factory=dict)
+    pending: dict[str, Pin] = field(default_factory=dict)
 
 
-def pinned_view(tool: dict[str, Any]) -> dict[str, Any]:
+def pinned_view(tool: ListedTool) -> dict[str, object]:
     """The parts of a tool that are pinned (a change to anything else, e.g. `_meta`, is not a change)."""
     return {key: tool[key] for key in PINNED_FIELDS if key in tool}
 
 
-def tool_digest(tool: dict[str, Any]) -> str:
+def tool_digest(tool: ListedTool) -> str:
     return hashlib.sha256(canonical(pinned_view(tool))).hexdigest()
 
 
-def v1_digest(tool: dict[str, Any]) -> str:
+def v1_digest(tool: ListedTool) -> str:
     """The digest a pin of version 1 holds (without `icons`)."""
     return hashlib.sha256(canonical({key: tool[key] for key in V1_FIELDS if key in tool})).hexdigest()
 
 
-def field_digests(tool: dict[str, Any]) -> dict[str, str]:
+def field_digests(tool: ListedTool) -> dict[str, str]:
     return {key: hashlib.sha256(canonical(value)).hexdigest() for key, value in pinned_view(tool).items()}
 
 
@@ -135,7 +167,7 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def _copy_bytes(entries: Iterable[Any]) -> int:
+def _copy_bytes(entries: Iterable[Pin]) -> int:
     return sum(len(canonical(e["copy"])) for e in entries if isinstance(e, dict) and isinstance(e.get("copy"), dict))
 
 
@@ -144,7 +176,7 @@ class ToolPins:
 
     def __init__(self, path: Path):
         # sealed: a file this proxy saw, or the ledger names, that is gone is tampering, not a first sight
-        self.file = JsonStateFile(path, sealed=SEAL_KIND)
+        self.file: StateFile[PinsDocument] = StateFile(path, sealed=SEAL_KIND)
 
     @property
     def path(self) -> Path:
@@ -153,7 +185,7 @@ class ToolPins:
     def see(
         self,
         identity: ServerIdentity,
-        tools: list[dict[str, Any]],
+        tools: Sequence[ListedTool],
         on_change: str,
         *,
         complete: bool,
@@ -193,7 +225,7 @@ class ToolPins:
     def accept(self, name: str, tool: str | None) -> list[tuple[PinnedServer, str]]:
         """Pin the held version of `tool` (every held tool when None) of the servers called `name`."""
 
-        def take(data: dict[str, Any]) -> list[tuple[PinnedServer, str]]:
+        def take(data: PinsDocument) -> list[tuple[PinnedServer, str]]:
             done: list[tuple[PinnedServer, str]] = []
             for key, entry in _servers(data).items():
                 if not isinstance(entry, dict) or normalise(str(entry.get("name"))) != normalise(name):
@@ -214,7 +246,7 @@ class ToolPins:
     def forget(self, name: str) -> int:
         """Drop every pin of the servers called `name` (their next list is first sight); how many servers."""
 
-        def drop(data: dict[str, Any]) -> int:
+        def drop(data: PinsDocument) -> int:
             servers = _servers(data)
             gone = [
                 k
@@ -235,21 +267,28 @@ def _why(path: Path, exc: OSError) -> str:
     )
 
 
-def _servers(data: dict[str, Any]) -> dict[str, Any]:
+def _servers(data: PinsDocument) -> dict[str, ServerPins]:
     servers = data.get("servers")
     if not isinstance(servers, dict):
         servers = data["servers"] = {}
     return servers
 
 
-def _table(entry: dict[str, Any], name: str) -> dict[str, Any]:
+def _table(entry: ServerPins, name: Literal["tools", "pending"]) -> dict[str, Pin]:
     table = entry.get(name)
     if not isinstance(table, dict):
         table = entry[name] = {}
     return table
 
 
-def _server(key: str, entry: dict[str, Any]) -> PinnedServer:
+def _views(entry: ServerPins) -> dict[str, list[str]]:
+    views = entry.get("views")
+    if not isinstance(views, dict):
+        views = entry["views"] = {}
+    return views
+
+
+def _server(key: str, entry: ServerPins) -> PinnedServer:
     return PinnedServer(
         key,
         str(entry.get("name")),
@@ -259,10 +298,10 @@ def _server(key: str, entry: dict[str, Any]) -> PinnedServer:
     )
 
 
-def _record(tool: dict[str, Any], kept: int) -> dict[str, Any]:
+def _record(tool: ListedTool, kept: int) -> Pin:
     """A pin (or held version) of `tool`: digests, and a copy while the server's copies stay small."""
     view = pinned_view(tool)
-    record: dict[str, Any] = {
+    record: Pin = {
         "digest": tool_digest(tool),
         "fields": field_digests(tool),
         "at": _now(),
@@ -274,7 +313,7 @@ def _record(tool: dict[str, Any], kept: int) -> dict[str, Any]:
     return record
 
 
-def _trim_copies(entry: dict[str, Any]) -> None:
+def _trim_copies(entry: ServerPins) -> None:
     """Drop kept copies (held ones first) until the server's copies fit MAX_COPY_BYTES."""
     tables = [_table(entry, "pending"), _table(entry, "tools")]
     while _copy_bytes([*tables[0].values(), *tables[1].values()]) > MAX_COPY_BYTES:
@@ -287,7 +326,7 @@ def _trim_copies(entry: dict[str, Any]) -> None:
             return
 
 
-def client_view(era: str | None, capabilities: dict[str, Any]) -> str:
+def client_view(era: str | None, capabilities: Mapping[str, object]) -> str:
     """What of a client a server may list its tools by: the era and the capabilities it declares (a tool
     offered only to clients with roots, elicitation or the 2026 era is not a rug pull when another host of
     the same user, without them, saw the list first)."""
@@ -300,9 +339,9 @@ def client_view(era: str | None, capabilities: dict[str, Any]) -> str:
 
 
 def _see(
-    data: dict[str, Any],
+    data: PinsDocument,
     identity: ServerIdentity,
-    tools: list[dict[str, Any]],
+    tools: Sequence[ListedTool],
     on_change: str,
     complete: bool,
     fresh: bool,
@@ -318,7 +357,7 @@ def _see(
     if not isinstance(entry, dict):
         entry = servers[identity.key] = {"name": identity.name, "target": identity.shown_target, "at": _now()}
     pins, pending = _table(entry, "tools"), _table(entry, "pending")
-    views = _table(entry, "views")
+    views = _views(entry)
     if not first and not views and pins:  # pinned by a version without views: what it saw was this view's
         views[view] = sorted(pins)
     seen_names = views.get(view)

@@ -29,7 +29,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import eras, jsonrpc
 from mcp_sampling_proxy.protocol.names import CLIENT_CAPS_META, ELICITATION_COMPLETE
-from mcp_sampling_proxy.protocol.wire_types import JsonRpcRequest
+from mcp_sampling_proxy.protocol.wire_types import (
+    ErrorObject,
+    JsonObject,
+    JsonRpcNotification,
+    JsonRpcRequest,
+    JsonRpcResponse,
+)
 from mcp_sampling_proxy.text.sanitize import one_line
 
 if TYPE_CHECKING:
@@ -69,7 +75,7 @@ class RelayPort(Protocol):
     def session(self) -> EraSession: ...
 
     def answer_host(
-        self, host_id: Any, result: dict[str, Any] | None = None, error: dict[str, Any] | None = None
+        self, host_id: Any, result: Mapping[str, object] | None = None, error: ErrorObject | JsonObject | None = None
     ) -> None: ...
 
     def answer_upstream(self, request_id: Any, result: dict[str, Any]) -> None: ...
@@ -80,7 +86,7 @@ class RelayPort(Protocol):
 
     async def request_upstream(
         self, method: str, params: dict[str, Any], timeout: float | None = None
-    ) -> dict[str, Any]: ...
+    ) -> JsonRpcResponse: ...
 
     def start_upstream_request(self, method: str, params: dict[str, Any]) -> Any: ...
 
@@ -90,7 +96,7 @@ class RelayPort(Protocol):
 
     def note_host_meta(self, meta: dict[str, Any]) -> None: ...
 
-    def note_server_result(self, result: dict[str, Any]) -> None: ...
+    def note_server_result(self, result: Mapping[str, object]) -> None: ...
 
     def note_modern_server(self, result: dict[str, Any]) -> None: ...
 
@@ -105,7 +111,7 @@ class EraBridge:
         self.translating = False
         self.fallback_pending = False  # a handshake host's initialize may still be refused by a 2026-only server
         # handshake host, 2026 server
-        self._host_initialize: dict[str, Any] = {}  # the host's initialize request
+        self._host_initialize: JsonRpcRequest | None = None  # the host's initialize request
         self._log_level: str | None = None
         self._capabilities: dict[str, Any] = {}  # the server's, from server/discover or initialize
         self._resources: list[str] = []  # resources the handshake host subscribed to
@@ -115,7 +121,9 @@ class EraBridge:
         self._refused: dict[str, Any] | None = None  # the server's refusal of the proxy's server/discover
         self._server_level: str | None = None  # the level the proxy set at the server
         self._host_level: str | None = None  # the level the host's last request asked for
-        self._listens: dict[Any, dict[str, Any]] = {}  # the host's subscriptions/listen ids -> what they honour
+        self._listens: dict[
+            Any, eras.SubscriptionFilter
+        ] = {}  # the host's subscriptions/listen ids -> what they honour
         self._subscribed: set[str] = set()  # resources the proxy subscribed to at the server
 
     @property
@@ -135,7 +143,7 @@ class EraBridge:
         self._relay.session.server_era = era
 
     # -- settling the server leg's era ----------------------------------------------------------
-    def opens(self, msg: dict[str, Any]) -> bool:
+    def opens(self, msg: JsonRpcRequest) -> bool:
         """True for the host request that decides the eras (the relay holds the host's messages
         until `negotiate` is done). A handshake host's `initialize` in `auto` mode is forwarded as
         it is, so the eras are decided without holding anything."""
@@ -156,7 +164,7 @@ class EraBridge:
             return True
         return False
 
-    async def negotiate(self, msg: dict[str, Any]) -> bool:
+    async def negotiate(self, msg: JsonRpcRequest) -> bool:
         """Settle the server leg's era for the host request that opened the session; True when the
         relay should still handle `msg` itself (False: it was answered here)."""
         method = msg["method"]
@@ -221,7 +229,7 @@ class EraBridge:
             return False
         return True
 
-    async def initialize_refused(self, host_id: Any, request: HostRequest, error: dict[str, Any]) -> None:
+    async def initialize_refused(self, host_id: Any, request: HostRequest, error: JsonObject) -> None:
         """A handshake host's initialize was refused: the server may speak only 2026-07-28. Probe it;
         bridge when it does, else pass the refusal on. The relay holds the host's messages meanwhile."""
         discovered = await self._probe(self._stamped_meta(self._host_initialize), PROBE_TIMEOUT)
@@ -278,14 +286,15 @@ class EraBridge:
 
     def _answer_initialize(self, host_id: Any, discovered: dict[str, Any]) -> None:
         self._settle(MODERN)
-        requested = jsonrpc.as_object(self._host_initialize.get("params")).get("protocolVersion")
+        initialize = self._host_initialize
+        requested = jsonrpc.as_object(initialize.get("params") if initialize else None).get("protocolVersion")
         result = eras.initialize_result(discovered, requested, self._relay.session.server_name)
         self._relay.note_server_result(result)
         self._relay.answer_host(host_id, result=result)
 
-    def _stamped_meta(self, initialize: dict[str, Any]) -> dict[str, Any]:
+    def _stamped_meta(self, initialize: JsonRpcRequest | None) -> JsonObject:
         """2026 `_meta` from a handshake host's initialize (capabilities as the proxy augments them)."""
-        params = jsonrpc.as_object(initialize.get("params"))
+        params = jsonrpc.as_object(initialize.get("params") if initialize else None)
         meta = eras.request_meta(
             eras.MODERN, jsonrpc.as_object(params.get("clientInfo")), jsonrpc.as_object(params.get("capabilities"))
         )
@@ -411,7 +420,7 @@ class EraBridge:
                 self._subscribed.add(uri)
                 self._relay.start_upstream_request("resources/subscribe", {"uri": uri})
 
-    def host_notification(self, msg: dict[str, Any]) -> bool:
+    def host_notification(self, msg: JsonRpcNotification) -> bool:
         """True when a host notification is the bridge's (consumed, not forwarded)."""
         method = msg.get("method")
         if self.host_era == HANDSHAKE:
@@ -434,7 +443,7 @@ class EraBridge:
             self._relay.start_upstream_request("resources/unsubscribe", {"uri": uri})
 
     # -- server -> host --------------------------------------------------------------------------
-    def server_result(self, msg: dict[str, Any], request: HostRequest | None) -> dict[str, Any] | None:
+    def server_result(self, msg: JsonRpcResponse, request: HostRequest | None) -> JsonRpcResponse | None:
         """A server's answer completed as a 2026 host requires it (None: as it is). A handshake server's
         results lack `resultType` (and the cache fields); a 2026 server may leave out `resultType` too,
         which clients must read as "complete" but SDKs refuse."""
@@ -443,7 +452,7 @@ class EraBridge:
         completed = eras.complete_result(msg["result"], request.method if request is not None else None)
         return None if completed is None else {**msg, "result": completed}
 
-    def server_notification(self, msg: dict[str, Any]) -> list[bytes] | None:
+    def server_notification(self, msg: JsonRpcNotification) -> list[bytes] | None:
         """What reaches the host for a server notification: None for the notification as it is, else
         the lines to send instead (none: it is the bridge's, or no subscription of the host wants it)."""
         method = msg.get("method")
@@ -464,7 +473,7 @@ class EraBridge:
                 lines.append(jsonrpc.dumps({**msg, "params": {**params, "_meta": meta}}))
         return lines
 
-    def server_request(self, msg: dict[str, Any]) -> bool:
+    def server_request(self, msg: JsonRpcRequest) -> bool:
         """True when a handshake server's request is answered here (a 2026 host is never sent one)."""
         if self.host_era == MODERN and msg.get("method") == "ping":
             self._relay.answer_upstream(msg["id"], result={})

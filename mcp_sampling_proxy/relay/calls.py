@@ -21,7 +21,7 @@ import anyio
 
 from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
-from mcp_sampling_proxy.protocol.wire_types import JsonRpcRequest
+from mcp_sampling_proxy.protocol.wire_types import JsonRpcRequest, JsonRpcResponse
 from mcp_sampling_proxy.relay.keepalive import Progress, usable_token
 
 ROUND_KEY = "mcp-sampling-proxy"  # the inputRequests key of the proxy's own question in a round
@@ -46,7 +46,7 @@ class HostRequest:
     upstream_id: Any = None  # the id the server knows this request under (None: not sent to the server)
     held: bool = True  # the host waits for an answer to `host_id` (False while a round of ours is out)
     resolving: Any = None  # the task answering the server's input_required rounds for it (relay/core.py)
-    final: dict[str, Any] | None = None  # the server's answer, kept while a round of ours is out (sent on the retry)
+    final: JsonRpcResponse | None = None  # the server's answer, kept while a round of ours is out (sent on the retry)
     sampling_requests: int = 0  # the server's sampling requests under it so far (sampling.max_per_call)
     cursor: Any = None  # tools/list: the page asked for (None: the first), for the tool pins (services/tools.py)
     _turn: anyio.Lock | None = field(default=None, repr=False)  # one round of ours at a time

@@ -17,7 +17,7 @@ import secrets
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import anyio
 import anyio.abc
@@ -31,7 +31,13 @@ from mcp_sampling_proxy.protocol.names import (
     PROTOCOL_VERSION_META,
     SERVER_INFO_META,
 )
-from mcp_sampling_proxy.protocol.wire_types import ErrorObject, JsonObject, JsonRpcRequest
+from mcp_sampling_proxy.protocol.wire_types import (
+    ErrorObject,
+    JsonObject,
+    JsonRpcNotification,
+    JsonRpcRequest,
+    JsonRpcResponse,
+)
 from mcp_sampling_proxy.relay.bridge import CHANGED, DONE, HANDSHAKE, EraBridge
 from mcp_sampling_proxy.relay.calls import CURRENT_CALL, HostRequest, HostRounds
 from mcp_sampling_proxy.relay.keepalive import Waiting, same_token, serving
@@ -95,8 +101,8 @@ class Relay:
         self.session = session or Session()
         self._keepalive_seconds = keepalive_seconds  # progress to the host while a served request waits; 0: off
         self._served: dict[Any, _Served] = {}
-        self._awaiting_host: dict[Any, Callable[[dict[str, Any]], None]] = {}
-        self._awaiting_upstream: dict[Any, Callable[[dict[str, Any]], None]] = {}
+        self._awaiting_host: dict[Any, Callable[[JsonRpcResponse], None]] = {}
+        self._awaiting_upstream: dict[Any, Callable[[JsonRpcResponse], None]] = {}
         self._stash: dict[str, _Stash] = {}  # requestState -> the proxy's answers for a split request
         self._moved: dict[Any, HostRequest] = {}  # upstream id -> a host request whose host id has moved on
         self._held: list[tuple[Any, bytes | None]] | None = None  # host messages waiting for the eras to settle
@@ -270,7 +276,7 @@ class Relay:
             return
         self._guarded(functools.partial(self._host_request, screened=True), msg, line, self._to_host)
 
-    async def _negotiate(self, msg: dict[str, Any], line: bytes | None) -> None:
+    async def _negotiate(self, msg: JsonRpcRequest, line: bytes | None) -> None:
         """Settle the server leg's era for the host request that opened the session, then handle
         what the host sent meanwhile, in order."""
         try:
@@ -340,7 +346,7 @@ class Relay:
             final, request.final = request.final, None
             self._tg.start_soon(self._deliver_final, request, final)
 
-    async def _deliver_final(self, request: HostRequest, response: dict[str, Any]) -> None:
+    async def _deliver_final(self, request: HostRequest, response: JsonRpcResponse) -> None:
         await anyio.sleep(0)  # after the retry that moved the request has been handled
         self._finish(request, response)
 
@@ -350,7 +356,7 @@ class Relay:
         if self._moved.get(request.upstream_id) is request:
             del self._moved[request.upstream_id]
 
-    def _finish(self, request: HostRequest, response: dict[str, Any]) -> None:
+    def _finish(self, request: HostRequest, response: JsonRpcResponse) -> None:
         """The final answer to a host request: to the id the host waits on now (once it holds one)."""
         if not request.held:
             request.final = response
@@ -360,9 +366,9 @@ class Relay:
 
     # -- the bridge's own messages (relay/bridge.py) ----------------------------------------------
     def answer_host(
-        self, host_id: Any, result: dict[str, Any] | None = None, error: dict[str, Any] | None = None
+        self, host_id: Any, result: Mapping[str, object] | None = None, error: ErrorObject | JsonObject | None = None
     ) -> None:
-        """Answer a host request here (the bridge's local answers)."""
+        """Answer a host request here (the bridge's local answers; `error`: the proxy's, or a peer's passed on)."""
         request = self.session.inflight.get(host_id)
         if request is not None:
             self._forget(request)
@@ -375,15 +381,15 @@ class Relay:
     def send_host_notification(self, method: str, params: dict[str, Any]) -> None:
         self._to_host(jsonrpc.dumps({"jsonrpc": "2.0", "method": method, "params": params}))
 
-    def notify_upstream(self, method: str, params: dict[str, Any] | None) -> None:
-        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+    def notify_upstream(self, method: str, params: JsonObject | None) -> None:
+        message: JsonRpcNotification = {"jsonrpc": "2.0", "method": method}
         if params is not None:
             message["params"] = params
         self._to_upstream(jsonrpc.dumps(message))
 
     async def request_upstream(
         self, method: str, params: dict[str, Any], timeout: float | None = None
-    ) -> dict[str, Any]:
+    ) -> JsonRpcResponse:
         """A request of the proxy's own to the server; its response ({} when none came in `timeout`)."""
         request_id = self.new_id()
         line = jsonrpc.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
@@ -403,7 +409,7 @@ class Relay:
         """What the ports add to a host request (capabilities), applied to one the proxy makes."""
         self._ports.rewrite_host_request(message, self.session)
 
-    def note_server_result(self, result: dict[str, Any]) -> None:
+    def note_server_result(self, result: Mapping[str, object]) -> None:
         """The server's initialize result (or one the bridge built): its name, version and protocol."""
         self._note_server({"result": result})
 
@@ -496,7 +502,7 @@ class Relay:
                 return
         self._to_host(line)
 
-    def _upstream_response(self, msg: dict[str, Any], line: bytes) -> None:
+    def _upstream_response(self, msg: JsonRpcResponse, line: bytes) -> None:
         waiter = self._awaiting_upstream.pop(msg["id"], None)
         if waiter is not None:
             waiter(msg)
@@ -548,14 +554,15 @@ class Relay:
         self._deliver(msg, line, request)
 
     async def _screen_tool_list(
-        self, tools: ToolScreen, msg: dict[str, Any], line: bytes, request: HostRequest
+        self, tools: ToolScreen, msg: JsonRpcResponse, line: bytes, request: HostRequest
     ) -> None:
         """A tools/list result through the pins and tool rules (off the relay's path), then to the host:
         as the server sent it when nothing is left out."""
+        listed = jsonrpc.as_object(msg.get("result"))  # an object: `_upstream_response` checked
         try:
             params = {} if request.cursor is None else {"cursor": request.cursor}
             asked: JsonRpcRequest = {"jsonrpc": "2.0", "id": request.host_id, "method": "tools/list", "params": params}
-            result = await tools.screen_list(asked, msg["result"], self.session)
+            result = await tools.screen_list(asked, listed, self.session)
         except Exception as exc:
             log.exception("failed to check a tools/list result")
             msg = {
@@ -565,13 +572,13 @@ class Relay:
             }
             line = jsonrpc.dumps(msg)
         else:
-            if result is not msg["result"]:
-                msg = {**msg, "result": _kept_tools(line, msg["result"], result)}
+            if result is not listed:
+                msg = {**msg, "result": _kept_tools(line, listed, result)}
                 line = jsonrpc.dumps(msg)
         if not self.closed:
             self._deliver(msg, line, request)
 
-    def _deliver(self, msg: dict[str, Any], line: bytes, request: HostRequest) -> None:
+    def _deliver(self, msg: JsonRpcResponse, line: bytes, request: HostRequest) -> None:
         """The server's answer to a host request, to the host (completed for a 2026 host)."""
         if self.bridge.host_era == "modern":  # whatever the server speaks: a result as a 2026 host requires it
             completed = self.bridge.server_result(msg, request)
@@ -584,7 +591,7 @@ class Relay:
             return
         self._finish(request, msg)
 
-    async def _initialize_refused(self, request: HostRequest, error: dict[str, Any]) -> None:
+    async def _initialize_refused(self, request: HostRequest, error: JsonObject) -> None:
         try:
             await self.bridge.initialize_refused(request.host_id, request, error)
         except Exception as exc:
@@ -623,7 +630,7 @@ class Relay:
         if b'"method"' in head:
             self._to_upstream(jsonrpc.error_response(message_id, code, text))
 
-    def _note_server(self, msg: dict[str, Any]) -> None:
+    def _note_server(self, msg: JsonRpcResponse) -> None:
         result = jsonrpc.as_object(msg.get("result"))
         self.session.server_info = jsonrpc.as_object(result.get("serverInfo")) or self.session.server_info
         version = result.get("protocolVersion")
@@ -637,14 +644,14 @@ class Relay:
             host=self.session.host_name or None,
         )
 
-    def _note_modern_server(self, msg: dict[str, Any]) -> None:
+    def _note_modern_server(self, msg: JsonRpcResponse) -> None:
         """2026-era servers name themselves in each result's _meta, not in an initialize result."""
         meta = jsonrpc.as_object(jsonrpc.as_object(msg.get("result")).get("_meta"))
         info = jsonrpc.as_object(meta.get(SERVER_INFO_META))
         if info:
             self.session.server_info = info
 
-    def _cancel_served(self, msg: dict[str, Any]) -> bool:
+    def _cancel_served(self, msg: JsonRpcNotification) -> bool:
         params = jsonrpc.as_object(msg.get("params"))
         request_id = params.get("requestId")
         served = self._served.get(request_id) if jsonrpc.usable_id(request_id) else None
@@ -744,7 +751,7 @@ class Relay:
         if raw is None and (raw := _encode({**msg, "id": request_id})) is None:
             raise RpcError(jsonrpc.INVALID_PARAMS, "Invalid params: nested too deeply to forward to the host")
         try:
-            return await self._ask_host(request_id, raw)
+            return _unchecked(await self._ask_host(request_id, raw))
         finally:
             if served is not None:
                 served.at_host = False
@@ -760,7 +767,7 @@ class Relay:
         request_id = self.new_id()
         line = jsonrpc.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
         try:
-            return await self._ask_host(request_id, line)
+            return _unchecked(await self._ask_host(request_id, line))
         except anyio.get_cancelled_exc_class():
             self._to_host(
                 jsonrpc.dumps(
@@ -783,7 +790,7 @@ class Relay:
             )
         return await self.rounds.ask(call, method, params)
 
-    async def _ask_host(self, request_id: Any, line: bytes) -> dict[str, Any]:
+    async def _ask_host(self, request_id: Any, line: bytes) -> JsonRpcResponse:
         return await _exchange(self._awaiting_host, request_id, self._to_host, line)
 
     @staticmethod
@@ -803,7 +810,7 @@ class Relay:
             raise RuntimeError("no input rounds port")
         return self._ports.inputs
 
-    def _resolve_input(self, msg: dict[str, Any], request: HostRequest, send: Send | None = None) -> bool:
+    def _resolve_input(self, msg: JsonRpcResponse, request: HostRequest, send: Send | None = None) -> bool:
         """Take over an `input_required` result whose requests the proxy answers itself (`send`: the
         connection it came on, when not the upstream's)."""
         result = msg.get("result")
@@ -920,18 +927,18 @@ class Relay:
                 self._hand_to_host(request, later, later["inputRequests"], owned)
                 return
             await request.wait_held()
-            self._finish(request, {"jsonrpc": "2.0", "id": request.host_id, **reply})
+            self._finish(request, _response(request.host_id, reply))
 
     async def retry_upstream(self, message: JsonRpcRequest, params: JsonObject, resolving: _Resolving) -> JsonObject:
         """Send the original request again under a new private id; return the server's response."""
         request_id = resolving.current_id = self.new_id()
         line = jsonrpc.dumps({"jsonrpc": "2.0", "id": request_id, "method": message["method"], "params": params})
         if resolving.send is None:
-            return await _exchange(self._awaiting_upstream, request_id, self._to_upstream, line)
-        return await self._exchange_modern(request_id, line, resolving.send)
+            return _unchecked(await _exchange(self._awaiting_upstream, request_id, self._to_upstream, line))
+        return _unchecked(await self._exchange_modern(request_id, line, resolving.send))
 
     # -- calls run again over a 2026 connection ---------------------------------------------------
-    def _runs_again_in_modern(self, msg: dict[str, Any], request: HostRequest) -> bool:
+    def _runs_again_in_modern(self, msg: JsonRpcResponse, request: HostRequest) -> bool:
         """A dual-era server refused a call on the handshake connection because the call asks for input
         by an `input_required` result, which only 2026-07-28 carries (FastMCP 4 asks for sampling only
         that way, and for elicitation by a request of its own only on a handshake connection: the host
@@ -945,7 +952,7 @@ class Relay:
             and eras.needs_input_rounds(msg.get("error"))
         )
 
-    async def _run_again_in_modern(self, request: HostRequest, refused: dict[str, Any], line: bytes) -> None:
+    async def _run_again_in_modern(self, request: HostRequest, refused: JsonRpcResponse, line: bytes) -> None:
         """Run the call once more over the 2026 connection, where the proxy answers its rounds. The
         server re-enters such a tool from the top on every round (SEP-2322): the refused attempt was
         its first round. The host gets the final result, or the refusal when no 2026 connection opens."""
@@ -961,7 +968,7 @@ class Relay:
         self._ports.rewrite_host_request(message, session)  # the capabilities the proxy serves
         request.message = message
         resolving = request.resolving = _Resolving(anyio.CancelScope(), current_id=self.new_id(), send=send)
-        answer: dict[str, Any] = {}
+        answer: JsonRpcResponse = {}
         with resolving.scope:
             answer = await self._exchange_modern(
                 resolving.current_id, jsonrpc.dumps({**message, "id": resolving.current_id}), send
@@ -988,7 +995,7 @@ class Relay:
                 self._modern = await self.second_leg.open(self._from_modern, self._modern_ended)
             return self._modern
 
-    async def _exchange_modern(self, request_id: Any, line: bytes, send: Send) -> dict[str, Any]:
+    async def _exchange_modern(self, request_id: Any, line: bytes, send: Send) -> JsonRpcResponse:
         self._modern_ids.add(request_id)
         try:
             return await _exchange(self._awaiting_upstream, request_id, send, line)
@@ -1009,7 +1016,7 @@ class Relay:
             if jsonrpc.usable_id(request_id) and request_id in self._modern_ids:
                 waiter = self._awaiting_upstream.pop(request_id, None)
                 if waiter is not None:
-                    waiter(msg)
+                    waiter(cast(JsonRpcResponse, msg))  # no method, a usable id: a response
         elif "id" in msg:  # a 2026 server sends no requests
             if self._modern is not None:
                 self._modern(
@@ -1072,7 +1079,7 @@ class Relay:
                             )
                         )
 
-    def _server_progress(self, msg: dict[str, Any], line: bytes) -> bytes:
+    def _server_progress(self, msg: JsonRpcNotification, line: bytes) -> bytes:
         """Note the server's progress on a host token; raise it when it would fall below a keep-alive."""
         params = jsonrpc.as_object(msg.get("params"))
         token = params.get("progressToken")
@@ -1154,7 +1161,22 @@ def _kept_tools(line: bytes, listed: dict[str, Any], shown: dict[str, Any]) -> d
     return {**exact, "tools": [t for t in tools if not (isinstance(t, dict) and t.get("name") in left_out)]}
 
 
-def _ignore(_response: dict[str, Any]) -> None:
+def _unchecked(response: JsonRpcResponse) -> JsonObject:
+    """A peer's response as the ports take it: a JSON object the service that reads it checks."""
+    return dict(response)
+
+
+def _response(host_id: Any, reply: JsonObject) -> JsonRpcResponse:
+    """The response to a host request from a port's {"result": ...} or {"error": ...}."""
+    response: JsonRpcResponse = {"jsonrpc": "2.0", "id": host_id}
+    if "result" in reply:
+        response["result"] = reply["result"]
+    if "error" in reply:
+        response["error"] = reply["error"]
+    return response
+
+
+def _ignore(_response: JsonRpcResponse) -> None:
     """The waiter of a request of the proxy's whose answer does not matter (it must not reach the host)."""
 
 
@@ -1221,13 +1243,13 @@ def envelope_problem(msg: Any) -> str | None:
 
 
 async def _exchange(
-    waiters: dict[Any, Callable[[dict[str, Any]], None]], request_id: Any, send: Send, line: bytes
-) -> dict[str, Any]:
+    waiters: dict[Any, Callable[[JsonRpcResponse], None]], request_id: Any, send: Send, line: bytes
+) -> JsonRpcResponse:
     """Send a request and wait for its response, which the reader hands over through `waiters`."""
     done = anyio.Event()
-    answer: dict[str, Any] = {}
+    answer: JsonRpcResponse = {}
 
-    def resolve(response: dict[str, Any]) -> None:
+    def resolve(response: JsonRpcResponse) -> None:
         answer.update(response)
         done.set()
 

@@ -13,6 +13,7 @@ rule names is let through without one (it is the host's own business, as without
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -20,7 +21,7 @@ import anyio
 from mcp_sampling_proxy.approval.approver import Approver
 from mcp_sampling_proxy.approval.channels import ApprovalRequest
 from mcp_sampling_proxy.audit.recorder import AuditLog
-from mcp_sampling_proxy.audit.records import AuditFields
+from mcp_sampling_proxy.audit.records import AuditFields, ToolChangeRecord
 from mcp_sampling_proxy.config.tool_settings import ToolRule, ToolSettings, why_not
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.notation.vocabulary import TOOL_CALL_APPROVAL, Outcome
@@ -49,18 +50,23 @@ def changed_text(value: Any) -> str:
     return text if len(text) <= MAX_CHANGE_TEXT else text[:MAX_CHANGE_TEXT] + f"... ({len(text)} characters)"
 
 
-def change_record(change: ToolChange) -> dict[str, Any]:
+def change_record(change: ToolChange) -> ToolChangeRecord:
     """What an audit record says of a tool change: which fields, both digests, the changed text."""
-    record: dict[str, Any] = {
+    record: ToolChangeRecord = {
         "kind": change.kind,
         "fields": list(change.fields),
         "old_sha256": change.old_digest,
         "new_sha256": change.new_digest,
     }
-    for side, copy in (("old", change.old), ("new", change.new)):
-        if copy is not None:
-            record[side] = {key: changed_text(copy.get(key)) for key in change.fields if key in copy}
+    if change.old is not None:
+        record["old"] = _changed(change.old, change.fields)
+    if change.new is not None:
+        record["new"] = _changed(change.new, change.fields)
     return record
+
+
+def _changed(copy: Mapping[str, object], fields: tuple[str, ...]) -> dict[str, str]:
+    return {key: changed_text(copy.get(key)) for key in fields if key in copy}
 
 
 class ToolGate:
@@ -292,7 +298,7 @@ class ToolGate:
         reason: str,
         *,
         approver: str | None = None,
-        tool_change: dict[str, Any] | None = None,
+        tool_change: ToolChangeRecord | None = None,
     ) -> None:
         action = {"allow": "allow", "approved": "prompt", "rejected": "prompt", "timeout": "prompt"}.get(
             decision, "deny"

@@ -83,9 +83,10 @@ def test_forged_approvals_and_a_tampered_budget_are_reported(
     assert (state / "integrity.key").exists()  # the proxy made its key
     from mcp_sampling_proxy.approval.memory import ApprovalMemory
     from mcp_sampling_proxy.quotas.limiters import TokenBudget
-    from mcp_sampling_proxy.quotas.state import JsonStateFile
+    from mcp_sampling_proxy.quotas.state import approvals_file
 
-    ApprovalMemory(store=JsonStateFile(state / "approvals.json")).remember("docs", "search", "always", "ask", "console")
+    approvals = ApprovalMemory(store=approvals_file(state / "approvals.json"))
+    approvals.remember("docs", "search", "always", "ask", "console")
     TokenBudget(state / "budgets.json").reserve("capped", 1000, 86400, 10)
     code, out = doctor(capsys, "--policy", policy)
     assert "sealed state: remembered approvals and budgets in" in out and "verify" in out

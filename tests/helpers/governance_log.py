@@ -11,10 +11,9 @@ collide with the server's sampling ids, as they do in a real log.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from mcp_sampling_proxy.audit.recorder import AuditLog
-from mcp_sampling_proxy.audit.records import AuditFields
+from mcp_sampling_proxy.audit.records import AuditFields, ToolChangeRecord
 from mcp_sampling_proxy.notation.vocabulary import Outcome
 
 SERVER = "notes"
@@ -106,7 +105,7 @@ def write_governance_log(path: Path) -> None:
         reason: str,
         *,
         approver: str | None = None,
-        tool_change: dict[str, Any] | None = None,
+        tool_change: ToolChangeRecord | None = None,
     ) -> None:
         """A record of the tools: section, as services/tools.py writes it."""
         action = {"allow": "allow", "approved": "prompt"}.get(decision, "deny")

@@ -40,7 +40,7 @@ from mcp_sampling_proxy.approval.console.server import ConsoleServer
 from mcp_sampling_proxy.audit.recorder import AuditLog
 from mcp_sampling_proxy.config.settings import parse_settings
 from mcp_sampling_proxy.protocol import capabilities
-from mcp_sampling_proxy.quotas.state import JsonStateFile, state_dir
+from mcp_sampling_proxy.quotas.state import approvals_file, state_dir
 from mcp_sampling_proxy.quotas.tool_pins import PINS_FILE, ToolPins
 from mcp_sampling_proxy.relay.core import Relay
 from mcp_sampling_proxy.relay.session import Session
@@ -169,7 +169,7 @@ class Playbook:
         console = self.console = ConsoleServer(lambda: session.server_name, lambda: session.host_name)
         approvals, pins = None, None
         if self._state:  # the stores the proxy opens (runtime.py), in the test's own state dir
-            approvals = JsonStateFile(state_dir() / "approvals.json")
+            approvals = approvals_file(state_dir() / "approvals.json")
             pins = ToolPins(state_dir() / PINS_FILE) if settings.tools.pin else None
         services = build_services(
             settings, self._adapters, self._audit, None, console, offered, approvals, pins, self._target

@@ -20,10 +20,11 @@ from typing import Any, Literal
 import anyio
 import anyio.abc
 
-from mcp_sampling_proxy.approval.console.messages import MAX_LINE, BadMessage, validate
+from mcp_sampling_proxy.approval.console.messages import MAX_LINE, BadMessage, ConsoleMessage, ConsoleReply, validate
 from mcp_sampling_proxy.approval.console.server import is_stale
 from mcp_sampling_proxy.approval.edits import with_prompt, with_text
 from mcp_sampling_proxy.log import get_logger
+from mcp_sampling_proxy.protocol.wire_types import ElicitResult
 from mcp_sampling_proxy.system.hardening import peer_pid, refusal
 from mcp_sampling_proxy.text.sanitize import one_line
 
@@ -39,7 +40,7 @@ class Event:
 
     kind: EventKind
     path: Path
-    message: dict[str, Any] = field(default_factory=dict)
+    message: ConsoleMessage = field(default_factory=ConsoleMessage)
     why: str = ""  # for "refused": why the socket is not trusted (safe to show)
 
 
@@ -68,7 +69,7 @@ class ConsoleClient:
                 await self._scan_once(tg)
                 await anyio.sleep(self._poll)
 
-    async def send(self, path: Path, reply: dict[str, Any]) -> bool:
+    async def send(self, path: Path, reply: ConsoleReply) -> bool:
         """Send an answer to the proxy at `path`; False when that proxy is gone."""
         stream = self._streams.get(path)
         if stream is None:
@@ -133,7 +134,7 @@ class ConsoleClient:
             await stream.aclose()
         self._on_event(Event("detached", path))
 
-    def _receive(self, path: Path, message: dict[str, Any]) -> None:
+    def _receive(self, path: Path, message: ConsoleMessage) -> None:
         kind = message["type"]
         if kind == "hello":
             if str(message["pid"]) != path.stem:
@@ -147,13 +148,13 @@ class ConsoleClient:
 
 
 def decision_reply(
-    message: dict[str, Any], scope: str | None, text: str | None, approver: str | None = None
-) -> dict[str, Any]:
+    message: ConsoleMessage, scope: str | None, text: str | None, approver: str | None = None
+) -> ConsoleReply:
     """The answer to a `pending` question: approved with `scope` (None: denied), and the new text of
     the last user message when the human edited it (the proxy applies it; a proxy from before the
     `edit` key takes the whole edited request). `approver`: the name the person gave (the web console
     keeps one per tab), which tells approvers apart under `approval.quorum`."""
-    reply: dict[str, Any] = {
+    reply: ConsoleReply = {
         "type": "decision",
         "id": message["id"],
         "approve": scope is not None,
@@ -163,25 +164,29 @@ def decision_reply(
         reply["approver"] = approver
     if text is not None:
         asked: Any = message.get("params") or {}  # the proxy's JSON: with_prompt refuses what is not a request
-        reply.update({"prompt": text} if message.get("edit") == "prompt" else {"params": with_prompt(asked, text)})
+        if message.get("edit") == "prompt":
+            reply["prompt"] = text
+        else:
+            reply["params"] = with_prompt(asked, text)
     return reply
 
 
-def review_reply(message: dict[str, Any], accept: bool, text: str | None) -> dict[str, Any]:
+def review_reply(message: ConsoleMessage, accept: bool, text: str | None) -> ConsoleReply:
     """The answer to a `review` question: send the LLM's answer or not, with a replacement text."""
-    reply: dict[str, Any] = {"type": "review", "id": message["id"], "accept": accept}
-    if text is not None:
-        reply.update(
-            {"text": text}
-            if message.get("edit") == "text"
-            else {"result": with_text(message.get("result") or {}, text)}
-        )
+    reply: ConsoleReply = {"type": "review", "id": message["id"], "accept": accept}
+    if text is not None and message.get("edit") == "text":
+        reply["text"] = text
+    elif text is not None:
+        reply["result"] = with_text(message.get("result") or {}, text)
     return reply
 
 
-def elicit_reply(message: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
+def elicit_reply(message: ConsoleMessage, answer: ElicitResult) -> ConsoleReply:
     """The answer to an `elicit` question: {"action", "content"?} as the human gave it."""
-    return {**answer, "type": "elicit", "id": message["id"]}
+    content = answer.get("content")
+    if content is None:
+        return {"action": answer["action"], "type": "elicit", "id": message["id"]}
+    return {"action": answer["action"], "content": dict(content), "type": "elicit", "id": message["id"]}
 
 
 def _refusal(sock: Path, stream: anyio.abc.SocketStream) -> str | None:

@@ -7,7 +7,10 @@ field reaches the screen or the dialogue without passing through here.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Required, TypedDict, cast
+
+from mcp_sampling_proxy.protocol.wire_types import JsonObject
 
 MAX_LINE = 16 * 1024 * 1024
 _NAME = 512  # server, host, tool and rule names
@@ -57,11 +60,55 @@ _FIELDS: dict[str, dict[str, tuple[tuple[type, ...], bool, int]]] = {
 }
 
 
+class ConsoleMessage(TypedDict, total=False):
+    """A message between a proxy and its consoles: a question (`pending`, `review`, `elicit`), `hello` or
+    `resolved`. From a socket, only as `validate` passed it: the fields `_FIELDS` names for its type,
+    each of the type checked there (the JSON objects' contents are the proxy's, shown through checks).
+    `type` is in every message (an event without one holds an empty message: `client.Event`)."""
+
+    type: str
+    id: str
+    pid: int
+    server: str | None
+    host: str | None
+    tool: str | None
+    rule: str | None
+    summary: str
+    params: JsonObject  # the server's request
+    edit: str | None  # what an edit replaces: prompt | text (a proxy from before: the whole request)
+    quorum: JsonObject | None  # {"needed": int, "approved_by": [str]}
+    notes: list[object] | None
+    prompt_edited_by: str | None
+    result: JsonObject  # the LLM's answer, for review
+    mode: str  # elicit: form | url
+    message: str | None
+    schema: JsonObject | None
+    url: str | None
+    how: str | None  # resolved: answered | expired | withdrawn
+
+
+class ConsoleReply(TypedDict, total=False):
+    """A console's answer to a question: `decision` (to `pending`), `review` or `elicit`."""
+
+    type: Required[str]
+    id: Required[str]
+    approve: bool  # decision
+    scope: str  # decision: once | session | always
+    approver: str  # decision: the name the person gave
+    prompt: str  # decision: the edited prompt's text
+    params: Mapping[str, object]  # decision, to a proxy from before `edit`: the whole edited request
+    accept: bool  # review
+    text: str  # review: the replacement answer's text
+    result: Mapping[str, object]  # review, to a proxy from before `edit`: the whole replacement result
+    action: str  # elicit: accept | decline | cancel
+    content: Mapping[str, object]  # elicit: the form's answers
+
+
 class BadMessage(ValueError):
     """Why a message from a proxy socket was dropped (safe to log: no raw server text)."""
 
 
-def validate(message: Any) -> dict[str, Any]:
+def validate(message: Any) -> ConsoleMessage:
     """The message if every field has the expected type and size; BadMessage otherwise."""
     if not isinstance(message, dict):
         raise BadMessage(f"expected a JSON object, got {type(message).__name__}")
@@ -82,4 +129,4 @@ def validate(message: Any) -> dict[str, Any]:
         raise BadMessage("elicit: unknown mode")
     if kind == "hello" and message["pid"] <= 0:
         raise BadMessage("hello: bad pid")
-    return message
+    return cast(ConsoleMessage, message)  # every field its type names is checked above

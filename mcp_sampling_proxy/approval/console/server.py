@@ -41,8 +41,10 @@ import anyio
 import anyio.abc
 
 from mcp_sampling_proxy.approval.channels import ChannelGone, closed_how
+from mcp_sampling_proxy.approval.console.messages import ConsoleMessage
 from mcp_sampling_proxy.config.dirs import APP_DIR, runtime_base
 from mcp_sampling_proxy.log import Throttle, get_logger
+from mcp_sampling_proxy.protocol.wire_types import JsonObject
 from mcp_sampling_proxy.system.hardening import cmdline, is_relay, peer_pid, refusal, relay_subcommands
 from mcp_sampling_proxy.text.sanitize import one_line
 
@@ -186,9 +188,9 @@ class ConsoleGone(ChannelGone):
 
 @dataclass
 class _Pending:
-    message: dict[str, Any]
+    message: ConsoleMessage
     done: anyio.Event = field(default_factory=anyio.Event)
-    answer: dict[str, Any] | None = None
+    answer: JsonObject | None = None  # the console's answer, of the type the question expects
 
 
 class ConsoleServer:
@@ -332,7 +334,7 @@ class ConsoleServer:
         pending.answer = message
         pending.done.set()
 
-    async def ask(self, message: dict[str, Any]) -> dict[str, Any]:
+    async def ask(self, message: ConsoleMessage) -> JsonObject:
         """Send a question to every attached console; return the first answer. Raises ConsoleGone
         when the last console goes away before anyone answered."""
         self._counter += 1
@@ -354,7 +356,7 @@ class ConsoleServer:
             with anyio.CancelScope(shield=True):
                 await self._broadcast({"type": "resolved", "id": request_id, "how": how})
 
-    async def _broadcast(self, message: dict[str, Any]) -> None:
+    async def _broadcast(self, message: ConsoleMessage) -> None:
         for client in list(self._clients):
             try:
                 await self._send(client, message)
@@ -362,7 +364,7 @@ class ConsoleServer:
                 self._clients.discard(client)
 
     @staticmethod
-    async def _send(stream: anyio.abc.SocketStream, message: dict[str, Any]) -> None:
+    async def _send(stream: anyio.abc.SocketStream, message: ConsoleMessage) -> None:
         await stream.send(json.dumps(message, ensure_ascii=False).encode("utf-8") + b"\n")
 
 

@@ -32,9 +32,11 @@ from starlette.types import Message, Receive, Scope, Send
 from mcp_sampling_proxy.approval import edits
 from mcp_sampling_proxy.approval.channels import person_of
 from mcp_sampling_proxy.approval.console.client import ConsoleClient, decision_reply, elicit_reply, review_reply
+from mcp_sampling_proxy.approval.console.messages import ConsoleMessage, ConsoleReply
 from mcp_sampling_proxy.approval.forms import FormError, parse_form, validate_content
 from mcp_sampling_proxy.approval.url_safety import analyze_url
 from mcp_sampling_proxy.front.web_console.state import WebState, audit_view, usage_view
+from mcp_sampling_proxy.protocol.wire_types import ElicitResult
 from mcp_sampling_proxy.system.browser import open_url
 from mcp_sampling_proxy.text.sanitize import one_line
 
@@ -142,7 +144,7 @@ class WebConsole:
             raise Refused(410, "the proxy is gone")
         return {"ok": True}
 
-    def _reply(self, message: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+    def _reply(self, message: ConsoleMessage, body: dict[str, Any]) -> ConsoleReply:
         action = body.get("action")
         text = body.get("text")
         if text is not None and not isinstance(text, str):
@@ -169,7 +171,7 @@ class WebConsole:
         return elicit_reply(message, self._elicitation(message, action, body.get("content")))
 
     @staticmethod
-    def _approver(message: dict[str, Any], name: Any, action: Any) -> str | None:
+    def _approver(message: ConsoleMessage, name: Any, action: Any) -> str | None:
         """The name the person gave on the page (kept per browser tab): a convenience that tells approvers
         apart under a quorum on a page only the URL's holder can open, not authentication."""
         if name is not None and (not isinstance(name, str) or len(name) > MAX_NAME):
@@ -189,7 +191,7 @@ class WebConsole:
         return given
 
     @staticmethod
-    def _elicitation(message: dict[str, Any], action: Any, content: Any) -> dict[str, Any]:
+    def _elicitation(message: ConsoleMessage, action: Any, content: Any) -> ElicitResult:
         if action in ("decline", "cancel"):
             return {"action": action}
         if message["mode"] == "url":

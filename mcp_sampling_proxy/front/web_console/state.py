@@ -12,12 +12,13 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import anyio
 import anyio.to_thread
 
 from mcp_sampling_proxy.approval.console.client import Event
+from mcp_sampling_proxy.approval.console.messages import ConsoleMessage
 from mcp_sampling_proxy.audit.follow import Follower
 from mcp_sampling_proxy.audit.log_lines import InputError
 from mcp_sampling_proxy.audit.notes import governance_notes
@@ -26,12 +27,20 @@ from mcp_sampling_proxy.audit.shown import format_record
 from mcp_sampling_proxy.audit.summary import parse_since, parse_ts, summarize
 from mcp_sampling_proxy.config.dirs import home_relative
 from mcp_sampling_proxy.front.web_console import views
-from mcp_sampling_proxy.quotas.refusals import USD
+from mcp_sampling_proxy.quotas.refusals import USD, BudgetUse
 from mcp_sampling_proxy.text.sanitize import one_line
 
 KEEP_RECORDS = 20_000
 
-Budgets = dict[str, dict[str, Any]]
+Budgets = dict[str, BudgetUse]  # by budget key (rule@server)
+
+
+class AttachedProxy(TypedDict):
+    """A proxy the console is attached to, as its hello named it (cleaned for the page)."""
+
+    pid: str
+    server: str
+    host: str
 
 
 class WebState:
@@ -49,8 +58,8 @@ class WebState:
         self.read_spend = read_spend or dict  # the usd budgets, likewise (micro-dollars)
         self.audit_path = audit_path
         self.version = 0
-        self.proxies: dict[str, dict[str, Any]] = {}
-        self.questions: dict[str, tuple[Path, dict[str, Any]]] = {}
+        self.proxies: dict[str, AttachedProxy] = {}
+        self.questions: dict[str, tuple[Path, ConsoleMessage]] = {}
         self.notices: deque[str] = deque(maxlen=20)
         self.records: deque[dict[str, Any]] = deque(maxlen=KEEP_RECORDS)
         self.audit_count = 0
@@ -101,7 +110,7 @@ class WebState:
             self.notices.append(f"ignoring {one_line(str(event.path))}: {event.why}")
         self._bump()
 
-    def take(self, key: str) -> tuple[Path, dict[str, Any]] | None:
+    def take(self, key: str) -> tuple[Path, ConsoleMessage] | None:
         """Claim a pending question: of two answers racing (two tabs), only the first gets it."""
         found = self.questions.pop(key, None)
         if found is not None:

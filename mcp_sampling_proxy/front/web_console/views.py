@@ -12,17 +12,19 @@ import base64
 import binascii
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
+from mcp_sampling_proxy.approval.console.messages import ConsoleMessage
 from mcp_sampling_proxy.approval.edits import kept_blocks, prompt_not_editable, result_text, text_of
 from mcp_sampling_proxy.approval.forms import FormError, parse_form
 from mcp_sampling_proxy.approval.url_safety import analyze_url
 from mcp_sampling_proxy.notation.vocabulary import TOOL_CALL_APPROVAL
 from mcp_sampling_proxy.quotas.integrity import KEY_FILE, MAC_FIELD, entry_is_sealed, load_key
 from mcp_sampling_proxy.quotas.limiters import SECTIONS, limit_key, usd_micros
-from mcp_sampling_proxy.quotas.refusals import TOKENS, USD, format_period
+from mcp_sampling_proxy.quotas.refusals import TOKENS, USD, BudgetUse, format_period
 from mcp_sampling_proxy.text.sanitize import one_line, strip_controls
 
 # raster types a browser decodes without running anything, and how their bytes start
@@ -199,7 +201,7 @@ def url_view(url: str) -> dict[str, Any]:
     }
 
 
-def question_view(key: str, proxy: str, message: dict[str, Any], limits: dict[str, Any]) -> dict[str, Any]:
+def question_view(key: str, proxy: str, message: ConsoleMessage, limits: RequestLimits) -> dict[str, Any]:
     """One pending question of a proxy as the page shows it."""
     view: dict[str, Any] = {
         "key": key,
@@ -262,7 +264,7 @@ def quorum_view(quorum: Any) -> dict[str, Any] | None:
 # -- budgets -------------------------------------------------------------------------------------
 
 
-def read_budgets(path: Path, now: float | None = None, *, unit: str = TOKENS) -> dict[str, dict[str, Any]]:
+def read_budgets(path: Path, now: float | None = None, *, unit: str = TOKENS) -> dict[str, BudgetUse]:
     """The budgets file's current windows: KEY -> used, reserved, resets_at (read only; never locked
     or rewritten here: the proxies own the file); `unit`: the token budgets, or the usd ones."""
     now = time.time() if now is None else now
@@ -270,7 +272,7 @@ def read_budgets(path: Path, now: float | None = None, *, unit: str = TOKENS) ->
         data = unsealed(json.loads(path.read_text(encoding="utf-8")), path.parent, "budgets")
     except (OSError, ValueError):
         return {}
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, BudgetUse] = {}
     budgets = data.get(SECTIONS[unit]) if isinstance(data, dict) else None
     for key, entry in (budgets or {}).items():
         if not isinstance(entry, dict):
@@ -279,7 +281,8 @@ def read_budgets(path: Path, now: float | None = None, *, unit: str = TOKENS) ->
         if not (_number(per) and _number(window) and _number(used)):
             continue
         assert isinstance(per, int | float) and isinstance(window, int | float) and isinstance(used, int | float)
-        reservations: dict[str, Any] = entry["reservations"] if isinstance(entry.get("reservations"), dict) else {}
+        reservations = entry.get("reservations")
+        reservations = reservations if isinstance(reservations, dict) else {}
         reserved = sum(
             int(r["tokens"])
             for r in reservations.values()
@@ -310,11 +313,46 @@ def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def budget_rows(budgets: dict[str, dict[str, Any]], facts: PolicyFacts, unit: str = TOKENS) -> list[dict[str, Any]]:
+class BudgetRow(TypedDict):
+    """One row of the page's Budgets table."""
+
+    server: str
+    rule: str
+    used: int
+    reserved: int
+    limit: int | None  # the policy's, when this console knows the policy
+    per: str
+    left: int | None
+    resets_at: float | None
+    unit: str  # tokens | usd (amounts in micro-dollars)
+
+
+class LimitShown(TypedDict):
+    """A budget as a pending request's limits show it."""
+
+    limit: int
+    per: str
+    used: int
+    reserved: int
+    left: int
+    resets_at: float | None
+
+
+class RequestLimits(TypedDict, total=False):
+    """The limits that apply to a pending request, as far as the console knows them."""
+
+    policy: str | None  # the policy file they come from
+    budget: LimitShown
+    usd_budget: LimitShown  # micro-dollars
+    rate_limit: str
+    max_tokens_cap: int
+
+
+def budget_rows(budgets: Mapping[str, BudgetUse], facts: PolicyFacts, unit: str = TOKENS) -> list[BudgetRow]:
     """One row per rule@server budget in the file, with the policy's limit when known; `unit`: tokens,
     or usd (amounts in micro-dollars)."""
     limits = facts.usd_budgets if unit == USD else facts.budgets
-    rows = []
+    rows: list[BudgetRow] = []
     for key, entry in sorted(budgets.items()):
         rule, _, server = key.partition("@")
         # rule names may hold '@': the policy's longest name that the key starts with
@@ -350,18 +388,19 @@ def no_budgets_text(facts: PolicyFacts) -> str:
 
 
 def request_limits(
-    message: dict[str, Any],
+    message: ConsoleMessage,
     facts: PolicyFacts,
-    budgets: dict[str, dict[str, Any]],
-    spend: dict[str, dict[str, Any]] | None = None,
-) -> dict[str, Any]:
+    budgets: Mapping[str, BudgetUse],
+    spend: Mapping[str, BudgetUse] | None = None,
+) -> RequestLimits:
     """The limits that apply to a pending request, as far as this console can know them (`spend`: the
     usd budgets' windows, in micro-dollars)."""
     rule, server = str(message.get("rule") or ""), str(message.get("server") or "")
-    limits: dict[str, Any] = {"policy": facts.source}
+    limits: RequestLimits = {"policy": facts.source}
+    unused: BudgetUse = {"used": 0, "reserved": 0, "per": 0.0, "resets_at": None}
     if rule in facts.budgets:
         tokens, per = facts.budgets[rule]
-        entry = budgets.get(limit_key(rule, server), {"used": 0, "reserved": 0, "resets_at": None})
+        entry = budgets.get(limit_key(rule, server), unused)
         limits["budget"] = {
             "limit": tokens,
             "per": format_period(per),
@@ -372,7 +411,7 @@ def request_limits(
         }
     if rule in facts.usd_budgets:
         micros, per = facts.usd_budgets[rule]
-        entry = (spend or {}).get(limit_key(rule, server), {"used": 0, "reserved": 0, "resets_at": None})
+        entry = (spend or {}).get(limit_key(rule, server), unused)
         limits["usd_budget"] = {
             "limit": micros,
             "per": format_period(per),

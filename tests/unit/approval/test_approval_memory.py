@@ -14,7 +14,7 @@ def test_approvals_of_an_older_version_are_taken_once_and_later_unsealed_ones_ar
     written after that without the key (a same-user server's) is not believed, and `ignored` says so."""
     from mcp_sampling_proxy.approval.memory import ApprovalMemory
     from mcp_sampling_proxy.quotas.integrity import prepare
-    from mcp_sampling_proxy.quotas.state import JsonStateFile, adopt
+    from mcp_sampling_proxy.quotas.state import adopt, approvals_file
 
     state = tmp_path / "state"
     state.mkdir()
@@ -23,7 +23,7 @@ def test_approvals_of_an_older_version_are_taken_once_and_later_unsealed_ones_ar
     os.utime(path, (1_000_000, 1_000_000))  # written long before this version ran
     assert prepare(state) is True and prepare(state) is False
     adopt(state)
-    memory = ApprovalMemory(store=JsonStateFile(path))
+    memory = ApprovalMemory(store=approvals_file(path))
     assert memory.remembers("old", "t") == "always"
     data = json.loads(path.read_text())
     data["always"].append({"server": "evil", "tool": "go"})
@@ -37,7 +37,7 @@ def test_a_file_stamped_in_the_keys_own_tick_is_not_sealed_as_an_older_versions(
     can carry the key's very mtime. Only a file strictly older than the key is an older version's."""
     from mcp_sampling_proxy.approval.memory import ApprovalMemory
     from mcp_sampling_proxy.quotas.integrity import KEY_FILE, prepare
-    from mcp_sampling_proxy.quotas.state import JsonStateFile, adopt
+    from mcp_sampling_proxy.quotas.state import adopt, approvals_file
 
     state = tmp_path / "state"
     state.mkdir()
@@ -47,5 +47,5 @@ def test_a_file_stamped_in_the_keys_own_tick_is_not_sealed_as_an_older_versions(
     made = (state / KEY_FILE).stat().st_mtime_ns
     os.utime(path, ns=(made, made))  # the same tick as the key
     adopt(state)
-    memory = ApprovalMemory(store=JsonStateFile(path))
+    memory = ApprovalMemory(store=approvals_file(path))
     assert memory.remembers("evil", "go") is None and memory.ignored("evil", "go")

@@ -54,11 +54,11 @@ def test_a_damaged_approvals_file_is_not_a_crash(tmp_path: Path) -> None:
     """`always` holding something other than a list (an edit by hand, another program) means no
     remembered approvals; remembering one replaces it. It used to raise TypeError on every request."""
     from mcp_sampling_proxy.approval.memory import ApprovalMemory
-    from mcp_sampling_proxy.quotas.state import JsonStateFile
+    from mcp_sampling_proxy.quotas.state import approvals_file
 
     path = tmp_path / "approvals.json"
     path.write_text(json.dumps({"always": {"server": "notes"}}))
-    memory = ApprovalMemory(store=JsonStateFile(path))
+    memory = ApprovalMemory(store=approvals_file(path))
     assert memory.remembers("notes", "summarize") is None
     memory.remember("notes", "summarize", "always", rule="ask", channel="console")
     assert memory.remembers("notes", "summarize") == "always"

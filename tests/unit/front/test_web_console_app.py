@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from mcp_sampling_proxy.approval.console.client import ConsoleClient, Event
+from mcp_sampling_proxy.approval.console.messages import ConsoleMessage
 from mcp_sampling_proxy.front.web_console.app import CSP, MAX_BODY, WebConsole
 from mcp_sampling_proxy.front.web_console.state import WebState
 from mcp_sampling_proxy.front.web_console.views import PolicyFacts
@@ -25,7 +26,7 @@ JSON = {"Content-Type": "application/json"}
 PROXY = Path("/run/user/1000/mcp-sampling-proxy/4242.sock")
 
 
-def pending(question_id: str = "q1", **extra: Any) -> dict[str, Any]:
+def pending(question_id: str = "q1", **extra: Any) -> ConsoleMessage:
     return {
         "type": "pending",
         "id": question_id,
@@ -33,7 +34,7 @@ def pending(question_id: str = "q1", **extra: Any) -> dict[str, Any]:
         "rule": "ask",
         "summary": "say hi",
         "params": {"messages": [{"role": "user", "content": {"type": "text", "text": "say hi"}}], "maxTokens": 5},
-        **extra,
+        **extra,  # type: ignore[typeddict-item]  # what a test adds (quorum, notes)
     }
 
 

@@ -487,6 +487,7 @@ async def test_a_tool_call_without_an_id_gets_one(server: FakeLLMServer, adapter
     server.reply_tool_call("get_weather", {"city": "Oslo"}, id=None)
     result = await adapter.complete(params(user("hi"), tools=[TOOL]), "gpt-test")
     (block,) = result.content
+    assert block["type"] == "tool_use"
     assert block["name"] == "get_weather" and isinstance(block["id"], str) and block["id"].startswith("call_")
 
 

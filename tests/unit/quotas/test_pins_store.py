@@ -101,7 +101,7 @@ def test_a_pin_of_the_version_before_icons_is_pinned_anew_not_held(tmp_path: Pat
     tool = {"name": "fetch", "description": "d", "inputSchema": {}, "icons": [{"src": "https://a.example/i.svg"}]}
     identity = ServerIdentity("fs", "node fs.js")
 
-    def as_version_1(data: dict[str, Any]) -> None:
+    def as_version_1(data: tool_pins.PinsDocument) -> None:
         data["servers"] = {
             identity.key: {
                 "name": "fs",
@@ -141,7 +141,7 @@ def test_pins_of_the_version_before_views_keep_their_removals(tmp_path: Path) ->
     pins = ToolPins(tmp_path / "tools.json")
     see(pins, FS, [tool("a"), tool("b")])  # no view: the version before views
 
-    def without_views(data: dict[str, Any]) -> None:
+    def without_views(data: tool_pins.PinsDocument) -> None:
         for entry in data["servers"].values():
             entry.pop("views", None)
 
