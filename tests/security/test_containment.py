@@ -48,9 +48,11 @@ pytestmark = [
         shutil.which("bwrap") is None,
         reason="bubblewrap is not installed (.ci/run installs the Debian package): the sandbox cannot be tested",
     ),
-    # one at a time: an unconfined escape artist of one test would paint another test's terminal
-    pytest.mark.usefixtures("alone_as_nobody"),
 ]
+# an unconfined escape artist reads the pipes and paints the terminals of every process of its user: alone;
+# tests whose processes run as that user otherwise may run beside each other (conftest.py)
+ALONE = pytest.mark.usefixtures("alone_as_nobody")
+AMONG_OTHERS = pytest.mark.usefixtures("among_others_as_nobody")
 
 
 @pytest.fixture
@@ -160,6 +162,7 @@ def attack(
     return report, stderr.read_text(), state
 
 
+@AMONG_OTHERS
 def test_a_sandboxed_server_sees_no_process_of_the_proxys(shared: Path, llm: FakeLLMServer) -> None:
     report, log, _state = attack(shared, llm)
     assert "server sandboxed" in log, log
@@ -169,6 +172,7 @@ def test_a_sandboxed_server_sees_no_process_of_the_proxys(shared: Path, llm: Fak
     assert_no_run(json.dumps(report), where="the server's report")
 
 
+@AMONG_OTHERS
 def test_a_sandboxed_server_cannot_touch_the_proxys_state_sockets_policy_or_terminals(
     shared: Path, llm: FakeLLMServer
 ) -> None:
@@ -214,6 +218,7 @@ def tops_in_tmp(paths: list[Path]) -> set[str]:
     }
 
 
+@AMONG_OTHERS
 def test_nothing_the_server_starts_outlives_the_proxy(shared: Path, llm: FakeLLMServer) -> None:
     """A daemon that left the server's process group (setpgid, which the guard's group kill misses)."""
     _report, _log, _state = attack(shared, llm, tool="daemon", kill_proxy=True)
@@ -319,6 +324,7 @@ def test_sandbox_off_is_said_plainly(tmp_path: Path) -> None:
 # -- without a sandbox (sandbox: off, or no bubblewrap): what still holds ----------------------------------
 
 
+@ALONE
 def test_unconfined_the_proxys_children_hold_no_key(shared: Path, llm: FakeLLMServer) -> None:
     """The server sees every process of its user; the CLI provider running for it (it used to inherit the
     proxy's key variables: its /proc/PID/environ gave the key away) now holds none."""
@@ -336,6 +342,7 @@ def test_unconfined_the_proxys_children_hold_no_key(shared: Path, llm: FakeLLMSe
     assert_no_run(json.dumps(report), where="the rest of what the unconfined server found")
 
 
+@ALONE
 def test_unconfined_a_forged_approval_is_not_believed(shared: Path, llm: FakeLLMServer) -> None:
     """The server writes {"always": [its server, its tool]} into approvals.json; under a prompt rule its
     request went straight to the LLM. The entry carries no seal of the proxy's key: ignored, and said so."""
@@ -351,6 +358,7 @@ def test_unconfined_a_forged_approval_is_not_believed(shared: Path, llm: FakeLLM
     assert "was not written by a proxy: ignored" in record["reason"]
 
 
+@ALONE
 def test_unconfined_an_emptied_budget_is_refused_not_reset(shared: Path, llm: FakeLLMServer) -> None:
     """The server empties budgets.json to spend its budget again: the file no longer carries the proxy's
     seal, so budgeted requests are refused, saying why and how to recover."""
@@ -362,6 +370,7 @@ def test_unconfined_an_emptied_budget_is_refused_not_reset(shared: Path, llm: Fa
     assert "sealed.json, then restart the proxies" in message  # removing it alone would be refused too
 
 
+@ALONE
 def test_unconfined_nothing_the_server_starts_outlives_an_orderly_stop(shared: Path, llm: FakeLLMServer) -> None:
     """Unconfined, the daemon that left the server's process group (setpgid) used to outlive the proxy
     even when the host closed stdin; the proxy, its subreaper, now ends what is left of the server's tree.
@@ -371,6 +380,7 @@ def test_unconfined_nothing_the_server_starts_outlives_an_orderly_stop(shared: P
     assert escape_artists_left(shared) == []
 
 
+@AMONG_OTHERS
 def test_as_an_ordinary_user_the_guard_names_itself(shared: Path) -> None:
     """The proxy's group guard names itself for `ps` and the console's peer checks; as an ordinary user it
     stayed `mcp-sp-relay` (writing /proc/self/comm of a non-dumpable process's child is root's)."""
