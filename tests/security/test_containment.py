@@ -37,9 +37,18 @@ from helpers.support import (
 from helpers.unprivileged import KEY, assert_no_run, unprivileged_python
 
 ESCAPE = ROOT / "tests" / "fixtures" / "hostile" / "escape_artist.py"
-CLI = """import sys, time
+# the CLI provider answers once the server has looked at every process twice since it started (one whole
+# look began after it ran), and at most 20 s on
+CLI = """import os, sys, time
 sys.stdin.read()
-time.sleep(1.5)  # long enough for the server to look for it
+def looks():
+    try:
+        return int(open(os.path.join(sys.argv[1], "looks")).read())
+    except (OSError, ValueError):
+        return 0
+first, deadline = looks(), time.monotonic() + 20
+while looks() < first + 2 and time.monotonic() < deadline:
+    time.sleep(0.01)
 print("answer from the CLI")
 """
 
@@ -119,7 +128,7 @@ def attack(
         shared,
         (
             "llm:\n  providers:\n"
-            f"    cli:\n      type: command\n      command: [{prefix[-1]}, {cli}]\n"
+            f"    cli:\n      type: command\n      command: [{prefix[-1]}, {cli}, {out}]\n"
             f"    api:\n      type: openai\n      base_url: {llm.base_url}\n      api_key_env: TEST_LLM_KEY\n"
             "      models: [gpt-test]\n" + rules + extra
         ),
@@ -163,25 +172,16 @@ def attack(
 
 
 @AMONG_OTHERS
-def test_a_sandboxed_server_sees_no_process_of_the_proxys(shared: Path, llm: FakeLLMServer) -> None:
-    report, log, _state = attack(shared, llm)
-    assert "server sandboxed" in log, log
-    assert report["processes"] == {}  # alone in its namespace: not the proxy, its guard or anything it runs
-    assert report["during_sampling"] == {}, "the server saw the CLI provider run"
-    assert "answer from the CLI" in json.dumps(report["sampling"])  # the CLI did run meanwhile
-    assert_no_run(json.dumps(report), where="the server's report")
-
-
-@AMONG_OTHERS
-def test_a_sandboxed_server_cannot_touch_the_proxys_state_sockets_policy_or_terminals(
-    shared: Path, llm: FakeLLMServer
-) -> None:
+def test_a_sandboxed_server_sees_no_process_and_touches_nothing_of_the_proxys(shared: Path, llm: FakeLLMServer) -> None:
+    """One run of the escape artist, every attempt of it checked: it sees no process of the proxy's (nor the
+    CLI provider running meanwhile), and cannot touch the proxy's state, sockets or policy, the user's
+    terminals or the user's entries in /tmp. (Each attempt reports on its own key: none hides another.)"""
     master, slave = os.openpty()  # a terminal of the user's, which an unconfined server could open and paint
     yours = Path(tempfile.mkdtemp(prefix="msp-not-the-servers-"))  # the user's own entry in /tmp
     try:
         if os.geteuid() == 0:  # the server runs as nobody: its user's terminal is nobody's
             os.chown(os.ttyname(slave), 65534, -1)
-        report, _log, state = attack(shared, llm)
+        report, log, state = attack(shared, llm)
         os.set_blocking(master, False)
         try:
             painted = os.read(master, 65536)
@@ -191,6 +191,11 @@ def test_a_sandboxed_server_cannot_touch_the_proxys_state_sockets_policy_or_term
         os.close(master)
         os.close(slave)
         yours.rmdir()
+    assert "server sandboxed" in log, log
+    assert report["processes"] == {}  # alone in its namespace: not the proxy, its guard or anything it runs
+    assert report["during_sampling"] == {}, "the server saw the CLI provider run"
+    assert "answer from the CLI" in json.dumps(report["sampling"])  # the CLI did run meanwhile
+    assert_no_run(json.dumps(report), where="the server's report")
     # the state directory it saw was an empty one: its writes went nowhere the proxy reads
     assert report["state"]["listing"] == [], report["state"]
     assert json.loads((state / "approvals.json").read_text()) == {"always": []}
@@ -222,9 +227,11 @@ def tops_in_tmp(paths: list[Path]) -> set[str]:
 def test_nothing_the_server_starts_outlives_the_proxy(shared: Path, llm: FakeLLMServer) -> None:
     """A daemon that left the server's process group (setpgid, which the guard's group kill misses)."""
     _report, _log, _state = attack(shared, llm, tool="daemon", kill_proxy=True)
-    time.sleep(0.5)
-    assert_no_heartbeat(shared)
+    deadline = time.monotonic() + 10  # the sandbox ends with the proxy: a moment for its namespace to go
+    while escape_artists_left(shared) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert escape_artists_left(shared) == []
+    assert_no_heartbeat(shared)
 
 
 @pytest.mark.parametrize("granted", [False, True], ids=["default", "granted"])
