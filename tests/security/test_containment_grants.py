@@ -268,8 +268,9 @@ def test_unconfined_the_same_raider_succeeds(home: Home, llm: FakeLLMServer) -> 
     ],
 )
 def test_a_grant_that_reaches_what_the_proxy_trusts_is_refused(home: Home, grant: str, named: str) -> None:
-    """`policy check` and the proxy itself refuse a write grant that holds, or lies inside, the proxy's own
-    files or what runs as the user later, and the error names the grant and what it would reach."""
+    """The proxy refuses a write grant that holds, or lies inside, the proxy's own files or what runs as the
+    user later, before any server runs, and the error names the grant and what it would reach. (`policy
+    check` says the same: tests/unit/transport/test_grant_refusals.py.)"""
     policy = home.policy(f"rules: []\nsandbox:\n  servers:\n    raider:\n      write: [{grant}]\n")
     prefix, _ = ordinary_user()
     done = subprocess.run(
@@ -282,14 +283,6 @@ def test_a_grant_that_reaches_what_the_proxy_trusts_is_refused(home: Home, grant
     )
     assert done.returncode == 2 and done.stdout == "", done.stderr
     assert "sandbox.servers.raider.write:" in done.stderr and named in done.stderr, done.stderr
-    checked = subprocess.run(
-        [*prefix, "-m", "mcp_sampling_proxy", "policy", "check", policy],
-        env=home.env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert checked.returncode != 0 and "sandbox.servers.raider.write:" in checked.stdout + checked.stderr
 
 
 # -- unconfined (sandbox: off): what the seals still catch --------------------------------------------------
