@@ -288,7 +288,7 @@ def test_without_bubblewrap_the_proxy_says_so_and_required_refuses(tmp_path: Pat
 
     env = proxy_env(PATH="/nonexistent")  # no bwrap to be found
     script = tmp_path / "server.py"
-    script.write_text("import sys; sys.stdin.read()\n")
+    script.write_text(MINIMAL_SERVER)  # it answers initialize: the proxy then has no answer to wait for at EOF
     hello = INITIALIZE_LINE
     done = subprocess.run(
         proxy_command(write_policy(tmp_path, "rules: []\n"), upstream=[PY, str(script)]),
