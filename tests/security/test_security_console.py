@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from fakes.llm_server import FakeLLMServer
+from helpers.squatted_dirs import SQUATS, squat
 from helpers.support import (
     PY,
     ROOT,
@@ -431,42 +432,12 @@ def test_emoji_and_cjk_survive_and_quote_prefixes_every_line() -> None:
 # --- squatted runtime dir -----------------------------------------------------------------------
 
 
-def squat(run_dir: Path, kind: str) -> None:
-    if kind == "other-user":
-        if os.getuid() != 0:
-            pytest.skip("chown to another user needs root (the suite runs as root in CI)")
-        run_dir.mkdir(mode=0o700)
-        os.chown(run_dir, 65534, 65534)
-    elif kind == "symlink":
-        (run_dir.parent / "elsewhere").mkdir(mode=0o700)
-        run_dir.symlink_to(run_dir.parent / "elsewhere")
-    elif kind == "file":
-        run_dir.write_text("")
-    else:
-        run_dir.mkdir(mode=0o755)
-        run_dir.chmod(0o755)
-
-
-@pytest.mark.parametrize(
-    ("kind", "says"),
-    [
-        ("other-user", "belongs to uid 65534"),
-        ("symlink", "symbolic link"),
-        ("file", "not a directory"),
-        ("mode", "chmod 700"),
-    ],
-)
+@pytest.mark.parametrize(("kind", "says"), SQUATS)
 def test_squatted_runtime_dir_is_a_clear_error(tmp_path: Path, dirs: dict[str, str], kind: str, says: str) -> None:
-    import subprocess
-
+    """The proxy beside a squatted runtime dir still relays, and says why it has no console. (`console` on
+    it is a clear error: tests/unit/commands/test_console_squatted.py.)"""
     run_dir = Path(dirs["MCP_SAMPLING_PROXY_RUNTIME_DIR"])
     squat(run_dir, kind)
-    console = subprocess.run(
-        [PY, "-m", "mcp_sampling_proxy", "console"], env=proxy_env(**dirs), capture_output=True, text=True, timeout=60
-    )
-    assert console.returncode == 1
-    assert says in console.stderr and str(run_dir) in console.stderr
-    assert "Traceback" not in console.stderr
     with RawHost(proxy_command(upstream=SMALL), proxy_env(**dirs), tmp_path / "stderr.log") as host:
         host.initialize()
         echoed = host.request("tools/call", {"name": "echo", "arguments": {"text": "still relays"}})
