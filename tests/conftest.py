@@ -1,5 +1,6 @@
 """Shared pytest configuration and fixtures."""
 
+import contextlib
 import fcntl
 import os
 import shutil
@@ -123,11 +124,27 @@ def open_tmp() -> Iterator[Path]:
 
 @pytest.fixture
 def alone_as_nobody(testrun_uid: str) -> Iterator[None]:
-    """One such test at a time across the xdist workers: tests that run a hostile server as an ordinary
-    user (unconfined, it reads the pipes and paints the terminals of every process of that user)."""
+    """One such test at a time across the xdist workers, and no test of `among_others_as_nobody` beside it:
+    tests that run a hostile server unconfined as an ordinary user (it reads the pipes, taking what is in
+    them, and paints the terminals of every process of that user)."""
+    with _nobody_lock(testrun_uid, fcntl.LOCK_EX):
+        yield
+
+
+@pytest.fixture
+def among_others_as_nobody(testrun_uid: str) -> Iterator[None]:
+    """Tests that run processes as an ordinary user but nothing hostile unconfined (a hostile server in
+    the sandbox, which reaches no other process; a well-behaved one): any number at once, none beside a
+    test of `alone_as_nobody`, whose server would read their pipes."""
+    with _nobody_lock(testrun_uid, fcntl.LOCK_SH):
+        yield
+
+
+@contextlib.contextmanager
+def _nobody_lock(testrun_uid: str, how: int) -> Iterator[None]:
     path = Path(tempfile.gettempdir()) / f"mcp-sampling-proxy-tests-{testrun_uid}.nobody.lock"
     with path.open("a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        fcntl.flock(lock, how)
         try:
             yield
         finally:

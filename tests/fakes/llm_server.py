@@ -70,6 +70,7 @@ class FakeLLMServer:
         self.api_key = api_key  # when set, requests without it get a 401 in the provider's format
         self.requests: list[RecordedRequest] = []
         self.default_delay = 0.0  # seconds before each unscripted completion answer
+        self.held: threading.Event | None = None  # when given, completions are answered once it is set
         # "echo" (default: word counts) | "chars": prompt tokens = characters of all text read, output
         # tokens = max_tokens; a realistic bound for CJK text (about one token per character)
         self.usage_mode = "echo"
@@ -309,6 +310,9 @@ class FakeLLMServer:
                 self.open_now += 1
                 self.max_open = max(self.max_open, self.open_now)
             try:
+                held = self.held
+                while held is not None and not held.wait(0.05) and not self._closing.is_set():
+                    pass  # open, and held: what a slow LLM looks like for as long as the test wants
                 self._answer(handler, request, reply)
             finally:
                 with self._lock:

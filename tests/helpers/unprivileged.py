@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import shutil
 import subprocess
@@ -32,9 +33,20 @@ def unprivileged_python() -> tuple[list[str], dict[str, str]]:
     """A command prefix that runs this Python as `nobody`, and the PYTHONPATH it needs; skip if none."""
     if os.geteuid() != 0:
         pytest.skip("needs root to drop to an ordinary user (as root, /proc reads are not refused)")
+    found = _found_as_nobody()
+    if isinstance(found, str):
+        pytest.skip(found)
+    prefix, env = found
+    return list(prefix), dict(env)
+
+
+@functools.cache
+def _found_as_nobody() -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]] | str:
+    """The prefix and PYTHONPATH, or why there are none: asked once a worker, as the answer is the
+    machine's (each probe starts Python as nobody and imports the proxy: about a second on a loaded core)."""
     setpriv = shutil.which("setpriv")
     if not setpriv:
-        pytest.skip("setpriv (util-linux) is not installed")
+        return "setpriv (util-linux) is not installed"
     drop = [setpriv, "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
     paths = [str(ROOT), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
     env = {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
@@ -54,7 +66,7 @@ def unprivileged_python() -> tuple[list[str], dict[str, str]]:
             check=False,
         )
         if probe.returncode == 0:
-            return [*drop, python], env
+            return tuple([*drop, python]), tuple(env.items())
     # The checkout or the venv sits where nobody cannot read (a private home): copy what the proxy
     # imports to a readable place and run it with the system's interpreter of the same version.
     readable = Path(tempfile.mkdtemp(prefix="keys-proc-lib-"))
@@ -81,8 +93,8 @@ def unprivileged_python() -> tuple[list[str], dict[str, str]]:
             check=False,
         )
         if probe.returncode == 0:
-            return [*drop, python], env
-    pytest.skip(
+            return tuple([*drop, python]), tuple(env.items())
+    return (
         f"no Python {major}.{minor} that user nobody can run (the venv's interpreter sits under a "
-        "private home directory and the system has no python{major}.{minor})"
+        f"private home directory and the system has no python{major}.{minor})"
     )

@@ -37,9 +37,18 @@ from helpers.support import (
 from helpers.unprivileged import KEY, assert_no_run, unprivileged_python
 
 ESCAPE = ROOT / "tests" / "fixtures" / "hostile" / "escape_artist.py"
-CLI = """import sys, time
+# the CLI provider answers once the server has looked at every process twice since it started (one whole
+# look began after it ran), and at most 20 s on
+CLI = """import os, sys, time
 sys.stdin.read()
-time.sleep(1.5)  # long enough for the server to look for it
+def looks():
+    try:
+        return int(open(os.path.join(sys.argv[1], "looks")).read())
+    except (OSError, ValueError):
+        return 0
+first, deadline = looks(), time.monotonic() + 20
+while looks() < first + 2 and time.monotonic() < deadline:
+    time.sleep(0.01)
 print("answer from the CLI")
 """
 
@@ -48,9 +57,11 @@ pytestmark = [
         shutil.which("bwrap") is None,
         reason="bubblewrap is not installed (.ci/run installs the Debian package): the sandbox cannot be tested",
     ),
-    # one at a time: an unconfined escape artist of one test would paint another test's terminal
-    pytest.mark.usefixtures("alone_as_nobody"),
 ]
+# an unconfined escape artist reads the pipes and paints the terminals of every process of its user: alone;
+# tests whose processes run as that user otherwise may run beside each other (conftest.py)
+ALONE = pytest.mark.usefixtures("alone_as_nobody")
+AMONG_OTHERS = pytest.mark.usefixtures("among_others_as_nobody")
 
 
 @pytest.fixture
@@ -117,7 +128,7 @@ def attack(
         shared,
         (
             "llm:\n  providers:\n"
-            f"    cli:\n      type: command\n      command: [{prefix[-1]}, {cli}]\n"
+            f"    cli:\n      type: command\n      command: [{prefix[-1]}, {cli}, {out}]\n"
             f"    api:\n      type: openai\n      base_url: {llm.base_url}\n      api_key_env: TEST_LLM_KEY\n"
             "      models: [gpt-test]\n" + rules + extra
         ),
@@ -160,24 +171,17 @@ def attack(
     return report, stderr.read_text(), state
 
 
-def test_a_sandboxed_server_sees_no_process_of_the_proxys(shared: Path, llm: FakeLLMServer) -> None:
-    report, log, _state = attack(shared, llm)
-    assert "server sandboxed" in log, log
-    assert report["processes"] == {}  # alone in its namespace: not the proxy, its guard or anything it runs
-    assert report["during_sampling"] == {}, "the server saw the CLI provider run"
-    assert "answer from the CLI" in json.dumps(report["sampling"])  # the CLI did run meanwhile
-    assert_no_run(json.dumps(report), where="the server's report")
-
-
-def test_a_sandboxed_server_cannot_touch_the_proxys_state_sockets_policy_or_terminals(
-    shared: Path, llm: FakeLLMServer
-) -> None:
+@AMONG_OTHERS
+def test_a_sandboxed_server_sees_no_process_and_touches_nothing_of_the_proxys(shared: Path, llm: FakeLLMServer) -> None:
+    """One run of the escape artist, every attempt of it checked: it sees no process of the proxy's (nor the
+    CLI provider running meanwhile), and cannot touch the proxy's state, sockets or policy, the user's
+    terminals or the user's entries in /tmp. (Each attempt reports on its own key: none hides another.)"""
     master, slave = os.openpty()  # a terminal of the user's, which an unconfined server could open and paint
     yours = Path(tempfile.mkdtemp(prefix="msp-not-the-servers-"))  # the user's own entry in /tmp
     try:
         if os.geteuid() == 0:  # the server runs as nobody: its user's terminal is nobody's
             os.chown(os.ttyname(slave), 65534, -1)
-        report, _log, state = attack(shared, llm)
+        report, log, state = attack(shared, llm)
         os.set_blocking(master, False)
         try:
             painted = os.read(master, 65536)
@@ -187,6 +191,11 @@ def test_a_sandboxed_server_cannot_touch_the_proxys_state_sockets_policy_or_term
         os.close(master)
         os.close(slave)
         yours.rmdir()
+    assert "server sandboxed" in log, log
+    assert report["processes"] == {}  # alone in its namespace: not the proxy, its guard or anything it runs
+    assert report["during_sampling"] == {}, "the server saw the CLI provider run"
+    assert "answer from the CLI" in json.dumps(report["sampling"])  # the CLI did run meanwhile
+    assert_no_run(json.dumps(report), where="the server's report")
     # the state directory it saw was an empty one: its writes went nowhere the proxy reads
     assert report["state"]["listing"] == [], report["state"]
     assert json.loads((state / "approvals.json").read_text()) == {"always": []}
@@ -214,12 +223,15 @@ def tops_in_tmp(paths: list[Path]) -> set[str]:
     }
 
 
+@AMONG_OTHERS
 def test_nothing_the_server_starts_outlives_the_proxy(shared: Path, llm: FakeLLMServer) -> None:
     """A daemon that left the server's process group (setpgid, which the guard's group kill misses)."""
     _report, _log, _state = attack(shared, llm, tool="daemon", kill_proxy=True)
-    time.sleep(0.5)
-    assert_no_heartbeat(shared)
+    deadline = time.monotonic() + 10  # the sandbox ends with the proxy: a moment for its namespace to go
+    while escape_artists_left(shared) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert escape_artists_left(shared) == []
+    assert_no_heartbeat(shared)
 
 
 @pytest.mark.parametrize("granted", [False, True], ids=["default", "granted"])
@@ -276,7 +288,7 @@ def test_without_bubblewrap_the_proxy_says_so_and_required_refuses(tmp_path: Pat
 
     env = proxy_env(PATH="/nonexistent")  # no bwrap to be found
     script = tmp_path / "server.py"
-    script.write_text("import sys; sys.stdin.read()\n")
+    script.write_text(MINIMAL_SERVER)  # it answers initialize: the proxy then has no answer to wait for at EOF
     hello = INITIALIZE_LINE
     done = subprocess.run(
         proxy_command(write_policy(tmp_path, "rules: []\n"), upstream=[PY, str(script)]),
@@ -319,6 +331,7 @@ def test_sandbox_off_is_said_plainly(tmp_path: Path) -> None:
 # -- without a sandbox (sandbox: off, or no bubblewrap): what still holds ----------------------------------
 
 
+@ALONE
 def test_unconfined_the_proxys_children_hold_no_key(shared: Path, llm: FakeLLMServer) -> None:
     """The server sees every process of its user; the CLI provider running for it (it used to inherit the
     proxy's key variables: its /proc/PID/environ gave the key away) now holds none."""
@@ -336,6 +349,7 @@ def test_unconfined_the_proxys_children_hold_no_key(shared: Path, llm: FakeLLMSe
     assert_no_run(json.dumps(report), where="the rest of what the unconfined server found")
 
 
+@ALONE
 def test_unconfined_a_forged_approval_is_not_believed(shared: Path, llm: FakeLLMServer) -> None:
     """The server writes {"always": [its server, its tool]} into approvals.json; under a prompt rule its
     request went straight to the LLM. The entry carries no seal of the proxy's key: ignored, and said so."""
@@ -351,6 +365,7 @@ def test_unconfined_a_forged_approval_is_not_believed(shared: Path, llm: FakeLLM
     assert "was not written by a proxy: ignored" in record["reason"]
 
 
+@ALONE
 def test_unconfined_an_emptied_budget_is_refused_not_reset(shared: Path, llm: FakeLLMServer) -> None:
     """The server empties budgets.json to spend its budget again: the file no longer carries the proxy's
     seal, so budgeted requests are refused, saying why and how to recover."""
@@ -362,6 +377,7 @@ def test_unconfined_an_emptied_budget_is_refused_not_reset(shared: Path, llm: Fa
     assert "sealed.json, then restart the proxies" in message  # removing it alone would be refused too
 
 
+@ALONE
 def test_unconfined_nothing_the_server_starts_outlives_an_orderly_stop(shared: Path, llm: FakeLLMServer) -> None:
     """Unconfined, the daemon that left the server's process group (setpgid) used to outlive the proxy
     even when the host closed stdin; the proxy, its subreaper, now ends what is left of the server's tree.
@@ -371,6 +387,7 @@ def test_unconfined_nothing_the_server_starts_outlives_an_orderly_stop(shared: P
     assert escape_artists_left(shared) == []
 
 
+@AMONG_OTHERS
 def test_as_an_ordinary_user_the_guard_names_itself(shared: Path) -> None:
     """The proxy's group guard names itself for `ps` and the console's peer checks; as an ordinary user it
     stayed `mcp-sp-relay` (writing /proc/self/comm of a non-dumpable process's child is root's)."""

@@ -32,8 +32,10 @@ KEY_VAR = "TEST_LLM_KEY"
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed: nothing to contain with"),
-    pytest.mark.usefixtures("alone_as_nobody"),
 ]
+# an unconfined raider reaches every process of its user: alone; sandboxed ones may run beside each other
+ALONE = pytest.mark.usefixtures("alone_as_nobody")
+AMONG_OTHERS = pytest.mark.usefixtures("among_others_as_nobody")
 
 
 def ordinary_user() -> tuple[list[str], dict[str, str]]:
@@ -134,6 +136,7 @@ def raid(
 GRANT_OUT = "sandbox:\n  write: [{out}]\n"
 
 
+@AMONG_OTHERS
 def test_renaming_the_state_directory_plants_no_approval(home: Home, llm: FakeLLMServer) -> None:
     """The raider moves $XDG_STATE_HOME away and puts its own key and a sealed "always" approval in its
     place; a prompt rule with nobody to ask must still refuse, in this session and at the next start."""
@@ -150,6 +153,7 @@ def test_renaming_the_state_directory_plants_no_approval(home: Home, llm: FakeLL
     assert not Path(str(home.home / ".local" / "state") + ".old").exists()
 
 
+@AMONG_OTHERS
 def test_renaming_the_state_directory_resets_no_budget(home: Home, llm: FakeLLMServer) -> None:
     """A budget of one request (80 tokens; a request may need 73, and the first spends 80): spent, then the
     raider moves the state directory away and leaves an empty one (no budgets.json: as if new); the second
@@ -165,6 +169,7 @@ def test_renaming_the_state_directory_resets_no_budget(home: Home, llm: FakeLLMS
     assert raided["empty_state"].startswith("ERROR OSError"), raided  # read-only: nothing moved
 
 
+@AMONG_OTHERS
 def test_renaming_the_state_directory_resets_no_tool_pin(home: Home, llm: FakeLLMServer) -> None:
     """The host lists the tools (pinned); the raider moves the state directory away (no tools.json: as if
     never seen) and rug-pulls `sample`'s description: it is held, not pinned anew as a first sight."""
@@ -188,6 +193,7 @@ def test_renaming_the_state_directory_resets_no_tool_pin(home: Home, llm: FakeLL
     assert raided["empty_state"].startswith("ERROR OSError"), raided
 
 
+@AMONG_OTHERS
 def test_a_policy_the_server_writes_never_gets_the_key(home: Home, llm: FakeLLMServer) -> None:
     """The raider renames the --policy file's directory and writes its own policy (its endpoint, the user's
     key variable), and plants one where the default policy would be: neither is ever read."""
@@ -227,6 +233,7 @@ def raid_home_and_network(home: Home, llm: FakeLLMServer, sandbox: str) -> tuple
         abstract.close()
 
 
+@AMONG_OTHERS
 def test_no_persistence_no_secrets_no_local_network_by_default(home: Home, llm: FakeLLMServer) -> None:
     """With nothing but its output directory granted, the raider cannot append to ~/.bashrc, write Claude
     Desktop's configuration or an autostart entry, read ~/.ssh/id_rsa, or reach a service on 127.0.0.1 or an
@@ -240,6 +247,7 @@ def test_no_persistence_no_secrets_no_local_network_by_default(home: Home, llm: 
     assert report["connect"]["loopback"].startswith("ERROR") and report["connect"]["abstract"].startswith("ERROR")
 
 
+@ALONE
 def test_unconfined_the_same_raider_succeeds(home: Home, llm: FakeLLMServer) -> None:
     """The same attacks with `sandbox: off`: the tests above can fail."""
     report, _log = raid_home_and_network(home, llm, "sandbox: off\n")
@@ -248,6 +256,7 @@ def test_unconfined_the_same_raider_succeeds(home: Home, llm: FakeLLMServer) -> 
     assert report["connect"] == {"loopback": "connected", "abstract": "connected"}
 
 
+@AMONG_OTHERS
 @pytest.mark.parametrize(
     ("grant", "named"),
     [
@@ -259,8 +268,9 @@ def test_unconfined_the_same_raider_succeeds(home: Home, llm: FakeLLMServer) -> 
     ],
 )
 def test_a_grant_that_reaches_what_the_proxy_trusts_is_refused(home: Home, grant: str, named: str) -> None:
-    """`policy check` and the proxy itself refuse a write grant that holds, or lies inside, the proxy's own
-    files or what runs as the user later, and the error names the grant and what it would reach."""
+    """The proxy refuses a write grant that holds, or lies inside, the proxy's own files or what runs as the
+    user later, before any server runs, and the error names the grant and what it would reach. (`policy
+    check` says the same: tests/unit/transport/test_grant_refusals.py.)"""
     policy = home.policy(f"rules: []\nsandbox:\n  servers:\n    raider:\n      write: [{grant}]\n")
     prefix, _ = ordinary_user()
     done = subprocess.run(
@@ -273,19 +283,12 @@ def test_a_grant_that_reaches_what_the_proxy_trusts_is_refused(home: Home, grant
     )
     assert done.returncode == 2 and done.stdout == "", done.stderr
     assert "sandbox.servers.raider.write:" in done.stderr and named in done.stderr, done.stderr
-    checked = subprocess.run(
-        [*prefix, "-m", "mcp_sampling_proxy", "policy", "check", policy],
-        env=home.env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert checked.returncode != 0 and "sandbox.servers.raider.write:" in checked.stdout + checked.stderr
 
 
 # -- unconfined (sandbox: off): what the seals still catch --------------------------------------------------
 
 
+@ALONE
 def test_unconfined_a_removed_budget_file_is_not_a_fresh_budget(home: Home, llm: FakeLLMServer) -> None:
     """The budget is spent; the raider deletes budgets.json (and tools.json): a missing sealed file used to be
     taken as new, a fresh budget. Now the proxy that wrote it refuses, and says what happened."""
@@ -306,6 +309,7 @@ def test_unconfined_a_removed_budget_file_is_not_a_fresh_budget(home: Home, llm:
     assert "result" in fresh["answers"][0], fresh["answers"]
 
 
+@ALONE
 def test_unconfined_a_key_swapped_under_the_proxy_is_not_trusted(home: Home, llm: FakeLLMServer) -> None:
     """The raider replaces integrity.key with its own and plants an approval sealed with it: the proxy used to
     load the key when first needed, and believed it. It holds the key it started with."""

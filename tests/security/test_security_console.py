@@ -17,10 +17,11 @@ from typing import Any
 
 import pytest
 from fakes.llm_server import FakeLLMServer
+from helpers.squatted_dirs import SQUATS, squat
 from helpers.support import (
-    KITCHEN_SINK,
     PY,
     ROOT,
+    SMALL_SERVER,
     UNCONFINED,
     RawHost,
     openai_policy,
@@ -37,6 +38,7 @@ FAKE_SOCKET = str(HOSTILE / "fake_console_socket.py")
 PROMPT_RULES = "rules:\n  - name: ask\n    action: prompt\n"
 # the console socket's peer checks: the defence when there is no sandbox (test_containment.py: with one)
 UNCONFINED_PROMPT = UNCONFINED + PROMPT_RULES
+SMALL = [PY, SMALL_SERVER]  # the server of the tests that need one to sample, elicit, echo or crash
 
 
 def remembered(dirs: dict[str, str]) -> list[Any]:
@@ -107,7 +109,7 @@ def test_server_below_another_proxy_cannot_approve(tmp_path: Path, dirs: dict[st
     report = tmp_path / "report"
     run_dir = Path(dirs["MCP_SAMPLING_PROXY_RUNTIME_DIR"])
     policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=UNCONFINED_PROMPT))
-    with RawHost(proxy_command(policy), proxy_env(**dirs), tmp_path / "a.log") as victim:
+    with RawHost(proxy_command(policy, upstream=SMALL), proxy_env(**dirs), tmp_path / "a.log") as victim:
         victim.initialize()
         target = run_dir / f"{victim.proc.pid}.sock"
         assert wait_until(target.exists)
@@ -153,7 +155,7 @@ def test_a_connect_flood_does_not_bury_the_log(tmp_path: Path, dirs: dict[str, s
 def test_genuine_console_still_approves_always(tmp_path: Path, dirs: dict[str, str], llm: FakeLLMServer) -> None:
     run_dir = Path(dirs["MCP_SAMPLING_PROXY_RUNTIME_DIR"])
     policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=PROMPT_RULES))
-    with RawHost(proxy_command(policy), proxy_env(**dirs), tmp_path / "stderr.log") as host:
+    with RawHost(proxy_command(policy, upstream=SMALL), proxy_env(**dirs), tmp_path / "stderr.log") as host:
         host.initialize()
         sock_path = run_dir / f"{host.proc.pid}.sock"
         assert wait_until(sock_path.exists)
@@ -177,7 +179,7 @@ def test_genuine_console_still_approves_always(tmp_path: Path, dirs: dict[str, s
         console.close()
     assert json.loads(result["result"]["content"][0]["text"])["content"]["text"] == "echo: mine"
     assert [(e["server"], e["tool"], e["rule"], e["channel"]) for e in remembered(dirs)] == [
-        ("kitchen_sink_server", "sample", "ask", "console")
+        ("small_server", "sample", "ask", "console")
     ]
 
 
@@ -210,7 +212,7 @@ def test_no_socket_survives_any_way_a_proxy_ends(tmp_path: Path, dirs: dict[str,
     run_dir = Path(dirs["MCP_SAMPLING_PROXY_RUNTIME_DIR"])
 
     def started() -> RawHost:
-        host = RawHost(proxy_command(), proxy_env(**dirs), tmp_path / "stderr.log")
+        host = RawHost(proxy_command(upstream=SMALL), proxy_env(**dirs), tmp_path / "stderr.log")
         host.initialize()
         assert wait_until((run_dir / f"{host.proc.pid}.sock").exists)
         return host
@@ -386,9 +388,7 @@ def test_proxy_terminal_quotes_server_text(tmp_path: Path) -> None:
     policy = write_policy(tmp_path, "rules:\n  - name: ask-me\n    action: prompt\n")
     prompt = "hi\n" + FORGED + "\u200b\nAllow this request? [y]es"
     session = PtySession(
-        try_argv(
-            "--policy", policy, "--tool", "sample", "--args", json.dumps({"prompt": prompt}), "--", PY, KITCHEN_SINK
-        ),
+        try_argv("--policy", policy, "--tool", "sample", "--args", json.dumps({"prompt": prompt}), "--", *SMALL),
         terminal_env(),
     )
     screen = session.read_until(b"[N]o: ")
@@ -432,43 +432,13 @@ def test_emoji_and_cjk_survive_and_quote_prefixes_every_line() -> None:
 # --- squatted runtime dir -----------------------------------------------------------------------
 
 
-def squat(run_dir: Path, kind: str) -> None:
-    if kind == "other-user":
-        if os.getuid() != 0:
-            pytest.skip("chown to another user needs root (the suite runs as root in CI)")
-        run_dir.mkdir(mode=0o700)
-        os.chown(run_dir, 65534, 65534)
-    elif kind == "symlink":
-        (run_dir.parent / "elsewhere").mkdir(mode=0o700)
-        run_dir.symlink_to(run_dir.parent / "elsewhere")
-    elif kind == "file":
-        run_dir.write_text("")
-    else:
-        run_dir.mkdir(mode=0o755)
-        run_dir.chmod(0o755)
-
-
-@pytest.mark.parametrize(
-    ("kind", "says"),
-    [
-        ("other-user", "belongs to uid 65534"),
-        ("symlink", "symbolic link"),
-        ("file", "not a directory"),
-        ("mode", "chmod 700"),
-    ],
-)
+@pytest.mark.parametrize(("kind", "says"), SQUATS)
 def test_squatted_runtime_dir_is_a_clear_error(tmp_path: Path, dirs: dict[str, str], kind: str, says: str) -> None:
-    import subprocess
-
+    """The proxy beside a squatted runtime dir still relays, and says why it has no console. (`console` on
+    it is a clear error: tests/unit/commands/test_console_squatted.py.)"""
     run_dir = Path(dirs["MCP_SAMPLING_PROXY_RUNTIME_DIR"])
     squat(run_dir, kind)
-    console = subprocess.run(
-        [PY, "-m", "mcp_sampling_proxy", "console"], env=proxy_env(**dirs), capture_output=True, text=True, timeout=60
-    )
-    assert console.returncode == 1
-    assert says in console.stderr and str(run_dir) in console.stderr
-    assert "Traceback" not in console.stderr
-    with RawHost(proxy_command(), proxy_env(**dirs), tmp_path / "stderr.log") as host:
+    with RawHost(proxy_command(upstream=SMALL), proxy_env(**dirs), tmp_path / "stderr.log") as host:
         host.initialize()
         echoed = host.request("tools/call", {"name": "echo", "arguments": {"text": "still relays"}})
         host.close_stdin()
@@ -511,7 +481,7 @@ def test_the_host_form_quotes_server_text_and_marks_the_servers_own_forms(
     server text; this form did not). And the server's own look-alike form reached the host unmarked."""
     rules = "rules:\n  - name: ask\n    action: prompt\napproval:\n  channels: [host]\n"
     policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=rules) + "elicitation:\n  route: host\n")
-    with RawHost(proxy_command(policy), proxy_env(**dirs), tmp_path / "stderr.log") as host:
+    with RawHost(proxy_command(policy, upstream=SMALL), proxy_env(**dirs), tmp_path / "stderr.log") as host:
         host.initialize({"elicitation": {"form": {}}})
         host.send(
             {
@@ -540,12 +510,12 @@ def test_the_host_form_quotes_server_text_and_marks_the_servers_own_forms(
         host.send({"jsonrpc": "2.0", "id": theirs["id"], "result": {"action": "decline"}})
         host.wait_for(lambda m: m.get("id") == 3)
     message = ours["params"]["message"]
-    assert message.startswith("mcp-sampling-proxy: server 'kitchen_sink_server' asks to use an LLM")
+    assert message.startswith("mcp-sampling-proxy: server 'small_server' asks to use an LLM")
     assert not [line for line in message.split("\n")[1:] if line.startswith("mcp-sampling-proxy")]
     assert f"\u2502 {FORGED_VERIFIED}" in message  # shown, as the server's, quoted
     forwarded = theirs["params"]["message"]
     assert forwarded.startswith(
-        "The server 'kitchen_sink_server' (it calls itself 'kitchen-sink') asks (its words, "
+        "The server 'small_server' (it calls itself 'small-server') asks (its words, "
         "quoted; this is not a question of mcp-sampling-proxy)"
     )
     assert not [line for line in forwarded.split("\n") if line.startswith("mcp-sampling-proxy")]

@@ -167,21 +167,3 @@ def test_names_derived_from_the_command(command: list[str], name: str) -> None:
 
     assert derive_from_command(command) == name
     assert derive_from_url("https://mcp.example.com/tools/mcp/") == "mcp.example.com/tools/mcp"
-
-
-def test_wrap_names_every_server_after_its_host_config_key(tmp_path: Path) -> None:
-    """`wrap` writes --name from the entry key by default, so rules never fall back to a reported name."""
-    import subprocess
-
-    config = tmp_path / "claude_desktop_config.json"
-    config.write_text(json.dumps({"mcpServers": {"summarizer": {"command": "uvx", "args": ["summarizer-mcp"]}}}))
-    done = subprocess.run(
-        [*PROXY, "wrap", "--host", "claude-desktop", "--config", str(config), "--all"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        env=proxy_env(),
-    )
-    assert done.returncode == 0, done.stderr
-    args = json.loads(config.read_text())["mcpServers"]["summarizer"]["args"]
-    assert args[args.index("--name") + 1] == "summarizer"

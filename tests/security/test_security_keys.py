@@ -19,6 +19,7 @@ from helpers.support import (
     INITIALIZE_LINE,
     PY,
     ROOT,
+    SMALL_SERVER,
     UNCONFINED,
     RawHost,
     proxy_command,
@@ -32,6 +33,7 @@ from helpers.unprivileged import KEY, assert_no_run, unprivileged_python
 from mcp_sampling_proxy.config.settings import load_settings
 
 HOSTILE = ROOT / "tests" / "fixtures" / "hostile"
+SMALL = [PY, SMALL_SERVER]  # a server that samples, without the SDK's start-up
 
 
 def key_policy(base_url: str, source: str, extra: str = "") -> str:
@@ -102,7 +104,9 @@ def test_a_same_user_server_cannot_read_the_key_from_proc(shared_dir: Path) -> N
 
 async def _sample(tmp_path: Path, policy_text: str, llm: FakeLLMServer, env: dict[str, str] | None = None) -> str:
     stderr = tmp_path / "stderr.log"
-    async with sdk_host(proxy_command(write_policy(tmp_path, policy_text)), env or proxy_env(), stderr) as client:
+    async with sdk_host(
+        proxy_command(write_policy(tmp_path, policy_text), upstream=SMALL), env or proxy_env(), stderr
+    ) as client:
         result = await client.call_tool("sample", {"prompt": "hello"})
     return tool_text(result)
 
@@ -260,7 +264,9 @@ async def test_a_provider_error_echoing_most_of_the_key_leaks_nowhere(tmp_path: 
             llm.base_url, "      api_key_env: TEST_LLM_KEY\n", extra=f"audit:\n  path: {audit}\n  content: {mode}\n"
         )
         async with sdk_host(
-            proxy_command(write_policy(tmp_path, policy), "--log-level", "debug"), proxy_env(TEST_LLM_KEY=KEY), stderr
+            proxy_command(write_policy(tmp_path, policy), "--log-level", "debug", upstream=SMALL),
+            proxy_env(TEST_LLM_KEY=KEY),
+            stderr,
         ) as client:
             result = await client.call_tool("sample", {"prompt": "hello"})
     server_saw = tool_text(result)
@@ -285,7 +291,9 @@ async def test_the_audit_log_confirms_no_guess_of_the_key(tmp_path: Path) -> Non
             llm.base_url, "      api_key_env: TEST_LLM_KEY\n", extra=f"audit:\n  path: {audit}\n  content: full\n"
         )
         async with sdk_host(
-            proxy_command(write_policy(tmp_path, policy)), proxy_env(TEST_LLM_KEY=KEY), tmp_path / "stderr.log"
+            proxy_command(write_policy(tmp_path, policy), upstream=SMALL),
+            proxy_env(TEST_LLM_KEY=KEY),
+            tmp_path / "stderr.log",
         ) as client:
             for guess in (right, wrong, KEY):
                 await client.call_tool("sample", {"prompt": f"is it {guess}?"})
@@ -351,7 +359,7 @@ async def test_an_answer_that_echoes_a_key_reaches_the_server_without_it(tmp_pat
         "      models: [gpt-test]\nrules:\n  - name: allow-all\n    action: allow\n"
     )
     async with sdk_host(
-        proxy_command(write_policy(tmp_path, policy, "cli.yaml")),
+        proxy_command(write_policy(tmp_path, policy, "cli.yaml"), upstream=SMALL),
         proxy_env(TEST_LLM_KEY=KEY, LEAKED=KEY),
         tmp_path / "cli.log",
     ) as client:
@@ -398,7 +406,7 @@ def test_a_relative_key_file_is_read_beside_the_policy_whatever_the_working_dire
     key_file.chmod(0o600)
     policy = write_policy(tmp_path, key_policy("http://127.0.0.1:9/v1", "      api_key_file: keys/openai.key\n"))
     done = subprocess.run(  # started in /, it reads the key (a proxy that cannot exits 2 at once)
-        proxy_command(policy, "--no-terminal"),
+        proxy_command(policy, "--no-terminal", upstream=SMALL),
         input=INITIALIZE_LINE,
         env=proxy_env(),
         cwd="/",

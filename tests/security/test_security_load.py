@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -163,11 +164,23 @@ def test_a_thousand_sampling_requests_run_at_most_max_concurrent_at_a_time(tmp_p
     assert 1 <= llm.max_open <= 8
 
 
+def release_when_refused(gate: threading.Event, audit: Path, count: int) -> None:
+    """Set `gate` once the audit log holds `count` refusals (whole lines), or at HANG."""
+    deadline = time.monotonic() + HANG
+    while time.monotonic() < deadline:
+        text = audit.read_text() if audit.exists() else ""
+        if sum(line.endswith("\n") and '"deny"' in line for line in text.splitlines(keepends=True)) >= count:
+            break
+        time.sleep(0.02)
+    gate.set()
+
+
 def test_past_the_queue_bound_requests_are_refused_and_audited(tmp_path: Path, llm: FakeLLMServer) -> None:
     audit = tmp_path / "audit.jsonl"
-    llm.default_delay = 3.0  # the first call holds its slot while the rest arrive
+    gate = llm.held = threading.Event()  # the first call holds its slot until the four past the bound are refused
     extra = f"sampling:\n  max_concurrent: 1\n  max_queued: 1\naudit:\n  path: {audit}\n"
     host = start(tmp_path, openai_policy(llm.base_url, extra=extra))
+    threading.Thread(target=release_when_refused, args=(gate, audit, 4), daemon=True).start()
     with host:
         summary, pings = flood_with_pings(host, 6, pings=2)
     assert all(p.get("result") == {} for p in pings)

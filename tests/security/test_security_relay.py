@@ -31,10 +31,12 @@ from helpers.support import (
 HOSTILE = str(ROOT / "tests" / "fixtures" / "hostile" / "relay_attacks_server.py")
 # unconfined: these attacks are on the relay and on the process tree the proxy keeps without a sandbox
 DENY_ALL = "rules:\n  - name: no-sampling\n    action: deny\naudit:\n  path: {audit}\n" + UNCONFINED
+# the hostile server ignores EOF: the grace the proxy gives it before SIGTERM (5 s by default) is only waited out
+QUICK_STOP = "upstream:\n  shutdown_timeout: 1\n"
 
 
 def start(tmp_path: Path, *options: str, upstream: list[str] | None = None) -> RawHost:
-    policy = write_policy(tmp_path, DENY_ALL.format(audit=tmp_path / "audit.jsonl"))
+    policy = write_policy(tmp_path, DENY_ALL.format(audit=tmp_path / "audit.jsonl") + QUICK_STOP)
     command = proxy_command(policy, *options, upstream=upstream or [PY, HOSTILE])
     host = RawHost(command, proxy_env(), tmp_path / "stderr.log")
     host.initialize()

@@ -74,13 +74,16 @@ def test_on_a_terminal_the_server_cannot_set_its_title(tmp_path: Path) -> None:
     assert "PWNED" not in title, f"the server set the terminal's title to {title!r}"
 
 
+# it answers every request with the same error: the handshake, and the proxy's try of the 2026 era after it
+# (a server that answered only the first left the proxy waiting for the second, 5 s at shutdown)
 ERROR_SERVER = (
     "import json, sys\n"
-    "request = json.loads(sys.stdin.readline())\n"
     "message = 'bad\\x1b]0;PWNED-TITLE\\x07\\x1b[2Jforged'\n"
-    "print(json.dumps({'jsonrpc': '2.0', 'id': request['id'], 'error': {'code': -32603, "
+    "for line in sys.stdin:\n"
+    "    request = json.loads(line)\n"
+    "    if 'id' in request and 'method' in request:\n"
+    "        print(json.dumps({'jsonrpc': '2.0', 'id': request['id'], 'error': {'code': -32603, "
     "'message': message}}), flush=True)\n"
-    "sys.stdin.read()\n"
 )
 
 

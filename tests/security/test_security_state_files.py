@@ -11,7 +11,7 @@ from pathlib import Path
 import anyio
 import pytest
 from fakes.llm_server import FakeLLMServer
-from helpers.support import proxy_command, proxy_env, sdk_host, tool_json, write_policy
+from helpers.support import PY, SMALL_SERVER, proxy_command, proxy_env, sdk_host, tool_json, write_policy
 
 from mcp_sampling_proxy.quotas import state as state_module
 from mcp_sampling_proxy.quotas.state import JsonStateFile
@@ -33,7 +33,7 @@ def proxy_setup(tmp_path: Path, policy: str) -> tuple[list[str], dict[str, str],
     env = proxy_env(
         TEST_LLM_KEY="k", MCP_SAMPLING_PROXY_STATE_DIR=str(state), MCP_SAMPLING_PROXY_RUNTIME_DIR=str(tmp_path / "run")
     )
-    return proxy_command(write_policy(tmp_path, policy)), env, state
+    return proxy_command(write_policy(tmp_path, policy), upstream=[PY, SMALL_SERVER]), env, state
 
 
 @pytest.mark.anyio
