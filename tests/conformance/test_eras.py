@@ -99,21 +99,9 @@ def run_host(host: str, target: list[str], script: dict[str, Any], env: dict[str
     return transcript
 
 
-def direct_and_proxied(
-    host: str,
-    server: str,
-    tmp_path: Path,
-    llm: FakeLLMServer,
-    extra: str = "",
-    steps: dict[str, Any] | None = None,
-    forms: bool = True,
-    state: Path | None = None,
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    command, script = server_command(server)
-    script = {**script, **(steps or {})}
-    policy = write_policy(tmp_path, openai_policy(llm.base_url) + extra)
-    proxy = [PY, "-m", "mcp_sampling_proxy", "--log-format", "json", "--policy", policy, "--", *command]
-    env = proxy_env(
+def host_env(tmp_path: Path, state: Path | None = None, forms: bool = True) -> dict[str, str]:
+    """The environment every host (and the stdio proxy it starts) runs in."""
+    return proxy_env(
         TEST_LLM_KEY="k",
         MCP_NODE_MODULES=str(NODE_MODULES),
         PYTHONWARNINGS="ignore",
@@ -122,9 +110,49 @@ def direct_and_proxied(
         PATH=f"{Path(node()).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         ERA_HOST_FORMS="form" if forms else "none",
     )
+
+
+_DIRECT: dict[tuple[str, str, str, bool], dict[str, Any]] = {}
+
+
+def run_direct(host: str, server: str, steps: dict[str, Any] | None = None, forms: bool = True) -> dict[str, Any]:
+    """The host's transcript straight to the server, run once per worker for each host, server, script
+    and forms: a direct session involves nothing of the proxy, so every test that compares a front with
+    the same direct cell compares it with this one."""
+    key = (host, server, json.dumps(steps, sort_keys=True), forms)
+    if key not in _DIRECT:
+        command, script = server_command(server)
+        scratch = Path(tempfile.mkdtemp(prefix="msp-direct-"))
+        try:
+            _DIRECT[key] = run_host(host, command, {**script, **(steps or {})}, host_env(scratch, forms=forms))
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return dict(_DIRECT[key])
+
+
+def proxy_through_stdio(server: str, tmp_path: Path, llm: FakeLLMServer, extra: str = "") -> list[str]:
+    """The stdio proxy's command in front of `server`, with the loopback LLM and `extra` in its policy."""
+    command, _ = server_command(server)
+    policy = write_policy(tmp_path, openai_policy(llm.base_url) + extra)
+    return [PY, "-m", "mcp_sampling_proxy", "--log-format", "json", "--policy", policy, "--", *command]
+
+
+def direct_and_proxied(
+    host: str,
+    server: str,
+    tmp_path: Path,
+    llm: FakeLLMServer,
+    extra: str = "",
+    steps: dict[str, Any] | None = None,
+    forms: bool = True,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The host's transcript direct (run_direct) and through the stdio proxy."""
+    _, script = server_command(server)
+    proxy = proxy_through_stdio(server, tmp_path, llm, extra)
+    env = host_env(tmp_path, forms=forms)
     with ThreadPoolExecutor(2) as pool:
-        direct = pool.submit(run_host, host, command, script, env)
-        proxied = pool.submit(run_host, host, proxy, script, env)
+        direct = pool.submit(run_direct, host, server, steps, forms)
+        proxied = pool.submit(run_host, host, proxy, {**script, **(steps or {})}, env)
         return direct.result(), proxied.result()
 
 
@@ -148,14 +176,6 @@ def one_users_state(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The state directory (the tool pins) every host of the matrix shares, as one user's hosts do: a
     tool a server offers only to some clients must not be held from the others as one that appeared."""
     return tmp_path_factory.mktemp("one-users-state")
-
-
-@pytest.mark.parametrize(("host", "server"), [(h, s) for h in HOSTS for s in SERVERS])
-def test_era_matrix_direct_and_proxied(
-    host: str, server: str, tmp_path: Path, llm: FakeLLMServer, one_users_state: Path
-) -> None:
-    direct, proxied = direct_and_proxied(host, server, tmp_path, llm, state=one_users_state)
-    assert_cell(host, server, direct, proxied)
 
 
 def assert_cell(host: str, server: str, direct: dict[str, Any], proxied: dict[str, Any]) -> None:
@@ -231,15 +251,26 @@ def fronts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fronts]:
 
 
 @pytest.mark.parametrize(("host", "server"), [(h, s) for h in HOSTS for s in SERVERS])
-def test_era_matrix_direct_and_through_serve(host: str, server: str, fronts: Fronts) -> None:
-    """The same cells with `serve` as the front: every host over Streamable HTTP to one long-running
-    `serve` per server (the host's auto mode included: it must land in the era it lands in directly)."""
-    command, script = server_command(server)
-    env = proxy_env(TEST_LLM_KEY="k", **fronts.env)
-    with ThreadPoolExecutor(2) as pool:
-        direct = pool.submit(run_host, host, command, script, env)
-        proxied = pool.submit(run_host, host, [fronts.url(server)], script, env)
-        assert_cell(host, server, direct.result(), proxied.result())
+def test_era_matrix_direct_and_through_each_front(
+    host: str, server: str, tmp_path: Path, llm: FakeLLMServer, one_users_state: Path, fronts: Fronts
+) -> None:
+    """One cell: the host straight to the server, through the stdio proxy, and over Streamable HTTP to the
+    server's long-running `serve` (the host's auto mode included: it must land in the era it lands in
+    directly); each front compared with the one direct transcript."""
+    _, script = server_command(server)
+    with ThreadPoolExecutor(3) as pool:
+        direct = pool.submit(run_direct, host, server)
+        stdio, url = proxy_through_stdio(server, tmp_path, llm), fronts.url(server)  # serve starts as it runs
+        proxied = pool.submit(run_host, host, stdio, script, host_env(tmp_path, state=one_users_state))
+        served = pool.submit(run_host, host, [url], script, proxy_env(TEST_LLM_KEY="k", **fronts.env))
+        through = {"the stdio proxy": proxied.result(), "serve": served.result()}
+        failed = []
+        for front, transcript in through.items():
+            try:
+                assert_cell(host, server, direct.result(), transcript)
+            except AssertionError as failure:
+                failed.append(f"through {front}: {failure}")
+    assert not failed, "\n\n".join(failed)
 
 
 @pytest.mark.parametrize("forms", [True, False], ids=["forms", "no-forms"])
