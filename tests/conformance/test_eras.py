@@ -226,7 +226,7 @@ class Fronts:
     def url(self, server: str) -> str:
         if server not in self.served:
             place = self.directory / server
-            place.mkdir()
+            place.mkdir(exist_ok=True)  # a serve that did not start is started again by the next cell
             policy = write_policy(place, openai_policy(self.llm.base_url))
             command, _ = server_command(server)
             self.served[server] = start_serve(
