@@ -12,7 +12,8 @@ speaks directly; a host that cannot connect directly (the eras do not meet) work
 sampling reaches the proxy's LLM and elicitation reaches the host. A handshake host and a FastMCP 4
 server meet in the handshake era, where FastMCP 4 cannot sample (directly its sampling tool fails):
 through the proxy the call runs again over a second, 2026-07-28 connection, and elicitation by a
-request of the server's own (`ctx.elicit`, handshake only) keeps working on the first.
+request of the server's own (`ctx.elicit`, handshake only) keeps working on the first: in that cell the
+host's elicitation step is `ask_name_imperative`, which elicits by `ctx.elicit` alone.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ IMPERATIVE_ANSWER = (
     '    - {server: "*", tool: ask_name_imperative, action: accept, content: {name: Grace}}\n'
 )
 """The policy's answer to FastMCP 4's `ctx.elicit` for a host without forms."""
+IMPERATIVE = {"elicit": ["ask_name_imperative", {}]}
+"""The elicitation step that asks by `ctx.elicit` alone (FastMCP 4 refuses it on a 2026-07-28 connection)."""
 SAMPLED = "the sea"  # the fake LLM echoes the prompt, which quotes the tool's argument
 
 
@@ -195,6 +198,8 @@ def assert_cell(host: str, server: str, direct: dict[str, Any], proxied: dict[st
     assert SAMPLED not in step_text(direct, "sample"), report
     if host in HANDSHAKE_ONLY_HOSTS and server == "fastmcp4":
         assert "only exists at MCP 2026-07-28" in step_text(direct, "sample"), report
+        # `ctx.elicit` reaches the host directly too: its handshake connection is the server's to ask on
+        assert "Grace" in step_text(direct, "elicit"), report
     assert SAMPLED in step_text(proxied, "sample") and not proxied["sample"].get("is_error"), report
 
 
@@ -258,8 +263,10 @@ def test_era_matrix_direct_and_through_each_front(
     server's long-running `serve` (the host's auto mode included: it must land in the era it lands in
     directly); each front compared with the one direct transcript."""
     _, script = server_command(server)
+    steps = IMPERATIVE if host in HANDSHAKE_ONLY_HOSTS and server == "fastmcp4" else None
+    script = {**script, **(steps or {})}
     with ThreadPoolExecutor(3) as pool:
-        direct = pool.submit(run_direct, host, server)
+        direct = pool.submit(run_direct, host, server, steps)
         stdio, url = proxy_through_stdio(server, tmp_path, llm), fronts.url(server)  # serve starts as it runs
         proxied = pool.submit(run_host, host, stdio, script, host_env(tmp_path, state=one_users_state))
         served = pool.submit(run_host, host, [url], script, proxy_env(TEST_LLM_KEY="k", **fronts.env))
@@ -273,26 +280,23 @@ def test_era_matrix_direct_and_through_each_front(
     assert not failed, "\n\n".join(failed)
 
 
-@pytest.mark.parametrize("forms", [True, False], ids=["forms", "no-forms"])
 @pytest.mark.parametrize("host", sorted(HANDSHAKE_ONLY_HOSTS))
-def test_handshake_hosts_get_fastmcp4_sampling_and_imperative_elicitation_with_no_setting(
-    host: str, forms: bool, tmp_path: Path, llm: FakeLLMServer
+def test_handshake_hosts_without_forms_get_fastmcp4_sampling_and_imperative_elicitation_with_no_setting(
+    host: str, tmp_path: Path, llm: FakeLLMServer
 ) -> None:
     """FastMCP 4 samples only by input_required rounds (2026-07-28) and `ctx.elicit`s only on a
-    handshake connection. With no `upstream:` section a handshake host gets both: the sampling tool
-    runs again over a 2026 connection, where the proxy's LLM answers its round; the elicitation stays
-    a request to the host (with forms) or to the policy (without: here an auto-answer)."""
-    steps = {"elicit": ["ask_name_imperative", {}]}
-    direct, proxied = direct_and_proxied(
-        host, "fastmcp4", tmp_path, llm, "" if forms else IMPERATIVE_ANSWER, steps=steps, forms=forms
-    )
+    handshake connection. With no `upstream:` section a handshake host that declares no forms gets both:
+    the sampling tool runs again over a 2026 connection, where the proxy's LLM answers its round; the
+    elicitation goes to the policy (here an auto-answer). (With forms, the matrix's cell of the host and
+    FastMCP 4: the elicitation stays a request to the host.)"""
+    direct, proxied = direct_and_proxied(host, "fastmcp4", tmp_path, llm, IMPERATIVE_ANSWER, IMPERATIVE, False)
     report = f"direct: {json.dumps(direct)[:2500]}\nproxied: {json.dumps(proxied)[:4000]}"
     assert works(direct) and works(proxied), report
     assert proxied.get("version") == direct.get("version"), report
     assert "only exists at MCP 2026-07-28" in step_text(direct, "sample"), report
     assert SAMPLED in step_text(proxied, "sample") and not proxied["sample"].get("is_error"), report
     assert "Grace" in step_text(proxied, "elicit"), report
-    assert ("Grace" in step_text(direct, "elicit")) is forms, report
+    assert "Grace" not in step_text(direct, "elicit"), report
 
 
 @pytest.mark.parametrize("host", sorted(HANDSHAKE_ONLY_HOSTS))
