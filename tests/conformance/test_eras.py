@@ -115,22 +115,14 @@ def host_env(tmp_path: Path, state: Path | None = None, forms: bool = True) -> d
     )
 
 
-_DIRECT: dict[tuple[str, str, str, bool], dict[str, Any]] = {}
-
-
 def run_direct(host: str, server: str, steps: dict[str, Any] | None = None, forms: bool = True) -> dict[str, Any]:
-    """The host's transcript straight to the server, run once per worker for each host, server, script
-    and forms: a direct session involves nothing of the proxy, so every test that compares a front with
-    the same direct cell compares it with this one."""
-    key = (host, server, json.dumps(steps, sort_keys=True), forms)
-    if key not in _DIRECT:
-        command, script = server_command(server)
-        scratch = Path(tempfile.mkdtemp(prefix="msp-direct-"))
-        try:
-            _DIRECT[key] = run_host(host, command, {**script, **(steps or {})}, host_env(scratch, forms=forms))
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-    return dict(_DIRECT[key])
+    """The host's transcript straight to the server (no proxy: its directories are scratch)."""
+    command, script = server_command(server)
+    scratch = Path(tempfile.mkdtemp(prefix="msp-direct-"))
+    try:
+        return run_host(host, command, {**script, **(steps or {})}, host_env(scratch, forms=forms))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def proxy_through_stdio(server: str, tmp_path: Path, llm: FakeLLMServer, extra: str = "") -> list[str]:
