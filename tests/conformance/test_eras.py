@@ -257,7 +257,9 @@ def test_era_matrix_direct_and_through_each_front(
     _, script = server_command(server)
     steps = IMPERATIVE if host in HANDSHAKE_ONLY_HOSTS and server == "fastmcp4" else None
     script = {**script, **(steps or {})}
-    with ThreadPoolExecutor(3) as pool:
+    # two sessions at a time: a third adds only contention on a busy machine, where a server that answers
+    # the proxy's first probe after 30 s is bridged (relay/bridge.py) and the host lands in another era
+    with ThreadPoolExecutor(2) as pool:
         direct = pool.submit(run_direct, host, server, steps)
         stdio, url = proxy_through_stdio(server, tmp_path, llm), fronts.url(server)  # serve starts as it runs
         proxied = pool.submit(run_host, host, stdio, script, host_env(tmp_path, state=one_users_state))
