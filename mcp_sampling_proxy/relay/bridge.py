@@ -214,6 +214,13 @@ class EraBridge:
                 self.host_era = None
                 self._relay.answer_host(msg["id"], **_body(answered))
                 return False
+        elif method == "server/discover" and self.setting == "auto" and (refused := self._refused_answer()):
+            # refused before on this relay (serve keeps one for all of a caller's 2026 requests): refused
+            # again, as directly, so another auto host falls back to initialize as the first one did
+            self.undecided = True
+            self.host_era = None
+            self._relay.answer_host(msg["id"], **_body(refused))
+            return False
         opened = await self._open_handshake(meta)
         if "result" not in opened:
             log.warning(
@@ -247,6 +254,11 @@ class EraBridge:
         self.translating = self.host_era is not None and self.host_era != server_era
         if self.translating:
             log.info("protocol eras differ: translating", host=self.host_era, server=server_era, protocol=eras.MODERN)
+
+    def _refused_answer(self) -> dict[str, Any] | None:
+        """The server's own answer to the proxy's discover that it refused, if it gave one."""
+        answer = (self._refused or {}).get("answer")
+        return answer if isinstance(answer, dict) and answer else None
 
     async def _probe(self, meta: dict[str, Any], timeout: float) -> dict[str, Any]:
         """The server's answer to a server/discover of the proxy's: {"result": a 2026 one} or {"error": ...}."""

@@ -11,6 +11,7 @@ for the approval form a 2026 host gets in a round of its call.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +40,34 @@ def text_of(response: dict[str, Any]) -> Any:
     return json.loads(response["result"]["content"][0]["text"])
 
 
+def start_modern_host(directory: Path) -> RawHost:
+    """A 2026 host (the test writes its lines) to the proxy pinned to the handshake, before the kitchen sink."""
+    policy = write_policy(directory, PIN_HANDSHAKE)
+    dirs = {
+        "MCP_SAMPLING_PROXY_RUNTIME_DIR": str(directory / "run"),
+        "MCP_SAMPLING_PROXY_STATE_DIR": str(directory / "state"),
+    }
+    return RawHost(proxy_command(policy), proxy_env(TEST_LLM_KEY="k", **dirs), directory / "stderr.log")
+
+
+@pytest.fixture(scope="module")
+def one_modern_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RawHost]:
+    with start_modern_host(tmp_path_factory.mktemp("modern-host")) as host:
+        yield host
+
+
 @pytest.fixture
-def modern_host(tmp_path: Path, dirs: dict[str, str]) -> Any:
-    policy = write_policy(tmp_path, PIN_HANDSHAKE)
-    with RawHost(proxy_command(policy), proxy_env(**dirs), tmp_path / "stderr.log") as host:
+def modern_host(one_modern_host: RawHost) -> RawHost:
+    """The module's one session, for tests that leave the server as they found it: what it said before
+    the test is forgotten."""
+    one_modern_host.seen.clear()
+    return one_modern_host
+
+
+@pytest.fixture
+def fresh_modern_host(tmp_path: Path) -> Iterator[RawHost]:
+    """A session of its own, for a test that counts what the server did and picks an id of its own."""
+    with start_modern_host(tmp_path) as host:
         yield host
 
 
@@ -192,11 +217,11 @@ def test_a_progress_token_survives_the_round(modern_host: RawHost) -> None:
     assert tokens == ["p1", "p1"]
 
 
-def test_cancelling_the_retry_of_a_round_cancels_the_call_at_the_server(modern_host: RawHost) -> None:
+def test_cancelling_the_retry_of_a_round_cancels_the_call_at_the_server(fresh_modern_host: RawHost) -> None:
     """After a round the host waits on the retry's id; the server knows the call by the first one."""
-    round_ = call(modern_host, "elicit_then_slow", {"seconds": 30})["result"]
+    round_ = call(fresh_modern_host, "elicit_then_slow", {"seconds": 30})["result"]
     ((key, _asked),) = round_["inputRequests"].items()
-    modern_host.send(
+    fresh_modern_host.send(
         {
             "jsonrpc": "2.0",
             "id": 99,
@@ -210,19 +235,19 @@ def test_cancelling_the_retry_of_a_round_cancels_the_call_at_the_server(modern_h
             },
         }
     )
-    stats = text_of(call(modern_host, "slow_stats"))
+    stats = text_of(call(fresh_modern_host, "slow_stats"))
     for _ in range(200):  # the answer reaches the server, which goes on to sleep
         if stats["started"]:
             break
-        stats = text_of(call(modern_host, "slow_stats"))
+        stats = text_of(call(fresh_modern_host, "slow_stats"))
     assert stats["started"] == 1
-    modern_host.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 99}})
+    fresh_modern_host.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 99}})
     for _ in range(200):
-        stats = text_of(call(modern_host, "slow_stats"))
+        stats = text_of(call(fresh_modern_host, "slow_stats"))
         if stats["cancelled"]:
             break
     assert stats["cancelled"] == 1
-    assert not [m for m in modern_host.seen if m.get("id") == 99]  # a cancelled request gets no answer
+    assert not [m for m in fresh_modern_host.seen if m.get("id") == 99]  # a cancelled request gets no answer
 
 
 def test_a_reused_id_reaches_the_server_under_another_while_the_first_call_runs(modern_host: RawHost) -> None:

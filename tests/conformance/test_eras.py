@@ -12,7 +12,8 @@ speaks directly; a host that cannot connect directly (the eras do not meet) work
 sampling reaches the proxy's LLM and elicitation reaches the host. A handshake host and a FastMCP 4
 server meet in the handshake era, where FastMCP 4 cannot sample (directly its sampling tool fails):
 through the proxy the call runs again over a second, 2026-07-28 connection, and elicitation by a
-request of the server's own (`ctx.elicit`, handshake only) keeps working on the first.
+request of the server's own (`ctx.elicit`, handshake only) keeps working on the first: in that cell the
+host's elicitation step is `ask_name_imperative`, which elicits by `ctx.elicit` alone.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ IMPERATIVE_ANSWER = (
     '    - {server: "*", tool: ask_name_imperative, action: accept, content: {name: Grace}}\n'
 )
 """The policy's answer to FastMCP 4's `ctx.elicit` for a host without forms."""
+IMPERATIVE = {"elicit": ["ask_name_imperative", {}]}
+"""The elicitation step that asks by `ctx.elicit` alone (FastMCP 4 refuses it on a 2026-07-28 connection)."""
 SAMPLED = "the sea"  # the fake LLM echoes the prompt, which quotes the tool's argument
 
 
@@ -99,21 +102,9 @@ def run_host(host: str, target: list[str], script: dict[str, Any], env: dict[str
     return transcript
 
 
-def direct_and_proxied(
-    host: str,
-    server: str,
-    tmp_path: Path,
-    llm: FakeLLMServer,
-    extra: str = "",
-    steps: dict[str, Any] | None = None,
-    forms: bool = True,
-    state: Path | None = None,
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    command, script = server_command(server)
-    script = {**script, **(steps or {})}
-    policy = write_policy(tmp_path, openai_policy(llm.base_url) + extra)
-    proxy = [PY, "-m", "mcp_sampling_proxy", "--log-format", "json", "--policy", policy, "--", *command]
-    env = proxy_env(
+def host_env(tmp_path: Path, state: Path | None = None, forms: bool = True) -> dict[str, str]:
+    """The environment every host (and the stdio proxy it starts) runs in."""
+    return proxy_env(
         TEST_LLM_KEY="k",
         MCP_NODE_MODULES=str(NODE_MODULES),
         PYTHONWARNINGS="ignore",
@@ -122,9 +113,41 @@ def direct_and_proxied(
         PATH=f"{Path(node()).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         ERA_HOST_FORMS="form" if forms else "none",
     )
+
+
+def run_direct(host: str, server: str, steps: dict[str, Any] | None = None, forms: bool = True) -> dict[str, Any]:
+    """The host's transcript straight to the server (no proxy: its directories are scratch)."""
+    command, script = server_command(server)
+    scratch = Path(tempfile.mkdtemp(prefix="msp-direct-"))
+    try:
+        return run_host(host, command, {**script, **(steps or {})}, host_env(scratch, forms=forms))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def proxy_through_stdio(server: str, tmp_path: Path, llm: FakeLLMServer, extra: str = "") -> list[str]:
+    """The stdio proxy's command in front of `server`, with the loopback LLM and `extra` in its policy."""
+    command, _ = server_command(server)
+    policy = write_policy(tmp_path, openai_policy(llm.base_url) + extra)
+    return [PY, "-m", "mcp_sampling_proxy", "--log-format", "json", "--policy", policy, "--", *command]
+
+
+def direct_and_proxied(
+    host: str,
+    server: str,
+    tmp_path: Path,
+    llm: FakeLLMServer,
+    extra: str = "",
+    steps: dict[str, Any] | None = None,
+    forms: bool = True,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The host's transcript direct (run_direct) and through the stdio proxy."""
+    _, script = server_command(server)
+    proxy = proxy_through_stdio(server, tmp_path, llm, extra)
+    env = host_env(tmp_path, forms=forms)
     with ThreadPoolExecutor(2) as pool:
-        direct = pool.submit(run_host, host, command, script, env)
-        proxied = pool.submit(run_host, host, proxy, script, env)
+        direct = pool.submit(run_direct, host, server, steps, forms)
+        proxied = pool.submit(run_host, host, proxy, {**script, **(steps or {})}, env)
         return direct.result(), proxied.result()
 
 
@@ -150,14 +173,6 @@ def one_users_state(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("one-users-state")
 
 
-@pytest.mark.parametrize(("host", "server"), [(h, s) for h in HOSTS for s in SERVERS])
-def test_era_matrix_direct_and_proxied(
-    host: str, server: str, tmp_path: Path, llm: FakeLLMServer, one_users_state: Path
-) -> None:
-    direct, proxied = direct_and_proxied(host, server, tmp_path, llm, state=one_users_state)
-    assert_cell(host, server, direct, proxied)
-
-
 def assert_cell(host: str, server: str, direct: dict[str, Any], proxied: dict[str, Any]) -> None:
     """What must hold for one host and server, direct and through a front of the proxy."""
     report = f"direct: {json.dumps(direct)[:2500]}\nproxied: {json.dumps(proxied)[:4000]}"
@@ -175,6 +190,8 @@ def assert_cell(host: str, server: str, direct: dict[str, Any], proxied: dict[st
     assert SAMPLED not in step_text(direct, "sample"), report
     if host in HANDSHAKE_ONLY_HOSTS and server == "fastmcp4":
         assert "only exists at MCP 2026-07-28" in step_text(direct, "sample"), report
+        # `ctx.elicit` reaches the host directly too: its handshake connection is the server's to ask on
+        assert "Grace" in step_text(direct, "elicit"), report
     assert SAMPLED in step_text(proxied, "sample") and not proxied["sample"].get("is_error"), report
 
 
@@ -206,7 +223,7 @@ class Fronts:
     def url(self, server: str) -> str:
         if server not in self.served:
             place = self.directory / server
-            place.mkdir()
+            place.mkdir(exist_ok=True)  # a serve that did not start is started again by the next cell
             policy = write_policy(place, openai_policy(self.llm.base_url))
             command, _ = server_command(server)
             self.served[server] = start_serve(
@@ -231,37 +248,49 @@ def fronts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fronts]:
 
 
 @pytest.mark.parametrize(("host", "server"), [(h, s) for h in HOSTS for s in SERVERS])
-def test_era_matrix_direct_and_through_serve(host: str, server: str, fronts: Fronts) -> None:
-    """The same cells with `serve` as the front: every host over Streamable HTTP to one long-running
-    `serve` per server (the host's auto mode included: it must land in the era it lands in directly)."""
-    command, script = server_command(server)
-    env = proxy_env(TEST_LLM_KEY="k", **fronts.env)
+def test_era_matrix_direct_and_through_each_front(
+    host: str, server: str, tmp_path: Path, llm: FakeLLMServer, one_users_state: Path, fronts: Fronts
+) -> None:
+    """One cell: the host straight to the server, through the stdio proxy, and over Streamable HTTP to the
+    server's long-running `serve` (the host's auto mode included: it must land in the era it lands in
+    directly); each front compared with the one direct transcript."""
+    _, script = server_command(server)
+    steps = IMPERATIVE if host in HANDSHAKE_ONLY_HOSTS and server == "fastmcp4" else None
+    script = {**script, **(steps or {})}
+    # two sessions at a time: a third adds only contention on a busy machine, where a server that answers
+    # the proxy's first probe after 30 s is bridged (relay/bridge.py) and the host lands in another era
     with ThreadPoolExecutor(2) as pool:
-        direct = pool.submit(run_host, host, command, script, env)
-        proxied = pool.submit(run_host, host, [fronts.url(server)], script, env)
-        assert_cell(host, server, direct.result(), proxied.result())
+        direct = pool.submit(run_direct, host, server, steps)
+        stdio, url = proxy_through_stdio(server, tmp_path, llm), fronts.url(server)  # serve starts as it runs
+        proxied = pool.submit(run_host, host, stdio, script, host_env(tmp_path, state=one_users_state))
+        served = pool.submit(run_host, host, [url], script, proxy_env(TEST_LLM_KEY="k", **fronts.env))
+        through = {"the stdio proxy": proxied.result(), "serve": served.result()}
+        failed = []
+        for front, transcript in through.items():
+            try:
+                assert_cell(host, server, direct.result(), transcript)
+            except AssertionError as failure:
+                failed.append(f"through {front}: {failure}")
+    assert not failed, "\n\n".join(failed)
 
 
-@pytest.mark.parametrize("forms", [True, False], ids=["forms", "no-forms"])
 @pytest.mark.parametrize("host", sorted(HANDSHAKE_ONLY_HOSTS))
-def test_handshake_hosts_get_fastmcp4_sampling_and_imperative_elicitation_with_no_setting(
-    host: str, forms: bool, tmp_path: Path, llm: FakeLLMServer
+def test_handshake_hosts_without_forms_get_fastmcp4_sampling_and_imperative_elicitation_with_no_setting(
+    host: str, tmp_path: Path, llm: FakeLLMServer
 ) -> None:
     """FastMCP 4 samples only by input_required rounds (2026-07-28) and `ctx.elicit`s only on a
-    handshake connection. With no `upstream:` section a handshake host gets both: the sampling tool
-    runs again over a 2026 connection, where the proxy's LLM answers its round; the elicitation stays
-    a request to the host (with forms) or to the policy (without: here an auto-answer)."""
-    steps = {"elicit": ["ask_name_imperative", {}]}
-    direct, proxied = direct_and_proxied(
-        host, "fastmcp4", tmp_path, llm, "" if forms else IMPERATIVE_ANSWER, steps=steps, forms=forms
-    )
+    handshake connection. With no `upstream:` section a handshake host that declares no forms gets both:
+    the sampling tool runs again over a 2026 connection, where the proxy's LLM answers its round; the
+    elicitation goes to the policy (here an auto-answer). (With forms, the matrix's cell of the host and
+    FastMCP 4: the elicitation stays a request to the host.)"""
+    direct, proxied = direct_and_proxied(host, "fastmcp4", tmp_path, llm, IMPERATIVE_ANSWER, IMPERATIVE, False)
     report = f"direct: {json.dumps(direct)[:2500]}\nproxied: {json.dumps(proxied)[:4000]}"
     assert works(direct) and works(proxied), report
     assert proxied.get("version") == direct.get("version"), report
     assert "only exists at MCP 2026-07-28" in step_text(direct, "sample"), report
     assert SAMPLED in step_text(proxied, "sample") and not proxied["sample"].get("is_error"), report
     assert "Grace" in step_text(proxied, "elicit"), report
-    assert ("Grace" in step_text(direct, "elicit")) is forms, report
+    assert "Grace" not in step_text(direct, "elicit"), report
 
 
 @pytest.mark.parametrize("host", sorted(HANDSHAKE_ONLY_HOSTS))

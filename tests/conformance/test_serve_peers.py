@@ -245,23 +245,61 @@ def test_server_scenarios_pass_through_serve_as_they_do_direct(suite: str, tmp_p
         assert succeeded(proxied) >= MODERN_SERVE_CHECKS, report
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def llm() -> Iterator[FakeLLMServer]:
     with FakeLLMServer("openai") as server:
         yield server
 
 
-@pytest.fixture
-def served(tmp_path: Path, llm: FakeLLMServer) -> Iterator[Endpoint]:
-    """`serve` with a bearer token for alice and the loopback LLM answering the server's sampling."""
-    tokens = tmp_path / "tokens"
+@dataclass
+class Served:
+    """The module's `serve`, as one test sees it: the decisions in its audit log before the test began
+    are other tests'."""
+
+    endpoint: Endpoint
+    audit: Path
+    before: int
+
+    @property
+    def url(self) -> str:
+        return self.endpoint.url
+
+    @property
+    def log(self) -> Path:
+        return self.endpoint.log
+
+    def audited_clients(self) -> list[object]:
+        """The `client` of each sampling decision this test caused, from the audit log."""
+        return [r.get("client") for r in sampling_decisions(self.audit)[self.before :]]
+
+
+def sampling_decisions(audit: Path) -> list[dict[str, Any]]:
+    """The audit's decisions on sampling requests (not the tool pins' records of a tool offered to one
+    client and not the next, which one serve for every client writes too)."""
+    lines = audit.read_text().splitlines() if audit.exists() else []
+    records = map(json.loads, lines)
+    return [r for r in records if r.get("event") == "decision" and r.get("method") == "sampling/createMessage"]
+
+
+@pytest.fixture(scope="module")
+def one_serve(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLMServer) -> Iterator[Endpoint]:
+    """`serve` with a bearer token for alice and the loopback LLM answering the server's sampling: one for
+    the module, as one deployment serves every client in turn."""
+    place = tmp_path_factory.mktemp("served")
+    tokens = place / "tokens"
     tokens.write_text(f"alice:{ALICE}\n", encoding="utf-8")
     tokens.chmod(0o600)
-    audit = f"audit:\n  path: {tmp_path / 'audit.jsonl'}\n{BRIDGE_2026_CALLERS}"
-    policy = write_policy(tmp_path, openai_policy(llm.base_url, model="fake-gpt-4o-mini", extra=audit))
-    endpoint = start_serve(tmp_path, "--token-file", str(tokens), "--policy", policy)
+    audit = f"audit:\n  path: {place / 'audit.jsonl'}\n{BRIDGE_2026_CALLERS}"
+    policy = write_policy(place, openai_policy(llm.base_url, model="fake-gpt-4o-mini", extra=audit))
+    endpoint = start_serve(place, "--token-file", str(tokens), "--policy", policy)
     yield endpoint
     stop(endpoint)
+
+
+@pytest.fixture
+def served(one_serve: Endpoint) -> Served:
+    audit = one_serve.log.parent / "audit.jsonl"
+    return Served(one_serve, audit, len(sampling_decisions(audit)))
 
 
 def sampled(text: str) -> dict[str, Any]:
@@ -269,12 +307,6 @@ def sampled(text: str) -> dict[str, Any]:
     head, _, body = text.partition("\n")
     assert head.startswith("LLM sampling result:"), text
     return cast(dict[str, Any], json.loads(body))
-
-
-def audited_clients(tmp_path: Path) -> list[object]:
-    """The `client` of each sampling decision in the audit log."""
-    lines = (tmp_path / "audit.jsonl").read_text().splitlines()
-    return [r.get("client") for r in map(json.loads, lines) if r.get("event") == "decision"]
 
 
 # the TypeScript SDK 1.x speaks the handshake era only (its newest version is 2025-11-25); 2.x, a package of
@@ -287,7 +319,7 @@ TS_SDKS = {
 
 @pytest.mark.parametrize("era", TS_SDKS)
 def test_the_typescript_sdk_client_lists_calls_and_samples_through_serve(
-    era: str, served: Endpoint, llm: FakeLLMServer, tmp_path: Path
+    era: str, served: Served, llm: FakeLLMServer
 ) -> None:
     package, pin = TS_SDKS[era]
     package_file(package, "package.json")
@@ -308,7 +340,7 @@ def test_the_typescript_sdk_client_lists_calls_and_samples_through_serve(
     assert result["content"]["text"] == "four"
     assert result["model"] == "fake-gpt-4o-mini"
     assert "2+2?" in json.dumps(llm.last.body["messages"])
-    assert audited_clients(tmp_path) == ["alice"]  # the token's name, in the audit
+    assert served.audited_clients() == ["alice"]  # the token's name, in the audit
 
 
 def inspector(url: str, home: Path, *arguments: str, token: str = ALICE) -> subprocess.CompletedProcess[str]:
@@ -320,7 +352,7 @@ def inspector(url: str, home: Path, *arguments: str, token: str = ALICE) -> subp
     return subprocess.run(command, env=proxy_env(HOME=str(home)), capture_output=True, text=True, timeout=60)
 
 
-def test_mcp_inspector_cli_lists_and_calls_through_serve(served: Endpoint, llm: FakeLLMServer, tmp_path: Path) -> None:
+def test_mcp_inspector_cli_lists_and_calls_through_serve(served: Served, llm: FakeLLMServer, tmp_path: Path) -> None:
     home = tmp_path / "home"
     listed = inspector(served.url, home, "--method", "tools/list")
     assert listed.returncode == 0, listed.stderr
@@ -336,7 +368,7 @@ def test_mcp_inspector_cli_lists_and_calls_through_serve(served: Endpoint, llm: 
     called = inspector(served.url, home, *call)
     assert called.returncode == 0, called.stderr
     assert sampled(json.loads(called.stdout)["result"]["content"][0]["text"])["content"]["text"] == "four"
-    assert audited_clients(tmp_path) == ["alice"]
+    assert served.audited_clients() == ["alice"]
 
     refused = inspector(served.url, home, "--method", "tools/list", token="not-" + ALICE)
     assert refused.returncode == 3  # its exit code for "authentication required"
@@ -345,7 +377,7 @@ def test_mcp_inspector_cli_lists_and_calls_through_serve(served: Endpoint, llm: 
     assert "Authorization: Bearer TOKEN" in error["message"]  # the proxy's 401 says what to send
 
 
-def test_mcp_inspector_cli_in_the_2026_era_through_serve(served: Endpoint, llm: FakeLLMServer, tmp_path: Path) -> None:
+def test_mcp_inspector_cli_in_the_2026_era_through_serve(served: Served, llm: FakeLLMServer, tmp_path: Path) -> None:
     """Inspector pinned to 2026-07-28 opens with server/discover, and must get a 2026 answer the first
     time: serve bridges the era, so the handshake server's "method not found" is not the endpoint's."""
     home = tmp_path / "home"
@@ -357,4 +389,4 @@ def test_mcp_inspector_cli_in_the_2026_era_through_serve(served: Endpoint, llm: 
     listed = inspector(served.url, home, "--protocol-era", "modern", "--method", "tools/list")
     assert listed.returncode == 0, listed.stderr
     assert "trigger-sampling-request" in {tool["name"] for tool in json.loads(listed.stdout)["result"]["tools"]}
-    assert audited_clients(tmp_path) == ["alice"]
+    assert served.audited_clients() == ["alice"]

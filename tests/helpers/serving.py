@@ -75,7 +75,10 @@ def start_serve(
             if probe.connect_ex((address, port)) == 0:
                 return Served(process, f"http://{address}:{port}/mcp", errlog, tmp_path / "audit.jsonl")
         time.sleep(0.05)
-    raise AssertionError(f"serve did not listen: {errlog.read_text()}")
+    ended = f"exit {process.returncode}" if process.poll() is not None else "not listening after 20 s: killed"
+    process.kill()  # not left running behind the failure (nor behind a later retry)
+    process.wait(15)
+    raise AssertionError(f"serve did not listen ({ended}): {errlog.read_text()}")
 
 
 def stop(served: Served) -> int:

@@ -95,3 +95,25 @@ def test_the_id_of_an_oversized_message_is_found_from_its_ends() -> None:
     # a nested id must not be mistaken for the top-level one, nor an id that is not usable
     assert peek(b'{"result":{"x":{"id":3}}}') == (False, None)
     assert peek(b'{"jsonrpc":"2.0","id":[1],"result":{}}') == (False, None)
+
+
+async def test_a_discover_after_the_servers_refusal_is_refused_again(tmp_path: Path) -> None:
+    """`serve` keeps one relay for all of a caller's 2026 requests: after one host's server/discover was
+    refused (an auto host then falls back to initialize, on a session of its own), the next host's
+    discover gets the server's refusal too, as it does directly, and lands where it lands directly;
+    not an answer from a handshake the proxy opened, which sent it to 2026-07-28."""
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "auto-host", "version": "1"},
+    }
+    refusal = {"code": -32601, "message": "Method not found"}
+    async with Playbook(tmp_path) as play:
+        play.host.says({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": meta}})
+        probe = await play.server.next()
+        assert probe["method"] == "server/discover"
+        play.server.says({"jsonrpc": "2.0", "id": probe["id"], "error": refusal})
+        assert (await play.host.next())["error"]["code"] == -32601
+        play.host.says({"jsonrpc": "2.0", "id": 2, "method": "server/discover", "params": {"_meta": meta}})
+        again = await play.host.next()
+    assert again["id"] == 2 and again["error"]["code"] == -32601, again
