@@ -180,6 +180,33 @@ async def test_summarizer_without_client_sampling_is_a_tool_error() -> None:
     assert "Sampling not supported" in only_text(result)
 
 
+@pytest.mark.parametrize(
+    ("example", "tool", "arguments"),
+    [
+        ("summarizer.py", "summarize", {"text": "some text"}),
+        ("image_describer.py", "describe_image", {}),
+        ("tool_loop.py", "research", {"question": "Weather in Paris?"}),
+    ],
+)
+async def test_a_refusal_from_a_sampling_client_is_not_told_to_run_behind_the_proxy(
+    example: str, tool: str, arguments: dict[str, Any]
+) -> None:
+    """A client that samples (the proxy) and refuses, as a policy's deny rule does (code -1 and the rule's
+    message), gets that message; the examples used to add "run it behind mcp-sampling-proxy", to a user who
+    already does."""
+
+    async def refuse(
+        context: ClientRequestContext, params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult | types.CreateMessageResultWithTools | types.ErrorData:
+        return types.ErrorData(code=-1, message="sampling is off for this server")
+
+    async with connect(SERVERS / example, sampling_callback=refuse, sampling_capabilities=TOOLS_CAPABILITY) as client:
+        result = await client.call_tool(tool, arguments)
+    text = only_text(result)
+    assert result.is_error and "(-1: sampling is off for this server)" in text, text
+    assert "behind mcp-sampling-proxy" not in text
+
+
 async def test_image_describer_sends_png_block() -> None:
     sampler = Sampler(text_result("A tiny red square."))
     async with connect(SERVERS / "image_describer.py", sampling_callback=sampler) as client:
