@@ -152,27 +152,6 @@ def test_without_xdg_runtime_dir_the_proxy_and_the_console_still_meet(tmp_path: 
     assert json.loads(response["result"]["content"][0]["text"]) == {"action": "accept", "data": {"age": 7}}
 
 
-def test_doctor_says_when_the_console_directory_is_the_shared_fallback(short: Path, env: dict[str, str]) -> None:
-    """Without a runtime dir every proxy and console of the user meets in the temporary-directory fallback:
-    `doctor` says so and what it means; with XDG_RUNTIME_DIR set it does not."""
-    if private_dir_of_mine(Path(f"/run/user/{UID}")):
-        pytest.skip("/run/user/UID exists here: the temporary-directory fallback is not used")
-
-    def doctor(environment: dict[str, str]) -> str:
-        done = subprocess.run(
-            [PY, "-m", "mcp_sampling_proxy", "doctor"], env=environment, capture_output=True, text=True, timeout=60
-        )
-        return done.stdout
-
-    out = doctor(env)
-    shared = Path(env["TMPDIR"]) / f"runtime-{UID}" / "mcp-sampling-proxy"
-    assert f"· console: {shared} is the shared fallback (no XDG_RUNTIME_DIR, no /run/user/UID)" in out, out
-    assert "every proxy and console of yours started without a runtime dir meets here" in out
-    assert "give the hosts' proxies and the console the same MCP_SAMPLING_PROXY_RUNTIME_DIR" in out
-    (short / "run").mkdir(mode=0o700)
-    assert "shared fallback" not in doctor({**env, "XDG_RUNTIME_DIR": str(short / "run")})
-
-
 def test_an_xdg_runtime_dir_open_to_others_is_passed_over_with_a_warning(
     tmp_path: Path, short: Path, env: dict[str, str]
 ) -> None:
