@@ -17,7 +17,8 @@ bottleneck; its CPU per call is printed); then the same with 2026-07-28 stateles
 one POST per request). One warm-up round, then --runs rounds, the modes in a rotating order each round.
 Figures: requests per second, p50 and p99 latency, the latency each mode adds over direct in the same
 round (median over the rounds, with the spread), the CPU per call of each process kind. Memory per
-session: RSS of a fresh `serve` and of its servers at 1 and at --mem-sessions open sessions.
+session: RSS of `serve` x1 and of its servers at 1 and at --mem-sessions open sessions, before the
+load reaches it (those sessions are then the load's: none is opened for the figure alone).
 
 Usage: .venv/bin/python bench/serve_bench.py [--runs 5] [--json] [--quick]
 """
@@ -440,10 +441,24 @@ def quantile(sorted_values: list[float], q: float) -> float:
 # -- memory per session -----------------------------------------------------------------------------------
 
 
-async def memory_phase(procs: Procs, count: int, settle: float) -> dict[str, Any]:
-    """A fresh serve and a fresh direct server: RSS at 1 open session and at `count`."""
-    serve, serve_port = procs.serve("mem-serve")
-    direct, direct_port = procs.http_server("mem-direct")
+@dataclass
+class Memory:
+    """The memory figures, and the sessions opened for them (kept for the load: none is opened twice)."""
+
+    figures: dict[str, Any]
+    sessions: dict[str, list[str]]
+
+
+async def memory_phase(
+    serve: subprocess.Popen[bytes],
+    serve_port: int,
+    direct: subprocess.Popen[bytes],
+    direct_port: int,
+    count: int,
+    settle: float,
+) -> Memory:
+    """A fresh serve and a fresh direct server (no call has reached them yet): RSS at 1 open session and at
+    `count`. The sessions stay open."""
     ids = itertools.count(1)
     points: dict[str, dict[str, Any]] = {}
     sessions: dict[str, list[str]] = {"serve": [], "direct": []}
@@ -473,15 +488,12 @@ async def memory_phase(procs: Procs, count: int, settle: float) -> dict[str, Any
             "direct_rss_kb": direct_rss,
             "direct_uss_kb": direct_uss,
         }
-    for name, port in (("serve", serve_port), ("direct", direct_port)):
-        for session in sessions[name]:
-            await close_session(port, session)
     one, many = points["1"], points[str(count)]
 
     def per(key: str) -> float:
         return (many[key] - one[key]) / (count - 1) / 1024
 
-    return {
+    figures = {
         "sessions": [1, count],
         "points": points,
         "per_session_mb": {
@@ -495,6 +507,20 @@ async def memory_phase(procs: Procs, count: int, settle: float) -> dict[str, Any
         "proxy_processes_per_session": (many["proxy_processes"] - one["proxy_processes"]) / (count - 1),
         "server_processes_per_session": (many["server_processes"] - one["server_processes"]) / (count - 1),
     }
+    return Memory(figures, sessions)
+
+
+async def keep_sessions(port: int, sessions: list[str], keep: int, proxy: int | None = None) -> list[str]:
+    """The first `keep` of `sessions`; the others closed (and, behind serve `proxy`, their servers gone, so
+    no ending process is counted in the load's CPU)."""
+    for session in sessions[keep:]:
+        await close_session(port, session)
+    deadline = time.monotonic() + 30
+    while proxy is not None and len(split_tree(proxy)[0]) - 1 > keep:
+        if time.monotonic() > deadline:
+            raise BenchError(f"the servers of {len(sessions) - keep} closed sessions did not end within 30 s")
+        await asyncio.sleep(0.05)
+    return sessions[:keep]
 
 
 # -- the run ----------------------------------------------------------------------------------------------
@@ -554,12 +580,13 @@ async def run(args: argparse.Namespace, workdir: Path, progress: Any) -> dict[st
     load_start = os.getloadavg()
     started = time.monotonic()
     try:
-        progress(f"memory: a fresh serve and direct server, 1 then {args.mem_sessions} sessions")
-        memory = await memory_phase(procs, args.mem_sessions, args.settle)
-
-        progress("starting the direct server, 4 serve replicas and HAProxy")
+        progress("starting the direct server and serve x1")
         direct, direct_port = procs.http_server("direct")
         serve1, serve1_port = procs.serve("serve1")
+        progress(f"memory: the fresh serve x1 and direct server, 1 then {args.mem_sessions} sessions")
+        memory = await memory_phase(serve1, serve1_port, direct, direct_port, args.mem_sessions, args.settle)
+
+        progress("starting 3 serve replicas and HAProxy")
         replicas = [procs.serve(f"serve3-{i}") for i in range(3)]
         serve3_port, hap_direct_port = free_port(), free_port()
         haproxy_cfg = HAPROXY_CFG.format(
@@ -572,18 +599,28 @@ async def run(args: argparse.Namespace, workdir: Path, progress: Any) -> dict[st
         wait_listening(serve3_port, haproxy, workdir / "haproxy.log")
         wait_listening(hap_direct_port, haproxy, workdir / "haproxy.log")
         targets = {
-            "direct": Target("direct", direct_port, [], {"server": [direct.pid]}),
+            "direct": Target(
+                "direct",
+                direct_port,
+                await keep_sessions(direct_port, memory.sessions["direct"], args.sessions),
+                {"server": [direct.pid]},
+            ),
             "haproxy_direct": Target(
                 "haproxy_direct", hap_direct_port, [], {"haproxy": [haproxy.pid], "server": [direct.pid]}
             ),
-            "serve1": Target("serve1", serve1_port, [], {"proxy": [serve1.pid]}),
+            "serve1": Target(
+                "serve1",
+                serve1_port,
+                await keep_sessions(serve1_port, memory.sessions["serve"], args.sessions, serve1.pid),
+                {"proxy": [serve1.pid]},
+            ),
             "serve3": Target(
                 "serve3", serve3_port, [], {"haproxy": [haproxy.pid], "proxy": [p.pid for p, _ in replicas]}
             ),
         }
         progress(f"opening {args.sessions} sessions per mode")
         for target in targets.values():
-            for _ in range(args.sessions):  # one after another: round robin spreads them evenly over replicas
+            while len(target.sessions) < args.sessions:  # one after another: round robin spreads them evenly
                 target.sessions.append(await open_session(target.port))
         kids = children_map()  # each session has a group guard of its own: count those
         per_replica = [len(split_tree(proc.pid, kids)[0]) - 1 for proc, _ in replicas]
@@ -630,7 +667,7 @@ async def run(args: argparse.Namespace, workdir: Path, progress: Any) -> dict[st
         "haproxy_version": haproxy_version(),
         "haproxy_cfg": haproxy_cfg,
         "sessions_per_replica": per_replica,
-        "memory": memory,
+        "memory": memory.figures,
         **results,
         "machine": {
             "cpus": os.cpu_count(),
@@ -730,7 +767,7 @@ def render(r: dict[str, Any]) -> str:
     per = mem["per_session_mb"]
     n = mem["sessions"][1]
     one, many = mem["points"]["1"], mem["points"][str(n)]
-    lines.append(f"memory per session: (at {n} open sessions - at 1) / {n - 1}, a fresh serve and direct server")
+    lines.append(f"memory per session: (at {n} open sessions - at 1) / {n - 1}, serve x1 and direct before the load")
 
     def mem_row(label: str, key: str) -> tuple[str, ...]:
         return (

@@ -1,5 +1,6 @@
 """The docs site as a reader sees it: built with `mkdocs build --strict` and opened in a real headless
-Chromium. No code block is cut off by the content column (a long command wraps, its wrapped part indented,
+Chromium. The build is strict (a broken link fails it) and its command-line reference is the parsers' own
+help. No code block is cut off by the content column (a long command wraps, its wrapped part indented,
 rather than hiding past the edge), no copy button covers a block's text, and the diagrams are drawn by
 Mermaid rather than typed as ASCII art.
 
@@ -10,6 +11,7 @@ place, and the test skips its diagrams without it (after the code blocks are che
 from __future__ import annotations
 
 import functools
+import html
 import http.server
 import os
 import re
@@ -25,6 +27,8 @@ import pytest
 import yaml
 from helpers.npm_support import package_file
 from helpers.support import ROOT
+
+from mcp_sampling_proxy.commands import reference
 
 MKDOCS = shutil.which("mkdocs", path=str(Path(sys.executable).parent))
 pytestmark = pytest.mark.skipif(MKDOCS is None, reason="mkdocs is not installed (pip install -e '.[test]')")
@@ -83,8 +87,8 @@ _Loader.add_multi_constructor("tag:yaml.org,2002:python/", lambda loader, suffix
 
 
 @pytest.fixture
-def site(tmp_path: Path) -> Iterator[str]:
-    """The site built as CI builds it, served on 127.0.0.1: its base URL."""
+def built(tmp_path: Path) -> Path:
+    """The site built as CI builds it (`--strict`: a broken link or a warning fails the build): its directory."""
     assert MKDOCS is not None
     built = tmp_path / "site"
     done = subprocess.run(
@@ -96,6 +100,12 @@ def site(tmp_path: Path) -> Iterator[str]:
         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
     )
     assert done.returncode == 0, done.stderr
+    return built
+
+
+@pytest.fixture
+def site(built: Path) -> Iterator[str]:
+    """The built site served on 127.0.0.1: its base URL."""
 
     class Quiet(http.server.SimpleHTTPRequestHandler):
         def log_message(self, format: str, *args: Any) -> None:
@@ -125,8 +135,28 @@ def open_site(browser: Any, mermaid: bytes | None) -> Any:
     return page
 
 
-def test_no_code_block_is_cut_off_and_the_diagrams_are_drawn(site: str, browser: Any) -> None:
-    """One test, so the site is built and Chromium started once (two tests on two workers did both twice)."""
+def cli_reference_is_the_parsers_help(built: Path) -> None:
+    """The command-line reference is the parsers' own help, every command's, generated at build time."""
+    assert (built / "security" / "index.html").exists()
+    cli_page = html.unescape((built / "reference" / "cli" / "index.html").read_text())
+    for command in reference.commands():
+        assert reference.help_text(command.parser).splitlines()[0] in cli_page, command.line
+    assert "<!-- generated:" not in cli_page
+    # the builder's own directories stay out of it: init's default path is the documented one
+    assert "default path: ~/.config/mcp-sampling-proxy/policy.yaml" in cli_page
+    assert os.environ["XDG_CONFIG_HOME"] not in cli_page and f"{Path.home()}/" not in cli_page
+    for variable in reference.ENVIRONMENT:
+        assert f"<code>{variable.name}</code>" in cli_page
+
+
+def test_the_site_builds_and_no_code_block_is_cut_off_and_the_diagrams_are_drawn(
+    built: Path, site: str, request: pytest.FixtureRequest
+) -> None:
+    """One test, so the site is built and Chromium started once (two tests on two workers did both twice).
+    The build and its command-line reference are checked before Chromium is asked for (it skips where
+    there is none)."""
+    cli_reference_is_the_parsers_help(built)
+    browser = request.getfixturevalue("browser")
     page = open_site(browser, None)
     problems = []
     pages = nav_pages()

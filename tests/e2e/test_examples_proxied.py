@@ -71,26 +71,3 @@ def test_try_command_summarizes_with_a_local_openai_compatible_server(tmp_path: 
     assert "MCP lets servers borrow the client's LLM." in result.stdout
     assert "proxy: fulfilled" in result.stderr
     assert "sk-local" not in result.stdout + result.stderr
-
-
-@pytest.mark.anyio
-@pytest.mark.parametrize("example", ["summarizer.py", "image_describer.py", "tool_loop.py"])
-async def test_a_refusal_behind_the_proxy_is_not_told_to_run_behind_the_proxy(
-    tmp_path: Path, llm: FakeLLMServer, example: str
-) -> None:
-    """Behind the proxy, a sampling request the policy denies fails with the policy's message; the
-    example used to add "run it behind mcp-sampling-proxy", to a user who already does."""
-    rules = "rules:\n  - name: no-sampling\n    action: deny\n    message: sampling is off for this server\n"
-    policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=rules))
-    tool, arguments = {
-        "summarizer.py": ("summarize", {"text": "some text"}),
-        "image_describer.py": ("describe_image", {}),
-        "tool_loop.py": ("research", {"question": "Weather in Paris?"}),
-    }[example]
-    command = proxy_command(policy, upstream=[PY, str(EXAMPLES / example)])
-    async with sdk_host(command, proxy_env(TEST_LLM_KEY="k"), tmp_path / "stderr.log") as client:
-        result = await client.call_tool(tool, arguments)
-    text = tool_text(result)
-    assert result.is_error and "sampling is off for this server" in text, text
-    assert "behind mcp-sampling-proxy" not in text
-    assert llm.requests == []

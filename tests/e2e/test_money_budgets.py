@@ -6,13 +6,12 @@ host that samples) is played in memory: tests/unit/services/test_money_budgets_p
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fakes.llm_server import FakeLLMServer
-from helpers.support import PROXY, proxy_command, proxy_env, sdk_host, tool_json, write_policy
+from helpers.support import proxy_command, proxy_env, run_subcommand, sdk_host, tool_json, write_policy
 
 from mcp_sampling_proxy.config.prices import AS_OF
 
@@ -70,20 +69,12 @@ async def test_a_usd_budget_lets_two_requests_through_and_stops_the_third(tmp_pa
     ]
     assert records[2]["limit"] == "budget"
 
-    summary = subprocess.run(
-        [*PROXY, "audit", "summary", str(tmp_path / "audit.jsonl")], capture_output=True, text=True, check=True
-    ).stdout
+    # the audit log read back by `audit summary`, in process: a file is all it reads
+    summary = run_subcommand(["audit", "summary", str(tmp_path / "audit.jsonl")], check=True).stdout
     header, *rows = summary.splitlines()
     assert "cost" in header
     assert rows[-1].startswith("total") and rows[-1].split()[-1] == "$0.0015", summary
-    summary_json = json.loads(
-        subprocess.run(
-            [*PROXY, "audit", "summary", "--json", str(tmp_path / "audit.jsonl")],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-    )
+    summary_json = json.loads(run_subcommand(["audit", "summary", "--json", str(tmp_path / "audit.jsonl")]).stdout)
     assert summary_json["total"]["cost_usd"] == 0.0015
     assert summary_json["total"]["unpriced"] == 0
 

@@ -9,15 +9,15 @@ grant names them.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
-from helpers.support import PROXY, ROOT, RawHost, proxy_command, proxy_env, write_policy
+from helpers.support import ROOT, RawHost, proxy_command, proxy_env, run_subcommand, write_policy
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed: no sandbox")
 
@@ -69,8 +69,9 @@ def test_a_refused_write_names_the_path_and_the_grant_and_the_grant_works(tmp_pa
     (said,) = [json.loads(line) for line in log.splitlines() if "the sandbox refused the server" in line]
     assert said["event"] == f"the sandbox refused the server a write to {target.parent}"  # makedirs failed first
     assert said["fix"] == "if it needs it, grant it: sandbox.servers.writer.write: [~/.cache]"  # what exists of it
-    # doctor says it too, after the proxy is long gone
-    doctor = subprocess.run([*PROXY, "doctor"], env=env, capture_output=True, text=True, timeout=60)
+    # doctor says it too, after the proxy is long gone (run in this process: the same state dir)
+    assert env["XDG_STATE_HOME"] == os.environ["XDG_STATE_HOME"]
+    doctor = run_subcommand(["doctor"])
     assert "the sandbox refused server 'writer' a write to" in doctor.stdout, doctor.stdout
     # the grant it names lets the write through
     grant = write_policy(

@@ -4,7 +4,8 @@ Three proxies of the same server, each flooded with 200 concurrent sampling requ
 hostile server (tests/fixtures/hostile/sampling_flood.py), share one rate limit, one concurrency
 limit or one token budget through Redis: the counts are exact and the budget is never overrun.
 When Redis cannot be reached, the policy decides (deny, naming the URL, or this proxy's own limits)
-and everything else is still relayed. A usd budget on Redis is kept apart from the token budget of the
+and everything else is still relayed: played in memory, tests/unit/quotas/test_redis_unreachable_played.py.
+A usd budget on Redis is kept apart from the token budget of the
 same key. The `state:` section's mistakes, in process: tests/unit/quotas/test_state_section.py.
 """
 
@@ -19,7 +20,7 @@ from typing import Any
 import anyio
 import pytest
 from fakes.llm_server import FakeLLMServer
-from helpers.support import PY, ROOT, RawHost, free_port, openai_policy, proxy_command, proxy_env, write_policy
+from helpers.support import PY, ROOT, RawHost, openai_policy, proxy_command, proxy_env, write_policy
 
 from mcp_sampling_proxy.quotas.limiters import usd_micros
 from mcp_sampling_proxy.quotas.redis_store import RedisQuotas, read_budgets
@@ -129,43 +130,6 @@ def test_a_concurrency_limit_holds_across_three_proxies(tmp_path: Path, redis_ur
     assert all("concurrency limit of rule 'shared' reached" in m for s in summaries for m in s["messages"])
     assert redis_cli(redis_url, "EXISTS", "test:{slots:shared@sampling_flood}") in ("0", "1")
     assert redis_cli(redis_url, "ZCARD", "test:{slots:shared@sampling_flood}") == "0"  # every slot given back
-
-
-def one_request(tmp_path: Path, policy: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """One sampling request through a proxy, then a ping: (the server's answer, the ping's)."""
-    host = start(tmp_path, policy, "single")
-    with host:
-        response = host.request(
-            "tools/call",
-            {"name": "raw", "arguments": {"method": "sampling/createMessage", "params": SAMPLE}},
-            timeout=HANG,
-        )
-        ping = host.request("ping", timeout=HANG)
-    return json.loads(response["result"]["content"][0]["text"]), ping
-
-
-def test_redis_unreachable_denies_by_default_and_names_the_url(tmp_path: Path, llm: FakeLLMServer) -> None:
-    url = f"redis://:hunter2-secret@127.0.0.1:{free_port()}/0"  # nothing listens there
-    rules = "rules:\n  - name: shared\n    action: allow\n    rate_limit: {requests: 5, per: 1m}\n"
-    answer, ping = one_request(tmp_path, openai_policy(llm.base_url, extra=state(url), rules=rules))
-    message = answer["error"]["message"]
-    assert f"redis://:***@127.0.0.1:{url.rsplit(':', 1)[1]}" in message  # the URL, without its password
-    assert "hunter2-secret" not in message
-    assert "state.on_state_error: deny" in message and "allow_local" in message
-    assert ping["result"] == {}  # everything else is still relayed
-    assert llm.requests == []
-    assert "hunter2-secret" not in (tmp_path / "single.stderr.log").read_text()
-
-
-def test_redis_unreachable_with_allow_local_uses_this_proxys_own_limits(tmp_path: Path, llm: FakeLLMServer) -> None:
-    url = f"redis://127.0.0.1:{free_port()}/0"
-    rules = (
-        "rules:\n  - name: shared\n    action: allow\n    rate_limit: {requests: 5, per: 1m}\n    "
-        "budget: {tokens: 10000, per: 1d}\n"
-    )
-    answer, _ = one_request(tmp_path, openai_policy(llm.base_url, extra=state(url, "allow_local"), rules=rules))
-    assert answer["result"]["content"]["text"].startswith("echo:")
-    assert "shared limits store unavailable" in (tmp_path / "single.stderr.log").read_text()
 
 
 def test_a_dead_proxys_reservation_and_slot_expire(redis_url: str) -> None:

@@ -79,11 +79,14 @@ async def test_an_allowed_request_is_one_span_with_genai_attributes_and_an_llm_c
 
 
 @pytest.mark.anyio
-async def test_a_denied_request_is_a_span_without_an_llm_call(
+async def test_a_denied_request_is_a_span_without_an_llm_call_and_the_standard_otel_variables_turn_it_on(
     tmp_path: Path, receiver: OTLPReceiver, llm: FakeLLMServer
 ) -> None:
+    """No telemetry section in the policy: OTEL_EXPORTER_OTLP_ENDPOINT alone turns the export on."""
     rules = "rules:\n  - name: refuse\n    action: deny\n"
-    await sample(tmp_path, openai_policy(llm.base_url, extra=telemetry(receiver.endpoint), rules=rules), "hi")
+    policy = openai_policy(llm.base_url, rules=rules)
+    assert "telemetry" not in policy
+    await sample(tmp_path, policy, "hi", OTEL_EXPORTER_OTLP_ENDPOINT=receiver.endpoint)
     (request,) = spans_named(receiver, "sampling/createMessage")
     assert request["attributes"]["mcp_sampling_proxy.decision"] == "deny"
     assert request["attributes"]["mcp_sampling_proxy.rule"] == "refuse"
@@ -106,14 +109,6 @@ async def test_content_is_exported_only_as_the_audit_keeps_it_redacted(
     assert "ACME-123456" not in request["attributes"]["gen_ai.output.messages"]  # the echo is redacted too
     (record,) = [json.loads(line) for line in audit.read_text().splitlines()]
     assert record["decision"] == "allow"  # the audit log is still written, and is the record of truth
-
-
-@pytest.mark.anyio
-async def test_the_standard_otel_variables_turn_it_on(
-    tmp_path: Path, receiver: OTLPReceiver, llm: FakeLLMServer
-) -> None:
-    await sample(tmp_path, openai_policy(llm.base_url), "hi", OTEL_EXPORTER_OTLP_ENDPOINT=receiver.endpoint)
-    assert len(spans_named(receiver, "sampling/createMessage")) == 1
 
 
 @pytest.mark.anyio

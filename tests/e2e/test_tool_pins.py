@@ -1,18 +1,17 @@
 """Tool pinning through the real proxy: a server that changes a tool after the host has seen it (a rug
 pull) has that tool held until a human accepts it with `mcp-sampling-proxy tools accept`. Here what needs
-the proxy as a process: a forged pins file (its stderr), `doctor`, a 2026 host on the real wire. What is
-held, what the host and the audit are told, and `tools list/diff/accept`, played in memory:
-tests/unit/services/test_tool_pins_played.py."""
+the proxy as a process: a forged pins file (its stderr), what `doctor` and `tools list` read of the files
+it leaves (they run in process), a 2026 host on the real wire. What is held, what the host and the audit
+are told, and `tools list/diff/accept`, played in memory: tests/unit/services/test_tool_pins_played.py."""
 
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.support import PROXY, PY, RawHost, proxy_command, proxy_env, write_policy
+from helpers.support import PY, CommandRun, RawHost, proxy_command, proxy_env, run_subcommand, write_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 RUGPULL = str(ROOT / "tests" / "fixtures" / "rugpull_server.py")
@@ -30,8 +29,12 @@ def rugpull_proxy(tmp_path: Path, policy: str = "", *server_args: str) -> list[s
     return proxy_command(path, "--name", "rug", upstream=[PY, RUGPULL, *server_args])
 
 
-def tools_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*PROXY, "tools", *args], env=env, capture_output=True, text=True, timeout=60)
+def in_process(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], *argv: str) -> CommandRun:
+    """A subcommand run in this process (no process of its own: the proxy's files are what it reads), with
+    the proxy's state and runtime dirs."""
+    for name in ("MCP_SAMPLING_PROXY_RUNTIME_DIR", "MCP_SAMPLING_PROXY_STATE_DIR"):
+        monkeypatch.setenv(name, env[name])
+    return run_subcommand(list(argv))
 
 
 def listed(host: RawHost) -> dict[str, str]:
@@ -44,7 +47,9 @@ def call(host: RawHost, tool: str, arguments: dict[str, Any] | None = None) -> d
     return host.request("tools/call", {"name": tool, "arguments": arguments or {}})
 
 
-def test_a_forged_pins_file_holds_every_tool(tmp_path: Path, env: dict[str, str]) -> None:
+def test_a_forged_pins_file_holds_every_tool(
+    tmp_path: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     with RawHost(rugpull_proxy(tmp_path), env, tmp_path / "e1.log") as host:
         host.initialize()
         assert len(listed(host)) == 3
@@ -60,7 +65,7 @@ def test_a_forged_pins_file_holds_every_tool(tmp_path: Path, env: dict[str, str]
         refused = call(host, "echo")
         assert "cannot be trusted" in refused["error"]["message"]
     assert "tool pins cannot be trusted" in (tmp_path / "e2.log").read_text()
-    shown = tools_cli(env, "list")
+    shown = in_process(monkeypatch, env, "tools", "list")
     assert shown.returncode == 1
     assert "the pins cannot be trusted" in shown.stderr
     assert "seal does not match" in shown.stderr
@@ -71,12 +76,14 @@ def test_a_forged_pins_file_holds_every_tool(tmp_path: Path, env: dict[str, str]
         assert listed(host) == {}
 
 
-def test_doctor_names_the_servers_with_held_tools(tmp_path: Path, env: dict[str, str]) -> None:
+def test_doctor_names_the_servers_with_held_tools(
+    tmp_path: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     with RawHost(rugpull_proxy(tmp_path, "", "--after", "1"), env, tmp_path / "e.log") as host:
         host.initialize()
         listed(host)
         listed(host)
-    doctor = subprocess.run([*PROXY, "doctor"], env=env, capture_output=True, text=True, timeout=120)
+    doctor = in_process(monkeypatch, env, "doctor")
     assert "tools held for server 'rug' (changed or new since pinned): fetch" in doctor.stdout
     assert "mcp-sampling-proxy tools diff rug" in doctor.stdout
 

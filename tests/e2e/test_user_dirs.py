@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from fakes.llm_server import FakeLLMServer
-from helpers.support import PY, RawHost, openai_policy, proxy_command, proxy_env, write_policy
+from helpers.support import PY, RawHost, openai_policy, proxy_command, proxy_env, run_subcommand, write_policy
 from helpers.terminal import PtySession, terminal_env
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the documented Linux (XDG) paths")
@@ -152,27 +152,6 @@ def test_without_xdg_runtime_dir_the_proxy_and_the_console_still_meet(tmp_path: 
     assert json.loads(response["result"]["content"][0]["text"]) == {"action": "accept", "data": {"age": 7}}
 
 
-def test_doctor_says_when_the_console_directory_is_the_shared_fallback(short: Path, env: dict[str, str]) -> None:
-    """Without a runtime dir every proxy and console of the user meets in the temporary-directory fallback:
-    `doctor` says so and what it means; with XDG_RUNTIME_DIR set it does not."""
-    if private_dir_of_mine(Path(f"/run/user/{UID}")):
-        pytest.skip("/run/user/UID exists here: the temporary-directory fallback is not used")
-
-    def doctor(environment: dict[str, str]) -> str:
-        done = subprocess.run(
-            [PY, "-m", "mcp_sampling_proxy", "doctor"], env=environment, capture_output=True, text=True, timeout=60
-        )
-        return done.stdout
-
-    out = doctor(env)
-    shared = Path(env["TMPDIR"]) / f"runtime-{UID}" / "mcp-sampling-proxy"
-    assert f"· console: {shared} is the shared fallback (no XDG_RUNTIME_DIR, no /run/user/UID)" in out, out
-    assert "every proxy and console of yours started without a runtime dir meets here" in out
-    assert "give the hosts' proxies and the console the same MCP_SAMPLING_PROXY_RUNTIME_DIR" in out
-    (short / "run").mkdir(mode=0o700)
-    assert "shared fallback" not in doctor({**env, "XDG_RUNTIME_DIR": str(short / "run")})
-
-
 def test_an_xdg_runtime_dir_open_to_others_is_passed_over_with_a_warning(
     tmp_path: Path, short: Path, env: dict[str, str]
 ) -> None:
@@ -189,8 +168,11 @@ def test_an_xdg_runtime_dir_open_to_others_is_passed_over_with_a_warning(
 
 
 @pytest.mark.parametrize("where", ["xdg", "fallback"])
-def test_a_squatted_runtime_dir_is_a_clear_error(tmp_path: Path, short: Path, env: dict[str, str], where: str) -> None:
-    """Another user created the directory first (in /tmp anyone can): refused, naming it and the way out."""
+def test_a_squatted_runtime_dir_is_a_clear_error(
+    tmp_path: Path, short: Path, env: dict[str, str], where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another user created the directory first (in /tmp anyone can): refused, naming it and the way out.
+    The console runs in process, in the proxy's environment (it stops at the directory); the proxy as one."""
     if UID != 0:
         pytest.skip("chown to another user needs root (the suite runs as root in CI)")
     if where == "xdg":
@@ -203,12 +185,15 @@ def test_a_squatted_runtime_dir_is_a_clear_error(tmp_path: Path, short: Path, en
         squatted = Path(env["TMPDIR"]) / f"runtime-{UID}"
     squatted.mkdir(mode=0o700)
     os.chown(squatted, 65534, 65534)
-    console = subprocess.run(
-        [PY, "-m", "mcp_sampling_proxy", "console"], env=env, capture_output=True, text=True, timeout=60
-    )
+    for name in [n for n in os.environ if n.startswith("XDG_")]:
+        monkeypatch.delenv(name)
+    for name in ("HOME", "TMPDIR", "XDG_RUNTIME_DIR"):
+        if name in env:
+            monkeypatch.setenv(name, env[name])
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read again from TMPDIR, as a new process would
+    console = run_subcommand(["console"], stdin="")
     assert console.returncode == 1
     assert str(squatted) in console.stderr and "65534" in console.stderr
-    assert "Traceback" not in console.stderr
     with RawHost(proxy_command(), env, tmp_path / "stderr.log") as host:
         host.initialize()
         echoed = host.request("tools/call", {"name": "echo", "arguments": {"text": "still relays"}})

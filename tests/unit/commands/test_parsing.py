@@ -63,3 +63,31 @@ def test_an_option_another_command_takes_names_the_one_meant_here(argv: list[str
     done = run_subcommand(argv)
     assert done.returncode == 2
     assert said in done.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (
+            ["doctor", "--polcy", "policy.yaml"],
+            "mcp-sampling-proxy doctor: error: unrecognized arguments: --polcy policy.yaml; --polcy: did you mean "
+            "--policy?",
+        ),
+        (
+            ["serve", "--port", "8000", "--", "python3", "server.py"],
+            "mcp-sampling-proxy serve: error: unrecognized arguments: --port; --port: did you mean --listen "
+            "HOST:PORT (e.g. --listen 127.0.0.1:8765)?",
+        ),
+        (
+            ["policy", "explain", "policy.yaml", "--servr", "notes"],
+            "mcp-sampling-proxy policy explain: error: unrecognized arguments: --servr notes; --servr: did you mean "
+            "--server?",
+        ),
+    ],
+    ids=["doctor", "serve --port", "policy explain"],
+)
+def test_a_mistyped_option_of_a_subcommand_is_answered_in_one_line(argv: list[str], said: str) -> None:
+    """The line a user sees last, whole: the command, what was not recognized, and the option meant."""
+    done = run_subcommand(argv)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == said

@@ -1,0 +1,40 @@
+"""The benchmarks of bench/ that measure work done in their own process, run here in this one (their
+`main()` with a small count): each checks its own result (it exits non-zero when a message or record is
+lost) and prints its figure. The benchmarks that start processes: tests/e2e/test_sdk_bench.py and
+tests/e2e/test_serve_bench.py."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from helpers.bench_scripts import load_bench
+
+
+def run_main(name: str, argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> str:
+    """bench/NAME.py's main() with `argv`, as `python bench/NAME.py ARGV` runs it: what it printed."""
+    # what the scripts set for themselves is taken back after the test: monkeypatch restores each name
+    # it set (here: to unset, as tests/conftest.py leaves them), and delenv leaves it unset meanwhile
+    for variable in ("MCP_SAMPLING_PROXY_CONFIG_DIR", "MCP_SAMPLING_PROXY_STATE_DIR", "MCP_SAMPLING_PROXY_NO_TERMINAL"):
+        monkeypatch.setenv(variable, "restored after the test")
+        monkeypatch.delenv(variable)
+    monkeypatch.setattr(sys, "argv", [f"bench/{name}.py", *argv])
+    load_bench(name).main()
+    return capsys.readouterr().out
+
+
+def test_relay_micro_runs_the_real_relay_and_reports_its_cost(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """bench/relay_micro.py (the relay's own work per message) passes every message on and prints the figure."""
+    out = run_main("relay_micro", ["--pairs", "500"], monkeypatch, capsys)
+    assert out.startswith("relay logic: ") and "us per request+response (450 pairs)" in out
+
+
+def test_audit_record_writes_every_record_and_reports_its_cost(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """bench/audit_record.py (the audit log's own work per request) finds every record in its file and
+    prints the figure."""
+    out = run_main("audit_record", ["--requests", "200", "--rounds", "2"], monkeypatch, capsys)
+    assert out.startswith("audit record: ") and "(median of 2 rounds of 200;" in out
