@@ -304,18 +304,23 @@ def test_a_proxy_that_stops_its_server_stands_its_guard_down(tmp_path: Path) -> 
 
 
 GUARD_STOPPER = """
-import os, signal, sys
+import os, signal, sys, time
 from pathlib import Path
 parent = os.getppid()
-for entry in Path("/proc").iterdir():
-    try:
-        if (entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == parent
-                and (entry / "comm").read_text().strip() == "mcp-proxy-guard"):
-            os.kill(int(entry.name), signal.SIGSTOP)
-            sys.stderr.write(f"stopped the guard {entry.name}\\n")
-            sys.stderr.flush()
-    except OSError:
-        pass
+deadline = time.monotonic() + 20
+stopped = False
+while not stopped and time.monotonic() < deadline:  # the proxy may start its guard after its server
+    for entry in Path("/proc").iterdir():
+        try:
+            if (entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == parent
+                    and (entry / "comm").read_text().strip() == "mcp-proxy-guard"):
+                os.kill(int(entry.name), signal.SIGSTOP)
+                sys.stderr.write(f"stopped the guard {entry.name}\\n")
+                sys.stderr.flush()
+                stopped = True
+        except OSError:
+            pass
+    time.sleep(0.05)
 sys.stdin.read()
 """
 
