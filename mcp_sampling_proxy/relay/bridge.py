@@ -121,9 +121,8 @@ class EraBridge:
         self._refused: dict[str, Any] | None = None  # the server's refusal of the proxy's server/discover
         self._server_level: str | None = None  # the level the proxy set at the server
         self._host_level: str | None = None  # the level the host's last request asked for
-        self._listens: dict[
-            Any, eras.SubscriptionFilter
-        ] = {}  # the host's subscriptions/listen ids -> what they honour
+        # the host's subscriptions/listen ids -> what they honour
+        self._listens: dict[Any, eras.SubscriptionFilter] = {}
         self._subscribed: set[str] = set()  # resources the proxy subscribed to at the server
 
     @property
@@ -204,19 +203,13 @@ class EraBridge:
                     },
                 )
                 return False
-            answered = discovered.get("answer")
-            if method == "server/discover" and answered:
-                # As directly, through every front: the host hears the server's answer and falls back to
-                # initialize (an auto host), which the proxy then forwards. A host that goes on in the 2026
-                # era is bridged; one that probes and stops there needs `upstream.era: handshake`, which
-                # answers server/discover from the handshake instead.
-                self.undecided = True
-                self.host_era = None
-                self._relay.answer_host(msg["id"], **_body(answered))
-                return False
-        elif method == "server/discover" and self.setting == "auto" and (refused := self._refused_answer()):
-            # refused before on this relay (serve keeps one for all of a caller's 2026 requests): refused
-            # again, as directly, so another auto host falls back to initialize as the first one did
+        refused = self._refused_answer() if self.setting == "auto" else None
+        if method == "server/discover" and refused is not None:
+            # As directly, through every front: the host hears the server's answer and falls back to
+            # initialize (an auto host), which the proxy then forwards; so does every later host on this relay
+            # (serve keeps one for all of a caller's 2026 requests). A host that goes on in the 2026 era is
+            # bridged; one that probes and stops there needs `upstream.era: handshake`, which answers
+            # server/discover from the handshake instead.
             self.undecided = True
             self.host_era = None
             self._relay.answer_host(msg["id"], **_body(refused))
