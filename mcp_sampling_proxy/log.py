@@ -72,8 +72,9 @@ def terminal_safe(_logger: Any, _method: str, event: EventDict) -> EventDict:
     return {k: clean(k, v) for k, v in event.items()}
 
 
-def configure(level: str = "info", fmt: str | None = None) -> None:
-    """Log to stderr as JSON (for hosts that collect it) or as readable lines on a terminal."""
+def configure(level: str = "info", fmt: str | None = None, *, cache: bool = True) -> None:
+    """Log to stderr as JSON (for hosts that collect it) or as readable lines on a terminal. `cache`: each
+    logger keeps this configuration from its first use on (a later `configure` no longer reaches it)."""
     if fmt is None:
         fmt = "console" if sys.stderr.isatty() else "json"
     renderers: list[structlog.typing.Processor]
@@ -92,7 +93,7 @@ def configure(level: str = "info", fmt: str | None = None) -> None:
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[level.upper()]),
         logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),  # type: ignore[arg-type]
-        cache_logger_on_first_use=True,
+        cache_logger_on_first_use=cache,
     )
 
 
@@ -119,21 +120,7 @@ def stderr_until_configured() -> None:
     """JSON lines on stderr, scrubbed, for whatever logs before `configure()` runs: structlog's own
     default prints to stdout, where a stray line would corrupt the stdio protocol. Loggers are not
     cached, so `configure()` later takes over every one of them."""
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            scrub_secrets,
-            structlog.processors.JSONRenderer(serializer=_json_line),
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
-        logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),  # type: ignore[arg-type]
-        cache_logger_on_first_use=False,
-    )
-
-
-stderr_until_configured()
+    configure("info", "json", cache=False)
 
 
 def get_logger(name: str = "mcp_sampling_proxy") -> structlog.typing.FilteringBoundLogger:
@@ -166,3 +153,6 @@ class Throttle:
 
     def quieted(self) -> bool:
         return self._count == self.burst + 1
+
+
+stderr_until_configured()
