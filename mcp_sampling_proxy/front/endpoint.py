@@ -251,14 +251,12 @@ class Front:
                 return
             await self._open(client, scope, _replaying(body, receive), send)
             return
-        # a rebound page naming a session (one it guessed, or none) is refused as without one, not told 404
-        refused = await self._request_checks.validate_request(request, is_post=request.method == "POST")
-        if refused is not None:
-            await refused(scope, receive, send)
-            return
         served = self.sessions.get(session_id)
         if served is None or served.client != client:  # another caller's session looks like no session
-            await _error(404, "Not Found: no such session (it ended, or expired): initialize again")(
+            # a rebound page naming a session it guessed is refused as one without, not told 404 (a session's
+            # own transport checks Host and Origin on the requests it takes)
+            refused = await self._request_checks.validate_request(request, is_post=request.method == "POST")
+            await (refused or _error(404, "Not Found: no such session (it ended, or expired): initialize again"))(
                 scope, receive, send
             )
             return
