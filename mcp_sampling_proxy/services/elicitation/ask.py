@@ -4,7 +4,7 @@ or the companion console), or the policy when nobody can be asked (`elicitation.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import anyio
 
@@ -20,6 +20,7 @@ from mcp_sampling_proxy.services.opening import Opened
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.approval.form_prompts import Elicitor
+    from mcp_sampling_proxy.approval.forms import Form
 
 
 async def at_host(request: Opened, params: ElicitRequestParams, mode: str, at_host_ids: set[str]) -> Ending:
@@ -59,7 +60,7 @@ async def on_console(
     request: Opened,
     params: ElicitRequestParams,
     mode: str,
-    form: Any,
+    form: Form | None,
     opener: Callable[[str], bool],
     withheld: str,
 ) -> Ending:

@@ -3,7 +3,7 @@ forbids in form mode) gets `elicitation.sensitive_form`, and is never auto-answe
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from mcp_sampling_proxy.config.settings import ElicitationSettings
 from mcp_sampling_proxy.log import get_logger
@@ -13,13 +13,16 @@ from mcp_sampling_proxy.services.elicitation.auto import Matched
 from mcp_sampling_proxy.services.elicitation.ended import Answered
 
 if TYPE_CHECKING:
+    from mcp_sampling_proxy.approval.forms import Form
     from mcp_sampling_proxy.relay.session import Session
 
 log = get_logger("mcp_sampling_proxy.services.elicitation")
 
 
-def checked_form(settings: ElicitationSettings, params: ElicitRequestParams, session: Session, matched: Matched) -> Any:
-    """The parsed form (approval/forms.py's `Form`), or `Answered` when it cannot be asked."""
+def checked_form(
+    settings: ElicitationSettings, params: ElicitRequestParams, session: Session, matched: Matched
+) -> Form:
+    """The parsed form, or `Answered` when it cannot be asked."""
     # start-up: forms costs ~30 ms, only form requests need it
     from mcp_sampling_proxy.approval.forms import FormError, parse_form, secret_reasons
 
