@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from mcp_sampling_proxy.commands.parsing import Parser
-from mcp_sampling_proxy.quotas.integrity import KEY_FILE, start_anew
+from mcp_sampling_proxy.quotas.integrity import start_anew
 from mcp_sampling_proxy.quotas.state import state_dir
-from mcp_sampling_proxy.quotas.tool_pins import PINNED_FIELDS, PINS_FILE, PinnedServer, ToolPins
+from mcp_sampling_proxy.quotas.tool_pins import PINNED_FIELDS, PINS_FILE, PinnedServer, ToolPins, trust_problem
 from mcp_sampling_proxy.text.identity import normalise
 from mcp_sampling_proxy.text.sanitize import one_line, strip_controls
 
@@ -79,19 +79,6 @@ def main(argv: Sequence[str]) -> int:
     except OSError as exc:
         print(f"{PROG}: cannot use {pins.path}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-
-
-def trust_problem(pins: ToolPins) -> str | None:
-    """Why the pins file cannot be trusted, or None (no file yet counts as fine). Makes no key."""
-    if not pins.path.exists():
-        return None
-    if not (pins.path.parent / KEY_FILE).exists():
-        return f"{pins.path} exists but there is no sealing key ({KEY_FILE}) to check it with"
-    try:
-        pins.servers()
-    except OSError as exc:
-        return str(exc)
-    return None
 
 
 def _matching(pins: ToolPins, server: str | None) -> list[PinnedServer]:
@@ -220,31 +207,3 @@ def forget(pins: ToolPins, server: str) -> int:
     print(f"forgot the pins of {count} server{'s' if count != 1 else ''} named '{one_line(server, 80)}'")
     print("its next tools/list is pinned as first seen")
     return 0
-
-
-def doctor_checks() -> list[tuple[str, str, str | None]]:
-    """(status, text, fix) lines for `doctor`: untrusted pins, and each server with held changes."""
-    pins = store()
-    problem = trust_problem(pins)
-    if problem is not None:
-        return [
-            (
-                "fail",
-                f"tool pins: {problem}: proxies hold every tool",
-                f"{start_anew(pins.path)} to pin anew (something running as you changed it: a server without a "
-                "sandbox?)",
-            )
-        ]
-    checks: list[tuple[str, str, str | None]] = []
-    for s in _matching(pins, None):
-        if s.pending:
-            names = ", ".join(one_line(n, 60) for n in sorted(s.pending)[:10])
-            more = f" and {len(s.pending) - 10} more" if len(s.pending) > 10 else ""
-            checks.append(
-                (
-                    "warn",
-                    f"tools held for server '{one_line(s.name, 80)}' (changed or new since pinned): {names}{more}",
-                    f"`{PROG} diff {s.name}` shows what changed; `{PROG} accept {s.name} TOOL` lets it through",
-                )
-            )
-    return checks

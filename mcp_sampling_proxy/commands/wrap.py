@@ -21,8 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mcp_sampling_proxy.commands.doctor_entries import key_fix
-from mcp_sampling_proxy.commands.doctor_entries import wrapped_entry as doctor_view  # not ours below: doctor's view
 from mcp_sampling_proxy.commands.parsing import Parser
 from mcp_sampling_proxy.config.atomic import write_atomic
 from mcp_sampling_proxy.config.dirs import home_relative
@@ -30,6 +28,8 @@ from mcp_sampling_proxy.config.paths import default_policy_path, policy_or_defau
 from mcp_sampling_proxy.config.policy_edit import CannotEdit, add_profiles
 from mcp_sampling_proxy.config.sandbox_profiles import profile
 from mcp_sampling_proxy.config.settings import load_settings
+from mcp_sampling_proxy.doctor.entries import key_fix
+from mcp_sampling_proxy.doctor.entries import wrapped_entry as doctor_view  # not ours below: doctor's view
 from mcp_sampling_proxy.hosts import backups
 from mcp_sampling_proxy.hosts.config_files import Sidecar, load_config
 from mcp_sampling_proxy.hosts.documents import ConfigDoc, same_data

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Literal, TypedDict, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from mcp_sampling_proxy.quotas.integrity import canonical, start_anew
+from mcp_sampling_proxy.quotas.integrity import KEY_FILE, canonical, start_anew
 from mcp_sampling_proxy.quotas.state import StateFile
 from mcp_sampling_proxy.text.identity import normalise
 
@@ -430,3 +430,16 @@ def _see(
         views[view] = sorted((shown & listed) | (shown if not complete else set()))[:MAX_TOOLS]
     _trim_copies(entry)
     return Sighting(frozenset(held), tuple(changes), None, first or fresh or new_view, tuple(over))
+
+
+def trust_problem(pins: ToolPins) -> str | None:
+    """Why the pins file cannot be trusted, or None (no file yet counts as fine). Makes no key."""
+    if not pins.path.exists():
+        return None
+    if not (pins.path.parent / KEY_FILE).exists():
+        return f"{pins.path} exists but there is no sealing key ({KEY_FILE}) to check it with"
+    try:
+        pins.servers()
+    except OSError as exc:
+        return str(exc)
+    return None

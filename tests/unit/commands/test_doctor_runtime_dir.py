@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from helpers.support import run_subcommand
 
-from mcp_sampling_proxy.commands import doctor
+from mcp_sampling_proxy.doctor import files as doctor_files
 
 UID = os.getuid()
 
@@ -36,7 +36,7 @@ def test_doctor_says_when_the_console_directory_is_the_shared_fallback(
     monkeypatch.delenv("XDG_RUNTIME_DIR")
     monkeypatch.setenv("TMPDIR", str(tmp))
     monkeypatch.setattr(tempfile, "tempdir", None)  # read again from TMPDIR, as a new process would
-    monkeypatch.setattr(doctor, "unavailable", lambda: None)  # bubblewrap can sandbox: not probed by starting it
+    monkeypatch.setattr(doctor_files, "unavailable", lambda: None)  # bubblewrap can sandbox: not probed by starting it
 
     out = run_subcommand(["doctor"]).stdout
     shared = tmp / f"runtime-{UID}" / "mcp-sampling-proxy"

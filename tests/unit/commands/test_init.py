@@ -31,7 +31,7 @@ def run_init(*args: str, stdin: str = "") -> CommandRun:
 def test_refuses_to_overwrite_without_force_and_path_writes_elsewhere(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mcp_sampling_proxy.commands import doctor
+    from mcp_sampling_proxy.doctor import files as doctor_files
 
     assert run_init("--yes").returncode == 0
     policy = tmp_path / "config" / "mcp-sampling-proxy" / "policy.yaml"
@@ -42,7 +42,7 @@ def test_refuses_to_overwrite_without_force_and_path_writes_elsewhere(
     assert policy.read_text() == "# mine\nrules: []\n"
     assert run_init("--yes", "--from", "strict", "--force").returncode == 0
     assert "'strict.yaml'" in policy.read_text()
-    monkeypatch.setattr(doctor, "unavailable", lambda: None)  # bubblewrap can sandbox: not probed by starting it
+    monkeypatch.setattr(doctor_files, "unavailable", lambda: None)  # bubblewrap can sandbox: not probed by starting it
     checked = run_subcommand(["doctor"])
     assert f"using the default policy file {policy}" in checked.stdout
     elsewhere = tmp_path / "other" / "p.yaml"

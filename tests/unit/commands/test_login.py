@@ -22,7 +22,7 @@ from helpers.oauth_servers import AuthServerThread, InProcessBrowser
 from helpers.support import free_port, run_subcommand
 
 from mcp_sampling_proxy.commands import login as login_module
-from mcp_sampling_proxy.commands.doctor import check_remote_logins
+from mcp_sampling_proxy.doctor.hosts import check_remote_logins
 from mcp_sampling_proxy.transport import oauth_store
 
 

@@ -83,7 +83,7 @@ def test_the_providers_guide_has_a_row_per_preset_with_its_meter() -> None:
 async def test_doctor_line_names_the_meter_and_gemini_warns_without_a_key(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mcp_sampling_proxy.commands.doctor import probe_provider
+    from mcp_sampling_proxy.doctor.providers import probe_provider
 
     monkeypatch.setenv("PATH", path_with(install(tmp_path / "bin", "claude", "gemini")))
     monkeypatch.delenv("GEMINI_API_KEY", raising=False)

@@ -78,7 +78,7 @@ def test_a_command_timeout_is_the_whole_run() -> None:
 
 
 async def test_doctor_checks_the_program_without_running_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from mcp_sampling_proxy.commands.doctor import probe_provider
+    from mcp_sampling_proxy.doctor.providers import probe_provider
 
     bin_dir = install(tmp_path / "bin", "claude")
     monkeypatch.setenv("PATH", path_with(bin_dir))

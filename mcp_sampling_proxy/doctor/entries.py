@@ -25,13 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mcp_sampling_proxy.commands.checklist import Check
 from mcp_sampling_proxy.config.child_env import WELL_KNOWN_KEY_VARS
 from mcp_sampling_proxy.config.dirs import home_relative
 from mcp_sampling_proxy.config.keys import KeySourceError, read_key_file
 from mcp_sampling_proxy.config.paths import policy_or_default
 from mcp_sampling_proxy.config.providers import ProviderConfig
 from mcp_sampling_proxy.config.settings import load_settings, settings_from_environment
+from mcp_sampling_proxy.doctor.checklist import Check
 from mcp_sampling_proxy.hosts.entries import PROXY_MODULE, parse_proxy_args
 from mcp_sampling_proxy.hosts.registry import HOSTS
 from mcp_sampling_proxy.hosts.search_path import desktop_path, find
