@@ -11,8 +11,8 @@ import yaml
 from fakes.llm_server import FakeLLMServer
 
 from helpers.support import ROOT
-from mcp_sampling_proxy.commands.policy import explain
 from mcp_sampling_proxy.config.settings import load_settings, settings_from_environment
+from mcp_sampling_proxy.explain.sampling import explain
 from mcp_sampling_proxy.services.assess import Origin
 
 CLAMP_POLICY = """\
