@@ -41,7 +41,8 @@ from mcp_sampling_proxy.commands.policy_template import (
 )
 from mcp_sampling_proxy.config.atomic import write_atomic
 from mcp_sampling_proxy.config.dirs import home_relative
-from mcp_sampling_proxy.config.keys import KeySourceError, read_key_file
+from mcp_sampling_proxy.config.key_store import not_a_bare_key, stored_key, write_key_file
+from mcp_sampling_proxy.config.keys import KeySourceError
 from mcp_sampling_proxy.config.paths import default_policy_path
 from mcp_sampling_proxy.config.providers import ModelSpec, ProviderConfig
 from mcp_sampling_proxy.config.settings import parse_settings
@@ -82,8 +83,6 @@ DEFAULTS: dict[str, tuple[str, str, str | None, str, str | None, str | None]] = 
 }
 CHECK_TIMEOUT = 30.0
 # a shell line pasted whole instead of the key: `OPENAI_API_KEY=sk-...`, `export OPENAI_API_KEY="sk-..."`
-ASSIGNMENT = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=")
-QUOTES = ("'", '"')
 # the provider's own words in an adapter's error: `provider 'x' answered 401: HINT (THE PROVIDER'S WORDS)`
 PROVIDER_DETAIL = re.compile(r"^provider '[^']*' answered \d+[^(]* \((.*)\)$", re.DOTALL)
 
@@ -217,7 +216,7 @@ def run(
     if ask(f"Write {path}? [Y/n]", "y").strip().lower() not in ("y", "yes", ""):
         raise InitError("nothing written", 1)
     if key is not None and key.write:
-        _write_key(key)
+        write_key_file(key.path, key.value)
     _write(path, text, audit)
     print(f"wrote {path} (from {source}.yaml{f', LLM {llm.name}: {llm.model} at {llm.base_url}' if llm else ''})")
     if key is not None:
@@ -305,10 +304,8 @@ def _key_file(
 
 def _existing_key(path: Path) -> str | None:
     """The key a key file holds already (None: no such file); refused as the proxy would refuse it."""
-    if not os.path.lexists(path):
-        return None
     try:
-        return read_key_file(ProviderConfig(name="init", type="openai", api_key_file=str(path)))
+        return stored_key(path)
     except KeySourceError as exc:
         raise InitError(f"{exc}; nothing written", 1) from None
 
@@ -348,18 +345,10 @@ def _key_to_store(
 
 
 def _bare_key(key: str, where: str) -> str:
-    """`key` when it is a key alone; else InitError saying what is around it (never the key itself). A
-    shell line copied whole (`OPENAI_API_KEY=sk-...`, `export ...`) or a quoted key would be stored as
-    is and end in a bare 401 at every request."""
-    assignment = ASSIGNMENT.match(key)
-    if assignment:
-        raise InitError(
-            f"{where} reads `{assignment.group(1)}=...`, a shell line: give the key alone (the part after "
-            "'=', without quotes); nothing written",
-            2,
-        )
-    if key[:1] in QUOTES or key[-1:] in QUOTES:
-        raise InitError(f"{where} is wrapped in quotes: give the key alone, without them; nothing written", 2)
+    """`key` when it is a key alone; else InitError saying what is around it (never the key itself)."""
+    problem = not_a_bare_key(key)
+    if problem is not None:
+        raise InitError(f"{where} {problem}; nothing written", 2)
     return key
 
 
@@ -506,12 +495,6 @@ def _ask(question: str, default: str) -> str:
 def _ask_secret(question: str) -> str:
     """A key typed at the terminal, not echoed."""
     return getpass.getpass(question)
-
-
-def _write_key(key: StoredKey) -> None:
-    """The key file: yours, mode 0600 from its first byte, in a private directory when init makes one."""
-    key.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    write_atomic(key.path, (key.value + "\n").encode("utf-8"), mode=0o600)
 
 
 def _write(path: Path, text: str, audit: Path) -> None:
