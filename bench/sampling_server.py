@@ -8,6 +8,8 @@ cost is a few microseconds and does not blur the figure.
 
 Tool `sample {count, params}`: send `count` sampling requests with `params`, sequentially; the
 result's text is JSON `{"ms": [round trip of each], "errors": [error objects, if any]}`.
+Tool `burst {count, params}`: send `count` sampling requests at once and wait for every answer; the
+result's text is JSON `{"ms": [the whole burst's wall time], "errors": [...]}`.
 """
 
 from __future__ import annotations
@@ -76,6 +78,28 @@ def sample(lines: Lines, count: int, params: Any, counter: list[int]) -> dict[st
     return {"ms": times, "errors": errors}
 
 
+def burst(lines: Lines, count: int, params: Any, counter: list[int]) -> dict[str, Any]:
+    errors: list[Any] = []
+    waiting: set[str] = set()
+    started = time.perf_counter()
+    for _ in range(count):
+        counter[0] += 1
+        request_id = f"s{counter[0]}"
+        waiting.add(request_id)
+        send({"jsonrpc": "2.0", "id": request_id, "method": "sampling/createMessage", "params": params})
+    while waiting:
+        message = lines.next()
+        if message is None:
+            raise SystemExit(0)
+        if message.get("id") in waiting and "method" not in message:
+            waiting.discard(message["id"])
+            if "error" in message:
+                errors.append(message["error"])
+            continue
+        answer_other(message)
+    return {"ms": [(time.perf_counter() - started) * 1000], "errors": errors}
+
+
 def main() -> int:
     lines = Lines()
     counter = [0]
@@ -93,10 +117,12 @@ def main() -> int:
         elif method == "ping":
             result = {}
         elif method == "tools/list":
-            result = {"tools": [{"name": "sample", "inputSchema": {"type": "object"}}]}
-        elif method == "tools/call" and params.get("name") == "sample":
+            tools = [{"name": name, "inputSchema": {"type": "object"}} for name in ("sample", "burst")]
+            result = {"tools": tools}
+        elif method == "tools/call" and params.get("name") in ("sample", "burst"):
             args = params.get("arguments") or {}
-            summary = sample(lines, int(args.get("count", 1)), args.get("params"), counter)
+            run = sample if params.get("name") == "sample" else burst
+            summary = run(lines, int(args.get("count", 1)), args.get("params"), counter)
             result = {"content": [{"type": "text", "text": json.dumps(summary)}], "isError": False}
         else:
             send({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32601, "message": f"no {method}"}})

@@ -16,6 +16,8 @@ Rows (targets from the issue; see bench/README.md):
   RSS idle / peak              VmRSS after initialize + --settle; VmHWM after a --big-size result
   sampling round trip          a server fires --sampling requests at a loopback LLM through the proxy
                                (audit fsync on) vs the same calls made with httpx: added ms per request
+  sampling burst               --sampling-burst requests at once through the proxy vs as many httpx
+                               calls at once: wall time ratio, paired median of --bursts rounds
 
 Usage: .venv/bin/python bench/sdk_bench.py [--runs 5] [--json] [--quick]
 """
@@ -68,6 +70,7 @@ TARGETS: dict[str, float] = {
     "rss_idle_mb": 28.0,
     "rss_peak_mb": 45.0,
     "sampling_added_ms": 0.3,
+    "sampling_burst_ratio": 1.10,
 }
 
 T = TypeVar("T")
@@ -472,6 +475,8 @@ class Bench:
                 "llm:\n  providers:\n    fake:\n      type: openai\n"
                 f"      base_url: {base_url}\n      models: [{LLM_MODEL}]\n"
                 "rules:\n  - name: allow-all\n    action: allow\n"
+                # a burst is one tool call: over the default cap of 25 sampling requests per call
+                f"sampling:\n  max_per_call: {max(25, args.sampling_burst)}\n"
                 f"audit:\n  path: {json.dumps(str(audit))}\n  fsync: true\n  content: {args.audit_content}\n",
                 encoding="utf-8",
             )
@@ -525,6 +530,7 @@ class Bench:
                         times[mode] += await runners[mode](n)
                     done += n
                     block += 1
+                burst = await self.sampling_bursts(session, http) if args.sampling_burst else None
             await session.close()
             session = None
             records = audit.read_text(encoding="utf-8").count("\n") if audit.exists() else 0
@@ -550,6 +556,7 @@ class Bench:
                 "audit_records": records,
                 "audit_fsync": True,
                 "cpu_us_per_request": {m: cpu_ns[m] / args.sampling / 1e3 for m in cpu_ns},
+                "burst": burst,
             }
         finally:
             if session is not None:
@@ -562,6 +569,52 @@ class Bench:
                 llm.kill()
                 llm.wait(5)
             llm_log.close()
+
+    async def sampling_bursts(self, session: Session, http: Any) -> dict[str, Any]:
+        """`--sampling-burst` requests at once, `--bursts` rounds: the server's burst through the proxy (its
+        wall time from the first request sent to the last answer) against as many httpx calls at once to the
+        same LLM, in alternating order; the figure is the median of the rounds' ratios."""
+        args = self.args
+        size = args.sampling_burst
+
+        async def through_proxy() -> float:
+            result = await self.timed(
+                session,
+                "tools/call burst",
+                session.client.call_tool("burst", {"count": size, "params": SAMPLING_PARAMS}),
+                args.timeout * 4,
+            )
+            summary = json.loads(getattr(result.content[0], "text", "{}"))
+            if result.is_error or summary.get("errors"):
+                raise self.fail(session, f"a sampling burst through the proxy failed: {summary}"[:800])
+            return float(summary["ms"][0])
+
+        async def direct() -> float:
+            started = time.perf_counter()
+            responses = await asyncio.gather(*(http.post("/chat/completions", json=DIRECT_BODY) for _ in range(size)))
+            for response in responses:
+                response.raise_for_status()
+                response.json()
+            return (time.perf_counter() - started) * 1e3
+
+        runners: dict[str, Callable[[], Awaitable[float]]] = {"direct": direct, "proxy": through_proxy}
+        await direct()  # warm: the connections of both are open before the first round
+        await through_proxy()
+        walls: dict[str, list[float]] = {"direct": [], "proxy": []}
+        for i in range(args.bursts):
+            for mode in rotated(("direct", "proxy"), i):
+                walls[mode].append(await runners[mode]())
+        ratios = [p / d for p, d in zip(walls["proxy"], walls["direct"], strict=True)]
+        return {
+            "size": size,
+            "rounds": args.bursts,
+            "direct_ms": walls["direct"],
+            "proxy_ms": walls["proxy"],
+            "direct_median_ms": statistics.median(walls["direct"]),
+            "proxy_median_ms": statistics.median(walls["proxy"]),
+            "ratio": statistics.median(ratios),
+            "ratio_iqr": [pct(ratios, 25), pct(ratios, 75)],
+        }
 
     def reap(self) -> None:
         """SIGKILL the process group of any child still ours (a failed run's leftovers)."""
@@ -629,6 +682,7 @@ def verdict(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "rss_idle_mb": r["memory"]["proxy"]["idle_mb"] if "memory" in r else None,
         "rss_peak_mb": r["memory"]["proxy"]["peak_mb"] if "memory" in r else None,
         "sampling_added_ms": r["sampling"]["added_ms"] if "sampling" in r else None,
+        "sampling_burst_ratio": r["sampling"]["burst"]["ratio"] if r.get("sampling", {}).get("burst") else None,
     }
     return {
         k: {"value": v, "target": TARGETS[k], "pass": None if v is None else v <= TARGETS[k]} for k, v in values.items()
@@ -741,6 +795,19 @@ def render(r: dict[str, Any]) -> str:
                 mark(v["sampling_added_ms"]["pass"]),
             )
         )
+        if sm.get("burst"):
+            bu = sm["burst"]
+            rows.append(
+                (
+                    f"{bu['size']} sampling requests at once, wall (paired median of {bu['rounds']})",
+                    f"{ms(bu['direct_median_ms'], 1)} (httpx)",
+                    "-",
+                    ms(bu["proxy_median_ms"], 1),
+                    f"x{bu['ratio']:.2f}",
+                    "<= x1.10",
+                    mark(v["sampling_burst_ratio"]["pass"]),
+                )
+            )
 
     header = ("measurement", "direct", "byte relay", "proxy", "added / ratio", "target", "")
     widths = [max(len(x[i]) for x in [header, *rows]) for i in range(len(header))]
@@ -827,6 +894,7 @@ QUICK = {
     "big_size": 100_000,
     "settle": 0.1,
     "sampling": 4,
+    "sampling_burst": 5,
 }
 
 
@@ -853,6 +921,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--big-size", type=int, default=5_000_000, help="bytes of the big result (default 5e6)")
     parser.add_argument("--settle", type=float, default=1.0, help="seconds after initialize before idle RSS (1)")
     parser.add_argument("--sampling", type=int, default=200, help="sampling requests per mode (default 200; 0 skips)")
+    parser.add_argument(
+        "--sampling-burst",
+        type=int,
+        default=50,
+        help="sampling requests a server sends at once, against as many httpx calls at once; --bursts rounds "
+        "(default 50; 0 skips)",
+    )
     parser.add_argument(
         "--audit-content",
         choices=("none", "redacted", "full"),
@@ -893,9 +968,11 @@ def main(argv: list[str] | None = None) -> int:
         min(args.first_calls, args.calls, args.concurrency, args.bursts, args.big_size) < 1
         or args.runs < 0
         or args.sampling < 0
+        or args.sampling_burst < 0
     ):
         parser.error(
-            "--first-calls, --calls, --concurrency, --bursts and --big-size must be >= 1; --runs, --sampling >= 0"
+            "--first-calls, --calls, --concurrency, --bursts and --big-size must be >= 1; "
+            "--runs, --sampling, --sampling-burst >= 0"
         )
     if args.only - PARTS or not args.only:
         parser.error(

@@ -27,6 +27,7 @@ ROWS = {
     "rss_idle_mb": "RSS idle / peak",
     "rss_peak_mb": "RSS idle / peak",
     "sampling_added_ms": "sampling round trip over the LLM call",
+    "sampling_burst_ratio": "5 sampling requests at once",
 }
 
 
@@ -56,6 +57,11 @@ def test_quick_run_reports_every_row_with_its_target() -> None:
     # the sampling requests went through the proxy and each left an fsync'd audit record
     sampling = result["sampling"]
     assert sampling["n"] == 4 and sampling["audit_records"] >= 4 and sampling["audit_fsync"] is True
+    # one burst of 5 at once per round (after a warm one), through the proxy and direct alike
+    assert (
+        sampling["burst"]["size"] == 5
+        and len(sampling["burst"]["proxy_ms"]) == len(sampling["burst"]["direct_ms"]) == 1
+    )
     assert len(result["machine"]["loadavg_start"]) == 3 and len(result["machine"]["loadavg_end"]) == 3
     assert result["stderr_logs"] is None  # a clean run leaves no temporary directory
 
