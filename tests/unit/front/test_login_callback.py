@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+
+import anyio
 import httpx
 import pytest
+from mcp.shared.auth import AuthorizationCodeResult
 
-from mcp_sampling_proxy.front.login_callback import callback_listener, listen
+from mcp_sampling_proxy.front.login_callback import IGNORED, QUEUE, callback_listener, listen
 from mcp_sampling_proxy.transport.oauth import LoginFailed
 
 pytestmark = pytest.mark.anyio
@@ -59,3 +63,46 @@ def test_a_port_in_use_is_refused_before_anything_starts() -> None:
             listen(first.getsockname()[1])
     finally:
         first.close()
+
+
+async def test_a_flood_of_forged_redirects_is_told_once_with_its_count_and_the_login_still_gets_its_code() -> None:
+    """Any local program can find the port: a flood of redirects without this login's state neither queues
+    without bound nor buries the user's screen, and the login's own redirect still comes through."""
+    said: list[str] = []
+    forged = {"code": "forged", "state": "not-ours"}
+    async with callback_listener(listen(0), said.append) as listener, httpx.AsyncClient() as browser:
+        flood = [browser.get(listener.redirect_uri, params=forged) for _ in range(3 * QUEUE)]
+        await asyncio.gather(*flood)  # before the login knows its state: at most QUEUE are kept
+        waiting = listener.code("ours", timeout=5)
+        async with anyio.create_task_group() as tg:
+            got: list[AuthorizationCodeResult] = []
+
+            async def login() -> None:
+                got.append(await waiting)
+
+            tg.start_soon(login)
+            flood = [browser.get(listener.redirect_uri, params=forged) for _ in range(QUEUE)]
+            await asyncio.gather(*flood)  # after: turned away as they come
+            await browser.get(listener.redirect_uri, params={"code": "the-code", "state": "ours"})
+    assert got[0].code == "the-code"
+    assert 1 <= len(said) <= 2, said
+    assert said[-1].endswith("of them)") and IGNORED in said[-1], said
+
+
+async def test_a_login_that_times_out_says_how_many_redirects_were_not_its_own() -> None:
+    async with callback_listener(listen(0), print) as listener, httpx.AsyncClient() as browser:
+        waiting = listener.code("ours", timeout=0.5)
+        async with anyio.create_task_group() as tg:
+            failure: list[str] = []
+
+            async def login() -> None:
+                with pytest.raises(LoginFailed) as caught:
+                    await waiting
+                failure.append(str(caught.value))
+
+            tg.start_soon(login)
+            for _ in range(3):
+                await browser.get(listener.redirect_uri, params={"code": "forged", "state": "not-ours"})
+    assert failure == [
+        "the browser did not come back within 0.5 s (--timeout); 3 requests to it did not carry this login's state"
+    ]
