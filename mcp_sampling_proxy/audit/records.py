@@ -40,6 +40,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, NotRequired, Protocol, Required, TypedDict
 
+import orjson
+
 from mcp_sampling_proxy.notation.vocabulary import OUTCOMES, Outcome
 
 GENESIS = "0" * 64  # the prev_hash of the first record of a new log
@@ -221,8 +223,26 @@ def record_hash(record: Mapping[str, Any]) -> str:
 
 def digest(value: Any) -> Digest:
     """Size and SHA-256 of a JSON value's canonical form (of the UTF-8 text for a string)."""
-    data = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else canonical(value)
+    data = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else _content_canonical(value)
     return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+_FAST = orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+_FLOAT_WRITTEN_OTHERWISE = re.compile(rb"e-\d(?!\d)|0\.0000")
+
+
+def _content_canonical(value: Any) -> bytes:
+    """`canonical(value)` for a request's or an answer's content, by orjson where its bytes are the
+    same (a tenth of the time). They differ only for what JSON from the wire cannot hold (non-string
+    keys, integers past 64 bits, lone surrogates: orjson refuses those, and `canonical` writes them) and
+    for floats under 1e-4 (orjson `0.00001` and `1e-9` for `1e-05` and `1e-09`): output where such a
+    float may be is written again by `canonical`. (A NaN, which the relay's strict parser never lets
+    in, would be `null` here.) The chain's own hash (`record_hash`) is always `canonical`'s."""
+    try:
+        data = orjson.dumps(value, default=str, option=_FAST)
+    except (TypeError, orjson.JSONEncodeError):
+        return canonical(value)
+    return canonical(value) if _FLOAT_WRITTEN_OTHERWISE.search(data) else data
 
 
 def parse_object(line: bytes) -> dict[str, Any] | None:

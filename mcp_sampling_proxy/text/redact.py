@@ -179,9 +179,16 @@ class Redactor:
         """The patterns that may match in some string of `value` (media data left out): one look at all
         of its strings at once, for literals every match holds, instead of every pattern run over every
         string (26 strings and 15 shapes for a small sampling request and its answer: 0.4 ms)."""
+        return self._shapes_among(self._haystack(value))
+
+    @staticmethod
+    def _haystack(value: Any) -> str:
+        """Every string of `value` (media data left out), one a line: no shape nor key spans two."""
         strings: list[str] = []
         _collect(value, strings)
-        haystack = "\n".join(strings)
+        return "\n".join(strings)
+
+    def _shapes_among(self, haystack: str) -> tuple[Pattern, ...]:
         return tuple(p for p in self.patterns if p.may_match(haystack, haystack.casefold()))
 
     def may_hold_key_json(self, encoded: bytes) -> bool:
@@ -202,8 +209,17 @@ class Redactor:
     def redact_value(self, value: Any) -> tuple[Any, int]:
         """`value` with every string in it (keys too) redacted, except the base64 `data` of image and
         audio blocks (configured keys are scrubbed from those too, by `scrub_value`); and the number of masks."""
+        redacted, count = self.redact_values([value])
+        return redacted[0], count
+
+    def redact_values(self, values: list[Any]) -> tuple[list[Any], int]:
+        """`redact_value` of each of `values`, with one look (`shapes_in`) at the strings of all of them:
+        the parts of one audit record (its messages, system prompt, tools, answer) are looked at once."""
         count = 0
-        present = self.shapes_in(value)
+        haystack = self._haystack(values)
+        present = self._shapes_among(haystack)
+        if not present and not self._runs.spans(haystack):
+            return values, 0  # nothing in them to mask: not walked again
 
         def one(text: str) -> str:
             nonlocal count
@@ -211,7 +227,7 @@ class Redactor:
             count += n
             return text
 
-        return _walk(value, one, skip_media=True), count
+        return [_walk(value, one, skip_media=True) for value in values], count
 
 
 class WholeKeys:
@@ -255,6 +271,8 @@ class KeyRuns:
         self.verbatim_in_json = not any(c in '"\\' or c < " " for p in pieces for c in p)
 
     def spans(self, text: str) -> list[tuple[int, int]]:
+        if not self.windows:
+            return []
         n, half = MIN_SECRET_LENGTH, MIN_SECRET_LENGTH // 2
         windows, blocks = self.windows, self.blocks
         spans: list[tuple[int, int]] = []

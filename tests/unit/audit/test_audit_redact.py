@@ -330,3 +330,26 @@ def test_redacting_a_value_looks_for_each_shape_only_where_it_may_be_and_masks_t
     assert redactor.redact_value([MASK_MAKES_A_SHAPE])[0] == [
         "[REDACTED:aws-access-key-id] token: [REDACTED:aws-secret-key]"
     ]
+
+
+def test_each_part_of_a_record_is_masked_in_its_place_and_counted_once(tmp_path: Path) -> None:
+    """The record's parts (system prompt, messages, answer) are looked at together for the shapes they may
+    hold; each keeps its own text and masks, and a part with nothing to mask is left as it came."""
+    params = {
+        "systemPrompt": "reply to bob@example.com",
+        "messages": [
+            {"role": "user", "content": {"type": "text", "text": "card 4111-1111-1111-1111"}},
+            {"role": "assistant", "content": {"type": "text", "text": "nothing here"}},
+        ],
+    }
+    result = {"role": "assistant", "content": {"type": "text", "text": "ref ACME-7"}, "model": "m"}
+    path = tmp_path / "audit.jsonl"
+    AuditLog(str(path), content="redacted", fsync=False, redact=[r"ACME-\d+"]).record(
+        params=params, result=result, server="s", decision="allow"
+    )
+    content = json.loads(path.read_text().splitlines()[0])["content"]
+    assert content["system"]["text"] == "reply to [REDACTED:email]"
+    texts = [m["message"]["content"]["text"] for m in content["messages"]]
+    assert texts == ["card [REDACTED:card-number]", "nothing here"]
+    assert content["response"]["result"]["content"]["text"] == "ref [REDACTED:custom]"
+    assert content["redactions"] == 3

@@ -1,0 +1,48 @@
+"""Content digests are taken from the same canonical bytes however they are made: orjson where its text
+is the same, the stdlib encoder where it would differ (small floats, what JSON from the wire cannot hold)."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from typing import Any
+
+import pytest
+
+from mcp_sampling_proxy.audit.recorder import SMALL_RECORD_NODES, SMALL_RECORD_TEXT, _is_small
+from mcp_sampling_proxy.audit.records import canonical, digest
+
+ODD = [
+    {"text": "".join(chr(i) for i in range(0x100)) + "\u2028\u2029\ufeff\U0001f600 / \\ \" '"},
+    {"floats": [0.1, -0.0, 1e15, 1e16, 1.5e300, 1e-4, 1e-5, 3.2e-9, 5e-324, 123.456]},
+    {"big": 2**70, "negative": -(2**65)},
+    {1: "an int key", 2: {"z": 1, "a": 2}},
+    {"lone": "\ud800"},
+    {"words": "e-5 and 0.00001 as text"},
+]
+
+
+def canonical_digest(value: Any) -> dict[str, Any]:
+    data = canonical(value)
+    return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+@pytest.mark.parametrize("value", ODD)
+def test_a_digest_is_of_the_canonical_bytes_whatever_the_value_holds(value: Any) -> None:
+    assert digest(value) == canonical_digest(value)
+
+
+def test_floats_of_every_size_digest_as_their_canonical_text() -> None:
+    rng = random.Random(7)
+    for exponent in range(-320, 300, 3):
+        value = {"messages": [{"x": rng.random() * 10.0**exponent, "y": -rng.random() * 10.0**exponent}]}
+        assert digest(value) == canonical_digest(value), value
+
+
+def test_a_request_is_small_below_both_bounds_and_not_above_either() -> None:
+    request = {"messages": [{"role": "user", "content": {"type": "text", "text": "hello " * 20}}], "maxTokens": 50}
+    assert _is_small(request)
+    assert not _is_small({"text": "x" * SMALL_RECORD_TEXT})
+    assert not _is_small({"many": [0] * SMALL_RECORD_NODES})
+    assert _is_small({"lone": "\ud800"})  # orjson refuses it: walked instead
+    assert not _is_small({"lone": "\ud800", "many": [0] * SMALL_RECORD_NODES})
