@@ -24,7 +24,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -83,23 +83,48 @@ def server_command(server: str) -> tuple[list[str], dict[str, Any]]:
     return [node(), entry, "stdio"], EVERYTHING
 
 
-def run_host(host: str, target: list[str], script: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
-    """One host session against `target`; its transcript (tools, and each step's text or error)."""
+@dataclass(frozen=True)
+class Session:
+    """One session of a host: its target (a server's command, a proxy's command, or a `serve` URL), the
+    script it runs there, and the environment the target's process runs in (and whether the host
+    declares forms: ERA_HOST_FORMS)."""
+
+    target: list[str]
+    script: dict[str, Any]
+    env: dict[str, str]
+
+
+def run_host(host: str, sessions: list[Session], workdir: Path) -> list[dict[str, Any]]:
+    """One host process, one session (a fresh connection) per entry of `sessions`, two at a time; a
+    transcript (tools, and each step's text or error) per session, in their order. The SDK is imported
+    once for them all."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    specs: list[dict[str, Any]] = [
+        {"target": s.target, "script": s.script, "env": s.env, "errlog": str(workdir / f"session-{i}.log")}
+        for i, s in enumerate(sessions)
+    ]
+    listed = workdir / "sessions.json"
+    listed.write_text(json.dumps(specs), encoding="utf-8")
     done = subprocess.run(
-        [*host_command(host), "--script", json.dumps(script), "--", *target],
+        [*host_command(host), "--sessions", str(listed)],
         capture_output=True,
         text=True,
-        env=env,
+        env=host_env(workdir),
         cwd=ROOT,
-        timeout=90,
+        timeout=90 + 45 * len(sessions),
     )
-    lines = done.stdout.strip().splitlines()
-    try:
-        transcript: dict[str, Any] = json.loads(lines[-1])
-    except (IndexError, ValueError):
-        transcript = {"connect_error": f"no transcript (exit {done.returncode})"}
-    transcript["stderr"] = done.stderr[-3000:]
-    return transcript
+    lines = done.stdout.strip().splitlines()[-len(sessions) :]
+    transcripts: list[dict[str, Any]] = []
+    for spec, line in zip(specs, [*lines, *[""] * (len(sessions) - len(lines))], strict=True):
+        try:
+            transcript: dict[str, Any] = json.loads(line)
+        except ValueError:
+            transcript = {"connect_error": f"no transcript (exit {done.returncode})"}
+        errlog = Path(spec["errlog"])
+        session_stderr = errlog.read_text(encoding="utf-8", errors="replace") if errlog.exists() else ""
+        transcript["stderr"] = (session_stderr + done.stderr)[-3000:]
+        transcripts.append(transcript)
+    return transcripts
 
 
 def host_env(tmp_path: Path, state: Path | None = None, forms: bool = True) -> dict[str, str]:
@@ -115,14 +140,10 @@ def host_env(tmp_path: Path, state: Path | None = None, forms: bool = True) -> d
     )
 
 
-def run_direct(host: str, server: str, steps: dict[str, Any] | None = None, forms: bool = True) -> dict[str, Any]:
-    """The host's transcript straight to the server (no proxy: its directories are scratch)."""
+def direct_session(server: str, tmp_path: Path, steps: dict[str, Any] | None = None, forms: bool = True) -> Session:
+    """The host straight to the server (no proxy: the directories its environment names stay unmade)."""
     command, script = server_command(server)
-    scratch = Path(tempfile.mkdtemp(prefix="msp-direct-"))
-    try:
-        return run_host(host, command, {**script, **(steps or {})}, host_env(scratch, forms=forms))
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    return Session(command, {**script, **(steps or {})}, host_env(tmp_path / "direct", forms=forms))
 
 
 def proxy_through_stdio(server: str, tmp_path: Path, llm: FakeLLMServer, extra: str = "") -> list[str]:
@@ -141,14 +162,12 @@ def direct_and_proxied(
     steps: dict[str, Any] | None = None,
     forms: bool = True,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The host's transcript direct (run_direct) and through the stdio proxy."""
-    _, script = server_command(server)
+    """The host's transcript direct and through the stdio proxy (two sessions of one host process)."""
+    direct = direct_session(server, tmp_path, steps, forms)
     proxy = proxy_through_stdio(server, tmp_path, llm, extra)
-    env = host_env(tmp_path, forms=forms)
-    with ThreadPoolExecutor(2) as pool:
-        direct = pool.submit(run_direct, host, server, steps, forms)
-        proxied = pool.submit(run_host, host, proxy, {**script, **(steps or {})}, env)
-        return direct.result(), proxied.result()
+    proxied = Session(proxy, direct.script, host_env(tmp_path, forms=forms))
+    first, second = run_host(host, [direct, proxied], tmp_path / "host")
+    return first, second
 
 
 def works(transcript: dict[str, Any]) -> bool:
@@ -254,23 +273,20 @@ def test_era_matrix_direct_and_through_each_front(
     """One cell: the host straight to the server, through the stdio proxy, and over Streamable HTTP to the
     server's long-running `serve` (the host's auto mode included: it must land in the era it lands in
     directly); each front compared with the one direct transcript."""
-    _, script = server_command(server)
     steps = IMPERATIVE if host in HANDSHAKE_ONLY_HOSTS and server == "fastmcp4" else None
-    script = {**script, **(steps or {})}
-    # two sessions at a time: a third adds only contention on a busy machine, where a server that answers
-    # the proxy's first probe after 30 s is bridged (relay/bridge.py) and the host lands in another era
-    with ThreadPoolExecutor(2) as pool:
-        direct = pool.submit(run_direct, host, server, steps)
-        stdio, url = proxy_through_stdio(server, tmp_path, llm), fronts.url(server)  # serve starts as it runs
-        proxied = pool.submit(run_host, host, stdio, script, host_env(tmp_path, state=one_users_state))
-        served = pool.submit(run_host, host, [url], script, proxy_env(TEST_LLM_KEY="k", **fronts.env))
-        through = {"the stdio proxy": proxied.result(), "serve": served.result()}
-        failed = []
-        for front, transcript in through.items():
-            try:
-                assert_cell(host, server, direct.result(), transcript)
-            except AssertionError as failure:
-                failed.append(f"through {front}: {failure}")
+    direct = direct_session(server, tmp_path, steps)
+    stdio = Session(
+        proxy_through_stdio(server, tmp_path, llm), direct.script, host_env(tmp_path, state=one_users_state)
+    )
+    served = Session([fronts.url(server)], direct.script, proxy_env(TEST_LLM_KEY="k", **fronts.env))
+    # one host process, three sessions: each a fresh connection (and a fresh server) of its own
+    transcripts = run_host(host, [direct, stdio, served], tmp_path / "host")
+    failed = []
+    for front, transcript in zip(["the stdio proxy", "serve"], transcripts[1:], strict=True):
+        try:
+            assert_cell(host, server, transcripts[0], transcript)
+        except AssertionError as failure:
+            failed.append(f"through {front}: {failure}")
     assert not failed, "\n\n".join(failed)
 
 
