@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mcp_sampling_proxy.text.redact import BUILTIN_PATTERNS, Pattern, map_strings, mask
+from mcp_sampling_proxy.text.redact import Pattern, builtin_patterns, map_strings, mask
 
 WINDOW = 1024  # characters detect-secrets' patterns see at once
 OVERLAP = 256  # ... shared by neighbouring windows: a secret shorter than this is seen whole in one
@@ -211,5 +211,5 @@ def _detectors() -> tuple[_Detector, ...]:
         if issubclass(plugin, RegexBasedDetector) and kind not in _LEFT_OUT
         for regex in plugin.denylist
     ]
-    shapes = [_Detector(_SHAPES[p.kind], p.regex, False, p) for p in BUILTIN_PATTERNS if p.kind in _SHAPES]
+    shapes = [_Detector(_SHAPES[p.kind], p.regex, False, p) for p in builtin_patterns() if p.kind in _SHAPES]
     return (*library, *shapes)
