@@ -14,7 +14,7 @@ from pathlib import Path
 
 from helpers.support import INITIALIZE_LINE, PY, SMALL_SERVER, proxy_env
 
-# not needed by a proxy without an HTTP provider that no server asked to elicit
+# not needed by a proxy without an HTTP provider nor a webhook, that no server asked to elicit
 NOT_AT_START = (
     "httpx",  # an HTTP provider's client (services/sampling/adapters.py, providers/registry.py)
     "mcp_sampling_proxy.providers.openai",
@@ -23,6 +23,8 @@ NOT_AT_START = (
     "mcp_sampling_proxy.services.elicitation.auto",
     "mcp_sampling_proxy.approval.forms",
     "mcp_sampling_proxy.system.browser",
+    "mcp_sampling_proxy.approval.webhook_channel",  # only with approval.webhook (approval/registry.py)
+    "mcp_sampling_proxy.approval.webhook_signing",
     "jsonschema",
     "redis",
     "opentelemetry",
@@ -45,7 +47,7 @@ def imported_by_a_start(tmp_path: Path, *options: str) -> list[str]:
     return [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")]
 
 
-def test_a_start_without_an_http_provider_loads_no_http_client_nor_elicitation(tmp_path: Path) -> None:
+def test_a_start_without_an_http_provider_loads_no_http_client_webhook_nor_elicitation(tmp_path: Path) -> None:
     policy = tmp_path / "policy.yaml"
     policy.write_text("rules:\n  - name: ask\n    when: {method: sampling}\n    action: prompt\n", encoding="utf-8")
     imported = imported_by_a_start(tmp_path, "--policy", str(policy))
