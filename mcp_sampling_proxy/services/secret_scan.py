@@ -15,8 +15,8 @@ backtracks quadratically on a long line of slashes, and a window bounds what one
 
 from __future__ import annotations
 
-import functools
 import re
+import threading
 import unicodedata
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -197,10 +197,29 @@ def _block_end(text: str, start: int) -> int:
     return end.end() if end is not None else len(text)
 
 
-@functools.cache
+_made: list[tuple[_Detector, ...]] = []  # the detectors, once made
+_making = threading.Lock()
+
+
+def prepare() -> None:
+    """Make the detectors now, in a thread, unless they are made or being made: importing detect-secrets
+    costs ~0.2 s of CPU, which the scan of a proxy's first LLM answer would otherwise wait for. Called when
+    a sampling request arrives; its LLM call (and any approval) takes longer than that."""
+    if not _made and not _making.locked():
+        threading.Thread(target=_detectors, name="secret-scan-warm-up", daemon=True).start()
+
+
 def _detectors() -> tuple[_Detector, ...]:
-    # Imported at the first scan, not at start: detect-secrets imports requests, ~0.4 s of the
-    # proxy's start-up for something only an LLM's answer needs, seconds later.
+    if not _made:
+        with _making:  # the warm-up thread's (prepare) or a scan's: the other waits for it
+            if not _made:
+                _made.append(_make_detectors())
+    return _made[0]
+
+
+def _make_detectors() -> tuple[_Detector, ...]:
+    # Imported at the first sampling request (prepare), not at start: detect-secrets imports requests,
+    # ~0.2 s of the proxy's start-up for something only an LLM's answer needs, seconds later.
     from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
     from detect_secrets.plugins.base import RegexBasedDetector
 
