@@ -18,7 +18,6 @@ from mcp_sampling_proxy.approval.console.server import ConsoleServer
 from mcp_sampling_proxy.approval.console_channel import ConsoleChannel
 from mcp_sampling_proxy.approval.host_channel import HostChannel
 from mcp_sampling_proxy.approval.terminal_channel import TerminalChannel
-from mcp_sampling_proxy.approval.webhook_channel import WebhookChannel, read_secret
 from mcp_sampling_proxy.config.approval_grammar import WebhookSettings
 from mcp_sampling_proxy.config.child_env import withheld
 from mcp_sampling_proxy.config.settings import APPROVAL_CHANNELS
@@ -51,6 +50,9 @@ def _host(needs: ChannelNeeds) -> Channel | None:
 def _webhook(needs: ChannelNeeds) -> Channel | None:
     if needs.webhook is None:
         return None
+    # start-up: the webhook's module and its signing (~5 ms) load only when the policy sets one
+    from mcp_sampling_proxy.approval.webhook_channel import WebhookChannel, read_secret
+
     secret = read_secret(needs.webhook, os.environ, withheld)
     if secret is None:
         get_logger("mcp_sampling_proxy.approval.webhook").warning(

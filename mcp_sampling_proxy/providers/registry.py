@@ -1,7 +1,7 @@
 """The adapter for each provider type (config/providers.py's KINDS), made when a provider is first used.
 
-The anthropic and command adapters' modules are imported only then: a proxy whose policy names
-neither does not pay for them at start. (The openai one is loaded at start: so is httpx, anyway.)
+Every adapter's module is imported only then: a proxy whose policy names no provider of a type does not
+pay for its module at start, and one without an HTTP provider never loads httpx.
 """
 
 from __future__ import annotations
@@ -11,11 +11,12 @@ from typing import Any
 
 from mcp_sampling_proxy.config.providers import ProviderConfig
 from mcp_sampling_proxy.providers.base import Adapter
-from mcp_sampling_proxy.providers.openai import OpenAIAdapter
 from mcp_sampling_proxy.providers.typed_reply import TypedReplyAdapter
 
 
 def _openai(config: ProviderConfig, _terminal: Any) -> Adapter:
+    from mcp_sampling_proxy.providers.openai import OpenAIAdapter  # start-up: httpx, ~110 ms; only for openai
+
     return OpenAIAdapter(config)
 
 

@@ -15,14 +15,14 @@ backtracks quadratically on a long line of slashes, and a window bounds what one
 
 from __future__ import annotations
 
-import functools
 import re
+import threading
 import unicodedata
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mcp_sampling_proxy.text.redact import BUILTIN_PATTERNS, Pattern, map_strings, mask
+from mcp_sampling_proxy.text.redact import Pattern, builtin_patterns, map_strings, mask
 
 WINDOW = 1024  # characters detect-secrets' patterns see at once
 OVERLAP = 256  # ... shared by neighbouring windows: a secret shorter than this is seen whole in one
@@ -197,10 +197,29 @@ def _block_end(text: str, start: int) -> int:
     return end.end() if end is not None else len(text)
 
 
-@functools.cache
+_made: list[tuple[_Detector, ...]] = []  # the detectors, once made
+_making = threading.Lock()
+
+
+def prepare() -> None:
+    """Make the detectors now, in a thread, unless they are made or being made: importing detect-secrets
+    costs ~0.2 s of CPU, which the scan of a proxy's first LLM answer would otherwise wait for. Called when
+    a sampling request arrives; its LLM call (and any approval) takes longer than that."""
+    if not _made and not _making.locked():
+        threading.Thread(target=_detectors, name="secret-scan-warm-up", daemon=True).start()
+
+
 def _detectors() -> tuple[_Detector, ...]:
-    # Imported at the first scan, not at start: detect-secrets imports requests, ~0.4 s of the
-    # proxy's start-up for something only an LLM's answer needs, seconds later.
+    if not _made:
+        with _making:  # the warm-up thread's (prepare) or a scan's: the other waits for it
+            if not _made:
+                _made.append(_make_detectors())
+    return _made[0]
+
+
+def _make_detectors() -> tuple[_Detector, ...]:
+    # Imported at the first sampling request (prepare), not at start: detect-secrets imports requests,
+    # ~0.2 s of the proxy's start-up for something only an LLM's answer needs, seconds later.
     from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
     from detect_secrets.plugins.base import RegexBasedDetector
 
@@ -211,5 +230,5 @@ def _detectors() -> tuple[_Detector, ...]:
         if issubclass(plugin, RegexBasedDetector) and kind not in _LEFT_OUT
         for regex in plugin.denylist
     ]
-    shapes = [_Detector(_SHAPES[p.kind], p.regex, False, p) for p in BUILTIN_PATTERNS if p.kind in _SHAPES]
+    shapes = [_Detector(_SHAPES[p.kind], p.regex, False, p) for p in builtin_patterns() if p.kind in _SHAPES]
     return (*library, *shapes)

@@ -21,6 +21,7 @@ otherwise the whole match is masked.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -90,52 +91,56 @@ def _p(
 _AWS_KEY_PREFIXES = ("AKIA", "ASIA", "ABIA", "ACCA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "AIPA")
 
 
-# Order matters: the multi-line and composite shapes first, so that e.g. a JWT inside a bearer
-# header is masked as a JWT and an Anthropic key is not taken for an OpenAI one.
-BUILTIN_PATTERNS: tuple[Pattern, ...] = (
-    _p(
-        "private-key",
-        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
-        r"[\s\S]*?(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\Z)",
-        needles=("-----BEGIN ",),
-    ),
-    _p("jwt", r"\beyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*", needles=("eyJ",)),
-    _p("anthropic-key", r"\bsk-ant-[A-Za-z0-9]{2,10}-[A-Za-z0-9_-]{20,}", needles=("sk-ant-",)),
-    _p("openai-key", r"\bsk-(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_-]{20,}", needles=("sk-",)),
-    _p("google-key", r"\bAIza[0-9A-Za-z_-]{35}", needles=("AIza",)),
-    _p("google-oauth-token", r"\bya29\.[0-9A-Za-z_-]{20,}", needles=("ya29.",)),
-    _p(
-        "aws-access-key-id",
-        r"\b(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[0-9A-Z]{16}\b",
-        needles=_AWS_KEY_PREFIXES,
-    ),
-    _p(
-        "aws-secret-key",
-        r"(?i)aws.{0,20}?(?:secret|private)?.{0,20}?(?:key|token)[\"']?\s*[:=]\s*[\"']?"
-        r"(?P<secret>[A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])",
-        needles=("aws",),
-        folded=True,
-    ),
-    _p(
-        "github-token",
-        r"\b(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})",
-        needles=("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
-    ),
-    _p("slack-token", r"\bxox[abposre]-[A-Za-z0-9-]{10,}", needles=("xox",)),
-    _p(
-        "slack-webhook",
-        r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/+-]{20,}",
-        needles=("https://hooks.slack.com/",),
-    ),
-    _p(
-        "stripe-key",
-        r"\b(?:sk|rk|pk)_(?:live|test)_[0-9A-Za-z]{16,}|\bwhsec_[0-9A-Za-z]{24,}",
-        needles=("_live_", "_test_", "whsec_"),
-    ),
-    _p("bearer-token", r"(?i)\bbearer\s+(?P<secret>[A-Za-z0-9._~+/=-]{8,})", needles=("bearer",), folded=True),
-    _p("email", r"(?<![\w.+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b", needles=("@",)),
-    _p("card-number", r"(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d-])", luhn_ok, gate=r"\d(?:[ -]?\d){12}"),
-)
+@functools.cache
+def builtin_patterns() -> tuple[Pattern, ...]:
+    """The secret shapes every redaction looks for, compiled at the first one (~10 ms of CPU that a proxy's
+    start would spend, most of which only ever scrub configured keys). Order matters: the multi-line and
+    composite shapes first, so that e.g. a JWT inside a bearer header is masked as a JWT and an Anthropic
+    key is not taken for an OpenAI one."""
+    return (
+        _p(
+            "private-key",
+            r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
+            r"[\s\S]*?(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\Z)",
+            needles=("-----BEGIN ",),
+        ),
+        _p("jwt", r"\beyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*", needles=("eyJ",)),
+        _p("anthropic-key", r"\bsk-ant-[A-Za-z0-9]{2,10}-[A-Za-z0-9_-]{20,}", needles=("sk-ant-",)),
+        _p("openai-key", r"\bsk-(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_-]{20,}", needles=("sk-",)),
+        _p("google-key", r"\bAIza[0-9A-Za-z_-]{35}", needles=("AIza",)),
+        _p("google-oauth-token", r"\bya29\.[0-9A-Za-z_-]{20,}", needles=("ya29.",)),
+        _p(
+            "aws-access-key-id",
+            r"\b(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[0-9A-Z]{16}\b",
+            needles=_AWS_KEY_PREFIXES,
+        ),
+        _p(
+            "aws-secret-key",
+            r"(?i)aws.{0,20}?(?:secret|private)?.{0,20}?(?:key|token)[\"']?\s*[:=]\s*[\"']?"
+            r"(?P<secret>[A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])",
+            needles=("aws",),
+            folded=True,
+        ),
+        _p(
+            "github-token",
+            r"\b(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})",
+            needles=("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+        ),
+        _p("slack-token", r"\bxox[abposre]-[A-Za-z0-9-]{10,}", needles=("xox",)),
+        _p(
+            "slack-webhook",
+            r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/+-]{20,}",
+            needles=("https://hooks.slack.com/",),
+        ),
+        _p(
+            "stripe-key",
+            r"\b(?:sk|rk|pk)_(?:live|test)_[0-9A-Za-z]{16,}|\bwhsec_[0-9A-Za-z]{24,}",
+            needles=("_live_", "_test_", "whsec_"),
+        ),
+        _p("bearer-token", r"(?i)\bbearer\s+(?P<secret>[A-Za-z0-9._~+/=-]{8,})", needles=("bearer",), folded=True),
+        _p("email", r"(?<![\w.+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b", needles=("@",)),
+        _p("card-number", r"(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d-])", luhn_ok, gate=r"\d(?:[ -]?\d){12}"),
+    )
 
 
 class Redactor:
@@ -146,9 +151,13 @@ class Redactor:
     ):
         # Longest first, so a key is masked whole before any value that is a part of it.
         self.secrets = tuple(sorted({s for s in secrets if len(s) >= MIN_SECRET_LENGTH}, key=len, reverse=True))
-        user = tuple(Pattern("custom", re.compile(p) if isinstance(p, str) else p) for p in patterns)
-        self.patterns = BUILTIN_PATTERNS + user
+        self._user = tuple(Pattern("custom", re.compile(p) if isinstance(p, str) else p) for p in patterns)
         self._runs: KeyRuns | WholeKeys = KeyRuns(self.secrets) if runs else WholeKeys(self.secrets)
+
+    @functools.cached_property
+    def patterns(self) -> tuple[Pattern, ...]:
+        """The built-in shapes, then the user's (made at the first redaction)."""
+        return builtin_patterns() + self._user
 
     # -- text ---------------------------------------------------------------------------------
     def scrub(self, text: str) -> str:

@@ -12,15 +12,10 @@ from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.wire_types import ElicitRequestParams, JsonRpcNotification
 from mcp_sampling_proxy.quotas.limiters import limit_key
-from mcp_sampling_proxy.services.elicitation import auto
-from mcp_sampling_proxy.services.elicitation.ask import at_host, nobody_to_ask, on_console
 from mcp_sampling_proxy.services.elicitation.ended import Answered, Ending
-from mcp_sampling_proxy.services.elicitation.form import checked_form
-from mcp_sampling_proxy.services.elicitation.judge import judge
 from mcp_sampling_proxy.services.elicitation.request import request_mode, validate_elicitation
 from mcp_sampling_proxy.services.elicitation.route import Route, route
 from mcp_sampling_proxy.services.opening import Opened, opened
-from mcp_sampling_proxy.system.browser import open_url
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.approval.form_prompts import ElicitationConsoles
@@ -38,7 +33,7 @@ class ElicitationService:
         consoles: ElicitationConsoles,
         audit: AuditLog,
         limiters: Limiters,
-        opener: Callable[[str], bool] = open_url,
+        opener: Callable[[str], bool] | None = None,  # None: the user's browser (system/browser.py)
     ):
         self._settings = settings.elicitation
         self._policy = settings
@@ -77,6 +72,14 @@ class ElicitationService:
 
     async def _serve(self, request: Opened, params: ElicitRequestParams) -> Ending:
         """The stages in order; a stage that answers for the proxy raises `Answered`."""
+        # start-up: the stages' modules (forms, auto-answers, the browser) load at the first elicitation,
+        # not at every start of a proxy, most of which never see one
+        from mcp_sampling_proxy.services.elicitation import auto
+        from mcp_sampling_proxy.services.elicitation.ask import at_host, nobody_to_ask, on_console
+        from mcp_sampling_proxy.services.elicitation.form import checked_form
+        from mcp_sampling_proxy.services.elicitation.judge import judge
+        from mcp_sampling_proxy.system.browser import open_url
+
         session = request.incoming.session
         mode = request_mode(params)
         if request.busy is not None:  # the proxy holds too many requests already (Limiters.holding)
@@ -95,7 +98,8 @@ class ElicitationService:
             if console is None:
                 await auto.answer_if(matched, "headless", params, mode)
                 await nobody_to_ask(self._settings, params, mode, to, matched.withheld)
-            return await on_console(console, request, params, mode, form, self._opener, matched.withheld)
+            opener = open_url if self._opener is None else self._opener
+            return await on_console(console, request, params, mode, form, opener, matched.withheld)
 
     def route_for(self, params: Mapping[str, Any], session: Session) -> Route:
         """host | console | decline for this request."""

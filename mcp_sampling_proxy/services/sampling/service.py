@@ -16,6 +16,7 @@ from mcp_sampling_proxy.policy.engine import Decision
 from mcp_sampling_proxy.protocol.names import SAMPLING_CREATE
 from mcp_sampling_proxy.quotas.limiters import Limiters, limit_key
 from mcp_sampling_proxy.quotas.refusals import Refusal
+from mcp_sampling_proxy.services import secret_scan
 from mcp_sampling_proxy.services.assess import Origin, Refused, judge_sampling
 from mcp_sampling_proxy.services.opening import Opened, opened
 from mcp_sampling_proxy.services.sampling.adapters import AdapterPool
@@ -68,6 +69,7 @@ class SamplingService:
             if opened_request.busy is not None:
                 raise Ended("deny", limit_error(opened_request.busy), limit=opened_request.busy.limit)
             judged = self._judge.judge(incoming, audit, opened_request.in_flight)
+            secret_scan.prepare()  # past the judge: the answer's scan (review) finds its detectors made meanwhile
             decision = judged.decision
             key = limit_key(decision.rule, session.server_name)
             async with self._limiters.hold(decision.matched, key) as refusal:

@@ -1,0 +1,56 @@
+"""What a proxy's start loads: only what it needs before it answers.
+
+Every proxy a host starts pays for each module it imports, in CPU and in the time to its answer to
+`initialize`; a module the start does not need is imported where it is first used, with a comment
+saying so (CONTRIBUTING.md). Those lazy imports rot silently: one import moved to the top of a module
+brings httpx back into every start. So a real start is watched here (`-X importtime` lists every
+module the process imported, to its end), without timing anything (timings live in bench/).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from helpers.support import INITIALIZE_LINE, PY, SMALL_SERVER, proxy_env
+
+# not needed by a proxy without an HTTP provider nor a webhook, that no server asked to elicit
+NOT_AT_START = (
+    "httpx",  # an HTTP provider's client (services/sampling/adapters.py, providers/registry.py)
+    "mcp_sampling_proxy.providers.openai",
+    "mcp_sampling_proxy.providers.anthropic",
+    "mcp_sampling_proxy.services.elicitation.ask",  # an elicitation's stages (services/elicitation/service.py)
+    "mcp_sampling_proxy.services.elicitation.auto",
+    "mcp_sampling_proxy.approval.forms",
+    "mcp_sampling_proxy.system.browser",
+    "mcp_sampling_proxy.approval.webhook_channel",  # only with approval.webhook (approval/registry.py)
+    "mcp_sampling_proxy.approval.webhook_signing",
+    "jsonschema",
+    "redis",
+    "opentelemetry",
+    "mcp",  # the SDK: the proxy speaks the wire itself
+    "pydantic",
+)
+
+
+def imported_by_a_start(tmp_path: Path, *options: str) -> list[str]:
+    """Every module a proxy in front of a small server imported, from its start until the host closed it."""
+    done = subprocess.run(
+        [PY, "-X", "importtime", "-m", "mcp_sampling_proxy", *options, "--", PY, SMALL_SERVER],
+        input=INITIALIZE_LINE,
+        env=proxy_env(HOME=str(tmp_path)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert '"result"' in done.stdout, done.stderr[-2000:]  # it relayed the server's answer to initialize
+    return [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")]
+
+
+def test_a_start_without_an_http_provider_loads_no_http_client_webhook_nor_elicitation(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("rules:\n  - name: ask\n    when: {method: sampling}\n    action: prompt\n", encoding="utf-8")
+    imported = imported_by_a_start(tmp_path, "--policy", str(policy))
+    assert "mcp_sampling_proxy.relay.core" in imported  # the list is the proxy's own
+    loaded = [name for name in imported if name in NOT_AT_START or name.partition(".")[0] in NOT_AT_START]
+    assert loaded == []
