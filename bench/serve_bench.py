@@ -169,6 +169,7 @@ class Procs:
     workdir: Path
     env: dict[str, str]
     python: str
+    server: list[str]  # the stdio server each of serve's sessions runs
     started: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def start(self, name: str, command: list[str], stdout: int | None = None) -> subprocess.Popen[bytes]:
@@ -195,7 +196,7 @@ class Procs:
 
     def serve(self, name: str) -> tuple[subprocess.Popen[bytes], int]:
         port = free_port()
-        proc = self.start(name, serve_command(self.python, port))
+        proc = self.start(name, serve_command(self.python, port, self.server))
         wait_listening(port, proc, self.workdir / f"{name}.log")
         return proc, port
 
@@ -219,7 +220,7 @@ class Procs:
                 proc.stdout.close()
 
 
-def serve_command(python: str, port: int) -> list[str]:
+def serve_command(python: str, port: int, server: list[str]) -> list[str]:
     return [
         python,
         "-m",
@@ -232,8 +233,7 @@ def serve_command(python: str, port: int) -> list[str]:
         "--log-level",
         "warning",
         "--",
-        python,
-        STDIO_SERVER,
+        *server,
     ]
 
 
@@ -576,7 +576,7 @@ async def run(args: argparse.Namespace, workdir: Path, progress: Any) -> dict[st
         XDG_RUNTIME_DIR=str(workdir / "run"),
     )
     (workdir / "run").mkdir(mode=0o700)
-    procs = Procs(workdir, env, args.python)
+    procs = Procs(workdir, env, args.python, stdio_server(args))
     load_start = os.getloadavg()
     started = time.monotonic()
     try:
@@ -657,10 +657,10 @@ async def run(args: argparse.Namespace, workdir: Path, progress: Any) -> dict[st
         "commands": {
             "direct": [args.python, HTTP_SERVER],
             "serve": [
-                *serve_command(args.python, 0)[:4],
+                *serve_command(args.python, 0, stdio_server(args))[:4],
                 "--listen",
                 "127.0.0.1:PORT",
-                *serve_command(args.python, 0)[6:],
+                *serve_command(args.python, 0, stdio_server(args))[6:],
             ],
             "haproxy": ["haproxy", "-db", "-f", "haproxy.cfg"],
         },
@@ -812,6 +812,11 @@ def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
 QUICK = {"runs": 1, "calls": 5, "sessions": 3, "mem_sessions": 3, "settle": 0.2}
 
 
+def stdio_server(args: argparse.Namespace) -> list[str]:
+    """The command of the server each of serve's sessions runs."""
+    return shlex.split(args.server_cmd) if args.server_cmd else [args.python, STDIO_SERVER]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -827,6 +832,11 @@ def main(argv: list[str] | None = None) -> int:
         "--no-stateless", dest="stateless", action="store_false", help="skip the 2026-07-28 stateless requests"
     )
     parser.add_argument("--python", default=sys.executable, help="interpreter for the servers and serve")
+    parser.add_argument(
+        "--server-cmd",
+        help="another stdio server for serve's sessions (shell-split; default: PYTHON "
+        "tests/fixtures/kitchen_sink_server.py, the SDK the direct modes serve over HTTP; it needs echo)",
+    )
     parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test: the figures mean nothing)")
     parser.add_argument("--json", action="store_true", help="print JSON (every run) instead of the table")
     parser.add_argument("--json-out", metavar="PATH", help="also write the JSON to PATH (with the table printed)")

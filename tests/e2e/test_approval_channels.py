@@ -1,5 +1,5 @@
 """Approval when the host gives the proxy no terminal, through the real proxy: the companion console
-approves a request from the kitchen-sink server for an SDK host. Denials, edits, remembered and timed-out
+approves a request from the small server for an SDK host. Denials, edits, remembered and timed-out
 approvals, reviews and host elicitation, played in memory: tests/unit/services/test_approval_channels_played.py;
 the remembered approvals' file alone: tests/unit/approval/test_approval_memory.py."""
 
@@ -40,7 +40,7 @@ async def test_console_approves(tmp_path: Path, dirs: dict[str, str], llm: FakeL
     async def decide(console: SocketConsole) -> None:
         pending = await console.receive()
         assert pending["type"] == "pending"
-        assert pending["server"] == "kitchen_sink_server"
+        assert pending["server"] == "small_server"
         assert pending["tool"] == "sample"
         assert pending["params"]["messages"][0]["content"]["text"] == "ask me"
         await console.send({"type": "decision", "id": pending["id"], "approve": True, "scope": "once"})

@@ -24,8 +24,8 @@ import pytest
 from fakes.llm_server import FakeLLMServer
 from helpers.console import SocketConsole
 from helpers.support import (
-    KITCHEN_SINK,
     PY,
+    SMALL_SERVER,
     openai_policy,
     proxy_command,
     proxy_env,
@@ -54,7 +54,7 @@ def audit_policy(llm: FakeLLMServer, audit: Path, extra: str = "", rules: str | 
 
 def sample_raw(policy: str, params: dict[str, Any] = PARAMS) -> list[str]:
     arguments = json.dumps({"params_json": json.dumps(params)})
-    return try_argv("--policy", policy, "--tool", "sample_raw", "--args", arguments, "--", PY, KITCHEN_SINK)
+    return try_argv("--policy", policy, "--tool", "sample_raw", "--args", arguments, "--", PY, SMALL_SERVER)
 
 
 def records(audit: Path) -> list[dict[str, Any]]:

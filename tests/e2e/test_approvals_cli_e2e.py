@@ -53,17 +53,17 @@ async def test_revoked_always_approval_is_asked_again_by_the_running_proxy(
         assert listed.returncode == 0, listed.stderr
         header, row = listed.stdout.splitlines()[:2]
         assert header.split() == ["#", "server", "tool", "rule", "when", "by", "trusted"]
-        assert row.split()[:4] == ["1", "kitchen_sink_server", "sample", "ask"]
+        assert row.split()[:4] == ["1", "small_server", "sample", "ask"]
         assert row.split()[-2:] == ["console", "yes"]  # sealed by the proxy that remembered it
         (entry,) = [json.loads(line) for line in approvals(dirs, "list", "--json").stdout.splitlines()]
-        assert entry["server"] == "kitchen_sink_server" and entry["at"].endswith("Z") and entry["trusted"] is True
+        assert entry["server"] == "small_server" and entry["at"].endswith("Z") and entry["trusted"] is True
 
         second = await call(client, console, "two", None)  # remembered: nobody is asked
         assert tool_json(second)["content"]["text"] == "echo: two"
 
         revoked = approvals(dirs, "revoke", "1")
         assert revoked.returncode == 0, revoked.stderr
-        assert "revoked: kitchen_sink_server / sample" in revoked.stdout
+        assert "revoked: small_server / sample" in revoked.stdout
         assert "no remembered approvals" in approvals(dirs, "list").stdout
 
         third = await call(client, console, "three", {"approve": False})  # asked again, and refused

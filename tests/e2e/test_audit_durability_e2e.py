@@ -152,13 +152,13 @@ def test_a_slow_audit_write_holds_only_its_own_request(tmp_path: Path) -> None:
     import fcntl
 
     from fakes.llm_server import FakeLLMServer
-    from helpers.support import KITCHEN_SINK, PY, RawHost, openai_policy, proxy_command, proxy_env, write_policy
+    from helpers.support import PY, SMALL_SERVER, RawHost, openai_policy, proxy_command, proxy_env, write_policy
 
     audit = tmp_path / "audit.jsonl"
     with FakeLLMServer("openai") as llm:
         policy = write_policy(tmp_path, openai_policy(llm.base_url, extra=f"audit: {{path: {audit}}}\n"))
         with RawHost(
-            proxy_command(policy, upstream=[PY, KITCHEN_SINK]), proxy_env(TEST_LLM_KEY="k"), tmp_path / "stderr.log"
+            proxy_command(policy, upstream=[PY, SMALL_SERVER]), proxy_env(TEST_LLM_KEY="k"), tmp_path / "stderr.log"
         ) as host:
             host.initialize()
             lock = os.open(str(audit) + ".lock", os.O_RDWR | os.O_CREAT, 0o600)

@@ -53,7 +53,7 @@ async def test_the_key_reaches_the_llm_but_not_the_audit_log_or_stderr(tmp_path:
     assert allowed["continues"] is None and "continues" not in denied
     for record in (allowed, denied):
         assert all(key in record for key in DECISION_FIELDS)
-        assert record["server"] == "kitchen_sink_server" and record["tool"] == "sample"
+        assert record["server"] == "small_server" and record["tool"] == "sample"
         assert record["method"] == "sampling/createMessage" and record["host"]
         assert record["protocol_version"] and record["request_id"] is not None
     assert (allowed["decision"], allowed["rule"], allowed["provider"], allowed["model"]) == (

@@ -30,7 +30,7 @@ def provider(name: str, body: str) -> str:
 
 
 async def call(tmp_path: Path, policy_text: str, tool: str, arguments: dict[str, Any], **env: str) -> Any:
-    """Call `tool` of the kitchen-sink server through the proxy, stand-ins first on its PATH."""
+    """Call `tool` of the small server through the proxy, stand-ins first on its PATH."""
     bin_dir = install(tmp_path / "bin")
     policy = write_policy(tmp_path, policy_text)
     environment = proxy_env(

@@ -59,7 +59,7 @@ def test_the_console_question_stays_last_when_proxies_attach_and_leave(
             lines = console.wait_for(QUESTION)
             assert console.last_line() == QUESTION
             # the operator's name and the server's own claim, each quoted once, none inside another
-            summary = "Server 'kitchen_sink_server' (which calls itself \"kitchen-sink\") asks for an LLM completion"
+            summary = "Server 'small_server' (which calls itself \"small-server\") asks for an LLM completion"
             assert any(summary in line for line in lines), "\n".join(lines)
         with RawHost(proxy_command(policy), proxy_env(**dirs), tmp_path / "other.log") as other:
             other.initialize()

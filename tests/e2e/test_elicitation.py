@@ -58,7 +58,7 @@ FORMATTED = {
 
 @pytest.mark.skipif(sys.platform != "linux", reason="needs a Linux pty")
 def test_terminal_form_re_asks_a_bad_email_date_date_time_and_url(tmp_path: Path) -> None:
-    from helpers.support import KITCHEN_SINK
+    from helpers.support import SMALL_SERVER
     from helpers.terminal import PtySession, terminal_env, try_argv
 
     session = PtySession(
@@ -69,7 +69,7 @@ def test_terminal_form_re_asks_a_bad_email_date_date_time_and_url(tmp_path: Path
             json.dumps({"schema_json": json.dumps(FORMATTED)}),
             "--",
             PY,
-            KITCHEN_SINK,
+            SMALL_SERVER,
         ),
         terminal_env(),
     )

@@ -51,7 +51,7 @@ async def ask(
 
 CONFIRM_ENTRY = (
     "    - name: confirm-deploys\n"
-    "      server: kitchen*\n"
+    "      server: small*\n"
     "      tool: elicit_*\n"
     "      message: '^Deploy to '\n"
     "      action: accept\n"

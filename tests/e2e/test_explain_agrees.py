@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from fakes.llm_server import FakeLLMServer
 from helpers.explain_cases import POLICIES, SERVERS, explained, policy_for_test, requests
-from helpers.support import KITCHEN_SINK, PY, proxy_command, proxy_env, sdk_host, tool_text
+from helpers.support import PY, SMALL_SERVER, proxy_command, proxy_env, sdk_host, tool_text
 
 pytestmark = pytest.mark.anyio
 
@@ -33,7 +33,7 @@ async def proxied(
     """What one proxy (named `server`) did with each request: its audit record, what the LLM got."""
     audit = tmp_path / "audit.jsonl"
     outcomes = []
-    command = proxy_command(str(policy), "--name", server, upstream=[PY, KITCHEN_SINK])
+    command = proxy_command(str(policy), "--name", server, upstream=[PY, SMALL_SERVER])
     async with sdk_host(command, env, tmp_path / f"{server}.stderr.log") as client:
         for params in table:
             seen = {kind: len(llm.requests) for kind, llm in llms.items()}

@@ -1,7 +1,7 @@
 """What a host keeps of the proxy it starts: its stderr (Claude Desktop's mcp-server-NAME.log).
 
 The proxy is started as a desktop host starts it (the entry's command, no terminal, the host's short
-PATH, stderr a file), a real MCP client asks the kitchen-sink server to sample twice: once allowed
+PATH, stderr a file), a real MCP client asks the small server to sample twice: once allowed
 (a loopback LLM answers), once denied by a rule. Each request ends with one short info line there.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from fakes.llm_server import FakeLLMServer
-from helpers.support import KITCHEN_SINK, PROXY, PY, proxy_env, sdk_host, write_policy
+from helpers.support import PROXY, PY, SMALL_SERVER, proxy_env, sdk_host, write_policy
 
 pytestmark = pytest.mark.anyio
 
@@ -28,7 +28,7 @@ async def test_each_request_ends_with_one_line_on_the_hosts_stderr(tmp_path: Pat
         "  - name: allow-all\n    action: allow\n",
     )
     stderr = tmp_path / "mcp-server-kitchen.log"
-    command = [*PROXY, "--policy", policy, "--", PY, KITCHEN_SINK]  # as wrap writes it: no --log-format
+    command = [*PROXY, "--policy", policy, "--", PY, SMALL_SERVER]  # as wrap writes it: no --log-format
     env = proxy_env(TEST_LLM_KEY="sk-test", PATH="/usr/bin:/bin")
     async with sdk_host(command, env, stderr) as client:
         allowed = await client.call_tool("sample", {"prompt": "2+2?"})
@@ -41,5 +41,5 @@ async def test_each_request_ends_with_one_line_on_the_hosts_stderr(tmp_path: Pat
         ("info", "sampling/createMessage", "allow", "allow-all"),
         ("info", "sampling/createMessage", "deny", "no-secrets"),
     ], ended
-    assert {e["server"] for e in ended} == {"kitchen_sink_server"}
+    assert {e["server"] for e in ended} == {"small_server"}
     assert all(len(json.dumps(e)) < 300 for e in ended)  # one short line: the audit holds the rest

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from fakes.llm_server import FakeLLMServer
-from helpers.support import KITCHEN_SINK, PY, openai_policy, write_policy
+from helpers.support import PY, SMALL_SERVER, openai_policy, write_policy
 from helpers.terminal import PtySession, terminal_env, try_argv
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="console sockets use SO_PEERCRED and /proc")
@@ -26,7 +26,7 @@ def test_the_terminal_and_the_console_make_a_quorum_of_two(
     policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=rules) + approval + f"audit:\n  path: {audit}\n")
     console = PtySession([PY, "-m", "mcp_sampling_proxy", "console"], terminal_env(**dirs))
     proxy = PtySession(
-        try_argv("--policy", policy, "--tool", "sample", "--args", '{"prompt": "deploy it"}', "--", PY, KITCHEN_SINK),
+        try_argv("--policy", policy, "--tool", "sample", "--args", '{"prompt": "deploy it"}', "--", PY, SMALL_SERVER),
         terminal_env(**dirs),
     )
     try:

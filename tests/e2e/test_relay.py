@@ -69,7 +69,7 @@ def normalise(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def test_every_message_matches_a_direct_connection(tmp_path: Path) -> None:
     direct = run_script([PY, KITCHEN_SINK], proxy_env(), tmp_path / "direct.log")
-    proxied = run_script(proxy_command(), proxy_env(), tmp_path / "stderr.log")
+    proxied = run_script(proxy_command(upstream=[PY, KITCHEN_SINK]), proxy_env(), tmp_path / "stderr.log")
     assert normalise(proxied) == normalise(direct)
     # stdout carries protocol messages only (the server's log tool ran): the proxy's own lines are on stderr
     assert all(message["jsonrpc"] == "2.0" for message in proxied)
@@ -135,7 +135,7 @@ def test_upstream_crash_answers_inflight_requests_and_exits_nonzero(tmp_path: Pa
         for message in answers.values():
             assert message["error"]["code"] == -32000
             assert "exited with code 3" in message["error"]["message"]
-            assert "kitchen_sink_server" in message["error"]["message"]
+            assert "small_server" in message["error"]["message"]
         assert host.wait() == 3
         assert host.recv() is None
 

@@ -1,7 +1,7 @@
 """Sampling through the real proxy: a host without sampling, a server that samples, a loopback LLM.
 
-What needs the process stays here: the round trip through an SDK host and the kitchen-sink server, a key
-kept out of stderr, cancellation by the server's SDK, the protocol eras of real peers. What the relay and
+What needs the process stays here: the round trip through an SDK host and the small server, a key kept out
+of stderr, cancellation by the server's SDK (the kitchen sink's), the protocol eras of real peers. What the relay and
 the services decide is played in memory: tests/unit/services/test_sampling_played.py (wire formats, invalid
 requests, LLM errors), test_sampling_policy_played.py (rules, audit) and test_sampling_route_played.py
 (host sampling, fallback, capabilities)."""
@@ -15,6 +15,8 @@ import anyio
 import pytest
 from fakes.llm_server import FakeLLMServer
 from helpers.support import (
+    KITCHEN_SINK,
+    PY,
     first_text,
     openai_policy,
     proxy_command,
@@ -30,10 +32,10 @@ KEY = "sk-test-key-never-logged-0123456789"
 async def call(
     tmp_path: Path, policy_text: str | None, tool: str, arguments: dict[str, Any], **client_kwargs: Any
 ) -> Any:
+    """`tool` of the kitchen sink: the SDK's server, whose eras the test is about."""
     policy = write_policy(tmp_path, policy_text) if policy_text is not None else None
-    async with sdk_host(
-        proxy_command(policy), proxy_env(TEST_LLM_KEY=KEY), tmp_path / "stderr.log", **client_kwargs
-    ) as client:
+    command = proxy_command(policy, upstream=[PY, KITCHEN_SINK])
+    async with sdk_host(command, proxy_env(TEST_LLM_KEY=KEY), tmp_path / "stderr.log", **client_kwargs) as client:
         return await client.call_tool(tool, arguments)
 
 
@@ -88,7 +90,8 @@ async def test_cancelled_tool_call_aborts_the_llm_request(tmp_path: Path, openai
     policy = write_policy(tmp_path, openai_policy(openai_llm.base_url))
     stderr = tmp_path / "stderr.log"
     # debug: "sampling fulfilled" is logged at debug level, and must not appear
-    async with sdk_host(proxy_command(policy, "--log-level", "debug"), proxy_env(TEST_LLM_KEY=KEY), stderr) as client:
+    command = proxy_command(policy, "--log-level", "debug", upstream=[PY, KITCHEN_SINK])  # its SDK cancels
+    async with sdk_host(command, proxy_env(TEST_LLM_KEY=KEY), stderr) as client:
         async with anyio.create_task_group() as calls:  # the host gives up once the LLM has the request
             calls.start_soon(client.call_tool, "sample", {"prompt": "never answered"})
             with anyio.fail_after(15):

@@ -1,6 +1,7 @@
 """bench/sdk_bench.py (issue #14's speed table) runs end to end and reports every row.
 
-A smoke test with tiny sizes (`--quick`): the three modes really start, the SDK host really calls
+A smoke test with tiny sizes (`--quick`): the three modes really start (in front of the small server,
+`--server-cmd`: the kitchen sink's SDK start would be most of the run's CPU), the SDK host really calls
 them, the sampling requests really go through the proxy to the loopback LLM with the audit log
 fsync'd. It asserts the rows and their targets are there, never the timing values (a loaded
 machine must not fail the suite).
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +21,7 @@ from helpers.bench_scripts import load_bench
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "sdk_bench.py"
+SMALL_SERVER = ROOT / "tests" / "fixtures" / "small_server.py"  # echo and big, as the kitchen sink answers them
 ROWS = {
     "spawn_added_ms": "spawn to initialize",
     "echo_p50_added_ms": "sequential echo p50",
@@ -33,7 +36,15 @@ ROWS = {
 
 def test_quick_run_reports_every_row_with_its_target() -> None:
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--json", "--quiet"],
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--quick",
+            "--json",
+            "--quiet",
+            "--server-cmd",
+            shlex.join([sys.executable, str(SMALL_SERVER)]),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -95,7 +106,7 @@ def test_the_patched_proxy_experiment_still_relays() -> None:
     }
     listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
     lines = [json.dumps(m) for m in (initialize, {"jsonrpc": "2.0", "method": "notifications/initialized"}, listing)]
-    server = ROOT / "tests" / "fixtures" / "kitchen_sink_server.py"
+    server = SMALL_SERVER
     proxy = [sys.executable, str(ROOT / "bench" / "patched_proxy.py"), "--coalesce", "--no-terminal"]
     done = subprocess.run(
         [*proxy, "--", sys.executable, str(server)],

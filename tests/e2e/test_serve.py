@@ -1,7 +1,7 @@
 """`serve`: the proxy as a real process serving a stdio server over Streamable HTTP at /mcp.
 
 Real parts only: the `mcp` SDK's Streamable HTTP client (what HTTP hosts are built on) with a
-bearer token, the kitchen-sink server behind the proxy, a loopback OpenAI-compatible LLM that
+bearer token, the small server behind the proxy, a loopback OpenAI-compatible LLM that
 answers the server's sampling, and the audit file the proxy writes. What needs the process is here: a
 session's server started and reaped, the command's refusals and exit codes, what a signal to serve
 leaves behind. What a session does (its calls, approvals, tool rules, idle expiry, the cap, a server
@@ -23,9 +23,9 @@ import pytest
 from fakes.llm_server import FakeLLMServer
 from helpers.serving import ALICE, BOB, Served, decisions, http_host, start_serve, stop, token_file, wait_until
 from helpers.support import (
-    KITCHEN_SINK,
     PROXY,
     PY,
+    SMALL_SERVER,
     alive,
     first_text,
     free_port,
@@ -82,7 +82,7 @@ async def test_a_client_lists_calls_and_samples_through_the_endpoint(served: Ser
 
 def test_listening_beyond_loopback_without_a_token_is_refused(tmp_path: Path) -> None:
     done = subprocess.run(
-        [*PROXY, "serve", "--listen", f"0.0.0.0:{free_port()}", "--", PY, KITCHEN_SINK],
+        [*PROXY, "serve", "--listen", f"0.0.0.0:{free_port()}", "--", PY, SMALL_SERVER],
         env=proxy_env(),
         capture_output=True,
         text=True,
@@ -108,7 +108,7 @@ def test_a_token_file_others_can_read_is_refused(tmp_path: Path) -> None:
     tokens = token_file(tmp_path)
     os.chmod(tokens, 0o644)
     done = subprocess.run(
-        [*PROXY, "serve", "--token-file", tokens, "--", PY, KITCHEN_SINK],
+        [*PROXY, "serve", "--token-file", tokens, "--", PY, SMALL_SERVER],
         env=proxy_env(),
         capture_output=True,
         text=True,

@@ -2,14 +2,17 @@
 
 A smoke test with tiny counts (`--quick`): the direct server, one `serve`, three `serve` replicas behind
 HAProxy and HAProxy in front of the direct server really start, and raw HTTP clients really call them in
-sessions and with 2026-07-28 stateless requests. It asserts the figures are there and come from the
-processes they name, never their values (a loaded machine must not fail the suite).
+sessions and with 2026-07-28 stateless requests. serve's sessions run the small server (`--server-cmd`),
+not the SDK's kitchen sink, whose start would cost 1.2 s of CPU a session. It asserts the figures are
+there and come from the processes they name, never their values (a loaded machine must not fail the
+suite).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import shlex
 import shutil
 import subprocess
 import sys
@@ -20,6 +23,7 @@ from helpers.bench_scripts import load_bench
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "serve_bench.py"
+SMALL_SERVER = shlex.join([sys.executable, str(ROOT / "tests" / "fixtures" / "small_server.py")])
 MODES = ("direct", "haproxy_direct", "serve1", "serve3")
 ROLES = {
     "direct": {"server", "loadgen"},
@@ -32,7 +36,7 @@ ROLES = {
 @pytest.mark.skipif(shutil.which("haproxy") is None, reason="haproxy is not installed (apt-get install haproxy)")
 def test_quick_run_reports_every_mode_side_by_side() -> None:
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--json", "--quiet"],
+        [sys.executable, str(SCRIPT), "--quick", "--json", "--quiet", "--server-cmd", SMALL_SERVER],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -2,7 +2,7 @@
 A tools rule naming the caller is played in process: tests/unit/front/test_serve_client_rules_played.py.
 
 Real parts only: `serve` as a process with a token file, the `mcp` SDK's Streamable HTTP client with
-each caller's bearer token, the kitchen-sink server sampling behind the proxy, a loopback
+each caller's bearer token, the small server sampling behind the proxy, a loopback
 OpenAI-compatible LLM, and the audit file the proxy writes.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from fakes.llm_server import FakeLLMServer
-from helpers.serving import ALICE, BOB, KITCHEN_SINK_COMMAND, http_host, start_serve, stop
+from helpers.serving import ALICE, BOB, http_host, start_serve, stop
 from helpers.support import openai_policy, tool_json, write_policy
 
 pytestmark = pytest.mark.anyio
@@ -35,7 +35,7 @@ rules:
 @asynccontextmanager
 async def serving(tmp_path: Path, policy: str) -> AsyncIterator[str]:
     """`serve` with alice's and bob's tokens; yields its URL and stops it at the end."""
-    served = start_serve(tmp_path, "--policy", policy, upstream=KITCHEN_SINK_COMMAND)
+    served = start_serve(tmp_path, "--policy", policy)
     try:
         yield served.url
     finally:
@@ -43,7 +43,7 @@ async def serving(tmp_path: Path, policy: str) -> AsyncIterator[str]:
 
 
 async def sample_as(url: str, token: str, prompt: str) -> dict[str, object]:
-    """The kitchen-sink server's `sample` tool, called by the caller of `token` (the SDK's Client)."""
+    """The small server's `sample` tool, called by the caller of `token` (the SDK's Client)."""
     async with http_host(url, token) as client:
         answer: dict[str, object] = tool_json(await client.call_tool("sample", {"prompt": prompt}))
         return answer

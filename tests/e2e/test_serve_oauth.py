@@ -2,12 +2,13 @@
 
 Real parts only: the authorization server of tests/fixtures/oauth_server.py (the SDK's server auth
 pieces, plus RFC 7662 introspection and a JWKS) in a subprocess; `serve` as a process in front of the
-kitchen-sink server; the `mcp` SDK's client with its own OAuth support (discovery from the 401,
+small server; the `mcp` SDK's client with its own OAuth support (discovery from the 401,
 dynamic registration, PKCE via the scripted browser and a loopback redirect); a loopback
 OpenAI-compatible LLM answering the server's sampling; the audit file the proxy writes.
 Tokens are checked two ways, both run: introspection (`--oauth-client-file`) and JWTs (the AS's jwks_uri).
 What is decided before a session exists (refused tokens, the 401's and the metadata's contents, an
-authorization server that cannot answer) is played in process: tests/unit/front/test_serve_oauth_played.py;
+authorization server that cannot answer, OAuth options serve refuses at start) is played in process:
+tests/unit/front/test_serve_oauth_played.py;
 so are the sessions' cases (rules on the token's identity, a session that is its caller's alone, a TLS
 proxy's Host): tests/unit/front/test_serve_oauth_sessions_played.py.
 """
@@ -30,9 +31,9 @@ import pytest
 from fakes.llm_server import FakeLLMServer
 from helpers.oauth_servers import BROWSER_SCRIPT, LoopbackRedirect, MemoryTokens, OAuthServers
 from helpers.support import (
-    KITCHEN_SINK,
     PROXY,
     PY,
+    SMALL_SERVER,
     free_port,
     openai_policy,
     proxy_env,
@@ -118,7 +119,7 @@ def run_serve(tmp_path: Path, *options: str, policy: str | None = None, host: st
         command += ["--policy", policy]
     with open(errlog, "ab") as err:
         process = subprocess.Popen(
-            [*command, "--", PY, KITCHEN_SINK], env=proxy_env(TEST_LLM_KEY="sk-test"), stderr=err, stdout=err
+            [*command, "--", PY, SMALL_SERVER], env=proxy_env(TEST_LLM_KEY="sk-test"), stderr=err, stdout=err
         )
     deadline = time.monotonic() + 20
     while process.poll() is None and time.monotonic() < deadline:
@@ -174,7 +175,7 @@ async def test_the_sdk_clients_own_oauth_login_samples_and_the_audit_names_the_s
     servers: OAuthServers, tmp_path: Path, llm: FakeLLMServer, mode: str, era: Literal["legacy", "auto"]
 ) -> None:
     """The SDK's Client signs in on its own at the first 401; `auto` speaks 2026-07-28 (no session, a POST
-    per request), with the server leg in the handshake era where the kitchen-sink server samples."""
+    per request), with the server leg in the handshake era where the small server samples."""
     servers.control("/test/config", {"format": "jwt" if mode == "jwt" else "opaque", "user": "alice"})
     before = servers.control("/test/stats")
     llm.reply_text("hello alice", model="gpt-test")
@@ -266,7 +267,7 @@ async def test_with_oauth_it_may_listen_beyond_loopback(servers: OAuthServers, t
 
 def serve_fails(tmp_path: Path, *options: str) -> str:
     done = subprocess.run(
-        [*PROXY, "serve", *options, "--", PY, KITCHEN_SINK],
+        [*PROXY, "serve", *options, "--", PY, SMALL_SERVER],
         env=proxy_env(),
         capture_output=True,
         text=True,
@@ -282,17 +283,3 @@ def test_static_tokens_and_oauth_together_are_refused(servers: OAuthServers, tmp
     tokens.chmod(0o600)
     error = serve_fails(tmp_path, "--token-file", str(tokens), "--oauth-issuer", servers.issuer)
     assert "cannot be combined with --token-file" in error
-
-
-def test_oauth_setup_errors_say_what_to_do(servers: OAuthServers, tmp_path: Path) -> None:
-    assert "give --oauth-issuer URL too" in serve_fails(tmp_path, "--oauth-scope", "mcp")
-    unreachable = f"http://127.0.0.1:{free_port()}"
-    assert f"--oauth-issuer {unreachable}: cannot reach its metadata" in serve_fails(
-        tmp_path, "--oauth-issuer", unreachable
-    )
-    assert "Issuer URL must be HTTPS" in serve_fails(tmp_path, "--oauth-issuer", "http://auth.example.com")
-    assert "give --oauth-resource URL" in serve_fails(
-        tmp_path, "--listen", f"0.0.0.0:{free_port()}", "--oauth-issuer", servers.issuer
-    )
-    shared = client_file(tmp_path, mode=0o644)
-    assert "chmod 600" in serve_fails(tmp_path, "--oauth-issuer", servers.issuer, "--oauth-client-file", shared)

@@ -2,7 +2,7 @@
 the telemetry spans serve exports while it runs.
 
 Real parts only: `serve` as a process with a token file, the `mcp` SDK's Streamable HTTP client, the
-kitchen-sink server sampling behind it, a loopback LLM and OTLP receiver. The replica and `--audit` in the
+small server sampling behind it, a loopback LLM and OTLP receiver. The replica and `--audit` in the
 audit records, its defaults and `/healthz` are played in process:
 tests/unit/front/test_serve_replica_options_played.py.
 """
@@ -20,7 +20,16 @@ from pathlib import Path
 import httpx2
 import pytest
 from fakes.llm_server import FakeLLMServer
-from helpers.support import KITCHEN_SINK, PROXY, PY, free_port, openai_policy, proxy_env, tool_json, write_policy
+from helpers.support import (
+    PROXY,
+    PY,
+    SMALL_SERVER,
+    free_port,
+    openai_policy,
+    proxy_env,
+    tool_json,
+    write_policy,
+)
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -46,7 +55,7 @@ async def serving(tmp_path: Path, policy: str, *options: str, **env: str) -> Asy
     errlog = tmp_path / "serve.log"
     with open(errlog, "ab") as err:
         process = subprocess.Popen(
-            [*command, "--policy", policy, "--", PY, KITCHEN_SINK],
+            [*command, "--policy", policy, "--", PY, SMALL_SERVER],
             env=proxy_env(TEST_LLM_KEY="sk-test", **env),
             stderr=err,
             stdout=err,
@@ -77,7 +86,7 @@ async def sample_once(base: str) -> None:
 
 def test_a_replica_name_with_a_control_character_is_refused(tmp_path: Path) -> None:
     done = subprocess.run(
-        [*PROXY, "serve", "--replica", "r1\x1b[2J", "--", PY, KITCHEN_SINK],
+        [*PROXY, "serve", "--replica", "r1\x1b[2J", "--", PY, SMALL_SERVER],
         env=proxy_env(),
         capture_output=True,
         text=True,

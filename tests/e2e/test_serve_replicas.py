@@ -4,7 +4,7 @@ Real parts only: three `serve` processes (each on an address of its own, 127.0.0
 machines would be, each with its own `--replica` name, `--audit` file, state and runtime dirs),
 HAProxy running `deploy/haproxy.cfg` (the documented file, with the test's addresses put in), a
 private redis-server holding the policy's rate limit, the `mcp` SDK's Streamable HTTP client through
-the balancer, the kitchen-sink server sampling behind each replica, and a loopback LLM.
+the balancer, the small server sampling behind each replica, and a loopback LLM.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ import httpx2
 import pytest
 from fakes.llm_server import FakeLLMServer
 from helpers.support import (
-    KITCHEN_SINK,
     PROXY,
     PY,
     ROOT,
+    SMALL_SERVER,
     first_text,
     openai_policy,
     proxy_env,
@@ -143,7 +143,7 @@ async def cluster(tmp_path: Path, policy: str) -> AsyncIterator[Cluster]:
             command = [*PROXY, "serve", "--log-format", "json", "--listen", f"{address}:{port}"]
             command += ["--replica", name, "--audit", str(home / "audit.jsonl"), "--token-file", str(tokens)]
             command += ["--allow-host", f"127.0.0.1:{front}"]  # on loopback, Host is checked (DNS rebinding)
-            command += ["--policy", policy, "--", PY, KITCHEN_SINK]
+            command += ["--policy", policy, "--", PY, SMALL_SERVER]
             env = proxy_env(
                 TEST_LLM_KEY="sk-test",
                 MCP_SAMPLING_PROXY_STATE_DIR=str(home / "state"),

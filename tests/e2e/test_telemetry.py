@@ -1,5 +1,5 @@
 """Decisions in OpenTelemetry: the real proxy with the real OTLP/HTTP exporter, a receiver on 127.0.0.1
-that decodes the protobuf, the loopback fake LLM and the kitchen-sink server that samples."""
+that decodes the protobuf, the loopback fake LLM and the small server that samples."""
 
 from __future__ import annotations
 

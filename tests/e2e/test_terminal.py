@@ -15,7 +15,16 @@ from pathlib import Path
 
 import pytest
 from fakes.llm_server import FakeLLMServer
-from helpers.support import EXAMPLES, KITCHEN_SINK, PY, openai_policy, proxy_command, proxy_env, write_policy
+from helpers.support import (
+    EXAMPLES,
+    KITCHEN_SINK,
+    PY,
+    SMALL_SERVER,
+    openai_policy,
+    proxy_command,
+    proxy_env,
+    write_policy,
+)
 from helpers.terminal import PtySession, console_beside_a_proxy, terminal_env, try_argv
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="needs a Linux pty")
@@ -26,7 +35,7 @@ def test_server_text_is_stripped_of_escape_sequences_on_the_terminal(tmp_path: P
     evil = "hello\x1b[2J\x1b[H\x1b]0;pwned\x07\x1b[31mRED\x9b5A end"
     session = PtySession(
         try_argv(
-            "--policy", policy, "--tool", "sample", "--args", json.dumps({"prompt": evil}), "--", PY, KITCHEN_SINK
+            "--policy", policy, "--tool", "sample", "--args", json.dumps({"prompt": evil}), "--", PY, SMALL_SERVER
         ),
         terminal_env(),
     )
@@ -119,7 +128,7 @@ def test_the_proxys_terminal_takes_each_answer_in_one_keystroke(tmp_path: Path, 
     host.write_text(SEQUENTIAL_HOST)
     results = tmp_path / "results.jsonl"
     env = terminal_env(TEST_LLM_KEY="k", MCP_SAMPLING_PROXY_URL_OPENER=f"{PY} {opener} {opened}")
-    command = json.dumps(proxy_command(policy))
+    command = json.dumps(proxy_command(policy, upstream=[PY, KITCHEN_SINK]))  # the one with elicit_url
     session = PtySession([PY, str(host), json.dumps(calls), command, str(results)], env)
 
     screen = session.read_until(b"Allow this request?")
@@ -170,12 +179,12 @@ def test_form_on_the_terminal_every_field_type_and_re_asking(tmp_path: Path) -> 
     }
     session = PtySession(
         try_argv(
-            "--tool", "elicit_form", "--args", json.dumps({"schema_json": json.dumps(schema)}), "--", PY, KITCHEN_SINK
+            "--tool", "elicit_form", "--args", json.dumps({"schema_json": json.dumps(schema)}), "--", PY, SMALL_SERVER
         ),
         terminal_env(),
     )
     session.read_until(b"[a]nswer the form")
-    assert b"Server 'kitchen_sink_server' (which calls itself \"kitchen-sink\") asks during tool call" in session.output
+    assert b"Server 'small_server' (which calls itself \"small-server\") asks during tool call" in session.output
     assert b"asks during tool call 'elicit_form'" in session.output
     session.type("a\n")
     answers = [

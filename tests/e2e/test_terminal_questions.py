@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from fakes.llm_server import FakeLLMServer
-from helpers.support import KITCHEN_SINK, PY, openai_policy, proxy_command, proxy_env, write_policy
+from helpers.support import PY, SMALL_SERVER, openai_policy, proxy_command, proxy_env, write_policy
 from helpers.tmux_screen import Screen
 
 from mcp_sampling_proxy.approval.dialogues import APPROVE_PROMPT
@@ -85,7 +85,7 @@ def proxy_in_a_terminal(
         [["elicit_name", {}] if prompt is None else ["sample", {"prompt": prompt}] for prompt in prompts]
     )
     command = tmp_path / "proxy-command.json"
-    command.write_text(json.dumps(proxy_command(policy, upstream=[PY, KITCHEN_SINK])))
+    command.write_text(json.dumps(proxy_command(policy, upstream=[PY, SMALL_SERVER])))
     screen = Screen(tmp_path, [PY, str(host), calls, str(command), str(tmp_path / "results")], env)
     screens.append(screen)
     return screen
@@ -146,7 +146,7 @@ def test_a_form_the_host_cancels_leaves_the_proxys_terminal_and_the_request_wait
     policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=RULES))
     screen = proxy_in_a_terminal(tmp_path, dirs, screens, policy, [None, "the second"])
     screen.wait_for("[a]nswer the form, [d]ecline, [c]ancel:")
-    waits = "mcp-sampling-proxy: a request from server 'kitchen_sink_server' waits: it is asked after the question"
+    waits = "mcp-sampling-proxy: a request from server 'small_server' waits: it is asked after the question"
     lines = screen.wait_for(waits)
     assert lines[-1] == "[a]nswer the form, [d]ecline, [c]ancel:" and "the second" not in "\n".join(lines)
     (tmp_path / "cancel").touch()

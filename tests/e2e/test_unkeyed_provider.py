@@ -3,7 +3,7 @@
 The usual cause: a desktop host starts the proxy without the shell's variables, and the policy reads
 the key from one. The request used to go to the companion console, be approved there, and only then
 fail with a 401. The proxy runs as a process, a test console (the console protocol on the proxy's
-socket) is attached, and a real MCP client calls the kitchen-sink server's sampling tool.
+socket) is attached, and a real MCP client calls the small server's sampling tool.
 """
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ def call(host: RawHost, request_id: int, name: str, arguments: dict[str, Any]) -
 
 
 def result_of(host: RawHost, request_id: int) -> Any:
-    """What the kitchen-sink server's tool returned: the sampling result (or error) it got, as JSON."""
+    """What the small server's tool returned: the sampling result (or error) it got, as JSON."""
     response = host.wait_for(lambda m: m.get("id") == request_id and "method" not in m, 30)
     return json.loads(response["result"]["content"][0]["text"])
 
@@ -137,7 +137,7 @@ def test_a_person_answers_each_kind_of_question_on_the_page(setup: dict[str, Any
         line.wait_for(timeout=15000)
         assert "approved by console (rule ask)" in line.inner_text()
         page.locator("#usage tbody tr").first.wait_for(timeout=10000)  # its token use, counted for its server
-        assert "kitchen_sink_server" in page.locator("#usage").inner_text()
+        assert "small_server" in page.locator("#usage").inner_text()
 
         # the prompt edited, then the answer replaced
         call(host, 3, "sample", {"prompt": "the server's words"})
@@ -204,11 +204,11 @@ def test_a_person_answers_each_kind_of_question_on_the_page(setup: dict[str, Any
         page.get_by_role("button", name="Submit").click()
         assert result_of(host, 5) == {"action": "accept", "data": {"age": 42, "color": "g", "news": True}}
 
-    sampling = {"title": "mcp-sampling-proxy", "body": "Server 'kitchen_sink_server' asks to use an LLM"}
-    reviewing = {"title": "mcp-sampling-proxy", "body": "Server 'kitchen_sink_server' has an answer to review"}
+    sampling = {"title": "mcp-sampling-proxy", "body": "Server 'small_server' asks to use an LLM"}
+    reviewing = {"title": "mcp-sampling-proxy", "body": "Server 'small_server' has an answer to review"}
     form = {
         "title": "mcp-sampling-proxy",
-        "body": "Server 'kitchen_sink_server' (which calls itself \"kitchen-sink\") asks a question",
+        "body": "Server 'small_server' (which calls itself \"small-server\") asks a question",
     }
     assert page.evaluate("window.__shown") == [sampling, reviewing, sampling, reviewing, sampling, form]
     assert [e for e in errors if "status of 422" not in e] == []  # (the refused form answer's 422 is logged)

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 from fakes.llm_server import FakeLLMServer
 from helpers.support import (
-    KITCHEN_SINK,
     PY,
     ROOT,
+    SMALL_SERVER,
     RawHost,
     children_of,
     free_port,
@@ -77,14 +77,14 @@ def receiver() -> Iterator[Receiver]:
 
 def _server_environments(proxy: int) -> list[bytes]:
     """The environments of this proxy's server processes (bubblewrap's and the server's below it):
-    another worker's kitchen sinks come and go meanwhile, and are not this proxy's."""
+    another worker's small servers come and go meanwhile, and are not this proxy's."""
     found, below = [], children_of(proxy)
     while below:
         pid = below.pop()
         below.extend(children_of(pid))
         try:
             command = Path(f"/proc/{pid}/cmdline").read_bytes()
-            if KITCHEN_SINK.encode() in command and b"mcp_sampling_proxy" not in command:  # not the proxy's guard
+            if SMALL_SERVER.encode() in command and b"mcp_sampling_proxy" not in command:  # not the proxy's guard
                 found.append(Path(f"/proc/{pid}/environ").read_bytes())
         except OSError:
             continue
@@ -106,7 +106,7 @@ def test_a_webhook_approval_runs_the_request_it_was_shown(
     [sent] = receiver.received
     assert sent.signature_ok  # signed with the shared secret over timestamp.body
     body = sent.body
-    assert (body["server"], body["tool"], body["rule"]) == ("kitchen_sink_server", "sample", "ask-first")
+    assert (body["server"], body["tool"], body["rule"]) == ("small_server", "sample", "ask-first")
     # the exact request that will run, and its digest
     assert body["params"]["messages"] == [
         {"role": "user", "content": {"type": "text", "text": "summarise the incident report"}}

@@ -1,9 +1,11 @@
 """`serve` as a real process for tests, in front of any upstream, and the SDK's HTTP client for it.
 
 `start_serve` takes the upstream as serve's own words (`["--", PY, KITCHEN_SINK]`, `["--url", URL]`), so the
-same helper starts per-session, shared and HTTP-fronting endpoints. `HttpMcpServer` runs the kitchen-sink
-server over Streamable HTTP (tests/fixtures/http_server.py) for `--url`; `HttpMcpThread` serves the same from
-a thread of the test's process, for `--url` sessions played in process (helpers/played_serve.py).
+same helper starts per-session, shared and HTTP-fronting endpoints; by default each session's server is the
+small server (the kitchen sink's echo, sample and elicitation tools, without the SDK's start-up).
+`HttpMcpServer` runs the kitchen-sink server over Streamable HTTP (tests/fixtures/http_server.py) for `--url`;
+`HttpMcpThread` serves the same from a thread of the test's process, for `--url` sessions played in process
+(helpers/played_serve.py).
 """
 
 from __future__ import annotations
@@ -27,11 +29,12 @@ import uvicorn
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from helpers.support import KITCHEN_SINK, PROXY, PY, ROOT, free_port, proxy_env
+from helpers.support import KITCHEN_SINK, PROXY, PY, ROOT, SMALL_SERVER, free_port, proxy_env
 
 ALICE = "alice-token-0123456789abcdef"
 BOB = "bob-token-0123456789abcdef"
 KITCHEN_SINK_COMMAND = ["--", PY, KITCHEN_SINK]
+SMALL_SERVER_COMMAND = ["--", PY, SMALL_SERVER]
 HTTP_SERVER = str(ROOT / "tests" / "fixtures" / "http_server.py")
 
 
@@ -53,14 +56,14 @@ def token_file(directory: Path) -> str:
 def start_serve(
     tmp_path: Path,
     *options: str,
-    upstream: list[str] = KITCHEN_SINK_COMMAND,
+    upstream: list[str] = SMALL_SERVER_COMMAND,
     env: dict[str, str] | None = None,
     address: str = "127.0.0.1",
     tokens: bool = True,
     policy: str | None = None,
 ) -> Served:
     """`serve` on `address` with alice's and bob's tokens (unless not `tokens`), `options`, the policy and
-    the upstream (the kitchen-sink server by default); returns once it listens."""
+    the upstream (the small server by default); returns once it listens."""
     port = free_port()
     errlog = tmp_path / "serve.log"
     command = [*PROXY, "serve", "--log-format", "json", "--listen", f"{address}:{port}"]

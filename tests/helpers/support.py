@@ -32,7 +32,8 @@ if TYPE_CHECKING:  # the SDK is imported where a host is started: most tests nev
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
 KITCHEN_SINK = str(ROOT / "tests" / "fixtures" / "kitchen_sink_server.py")
-# echo, sample, elicit_form and crash as the kitchen sink answers them, without the SDK (30 ms a start, not 1.4 s)
+# the kitchen sink's echo, sample, sample_raw, elicit_form, elicit_name, slow, big and crash, answered as it
+# answers them, without the SDK (30 ms a start, not 1.2 s): what most tests of the proxy's own behaviour need
 SMALL_SERVER = str(ROOT / "tests" / "fixtures" / "small_server.py")
 EXAMPLES = ROOT / "examples" / "servers"
 PROXY = [PY, "-m", "mcp_sampling_proxy"]
@@ -93,11 +94,13 @@ def anthropic_policy(base_url: str, *, model: str = "claude-test", rules: str | 
 
 
 def proxy_command(policy: str | None = None, *options: str, upstream: list[str] | None = None) -> list[str]:
+    """The proxy's command line in front of `upstream`: by default the small server, whose tools answer as
+    the kitchen sink's do without its start-up (a test of the SDK server's behaviour names KITCHEN_SINK)."""
     cmd = [*PROXY, "--log-format", "json"]
     if policy:
         cmd += ["--policy", policy]
     cmd += list(options)
-    return [*cmd, "--", *(upstream or [PY, KITCHEN_SINK])]
+    return [*cmd, "--", *(upstream or [PY, SMALL_SERVER])]
 
 
 @asynccontextmanager

@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from helpers.oauth_servers import AuthServerThread
 from helpers.played_serve import NO_SUCH_SESSION, ORIGIN, URL, played_serve
-from helpers.support import free_port
+from helpers.support import PY, SMALL_SERVER, free_port, run_subcommand
 from jwt.algorithms import RSAAlgorithm
 
 pytestmark = pytest.mark.anyio
@@ -231,3 +231,25 @@ async def test_wrong_introspection_credentials_are_not_blamed_on_the_caller(
         answer = await served.initialize(servers.mint(subject="alice", resource=URL))
     assert answer.status_code == 503
     assert "check --oauth-client-file" in capsys.readouterr().err
+
+
+def serve_refuses(*options: str) -> str:
+    """`serve OPTIONS -- server` run in process as the command runs it: it exits 2; what it said."""
+    done = run_subcommand(["serve", *options, "--", PY, SMALL_SERVER])
+    assert done.returncode == 2, done.stderr
+    return done.stderr
+
+
+def test_oauth_setup_errors_say_what_to_do(servers: AuthServerThread, tmp_path: Path) -> None:
+    """Each mistake in serve's OAuth options is refused before anything is bound, saying what to give."""
+    assert "give --oauth-issuer URL too" in serve_refuses("--oauth-scope", "mcp")
+    unreachable = f"http://127.0.0.1:{free_port()}"
+    assert f"--oauth-issuer {unreachable}: cannot reach its metadata" in serve_refuses("--oauth-issuer", unreachable)
+    assert "Issuer URL must be HTTPS" in serve_refuses("--oauth-issuer", "http://auth.example.com")
+    assert "give --oauth-resource URL" in serve_refuses(
+        "--listen", f"0.0.0.0:{free_port()}", "--oauth-issuer", servers.issuer
+    )
+    shared = tmp_path / "rs-client"
+    shared.write_text(f"client_id = {RS_CLIENT}\nclient_secret = {RS_SECRET}\n")
+    shared.chmod(0o644)
+    assert "chmod 600" in serve_refuses("--oauth-issuer", servers.issuer, "--oauth-client-file", str(shared))
