@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.support import PY, ROOT, RawHost, proxy_command, proxy_env, write_policy
+from helpers.support import KITCHEN_SINK, PY, ROOT, RawHost, proxy_command, proxy_env, write_policy
 
 MODERN_SERVER = [PY, str(ROOT / "tests" / "fixtures" / "eras" / "modern_features_server.py")]
 PIN_HANDSHAKE = "upstream:\n  era: handshake\nelicitation:\n  route: host\n"
@@ -47,7 +47,8 @@ def start_modern_host(directory: Path) -> RawHost:
         "MCP_SAMPLING_PROXY_RUNTIME_DIR": str(directory / "run"),
         "MCP_SAMPLING_PROXY_STATE_DIR": str(directory / "state"),
     }
-    return RawHost(proxy_command(policy), proxy_env(TEST_LLM_KEY="k", **dirs), directory / "stderr.log")
+    command = proxy_command(policy, upstream=[PY, KITCHEN_SINK])  # the SDK's server: its era is the point
+    return RawHost(command, proxy_env(TEST_LLM_KEY="k", **dirs), directory / "stderr.log")
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +115,9 @@ def test_a_server_elicitation_reaches_the_2026_host_as_a_round_of_its_call(moder
 def test_roots_and_url_elicitation_cross_to_the_2026_era(tmp_path: Path, dirs: dict[str, str]) -> None:
     policy = write_policy(tmp_path, PIN_HANDSHAKE + "  url_mode: true\n")
     caps: dict[str, Any] = {"roots": {}, "elicitation": {"form": {}, "url": {}}}
-    with RawHost(proxy_command(policy), proxy_env(**dirs), tmp_path / "stderr.log") as host:
+    with RawHost(
+        proxy_command(policy, upstream=[PY, KITCHEN_SINK]), proxy_env(**dirs), tmp_path / "stderr.log"
+    ) as host:
         first = host.request("tools/call", {"name": "list_roots", "arguments": {}, "_meta": meta(caps)})["result"]
         ((key, asked),) = first["inputRequests"].items()
         assert asked["method"] == "roots/list"
