@@ -313,9 +313,14 @@ class AuditLog:
             if pending.fields is not None:
                 _say_ending({**fields, **pending.fields})
 
+    def settle(self, timeout: float = 10.0) -> None:
+        """Wait until the records handed to a writer thread (`record` on the event loop while another writer
+        held the file) are in the file: what reads the log back in the same process sees every decision."""
+        for writer in list(self._late_writers):  # records written outside a request, waiting for the lock
+            writer.join(timeout=timeout)
+
     def close(self) -> None:
-        for writer in self._late_writers:  # records written outside a request, waiting for the lock
-            writer.join(timeout=10)
+        self.settle()
         if self._file is not None:
             self._file.close()
 

@@ -232,7 +232,8 @@ class PlayedSessions:
             yield client
 
     def audit(self) -> list[dict[str, Any]]:
-        """The decision records written so far."""
+        """The decision records written so far (those a writer thread still holds included)."""
+        self.front.audit.settle()
         path = Path(self.front.settings.audit.path or os.devnull)
         if not path.is_file():
             return []
