@@ -43,6 +43,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from scratch_dirs import scratch_dirs
+
 ROOT = Path(__file__).resolve().parent.parent
 SERVER_SCRIPT = "tests/fixtures/kitchen_sink_server.py"
 FLOOD_SCRIPT = "tests/fixtures/hostile/sampling_flood.py"
@@ -532,8 +534,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     default_proxy = [python, "-m", "mcp_sampling_proxy", "--no-terminal"]
     proxy_prefix = shlex.split(args.proxy_cmd) if args.proxy_cmd else default_proxy
     proxy_cmd = [*proxy_prefix, "--", *server_cmd]
-    env = bench_env()
     workdir = Path(tempfile.mkdtemp(prefix="mcp-proxy-bench-"))
+    env = {**bench_env(), **scratch_dirs(workdir)}
     compile_bytecode(args)
     commands = {"direct": server_cmd, "proxied": proxy_cmd}
     conns: list[Conn] = []

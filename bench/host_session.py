@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from fakes.llm_server import FakeLLMServer  # noqa: E402  (the tests' loopback LLM, found beside this file)
+from scratch_dirs import scratch_dirs  # noqa: E402
 
 SERVER = str(ROOT / "tests" / "fixtures" / "kitchen_sink_server.py")
 POLICY = """\
@@ -61,14 +62,7 @@ async def session(python: str, calls: int, samples: int, workdir: Path, policy_e
         text = POLICY.format(base_url=llm.base_url, audit=workdir / "audit.jsonl") + policy_extra
         policy.write_text(text, encoding="utf-8")
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_", "MCP_SAMPLING_"))}
-        env.update(
-            BENCH_LLM_KEY="bench-key",
-            MCP_SAMPLING_PROXY_NO_TERMINAL="1",
-            MCP_SAMPLING_PROXY_CONFIG_DIR=str(workdir / "config"),
-            XDG_STATE_HOME=str(workdir / "state"),
-            XDG_RUNTIME_DIR=str(workdir / "run"),
-        )
-        (workdir / "run").mkdir(mode=0o700)
+        env.update(BENCH_LLM_KEY="bench-key", MCP_SAMPLING_PROXY_NO_TERMINAL="1", **scratch_dirs(workdir))
         command = [python, "-m", "mcp_sampling_proxy", "--policy", str(policy), "--", sys.executable, SERVER]
         # cwd: not the checkout, whose package `-m` would import ahead of the interpreter's own
         params = StdioServerParameters(command=command[0], args=command[1:], env=env, cwd=str(workdir))

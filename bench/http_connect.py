@@ -17,10 +17,12 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import httpx
+from scratch_dirs import scratch_dirs
 
 ROOT = Path(__file__).resolve().parent.parent
 HELLO = {
@@ -83,15 +85,17 @@ def main() -> int:
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
     )
+    scratch = tempfile.TemporaryDirectory(prefix="http-connect-bench-")
     try:
         assert server.stdout
         url = f"http://127.0.0.1:{int(server.stdout.readline())}/mcp"
         env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_SAMPLING_PROXY_")}
-        env["MCP_SAMPLING_PROXY_CONFIG_DIR"] = "/nonexistent"  # no user policy
+        env.update(scratch_dirs(Path(scratch.name)))  # no user policy, no stored login of the user's
         direct(url), proxied(url, env)  # warm-up: the server's first session, the disk cache
         pairs = [(direct(url), proxied(url, env)) for _ in range(args.rounds)]
     finally:
         server.kill()
+        scratch.cleanup()
     d = statistics.median(p[0] for p in pairs)
     p = statistics.median(p[1] for p in pairs)
     ratio = statistics.median(b / a for a, b in pairs)

@@ -27,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from scratch_dirs import scratch_dirs
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 HELLO = (
@@ -121,14 +123,7 @@ def main() -> int:
         return 2
     server = shlex.split(args.server_cmd)
     with tempfile.TemporaryDirectory(prefix="sandbox-bench-") as scratch:
-        env = {
-            **os.environ,
-            "XDG_CONFIG_HOME": f"{scratch}/config",
-            "XDG_STATE_HOME": f"{scratch}/state",
-            "MCP_SAMPLING_PROXY_RUNTIME_DIR": f"{scratch}/run",
-        }
-        for name in ("config", "state", "run"):
-            os.makedirs(f"{scratch}/{name}", mode=0o700)
+        env = {**os.environ, **scratch_dirs(Path(scratch))}
         modes: dict[str, list[str]] = {"direct": server}
         for mode, line in (("proxy, sandbox off", "sandbox: off"), ("proxy, sandboxed", "sandbox: required")):
             policy = Path(scratch) / f"{mode.split()[-1]}.yaml"

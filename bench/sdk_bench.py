@@ -45,6 +45,7 @@ from typing import Any, TextIO, TypeVar
 
 import anyio
 import procstat
+from scratch_dirs import scratch_dirs
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER_SCRIPT = str(ROOT / "tests" / "fixtures" / "kitchen_sink_server.py")
@@ -124,8 +125,7 @@ def bench_env(workdir: Path) -> dict[str, str]:
     """What every mode's process gets: no LLM keys, no user config or policy, no terminal prompts."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_", "MCP_SAMPLING_PROXY_"))}
     env["MCP_SAMPLING_PROXY_NO_TERMINAL"] = "1"
-    env["MCP_SAMPLING_PROXY_CONFIG_DIR"] = str(workdir / "config")  # empty: never the user's default policy
-    env["MCP_SAMPLING_PROXY_STATE_DIR"] = str(workdir / "state")
+    env.update(scratch_dirs(workdir))  # empty config: never the user's default policy
     return env
 
 

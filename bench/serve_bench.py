@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from procstat import children_map, cpu_ns, descendants
+from scratch_dirs import scratch_dirs
 
 ROOT = Path(__file__).resolve().parent.parent
 HTTP_SERVER = str(ROOT / "bench" / "http_kitchen_sink.py")  # the fixture on serve's stack: see its docstring
@@ -569,13 +570,7 @@ def rotated(items: tuple[str, ...], i: int) -> tuple[str, ...]:
 
 async def run(args: argparse.Namespace, workdir: Path, progress: Any) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_", "MCP_SAMPLING_PROXY_"))}
-    env.update(
-        MCP_SAMPLING_PROXY_NO_TERMINAL="1",
-        MCP_SAMPLING_PROXY_CONFIG_DIR=str(workdir / "config"),  # no user policy: serve's defaults
-        XDG_STATE_HOME=str(workdir / "state"),
-        XDG_RUNTIME_DIR=str(workdir / "run"),
-    )
-    (workdir / "run").mkdir(mode=0o700)
+    env.update(MCP_SAMPLING_PROXY_NO_TERMINAL="1", **scratch_dirs(workdir))  # no user policy: serve's defaults
     procs = Procs(workdir, env, args.python, stdio_server(args))
     load_start = os.getloadavg()
     started = time.monotonic()
