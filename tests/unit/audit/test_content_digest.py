@@ -44,5 +44,5 @@ def test_a_request_is_small_below_both_bounds_and_not_above_either() -> None:
     assert _is_small(request)
     assert not _is_small({"text": "x" * SMALL_RECORD_TEXT})
     assert not _is_small({"many": [0] * SMALL_RECORD_NODES})
-    assert _is_small({"lone": "\ud800"})  # orjson refuses it: walked instead
+    assert _is_small({"lone": "\ud800"})  # text JSON cannot carry as it is still counts as text
     assert not _is_small({"lone": "\ud800", "many": [0] * SMALL_RECORD_NODES})
