@@ -71,13 +71,14 @@ class CallbackListener:
         told, noted_at = 0, -NOTE_EVERY
         with anyio.move_on_after(timeout):
             async for params in redirects.receive:
-                if state is not None and params.get("state") != state:
+                ours = state is None or params.get("state") == state
+                if not ours:
                     redirects.dropped += 1
                 if redirects.dropped > told and time.monotonic() - noted_at >= NOTE_EVERY:
                     more = redirects.dropped - told
                     self._say(IGNORED if told == 0 and more == 1 else f"{IGNORED} ({more} of them)")
                     told, noted_at = redirects.dropped, time.monotonic()
-                if state is not None and params.get("state") != state:
+                if not ours:
                     continue
                 if "code" not in params:
                     why = f"{params.get('error', 'no code')} {params.get('error_description', '')}".strip()
