@@ -199,14 +199,17 @@ def _block_end(text: str, start: int) -> int:
 
 _made: list[tuple[_Detector, ...]] = []  # the detectors, once made
 _making = threading.Lock()
+_warming: list[threading.Thread] = []  # the one warm-up thread, once started
 
 
 def prepare() -> None:
     """Make the detectors now, in a thread, unless they are made or being made: importing detect-secrets
     costs ~0.2 s of CPU, which the scan of a proxy's first LLM answer would otherwise wait for. Called when
-    a sampling request arrives; its LLM call (and any approval) takes longer than that."""
-    if not _made and not _making.locked():
-        threading.Thread(target=_detectors, name="secret-scan-warm-up", daemon=True).start()
+    a sampling request arrives; its LLM call (and any approval) takes longer than that. One thread at
+    most: requests that come before it takes the lock start no other."""
+    if not _made and not _warming:
+        _warming.append(threading.Thread(target=_detectors, name="secret-scan-warm-up", daemon=True))
+        _warming[0].start()
 
 
 def _detectors() -> tuple[_Detector, ...]:
