@@ -18,7 +18,16 @@ from pathlib import Path
 
 import pytest
 from fakes.llm_server import FakeLLMServer
-from helpers.support import PY, RawHost, openai_policy, proxy_command, proxy_env, run_subcommand, write_policy
+from helpers.support import (
+    PY,
+    RawHost,
+    openai_policy,
+    private_dir_of_mine,
+    proxy_command,
+    proxy_env,
+    run_subcommand,
+    write_policy,
+)
 from helpers.terminal import PtySession, terminal_env
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the documented Linux (XDG) paths")
@@ -56,14 +65,6 @@ def wait_for_socket(directory: Path, timeout: float = 20.0) -> Path:
             return sockets[0]
         time.sleep(0.05)
     raise AssertionError(f"no console socket appeared in {directory}")
-
-
-def private_dir_of_mine(path: Path) -> bool:
-    try:
-        info = path.lstat()
-    except OSError:
-        return False
-    return stat.S_ISDIR(info.st_mode) and info.st_uid == UID and stat.S_IMODE(info.st_mode) == 0o700
 
 
 def fallback_runtime_dir(env: dict[str, str]) -> Path:

@@ -13,6 +13,7 @@ import io
 import json
 import os
 import queue
+import stat
 import subprocess
 import sys
 import threading
@@ -388,3 +389,13 @@ rules:
     when:
       max_tokens_over: lots
 """
+
+
+def private_dir_of_mine(path: Path) -> bool:
+    """True when `path` is a directory of this user's with mode 0700 (not a link): a runtime dir the
+    proxy would use, as platformdirs vets `/run/user/UID`."""
+    try:
+        info = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and stat.S_IMODE(info.st_mode) == 0o700

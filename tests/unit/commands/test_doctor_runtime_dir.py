@@ -6,24 +6,15 @@ its own)."""
 from __future__ import annotations
 
 import os
-import stat
 import tempfile
 from pathlib import Path
 
 import pytest
-from helpers.support import run_subcommand
+from helpers.support import private_dir_of_mine, run_subcommand
 
 from mcp_sampling_proxy.doctor import files as doctor_files
 
 UID = os.getuid()
-
-
-def private_dir_of_mine(path: Path) -> bool:
-    try:
-        info = path.lstat()
-    except OSError:
-        return False
-    return stat.S_ISDIR(info.st_mode) and info.st_uid == UID and stat.S_IMODE(info.st_mode) == 0o700
 
 
 def test_doctor_says_when_the_console_directory_is_the_shared_fallback(
