@@ -184,12 +184,6 @@ class Redactor:
             masked += n
         return self.redact(text) if masked else (scrubbed, count)
 
-    def shapes_in(self, value: Any) -> tuple[Pattern, ...]:
-        """The patterns that may match in some string of `value` (media data left out): one look at all
-        of its strings at once, for literals every match holds, instead of every pattern run over every
-        string (26 strings and 15 shapes for a small sampling request and its answer: 0.4 ms)."""
-        return self._shapes_among(self._haystack(value))
-
     @staticmethod
     def _haystack(value: Any) -> str:
         """Every string of `value` (media data left out), one a line: no shape nor key spans two."""
@@ -198,6 +192,9 @@ class Redactor:
         return "\n".join(strings)
 
     def _shapes_among(self, haystack: str) -> tuple[Pattern, ...]:
+        """The patterns that may match in `haystack` (`_haystack` of a value): one look at all of a value's
+        strings at once, for literals every match holds, instead of every pattern run over every string
+        (26 strings and 15 shapes for a small sampling request and its answer: 0.4 ms)."""
         return tuple(p for p in self.patterns if p.may_match(haystack, haystack.casefold()))
 
     def may_hold_key_json(self, encoded: bytes) -> bool:
@@ -222,7 +219,7 @@ class Redactor:
         return redacted[0], count
 
     def redact_values(self, values: list[Any]) -> tuple[list[Any], int]:
-        """`redact_value` of each of `values`, with one look (`shapes_in`) at the strings of all of them:
+        """`redact_value` of each of `values`, with one look (`_shapes_among`) at the strings of all of them:
         the parts of one audit record (its messages, system prompt, tools, answer) are looked at once."""
         count = 0
         haystack = self._haystack(values)
