@@ -20,6 +20,7 @@ async def test_a_record_that_waited_for_the_lock_is_in_the_file_once_settled(tmp
     path = tmp_path / "audit.jsonl"
     audit = AuditLog(str(path), fsync=False)
     audit.record(server="first", decision="allow")  # the file and its lock exist
+    audit.settle()  # (the first record may itself have gone to a thread: the file was new)
     other_writer = os.open(f"{path}.lock", os.O_RDWR)
     fcntl.flock(other_writer, fcntl.LOCK_EX)  # another proxy is writing
     try:
