@@ -13,11 +13,11 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import anyio
 import anyio.abc
+from msgspec import Struct
 
 from mcp_sampling_proxy import __version__
 from mcp_sampling_proxy.approval.approver import Approver
@@ -56,8 +56,7 @@ from mcp_sampling_proxy.transport.stdio import egress_listener, exit_status_for,
 log = get_logger("mcp_sampling_proxy")
 
 
-@dataclass(frozen=True)
-class RunOptions:
+class RunOptions(Struct, frozen=True):
     name: str | None = None
     use_terminal: bool = True
     max_message_bytes: int = DEFAULT_MAX_LINE
@@ -83,8 +82,7 @@ class Upstream(Protocol):
     def describe_end(self, code: int | None) -> str: ...
 
 
-@dataclass(frozen=True)
-class Services:
+class Services(Struct, frozen=True):
     """What answers the server for one session, wired: the relay's ports, and the approver and limiters
     that the sandbox's network gate and the session's end use too."""
 

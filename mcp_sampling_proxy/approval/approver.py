@@ -16,10 +16,11 @@ approvals are not used, since one person's "always" must not stand in for severa
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
+from msgspec import Struct, field
+from msgspec.structs import replace
 
 from mcp_sampling_proxy.approval.channels import (
     Approval,
@@ -222,8 +223,7 @@ class Approver:
         return Review(False, result, channel.name)
 
 
-@dataclass
-class _Tally:
+class _Tally(Struct):
     """The answers of one request under a quorum: who approved (identity -> channel, in order) and the
     refusal that ended it, if any."""
 

@@ -6,10 +6,10 @@ in the configured order, or all at once under a quorum.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Literal, Protocol, get_args
 
 import anyio
+from msgspec import Struct
 
 from mcp_sampling_proxy.protocol.wire_types import CallToolParams, CreateMessageParams
 from mcp_sampling_proxy.text.identity import normalise
@@ -39,8 +39,7 @@ class HostLine(Protocol):
     async def request_host(self, method: str, params: dict[str, Any]) -> dict[str, Any]: ...
 
 
-@dataclass(frozen=True)
-class QuorumState:
+class QuorumState(Struct, frozen=True):
     """Where a request stands under `approval.quorum`: how many different approvers it needs and who has
     approved it so far (identities as in `Approval.identity`), for a channel to show its human."""
 
@@ -48,8 +47,7 @@ class QuorumState:
     approved_by: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class ApprovalRequest:
+class ApprovalRequest(Struct, frozen=True):
     server: str
     host: str
     tool: str | None
@@ -61,8 +59,7 @@ class ApprovalRequest:
     notes: tuple[str, ...] = ()  # what the governance found before asking (checks passed ...): cleaned lines
 
 
-@dataclass(frozen=True)
-class Approval:
+class Approval(Struct, frozen=True):
     approved: bool
     channel: str | None  # terminal | console | host | remembered, or None when nobody was asked
     reason: str
@@ -88,8 +85,7 @@ def person_of(identity: str) -> str:
     return normalise(name) if named and channel in ("console", "webhook") else identity
 
 
-@dataclass(frozen=True)
-class Review:
+class Review(Struct, frozen=True):
     accepted: bool
     result: dict[str, Any]  # the (possibly edited) sampling result
     channel: str

@@ -27,9 +27,11 @@ import itertools
 import math
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
+
+from msgspec import Struct
+from msgspec.structs import replace
 
 from mcp_sampling_proxy.text.sanitize import folded, one_line, strip_controls
 
@@ -54,14 +56,12 @@ class FieldError(ValueError):
         self.message = message
 
 
-@dataclass(frozen=True)
-class Option:
+class Option(Struct, frozen=True):
     value: str  # exactly as the server sent it: this is what goes back
     label: str  # sanitised, one line: what the user sees
 
 
-@dataclass(frozen=True)
-class Field:
+class Field(Struct, frozen=True):
     name: str  # the property name, exactly as sent (the key of the answer)
     kind: str  # one of KINDS
     title: str | None = None  # sanitised, one line
@@ -181,8 +181,7 @@ class Field:
         return ", ".join(f"{i}) {_line(o.label)}" for i, o in enumerate(self.options or [], 1))
 
 
-@dataclass(frozen=True)
-class Form:
+class Form(Struct, frozen=True):
     fields: list[Field]
 
     def __iter__(self) -> Iterator[Field]:

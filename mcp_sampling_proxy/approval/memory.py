@@ -3,11 +3,11 @@ the user's state directory (`approvals.json`), each entry sealed so a server can
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import anyio
+from msgspec import Struct, field
 
 from mcp_sampling_proxy.approval.channels import ApprovalScope
 from mcp_sampling_proxy.log import get_logger
@@ -19,8 +19,7 @@ from mcp_sampling_proxy.text.identity import normalise
 log = get_logger("mcp_sampling_proxy.approval.memory")
 
 
-@dataclass
-class ApprovalMemory:
+class ApprovalMemory(Struct):
     """Approvals that outlive one request: this session's, and `always` ones in a state file."""
 
     session: set[tuple[str, str]] = field(default_factory=set)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from mcp_sampling_proxy.approval.channels import Channel
 from mcp_sampling_proxy.approval.console.server import ConsoleServer
@@ -25,8 +26,7 @@ from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.system.terminal import Terminal
 
 
-@dataclass(frozen=True)
-class ChannelNeeds:
+class ChannelNeeds(Struct, frozen=True):
     """What the running proxy can give a channel when it is made. The relay is not here: a channel gets
     it with each question (`Channel.ask(request, host)`), as the host session changes."""
 

@@ -19,8 +19,9 @@ from __future__ import annotations
 import ipaddress
 import re
 import unicodedata
-from dataclasses import dataclass, field
 from urllib.parse import urlsplit
+
+from msgspec import Struct, field
 
 from mcp_sampling_proxy.text.sanitize import strip_controls
 
@@ -44,8 +45,7 @@ _SCRIPT_MIXES = (
 )
 
 
-@dataclass(frozen=True)
-class UrlReport:
+class UrlReport(Struct, frozen=True):
     url: str  # exactly as given
     scheme: str  # lower case, "" if none
     host: str  # where the link leads: lower-case ASCII (punycode) host, IPv6 without brackets; "" if none

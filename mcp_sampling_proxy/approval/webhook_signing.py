@@ -15,8 +15,9 @@ import hashlib
 import hmac
 import json
 import time
-from dataclasses import dataclass
 from typing import Any, Literal
+
+from msgspec import Struct
 
 SIGNATURE_HEADER = "X-MCP-Sampling-Proxy-Signature"
 TIMESTAMP_HEADER = "X-MCP-Sampling-Proxy-Timestamp"
@@ -51,8 +52,7 @@ class BadAnswer(ValueError):
     """Why an answer is refused (safe to log and audit: it never holds the secret)."""
 
 
-@dataclass(frozen=True)
-class Answer:
+class Answer(Struct, frozen=True):
     decision: Decision
     approver: str
 

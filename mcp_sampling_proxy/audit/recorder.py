@@ -35,12 +35,12 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Unpack, cast
 
 import anyio
 import orjson
 import structlog
+from msgspec import Struct
 from structlog.typing import EventDict
 
 from mcp_sampling_proxy.audit.chain_file import AuditError, ChainFile
@@ -62,8 +62,7 @@ log = get_logger("mcp_sampling_proxy.audit.recorder")
 _NOT_GIVEN: Any = object()
 
 
-@dataclass
-class RequestNotes:
+class RequestNotes(Struct):
     """What the stages tell the observers (telemetry) of the request being served that the log does
     not keep: when the proxy's LLM call started and ended, the model asked for, the provider's type
     and URL. Never written to the log."""
@@ -392,8 +391,7 @@ def _on_event_loop() -> bool:
     return True
 
 
-@dataclass
-class _Deferred:
+class _Deferred(Struct):
     """A finished record that could not be written without waiting for another writer's lock."""
 
     record: AuditRecord

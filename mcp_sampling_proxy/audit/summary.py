@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+from msgspec import Struct, field
 
 from mcp_sampling_proxy.audit.log_lines import InputError
 from mcp_sampling_proxy.audit.records import is_decision
@@ -47,8 +48,7 @@ UNSOLICITED = "unsolicited"  # the reason of a sampling request refused with no 
 MAX_PER_CALL = "max_per_call"  # the limit of one refused past sampling.max_per_call
 
 
-@dataclass
-class ServerStats:
+class ServerStats(Struct):
     requests: int = 0  # the server's sampling and elicitation requests
     allowed: int = 0
     denied: int = 0

@@ -12,8 +12,9 @@ import hashlib
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 from mcp_sampling_proxy.audit.records import parse_record
 
@@ -28,8 +29,7 @@ _RECORD_END = re.compile(rb'"hash"\s*:\s*"[0-9a-f]{64}"\s*\}\s*\Z')  # the write
 _READ_CHUNK = 64 * 1024
 
 
-@dataclass
-class Tail:
+class Tail(Struct):
     """What the end of an audit file holds."""
 
     last_hash: str | None  # hash of the last good record (None: no good record in the file)

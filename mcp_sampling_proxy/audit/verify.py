@@ -6,8 +6,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec import Struct, field
 
 from mcp_sampling_proxy.audit.log_lines import LongLine, numbered_lines
 from mcp_sampling_proxy.audit.records import (
@@ -31,8 +32,7 @@ class Broken(Exception):
         self.line = line
 
 
-@dataclass
-class _Pending:
+class _Pending(Struct):
     """Lines after the last good record that are not records (torn, garbage), until a seal."""
 
     first_line: int = 0
@@ -50,8 +50,7 @@ class _Pending:
             self.sha.update(piece)
 
 
-@dataclass
-class FileReport:
+class FileReport(Struct):
     path: str
     records: int = 0
     decisions: int = 0

@@ -16,6 +16,7 @@ set are commented out, so the written policy names no key the proxy cannot find.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import getpass
 import os
 import re
@@ -24,7 +25,6 @@ import sys
 import textwrap
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
@@ -251,12 +251,12 @@ def _desktop_environments() -> str:
     )
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class StoredKey:
     """The key `init` keeps in a key file: the file, the key (never printed), and whether to write it."""
 
     path: Path
-    value: str = field(repr=False)
+    value: str = dataclasses.field(repr=False)
     write: bool  # False: the file already holds this key
     source: str  # where the key came from, as messages name it: "the key piped on stdin"
 

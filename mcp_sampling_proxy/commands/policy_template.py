@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import re
 import textwrap
-from dataclasses import dataclass
 from importlib import resources
+
+from msgspec import Struct
 
 from mcp_sampling_proxy.config.providers import ModelSpec
 from mcp_sampling_proxy.hosts.yaml_doc import yaml_string  # values typed or listed by a server: quoted
@@ -36,8 +37,7 @@ def shipped_summary(name: str) -> str:
     return first.split(":", 1)[1].strip() if first.startswith(f"{name}.yaml:") else first
 
 
-@dataclass(frozen=True)
-class LLMChoice:
+class LLMChoice(Struct, frozen=True):
     """The provider `init` puts first: the proxy's default LLM."""
 
     name: str  # the provider's name in the file

@@ -16,12 +16,12 @@ import inspect
 import os
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 from unittest import mock
 
 import structlog
+from msgspec import Struct
 
 from mcp_sampling_proxy.approval.console.server import RUNTIME_ENV
 from mcp_sampling_proxy.commands.cli import SUBCOMMAND_SUMMARIES, build_parser
@@ -35,8 +35,7 @@ from mcp_sampling_proxy.system.terminal import DEVICE_ENV, DISABLE_ENV
 PROGRAM = "mcp-sampling-proxy"
 
 
-@dataclass(frozen=True)
-class Command:
+class Command(Struct, frozen=True):
     """One command or subcommand: `words` after the program's name (() for the proxy itself)."""
 
     words: tuple[str, ...]
@@ -135,8 +134,7 @@ def _first_sentence(text: str | None) -> str:
     return first[:1].lower() + first[1:]
 
 
-@dataclass(frozen=True)
-class EnvironmentVariable:
+class EnvironmentVariable(Struct, frozen=True):
     name: str
     meaning: str
 
@@ -206,8 +204,7 @@ NAMED_VARIABLES = (
 )
 
 
-@dataclass(frozen=True)
-class ExitStatus:
+class ExitStatus(Struct, frozen=True):
     status: str
     meaning: str
 

@@ -16,11 +16,11 @@ import shlex
 import shutil
 import socket
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import anyio
+from msgspec import Struct
 
 from mcp_sampling_proxy.audit.recorder import configured_secrets
 from mcp_sampling_proxy.commands.cli import add_common_options, add_url_options, fail
@@ -134,8 +134,7 @@ class SetupRefused(Exception):
     """serve's options or policy cannot be served as given; the message says what to do."""
 
 
-@dataclass(frozen=True)
-class Setup:
+class Setup(Struct, frozen=True):
     """serve's options and policy, checked: everything the endpoint is built from, before anything runs."""
 
     args: argparse.Namespace

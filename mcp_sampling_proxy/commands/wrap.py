@@ -17,9 +17,10 @@ import os
 import sys
 import textwrap
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from msgspec import Struct, field
 
 from mcp_sampling_proxy.commands.parsing import Parser
 from mcp_sampling_proxy.config.atomic import write_atomic
@@ -66,8 +67,7 @@ SCOPES = ("user", "project", "local", "settings")
 # -- the command ------------------------------------------------------------------------------------------
 
 
-@dataclass
-class Outcome:
+class Outcome(Struct):
     server: str
     message: str
     changed: bool = False
@@ -75,8 +75,7 @@ class Outcome:
     warning: str | None = None  # printed on a line of its own below the outcome
 
 
-@dataclass
-class Plan:
+class Plan(Struct):
     doc: ConfigDoc
     sidecar: Sidecar
     outcomes: list[Outcome] = field(default_factory=list)
@@ -176,8 +175,7 @@ def build_parser(action: str) -> argparse.ArgumentParser:
     return parser
 
 
-@dataclass
-class Target:
+class Target(Struct):
     """One config file a command edits (Continue's project scope: each file in .continue/mcpServers/)."""
 
     path: Path

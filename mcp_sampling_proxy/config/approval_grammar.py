@@ -9,8 +9,9 @@ written in the policy file.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from urllib.parse import urlsplit
+
+from msgspec import Struct
 
 from mcp_sampling_proxy.notation.yamlnodes import Node
 from mcp_sampling_proxy.system.addresses import is_loopback
@@ -20,8 +21,7 @@ DEFAULT_WEBHOOK_TIMEOUT = 120.0  # s: a person on the other end has to read and 
 MAX_QUORUM = 10
 
 
-@dataclass(frozen=True)
-class WebhookSettings:
+class WebhookSettings(Struct, frozen=True):
     """`approval.webhook`: the receiver's URL and the shared secret's source (exactly one of the two)."""
 
     url: str

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
+
+from msgspec import Struct, field
 
 from mcp_sampling_proxy.notation.yamlnodes import Node, shown_value
 from mcp_sampling_proxy.policy.conditions import Facts, ServerMatches, ToolMatches
@@ -27,8 +28,7 @@ APPLIES = ("headless", "always")  # headless: only where nobody can be asked; al
 AUTO_ANSWER_KEYS = ("name", "server", "tool", "message", "action", "content", "applies")
 
 
-@dataclass(frozen=True)
-class AutoAnswer:
+class AutoAnswer(Struct, frozen=True):
     """One `elicitation.auto_answers` entry."""
 
     name: str

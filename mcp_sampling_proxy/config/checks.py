@@ -10,9 +10,11 @@ an argv list. Running them is services/sampling/checks.py's job.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
 from functools import partial
 from urllib.parse import urlsplit
+
+from msgspec import Struct, field
+from msgspec.structs import replace
 
 from mcp_sampling_proxy.notation.units import DURATION_FORMS
 from mcp_sampling_proxy.notation.yamlnodes import Node, shown_value
@@ -27,8 +29,7 @@ _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP token
 VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-@dataclass(frozen=True)
-class CheckSpec:
+class CheckSpec(Struct, frozen=True):
     """One entry of `checks:`: exactly one of `command` and `url`."""
 
     name: str

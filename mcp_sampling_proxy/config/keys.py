@@ -8,11 +8,11 @@ returned `ProviderConfig.api_key` (never logged: the field has no repr) and in t
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat
 import subprocess
 from collections.abc import Iterable
-from dataclasses import replace
 from urllib.parse import urlsplit
 
 from mcp_sampling_proxy.config.child_env import withheld
@@ -121,9 +121,9 @@ def run_key_command(provider: ProviderConfig, timeout: float = COMMAND_TIMEOUT, 
 def resolve_key(provider: ProviderConfig, hidden: Iterable[str] = ()) -> ProviderConfig:
     """`provider` with the key from its file or command held in `api_key` (others unchanged)."""
     if provider.api_key_file:
-        return replace(provider, api_key=read_key_file(provider))
+        return dataclasses.replace(provider, api_key=read_key_file(provider))
     if provider.api_key_command:
-        return replace(provider, api_key=run_key_command(provider, hidden=hidden))
+        return dataclasses.replace(provider, api_key=run_key_command(provider, hidden=hidden))
     return provider
 
 

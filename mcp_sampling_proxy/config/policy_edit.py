@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from mcp_sampling_proxy.notation.yamlnodes import PolicyError
 
 
-@dataclass(frozen=True)
-class Edited:
+class Edited(Struct, frozen=True):
     """The new text, the servers whose entry was added, and those that had one already (kept)."""
 
     text: str

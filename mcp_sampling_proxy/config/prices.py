@@ -29,8 +29,9 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from decimal import Decimal
+
+from msgspec import Struct
 
 AS_OF = "2025-11-24"  # the date the shipped prices were the vendors' list prices
 POLICY = "policy"  # a price's source when the policy's prices: section gave it
@@ -40,8 +41,7 @@ UNPRICED = "unpriced"  # what the audit says of a model without a price
 _SNAPSHOT = re.compile(r"(?:[-@](?:\d{4}-\d{2}-\d{2}|\d{8}|\d{4}|latest))?")
 
 
-@dataclass(frozen=True)
-class Price:
+class Price(Struct, frozen=True):
     """USD per million tokens of one model; `as_of`: the table's date, or "policy"."""
 
     input: Decimal
@@ -90,8 +90,7 @@ SHIPPED: dict[str, Price] = {
 }
 
 
-@dataclass(frozen=True)
-class PriceTable:
+class PriceTable(Struct, frozen=True):
     """The policy's prices over the shipped ones. `lookup` finds a model's price, or None."""
 
     policy: tuple[tuple[str, Price], ...] = ()  # (model name as the policy writes it, price), in order

@@ -8,11 +8,12 @@ CONTRIBUTING.md); nothing else names the types.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import dataclasses
+
+from msgspec import Struct
 
 
-@dataclass(frozen=True)
-class ProviderKind:
+class ProviderKind(Struct, frozen=True):
     """One provider type, as the policy and the proxy know it."""
 
     name: str  # what `type:` says
@@ -23,8 +24,7 @@ class ProviderKind:
     api: str | None = None  # the API it speaks, as OpenTelemetry's GenAI conventions name it
 
 
-@dataclass(frozen=True)
-class ModelSpec:
+class ModelSpec(Struct, frozen=True):
     """A configured model and optional 0..1 ratings (higher is better: cheaper, faster, smarter)."""
 
     name: str
@@ -35,8 +35,7 @@ class ModelSpec:
     reasoning: bool | None = None
 
 
-@dataclass(frozen=True)
-class PresetFacts:
+class PresetFacts(Struct, frozen=True):
     """What a command preset costs and how it keeps the CLI's own agent at bay: shown in `--help`,
     the docs and `doctor`, so nobody learns from an invoice which meter a sampling request ran on."""
 
@@ -118,8 +117,7 @@ def bypass_flag(argv: tuple[str, ...] | list[str], *, short_yolo: bool = False) 
 COMMAND_DEFAULT_MODEL = "default"  # a command's model of this name: the CLI's own default, no model flag
 
 
-@dataclass(frozen=True)
-class CommandSpec:
+class CommandSpec(Struct, frozen=True):
     """How a `type: command` provider runs its CLI (see providers/command.py).
 
     Either a `preset` (claude, codex, gemini, llm: argv and output format built in) or a custom
@@ -139,15 +137,14 @@ class CommandSpec:
     pass_env: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class AzureSpec:
+class AzureSpec(Struct, frozen=True):
     """Azure OpenAI: the deployment URL and api-version (the key goes in an `api-key` header)."""
 
     api_version: str
     deployment: str | None = None  # None: the chosen model's name is the deployment name
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class ProviderConfig:
     """One `llm.providers.NAME` entry of the policy file (or one derived from the environment)."""
 
@@ -158,7 +155,7 @@ class ProviderConfig:
     api_key_file: str | None = None  # exactly one of the three key sources
     api_key_command: tuple[str, ...] | None = None
     # The key read from api_key_file / api_key_command at start (see keys.py): memory only, no repr.
-    api_key: str | None = field(default=None, repr=False, compare=False)
+    api_key: str | None = dataclasses.field(default=None, repr=False, compare=False)
     models: tuple[ModelSpec, ...] = ()
     connect_timeout: float = 10.0
     read_timeout: float = 120.0
@@ -167,7 +164,7 @@ class ProviderConfig:
     backoff_base: float = 0.5  # seconds; doubled per attempt, with jitter
     backoff_max: float = 30.0  # also caps how long a Retry-After is honoured
     supports_tools: bool = True
-    headers: dict[str, str] = field(default_factory=dict)
+    headers: dict[str, str] = dataclasses.field(default_factory=dict)
     # the header that carries the key as is (Azure: api-key); None: the provider's own (Bearer for OpenAI)
     api_key_header: str | None = None
     azure: AzureSpec | None = None

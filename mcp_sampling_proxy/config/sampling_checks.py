@@ -9,7 +9,8 @@ lives here; `config/settings.py` hands it the `sampling:` keys it names (`SAMPLI
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from mcp_sampling_proxy.notation.yamlnodes import Node, shown_value
 from mcp_sampling_proxy.text.identity import bad_character, normalise
@@ -19,8 +20,7 @@ ON_SECRET = ("redact", "deny", "allow")
 DEFAULT_MAX_PER_CALL = 25
 
 
-@dataclass(frozen=True)
-class SamplingChecks:
+class SamplingChecks(Struct, frozen=True):
     """`sampling.allow_unsolicited`, `max_per_call`, `on_secret` and `scan_requests`."""
 
     # True: every server may sample with no host request in flight; a tuple: the servers (globs over

@@ -21,11 +21,11 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING
 
 import yaml
+from msgspec import Struct, field
 
 from mcp_sampling_proxy.text.identity import normalise
 
@@ -37,8 +37,7 @@ KEYS = ("mode", "hide", "read", "write", "network")
 NETWORK_FORMS = "true (public hosts, through the proxy), false (none), host (yours, unfiltered) or a list of hosts"
 
 
-@dataclass(frozen=True)
-class HostGrant:
+class HostGrant(Struct, frozen=True):
     """One entry of a `network:` list: a host name (`*.` for any subdomain), an IP address or a network
     (CIDR), with an optional port."""
 
@@ -79,8 +78,7 @@ def _network(pattern: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network | No
         return None
 
 
-@dataclass(frozen=True)
-class Network:
+class Network(Struct, frozen=True):
     """What a sandboxed server may reach over the network."""
 
     mode: str = "relay"  # relay: through the proxy's filter | none | host: the user's own network, unfiltered
@@ -100,8 +98,7 @@ class Network:
         return "public hosts through the proxy (not your loopback or link-local addresses)"
 
 
-@dataclass(frozen=True)
-class SandboxSettings:
+class SandboxSettings(Struct, frozen=True):
     """What the policy grants a server (for one server: `servers:` entries add to the section's)."""
 
     mode: str = "auto"  # auto: where it works | required: refuse to start without | off

@@ -11,7 +11,9 @@ import importlib.util
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+
+from msgspec import Struct, field
+from msgspec.structs import replace
 
 from mcp_sampling_proxy.config.approval_grammar import WebhookSettings, check_quorum, parse_quorum, parse_webhook
 from mcp_sampling_proxy.config.auto_answers import AutoAnswer, parse_auto_answers
@@ -50,8 +52,7 @@ DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-5"
 DEFAULT_AUDIT_MAX_BYTES = 64 * MiB
 
 
-@dataclass(frozen=True)
-class ApprovalSettings:
+class ApprovalSettings(Struct, frozen=True):
     """The top-level `approval:` section."""
 
     channels: tuple[str, ...] = DEFAULT_APPROVAL_CHANNELS  # tried in this order
@@ -61,8 +62,7 @@ class ApprovalSettings:
     webhook: WebhookSettings | None = None  # where the webhook channel POSTs its signed requests
 
 
-@dataclass(frozen=True)
-class SamplingSettings:
+class SamplingSettings(Struct, frozen=True):
     route: str = "auto"
     fallback_on_host_error: bool = False
     advertise_tools: bool = True  # offer `sampling.tools` upstream when the adapter can use tools
@@ -72,8 +72,7 @@ class SamplingSettings:
     checks: SamplingChecks = field(default_factory=SamplingChecks)  # unsolicited, per-call cap, secrets
 
 
-@dataclass(frozen=True)
-class ElicitationSettings:
+class ElicitationSettings(Struct, frozen=True):
     route: str = "auto"  # auto | console | host | decline
     url_mode: bool = False  # serve URL-mode elicitation on the console (show the URL, open it on consent)
     sensitive_form: str = "decline"  # decline | cancel | allow: forms that ask for secrets
@@ -81,8 +80,7 @@ class ElicitationSettings:
     auto_answers: tuple[AutoAnswer, ...] = ()  # forms the policy answers itself (config/auto_answers.py)
 
 
-@dataclass(frozen=True)
-class AuditSettings:
+class AuditSettings(Struct, frozen=True):
     """The top-level `audit:` section (no path: no audit log)."""
 
     path: str | None = None
@@ -94,8 +92,7 @@ class AuditSettings:
     max_bytes: int = DEFAULT_AUDIT_MAX_BYTES  # rotate when the file would grow past this; 0: never
 
 
-@dataclass(frozen=True)
-class StateSettings:
+class StateSettings(Struct, frozen=True):
     """The top-level `state:` section: where rate limits, concurrency limits and token budgets live.
 
     `file` (the default): rate and concurrency limits per proxy in memory, budgets in the user's
@@ -109,8 +106,7 @@ class StateSettings:
     on_state_error: str = "deny"  # deny | allow_local: Redis unreachable
 
 
-@dataclass(frozen=True)
-class TelemetrySettings:
+class TelemetrySettings(Struct, frozen=True):
     """The top-level `telemetry:` section: OpenTelemetry export of decisions and LLM calls.
 
     Without the section, the standard OTEL_EXPORTER_OTLP_ENDPOINT (or ..._TRACES_ENDPOINT)
@@ -122,8 +118,7 @@ class TelemetrySettings:
     service_name: str = "mcp-sampling-proxy"
 
 
-@dataclass
-class Settings:
+class Settings(Struct):
     """Everything the proxy needs from the policy file (or the environment)."""
 
     providers: list[ProviderConfig] = field(default_factory=list)

@@ -23,8 +23,9 @@ import fnmatch
 import json
 import posixpath
 import re
-from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
+
+from msgspec import Struct
 
 from mcp_sampling_proxy.notation.vocabulary import ACTIONS, Action
 from mcp_sampling_proxy.notation.yamlnodes import Node
@@ -37,8 +38,7 @@ TOOLS_KEYS = ("on_change", "pin", "rules")
 RULE_KEYS = ("name", "server", "tool", "client", "arguments", "action", "message")
 
 
-@dataclass(frozen=True)
-class ToolRule:
+class ToolRule(Struct, frozen=True):
     """One `tools.rules` entry; an empty glob tuple matches anything."""
 
     name: str
@@ -51,8 +51,7 @@ class ToolRule:
     line: int = 0
 
 
-@dataclass(frozen=True)
-class ToolSettings:
+class ToolSettings(Struct, frozen=True):
     on_change: OnChange = "ask"
     pin: bool = True
     rules: tuple[ToolRule, ...] = ()

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from msgspec import Struct, field
 
 
-@dataclass
-class Check:
+class Check(Struct):
     status: str  # ok | fail | warn | info
     text: str
     fix: str = ""
 
 
-@dataclass
-class Section:
+class Section(Struct):
     title: str
     checks: list[Check] = field(default_factory=list)
 

@@ -21,9 +21,10 @@ import os
 import shutil
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from msgspec import Struct, field
 
 from mcp_sampling_proxy.config.child_env import WELL_KNOWN_KEY_VARS
 from mcp_sampling_proxy.config.dirs import home_relative
@@ -43,8 +44,7 @@ from mcp_sampling_proxy.transport.sandbox import proxy_paths
 from mcp_sampling_proxy.transport.sandbox_notes import notes
 
 
-@dataclass
-class WrappedEntry:
+class WrappedEntry(Struct):
     """One wrapped server entry and what the host will start it with."""
 
     host: str

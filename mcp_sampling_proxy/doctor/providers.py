@@ -4,8 +4,8 @@ short timeout, so a dead provider costs seconds, not minutes."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +88,9 @@ async def probe_provider(provider: Any, timeout: float) -> list[Check]:
         key, key_note = provider.api_key, f"{key_source(provider)} gave a key"
     # The adapter the proxy would use: its URLs and headers (key, api-version, extra headers), one try
     adapter = make_adapter(
-        replace(provider, max_attempts=1, read_timeout=timeout, connect_timeout=min(timeout, provider.connect_timeout))
+        dataclasses.replace(
+            provider, max_attempts=1, read_timeout=timeout, connect_timeout=min(timeout, provider.connect_timeout)
+        )
     )
     try:
         return await _probe_with(adapter, provider, name, key_var, key_note, timeout)

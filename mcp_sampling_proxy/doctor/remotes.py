@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from msgspec import Struct
 
 from mcp_sampling_proxy.hosts.entries import classify, is_wrapped, parse_proxy_args
 from mcp_sampling_proxy.hosts.registry import HOSTS
@@ -14,8 +15,7 @@ if TYPE_CHECKING:
     from mcp_sampling_proxy.hosts.survey import FileStatus
 
 
-@dataclass(frozen=True)
-class RemoteEntry:
+class RemoteEntry(Struct, frozen=True):
     host: str
     name: str
     url: str

@@ -5,9 +5,10 @@ code (`services/assess.py`), so it says what the proxy would do."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from decimal import Decimal
 from typing import Any
+
+from msgspec.structs import asdict, replace
 
 from mcp_sampling_proxy.config.prices import POLICY, format_usd
 from mcp_sampling_proxy.config.sampling_checks import SamplingChecks
@@ -190,7 +191,7 @@ def describe_checks(settings: Settings, rule: Rule | None) -> list[str]:
 
 def describe_limits(base: SizeLimits, rule: Rule | None, model_line: str | None = None) -> list[str]:
     limits = effective_limits(base, rule.limits if rule else None)
-    overridden = {k for k, v in vars(rule.limits).items() if v is not None} if rule and rule.limits else set()
+    overridden = {k for k, v in asdict(rule.limits).items() if v is not None} if rule and rule.limits else set()
 
     def mark(key: str) -> str:
         return f" (rule '{rule.name}')" if rule and key in overridden else ""

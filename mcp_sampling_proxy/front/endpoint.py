@@ -41,7 +41,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -55,6 +54,7 @@ from mcp.server.transport_security import (
 )
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+from msgspec import Struct, field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -101,8 +101,7 @@ HEALTH = "/healthz"  # for balancers and probes: no token, says only "ok"
 END_GRACE = 2.0  # s a session's server gets after EOF before SIGTERM, when its session ends
 
 
-@dataclass(frozen=True)
-class FrontOptions:
+class FrontOptions(Struct, frozen=True):
     host: str
     port: int
     command: list[str]
@@ -127,8 +126,7 @@ class FrontOptions:
         return self.url if self.url is not None else shlex.join(self.command)
 
 
-@dataclass
-class _Served:
+class _Served(Struct):
     """One client session: its HTTP transport, its server, its relay."""
 
     transport: StreamableHTTPServerTransport
@@ -147,8 +145,7 @@ class _Served:
         self.ended.set()
 
 
-@dataclass
-class _Lane:
+class _Lane(Struct):
     """One caller's 2026-07-28 requests (stateless: no session to hang a server on): a server of its
     own per caller, kept while requests come, ended after the idle timeout like a session."""
 

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import secrets
 from collections import OrderedDict, deque
-from dataclasses import dataclass
 
 from mcp.server.streamable_http import GET_STREAM_KEY, EventCallback, EventMessage, EventStore
 from mcp_types import JSONRPCMessage, jsonrpc_message_adapter
+from msgspec import Struct
 
 from mcp_sampling_proxy.log import get_logger
 
@@ -35,8 +35,7 @@ MiB = 1024 * 1024
 RETRY_MS = 1000  # the reconnection delay suggested to 2025-11-25 clients (SSE `retry:` of the priming event)
 
 
-@dataclass(frozen=True)
-class EventLimits:
+class EventLimits(Struct, frozen=True):
     """What one session may hold for replay; past a cap the oldest events go."""
 
     session_events: int = 2048
@@ -45,13 +44,11 @@ class EventLimits:
     stream_bytes: int = 8 * MiB
 
 
-@dataclass
-class _Watch:
+class _Watch(Struct):
     dropped_through: int = 0  # the newest event of the stream dropped while a replay of it runs
 
 
-@dataclass
-class _Event:
+class _Event(Struct):
     seq: int
     stream: str
     payload: bytes | None  # the message's JSON; None for a priming event or one too big to hold

@@ -16,13 +16,13 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import ServerMessageMetadata, SessionMessage
 from mcp_types import JSONRPCError, JSONRPCNotification, JSONRPCResponse, jsonrpc_message_adapter
+from msgspec import Struct
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mcp_sampling_proxy.log import Throttle, get_logger
@@ -322,8 +322,7 @@ class StatelessHost:
                 self._events[private].set()
 
 
-@dataclass(frozen=True)
-class _Open:
+class _Open(Struct, frozen=True):
     """A request answered as a stream: where its messages go, the caller's own id, its progress token."""
 
     out: MemoryObjectSendStream[dict[str, Any]]

@@ -16,11 +16,11 @@ import html
 import socket
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
 from urllib.parse import parse_qs
 
 import anyio
 from mcp.shared.auth import AuthorizationCodeResult
+from msgspec import Struct
 from starlette.types import Receive, Scope, Send
 
 from mcp_sampling_proxy.front.http_server import Server, listening_socket, server_config
@@ -55,8 +55,7 @@ class _Redirects:
             self.dropped += 1
 
 
-@dataclass
-class CallbackListener:
+class CallbackListener(Struct):
     """The redirect address of one login, and the redirects it received, in order."""
 
     redirect_uri: str

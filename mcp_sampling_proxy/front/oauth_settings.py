@@ -13,7 +13,7 @@ rule), never from the command line, where every user of the machine can read the
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import dataclasses
 
 from mcp_sampling_proxy.front.tokens import TokenError, read_private
 
@@ -21,10 +21,10 @@ OPTION = "--oauth-client-file"
 KEYS = ("client_id", "client_secret")
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class ClientCredentials:
     client_id: str
-    client_secret: str = field(repr=False)
+    client_secret: str = dataclasses.field(repr=False)
 
 
 def load_client_file(path: str) -> ClientCredentials:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import quote, urlsplit
 
@@ -35,6 +34,7 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, BearerAuth
 from mcp.server.auth.provider import AccessToken, TokenVerifier
 from mcp.server.auth.routes import build_resource_metadata_url, cors_middleware
 from mcp.shared.auth import ProtectedResourceMetadata
+from msgspec import Struct, field
 from pydantic import AnyHttpUrl
 from starlette.requests import HTTPConnection
 from starlette.responses import JSONResponse
@@ -60,8 +60,7 @@ class AuthServerUnavailable(Exception):
     """The authorization server could not answer a token check (not the token's fault)."""
 
 
-@dataclass(frozen=True)
-class AuthServer:
+class AuthServer(Struct, frozen=True):
     """What a resource server needs of the authorization server's metadata (RFC 8414)."""
 
     issuer: str
@@ -176,8 +175,7 @@ def _token(token: str, claims: dict[str, Any], resource: str) -> AccessToken | N
     )
 
 
-@dataclass
-class IntrospectionVerifier:
+class IntrospectionVerifier(Struct):
     """RFC 7662: the authorization server says whether a token is active, for whom and for what."""
 
     endpoint: str
@@ -273,8 +271,7 @@ class Verifier(TokenVerifier, Protocol):
     async def aclose(self) -> None: ...
 
 
-@dataclass(frozen=True)
-class ResourceSettings:
+class ResourceSettings(Struct, frozen=True):
     issuer: str
     resource: str  # this endpoint's canonical URL: what tokens must be issued for
     scopes: tuple[str, ...] = ()  # every one required of every token

@@ -14,7 +14,8 @@ import hmac
 import os
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 TOKEN_ENV = "MCP_SAMPLING_PROXY_TOKEN"
 UNNAMED = "token"  # the client name of a token given without one
@@ -25,8 +26,7 @@ class TokenError(Exception):
     """The token file cannot be used; the message says why and what to do."""
 
 
-@dataclass(frozen=True)
-class Caller:
+class Caller(Struct, frozen=True):
     """One accepted token and the name its holder is audited under."""
 
     name: str
@@ -34,8 +34,7 @@ class Caller:
     named: bool = True  # False for a token given without a name (a bare line, the environment's)
 
 
-@dataclass(frozen=True)
-class Tokens:
+class Tokens(Struct, frozen=True):
     callers: tuple[Caller, ...] = ()
 
     @property

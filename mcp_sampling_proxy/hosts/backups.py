@@ -13,10 +13,11 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from msgspec import Struct
 
 from mcp_sampling_proxy.config.atomic import write_atomic
 from mcp_sampling_proxy.hosts.registry import ConfigError
@@ -32,8 +33,7 @@ def backup_dir(environ: dict[str, str] | None = None) -> Path:
     return path
 
 
-@dataclass(frozen=True)
-class Backup:
+class Backup(Struct, frozen=True):
     id: str
     host: str
     path: str  # the config's absolute path

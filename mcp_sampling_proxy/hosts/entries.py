@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec import Struct, field
 
 from mcp_sampling_proxy.hosts.registry import HOSTS
 
@@ -13,8 +14,7 @@ PROXY_MODULE = "mcp_sampling_proxy"
 _PROXY_VALUE_OPTIONS = ("--policy", "--name", "--url", "--header", "--log-level", "--log-format", "--max-message-bytes")
 
 
-@dataclass
-class Remote:
+class Remote(Struct):
     """A server the host reaches over HTTP."""
 
     url: str
@@ -24,8 +24,7 @@ class Remote:
     env_vars: tuple[str, ...] = ()  # variables the headers read through ${VAR} (Codex's *_env_var keys)
 
 
-@dataclass
-class Kind:
+class Kind(Struct):
     kind: str  # "stdio" | "http" | "sse" | "invalid"
     remote: Remote | None = None
     problem: str = ""
@@ -99,8 +98,7 @@ def is_wrapped(entry: Any) -> bool:
     return base in PROXY_NAMES or args[:2] == ["-m", PROXY_MODULE]
 
 
-@dataclass
-class ProxyArgs:
+class ProxyArgs(Struct):
     """What a wrapped entry's arguments say."""
 
     options: dict[str, str] = field(default_factory=dict)  # --policy, --name, ... (last wins)

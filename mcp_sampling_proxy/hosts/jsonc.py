@@ -8,22 +8,21 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 from mcp_sampling_proxy.hosts.registry import ConfigError
 
 
-@dataclass
-class JNode:
+class JNode(Struct):
     start: int
     end: int
     value: Any
     members: dict[str, JMember] | None = None  # objects
 
 
-@dataclass
-class JMember:
+class JMember(Struct):
     key_start: int
     node: JNode
 

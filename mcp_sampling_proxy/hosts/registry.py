@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path, PurePath, PurePosixPath, PureWindowsPath
 from typing import Literal
+
+from msgspec import Struct
 
 
 class ConfigError(Exception):
@@ -25,8 +26,7 @@ OS = Literal["linux", "macos", "windows"]
 PROJECT_DIR = "<project>"
 
 
-@dataclass(frozen=True)
-class Place:
+class Place(Struct, frozen=True):
     """Where a host keeps its MCP config for one scope: a path under a base directory, a variable
     that moves it, the table of server entries in it. A place for one OS comes before the general one."""
 
@@ -39,8 +39,7 @@ class Place:
     os: OS | None = None  # only on this OS; None: on any
 
 
-@dataclass(frozen=True)
-class Host:
+class Host(Struct, frozen=True):
     name: str
     title: str
     format: str  # "json" | "toml" | "yaml" (Continue: its JSON files go through the JSON editor)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from msgspec import Struct, field
 
 from mcp_sampling_proxy.hosts.config_files import load_config
 from mcp_sampling_proxy.hosts.entries import classify, is_wrapped
@@ -13,8 +14,7 @@ from mcp_sampling_proxy.hosts.registry import HOSTS, VSCODE_SETTINGS_TABLE, Conf
 from mcp_sampling_proxy.hosts.wrapping import describe_upstream
 
 
-@dataclass
-class ServerStatus:
+class ServerStatus(Struct):
     name: str
     table: tuple[str, ...]
     wrapped: bool
@@ -23,8 +23,7 @@ class ServerStatus:
     entry: Any = None  # the entry as the file holds it (what `doctor` checks)
 
 
-@dataclass
-class FileStatus:
+class FileStatus(Struct):
     host: str
     scope: str
     path: Path

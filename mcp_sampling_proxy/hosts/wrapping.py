@@ -12,9 +12,10 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from msgspec import Struct
 
 from mcp_sampling_proxy.hosts.documents import same_data
 from mcp_sampling_proxy.hosts.entries import classify, is_wrapped, parse_proxy_args
@@ -25,8 +26,7 @@ from mcp_sampling_proxy.text.sanitize import one_line
 # -- how the host should start the proxy ----------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Invocation:
+class Invocation(Struct, frozen=True):
     command: str
     prefix: tuple[str, ...] = ()  # arguments before the proxy's own (`-m mcp_sampling_proxy`)
 
@@ -212,8 +212,7 @@ def describe_upstream(host: str, entry: Any) -> str:
     return one_line(f"cannot be wrapped: {kind.problem}", 120)
 
 
-@dataclass(frozen=True)
-class ServerCommand:
+class ServerCommand(Struct, frozen=True):
     """What wrap does with a stdio entry's command: `command` is the absolute path to write instead of a
     bare name the host would not find (None: keep it as it is), `note` says so, `warning` says that
     nobody finds it."""

@@ -11,8 +11,10 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
+
+from msgspec import Struct, field
+from msgspec.structs import force_setattr
 
 from mcp_sampling_proxy.policy.survey import Survey, survey
 from mcp_sampling_proxy.text.identity import bad_character, normalise
@@ -24,8 +26,7 @@ if TYPE_CHECKING:
 NO_TOOL = "none"  # `tool: none` matches when no host tools/call is in flight
 
 
-@dataclass(frozen=True)
-class Facts:
+class Facts(Struct, frozen=True):
     """What is known about one intercepted request when the policy is consulted.
 
     Build it from a request with `facts_for_sampling`. `tool` defaults to the most recent of
@@ -49,9 +50,9 @@ class Facts:
 
     def __post_init__(self) -> None:
         if self.tool is None and self.tools_in_flight:
-            object.__setattr__(self, "tool", self.tools_in_flight[-1])
+            force_setattr(self, "tool", self.tools_in_flight[-1])
         elif self.tool is not None and not self.tools_in_flight:
-            object.__setattr__(self, "tools_in_flight", (self.tool,))
+            force_setattr(self, "tools_in_flight", (self.tool,))
 
 
 def facts_for_sampling(
@@ -114,8 +115,7 @@ def _name_hit(value: str, patterns: Sequence[str]) -> str | None:
     return next((p for p in patterns if fnmatch.fnmatchcase(folded, normalise(p))), None)
 
 
-@dataclass(frozen=True)
-class ServerMatches:
+class ServerMatches(Struct, frozen=True):
     """`server: GLOB` (or a list): the operator's name for the server (`--name`, or derived from
     its command or URL), never the name the server reports, which it could choose to borrow."""
 
@@ -128,8 +128,7 @@ class ServerMatches:
         return True, f"server '{facts.server}' matches '{hit}'"
 
 
-@dataclass(frozen=True)
-class ServerReportedMatches:
+class ServerReportedMatches(Struct, frozen=True):
     """`server_reported: GLOB` (or a list): the name the server reports for itself (serverInfo.name).
 
     Untrusted: any server can report any name, so use it only to narrow a rule, never to grant.
@@ -149,8 +148,7 @@ class ServerReportedMatches:
         return True, f"reported server name '{reported}' matches '{hit}'"
 
 
-@dataclass(frozen=True)
-class ClientMatches:
+class ClientMatches(Struct, frozen=True):
     """`client: GLOB` (or a list): the caller's name under `serve`, the name of the bearer token it
     presented (`name:token` in the token file). The operator chose it, so it may grant. Over stdio,
     or when `serve` runs without tokens, there is no caller's name and it never matches."""
@@ -169,8 +167,7 @@ class ClientMatches:
         return True, f"client '{facts.client}' matches '{hit}'"
 
 
-@dataclass(frozen=True)
-class HostMatches:
+class HostMatches(Struct, frozen=True):
     """`host: GLOB` (or a list): the host's clientInfo name, case-insensitive."""
 
     patterns: tuple[str, ...]
@@ -182,8 +179,7 @@ class HostMatches:
         return True, f"host '{facts.host}' matches '{hit}'"
 
 
-@dataclass(frozen=True)
-class ToolMatches:
+class ToolMatches(Struct, frozen=True):
     """`tool: GLOB` (or a list): the in-flight host tools/call, case-insensitive.
 
     The literal `none` matches only when no host request is in flight (never a tool that is
@@ -206,8 +202,7 @@ class ToolMatches:
         return True, f"tool '{facts.tool}' matches '{hit}'"
 
 
-@dataclass(frozen=True)
-class MethodIs:
+class MethodIs(Struct, frozen=True):
     """`method: sampling | elicitation`."""
 
     method: str
@@ -218,8 +213,7 @@ class MethodIs:
         return True, f"method is {self.method}"
 
 
-@dataclass(frozen=True)
-class ModelMatches:
+class ModelMatches(Struct, frozen=True):
     """`model: GLOB` (or a list): true when any model hint matches any glob, case-insensitive."""
 
     patterns: tuple[str, ...]
@@ -240,8 +234,7 @@ class ModelMatches:
         return False, f"{chosen}, and no model hint ({shown}), matches {_quoted(self.patterns)}"
 
 
-@dataclass(frozen=True)
-class Over:
+class Over(Struct, frozen=True):
     """`max_tokens_over: N` / `messages_over: N`: the request's value is greater than N."""
 
     subject: str  # "max_tokens" | "messages"
@@ -257,8 +250,7 @@ class Over:
         return False, f"{label} {value} is not over {self.limit}"
 
 
-@dataclass(frozen=True)
-class ContentHas:
+class ContentHas(Struct, frozen=True):
     """`content: TYPE` or a list: any of the listed content types is present."""
 
     types: tuple[str, ...]
@@ -273,8 +265,7 @@ class ContentHas:
         return False, f"content has none of {', '.join(self.types)} (it has {has})"
 
 
-@dataclass(frozen=True)
-class IncludeContextIs:
+class IncludeContextIs(Struct, frozen=True):
     """`include_context: none | thisServer | allServers` or a list."""
 
     values: tuple[str, ...]
@@ -286,8 +277,7 @@ class IncludeContextIs:
         return False, f"include_context is {facts.include_context}, not {expected}"
 
 
-@dataclass(frozen=True)
-class TextMatches:
+class TextMatches(Struct, frozen=True):
     """`text_matches: REGEX`: `re.search` over every string the LLM gets, as written and folded (NFKC,
     without format characters: a zero-width space or fullwidth letters do not slip past it)."""
 
@@ -304,8 +294,7 @@ def _clip(text: str, limit: int = 40) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-@dataclass(frozen=True)
-class All:
+class All(Struct, frozen=True):
     """One `when:` mapping: every condition must hold (an empty one matches everything)."""
 
     conditions: tuple[Condition, ...] = ()
@@ -320,8 +309,7 @@ class All:
         return True, " and ".join(reasons) if reasons else "the rule has no conditions"
 
 
-@dataclass(frozen=True)
-class AnyOf:
+class AnyOf(Struct, frozen=True):
     """`any: [WHEN, ...]`: at least one of the mappings matches."""
 
     alternatives: tuple[All, ...]
@@ -338,8 +326,7 @@ class AnyOf:
         return False, "no alternative of any matches: " + "; ".join(f"({i}) {r}" for i, r in enumerate(misses, 1))
 
 
-@dataclass(frozen=True)
-class Not:
+class Not(Struct, frozen=True):
     """`not: WHEN`: the mapping does not match."""
 
     condition: All

@@ -8,8 +8,10 @@ conditions rules test are in `conditions`, the rules themselves in `rules`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+
+from msgspec.structs import replace
 
 from mcp_sampling_proxy.notation.vocabulary import Action
 from mcp_sampling_proxy.policy.conditions import Facts
@@ -21,16 +23,16 @@ DEFAULT_RULE = "default"
 # -- decisions ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Decision:
     action: Action
     rule: str  # the matching rule's name, or "default"
     reason: str
     message: str | None = None  # shown to the server on deny
     # the matching rule itself (its rate_limit, budget, limits, provider, model), None for the default
-    matched: Rule | None = field(default=None, compare=False, repr=False)
+    matched: Rule | None = dataclasses.field(default=None, compare=False, repr=False)
     # the candidate tool this decision was reached for (the one charged), when several were in flight
-    tool: str | None = field(default=None, compare=False)
+    tool: str | None = dataclasses.field(default=None, compare=False)
 
 
 STRICTNESS = {"allow": 0, "prompt": 1, "deny": 2}
@@ -59,7 +61,7 @@ def decide(rules: Sequence[Rule], facts: Facts) -> Decision:
         f"{chosen.reason} for tool '{candidates[index]}', the strictest outcome of the {len(candidates)} "
         f"tool calls in flight ({shown}), any of which could have sent the request"
     )
-    return replace(chosen, reason=why, tool=candidates[index])
+    return dataclasses.replace(chosen, reason=why, tool=candidates[index])
 
 
 def _decide_one(rules: Sequence[Rule], facts: Facts) -> Decision:

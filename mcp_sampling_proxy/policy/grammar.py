@@ -6,9 +6,11 @@ what they mean (conditions.py, rules.py). A new condition is a class in conditio
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field, fields
 from functools import partial
 from typing import Any, TypeVar, cast
+
+from msgspec import Struct, field
+from msgspec.structs import fields
 
 from mcp_sampling_proxy.notation.vocabulary import ACTIONS, MAX_TOKENS_ACTIONS, Action
 from mcp_sampling_proxy.notation.yamlnodes import Node, did_you_mean, shown_value
@@ -40,8 +42,7 @@ CONTENT_TYPES = ("text", "image", "audio", "tool_use", "tool_result", "tools")
 INCLUDE_CONTEXT = ("none", "thisServer", "allServers")
 
 
-@dataclass(frozen=True)
-class KnownProviders:
+class KnownProviders(Struct, frozen=True):
     """What a rule's `provider:` and `model:` may name: the configured providers and their models (none:
     providers come from the environment, named `from_environment`), and the model aliases."""
 

@@ -6,14 +6,14 @@ Pure data (no I/O), importing only the conditions a rule's `when:` is made of, s
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from msgspec import Struct
+from msgspec.structs import fields, replace
 
 from mcp_sampling_proxy.notation.vocabulary import Action, MaxTokensAction, MiB
 from mcp_sampling_proxy.policy.conditions import ALWAYS, Condition
 
 
-@dataclass(frozen=True)
-class SizeLimits:
+class SizeLimits(Struct, frozen=True):
     """Caps on one sampling request (top-level `limits:`; a rule's `limits:` overrides key by key)."""
 
     max_messages: int = 256
@@ -25,8 +25,7 @@ class SizeLimits:
     max_tools: int = 128
 
 
-@dataclass(frozen=True)
-class RuleLimits:
+class RuleLimits(Struct, frozen=True):
     """A rule's `limits:`; None means "as the top-level limits say"."""
 
     max_messages: int | None = None
@@ -46,8 +45,7 @@ def effective_limits(base: SizeLimits, override: RuleLimits | None) -> SizeLimit
     return replace(base, **changes)
 
 
-@dataclass(frozen=True)
-class RateLimit:
+class RateLimit(Struct, frozen=True):
     """A rule's `rate_limit:` -- `requests` per `per` seconds (both or neither), and/or `concurrent`."""
 
     requests: int | None = None
@@ -55,8 +53,7 @@ class RateLimit:
     concurrent: int | None = None
 
 
-@dataclass(frozen=True)
-class Budget:
+class Budget(Struct, frozen=True):
     """A rule's `budget:` -- at most `tokens` (input + output) and/or `usd` (dollars, priced with
     the price table: config/prices.py) per `per` seconds; at least one of the two is set."""
 
@@ -65,8 +62,7 @@ class Budget:
     usd: float | None = None
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(Struct, frozen=True):
     """One `rules[]` entry. `when` is a condition tree (an `All`, empty: matches everything)."""
 
     name: str

@@ -11,8 +11,9 @@ request): shapes they do not recognise are left for validation to reject.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Protocol
+
+from msgspec import Struct
 
 from mcp_sampling_proxy.notation.vocabulary import GiB, KiB, MiB
 from mcp_sampling_proxy.policy.survey import Outline, Sized, Survey, survey
@@ -48,8 +49,7 @@ class SizeCapsLike(Protocol):
     def max_tools(self) -> int | None: ...
 
 
-@dataclass(frozen=True)
-class CapsOutcome:
+class CapsOutcome(Struct, frozen=True):
     max_tokens: int | None  # maxTokens to go on with: as asked, or lowered to the cap (None: none usable)
     notes: tuple[str, ...] = ()  # what was changed, for the log and the audit record
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 from mcp_sampling_proxy.policy.token_bound import (
     AUDIO_BYTES_PER_TOKEN,
@@ -36,8 +37,7 @@ from mcp_sampling_proxy.protocol.jsonrpc import INVALID_PARAMS, RpcError
 MEDIA_TYPES = ("image", "audio")
 
 
-@dataclass(frozen=True)
-class Outline:
+class Outline(Struct, frozen=True):
     """What a request's params tell without walking them: its size as received and its counts."""
 
     request_bytes: int
@@ -58,8 +58,7 @@ class Outline:
         )
 
 
-@dataclass(frozen=True)
-class Sized:
+class Sized(Struct, frozen=True):
     """One piece of text or media the LLM would read, where it sits, and its size."""
 
     where: str  # as an error names it: "systemPrompt", "messages[0].content[1] image block"
@@ -68,8 +67,7 @@ class Sized:
     length: int  # characters as sent
 
 
-@dataclass(frozen=True)
-class WorstCase:
+class WorstCase(Struct, frozen=True):
     """The most tokens a request can cost: its input (an upper bound) and its output (maxTokens)."""
 
     input_tokens: int
@@ -80,8 +78,7 @@ class WorstCase:
         return self.input_tokens + self.output_tokens
 
 
-@dataclass(frozen=True)
-class Survey:
+class Survey(Struct, frozen=True):
     """A request's outline and what one walk of its content found."""
 
     outline: Outline

@@ -11,8 +11,10 @@ the one content walker).
 from __future__ import annotations
 
 from contextvars import ContextVar
-from dataclasses import dataclass, replace
 from typing import Any, cast
+
+from msgspec import Struct
+from msgspec.structs import replace
 
 from mcp_sampling_proxy.protocol import wire_checks, wire_types
 from mcp_sampling_proxy.protocol.content import as_blocks
@@ -42,13 +44,11 @@ def check_params(check: wire_checks.Check, params: Any, method: str) -> dict[str
     return params  # (the shapes nest a fixed few levels deep: no input makes the checks recurse far)
 
 
-@dataclass(frozen=True)
-class ModelHint:
+class ModelHint(Struct, frozen=True):
     name: str | None
 
 
-@dataclass(frozen=True)
-class ModelPreferences:
+class ModelPreferences(Struct, frozen=True):
     """The request's `modelPreferences`, checked (priorities are numbers, hint names strings)."""
 
     hints: tuple[ModelHint, ...] | None = None
@@ -69,8 +69,7 @@ class ModelPreferences:
         )
 
 
-@dataclass(frozen=True)
-class CreateMessage:
+class CreateMessage(Struct, frozen=True):
     """The typed fields of a checked request that decisions read (names as in the SDK's model)."""
 
     messages: list[SamplingMessage]
@@ -99,8 +98,7 @@ class CreateMessage:
         )
 
 
-@dataclass(frozen=True)
-class SamplingRequest:
+class SamplingRequest(Struct, frozen=True):
     """A validated `sampling/createMessage` request. Only `validate` makes one, so holding one
     means the request is well-formed."""
 

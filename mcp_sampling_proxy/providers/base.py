@@ -8,16 +8,16 @@ so they never depend on a transport or on the SDK's session machinery.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 from typing import Protocol
+
+from msgspec import Struct
 
 from mcp_sampling_proxy.config.providers import ProviderConfig
 from mcp_sampling_proxy.protocol.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 from mcp_sampling_proxy.protocol.wire_types import CreateMessageParams, JsonObject, TextContent, ToolUseContent
 
 
-@dataclass
-class Completion:
+class Completion(Struct):
     """What a provider answered, already mapped to MCP terms."""
 
     content: list[TextContent | ToolUseContent]  # MCP content blocks

@@ -39,12 +39,12 @@ import signal
 import subprocess
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
 from anyio.abc import ByteReceiveStream, Process
+from msgspec import Struct
 
 from mcp_sampling_proxy.config.child_env import helper_environment
 from mcp_sampling_proxy.config.providers import (
@@ -91,8 +91,7 @@ IMAGE_SUFFIXES = {
 }
 
 
-@dataclass(frozen=True)
-class Output:
+class Output(Struct, frozen=True):
     """What a command answered, before it becomes a Completion."""
 
     text: str
@@ -102,8 +101,7 @@ class Output:
     stop_reason: str | None = None
 
 
-@dataclass(frozen=True)
-class Preset:
+class Preset(Struct, frozen=True):
     """The documented non-interactive invocation of one agent CLI."""
 
     executable: str

@@ -9,12 +9,12 @@ from __future__ import annotations
 import ssl
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import ClassVar
 from urllib.parse import urlsplit
 
 import anyio
 import httpx
+from msgspec import Struct
 
 from mcp_sampling_proxy.config.keys import provider_key
 from mcp_sampling_proxy.config.providers import ProviderConfig
@@ -39,8 +39,7 @@ def tls_context(base_url: str) -> ssl.SSLContext | bool:
     return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies certificates and host names, and trusts none
 
 
-@dataclass(frozen=True)
-class Options:
+class Options(Struct, frozen=True):
     """The request's options every provider takes (`HttpAdapter.options`), checked."""
 
     temperature: float | None

@@ -15,7 +15,8 @@ on a weighted axis, else the default model. The reason names each step, for the 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from mcp_sampling_proxy.config.providers import ModelSpec, ProviderConfig
 from mcp_sampling_proxy.protocol.sampling_request import ModelPreferences
@@ -28,8 +29,7 @@ _GRADES = ("exactly", "as an alias", "by prefix", "as a substring")
 Candidate = tuple[str, ModelSpec]
 
 
-@dataclass(frozen=True)
-class Choice:
+class Choice(Struct, frozen=True):
     provider: str
     model: str
     reason: str

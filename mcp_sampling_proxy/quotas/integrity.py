@@ -28,9 +28,10 @@ import os
 import secrets
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from msgspec import Struct
 
 from mcp_sampling_proxy.system.shared_files import NotARegularFile, read_regular
 
@@ -165,8 +166,7 @@ def start_ledger(directory: Path) -> None:
         raise
 
 
-@dataclass(frozen=True)
-class StateReport:
+class StateReport(Struct, frozen=True):
     """What `doctor` says about the sealed state files (read only: it makes no key and seals nothing)."""
 
     key: str | None  # why the key is unusable or absent (None: it is there and usable)

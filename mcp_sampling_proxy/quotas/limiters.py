@@ -29,12 +29,12 @@ import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeGuard
 
 import anyio
+from msgspec import Struct
 
 from mcp_sampling_proxy.config.prices import Price
 from mcp_sampling_proxy.log import get_logger
@@ -194,8 +194,7 @@ class SamplingGate:
             self._slots.release()
 
 
-@dataclass(frozen=True)
-class BudgetStatus:
+class BudgetStatus(Struct, frozen=True):
     used: int
     reserved: int
     window_start: float
@@ -693,8 +692,7 @@ class Limiters:
             await self.shared.store.aclose()
 
 
-@dataclass(frozen=True)
-class PricedModel:
+class PricedModel(Struct, frozen=True):
     """The provider and model a request would be answered with, and its price (None: unpriced)."""
 
     provider: str
@@ -703,8 +701,7 @@ class PricedModel:
     command: bool = False  # the provider runs a CLI (its spending is priced only by the policy)
 
 
-@dataclass(frozen=True)
-class _Held:
+class _Held(Struct, frozen=True):
     """A reservation and where it lives: a local state file, or (None) the shared store."""
 
     reservation: Reservation

@@ -7,9 +7,10 @@ The records and the refusals' wording shared by the limits kept in this process 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
+
+from msgspec import Struct
 
 from mcp_sampling_proxy.config.prices import format_usd
 from mcp_sampling_proxy.quotas.integrity import start_anew
@@ -19,8 +20,7 @@ USD = "usd"  # a budget counted in money: amounts are micro-dollars (config/pric
 RESERVATION_TTL = 15 * 60.0  # seconds a reservation counts before it is presumed abandoned
 
 
-@dataclass(frozen=True)
-class Refusal:
+class Refusal(Struct, frozen=True):
     """A request a limit turned away."""
 
     limit: str  # which limit, as the rule writes it: "rate_limit" | "concurrent" | "budget"
@@ -30,8 +30,7 @@ class Refusal:
     permanent: bool = False  # the request can never pass this limit as it is (budget smaller than it)
 
 
-@dataclass(frozen=True)
-class Reservation:
+class Reservation(Struct, frozen=True):
     """An amount set aside for one request in progress; settle or cancel it exactly once. `tokens` is
     the amount in the budget's `unit`: tokens, or micro-dollars for a `usd` budget."""
 

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal, TypedDict, TypeVar
 from urllib.parse import urlsplit, urlunsplit
+
+from msgspec import Struct, field
 
 from mcp_sampling_proxy.quotas.integrity import KEY_FILE, canonical, start_anew
 from mcp_sampling_proxy.quotas.state import StateFile
@@ -79,8 +80,7 @@ class PinsDocument(TypedDict, total=False):
     servers: dict[str, ServerPins]
 
 
-@dataclass(frozen=True)
-class ServerIdentity:
+class ServerIdentity(Struct, frozen=True):
     """Who the pins belong to: the operator's name for the server and what it runs (command or URL)."""
 
     name: str
@@ -105,8 +105,7 @@ class ServerIdentity:
         return self.target[:MAX_TARGET]
 
 
-@dataclass(frozen=True)
-class ToolChange:
+class ToolChange(Struct, frozen=True):
     """One tool that differs from its pin (or is new, or gone), first noticed now."""
 
     tool: str
@@ -118,8 +117,7 @@ class ToolChange:
     new: Mapping[str, object] | None  # the copy now, when kept
 
 
-@dataclass(frozen=True)
-class Sighting:
+class Sighting(Struct, frozen=True):
     """What one tools/list showed against the pins."""
 
     held: frozenset[str]  # tools to hide and refuse until accepted
@@ -129,8 +127,7 @@ class Sighting:
     over_cap: tuple[str, ...] = ()  # tools held because the server has more than MAX_TOOLS
 
 
-@dataclass(frozen=True)
-class PinnedServer:
+class PinnedServer(Struct, frozen=True):
     """One server's pins as `tools list` shows them."""
 
     key: str

@@ -14,10 +14,10 @@ import secrets
 import time
 from collections.abc import Callable
 from contextvars import ContextVar
-from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+from msgspec import Struct, field
 
 from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
@@ -33,8 +33,7 @@ ROUND_KEY = "mcp-sampling-proxy"  # the inputRequests key of the proxy's own que
 ORIGIN_TOOLS: ContextVar[tuple[str, ...] | None] = ContextVar("origin_tools", default=None)
 
 
-@dataclass(eq=False)
-class HostRequest:
+class HostRequest(Struct, eq=False):
     """One request of the host's, from its arrival to its final answer."""
 
     method: str
@@ -49,8 +48,8 @@ class HostRequest:
     final: JsonRpcResponse | None = None  # the server's answer, kept while a round of ours is out (sent on the retry)
     sampling_requests: int = 0  # the server's sampling requests under it so far (sampling.max_per_call)
     cursor: Any = None  # tools/list: the page asked for (None: the first), for the tool pins (services/tools.py)
-    _turn: anyio.Lock | None = field(default=None, repr=False)  # one round of ours at a time
-    _back: anyio.Event | None = field(default=None, repr=False)  # set when the host holds a new id for us
+    _turn: anyio.Lock | None = None  # one round of ours at a time
+    _back: anyio.Event | None = None  # set when the host holds a new id for us
 
     @classmethod
     def of(cls, msg: JsonRpcRequest, retryable: frozenset[str] | tuple[str, ...]) -> HostRequest:
@@ -96,8 +95,7 @@ class HostRequest:
 CURRENT_CALL: ContextVar[HostRequest | None] = ContextVar("mcp_sampling_proxy_current_call", default=None)
 
 
-@dataclass
-class _Asked:
+class _Asked(Struct):
     call: HostRequest
     key: str
     done: anyio.Event = field(default_factory=anyio.Event)

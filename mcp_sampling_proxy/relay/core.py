@@ -16,11 +16,11 @@ import re
 import secrets
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 import anyio
 import anyio.abc
+from msgspec import Struct, field
 
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import eras, jsonrpc
@@ -54,16 +54,14 @@ ROOTS_LIST = "roots/list"
 _WAITING_FOR = {"sampling/createMessage": "waiting for sampling", "elicitation/create": "waiting for an answer"}
 
 
-@dataclass
-class _Stash:
+class _Stash(Struct):
     done: anyio.Event = field(default_factory=anyio.Event)
     answers: dict[str, Any] = field(default_factory=dict)
     error: ErrorObject | None = None
     call: HostRequest | None = None  # the host request the split round belongs to
 
 
-@dataclass
-class _Resolving:
+class _Resolving(Struct):
     scope: anyio.CancelScope
     current_id: Any = None  # the private id of the retry now at the server
     send: Send | None = None  # where the retries go: the 2026 connection of a call run again there (None: upstream)
@@ -76,8 +74,7 @@ class SecondLeg(Protocol):
     async def open(self, on_line: Send, on_end: Callable[[], None]) -> Send | None: ...
 
 
-@dataclass
-class _Served:
+class _Served(Struct):
     scope: anyio.CancelScope
     raw: bytes = b""  # the request as the server sent it: what the host gets when it is forwarded
     at_host: bool = False  # forwarded to the host, which must hear about a cancellation

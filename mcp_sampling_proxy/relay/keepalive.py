@@ -20,14 +20,14 @@ import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 STEP = 1e-6  # what a keep-alive adds to the last value: invisible in any progress bar
 
 
-@dataclass
-class Waiting:
+class Waiting(Struct):
     """What a served request is waiting on now (None: nothing the host should be kept alive for)."""
 
     status: str | None
@@ -76,8 +76,7 @@ def same_token(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-@dataclass
-class Progress:
+class Progress(Struct):
     """The progress the host has been sent on one of its requests' tokens."""
 
     token: Any

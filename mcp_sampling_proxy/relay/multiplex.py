@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import anyio
+from msgspec import Struct, field
 
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import jsonrpc
@@ -56,8 +56,7 @@ class Shared(Protocol):
     def describe_end(self, code: int | None) -> str: ...
 
 
-@dataclass
-class _Request:
+class _Request(Struct):
     """A session's request at the server, under a private id."""
 
     branch: Branch
@@ -294,8 +293,7 @@ class Multiplexer:
         self._init_waiting = [(waiting, original) for waiting, original in self._init_waiting if waiting is not branch]
 
 
-@dataclass(eq=False)
-class Branch:
+class Branch(Struct, eq=False):
     """One session's view of the shared upstream: what its relay sends and receives as if the server were
     its own (runtime.py's `Upstream`)."""
 

@@ -22,8 +22,9 @@ responses) crosses as a `JsonObject`, as it came: the service that reads it chec
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from msgspec import Struct, field
 
 from mcp_sampling_proxy.protocol.wire_types import ErrorObject, JsonObject, JsonRpcNotification, JsonRpcRequest
 from mcp_sampling_proxy.relay.calls import HostRequest
@@ -49,8 +50,7 @@ class HostLine(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class ServerRequest:
+class ServerRequest(Struct, frozen=True):
     """A server request the proxy answers: parsed once by the relay, with the bytes it came as."""
 
     message: JsonRpcRequest
@@ -137,8 +137,7 @@ def _unchanged(_message: JsonRpcRequest, _session: Session) -> bool:
     return False
 
 
-@dataclass(frozen=True)
-class Ports:
+class Ports(Struct, frozen=True):
     """Everything the relay hands on, by port (see the module's docstring); the empty Ports is a plain relay."""
 
     answers: Mapping[str, Answer] = field(default_factory=dict)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec import Struct, field
 
 from mcp_sampling_proxy.relay.calls import ORIGIN_TOOLS, HostRequest
 from mcp_sampling_proxy.text.identity import normalise, server_phrase, shown
@@ -20,8 +21,7 @@ def _shown_if_different(reported: str, ours: str) -> str | None:
     return strip_controls(shown(reported))[:200]
 
 
-@dataclass
-class Session:
+class Session(Struct):
     """What the relay has learned about both peers; read by the ports' handlers for routing and policy."""
 
     name_override: str | None = None

@@ -13,8 +13,9 @@ server wanted, not the size a cap then lowered it to.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
+
+from msgspec import Struct
 
 from mcp_sampling_proxy.config.providers import ProviderConfig
 from mcp_sampling_proxy.config.settings import Settings
@@ -39,8 +40,7 @@ NO_PROVIDER_HINT = (
 Outcome = Literal["error", "deny"]
 
 
-@dataclass(frozen=True)
-class Origin:
+class Origin(Struct, frozen=True):
     """Who sent the request, as the policy sees it."""
 
     server: str  # the operator's name for the server
@@ -50,8 +50,7 @@ class Origin:
     client: str | None = None  # the caller's token name under `serve`; None over stdio
 
 
-@dataclass(frozen=True)
-class SamplingJudgement:
+class SamplingJudgement(Struct, frozen=True):
     asked: SamplingRequest  # the request as the server sent it (what the rules saw)
     request: SamplingRequest  # after the caps: what goes on to the approver and the LLM
     facts: Facts
@@ -65,8 +64,7 @@ class SamplingJudgement:
         return self.survey.worst_case(self.request.max_tokens)
 
 
-@dataclass(frozen=True)
-class ElicitationJudgement:
+class ElicitationJudgement(Struct, frozen=True):
     params: ElicitRequestParams
     facts: Facts
     decision: Decision

@@ -10,8 +10,9 @@ where the answer is what the user does in a browser. Pure: the caller answers, l
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
+
+from msgspec import Struct
 
 from mcp_sampling_proxy.approval.forms import FormError, parse_form, secret_reasons, validate_content
 from mcp_sampling_proxy.config.auto_answers import AutoAnswer
@@ -20,8 +21,7 @@ from mcp_sampling_proxy.protocol.wire_types import ElicitRequestParams
 Kind = Literal["answer", "withheld", "misfit"]
 
 
-@dataclass(frozen=True)
-class AutoVerdict:
+class AutoVerdict(Struct, frozen=True):
     """`answer`: send `result`; `withheld`: the entry may not answer this request (`why`), which goes
     on as if no entry matched; `misfit`: its content does not fit the form (`why`), which is refused."""
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Unpack
+
+from msgspec import Struct
 
 from mcp_sampling_proxy.audit.recorder import AuditLog
 from mcp_sampling_proxy.audit.records import AuditFields, elapsed_ms, request_fields
@@ -22,8 +23,7 @@ if TYPE_CHECKING:
     from mcp_sampling_proxy.relay.ports import ServerRequest
 
 
-@dataclass
-class Opened:
+class Opened(Struct):
     """A server request as its service opened it."""
 
     incoming: ServerRequest

@@ -19,8 +19,9 @@ import re
 import threading
 import unicodedata
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 from mcp_sampling_proxy.text.redact import Pattern, builtin_patterns, map_strings, mask
 
@@ -50,16 +51,14 @@ _SHAPES = {
 _GROUP_SECRET = 16  # a captured group this long is the secret itself (assignment-style detectors)
 
 
-@dataclass(frozen=True)
-class Scanned:
+class Scanned(Struct, frozen=True):
     """A value with each credential in its strings masked, and the types found (sorted, each once)."""
 
     value: Any
     types: tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class _Detector:
+class _Detector(Struct, frozen=True):
     type: str
     regex: re.Pattern[str]
     windowed: bool  # detect-secrets' patterns: run window by window

@@ -24,8 +24,9 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 CONFIGURED_KEY = "configured-key"
 # Shorter values are not API keys (e.g. the "ollama" placeholder local servers accept) and
@@ -38,8 +39,7 @@ def mask(kind: str) -> str:
     return f"[REDACTED:{kind}]"
 
 
-@dataclass(frozen=True)
-class Pattern:
+class Pattern(Struct, frozen=True):
     kind: str  # the label in the mask, e.g. "openai-key"
     regex: re.Pattern[str]
     check: Callable[[str], bool] | None = None  # an extra test of the match (Luhn for cards)

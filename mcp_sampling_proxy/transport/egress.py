@@ -20,10 +20,10 @@ import ipaddress
 import re
 import socket
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 import anyio
 import anyio.abc
+from msgspec import Struct
 
 from mcp_sampling_proxy.log import get_logger
 
@@ -36,8 +36,7 @@ MAX_CONNECTIONS = 256  # open at once for one server; past it a new one is close
 CHUNK = 64 * 1024
 
 
-@dataclass(frozen=True)
-class Connect:
+class Connect(Struct, frozen=True):
     """Where the server wants to go, as it asked."""
 
     host: str  # a name, or an address (IPv6 without brackets)
@@ -45,8 +44,7 @@ class Connect:
     via: str  # "connect" (HTTP CONNECT) | "http" (a plain HTTP request) | "socks5"
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(Struct, frozen=True):
     """The judge's answer: allowed or not, why (shown to the server and logged), and whether the grant
     named this host itself, so that an internal address (loopback, link-local) is allowed too."""
 
@@ -117,8 +115,7 @@ async def _relay(client: anyio.abc.SocketStream, judge: Judge, on_refused: Refus
             await _pipe(client, upstream)
 
 
-@dataclass(frozen=True)
-class _Failed:
+class _Failed(Struct, frozen=True):
     """Why there is no connection: refused (by the grant or the address check), or unreachable."""
 
     why: str

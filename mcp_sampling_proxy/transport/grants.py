@@ -23,8 +23,9 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
+
+from msgspec import Struct
 
 from mcp_sampling_proxy.config.dirs import home_relative
 from mcp_sampling_proxy.config.sandbox_settings import SandboxSettings
@@ -112,8 +113,7 @@ PROXY_OWN = "the proxy's own: what it trusts"
 RUNTIME = "your session's sockets: the D-Bus session bus, keyring and agent sockets"
 
 
-@dataclass(frozen=True)
-class Protected:
+class Protected(Struct, frozen=True):
     """A path no grant may touch, or that is hidden by default; `what` says why, for messages."""
 
     path: str  # absolute, normalised

@@ -29,9 +29,10 @@ import contextlib
 import os
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from msgspec import Struct, field
 
 from mcp_sampling_proxy.config.dirs import APP_DIR, config_dir, runtime_base_quietly, server_data_dir, state_dir
 from mcp_sampling_proxy.config.dirs import servers_data_dir as _servers_data_dir
@@ -51,8 +52,7 @@ GIT_SCAN_DEPTH = 2  # .git directories looked for this deep inside a write grant
 GIT_SCAN_DIRECTORIES = 400  # ... in at most this many directories of each (a start must not walk a disk)
 
 
-@dataclass(frozen=True)
-class Plan:
+class Plan(Struct, frozen=True):
     """How the server is started: the words before its command and what it is granted, or why it is not
     sandboxed."""
 

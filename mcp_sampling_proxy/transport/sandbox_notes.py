@@ -14,9 +14,10 @@ import os
 import re
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from msgspec import Struct
 
 from mcp_sampling_proxy.config.dirs import home_relative, state_dir
 from mcp_sampling_proxy.log import get_logger
@@ -39,8 +40,7 @@ _PATH = re.compile(
 )
 
 
-@dataclass(frozen=True)
-class Note:
+class Note(Struct, frozen=True):
     """One refusal: which server, a write or a connection, of what, and the grant that allows it."""
 
     server: str

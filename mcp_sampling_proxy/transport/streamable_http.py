@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
@@ -26,6 +25,7 @@ import anyio
 import anyio.abc
 import httpx2
 import orjson
+from msgspec import Struct, field
 
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.protocol import jsonrpc
@@ -52,8 +52,7 @@ class TooLarge(Exception):
     """An answer over the message limit: refused before it is held whole."""
 
 
-@dataclass
-class _Post:
+class _Post(Struct):
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     modern: bool = False
 
@@ -394,15 +393,13 @@ class StreamableHttpClient:
         self._deliver(replaced or jsonrpc.dumps({"jsonrpc": "2.0", "id": request_id, "error": error}))
 
 
-@dataclass
-class _Resume:
+class _Resume(Struct):
     last_id: str | None = None  # the last event id seen: where a resumed stream starts
     retry_ms: int | None = None  # the server's reconnection delay
     failures: int = 0  # failed resumptions in a row
 
 
-@dataclass
-class Event:
+class Event(Struct):
     data: bytes
     id: str | None
     retry: int | None

@@ -13,12 +13,12 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import anyio
 import anyio.abc
+from msgspec import Struct, field
 
 from mcp_sampling_proxy.approval.console.messages import MAX_LINE, BadMessage, ConsoleMessage, ConsoleReply, validate
 from mcp_sampling_proxy.approval.console.server import is_stale
@@ -34,8 +34,7 @@ EventKind = Literal["attached", "question", "resolved", "detached", "refused"]
 QUESTIONS = ("pending", "review", "elicit")
 
 
-@dataclass(frozen=True)
-class Event:
+class Event(Struct, frozen=True):
     """Something a proxy socket said or did. `message` is validated (hello, a question, resolved)."""
 
     kind: EventKind

@@ -33,12 +33,12 @@ import socket
 import stat
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.abc
+from msgspec import Struct, field
 
 from mcp_sampling_proxy.approval.channels import ChannelGone, closed_how
 from mcp_sampling_proxy.approval.console.messages import ConsoleMessage
@@ -186,8 +186,7 @@ class ConsoleGone(ChannelGone):
     """Every companion console went away (quit with Ctrl-C, closed) before answering."""
 
 
-@dataclass
-class _Pending:
+class _Pending(Struct):
     message: ConsoleMessage
     done: anyio.Event = field(default_factory=anyio.Event)
     answer: JsonObject | None = None  # the console's answer, of the type the question expects

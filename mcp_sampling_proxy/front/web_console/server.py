@@ -17,10 +17,10 @@ import sys
 import threading
 import webbrowser
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 
 import anyio
 import h11
+from msgspec import Struct, field
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from mcp_sampling_proxy.config.settings import Settings, resolve_state
@@ -44,8 +44,7 @@ from mcp_sampling_proxy.system.event_loop import has_uvloop
 HOST = "127.0.0.1"  # the page is for this machine only
 
 
-@dataclass
-class PageSources:
+class PageSources(Struct):
     """What the page shows besides the proxies: the policy's limits, the budgets, the audit log."""
 
     state: WebState

@@ -13,9 +13,10 @@ import binascii
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
+
+from msgspec import Struct, field
 
 from mcp_sampling_proxy.approval.console.messages import ConsoleMessage
 from mcp_sampling_proxy.approval.edits import kept_blocks, prompt_not_editable, result_text, text_of
@@ -40,8 +41,7 @@ MAX_ARGUMENTS = 4000  # characters of a tool call's arguments shown at its appro
 MAX_NOTES = 12  # governance notes on one pending request
 
 
-@dataclass
-class PolicyFacts:
+class PolicyFacts(Struct):
     """What the policy says about limits, when a policy file was found (else empty)."""
 
     budgets: dict[str, tuple[int, float]] = field(default_factory=dict)  # rule -> (tokens, per seconds)

@@ -5,9 +5,8 @@ in the audit reason (`withheld`), and the request goes on as if none had matched
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import anyio
+from msgspec import Struct
 
 from mcp_sampling_proxy.config.auto_answers import AutoAnswer
 from mcp_sampling_proxy.config.settings import ElicitationSettings
@@ -19,8 +18,7 @@ from mcp_sampling_proxy.services.elicitation.ended import Answered
 log = get_logger("mcp_sampling_proxy.services.elicitation")
 
 
-@dataclass
-class Matched:
+class Matched(Struct):
     """The entry matching the request, if any, and why it was not used (for the audit reason)."""
 
     entry: AutoAnswer | None

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Unpack
+
+from msgspec import Struct
 
 from mcp_sampling_proxy.audit.records import AuditFields
 from mcp_sampling_proxy.notation.vocabulary import Outcome
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 
 
-@dataclass(frozen=True)
-class Ending:
+class Ending(Struct, frozen=True):
     """`result` is what the record keeps and, unless `error` is set, what the server gets; with `error`
     the server gets that error instead (a host that failed, or answered with something not an object)."""
 

@@ -3,8 +3,10 @@ original was (services/assess.py's `checked_edit`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
+
+from msgspec import Struct
+from msgspec.structs import replace
 
 from mcp_sampling_proxy.approval.approver import Approver
 from mcp_sampling_proxy.approval.channels import ApprovalRequest
@@ -25,8 +27,7 @@ if TYPE_CHECKING:
     from mcp_sampling_proxy.relay.session import Session
 
 
-@dataclass(frozen=True)
-class Approved:
+class Approved(Struct, frozen=True):
     """A request cleared to go on: the message to forward and the request (edited or not), what
     the human was asked (for the review), and who approved it (None: the policy allowed it)."""
 

@@ -22,12 +22,12 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping
 from contextlib import suppress
-from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, cast
 from urllib.parse import urlsplit
 
 import anyio
 from anyio.abc import ByteReceiveStream, Process
+from msgspec import Struct
 
 from mcp_sampling_proxy.approval.edits import with_prompt, with_text
 from mcp_sampling_proxy.audit.records import AuditFields, CheckRecord, digest, unique_keys
@@ -66,8 +66,7 @@ class CheckFailed(Exception):
     """A validator gave no usable verdict; the message says why, for the audit and the server."""
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(Struct, frozen=True):
     verdict: Literal["allow", "deny", "modify"]
     reason: str | None
     text: str | None  # modify only

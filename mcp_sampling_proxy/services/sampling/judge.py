@@ -3,8 +3,9 @@ policy (services/assess.py, which `policy explain` runs too), then credentials i
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING
+
+from msgspec.structs import replace
 
 from mcp_sampling_proxy.audit.records import AuditFields
 from mcp_sampling_proxy.config.settings import Settings

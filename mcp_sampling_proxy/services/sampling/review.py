@@ -3,10 +3,10 @@ and a human's review (`approval.review_response`, for our own LLM's answers); th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
+from msgspec import Struct
 
 from mcp_sampling_proxy.approval.approver import Approver
 from mcp_sampling_proxy.audit.recorder import AuditLog
@@ -29,8 +29,7 @@ if TYPE_CHECKING:
 log = get_logger("mcp_sampling_proxy.services.sampling")
 
 
-@dataclass(frozen=True)
-class Answer:
+class Answer(Struct, frozen=True):
     """An LLM's answer to a request: the result, and the fields of its audit record so far."""
 
     result: dict[str, Any]
