@@ -44,8 +44,9 @@ def test_the_venv_install_runs_as_written_and_hosts_find_it(tmp_path: Path) -> N
     shell = {k: v for k, v in os.environ.items() if not k.startswith(("MCP_SAMPLING_PROXY_", "VIRTUAL_ENV"))}
     shell["PATH"] = path
     # pip's byte-compiling of every installed module (a sixth of the install's CPU) is no part of what is
-    # checked here: the modules a run imports are compiled by that run
-    shell["PIP_NO_COMPILE"] = "1"
+    # checked here: the modules a run imports are compiled by that run. PIP_COMPILE=0, not PIP_NO_COMPILE=1,
+    # which pip reads as --compile (a negative option's variable takes the value of its positive twin)
+    shell["PIP_COMPILE"] = "0"
     config = Path(os.environ["XDG_CONFIG_HOME"]) / "Claude" / "claude_desktop_config.json"
     config.parent.mkdir(parents=True)
     config.write_text(json.dumps({"mcpServers": {"notes": {"command": PY, "args": ["-c", MINIMAL_SERVER]}}}))
