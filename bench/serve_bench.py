@@ -195,11 +195,15 @@ class Procs:
             raise BenchError(f"{HTTP_SERVER} printed no port: {(self.workdir / f'{name}.log').read_text()[-2000:]}")
         return proc, int(line)
 
-    def serve(self, name: str) -> tuple[subprocess.Popen[bytes], int]:
-        port = free_port()
-        proc = self.start(name, serve_command(self.python, port, self.server))
-        wait_listening(port, proc, self.workdir / f"{name}.log")
-        return proc, port
+    def serve(self, *names: str) -> list[tuple[subprocess.Popen[bytes], int]]:
+        """One `serve` per name, all started before any is waited for: their start-ups overlap."""
+        started = []
+        for name in names:
+            port = free_port()
+            started.append((self.start(name, serve_command(self.python, port, self.server)), port))
+        for name, (proc, port) in zip(names, started, strict=True):
+            wait_listening(port, proc, self.workdir / f"{name}.log")
+        return started
 
     def haproxy(self, config: str) -> subprocess.Popen[bytes]:
         path = self.workdir / "haproxy.cfg"
@@ -576,13 +580,13 @@ async def run(args: argparse.Namespace, workdir: Path, progress: Any) -> dict[st
     started = time.monotonic()
     try:
         progress("starting the direct server and serve x1")
+        ((serve1, serve1_port),) = procs.serve("serve1")  # listening while the direct server starts
         direct, direct_port = procs.http_server("direct")
-        serve1, serve1_port = procs.serve("serve1")
         progress(f"memory: the fresh serve x1 and direct server, 1 then {args.mem_sessions} sessions")
         memory = await memory_phase(serve1, serve1_port, direct, direct_port, args.mem_sessions, args.settle)
 
         progress("starting 3 serve replicas and HAProxy")
-        replicas = [procs.serve(f"serve3-{i}") for i in range(3)]
+        replicas = procs.serve(*(f"serve3-{i}" for i in range(3)))
         serve3_port, hap_direct_port = free_port(), free_port()
         haproxy_cfg = HAPROXY_CFG.format(
             serve3_port=serve3_port,

@@ -1,9 +1,14 @@
 """docs/getting-started.md's install without pipx or uv, run as written in a fresh copy of the checkout:
 the virtual environment's command works, and `wrap` run from it writes its absolute path, which Claude
-Desktop, whose PATH leads nowhere near the checkout, then starts."""
+Desktop, whose PATH leads nowhere near the checkout, then starts.
+
+pip resolves the dependencies from the wheels .ci/run downloads for this pyproject.toml (the CI cache's
+`wheelhouse`) when they are there, else from the package index: reading the index's pages was most of
+the install's CPU, and CI's own install of the checkout reads them on every run."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -11,10 +16,19 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers.npm_support import CACHE
 from helpers.support import INITIALIZE_LINE, MINIMAL_SERVER, PY, ROOT
 
 GUIDE = (ROOT / "docs" / "getting-started.md").read_text()
 LEFT_OUT = shutil.ignore_patterns(".git", ".venv", "*.egg-info", "__pycache__", ".*_cache", "site", "dist", "build")
+
+
+def wheelhouse() -> Path | None:
+    """The dependencies' wheels .ci/run downloaded for this very pyproject.toml, if it did."""
+    folder = CACHE / "wheelhouse"
+    made_for = folder / ".pyproject-sha256"
+    current = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    return folder if made_for.is_file() and made_for.read_text().strip() == current else None
 
 
 def install_section() -> str:
@@ -44,8 +58,12 @@ def test_the_venv_install_runs_as_written_and_hosts_find_it(tmp_path: Path) -> N
     shell = {k: v for k, v in os.environ.items() if not k.startswith(("MCP_SAMPLING_PROXY_", "VIRTUAL_ENV"))}
     shell["PATH"] = path
     # pip's byte-compiling of every installed module (a sixth of the install's CPU) is no part of what is
-    # checked here: the modules a run imports are compiled by that run
-    shell["PIP_NO_COMPILE"] = "1"
+    # checked here: the modules a run imports are compiled by that run. PIP_COMPILE=0, not PIP_NO_COMPILE=1,
+    # which pip reads as --compile (a negative option's variable takes the value of its positive twin)
+    shell["PIP_COMPILE"] = "0"
+    wheels = wheelhouse()
+    if wheels is not None:  # pip's own settings, as a user's pip.conf would give them: the commands are as written
+        shell.update(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheels))
     config = Path(os.environ["XDG_CONFIG_HOME"]) / "Claude" / "claude_desktop_config.json"
     config.parent.mkdir(parents=True)
     config.write_text(json.dumps({"mcpServers": {"notes": {"command": PY, "args": ["-c", MINIMAL_SERVER]}}}))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Iterator
 from typing import Any, cast
 
 PROGRESS = {"progressToken": "p1"}
@@ -158,6 +159,7 @@ GARBAGE = [b"\xff", b"\xc0\xaf", b"\\ud800", b"NaN", b"Infinity", b"\x00", b"\n"
 
 
 DEEP = "__deep__"
+DEPTHS = (100, 1023, 1100, 5000)  # on both sides of the 1024 levels orjson reads, and far past them
 
 # where a value sits in a message: the keys and list indexes from the top
 NodePath = tuple[str | int, ...]
@@ -205,6 +207,18 @@ def _seed_facts(seed: Any) -> tuple[bytes, list[NodePath]]:
     return found[1], found[2]
 
 
+def every_replacement(seeds: list[Any]) -> Iterator[bytes]:
+    """Each node of each seed replaced by each hostile value, and nested past every depth limit, once: the
+    structural mutations in full, which a random run of any length only samples."""
+    for seed in seeds:
+        for path in _seed_facts(seed)[1]:
+            for value in HOSTILE_VALUES:
+                yield encode(_replace(seed, path, value))
+            deep = encode(_replace(seed, path, DEEP))
+            for depth in DEPTHS:
+                yield deep.replace(b'"__deep__"', b"[" * depth + b"]" * depth)
+
+
 def mutate(rng: random.Random, seeds: list[Any]) -> bytes:
     """One hostile line (no newline inside: a line is what the relay receives)."""
     seed = rng.choice(seeds)
@@ -214,7 +228,7 @@ def mutate(rng: random.Random, seeds: list[Any]) -> bytes:
         path = rng.choice(paths)
         roll = rng.random()
         if roll < 0.1:  # nesting deeper than any encoder would write
-            depth = rng.choice((100, 1023, 1100, 5000))
+            depth = rng.choice(DEPTHS)
             return encode(_replace(seed, path, DEEP)).replace(b'"__deep__"', b"[" * depth + b"]" * depth)
         elif roll < 0.2 and isinstance(seed, dict):
             key = rng.choice(["id", "method", "params", "result", "error", "jsonrpc", "requestState"])

@@ -1,9 +1,12 @@
 """Fuzz the relay with mutated MCP messages from both sides: no crash, no hang, only JSON-RPC objects out.
 
 In process: the real `Relay` with the proxy's real services (policy, sampling, elicitation, audit),
-wired by `app.build_services` as the proxy wires them, 100,000 lines per side by default. Through the
-real proxy process: a host writing mutated lines and a hostile server writing mutated lines, 5,000
-each. `FUZZ_ITERATIONS` (in-process lines per side) and `FUZZ_SEED` make a longer or different run:
+wired by `app.build_services` as the proxy wires them: every structural mutation of every seed (each node
+replaced by each hostile value, and nested past every depth limit; about 3,000 lines a side), then 20,000
+random mutations of every kind per side by default (each kind of each seed about 120 times or more).
+Through the real proxy process: a host writing mutated lines and a hostile server writing mutated lines,
+5,000 each. `FUZZ_ITERATIONS` (random in-process lines per side) and `FUZZ_SEED` make a longer or
+different run:
 
     FUZZ_ITERATIONS=2000000 FUZZ_SEED=7 .venv/bin/python -m pytest -q tests/security/test_fuzz.py
 """
@@ -13,12 +16,13 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Callable
+from itertools import zip_longest
 from pathlib import Path
 
 import anyio
 import orjson
 import pytest
-from helpers.fuzzing import HOST_SEEDS, UPSTREAM_SEEDS, encode, mutate
+from helpers.fuzzing import HOST_SEEDS, UPSTREAM_SEEDS, encode, every_replacement, mutate
 from helpers.support import PY, ROOT, RawHost, proxy_command, proxy_env, write_policy
 from structlog.testing import capture_logs
 
@@ -31,7 +35,7 @@ from mcp_sampling_proxy.relay.session import Session
 from mcp_sampling_proxy.runtime import build_services
 from mcp_sampling_proxy.services.sampling.adapters import AdapterPool
 
-ITERATIONS = int(os.environ.get("FUZZ_ITERATIONS", "100000"))
+ITERATIONS = int(os.environ.get("FUZZ_ITERATIONS", "20000"))
 SEED = int(os.environ.get("FUZZ_SEED", "20261122"))
 PROCESS_LINES = int(os.environ.get("FUZZ_PROCESS_LINES", "5000"))
 FUZZ_SERVER = str(ROOT / "tests" / "fixtures" / "hostile" / "fuzz_server.py")
@@ -75,11 +79,19 @@ async def test_relay_in_process_survives_mutated_messages_from_both_sides(tmp_pa
             relay = Relay(to_host.append, to_upstream.append, services.ports, tg, session)
             relay.from_host(encode(HOST_SEEDS[0]))
             relay.from_upstream(encode(UPSTREAM_SEEDS[0]))
+            swept = zip_longest(every_replacement(HOST_SEEDS), every_replacement(UPSTREAM_SEEDS))
+            for done, (from_host, from_upstream) in enumerate(swept):
+                if from_host is not None:
+                    relay.from_host(from_host)
+                if from_upstream is not None:
+                    relay.from_upstream(from_upstream)
+                if done % 200 == 0:
+                    await anyio.sleep(0)  # let served requests (sampling, elicitation) run
             for done in range(ITERATIONS):
                 relay.from_host(mutate(rng, HOST_SEEDS))
                 relay.from_upstream(mutate(rng, UPSTREAM_SEEDS))
                 if done % 200 == 0:
-                    await anyio.sleep(0)  # let served requests (sampling, elicitation) run
+                    await anyio.sleep(0)
             with anyio.fail_after(60):  # a request that never ends is a hang
                 to_host_seen = to_upstream_seen = 0
                 while relay.waiting_on_peers:  # requests still waiting for a peer
