@@ -171,6 +171,8 @@ def test_log_level_in_meta_becomes_set_level(modern_host: RawHost) -> None:
     assert "result" in loud
     logs = [m["params"]["data"] for m in modern_host.seen if m.get("method") == "notifications/message"]
     assert logs == ["asked for"]
+    # the server was asked for that level: one that honours logging/setLevel now sends its debug lines
+    assert call(modern_host, "log_level")["result"]["content"][0]["text"] == "debug"
 
 
 def test_list_changes_reach_only_subscriptions_that_asked(modern_host: RawHost) -> None:
