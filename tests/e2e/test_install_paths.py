@@ -2,13 +2,13 @@
 the virtual environment's command works, and `wrap` run from it writes its absolute path, which Claude
 Desktop, whose PATH leads nowhere near the checkout, then starts.
 
-pip resolves the dependencies from the wheels .ci/run downloads for this pyproject.toml (the CI cache's
-`wheelhouse`) when they are there, else from the package index: reading the index's pages was most of
-the install's CPU, and CI's own install of the checkout reads them on every run."""
+pip resolves the dependencies from the wheels .ci/run downloads for this pyproject.toml's requirements
+(the CI cache's `wheelhouse`, tests/helpers/wheelhouse.py) when they are there, else from the package
+index: reading the index's pages was most of the install's CPU, and CI's own install of the checkout
+reads them on every run."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -18,17 +18,15 @@ from pathlib import Path
 import pytest
 from helpers.npm_support import CACHE
 from helpers.support import INITIALIZE_LINE, MINIMAL_SERVER, PY, ROOT
+from helpers.wheelhouse import matching
 
 GUIDE = (ROOT / "docs" / "getting-started.md").read_text()
 LEFT_OUT = shutil.ignore_patterns(".git", ".venv", "*.egg-info", "__pycache__", ".*_cache", "site", "dist", "build")
 
 
 def wheelhouse() -> Path | None:
-    """The dependencies' wheels .ci/run downloaded for this very pyproject.toml, if it did."""
-    folder = CACHE / "wheelhouse"
-    made_for = folder / ".pyproject-sha256"
-    current = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
-    return folder if made_for.is_file() and made_for.read_text().strip() == current else None
+    """The dependencies' wheels .ci/run downloaded for this pyproject.toml's requirements, if it did."""
+    return matching(CACHE / "wheelhouse", ROOT / "pyproject.toml")
 
 
 def install_section() -> str:
