@@ -8,7 +8,7 @@ import pytest
 
 from mcp_sampling_proxy.config.providers import ModelSpec, ProviderConfig
 from mcp_sampling_proxy.config.settings import parse_settings
-from mcp_sampling_proxy.policy.conditions import All, Facts, MethodIs, ServerMatches
+from mcp_sampling_proxy.policy.conditions import All, Facts, MethodIs, ServerMatches, ToolMatches
 from mcp_sampling_proxy.policy.engine import DEFAULT_RULE, Decision, decide, why_not
 from mcp_sampling_proxy.policy.rules import Rule
 from mcp_sampling_proxy.protocol.sampling_request import ModelPreferences
@@ -104,6 +104,36 @@ def test_deny_message_is_carried_from_the_policy_file() -> None:
     )
     allowed = decide(settings.rules, facts("notes"))
     assert (allowed.action, allowed.rule, allowed.message) == ("allow", "rule-2", None)
+
+
+def tool_is(*patterns: str) -> All:
+    return All((ToolMatches(patterns),))
+
+
+def in_flight(*tools: str) -> Facts:
+    """A request while the host's `tools` calls are in flight, oldest first: any of them could own it."""
+    return Facts(method="sampling", server="notes", host="test-host", tools_in_flight=tools)
+
+
+def test_with_several_calls_in_flight_the_strictest_outcome_wins_and_names_its_tool() -> None:
+    rules = [Rule("read-ok", "allow", tool_is("read")), Rule("no-delete", "deny", tool_is("delete"), message="no")]
+    decision = decide(rules, in_flight("read", "delete", "read2"))
+    assert (decision.action, decision.rule, decision.tool) == ("deny", "no-delete", "delete")
+    assert "for tool 'delete', the strictest outcome of the 3 tool calls in flight" in decision.reason
+
+
+def test_among_equally_strict_outcomes_the_rule_first_in_the_file_wins() -> None:
+    rules = [Rule("ask-b", "prompt", tool_is("b")), Rule("ask-a", "prompt", tool_is("a"))]
+    decision = decide(rules, in_flight("a", "b"))
+    assert (decision.rule, decision.tool) == ("ask-b", "b")
+
+
+def test_under_one_rule_the_oldest_call_in_flight_is_the_one_charged() -> None:
+    # the tool a decision names is the one its rule's rate limit and budget are charged to
+    rules = [Rule("search-ok", "allow", tool_is("search*"))]
+    decision = decide(rules, in_flight("search-web", "search-docs", "search-code"))
+    assert (decision.rule, decision.tool) == ("search-ok", "search-web")
+    assert "for tool 'search-web'" in decision.reason
 
 
 # -- model_choice.choose_model --------------------------------------------------------------------
