@@ -49,3 +49,25 @@ def test_a_file_stamped_in_the_keys_own_tick_is_not_sealed_as_an_older_versions(
     adopt(state)
     memory = ApprovalMemory(store=approvals_file(path))
     assert memory.remembers("evil", "go") is None and memory.ignored("evil", "go")
+
+
+def test_an_approval_covers_its_server_and_tool_only(tmp_path: Path) -> None:
+    """An "always" or "session" approval is per server and tool: approving `read` does not approve `delete`, nor the
+    same tool of another server; the server's name is compared as `server:` rules compare it."""
+    from mcp_sampling_proxy.approval.memory import ApprovalMemory
+    from mcp_sampling_proxy.quotas.integrity import prepare
+    from mcp_sampling_proxy.quotas.state import adopt, approvals_file
+
+    state = tmp_path / "state"
+    state.mkdir()
+    prepare(state)
+    adopt(state)
+    memory = ApprovalMemory(store=approvals_file(state / "approvals.json"))
+    memory.remember("notes", "read", "always")
+    memory.remember("notes", "search", "session")
+    assert memory.remembers("Notes", "read") == "always"
+    assert memory.remembers("notes", "search") == "session"
+    assert memory.remembers("notes", "delete") is None
+    assert memory.remembers("notes", None) is None  # a request with no tool call in flight
+    assert memory.remembers("mail", "read") is None and memory.remembers("mail", "search") is None
+    assert ApprovalMemory(store=approvals_file(state / "approvals.json")).remembers("notes", "delete") is None
