@@ -139,6 +139,10 @@ ST = ESC + "\\"
         # bidi overrides and isolates (Trojan Source)
         ("access\u202e\u2066 level\u2069\u2066admin\u2069\u202c", "access leveladmin"),
         ("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069", ""),
+        # other invisible format characters: zero-width space, soft hyphen, word joiner, BOM
+        ("ad\u200bmin ap\u00adproved\u2060\ufeff", "admin approved"),
+        # Unicode tag characters: invisible text riding along ("ASCII smuggling": here "APPROVE")
+        ("ok" + "".join(chr(0xE0000 + ord(c)) for c in "APPROVE") + "\U000e007f", "ok"),
     ],
 )
 def test_strip_controls_removes_escapes_and_controls(raw: str, clean: str) -> None:
