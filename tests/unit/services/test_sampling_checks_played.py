@@ -146,6 +146,22 @@ async def test_on_secret_allow_passes_the_answer_and_names_what_it_held(tmp_path
     assert record["answer_secrets"] == ["AWS Access Key"]
 
 
+async def test_a_full_audit_holds_the_masked_answer_not_the_key(tmp_path: Path, llm: FakeLLMServer) -> None:
+    """`audit.content: full` records the answer the server got: with `on_secret: redact` (the default),
+    masked, and the key the LLM wrote never reaches the audit file."""
+    llm.reply_text(AWS_ANSWER)
+    full = f"audit:\n  path: {tmp_path / 'audit.jsonl'}\n  fsync: false\n  content: full\n"
+    async with Playbook(tmp_path, openai_policy(llm.base_url, extra=full)) as play:
+        await play.handshake(NO_CALLBACKS)
+        answer = await play.sample(prompt("keys?"))
+        (record,) = decisions(play)
+        audit = play.audit_path.read_text()
+    assert "[REDACTED:AWS Access Key]" in answer["result"]["content"]["text"]
+    assert record["content"]["response"]["result"]["content"]["text"] == answer["result"]["content"]["text"]
+    assert record["answer_secrets"] == ["AWS Access Key"] and record["original_answer_sha256"]
+    assert AWS_KEY_ID not in audit
+
+
 async def test_a_pem_private_key_is_redacted_whole(tmp_path: Path, llm: FakeLLMServer) -> None:
     llm.reply_text(f"Here is the key:\n{PEM}\nKeep it safe.")
     answer, _records, _audit = await sample_through(tmp_path, llm, "")
