@@ -122,6 +122,17 @@ async def test_an_answer_stage_modify_is_what_the_server_gets(
     ]
 
 
+async def test_what_an_answer_check_writes_is_scanned_for_credentials_too(
+    tmp_path: Path, llm: FakeLLMServer, check: CheckServer
+) -> None:
+    """The credential scan runs after the answer checks: a check that writes a key into the answer (its own,
+    or one it was tricked into) does not get it to the server."""
+    check.verdict({"verdict": "modify", "text": "Use AKIAIOSFODNN7EXAMPLE.", "reason": "helpful"})
+    answer, audited = await sampled(tmp_path, policy(llm, at(check, "stage: answer")))
+    assert answer["result"]["content"] == {"type": "text", "text": "Use [REDACTED:AWS Access Key]."}
+    assert audited["answer_secrets"] == ["AWS Access Key"]
+
+
 async def test_an_answer_stage_deny_keeps_the_answer_from_the_server(
     tmp_path: Path, llm: FakeLLMServer, check: CheckServer
 ) -> None:
