@@ -98,3 +98,15 @@ def test_a_read_grant_never_shows_the_proxys_own_files(home: Path) -> None:
     plan = sandbox.plan(settings, [state], name="notes", command=[str(home / "server.py")])
     assert str(state / "integrity.key") not in pairs(plan.prefix, "--ro-bind")
     assert str(state) in pairs(plan.prefix, "--tmpfs")
+
+
+def test_what_the_policy_hides_stays_hidden_with_the_data_directory_inside_it(home: Path) -> None:
+    """`hide:` is never undone: a hidden directory that holds the server's data directory hides it too
+    (the data directory is bound before the hiding and not again after it)."""
+    server = [str(home / "server.py")]  # (the home is in /tmp here: the sandbox shows it only when named)
+    plan = sandbox.plan(settings_of('sandbox:\n  hide: ["~/.local/share"]\n', home), [], name="notes", command=server)
+    hidden = plan.prefix.index(str(home / ".local" / "share"))
+    assert plan.prefix[hidden - 1] == "--tmpfs"
+    folder = dict(plan.env)[sandbox.DATA_ENV]
+    bound_after = [i for i, word in enumerate(plan.prefix) if word == folder and i > hidden]
+    assert bound_after == [], f"{folder} is bound again over the hidden {home / '.local' / 'share'}"
