@@ -123,3 +123,34 @@ async def test_one_name_on_two_channels_counts_once(tmp_path: Path, llm: FakeLLM
     approved_by = the_decision(play)["approved_by"]
     assert len(approved_by) == 2 and approved_by[-1] == "webhook:bob", approved_by
     assert approved_by[0] in ("console:alice", "webhook:alice")
+
+
+async def test_under_a_quorum_an_edited_prompt_is_refused(
+    tmp_path: Path, llm: FakeLLMServer, receiver: Receiver
+) -> None:
+    """Every approver of a quorum must see what runs: a console approving with an edited prompt denies the
+    request (approve it unedited, or deny it), and the LLM is never asked."""
+    bob_decides = threading.Event()
+    receiver.replies = [Reply("approve", "bob", hold=bob_decides)]
+    got: list[dict[str, Any]] = []
+    policy = quorum_policy(llm, receiver.url, channels="[console, webhook]")
+    async with Playbook(tmp_path, policy, console=True) as play:
+        await play.handshake({})
+        console = await play.attach_console()
+        async with anyio.create_task_group() as tg:
+
+            async def call() -> None:
+                got.append(await play.sample(prompt("drop the staging database")))
+
+            tg.start_soon(call)
+            pending = await console.receive()
+            edited = {"type": "decision", "id": pending["id"], "approve": True, "approver": "alice"}
+            await console.send({**edited, "prompt": "drop the production database"})
+            with anyio.fail_after(10):  # refused at once; taken as a yes, it would wait here for bob
+                while not got:
+                    await anyio.sleep(0.05)
+            bob_decides.set()
+    assert "error" in got[0], got[0]
+    assert "edits are refused" in got[0]["error"]["message"]
+    assert llm.requests == []
+    assert the_decision(play)["decision"] == "rejected"
