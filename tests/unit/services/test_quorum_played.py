@@ -8,13 +8,15 @@ quorum met through the proxy as a process: tests/e2e/test_quorum.py.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 from fakes.llm_server import FakeLLMServer
+from helpers.console import SocketConsole
 from helpers.playbook import Playbook
 from helpers.support import openai_policy
 from helpers.webhook_receiver import Receiver, Reply, webhook_receiver
@@ -96,10 +98,12 @@ async def test_a_deny_ends_it(tmp_path: Path, llm: FakeLLMServer, receiver: Rece
     assert record["approved_by"] == ["webhook:alice"]  # who had approved before the deny
 
 
-async def test_one_name_on_two_channels_counts_once(tmp_path: Path, llm: FakeLLMServer, receiver: Receiver) -> None:
-    """alice approving at a console and again as a webhook approver is one person: a second one is needed."""
-    bob_decides = threading.Event()
-    receiver.replies = [Reply("approve", "alice"), Reply("approve", "bob", hold=bob_decides)]
+@asynccontextmanager
+async def asked_at_the_console(
+    tmp_path: Path, llm: FakeLLMServer, receiver: Receiver
+) -> AsyncIterator[tuple[Playbook, SocketConsole, dict[str, Any], list[dict[str, Any]]]]:
+    """A quorum of the console and the webhook, with the server's request shown at the console: the proxy,
+    the console, the request as it shows it, and the server's answer once it has one."""
     got: list[dict[str, Any]] = []
     policy = quorum_policy(llm, receiver.url, channels="[console, webhook]")
     async with Playbook(tmp_path, policy, console=True) as play:
@@ -113,12 +117,20 @@ async def test_one_name_on_two_channels_counts_once(tmp_path: Path, llm: FakeLLM
             tg.start_soon(call)
             pending = await console.receive()
             assert pending["type"] == "pending"
-            await console.send({"type": "decision", "id": pending["id"], "approve": True, "approver": "alice"})
-            with anyio.fail_after(15):  # the webhook's alice came first or comes next; bob is still needed
-                while len(receiver.received) < 2:
-                    await anyio.sleep(0.05)
-            assert got == [] and llm.requests == []
-            bob_decides.set()
+            yield play, console, pending, got
+
+
+async def test_one_name_on_two_channels_counts_once(tmp_path: Path, llm: FakeLLMServer, receiver: Receiver) -> None:
+    """alice approving at a console and again as a webhook approver is one person: a second one is needed."""
+    bob_decides = threading.Event()
+    receiver.replies = [Reply("approve", "alice"), Reply("approve", "bob", hold=bob_decides)]
+    async with asked_at_the_console(tmp_path, llm, receiver) as (play, console, pending, got):
+        await console.send({"type": "decision", "id": pending["id"], "approve": True, "approver": "alice"})
+        with anyio.fail_after(15):  # the webhook's alice came first or comes next; bob is still needed
+            while len(receiver.received) < 2:
+                await anyio.sleep(0.05)
+        assert got == [] and llm.requests == []
+        bob_decides.set()
     assert got[0]["result"]["content"]["text"] == "echo: drop the staging database"
     approved_by = the_decision(play)["approved_by"]
     assert len(approved_by) == 2 and approved_by[-1] == "webhook:bob", approved_by
@@ -132,24 +144,13 @@ async def test_under_a_quorum_an_edited_prompt_is_refused(
     request (approve it unedited, or deny it), and the LLM is never asked."""
     bob_decides = threading.Event()
     receiver.replies = [Reply("approve", "bob", hold=bob_decides)]
-    got: list[dict[str, Any]] = []
-    policy = quorum_policy(llm, receiver.url, channels="[console, webhook]")
-    async with Playbook(tmp_path, policy, console=True) as play:
-        await play.handshake({})
-        console = await play.attach_console()
-        async with anyio.create_task_group() as tg:
-
-            async def call() -> None:
-                got.append(await play.sample(prompt("drop the staging database")))
-
-            tg.start_soon(call)
-            pending = await console.receive()
-            edited = {"type": "decision", "id": pending["id"], "approve": True, "approver": "alice"}
-            await console.send({**edited, "prompt": "drop the production database"})
-            with anyio.fail_after(10):  # refused at once; taken as a yes, it would wait here for bob
-                while not got:
-                    await anyio.sleep(0.05)
-            bob_decides.set()
+    async with asked_at_the_console(tmp_path, llm, receiver) as (play, console, pending, got):
+        edited = {"type": "decision", "id": pending["id"], "approve": True, "approver": "alice"}
+        await console.send({**edited, "prompt": "drop the production database"})
+        with anyio.fail_after(10):  # refused at once; taken as a yes, it would wait here for bob
+            while not got:
+                await anyio.sleep(0.05)
+        bob_decides.set()
     assert "error" in got[0], got[0]
     assert "edits are refused" in got[0]["error"]["message"]
     assert llm.requests == []
