@@ -146,6 +146,7 @@ class Playbook:
         self.server = Peer("server")
         self.second_leg = SecondLegPeer() if second_leg else None
         self._tg: anyio.abc.TaskGroup | None = None
+        self._audit: AuditLog | None = None  # the proxy's audit log, once entered
         self._calls = 0  # the host's calls `call` made
         self._requests = 0  # the server's requests `server_asks` made
         self._name = name
@@ -158,7 +159,7 @@ class Playbook:
 
     async def __aenter__(self) -> Playbook:
         settings = self.settings
-        self._audit = AuditLog.from_settings(settings)
+        audit = self._audit = AuditLog.from_settings(settings)
         self._adapters = AdapterPool(list(settings.providers), None)
         tools = settings.sampling.advertise_tools and self._adapters.can_use_tools
         offered = capabilities.offers(
@@ -172,7 +173,7 @@ class Playbook:
             approvals = approvals_file(state_dir() / "approvals.json")
             pins = ToolPins(state_dir() / PINS_FILE) if settings.tools.pin else None
         services = build_services(
-            settings, self._adapters, self._audit, None, console, offered, approvals, pins, self._target
+            settings, self._adapters, audit, None, console, offered, approvals, pins, self._target
         )
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
@@ -196,7 +197,7 @@ class Playbook:
     async def __aexit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
-        assert self._tg is not None
+        assert self._tg is not None and self._audit is not None
         self.relay.cancel_all()
         self._tg.cancel_scope.cancel()
         await self._tg.__aexit__(kind, error, trace)
@@ -230,7 +231,9 @@ class Playbook:
                 return answer
 
     def audit(self) -> list[dict[str, Any]]:
-        """The audit records written so far."""
+        """The audit records written so far (those a writer thread still holds included)."""
+        if self._audit is not None:  # a record may still be with a writer thread (AuditLog.settle)
+            self._audit.settle()
         if not self.audit_path.exists():
             return []
         return [json.loads(line) for line in self.audit_path.read_text().splitlines()]
