@@ -195,15 +195,21 @@ class Procs:
             raise BenchError(f"{HTTP_SERVER} printed no port: {(self.workdir / f'{name}.log').read_text()[-2000:]}")
         return proc, int(line)
 
-    def serve(self, *names: str) -> list[tuple[subprocess.Popen[bytes], int]]:
-        """One `serve` per name, all started before any is waited for: their start-ups overlap."""
-        started = []
+    def launch_serves(self, *names: str) -> list[tuple[str, subprocess.Popen[bytes], int]]:
+        """One `serve` per name, started and not waited for (`listening` waits): start-ups overlap."""
+        launched = []
         for name in names:
             port = free_port()
-            started.append((self.start(name, serve_command(self.python, port, self.server)), port))
-        for name, (proc, port) in zip(names, started, strict=True):
+            launched.append((name, self.start(name, serve_command(self.python, port, self.server)), port))
+        return launched
+
+    def listening(
+        self, launched: list[tuple[str, subprocess.Popen[bytes], int]]
+    ) -> list[tuple[subprocess.Popen[bytes], int]]:
+        """The `launch_serves` processes and their ports, once each listens."""
+        for name, proc, port in launched:
             wait_listening(port, proc, self.workdir / f"{name}.log")
-        return started
+        return [(proc, port) for _, proc, port in launched]
 
     def haproxy(self, config: str) -> subprocess.Popen[bytes]:
         path = self.workdir / "haproxy.cfg"
@@ -580,13 +586,14 @@ async def run(args: argparse.Namespace, workdir: Path, progress: Any) -> dict[st
     started = time.monotonic()
     try:
         progress("starting the direct server and serve x1")
-        ((serve1, serve1_port),) = procs.serve("serve1")  # listening while the direct server starts
-        direct, direct_port = procs.http_server("direct")
+        launched = procs.launch_serves("serve1")
+        direct, direct_port = procs.http_server("direct")  # while serve x1 starts
+        ((serve1, serve1_port),) = procs.listening(launched)
         progress(f"memory: the fresh serve x1 and direct server, 1 then {args.mem_sessions} sessions")
         memory = await memory_phase(serve1, serve1_port, direct, direct_port, args.mem_sessions, args.settle)
 
         progress("starting 3 serve replicas and HAProxy")
-        replicas = procs.serve(*(f"serve3-{i}" for i in range(3)))
+        replicas = procs.listening(procs.launch_serves(*(f"serve3-{i}" for i in range(3))))
         serve3_port, hap_direct_port = free_port(), free_port()
         haproxy_cfg = HAPROXY_CFG.format(
             serve3_port=serve3_port,
@@ -645,6 +652,7 @@ async def run(args: argparse.Namespace, workdir: Path, progress: Any) -> dict[st
                 await close_session(target.port, session)
     finally:
         procs.stop_all()
+    shown = serve_command(args.python, 0, procs.server)
     return {
         "settings": {
             "sessions": args.sessions,
@@ -655,12 +663,7 @@ async def run(args: argparse.Namespace, workdir: Path, progress: Any) -> dict[st
         },
         "commands": {
             "direct": [args.python, HTTP_SERVER],
-            "serve": [
-                *serve_command(args.python, 0, stdio_server(args))[:4],
-                "--listen",
-                "127.0.0.1:PORT",
-                *serve_command(args.python, 0, stdio_server(args))[6:],
-            ],
+            "serve": [*shown[:4], "--listen", "127.0.0.1:PORT", *shown[6:]],
             "haproxy": ["haproxy", "-db", "-f", "haproxy.cfg"],
         },
         "haproxy_version": haproxy_version(),
