@@ -207,6 +207,11 @@ def _seed_facts(seed: Any) -> tuple[bytes, list[NodePath]]:
     return found[1], found[2]
 
 
+def _nested(seed: Any, path: NodePath, depth: int) -> bytes:
+    """`seed` with the node at `path` replaced by `depth` nested empty lists (no encoder writes them)."""
+    return encode(_replace(seed, path, DEEP)).replace(b'"__deep__"', b"[" * depth + b"]" * depth)
+
+
 def every_replacement(seeds: list[Any]) -> Iterator[bytes]:
     """Each node of each seed replaced by each hostile value, and nested past every depth limit, once: the
     structural mutations in full, which a random run of any length only samples."""
@@ -214,9 +219,8 @@ def every_replacement(seeds: list[Any]) -> Iterator[bytes]:
         for path in _seed_facts(seed)[1]:
             for value in HOSTILE_VALUES:
                 yield encode(_replace(seed, path, value))
-            deep = encode(_replace(seed, path, DEEP))
             for depth in DEPTHS:
-                yield deep.replace(b'"__deep__"', b"[" * depth + b"]" * depth)
+                yield _nested(seed, path, depth)
 
 
 def mutate(rng: random.Random, seeds: list[Any]) -> bytes:
@@ -228,8 +232,7 @@ def mutate(rng: random.Random, seeds: list[Any]) -> bytes:
         path = rng.choice(paths)
         roll = rng.random()
         if roll < 0.1:  # nesting deeper than any encoder would write
-            depth = rng.choice(DEPTHS)
-            return encode(_replace(seed, path, DEEP)).replace(b'"__deep__"', b"[" * depth + b"]" * depth)
+            return _nested(seed, path, rng.choice(DEPTHS))
         elif roll < 0.2 and isinstance(seed, dict):
             key = rng.choice(["id", "method", "params", "result", "error", "jsonrpc", "requestState"])
             return encode({**seed, key: rng.choice(HOSTILE_VALUES)})
