@@ -20,17 +20,23 @@ from pathlib import Path
 KEY_FILE = ".requirements-sha256"
 
 
+def _requirements(pyproject: Path) -> dict[str, list[str]]:
+    """The project's dependencies and the build backend's requirements (pip fetches those to build it)."""
+    data = tomllib.loads(pyproject.read_text())
+    return {
+        "dependencies": data.get("project", {}).get("dependencies", []),
+        "build-system": data.get("build-system", {}).get("requires", []),
+    }
+
+
 def build_requires(pyproject: Path) -> list[str]:
-    """The build backend's requirements (`[build-system] requires`): pip fetches them to build the package."""
-    requires: list[str] = tomllib.loads(pyproject.read_text()).get("build-system", {}).get("requires", [])
-    return requires
+    """`[build-system] requires`: what `.ci/run` downloads besides the dependencies."""
+    return _requirements(pyproject)["build-system"]
 
 
 def requirements_key(pyproject: Path) -> str:
     """A sha256 of the requirements `pip install .` of this pyproject.toml resolves."""
-    dependencies = tomllib.loads(pyproject.read_text()).get("project", {}).get("dependencies", [])
-    wanted = {"dependencies": dependencies, "build-system": build_requires(pyproject)}
-    return hashlib.sha256(json.dumps(wanted, sort_keys=True).encode()).hexdigest()
+    return hashlib.sha256(json.dumps(_requirements(pyproject), sort_keys=True).encode()).hexdigest()
 
 
 def matching(folder: Path, pyproject: Path) -> Path | None:
