@@ -10,6 +10,7 @@ from pathlib import Path
 from helpers.bench_scripts import BENCH, load_bench
 
 STARTS_PROXIES = re.compile(r'"-m",\s*"mcp_sampling_proxy"|\[python, "-m", "mcp_sampling_proxy"')
+SETS_HOME = re.compile(r'\bHOME\b"?\s*[:=]')  # a home of its own (`"HOME": ...`, `HOME=...`), not XDG_STATE_HOME=
 
 
 def test_every_user_directory_is_made_private_under_the_runs_own(tmp_path: Path) -> None:
@@ -26,4 +27,5 @@ def test_every_benchmark_that_starts_the_proxy_gives_it_scratch_directories() ->
     assert len(starting) >= 4, [p.name for p in starting]
     for script in starting:
         text = script.read_text(encoding="utf-8")
-        assert "scratch_dirs(" in text or "HOME" in text, f"{script.name} starts proxies in the user's directories"
+        isolated = "scratch_dirs(" in text or SETS_HOME.search(text)
+        assert isolated, f"{script.name} starts proxies in the user's directories"
