@@ -32,7 +32,7 @@ from mcp_sampling_proxy.config.paths import policy_or_default
 from mcp_sampling_proxy.config.policy_file import read_policy_text
 from mcp_sampling_proxy.config.settings import check_telemetry, load_settings, resolve_state
 from mcp_sampling_proxy.front.endpoint import Front, FrontOptions
-from mcp_sampling_proxy.front.resource_oauth import OAuthSetupError, ResourceGuard
+from mcp_sampling_proxy.front.oauth_settings import OAuthSetupError
 from mcp_sampling_proxy.front.tokens import TOKEN_ENV, TokenError, Tokens, load_tokens
 from mcp_sampling_proxy.log import configure, get_logger, set_secrets
 from mcp_sampling_proxy.notation.units import parse_duration
@@ -49,6 +49,7 @@ from mcp_sampling_proxy.transport.sandbox import Plan, SandboxRefused, contain, 
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.config.settings import Settings
+    from mcp_sampling_proxy.front.resource_oauth import ResourceGuard
     from mcp_sampling_proxy.runtime import Upstream
 
 DEFAULT_LISTEN = "127.0.0.1:8765"

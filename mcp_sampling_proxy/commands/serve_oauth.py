@@ -11,27 +11,17 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-import httpx
-from mcp.server.auth.routes import validate_issuer_url
-from pydantic import AnyHttpUrl
-
 from mcp_sampling_proxy.front.endpoint import ENDPOINT
-from mcp_sampling_proxy.front.oauth_settings import load_client_file
-from mcp_sampling_proxy.front.resource_oauth import (
-    TIMEOUT,
-    IntrospectionVerifier,
-    JwtVerifier,
-    OAuthSetupError,
-    ResourceGuard,
-    ResourceSettings,
-    Verifier,
-    discover,
-)
+from mcp_sampling_proxy.front.oauth_settings import OAuthSetupError, load_client_file
 from mcp_sampling_proxy.front.tokens import TOKEN_ENV, TokenError
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.system.addresses import is_loopback
+
+if TYPE_CHECKING:
+    from mcp_sampling_proxy.front.resource_oauth import ResourceGuard
 
 log = get_logger("mcp_sampling_proxy.commands.serve")
 
@@ -92,6 +82,21 @@ def oauth_guard(
             f"--oauth-issuer cannot be combined with --token-file or {TOKEN_ENV}: choose one way in "
             "(a program can get its own OAuth token with the client credentials grant)"
         )
+    # the `mcp` SDK's OAuth parts, only when they are used: a `serve` without them starts without the SDK
+    import httpx
+    from mcp.server.auth.routes import validate_issuer_url
+    from pydantic import AnyHttpUrl
+
+    from mcp_sampling_proxy.front.resource_oauth import (
+        TIMEOUT,
+        IntrospectionVerifier,
+        JwtVerifier,
+        ResourceGuard,
+        ResourceSettings,
+        Verifier,
+        discover,
+    )
+
     try:
         validate_issuer_url(AnyHttpUrl(issuer))
     except ValueError as exc:

@@ -2,14 +2,13 @@
 
 Each client session (an `initialize` POST without `Mcp-Session-Id`) gets a server process of its
 own and a relay of its own, wired as the stdio proxy wires its one (runtime.py: the same services,
-policy, approvals, audit and telemetry), with the host's side an HTTP session
-(front/http_host.py) on the `mcp` SDK's `StreamableHTTPServerTransport`, which speaks the
-transport's HTTP (POST with JSON or SSE answers, GET stream, DELETE, session ids). Sessions never
+policy, approvals, audit and telemetry), with the host's side an HTTP session (front/http_session.py:
+POST with SSE answers, the GET stream, DELETE, resuming with Last-Event-ID). Sessions never
 share a server (unless `--shared-upstream`): one client cannot see another's state through it. What
 is shared: the LLM adapters, the audit log, telemetry and the companion console.
 
-Sessions are capped (503 past the cap) and end after an idle period (the SDK's idle scope: no
-request in flight and no GET stream open), and when their server exits; each end stops the
+Sessions are capped (503 past the cap) and end after an idle period (no request in flight and no
+GET stream open), and when their server exits; each end stops the
 session's server. Stopping `serve` ends every session and server; a killed `serve` takes the
 servers with it (their parent-death signal and group guard, transport/stdio.py).
 
@@ -41,19 +40,11 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import anyio
 import anyio.abc
-from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport, check_accept_headers
-from mcp.server.transport_security import (
-    RequestBodyLimitMiddleware,
-    TransportSecurityMiddleware,
-    TransportSecuritySettings,
-)
-from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from msgspec import Struct, field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -63,10 +54,11 @@ from mcp_sampling_proxy.approval.console.server import ConsoleServer
 from mcp_sampling_proxy.audit.recorder import AuditLog
 from mcp_sampling_proxy.config.child_env import child_environment
 from mcp_sampling_proxy.config.settings import Settings
-from mcp_sampling_proxy.front.event_store import RETRY_MS, EventLimits, SessionEventStore
-from mcp_sampling_proxy.front.http_host import Emit, HttpHost, StatelessHost, Streamed, event_stream
+from mcp_sampling_proxy.front.event_store import EventLimits, SessionEventStore
+from mcp_sampling_proxy.front.http_host import Emit, StatelessHost, Streamed, event_stream
 from mcp_sampling_proxy.front.http_server import Server, server_config, survive_signal_replay
-from mcp_sampling_proxy.front.resource_oauth import ResourceGuard
+from mcp_sampling_proxy.front.http_session import PROTOCOL_VERSION_HEADER, SESSION_ID_HEADER, HttpSession
+from mcp_sampling_proxy.front.request_checks import RequestChecks, accepts, limit_body
 from mcp_sampling_proxy.front.tokens import Tokens
 from mcp_sampling_proxy.log import Throttle, get_logger
 from mcp_sampling_proxy.protocol import capabilities, eras, jsonrpc
@@ -93,6 +85,9 @@ from mcp_sampling_proxy.system.addresses import is_loopback
 from mcp_sampling_proxy.transport.http import HttpUpstream
 from mcp_sampling_proxy.transport.sandbox import Plan
 from mcp_sampling_proxy.transport.stdio import SpawnError, StdioUpstream, spawn
+
+if TYPE_CHECKING:  # its module loads the `mcp` SDK's OAuth parts: only with --oauth-issuer (commands/serve.py)
+    from mcp_sampling_proxy.front.resource_oauth import ResourceGuard
 
 log = get_logger("mcp_sampling_proxy.front.endpoint")
 
@@ -127,14 +122,12 @@ class FrontOptions(Struct, frozen=True):
 
 
 class _Served(Struct):
-    """One client session: its HTTP transport, its server, its relay."""
+    """One client session: its HTTP, its server, its relay."""
 
-    transport: StreamableHTTPServerTransport
+    http: HttpSession
     upstream: Upstream
     client: str | None
     session: Session
-    events: SessionEventStore
-    link: HttpHost | None = None
     relay: Relay | None = None
     reason: list[str] = field(default_factory=list)  # why it ended (the first reason wins)
     ended: anyio.Event = field(default_factory=anyio.Event)
@@ -193,10 +186,9 @@ class Front:
         self._approvals = _approvals_store()
         self._pins = _tool_pins(settings)
         resource = options.oauth.settings.resource if options.oauth else None
-        self._security = _security(options.host, options.port, resource, options.allowed_hosts)
-        self._request_checks = TransportSecurityMiddleware(self._security)  # what the SDK's transport runs
+        self._checks = _checks(options.host, options.port, resource, options.allowed_hosts)
         self._refusals = Throttle(burst=10, window=60.0)
-        self.app = RequestBodyLimitMiddleware(self._handle, options.max_message_bytes)
+        self.app = limit_body(self._handle, options.max_message_bytes)
 
     # -- HTTP ----------------------------------------------------------------------------------
     async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -222,15 +214,15 @@ class Front:
             if refusal is not None:
                 await refusal(scope, receive, send)
                 return
-        version = request.headers.get(MCP_PROTOCOL_VERSION_HEADER)
-        if version in MODERN_PROTOCOL_VERSIONS and MCP_SESSION_ID_HEADER not in request.headers:
+        version = request.headers.get(PROTOCOL_VERSION_HEADER)
+        if version in eras.MODERN_VERSIONS and SESSION_ID_HEADER not in request.headers:
             answer = await self._stateless(client, request)
             await answer(scope, receive, send)
             return
-        if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
+        if version is not None and version not in eras.HANDSHAKE_VERSIONS:
             await (await _unsupported_version(request, version))(scope, receive, send)
             return
-        session_id = request.headers.get(MCP_SESSION_ID_HEADER)
+        session_id = request.headers.get(SESSION_ID_HEADER)
         if session_id is None:
             if request.method != "POST":
                 await _error(400, "Bad Request: no Mcp-Session-Id; open a session with an initialize POST")(
@@ -239,9 +231,7 @@ class Front:
                 return
             body = await request.body()
             refused = (
-                await self._request_checks.validate_request(request, is_post=True)
-                or _not_acceptable(request)
-                or _not_an_opening(body)
+                self._checks.refusal(request.headers, is_post=True) or _not_acceptable(request) or _not_an_opening(body)
             )
             if refused is not None:  # answered before a server is started for it
                 await refused(scope, receive, send)
@@ -250,18 +240,19 @@ class Front:
             return
         served = self.sessions.get(session_id)
         if served is None or served.client != client:  # another caller's session looks like no session
-            # a rebound page naming a session it guessed is refused as one without, not told 404 (a session's
-            # own transport checks Host and Origin on the requests it takes)
-            refused = await self._request_checks.validate_request(request, is_post=request.method == "POST")
+            # a rebound page naming a session it guessed is refused as one without, not told 404
+            refused = self._checks.refusal(request.headers, is_post=request.method == "POST")
             await (refused or _error(404, "Not Found: no such session (it ended, or expired): initialize again"))(
                 scope, receive, send
             )
             return
+        refused = self._checks.refusal(request.headers, is_post=request.method == "POST")
+        if refused is not None:
+            await refused(scope, receive, send)
+            return
         resume = request.headers.get("last-event-id")
-        if request.method == "GET" and resume is not None:
-            if served.events.holds(resume):
-                scope = _without(scope, b"mcp-protocol-version")  # see _without
-            elif served.events.was_get_streams(resume):  # its missed events are gone: the stream goes on
+        if request.method == "GET" and resume is not None and not served.http.events.holds(resume):
+            if served.http.events.was_get_streams(resume):  # its missed events are gone: the stream goes on
                 log.warning("a GET stream resumed after events no longer kept", session=session_id[:8])
                 scope = _without(scope, b"last-event-id")
             else:
@@ -271,8 +262,8 @@ class Front:
                     "kept): send the request again",
                 )(scope, receive, send)
                 return
-        await served.transport.handle_request(scope, receive, send)
-        if served.transport.is_terminated:
+        await served.http.handle(scope, receive, send)
+        if served.http.terminated:
             served.end("the client ended the session (DELETE)")
 
     def _authenticate(self, request: Request) -> tuple[str | None, JSONResponse | None]:
@@ -313,29 +304,27 @@ class Front:
             log.error("cannot start the server for a new session", error=str(exc))
             await _error(502, f"Bad Gateway: {exc}")(scope, receive, send)
             return
-        events = SessionEventStore(self.options.events)
-        transport = StreamableHTTPServerTransport(
-            mcp_session_id=uuid.uuid4().hex,
-            security_settings=self._security,
-            idle_timeout=self.options.idle_timeout,
-            event_store=events,
-            retry_interval=RETRY_MS,
+        session_id = uuid.uuid4().hex
+        http = HttpSession(
+            session_id,
+            lambda message: _owner(served.relay, message),
+            SessionEventStore(self.options.events),
+            self.options.idle_timeout,
         )
-        session_id = transport.mcp_session_id
-        assert session_id is not None
         served = _Served(
-            transport,
+            http,
             upstream,
             client,
             Session(name_override=self.options.name, client=client, served=uuid.uuid4().hex[:12]),
-            events,
         )
         self.sessions[session_id] = served
         log.info("session opened", session=session_id[:8], client=client, **_where(upstream))
         assert self._tg is not None
         await self._tg.start(self._run, session_id, served)
-        status = await _answer_reporting_status(transport, scope, receive, send)
-        if status is None or status >= 400:
+        if served.relay is None:  # it failed as it started (logged): nothing answers the client
+            await _error(502, "Bad Gateway: the session could not start; see serve's log")(scope, receive, send)
+            return
+        if await http.handle(scope, receive, send) >= 400:
             served.end("the opening request was refused")
 
     def _at_cap(self) -> JSONResponse:
@@ -349,7 +338,7 @@ class Front:
         """One 2026-07-28 request, answered in the POST's body by the caller's lane."""
         if request.method != "POST":
             return _error(405, "Method Not Allowed: a 2026-07-28 request is a POST (there is no GET stream)")
-        refused = await self._request_checks.validate_request(request, is_post=True)  # Host, Origin, Content-Type
+        refused = self._checks.refusal(request.headers, is_post=True)  # Host, Origin, Content-Type
         if refused is not None:
             return refused
         try:
@@ -361,7 +350,7 @@ class Front:
         named = request.headers.get("mcp-method")
         if named is not None and named != message["method"]:
             return _error(400, f"Bad Request: Mcp-Method {named[:80]!r} does not name the body's method")
-        version = request.headers.get(MCP_PROTOCOL_VERSION_HEADER)
+        version = request.headers.get(PROTOCOL_VERSION_HEADER)
         refusal = eras.http_refusal(message, version) if jsonrpc.usable_id(message.get("id")) else None
         if refusal is not None:  # refused before a server is started for it
             status, error = refusal
@@ -519,61 +508,58 @@ class Front:
         self, session_id: str, served: _Served, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         services = self._services()
-        limit = self.options.max_message_bytes
         modern: ModernLeg | None = None
+        http = served.http
+        started = False
         try:
-            async with served.transport.connect() as (read_stream, write_stream):
-                task_status.started()
-                idle = served.transport.idle_scope or anyio.CancelScope()
-                with idle:
-                    async with anyio.create_task_group() as tg:
-                        link = HttpHost(lambda message: _owner(relay, message))  # (relay: set below, used later)
-                        relay, modern = await open_relay(
-                            tg,
-                            link.send,
-                            served.upstream,
-                            services,
-                            self.settings,
-                            served.session,
-                            self.audit,
-                            self.options.name,
-                            limit,
-                            another=self._start_upstream,
-                            children=set(),
-                            on_upstream_end=lambda: served.end("upstream"),
-                        )
-                        served.link, served.relay = link, relay
-                        tg.start_soon(link.write_out, write_stream)
-                        tg.start_soon(self._read_until_closed, served, read_stream, relay)
-                        await served.ended.wait()
-                        if served.reason[0] == "upstream":
-                            _code, description = await upstream_ended(relay, served.upstream)
-                            log.error(f"the server of session {session_id[:8]} {description}", client=served.client)
-                        else:
-                            relay.cancel_all()
-                        link.close()
-                        with anyio.move_on_after(2.0):  # the last answers (upstream_gone's errors) go out
-                            await link.drained.wait()
-                        tg.cancel_scope.cancel()
-                if idle.cancelled_caught:
-                    served.end(f"idle for {self.options.idle_timeout:g} s (--idle-timeout)")
-                with anyio.CancelScope(shield=True):  # ended before its streams close: the SDK's router expects it
-                    await served.transport.terminate()
+            with http.idle_scope:
+                async with anyio.create_task_group() as tg:
+                    relay, modern = await open_relay(
+                        tg,
+                        http.send,
+                        served.upstream,
+                        services,
+                        self.settings,
+                        served.session,
+                        self.audit,
+                        self.options.name,
+                        self.options.max_message_bytes,
+                        another=self._start_upstream,
+                        children=set(),
+                        on_upstream_end=lambda: served.end("upstream"),
+                    )
+                    served.relay = relay
+                    http.attach(relay.from_host)
+                    started = True
+                    task_status.started()
+                    await served.ended.wait()
+                    if served.reason[0] == "upstream":
+                        _code, description = await upstream_ended(relay, served.upstream)
+                        log.error(f"the server of session {session_id[:8]} {description}", client=served.client)
+                    else:
+                        relay.cancel_all()
+                    http.close()
+                    with anyio.move_on_after(2.0):  # the last answers (upstream_gone's errors) go out
+                        await http.drained.wait()
+                    tg.cancel_scope.cancel()
+            if http.idle_scope.cancelled_caught:
+                served.end(f"idle for {self.options.idle_timeout:g} s (--idle-timeout)")
         except Exception as exc:  # one session's failure ends that session, never the others
             log.exception("a session failed; ending it", session=session_id[:8], client=served.client)
             served.end(f"failed: {exc}")
         finally:
+            if not started:
+                task_status.started()
             with anyio.CancelScope(shield=True):
                 served.end("serve is stopping")
                 self.sessions.pop(session_id, None)
+                await http.terminate()
                 if served.relay is not None:
                     served.relay.cancel_all()
                 code = await served.upstream.stop(END_GRACE)
                 if modern is not None:
                     await modern.close(END_GRACE)
-                if not served.transport.is_terminated:
-                    await served.transport.terminate()
-                served.events.clear()
+                http.events.clear()
                 log.info(
                     "session ended",
                     session=session_id[:8],
@@ -581,12 +567,6 @@ class Front:
                     reason=served.reason[0],
                     server_exit=served.upstream.describe_end(code),
                 )
-
-    @staticmethod
-    async def _read_until_closed(served: _Served, read_stream: Any, relay: Relay) -> None:
-        assert served.link is not None
-        await served.link.read_in(read_stream, relay.from_host)
-        served.end("the client ended the session")
 
     # -- the process ---------------------------------------------------------------------------
     async def serve(self, listener: socket.socket) -> None:
@@ -639,8 +619,7 @@ class Front:
         """Before uvicorn waits for connections to close: end the sessions, and so their SSE streams."""
         self.end_all("serve is stopping")
         for served in list(self.sessions.values()):
-            with anyio.move_on_after(END_GRACE + 3):
-                await served.transport.terminate()
+            await served.http.terminate()
 
     def end_all(self, reason: str) -> None:
         for served in list(self.sessions.values()):
@@ -658,8 +637,10 @@ def _where(upstream: object) -> dict[str, Any]:
     return {"shared": True} if isinstance(upstream, Branch) else {}
 
 
-def _owner(relay: Relay, message: dict[str, Any]) -> Any:
-    """The host request a message for the host belongs to (see front/http_host.py), or None."""
+def _owner(relay: Relay | None, message: dict[str, Any]) -> Any:
+    """The host request a message for the host belongs to (see front/http_session.py), or None."""
+    if relay is None:
+        return None
     inflight = relay.session.inflight
     token = jsonrpc.as_object(message.get("params")).get("progressToken")
     if token is not None:
@@ -679,7 +660,7 @@ def _healthy() -> Response:
 def _not_acceptable(request: Request) -> JSONResponse | None:
     """The 406 a session's transport answers a POST that does not accept both JSON and an event stream,
     given before a server is started for a session that could not be used."""
-    takes_json, takes_events = check_accept_headers(request)
+    takes_json, takes_events = accepts(request.headers)
     if takes_json and takes_events:
         return None
     return _error(406, "Not Acceptable: Client must accept both application/json and text/event-stream")
@@ -696,7 +677,7 @@ def _not_an_opening(body: bytes) -> JSONResponse | None:
         return None
     meta = jsonrpc.as_object(jsonrpc.as_object(message.get("params")).get("_meta"))
     version = meta.get(PROTOCOL_VERSION_META)
-    if isinstance(version, str) and version in MODERN_PROTOCOL_VERSIONS:
+    if isinstance(version, str) and version in eras.MODERN_VERSIONS:
         return _error(400, f"Bad Request: a {version} request needs the header MCP-Protocol-Version: {version}")
     return _error(400, "Bad Request: no Mcp-Session-Id; open a session with an initialize POST")
 
@@ -712,22 +693,16 @@ def _replaying(body: bytes, receive: Receive) -> Receive:
 
 
 def _without(scope: Scope, header: bytes) -> Scope:
-    """The request without one header. A resuming GET goes on without its MCP-Protocol-Version (checked
-    already): for a 2025-11-25 client the SDK sends a priming event between the replay and the live tail
-    of the resumed stream, and an event stored while that one is sent goes out on neither. Unprimed, the
-    one follows the other at once; the client lost nothing (it holds an id on this stream already, and
-    the `retry` of its first priming)."""
+    """The request without one header."""
     return {**scope, "headers": [(k, v) for k, v in scope["headers"] if k.lower() != header]}
 
 
-def _security(
-    host: str, port: int, resource: str | None = None, allowed: tuple[str, ...] = ()
-) -> TransportSecuritySettings | None:
+def _checks(host: str, port: int, resource: str | None = None, allowed: tuple[str, ...] = ()) -> RequestChecks:
     """On loopback (any of 127.0.0.0/8, ::1, localhost), Host and Origin must name this endpoint: a web
     page's DNS-rebinding cannot reach it. An OAuth resource URL names it too (a TLS proxy in front of a
     loopback `serve` passes its Host on), and so does each `--allow-host` (a balancer on this machine)."""
     if not is_loopback(host):
-        return None
+        return RequestChecks()
     names = list(dict.fromkeys([_netloc(host, port), f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"]))
     names += [name for name in allowed if name not in names]
     origins = [f"http://{name}" for name in names]
@@ -735,7 +710,7 @@ def _security(
         public = urlsplit(resource)
         names.append(public.netloc)
         origins.append(f"{public.scheme}://{public.netloc}")
-    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=names, allowed_origins=origins)
+    return RequestChecks(tuple(names), tuple(origins), rebinding=True)
 
 
 def _netloc(host: str, port: int) -> str:
@@ -769,9 +744,9 @@ async def _unsupported_version(request: Request, version: str) -> JSONResponse:
     request_id = message.get("id") if isinstance(message, dict) and jsonrpc.usable_id(message.get("id")) else None
     text = (
         f"Bad Request: unsupported MCP-Protocol-Version {version[:40]!r}; this endpoint serves "
-        f"{', '.join((*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS))}"
+        f"{', '.join((*eras.HANDSHAKE_VERSIONS, *eras.MODERN_VERSIONS))}"
     )
-    data = {"supported": list(MODERN_PROTOCOL_VERSIONS), "requested": version[:40]}
+    data = {"supported": list(eras.MODERN_VERSIONS), "requested": version[:40]}
     error = {"code": eras.UNSUPPORTED_PROTOCOL_VERSION, "message": text, "data": data}
     return JSONResponse({"jsonrpc": "2.0", "id": request_id, "error": error}, status_code=400)
 
@@ -782,17 +757,3 @@ def _error(status: int, message: str, code: int = jsonrpc.INVALID_REQUEST) -> JS
         {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}},
         status_code=status,
     )
-
-
-async def _answer_reporting_status(
-    transport: StreamableHTTPServerTransport, scope: Scope, receive: Receive, send: Send
-) -> int | None:
-    status: list[int] = []
-
-    async def watch(message: Message) -> None:
-        if message["type"] == "http.response.start":
-            status.append(message["status"])
-        await send(message)
-
-    await transport.handle_request(scope, receive, watch)
-    return status[0] if status else None

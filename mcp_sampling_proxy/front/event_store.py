@@ -1,8 +1,8 @@
 """One `serve` session's SSE events, kept so a client whose connection dropped can resume (`Last-Event-ID`).
 
-The `mcp` SDK's `StreamableHTTPServerTransport` numbers every message it sends on an SSE stream with
-the id its `EventStore` returns, and on a GET with `Last-Event-ID` asks the store to replay what came
-after that event on the same stream (a POST's stream is its request id, the GET stream is one more).
+A session (front/http_session.py) numbers every message it sends on an SSE stream with the id `store`
+returns, and on a GET with `Last-Event-ID` asks the store to replay what came after that event on the
+same stream (a POST's stream is its request's, the GET stream is one more: `GET_STREAM`).
 This store is made per session and cleared when the session ends, so one session can never be handed
 another's events; its ids carry a random prefix of the session's own, so an id from another session
 (or a guessed one) names nothing here.
@@ -13,7 +13,7 @@ replay is given only when the client's last event is still held: then every late
 is held too (the oldest go first, and an event too big to hold drops its stream's older events and
 stays as an empty marker), so what a client gets is complete, in order and once. Otherwise `holds` says
 no and the front answers 400, as the TypeScript SDK does for an id it cannot resume from (the Python
-SDK would answer an empty stream, which its own client retries forever); but an id of the GET stream
+SDK answers an empty stream, which its own client retries forever); but an id of the GET stream
 (`-g` before its number) that is no longer held gets a fresh GET stream: what the server sends on its
 own keeps coming, and the events the client missed are gone.
 """
@@ -22,9 +22,8 @@ from __future__ import annotations
 
 import secrets
 from collections import OrderedDict, deque
+from collections.abc import Awaitable, Callable
 
-from mcp.server.streamable_http import GET_STREAM_KEY, EventCallback, EventMessage, EventStore
-from mcp_types import JSONRPCMessage, jsonrpc_message_adapter
 from msgspec import Struct
 
 from mcp_sampling_proxy.log import get_logger
@@ -33,6 +32,9 @@ log = get_logger("mcp_sampling_proxy.front.event_store")
 
 MiB = 1024 * 1024
 RETRY_MS = 1000  # the reconnection delay suggested to 2025-11-25 clients (SSE `retry:` of the priming event)
+GET_STREAM = "GET"  # the session's GET stream (a request's stream is named by its id as JSON: never this)
+
+Replayed = Callable[[str, bytes], Awaitable[None]]  # (event id, the message's line): one event sent again
 
 
 class EventLimits(Struct, frozen=True):
@@ -51,15 +53,15 @@ class _Watch(Struct):
 class _Event(Struct):
     seq: int
     stream: str
-    payload: bytes | None  # the message's JSON; None for a priming event or one too big to hold
+    payload: bytes | None  # the message's line; None for a priming event or one too big to hold
 
 
 class ReplayGap(Exception):
     """Events the replay would need were dropped while it ran: ending the stream beats a silent gap."""
 
 
-class SessionEventStore(EventStore):
-    """The SDK's `EventStore` for one session, bounded by `EventLimits`."""
+class SessionEventStore:
+    """One session's events, bounded by `EventLimits`."""
 
     def __init__(self, limits: EventLimits | None = None):
         self.limits = limits or EventLimits()
@@ -82,13 +84,13 @@ class SessionEventStore(EventStore):
         """(events, bytes) held for one stream."""
         return len(self._streams.get(stream_id, ())), self._stream_bytes.get(stream_id, 0)
 
-    # -- the SDK's interface ----------------------------------------------------------------------
-    async def store_event(self, stream_id: str, message: JSONRPCMessage | None) -> str:
+    # -- for the session ----------------------------------------------------------------------------
+    def store(self, stream_id: str, payload: bytes | None) -> str:
+        """Keep one event of a stream (`payload` None: a priming event, which holds no message); its id."""
         self._seq += 1
         event_id = self._id(stream_id, self._seq)
         if self.closed:  # the session is ending: nothing more is kept
             return event_id
-        payload = None if message is None else message.model_dump_json(by_alias=True, exclude_unset=True).encode()
         limits = self.limits
         if payload is not None and len(payload) > min(limits.stream_bytes, limits.session_bytes):
             log.warning(
@@ -112,9 +114,11 @@ class SessionEventStore(EventStore):
             self._drop(next(iter(self._events.values())))
         return event_id
 
-    async def replay_events_after(self, last_event_id: str, send_callback: EventCallback) -> str | None:
+    async def replay_after(self, last_event_id: str, send: Replayed) -> str | None:
         """Send the events of `last_event_id`'s stream that came after it, including any stored while this
-        runs; None (nothing sent) when that event is not held."""
+        runs; the stream's name, or None (nothing sent) when that event is not held. It returns with no
+        wait after its last look: a stream made live by the caller at once misses nothing and gets
+        nothing twice."""
         seq = self._seq_of(last_event_id)
         if seq is None:
             return None
@@ -131,8 +135,7 @@ class SessionEventStore(EventStore):
                     return stream_id
                 for event in pending:
                     if event.payload is not None:
-                        message = jsonrpc_message_adapter.validate_json(event.payload, by_name=False)
-                        await send_callback(EventMessage(message, self._id(stream_id, event.seq)))
+                        await send(self._id(stream_id, event.seq), event.payload)
                     last = event.seq
         finally:
             watches = self._watches[stream_id]
@@ -140,7 +143,6 @@ class SessionEventStore(EventStore):
             if not watches:
                 del self._watches[stream_id]
 
-    # -- for the front ----------------------------------------------------------------------------
     def holds(self, event_id: str) -> bool:
         """Whether a replay after `event_id` can be given: the event is this session's and still held."""
         return self._seq_of(event_id) is not None
@@ -160,7 +162,7 @@ class SessionEventStore(EventStore):
 
     # -- inside -----------------------------------------------------------------------------------
     def _id(self, stream_id: str, seq: int) -> str:
-        return f"{self._prefix}-{'g' if stream_id == GET_STREAM_KEY else ''}{seq}"
+        return f"{self._prefix}-{'g' if stream_id == GET_STREAM else ''}{seq}"
 
     def _parse(self, event_id: str) -> tuple[int, bool] | None:
         """(its number, whether it is the GET stream's) for an id of this session's form, issued already."""
@@ -176,7 +178,7 @@ class SessionEventStore(EventStore):
         if parsed is None or parsed[0] not in self._events:
             return None
         seq, on_get = parsed
-        return seq if (self._events[seq].stream == GET_STREAM_KEY) == on_get else None
+        return seq if (self._events[seq].stream == GET_STREAM) == on_get else None
 
     def _drop(self, event: _Event) -> None:
         """Drop an event, which is always the oldest held of its stream."""

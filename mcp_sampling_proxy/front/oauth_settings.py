@@ -21,6 +21,10 @@ OPTION = "--oauth-client-file"
 KEYS = ("client_id", "client_secret")
 
 
+class OAuthSetupError(Exception):
+    """The authorization server cannot be used as configured; the message says what to do."""
+
+
 @dataclasses.dataclass(frozen=True)
 class ClientCredentials:
     client_id: str

@@ -41,7 +41,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route, Router
 from starlette.types import Receive, Scope, Send
 
-from mcp_sampling_proxy.front.oauth_settings import ClientCredentials
+from mcp_sampling_proxy.front.oauth_settings import ClientCredentials, OAuthSetupError
 
 WELL_KNOWN = "/.well-known/oauth-protected-resource"
 SUBJECT_PREFIX = "oauth:"
@@ -50,10 +50,6 @@ TIMEOUT = 10.0  # s for one call to the authorization server
 # signatures by a key pair only: never "none", never a shared secret (HS256) a resource server would hold too
 ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
 JWT_TYPES = ("at+jwt", "application/at+jwt", "jwt")  # RFC 9068's, and the plain one many servers still write
-
-
-class OAuthSetupError(Exception):
-    """The authorization server cannot be used as configured; the message says what to do."""
 
 
 class AuthServerUnavailable(Exception):

@@ -9,9 +9,12 @@ module the process imported, to its end), without timing anything (timings live 
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
+import httpx
+from helpers.serving import ALICE, start_serve, stop
 from helpers.support import INITIALIZE_LINE, PY, SMALL_SERVER, proxy_env
 
 # not needed by a proxy without an HTTP provider nor a webhook, that no server asked to elicit
@@ -54,3 +57,33 @@ def test_a_start_without_an_http_provider_loads_no_http_client_webhook_nor_elici
     assert "mcp_sampling_proxy.relay.core" in imported  # the list is the proxy's own
     loaded = [name for name in imported if name in NOT_AT_START or name.partition(".")[0] in NOT_AT_START]
     assert loaded == []
+
+
+def test_serve_answers_a_session_without_loading_the_sdk(tmp_path: Path) -> None:
+    """`serve` speaks Streamable HTTP itself (front/http_session.py): its start and a session's calls load
+    neither the `mcp` SDK nor pydantic (about 0.6 s of CPU at each start), unless --oauth-issuer asks for
+    the SDK's OAuth parts."""
+    served = start_serve(tmp_path, env={"PYTHONPROFILEIMPORTTIME": "1"})
+    headers = {"Authorization": f"Bearer {ALICE}", "Accept": "application/json, text/event-stream"}
+    hello = json.loads(INITIALIZE_LINE)
+    try:
+        with httpx.Client(timeout=20) as http:
+            opened = http.post(served.url, json=hello, headers=headers)
+            assert opened.status_code == 200 and '"serverInfo"' in opened.text, opened.text
+            headers |= {"Mcp-Session-Id": opened.headers["mcp-session-id"], "MCP-Protocol-Version": "2025-11-25"}
+            call = {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "echo", "arguments": {"text": "hi"}},
+            }
+            answered = http.post(served.url, json=call, headers=headers)
+            assert answered.status_code == 200 and '"hi"' in answered.text, answered.text
+    finally:
+        assert stop(served) == 0
+    log = served.errlog.read_text()
+    imported = [line.rsplit("|", 1)[-1].strip() for line in log.splitlines() if line.startswith("import time:")]
+    assert "mcp_sampling_proxy.front.http_session" in imported  # the list is serve's own
+    assert [
+        name for name in imported if name.partition(".")[0] in ("mcp", "mcp_types", "pydantic", "sse_starlette")
+    ] == []

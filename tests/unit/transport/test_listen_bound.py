@@ -9,8 +9,11 @@ from typing import Any
 
 import anyio
 import pytest
+from starlette.types import Message, Scope
 
-from mcp_sampling_proxy.front.http_host import LISTEN_BUFFER, SESSION_BUFFER, HttpHost, StatelessHost
+from mcp_sampling_proxy.front.event_store import SessionEventStore
+from mcp_sampling_proxy.front.http_host import LISTEN_BUFFER, StatelessHost
+from mcp_sampling_proxy.front.http_session import SESSION_BUFFER, HttpSession
 from mcp_sampling_proxy.protocol.eras import SUBSCRIPTION_ID_META
 
 pytestmark = pytest.mark.anyio
@@ -54,14 +57,41 @@ async def test_a_flood_for_a_slow_listener_is_bounded_and_the_stream_goes_on() -
     assert emitted[-1] == {"jsonrpc": "2.0", "id": "mine", "result": {}}  # and still its answer, under the caller's id
 
 
-def test_a_session_whose_client_reads_slowly_holds_a_bounded_number_of_notifications() -> None:
-    """The same flood in a handshake-era session: notifications past the bound are dropped; an answer
-    and a request of the server's still go out."""
-    link = HttpHost(lambda _message: None)
+async def test_a_session_whose_client_reads_slowly_holds_a_bounded_number_of_notifications() -> None:
+    """The same flood in a handshake-era session: a client POSTs a request and reads nothing of its SSE
+    stream while the server floods its progress. Past the bound the notifications are dropped; the
+    answer, and a request of the server's, still go out, in order, once the client reads again."""
+    session = HttpSession("s1", lambda _message: 1, SessionEventStore())  # everything belongs to request 1
+    taken: list[bytes] = []
+    session.attach(taken.append)
+    call = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "slow"}}).encode()
+    headers = [(b"accept", b"application/json, text/event-stream"), (b"content-type", b"application/json")]
+    scope: Scope = {"type": "http", "method": "POST", "path": "/mcp", "headers": headers}
+    written: list[bytes] = []
+    reading = anyio.Event()
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": call, "more_body": False}
+
+    async def send(message: Message) -> None:  # the client reads nothing until the flood is over
+        if message["type"] == "http.response.body":
+            await reading.wait()
+            written.append(message["body"])
+
     progress = {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": 1, "progress": 0}}
-    for _ in range(3 * SESSION_BUFFER):  # nothing writes them out: the client reads nothing
-        link.send(json.dumps(progress).encode())
-    assert link.queued == SESSION_BUFFER
-    link.send(json.dumps({"jsonrpc": "2.0", "id": 7, "result": {}}).encode())
-    link.send(json.dumps({"jsonrpc": "2.0", "id": 8, "method": "roots/list"}).encode())
-    assert link.queued == SESSION_BUFFER + 2
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(session.handle, scope, receive, send)
+        with anyio.fail_after(5):
+            while not taken:  # the request reached the relay
+                await anyio.sleep(0.001)
+        for _ in range(3 * SESSION_BUFFER):
+            session.send(json.dumps(progress).encode())
+        assert SESSION_BUFFER - 2 <= session.queued <= SESSION_BUFFER  # (one may be on its way out)
+        session.send(json.dumps({"jsonrpc": "2.0", "id": 8, "method": "roots/list"}).encode())
+        session.send(json.dumps({"jsonrpc": "2.0", "id": 1, "result": {}}).encode())
+        assert session.queued >= SESSION_BUFFER
+        reading.set()
+    events = [chunk for chunk in written if b"event: message" in chunk]
+    assert b'"roots/list"' in events[-2] and b'"result"' in events[-1]
+    assert SESSION_BUFFER - 2 <= len(events) - 2 <= SESSION_BUFFER + 1  # the progress kept: the first ones
+    assert written[-1] == b""  # the stream ended with the answer

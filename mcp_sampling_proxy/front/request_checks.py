@@ -1,0 +1,81 @@
+"""What a request to `serve` must pass before anything reads it: its size; a POST's Content-Type; what it
+accepts; and, on loopback, a Host and an Origin that name this endpoint (no DNS rebinding: a web page's
+script cannot reach it by a name it controls).
+
+The answers are those of the `mcp` SDK's Streamable HTTP transport, which clients and tests know: 413,
+400 `Invalid Content-Type header`, 421 `Invalid Host header`, 403 `Invalid Origin header`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from msgspec import Struct
+from starlette.datastructures import Headers
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+JSON = "application/json"
+EVENT_STREAM = "text/event-stream"
+
+
+class RequestChecks(Struct, frozen=True):
+    """Host and Origin values that name this endpoint; `rebinding` False checks neither (not on loopback)."""
+
+    allowed_hosts: tuple[str, ...] = ()
+    allowed_origins: tuple[str, ...] = ()
+    rebinding: bool = False
+
+    def refusal(self, headers: Headers, *, is_post: bool) -> Response | None:
+        """The answer that refuses the request, or None when it passes."""
+        if is_post and not headers.get("content-type", "").lower().startswith(JSON):
+            return Response("Invalid Content-Type header", status_code=400)
+        if not self.rebinding:
+            return None
+        if headers.get("host") not in self.allowed_hosts:
+            return Response("Invalid Host header", status_code=421)
+        origin = headers.get("origin")
+        if origin and origin not in self.allowed_origins:  # a request of no page has none
+            return Response("Invalid Origin header", status_code=403)
+        return None
+
+
+def accepts(headers: Headers) -> tuple[bool, bool]:
+    """(JSON, an event stream): what the Accept header takes, wildcards (RFC 9110) included."""
+    types = {part.split(";")[0].strip().lower() for part in headers.get("accept", "").split(",")}
+    anything = "*/*" in types
+    return anything or bool(types & {JSON, "application/*"}), anything or bool(types & {EVENT_STREAM, "text/*"})
+
+
+def limit_body(app: ASGIApp, max_bytes: int) -> ASGIApp:
+    """`app`, behind a 413 for a body over `max_bytes` (declared or sent): the body is read whole first."""
+
+    async def limited(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        declared = Headers(scope=scope).get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+            await Response("Request body too large", status_code=413)(scope, receive, send)
+            return
+        body = bytearray()
+        held: deque[Message] = deque()
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                held.append(message)  # the client went away before the end of its body
+                break
+            body += message.get("body", b"")
+            if len(body) > max_bytes:
+                await Response("Request body too large", status_code=413)(scope, receive, send)
+                return
+            if not message.get("more_body", False):
+                break
+        held.appendleft({"type": "http.request", "body": bytes(body), "more_body": False})
+
+        async def replay() -> Message:
+            return held.popleft() if held else await receive()
+
+        await app(scope, replay, send)
+
+    return limited
