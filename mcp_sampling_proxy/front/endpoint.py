@@ -46,6 +46,7 @@ from urllib.parse import urlsplit
 import anyio
 import anyio.abc
 from msgspec import Struct, field
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -195,14 +196,15 @@ class Front:
         if scope["type"] != "http":
             return
         request = Request(scope, receive)
-        if request.url.path == HEALTH and request.method in ("GET", "HEAD"):
+        path = scope["path"]
+        if path == HEALTH and scope["method"] in ("GET", "HEAD"):
             await _healthy()(scope, receive, send)
             return
         guard = self.options.oauth
-        if guard is not None and guard.publishes(request.url.path):  # RFC 9728: how to get a token
+        if guard is not None and guard.publishes(path):  # RFC 9728: how to get a token
             await guard.metadata(scope, receive, send)
             return
-        if request.url.path.rstrip("/") != ENDPOINT:
+        if path.rstrip("/") != ENDPOINT:
             await _error(404, f"Not Found: the MCP endpoint is {ENDPOINT}")(scope, receive, send)
             return
         if guard is not None:
@@ -250,11 +252,13 @@ class Front:
         if refused is not None:
             await refused(scope, receive, send)
             return
-        resume = request.headers.get("last-event-id")
+        headers = request.headers
+        resume = headers.get("last-event-id")
         if request.method == "GET" and resume is not None and not served.http.events.holds(resume):
             if served.http.events.was_get_streams(resume):  # its missed events are gone: the stream goes on
                 log.warning("a GET stream resumed after events no longer kept", session=session_id[:8])
                 scope = _without(scope, b"last-event-id")
+                headers = Headers(scope=scope)
             else:
                 await _error(
                     400,
@@ -262,7 +266,7 @@ class Front:
                     "kept): send the request again",
                 )(scope, receive, send)
                 return
-        await served.http.handle(scope, receive, send)
+        await served.http.handle(scope, receive, send, headers)
         if served.http.terminated:
             served.end("the client ended the session (DELETE)")
 

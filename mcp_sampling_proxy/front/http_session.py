@@ -46,8 +46,8 @@ Event = tuple[bytes, bool]  # an SSE event as written, and whether it ends its s
 
 
 def stream_of(request_id: Any) -> str:
-    """A request's stream name: its id as JSON, so 1 and "1" are two streams, and none is `GET_STREAM`."""
-    return jsonrpc.dumps(request_id).decode()
+    """A request's stream name: 1 and "1" are two streams, and none is `GET_STREAM`."""
+    return str(request_id) if isinstance(request_id, int) else '"' + str(request_id)
 
 
 def _event(event_id: str | None, line: bytes) -> bytes:
@@ -135,23 +135,23 @@ class HttpSession:
         self.close()
 
     # -- from the client ----------------------------------------------------------------------------
-    async def handle(self, scope: Scope, receive: Receive, send: Send) -> int:
-        """Answer one HTTP request of this session; its status. A request in flight (an open stream
-        included) holds the session: the idle countdown starts again when the last one ends."""
+    async def handle(self, scope: Scope, receive: Receive, send: Send, headers: Headers | None = None) -> int:
+        """Answer one HTTP request of this session (`headers`: its headers, when read already); its status. A
+        request in flight (an open stream included) holds the session: the idle countdown starts again when
+        the last one ends."""
         if self.terminated:
             return await _answer(_error(404, "Not Found: Session has been terminated"), scope, receive, send)
         self._in_flight += 1
         self.idle_scope.deadline = math.inf
         try:
-            return await self._handle(scope, receive, send)
+            return await self._handle(scope, receive, send, headers or Headers(scope=scope))
         finally:
             self._in_flight -= 1
             if not self._in_flight and self._idle_timeout is not None:
                 self.idle_scope.deadline = anyio.current_time() + self._idle_timeout
 
-    async def _handle(self, scope: Scope, receive: Receive, send: Send) -> int:
+    async def _handle(self, scope: Scope, receive: Receive, send: Send, headers: Headers) -> int:
         method = scope["method"]
-        headers = Headers(scope=scope)
         if method == "POST":
             return await self._post(scope, receive, send, headers)
         if method == "GET":
@@ -270,6 +270,8 @@ class HttpSession:
         the client leaving; a comment after PING_SECONDS of quiet. A POST's stream is not watched for its
         client leaving: writes to it go nowhere, and its answer ends it."""
         self._writing += 1
+        ended = False
+        event: bytes | None = None
         try:
             while True:
                 try:
@@ -277,15 +279,14 @@ class HttpSession:
                 except anyio.WouldBlock:
                     with anyio.move_on_after(PING_SECONDS):
                         event, last = await inbox.receive()
-                        await send({"type": "http.response.body", "body": event, "more_body": True})
-                        if last:
-                            return
+                    if event is None:
+                        await send({"type": "http.response.body", "body": b": ping\r\n\r\n", "more_body": True})
                         continue
-                    await send({"type": "http.response.body", "body": b": ping\r\n\r\n", "more_body": True})
-                    continue
-                await send({"type": "http.response.body", "body": event, "more_body": True})
-                if last:
+                await send({"type": "http.response.body", "body": event, "more_body": not last})
+                if last:  # the answer ended the response
+                    ended = True
                     return
+                event = None
         except anyio.EndOfStream:
             pass
         finally:
@@ -296,7 +297,7 @@ class HttpSession:
             self._writing -= 1
             if self._closed and not self._writing:
                 self.drained.set()
-            if stream != GET_STREAM:
+            if stream != GET_STREAM and not ended:
                 with anyio.CancelScope(shield=True):
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
 
