@@ -188,7 +188,7 @@ class ModernLeg:
         except Exception as exc:  # it could not start (its error says why): the call gets the server's refusal
             log.warning("could not open a 2026-07-28 connection to the server", error=str(exc))
             return None
-        self._children.update(_own_children(upstream))
+        self._children.update(own_children(upstream))
         await upstream.attach(on_line, on_end, max_line=self._max_line)
         start_egress(self._tg, upstream, self._settings, self._name, self._services, self._audit, self._relay)
         self.upstream = upstream
@@ -196,9 +196,11 @@ class ModernLeg:
         return upstream.send
 
     async def close(self, grace: float) -> None:
+        """Stop the second process. What it left behind is its front's to end, with every process the
+        front still runs spared (a `serve` runs other sessions' servers beside it)."""
         if self.upstream is not None:
             await self.upstream.stop(grace)
-            await _end_strays(self.upstream)
+            self._children.difference_update(own_children(self.upstream))
 
 
 async def open_relay(
@@ -359,7 +361,7 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
 
     exit_code = 0
     modern: ModernLeg | None = None
-    children = _own_children(upstream)
+    children = own_children(upstream)
     try:
         async with anyio.create_task_group() as tg:
             await tg.start(console.serve)
@@ -416,9 +418,9 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
         log.exception("proxy failed; stopping the upstream server")
         with anyio.CancelScope(shield=True):
             await upstream.stop(1.0)
-            await _end_strays(upstream)
             if modern is not None:
                 await modern.close(1.0)
+            await _end_strays(upstream)
         raise
     await adapters.aclose()
     await services.limiters.aclose()
@@ -535,12 +537,12 @@ def _tool_pins(settings: Settings) -> Any:
 
 async def _end_strays(upstream: Upstream) -> None:
     """What the server started and left outside its process group ends with the proxy too."""
-    ended = await end_strays(_own_children(upstream))
+    ended = await end_strays(own_children(upstream))
     if ended:
         log.info("ended processes the server left behind (outside its process group)", count=ended)
 
 
-def _own_children(upstream: Upstream) -> set[int]:
+def own_children(upstream: object) -> set[int]:
     """Children the orphan reaper must leave alone: the upstream is waited for by its Popen, and its
     group guard by `GroupGuard.stand_down` (which kills it by pid: a pid reaped here could be reused)."""
     process = getattr(upstream, "process", None)

@@ -77,12 +77,14 @@ from mcp_sampling_proxy.runtime import (
     build_adapters,
     build_services,
     open_relay,
+    own_children,
     start_egress,
     upstream_ended,
     warm_up,
 )
 from mcp_sampling_proxy.services.sampling.adapters import AdapterPool
 from mcp_sampling_proxy.system.addresses import is_loopback
+from mcp_sampling_proxy.system.hardening import end_strays, reap_orphans_forever
 from mcp_sampling_proxy.transport.http import HttpUpstream
 from mcp_sampling_proxy.transport.sandbox import Plan
 from mcp_sampling_proxy.transport.stdio import SpawnError, StdioUpstream, spawn
@@ -173,6 +175,9 @@ class Front:
         self.lanes: dict[str | None, _Lane] = {}  # by caller: 2026-07-28 requests
         self._tg: anyio.abc.TaskGroup | None = None
         self._shared: Multiplexer | None = None  # --shared-upstream: the one upstream, once started
+        # every server process (and its group guard) a session, lane or shared upstream runs now: what `serve`,
+        # their subreaper, must neither collect as an orphan nor end as a stray
+        self._children: set[int] = set()
         self._sharing = anyio.Lock()
         self.adapters: AdapterPool = build_adapters(settings, None)
         self.offered = capabilities.offers(
@@ -400,6 +405,7 @@ class Front:
         existing = self.lanes.get(client)
         if existing is not None and not existing.ended.is_set():  # opened by another request while this one waited
             await upstream.stop(0)
+            self._children.difference_update(own_children(upstream))
             return existing
         lane = _Lane(
             upstream, client, Session(name_override=self.options.name, client=client, served=uuid.uuid4().hex[:12])
@@ -425,7 +431,7 @@ class Front:
                     self.options.name,
                     limit,
                     another=None,
-                    children=set(),
+                    children=self._children,
                     on_upstream_end=lambda: lane.end("upstream"),
                     keepalive_seconds=0.0,  # a JSON answer has no stream to keep alive
                 )
@@ -451,6 +457,7 @@ class Front:
                 if self.lanes.get(lane.client) is lane:
                     del self.lanes[lane.client]
                 code = await lane.upstream.stop(END_GRACE)
+                self._children.difference_update(own_children(lane.upstream))
                 log.info(
                     "2026-07-28 caller's server ended",
                     client=lane.client,
@@ -488,6 +495,7 @@ class Front:
             if self._shared is None or self._shared.ended.is_set():
                 if self._shared is not None:  # it exited: reap it, and start another for this session
                     await self._shared.stop(0)
+                    self._children.difference_update(own_children(self._shared.upstream))
                 shared = Multiplexer(self._start_upstream())
                 await shared.start(max_line=self.options.max_message_bytes)
                 assert self._tg is not None
@@ -505,7 +513,11 @@ class Front:
         process = spawn(
             self.options.command, child_environment(os.environ, set(self.options.hidden)), sandbox=self.options.sandbox
         )
-        return StdioUpstream(process, self.options.name, self.options.sandbox.notes() if self.options.sandbox else None)
+        upstream = StdioUpstream(
+            process, self.options.name, self.options.sandbox.notes() if self.options.sandbox else None
+        )
+        self._children.update(own_children(upstream))  # at once: no orphan reaping comes in between
+        return upstream
 
     # -- one session ---------------------------------------------------------------------------
     async def _run(
@@ -529,7 +541,7 @@ class Front:
                         self.options.name,
                         self.options.max_message_bytes,
                         another=self._start_upstream,
-                        children=set(),
+                        children=self._children,
                         on_upstream_end=lambda: served.end("upstream"),
                     )
                     served.relay = relay
@@ -561,6 +573,7 @@ class Front:
                 if served.relay is not None:
                     served.relay.cancel_all()
                 code = await served.upstream.stop(END_GRACE)
+                self._children.difference_update(own_children(served.upstream))
                 if modern is not None:
                     await modern.close(END_GRACE)
                 http.events.clear()
@@ -574,7 +587,10 @@ class Front:
 
     # -- the process ---------------------------------------------------------------------------
     async def serve(self, listener: socket.socket) -> None:
-        """Listen until SIGTERM or SIGINT; then end every session and its server."""
+        """Listen until SIGTERM or SIGINT; then end every session and its server, and what they left
+        behind. `serve` is the subreaper of its servers' orphans (commands/serve.py): it collects those
+        that exit while it runs, and ends those still running when it stops, as the stdio proxy does at
+        its end (in the sandbox they end with their server's PID namespace already)."""
         warm_up(self.adapters)
         telemetry = _start_telemetry(self.settings, self.audit)
         config = server_config(self.app, host=self.options.host, port=self.options.port)
@@ -592,7 +608,13 @@ class Front:
                     idle_timeout=self.options.idle_timeout,
                 )
                 survive_signal_replay(server)
+                assert self._tg is not None
+                self._tg.start_soon(reap_orphans_forever, self._children)
                 await server.serve(sockets=[listener])
+            with anyio.CancelScope(shield=True):
+                ended = await end_strays(self._children)
+            if ended:
+                log.info("ended processes the servers left behind (outside their process groups)", count=ended)
         finally:
             if telemetry is not None:
                 await anyio.to_thread.run_sync(telemetry.shutdown)

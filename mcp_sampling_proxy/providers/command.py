@@ -59,6 +59,7 @@ from mcp_sampling_proxy.protocol.content import as_blocks
 from mcp_sampling_proxy.protocol.wire_types import CreateMessageParams
 from mcp_sampling_proxy.providers.base import Completion, LLMError, UnsupportedContentError
 from mcp_sampling_proxy.providers.errors import unsupported, unsupported_role
+from mcp_sampling_proxy.system.hardening import waiting_for
 from mcp_sampling_proxy.system.shared_files import open_regular
 from mcp_sampling_proxy.text.redact import Redactor
 from mcp_sampling_proxy.text.sanitize import one_line
@@ -395,23 +396,24 @@ class CommandAdapter:
             raise LLMError(
                 f"{self.label}: cannot run '{one_line(argv[0], 120)}': {exc.strerror or exc}", provider=self.config.name
             ) from exc
-        stdout, stderr = bytearray(), bytearray()
-        too_much = False
-        finished = False
-        try:
-            with anyio.move_on_after(self.config.total_timeout) as deadline:
-                async with anyio.create_task_group() as group:
-                    group.start_soon(_feed, process, stdin)
-                    group.start_soon(_drain, process.stdout, stdout, MAX_STDOUT, group.cancel_scope.cancel)
-                    group.start_soon(_drain, process.stderr, stderr, STDERR_KEPT, None)
-                too_much = len(stdout) > MAX_STDOUT
-                if not too_much:
-                    await process.wait()
-                    finished = True
-        finally:
-            if not finished:  # timed out, cancelled, or printed too much: the whole tree goes
-                with anyio.CancelScope(shield=True):
-                    await _kill_group(process)
+        with waiting_for(process.pid):  # its own session, as a server's orphans: not the orphan reaper's
+            stdout, stderr = bytearray(), bytearray()
+            too_much = False
+            finished = False
+            try:
+                with anyio.move_on_after(self.config.total_timeout) as deadline:
+                    async with anyio.create_task_group() as group:
+                        group.start_soon(_feed, process, stdin)
+                        group.start_soon(_drain, process.stdout, stdout, MAX_STDOUT, group.cancel_scope.cancel)
+                        group.start_soon(_drain, process.stderr, stderr, STDERR_KEPT, None)
+                    too_much = len(stdout) > MAX_STDOUT
+                    if not too_much:
+                        await process.wait()
+                        finished = True
+            finally:
+                if not finished:  # timed out, cancelled, or printed too much: the whole tree goes
+                    with anyio.CancelScope(shield=True):
+                        await _kill_group(process)
         if deadline.cancelled_caught:
             raise LLMError(
                 f"{self.label} did not finish within its {self.config.total_timeout:g} s timeout and was stopped; "

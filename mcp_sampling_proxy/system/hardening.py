@@ -20,7 +20,7 @@ import socket
 import struct
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -298,6 +298,21 @@ def refusal(pid: int | None, *, own_pid: int | None = None) -> str | None:
 
 
 # --- reaping orphans ------------------------------------------------------------------------------
+_WAITED_FOR: set[int] = set()  # children their starter waits for itself (a command provider's run): never an orphan's
+
+
+@contextlib.contextmanager
+def waiting_for(pid: int) -> Iterator[None]:
+    """While the body runs, the child `pid` (started in a session of its own, as a server's orphans are)
+    is its starter's to wait for: the orphan reaper never collects it (which would steal its exit status)
+    and `end_strays` never ends it."""
+    _WAITED_FOR.add(pid)
+    try:
+        yield
+    finally:
+        _WAITED_FOR.discard(pid)
+
+
 def children(pid: int | None = None) -> list[int] | None:
     """Direct children of a process (None when /proc cannot tell)."""
     pid = pid or os.getpid()
@@ -321,7 +336,7 @@ def reap_orphans(keep: set[int]) -> list[int]:
     reaped: list[int] = []
     own_session = os.getsid(0)
     for child in children() or []:
-        if child in keep:
+        if child in keep or child in _WAITED_FOR:
             continue
         try:
             if os.getsid(child) == own_session:
@@ -340,7 +355,7 @@ def _strays(keep: set[int]) -> list[int]:
     own_session = os.getsid(0)
     found = []
     for child in children() or []:
-        if child in keep:
+        if child in keep or child in _WAITED_FOR:
             continue
         try:
             if os.getsid(child) != own_session:

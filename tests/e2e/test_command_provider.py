@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 import anyio
 import pytest
 from helpers.cli_standins import install, path_with, runs
-from helpers.support import proxy_command, proxy_env, sdk_host, tool_json, write_policy
+from helpers.support import PY, proxy_command, proxy_env, sdk_host, tool_json, write_policy
 
 pytestmark = pytest.mark.anyio
 ALLOW = "rules:\n  - name: allow-all\n    action: allow\n"
@@ -154,3 +155,30 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
     except OSError:
         return True
+
+
+REAPED = """
+import subprocess, sys, time
+from mcp_sampling_proxy.system.hardening import reap_orphans, waiting_for
+command = subprocess.Popen(["sh", "-c", "exit 7"], start_new_session=True)
+if sys.argv[1] == "waited":
+    with waiting_for(command.pid):
+        time.sleep(0.3)  # it has exited, uncollected
+        print(command.pid in reap_orphans(set()), command.wait(5))
+else:
+    time.sleep(0.3)
+    print(command.pid in reap_orphans(set()), command.wait(5))
+"""
+
+
+@pytest.mark.parametrize("waited", [True, False])
+def test_a_command_the_proxy_waits_for_is_not_collected_as_an_orphan(waited: bool) -> None:
+    """A provider's command runs in a session of its own, as a server's orphans do; the orphan reaper
+    (run by every proxy, which is its servers' subreaper) must leave it to the adapter that waits for it,
+    or the adapter reads a stolen exit status. Shown with the reaper's own pass, in a process of its own:
+    a command marked `waiting_for` keeps its exit status of 7; one not marked is collected (its status
+    taken: the adapter would see 0)."""
+    done = subprocess.run(
+        [PY, "-c", REAPED, "waited" if waited else "not"], capture_output=True, text=True, timeout=30, check=True
+    )
+    assert done.stdout.split() == (["False", "7"] if waited else ["True", "0"])

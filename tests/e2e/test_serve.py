@@ -39,6 +39,7 @@ from helpers.support import (
 pytestmark = pytest.mark.anyio
 
 ACCEPT = "application/json, text/event-stream"
+LEAVER = Path(__file__).parent.parent / "fixtures" / "leaver_server.py"
 INITIALIZE = {
     "jsonrpc": "2.0",
     "id": 1,
@@ -132,3 +133,53 @@ async def test_ending_serve_ends_every_server(tmp_path: Path, how: signal.Signal
     assert len(servers) == 2
     assert served.process.returncode == (0 if how == signal.SIGTERM else -signal.SIGKILL)
     assert await anyio.to_thread.run_sync(lambda: wait_until(lambda: not any(map(alive, servers))))
+
+
+async def test_what_a_sessions_server_leaves_behind_is_collected_and_ends_with_serve(tmp_path: Path) -> None:
+    """Unconfined (no sandbox's PID namespace to end them), a server's orphans come to `serve` as their
+    subreaper, as they come to the stdio proxy: one that exits is collected (no zombie piles up under a
+    long-running `serve`), and one that left the server's process group ends when `serve` stops."""
+    out = tmp_path / "left"
+    out.mkdir()
+    policy = write_policy(tmp_path, "sandbox: off\n")
+    served = start_serve(tmp_path, policy=policy, upstream=["--", PY, str(LEAVER), str(out)])
+    try:
+        async with http_host(served.url, ALICE) as client:
+            assert first_text(await client.call_tool("leave", {})) == "left two behind"
+            assert await anyio.to_thread.run_sync(lambda: wait_until(lambda: (out / "daemon").exists()))
+            quick, daemon = int((out / "quick").read_text()), int((out / "daemon").read_text())
+            assert await anyio.to_thread.run_sync(lambda: wait_until(lambda: not Path(f"/proc/{quick}").exists()))
+            assert alive(daemon)  # while serve runs, a session's daemon is its server's business
+    finally:
+        assert stop(served) == 0
+    assert await anyio.to_thread.run_sync(lambda: wait_until(lambda: not alive(daemon)))
+
+
+async def test_a_session_whose_second_connection_ends_leaves_the_other_sessions_servers_alone(
+    tmp_path: Path,
+) -> None:
+    """A session whose server asks for input only in the 2026 era gets a second connection (another
+    process of the server) for such a call. When that session ends, what its second process left behind
+    ends with it, and nothing else: the other sessions' servers are `serve`'s children too, and must not
+    be taken for the one session's strays."""
+    out = tmp_path / "left"
+    out.mkdir()
+    policy = write_policy(tmp_path, "sandbox: off\n")
+    served = start_serve(tmp_path, policy=policy, upstream=["--", PY, str(LEAVER), str(out)])
+    try:
+        async with http_host(served.url, BOB) as bob:
+            await bob.list_tools()
+            bobs = server_children(served.process.pid)
+            assert len(bobs) == 1, bobs
+            async with http_host(served.url, ALICE) as alice:
+                answer = first_text(await alice.call_tool("modern", {}))
+                assert answer.startswith("answered by") and int(answer.split()[-1]) not in bobs  # a second process
+            # alice's session ended (her client deleted it), with both its processes
+            assert await anyio.to_thread.run_sync(
+                lambda: wait_until(lambda: server_children(served.process.pid) == bobs)
+            ), (server_children(served.process.pid), bobs, [alive(pid) for pid in bobs])
+            await anyio.sleep(1.0)  # what ends at a session's end has ended
+            assert all(map(alive, bobs))
+            assert [tool.name for tool in (await bob.list_tools()).tools] == ["leave", "modern"]
+    finally:
+        assert stop(served) == 0
