@@ -101,20 +101,23 @@ def build_services(
     approvals_store: Any = None,
     tool_pins: Any = None,
     server_target: str = "",
+    limits: Limiters | None = None,
 ) -> Services:
     """The services behind the relay's ports, wired as the proxy runs them (tests run the same wiring).
     `tool_pins`: the pins store (quotas/tool_pins.py; None: no pinning); `server_target`: the server's
-    command line or URL, which with its name says whose pins they are."""
+    command line or URL, which with its name says whose pins they are; `limits`: the process's limiters
+    when it runs more than this session (`serve`), which this one's share."""
     approver = Approver(
         build_channels(settings.approval.channels, ChannelNeeds(terminal, console, settings.approval.webhook)),
         timeout=settings.approval.timeout,
         memory=ApprovalMemory(store=approvals_store),
         quorum=settings.approval.quorum,
     )
-    limiters = Limiters(
-        shared=shared_state(settings.state),
-        max_in_hand=2 * (settings.sampling.max_concurrent + settings.sampling.max_queued),
-    )
+    max_in_hand = 2 * (settings.sampling.max_concurrent + settings.sampling.max_queued)
+    if limits is not None:
+        limiters = limits.sharing(max_in_hand)
+    else:
+        limiters = Limiters(shared=shared_state(settings.state), max_in_hand=max_in_hand)
     sampling = SamplingService(settings, adapters, approver, audit, limiters)
     elicitation = ElicitationService(
         settings, ElicitationConsoles(settings.approval.channels, terminal, console), audit, limiters

@@ -64,6 +64,7 @@ from mcp_sampling_proxy.front.tokens import Tokens
 from mcp_sampling_proxy.log import Throttle, get_logger
 from mcp_sampling_proxy.protocol import capabilities, eras, jsonrpc
 from mcp_sampling_proxy.protocol.names import PROTOCOL_VERSION_META
+from mcp_sampling_proxy.quotas.limiters import Limiters, shared_state
 from mcp_sampling_proxy.relay.core import Relay
 from mcp_sampling_proxy.relay.multiplex import Branch, Multiplexer
 from mcp_sampling_proxy.relay.session import Session
@@ -190,6 +191,7 @@ class Front:
         self.audit = AuditLog.from_settings(settings, stamp={"replica": options.replica} if options.replica else None)
         self.console = ConsoleServer(lambda: options.name, lambda: "HTTP clients")
         self._approvals = _approvals_store()
+        self._limits = Limiters(shared=shared_state(settings.state))
         self._pins = _tool_pins(settings)
         resource = options.oauth.settings.resource if options.oauth else None
         self._checks = _checks(options.host, options.port, resource, options.allowed_hosts)
@@ -484,6 +486,7 @@ class Front:
             approvals_store=self._approvals,
             tool_pins=self._pins,
             server_target=self.options.target,  # as the stdio proxy names it: the same pins
+            limits=self._limits,  # rate and concurrency limits count per serve, not per session
         )
 
     # -- the upstream ----------------------------------------------------------------------------
@@ -637,6 +640,7 @@ class Front:
                     code = await self._shared.stop(END_GRACE)
                 log.info("shared server ended", server_exit=self._shared.upstream.describe_end(code))
             await self.adapters.aclose()
+            await self._limits.aclose()
             if self.options.oauth is not None:
                 await self.options.oauth.aclose()
             self.audit.close()

@@ -470,6 +470,16 @@ class Limiters:
         self._shared_full_until: dict[str, float] = {}  # key -> when the shared window said it has room again
         self._counting: set[Any] = set()  # tasks counting host-answered admissions in the shared window
 
+    def sharing(self, max_in_hand: int | None) -> Limiters:
+        """Limiters for one more session of the same proxy process (`serve` runs many): the same rate and
+        concurrency windows and shared store, so a limit counts per process as the policy says, not per
+        session a caller can open again; a hand of its own (`max_in_hand` counts one server's requests).
+        Budgets live in the state file (or the shared store), which every holder reads."""
+        other = Limiters(shared=self.shared, max_in_hand=max_in_hand)
+        other.rate, other.concurrency = self.rate, self.concurrency
+        other._shared_full_until, other._counting = self._shared_full_until, self._counting
+        return other
+
     @asynccontextmanager
     async def hold(self, rule: Rule | None, key: str) -> AsyncIterator[Refusal | None]:
         """Rate limit and concurrency slot for the duration of one request."""

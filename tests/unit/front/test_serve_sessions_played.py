@@ -174,3 +174,20 @@ async def test_an_initialize_that_cannot_take_an_event_stream_gets_406_and_start
     )
     assert opened.status_code == 200
     assert len(served.servers) == 1  # the refused request started none
+
+
+async def test_a_rate_limit_counts_every_session_of_one_serve(tmp_path: Path, llm: FakeLLMServer) -> None:
+    """Rate and concurrency limits count per proxy process (the policy reference): a rule's 2 a minute is
+    2 for the whole `serve`, so neither a second client nor a new session of the same one gets a third."""
+    rules = "rules:\n  - name: everyone\n    action: allow\n    rate_limit: {requests: 2, per: 1m}\n"
+    audit = f"audit:\n  path: {tmp_path / 'audit.jsonl'}\n"
+    policy = write_policy(tmp_path, openai_policy(llm.base_url, extra=audit, rules=rules))
+    async with played_sessions("--token-file", token_file(tmp_path), policy=policy) as served:
+        async with served.client(ALICE) as alice:
+            for _ in range(2):
+                assert "content" in tool_json(await alice.call_tool("sample", {"prompt": "hi"}))
+        async with served.client(ALICE) as again, served.client(BOB) as bob:
+            for client in (again, bob):
+                refused = await client.call_tool("sample", {"prompt": "hi"})
+                assert "rate limit of rule 'everyone'" in json.dumps(tool_json(refused)), tool_json(refused)
+    assert [record["decision"] for record in served.audit()] == ["allow", "allow", "deny", "deny"]
