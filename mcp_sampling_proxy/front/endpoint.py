@@ -353,7 +353,7 @@ class Front:
         if refused is not None:
             return refused
         try:
-            message = jsonrpc.parse(await request.body())
+            message = jsonrpc.parse_keeping_integers(await request.body())  # encoded again for the lane
         except ValueError as exc:
             return _error(400, f"Parse error: {exc}", jsonrpc.PARSE_ERROR)
         if not isinstance(message, dict) or not isinstance(message.get("method"), str):

@@ -56,7 +56,7 @@ class StatelessHost:
         subscription's notification goes on its listen stream, a request's progress and the log messages
         on the streams of the requests in flight; anything else is dropped."""
         try:
-            message = jsonrpc.parse(line)
+            message = jsonrpc.parse_keeping_integers(line)  # encoded again, under the caller's id
         except ValueError:
             return
         if not isinstance(message, dict):

@@ -108,7 +108,7 @@ class HttpSession:
             related = self._owner(message)
             stream = stream_of(related) if related is not None else GET_STREAM
         if b"\r" in line or b"\n" in line:  # a server's own whitespace: an SSE data line holds none
-            line = jsonrpc.dumps(jsonrpc.parse_exact(line) if jsonrpc.has_long_integers(line) else message)
+            line = jsonrpc.dumps(jsonrpc.parse_keeping_integers(line))
         event_id = self.events.store(stream, line)
         live = self._live.get(stream)
         if live is not None:
@@ -181,7 +181,7 @@ class HttpSession:
             return await _answer(_error(400, problem, jsonrpc.INVALID_PARAMS), scope, receive, send)
         line = body.strip()
         if b"\n" in line or b"\r" in line:  # the relay reads lines
-            line = jsonrpc.dumps(jsonrpc.parse_exact(body) if jsonrpc.has_long_integers(body) else message)
+            line = jsonrpc.dumps(jsonrpc.parse_keeping_integers(body))
         assert self._on_line is not None, "attach() first"
         if "method" not in message or "id" not in message:  # a notification, or an answer to the server
             self._on_line(line)

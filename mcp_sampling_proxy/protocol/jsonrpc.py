@@ -65,6 +65,13 @@ def parse_exact(line: bytes) -> Any:
     return json.loads(line)
 
 
+def parse_keeping_integers(line: bytes) -> Any:
+    """`parse` (strict: ValueError when `line` is not JSON), for a message that will be encoded again:
+    integers past 64 bits stay exact, as the peer wrote them."""
+    message = parse(line)
+    return parse_exact(line) if has_long_integers(line) else message
+
+
 def as_object(value: Any) -> dict[str, Any]:
     """`value` when it is a JSON object, else an empty one: for reading optional parts of a peer's
     message (params, _meta, result) without a check at every step."""

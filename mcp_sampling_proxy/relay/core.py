@@ -576,9 +576,11 @@ class Relay:
             self._deliver(msg, line, request)
 
     def _deliver(self, msg: JsonRpcResponse, line: bytes, request: HostRequest) -> None:
-        """The server's answer to a host request, to the host (completed for a 2026 host)."""
+        """The server's answer to a host request, to the host (completed for a 2026 host). `line` is `msg`
+        as the server wrote it (or as the relay rewrote it): an answer encoded again is read from it
+        exactly when it holds integers past 64 bits, which `msg` holds as floats."""
         if self.bridge.host_era == "modern":  # whatever the server speaks: a result as a 2026 host requires it
-            completed = self.bridge.server_result(msg, request)
+            completed = self.bridge.server_result(_exact(msg, line), request)
             if completed is not None:
                 self._finish(request, completed)
                 return
@@ -586,7 +588,7 @@ class Relay:
             self._forget(request)
             self._to_host(line)
             return
-        self._finish(request, msg)
+        self._finish(request, _exact(msg, line))
 
     async def _initialize_refused(self, request: HostRequest, error: JsonObject) -> None:
         try:
@@ -1141,6 +1143,11 @@ class Relay:
         for request in list(self.session.inflight.values()) + list(self._moved.values()):
             if request.resolving is not None:
                 request.resolving.scope.cancel()
+
+
+def _exact(msg: JsonRpcResponse, line: bytes) -> JsonRpcResponse:
+    """`msg`, read again from `line` with every integer exact when `line` holds some past 64 bits."""
+    return cast(JsonRpcResponse, jsonrpc.parse_exact(line)) if jsonrpc.has_long_integers(line) else msg
 
 
 def _kept_tools(line: bytes, listed: dict[str, Any], shown: dict[str, Any]) -> dict[str, Any]:

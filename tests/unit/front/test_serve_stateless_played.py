@@ -198,3 +198,28 @@ async def test_a_method_the_2026_callers_server_does_not_have_gets_404(tmp_path:
         answer = await served.http.post(served.url, json=unknown, headers=modern_headers(ALICE, "tools/frobnicate"))
     assert answer.status_code == 404
     assert answer.json()["id"] == 3 and answer.json()["error"]["code"] == -32601
+
+
+BIG = 123456789012345678901234  # past 64 bits: a float to a parser that reads every number as a double
+OWN = 98765432109876543210987
+
+
+def big_numbers(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """A server whose tool answers with the number it was given and one of its own, both past 64 bits."""
+    if message.get("id") is None:
+        return []
+    got = ((message.get("params") or {}).get("arguments") or {}).get("n")
+    result = {"content": [{"type": "text", "text": "numbers"}], "structuredContent": {"got": got, "own": OWN}}
+    return [{"jsonrpc": "2.0", "id": message["id"], "result": result}]
+
+
+@pytest.mark.parametrize("accept", ["application/json", ACCEPT])
+async def test_a_2026_call_keeps_integers_past_64_bits_both_ways(tmp_path: Path, accept: str) -> None:
+    """Numbers are passed on as written, as directly: a request's and an answer's integers past 64 bits
+    reach the server and the caller exact, answered as JSON or as a stream."""
+    call = modern_request(7, "tools/call", {"name": "big", "arguments": {"n": BIG}})
+    headers = {**modern_headers(ALICE, "tools/call"), "Accept": accept}
+    async with played_sessions("--token-file", token_file(tmp_path), script=big_numbers) as served:
+        answer = await served.http.post(served.url, content=json.dumps(call).encode(), headers=headers)
+    assert answer.status_code == 200, answer.text
+    assert f'"got":{BIG}' in answer.text.replace(" ", "") and f'"own":{OWN}' in answer.text.replace(" ", "")
