@@ -11,13 +11,16 @@ import anyio
 from mcp_sampling_proxy.config.providers import ProviderConfig
 from mcp_sampling_proxy.providers.base import Adapter
 from mcp_sampling_proxy.providers.registry import make_adapter
+from mcp_sampling_proxy.quotas.limiters import SamplingGate
 from mcp_sampling_proxy.services.assess import usable_providers
 
 
 class AdapterPool:
-    """Adapters by provider name, created on first use."""
+    """Adapters by provider name, created on first use; and the gate every LLM call of the process passes
+    (`sampling.max_concurrent`, `max_queued`), one for all of a `serve`'s sessions as for a proxy's one."""
 
     def __init__(self, providers: list[ProviderConfig], terminal: Any = None):
+        self._gate: SamplingGate | None = None
         self._configs = {p.name: p for p in providers}
         self._terminal = terminal
         self._adapters: dict[str, Adapter] = {}
@@ -35,6 +38,13 @@ class AdapterPool:
     @property
     def can_use_tools(self) -> bool:
         return bool(usable_providers(self.configs, tools=True))
+
+    def gate(self, max_concurrent: int, max_queued: int) -> SamplingGate:
+        """The gate every LLM call made with these adapters passes, made at the first ask with the policy's
+        sizes (a process runs one policy: every session asks with the same)."""
+        if self._gate is None:
+            self._gate = SamplingGate(max_concurrent, max_queued)
+        return self._gate
 
     def get(self, name: str) -> Adapter:
         adapter = self._adapters.get(name)

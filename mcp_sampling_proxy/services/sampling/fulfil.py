@@ -17,7 +17,7 @@ from mcp_sampling_proxy.protocol import jsonrpc
 from mcp_sampling_proxy.protocol.jsonrpc import RpcError
 from mcp_sampling_proxy.protocol.sampling_request import REQUEST_ORIGIN, SamplingRequest
 from mcp_sampling_proxy.providers.base import Completion, LLMError
-from mcp_sampling_proxy.quotas.limiters import BudgetHold, SamplingGate
+from mcp_sampling_proxy.quotas.limiters import BudgetHold
 from mcp_sampling_proxy.relay.keepalive import waiting_for
 from mcp_sampling_proxy.services.assess import choose_provider
 from mcp_sampling_proxy.services.sampling.adapters import AdapterPool
@@ -39,7 +39,7 @@ class Fulfilment:
         self._settings = settings
         self._adapters = adapters
         self._audit = audit_log
-        self._gate = SamplingGate(settings.sampling.max_concurrent, settings.sampling.max_queued)
+        self._gate = adapters.gate(settings.sampling.max_concurrent, settings.sampling.max_queued)
 
     async def fulfil(
         self,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -191,3 +192,28 @@ async def test_a_rate_limit_counts_every_session_of_one_serve(tmp_path: Path, ll
                 refused = await client.call_tool("sample", {"prompt": "hi"})
                 assert "rate limit of rule 'everyone'" in json.dumps(tool_json(refused)), tool_json(refused)
     assert [record["decision"] for record in served.audit()] == ["allow", "allow", "deny", "deny"]
+
+
+async def test_the_llm_calls_at_once_are_bounded_for_the_whole_serve(tmp_path: Path, llm: FakeLLMServer) -> None:
+    """`sampling.max_concurrent` is the LLM calls this proxy makes at once: for `serve`, across its
+    sessions. With one slot and no queue, a second client's request while the first one's LLM call runs
+    is refused as busy, not given a slot of its own."""
+    llm.default_delay = 1.0
+    extra = f"audit:\n  path: {tmp_path / 'audit.jsonl'}\nsampling:\n  max_concurrent: 1\n  max_queued: 0\n"
+    policy = write_policy(tmp_path, openai_policy(llm.base_url, extra=extra))
+    answers: dict[str, str] = {}
+
+    async def sample(name: str, client: Any, after: float) -> None:
+        await anyio.sleep(after)
+        answers[name] = json.dumps(tool_json(await client.call_tool("sample", {"prompt": "hi"})))
+
+    async with (
+        played_sessions("--token-file", token_file(tmp_path), policy=policy) as served,
+        served.client(ALICE) as alice,
+        served.client(BOB) as bob,
+        anyio.create_task_group() as tg,
+    ):
+        tg.start_soon(sample, "alice", alice, 0.0)
+        tg.start_soon(sample, "bob", bob, 0.4)  # while alice's call is with the LLM
+    assert "echo: hi" in answers["alice"]
+    assert "LLM calls are in progress (sampling.max_concurrent)" in answers["bob"], answers["bob"]
