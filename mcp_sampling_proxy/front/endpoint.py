@@ -38,7 +38,7 @@ import shlex
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -125,34 +125,17 @@ class FrontOptions(Struct, frozen=True):
         return self.url if self.url is not None else shlex.join(self.command)
 
 
-class _Served(Struct):
-    """One client session: its HTTP, its server, its relay."""
-
-    http: HttpSession
-    upstream: Upstream
-    client: str | None
-    session: Session
-    relay: Relay | None = None
-    reason: list[str] = field(default_factory=list)  # why it ended (the first reason wins)
-    ended: anyio.Event = field(default_factory=anyio.Event)
-
-    def end(self, reason: str) -> None:
-        if not self.reason:
-            self.reason.append(reason)
-        self.ended.set()
+UPSTREAM = "upstream"  # why a caller ended when its server ended on its own
 
 
-class _Lane(Struct):
-    """One caller's 2026-07-28 requests (stateless: no session to hang a server on): a server of its
-    own per caller, kept while requests come, ended after the idle timeout like a session."""
+class _Caller(Struct, kw_only=True):
+    """What a session and a 2026-07-28 lane have alike: one caller's server and relay (`Front._live`), and
+    why they ended (the first reason wins)."""
 
     upstream: Upstream
     client: str | None
     session: Session
-    link: StatelessHost = field(default_factory=StatelessHost)
     relay: Relay | None = None
-    ready: anyio.Event = field(default_factory=anyio.Event)
-    last_used: float = field(default_factory=time.monotonic)
     reason: list[str] = field(default_factory=list)
     ended: anyio.Event = field(default_factory=anyio.Event)
 
@@ -160,6 +143,25 @@ class _Lane(Struct):
         if not self.reason:
             self.reason.append(reason)
         self.ended.set()
+
+    @property
+    def why(self) -> str:
+        return self.reason[0]
+
+
+class _Served(_Caller, kw_only=True):
+    """One client session: its HTTP, its server, its relay."""
+
+    http: HttpSession
+
+
+class _Lane(_Caller, kw_only=True):
+    """One caller's 2026-07-28 requests (stateless: no session to hang a server on): a server of its
+    own per caller, kept while requests come, ended after the idle timeout like a session."""
+
+    link: StatelessHost = field(default_factory=StatelessHost)
+    ready: anyio.Event = field(default_factory=anyio.Event)
+    last_used: float = field(default_factory=time.monotonic)
 
 
 class Front:
@@ -322,12 +324,8 @@ class Front:
             SessionEventStore(self.options.events),
             self.options.idle_timeout,
         )
-        served = _Served(
-            http,
-            upstream,
-            client,
-            Session(name_override=self.options.name, client=client, served=uuid.uuid4().hex[:12]),
-        )
+        session = Session(name_override=self.options.name, client=client, served=uuid.uuid4().hex[:12])
+        served = _Served(http=http, upstream=upstream, client=client, session=session)
         self.sessions[session_id] = served
         log.info("session opened", session=session_id[:8], client=client, **_where(upstream))
         assert self._tg is not None
@@ -409,9 +407,8 @@ class Front:
             await upstream.stop(0)
             self._children.difference_update(own_children(upstream))
             return existing
-        lane = _Lane(
-            upstream, client, Session(name_override=self.options.name, client=client, served=uuid.uuid4().hex[:12])
-        )
+        session = Session(name_override=self.options.name, client=client, served=uuid.uuid4().hex[:12])
+        lane = _Lane(upstream=upstream, client=client, session=session)
         self.lanes[client] = lane
         log.info("2026-07-28 caller's server started", client=client, **_where(upstream))
         assert self._tg is not None
@@ -419,53 +416,38 @@ class Front:
         return lane
 
     async def _run_lane(self, lane: _Lane) -> None:
-        limit = self.options.max_message_bytes
-        try:
-            async with anyio.create_task_group() as tg:
-                relay, _ = await open_relay(
-                    tg,
-                    lane.link.send,
-                    lane.upstream,
-                    self._services(),
-                    self.settings,
-                    lane.session,
-                    self.audit,
-                    self.options.name,
-                    limit,
-                    another=None,
-                    children=self._children,
-                    on_upstream_end=lambda: lane.end("upstream"),
-                    keepalive_seconds=0.0,  # a JSON answer has no stream to keep alive
-                )
-                lane.relay = relay
-                lane.ready.set()
-                tg.start_soon(self._expire_lane, lane)
-                await lane.ended.wait()
-                if lane.reason[0] == "upstream":
-                    _code, description = await upstream_ended(relay, lane.upstream)
-                    log.error(f"the server of 2026-07-28 caller {lane.client!r} {description}")
-                    lane.link.close(f"upstream server '{self.options.name}' {description}")
-                else:
-                    relay.cancel_all()
-                    lane.link.close(f"the server's session ended: {lane.reason[0]}")
-                tg.cancel_scope.cancel()
-        except Exception as exc:
-            log.exception("a 2026-07-28 caller's lane failed; ending it", client=lane.client)
-            lane.end(f"failed: {exc}")
-        finally:
-            with anyio.CancelScope(shield=True):
-                lane.end("serve is stopping")
-                lane.link.close("serve is stopping")
-                if self.lanes.get(lane.client) is lane:
-                    del self.lanes[lane.client]
-                code = await lane.upstream.stop(END_GRACE)
-                self._children.difference_update(own_children(lane.upstream))
-                log.info(
-                    "2026-07-28 caller's server ended",
-                    client=lane.client,
-                    reason=lane.reason[0],
-                    server_exit=lane.upstream.describe_end(code),
-                )
+        def opened(_relay: Relay, tg: anyio.abc.TaskGroup) -> None:
+            lane.ready.set()
+            tg.start_soon(self._expire_lane, lane)
+
+        async def closing(description: str | None) -> None:
+            if description is not None:
+                log.error(f"the server of 2026-07-28 caller {lane.client!r} {description}")
+                lane.link.close(f"upstream server '{self.options.name}' {description}")
+            else:
+                lane.link.close(f"the server's session ended: {lane.why}")
+
+        async def forget() -> None:
+            lane.link.close("serve is stopping")
+            if self.lanes.get(lane.client) is lane:
+                del self.lanes[lane.client]
+
+        code = await self._live(
+            lane,
+            f"2026-07-28 caller {lane.client!r}",
+            lane.link.send,
+            another=None,
+            keepalive_seconds=0.0,  # a JSON answer has no stream to keep alive
+            opened=opened,
+            closing=closing,
+            forget=forget,
+        )
+        log.info(
+            "2026-07-28 caller's server ended",
+            client=lane.client,
+            reason=lane.why,
+            server_exit=lane.upstream.describe_end(code),
+        )
 
     async def _expire_lane(self, lane: _Lane) -> None:
         idle = self.options.idle_timeout
@@ -526,67 +508,112 @@ class Front:
     async def _run(
         self, session_id: str, served: _Served, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        services = self._services()
-        modern: ModernLeg | None = None
         http = served.http
-        started = False
+        started: list[bool] = []
+
+        def opened(relay: Relay, _tg: anyio.abc.TaskGroup) -> None:
+            http.attach(relay.from_host)
+            started.append(True)
+            task_status.started()
+
+        async def closing(description: str | None) -> None:
+            if description is not None:
+                log.error(f"the server of session {session_id[:8]} {description}", client=served.client)
+            http.close()
+            with anyio.move_on_after(2.0):  # the last answers (upstream_gone's errors) go out
+                await http.drained.wait()
+
+        async def forget() -> None:
+            if not started:  # it failed as it started: the opening request is answered so (Front._open)
+                task_status.started()
+            self.sessions.pop(session_id, None)
+            await http.terminate()
+
+        code = await self._live(
+            served,
+            f"session {session_id[:8]}",
+            http.send,
+            another=self._start_upstream,
+            opened=opened,
+            closing=closing,
+            forget=forget,
+            idle=http.idle_scope,
+        )
+        http.events.clear()
+        log.info(
+            "session ended",
+            session=session_id[:8],
+            client=served.client,
+            reason=served.why,
+            server_exit=served.upstream.describe_end(code),
+        )
+
+    async def _live(
+        self,
+        caller: _Caller,
+        label: str,
+        to_host: Callable[[bytes], None],
+        *,
+        another: Callable[[], Upstream] | None,
+        opened: Callable[[Relay, anyio.abc.TaskGroup], None],
+        closing: Callable[[str | None], Awaitable[None]],
+        forget: Callable[[], Awaitable[None]],
+        keepalive_seconds: float | None = None,
+        idle: anyio.CancelScope | None = None,
+    ) -> int | None:
+        """One caller's relay and server from start to end, as a session and a lane live alike. The relay
+        is built as every front builds it (runtime.open_relay), then `opened` (the front's wiring). At the
+        caller's end the relay is told (its server's own end: every open request learns how; another end:
+        every open request cancelled), then `closing` has the host side's last words (the server's end
+        described, or None). Whatever happened, `forget` (the front's tables), and the server and its
+        second process are stopped and their pids forgotten. `idle`: cancelled once the caller idled
+        out. Returns the server's exit status."""
+        modern: ModernLeg | None = None
+        code: int | None = None
         try:
-            with http.idle_scope:
+            with idle or anyio.CancelScope() as watched:
                 async with anyio.create_task_group() as tg:
                     relay, modern = await open_relay(
                         tg,
-                        http.send,
-                        served.upstream,
-                        services,
+                        to_host,
+                        caller.upstream,
+                        self._services(),
                         self.settings,
-                        served.session,
+                        caller.session,
                         self.audit,
                         self.options.name,
                         self.options.max_message_bytes,
-                        another=self._start_upstream,
+                        another=another,
                         children=self._children,
-                        on_upstream_end=lambda: served.end("upstream"),
+                        on_upstream_end=lambda: caller.end(UPSTREAM),
+                        keepalive_seconds=keepalive_seconds,
                     )
-                    served.relay = relay
-                    http.attach(relay.from_host)
-                    started = True
-                    task_status.started()
-                    await served.ended.wait()
-                    if served.reason[0] == "upstream":
-                        _code, description = await upstream_ended(relay, served.upstream)
-                        log.error(f"the server of session {session_id[:8]} {description}", client=served.client)
+                    caller.relay = relay
+                    opened(relay, tg)
+                    await caller.ended.wait()
+                    description = None
+                    if caller.why == UPSTREAM:
+                        _code, description = await upstream_ended(relay, caller.upstream)
                     else:
                         relay.cancel_all()
-                    http.close()
-                    with anyio.move_on_after(2.0):  # the last answers (upstream_gone's errors) go out
-                        await http.drained.wait()
+                    await closing(description)
                     tg.cancel_scope.cancel()
-            if http.idle_scope.cancelled_caught:
-                served.end(f"idle for {self.options.idle_timeout:g} s (--idle-timeout)")
-        except Exception as exc:  # one session's failure ends that session, never the others
-            log.exception("a session failed; ending it", session=session_id[:8], client=served.client)
-            served.end(f"failed: {exc}")
+            if watched.cancelled_caught:
+                caller.end(f"idle for {self.options.idle_timeout:g} s (--idle-timeout)")
+        except Exception as exc:  # one caller's failure ends that caller, never the others
+            log.exception(f"{label} failed; ending it", client=caller.client)
+            caller.end(f"failed: {exc}")
         finally:
-            if not started:
-                task_status.started()
             with anyio.CancelScope(shield=True):
-                served.end("serve is stopping")
-                self.sessions.pop(session_id, None)
-                await http.terminate()
-                if served.relay is not None:
-                    served.relay.cancel_all()
-                code = await served.upstream.stop(END_GRACE)
-                self._children.difference_update(own_children(served.upstream))
+                caller.end("serve is stopping")
+                await forget()
+                if caller.relay is not None:
+                    caller.relay.cancel_all()
+                code = await caller.upstream.stop(END_GRACE)
+                self._children.difference_update(own_children(caller.upstream))
                 if modern is not None:
                     await modern.close(END_GRACE)
-                http.events.clear()
-                log.info(
-                    "session ended",
-                    session=session_id[:8],
-                    client=served.client,
-                    reason=served.reason[0],
-                    server_exit=served.upstream.describe_end(code),
-                )
+        return code
 
     # -- the process ---------------------------------------------------------------------------
     async def serve(self, listener: socket.socket) -> None:

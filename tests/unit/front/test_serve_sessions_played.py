@@ -217,3 +217,42 @@ async def test_the_llm_calls_at_once_are_bounded_for_the_whole_serve(tmp_path: P
         tg.start_soon(sample, "bob", bob, 0.4)  # while alice's call is with the LLM
     assert "echo: hi" in answers["alice"]
     assert "LLM calls are in progress (sampling.max_concurrent)" in answers["bob"], answers["bob"]
+
+
+class _Unreachable:
+    """A server whose output cannot be read: attaching to it fails, as a broken pipe would."""
+
+    label = "unreachable"
+    reader = writer = None
+    stopped = False
+
+    async def attach(self, on_line: Any, on_eof: Any, *, max_line: int = 0, on_oversize: Any = None) -> None:
+        raise OSError("its output cannot be read")
+
+    def send(self, line: bytes) -> None:
+        raise AssertionError("nothing is sent to a server whose session never started")
+
+    async def wait(self, timeout: float) -> int | None:
+        return None
+
+    async def stop(self, grace: float, term_wait: float = 2.0) -> int | None:
+        self.stopped = True
+        return None
+
+    def describe_end(self, code: int | None) -> str:
+        return "was stopped"
+
+
+async def test_a_session_that_fails_as_it_starts_gets_502_and_its_server_is_stopped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = _Unreachable()
+    headers = {"Accept": ACCEPT, "Content-Type": "application/json", "Authorization": f"Bearer {ALICE}"}
+    async with played_sessions("--token-file", token_file(tmp_path)) as served:
+        served.front._start_upstream = lambda: broken
+        answer = await served.http.post(served.url, json=INITIALIZE, headers=headers)
+        assert served.front.sessions == {}
+    assert answer.status_code == 502 and "the session could not start" in answer.text
+    assert broken.stopped
+    err = capsys.readouterr().err
+    assert "failed; ending it" in err and "its output cannot be read" in err
