@@ -107,8 +107,10 @@ class HttpSession:
                 return
             related = self._owner(message)
             stream = stream_of(related) if related is not None else GET_STREAM
-        if b"\r" in line or b"\n" in line:  # a server's own whitespace: an SSE data line holds none
-            line = jsonrpc.dumps(jsonrpc.parse_keeping_integers(line))
+        if b"\r" in line or b"\n" in line:  # a server's own whitespace (CRLF ends): an SSE data line holds none
+            line = line.strip()
+            if b"\r" in line or b"\n" in line:
+                line = jsonrpc.dumps(jsonrpc.parse_keeping_integers(line))
         event_id = self.events.store(stream, line)
         live = self._live.get(stream)
         if live is not None:

@@ -104,7 +104,7 @@ async def test_a_request_is_answered_on_its_own_stream_which_ends_with_the_answe
         assert json.loads(taken[0]) == json.loads(pretty) and b"\n" not in taken[0]  # the relay reads one line
         progress = {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": 1}}
         session.send(json.dumps(progress, indent=1).encode())  # a server's own whitespace
-        session.send(answer(7))
+        session.send(answer(7) + b"\r")  # a line a server ended with CRLF
         with anyio.fail_after(5):
             await call.ended.wait()
     assert call.status == 200 and call.headers[b"content-type"] == b"text/event-stream"
@@ -112,6 +112,7 @@ async def test_a_request_is_answered_on_its_own_stream_which_ends_with_the_answe
     assert call.messages() == [progress, {"jsonrpc": "2.0", "id": 7, "result": {"n": 7}}]
     assert len(call.event_ids()) == 3  # a priming event first: a 2025-11-25 client can resume from it
     assert call.chunks[0].endswith(b"data: \r\nretry: 1000\r\n\r\n")
+    assert b"data: " + answer(7) + b"\r\n\r\n" in call.chunks[-1]  # as the server wrote it, less its CR
 
 
 async def test_an_older_client_gets_no_priming_event() -> None:
