@@ -37,6 +37,7 @@ while count < 0 or index < count:
                         "maxTokens": 5},
                server="burst", request_id=index, decision="allow", input_tokens=1, output_tokens=1,
                latency_ms=1)
+    os.sched_yield()  # let another writer in: on a busy machine one could write all its records in one time slice
 log.close()
 """
 
