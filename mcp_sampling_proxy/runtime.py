@@ -12,12 +12,12 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import anyio
 import anyio.abc
-from msgspec import Struct
+from msgspec import Struct, field
 
 from mcp_sampling_proxy import __version__
 from mcp_sampling_proxy.approval.approver import Approver
@@ -248,6 +248,118 @@ async def open_relay(
     return relay, modern
 
 
+UPSTREAM = "upstream"  # why a session ended when its server ended on its own
+
+
+class Caller(Struct, kw_only=True):
+    """One host's session with one server, as every front keeps it: the server, the relay once built, the
+    server's second process once opened, and why the session ended (the first reason wins)."""
+
+    upstream: Upstream
+    session: Session
+    client: str | None = None
+    relay: Relay | None = None
+    reason: list[str] = field(default_factory=list)
+    ended: anyio.Event = field(default_factory=anyio.Event)
+
+    def end(self, reason: str) -> None:
+        if not self.reason:
+            self.reason.append(reason)
+        self.ended.set()
+
+    @property
+    def why(self) -> str:
+        return self.reason[0] if self.reason else ""
+
+
+async def _nothing(*_args: Any) -> None:
+    return None
+
+
+class Life(Struct, frozen=True):
+    """What a front does at each point of a session's life (`live`): the stdio proxy for its one host,
+    `serve` for each client session and 2026-07-28 lane."""
+
+    to_host: Callable[[bytes], None]
+    opened: Callable[[Relay, anyio.abc.TaskGroup], Awaitable[None]]  # the host side wired to the relay
+    stop: Callable[[str], Awaitable[int | None]]  # the server stopped, given why the session ended; its exit
+    leg_grace: Callable[[str], float]  # seconds the server's second process gets, given why
+    # before the relay cancels what is open, when the session ends for another reason than its server's end
+    settle: Callable[[Relay, str], Awaitable[None]] = _nothing
+    # the host side's last words: (the server's exit status, how it ended), or (None, None) for another end
+    closing: Callable[[int | None, str | None], Awaitable[None]] = _nothing
+    forget: Callable[[], Awaitable[None]] = _nothing  # the front's tables, before the server is stopped
+
+
+async def live(
+    caller: Caller,
+    life: Life,
+    services: Services,
+    settings: Settings,
+    audit: AuditLog,
+    name: str,
+    max_line: int,
+    *,
+    another: Callable[[], Upstream] | None,
+    children: set[int],
+    keepalive_seconds: float | None = None,
+    idle: anyio.CancelScope | None = None,
+    idle_reason: str = "",
+) -> int | None:
+    """One session's life, for every front alike. Its relay is built (`open_relay`) and `life.opened`
+    wires the host side. When the session ends, the relay is told: its server's own end (every open host
+    request learns how), or, after `life.settle`, another end (every open request cancelled); then
+    `life.closing`. Whatever happened (a failure is raised on to the front), `life.forget`, and the server
+    and its second process are stopped and their pids forgotten. `idle`: cancelled once the session idled
+    out (`idle_reason` then says so). Returns the server's exit status."""
+    modern: ModernLeg | None = None
+    try:
+        with idle or anyio.CancelScope() as watched:
+            async with anyio.create_task_group() as tg:
+                relay, modern = await open_relay(
+                    tg,
+                    life.to_host,
+                    caller.upstream,
+                    services,
+                    settings,
+                    caller.session,
+                    audit,
+                    name,
+                    max_line,
+                    another=another,
+                    children=children,
+                    on_upstream_end=lambda: caller.end(UPSTREAM),
+                    keepalive_seconds=keepalive_seconds,
+                )
+                caller.relay = relay
+                await life.opened(relay, tg)
+                await caller.ended.wait()
+                exit_status, description = None, None
+                if caller.why == UPSTREAM:
+                    exit_status, description = await upstream_ended(relay, caller.upstream)
+                else:
+                    await life.settle(relay, caller.why)
+                    relay.cancel_all()
+                await life.closing(exit_status, description)
+                tg.cancel_scope.cancel()
+        if watched.cancelled_caught:
+            caller.end(idle_reason)
+    except Exception as exc:
+        caller.end(f"failed: {exc}")
+        raise
+    finally:
+        with anyio.CancelScope(shield=True):
+            caller.end("stopped")  # (when nothing else ended it: cancelled from outside)
+            await life.forget()
+            if caller.relay is not None:
+                caller.relay.cancel_all()
+            code = await life.stop(caller.why)
+            children.difference_update(own_children(caller.upstream))
+            if modern is not None:
+                await modern.close(life.leg_grace(caller.why))
+    return code
+
+
 async def upstream_ended(relay: Relay, upstream: Upstream) -> tuple[int | None, str]:
     """The server ended on its own: its exit status and how it ended, every open host request told so."""
     code = await upstream.wait(2.0)
@@ -323,19 +435,13 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
     )
     host_out = await open_line_writer(out_fd)
 
-    ended: list[str] = []
-    wake = anyio.Event()
+    caller = Caller(upstream=upstream, session=session)
     hurry = anyio.Event()  # asked again while stopping (an SDK host's SIGTERM after EOF): stop the server now
 
-    def end(reason: str) -> None:
-        if not ended:
-            ended.append(reason)
-        wake.set()
-
     def on_signal(name: str) -> None:
-        if ended:
+        if caller.reason:
             hurry.set()
-        end(name)
+        caller.end(name)
 
     # from the start of the session: a host that gives up while the proxy starts (its SIGTERM) gets the
     # same orderly stop as later, not the default action's sudden death
@@ -362,54 +468,59 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
             )
         )
 
+    readers: list[LineReader] = []
+
+    async def opened(relay: Relay, _tg: anyio.abc.TaskGroup) -> None:
+        host_reader = LineReader(
+            relay.from_host, lambda: caller.end(HOST_EOF), max_line=options.max_message_bytes, on_oversize=oversize
+        )
+        readers.append(host_reader)
+        await open_line_reader(in_fd, host_reader)
+        _wire_backpressure(host_out, host_reader, upstream)
+        host_out.closed.add_done_callback(lambda _: caller.end("host closed stdout"))
+
+    async def settle(relay: Relay, reason: str) -> None:
+        log.info("shutting down", reason=reason)
+        readers[0].pause()
+        if reason == HOST_EOF:
+            await _let_answers_come(relay, settings.shutdown_timeout, hurry)
+
+    async def closing(code: int | None, description: str | None) -> None:
+        if description is not None:
+            log.error(f"upstream server {description}", exit_code=code)
+
+    async def stop(why: str) -> int | None:
+        if why == UPSTREAM:
+            return await upstream.stop(0)
+        if why not in ENDS_ASKED:  # a failure: the server must not outlive it
+            return await upstream.stop(1.0)
+        code = await _stop_upstream(upstream, settings.shutdown_timeout, hurry)
+        log.info("upstream stopped", exit_code=code)
+        return code
+
+    def leg_grace(why: str) -> float:
+        return settings.shutdown_timeout if why in ENDS_ASKED else 0.0 if why == UPSTREAM else 1.0
+
+    life = Life(host_out.write_line, opened, stop, leg_grace, settle=settle, closing=closing)
     exit_code = 0
-    modern: ModernLeg | None = None
     children = own_children(upstream)
     try:
         async with anyio.create_task_group() as tg:
             await tg.start(console.serve)
             tg.start_soon(reap_orphans_forever, children)
-            relay, modern = await open_relay(
-                tg,
-                host_out.write_line,
-                upstream,
+            code = await live(
+                caller,
+                life,
                 services,
                 settings,
-                session,
                 audit,
                 options.name or session.server_name,
                 options.max_message_bytes,
                 another=options.another,
                 children=children,
-                on_upstream_end=lambda: end("upstream"),
             )
-            host_reader = LineReader(
-                relay.from_host,
-                lambda: end("host closed stdin"),
-                max_line=options.max_message_bytes,
-                on_oversize=oversize,
-            )
-            await open_line_reader(in_fd, host_reader)
-            _wire_backpressure(host_out, host_reader, upstream)
-            host_out.closed.add_done_callback(lambda _: end("host closed stdout"))
-
-            await wake.wait()
-            reason = ended[0]
-            if reason == "upstream":
-                code, description = await upstream_ended(relay, upstream)
-                log.error(f"upstream server {description}", exit_code=code)
+            if caller.why == UPSTREAM:
                 exit_code = exit_status_for(code)
-                await upstream.stop(0)
-            else:
-                log.info("shutting down", reason=reason)
-                host_reader.pause()
-                if reason == "host closed stdin":
-                    await _let_answers_come(relay, settings.shutdown_timeout, hurry)
-                relay.cancel_all()
-                code = await _stop_upstream(upstream, settings.shutdown_timeout, hurry)
-                log.info("upstream stopped", exit_code=code)
-            if modern is not None:
-                await modern.close(0 if reason == "upstream" else settings.shutdown_timeout)
             await _end_strays(upstream)
             with anyio.move_on_after(2.0):
                 await host_out.close()
@@ -417,12 +528,11 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
                 loop.remove_signal_handler(sig)
             tg.cancel_scope.cancel()
     except BaseException:
-        # A bug must not leave the server running (one that ignores EOF would outlive us): stop it.
+        # A bug must not leave the server running (one that ignores EOF would outlive us): `live` stopped it
+        # (and its second process); what it left behind goes too.
         log.exception("proxy failed; stopping the upstream server")
         with anyio.CancelScope(shield=True):
             await upstream.stop(1.0)
-            if modern is not None:
-                await modern.close(1.0)
             await _end_strays(upstream)
         raise
     await adapters.aclose()
@@ -435,6 +545,9 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
     return exit_code
 
 
+HOST_EOF = "host closed stdin"
+# the ends a host or the user asks for: the server gets its graceful stop (a failure's is a second; its own end, none)
+ENDS_ASKED = frozenset({HOST_EOF, "host closed stdout", *(signal.Signals(sig).name for sig in STOP_SIGNALS)})
 HURRIED_TERM_WAIT = 0.5  # s a server gets after SIGTERM once the host asked twice (SDK hosts SIGKILL at 2 s)
 
 

@@ -69,7 +69,8 @@ from mcp_sampling_proxy.relay.core import Relay
 from mcp_sampling_proxy.relay.multiplex import Branch, Multiplexer
 from mcp_sampling_proxy.relay.session import Session
 from mcp_sampling_proxy.runtime import (
-    ModernLeg,
+    Caller,
+    Life,
     Services,
     Upstream,
     _approvals_store,
@@ -77,10 +78,9 @@ from mcp_sampling_proxy.runtime import (
     _tool_pins,
     build_adapters,
     build_services,
-    open_relay,
+    live,
     own_children,
     start_egress,
-    upstream_ended,
     warm_up,
 )
 from mcp_sampling_proxy.services.sampling.adapters import AdapterPool
@@ -125,37 +125,13 @@ class FrontOptions(Struct, frozen=True):
         return self.url if self.url is not None else shlex.join(self.command)
 
 
-UPSTREAM = "upstream"  # why a caller ended when its server ended on its own
-
-
-class _Caller(Struct, kw_only=True):
-    """What a session and a 2026-07-28 lane have alike: one caller's server and relay (`Front._live`), and
-    why they ended (the first reason wins)."""
-
-    upstream: Upstream
-    client: str | None
-    session: Session
-    relay: Relay | None = None
-    reason: list[str] = field(default_factory=list)
-    ended: anyio.Event = field(default_factory=anyio.Event)
-
-    def end(self, reason: str) -> None:
-        if not self.reason:
-            self.reason.append(reason)
-        self.ended.set()
-
-    @property
-    def why(self) -> str:
-        return self.reason[0]
-
-
-class _Served(_Caller, kw_only=True):
+class _Served(Caller, kw_only=True):
     """One client session: its HTTP, its server, its relay."""
 
     http: HttpSession
 
 
-class _Lane(_Caller, kw_only=True):
+class _Lane(Caller, kw_only=True):
     """One caller's 2026-07-28 requests (stateless: no session to hang a server on): a server of its
     own per caller, kept while requests come, ended after the idle timeout like a session."""
 
@@ -416,11 +392,11 @@ class Front:
         return lane
 
     async def _run_lane(self, lane: _Lane) -> None:
-        def opened(_relay: Relay, tg: anyio.abc.TaskGroup) -> None:
+        async def opened(_relay: Relay, tg: anyio.abc.TaskGroup) -> None:
             lane.ready.set()
             tg.start_soon(self._expire_lane, lane)
 
-        async def closing(description: str | None) -> None:
+        async def closing(_code: int | None, description: str | None) -> None:
             if description is not None:
                 log.error(f"the server of 2026-07-28 caller {lane.client!r} {description}")
                 lane.link.close(f"upstream server '{self.options.name}' {description}")
@@ -432,16 +408,8 @@ class Front:
             if self.lanes.get(lane.client) is lane:
                 del self.lanes[lane.client]
 
-        code = await self._live(
-            lane,
-            f"2026-07-28 caller {lane.client!r}",
-            lane.link.send,
-            another=None,
-            keepalive_seconds=0.0,  # a JSON answer has no stream to keep alive
-            opened=opened,
-            closing=closing,
-            forget=forget,
-        )
+        life = self._life(lane, lane.link.send, opened, closing, forget)
+        code = await self._live(lane, life, f"2026-07-28 caller {lane.client!r}", another=None, keepalive_seconds=0.0)
         log.info(
             "2026-07-28 caller's server ended",
             client=lane.client,
@@ -511,12 +479,12 @@ class Front:
         http = served.http
         started: list[bool] = []
 
-        def opened(relay: Relay, _tg: anyio.abc.TaskGroup) -> None:
+        async def opened(relay: Relay, _tg: anyio.abc.TaskGroup) -> None:
             http.attach(relay.from_host)
             started.append(True)
             task_status.started()
 
-        async def closing(description: str | None) -> None:
+        async def closing(_code: int | None, description: str | None) -> None:
             if description is not None:
                 log.error(f"the server of session {session_id[:8]} {description}", client=served.client)
             http.close()
@@ -529,15 +497,9 @@ class Front:
             self.sessions.pop(session_id, None)
             await http.terminate()
 
+        life = self._life(served, http.send, opened, closing, forget)
         code = await self._live(
-            served,
-            f"session {session_id[:8]}",
-            http.send,
-            another=self._start_upstream,
-            opened=opened,
-            closing=closing,
-            forget=forget,
-            idle=http.idle_scope,
+            served, life, f"session {session_id[:8]}", another=self._start_upstream, idle=http.idle_scope
         )
         http.events.clear()
         log.info(
@@ -548,72 +510,50 @@ class Front:
             server_exit=served.upstream.describe_end(code),
         )
 
+    def _life(
+        self,
+        caller: Caller,
+        to_host: Callable[[bytes], None],
+        opened: Callable[[Relay, anyio.abc.TaskGroup], Awaitable[None]],
+        closing: Callable[[int | None, str | None], Awaitable[None]],
+        forget: Callable[[], Awaitable[None]],
+    ) -> Life:
+        """A session's or a lane's life (runtime.live): its server and second process get END_GRACE."""
+
+        async def stop(_why: str) -> int | None:
+            return await caller.upstream.stop(END_GRACE)
+
+        return Life(to_host, opened, stop, lambda _why: END_GRACE, closing=closing, forget=forget)
+
     async def _live(
         self,
-        caller: _Caller,
+        caller: Caller,
+        life: Life,
         label: str,
-        to_host: Callable[[bytes], None],
         *,
         another: Callable[[], Upstream] | None,
-        opened: Callable[[Relay, anyio.abc.TaskGroup], None],
-        closing: Callable[[str | None], Awaitable[None]],
-        forget: Callable[[], Awaitable[None]],
         keepalive_seconds: float | None = None,
         idle: anyio.CancelScope | None = None,
     ) -> int | None:
-        """One caller's relay and server from start to end, as a session and a lane live alike. The relay
-        is built as every front builds it (runtime.open_relay), then `opened` (the front's wiring). At the
-        caller's end the relay is told (its server's own end: every open request learns how; another end:
-        every open request cancelled), then `closing` has the host side's last words (the server's end
-        described, or None). Whatever happened, `forget` (the front's tables), and the server and its
-        second process are stopped and their pids forgotten. `idle`: cancelled once the caller idled
-        out. Returns the server's exit status."""
-        modern: ModernLeg | None = None
-        code: int | None = None
+        """runtime.live for one caller of this serve; a failure ends that caller only (logged), never the others."""
         try:
-            with idle or anyio.CancelScope() as watched:
-                async with anyio.create_task_group() as tg:
-                    relay, modern = await open_relay(
-                        tg,
-                        to_host,
-                        caller.upstream,
-                        self._services(),
-                        self.settings,
-                        caller.session,
-                        self.audit,
-                        self.options.name,
-                        self.options.max_message_bytes,
-                        another=another,
-                        children=self._children,
-                        on_upstream_end=lambda: caller.end(UPSTREAM),
-                        keepalive_seconds=keepalive_seconds,
-                    )
-                    caller.relay = relay
-                    opened(relay, tg)
-                    await caller.ended.wait()
-                    description = None
-                    if caller.why == UPSTREAM:
-                        _code, description = await upstream_ended(relay, caller.upstream)
-                    else:
-                        relay.cancel_all()
-                    await closing(description)
-                    tg.cancel_scope.cancel()
-            if watched.cancelled_caught:
-                caller.end(f"idle for {self.options.idle_timeout:g} s (--idle-timeout)")
-        except Exception as exc:  # one caller's failure ends that caller, never the others
+            return await live(
+                caller,
+                life,
+                self._services(),
+                self.settings,
+                self.audit,
+                self.options.name,
+                self.options.max_message_bytes,
+                another=another,
+                children=self._children,
+                keepalive_seconds=keepalive_seconds,
+                idle=idle,
+                idle_reason=f"idle for {self.options.idle_timeout:g} s (--idle-timeout)",
+            )
+        except Exception:
             log.exception(f"{label} failed; ending it", client=caller.client)
-            caller.end(f"failed: {exc}")
-        finally:
-            with anyio.CancelScope(shield=True):
-                caller.end("serve is stopping")
-                await forget()
-                if caller.relay is not None:
-                    caller.relay.cancel_all()
-                code = await caller.upstream.stop(END_GRACE)
-                self._children.difference_update(own_children(caller.upstream))
-                if modern is not None:
-                    await modern.close(END_GRACE)
-        return code
+            return None
 
     # -- the process ---------------------------------------------------------------------------
     async def serve(self, listener: socket.socket) -> None:
