@@ -1,4 +1,6 @@
-"""Run one proxy session: host stdio on one side, the upstream on the other, until either ends.
+"""Run one proxy session: host stdio on one side, the upstream on the other, until either ends; and what
+every front shares to do so: the services wired (`build_services`), the relay built (`open_relay`), a
+session's life (`live`, which `serve` lives each client session by too).
 
 Lifecycle rules: host EOF, SIGTERM, SIGINT or SIGHUP stop the upstream gracefully (stdin closed, then
 SIGTERM, then SIGKILL of its process group) and exit 0; when the upstream ends on its own,
