@@ -351,8 +351,9 @@ class Front:
                 lane = await self._open_lane(client)
             except SpawnError as exc:
                 return _error(502, f"Bad Gateway: {exc}")
-        with anyio.fail_after(30):
-            await lane.ready.wait()
+        if not lane.ready.is_set():  # its server is starting (another request opened the lane)
+            with anyio.fail_after(30):
+                await lane.ready.wait()
         assert lane.relay is not None
         lane.last_used = time.monotonic()
         if "id" not in message:
