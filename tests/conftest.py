@@ -165,6 +165,12 @@ def llm() -> Iterator[FakeLLMServer]:
 
 
 @pytest.fixture
+def llm_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TEST_LLM_KEY set in this process, for a proxy run in process whose policy names it (`api_key_env`)."""
+    monkeypatch.setenv("TEST_LLM_KEY", "sk-test")
+
+
+@pytest.fixture
 def dirs(tmp_path: Path) -> dict[str, str]:
     """Private runtime (console sockets) and state (approvals, budgets) dirs, and a test key."""
     return {

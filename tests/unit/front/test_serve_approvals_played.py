@@ -4,7 +4,6 @@ each audit record names the client whose token opened the session."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +17,7 @@ from helpers.support import openai_policy, tool_json, write_policy
 from mcp.shared.exceptions import MCPError
 from mcp_types import ElicitResult
 
-pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeLLMServer]:
-    monkeypatch.setenv("TEST_LLM_KEY", "sk-test")
-    with FakeLLMServer("openai") as server:
-        yield server
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("llm_key")]
 
 
 @pytest.mark.parametrize("approve", [True, False])

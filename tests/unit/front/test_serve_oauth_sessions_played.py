@@ -19,7 +19,7 @@ from helpers.oauth_servers import AuthServerThread
 from helpers.played_serve import ACCEPT, INITIALIZE, NO_SUCH_SESSION, PlayedSessions, played_sessions
 from helpers.support import openai_policy, tool_json, write_policy
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("llm_key")]
 
 RS_CLIENT, RS_SECRET = "mcp-proxy-rs", "rs-secret-0123456789abcdef"
 HEADERS = {"Accept": ACCEPT, "Content-Type": "application/json"}
@@ -42,13 +42,6 @@ def servers() -> Iterator[AuthServerThread]:
         yield found
     finally:
         found.close()
-
-
-@pytest.fixture
-def llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeLLMServer]:
-    monkeypatch.setenv("TEST_LLM_KEY", "sk-test")
-    with FakeLLMServer("openai") as server:
-        yield server
 
 
 def client_file(directory: Path) -> str:

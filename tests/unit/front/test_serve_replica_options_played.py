@@ -7,7 +7,6 @@ reaches the telemetry spans, and a refused name's exit, are tests/e2e/test_serve
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,14 +15,7 @@ from helpers.played_serve import played_serve, played_sessions
 from helpers.serving import ALICE, decisions, token_file
 from helpers.support import openai_policy, tool_json, write_policy
 
-pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeLLMServer]:
-    monkeypatch.setenv("TEST_LLM_KEY", "sk-test")
-    with FakeLLMServer("openai") as server:
-        yield server
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("llm_key")]
 
 
 async def sampled_once(tmp_path: Path, policy: str, *options: str) -> None:

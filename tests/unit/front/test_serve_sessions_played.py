@@ -6,7 +6,6 @@ server exits, it idles, the cap refuses the next)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +16,7 @@ from helpers.played_serve import ACCEPT, INITIALIZE, NO_SUCH_SESSION, played_ses
 from helpers.serving import ALICE, BOB, token_file
 from helpers.support import first_text, openai_policy, tool_json, write_policy
 
-pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeLLMServer]:
-    monkeypatch.setenv("TEST_LLM_KEY", "sk-test")
-    with FakeLLMServer("openai") as server:
-        yield server
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("llm_key")]
 
 
 def sampling_policy(tmp_path: Path, llm: FakeLLMServer) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import runpy
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from helpers.played_serve import ACCEPT, played_sessions
 from helpers.serving import ALICE, BOB, token_file
 from helpers.support import ROOT, first_text, openai_policy, tool_json, write_policy
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("llm_key")]
 
 MODERN = "2026-07-28"
 MODERN_META = {
@@ -50,13 +50,6 @@ async def until(condition: Callable[[], object], timeout: float = 5.0) -> None:
     with anyio.fail_after(timeout):
         while not condition():
             await anyio.sleep(0.01)
-
-
-@pytest.fixture
-def llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeLLMServer]:
-    monkeypatch.setenv("TEST_LLM_KEY", "sk-test")
-    with FakeLLMServer("openai") as server:
-        yield server
 
 
 async def test_a_2026_client_is_served_statelessly_with_sampling(tmp_path: Path, llm: FakeLLMServer) -> None:

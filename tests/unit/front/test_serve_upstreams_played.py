@@ -22,6 +22,7 @@ from helpers.support import first_text, openai_policy, tool_json, write_policy
 
 pytestmark = [
     pytest.mark.anyio,
+    pytest.mark.usefixtures("llm_key"),
     # the kitchen-sink fixture samples, deprecated in 2026-07-28, and what serve must still answer
     pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning"),
 ]
@@ -31,13 +32,6 @@ MODERN_META = {
     "io.modelcontextprotocol/clientInfo": {"name": "raw-2026", "version": "1"},
     "io.modelcontextprotocol/clientCapabilities": {},
 }
-
-
-@pytest.fixture
-def llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeLLMServer]:
-    monkeypatch.setenv("TEST_LLM_KEY", "sk-test")
-    with FakeLLMServer("openai") as server:
-        yield server
 
 
 @pytest.fixture(scope="module")

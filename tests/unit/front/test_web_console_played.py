@@ -21,7 +21,7 @@ from helpers.playbook import Playbook
 from helpers.played_console import played_page
 from helpers.support import openai_policy
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("llm_key")]
 
 SERVER = "kitchen_sink_server"
 RULES = "rules:\n  - name: ask\n    action: prompt\n    budget: {tokens: 50000, per: 1d}\n"
@@ -32,11 +32,6 @@ PNG = base64.b64encode(
         "0000000049454e44ae426082"
     )
 ).decode()
-
-
-@pytest.fixture(autouse=True)
-def llm_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TEST_LLM_KEY", "k")
 
 
 def prompt(text: str) -> dict[str, Any]:
