@@ -254,8 +254,8 @@ UPSTREAM = "upstream"  # why a session ended when its server ended on its own
 
 
 class Caller(Struct, kw_only=True):
-    """One host's session with one server, as every front keeps it: the server, the relay once built, the
-    server's second process once opened, and why the session ended (the first reason wins)."""
+    """One host's session with one server, as every front keeps it: the server, the relay once built, and
+    why the session ended (the first reason wins)."""
 
     upstream: Upstream
     session: Session
