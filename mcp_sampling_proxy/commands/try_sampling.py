@@ -17,12 +17,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import anyio
-from mcp import Client
-from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from mcp_sampling_proxy.commands.parsing import Parser
 from mcp_sampling_proxy.system.terminal import DEVICE_ENV
 from mcp_sampling_proxy.text.sanitize import strip_controls
+from mcp_sampling_proxy.transport.stdio_host import StdioHost
 
 DECISION_EVENTS = {
     "sampling request": "request",
@@ -113,19 +112,19 @@ def main(argv: Sequence[str]) -> int:
 async def _session(
     command: list[str], env: dict[str, str], tool: str | None, tool_args: dict[str, Any], errlog: Any, timeout: float
 ) -> tuple[int, str]:
-    params = StdioServerParameters(command=command[0], args=command[1:], env=env)
     with anyio.fail_after(timeout):
-        async with Client(stdio_client(params, errlog=errlog), mode="legacy") as client:
-            tools = (await client.list_tools()).tools
-            print("tools: " + ", ".join(strip_controls(t.name) for t in tools), flush=True)  # the server's names
+        async with StdioHost.start(command, env, errlog) as host:
+            names = [str(t.get("name")) for t in await host.list_tools()]
+            print("tools: " + ", ".join(strip_controls(name) for name in names), flush=True)  # the server's names
             if tool is None:
                 return 0, "(no --tool given: nothing called)"
-            if tool not in {t.name for t in tools}:
+            if tool not in names:
                 return 2, f"error: the server has no tool '{tool}'"
-            result = await client.call_tool(tool, tool_args)
-    texts = [strip_controls(getattr(block, "text", f"[{block.type} content]")) for block in result.content]
-    label = "tool error" if result.is_error else "result"
-    return (1 if result.is_error else 0), f"{label}:\n" + "\n".join(texts)
+            result = await host.call_tool(tool, tool_args)
+    blocks = [block for block in result.get("content") or [] if isinstance(block, dict)]
+    texts = [strip_controls(str(b["text"]) if "text" in b else f"[{b.get('type')} content]") for b in blocks]
+    failed = result.get("isError") is True
+    return (1 if failed else 0), ("tool error" if failed else "result") + ":\n" + "\n".join(texts)
 
 
 def _print_proxy_log(text: str, *, verbose: bool) -> None:
@@ -162,7 +161,7 @@ def _terminal_device() -> str | None:
 
 
 def _ended_early(what: str) -> str:
-    """The SDK's words for a stdio session whose other end went away, said as what happened."""
+    """The words for a stdio session whose other end went away, said as what happened."""
     if what == "Connection closed":
         return "the proxy or the server ended before the session was done (their last words are above)"
     return what

@@ -87,3 +87,19 @@ def test_serve_answers_a_session_without_loading_the_sdk(tmp_path: Path) -> None
     assert [
         name for name in imported if name.partition(".")[0] in ("mcp", "mcp_types", "pydantic", "sse_starlette")
     ] == []
+
+
+def test_try_plays_its_host_without_loading_the_sdk(tmp_path: Path) -> None:
+    """`try` is a host of its own (transport/stdio_host.py): it lists a server's tools through a proxy without
+    the `mcp` SDK or pydantic, which cost it about 0.6 s of CPU at each run."""
+    done = subprocess.run(
+        [PY, "-m", "mcp_sampling_proxy", "try", "--no-terminal", "--", PY, SMALL_SERVER],
+        env=proxy_env(HOME=str(tmp_path), PYTHONPROFILEIMPORTTIME="1"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 and "tools: " in done.stdout and "echo" in done.stdout, done.stdout + done.stderr
+    imported = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")]
+    assert "mcp_sampling_proxy.transport.stdio_host" in imported  # the list is try's own
+    assert [name for name in imported if name.partition(".")[0] in ("mcp", "mcp_types", "pydantic")] == []

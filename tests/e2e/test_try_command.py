@@ -55,3 +55,50 @@ def test_the_log_summary_prints_no_python_none(tmp_path: Path, llm: FakeLLMServe
     assert done.returncode == 0, done.stderr
     assert "proxy: request (server=summarizer, " in done.stderr  # a line that held server_reported=None
     assert [line for line in done.stderr.splitlines() if "None" in line] == []
+
+
+# a server in raw JSON lines: two pages of tools, and a call that first asks the host for its roots
+PAGED_ASKING_SERVER = """
+import json, sys
+def send(message):
+    print(json.dumps(message), flush=True)
+for line in sys.stdin:
+    message = json.loads(line)
+    method, request_id = message.get("method"), message.get("id")
+    if method == "initialize":
+        send({"jsonrpc": "2.0", "id": request_id, "result": {"protocolVersion": "2025-11-25",
+              "capabilities": {"tools": {}}, "serverInfo": {"name": "paged", "version": "1"}}})
+    elif method == "tools/list":
+        cursor = (message.get("params") or {}).get("cursor")
+        page = {"tools": [{"name": "second", "inputSchema": {"type": "object"}}]} if cursor else {
+            "tools": [{"name": "first", "inputSchema": {"type": "object"}}], "nextCursor": "page-2"}
+        send({"jsonrpc": "2.0", "id": request_id, "result": page})
+    elif method == "tools/call":
+        send({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "asking"}})
+        send({"jsonrpc": "2.0", "id": "roots-1", "method": "roots/list"})
+        answer = json.loads(sys.stdin.readline())
+        text = "host said: " + answer["error"]["message"]
+        send({"jsonrpc": "2.0", "id": request_id, "result": {"content": [{"type": "text", "text": text}]}})
+"""
+
+
+def test_try_reads_every_page_of_tools_and_refuses_what_it_cannot_answer(tmp_path: Path) -> None:
+    """`try` is a host without roots, sampling or forms: a server's request for one is refused at once (the
+    call goes on), its notifications are let go, and a tool list in pages is read to its end."""
+    server = tmp_path / "paged.py"
+    server.write_text(PAGED_ASKING_SERVER, encoding="utf-8")
+    policy = write_policy(tmp_path, "sandbox: off\n")
+    done = run_try(
+        "--no-terminal",
+        "--policy",
+        policy,
+        "--tool",
+        "second",
+        "--",
+        PY,
+        str(server),
+        env=proxy_env(HOME=str(tmp_path)),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "tools: first, second" in done.stdout
+    assert "result:\nhost said: mcp-sampling-proxy try has no 'roots/list'" in done.stdout
