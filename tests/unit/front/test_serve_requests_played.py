@@ -98,6 +98,22 @@ async def test_a_body_past_max_message_bytes_gets_413(tmp_path: Path) -> None:
     assert answer.status_code == 413
 
 
+async def test_a_body_sent_in_chunks_past_max_message_bytes_gets_413(tmp_path: Path) -> None:
+    """A body without Content-Length (chunked) is counted as it comes, and refused once past the cap."""
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b'{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"padding": "'
+        for _ in range(8):
+            yield b"x" * 1024
+        yield b'"}}'
+
+    async with played_serve("--token-file", token_file(tmp_path), "--max-message-bytes", "4096") as served:
+        answer = await served.http.post(served.url, content=chunks(), headers=HEADERS)
+        assert "content-length" not in answer.request.headers
+        assert served.front.sessions == {}
+    assert (answer.status_code, answer.text) == (413, "Request body too large")
+
+
 async def test_a_2026_request_serve_cannot_take_is_refused_before_a_server_starts(served: PlayedServe) -> None:
     """As SEP-2575 has it: a request without its `_meta` fields gets 400 and -32602, one whose `_meta`
     version contradicts its header 400 and -32020, a method 2026-07-28 removed 404 and -32601; each error
