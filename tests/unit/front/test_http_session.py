@@ -211,3 +211,18 @@ async def test_closing_lets_every_stream_write_what_it_holds_then_drains() -> No
         with anyio.fail_after(5):
             await session.drained.wait()
     assert call.messages() == [{"jsonrpc": "2.0", "id": 4, "result": {"n": 4}}]
+
+
+async def test_requests_with_ids_1_and_string_1_have_streams_of_their_own() -> None:
+    """JSON-RPC tells 1 and "1" apart, and so does the session: each answer ends its own request's stream."""
+    session, _ = a_session()
+    async with anyio.create_task_group() as tg:
+        number = await started(tg, session, Call("POST", request(1)))
+        text = await started(tg, session, Call("POST", request("1")))
+        session.send(answer("1"))
+        session.send(answer(1))
+        with anyio.fail_after(5):
+            await number.ended.wait()
+            await text.ended.wait()
+    assert number.messages() == [{"jsonrpc": "2.0", "id": 1, "result": {"n": 1}}]
+    assert text.messages() == [{"jsonrpc": "2.0", "id": "1", "result": {"n": "1"}}]
