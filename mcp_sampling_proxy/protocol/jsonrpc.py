@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import orjson
@@ -51,13 +50,18 @@ def parse(line: bytes) -> Any:
     return orjson.loads(line)
 
 
-_LONG_INTEGER = re.compile(rb"\d{19,}")
+# every ASCII digit as "0", every other byte as " ": a run of 19 digits is then a plain substring search. As
+# fast as the bytes can be copied, where the regex `\d{19,}` took ~10 ns a byte (50 ms for a 5 MB result,
+# digits or not, on every answer a 2026 host is given)
+_DIGITS_AS_ZEROS = bytes(0x30 if 0x30 <= byte <= 0x39 else 0x20 for byte in range(256))
+_LONG_RUN = b"0" * 19
 
 
 def has_long_integers(line: bytes) -> bool:
-    """True when a line may hold integers beyond 64 bits, which `parse` reads as floats: a line
-    that is re-encoded (a rewritten request) must then be read again with `parse_exact`."""
-    return _LONG_INTEGER.search(line) is not None
+    """True when a line may hold integers beyond 64 bits (19 digits in a row, in a string or not), which
+    `parse` reads as floats: a line that is re-encoded (a rewritten request) must then be read again with
+    `parse_exact`."""
+    return _LONG_RUN in line.translate(_DIGITS_AS_ZEROS)
 
 
 def parse_exact(line: bytes) -> Any:
