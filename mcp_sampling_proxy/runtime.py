@@ -254,13 +254,14 @@ UPSTREAM = "upstream"  # why a session ended when its server ended on its own
 
 
 class Caller(Struct, kw_only=True):
-    """One host's session with one server, as every front keeps it: the server, the relay once built, and
-    why the session ended (the first reason wins)."""
+    """One host's session with one server, as every front keeps it: the server, the relay once built, why
+    the session ended (the first reason wins), and the server's exit status once it is stopped."""
 
     upstream: Upstream
     session: Session
     client: str | None = None
     relay: Relay | None = None
+    exit_status: int | None = None
     reason: list[str] = field(default_factory=list)
     ended: anyio.Event = field(default_factory=anyio.Event)
 
@@ -355,11 +356,11 @@ async def live(
             await life.forget()
             if caller.relay is not None:
                 caller.relay.cancel_all()
-            code = await life.stop(caller.why)
+            caller.exit_status = await life.stop(caller.why)
             children.difference_update(own_children(caller.upstream))
             if modern is not None:
                 await modern.close(life.leg_grace(caller.why))
-    return code
+    return caller.exit_status
 
 
 async def upstream_ended(relay: Relay, upstream: Upstream) -> tuple[int | None, str]:

@@ -59,7 +59,7 @@ from mcp_sampling_proxy.front.event_store import EventLimits, SessionEventStore
 from mcp_sampling_proxy.front.http_host import Emit, StatelessHost, Streamed, event_stream
 from mcp_sampling_proxy.front.http_server import Server, server_config, survive_signal_replay
 from mcp_sampling_proxy.front.http_session import PROTOCOL_VERSION_HEADER, SESSION_ID_HEADER, HttpSession
-from mcp_sampling_proxy.front.request_checks import RequestChecks, accepts, limit_body
+from mcp_sampling_proxy.front.request_checks import RequestChecks, accepts, json_error, limit_body
 from mcp_sampling_proxy.front.tokens import Tokens
 from mcp_sampling_proxy.log import Throttle, get_logger
 from mcp_sampling_proxy.protocol import capabilities, eras, jsonrpc
@@ -190,7 +190,7 @@ class Front:
             await guard.metadata(scope, receive, send)
             return
         if path.rstrip("/") != ENDPOINT:
-            await _error(404, f"Not Found: the MCP endpoint is {ENDPOINT}")(scope, receive, send)
+            await json_error(404, f"Not Found: the MCP endpoint is {ENDPOINT}")(scope, receive, send)
             return
         if guard is not None:
             client = await guard.admit(scope, receive, send, lambda why: self._note_refusal(request, why))
@@ -212,7 +212,7 @@ class Front:
         session_id = request.headers.get(SESSION_ID_HEADER)
         if session_id is None:
             if request.method != "POST":
-                await _error(400, "Bad Request: no Mcp-Session-Id; open a session with an initialize POST")(
+                await json_error(400, "Bad Request: no Mcp-Session-Id; open a session with an initialize POST")(
                     scope, receive, send
                 )
                 return
@@ -229,7 +229,7 @@ class Front:
         if served is None or served.client != client:  # another caller's session looks like no session
             # a rebound page naming a session it guessed is refused as one without, not told 404
             refused = self._checks.refusal(request.headers, is_post=request.method == "POST")
-            await (refused or _error(404, "Not Found: no such session (it ended, or expired): initialize again"))(
+            await (refused or json_error(404, "Not Found: no such session (it ended, or expired): initialize again"))(
                 scope, receive, send
             )
             return
@@ -245,7 +245,7 @@ class Front:
                 scope = _without(scope, b"last-event-id")
                 headers = Headers(scope=scope)
             else:
-                await _error(
+                await json_error(
                     400,
                     "Bad Request: cannot resume after that Last-Event-ID (not this session's, or no longer "
                     "kept): send the request again",
@@ -271,7 +271,7 @@ class Front:
                 )
             else:
                 message = "Unauthorized: send 'Authorization: Bearer TOKEN' with a token of --token-file"
-            response = _error(401, message)
+            response = json_error(401, message)
             response.headers["WWW-Authenticate"] = 'Bearer realm="mcp-sampling-proxy"'
             return None, response
         return client, None
@@ -291,7 +291,7 @@ class Front:
             upstream = await self._upstream()
         except SpawnError as exc:
             log.error("cannot start the server for a new session", error=str(exc))
-            await _error(502, f"Bad Gateway: {exc}")(scope, receive, send)
+            await json_error(502, f"Bad Gateway: {exc}")(scope, receive, send)
             return
         session_id = uuid.uuid4().hex
         http = HttpSession(
@@ -307,13 +307,13 @@ class Front:
         assert self._tg is not None
         await self._tg.start(self._run, session_id, served)
         if served.relay is None:  # it failed as it started (logged): nothing answers the client
-            await _error(502, "Bad Gateway: the session could not start; see serve's log")(scope, receive, send)
+            await json_error(502, "Bad Gateway: the session could not start; see serve's log")(scope, receive, send)
             return
         if await http.handle(scope, receive, send) >= 400:
             served.end("the opening request was refused")
 
     def _at_cap(self) -> JSONResponse:
-        return _error(503, f"Service Unavailable: {self.options.max_sessions} sessions are open (--max-sessions)")
+        return json_error(503, f"Service Unavailable: {self.options.max_sessions} sessions are open (--max-sessions)")
 
     def _full(self) -> bool:
         return len(self.sessions) + len(self.lanes) >= self.options.max_sessions
@@ -322,19 +322,19 @@ class Front:
     async def _stateless(self, client: str | None, request: Request) -> ASGIApp:
         """One 2026-07-28 request, answered in the POST's body by the caller's lane."""
         if request.method != "POST":
-            return _error(405, "Method Not Allowed: a 2026-07-28 request is a POST (there is no GET stream)")
+            return json_error(405, "Method Not Allowed: a 2026-07-28 request is a POST (there is no GET stream)")
         refused = self._checks.refusal(request.headers, is_post=True)  # Host, Origin, Content-Type
         if refused is not None:
             return refused
         try:
             message = jsonrpc.parse_keeping_integers(await request.body())  # encoded again for the lane
         except ValueError as exc:
-            return _error(400, f"Parse error: {exc}", jsonrpc.PARSE_ERROR)
+            return json_error(400, f"Parse error: {exc}", jsonrpc.PARSE_ERROR)
         if not isinstance(message, dict) or not isinstance(message.get("method"), str):
-            return _error(400, "Bad Request: the body must be one JSON-RPC request or notification")
+            return json_error(400, "Bad Request: the body must be one JSON-RPC request or notification")
         named = request.headers.get("mcp-method")
         if named is not None and named != message["method"]:
-            return _error(400, f"Bad Request: Mcp-Method {named[:80]!r} does not name the body's method")
+            return json_error(400, f"Bad Request: Mcp-Method {named[:80]!r} does not name the body's method")
         version = request.headers.get(PROTOCOL_VERSION_HEADER)
         refusal = eras.http_refusal(message, version) if jsonrpc.usable_id(message.get("id")) else None
         if refusal is not None:  # refused before a server is started for it
@@ -350,7 +350,7 @@ class Front:
             try:
                 lane = await self._open_lane(client)
             except SpawnError as exc:
-                return _error(502, f"Bad Gateway: {exc}")
+                return json_error(502, f"Bad Gateway: {exc}")
         if not lane.ready.is_set():  # its server is starting (another request opened the lane)
             with anyio.fail_after(30):
                 await lane.ready.wait()
@@ -360,7 +360,7 @@ class Front:
             lane.relay.from_host(jsonrpc.dumps(message))
             return Response(status_code=202)
         if not jsonrpc.usable_id(message["id"]):
-            return _error(400, "Bad Request: a request needs a string or integer id")
+            return json_error(400, "Bad Request: a request needs a string or integer id")
         listens = message["method"] == "subscriptions/listen"  # a stream, unless the server refuses it at once
         streams = listens or "text/event-stream" in request.headers.get("accept", "")
         try:
@@ -554,7 +554,7 @@ class Front:
             )
         except Exception:
             log.exception(f"{label} failed; ending it", client=caller.client)
-            return None
+            return caller.exit_status  # (stopped all the same)
 
     # -- the process ---------------------------------------------------------------------------
     async def serve(self, listener: socket.socket) -> None:
@@ -661,7 +661,7 @@ def _not_acceptable(request: Request) -> JSONResponse | None:
     takes_json, takes_events = accepts(request.headers)
     if takes_json and takes_events:
         return None
-    return _error(406, "Not Acceptable: Client must accept both application/json and text/event-stream")
+    return json_error(406, "Not Acceptable: Client must accept both application/json and text/event-stream")
 
 
 def _not_an_opening(body: bytes) -> JSONResponse | None:
@@ -669,15 +669,15 @@ def _not_an_opening(body: bytes) -> JSONResponse | None:
     try:
         message = jsonrpc.parse(body)
     except ValueError as exc:
-        return _error(400, f"Parse error: {exc}", jsonrpc.PARSE_ERROR)
+        return json_error(400, f"Parse error: {exc}", jsonrpc.PARSE_ERROR)
     message = jsonrpc.as_object(message)
     if message.get("method") == "initialize" and "id" in message:
         return None
     meta = jsonrpc.as_object(jsonrpc.as_object(message.get("params")).get("_meta"))
     version = meta.get(PROTOCOL_VERSION_META)
     if isinstance(version, str) and version in eras.MODERN_VERSIONS:
-        return _error(400, f"Bad Request: a {version} request needs the header MCP-Protocol-Version: {version}")
-    return _error(400, "Bad Request: no Mcp-Session-Id; open a session with an initialize POST")
+        return json_error(400, f"Bad Request: a {version} request needs the header MCP-Protocol-Version: {version}")
+    return json_error(400, "Bad Request: no Mcp-Session-Id; open a session with an initialize POST")
 
 
 def _replaying(body: bytes, receive: Receive) -> Receive:
@@ -747,11 +747,3 @@ async def _unsupported_version(request: Request, version: str) -> JSONResponse:
     data = {"supported": list(eras.MODERN_VERSIONS), "requested": version[:40]}
     error = {"code": eras.UNSUPPORTED_PROTOCOL_VERSION, "message": text, "data": data}
     return JSONResponse({"jsonrpc": "2.0", "id": request_id, "error": error}, status_code=400)
-
-
-def _error(status: int, message: str, code: int = jsonrpc.INVALID_REQUEST) -> JSONResponse:
-    """A JSON-RPC error body without an id, with the HTTP status that says what happened."""
-    return JSONResponse(
-        {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}},
-        status_code=status,
-    )

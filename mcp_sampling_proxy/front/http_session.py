@@ -24,11 +24,11 @@ from typing import Any
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from starlette.datastructures import Headers
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from mcp_sampling_proxy.front.event_store import GET_STREAM, RETRY_MS, SessionEventStore
-from mcp_sampling_proxy.front.request_checks import accepts
+from mcp_sampling_proxy.front.event_store import GET_STREAM, RETRY_MS, ReplayGap, SessionEventStore
+from mcp_sampling_proxy.front.request_checks import accepts, json_error
 from mcp_sampling_proxy.log import Throttle, get_logger
 from mcp_sampling_proxy.protocol import jsonrpc
 
@@ -142,7 +142,7 @@ class HttpSession:
         request in flight (an open stream included) holds the session: the idle countdown starts again when
         the last one ends."""
         if self.terminated:
-            return await _answer(_error(404, "Not Found: Session has been terminated"), scope, receive, send)
+            return await _answer(json_error(404, "Not Found: Session has been terminated"), scope, receive, send)
         self._in_flight += 1
         self.idle_scope.deadline = math.inf
         try:
@@ -161,7 +161,7 @@ class HttpSession:
         if method == "DELETE":
             await self.terminate()
             return await _answer(self._bare(200), scope, receive, send)
-        refusal = _error(405, "Method Not Allowed")
+        refusal = json_error(405, "Method Not Allowed")
         refusal.headers["Allow"] = "GET, POST, DELETE"
         return await _answer(refusal, scope, receive, send)
 
@@ -171,16 +171,16 @@ class HttpSession:
     async def _post(self, scope: Scope, receive: Receive, send: Send, headers: Headers) -> int:
         takes_json, takes_events = accepts(headers)
         if not (takes_json and takes_events):
-            refusal = _error(406, "Not Acceptable: Client must accept both application/json and text/event-stream")
+            refusal = json_error(406, "Not Acceptable: Client must accept both application/json and text/event-stream")
             return await _answer(refusal, scope, receive, send)
         body = (await receive()).get("body", b"")  # read whole already (request_checks.limit_body)
         try:
             message = jsonrpc.parse(body)
         except ValueError as exc:
-            return await _answer(_error(400, f"Parse error: {exc}", jsonrpc.PARSE_ERROR), scope, receive, send)
+            return await _answer(json_error(400, f"Parse error: {exc}", jsonrpc.PARSE_ERROR), scope, receive, send)
         problem = _not_a_message(message)
         if problem is not None:
-            return await _answer(_error(400, problem, jsonrpc.INVALID_PARAMS), scope, receive, send)
+            return await _answer(json_error(400, problem, jsonrpc.INVALID_PARAMS), scope, receive, send)
         line = body.strip()
         if b"\n" in line or b"\r" in line:  # the relay reads lines
             line = jsonrpc.dumps(jsonrpc.parse_keeping_integers(body))
@@ -205,11 +205,11 @@ class HttpSession:
 
     async def _get(self, scope: Scope, receive: Receive, send: Send, headers: Headers) -> int:
         if not accepts(headers)[1]:
-            refusal = _error(406, "Not Acceptable: Client must accept text/event-stream")
+            refusal = json_error(406, "Not Acceptable: Client must accept text/event-stream")
             return await _answer(refusal, scope, receive, send)
         resume = headers.get("last-event-id")
         if resume is None and GET_STREAM in self._live:
-            refusal = _error(409, "Conflict: Only one SSE stream is allowed per session")
+            refusal = json_error(409, "Conflict: Only one SSE stream is allowed per session")
             return await _answer(refusal, scope, receive, send)
         out, inbox = anyio.create_memory_object_stream[Event](math.inf)
         await self._start(send)
@@ -245,7 +245,7 @@ class HttpSession:
 
         try:
             stream = await self.events.replay_after(last_event_id, again)
-        except Exception as exc:  # ReplayGap: ending the stream beats a silent gap
+        except ReplayGap as exc:  # ending the stream beats a silent gap
             log.warning("a resumed SSE stream ended: " + str(exc), session=self.session_id[:8])
             return None, False
         return stream, answered and stream != GET_STREAM
@@ -335,12 +335,6 @@ def _not_a_message(message: Any) -> str | None:
     if "id" in message and ("result" in message) != ("error" in message):
         return None
     return "Validation error: not a request, a notification or an answer"
-
-
-def _error(status: int, message: str, code: int = jsonrpc.INVALID_REQUEST) -> JSONResponse:
-    """A JSON-RPC error body without an id, with the HTTP status that says what happened."""
-    error = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
-    return JSONResponse(error, status_code=status)
 
 
 async def _answer(response: Response, scope: Scope, receive: Receive, send: Send) -> int:

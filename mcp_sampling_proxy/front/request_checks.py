@@ -12,8 +12,10 @@ from collections import deque
 
 from msgspec import Struct
 from starlette.datastructures import Headers
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from mcp_sampling_proxy.protocol import jsonrpc
 
 JSON = "application/json"
 EVENT_STREAM = "text/event-stream"
@@ -38,6 +40,12 @@ class RequestChecks(Struct, frozen=True):
         if origin and origin not in self.allowed_origins:  # a request of no page has none
             return Response("Invalid Origin header", status_code=403)
         return None
+
+
+def json_error(status: int, message: str, code: int = jsonrpc.INVALID_REQUEST) -> JSONResponse:
+    """A JSON-RPC error body without an id, with the HTTP status that says what happened: how the endpoint
+    and a session refuse a request they cannot take."""
+    return JSONResponse({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}, status_code=status)
 
 
 def accepts(headers: Headers) -> tuple[bool, bool]:
