@@ -135,14 +135,19 @@ async def test_ending_serve_ends_every_server(tmp_path: Path, how: signal.Signal
     assert await anyio.to_thread.run_sync(lambda: wait_until(lambda: not any(map(alive, servers))))
 
 
+def serve_leaver(tmp_path: Path) -> tuple[Served, Path]:
+    """`serve`, unconfined, in front of tests/fixtures/leaver_server.py; and where that writes its pids."""
+    out = tmp_path / "left"
+    out.mkdir()
+    policy = write_policy(tmp_path, "sandbox: off\n")
+    return start_serve(tmp_path, policy=policy, upstream=["--", PY, str(LEAVER), str(out)]), out
+
+
 async def test_what_a_sessions_server_leaves_behind_is_collected_and_ends_with_serve(tmp_path: Path) -> None:
     """Unconfined (no sandbox's PID namespace to end them), a server's orphans come to `serve` as their
     subreaper, as they come to the stdio proxy: one that exits is collected (no zombie piles up under a
     long-running `serve`), and one that left the server's process group ends when `serve` stops."""
-    out = tmp_path / "left"
-    out.mkdir()
-    policy = write_policy(tmp_path, "sandbox: off\n")
-    served = start_serve(tmp_path, policy=policy, upstream=["--", PY, str(LEAVER), str(out)])
+    served, out = serve_leaver(tmp_path)
     try:
         async with http_host(served.url, ALICE) as client:
             assert first_text(await client.call_tool("leave", {})) == "left two behind"
@@ -159,13 +164,10 @@ async def test_a_session_whose_second_connection_ends_leaves_the_other_sessions_
     tmp_path: Path,
 ) -> None:
     """A session whose server asks for input only in the 2026 era gets a second connection (another
-    process of the server) for such a call. When that session ends, what its second process left behind
-    ends with it, and nothing else: the other sessions' servers are `serve`'s children too, and must not
-    be taken for the one session's strays."""
-    out = tmp_path / "left"
-    out.mkdir()
-    policy = write_policy(tmp_path, "sandbox: off\n")
-    served = start_serve(tmp_path, policy=policy, upstream=["--", PY, str(LEAVER), str(out)])
+    process of the server) for such a call. When that session ends, both its processes end with it, and
+    nothing else: the other sessions' servers are `serve`'s children too, and must not be taken for the
+    one session's strays."""
+    served, _ = serve_leaver(tmp_path)
     try:
         async with http_host(served.url, BOB) as bob:
             await bob.list_tools()
