@@ -24,6 +24,7 @@ from typing import Any
 from msgspec import Struct
 
 from mcp_sampling_proxy.text.redact import Pattern, builtin_patterns, map_strings, mask
+from mcp_sampling_proxy.text.regex_literals import Needs, needs
 
 WINDOW = 1024  # characters detect-secrets' patterns see at once
 OVERLAP = 256  # ... shared by neighbouring windows: a secret shorter than this is seen whole in one
@@ -63,6 +64,7 @@ class _Detector(Struct, frozen=True):
     regex: re.Pattern[str]
     windowed: bool  # detect-secrets' patterns: run window by window
     shape: Pattern | None = None  # redact.py's shape it is: its literals say when it cannot match
+    needs: Needs | None = None  # the literals every match holds, read from the regex (text/regex_literals.py)
 
 
 def scan(value: Any) -> Scanned:
@@ -150,9 +152,12 @@ def fold(text: str) -> tuple[str, list[int] | None]:
 
 def _spans(text: str) -> Iterator[tuple[int, int, str]]:
     folded = text.casefold()
+    lowered = text.lower() if text.isascii() else None
     for detector in _detectors():
         if detector.shape is not None and not detector.shape.may_match(text, folded):
             continue  # none of the literals every match of this shape holds is in the text
+        if detector.needs is not None and not detector.needs.may_match(text, lowered):
+            continue  # nor of those its regex says every match holds: most detectors, in most texts
         if not detector.windowed:
             for match in detector.regex.finditer(text):
                 yield (*_secret_span(match), detector.type)
@@ -227,10 +232,12 @@ def _make_detectors() -> tuple[_Detector, ...]:
 
     plugins: dict[str, Any] = get_mapping_from_secret_type_to_class()  # type -> class (class attributes)
     library = [
-        _Detector(kind, regex, windowed=True)
+        _Detector(kind, regex, windowed=True, needs=needs(regex))
         for kind, plugin in plugins.items()
         if issubclass(plugin, RegexBasedDetector) and kind not in _LEFT_OUT
         for regex in plugin.denylist
     ]
-    shapes = [_Detector(_SHAPES[p.kind], p.regex, False, p) for p in builtin_patterns() if p.kind in _SHAPES]
+    shapes = [
+        _Detector(_SHAPES[p.kind], p.regex, False, p, needs(p.regex)) for p in builtin_patterns() if p.kind in _SHAPES
+    ]
     return (*library, *shapes)

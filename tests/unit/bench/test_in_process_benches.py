@@ -38,3 +38,13 @@ def test_audit_record_writes_every_record_and_reports_its_cost(
     prints the figure."""
     out = run_main("audit_record", ["--requests", "200", "--rounds", "2"], monkeypatch, capsys)
     assert out.startswith("audit record: ") and "(median of 2 rounds of 200;" in out
+
+
+def test_secret_scan_masks_alike_with_and_without_the_literal_tests_and_reports_both(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """bench/secret_scan.py (the credential scan per 1,000 characters, each detector's literal test on and
+    off) prints a row per kind of text."""
+    out = run_main("secret_scan", ["--rounds", "1", "--number", "2"], monkeypatch, capsys)
+    rows = [line.split()[0] for line in out.splitlines()[2:]]
+    assert out.startswith("the credential scan of 1,000 characters") and rows == ["prose", "code", "markdown"]

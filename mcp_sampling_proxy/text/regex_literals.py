@@ -1,0 +1,87 @@
+"""The literal text every match of a regular expression must hold, read from the pattern itself: the
+scanner's cheap test of whether a pattern can match a string at all, before it runs the regex (a
+character-by-character search that costs about half a microsecond a character for the detectors that
+start with look-behinds and optional groups).
+
+Exact by construction: a pattern gets `needs` only when every way it can match passes through one of
+the strings, and no `needs` (run it always) whenever the pattern holds something this reading does not
+follow (flags switched inside it, a construct it does not know, or a Python whose `re` parser it cannot
+read)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from msgspec import Struct
+
+
+class Needs(Struct, frozen=True):
+    """Every string the pattern matches holds one of each group's strings; `caseless`: compared
+    lower-cased (the pattern ignores case; only an ASCII text can be compared so, see `may_match`)."""
+
+    groups: tuple[tuple[str, ...], ...]  # the rarest first: the test stops at the first group missing
+    caseless: bool
+
+    def may_match(self, text: str, lowered: str | None) -> bool:
+        """False only when the pattern cannot match `text`. `lowered`: `text.lower()` when `text` is ASCII,
+        else None: outside ASCII the regex engine's case folding is not `str.lower` (it matches `ı` to `i`,
+        `K` to the Kelvin sign), so a caseless pattern is then always run."""
+        if self.caseless:
+            if lowered is None:
+                return True
+            text = lowered
+        return all(any(s in text for s in group) for group in self.groups)
+
+
+def needs(regex: re.Pattern[str]) -> Needs | None:
+    """What every match of `regex` holds, or None when nothing is known (the pattern is always run)."""
+    try:
+        from re import _constants, _parser  # type: ignore[attr-defined]  # the parser `re.compile` itself uses
+
+        tree = _parser.parse(regex.pattern, regex.flags)
+        found = _sequence(tree, _constants)
+    except Exception:  # a parser this reading does not know: the pattern runs every time
+        return None
+    caseless = bool(regex.flags & re.IGNORECASE)
+    if caseless:  # compared with `str.lower`, which agrees with the engine's folding in ASCII only
+        found = [frozenset(s.lower() for s in strings) for strings in found if all(s.isascii() for s in strings)]
+    groups = sorted({tuple(sorted(strings)) for strings in found}, key=lambda g: (-min(map(len, g)), g))
+    return Needs(tuple(groups), caseless) if groups else None  # the longest shortest string first
+
+
+def _sequence(items: Any, c: Any) -> list[frozenset[str]]:
+    """For a sequence of pattern items: sets of strings, each set with one member in every match (all of
+    them hold at once). A run of literal characters is one such string; a group, an alternation whose
+    every branch has its own, and an item repeated at least once add theirs."""
+    sets: list[frozenset[str]] = []
+    run: list[str] = []
+
+    def end_run() -> None:
+        if run:
+            sets.append(frozenset({"".join(run)}))
+            run.clear()
+
+    for op, value in items:
+        if op is c.LITERAL:
+            run.append(chr(value))
+            continue
+        end_run()
+        if op is c.SUBPATTERN:
+            _group, flags_on, flags_off, inner = value
+            if not flags_on and not flags_off:  # flags switched inside: not followed
+                sets += _sequence(inner, c)
+        elif op is c.BRANCH:
+            branches = [_sequence(branch, c) for branch in value[1]]
+            if all(branches):
+                best = [max(b, key=lambda strings: min(map(len, strings))) for b in branches]
+                sets.append(frozenset().union(*best))
+        elif op in (c.MAX_REPEAT, c.MIN_REPEAT, c.POSSESSIVE_REPEAT):
+            least, _most, inner = value
+            if least >= 1:
+                sets += _sequence(inner, c)
+        elif op is c.ATOMIC_GROUP:
+            sets += _sequence(value, c)
+        # any other item (a class, `.`, an anchor, a look-around, a back-reference) holds no known literal
+    end_run()
+    return sets

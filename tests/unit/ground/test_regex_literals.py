@@ -1,0 +1,85 @@
+"""The literals every match of a pattern holds (text/regex_literals.py): the secret scan skips a detector
+whose literals a text lacks, so a literal read wrongly would let a credential through unmasked."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mcp_sampling_proxy.services import secret_scan
+from mcp_sampling_proxy.text.regex_literals import needs
+
+
+@pytest.mark.parametrize(
+    ("pattern", "groups"),
+    [
+        ("abc", (("abc",),)),
+        ("a[0-9]+bc", (("bc",), ("a",))),  # the longest first: the test stops at the first one missing
+        ("x(?:key|token)=", (("key", "token"), ("=",), ("x",))),  # ties in code point order
+        ("(?:ab)+c", (("ab",), ("c",))),
+        ("(?:ab){2,}", (("ab",),)),
+    ],
+)
+def test_what_every_match_must_hold(pattern: str, groups: tuple[tuple[str, ...], ...]) -> None:
+    found = needs(re.compile(pattern))
+    assert found is not None and found.groups == groups and not found.caseless
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "[a-z]+",  # no literal at all
+        "(?:ab)?[0-9]",  # optional: a match may lack it
+        "(?:ab)*[0-9]",
+        "(?:key|)[0-9]",  # one branch holds nothing
+        "(?:key|[0-9])",  # nor here
+        "(?i:key)[0-9]",  # flags switched inside: not followed
+        "(?<=key)[0-9]",  # a look-behind's text is not part of the match: not used
+    ],
+)
+def test_nothing_is_claimed_where_a_match_need_not_hold_it(pattern: str) -> None:
+    assert needs(re.compile(pattern)) is None
+
+
+def test_a_caseless_pattern_is_compared_lower_cased_and_only_in_ascii_text() -> None:
+    found = needs(re.compile("(?i)Secret_KEY"))
+    assert found is not None and found.caseless and found.groups == (("secret_key",),)
+    assert found.may_match("my SECRET_Key", "my secret_key")
+    assert not found.may_match("nothing here", "nothing here")
+    # outside ASCII the engine folds more than str.lower does (it matches the dotless ı to i): always run
+    assert re.search("(?i)servıces", "services") and found.may_match("ſecret_key", None)
+
+
+def test_a_slack_webhook_spelled_with_a_dotless_i_is_still_masked() -> None:
+    """`(?i)...services...` matches `servıces` in the engine, though `str.lower` leaves the ı alone: a
+    caseless detector's literals are not used on a text outside ASCII."""
+    hook = "https://hooks.slack.com/servıces/T01234567/B01234567/abcdefghijklmnopqrstuvwx"
+    masked, types = secret_scan.mask_text(f"hook: {hook}")
+    assert masked == "hook: [REDACTED:Slack Token]" and types == ("Slack Token",)
+
+
+DETECTORS = secret_scan._detectors()
+
+
+@pytest.mark.parametrize("index", range(len(DETECTORS)), ids=[f"{d.type}-{i}" for i, d in enumerate(DETECTORS)])
+@settings(
+    max_examples=60,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+@given(data=st.data())
+def test_every_text_a_detector_matches_passes_its_literal_test(index: int, data: st.DataObject) -> None:
+    """Texts generated from each detector's own regex (hypothesis), with text around them: the literal
+    test never rules out a text the regex matches."""
+    detector = DETECTORS[index]
+    assert detector.needs is not None  # every detector has literals today; one without is always run
+    inner = data.draw(st.from_regex(detector.regex, fullmatch=True))
+    text = data.draw(st.text(max_size=5)) + inner + data.draw(st.text(max_size=5))
+    if detector.regex.search(text) is None:  # the text around it broke a look-around: nothing to hold
+        return
+    lowered = text.lower() if text.isascii() else None
+    assert detector.needs.may_match(text, lowered), (detector.type, text)
