@@ -482,6 +482,9 @@ class Front:
 
         async def opened(relay: Relay, _tg: anyio.abc.TaskGroup) -> None:
             http.attach(relay.from_host)
+            reader = served.upstream.reader
+            if reader is not None:  # a client that reads slower than the server writes holds the server back
+                http.on_pause, http.on_resume = reader.pause, reader.resume
             started.append(True)
             task_status.started()
 

@@ -36,7 +36,8 @@ log = get_logger("mcp_sampling_proxy.front.http_session")
 
 SESSION_ID_HEADER = "mcp-session-id"
 PROTOCOL_VERSION_HEADER = "mcp-protocol-version"
-SESSION_BUFFER = 4096  # messages a session holds for its client before the server's notifications are dropped
+SESSION_BUFFER = 4096  # messages a session holds for its client: past it, notifications are dropped and the
+# server's output waits (`on_pause`) until the client has read down to half of it (`on_resume`)
 PING_SECONDS = 15.0  # an SSE comment on a quiet stream, so that proxies in between keep it open
 UNNAMED_VERSION = "2025-03-26"  # a request without MCP-Protocol-Version is of this version (the spec's default)
 RESUMABLE_FROM = "2025-11-25"  # clients of this version on take a priming event (an id, no data) first
@@ -73,6 +74,9 @@ class HttpSession:
         self.drained = anyio.Event()  # set once `close` was called and every stream has ended
         self._dropped = Throttle(burst=3, window=60.0)
         self._headers = [(SESSION_ID_HEADER.encode(), session_id.encode())]
+        self.on_pause: Callable[[], None] | None = None  # stop reading the server (its reader's `pause`)
+        self.on_resume: Callable[[], None] | None = None
+        self._paused = False
 
     def attach(self, on_line: Callable[[bytes], None]) -> None:
         """Where the client's messages go (the relay's `from_host`): set before the first request is handled."""
@@ -116,11 +120,27 @@ class HttpSession:
         if live is not None:
             with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):  # its writer just ended
                 live.send_nowait((_event(event_id, line), answer and stream != GET_STREAM))
+            if not self._paused and self.on_pause is not None and self.queued >= SESSION_BUFFER:
+                # the server's requests and answers cannot be dropped: it waits, as behind a full pipe
+                self._paused = True
+                log.warning(
+                    "an HTTP client reads slower than its server sends: the server waits until it catches up",
+                    session=self.session_id[:8],
+                    buffer=SESSION_BUFFER,
+                )
+                self.on_pause()
 
     @property
     def queued(self) -> int:
         """Messages waiting to be written to the client."""
         return sum(live.statistics().current_buffer_used for live in self._live.values())
+
+    def _caught_up(self) -> None:
+        """The client has read down to half the buffer: the server's output is read again."""
+        if self._paused and self.queued <= SESSION_BUFFER // 2:
+            self._paused = False
+            if self.on_resume is not None:
+                self.on_resume()
 
     def close(self) -> None:
         """No more messages: every stream ends once it has written what it holds (`drained`)."""
@@ -285,6 +305,8 @@ class HttpSession:
                         await send({"type": "http.response.body", "body": b": ping\r\n\r\n", "more_body": True})
                         continue
                 await send({"type": "http.response.body", "body": event, "more_body": not last})
+                if self._paused:
+                    self._caught_up()
                 if last:  # the answer ended the response
                     ended = True
                     return
@@ -296,6 +318,7 @@ class HttpSession:
                 del self._live[stream]
             out.close()
             inbox.close()
+            self._caught_up()  # what this stream held is gone with it
             self._writing -= 1
             if self._closed and not self._writing:
                 self.drained.set()

@@ -13,12 +13,15 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import suppress
 from pathlib import Path
 
 import anyio
+import httpx
 import pytest
 from fakes.llm_server import FakeLLMServer
 from helpers.serving import ALICE, BOB, Served, decisions, http_host, start_serve, stop, token_file, wait_until
@@ -185,3 +188,69 @@ async def test_a_session_whose_second_connection_ends_leaves_the_other_sessions_
             assert [tool.name for tool in (await bob.list_tools()).tools] == ["leave", "modern"]
     finally:
         assert stop(served) == 0
+
+
+FLOOD = Path(__file__).parent.parent / "fixtures" / "flood_server.py"
+
+
+def test_a_server_flooding_a_client_that_does_not_read_is_held_back_not_buffered(tmp_path: Path) -> None:
+    """A hostile server sends its client requests faster than the client reads them (here: not at all, its
+    socket's buffer made small). `serve` cannot drop a request, so it stops reading that server once it holds
+    a few thousand for the client, as a full pipe holds a stdio server back: the server's writes wait,
+    and `serve`'s memory does not grow with them. Once the client reads, every request and the answer come."""
+    count_file = tmp_path / "written"
+    total = 100_000
+    policy = write_policy(tmp_path, "sandbox: off\n")
+    served = start_serve(tmp_path, policy=policy, upstream=["--", PY, str(FLOOD), str(count_file)])
+    port = int(served.url.split(":")[2].split("/")[0])
+    headers = {"Authorization": f"Bearer {ALICE}", "Accept": ACCEPT}
+    try:
+        with httpx.Client(timeout=15) as http:
+            opened = http.post(served.url, json=INITIALIZE, headers=headers)
+            session = opened.headers["mcp-session-id"]
+            session_headers = {**headers, "Mcp-Session-Id": session, "Mcp-Protocol-Version": "2025-11-25"}
+            done = http.post(
+                served.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session_headers
+            )
+            assert done.status_code == 202
+        call = json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "flood", "arguments": {"count": total}},
+            }
+        ).encode()
+        request = (
+            f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+            + "".join(f"{k}: {v}\r\n" for k, v in session_headers.items())
+            + f"Content-Length: {len(call)}\r\n\r\n"
+        ).encode() + call
+        with socket.socket() as client:
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a client that reads little at a time
+            client.connect(("127.0.0.1", port))
+            client.sendall(request)
+
+            def written() -> int:
+                return int(count_file.read_text()) if count_file.exists() else 0
+
+            last, still_since = -1, time.monotonic()
+            while time.monotonic() - still_since < 1.5:  # until the server's writes have waited 1.5 s
+                now = written()
+                if now != last:
+                    last, still_since = now, time.monotonic()
+                assert now < total, "the server wrote every request: serve held them all in memory"
+                time.sleep(0.05)
+            held_back = last
+            received = bytearray()
+            client.settimeout(15)
+            while not received.endswith(b"\r\n\r\n0\r\n\r\n"):  # the chunked response's end: the answer came
+                chunk = client.recv(1 << 20)
+                assert chunk, "serve closed the stream before the answer"
+                received += chunk
+        assert written() == total and held_back < total
+        assert received.count(b'"method": "roots/list"') == total and b'"flooded"' in received[-2000:]
+    finally:
+        assert stop(served) == 0
+    log = served.errlog.read_text()
+    assert "an HTTP client reads slower than its server sends: the server waits until it catches up" in log

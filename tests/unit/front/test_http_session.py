@@ -16,7 +16,7 @@ import pytest
 from starlette.types import Message, Scope
 
 from mcp_sampling_proxy.front.event_store import SessionEventStore
-from mcp_sampling_proxy.front.http_session import HttpSession
+from mcp_sampling_proxy.front.http_session import SESSION_BUFFER, HttpSession
 
 pytestmark = pytest.mark.anyio
 
@@ -226,3 +226,46 @@ async def test_requests_with_ids_1_and_string_1_have_streams_of_their_own() -> N
             await text.ended.wait()
     assert number.messages() == [{"jsonrpc": "2.0", "id": 1, "result": {"n": 1}}]
     assert text.messages() == [{"jsonrpc": "2.0", "id": "1", "result": {"n": "1"}}]
+
+
+class SlowCall(Call):
+    """A client that stops reading its stream after the first event until `read_on` is set."""
+
+    def __init__(self, method: str, body: bytes = b"", headers: tuple[tuple[bytes, bytes], ...] = (ACCEPT, JSON)):
+        super().__init__(method, body, headers)
+        self.read_on = anyio.Event()
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.body" and self.chunks:
+            await self.read_on.wait()
+        await super().send(message)
+
+
+async def test_a_client_that_stops_reading_holds_its_server_back_and_loses_none_of_its_requests() -> None:
+    """A server's requests to a client that reads nothing cannot be dropped as its notifications are: past
+    the buffer the server's output waits (its reader paused, as a full pipe holds a stdio server back), and
+    is read again once the client has read down to half of it. serve's memory no longer grows with them."""
+    session, _ = a_session(owner=7)
+    flow: list[str] = []
+    session.on_pause, session.on_resume = (lambda: flow.append("pause")), (lambda: flow.append("resume"))
+    sent = SESSION_BUFFER + 50
+    async with anyio.create_task_group() as tg:
+        call = SlowCall("POST", request(7), (ACCEPT, JSON, version("2025-03-26")))
+        await started(tg, session, call)
+        try:
+            for n in range(sent):
+                session.send(request(f"roots-{n}", "roots/list"))
+                if n < SESSION_BUFFER - 5:
+                    assert flow == [], n
+            assert flow == ["pause"] and session.queued >= SESSION_BUFFER
+        finally:  # the client reads again (a failed check must not leave the stream's last write waiting)
+            call.read_on.set()
+        with anyio.fail_after(10):
+            while flow != ["pause", "resume"]:
+                await anyio.sleep(0.001)
+        assert session.queued <= SESSION_BUFFER // 2
+        session.send(answer(7))
+        with anyio.fail_after(10):
+            await call.ended.wait()
+    got = call.messages()
+    assert [m["id"] for m in got[:-1]] == [f"roots-{n}" for n in range(sent)] and got[-1]["id"] == 7
