@@ -213,6 +213,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run(args_list[1:])
         except BrokenPipeError:
             return _reader_gone()
+    # a host that gives up while the proxy starts (its SIGTERM before the session's handlers) gets the same
+    # orderly stop as later: held from here, before anything is started (the bubblewrap probe included)
+    hold_stop_signals()
     args = build_parser().parse_args(args_list)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if bool(command) == bool(args.url):
@@ -242,7 +245,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command:
         become_subreaper()  # whatever the server starts stays below us, where the console socket can tell
     try:  # the server starts once the policy is read: every file it names is out of its sight from the start
-        hold_stop_signals()  # a host's SIGTERM before the session's handlers is still an orderly stop
         settings, name, start, sandbox = _prepare(args, command, policy_text)  # (may fork: the sandbox's network)
         upstream = start()
     except _StartupFailure as exc:

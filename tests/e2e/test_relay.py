@@ -345,11 +345,14 @@ def test_sigterm_while_the_proxy_starts_is_an_orderly_stop(tmp_path: Path) -> No
 
 
 def _first_child_running(pid: int, fragment: bytes) -> int:
+    """A child of `pid` whose command line holds `fragment`; not one forked but not yet exec'd (the
+    bubblewrap probe's, before its exec), which still has the proxy's command line, server's words and all."""
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
         for child in server_children(pid):
             try:
-                if fragment in Path(f"/proc/{child}/cmdline").read_bytes():
+                cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
+                if fragment in cmdline and b"mcp_sampling_proxy" not in cmdline:
                     return child
             except OSError:
                 continue
