@@ -1,5 +1,6 @@
-"""Content digests are taken from the same canonical bytes however they are made: orjson where its text
-is the same, the stdlib encoder where it would differ (small floats, what JSON from the wire cannot hold)."""
+"""Content digests and the chain's record hashes are taken from the same canonical bytes however they are
+made: orjson where its text is the same, the stdlib encoder where it would differ (small floats, what JSON
+from the wire cannot hold). A hash made otherwise than `verify` makes it breaks the chain."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import random
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mcp_sampling_proxy.audit.recorder import SMALL_RECORD_NODES, SMALL_RECORD_TEXT, _is_small
-from mcp_sampling_proxy.audit.records import canonical, digest
+from mcp_sampling_proxy.audit.records import canonical, digest, record_hash
 
 ODD = [
     {"text": "".join(chr(i) for i in range(0x100)) + "\u2028\u2029\ufeff\U0001f600 / \\ \" '"},
@@ -46,3 +49,25 @@ def test_a_request_is_small_below_both_bounds_and_not_above_either() -> None:
     assert not _is_small({"many": [0] * SMALL_RECORD_NODES})
     assert _is_small({"lone": "\ud800"})  # text JSON cannot carry as it is still counts as text
     assert not _is_small({"lone": "\ud800", "many": [0] * SMALL_RECORD_NODES})
+
+
+JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**80), max_value=2**80)  # past 64 bits too
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=400, deadline=None, database=None)
+@given(record=st.dictionaries(st.text(max_size=10), JSON, max_size=8), extra=JSON)
+def test_a_record_hash_and_a_digest_are_of_the_canonical_bytes(record: dict[str, Any], extra: Any) -> None:
+    """Any JSON a record or a content can hold (hypothesis draws them): the same bytes as `canonical`."""
+    record = {**record, "hash": "not hashed", "extra": extra}
+    unhashed = {k: v for k, v in record.items() if k != "hash"}
+    assert record_hash(record) == hashlib.sha256(canonical(unhashed)).hexdigest()
+    if not isinstance(extra, str):  # a string's digest is of its UTF-8 text
+        assert digest(extra) == canonical_digest(extra)
