@@ -31,7 +31,13 @@ class Needs(Struct, frozen=True):
             if lowered is None:
                 return True
             text = lowered
-        return all(any(s in text for s in group) for group in self.groups)
+        for group in self.groups:  # loops, not all(any(...)): a scan asks this of 57 detectors, a third of the time
+            for string in group:
+                if string in text:
+                    break
+            else:
+                return False
+        return True
 
 
 def needs(regex: re.Pattern[str]) -> Needs | None:
