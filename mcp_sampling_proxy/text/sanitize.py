@@ -37,6 +37,8 @@ QUOTE = "  \u2502 "  # "  │ ": every line of server text starts with it, so no
 
 def strip_controls(text: str) -> str:
     """Remove escape sequences, control and format characters; keep newlines and tabs."""
+    if text.isascii() and text.isprintable():  # nothing to remove (the common case: a method, a name)
+        return text
     text = _LINE_BREAKS.sub("\n", text.replace("\r\n", "\n"))
     text = _CONTROLS.sub("", _ESCAPES.sub("", text))
     if text.isascii():
