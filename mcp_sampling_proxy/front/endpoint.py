@@ -375,7 +375,9 @@ class Front:
         finally:
             lane.last_used = time.monotonic()
         not_found = jsonrpc.as_object(answer.get("error")).get("code") == jsonrpc.METHOD_NOT_FOUND
-        return JSONResponse(answer, status_code=404 if not_found else 200)  # SEP-2575: 404 for no such method
+        status = 404 if not_found else 200  # SEP-2575: 404 for no such method
+        # written by orjson (JSONResponse's stdlib encoder took a tenth of serve's CPU for a request)
+        return Response(jsonrpc.dumps(answer), status_code=status, media_type="application/json")
 
     async def _open_lane(self, client: str | None) -> _Lane:
         upstream = await self._upstream()

@@ -89,10 +89,18 @@ def usable_id(value: Any) -> bool:
 
 
 def dumps(obj: Any) -> bytes:
-    """Compact JSON bytes for one message (no newline).
+    """Compact JSON bytes for one message (no newline), by orjson (a fifth of the stdlib's time: every
+    message the relay rewrites or makes passes here).
 
-    A lone surrogate (which a peer's `\\ud800` escape or an LLM's answer can carry) cannot be
-    UTF-8 encoded: such a message is written with ASCII escapes instead, which keeps it exact."""
+    What orjson refuses is written by the stdlib, exactly: an integer past 64 bits (which
+    `parse_keeping_integers` keeps), a non-string key, nesting past 254 levels, and a lone surrogate
+    (which a peer's `\\ud800` escape or an LLM's answer can carry), which cannot be UTF-8 encoded and is
+    written with ASCII escapes. (A float below 1e-4 comes out as orjson writes it, `1e-7` for the
+    stdlib's `1e-07`: the same number.)"""
+    try:
+        return orjson.dumps(obj)
+    except TypeError:  # orjson.JSONEncodeError is one
+        pass
     try:
         return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
