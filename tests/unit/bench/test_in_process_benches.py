@@ -48,3 +48,12 @@ def test_secret_scan_masks_alike_with_and_without_the_literal_tests_and_reports_
     out = run_main("secret_scan", ["--rounds", "1", "--number", "2"], monkeypatch, capsys)
     rows = [line.split()[0] for line in out.splitlines()[2:]]
     assert out.startswith("the credential scan of 1,000 characters") and rows == ["prose", "code", "markdown"]
+
+
+def test_sampling_micro_answers_every_request_and_records_each(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """bench/sampling_micro.py (the proxy's own work per sampling request, the LLM in memory) finds a result
+    for every request and a record of each in its audit log, and prints the figure."""
+    out = run_main("sampling_micro", ["--requests", "20", "--rounds", "2"], monkeypatch, capsys)
+    assert out.startswith("sampling request, the proxy's own work: best ") and "(2 rounds of 20;" in out
