@@ -58,7 +58,10 @@ class Pattern(Struct, frozen=True):
         if not self.needles:
             return True
         haystack = folded if self.folded else text
-        return any(needle in haystack for needle in self.needles)
+        for needle in self.needles:  # noqa: SIM110  # a loop: half the time of any() over a generator
+            if needle in haystack:
+                return True
+        return False
 
 
 def luhn_ok(text: str) -> bool:
@@ -195,7 +198,8 @@ class Redactor:
         """The patterns that may match in `haystack` (`_haystack` of a value): one look at all of a value's
         strings at once, for literals every match holds, instead of every pattern run over every string
         (26 strings and 15 shapes for a small sampling request and its answer: 0.4 ms)."""
-        return tuple(p for p in self.patterns if p.may_match(haystack, haystack.casefold()))
+        folded = haystack.casefold()  # once, not once a pattern
+        return tuple(p for p in self.patterns if p.may_match(haystack, folded))
 
     def may_hold_key_json(self, encoded: bytes) -> bool:
         """False when the JSON text `encoded` cannot hold a run of a configured key in any string
