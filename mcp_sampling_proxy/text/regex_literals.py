@@ -1,4 +1,5 @@
-"""The literal text every match of a regular expression must hold, read from the pattern itself: the
+"""The literal text every match of a regular expression must hold, and how long it is at least, read from
+the pattern itself: the
 scanner's cheap test of whether a pattern can match a string at all, before it runs the regex (a
 character-by-character search that costs about half a microsecond a character for the detectors that
 start with look-behinds and optional groups).
@@ -17,16 +18,20 @@ from msgspec import Struct
 
 
 class Needs(Struct, frozen=True):
-    """Every string the pattern matches holds one of each group's strings; `caseless`: compared
-    lower-cased (the pattern ignores case; only an ASCII text can be compared so, see `may_match`)."""
+    """Every string the pattern matches is at least `shortest` characters long and holds one of each
+    group's strings; `caseless`: compared lower-cased (the pattern ignores case; only an ASCII text can
+    be compared so, see `may_match`)."""
 
     groups: tuple[tuple[str, ...], ...]  # the rarest first: the test stops at the first group missing
     caseless: bool
+    shortest: int = 0
 
     def may_match(self, text: str, lowered: str | None) -> bool:
         """False only when the pattern cannot match `text`. `lowered`: `text.lower()` when `text` is ASCII,
         else None: outside ASCII the regex engine's case folding is not `str.lower` (it matches `ı` to `i`,
         `K` to the Kelvin sign), so a caseless pattern is then always run."""
+        if len(text) < self.shortest:
+            return False
         if self.caseless:
             if lowered is None:
                 return True
@@ -47,13 +52,16 @@ def needs(regex: re.Pattern[str]) -> Needs | None:
 
         tree = _parser.parse(regex.pattern, regex.flags)
         found = _sequence(tree, _constants)
+        shortest = int(tree.getwidth()[0])  # look-arounds take no width
     except Exception:  # a parser this reading does not know: the pattern runs every time
         return None
     caseless = bool(regex.flags & re.IGNORECASE)
     if caseless:  # compared with `str.lower`, which agrees with the engine's folding in ASCII only
         found = [frozenset(s.lower() for s in strings) for strings in found if all(s.isascii() for s in strings)]
     groups = sorted({tuple(sorted(strings)) for strings in found}, key=lambda g: (-min(map(len, g)), g))
-    return Needs(tuple(groups), caseless) if groups else None  # the longest shortest string first
+    if not groups and not shortest:
+        return None
+    return Needs(tuple(groups), caseless, shortest)  # the longest shortest string first
 
 
 def _sequence(items: Any, c: Any) -> list[frozenset[str]]:

@@ -41,7 +41,16 @@ def test_what_every_match_must_hold(pattern: str, groups: tuple[tuple[str, ...],
     ],
 )
 def test_nothing_is_claimed_where_a_match_need_not_hold_it(pattern: str) -> None:
-    assert needs(re.compile(pattern)) is None
+    found = needs(re.compile(pattern))
+    assert found is None or found.groups == ()
+
+
+def test_a_text_shorter_than_every_match_is_ruled_out() -> None:
+    """A pattern's shortest match, look-arounds taking no width: a shorter text cannot hold one."""
+    found = needs(re.compile(r"(?<=\W)ab[0-9]{5}(?!x)"))
+    assert found is not None and found.shortest == 7
+    assert not found.may_match("ab1234", "ab1234") and found.may_match(" ab12345", " ab12345")
+    assert needs(re.compile("(?:ab)?")) is None  # an empty match: nothing known
 
 
 def test_a_caseless_pattern_is_compared_lower_cased_and_only_in_ascii_text() -> None:
