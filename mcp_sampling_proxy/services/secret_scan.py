@@ -24,7 +24,7 @@ from typing import Any
 from msgspec import Struct
 
 from mcp_sampling_proxy.text.redact import Pattern, builtin_patterns, map_strings, mask
-from mcp_sampling_proxy.text.regex_literals import Needs, needs
+from mcp_sampling_proxy.text.regex_literals import Anchor, Needs, anchor, finditer, needs
 
 WINDOW = 1024  # characters detect-secrets' patterns see at once
 OVERLAP = 256  # ... shared by neighbouring windows: a secret shorter than this is seen whole in one
@@ -65,6 +65,7 @@ class _Detector(Struct, frozen=True):
     windowed: bool  # detect-secrets' patterns: run window by window
     shape: Pattern | None = None  # redact.py's shape it is: its literals say when it cannot match
     needs: Needs | None = None  # the literals every match holds, read from the regex (text/regex_literals.py)
+    anchor: Anchor | None = None  # where a match can start: near its literals (regex_literals.finditer)
 
 
 def scan(value: Any) -> Scanned:
@@ -159,11 +160,12 @@ def _spans(text: str) -> Iterator[tuple[int, int, str]]:
         if detector.needs is not None and not detector.needs.may_match(text, lowered):
             continue  # nor of those its regex says every match holds: most detectors, in most texts
         if not detector.windowed:
-            for match in detector.regex.finditer(text):
+            for match in finditer(detector.regex, text, detector.anchor, lowered):
                 yield (*_secret_span(match), detector.type)
             continue
         for offset in _windows(len(text)):
-            for match in detector.regex.finditer(text[offset : offset + WINDOW]):
+            window = lowered[offset : offset + WINDOW] if lowered is not None else None
+            for match in finditer(detector.regex, text[offset : offset + WINDOW], detector.anchor, window):
                 start, end = _secret_span(match)
                 if detector.type == PRIVATE_KEY:  # the BEGIN line: the block runs to its END line
                     end = _block_end(text, offset + end)
@@ -232,12 +234,14 @@ def _make_detectors() -> tuple[_Detector, ...]:
 
     plugins: dict[str, Any] = get_mapping_from_secret_type_to_class()  # type -> class (class attributes)
     library = [
-        _Detector(kind, regex, windowed=True, needs=needs(regex))
+        _Detector(kind, regex, windowed=True, needs=needs(regex), anchor=anchor(regex))
         for kind, plugin in plugins.items()
         if issubclass(plugin, RegexBasedDetector) and kind not in _LEFT_OUT
         for regex in plugin.denylist
     ]
     shapes = [
-        _Detector(_SHAPES[p.kind], p.regex, False, p, needs(p.regex)) for p in builtin_patterns() if p.kind in _SHAPES
+        _Detector(_SHAPES[p.kind], p.regex, False, p, needs(p.regex), anchor(p.regex))
+        for p in builtin_patterns()
+        if p.kind in _SHAPES
     ]
     return (*library, *shapes)

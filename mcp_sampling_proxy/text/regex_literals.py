@@ -12,6 +12,7 @@ read)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from msgspec import Struct
@@ -62,6 +63,86 @@ def needs(regex: re.Pattern[str]) -> Needs | None:
     if not groups and not shortest:
         return None
     return Needs(tuple(groups), caseless, shortest)  # the longest shortest string first
+
+
+REACH = 256  # an anchor further than this many characters from a match's start is not used
+
+
+class Anchor(Struct, frozen=True):
+    """Every match starts at most `reach` characters before an occurrence of one of `strings` (compared
+    lower-cased when `caseless`, in ASCII text only): the only places `finditer` need try a match."""
+
+    strings: tuple[str, ...]
+    caseless: bool
+    reach: int
+
+
+def anchor(regex: re.Pattern[str]) -> Anchor | None:
+    """The anchor of `regex`: the item after its first whose literals (two characters or more) are the
+    rarest, with the widest a match can be up to its end; None for a pattern that starts with a literal
+    (the engine's own search for that prefix is as fast), that matches the empty string, or whose
+    literals lie further than REACH from where a match starts."""
+    try:
+        from re import _constants, _parser  # type: ignore[attr-defined]
+
+        tree = _parser.parse(regex.pattern, regex.flags)
+        if tree.getwidth()[0] == 0:
+            return None
+        items = list(tree.data)
+        if not items or items[0][0] is _constants.LITERAL:
+            return None
+        caseless = bool(regex.flags & re.IGNORECASE)
+        best: Anchor | None = None
+        index = 1
+        while index < len(items):
+            end = index + 1  # a run of literal characters is one item here
+            while items[index][0] is _constants.LITERAL and end < len(items) and items[end][0] is _constants.LITERAL:
+                end += 1
+            found = _sequence(items[index:end], _constants)
+            if caseless:
+                found = [s for s in found if all(x.isascii() for x in s)]
+            reach = int(_parser.SubPattern(tree.state, items[:end]).getwidth()[1])
+            if reach > REACH:
+                break  # every later item reaches as far
+            if found:
+                strings = max(found, key=_rarity)
+                if min(map(len, strings)) >= 2 and (best is None or _rarity(strings) > _rarity(best.strings)):
+                    best = Anchor(tuple(sorted({s.lower() if caseless else s for s in strings})), caseless, reach)
+            index = end
+        return best
+    except Exception:  # a parser this reading does not know: no anchor
+        return None
+
+
+def _rarity(strings: Any) -> tuple[int, float]:
+    """How seldom one of `strings` is likely in a text: the shortest's length, then the mean length."""
+    lengths = [len(s) for s in strings]
+    return min(lengths), sum(lengths) / len(lengths)
+
+
+def finditer(regex: re.Pattern[str], text: str, where: Anchor | None, lowered: str | None) -> Iterator[re.Match[str]]:
+    """`regex.finditer(text)`'s matches, tried only at the starts `where` allows (`lowered`: text.lower()
+    when text is ASCII, else None). The same matches in the same order: finditer takes the leftmost
+    match from where the last one ended, and no match can start anywhere else."""
+    if where is None or (where.caseless and lowered is None):
+        yield from regex.finditer(text)
+        return
+    haystack = lowered if where.caseless else text
+    assert haystack is not None
+    starts: set[int] = set()
+    for string in where.strings:
+        found = haystack.find(string)
+        while found >= 0:
+            starts.update(range(max(0, found - where.reach), found + 1))
+            found = haystack.find(string, found + 1)
+    end = 0
+    for start in sorted(starts):
+        if start < end:
+            continue
+        match = regex.match(text, start)
+        if match is not None:
+            yield match
+            end = match.end()  # never the start: `anchor` refuses a pattern that matches the empty string
 
 
 def _sequence(items: Any, c: Any) -> list[frozenset[str]]:

@@ -4,13 +4,14 @@ whose literals a text lacks, so a literal read wrongly would let a credential th
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mcp_sampling_proxy.services import secret_scan
-from mcp_sampling_proxy.text.regex_literals import needs
+from mcp_sampling_proxy.text.regex_literals import anchor, finditer, needs
 
 
 @pytest.mark.parametrize(
@@ -92,3 +93,39 @@ def test_every_text_a_detector_matches_passes_its_literal_test(index: int, data:
         return
     lowered = text.lower() if text.isascii() else None
     assert detector.needs.may_match(text, lowered), (detector.type, text)
+    anchored = [m.span() for m in finditer(detector.regex, text, detector.anchor, lowered)]
+    assert anchored == [m.span() for m in detector.regex.finditer(text)], (detector.type, text)
+
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_anchored_matches_are_finditers_over_real_text() -> None:
+    """Every detector with an anchor finds, in this repository's own code and docs (1,024-character windows,
+    the test's secrets and their lower-cased forms in some), exactly the matches `finditer` finds."""
+    samples = [
+        "key = 'abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGH'",
+        'ibm_cloud_iam_api_key: "abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGH"',
+        "cloudant_password = " + "a1" * 32,
+        "[secret_access_key] := " + "0123456789abcdef" * 3,
+        "softlayer_api_key=" + "ab12" * 16,
+    ]
+    texts = [*samples, *(s.upper() for s in samples)]
+    for path in sorted([*ROOT.glob("mcp_sampling_proxy/**/*.py"), *ROOT.glob("docs/**/*.md")])[:120]:
+        content = path.read_text(encoding="utf-8")
+        texts += [content[i : i + 1024] for i in range(0, min(len(content), 8192), 1024)]
+    anchored = [d for d in DETECTORS if d.anchor is not None]
+    assert len(anchored) >= 10
+    for text in texts:
+        lowered = text.lower() if text.isascii() else None
+        for d in anchored:
+            expected = [m.span() for m in d.regex.finditer(text)]
+            assert [m.span() for m in finditer(d.regex, text, d.anchor, lowered)] == expected, (d.type, text[:80])
+
+
+def test_an_anchor_is_where_a_match_must_start_near() -> None:
+    found = anchor(re.compile(r"(?<=\W)[\[]?(?:api_|)(?:key|token)=[a-z]{8}"))
+    assert found is not None and found.strings == ("key", "token") and found.reach == 1 + 4 + 5
+    assert anchor(re.compile("AKIA[0-9A-Z]{16}")) is None  # a literal start: the engine's own prefix search
+    assert anchor(re.compile("(?:x|y)?")) is None  # matches the empty string
+    assert anchor(re.compile(r"[a-z]+key")) is None  # the literal may lie any distance from the start
