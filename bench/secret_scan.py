@@ -5,8 +5,9 @@ length, where a match can start) and without it (every detector run over every t
 
 Every answer the proxy's own LLM gives is scanned before the server gets it (and a request's messages
 when `sampling.scan_requests` is on); the sampling row of `sdk_bench.py` answers "echo: hello", too
-short to show what a real answer of a few thousand characters costs. Three kinds of text: prose, Python
-code and Markdown (this repository's own files, so the figures are the same on every machine).
+short to show what a real answer of a few thousand characters costs. Four kinds of text: prose, prose
+with typographic dashes and quotes (as LLMs write it: not ASCII), Python code and Markdown (this
+repository's own files, so the figures are the same on every machine).
 
 It exits non-zero when the two modes mask a text differently.
 
@@ -39,6 +40,7 @@ def main() -> None:
     args = parser.parse_args()
     texts = {
         "prose": PROSE[:1000],
+        "typeset": PROSE.replace(";", " —").replace("reads the", "reads “the”")[:1000],
         "code": (ROOT / "mcp_sampling_proxy/services/sampling/service.py").read_text()[3000:4000],
         "markdown": (ROOT / "docs/guides/serve.md").read_text()[:1000],
     }

@@ -11,8 +11,12 @@ read)."""
 
 from __future__ import annotations
 
+import array
+import functools
 import re
+import sys
 from collections.abc import Iterator
+from string import ascii_lowercase
 from typing import Any
 
 from msgspec import Struct
@@ -28,9 +32,8 @@ class Needs(Struct, frozen=True):
     shortest: int = 0
 
     def may_match(self, text: str, lowered: str | None) -> bool:
-        """False only when the pattern cannot match `text`. `lowered`: `text.lower()` when `text` is ASCII,
-        else None: outside ASCII the regex engine's case folding is not `str.lower` (it matches `ı` to `i`,
-        `K` to the Kelvin sign), so a caseless pattern is then always run."""
+        """False only when the pattern cannot match `text`. `lowered`: `caseless_view(text)` (None: a
+        caseless pattern is always run)."""
         if len(text) < self.shortest:
             return False
         if self.caseless:
@@ -65,6 +68,36 @@ def needs(regex: re.Pattern[str]) -> Needs | None:
     return Needs(tuple(groups), caseless, shortest)  # the longest shortest string first
 
 
+def caseless_view(text: str) -> str | None:
+    """`text` as a caseless pattern's ASCII literals are looked for in it, character for character (the
+    same offsets): lower-cased, and the few other characters the regex engine takes for an ASCII letter
+    when it ignores case (`ı` and `İ` for `i`, `ſ` for `s`; the Kelvin sign lower-cases to `k` itself)
+    replaced by that letter. None when no such view keeps the offsets: caseless patterns then run as
+    they are."""
+    if text.isascii():
+        return text.lower()
+    for other, letter in _engine_letters():
+        if other in text:
+            text = text.replace(other, letter)
+    view = text.lower()
+    return view if len(view) == len(text) else None
+
+
+@functools.cache
+def _engine_letters() -> tuple[tuple[str, str], ...]:
+    """Each character outside ASCII that the regex engine matches to an ASCII letter when it ignores case
+    and that `str.lower` does not make that letter, with the letter: asked of the engine itself (every
+    code point once, ~30 ms, at the first scan)."""
+    points = array.array("I", (*range(0x80, 0xD800), *range(0xE000, 0x110000)))
+    everything = points.tobytes().decode("utf-32-le" if sys.byteorder == "little" else "utf-32-be")
+    pairs = []
+    for other in sorted(set(re.findall("(?i)[a-z]", everything))):
+        letter = next(c for c in ascii_lowercase if re.fullmatch("(?i)" + c, other))
+        if other.lower() != letter:
+            pairs.append((other, letter))
+    return tuple(pairs)
+
+
 REACH = 256  # an anchor further than this many characters from a match's start is not used
 
 
@@ -83,7 +116,7 @@ def anchor(regex: re.Pattern[str]) -> Anchor | None:
     (the engine's own search for that prefix is as fast), that matches the empty string, or whose
     literals lie further than REACH from where a match starts."""
     try:
-        from re import _constants, _parser  # type: ignore[attr-defined]
+        from re import _constants, _parser  # type: ignore[attr-defined]  # the parser `re.compile` itself uses
 
         tree = _parser.parse(regex.pattern, regex.flags)
         if tree.getwidth()[0] == 0:
@@ -95,16 +128,26 @@ def anchor(regex: re.Pattern[str]) -> Anchor | None:
         best: Anchor | None = None
         index = 1
         while index < len(items):
-            end = index + 1  # a run of literal characters is one item here
-            while items[index][0] is _constants.LITERAL and end < len(items) and items[end][0] is _constants.LITERAL:
-                end += 1
-            found = _sequence(items[index:end], _constants)
+            before = int(_parser.SubPattern(tree.state, items[:index]).getwidth()[1])
+            if before > REACH:
+                break  # every later item starts further off
+            end = index + 1
+            if items[index][0] is _constants.LITERAL:  # a run of literal characters, and the alternation after it
+                while end < len(items) and items[end][0] is _constants.LITERAL:
+                    end += 1
+                run = _lead(items[index:end], _constants)
+                words = {run}
+                if end < len(items) and items[end][0] is _constants.BRANCH:
+                    leads = [_lead(branch, _constants) for branch in items[end][1][1]]
+                    words = {run + lead for lead in leads} if all(leads) else words
+                found = [frozenset(words)]
+                reach = before + max(map(len, words))  # the literal lies at most this far from the start
+            else:
+                found = _sequence(items[index:end], _constants)
+                reach = int(_parser.SubPattern(tree.state, items[:end]).getwidth()[1])
             if caseless:
                 found = [s for s in found if all(x.isascii() for x in s)]
-            reach = int(_parser.SubPattern(tree.state, items[:end]).getwidth()[1])
-            if reach > REACH:
-                break  # every later item reaches as far
-            if found:
+            if found and reach <= REACH:
                 strings = max(found, key=_rarity)
                 if min(map(len, strings)) >= 2 and (best is None or _rarity(strings) > _rarity(best.strings)):
                     best = Anchor(tuple(sorted({s.lower() if caseless else s for s in strings})), caseless, reach)
@@ -121,9 +164,9 @@ def _rarity(strings: Any) -> tuple[int, float]:
 
 
 def finditer(regex: re.Pattern[str], text: str, where: Anchor | None, lowered: str | None) -> Iterator[re.Match[str]]:
-    """`regex.finditer(text)`'s matches, tried only at the starts `where` allows (`lowered`: text.lower()
-    when text is ASCII, else None). The same matches in the same order: finditer takes the leftmost
-    match from where the last one ended, and no match can start anywhere else."""
+    """`regex.finditer(text)`'s matches, tried only at the starts `where` allows (`lowered`:
+    `caseless_view(text)`). The same matches in the same order: finditer takes the leftmost match from
+    where the last one ended, and no match can start anywhere else."""
     if where is None or (where.caseless and lowered is None):
         yield from regex.finditer(text)
         return
@@ -145,6 +188,16 @@ def finditer(regex: re.Pattern[str], text: str, where: Anchor | None, lowered: s
             end = match.end()  # never the start: `anchor` refuses a pattern that matches the empty string
 
 
+def _lead(items: Any, c: Any) -> str:
+    """The literal characters a sequence starts with ("" when it starts with anything else)."""
+    lead = []
+    for op, value in items:
+        if op is not c.LITERAL:
+            break
+        lead.append(chr(value))
+    return "".join(lead)
+
+
 def _sequence(items: Any, c: Any) -> list[frozenset[str]]:
     """For a sequence of pattern items: sets of strings, each set with one member in every match (all of
     them hold at once). A run of literal characters is one such string; a group, an alternation whose
@@ -161,6 +214,10 @@ def _sequence(items: Any, c: Any) -> list[frozenset[str]]:
         if op is c.LITERAL:
             run.append(chr(value))
             continue
+        if op is c.BRANCH and run:  # `gh|github_pat_` parses as `g(?:h|ithub_pat_)`: put them together again
+            leads = [_lead(branch, c) for branch in value[1]]
+            if all(leads):
+                sets.append(frozenset("".join(run) + lead for lead in leads))
         end_run()
         if op is c.SUBPATTERN:
             _group, flags_on, flags_off, inner = value

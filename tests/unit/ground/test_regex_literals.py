@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mcp_sampling_proxy.services import secret_scan
-from mcp_sampling_proxy.text.regex_literals import anchor, finditer, needs
+from mcp_sampling_proxy.text.regex_literals import anchor, caseless_view, finditer, needs
 
 
 @pytest.mark.parametrize(
@@ -19,9 +19,10 @@ from mcp_sampling_proxy.text.regex_literals import anchor, finditer, needs
     [
         ("abc", (("abc",),)),
         ("a[0-9]+bc", (("bc",), ("a",))),  # the longest first: the test stops at the first one missing
-        ("x(?:key|token)=", (("key", "token"), ("=",), ("x",))),  # ties in code point order
+        ("x(?:key|token)=", (("xkey", "xtoken"), ("key", "token"), ("=",), ("x",))),  # ties: code point order
         ("(?:ab)+c", (("ab",), ("c",))),
         ("(?:ab){2,}", (("ab",),)),
+        ("gh_|github_pat_", (("gh_", "github_pat_"), ("h_", "ithub_pat_"), ("g",))),  # parsed as g(?:h_|ithub_pat_)
     ],
 )
 def test_what_every_match_must_hold(pattern: str, groups: tuple[tuple[str, ...], ...]) -> None:
@@ -54,18 +55,19 @@ def test_a_text_shorter_than_every_match_is_ruled_out() -> None:
     assert needs(re.compile("(?:ab)?")) is None  # an empty match: nothing known
 
 
-def test_a_caseless_pattern_is_compared_lower_cased_and_only_in_ascii_text() -> None:
+def test_a_caseless_pattern_is_compared_in_a_view_that_folds_as_the_engine_does() -> None:
     found = needs(re.compile("(?i)Secret_KEY"))
     assert found is not None and found.caseless and found.groups == (("secret_key",),)
-    assert found.may_match("my SECRET_Key", "my secret_key")
-    assert not found.may_match("nothing here", "nothing here")
-    # outside ASCII the engine folds more than str.lower does (it matches the dotless ı to i): always run
-    assert re.search("(?i)servıces", "services") and found.may_match("ſecret_key", None)
+    assert found.may_match("my SECRET_Key", caseless_view("my SECRET_Key"))
+    assert not found.may_match("nothing here", caseless_view("nothing here"))
+    # the engine takes ſ for s and ı, İ for i though str.lower does not: the view does too, offsets kept
+    assert re.search("(?i)secret_key", "ſecret_key") and found.may_match("ſecret_key", caseless_view("ſecret_key"))
+    assert caseless_view("İı ſ K — x") == "ii s k — x"
 
 
 def test_a_slack_webhook_spelled_with_a_dotless_i_is_still_masked() -> None:
-    """`(?i)...services...` matches `servıces` in the engine, though `str.lower` leaves the ı alone: a
-    caseless detector's literals are not used on a text outside ASCII."""
+    """`(?i)...services...` matches `servıces` in the engine, though `str.lower` leaves the ı alone: the
+    literals are looked for in `caseless_view`, which folds it as the engine does."""
     hook = "https://hooks.slack.com/servıces/T01234567/B01234567/abcdefghijklmnopqrstuvwx"
     masked, types = secret_scan.mask_text(f"hook: {hook}")
     assert masked == "hook: [REDACTED:Slack Token]" and types == ("Slack Token",)
@@ -91,7 +93,7 @@ def test_every_text_a_detector_matches_passes_its_literal_test(index: int, data:
     text = data.draw(st.text(max_size=5)) + inner + data.draw(st.text(max_size=5))
     if detector.regex.search(text) is None:  # the text around it broke a look-around: nothing to hold
         return
-    lowered = text.lower() if text.isascii() else None
+    lowered = caseless_view(text)
     assert detector.needs.may_match(text, lowered), (detector.type, text)
     anchored = [m.span() for m in finditer(detector.regex, text, detector.anchor, lowered)]
     assert anchored == [m.span() for m in detector.regex.finditer(text)], (detector.type, text)
@@ -110,14 +112,18 @@ def test_anchored_matches_are_finditers_over_real_text() -> None:
         "[secret_access_key] := " + "0123456789abcdef" * 3,
         "softlayer_api_key=" + "ab12" * 16,
     ]
-    texts = [*samples, *(s.upper() for s in samples)]
+    texts = [
+        *samples,
+        *(s.upper() for s in samples),
+        *(s.replace("s", "ſ").replace("i", "ı") + " — ’" for s in samples),
+    ]
     for path in sorted([*ROOT.glob("mcp_sampling_proxy/**/*.py"), *ROOT.glob("docs/**/*.md")])[:120]:
         content = path.read_text(encoding="utf-8")
         texts += [content[i : i + 1024] for i in range(0, min(len(content), 8192), 1024)]
     anchored = [d for d in DETECTORS if d.anchor is not None]
     assert len(anchored) >= 10
     for text in texts:
-        lowered = text.lower() if text.isascii() else None
+        lowered = caseless_view(text)
         for d in anchored:
             expected = [m.span() for m in d.regex.finditer(text)]
             assert [m.span() for m in finditer(d.regex, text, d.anchor, lowered)] == expected, (d.type, text[:80])

@@ -129,3 +129,15 @@ def test_a_shape_is_skipped_only_where_it_cannot_match(monkeypatch: pytest.Monke
     skipping = [mask_text(text) for text in texts]
     monkeypatch.setattr(Pattern, "may_match", lambda self, text, folded: True)
     assert skipping == [mask_text(text) for text in texts]
+
+
+def test_a_key_in_typeset_prose_is_masked_and_the_prose_kept_as_it_is() -> None:
+    """Dashes and curly quotes (not ASCII, but each its own NFKC form and visible) leave a text as it is
+    for the detectors; a key in it is found as in plain ASCII, and a disguised one still is."""
+    text = f"Your token \u2014 \u201c{GITHUB}\u201d \u2014 is shown once. And \u201c{fullwidth(AWS_KEY_ID)}\u201d too."
+    masked, types = mask_text(text)
+    assert masked == (
+        "Your token \u2014 \u201c[REDACTED:GitHub Token]\u201d \u2014 is shown once. "
+        "And \u201c[REDACTED:AWS Access Key]\u201d too."
+    )
+    assert types == ("AWS Access Key", "GitHub Token")
