@@ -7,7 +7,8 @@ Every answer the proxy's own LLM gives is scanned before the server gets it (and
 when `sampling.scan_requests` is on); the sampling row of `sdk_bench.py` answers "echo: hello", too
 short to show what a real answer of a few thousand characters costs. Four kinds of text: prose, prose
 with typographic dashes and quotes (as LLMs write it: not ASCII), Python code and Markdown (this
-repository's own files, so the figures are the same on every machine).
+repository's own files, so the figures are the same on every machine); and a hostile one, the literals
+the patterns are anchored on over and over.
 
 It exits non-zero when the two modes mask a text differently.
 
@@ -43,6 +44,7 @@ def main() -> None:
         "typeset": PROSE.replace(";", " —").replace("reads the", "reads “the”")[:1000],
         "code": (ROOT / "mcp_sampling_proxy/services/sampling/service.py").read_text()[3000:4000],
         "markdown": (ROOT / "docs/guides/serve.md").read_text()[:1000],
+        "hostile": ("key=sk-" * 143)[:1000],  # an anchor's literals everywhere: no dearer than every detector
     }
     with_literals = secret_scan._detectors()
     without = tuple(msgspec.structs.replace(d, needs=None, anchor=None) for d in with_literals)

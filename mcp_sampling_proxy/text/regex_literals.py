@@ -1,13 +1,13 @@
-"""The literal text every match of a regular expression must hold, and how long it is at least, read from
-the pattern itself: the
-scanner's cheap test of whether a pattern can match a string at all, before it runs the regex (a
-character-by-character search that costs about half a microsecond a character for the detectors that
-start with look-behinds and optional groups).
+"""What a regular expression's own parse tree says about its matches, for the credential scan: the literal
+text every match holds and how long a match is at least (`needs`: whether a pattern can match a string
+at all), and how far before its literals a match can start (`anchor`: where `finditer` need try one).
+The engine's own search costs about half a microsecond a character for the detectors that start with
+look-behinds and optional groups.
 
-Exact by construction: a pattern gets `needs` only when every way it can match passes through one of
-the strings, and no `needs` (run it always) whenever the pattern holds something this reading does not
-follow (flags switched inside it, a construct it does not know, or a Python whose `re` parser it cannot
-read)."""
+Exact by construction: a pattern gets either only when every way it can match passes through its
+strings, and none (run it as it is) whenever it holds something this reading does not follow (flags
+switched inside it, a construct it does not know, or a Python whose `re` parser it cannot read).
+Caseless literals are looked for in `caseless_view`, which folds a text as the engine does."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from msgspec import Struct
 
 class Needs(Struct, frozen=True):
     """Every string the pattern matches is at least `shortest` characters long and holds one of each
-    group's strings; `caseless`: compared lower-cased (the pattern ignores case; only an ASCII text can
-    be compared so, see `may_match`)."""
+    group's strings; `caseless`: they are ASCII and looked for in `caseless_view` (the pattern ignores
+    case)."""
 
     groups: tuple[tuple[str, ...], ...]  # the rarest first: the test stops at the first group missing
     caseless: bool
@@ -60,7 +60,7 @@ def needs(regex: re.Pattern[str]) -> Needs | None:
     except Exception:  # a parser this reading does not know: the pattern runs every time
         return None
     caseless = bool(regex.flags & re.IGNORECASE)
-    if caseless:  # compared with `str.lower`, which agrees with the engine's folding in ASCII only
+    if caseless:  # ASCII only: `caseless_view` folds what the engine takes for an ASCII letter
         found = [frozenset(s.lower() for s in strings) for strings in found if all(s.isascii() for s in strings)]
     groups = sorted({tuple(sorted(strings)) for strings in found}, key=lambda g: (-min(map(len, g)), g))
     if not groups and not shortest:
@@ -103,8 +103,8 @@ REACH = 256  # an anchor further than this many characters from a match's start 
 
 
 class Anchor(Struct, frozen=True):
-    """Every match starts at most `reach` characters before an occurrence of one of `strings` (compared
-    lower-cased when `caseless`, in ASCII text only): the only places `finditer` need try a match."""
+    """Every match starts at most `reach` characters before an occurrence of one of `strings` (looked for
+    in `caseless_view` when `caseless`): the only places `finditer` need try a match."""
 
     strings: tuple[str, ...]
     caseless: bool
@@ -113,7 +113,7 @@ class Anchor(Struct, frozen=True):
 
 def anchor(regex: re.Pattern[str]) -> Anchor | None:
     """The anchor of `regex`: the item after its first whose literals (two characters or more) are the
-    rarest, with the widest a match can be up to its end; None for a pattern that starts with a literal
+    rarest, with the farthest from a match's start they can lie; None for a pattern that starts with a literal
     (the engine's own search for that prefix is as fast), that matches the empty string, or whose
     literals lie further than REACH from where a match starts."""
     try:
@@ -166,27 +166,36 @@ def _rarity(strings: Any) -> tuple[int, float]:
 
 def finditer(regex: re.Pattern[str], text: str, where: Anchor | None, lowered: str | None) -> Iterator[re.Match[str]]:
     """`regex.finditer(text)`'s matches, tried only at the starts `where` allows (`lowered`:
-    `caseless_view(text)`). The same matches in the same order: finditer takes the leftmost match from
-    where the last one ended, and no match can start anywhere else."""
+    `caseless_view(text)`). The same matches in the same order: each start is tried once, in order, from
+    where the last match ended, as finditer does, and no match can start anywhere else. A text that
+    holds the anchor's literals so often that the tries would cost more than the engine's own scan (a
+    hostile one: `sk-` a hundred thousand times) gets `regex.finditer`."""
     if where is None or (where.caseless and lowered is None):
         yield from regex.finditer(text)
         return
     haystack = lowered if where.caseless else text
     assert haystack is not None
-    starts: set[int] = set()
+    most = (len(text) // 8 + REACH) // (where.reach + 1)  # literals found: past this, Python's tries cost more
+    found: list[int] = []
     for string in where.strings:
-        found = haystack.find(string)
-        while found >= 0:
-            starts.update(range(max(0, found - where.reach), found + 1))
-            found = haystack.find(string, found + 1)
-    end = 0
-    for start in sorted(starts):
-        if start < end:
-            continue
-        match = regex.match(text, start)
-        if match is not None:
-            yield match
-            end = match.end()  # never the start: `anchor` refuses a pattern that matches the empty string
+        at = haystack.find(string)
+        while at >= 0:
+            if len(found) == most:
+                yield from regex.finditer(text)
+                return
+            found.append(at)
+            at = haystack.find(string, at + 1)
+    untried = 0  # every start below it was tried, or lies inside a match found
+    for at in sorted(found):
+        start = max(untried, at - where.reach)
+        while start <= at:
+            match = regex.match(text, start)
+            if match is None:
+                start += 1
+            else:
+                yield match
+                start = match.end()  # past the start: `anchor` refuses a pattern that matches the empty string
+        untried = max(untried, start)
 
 
 def _lead(items: Any, c: Any) -> str:

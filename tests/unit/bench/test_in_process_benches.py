@@ -48,7 +48,7 @@ def test_secret_scan_masks_alike_with_and_without_the_literal_tests_and_reports_
     out = run_main("secret_scan", ["--rounds", "1", "--number", "2"], monkeypatch, capsys)
     rows = [line.split()[0] for line in out.splitlines()[2:]]
     assert out.startswith("the credential scan of 1,000 characters")
-    assert rows == ["prose", "typeset", "code", "markdown"]
+    assert rows == ["prose", "typeset", "code", "markdown", "hostile"]
 
 
 def test_sampling_micro_answers_every_request_and_records_each(

@@ -129,6 +129,24 @@ def test_anchored_matches_are_finditers_over_real_text() -> None:
             assert [m.span() for m in finditer(d.regex, text, d.anchor, lowered)] == expected, (d.type, text[:80])
 
 
+def test_a_text_full_of_an_anchors_literals_gets_finditers_matches() -> None:
+    """A hostile text holds the literals matches are anchored on everywhere: past a bound the scan is the
+    engine's own (Python's tries would cost more); below it and past it, the matches are finditer's."""
+    key = "AKIAIOSFODNN7EXAMPLE"
+    texts = [
+        ("key=" * 3000) + f"aws_key = '{key}abcdefghijklmnopqrst'",
+        ("sk-" * 5000) + "sk-" + "a1B2" * 10,
+        "key = " + "a" * 44 + " pass: " + "b" * 44 + " token " * 3,  # a few: tried where they are
+        ("eyJ." * 2000) + "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.abc",
+    ]
+    anchored = [d for d in DETECTORS if d.anchor is not None]
+    for text in texts:
+        lowered = caseless_view(text)
+        for d in anchored:
+            expected = [m.span() for m in d.regex.finditer(text)]
+            assert [m.span() for m in finditer(d.regex, text, d.anchor, lowered)] == expected, (d.type, text[:40])
+
+
 def test_an_anchor_is_where_a_match_must_start_near() -> None:
     found = anchor(re.compile(r"(?<=\W)[\[]?(?:api_|)(?:key|token)=[a-z]{8}"))
     assert found is not None and found.strings == ("key", "token") and found.reach == 1 + 4 + 5
