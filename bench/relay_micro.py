@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import os
 import pstats
-import tempfile
 import time
 
 import anyio
 import orjson
+from scratch_dirs import scratch_environment
 
 
 async def measure(pairs: int, profile: bool) -> None:
@@ -136,12 +135,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=20000, help="request+response pairs (default 20000)")
     parser.add_argument("--profile", action="store_true", help="print the top functions by own time (cProfile)")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as scratch:  # never the user's config, state or audit log
-        os.environ.update(
-            MCP_SAMPLING_PROXY_CONFIG_DIR=os.path.join(scratch, "config"),
-            MCP_SAMPLING_PROXY_STATE_DIR=os.path.join(scratch, "state"),
-            MCP_SAMPLING_PROXY_NO_TERMINAL="1",
-        )
+    with scratch_environment():  # never the user's config, state or audit log
         anyio.run(measure, args.pairs, args.profile, backend_options={"use_uvloop": True})
 
 

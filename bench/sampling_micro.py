@@ -20,13 +20,13 @@ import argparse
 import contextlib
 import os
 import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import anyio
 import orjson
+from scratch_dirs import scratch_environment
 
 PARAMS = {"messages": [{"role": "user", "content": {"type": "text", "text": "hello"}}], "maxTokens": 16}
 
@@ -137,14 +137,12 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=1000, help="sampling requests per round (default 1000)")
     parser.add_argument("--rounds", type=int, default=7, help="rounds; the best and the median are printed (7)")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as scratch:  # never the user's config, state or audit log
-        os.environ.update(
-            MCP_SAMPLING_PROXY_CONFIG_DIR=os.path.join(scratch, "config"),
-            MCP_SAMPLING_PROXY_STATE_DIR=os.path.join(scratch, "state"),
-            MCP_SAMPLING_PROXY_NO_TERMINAL="1",
-        )
-        with open(os.devnull, "w") as quiet, contextlib.redirect_stderr(quiet):  # the 'request ended' lines
-            cpu, _ = anyio.run(measure, Path(scratch), args.requests, args.rounds, backend_options={"use_uvloop": True})
+    with (
+        scratch_environment() as scratch,  # never the user's config, state or audit log
+        open(os.devnull, "w") as quiet,
+        contextlib.redirect_stderr(quiet),  # the 'request ended' lines
+    ):
+        cpu, _ = anyio.run(measure, scratch, args.requests, args.rounds, backend_options={"use_uvloop": True})
     print(
         f"sampling request, the proxy's own work: best {min(cpu) * 1e6:.0f} us, median "
         f"{statistics.median(cpu) * 1e6:.0f} us CPU ({args.rounds} rounds of {args.requests}; LLM in memory)"

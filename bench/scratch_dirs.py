@@ -5,6 +5,10 @@ the user's home (`~/.local/share/mcp-sampling-proxy/servers/`)."""
 
 from __future__ import annotations
 
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 # variable -> directory under the run's own: the XDG ones cover servers' data and config; ours win over them
@@ -26,3 +30,18 @@ def scratch_dirs(root: Path) -> dict[str, str]:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         env[variable] = str(directory)
     return env
+
+
+@contextmanager
+def scratch_environment() -> Iterator[Path]:
+    """For a benchmark that runs the proxy's code in its own process: a temporary directory whose
+    `scratch_dirs` (and no terminal) are this process's environment while the block runs; the
+    environment as it was, and the directory gone, after it."""
+    saved = dict(os.environ)
+    with tempfile.TemporaryDirectory(prefix="bench-") as scratch:
+        os.environ.update(scratch_dirs(Path(scratch)), MCP_SAMPLING_PROXY_NO_TERMINAL="1")
+        try:
+            yield Path(scratch)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)

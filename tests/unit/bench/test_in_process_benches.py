@@ -5,6 +5,7 @@ tests/e2e/test_serve_bench.py."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
@@ -12,14 +13,13 @@ from helpers.bench_scripts import load_bench
 
 
 def run_main(name: str, argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> str:
-    """bench/NAME.py's main() with `argv`, as `python bench/NAME.py ARGV` runs it: what it printed."""
-    # what the scripts set for themselves is taken back after the test: monkeypatch restores each name
-    # it set (here: to unset, as tests/conftest.py leaves them), and delenv leaves it unset meanwhile
-    for variable in ("MCP_SAMPLING_PROXY_CONFIG_DIR", "MCP_SAMPLING_PROXY_STATE_DIR", "MCP_SAMPLING_PROXY_NO_TERMINAL"):
-        monkeypatch.setenv(variable, "restored after the test")
-        monkeypatch.delenv(variable)
+    """bench/NAME.py's main() with `argv`, as `python bench/NAME.py ARGV` runs it: what it printed. The
+    directories it gives the proxy's code are its own (bench/scratch_dirs.py) and leave no trace: the
+    environment after it is the test's."""
     monkeypatch.setattr(sys, "argv", [f"bench/{name}.py", *argv])
+    environment = dict(os.environ)
     load_bench(name).main()
+    assert dict(os.environ) == environment
     return capsys.readouterr().out
 
 
