@@ -38,6 +38,7 @@ SESSION_ID_HEADER = "mcp-session-id"
 PROTOCOL_VERSION_HEADER = "mcp-protocol-version"
 SESSION_BUFFER = 4096  # messages a session holds for its client: past it, notifications are dropped and the
 # server's output waits (`on_pause`) until the client has read down to half of it (`on_resume`)
+CLIENT_BEHIND = f"the HTTP client has {SESSION_BUFFER:,} messages it has not read; serve dropped this request"
 PING_SECONDS = 15.0  # an SSE comment on a quiet stream, so that proxies in between keep it open
 UNNAMED_VERSION = "2025-03-26"  # a request without MCP-Protocol-Version is of this version (the spec's default)
 RESUMABLE_FROM = "2025-11-25"  # clients of this version on take a priming event (an id, no data) first
@@ -98,13 +99,17 @@ class HttpSession:
             request_id = message.get("id")
             stream = stream_of(request_id) if request_id is not None else GET_STREAM
         else:
-            if "id" not in message and self.queued >= SESSION_BUFFER:
-                # a notification (progress, a log line) for a client that reads slower than the server
-                # sends: dropped, so the server cannot fill serve's memory; answers and requests still go
+            if self.queued >= SESSION_BUFFER and ("id" not in message or self.on_pause is None):
+                # a client that reads slower than the server sends: a notification (progress, a log line)
+                # is dropped, and so is a request when the server cannot be held back (one shared by every
+                # session, --shared-upstream), which is answered with an error: the server cannot fill
+                # serve's memory, and waits for no answer. A session's own server is held back instead.
+                if "id" in message and self._on_line is not None:
+                    self._on_line(jsonrpc.error_response(message["id"], jsonrpc.INTERNAL_ERROR, CLIENT_BEHIND))
                 held = self._dropped.admit()
                 if held is not None:
                     log.warning(
-                        "an HTTP client reads slower than its server sends: notifications dropped",
+                        "an HTTP client reads slower than its server sends: notifications and requests dropped",
                         buffer=SESSION_BUFFER,
                         unlogged=held or None,
                     )

@@ -193,64 +193,100 @@ async def test_a_session_whose_second_connection_ends_leaves_the_other_sessions_
 FLOOD = Path(__file__).parent.parent / "fixtures" / "flood_server.py"
 
 
+def flood_call(served: Served, total: int) -> socket.socket:
+    """A session whose client calls the flood tool for `total` requests through a socket that takes 4 KiB at
+    a time, and reads nothing yet: the socket, the response's headers unread."""
+    port = int(served.url.split(":")[2].split("/")[0])
+    headers = {"Authorization": f"Bearer {ALICE}", "Accept": ACCEPT}
+    with httpx.Client(timeout=15) as http:
+        opened = http.post(served.url, json=INITIALIZE, headers=headers)
+        session_headers = {
+            **headers,
+            "Mcp-Session-Id": opened.headers["mcp-session-id"],
+            "Mcp-Protocol-Version": "2025-11-25",
+        }
+        done = http.post(
+            served.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session_headers
+        )
+        assert done.status_code == 202
+    arguments = {"name": "flood", "arguments": {"count": total}}
+    call = json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": arguments}).encode()
+    request = (
+        f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+        + "".join(f"{k}: {v}\r\n" for k, v in session_headers.items())
+        + f"Content-Length: {len(call)}\r\n\r\n"
+    ).encode() + call
+    client = socket.socket()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a client that reads little at a time
+    client.connect(("127.0.0.1", port))
+    client.sendall(request)
+    return client
+
+
+def read_to_the_answer(client: socket.socket) -> bytes:
+    received = bytearray()
+    client.settimeout(15)
+    while not received.endswith(b"\r\n\r\n0\r\n\r\n"):  # the chunked response's end: the answer came
+        chunk = client.recv(1 << 20)
+        assert chunk, "serve closed the stream before the answer"
+        received += chunk
+    return bytes(received)
+
+
+def written_when_still(count_file: Path, total: int, *, held: bool) -> int:
+    """How many requests the flood server wrote once its count has stood still for 1.5 s (`held`: it must
+    never reach `total` meanwhile)."""
+
+    def written() -> int:
+        return int(count_file.read_text()) if count_file.exists() else 0
+
+    last, still_since = -1, time.monotonic()
+    while time.monotonic() - still_since < 1.5:
+        now = written()
+        if now != last:
+            last, still_since = now, time.monotonic()
+        assert not held or now < total, "the server wrote every request: serve held them all in memory"
+        time.sleep(0.05)
+    return last
+
+
 def test_a_server_flooding_a_client_that_does_not_read_is_held_back_not_buffered(tmp_path: Path) -> None:
     """A hostile server sends its client requests faster than the client reads them (here: not at all, its
     socket's buffer made small). `serve` cannot drop a request, so it stops reading that server once it holds
     a few thousand for the client, as a full pipe holds a stdio server back: the server's writes wait,
     and `serve`'s memory does not grow with them. Once the client reads, every request and the answer come."""
-    count_file = tmp_path / "written"
-    total = 100_000
+    count_file, total = tmp_path / "written", 100_000
     policy = write_policy(tmp_path, "sandbox: off\n")
     served = start_serve(tmp_path, policy=policy, upstream=["--", PY, str(FLOOD), str(count_file)])
-    port = int(served.url.split(":")[2].split("/")[0])
-    headers = {"Authorization": f"Bearer {ALICE}", "Accept": ACCEPT}
     try:
-        with httpx.Client(timeout=15) as http:
-            opened = http.post(served.url, json=INITIALIZE, headers=headers)
-            session = opened.headers["mcp-session-id"]
-            session_headers = {**headers, "Mcp-Session-Id": session, "Mcp-Protocol-Version": "2025-11-25"}
-            done = http.post(
-                served.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session_headers
-            )
-            assert done.status_code == 202
-        call = json.dumps(
-            {
-                "jsonrpc": "2.0",
-                "id": 2,
-                "method": "tools/call",
-                "params": {"name": "flood", "arguments": {"count": total}},
-            }
-        ).encode()
-        request = (
-            f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
-            + "".join(f"{k}: {v}\r\n" for k, v in session_headers.items())
-            + f"Content-Length: {len(call)}\r\n\r\n"
-        ).encode() + call
-        with socket.socket() as client:
-            client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a client that reads little at a time
-            client.connect(("127.0.0.1", port))
-            client.sendall(request)
-
-            def written() -> int:
-                return int(count_file.read_text()) if count_file.exists() else 0
-
-            last, still_since = -1, time.monotonic()
-            while time.monotonic() - still_since < 1.5:  # until the server's writes have waited 1.5 s
-                now = written()
-                if now != last:
-                    last, still_since = now, time.monotonic()
-                assert now < total, "the server wrote every request: serve held them all in memory"
-                time.sleep(0.05)
-            held_back = last
-            received = bytearray()
-            client.settimeout(15)
-            while not received.endswith(b"\r\n\r\n0\r\n\r\n"):  # the chunked response's end: the answer came
-                chunk = client.recv(1 << 20)
-                assert chunk, "serve closed the stream before the answer"
-                received += chunk
-        assert written() == total and held_back < total
+        with flood_call(served, total) as client:
+            held_back = written_when_still(count_file, total, held=True)
+            received = read_to_the_answer(client)
+        assert written_when_still(count_file, total, held=False) == total and held_back < total
         assert received.count(b'"method": "roots/list"') == total and b'"flooded"' in received[-2000:]
     finally:
         assert stop(served) == 0
     log = served.errlog.read_text()
     assert "an HTTP client reads slower than its server sends: the server waits until it catches up" in log
+
+
+def test_a_shared_server_flooding_one_client_is_refused_past_the_buffer_not_held_back(tmp_path: Path) -> None:
+    """With --shared-upstream the server is every session's: holding it back for one client that reads
+    nothing would stall them all. Past the buffer its requests for that client are refused (the server
+    gets an error, as from the client) and dropped: the server writes them all, serve keeps a few thousand,
+    and the client, once it reads, gets those and the answer."""
+    count_file, total = tmp_path / "written", 100_000
+    policy = write_policy(tmp_path, "sandbox: off\n")
+    upstream = ["--", PY, str(FLOOD), str(count_file)]
+    served = start_serve(tmp_path, "--shared-upstream", policy=policy, upstream=upstream)
+    try:
+        with flood_call(served, total) as client:
+            assert written_when_still(count_file, total, held=False) == total  # not held back
+            received = read_to_the_answer(client)
+        delivered = received.count(b'"method": "roots/list"')
+        assert 0 < delivered < total and b'"flooded"' in received[-2000:]
+    finally:
+        assert stop(served) == 0
+    assert "an HTTP client reads slower than its server sends: notifications and requests dropped" in (
+        served.errlog.read_text()
+    )

@@ -269,3 +269,28 @@ async def test_a_client_that_stops_reading_holds_its_server_back_and_loses_none_
             await call.ended.wait()
     got = call.messages()
     assert [m["id"] for m in got[:-1]] == [f"roots-{n}" for n in range(sent)] and got[-1]["id"] == 7
+
+
+async def test_a_server_that_cannot_be_held_back_gets_its_requests_refused_past_the_buffer() -> None:
+    """With --shared-upstream the server is every session's: one client that reads nothing must not hold
+    it back for all (no `on_pause`). Past the buffer its requests for that client are answered with an
+    error, as the client would answer them, instead of piling up in serve's memory; the ones before it
+    reach the client once it reads."""
+    session, taken = a_session(owner=7)
+    sent = [f"roots-{n}" for n in range(SESSION_BUFFER + 20)]
+    async with anyio.create_task_group() as tg:
+        call = SlowCall("POST", request(7), (ACCEPT, JSON, version("2025-03-26")))
+        await started(tg, session, call)
+        try:
+            for request_id in sent:
+                session.send(request(request_id, "roots/list"))
+            assert session.queued <= SESSION_BUFFER
+        finally:
+            call.read_on.set()
+        session.send(answer(7))
+        with anyio.fail_after(10):
+            await call.ended.wait()
+    refused = [json.loads(line) for line in taken[1:]]  # taken[0]: the client's own request
+    assert refused and all(r["error"]["message"].startswith("the HTTP client has 4,096 messages") for r in refused)
+    delivered = [m["id"] for m in call.messages()[:-1]]
+    assert delivered + [r["id"] for r in refused] == sent  # each either reached the client or was refused
