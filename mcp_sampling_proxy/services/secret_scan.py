@@ -162,9 +162,10 @@ def fold(text: str) -> tuple[str, list[int] | None]:
 
 
 def _spans(text: str) -> Iterator[tuple[int, int, str]]:
+    detectors = _detectors()  # first: making them asks the engine what `caseless_view` needs (once)
     folded = text.casefold()
     lowered = caseless_view(text)
-    for detector in _detectors():
+    for detector in detectors:
         if detector.shape is not None and not detector.shape.may_match(text, folded):
             continue  # none of the literals every match of this shape holds is in the text
         if detector.needs is not None and not detector.needs.may_match(text, lowered):
