@@ -60,10 +60,13 @@ async def test_a_flood_for_a_slow_listener_is_bounded_and_the_stream_goes_on() -
 async def test_a_session_whose_client_reads_slowly_holds_a_bounded_number_of_notifications() -> None:
     """The same flood in a handshake-era session: a client POSTs a request and reads nothing of its SSE
     stream while the server floods its progress. Past the bound the notifications are dropped; the
-    answer, and a request of the server's, still go out, in order, once the client reads again."""
+    answer, and a request of the server's (its own server: held back, not refused), still go out, in
+    order, once the client reads again."""
     session = HttpSession("s1", lambda _message: 1, SessionEventStore())  # everything belongs to request 1
     taken: list[bytes] = []
     session.attach(taken.append)
+    held: list[str] = []  # the session's own server, which serve holds back as it does (front/endpoint.py)
+    session.on_pause, session.on_resume = (lambda: held.append("pause")), (lambda: held.append("resume"))
     call = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "slow"}}).encode()
     headers = [(b"accept", b"application/json, text/event-stream"), (b"content-type", b"application/json")]
     scope: Scope = {"type": "http", "method": "POST", "path": "/mcp", "headers": headers}
@@ -95,3 +98,4 @@ async def test_a_session_whose_client_reads_slowly_holds_a_bounded_number_of_not
     assert b'"roots/list"' in events[-2] and b'"result"' in events[-1]
     assert SESSION_BUFFER - 2 <= len(events) - 2 <= SESSION_BUFFER + 1  # the progress kept: the first ones
     assert written[-1] == events[-1]  # the answer ended the stream
+    assert held == ["pause", "resume"]  # the request past the bound held the server back until the client read
