@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 
 from mcp_sampling_proxy.config.dirs import home_relative
 from mcp_sampling_proxy.config.keys import KeySourceError, key_source, resolve_key
@@ -19,9 +18,34 @@ from mcp_sampling_proxy.doctor.checklist import Check, Section
 from mcp_sampling_proxy.providers.base import LLMError
 from mcp_sampling_proxy.providers.command import program_of
 from mcp_sampling_proxy.providers.errors import http_error, safe_url
+from mcp_sampling_proxy.providers.llm_http import TransportFailure
 from mcp_sampling_proxy.providers.registry import make_adapter
-from mcp_sampling_proxy.providers.retry import connect_reason
 from mcp_sampling_proxy.text.sanitize import one_line
+
+
+def _unreached(exc: Exception, label: str, shown: str, key_note: str, timeout: float) -> Check:
+    """The check of a provider that gave no HTTP answer at all."""
+    kind = exc.kind if isinstance(exc, TransportFailure) else "read timeout"
+    if kind in ("connect timeout", "read timeout"):
+        return Check(
+            "fail",
+            f"{label}: no answer within {timeout:g} s ({key_note})",
+            "check that the server is up and base_url points at it",
+        )
+    assert isinstance(exc, TransportFailure)
+    if kind == "bad url":
+        return Check(
+            "fail",
+            f"{label}: unusable base_url ({one_line(exc.reason, 120)})",
+            "base_url must start with http:// or https://",
+        )
+    if exc.reason == "connection refused":
+        fix = f"nothing listens at {shown}: start the server (Ollama: `ollama serve`) or correct base_url"
+    elif exc.reason == "host name not found":
+        fix = "the host name in base_url does not resolve: check it (and your network)"
+    else:
+        fix = "check base_url and your network"
+    return Check("fail", f"{label}: {exc.reason} ({key_note})", fix)
 
 
 def _status_fix(status: int, key_var: str | None, url: str, source: str | None = None) -> str:
@@ -105,36 +129,14 @@ async def _probe_with(
     base, url = adapter.base_url, adapter.models_url()
     try:
         shown = safe_url(base)
-    except Exception:  # a base_url httpx cannot parse is shown as given
+    except Exception:  # a base_url that cannot be parsed is shown as given
         shown = one_line(base, 80)
     label = f"{name} at {shown}"
     try:
-        response = await adapter.list_models()
-    except httpx.TimeoutException:
-        return [
-            Check(
-                "fail",
-                f"{label}: no answer within {timeout:g} s ({key_note})",
-                "check that the server is up and base_url points at it",
-            )
-        ]
-    except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
-        return [
-            Check(
-                "fail",
-                f"{label}: unusable base_url ({one_line(str(exc), 120)})",
-                "base_url must start with http:// or https://",
-            )
-        ]
-    except httpx.TransportError as exc:
-        reason = connect_reason(exc)
-        if reason == "connection refused":
-            fix = f"nothing listens at {shown}: start the server (Ollama: `ollama serve`) or correct base_url"
-        elif reason == "host name not found":
-            fix = "the host name in base_url does not resolve: check it (and your network)"
-        else:
-            fix = "check base_url and your network"
-        return [Check("fail", f"{label}: {reason} ({key_note})", fix)]
+        with anyio.fail_after(timeout + 1):  # the connect and read timeouts are the adapter's; this bounds both
+            response = await adapter.list_models()
+    except (TransportFailure, TimeoutError) as exc:
+        return [_unreached(exc, label, shown, key_note, timeout)]
     path = url[len(base) :]
     if response.is_success:
         try:
@@ -144,7 +146,7 @@ async def _probe_with(
         checks = [
             Check(
                 "ok",
-                f"{label}: GET {path} answered {response.status_code} "
+                f"{label}: GET {path} answered {response.status} "
                 f"({len(listed)} model{'s' if len(listed) != 1 else ''}); {key_note}",
             )
         ]
@@ -159,7 +161,7 @@ async def _probe_with(
                 )
             )
         return checks
-    if response.status_code in (404, 405) and provider.models:  # no models list: try a 1-token completion
+    if response.status in (404, 405) and provider.models:  # no models list: try a 1-token completion
         model = provider.models[0].name
         params = {"messages": [{"role": "user", "content": {"type": "text", "text": "ping"}}], "maxTokens": 1}
         try:
@@ -186,7 +188,7 @@ async def _probe_with(
         return [
             Check(
                 "ok",
-                f"{label}: no models list (GET {path}: {response.status_code}), but a 1-token "
+                f"{label}: no models list (GET {path}: {response.status}), but a 1-token "
                 f"completion with {model} worked; {key_note}",
             )
         ]
@@ -195,7 +197,7 @@ async def _probe_with(
         Check(
             "fail",
             f"{label}: GET {path}: {_noted(one_line(message, 300), key_note)}",
-            _status_fix(response.status_code, key_var, shown, source),
+            _status_fix(response.status, key_var, shown, source),
         )
     ]
 

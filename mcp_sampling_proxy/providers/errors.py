@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 import re
 from typing import Any
-
-import httpx
+from urllib.parse import urlsplit
 
 from mcp_sampling_proxy.config.keys import provider_key
 from mcp_sampling_proxy.config.providers import ProviderConfig
 from mcp_sampling_proxy.log import known_secrets
 from mcp_sampling_proxy.providers.base import LLMError, UnsupportedContentError
+from mcp_sampling_proxy.providers.llm_http import Reply
 from mcp_sampling_proxy.text.redact import CONFIGURED_KEY, KeyRuns, mask
 from mcp_sampling_proxy.text.sanitize import one_line
 
@@ -26,10 +26,12 @@ _SECRET_HEADERS = ("authorization", "x-api-key", "api-key", "x-goog-api-key")
 _KEY_LIKE = re.compile(r"\b(?:sk|rk|pk)-[A-Za-z0-9_*.\-]{8,}")
 
 
-def safe_url(url: httpx.URL | str) -> str:
-    """The URL without user-info, query or fragment (either may carry a credential)."""
-    u = httpx.URL(str(url))
-    host = f"[{u.host}]" if ":" in u.host else u.host
+def safe_url(url: str) -> str:
+    """The URL without user-info, query or fragment (either may carry a credential); ValueError when it
+    cannot be read as one (a port that is not a number)."""
+    u = urlsplit(url)
+    host = u.hostname or ""
+    host = f"[{host}]" if ":" in host else host
     port = f":{u.port}" if u.port else ""
     return f"{u.scheme}://{host}{port}{u.path}".rstrip("/")
 
@@ -46,9 +48,9 @@ def unsupported_role(config: ProviderConfig, role: Any, where: str) -> Unsupport
     )
 
 
-def http_error(provider: ProviderConfig, response: httpx.Response, *, model: str | None = None) -> LLMError:
+def http_error(provider: ProviderConfig, response: Reply, *, model: str | None = None) -> LLMError:
     """An LLMError for a non-2xx answer: status, a hint for the usual causes, the provider's words."""
-    status = response.status_code
+    status = response.status
     hint = _hint(provider, response, status, model)
     secrets = _secrets(provider, response)
     # Scrub before and after flattening: removing control characters could re-join a key.
@@ -61,7 +63,7 @@ def http_error(provider: ProviderConfig, response: httpx.Response, *, model: str
     return LLMError(message, provider=provider.name, status=status)
 
 
-def _hint(provider: ProviderConfig, response: httpx.Response, status: int, model: str | None) -> str:
+def _hint(provider: ProviderConfig, response: Reply, status: int, model: str | None) -> str:
     env = provider.api_key_env
     held = "api_key_file" if provider.api_key_file else "api_key_command" if provider.api_key_command else None
     if status == 401:
@@ -88,7 +90,7 @@ def _hint(provider: ProviderConfig, response: httpx.Response, status: int, model
     return ""
 
 
-def _provider_message(response: httpx.Response) -> str:
+def _provider_message(response: Reply) -> str:
     """The provider's own explanation from the usual JSON error shapes, else short plain text."""
     try:
         body: Any = response.json()
@@ -112,20 +114,19 @@ def _provider_message(response: httpx.Response) -> str:
     return ""
 
 
-def _secrets(provider: ProviderConfig, response: httpx.Response) -> list[str]:
+def _secrets(provider: ProviderConfig, response: Reply) -> list[str]:
     found = list(known_secrets())  # every key the proxy holds: the error text goes to the server
     key = provider_key(provider)  # from the environment (withheld once read), a file or a command
     if key:
         found.append(key)
     found += [v for v in provider.headers.values() if v]
-    request = _request(response)
-    if request is not None:
-        for name in _SECRET_HEADERS:
-            value = request.headers.get(name)
-            if value:
-                found.append(value)
-                if value.lower().startswith("bearer "):
-                    found.append(value[7:].strip())
+    sent = {name.lower(): value for name, value in response.sent_headers.items()}
+    for name in _SECRET_HEADERS:
+        value = sent.get(name)
+        if value:
+            found.append(value)
+            if value.lower().startswith("bearer "):
+                found.append(value[7:].strip())
     # Longest first so a key is removed whole before any prefix of it.
     return sorted({s for s in found if s.strip()}, key=len, reverse=True)
 
@@ -138,26 +139,19 @@ def _scrub(text: str, secrets: list[str]) -> str:
     return _KEY_LIKE.sub(REDACTED, text)
 
 
-def _request(response: httpx.Response) -> httpx.Request | None:
+def _requested_model(response: Reply) -> str | None:
     try:
-        return response.request
-    except RuntimeError:
-        return None
-
-
-def _requested_model(response: httpx.Response) -> str | None:
-    request = _request(response)
-    if request is None:
-        return None
-    try:
-        model = json.loads(request.content or b"{}").get("model")
-    except (ValueError, AttributeError, httpx.RequestNotRead):
+        model = json.loads(response.sent or b"{}").get("model")
+    except (ValueError, AttributeError):
         return None
     return model if isinstance(model, str) else None
 
 
-def _request_url(response: httpx.Response, provider: ProviderConfig) -> str:
-    request = _request(response)
-    if request is not None:
-        return safe_url(request.url)
-    return safe_url(provider.base_url) if provider.base_url else "(unknown)"
+def _request_url(response: Reply, provider: ProviderConfig) -> str:
+    for url in (response.url, provider.base_url):
+        if url:
+            try:
+                return safe_url(url)
+            except ValueError:
+                return one_line(url, 80)
+    return "(unknown)"

@@ -9,11 +9,10 @@ from __future__ import annotations
 import ssl
 import urllib.request
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import ClassVar, Literal
 from urllib.parse import urlsplit
 
 import anyio
-import httpx
 from msgspec import Struct
 
 from mcp_sampling_proxy.config.keys import provider_key
@@ -21,16 +20,17 @@ from mcp_sampling_proxy.config.providers import ProviderConfig
 from mcp_sampling_proxy.protocol.wire_types import CreateMessageParams, JsonObject, Tool
 from mcp_sampling_proxy.providers.base import Completion, LLMError
 from mcp_sampling_proxy.providers.errors import unsupported
+from mcp_sampling_proxy.providers.llm_http import LlmHttp, Reply, Timeouts
 from mcp_sampling_proxy.providers.retry import post_json
 
 # Connections per provider. The sampling gate (`sampling.max_concurrent`) already bounds the calls
 # in flight; this bound keeps a flood from opening sockets without limit when it is set high (a call
 # waiting for a connection still counts against its deadline).
-POOL_LIMITS = httpx.Limits(max_connections=16, max_keepalive_connections=8)
+MAX_CONNECTIONS = 16
 
 
-def tls_context(base_url: str) -> ssl.SSLContext | bool:
-    """How the client checks TLS: the system's CA store (True), except for an endpoint over plain HTTP (a
+def tls_context(base_url: str) -> ssl.SSLContext | Literal[True]:
+    """How the client checks TLS: the CA store (True: llm_http.verified_tls), except for an endpoint over plain HTTP (a
     model server on this machine) reached without a proxy, which never makes a TLS connection (the client
     follows no redirects): it gets a context that trusts no certificate, so it would refuse one, and the
     ~65 ms of CPU that loading the CA store costs at every start is not spent."""
@@ -52,19 +52,19 @@ class HttpAdapter:
     default_base_url = ""
     tool_choices: ClassVar[Mapping[str, object]] = {}  # MCP toolChoice mode -> the provider's value
 
-    def __init__(self, config: ProviderConfig, *, transport: httpx.AsyncBaseTransport | None = None):
+    def __init__(self, config: ProviderConfig):
         self.config = config
         self.base_url = self.normalise_base_url((config.base_url or self.default_base_url).rstrip("/"))
         headers = {"content-type": "application/json", **self.fixed_headers(), **config.headers}
         key = provider_key(config)
         if key:  # kept only inside the client
             headers.update({config.api_key_header: key} if config.api_key_header else self.auth_headers(key))
-        self._client = httpx.AsyncClient(
-            headers=headers,
-            timeout=httpx.Timeout(config.read_timeout, connect=config.connect_timeout, pool=config.total_timeout),
-            limits=POOL_LIMITS,
-            transport=transport,
-            verify=tls_context(self.base_url),
+        self.http = LlmHttp(
+            headers,
+            Timeouts(connect=config.connect_timeout, read=config.read_timeout),
+            tls=tls_context(self.base_url),
+            proxy_for=self.base_url,
+            max_connections=MAX_CONNECTIONS,
         )
 
     # -- what a provider defines ---------------------------------------------------------------
@@ -85,11 +85,9 @@ class HttpAdapter:
         """The provider's list of models (what `doctor` asks to check the URL and the key)."""
         raise NotImplementedError
 
-    async def list_models(self) -> httpx.Response:
+    async def list_models(self) -> Reply:
         """GET the models list with this adapter's headers (key, api-version, extra headers)."""
-        response = await self._client.get(self.models_url())
-        await response.aread()
-        return response
+        return await self.http.get(self.models_url())
 
     def endpoint_for(self, model: str) -> str:
         """Where a request for `model` goes; the same endpoint for every model unless a provider
@@ -124,14 +122,14 @@ class HttpAdapter:
         return self.config.supports_tools
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self.http.aclose()
 
     async def complete(self, params: CreateMessageParams, model: str) -> Completion:
         payload = self.build_request(params, model)
-        # httpx's read timeout is per read: an LLM that sends one byte a second never trips it.
+        # the read timeout is per read: an LLM that sends one byte a second never trips it.
         # The deadline covers the whole call, retries and their backoff included.
         with anyio.move_on_after(self.config.total_timeout) as deadline:
-            data = await post_json(self._client, self.endpoint_for(model), payload, self.config, model=model)
+            data = await post_json(self.http, self.endpoint_for(model), payload, self.config, model=model)
         if deadline.cancelled_caught:
             raise deadline_error(self.config)
         return self.parse_response(data, model)

@@ -477,7 +477,7 @@ async def test_the_adapter_pool_closed_at_shutdown_makes_no_more_adapters() -> N
     pool = AdapterPool([fast_config("http://127.0.0.1:9/v1", name="fake", kind="openai", env="NO_KEY", model="m")])
     made = cast(OpenAIAdapter, pool.get("fake"))  # its HTTP client is what the test looks at
     await pool.aclose()
-    assert made._client.is_closed
+    assert made.http.closed
     with pytest.raises(RuntimeError, match="shutting down"):
         pool.get("fake")
 

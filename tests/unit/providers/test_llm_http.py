@@ -1,0 +1,133 @@
+"""The adapters' HTTP client (providers/llm_http.py) does on purpose what the library would not: a proxy the
+environment names is used (unless NO_PROXY names the host), ~/.netrc is never read, the CA store is certifi's
+or the one SSL_CERT_FILE names, and what fails says what failed."""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Iterator
+from pathlib import Path
+
+import certifi
+import orjson
+import pytest
+from fakes.llm_server import FakeLLMServer
+
+from mcp_sampling_proxy.providers.llm_http import LlmHttp, Reply, Timeouts, TransportFailure, verified_tls
+
+pytestmark = pytest.mark.anyio
+
+PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
+
+
+@pytest.fixture(autouse=True)
+def no_proxy_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+
+
+@pytest.fixture
+def server() -> Iterator[FakeLLMServer]:
+    with FakeLLMServer("openai") as srv:
+        yield srv
+
+
+def client(base_url: str, headers: dict[str, str] | None = None) -> LlmHttp:
+    return LlmHttp(headers or {}, Timeouts(connect=2, read=2), tls=True, proxy_for=base_url)
+
+
+async def test_a_call_goes_through_the_proxy_the_environment_names(
+    server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With HTTP_PROXY set, the request goes to the proxy, as an absolute URL (the fake LLM stands in for a
+    forward proxy: it records the request line's target)."""
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{server.port}")
+    http = client("http://llm.example/v1")
+    reply = await http.post("http://llm.example/v1/chat/completions", orjson.dumps({"model": "m"}))
+    await http.aclose()
+    assert server.last.path == "http://llm.example/v1/chat/completions"
+    assert reply.status == 404  # the stand-in has no route for it: what matters is where it went
+
+
+async def test_no_proxy_names_a_host_reached_directly(server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{server.port}")
+    monkeypatch.setenv("NO_PROXY", "llm.invalid")
+    http = client("http://llm.invalid/v1")
+    with pytest.raises(TransportFailure) as failed:
+        await http.get("http://llm.invalid/v1/models")
+    await http.aclose()
+    assert (failed.value.kind, failed.value.reason) == ("connect", "host name not found")
+    assert server.requests == []
+
+
+async def test_a_socks_proxy_is_refused_with_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ALL_PROXY", "socks5://127.0.0.1:1080")
+    http = client("http://127.0.0.2:9/v1")
+    with pytest.raises(TransportFailure) as failed:
+        await http.get("http://127.0.0.2:9/v1/models")
+    await http.aclose()
+    assert failed.value.kind == "refused to send" and not failed.value.retryable
+    assert failed.value.reason == "the environment's socks5 proxy cannot be used: name an HTTP one"
+
+
+async def test_netrc_passwords_never_go_to_a_provider(
+    server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A keyless provider (a local model server) gets no Authorization header from ~/.netrc: aiohttp's
+    trust_env would add the password it lists for the host."""
+    netrc = tmp_path / ".netrc"
+    netrc.write_text("machine 127.0.0.1 login someone password netrc-secret-123\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("NETRC", str(netrc))
+    http = client(server.base_url)
+    reply = await http.get(f"{server.base_url}/models")
+    await http.aclose()
+    assert reply.status == 200
+    assert "authorization" not in server.last.headers
+
+
+async def test_the_reply_holds_what_error_messages_need(server: FakeLLMServer) -> None:
+    server.reply_error(429, "slow down", retry_after=3)
+    http = client(server.base_url, {"authorization": "Bearer sk-held-here-0123456789"})
+    sent = orjson.dumps({"model": "m", "messages": []})
+    reply = await http.post(f"{server.base_url}/chat/completions", sent)
+    await http.aclose()
+    assert (reply.status, reply.is_success, reply.headers["Retry-After"]) == (429, False, "3")
+    assert reply.json()["error"]["message"] == "slow down"
+    assert reply.sent == sent and reply.sent_headers["authorization"] == "Bearer sk-held-here-0123456789"
+    assert reply.url == f"{server.base_url}/chat/completions"
+
+
+def test_a_reply_is_read_as_the_standard_library_reads_json() -> None:
+    """Integers past 64 bits exact (orjson alone makes them floats), NaN read (strict JSON refuses it)."""
+    reply = Reply(200, {}, b'{"usage": {"total_tokens": 123456789012345678901234567890}}', "http://x", b"", {})
+    assert reply.json()["usage"]["total_tokens"] == 123456789012345678901234567890
+    assert str(Reply(200, {}, b'{"logprob": NaN}', "http://x", b"", {}).json()["logprob"]) == "nan"
+    with pytest.raises(ValueError):
+        Reply(502, {}, b"<html>Bad Gateway</html>", "http://x", b"", {}).json()
+
+
+async def test_a_closed_client_sends_nothing(server: FakeLLMServer) -> None:
+    http = client(server.base_url)
+    await http.aclose()
+    with pytest.raises(TransportFailure) as failed:
+        await http.get(f"{server.base_url}/models")
+    assert failed.value.kind == "refused to send"
+    assert server.requests == []
+
+
+def test_https_is_checked_against_certifi_or_the_store_ssl_cert_file_names(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    default = verified_tls()
+    assert default.verify_mode == ssl.CERT_REQUIRED and default.check_hostname
+    assert len(default.get_ca_certs()) > 50  # certifi's store
+    bundle = Path(certifi.where()).read_text()
+    one = tmp_path / "one-ca.pem"
+    one.write_text(bundle[: bundle.index("-----END CERTIFICATE-----") + len("-----END CERTIFICATE-----")] + "\n")
+    monkeypatch.setenv("SSL_CERT_FILE", str(one))
+    assert len(verified_tls().get_ca_certs()) == 1
