@@ -164,6 +164,16 @@ ENVIRONMENT = (
     EnvironmentVariable(
         "MCP_SAMPLING_PROXY_REPLICA", "`serve`: this replica's name in its audit records, when `--replica` is not given"
     ),
+    EnvironmentVariable(
+        "HTTPS_PROXY",
+        "the HTTP proxy LLM providers are called through (`HTTP_PROXY` for `http://` endpoints, `ALL_PROXY` for "
+        "both; either case); a SOCKS proxy is refused",
+    ),
+    EnvironmentVariable("NO_PROXY", "hosts LLM providers are called at directly, past `HTTPS_PROXY`"),
+    EnvironmentVariable(
+        "SSL_CERT_FILE", "the CA certificates an HTTPS provider's certificate is checked against, instead of certifi's"
+    ),
+    EnvironmentVariable("SSL_CERT_DIR", "a directory of such CA certificates (OpenSSL's hashed names)"),
     EnvironmentVariable("MCP_SAMPLING_PROXY_NO_UVLOOP", "set: run on asyncio's own event loop even with uvloop"),
     EnvironmentVariable(
         "OTEL_EXPORTER_OTLP_ENDPOINT",
