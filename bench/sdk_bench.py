@@ -448,7 +448,10 @@ class Bench:
 
     async def sampling(self) -> dict[str, Any]:
         """A server's sequential sampling requests through the proxy (audit fsync on) vs the same
-        calls made directly with httpx, to the same loopback LLM process, in alternating blocks."""
+        calls made directly with httpx (a host's usual client, the figure's reference) and with aiohttp
+        (the proxy's own client: what is left is the proxy's own work), to the same loopback LLM
+        process, in rotating blocks."""
+        import aiohttp
         import httpx
 
         args = self.args
@@ -483,7 +486,7 @@ class Bench:
             command = [*self.proxy_prefix, "--policy", str(policy), "--", args.python, SAMPLING_SERVER]
             session = await self.open("proxy", command, "sampling-proxy")
 
-            cpu_ns = {"proxy": 0, "direct": 0}  # the proxy's own threads; this process, for the direct calls
+            cpu_ns = {"proxy": 0, "direct": 0, "aiohttp": 0}  # the proxy's threads; this one, for direct calls
 
             async def through_proxy(count: int) -> list[float]:
                 assert session is not None and session.pid is not None
@@ -501,9 +504,12 @@ class Bench:
                 return [float(x) for x in summary["ms"]]
 
             first = (await through_proxy(1))[0]  # the first sampling request after start (start-up work)
-            async with httpx.AsyncClient(
-                base_url=base_url, headers={"content-type": "application/json"}, timeout=args.timeout
-            ) as http:
+            async with (
+                httpx.AsyncClient(
+                    base_url=base_url, headers={"content-type": "application/json"}, timeout=args.timeout
+                ) as http,
+                aiohttp.ClientSession(headers={"content-type": "application/json"}) as same_client,
+            ):
 
                 async def direct(count: int) -> list[float]:
                     out: list[float] = []
@@ -517,16 +523,34 @@ class Bench:
                     cpu_ns["direct"] += time.thread_time_ns() - before
                     return out
 
+                async def direct_aiohttp(count: int) -> list[float]:
+                    out: list[float] = []
+                    before = time.thread_time_ns()
+                    url, body = f"{base_url}/chat/completions", json.dumps(DIRECT_BODY).encode()
+                    for _ in range(count):
+                        t0 = time.perf_counter()
+                        async with same_client.post(url, data=body) as response:
+                            response.raise_for_status()
+                            json.loads(await response.read())
+                        out.append((time.perf_counter() - t0) * 1e3)
+                    cpu_ns["aiohttp"] += time.thread_time_ns() - before
+                    return out
+
                 warm = min(20, max(2, args.sampling // 10))
                 await direct(warm)
+                await direct_aiohttp(warm)
                 await through_proxy(warm)
-                cpu_ns.update(proxy=0, direct=0)
-                times: dict[str, list[float]] = {"direct": [], "proxy": []}
-                runners: dict[str, Callable[[int], Awaitable[list[float]]]] = {"direct": direct, "proxy": through_proxy}
+                cpu_ns.update(proxy=0, direct=0, aiohttp=0)
+                times: dict[str, list[float]] = {"direct": [], "aiohttp": [], "proxy": []}
+                runners: dict[str, Callable[[int], Awaitable[list[float]]]] = {
+                    "direct": direct,
+                    "aiohttp": direct_aiohttp,
+                    "proxy": through_proxy,
+                }
                 done, block = 0, 0
                 while done < args.sampling:
                     n = min(SAMPLING_BLOCK, args.sampling - done)
-                    for mode in rotated(("direct", "proxy"), block):
+                    for mode in rotated(("direct", "aiohttp", "proxy"), block):
                         times[mode] += await runners[mode](n)
                     done += n
                     block += 1
@@ -540,17 +564,22 @@ class Bench:
             med = {m: statistics.median(v) for m, v in times.items()}
             # Each block of the two modes runs back to back: the median of the blocks' differences
             # cancels the machine's drift between blocks, as the concurrent row's rounds do.
-            blocks = [
-                statistics.median(times["proxy"][i : i + SAMPLING_BLOCK])
-                - statistics.median(times["direct"][i : i + SAMPLING_BLOCK])
-                for i in range(0, len(times["direct"]), SAMPLING_BLOCK)
-            ]
+            blocks, over_same_client = (
+                [
+                    statistics.median(times["proxy"][i : i + SAMPLING_BLOCK])
+                    - statistics.median(times[reference][i : i + SAMPLING_BLOCK])
+                    for i in range(0, len(times[reference]), SAMPLING_BLOCK)
+                ]
+                for reference in ("direct", "aiohttp")
+            )
             return {
                 "direct": {"median_ms": med["direct"], "p90_ms": pct(times["direct"], 90), "ms": times["direct"]},
                 "proxy": {"median_ms": med["proxy"], "p90_ms": pct(times["proxy"], 90), "ms": times["proxy"]},
                 "added_ms": statistics.median(blocks),
                 "added_iqr_ms": [pct(blocks, 25), pct(blocks, 75)],
                 "added_of_medians_ms": med["proxy"] - med["direct"],
+                "aiohttp": {"median_ms": med["aiohttp"], "p90_ms": pct(times["aiohttp"], 90)},
+                "added_over_same_client_ms": statistics.median(over_same_client),
                 "n": args.sampling,
                 "first_request_ms": first,
                 "audit_records": records,
@@ -859,11 +888,17 @@ def render(r: dict[str, Any]) -> str:
             f"IQR [{sm['added_iqr_ms'][0]:+.3f}, {sm['added_iqr_ms'][1]:+.3f}] ms; difference of the medians "
             f"{sm['added_of_medians_ms']:+.3f} ms"
         )
+        lines.append(
+            f"sampling: over the same call made with aiohttp (the proxy's own LLM client; "
+            f"{sm['aiohttp']['median_ms']:.2f} ms): {sm['added_over_same_client_ms']:+.3f} ms, what the proxy "
+            "adds when the host's client is as cheap as its own"
+        )
         cpu = sm["cpu_us_per_request"]
         lines.append(
             f"sampling: CPU per request: proxy {cpu['proxy']:.0f} us (all its work, its LLM call included), "
-            f"the benchmark's direct httpx call {cpu['direct']:.0f} us: the proxy's own work is about "
-            f"{cpu['proxy'] - cpu['direct']:.0f} us (steadier than the latencies on a busy machine)"
+            f"the benchmark's direct httpx call {cpu['direct']:.0f} us, aiohttp call {cpu['aiohttp']:.0f} us: the "
+            f"proxy's own work is about {cpu['proxy'] - cpu['aiohttp']:.0f} us (steadier than the latencies on a "
+            "busy machine)"
         )
         lines.append(
             f"sampling: first request after start {sm['first_request_ms']:.1f} ms; p90 direct "

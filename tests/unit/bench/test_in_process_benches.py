@@ -58,3 +58,13 @@ def test_sampling_micro_answers_every_request_and_records_each(
     for every request and a record of each in its audit log, and prints the figure."""
     out = run_main("sampling_micro", ["--requests", "20", "--rounds", "2"], monkeypatch, capsys)
     assert out.startswith("sampling request, the proxy's own work: best ") and "(2 rounds of 20;" in out
+
+
+@pytest.mark.parametrize("mode", ["stateless", "session"])
+def test_serve_micro_answers_every_call_and_reports_its_cost(
+    mode: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """bench/serve_micro.py (serve's own work per relayed call, the endpoint's ASGI app called in process, the
+    callers' servers in memory) checks each call's echo and prints the figure."""
+    out = run_main("serve_micro", ["--mode", mode, "--calls", "30", "--rounds", "2"], monkeypatch, capsys)
+    assert out.startswith(f"serve {mode}: own CPU per call ") and "(2 rounds of 30)" in out
