@@ -608,14 +608,15 @@ WARM_UP_SWITCH_INTERVAL = 0.0005  # s; while the warm-up imports, the relay wait
 
 
 def warm_up(adapters: AdapterPool) -> None:
-    """Make the HTTP providers' adapters (importing httpx and building an SSL context: ~90 ms of
-    CPU, which the first sampling request otherwise waits for) off the main thread, while the
+    """Make the HTTP providers' adapters (importing aiohttp, whose import loads the system's CA store
+    twice, and for an HTTPS provider certifi's: ~200 ms of CPU, which the first sampling request
+    otherwise waits for) off the main thread, while the
     server starts: most servers take far longer than that to answer initialize, so the host's first
     calls find the work done. (It used to run after initialize, and the host's first 500 calls then
     had a p99 of 11 ms instead of 1.5 ms: the thread held the interpreter while they waited.) For a
     server that answers at once, the calls that overlap it wait at most the lowered switch interval
     for the interpreter. Nothing else is warmed: requests are checked without pydantic
-    (protocol/wire_checks.py), and a proxy without an HTTP provider never loads httpx (~5 MB)."""
+    (protocol/wire_checks.py), and a proxy without an HTTP provider never loads aiohttp (~4 MB)."""
     names = [p.name for p in adapters.configs if p.kind.http]
     if not names:
         return

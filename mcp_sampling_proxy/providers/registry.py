@@ -1,7 +1,7 @@
 """The adapter for each provider type (config/providers.py's KINDS), made when a provider is first used.
 
 Every adapter's module is imported only then: a proxy whose policy names no provider of a type does not
-pay for its module at start, and one without an HTTP provider never loads httpx.
+pay for its module at start, and one without an HTTP provider never loads aiohttp.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from mcp_sampling_proxy.providers.typed_reply import TypedReplyAdapter
 
 
 def _openai(config: ProviderConfig, _terminal: Any) -> Adapter:
-    from mcp_sampling_proxy.providers.openai import OpenAIAdapter  # start-up: httpx, ~110 ms; only for openai
+    from mcp_sampling_proxy.providers.openai import OpenAIAdapter  # start-up: aiohttp, ~200 ms; openai only
 
     return OpenAIAdapter(config)
 
 
 def _anthropic(config: ProviderConfig, _terminal: Any) -> Adapter:
-    from mcp_sampling_proxy.providers.anthropic import AnthropicAdapter  # start-up: ~6 ms, only for anthropic
+    from mcp_sampling_proxy.providers.anthropic import AnthropicAdapter  # start-up: aiohttp, ~200 ms; anthropic only
 
     return AnthropicAdapter(config)
 

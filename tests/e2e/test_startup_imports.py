@@ -3,7 +3,7 @@
 Every proxy a host starts pays for each module it imports, in CPU and in the time to its answer to
 `initialize`; a module the start does not need is imported where it is first used, with a comment
 saying so (CONTRIBUTING.md). Those lazy imports rot silently: one import moved to the top of a module
-brings httpx back into every start. So a real start is watched here (`-X importtime` lists every
+brings an HTTP client back into every start. So a real start is watched here (`-X importtime` lists every
 module the process imported, to its end), without timing anything (timings live in bench/).
 """
 
@@ -19,7 +19,8 @@ from helpers.support import INITIALIZE_LINE, PY, SMALL_SERVER, proxy_env
 
 # not needed by a proxy without an HTTP provider nor a webhook, that no server asked to elicit
 NOT_AT_START = (
-    "httpx",  # an HTTP provider's client (services/sampling/adapters.py, providers/registry.py)
+    "aiohttp",  # an HTTP provider's client (providers/llm_http.py, made by providers/registry.py)
+    "httpx",  # a webhook's, an HTTP check's, a --url server's client
     "mcp_sampling_proxy.providers.openai",
     "mcp_sampling_proxy.providers.anthropic",
     "mcp_sampling_proxy.services.elicitation.ask",  # an elicitation's stages (services/elicitation/service.py)

@@ -1,4 +1,4 @@
-"""The LLM adapters a proxy has made, by provider name: made on first use (httpx is imported only
+"""The LLM adapters a proxy has made, by provider name: made on first use (aiohttp is imported only
 then), closed together when the proxy ends."""
 
 from __future__ import annotations
