@@ -46,6 +46,15 @@ class AdapterPool:
             self._gate = SamplingGate(max_concurrent, max_queued)
         return self._gate
 
+    async def ready(self, name: str) -> Adapter:
+        """`get`, from the event loop: an adapter not made yet is made, or waited for while the start-up's
+        warm-up makes it, on a worker thread (making an HTTP one imports aiohttp and loads CA stores: ~200 ms
+        of CPU), so the loop goes on relaying every session's messages meanwhile."""
+        adapter = self._adapters.get(name)
+        if adapter is not None:
+            return adapter
+        return await anyio.to_thread.run_sync(self.get, name)
+
     def get(self, name: str) -> Adapter:
         adapter = self._adapters.get(name)
         if adapter is None:

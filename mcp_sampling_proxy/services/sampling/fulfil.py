@@ -98,7 +98,7 @@ class Fulfilment:
             self._audit.record(params=params, **unrouted)
             raise
         log.debug("model chosen", provider=choice.provider, model=choice.model, why=choice.reason)
-        adapter = self._adapters.get(choice.provider)
+        adapter = await self._adapters.ready(choice.provider)
         token = REQUEST_ORIGIN.set((session.server_label, tool))
         call_started = time.time_ns()
         try:

@@ -8,10 +8,12 @@ tests/e2e/test_sampling.py.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from fakes.llm_server import FakeLLMServer
 from helpers.playbook import Playbook
@@ -191,3 +193,42 @@ async def test_llm_timeout_is_reported(tmp_path: Path, llm: FakeLLMServer) -> No
     policy = with_provider_settings(openai_policy(llm.base_url), "      timeout: {read: 0.3}\n      max_attempts: 1\n")
     error = (await sample(tmp_path, policy, prompt("x")))["error"]
     assert "timed out" in error["message"]
+
+
+async def test_the_relay_goes_on_while_the_first_request_waits_for_its_llm_client(
+    tmp_path: Path, llm: FakeLLMServer
+) -> None:
+    """The first sampling request may find its provider's client still being made (the start-up's warm-up
+    imports the HTTP client and loads CA stores in a thread: ~200 ms). It waits for it off the event loop:
+    meanwhile the relay passes the server's other messages on, instead of stalling every session's traffic."""
+    llm.reply_text("made")
+    async with Playbook(tmp_path, openai_policy(llm.base_url)) as play:
+        await play.handshake({})
+        held, release, let_go = threading.Event(), threading.Event(), threading.Event()
+
+        def warm_up() -> None:  # the warm-up thread, making the adapter (what the test holds is its lock)
+            with play._adapters._making:
+                held.set()
+                release.wait(3)
+            let_go.set()
+
+        threading.Thread(target=warm_up, daemon=True).start()
+        await anyio.to_thread.run_sync(held.wait)
+        try:
+            async with anyio.create_task_group() as tg, play.call("sample") as call:
+                answers: list[dict[str, Any]] = []
+
+                async def ask() -> None:
+                    answers.append(await call.sample(prompt("hi")))
+
+                tg.start_soon(ask)
+                await anyio.sleep(0.05)  # the request is at the adapter by now
+                note = {"level": "info", "data": "still relayed"}
+                play.server.says({"jsonrpc": "2.0", "method": "notifications/message", "params": note})
+                with anyio.fail_after(2):
+                    got = await play.host.next()
+                assert got["params"] == note and not let_go.is_set()  # passed on while the client was being made
+                release.set()
+        finally:
+            release.set()
+    assert answers[0]["result"]["content"]["text"] == "made"
