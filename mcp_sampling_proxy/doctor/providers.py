@@ -127,10 +127,7 @@ async def _probe_with(
 ) -> list[Check]:
     source = key_source(provider) if provider.api_key_file or provider.api_key_command else None
     base, url = adapter.base_url, adapter.models_url()
-    try:
-        shown = safe_url(base)
-    except Exception:  # a base_url that cannot be parsed is shown as given
-        shown = one_line(base, 80)
+    shown = safe_url(base)
     label = f"{name} at {shown}"
     try:
         with anyio.fail_after(timeout + 1):  # the connect and read timeouts are the adapter's; this bounds both

@@ -9,13 +9,12 @@ from __future__ import annotations
 import json
 import re
 from typing import Any
-from urllib.parse import urlsplit
 
 from mcp_sampling_proxy.config.keys import provider_key
 from mcp_sampling_proxy.config.providers import ProviderConfig
 from mcp_sampling_proxy.log import known_secrets
 from mcp_sampling_proxy.providers.base import LLMError, UnsupportedContentError
-from mcp_sampling_proxy.providers.llm_http import Reply
+from mcp_sampling_proxy.providers.llm_http import Reply, shown_url
 from mcp_sampling_proxy.text.redact import CONFIGURED_KEY, KeyRuns, mask
 from mcp_sampling_proxy.text.sanitize import one_line
 
@@ -27,13 +26,8 @@ _KEY_LIKE = re.compile(r"\b(?:sk|rk|pk)-[A-Za-z0-9_*.\-]{8,}")
 
 
 def safe_url(url: str) -> str:
-    """The URL without user-info, query or fragment (either may carry a credential); ValueError when it
-    cannot be read as one (a port that is not a number)."""
-    u = urlsplit(url)
-    host = u.hostname or ""
-    host = f"[{host}]" if ":" in host else host
-    port = f":{u.port}" if u.port else ""
-    return f"{u.scheme}://{host}{port}{u.path}".rstrip("/")
+    """The URL without user-info, query or fragment (either may carry a credential), nor a final slash."""
+    return shown_url(url).rstrip("/")
 
 
 def unsupported(config: ProviderConfig, content_type: str, where: str, why: str = "") -> UnsupportedContentError:
@@ -148,10 +142,5 @@ def _requested_model(response: Reply) -> str | None:
 
 
 def _request_url(response: Reply, provider: ProviderConfig) -> str:
-    for url in (response.url, provider.base_url):
-        if url:
-            try:
-                return safe_url(url)
-            except ValueError:
-                return one_line(url, 80)
-    return "(unknown)"
+    url = response.url or provider.base_url
+    return safe_url(url) if url else "(unknown)"

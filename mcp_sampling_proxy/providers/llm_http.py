@@ -145,26 +145,50 @@ class LlmHttp:
                 received = await answer.read()
                 return Reply(answer.status, answer.headers, received, url, body, self.headers)
         except aiohttp.ClientError as exc:
-            raise _failure(exc) from exc
+            failure = _failure(exc)
         except (ValueError, TypeError) as exc:  # a header or URL aiohttp will not put on the wire
-            raise TransportFailure("refused to send", _short(exc)) from exc
-        except TimeoutError as exc:
-            raise TransportFailure("read timeout", "no answer in time") from exc
+            failure = TransportFailure("refused to send", f"a header or the URL cannot be sent ({type(exc).__name__})")
+        except TimeoutError:
+            failure = TransportFailure("read timeout", "no answer in time")
+        # raised outside the handlers, so no traceback carries aiohttp's error as its context: its message and
+        # its request's repr hold the URL's query and the request's headers, the key among them
+        raise failure
 
 
 def _failure(exc: aiohttp.ClientError) -> TransportFailure:
-    """What an aiohttp error means for a provider call."""
+    """What an aiohttp error means for a provider call, in words that go to the server: never a URL's
+    user-info or query, never a request header (aiohttp's own messages can hold both)."""
     if isinstance(exc, aiohttp.NonHttpUrlClientError):
-        return TransportFailure("bad url", f"not an http:// or https:// URL: {one_line(str(exc), 120)}")
+        return TransportFailure("bad url", f"not an http:// or https:// URL: {shown_url(str(exc))}")
     if isinstance(exc, aiohttp.InvalidUrlClientError):
-        return TransportFailure("bad url", f"not a URL: {one_line(str(exc), 120)}")
+        return TransportFailure("bad url", f"not a URL: {shown_url(str(exc))}")
     if isinstance(exc, aiohttp.ConnectionTimeoutError):
         return TransportFailure("connect timeout", "no connection in time")
     if isinstance(exc, aiohttp.ServerTimeoutError):  # SocketTimeoutError: between two reads
         return TransportFailure("read timeout", "no answer in time")
     if isinstance(exc, aiohttp.ClientConnectorError):
         return TransportFailure("connect", connect_reason(exc))
-    return TransportFailure("network", _short(exc))
+    kind = type(exc).__name__
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return TransportFailure("network", f"the server closed the connection before its answer ({kind})")
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return TransportFailure("network", f"the answer's body was cut short or malformed ({kind})")
+    if isinstance(exc, aiohttp.ClientResponseError):  # the answer's head could not be parsed
+        return TransportFailure("network", f"a malformed HTTP answer: {one_line(exc.message, 100)} ({kind})")
+    if isinstance(exc, OSError) and exc.strerror:
+        return TransportFailure("network", f"{exc.strerror.lower()} ({kind})")
+    return TransportFailure("network", kind)
+
+
+def shown_url(url: str) -> str:
+    """`url` as an error may show it, read as text (it may not parse): without user-info, query or fragment
+    (either may hold a credential)."""
+    head = url.split("#", 1)[0].split("?", 1)[0]
+    scheme, sep, rest = head.partition("://")
+    if not sep:
+        scheme, rest = "", head
+    netloc, slash, path = rest.partition("/")
+    return one_line(f"{scheme}{sep}{netloc.rsplit('@', 1)[-1]}{slash}{path}", 120)
 
 
 def connect_reason(exc: BaseException) -> str:

@@ -136,12 +136,7 @@ async def post_json(
 
 
 def _where(url: str | None) -> str:
-    if not url:
-        return "(unknown url)"
-    try:
-        return safe_url(url)
-    except ValueError:
-        return one_line(url, 80)
+    return safe_url(url) if url else "(unknown url)"
 
 
 def _log_retry(config: ProviderConfig, attempt: int, attempts: int, delay: float, **why: Any) -> None:

@@ -4,6 +4,7 @@ or the one SSL_CERT_FILE names, and what fails says what failed."""
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +14,7 @@ import orjson
 import pytest
 from fakes.llm_server import FakeLLMServer
 
-from mcp_sampling_proxy.providers.llm_http import LlmHttp, Reply, Timeouts, TransportFailure, verified_tls
+from mcp_sampling_proxy.providers.llm_http import LlmHttp, Reply, Timeouts, TransportFailure, shown_url, verified_tls
 
 pytestmark = pytest.mark.anyio
 
@@ -131,3 +132,52 @@ def test_https_is_checked_against_certifi_or_the_store_ssl_cert_file_names(
     one.write_text(bundle[: bundle.index("-----END CERTIFICATE-----") + len("-----END CERTIFICATE-----")] + "\n")
     monkeypatch.setenv("SSL_CERT_FILE", str(one))
     assert len(verified_tls().get_ca_certs()) == 1
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        (b"", "the server closed the connection before its answer (ServerDisconnectedError)"),
+        (b"NOT HTTP AT ALL\r\n\r\n", "a malformed HTTP answer: "),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\n{}", "the answer's body was cut short or malformed"),
+    ],
+    ids=["closed", "garbled", "cut-short"],
+)
+async def test_a_broken_answer_is_named_without_the_url_s_secrets_or_the_headers(
+    answer: bytes, reason: str, tmp_path: Path
+) -> None:
+    """What a broken endpoint earns goes to the server as the error's text: it says what broke, and never
+    holds the URL's query nor a header's value (aiohttp's own messages and reprs hold them)."""
+
+    async def broken(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(answer)
+        await writer.drain()
+        writer.close()
+
+    listening = await asyncio.start_server(broken, "127.0.0.1", 0)
+    port = listening.sockets[0].getsockname()[1]
+    url = f"http://127.0.0.1:{port}/v1/models?key=query-secret"
+    http = client(url, {"authorization": "Bearer sk-header-secret-0123456789"})
+    with pytest.raises(TransportFailure) as failed:
+        await http.get(url)
+    await http.aclose()
+    listening.close()
+    assert failed.value.kind == "network" and failed.value.retryable
+    assert failed.value.reason.startswith(reason)
+    text = f"{failed.value} {failed.value.reason} {failed.value.__cause__!r} {failed.value.__context__!r}"
+    assert not any(secret in text for secret in ("query-secret", "sk-header-secret")), text
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://user:pw@api.example.com:8443/v1/chat?key=zzz#frag", "https://api.example.com:8443/v1/chat"),
+        ("localhost:11434/v1/models", "localhost:11434/v1/models"),  # no scheme: shown as written
+        ("user:pw@host/x?key=1", "host/x"),
+        ("http://user:pw@host/a://b", "http://host/a://b"),
+        ("http://[::1", "http://[::1"),  # not a URL: still shown, never an error
+    ],
+)
+def test_a_url_is_shown_without_user_info_query_or_fragment(url: str, shown: str) -> None:
+    assert shown_url(url) == shown
