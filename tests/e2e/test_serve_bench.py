@@ -74,3 +74,21 @@ def test_quick_run_reports_every_mode_side_by_side() -> None:
         assert sum(line.split("  ")[0] == label for line in table.splitlines()) == 3, (label, table)
     for text in ("2 CPUs" if result["machine"]["cpus"] == 2 else "CPUs", "memory per session", "load average"):
         assert text in table
+
+
+def test_serve_floor_runs_serve_and_the_floor_of_its_stack_in_turns() -> None:
+    """bench/serve_floor.py: serve and bench/null_serve.py (a bare uvicorn app relaying each POST to the same
+    server) both answer every 2026-07-28 call with its echo (serve_bench's clients check each), and each
+    one's CPU per call is printed. The figures' values are not asserted."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "serve_floor.py"), "--rounds", "1", "--calls", "5", "--clients", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert done.returncode == 0, f"exit {done.returncode}; stderr:\n{done.stderr[-3000:]}"
+    lines = done.stdout.splitlines()
+    assert lines[0] == "CPU per stateless call, median of 1 rounds of 1 x 5:"
+    assert lines[1].split()[0] == "serve" and lines[2].split()[0] == "floor", done.stdout
+    assert lines[3].startswith("  serve x"), done.stdout
