@@ -23,17 +23,15 @@ from mcp_sampling_proxy.providers.registry import make_adapter
 from mcp_sampling_proxy.text.sanitize import one_line
 
 
-def _unreached(exc: Exception, label: str, shown: str, key_note: str, timeout: float) -> Check:
+def _unreached(exc: TransportFailure | TimeoutError, label: str, shown: str, key_note: str, timeout: float) -> Check:
     """The check of a provider that gave no HTTP answer at all."""
-    kind = exc.kind if isinstance(exc, TransportFailure) else "read timeout"
-    if kind in ("connect timeout", "read timeout"):
+    if isinstance(exc, TimeoutError) or exc.kind in ("connect timeout", "read timeout"):
         return Check(
             "fail",
             f"{label}: no answer within {timeout:g} s ({key_note})",
             "check that the server is up and base_url points at it",
         )
-    assert isinstance(exc, TransportFailure)
-    if kind == "bad url":
+    if exc.kind == "bad url":
         return Check(
             "fail",
             f"{label}: unusable base_url ({one_line(exc.reason, 120)})",

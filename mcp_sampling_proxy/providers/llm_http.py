@@ -150,6 +150,9 @@ class LlmHttp:
             failure = TransportFailure("refused to send", f"a header or the URL cannot be sent ({type(exc).__name__})")
         except TimeoutError:
             failure = TransportFailure("read timeout", "no answer in time")
+        except OSError as exc:  # one aiohttp did not wrap
+            why = (exc.strerror or "a network error").lower()
+            failure = TransportFailure("network", f"{why} ({type(exc).__name__})")
         # raised outside the handlers, so no traceback carries aiohttp's error as its context: its message and
         # its request's repr hold the URL's query and the request's headers, the key among them
         raise failure
