@@ -165,6 +165,15 @@ def llm() -> Iterator[FakeLLMServer]:
 
 
 @pytest.fixture
+def no_proxy_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No proxy named by the environment (this machine's own would route a test's loopback LLM through it);
+    a test that wants one sets it."""
+    for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+
+
+@pytest.fixture
 def llm_key(monkeypatch: pytest.MonkeyPatch) -> None:
     """TEST_LLM_KEY set in this process, for a proxy run in process whose policy names it (`api_key_env`)."""
     monkeypatch.setenv("TEST_LLM_KEY", "sk-test")

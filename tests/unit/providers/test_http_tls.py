@@ -10,14 +10,7 @@ import pytest
 
 from mcp_sampling_proxy.providers.http_adapter import tls_context
 
-PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
-
-
-@pytest.fixture(autouse=True)
-def no_proxy_variables(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in PROXY_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-        monkeypatch.delenv(name.upper(), raising=False)
+pytestmark = pytest.mark.usefixtures("no_proxy_variables")
 
 
 def test_an_https_endpoint_is_checked_against_the_system_store() -> None:

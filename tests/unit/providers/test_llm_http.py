@@ -16,16 +16,7 @@ from fakes.llm_server import FakeLLMServer
 
 from mcp_sampling_proxy.providers.llm_http import LlmHttp, Reply, Timeouts, TransportFailure, shown_url, verified_tls
 
-pytestmark = pytest.mark.anyio
-
-PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
-
-
-@pytest.fixture(autouse=True)
-def no_proxy_variables(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in PROXY_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-        monkeypatch.delenv(name.upper(), raising=False)
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_proxy_variables")]
 
 
 @pytest.fixture
