@@ -5,12 +5,13 @@ with. A handshake-era session's HTTP is front/http_session.py.
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
+from collections import deque
 from collections.abc import Awaitable, Callable
+from types import TracebackType
 from typing import Any
 
 import anyio
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from msgspec import Struct
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -117,15 +118,12 @@ class StatelessHost:
     def _put(self, private: str, opened: _Open, message: dict[str, Any]) -> bool:
         """Put `message` on a stream; an answer that finds it full goes out after what it holds. False when a
         notification was dropped (the stream full)."""
-        try:
-            opened.out.send_nowait(message)
-        except anyio.WouldBlock:
-            if "method" in message:
-                return False
-            self._finals[private] = message
-            opened.out.close()
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            pass
+        if opened.inbox.closed or opened.inbox.put(message):
+            return True
+        if "method" in message:
+            return False
+        self._finals[private] = message
+        opened.inbox.close()
         return True
 
     async def call(self, message: dict[str, Any], on_line: Callable[[bytes], None]) -> Streamed:
@@ -167,7 +165,7 @@ class StatelessHost:
     def queued(self, private: str) -> int:
         """How many messages a listen stream holds for its caller now."""
         listen = self._listens.get(private)
-        return listen.out.statistics().current_buffer_used if listen is not None else 0
+        return len(listen.inbox) if listen is not None else 0
 
     async def listen(self, message: dict[str, Any], on_line: Callable[[bytes], None]) -> Streamed:
         """Send a `subscriptions/listen` through the relay; returns once the first thing for it is there:
@@ -193,18 +191,18 @@ class StatelessHost:
             return Streamed(_server_ended(message), None, None)
         self._count += 1
         private = f"http-{self._count}"
-        out, found = anyio.create_memory_object_stream[dict[str, Any]](LISTEN_BUFFER)
-        table[private] = _Open(out, message["id"], token)
+        inbox = Inbox(LISTEN_BUFFER)
+        table[private] = _Open(inbox, message["id"], token)
 
         def end(cancel: bool) -> None:
             final = self._finals.pop(private, None)
             if table.pop(private, None) is not None:
-                out.close()
+                inbox.close()
             if cancel and final is None and not self.closed:  # gone before the answer: the relay stops the work
                 params = {"requestId": private, "reason": reason}
                 on_line(jsonrpc.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}))
 
-        streamed = Streamed(None, found, end, lambda: self._finals.get(private))
+        streamed = Streamed(None, inbox, end, lambda: self._finals.get(private))
         assert streamed.rest is not None
         try:
             on_line(jsonrpc.dumps({**message, "id": private}))
@@ -226,12 +224,11 @@ class StatelessHost:
         and end every listen stream."""
         self.closed = True
         for listen in list(self._listens.values()):
-            listen.out.close()
+            listen.inbox.close()
         for private, call in list(self._calls.items()):
-            with contextlib.suppress(anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
-                error = {"code": jsonrpc.UPSTREAM_EXITED, "message": why}
-                call.out.send_nowait({"jsonrpc": "2.0", "id": call.caller_id, "error": error})
-            call.out.close()
+            error = {"code": jsonrpc.UPSTREAM_EXITED, "message": why}
+            call.inbox.put({"jsonrpc": "2.0", "id": call.caller_id, "error": error})  # (full: the stream ends)
+            call.inbox.close()
             del self._calls[private]
         for private, slot in self._waiting.items():
             if not slot:
@@ -241,10 +238,75 @@ class StatelessHost:
                 self._events[private].set()
 
 
+class Inbox:
+    """The messages for one request answered as a stream, in order, at most `size` of them: what anyio's memory
+    stream did here, with one reader and without the scheduling round its every receive took: a call whose
+    answer comes first (most of them) cost serve 258 us of CPU instead of the 225 us of one answered as JSON."""
+
+    def __init__(self, size: int) -> None:
+        self._items: deque[dict[str, Any]] = deque()
+        self._size = size
+        self._waiter: asyncio.Future[None] | None = None
+        self._in_hand = False  # the first item is the waiting reader's, not the buffer's (as anyio hands it over)
+        self.closed = False
+
+    def __len__(self) -> int:
+        """How many messages wait in the buffer (one handed to a waiting reader is not among them)."""
+        return len(self._items) - self._in_hand
+
+    def put(self, message: dict[str, Any]) -> bool:
+        """Add `message`; False when the inbox is full or closed (it is not added)."""
+        if self.closed or len(self) >= self._size:
+            return False
+        if not self._items and self._waiter is not None and not self._waiter.done():
+            self._in_hand = True
+        self._items.append(message)
+        self._wake()
+        return True
+
+    def close(self) -> None:
+        """No more messages: the reader gets what is held, then `anyio.EndOfStream`."""
+        self.closed = True
+        self._wake()
+
+    async def receive(self) -> dict[str, Any]:
+        while not self._items:
+            if self.closed:
+                raise anyio.EndOfStream
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        self._in_hand = False
+        return self._items.popleft()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def __aiter__(self) -> Inbox:
+        return self
+
+    async def __anext__(self) -> dict[str, Any]:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> Inbox:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.close()
+
+
 class _Open(Struct, frozen=True):
     """A request answered as a stream: where its messages go, the caller's own id, its progress token."""
 
-    out: MemoryObjectSendStream[dict[str, Any]]
+    inbox: Inbox
     caller_id: Any
     token: Any = None
 
@@ -261,7 +323,7 @@ class Streamed:
     def __init__(
         self,
         first: dict[str, Any] | None,
-        rest: MemoryObjectReceiveStream[dict[str, Any]] | None,
+        rest: Inbox | None,
         end: Callable[[bool], None] | None,
         kept: Callable[[], dict[str, Any] | None] = lambda: None,
     ):
