@@ -16,18 +16,17 @@ they are: nothing is parsed again for the wire, and an SDK's model drops no key 
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Callable
 from typing import Any
 
 import anyio
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from mcp_sampling_proxy.front.event_store import GET_STREAM, RETRY_MS, ReplayGap, SessionEventStore
+from mcp_sampling_proxy.front.inbox import Inbox
 from mcp_sampling_proxy.front.request_checks import accepts, json_error
 from mcp_sampling_proxy.log import Throttle, get_logger
 from mcp_sampling_proxy.protocol import jsonrpc
@@ -65,7 +64,7 @@ class HttpSession:
         self.events = events
         self._owner = owner
         self._on_line: Callable[[bytes], None] | None = None
-        self._live: dict[str, MemoryObjectSendStream[Event]] = {}  # the streams a client reads now, by name
+        self._live: dict[str, Inbox[Event]] = {}  # the streams a client reads now, by name
         self._idle_timeout = idle_timeout
         self._in_flight = 0
         self.idle_scope = anyio.CancelScope()  # cancelled once no request was in flight for `idle_timeout`
@@ -123,8 +122,7 @@ class HttpSession:
         event_id = self.events.store(stream, line)
         live = self._live.get(stream)
         if live is not None:
-            with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):  # its writer just ended
-                live.send_nowait((_event(event_id, line), answer and stream != GET_STREAM))
+            live.put((_event(event_id, line), answer and stream != GET_STREAM))  # (closed: its writer just ended)
             if not self._paused and self.on_pause is not None and self.queued >= SESSION_BUFFER:
                 # the server's requests and answers cannot be dropped: it waits, as behind a full pipe
                 self._paused = True
@@ -138,7 +136,7 @@ class HttpSession:
     @property
     def queued(self) -> int:
         """Messages waiting to be written to the client."""
-        return sum(live.statistics().current_buffer_used for live in self._live.values())
+        return sum(len(live) for live in self._live.values())
 
     def _caught_up(self) -> None:
         """The client has read down to half the buffer: the server's output is read again."""
@@ -218,14 +216,14 @@ class HttpSession:
         else:
             version = headers.get(PROTOCOL_VERSION_HEADER)
         stream = stream_of(message["id"])
-        out, inbox = anyio.create_memory_object_stream[Event](math.inf)
+        out: Inbox[Event] = Inbox(math.inf)
         self._take(stream, out)
         primed = self.events.store(stream, None) if _resumable(version) else None
         self._on_line(line)
         await self._start(send)
         if primed is not None:
             await send({"type": "http.response.body", "body": _priming(primed), "more_body": True})
-        await self._write(stream, out, inbox, send)
+        await self._write(stream, out, send)
         return 200
 
     async def _get(self, scope: Scope, receive: Receive, send: Send, headers: Headers) -> int:
@@ -236,7 +234,7 @@ class HttpSession:
         if resume is None and GET_STREAM in self._live:
             refusal = json_error(409, "Conflict: Only one SSE stream is allowed per session")
             return await _answer(refusal, scope, receive, send)
-        out, inbox = anyio.create_memory_object_stream[Event](math.inf)
+        out: Inbox[Event] = Inbox(math.inf)
         await self._start(send)
         async with anyio.create_task_group() as tg:  # a GET stream lasts: its client may leave while it is quiet
 
@@ -252,7 +250,7 @@ class HttpSession:
                 stream, ended = await self._replay(resume, send)
             if stream is not None and not ended and not self._closed:
                 self._take(stream, out)  # at once after the replay's last look: nothing missed, nothing twice
-                await self._write(stream, out, inbox, send)
+                await self._write(stream, out, send)
             tg.cancel_scope.cancel()
         with anyio.CancelScope(shield=True):
             await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -276,7 +274,7 @@ class HttpSession:
         return stream, answered and stream != GET_STREAM
 
     # -- the streams --------------------------------------------------------------------------------
-    def _take(self, stream: str, out: MemoryObjectSendStream[Event]) -> None:
+    def _take(self, stream: str, out: Inbox[Event]) -> None:
         """Make `out` the stream's live writer; one it replaces (a client resuming a stream it left) ends."""
         if self._closed:
             out.close()
@@ -290,38 +288,33 @@ class HttpSession:
         headers = [*_SSE_HEADERS, *self._headers]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
 
-    async def _write(
-        self, stream: str, out: MemoryObjectSendStream[Event], inbox: MemoryObjectReceiveStream[Event], send: Send
-    ) -> None:
+    async def _write(self, stream: str, inbox: Inbox[Event], send: Send) -> None:
         """Write a stream's events until its answer, its end (the session's, or a resume taking it over) or
         the client leaving; a comment after PING_SECONDS of quiet. A POST's stream is not watched for its
         client leaving: writes to it go nowhere, and its answer ends it."""
         self._writing += 1
         ended = False
-        event: bytes | None = None
         try:
             while True:
                 try:
                     event, last = inbox.receive_nowait()
                 except anyio.WouldBlock:
-                    with anyio.move_on_after(PING_SECONDS):
-                        event, last = await inbox.receive()
-                    if event is None:
+                    got = await inbox.receive_within(PING_SECONDS)
+                    if got is None:
                         await send({"type": "http.response.body", "body": b": ping\r\n\r\n", "more_body": True})
                         continue
+                    event, last = got
                 await send({"type": "http.response.body", "body": event, "more_body": not last})
                 if self._paused:
                     self._caught_up()
                 if last:  # the answer ended the response
                     ended = True
                     return
-                event = None
         except anyio.EndOfStream:
             pass
         finally:
-            if self._live.get(stream) is out:
+            if self._live.get(stream) is inbox:
                 del self._live[stream]
-            out.close()
             inbox.close()
             self._caught_up()  # what this stream held is gone with it
             self._writing -= 1

@@ -15,6 +15,7 @@ import anyio.abc
 import pytest
 from starlette.types import Message, Scope
 
+from mcp_sampling_proxy.front import http_session
 from mcp_sampling_proxy.front.event_store import SessionEventStore
 from mcp_sampling_proxy.front.http_session import SESSION_BUFFER, HttpSession
 
@@ -294,3 +295,23 @@ async def test_a_server_that_cannot_be_held_back_gets_its_requests_refused_past_
     assert refused and all(r["error"]["message"].startswith("the HTTP client has 4,096 messages") for r in refused)
     delivered = [m["id"] for m in call.messages()[:-1]]
     assert delivered + [r["id"] for r in refused] == sent  # each either reached the client or was refused
+
+
+async def test_a_quiet_stream_gets_a_keep_alive_comment_and_its_events_after_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A GET stream with nothing to say for PING_SECONDS gets an SSE comment (so that proxies in between keep
+    it open), and an event that comes later still arrives on it."""
+    monkeypatch.setattr(http_session, "PING_SECONDS", 0.05)
+    session, _ = a_session()
+    async with anyio.create_task_group() as tg:
+        get = await started(tg, session, Call("GET"))
+        with anyio.fail_after(5):
+            while b": ping\r\n\r\n" not in get.chunks:
+                await anyio.sleep(0.01)
+        session.send(json.dumps({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}).encode())
+        with anyio.fail_after(5):
+            while not get.messages():
+                await anyio.sleep(0.01)
+        await session.terminate()
+    assert get.messages() == [{"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}]
