@@ -79,21 +79,14 @@ def loggers_never_cached(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     real(**before)
 
 
-@pytest.fixture(autouse=True)
-def isolated_user_dirs(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """Every test runs with a home and configuration, state, data and runtime directories of its own, never
-    the user's: a console the user has open must not see the suite's requests, and the suite must not read
-    the user's policy, approvals, tool pins or budgets. The home too, since a host passes a server only a few
-    variables (HOME, PATH, ...), so a proxy a host under test starts finds its directories from HOME. Under a
-    short /tmp path, since console sockets live in the runtime dir and a Unix socket's path is limited to 107
-    bytes. The user's own keys and proxy settings are unset
-    (tests that need them set them), and no keyring is the user's: stored logins go to files (a test of the
-    keyring path names its own backend), and keyring's search for a backend, which runs ldconfig and gcc,
-    never runs."""
+def private_user_dirs(patch: pytest.MonkeyPatch) -> Path:
+    """Set (with `patch`) a home and configuration, state, data and runtime directories made for the caller,
+    under a short /tmp path (console sockets live in the runtime dir, and a Unix socket's path is limited to 107
+    bytes), and unset the user's own keys and proxy settings; returns their parent."""
     for name in list(os.environ):
         if name.startswith(("MCP_SAMPLING_PROXY_", "OPENAI_", "ANTHROPIC_")):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.fail.Keyring")
+            patch.delenv(name)
+    patch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.fail.Keyring")
     base = Path(tempfile.mkdtemp(prefix="msp-"))
     for variable, name in (
         ("XDG_CONFIG_HOME", "config"),
@@ -103,7 +96,34 @@ def isolated_user_dirs(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
         ("HOME", "home"),
     ):
         (base / name).mkdir(mode=0o700)
-        monkeypatch.setenv(variable, str(base / name))
+        patch.setenv(variable, str(base / name))
+    return base
+
+
+@pytest.fixture(scope="session", autouse=True)
+def isolated_user_dirs_of_the_session() -> Iterator[Path]:
+    """What `isolated_user_dirs` gives each test, for what is made before any test's own exist: a fixture wider
+    than one test (a module's one proxy, `serve` or LLM) starts its processes with the environment of that
+    moment, and they must not find the user's directories either (a module's proxy once kept its sandboxed
+    server's data directory in the real ~/.local/share)."""
+    with pytest.MonkeyPatch.context() as patch:
+        base = private_user_dirs(patch)
+        try:
+            yield base
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def isolated_user_dirs(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Every test runs with a home and configuration, state, data and runtime directories of its own, never
+    the user's: a console the user has open must not see the suite's requests, and the suite must not read
+    the user's policy, approvals, tool pins or budgets. The home too, since a host passes a server only a few
+    variables (HOME, PATH, ...), so a proxy a host under test starts finds its directories from HOME. The
+    user's own keys and proxy settings are unset (tests that need them set them), and no keyring is the
+    user's: stored logins go to files (a test of the keyring path names its own backend), and keyring's
+    search for a backend, which runs ldconfig and gcc, never runs."""
+    base = private_user_dirs(monkeypatch)
     try:
         yield base
     finally:
