@@ -59,7 +59,7 @@ from mcp_sampling_proxy.front.event_store import EventLimits, SessionEventStore
 from mcp_sampling_proxy.front.http_host import Emit, StatelessHost, Streamed, event_stream
 from mcp_sampling_proxy.front.http_server import Server, server_config, survive_signal_replay
 from mcp_sampling_proxy.front.http_session import PROTOCOL_VERSION_HEADER, SESSION_ID_HEADER, HttpSession
-from mcp_sampling_proxy.front.request_checks import RequestChecks, accepts, json_error, limit_body
+from mcp_sampling_proxy.front.request_checks import RequestChecks, accepts, body_of, json_error, limit_body
 from mcp_sampling_proxy.front.tokens import Tokens
 from mcp_sampling_proxy.log import Throttle, get_logger
 from mcp_sampling_proxy.protocol import capabilities, eras, jsonrpc
@@ -216,7 +216,7 @@ class Front:
                     scope, receive, send
                 )
                 return
-            body = await request.body()
+            body = await body_of(request)
             refused = (
                 self._checks.refusal(request.headers, is_post=True) or _not_acceptable(request) or _not_an_opening(body)
             )
@@ -327,7 +327,7 @@ class Front:
         if refused is not None:
             return refused
         try:
-            message = jsonrpc.parse_keeping_integers(await request.body())  # encoded again for the lane
+            message = jsonrpc.parse_keeping_integers(await body_of(request))  # encoded again for the lane
         except ValueError as exc:
             return json_error(400, f"Parse error: {exc}", jsonrpc.PARSE_ERROR)
         if not isinstance(message, dict) or not isinstance(message.get("method"), str):
@@ -741,7 +741,7 @@ async def _unsupported_version(request: Request, version: str) -> JSONResponse:
     """SEP-2575's UnsupportedProtocolVersionError (400, -32022) with the request's id: `supported` lists
     what a caller can ask for without a handshake (as server/discover does), `requested` echoes it."""
     try:
-        message = jsonrpc.parse(await request.body())
+        message = jsonrpc.parse(await body_of(request))
     except ValueError:
         message = None
     request_id = message.get("id") if isinstance(message, dict) and jsonrpc.usable_id(message.get("id")) else None

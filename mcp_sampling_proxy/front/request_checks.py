@@ -12,6 +12,7 @@ from collections import deque
 
 from msgspec import Struct
 from starlette.datastructures import Headers
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -55,8 +56,19 @@ def accepts(headers: Headers) -> tuple[bool, bool]:
     return anything or bool(types & {JSON, "application/*"}), anything or bool(types & {EVENT_STREAM, "text/*"})
 
 
+BODY = "mcp_sampling_proxy.body"  # the scope's key for the request's whole body, read by `limit_body`
+
+
+async def body_of(request: Request) -> bytes:
+    """The request's whole body: the one `limit_body` read (no second pass through Starlette's stream, a
+    tenth of a stateless call's own work), else read now."""
+    held = request.scope.get(BODY)
+    return held if isinstance(held, bytes) else await request.body()
+
+
 def limit_body(app: ASGIApp, max_bytes: int) -> ASGIApp:
-    """`app`, behind a 413 for a body over `max_bytes` (declared or sent): the body is read whole first."""
+    """`app`, behind a 413 for a body over `max_bytes` (declared or sent): the body is read whole first, and
+    kept in the scope under BODY (`body_of`) as well as replayed to `app`'s `receive`."""
 
     async def limited(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -79,7 +91,8 @@ def limit_body(app: ASGIApp, max_bytes: int) -> ASGIApp:
                 return
             if not message.get("more_body", False):
                 break
-        held.appendleft({"type": "http.request", "body": bytes(body), "more_body": False})
+        whole = scope[BODY] = bytes(body)
+        held.appendleft({"type": "http.request", "body": whole, "more_body": False})
 
         async def replay() -> Message:
             return held.popleft() if held else await receive()

@@ -9,7 +9,6 @@ task-augmented capability for it is removed (the proxy answers directly, never a
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from mcp_sampling_proxy.protocol.names import CLIENT_CAPS_META, PROTOCOL_VERSION_META
@@ -42,10 +41,11 @@ def offers(sampling: dict[str, Any] | None, elicitation: dict[str, Any] | None) 
 
 
 def augment(capabilities: dict[str, Any], offered: Offers, routes: dict[str, str]) -> dict[str, Any]:
-    """The capabilities to present upstream (a new dict; the host's stay as they were)."""
+    """The capabilities to present upstream: a new dict, each level it changes a copy of its own, so the host's
+    and `offered` stay as they were (a deep copy of every 2026-07-28 request's capabilities cost ~9 us)."""
     if not offered:
         return capabilities
-    merged = copy.deepcopy(capabilities)
+    merged = dict(capabilities)
     for name, extra in offered.items():
         host_cap = merged.get(name)
         served_by_host = routes.get(name, "auto") in ("auto", "host") and isinstance(host_cap, dict)
@@ -53,7 +53,8 @@ def augment(capabilities: dict[str, Any], offered: Offers, routes: dict[str, str
         if name == "elicitation" and isinstance(host_cap, dict) and not host_cap:
             combined = {"form": {}}  # an empty elicitation capability means form mode (2025-06-18)
         for key, value in extra.items():
-            combined.setdefault(key, value)
+            if key not in combined:
+                combined[key] = dict(value) if isinstance(value, dict) else value
         merged[name] = combined
         if not served_by_host:
             _drop_task_capability(merged, name)
@@ -61,11 +62,15 @@ def augment(capabilities: dict[str, Any], offered: Offers, routes: dict[str, str
 
 
 def _drop_task_capability(capabilities: dict[str, Any], name: str) -> None:
-    """We answer this kind of request directly, so we cannot honour `params.task` for it."""
+    """We answer this kind of request directly, so we cannot honour `params.task` for it (the `tasks` and
+    `requests` levels are replaced by copies: the host's stay whole)."""
     tasks = capabilities.get("tasks")
-    requests = tasks.get("requests") if isinstance(tasks, dict) else None
-    if isinstance(requests, dict):
-        requests.pop(name, None)
+    if not isinstance(tasks, dict):
+        return
+    requests = tasks.get("requests")
+    if isinstance(requests, dict) and name in requests:
+        kept = {key: value for key, value in requests.items() if key != name}
+        capabilities["tasks"] = {**tasks, "requests": kept}
 
 
 def rewrite_request(message: JsonRpcRequest, offered: Offers, routes: dict[str, str]) -> bool:
