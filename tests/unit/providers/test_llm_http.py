@@ -172,3 +172,15 @@ async def test_a_broken_answer_is_named_without_the_url_s_secrets_or_the_headers
 )
 def test_a_url_is_shown_without_user_info_query_or_fragment(url: str, shown: str) -> None:
     assert shown_url(url) == shown
+
+
+async def test_a_redirect_is_not_followed(server: FakeLLMServer) -> None:
+    """A provider's 3xx is its answer (the adapters make it an error naming the status): the key is never
+    sent on to where the redirect points."""
+    elsewhere = f"{server.base_url}/models"
+    server.enqueue(status=307, body={"error": "moved"}, headers={"location": elsewhere})
+    http = client(server.base_url, {"authorization": "Bearer sk-held-here-0123456789"})
+    reply = await http.post(f"{server.base_url}/chat/completions", b"{}")
+    await http.aclose()
+    assert reply.status == 307 and not reply.is_success
+    assert [request.path for request in server.requests] == ["/v1/chat/completions"]
