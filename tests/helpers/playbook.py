@@ -85,6 +85,12 @@ class Peer:
         """True when the relay has sent this side nothing that was not read."""
         return self._inbox.statistics().current_buffer_used == 0
 
+    def close(self) -> None:
+        """The play is over: its streams are closed (left open, they are warned about when collected, in
+        whichever later test that happens)."""
+        self._send.close()
+        self._inbox.close()
+
 
 class SecondLegPeer(Peer):
     """The server's second connection (relay/core.py `SecondLeg`), as the test plays it: `opened`
@@ -203,6 +209,9 @@ class Playbook:
         await self._tg.__aexit__(kind, error, trace)
         await self._adapters.aclose()
         self._audit.close()
+        for peer in (self.host, self.server, self.second_leg):
+            if peer is not None:
+                peer.close()
 
     def serve_with(self, answers: Callable[[dict[str, Any]], list[dict[str, Any]]]) -> list[dict[str, Any]]:
         """Play the server by a script: each message the relay sends it gets `answers(message)` back at
