@@ -11,7 +11,8 @@ lane and the relay. Steady to a few microseconds, so a change of 10 us shows.
 
 Modes: `stateless` (2026-07-28 callers: each POST one request, its answer the body) and `session`
 (handshake-era callers: an initialize opens a session, each call a POST in it). Prints the CPU per call, the
-best and the median of `--rounds` rounds; exits non-zero when a call is not answered with its echo.
+best and the median of `--rounds` rounds; exits non-zero when a call is not answered with its echo (the
+requests and their check are serve_bench.py's).
 
 Usage: .venv/bin/python bench/serve_micro.py [--mode stateless|session] [--calls 2000] [--rounds 7]
 """
@@ -30,15 +31,9 @@ from typing import Any
 import anyio
 import orjson
 from scratch_dirs import scratch_environment
+from serve_bench import HANDSHAKE, STATELESS_HEADERS, call_body, check_echo, session_headers
 
-MODERN = "2026-07-28"
-HANDSHAKE = "2025-11-25"
 HOST = "127.0.0.1:8765"  # serve's default --listen: Host names it (the rebinding check passes)
-MODERN_META = {
-    "io.modelcontextprotocol/protocolVersion": MODERN,
-    "io.modelcontextprotocol/clientInfo": {"name": "serve-micro", "version": "1"},
-    "io.modelcontextprotocol/clientCapabilities": {},
-}
 
 
 class MemoryServer:
@@ -140,18 +135,6 @@ async def post(app: Any, body: bytes, headers: dict[str, str]) -> tuple[int, dic
     return status, answer_headers, b"".join(parts)
 
 
-def call_body(request_id: int, modern: bool) -> bytes:
-    params: dict[str, Any] = {"name": "echo", "arguments": {"text": f"hello {request_id}"}}
-    if modern:
-        params["_meta"] = MODERN_META
-    return orjson.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params})
-
-
-def checked(status: int, body: bytes, request_id: int) -> None:
-    if status != 200 or f"hello {request_id}".encode() not in body:
-        raise SystemExit(f"tools/call {request_id} answered {status}: {body[:300]!r}")
-
-
 async def open_session(app: Any) -> dict[str, str]:
     hello = {"protocolVersion": HANDSHAKE, "capabilities": {}, "clientInfo": {"name": "serve-micro", "version": "1"}}
     opening = orjson.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello})
@@ -159,7 +142,7 @@ async def open_session(app: Any) -> dict[str, str]:
     session = headers.get(b"mcp-session-id", b"").decode()
     if status != 200 or not session:
         raise SystemExit(f"initialize answered {status}: {body[:300]!r}")
-    ids = {"Mcp-Session-Id": session, "MCP-Protocol-Version": HANDSHAKE}
+    ids = session_headers(session)
     status, _, body = await post(app, b'{"jsonrpc":"2.0","method":"notifications/initialized"}', ids)
     if status != 202:
         raise SystemExit(f"notifications/initialized answered {status}: {body[:300]!r}")
@@ -173,10 +156,9 @@ async def measure(mode: str, calls: int, rounds: int) -> list[float]:
     log.configure("warning", "json")
     setup = check_setup(["--", sys.executable, "-c", "pass"], os.environ)
     front = setup.front(start_upstream=MemoryServer)
-    stateless = {"MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/call", "Mcp-Name": "echo"}
     cpu: list[float] = []
     async with front.running():
-        headers = await open_session(front.app) if mode == "session" else stateless
+        headers = await open_session(front.app) if mode == "session" else STATELESS_HEADERS
         request_id = 0
 
         async def run(n: int) -> None:
@@ -184,7 +166,7 @@ async def measure(mode: str, calls: int, rounds: int) -> list[float]:
             for _ in range(n):
                 request_id += 1
                 status, _, body = await post(front.app, call_body(request_id, mode == "stateless"), headers)
-                checked(status, body, request_id)
+                check_echo(status, body, request_id, "serve's app")  # (BenchError otherwise)
 
         await run(200)  # warm-up: the lane's server started, caches filled
         for _ in range(rounds):
