@@ -49,7 +49,7 @@ from msgspec import Struct, field
 from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mcp_sampling_proxy.approval.console.server import ConsoleServer
 from mcp_sampling_proxy.audit.recorder import AuditLog
@@ -216,14 +216,14 @@ class Front:
                     scope, receive, send
                 )
                 return
-            body = await body_of(request)
+            body = body_of(request)
             refused = (
                 self._checks.refusal(request.headers, is_post=True) or _not_acceptable(request) or _not_an_opening(body)
             )
             if refused is not None:  # answered before a server is started for it
                 await refused(scope, receive, send)
                 return
-            await self._open(client, scope, _replaying(body, receive), send)
+            await self._open(client, scope, receive, send)  # (limit_body's `receive` gives the body again)
             return
         served = self.sessions.get(session_id)
         if served is None or served.client != client:  # another caller's session looks like no session
@@ -327,7 +327,7 @@ class Front:
         if refused is not None:
             return refused
         try:
-            message = jsonrpc.parse_keeping_integers(await body_of(request))  # encoded again for the lane
+            message = jsonrpc.parse_keeping_integers(body_of(request))  # encoded again for the lane
         except ValueError as exc:
             return json_error(400, f"Parse error: {exc}", jsonrpc.PARSE_ERROR)
         if not isinstance(message, dict) or not isinstance(message.get("method"), str):
@@ -685,16 +685,6 @@ def _not_an_opening(body: bytes) -> JSONResponse | None:
     return json_error(400, "Bad Request: no Mcp-Session-Id; open a session with an initialize POST")
 
 
-def _replaying(body: bytes, receive: Receive) -> Receive:
-    """`receive` with the body, already read, given again first."""
-    pending = [{"type": "http.request", "body": body, "more_body": False}]
-
-    async def replay() -> Message:
-        return pending.pop() if pending else await receive()
-
-    return replay
-
-
 def _without(scope: Scope, header: bytes) -> Scope:
     """The request without one header."""
     return {**scope, "headers": [(k, v) for k, v in scope["headers"] if k.lower() != header]}
@@ -741,7 +731,7 @@ async def _unsupported_version(request: Request, version: str) -> JSONResponse:
     """SEP-2575's UnsupportedProtocolVersionError (400, -32022) with the request's id: `supported` lists
     what a caller can ask for without a handshake (as server/discover does), `requested` echoes it."""
     try:
-        message = jsonrpc.parse(await body_of(request))
+        message = jsonrpc.parse(body_of(request))
     except ValueError:
         message = None
     request_id = message.get("id") if isinstance(message, dict) and jsonrpc.usable_id(message.get("id")) else None

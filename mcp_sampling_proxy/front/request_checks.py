@@ -59,11 +59,11 @@ def accepts(headers: Headers) -> tuple[bool, bool]:
 BODY = "mcp_sampling_proxy.body"  # the scope's key for the request's whole body, read by `limit_body`
 
 
-async def body_of(request: Request) -> bytes:
-    """The request's whole body: the one `limit_body` read (no second pass through Starlette's stream, a
-    tenth of a stateless call's own work), else read now."""
-    held = request.scope.get(BODY)
-    return held if isinstance(held, bytes) else await request.body()
+def body_of(request: Request) -> bytes:
+    """The request's whole body, as `limit_body` read it (no second pass through Starlette's stream, a
+    tenth of a stateless call's own work; its `receive` still gives it once, for an app that reads it so)."""
+    body: bytes = request.scope[BODY]
+    return body
 
 
 def limit_body(app: ASGIApp, max_bytes: int) -> ASGIApp:
