@@ -145,9 +145,13 @@ def fold(text: str) -> tuple[str, list[int] | None]:
     chars: list[str] = []
     where: list[int] = []
     for offset, char in enumerate(text):
-        if char in _INVISIBLE or (not char.isascii() and unicodedata.category(char) == "Cf"):
+        if _as_it_is(char):
+            chars.append(char)
+            where.append(offset)
             continue
-        for part in unicodedata.normalize("NFKC", char) if not char.isascii() else char:
+        if char in _INVISIBLE or unicodedata.category(char) == "Cf":
+            continue
+        for part in unicodedata.normalize("NFKC", char):
             chars.append(part)
             where.append(offset)
     folded = "".join(chars)
