@@ -16,6 +16,11 @@ from mcp_sampling_proxy.config.providers import ProviderConfig
 from mcp_sampling_proxy.protocol.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 from mcp_sampling_proxy.protocol.wire_types import CreateMessageParams, JsonObject, TextContent, ToolUseContent
 
+# A provider's answer is at most this long, over HTTP or from a CLI: a chat completion is kilobytes, and
+# what answers instead (a wrong base_url, a hostile endpoint, a small gzip body that unpacks to gigabytes, a
+# runaway CLI) must not fill the proxy's memory.
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
+
 
 class Completion(Struct):
     """What a provider answered, already mapped to MCP terms."""

@@ -57,14 +57,14 @@ from mcp_sampling_proxy.config.providers import (
 from mcp_sampling_proxy.log import known_secrets
 from mcp_sampling_proxy.protocol.content import as_blocks
 from mcp_sampling_proxy.protocol.wire_types import CreateMessageParams
-from mcp_sampling_proxy.providers.base import Completion, LLMError, UnsupportedContentError
+from mcp_sampling_proxy.providers.base import MAX_ANSWER_BYTES, Completion, LLMError, UnsupportedContentError
 from mcp_sampling_proxy.providers.errors import unsupported, unsupported_role
 from mcp_sampling_proxy.system.hardening import waiting_for
 from mcp_sampling_proxy.system.shared_files import open_regular
 from mcp_sampling_proxy.text.redact import Redactor
 from mcp_sampling_proxy.text.sanitize import one_line
 
-MAX_STDOUT = 16 * 1024 * 1024
+MAX_STDOUT = MAX_ANSWER_BYTES
 STDERR_KEPT = 64 * 1024
 DETAIL_LIMIT = 400
 # Linux refuses a single argument longer than this (MAX_ARG_STRLEN); larger prompts need stdin.

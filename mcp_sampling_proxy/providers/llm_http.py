@@ -30,9 +30,10 @@ import certifi
 from msgspec import Struct
 
 from mcp_sampling_proxy.protocol import jsonrpc
+from mcp_sampling_proxy.providers.base import MAX_ANSWER_BYTES
 from mcp_sampling_proxy.text.sanitize import one_line
 
-Failure = Literal["connect", "connect timeout", "read timeout", "network", "bad url", "refused to send"]
+Failure = Literal["connect", "connect timeout", "read timeout", "network", "bad url", "refused to send", "too large"]
 
 
 class Timeouts(Struct, frozen=True):
@@ -82,8 +83,9 @@ class TransportFailure(Exception):
 
     @property
     def retryable(self) -> bool:
-        """False for what fails the same way every time: a URL that is not http(s), a request not sent."""
-        return self.kind not in ("bad url", "refused to send")
+        """False for what fails the same way every time: a URL that is not http(s), a request not sent, an
+        answer past the cap."""
+        return self.kind not in ("bad url", "refused to send", "too large")
 
 
 class LlmHttp:
@@ -99,12 +101,14 @@ class LlmHttp:
         tls: ssl.SSLContext | Literal[True],
         proxy_for: str,
         max_connections: int = 16,
+        max_answer: int = MAX_ANSWER_BYTES,
     ):
         self.headers = dict(headers)
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect, sock_read=timeouts.read)
         self._tls = tls if isinstance(tls, ssl.SSLContext) else verified_tls()
         self._proxy = env_proxy(proxy_for)
         self._max_connections = max_connections
+        self._max_answer = max_answer
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.closed = False
@@ -142,7 +146,13 @@ class LlmHttp:
             async with self._client().request(
                 method, url, data=body or None, allow_redirects=False, proxy=self._proxy
             ) as answer:
-                received = await answer.read()
+                received = await _bounded(answer, self._max_answer)
+                if received is None:  # left unread: leaving the block closes the connection
+                    raise TransportFailure(
+                        "too large",
+                        f"the answer is larger than {_size(self._max_answer)}; not read further (an LLM answers in "
+                        "far less: is base_url the provider's API?)",
+                    )
                 return Reply(answer.status, answer.headers, received, url, body, self.headers)
         except aiohttp.ClientError as exc:
             failure = _failure(exc)
@@ -156,6 +166,26 @@ class LlmHttp:
         # raised outside the handlers, so no traceback carries aiohttp's error as its context: its message and
         # its request's repr hold the URL's query and the request's headers, the key among them
         raise failure
+
+
+async def _bounded(answer: aiohttp.ClientResponse, limit: int) -> bytes | None:
+    """The answer's body as it arrives, unpacked; None as soon as it is longer than `limit` (at once when an
+    uncompressed answer's Content-Length says so)."""
+    announced = answer.content_length
+    if announced is not None and announced > limit and not answer.headers.get("Content-Encoding"):
+        return None
+    parts: list[bytes] = []
+    size = 0
+    async for part in answer.content.iter_any():
+        size += len(part)
+        if size > limit:
+            return None
+        parts.append(part)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _size(count: int) -> str:
+    return f"{count // (1024 * 1024)} MiB" if count >= 1024 * 1024 else f"{count // 1024} KiB"
 
 
 def _failure(exc: aiohttp.ClientError) -> TransportFailure:

@@ -184,3 +184,57 @@ async def test_a_redirect_is_not_followed(server: FakeLLMServer) -> None:
     await http.aclose()
     assert reply.status == 307 and not reply.is_success
     assert [request.path for request in server.requests] == ["/v1/chat/completions"]
+
+
+BIG = 64 * 1024 * 1024  # what the hostile endpoint would send: far past the cap
+
+
+@pytest.mark.parametrize("how", ["announced", "chunked", "compressed"])
+async def test_an_answer_past_the_cap_is_refused_and_not_read_on(how: str) -> None:
+    """Whatever answers at a provider's URL cannot fill the proxy's memory: past the cap (its Content-Length
+    saying so, a chunked stream that goes on, or a small gzip body that unpacks past it) the call fails
+    with what happened, is not retried, and the rest is left unread."""
+    cap = 64 * 1024
+    sent = 0
+    done = asyncio.Event()
+
+    async def flood(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal sent
+        await reader.readuntil(b"\r\n\r\n")
+        piece = b"0" * 65536
+        try:
+            if how == "compressed":
+                import gzip
+
+                body = gzip.compress(b"0" * (4 * cap))  # about 300 bytes on the wire
+                head = f"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: {len(body)}\r\n\r\n"
+                writer.write(head.encode() + body)
+                sent = len(body)
+                await writer.drain()
+                return
+            if how == "announced":
+                writer.write(f"HTTP/1.1 200 OK\r\nContent-Length: {BIG}\r\n\r\n".encode())
+            else:
+                writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                piece = b"10000\r\n" + piece + b"\r\n"
+            while sent < BIG:
+                writer.write(piece)
+                await writer.drain()
+                sent += len(piece)
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+            done.set()
+
+    listening = await asyncio.start_server(flood, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{listening.sockets[0].getsockname()[1]}/v1/chat/completions"
+    http = LlmHttp({}, Timeouts(connect=2, read=5), tls=True, proxy_for=url, max_answer=cap)
+    with pytest.raises(TransportFailure) as failed:
+        await http.post(url, b"{}")
+    await http.aclose()
+    await asyncio.wait_for(done.wait(), 10)
+    listening.close()
+    assert failed.value.kind == "too large" and not failed.value.retryable
+    assert failed.value.reason.startswith("the answer is larger than 64 KiB"), failed.value.reason
+    assert sent < BIG // 2, sent  # the proxy stopped reading: the flood stopped with it

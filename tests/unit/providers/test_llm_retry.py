@@ -216,6 +216,20 @@ async def test_connection_refused(client: LlmHttp) -> None:
     assert len(sleeps) == 2
 
 
+async def test_an_answer_past_the_cap_fails_at_once(server: FakeLLMServer) -> None:
+    """A provider answering more than the client takes is not asked again: it would answer the same."""
+    server.enqueue(body={"choices": [], "padding": "x" * 4096})
+    client = LlmHttp({}, Timeouts(2, 2), tls=True, proxy_for="http://127.0.0.1", max_answer=1024)
+    sleeps = Sleeps()
+    with pytest.raises(LLMError) as info:
+        await send_with_retries(poster(client, server), config(server.base_url), sleep=sleeps)
+    await client.aclose()
+    assert info.value.message.startswith(
+        f"provider 'openai' failed at {server.base_url} after 1 attempt: the answer is larger than 1 KiB; "
+    ), info.value.message
+    assert sleeps == [] and len(server.requests) == 1
+
+
 # -- http_error ------------------------------------------------------------------------------------
 
 
