@@ -16,19 +16,25 @@ import contextlib
 import ctypes
 import os
 import signal
-import socket
-import struct
 import sys
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
 
 from mcp_sampling_proxy.notation.vocabulary import SUBCOMMANDS
 
+TYPE_CHECKING = False  # (typing, pathlib and socket cost the first milliseconds, before the prctl)
+if TYPE_CHECKING:
+    import socket
+    from typing import Any
+
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
-_PROC = Path("/proc")
+_PROC = "/proc"
+
+
+def _proc(pid: int, name: str) -> bytes:
+    with open(f"{_PROC}/{pid}/{name}", "rb") as found:
+        return found.read()
 
 
 def _prctl(option: int, arg: int | bytes = 0) -> int:
@@ -180,6 +186,9 @@ def die_with_parent() -> Callable[[], None] | None:
 
 def peer_pid(sock: socket.socket) -> int | None:
     """The pid of the process at the other end of a connected Unix socket (as of connect)."""
+    import socket  # start-up: the first milliseconds are the prctl's (harden_process)
+    import struct  # start-up: as socket
+
     if sys.platform.startswith("linux"):
         creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         pid, _uid, _gid = struct.unpack("3i", creds)
@@ -194,7 +203,7 @@ def peer_pid(sock: socket.socket) -> int | None:
 def parent_pid(pid: int) -> int | None:
     """The parent of `pid` from /proc (None when the process is gone or /proc is unavailable)."""
     try:
-        stat = (_PROC / str(pid) / "stat").read_bytes()
+        stat = _proc(pid, "stat")
     except OSError:
         return None
     # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ')'
@@ -223,7 +232,7 @@ def ancestry(pid: int, limit: int = 4096) -> list[int] | None:
 def cmdline(pid: int) -> list[str]:
     """A process's argv (readable even for non-dumpable processes); [] when gone."""
     try:
-        raw = (_PROC / str(pid) / "cmdline").read_bytes()
+        raw = _proc(pid, "cmdline")
     except OSError:
         return []
     return [part.decode("utf-8", "replace") for part in raw.split(b"\0") if part]
@@ -252,7 +261,7 @@ def mark_relay() -> bool:
 
 def comm(pid: int) -> str | None:
     try:
-        return (_PROC / str(pid) / "comm").read_text(encoding="utf-8", errors="replace").rstrip("\n")
+        return _proc(pid, "comm").decode("utf-8", "replace").rstrip("\n")
     except OSError:
         return None
 
@@ -318,9 +327,8 @@ def children(pid: int | None = None) -> list[int] | None:
     pid = pid or os.getpid()
     found: list[int] = []
     try:
-        tasks = list((_PROC / str(pid) / "task").iterdir())
-        for task in tasks:
-            found += [int(p) for p in (task / "children").read_text().split()]
+        for task in os.listdir(f"{_PROC}/{pid}/task"):
+            found += [int(p) for p in _proc(pid, f"task/{task}/children").split()]
     except (OSError, ValueError):
         return None
     return found
