@@ -1,8 +1,8 @@
 """Where the console script and `python -m mcp_sampling_proxy` begin.
 
-For a server's command line, the process is made non-dumpable before the command line's modules load
-(msgspec, argparse, the policy's): its environment, keys included, is readable by the user's other
-processes only for the interpreter's own start-up and this module's few imports.
+For a server's command line, the process is hardened and, when the record of its last sandboxed start
+still holds, the server spawned here, before anything heavy is imported (transport/start_record.py): its
+start then overlaps the proxy's. The command line runs as always after that.
 """
 
 from __future__ import annotations
@@ -12,10 +12,26 @@ import sys
 
 def main() -> int:
     argv = sys.argv[1:]
-    if argv and argv[0].startswith("-") and "--" in argv:
-        from mcp_sampling_proxy.system.hardening import harden_process  # start-up: a server's command line only
+    server = bool(argv) and argv[0].startswith("-") and "--" in argv
+    if server:
+        from mcp_sampling_proxy.system.hardening import (  # start-up: a server's command line only
+            become_subreaper,
+            harden_process,
+            mark_relay,
+        )
+        from mcp_sampling_proxy.system.stop_signals import hold_stop_signals  # start-up: a server's only
+        from mcp_sampling_proxy.transport import start_record  # start-up: a server's command line only
 
-        harden_process()  # commands/cli.py does it again, and says what failed
-    from mcp_sampling_proxy.commands.cli import main as run_command_line  # start-up: after the hardening
+        # as commands/cli.py does them, before any spawn: it does them again, and says what failed
+        harden_process()
+        hold_stop_signals()
+        mark_relay()
+        become_subreaper()
+        start_record.attempt(argv)
+    from mcp_sampling_proxy.commands.cli import main as run_command_line  # start-up: after the early spawn
 
-    return run_command_line()
+    try:
+        return run_command_line()
+    finally:
+        if server:
+            start_record.discard()  # an early server the command line did not take (it failed first)

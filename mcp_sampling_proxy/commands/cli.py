@@ -9,6 +9,7 @@ start-up overlaps ours.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import shlex
@@ -30,6 +31,7 @@ if TYPE_CHECKING:  # (imported when used: the server starts before the rest of t
     from mcp_sampling_proxy.config.settings import Settings
     from mcp_sampling_proxy.runtime import Upstream
     from mcp_sampling_proxy.transport.sandbox import Plan
+    from mcp_sampling_proxy.transport.start_record import FactLog
 
 # what each subcommand does, for --help (each has its own: mcp-sampling-proxy SUBCOMMAND --help)
 SUBCOMMAND_SUMMARIES = {
@@ -228,27 +230,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         from mcp_sampling_proxy.transport.bwrap_probe import start_probe  # start-up: not for --help or a subcommand
 
         start_probe()
-    from mcp_sampling_proxy.config.paths import policy_or_default  # start-up: not for --help or a subcommand
+    from mcp_sampling_proxy.transport.start_record import FactLog, this_start  # start-up: not for --help
 
-    args.policy, policy_is_default = policy_or_default(args.policy)
-    mark_relay()  # a named relay: console sockets refuse whatever runs below it (hardening.refusal)
-    from mcp_sampling_proxy.config.policy_file import read_policy_text  # start-up: not for --help or a subcommand
-    from mcp_sampling_proxy.notation.yamlnodes import PolicyError  # start-up: not for --help or a subcommand
+    # what the sandbox plan is made from, for the record of this start (transport/start_record.py)
+    facts = FactLog() if command and this_start() is not None else None
+    with facts.recording() if facts is not None else contextlib.nullcontext():
+        from mcp_sampling_proxy.config.paths import policy_or_default  # start-up: not for --help or a subcommand
 
-    try:  # read once: the early guess below and the load in _prepare see the same text
-        policy_text = read_policy_text(args.policy) if args.policy is not None else None
-    except PolicyError as exc:
-        return fail(str(exc), 2)
-    new_seal = _prepare_state()
-    # before the server starts: a file it wrote meanwhile would be sealed as ours, or lost to our rewrite
-    adoption_error = _adopt_state(args.log_level, args.log_format) if new_seal else None
-    if command:
-        become_subreaper()  # whatever the server starts stays below us, where the console socket can tell
-    try:  # the server starts once the policy is read: every file it names is out of its sight from the start
-        settings, name, start, sandbox = _prepare(args, command, policy_text)  # (may fork: the sandbox's network)
+        args.policy, policy_is_default = policy_or_default(args.policy)
+        mark_relay()  # a named relay: console sockets refuse whatever runs below it (hardening.refusal)
+        from mcp_sampling_proxy.config.policy_file import read_policy_text  # start-up: not for --help
+        from mcp_sampling_proxy.notation.yamlnodes import PolicyError  # start-up: not for --help or a subcommand
+
+        try:  # read once: the early guess below and the load in _prepare see the same text
+            policy_text = read_policy_text(args.policy) if args.policy is not None else None
+        except PolicyError as exc:
+            return fail(str(exc), 2)
+        new_seal = _prepare_state()
+        # before the server starts: a file it wrote meanwhile would be sealed as ours, or lost to our rewrite
+        adoption_error = _adopt_state(args.log_level, args.log_format) if new_seal else None
+        if command:
+            become_subreaper()  # whatever the server starts stays below us, where the console socket can tell
+        try:  # the server starts once the policy is read: every file it names is out of its sight from the start
+            settings, name, start, sandbox = _prepare(args, command, policy_text)  # (may fork: the sandbox's network)
+        except _StartupFailure as exc:
+            return fail(exc.message, exc.code)
+    try:
         upstream = start()
     except _StartupFailure as exc:
         return fail(exc.message, exc.code)
+    if facts is not None and sandbox is not None:
+        _keep_record(facts, args.policy, policy_text, command, settings.secret_env_vars(), sandbox)
 
     # start-up: loaded after the server is spawned, so its start overlaps ours
     from mcp_sampling_proxy.audit.recorder import configured_secrets
@@ -270,8 +282,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if sandbox is not None:
         # start-up: loaded after the server is spawned, so its start overlaps ours
         from mcp_sampling_proxy.transport.sandbox import log_plan
+        from mcp_sampling_proxy.transport.start_record import outcome
 
         log_plan(sandbox)
+        if outcome() == "early":
+            get_logger("mcp_sampling_proxy").info(
+                "server started early, from the record of its last start: its sandbox plan still holds"
+            )
+        elif outcome() == "stale":
+            get_logger("mcp_sampling_proxy").info(
+                "the record of the last start no longer holds: the server started early was stopped, and "
+                "started again under the plan made now"
+            )
     if adoption_error is not None:
         get_logger("mcp_sampling_proxy").warning(
             "could not seal the state files of an older version", error=adoption_error
@@ -343,6 +365,49 @@ def _adopt_state(log_level: str, log_format: str | None) -> str | None:
 ADOPTED = ("approvals.json", "budgets.json")  # the state files an older version wrote unsealed (quotas/state.py)
 
 
+def _keep_record(
+    facts: FactLog, policy: str | None, policy_text: str | None, command: list[str], hidden: set[str], sandbox: Plan
+) -> None:
+    """After a sandboxed start that planned afresh: its record, for the next start's early spawn
+    (transport/start_record.py). Nothing is kept when the plan's facts could not all be noted."""
+    from pathlib import Path  # start-up: loaded by then
+
+    from mcp_sampling_proxy.config.dirs import state_dir  # start-up: after the spawn
+    from mcp_sampling_proxy.quotas.integrity import load_key  # start-up: after the spawn
+    from mcp_sampling_proxy.transport.start_record import (  # start-up: after the spawn
+        Record,
+        facts_hold,
+        outcome,
+        policy_digest,
+        this_start,
+        write_record,
+    )
+
+    named = this_start()
+    if named is None or facts.spoiled or not sandbox.active or outcome() == "early":
+        return
+    if not facts_hold(facts.facts):  # this start made what it looked for (a first start's directories): the next
+        return  # start reads otherwise, and records what it finds
+    key, directory = named
+    try:
+        if str(state_dir(create=False)) != directory:  # found another way than the early start looks
+            return
+        record = Record(
+            key=key,
+            policy=policy,
+            policy_digest=policy_digest(policy_text),
+            facts=facts.facts,
+            words=sandbox.prefix,
+            env=sandbox.env,
+            command=command,
+            hidden=hidden,
+            relayed=sandbox.relayed,
+        )
+        write_record(directory, load_key(Path(directory)), record)
+    except OSError:
+        return  # no record: the next start plans as this one did
+
+
 class _StartupFailure(Exception):
     def __init__(self, message: str, code: int = 2):
         super().__init__(message)
@@ -350,9 +415,14 @@ class _StartupFailure(Exception):
 
 
 def _spawn(command: list[str], hidden: set[str], sandbox: Plan) -> subprocess.Popen[bytes]:
-    """Start the server without the hidden variables, under the sandbox plan."""
-    from mcp_sampling_proxy.transport.stdio import SpawnError, spawn  # start-up: not for --help or a subcommand
+    """Start the server without the hidden variables, under the sandbox plan (or take the one started early,
+    from the record of the last start, when that is the plan made now)."""
+    from mcp_sampling_proxy.transport.start_record import taken  # start-up: not for --help or a subcommand
+    from mcp_sampling_proxy.transport.stdio import SpawnError, adopt, spawn  # start-up: not for --help
 
+    early = taken(sandbox.prefix, sandbox.env, command, hidden)  # (stopped when the plan is not its record's)
+    if early is not None:
+        return adopt(early)
     try:
         return spawn(command, child_environment(os.environ, hidden), sandbox=sandbox)
     except SpawnError as exc:

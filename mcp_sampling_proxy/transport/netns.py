@@ -25,7 +25,26 @@ CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 NS_GET_USERNS = 0xB701  # _IO(0xb7, 0x1): the user namespace owning a namespace
 IP_FREEBIND = 15
+EGRESS_PORT = 3128  # the relay's port on the server's own loopback (its network namespace is its own)
 BACKLOG = 128
+
+
+def bwrap_child_pid(info_fd: int) -> int | None:
+    """The pid bwrap's `--info-fd` names (written as soon as its namespaces exist, then closed), read to its
+    end; the descriptor is closed. Read without the json module: the early start (transport/start_record.py)
+    runs before anything heavy is loaded."""
+    data = b""
+    try:
+        while chunk := os.read(info_fd, 4096):
+            data += chunk
+    finally:
+        os.close(info_fd)
+    marker = b'"child-pid":'
+    at = data.find(marker)
+    if at < 0:
+        return None
+    digits = data[at + len(marker) :].split(b",")[0].split(b"}")[0].strip()
+    return int(digits) if digits.isdigit() else None
 
 
 class NamespaceError(OSError):

@@ -39,13 +39,13 @@ from mcp_sampling_proxy.config.dirs import servers_data_dir as _servers_data_dir
 from mcp_sampling_proxy.config.sandbox_settings import Network, SandboxSettings
 from mcp_sampling_proxy.transport.bwrap_probe import forget_probe, unavailable
 from mcp_sampling_proxy.transport.grants import secrets
+from mcp_sampling_proxy.transport.netns import EGRESS_PORT
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.transport.sandbox_notes import SandboxNotes
 
 RUNTIME_ENV = "MCP_SAMPLING_PROXY_RUNTIME_DIR"  # as approval/console/server.py reads it
 DATA_ENV = "MCP_SERVER_DATA_DIR"  # the server's own writable directory, as the server sees it
-EGRESS_PORT = 3128  # the relay's port on the server's own loopback (its network namespace is its own)
 # what a sandboxed server's git repositories keep that runs as the user: read-only inside a write grant
 GIT_RUNS_LATER = ("hooks", "config")
 GIT_SCAN_DEPTH = 2  # .git directories looked for this deep inside a write grant ...

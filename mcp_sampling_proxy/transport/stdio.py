@@ -8,7 +8,6 @@ and its children can be stopped together), and its stderr reaches ours line by l
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import select
 import shutil
@@ -29,6 +28,7 @@ if TYPE_CHECKING:
     from mcp_sampling_proxy.transport.framing import LineReader, LineWriter
     from mcp_sampling_proxy.transport.sandbox import Plan
     from mcp_sampling_proxy.transport.sandbox_notes import SandboxNotes
+    from mcp_sampling_proxy.transport.start_record import Early
 
 STDERR_TAG_LIMIT = 32
 
@@ -102,11 +102,24 @@ def spawn(
 _EGRESS: dict[int, socket.socket] = {}  # by bwrap's pid: the relay's listener in the server's namespace
 
 
+def adopt(early: Early) -> subprocess.Popen[bytes]:
+    """The server started early from its start record (transport/start_record.py), kept as `spawn` keeps
+    the one it starts: what bwrap said of its pid, the relay's listener, the guard of its group."""
+    process = early.process
+    if early.child_pid is not None:
+        _SANDBOX_INFO_PID[process.pid] = early.child_pid
+    elif early.info_read >= 0:
+        _SANDBOX_INFO[process.pid] = early.info_read
+    if early.listener is not None:
+        _EGRESS[process.pid] = early.listener
+    _GUARDS[process.pid] = GroupGuard.start(process.pid)
+    return process
+
+
 def _open_egress(process: subprocess.Popen[bytes], block_write: int) -> socket.socket:
     """The relay's listener in the sandbox's network namespace, made while bwrap holds the server's
     command (--block-fd); then the command runs."""
-    from mcp_sampling_proxy.transport.netns import listener_in  # start-up: only with a relayed sandbox
-    from mcp_sampling_proxy.transport.sandbox import EGRESS_PORT  # (the sandbox module imports this one's caller)
+    from mcp_sampling_proxy.transport.netns import EGRESS_PORT, listener_in  # start-up: only with a relayed sandbox
 
     try:
         pid = _read_child_pid(process)
@@ -130,21 +143,13 @@ def _open_egress(process: subprocess.Popen[bytes], block_write: int) -> socket.s
 
 def _read_child_pid(process: subprocess.Popen[bytes]) -> int | None:
     """Wait for bwrap's --info-fd (written as soon as the namespaces exist) and keep the pid it names."""
+    from mcp_sampling_proxy.transport.netns import bwrap_child_pid  # start-up: only with a sandbox
+
     fd = _SANDBOX_INFO.pop(process.pid, None)
     if fd is None:
         return None
-    data = b""
-    try:
-        while chunk := os.read(fd, 4096):
-            data += chunk
-    finally:
-        os.close(fd)
-    try:
-        info = json.loads(data or b"{}")
-    except ValueError:
-        info = {}
-    pid = info.get("child-pid") if isinstance(info, dict) else None
-    if not isinstance(pid, int):
+    pid = bwrap_child_pid(fd)
+    if pid is None:
         return None
     _SANDBOX_INFO_PID[process.pid] = pid
     return pid

@@ -24,6 +24,7 @@ SCRIPT = ROOT / "bench" / "sdk_bench.py"
 SMALL_SERVER = ROOT / "tests" / "fixtures" / "small_server.py"  # echo and big, as the kitchen sink answers them
 ROWS = {
     "spawn_added_ms": "spawn to initialize",
+    "spawn_over_relay_ms": "spawn to initialize, proxy over byte relay",
     "echo_p50_added_ms": "sequential echo p50",
     "first_p99_ratio": "echo p99, first 10 calls after start",
     "concurrent_ratio": "10 concurrent calls",

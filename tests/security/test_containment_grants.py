@@ -212,6 +212,41 @@ def test_a_policy_the_server_writes_never_gets_the_key(home: Home, llm: FakeLLMS
     assert not (home.home / ".config" / "mcp-sampling-proxy").exists()
 
 
+EARLY = "server started early"
+
+
+@AMONG_OTHERS
+def test_a_server_started_early_is_held_as_one_started_late(home: Home, llm: FakeLLMServer) -> None:
+    """The record of a sandboxed start lets the next one spawn the server before the proxy's slow imports
+    (transport/start_record.py). That server is held the same: the raider started early cannot append to
+    ~/.bashrc, read ~/.ssh/id_rsa or see the key variable. AWS credentials made after the record change
+    what the plan is made from: the next start plans afresh (nothing started early, nothing stopped) and
+    hides them; the start after that records the new plan and is early again."""
+    policy = home.policy(provider(llm.base_url) + "rules: []\n" + GRANT_OUT.format(out=home.out))
+    aws = home.home / ".aws" / "credentials"
+    spec = home.spec(["persist", "read", "env"], read=[str(home.home / ".ssh" / "id_rsa"), str(aws)], key_var=KEY_VAR)
+    logs = []
+    for _ in range(3):  # the first start makes its directories: its facts read otherwise at the next
+        report, log = raid(home, policy, spec, calls=0)
+        logs.append(log)
+        if EARLY in log:
+            break
+    assert EARLY in log, logs
+    assert all(value.startswith("ERROR") for value in report["persist"].values()), report["persist"]
+    assert "PRIVATE KEY" not in json.dumps(report["read"]) and report["env"] == "absent", report
+    assert (home.home / ".bashrc").read_text() == "# the user's own\n"
+
+    open_dir(home.home / ".aws")
+    aws.write_text("AWS SECRET\n")
+    aws.chmod(0o644)
+    report, log = raid(home, policy, spec, calls=0)
+    assert EARLY not in log and "record of the last start" not in log, log
+    assert "AWS SECRET" not in json.dumps(report["read"]), report["read"]
+    report, log = raid(home, policy, spec, calls=0)
+    assert EARLY in log, log
+    assert "AWS SECRET" not in json.dumps(report["read"]) and "PRIVATE KEY" not in json.dumps(report["read"])
+
+
 def raid_home_and_network(home: Home, llm: FakeLLMServer, sandbox: str) -> tuple[Any, str]:
     """The raider's persistence, secret and network attacks, with a service on 127.0.0.1 and an abstract
     Unix socket of the user's listening meanwhile."""

@@ -1,0 +1,77 @@
+"""A sandboxed server is spawned early, from the record of its last start (transport/start_record.py), only
+while that record holds: the same command line and environment, the policy file as it was, the
+filesystem as the plan found it. Otherwise the start is the usual one, and it records what it planned.
+
+The proxy runs as a host starts it (`python -m mcp_sampling_proxy`, the entry point) in front of the small
+server, in the bubblewrap sandbox, with its user directories in the test's own."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from helpers.support import RawHost, proxy_command, proxy_env, write_policy
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed: no sandbox")
+
+EARLY = "server started early"
+STALE = "the record of the last start no longer holds"
+
+
+def start(command: list[str], env: dict[str, str], log: Path, *, call: bool = False) -> str:
+    """One start: initialize (and the echo tool called, with `call`), then the host closes stdin; the log."""
+    with RawHost(command, env, log) as host:
+        host.initialize()
+        if call:
+            answer = host.request("tools/call", {"name": "echo", "arguments": {"text": "early"}})
+            assert answer["result"]["content"][0]["text"] == "early", answer
+        host.close_stdin()
+        host.wait()
+    return log.read_text()
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    for part in ("home", "state", "run"):
+        (tmp_path / part).mkdir(mode=0o700)
+    return proxy_env(
+        HOME=str(tmp_path / "home"), XDG_STATE_HOME=str(tmp_path / "state"), XDG_RUNTIME_DIR=str(tmp_path / "run")
+    )
+
+
+def test_a_sandboxed_server_starts_early_while_the_record_of_its_last_start_holds(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    policy = write_policy(tmp_path, "rules: []\n")
+    command = proxy_command(policy)
+    logs = [start(command, env, tmp_path / f"start-{n}.log") for n in range(3)]
+    # the first start makes its directories, so its facts read otherwise the next time: it keeps no record
+    assert [EARLY in log for log in logs] == [False, False, True], logs
+    assert "server sandboxed" in logs[2] and STALE not in logs[2]
+    assert EARLY in start(command, env, tmp_path / "call.log", call=True)  # and it serves as any other
+    (record,) = (tmp_path / "state" / "mcp-sampling-proxy" / "starts").iterdir()
+    assert record.stat().st_mode & 0o777 == 0o600
+
+    write_policy(tmp_path, "rules: []\n# edited\n")  # the policy as it was no longer
+    edited = start(command, env, tmp_path / "edited.log")
+    assert EARLY not in edited and STALE not in edited  # planned afresh before anything was started
+    assert EARLY in start(command, env, tmp_path / "after-edit.log")  # it recorded what it planned
+
+    moved = start(command, {**env, "LANG": "C.UTF-8-other"}, tmp_path / "env.log")
+    assert EARLY not in moved and STALE not in moved  # another environment: another start
+
+    record.write_bytes(record.read_bytes()[:-1] + b"\0")  # a record whose seal no longer fits
+    garbled = start(command, env, tmp_path / "garbled.log")
+    assert EARLY not in garbled and STALE not in garbled
+
+
+def test_a_server_run_unconfined_is_never_started_early(tmp_path: Path, env: dict[str, str]) -> None:
+    """`sandbox: off` plans nothing to hold the server: no record is kept, so there is nothing to start from."""
+    command = proxy_command(write_policy(tmp_path, "sandbox: off\nrules: []\n"))
+    logs = [start(command, env, tmp_path / f"off-{n}.log") for n in range(3)]
+    assert not any(EARLY in log for log in logs), logs
+    assert not (tmp_path / "state" / "mcp-sampling-proxy" / "starts").exists()
+    said = [json.loads(line)["event"] for line in logs[-1].splitlines() if line.startswith("{")]
+    assert any(event.startswith("sandbox: off") for event in said), said

@@ -1,0 +1,183 @@
+"""The record of a sandboxed start (transport/start_record.py): the facts its plan was made from are noted as
+the plan's code asks them and hold again only while the filesystem reads the same; the record is believed
+only under the state key's seal, for its own start key, in the state directory config/dirs.py names."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from mcp_sampling_proxy.config.dirs import state_dir
+from mcp_sampling_proxy.transport import start_record
+from mcp_sampling_proxy.transport.netns import bwrap_child_pid
+from mcp_sampling_proxy.transport.start_record import FactLog, Record, facts_hold, read_record, write_record
+
+KEY = b"k" * 32
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    """A home with a secret's directory, a granted project holding a link, and a cache to make."""
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / "project" / "sub").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "project" / "link").symlink_to(tmp_path / "elsewhere")
+    return tmp_path
+
+
+def plan_like(home: Path) -> list[object]:
+    """What a sandbox plan asks of the filesystem, through the calls it uses."""
+    os.makedirs(home / "cache" / "npm", exist_ok=True)
+    return [
+        os.path.lexists(home / ".aws" / "credentials"),
+        os.path.isdir(home / ".ssh"),
+        os.path.realpath(home / "project" / "link"),
+        sorted(p.name for p in (home / "project").iterdir()),
+        [e.name for e in os.scandir(home / "project") if e.is_dir(follow_symlinks=False)],
+        os.access(home / "project", os.W_OK),
+        shutil.which("sh"),
+        os.getcwd(),
+    ]
+
+
+def recorded(home: Path) -> FactLog:
+    """The facts of a start that made its directories before (as every start but the first)."""
+    log = FactLog()
+    with log.recording():
+        plan_like(home)
+    assert not log.spoiled
+    return log
+
+
+def test_facts_hold_until_the_filesystem_reads_otherwise(home: Path) -> None:
+    first = recorded(home)
+    assert not facts_hold(first.facts)  # that start made the cache directory: it read "missing" first
+    log = recorded(home)
+    assert {fact[0] for fact in log.facts} >= {"stat", "readlink", "listdir", "scandir", "access", "getcwd", "mkdir"}
+    assert facts_hold(log.facts)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda home: (home / ".aws").mkdir() or (home / ".aws" / "credentials").write_text("[default]\n"),
+        lambda home: (home / "project" / "link").unlink() or (home / "project" / "link").symlink_to(home / ".ssh"),
+        lambda home: (home / "project" / "new").mkdir(),
+        lambda home: (home / "project").chmod(0o500),
+        lambda home: shutil.rmtree(home / ".ssh"),
+    ],
+    ids=["a-secret-appears", "a-link-leads-elsewhere", "a-directory-holds-more", "a-mode-changes", "one-is-gone"],
+)
+def test_a_changed_fact_does_not_hold(home: Path, change: Callable[[Path], object]) -> None:
+    recorded(home)
+    log = recorded(home)
+    assert facts_hold(log.facts)
+    change(home)
+    try:
+        assert not facts_hold(log.facts)
+    finally:
+        (home / "project").chmod(0o700)
+
+
+def test_what_cannot_be_asked_again_spoils_the_log(home: Path) -> None:
+    log = FactLog()
+    with log.recording():
+        fd = os.open(home, os.O_RDONLY)
+        try:
+            os.stat(fd)
+        finally:
+            os.close(fd)
+    assert log.spoiled
+
+
+def test_another_threads_questions_are_not_noted_and_os_is_restored(home: Path) -> None:
+    originals = (os.stat, os.lstat, os.listdir, os.scandir, os.mkdir, os.access, os.getcwd, os.readlink)
+    log = FactLog()
+    with pytest.raises(RuntimeError), log.recording():
+        worker = threading.Thread(target=lambda: os.path.exists(home / "elsewhere"))
+        worker.start()
+        worker.join()
+        raise RuntimeError("the plan failed")
+    assert log.facts == [] and not log.spoiled
+    assert (os.stat, os.lstat, os.listdir, os.scandir, os.mkdir, os.access, os.getcwd, os.readlink) == originals
+
+
+def record(key: str = "a" * 64) -> Record:
+    return Record(
+        key=key,
+        policy=None,
+        policy_digest=None,
+        facts=[("getcwd", (), "/")],
+        words=("/usr/bin/bwrap", "--ro-bind", "/", "/", "--"),
+        env=(("HTTPS_PROXY", "http://127.0.0.1:3128"),),
+        command=("server",),
+        hidden={"OPENAI_API_KEY"},
+        relayed=True,
+    )
+
+
+def test_a_record_is_believed_under_the_state_keys_seal_only(tmp_path: Path) -> None:
+    (tmp_path / "integrity.key").write_bytes(KEY)
+    write_record(str(tmp_path), KEY, record())
+    found = read_record(str(tmp_path), "a" * 64)
+    assert found is not None and found.plans(record().words, record().env, ["server"], ["OPENAI_API_KEY"])
+    assert not found.plans(record().words, (), ["server"], ["OPENAI_API_KEY"])
+
+    stored = tmp_path / "starts" / ("a" * 64)
+    (tmp_path / "starts" / ("b" * 64)).write_bytes(stored.read_bytes())
+    assert read_record(str(tmp_path), "b" * 64) is None  # another start's record, under this start's name
+
+    blob = bytearray(stored.read_bytes())
+    blob[-3] ^= 1
+    stored.write_bytes(bytes(blob))
+    assert read_record(str(tmp_path), "a" * 64) is None  # changed: its seal no longer fits
+
+    write_record(str(tmp_path), b"x" * 32, record())  # sealed with a key that is not the state key
+    assert read_record(str(tmp_path), "a" * 64) is None
+
+
+def test_only_the_most_recent_records_are_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(start_record, "KEEP_RECORDS", 3)
+    for index in range(5):
+        write_record(str(tmp_path), KEY, record(f"{index}" * 64))
+        os.utime(tmp_path / "starts" / (f"{index}" * 64), (index, index))
+    assert sorted(p.name[0] for p in (tmp_path / "starts").iterdir()) == ["2", "3", "4"]
+
+
+@pytest.mark.parametrize(
+    "variables",
+    [
+        {},
+        {"XDG_STATE_HOME": "/srv/state"},
+        {"XDG_STATE_HOME": "  "},
+        {"MCP_SAMPLING_PROXY_STATE_DIR": "/srv/proxy-state"},
+        {"MCP_SAMPLING_PROXY_STATE_DIR": "~/proxy-state"},
+    ],
+)
+def test_the_state_directory_is_the_one_config_dirs_names(
+    variables: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("XDG_STATE_HOME", "MCP_SAMPLING_PROXY_STATE_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    assert start_record.state_directory(dict(os.environ)) == str(state_dir(create=False))
+
+
+def test_a_relative_state_directory_means_no_early_start(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("MCP_SAMPLING_PROXY_STATE_DIR", "state")  # relative to wherever the host starts it
+    assert start_record.state_directory(dict(os.environ)) is None
+
+
+def test_the_pid_bwrap_names() -> None:
+    read, write = os.pipe()
+    os.write(write, b'{\n    "child-pid": 4242,\n    "cgroup-namespace": 4026531835\n}\n')
+    os.close(write)
+    assert bwrap_child_pid(read) == 4242
