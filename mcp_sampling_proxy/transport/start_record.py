@@ -9,7 +9,7 @@ After a start that sandboxed its server, the proxy writes a record (`starts/` in
 file per start key): the bwrap words and variables the plan gave, the server's command, the names of the
 variables withheld from it, the policy file's digest, and every filesystem fact the plan was made from,
 as the plan's code met them (`FactLog`: which paths exist, their type, mode and owner, where links lead,
-what directories hold, which directories were made). The start key covers everything else the plan
+which directories a directory holds, which directories were made). The start key covers everything else the plan
 depends on: the command line, the whole environment, the working directory, the user, the interpreter
 and the proxy's version. The record is sealed with the state key (quotas/integrity.py), as remembered
 approvals are: a sandboxed server cannot see the state directory; one that ran unconfined could forge a
@@ -78,9 +78,13 @@ def _readlink(path: str) -> object:
 
 
 def _entries(entries: Iterable[os.DirEntry[str]]) -> tuple[object, ...]:
+    """A listing's directories and links, as the plan's scans read it (the git scan of write grants walks
+    directories only): the files a server writes in its grants do not make the next start plan afresh."""
     seen = []
     for entry in entries:
         link = entry.is_symlink()
+        if not link and not entry.is_dir(follow_symlinks=False):
+            continue
         kind = (entry.is_dir(follow_symlinks=False), entry.is_file(follow_symlinks=False), link)
         followed = (entry.is_dir(), entry.is_file()) if link else ()
         seen.append((entry.name, kind, followed))

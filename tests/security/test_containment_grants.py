@@ -226,7 +226,7 @@ def test_a_server_started_early_is_held_as_one_started_late(home: Home, llm: Fak
     aws = home.home / ".aws" / "credentials"
     spec = home.spec(["persist", "read", "env"], read=[str(home.home / ".ssh" / "id_rsa"), str(aws)], key_var=KEY_VAR)
     logs = []
-    for _ in range(3):  # the first start makes its directories: its facts read otherwise at the next
+    for _ in range(5):  # a start that made its directories (or its state files) reads otherwise the next time
         report, log = raid(home, policy, spec, calls=0)
         logs.append(log)
         if EARLY in log:
@@ -242,9 +242,12 @@ def test_a_server_started_early_is_held_as_one_started_late(home: Home, llm: Fak
     report, log = raid(home, policy, spec, calls=0)
     assert EARLY not in log and "record of the last start" not in log, log
     assert "AWS SECRET" not in json.dumps(report["read"]), report["read"]
-    report, log = raid(home, policy, spec, calls=0)
+    for _ in range(3):  # it recorded the new facts: early again
+        report, log = raid(home, policy, spec, calls=0)
+        assert "AWS SECRET" not in json.dumps(report["read"]) and "PRIVATE KEY" not in json.dumps(report["read"])
+        if EARLY in log:
+            break
     assert EARLY in log, log
-    assert "AWS SECRET" not in json.dumps(report["read"]) and "PRIVATE KEY" not in json.dumps(report["read"])
 
 
 def raid_home_and_network(home: Home, llm: FakeLLMServer, sandbox: str) -> tuple[Any, str]:

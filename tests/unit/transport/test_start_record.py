@@ -37,7 +37,7 @@ def plan_like(home: Path) -> list[object]:
         os.path.lexists(home / ".aws" / "credentials"),
         os.path.isdir(home / ".ssh"),
         os.path.realpath(home / "project" / "link"),
-        sorted(p.name for p in (home / "project").iterdir()),
+        sorted(p.name for p in (home / ".ssh").iterdir()),
         [e.name for e in os.scandir(home / "project") if e.is_dir(follow_symlinks=False)],
         os.access(home / "project", os.W_OK),
         shutil.which("sh"),
@@ -68,10 +68,20 @@ def test_facts_hold_until_the_filesystem_reads_otherwise(home: Path) -> None:
         lambda home: (home / ".aws").mkdir() or (home / ".aws" / "credentials").write_text("[default]\n"),
         lambda home: (home / "project" / "link").unlink() or (home / "project" / "link").symlink_to(home / ".ssh"),
         lambda home: (home / "project" / "new").mkdir(),
+        lambda home: (home / ".ssh" / "id_ed25519").write_text("listed: a file counts"),
+        lambda home: (home / "project" / "another-link").symlink_to(home),
         lambda home: (home / "project").chmod(0o500),
         lambda home: shutil.rmtree(home / ".ssh"),
     ],
-    ids=["a-secret-appears", "a-link-leads-elsewhere", "a-directory-holds-more", "a-mode-changes", "one-is-gone"],
+    ids=[
+        "a-secret-appears",
+        "a-link-leads-elsewhere",
+        "a-directory-holds-more",
+        "a-listed-directory-holds-a-file-more",
+        "a-link-appears-in-a-scanned-directory",
+        "a-mode-changes",
+        "one-is-gone",
+    ],
 )
 def test_a_changed_fact_does_not_hold(home: Path, change: Callable[[Path], object]) -> None:
     recorded(home)
@@ -82,6 +92,15 @@ def test_a_changed_fact_does_not_hold(home: Path, change: Callable[[Path], objec
         assert not facts_hold(log.facts)
     finally:
         (home / "project").chmod(0o700)
+
+
+def test_a_file_written_where_the_plan_scans_for_directories_changes_nothing(home: Path) -> None:
+    """The scan of a write grant looks for directories (.git): a server's files there keep the record."""
+    recorded(home)
+    log = recorded(home)
+    (home / "project" / "notes.txt").write_text("written by the server")
+    (home / "project" / "sub" / "data.db").write_text("")
+    assert facts_hold(log.facts)
 
 
 def test_what_cannot_be_asked_again_spoils_the_log(home: Path) -> None:
