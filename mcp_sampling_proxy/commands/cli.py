@@ -30,8 +30,8 @@ if TYPE_CHECKING:  # (imported when used: the server starts before the rest of t
 
     from mcp_sampling_proxy.config.settings import Settings
     from mcp_sampling_proxy.runtime import Upstream
+    from mcp_sampling_proxy.transport.plan_facts import FactLog
     from mcp_sampling_proxy.transport.sandbox import Plan
-    from mcp_sampling_proxy.transport.start_record import FactLog
 
 # what each subcommand does, for --help (each has its own: mcp-sampling-proxy SUBCOMMAND --help)
 SUBCOMMAND_SUMMARIES = {
@@ -230,7 +230,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from mcp_sampling_proxy.transport.bwrap_probe import start_probe  # start-up: not for --help or a subcommand
 
         start_probe()
-    from mcp_sampling_proxy.transport.start_record import FactLog, this_start  # start-up: not for --help
+    from mcp_sampling_proxy.transport.early_start import this_start  # start-up: not for --help
+    from mcp_sampling_proxy.transport.plan_facts import FactLog  # start-up: not for --help or a subcommand
 
     # what the sandbox plan is made from, for the record of this start (transport/start_record.py)
     facts = FactLog() if command and this_start() is not None else None
@@ -281,8 +282,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         get_logger("mcp_sampling_proxy").warning("process hardening incomplete", problems=hardening_problems)
     if sandbox is not None:
         # start-up: loaded after the server is spawned, so its start overlaps ours
+        from mcp_sampling_proxy.transport.early_start import outcome
         from mcp_sampling_proxy.transport.sandbox import log_plan
-        from mcp_sampling_proxy.transport.start_record import outcome
 
         log_plan(sandbox)
         if outcome() == "early":
@@ -374,14 +375,9 @@ def _keep_record(
 
     from mcp_sampling_proxy.config.dirs import state_dir  # start-up: after the spawn
     from mcp_sampling_proxy.quotas.integrity import load_key  # start-up: after the spawn
-    from mcp_sampling_proxy.transport.start_record import (  # start-up: after the spawn
-        Record,
-        facts_hold,
-        outcome,
-        policy_digest,
-        this_start,
-        write_record,
-    )
+    from mcp_sampling_proxy.transport.early_start import outcome, this_start  # start-up: after the spawn
+    from mcp_sampling_proxy.transport.plan_facts import facts_hold  # start-up: after the spawn
+    from mcp_sampling_proxy.transport.start_record import Record, policy_digest, write_record  # start-up: as above
 
     named = this_start()
     if named is None or facts.spoiled or not sandbox.active or outcome() == "early":
@@ -417,7 +413,7 @@ class _StartupFailure(Exception):
 def _spawn(command: list[str], hidden: set[str], sandbox: Plan) -> subprocess.Popen[bytes]:
     """Start the server without the hidden variables, under the sandbox plan (or take the one started early,
     from the record of the last start, when that is the plan made now)."""
-    from mcp_sampling_proxy.transport.start_record import taken  # start-up: not for --help or a subcommand
+    from mcp_sampling_proxy.transport.early_start import taken  # start-up: not for --help or a subcommand
     from mcp_sampling_proxy.transport.stdio import SpawnError, adopt, spawn  # start-up: not for --help
 
     early = taken(sandbox.prefix, sandbox.env, command, hidden)  # (stopped when the plan is not its record's)

@@ -20,9 +20,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 
-from mcp_sampling_proxy.notation.vocabulary import SUBCOMMANDS
-
-TYPE_CHECKING = False  # (typing, pathlib and socket cost the first milliseconds, before the prctl)
+TYPE_CHECKING = False  # (typing, pathlib and socket would cost the first milliseconds, before the prctl)
 if TYPE_CHECKING:
     import socket
     from typing import Any
@@ -283,6 +281,8 @@ def is_relay(pid: int, subcommands: frozenset[str] = frozenset()) -> bool:
 
 
 def relay_subcommands() -> frozenset[str]:
+    from mcp_sampling_proxy.notation.vocabulary import SUBCOMMANDS  # start-up: typing, after the prctl
+
     return frozenset(SUBCOMMANDS)
 
 

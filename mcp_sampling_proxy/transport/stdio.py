@@ -25,10 +25,10 @@ from mcp_sampling_proxy.system.terminal import write_stderr
 from mcp_sampling_proxy.text.sanitize import terminal_line
 
 if TYPE_CHECKING:
+    from mcp_sampling_proxy.transport.early_start import Early
     from mcp_sampling_proxy.transport.framing import LineReader, LineWriter
     from mcp_sampling_proxy.transport.sandbox import Plan
     from mcp_sampling_proxy.transport.sandbox_notes import SandboxNotes
-    from mcp_sampling_proxy.transport.start_record import Early
 
 STDERR_TAG_LIMIT = 32
 
@@ -103,7 +103,7 @@ _EGRESS: dict[int, socket.socket] = {}  # by bwrap's pid: the relay's listener i
 
 
 def adopt(early: Early) -> subprocess.Popen[bytes]:
-    """The server started early from its start record (transport/start_record.py), kept as `spawn` keeps
+    """The server started early from its start record (transport/early_start.py), kept as `spawn` keeps
     the one it starts: what bwrap said of its pid, the relay's listener, the guard of its group."""
     process = early.process
     if early.child_pid is not None:

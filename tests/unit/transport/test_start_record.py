@@ -1,6 +1,7 @@
-"""The record of a sandboxed start (transport/start_record.py): the facts its plan was made from are noted as
-the plan's code asks them and hold again only while the filesystem reads the same; the record is believed
-only under the state key's seal, for its own start key, in the state directory config/dirs.py names."""
+"""The record of a sandboxed start: the facts its plan was made from are noted as the plan's code asks them
+and hold again only while the filesystem reads the same (transport/plan_facts.py); the record is believed
+only under the state key's seal, for its own start key, in the state directory config/dirs.py names
+(transport/start_record.py)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,12 @@ from pathlib import Path
 import pytest
 
 from mcp_sampling_proxy.config.dirs import state_dir
+from mcp_sampling_proxy.config.policy_file import MAX_POLICY_BYTES
+from mcp_sampling_proxy.quotas import integrity
 from mcp_sampling_proxy.transport import start_record
 from mcp_sampling_proxy.transport.netns import bwrap_child_pid
-from mcp_sampling_proxy.transport.start_record import FactLog, Record, facts_hold, read_record, write_record
+from mcp_sampling_proxy.transport.plan_facts import FactLog, facts_hold
+from mcp_sampling_proxy.transport.start_record import Record, read_record, write_record
 
 KEY = b"k" * 32
 
@@ -200,3 +204,10 @@ def test_the_pid_bwrap_names() -> None:
     os.write(write, b'{\n    "child-pid": 4242,\n    "cgroup-namespace": 4026531835\n}\n')
     os.close(write)
     assert bwrap_child_pid(read) == 4242
+
+
+def test_the_lean_copies_are_the_heavy_modules_values() -> None:
+    """The record reads the state key and the policy as quotas/integrity.py and config/policy_file.py do,
+    without importing them (msgspec, PyYAML)."""
+    assert (start_record.STATE_KEY_FILE, start_record.STATE_KEY_BYTES) == (integrity.KEY_FILE, integrity.KEY_BYTES)
+    assert start_record.MAX_POLICY_BYTES == MAX_POLICY_BYTES

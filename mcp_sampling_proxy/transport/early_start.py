@@ -1,0 +1,209 @@
+"""The early start: a sandboxed server spawned before the proxy's slow imports, from the record of its
+last start.
+
+A proxy reaches its server's spawn ~100 ms after it starts: the interpreter, msgspec and PyYAML load, the
+policy is parsed, the sandbox planned. A byte relay spawns in ~20 ms. The server's own start (hundreds of
+milliseconds for most) then adds to the proxy's instead of running beside it.
+
+`attempt`, the first thing `entry.main` does for a server's command line, reads the record of this start
+(transport/start_record.py): the seal is checked, the policy file read and digested, and every fact the
+plan was made from asked again (transport/plan_facts.py). When all of them read as they did, the plan's
+code would make the same plan: the server is spawned at once under it. Anything else, and nothing is
+started here. The usual start then runs as always: it plans again, and `taken` gives it the early server
+only when the plan it made is the record's (else the early server is stopped, unsent anything, and a new
+one spawned under the plan made now).
+
+Lean on purpose: this module imports only what a byte relay would, and marshal, hashlib and hmac.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import os
+import signal
+import sys
+from collections.abc import Iterable, Sequence
+
+from mcp_sampling_proxy.config.child_env import child_environment
+from mcp_sampling_proxy.system.hardening import die_with_parent
+from mcp_sampling_proxy.transport.plan_facts import facts_hold
+from mcp_sampling_proxy.transport.start_record import (
+    MAX_POLICY_BYTES,
+    Record,
+    forget_record,
+    read_record,
+    read_regular,
+    start_key,
+    state_directory,
+)
+
+TYPE_CHECKING = False  # (typing's costs an import this module is lean without)
+if TYPE_CHECKING:
+    import socket
+    import subprocess
+
+
+class Early:
+    """A server started from its record, waiting for the usual start to take it (`taken`)."""
+
+    __slots__ = ("child_pid", "info_read", "listener", "process", "record")
+
+    def __init__(
+        self,
+        process: subprocess.Popen[bytes],
+        record: Record,
+        info_read: int,
+        child_pid: int | None,
+        listener: socket.socket | None,
+    ) -> None:
+        self.process, self.record = process, record
+        self.info_read, self.child_pid, self.listener = info_read, child_pid, listener
+
+
+_STATE: dict[str, object] = {}  # "key", "directory": this start's; "early": the server started early
+
+
+def attempt(argv: Sequence[str]) -> None:
+    """Start the server now when the record of this start holds (see the module's docstring). Never
+    raises: anything unexpected means the usual start."""
+    try:
+        _attempt(list(argv))
+    except Exception:
+        _STATE.pop("early", None)
+
+
+def _attempt(argv: list[str]) -> None:
+    if not sys.platform.startswith("linux") or "--" not in argv or not argv[0].startswith("-"):
+        return  # a server's command line starts with the proxy's options or '--'; a subcommand never gets here
+    environ = dict(os.environ)
+    if not environ.get("XDG_RUNTIME_DIR") and not environ.get("MCP_SAMPLING_PROXY_RUNTIME_DIR"):
+        return  # the runtime directory would be found by trying to write in /tmp: not a fact looked at again
+    directory = state_directory(environ)
+    if directory is None:
+        return
+    key = start_key(argv, environ, os.getcwd())
+    _STATE.update(key=key, directory=directory)
+    record = read_record(directory, key)
+    if record is None:
+        return
+    if record.policy is not None:
+        text = read_regular(record.policy, MAX_POLICY_BYTES)
+        if text is None or hashlib.sha256(text).hexdigest() != record.policy_digest:
+            return
+    if not facts_hold(record.facts):
+        return
+    _STATE["early"] = _spawn(record, environ)
+
+
+def _spawn(record: Record, environ: dict[str, str]) -> Early:
+    import subprocess  # start-up: only when a record holds (a byte relay's import too)
+
+    info_read, info_write = os.pipe()
+    extra = ["--info-fd", str(info_write)]
+    block_read = block_write = -1
+    if record.relayed:
+        block_read, block_write = os.pipe()
+        extra += ["--block-fd", str(block_read)]
+    passed = tuple(fd for fd in (info_write, block_read) if fd >= 0)
+    env = {**child_environment(environ, record.hidden), **dict(record.env)}
+    try:
+        process = subprocess.Popen(
+            [*record.words[:-1], *extra, record.words[-1], *record.command],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            start_new_session=True,
+            bufsize=0,
+            preexec_fn=die_with_parent(),  # no thread exists yet
+            pass_fds=passed,
+        )
+    except BaseException:
+        for fd in (info_read, block_write):
+            if fd >= 0:
+                os.close(fd)
+        raise
+    finally:
+        for fd in passed:
+            os.close(fd)
+    child_pid: int | None = None
+    listener: socket.socket | None = None
+    if record.relayed:
+        from mcp_sampling_proxy.transport.netns import (  # start-up: relayed only
+            EGRESS_PORT,
+            bwrap_child_pid,
+            listener_in,
+        )
+
+        try:
+            child_pid = bwrap_child_pid(info_read)
+            if child_pid is None:
+                raise OSError(errno.ESRCH, "the sandbox did not start")
+
+            listener = listener_in(child_pid, EGRESS_PORT)
+            listener.set_inheritable(False)
+            os.write(block_write, b"1")
+        except BaseException:
+            _stop(process)
+            raise
+        finally:
+            os.close(block_write)
+        info_read = -1
+    return Early(process, record, info_read, child_pid, listener)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """End an early server nobody took: its process group, at once (it has been sent nothing)."""
+    with contextlib.suppress(OSError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def taken(
+    words: Sequence[str], env: Sequence[tuple[str, str]], command: Sequence[str], hidden: Iterable[str]
+) -> Early | None:
+    """The early server, for the usual start whose plan is its record's; an early server started from a
+    record that no longer plans the same is stopped (the record is forgotten), and None is returned."""
+    early = _STATE.pop("early", None)
+    if not isinstance(early, Early):
+        return None
+    if early.record.plans(words, env, command, hidden) and early.process.poll() is None:
+        _STATE["adopted"] = True
+        return early
+    _drop(early)
+    _STATE["stale"] = True
+    directory = _STATE.get("directory")
+    if isinstance(directory, str):
+        forget_record(directory, early.record.key)
+    return None
+
+
+def discard() -> None:
+    """Stop an early server the usual start did not take (it failed before its spawn)."""
+    early = _STATE.pop("early", None)
+    if isinstance(early, Early):
+        _drop(early)
+
+
+def _drop(early: Early) -> None:
+    _stop(early.process)
+    if early.listener is not None:
+        early.listener.close()
+    if early.info_read >= 0:
+        os.close(early.info_read)
+
+
+def this_start() -> tuple[str, str] | None:
+    """(key, state directory) of this process's start, when `attempt` named it (the entry point ran)."""
+    key, directory = _STATE.get("key"), _STATE.get("directory")
+    return (key, directory) if isinstance(key, str) and isinstance(directory, str) else None
+
+
+def outcome() -> str | None:
+    """How this start went: "early" (the server started from its record), "stale" (started, then stopped:
+    the plan had changed), or None."""
+    if _STATE.get("adopted"):
+        return "early"
+    return "stale" if _STATE.get("stale") else None
