@@ -23,7 +23,7 @@ from mcp_sampling_proxy.config.child_env import child_environment, withhold
 from mcp_sampling_proxy.config.providers import PRESET_FACTS, REFUSED_CLIS
 from mcp_sampling_proxy.notation.vocabulary import SUBCOMMANDS  # subcommand -> the module whose main() runs it
 from mcp_sampling_proxy.system.hardening import become_subreaper, harden_process, mark_relay
-from mcp_sampling_proxy.system.stop_signals import hold_stop_signals
+from mcp_sampling_proxy.system.stop_signals import first_held, hold_stop_signals
 
 if TYPE_CHECKING:  # (imported when used: the server starts before the rest of the proxy is loaded)
     import subprocess
@@ -255,11 +255,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:  # the server starts once the policy is read: every file it names is out of its sight from the start
             settings, name, start, sandbox = _prepare(args, command, policy_text)  # (may fork: the sandbox's network)
         except _StartupFailure as exc:
-            return fail(exc.message, exc.code)
+            return exc.say()
     try:
         upstream = start()
     except _StartupFailure as exc:
-        return fail(exc.message, exc.code)
+        return exc.say()
     if facts is not None and sandbox is not None:
         _keep_record(facts, args.policy, policy_text, command, settings.secret_env_vars(), sandbox)
 
@@ -405,9 +405,16 @@ def _keep_record(
 
 
 class _StartupFailure(Exception):
-    def __init__(self, message: str, code: int = 2):
+    def __init__(self, message: str, code: int = 2, *, stopped: bool = False):
         super().__init__(message)
-        self.message, self.code = message, code
+        self.message, self.code, self.stopped = message, code, stopped
+
+    def say(self) -> int:
+        """Say it on stderr (an error, or why the start stopped), and return the exit status."""
+        if not self.stopped:
+            return fail(self.message, self.code)
+        print(f"mcp-sampling-proxy: {self.message}", file=sys.stderr)
+        return self.code
 
 
 def _spawn(command: list[str], hidden: set[str], sandbox: Plan) -> subprocess.Popen[bytes]:
@@ -443,16 +450,19 @@ def _prepare(
     name = args.name.strip() if args.name else (derive_from_command(command) if command else derive_from_url(args.url))
 
     # start-up: not for --help or a subcommand
-    from mcp_sampling_proxy.config.keys import KeySourceError, resolve_keys
+    from mcp_sampling_proxy.config.keys import KeyCommandStopped, KeySourceError, resolve_keys
     from mcp_sampling_proxy.config.settings import check_telemetry, load_settings, resolve_state
     from mcp_sampling_proxy.notation.yamlnodes import PolicyError
 
     try:
         settings = load_settings(args.policy, text=policy_text)
         # api_key_file / api_key_command, once; a command runs without the proxy's key variables
-        settings.providers = resolve_keys(settings.providers, hidden=settings.secret_env_vars())
+        # a host that gives up meanwhile (its SIGTERM, held since the start) ends a command still running
+        settings.providers = resolve_keys(settings.providers, hidden=settings.secret_env_vars(), stop=first_held)
         settings.state = resolve_state(settings.state, os.environ)  # the Redis URL from url_env
         check_telemetry(settings.telemetry)
+    except KeyCommandStopped as exc:  # the host gave up: the same orderly stop as later, not a failure
+        raise _StartupFailure(f"stopped ({exc.signal}) before the start finished: {exc}", 0, stopped=True) from None
     except (PolicyError, KeySourceError) as exc:
         raise _StartupFailure(str(exc)) from None
     if not command:

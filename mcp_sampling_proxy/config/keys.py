@@ -12,7 +12,8 @@ import dataclasses
 import os
 import stat
 import subprocess
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from urllib.parse import urlsplit
 
 from mcp_sampling_proxy.config.child_env import withheld
@@ -20,10 +21,19 @@ from mcp_sampling_proxy.config.providers import ProviderConfig
 from mcp_sampling_proxy.system.addresses import is_loopback
 
 COMMAND_TIMEOUT = 30.0  # seconds; a password manager may ask to be unlocked
+STOP_CHECK = 0.1  # seconds between looks at whether the proxy was asked to stop meanwhile
 
 
 class KeySourceError(Exception):
     """A key source that did not give a key; the message says what to do, never the key."""
+
+
+class KeyCommandStopped(KeySourceError):
+    """The proxy was asked to stop (`signal`) while an `api_key_command` ran: the command was ended."""
+
+    def __init__(self, message: str, signal: str):
+        super().__init__(message)
+        self.signal = signal
 
 
 def provider_key(provider: ProviderConfig) -> str | None:
@@ -95,38 +105,64 @@ def read_key_file(provider: ProviderConfig) -> str:
     return text
 
 
-def run_key_command(provider: ProviderConfig, timeout: float = COMMAND_TIMEOUT, hidden: Iterable[str] = ()) -> str:
-    """Run `api_key_command` without the `hidden` variables (the proxy's other keys) in its environment."""
+def run_key_command(
+    provider: ProviderConfig,
+    timeout: float = COMMAND_TIMEOUT,
+    hidden: Iterable[str] = (),
+    stop: Callable[[], str | None] = lambda: None,
+) -> str:
+    """Run `api_key_command` without the `hidden` variables (the proxy's other keys) in its environment.
+    `stop` names a stop signal the proxy received meanwhile (a host that gave up on a password manager
+    waiting to be unlocked): the command is ended then, and KeyCommandStopped raised."""
     argv = list(provider.api_key_command or ())
     where = f"provider '{provider.name}': api_key_command {' '.join(argv)}"
     env = {k: v for k, v in os.environ.items() if k not in set(hidden)}
     try:
-        done = subprocess.run(
-            argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, check=False, env=env
+        process = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
         )
     except FileNotFoundError:
         raise KeySourceError(f"{where}: command not found") from None
-    except subprocess.TimeoutExpired:
-        raise KeySourceError(f"{where}: no answer within {timeout:g} s") from None
     except OSError as exc:
         raise KeySourceError(f"{where}: cannot run it ({exc.strerror})") from None
-    if done.returncode != 0:  # its output may hold the key or part of it: never shown
-        raise KeySourceError(f"{where}: exited with status {done.returncode}; run it yourself to see why")
-    key = done.stdout.decode("utf-8", "replace").strip()
+    deadline = time.monotonic() + timeout
+    with process:
+        while True:
+            try:
+                stdout, _stderr = process.communicate(timeout=min(STOP_CHECK, max(0.0, deadline - time.monotonic())))
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            stopped = stop()
+            if stopped is None and time.monotonic() < deadline:
+                continue
+            process.kill()
+            process.communicate()
+            if stopped is not None:
+                raise KeyCommandStopped(f"{where} had not answered; it was ended", stopped)
+            raise KeySourceError(f"{where}: no answer within {timeout:g} s")
+    if process.returncode != 0:  # its output may hold the key or part of it: never shown
+        raise KeySourceError(f"{where}: exited with status {process.returncode}; run it yourself to see why")
+    key = stdout.decode("utf-8", "replace").strip()
     if not key:
         raise KeySourceError(f"{where}: printed nothing on stdout; it must print the key")
     return key
 
 
-def resolve_key(provider: ProviderConfig, hidden: Iterable[str] = ()) -> ProviderConfig:
+def resolve_key(
+    provider: ProviderConfig, hidden: Iterable[str] = (), stop: Callable[[], str | None] = lambda: None
+) -> ProviderConfig:
     """`provider` with the key from its file or command held in `api_key` (others unchanged)."""
     if provider.api_key_file:
         return dataclasses.replace(provider, api_key=read_key_file(provider))
     if provider.api_key_command:
-        return dataclasses.replace(provider, api_key=run_key_command(provider, hidden=hidden))
+        return dataclasses.replace(provider, api_key=run_key_command(provider, hidden=hidden, stop=stop))
     return provider
 
 
-def resolve_keys(providers: list[ProviderConfig], hidden: Iterable[str] = ()) -> list[ProviderConfig]:
-    """Keys from files and commands, read once (a command runs without the `hidden` variables)."""
-    return [resolve_key(p, hidden) for p in providers]
+def resolve_keys(
+    providers: list[ProviderConfig], hidden: Iterable[str] = (), stop: Callable[[], str | None] = lambda: None
+) -> list[ProviderConfig]:
+    """Keys from files and commands, read once (a command runs without the `hidden` variables, and is ended
+    when `stop` names a stop signal received meanwhile)."""
+    return [resolve_key(p, hidden, stop) for p in providers]

@@ -28,6 +28,12 @@ def hold_stop_signals() -> None:
         signal.signal(sig, _note)
 
 
+def first_held() -> str | None:
+    """The first stop signal received since `hold_stop_signals` (still held), or None: for a wait at start
+    (an `api_key_command`) that should end when the host gives up."""
+    return _held[0] if _held else None
+
+
 def take_held() -> list[str]:
     """The stop signals received since `hold_stop_signals`, oldest first, forgotten once taken."""
     held = list(_held)

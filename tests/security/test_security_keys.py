@@ -205,6 +205,39 @@ def test_an_api_key_command_that_prints_nothing_is_an_error(tmp_path: Path) -> N
     assert "provider 'fake'" in err and "printed nothing" in err
 
 
+def test_a_host_that_gives_up_on_a_hung_api_key_command_is_not_kept_waiting(tmp_path: Path) -> None:
+    """A password manager waiting to be unlocked holds the start; the host gives up (SIGTERM, as Claude
+    Desktop does when a server does not answer). The proxy ends the command and stops at once, saying
+    why, instead of holding the signal until the command's 30 s timeout."""
+    pid_file = tmp_path / "command.pid"
+    command = tmp_path / "locked.py"
+    command.write_text(f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(60)\n")
+    policy = write_policy(tmp_path, key_policy("http://127.0.0.1:9/v1", f"      api_key_command: [{PY}, {command}]\n"))
+    proxy = subprocess.Popen(
+        proxy_command(policy, upstream=SMALL),
+        env=proxy_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 20
+    while not pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pid_file.exists(), "the key command never ran"
+    asked = time.monotonic()
+    proxy.terminate()
+    _out, err = proxy.communicate(timeout=10)
+    took = time.monotonic() - asked
+    assert took < 3, f"stopped {took:.1f} s after the host's SIGTERM"
+    assert proxy.returncode == 0, err  # the same orderly stop as later: nothing failed
+    said = err.decode()
+    assert "stopped (SIGTERM)" in said and "provider 'fake'" in said and "api_key_command" in said, said
+    with pytest.raises(ProcessLookupError):  # the command was ended too, not left waiting for the unlock
+        for _ in range(40):
+            os.kill(int(pid_file.read_text()), 0)
+            time.sleep(0.05)
+
+
 def test_two_key_sources_or_a_typo_are_policy_errors_with_a_position(tmp_path: Path) -> None:
     both = key_policy("http://127.0.0.1:9/v1", "      api_key_env: X\n      api_key_file: /k\n")
     err = _start_fails(tmp_path, both)
