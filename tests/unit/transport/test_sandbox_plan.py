@@ -11,6 +11,7 @@ from mcp_sampling_proxy.config.sandbox_settings import SandboxSettings
 from mcp_sampling_proxy.config.settings import parse_settings
 from mcp_sampling_proxy.transport import sandbox
 from mcp_sampling_proxy.transport.grants import grant_problems
+from mcp_sampling_proxy.transport.netns import EGRESS_PORT
 
 
 @pytest.fixture
@@ -41,7 +42,7 @@ def test_everything_is_read_only_but_the_grants_and_the_data_directory(home: Pat
     assert str(home / "notes") in writable
     data = dict(plan.env)[sandbox.DATA_ENV]
     assert data in writable and data.startswith(str(home / ".local" / "share" / "mcp-sampling-proxy" / "servers"))
-    assert "--unshare-net" in plan.prefix and dict(plan.env)["HTTPS_PROXY"] == f"http://127.0.0.1:{sandbox.EGRESS_PORT}"
+    assert "--unshare-net" in plan.prefix and dict(plan.env)["HTTPS_PROXY"] == f"http://127.0.0.1:{EGRESS_PORT}"
     # the hooks and config of repositories inside the grant stay read-only, two levels deep
     read_only = pairs(plan.prefix, "--ro-bind")
     assert str(home / "notes" / ".git" / "hooks") in read_only and str(home / "notes" / ".git" / "config") in read_only
