@@ -62,7 +62,20 @@ class Early:
         self.info_read, self.child_pid, self.listener = info_read, child_pid, listener
 
 
-_STATE: dict[str, object] = {}  # "key", "directory": this start's; "early": the server started early
+class _ThisStart:
+    """This process's start: its key and state directory (once `attempt` named them), the server started
+    early and not yet taken, and how it went ("early", or "stale": started, then stopped)."""
+
+    __slots__ = ("directory", "early", "key", "outcome")
+
+    def __init__(self) -> None:
+        self.key: str | None = None
+        self.directory: str | None = None
+        self.early: Early | None = None
+        self.outcome: str | None = None
+
+
+_THIS = _ThisStart()
 
 
 def attempt(argv: Sequence[str]) -> None:
@@ -71,7 +84,7 @@ def attempt(argv: Sequence[str]) -> None:
     try:
         _attempt(list(argv))
     except Exception:
-        _STATE.pop("early", None)
+        _THIS.early = None
 
 
 def _attempt(argv: list[str]) -> None:
@@ -84,7 +97,7 @@ def _attempt(argv: list[str]) -> None:
     if directory is None:
         return
     key = start_key(argv, environ, os.getcwd())
-    _STATE.update(key=key, directory=directory)
+    _THIS.key, _THIS.directory = key, directory
     record = read_record(directory, key)
     if record is None:
         return
@@ -94,7 +107,7 @@ def _attempt(argv: list[str]) -> None:
             return
     if not facts_hold(record.facts):
         return
-    _STATE["early"] = _spawn(record, environ)
+    _THIS.early = _spawn(record, environ)
 
 
 def _spawn(record: Record, environ: dict[str, str]) -> Early:
@@ -166,24 +179,23 @@ def taken(
 ) -> Early | None:
     """The early server, for the usual start whose plan is its record's; an early server started from a
     record that no longer plans the same is stopped (the record is forgotten), and None is returned."""
-    early = _STATE.pop("early", None)
-    if not isinstance(early, Early):
+    early, _THIS.early = _THIS.early, None
+    if early is None:
         return None
     if early.record.plans(words, env, command, hidden) and early.process.poll() is None:
-        _STATE["adopted"] = True
+        _THIS.outcome = "early"
         return early
     _drop(early)
-    _STATE["stale"] = True
-    directory = _STATE.get("directory")
-    if isinstance(directory, str):
-        forget_record(directory, early.record.key)
+    _THIS.outcome = "stale"
+    if _THIS.directory is not None:
+        forget_record(_THIS.directory, early.record.key)
     return None
 
 
 def discard() -> None:
     """Stop an early server the usual start did not take (it failed before its spawn)."""
-    early = _STATE.pop("early", None)
-    if isinstance(early, Early):
+    early, _THIS.early = _THIS.early, None
+    if early is not None:
         _drop(early)
 
 
@@ -197,13 +209,11 @@ def _drop(early: Early) -> None:
 
 def this_start() -> tuple[str, str] | None:
     """(key, state directory) of this process's start, when `attempt` named it (the entry point ran)."""
-    key, directory = _STATE.get("key"), _STATE.get("directory")
-    return (key, directory) if isinstance(key, str) and isinstance(directory, str) else None
+    key, directory = _THIS.key, _THIS.directory
+    return (key, directory) if key is not None and directory is not None else None
 
 
 def outcome() -> str | None:
     """How this start went: "early" (the server started from its record), "stale" (started, then stopped:
     the plan had changed), or None."""
-    if _STATE.get("adopted"):
-        return "early"
-    return "stale" if _STATE.get("stale") else None
+    return _THIS.outcome
