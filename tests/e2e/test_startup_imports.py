@@ -104,3 +104,26 @@ def test_try_plays_its_host_without_loading_the_sdk(tmp_path: Path) -> None:
     imported = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")]
     assert "mcp_sampling_proxy.transport.stdio_host" in imported  # the list is try's own
     assert [name for name in imported if name.partition(".")[0] in ("mcp", "mcp_types", "pydantic")] == []
+
+
+# what a byte relay does not load either: the early start spawns a sandboxed server before any of them
+NOT_BEFORE_THE_EARLY_SPAWN = ("typing", "msgspec", "yaml", "anyio", "structlog", "asyncio", "argparse", "json")
+
+
+def test_the_entry_point_loads_nothing_heavy_before_the_early_spawn() -> None:
+    """The entry point hardens the process and may spawn the server from its start record before the
+    command line's modules load (transport/early_start.py): what it imports for that is the interpreter's
+    own and a few standard modules. One heavy import there (typing alone is 3 ms, msgspec 27 ms) delays
+    every sandboxed server's start by as much."""
+    script = (
+        "import sys; before = set(sys.modules)\n"
+        "import mcp_sampling_proxy.entry, mcp_sampling_proxy.system.hardening\n"
+        "import mcp_sampling_proxy.system.stop_signals, mcp_sampling_proxy.transport.early_start\n"
+        "print(' '.join(sorted(set(sys.modules) - before)))\n"
+    )
+    done = subprocess.run([PY, "-c", script], capture_output=True, text=True, timeout=60, env=proxy_env())
+    assert done.returncode == 0, done.stderr
+    loaded = done.stdout.split()
+    assert "mcp_sampling_proxy.transport.early_start" in loaded  # the list is the entry's own
+    heavy = [name for name in loaded if name.partition(".")[0] in NOT_BEFORE_THE_EARLY_SPAWN]
+    assert heavy == [], heavy
