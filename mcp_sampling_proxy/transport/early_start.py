@@ -33,8 +33,8 @@ from mcp_sampling_proxy.transport.start_record import (
     MAX_POLICY_BYTES,
     Record,
     forget_record,
+    read_or_none,
     read_record,
-    read_regular,
     start_key,
     state_directory,
 )
@@ -102,7 +102,7 @@ def _attempt(argv: list[str]) -> None:
     if record is None:
         return
     if record.policy is not None:
-        text = read_regular(record.policy, MAX_POLICY_BYTES)
+        text = read_or_none(record.policy, MAX_POLICY_BYTES)
         if text is None or hashlib.sha256(text).hexdigest() != record.policy_digest:
             return
     if not facts_hold(record.facts):

@@ -18,11 +18,11 @@ import hashlib
 import hmac
 import marshal
 import os
-import stat
 import sys
 from collections.abc import Iterable, Sequence
 
 from mcp_sampling_proxy import __version__
+from mcp_sampling_proxy.system.shared_files import read_regular
 from mcp_sampling_proxy.transport.plan_facts import Fact
 
 RECORD_FORMAT = 1
@@ -65,24 +65,13 @@ def state_directory(environ: dict[str, str]) -> str | None:
     return os.path.join(base, "mcp-sampling-proxy") if os.path.isabs(base) else None
 
 
-def read_regular(path: str, limit: int) -> bytes | None:
-    """The bytes of a regular file of at most `limit` bytes (no link followed at its last part), else None."""
+def read_or_none(path: str, limit: int) -> bytes | None:
+    """The regular file at `path` (at most `limit` bytes, read as the proxy reads its state and policy:
+    system/shared_files.py), or None when there is none such."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        return read_regular(path, limit)
     except OSError:
         return None
-    try:
-        found = os.fstat(fd)
-        if not stat.S_ISREG(found.st_mode) or found.st_size > limit:
-            return None
-        data = b""
-        while chunk := os.read(fd, limit + 1 - len(data)):
-            data += chunk
-            if len(data) > limit:
-                return None
-        return data
-    finally:
-        os.close(fd)
 
 
 def _seal(key: bytes, payload: bytes) -> bytes:
@@ -152,10 +141,10 @@ def _load(payload: bytes) -> Record | None:
 
 def read_record(directory: str, key: str) -> Record | None:
     """The sealed record for `key` in the state directory, else None (none, unsealed, or another shape)."""
-    state_key = read_regular(os.path.join(directory, STATE_KEY_FILE), STATE_KEY_BYTES)
+    state_key = read_or_none(os.path.join(directory, STATE_KEY_FILE), STATE_KEY_BYTES)
     if state_key is None or len(state_key) != STATE_KEY_BYTES:
         return None
-    blob = read_regular(os.path.join(directory, RECORDS_DIR, key), MAX_RECORD_BYTES)
+    blob = read_or_none(os.path.join(directory, RECORDS_DIR, key), MAX_RECORD_BYTES)
     if blob is None or len(blob) <= 32:
         return None
     seal, payload = blob[:32], blob[32:]
