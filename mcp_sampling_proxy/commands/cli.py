@@ -421,11 +421,11 @@ def _spawn(command: list[str], hidden: set[str], sandbox: Plan) -> subprocess.Po
     """Start the server without the hidden variables, under the sandbox plan (or take the one started early,
     from the record of the last start, when that is the plan made now)."""
     from mcp_sampling_proxy.transport.early_start import taken  # start-up: not for --help or a subcommand
-    from mcp_sampling_proxy.transport.stdio import SpawnError, adopt, spawn  # start-up: not for --help
+    from mcp_sampling_proxy.transport.stdio import SpawnError, keep, spawn  # start-up: not for --help
 
     early = taken(sandbox.prefix, sandbox.env, command, hidden)  # (stopped when the plan is not its record's)
     if early is not None:
-        return adopt(early)
+        return keep(early.launched)
     try:
         return spawn(command, child_environment(os.environ, hidden), sandbox=sandbox)
     except SpawnError as exc:

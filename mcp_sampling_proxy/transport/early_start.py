@@ -19,7 +19,6 @@ Lean on purpose: this module imports only what a byte relay would, and marshal, 
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import os
 import signal
@@ -27,7 +26,7 @@ import sys
 from collections.abc import Iterable, Sequence
 
 from mcp_sampling_proxy.config.child_env import child_environment
-from mcp_sampling_proxy.system.hardening import die_with_parent
+from mcp_sampling_proxy.transport.launch import Launched, SandboxNotReady, launch
 from mcp_sampling_proxy.transport.plan_facts import facts_hold
 from mcp_sampling_proxy.transport.start_record import (
     MAX_POLICY_BYTES,
@@ -41,25 +40,16 @@ from mcp_sampling_proxy.transport.start_record import (
 
 TYPE_CHECKING = False  # (typing's costs an import this module is lean without)
 if TYPE_CHECKING:
-    import socket
     import subprocess
 
 
 class Early:
     """A server started from its record, waiting for the usual start to take it (`taken`)."""
 
-    __slots__ = ("child_pid", "info_read", "listener", "process", "record")
+    __slots__ = ("launched", "record")
 
-    def __init__(
-        self,
-        process: subprocess.Popen[bytes],
-        record: Record,
-        info_read: int,
-        child_pid: int | None,
-        listener: socket.socket | None,
-    ) -> None:
-        self.process, self.record = process, record
-        self.info_read, self.child_pid, self.listener = info_read, child_pid, listener
+    def __init__(self, launched: Launched, record: Record) -> None:
+        self.launched, self.record = launched, record
 
 
 class _ThisStart:
@@ -111,60 +101,18 @@ def _attempt(argv: list[str]) -> None:
 
 
 def _spawn(record: Record, environ: dict[str, str]) -> Early:
-    import subprocess  # start-up: only when a record holds (a byte relay's import too)
-
-    info_read, info_write = os.pipe()
-    extra = ["--info-fd", str(info_write)]
-    block_read = block_write = -1
-    if record.relayed:
-        block_read, block_write = os.pipe()
-        extra += ["--block-fd", str(block_read)]
-    passed = tuple(fd for fd in (info_write, block_read) if fd >= 0)
-    env = {**child_environment(environ, record.hidden), **dict(record.env)}
     try:
-        process = subprocess.Popen(
-            [*record.words[:-1], *extra, record.words[-1], *record.command],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-            start_new_session=True,
-            bufsize=0,
-            preexec_fn=die_with_parent(),  # no thread exists yet
-            pass_fds=passed,
+        launched = launch(
+            record.command,
+            child_environment(environ, record.hidden),
+            words=record.words,
+            words_env=record.env,
+            relayed=record.relayed,
         )
-    except BaseException:
-        for fd in (info_read, block_write):
-            if fd >= 0:
-                os.close(fd)
+    except SandboxNotReady as exc:
+        _stop(exc.process)
         raise
-    finally:
-        for fd in passed:
-            os.close(fd)
-    child_pid: int | None = None
-    listener: socket.socket | None = None
-    if record.relayed:
-        from mcp_sampling_proxy.transport.netns import (  # start-up: relayed only
-            EGRESS_PORT,
-            bwrap_child_pid,
-            listener_in,
-        )
-
-        try:
-            child_pid = bwrap_child_pid(info_read)
-            if child_pid is None:
-                raise OSError(errno.ESRCH, "the sandbox did not start")
-
-            listener = listener_in(child_pid, EGRESS_PORT)
-            listener.set_inheritable(False)
-            os.write(block_write, b"1")
-        except BaseException:
-            _stop(process)
-            raise
-        finally:
-            os.close(block_write)
-        info_read = -1
-    return Early(process, record, info_read, child_pid, listener)
+    return Early(launched, record)
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
@@ -182,7 +130,7 @@ def taken(
     early, _THIS.early = _THIS.early, None
     if early is None:
         return None
-    if early.record.plans(words, env, command, hidden) and early.process.poll() is None:
+    if early.record.plans(words, env, command, hidden) and early.launched.process.poll() is None:
         _THIS.outcome = "early"
         return early
     _drop(early)
@@ -200,11 +148,12 @@ def discard() -> None:
 
 
 def _drop(early: Early) -> None:
-    _stop(early.process)
-    if early.listener is not None:
-        early.listener.close()
-    if early.info_read >= 0:
-        os.close(early.info_read)
+    launched = early.launched
+    _stop(launched.process)
+    if launched.listener is not None:
+        launched.listener.close()
+    if launched.info_read >= 0:
+        os.close(launched.info_read)
 
 
 def this_start() -> tuple[str, str] | None:

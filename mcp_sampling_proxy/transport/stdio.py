@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from mcp_sampling_proxy.system.hardening import GroupGuard, die_with_parent
+from mcp_sampling_proxy.system.hardening import GroupGuard
 from mcp_sampling_proxy.system.terminal import write_stderr
 from mcp_sampling_proxy.text.sanitize import terminal_line
+from mcp_sampling_proxy.transport.launch import Launched, SandboxNotReady, launch
 
 if TYPE_CHECKING:
-    from mcp_sampling_proxy.transport.early_start import Early
     from mcp_sampling_proxy.transport.framing import LineReader, LineWriter
     from mcp_sampling_proxy.transport.sandbox import Plan
     from mcp_sampling_proxy.transport.sandbox_notes import SandboxNotes
@@ -54,29 +54,15 @@ def spawn(
             f"({env.get('PATH', '')!r}); use an absolute path in the host config",
             127,
         )
-    words: tuple[str, ...] = ()
-    info_read = info_write = block_read = block_write = -1
-    if sandbox is not None and sandbox.active:  # bwrap says which pid the server has outside its namespace
-        info_read, info_write = os.pipe()
-        extra = ["--info-fd", str(info_write)]
-        if sandbox.relayed:  # and holds the server's command until the relay listens there
-            block_read, block_write = os.pipe()
-            extra += ["--block-fd", str(block_read)]
-        words = (*sandbox.prefix[:-1], *extra, sandbox.prefix[-1])
-        env = {**env, **dict(sandbox.env)}
-    passed = tuple(fd for fd in (info_write, block_read) if fd >= 0)
+    plan = sandbox if sandbox is not None and sandbox.active else None
     try:
-        process = subprocess.Popen(
-            [*words, *command],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
+        launched = launch(
+            command,
+            env,
+            words=plan.prefix if plan else (),
+            words_env=plan.env if plan else (),
+            relayed=plan is not None and plan.relayed,
             cwd=cwd,
-            start_new_session=True,
-            bufsize=0,
-            preexec_fn=die_with_parent(),  # spawned before any thread exists (commands.cli)
-            pass_fds=passed,
         )
     except FileNotFoundError:
         raise SpawnError(f"cannot start upstream: '{executable}' does not exist", 127) from None
@@ -84,61 +70,34 @@ def spawn(
         raise SpawnError(f"cannot start upstream: '{executable}' is not executable", 126) from None
     except OSError as exc:
         raise SpawnError(f"cannot start upstream '{executable}': {exc.strerror}", 126) from None
-    finally:
-        for fd in passed:
-            os.close(fd)
-    if info_read >= 0:
-        _SANDBOX_INFO[process.pid] = info_read
+    except SandboxNotReady as exc:
+        if exc.relay:
+            why = (
+                f"the network relay could not be opened in its sandbox ({exc.reason}); "
+                "set network: false or network: host for this server under sandbox.servers"
+            )
+        else:
+            why = f"the sandbox could not be set up ({_ended_with(exc.process)})"
+        stop_process(exc.process)
+        raise SpawnError(f"cannot start upstream: {why}", 126) from None
+    return keep(launched)
+
+
+def keep(launched: Launched) -> subprocess.Popen[bytes]:
+    """The server's process, kept with what its sandbox said of it (its pid outside the namespace, the
+    relay's listener) and a guard of its group; for a server started here or early (transport/early_start.py)."""
+    process = launched.process
+    if launched.child_pid is not None:
+        _SANDBOX_INFO_PID[process.pid] = launched.child_pid
+    elif launched.info_read >= 0:
+        _SANDBOX_INFO[process.pid] = launched.info_read
+    if launched.listener is not None:
+        _EGRESS[process.pid] = launched.listener
     _GUARDS[process.pid] = GroupGuard.start(process.pid)  # its group dies with us, however we die
-    if block_write >= 0:
-        try:
-            _EGRESS[process.pid] = _open_egress(process, block_write)
-        except SpawnError:
-            stop_process(process)
-            raise
     return process
 
 
 _EGRESS: dict[int, socket.socket] = {}  # by bwrap's pid: the relay's listener in the server's namespace
-
-
-def adopt(early: Early) -> subprocess.Popen[bytes]:
-    """The server started early from its start record (transport/early_start.py), kept as `spawn` keeps
-    the one it starts: what bwrap said of its pid, the relay's listener, the guard of its group."""
-    process = early.process
-    if early.child_pid is not None:
-        _SANDBOX_INFO_PID[process.pid] = early.child_pid
-    elif early.info_read >= 0:
-        _SANDBOX_INFO[process.pid] = early.info_read
-    if early.listener is not None:
-        _EGRESS[process.pid] = early.listener
-    _GUARDS[process.pid] = GroupGuard.start(process.pid)
-    return process
-
-
-def _open_egress(process: subprocess.Popen[bytes], block_write: int) -> socket.socket:
-    """The relay's listener in the sandbox's network namespace, made while bwrap holds the server's
-    command (--block-fd); then the command runs."""
-    from mcp_sampling_proxy.transport.netns import EGRESS_PORT, listener_in  # start-up: only with a relayed sandbox
-
-    try:
-        pid = _read_child_pid(process)
-        if pid is None:
-            detail = _ended_with(process)
-            raise SpawnError(f"cannot start upstream: the sandbox could not be set up ({detail})", 126)
-        try:
-            listener = listener_in(pid, EGRESS_PORT)
-        except OSError as exc:
-            raise SpawnError(
-                f"cannot start upstream: the network relay could not be opened in its sandbox ({exc}); "
-                "set network: false or network: host for this server under sandbox.servers",
-                126,
-            ) from None
-        listener.set_inheritable(False)
-        os.write(block_write, b"1")
-        return listener
-    finally:
-        os.close(block_write)
 
 
 def _read_child_pid(process: subprocess.Popen[bytes]) -> int | None:
