@@ -18,22 +18,11 @@ import contextlib
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
+TYPE_CHECKING = False  # (typing's costs an import the early start is lean without)
+if TYPE_CHECKING:
+    from typing import Any
+
 Fact = tuple[str, tuple[object, ...], object]  # (operation, its arguments, what it gave, normalised)
-
-
-def _stat(path: str, follow: bool) -> object:
-    try:
-        found = os.stat(path, follow_symlinks=follow)
-    except OSError as exc:
-        return ("err", exc.errno)
-    return ("ok", found.st_mode, found.st_uid)
-
-
-def _readlink(path: str) -> object:
-    try:
-        return ("ok", os.readlink(path))
-    except OSError as exc:
-        return ("err", exc.errno)
 
 
 def _entries(entries: Iterable[os.DirEntry[str]]) -> tuple[object, ...]:
@@ -50,60 +39,81 @@ def _entries(entries: Iterable[os.DirEntry[str]]) -> tuple[object, ...]:
     return tuple(sorted(seen))
 
 
-def _scandir(path: str) -> object:
-    try:
-        with os.scandir(path) as entries:
-            return ("ok", _entries(entries))
-    except OSError as exc:
-        return ("err", exc.errno)
+def _scanned(path: str) -> list[os.DirEntry[str]]:
+    with os.scandir(path) as entries:
+        return list(entries)
 
 
-def _listdir(path: str) -> object:
-    try:
-        return ("ok", tuple(sorted(os.listdir(path))))
-    except OSError as exc:
-        return ("err", exc.errno)
-
-
-def _access(path: str, mode: int) -> object:
-    return os.access(path, mode)
-
-
-def _mkdir(path: str, mode: int) -> object:
-    try:
-        os.mkdir(path, mode)
-    except FileExistsError:
-        return ("ok",)
-    except OSError as exc:
-        return ("err", exc.errno)
-    return ("ok",)
-
-
-_LOOKS: dict[str, Callable[..., object]] = {
-    "stat": _stat,
-    "readlink": _readlink,
-    "scandir": _scandir,
-    "listdir": _listdir,
-    "access": _access,
-    "mkdir": _mkdir,
-    "getcwd": os.getcwd,
+# each question: how a later start asks it again (from the fact's arguments), and how its answer is noted
+_ASK: dict[str, Callable[..., Any]] = {
+    "stat": lambda path, follow: os.stat(path, follow_symlinks=follow),
+    "readlink": lambda path: os.readlink(path),
+    "scandir": _scanned,
+    "listdir": lambda path: os.listdir(path),
+    "access": lambda path, mode: os.access(path, mode),
+    "getcwd": lambda: os.getcwd(),
+    "mkdir": lambda path, mode: os.mkdir(path, mode),
 }
+_NOTED: dict[str, Callable[[Any], object]] = {
+    "stat": lambda found: ("ok", found.st_mode, found.st_uid),
+    "readlink": lambda target: ("ok", target),
+    "scandir": lambda listed: ("ok", _entries(listed)),
+    "listdir": lambda names: ("ok", tuple(sorted(names))),
+    "access": bool,
+    "getcwd": str,
+    "mkdir": lambda _made: ("ok",),
+}
+
+
+def _refused(operation: str, exc: OSError) -> object:
+    """A question's failure, as noted: a directory that was there already counts as made."""
+    return ("ok",) if operation == "mkdir" and isinstance(exc, FileExistsError) else ("err", exc.errno)
+
+
+def _asked_again(operation: str, arguments: tuple[object, ...]) -> object:
+    try:
+        answer = _ASK[operation](*arguments)
+    except OSError as exc:
+        return _refused(operation, exc)
+    return _NOTED[operation](answer)
 
 
 def facts_hold(facts: Sequence[Fact]) -> bool:
     """Every fact, looked at again in order (directories made as then), reads as it did."""
-    for operation, arguments, seen in facts:
-        look = _LOOKS.get(operation)
-        if look is None or look(*arguments) != seen:
-            return False
-    return True
+    return all(operation in _ASK and _asked_again(operation, arguments) == seen for operation, arguments, seen in facts)
+
+
+def _unless(odd: bool, *arguments: object) -> tuple[object, ...] | None:
+    return None if odd else arguments
+
+
+# the `os` functions noted while recording: the question each asks, and its arguments from the call's (None:
+# one a later start could not ask again: a `dir_fd`, access by the effective ids; it spoils the log)
+_QUESTIONS: dict[str, tuple[str, Callable[..., tuple[object, ...] | None]]] = {
+    "stat": (
+        "stat",
+        lambda path, *, dir_fd=None, follow_symlinks=True: _unless(dir_fd is not None, path, follow_symlinks),
+    ),
+    "lstat": ("stat", lambda path, *, dir_fd=None: _unless(dir_fd is not None, path, False)),
+    "readlink": ("readlink", lambda path, *, dir_fd=None: _unless(dir_fd is not None, path)),
+    "scandir": ("scandir", lambda path=".": (path,)),
+    "listdir": ("listdir", lambda path=".": (path,)),
+    "access": (
+        "access",
+        lambda path, mode, *, dir_fd=None, effective_ids=False, follow_symlinks=True: _unless(
+            dir_fd is not None or effective_ids or not follow_symlinks, path, mode
+        ),
+    ),
+    "getcwd": ("getcwd", lambda: ()),
+    "mkdir": ("mkdir", lambda path, mode=0o777, *, dir_fd=None: _unless(dir_fd is not None, path, mode)),
+}
 
 
 class FactLog:
-    """What the plan's code asks of the filesystem while `recording`: each question and its answer, as
-    `facts_hold` asks it again. Patches `os` for the while (posixpath, shutil, pathlib and platformdirs
-    call through it); a question it cannot repeat (a file descriptor, `dir_fd`, another thread) spoils the
-    log, and a spoiled log writes no record."""
+    """What the plan's code asks of the filesystem while `recording`: each question and its answer, noted as
+    `facts_hold` asks it again. Patches `os` for the while (posixpath, shutil, pathlib and platformdirs call
+    through it); a question it cannot repeat (a file descriptor, a bytes path, `dir_fd`) spoils the log, and a
+    spoiled log writes no record. Other threads' questions are not the plan's: they are not noted."""
 
     def __init__(self) -> None:
         self.facts: list[Fact] = []
@@ -114,128 +124,48 @@ class FactLog:
         import threading  # start-up: loaded by then (the bwrap probe's subprocess)
 
         main = threading.get_ident()
-        originals = {name: getattr(os, name) for name in ("stat", "lstat", "readlink", "scandir", "listdir")}
-        originals |= {name: getattr(os, name) for name in ("access", "getcwd", "mkdir")}
+        originals = {name: getattr(os, name) for name in _QUESTIONS}
 
-        def path_of(value: object) -> str | None:
-            if threading.get_ident() != main:
-                return None
-            if isinstance(value, int):  # a descriptor: not a path a later start could look at
-                self.spoiled = True
-                return None
-            try:
-                found = os.fspath(value)  # type: ignore[call-overload]
-            except TypeError:
-                self.spoiled = True
-                return None
-            if isinstance(found, bytes):
-                self.spoiled = True
-                return None
-            return str(found)
+        def noting(name: str) -> Callable[..., Any]:
+            operation, arguments_of = _QUESTIONS[name]
+            original = originals[name]
 
-        def note(operation: str, arguments: tuple[object, ...], seen: object) -> None:
-            self.facts.append((operation, arguments, seen))
+            def asked(*args: Any, **kwargs: Any) -> Any:
+                arguments = self._arguments(arguments_of(*args, **kwargs)) if threading.get_ident() == main else None
+                try:
+                    answer = original(*args, **kwargs)
+                    if operation == "scandir":  # read whole: noted, and still iterated and used as a context
+                        answer = _Listed(list(answer))
+                except OSError as exc:
+                    if arguments is not None:
+                        self.facts.append((operation, arguments, _refused(operation, exc)))
+                    raise
+                if arguments is not None:
+                    self.facts.append((operation, arguments, _NOTED[operation](answer)))
+                return answer
 
-        def spoil_on(kwargs: dict[str, object], *allowed: str) -> None:
-            if any(key not in allowed and value is not None for key, value in kwargs.items()):
-                self.spoiled = True
+            return asked
 
-        def stat_(path: object, *, dir_fd: int | None = None, follow_symlinks: bool = True) -> os.stat_result:
-            named = path_of(path) if dir_fd is None else None
-            if dir_fd is not None:
-                self.spoiled = True
-            try:
-                found = originals["stat"](path, dir_fd=dir_fd, follow_symlinks=follow_symlinks)
-            except OSError as exc:
-                if named is not None:
-                    note("stat", (named, follow_symlinks), ("err", exc.errno))
-                raise
-            if named is not None:
-                note("stat", (named, follow_symlinks), ("ok", found.st_mode, found.st_uid))
-            return found  # type: ignore[no-any-return]
-
-        def lstat_(path: object, *, dir_fd: int | None = None) -> os.stat_result:
-            return stat_(path, dir_fd=dir_fd, follow_symlinks=False)
-
-        def readlink_(path: object, *, dir_fd: int | None = None) -> str:
-            named = path_of(path) if dir_fd is None else None
-            if dir_fd is not None:
-                self.spoiled = True
-            try:
-                target = originals["readlink"](path, dir_fd=dir_fd)
-            except OSError as exc:
-                if named is not None:
-                    note("readlink", (named,), ("err", exc.errno))
-                raise
-            if named is not None:
-                note("readlink", (named,), ("ok", target))
-            return target  # type: ignore[no-any-return]
-
-        def scandir_(path: object = ".") -> _Listed:
-            named = path_of(path)
-            try:
-                with originals["scandir"](path) as entries:
-                    listed = list(entries)
-            except OSError as exc:
-                if named is not None:
-                    note("scandir", (named,), ("err", exc.errno))
-                raise
-            if named is not None:
-                note("scandir", (named,), ("ok", _entries(listed)))
-            return _Listed(listed)
-
-        def listdir_(path: object = ".") -> list[str]:
-            named = path_of(path)
-            try:
-                names = originals["listdir"](path)
-            except OSError as exc:
-                if named is not None:
-                    note("listdir", (named,), ("err", exc.errno))
-                raise
-            if named is not None:
-                note("listdir", (named,), ("ok", tuple(sorted(names))))
-            return names  # type: ignore[no-any-return]
-
-        def access_(path: object, mode: int, **kwargs: object) -> bool:
-            spoil_on(kwargs)
-            named = path_of(path)
-            allowed = bool(originals["access"](path, mode, **kwargs))
-            if named is not None:
-                note("access", (named, mode), allowed)
-            return allowed
-
-        def getcwd_() -> str:
-            here = str(originals["getcwd"]())
-            if threading.get_ident() == main:
-                note("getcwd", (), here)
-            return here
-
-        def mkdir_(path: object, mode: int = 0o777, *, dir_fd: int | None = None) -> None:
-            named = path_of(path) if dir_fd is None else None
-            if dir_fd is not None:
-                self.spoiled = True
-            try:
-                originals["mkdir"](path, mode, dir_fd=dir_fd)
-            except FileExistsError:
-                if named is not None:
-                    note("mkdir", (named, mode), ("ok",))
-                raise
-            except OSError as exc:
-                if named is not None:
-                    note("mkdir", (named, mode), ("err", exc.errno))
-                raise
-            if named is not None:
-                note("mkdir", (named, mode), ("ok",))
-
-        patched = {"stat": stat_, "lstat": lstat_, "readlink": readlink_, "scandir": scandir_}
-        patched |= {"listdir": listdir_, "access": access_, "getcwd": getcwd_, "mkdir": mkdir_}
-        for name, replacement in patched.items():
-            setattr(os, name, replacement)
+        for name in _QUESTIONS:
+            setattr(os, name, noting(name))
         try:
             yield self
         finally:
             for name, original in originals.items():
                 setattr(os, name, original)
+
+    def _arguments(self, arguments: tuple[object, ...] | None) -> tuple[object, ...] | None:
+        """A fact's arguments, its path as a str; None, and the log spoiled, for a question a later start could
+        not ask again (a `dir_fd`, a descriptor, a bytes path)."""
+        if arguments == ():
+            return arguments
+        if arguments is not None and not isinstance(arguments[0], int):
+            with contextlib.suppress(TypeError):
+                path = os.fspath(arguments[0])  # type: ignore[call-overload]
+                if isinstance(path, str):
+                    return (path, *arguments[1:])
+        self.spoiled = True
+        return None
 
 
 class _Listed:

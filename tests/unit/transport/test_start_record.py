@@ -118,6 +118,16 @@ def test_what_cannot_be_asked_again_spoils_the_log(home: Path) -> None:
     assert log.spoiled
 
 
+def test_a_question_asked_with_its_defaults_spelled_out_is_noted_and_another_kind_spoils(home: Path) -> None:
+    log = FactLog()
+    with log.recording():
+        os.access(home, os.R_OK, follow_symlinks=True)  # the same question as os.access(home, os.R_OK)
+    assert log.facts == [("access", (str(home), os.R_OK), True)] and not log.spoiled
+    with log.recording():
+        os.access(home, os.R_OK, effective_ids=True)  # not the question a later start asks
+    assert log.spoiled
+
+
 def test_another_threads_questions_are_not_noted_and_os_is_restored(home: Path) -> None:
     originals = (os.stat, os.lstat, os.listdir, os.scandir, os.mkdir, os.access, os.getcwd, os.readlink)
     log = FactLog()
