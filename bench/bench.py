@@ -43,6 +43,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from procstat import cpu_ticks
 from scratch_dirs import scratch_dirs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,13 +71,6 @@ class BenchError(RuntimeError):
 # --------------------------------------------------------------------------------------------
 # /proc helpers
 # --------------------------------------------------------------------------------------------
-
-
-def proc_cpu_ticks(pid: int) -> tuple[int, int]:
-    """(utime, stime) of a process (all its threads, dead ones included), in clock ticks."""
-    text = Path(f"/proc/{pid}/stat").read_text()
-    fields = text.rsplit(")", 1)[1].split()
-    return int(fields[11]), int(fields[12])  # fields 14 and 15 of stat(5)
 
 
 def proc_thread_cpu_ns(pid: int) -> dict[int, int] | None:
@@ -133,11 +127,11 @@ class CpuMeter:
         self._t0: tuple[tuple[int, int], dict[int, int] | None] | None = None
 
     def start(self) -> None:
-        self._t0 = (proc_cpu_ticks(self.pid), proc_thread_cpu_ns(self.pid))
+        self._t0 = (cpu_ticks(self.pid), proc_thread_cpu_ns(self.pid))
 
     def stop(self) -> None:
         assert self._t0 is not None
-        (utime, stime), threads = proc_cpu_ticks(self.pid), proc_thread_cpu_ns(self.pid)
+        (utime, stime), threads = cpu_ticks(self.pid), proc_thread_cpu_ns(self.pid)
         (utime0, stime0), threads0 = self._t0
         self.ticks += utime + stime - utime0 - stime0
         self.sys_ticks += stime - stime0

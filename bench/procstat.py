@@ -1,4 +1,4 @@
-"""What the benchmarks read of processes in /proc: their children and their on-CPU time.
+"""What the benchmarks read of processes in /proc: their children and their CPU time.
 
 A module beside the scripts (running `python bench/NAME.py` puts bench/ on `sys.path`); /proc/N/stat
 is read rather than /proc/N/task/*/children, so a non-dumpable process (the proxy) is seen too.
@@ -46,3 +46,9 @@ def cpu_ns(pid: int) -> int:
             with contextlib.suppress(OSError, ValueError):
                 total += int((task / "schedstat").read_text().split()[0])
     return total
+
+
+def cpu_ticks(pid: int) -> tuple[int, int]:
+    """(utime, stime) of a process, all its threads, exited ones included (/proc/PID/stat), in clock ticks."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]), int(fields[12])  # fields 14 and 15 of stat(5)

@@ -26,6 +26,7 @@ import tempfile
 from pathlib import Path
 
 import serve_bench as sb
+from procstat import cpu_ticks
 from scratch_dirs import scratch_dirs
 
 HERE = Path(__file__).resolve().parent
@@ -34,9 +35,7 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 def own_cpu_seconds(pid: int) -> float:
     """utime + stime of `pid` alone (its children are not counted)."""
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
+    return sum(cpu_ticks(pid)) / TICKS
 
 
 def front_command(front: str, python: str, port: int, server: list[str]) -> list[str]:
