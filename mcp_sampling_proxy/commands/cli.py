@@ -391,7 +391,7 @@ def _keep_record(
         record = Record(
             key=key,
             policy=policy,
-            policy_digest=policy_digest(policy_text),
+            policy_digest=policy_digest(policy_text.encode("utf-8")) if policy_text is not None else None,
             facts=facts.facts,
             words=sandbox.prefix,
             env=sandbox.env,

@@ -19,7 +19,6 @@ Lean on purpose: this module imports only what a byte relay would, and marshal, 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import signal
 import sys
@@ -32,6 +31,7 @@ from mcp_sampling_proxy.transport.start_record import (
     MAX_POLICY_BYTES,
     Record,
     forget_record,
+    policy_digest,
     read_or_none,
     read_record,
     start_key,
@@ -69,8 +69,8 @@ _THIS = _ThisStart()
 
 
 def attempt(argv: Sequence[str]) -> None:
-    """Start the server now when the record of this start holds (see the module's docstring). Never
-    raises: anything unexpected means the usual start."""
+    """Start the server now when the record of this start (its command line `argv`, a server's: entry.py
+    tells) holds (see the module's docstring). Never raises: anything unexpected means the usual start."""
     try:
         _attempt(list(argv))
     except Exception:
@@ -78,8 +78,8 @@ def attempt(argv: Sequence[str]) -> None:
 
 
 def _attempt(argv: list[str]) -> None:
-    if not sys.platform.startswith("linux") or "--" not in argv or not argv[0].startswith("-"):
-        return  # a server's command line starts with the proxy's options or '--'; a subcommand never gets here
+    if not sys.platform.startswith("linux"):
+        return
     environ = dict(os.environ)
     if not environ.get("XDG_RUNTIME_DIR") and not environ.get("MCP_SAMPLING_PROXY_RUNTIME_DIR"):
         return  # the runtime directory would be found by trying to write in /tmp: not a fact looked at again
@@ -93,7 +93,7 @@ def _attempt(argv: list[str]) -> None:
         return
     if record.policy is not None:
         text = read_or_none(record.policy, MAX_POLICY_BYTES)
-        if text is None or hashlib.sha256(text).hexdigest() != record.policy_digest:
+        if text is None or policy_digest(text) != record.policy_digest:
             return
     if not facts_hold(record.facts):
         return

@@ -78,8 +78,9 @@ def _seal(key: bytes, payload: bytes) -> bytes:
     return hmac.new(key, SEAL_KIND + payload, hashlib.sha256).digest()
 
 
-def policy_digest(text: str | None) -> str | None:
-    return None if text is None else hashlib.sha256(text.encode("utf-8")).hexdigest()
+def policy_digest(data: bytes) -> str:
+    """The policy file's digest, of its bytes (the text the usual start read, encoded again, is the same)."""
+    return hashlib.sha256(data).hexdigest()
 
 
 class Record:
