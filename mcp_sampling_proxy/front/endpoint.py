@@ -47,7 +47,6 @@ import anyio
 import anyio.abc
 from msgspec import Struct, field
 from starlette.datastructures import Headers
-from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -56,10 +55,18 @@ from mcp_sampling_proxy.audit.recorder import AuditLog
 from mcp_sampling_proxy.config.child_env import child_environment
 from mcp_sampling_proxy.config.settings import Settings
 from mcp_sampling_proxy.front.event_store import EventLimits, SessionEventStore
-from mcp_sampling_proxy.front.http_host import Emit, StatelessHost, Streamed, event_stream
+from mcp_sampling_proxy.front.http_host import Emit, StatelessHost, Streamed, event_stream, json_answer
 from mcp_sampling_proxy.front.http_server import Server, server_config, survive_signal_replay
 from mcp_sampling_proxy.front.http_session import PROTOCOL_VERSION_HEADER, SESSION_ID_HEADER, HttpSession
-from mcp_sampling_proxy.front.request_checks import RequestChecks, accepts, body_of, json_error, limit_body
+from mcp_sampling_proxy.front.request_checks import (
+    HEAD,
+    RequestChecks,
+    accepts,
+    body_of,
+    head_of,
+    json_error,
+    limit_body,
+)
 from mcp_sampling_proxy.front.tokens import Tokens
 from mcp_sampling_proxy.log import Throttle, get_logger
 from mcp_sampling_proxy.protocol import capabilities, eras, jsonrpc
@@ -180,7 +187,7 @@ class Front:
     async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
-        request = Request(scope, receive)
+        head = head_of(scope)
         path = scope["path"]
         if path == HEALTH and scope["method"] in ("GET", "HEAD"):
             await _healthy()(scope, receive, send)
@@ -193,32 +200,32 @@ class Front:
             await json_error(404, f"Not Found: the MCP endpoint is {ENDPOINT}")(scope, receive, send)
             return
         if guard is not None:
-            client = await guard.admit(scope, receive, send, lambda why: self._note_refusal(request, why))
+            client = await guard.admit(scope, receive, send, lambda why: self._note_refusal(scope, why))
             if client is None:
                 return
         else:
-            client, refusal = self._authenticate(request)
+            client, refusal = self._authenticate(scope, head)
             if refusal is not None:
                 await refusal(scope, receive, send)
                 return
-        version = request.headers.get(PROTOCOL_VERSION_HEADER)
-        if version in eras.MODERN_VERSIONS and SESSION_ID_HEADER not in request.headers:
-            answer = await self._stateless(client, request)
+        version = head.get(PROTOCOL_VERSION_HEADER)
+        if version in eras.MODERN_VERSIONS and SESSION_ID_HEADER not in head:
+            answer = await self._stateless(client, scope, head, version)
             await answer(scope, receive, send)
             return
         if version is not None and version not in eras.HANDSHAKE_VERSIONS:
-            await (await _unsupported_version(request, version))(scope, receive, send)
+            await _unsupported_version(scope, version)(scope, receive, send)
             return
-        session_id = request.headers.get(SESSION_ID_HEADER)
+        is_post = scope["method"] == "POST"
+        session_id = head.get(SESSION_ID_HEADER)
         if session_id is None:
-            if request.method != "POST":
+            if not is_post:
                 await json_error(400, "Bad Request: no Mcp-Session-Id; open a session with an initialize POST")(
                     scope, receive, send
                 )
                 return
-            body = body_of(request)
             refused = (
-                self._checks.refusal(request.headers, is_post=True) or _not_acceptable(request) or _not_an_opening(body)
+                self._checks.refusal(head, is_post=True) or _not_acceptable(head) or _not_an_opening(body_of(scope))
             )
             if refused is not None:  # answered before a server is started for it
                 await refused(scope, receive, send)
@@ -228,18 +235,18 @@ class Front:
         served = self.sessions.get(session_id)
         if served is None or served.client != client:  # another caller's session looks like no session
             # a rebound page naming a session it guessed is refused as one without, not told 404
-            refused = self._checks.refusal(request.headers, is_post=request.method == "POST")
+            refused = self._checks.refusal(head, is_post=is_post)
             await (refused or json_error(404, "Not Found: no such session (it ended, or expired): initialize again"))(
                 scope, receive, send
             )
             return
-        refused = self._checks.refusal(request.headers, is_post=request.method == "POST")
+        refused = self._checks.refusal(head, is_post=is_post)
         if refused is not None:
             await refused(scope, receive, send)
             return
-        headers = request.headers
-        resume = headers.get("last-event-id")
-        if request.method == "GET" and resume is not None and not served.http.events.holds(resume):
+        headers = Headers(scope=scope)
+        resume = head.get("last-event-id")
+        if scope["method"] == "GET" and resume is not None and not served.http.events.holds(resume):
             if served.http.events.was_get_streams(resume):  # its missed events are gone: the stream goes on
                 log.warning("a GET stream resumed after events no longer kept", session=session_id[:8])
                 scope = _without(scope, b"last-event-id")
@@ -255,15 +262,15 @@ class Front:
         if served.http.terminated:
             served.end("the client ended the session (DELETE)")
 
-    def _authenticate(self, request: Request) -> tuple[str | None, JSONResponse | None]:
+    def _authenticate(self, scope: Scope, head: dict[str, str]) -> tuple[str | None, JSONResponse | None]:
         """(the client's name, None), or (None, the 401 to answer) when a token is needed and wrong."""
         tokens = self.options.tokens
         if not tokens.required:
             return None, None
-        scheme, _, presented = request.headers.get("authorization", "").partition(" ")
+        scheme, _, presented = head.get("authorization", "").partition(" ")
         client = tokens.identify(presented.strip()) if scheme.lower() == "bearer" else None
         if client is None:
-            self._note_refusal(request, "no valid token")
+            self._note_refusal(scope, "no valid token")
             if scheme.lower() == "bearer" and tokens.is_whole_line(presented.strip()):
                 message = (
                     "Unauthorized: that is a whole line of --token-file (NAME:TOKEN); send only the part after "
@@ -276,10 +283,10 @@ class Front:
             return None, response
         return client, None
 
-    def _note_refusal(self, request: Request, why: str) -> None:
+    def _note_refusal(self, scope: Scope, why: str) -> None:
         held = self._refusals.admit()  # a caller guessing tokens must not bury the log
         if held is not None:
-            log.warning("refused an HTTP request: " + why, peer=_peer(request), unlogged=held or None)
+            log.warning("refused an HTTP request: " + why, peer=_peer(scope), unlogged=held or None)
 
     async def _open(self, client: str | None, scope: Scope, receive: Receive, send: Send) -> None:
         """A new session: its server, its relay, then its transport answers the opening request."""
@@ -319,23 +326,22 @@ class Front:
         return len(self.sessions) + len(self.lanes) >= self.options.max_sessions
 
     # -- 2026-07-28: stateless requests ----------------------------------------------------------
-    async def _stateless(self, client: str | None, request: Request) -> ASGIApp:
+    async def _stateless(self, client: str | None, scope: Scope, head: dict[str, str], version: str) -> ASGIApp:
         """One 2026-07-28 request, answered in the POST's body by the caller's lane."""
-        if request.method != "POST":
+        if scope["method"] != "POST":
             return json_error(405, "Method Not Allowed: a 2026-07-28 request is a POST (there is no GET stream)")
-        refused = self._checks.refusal(request.headers, is_post=True)  # Host, Origin, Content-Type
+        refused = self._checks.refusal(head, is_post=True)  # Host, Origin, Content-Type
         if refused is not None:
             return refused
         try:
-            message = jsonrpc.parse_keeping_integers(body_of(request))  # encoded again for the lane
+            message = jsonrpc.parse_keeping_integers(body_of(scope))  # encoded again for the lane
         except ValueError as exc:
             return json_error(400, f"Parse error: {exc}", jsonrpc.PARSE_ERROR)
         if not isinstance(message, dict) or not isinstance(message.get("method"), str):
             return json_error(400, "Bad Request: the body must be one JSON-RPC request or notification")
-        named = request.headers.get("mcp-method")
+        named = head.get("mcp-method")
         if named is not None and named != message["method"]:
             return json_error(400, f"Bad Request: Mcp-Method {named[:80]!r} does not name the body's method")
-        version = request.headers.get(PROTOCOL_VERSION_HEADER)
         refusal = eras.http_refusal(message, version) if jsonrpc.usable_id(message.get("id")) else None
         if refusal is not None:  # refused before a server is started for it
             status, error = refusal
@@ -357,27 +363,27 @@ class Front:
         assert lane.relay is not None
         lane.last_used = time.monotonic()
         if "id" not in message:
-            lane.relay.from_host(jsonrpc.dumps(message))
+            lane.relay.from_host_message(message, jsonrpc.dumps(message))
             return Response(status_code=202)
         if not jsonrpc.usable_id(message["id"]):
             return json_error(400, "Bad Request: a request needs a string or integer id")
         listens = message["method"] == "subscriptions/listen"  # a stream, unless the server refuses it at once
-        streams = listens or "text/event-stream" in request.headers.get("accept", "")
+        streams = listens or "text/event-stream" in head.get("accept", "")
         try:
             if streams:  # progress and log messages as the server sends them, when there are any
                 opening = lane.link.listen if listens else lane.link.call
-                streamed = await opening(message, lane.relay.from_host)
+                streamed = await opening(message, lane.relay.from_host_message)
                 if streamed.rest is not None:
                     return _call_stream(lane, streamed)
                 answer = streamed.first
             else:
-                answer = await lane.link.exchange(message, lane.relay.from_host)
+                answer = await lane.link.exchange(message, lane.relay.from_host_message)
         finally:
             lane.last_used = time.monotonic()
         not_found = jsonrpc.as_object(answer.get("error")).get("code") == jsonrpc.METHOD_NOT_FOUND
         status = 404 if not_found else 200  # SEP-2575: 404 for no such method
         # written by orjson (JSONResponse's stdlib encoder took a tenth of serve's CPU for a request)
-        return Response(jsonrpc.dumps(answer), status_code=status, media_type="application/json")
+        return json_answer(jsonrpc.dumps(answer), status)
 
     async def _open_lane(self, client: str | None) -> _Lane:
         upstream = await self._upstream()
@@ -395,7 +401,8 @@ class Front:
         return lane
 
     async def _run_lane(self, lane: _Lane) -> None:
-        async def opened(_relay: Relay, tg: anyio.abc.TaskGroup) -> None:
+        async def opened(relay: Relay, tg: anyio.abc.TaskGroup) -> None:
+            relay.answers_to_host = lane.link.take  # its answers as messages: it puts the caller's ids back
             lane.ready.set()
             tg.start_soon(self._expire_lane, lane)
 
@@ -660,10 +667,10 @@ def _healthy() -> Response:
     return Response("ok\n", media_type="text/plain", headers={"Cache-Control": "no-store"})
 
 
-def _not_acceptable(request: Request) -> JSONResponse | None:
+def _not_acceptable(head: dict[str, str]) -> JSONResponse | None:
     """The 406 a session's transport answers a POST that does not accept both JSON and an event stream,
     given before a server is started for a session that could not be used."""
-    takes_json, takes_events = accepts(request.headers)
+    takes_json, takes_events = accepts(head)
     if takes_json and takes_events:
         return None
     return json_error(406, "Not Acceptable: Client must accept both application/json and text/event-stream")
@@ -686,8 +693,9 @@ def _not_an_opening(body: bytes) -> JSONResponse | None:
 
 
 def _without(scope: Scope, header: bytes) -> Scope:
-    """The request without one header."""
-    return {**scope, "headers": [(k, v) for k, v in scope["headers"] if k.lower() != header]}
+    """The request without one header (and without the headers `head_of` read, which held it)."""
+    kept = {key: value for key, value in scope.items() if key != HEAD}
+    return {**kept, "headers": [(k, v) for k, v in scope["headers"] if k.lower() != header]}
 
 
 def _checks(host: str, port: int, resource: str | None = None, allowed: tuple[str, ...] = ()) -> RequestChecks:
@@ -710,8 +718,9 @@ def _netloc(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def _peer(request: Request) -> str:
-    return f"{request.client.host}:{request.client.port}" if request.client else "?"
+def _peer(scope: Scope) -> str:
+    client = scope.get("client")
+    return f"{client[0]}:{client[1]}" if client else "?"
 
 
 def _call_stream(lane: _Lane, streamed: Streamed) -> ASGIApp:
@@ -727,11 +736,11 @@ def _call_stream(lane: _Lane, streamed: Streamed) -> ASGIApp:
     return event_stream(produce)
 
 
-async def _unsupported_version(request: Request, version: str) -> JSONResponse:
+def _unsupported_version(scope: Scope, version: str) -> JSONResponse:
     """SEP-2575's UnsupportedProtocolVersionError (400, -32022) with the request's id: `supported` lists
     what a caller can ask for without a handshake (as server/discover does), `requested` echoes it."""
     try:
-        message = jsonrpc.parse(body_of(request))
+        message = jsonrpc.parse(body_of(scope))
     except ValueError:
         message = None
     request_id = message.get("id") if isinstance(message, dict) and jsonrpc.usable_id(message.get("id")) else None

@@ -1,6 +1,6 @@
 """The host's side of 2026-07-28 requests (no session: each POST one request, its answer the body), for
-the relay that talks to hosts in lines; and `event_stream`, the SSE answer both eras' streams are written
-with. A handshake-era session's HTTP is front/http_session.py.
+the relay; `json_answer`, how such an answer is written; and `event_stream`, the SSE answer both eras'
+streams are written with. A handshake-era session's HTTP is front/http_session.py.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ log = get_logger("mcp_sampling_proxy.front.http_host")
 LISTEN_BUFFER = 256  # notifications a listen stream holds for a caller that reads slower than the server sends
 
 Emit = Callable[[dict[str, Any]], Awaitable[None]]  # sends one message on a stream to the client
+ToRelay = Callable[[dict[str, Any], bytes], None]  # a message and its encoding, to the relay (`from_host_message`)
 
 
 class StatelessHost:
@@ -51,15 +52,19 @@ class StatelessHost:
         return len(self._waiting) + len(self._listens) + len(self._calls)
 
     def send(self, line: bytes) -> None:
-        """The relay's `to_host`: an answer wakes the request waiting for it (or ends its stream), a
-        subscription's notification goes on its listen stream, a request's progress and the log messages
-        on the streams of the requests in flight; anything else is dropped."""
+        """The relay's `to_host`: what `take` takes, encoded."""
         try:
             message = jsonrpc.parse_keeping_integers(line)  # encoded again, under the caller's id
         except ValueError:
             return
-        if not isinstance(message, dict):
-            return
+        if isinstance(message, dict):
+            self.take(message)
+
+    def take(self, message: dict[str, Any]) -> None:
+        """A message of the relay's for the caller (also its `answers_to_host`): an answer wakes the request
+        waiting for it (or ends its stream), a subscription's notification goes on its listen stream, a
+        request's progress and the log messages on the streams of the requests in flight; anything else is
+        dropped."""
         if self._to_listen(message) or self._to_call(message):
             return
         if "method" in message:
@@ -69,8 +74,8 @@ class StatelessHost:
             slot.append(message)
             self._events[str(message.get("id"))].set()
 
-    async def exchange(self, message: dict[str, Any], on_line: Callable[[bytes], None]) -> dict[str, Any]:
-        """Send one request through the relay (`on_line`) and return its answer, under the caller's id."""
+    async def exchange(self, message: dict[str, Any], relay: ToRelay) -> dict[str, Any]:
+        """Send one request through the relay and return its answer, under the caller's id."""
         if self.closed:
             return _server_ended(message)
         self._count += 1
@@ -78,12 +83,12 @@ class StatelessHost:
         slot: list[dict[str, Any]] = []
         self._waiting[private], self._events[private] = slot, anyio.Event()
         try:
-            on_line(jsonrpc.dumps({**message, "id": private}))
+            _send(relay, {**message, "id": private})
             await self._events[private].wait()
         except anyio.get_cancelled_exc_class():  # the caller went away: the relay stops the work
             if not slot and not self.closed:
                 cancel = {"requestId": private, "reason": "the HTTP client disconnected"}
-                on_line(jsonrpc.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel}))
+                _send(relay, {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel})
             raise
         finally:
             del self._waiting[private], self._events[private]
@@ -124,12 +129,12 @@ class StatelessHost:
         opened.inbox.close()
         return True
 
-    async def call(self, message: dict[str, Any], on_line: Callable[[bytes], None]) -> Streamed:
+    async def call(self, message: dict[str, Any], relay: ToRelay) -> Streamed:
         """Send one request through the relay, to be answered as a stream: returns once the first thing for
         it is there (its answer alone: answer it as JSON; a notification first: stream the rest)."""
         meta = jsonrpc.as_object(jsonrpc.as_object(message.get("params")).get("_meta"))
         token = meta.get("progressToken")
-        return await self._open(message, on_line, self._calls, token, "the HTTP client disconnected")
+        return await self._open(message, relay, self._calls, token, "the HTTP client disconnected")
 
     def _to_listen(self, message: dict[str, Any]) -> bool:
         """Put a listen's answer, or a notification naming its subscription, on its stream (under the
@@ -165,19 +170,19 @@ class StatelessHost:
         listen = self._listens.get(private)
         return len(listen.inbox) if listen is not None else 0
 
-    async def listen(self, message: dict[str, Any], on_line: Callable[[bytes], None]) -> Streamed:
+    async def listen(self, message: dict[str, Any], relay: ToRelay) -> Streamed:
         """Send a `subscriptions/listen` through the relay; returns once the first thing for it is there:
         an answer alone (the server refused it: answer it as JSON, a 404 for a method it does not have, as
         directly), or its first notification, with the rest to stream until its answer (the server ending
         it), the server's end, or the caller going away (cancelled: the relay is told, so the subscription
         closes)."""
         reason = "the HTTP client closed its subscriptions/listen stream"
-        return await self._open(message, on_line, self._listens, None, reason)
+        return await self._open(message, relay, self._listens, None, reason)
 
     async def _open(
         self,
         message: dict[str, Any],
-        on_line: Callable[[bytes], None],
+        relay: ToRelay,
         table: dict[str, _Open],
         token: Any,
         reason: str,
@@ -198,12 +203,12 @@ class StatelessHost:
                 inbox.close()
             if cancel and final is None and not self.closed:  # gone before the answer: the relay stops the work
                 params = {"requestId": private, "reason": reason}
-                on_line(jsonrpc.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}))
+                _send(relay, {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params})
 
         streamed = Streamed(None, inbox, end, lambda: self._finals.get(private))
         assert streamed.rest is not None
         try:
-            on_line(jsonrpc.dumps({**message, "id": private}))
+            _send(relay, {**message, "id": private})
             streamed.first = await streamed.rest.receive()
         except anyio.EndOfStream:  # the stream filled before a reader came, or the server ended
             streamed.first = streamed.kept() or _server_ended(message)
@@ -242,6 +247,10 @@ class _Open(Struct, frozen=True):
     inbox: Inbox[dict[str, Any]]
     caller_id: Any
     token: Any = None
+
+
+def _send(relay: ToRelay, message: dict[str, Any]) -> None:
+    relay(message, jsonrpc.dumps(message))
 
 
 def _server_ended(message: dict[str, Any]) -> dict[str, Any]:
@@ -288,6 +297,18 @@ class Streamed:
                     answered = True
         finally:
             self.end(cancel=not answered)
+
+
+def json_answer(body: bytes, status: int = 200) -> ASGIApp:
+    """An ASGI answer of one JSON body, written as Starlette's Response writes it (its length, its type),
+    without building one for each call."""
+    headers = [(b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")]
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    return app
 
 
 def event_stream(produce: Callable[[Emit], Awaitable[None]]) -> ASGIApp:

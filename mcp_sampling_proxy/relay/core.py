@@ -108,6 +108,9 @@ class Relay:
         self.rounds = HostRounds(self._to_host, self._rekey)
         self.closed = False
         self.second_leg: SecondLeg | None = None  # set by a session that can open one (runtime.py, front/endpoint.py)
+        # set by a host that takes the final answers to its requests as messages (the HTTP front's 2026 lane,
+        # which reads each to put its caller's id back): not encoded here to be parsed there again
+        self.answers_to_host: Callable[[dict[str, Any]], None] | None = None
         self._modern: Send | None = None  # the 2026 connection, while open
         self._modern_tried = False  # opened once a session at most: a server cannot make the proxy start it again
         self._modern_opening = anyio.Lock()
@@ -132,6 +135,10 @@ class Relay:
             for member in msg:
                 self._guarded(self._host_message, member, None, self._to_host)
             return
+        self._guarded(self._host_message, msg, line, self._to_host)
+
+    def from_host_message(self, msg: dict[str, Any], line: bytes) -> None:
+        """One host message its host has already read (`line`, its encoding): as `from_host`, not parsed again."""
         self._guarded(self._host_message, msg, line, self._to_host)
 
     def _guarded(
@@ -359,7 +366,11 @@ class Relay:
             request.final = response
             return
         self._forget(request)
-        self._to_host(jsonrpc.dumps({**response, "id": request.host_id}))
+        answer = {**response, "id": request.host_id}
+        if self.answers_to_host is not None:
+            self.answers_to_host(answer)
+        else:
+            self._to_host(jsonrpc.dumps(answer))
 
     # -- the bridge's own messages (relay/bridge.py) ----------------------------------------------
     def answer_host(

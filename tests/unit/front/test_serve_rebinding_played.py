@@ -89,3 +89,26 @@ async def test_a_rebound_request_naming_a_session_is_refused_as_one_without() ->
     assert (listen.status_code, listen.text) == (421, "Invalid Host header")
     assert (evil.status_code, evil.text) == (403, "Invalid Origin header")
     assert own.status_code == 404  # its own pages get on to the unknown session
+
+
+async def test_a_header_sent_twice_is_read_as_its_first() -> None:
+    """A page cannot slip past the checks by naming this endpoint in a second Host or Origin: the first of
+    each is the one checked (as Starlette reads headers), in both eras."""
+    port = free_port()
+    own_host, own_origin = f"127.0.0.1:{port}", f"http://127.0.0.1:{port}"
+    modern = {"jsonrpc": "2.0", "id": 7, "method": "tools/list", "params": {"_meta": MODERN_META}}
+    modern_headers = [("MCP-Protocol-Version", MODERN), ("Mcp-Method", "tools/list")]
+    base = [("Accept", ACCEPT), ("Content-Type", "application/json")]
+    twice_host = [("Host", f"attacker.example:{port}"), ("Host", own_host)]
+    twice_origin = [("Host", own_host), ("Origin", "http://evil.test"), ("Origin", own_origin)]
+    async with played_serve("--listen", f"127.0.0.1:{port}") as served:
+        answers = [
+            await served.http.post(served.url, json=body, headers=base + extra + twice)
+            for body, extra in ((LISTING, []), (modern, modern_headers))
+            for twice in (twice_host, twice_origin)
+        ]
+        assert served.front.sessions == {} and served.front.lanes == {}
+    assert [(answer.status_code, answer.text) for answer in answers] == [
+        (421, "Invalid Host header"),
+        (403, "Invalid Origin header"),
+    ] * 2

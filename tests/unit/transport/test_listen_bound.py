@@ -37,7 +37,7 @@ async def test_a_flood_for_a_slow_listener_is_bounded_and_the_stream_goes_on() -
     listen = {"jsonrpc": "2.0", "id": "mine", "method": "subscriptions/listen", "params": {}}
 
     async def listening() -> None:
-        streamed = await host.listen(listen, sent.append)
+        streamed = await host.listen(listen, lambda _message, line: sent.append(line))
         await streamed.drain(slow_caller)
 
     async with anyio.create_task_group() as tg:
