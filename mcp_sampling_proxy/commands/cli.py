@@ -233,6 +233,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from mcp_sampling_proxy.transport.early_start import this_start  # start-up: not for --help
     from mcp_sampling_proxy.transport.plan_facts import FactLog  # start-up: not for --help or a subcommand
 
+    # the state key first: its making is no fact of the plan (a first start's record then holds at the next)
+    new_seal = _prepare_state()
     # what the sandbox plan is made from, for the record of this start (transport/start_record.py)
     facts = FactLog() if command and this_start() is not None else None
     with facts.recording() if facts is not None else contextlib.nullcontext():
@@ -247,7 +249,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             policy_text = read_policy_text(args.policy) if args.policy is not None else None
         except PolicyError as exc:
             return fail(str(exc), 2)
-        new_seal = _prepare_state()
         # before the server starts: a file it wrote meanwhile would be sealed as ours, or lost to our rewrite
         adoption_error = _adopt_state(args.log_level, args.log_format) if new_seal else None
         if command:
@@ -382,8 +383,8 @@ def _keep_record(
     named = this_start()
     if named is None or facts.spoiled or not sandbox.active or outcome() == "early":
         return
-    if not facts_hold(facts.facts):  # this start made what it looked for (a first start's directories): the next
-        return  # start reads otherwise, and records what it finds
+    if not facts_hold(facts.facts):  # the filesystem changed under the plan (the server made a directory it
+        return  # scans, or another process): the next start reads otherwise, and records what it finds
     key, directory = named
     try:
         if str(state_dir(create=False)) != directory:  # found another way than the early start looks

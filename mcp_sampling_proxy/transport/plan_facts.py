@@ -15,6 +15,7 @@ transport/early_start.py asks them again before it spawns a server under a recor
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
@@ -63,6 +64,9 @@ _NOTED: dict[str, Callable[[Any], object]] = {
     "getcwd": str,
     "mkdir": lambda _made: ("ok",),
 }
+
+
+_NO_PARENT = ("err", errno.ENOENT)  # a mkdir's failure when a parent is missing
 
 
 def _refused(operation: str, exc: OSError) -> object:
@@ -138,9 +142,14 @@ class FactLog:
                         answer = _Listed(list(answer))
                 except OSError as exc:
                     if arguments is not None:
-                        self.facts.append((operation, arguments, _refused(operation, exc)))
+                        refused = _refused(operation, exc)
+                        if refused == ("ok",):
+                            self._made(arguments)
+                        self.facts.append((operation, arguments, refused))
                     raise
                 if arguments is not None:
+                    if operation == "mkdir":
+                        self._made(arguments)
                     self.facts.append((operation, arguments, _NOTED[operation](answer)))
                 return answer
 
@@ -153,6 +162,13 @@ class FactLog:
         finally:
             for name, original in originals.items():
                 setattr(os, name, original)
+
+    def _made(self, arguments: tuple[object, ...]) -> None:
+        """A directory made (or there): its earlier attempts that failed for want of its parent go. That is
+        `mkdir(parents=True)` making the parents and trying again; what the plan goes on from is the directory
+        made, and a later start, asking in order, makes the parents first. (A first start would otherwise
+        note a failure no later start sees again, and keep no record.)"""
+        self.facts = [fact for fact in self.facts if fact[:2] != ("mkdir", arguments) or fact[2] != _NO_PARENT]
 
     def _arguments(self, arguments: tuple[object, ...] | None) -> tuple[object, ...] | None:
         """A fact's arguments, its path as a str; None, and the log spoiled, for a question a later start could

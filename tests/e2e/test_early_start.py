@@ -46,10 +46,9 @@ def test_a_sandboxed_server_starts_early_while_the_record_of_its_last_start_hold
 ) -> None:
     policy = write_policy(tmp_path, "rules: []\n")
     command = proxy_command(policy)
-    logs = [start(command, env, tmp_path / "start-0.log")]
-    while EARLY not in logs[-1] and len(logs) < 5:  # a start that made its directories (or state files)
-        logs.append(start(command, env, tmp_path / f"start-{len(logs)}.log"))  # reads otherwise the next time
-    assert EARLY not in logs[0] and EARLY in logs[-1], logs
+    # the first start makes the state key and the server's data directory, and still records what it planned
+    logs = [start(command, env, tmp_path / "start-0.log"), start(command, env, tmp_path / "start-1.log")]
+    assert EARLY not in logs[0] and EARLY in logs[1], logs
     assert "server sandboxed" in logs[-1] and STALE not in "".join(logs)
     assert EARLY in start(command, env, tmp_path / "call.log", call=True)  # and it serves as any other
     (record,) = (tmp_path / "state" / "mcp-sampling-proxy" / "starts").iterdir()

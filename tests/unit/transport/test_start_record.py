@@ -66,6 +66,20 @@ def test_facts_hold_until_the_filesystem_reads_otherwise(home: Path) -> None:
     assert facts_hold(log.facts)
 
 
+def test_a_directory_made_with_its_parents_holds_at_once_and_is_made_again(home: Path) -> None:
+    """A first start makes its data directory and the missing parents (`mkdir(parents=True)` fails for want of
+    a parent, makes it, tries again): the failures it went past are not facts, so its record holds at once;
+    asked again where the directories are gone, they are made in order, as then."""
+    data = home / "share" / "proxy" / "servers" / "one"
+    log = FactLog()
+    with log.recording():
+        data.mkdir(mode=0o700, parents=True)
+    assert [fact[2] for fact in log.facts] == [("ok",)] * 4
+    assert facts_hold(log.facts)
+    shutil.rmtree(home / "share")
+    assert facts_hold(log.facts) and data.is_dir()
+
+
 @pytest.mark.parametrize(
     "change",
     [
