@@ -4,7 +4,8 @@ After a start that sandboxed its server, the proxy writes a record (`starts/` in
 file per start key): the bwrap words and variables the plan gave, the server's command, the names of the
 variables withheld from it, the policy file's digest, and the facts the plan was made from
 (transport/plan_facts.py). The start key covers everything else the plan depends on: the command line,
-the whole environment, the working directory, the user, the interpreter and the proxy's version. The
+the environment (but the values of variables set anew for each launch, which no plan reads), the working
+directory, the user, the interpreter and the proxy's version. The
 record is sealed with the state key (quotas/integrity.py's `integrity.key`), as remembered approvals
 are: a sandboxed server cannot see the state directory; one that ran unconfined could forge a seal
 (docs/security.md). transport/early_start.py reads it before anything heavy is loaded: so does this
@@ -35,9 +36,27 @@ STATE_KEY_BYTES = 32  # and its KEY_BYTES
 MAX_POLICY_BYTES = 16 * 1024 * 1024  # config/policy_file.py's (that module loads PyYAML)
 
 
+# Variables a host or a terminal sets anew for each launch and no plan reads (a test holds the package to
+# that): a start is named by whether they are set, not by their values, and the server gets them as this
+# launch gives them. Claude Code gives every stdio server its session's id (CLAUDE_CODE_SESSION_ID): with
+# its value in the key, no start under Claude Code would find the record of the one before.
+PER_LAUNCH = frozenset(
+    {
+        "CLAUDE_CODE_SESSION_ID",  # Claude Code: each session's id
+        "OLDPWD",  # the shell's last directory, before it launched the host
+        "WINDOWID",  # X11 terminals: the window's id
+        "TMUX_PANE",  # tmux: the pane
+        "GNOME_TERMINAL_SCREEN",  # GNOME Terminal: the tab
+        "KITTY_WINDOW_ID",
+        "WEZTERM_PANE",
+        "ALACRITTY_WINDOW_ID",
+    }
+)
+
+
 def start_key(argv: Sequence[str], environ: dict[str, str], cwd: str) -> str:
-    """What names a start: its command line, whole environment, working directory, user, interpreter and
-    the proxy's version (a digest: the environment holds secrets)."""
+    """What names a start: its command line, environment (of the PER_LAUNCH variables, only which are set),
+    working directory, user, interpreter and the proxy's version (a digest: the environment holds secrets)."""
     inputs = (
         RECORD_FORMAT,
         __version__,
@@ -45,7 +64,7 @@ def start_key(argv: Sequence[str], environ: dict[str, str], cwd: str) -> str:
         tuple(argv),
         cwd,
         os.geteuid(),
-        tuple(sorted(environ.items())),
+        tuple(sorted((name, None if name in PER_LAUNCH else value) for name, value in environ.items())),
     )
     return hashlib.sha256(marshal.dumps(inputs)).hexdigest()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,34 @@ def test_a_sandboxed_server_starts_early_while_the_record_of_its_last_start_hold
     record.write_bytes(record.read_bytes()[:-1] + b"\0")  # a record whose seal no longer fits
     garbled = start(command, env, tmp_path / "garbled.log")
     assert EARLY not in garbled and STALE not in garbled
+
+
+SESSION_SERVER = """
+import json, os, sys
+for line in sys.stdin:
+    message = json.loads(line)
+    if message.get("method") == "initialize":
+        info = {"name": "session", "version": os.environ.get("CLAUDE_CODE_SESSION_ID", "unset")}
+        result = {"protocolVersion": message["params"]["protocolVersion"], "capabilities": {}, "serverInfo": info}
+        print(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}), flush=True)
+"""
+
+
+def test_a_host_that_names_each_session_anew_still_starts_its_server_early(tmp_path: Path, env: dict[str, str]) -> None:
+    """Claude Code gives each session's servers their session's id in CLAUDE_CODE_SESSION_ID: the next
+    session's start is early all the same, and its server sees the id of the session it serves."""
+    server = tmp_path / "session_server.py"
+    server.write_text(SESSION_SERVER, encoding="utf-8")
+    command = proxy_command(write_policy(tmp_path, "rules: []\n"), upstream=[sys.executable, str(server)])
+    seen: list[str] = []
+    for session in ("first", "second", "third"):
+        log = tmp_path / f"{session}.log"
+        with RawHost(command, {**env, "CLAUDE_CODE_SESSION_ID": session}, log) as host:
+            seen.append(host.initialize()["result"]["serverInfo"]["version"])
+            host.close_stdin()
+            host.wait()
+        seen.append("early" if EARLY in log.read_text() else "usual")
+    assert seen == ["first", "usual", "second", "early", "third", "early"]
 
 
 def test_a_server_run_unconfined_is_never_started_early(tmp_path: Path, env: dict[str, str]) -> None:

@@ -196,6 +196,33 @@ def test_only_the_most_recent_records_are_kept(tmp_path: Path, monkeypatch: pyte
     assert sorted(p.name[0] for p in (tmp_path / "starts").iterdir()) == ["2", "3", "4"]
 
 
+def test_a_variable_set_anew_for_each_launch_names_a_start_by_being_set_only() -> None:
+    """Claude Code gives each session's servers a new CLAUDE_CODE_SESSION_ID: the next session's start is still
+    the same start. Whether it is set, and every other variable's value, still name another."""
+    base = {"HOME": "/home/u", "PATH": "/usr/bin"}
+
+    def key(**variables: str) -> str:
+        return start_record.start_key(["proxy", "--", "server"], {**base, **variables}, "/project")
+
+    assert key(CLAUDE_CODE_SESSION_ID="one", OLDPWD="/a") == key(CLAUDE_CODE_SESSION_ID="two", OLDPWD="/b")
+    assert key(CLAUDE_CODE_SESSION_ID="one") != key()
+    assert key(CLAUDE_CODE_SESSION_ID="one", LANG="C") != key(CLAUDE_CODE_SESSION_ID="one", LANG="C.UTF-8")
+
+
+def test_no_code_but_the_start_key_reads_a_per_launch_variable() -> None:
+    """Their values are left out of the start key because no plan reads them: a module that reads one must
+    take it out of PER_LAUNCH first."""
+    package = Path(start_record.__file__).parents[1]
+    readers = {
+        (str(source.relative_to(package)), name)
+        for source in package.rglob("*.py")
+        if source.name != "start_record.py"
+        for name in start_record.PER_LAUNCH
+        if name in source.read_text(encoding="utf-8")
+    }
+    assert readers == set()
+
+
 @pytest.mark.parametrize(
     "variables",
     [
