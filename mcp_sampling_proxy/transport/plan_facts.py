@@ -5,7 +5,8 @@ platformdirs ask through it) are noted with their answers, normalised to what a 
 path's type, mode and owner or why it is not there, where a link leads, the directories and links a
 directory holds (a scan of a write grant looks for .git directories, not at the files a server writes),
 the names a listed directory holds, what the access check said, the working directory, whether a
-directory was made or was there. `facts_hold` asks them again in order, making directories as then.
+directory was made or was there; and the git scan of write grants as one question, its answer the
+repositories it found (`git_scan`). `facts_hold` asks them again in order, making directories as then.
 
 The plan is a function of the policy, the environment, the command line and these answers: when every
 answer reads the same, the same code makes the same plan (transport/start_record.py keeps them, and
@@ -18,6 +19,8 @@ import contextlib
 import errno
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
+
+from mcp_sampling_proxy.transport.write_grants import git_protected
 
 TYPE_CHECKING = False  # (typing's costs an import the early start is lean without)
 if TYPE_CHECKING:
@@ -54,6 +57,7 @@ _ASK: dict[str, Callable[..., Any]] = {
     "access": lambda path, mode: os.access(path, mode),
     "getcwd": lambda: os.getcwd(),
     "mkdir": lambda path, mode: os.mkdir(path, mode),
+    "git_scan": lambda grants: git_protected(grants),
 }
 _NOTED: dict[str, Callable[[Any], object]] = {
     "stat": lambda found: ("ok", found.st_mode, found.st_uid),
@@ -63,6 +67,7 @@ _NOTED: dict[str, Callable[[Any], object]] = {
     "access": bool,
     "getcwd": str,
     "mkdir": lambda _made: ("ok",),
+    "git_scan": lambda found: ("ok", tuple(found)),
 }
 
 
@@ -85,6 +90,9 @@ def _asked_again(operation: str, arguments: tuple[object, ...]) -> object:
 def facts_hold(facts: Sequence[Fact]) -> bool:
     """Every fact, looked at again in order (directories made as then), reads as it did."""
     return all(operation in _ASK and _asked_again(operation, arguments) == seen for operation, arguments, seen in facts)
+
+
+_RECORDING: list[FactLog] = []  # the log recording now (one start's plan at a time)
 
 
 def _unless(odd: bool, *arguments: object) -> tuple[object, ...] | None:
@@ -113,6 +121,29 @@ _QUESTIONS: dict[str, tuple[str, Callable[..., tuple[object, ...] | None]]] = {
 }
 
 
+def git_scan(grants: Sequence[str]) -> list[str]:
+    """`write_grants.git_protected`, noted as one fact by the log recording now: what the plan reads of the
+    scan is the repositories it found, so a directory made since in a write grant (a build's, a new
+    package's) with no repository in it leaves the record holding; the listings it took are not facts."""
+    arguments = (tuple(grants),)
+    log = _RECORDING[-1] if _RECORDING else None
+    if log is None or log.thread != _thread_id():
+        return git_protected(arguments[0])
+    log.quiet += 1
+    try:
+        found = git_protected(arguments[0])
+    finally:
+        log.quiet -= 1
+    log.facts.append(("git_scan", arguments, _NOTED["git_scan"](found)))
+    return found
+
+
+def _thread_id() -> int:
+    import threading  # start-up: loaded by then (the bwrap probe's subprocess)
+
+    return threading.get_ident()
+
+
 class FactLog:
     """What the plan's code asks of the filesystem while `recording`: each question and its answer, noted as
     `facts_hold` asks it again. Patches `os` for the while (posixpath, shutil, pathlib and platformdirs call
@@ -122,12 +153,12 @@ class FactLog:
     def __init__(self) -> None:
         self.facts: list[Fact] = []
         self.spoiled = False
+        self.thread = 0  # the thread recording (the plan's)
+        self.quiet = 0  # inside a question noted as one (`git_scan`): its own steps are not facts
 
     @contextlib.contextmanager
     def recording(self) -> Iterator[FactLog]:
-        import threading  # start-up: loaded by then (the bwrap probe's subprocess)
-
-        main = threading.get_ident()
+        self.thread = _thread_id()
         originals = {name: getattr(os, name) for name in _QUESTIONS}
 
         def noting(name: str) -> Callable[..., Any]:
@@ -135,7 +166,8 @@ class FactLog:
             original = originals[name]
 
             def asked(*args: Any, **kwargs: Any) -> Any:
-                arguments = self._arguments(arguments_of(*args, **kwargs)) if threading.get_ident() == main else None
+                mine = not self.quiet and _thread_id() == self.thread
+                arguments = self._arguments(arguments_of(*args, **kwargs)) if mine else None
                 try:
                     answer = original(*args, **kwargs)
                     if operation == "scandir":  # read whole: noted, and still iterated and used as a context
@@ -157,9 +189,11 @@ class FactLog:
 
         for name in _QUESTIONS:
             setattr(os, name, noting(name))
+        _RECORDING.append(self)
         try:
             yield self
         finally:
+            _RECORDING.remove(self)
             for name, original in originals.items():
                 setattr(os, name, original)
 

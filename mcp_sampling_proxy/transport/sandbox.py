@@ -40,6 +40,8 @@ from mcp_sampling_proxy.config.sandbox_settings import Network, SandboxSettings
 from mcp_sampling_proxy.transport.bwrap_probe import forget_probe, unavailable
 from mcp_sampling_proxy.transport.grants import secrets
 from mcp_sampling_proxy.transport.netns import EGRESS_PORT
+from mcp_sampling_proxy.transport.plan_facts import git_scan
+from mcp_sampling_proxy.transport.write_grants import existing as _existing
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.transport.sandbox_notes import SandboxNotes
@@ -47,9 +49,6 @@ if TYPE_CHECKING:
 RUNTIME_ENV = "MCP_SAMPLING_PROXY_RUNTIME_DIR"  # as approval/console/server.py reads it
 DATA_ENV = "MCP_SERVER_DATA_DIR"  # the server's own writable directory, as the server sees it
 # what a sandboxed server's git repositories keep that runs as the user: read-only inside a write grant
-GIT_RUNS_LATER = ("hooks", "config")
-GIT_SCAN_DEPTH = 2  # .git directories looked for this deep inside a write grant ...
-GIT_SCAN_DIRECTORIES = 400  # ... in at most this many directories of each (a start must not walk a disk)
 
 
 class Plan(Struct, frozen=True):
@@ -115,7 +114,7 @@ def plan(
         words += ["--ro-bind", path, path]  # the server's own, as it would see them directly (read-only)
     for path in writable:
         words += ["--bind", path, path]
-    for path in _git_protected(settings.write):
+    for path in git_scan(settings.write):
         words += ["--ro-bind", path, path]
     sight = [*tops, *writable]
     unshown = [str(p) for p in _made(_servers_data_dir()) or ()]  # other servers' data: not this one's to see
@@ -202,26 +201,6 @@ def _made(path: Path) -> tuple[str] | None:
     return (str(path),)
 
 
-def _git_protected(grants: Iterable[str]) -> list[str]:
-    """The hooks and configuration of git repositories inside write grants (at most GIT_SCAN_DEPTH deep):
-    they run as the user at the next `git` there, so they stay read-only."""
-    found: list[str] = []
-    for grant in _existing(grants):
-        level, budget = [grant], GIT_SCAN_DIRECTORIES
-        for depth in range(GIT_SCAN_DEPTH + 1):
-            below: list[str] = []
-            for directory in level[:budget]:
-                budget -= 1
-                git = os.path.join(directory, ".git")
-                if os.path.isdir(git):
-                    found += [os.path.join(git, p) for p in GIT_RUNS_LATER if os.path.lexists(os.path.join(git, p))]
-                if depth < GIT_SCAN_DEPTH and len(below) < budget:
-                    with contextlib.suppress(OSError), os.scandir(directory) as entries:
-                        below += [e.path for e in entries if e.is_dir(follow_symlinks=False) and e.name != ".git"]
-            level = below
-    return found
-
-
 def _in_sight(path: str, tops: Iterable[str]) -> bool:
     """False for a path in /tmp outside the entries bound into the sandbox: its /tmp is private already."""
     for tmp in ("/tmp", os.path.realpath("/tmp")):
@@ -275,18 +254,6 @@ def _followed(path: str, planted: list[str], hops: int = 40) -> str | None:
         todo = os.path.normpath(target).strip(os.sep).split(os.sep) + todo
         done = os.sep
     return os.path.normpath(done)
-
-
-def _existing(paths: Iterable[str]) -> list[str]:
-    """Absolute, resolved paths that exist (bwrap needs a mount point), in order, without repeats."""
-    found: list[str] = []
-    cwd = os.getcwd()
-    for raw in paths:
-        path = os.path.expanduser(raw)
-        resolved = os.path.realpath(path if os.path.isabs(path) else os.path.join(cwd, path))
-        if resolved not in found and resolved != "/" and os.path.lexists(resolved):
-            found.append(resolved)
-    return found
 
 
 def log_plan(found: Plan) -> None:

@@ -69,6 +69,24 @@ def test_a_sandboxed_server_starts_early_while_the_record_of_its_last_start_hold
     assert EARLY not in garbled and STALE not in garbled
 
 
+def test_a_directory_made_in_a_write_grant_keeps_the_start_early(tmp_path: Path, env: dict[str, str]) -> None:
+    """A server that writes in its grant makes directories there (a build's, a new package's): the next start
+    is early all the same. A git repository made there is what the plan reads (its hooks stay read-only):
+    that start plans afresh before anything runs, and records the new plan."""
+    notes = tmp_path / "home" / "notes"
+    notes.mkdir()
+    policy = write_policy(tmp_path, f"sandbox:\n  servers:\n    notes:\n      write: [{notes}]\nrules: []\n")
+    command = proxy_command(policy, "--name", "notes")
+    logs = [start(command, env, tmp_path / f"start-{n}.log") for n in range(2)]
+    assert EARLY not in logs[0] and EARLY in logs[1], logs
+    (notes / "build" / "out").mkdir(parents=True)
+    assert EARLY in start(command, env, tmp_path / "built.log")
+    (notes / "repo" / ".git" / "hooks").mkdir(parents=True)
+    cloned = start(command, env, tmp_path / "cloned.log")
+    assert EARLY not in cloned and STALE not in cloned
+    assert EARLY in start(command, env, tmp_path / "again.log")
+
+
 SESSION_SERVER = """
 import json, os, sys
 for line in sys.stdin:

@@ -18,7 +18,7 @@ from mcp_sampling_proxy.config.policy_file import MAX_POLICY_BYTES
 from mcp_sampling_proxy.quotas import integrity
 from mcp_sampling_proxy.transport import start_record
 from mcp_sampling_proxy.transport.netns import bwrap_child_pid
-from mcp_sampling_proxy.transport.plan_facts import FactLog, facts_hold
+from mcp_sampling_proxy.transport.plan_facts import FactLog, facts_hold, git_scan
 from mcp_sampling_proxy.transport.start_record import Record, read_record, write_record
 
 KEY = b"k" * 32
@@ -119,6 +119,23 @@ def test_a_file_written_where_the_plan_scans_for_directories_changes_nothing(hom
     (home / "project" / "notes.txt").write_text("written by the server")
     (home / "project" / "sub" / "data.db").write_text("")
     assert facts_hold(log.facts)
+
+
+def test_the_git_scan_of_a_write_grant_is_one_fact_its_repositories(home: Path) -> None:
+    """What the plan reads of the scan is the repositories it finds: a directory made since in the grant (a
+    build's, a new package's) keeps the record holding; a repository made since does not."""
+    (home / "project" / ".git" / "hooks").mkdir(parents=True)
+    log = FactLog()
+    with log.recording():
+        found = git_scan([str(home / "project")])
+    assert found == [str(home / "project" / ".git" / "hooks")]
+    assert [fact[0] for fact in log.facts] == ["git_scan"]  # its listings and looks are not facts of their own
+    assert facts_hold(log.facts)
+    (home / "project" / "build" / "out").mkdir(parents=True)
+    (home / "project" / "sub" / "new").mkdir()
+    assert facts_hold(log.facts)
+    (home / "project" / "sub" / ".git" / "hooks").mkdir(parents=True)  # a repository in the grant: read-only
+    assert not facts_hold(log.facts)
 
 
 def test_what_cannot_be_asked_again_spoils_the_log(home: Path) -> None:
