@@ -3,10 +3,9 @@
 While `FactLog.recording`, the questions the plan's code asks through `os` (posixpath, shutil, pathlib and
 platformdirs ask through it) are noted with their answers, normalised to what a plan reads of them: a
 path's type, mode and owner or why it is not there, where a link leads, the directories and links a
-directory holds (a scan of a write grant looks for .git directories, not at the files a server writes),
-the names a listed directory holds, what the access check said, the working directory, whether a
-directory was made or was there; and the git scan of write grants as one question, its answer the
-repositories it found (`git_scan`). `facts_hold` asks them again in order, making directories as then.
+scanned directory holds, the names a listed directory holds, what the access check said, the working
+directory, whether a directory was made or was there; and the git scan of write grants as one question,
+its answer the repositories it found (`git_scan`). `facts_hold` asks them again in order, making directories as then.
 
 The plan is a function of the policy, the environment, the command line and these answers: when every
 answer reads the same, the same code makes the same plan (transport/start_record.py keeps them, and
@@ -30,8 +29,8 @@ Fact = tuple[str, tuple[object, ...], object]  # (operation, its arguments, what
 
 
 def _entries(entries: Iterable[os.DirEntry[str]]) -> tuple[object, ...]:
-    """A listing's directories and links, as the plan's scans read it (the git scan of write grants walks
-    directories only): the files a server writes in its grants do not make the next start plan afresh."""
+    """A scan's directories and links, what a plan's walk of a tree reads: the files a server writes where a
+    plan walks do not make the next start plan afresh."""
     seen = []
     for entry in entries:
         link = entry.is_symlink()
