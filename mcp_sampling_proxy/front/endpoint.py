@@ -46,7 +46,6 @@ from urllib.parse import urlsplit
 import anyio
 import anyio.abc
 from msgspec import Struct, field
-from starlette.datastructures import Headers
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -244,13 +243,12 @@ class Front:
         if refused is not None:
             await refused(scope, receive, send)
             return
-        headers = Headers(scope=scope)
         resume = head.get("last-event-id")
         if scope["method"] == "GET" and resume is not None and not served.http.events.holds(resume):
             if served.http.events.was_get_streams(resume):  # its missed events are gone: the stream goes on
                 log.warning("a GET stream resumed after events no longer kept", session=session_id[:8])
                 scope = _without(scope, b"last-event-id")
-                headers = Headers(scope=scope)
+                head = head_of(scope)
             else:
                 await json_error(
                     400,
@@ -258,7 +256,7 @@ class Front:
                     "kept): send the request again",
                 )(scope, receive, send)
                 return
-        await served.http.handle(scope, receive, send, headers)
+        await served.http.handle(scope, receive, send, head)
         if served.http.terminated:
             served.end("the client ended the session (DELETE)")
 

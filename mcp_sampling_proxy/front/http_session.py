@@ -17,17 +17,16 @@ they are: nothing is parsed again for the wire, and an SDK's model drops no key 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
-from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from mcp_sampling_proxy.front.event_store import GET_STREAM, RETRY_MS, ReplayGap, SessionEventStore
 from mcp_sampling_proxy.front.inbox import Inbox
-from mcp_sampling_proxy.front.request_checks import accepts, json_error
+from mcp_sampling_proxy.front.request_checks import accepts, head_of, json_error
 from mcp_sampling_proxy.log import Throttle, get_logger
 from mcp_sampling_proxy.protocol import jsonrpc
 
@@ -160,7 +159,7 @@ class HttpSession:
         self.close()
 
     # -- from the client ----------------------------------------------------------------------------
-    async def handle(self, scope: Scope, receive: Receive, send: Send, headers: Headers | None = None) -> int:
+    async def handle(self, scope: Scope, receive: Receive, send: Send, headers: Mapping[str, str] | None = None) -> int:
         """Answer one HTTP request of this session (`headers`: its headers, when read already); its status. A
         request in flight (an open stream included) holds the session: the idle countdown starts again when
         the last one ends."""
@@ -169,13 +168,13 @@ class HttpSession:
         self._in_flight += 1
         self.idle_scope.deadline = math.inf
         try:
-            return await self._handle(scope, receive, send, headers or Headers(scope=scope))
+            return await self._handle(scope, receive, send, head_of(scope) if headers is None else headers)
         finally:
             self._in_flight -= 1
             if not self._in_flight and self._idle_timeout is not None:
                 self.idle_scope.deadline = anyio.current_time() + self._idle_timeout
 
-    async def _handle(self, scope: Scope, receive: Receive, send: Send, headers: Headers) -> int:
+    async def _handle(self, scope: Scope, receive: Receive, send: Send, headers: Mapping[str, str]) -> int:
         method = scope["method"]
         if method == "POST":
             return await self._post(scope, receive, send, headers)
@@ -191,7 +190,7 @@ class HttpSession:
     def _bare(self, status: int) -> Response:
         return Response(status_code=status, headers={SESSION_ID_HEADER: self.session_id})
 
-    async def _post(self, scope: Scope, receive: Receive, send: Send, headers: Headers) -> int:
+    async def _post(self, scope: Scope, receive: Receive, send: Send, headers: Mapping[str, str]) -> int:
         takes_json, takes_events = accepts(headers)
         if not (takes_json and takes_events):
             refusal = json_error(406, "Not Acceptable: Client must accept both application/json and text/event-stream")
@@ -226,7 +225,7 @@ class HttpSession:
         await self._write(stream, out, send)
         return 200
 
-    async def _get(self, scope: Scope, receive: Receive, send: Send, headers: Headers) -> int:
+    async def _get(self, scope: Scope, receive: Receive, send: Send, headers: Mapping[str, str]) -> int:
         if not accepts(headers)[1]:
             refusal = json_error(406, "Not Acceptable: Client must accept text/event-stream")
             return await _answer(refusal, scope, receive, send)
