@@ -40,6 +40,9 @@ def server_config(app: Any, *, host: str, port: int, **options: Any) -> uvicorn.
         lifespan="off",
         log_config=None,
         access_log=False,
+        # the peer is the connection's: uvicorn would take a client's X-Forwarded-For / Forwarded as its
+        # address on loopback, and let any local process name itself anyone in the log
+        proxy_headers=False,
         timeout_graceful_shutdown=GRACEFUL_STOP,
         **options,
     )

@@ -290,3 +290,19 @@ def test_a_shared_server_flooding_one_client_is_refused_past_the_buffer_not_held
     assert "an HTTP client reads slower than its server sends: notifications and requests dropped" in (
         served.errlog.read_text()
     )
+
+
+def test_a_refusal_names_the_connections_peer_not_what_a_header_claims(tmp_path: Path) -> None:
+    """A client cannot write its own peer into serve's log: the X-Forwarded-For or Forwarded it sends is not
+    believed, not even over loopback (where uvicorn believes them by default)."""
+    served = start_serve(tmp_path)
+    try:
+        claimed = {"X-Forwarded-For": "203.0.113.9", "Forwarded": "for=203.0.113.9", "X-Forwarded-Proto": "https"}
+        headers = {"Accept": ACCEPT, "Authorization": "Bearer not-a-token", **claimed}
+        answer = httpx.post(served.url, json=INITIALIZE, headers=headers, timeout=10)
+    finally:
+        stop(served)
+    assert answer.status_code == 401
+    said = [json.loads(line) for line in served.errlog.read_text().splitlines() if line.startswith("{")]
+    peers = [line["peer"] for line in said if line["event"].startswith("refused an HTTP request")]
+    assert peers and all(peer.startswith("127.0.0.1:") for peer in peers), peers
