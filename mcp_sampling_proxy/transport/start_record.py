@@ -38,11 +38,21 @@ MAX_POLICY_BYTES = 16 * 1024 * 1024  # config/policy_file.py's (that module load
 
 # Variables a host or a terminal sets anew for each launch and no plan reads (a test holds the package to
 # that): a start is named by whether they are set, not by their values, and the server gets them as this
-# launch gives them. Claude Code gives every stdio server its session's id (CLAUDE_CODE_SESSION_ID): with
-# its value in the key, no start under Claude Code would find the record of the one before.
+# launch gives them. Claude Code gives every stdio server its session's id (CLAUDE_CODE_SESSION_ID), and VS
+# Code (and its forks, Cursor among them) its extension host's whole environment, with that launch's pids,
+# sockets and log folder: with their values in the key, no start under either would find the record of the
+# one before.
 PER_LAUNCH = frozenset(
     {
         "CLAUDE_CODE_SESSION_ID",  # Claude Code: each session's id
+        "VSCODE_PID",  # VS Code: the window's process ...
+        "VSCODE_PARENT_PID",
+        "VSCODE_IPC_HOOK",  # ... its sockets (in the runtime directory or /tmp: out of a sandboxed server's sight)
+        "VSCODE_IPC_HOOK_EXTHOST",
+        "VSCODE_IPC_HOOK_CLI",
+        "VSCODE_GIT_IPC_HANDLE",
+        "VSCODE_NONCE",
+        "VSCODE_LOGS",  # ... and this launch's log folder
         "OLDPWD",  # the shell's last directory, before it launched the host
         "WINDOWID",  # X11 terminals: the window's id
         "TMUX_PANE",  # tmux: the pane

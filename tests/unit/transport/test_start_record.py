@@ -222,6 +222,9 @@ def test_a_variable_set_anew_for_each_launch_names_a_start_by_being_set_only() -
         return start_record.start_key(["proxy", "--", "server"], {**base, **variables}, "/project")
 
     assert key(CLAUDE_CODE_SESSION_ID="one", OLDPWD="/a") == key(CLAUDE_CODE_SESSION_ID="two", OLDPWD="/b")
+    window = {"VSCODE_PID": "4242", "VSCODE_IPC_HOOK_EXTHOST": "/run/user/1000/vscode-ipc-1.sock"}
+    reopened = {"VSCODE_PID": "5151", "VSCODE_IPC_HOOK_EXTHOST": "/run/user/1000/vscode-ipc-2.sock"}
+    assert key(**window) == key(**reopened)  # VS Code's extension host, launched again
     assert key(CLAUDE_CODE_SESSION_ID="one") != key()
     assert key(CLAUDE_CODE_SESSION_ID="one", LANG="C") != key(CLAUDE_CODE_SESSION_ID="one", LANG="C.UTF-8")
 
