@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from procstat import cpu_ticks
+from report import BenchError, finish
 from scratch_dirs import scratch_dirs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,10 +63,6 @@ TARGETS = {
     "proxy_cpu_us_per_call": 150.0,
     "proxy_peak_rss_mb": 80.0,
 }
-
-
-class BenchError(RuntimeError):
-    pass
 
 
 # --------------------------------------------------------------------------------------------
@@ -950,14 +947,7 @@ def main(argv: list[str] | None = None) -> int:
     except BenchError as exc:
         print(f"bench failed: {exc}", file=sys.stderr)
         return 2
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print()
-        print(render(result))
-        if result["stderr_logs"]:
-            print(f"\n(stderr of the processes: {result['stderr_logs']})")
-    return 0 if all(x["pass"] is not False for x in result["verdict"].values()) else 1
+    return finish(result, render, args.json)
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ from typing import Any, TextIO, TypeVar
 
 import anyio
 import procstat
+from report import BenchError, finish
 from scratch_dirs import scratch_dirs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,10 +77,6 @@ TARGETS: dict[str, float] = {
 }
 
 T = TypeVar("T")
-
-
-class BenchError(RuntimeError):
-    pass
 
 
 # --------------------------------------------------------------------------------------------
@@ -1045,14 +1042,7 @@ def main(argv: list[str] | None = None) -> int:
     except BenchError as exc:
         print(f"sdk_bench failed: {exc}", file=sys.stderr)
         return 2
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print()
-        print(render(result))
-        if result["stderr_logs"]:
-            print(f"\n(stderr of the processes: {result['stderr_logs']})")
-    return 0 if all(x["pass"] is not False for x in result["verdict"].values()) else 1
+    return finish(result, render, args.json)
 
 
 if __name__ == "__main__":

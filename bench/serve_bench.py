@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from procstat import children_map, cpu_ns, descendants
+from report import BenchError
 from scratch_dirs import scratch_dirs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -105,10 +106,6 @@ backend direct
     http-send-name-header Host
     server 127.0.0.1:{server_port} 127.0.0.1:{server_port}
 """
-
-
-class BenchError(Exception):
-    """A process did not start or a call was not answered as expected."""
 
 
 # -- processes ------------------------------------------------------------------------------------------
