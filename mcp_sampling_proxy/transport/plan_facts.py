@@ -4,8 +4,9 @@ While `FactLog.recording`, the questions the plan's code asks through `os` (posi
 platformdirs ask through it) are noted with their answers, normalised to what a plan reads of them: a
 path's type, mode and owner or why it is not there, where a link leads, the directories and links a
 scanned directory holds, the names a listed directory holds, what the access check said, the working
-directory, whether a directory was made or was there; and the git scan of write grants as one question,
-its answer the repositories it found (`git_scan`). `facts_hold` asks them again in order, making directories as then.
+directory, whether a directory was made or was there; and the scans of transport/plan_scans.py as one
+question each, its answer what the plan reads of it (`git_scan`, `rotations_of`). `facts_hold` asks them
+again in order, making directories as then.
 
 The plan is a function of the policy, the environment, the command line and these answers: when every
 answer reads the same, the same code makes the same plan (transport/start_record.py keeps them, and
@@ -19,7 +20,7 @@ import errno
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from mcp_sampling_proxy.transport.write_grants import git_protected
+from mcp_sampling_proxy.transport.plan_scans import git_protected, rotations
 
 TYPE_CHECKING = False  # (typing's costs an import the early start is lean without)
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ _ASK: dict[str, Callable[..., Any]] = {
     "getcwd": lambda: os.getcwd(),
     "mkdir": lambda path, mode: os.mkdir(path, mode),
     "git_scan": lambda grants: git_protected(grants),
+    "rotations": lambda path: rotations(path),
 }
 _NOTED: dict[str, Callable[[Any], object]] = {
     "stat": lambda found: ("ok", found.st_mode, found.st_uid),
@@ -67,6 +69,7 @@ _NOTED: dict[str, Callable[[Any], object]] = {
     "getcwd": str,
     "mkdir": lambda _made: ("ok",),
     "git_scan": lambda found: ("ok", tuple(found)),
+    "rotations": lambda found: ("ok", tuple(found)),
 }
 
 
@@ -121,20 +124,34 @@ _QUESTIONS: dict[str, tuple[str, Callable[..., tuple[object, ...] | None]]] = {
 
 
 def git_scan(grants: Sequence[str]) -> list[str]:
-    """`write_grants.git_protected`, noted as one fact by the log recording now: what the plan reads of the
-    scan is the repositories it found, so a directory made since in a write grant (a build's, a new
-    package's) with no repository in it leaves the record holding; the listings it took are not facts."""
-    arguments = (tuple(grants),)
+    """`plan_scans.git_protected`, noted as one fact: what the plan reads of the scan is the repositories it
+    found, so a directory made since in a write grant (a build's, a new package's) with no repository in it
+    leaves the record holding."""
+    found: list[str] = _as_one_fact("git_scan", tuple(grants))
+    return found
+
+
+def rotations_of(path: str) -> list[str]:
+    """`plan_scans.rotations`, noted as one fact: the files named after `path`, so another file made beside
+    it (a state file beside an audit log in the state directory, a file in the home beside a key) leaves
+    the record holding."""
+    found: list[str] = _as_one_fact("rotations", path)
+    return found
+
+
+def _as_one_fact(operation: str, argument: object) -> Any:
+    """A scan's answer, noted by the log recording now (on its thread) as one fact; the questions the scan
+    asks on its way are not facts of their own."""
     log = _RECORDING[-1] if _RECORDING else None
     if log is None or log.thread != _thread_id():
-        return git_protected(arguments[0])
+        return _ASK[operation](argument)
     log.quiet += 1
     try:
-        found = git_protected(arguments[0])
+        answer = _ASK[operation](argument)
     finally:
         log.quiet -= 1
-    log.facts.append(("git_scan", arguments, _NOTED["git_scan"](found)))
-    return found
+    log.facts.append((operation, (argument,), _NOTED[operation](answer)))
+    return answer
 
 
 def _thread_id() -> int:
@@ -153,7 +170,7 @@ class FactLog:
         self.facts: list[Fact] = []
         self.spoiled = False
         self.thread = 0  # the thread recording (the plan's)
-        self.quiet = 0  # inside a question noted as one (`git_scan`): its own steps are not facts
+        self.quiet = 0  # inside a scan noted as one fact (`_as_one_fact`): its own steps are not facts
 
     @contextlib.contextmanager
     def recording(self) -> Iterator[FactLog]:

@@ -40,8 +40,8 @@ from mcp_sampling_proxy.config.sandbox_settings import Network, SandboxSettings
 from mcp_sampling_proxy.transport.bwrap_probe import forget_probe, unavailable
 from mcp_sampling_proxy.transport.grants import secrets
 from mcp_sampling_proxy.transport.netns import EGRESS_PORT
-from mcp_sampling_proxy.transport.plan_facts import git_scan
-from mcp_sampling_proxy.transport.write_grants import existing as _existing
+from mcp_sampling_proxy.transport.plan_facts import git_scan, rotations_of
+from mcp_sampling_proxy.transport.plan_scans import existing as _existing
 
 if TYPE_CHECKING:
     from mcp_sampling_proxy.transport.sandbox_notes import SandboxNotes
@@ -349,6 +349,5 @@ def proxy_paths(policy: str | None, named: Iterable[str] = (), *, create: bool =
     for name in named:
         path = Path(name).expanduser()
         found.append(path)
-        with contextlib.suppress(OSError):  # rotations, its lock and seal: NAME.1, NAME.lock, ...
-            found += sorted(p for p in path.parent.iterdir() if p.name.startswith(path.name + "."))
+        found += [Path(beside) for beside in rotations_of(str(path))]  # NAME.1, NAME.lock, ...
     return found

@@ -87,6 +87,23 @@ def test_a_directory_made_in_a_write_grant_keeps_the_start_early(tmp_path: Path,
     assert EARLY in start(command, env, tmp_path / "again.log")
 
 
+def test_a_file_made_beside_the_audit_log_keeps_the_start_early(tmp_path: Path, env: dict[str, str]) -> None:
+    """The plan hides the audit log with its rotations, lock and seal: another file made in its folder (here
+    the state directory, where the proxy keeps its other files) keeps the next start early; a rotation of
+    the log is hidden too, so that start plans afresh."""
+    state = tmp_path / "state" / "mcp-sampling-proxy"
+    policy = write_policy(tmp_path, f"audit:\n  path: {state / 'audit.jsonl'}\nrules: []\n")
+    command = proxy_command(policy)
+    logs = [start(command, env, tmp_path / f"start-{n}.log") for n in range(3)]  # the first makes the log
+    assert EARLY in logs[2], logs
+    (state / "notes.json").write_text("{}")
+    assert EARLY in start(command, env, tmp_path / "beside.log")
+    (state / "audit.jsonl.1").write_text("")
+    rotated = start(command, env, tmp_path / "rotated.log")
+    assert EARLY not in rotated and STALE not in rotated
+    assert EARLY in start(command, env, tmp_path / "again.log")
+
+
 SESSION_SERVER = """
 import json, os, sys
 for line in sys.stdin:

@@ -18,7 +18,7 @@ from mcp_sampling_proxy.config.policy_file import MAX_POLICY_BYTES
 from mcp_sampling_proxy.quotas import integrity
 from mcp_sampling_proxy.transport import start_record
 from mcp_sampling_proxy.transport.netns import bwrap_child_pid
-from mcp_sampling_proxy.transport.plan_facts import FactLog, facts_hold, git_scan
+from mcp_sampling_proxy.transport.plan_facts import FactLog, facts_hold, git_scan, rotations_of
 from mcp_sampling_proxy.transport.start_record import Record, read_record, write_record
 
 KEY = b"k" * 32
@@ -135,6 +135,22 @@ def test_the_git_scan_of_a_write_grant_is_one_fact_its_repositories(home: Path) 
     (home / "project" / "sub" / "new").mkdir()
     assert facts_hold(log.facts)
     (home / "project" / "sub" / ".git" / "hooks").mkdir(parents=True)  # a repository in the grant: read-only
+    assert not facts_hold(log.facts)
+
+
+def test_the_files_named_after_one_of_the_proxys_are_one_fact(home: Path) -> None:
+    """The plan hides an audit log's rotations, lock and seal with it: what it reads of the folder is the
+    files named after the log, so another file made beside it keeps the record holding; a rotation does not."""
+    log_file = home / "audit.jsonl"
+    (home / "audit.jsonl.lock").write_text("")
+    log = FactLog()
+    with log.recording():
+        found = rotations_of(str(log_file))
+    assert found == [str(home / "audit.jsonl.lock")]
+    assert [fact[0] for fact in log.facts] == ["rotations"]
+    (home / "notes.txt").write_text("a file of the user's, beside the log")
+    assert facts_hold(log.facts)
+    (home / "audit.jsonl.1").write_text("rotated")
     assert not facts_hold(log.facts)
 
 

@@ -1,8 +1,9 @@
-"""What the sandbox plan reads of the paths it grants: which of them exist, and the git repositories inside
-write grants, whose hooks and configuration stay read-only.
+"""The sandbox plan's looks at the filesystem that take more than one question: which paths exist, the git
+repositories inside write grants (their hooks and configuration stay read-only), and the files named after
+one of the proxy's own (an audit log's rotations, lock and seal: hidden with it).
 
-Lean on purpose (only `os`): the early start asks the git scan again as one question
-(transport/plan_facts.py), before anything heavy is loaded.
+Lean on purpose (only `os`): the early start asks a scan again as one question, its answer what the plan
+reads of it (transport/plan_facts.py), before anything heavy is loaded.
 """
 
 from __future__ import annotations
@@ -46,3 +47,14 @@ def git_protected(grants: Iterable[str]) -> list[str]:
                         below += [e.path for e in entries if e.is_dir(follow_symlinks=False) and e.name != ".git"]
             level = below
     return found
+
+
+def rotations(path: str) -> list[str]:
+    """The files beside `path` named after it (NAME.1, NAME.lock, ...), sorted; none when its folder cannot
+    be listed."""
+    folder, name = os.path.split(path)
+    try:
+        names = os.listdir(folder or ".")
+    except OSError:
+        return []
+    return sorted(os.path.join(folder, other) for other in names if other.startswith(name + "."))
