@@ -28,6 +28,7 @@ from typing import Any, cast
 
 import orjson
 
+from mcp_sampling_proxy.audit.log_place import lock_path
 from mcp_sampling_proxy.audit.records import GENESIS, AuditRecord, record_hash, rotated_name, utc_now
 from mcp_sampling_proxy.audit.tail import (
     MAX_RECORD_BYTES,
@@ -82,7 +83,7 @@ class ChainFile:
             directory = os.path.dirname(self.path)
             if not os.path.isdir(directory):
                 os.makedirs(directory, mode=0o700, exist_ok=True)
-            self._lock_fd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            self._lock_fd = os.open(lock_path(self.path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             with self._locked():
                 fd = self._open()
                 st = os.fstat(fd)
@@ -142,7 +143,7 @@ class ChainFile:
                 "the request is not answered without an audit record"
             )
         try:
-            if not _flock(lock_fd, blocking, self.path + ".lock"):
+            if not _flock(lock_fd, blocking, lock_path(self.path)):
                 return False
             try:
                 left = self._as_left() if not blocking else None
@@ -362,7 +363,7 @@ class ChainFile:
     @contextmanager
     def _locked(self) -> Iterator[None]:
         assert self._lock_fd is not None
-        _flock(self._lock_fd, True, self.path + ".lock")
+        _flock(self._lock_fd, True, lock_path(self.path))
         try:
             yield
         finally:

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 import anyio
 from msgspec import Struct
 
+from mcp_sampling_proxy.audit.log_place import make_place
 from mcp_sampling_proxy.audit.recorder import configured_secrets
 from mcp_sampling_proxy.commands.cli import add_common_options, add_url_options, fail
 from mcp_sampling_proxy.commands.parsing import Parser
@@ -328,6 +329,9 @@ def _run(setup: Setup, listener: socket.socket) -> int:
     if command:  # the sandbox contains a command; a URL's server runs elsewhere
         # serve's own secrets too: the token and OAuth client files (a server reading alice's token is alice)
         own = [*settings.named_files(), *(f for f in (args.token_file, args.oauth_client_file) if f)]
+        if settings.audit.path:  # made before the plan, which hides only what exists (audit/log_place.py)
+            with contextlib.suppress(OSError):
+                make_place(settings.audit.path)
         try:
             sandbox = contain(settings.sandbox, policy, own, name=name, command=command)
         except SandboxRefused as exc:

@@ -94,8 +94,8 @@ def test_a_file_made_beside_the_audit_log_keeps_the_start_early(tmp_path: Path, 
     state = tmp_path / "state" / "mcp-sampling-proxy"
     policy = write_policy(tmp_path, f"audit:\n  path: {state / 'audit.jsonl'}\nrules: []\n")
     command = proxy_command(policy)
-    logs = [start(command, env, tmp_path / f"start-{n}.log") for n in range(3)]  # the first makes the log
-    assert EARLY in logs[2], logs
+    logs = [start(command, env, tmp_path / f"start-{n}.log") for n in range(2)]  # the log made before the plan
+    assert EARLY in logs[1], logs
     (state / "notes.json").write_text("{}")
     assert EARLY in start(command, env, tmp_path / "beside.log")
     (state / "audit.jsonl.1").write_text("")

@@ -22,6 +22,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from fakes.llm_server import FakeLLMServer
 from helpers.support import ROOT, RawHost, proxy_env
@@ -250,6 +251,25 @@ def test_a_server_started_early_is_held_as_one_started_late(home: Home, llm: Fak
     assert EARLY in log, log
 
 
+@AMONG_OTHERS
+def test_an_audit_log_made_after_the_plan_is_hidden_from_the_start(home: Home, llm: FakeLLMServer) -> None:
+    """An audit log outside the state directory (a log folder in the home, which the user's servers share)
+    does not exist yet when a first start plans the sandbox: the proxy makes it later, at its first record.
+    The raider asks for a sample (the decision is written to the log), then reads the log: it finds none of
+    it, at the first start as at the next."""
+    logs = open_dir(home.home / "logs")
+    audit = logs / "mcp-audit.jsonl"
+    policy = home.policy(
+        provider(llm.base_url) + f"audit:\n  path: {audit}\nrules: []\n" + GRANT_OUT.format(out=home.out)
+    )
+    spec = home.spec([], later=["read"], read=[str(audit)])
+    for start in ("first", "next"):
+        report, _log = raid(home, policy, spec, tools=("sample", "raid"))
+        assert audit.stat().st_size > 0, start  # the decision was written
+        seen = report["answers"][1]["read"][str(audit)]
+        assert "sampling/createMessage" not in seen, (start, seen[:300])
+
+
 def raid_home_and_network(home: Home, llm: FakeLLMServer, sandbox: str) -> tuple[Any, str]:
     """The raider's persistence, secret and network attacks, with a service on 127.0.0.1 and an abstract
     Unix socket of the user's listening meanwhile."""
@@ -360,13 +380,17 @@ def test_unconfined_a_key_swapped_under_the_proxy_is_not_trusted(home: Home, llm
     assert "not the sealing key this proxy started with" in log, log
 
 
-PEEKER = """import json, sys
+PEEKER = """import json, os, stat, sys
 seen = {}
 for path in sys.argv[1:]:
+    try:  # the sandbox binds /dev/null over a file it hides (on a nodev mount: it cannot be opened)
+        masked = "MASKED " if stat.S_ISCHR(os.stat(path).st_mode) else ""
+    except OSError:
+        masked = ""
     try:
-        seen[path] = open(path).read()
+        seen[path] = masked + open(path).read()
     except OSError as exc:
-        seen[path] = f"ERROR {type(exc).__name__}"
+        seen[path] = f"{masked}ERROR {type(exc).__name__}"
 for line in sys.stdin:
     message = json.loads(line)
     method, request_id = message.get("method"), message.get("id")
@@ -413,3 +437,30 @@ async def test_a_served_server_reads_no_token_of_another_caller(tmp_path: Path) 
     assert ALICE not in json.dumps(seen) and "webhook-secret" not in json.dumps(seen), seen
     assert set(seen) == {str(tmp_path / "tokens"), str(secret)}  # it did try both
     assert "server sandboxed" in served.errlog.read_text()
+
+
+def test_a_served_server_never_sees_the_audit_log_made_after_the_plan(tmp_path: Path) -> None:
+    """`serve` plans its servers' sandbox once, at its start, before its audit log's first record; the log
+    (every caller's decisions) and its lock are made before that plan, so each session's server finds them
+    hidden, as every later one does."""
+    from helpers.serving import BOB as BOB_TOKEN
+    from helpers.serving import http_host, start_serve, stop
+
+    audit = open_dir(tmp_path / "logs") / "audit.jsonl"  # a folder the server may look into
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(f"rules: []\naudit:\n  path: {audit}\n")
+    server = tmp_path / "peeker.py"
+    server.write_text(PEEKER)
+    lock = f"{audit}.lock"
+    served = start_serve(tmp_path, policy=str(policy), upstream=["--", sys.executable, str(server), str(audit), lock])
+
+    async def peek() -> Any:
+        async with http_host(served.url, BOB_TOKEN) as client:
+            return json.loads((await client.call_tool("peek", {})).content[0].text)  # type: ignore[union-attr]
+
+    try:
+        seen = anyio.run(peek)
+    finally:
+        stop(served)
+    assert "server sandboxed" in served.errlog.read_text()
+    assert seen[str(audit)].startswith("MASKED") and seen[lock].startswith("MASKED"), seen
