@@ -5,8 +5,8 @@ platformdirs ask through it) are noted with their answers, normalised to what a 
 path's type, mode and owner or why it is not there, where a link leads, the directories and links a
 scanned directory holds, the names a listed directory holds, what the access check said, the working
 directory, whether a directory was made or was there; and the scans of transport/plan_scans.py as one
-question each, its answer what the plan reads of it (`git_scan`, `rotations_of`). `facts_hold` asks them
-again in order, making directories as then.
+question each, its answer what the plan reads of it (`git_scan`, `rotations_of`, `has_folder_of_its_own`).
+`facts_hold` asks them again in order, making directories as then.
 
 The plan is a function of the policy, the environment, the command line and these answers: when every
 answer reads the same, the same code makes the same plan (transport/start_record.py keeps them, and
@@ -20,7 +20,7 @@ import errno
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from mcp_sampling_proxy.transport.plan_scans import git_protected, rotations
+from mcp_sampling_proxy.transport.plan_scans import alone_in_folder, git_protected, rotations
 
 TYPE_CHECKING = False  # (typing's costs an import the early start is lean without)
 if TYPE_CHECKING:
@@ -59,6 +59,7 @@ _ASK: dict[str, Callable[..., Any]] = {
     "mkdir": lambda path, mode: os.mkdir(path, mode),
     "git_scan": lambda grants: git_protected(grants),
     "rotations": lambda path: rotations(path),
+    "alone": lambda path: alone_in_folder(path),
 }
 _NOTED: dict[str, Callable[[Any], object]] = {
     "stat": lambda found: ("ok", found.st_mode, found.st_uid),
@@ -70,6 +71,7 @@ _NOTED: dict[str, Callable[[Any], object]] = {
     "mkdir": lambda _made: ("ok",),
     "git_scan": lambda found: ("ok", tuple(found)),
     "rotations": lambda found: ("ok", tuple(found)),
+    "alone": bool,
 }
 
 
@@ -137,6 +139,12 @@ def rotations_of(path: str) -> list[str]:
     the record holding."""
     found: list[str] = _as_one_fact("rotations", path)
     return found
+
+
+def has_folder_of_its_own(path: str) -> bool:
+    """`plan_scans.alone_in_folder`, noted as one fact: whether the folder holds anything else, not what."""
+    alone: bool = _as_one_fact("alone", path)
+    return alone
 
 
 def _as_one_fact(operation: str, argument: object) -> Any:

@@ -40,7 +40,7 @@ from mcp_sampling_proxy.config.sandbox_settings import Network, SandboxSettings
 from mcp_sampling_proxy.transport.bwrap_probe import forget_probe, unavailable
 from mcp_sampling_proxy.transport.grants import secrets
 from mcp_sampling_proxy.transport.netns import EGRESS_PORT
-from mcp_sampling_proxy.transport.plan_facts import git_scan, rotations_of
+from mcp_sampling_proxy.transport.plan_facts import git_scan, has_folder_of_its_own, rotations_of
 from mcp_sampling_proxy.transport.plan_scans import existing as _existing
 
 if TYPE_CHECKING:
@@ -305,6 +305,7 @@ def contain(
     policy: str | None,
     named: Iterable[str],
     *,
+    log: str | None = None,
     name: str,
     command: Sequence[str],
 ) -> Plan:
@@ -317,7 +318,7 @@ def contain(
     if contained.mode == "off":
         forget_probe()
         return Plan((), off=True, name=name)
-    trusted = proxy_paths(policy, named)
+    trusted = proxy_paths(policy, named, log=log)
     problems = grant_problems(contained, trusted)
     if problems:
         raise SandboxRefused("; ".join(problems))
@@ -330,10 +331,14 @@ def contain(
     return found
 
 
-def proxy_paths(policy: str | None, named: Iterable[str] = (), *, create: bool = True) -> list[Path]:
+def proxy_paths(
+    policy: str | None, named: Iterable[str] = (), *, log: str | None = None, create: bool = True
+) -> list[Path]:
     """The proxy's own places the server must not see: the policy file, the configuration, state and
     runtime directories (made now when missing, so they are hidden from the start; not with `create`
-    False, for a check), and `named` files (the audit log and its rotations, key, token and secret files)."""
+    False, for a check), and `named` files (the audit log and its rotations, key, token and secret files).
+    The audit `log` in a folder of its own is hidden with its folder: a rotation while the server runs
+    makes a new file there, which a mask of the file alone would leave in sight."""
     found: list[Path] = []
     if policy:
         found.append(Path(policy))
@@ -346,6 +351,9 @@ def proxy_paths(policy: str | None, named: Iterable[str] = (), *, create: bool =
         if create:
             runtime_path.mkdir(mode=0o700, parents=True, exist_ok=True)
         found.append(runtime_path)
+    if log and has_folder_of_its_own(log):
+        found.append(Path(log).parent)
+        named = [name for name in named if name != log]
     for name in named:
         path = Path(name).expanduser()
         found.append(path)

@@ -254,19 +254,21 @@ def test_a_server_started_early_is_held_as_one_started_late(home: Home, llm: Fak
 @AMONG_OTHERS
 def test_an_audit_log_made_after_the_plan_is_hidden_from_the_start(home: Home, llm: FakeLLMServer) -> None:
     """An audit log outside the state directory (a log folder in the home, which the user's servers share)
-    does not exist yet when a first start plans the sandbox: the proxy makes it later, at its first record.
-    The raider asks for a sample (the decision is written to the log), then reads the log: it finds none of
-    it, at the first start as at the next."""
+    does not exist yet when a first start plans the sandbox: the proxy used to make it later, at its first
+    record. And it rotates at every record here: a rotation while the server runs makes a new log, which a
+    mask of the file alone would leave in sight. The raider asks for two samples (two decisions, a
+    rotation), then reads the log and its rotation: it finds none of them, at the first start as at the
+    next."""
     logs = open_dir(home.home / "logs")
     audit = logs / "mcp-audit.jsonl"
-    policy = home.policy(
-        provider(llm.base_url) + f"audit:\n  path: {audit}\nrules: []\n" + GRANT_OUT.format(out=home.out)
-    )
-    spec = home.spec([], later=["read"], read=[str(audit)])
+    rotated = logs / "mcp-audit.jsonl.1"
+    sections = f"audit:\n  path: {audit}\n  max_bytes: 1\nrules: []\n"
+    policy = home.policy(provider(llm.base_url) + sections + GRANT_OUT.format(out=home.out))
+    spec = home.spec([], later=["read"], read=[str(audit), str(rotated)])
     for start in ("first", "next"):
-        report, _log = raid(home, policy, spec, tools=("sample", "raid"))
-        assert audit.stat().st_size > 0, start  # the decision was written
-        seen = report["answers"][1]["read"][str(audit)]
+        report, _log = raid(home, policy, spec, tools=("sample", "sample", "raid"))
+        assert rotated.stat().st_size > 0 and audit.stat().st_size > 0, start  # written, and rotated
+        seen = json.dumps(report["answers"][2]["read"])
         assert "sampling/createMessage" not in seen, (start, seen[:300])
 
 
@@ -463,4 +465,5 @@ def test_a_served_server_never_sees_the_audit_log_made_after_the_plan(tmp_path: 
     finally:
         stop(served)
     assert "server sandboxed" in served.errlog.read_text()
-    assert seen[str(audit)].startswith("MASKED") and seen[lock].startswith("MASKED"), seen
+    hidden = [path for path, found in seen.items() if found.startswith("MASKED") or found == "ERROR FileNotFoundError"]
+    assert sorted(hidden) == sorted([str(audit), lock]), seen  # bound over, or their folder hidden whole

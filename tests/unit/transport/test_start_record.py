@@ -18,7 +18,13 @@ from mcp_sampling_proxy.config.policy_file import MAX_POLICY_BYTES
 from mcp_sampling_proxy.quotas import integrity
 from mcp_sampling_proxy.transport import start_record
 from mcp_sampling_proxy.transport.netns import bwrap_child_pid
-from mcp_sampling_proxy.transport.plan_facts import FactLog, facts_hold, git_scan, rotations_of
+from mcp_sampling_proxy.transport.plan_facts import (
+    FactLog,
+    facts_hold,
+    git_scan,
+    has_folder_of_its_own,
+    rotations_of,
+)
 from mcp_sampling_proxy.transport.start_record import Record, read_record, write_record
 
 KEY = b"k" * 32
@@ -151,6 +157,23 @@ def test_the_files_named_after_one_of_the_proxys_are_one_fact(home: Path) -> Non
     (home / "notes.txt").write_text("a file of the user's, beside the log")
     assert facts_hold(log.facts)
     (home / "audit.jsonl.1").write_text("rotated")
+    assert not facts_hold(log.facts)
+
+
+def test_whether_a_log_has_a_folder_of_its_own_is_one_fact(home: Path) -> None:
+    """A log alone in its folder (with its rotations) is hidden with the folder: its rotations to come keep
+    that so; anything else made there changes the plan (the log is then hidden file by file)."""
+    folder = home / "logs"
+    folder.mkdir()
+    (folder / "audit.jsonl").write_text("")
+    (folder / "audit.jsonl.lock").write_text("")
+    log = FactLog()
+    with log.recording():
+        assert has_folder_of_its_own(str(folder / "audit.jsonl"))
+    assert [fact[0] for fact in log.facts] == ["alone"]
+    (folder / "audit.jsonl.1").write_text("rotated")
+    assert facts_hold(log.facts)
+    (folder / "other.log").write_text("")
     assert not facts_hold(log.facts)
 
 
