@@ -492,9 +492,7 @@ def _prepare(
     _make_audit_place(settings)
 
     try:
-        sandbox = contain(
-            settings.sandbox, args.policy, settings.named_files(), log=settings.audit.path, name=name, command=command
-        )
+        sandbox = contain(settings.sandbox, args.policy, settings.named_files(), name=name, command=command)
     except SandboxRefused as exc:
         raise _StartupFailure(str(exc)) from None
     hidden = settings.secret_env_vars()

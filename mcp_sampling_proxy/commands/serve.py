@@ -333,7 +333,7 @@ def _run(setup: Setup, listener: socket.socket) -> int:
             with contextlib.suppress(OSError):
                 make_place(settings.audit.path)
         try:
-            sandbox = contain(settings.sandbox, policy, own, log=settings.audit.path, name=name, command=command)
+            sandbox = contain(settings.sandbox, policy, own, name=name, command=command)
         except SandboxRefused as exc:
             return fail(str(exc))
         log_plan(sandbox)

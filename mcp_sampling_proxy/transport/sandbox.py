@@ -305,7 +305,6 @@ def contain(
     policy: str | None,
     named: Iterable[str],
     *,
-    log: str | None = None,
     name: str,
     command: Sequence[str],
 ) -> Plan:
@@ -318,7 +317,7 @@ def contain(
     if contained.mode == "off":
         forget_probe()
         return Plan((), off=True, name=name)
-    trusted = proxy_paths(policy, named, log=log)
+    trusted = proxy_paths(policy, named)
     problems = grant_problems(contained, trusted)
     if problems:
         raise SandboxRefused("; ".join(problems))
@@ -331,14 +330,13 @@ def contain(
     return found
 
 
-def proxy_paths(
-    policy: str | None, named: Iterable[str] = (), *, log: str | None = None, create: bool = True
-) -> list[Path]:
+def proxy_paths(policy: str | None, named: Iterable[str] = (), *, create: bool = True) -> list[Path]:
     """The proxy's own places the server must not see: the policy file, the configuration, state and
     runtime directories (made now when missing, so they are hidden from the start; not with `create`
     False, for a check), and `named` files (the audit log and its rotations, key, token and secret files).
-    The audit `log` in a folder of its own is hidden with its folder: a rotation while the server runs
-    makes a new file there, which a mask of the file alone would leave in sight."""
+    A named file in a folder of its own is hidden with its folder: a file made there while the server runs
+    (the audit log's rotation, a key replaced by a rename) would be in sight past a mask of the file alone,
+    which follows the file, not its name."""
     found: list[Path] = []
     if policy:
         found.append(Path(policy))
@@ -351,11 +349,11 @@ def proxy_paths(
         if create:
             runtime_path.mkdir(mode=0o700, parents=True, exist_ok=True)
         found.append(runtime_path)
-    if log and has_folder_of_its_own(log):
-        found.append(Path(log).parent)
-        named = [name for name in named if name != log]
     for name in named:
         path = Path(name).expanduser()
+        if has_folder_of_its_own(str(path)):
+            found.append(path.parent)
+            continue
         found.append(path)
         found += [Path(beside) for beside in rotations_of(str(path))]  # NAME.1, NAME.lock, ...
     return found

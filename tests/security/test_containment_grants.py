@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shutil
 import socket
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -110,10 +112,18 @@ def provider(url: str) -> str:
 
 
 def raid(
-    home: Home, policy: str, spec: str, *, calls: int = 1, tools: tuple[str, ...] = (), options: tuple[str, ...] = ()
+    home: Home,
+    policy: str,
+    spec: str,
+    *,
+    calls: int = 1,
+    tools: tuple[str, ...] = (),
+    options: tuple[str, ...] = (),
+    meanwhile: Callable[[], object] | None = None,
 ) -> tuple[Any, str]:
     """The raider behind the proxy, as an ordinary user: (its report and its answers to `calls` calls of
-    `sample`, or to the calls of `tools` in order, the proxy's stderr)."""
+    `sample`, or to the calls of `tools` in order, the proxy's stderr). `meanwhile` runs after the first
+    call, while the raider runs."""
     prefix, _ = ordinary_user()
     command = [*prefix, "-m", "mcp_sampling_proxy", "--policy", policy, "--name", "raider", "--no-terminal"]
     command += [*options, "--", prefix[-1], str(RAIDER), spec]
@@ -124,7 +134,9 @@ def raid(
         deadline = time.monotonic() + 20
         while not (home.out / "report.json").exists() and time.monotonic() < deadline:
             time.sleep(0.05)
-        for tool in tools or ("sample",) * calls:
+        for index, tool in enumerate(tools or ("sample",) * calls):
+            if index == 1 and meanwhile is not None:
+                meanwhile()
             answer = host.request("tools/call", {"name": tool, "arguments": {}}, timeout=30)
             answers.append(json.loads(answer["result"]["content"][0]["text"]))
         host.close_stdin()
@@ -270,6 +282,37 @@ def test_an_audit_log_made_after_the_plan_is_hidden_from_the_start(home: Home, l
         assert rotated.stat().st_size > 0 and audit.stat().st_size > 0, start  # written, and rotated
         seen = json.dumps(report["answers"][2]["read"])
         assert "sampling/createMessage" not in seen, (start, seen[:300])
+
+
+@AMONG_OTHERS
+def test_a_key_file_replaced_while_the_server_runs_stays_hidden(home: Home, llm: FakeLLMServer) -> None:
+    """The LLM key in a file of a folder of its own, replaced by a rename (as secret tools and editors write
+    a file) while the raider runs: the new key is hidden as the old one was. A mask over the file alone
+    follows the file it covered, not its name."""
+    keys = open_dir(home.home / "keys")
+    key = keys / "llm.key"
+    owner = pwd.getpwnam("nobody").pw_uid if os.geteuid() == 0 else -1  # the proxy's user reads it (0600)
+
+    def write_key(text: str) -> None:
+        staged = home.home / "staged.key"
+        staged.write_text(text)
+        staged.chmod(0o600)
+        os.chown(staged, owner, -1)
+        os.replace(staged, key)
+
+    write_key("sk-old-0123456789abcdef\n")
+    llm_section = (
+        f"llm:\n  providers:\n    api:\n      type: openai\n      base_url: {llm.base_url}\n"
+        f"      api_key_file: {key}\n      models: [gpt-test]\n"
+    )
+    policy = home.policy(llm_section + "rules: []\n" + GRANT_OUT.format(out=home.out))
+    spec = home.spec([], later=["read"], read=[str(key)])
+    report, _log = raid(
+        home, policy, spec, tools=("raid", "raid"), meanwhile=lambda: write_key("sk-new-0123456789abcdef\n")
+    )
+    assert key.read_text().startswith("sk-new")  # replaced while it ran
+    seen = json.dumps(report["answers"])
+    assert "sk-old" not in seen and "sk-new" not in seen, seen
 
 
 def raid_home_and_network(home: Home, llm: FakeLLMServer, sandbox: str) -> tuple[Any, str]:
