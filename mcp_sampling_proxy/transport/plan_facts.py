@@ -5,7 +5,7 @@ platformdirs ask through it) are noted with their answers, normalised to what a 
 path's type, mode and owner or why it is not there, where a link leads, the directories and links a
 scanned directory holds, the names a listed directory holds, what the access check said, the working
 directory, whether a directory was made or was there; and the scans of transport/plan_scans.py as one
-question each, its answer what the plan reads of it (`git_scan`, `rotations_of`, `has_folder_of_its_own`).
+question each, its answer what the plan reads of it (`git_scan`, `files_beside`).
 `facts_hold` asks them again in order, making directories as then.
 
 The plan is a function of the policy, the environment, the command line and these answers: when every
@@ -20,7 +20,7 @@ import errno
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from mcp_sampling_proxy.transport.plan_scans import alone_in_folder, git_protected, rotations
+from mcp_sampling_proxy.transport.plan_scans import beside, git_protected
 
 TYPE_CHECKING = False  # (typing's costs an import the early start is lean without)
 if TYPE_CHECKING:
@@ -58,8 +58,7 @@ _ASK: dict[str, Callable[..., Any]] = {
     "getcwd": lambda: os.getcwd(),
     "mkdir": lambda path, mode: os.mkdir(path, mode),
     "git_scan": lambda grants: git_protected(grants),
-    "rotations": lambda path: rotations(path),
-    "alone": lambda path: alone_in_folder(path),
+    "beside": lambda path: beside(path),
 }
 _NOTED: dict[str, Callable[[Any], object]] = {
     "stat": lambda found: ("ok", found.st_mode, found.st_uid),
@@ -70,8 +69,8 @@ _NOTED: dict[str, Callable[[Any], object]] = {
     "getcwd": str,
     "mkdir": lambda _made: ("ok",),
     "git_scan": lambda found: ("ok", tuple(found)),
-    "rotations": lambda found: ("ok", tuple(found)),
-    "alone": bool,
+    # a folder of its own is hidden whole: the files in it are not what the plan reads, so not noted
+    "beside": lambda found: ("ok", True) if found[0] else ("ok", False, tuple(found[1])),
 }
 
 
@@ -133,18 +132,12 @@ def git_scan(grants: Sequence[str]) -> list[str]:
     return found
 
 
-def rotations_of(path: str) -> list[str]:
-    """`plan_scans.rotations`, noted as one fact: the files named after `path`, so another file made beside
-    it (a state file beside an audit log in the state directory, a file in the home beside a key) leaves
-    the record holding."""
-    found: list[str] = _as_one_fact("rotations", path)
+def files_beside(path: str) -> tuple[bool, list[str]]:
+    """`plan_scans.beside`, noted as one fact: whether `path` has its folder to itself, and the files named
+    after it; another file made beside it (a state file beside an audit log, a file in the home beside a key)
+    changes neither unless the folder was its own."""
+    found: tuple[bool, list[str]] = _as_one_fact("beside", path)
     return found
-
-
-def has_folder_of_its_own(path: str) -> bool:
-    """`plan_scans.alone_in_folder`, noted as one fact: whether the folder holds anything else, not what."""
-    alone: bool = _as_one_fact("alone", path)
-    return alone
 
 
 def _as_one_fact(operation: str, argument: object) -> Any:

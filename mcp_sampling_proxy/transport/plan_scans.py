@@ -1,7 +1,7 @@
 """The sandbox plan's looks at the filesystem that take more than one question: which paths exist, the git
 repositories inside write grants (their hooks and configuration stay read-only), the files named after
-one of the proxy's own (an audit log's rotations, lock and seal: hidden with it), and whether a log has a
-folder of its own.
+one of the proxy's own (an audit log's rotations, lock and seal: hidden with it), and whether such a file
+has a folder of its own.
 
 Lean on purpose (only `os`): the early start asks a scan again as one question, its answer what the plan
 reads of it (transport/plan_facts.py), before anything heavy is loaded.
@@ -50,23 +50,15 @@ def git_protected(grants: Iterable[str]) -> list[str]:
     return found
 
 
-def rotations(path: str) -> list[str]:
-    """The files beside `path` named after it (NAME.1, NAME.lock, ...), sorted; none when its folder cannot
-    be listed."""
+def beside(path: str) -> tuple[bool, list[str]]:
+    """What the folder of `path` holds of it: whether nothing but it and the files named after it (a folder
+    of its own, which can be hidden whole), and those files (NAME.1, NAME.lock, ...), sorted. One listing;
+    (False, []) when the folder cannot be listed."""
     folder, name = os.path.split(path)
     try:
         names = os.listdir(folder or ".")
     except OSError:
-        return []
-    return sorted(os.path.join(folder, other) for other in names if other.startswith(name + "."))
-
-
-def alone_in_folder(path: str) -> bool:
-    """Whether the folder of `path` holds nothing but it and the files named after it (a folder of its own,
-    which can be hidden whole); False when it cannot be listed."""
-    folder, name = os.path.split(path)
-    try:
-        names = os.listdir(folder or ".")
-    except OSError:
-        return False
-    return all(other == name or other.startswith(name + ".") for other in names)
+        return False, []
+    named_after = sorted(other for other in names if other.startswith(name + "."))
+    alone = len(named_after) + (name in names) == len(names)
+    return alone, [os.path.join(folder, other) for other in named_after]

@@ -40,7 +40,7 @@ from mcp_sampling_proxy.config.sandbox_settings import Network, SandboxSettings
 from mcp_sampling_proxy.transport.bwrap_probe import forget_probe, unavailable
 from mcp_sampling_proxy.transport.grants import secrets
 from mcp_sampling_proxy.transport.netns import EGRESS_PORT
-from mcp_sampling_proxy.transport.plan_facts import git_scan, has_folder_of_its_own, rotations_of
+from mcp_sampling_proxy.transport.plan_facts import files_beside, git_scan
 from mcp_sampling_proxy.transport.plan_scans import existing as _existing
 
 if TYPE_CHECKING:
@@ -351,9 +351,10 @@ def proxy_paths(policy: str | None, named: Iterable[str] = (), *, create: bool =
         found.append(runtime_path)
     for name in named:
         path = Path(name).expanduser()
-        if has_folder_of_its_own(str(path)):
+        alone, named_after = files_beside(str(path))
+        if alone:
             found.append(path.parent)
             continue
         found.append(path)
-        found += [Path(beside) for beside in rotations_of(str(path))]  # NAME.1, NAME.lock, ...
+        found += [Path(other) for other in named_after]  # NAME.1, NAME.lock, ...
     return found

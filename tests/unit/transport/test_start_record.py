@@ -21,9 +21,8 @@ from mcp_sampling_proxy.transport.netns import bwrap_child_pid
 from mcp_sampling_proxy.transport.plan_facts import (
     FactLog,
     facts_hold,
+    files_beside,
     git_scan,
-    has_folder_of_its_own,
-    rotations_of,
 )
 from mcp_sampling_proxy.transport.start_record import Record, read_record, write_record
 
@@ -151,9 +150,9 @@ def test_the_files_named_after_one_of_the_proxys_are_one_fact(home: Path) -> Non
     (home / "audit.jsonl.lock").write_text("")
     log = FactLog()
     with log.recording():
-        found = rotations_of(str(log_file))
-    assert found == [str(home / "audit.jsonl.lock")]
-    assert [fact[0] for fact in log.facts] == ["rotations"]
+        alone, found = files_beside(str(log_file))
+    assert found == [str(home / "audit.jsonl.lock")] and not alone  # (the home holds more)
+    assert [fact[0] for fact in log.facts] == ["beside"]
     (home / "notes.txt").write_text("a file of the user's, beside the log")
     assert facts_hold(log.facts)
     (home / "audit.jsonl.1").write_text("rotated")
@@ -169,8 +168,8 @@ def test_whether_a_log_has_a_folder_of_its_own_is_one_fact(home: Path) -> None:
     (folder / "audit.jsonl.lock").write_text("")
     log = FactLog()
     with log.recording():
-        assert has_folder_of_its_own(str(folder / "audit.jsonl"))
-    assert [fact[0] for fact in log.facts] == ["alone"]
+        assert files_beside(str(folder / "audit.jsonl"))[0]
+    assert [fact[0] for fact in log.facts] == ["beside"]
     (folder / "audit.jsonl.1").write_text("rotated")
     assert facts_hold(log.facts)
     (folder / "other.log").write_text("")
