@@ -405,15 +405,6 @@ def _keep_record(
         return  # no record: the next start plans as this one did
 
 
-def _make_audit_place(settings: Settings) -> None:
-    """The audit log and its lock made before the sandbox is planned, which hides only what exists."""
-    if settings.audit.path:
-        from mcp_sampling_proxy.audit.log_place import make_place  # start-up: a policy with an audit log
-
-        with contextlib.suppress(OSError):  # (the audit says why at its start, and refuses to go on without it)
-            make_place(settings.audit.path)
-
-
 class _StartupFailure(Exception):
     def __init__(self, message: str, code: int = 2, *, stopped: bool = False):
         super().__init__(message)
@@ -486,10 +477,11 @@ def _prepare(
         return settings, name, lambda: HttpUpstream(args.url, headers), None
 
     # start-up: loaded after the server is spawned, so its start overlaps ours
+    from mcp_sampling_proxy.audit.log_place import make_place
     from mcp_sampling_proxy.transport.sandbox import SandboxRefused, contain
     from mcp_sampling_proxy.transport.stdio import StdioUpstream
 
-    _make_audit_place(settings)
+    make_place(settings.audit.path)  # before the plan, which hides only what exists
 
     try:
         sandbox = contain(settings.sandbox, args.policy, settings.named_files(), name=name, command=command)

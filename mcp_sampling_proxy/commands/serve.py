@@ -329,9 +329,7 @@ def _run(setup: Setup, listener: socket.socket) -> int:
     if command:  # the sandbox contains a command; a URL's server runs elsewhere
         # serve's own secrets too: the token and OAuth client files (a server reading alice's token is alice)
         own = [*settings.named_files(), *(f for f in (args.token_file, args.oauth_client_file) if f)]
-        if settings.audit.path:  # made before the plan, which hides only what exists (audit/log_place.py)
-            with contextlib.suppress(OSError):
-                make_place(settings.audit.path)
+        make_place(settings.audit.path)  # before the plan, which hides only what exists
         try:
             sandbox = contain(settings.sandbox, policy, own, name=name, command=command)
         except SandboxRefused as exc:
