@@ -12,6 +12,8 @@ user's own with mode 0700, or the next candidate is used):
   else in `/run/user/UID`, else in `$TMPDIR/runtime-UID`; macOS `~/Library/Caches/TemporaryItems`.
 - servers' data (one directory per sandboxed server, which it may write): `$XDG_DATA_HOME/mcp-sampling-proxy/
   servers`, else `~/.local/share/mcp-sampling-proxy/servers`.
+- servers' package runner caches (one directory per sandboxed server started by npx, uvx, pipx or bunx):
+  `$XDG_CACHE_HOME/mcp-sampling-proxy/servers`, else `~/.cache/mcp-sampling-proxy/servers`.
 - configuration (the policy file `init` writes): `$XDG_CONFIG_HOME/mcp-sampling-proxy`, else
   `~/.config/mcp-sampling-proxy`; macOS `~/Library/Application Support/mcp-sampling-proxy`,
   Windows `%LOCALAPPDATA%\\mcp-sampling-proxy`.
@@ -63,12 +65,29 @@ def servers_data_dir() -> Path:
 
 
 def server_data_dir(name: str) -> Path:
-    """The data directory of the server called `name` (letters, digits, `.`, `_` and `-` of its name,
-    with a digest of the whole so that two names never share one)."""
+    """The data directory of the server called `name`."""
+    return servers_data_dir() / _server_folder(name)
+
+
+def servers_cache_dir() -> Path:
+    """Where the package runners (npx, uvx) of sandboxed servers keep their downloads, one directory per
+    server (`server_cache_dir`): the user's own runner caches run as the user later, so no server writes
+    them (transport/grants.py), and no server sees another's."""
+    return Path(_platform().user_cache_dir) / "servers"
+
+
+def server_cache_dir(name: str) -> Path:
+    """The package runner's cache of the server called `name`."""
+    return servers_cache_dir() / _server_folder(name)
+
+
+def _server_folder(name: str) -> str:
+    """A folder name for the server called `name`: letters, digits, `.`, `_` and `-` of its name, with a
+    digest of the whole so that two names never share one."""
     import zlib  # start-up: only with a sandbox (hashlib would load OpenSSL: 4 ms)
 
     safe = "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "_" for c in name).strip(".")[:64]
-    return servers_data_dir() / f"{safe or 'server'}-{zlib.crc32(name.encode()):08x}"
+    return f"{safe or 'server'}-{zlib.crc32(name.encode()):08x}"
 
 
 def config_dir() -> Path:

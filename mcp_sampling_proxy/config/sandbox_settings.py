@@ -12,7 +12,7 @@
         trusted-tool: off
 
 Grants, not exceptions: the filesystem is read-only to the server but for its `write:` paths, a data
-directory of its own and its package runner's cache; secrets are hidden unless `read:` names them.
+directory of its own and a package runner's cache of its own; secrets are hidden unless `read:` names them.
 Paths: `~` is the home directory; a relative path is relative to the policy file.
 """
 

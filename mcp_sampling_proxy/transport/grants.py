@@ -7,8 +7,9 @@ where no grant may reach and what stays out of sight:
   server does not see them unless its `read:` (or `write:`) names one.
 - `RUNS_LATER`: places whose contents run as the user later, outside any sandbox (shell start-up files,
   autostart entries, systemd user units, programs on PATH, git and editor configuration, SSH's
-  authorized keys, the hosts' MCP configurations, which start servers). No write grant may be one of
-  them, lie inside one, or hold one: a server that could write `~/.bashrc` owns the next login.
+  authorized keys, the hosts' MCP configurations, which start servers; the package runners' caches,
+  config/runners.py). No write grant may be one of them, lie inside one, or hold one: a server that
+  could write `~/.bashrc` owns the next login.
 - the proxy's own files (policy, configuration, state, runtime, audit, key and secret files), given by
   the caller: hidden always, and never inside, around or equal to a grant, so no rename of a parent can
   put a file of the server's where the proxy reads.
@@ -28,6 +29,7 @@ from pathlib import Path
 from msgspec import Struct
 
 from mcp_sampling_proxy.config.dirs import home_relative
+from mcp_sampling_proxy.config.runners import shared_caches
 from mcp_sampling_proxy.config.sandbox_settings import SandboxSettings
 
 # (a path under the home directory, what it holds): hidden unless a server's `read:` names it
@@ -170,6 +172,7 @@ def runs_later(environ: Mapping[str, str]) -> list[Protected]:
     home = _home(environ)
     found = [Protected(os.path.join(home, path), what) for path, what in RUNS_LATER]
     found += [Protected(path, HOST_CONFIG) for path in host_configs(environ)]
+    found += [Protected(path, what) for path, what in shared_caches(environ)]
     return found
 
 

@@ -8,7 +8,8 @@ sandbox-runtime do:
 
 - the whole filesystem read-only; writable only its `write:` grants (transport/grants.py refuses a
   grant that holds or lies inside anything the proxy trusts or that runs as the user later), a data
-  directory of its own (`$MCP_SERVER_DATA_DIR`) and its package runner's cache (npx, uvx);
+  directory of its own (`$MCP_SERVER_DATA_DIR`) and, started by a package runner (npx, uvx), a cache
+  of its own for it (config/runners.py: the user's runs as the user later);
 - the proxy's own files (policy, configuration, state, runtime, audit, key and secret files) and the
   user's secrets (SSH and cloud keys, tokens, browser profiles, keyrings, the session bus) out of
   sight; a secret a server needs is granted with `read:`;
@@ -34,8 +35,17 @@ from typing import TYPE_CHECKING
 
 from msgspec import Struct, field
 
-from mcp_sampling_proxy.config.dirs import APP_DIR, config_dir, runtime_base_quietly, server_data_dir, state_dir
+from mcp_sampling_proxy.config.dirs import (
+    APP_DIR,
+    config_dir,
+    runtime_base_quietly,
+    server_cache_dir,
+    server_data_dir,
+    servers_cache_dir,
+    state_dir,
+)
 from mcp_sampling_proxy.config.dirs import servers_data_dir as _servers_data_dir
+from mcp_sampling_proxy.config.runners import private_cache_variables, runner_of
 from mcp_sampling_proxy.config.sandbox_settings import Network, SandboxSettings
 from mcp_sampling_proxy.transport.bwrap_probe import forget_probe, unavailable
 from mcp_sampling_proxy.transport.grants import secrets
@@ -108,7 +118,9 @@ def plan(
     if settings.network.mode != "host":
         words.append("--unshare-net")
     data = _made(server_data_dir(name))
-    writable = _existing([*settings.write, *(data or ()), *runner_caches(command, environ)])
+    runner = runner_of(command)
+    cache = _made(server_cache_dir(name)) if runner is not None else None  # never the user's own
+    writable = _existing([*settings.write, *(data or ()), *(cache or ())])
     tops = _under_tmp([cwd, *command], cwd, writable)
     for path in tops:
         words += ["--ro-bind", path, path]  # the server's own, as it would see them directly (read-only)
@@ -117,7 +129,8 @@ def plan(
     for path in git_scan(settings.write):
         words += ["--ro-bind", path, path]
     sight = [*tops, *writable]
-    unshown = [str(p) for p in _made(_servers_data_dir()) or ()]  # other servers' data: not this one's to see
+    # other servers' data and runner caches: not this one's to see (its own are bound again below)
+    unshown = [str(p) for base in (_servers_data_dir(), servers_cache_dir()) for p in _made(base) or ()]
     unshown += [s.path for s in secrets(environ) if not _granted(s.path, settings.read)]
     unshown = [p for p in _existing(unshown) if _in_sight(p, sight)]
     kept = [p for p in _existing([*settings.hide, *map(str, own)]) if _in_sight(p, sight)]  # never shown again
@@ -131,6 +144,8 @@ def plan(
             words += ["--ro-bind", path, path]
     words += ["--chdir", cwd, "--"]
     env = [(DATA_ENV, data[0])] if data else []
+    if runner is not None and cache:
+        env += private_cache_variables(runner, cache[0])
     if settings.network.mode == "relay":
         env += proxy_variables(EGRESS_PORT)
     return Plan(
@@ -150,31 +165,6 @@ def proxy_variables(port: int) -> list[tuple[str, str]]:
     found = [(name, url) for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")]
     found += [(name, "localhost,127.0.0.1,::1") for name in ("NO_PROXY", "no_proxy")]
     return [*found, ("NODE_USE_ENV_PROXY", "1")]
-
-
-def runner_caches(command: Sequence[str], environ: Mapping[str, str]) -> list[str]:
-    """Where the package runner that starts the server keeps its downloads: it must write there, or it
-    cannot start the server under a read-only home. Made when missing (the runner would make it)."""
-    words = list(command)
-    if words and os.path.basename(words[0]) == "env":  # /usr/bin/env [-i] [VAR=VALUE...] npx ...
-        words = [w for w in words[1:] if not w.startswith("-") and "=" not in w]
-    runner = os.path.basename(words[0]) if words else ""
-    home = environ.get("HOME") or str(Path.home())
-    cache_home = environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
-    if runner in ("npx", "npm"):
-        paths = [environ.get("npm_config_cache") or os.path.join(home, ".npm")]
-    elif runner in ("uvx", "uv"):
-        paths = [environ.get("UV_CACHE_DIR") or os.path.join(cache_home, "uv")]
-    elif runner in ("pipx",):
-        paths = [environ.get("PIPX_HOME") or os.path.join(home, ".local", "share", "pipx")]
-    elif runner in ("bunx", "bun"):
-        paths = [os.path.join(home, ".bun", "install", "cache")]
-    else:
-        return []
-    for path in paths:
-        with contextlib.suppress(OSError):
-            os.makedirs(path, mode=0o700, exist_ok=True)
-    return paths
 
 
 def _granted(secret: str, read: Iterable[str]) -> bool:
@@ -318,6 +308,8 @@ def contain(
         forget_probe()
         return Plan((), off=True, name=name)
     trusted = proxy_paths(policy, named)
+    for base in (_servers_data_dir(), servers_cache_dir()):  # made before the check looks above them (a new
+        _made(base)  # home has no ~/.cache): else the next start, finding them, would not read as this one
     problems = grant_problems(contained, trusted)
     if problems:
         raise SandboxRefused("; ".join(problems))

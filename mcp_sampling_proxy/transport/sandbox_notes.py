@@ -20,9 +20,11 @@ from typing import Any
 from msgspec import Struct
 
 from mcp_sampling_proxy.config.dirs import home_relative, state_dir
+from mcp_sampling_proxy.config.sandbox_settings import SandboxSettings
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.quotas.state import JsonStateFile
 from mcp_sampling_proxy.text.sanitize import one_line
+from mcp_sampling_proxy.transport.grants import grant_problems
 
 log = get_logger("mcp_sampling_proxy.sandbox")
 
@@ -67,8 +69,7 @@ class SandboxNotes:
         if path is None:
             self.refused("write", "a file (its error names none)", f"{self.where}.write: [the directory it writes]")
             return
-        directory = _granted_directory(path)
-        self.refused("write", path, f"{self.where}.write: [{home_relative(Path(directory))}]")
+        self.refused("write", path, _write_grant_for(path, self.where))
 
     def refused(self, kind: str, what: str, fix: str) -> None:
         key = (kind, what)
@@ -86,12 +87,22 @@ class SandboxNotes:
         threading.Thread(target=keep, args=(note,), name="sandbox-note").start()
 
 
-def _granted_directory(path: str) -> str:
-    """What to grant for a refused write to `path`: the directory it is in (the deepest that exists)."""
+def _write_grant_for(path: str, where: str) -> str:
+    """The grant that allows a refused write to `path`: the directory it is in (the deepest that exists),
+    or, when that one may not be granted (`~/.cache` holds uv's cache, `~/.config` autostart entries), a
+    directory of its own below it, to be made first."""
     directory = os.path.dirname(os.path.normpath(path)) or "/"
     while directory != "/" and not os.path.isdir(directory):
         directory = os.path.dirname(directory)
-    return directory
+    refused = grant_problems(SandboxSettings(write=(directory,)), ())
+    if not refused:
+        return f"{where}.write: [{home_relative(Path(directory))}]"
+    below = os.path.relpath(os.path.normpath(path), directory).split(os.sep)[0]
+    shown = home_relative(Path(directory))
+    if below in ("", ".", ".."):
+        return f"{where}.write: [a directory of its own] ({shown} itself may not be granted)"
+    own = home_relative(Path(directory, below))
+    return f"{where}.write: [{own}] (make it first: mkdir -p {own}; {shown} itself may not be granted)"
 
 
 def keep(note: Note) -> None:

@@ -68,14 +68,19 @@ def test_a_refused_write_names_the_path_and_the_grant_and_the_grant_works(tmp_pa
     assert "Read-only file system" in log and not target.exists()
     (said,) = [json.loads(line) for line in log.splitlines() if "the sandbox refused the server" in line]
     assert said["event"] == f"the sandbox refused the server a write to {target.parent}"  # makedirs failed first
-    assert said["fix"] == "if it needs it, grant it: sandbox.servers.writer.write: [~/.cache]"  # what exists of it
+    # ~/.cache itself may not be granted (it holds uv's cache, which runs as the user later): a folder of its own
+    assert said["fix"] == (
+        "if it needs it, grant it: sandbox.servers.writer.write: [~/.cache/writer] "
+        "(make it first: mkdir -p ~/.cache/writer; ~/.cache itself may not be granted)"
+    )
     # doctor says it too, after the proxy is long gone (run in this process: the same state dir)
     assert env["XDG_STATE_HOME"] == os.environ["XDG_STATE_HOME"]
     doctor = run_subcommand(["doctor"])
     assert "the sandbox refused server 'writer' a write to" in doctor.stdout, doctor.stdout
     # the grant it names lets the write through
+    target.parent.mkdir()
     grant = write_policy(
-        tmp_path, f"rules: []\nsandbox:\n  servers:\n    writer: {{write: [{home / '.cache'}]}}\n", "granted.yaml"
+        tmp_path, f"rules: []\nsandbox:\n  servers:\n    writer: {{write: [{target.parent}]}}\n", "granted.yaml"
     )
     log = run_once(
         proxy_command(grant, "--name", "writer", upstream=[sys.executable, str(server), str(target)]),

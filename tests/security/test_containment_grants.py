@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import shlex
 import shutil
 import socket
 import subprocess
@@ -120,13 +121,22 @@ def raid(
     tools: tuple[str, ...] = (),
     options: tuple[str, ...] = (),
     meanwhile: Callable[[], object] | None = None,
+    name: str = "raider",
+    runner: str | None = None,
 ) -> tuple[Any, str]:
     """The raider behind the proxy, as an ordinary user: (its report and its answers to `calls` calls of
     `sample`, or to the calls of `tools` in order, the proxy's stderr). `meanwhile` runs after the first
-    call, while the raider runs."""
+    call, while the raider runs. `runner`: the raider started by a script of that name (npx), as a package
+    runner would start it."""
     prefix, _ = ordinary_user()
-    command = [*prefix, "-m", "mcp_sampling_proxy", "--policy", policy, "--name", "raider", "--no-terminal"]
-    command += [*options, "--", prefix[-1], str(RAIDER), spec]
+    command = [*prefix, "-m", "mcp_sampling_proxy", "--policy", policy, "--name", name, "--no-terminal"]
+    server = [prefix[-1], str(RAIDER), spec]
+    if runner is not None:
+        script = open_dir(home.base / "bin") / runner
+        script.write_text(f'#!/bin/sh\nexec {shlex.join(server[:2])} "$@"\n')
+        script.chmod(0o755)
+        server = [str(script), spec]
+    command += [*options, "--", *server]
     stderr = Path(os.environ.get("KEEP_STDERR", home.base)) / f"stderr-{uuid.uuid4().hex[:6]}.log"
     answers = []
     with RawHost(command, home.env(), stderr) as host:
@@ -386,6 +396,42 @@ def test_a_grant_that_reaches_what_the_proxy_trusts_is_refused(home: Home, grant
     )
     assert done.returncode == 2 and done.stdout == "", done.stderr
     assert "sandbox.servers.raider.write:" in done.stderr and named in done.stderr, done.stderr
+
+
+@AMONG_OTHERS
+def test_a_server_started_by_npx_cannot_poison_what_npx_runs_later(home: Home, llm: FakeLLMServer) -> None:
+    """npx runs what its cache holds for a package without fetching it again, outside any sandbox when you
+    run it yourself: a server that could write ~/.npm could put its code in every package you (or another
+    server, with other grants) run from it. Started by npx, the raider gets an npx cache of its own, can
+    write neither a package in yours nor a new one there, and a server of another name cannot see its
+    cache (it could put code there for the raider's next start with the other's grants)."""
+    victim = home.home / ".npm" / "_npx" / "0123abcd" / "node_modules" / "victim" / "index.js"
+    open_dir(victim.parent)
+    for parent in victim.parents:
+        if parent == home.home:
+            break
+        parent.chmod(0o777)  # the raider's user could write it, were it not sandboxed
+    victim.write_text("the user's own\n")
+    victim.chmod(0o666)
+    policy = home.policy("rules: []\n" + GRANT_OUT.format(out=home.out))
+    report, log = raid(
+        home,
+        policy,
+        home.spec(["runner_cache"], victim=str(victim.relative_to(home.home / ".npm" / "_npx"))),
+        calls=0,
+        runner="npx",
+    )
+    assert "server sandboxed" in log, log
+    found = report["runner_cache"]
+    assert found["victim"].startswith("ERROR") and found["planted"].startswith("ERROR"), found
+    assert victim.read_text() == "the user's own\n" and not (home.home / ".npm" / "_npx" / "planted").exists()
+    own = Path(found["own"])
+    assert found["own_cache"] == "written" and not own.is_relative_to(home.home / ".npm"), found
+    assert own.is_relative_to(home.home / ".cache" / "mcp-sampling-proxy" / "servers"), own
+    planted = own / "_npx" / "mine" / "index.js"
+    assert "curl evil" in planted.read_text()
+    report, _ = raid(home, policy, home.spec(["read"], read=[str(planted)]), calls=0, name="neighbour", runner="npx")
+    assert report["read"][str(planted)].startswith("ERROR"), report["read"]
 
 
 # -- unconfined (sandbox: off): what the seals still catch --------------------------------------------------

@@ -1114,7 +1114,8 @@ def test_wrap_writes_sandbox_profiles_into_the_policy(
 ) -> None:
     """For servers it knows (here the filesystem server), wrap writes the sandbox.servers entry that grants
     what the server needs into the policy, under the name the proxy will use, keeping the rest of the file
-    byte for byte; a second wrap keeps the entry, and an entry the user wrote is never replaced."""
+    byte for byte; a second wrap keeps the entry, and an entry the user wrote is never replaced. Started by
+    npx, the server needs no network but npm's registry: its own npx cache starts empty."""
     from mcp_sampling_proxy.config.settings import parse_settings
 
     before = Path(policy).read_text()
@@ -1126,13 +1127,16 @@ def test_wrap_writes_sandbox_profiles_into_the_policy(
     assert text.startswith(before)  # the user's lines as they were
     assert (
         text[len(before) :]
-        == '\nsandbox:\n  servers:\n    filesystem: {write: ["/home/me/Documents"], network: false}\n'
+        == '\nsandbox:\n  servers:\n    filesystem: {write: ["/home/me/Documents"], network: [registry.npmjs.org]}\n'
     )
     narrowed = parse_settings(text, policy).sandbox.for_server("filesystem")
-    assert narrowed.write == ("/home/me/Documents",) and narrowed.network.mode == "none"
+    assert narrowed.write == ("/home/me/Documents",) and narrowed.network.mode == "relay"
+    assert [str(host) for host in narrowed.network.hosts] == ["registry.npmjs.org"]
     assert parse_settings(text, policy).sandbox.for_server("summarizer").write == ()  # unknown: the safe default
     # the user narrows it further; wrapping again keeps their entry
-    Path(policy).write_text(text.replace('{write: ["/home/me/Documents"], network: false}', "{network: false}"))
+    Path(policy).write_text(
+        text.replace('{write: ["/home/me/Documents"], network: [registry.npmjs.org]}', "{network: false}")
+    )
     run(capsys, "unwrap", "--host", "claude-desktop", "--config", str(path), "--all")
     code, out, _ = run(capsys, "wrap", "--host", "claude-desktop", "--config", str(path), "--all", "--policy", policy)
     assert (
@@ -1149,7 +1153,7 @@ def test_wrap_without_a_policy_file_prints_the_profiles(
     code, out, _ = run(capsys, "wrap", "--host", "claude-desktop", "--config", str(path), "--all")
     assert code == 0
     assert "there is no policy file at" in out and "`mcp-sampling-proxy init` makes one" in out
-    assert '"filesystem": {write: ["/home/me/Documents"], network: false}' in out
+    assert '"filesystem": {write: ["/home/me/Documents"], network: [registry.npmjs.org]}' in out
 
 
 def test_wrap_says_when_the_policys_key_will_not_reach_the_proxy(

@@ -23,6 +23,9 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (home / part).write_text("x")
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("XDG_DATA_HOME", str(home / ".local" / "share"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
+    for variable in ("npm_config_cache", "NPM_CONFIG_CACHE", "UV_CACHE_DIR", "PIPX_HOME", "BUN_INSTALL_CACHE_DIR"):
+        monkeypatch.delenv(variable, raising=False)
     monkeypatch.setattr(sandbox, "unavailable", lambda: None)
     return home
 
@@ -72,6 +75,11 @@ def test_network_false_and_host(home: Path) -> None:
         ("~/.ssh/keys", "is inside ~/.ssh (SSH's keys"),
         ("~/notes/../.config", "holds"),  # written another way, the same place
         ("~/proxy-state", "is the same as ~/proxy-state (the proxy's own"),
+        # what a package runner runs later, without fetching it again
+        ("~/.npm/_npx", "is inside ~/.npm (npm's cache: npx runs the packages in it as you)"),
+        ("~/.cache", "holds ~/.cache/uv (uv's cache: uvx runs the environments in it as you)"),
+        ("~/.local/share/pipx/venvs", "is inside ~/.local/share/pipx (pipx's home"),
+        ("~/.bun", "holds ~/.bun/install/cache (bun's cache"),
     ],
 )
 def test_grants_that_reach_what_runs_later_or_the_proxys_own_are_refused(home: Path, grant: str, said: str) -> None:
@@ -111,3 +119,54 @@ def test_what_the_policy_hides_stays_hidden_with_the_data_directory_inside_it(ho
     folder = dict(plan.env)[sandbox.DATA_ENV]
     bound_after = [i for i, word in enumerate(plan.prefix) if word == folder and i > hidden]
     assert bound_after == [], f"{folder} is bound again over the hidden {home / '.local' / 'share'}"
+
+
+USERS_CACHES = {"npx": ".npm", "uvx": ".cache/uv", "pipx": ".local/share/pipx", "bunx": ".bun/install/cache"}
+
+
+@pytest.mark.parametrize(
+    ("command", "variables"),
+    [
+        (["npx", "-y", "@acme/notes-server"], ["npm_config_cache", "NPM_CONFIG_CACHE"]),
+        (["/usr/bin/env", "-i", "DEBUG=1", "uvx", "notes-server"], ["UV_CACHE_DIR"]),
+        (["pipx", "run", "notes-server"], ["PIPX_HOME"]),
+        (["bunx", "notes-server"], ["BUN_INSTALL_CACHE_DIR"]),
+    ],
+)
+def test_a_server_started_by_a_package_runner_gets_a_cache_of_its_own(
+    home: Path, command: list[str], variables: list[str]
+) -> None:
+    """The user's runner cache runs as the user later (npx runs ~/.npm/_npx's copy of a package without
+    fetching it again): the server writes a cache of its own instead, named in the runner's variables, and
+    other servers' caches are out of its sight."""
+    runner = next(word for word in command if word in USERS_CACHES)
+    (home / USERS_CACHES[runner]).mkdir(parents=True)
+    plan = sandbox.plan(SandboxSettings(), [], name="notes", command=command)
+    env = dict(plan.env)
+    own = {env[variable] for variable in variables}
+    assert len(own) == 1 and set(variables) <= set(env)
+    cache = own.pop()
+    servers = home / ".cache" / "mcp-sampling-proxy" / "servers"
+    assert Path(cache).parent == servers and Path(cache).is_dir() and cache in plan.writable
+    assert str(home / USERS_CACHES[runner]) not in pairs(plan.prefix, "--bind")
+    other = dict(sandbox.plan(SandboxSettings(), [], name="other", command=command).env)[variables[0]]
+    assert other != cache and out_of_sight(plan, other)  # a cache per server, and another's not to be seen
+    assert not out_of_sight(plan, cache)
+
+
+def out_of_sight(plan: sandbox.Plan, path: str) -> bool:
+    """True when the last mount covering `path` hides it: a tmpfs over it or a folder above, or, in /tmp
+    (private in the sandbox), no bind of it or above."""
+    covering = [
+        (flag, target)
+        for flag, target in zip(plan.prefix, plan.prefix[1:], strict=False)
+        if flag in ("--tmpfs", "--bind", "--ro-bind") and (path == target or path.startswith(target + "/"))
+    ]
+    covering = [(flag, target) for flag, target in covering if target != "/"]
+    return not covering or covering[-1][0] == "--tmpfs"
+
+
+def test_a_server_started_directly_gets_no_runner_cache(home: Path) -> None:
+    plan = sandbox.plan(SandboxSettings(), [], name="notes", command=["python3", "server.py"])
+    assert not {"npm_config_cache", "UV_CACHE_DIR", "PIPX_HOME"} & set(dict(plan.env))
+    assert not any("/.cache/" in path for path in plan.writable)

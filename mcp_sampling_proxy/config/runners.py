@@ -1,0 +1,78 @@
+"""The package runners a server may be started by (npx, uvx, pipx, bunx): where each keeps the packages it
+runs, and the variables that move that place.
+
+A runner's cache runs as the user later: `npx some-server` runs what `~/.npm/_npx` holds for it without
+fetching it again, and `uvx` reuses the environments in uv's cache. A server that could write the user's
+cache could put its code in every package the user (or another server, with other grants) runs from it.
+So no grant may reach the user's runner caches (transport/grants.py), and a sandboxed server started by
+a runner gets a cache of its own (config/dirs.py `server_cache_dir`), named in the runner's variables.
+That cache starts empty: the server's first start downloads its packages, from the runner's registry.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+from msgspec import Struct
+
+
+class Runner(Struct, frozen=True):
+    """A package runner: the variables that name its cache, and where it is when none is set."""
+
+    cache: str  # what the cache is, for messages
+    variables: tuple[str, ...]  # each names the cache (npm reads its variables in either case)
+    registry: tuple[str, ...]  # the hosts it downloads from: a server's own cache starts empty
+    in_home: tuple[str, ...] = ()  # its default places, under the home directory
+    in_cache_home: tuple[str, ...] = ()  # ... under $XDG_CACHE_HOME (else ~/.cache)
+
+
+NPM_REGISTRY = ("registry.npmjs.org",)
+PYPI = ("pypi.org", "files.pythonhosted.org")
+NPM = Runner(
+    "npm's cache: npx runs the packages in it as you",
+    ("npm_config_cache", "NPM_CONFIG_CACHE"),
+    NPM_REGISTRY,
+    in_home=(".npm",),
+)
+UV = Runner("uv's cache: uvx runs the environments in it as you", ("UV_CACHE_DIR",), PYPI, in_cache_home=("uv",))
+PIPX = Runner(
+    "pipx's home: it runs the programs in it as you",
+    ("PIPX_HOME",),
+    PYPI,
+    in_home=(".local/share/pipx", ".local/pipx"),
+)
+BUN = Runner(
+    "bun's cache: bunx runs the packages in it as you",
+    ("BUN_INSTALL_CACHE_DIR",),
+    NPM_REGISTRY,
+    in_home=(".bun/install/cache",),
+)
+
+BY_COMMAND: dict[str, Runner] = {"npx": NPM, "npm": NPM, "uvx": UV, "uv": UV, "pipx": PIPX, "bunx": BUN, "bun": BUN}
+
+
+def runner_of(command: Sequence[str]) -> Runner | None:
+    """The runner that starts `command` (also behind `/usr/bin/env [-i] [VAR=VALUE...]`), or None."""
+    words = list(command)
+    if words and os.path.basename(words[0]) == "env":
+        words = [w for w in words[1:] if not w.startswith("-") and "=" not in w]
+    return BY_COMMAND.get(os.path.basename(words[0])) if words else None
+
+
+def shared_caches(environ: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The user's own runner caches, as `environ` places them: (path, what it is)."""
+    home = os.path.normpath(environ.get("HOME") or os.path.expanduser("~"))
+    cache_home = environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
+    found: list[tuple[str, str]] = []
+    for runner in (NPM, UV, PIPX, BUN):
+        places = [os.path.join(home, p) for p in runner.in_home]
+        places += [os.path.join(cache_home, p) for p in runner.in_cache_home]
+        places += [environ[v] for v in runner.variables if os.path.isabs(environ.get(v) or "")]
+        found += [(os.path.normpath(place), runner.cache) for place in dict.fromkeys(places)]
+    return found
+
+
+def private_cache_variables(runner: Runner, cache: str) -> list[tuple[str, str]]:
+    """What points `runner` at `cache` instead of the user's."""
+    return [(variable, cache) for variable in runner.variables]
