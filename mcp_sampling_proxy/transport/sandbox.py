@@ -84,7 +84,7 @@ class Plan(Struct, frozen=True):
             return None
         from mcp_sampling_proxy.transport.sandbox_notes import SandboxNotes  # start-up: structlog, for a sandbox
 
-        return SandboxNotes(self.name, self.where)
+        return SandboxNotes(self.name, self.where, offline=self.network.mode == "none")
 
     @property
     def relayed(self) -> bool:

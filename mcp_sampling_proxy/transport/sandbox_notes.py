@@ -41,6 +41,18 @@ _PATH = re.compile(
     re.IGNORECASE,
 )
 
+# how runtimes say that no network is there (Node, Python, Go, curl), and the host, where the line names it
+_NO_NETWORK = re.compile(
+    r"EAI_AGAIN|ENOTFOUND|ENETUNREACH|Temporary failure in name resolution|Name or service not known"
+    r"|[Nn]etwork is unreachable|Could not resolve host|no such host|failed to lookup address",
+)
+_HOST = re.compile(
+    r"(?:getaddrinfo|connect)\s+(?:EAI_AGAIN|ENOTFOUND|ENETUNREACH)\s+([A-Za-z0-9][A-Za-z0-9.-]*[A-Za-z0-9])"
+    r"|Could not resolve host:\s*([A-Za-z0-9][A-Za-z0-9.-]*[A-Za-z0-9])"
+    r"|lookup\s+([A-Za-z0-9][A-Za-z0-9.-]*[A-Za-z0-9])(?:\s+on\s+\S+)?:\s*no such host"
+    r"|https?://([A-Za-z0-9][A-Za-z0-9.-]*[A-Za-z0-9])"
+)
+
 
 class Note(Struct, frozen=True):
     """One refusal: which server, a write or a connection, of what, and the grant that allows it."""
@@ -55,13 +67,17 @@ class Note(Struct, frozen=True):
 class SandboxNotes:
     """The refusals of one sandboxed server, said once each."""
 
-    def __init__(self, server: str, where: str):
+    def __init__(self, server: str, where: str, *, offline: bool = False):
         self.server = server
         self.where = where  # "sandbox" or "sandbox.servers.NAME": where its grants are written
+        self.offline = offline  # network: false, so no relay decides (and says) what it could not reach
         self._said: set[tuple[str, str]] = set()
 
     def stderr_line(self, line: str) -> None:
-        """A line of the server's stderr: a write the sandbox refused is said and kept."""
+        """A line of the server's stderr: a write the sandbox refused, or with no network a host the server
+        could not reach, is said and kept."""
+        if self.offline and _NO_NETWORK.search(line):
+            self._unreachable(line)
         if not _READ_ONLY.search(line):
             return
         found = _PATH.search(line)
@@ -70,6 +86,18 @@ class SandboxNotes:
             self.refused("write", "a file (its error names none)", f"{self.where}.write: [the directory it writes]")
             return
         self.refused("write", path, _write_grant_for(path, self.where))
+
+    def _unreachable(self, line: str) -> None:
+        """With `network: false` the server fails its own way (npm: `getaddrinfo EAI_AGAIN
+        registry.npmjs.org`, after a minute of retries); the note names the host where the line does."""
+        found = _HOST.search(line)
+        host = next((group for group in found.groups() if group), None) if found else None
+        if host is None:
+            self.refused(
+                "connect", "the network (its error names no host)", f"{self.where}.network: [the hosts it needs]"
+            )
+        else:
+            self.refused("connect", host, f"{self.where}.network: [{host}]")
 
     def refused(self, kind: str, what: str, fix: str) -> None:
         key = (kind, what)

@@ -115,6 +115,38 @@ def test_a_refused_connection_names_the_host_and_the_grant(tmp_path: Path) -> No
     assert said[0]["fix"].startswith(f"if it needs it, grant it: sandbox.servers.probe.network: [127.0.0.1:{port}]")
 
 
+OFFLINE = textwrap.dedent(
+    """
+    import json, sys, urllib.request
+    try:  # as a package runner does at its start (npm names the address in its error)
+        urllib.request.urlopen("https://registry.npmjs.org/some-server", timeout=10)
+    except OSError as exc:
+        print(f"npm error request to https://registry.npmjs.org/some-server failed, reason: {exc}", file=sys.stderr)
+    for line in sys.stdin:
+        message = json.loads(line)
+        if message.get("method") == "initialize":
+            result = {"protocolVersion": message["params"]["protocolVersion"], "capabilities": {},
+                      "serverInfo": {"name": "offline", "version": "1"}}
+            print(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}), flush=True)
+    """
+)
+
+
+def test_with_no_network_a_host_the_server_could_not_reach_is_named_with_the_grant(tmp_path: Path) -> None:
+    """With `network: false` no relay decides, so nothing said why a server (npx fetching its package) failed
+    but its own error, a minute later. The proxy reads the failure in the server's stderr and names the host
+    and the grant (tests/unit/transport/test_sandbox_notes.py: the runtimes' ways of saying it)."""
+    server = tmp_path / "offline.py"
+    server.write_text(OFFLINE)
+    policy = write_policy(tmp_path, "rules: []\nsandbox:\n  network: false\n")
+    command = proxy_command(policy, "--name", "offline", upstream=[sys.executable, str(server)])
+    log = run_once(command, proxy_env(), tmp_path / "stderr.log")
+    said = [json.loads(line) for line in log.splitlines() if "refused the server" in line]
+    assert "Temporary failure in name resolution" in log  # the server's own words, passed on
+    assert [s["event"] for s in said] == ["the sandbox refused the server a connection to registry.npmjs.org"]
+    assert said[0]["fix"] == "if it needs it, grant it: sandbox.servers.offline.network: [registry.npmjs.org]"
+
+
 def test_an_unlisted_host_is_asked_on_the_console_and_always_is_remembered(tmp_path: Path) -> None:
     """A server whose grant lists hosts asks for another: the console shows which server wants which host,
     the human allows it always, the connection goes through, and the next start needs nobody. Each decision

@@ -1,0 +1,72 @@
+"""What the sandbox's notes make of a server's stderr, in process: the ways runtimes say a write was refused
+or, with `network: false`, that a host could not be reached. (tests/e2e/test_sandbox_grants.py: the real
+proxy and a real refusal.)"""
+
+from __future__ import annotations
+
+import pytest
+import structlog
+
+from mcp_sampling_proxy.transport import sandbox_notes
+from mcp_sampling_proxy.transport.sandbox_notes import SandboxNotes
+
+
+@pytest.fixture(autouse=True)
+def no_keeping(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sandbox_notes, "keep", lambda note: None)  # the state file: not this module's question
+
+
+def said(notes: SandboxNotes, *lines: str) -> list[tuple[str, str]]:
+    with structlog.testing.capture_logs() as logs:
+        for line in lines:
+            notes.stderr_line(line)
+    return [(entry["event"], entry["fix"]) for entry in logs]
+
+
+@pytest.mark.parametrize(
+    ("line", "host"),
+    [
+        (
+            "npm error request to https://registry.npmjs.org/x failed, reason: "
+            "getaddrinfo EAI_AGAIN registry.npmjs.org",
+            "registry.npmjs.org",
+        ),
+        ("Error: getaddrinfo ENOTFOUND api.example.com", "api.example.com"),
+        ("curl: (6) Could not resolve host: files.pythonhosted.org", "files.pythonhosted.org"),
+        (
+            'Get "https://proxy.golang.org/x": dial tcp: lookup proxy.golang.org on 10.0.0.1:53: no such host',
+            "proxy.golang.org",
+        ),
+        (
+            "error: Request failed after 3 retries: https://pypi.org/simple/x/ "
+            "dns error: failed to lookup address information",
+            "pypi.org",
+        ),
+    ],
+)
+def test_with_no_network_the_host_a_server_could_not_reach_is_named(line: str, host: str) -> None:
+    notes = SandboxNotes("notes", "sandbox.servers.notes", offline=True)
+    assert said(notes, line, line) == [  # once
+        (
+            f"the sandbox refused the server a connection to {host}",
+            f"if it needs it, grant it: sandbox.servers.notes.network: [{host}]",
+        )
+    ]
+
+
+def test_a_failure_that_names_no_host_is_said_without_one() -> None:
+    notes = SandboxNotes("notes", "sandbox", offline=True)
+    line = "urllib.error.URLError: <urlopen error [Errno -3] Temporary failure in name resolution>"
+    assert said(notes, line) == [
+        (
+            "the sandbox refused the server a connection to the network (its error names no host)",
+            "if it needs it, grant it: sandbox.network: [the hosts it needs]",
+        )
+    ]
+
+
+def test_with_the_network_through_the_relay_the_relay_says_it_not_the_stderr() -> None:
+    """The relay decides each connection and says what it refused; a server's own DNS error there is the
+    server's business (a host that does not exist), not a grant."""
+    notes = SandboxNotes("notes", "sandbox", offline=False)
+    assert said(notes, "Error: getaddrinfo ENOTFOUND no-such-host.example") == []
