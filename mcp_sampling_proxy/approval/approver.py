@@ -3,8 +3,10 @@
 Channels are tried in the configured order (default: the controlling terminal, the companion
 console, the host through `elicitation/create`); the first one that can reach a human asks.
 When none can, or nobody answers within the timeout, the request is denied with a message that
-says why and how to set up a channel. "Approve for this session" lasts as long as the proxy;
-"always" is remembered per server and tool in the user's state directory (memory.py).
+says why and how to set up a channel. The timeout counts from when the question is shown: a request
+waiting at the terminal behind another question has its whole time once it is asked. "Approve for
+this session" lasts as long as the proxy; "always" is remembered per server and tool in the user's
+state directory (memory.py).
 
 Under `approval.quorum: N` (N > 1) every channel that can reach a human is asked at once, and a
 request runs only when N different approvers said yes (`Approval.identity`: the terminal, the host's
@@ -31,6 +33,7 @@ from mcp_sampling_proxy.approval.channels import (
     QuorumState,
     Review,
     person_of,
+    timed,
 )
 from mcp_sampling_proxy.approval.memory import ApprovalMemory
 from mcp_sampling_proxy.log import get_logger
@@ -79,7 +82,7 @@ class Approver:
         if self._channel(host) is None:
             await self._settle()
         gone: list[str] = []  # channels whose human went away before answering (a console quit)
-        with anyio.move_on_after(self._timeout):
+        with timed(self._timeout):
             while (channel := self._channel(host, skip=gone)) is not None:
                 try:
                     answer = await channel.ask(request, host)
@@ -126,7 +129,7 @@ class Approver:
         if not channels:
             return Approval(False, None, f"approval required by {rule} but {NO_CHANNEL_HINT}", "unavailable")
         tally = _Tally(self._quorum)
-        with anyio.move_on_after(self._timeout) as waited:
+        with timed(self._timeout) as waited:
             async with anyio.create_task_group() as group:
                 for channel in channels:
                     group.start_soon(self._gather, channel, request, host, tally, group.cancel_scope)
@@ -215,7 +218,7 @@ class Approver:
         channel = self._channel(host)
         if channel is None:
             return Review(False, result, "none")
-        with anyio.move_on_after(self._timeout):
+        with timed(self._timeout):
             try:
                 return await channel.review(request, result, host)
             except ChannelGone:  # the reviewer went away: the answer was not approved for the server

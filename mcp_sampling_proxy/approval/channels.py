@@ -6,6 +6,9 @@ in the configured order, or all at once under a quorum.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from typing import Any, Literal, Protocol, get_args
 
 import anyio
@@ -111,6 +114,34 @@ class Channel(Protocol):
     async def ask(self, request: ApprovalRequest, host: HostLine) -> Approval: ...
 
     async def review(self, request: ApprovalRequest, result: dict[str, Any], host: HostLine) -> Review: ...
+
+
+# restarts this approval's time limit (set by `timed`; None outside an approval)
+_RESTART: ContextVar[Callable[[], None] | None] = ContextVar("approval_clock", default=None)
+
+
+@contextlib.contextmanager
+def timed(seconds: float) -> Iterator[anyio.CancelScope]:
+    """A scope that gives up on an approval after `seconds` (approval.timeout), counted again from when a
+    channel that asks one question at a time shows it (`shown`)."""
+    with anyio.move_on_after(seconds) as scope:
+
+        def restart() -> None:
+            scope.deadline = anyio.current_time() + seconds
+
+        token = _RESTART.set(restart)
+        try:
+            yield scope
+        finally:
+            _RESTART.reset(token)
+
+
+def shown() -> None:
+    """Said by a channel when it puts the question to its human (the terminal, which asks one at a time):
+    approval.timeout counts from then, not from when the request came in behind another question."""
+    restart = _RESTART.get()
+    if restart is not None:
+        restart()
 
 
 def closed_how(answered: bool, deadline: float) -> ClosedHow:

@@ -7,7 +7,15 @@ from typing import Any
 
 import anyio
 
-from mcp_sampling_proxy.approval.channels import Approval, ApprovalRequest, ClosedHow, HostLine, Review, closed_how
+from mcp_sampling_proxy.approval.channels import (
+    Approval,
+    ApprovalRequest,
+    ClosedHow,
+    HostLine,
+    Review,
+    closed_how,
+    shown,
+)
 from mcp_sampling_proxy.approval.dialogues import approval_dialogue, review_dialogue
 from mcp_sampling_proxy.approval.edits import with_prompt, with_text
 from mcp_sampling_proxy.system.terminal import Terminal
@@ -38,9 +46,10 @@ class TerminalChannel:
     async def ask(self, request: ApprovalRequest, host: HostLine) -> Approval:
         terminal = self._terminal
         assert terminal is not None
-        deadline = anyio.current_effective_deadline()  # approval.timeout, as the approver set it
         terminal.announce_turn(f"a request from server '{one_line(request.server, 120)}'")
         async with terminal.lock:
+            shown()  # approval.timeout counts from now: the time it waited its turn is not the human's
+            deadline = anyio.current_effective_deadline()
             try:
                 terminal.write(
                     f"\nmcp-sampling-proxy: approval needed for server '{one_line(request.server, 120)}' "
@@ -74,6 +83,7 @@ class TerminalChannel:
         assert self._terminal is not None
         self._terminal.announce_turn(f"the LLM's answer for server '{one_line(request.server, 120)}'")
         async with self._terminal.lock:
+            shown()
             self._say("")
             accepted, text = await review_dialogue(
                 result, self._ask, self._say, prompt=request.summary, prompt_edited_by=request.prompt_edited_by

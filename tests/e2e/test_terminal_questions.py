@@ -157,3 +157,22 @@ def test_a_form_the_host_cancels_leaves_the_proxys_terminal_and_the_request_wait
     assert len(asked(lines)) == 1 and "the second" in "\n".join(lines), "\n".join(lines)
     screen.type("n")
     assert results(tmp_path, 1) == ["3 rejected"]
+
+
+def test_a_request_waiting_its_turn_has_the_whole_timeout_once_it_is_asked(
+    tmp_path: Path, dirs: dict[str, str], screens: list[Screen], llm: FakeLLMServer
+) -> None:
+    """approval.timeout counts from when a question is shown: the second of two requests that came in
+    together is asked once the first is answered, and is still open past the time limit counted from its
+    arrival (the human answers it then). It used to be denied unseen, or taken off moments after it was
+    shown, for the time it had waited behind the first."""
+    policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=RULES) + "approval:\n  timeout: 4\n")
+    screen = proxy_in_a_terminal(tmp_path, dirs, screens, policy, ["the first", "the second"])
+    screen.wait_for("waits: it is asked after the question on screen")
+    time.sleep(2.5)  # the first, answered well within its time ...
+    screen.type("n")
+    lines = screen.wait_until(lambda lines: lines[-1] == QUESTION and "the second" in "\n".join(lines))
+    time.sleep(2.0)  # ... and the second, 4.5 s after it came in, 2 s after it was asked
+    assert "this question is closed" not in "\n".join(screen.lines()[len(lines) - 1 :])
+    screen.type("n")
+    assert sorted(results(tmp_path, 2)) == ["2 rejected", "3 rejected"]
