@@ -79,7 +79,10 @@ def test_network_false_and_host(home: Path) -> None:
         ("~/.npm/_npx", "is inside ~/.npm (npm's cache: npx runs the packages in it as you)"),
         ("~/.cache", "holds ~/.cache/uv (uv's cache: uvx runs the environments in it as you)"),
         ("~/.local/share/pipx/venvs", "is inside ~/.local/share/pipx (pipx's home"),
-        ("~/.bun", "holds ~/.bun/install/cache (bun's cache"),
+        ("~/.bun", "holds ~/.bun/bin (a toolchain's programs: they run as you)"),
+        ("~/.local/lib/python3.12/site-packages", "is inside ~/.local/lib (Python's user site-packages"),
+        ("~/.cargo", "holds ~/.cargo/bin (a toolchain's programs"),
+        ("~/.vscode", "holds ~/.vscode/extensions (editor extensions: they run as you)"),
     ],
 )
 def test_grants_that_reach_what_runs_later_or_the_proxys_own_are_refused(home: Path, grant: str, said: str) -> None:
