@@ -31,6 +31,7 @@ from mcp_sampling_proxy.config.dirs import home_relative
 from mcp_sampling_proxy.config.keys import KeySourceError, read_key_file
 from mcp_sampling_proxy.config.paths import policy_or_default
 from mcp_sampling_proxy.config.providers import ProviderConfig
+from mcp_sampling_proxy.config.runners import runner_of
 from mcp_sampling_proxy.config.settings import load_settings, settings_from_environment
 from mcp_sampling_proxy.doctor.checklist import Check
 from mcp_sampling_proxy.hosts.entries import PROXY_MODULE, parse_proxy_args
@@ -446,9 +447,21 @@ def check_sandbox(entry: WrappedEntry) -> list[Check]:
             Check("fail", f"{entry.label}: {one_line(problem, 400)}", "the proxy refuses to start it: change the grant")
             for problem in problems
         ]
+    runner = runner_of(parsed.command)
     writes = [str(home_relative(Path(p))) for p in contained.write] + ["its data directory"]
+    writes += ["a runner cache of its own"] if runner is not None else []
     granted = f"writes {', '.join(writes)}; network: {contained.network.describe()}"
     checks = [Check("info", f"{entry.label}: sandbox grants: {one_line(granted, 400)} ({contained.place(name)})")]
+    if runner is not None and contained.network.mode == "none":
+        checks.append(
+            Check(
+                "warn",
+                f"{entry.label}: started by a package runner with network: false: the runner "
+                "cannot reach its registry (npx waits about a minute for it at every start), and the server's "
+                "own runner cache starts empty, so its first start fails",
+                f"grant the registry: {contained.place(name)}.network: [{', '.join(runner.registry)}]",
+            )
+        )
     for note in [n for n in notes() if normalise(n.server) == normalise(name)][-3:]:
         refused = "a write to" if note.kind == "write" else "a connection to"
         checks.append(

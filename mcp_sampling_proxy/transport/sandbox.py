@@ -73,6 +73,7 @@ class Plan(Struct, frozen=True):
     writable: tuple[str, ...] = ()  # what it may write, for messages and doctor
     name: str = ""
     where: str = "sandbox"  # where its grants are written (sandbox.servers.NAME)
+    registry: tuple[str, ...] = ()  # started by a package runner: the hosts it downloads from
 
     @property
     def active(self) -> bool:
@@ -155,6 +156,7 @@ def plan(
         writable=tuple(writable),
         name=name,
         where=settings.place(name),
+        registry=runner.registry if runner is not None else (),
     )
 
 
@@ -258,6 +260,13 @@ def log_plan(found: Plan) -> None:
             writes=list(found.writable) or None,
             network=found.network.describe(),
         )
+        if found.registry and found.network.mode == "none":
+            log.warning(
+                "the server is started by a package runner with network: false: the runner cannot reach its "
+                "registry (npx waits about a minute for it at every start), and the server's own runner cache "
+                "starts empty, so a first start fails",
+                fix=f"grant the registry: {found.where}.network: [{', '.join(found.registry)}]",
+            )
     elif found.off:
         log.warning(
             "sandbox: off: the server runs as you, unconfined: it can write your files (~/.bashrc), read your "

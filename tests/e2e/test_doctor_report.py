@@ -646,3 +646,22 @@ def test_each_wrapped_server_shows_what_the_sandbox_grants_it(
         line for line in out.splitlines() if "✗ Cursor 'greedy': sandbox.servers.greedy.write: ~ holds " in line
     ]
     assert "~/.cursor/mcp.json (a host's MCP configuration" in refused and "~/.bashrc" in refused
+
+
+def test_a_server_started_by_npx_with_no_network_is_told_to_grant_its_registry(
+    environment: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A sandboxed server started by npx gets an npx cache of its own, which starts empty: with
+    `network: false` (an entry written before, when it shared yours) its first start fails after npx waited
+    a minute for its registry. doctor says so under the server, with the grant."""
+    policy = write_policy(tmp_path, "rules: []\nsandbox:\n  servers:\n    everything: {network: false}\n")
+    config = environment / ".cursor" / "mcp.json"
+    config.parent.mkdir()
+    server = {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-everything"]}
+    config.write_text(json.dumps({"mcpServers": {"everything": server}}, indent=2))
+    assert cli_main(["wrap", "--host", "cursor", "--all", "--name-from-key", "--policy", policy]) == 0
+    capsys.readouterr()
+    _code, out = doctor(capsys)
+    assert "Cursor 'everything': sandbox grants: writes its data directory, a runner cache of its own; " in out
+    assert "! Cursor 'everything': started by a package runner with network: false: the runner cannot reach" in out
+    assert "fix: grant the registry: sandbox.servers.everything.network: [registry.npmjs.org]" in out

@@ -134,13 +134,20 @@ OFFLINE = textwrap.dedent(
 
 def test_with_no_network_a_host_the_server_could_not_reach_is_named_with_the_grant(tmp_path: Path) -> None:
     """With `network: false` no relay decides, so nothing said why a server (npx fetching its package) failed
-    but its own error, a minute later. The proxy reads the failure in the server's stderr and names the host
-    and the grant (tests/unit/transport/test_sandbox_notes.py: the runtimes' ways of saying it)."""
+    but its own error, a minute later. The start says what a server started by npx will meet, and the proxy
+    reads the failure in the server's stderr and names the host and the grant
+    (tests/unit/transport/test_sandbox_notes.py: the runtimes' ways of saying it)."""
     server = tmp_path / "offline.py"
     server.write_text(OFFLINE)
+    npx = tmp_path / "bin" / "npx"  # started as npx starts a server: the start says what npx will meet
+    npx.parent.mkdir()
+    npx.write_text(f"#!/bin/sh\nexec {sys.executable} {server}\n")
+    npx.chmod(0o755)
     policy = write_policy(tmp_path, "rules: []\nsandbox:\n  network: false\n")
-    command = proxy_command(policy, "--name", "offline", upstream=[sys.executable, str(server)])
+    command = proxy_command(policy, "--name", "offline", upstream=[str(npx), "-y", "some-server"])
     log = run_once(command, proxy_env(), tmp_path / "stderr.log")
+    (warned,) = [json.loads(line) for line in log.splitlines() if "started by a package runner" in line]
+    assert warned["fix"] == "grant the registry: sandbox.servers.offline.network: [registry.npmjs.org]"
     said = [json.loads(line) for line in log.splitlines() if "refused the server" in line]
     assert "Temporary failure in name resolution" in log  # the server's own words, passed on
     assert [s["event"] for s in said] == ["the sandbox refused the server a connection to registry.npmjs.org"]

@@ -155,6 +155,7 @@ def test_a_server_started_by_a_package_runner_gets_a_cache_of_its_own(
     other = dict(sandbox.plan(SandboxSettings(), [], name="other", command=command).env)[variables[0]]
     assert other != cache and out_of_sight(plan, other)  # a cache per server, and another's not to be seen
     assert not out_of_sight(plan, cache)
+    assert plan.registry  # for the start's word on `network: false` (its first start must download)
 
 
 def out_of_sight(plan: sandbox.Plan, path: str) -> bool:
