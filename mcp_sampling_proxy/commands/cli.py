@@ -377,7 +377,7 @@ def _keep_record(
     from mcp_sampling_proxy.config.dirs import state_dir  # start-up: after the spawn
     from mcp_sampling_proxy.quotas.integrity import load_key  # start-up: after the spawn
     from mcp_sampling_proxy.transport.early_start import outcome, this_start  # start-up: after the spawn
-    from mcp_sampling_proxy.transport.plan_facts import facts_hold  # start-up: after the spawn
+    from mcp_sampling_proxy.transport.plan_facts import code_fact, facts_hold  # start-up: after the spawn
     from mcp_sampling_proxy.transport.start_record import Record, policy_digest, write_record  # start-up: as above
 
     named = this_start()
@@ -393,7 +393,7 @@ def _keep_record(
             key=key,
             policy=policy,
             policy_digest=policy_digest(policy_text.encode("utf-8")) if policy_text is not None else None,
-            facts=facts.facts,
+            facts=[*facts.facts, code_fact(_own_code())],
             words=sandbox.prefix,
             env=sandbox.env,
             command=command,
@@ -403,6 +403,17 @@ def _keep_record(
         write_record(directory, load_key(Path(directory)), record)
     except OSError:
         return  # no record: the next start plans as this one did
+
+
+def _own_code() -> list[str]:
+    """The files of the proxy's modules loaded by now: the code that planned this start."""
+    found = []
+    for name, module in list(sys.modules.items()):
+        if name == "mcp_sampling_proxy" or name.startswith("mcp_sampling_proxy."):
+            path = getattr(module, "__file__", None)
+            if isinstance(path, str):
+                found.append(path)
+    return sorted(found)
 
 
 class _StartupFailure(Exception):

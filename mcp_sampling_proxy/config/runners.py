@@ -18,10 +18,13 @@ from msgspec import Struct
 
 
 class Runner(Struct, frozen=True):
-    """A package runner: the variables that name its cache, and where it is when none is set."""
+    """A package runner: the variables that name where it keeps what it runs, and where that is when none
+    is set."""
 
-    cache: str  # what the cache is, for messages
-    variables: tuple[str, ...]  # each names the cache (npm reads its variables in either case)
+    what: str  # what those places are, for messages
+    # (variable, a folder of the server's own runner cache): npm reads its variable in either case; uvx
+    # also makes its tool directory, even to run a tool it does not install
+    variables: tuple[tuple[str, str], ...]
     registry: tuple[str, ...]  # the hosts it downloads from: a server's own cache starts empty
     in_home: tuple[str, ...] = ()  # its default places, under the home directory
     in_cache_home: tuple[str, ...] = ()  # ... under $XDG_CACHE_HOME (else ~/.cache)
@@ -31,20 +34,26 @@ NPM_REGISTRY = ("registry.npmjs.org",)
 PYPI = ("pypi.org", "files.pythonhosted.org")
 NPM = Runner(
     "npm's cache: npx runs the packages in it as you",
-    ("npm_config_cache", "NPM_CONFIG_CACHE"),
+    (("npm_config_cache", "npm"), ("NPM_CONFIG_CACHE", "npm")),
     NPM_REGISTRY,
     in_home=(".npm",),
 )
-UV = Runner("uv's cache: uvx runs the environments in it as you", ("UV_CACHE_DIR",), PYPI, in_cache_home=("uv",))
+UV = Runner(
+    "uv's cache and tools: uvx runs what they hold as you",
+    (("UV_CACHE_DIR", "uv-cache"), ("UV_TOOL_DIR", "uv-tools")),
+    PYPI,
+    in_home=(".local/share/uv",),
+    in_cache_home=("uv",),
+)
 PIPX = Runner(
     "pipx's home: it runs the programs in it as you",
-    ("PIPX_HOME",),
+    (("PIPX_HOME", "pipx"),),
     PYPI,
     in_home=(".local/share/pipx", ".local/pipx"),
 )
 BUN = Runner(
     "bun's cache: bunx runs the packages in it as you",
-    ("BUN_INSTALL_CACHE_DIR",),
+    (("BUN_INSTALL_CACHE_DIR", "bun"),),
     NPM_REGISTRY,
     in_home=(".bun/install/cache",),
 )
@@ -68,11 +77,11 @@ def shared_caches(environ: Mapping[str, str]) -> list[tuple[str, str]]:
     for runner in (NPM, UV, PIPX, BUN):
         places = [os.path.join(home, p) for p in runner.in_home]
         places += [os.path.join(cache_home, p) for p in runner.in_cache_home]
-        places += [environ[v] for v in runner.variables if os.path.isabs(environ.get(v) or "")]
-        found += [(os.path.normpath(place), runner.cache) for place in dict.fromkeys(places)]
+        places += [environ[v] for v, _ in runner.variables if os.path.isabs(environ.get(v) or "")]
+        found += [(os.path.normpath(place), runner.what) for place in dict.fromkeys(places)]
     return found
 
 
 def private_cache_variables(runner: Runner, cache: str) -> list[tuple[str, str]]:
-    """What points `runner` at `cache` instead of the user's."""
-    return [(variable, cache) for variable in runner.variables]
+    """What points `runner` at folders of `cache` (the server's own) instead of the user's places."""
+    return [(variable, os.path.join(cache, folder)) for variable, folder in runner.variables]

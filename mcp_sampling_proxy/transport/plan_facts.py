@@ -4,8 +4,9 @@ While `FactLog.recording`, the questions the plan's code asks through `os` (posi
 platformdirs ask through it) are noted with their answers, normalised to what a plan reads of them: a
 path's type, mode and owner or why it is not there, where a link leads, the directories and links a
 scanned directory holds, the names a listed directory holds, what the access check said, the working
-directory, whether a directory was made or was there; and the scans of transport/plan_scans.py as one
-question each, its answer what the plan reads of it (`git_scan`, `files_beside`).
+directory, whether a directory was made or was there; the scans of transport/plan_scans.py as one
+question each, its answer what the plan reads of it (`git_scan`, `files_beside`); and the code that made the
+plan (`code_fact`: its files' stamps).
 `facts_hold` asks them again in order, making directories as then.
 
 The plan is a function of the policy, the environment, the command line and these answers: when every
@@ -48,6 +49,11 @@ def _scanned(path: str) -> list[os.DirEntry[str]]:
         return list(entries)
 
 
+def _stamps(paths: Sequence[str]) -> tuple[tuple[int, int], ...]:
+    """Each file's modification time and size: a new release, a `git pull` or an edit changes them."""
+    return tuple((found.st_mtime_ns, found.st_size) for found in map(os.stat, paths))
+
+
 # each question: how a later start asks it again (from the fact's arguments), and how its answer is noted
 _ASK: dict[str, Callable[..., Any]] = {
     "stat": lambda path, follow: os.stat(path, follow_symlinks=follow),
@@ -59,6 +65,7 @@ _ASK: dict[str, Callable[..., Any]] = {
     "mkdir": lambda path, mode: os.mkdir(path, mode),
     "git_scan": lambda grants: git_protected(grants),
     "beside": lambda path: beside(path),
+    "code": _stamps,
 }
 _NOTED: dict[str, Callable[[Any], object]] = {
     "stat": lambda found: ("ok", found.st_mode, found.st_uid),
@@ -71,6 +78,7 @@ _NOTED: dict[str, Callable[[Any], object]] = {
     "git_scan": lambda found: ("ok", tuple(found)),
     # a folder of its own is hidden whole: the files in it are not what the plan reads, so not noted
     "beside": lambda found: ("ok", True) if found[0] else ("ok", False, tuple(found[1])),
+    "code": lambda stamps: ("ok", stamps),
 }
 
 
@@ -138,6 +146,17 @@ def files_beside(path: str) -> tuple[bool, list[str]]:
     changes neither unless the folder was its own."""
     found: tuple[bool, list[str]] = _as_one_fact("beside", path)
     return found
+
+
+def code_fact(files: Sequence[str]) -> Fact:
+    """The code that made a plan, as a fact: its module `files` with their stamps now. A plan is a function
+    of its code too: a start after an upgrade (a release of the same version installed from git, an edit)
+    must plan afresh, not spawn a server under what older code planned (a looser sandbox, before a fix)."""
+    paths = tuple(files)
+    try:
+        return ("code", (paths,), _NOTED["code"](_stamps(paths)))
+    except OSError as exc:
+        return ("code", (paths,), _refused("code", exc))
 
 
 def _as_one_fact(operation: str, argument: object) -> Any:

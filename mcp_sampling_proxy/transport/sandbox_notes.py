@@ -37,6 +37,7 @@ _READ_ONLY = re.compile(r"read-only file system", re.IGNORECASE)
 _PATH = re.compile(
     r"""(?:open|mkdir|rename|unlink|write|copyfile|symlink|rmdir|scandir|lstat|stat)\s+'(/[^']+)'"""
     r"""|(?:Read-only file system|EROFS)[^'"/]*['"]?(/[^'"\s,)]+)"""
+    r"""|(?:create|write|open|remove)[a-z ]*\s+`(/[^`]+)`:\s*read-only file system"""
     r"""|(?:open|mkdir|rename|remove|unlinkat|openat)\s+(/[^\s:]+):\s*read-only file system""",
     re.IGNORECASE,
 )

@@ -26,7 +26,7 @@ from mcp_sampling_proxy import __version__
 from mcp_sampling_proxy.system.shared_files import read_regular
 from mcp_sampling_proxy.transport.plan_facts import Fact
 
-RECORD_FORMAT = 1
+RECORD_FORMAT = 2  # 2: the code that planned is a fact
 RECORDS_DIR = "starts"
 KEEP_RECORDS = 64  # the most recently written; older ones are removed
 MAX_RECORD_BYTES = 4 * 1024 * 1024

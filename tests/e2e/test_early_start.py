@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -140,3 +141,34 @@ def test_a_server_run_unconfined_is_never_started_early(tmp_path: Path, env: dic
     assert not (tmp_path / "state" / "mcp-sampling-proxy" / "starts").exists()
     said = [json.loads(line)["event"] for line in logs[-1].splitlines() if line.startswith("{")]
     assert any(event.startswith("sandbox: off") for event in said), said
+
+
+def test_new_code_plans_afresh(tmp_path: Path, env: dict[str, str]) -> None:
+    """A plan is what the proxy's code makes of its inputs: after an upgrade (here one module of a copy of
+    the proxy rewritten, as `git pull` or a reinstall of the same version does) the next start must not spawn
+    the server under what the older code planned (a looser sandbox, before a fix), but plan afresh."""
+    import mcp_sampling_proxy
+
+    package = Path(mcp_sampling_proxy.__file__).parent
+    copy = tmp_path / "code" / "mcp_sampling_proxy"
+    shutil.copytree(package, copy, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    env = {**env, "PYTHONPATH": str(copy.parent)}
+    python = [sys.executable, "-P"]  # -P: not the working directory's package first, the copy
+    found = subprocess.run(
+        [*python, "-c", "import mcp_sampling_proxy as m; print(m.__file__)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert found.stdout.strip() == str(copy / "__init__.py"), found
+    policy = write_policy(tmp_path, "rules: []\n")
+    command = [*python, *proxy_command(policy)[1:]]
+    logs = [start(command, env, tmp_path / f"start-{n}.log") for n in range(2)]
+    assert EARLY in logs[1], logs
+    module = copy / "transport" / "sandbox.py"
+    module.write_text(module.read_text() + "\n# a fix\n")
+    upgraded = start(command, env, tmp_path / "upgraded.log")
+    assert EARLY not in upgraded and STALE not in upgraded, upgraded
+    assert EARLY in start(command, env, tmp_path / "again.log")

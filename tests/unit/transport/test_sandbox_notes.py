@@ -70,3 +70,22 @@ def test_with_the_network_through_the_relay_the_relay_says_it_not_the_stderr() -
     server's business (a host that does not exist), not a grant."""
     notes = SandboxNotes("notes", "sandbox", offline=False)
     assert said(notes, "Error: getaddrinfo ENOTFOUND no-such-host.example") == []
+
+
+@pytest.mark.parametrize(
+    ("line", "path"),
+    [
+        (
+            "Error: EROFS: read-only file system, open '/home/me/.cache/notes/index.db'",
+            "/home/me/.cache/notes/index.db",
+        ),
+        (
+            "error: failed to create directory `/home/me/.local/share/uv/tools`: Read-only file system (os error 30)",
+            "/home/me/.local/share/uv/tools",
+        ),
+        ("OSError: [Errno 30] Read-only file system: '/home/me/notes/x.txt'", "/home/me/notes/x.txt"),
+    ],
+)
+def test_a_refused_write_names_the_path(line: str, path: str) -> None:
+    (event, _fix), *_ = said(SandboxNotes("notes", "sandbox"), line)
+    assert event == f"the sandbox refused the server a write to {path}"

@@ -77,9 +77,10 @@ def test_network_false_and_host(home: Path) -> None:
         ("~/proxy-state", "is the same as ~/proxy-state (the proxy's own"),
         # what a package runner runs later, without fetching it again
         ("~/.npm/_npx", "is inside ~/.npm (npm's cache: npx runs the packages in it as you)"),
-        ("~/.cache", "holds ~/.cache/uv (uv's cache: uvx runs the environments in it as you)"),
+        ("~/.cache", "holds ~/.cache/uv (uv's cache and tools: uvx runs what they hold as you)"),
         ("~/.local/share/pipx/venvs", "is inside ~/.local/share/pipx (pipx's home"),
         ("~/.bun", "holds ~/.bun/bin (a toolchain's programs: they run as you)"),
+        ("~/.local/share/uv/tools", "is inside ~/.local/share/uv (uv's cache and tools"),
         ("~/.local/lib/python3.12/site-packages", "is inside ~/.local/lib (Python's user site-packages"),
         ("~/.cargo", "holds ~/.cargo/bin (a toolchain's programs"),
         ("~/.vscode", "holds ~/.vscode/extensions (editor extensions: they run as you)"),
@@ -131,7 +132,7 @@ USERS_CACHES = {"npx": ".npm", "uvx": ".cache/uv", "pipx": ".local/share/pipx", 
     ("command", "variables"),
     [
         (["npx", "-y", "@acme/notes-server"], ["npm_config_cache", "NPM_CONFIG_CACHE"]),
-        (["/usr/bin/env", "-i", "DEBUG=1", "uvx", "notes-server"], ["UV_CACHE_DIR"]),
+        (["/usr/bin/env", "-i", "DEBUG=1", "uvx", "notes-server"], ["UV_CACHE_DIR", "UV_TOOL_DIR"]),
         (["pipx", "run", "notes-server"], ["PIPX_HOME"]),
         (["bunx", "notes-server"], ["BUN_INSTALL_CACHE_DIR"]),
     ],
@@ -146,14 +147,15 @@ def test_a_server_started_by_a_package_runner_gets_a_cache_of_its_own(
     (home / USERS_CACHES[runner]).mkdir(parents=True)
     plan = sandbox.plan(SandboxSettings(), [], name="notes", command=command)
     env = dict(plan.env)
-    own = {env[variable] for variable in variables}
-    assert len(own) == 1 and set(variables) <= set(env)
-    cache = own.pop()
+    assert set(variables) <= set(env)
+    folders = {Path(env[variable]).parent for variable in variables}  # folders of the server's own cache
+    assert len(folders) == 1
+    cache = str(folders.pop())
     servers = home / ".cache" / "mcp-sampling-proxy" / "servers"
     assert Path(cache).parent == servers and Path(cache).is_dir() and cache in plan.writable
     assert str(home / USERS_CACHES[runner]) not in pairs(plan.prefix, "--bind")
     other = dict(sandbox.plan(SandboxSettings(), [], name="other", command=command).env)[variables[0]]
-    assert other != cache and out_of_sight(plan, other)  # a cache per server, and another's not to be seen
+    assert not other.startswith(cache) and out_of_sight(plan, other)  # one per server, another's not seen
     assert not out_of_sight(plan, cache)
     assert plan.registry  # for the start's word on `network: false` (its first start must download)
 
