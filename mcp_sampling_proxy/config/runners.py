@@ -23,7 +23,7 @@ class Runner(Struct, frozen=True):
 
     what: str  # what those places are, for messages
     # (variable, a folder of the server's own runner cache): npm reads its variable in either case; uvx
-    # also makes its tool directory, even to run a tool it does not install
+    # makes its tool directory and `pipx run` its bin and man directories, even for what they do not install
     variables: tuple[tuple[str, str], ...]
     registry: tuple[str, ...]  # the hosts it downloads from: a server's own cache starts empty
     in_home: tuple[str, ...] = ()  # its default places, under the home directory
@@ -47,7 +47,8 @@ UV = Runner(
 )
 PIPX = Runner(
     "pipx's home: it runs the programs in it as you",
-    (("PIPX_HOME", "pipx"),),
+    # (and uv's: pipx installs with uv where it finds it)
+    (("PIPX_HOME", "pipx"), ("PIPX_BIN_DIR", "pipx/bin"), ("PIPX_MAN_DIR", "pipx/man"), *UV.variables),
     PYPI,
     in_home=(".local/share/pipx", ".local/pipx"),
 )
