@@ -10,12 +10,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from mcp_sampling_proxy.doctor.checklist import Section
+from mcp_sampling_proxy.config.dirs import config_dir, home_relative
+from mcp_sampling_proxy.doctor.checklist import Check, Section
 from mcp_sampling_proxy.doctor.pins import check_pins
 from mcp_sampling_proxy.quotas.integrity import report, start_anew
 from mcp_sampling_proxy.quotas.state import state_dir
 from mcp_sampling_proxy.text.sanitize import one_line
 from mcp_sampling_proxy.transport.bwrap_probe import unavailable
+from mcp_sampling_proxy.transport.plan_scans import beside
 from mcp_sampling_proxy.transport.sandbox_notes import notes
 
 
@@ -81,6 +83,40 @@ def check_files(settings: Any) -> Section:
     return section
 
 
+def _hidden_file_by_file(settings: Any) -> list[Check]:
+    """A file the proxy trusts that shares its folder with other files is hidden from a sandboxed server file
+    by file, and a bind follows the file, not its name: one written there anew while the server runs (the
+    audit log's rotation, a key saved by an editor) is in its sight until its next start. In a folder of its
+    own, or one of the proxy's (hidden whole), it is not."""
+    named = [("the audit log", settings.audit.path)] if settings.audit.path else []
+    webhook = settings.approval.webhook
+    if webhook is not None and webhook.secret_file:
+        named.append(("the webhook's secret file", webhook.secret_file))
+    named += [
+        (f"provider '{one_line(p.name, 60)}''s key file", p.api_key_file) for p in settings.providers if p.api_key_file
+    ]
+    whole = [str(state_dir(create=False)), str(config_dir())]
+    found = []
+    for what, raw in named:
+        path = os.path.abspath(os.path.expanduser(raw))
+        if any(path.startswith(folder.rstrip(os.sep) + os.sep) for folder in whole):
+            continue
+        alone, _ = beside(path)
+        if alone or not os.path.isdir(os.path.dirname(path)):
+            continue
+        found.append(
+            Check(
+                "warn",
+                f"{what} {home_relative(Path(path))} shares its folder with other files: a sandboxed server "
+                "does not see it, but would see it written there anew while it runs (the log's next rotation, "
+                "a key saved by an editor), until its next start",
+                "give it a folder of its own (the sandbox then hides the folder), or keep it in the proxy's "
+                "state or configuration directory",
+            )
+        )
+    return found
+
+
 def check_containment(settings: Any) -> Section:
     """The sandbox servers run in, and whether the sealed state (approvals, budgets) still verifies."""
     section = Section("containment")
@@ -110,6 +146,8 @@ def check_containment(settings: Any) -> Section:
         section.add(
             "warn", f"no sandbox: {why}; servers run unconfined", f"{install}, or set sandbox: off to say you mean it"
         )
+    if why is None and mode != "off" and settings is not None:
+        section.checks += _hidden_file_by_file(settings)
     for name, override in sorted((sandbox.servers if sandbox is not None else {}).items()):
         if override.mode == "off" and mode != "off":
             section.add("info", f"server '{one_line(name, 80)}': sandbox off (sandbox.servers)")

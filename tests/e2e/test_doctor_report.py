@@ -665,3 +665,25 @@ def test_a_server_started_by_npx_with_no_network_is_told_to_grant_its_registry(
     assert "Cursor 'everything': sandbox grants: writes its data directory, a runner cache of its own; " in out
     assert "! Cursor 'everything': started by a package runner with network: false: the runner cannot reach" in out
     assert "fix: grant the registry: sandbox.servers.everything.network: [registry.npmjs.org]" in out
+
+
+def test_a_trusted_file_beside_other_files_is_said_to_be_hidden_file_by_file(
+    environment: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The sandbox hides an audit log that shares its folder with other files by binding over the file, and a
+    bind follows the file: the log's next rotation, written there while a server runs, is in its sight.
+    doctor says so (where bubblewrap works), and says nothing once the log has a folder of its own."""
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed: doctor says there is no sandbox instead")
+    notes = environment / "notes"
+    notes.mkdir()
+    (notes / "todo.txt").write_text("x")
+    policy = write_policy(tmp_path, f"audit:\n  path: {notes / 'audit.jsonl'}\nrules: []\n")
+    _code, out = doctor(capsys, "--policy", policy)
+    assert "! the audit log ~/notes/audit.jsonl shares its folder with other files: a sandboxed server" in out
+    assert "fix: give it a folder of its own" in out
+    own = environment / "logs" / "mcp"
+    own.mkdir(parents=True)
+    policy = write_policy(tmp_path, f"audit:\n  path: {own / 'audit.jsonl'}\nrules: []\n", "own.yaml")
+    _code, out = doctor(capsys, "--policy", policy)
+    assert "shares its folder" not in out
