@@ -17,30 +17,35 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers.support import ROOT, RawHost, proxy_command, proxy_env, run_subcommand, write_policy
+from helpers.support import (
+    MINIMAL_SERVER,
+    ROOT,
+    RawHost,
+    proxy_command,
+    proxy_env,
+    run_subcommand,
+    write_policy,
+)
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed: no sandbox")
 
 PROBE = ROOT / "tests" / "fixtures" / "hostile" / "sandbox_probe.py"
 
-WRITER = textwrap.dedent(
-    """
-    import json, os, sys
-    target = sys.argv[1]
-    try:
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        with open(target, "w") as f:
-            f.write("cache")
-        print("wrote", target, file=sys.stderr)
-    except OSError as exc:
-        print(f"cannot write the cache: {exc}", file=sys.stderr)
-    for line in sys.stdin:
-        message = json.loads(line)
-        if message.get("method") == "initialize":
-            result = {"protocolVersion": message["params"]["protocolVersion"], "capabilities": {},
-                      "serverInfo": {"name": "writer", "version": "1"}}
-            print(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}), flush=True)
-    """
+WRITER = (
+    textwrap.dedent(
+        """
+        import os, sys
+        target = sys.argv[1]
+        try:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with open(target, "w") as f:
+                f.write("cache")
+            print("wrote", target, file=sys.stderr)
+        except OSError as exc:
+            print(f"cannot write the cache: {exc}", file=sys.stderr)
+        """
+    )
+    + MINIMAL_SERVER
 )
 
 
@@ -115,20 +120,17 @@ def test_a_refused_connection_names_the_host_and_the_grant(tmp_path: Path) -> No
     assert said[0]["fix"].startswith(f"if it needs it, grant it: sandbox.servers.probe.network: [127.0.0.1:{port}]")
 
 
-OFFLINE = textwrap.dedent(
-    """
-    import json, sys, urllib.request
-    try:  # as a package runner does at its start (npm names the address in its error)
-        urllib.request.urlopen("https://registry.npmjs.org/some-server", timeout=10)
-    except OSError as exc:
-        print(f"npm error request to https://registry.npmjs.org/some-server failed, reason: {exc}", file=sys.stderr)
-    for line in sys.stdin:
-        message = json.loads(line)
-        if message.get("method") == "initialize":
-            result = {"protocolVersion": message["params"]["protocolVersion"], "capabilities": {},
-                      "serverInfo": {"name": "offline", "version": "1"}}
-            print(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}), flush=True)
-    """
+OFFLINE = (
+    textwrap.dedent(
+        """
+        import sys, urllib.request
+        try:  # as a package runner does at its start (npm names the address in its error)
+            urllib.request.urlopen("https://registry.npmjs.org/some-server", timeout=10)
+        except OSError as exc:
+            print(f"npm error request to https://registry.npmjs.org/some-server failed, reason: {exc}", file=sys.stderr)
+        """
+    )
+    + MINIMAL_SERVER
 )
 
 
