@@ -109,29 +109,46 @@ class SandboxNotes:
         log.warning(
             f"the sandbox refused the server {'a write to' if kind == 'write' else 'a connection to'} {shown}",
             server=self.server,
-            fix=f"if it needs it, grant it: {fix}",
+            fix=fix if fix.startswith(NO_GRANT) else f"if it needs it, grant it: {fix}",
         )
         # the notes file's lock may be held a while by another proxy: never on the caller's event loop
         note = Note(self.server, kind, shown, one_line(fix, 300), time.time())
         threading.Thread(target=keep, args=(note,), name="sandbox-note").start()
 
 
+NO_GRANT = "no grant allows it"  # a write inside what runs as the user later (~/.npm, ~/.config/autostart)
+
+
 def _write_grant_for(path: str, where: str) -> str:
-    """The grant that allows a refused write to `path`: the directory it is in (the deepest that exists),
-    or, when that one may not be granted (`~/.cache` holds uv's cache, `~/.config` autostart entries), a
-    directory of its own below it, to be made first."""
-    directory = os.path.dirname(os.path.normpath(path)) or "/"
+    """The grant that allows a refused write to `path`: the directory it is in (the deepest that exists);
+    when that one may not be granted (`~/.cache` holds uv's cache, `~/.config` autostart entries), the first
+    directory below it on the way to `path` that may, to be made first; NO_GRANT and why when none may (a
+    write inside npm's cache, which runs as the user later)."""
+    path = os.path.normpath(path)
+    directory = os.path.dirname(path) or "/"
     while directory != "/" and not os.path.isdir(directory):
         directory = os.path.dirname(directory)
-    refused = grant_problems(SandboxSettings(write=(directory,)), ())
-    if not refused:
+    if not _refusal(directory):
         return f"{where}.write: [{home_relative(Path(directory))}]"
-    below = os.path.relpath(os.path.normpath(path), directory).split(os.sep)[0]
-    shown = home_relative(Path(directory))
-    if below in ("", ".", ".."):
-        return f"{where}.write: [a directory of its own] ({shown} itself may not be granted)"
-    own = home_relative(Path(directory, below))
-    return f"{where}.write: [{own}] (make it first: mkdir -p {own}; {shown} itself may not be granted)"
+    shown = "~" if directory == os.path.expanduser("~") else home_relative(Path(directory))
+    candidate = directory
+    for part in os.path.relpath(path, directory).split(os.sep):
+        candidate = os.path.join(candidate, part)
+        if candidate == path and os.path.splitext(part)[1]:  # a file's name: no folder of its own to grant
+            break
+        if not _refusal(candidate):
+            own = home_relative(Path(candidate))
+            return f"{where}.write: [{own}] (make it first: mkdir -p {own}; {shown} itself may not be granted)"
+    why = _refusal(path)
+    if why is not None and " is inside " in why:
+        return f"{NO_GRANT}: {why}"
+    return f"{where}.write: [a directory of its own] ({shown} itself may not be granted)"
+
+
+def _refusal(directory: str) -> str | None:
+    """Why a write grant of `directory` would be refused ("X is inside Y (what Y is): ..."), or None."""
+    problems = grant_problems(SandboxSettings(write=(directory,)), ())
+    return problems[0].split(": ", 1)[-1] if problems else None
 
 
 def keep(note: Note) -> None:

@@ -4,6 +4,8 @@ proxy and a real refusal.)"""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import structlog
 
@@ -89,3 +91,36 @@ def test_with_the_network_through_the_relay_the_relay_says_it_not_the_stderr() -
 def test_a_refused_write_names_the_path(line: str, path: str) -> None:
     (event, _fix), *_ = said(SandboxNotes("notes", "sandbox"), line)
     assert event == f"the sandbox refused the server a write to {path}"
+
+
+@pytest.mark.parametrize(
+    ("written", "fix"),
+    [
+        ("notes/x.md", "if it needs it, grant it: sandbox.write: [~/notes]"),
+        (
+            ".cache/notes/a/b.db",
+            "if it needs it, grant it: sandbox.write: [~/.cache/notes] "
+            "(make it first: mkdir -p ~/.cache/notes; ~/.cache itself may not be granted)",
+        ),
+        ("foo.txt", "if it needs it, grant it: sandbox.write: [a directory of its own] (~ itself may not be granted)"),
+        (
+            ".npm/_cacache/tmp/x",
+            "no grant allows it: ~/.npm/_cacache/tmp/x is inside ~/.npm (npm's cache: npx runs the packages in it "
+            "as you): a server may not write there",
+        ),
+    ],
+)
+def test_a_refused_write_names_a_grant_the_proxy_would_take(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, written: str, fix: str
+) -> None:
+    """The fix names the folder the write was in when it may be granted; else a folder of its own below it
+    that may (never one the proxy would refuse to start with: ~/.cache holds uv's cache); and says so when
+    none may (inside npm's cache, which npx runs as the user later)."""
+    home = tmp_path / "home"
+    for folder in ("notes", ".cache", ".npm"):
+        (home / folder).mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    line = f"OSError: [Errno 30] Read-only file system: '{home / written}'"
+    ((_event, given),) = said(SandboxNotes("notes", "sandbox"), line)
+    assert given == fix
