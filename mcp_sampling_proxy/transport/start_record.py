@@ -60,6 +60,10 @@ PER_LAUNCH = frozenset(
         "KITTY_WINDOW_ID",
         "WEZTERM_PANE",
         "ALACRITTY_WINDOW_ID",
+        "DESKTOP_STARTUP_ID",  # a desktop launcher's startup notice (X11), with the launch's time in it ...
+        "XDG_ACTIVATION_TOKEN",  # ... and Wayland's: an app that does not unset it passes it to its children
+        "INVOCATION_ID",  # systemd: each run of a unit (a host run as a user service) ...
+        "JOURNAL_STREAM",  # ... and the journal stream it writes to
     }
 )
 

@@ -263,6 +263,9 @@ def test_a_variable_set_anew_for_each_launch_names_a_start_by_being_set_only() -
     window = {"VSCODE_PID": "4242", "VSCODE_IPC_HOOK_EXTHOST": "/run/user/1000/vscode-ipc-1.sock"}
     reopened = {"VSCODE_PID": "5151", "VSCODE_IPC_HOOK_EXTHOST": "/run/user/1000/vscode-ipc-2.sock"}
     assert key(**window) == key(**reopened)  # VS Code's extension host, launched again
+    launched = {"DESKTOP_STARTUP_ID": "gnome-shell-1234-host-_TIME5678", "INVOCATION_ID": "a1" * 16}
+    again = {"DESKTOP_STARTUP_ID": "gnome-shell-1234-host-_TIME9999", "INVOCATION_ID": "b2" * 16}
+    assert key(**launched) == key(**again)  # a desktop host started from its launcher, or as a user service
     assert key(CLAUDE_CODE_SESSION_ID="one") != key()
     assert key(CLAUDE_CODE_SESSION_ID="one", LANG="C") != key(CLAUDE_CODE_SESSION_ID="one", LANG="C.UTF-8")
 
