@@ -317,8 +317,9 @@ def contain(
         forget_probe()
         return Plan((), off=True, name=name)
     trusted = proxy_paths(policy, named)
-    for base in (_servers_data_dir(), servers_cache_dir()):  # made before the check looks above them (a new
-        _made(base)  # home has no ~/.cache): else the next start, finding them, would not read as this one
+    if shutil.which("bwrap") is not None:  # (where there is no sandbox, nothing is made for one)
+        for base in (_servers_data_dir(), servers_cache_dir()):  # made before the check looks above them (a
+            _made(base)  # new home has no ~/.cache): else the next start, finding them, would not read as this one
     problems = grant_problems(contained, trusted)
     if problems:
         raise SandboxRefused("; ".join(problems))
