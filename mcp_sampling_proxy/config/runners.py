@@ -1,5 +1,5 @@
-"""The package runners a server may be started by (npx, uvx, pipx, bunx): where each keeps the packages it
-runs, and the variables that move that place.
+"""The package runners a server may be started by (npx, uvx, pipx, pnpm dlx, bunx): where each keeps the
+packages it runs, and the variables that move that place.
 
 A runner's cache runs as the user later: `npx some-server` runs what `~/.npm/_npx` holds for it without
 fetching it again, and `uvx` reuses the environments in uv's cache. A server that could write the user's
@@ -52,6 +52,17 @@ PIPX = Runner(
     PYPI,
     in_home=(".local/share/pipx", ".local/pipx"),
 )
+PNPM = Runner(
+    "pnpm's store and cache: pnpm dlx runs the packages in them as you",
+    (
+        ("npm_config_store_dir", "pnpm-store"),
+        ("npm_config_cache_dir", "pnpm-cache"),
+        ("npm_config_state_dir", "pnpm-state"),
+    ),
+    NPM_REGISTRY,
+    in_home=(".local/share/pnpm",),
+    in_cache_home=("pnpm",),
+)
 BUN = Runner(
     "bun's cache: bunx runs the packages in it as you",
     (("BUN_INSTALL_CACHE_DIR", "bun"),),
@@ -59,7 +70,10 @@ BUN = Runner(
     in_home=(".bun/install/cache",),
 )
 
-BY_COMMAND: dict[str, Runner] = {"npx": NPM, "npm": NPM, "uvx": UV, "uv": UV, "pipx": PIPX, "bunx": BUN, "bun": BUN}
+BY_COMMAND: dict[str, Runner] = {
+    **{"npx": NPM, "npm": NPM, "uvx": UV, "uv": UV, "pipx": PIPX},
+    **{"pnpm": PNPM, "pnpx": PNPM, "bunx": BUN, "bun": BUN},
+}
 
 
 def runner_of(command: Sequence[str]) -> Runner | None:
@@ -75,7 +89,7 @@ def shared_caches(environ: Mapping[str, str]) -> list[tuple[str, str]]:
     home = os.path.normpath(environ.get("HOME") or os.path.expanduser("~"))
     cache_home = environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
     found: list[tuple[str, str]] = []
-    for runner in (NPM, UV, PIPX, BUN):
+    for runner in (NPM, UV, PIPX, PNPM, BUN):
         places = [os.path.join(home, p) for p in runner.in_home]
         places += [os.path.join(cache_home, p) for p in runner.in_cache_home]
         places += [environ[v] for v, _ in runner.variables if os.path.isabs(environ.get(v) or "")]

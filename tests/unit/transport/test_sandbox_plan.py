@@ -81,6 +81,7 @@ def test_network_false_and_host(home: Path) -> None:
         ("~/.local/share/pipx/venvs", "is inside ~/.local/share/pipx (pipx's home"),
         ("~/.bun", "holds ~/.bun/bin (a toolchain's programs: they run as you)"),
         ("~/.local/share/uv/tools", "is inside ~/.local/share/uv (uv's cache and tools"),
+        ("~/.cache/pnpm/dlx", "is inside ~/.cache/pnpm (pnpm's store and cache"),
         ("~/.local/lib/python3.12/site-packages", "is inside ~/.local/lib (Python's user site-packages"),
         ("~/.cargo", "holds ~/.cargo/bin (a toolchain's programs"),
         ("~/.vscode", "holds ~/.vscode/extensions (editor extensions: they run as you)"),
@@ -125,7 +126,13 @@ def test_what_the_policy_hides_stays_hidden_with_the_data_directory_inside_it(ho
     assert bound_after == [], f"{folder} is bound again over the hidden {home / '.local' / 'share'}"
 
 
-USERS_CACHES = {"npx": ".npm", "uvx": ".cache/uv", "pipx": ".local/share/pipx", "bunx": ".bun/install/cache"}
+USERS_CACHES = {
+    "npx": ".npm",
+    "uvx": ".cache/uv",
+    "pipx": ".local/share/pipx",
+    "bunx": ".bun/install/cache",
+    "pnpm": ".local/share/pnpm",
+}
 
 
 @pytest.mark.parametrize(
@@ -135,6 +142,7 @@ USERS_CACHES = {"npx": ".npm", "uvx": ".cache/uv", "pipx": ".local/share/pipx", 
         (["/usr/bin/env", "-i", "DEBUG=1", "uvx", "notes-server"], ["UV_CACHE_DIR", "UV_TOOL_DIR"]),
         (["pipx", "run", "notes-server"], ["PIPX_HOME"]),
         (["bunx", "notes-server"], ["BUN_INSTALL_CACHE_DIR"]),
+        (["pnpm", "dlx", "notes-server"], ["npm_config_store_dir", "npm_config_cache_dir"]),
     ],
 )
 def test_a_server_started_by_a_package_runner_gets_a_cache_of_its_own(
