@@ -144,6 +144,12 @@ def shown() -> None:
         restart()
 
 
+def restarter() -> Callable[[], None]:
+    """`shown`, for the approval asking now, to be said later from another task (a console that shows the
+    question once the ones before it are answered)."""
+    return _RESTART.get() or (lambda: None)
+
+
 def closed_how(answered: bool, deadline: float) -> ClosedHow:
     """How a question ended, for the consoles that still show it: a console answered it, its time ran
     out (`deadline`, taken when it was asked), or it was withdrawn (another channel answered it, another

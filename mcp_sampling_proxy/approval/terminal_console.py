@@ -140,6 +140,8 @@ class Console:
     async def _answer(self, path: Path, message: ConsoleMessage) -> None:
         self.say("")
         self._keys.discard()  # keys typed before the question was shown answer nothing
+        # the proxy's approval.timeout counts from now, not from while it waited behind the one before
+        await self._client.send(path, {"type": "shown", "id": message["id"]})
         reply: ConsoleReply
         if message["type"] == "elicit":
             self.say(f"[proxy {path.stem}] {_what(message)} from server {_server(message)}{_host(message)}:")

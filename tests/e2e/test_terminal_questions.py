@@ -176,3 +176,25 @@ def test_a_request_waiting_its_turn_has_the_whole_timeout_once_it_is_asked(
     assert "this question is closed" not in "\n".join(screen.lines()[len(lines) - 1 :])
     screen.type("n")
     assert sorted(results(tmp_path, 2)) == ["2 rejected", "3 rejected"]
+
+
+def test_a_question_waiting_in_the_console_has_the_whole_timeout_once_it_is_asked(
+    tmp_path: Path, dirs: dict[str, str], screens: list[Screen], llm: FakeLLMServer
+) -> None:
+    """The companion console asks one question at a time too: it tells the proxy when it shows one (`shown`),
+    and the proxy's approval.timeout counts from then. The second of two requests is still open past the
+    time limit counted from its arrival, and the human answers it in the console."""
+    approval = "approval:\n  channels: [console]\n  timeout: 4\n"
+    policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=RULES) + approval)
+    (tmp_path / "console").mkdir()  # a tmux server of its own: a session takes its server's environment
+    console = Screen(tmp_path / "console", [PY, "-m", "mcp_sampling_proxy", "console"], proxy_env(**dirs))
+    screens.append(console)
+    console.wait_for("watching")
+    proxy_in_a_terminal(tmp_path, dirs, screens, policy, ["the first", "the second"])
+    console.wait_until(lambda lines: lines[-1] == QUESTION and "the first" in "\n".join(lines))
+    time.sleep(2.5)  # the first, answered well within its time ...
+    console.type("n")
+    console.wait_until(lambda lines: lines[-1] == QUESTION and "the second" in "\n".join(lines))
+    time.sleep(2.0)  # ... and the second, 4.5 s after it came in, 2 s after the console asked it
+    console.type("n")
+    assert sorted(results(tmp_path, 2)) == ["2 rejected", "3 rejected"]

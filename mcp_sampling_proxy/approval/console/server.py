@@ -15,6 +15,8 @@ console -> proxy   {"type": "decision", "id", "approve": bool, "scope": "once|se
                     "prompt": str?}                  (prompt: the new text of the last user message)
                    {"type": "review", "id", "accept": bool, "text": str?}       (text: the new answer text)
                    {"type": "elicit", "id", "action": "accept|decline|cancel", "content": {...}?}
+                   {"type": "shown", "id"}  (a console that asks one at a time put it on screen now:
+                                             approval.timeout counts from here; older proxies ignore it)
 
 An edit travels as text only and the proxy applies it (`approval/edits.py`): it
 replaces the text blocks and keeps every other block (an image in the prompt, a tool call in the
@@ -33,6 +35,7 @@ import socket
 import stat
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +43,7 @@ import anyio
 import anyio.abc
 from msgspec import Struct, field
 
-from mcp_sampling_proxy.approval.channels import ChannelGone, closed_how
+from mcp_sampling_proxy.approval.channels import ChannelGone, closed_how, restarter
 from mcp_sampling_proxy.approval.console.messages import ConsoleMessage
 from mcp_sampling_proxy.config.dirs import APP_DIR, runtime_base
 from mcp_sampling_proxy.log import Throttle, get_logger
@@ -188,6 +191,7 @@ class ConsoleGone(ChannelGone):
 
 class _Pending(Struct):
     message: ConsoleMessage
+    shown: Callable[[], None]  # a console put it on screen: the approval's time limit counts from now
     done: anyio.Event = field(default_factory=anyio.Event)
     answer: JsonObject | None = None  # the console's answer, of the type the question expects
 
@@ -327,6 +331,9 @@ class ConsoleServer:
             log.warning("companion console sent a malformed message; ignored")
             return
         pending = self._pending.get(str(message.get("id")))
+        if pending is not None and not pending.done.is_set() and message.get("type") == "shown":
+            pending.shown()
+            return
         expected = {"pending": "decision"}.get(pending.message["type"], pending.message["type"]) if pending else ""
         if pending is None or pending.done.is_set() or message.get("type") != expected:
             return
@@ -338,9 +345,8 @@ class ConsoleServer:
         when the last console goes away before anyone answered."""
         self._counter += 1
         request_id = str(self._counter)
-        pending = _Pending({**message, "id": request_id})
+        pending = _Pending({**message, "id": request_id}, restarter())
         self._pending[request_id] = pending
-        deadline = anyio.current_effective_deadline()  # the approval's timeout, as the caller set it
         try:
             await self._broadcast(pending.message)
             if not self._clients:
@@ -351,7 +357,8 @@ class ConsoleServer:
             return pending.answer
         finally:
             self._pending.pop(request_id, None)
-            how = closed_how(pending.answer is not None, deadline)
+            # the approval's time limit as the approver set it, or as a console's `shown` moved it
+            how = closed_how(pending.answer is not None, anyio.current_effective_deadline())
             with anyio.CancelScope(shield=True):
                 await self._broadcast({"type": "resolved", "id": request_id, "how": how})
 
