@@ -91,6 +91,15 @@ def proxy_in_a_terminal(
     return screen
 
 
+def console_in_a_terminal(tmp_path: Path, dirs: dict[str, str], screens: list[Screen]) -> Screen:
+    """`mcp-sampling-proxy console` in a terminal of its own, watching for proxies."""
+    (tmp_path / "console").mkdir()  # a tmux server of its own: a session takes its server's environment
+    console = Screen(tmp_path / "console", [PY, "-m", "mcp_sampling_proxy", "console"], proxy_env(**dirs))
+    screens.append(console)
+    console.wait_for("watching")
+    return console
+
+
 def results(tmp_path: Path, count: int, timeout: float = 30.0) -> list[str]:
     """How the host's calls ended, once `count` did, in the order they did ("2 rejected", "3 timeout")."""
     deadline = time.monotonic() + timeout
@@ -124,10 +133,7 @@ def test_under_a_quorum_a_no_in_the_console_takes_the_question_off_the_proxys_te
 ) -> None:
     approval = "approval:\n  quorum: 2\n  channels: [terminal, console]\n  timeout: 60s\n"
     policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=RULES) + approval)
-    (tmp_path / "console").mkdir()  # a tmux server of its own: a session takes its server's environment
-    console = Screen(tmp_path / "console", [PY, "-m", "mcp_sampling_proxy", "console"], proxy_env(**dirs))
-    screens.append(console)
-    console.wait_for("watching")
+    console = console_in_a_terminal(tmp_path, dirs, screens)
     screen = proxy_in_a_terminal(tmp_path, dirs, screens, policy, ["needs two"])
     screen.wait_for(QUESTION)
     console.wait_for(QUESTION)
@@ -186,10 +192,7 @@ def test_a_question_waiting_in_the_console_has_the_whole_timeout_once_it_is_aske
     time limit counted from its arrival, and the human answers it in the console."""
     approval = "approval:\n  channels: [console]\n  timeout: 4\n"
     policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=RULES) + approval)
-    (tmp_path / "console").mkdir()  # a tmux server of its own: a session takes its server's environment
-    console = Screen(tmp_path / "console", [PY, "-m", "mcp_sampling_proxy", "console"], proxy_env(**dirs))
-    screens.append(console)
-    console.wait_for("watching")
+    console = console_in_a_terminal(tmp_path, dirs, screens)
     proxy_in_a_terminal(tmp_path, dirs, screens, policy, ["the first", "the second"])
     console.wait_until(lambda lines: lines[-1] == QUESTION and "the first" in "\n".join(lines))
     time.sleep(2.5)  # the first, answered well within its time ...
