@@ -7,6 +7,7 @@ in the configured order, or all at once under a quorum.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import Any, Literal, Protocol, get_args
@@ -117,7 +118,7 @@ class Channel(Protocol):
 
 
 # restarts this approval's time limit (set by `timed`; None outside an approval)
-_RESTART: ContextVar[Callable[[], None] | None] = ContextVar("approval_clock", default=None)
+_RESTART: ContextVar[Callable[..., None] | None] = ContextVar("approval_clock", default=None)
 
 
 @contextlib.contextmanager
@@ -126,8 +127,8 @@ def timed(seconds: float) -> Iterator[anyio.CancelScope]:
     channel that asks one question at a time shows it (`shown`)."""
     with anyio.move_on_after(seconds) as scope:
 
-        def restart() -> None:
-            scope.deadline = anyio.current_time() + seconds
+        def restart(limit: float = seconds) -> None:
+            scope.deadline = anyio.current_time() + limit
 
         token = _RESTART.set(restart)
         try:
@@ -144,10 +145,18 @@ def shown() -> None:
         restart()
 
 
-def restarter() -> Callable[[], None]:
-    """`shown`, for the approval asking now, to be said later from another task (a console that shows the
-    question once the ones before it are answered)."""
-    return _RESTART.get() or (lambda: None)
+def waiting() -> None:
+    """Said by a channel whose question must wait for another on screen (the terminal's): no time counts
+    while it waits (`shown` starts it again), so a question behind one nobody answered is still asked."""
+    restart = _RESTART.get()
+    if restart is not None:
+        restart(math.inf)
+
+
+def restarter() -> Callable[..., None]:
+    """`shown` (no argument) and `waiting` (math.inf), for the approval asking now, to be said later from
+    another task (a console that queues the question, then shows it once the ones before it closed)."""
+    return _RESTART.get() or (lambda limit=None: None)
 
 
 def closed_how(answered: bool, deadline: float) -> ClosedHow:

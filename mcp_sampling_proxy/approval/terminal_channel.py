@@ -15,6 +15,7 @@ from mcp_sampling_proxy.approval.channels import (
     Review,
     closed_how,
     shown,
+    waiting,
 )
 from mcp_sampling_proxy.approval.dialogues import approval_dialogue, review_dialogue
 from mcp_sampling_proxy.approval.edits import with_prompt, with_text
@@ -47,6 +48,8 @@ class TerminalChannel:
         terminal = self._terminal
         assert terminal is not None
         terminal.announce_turn(f"a request from server '{one_line(request.server, 120)}'")
+        if terminal.lock.locked():
+            waiting()  # its turn comes when the question on screen closes: no time counts until then
         async with terminal.lock:
             shown()  # approval.timeout counts from now: the time it waited its turn is not the human's
             deadline = anyio.current_effective_deadline()
@@ -82,6 +85,8 @@ class TerminalChannel:
     async def review(self, request: ApprovalRequest, result: dict[str, Any], host: HostLine) -> Review:
         assert self._terminal is not None
         self._terminal.announce_turn(f"the LLM's answer for server '{one_line(request.server, 120)}'")
+        if self._terminal.lock.locked():
+            waiting()
         async with self._terminal.lock:
             shown()
             self._say("")

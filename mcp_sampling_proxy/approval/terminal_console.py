@@ -49,6 +49,7 @@ class Console:
         self._current: tuple[Path, str] | None = None  # the question being asked: (its proxy, its id)
         self._current_scope: anyio.CancelScope | None = None
         self._closed_why: str | None = None  # why the question on screen was taken off
+        self._tg: anyio.abc.TaskGroup | None = None  # where a word to a proxy is sent from (`_tell`)
 
     def say(self, text: str) -> None:
         self._out.write(text + "\n")
@@ -85,6 +86,7 @@ class Console:
 
     async def run(self, tg: anyio.abc.TaskGroup) -> None:
         self.say(f"mcp-sampling-proxy console: watching {self._dir} for proxies (Ctrl-C to quit)")
+        self._tg = tg
         tg.start_soon(self._client.run)
         while True:
             while not self._queue:
@@ -111,6 +113,8 @@ class Console:
         elif event.kind == "question":
             self._queue.append((event.path, event.message))
             self._ready.set()
+            if self._current is not None or len(self._queue) > 1:  # behind another: its proxy's approval.timeout
+                self._tell(event.path, {"type": "waiting", "id": event.message["id"]})  # waits too, until `shown`
             if self._current is not None:  # every open question is reachable: say it is there
                 self.notice(
                     f"[proxy {event.path.stem}] {_what(event.message)} from server {_server(event.message)} "
@@ -123,6 +127,11 @@ class Console:
             self.notice(f"[proxy {event.path.stem}] detached")
         elif event.kind == "refused":
             self.notice(f"[!] ignoring {one_line(str(event.path))}: {event.why}")  # a planted name is the attacker's
+
+    def _tell(self, path: Path, reply: ConsoleReply) -> None:
+        """Send `reply` to the proxy at `path` from an event callback (no await there): on the loop, soon."""
+        if self._tg is not None:
+            self._tg.start_soon(self._client.send, path, reply)
 
     def _close(self, path: Path, question_id: str | None, why: str) -> None:
         """Take a question that is no longer open off the screen (None: every question of `path`)."""

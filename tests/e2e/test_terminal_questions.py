@@ -165,39 +165,60 @@ def test_a_form_the_host_cancels_leaves_the_proxys_terminal_and_the_request_wait
     assert results(tmp_path, 1) == ["3 rejected"]
 
 
+PROMPTS = {"the first": "2", "the second": "3"}  # the two requests' prompts -> their ids (in the order sent)
+
+
+def on_screen(lines: list[str]) -> str | None:
+    """The prompt of the sampling request asked now, when its question waits at the bottom of the screen
+    (the proxy takes two requests that came in together in either order)."""
+    if not lines or lines[-1] != QUESTION:
+        return None
+    users = [line.split("user: ", 1)[1].strip() for line in lines if "user: " in line]
+    return users[-1] if users and users[-1] in PROMPTS else None
+
+
+def two_asked_in_turn(
+    tmp_path: Path, dirs: dict[str, str], screens: list[Screen], llm: FakeLLMServer, *, console: bool, timeout: int
+) -> tuple[Screen, str, str]:
+    """Two sampling requests made at once, asked at the proxy's terminal or in the companion console: (the
+    screen they are asked on, the prompt asked first, the other one)."""
+    approval = f"approval:\n  channels: [{'console' if console else 'terminal'}]\n  timeout: {timeout}\n"
+    policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=RULES) + approval)
+    asking = console_in_a_terminal(tmp_path, dirs, screens) if console else None
+    screen = proxy_in_a_terminal(tmp_path, dirs, screens, policy, list(PROMPTS))
+    asking = asking or screen
+    first = on_screen(asking.wait_until(lambda lines: on_screen(lines) is not None))
+    assert first is not None
+    return asking, first, next(prompt for prompt in PROMPTS if prompt != first)
+
+
+@pytest.mark.parametrize("console", [False, True], ids=["terminal", "console"])
 def test_a_request_waiting_its_turn_has_the_whole_timeout_once_it_is_asked(
-    tmp_path: Path, dirs: dict[str, str], screens: list[Screen], llm: FakeLLMServer
+    tmp_path: Path, dirs: dict[str, str], screens: list[Screen], llm: FakeLLMServer, console: bool
 ) -> None:
-    """approval.timeout counts from when a question is shown: the second of two requests that came in
-    together is asked once the first is answered, and is still open past the time limit counted from its
-    arrival (the human answers it then). It used to be denied unseen, or taken off moments after it was
-    shown, for the time it had waited behind the first."""
-    policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=RULES) + "approval:\n  timeout: 4\n")
-    screen = proxy_in_a_terminal(tmp_path, dirs, screens, policy, ["the first", "the second"])
-    screen.wait_for("waits: it is asked after the question on screen")
+    """approval.timeout counts from when a question is shown (the console tells the proxy when it shows one):
+    the second of two requests that came in together is asked once the first is answered, and is still open
+    past the time limit counted from its arrival (the human answers it then). It used to be denied unseen,
+    or taken off moments after it was shown, for the time it had waited behind the first."""
+    screen, _first, second = two_asked_in_turn(tmp_path, dirs, screens, llm, console=console, timeout=4)
     time.sleep(2.5)  # the first, answered well within its time ...
     screen.type("n")
-    lines = screen.wait_until(lambda lines: lines[-1] == QUESTION and "the second" in "\n".join(lines))
+    lines = screen.wait_until(lambda lines: on_screen(lines) == second)
     time.sleep(2.0)  # ... and the second, 4.5 s after it came in, 2 s after it was asked
     assert "this question is closed" not in "\n".join(screen.lines()[len(lines) - 1 :])
     screen.type("n")
     assert sorted(results(tmp_path, 2)) == ["2 rejected", "3 rejected"]
 
 
-def test_a_question_waiting_in_the_console_has_the_whole_timeout_once_it_is_asked(
-    tmp_path: Path, dirs: dict[str, str], screens: list[Screen], llm: FakeLLMServer
+@pytest.mark.parametrize("console", [False, True], ids=["terminal", "console"])
+def test_a_request_behind_one_nobody_answered_is_still_asked(
+    tmp_path: Path, dirs: dict[str, str], screens: list[Screen], llm: FakeLLMServer, console: bool
 ) -> None:
-    """The companion console asks one question at a time too: it tells the proxy when it shows one (`shown`),
-    and the proxy's approval.timeout counts from then. The second of two requests is still open past the
-    time limit counted from its arrival, and the human answers it in the console."""
-    approval = "approval:\n  channels: [console]\n  timeout: 4\n"
-    policy = write_policy(tmp_path, openai_policy(llm.base_url, rules=RULES) + approval)
-    console = console_in_a_terminal(tmp_path, dirs, screens)
-    proxy_in_a_terminal(tmp_path, dirs, screens, policy, ["the first", "the second"])
-    console.wait_until(lambda lines: lines[-1] == QUESTION and "the first" in "\n".join(lines))
-    time.sleep(2.5)  # the first, answered well within its time ...
-    console.type("n")
-    console.wait_until(lambda lines: lines[-1] == QUESTION and "the second" in "\n".join(lines))
-    time.sleep(2.0)  # ... and the second, 4.5 s after it came in, 2 s after the console asked it
-    console.type("n")
-    assert sorted(results(tmp_path, 2)) == ["2 rejected", "3 rejected"]
+    """No time counts while a request waits its turn (the console tells the proxy when it queues one): the
+    one on screen times out unanswered, and the one behind it, which came in with it, is asked then, with
+    its whole time, not closed unseen."""
+    screen, first, second = two_asked_in_turn(tmp_path, dirs, screens, llm, console=console, timeout=3)
+    assert results(tmp_path, 1) == [f"{PROMPTS[first]} timeout"]  # nobody answered the first
+    screen.wait_until(lambda lines: on_screen(lines) == second)
+    screen.type("n")
+    assert results(tmp_path, 2) == [f"{PROMPTS[first]} timeout", f"{PROMPTS[second]} rejected"]

@@ -260,6 +260,11 @@ HOSTILE_LINES = [
 FORGED = "Server 'evil' asks for an LLM completion (during tool call 'steal')"
 
 
+def replies(fake: FakeProxySocket) -> list[dict[str, Any]]:
+    """The console's answers to the questions (not its word on when it queued or showed one)."""
+    return [a for a in fake.answers if a.get("type") not in ("waiting", "shown")]
+
+
 class FakeProxySocket:
     """A listener in the test process posing as a proxy (its pid matches the socket's name)."""
 
@@ -325,14 +330,22 @@ def test_console_survives_hostile_messages_and_shows_no_raw_text(tmp_path: Path,
         console.type("n\n")
         screen = console.read_until(b"[a]nswer the form")
         console.type("d\n")
-        assert wait_until(lambda: len(fake.answers) == 2)
+        assert wait_until(lambda: len(replies(fake)) == 2)
         assert os.waitpid(console.pid, os.WNOHANG) == (0, 0)  # still running
     finally:
         os.kill(console.pid, signal.SIGINT)
         console.finish()
         fake.close()
-    assert fake.answers[0]["approve"] is False
-    assert fake.answers[1]["action"] == "decline"
+    assert replies(fake)[0]["approve"] is False
+    assert replies(fake)[1]["action"] == "decline"
+    # besides its answers, the console says when it queues a question and when it shows one (the proxy's
+    # approval.timeout counts from then)
+    told = [(a["type"], a["id"]) for a in fake.answers if a.get("type") in ("waiting", "shown")]
+    assert told == [("waiting", "2"), ("shown", "1"), ("shown", "2")] or told == [
+        ("shown", "1"),
+        ("waiting", "2"),
+        ("shown", "2"),
+    ], told
     for raw in (
         b"\x1b[31m",
         b"\x1b]0;",

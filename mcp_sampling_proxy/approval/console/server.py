@@ -15,8 +15,9 @@ console -> proxy   {"type": "decision", "id", "approve": bool, "scope": "once|se
                     "prompt": str?}                  (prompt: the new text of the last user message)
                    {"type": "review", "id", "accept": bool, "text": str?}       (text: the new answer text)
                    {"type": "elicit", "id", "action": "accept|decline|cancel", "content": {...}?}
-                   {"type": "shown", "id"}  (a console that asks one at a time put it on screen now:
-                                             approval.timeout counts from here; older proxies ignore it)
+                   {"type": "waiting", "id"}  (a console that asks one at a time queued it behind another:
+                                               no time counts until one shows it; older proxies ignore it)
+                   {"type": "shown", "id"}    (a console put it on screen: approval.timeout counts from here)
 
 An edit travels as text only and the proxy applies it (`approval/edits.py`): it
 replaces the text blocks and keeps every other block (an image in the prompt, a tool call in the
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import socket
 import stat
@@ -191,9 +193,11 @@ class ConsoleGone(ChannelGone):
 
 class _Pending(Struct):
     message: ConsoleMessage
-    shown: Callable[[], None]  # a console put it on screen: the approval's time limit counts from now
+    # the approval's time limit: restart() when a console shows it, restart(math.inf) while it waits its turn
+    restart: Callable[..., None]
     done: anyio.Event = field(default_factory=anyio.Event)
     answer: JsonObject | None = None  # the console's answer, of the type the question expects
+    seen: bool = False  # a console has shown it: another one that queues it changes nothing
 
 
 class ConsoleServer:
@@ -331,8 +335,12 @@ class ConsoleServer:
             log.warning("companion console sent a malformed message; ignored")
             return
         pending = self._pending.get(str(message.get("id")))
-        if pending is not None and not pending.done.is_set() and message.get("type") == "shown":
-            pending.shown()
+        if pending is not None and not pending.done.is_set() and message.get("type") in ("shown", "waiting"):
+            if message["type"] == "shown":
+                pending.seen = True
+                pending.restart()
+            elif not pending.seen:  # queued behind a question on every console that has it: no time counts
+                pending.restart(math.inf)
             return
         expected = {"pending": "decision"}.get(pending.message["type"], pending.message["type"]) if pending else ""
         if pending is None or pending.done.is_set() or message.get("type") != expected:
