@@ -338,7 +338,8 @@ def test_unconfined_the_proxys_children_hold_no_key(shared: Path, llm: FakeLLMSe
     report, log, _state = attack(shared, llm, "sandbox: off\n")
     assert "sandbox: off" in log
     seen = report["during_sampling"]
-    cli = [entry for entry in seen.values() if "cli.py" in entry["cmdline"]]
+    # (this test's CLI, by its path: another test's, run by another user, would refuse its environment)
+    cli = [entry for entry in seen.values() if str(shared / "cli.py") in entry["cmdline"]]
     assert cli, "the server did not see the CLI provider (the test would prove nothing)"
     assert not cli[0]["environ"].startswith("ERROR")  # it could read the CLI's environment ...
     # ... and found no key in it (nor in this proxy's other processes: other tests' are not this one's)
