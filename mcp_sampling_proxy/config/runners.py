@@ -28,6 +28,9 @@ class Runner(Struct, frozen=True):
     registry: tuple[str, ...]  # the hosts it downloads from: a server's own cache starts empty
     in_home: tuple[str, ...] = ()  # its default places, under the home directory
     in_cache_home: tuple[str, ...] = ()  # ... under $XDG_CACHE_HOME (else ~/.cache)
+    # with no network: run from the cache at once, or fail at once, rather than retry the registry for a
+    # minute at every start (npx -y asks it each time)
+    offline: tuple[tuple[str, str], ...] = ()
 
 
 NPM_REGISTRY = ("registry.npmjs.org",)
@@ -37,6 +40,7 @@ NPM = Runner(
     (("npm_config_cache", "npm"), ("NPM_CONFIG_CACHE", "npm")),
     NPM_REGISTRY,
     in_home=(".npm",),
+    offline=(("npm_config_offline", "true"),),
 )
 UV = Runner(
     "uv's cache and tools: uvx runs what they hold as you",
@@ -44,6 +48,7 @@ UV = Runner(
     PYPI,
     in_home=(".local/share/uv",),
     in_cache_home=("uv",),
+    offline=(("UV_OFFLINE", "1"),),
 )
 PIPX = Runner(
     "pipx's home: it runs the programs in it as you",
@@ -62,6 +67,7 @@ PNPM = Runner(
     NPM_REGISTRY,
     in_home=(".local/share/pnpm",),
     in_cache_home=("pnpm",),
+    offline=(("npm_config_offline", "true"),),
 )
 BUN = Runner(
     "bun's cache: bunx runs the packages in it as you",

@@ -457,8 +457,8 @@ def check_sandbox(entry: WrappedEntry) -> list[Check]:
             Check(
                 "warn",
                 f"{entry.label}: started by a package runner with network: false: the runner "
-                "cannot reach its registry (npx waits about a minute for it at every start), and the server's "
-                "own runner cache starts empty, so its first start fails",
+                "cannot reach its registry, and the server's own runner cache starts empty, so its first "
+                "start fails",
                 f"grant the registry: {contained.place(name)}.network: [{', '.join(runner.registry)}]",
             )
         )

@@ -147,6 +147,7 @@ def plan(
     env = [(DATA_ENV, data[0])] if data else []
     if runner is not None and cache:
         env += private_cache_variables(runner, cache[0])
+        env += list(runner.offline) if settings.network.mode == "none" else []
     if settings.network.mode == "relay":
         env += proxy_variables(EGRESS_PORT)
     return Plan(
@@ -263,8 +264,9 @@ def log_plan(found: Plan) -> None:
         if found.registry and found.network.mode == "none":
             log.warning(
                 "the server is started by a package runner with network: false: the runner cannot reach its "
-                "registry (npx waits about a minute for it at every start), and the server's own runner cache "
-                "starts empty, so a first start fails",
+                "registry, and the server's own runner cache starts empty, so a first start fails (the "
+                "runner is told to work offline: once a start with the network filled the cache, it runs "
+                "from there)",
                 fix=f"grant the registry: {found.where}.network: [{', '.join(found.registry)}]",
             )
     elif found.off:

@@ -44,7 +44,7 @@ _PATH = re.compile(
 
 # how runtimes say that no network is there (Node, Python, Go, curl), and the host, where the line names it
 _NO_NETWORK = re.compile(
-    r"EAI_AGAIN|ENOTFOUND|ENETUNREACH|Temporary failure in name resolution|Name or service not known"
+    r"EAI_AGAIN|ENOTFOUND|only-if-cached|ENETUNREACH|Temporary failure in name resolution|Name or service not known"
     r"|[Nn]etwork is unreachable|Could not resolve host|no such host|failed to lookup address",
 )
 _HOST = re.compile(

@@ -34,6 +34,11 @@ def said(notes: SandboxNotes, *lines: str) -> list[tuple[str, str]]:
             "registry.npmjs.org",
         ),
         ("Error: getaddrinfo ENOTFOUND api.example.com", "api.example.com"),
+        (
+            "npm error request to https://registry.npmjs.org/x failed: cache mode is 'only-if-cached' but no "
+            "cached response is available.",
+            "registry.npmjs.org",
+        ),
         ("curl: (6) Could not resolve host: files.pythonhosted.org", "files.pythonhosted.org"),
         (
             'Get "https://proxy.golang.org/x": dial tcp: lookup proxy.golang.org on 10.0.0.1:53: no such host',

@@ -184,3 +184,21 @@ def test_a_server_started_directly_gets_no_runner_cache(home: Path) -> None:
     plan = sandbox.plan(SandboxSettings(), [], name="notes", command=["python3", "server.py"])
     assert not {"npm_config_cache", "UV_CACHE_DIR", "PIPX_HOME"} & set(dict(plan.env))
     assert not any("/.cache/" in path for path in plan.writable)
+
+
+@pytest.mark.parametrize(
+    ("command", "offline"),
+    [(["npx", "-y", "notes-server"], ("npm_config_offline", "true")), (["uvx", "notes-server"], ("UV_OFFLINE", "1"))],
+)
+def test_with_no_network_a_runner_is_told_to_work_offline(
+    home: Path, command: list[str], offline: tuple[str, str]
+) -> None:
+    """`npx -y` asks its registry at every start: with no network it retried for a minute before it ran what
+    its cache held (or failed). Told to work offline, it runs from its cache, or fails, at once; with a
+    network it is not told."""
+    closed = sandbox.plan(settings_of("sandbox:\n  network: false\n", home), [], name="notes", command=command)
+    assert offline in closed.env
+    open_ = sandbox.plan(
+        settings_of("sandbox:\n  network: [registry.npmjs.org]\n", home), [], name="notes", command=command
+    )
+    assert offline not in open_.env
