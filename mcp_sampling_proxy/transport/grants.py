@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from msgspec import Struct
@@ -264,10 +264,30 @@ MAX_NAMED = 3  # protected paths a refused grant names (then "and N more")
 
 def _clash(grant: str, protected: str) -> str | None:
     """How a grant meets a protected path: "holds" (an ancestor, or the same), "inside", or None."""
-    for g in _forms(grant):
-        for p in _forms(protected):
+    return _clash_of(_forms(grant), _forms(protected))
+
+
+def _clash_of(grant_forms: Iterable[str], protected_forms: Iterable[str]) -> str | None:
+    for g in grant_forms:
+        for p in protected_forms:
             if _within(p, g):
                 return "holds" if p != g else "the same as"
             if _within(g, p):
                 return "inside"
     return None
+
+
+class Guards:
+    """What runs as the user later, resolved once, to ask of many paths in a row whether a write grant of
+    each would be refused (the sandbox's advice for a refused write walks a path the server named)."""
+
+    def __init__(self, environ: Mapping[str, str]):
+        self._guards = [(guard, _forms(guard.path)) for guard in runs_later(environ)]
+
+    def clashes(self, grant: str) -> Iterator[tuple[Protected, str]]:
+        """Each protected path a write grant of `grant` would meet, and how ("inside", "holds", ...)."""
+        forms = _forms(grant)
+        for guard, guard_forms in self._guards:
+            clash = _clash_of(forms, guard_forms)
+            if clash is not None:
+                yield guard, clash

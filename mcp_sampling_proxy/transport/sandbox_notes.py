@@ -20,11 +20,10 @@ from typing import Any
 from msgspec import Struct
 
 from mcp_sampling_proxy.config.dirs import home_relative, state_dir
-from mcp_sampling_proxy.config.sandbox_settings import SandboxSettings
 from mcp_sampling_proxy.log import get_logger
 from mcp_sampling_proxy.quotas.state import JsonStateFile
 from mcp_sampling_proxy.text.sanitize import one_line
-from mcp_sampling_proxy.transport.grants import grant_problems
+from mcp_sampling_proxy.transport.grants import Guards
 
 log = get_logger("mcp_sampling_proxy.sandbox")
 
@@ -85,8 +84,8 @@ class SandboxNotes:
         path = next((group for group in found.groups() if group), None) if found else None
         if path is None:
             self.refused("write", "a file (its error names none)", f"{self.where}.write: [the directory it writes]")
-            return
-        self.refused("write", path, _write_grant_for(path, self.where))
+        elif self._fresh("write", path):  # the advice walks the path: once per path, and not past the cap
+            self.refused("write", path, _write_grant_for(path, self.where))
 
     def _unreachable(self, line: str) -> None:
         """With `network: false` the server fails its own way (npm: `getaddrinfo EAI_AGAIN
@@ -100,11 +99,14 @@ class SandboxNotes:
         else:
             self.refused("connect", host, f"{self.where}.network: [{host}]")
 
+    def _fresh(self, kind: str, what: str) -> bool:
+        """Not said yet, and the run has not said all it says (a server that retries forever says it once)."""
+        return (kind, what) not in self._said and len(self._said) < MAX_PER_RUN
+
     def refused(self, kind: str, what: str, fix: str) -> None:
-        key = (kind, what)
-        if key in self._said or len(self._said) >= MAX_PER_RUN:
+        if not self._fresh(kind, what):
             return
-        self._said.add(key)
+        self._said.add((kind, what))
         shown = one_line(what, 300)
         log.warning(
             f"the sandbox refused the server {'a write to' if kind == 'write' else 'a connection to'} {shown}",
@@ -119,16 +121,23 @@ class SandboxNotes:
 NO_GRANT = "no grant allows it"  # a write inside what runs as the user later (~/.npm, ~/.config/autostart)
 
 
+MAX_ADVISED_DEPTH = 32  # a refused path deeper than this (the server names it) gets the plain advice
+
+
 def _write_grant_for(path: str, where: str) -> str:
     """The grant that allows a refused write to `path`: the directory it is in (the deepest that exists);
     when that one may not be granted (`~/.cache` holds uv's cache, `~/.config` autostart entries), the first
     directory below it on the way to `path` that may, to be made first; NO_GRANT and why when none may (a
-    write inside npm's cache, which runs as the user later)."""
+    write inside npm's cache, which runs as the user later). The server names `path`: one of more than
+    MAX_ADVISED_DEPTH parts is not walked (each step is a look at the filesystem)."""
     path = os.path.normpath(path)
+    if path.count(os.sep) > MAX_ADVISED_DEPTH:
+        return f"{where}.write: [the directory it writes]"
+    guards = Guards(os.environ)
     directory = os.path.dirname(path) or "/"
     while directory != "/" and not os.path.isdir(directory):
         directory = os.path.dirname(directory)
-    if not _refusal(directory):
+    if next(guards.clashes(directory), None) is None:
         return f"{where}.write: [{home_relative(Path(directory))}]"
     shown = "~" if directory == os.path.expanduser("~") else home_relative(Path(directory))
     candidate = directory
@@ -136,19 +145,16 @@ def _write_grant_for(path: str, where: str) -> str:
         candidate = os.path.join(candidate, part)
         if candidate == path and os.path.splitext(part)[1]:  # a file's name: no folder of its own to grant
             break
-        if not _refusal(candidate):
+        if next(guards.clashes(candidate), None) is None:
             own = home_relative(Path(candidate))
             return f"{where}.write: [{own}] (make it first: mkdir -p {own}; {shown} itself may not be granted)"
-    why = _refusal(path)
-    if why is not None and " is inside " in why:
-        return f"{NO_GRANT}: {why}"
+    inside = next((guard for guard, clash in guards.clashes(path) if clash == "inside"), None)
+    if inside is not None:
+        return (
+            f"{NO_GRANT}: {home_relative(Path(path))} is inside {home_relative(Path(inside.path))} ({inside.what}): "
+            "a server may not write there"
+        )
     return f"{where}.write: [a directory of its own] ({shown} itself may not be granted)"
-
-
-def _refusal(directory: str) -> str | None:
-    """Why a write grant of `directory` would be refused ("X is inside Y (what Y is): ..."), or None."""
-    problems = grant_problems(SandboxSettings(write=(directory,)), ())
-    return problems[0].split(": ", 1)[-1] if problems else None
 
 
 def keep(note: Note) -> None:

@@ -129,3 +129,18 @@ def test_a_refused_write_names_a_grant_the_proxy_would_take(
     line = f"OSError: [Errno 30] Read-only file system: '{home / written}'"
     ((_event, given),) = said(SandboxNotes("notes", "sandbox"), line)
     assert given == fix
+
+
+def test_a_path_the_server_makes_deep_gets_the_plain_advice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The advice walks the refused path, asking at each step whether a grant there would be refused; the
+    server names the path, on its stderr. A line naming one 2,000 folders deep inside npm's cache (4 KB)
+    held the proxy's event loop for hours, and again at each repeat of it; now such a path gets the plain
+    advice at once, and a repeated line is not looked at again."""
+    home = tmp_path / "home"
+    (home / ".npm").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    line = f"OSError: [Errno 30] Read-only file system: '{home / '.npm'}/{'a/' * 2000}x'"
+    notes = SandboxNotes("notes", "sandbox")
+    assert [fix for _event, fix in said(notes, *[line] * 50)] == [
+        "if it needs it, grant it: sandbox.write: [the directory it writes]"
+    ]
