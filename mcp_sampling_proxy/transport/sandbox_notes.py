@@ -31,12 +31,16 @@ NOTES_FILE = "sandbox-notes.json"
 KEPT = 50  # notes kept in the file, newest last
 MAX_PER_RUN = 20  # distinct refusals one proxy says and keeps (a server that retries forever says it once)
 
-# how runtimes say EROFS, and where the path is in the line: Node, Python, Go, and a bare path in quotes
+# how runtimes say EROFS, and where the path is in the line: Node, Python, Go, uv, and a bare path in quotes.
+# The server writes the line: the patterns' runs between a word and the path are bounded ({0,40}), so that no
+# line makes them scan it again from each place a word repeats, and they see its first LOOKED_AT characters
+# only (a path is at most 4,096 bytes; a line may be 1 MB).
+LOOKED_AT = 8192
 _READ_ONLY = re.compile(r"read-only file system", re.IGNORECASE)
 _PATH = re.compile(
     r"""(?:open|mkdir|rename|unlink|write|copyfile|symlink|rmdir|scandir|lstat|stat)\s+'(/[^']+)'"""
-    r"""|(?:Read-only file system|EROFS)[^'"/]*['"]?(/[^'"\s,)]+)"""
-    r"""|(?:create|write|open|remove)[a-z ]*\s+`(/[^`]+)`:\s*read-only file system"""
+    r"""|(?:Read-only file system|EROFS)[^'"/]{0,40}['"]?(/[^'"\s,)]+)"""
+    r"""|(?:create|write|open|remove)[a-z ]{0,40}`(/[^`]+)`:\s*read-only file system"""
     r"""|(?:open|mkdir|rename|remove|unlinkat|openat)\s+(/[^\s:]+):\s*read-only file system""",
     re.IGNORECASE,
 )
@@ -76,6 +80,9 @@ class SandboxNotes:
     def stderr_line(self, line: str) -> None:
         """A line of the server's stderr: a write the sandbox refused, or with no network a host the server
         could not reach, is said and kept."""
+        if len(self._said) >= MAX_PER_RUN:  # all this run says is said: nothing more to look for
+            return
+        line = line[:LOOKED_AT]
         if self.offline and _NO_NETWORK.search(line):
             self._unreachable(line)
         if not _READ_ONLY.search(line):

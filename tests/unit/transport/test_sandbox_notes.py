@@ -144,3 +144,24 @@ def test_a_path_the_server_makes_deep_gets_the_plain_advice(tmp_path: Path, monk
     assert [fix for _event, fix in said(notes, *[line] * 50)] == [
         "if it needs it, grant it: sandbox.write: [the directory it writes]"
     ]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "read-only file system " + "EROFS " * 50_000,  # each EROFS a place to scan the rest of the line from
+        "Read-only file system: failed to create directory" + " " * 500_000,  # spaces two runs could share
+    ],
+    ids=["repeated-marker", "long-run"],
+)
+def test_a_line_made_to_be_slow_to_read_is_read_at_once(line: str) -> None:
+    """The server writes its stderr: a line of up to 1 MB. Two patterns for the path in an EROFS line could
+    scan a line again from each place a word repeats (a 48 KB line of `EROFS ` took 5 s of the event loop,
+    growing with the square of its length); their runs are bounded now, and only the line's first 8 KB is
+    looked at. The line is said, with the plain advice, and the test does not wait."""
+    assert said(SandboxNotes("notes", "sandbox"), line) == [
+        (
+            "the sandbox refused the server a write to a file (its error names none)",
+            "if it needs it, grant it: sandbox.write: [the directory it writes]",
+        )
+    ]
