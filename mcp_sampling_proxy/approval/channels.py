@@ -7,8 +7,7 @@ in the configured order, or all at once under a quorum.
 from __future__ import annotations
 
 import contextlib
-import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import Any, Literal, Protocol, get_args
 
@@ -117,46 +116,42 @@ class Channel(Protocol):
     async def review(self, request: ApprovalRequest, result: dict[str, Any], host: HostLine) -> Review: ...
 
 
-# restarts this approval's time limit (set by `timed`; None outside an approval)
-_RESTART: ContextVar[Callable[..., None] | None] = ContextVar("approval_clock", default=None)
+WAIT_CEILING = 10  # a question waits its turn at most this many times approval.timeout (a form, which has
+# no time limit, left open at the terminal holds no request forever; nor does a console that says it waits)
+
+
+class ApprovalClock:
+    """One approval's time limit (approval.timeout), counted from when its question is shown: a channel that
+    asks one question at a time says when it queues it (`waiting`: no time counts, up to WAIT_CEILING times
+    the limit) and when it shows it (`shown`: the whole limit from now)."""
+
+    def __init__(self, scope: anyio.CancelScope, seconds: float):
+        self._scope, self._seconds = scope, seconds
+
+    def shown(self) -> None:
+        self._scope.deadline = anyio.current_time() + self._seconds
+
+    def waiting(self) -> None:
+        self._scope.deadline = anyio.current_time() + self._seconds * WAIT_CEILING
+
+
+_CLOCK: ContextVar[ApprovalClock | None] = ContextVar("approval_clock", default=None)  # set by `timed`
 
 
 @contextlib.contextmanager
 def timed(seconds: float) -> Iterator[anyio.CancelScope]:
-    """A scope that gives up on an approval after `seconds` (approval.timeout), counted again from when a
-    channel that asks one question at a time shows it (`shown`)."""
+    """A scope that gives up on an approval after `seconds`, its clock (`clock`) there for its channels."""
     with anyio.move_on_after(seconds) as scope:
-
-        def restart(limit: float = seconds) -> None:
-            scope.deadline = anyio.current_time() + limit
-
-        token = _RESTART.set(restart)
+        token = _CLOCK.set(ApprovalClock(scope, seconds))
         try:
             yield scope
         finally:
-            _RESTART.reset(token)
+            _CLOCK.reset(token)
 
 
-def shown() -> None:
-    """Said by a channel when it puts the question to its human (the terminal, which asks one at a time):
-    approval.timeout counts from then, not from when the request came in behind another question."""
-    restart = _RESTART.get()
-    if restart is not None:
-        restart()
-
-
-def waiting() -> None:
-    """Said by a channel whose question must wait for another on screen (the terminal's): no time counts
-    while it waits (`shown` starts it again), so a question behind one nobody answered is still asked."""
-    restart = _RESTART.get()
-    if restart is not None:
-        restart(math.inf)
-
-
-def restarter() -> Callable[..., None]:
-    """`shown` (no argument) and `waiting` (math.inf), for the approval asking now, to be said later from
-    another task (a console that queues the question, then shows it once the ones before it closed)."""
-    return _RESTART.get() or (lambda limit=None: None)
+def clock() -> ApprovalClock | None:
+    """The clock of the approval asking now (None outside one: an elicitation has no time limit)."""
+    return _CLOCK.get()
 
 
 def closed_how(answered: bool, deadline: float) -> ClosedHow:

@@ -3,6 +3,8 @@ in a terminal) answers there."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -13,9 +15,8 @@ from mcp_sampling_proxy.approval.channels import (
     ClosedHow,
     HostLine,
     Review,
+    clock,
     closed_how,
-    shown,
-    waiting,
 )
 from mcp_sampling_proxy.approval.dialogues import approval_dialogue, review_dialogue
 from mcp_sampling_proxy.approval.edits import with_prompt, with_text
@@ -44,14 +45,24 @@ class TerminalChannel:
         assert self._terminal is not None
         self._terminal.write(text + "\n")
 
+    @staticmethod
+    @contextlib.asynccontextmanager
+    async def _turn(terminal: Terminal) -> AsyncIterator[None]:
+        """The terminal, once the question on screen is done: no time of the approval's counts while this one
+        waits its turn, and its whole approval.timeout from when it is asked."""
+        timing = clock()
+        if timing is not None and terminal.lock.locked():
+            timing.waiting()
+        async with terminal.lock:
+            if timing is not None:
+                timing.shown()
+            yield
+
     async def ask(self, request: ApprovalRequest, host: HostLine) -> Approval:
         terminal = self._terminal
         assert terminal is not None
         terminal.announce_turn(f"a request from server '{one_line(request.server, 120)}'")
-        if terminal.lock.locked():
-            waiting()  # its turn comes when the question on screen closes: no time counts until then
-        async with terminal.lock:
-            shown()  # approval.timeout counts from now: the time it waited its turn is not the human's
+        async with self._turn(terminal):
             deadline = anyio.current_effective_deadline()
             try:
                 terminal.write(
@@ -85,10 +96,7 @@ class TerminalChannel:
     async def review(self, request: ApprovalRequest, result: dict[str, Any], host: HostLine) -> Review:
         assert self._terminal is not None
         self._terminal.announce_turn(f"the LLM's answer for server '{one_line(request.server, 120)}'")
-        if self._terminal.lock.locked():
-            waiting()
-        async with self._terminal.lock:
-            shown()
+        async with self._turn(self._terminal):
             self._say("")
             accepted, text = await review_dialogue(
                 result, self._ask, self._say, prompt=request.summary, prompt_edited_by=request.prompt_edited_by

@@ -16,8 +16,10 @@ console -> proxy   {"type": "decision", "id", "approve": bool, "scope": "once|se
                    {"type": "review", "id", "accept": bool, "text": str?}       (text: the new answer text)
                    {"type": "elicit", "id", "action": "accept|decline|cancel", "content": {...}?}
                    {"type": "waiting", "id"}  (a console that asks one at a time queued it behind another:
-                                               no time counts until one shows it; older proxies ignore it)
-                   {"type": "shown", "id"}    (a console put it on screen: approval.timeout counts from here)
+                                               no time counts until one shows it, up to ten times
+                                               approval.timeout; older proxies ignore it)
+                   {"type": "shown", "id"}    (a console put it on screen: approval.timeout counts from here;
+                                               each moves the time limit once per question)
 
 An edit travels as text only and the proxy applies it (`approval/edits.py`): it
 replaces the text blocks and keeps every other block (an image in the prompt, a tool call in the
@@ -31,13 +33,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import socket
 import stat
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,7 @@ import anyio
 import anyio.abc
 from msgspec import Struct, field
 
-from mcp_sampling_proxy.approval.channels import ChannelGone, closed_how, restarter
+from mcp_sampling_proxy.approval.channels import ApprovalClock, ChannelGone, clock, closed_how
 from mcp_sampling_proxy.approval.console.messages import ConsoleMessage
 from mcp_sampling_proxy.config.dirs import APP_DIR, runtime_base
 from mcp_sampling_proxy.log import Throttle, get_logger
@@ -193,11 +193,12 @@ class ConsoleGone(ChannelGone):
 
 class _Pending(Struct):
     message: ConsoleMessage
-    # the approval's time limit: restart() when a console shows it, restart(math.inf) while it waits its turn
-    restart: Callable[..., None]
+    clock: ApprovalClock | None  # the approval's time limit (None: an elicitation, which has none)
     done: anyio.Event = field(default_factory=anyio.Event)
     answer: JsonObject | None = None  # the console's answer, of the type the question expects
-    seen: bool = False  # a console has shown it: another one that queues it changes nothing
+    # what consoles said of it: each moves its clock once (a console that says it again moves nothing)
+    queued: bool = False
+    seen: bool = False
 
 
 class ConsoleServer:
@@ -336,11 +337,13 @@ class ConsoleServer:
             return
         pending = self._pending.get(str(message.get("id")))
         if pending is not None and not pending.done.is_set() and message.get("type") in ("shown", "waiting"):
-            if message["type"] == "shown":
-                pending.seen = True
-                pending.restart()
-            elif not pending.seen:  # queued behind a question on every console that has it: no time counts
-                pending.restart(math.inf)
+            if pending.clock is not None and not pending.seen:  # once shown, no console moves it again
+                if message["type"] == "shown":
+                    pending.seen = True
+                    pending.clock.shown()
+                elif not pending.queued:
+                    pending.queued = True
+                    pending.clock.waiting()
             return
         expected = {"pending": "decision"}.get(pending.message["type"], pending.message["type"]) if pending else ""
         if pending is None or pending.done.is_set() or message.get("type") != expected:
@@ -353,7 +356,7 @@ class ConsoleServer:
         when the last console goes away before anyone answered."""
         self._counter += 1
         request_id = str(self._counter)
-        pending = _Pending({**message, "id": request_id}, restarter())
+        pending = _Pending({**message, "id": request_id}, clock())
         self._pending[request_id] = pending
         try:
             await self._broadcast(pending.message)
