@@ -153,10 +153,14 @@ class Settings(Struct):
 
     def named_files(self) -> list[str]:
         """Files this policy names that the governed server must not see: the audit log, key files."""
-        found = [self.audit.path] if self.audit.path else []
+        return [path for _what, path in self.trusted_files()]
+
+    def trusted_files(self) -> list[tuple[str, str]]:
+        """`named_files`, each with what it is (for messages): (what, path)."""
+        found = [("the audit log", self.audit.path)] if self.audit.path else []
         if self.approval.webhook is not None and self.approval.webhook.secret_file:
-            found.append(self.approval.webhook.secret_file)
-        return found + [p.api_key_file for p in self.providers if p.api_key_file]
+            found.append(("the webhook's secret file", self.approval.webhook.secret_file))
+        return found + [(f"provider '{p.name}''s key file", p.api_key_file) for p in self.providers if p.api_key_file]
 
     def secret_env_vars(self) -> set[str]:
         """Names of environment variables holding the proxy's own LLM keys."""

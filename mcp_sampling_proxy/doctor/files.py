@@ -88,16 +88,9 @@ def _hidden_file_by_file(settings: Any) -> list[Check]:
     by file, and a bind follows the file, not its name: one written there anew while the server runs (the
     audit log's rotation, a key saved by an editor) is in its sight until its next start. In a folder of its
     own, or one of the proxy's (hidden whole), it is not."""
-    named = [("the audit log", settings.audit.path)] if settings.audit.path else []
-    webhook = settings.approval.webhook
-    if webhook is not None and webhook.secret_file:
-        named.append(("the webhook's secret file", webhook.secret_file))
-    named += [
-        (f"provider '{one_line(p.name, 60)}''s key file", p.api_key_file) for p in settings.providers if p.api_key_file
-    ]
     whole = [str(state_dir(create=False)), str(config_dir())]
     found = []
-    for what, raw in named:
+    for what, raw in settings.trusted_files():
         path = os.path.abspath(os.path.expanduser(raw))
         if any(path.startswith(folder.rstrip(os.sep) + os.sep) for folder in whole):
             continue
@@ -107,9 +100,9 @@ def _hidden_file_by_file(settings: Any) -> list[Check]:
         found.append(
             Check(
                 "warn",
-                f"{what} {home_relative(Path(path))} shares its folder with other files: a sandboxed server "
-                "does not see it, but would see it written there anew while it runs (the log's next rotation, "
-                "a key saved by an editor), until its next start",
+                f"{one_line(what, 120)} {home_relative(Path(path))} shares its folder with other files: a "
+                "sandboxed server does not see it, but would see it written there anew while it runs (the log's "
+                "next rotation, a key saved by an editor), until its next start",
                 "give it a folder of its own (the sandbox then hides the folder), or keep it in the proxy's "
                 "state or configuration directory",
             )

@@ -153,10 +153,7 @@ def code_fact(files: Sequence[str]) -> Fact:
     of its code too: a start after an upgrade (a release of the same version installed from git, an edit)
     must plan afresh, not spawn a server under what older code planned (a looser sandbox, before a fix)."""
     paths = tuple(files)
-    try:
-        return ("code", (paths,), _NOTED["code"](_stamps(paths)))
-    except OSError as exc:
-        return ("code", (paths,), _refused("code", exc))
+    return ("code", (paths,), _asked_again("code", (paths,)))
 
 
 def _as_one_fact(operation: str, argument: object) -> Any:
