@@ -1,37 +1,103 @@
 """Where the console script and `python -m mcp_sampling_proxy` begin.
 
-For a server's command line, the process is hardened and, when the record of its last sandboxed start
-still holds, the server spawned here, before anything heavy is imported (transport/early_start.py): its
-start then overlaps the proxy's. The command line runs as always after that.
+For a server's command line, the process is hardened, and then, in this order: handed to a warm server, when
+one runs for launches like this one (system/warm_start.py: a proxy forked with its modules loaded runs it, and
+this process stands in for it until it ends); else a warm server is started for the next launch, and the
+server spawned here, when the record of its last sandboxed start still holds, before anything heavy is
+imported (transport/early_start.py): its start then overlaps the proxy's. The command line runs as always
+after that.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+
+# what a start imports before it answers `initialize`: a warm server loads them once for every proxy it forks
+PRELOADED = (
+    "mcp_sampling_proxy.commands.cli",
+    "mcp_sampling_proxy.runtime",
+    "mcp_sampling_proxy.transport.early_start",
+    "mcp_sampling_proxy.transport.start_record",
+    "mcp_sampling_proxy.hosts.registry",
+    "mcp_sampling_proxy.config.paths",
+    "anyio._backends._asyncio",
+    "anyio._core._sockets",
+    "anyio.streams.memory",
+    "anyio.streams.stapled",
+    "anyio.streams.tls",
+    "anyio.to_thread",
+)
 
 
 def main() -> int:
     argv = sys.argv[1:]
-    server = bool(argv) and argv[0].startswith("-") and "--" in argv
-    if server:
-        from mcp_sampling_proxy.system.hardening import (  # start-up: a server's command line only
-            become_subreaper,
-            harden_process,
-            mark_relay,
-        )
-        from mcp_sampling_proxy.system.stop_signals import hold_stop_signals  # start-up: a server's only
-        from mcp_sampling_proxy.transport import early_start  # start-up: a server's command line only
+    if argv[:1] == ["--warm-start-server"]:  # system/warm_start.SERVER_FLAG: started by a launch, not a person
+        return _warm_server(argv[1:])
+    if not (argv and argv[0].startswith("-") and "--" in argv):
+        return _command_line(server=False)
 
-        # as commands/cli.py does them, before any spawn: it does them again, and says what failed
-        harden_process()
-        hold_stop_signals()
-        mark_relay()
-        become_subreaper()
-        early_start.attempt(argv)
+    from mcp_sampling_proxy.system.hardening import harden_process  # start-up: a server's command line only
+    from mcp_sampling_proxy.system.stop_signals import hold_stop_signals, take_held  # start-up: as hardening
+    from mcp_sampling_proxy.system.warm_start import hand_over, start_server  # start-up: as hardening
+
+    # as commands/cli.py does them, before any spawn: it does them again, and says what failed
+    harden_process()
+    hold_stop_signals()
+    status = hand_over(argv, os.environ, take_held)
+    if status is not None:
+        return status
+    start_server(os.environ)  # before this process becomes a subreaper: the warm server is not below it
+    return _server_start()
+
+
+def _server_start() -> int:
+    """A server's command line, in this process: a launch's, or a proxy's a warm server forked."""
+    # start-up: a server's command line only
+    from mcp_sampling_proxy.system.hardening import become_subreaper, harden_process, mark_relay
+    from mcp_sampling_proxy.system.stop_signals import hold_stop_signals
+    from mcp_sampling_proxy.transport import early_start
+
+    harden_process()
+    hold_stop_signals()
+    mark_relay()
+    become_subreaper()
+    early_start.attempt(sys.argv[1:])
+    return _command_line(server=True)
+
+
+def _command_line(*, server: bool) -> int:
     from mcp_sampling_proxy.commands.cli import main as run_command_line  # start-up: after the early spawn
 
     try:
         return run_command_line()
     finally:
         if server:
+            from mcp_sampling_proxy.transport import early_start  # start-up: loaded by a server's start already
+
             early_start.discard()  # an early server the command line did not take (it failed first)
+
+
+def _warm_server(args: list[str]) -> int:
+    """The warm server's life (system/warm_start.py): non-dumpable, since it holds each launch's environment
+    until it forks; it loads PRELOADED, then forks a proxy that runs `_server_start` for each launch."""
+    # the warm server's own: no other command line needs them
+    import importlib
+
+    from mcp_sampling_proxy.system.hardening import harden_process
+    from mcp_sampling_proxy.system.warm_start import serve
+
+    harden_process()
+
+    def load() -> None:
+        for name in PRELOADED:
+            importlib.import_module(name)
+
+    def stamps() -> object:
+        # loaded by `load` already (cli first: a module of the entry's layer imports it only when it runs)
+        from mcp_sampling_proxy.commands.cli import own_code
+        from mcp_sampling_proxy.transport.plan_facts import stamps as stamps_of
+
+        return stamps_of(own_code())
+
+    return serve(args, load=load, stamps=stamps, run=_server_start)

@@ -82,11 +82,12 @@ def loggers_never_cached(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def private_user_dirs(patch: pytest.MonkeyPatch) -> Path:
     """Set (with `patch`) a home and configuration, state, data and runtime directories made for the caller,
     under a short /tmp path (console sockets live in the runtime dir, and a Unix socket's path is limited to 107
-    bytes), and unset the user's own keys and proxy settings; returns their parent."""
+    bytes), and unset the user's own keys and proxy settings (and turn the warm start off); returns their parent."""
     for name in list(os.environ):
         if name.startswith(("MCP_SAMPLING_PROXY_", "OPENAI_", "ANTHROPIC_")):
             patch.delenv(name)
     patch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.fail.Keyring")
+    patch.setenv("MCP_SAMPLING_PROXY_WARM_START", "off")  # no proxy a test starts leaves a warm start server
     base = Path(tempfile.mkdtemp(prefix="msp-"))
     for variable, name in (
         ("XDG_CONFIG_HOME", "config"),

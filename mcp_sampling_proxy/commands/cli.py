@@ -22,6 +22,7 @@ from mcp_sampling_proxy.commands.parsing import Parser
 from mcp_sampling_proxy.config.child_env import child_environment, withhold
 from mcp_sampling_proxy.config.providers import PRESET_FACTS, REFUSED_CLIS
 from mcp_sampling_proxy.notation.vocabulary import SUBCOMMANDS  # subcommand -> the module whose main() runs it
+from mcp_sampling_proxy.system import warm_start
 from mcp_sampling_proxy.system.hardening import become_subreaper, harden_process, mark_relay
 from mcp_sampling_proxy.system.stop_signals import first_held, hold_stop_signals
 
@@ -281,6 +282,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if hardening_problems:
         get_logger("mcp_sampling_proxy").warning("process hardening incomplete", problems=hardening_problems)
+    if warm_start.forked():
+        get_logger("mcp_sampling_proxy").info(
+            "started warm: forked by the warm start server, the proxy's modules loaded already"
+        )
     if sandbox is not None:
         # start-up: loaded after the server is spawned, so its start overlaps ours
         from mcp_sampling_proxy.transport.early_start import outcome
@@ -393,7 +398,7 @@ def _keep_record(
             key=key,
             policy=policy,
             policy_digest=policy_digest(policy_text.encode("utf-8")) if policy_text is not None else None,
-            facts=[*facts.facts, code_fact(_own_code())],
+            facts=[*facts.facts, code_fact(own_code())],
             words=sandbox.prefix,
             env=sandbox.env,
             command=command,
@@ -405,7 +410,7 @@ def _keep_record(
         return  # no record: the next start plans as this one did
 
 
-def _own_code() -> list[str]:
+def own_code() -> list[str]:
     """The files of the proxy's modules loaded by now: the code that planned this start."""
     found = []
     for name, module in list(sys.modules.items()):

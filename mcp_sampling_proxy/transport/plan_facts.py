@@ -49,7 +49,7 @@ def _scanned(path: str) -> list[os.DirEntry[str]]:
         return list(entries)
 
 
-def _stamps(paths: Sequence[str]) -> tuple[tuple[int, int], ...]:
+def stamps(paths: Sequence[str]) -> tuple[tuple[int, int], ...]:
     """Each file's modification time and size: a new release, a `git pull` or an edit changes them."""
     return tuple((found.st_mtime_ns, found.st_size) for found in map(os.stat, paths))
 
@@ -65,7 +65,7 @@ _ASK: dict[str, Callable[..., Any]] = {
     "mkdir": lambda path, mode: os.mkdir(path, mode),
     "git_scan": lambda grants: git_protected(grants),
     "beside": lambda path: beside(path),
-    "code": _stamps,
+    "code": stamps,
 }
 _NOTED: dict[str, Callable[[Any], object]] = {
     "stat": lambda found: ("ok", found.st_mode, found.st_uid),

@@ -62,10 +62,12 @@ the same attacks against a sandboxed server."""
 
 
 def proxy_env(**extra: str) -> dict[str, str]:
-    """The environment for a proxy under test: no real keys, no terminal, plus `extra`."""
+    """The environment for a proxy under test: no real keys, no terminal, no warm start, plus `extra`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_", "MCP_SAMPLING_PROXY_"))}
     env["MCP_SAMPLING_PROXY_NO_TERMINAL"] = "1"
     env["MCP_SAMPLING_PROXY_CONFIG_DIR"] = "/nonexistent/mcp-sampling-proxy-tests"  # never the user's own policy
+    # no warm start server left behind by each test's proxies (tests/e2e/test_warm_start.py turns it on)
+    env["MCP_SAMPLING_PROXY_WARM_START"] = "off"
     env.update(extra)
     return env
 
@@ -149,6 +151,7 @@ class RawHost:
         env: dict[str, str] | None = None,
         stderr_path: Path | None = None,
         new_session: bool = True,
+        cwd: Path | None = None,
     ):
         self._stderr_file = open(stderr_path, "wb") if stderr_path else subprocess.DEVNULL  # noqa: SIM115
         self.proc = subprocess.Popen(
@@ -158,6 +161,7 @@ class RawHost:
             stderr=self._stderr_file,
             env=env,
             start_new_session=new_session,
+            cwd=cwd,
         )
         self.lines: queue.Queue[bytes | None] = queue.Queue()
         self.raw_received: list[bytes] = []

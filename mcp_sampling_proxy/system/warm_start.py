@@ -1,0 +1,519 @@
+"""The warm start: a proxy forked, its modules already loaded, from a start server of the user's.
+
+A proxy loads its modules for ~120 ms before it can relay a byte, where a byte relay takes ~20 ms. For a
+server that starts faster than that (a Go or Rust binary) the proxy is the wait, even when its server is
+spawned early (transport/early_start.py). So the first launch that finds none starts a warm server
+(`start_server`): a process of the user's that loads the modules once and then forks, for each later launch,
+a proxy ready to run. The launch (`hand_over`, the first thing a server's command line does after hardening)
+passes it what makes the launch: stdin, stdout, stderr and the working directory (descriptors, over a Unix
+socket), the command line, the environment and the umask. It forwards the host's stop signals to the forked
+proxy and exits with its status.
+
+A forked proxy is a fresh start in all that can differ:
+- the interpreter (its file, flags, sys.path, version), the user and groups, the namespaces, the cgroup (a
+  desktop's scope: a warm server dies with the app that started it), the resource limits, the priority and
+  the locale and PYTHON* variables are each launch's: they name the socket (`identity`), and a warm server
+  checks that it was started under the name it serves;
+- the modules: a warm server forks no proxy once one of its module files has changed (stamps, asked before
+  each fork); it exits, and the launch starts as usual;
+- the configuration, the policy and every key are read after the fork: a warm server reads none, and keeps
+  no launch's environment past the fork.
+
+It stays cold (the usual start): off Linux, with no private runtime directory (XDG_RUNTIME_DIR or
+MCP_SAMPLING_PROXY_RUNTIME_DIR), with a controlling terminal (approvals are asked there, and a forked proxy
+has none), and with MCP_SAMPLING_PROXY_WARM_START=off. The socket lives in the runtime directory, which is the
+user's alone and hidden from sandboxed servers; the warm server is non-dumpable (it holds each launch's
+environment until it forks); each end checks that the other is this user (SO_PEERCRED).
+
+Lean on purpose, as entry.py: a launch that finds no warm server has paid one stat.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+
+TYPE_CHECKING = False  # (typing's costs an import this module is lean without)
+if TYPE_CHECKING:
+    import socket
+    from collections.abc import Callable, Mapping
+
+ENV = "MCP_SAMPLING_PROXY_WARM_START"
+RUNTIME_ENV = "MCP_SAMPLING_PROXY_RUNTIME_DIR"  # as approval/console/server.py reads it
+TERMINAL_ENV = "MCP_SAMPLING_PROXY_TTY"  # as system/terminal.py reads it (`try` sets it)
+APP_DIR = "mcp-sampling-proxy"
+FOLDER = "warm"
+SERVER_FLAG = "--warm-start-server"  # entry.py's: the warm server's own command line
+IDLE_SECONDS = 30 * 60  # a warm server no launch used for this long exits
+POLL_SECONDS = 1.0  # how often an idle warm server looks whether its socket is still its own
+SETTLE_SECONDS = 0.5  # a new warm server waits this long before loading: the launch that started it goes first
+READY_SECONDS = 2.0  # a warm server that has not said "ready" by then is passed over: the launch starts cold
+PID_SECONDS = 10.0  # after the hand-over, the forked proxy's first word
+MAX_REQUEST = 1 << 20  # a launch's command line and environment
+_HANDED = ("stdin", "stdout", "stderr", "cwd")
+_NAMESPACES = ("cgroup", "ipc", "mnt", "net", "pid", "user", "uts")
+_LOCALE = ("LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES")
+# what a warm server's own environment keeps: what names its key, and where the user's directories are
+_KEPT = (*_LOCALE, "PATH", "HOME", "TMPDIR", "TZ", "XDG_RUNTIME_DIR", RUNTIME_ENV, ENV)
+_BOOT = "import json, sys; sys.path[:] = json.loads(sys.argv[5]); from mcp_sampling_proxy.entry import main; main()"
+
+
+def enabled(environ: Mapping[str, str]) -> bool:
+    """Whether this launch may use or start a warm server (see the module's docstring)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    if environ.get(ENV, "").strip().lower() in ("off", "0", "no", "false"):
+        return False
+    return not environ.get(TERMINAL_ENV) and not _has_terminal()
+
+
+def _has_terminal() -> bool:
+    try:
+        fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    os.close(fd)
+    return True
+
+
+def folder(environ: Mapping[str, str]) -> str | None:
+    """Where the warm servers' sockets are: `warm` in the proxy's runtime directory (None when there is none
+    of the user's own: a runtime directory found in /tmp is not one)."""
+    explicit = environ.get(RUNTIME_ENV, "")
+    if explicit:
+        base = explicit
+    else:
+        runtime = environ.get("XDG_RUNTIME_DIR", "")
+        if not runtime:
+            return None
+        base = os.path.join(runtime, APP_DIR)
+    return os.path.join(base, FOLDER) if os.path.isabs(base) else None
+
+
+def _private(path: str) -> bool:
+    import stat  # start-up: a launch with a runtime directory
+
+    try:
+        found = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(found.st_mode) and found.st_uid == os.getuid() and found.st_mode & 0o077 == 0
+
+
+def identity(environ: Mapping[str, str]) -> str:
+    """What a forked proxy must share with the launch it serves, as a name (the socket's)."""
+    import resource  # start-up: a launch with a runtime directory
+    import zlib  # start-up: as resource (hashlib's OpenSSL costs 4 ms; a name needs no collision resistance)
+
+    parts: list[object] = [sys.version, sys.executable, repr(sys.flags), sys.path, sys.warnoptions]
+    parts.append(sorted(sys._xoptions.items()))
+    with contextlib.suppress(OSError):
+        found = os.stat(sys.executable)
+        parts.append((found.st_ino, found.st_mtime_ns, found.st_size))
+    parts.append(sorted((k, v) for k, v in environ.items() if k.startswith("PYTHON") or k in _LOCALE))
+    parts.append((os.getuid(), os.geteuid(), os.getgid(), os.getegid(), sorted(os.getgroups())))
+    for name in _NAMESPACES:
+        with contextlib.suppress(OSError):
+            parts.append(os.readlink(f"/proc/self/ns/{name}"))
+    with contextlib.suppress(OSError), open("/proc/self/cgroup", "rb") as cgroup:
+        parts.append(cgroup.read())
+    for name in sorted(n for n in dir(resource) if n.startswith("RLIMIT_")):
+        with contextlib.suppress(OSError, ValueError):
+            parts.append((name, resource.getrlimit(getattr(resource, name))))
+    parts.append(os.getpriority(os.PRIO_PROCESS, 0))
+    data = repr(parts).encode()
+    return f"{zlib.crc32(data):08x}{zlib.crc32(data[::-1]):08x}{len(data):x}"
+
+
+def _socket_path(place: str, key: str) -> str:
+    return os.path.join(place, f"{key}.sock")
+
+
+def _address(folder_fd: int, key: str) -> str:
+    """The socket's address through a descriptor of its folder: a Unix socket's path is limited to 107
+    bytes, and a runtime directory may lie deeper than that leaves room for."""
+    return f"/proc/self/fd/{folder_fd}/{key}.sock"
+
+
+def _open_folder(place: str) -> int:
+    return os.open(place, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+
+# --- the launch's side --------------------------------------------------------------------------------------
+
+
+def hand_over(argv: list[str], environ: Mapping[str, str], held: Callable[[], list[str]]) -> int | None:
+    """Run this launch as a proxy forked by a warm server: its exit status, once it has ended; None when there
+    is no warm server for it, or one passed it over before it had anything (the usual start then runs).
+    `held` gives the stop signals received so far, which the forked proxy is sent first."""
+    if not enabled(environ):
+        return None
+    place = folder(environ)
+    if place is None or not _private(place):
+        return None
+    key = identity(environ)
+    if not os.path.exists(_socket_path(place, key)):
+        return None
+    import socket  # start-up: a warm server is there
+
+    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        pid = _handed(connection, (place, key), argv, environ)
+        if pid is None:
+            return None
+        return _follow(connection, pid, held)
+    except TimeoutError:
+        sys.stderr.write(
+            f"mcp-sampling-proxy: the warm start server took this launch and its proxy did not start within "
+            f"{PID_SECONDS:.0f} s; set {ENV}=off to start without one\n"
+        )
+        return 1
+    finally:
+        connection.close()
+
+
+def _handed(
+    connection: socket.socket, where: tuple[str, str], argv: list[str], environ: Mapping[str, str]
+) -> int | None:
+    """Hand the launch over; the forked proxy's pid, or None when nothing was taken (start cold)."""
+    import array  # start-up: a warm server is there
+    import socket  # start-up: as array
+
+    connection.settimeout(READY_SECONDS)
+    try:
+        folder_fd = _open_folder(where[0])
+        try:
+            connection.connect(_address(folder_fd, where[1]))
+        finally:
+            os.close(folder_fd)
+        if _peer_uid(connection) != os.getuid() or _line(connection) != b"ready":
+            return None
+        cwd = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    umask = os.umask(0o077)
+    os.umask(umask)
+    payload = _encoded(_Launch(argv, sys.argv[0], dict(environ), umask))
+    data = len(payload).to_bytes(4, "big") + payload
+    try:
+        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2, cwd]))]
+        sent = connection.sendmsg([data], rights)
+    except OSError:
+        return None  # nothing was taken (a closed stdio descriptor, the server gone)
+    finally:
+        os.close(cwd)
+    # from here, a forked proxy may hold the launch's stdio: the launch goes cold only if none ever will.
+    # A forked proxy says its pid before it does anything else, so an end without it means none ran
+    connection.settimeout(PID_SECONDS)
+    try:
+        connection.sendall(data[sent:])
+        first = _line(connection)
+    except TimeoutError:
+        raise
+    except OSError:
+        return None
+    if not first.startswith(b"pid "):
+        return None
+    return int(first[4:])
+
+
+def _follow(connection: socket.socket, pid: int, held: Callable[[], list[str]]) -> int:
+    """Be the forked proxy's stand-in for the host: pass on its stop signals, exit with its status."""
+    import signal  # start-up: a warm server is there
+
+    connection.settimeout(None)
+    try:
+        handle = os.pidfd_open(pid)  # the proxy holds the connection open: it lives, and the pid is its own
+    except OSError:
+        return 1
+
+    def forward(signum: int, _frame: object) -> None:
+        with contextlib.suppress(OSError):
+            signal.pidfd_send_signal(handle, signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, forward)
+    for name in held():
+        forward(signal.Signals[name], None)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1):  # the host's pipes are the forked proxy's now: their end is its end alone
+        os.dup2(devnull, fd)
+    os.close(devnull)
+    status = 1  # ended without a word: killed (the host sees a failed exit, as from a killed proxy)
+    pending = b""
+    while True:
+        chunk = connection.recv(4096)
+        if not chunk:
+            break
+        pending += chunk
+        for line in pending.split(b"\n")[:-1]:
+            if line.startswith(b"exit "):
+                with contextlib.suppress(ValueError):
+                    status = int(line[5:])
+        pending = pending.rsplit(b"\n", 1)[-1]
+    os.close(handle)
+    return status
+
+
+def _peer_uid(connection: socket.socket) -> int:
+    import socket  # start-up: a warm server is there
+
+    creds = connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)  # struct ucred: pid, uid, gid
+    return int.from_bytes(creds[4:8], sys.byteorder)
+
+
+def _line(connection: socket.socket, limit: int = 64) -> bytes:
+    """One short line from the other end (b"" at its end)."""
+    found = b""
+    while not found.endswith(b"\n") and len(found) < limit:
+        chunk = connection.recv(1)
+        if not chunk:
+            return b""
+        found += chunk
+    return found.rstrip(b"\n")
+
+
+def start_server(environ: Mapping[str, str]) -> None:
+    """Start a warm server for launches like this one, when none runs or starts (a lock file says so: the
+    warm server holds it while it lives). Forked twice, so that it is no child of this proxy, which becomes
+    a subreaper and ends what it finds below itself when it stops. Never raises."""
+    with contextlib.suppress(Exception):
+        _start_server(environ)
+
+
+def _start_server(environ: Mapping[str, str]) -> None:
+    if not enabled(environ):
+        return
+    place = folder(environ)
+    if place is None:
+        return
+    key = identity(environ)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(os.path.dirname(place), 0o700)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(place, 0o700)
+    if not _private(place):
+        return
+    import fcntl  # start-up: a cold start with a runtime directory
+    import json  # start-up: as fcntl
+    import subprocess  # start-up: loaded by early_start already
+
+    lock = os.open(os.path.join(place, f"{key}.lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(lock)
+        return
+    env = {k: v for k, v in environ.items() if k in _KEPT or k.startswith("PYTHON")}
+    words = [sys.executable, *subprocess._args_from_interpreter_flags(), "-c", _BOOT]  # type: ignore[attr-defined]
+    words += [SERVER_FLAG, place, key, str(lock), json.dumps(sys.path)]
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setsid()
+            if os.fork() == 0:
+                devnull = os.open(os.devnull, os.O_RDWR)
+                for fd in (0, 1, 2):
+                    os.dup2(devnull, fd)
+                os.set_inheritable(lock, True)
+                os.closerange(3, lock)
+                os.closerange(lock + 1, os.sysconf("SC_OPEN_MAX"))
+                os.execve(sys.executable, words, env)
+        finally:
+            os._exit(0)
+    os.close(lock)
+    os.waitpid(pid, 0)
+
+
+# --- the warm server's side ---------------------------------------------------------------------------------
+
+
+def serve(args: list[str], *, load: Callable[[], None], stamps: Callable[[], object], run: Callable[[], int]) -> int:
+    """The warm server's life (its command line: SERVER_FLAG PLACE KEY LOCK-FD PATH, from `start_server`):
+    `load` the modules, then fork a proxy for each launch, which sets up as the launch and calls `run`, until
+    it is idle for IDLE_SECONDS, its socket is no longer its own, or `stamps` of its code change."""
+    # the warm server's: a launch that finds none never needs them
+    import select
+    import signal
+    import socket
+    import time
+
+    place, key = args[0], args[1]
+    if identity(os.environ) != key:
+        return 1  # started under another interpreter or limits than its name says: it would fork a stranger
+    time.sleep(SETTLE_SECONDS)
+    load()
+    code = stamps()
+    path = _socket_path(place, key)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)  # a dead warm server's (the lock, which this one holds, is not)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    umask = os.umask(0o177)
+    folder_fd = _open_folder(place)
+    try:
+        listener.bind(_address(folder_fd, key))
+    finally:
+        os.umask(umask)
+        os.close(folder_fd)
+    listener.listen(64)
+    bound = os.stat(path).st_ino
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # forked proxies are collected by the kernel
+    used = time.monotonic()
+    try:
+        while True:
+            if not select.select([listener], [], [], POLL_SECONDS)[0]:
+                # an upgrade ends it within a poll: the launches after it may have another name (a new
+                # interpreter, another sys.path) and never come to tell it
+                if time.monotonic() - used > IDLE_SECONDS or not _still(path, bound) or stamps() != code:
+                    return 0
+                continue
+            connection, _ = listener.accept()
+            used = time.monotonic()
+            if not _still(path, bound) or stamps() != code:
+                connection.close()  # the launch starts cold (and a new warm server may start)
+                return 0
+            _serve_one(connection, listener, run)
+    finally:
+        if _still(path, bound):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
+def _still(path: str, bound: int) -> bool:
+    try:
+        return os.stat(path).st_ino == bound
+    except OSError:
+        return False
+
+
+def _serve_one(connection: socket.socket, listener: socket.socket, run: Callable[[], int]) -> None:
+    fds: list[int] = []
+    try:
+        if _peer_uid(connection) != os.getuid():
+            return
+        connection.settimeout(READY_SECONDS)
+        connection.sendall(b"ready\n")
+        request = _request(connection, fds)
+        if request is None:
+            return
+        if os.fork() == 0:
+            _forked(connection, listener, request, fds, run)
+    except OSError:
+        return
+    finally:
+        connection.close()
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+class _Launch:
+    """A launch as handed over: its command line, environment and umask (its descriptors come beside)."""
+
+    __slots__ = ("argv", "argv0", "env", "umask")
+
+    def __init__(self, argv: list[str], argv0: str, env: dict[str, str], umask: int) -> None:
+        self.argv, self.argv0, self.env, self.umask = argv, argv0, env, umask
+
+
+def _request(connection: socket.socket, fds: list[int]) -> _Launch | None:
+    # the warm server's: a launch that finds none never needs them
+    import array
+    import socket
+
+    size = array.array("i").itemsize
+    data, ancillary, _flags, _address = connection.recvmsg(65536, socket.CMSG_SPACE(len(_HANDED) * size))
+    for level, kind, item in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            received = array.array("i")
+            received.frombytes(item[: len(item) - len(item) % size])
+            fds.extend(received)
+    if len(fds) != len(_HANDED) or len(data) < 4:
+        return None
+    length = int.from_bytes(data[:4], "big")
+    if length > MAX_REQUEST:
+        return None
+    payload = data[4:]
+    while len(payload) < length:
+        chunk = connection.recv(min(65536, length - len(payload)))
+        if not chunk:
+            return None
+        payload += chunk
+    return _decoded(payload)
+
+
+def _encoded(launch: _Launch) -> bytes:
+    """A launch as NUL-separated words (no word of a command line or an environment holds a NUL)."""
+    words = [launch.argv0, str(launch.umask), str(len(launch.argv)), *launch.argv]
+    words += [f"{name}={value}" for name, value in launch.env.items()]
+    return b"\0".join(map(os.fsencode, words))
+
+
+def _decoded(payload: bytes) -> _Launch | None:
+    words = [os.fsdecode(word) for word in payload.split(b"\0")]
+    try:
+        argv0, umask, count = words[0], int(words[1]), int(words[2])
+    except (IndexError, ValueError):
+        return None
+    if count < 0 or len(words) < 3 + count:
+        return None
+    argv, pairs = words[3 : 3 + count], words[3 + count :]
+    if not all("=" in pair for pair in pairs):
+        return None
+    return _Launch(argv, argv0, dict(pair.split("=", 1) for pair in pairs), umask)
+
+
+def _forked(
+    connection: socket.socket, listener: socket.socket, launch: _Launch, fds: list[int], run: Callable[[], int]
+) -> None:
+    """The forked proxy: become the launch, say the pid, run, say the status. Never returns."""
+    import signal  # the warm server's: loaded by `serve` already
+
+    status = 1
+    try:
+        listener.close()
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.setsid()
+        for target, fd in zip((0, 1, 2), fds, strict=False):
+            os.dup2(fd, target)
+        os.fchdir(fds[3])
+        for fd in fds:
+            os.close(fd)
+        fds.clear()
+        os.umask(launch.umask)
+        os.environ.clear()
+        os.environ.update(launch.env)
+        sys.argv = [launch.argv0, *launch.argv]
+        _HERE.forked = True
+        connection.settimeout(None)
+        connection.sendall(f"pid {os.getpid()}\n".encode())
+        status = run()
+    except SystemExit as exc:
+        status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:
+        import traceback  # only for a proxy that failed unexpectedly
+
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        with contextlib.suppress(OSError):
+            connection.sendall(f"exit {status}\n".encode())
+        os._exit(status)
+
+
+class _Here:
+    __slots__ = ("forked",)
+
+    def __init__(self) -> None:
+        self.forked = False
+
+
+_HERE = _Here()
+
+
+def forked() -> bool:
+    """Whether this proxy was forked by a warm server (for the start's log line)."""
+    return _HERE.forked

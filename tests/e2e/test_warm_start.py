@@ -1,0 +1,203 @@
+"""A launch after the first is forked by the warm start server (system/warm_start.py), its modules loaded,
+and runs as that launch in all a host can see: its own environment (the key it was given), working directory,
+stdio, stop signals and exit status. The first launch starts the warm server; new code, or the setting, and
+the launch starts as usual.
+
+The proxy runs as a host starts it (`python -m mcp_sampling_proxy`), its user directories the test's own and
+the warm start turned on (tests turn it off elsewhere); each test ends the warm servers it started."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fakes.llm_server import FakeLLMServer
+from helpers.support import PY, SMALL_SERVER, RawHost, openai_policy, proxy_command, proxy_env, write_policy
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the warm start is Linux's")
+
+WARM = "started warm"
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Iterator[Path]:
+    """The runtime directory of the test's launches; the warm servers started in it are ended after."""
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    try:
+        yield run
+    finally:
+        for pid in warm_servers(run):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def env(tmp_path: Path, run_dir: Path) -> dict[str, str]:
+    for part in ("home", "state"):
+        (tmp_path / part).mkdir(mode=0o700)
+    return proxy_env(
+        HOME=str(tmp_path / "home"),
+        XDG_STATE_HOME=str(tmp_path / "state"),
+        XDG_RUNTIME_DIR=str(run_dir),
+        MCP_SAMPLING_PROXY_WARM_START="auto",
+    )
+
+
+def warm_servers(run: Path) -> list[int]:
+    """The live warm servers whose sockets are in `run`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                words = (entry / "cmdline").read_bytes().split(b"\0")
+                if b"--warm-start-server" in words and any(str(run).encode() in word for word in words):
+                    found.append(int(entry.name))
+    return found
+
+
+def wait_for_warm_server(run: Path, timeout: float = 20.0) -> None:
+    """Until the warm server listens (it loads the proxy's modules first)."""
+    deadline = time.monotonic() + timeout
+    while not list((run / "mcp-sampling-proxy" / "warm").glob("*.sock")):
+        assert time.monotonic() < deadline, "no warm server started"
+        time.sleep(0.05)
+
+
+def launch(
+    command: list[str], env: dict[str, str], log: Path, *, cwd: Path | None = None, call: str | None = None
+) -> tuple[str, int, dict[str, object] | None]:
+    """One launch: initialize, one tool call (`call`: sample, else echo), then the host closes stdin. The
+    log, the exit status and the call's result."""
+    with RawHost(command, env, log, cwd=cwd) as host:
+        host.initialize()
+        if call == "sample":
+            answer = host.request("tools/call", {"name": "sample", "arguments": {"prompt": "hello"}}, timeout=30)
+        else:
+            answer = host.request("tools/call", {"name": "echo", "arguments": {"text": "warm"}}, timeout=30)
+        host.close_stdin()
+        status = host.wait()
+    return log.read_text(), status, answer.get("result")
+
+
+def test_a_later_launch_is_forked_warm_and_runs_as_that_launch(
+    tmp_path: Path, env: dict[str, str], run_dir: Path, llm: FakeLLMServer
+) -> None:
+    """The second launch gets its own key and its own working directory's policy (a relative path), not the
+    first launch's, whose environment the warm server never held."""
+    for name in ("one", "two"):
+        (tmp_path / name).mkdir()
+        write_policy(tmp_path / name, openai_policy(llm.base_url, model=f"model-{name}"))
+        llm.reply_text(f"answer {name}")
+    command = [PY, "-P", *proxy_command("policy.yaml")[1:]]  # -P: sys.path is not each launch's cwd (-m's)
+    first, status, _ = launch(
+        command, {**env, "TEST_LLM_KEY": "key-one"}, tmp_path / "1.log", cwd=tmp_path / "one", call="sample"
+    )
+    assert WARM not in first and status == 0, first
+    wait_for_warm_server(run_dir)
+    second, status, result = launch(
+        command, {**env, "TEST_LLM_KEY": "key-two"}, tmp_path / "2.log", cwd=tmp_path / "two", call="sample"
+    )
+    assert WARM in second and status == 0, second
+    assert result is not None and "answer two" in json.dumps(result), result
+    one, two = llm.requests[-2], llm.requests[-1]
+    assert one.headers["authorization"] == "Bearer key-one" and one.body["model"] == "model-one"
+    assert two.headers["authorization"] == "Bearer key-two" and two.body["model"] == "model-two"
+    (server,) = warm_servers(run_dir)  # one warm server, and it took neither launch's key into its environment
+    if os.getuid() == 0:  # (root reads a non-dumpable process's environment; anyone else is refused)
+        held = (Path("/proc") / str(server) / "environ").read_bytes()
+        assert b"key-one" not in held and b"TEST_LLM_KEY" not in held
+
+
+def test_a_warm_proxy_ends_on_the_hosts_signal_and_its_status_is_the_launchs(
+    tmp_path: Path, env: dict[str, str], run_dir: Path
+) -> None:
+    """The host signals the process it started: the forked proxy stops its server and exits as a cold proxy
+    does, and so does the launch. A start that fails says so on the launch's stderr, with the same status."""
+    server = tmp_path / "marked_server.py"  # a name of its own: its process is found by it
+    shutil.copy(SMALL_SERVER, server)
+    command = proxy_command(None, upstream=[PY, str(server)])
+    launch(command, env, tmp_path / "first.log")
+    wait_for_warm_server(run_dir)
+
+    statuses = {}
+    for mode in ("off", "auto"):
+        log = tmp_path / f"signal-{mode}.log"
+        with RawHost(command, {**env, "MCP_SAMPLING_PROXY_WARM_START": mode}, log) as host:
+            host.initialize()
+            host.request("tools/call", {"name": "echo", "arguments": {"text": "x"}})
+            assert running(server), "the server runs"
+            host.proc.send_signal(signal.SIGTERM)
+            statuses[mode] = host.wait()
+        assert (WARM in log.read_text()) == (mode == "auto"), log.read_text()
+        deadline = time.monotonic() + 10
+        while running(server):
+            assert time.monotonic() < deadline, f"{mode}: the server outlived its proxy"
+            time.sleep(0.05)
+    assert statuses["auto"] == statuses["off"], statuses
+
+    failed = {}
+    for mode in ("off", "auto"):
+        found = subprocess.run(
+            proxy_command(str(tmp_path / "missing.yaml"), upstream=[PY, str(server)]),
+            env={**env, "MCP_SAMPLING_PROXY_WARM_START": mode},
+            input=b"",
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
+        failed[mode] = (found.returncode, found.stderr.decode().splitlines()[-1])
+    assert failed["auto"] == failed["off"] and failed["off"][0] != 0, failed
+    assert "missing.yaml" in failed["auto"][1], failed
+
+
+def running(server: Path) -> bool:
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if str(server).encode() in (entry / "cmdline").read_bytes():
+                    return True
+    return False
+
+
+def test_new_code_or_the_setting_off_means_the_usual_start(tmp_path: Path, env: dict[str, str], run_dir: Path) -> None:
+    """A warm server forks no proxy from older code (here one module of a copy of the proxy rewritten, as an
+    upgrade does): that launch starts as usual, and a warm server of the new code serves later ones. Off,
+    no warm server is used or started."""
+    import mcp_sampling_proxy
+
+    copy = tmp_path / "code" / "mcp_sampling_proxy"
+    shutil.copytree(
+        Path(mcp_sampling_proxy.__file__).parent, copy, symlinks=True, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    env = {**env, "PYTHONPATH": str(copy.parent)}
+    command = [PY, "-P", *proxy_command(None)[1:]]  # -P: the copy, not the working directory's package
+    launch(command, env, tmp_path / "first.log")
+    wait_for_warm_server(run_dir)
+    assert WARM in launch(command, env, tmp_path / "warm.log")[0]
+    module = copy / "relay" / "core.py"
+    module.write_text(module.read_text() + "\n# a fix\n")
+    upgraded = launch(command, env, tmp_path / "upgraded.log")[0]
+    assert WARM not in upgraded, upgraded
+    deadline = time.monotonic() + 30
+    while WARM not in launch(command, env, tmp_path / "later.log")[0]:  # the old one is gone, a new one loads
+        assert time.monotonic() < deadline, "no warm server of the new code"
+        time.sleep(0.2)
+    assert len(warm_servers(run_dir)) == 1
+
+    off = {**env, "MCP_SAMPLING_PROXY_WARM_START": "off", "XDG_RUNTIME_DIR": str(tmp_path / "run-off")}
+    (tmp_path / "run-off").mkdir(mode=0o700)
+    for n in range(2):
+        assert WARM not in launch(command, off, tmp_path / f"off-{n}.log")[0]
+    time.sleep(1)
+    assert not (tmp_path / "run-off" / "mcp-sampling-proxy" / "warm").exists()
+    assert not warm_servers(tmp_path / "run-off")

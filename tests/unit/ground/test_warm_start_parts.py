@@ -1,0 +1,118 @@
+"""The warm start's parts that decide, in process: whether a launch may use one, where its socket is, what
+names it (a forked proxy must share all of that with its launch), and how a launch crosses the socket (a
+warm server takes nothing malformed)."""
+
+from __future__ import annotations
+
+import array
+import os
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+from mcp_sampling_proxy.system import warm_start
+from mcp_sampling_proxy.system.warm_start import _decoded, _encoded, _Launch, _request, enabled, folder, identity
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the warm start is Linux's")
+
+
+@linux_only
+@pytest.mark.parametrize("value", ["off", "OFF", "0", "no", "false", " off "])
+def test_off_is_off(value: str) -> None:
+    assert not enabled({warm_start.ENV: value})
+
+
+@linux_only
+def test_a_terminal_device_to_ask_on_means_the_usual_start() -> None:
+    """`try` names a terminal to ask approvals on: a forked proxy would have none of its own."""
+    assert not enabled({warm_start.TERMINAL_ENV: "/dev/pts/9"})
+
+
+def test_the_socket_folder_is_in_the_users_runtime_directory_or_nowhere(tmp_path: Path) -> None:
+    assert folder({"XDG_RUNTIME_DIR": "/run/user/1000"}) == "/run/user/1000/mcp-sampling-proxy/warm"
+    assert folder({warm_start.RUNTIME_ENV: str(tmp_path), "XDG_RUNTIME_DIR": "/run/user/1"}) == str(tmp_path / "warm")
+    assert folder({}) is None  # no runtime directory of the user's: not /tmp's fallback
+    assert folder({"XDG_RUNTIME_DIR": "relative/run"}) is None
+
+
+@linux_only
+def test_the_name_changes_with_what_a_forked_proxy_would_inherit_and_not_with_the_rest() -> None:
+    """A key or a working directory is each launch's own (handed over); the locale, PYTHON* and the
+    interpreter's state are the warm server's, so they are in its name."""
+    base = {"PATH": "/usr/bin", "LANG": "C.UTF-8"}
+    name = identity(base)
+    assert identity({**base, "OPENAI_API_KEY": "sk-x", "HOME": "/elsewhere"}) == name
+    assert identity({**base, "LANG": "de_DE.UTF-8"}) != name
+    assert identity({**base, "LC_ALL": "C"}) != name
+    assert identity({**base, "PYTHONPATH": "/tmp/other"}) != name
+
+
+def test_a_launch_crosses_the_socket_whole() -> None:
+    launch = _Launch(["--policy", "a=b.yaml", "--", "server", ""], "/bin/mcp-sampling-proxy", {}, 0o022)
+    launch.env = {"KEY": "value=with=equals", "EMPTY": "", "BYTES": os.fsdecode(b"\xff\xfe")}
+    back = _decoded(_encoded(launch))
+    assert back is not None
+    assert (back.argv, back.argv0, back.env, back.umask) == (launch.argv, launch.argv0, launch.env, launch.umask)
+    empty = _decoded(_encoded(_Launch([], "x", {}, 0)))
+    assert empty is not None and empty.argv == [] and empty.env == {}
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [b"", b"argv0", b"argv0\x00umask\x000", b"argv0\x00022\x005\x00only-one", b"argv0\x0018\x000\x00NOEQUALS"],
+)
+def test_a_malformed_launch_is_refused(payload: bytes) -> None:
+    assert _decoded(payload) is None
+
+
+def _framed(payload: bytes) -> bytes:
+    return len(payload).to_bytes(4, "big") + payload
+
+
+@linux_only
+def test_a_warm_server_takes_a_launch_only_with_its_four_descriptors(tmp_path: Path) -> None:
+    """stdin, stdout, stderr and the working directory: fewer, and it forks nothing; a length past the limit,
+    the same."""
+    payload = _encoded(_Launch(["--", "server"], "proxy", {"A": "1"}, 0o077))
+    opened = [os.open(tmp_path, os.O_RDONLY) for _ in range(4)]
+    try:
+        for fds, data, expected in (
+            (opened, _framed(payload), True),
+            (opened[:3], _framed(payload), False),
+            (opened, (warm_start.MAX_REQUEST + 1).to_bytes(4, "big") + payload, False),
+        ):
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            with ours, theirs:
+                theirs.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+                received: list[int] = []
+                launch = _request(ours, received)
+                for fd in received:
+                    os.close(fd)
+            assert (launch is not None) == expected, (len(fds), expected)
+            if launch is not None:
+                assert launch.argv == ["--", "server"] and launch.env == {"A": "1"} and launch.umask == 0o077
+    finally:
+        for fd in opened:
+            os.close(fd)
+
+
+@linux_only
+def test_a_socket_in_a_folder_others_could_reach_is_never_connected_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = tmp_path / "run"
+    place = run / "mcp-sampling-proxy" / "warm"
+    place.mkdir(mode=0o700, parents=True)
+    environ = {warm_start.RUNTIME_ENV: str(run / "mcp-sampling-proxy"), warm_start.ENV: "auto"}
+    assert warm_start.hand_over(["--", "server"], environ, list) is None  # no socket: the usual start
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as planted:
+        monkeypatch.chdir(place)  # (a short address: the test's folder may lie deeper than a socket path's limit)
+        planted.bind(f"{identity(environ)}.sock")
+        planted.listen(1)
+        planted.setblocking(False)
+        place.chmod(0o755)
+        assert warm_start.hand_over(["--", "server"], environ, list) is None
+        with pytest.raises(BlockingIOError):
+            planted.accept()  # not even a connection was made
