@@ -92,13 +92,22 @@ def folder(environ: Mapping[str, str]) -> str | None:
 
 
 def _private(path: str) -> bool:
+    """The folder is this user's alone, and so is the one above it (nobody else could rename it away and put
+    another in its place)."""
     import stat  # start-up: a launch with a runtime directory
 
     try:
-        found = os.lstat(path)
+        found, above = os.lstat(path), os.lstat(os.path.dirname(path))
     except OSError:
         return False
-    return stat.S_ISDIR(found.st_mode) and found.st_uid == os.getuid() and found.st_mode & 0o077 == 0
+    uid = os.getuid()
+    return (
+        stat.S_ISDIR(found.st_mode)
+        and found.st_uid == uid
+        and found.st_mode & 0o077 == 0
+        and above.st_uid == uid
+        and above.st_mode & 0o022 == 0
+    )
 
 
 def identity(environ: Mapping[str, str]) -> str:

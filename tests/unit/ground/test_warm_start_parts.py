@@ -112,7 +112,9 @@ def test_a_socket_in_a_folder_others_could_reach_is_never_connected_to(
         planted.bind(f"{identity(environ)}.sock")
         planted.listen(1)
         planted.setblocking(False)
-        place.chmod(0o755)
-        assert warm_start.hand_over(["--", "server"], environ, list) is None
-        with pytest.raises(BlockingIOError):
-            planted.accept()  # not even a connection was made
+        for folder_mode, above_mode in ((0o755, 0o700), (0o700, 0o777)):  # others may read it, or rename it
+            place.chmod(folder_mode)
+            place.parent.chmod(above_mode)
+            assert warm_start.hand_over(["--", "server"], environ, list) is None
+            with pytest.raises(BlockingIOError):
+                planted.accept()  # not even a connection was made
