@@ -19,6 +19,9 @@ PRELOADED = (
     "mcp_sampling_proxy.runtime",
     "mcp_sampling_proxy.transport.early_start",
     "mcp_sampling_proxy.transport.start_record",
+    "mcp_sampling_proxy.transport.sandbox",
+    "mcp_sampling_proxy.transport.bwrap_probe",
+    "mcp_sampling_proxy.transport.netns",
     "mcp_sampling_proxy.hosts.registry",
     "mcp_sampling_proxy.config.paths",
     "anyio._backends._asyncio",
@@ -27,6 +30,8 @@ PRELOADED = (
     "anyio.streams.stapled",
     "anyio.streams.tls",
     "anyio.to_thread",
+    "concurrent.futures.thread",
+    "uvloop",
 )
 
 
@@ -51,13 +56,18 @@ def main() -> int:
     return _server_start()
 
 
-def _server_start() -> int:
-    """A server's command line, in this process: a launch's, or a proxy's a warm server forked."""
+def _server_start(*, warm: bool = False) -> int:
+    """A server's command line, in this process: a launch's, or (`warm`) a proxy's a warm server forked."""
     # start-up: a server's command line only
     from mcp_sampling_proxy.system.hardening import become_subreaper, harden_process, mark_relay
     from mcp_sampling_proxy.system.stop_signals import hold_stop_signals
     from mcp_sampling_proxy.transport import early_start
 
+    if warm:  # bubblewrap's check, begun before the early start instead of after it (cli.py's): no module
+        # load to hide behind, and the plan waits for it
+        from mcp_sampling_proxy.transport.bwrap_probe import start_probe  # loaded by the warm server
+
+        start_probe()
     harden_process()
     hold_stop_signals()
     mark_relay()
@@ -100,4 +110,4 @@ def _warm_server(args: list[str]) -> int:
 
         return stamps_of(own_code())
 
-    return serve(args, load=load, stamps=stamps, run=_server_start)
+    return serve(args, load=load, stamps=stamps, run=lambda: _server_start(warm=True))
