@@ -35,6 +35,9 @@ PRELOADED = (
 )
 
 
+WARM_COMM = "mcp-proxy-warm"  # what `ps -e` shows for the warm start server (its forks take the relay's name)
+
+
 def main() -> int:
     argv = sys.argv[1:]
     if argv[:1] == ["--warm-start-server"]:  # system/warm_start.SERVER_FLAG: started by a launch, not a person
@@ -94,10 +97,14 @@ def _warm_server(args: list[str]) -> int:
     # the warm server's own: no other command line needs them
     import importlib
 
-    from mcp_sampling_proxy.system.hardening import harden_process
+    from mcp_sampling_proxy.system.hardening import harden_process, name_process
     from mcp_sampling_proxy.system.warm_start import serve
 
+    if len(args) != 4:
+        sys.stderr.write("mcp-sampling-proxy: --warm-start-server is started by the proxy itself, not by hand\n")
+        return 2
     harden_process()
+    name_process(WARM_COMM)
 
     def load() -> None:
         for name in PRELOADED:

@@ -31,6 +31,7 @@ from mcp_sampling_proxy.config.paths import CONFIG_DIR_ENV
 from mcp_sampling_proxy.notation.vocabulary import SUBCOMMANDS
 from mcp_sampling_proxy.system.browser import OPENER_ENV
 from mcp_sampling_proxy.system.terminal import DEVICE_ENV, DISABLE_ENV
+from mcp_sampling_proxy.system.warm_start import ENV as WARM_START_ENV
 
 PROGRAM = "mcp-sampling-proxy"
 
@@ -156,7 +157,11 @@ ENVIRONMENT = (
     EnvironmentVariable("ANTHROPIC_MODEL", "the model of that provider"),
     EnvironmentVariable(CONFIG_DIR_ENV, "the configuration directory (the default `policy.yaml`), instead of XDG's"),
     EnvironmentVariable(STATE_DIR_ENV, "the state directory (budgets, remembered approvals, backups, logins)"),
-    EnvironmentVariable(RUNTIME_ENV, "the directory of the console sockets"),
+    EnvironmentVariable(RUNTIME_ENV, "the directory of the console sockets and the warm start server's"),
+    EnvironmentVariable(
+        WARM_START_ENV,
+        "`off`: start each proxy on its own, never forked by the warm start server (Linux; see performance)",
+    ),
     EnvironmentVariable(DISABLE_ENV, "set: never use the controlling terminal (what `--no-terminal` sets)"),
     EnvironmentVariable(DEVICE_ENV, "the terminal device to ask on instead of `/dev/tty` (`try` sets it)"),
     EnvironmentVariable(OPENER_ENV, "a command run with the URL instead of the browser (URL elicitation)"),
@@ -189,7 +194,8 @@ ENVIRONMENT = (
     EnvironmentVariable("XDG_CONFIG_HOME", "where the configuration and some hosts' configs live (Linux)"),
     EnvironmentVariable("XDG_STATE_HOME", "where the state directory lives (Linux)"),
     EnvironmentVariable(
-        "XDG_RUNTIME_DIR", "where the console sockets live (Linux); hidden from sandboxed servers (the session bus)"
+        "XDG_RUNTIME_DIR",
+        "where the console sockets and the warm start server's live (Linux); hidden from sandboxed servers",
     ),
     EnvironmentVariable("XDG_DATA_HOME", "where sandboxed servers' own data directories live (Linux)"),
     EnvironmentVariable("XDG_CACHE_HOME", "where `uvx` keeps its cache, which a server it starts may write"),

@@ -249,10 +249,15 @@ _ENTRY_POINTS = ("mcp-sampling-proxy", "mcp_sampling_proxy")
 
 def mark_relay() -> bool:
     """Name this process RELAY_COMM so approval sockets can tell its descendants apart."""
+    return name_process(RELAY_COMM)
+
+
+def name_process(name: str) -> bool:
+    """What `ps -e` and `top` show for this process (its comm, at most 15 bytes); True when it took."""
     if not sys.platform.startswith("linux"):
         return False
     try:
-        return _prctl(PR_SET_NAME, RELAY_COMM.encode()) == 0
+        return _prctl(PR_SET_NAME, name.encode()[:15]) == 0
     except (OSError, AttributeError):
         return False
 

@@ -118,3 +118,11 @@ def test_a_socket_in_a_folder_others_could_reach_is_never_connected_to(
             assert warm_start.hand_over(["--", "server"], environ, list) is None
             with pytest.raises(BlockingIOError):
                 planted.accept()  # not even a connection was made
+
+
+def test_the_variables_it_reads_are_the_ones_their_modules_read() -> None:
+    """warm_start is lean, so it names them again: they must stay the same."""
+    from mcp_sampling_proxy.approval.console.server import RUNTIME_ENV
+    from mcp_sampling_proxy.system.terminal import DEVICE_ENV
+
+    assert (warm_start.RUNTIME_ENV, warm_start.TERMINAL_ENV) == (RUNTIME_ENV, DEVICE_ENV)
