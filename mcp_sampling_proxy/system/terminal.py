@@ -27,6 +27,13 @@ DISABLE_ENV = "MCP_SAMPLING_PROXY_NO_TERMINAL"
 # A terminal device to use instead of /dev/tty: `try` sets it, because the SDK starts the proxy
 # in a new session, which has no controlling terminal.
 DEVICE_ENV = "MCP_SAMPLING_PROXY_TTY"
+_HANDED: list[int] = []  # the launch's terminal, handed to a proxy the warm start server forked (`ask_on`)
+
+
+def ask_on(fd: int) -> None:
+    """Ask on the terminal open at `fd` where /dev/tty would be asked: a proxy forked by the warm start server
+    (system/warm_start.py) has no controlling terminal; its launch had one, and handed it over."""
+    _HANDED[:] = [fd]
 
 
 class Terminal:
@@ -42,9 +49,12 @@ class Terminal:
         """The controlling terminal, or None when there is none (or it is disabled)."""
         if os.environ.get(DISABLE_ENV):
             return None
-        device = os.environ.get(DEVICE_ENV) or "/dev/tty"
+        device = os.environ.get(DEVICE_ENV)
         try:
-            fd = os.open(device, os.O_RDWR | os.O_NOCTTY)
+            if device is None and _HANDED:  # (opened by the launch, as /dev/tty: opened again here, it is none)
+                fd = os.dup(_HANDED[0])
+            else:
+                fd = os.open(device or "/dev/tty", os.O_RDWR | os.O_NOCTTY)
         except OSError:
             return None
         if not os.isatty(fd):

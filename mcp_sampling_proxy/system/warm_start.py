@@ -16,12 +16,13 @@ A forked proxy is a fresh start in all that can differ:
   checks that it was started under the name it serves;
 - the modules: a warm server forks no proxy once one of its module files has changed (stamps, asked before
   each fork); it exits, and the launch starts as usual;
-- the configuration, the policy and every key are read after the fork: a warm server reads none, and keeps
-  no launch's environment past the fork.
+- the configuration, the policy and every key are read after the fork: a warm server reads none, and drops
+  a launch's environment once it has forked.
 
-It stays cold (the usual start): off Linux, with no private runtime directory (XDG_RUNTIME_DIR or
-MCP_SAMPLING_PROXY_RUNTIME_DIR), with a controlling terminal (approvals are asked there, and a forked proxy
-has none), and with MCP_SAMPLING_PROXY_WARM_START=off. The socket lives in the runtime directory, which is the
+A launch's controlling terminal is handed over too (opened anew): a forked proxy, in a session of its own,
+has none, and asks its approvals there through it. It stays cold (the usual start): off Linux, with no
+private runtime directory (XDG_RUNTIME_DIR or MCP_SAMPLING_PROXY_RUNTIME_DIR), and with
+MCP_SAMPLING_PROXY_WARM_START=off. The socket lives in the runtime directory, which is the
 user's alone and hidden from sandboxed servers; the warm server is non-dumpable (it holds each launch's
 environment until it forks); each end checks that the other is this user (SO_PEERCRED).
 
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
 
 ENV = "MCP_SAMPLING_PROXY_WARM_START"
 RUNTIME_ENV = "MCP_SAMPLING_PROXY_RUNTIME_DIR"  # as approval/console/server.py reads it
-TERMINAL_ENV = "MCP_SAMPLING_PROXY_TTY"  # as system/terminal.py reads it (`try` sets it)
 APP_DIR = "mcp-sampling-proxy"
 FOLDER = "warm"
 SERVER_FLAG = "--warm-start-server"  # entry.py's: the warm server's own command line
@@ -51,7 +51,7 @@ SETTLE_SECONDS = 0.5  # a new warm server waits this long before loading: the la
 READY_SECONDS = 2.0  # a warm server that has not said "ready" by then is passed over: the launch starts cold
 PID_SECONDS = 10.0  # after the hand-over, the forked proxy's first word
 MAX_REQUEST = 1 << 20  # a launch's command line and environment
-_HANDED = ("stdin", "stdout", "stderr", "cwd")
+_HANDED = ("stdin", "stdout", "stderr", "cwd", "terminal")  # the last when the launch has one
 _NAMESPACES = ("cgroup", "ipc", "mnt", "net", "pid", "user", "uts")
 _LOCALE = ("LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES")
 # what a warm server's own environment keeps: what names its key, and where the user's directories are
@@ -63,18 +63,23 @@ def enabled(environ: Mapping[str, str]) -> bool:
     """Whether this launch may use or start a warm server (see the module's docstring)."""
     if not sys.platform.startswith("linux"):
         return False
-    if environ.get(ENV, "").strip().lower() in ("off", "0", "no", "false"):
-        return False
-    return not environ.get(TERMINAL_ENV) and not _has_terminal()
+    return environ.get(ENV, "").strip().lower() not in ("off", "0", "no", "false")
 
 
-def _has_terminal() -> bool:
+def _terminal() -> int | None:
+    """The launch's controlling terminal, opened (a forked proxy has none of its own: it asks there through
+    this descriptor), or None."""
     try:
-        fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
+        found = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError:
-        return False
-    os.close(fd)
-    return True
+        return None
+    try:  # stderr is that terminal: its own device, so that the proxy can tell (system/terminal.py)
+        os.tcgetpgrp(2)
+        device = os.open(os.ttyname(2), os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return found
+    os.close(found)
+    return device
 
 
 def folder(environ: Mapping[str, str]) -> str | None:
@@ -201,17 +206,20 @@ def _handed(
         cwd = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return None
+    terminal = _terminal()
     umask = os.umask(0o077)
     os.umask(umask)
     payload = _encoded(_Launch(argv, sys.argv[0], dict(environ), umask))
     data = len(payload).to_bytes(4, "big") + payload
     try:
-        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2, cwd]))]
-        sent = connection.sendmsg([data], rights)
+        handed = [0, 1, 2, cwd] if terminal is None else [0, 1, 2, cwd, terminal]
+        sent = connection.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", handed))])
     except OSError:
         return None  # nothing was taken (a closed stdio descriptor, the server gone)
     finally:
         os.close(cwd)
+        if terminal is not None:
+            os.close(terminal)
     # from here, a forked proxy may hold the launch's stdio: the launch goes cold only if none ever will.
     # A forked proxy says its pid before it does anything else, so an end without it means none ran
     connection.settimeout(PID_SECONDS)
@@ -432,13 +440,13 @@ def _request(connection: socket.socket, fds: list[int]) -> _Launch | None:
     import socket
 
     size = array.array("i").itemsize
-    data, ancillary, _flags, _address = connection.recvmsg(65536, socket.CMSG_SPACE(len(_HANDED) * size))
+    data, ancillary, flags, _address = connection.recvmsg(65536, socket.CMSG_SPACE(len(_HANDED) * size))
     for level, kind, item in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             received = array.array("i")
             received.frombytes(item[: len(item) - len(item) % size])
             fds.extend(received)
-    if len(fds) != len(_HANDED) or len(data) < 4:
+    if flags & socket.MSG_CTRUNC or len(fds) not in (len(_HANDED) - 1, len(_HANDED)) or len(data) < 4:
         return None
     length = int.from_bytes(data[:4], "big")
     if length > MAX_REQUEST:
@@ -487,6 +495,11 @@ def _forked(
         for target, fd in zip((0, 1, 2), fds, strict=False):
             os.dup2(fd, target)
         os.fchdir(fds[3])
+        if len(fds) == len(_HANDED):
+            from mcp_sampling_proxy.system.terminal import ask_on  # loaded by the warm server
+
+            terminal = os.dup(fds[4])  # not inherited by what the proxy starts (os.dup's is not)
+            ask_on(terminal)
         for fd in fds:
             os.close(fd)
         fds.clear()

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from fakes.llm_server import FakeLLMServer
 from helpers.support import PY, SMALL_SERVER, RawHost, openai_policy, proxy_command, proxy_env, write_policy
+from helpers.terminal import PtySession
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the warm start is Linux's")
 
@@ -201,3 +202,61 @@ def test_new_code_or_the_setting_off_means_the_usual_start(tmp_path: Path, env: 
     time.sleep(1)
     assert not (tmp_path / "run-off" / "mcp-sampling-proxy" / "warm").exists()
     assert not warm_servers(tmp_path / "run-off")
+
+
+# a host run in a terminal (as Claude Code is): it starts the proxy twice, one session each; the second, once
+# the warm server listens, calls a tool whose sampling the policy asks about
+TERMINAL_HOST = """\
+import glob, json, subprocess, sys, time
+
+command, run, results = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+
+
+def session(tool, arguments):
+    proxy = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    def send(message):
+        proxy.stdin.write((json.dumps(message) + "\\n").encode())
+        proxy.stdin.flush()
+    send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18",
+          "capabilities": {}, "clientInfo": {"name": "terminal-host", "version": "1"}}})
+    proxy.stdout.readline()
+    send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": tool, "arguments": arguments}})
+    while True:
+        message = json.loads(proxy.stdout.readline())
+        if message.get("id") == 2 and "method" not in message:
+            break
+    with open(results, "a") as found:
+        found.write(json.dumps(message) + "\\n")
+    proxy.stdin.close()
+    proxy.wait()
+
+
+session("echo", {"text": "cold"})
+while not glob.glob(run + "/mcp-sampling-proxy/warm/*.sock"):
+    time.sleep(0.05)
+session("sample", {"prompt": "may I, from a fork?"})
+"""
+
+
+def test_a_warm_proxy_asks_on_the_terminal_of_the_host_that_launched_it(
+    tmp_path: Path, env: dict[str, str], run_dir: Path, llm: FakeLLMServer
+) -> None:
+    """The launch's controlling terminal is handed over: the forked proxy, in a session of its own, asks
+    there and reads the answer typed there."""
+    llm.reply_text("granted from the fork")
+    policy = write_policy(tmp_path, openai_policy(llm.base_url, rules="rules:\n  - name: ask\n    action: prompt\n"))
+    host, results = tmp_path / "host.py", tmp_path / "results.jsonl"
+    host.write_text(TERMINAL_HOST)
+    command = [PY, "-P", *proxy_command(policy)[1:]]
+    terminal = {k: v for k, v in env.items() if k != "MCP_SAMPLING_PROXY_NO_TERMINAL"}
+    session = PtySession(
+        [PY, str(host), json.dumps(command), str(run_dir), str(results)], {**terminal, "TEST_LLM_KEY": "k"}
+    )
+    screen = session.read_until(b"Allow this request?")
+    assert b"started warm" in screen and b"may I, from a fork?" in screen
+    session.type("y\n")
+    assert session.finish() == 0
+    cold, warm = (json.loads(line) for line in results.read_text().splitlines())
+    assert cold["result"]["content"][0]["text"] == "cold"
+    assert "granted from the fork" in warm["result"]["content"][0]["text"], warm

@@ -24,12 +24,6 @@ def test_off_is_off(value: str) -> None:
     assert not enabled({warm_start.ENV: value})
 
 
-@linux_only
-def test_a_terminal_device_to_ask_on_means_the_usual_start() -> None:
-    """`try` names a terminal to ask approvals on: a forked proxy would have none of its own."""
-    assert not enabled({warm_start.TERMINAL_ENV: "/dev/pts/9"})
-
-
 def test_the_socket_folder_is_in_the_users_runtime_directory_or_nowhere(tmp_path: Path) -> None:
     assert folder({"XDG_RUNTIME_DIR": "/run/user/1000"}) == "/run/user/1000/mcp-sampling-proxy/warm"
     assert folder({warm_start.RUNTIME_ENV: str(tmp_path), "XDG_RUNTIME_DIR": "/run/user/1"}) == str(tmp_path / "warm")
@@ -72,16 +66,18 @@ def _framed(payload: bytes) -> bytes:
 
 
 @linux_only
-def test_a_warm_server_takes_a_launch_only_with_its_four_descriptors(tmp_path: Path) -> None:
-    """stdin, stdout, stderr and the working directory: fewer, and it forks nothing; a length past the limit,
-    the same."""
+def test_a_warm_server_takes_a_launch_only_with_its_descriptors(tmp_path: Path) -> None:
+    """stdin, stdout, stderr and the working directory, and the terminal when the launch has one: fewer or
+    more, and it forks nothing; a length past the limit, the same."""
     payload = _encoded(_Launch(["--", "server"], "proxy", {"A": "1"}, 0o077))
-    opened = [os.open(tmp_path, os.O_RDONLY) for _ in range(4)]
+    opened = [os.open(tmp_path, os.O_RDONLY) for _ in range(6)]
     try:
         for fds, data, expected in (
-            (opened, _framed(payload), True),
+            (opened[:4], _framed(payload), True),
+            (opened[:5], _framed(payload), True),
             (opened[:3], _framed(payload), False),
-            (opened, (warm_start.MAX_REQUEST + 1).to_bytes(4, "big") + payload, False),
+            (opened, _framed(payload), False),
+            (opened[:4], (warm_start.MAX_REQUEST + 1).to_bytes(4, "big") + payload, False),
         ):
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             with ours, theirs:
@@ -123,6 +119,5 @@ def test_a_socket_in_a_folder_others_could_reach_is_never_connected_to(
 def test_the_variables_it_reads_are_the_ones_their_modules_read() -> None:
     """warm_start is lean, so it names them again: they must stay the same."""
     from mcp_sampling_proxy.approval.console.server import RUNTIME_ENV
-    from mcp_sampling_proxy.system.terminal import DEVICE_ENV
 
-    assert (warm_start.RUNTIME_ENV, warm_start.TERMINAL_ENV) == (RUNTIME_ENV, DEVICE_ENV)
+    assert warm_start.RUNTIME_ENV == RUNTIME_ENV
