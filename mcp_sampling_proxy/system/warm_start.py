@@ -351,6 +351,7 @@ def serve(args: list[str], *, load: Callable[[], None], stamps: Callable[[], obj
     `load` the modules, then fork a proxy for each launch, which sets up as the launch and calls `run`, until
     it is idle for IDLE_SECONDS, its socket is no longer its own, or `stamps` of its code change."""
     # the warm server's: a launch that finds none never needs them
+    import gc
     import select
     import signal
     import socket
@@ -361,6 +362,10 @@ def serve(args: list[str], *, load: Callable[[], None], stamps: Callable[[], obj
         return 1  # started under another interpreter or limits than its name says: it would fork a stranger
     time.sleep(SETTLE_SECONDS)
     load()
+    # what is loaded now is every fork's: out of the collector's sight, so that no fork's collection walks
+    # it (writing to each object's header, and so copying the pages its fork shares)
+    gc.collect()
+    gc.freeze()
     code = stamps()
     path = _socket_path(place, key)
     with contextlib.suppress(FileNotFoundError):
