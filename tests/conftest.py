@@ -102,6 +102,21 @@ def private_user_dirs(patch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def no_warm_server_outlives_the_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A proxy a test starts with the warm start on (a host's own environment, tests/e2e/test_warm_start.py)
+    leaves a warm start server, which ends when its runtime directory goes, or after 30 idle minutes: one
+    whose directory is in this worker's tmp_path (kept after the test) is ended with the worker."""
+    yield
+    ours = str(tmp_path_factory.getbasetemp()).encode()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                words = (entry / "cmdline").read_bytes().split(b"\0")
+                if b"--warm-start-server" in words and any(word.startswith(ours) for word in words):
+                    os.kill(int(entry.name), signal.SIGTERM)
+
+
+@pytest.fixture(scope="session", autouse=True)
 def isolated_user_dirs_of_the_session() -> Iterator[Path]:
     """What `isolated_user_dirs` gives each test, for what is made before any test's own exist: a fixture wider
     than one test (a module's one proxy, `serve` or LLM) starts its processes with the environment of that

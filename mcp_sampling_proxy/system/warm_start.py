@@ -21,8 +21,7 @@ A forked proxy is a fresh start in all that can differ:
 
 A launch's controlling terminal is handed over too (opened anew): a forked proxy, in a session of its own,
 has none, and asks its approvals there through it. It stays cold (the usual start): off Linux, with no
-private runtime directory (XDG_RUNTIME_DIR or MCP_SAMPLING_PROXY_RUNTIME_DIR), and with
-MCP_SAMPLING_PROXY_WARM_START=off. The socket lives in the runtime directory, which is the
+private runtime directory (`folder`), and with MCP_SAMPLING_PROXY_WARM_START=off. The socket lives in the runtime directory, which is the
 user's alone and hidden from sandboxed servers; the warm server is non-dumpable (it holds each launch's
 environment until it forks); each end checks that the other is this user (SO_PEERCRED).
 
@@ -82,15 +81,17 @@ def _terminal() -> int | None:
     return device
 
 
-def folder(environ: Mapping[str, str]) -> str | None:
-    """Where the warm servers' sockets are: `warm` in the proxy's runtime directory (None when there is none
-    of the user's own: a runtime directory found in /tmp is not one)."""
+def folder(environ: Mapping[str, str], run_root: str = "/run/user") -> str | None:
+    """Where the warm servers' sockets are: `warm` in the proxy's runtime directory, found as the console's
+    is (config/dirs.py), and so hidden from sandboxed servers: MCP_SAMPLING_PROXY_RUNTIME_DIR, else in
+    XDG_RUNTIME_DIR, else in /run/user/UID (a desktop host's short environment often lacks the variable).
+    None when there is none of the user's own: the console's last resort, in /tmp, is not one."""
     explicit = environ.get(RUNTIME_ENV, "")
     if explicit:
         base = explicit
     else:
-        runtime = environ.get("XDG_RUNTIME_DIR", "")
-        if not runtime:
+        runtime = environ.get("XDG_RUNTIME_DIR", "") or os.path.join(run_root, str(os.getuid()))
+        if not os.path.isdir(runtime):
             return None
         base = os.path.join(runtime, APP_DIR)
     return os.path.join(base, FOLDER) if os.path.isabs(base) else None

@@ -25,10 +25,18 @@ def test_off_is_off(value: str) -> None:
 
 
 def test_the_socket_folder_is_in_the_users_runtime_directory_or_nowhere(tmp_path: Path) -> None:
-    assert folder({"XDG_RUNTIME_DIR": "/run/user/1000"}) == "/run/user/1000/mcp-sampling-proxy/warm"
-    assert folder({warm_start.RUNTIME_ENV: str(tmp_path), "XDG_RUNTIME_DIR": "/run/user/1"}) == str(tmp_path / "warm")
-    assert folder({}) is None  # no runtime directory of the user's: not /tmp's fallback
-    assert folder({"XDG_RUNTIME_DIR": "relative/run"}) is None
+    """As the console's sockets: the proxy's variable, XDG_RUNTIME_DIR, /run/user/UID (a desktop host passes
+    a short environment); never the console's last resort in /tmp."""
+    run = tmp_path / "run"
+    run.mkdir()
+    runs = tmp_path / "run-user"
+    (runs / str(os.getuid())).mkdir(parents=True)
+    assert folder({"XDG_RUNTIME_DIR": str(run)}) == str(run / "mcp-sampling-proxy" / "warm")
+    assert folder({warm_start.RUNTIME_ENV: str(tmp_path), "XDG_RUNTIME_DIR": str(run)}) == str(tmp_path / "warm")
+    assert folder({}, run_root=str(runs)) == str(runs / str(os.getuid()) / "mcp-sampling-proxy" / "warm")
+    assert folder({}, run_root=str(tmp_path / "none")) is None  # no runtime directory of the user's
+    assert folder({"XDG_RUNTIME_DIR": str(tmp_path / "missing")}) is None
+    assert folder({warm_start.RUNTIME_ENV: "relative/run"}) is None
 
 
 @linux_only
