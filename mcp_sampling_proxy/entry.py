@@ -32,6 +32,13 @@ PRELOADED = (
     "anyio.to_thread",
     "concurrent.futures.thread",
     "uvloop",
+    # what a proxy loads at its first request, off the path to `initialize` (runtime.warm_up, the scans):
+    # loaded once here, no fork pays for it
+    "mcp_sampling_proxy.providers.openai",
+    "mcp_sampling_proxy.providers.anthropic",
+    "mcp_sampling_proxy.providers.command",
+    "mcp_sampling_proxy.services.secret_scan",
+    "mcp_sampling_proxy.approval.forms",
 )
 
 
@@ -109,6 +116,12 @@ def _warm_server(args: list[str]) -> int:
     def load() -> None:
         for name in PRELOADED:
             importlib.import_module(name)
+        # made from the libraries alone (no setting, no key): a fork finds them made
+        from mcp_sampling_proxy.approval.forms import prepare as prepare_forms
+        from mcp_sampling_proxy.services.secret_scan import make_detectors
+
+        make_detectors()
+        prepare_forms()
 
     def stamps() -> object:
         # loaded by `load` already (cli first: a module of the entry's layer imports it only when it runs)

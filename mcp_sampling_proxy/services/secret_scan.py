@@ -233,6 +233,12 @@ def prepare() -> None:
         _warming[0].start()
 
 
+def make_detectors() -> None:
+    """Make the detectors in this thread: for the warm start server, which loads once what every proxy it
+    forks would make at its first sampling request (and starts no thread before it forks)."""
+    _detectors()
+
+
 def _detectors() -> tuple[_Detector, ...]:
     if not _made:
         with _making:  # the warm-up thread's (prepare) or a scan's: the other waits for it

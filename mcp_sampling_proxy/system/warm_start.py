@@ -19,11 +19,12 @@ A forked proxy is a fresh start in all that can differ:
 - the configuration, the policy and every key are read after the fork: a warm server reads none, and drops
   a launch's environment once it has forked.
 
-A launch's controlling terminal is handed over too (opened anew): a forked proxy, in a session of its own,
-has none, and asks its approvals there through it. It stays cold (the usual start): off Linux, with no
-private runtime directory (`folder`), and with MCP_SAMPLING_PROXY_WARM_START=off. The socket lives in the runtime directory, which is the
-user's alone and hidden from sandboxed servers; the warm server is non-dumpable (it holds each launch's
-environment until it forks); each end checks that the other is this user (SO_PEERCRED).
+A launch's controlling terminal is handed over too: a forked proxy, in a session of its own, has none, and
+asks its approvals there through it. It stays cold (the usual start): off Linux, with no private runtime
+directory (`folder`), and with MCP_SAMPLING_PROXY_WARM_START=off. The socket lives in the runtime
+directory, which is the user's alone and hidden from sandboxed servers; the warm server is non-dumpable (it
+holds each launch's environment until it forks); each end checks that the other is this user
+(SO_PEERCRED).
 
 Lean on purpose, as entry.py: a launch that finds no warm server has paid one stat.
 """
