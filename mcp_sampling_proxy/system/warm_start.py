@@ -39,6 +39,7 @@ TYPE_CHECKING = False  # (typing's costs an import this module is lean without)
 if TYPE_CHECKING:
     import socket
     from collections.abc import Callable, Mapping
+    from typing import NoReturn
 
 ENV = "MCP_SAMPLING_PROXY_WARM_START"
 RUNTIME_ENV = "MCP_SAMPLING_PROXY_RUNTIME_DIR"  # as approval/console/server.py reads it
@@ -399,7 +400,7 @@ def serve(args: list[str], *, load: Callable[[], None], stamps: Callable[[], obj
                 return 0
             _serve_one(connection, listener, run)
     finally:
-        if _still(path, bound):
+        if not _HERE.forked and _still(path, bound):  # (a fork ends through here too: the socket is not its)
             with contextlib.suppress(OSError):
                 os.unlink(path)
 
@@ -490,8 +491,10 @@ def _decoded(payload: bytes) -> _Launch | None:
 
 def _forked(
     connection: socket.socket, listener: socket.socket, launch: _Launch, fds: list[int], run: Callable[[], int]
-) -> None:
-    """The forked proxy: become the launch, say the pid, run, say the status. Never returns."""
+) -> NoReturn:
+    """The forked proxy: become the launch, say the pid, run, say the status; then end as a process that ran
+    the proxy's command line ends (SystemExit: the interpreter's own exit, its atexit handlers run and its
+    threads waited for). The connection stays open until the process is gone, so the launch ends after it."""
     import signal  # the warm server's: loaded by `serve` already
 
     status = 1
@@ -524,13 +527,10 @@ def _forked(
         import traceback  # only for a proxy that failed unexpectedly
 
         traceback.print_exc()
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        with contextlib.suppress(OSError):
-            connection.sendall(f"exit {status}\n".encode())
-        os._exit(status)
+    with contextlib.suppress(OSError):
+        connection.sendall(f"exit {status}\n".encode())
+    connection.detach()  # (the warm server's frames this passes through close it otherwise)
+    raise SystemExit(status)
 
 
 class _Here:
