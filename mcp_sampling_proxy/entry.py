@@ -102,6 +102,7 @@ def _warm_server(args: list[str]) -> int:
     """The warm server's life (system/warm_start.py): non-dumpable, since it holds each launch's environment
     until it forks; it loads PRELOADED, then forks a proxy that runs `_server_start` for each launch."""
     # the warm server's own: no other command line needs them
+    import contextlib
     import importlib
 
     from mcp_sampling_proxy.system.hardening import harden_process, name_process
@@ -114,14 +115,18 @@ def _warm_server(args: list[str]) -> int:
     name_process(WARM_COMM)
 
     def load() -> None:
+        """What fails to load here (an optional library missing) is what a fork loads as a cold proxy would,
+        and fails there the same way, with its own message."""
         for name in PRELOADED:
-            importlib.import_module(name)
+            with contextlib.suppress(Exception):
+                importlib.import_module(name)
         # made from the libraries alone (no setting, no key): a fork finds them made
         from mcp_sampling_proxy.approval.forms import prepare as prepare_forms
         from mcp_sampling_proxy.services.secret_scan import make_detectors
 
-        make_detectors()
-        prepare_forms()
+        for prepare in (make_detectors, prepare_forms):
+            with contextlib.suppress(Exception):
+                prepare()
 
     def stamps() -> object:
         # loaded by `load` already (cli first: a module of the entry's layer imports it only when it runs)
