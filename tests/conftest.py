@@ -25,6 +25,7 @@ import pytest  # noqa: E402 (imports below the bytecode setting, so that what th
 import structlog  # noqa: E402
 from fakes.llm_server import FakeLLMServer  # noqa: E402
 from helpers.support import free_port  # noqa: E402
+from helpers.warm import end_warm_servers  # noqa: E402
 
 # fixtures and plugins kept in tests/helpers (one conftest for the suite, so mypy sees one module of that name):
 # no_process fails a unit test that starts a process; pytester runs that guard on a suite of its own
@@ -107,13 +108,7 @@ def no_warm_server_outlives_the_session(tmp_path_factory: pytest.TempPathFactory
     leaves a warm start server, which ends when its runtime directory goes, or after 30 idle minutes: one
     whose directory is in this worker's tmp_path (kept after the test) is ended with the worker."""
     yield
-    ours = str(tmp_path_factory.getbasetemp()).encode()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                words = (entry / "cmdline").read_bytes().split(b"\0")
-                if b"--warm-start-server" in words and any(word.startswith(ours) for word in words):
-                    os.kill(int(entry.name), signal.SIGTERM)
+    end_warm_servers(tmp_path_factory.getbasetemp())
 
 
 @pytest.fixture(scope="session", autouse=True)

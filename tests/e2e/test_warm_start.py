@@ -23,6 +23,7 @@ import pytest
 from fakes.llm_server import FakeLLMServer
 from helpers.support import PY, SMALL_SERVER, RawHost, openai_policy, proxy_command, proxy_env, write_policy
 from helpers.terminal import PtySession
+from helpers.warm import end_warm_servers, warm_servers
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the warm start is Linux's")
 
@@ -37,9 +38,7 @@ def run_dir(tmp_path: Path) -> Iterator[Path]:
     try:
         yield run
     finally:
-        for pid in warm_servers(run):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        end_warm_servers(run)
 
 
 @pytest.fixture
@@ -52,18 +51,6 @@ def env(tmp_path: Path, run_dir: Path) -> dict[str, str]:
         XDG_RUNTIME_DIR=str(run_dir),
         MCP_SAMPLING_PROXY_WARM_START="auto",
     )
-
-
-def warm_servers(run: Path) -> list[int]:
-    """The live warm servers whose sockets are in `run`."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                words = (entry / "cmdline").read_bytes().split(b"\0")
-                if b"--warm-start-server" in words and any(str(run).encode() in word for word in words):
-                    found.append(int(entry.name))
-    return found
 
 
 def wait_for_warm_server(run: Path, timeout: float = 20.0) -> None:

@@ -4,11 +4,9 @@ read its memory. Run as an ordinary user (as root the test drops to `nobody`: /p
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -18,6 +16,7 @@ from pathlib import Path
 import pytest
 from helpers.support import MINIMAL_SERVER, RawHost, proxy_env, write_policy
 from helpers.unprivileged import KEY, unprivileged_python
+from helpers.warm import end_warm_servers, warm_servers
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed: no sandbox"),
@@ -56,26 +55,13 @@ def owned_by_the_user(*paths: Path) -> None:
             os.chown(path, 65534, 65534)
 
 
-def warm_servers(run: Path) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                words = (entry / "cmdline").read_bytes().split(b"\0")
-                if b"--warm-start-server" in words and any(str(run).encode() in word for word in words):
-                    found.append(int(entry.name))
-    return found
-
-
 @pytest.fixture
 def run_dir(open_tmp: Path) -> Iterator[Path]:
     run = open_tmp / "run"
     try:
         yield run
     finally:
-        for pid in warm_servers(run):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        end_warm_servers(run)
 
 
 def test_a_sandboxed_server_cannot_reach_the_warm_server_nor_anyone_read_it(open_tmp: Path, run_dir: Path) -> None:
