@@ -128,11 +128,28 @@ def _warm_server(args: list[str]) -> int:
             with contextlib.suppress(Exception):
                 prepare()
 
-    def stamps() -> object:
-        # loaded by `load` already (cli first: a module of the entry's layer imports it only when it runs)
-        from mcp_sampling_proxy.commands.cli import own_code
-        from mcp_sampling_proxy.transport.plan_facts import stamps as stamps_of
+    loaded: list[str] = []
 
-        return stamps_of(own_code())
+    def code() -> object:
+        from mcp_sampling_proxy.commands.cli import own_code  # loaded by `load` already
 
-    return serve(args, load=load, stamps=stamps, run=lambda: _server_start(warm=True))
+        return _stamps_or_none(own_code())
+
+    def libraries() -> object:
+        if not loaded:  # what `load` loaded, the interpreter's and the libraries' modules with the proxy's
+            found = (getattr(module, "__file__", None) for module in list(sys.modules.values()))
+            loaded.extend(sorted({path for path in found if isinstance(path, str)}))
+        return _stamps_or_none(loaded)
+
+    return serve(args, load=load, code=code, libraries=libraries, run=lambda: _server_start(warm=True))
+
+
+def _stamps_or_none(files: list[str]) -> object:
+    """The files' modification times and sizes; None when one is gone (an upgrade removed it): never the
+    stamps a warm server started with."""
+    from mcp_sampling_proxy.transport.plan_facts import stamps  # loaded by the warm server's `load` already
+
+    try:
+        return stamps(files)
+    except OSError:
+        return None

@@ -349,10 +349,20 @@ def _start_server(environ: Mapping[str, str]) -> None:
 # --- the warm server's side ---------------------------------------------------------------------------------
 
 
-def serve(args: list[str], *, load: Callable[[], None], stamps: Callable[[], object], run: Callable[[], int]) -> int:
+def serve(
+    args: list[str],
+    *,
+    load: Callable[[], None],
+    code: Callable[[], object],
+    libraries: Callable[[], object],
+    run: Callable[[], int],
+) -> int:
     """The warm server's life (its command line: SERVER_FLAG PLACE KEY LOCK-FD PATH, from `start_server`):
     `load` the modules, then fork a proxy for each launch, which sets up as the launch and calls `run`, until
-    it is idle for IDLE_SECONDS, its socket is no longer its own, or `stamps` of its code change."""
+    it is idle for IDLE_SECONDS, its socket is no longer its own, or the stamps of what it loaded change:
+    `code`'s, the proxy's own modules, asked before each fork (no launch runs older code than is installed);
+    `libraries`', every module file (a few hundred stats), asked after each fork and when idle (a library's
+    upgrade reaches the launch after the one it raced)."""
     # the warm server's: a launch that finds none never needs them
     import gc
     import select
@@ -369,7 +379,7 @@ def serve(args: list[str], *, load: Callable[[], None], stamps: Callable[[], obj
     # it (writing to each object's header, and so copying the pages its fork shares)
     gc.collect()
     gc.freeze()
-    code = stamps()
+    started = (code(), libraries())
     path = _socket_path(place, key)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)  # a dead warm server's (the lock, which this one holds, is not)
@@ -390,15 +400,17 @@ def serve(args: list[str], *, load: Callable[[], None], stamps: Callable[[], obj
             if not select.select([listener], [], [], POLL_SECONDS)[0]:
                 # an upgrade ends it within a poll: the launches after it may have another name (a new
                 # interpreter, another sys.path) and never come to tell it
-                if time.monotonic() - used > IDLE_SECONDS or not _still(path, bound) or stamps() != code:
+                if time.monotonic() - used > IDLE_SECONDS or not _still(path, bound) or libraries() != started[1]:
                     return 0
                 continue
             connection, _ = listener.accept()
             used = time.monotonic()
-            if not _still(path, bound) or stamps() != code:
+            if not _still(path, bound) or code() != started[0]:
                 connection.close()  # the launch starts cold (and a new warm server may start)
                 return 0
             _serve_one(connection, listener, run)
+            if libraries() != started[1]:
+                return 0
     finally:
         if not _HERE.forked and _still(path, bound):  # (a fork ends through here too: the socket is not its)
             with contextlib.suppress(OSError):
