@@ -25,6 +25,7 @@ from mcp_sampling_proxy.doctor.files import check_containment, check_files
 from mcp_sampling_proxy.doctor.hosts import check_hosts, check_remote_logins, check_wrapped_servers, host_configs
 from mcp_sampling_proxy.doctor.policy import check_policy
 from mcp_sampling_proxy.doctor.providers import check_providers
+from mcp_sampling_proxy.doctor.startup import check_startup
 
 PROG = "mcp-sampling-proxy doctor"
 DEFAULT_TIMEOUT = 5.0
@@ -79,6 +80,7 @@ def main(argv: Sequence[str]) -> int:
         check_approval(settings),
         check_files(settings),
         check_containment(settings),
+        check_startup(),
         check_hosts(statuses),
         check_wrapped_servers(statuses),
         check_remote_logins(statuses),

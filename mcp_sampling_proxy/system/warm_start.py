@@ -99,7 +99,7 @@ def folder(environ: Mapping[str, str], run_root: str = "/run/user") -> str | Non
     return os.path.join(base, FOLDER) if os.path.isabs(base) else None
 
 
-def _private(path: str) -> bool:
+def private(path: str) -> bool:
     """The folder is this user's alone, and so is the one above it (nobody else could rename it away and put
     another in its place)."""
     import stat  # start-up: a launch with a runtime directory
@@ -116,6 +116,29 @@ def _private(path: str) -> bool:
         and above.st_uid == uid
         and above.st_mode & 0o022 == 0
     )
+
+
+def running(environ: Mapping[str, str]) -> int | None:
+    """The process id of the warm server that serves launches like this one (this process's interpreter,
+    limits and namespaces), or None: for `doctor`."""
+    place = folder(environ)
+    if place is None:
+        return None
+    import socket  # (doctor's)
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(READY_SECONDS)
+        try:
+            folder_fd = _open_folder(place)
+            try:
+                probe.connect(_address(folder_fd, identity(environ)))
+            finally:
+                os.close(folder_fd)
+            creds = probe.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)  # struct ucred: pid, uid, gid
+        except OSError:
+            return None
+    pid, uid = int.from_bytes(creds[0:4], sys.byteorder), int.from_bytes(creds[4:8], sys.byteorder)
+    return pid if uid == os.getuid() else None
 
 
 def identity(environ: Mapping[str, str]) -> str:
@@ -167,7 +190,7 @@ def hand_over(argv: list[str], environ: Mapping[str, str], held: Callable[[], li
     if not enabled(environ):
         return None
     place = folder(environ)
-    if place is None or not _private(place):
+    if place is None or not private(place):
         return None
     key = identity(environ)
     if not os.path.exists(_socket_path(place, key)):
@@ -313,7 +336,7 @@ def _start_server(environ: Mapping[str, str]) -> None:
         os.mkdir(os.path.dirname(place), 0o700)
     with contextlib.suppress(FileExistsError):
         os.mkdir(place, 0o700)
-    if not _private(place):
+    if not private(place):
         return
     import fcntl  # start-up: a cold start with a runtime directory
     import json  # start-up: as fcntl
