@@ -406,6 +406,7 @@ def serve(
     path = _socket_path(place, key)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)  # a dead warm server's (the lock, which this one holds, is not)
+    sweep(place, key)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     umask = os.umask(0o177)
     folder_fd = _open_folder(place)
@@ -438,6 +439,36 @@ def serve(
         if not _HERE.forked and _still(path, bound):  # (a fork ends through here too: the socket is not its)
             with contextlib.suppress(OSError):
                 os.unlink(path)
+
+
+def sweep(place: str, key: str) -> list[str]:
+    """Take away what dead warm servers of other names left in the folder (a socket and a lock each, named
+    for an interpreter or a sys.path no launch may use again): a lock nobody holds is a dead server's. The
+    names of those taken away."""
+    import fcntl  # the warm server's: loaded by then
+
+    swept = []
+    for name in os.listdir(place):
+        other, dot, kind = name.rpartition(".")
+        if kind != "lock" or not dot or other == key:
+            continue
+        try:
+            lock = os.open(os.path.join(place, name), os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(lock)  # held: its warm server lives (or is starting)
+            continue
+        try:  # unlinked while held: a launch that opened it meanwhile holds a lock of a name nobody reads
+            for dead in (f"{other}.sock", name):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(place, dead))
+            swept.append(other)
+        finally:
+            os.close(lock)
+    return swept
 
 
 def _still(path: str, bound: int) -> bool:

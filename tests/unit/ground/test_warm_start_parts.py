@@ -5,6 +5,7 @@ warm server takes nothing malformed)."""
 from __future__ import annotations
 
 import array
+import fcntl
 import os
 import socket
 import sys
@@ -129,3 +130,16 @@ def test_the_variables_it_reads_are_the_ones_their_modules_read() -> None:
     from mcp_sampling_proxy.approval.console.server import RUNTIME_ENV
 
     assert warm_start.RUNTIME_ENV == RUNTIME_ENV
+
+
+def test_a_new_warm_server_sweeps_what_dead_ones_left_and_nothing_of_a_live_one(tmp_path: Path) -> None:
+
+    for name in ("dead", "live", "mine"):
+        (tmp_path / f"{name}.lock").touch()
+        (tmp_path / f"{name}.sock").touch()
+    (tmp_path / "notes.txt").touch()
+    with open(tmp_path / "live.lock", "rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # a live warm server holds its lock for its life
+        assert warm_start.sweep(str(tmp_path), "mine") == ["dead"]
+    kept = sorted(p.name for p in tmp_path.iterdir())
+    assert kept == ["live.lock", "live.sock", "mine.lock", "mine.sock", "notes.txt"]
