@@ -9,6 +9,7 @@ import fcntl
 import os
 import socket
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -143,3 +144,25 @@ def test_a_new_warm_server_sweeps_what_dead_ones_left_and_nothing_of_a_live_one(
         assert warm_start.sweep(str(tmp_path), "mine") == ["dead"]
     kept = sorted(p.name for p in tmp_path.iterdir())
     assert kept == ["live.lock", "live.sock", "mine.lock", "mine.sock", "notes.txt"]
+
+
+@linux_only
+def test_a_warm_server_that_does_not_answer_costs_a_launch_its_wait_and_no_more(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stopped (SIGSTOP) or busy: the launch waits READY_SECONDS for its "ready", hands over nothing, and
+    starts as usual."""
+    place = tmp_path / "run" / "warm"
+    place.mkdir(mode=0o700, parents=True)
+    environ = {warm_start.RUNTIME_ENV: str(place.parent), warm_start.ENV: "auto"}
+    monkeypatch.setattr(warm_start, "READY_SECONDS", 0.3)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as stuck:
+        monkeypatch.chdir(place)  # (a short address: the test's folder may lie deeper than a socket path's limit)
+        stuck.bind(f"{identity(environ)}.sock")
+        stuck.listen(1)
+        started = time.monotonic()
+        assert warm_start.hand_over(["--", "server"], environ, list) is None
+        assert 0.3 <= time.monotonic() - started < 2.0
+        connection, _ = stuck.accept()
+        with connection:
+            assert connection.recv(16) == b""  # nothing was sent (no descriptor, no environment), and it closed
