@@ -92,11 +92,24 @@ def folder(environ: Mapping[str, str], run_root: str = "/run/user") -> str | Non
     if explicit:
         base = explicit
     else:
-        runtime = environ.get("XDG_RUNTIME_DIR", "") or os.path.join(run_root, str(os.getuid()))
-        if not os.path.isdir(runtime):
+        # one open to others is passed over, as the console's sockets pass it over (nothing is made in it)
+        candidates = (environ.get("XDG_RUNTIME_DIR", ""), os.path.join(run_root, str(os.getuid())))
+        runtime = next((found for found in candidates if found and _users_own(found)), None)
+        if runtime is None:
             return None
         base = os.path.join(runtime, APP_DIR)
     return os.path.join(base, FOLDER) if os.path.isabs(base) else None
+
+
+def _users_own(path: str) -> bool:
+    """A runtime directory as the XDG spec has it: this user's, and no one else's to read or write."""
+    import stat  # start-up: a launch with a runtime directory
+
+    try:
+        found = os.stat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(found.st_mode) and found.st_uid == os.getuid() and found.st_mode & 0o077 == 0
 
 
 def private(path: str) -> bool:

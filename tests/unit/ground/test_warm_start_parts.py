@@ -30,15 +30,20 @@ def test_the_socket_folder_is_in_the_users_runtime_directory_or_nowhere(tmp_path
     """As the console's sockets: the proxy's variable, XDG_RUNTIME_DIR, /run/user/UID (a desktop host passes
     a short environment); never the console's last resort in /tmp."""
     run = tmp_path / "run"
-    run.mkdir()
+    run.mkdir(mode=0o700)
     runs = tmp_path / "run-user"
-    (runs / str(os.getuid())).mkdir(parents=True)
+    (runs / str(os.getuid())).mkdir(parents=True, mode=0o700)
     assert folder({"XDG_RUNTIME_DIR": str(run)}) == str(run / "mcp-sampling-proxy" / "warm")
     assert folder({warm_start.RUNTIME_ENV: str(tmp_path), "XDG_RUNTIME_DIR": str(run)}) == str(tmp_path / "warm")
     assert folder({}, run_root=str(runs)) == str(runs / str(os.getuid()) / "mcp-sampling-proxy" / "warm")
     assert folder({}, run_root=str(tmp_path / "none")) is None  # no runtime directory of the user's
-    assert folder({"XDG_RUNTIME_DIR": str(tmp_path / "missing")}) is None
+    assert folder({"XDG_RUNTIME_DIR": str(tmp_path / "missing")}, run_root=str(tmp_path / "none")) is None
     assert folder({warm_start.RUNTIME_ENV: "relative/run"}) is None
+    run.chmod(0o755)  # open to others (the XDG spec: 0700): passed over, as the console passes it over
+    assert folder({"XDG_RUNTIME_DIR": str(run)}, run_root=str(tmp_path / "none")) is None
+    assert folder({"XDG_RUNTIME_DIR": str(run)}, run_root=str(runs)) == str(
+        runs / str(os.getuid()) / "mcp-sampling-proxy" / "warm"
+    )
 
 
 @linux_only
