@@ -599,6 +599,7 @@ def _forked(
         _HERE.forked = True
         connection.settimeout(None)
         connection.sendall(f"pid {os.getpid()}\n".encode())
+        _die_with_the_launch(connection)
         status = run()
     except SystemExit as exc:
         status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -610,6 +611,32 @@ def _forked(
         connection.sendall(f"exit {status}\n".encode())
     connection.detach()  # (the warm server's frames this passes through close it otherwise)
     raise SystemExit(status)
+
+
+def _die_with_the_launch(connection: socket.socket) -> None:
+    """A launch killed outright (SIGKILL: a host's force-quit) kills its forked proxy outright, as it would
+    have killed a cold one: the launch's end of the connection closes, the kernel signals SIGIO (O_ASYNC), and
+    an end of file there means the launch is gone (it holds the connection open until the proxy ends, and
+    says nothing more). The group guard then stops the server, as for a cold proxy killed outright."""
+    import fcntl  # the warm server's: loaded by then
+    import signal  # as fcntl
+    import socket  # as fcntl
+
+    def gone(_signum: int, _frame: object) -> None:
+        try:
+            peeked = connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return
+        except OSError:
+            peeked = b""
+        if not peeked:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    signal.signal(signal.SIGIO, gone)
+    fd = connection.fileno()
+    fcntl.fcntl(fd, fcntl.F_SETOWN, os.getpid())
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_ASYNC)
+    gone(signal.SIGIO, None)  # (the launch may have gone before the signal was armed)
 
 
 class _Here:

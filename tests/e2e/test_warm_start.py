@@ -148,6 +148,30 @@ def test_a_warm_proxy_ends_on_the_hosts_signal_and_its_status_is_the_launchs(
     assert "missing.yaml" in failed["auto"][1], failed
 
 
+def test_a_launch_killed_outright_takes_its_warm_proxy_and_server_with_it(
+    tmp_path: Path, env: dict[str, str], run_dir: Path
+) -> None:
+    """A host's force-quit (SIGKILL) of the process it started, its pipes still open: a cold proxy dies with
+    it and its group guard stops the server; a forked one must too, not serve on until the pipes close."""
+    server = tmp_path / "killed_server.py"
+    shutil.copy(SMALL_SERVER, server)
+    command = proxy_command(None, upstream=[PY, str(server)])
+    launch(command, env, tmp_path / "first.log")
+    wait_for_warm_server(run_dir)
+    for mode in ("off", "auto"):
+        log = tmp_path / f"kill-{mode}.log"
+        with RawHost(command, {**env, "MCP_SAMPLING_PROXY_WARM_START": mode}, log) as host:
+            host.initialize()
+            assert running(server)
+            host.proc.kill()
+            host.proc.wait(10)
+            deadline = time.monotonic() + 10
+            while running(server):  # the host's pipes are open all along
+                assert time.monotonic() < deadline, f"{mode}: the server outlived its proxy's kill"
+                time.sleep(0.05)
+        assert (WARM in log.read_text()) == (mode == "auto"), log.read_text()
+
+
 def running(server: Path) -> bool:
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
