@@ -53,11 +53,13 @@ def main() -> int:
         return _command_line(server=False)
 
     from mcp_sampling_proxy.system.hardening import harden_process  # start-up: a server's command line only
+
+    # as commands/cli.py does them, before any spawn: it does them again, and says what failed. The prctl
+    # first: until it, this process's environment (its keys) is readable by the user's other processes
+    harden_process()
     from mcp_sampling_proxy.system.stop_signals import hold_stop_signals, take_held  # start-up: as hardening
     from mcp_sampling_proxy.system.warm_start import hand_over, start_server  # start-up: as hardening
 
-    # as commands/cli.py does them, before any spawn: it does them again, and says what failed
-    harden_process()
     hold_stop_signals()
     status = hand_over(argv, os.environ, take_held)
     if status is not None:
