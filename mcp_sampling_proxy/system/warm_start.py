@@ -160,6 +160,10 @@ def identity(environ: Mapping[str, str]) -> str:
     import zlib  # start-up: as resource (hashlib's OpenSSL costs 4 ms; a name needs no collision resistance)
 
     parts: list[object] = [sys.version, sys.executable, repr(sys.flags), sys.path, sys.warnoptions]
+    # '' (python -c) or a relative PYTHONPATH is read from the cwd (a path hook's marker, as an editable
+    # install's, is no folder here: it is not)
+    if any(not os.path.isabs(entry) and (entry == "" or os.path.isdir(entry)) for entry in sys.path):
+        parts.append(os.getcwd())
     parts.append(sorted(sys._xoptions.items()))
     with contextlib.suppress(OSError):
         found = os.stat(sys.executable)
@@ -416,6 +420,7 @@ def serve(
     gc.collect()
     gc.freeze()
     started = (code(), libraries())
+    os.chdir("/")  # not the first launch's folder for half an hour (a drive it keeps from being unmounted)
     path = _socket_path(place, key)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)  # a dead warm server's (the lock, which this one holds, is not)

@@ -171,3 +171,23 @@ def test_a_warm_server_that_does_not_answer_costs_a_launch_its_wait_and_no_more(
         connection, _ = stuck.accept()
         with connection:
             assert connection.recv(16) == b""  # nothing was sent (no descriptor, no environment), and it closed
+
+
+@linux_only
+def test_a_relative_sys_path_entry_puts_the_working_directory_in_the_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An entry such as '' (python -c) or a relative PYTHONPATH is read from the working directory: two
+    launches from two folders may then load other modules, so they are two names; with absolute entries only,
+    the folder does not matter (a fork takes the launch's own)."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    names = {}
+    marker = "__editable__.example.finder.__path_hook__"  # a path hook's: no folder, whatever the cwd
+    for entries in (["/usr/lib/python3", marker], ["", "/usr/lib/python3", marker]):
+        monkeypatch.setattr(sys, "path", entries)
+        for folder_name in ("a", "b"):
+            monkeypatch.chdir(tmp_path / folder_name)
+            names[(len(entries), folder_name)] = identity({})
+    assert names[(2, "a")] == names[(2, "b")]
+    assert names[(3, "a")] != names[(3, "b")]
