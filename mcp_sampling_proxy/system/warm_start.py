@@ -222,8 +222,8 @@ def hand_over(argv: list[str], environ: Mapping[str, str], held: Callable[[], li
         return _follow(connection, pid, held)
     except TimeoutError:
         sys.stderr.write(
-            f"mcp-sampling-proxy: the warm start server took this launch and its proxy did not start within "
-            f"{PID_SECONDS:.0f} s; set {ENV}=off to start without one\n"
+            f"mcp-sampling-proxy: the warm start server took this launch and its proxy did not start (within "
+            f"{PID_SECONDS:.0f} s); set {ENV}=off to start without one\n"
         )
         return 1
     finally:
@@ -275,6 +275,8 @@ def _handed(
         return None
     if not first.startswith(b"pid "):
         return None
+    if not first[4:].isdigit():  # after the hand-over: not "nothing was taken"
+        raise TimeoutError("the warm start server's proxy did not say its pid")
     return int(first[4:])
 
 
@@ -530,6 +532,7 @@ def _request(connection: socket.socket, fds: list[int]) -> _Launch | None:
     # the warm server's: a launch that finds none never needs them
     import array
     import socket
+    import time
 
     size = array.array("i").itemsize
     data, ancillary, flags, _address = connection.recvmsg(65536, socket.CMSG_SPACE(len(_HANDED) * size))
@@ -543,13 +546,23 @@ def _request(connection: socket.socket, fds: list[int]) -> _Launch | None:
     length = int.from_bytes(data[:4], "big")
     if length > MAX_REQUEST:
         return None
-    payload = data[4:]
+    # the whole request within READY_SECONDS, not each piece: a peer that sends a byte now and then would
+    # hold the warm server (it serves one launch at a time) for as long as it liked
+    deadline = time.monotonic() + READY_SECONDS
+    payload = bytearray(data[4:])
     while len(payload) < length:
-        chunk = connection.recv(min(65536, length - len(payload)))
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        connection.settimeout(left)
+        try:
+            chunk = connection.recv(min(65536, length - len(payload)))
+        except TimeoutError:
+            return None
         if not chunk:
             return None
         payload += chunk
-    return _decoded(payload)
+    return _decoded(bytes(payload))
 
 
 def _encoded(launch: _Launch) -> bytes:
@@ -565,7 +578,7 @@ def _decoded(payload: bytes) -> _Launch | None:
         argv0, umask, count = words[0], int(words[1]), int(words[2])
     except (IndexError, ValueError):
         return None
-    if count < 0 or len(words) < 3 + count:
+    if count < 0 or len(words) < 3 + count or not 0 <= umask <= 0o777:
         return None
     argv, pairs = words[3 : 3 + count], words[3 + count :]
     if not all("=" in pair for pair in pairs):

@@ -70,7 +70,15 @@ def test_a_launch_crosses_the_socket_whole() -> None:
 
 @pytest.mark.parametrize(
     "payload",
-    [b"", b"argv0", b"argv0\x00umask\x000", b"argv0\x00022\x005\x00only-one", b"argv0\x0018\x000\x00NOEQUALS"],
+    [
+        b"",
+        b"argv0",
+        b"argv0\x00umask\x000",
+        b"argv0\x00022\x005\x00only-one",
+        b"argv0\x0018\x000\x00NOEQUALS",
+        b"argv0\x00512\x000",  # a umask past 0o777
+        b"argv0\x00-1\x000",
+    ],
 )
 def test_a_malformed_launch_is_refused(payload: bytes) -> None:
     assert _decoded(payload) is None
@@ -191,3 +199,38 @@ def test_a_relative_sys_path_entry_puts_the_working_directory_in_the_name(
             names[(len(entries), folder_name)] = identity({})
     assert names[(2, "a")] == names[(2, "b")]
     assert names[(3, "a")] != names[(3, "b")]
+
+
+@linux_only
+def test_a_launch_sent_a_byte_at_a_time_is_given_up_on_within_the_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The warm server serves one launch at a time: a peer that sends its request slowly (each piece within
+    the wait) must not hold it past READY_SECONDS in all."""
+    import threading
+
+    monkeypatch.setattr(warm_start, "READY_SECONDS", 0.3)
+    payload = _encoded(_Launch(["--", "server"], "proxy", {"A": "1"}, 0o077))
+    opened = [os.open("/", os.O_RDONLY) for _ in range(4)]
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    stop = threading.Event()
+
+    def drip() -> None:
+        theirs.sendmsg([_framed(payload)[:5]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", opened))])
+        for byte in _framed(payload)[5:]:
+            if stop.wait(0.1):
+                return
+            theirs.send(bytes([byte]))
+
+    dripping = threading.Thread(target=drip)
+    dripping.start()
+    received: list[int] = []
+    try:
+        started = time.monotonic()
+        assert _request(ours, received) is None
+        assert time.monotonic() - started < 1.0
+    finally:
+        stop.set()
+        dripping.join()
+        for fd in [*received, *opened]:
+            os.close(fd)
+        ours.close()
+        theirs.close()
