@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import sys
 
+from mcp_sampling_proxy.system.warm_start import SERVER_FLAG  # (lean: cli.py, which every command runs, loads it)
+
 # what a start imports before it answers `initialize`: a warm server loads them once for every proxy it forks
 PRELOADED = (
     "mcp_sampling_proxy.commands.cli",
@@ -47,7 +49,7 @@ WARM_COMM = "mcp-proxy-warm"  # what `ps -e` shows for the warm start server (it
 
 def main() -> int:
     argv = sys.argv[1:]
-    if argv[:1] == ["--warm-start-server"]:  # system/warm_start.SERVER_FLAG: started by a launch, not a person
+    if argv[:1] == [SERVER_FLAG]:  # started by a launch, not a person
         return _warm_server(argv[1:])
     if not (argv and argv[0].startswith("-") and "--" in argv):
         return _command_line(server=False)
@@ -58,13 +60,15 @@ def main() -> int:
     # first: until it, this process's environment (its keys) is readable by the user's other processes
     harden_process()
     from mcp_sampling_proxy.system.stop_signals import hold_stop_signals, take_held  # start-up: as hardening
-    from mcp_sampling_proxy.system.warm_start import hand_over, start_server  # start-up: as hardening
+    from mcp_sampling_proxy.system.warm_start import hand_over, start_server, where  # start-up: as hardening
 
     hold_stop_signals()
-    status = hand_over(argv, os.environ, take_held)
-    if status is not None:
-        return status
-    start_server(os.environ)  # before this process becomes a subreaper: the warm server is not below it
+    found = where(os.environ)
+    if found is not None:
+        status = hand_over(argv, os.environ, take_held, found)
+        if status is not None:
+            return status
+        start_server(os.environ, found)  # before this process becomes a subreaper: the warm server is not below it
     return _server_start()
 
 
@@ -111,7 +115,7 @@ def _warm_server(args: list[str]) -> int:
     from mcp_sampling_proxy.system.warm_start import serve
 
     if len(args) != 4:
-        sys.stderr.write("mcp-sampling-proxy: --warm-start-server is started by the proxy itself, not by hand\n")
+        sys.stderr.write(f"mcp-sampling-proxy: {SERVER_FLAG} is started by the proxy itself, not by hand\n")
         return 2
     harden_process()
     name_process(WARM_COMM)

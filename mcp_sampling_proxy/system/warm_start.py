@@ -103,32 +103,27 @@ def folder(environ: Mapping[str, str], run_root: str = "/run/user") -> str | Non
 
 def _users_own(path: str) -> bool:
     """A runtime directory as the XDG spec has it: this user's, and no one else's to read or write."""
-    import stat  # start-up: a launch with a runtime directory
-
     try:
-        found = os.stat(path)
+        return _alone(os.stat(path))
     except OSError:
         return False
-    return stat.S_ISDIR(found.st_mode) and found.st_uid == os.getuid() and found.st_mode & 0o077 == 0
+
+
+def _alone(found: os.stat_result, *, others: int = 0o077) -> bool:
+    """A directory of this user's that no one else may do `others` (read, write or enter: 0o077) in."""
+    import stat  # start-up: a launch with a runtime directory
+
+    return stat.S_ISDIR(found.st_mode) and found.st_uid == os.getuid() and found.st_mode & others == 0
 
 
 def private(path: str) -> bool:
     """The folder is this user's alone, and so is the one above it (nobody else could rename it away and put
     another in its place)."""
-    import stat  # start-up: a launch with a runtime directory
-
     try:
         found, above = os.lstat(path), os.lstat(os.path.dirname(path))
     except OSError:
         return False
-    uid = os.getuid()
-    return (
-        stat.S_ISDIR(found.st_mode)
-        and found.st_uid == uid
-        and found.st_mode & 0o077 == 0
-        and above.st_uid == uid
-        and above.st_mode & 0o022 == 0
-    )
+    return _alone(found) and _alone(above, others=0o022)
 
 
 def running(environ: Mapping[str, str]) -> int | None:
@@ -147,10 +142,9 @@ def running(environ: Mapping[str, str]) -> int | None:
                 probe.connect(_address(folder_fd, identity(environ)))
             finally:
                 os.close(folder_fd)
-            creds = probe.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)  # struct ucred: pid, uid, gid
+            pid, uid = _peer(probe)
         except OSError:
             return None
-    pid, uid = int.from_bytes(creds[0:4], sys.byteorder), int.from_bytes(creds[4:8], sys.byteorder)
     return pid if uid == os.getuid() else None
 
 
@@ -200,23 +194,29 @@ def _open_folder(place: str) -> int:
 # --- the launch's side --------------------------------------------------------------------------------------
 
 
-def hand_over(argv: list[str], environ: Mapping[str, str], held: Callable[[], list[str]]) -> int | None:
-    """Run this launch as a proxy forked by a warm server: its exit status, once it has ended; None when there
-    is no warm server for it, or one passed it over before it had anything (the usual start then runs).
-    `held` gives the stop signals received so far, which the forked proxy is sent first."""
+def where(environ: Mapping[str, str]) -> tuple[str, str] | None:
+    """The folder of this launch's warm server and its name, or None when the warm start is not for it (off,
+    or no runtime directory of the user's): asked once a launch, for `hand_over` and `start_server`."""
     if not enabled(environ):
         return None
     place = folder(environ)
-    if place is None or not private(place):
-        return None
-    key = identity(environ)
-    if not os.path.exists(_socket_path(place, key)):
+    return None if place is None else (place, identity(environ))
+
+
+def hand_over(
+    argv: list[str], environ: Mapping[str, str], held: Callable[[], list[str]], found: tuple[str, str]
+) -> int | None:
+    """Run this launch as a proxy forked by the warm server `found` (`where`): its exit status, once it has
+    ended; None when there is none, or it passed the launch over before it had anything (the usual start then
+    runs). `held` gives the stop signals received so far, which the forked proxy is sent first."""
+    place, key = found
+    if not private(place) or not os.path.exists(_socket_path(place, key)):
         return None
     import socket  # start-up: a warm server is there
 
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        pid = _handed(connection, (place, key), argv, environ)
+        pid = _handed(connection, found, argv, environ)
         if pid is None:
             return None
         return _follow(connection, pid, held)
@@ -244,7 +244,7 @@ def _handed(
             connection.connect(_address(folder_fd, where[1]))
         finally:
             os.close(folder_fd)
-        if _peer_uid(connection) != os.getuid() or _line(connection) != b"ready":
+        if _peer(connection)[1] != os.getuid() or _line(connection) != b"ready":
             return None
         cwd = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
@@ -318,11 +318,12 @@ def _follow(connection: socket.socket, pid: int, held: Callable[[], list[str]]) 
     return status
 
 
-def _peer_uid(connection: socket.socket) -> int:
+def _peer(connection: socket.socket) -> tuple[int, int]:
+    """The other end's process id and user id (SO_PEERCRED, as of its connect)."""
     import socket  # start-up: a warm server is there
 
     creds = connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)  # struct ucred: pid, uid, gid
-    return int.from_bytes(creds[4:8], sys.byteorder)
+    return int.from_bytes(creds[0:4], sys.byteorder), int.from_bytes(creds[4:8], sys.byteorder)
 
 
 def _line(connection: socket.socket, limit: int = 64) -> bytes:
@@ -336,21 +337,15 @@ def _line(connection: socket.socket, limit: int = 64) -> bytes:
     return found.rstrip(b"\n")
 
 
-def start_server(environ: Mapping[str, str]) -> None:
-    """Start a warm server for launches like this one, when none runs or starts (a lock file says so: the
-    warm server holds it while it lives). Forked twice, so that it is no child of this proxy, which becomes
-    a subreaper and ends what it finds below itself when it stops. Never raises."""
+def start_server(environ: Mapping[str, str], found: tuple[str, str]) -> None:
+    """Start the warm server `found` (`where`) for launches like this one, when none runs or starts (a lock
+    file says so: the warm server holds it while it lives). Forked twice, so that it is no child of this
+    proxy, which becomes a subreaper and ends what it finds below itself when it stops. Never raises."""
     with contextlib.suppress(Exception):
-        _start_server(environ)
+        _start_server(environ, *found)
 
 
-def _start_server(environ: Mapping[str, str]) -> None:
-    if not enabled(environ):
-        return
-    place = folder(environ)
-    if place is None:
-        return
-    key = identity(environ)
+def _start_server(environ: Mapping[str, str], place: str, key: str) -> None:
     with contextlib.suppress(FileExistsError):
         os.mkdir(os.path.dirname(place), 0o700)
     with contextlib.suppress(FileExistsError):
@@ -501,7 +496,7 @@ def _still(path: str, bound: int) -> bool:
 def _serve_one(connection: socket.socket, listener: socket.socket, run: Callable[[], int]) -> None:
     fds: list[int] = []
     try:
-        if _peer_uid(connection) != os.getuid():
+        if _peer(connection)[1] != os.getuid():
             return
         connection.settimeout(READY_SECONDS)
         connection.sendall(b"ready\n")

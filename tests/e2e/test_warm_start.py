@@ -8,7 +8,6 @@ the warm start turned on (tests turn it off elsewhere); each test ends the warm 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -21,7 +20,16 @@ from pathlib import Path
 
 import pytest
 from fakes.llm_server import FakeLLMServer
-from helpers.support import PY, SMALL_SERVER, RawHost, openai_policy, proxy_command, proxy_env, write_policy
+from helpers.support import (
+    PY,
+    SMALL_SERVER,
+    RawHost,
+    openai_policy,
+    proxy_command,
+    proxy_env,
+    running_with,
+    write_policy,
+)
 from helpers.terminal import PtySession
 from helpers.warm import end_warm_servers, warm_servers
 
@@ -123,12 +131,12 @@ def test_a_warm_proxy_ends_on_the_hosts_signal_and_its_status_is_the_launchs(
         with RawHost(command, {**env, "MCP_SAMPLING_PROXY_WARM_START": mode}, log) as host:
             host.initialize()
             host.request("tools/call", {"name": "echo", "arguments": {"text": "x"}})
-            assert running(server), "the server runs"
+            assert bool(running_with(str(server))), "the server runs"
             host.proc.send_signal(signal.SIGTERM)
             statuses[mode] = host.wait()
         assert (WARM in log.read_text()) == (mode == "auto"), log.read_text()
         deadline = time.monotonic() + 10
-        while running(server):
+        while bool(running_with(str(server))):
             assert time.monotonic() < deadline, f"{mode}: the server outlived its proxy"
             time.sleep(0.05)
     assert statuses["auto"] == statuses["off"], statuses
@@ -162,23 +170,14 @@ def test_a_launch_killed_outright_takes_its_warm_proxy_and_server_with_it(
         log = tmp_path / f"kill-{mode}.log"
         with RawHost(command, {**env, "MCP_SAMPLING_PROXY_WARM_START": mode}, log) as host:
             host.initialize()
-            assert running(server)
+            assert bool(running_with(str(server)))
             host.proc.kill()
             host.proc.wait(10)
             deadline = time.monotonic() + 10
-            while running(server):  # the host's pipes are open all along
+            while bool(running_with(str(server))):  # the host's pipes are open all along
                 assert time.monotonic() < deadline, f"{mode}: the server outlived its proxy's kill"
                 time.sleep(0.05)
         assert (WARM in log.read_text()) == (mode == "auto"), log.read_text()
-
-
-def running(server: Path) -> bool:
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                if str(server).encode() in (entry / "cmdline").read_bytes():
-                    return True
-    return False
 
 
 def test_new_code_or_the_setting_off_means_the_usual_start(tmp_path: Path, env: dict[str, str], run_dir: Path) -> None:

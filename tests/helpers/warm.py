@@ -7,7 +7,7 @@ import os
 import signal
 from pathlib import Path
 
-SERVER_FLAG = b"--warm-start-server"
+from mcp_sampling_proxy.system.warm_start import SERVER_FLAG
 
 
 def warm_servers(under: Path | str) -> list[int]:
@@ -18,7 +18,7 @@ def warm_servers(under: Path | str) -> list[int]:
         if entry.name.isdigit():
             with contextlib.suppress(OSError):
                 words = (entry / "cmdline").read_bytes().split(b"\0")
-                if SERVER_FLAG in words and any(word.startswith(prefix) for word in words):
+                if SERVER_FLAG.encode() in words and any(word.startswith(prefix) for word in words):
                     found.append(int(entry.name))
     return found
 

@@ -84,6 +84,13 @@ def test_a_malformed_launch_is_refused(payload: bytes) -> None:
     assert _decoded(payload) is None
 
 
+def hand_over(environ: dict[str, str]) -> int | None:
+    """A launch's hand-over, as entry.py makes it."""
+    found = warm_start.where(environ)
+    assert found is not None, "the warm start is on and has its folder"
+    return warm_start.hand_over(["--", "server"], environ, list, found)
+
+
 def _framed(payload: bytes) -> bytes:
     return len(payload).to_bytes(4, "big") + payload
 
@@ -125,7 +132,7 @@ def test_a_socket_in_a_folder_others_could_reach_is_never_connected_to(
     place = run / "mcp-sampling-proxy" / "warm"
     place.mkdir(mode=0o700, parents=True)
     environ = {warm_start.RUNTIME_ENV: str(run / "mcp-sampling-proxy"), warm_start.ENV: "auto"}
-    assert warm_start.hand_over(["--", "server"], environ, list) is None  # no socket: the usual start
+    assert hand_over(environ) is None  # no socket: the usual start
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as planted:
         monkeypatch.chdir(place)  # (a short address: the test's folder may lie deeper than a socket path's limit)
         planted.bind(f"{identity(environ)}.sock")
@@ -134,7 +141,7 @@ def test_a_socket_in_a_folder_others_could_reach_is_never_connected_to(
         for folder_mode, above_mode in ((0o755, 0o700), (0o700, 0o777)):  # others may read it, or rename it
             place.chmod(folder_mode)
             place.parent.chmod(above_mode)
-            assert warm_start.hand_over(["--", "server"], environ, list) is None
+            assert hand_over(environ) is None
             with pytest.raises(BlockingIOError):
                 planted.accept()  # not even a connection was made
 
@@ -174,7 +181,7 @@ def test_a_warm_server_that_does_not_answer_costs_a_launch_its_wait_and_no_more(
         stuck.bind(f"{identity(environ)}.sock")
         stuck.listen(1)
         started = time.monotonic()
-        assert warm_start.hand_over(["--", "server"], environ, list) is None
+        assert hand_over(environ) is None
         assert 0.3 <= time.monotonic() - started < 2.0
         connection, _ = stuck.accept()
         with connection:
@@ -234,3 +241,17 @@ def test_a_launch_sent_a_byte_at_a_time_is_given_up_on_within_the_wait(monkeypat
             os.close(fd)
         ours.close()
         theirs.close()
+
+
+def test_the_warm_folder_is_in_the_console_sockets_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """warm_start finds the runtime directory without platformdirs (it runs before anything is loaded): it
+    must find the one the console's sockets use, which the sandbox hides."""
+    from mcp_sampling_proxy.approval.console.server import runtime_dir
+
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    monkeypatch.delenv(warm_start.RUNTIME_ENV, raising=False)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
+    assert folder(dict(os.environ)) == str(runtime_dir() / "warm")
+    monkeypatch.setenv(warm_start.RUNTIME_ENV, str(tmp_path / "own"))
+    assert folder(dict(os.environ)) == str(runtime_dir() / "warm")
