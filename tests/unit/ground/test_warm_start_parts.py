@@ -197,6 +197,7 @@ def test_a_relative_sys_path_entry_puts_the_working_directory_in_the_name(
     the folder does not matter (a fork takes the launch's own)."""
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
+    identity({})  # (what it imports at first use, imported while sys.path is the real one)
     names = {}
     marker = "__editable__.example.finder.__path_hook__"  # a path hook's: no folder, whatever the cwd
     for entries in (["/usr/lib/python3", marker], ["", "/usr/lib/python3", marker]):
@@ -255,3 +256,44 @@ def test_the_warm_folder_is_in_the_console_sockets_folder(tmp_path: Path, monkey
     assert folder(dict(os.environ)) == str(runtime_dir() / "warm")
     monkeypatch.setenv(warm_start.RUNTIME_ENV, str(tmp_path / "own"))
     assert folder(dict(os.environ)) == str(runtime_dir() / "warm")
+
+
+@linux_only
+def test_a_warm_server_that_takes_the_launch_and_names_no_pid_is_an_error_not_a_cold_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Once the launch has handed its stdio over, a proxy may hold it: a cold start beside it would read the
+    same pipes. A word other than "pid N" then ends the launch with an error, as silence does."""
+    import threading
+
+    place = tmp_path / "run" / "warm"
+    place.mkdir(mode=0o700, parents=True)
+    environ = {warm_start.RUNTIME_ENV: str(place.parent), warm_start.ENV: "auto"}
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as fake:
+        monkeypatch.chdir(place)  # (a short address: the test's folder may lie deeper than a socket path's limit)
+        fake.bind(f"{identity(environ)}.sock")
+        fake.listen(1)
+
+        took: list[object] = []
+
+        def take() -> None:
+            connection, _ = fake.accept()
+            with connection:
+                connection.sendall(b"ready\n")
+                received: list[int] = []
+                took.append(_request(connection, received))
+                for fd in received:
+                    os.close(fd)
+                connection.sendall(b"pid not-a-pid\n")
+                while connection.recv(1):  # open until the launch lets go, as a forked proxy keeps it
+                    pass
+
+        taking = threading.Thread(target=take)
+        taking.start()
+        try:
+            status = hand_over(environ)
+        finally:
+            taking.join()
+    assert took and took[0] is not None, took  # it was handed the launch
+    assert status == 1
+    assert "the warm start server took this launch and its proxy did not start" in capsys.readouterr().err
