@@ -220,10 +220,10 @@ def hand_over(
         if pid is None:
             return None
         return _follow(connection, pid, held)
-    except TimeoutError:
+    except NotStarted as exc:
         sys.stderr.write(
-            f"mcp-sampling-proxy: the warm start server took this launch and its proxy did not start (within "
-            f"{PID_SECONDS:.0f} s); set {ENV}=off to start without one\n"
+            f"mcp-sampling-proxy: the warm start server took this launch and {exc}; set {ENV}=off to start "
+            "without one\n"
         )
         return 1
     finally:
@@ -263,21 +263,31 @@ def _handed(
         os.close(cwd)
         if terminal is not None:
             os.close(terminal)
-    # from here, a forked proxy may hold the launch's stdio: the launch goes cold only if none ever will.
-    # A forked proxy says its pid before it does anything else, so an end without it means none ran
     connection.settimeout(PID_SECONDS)
     try:
-        connection.sendall(data[sent:])
-        first = _line(connection)
-    except TimeoutError:
-        raise
+        if sent < len(data):  # (a send of nothing to a peer that has read it all and gone fails: EPIPE)
+            connection.sendall(data[sent:])
     except OSError:
+        return None  # it went before it had the whole launch: nothing was forked
+    # from here a forked proxy may hold the launch's stdio, and the launch goes cold only if none ever will:
+    # a forked proxy says its pid before it does anything else, so a clean end with nothing said means none
+    # ran. Anything else (silence, a broken line, another word) may be one that did: an error, never a cold
+    # start beside it on the same pipes
+    try:
+        first = _line(connection)
+    except TimeoutError as exc:
+        raise NotStarted(f"its proxy did not start within {PID_SECONDS:.0f} s") from exc
+    except OSError as exc:
+        raise NotStarted(f"the connection broke before its proxy said its pid ({exc.strerror})") from exc
+    if first == b"":
         return None
-    if not first.startswith(b"pid "):
-        return None
-    if not first[4:].isdigit():  # after the hand-over: not "nothing was taken"
-        raise TimeoutError("the warm start server's proxy did not say its pid")
+    if not (first.startswith(b"pid ") and first[4:].isdigit()):
+        raise NotStarted("its proxy did not say its pid")
     return int(first[4:])
+
+
+class NotStarted(Exception):
+    """A warm server took the launch (its stdio) and no forked proxy said it runs."""
 
 
 def _follow(connection: socket.socket, pid: int, held: Callable[[], list[str]]) -> int:
@@ -327,12 +337,12 @@ def _peer(connection: socket.socket) -> tuple[int, int]:
 
 
 def _line(connection: socket.socket, limit: int = 64) -> bytes:
-    """One short line from the other end (b"" at its end)."""
+    """One short line from the other end, or what came of it before its end (b"": nothing came)."""
     found = b""
     while not found.endswith(b"\n") and len(found) < limit:
         chunk = connection.recv(1)
         if not chunk:
-            return b""
+            break
         found += chunk
     return found.rstrip(b"\n")
 

@@ -259,11 +259,24 @@ def test_the_warm_folder_is_in_the_console_sockets_folder(tmp_path: Path, monkey
 
 
 @linux_only
+@pytest.mark.parametrize(
+    ("said", "status", "why"),
+    [
+        (b"pid not-a-pid\n", 1, "its proxy did not say its pid"),
+        (b"pi", 1, "its proxy did not say its pid"),  # a line cut by the end: something may have run
+        (b"", None, ""),  # a clean end with nothing said: no proxy ran (one says its pid first): cold
+    ],
+)
 def test_a_warm_server_that_takes_the_launch_and_names_no_pid_is_an_error_not_a_cold_start(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    said: bytes,
+    status: int | None,
+    why: str,
 ) -> None:
     """Once the launch has handed its stdio over, a proxy may hold it: a cold start beside it would read the
-    same pipes. A word other than "pid N" then ends the launch with an error, as silence does."""
+    same pipes. Anything but "pid N" or a clean end with nothing said ends the launch with an error."""
     import threading
 
     place = tmp_path / "run" / "warm"
@@ -284,16 +297,18 @@ def test_a_warm_server_that_takes_the_launch_and_names_no_pid_is_an_error_not_a_
                 took.append(_request(connection, received))
                 for fd in received:
                     os.close(fd)
-                connection.sendall(b"pid not-a-pid\n")
-                while connection.recv(1):  # open until the launch lets go, as a forked proxy keeps it
-                    pass
+                connection.sendall(said)
+                if said.endswith(b"\n"):
+                    while connection.recv(1):  # open until the launch lets go, as a forked proxy keeps it
+                        pass
 
         taking = threading.Thread(target=take)
         taking.start()
         try:
-            status = hand_over(environ)
+            got = hand_over(environ)
         finally:
             taking.join()
     assert took and took[0] is not None, took  # it was handed the launch
-    assert status == 1
-    assert "the warm start server took this launch and its proxy did not start" in capsys.readouterr().err
+    assert got == status
+    err = capsys.readouterr().err
+    assert (f"the warm start server took this launch and {why}" in err) if why else err == ""
