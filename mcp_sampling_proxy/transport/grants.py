@@ -211,6 +211,26 @@ def _within(inner: str, outer: str) -> bool:
     return inner == outer or inner.startswith(outer.rstrip(os.sep) + os.sep)
 
 
+class Guards:
+    """What no write grant may touch (what runs as the user later, and the proxy's `own` files), each
+    resolved once (`_forms` follows symlinks: a look at the filesystem), to ask of many paths in a row: the
+    grants of a policy, the folders on the way to a path a server was refused (sandbox_notes). What is there
+    comes first: it says the most."""
+
+    def __init__(self, environ: Mapping[str, str], own: Iterable[str] = ()):
+        protected = runs_later(environ) + [Protected(path, PROXY_OWN) for path in own]
+        protected.sort(key=lambda guard: not os.path.lexists(guard.path))
+        self._guards = [(guard, _forms(guard.path)) for guard in protected]
+
+    def clashes(self, grant: str) -> Iterator[tuple[Protected, str]]:
+        """Each protected path a write grant of `grant` would meet, and how ("inside", "holds", ...)."""
+        forms = _forms(grant)
+        for guard, guard_forms in self._guards:
+            clash = _clash_of(forms, guard_forms)
+            if clash is not None:
+                yield guard, clash
+
+
 def grant_problems(
     settings: SandboxSettings, own: Iterable[str | os.PathLike[str]], environ: Mapping[str, str] | None = None
 ) -> list[str]:
@@ -230,12 +250,10 @@ def grant_problems(
             )
     if not settings.write:
         return problems
-    protected = runs_later(environ)
-    protected += [Protected(path, PROXY_OWN) for path in owned]
-    protected.sort(key=lambda guard: not os.path.lexists(guard.path))  # what is there first: it says the most
+    guards = Guards(environ, owned)
     where = f"{settings.where or 'sandbox'}.write"
     for grant in dict.fromkeys(settings.write):
-        clashes = [(guard, clash) for guard in protected if (clash := _clash(grant, guard.path)) is not None]
+        clashes = list(guards.clashes(grant))
         if not clashes:
             continue
         shown = "~" if os.path.normpath(grant) == _home(environ) else home_relative(Path(grant))
@@ -275,19 +293,3 @@ def _clash_of(grant_forms: Iterable[str], protected_forms: Iterable[str]) -> str
             if _within(g, p):
                 return "inside"
     return None
-
-
-class Guards:
-    """What runs as the user later, resolved once, to ask of many paths in a row whether a write grant of
-    each would be refused (the sandbox's advice for a refused write walks a path the server named)."""
-
-    def __init__(self, environ: Mapping[str, str]):
-        self._guards = [(guard, _forms(guard.path)) for guard in runs_later(environ)]
-
-    def clashes(self, grant: str) -> Iterator[tuple[Protected, str]]:
-        """Each protected path a write grant of `grant` would meet, and how ("inside", "holds", ...)."""
-        forms = _forms(grant)
-        for guard, guard_forms in self._guards:
-            clash = _clash_of(forms, guard_forms)
-            if clash is not None:
-                yield guard, clash
