@@ -88,11 +88,11 @@ def _hidden_file_by_file(settings: Any) -> list[Check]:
     by file, and a bind follows the file, not its name: one written there anew while the server runs (the
     audit log's rotation, a key saved by an editor) is in its sight until its next start. In a folder of its
     own, or one of the proxy's (hidden whole), it is not."""
-    whole = [str(state_dir(create=False)), str(config_dir())]
+    whole = [state_dir(create=False), config_dir()]
     found = []
     for what, raw in settings.trusted_files():
         path = os.path.abspath(os.path.expanduser(raw))
-        if any(path.startswith(folder.rstrip(os.sep) + os.sep) for folder in whole):
+        if any(Path(path).is_relative_to(folder) for folder in whole):
             continue
         alone, _ = beside(path)
         if alone or not os.path.isdir(os.path.dirname(path)):
