@@ -14,8 +14,8 @@ A forked proxy is a fresh start in all that can differ:
   desktop's scope: a warm server dies with the app that started it), the resource limits, the priority and
   the locale and PYTHON* variables are each launch's: they name the socket (`identity`), and a warm server
   checks that it was started under the name it serves;
-- the modules: a warm server forks no proxy once one of its module files has changed (stamps, asked before
-  each fork); it exits, and the launch starts as usual;
+- the modules: a warm server runs no proxy once one of its module files has changed (stamps, asked with
+  each fork: the fork runs only once they are found the same); it exits, and the launch starts as usual;
 - the configuration, the policy and every key are read after the fork: a warm server reads none, and drops
   a launch's environment once it has forked.
 
@@ -37,6 +37,7 @@ import sys
 
 TYPE_CHECKING = False  # (typing's costs an import this module is lean without)
 if TYPE_CHECKING:
+    import _socket
     import socket
     from collections.abc import Callable, Mapping
     from typing import NoReturn
@@ -212,9 +213,11 @@ def hand_over(
     place, key = found
     if not private(place) or not os.path.exists(_socket_path(place, key)):
         return None
-    import socket  # start-up: a warm server is there
+    # start-up: a warm server is there. The C module: `socket` itself costs a launch 2-3 ms (its enum
+    # classes), and the launch needs none of what it adds
+    import _socket
 
-    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    connection = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         pid = _handed(connection, found, argv, environ)
         if pid is None:
@@ -231,11 +234,10 @@ def hand_over(
 
 
 def _handed(
-    connection: socket.socket, where: tuple[str, str], argv: list[str], environ: Mapping[str, str]
+    connection: _socket.socket, where: tuple[str, str], argv: list[str], environ: Mapping[str, str]
 ) -> int | None:
     """Hand the launch over; the forked proxy's pid, or None when nothing was taken (start cold)."""
-    import array  # start-up: a warm server is there
-    import socket  # start-up: as array
+    import _socket  # start-up: loaded by hand_over
 
     connection.settimeout(READY_SECONDS)
     try:
@@ -256,7 +258,8 @@ def _handed(
     data = len(payload).to_bytes(4, "big") + payload
     try:
         handed = [0, 1, 2, cwd] if terminal is None else [0, 1, 2, cwd, terminal]
-        sent = connection.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", handed))])
+        descriptors = b"".join(fd.to_bytes(4, sys.byteorder) for fd in handed)  # C ints, as SCM_RIGHTS takes
+        sent = connection.sendmsg([data], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, descriptors)])
     except OSError:
         return None  # nothing was taken (a closed stdio descriptor, the server gone)
     finally:
@@ -290,7 +293,7 @@ class NotStarted(Exception):
     """A warm server took the launch (its stdio) and no forked proxy said it runs."""
 
 
-def _follow(connection: socket.socket, pid: int, held: Callable[[], list[str]]) -> int:
+def _follow(connection: _socket.socket, pid: int, held: Callable[[], list[str]]) -> int:
     """Be the forked proxy's stand-in for the host: pass on its stop signals, exit with its status."""
     import signal  # start-up: a warm server is there
 
@@ -328,15 +331,15 @@ def _follow(connection: socket.socket, pid: int, held: Callable[[], list[str]]) 
     return status
 
 
-def _peer(connection: socket.socket) -> tuple[int, int]:
+def _peer(connection: _socket.socket) -> tuple[int, int]:
     """The other end's process id and user id (SO_PEERCRED, as of its connect)."""
-    import socket  # start-up: a warm server is there
+    import _socket  # start-up: a warm server is there (the C module: see hand_over)
 
-    creds = connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)  # struct ucred: pid, uid, gid
+    creds = connection.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)  # struct ucred: pid, uid, gid
     return int.from_bytes(creds[0:4], sys.byteorder), int.from_bytes(creds[4:8], sys.byteorder)
 
 
-def _line(connection: socket.socket, limit: int = 64) -> bytes:
+def _line(connection: _socket.socket, limit: int = 64) -> bytes:
     """One short line from the other end, or what came of it before its end (b"": nothing came)."""
     found = b""
     while not found.endswith(b"\n") and len(found) < limit:
@@ -407,7 +410,8 @@ def serve(
     """The warm server's life (its command line: SERVER_FLAG PLACE KEY LOCK-FD PATH, from `start_server`):
     `load` the modules, then fork a proxy for each launch, which sets up as the launch and calls `run`, until
     it is idle for IDLE_SECONDS, its socket is no longer its own, or the stamps of what it loaded change:
-    `code`'s, the proxy's own modules, asked before each fork (no launch runs older code than is installed);
+    `code`'s, the proxy's own modules, asked with each fork, which waits for them (no launch runs older code
+    than is installed);
     `libraries`', every module file (a few hundred stats), asked after each fork and when idle (a library's
     upgrade reaches the launch after the one it raced)."""
     # the warm server's: a launch that finds none never needs them
@@ -454,10 +458,11 @@ def serve(
                 continue
             connection, _ = listener.accept()
             used = time.monotonic()
-            if not _still(path, bound) or code() != started[0]:
+            if not _still(path, bound):
                 connection.close()  # the launch starts cold (and a new warm server may start)
                 return 0
-            _serve_one(connection, listener, run)
+            if not _serve_one(connection, listener, run, lambda: code() == started[0]):
+                return 0  # new code: the fork ended unseen, the launch starts cold
             if libraries() != started[1]:
                 return 0
     finally:
@@ -503,20 +508,40 @@ def _still(path: str, bound: int) -> bool:
         return False
 
 
-def _serve_one(connection: socket.socket, listener: socket.socket, run: Callable[[], int]) -> None:
+def _serve_one(
+    connection: socket.socket, listener: socket.socket, run: Callable[[], int], current: Callable[[], bool]
+) -> bool:
+    """Fork a proxy for the launch on `connection`. The stamps of the code (`current`, a few hundred stats)
+    are asked after the fork, while the fork sets up as the launch: it runs only once they are the same, and
+    else ends without a word, and the launch starts cold. False when they were not."""
     fds: list[int] = []
     try:
         if _peer(connection)[1] != os.getuid():
-            return
+            return True
         connection.settimeout(READY_SECONDS)
         connection.sendall(b"ready\n")
         request = _request(connection, fds)
         if request is None:
-            return
-        if os.fork() == 0:
-            _forked(connection, listener, request, fds, run)
+            return True
+        verdict, say = os.pipe()
+        try:
+            forked = os.fork()
+        except OSError:
+            os.close(verdict)
+            os.close(say)
+            raise
+        if forked == 0:  # (its SystemExit passes through here: no handler of this frame's may catch it)
+            os.close(say)
+            _forked(connection, listener, request, fds, run, verdict)
+        os.close(verdict)
+        try:
+            same = current()
+            os.write(say, b"1" if same else b"0")  # (a pipe's buffer takes the byte at once)
+        finally:
+            os.close(say)
+        return same
     except OSError:
-        return
+        return True
     finally:
         connection.close()
         for fd in fds:
@@ -592,11 +617,18 @@ def _decoded(payload: bytes) -> _Launch | None:
 
 
 def _forked(
-    connection: socket.socket, listener: socket.socket, launch: _Launch, fds: list[int], run: Callable[[], int]
+    connection: socket.socket,
+    listener: socket.socket,
+    launch: _Launch,
+    fds: list[int],
+    run: Callable[[], int],
+    verdict: int,
 ) -> NoReturn:
     """The forked proxy: become the launch, say the pid, run, say the status; then end as a process that ran
     the proxy's command line ends (SystemExit: the interpreter's own exit, its atexit handlers run and its
-    threads waited for). The connection stays open until the process is gone, so the launch ends after it."""
+    threads waited for). The connection stays open until the process is gone, so the launch ends after it.
+    Before its first word, the warm server's `verdict` on its code: anything but b"1" (new code, or the warm
+    server gone) and it ends at once, having said nothing: the launch starts cold."""
     import signal  # the warm server's: loaded by `serve` already
 
     status = 1
@@ -620,6 +652,9 @@ def _forked(
         os.environ.update(launch.env)
         sys.argv = [launch.argv0, *launch.argv]
         _HERE.forked = True
+        if os.read(verdict, 1) != b"1":
+            os._exit(0)  # nothing run, nothing said (and none of the warm server's exit handlers)
+        os.close(verdict)
         connection.settimeout(None)
         connection.sendall(f"pid {os.getpid()}\n".encode())
         _die_with_the_launch(connection)
