@@ -23,7 +23,6 @@ the proxy's policy sandboxes it (`sandbox: required`).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import shutil
@@ -35,17 +34,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from sandbox_start import HELLO, ROOT  # (its initialize line, and the checkout)
 from scratch_dirs import scratch_dirs
 
-ROOT = Path(__file__).resolve().parent.parent
-HELLO = json.dumps(
-    {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "b", "version": "1"}},
-    }
-).encode()
 MODES = ("byte relay", "proxy, first ever", "proxy, forked warm", "proxy, cold")
 
 
@@ -61,7 +52,7 @@ def burst(command: list[str], env: dict[str, str], count: int) -> float:
     slowest = 0.0
     for process in launched:
         assert process.stdin is not None and process.stdout is not None
-        process.stdin.write(HELLO + b"\n")
+        process.stdin.write(HELLO.encode())
         process.stdin.flush()
     for process in launched:
         assert process.stdin is not None and process.stdout is not None
