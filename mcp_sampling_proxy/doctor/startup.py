@@ -43,6 +43,7 @@ def check_startup(environ: Mapping[str, str] = os.environ) -> Section:
         section.add(
             "ok",
             f"warm start: on; a warm start server (process {running}) forks the proxies started from here, "
-            f"its modules loaded ({warm_start.ENV}=off turns it off)",
+            f"its modules loaded ({warm_start.ENV}=off turns it off; `kill {running}` ends it, and leaves the "
+            "proxies it forked running)",
         )
     return section

@@ -31,7 +31,7 @@ from helpers.support import (
     write_policy,
 )
 from helpers.terminal import PtySession
-from helpers.warm import end_warm_servers, warm_servers
+from helpers.warm import carrying_the_flag, end_warm_servers, name_of, warm_servers
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the warm start is Linux's")
 
@@ -212,6 +212,40 @@ def test_new_code_or_the_setting_off_means_the_usual_start(tmp_path: Path, env: 
     time.sleep(1)
     assert not (tmp_path / "run-off" / "mcp-sampling-proxy" / "warm").exists()
     assert not warm_servers(tmp_path / "run-off")
+
+
+def test_ending_the_warm_server_by_its_name_leaves_the_proxies_it_forked_running(
+    tmp_path: Path, env: dict[str, str], run_dir: Path
+) -> None:
+    """troubleshooting.md's way to end a warm server, `pkill -x mcp-proxy-warm`, matches it alone: a proxy it
+    forked (and that proxy's guard) keeps the warm server's command line, so a `pkill -f` on its flag would
+    end the host's sessions too, but has a name of its own. The session runs on after the warm server's end
+    and ends as usual; the next launch starts cold and starts another warm server."""
+    command = proxy_command(None)
+    launch(command, env, tmp_path / "first.log")
+    wait_for_warm_server(run_dir)
+    with RawHost(command, env, tmp_path / "session.log") as host:
+        host.initialize()
+        (server,) = warm_servers(run_dir)
+        flagged = carrying_the_flag(run_dir)
+        assert len(flagged) > 1, flagged  # the forked proxy carries the flag too
+        assert [pid for pid in flagged if name_of(pid) == "mcp-proxy-warm"] == [server]
+        os.kill(server, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while name_of(server) is not None:
+            assert time.monotonic() < deadline, "the warm server did not end"
+            time.sleep(0.05)
+        answer = host.request("tools/call", {"name": "echo", "arguments": {"text": "still here"}}, timeout=30)
+        assert "still here" in json.dumps(answer.get("result")), answer
+        host.close_stdin()
+        assert host.wait() == 0
+    assert WARM in (tmp_path / "session.log").read_text()
+    after, status, _ = launch(command, env, tmp_path / "after.log")
+    assert WARM not in after and status == 0, after
+    deadline = time.monotonic() + 20
+    while len(warm_servers(run_dir)) != 1:  # the one the launch after started
+        assert time.monotonic() < deadline, carrying_the_flag(run_dir)
+        time.sleep(0.05)
 
 
 # a host run in a terminal (as Claude Code is): it starts the proxy twice, one session each; the second, once

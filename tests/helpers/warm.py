@@ -7,11 +7,13 @@ import os
 import signal
 from pathlib import Path
 
+from mcp_sampling_proxy.entry import WARM_COMM
 from mcp_sampling_proxy.system.warm_start import SERVER_FLAG
 
 
-def warm_servers(under: Path | str) -> list[int]:
-    """The live warm servers whose socket folder lies under `under`."""
+def carrying_the_flag(under: Path | str) -> list[int]:
+    """The live processes whose command line is a warm server's serving a folder under `under`: the warm
+    servers, and the proxies they forked and those proxies' guards (a fork keeps the command line)."""
     prefix = os.fsencode(str(under))
     found = []
     for entry in Path("/proc").iterdir():
@@ -23,8 +25,21 @@ def warm_servers(under: Path | str) -> list[int]:
     return found
 
 
+def name_of(pid: int) -> str | None:
+    """The process's name (its comm, as `ps -e` and `pkill -x` see it), or None when it is gone."""
+    try:
+        return (Path("/proc") / str(pid) / "comm").read_text().strip()
+    except OSError:
+        return None
+
+
+def warm_servers(under: Path | str) -> list[int]:
+    """The live warm servers serving a folder under `under` (by name: not the proxies they forked)."""
+    return [pid for pid in carrying_the_flag(under) if name_of(pid) == WARM_COMM]
+
+
 def end_warm_servers(under: Path | str) -> None:
-    """Stop them (SIGKILL: a test's, with nothing to finish)."""
-    for pid in warm_servers(under):
+    """Stop them, and whatever they forked (SIGKILL: a test's, with nothing to finish)."""
+    for pid in carrying_the_flag(under):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)

@@ -39,6 +39,7 @@ def test_each_state_of_the_warm_start_is_said(tmp_path: Path, monkeypatch: pytes
         server.listen(1)
         status, text, _ = said(environ)
         assert status == "ok" and f"(process {os.getpid()})" in text, text
+        assert f"`kill {os.getpid()}` ends it, and leaves the proxies it forked running" in text, text
 
         place.chmod(0o755)
         status, text, fix = said(environ)
