@@ -262,6 +262,28 @@ def name_process(name: str) -> bool:
         return False
 
 
+def show_command_line(raw: bytes) -> bool:
+    """Make `raw` (NUL-separated words, as /proc/PID/cmdline holds them) what `ps`, `top` and `pgrep -f` show
+    as this process's command line, cut to the room the process started with; True when it took. It writes
+    over the argument strings the kernel gave the process (their bounds are in /proc/self/stat), as
+    setproctitle(3) does: Python keeps copies of them (sys.argv, sys.orig_argv), and nothing reads the
+    originals once it runs. For a proxy forked by the warm start server, whose own would be the warm
+    server's (system/warm_start.py)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        fields = _proc(os.getpid(), "stat").rsplit(b")", 1)[1].split()
+        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end: the 48th and 49th fields
+    except (OSError, IndexError, ValueError):
+        return False
+    room = end - start
+    if room <= 1 or not raw:
+        return False
+    words = raw.rstrip(b"\0")[: room - 1]
+    ctypes.memmove(start, words + b"\0" * (room - len(words)), room)  # the last byte stays a NUL
+    return True
+
+
 def comm(pid: int) -> str | None:
     try:
         return _proc(pid, "comm").decode("utf-8", "replace").rstrip("\n")

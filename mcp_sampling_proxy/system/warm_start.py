@@ -651,6 +651,7 @@ def _forked(
         os.environ.clear()
         os.environ.update(launch.env)
         sys.argv = [launch.argv0, *launch.argv]
+        _show_the_launchs_command_line(connection)
         _HERE.forked = True
         if os.read(verdict, 1) != b"1":
             os._exit(0)  # nothing run, nothing said (and none of the warm server's exit handlers)
@@ -669,6 +670,17 @@ def _forked(
         connection.sendall(f"exit {status}\n".encode())
     connection.detach()  # (the warm server's frames this passes through close it otherwise)
     raise SystemExit(status)
+
+
+def _show_the_launchs_command_line(connection: socket.socket) -> None:
+    """What `ps` and `pgrep -f` show for the forked proxy: its launch's command line (the process the host
+    started, at the other end of the connection), not the warm server's, which names no server and would
+    make a `pkill -f` of the warm server's flag end every proxy it forked."""
+    from mcp_sampling_proxy.system.hardening import show_command_line  # the warm server's: loaded by then
+
+    # (readable for any process; a launch gone is this proxy's end too, at its next look: _die_with_the_launch)
+    with contextlib.suppress(OSError), open(f"/proc/{_peer(connection)[0]}/cmdline", "rb") as found:
+        show_command_line(found.read())
 
 
 def _die_with_the_launch(connection: socket.socket) -> None:

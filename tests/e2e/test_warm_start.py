@@ -214,22 +214,25 @@ def test_new_code_or_the_setting_off_means_the_usual_start(tmp_path: Path, env: 
     assert not warm_servers(tmp_path / "run-off")
 
 
-def test_ending_the_warm_server_by_its_name_leaves_the_proxies_it_forked_running(
+def test_a_forked_proxy_shows_its_launchs_command_line_and_outlives_the_warm_server(
     tmp_path: Path, env: dict[str, str], run_dir: Path
 ) -> None:
-    """troubleshooting.md's way to end a warm server, `pkill -x mcp-proxy-warm`, matches it alone: a proxy it
-    forked (and that proxy's guard) keeps the warm server's command line, so a `pkill -f` on its flag would
-    end the host's sessions too, but has a name of its own. The session runs on after the warm server's end
-    and ends as usual; the next launch starts cold and starts another warm server."""
+    """`ps` and `pgrep -f` show a proxy forked warm with its launch's command line (the server it wraps), not
+    the warm server's: the warm server's flag is its own, so troubleshooting.md's `pkill -x mcp-proxy-warm`
+    (or a `pkill -f` of the flag) ends it alone. The session runs on after the warm server's end and ends
+    as usual; the next launch starts cold and starts another warm server."""
     command = proxy_command(None)
     launch(command, env, tmp_path / "first.log")
     wait_for_warm_server(run_dir)
     with RawHost(command, env, tmp_path / "session.log") as host:
         host.initialize()
         (server,) = warm_servers(run_dir)
-        flagged = carrying_the_flag(run_dir)
-        assert len(flagged) > 1, flagged  # the forked proxy carries the flag too
-        assert [pid for pid in flagged if name_of(pid) == "mcp-proxy-warm"] == [server]
+        children = (Path("/proc") / str(server) / "task" / str(server) / "children").read_text().split()
+        (forked,) = [int(pid) for pid in children]
+        shown = (Path("/proc") / str(forked) / "cmdline").read_bytes().rstrip(b"\0")
+        assert shown == (Path("/proc") / str(host.proc.pid) / "cmdline").read_bytes().rstrip(b"\0"), shown
+        assert carrying_the_flag(run_dir) == [server]  # the proxy and its guard no longer carry it
+        assert name_of(server) == "mcp-proxy-warm" and name_of(forked) != "mcp-proxy-warm"
         os.kill(server, signal.SIGTERM)
         deadline = time.monotonic() + 10
         while name_of(server) is not None:
