@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -441,7 +442,13 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
     caller = Caller(upstream=upstream, session=session)
     hurry = anyio.Event()  # asked again while stopping (an SDK host's SIGTERM after EOF): stop the server now
 
+    last_ask: list[tuple[str, float]] = []
+
     def on_signal(name: str) -> None:
+        now = time.monotonic()
+        if last_ask and last_ask[0][0] == name and now - last_ask[0][1] < SAME_ASK_SECONDS:
+            return  # one ask, come twice: a proxy forked warm gets a `pkill -f` both directly and from its launch
+        last_ask[:] = [(name, now)]
         if caller.reason:
             hurry.set()
         caller.end(name)
@@ -552,6 +559,7 @@ HOST_EOF = "host closed stdin"
 # the ends a host or the user asks for: the server gets its graceful stop (a failure's is a second; its own end, none)
 ENDS_ASKED = frozenset({HOST_EOF, "host closed stdout", *(signal.Signals(sig).name for sig in STOP_SIGNALS)})
 HURRIED_TERM_WAIT = 0.5  # s a server gets after SIGTERM once the host asked twice (SDK hosts SIGKILL at 2 s)
+SAME_ASK_SECONDS = 0.2  # s within which the same stop signal again is the same ask, not a second one
 
 
 async def _let_answers_come(relay: Relay, grace: float, hurry: anyio.Event) -> None:

@@ -8,6 +8,7 @@ the warm start turned on (tests turn it off elsewhere); each test ends the warm 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -154,6 +155,46 @@ def test_a_warm_proxy_ends_on_the_hosts_signal_and_its_status_is_the_launchs(
         failed[mode] = (found.returncode, found.stderr.decode().splitlines()[-1])
     assert failed["auto"] == failed["off"] and failed["off"][0] != 0, failed
     assert "missing.yaml" in failed["auto"][1], failed
+
+
+def test_a_signal_sent_by_command_line_is_one_ask_for_a_forked_proxy_as_for_a_cold_one(
+    tmp_path: Path, env: dict[str, str], run_dir: Path
+) -> None:
+    """`pkill -f` of a proxy's command line signals every process that shows it: a cold proxy, and, forked
+    warm, the launch and its fork too, which then also gets the launch's forwarded copy. One
+    SIGTERM asked once: the server gets its graceful stop in both, never the hurried one a host asking again
+    gets ("asked again to stop"), and the statuses are the same."""
+    command = proxy_command(None)
+    launch(command, env, tmp_path / "first.log")
+    wait_for_warm_server(run_dir)
+    statuses = {}
+    for mode in ("off", "auto"):
+        log = tmp_path / f"pkill-{mode}.log"
+        with RawHost(command, {**env, "MCP_SAMPLING_PROXY_WARM_START": mode}, log) as host:
+            host.initialize()
+            host.request("tools/call", {"name": "echo", "arguments": {"text": "x"}})
+            shown = _cmdline(host.proc.pid)
+            same = [pid for pid in _pids() if _cmdline(pid) == shown]  # (as pgrep -f reads them: words)
+            assert len(same) >= (2 if mode == "auto" else 1), same  # forked warm: the launch and its fork
+            for pid in same:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
+            statuses[mode] = host.wait()
+        text = log.read_text()
+        assert (WARM in text) == (mode == "auto"), text
+        assert "asked again to stop" not in text, text
+    assert statuses["auto"] == statuses["off"], statuses
+
+
+def _pids() -> list[int]:
+    return [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().rstrip(b"\0")
+    except OSError:
+        return b""
 
 
 def test_a_launch_killed_outright_takes_its_warm_proxy_and_server_with_it(
