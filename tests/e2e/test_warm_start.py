@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -86,6 +86,21 @@ def launch(
     return log.read_text(), status, answer.get("result")
 
 
+def stopped_cold_and_warm(
+    command: list[str], env: dict[str, str], log: Path, mode: str, stop: Callable[[RawHost, str], None]
+) -> tuple[int, str]:
+    """A session with the warm start `mode` ("off": cold; "auto": forked warm), one tool call, then `stop`ped
+    as a test's host or user would: its exit status and log, the log checked to say which start it had."""
+    with RawHost(command, {**env, "MCP_SAMPLING_PROXY_WARM_START": mode}, log) as host:
+        host.initialize()
+        host.request("tools/call", {"name": "echo", "arguments": {"text": "x"}})
+        stop(host, mode)
+        status = host.wait()
+    text = log.read_text()
+    assert (WARM in text) == (mode == "auto"), text
+    return status, text
+
+
 def test_a_later_launch_is_forked_warm_and_runs_as_that_launch(
     tmp_path: Path, env: dict[str, str], run_dir: Path, llm: FakeLLMServer
 ) -> None:
@@ -126,16 +141,13 @@ def test_a_warm_proxy_ends_on_the_hosts_signal_and_its_status_is_the_launchs(
     launch(command, env, tmp_path / "first.log")
     wait_for_warm_server(run_dir)
 
+    def stop(host: RawHost, _mode: str) -> None:
+        assert bool(running_with(str(server))), "the server runs"
+        host.proc.send_signal(signal.SIGTERM)
+
     statuses = {}
     for mode in ("off", "auto"):
-        log = tmp_path / f"signal-{mode}.log"
-        with RawHost(command, {**env, "MCP_SAMPLING_PROXY_WARM_START": mode}, log) as host:
-            host.initialize()
-            host.request("tools/call", {"name": "echo", "arguments": {"text": "x"}})
-            assert bool(running_with(str(server))), "the server runs"
-            host.proc.send_signal(signal.SIGTERM)
-            statuses[mode] = host.wait()
-        assert (WARM in log.read_text()) == (mode == "auto"), log.read_text()
+        statuses[mode], _ = stopped_cold_and_warm(command, env, tmp_path / f"signal-{mode}.log", mode, stop)
         deadline = time.monotonic() + 10
         while bool(running_with(str(server))):
             assert time.monotonic() < deadline, f"{mode}: the server outlived its proxy"
@@ -167,21 +179,26 @@ def test_a_signal_sent_by_command_line_is_one_ask_for_a_forked_proxy_as_for_a_co
     command = proxy_command(None)
     launch(command, env, tmp_path / "first.log")
     wait_for_warm_server(run_dir)
+
+    def pkill(host: RawHost, mode: str) -> None:
+        shown = _cmdline(host.proc.pid)
+        same = [pid for pid in _pids() if _cmdline(pid) == shown]  # (as pgrep -f reads them: words)
+        assert len(same) >= (2 if mode == "auto" else 1), same  # forked warm: the launch and its fork
+        # the fork's own first, then the launch's, which it passes on: two signals, not one left pending
+        # (two SIGTERMs pending at once are one), as when pkill reaches the fork before the launch forwards
+        for pid in (pid for pid in same if pid != host.proc.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        if mode == "auto":
+            deadline = time.monotonic() + 10
+            while "shutting down" not in (tmp_path / f"pkill-{mode}.log").read_text():
+                assert time.monotonic() < deadline, "the forked proxy did not take its signal"
+                time.sleep(0.01)
+        host.proc.send_signal(signal.SIGTERM)
+
     statuses = {}
     for mode in ("off", "auto"):
-        log = tmp_path / f"pkill-{mode}.log"
-        with RawHost(command, {**env, "MCP_SAMPLING_PROXY_WARM_START": mode}, log) as host:
-            host.initialize()
-            host.request("tools/call", {"name": "echo", "arguments": {"text": "x"}})
-            shown = _cmdline(host.proc.pid)
-            same = [pid for pid in _pids() if _cmdline(pid) == shown]  # (as pgrep -f reads them: words)
-            assert len(same) >= (2 if mode == "auto" else 1), same  # forked warm: the launch and its fork
-            for pid in same:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGTERM)
-            statuses[mode] = host.wait()
-        text = log.read_text()
-        assert (WARM in text) == (mode == "auto"), text
+        statuses[mode], text = stopped_cold_and_warm(command, env, tmp_path / f"pkill-{mode}.log", mode, pkill)
         assert "asked again to stop" not in text, text
     assert statuses["auto"] == statuses["off"], statuses
 
