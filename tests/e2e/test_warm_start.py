@@ -238,6 +238,30 @@ def test_a_launch_killed_outright_takes_its_warm_proxy_and_server_with_it(
         assert (WARM in log.read_text()) == (mode == "auto"), log.read_text()
 
 
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="util-linux's setpriv sets no_new_privs")
+def test_a_launch_under_no_new_privs_is_no_fork_of_a_warm_server_without_it(
+    tmp_path: Path, env: dict[str, str], run_dir: Path
+) -> None:
+    """A host that runs its servers with no_new_privs (`setpriv --no-new-privs`, systemd's
+    NoNewPrivileges=) gets an unconfined server that cannot gain privileges by exec, as a cold proxy would
+    start it: the flag (with seccomp and the capability sets) names the warm server, so a warm server
+    started without it forks no proxy for such a launch."""
+    server = tmp_path / "nnp_server.py"  # a name of its own: its process is found by it
+    shutil.copy(SMALL_SERVER, server)
+    policy = write_policy(tmp_path, "sandbox: off\nrules: []\n")  # (bubblewrap sets it for what it runs)
+    command = proxy_command(policy, upstream=[PY, str(server)])
+    launch(command, env, tmp_path / "first.log")
+    wait_for_warm_server(run_dir)
+    with RawHost(["setpriv", "--no-new-privs", *command], env, tmp_path / "nnp.log") as host:
+        host.initialize()
+        ours = [str(server).encode()]  # the server itself: `python nnp_server.py`, not a proxy naming it
+        (started,) = [pid for pid in running_with(str(server)) if _cmdline(pid).split(b"\0")[1:2] == ours]
+        flag = (Path("/proc") / str(started) / "status").read_text().split("NoNewPrivs:")[1].split()[0]
+        assert flag == "1", (Path("/proc") / str(started) / "status").read_text()
+        host.close_stdin()
+        assert host.wait() == 0
+
+
 def test_new_code_or_the_setting_off_means_the_usual_start(tmp_path: Path, env: dict[str, str], run_dir: Path) -> None:
     """A warm server forks no proxy from older code (here one module of a copy of the proxy rewritten, as an
     upgrade does): that launch starts as usual, and a warm server of the new code serves later ones. Off,
