@@ -12,9 +12,9 @@ proxy and exits with its status.
 A forked proxy is a fresh start in all that can differ:
 - the interpreter (its file, flags, sys.path, version), the user and groups, the namespaces, the cgroup (a
   desktop's scope: a warm server dies with the app that started it), the resource limits, the priority,
-  no_new_privs, the seccomp filters, the capability sets, the OOM score, the personality and the locale and
-  PYTHON* variables are each launch's: they name the socket (`identity`), and a warm server checks that it
-  was started under the name it serves;
+  no_new_privs, the seccomp filters, the capability sets, the signals ignored and blocked, the OOM score, the
+  personality and the locale and PYTHON* variables are each launch's: they name the socket (`identity`),
+  and a warm server checks that it was started under the name it serves;
 - the modules: a warm server runs no proxy once one of its module files has changed (stamps, asked with
   each fork: the fork runs only once they are found the same); it exits, and the launch starts as usual;
 - the configuration, the policy and every key are read after the fork: a warm server reads none, and drops
@@ -57,7 +57,9 @@ MAX_REQUEST = 1 << 20  # a launch's command line and environment
 _HANDED = ("stdin", "stdout", "stderr", "cwd", "terminal")  # the last when the launch has one
 _NAMESPACES = ("cgroup", "ipc", "mnt", "net", "pid", "user", "uts")
 _LOCALE = ("LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES")
-_LIMITS = (b"NoNewPrivs:", b"Seccomp", b"CapInh:", b"CapPrm:", b"CapEff:", b"CapBnd:", b"CapAmb:")  # /proc/PID/status
+# /proc/PID/status's lines a fork would take from its warm server: what may be gained and done, and the signals
+# ignored and blocked (exec keeps both: what a host ignores, as a shell's background job SIGQUIT, its server does)
+_LIMITS = (b"NoNewPrivs:", b"Seccomp", b"Cap", b"SigBlk:", b"SigIgn:")
 # what a warm server's own environment keeps: what names its key, and where the user's directories are
 _KEPT = (*_LOCALE, "PATH", "HOME", "TMPDIR", "TZ", "XDG_RUNTIME_DIR", RUNTIME_ENV, ENV)
 _BOOT = "import json, sys; sys.path[:] = json.loads(sys.argv[5]); from mcp_sampling_proxy.entry import main; main()"
@@ -173,8 +175,8 @@ def identity(environ: Mapping[str, str]) -> str:
     with contextlib.suppress(OSError), open("/proc/self/cgroup", "rb") as cgroup:
         parts.append(cgroup.read())
     # what limits what the proxy and its server may gain or do, which a fork takes from its warm server: a
-    # host's no_new_privs (setpriv, systemd's NoNewPrivileges=), its seccomp filters, its capabilities;
-    # and how the kernel treats it: its OOM score, its personality (setarch)
+    # host's no_new_privs (setpriv, systemd's NoNewPrivileges=), its seccomp filters, its capabilities, the
+    # signals it ignores or blocks; and how the kernel treats it: its OOM score, its personality (setarch)
     with contextlib.suppress(OSError), open("/proc/self/status", "rb") as status:
         parts.append([line for line in status.read().splitlines() if line.startswith(_LIMITS)])
     for name in ("oom_score_adj", "personality"):

@@ -262,6 +262,29 @@ def test_a_launch_under_no_new_privs_is_no_fork_of_a_warm_server_without_it(
         assert host.wait() == 0
 
 
+def test_a_launch_that_ignores_a_signal_is_no_fork_of_a_warm_server_that_does_not(
+    tmp_path: Path, env: dict[str, str], run_dir: Path
+) -> None:
+    """What a host ignores (a shell's background job ignores SIGQUIT; `nohup`, SIGHUP) its server ignores too,
+    through the proxy, as exec keeps it: the ignored and blocked signals name the warm server, so a launch
+    that ignores SIGQUIT is not forked by one that does not, and its server ignores SIGQUIT."""
+    server = tmp_path / "quiet_server.py"  # a name of its own: its process is found by it
+    shutil.copy(SMALL_SERVER, server)
+    policy = write_policy(tmp_path, "sandbox: off\nrules: []\n")
+    command = proxy_command(policy, upstream=[PY, str(server)])
+    launch(command, env, tmp_path / "first.log")
+    wait_for_warm_server(run_dir)
+    ignoring = ["bash", "-c", 'trap "" QUIT; exec "$@"', "ignoring", *command]
+    with RawHost(ignoring, env, tmp_path / "ignoring.log") as host:
+        host.initialize()
+        ours = [str(server).encode()]  # the server itself: `python quiet_server.py`, not a proxy naming it
+        (started,) = [pid for pid in running_with(str(server)) if _cmdline(pid).split(b"\0")[1:2] == ours]
+        ignored = int((Path("/proc") / str(started) / "status").read_text().split("SigIgn:")[1].split()[0], 16)
+        assert ignored & (1 << (signal.SIGQUIT - 1)), f"{ignored:x}"
+        host.close_stdin()
+        assert host.wait() == 0
+
+
 def test_new_code_or_the_setting_off_means_the_usual_start(tmp_path: Path, env: dict[str, str], run_dir: Path) -> None:
     """A warm server forks no proxy from older code (here one module of a copy of the proxy rewritten, as an
     upgrade does): that launch starts as usual, and a warm server of the new code serves later ones. Off,
