@@ -12,9 +12,10 @@ proxy and exits with its status.
 A forked proxy is a fresh start in all that can differ:
 - the interpreter (its file, flags, sys.path, version), the user and groups, the namespaces, the cgroup (a
   desktop's scope: a warm server dies with the app that started it), the resource limits, the priority,
-  no_new_privs, the seccomp filters, the capability sets, the signals ignored and blocked, the OOM score, the
-  personality and the locale and PYTHON* variables are each launch's: they name the socket (`identity`),
-  and a warm server checks that it was started under the name it serves;
+  no_new_privs, the seccomp filters, the capability sets, the signals ignored and blocked, the security
+  label and root, the CPUs and scheduling policy, the OOM score, the personality, the audit login and the
+  locale and PYTHON* variables are each launch's: they name the socket (`identity`), and a warm server checks
+  that it was started under the name it serves;
 - the modules: a warm server runs no proxy once one of its module files has changed (stamps, asked with
   each fork: the fork runs only once they are found the same); it exits, and the launch starts as usual;
 - the configuration, the policy and every key are read after the fork: a warm server reads none, and drops
@@ -176,12 +177,15 @@ def identity(environ: Mapping[str, str]) -> str:
         parts.append(cgroup.read())
     # what limits what the proxy and its server may gain or do, which a fork takes from its warm server: a
     # host's no_new_privs (setpriv, systemd's NoNewPrivileges=), its seccomp filters, its capabilities, the
-    # signals it ignores or blocks; and how the kernel treats it: its OOM score, its personality (setarch)
+    # signals it ignores or blocks, its security label (AppArmor, SELinux), its root; and how the kernel
+    # treats it: its OOM score, its personality (setarch), its CPUs and scheduling, its audit login
     with contextlib.suppress(OSError), open("/proc/self/status", "rb") as status:
         parts.append([line for line in status.read().splitlines() if line.startswith(_LIMITS)])
-    for name in ("oom_score_adj", "personality"):
+    for name in ("oom_score_adj", "personality", "loginuid", "sessionid", "attr/current"):  # (the last: the LSM's)
         with contextlib.suppress(OSError), open(f"/proc/self/{name}", "rb") as setting:
             parts.append(setting.read())
+    with contextlib.suppress(OSError):  # a chroot; the CPUs it may run on (taskset); its scheduling (chrt)
+        parts += [os.readlink("/proc/self/root"), sorted(os.sched_getaffinity(0)), os.sched_getscheduler(0)]
     for name in sorted(n for n in dir(resource) if n.startswith("RLIMIT_")):
         with contextlib.suppress(OSError, ValueError):
             parts.append((name, resource.getrlimit(getattr(resource, name))))

@@ -238,49 +238,43 @@ def test_a_launch_killed_outright_takes_its_warm_proxy_and_server_with_it(
         assert (WARM in log.read_text()) == (mode == "auto"), log.read_text()
 
 
-@pytest.mark.skipif(shutil.which("setpriv") is None, reason="util-linux's setpriv sets no_new_privs")
-def test_a_launch_under_no_new_privs_is_no_fork_of_a_warm_server_without_it(
-    tmp_path: Path, env: dict[str, str], run_dir: Path
+def _ignores_sigquit(status: dict[str, str]) -> bool:
+    return bool(int(status["SigIgn"], 16) & (1 << (signal.SIGQUIT - 1)))
+
+
+# what a host may set for the servers it starts, which exec keeps and a fork would take from its warm server:
+# the wrapper that sets it, and the server's /proc/PID/status, read as a cold proxy's server's would be
+SET_BY_THE_HOST: dict[str, tuple[list[str], Callable[[dict[str, str]], bool]]] = {
+    "no_new_privs": (["setpriv", "--no-new-privs"], lambda status: status["NoNewPrivs"] == "1"),
+    "SIGQUIT ignored": (["bash", "-c", 'trap "" QUIT; exec "$@"', "host"], _ignores_sigquit),
+    "one CPU": (["taskset", "-c", "0"], lambda status: status["Cpus_allowed_list"] == "0"),
+}
+
+
+@pytest.mark.parametrize("what", list(SET_BY_THE_HOST))
+def test_what_a_host_sets_for_its_servers_reaches_one_forked_warm(
+    tmp_path: Path, env: dict[str, str], run_dir: Path, what: str
 ) -> None:
-    """A host that runs its servers with no_new_privs (`setpriv --no-new-privs`, systemd's
-    NoNewPrivileges=) gets an unconfined server that cannot gain privileges by exec, as a cold proxy would
-    start it: the flag (with seccomp and the capability sets) names the warm server, so a warm server
-    started without it forks no proxy for such a launch."""
-    server = tmp_path / "nnp_server.py"  # a name of its own: its process is found by it
+    """A host that runs its servers with no_new_privs (`setpriv --no-new-privs`, systemd's NoNewPrivileges=),
+    ignoring a signal (a shell's background job: SIGQUIT) or on some CPUs (`taskset`) gets an unconfined
+    server with it, as through a cold proxy: each names the warm server, so one started without it forks no
+    proxy for such a launch."""
+    wrapper, holds = SET_BY_THE_HOST[what]
+    if shutil.which(wrapper[0]) is None or (what == "one CPU" and len(os.sched_getaffinity(0)) < 2):
+        pytest.skip(f"{wrapper[0]} (and, for the CPUs, two of them) is needed here")
+    server = tmp_path / "host_set_server.py"  # a name of its own: its process is found by it
     shutil.copy(SMALL_SERVER, server)
-    policy = write_policy(tmp_path, "sandbox: off\nrules: []\n")  # (bubblewrap sets it for what it runs)
+    policy = write_policy(tmp_path, "sandbox: off\nrules: []\n")  # (bubblewrap sets no_new_privs itself)
     command = proxy_command(policy, upstream=[PY, str(server)])
     launch(command, env, tmp_path / "first.log")
     wait_for_warm_server(run_dir)
-    with RawHost(["setpriv", "--no-new-privs", *command], env, tmp_path / "nnp.log") as host:
+    with RawHost([*wrapper, *command], env, tmp_path / "set.log") as host:
         host.initialize()
-        ours = [str(server).encode()]  # the server itself: `python nnp_server.py`, not a proxy naming it
+        ours = [str(server).encode()]  # the server itself: `python host_set_server.py`, not a proxy naming it
         (started,) = [pid for pid in running_with(str(server)) if _cmdline(pid).split(b"\0")[1:2] == ours]
-        flag = (Path("/proc") / str(started) / "status").read_text().split("NoNewPrivs:")[1].split()[0]
-        assert flag == "1", (Path("/proc") / str(started) / "status").read_text()
-        host.close_stdin()
-        assert host.wait() == 0
-
-
-def test_a_launch_that_ignores_a_signal_is_no_fork_of_a_warm_server_that_does_not(
-    tmp_path: Path, env: dict[str, str], run_dir: Path
-) -> None:
-    """What a host ignores (a shell's background job ignores SIGQUIT; `nohup`, SIGHUP) its server ignores too,
-    through the proxy, as exec keeps it: the ignored and blocked signals name the warm server, so a launch
-    that ignores SIGQUIT is not forked by one that does not, and its server ignores SIGQUIT."""
-    server = tmp_path / "quiet_server.py"  # a name of its own: its process is found by it
-    shutil.copy(SMALL_SERVER, server)
-    policy = write_policy(tmp_path, "sandbox: off\nrules: []\n")
-    command = proxy_command(policy, upstream=[PY, str(server)])
-    launch(command, env, tmp_path / "first.log")
-    wait_for_warm_server(run_dir)
-    ignoring = ["bash", "-c", 'trap "" QUIT; exec "$@"', "ignoring", *command]
-    with RawHost(ignoring, env, tmp_path / "ignoring.log") as host:
-        host.initialize()
-        ours = [str(server).encode()]  # the server itself: `python quiet_server.py`, not a proxy naming it
-        (started,) = [pid for pid in running_with(str(server)) if _cmdline(pid).split(b"\0")[1:2] == ours]
-        ignored = int((Path("/proc") / str(started) / "status").read_text().split("SigIgn:")[1].split()[0], 16)
-        assert ignored & (1 << (signal.SIGQUIT - 1)), f"{ignored:x}"
+        lines = (Path("/proc") / str(started) / "status").read_text().splitlines()
+        status = {name: value.strip() for name, _, value in (line.partition(":") for line in lines)}
+        assert holds(status), status
         host.close_stdin()
         assert host.wait() == 0
 
