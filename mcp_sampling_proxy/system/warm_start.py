@@ -438,6 +438,7 @@ def serve(
     import time
 
     place, key = args[0], args[1]
+    _HERE.lock = int(args[2])  # held while it lives (start_server's test): never by what it forks
     if identity(os.environ) != key:
         return 1  # started under another interpreter or limits than its name says: it would fork a stranger
     time.sleep(SETTLE_SECONDS)
@@ -650,6 +651,9 @@ def _forked(
     status = 1
     try:
         listener.close()
+        if _HERE.lock >= 0:  # else a proxy that outlives its warm server keeps a new one from starting
+            os.close(_HERE.lock)
+            _HERE.lock = -1
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.setsid()
         for target, fd in zip((0, 1, 2), fds, strict=False):
@@ -726,10 +730,11 @@ def _die_with_the_launch(connection: socket.socket) -> None:
 
 
 class _Here:
-    __slots__ = ("forked",)
+    __slots__ = ("forked", "lock")
 
     def __init__(self) -> None:
         self.forked = False
+        self.lock = -1  # the warm server's lock (its descriptor), in the warm server
 
 
 _HERE = _Here()

@@ -319,7 +319,7 @@ def test_a_forked_proxy_shows_its_launchs_command_line_and_outlives_the_warm_ser
     """`ps` and `pgrep -f` show a proxy forked warm with its launch's command line (the server it wraps), not
     the warm server's: the warm server's flag is its own, so troubleshooting.md's `pkill -x mcp-proxy-warm`
     (or a `pkill -f` of the flag) ends it alone. The session runs on after the warm server's end and ends
-    as usual; the next launch starts cold and starts another warm server."""
+    as usual; a launch meanwhile starts cold and starts another warm server."""
     command = proxy_command(None)
     launch(command, env, tmp_path / "first.log")
     wait_for_warm_server(run_dir)
@@ -339,15 +339,17 @@ def test_a_forked_proxy_shows_its_launchs_command_line_and_outlives_the_warm_ser
             time.sleep(0.05)
         answer = host.request("tools/call", {"name": "echo", "arguments": {"text": "still here"}}, timeout=30)
         assert "still here" in json.dumps(answer.get("result")), answer
+        # a launch while that session runs starts cold, and starts a new warm server: the session's proxy
+        # holds nothing of the old one's (its lock among them)
+        after, status, _ = launch(command, env, tmp_path / "after.log")
+        assert WARM not in after and status == 0, after
+        deadline = time.monotonic() + 20
+        while len(warm_servers(run_dir)) != 1:
+            assert time.monotonic() < deadline, f"no new warm server: {carrying_the_flag(run_dir)}"
+            time.sleep(0.05)
         host.close_stdin()
         assert host.wait() == 0
     assert WARM in (tmp_path / "session.log").read_text()
-    after, status, _ = launch(command, env, tmp_path / "after.log")
-    assert WARM not in after and status == 0, after
-    deadline = time.monotonic() + 20
-    while len(warm_servers(run_dir)) != 1:  # the one the launch after started
-        assert time.monotonic() < deadline, carrying_the_flag(run_dir)
-        time.sleep(0.05)
 
 
 # a host run in a terminal (as Claude Code is): it starts the proxy twice, one session each; the second, once
