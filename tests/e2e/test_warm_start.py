@@ -32,7 +32,9 @@ from helpers.support import (
     write_policy,
 )
 from helpers.terminal import PtySession
-from helpers.warm import carrying_the_flag, end_warm_servers, name_of, warm_servers
+from helpers.warm import carrying_the_flag, end_warm_servers, warm_servers
+
+from mcp_sampling_proxy.system.hardening import cmdline, comm
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the warm start is Linux's")
 
@@ -181,8 +183,8 @@ def test_a_signal_sent_by_command_line_is_one_ask_for_a_forked_proxy_as_for_a_co
     wait_for_warm_server(run_dir)
 
     def pkill(host: RawHost, mode: str) -> None:
-        shown = _cmdline(host.proc.pid)
-        same = [pid for pid in _pids() if _cmdline(pid) == shown]  # (as pgrep -f reads them: words)
+        shown = cmdline(host.proc.pid)
+        same = [pid for pid in _pids() if cmdline(pid) == shown]  # (as pgrep -f reads them: words)
         assert len(same) >= (2 if mode == "auto" else 1), same  # forked warm: the launch and its fork
         # the fork's own first, then the launch's, which it passes on: two signals, not one left pending
         # (two SIGTERMs pending at once are one), as when pkill reaches the fork before the launch forwards
@@ -205,13 +207,6 @@ def test_a_signal_sent_by_command_line_is_one_ask_for_a_forked_proxy_as_for_a_co
 
 def _pids() -> list[int]:
     return [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()]
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        return (Path("/proc") / str(pid) / "cmdline").read_bytes().rstrip(b"\0")
-    except OSError:
-        return b""
 
 
 def test_a_launch_killed_outright_takes_its_warm_proxy_and_server_with_it(
@@ -270,8 +265,8 @@ def test_what_a_host_sets_for_its_servers_reaches_one_forked_warm(
     wait_for_warm_server(run_dir)
     with RawHost([*wrapper, *command], env, tmp_path / "set.log") as host:
         host.initialize()
-        ours = [str(server).encode()]  # the server itself: `python host_set_server.py`, not a proxy naming it
-        (started,) = [pid for pid in running_with(str(server)) if _cmdline(pid).split(b"\0")[1:2] == ours]
+        ours = [str(server)]  # the server itself: `python host_set_server.py`, not a proxy naming it
+        (started,) = [pid for pid in running_with(str(server)) if cmdline(pid)[1:2] == ours]
         lines = (Path("/proc") / str(started) / "status").read_text().splitlines()
         status = {name: value.strip() for name, _, value in (line.partition(":") for line in lines)}
         assert holds(status), status
@@ -328,13 +323,12 @@ def test_a_forked_proxy_shows_its_launchs_command_line_and_outlives_the_warm_ser
         (server,) = warm_servers(run_dir)
         children = (Path("/proc") / str(server) / "task" / str(server) / "children").read_text().split()
         (forked,) = [int(pid) for pid in children]
-        shown = (Path("/proc") / str(forked) / "cmdline").read_bytes().rstrip(b"\0")
-        assert shown == (Path("/proc") / str(host.proc.pid) / "cmdline").read_bytes().rstrip(b"\0"), shown
+        assert cmdline(forked) == cmdline(host.proc.pid), cmdline(forked)
         assert carrying_the_flag(run_dir) == [server]  # the proxy and its guard no longer carry it
-        assert name_of(server) == "mcp-proxy-warm" and name_of(forked) != "mcp-proxy-warm"
+        assert comm(server) == "mcp-proxy-warm" and comm(forked) != "mcp-proxy-warm"
         os.kill(server, signal.SIGTERM)
         deadline = time.monotonic() + 10
-        while name_of(server) is not None:
+        while comm(server) is not None:
             assert time.monotonic() < deadline, "the warm server did not end"
             time.sleep(0.05)
         answer = host.request("tools/call", {"name": "echo", "arguments": {"text": "still here"}}, timeout=30)
