@@ -533,7 +533,8 @@ def _serve_one(
     else ends without a word, and the launch starts cold. False when they were not."""
     fds: list[int] = []
     try:
-        if _peer(connection)[1] != os.getuid():
+        launcher, uid = _peer(connection)
+        if uid != os.getuid():
             return True
         connection.settimeout(READY_SECONDS)
         connection.sendall(b"ready\n")
@@ -549,11 +550,12 @@ def _serve_one(
             raise
         if forked == 0:  # (its SystemExit passes through here: no handler of this frame's may catch it)
             os.close(say)
-            _forked(connection, listener, request, fds, run, verdict)
+            _forked(connection, listener, request, fds, run, verdict, launcher)
         os.close(verdict)
         try:
             same = current()
-            os.write(say, b"1" if same else b"0")  # (a pipe's buffer takes the byte at once)
+            with contextlib.suppress(OSError):  # (the fork already gone: it ran nothing; the launch starts cold)
+                os.write(say, b"1" if same else b"0")  # (a pipe's buffer takes the byte at once)
         finally:
             os.close(say)
         return same
@@ -640,12 +642,14 @@ def _forked(
     fds: list[int],
     run: Callable[[], int],
     verdict: int,
+    launcher: int,
 ) -> NoReturn:
     """The forked proxy: become the launch, say the pid, run, say the status; then end as a process that ran
     the proxy's command line ends (SystemExit: the interpreter's own exit, its atexit handlers run and its
     threads waited for). The connection stays open until the process is gone, so the launch ends after it.
     Before its first word, the warm server's `verdict` on its code: anything but b"1" (new code, or the warm
-    server gone) and it ends at once, having said nothing: the launch starts cold."""
+    server gone) and it ends at once, having said nothing: the launch starts cold. `launcher`: the launch's
+    pid (SO_PEERCRED, as the warm server read it)."""
     import signal  # the warm server's: loaded by `serve` already
 
     status = 1
@@ -671,7 +675,7 @@ def _forked(
         os.environ.clear()
         os.environ.update(launch.env)
         sys.argv = [launch.argv0, *launch.argv]
-        _show_the_launchs_command_line(connection)
+        _show_the_command_line_of(launcher)
         _HERE.forked = True
         if os.read(verdict, 1) != b"1":
             os._exit(0)  # nothing run, nothing said (and none of the warm server's exit handlers)
@@ -692,14 +696,14 @@ def _forked(
     raise SystemExit(status)
 
 
-def _show_the_launchs_command_line(connection: socket.socket) -> None:
+def _show_the_command_line_of(launcher: int) -> None:
     """What `ps` and `pgrep -f` show for the forked proxy: its launch's command line (the process the host
-    started, at the other end of the connection), not the warm server's, which names no server and would
-    make a `pkill -f` of the warm server's flag end every proxy it forked."""
+    started), not the warm server's, which names no server and would make a `pkill -f` of the warm server's
+    flag end every proxy it forked."""
     from mcp_sampling_proxy.system.hardening import show_command_line  # the warm server's: loaded by then
 
     # (readable for any process; a launch gone is this proxy's end too, at its next look: _die_with_the_launch)
-    with contextlib.suppress(OSError), open(f"/proc/{_peer(connection)[0]}/cmdline", "rb") as found:
+    with contextlib.suppress(OSError), open(f"/proc/{launcher}/cmdline", "rb") as found:
         show_command_line(found.read())
 
 
