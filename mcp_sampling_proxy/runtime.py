@@ -442,13 +442,13 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
     caller = Caller(upstream=upstream, session=session)
     hurry = anyio.Event()  # asked again while stopping (an SDK host's SIGTERM after EOF): stop the server now
 
-    last_ask: list[tuple[str, float]] = []
+    asked: dict[str, float] = {}  # when each stop signal last came
 
     def on_signal(name: str) -> None:
         now = time.monotonic()
-        if last_ask and last_ask[0][0] == name and now - last_ask[0][1] < SAME_ASK_SECONDS:
+        if now - asked.get(name, -SAME_ASK_SECONDS) < SAME_ASK_SECONDS:
             return  # one ask, come twice: a proxy forked warm gets a `pkill -f` both directly and from its launch
-        last_ask[:] = [(name, now)]
+        asked[name] = now
         if caller.reason:
             hurry.set()
         caller.end(name)
