@@ -37,6 +37,8 @@ import contextlib
 import os
 import sys
 
+from mcp_sampling_proxy.system.hardening import peer_credentials  # (every path to here loads it: the prctl's)
+
 TYPE_CHECKING = False  # (typing's costs an import this module is lean without)
 if TYPE_CHECKING:
     import _socket
@@ -148,7 +150,7 @@ def running(environ: Mapping[str, str]) -> int | None:
                 probe.connect(_address(folder_fd, identity(environ)))
             finally:
                 os.close(folder_fd)
-            pid, uid = _peer(probe)
+            pid, uid = peer_credentials(probe)
         except OSError:
             return None
     return pid if uid == os.getuid() else None
@@ -262,7 +264,7 @@ def _handed(
             connection.connect(_address(folder_fd, where[1]))
         finally:
             os.close(folder_fd)
-        if _peer(connection)[1] != os.getuid() or _line(connection) != b"ready":
+        if peer_credentials(connection)[1] != os.getuid() or _line(connection) != b"ready":
             return None
         cwd = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
@@ -345,14 +347,6 @@ def _follow(connection: _socket.socket, pid: int, held: Callable[[], list[str]])
         pending = pending.rsplit(b"\n", 1)[-1]
     os.close(handle)
     return status
-
-
-def _peer(connection: _socket.socket) -> tuple[int, int]:
-    """The other end's process id and user id (SO_PEERCRED, as of its connect)."""
-    import _socket  # start-up: a warm server is there (the C module: see hand_over)
-
-    creds = connection.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)  # struct ucred: pid, uid, gid
-    return int.from_bytes(creds[0:4], sys.byteorder), int.from_bytes(creds[4:8], sys.byteorder)
 
 
 def _line(connection: _socket.socket, limit: int = 64) -> bytes:
@@ -533,7 +527,7 @@ def _serve_one(
     else ends without a word, and the launch starts cold. False when they were not."""
     fds: list[int] = []
     try:
-        launcher, uid = _peer(connection)
+        launcher, uid = peer_credentials(connection)
         if uid != os.getuid():
             return True
         connection.settimeout(READY_SECONDS)
