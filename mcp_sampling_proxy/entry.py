@@ -2,10 +2,10 @@
 
 For a server's command line, the process is hardened, and then, in this order: handed to a warm server, when
 one runs for launches like this one (system/warm_start.py: a proxy forked with its modules loaded runs it, and
-this process stands in for it until it ends); else a warm server is started for the next launch, and the
-server spawned here, when the record of its last sandboxed start still holds, before anything heavy is
-imported (transport/early_start.py): its start then overlaps the proxy's. The command line runs as always
-after that.
+this process stands in for it until it ends), or is starting (another launch of the same host's start began
+it: this one waits for it); else a warm server is started for the next launches, and the server spawned
+here, when the record of its last sandboxed start still holds, before anything heavy is imported
+(transport/early_start.py): its start then overlaps the proxy's. The command line runs as always after that.
 """
 
 from __future__ import annotations
@@ -34,8 +34,10 @@ PRELOADED = (
     "anyio.to_thread",
     "concurrent.futures.thread",
     "uvloop",
-    # what a proxy loads at its first request, off the path to `initialize` (runtime.warm_up, the scans):
-    # loaded once here, no fork pays for it
+)
+# what a proxy loads at its first request, off the path to `initialize` (runtime.warm_up, the scans): loaded
+# once by a warm server when no launch waits for it, so that the forks after find it loaded
+PRELOADED_LATER = (
     "mcp_sampling_proxy.providers.openai",
     "mcp_sampling_proxy.providers.anthropic",
     "mcp_sampling_proxy.providers.command",
@@ -60,15 +62,15 @@ def main() -> int:
     # first: until it, this process's environment (its keys) is readable by the user's other processes
     harden_process()
     from mcp_sampling_proxy.system.stop_signals import hold_stop_signals, take_held  # start-up: as hardening
-    from mcp_sampling_proxy.system.warm_start import hand_over, start_server, where  # start-up: as hardening
+    from mcp_sampling_proxy.system.warm_start import launch, where  # start-up: as hardening
 
     hold_stop_signals()
     found = where(os.environ)
     if found is not None:
-        status = hand_over(argv, os.environ, take_held, found)
+        # (before this process becomes a subreaper: a warm server it starts is not below it)
+        status = launch(argv, os.environ, take_held, found)
         if status is not None:
             return status
-        start_server(os.environ, found)  # before this process becomes a subreaper: the warm server is not below it
     return _server_start()
 
 
@@ -120,12 +122,18 @@ def _warm_server(args: list[str]) -> int:
     harden_process()
     name_process(WARM_COMM)
 
-    def load() -> None:
+    def load(names: tuple[str, ...] = PRELOADED) -> None:
         """What fails to load here (an optional library missing) is what a fork loads as a cold proxy would,
         and fails there the same way, with its own message."""
-        for name in PRELOADED:
+        for name in names:
             with contextlib.suppress(Exception):
                 importlib.import_module(name)
+
+    loaded: list[str] = []  # the module files of what was loaded, listed once a load is done
+
+    def load_later() -> None:
+        load(PRELOADED_LATER)
+        loaded.clear()  # (listed again at the next stamps: what this loads joins them)
         # made from the libraries alone (no setting, no key): a fork finds them made
         from mcp_sampling_proxy.approval.forms import prepare as prepare_forms
         from mcp_sampling_proxy.services.secret_scan import make_detectors
@@ -134,20 +142,22 @@ def _warm_server(args: list[str]) -> int:
             with contextlib.suppress(Exception):
                 prepare()
 
-    loaded: list[str] = []
-
     def code() -> object:
         from mcp_sampling_proxy.commands.cli import own_code  # loaded by `load` already
 
         return _stamps_or_none(own_code())
 
     def libraries() -> object:
-        if not loaded:  # what `load` loaded, the interpreter's and the libraries' modules with the proxy's
+        """The stamps of the module files `load` loaded (the interpreter's and the libraries' with the proxy's;
+        not what the warm server's own work imports later, which would read as a change)."""
+        if not loaded:
             found = (getattr(module, "__file__", None) for module in list(sys.modules.values()))
             loaded.extend(sorted({path for path in found if isinstance(path, str)}))
         return _stamps_or_none(loaded)
 
-    return serve(args, load=load, code=code, libraries=libraries, run=lambda: _server_start(warm=True))
+    return serve(
+        args, load=load, load_later=load_later, code=code, libraries=libraries, run=lambda: _server_start(warm=True)
+    )
 
 
 def _stamps_or_none(files: list[str]) -> object:

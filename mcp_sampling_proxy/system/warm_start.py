@@ -4,10 +4,11 @@ A proxy loads its modules for ~120 ms before it can relay a byte, where a byte r
 server that starts faster than that (a Go or Rust binary) the proxy is the wait, even when its server is
 spawned early (transport/early_start.py). So the first launch that finds none starts a warm server
 (`start_server`): a process of the user's that loads the modules once and then forks, for each later launch,
-a proxy ready to run. The launch (`hand_over`, the first thing a server's command line does after hardening)
-passes it what makes the launch: stdin, stdout, stderr and the working directory (descriptors, over a Unix
-socket), the command line, the environment and the umask. It forwards the host's stop signals to the forked
-proxy and exits with its status.
+a proxy ready to run. Launches that come while it starts (a host starts its servers together) wait for it
+(`launch`) rather than each load the modules on the same few cores. The launch (`hand_over`, the first thing
+a server's command line does after hardening) passes it what makes the launch: stdin, stdout, stderr and the
+working directory (descriptors, over a Unix socket), the command line, the environment and the umask. It
+forwards the host's stop signals to the forked proxy and exits with its status.
 
 A forked proxy is a fresh start in all that can differ:
 - the interpreter (its file, flags, sys.path, version), the user and groups, the namespaces, the cgroup (a
@@ -54,6 +55,9 @@ SERVER_FLAG = "--warm-start-server"  # entry.py's: the warm server's own command
 IDLE_SECONDS = 30 * 60  # a warm server no launch used for this long exits
 POLL_SECONDS = 1.0  # how often an idle warm server looks whether its socket is still its own
 SETTLE_SECONDS = 0.5  # a new warm server waits this long before loading: the launch that started it goes first
+# (unless another launch waits for it: a host that starts its servers together)
+LATER_SECONDS = 0.25  # a warm server that has listened this long with no launch loads the rest (`serve`)
+WAIT_SECONDS = 3.0  # a launch that finds its warm server loading waits this long for it, then starts cold
 READY_SECONDS = 2.0  # a warm server that has not said "ready" by then is passed over: the launch starts cold
 PID_SECONDS = 10.0  # after the hand-over, the forked proxy's first word
 MAX_REQUEST = 1 << 20  # a launch's command line and environment
@@ -147,7 +151,7 @@ def running(environ: Mapping[str, str]) -> int | None:
         try:
             folder_fd = _open_folder(place)
             try:
-                probe.connect(_address(folder_fd, identity(environ)))
+                probe.connect(_address(folder_fd, f"{identity(environ)}.sock"))
             finally:
                 os.close(folder_fd)
             pid, uid = peer_credentials(probe)
@@ -200,10 +204,15 @@ def _socket_path(place: str, key: str) -> str:
     return os.path.join(place, f"{key}.sock")
 
 
-def _address(folder_fd: int, key: str) -> str:
-    """The socket's address through a descriptor of its folder: a Unix socket's path is limited to 107
-    bytes, and a runtime directory may lie deeper than that leaves room for."""
-    return f"/proc/self/fd/{folder_fd}/{key}.sock"
+def _wanted_path(place: str, key: str) -> str:
+    """Where a launch says it waits for the warm server of `key`, which is loading (`_loading`)."""
+    return os.path.join(place, f"{key}.wanted")
+
+
+def _address(folder_fd: int, name: str) -> str:
+    """The address of the socket `name` through a descriptor of its folder: a Unix socket's path is limited
+    to 107 bytes, and a runtime directory may lie deeper than that leaves room for."""
+    return f"/proc/self/fd/{folder_fd}/{name}"
 
 
 def _open_folder(place: str) -> int:
@@ -222,15 +231,71 @@ def where(environ: Mapping[str, str]) -> tuple[str, str] | None:
     return None if place is None else (place, identity(environ))
 
 
+def launch(
+    argv: list[str], environ: Mapping[str, str], held: Callable[[], list[str]], found: tuple[str, str]
+) -> int | None:
+    """Run this launch as a proxy forked by its warm server (`hand_over`): its exit status, or None for the
+    usual start. When none listens, one is started for the launches after this one (`start_server`); when
+    another launch has just started it and it is loading its modules (a host that starts its servers
+    together: their launches come within milliseconds), this launch waits for it (`_loading`) rather than
+    load them too: one load on the host's cores instead of one a server."""
+    status, listened = _hand_over(argv, environ, held, found)
+    if status is not None:
+        return status
+    gone = _made(_socket_path(*found))  # a dead warm server's socket (killed, it could not take it away)
+    started = start_server(environ, found)
+    if started is not False or listened or not _loading(*found, gone, lambda: start_server(environ, found)):
+        return None  # (started here, or none can be; or one listened and passed this launch over)
+    return _hand_over(argv, environ, held, found)[0]
+
+
+def _loading(place: str, key: str, gone: tuple[int, int] | None, start: Callable[[], bool | None]) -> bool:
+    """Wait while the warm server whose lock is held has not listened yet (it settles, then loads); True once
+    its socket is there (another than `gone`, a dead one's), False when it took longer than WAIT_SECONDS.
+    One that ends first (the lock was an ending one's: it exits, killed, idle or upgraded) is replaced:
+    `start` takes the lock when it is free and starts another (True), and this launch then loads the proxy
+    itself (False), as when none can be started (None); while another holds it, False, and the wait goes
+    on. The `.wanted` file tells the warm server that a launch waits: it then loads at once, unsettled."""
+    import time  # start-up: a launch whose warm server is starting
+
+    with contextlib.suppress(OSError):
+        os.close(os.open(_wanted_path(place, key), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+    path = _socket_path(place, key)
+    deadline = time.monotonic() + WAIT_SECONDS
+    while time.monotonic() < deadline:
+        if _made(path) not in (None, gone):
+            return True
+        if start() is not False:  # (the lock's own test: a probe beside it would make another launch's fail)
+            return False
+        time.sleep(0.005)
+    return False
+
+
+def _made(path: str) -> tuple[int, int] | None:
+    """Which file `path` is: its inode and when it was made (a new socket may get a dead one's inode)."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_ino, found.st_ctime_ns
+
+
 def hand_over(
     argv: list[str], environ: Mapping[str, str], held: Callable[[], list[str]], found: tuple[str, str]
 ) -> int | None:
     """Run this launch as a proxy forked by the warm server `found` (`where`): its exit status, once it has
     ended; None when there is none, or it passed the launch over before it had anything (the usual start then
     runs). `held` gives the stop signals received so far, which the forked proxy is sent first."""
+    return _hand_over(argv, environ, held, found)[0]
+
+
+def _hand_over(
+    argv: list[str], environ: Mapping[str, str], held: Callable[[], list[str]], found: tuple[str, str]
+) -> tuple[int | None, bool]:
+    """`hand_over`'s status, and whether a warm server listened (it may have passed the launch over)."""
     place, key = found
     if not private(place) or not os.path.exists(_socket_path(place, key)):
-        return None
+        return None, False
     # start-up: a warm server is there. The C module: `socket` itself costs a launch 2-3 ms (its enum
     # classes), and the launch needs none of what it adds
     import _socket
@@ -239,16 +304,22 @@ def hand_over(
     try:
         pid = _handed(connection, found, argv, environ)
         if pid is None:
-            return None
-        return _follow(connection, pid, held)
+            return None, True
+        return _follow(connection, pid, held), True
+    except _NotListening:
+        return None, False
     except NotStarted as exc:
         sys.stderr.write(
             f"mcp-sampling-proxy: the warm start server took this launch and {exc}; set {ENV}=off to start "
             "without one\n"
         )
-        return 1
+        return 1, True
     finally:
         connection.close()
+
+
+class _NotListening(Exception):
+    """No warm server listens on the socket (a dead one's, or none)."""
 
 
 def _handed(
@@ -261,7 +332,9 @@ def _handed(
     try:
         folder_fd = _open_folder(where[0])
         try:
-            connection.connect(_address(folder_fd, where[1]))
+            connection.connect(_address(folder_fd, f"{where[1]}.sock"))
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            raise _NotListening from exc
         finally:
             os.close(folder_fd)
         if peer_credentials(connection)[1] != os.getuid() or _line(connection) != b"ready":
@@ -360,21 +433,24 @@ def _line(connection: _socket.socket, limit: int = 64) -> bytes:
     return found.rstrip(b"\n")
 
 
-def start_server(environ: Mapping[str, str], found: tuple[str, str]) -> None:
+def start_server(environ: Mapping[str, str], found: tuple[str, str]) -> bool | None:
     """Start the warm server `found` (`where`) for launches like this one, when none runs or starts (a lock
     file says so: the warm server holds it while it lives). Forked twice, so that it is no child of this
-    proxy, which becomes a subreaper and ends what it finds below itself when it stops. Never raises."""
-    with contextlib.suppress(Exception):
-        _start_server(environ, *found)
+    proxy, which becomes a subreaper and ends what it finds below itself when it stops. True when this
+    launch started it, False when another holds the lock, None when none can be started. Never raises."""
+    try:
+        return _start_server(environ, *found)
+    except Exception:
+        return None
 
 
-def _start_server(environ: Mapping[str, str], place: str, key: str) -> None:
+def _start_server(environ: Mapping[str, str], place: str, key: str) -> bool | None:
     with contextlib.suppress(FileExistsError):
         os.mkdir(os.path.dirname(place), 0o700)
     with contextlib.suppress(FileExistsError):
         os.mkdir(place, 0o700)
     if not private(place):
-        return
+        return None
     import fcntl  # start-up: a cold start with a runtime directory
     import json  # start-up: as fcntl
     import subprocess  # start-up: loaded by early_start already
@@ -384,7 +460,7 @@ def _start_server(environ: Mapping[str, str], place: str, key: str) -> None:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         os.close(lock)
-        return
+        return False
     env = {k: v for k, v in environ.items() if k in _KEPT or k.startswith("PYTHON")}
     words = [sys.executable, *subprocess._args_from_interpreter_flags(), "-c", _BOOT]  # type: ignore[attr-defined]
     words += [SERVER_FLAG, place, key, str(lock), json.dumps(sys.path)]
@@ -404,6 +480,7 @@ def _start_server(environ: Mapping[str, str], place: str, key: str) -> None:
             os._exit(0)
     os.close(lock)
     os.waitpid(pid, 0)
+    return True
 
 
 # --- the warm server's side ---------------------------------------------------------------------------------
@@ -413,13 +490,17 @@ def serve(
     args: list[str],
     *,
     load: Callable[[], None],
+    load_later: Callable[[], None],
     code: Callable[[], object],
     libraries: Callable[[], object],
     run: Callable[[], int],
 ) -> int:
     """The warm server's life (its command line: SERVER_FLAG PLACE KEY LOCK-FD PATH, from `start_server`):
-    `load` the modules, then fork a proxy for each launch, which sets up as the launch and calls `run`, until
-    it is idle for IDLE_SECONDS, its socket is no longer its own, or the stamps of what it loaded change:
+    `load` the modules a proxy's start needs, then fork a proxy for each launch, which sets up as the launch
+    and calls `run`; once no launch has come for LATER_SECONDS, `load_later` what a proxy loads at its first
+    request (its forks from then on find it loaded: a burst of launches waiting for this load does not wait
+    for that one too). It ends when it is idle for IDLE_SECONDS, its socket is no longer its own, or the
+    stamps of what it loaded change:
     `code`'s, the proxy's own modules, asked with each fork, which waits for them (no launch runs older code
     than is installed);
     `libraries`', every module file (a few hundred stats), asked after each fork and when idle (a library's
@@ -435,44 +516,59 @@ def serve(
     _HERE.lock = int(args[2])  # held while it lives (start_server's test): never by what it forks
     if identity(os.environ) != key:
         return 1  # started under another interpreter or limits than its name says: it would fork a stranger
-    time.sleep(SETTLE_SECONDS)
+    wanted = _wanted_path(place, key)
+    settled = time.monotonic() + SETTLE_SECONDS
+    while time.monotonic() < settled and not os.path.exists(wanted):
+        time.sleep(0.01)
     load()
     # what is loaded now is every fork's: out of the collector's sight, so that no fork's collection walks
     # it (writing to each object's header, and so copying the pages its fork shares)
     gc.collect()
     gc.freeze()
     started = (code(), libraries())
+    later = True  # `load_later` still to do
     os.chdir("/")  # not the first launch's folder for half an hour (a drive it keeps from being unmounted)
     path = _socket_path(place, key)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)  # a dead warm server's (the lock, which this one holds, is not)
     sweep(place, key)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     umask = os.umask(0o177)
     folder_fd = _open_folder(place)
     try:
-        listener.bind(_address(folder_fd, key))
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{key}.new", dir_fd=folder_fd)  # a warm server's that died between these lines
+        listener.bind(_address(folder_fd, f"{key}.new"))
+        listener.listen(64)
+        # in place once it listens (over a dead warm server's: the lock, which this one holds, is not): a
+        # launch that finds it there can connect
+        os.rename(f"{key}.new", f"{key}.sock", src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
     finally:
         os.umask(umask)
         os.close(folder_fd)
-    listener.listen(64)
     bound = os.stat(path).st_ino
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(wanted)  # those that waited see the socket
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # forked proxies are collected by the kernel
     used = time.monotonic()
     try:
         while True:
-            if not select.select([listener], [], [], POLL_SECONDS)[0]:
+            if not select.select([listener], [], [], LATER_SECONDS if later else POLL_SECONDS)[0]:
                 # an upgrade ends it within a poll: the launches after it may have another name (a new
                 # interpreter, another sys.path) and never come to tell it
                 if time.monotonic() - used > IDLE_SECONDS or not _still(path, bound) or libraries() != started[1]:
                     return 0
+                if later:  # (what it loads is stamped with the rest: the check above came first)
+                    later = False
+                    load_later()
+                    gc.collect()
+                    gc.freeze()
+                    started = (code(), libraries())
                 continue
             connection, _ = listener.accept()
             used = time.monotonic()
             if not _still(path, bound):
                 connection.close()  # the launch starts cold (and a new warm server may start)
                 return 0
-            if not _serve_one(connection, listener, run, lambda: code() == started[0]):
+            if not _serve_one(connection, listener, run, _unchanged(code, started[0])):
                 return 0  # new code: the fork ended unseen, the launch starts cold
             if libraries() != started[1]:
                 return 0
@@ -483,8 +579,9 @@ def serve(
 
 
 def sweep(place: str, key: str) -> list[str]:
-    """Take away what dead warm servers of other names left in the folder (a socket and a lock each, named
-    for an interpreter or a sys.path no launch may use again): a lock nobody holds is a dead server's. The
+    """Take away what dead warm servers of other names left in the folder (a socket and a lock each, the
+    socket one died making, and the mark of a launch that waited, named for an interpreter or a sys.path no
+    launch may use again): a lock nobody holds is a dead server's. The
     names of those taken away."""
     import fcntl  # the warm server's: loaded by then
 
@@ -503,13 +600,18 @@ def sweep(place: str, key: str) -> list[str]:
             os.close(lock)  # held: its warm server lives (or is starting)
             continue
         try:  # unlinked while held: a launch that opened it meanwhile holds a lock of a name nobody reads
-            for dead in (f"{other}.sock", name):
+            for dead in (f"{other}.sock", f"{other}.new", f"{other}.wanted", name):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(os.path.join(place, dead))
             swept.append(other)
         finally:
             os.close(lock)
     return swept
+
+
+def _unchanged(code: Callable[[], object], stamped: object) -> Callable[[], bool]:
+    """Whether `code`'s stamps are still `stamped` (asked while a fork sets up)."""
+    return lambda: code() == stamped
 
 
 def _still(path: str, bound: int) -> bool:

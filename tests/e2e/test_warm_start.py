@@ -132,6 +132,41 @@ def test_a_later_launch_is_forked_warm_and_runs_as_that_launch(
         assert b"key-one" not in held and b"TEST_LLM_KEY" not in held
 
 
+def burst(command: list[str], env: dict[str, str], logs: list[Path]) -> list[str]:
+    """Launches started together, as a desktop host starts its config's servers: each initializes, calls
+    echo and ends. Their logs, once each exited 0 having answered."""
+    with contextlib.ExitStack() as stack:
+        hosts = [stack.enter_context(RawHost(command, env, log)) for log in logs]
+        for n, host in enumerate(hosts):
+            host.initialize()
+            answer = host.request("tools/call", {"name": "echo", "arguments": {"text": f"launch {n}"}}, timeout=30)
+            assert f"launch {n}" in json.dumps(answer.get("result")), answer
+        for host in hosts:
+            host.close_stdin()
+            assert host.wait() == 0
+    return [log.read_text() for log in logs]
+
+
+def test_launches_started_together_wait_for_one_warm_server_rather_than_each_load_the_proxy(
+    tmp_path: Path, env: dict[str, str], run_dir: Path
+) -> None:
+    """A host that starts its servers together, with no warm server running (the first start, or a desktop
+    app's start: its warm server ended with the app's last session): the launch that starts the warm server
+    loads the proxy itself, the others wait for that warm server and are forked by it. The same after the
+    warm server was killed outright (its socket left in place, which no launch takes for a live one)."""
+    command = proxy_command(None)
+    for round_ in ("first", "after a kill"):
+        logs = burst(command, env, [tmp_path / f"{round_}-{n}.log" for n in range(4)])
+        assert sorted(WARM in log for log in logs) == [False, True, True, True], (round_, logs)
+        (server,) = warm_servers(run_dir)
+        os.kill(server, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while warm_servers(run_dir):
+            assert time.monotonic() < deadline, "the warm server did not end"
+            time.sleep(0.05)
+        assert list((run_dir / "mcp-sampling-proxy" / "warm").glob("*.sock"))  # (its socket stays)
+
+
 def test_a_warm_proxy_ends_on_the_hosts_signal_and_its_status_is_the_launchs(
     tmp_path: Path, env: dict[str, str], run_dir: Path
 ) -> None:

@@ -9,6 +9,7 @@ import fcntl
 import os
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -166,26 +167,104 @@ def test_a_new_warm_server_sweeps_what_dead_ones_left_and_nothing_of_a_live_one(
     assert kept == ["live.lock", "live.sock", "mine.lock", "mine.sock", "notes.txt"]
 
 
+def test_the_sweep_takes_a_dead_ones_half_made_socket_and_the_mark_of_a_launch_that_waited(tmp_path: Path) -> None:
+    for name in ("dead.lock", "dead.sock", "dead.new", "dead.wanted", "live.lock", "live.wanted"):
+        (tmp_path / name).touch()
+    with open(tmp_path / "live.lock", "rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        assert warm_start.sweep(str(tmp_path), "mine") == ["dead"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["live.lock", "live.wanted"]
+
+
+def _bound_later(path: Path, delay: float) -> threading.Thread:
+    """A warm server that listens `delay` seconds from now (its socket made where a dead one's may lie)."""
+
+    def bind() -> None:
+        time.sleep(delay)
+        path.unlink(missing_ok=True)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+            listener.bind(path.name)
+            time.sleep(1.0)
+
+    return threading.Thread(target=bind, daemon=True)
+
+
 @linux_only
-def test_a_warm_server_that_does_not_answer_costs_a_launch_its_wait_and_no_more(
+def test_a_launch_waits_for_the_warm_server_that_loads_and_not_for_a_dead_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Stopped (SIGSTOP) or busy: the launch waits READY_SECONDS for its "ready", hands over nothing, and
-    starts as usual."""
-    place = tmp_path / "run" / "warm"
-    place.mkdir(mode=0o700, parents=True)
-    environ = {warm_start.RUNTIME_ENV: str(place.parent), warm_start.ENV: "auto"}
-    monkeypatch.setattr(warm_start, "READY_SECONDS", 0.3)
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as stuck:
-        monkeypatch.chdir(place)  # (a short address: the test's folder may lie deeper than a socket path's limit)
-        stuck.bind(f"{identity(environ)}.sock")
-        stuck.listen(1)
+    """The lock says a warm server lives and its socket is not there yet: it is loading, and the launch
+    waits for it (saying so with the `.wanted` mark, which ends its settling). A dead one's socket left in
+    place is not taken for its socket, even where the new one reuses its inode."""
+    monkeypatch.chdir(tmp_path)  # (a short address: the test's folder may lie deeper than a socket path's limit)
+    monkeypatch.setattr(warm_start, "WAIT_SECONDS", 2.0)
+    sock = tmp_path / "key.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as dead:
+        dead.bind(sock.name)  # a SIGKILLed warm server's socket: the file stays, nobody listens
+    gone = warm_start._made(str(sock))
+    with open(tmp_path / "key.lock", "wb") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the warm server, alive
+        later = _bound_later(sock, 0.3)
         started = time.monotonic()
-        assert hand_over(environ) is None
-        assert 0.3 <= time.monotonic() - started < 2.0
-        connection, _ = stuck.accept()
-        with connection:
-            assert connection.recv(16) == b""  # nothing was sent (no descriptor, no environment), and it closed
+        later.start()
+        assert warm_start._loading(str(tmp_path), "key", gone, _held_elsewhere)
+        assert 0.3 <= time.monotonic() - started < 1.5
+        assert (tmp_path / "key.wanted").exists()
+        later.join()
+
+
+def _held_elsewhere() -> bool | None:
+    return False  # another launch's warm server holds the lock
+
+
+@linux_only
+def test_a_launch_stops_waiting_when_the_warm_server_takes_too_long(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(warm_start, "WAIT_SECONDS", 0.4)
+    started = time.monotonic()
+    assert not warm_start._loading(str(tmp_path), "key", None, _held_elsewhere)  # alive, and never listens
+    assert 0.4 <= time.monotonic() - started < 1.5
+    started = time.monotonic()
+    assert not warm_start._loading(str(tmp_path), "key", None, lambda: None)  # none can be started here
+    assert time.monotonic() - started < 0.2
+
+
+@linux_only
+def test_a_warm_server_that_ends_before_it_listens_is_replaced_by_one_launch_and_waited_for_by_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lock a burst's launches saw was an ending warm server's (killed, idle or upgraded): once it is
+    free, the first of them to take it starts another and loads the proxy itself; the rest wait for that
+    one, their tries at the lock failing while it holds it."""
+    monkeypatch.chdir(tmp_path)  # (a short address: the test's folder may lie deeper than a socket path's limit)
+    monkeypatch.setattr(warm_start, "WAIT_SECONDS", 3.0)
+    lock = tmp_path / "key.lock"
+    ending = open(lock, "wb")  # noqa: SIM115
+    fcntl.flock(ending, fcntl.LOCK_EX)
+    threading.Timer(0.1, ending.close).start()
+    took: list[int] = []
+
+    def start() -> bool | None:
+        """start_server's test: the lock taken, and kept (as the warm server it starts keeps it)."""
+        fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        took.append(fd)
+        return True
+
+    started = time.monotonic()
+    assert not warm_start._loading(str(tmp_path), "key", None, start)  # this launch starts the new one
+    assert len(took) == 1 and 0.1 <= time.monotonic() - started < 1.0
+    later = _bound_later(tmp_path / "key.sock", 0.3)  # which listens a moment later
+    later.start()
+    assert warm_start._loading(str(tmp_path), "key", None, start)  # another launch waits for it
+    assert len(took) == 1
+    later.join()
+    os.close(took[0])
 
 
 @linux_only
