@@ -415,7 +415,8 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
     in_fd, out_fd = claim_stdio()
     terminal = Terminal.open() if options.use_terminal else None
     adapters = build_adapters(settings, terminal)
-    warm_up(adapters)  # while the server starts: the host's first calls find it done (see there)
+    # once the host's start is over: a first sampling request finds it done
+    call_off_warm_up = warm_up(adapters, delay=WARM_UP_DELAY)
     offered = capabilities.offers(
         capabilities.offered_sampling(
             route=settings.sampling.route, tools=settings.sampling.advertise_tools and adapters.can_use_tools
@@ -491,6 +492,7 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
 
     async def settle(relay: Relay, reason: str) -> None:
         log.info("shutting down", reason=reason)
+        call_off_warm_up()
         readers[0].pause()
         if reason == HOST_EOF:
             await _let_answers_come(relay, settings.shutdown_timeout, hurry)
@@ -545,6 +547,7 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
             await upstream.stop(1.0)
             await _end_strays(upstream)
         raise
+    call_off_warm_up()
     await adapters.aclose()
     await services.limiters.aclose()
     audit.close()
@@ -613,23 +616,30 @@ def _start_telemetry(settings: Settings, audit: AuditLog) -> Any:
 
 
 WARM_UP_SWITCH_INTERVAL = 0.0005  # s; while the warm-up imports, the relay waits at most this for the GIL
+WARM_UP_DELAY = 2.0  # s after a stdio proxy's start: past a host's start of its servers, and its first calls
 
 
-def warm_up(adapters: AdapterPool) -> None:
+def warm_up(adapters: AdapterPool, *, delay: float = 0.0) -> Callable[[], None]:
     """Make the HTTP providers' adapters (importing aiohttp, whose import loads the system's CA store
-    twice, and for an HTTPS provider certifi's: ~200 ms of CPU, which the first sampling request
-    otherwise waits for) off the main thread, while the
-    server starts: most servers take far longer than that to answer initialize, so the host's first
-    calls find the work done. (It used to run after initialize, and the host's first 500 calls then
-    had a p99 of 11 ms instead of 1.5 ms: the thread held the interpreter while they waited.) For a
-    server that answers at once, the calls that overlap it wait at most the lowered switch interval
-    for the interpreter. Nothing else is warmed: requests are checked without pydantic
-    (protocol/wire_checks.py), and a proxy without an HTTP provider never loads aiohttp (~4 MB)."""
+    twice, and for an HTTPS provider certifi's: ~150-200 ms of CPU, which the first sampling request
+    otherwise waits for) off the main thread, `delay` seconds from now. A stdio proxy waits
+    WARM_UP_DELAY: a host starts its servers together, and at once asks each for its tools, so that
+    every proxy's warm-up at start (five proxies: 0.75 s of CPU on the host's cores) delayed every
+    server's answers (five servers of 30 ms on 2 cores, to their tools/list: +110-140 ms, bench/
+    host_start.py); most sessions never sample, and a user's first request comes later. (Run during
+    calls, it held the interpreter while they waited: the host's first 500 calls had a p99 of 11 ms
+    instead of 1.5 ms; the calls that overlap it now wait at most the lowered switch interval.) Nothing
+    else is warmed: requests are checked without pydantic (protocol/wire_checks.py), and a proxy without
+    an HTTP provider never loads aiohttp (~4 MB). Returns what calls it off, for a session that ends
+    first (a host's start that went no further makes no client)."""
     names = [p.name for p in adapters.configs if p.kind.http]
+    called_off = threading.Event()
     if not names:
-        return
+        return called_off.set
 
     def work() -> None:
+        if called_off.wait(delay):
+            return
         switch = sys.getswitchinterval()
         sys.setswitchinterval(WARM_UP_SWITCH_INTERVAL)
         try:
@@ -641,6 +651,7 @@ def warm_up(adapters: AdapterPool) -> None:
             sys.setswitchinterval(switch)
 
     threading.Thread(target=work, name="warm-up", daemon=True).start()
+    return called_off.set
 
 
 def _approvals_store() -> StateFile[Approvals] | None:

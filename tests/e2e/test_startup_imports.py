@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import httpx
@@ -58,6 +59,35 @@ def test_a_start_without_an_http_provider_loads_no_http_client_webhook_nor_elici
     assert "mcp_sampling_proxy.relay.core" in imported  # the list is the proxy's own
     loaded = [name for name in imported if name in NOT_AT_START or name.partition(".")[0] in NOT_AT_START]
     assert loaded == []
+
+
+def test_a_start_with_an_http_provider_leaves_its_client_for_later(tmp_path: Path) -> None:
+    """A host starts its servers together and asks each for its tools at once: a proxy that made its LLM
+    client then (aiohttp, a CA store: ~150 ms of CPU) took that from every server's answers. It makes it
+    once the host's start is over (runtime.WARM_UP_DELAY), or at the first sampling request; a session of
+    half a second, as a host's start is, loads none of it."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        "llm:\n  providers:\n    local:\n      type: openai\n      base_url: http://127.0.0.1:9/v1\n"
+        "      api_key_env: TEST_LLM_KEY\n      models: [m]\n",
+        encoding="utf-8",
+    )
+    proxy = subprocess.Popen(
+        [PY, "-X", "importtime", "-m", "mcp_sampling_proxy", "--policy", str(policy), "--", PY, SMALL_SERVER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=proxy_env(HOME=str(tmp_path), TEST_LLM_KEY="key"),
+    )
+    assert proxy.stdin is not None and proxy.stdout is not None
+    proxy.stdin.write(INITIALIZE_LINE.encode())
+    proxy.stdin.flush()
+    assert b'"result"' in proxy.stdout.readline()
+    time.sleep(0.5)
+    _, stderr = proxy.communicate(timeout=60)
+    imported = [line.rsplit("|", 1)[-1].strip() for line in stderr.decode().splitlines() if "import time:" in line]
+    assert "mcp_sampling_proxy.relay.core" in imported  # the list is the proxy's own
+    assert [name for name in imported if name.partition(".")[0] == "aiohttp"] == []
 
 
 def test_serve_answers_a_session_without_loading_the_sdk(tmp_path: Path) -> None:
