@@ -252,10 +252,10 @@ def launch(
 def _loading(place: str, key: str, gone: tuple[int, int] | None, start: Callable[[], bool | None]) -> bool:
     """Wait while the warm server whose lock is held has not listened yet (it settles, then loads); True once
     its socket is there (another than `gone`, a dead one's), False when it took longer than WAIT_SECONDS.
-    One that ends first (the lock was an ending one's: it exits, killed, idle or upgraded) is replaced:
-    `start` takes the lock when it is free and starts another (True), and this launch then loads the proxy
-    itself (False), as when none can be started (None); while another holds it, False, and the wait goes
-    on. The `.wanted` file tells the warm server that a launch waits: it then loads at once, unsettled."""
+    One that ends first (the lock was an ending one's: it exits, killed, idle or upgraded) is replaced by
+    `start`, start_server's try: False while another holds the lock (the wait goes on); True when it took
+    it and started another, and None when none can be started (either way this launch loads the proxy
+    itself: False). The `.wanted` file tells the warm server that a launch waits: it loads at once."""
     import time  # start-up: a launch whose warm server is starting
 
     with contextlib.suppress(OSError):
