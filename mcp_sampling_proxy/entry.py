@@ -145,7 +145,9 @@ def _warm_server(args: list[str]) -> int:
     def code() -> object:
         from mcp_sampling_proxy.commands.cli import own_code  # loaded by `load` already
 
-        return _stamps_or_none(own_code())
+        files = own_code()
+        found = _stamps_or_none(files)
+        return None if found is None else tuple(zip(files, found, strict=True))
 
     def libraries() -> object:
         """The stamps of the module files `load` loaded (the interpreter's and the libraries' with the proxy's;
@@ -160,7 +162,7 @@ def _warm_server(args: list[str]) -> int:
     )
 
 
-def _stamps_or_none(files: list[str]) -> object:
+def _stamps_or_none(files: list[str]) -> tuple[tuple[int, int], ...] | None:
     """The files' modification times and sizes; None when one is gone (an upgrade removed it): never the
     stamps a warm server started with."""
     from mcp_sampling_proxy.transport.plan_facts import stamps  # loaded by the warm server's `load` already

@@ -501,8 +501,8 @@ def serve(
     request (its forks from then on find it loaded: a burst of launches waiting for this load does not wait
     for that one too). It ends when it is idle for IDLE_SECONDS, its socket is no longer its own, or the
     stamps of what it loaded change:
-    `code`'s, the proxy's own modules, asked with each fork, which waits for them (no launch runs older code
-    than is installed);
+    `code`'s, the proxy's own modules (pairs of a file and its stamp), asked with each fork, which waits for
+    them (no launch runs older code than is installed);
     `libraries`', every module file (a few hundred stats), asked after each fork and when idle (a library's
     upgrade reaches the launch after the one it raced)."""
     # the warm server's: a launch that finds none never needs them
@@ -556,12 +556,15 @@ def serve(
                 # interpreter, another sys.path) and never come to tell it
                 if time.monotonic() - used > IDLE_SECONDS or not _still(path, bound) or libraries() != started[1]:
                     return 0
-                if later:  # (what it loads is stamped with the rest: the check above came first)
+                if later:
                     later = False
                     load_later()
                     gc.collect()
                     gc.freeze()
-                    started = (code(), libraries())
+                    now = code()
+                    if not _extends(started[0], now):  # what was loaded first changed meanwhile
+                        return 0
+                    started = (now, libraries())  # what it loaded joins the stamps
                 continue
             connection, _ = listener.accept()
             used = time.monotonic()
@@ -607,6 +610,11 @@ def sweep(place: str, key: str) -> list[str]:
         finally:
             os.close(lock)
     return swept
+
+
+def _extends(before: object, after: object) -> bool:
+    """Whether the stamps `after` (pairs of a file and its stamp) hold each of `before` as it was."""
+    return isinstance(before, tuple) and isinstance(after, tuple) and set(before) <= set(after)
 
 
 def _unchanged(code: Callable[[], object], stamped: object) -> Callable[[], bool]:

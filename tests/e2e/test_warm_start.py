@@ -219,7 +219,10 @@ def test_a_signal_sent_by_command_line_is_one_ask_for_a_forked_proxy_as_for_a_co
 
     def pkill(host: RawHost, mode: str) -> None:
         shown = cmdline(host.proc.pid)
-        same = [pid for pid in _pids() if cmdline(pid) == shown]  # (as pgrep -f reads them: words)
+        # (as pgrep -f reads them: words), of this test's processes only: other tests' proxies show the
+        # same command line
+        ours = {host.proc.pid, *(pid for server in warm_servers(run_dir) for pid in _descendants(server))}
+        same = [pid for pid in _pids() if cmdline(pid) == shown and pid in ours]
         assert len(same) >= (2 if mode == "auto" else 1), same  # forked warm: the launch and its fork
         # the fork's own first, then the launch's, which it passes on: two signals, not one left pending
         # (two SIGTERMs pending at once are one), as when pkill reaches the fork before the launch forwards
@@ -242,6 +245,16 @@ def test_a_signal_sent_by_command_line_is_one_ask_for_a_forked_proxy_as_for_a_co
 
 def _pids() -> list[int]:
     return [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()]
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes below `pid` (what a warm server forked, and what they started)."""
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in (Path("/proc") / str(pid) / "task").iterdir():
+            for child in (task / "children").read_text().split():
+                found += [int(child), *_descendants(int(child))]
+    return found
 
 
 def test_a_launch_killed_outright_takes_its_warm_proxy_and_server_with_it(

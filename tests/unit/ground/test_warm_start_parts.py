@@ -391,3 +391,14 @@ def test_a_warm_server_that_takes_the_launch_and_names_no_pid_is_an_error_not_a_
     assert got == status
     err = capsys.readouterr().err
     assert (f"the warm start server took this launch and {why}" in err) if why else err == ""
+
+
+def test_the_later_load_keeps_the_stamps_of_the_first() -> None:
+    """A warm server that loads more once idle (`load_later`) keeps the stamps of what it loaded first: a file
+    of those changed meanwhile (an upgrade) ends it, where stamping everything again would take it for the
+    installed code and fork proxies running the older."""
+    first = (("/p/relay.py", (1, 10)), ("/p/entry.py", (2, 20)))
+    assert warm_start._extends(first, (*first, ("/p/providers/openai.py", (3, 30))))
+    assert not warm_start._extends(first, (("/p/relay.py", (9, 10)), ("/p/entry.py", (2, 20))))
+    assert not warm_start._extends(first, None)  # a file gone
+    assert not warm_start._extends(None, first)
