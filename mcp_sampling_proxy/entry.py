@@ -61,14 +61,18 @@ def main() -> int:
     # as commands/cli.py does them, before any spawn: it does them again, and says what failed. The prctl
     # first: until it, this process's environment (its keys) is readable by the user's other processes
     harden_process()
-    from mcp_sampling_proxy.system.stop_signals import hold_stop_signals, take_held  # start-up: as hardening
+    from mcp_sampling_proxy.system.stop_signals import (
+        first_held,
+        hold_stop_signals,
+        take_held,
+    )  # start-up: as hardening
     from mcp_sampling_proxy.system.warm_start import launch, where  # start-up: as hardening
 
     hold_stop_signals()
     found = where(os.environ)
     if found is not None:
         # (before this process becomes a subreaper: a warm server it starts is not below it)
-        status = launch(argv, os.environ, take_held, found)
+        status = launch(argv, os.environ, take_held, found, first_held)
         if status is not None:
             return status
     return _server_start()

@@ -232,30 +232,42 @@ def where(environ: Mapping[str, str]) -> tuple[str, str] | None:
 
 
 def launch(
-    argv: list[str], environ: Mapping[str, str], held: Callable[[], list[str]], found: tuple[str, str]
+    argv: list[str],
+    environ: Mapping[str, str],
+    held: Callable[[], list[str]],
+    found: tuple[str, str],
+    asked: Callable[[], object] = lambda: None,
 ) -> int | None:
     """Run this launch as a proxy forked by its warm server (`hand_over`): its exit status, or None for the
     usual start. When none listens, one is started for the launches after this one (`start_server`); when
     another launch has just started it and it is loading its modules (a host that starts its servers
     together: their launches come within milliseconds), this launch waits for it (`_loading`) rather than
-    load them too: one load on the host's cores instead of one a server."""
+    load them too: one load on the host's cores instead of one a server; until the host `asked` it to stop
+    (a stop signal held: the usual start then stops as a cold proxy does)."""
     status, listened = _hand_over(argv, environ, held, found)
     if status is not None:
         return status
     gone = _made(_socket_path(*found))  # a dead warm server's socket (killed, it could not take it away)
     started = start_server(environ, found)
-    if started is not False or listened or not _loading(*found, gone, lambda: start_server(environ, found)):
+    if started is not False or listened or not _loading(*found, gone, lambda: start_server(environ, found), asked):
         return None  # (started here, or none can be; or one listened and passed this launch over)
     return _hand_over(argv, environ, held, found)[0]
 
 
-def _loading(place: str, key: str, gone: tuple[int, int] | None, start: Callable[[], bool | None]) -> bool:
+def _loading(
+    place: str,
+    key: str,
+    gone: tuple[int, int] | None,
+    start: Callable[[], bool | None],
+    asked: Callable[[], object] = lambda: None,
+) -> bool:
     """Wait while the warm server whose lock is held has not listened yet (it settles, then loads); True once
     its socket is there (another than `gone`, a dead one's), False when it took longer than WAIT_SECONDS.
     One that ends first (the lock was an ending one's: it exits, killed, idle or upgraded) is replaced by
     `start`, start_server's try: False while another holds the lock (the wait goes on); True when it took
     it and started another, and None when none can be started (either way this launch loads the proxy
-    itself: False). The `.wanted` file tells the warm server that a launch waits: it loads at once."""
+    itself: False); False too once the host `asked` this launch to stop. The `.wanted` file tells the warm
+    server that a launch waits: it loads at once."""
     import time  # start-up: a launch whose warm server is starting
 
     with contextlib.suppress(OSError):
@@ -265,7 +277,7 @@ def _loading(place: str, key: str, gone: tuple[int, int] | None, start: Callable
     while time.monotonic() < deadline:
         if _made(path) not in (None, gone):
             return True
-        if start() is not False:  # (the lock's own test: a probe beside it would make another launch's fail)
+        if asked() or start() is not False:  # (start: the lock's own test; a probe beside it would fail others')
             return False
         time.sleep(0.005)
     return False

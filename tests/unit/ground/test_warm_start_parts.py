@@ -218,7 +218,7 @@ def _held_elsewhere() -> bool | None:
 
 
 @linux_only
-def test_a_launch_stops_waiting_when_the_warm_server_takes_too_long(
+def test_a_launch_stops_waiting_when_the_warm_server_takes_too_long_or_the_host_gives_up(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(warm_start, "WAIT_SECONDS", 0.4)
@@ -228,6 +228,12 @@ def test_a_launch_stops_waiting_when_the_warm_server_takes_too_long(
     started = time.monotonic()
     assert not warm_start._loading(str(tmp_path), "key", None, lambda: None)  # none can be started here
     assert time.monotonic() - started < 0.2
+    monkeypatch.setattr(warm_start, "WAIT_SECONDS", 3.0)
+    held: list[str] = []
+    threading.Timer(0.1, held.append, ["SIGTERM"]).start()  # the host gives up while the launch waits
+    started = time.monotonic()
+    assert not warm_start._loading(str(tmp_path), "key", None, _held_elsewhere, lambda: held)
+    assert time.monotonic() - started < 1.0  # (it then starts as a cold proxy, which stops at once)
 
 
 @linux_only
