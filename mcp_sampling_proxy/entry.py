@@ -61,11 +61,8 @@ def main() -> int:
     # as commands/cli.py does them, before any spawn: it does them again, and says what failed. The prctl
     # first: until it, this process's environment (its keys) is readable by the user's other processes
     harden_process()
-    from mcp_sampling_proxy.system.stop_signals import (
-        first_held,
-        hold_stop_signals,
-        take_held,
-    )  # start-up: as hardening
+    # start-up: as hardening
+    from mcp_sampling_proxy.system.stop_signals import first_held, hold_stop_signals, take_held
     from mcp_sampling_proxy.system.warm_start import launch, where  # start-up: as hardening
 
     hold_stop_signals()
