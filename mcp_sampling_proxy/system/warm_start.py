@@ -244,10 +244,13 @@ def launch(
     together: their launches come within milliseconds), this launch waits for it (`_loading`) rather than
     load them too: one load on the host's cores instead of one a server; until the host `asked` it to stop
     (a stop signal held: the usual start then stops as a cold proxy does)."""
+    # the socket as it is before the try: when no warm server takes the launch, it is a dead one's (killed, it
+    # could not take it away) or none, and a socket made after it is a new one's (asked after the try, a new
+    # one renamed into place in between would be taken for the dead one's, and waited past)
+    gone = _made(_socket_path(*found))
     status, listened = _hand_over(argv, environ, held, found)
     if status is not None:
         return status
-    gone = _made(_socket_path(*found))  # a dead warm server's socket (killed, it could not take it away)
     started = start_server(environ, found)
     if started is not False or listened or not _loading(*found, gone, lambda: start_server(environ, found), asked):
         return None  # (started here, or none can be; or one listened and passed this launch over)
