@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,17 @@ PROMPT_RULES = openai_policy("http://127.0.0.1:9/v1", rules=ASK)
 QUESTION = APPROVE_PROMPT.rstrip()
 
 
+def serving(run_dir: Path, before: set[Path]) -> int:
+    """The pid a proxy's console names it by: its socket's, new since `before` (the process the host started,
+    or, forked by a warm start server, that fork)."""
+    deadline = time.monotonic() + 30
+    while not set(run_dir.glob("*.sock")) - before:
+        assert time.monotonic() < deadline, "no console socket"
+        time.sleep(0.02)
+    (made,) = set(run_dir.glob("*.sock")) - before
+    return int(made.stem)
+
+
 def test_the_console_question_stays_last_when_proxies_attach_and_leave(
     tmp_path: Path, dirs: dict[str, str], screens: list[Screen]
 ) -> None:
@@ -43,10 +55,12 @@ def test_the_console_question_stays_last_when_proxies_attach_and_leave(
     consoles = (wide, narrow)
     for console in consoles:
         console.wait_for("watching")
+    run_dir = Path(dirs["MCP_SAMPLING_PROXY_RUNTIME_DIR"])
     with RawHost(proxy_command(policy), proxy_env(**dirs), tmp_path / "asking.log") as asking:
         asking.initialize()
+        asking_pid = serving(run_dir, set())
         for console in consoles:
-            console.wait_for(f"[proxy {asking.proc.pid}] attached")
+            console.wait_for(f"[proxy {asking_pid}] attached")
         asking.send(
             {
                 "jsonrpc": "2.0",
@@ -61,22 +75,24 @@ def test_the_console_question_stays_last_when_proxies_attach_and_leave(
             # the operator's name and the server's own claim, each quoted once, none inside another
             summary = "Server 'small_server' (which calls itself \"small-server\") asks for an LLM completion"
             assert any(summary in line for line in lines), "\n".join(lines)
+        before = set(run_dir.glob("*.sock"))
         with RawHost(proxy_command(policy), proxy_env(**dirs), tmp_path / "other.log") as other:
             other.initialize()
+            other_pid = serving(run_dir, before)
             for console in consoles:
-                lines = console.wait_for(f"[proxy {other.proc.pid}] attached")
+                lines = console.wait_for(f"[proxy {other_pid}] attached")
                 assert lines[-1] == QUESTION, "\n".join(lines)
             other.close_stdin()
             other.wait()
         for console in consoles:
-            lines = console.wait_for(f"[proxy {other.proc.pid}] detached")
+            lines = console.wait_for(f"[proxy {other_pid}] detached")
             assert lines[-1] == QUESTION, "\n".join(lines)
             # erased and asked again below each line, whole: no copy or piece of it is left above
             assert [line for line in lines if "Allow this request?" in line] == [QUESTION], "\n".join(lines)
         wide.type("n")  # the question still takes its answer
         answer = asking.wait_for(lambda m: m.get("id") == 2, 30)
         assert "-> denied" in wide.wait_for("-> denied")
-        closed = f"[proxy {asking.proc.pid}] answered in another console: this question is closed"
+        closed = f"[proxy {asking_pid}] answered in another console: this question is closed"
         lines = narrow.wait_for(closed)
         assert lines[-1] == closed and not any("Allow this request?" in line for line in lines), "\n".join(lines)
     assert "rejected at the companion console" in json.dumps(answer)

@@ -210,11 +210,17 @@ def test_orphans_are_reaped_and_the_upstream_exit_status_kept(tmp_path: Path, di
 
 def test_no_socket_survives_any_way_a_proxy_ends(tmp_path: Path, dirs: dict[str, str]) -> None:
     run_dir = Path(dirs["MCP_SAMPLING_PROXY_RUNTIME_DIR"])
+    serving: list[int] = []  # the pid the last started proxy's socket is named for
 
     def started() -> RawHost:
+        """A session, once its proxy's console socket is there: named for the process the host started, or,
+        forked by a warm start server, for that fork (the one a SIGKILL must hit to leave it behind)."""
+        before = set(run_dir.glob("*.sock"))
         host = RawHost(proxy_command(upstream=SMALL), proxy_env(**dirs), tmp_path / "stderr.log")
         host.initialize()
-        assert wait_until((run_dir / f"{host.proc.pid}.sock").exists)
+        assert wait_until(lambda: bool(set(run_dir.glob("*.sock")) - before))
+        (made,) = set(run_dir.glob("*.sock")) - before
+        serving[:] = [int(made.stem)]
         return host
 
     with started() as host:  # host EOF
@@ -230,13 +236,13 @@ def test_no_socket_survives_any_way_a_proxy_ends(tmp_path: Path, dirs: dict[str,
     assert list(run_dir.glob("*.sock")) == []
 
     with started() as host:  # SIGKILL leaves a socket; the next proxy start removes it
-        host.proc.kill()
+        os.kill(serving[0], signal.SIGKILL)
         host.wait()
     killed = list(run_dir.glob("*.sock"))
     assert len(killed) == 1
     with started() as host:
         assert not killed[0].exists()
-        host.proc.kill()
+        os.kill(serving[0], signal.SIGKILL)
         host.wait()
     # ... and so does the console
     console = RawHost([PY, "-m", "mcp_sampling_proxy", "console"], proxy_env(**dirs))
