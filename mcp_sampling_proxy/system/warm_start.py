@@ -236,7 +236,7 @@ def launch(
     environ: Mapping[str, str],
     held: Callable[[], list[str]],
     found: tuple[str, str],
-    asked: Callable[[], object] = lambda: None,
+    asked: Callable[[], object],
 ) -> int | None:
     """Run this launch as a proxy forked by its warm server (`hand_over`): its exit status, or None for the
     usual start. When none listens, one is started for the launches after this one (`start_server`); when
@@ -248,13 +248,13 @@ def launch(
     # could not take it away) or none, and a socket made after it is a new one's (asked after the try, a new
     # one renamed into place in between would be taken for the dead one's, and waited past)
     gone = _made(_socket_path(*found))
-    status, listened = _hand_over(argv, environ, held, found)
+    status, listened = hand_over(argv, environ, held, found)
     if status is not None:
         return status
     started = start_server(environ, found)
     if started is not False or listened or not _loading(*found, gone, lambda: start_server(environ, found), asked):
         return None  # (started here, or none can be; or one listened and passed this launch over)
-    return _hand_over(argv, environ, held, found)[0]
+    return hand_over(argv, environ, held, found)[0]
 
 
 def _loading(
@@ -262,7 +262,7 @@ def _loading(
     key: str,
     gone: tuple[int, int] | None,
     start: Callable[[], bool | None],
-    asked: Callable[[], object] = lambda: None,
+    asked: Callable[[], object],
 ) -> bool:
     """Wait while the warm server whose lock is held has not listened yet (it settles, then loads); True once
     its socket is there (another than `gone`, a dead one's), False when it took longer than WAIT_SECONDS.
@@ -274,7 +274,9 @@ def _loading(
     import time  # start-up: a launch whose warm server is starting
 
     with contextlib.suppress(OSError):
-        os.close(os.open(_wanted_path(place, key), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+        # (O_NONBLOCK: something else put there, a FIFO, fails the open rather than hang the launch on it)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        os.close(os.open(_wanted_path(place, key), flags, 0o600))
     path = _socket_path(place, key)
     deadline = time.monotonic() + WAIT_SECONDS
     while time.monotonic() < deadline:
@@ -297,17 +299,11 @@ def _made(path: str) -> tuple[int, int] | None:
 
 def hand_over(
     argv: list[str], environ: Mapping[str, str], held: Callable[[], list[str]], found: tuple[str, str]
-) -> int | None:
-    """Run this launch as a proxy forked by the warm server `found` (`where`): its exit status, once it has
-    ended; None when there is none, or it passed the launch over before it had anything (the usual start then
-    runs). `held` gives the stop signals received so far, which the forked proxy is sent first."""
-    return _hand_over(argv, environ, held, found)[0]
-
-
-def _hand_over(
-    argv: list[str], environ: Mapping[str, str], held: Callable[[], list[str]], found: tuple[str, str]
 ) -> tuple[int | None, bool]:
-    """`hand_over`'s status, and whether a warm server listened (it may have passed the launch over)."""
+    """Run this launch as a proxy forked by the warm server `found` (`where`): its exit status, once it has
+    ended, or None when there is none, or it passed the launch over before it had anything (the usual start
+    then runs); and whether a warm server listened. `held` gives the stop signals received so far, which the
+    forked proxy is sent first."""
     place, key = found
     if not private(place) or not os.path.exists(_socket_path(place, key)):
         return None, False
@@ -559,7 +555,7 @@ def serve(
     finally:
         os.umask(umask)
         os.close(folder_fd)
-    bound = os.stat(path).st_ino
+    bound = _made(path)  # (after the rename, which is the last change of its ctime)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(wanted)  # those that waited see the socket
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # forked proxies are collected by the kernel
@@ -637,11 +633,10 @@ def _unchanged(code: Callable[[], object], stamped: object) -> Callable[[], bool
     return lambda: code() == stamped
 
 
-def _still(path: str, bound: int) -> bool:
-    try:
-        return os.stat(path).st_ino == bound
-    except OSError:
-        return False
+def _still(path: str, bound: tuple[int, int] | None) -> bool:
+    """Whether the socket at `path` is still the one this warm server made (`_made`: a new one may have
+    its inode)."""
+    return bound is not None and _made(path) == bound
 
 
 def _serve_one(

@@ -89,7 +89,7 @@ def hand_over(environ: dict[str, str]) -> int | None:
     """A launch's hand-over, as entry.py makes it."""
     found = warm_start.where(environ)
     assert found is not None, "the warm start is on and has its folder"
-    return warm_start.hand_over(["--", "server"], environ, list, found)
+    return warm_start.hand_over(["--", "server"], environ, list, found)[0]
 
 
 def _framed(payload: bytes) -> bytes:
@@ -207,10 +207,14 @@ def test_a_launch_waits_for_the_warm_server_that_loads_and_not_for_a_dead_one(
         later = _bound_later(sock, 0.3)
         started = time.monotonic()
         later.start()
-        assert warm_start._loading(str(tmp_path), "key", gone, _held_elsewhere)
+        assert warm_start._loading(str(tmp_path), "key", gone, _held_elsewhere, _not_asked)
         assert 0.3 <= time.monotonic() - started < 1.5
         assert (tmp_path / "key.wanted").exists()
         later.join()
+
+
+def _not_asked() -> None:
+    return None  # the host has not asked the launch to stop
 
 
 def _held_elsewhere() -> bool | None:
@@ -223,10 +227,10 @@ def test_a_launch_stops_waiting_when_the_warm_server_takes_too_long_or_the_host_
 ) -> None:
     monkeypatch.setattr(warm_start, "WAIT_SECONDS", 0.4)
     started = time.monotonic()
-    assert not warm_start._loading(str(tmp_path), "key", None, _held_elsewhere)  # alive, and never listens
+    assert not warm_start._loading(str(tmp_path), "key", None, _held_elsewhere, _not_asked)  # alive, and never listens
     assert 0.4 <= time.monotonic() - started < 1.5
     started = time.monotonic()
-    assert not warm_start._loading(str(tmp_path), "key", None, lambda: None)  # none can be started here
+    assert not warm_start._loading(str(tmp_path), "key", None, lambda: None, _not_asked)  # none can be started here
     assert time.monotonic() - started < 0.2
     monkeypatch.setattr(warm_start, "WAIT_SECONDS", 3.0)
     held: list[str] = []
@@ -263,11 +267,11 @@ def test_a_warm_server_that_ends_before_it_listens_is_replaced_by_one_launch_and
         return True
 
     started = time.monotonic()
-    assert not warm_start._loading(str(tmp_path), "key", None, start)  # this launch starts the new one
+    assert not warm_start._loading(str(tmp_path), "key", None, start, _not_asked)  # this launch starts the new one
     assert len(took) == 1 and 0.1 <= time.monotonic() - started < 1.0
     later = _bound_later(tmp_path / "key.sock", 0.3)  # which listens a moment later
     later.start()
-    assert warm_start._loading(str(tmp_path), "key", None, start)  # another launch waits for it
+    assert warm_start._loading(str(tmp_path), "key", None, start, _not_asked)  # another launch waits for it
     assert len(took) == 1
     later.join()
     os.close(took[0])
@@ -408,3 +412,18 @@ def test_the_later_load_keeps_the_stamps_of_the_first() -> None:
     assert not warm_start._extends(first, (("/p/relay.py", (9, 10)), ("/p/entry.py", (2, 20))))
     assert not warm_start._extends(first, None)  # a file gone
     assert not warm_start._extends(None, first)
+
+
+@linux_only
+def test_a_fifo_where_the_waiting_mark_goes_does_not_hang_the_launch(tmp_path: Path) -> None:
+    """The mark is opened for writing: a FIFO there (put by another process of the user's) would block that
+    open until someone read it, and the launch with it."""
+    os.mkfifo(tmp_path / "key.wanted")
+    done: list[bool] = []
+    waiting = threading.Thread(
+        target=lambda: done.append(warm_start._loading(str(tmp_path), "key", None, lambda: None, _not_asked)),
+        daemon=True,
+    )
+    waiting.start()
+    waiting.join(5)
+    assert done == [False]  # it went on to the usual start (none can be started here)
