@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from helpers.console import serving_pid
 from helpers.support import EXAMPLES, KITCHEN_SINK, PY, RawHost, openai_policy, proxy_command, proxy_env, write_policy
 from helpers.tmux_screen import Screen
 
@@ -27,17 +27,6 @@ pytestmark = [
 ASK = "rules:\n  - name: ask\n    action: prompt\n"
 PROMPT_RULES = openai_policy("http://127.0.0.1:9/v1", rules=ASK)
 QUESTION = APPROVE_PROMPT.rstrip()
-
-
-def serving(run_dir: Path, before: set[Path]) -> int:
-    """The pid a proxy's console names it by: its socket's, new since `before` (the process the host started,
-    or, forked by a warm start server, that fork)."""
-    deadline = time.monotonic() + 30
-    while not set(run_dir.glob("*.sock")) - before:
-        assert time.monotonic() < deadline, "no console socket"
-        time.sleep(0.02)
-    (made,) = set(run_dir.glob("*.sock")) - before
-    return int(made.stem)
 
 
 def test_the_console_question_stays_last_when_proxies_attach_and_leave(
@@ -58,7 +47,7 @@ def test_the_console_question_stays_last_when_proxies_attach_and_leave(
     run_dir = Path(dirs["MCP_SAMPLING_PROXY_RUNTIME_DIR"])
     with RawHost(proxy_command(policy), proxy_env(**dirs), tmp_path / "asking.log") as asking:
         asking.initialize()
-        asking_pid = serving(run_dir, set())
+        asking_pid = serving_pid(run_dir, set())
         for console in consoles:
             console.wait_for(f"[proxy {asking_pid}] attached")
         asking.send(
@@ -78,7 +67,7 @@ def test_the_console_question_stays_last_when_proxies_attach_and_leave(
         before = set(run_dir.glob("*.sock"))
         with RawHost(proxy_command(policy), proxy_env(**dirs), tmp_path / "other.log") as other:
             other.initialize()
-            other_pid = serving(run_dir, before)
+            other_pid = serving_pid(run_dir, before)
             for console in consoles:
                 lines = console.wait_for(f"[proxy {other_pid}] attached")
                 assert lines[-1] == QUESTION, "\n".join(lines)

@@ -25,6 +25,7 @@ from helpers.support import (
     PY,
     SMALL_SERVER,
     RawHost,
+    children_of,
     openai_policy,
     proxy_command,
     proxy_env,
@@ -249,12 +250,7 @@ def _pids() -> list[int]:
 
 def _descendants(pid: int) -> list[int]:
     """The processes below `pid` (what a warm server forked, and what they started)."""
-    found: list[int] = []
-    with contextlib.suppress(OSError):
-        for task in (Path("/proc") / str(pid) / "task").iterdir():
-            for child in (task / "children").read_text().split():
-                found += [int(child), *_descendants(int(child))]
-    return found
+    return [found for child in children_of(pid) for found in (child, *_descendants(child))]
 
 
 def test_a_launch_killed_outright_takes_its_warm_proxy_and_server_with_it(
@@ -369,8 +365,7 @@ def test_a_forked_proxy_shows_its_launchs_command_line_and_outlives_the_warm_ser
     with RawHost(command, env, tmp_path / "session.log") as host:
         host.initialize()
         (server,) = warm_servers(run_dir)
-        children = (Path("/proc") / str(server) / "task" / str(server) / "children").read_text().split()
-        (forked,) = [int(pid) for pid in children]
+        (forked,) = children_of(server)
         assert cmdline(forked) == cmdline(host.proc.pid), cmdline(forked)
         assert carrying_the_flag(run_dir) == [server]  # the proxy and its guard no longer carry it
         assert comm(server) == "mcp-proxy-warm" and comm(forked) != "mcp-proxy-warm"

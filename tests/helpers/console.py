@@ -4,12 +4,24 @@ from __future__ import annotations
 
 import json
 import stat
+import time
 from pathlib import Path
 from typing import Any, cast
 
 import anyio
 
 PROMPT_RULES = "rules:\n  - name: ask\n    action: prompt\n"
+
+
+def serving_pid(run_dir: Path, before: set[Path], timeout: float = 30.0) -> int:
+    """The pid a newly started proxy's console names it by: its socket's, the one in `run_dir` not among
+    `before` (the process the host started, or, forked by a warm start server, that fork)."""
+    deadline = time.monotonic() + timeout
+    while not set(run_dir.glob("*.sock")) - before:
+        assert time.monotonic() < deadline, f"no new console socket in {run_dir}"
+        time.sleep(0.02)
+    (made,) = set(run_dir.glob("*.sock")) - before
+    return int(made.stem)
 
 
 class SocketConsole:

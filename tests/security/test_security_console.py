@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from fakes.llm_server import FakeLLMServer
+from helpers.console import serving_pid
 from helpers.squatted_dirs import SQUATS, squat
 from helpers.support import (
     PY,
@@ -218,9 +219,7 @@ def test_no_socket_survives_any_way_a_proxy_ends(tmp_path: Path, dirs: dict[str,
         before = set(run_dir.glob("*.sock"))
         host = RawHost(proxy_command(upstream=SMALL), proxy_env(**dirs), tmp_path / "stderr.log")
         host.initialize()
-        assert wait_until(lambda: bool(set(run_dir.glob("*.sock")) - before))
-        (made,) = set(run_dir.glob("*.sock")) - before
-        serving[:] = [int(made.stem)]
+        serving[:] = [serving_pid(run_dir, before)]
         return host
 
     with started() as host:  # host EOF
