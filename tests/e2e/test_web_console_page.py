@@ -258,12 +258,13 @@ def test_the_page_fits_the_window_colours_a_failed_call_and_is_the_docs_picture(
         assert "$" in page.locator("#usage tbody tr").first.inner_text()
         # the failed call is coloured as errors are, the approved one is not
         lines = page.locator("ol.audit li")
-        failed = lines.filter(has_text="401")
+        # (by its error's words: "401" alone may be in another line's time, tokens, cost or milliseconds)
+        failed = lines.filter(has_text="Incorrect API key provided")
         assert failed.count() == 1, lines.all_inner_texts()
         colour = failed.evaluate("e => getComputedStyle(e).color")
         error_colour = page.evaluate("getComputedStyle(document.documentElement).getPropertyValue('--warn').trim()")
         assert colour == css_rgb(error_colour), (colour, error_colour)
-        fine = lines.filter(has_text="tokens").filter(has_not_text="401").first
+        fine = lines.filter(has_text="tokens").filter(has_not_text="Incorrect API key provided").first
         assert fine.evaluate("e => getComputedStyle(e).color") != colour
 
         shot = stamped(page.screenshot(), fingerprint(page))

@@ -252,6 +252,7 @@ def test_a_warm_server_that_ends_before_it_listens_is_replaced_by_one_launch_and
     lock = tmp_path / "key.lock"
     ending = open(lock, "wb")  # noqa: SIM115
     fcntl.flock(ending, fcntl.LOCK_EX)
+    started = time.monotonic()  # (before the timer: the wait is measured from no later than its start)
     threading.Timer(0.1, ending.close).start()
     took: list[int] = []
 
@@ -266,7 +267,6 @@ def test_a_warm_server_that_ends_before_it_listens_is_replaced_by_one_launch_and
         took.append(fd)
         return True
 
-    started = time.monotonic()
     assert not warm_start._loading(str(tmp_path), "key", None, start, _not_asked)  # this launch starts the new one
     assert len(took) == 1 and 0.1 <= time.monotonic() - started < 1.0
     later = _bound_later(tmp_path / "key.sock", 0.3)  # which listens a moment later
