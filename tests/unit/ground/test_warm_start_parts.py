@@ -229,10 +229,10 @@ def test_a_launch_stops_waiting_when_the_warm_server_takes_too_long_or_the_host_
     started = time.monotonic()
     assert not warm_start._loading(str(tmp_path), "key", None, _held_elsewhere, _not_asked)  # alive, and never listens
     assert 0.4 <= time.monotonic() - started < 1.5
+    monkeypatch.setattr(warm_start, "WAIT_SECONDS", 3.0)
     started = time.monotonic()
     assert not warm_start._loading(str(tmp_path), "key", None, lambda: None, _not_asked)  # none can be started here
-    assert time.monotonic() - started < 0.2
-    monkeypatch.setattr(warm_start, "WAIT_SECONDS", 3.0)
+    assert time.monotonic() - started < 1.0  # (not the 3 s wait: a loaded CI machine may take a moment)
     held: list[str] = []
     threading.Timer(0.1, held.append, ["SIGTERM"]).start()  # the host gives up while the launch waits
     started = time.monotonic()
