@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 import sys
 
-from mcp_sampling_proxy.system.warm_start import SERVER_FLAG  # (lean: cli.py, which every command runs, loads it)
+# (lean: cli.py, which every command runs, loads it)
+from mcp_sampling_proxy.system.warm_start import SERVER_FLAG, WARM_COMM
 
 # what a start imports before it answers `initialize`: a warm server loads them once for every proxy it forks
 PRELOADED = (
@@ -44,9 +45,6 @@ PRELOADED_LATER = (
     "mcp_sampling_proxy.services.secret_scan",
     "mcp_sampling_proxy.approval.forms",
 )
-
-
-WARM_COMM = "mcp-proxy-warm"  # what `ps -e` shows for the warm start server (its forks take the relay's name)
 
 
 def main() -> int:

@@ -32,18 +32,29 @@ def check_startup(environ: Mapping[str, str] = os.environ) -> Section:
             f"chmod 700 {place} {os.path.dirname(place)}, or remove {place} (the next proxy makes it anew)",
         )
         return section
-    running = warm_start.running(environ)
-    if running is None:
+    seen = warm_start.look(environ)
+    if seen.state == "none":
         section.add(
             "info",
             f"warm start: on; none runs for this shell's interpreter yet (the next proxy started from here starts "
             f"one, in {place})",
         )
-    else:
+    elif seen.state == "serving":
         section.add(
             "ok",
-            f"warm start: on; a warm start server (process {running}) forks the proxies started from here, "
-            f"its modules loaded ({warm_start.ENV}=off turns it off; `kill {running}` ends it, and leaves the "
+            f"warm start: on; a warm start server (process {seen.pid}) forks the proxies started from here, "
+            f"its modules loaded ({warm_start.ENV}=off turns it off; `kill {seen.pid}` ends it, and leaves the "
             "proxies it forked running)",
+        )
+    else:
+        waits = warm_start.READY_SECONDS if seen.state == "silent" else warm_start.WAIT_SECONDS
+        doing = "does not answer" if seen.state == "silent" else "has not started listening"
+        who = f"process {seen.pid}" if seen.pid else "its process"
+        end = f"kill -KILL {seen.pid}" if seen.pid else f"pkill -KILL -x {warm_start.WARM_COMM}"
+        section.add(
+            "warn",
+            f"warm start: the warm start server ({who}) {doing} (stopped or hung): each proxy started from here "
+            f"waits {waits:.0f} s for it, then loads its modules itself",
+            f"`{end}` ends it (a stopped process does not act on a plain kill); the next proxy starts a new one",
         )
     return section

@@ -52,6 +52,7 @@ RUNTIME_ENV = "MCP_SAMPLING_PROXY_RUNTIME_DIR"  # as approval/console/server.py 
 APP_DIR = "mcp-sampling-proxy"
 FOLDER = "warm"
 SERVER_FLAG = "--warm-start-server"  # entry.py's: the warm server's own command line
+WARM_COMM = "mcp-proxy-warm"  # what `ps -e` shows for the warm start server (its forks take the relay's name)
 IDLE_SECONDS = 30 * 60  # a warm server no launch used for this long exits
 POLL_SECONDS = 1.0  # how often an idle warm server looks whether its socket is still its own
 SETTLE_SECONDS = 0.5  # a new warm server waits this long before loading: the launch that started it goes first
@@ -138,12 +139,42 @@ def private(path: str) -> bool:
     return _alone(found) and _alone(above, others=0o022)
 
 
-def running(environ: Mapping[str, str]) -> int | None:
-    """The process id of the warm server that serves launches like this one (this process's interpreter,
-    limits and namespaces), or None: for `doctor`."""
+class Seen:
+    """What `doctor` finds of the warm server for launches like this one (`look`): `state` is "serving" (it
+    said it is ready), "silent" (it took the connection and said nothing within READY_SECONDS: stopped or
+    hung, each launch waits that long for it and then loads the proxy itself), "stuck" (it holds its lock and
+    has not listened within WAIT_SECONDS: each launch waits that long for it) or "none"; `pid`, when known."""
+
+    __slots__ = ("pid", "state")
+
+    def __init__(self, state: str, pid: int | None = None) -> None:
+        self.state, self.pid = state, pid
+
+
+def look(environ: Mapping[str, str]) -> Seen:
+    """The warm server that serves launches like this one (this process's interpreter, limits and
+    namespaces), as a launch would find it: for `doctor`, which may wait as long as a launch would."""
     place = folder(environ)
     if place is None:
-        return None
+        return Seen("none")
+    import time  # (doctor's)
+
+    key = identity(environ)
+    deadline = time.monotonic() + WAIT_SECONDS
+    while True:
+        seen = _answer(place, key)
+        if seen is not None:
+            return seen
+        holder = _lock_holder(os.path.join(place, f"{key}.lock"))
+        if holder is None:
+            return Seen("none")
+        if time.monotonic() >= deadline:  # (a new one settles and loads in well under a second)
+            return Seen("stuck", holder or None)
+        time.sleep(0.05)
+
+
+def _answer(place: str, key: str) -> Seen | None:
+    """The warm server listening on `key`'s socket, as it answers; None when none listens."""
     import socket  # (doctor's)
 
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
@@ -151,13 +182,37 @@ def running(environ: Mapping[str, str]) -> int | None:
         try:
             folder_fd = _open_folder(place)
             try:
-                probe.connect(_address(folder_fd, f"{identity(environ)}.sock"))
+                probe.connect(_address(folder_fd, f"{key}.sock"))
             finally:
                 os.close(folder_fd)
             pid, uid = peer_credentials(probe)
         except OSError:
             return None
-    return pid if uid == os.getuid() else None
+        if uid != os.getuid():
+            return Seen("none")  # (a stranger's socket: no launch would use it)
+        try:
+            said = _line(probe)
+        except OSError:  # (TimeoutError: it said nothing)
+            said = b""
+    return Seen("serving" if said == b"ready" else "silent", pid)
+
+
+def _lock_holder(path: str) -> int | None:
+    """The pid of the process holding the flock on `path` (/proc/locks; 0 when it cannot be told), or None
+    when nobody holds it. Read, not tried: a try of the lock would fail a launch's own try meanwhile."""
+    try:
+        found = os.stat(path)
+        with open("/proc/locks", encoding="ascii", errors="replace") as locks:
+            lines = locks.read().splitlines()
+    except OSError:
+        return None
+    device = f"{os.major(found.st_dev):02x}:{os.minor(found.st_dev):02x}:{found.st_ino}"
+    for line in lines:
+        words = line.split()
+        if "FLOCK" in words and device in words and "->" not in words:  # ("->": one waiting for it)
+            pid = words[words.index(device) - 1]
+            return int(pid) if pid.isdigit() else 0
+    return None
 
 
 def identity(environ: Mapping[str, str]) -> str:

@@ -318,6 +318,39 @@ def test_what_a_host_sets_for_its_servers_reaches_one_forked_warm(
         assert host.wait() == 0
 
 
+def doctor_says(command: list[str], env: dict[str, str]) -> str:
+    """`doctor`'s start-up line and its fix, run as the launches are (the same interpreter and sys.path: the
+    same name)."""
+    done = subprocess.run([*command[:4], "doctor"], env=env, capture_output=True, text=True, timeout=60)
+    lines = done.stdout.splitlines()
+    (at,) = [n for n, line in enumerate(lines) if "warm start:" in line]
+    return " ".join(lines[at : at + 2])
+
+
+def test_doctor_names_a_stopped_warm_server_that_makes_each_launch_wait_and_how_to_end_it(
+    tmp_path: Path, env: dict[str, str], run_dir: Path
+) -> None:
+    """A warm server stopped (SIGSTOP: a debugger, a desktop suspending the app) takes each launch's
+    connection and says nothing: the launch waits for it, then loads the proxy itself, every time, until the
+    warm server is ended, which a plain kill does not do to a stopped process. doctor says so, with its pid."""
+    command = [PY, "-P", *proxy_command()[1:]]
+    _, status, _ = launch(command, env, tmp_path / "1.log")
+    assert status == 0
+    wait_for_warm_server(run_dir)
+    (server,) = warm_servers(run_dir)
+    assert f"a warm start server (process {server}) forks the proxies" in doctor_says(command, env)
+    os.kill(server, signal.SIGSTOP)
+    said = doctor_says(command, env)
+    assert f"the warm start server (process {server}) does not answer (stopped or hung)" in said, said
+    assert f"fix: `kill -KILL {server}` ends it" in said, said
+    os.kill(server, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while server in warm_servers(run_dir):
+        assert time.monotonic() < deadline, "the warm server did not end"
+        time.sleep(0.05)
+    assert "none runs for this shell's interpreter yet" in doctor_says(command, env)
+
+
 def test_new_code_or_the_setting_off_means_the_usual_start(tmp_path: Path, env: dict[str, str], run_dir: Path) -> None:
     """A warm server forks no proxy from older code (here one module of a copy of the proxy rewritten, as an
     upgrade does): that launch starts as usual, and a warm server of the new code serves later ones. Off,

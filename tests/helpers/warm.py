@@ -7,9 +7,8 @@ import os
 import signal
 from pathlib import Path
 
-from mcp_sampling_proxy.entry import WARM_COMM
 from mcp_sampling_proxy.system.hardening import cmdline, comm
-from mcp_sampling_proxy.system.warm_start import SERVER_FLAG
+from mcp_sampling_proxy.system.warm_start import SERVER_FLAG, WARM_COMM
 
 
 def carrying_the_flag(under: Path | str) -> list[int]:
