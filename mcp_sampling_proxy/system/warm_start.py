@@ -38,7 +38,7 @@ import contextlib
 import os
 import sys
 
-from mcp_sampling_proxy.system.hardening import peer_credentials  # (every path to here loads it: the prctl's)
+from mcp_sampling_proxy.system.hardening import cmdline, peer_credentials  # (every path here loads it: the prctl's)
 
 TYPE_CHECKING = False  # (typing's costs an import this module is lean without)
 if TYPE_CHECKING:
@@ -165,11 +165,10 @@ def look(environ: Mapping[str, str]) -> Seen:
         seen = _answer(place, key)
         if seen is not None:
             return seen
-        holder = _lock_holder(os.path.join(place, f"{key}.lock"))
-        if holder is None:
+        if not _lock_held(os.path.join(place, f"{key}.lock")):
             return Seen("none")
         if time.monotonic() >= deadline:  # (a new one settles and loads in well under a second)
-            return Seen("stuck", holder or None)
+            return Seen("stuck", _server_pid(place, key))
         time.sleep(0.05)
 
 
@@ -197,22 +196,37 @@ def _answer(place: str, key: str) -> Seen | None:
     return Seen("serving" if said == b"ready" else "silent", pid)
 
 
-def _lock_holder(path: str) -> int | None:
-    """The pid of the process holding the flock on `path` (/proc/locks; 0 when it cannot be told), or None
-    when nobody holds it. Read, not tried: a try of the lock would fail a launch's own try meanwhile."""
+def _lock_held(path: str) -> bool:
+    """Whether a process holds the flock on `path` (/proc/locks). Read, not tried: a try of the lock would
+    fail a launch's own try meanwhile. (The pid there is the one that took it: the launch that started the
+    warm server, which has exited since, not the warm server that holds it now.)"""
     try:
         found = os.stat(path)
         with open("/proc/locks", encoding="ascii", errors="replace") as locks:
             lines = locks.read().splitlines()
     except OSError:
-        return None
+        return False
     device = f"{os.major(found.st_dev):02x}:{os.minor(found.st_dev):02x}:{found.st_ino}"
-    for line in lines:
-        words = line.split()
-        if "FLOCK" in words and device in words and "->" not in words:  # ("->": one waiting for it)
-            pid = words[words.index(device) - 1]
-            return int(pid) if pid.isdigit() else 0
-    return None
+    # ("->": a process waiting for the lock, not holding it)
+    return any("FLOCK" in words and device in words and "->" not in words for words in map(str.split, lines))
+
+
+def _server_pid(place: str, key: str) -> int | None:
+    """The warm server of the user's started for `place` and `key`, by its command line (`start_server`'s:
+    readable even for a non-dumpable process); None when there is none, or more than one."""
+    uid = f"Uid:\t{os.getuid()}\t"
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        words = cmdline(int(name))
+        at = words.index(SERVER_FLAG) if SERVER_FLAG in words else -1
+        if at < 0 or words[at + 1 : at + 3] != [place, key]:
+            continue
+        with contextlib.suppress(OSError), open(f"/proc/{name}/status", encoding="ascii", errors="replace") as status:
+            if uid in status.read():
+                found.append(int(name))
+    return found[0] if len(found) == 1 else None
 
 
 def identity(environ: Mapping[str, str]) -> str:

@@ -330,14 +330,29 @@ def doctor_says(command: list[str], env: dict[str, str]) -> str:
 def test_doctor_names_a_stopped_warm_server_that_makes_each_launch_wait_and_how_to_end_it(
     tmp_path: Path, env: dict[str, str], run_dir: Path
 ) -> None:
-    """A warm server stopped (SIGSTOP: a debugger, a desktop suspending the app) takes each launch's
-    connection and says nothing: the launch waits for it, then loads the proxy itself, every time, until the
-    warm server is ended, which a plain kill does not do to a stopped process. doctor says so, with its pid."""
+    """A warm server stopped (SIGSTOP: a debugger, a desktop suspending the app) makes each launch wait for
+    it, then load the proxy itself, every time, until it is ended, which a plain kill does not do to a stopped
+    process: stopped before it listens (the launch waits WAIT_SECONDS), or after (it takes the connection and
+    says nothing: READY_SECONDS). doctor says which, with the warm server's pid (not the pid /proc/locks
+    gives, the launch's that took the lock for it and has exited)."""
     command = [PY, "-P", *proxy_command()[1:]]
-    _, status, _ = launch(command, env, tmp_path / "1.log")
-    assert status == 0
+    with RawHost(command, env, tmp_path / "1.log") as host:
+        deadline = time.monotonic() + 10
+        while not carrying_the_flag(run_dir):  # the launch starts it at once; it settles before it loads
+            assert time.monotonic() < deadline, "no warm server started"
+            time.sleep(0.005)
+        (server,) = carrying_the_flag(run_dir)
+        os.kill(server, signal.SIGSTOP)
+        host.initialize()
+        host.close_stdin()
+        assert host.wait() == 0
+    assert not list((run_dir / "mcp-sampling-proxy" / "warm").glob("*.sock"))  # stopped before it listened
+    said = doctor_says(command, env)
+    assert f"the warm start server (process {server}) has not started listening (stopped or hung)" in said, said
+    assert f"fix: `kill -KILL {server}` ends it" in said, said
+
+    os.kill(server, signal.SIGCONT)
     wait_for_warm_server(run_dir)
-    (server,) = warm_servers(run_dir)
     assert f"a warm start server (process {server}) forks the proxies" in doctor_says(command, env)
     os.kill(server, signal.SIGSTOP)
     said = doctor_says(command, env)
@@ -345,7 +360,7 @@ def test_doctor_names_a_stopped_warm_server_that_makes_each_launch_wait_and_how_
     assert f"fix: `kill -KILL {server}` ends it" in said, said
     os.kill(server, signal.SIGKILL)
     deadline = time.monotonic() + 10
-    while server in warm_servers(run_dir):
+    while server in carrying_the_flag(run_dir):
         assert time.monotonic() < deadline, "the warm server did not end"
         time.sleep(0.05)
     assert "none runs for this shell's interpreter yet" in doctor_says(command, env)

@@ -79,10 +79,10 @@ def test_a_warm_server_that_makes_each_launch_wait_is_a_warning_with_its_end(
 
     os.unlink(f"{key}.sock")
     with open(f"{key}.lock", "wb") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # alive, and never listens
+        fcntl.flock(lock, fcntl.LOCK_EX)  # alive, and never listens (no process shows a warm server's command line)
         status, text, fix = said(environ)
-    assert status == "warn" and f"(process {os.getpid()}) has not started listening" in text, text
-    assert fix.startswith(f"`kill -KILL {os.getpid()}` ends it"), fix
+    assert status == "warn" and "(its process) has not started listening" in text, text
+    assert fix.startswith(f"`pkill -KILL -x {warm_start.WARM_COMM}` ends it"), fix
 
     status, text, _ = said(environ)  # the lock let go: none runs
     assert status == "info" and "none runs for this shell's interpreter yet" in text, text
