@@ -354,7 +354,19 @@ def _loading(
         if asked() or start() is not False:  # (start: the lock's own test; a probe beside it would fail others')
             return False
         time.sleep(0.005)
+    _passed_over(f"did not start listening within {WAIT_SECONDS:g} s", _server_pid(place, key))
     return False
+
+
+def _passed_over(why: str, pid: int | None = None) -> None:
+    """Tell the host's log that this launch waited for a warm server that made it wait (stopped or hung),
+    which every launch will until it is ended: said once a launch, in the launch's first words."""
+    who = f" (process {pid})" if pid else ""
+    end = f"kill -KILL {pid}" if pid else f"pkill -KILL -x {WARM_COMM}"
+    sys.stderr.write(
+        f"mcp-sampling-proxy: the warm start server{who} {why} (stopped or hung?): this proxy starts without it, "
+        f"and so will the next ones until it is ended (`{end}`; `mcp-sampling-proxy doctor` says more)\n"
+    )
 
 
 def _made(path: str) -> tuple[int, int] | None:
@@ -417,7 +429,15 @@ def _handed(
             raise _NotListening from exc
         finally:
             os.close(folder_fd)
-        if peer_credentials(connection)[1] != os.getuid() or _line(connection) != b"ready":
+        peer, uid = peer_credentials(connection)
+        if uid != os.getuid():
+            return None
+        try:
+            said = _line(connection)
+        except TimeoutError:
+            _passed_over(f"did not answer within {READY_SECONDS:g} s", peer)
+            return None
+        if said != b"ready":
             return None
         cwd = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:

@@ -333,8 +333,9 @@ def test_doctor_names_a_stopped_warm_server_that_makes_each_launch_wait_and_how_
     """A warm server stopped (SIGSTOP: a debugger, a desktop suspending the app) makes each launch wait for
     it, then load the proxy itself, every time, until it is ended, which a plain kill does not do to a stopped
     process: stopped before it listens (the launch waits WAIT_SECONDS), or after (it takes the connection and
-    says nothing: READY_SECONDS). doctor says which, with the warm server's pid (not the pid /proc/locks
-    gives, the launch's that took the lock for it and has exited)."""
+    says nothing: READY_SECONDS). Each such launch says so in the host's log, and doctor says which, both
+    with the warm server's pid (not the pid /proc/locks gives, the launch's that took the lock for it and
+    has exited)."""
     command = [PY, "-P", *proxy_command()[1:]]
     with RawHost(command, env, tmp_path / "1.log") as host:
         deadline = time.monotonic() + 10
@@ -350,6 +351,10 @@ def test_doctor_names_a_stopped_warm_server_that_makes_each_launch_wait_and_how_
     said = doctor_says(command, env)
     assert f"the warm start server (process {server}) has not started listening (stopped or hung)" in said, said
     assert f"fix: `kill -KILL {server}` ends it" in said, said
+    log, status, _ = launch(command, env, tmp_path / "2.log")  # waits for it, then starts without it, and says so
+    assert status == 0 and WARM not in log, log
+    assert f"the warm start server (process {server}) did not start listening within 3 s" in log, log
+    assert f"until it is ended (`kill -KILL {server}`;" in log, log
 
     os.kill(server, signal.SIGCONT)
     wait_for_warm_server(run_dir)
@@ -358,6 +363,9 @@ def test_doctor_names_a_stopped_warm_server_that_makes_each_launch_wait_and_how_
     said = doctor_says(command, env)
     assert f"the warm start server (process {server}) does not answer (stopped or hung)" in said, said
     assert f"fix: `kill -KILL {server}` ends it" in said, said
+    log, status, _ = launch(command, env, tmp_path / "3.log")
+    assert status == 0 and WARM not in log, log
+    assert f"the warm start server (process {server}) did not answer within 2 s" in log, log
     os.kill(server, signal.SIGKILL)
     deadline = time.monotonic() + 10
     while server in carrying_the_flag(run_dir):

@@ -223,12 +223,18 @@ def _held_elsewhere() -> bool | None:
 
 @linux_only
 def test_a_launch_stops_waiting_when_the_warm_server_takes_too_long_or_the_host_gives_up(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """A warm server that never listens (stopped, hung) is waited for WAIT_SECONDS, and the host's log told
+    (each launch will wait for it until it is ended); a launch that need not wait, or is asked to stop,
+    says nothing."""
     monkeypatch.setattr(warm_start, "WAIT_SECONDS", 0.4)
     started = time.monotonic()
     assert not warm_start._loading(str(tmp_path), "key", None, _held_elsewhere, _not_asked)  # alive, and never listens
     assert 0.4 <= time.monotonic() - started < 1.5
+    said = capsys.readouterr().err
+    assert "the warm start server did not start listening within 0.4 s (stopped or hung?)" in said, said
+    assert f"(`pkill -KILL -x {warm_start.WARM_COMM}`;" in said, said  # (no process shows its command line here)
     monkeypatch.setattr(warm_start, "WAIT_SECONDS", 3.0)
     started = time.monotonic()
     assert not warm_start._loading(str(tmp_path), "key", None, lambda: None, _not_asked)  # none can be started here
@@ -238,6 +244,7 @@ def test_a_launch_stops_waiting_when_the_warm_server_takes_too_long_or_the_host_
     started = time.monotonic()
     assert not warm_start._loading(str(tmp_path), "key", None, _held_elsewhere, lambda: held)
     assert time.monotonic() - started < 1.0  # (it then starts as a cold proxy, which stops at once)
+    assert capsys.readouterr().err == ""
 
 
 @linux_only
