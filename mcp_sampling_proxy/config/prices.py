@@ -26,6 +26,7 @@ prices are per million tokens. Costs are rounded up, never down.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable
@@ -97,10 +98,17 @@ class PriceTable(Struct, frozen=True):
 
     def lookup(self, model: str, *, shipped: bool = True) -> Price | None:
         """The price of `model`: the policy's first, then (when `shipped`) the table's."""
-        found = _match(model, self.policy)
-        if found is None and shipped:
-            found = _match(model, SHIPPED.items())
-        return found
+        return _lookup(self.policy, model, shipped)
+
+
+@functools.lru_cache(maxsize=256)
+def _lookup(policy: tuple[tuple[str, Price], ...], model: str, shipped: bool) -> Price | None:
+    """PriceTable.lookup's answer, kept: each sampling request asks it twice (its budget, then its cost),
+    and a walk of the shipped table costs ~10 us; a session asks for a few models only."""
+    found = _match(model, policy)
+    if found is None and shipped:
+        found = _match(model, SHIPPED.items())
+    return found
 
 
 def _match(model: str, entries: Iterable[tuple[str, Price]]) -> Price | None:
