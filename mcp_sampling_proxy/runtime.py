@@ -50,7 +50,7 @@ from mcp_sampling_proxy.services.sampling.service import SamplingService
 from mcp_sampling_proxy.services.tools import ToolGate
 from mcp_sampling_proxy.system.event_loop import has_uvloop
 from mcp_sampling_proxy.system.hardening import end_strays, reap_orphans_forever
-from mcp_sampling_proxy.system.stop_signals import STOP_SIGNALS, take_held
+from mcp_sampling_proxy.system.stop_signals import STOP_SIGNALS, absorb_one, take_held
 from mcp_sampling_proxy.system.terminal import Terminal
 from mcp_sampling_proxy.transport.egress import serve_egress
 from mcp_sampling_proxy.transport.framing import DEFAULT_MAX_LINE, LineReader, open_line_reader, open_line_writer
@@ -538,6 +538,7 @@ async def run_session(upstream: Upstream, settings: Settings, options: RunOption
                 await host_out.close()
             for sig in STOP_SIGNALS:
                 loop.remove_signal_handler(sig)
+            absorb_one()  # what is left (closing the audit log, the clients) must not die of a late second ask
             tg.cancel_scope.cancel()
     except BaseException:
         # A bug must not leave the server running (one that ignores EOF would outlive us): `live` stopped it
@@ -713,4 +714,5 @@ def run(upstream: Upstream, settings: Settings, options: RunOptions) -> int:
     except KeyboardInterrupt:  # pragma: no cover - signals are handled inside
         return 130
     finally:
+        absorb_one()  # (a session that failed: the loop's close took its handlers)
         sys.stderr.flush()
