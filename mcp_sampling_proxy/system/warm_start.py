@@ -45,7 +45,9 @@ if TYPE_CHECKING:
     import _socket
     import socket
     from collections.abc import Callable, Mapping
-    from typing import NoReturn
+    from typing import Literal, NoReturn
+
+    SeenState = Literal["none", "serving", "silent", "stuck"]
 
 ENV = "MCP_SAMPLING_PROXY_WARM_START"
 RUNTIME_ENV = "MCP_SAMPLING_PROXY_RUNTIME_DIR"  # as approval/console/server.py reads it
@@ -147,8 +149,9 @@ class Seen:
 
     __slots__ = ("pid", "state")
 
-    def __init__(self, state: str, pid: int | None = None) -> None:
-        self.state, self.pid = state, pid
+    def __init__(self, state: SeenState, pid: int | None = None) -> None:
+        self.state: SeenState = state
+        self.pid = pid
 
 
 def look(environ: Mapping[str, str]) -> Seen:
