@@ -37,9 +37,21 @@ def _proc(pid: int, name: str) -> bytes:
 
 
 def _prctl(option: int, arg: int | bytes = 0) -> int:
-    libc = ctypes.CDLL(None, use_errno=True)
     value = ctypes.c_char_p(arg) if isinstance(arg, bytes) else ctypes.c_ulong(arg)
-    return int(libc.prctl(option, value, 0, 0, 0))
+    return int(_libc_prctl()(option, value, 0, 0, 0))
+
+
+_LIBC_PRCTL: list[Any] = []  # libc's prctl, once resolved
+
+
+def _libc_prctl() -> Any:
+    """libc's prctl, resolved once: each `CDLL(None)` makes new ctypes types, ~10 us, and ~0.3 ms in a
+    process just forked (a warm start's proxy: its pages copied as they are written), for each of the
+    prctls a start makes. Resolved in the warm server, a fork finds it made (as the guard and a spawn's
+    `preexec_fn`, which must not dlopen between fork and exec, do)."""
+    if not _LIBC_PRCTL:
+        _LIBC_PRCTL.append(ctypes.CDLL(None, use_errno=True).prctl)
+    return _LIBC_PRCTL[0]
 
 
 def harden_process() -> list[str]:
@@ -129,7 +141,7 @@ class GroupGuard:
 def _resolved_prctl() -> Any:
     """libc's prctl, resolved in the proxy, for the guard to name itself after the fork."""
     try:
-        return ctypes.CDLL(None, use_errno=True).prctl
+        return _libc_prctl()
     except (OSError, AttributeError):
         return None
 
