@@ -182,20 +182,11 @@ def _answer(place: str, key: str) -> Seen | None:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
         probe.settimeout(READY_SECONDS)
         try:
-            folder_fd = _open_folder(place)
-            try:
-                probe.connect(_address(folder_fd, f"{key}.sock"))
-            finally:
-                os.close(folder_fd)
-            pid, uid = peer_credentials(probe)
-        except OSError:
+            pid, said = _greeting(probe, place, key)
+        except (_NotListening, OSError):
             return None
-        if uid != os.getuid():
-            return Seen("none")  # (a stranger's socket: no launch would use it)
-        try:
-            said = _line(probe)
-        except OSError:  # (TimeoutError: it said nothing)
-            said = b""
+    if said == b"":
+        return Seen("none")  # (a stranger's socket, or one ending as it was asked: no launch would be served)
     return Seen("serving" if said == b"ready" else "silent", pid)
 
 
@@ -417,6 +408,27 @@ class _NotListening(Exception):
     """No warm server listens on the socket (a dead one's, or none)."""
 
 
+def _greeting(connection: _socket.socket, place: str, key: str) -> tuple[int, bytes | None]:
+    """Connect `connection` (its timeout set: the wait) to the warm server of `key` and take its first word, as
+    a launch and `doctor` both do: its pid and the word; b"" when it is not this user's (nothing is read from
+    a stranger), None when it said nothing in time (stopped, hung). _NotListening when none listens; OSError
+    for the rest."""
+    folder_fd = _open_folder(place)
+    try:
+        connection.connect(_address(folder_fd, f"{key}.sock"))
+    except (FileNotFoundError, ConnectionRefusedError) as exc:
+        raise _NotListening from exc
+    finally:
+        os.close(folder_fd)
+    pid, uid = peer_credentials(connection)
+    if uid != os.getuid():
+        return pid, b""
+    try:
+        return pid, _line(connection)
+    except TimeoutError:
+        return pid, None
+
+
 def _handed(
     connection: _socket.socket, where: tuple[str, str], argv: list[str], environ: Mapping[str, str]
 ) -> int | None:
@@ -425,21 +437,9 @@ def _handed(
 
     connection.settimeout(READY_SECONDS)
     try:
-        folder_fd = _open_folder(where[0])
-        try:
-            connection.connect(_address(folder_fd, f"{where[1]}.sock"))
-        except (FileNotFoundError, ConnectionRefusedError) as exc:
-            raise _NotListening from exc
-        finally:
-            os.close(folder_fd)
-        peer, uid = peer_credentials(connection)
-        if uid != os.getuid():
-            return None
-        try:
-            said = _line(connection)
-        except TimeoutError:
+        peer, said = _greeting(connection, *where)
+        if said is None:
             _passed_over(f"did not answer within {READY_SECONDS:g} s", peer)
-            return None
         if said != b"ready":
             return None
         cwd = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
