@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import signal
 import sys
@@ -41,17 +42,13 @@ def _prctl(option: int, arg: int | bytes = 0) -> int:
     return int(_libc_prctl()(option, value, 0, 0, 0))
 
 
-_LIBC_PRCTL: list[Any] = []  # libc's prctl, once resolved
-
-
+@functools.cache
 def _libc_prctl() -> Any:
     """libc's prctl, resolved once: each `CDLL(None)` makes new ctypes types, ~10 us, and ~0.3 ms in a
     process just forked (a warm start's proxy: its pages copied as they are written), for each of the
     prctls a start makes. Resolved in the warm server, a fork finds it made (as the guard and a spawn's
     `preexec_fn`, which must not dlopen between fork and exec, do)."""
-    if not _LIBC_PRCTL:
-        _LIBC_PRCTL.append(ctypes.CDLL(None, use_errno=True).prctl)
-    return _LIBC_PRCTL[0]
+    return ctypes.CDLL(None, use_errno=True).prctl
 
 
 def harden_process() -> list[str]:

@@ -53,7 +53,7 @@ def absorb_one() -> None:
     exits 1: a crash, to the host). A stop that hangs from here (a thread that never ends) still ends at the
     next signal. Called again, it arms no signal it already absorbed."""
     for sig in STOP_SIGNALS:
-        if sig not in _absorbed_already and signal.getsignal(sig) is not _absorb:
+        if sig not in _absorbed_already:
             signal.signal(sig, _absorb)
 
 
