@@ -176,6 +176,31 @@ def test_the_sweep_takes_a_dead_ones_half_made_socket_and_the_mark_of_a_launch_t
     assert sorted(p.name for p in tmp_path.iterdir()) == ["live.lock", "live.wanted"]
 
 
+@linux_only
+def test_a_warm_server_that_does_not_answer_costs_a_launch_its_wait_and_no_more(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Stopped (SIGSTOP) or hung: the launch waits READY_SECONDS for its "ready", hands over nothing, starts
+    as usual, and tells the host's log which process held it up (every launch will wait for it)."""
+    place = tmp_path / "run" / "warm"
+    place.mkdir(mode=0o700, parents=True)
+    environ = {warm_start.RUNTIME_ENV: str(place.parent), warm_start.ENV: "auto"}
+    monkeypatch.setattr(warm_start, "READY_SECONDS", 0.3)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as stuck:
+        monkeypatch.chdir(place)  # (a short address: the test's folder may lie deeper than a socket path's limit)
+        stuck.bind(f"{identity(environ)}.sock")
+        stuck.listen(1)
+        started = time.monotonic()
+        assert hand_over(environ) is None
+        assert 0.3 <= time.monotonic() - started < 2.0
+        connection, _ = stuck.accept()
+        with connection:
+            assert connection.recv(16) == b""  # nothing was sent (no descriptor, no environment), and it closed
+    said = capsys.readouterr().err
+    assert f"the warm start server (process {os.getpid()}) did not answer within 0.3 s" in said, said
+    assert f"(`kill -KILL {os.getpid()}`;" in said, said
+
+
 def _bound_later(path: Path, delay: float) -> threading.Thread:
     """A warm server that listens `delay` seconds from now (its socket made where a dead one's may lie)."""
 
